@@ -1,0 +1,48 @@
+"""gpuledger's event contract: envelope, v1 catalog, codec with upcasters, subjects, schema.
+
+Pure data: imports msgspec and the standard library only.
+"""
+
+from events.catalog import *  # noqa: F403
+from events.catalog import ALL_EVENTS, CLIENT_EVENTS, CONFIG_EVENTS, Policy
+from events.codec import UndecodableEvent, decode, encode, from_builtins, to_builtins
+from events.envelope import Decision, Event
+from events.ids import InvalidId, derive_event_id, validate_tenant, validate_token
+from events.specs import (
+    CheckpointPolicy,
+    GpuInfo,
+    GpuSample,
+    JobSpec,
+    MemberPlacement,
+    NodeInfo,
+    Resources,
+    TenantShare,
+)
+from events.subjects import subject_for
+
+__all__ = [
+    "ALL_EVENTS",
+    "CLIENT_EVENTS",
+    "CONFIG_EVENTS",
+    "CheckpointPolicy",
+    "Decision",
+    "Event",
+    "GpuInfo",
+    "GpuSample",
+    "InvalidId",
+    "JobSpec",
+    "MemberPlacement",
+    "NodeInfo",
+    "Policy",
+    "Resources",
+    "TenantShare",
+    "UndecodableEvent",
+    "decode",
+    "derive_event_id",
+    "encode",
+    "from_builtins",
+    "subject_for",
+    "to_builtins",
+    "validate_tenant",
+    "validate_token",
+]

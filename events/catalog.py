@@ -1,0 +1,433 @@
+"""The v1 event catalog: every fact of a job's, a node's and the configuration's life.
+
+Tags name type and major version. Adding an optional field with a default keeps the tag; a
+breaking change adds a new tag plus an upcaster in `events.upcasters` (see
+`GpuMetricsReported`, now at v2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from events.envelope import Decision, Event
+from events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantShare
+
+# ---------------------------------------------------------------- clients (CLI / CI)
+
+
+class JobSubmitted(Event, frozen=True, kw_only=True, tag="JobSubmitted.v1"):
+    """A client asked to run a job. Published on `gl.submit.<tenant>.<job>` exactly once per job."""
+
+    job: JobSpec
+    """The job as submitted."""
+
+
+class JobCancelled(Event, frozen=True, kw_only=True, tag="JobCancelled.v1"):
+    """A client cancelled a job; its members are stopped without requeue."""
+
+    job_id: str
+    """The job."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    reason: str = "UserRequested"
+    """Why, as a CamelCase code."""
+
+
+# ---------------------------------------------------------------- configuration (gl.admin)
+
+
+class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v1"):
+    """A tenant (a node of the org/team/project tree) and its quota.
+
+    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit.
+    """
+
+    tenant: str
+    """Tenant path; its parent is the path without the last segment."""
+    guaranteed_gpu_milli: int = 0
+    """Guaranteed GPU capacity in milli-GPUs."""
+    limit_gpu_milli: int | None = None
+    """Cap on what the tenant may use including borrowing; None = no cap."""
+    over_quota_weight: int = 1
+    """Weight when idle surplus is shared among borrowers."""
+    guaranteed_by_model: dict[str, int] = {}
+    """Optional per-GPU-model guarantees in milli-GPUs (informational in v1)."""
+
+
+class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):
+    """A priority class, like a Kubernetes PriorityClass with preemptibility kept separate."""
+
+    name: str
+    """Class name, e.g. `train`."""
+    value: int
+    """Priority value; higher wins."""
+    preemptible: bool = True
+    """Whether work of this class may be preempted."""
+    slo_class: str = "batch"
+    """SLO class reported in metrics (`latency-critical`, `interactive`, `batch`, ...)."""
+    description: str = ""
+    """Human description."""
+    grace_s: int | None = None
+    """Checkpoint grace period for victims of this class; None = the policy default."""
+    allow_timeslice: bool = False
+    """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
+
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Scheduling policy parameters (every field has a default)."""
+
+    preemption: bool = True
+    """Whether preemption is enabled at all."""
+    preemption_scope: str = "cluster"
+    """`tenant`: priority preemption only inside a tenant; `cluster`: across tenants."""
+    reclaim: bool = True
+    """Tenants under their guarantee may evict borrowers of other tenants."""
+    placement_policy: str = "default"
+    """Placement scorer: `default`, `bestfit`, `packing`, `fgd`."""
+    default_grace_s: int = 30
+    """Checkpoint grace period when neither job nor class sets one."""
+    min_runtime_s: int = 0
+    """A job is not preempted before it has run this long."""
+    eviction_budget_per_hour: int = 0
+    """Max evictions of one job per hour (0 = unlimited)."""
+    max_lost_gpu_hours: float | None = None
+    """Refuse preemptions that would lose more work than this."""
+    aging_after_preemptions: int = 0
+    """Raise a job's effective priority by one step after this many preemptions (0 = off)."""
+    aging_after_wait_s: int = 0
+    """Raise a job's effective priority by one step per this many seconds waiting (0 = off)."""
+    reservation_after_s: int = 0
+    """A gang waiting this long gets a reservation (0 = off)."""
+    node_timeout_s: int = 30
+    """A node silent for this long is declared lost."""
+
+
+class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
+    """The scheduling policy in force from now on."""
+
+    policy: Policy
+    """All parameters."""
+
+
+# ---------------------------------------------------------------- admission
+
+
+class JobAdmitted(Decision, frozen=True, kw_only=True, tag="JobAdmitted.v1"):
+    """Admission accepted the job; it is now queued."""
+
+    job_id: str
+    """The job."""
+    tenant: str
+    """Its tenant."""
+    priority_class: str
+    """Its class."""
+    priority: int
+    """Resolved priority value."""
+    preemptible: bool
+    """Resolved preemptibility."""
+    slo_class: str
+    """Resolved SLO class."""
+
+
+class JobRejected(Decision, frozen=True, kw_only=True, tag="JobRejected.v1"):
+    """Admission refused the job."""
+
+    job_id: str
+    """The job."""
+    tenant: str
+    """Its tenant."""
+    reason: str
+    """CamelCase code: `UnknownTenant`, `UnknownPriorityClass`, `InvalidSpec`, `Unschedulable`,
+    `MIGProfileUnavailable`, `NonPreemptibleOverQuota`, `TopologyUnsatisfiable`."""
+    message: str
+    """Quantitative explanation."""
+    details: dict[str, Any] = {}
+    """Structured details."""
+
+
+# ---------------------------------------------------------------- quota
+
+
+class FairShareUpdated(Decision, frozen=True, kw_only=True, tag="FairShareUpdated.v1"):
+    """The quota service's fair shares changed."""
+
+    shares: tuple[TenantShare, ...]
+    """Every tenant's position, sorted by tenant path."""
+
+
+# ---------------------------------------------------------------- scheduler
+
+
+class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
+    """A gang was placed atomically: every listed member has its capacity."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """`<job>#<attempt>`: the key of every side effect of this placement."""
+    tenant: str
+    """The job's tenant."""
+    members: tuple[MemberPlacement, ...]
+    """Every member's node and GPUs."""
+    borrowing: bool = False
+    """True when the placement takes the tenant above its guarantee (reclaimable)."""
+    resume_step: int | None = None
+    """Checkpoint step the members resume from (None = fresh start)."""
+
+
+class PendingReasonChanged(Decision, frozen=True, kw_only=True, tag="PendingReasonChanged.v1"):
+    """Why a job is still waiting (emitted only when the reason or message changes)."""
+
+    job_id: str
+    """The job."""
+    reason: str
+    """CamelCase code (`Resources`, `WaitingForQuota`, `GangIncomplete`, ...)."""
+    message: str
+    """Quantitative explanation."""
+    details: dict[str, Any] = {}
+    """Node histogram, queue position, whether preemption would help."""
+
+
+class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
+    """Every member of the allocation is gone; its capacity is released."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation."""
+    reason: str
+    """`Priority`, `Reclaim`, `NodeLost`, `Cancelled`, `StartTimeout`."""
+    preempted_by: str | None = None
+    """The beneficiary job when preempted."""
+    checkpointed: bool = False
+    """Whether every member acknowledged a checkpoint before exiting."""
+    lost_gpu_ms: int = 0
+    """GPU-milliseconds of work lost since the last checkpoint (whole-GPU equivalents)."""
+    progress_ms: int = 0
+    """Work saved so far (run time the job resumes from)."""
+
+
+class GangRequeued(Decision, frozen=True, kw_only=True, tag="GangRequeued.v1"):
+    """An evicted job is queued again and will resume from its checkpoint."""
+
+    job_id: str
+    """The job."""
+    after_allocation_id: str
+    """The allocation that ended."""
+    resume_step: int | None = None
+    """Checkpoint step to resume from."""
+
+
+class GangCompleted(Decision, frozen=True, kw_only=True, tag="GangCompleted.v1"):
+    """Every member completed successfully."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation."""
+
+
+class GangFailed(Decision, frozen=True, kw_only=True, tag="GangFailed.v1"):
+    """A member failed; the gang's capacity is released and the job ends failed."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation."""
+    reason: str
+    """`MemberFailed`, `StartTimeout`."""
+    message: str = ""
+    """Explanation (which rank, exit code)."""
+
+
+class NodeLost(Decision, frozen=True, kw_only=True, tag="NodeLost.v1"):
+    """A node stopped heartbeating past its timeout (or was reported down)."""
+
+    node: str
+    """The node."""
+    message: str = ""
+    """Explanation."""
+
+
+# ---------------------------------------------------------------- preemption
+
+
+class PreemptionRequested(Decision, frozen=True, kw_only=True, tag="PreemptionRequested.v1"):
+    """A victim allocation must checkpoint and exit before `deadline_ms`."""
+
+    job_id: str
+    """The victim job."""
+    allocation_id: str
+    """The victim allocation."""
+    beneficiary: str
+    """The blocked job the freed capacity is nominated for."""
+    reason: str
+    """`Priority` or `Reclaim`."""
+    deadline_ms: int
+    """Kill time (request time + grace)."""
+    message: str = ""
+    """Quantitative explanation."""
+    details: dict[str, Any] = {}
+    """Victims chosen, alternatives considered and why they were rejected."""
+
+
+class PreemptionDeclined(Decision, frozen=True, kw_only=True, tag="PreemptionDeclined.v1"):
+    """Preemption was considered for a blocked job and refused."""
+
+    job_id: str
+    """The blocked job."""
+    reason: str
+    """`MinRuntime`, `EvictionBudget`, `LostWorkBound`, `NoVictims`, `WaitingForPreemptedWorkloads`."""
+    message: str = ""
+    """Quantitative explanation."""
+    details: dict[str, Any] = {}
+    """Candidates and why they were excluded."""
+
+
+# ---------------------------------------------------------------- node agents
+
+
+class NodeRegistered(Event, frozen=True, kw_only=True, tag="NodeRegistered.v1"):
+    """An agent announced its node and GPUs (again after a restart)."""
+
+    node: NodeInfo
+    """The inventory."""
+    simulated: bool = False
+    """True for simulated agents."""
+
+
+class NodeHeartbeat(Event, frozen=True, kw_only=True, tag="NodeHeartbeat.v1"):
+    """An agent is alive."""
+
+    node: str
+    """The node."""
+    running: tuple[str, ...] = ()
+    """`<allocation>/<rank>` of members running there."""
+
+
+class MemberStarted(Event, frozen=True, kw_only=True, tag="MemberStarted.v1"):
+    """A member's process started."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation."""
+    rank: int
+    """Member rank."""
+    node: str
+    """Node it runs on."""
+
+
+class MemberCheckpointed(Event, frozen=True, kw_only=True, tag="MemberCheckpointed.v1"):
+    """A member acknowledged a saved checkpoint."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation."""
+    rank: int
+    """Member rank."""
+    node: str
+    """Node."""
+    step: int
+    """Step (or progress counter) saved."""
+    progress_ms: int = 0
+    """Run time of work the checkpoint holds (simulated agents; 0 if unknown)."""
+
+
+class MemberExited(Event, frozen=True, kw_only=True, tag="MemberExited.v1"):
+    """A member's process ended."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation."""
+    rank: int
+    """Member rank."""
+    node: str
+    """Node."""
+    outcome: str
+    """`completed`, `failed`, `preempted` or `cancelled`."""
+    exit_code: int | None = None
+    """Process exit code (None when killed by a signal or simulated)."""
+
+
+class GpuMetricsReported(Event, frozen=True, kw_only=True, tag="GpuMetricsReported.v2"):
+    """Utilisation samples of a node's GPUs. v2 replaced v1's `util_pct` with `sm_active`."""
+
+    node: str
+    """The node."""
+    samples: tuple[GpuSample, ...]
+    """One per GPU / MIG instance."""
+
+
+# ---------------------------------------------------------------- runtime
+
+
+class DeadLettered(Event, frozen=True, kw_only=True, tag="DeadLettered.v1"):
+    """A message on the stream could not be decoded or applied; every service skips it."""
+
+    stream_seq: int
+    """Stream sequence of the bad message."""
+    subject: str
+    """Its subject."""
+    reason: str
+    """Why it was rejected (decode error text)."""
+    payload_head: str = ""
+    """First bytes of the payload, for diagnosis."""
+
+
+CLIENT_EVENTS: tuple[type[Event], ...] = (JobSubmitted, JobCancelled)
+CONFIG_EVENTS: tuple[type[Event], ...] = (
+    TenantConfigured,
+    PriorityClassConfigured,
+    PolicyConfigured,
+)
+ALL_EVENTS: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobCancelled,
+    TenantConfigured,
+    PriorityClassConfigured,
+    PolicyConfigured,
+    JobAdmitted,
+    JobRejected,
+    FairShareUpdated,
+    GangPlaced,
+    PendingReasonChanged,
+    GangEvicted,
+    GangRequeued,
+    GangCompleted,
+    GangFailed,
+    NodeLost,
+    PreemptionRequested,
+    PreemptionDeclined,
+    NodeRegistered,
+    NodeHeartbeat,
+    MemberStarted,
+    MemberCheckpointed,
+    MemberExited,
+    GpuMetricsReported,
+    DeadLettered,
+)
+
+
+def tag_of(cls: type[Event]) -> str:
+    return cls.__struct_config__.tag  # type: ignore[return-value]
+
+
+def type_name(event: Event) -> str:
+    """The event's type name without version (`GangPlaced`)."""
+    return type(event).__name__
+
+
+__all__ = [c.__name__ for c in ALL_EVENTS] + [
+    "Policy",
+    "CLIENT_EVENTS",
+    "CONFIG_EVENTS",
+    "ALL_EVENTS",
+    "tag_of",
+    "type_name",
+    "msgspec",
+]

@@ -1,0 +1,63 @@
+"""Identifier rules and deterministic event ids.
+
+Ids that become NATS subject tokens (job ids, node names, tenant path segments) must not
+contain `.`, `*`, `>` or whitespace and are bounded in length, so a subject can never be
+forged or widened by a crafted id. Event ids are derived from a semantic key (what the event
+is about) so that a retried or re-decided publish carries the same `Nats-Msg-Id` and is
+deduplicated by JetStream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_ID_LEN = 128
+_TOKEN = re.compile(r"^[A-Za-z0-9_\-:+@=,~]+$")
+_TENANT = re.compile(r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*$")
+
+
+class InvalidId(ValueError):
+    """An id that cannot be used as a subject token; `reason` says why."""
+
+    def __init__(self, kind: str, value: str, reason: str) -> None:
+        super().__init__(f"invalid {kind} {value!r}: {reason}")
+        self.kind = kind
+        self.value = value
+        self.reason = reason
+
+
+def validate_token(kind: str, value: str) -> str:
+    """Return `value` if it is a safe subject token (job id, node name), else raise InvalidId."""
+    if not isinstance(value, str) or not value:
+        raise InvalidId(kind, str(value), "must be a non-empty string")
+    if len(value) > MAX_ID_LEN:
+        raise InvalidId(kind, value, f"longer than {MAX_ID_LEN} characters")
+    if not _TOKEN.match(value):
+        raise InvalidId(
+            kind, value, "only letters, digits and _-:+@=,~ are allowed (no '.', '*', '>', spaces)"
+        )
+    return value
+
+
+def validate_tenant(value: str) -> str:
+    """Tenant paths are `/`-separated segments (`org/team/project`) of safe characters."""
+    if not isinstance(value, str) or not value:
+        raise InvalidId("tenant", str(value), "must be a non-empty string")
+    if len(value) > MAX_ID_LEN:
+        raise InvalidId("tenant", value, f"longer than {MAX_ID_LEN} characters")
+    if not _TENANT.match(value):
+        raise InvalidId(
+            "tenant", value, "must be '/'-separated segments of letters, digits, '_' and '-'"
+        )
+    return value
+
+
+def derive_event_id(kind: str, key: str) -> str:
+    """Deterministic event id: `<kind>-<24 hex digits of blake2b(kind, key)>`.
+
+    `kind` is the event type name, `key` the semantic identity of the fact (for example
+    `"job-7#2"` for the third placement of job-7). Equal inputs always give equal ids.
+    """
+    digest = hashlib.blake2b(f"{kind}\x1f{key}".encode(), digest_size=12).hexdigest()
+    return f"{kind}-{digest}"

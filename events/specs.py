@@ -1,0 +1,172 @@
+"""Value types carried inside events: job specs, resources, node inventory, placements.
+
+All quantities are integers with the unit in the field name (`gpu_milli`, `memory_mib`,
+`cpu_milli`, `_ms`, `_s`). These structs are part of the public contract: every field is
+documented, and additive changes must come with a default.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ONE member of a gang needs.
+
+    Exactly one GPU form may be used: `gpus` (whole GPUs, all inside one NVLink clique),
+    `gpu_milli` (a share of one GPU, 1..999), or `mig_profile` (one MIG instance, e.g.
+    `3g.40gb`). None of them means a CPU-only member.
+    """
+
+    gpus: int = 0
+    """Whole GPUs per member."""
+    gpu_milli: int = 0
+    """Share of a single GPU in thousandths (1..999); 0 when not sharing."""
+    mig_profile: str | None = None
+    """MIG profile name (`1g.10gb`, `3g.40gb`, ...) for one MIG instance."""
+    cpu_milli: int = 0
+    """CPU in thousandths of a core."""
+    memory_mib: int = 0
+    """Host memory in MiB."""
+    gpu_models: tuple[str, ...] = ()
+    """Allowed GPU models (e.g. `H100-80GB`); empty means any."""
+    min_gpu_memory_mib: int = 0
+    """Minimum memory of each GPU used."""
+
+    def gpu_milli_total(self) -> int:
+        """GPU capacity one member takes in milli-GPUs (a MIG instance counts by compute
+        slices out of 7, rounded up)."""
+        if self.gpus:
+            return self.gpus * 1000
+        if self.gpu_milli:
+            return self.gpu_milli
+        if self.mig_profile:
+            slices = int(self.mig_profile.split("g", 1)[0]) if self.mig_profile[0].isdigit() else 7
+            return -(-slices * 1000 // 7)
+        return 0
+
+
+class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a job saves its work."""
+
+    interval_s: int = 0
+    """The job checkpoints on its own every `interval_s` seconds of run time (0 = never)."""
+    grace_s: int | None = None
+    """Seconds between a checkpoint request and the forced kill; None = the class/policy default."""
+    save_s: int = 5
+    """Seconds a checkpoint takes to save (used by simulated agents)."""
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A job as submitted: a gang of `replicas` identical members."""
+
+    job_id: str
+    """Unique id chosen by the submitter (a subject token: no '.', '*', '>', spaces)."""
+    tenant: str
+    """Tenant path, `org/team/project`."""
+    priority_class: str = "train"
+    """Name of a configured priority class."""
+    replicas: int = 1
+    """Members in the gang."""
+    min_members: int | None = None
+    """Members that must be placed together (all-or-nothing); None = all replicas."""
+    resources: Resources = Resources()
+    """Per-member resources."""
+    prefer_same_leaf: bool = True
+    """Prefer placing all members under one leaf switch."""
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    """Checkpoint behaviour, used for preemption."""
+    duration_s: int | None = None
+    """Expected run time in seconds (simulated agents run this long); None = until cancelled."""
+    command: tuple[str, ...] = ()
+    """Command a real node agent executes for each member."""
+    min_available: int = 0
+    """Disruption budget for replicated services: never evict below this many members."""
+
+    def members_min(self) -> int:
+        return self.replicas if self.min_members is None else self.min_members
+
+
+class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One GPU of a node as registered by its agent."""
+
+    index: int
+    """Index on the node (0-based)."""
+    uuid: str
+    """NVML UUID (`GPU-...`)."""
+    model: str
+    """Normalised model name, e.g. `H100-80GB`."""
+    memory_mib: int
+    """GPU memory in MiB."""
+    clique: str
+    """NVLink clique id; GPUs in one clique can form one multi-GPU member."""
+    sharing: str = "exclusive"
+    """`exclusive`, `mig`, `mps` or `timeslice`."""
+    healthy: bool = True
+    """False when the agent saw ECC/XID/NVML errors: no new placements."""
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A GPU host."""
+
+    name: str
+    """Node name (a subject token)."""
+    cpu_milli: int
+    """Allocatable CPU in milli-cores."""
+    memory_mib: int
+    """Allocatable host memory in MiB."""
+    gpus: tuple[GpuInfo, ...] = ()
+    """The node's GPUs."""
+    pool: str = "default"
+    """Node pool."""
+    leaf_switch: str = ""
+    """Leaf switch the node hangs off (members of a gang prefer one switch)."""
+    labels: dict[str, str] = {}
+    """Free-form labels."""
+
+
+class MemberPlacement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where one member of a gang runs."""
+
+    rank: int
+    """Member index in the gang (0-based)."""
+    node: str
+    """Node name."""
+    gpus: tuple[int, ...] = ()
+    """GPU indices on the node (whole GPUs, or the single GPU of a share / MIG instance)."""
+    gpu_milli: int | None = None
+    """Share of the GPU when fractional."""
+    mig_profile: str | None = None
+    """MIG profile when the member uses a MIG instance."""
+    mig_start: int | None = None
+    """First memory slice of the MIG instance."""
+
+
+class TenantShare(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A tenant's quota position at the moment of a fair-share computation (milli-GPUs)."""
+
+    tenant: str
+    """Tenant path."""
+    guaranteed_gpu_milli: int
+    """Guaranteed quota."""
+    fair_share_gpu_milli: int
+    """Guaranteed plus its weighted part of the idle surplus, capped by limit and demand."""
+    allocated_gpu_milli: int
+    """Currently allocated."""
+    demand_gpu_milli: int
+    """Allocated plus pending requests."""
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One utilisation sample of a GPU or MIG instance."""
+
+    uuid: str
+    """GPU UUID."""
+    mig_uuid: str | None = None
+    """MIG instance UUID when the sample is per instance."""
+    sm_active: float | None = None
+    """SM activity, 0..1 (GPM where available, else NVML utilisation rate)."""
+    util_source: str | None = None
+    """`gpm` or `nvml_utilization` (the latter is "a kernel was running", not SM activity)."""
+    memory_used_mib: int = 0
+    """GPU memory in use."""
