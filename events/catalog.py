@@ -296,6 +296,9 @@ class NodeRegistered(Event, frozen=True, kw_only=True, tag="NodeRegistered.v1"):
     """The inventory."""
     simulated: bool = False
     """True for simulated agents."""
+    heartbeat_s: int = 0
+    """Heartbeat interval the agent promises; 0 = no heartbeats (the node is never declared
+    lost for silence, e.g. in the simulator)."""
 
 
 class NodeHeartbeat(Event, frozen=True, kw_only=True, tag="NodeHeartbeat.v1"):

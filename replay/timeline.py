@@ -1,0 +1,67 @@
+"""A human-readable line per notable event, for `demo` and `simulate` timelines."""
+
+from __future__ import annotations
+
+import events as ev
+
+
+def _gpus(members) -> str:
+    parts = []
+    for m in members:
+        if m.mig_profile:
+            parts.append(f"{m.node}[gpu{m.gpus[0]} {m.mig_profile}]")
+        elif m.gpu_milli:
+            parts.append(f"{m.node}[gpu{m.gpus[0]} {m.gpu_milli}m]")
+        else:
+            parts.append(f"{m.node}[{','.join(map(str, m.gpus))}]")
+    return " ".join(parts)
+
+
+def describe(event: ev.Event) -> str | None:
+    """One line for events a person follows; None for the rest (heartbeats, metrics...)."""
+    match event:
+        case ev.JobSubmitted(job=j):
+            r = j.resources
+            what = (f"{r.gpus} GPU" if r.gpus else f"{r.gpu_milli}m GPU" if r.gpu_milli
+                    else r.mig_profile or "CPU")
+            return f"submitted   {j.job_id} ({j.tenant}, {j.priority_class}, {j.replicas}x {what})"
+        case ev.JobRejected(job_id=j, reason=r, message=m):
+            return f"rejected    {j}: {r} - {m}"
+        case ev.JobAdmitted(job_id=j, priority=p, preemptible=pre):
+            return f"admitted    {j} (priority {p}{', preemptible' if pre else ''})"
+        case ev.GangPlaced(job_id=j, members=ms, borrowing=b, resume_step=s):
+            extra = (" borrowing" if b else "") + (f", resumes at step {s}" if s is not None else "")
+            return f"placed      {j} on {_gpus(ms)}{extra}"
+        case ev.PendingReasonChanged(job_id=j, reason=r, message=m):
+            return f"pending     {j}: {r} - {m}"
+        case ev.PreemptionRequested(job_id=j, beneficiary=b, reason=r, deadline_ms=d, occurred_at_ms=t):
+            return f"preempt     {j} for {b} ({r}), checkpoint within {(d - t) / 1000:.0f}s"
+        case ev.PreemptionDeclined(job_id=j, reason=r, message=m):
+            return f"no-preempt  {j}: {r} - {m}"
+        case ev.MemberCheckpointed(job_id=j, rank=r, step=s):
+            return f"checkpoint  {j} rank {r} saved step {s}"
+        case ev.GangEvicted(job_id=j, reason=r, checkpointed=c, lost_gpu_ms=lost, preempted_by=by):
+            who = f" by {by}" if by else ""
+            return f"evicted     {j} ({r}{who}), {'checkpointed' if c else 'NOT checkpointed'}, lost {lost / 1000:.0f} GPU-s"
+        case ev.GangRequeued(job_id=j):
+            return f"requeued    {j}"
+        case ev.GangCompleted(job_id=j):
+            return f"completed   {j}"
+        case ev.GangFailed(job_id=j, reason=r, message=m):
+            return f"failed      {j}: {r} {m}"
+        case ev.JobCancelled(job_id=j):
+            return f"cancelled   {j}"
+        case ev.NodeLost(node=n, message=m):
+            return f"node lost   {n}: {m}"
+        case ev.NodeRegistered(node=n):
+            return f"node up     {n.name} ({len(n.gpus)} GPUs)"
+        case ev.DeadLettered(stream_seq=s, reason=r):
+            return f"dead letter seq {s}: {r}"
+    return None
+
+
+def format_line(event: ev.Event, origin_ms: int = 0) -> str | None:
+    text = describe(event)
+    if text is None:
+        return None
+    return f"{(event.occurred_at_ms - origin_ms) / 1000:9.1f}s  {text}"

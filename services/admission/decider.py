@@ -1,0 +1,83 @@
+"""Admission: every submitted job is admitted (with its resolved class) or rejected with a
+reason code and a quantitative message.
+
+Checks, in order: ids, tenant known, class known, resource shape well-formed, shape possible
+on the registered fleet (only once nodes are known), non-preemptible work within guarantee.
+"""
+
+from __future__ import annotations
+
+from events import Event, InvalidId, JobAdmitted, JobRejected, validate_tenant, validate_token
+from events.specs import JobSpec
+from services.domain.deciding import LedgerService
+from services.domain.ledger import Ledger
+from services.domain.shapes import shape_problem
+
+
+class Rejection(Exception):
+    def __init__(self, reason: str, message: str, **details) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.details = reason, message, details
+
+
+class Admission(LedgerService):
+    name = "admission"
+
+    def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        out: list[Event] = []
+        for job_id in sorted(state.submitted):
+            job = state.jobs[job_id]
+            common = dict(
+                key=job_id,
+                correlation_id=job_id,
+                causation_id=job.submit_event_id,
+                job_id=job_id,
+                tenant=job.tenant,
+            )
+            try:
+                cls = check(state, job.spec)
+            except Rejection as r:
+                out.append(
+                    self.emit(state, now_ms, JobRejected, reason=r.reason, message=r.message,
+                              details=r.details, **common)
+                )
+                continue
+            out.append(
+                self.emit(state, now_ms, JobAdmitted, priority_class=cls.name, priority=cls.value,
+                          preemptible=cls.preemptible, slo_class=cls.slo_class, **common)
+            )
+        return out
+
+
+def check(state: Ledger, spec: JobSpec):
+    """Return the job's priority class if admissible, else raise Rejection."""
+    try:
+        validate_token("job id", spec.job_id)
+        validate_tenant(spec.tenant)
+    except InvalidId as exc:
+        raise Rejection("InvalidSpec", str(exc)) from exc
+    config = state.config
+    if spec.tenant not in config.tenants:
+        known = ", ".join(sorted(config.tenants)) or "none"
+        raise Rejection("UnknownTenant", f"tenant {spec.tenant!r} is not configured (known: {known})")
+    cls = config.classes.get(spec.priority_class)
+    if cls is None:
+        known = ", ".join(sorted(config.classes))
+        raise Rejection(
+            "UnknownPriorityClass", f"priority class {spec.priority_class!r} is not configured (known: {known})"
+        )
+    problem = shape_problem(spec, state.nodes.values())
+    if problem is not None:
+        raise Rejection(*problem)
+    if not cls.preemptible:
+        guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
+        need = spec.resources.gpu_milli_total() * spec.members_min()
+        if need > guaranteed:
+            raise Rejection(
+                "NonPreemptibleOverQuota",
+                f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
+                f"{spec.tenant} is guaranteed {guaranteed / 1000:g}",
+                need_gpu_milli=need,
+                guaranteed_gpu_milli=guaranteed,
+            )
+    return cls

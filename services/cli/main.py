@@ -1,0 +1,81 @@
+"""The `gpuledger` command line: a thin layer that parses arguments and calls the packages."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(
+    help="gpuledger: an event-sourced GPU cluster scheduler.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of every event a client may publish."""
+    from events.schema import client_schema
+
+    typer.echo(json.dumps(client_schema(), indent=2, sort_keys=True))
+
+
+@app.command()
+def simulate(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the JSON report here ('-' = stdout)."),
+    log: Path | None = typer.Option(None, "--log", help="Write the event log (JSONL) here."),
+    until: float | None = typer.Option(None, help="Stop at this virtual time (seconds)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No timeline on stdout."),
+) -> None:
+    """Run a scenario through the deciders on a virtual clock."""
+    from replay.logio import write_log
+    from replay.report import report
+    from replay.scenario import ScenarioError, load
+    from replay.simulator import simulate as run_sim
+    from replay.timeline import format_line
+
+    try:
+        sc = load(scenario)
+    except ScenarioError as exc:
+        fail(str(exc), 2)
+    show = not quiet and str(json_out) != "-"
+
+    def echo(seq, subject, event) -> None:
+        line = format_line(event)
+        if line is not None:
+            typer.echo(line)
+
+    sim = run_sim(sc, until_ms=None if until is None else round(until * 1000), on_event=echo if show else None)
+    data = report(sim.ledger, sim.log, sim.now_ms)
+    if log is not None:
+        write_log(log, sim.log)
+    if json_out is not None:
+        text = json.dumps(data, indent=2)
+        if str(json_out) == "-":
+            typer.echo(text)
+        else:
+            json_out.write_text(text)
+    if show:
+        m = data["metrics"]
+        states: dict[str, int] = {}
+        for j in data["jobs"]:
+            states[j["state"]] = states.get(j["state"], 0) + 1
+        typer.echo(
+            f"\n{len(data['jobs'])} jobs {states}; {data['events']} events; t={data['final_time_s']:.0f}s; "
+            f"preemptions {m['preemptions']}, lost {m['lost_gpu_hours']:.3f} GPU-h, "
+            f"allocation {m['gpu_allocation_pct']:.1f}%"
+        )
+
+
+def main() -> None:  # pragma: no cover
+    app(sys.argv[1:])

@@ -1,0 +1,91 @@
+"""The configuration in force, folded from configuration events, with its digest.
+
+Priority classes start from the default ladder (`train` 50, `interactive` 75, `build` 100
+non-preemptible, `inference` 125 non-preemptible); configuration events add or override.
+The digest is recorded on every decision so a replay knows which configuration decided.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import msgspec
+
+from events import Policy, PolicyConfigured, PriorityClassConfigured, TenantConfigured
+
+DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
+    PriorityClassConfigured(
+        name="train", value=50, preemptible=True, slo_class="batch", description="Training and batch work"
+    ),
+    PriorityClassConfigured(
+        name="interactive",
+        value=75,
+        preemptible=True,
+        slo_class="interactive",
+        description="Notebooks and dev work",
+        allow_timeslice=True,
+    ),
+    PriorityClassConfigured(
+        name="build", value=100, preemptible=False, slo_class="build", description="CI builds"
+    ),
+    PriorityClassConfigured(
+        name="inference",
+        value=125,
+        preemptible=False,
+        slo_class="latency-critical",
+        description="Latency-critical inference",
+    ),
+)
+
+
+@dataclass
+class ConfigState:
+    """Tenants, priority classes and policy currently in force."""
+
+    tenants: dict[str, TenantConfigured] = field(default_factory=dict)
+    classes: dict[str, PriorityClassConfigured] = field(
+        default_factory=lambda: {c.name: c for c in DEFAULT_CLASSES}
+    )
+    policy: Policy = field(default_factory=Policy)
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        self.digest = self._digest()
+
+    def apply(self, event: TenantConfigured | PriorityClassConfigured | PolicyConfigured) -> None:
+        """Fold one configuration event and refresh the digest."""
+        match event:
+            case TenantConfigured():
+                self.tenants[event.tenant] = _strip(event)
+            case PriorityClassConfigured():
+                self.classes[event.name] = _strip(event)
+            case PolicyConfigured():
+                self.policy = event.policy
+        self.digest = self._digest()
+
+    def grace_ms(self, job_grace_s: int | None, class_name: str) -> int:
+        """Checkpoint grace: the job's own, else its class's, else the policy default."""
+        if job_grace_s is not None:
+            return job_grace_s * 1000
+        cls = self.classes.get(class_name)
+        if cls is not None and cls.grace_s is not None:
+            return cls.grace_s * 1000
+        return self.policy.default_grace_s * 1000
+
+    def _digest(self) -> str:
+        canon = msgspec.json.encode(
+            {
+                "tenants": [self.tenants[k] for k in sorted(self.tenants)],
+                "classes": [self.classes[k] for k in sorted(self.classes)],
+                "policy": self.policy,
+            }
+        )
+        return hashlib.sha256(canon).hexdigest()[:16]
+
+
+def _strip(event):
+    """Configuration content without its envelope, so the digest depends on content only."""
+    return msgspec.structs.replace(
+        event, event_id="", occurred_at_ms=0, causation_id="", correlation_id="", producer=""
+    )

@@ -1,0 +1,59 @@
+"""The common base of the services' deciders: a service over the shared ledger.
+
+Every service folds the whole log into a `Ledger` (one evolve for all), and differs only in
+`decide` and `next_wakeup_ms`. `emit` stamps an event with the decision envelope (input
+sequence, configuration digest, leader epoch) and a deterministic id from its semantic key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from events import Event
+from services.domain.ledger import Ledger
+from services.domain.stamp import stamp
+
+E = TypeVar("E", bound=Event)
+
+
+class LedgerService:
+    """Base class: subclasses set `name` and implement `decide` (and maybe `next_wakeup_ms`)."""
+
+    name = "service"
+
+    def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
+        self.instance = instance
+        self.leader_epoch = leader_epoch
+
+    @property
+    def producer(self) -> str:
+        return f"{self.name}/{self.instance}"
+
+    def initial_state(self) -> Ledger:
+        return Ledger()
+
+    def evolve(self, state: Ledger, seq: int, event: Event) -> Ledger:
+        return state.apply(seq, event)
+
+    def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        raise NotImplementedError
+
+    def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
+        return None
+
+    def emit(
+        self, state: Ledger, now_ms: int, cls: type[E], *, key: str, correlation_id: str,
+        causation_id: str = "", **fields: Any,
+    ) -> E:
+        return stamp(
+            cls,
+            key=key,
+            producer=self.producer,
+            now_ms=now_ms,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            input_seq=state.last_seq,
+            config_digest=state.config.digest,
+            leader_epoch=self.leader_epoch,
+            **fields,
+        )

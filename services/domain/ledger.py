@@ -1,0 +1,411 @@
+"""The ledger: the one fold of the event log that every decider reads.
+
+`Ledger.apply(seq, event)` is `evolve`: it updates the state in place and never raises on an
+event that refers to something unknown (such events are ignored, so a replayed or partial log
+cannot wedge a service). Indexes (`submitted`, `pending`, `active`) are kept incrementally so
+deciders never rescan every job.
+
+Invariants: an allocation is either active (its capacity booked in `fleet`) or ended; a job
+has at most one active allocation; `tenant_gpu_milli` equals the sum of the tenant's active
+allocations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import events as ev
+from events import JobSpec, MemberPlacement
+from services.domain.config import ConfigState
+from services.domain.placement_adapter import gang_request, node_spec, to_placement
+from services.placement import Fleet
+
+TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+
+
+@dataclass
+class PreemptionRecord:
+    """One preemption a job suffered (for reports and why)."""
+
+    at_ms: int
+    by: str | None
+    reason: str
+    allocation_id: str
+    checkpointed: bool = False
+    lost_gpu_ms: int = 0
+
+
+@dataclass
+class JobRecord:
+    """A job's folded state."""
+
+    spec: JobSpec
+    submitted_ms: int
+    submit_event_id: str
+    state: str = "submitted"
+    priority: int = 0
+    preemptible: bool = True
+    slo_class: str = ""
+    reason: str | None = None
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    pending_changes: int = 0
+    pending_since_ms: int = 0
+    admitted_ms: int | None = None
+    allocation_id: str | None = None
+    attempts: int = 0
+    progress_ms: int = 0
+    resume_step: int | None = None
+    cancel_requested: bool = False
+    finished_ms: int | None = None
+    placements: list[tuple[int, tuple[MemberPlacement, ...]]] = field(default_factory=list)
+    preemptions: list[PreemptionRecord] = field(default_factory=list)
+    declined: str | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def tenant(self) -> str:
+        return self.spec.tenant
+
+    def gpu_milli(self) -> int:
+        """GPU capacity of the whole gang (min_members... replicas: counted at replicas)."""
+        return self.spec.resources.gpu_milli_total() * self.spec.replicas
+
+
+@dataclass
+class AllocationRecord:
+    """One placement of a gang and what its members did."""
+
+    allocation_id: str
+    job_id: str
+    tenant: str
+    members: tuple[MemberPlacement, ...]
+    placed_ms: int
+    gpu_milli: int
+    borrowing: bool
+    start_progress_ms: int
+    started: dict[int, int] = field(default_factory=dict)
+    exited: dict[int, tuple[str, int]] = field(default_factory=dict)
+    checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    preemption: ev.PreemptionRequested | None = None
+    ended: bool = False
+
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({m.node for m in self.members}))
+
+    def all_exited(self) -> bool:
+        return len(self.exited) == len(self.members)
+
+
+@dataclass
+class NodeRecord:
+    info: ev.NodeInfo
+    simulated: bool
+    registered_ms: int
+    last_heartbeat_ms: int | None = None
+    lost: bool = False
+
+
+@dataclass
+class Ledger:
+    """Folded state of the whole log."""
+
+    config: ConfigState = field(default_factory=ConfigState)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    allocations: dict[str, AllocationRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    fleet: Fleet = field(default_factory=Fleet)
+    submitted: set[str] = field(default_factory=set)
+    pending: set[str] = field(default_factory=set)
+    active: set[str] = field(default_factory=set)
+    tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
+    fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
+    nominations: dict[str, set[str]] = field(default_factory=dict)
+    capacity_version: int = 0
+    """Bumped whenever capacity may have grown (release, node added, config, nomination end)."""
+    allocation_version: int = 0
+    """Bumped whenever any allocation starts or ends, or configuration changes."""
+    preemption_memo: dict[str, int] = field(default_factory=dict)
+    """Cache: allocation_version at which preemption last found nothing to do for a job."""
+    last_seq: int = 0
+    dead_letters: int = 0
+    placement_memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    """Cache of the last failed placement per job, valid while `capacity_version` is unchanged
+    (capacity only grows through a version bump, so a failure stays a failure)."""
+
+    # ------------------------------------------------------------------ evolve
+
+    def apply(self, seq: int, event: ev.Event) -> Ledger:
+        """Fold one event (stream sequence `seq`)."""
+        self.last_seq = max(self.last_seq, seq)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        return self
+
+    # ------------------------------------------------------------------ queries
+
+    def job_allocation(self, job: JobRecord) -> AllocationRecord | None:
+        return self.allocations.get(job.allocation_id) if job.allocation_id else None
+
+    def gang_request(self, job: JobRecord):
+        """The placement request of a job (time-slicing allowed by its class)."""
+        cls = self.config.classes.get(job.spec.priority_class)
+        return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
+
+    def nominated_nodes(self, except_job: str | None = None) -> frozenset[str]:
+        """Nodes whose freed capacity is promised to a beneficiary other than `except_job`."""
+        out: set[str] = set()
+        for beneficiary, allocs in self.nominations.items():
+            if beneficiary == except_job:
+                continue
+            for a in allocs:
+                rec = self.allocations.get(a)
+                if rec is not None:
+                    out.update(rec.nodes())
+        return frozenset(out)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _submitted(self, e: ev.JobSubmitted) -> None:
+        if e.job.job_id in self.jobs:
+            return  # a retried submission: first one wins
+        self.jobs[e.job.job_id] = JobRecord(
+            spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id
+        )
+        self.submitted.add(e.job.job_id)
+
+    def _admitted(self, e: ev.JobAdmitted) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "submitted":
+            return
+        job.state, job.priority, job.preemptible, job.slo_class = (
+            "pending",
+            e.priority,
+            e.preemptible,
+            e.slo_class,
+        )
+        job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
+        self.submitted.discard(e.job_id)
+        self.pending.add(e.job_id)
+
+    def _rejected(self, e: ev.JobRejected) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "submitted":
+            return
+        job.state, job.reason, job.message, job.details = "rejected", e.reason, e.message, e.details
+        job.finished_ms = e.occurred_at_ms
+        self.submitted.discard(e.job_id)
+
+    def _cancelled(self, e: ev.JobCancelled) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state in TERMINAL:
+            return
+        job.cancel_requested = True
+        job.reason = e.reason
+        if job.allocation_id is None:
+            job.state, job.finished_ms = "cancelled", e.occurred_at_ms
+            self.submitted.discard(e.job_id)
+            self.pending.discard(e.job_id)
+            self._end_nomination(e.job_id)
+
+    def _pending_reason(self, e: ev.PendingReasonChanged) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None:
+            return
+        job.reason, job.message, job.details = e.reason, e.message, e.details
+        job.pending_changes += 1
+
+    def _placed(self, e: ev.GangPlaced) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "pending" or e.allocation_id in self.allocations:
+            return
+        per_member = job.spec.resources.gpu_milli_total()
+        rec = AllocationRecord(
+            allocation_id=e.allocation_id,
+            job_id=e.job_id,
+            tenant=e.tenant,
+            members=e.members,
+            placed_ms=e.occurred_at_ms,
+            gpu_milli=per_member * len(e.members),
+            borrowing=e.borrowing,
+            start_progress_ms=job.progress_ms,
+        )
+        self.fleet.allocate(e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job))
+        self.allocations[e.allocation_id] = rec
+        self.active.add(e.allocation_id)
+        self.allocation_version += 1
+        self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
+        job.state, job.allocation_id, job.reason, job.message, job.details = (
+            "running",
+            e.allocation_id,
+            None,
+            "",
+            {},
+        )
+        job.attempts += 1
+        job.declined = None
+        job.placements.append((e.occurred_at_ms, e.members))
+        self.pending.discard(e.job_id)
+        self.placement_memo.pop(e.job_id, None)
+        self._end_nomination(e.job_id)
+
+    def _member_started(self, e: ev.MemberStarted) -> None:
+        rec = self.allocations.get(e.allocation_id)
+        if rec is not None and not rec.ended:
+            rec.started.setdefault(e.rank, e.occurred_at_ms)
+
+    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
+        rec = self.allocations.get(e.allocation_id)
+        if rec is not None:
+            rec.checkpoints[e.rank] = (e.step, e.progress_ms, e.occurred_at_ms)
+
+    def _member_exited(self, e: ev.MemberExited) -> None:
+        rec = self.allocations.get(e.allocation_id)
+        if rec is not None:
+            rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
+
+    def _preemption_requested(self, e: ev.PreemptionRequested) -> None:
+        rec = self.allocations.get(e.allocation_id)
+        job = self.jobs.get(e.job_id)
+        if rec is None or rec.ended or job is None or rec.preemption is not None:
+            return
+        rec.preemption = e
+        job.state = "preempting"
+        self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
+
+    def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is not None:
+            job.declined = e.reason
+
+    def _release(self, allocation_id: str, now_ms: int) -> AllocationRecord | None:
+        rec = self.allocations.get(allocation_id)
+        if rec is None or rec.ended:
+            return None
+        rec.ended = True
+        self.active.discard(allocation_id)
+        self.fleet.release(allocation_id)
+        self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
+        self.capacity_version += 1
+        self.allocation_version += 1
+        job = self.jobs.get(rec.job_id)
+        if job is not None and job.allocation_id == allocation_id:
+            job.allocation_id = None
+        return rec
+
+    def _evicted(self, e: ev.GangEvicted) -> None:
+        rec = self._release(e.allocation_id, e.occurred_at_ms)
+        job = self.jobs.get(e.job_id)
+        if rec is None or job is None:
+            return
+        job.progress_ms = e.progress_ms
+        if e.reason == "Cancelled" or job.cancel_requested:
+            job.state, job.finished_ms = "cancelled", e.occurred_at_ms
+        else:
+            job.state = "evicted"
+            job.preemptions.append(
+                PreemptionRecord(
+                    at_ms=rec.preemption.occurred_at_ms if rec.preemption else e.occurred_at_ms,
+                    by=e.preempted_by,
+                    reason=e.reason,
+                    allocation_id=e.allocation_id,
+                    checkpointed=e.checkpointed,
+                    lost_gpu_ms=e.lost_gpu_ms,
+                )
+            )
+
+    def _requeued(self, e: ev.GangRequeued) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "evicted":
+            return
+        job.state, job.resume_step, job.pending_since_ms = "pending", e.resume_step, e.occurred_at_ms
+        self.pending.add(e.job_id)
+
+    def _completed(self, e: ev.GangCompleted) -> None:
+        self._release(e.allocation_id, e.occurred_at_ms)
+        job = self.jobs.get(e.job_id)
+        if job is not None and job.state not in TERMINAL:
+            job.state, job.finished_ms = "completed", e.occurred_at_ms
+
+    def _failed(self, e: ev.GangFailed) -> None:
+        self._release(e.allocation_id, e.occurred_at_ms)
+        job = self.jobs.get(e.job_id)
+        if job is not None and job.state not in TERMINAL:
+            job.state, job.finished_ms, job.reason, job.message = (
+                "failed",
+                e.occurred_at_ms,
+                e.reason,
+                e.message,
+            )
+
+    def _node_registered(self, e: ev.NodeRegistered) -> None:
+        self.nodes[e.node.name] = NodeRecord(
+            info=e.node,
+            simulated=e.simulated,
+            registered_ms=e.occurred_at_ms,
+            last_heartbeat_ms=e.occurred_at_ms if e.heartbeat_s > 0 else None,
+        )
+        self.fleet.add_node(node_spec(e.node))
+        self.capacity_version += 1
+
+    def _heartbeat(self, e: ev.NodeHeartbeat) -> None:
+        node = self.nodes.get(e.node)
+        if node is not None:
+            node.last_heartbeat_ms = e.occurred_at_ms
+            if node.lost:
+                node.lost = False
+                self.fleet.set_schedulable(e.node, True)
+                self.capacity_version += 1
+
+    def _node_lost(self, e: ev.NodeLost) -> None:
+        node = self.nodes.get(e.node)
+        if node is not None and not node.lost:
+            node.lost = True
+            self.fleet.set_schedulable(e.node, False)
+
+    def _fair_share(self, e: ev.FairShareUpdated) -> None:
+        self.fair_shares = {s.tenant: s for s in e.shares}
+
+    def _config(self, e: Any) -> None:
+        self.config.apply(e)
+        self.capacity_version += 1
+        self.allocation_version += 1
+
+    def _dead(self, e: ev.DeadLettered) -> None:
+        self.dead_letters += 1
+
+    def _end_nomination(self, job_id: str) -> None:
+        if self.nominations.pop(job_id, None) is not None:
+            self.capacity_version += 1
+
+
+_HANDLERS = {
+    ev.JobSubmitted: Ledger._submitted,
+    ev.JobAdmitted: Ledger._admitted,
+    ev.JobRejected: Ledger._rejected,
+    ev.JobCancelled: Ledger._cancelled,
+    ev.PendingReasonChanged: Ledger._pending_reason,
+    ev.GangPlaced: Ledger._placed,
+    ev.MemberStarted: Ledger._member_started,
+    ev.MemberCheckpointed: Ledger._member_checkpointed,
+    ev.MemberExited: Ledger._member_exited,
+    ev.PreemptionRequested: Ledger._preemption_requested,
+    ev.PreemptionDeclined: Ledger._preemption_declined,
+    ev.GangEvicted: Ledger._evicted,
+    ev.GangRequeued: Ledger._requeued,
+    ev.GangCompleted: Ledger._completed,
+    ev.GangFailed: Ledger._failed,
+    ev.NodeRegistered: Ledger._node_registered,
+    ev.NodeHeartbeat: Ledger._heartbeat,
+    ev.NodeLost: Ledger._node_lost,
+    ev.FairShareUpdated: Ledger._fair_share,
+    ev.TenantConfigured: Ledger._config,
+    ev.PriorityClassConfigured: Ledger._config,
+    ev.PolicyConfigured: Ledger._config,
+    ev.DeadLettered: Ledger._dead,
+}

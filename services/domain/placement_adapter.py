@@ -1,0 +1,95 @@
+"""Translation between the event contract's value types and the placement engine's model.
+
+The placement engine (`services.placement`) has its own small model so it can be used
+without events (benchmarks); this module is the only place the two meet.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from events import MemberPlacement, NodeInfo
+from services.placement import (
+    GangRequest,
+    GpuSpec,
+    MemberAssignment,
+    MemberRequest,
+    NodeSpec,
+    Placement,
+)
+
+if TYPE_CHECKING:
+    from services.domain.ledger import JobRecord
+
+
+def node_spec(info: NodeInfo) -> NodeSpec:
+    return NodeSpec(
+        name=info.name,
+        cpu_milli=info.cpu_milli,
+        memory_mib=info.memory_mib,
+        gpus=tuple(
+            GpuSpec(
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mib=g.memory_mib,
+                clique=g.clique,
+                sharing=g.sharing,
+            )
+            for g in info.gpus
+        ),
+        pool=info.pool,
+        labels=tuple(sorted(info.labels.items())),
+        leaf_switch=info.leaf_switch,
+    )
+
+
+def gang_request(job: JobRecord, allow_timeslice: bool = False) -> GangRequest:
+    r = job.spec.resources
+    return GangRequest(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        member=MemberRequest(
+            gpus=r.gpus,
+            gpu_milli=r.gpu_milli,
+            mig_profile=r.mig_profile,
+            cpu_milli=r.cpu_milli,
+            memory_mib=r.memory_mib,
+            gpu_models=r.gpu_models,
+            min_gpu_memory_mib=r.min_gpu_memory_mib,
+        ),
+        replicas=job.spec.replicas,
+        min_members=job.spec.min_members,
+        allow_timeslice=allow_timeslice,
+        prefer_same_leaf=job.spec.prefer_same_leaf,
+    )
+
+
+def to_members(placement: Placement) -> tuple[MemberPlacement, ...]:
+    return tuple(
+        MemberPlacement(
+            rank=m.rank,
+            node=m.node,
+            gpus=tuple(m.gpus),
+            gpu_milli=m.gpu_milli,
+            mig_profile=m.mig_profile,
+            mig_start=m.mig_start,
+        )
+        for m in placement.members
+    )
+
+
+def to_placement(members: tuple[MemberPlacement, ...]) -> Placement:
+    return Placement(
+        members=tuple(
+            MemberAssignment(
+                rank=m.rank,
+                node=m.node,
+                gpus=tuple(m.gpus),
+                gpu_milli=m.gpu_milli,
+                mig_profile=m.mig_profile,
+                mig_start=m.mig_start,
+            )
+            for m in members
+        )
+    )

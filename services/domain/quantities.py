@@ -1,0 +1,46 @@
+"""Friendly quantities in YAML input (`500m`, `36Gi`, `2h`) to the integer units of events."""
+
+from __future__ import annotations
+
+import re
+
+_MEM = {"": 1 / (1024 * 1024), "k": 1000 / 2**20, "ki": 1 / 1024, "m": 1e6 / 2**20, "mi": 1,
+        "g": 1e9 / 2**20, "gi": 1024, "t": 1e12 / 2**20, "ti": 1024 * 1024}
+_DUR = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class QuantityError(ValueError):
+    """A quantity that cannot be parsed; the message names the field and the value."""
+
+
+def _num(field: str, value, pattern: str) -> re.Match:
+    m = re.fullmatch(pattern, str(value).strip(), re.IGNORECASE)
+    if m is None:
+        raise QuantityError(f"{field}: cannot read {value!r}")
+    return m
+
+
+def milli(field: str, value) -> int:
+    """`4` -> 4000, `500m` -> 500, `0.5` -> 500 (CPU cores or GPUs to milli-units)."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{field}: cannot read {value!r}")
+    if isinstance(value, int):
+        return value * 1000
+    m = _num(field, value, r"(\d+(?:\.\d+)?)(m?)")
+    return int(m.group(1)) if m.group(2) else round(float(m.group(1)) * 1000)
+
+
+def mebibytes(field: str, value) -> int:
+    """`36Gi` -> 36864, `512Mi` -> 512, a bare integer is MiB."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = _num(field, value, r"(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?")
+    return round(float(m.group(1)) * _MEM[(m.group(2) or "mi").lower()])
+
+
+def seconds(field: str, value) -> int:
+    """`90`, `90s`, `10m`, `2h`, `1d` -> seconds."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = _num(field, value, r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+    return round(float(m.group(1)) * _DUR[m.group(2).lower()])

@@ -1,0 +1,134 @@
+"""The simulated node agent's decider: members "run" for their job's duration hint.
+
+Per member on one of its nodes: start when placed; exit `completed` when the remaining work
+(duration minus the progress the allocation resumed from) is done; on a preemption request,
+save a checkpoint taking the job's `save_s` and exit `preempted` — or, when saving would
+overrun the deadline, exit at the deadline with no checkpoint (work lost); exit `cancelled`
+when the job is cancelled. Registers its nodes, and heartbeats when asked to (live mode).
+The agent never stops a member on its own for any other reason.
+"""
+
+from __future__ import annotations
+
+from events import (
+    Event,
+    MemberCheckpointed,
+    MemberExited,
+    MemberStarted,
+    NodeHeartbeat,
+    NodeInfo,
+    NodeRegistered,
+)
+from services.domain.deciding import LedgerService
+from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+
+
+class SimulatedAgent(LedgerService):
+    """Agent for `nodes` (one agent may simulate many nodes)."""
+
+    name = "node-agent"
+
+    def __init__(self, nodes: tuple[NodeInfo, ...], instance: str = "sim", heartbeat_s: int = 0) -> None:
+        super().__init__(instance)
+        self.nodes = {n.name: n for n in nodes}
+        self.heartbeat_s = heartbeat_s
+
+    # ------------------------------------------------------------------ decide
+
+    def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        out = self._register(state, now_ms)
+        for alloc_id in sorted(state.active):
+            rec = state.allocations[alloc_id]
+            job = state.jobs[rec.job_id]
+            for m in rec.members:
+                if m.node in self.nodes and m.rank not in rec.exited:
+                    out += self._member(state, now_ms, rec, job, m.rank, m.node)
+        return out
+
+    def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
+        times: list[int] = []
+        if self.heartbeat_s:
+            for name in self.nodes:
+                node = state.nodes.get(name)
+                if node is not None and node.last_heartbeat_ms is not None:
+                    times.append(node.last_heartbeat_ms + self.heartbeat_s * 1000)
+        for alloc_id in state.active:
+            rec = state.allocations[alloc_id]
+            job = state.jobs[rec.job_id]
+            for m in rec.members:
+                if m.node in self.nodes and m.rank not in rec.exited and m.rank in rec.started:
+                    due = _due(rec, job, rec.started[m.rank])
+                    if due is not None:
+                        times.append(due[0])
+        return min(times, default=None)
+
+    # ------------------------------------------------------------------ parts
+
+    def _register(self, state: Ledger, now_ms: int) -> list[Event]:
+        out: list[Event] = []
+        for name in sorted(self.nodes):
+            known = state.nodes.get(name)
+            if known is None or known.info != self.nodes[name]:
+                out.append(
+                    self.emit(
+                        state, now_ms, NodeRegistered, key=f"{name}@{now_ms}", correlation_id=name,
+                        node=self.nodes[name], simulated=True, heartbeat_s=self.heartbeat_s,
+                    )
+                )
+            elif (
+                self.heartbeat_s
+                and known.last_heartbeat_ms is not None
+                and now_ms - known.last_heartbeat_ms >= self.heartbeat_s * 1000
+            ):
+                out.append(
+                    self.emit(
+                        state, now_ms, NodeHeartbeat, key=f"{name}@{now_ms}", correlation_id=name,
+                        node=name,
+                    )
+                )
+        return out
+
+    def _member(
+        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord, rank: int, node: str
+    ) -> list[Event]:
+        key = f"{rec.allocation_id}/{rank}"
+        common = dict(correlation_id=job.job_id, job_id=job.job_id, allocation_id=rec.allocation_id,
+                      rank=rank, node=node)
+        started = rec.started.get(rank)
+        if job.cancel_requested:
+            return [self.emit(state, now_ms, MemberExited, key=key, outcome="cancelled", **common)]
+        if started is None:
+            if rec.preemption is not None:  # never started: nothing to save
+                return [self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", **common)]
+            return [self.emit(state, now_ms, MemberStarted, key=key, **common)]
+        due = _due(rec, job, started)
+        if due is None or due[0] > now_ms:
+            return []
+        _, what = due
+        if what == "checkpoint":
+            progress = rec.start_progress_ms + (rec.preemption.occurred_at_ms - started)
+            return [
+                self.emit(state, now_ms, MemberCheckpointed, key=key, step=progress // 1000,
+                          progress_ms=progress, **common),
+                self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", exit_code=75,
+                          **common),
+            ]
+        outcome = "completed" if what == "end" else "preempted"
+        return [self.emit(state, now_ms, MemberExited, key=key, outcome=outcome,
+                          exit_code=0 if outcome == "completed" else None, **common)]
+
+
+def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, str] | None:
+    """The next thing a running member does on its own, and when: `end`, `checkpoint`
+    (checkpoint then exit) or `killed` (deadline reached before the checkpoint)."""
+    end = None
+    if job.spec.duration_s is not None:
+        end = started_ms + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+    p = rec.preemption
+    if p is None:
+        return None if end is None else (end, "end")
+    saved_at = p.occurred_at_ms + job.spec.checkpoint.save_s * 1000
+    stop = (saved_at, "checkpoint") if saved_at <= p.deadline_ms else (p.deadline_ms, "killed")
+    if end is not None and end <= stop[0]:
+        return (end, "end")
+    return stop

@@ -1,0 +1,218 @@
+"""Scheduler: declares silent nodes lost, settles allocations whose members have exited,
+and places pending gangs atomically in queue order.
+
+Level-triggered: every call looks at the ledger afresh. Settling and placing never happen in
+one call: when settling produced events, placement waits for them to be folded, so it always
+sees the capacity they release. Within one call, tentative allocations make later jobs see
+the capacity earlier jobs took; they are rolled back before returning.
+"""
+
+from __future__ import annotations
+
+from events import (
+    Event,
+    GangCompleted,
+    GangEvicted,
+    GangFailed,
+    GangPlaced,
+    GangRequeued,
+    NodeLost,
+    PendingReasonChanged,
+)
+from services.domain.deciding import LedgerService
+from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from services.domain.placement_adapter import to_members
+from services.domain.progress import work_outcome
+from services.domain.quota import parent_of, quota_block
+from services.placement import Placement
+from services.scheduler.queue import ordered_pending
+
+
+class Scheduler(LedgerService):
+    name = "scheduler"
+
+    def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        out = self._lost_nodes(state, now_ms)
+        if out:
+            return out
+        out = self._settle(state, now_ms)
+        if out:
+            return out
+        return self._place(state, now_ms)
+
+    def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
+        timeout = state.config.policy.node_timeout_s * 1000
+        beats = [
+            n.last_heartbeat_ms + timeout
+            for n in state.nodes.values()
+            if n.last_heartbeat_ms is not None and not n.lost
+        ]
+        return min(beats, default=None)
+
+    # ------------------------------------------------------------ node loss
+
+    def _lost_nodes(self, state: Ledger, now_ms: int) -> list[Event]:
+        timeout = state.config.policy.node_timeout_s * 1000
+        out: list[Event] = []
+        for name in sorted(state.nodes):
+            node = state.nodes[name]
+            if node.lost or node.last_heartbeat_ms is None:
+                continue
+            silent = now_ms - node.last_heartbeat_ms
+            if silent >= timeout:
+                out.append(
+                    self.emit(
+                        state, now_ms, NodeLost, key=f"{name}@{node.last_heartbeat_ms}",
+                        correlation_id=name, node=name,
+                        message=f"no heartbeat for {silent / 1000:.0f}s (timeout {timeout / 1000:.0f}s)",
+                    )
+                )
+        return out
+
+    # ------------------------------------------------------------ settling
+
+    def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
+        out: list[Event] = []
+        for alloc_id in sorted(state.active):
+            rec = state.allocations[alloc_id]
+            job = state.jobs[rec.job_id]
+            lost = [n for n in rec.nodes() if state.nodes.get(n) is not None and state.nodes[n].lost]
+            if lost:
+                out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
+            elif any(outcome == "failed" for outcome, _ in rec.exited.values()):
+                rank = min(r for r, (o, _) in rec.exited.items() if o == "failed")
+                out.append(
+                    self.emit(
+                        state, now_ms, GangFailed, key=alloc_id, correlation_id=job.job_id,
+                        job_id=job.job_id, allocation_id=alloc_id, reason="MemberFailed",
+                        message=f"member rank {rank} failed",
+                    )
+                )
+            elif rec.all_exited():
+                outcomes = {o for o, _ in rec.exited.values()}
+                if rec.preemption is not None or "preempted" in outcomes:
+                    p = rec.preemption
+                    out += self._evict(
+                        state, now_ms, rec, job, p.reason if p else "Preempted",
+                        p.beneficiary if p else None, exited=True,
+                    )
+                elif job.cancel_requested or "cancelled" in outcomes:
+                    out += self._evict(state, now_ms, rec, job, "Cancelled", None, exited=True)
+                else:
+                    out.append(
+                        self.emit(
+                            state, now_ms, GangCompleted, key=alloc_id, correlation_id=job.job_id,
+                            job_id=job.job_id, allocation_id=alloc_id,
+                        )
+                    )
+        return out
+
+    def _evict(
+        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord, reason: str,
+        by: str | None, *, exited: bool,
+    ) -> list[Event]:
+        if exited:
+            work = work_outcome(rec, job.spec.checkpoint)
+            checkpointed, progress, lost, step = (
+                work.checkpointed, work.progress_ms, work.lost_gpu_ms, work.resume_step,
+            )
+        else:  # node lost: members vanished with their node; only periodic checkpoints survive
+            done = {r: (o, now_ms) for r, (o, _) in rec.exited.items()}
+            snapshot = AllocationRecord(**{**rec.__dict__, "exited": {
+                m.rank: done.get(m.rank, ("lost", now_ms)) for m in rec.members}})
+            work = work_outcome(snapshot, job.spec.checkpoint)
+            checkpointed, progress, lost, step = False, work.progress_ms, work.lost_gpu_ms, work.resume_step
+        out: list[Event] = [
+            self.emit(
+                state, now_ms, GangEvicted, key=rec.allocation_id, correlation_id=job.job_id,
+                job_id=job.job_id, allocation_id=rec.allocation_id, reason=reason, preempted_by=by,
+                checkpointed=checkpointed, lost_gpu_ms=lost, progress_ms=progress,
+            )
+        ]
+        if not job.cancel_requested and reason != "Cancelled":
+            out.append(
+                self.emit(
+                    state, now_ms, GangRequeued, key=rec.allocation_id, correlation_id=job.job_id,
+                    job_id=job.job_id, after_allocation_id=rec.allocation_id,
+                    resume_step=step if step is not None else job.resume_step,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------ placement
+
+    def _place(self, state: Ledger, now_ms: int) -> list[Event]:
+        out: list[Event] = []
+        policy = state.config.policy.placement_policy
+        tentative: list[str] = []
+        usage = dict(state.tenant_gpu_milli)
+        try:
+            for position, job in enumerate(ordered_pending(state, now_ms)):
+                if job.cancel_requested:
+                    continue
+                memo = state.placement_memo.get(job.job_id)
+                if memo is not None and memo[0] == state.capacity_version:
+                    continue
+                need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+                block = self._quota_block(state, job, usage, need)
+                if block is not None:
+                    out += self._pending(state, now_ms, job, block[0], block[1],
+                                         {"queue_position": position})
+                    continue
+                result = state.fleet.place(
+                    state.gang_request(job), policy,
+                    exclude=state.nominated_nodes(except_job=job.job_id),
+                )
+                if isinstance(result, Placement):
+                    alloc_id = f"{job.job_id}#{job.attempts + 1}"
+                    state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
+                    tentative.append(alloc_id)
+                    members = to_members(result)
+                    gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
+                    tenant = state.config.tenants.get(job.tenant)
+                    used = usage.get(job.tenant, 0)
+                    usage[job.tenant] = used + gpu_milli
+                    out.append(
+                        self.emit(
+                            state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
+                            job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
+                            members=members,
+                            borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
+                            resume_step=job.resume_step,
+                        )
+                    )
+                else:
+                    state.placement_memo[job.job_id] = (state.capacity_version, result)
+                    details = dict(result.details)
+                    details["queue_position"] = position
+                    out += self._pending(state, now_ms, job, result.reason, result.message, details)
+        finally:
+            for alloc_id in tentative:
+                state.fleet.release(alloc_id)
+        return out
+
+    def _quota_block(self, state: Ledger, job: JobRecord, usage: dict[str, int], need: int):
+        tenants = state.config.tenants
+        t = job.tenant
+        while t:
+            conf = tenants.get(t)
+            if conf is not None:
+                used = sum(v for k, v in usage.items() if k == t or k.startswith(t + "/"))
+                block = quota_block(conf, used, need, job.preemptible or t != job.tenant)
+                if block is not None:
+                    return block
+            t = parent_of(t)
+        return None
+
+    def _pending(
+        self, state: Ledger, now_ms: int, job: JobRecord, reason: str, message: str, details: dict
+    ) -> list[Event]:
+        if (reason, message) == (job.reason, job.message):
+            return []
+        return [
+            self.emit(
+                state, now_ms, PendingReasonChanged, key=f"{job.job_id}:{job.pending_changes}",
+                correlation_id=job.job_id, job_id=job.job_id, reason=reason, message=message,
+                details=details,
+            )
+        ]

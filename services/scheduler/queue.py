@@ -1,0 +1,41 @@
+"""Queue order of pending jobs: effective priority, then how far the tenant sits below its
+fair share, then submit time, then job id (a total order)."""
+
+from __future__ import annotations
+
+from services.domain.ledger import JobRecord, Ledger
+
+
+def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
+    """Priority raised by aging (after K preemptions, or per W seconds waiting), never above
+    the lowest non-preemptible class value."""
+    policy = state.config.policy
+    steps = 0
+    if policy.aging_after_preemptions > 0:
+        steps += len(job.preemptions) // policy.aging_after_preemptions
+    if policy.aging_after_wait_s > 0 and job.state == "pending":
+        steps += max(0, now_ms - job.pending_since_ms) // (policy.aging_after_wait_s * 1000)
+    if steps == 0 or not job.preemptible:
+        return job.priority
+    ladder = sorted({c.value for c in state.config.classes.values() if c.preemptible} | {job.priority})
+    ceiling = min(
+        (c.value - 1 for c in state.config.classes.values() if not c.preemptible),
+        default=job.priority + steps,
+    )
+    higher = [v for v in ladder if v > job.priority]
+    target = higher[min(steps, len(higher)) - 1] if higher else job.priority + steps
+    if steps > len(higher):
+        target += steps - len(higher)
+    return max(job.priority, min(target, ceiling))
+
+
+def queue_key(state: Ledger, job: JobRecord, now_ms: int) -> tuple:
+    share = state.fair_shares.get(job.tenant)
+    allocated = state.tenant_gpu_milli.get(job.tenant, 0)
+    below = allocated - share.fair_share_gpu_milli if share is not None else 0
+    return (-effective_priority(state, job, now_ms), below, job.submitted_ms, job.job_id)
+
+
+def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
+    jobs = [state.jobs[j] for j in state.pending]
+    return sorted(jobs, key=lambda j: queue_key(state, j, now_ms))
