@@ -1,0 +1,535 @@
+"""The fleet index: free capacity per node, allocations, and gang placement.
+
+`Fleet` is the one mutable structure of the placement engine; the scheduler folds node and
+allocation events into it and asks `place` for decisions. It is pure in the project's
+sense: no I/O, clock, randomness or logging; iteration orders are deterministic (node order
+given as data, else node names; ties end in unique ids).
+
+Incremental indexes: every node change bumps the node's version and appends it to a change
+log. Scores are cached per (scorer, member shape, node) together with a max-heap per
+shape; a query re-scores only the nodes logged since that shape's last query, then pops
+stale heap entries. No decision rescans the fleet unless it fails (the explanation then
+counts every node's reason) or a shape is seen for the first time.
+
+`place` never changes what the fleet reports: it applies members tentatively (to score the
+next member of a gang against the state it would see) and reverts them before returning;
+``assume_released`` works the same way for allocations.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from .errors import PlacementConflict, UnknownAllocation, UnknownNode, UnknownPolicy
+from .feasibility import Option, eligible_gpus, options
+from .fragmentation import Fragmentation, TypicalTask
+from .mig import profile_for
+from .model import (
+    GPU_MILLI,
+    GangRequest,
+    MemberAssignment,
+    MemberRequest,
+    NodeSpec,
+    Placement,
+    Unplaceable,
+)
+from .reasons import gang_incomplete, member_unplaceable
+from .scorers import DEFAULT_TYPICAL_TASKS, SCORERS, ScoreContext, Scorer
+from .state import MemberDelta, NodeState
+
+_LAST = 1 << 40
+
+
+class Allocation(msgspec.Struct, frozen=True):
+    """A bound gang: who holds it and the per-member resources it takes."""
+
+    allocation_id: str
+    tenant: str
+    request: GangRequest
+    placement: Placement
+    deltas: tuple[MemberDelta, ...]
+
+    @property
+    def gpu_milli(self) -> int:
+        """GPU milli held (MIG instances counted by their compute share)."""
+        total = 0
+        for d in self.deltas:
+            total += sum(m for _, m in d.gpu_milli)
+            if d.mig is not None:
+                total += d.mig[1].milli_equivalent
+        return total
+
+
+class _ShapeCache:
+    """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
+
+    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static")
+
+    def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
+        self.scorer = scorer
+        self.member = member
+        self.tenant = tenant
+        self.allow_ts = allow_ts
+        self.entries: dict[int, tuple[int, int, Option]] = {}  # seq -> (version, score, option)
+        self.heap: list[tuple[int, tuple[int, str], int, int]] = []
+        self.pos = -1
+        self.static: dict[int, tuple[int, ...] | str] = {}
+
+
+class Fleet:
+    """Mutable incremental index of nodes and allocations; answers placement queries."""
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeSpec] = (),
+        typical_tasks: tuple[TypicalTask, ...] | None = None,
+        node_order: Iterable[str] | None = None,
+    ) -> None:
+        self._nodes: dict[str, NodeState] = {}
+        self._by_seq: dict[int, NodeState] = {}
+        self._leaf: dict[str, list[int]] = {}
+        self._seq = 0
+        self._order: dict[str, int] = {}
+        self._log: list[int] = []
+        self._log_base = 0
+        self._caches: dict[tuple, _ShapeCache] = {}
+        self._allocs: dict[str, Allocation] = {}
+        self._allocs_on: dict[str, dict[str, None]] = {}
+        self._tenant_milli: dict[str, int] = {}
+        self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
+        self._ctx = ScoreContext(frag=self._frag)
+        if node_order is not None:
+            self.set_node_order(node_order)
+        for spec in nodes:
+            self.add_node(spec)
+
+    # -- configuration -----------------------------------------------------------------
+
+    def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
+        """The workload fragmentation-aware scorers optimise for (drops score caches)."""
+        self._frag = Fragmentation(tasks)
+        self._refresh_context(force=True)
+
+    def set_node_order(self, names: Iterable[str]) -> None:
+        """Tie order: equal scores go to the node listed first; unlisted nodes come after,
+        by name. A seed-derived permutation may be passed here (as data)."""
+        self._order = {name: i for i, name in enumerate(names)}
+        self._caches.clear()
+
+    def _rank(self, name: str) -> tuple[int, str]:
+        return (self._order.get(name, _LAST), name)
+
+    def _refresh_context(self, force: bool = False) -> None:
+        nodes = self._nodes.values()
+        ctx = ScoreContext(
+            max_node_cpu=max((n.spec.cpu_milli for n in nodes), default=1) or 1,
+            max_node_gpu_milli=max((GPU_MILLI * len(n.spec.gpus) for n in nodes), default=1) or 1,
+            frag=self._frag,
+        )
+        if force or ctx != self._ctx:
+            self._ctx = ctx
+            self._caches.clear()
+
+    # -- nodes -------------------------------------------------------------------------
+
+    def add_node(self, spec: NodeSpec) -> None:
+        """Add a node, or replace its spec; allocations recorded on it are re-applied
+        (PlacementConflict, and no change, if the new spec cannot hold them)."""
+        old = self._nodes.get(spec.name)
+        self._seq += 1
+        state = NodeState(spec, self._seq)
+        if old is not None:
+            state.schedulable = old.schedulable
+        for alloc_id in self._allocs_on.get(spec.name, {}):
+            for d in self._allocs[alloc_id].deltas:
+                if d.node == spec.name:
+                    state.apply(d)
+        if old is not None:
+            self._drop_node(old)
+        self._nodes[spec.name] = state
+        self._by_seq[state.seq] = state
+        self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
+        self._log.append(state.seq)
+        self._refresh_context()
+
+    def _drop_node(self, state: NodeState) -> None:
+        del self._nodes[state.name]
+        del self._by_seq[state.seq]
+        self._leaf[state.spec.leaf_switch].remove(state.seq)
+        self._log.append(state.seq)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node (allocations on it stay recorded until released)."""
+        state = self._nodes.get(name)
+        if state is None:
+            raise UnknownNode(name)
+        self._drop_node(state)
+        self._refresh_context()
+
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        """Unhealthy or lost nodes get no new placements; their allocations stay."""
+        state = self._node(name)
+        if state.schedulable != schedulable:
+            state.schedulable = schedulable
+            state.version += 1
+            self._log.append(state.seq)
+
+    def _node(self, name: str) -> NodeState:
+        state = self._nodes.get(name)
+        if state is None:
+            raise UnknownNode(name)
+        return state
+
+    # -- read-outs ---------------------------------------------------------------------
+
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._nodes))
+
+    def node_spec(self, name: str) -> NodeSpec:
+        return self._node(name).spec
+
+    def node_state(self, name: str) -> NodeState:
+        """The live per-node record (read-only by convention)."""
+        return self._node(name)
+
+    def capacity_gpus(self) -> int:
+        """GPUs on all known nodes."""
+        return sum(len(n.spec.gpus) for n in self._nodes.values())
+
+    def free_gpus(self) -> int:
+        """Fully free GPUs (no share, no MIG instance) on schedulable nodes."""
+        return sum(n.free_gpu_count() for n in self._nodes.values() if n.schedulable)
+
+    def free_gpu_milli(self) -> int:
+        """Idle milli over non-MIG GPUs of schedulable nodes."""
+        return sum(
+            sum(f for f, m in zip(n.gpu_free, n.mig, strict=True) if m is None)
+            for n in self._nodes.values() if n.schedulable
+        )
+
+    def allocation(self, allocation_id: str) -> Allocation:
+        a = self._allocs.get(allocation_id)
+        if a is None:
+            raise UnknownAllocation(allocation_id)
+        return a
+
+    def allocation_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self._allocs))
+
+    def tenant_gpu_milli(self, tenant: str | None = None) -> int | dict[str, int]:
+        """GPU milli allocated to one tenant, or the whole map (sorted by tenant)."""
+        if tenant is not None:
+            return self._tenant_milli.get(tenant, 0)
+        return dict(sorted((t, m) for t, m in self._tenant_milli.items() if m))
+
+    # -- allocations -------------------------------------------------------------------
+
+    def allocate(self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest) -> Allocation:
+        """Bind a placement. Re-binding the identical allocation is a no-op; anything that
+        would double-book a GPU, slice or share, exceed CPU/memory, break a clique or an
+        isolation rule raises PlacementConflict and changes nothing."""
+        existing = self._allocs.get(allocation_id)
+        if existing is not None:
+            if (existing.tenant, existing.placement, existing.request) == (tenant, placement, request):
+                return existing
+            raise PlacementConflict(f"allocation {allocation_id} already exists")
+        deltas = self._deltas(tenant, placement, request)
+        self._apply_all(deltas)
+        alloc = Allocation(allocation_id, tenant, request, placement, deltas)
+        self._allocs[allocation_id] = alloc
+        for d in deltas:
+            self._allocs_on.setdefault(d.node, {})[allocation_id] = None
+        self._tenant_milli[tenant] = self._tenant_milli.get(tenant, 0) + alloc.gpu_milli
+        return alloc
+
+    def release(self, allocation_id: str) -> Allocation:
+        """Give an allocation's resources back (members on removed nodes are skipped)."""
+        alloc = self.allocation(allocation_id)
+        for d in alloc.deltas:
+            state = self._nodes.get(d.node)
+            if state is not None:
+                state.revert(d)
+                self._log.append(state.seq)
+            on = self._allocs_on.get(d.node)
+            if on is not None:
+                on.pop(allocation_id, None)
+        del self._allocs[allocation_id]
+        self._tenant_milli[alloc.tenant] -= alloc.gpu_milli
+        return alloc
+
+    def _apply_all(self, deltas: Iterable[MemberDelta]) -> None:
+        done: list[tuple[NodeState, MemberDelta]] = []
+        try:
+            for d in deltas:
+                state = self._nodes.get(d.node)
+                if state is None:
+                    raise PlacementConflict(f"unknown node {d.node}")
+                state.apply(d)
+                self._log.append(state.seq)
+                done.append((state, d))
+        except PlacementConflict:
+            for state, d in reversed(done):
+                state.revert(d)
+                self._log.append(state.seq)
+            raise
+
+    def _deltas(self, tenant: str, placement: Placement, request: GangRequest) -> tuple[MemberDelta, ...]:
+        member = request.member
+        n = len(placement.members)
+        if not request.required_members <= n <= request.replicas:
+            raise PlacementConflict(
+                f"{n} members placed; gang needs {request.required_members}..{request.replicas}")
+        if len({m.rank for m in placement.members}) != n:
+            raise PlacementConflict("duplicate member rank")
+        out = []
+        for m in placement.members:
+            state = self._nodes.get(m.node)
+            if state is None:
+                raise PlacementConflict(f"member {m.rank}: unknown node {m.node}")
+            positions = []
+            for index in m.gpus:
+                pos = state.pos_of_index.get(index)
+                if pos is None:
+                    raise PlacementConflict(f"member {m.rank}: {m.node} has no GPU {index}")
+                gpu = state.spec.gpus[pos]
+                if gpu.sharing == "timeslice" and not request.allow_timeslice:
+                    raise PlacementConflict(f"member {m.rank}: GPU {index} is timeslice-only")
+                positions.append(pos)
+            kind = member.kind
+            mig = None
+            if kind == "whole":
+                if len(m.gpus) != member.gpus:
+                    raise PlacementConflict(f"member {m.rank}: needs {member.gpus} GPUs")
+                if len({state.spec.gpus[p].clique for p in positions}) > 1:
+                    raise PlacementConflict(f"member {m.rank}: GPUs span NVLink cliques")
+                gpu_milli = tuple((i, GPU_MILLI) for i in m.gpus)
+            elif kind == "milli":
+                if len(m.gpus) != 1 or m.gpu_milli not in (None, member.gpu_milli):
+                    raise PlacementConflict(f"member {m.rank}: needs one GPU share of {member.gpu_milli}")
+                gpu_milli = ((m.gpus[0], member.gpu_milli),)
+            elif kind == "mig":
+                if len(m.gpus) != 1 or m.mig_start is None or m.mig_profile not in (None, member.mig_profile):
+                    raise PlacementConflict(f"member {m.rank}: needs one MIG GPU and a start")
+                prof = profile_for(state.spec.gpus[positions[0]].model, member.mig_profile or "")
+                if prof is None:
+                    raise PlacementConflict(f"member {m.rank}: GPU offers no {member.mig_profile}")
+                gpu_milli = ()
+                mig = (m.gpus[0], prof, m.mig_start)
+            else:
+                if m.gpus:
+                    raise PlacementConflict(f"member {m.rank}: CPU-only member got GPUs")
+                gpu_milli = ()
+            out.append(MemberDelta(m.node, tenant, member.cpu_milli, member.memory_mib, gpu_milli, mig))
+        return tuple(out)
+
+    # -- placement ---------------------------------------------------------------------
+
+    def scorer(self, policy: str | Scorer) -> Scorer:
+        if isinstance(policy, str):
+            s = SCORERS.get(policy)
+            if s is None:
+                raise UnknownPolicy(policy)
+            return s
+        return policy
+
+    def place(
+        self,
+        gang: GangRequest,
+        policy: str | Scorer = "default",
+        exclude: Iterable[str] = (),
+        assume_released: Iterable[str] = (),
+        explain: bool = True,
+    ) -> Placement | Unplaceable:
+        """Where the gang would go now (or if ``assume_released`` allocations were gone),
+        without changing the fleet: members in rank order, at least ``min_members`` and
+        as many as fit up to ``replicas``, or an `Unplaceable` with the reason.
+
+        ``explain=False`` (benchmarks) skips the per-node explanation of a failure, which
+        counts every node; the answer is then ``Unplaceable("Unexplained", ...)``."""
+        scorer = self.scorer(policy)
+        excluded = frozenset(exclude)
+        released: list[Allocation] = []
+        try:
+            for alloc_id in sorted(set(assume_released)):
+                released.append(self.release(alloc_id))
+            return self._place(gang, scorer, excluded, explain)
+        finally:
+            for alloc in released:
+                self.allocate(alloc.allocation_id, alloc.tenant, alloc.placement, alloc.request)
+
+    def _cache(self, scorer: Scorer, gang: GangRequest) -> _ShapeCache:
+        member = gang.member
+        tenant = gang.tenant if member.kind == "milli" else ""
+        key = (scorer.name, scorer, member, tenant, gang.allow_timeslice)
+        cache = self._caches.get(key)
+        if cache is None:
+            if len(self._caches) >= 512:
+                del self._caches[next(iter(self._caches))]
+            cache = self._caches[key] = _ShapeCache(scorer, member, tenant, gang.allow_timeslice)
+        self._refresh(cache)
+        return cache
+
+    def _refresh(self, cache: _ShapeCache) -> None:
+        start = cache.pos - self._log_base
+        if start < 0:
+            cache.entries.clear()
+            cache.heap.clear()
+            for state in self._nodes.values():
+                self._score(cache, state)
+        else:
+            log = self._log
+            if start < len(log):
+                by_seq = self._by_seq
+                for seq in dict.fromkeys(log[start:]):
+                    state = by_seq.get(seq)
+                    if state is not None:
+                        self._score(cache, state)
+        cache.pos = self._log_base + len(self._log)
+        if len(cache.heap) > 2 * len(self._nodes) + 64:
+            self._compact(cache)
+        if len(self._log) > 4 * len(self._nodes) + 4096:
+            # Keep the last 2N entries; a cache further behind rescores every node once.
+            keep = 2 * len(self._nodes) + 1024
+            cut = self._log_base + len(self._log) - keep
+            self._log = self._log[-keep:]
+            self._log_base = cut
+            for c in self._caches.values():
+                if c.pos < cut:
+                    c.pos = -1
+
+    def _compact(self, cache: _ShapeCache) -> None:
+        heap = []
+        for seq, (version, score, _) in cache.entries.items():
+            state = self._by_seq.get(seq)
+            if state is not None and state.version == version and state.schedulable:
+                heap.append((-score, self._rank(state.name), seq, version))
+        heapq.heapify(heap)
+        cache.heap = heap
+
+    def _score(self, cache: _ShapeCache, state: NodeState) -> None:
+        if not state.schedulable:
+            return
+        elig = cache.static.get(state.seq)
+        if elig is None:
+            elig = cache.static[state.seq] = eligible_gpus(state, cache.member, cache.allow_ts)
+        if isinstance(elig, str):
+            return
+        opts = options(state, cache.member, cache.tenant, elig)
+        if isinstance(opts, str):
+            return
+        score, opt = cache.scorer.best(self._ctx, state, cache.member, opts)
+        cache.entries[state.seq] = (state.version, score, opt)
+        heapq.heappush(cache.heap, (-score, self._rank(state.name), state.seq, state.version))
+
+    def _valid(self, cache: _ShapeCache, seq: int) -> tuple[NodeState, int, Option] | None:
+        state = self._by_seq.get(seq)
+        if state is None or not state.schedulable:
+            return None
+        entry = cache.entries.get(seq)
+        if entry is None or entry[0] != state.version:
+            return None
+        return state, entry[1], entry[2]
+
+    def _best(self, cache: _ShapeCache, excluded: frozenset[str]) -> tuple[NodeState, Option] | None:
+        heap = cache.heap
+        aside = []
+        found = None
+        while heap:
+            _, _, seq, version = heap[0]
+            state = self._by_seq.get(seq)
+            if state is None or state.version != version or not state.schedulable:
+                heapq.heappop(heap)
+                continue
+            if state.name in excluded:
+                aside.append(heapq.heappop(heap))
+                continue
+            found = (state, cache.entries[seq][2])
+            break
+        for item in aside:
+            heapq.heappush(heap, item)
+        return found
+
+    def _best_in_leaves(
+        self, cache: _ShapeCache, leaves: dict[str, None], excluded: frozenset[str]
+    ) -> tuple[NodeState, Option] | None:
+        best = None
+        for leaf in leaves:
+            for seq in self._leaf.get(leaf, ()):
+                v = self._valid(cache, seq)
+                if v is None or v[0].name in excluded:
+                    continue
+                key = (-v[1], self._rank(v[0].name))
+                if best is None or key < best[0]:
+                    best = (key, v[0], v[2])
+        return None if best is None else (best[1], best[2])
+
+    def _place(
+        self, gang: GangRequest, scorer: Scorer, excluded: frozenset[str], explain: bool
+    ) -> Placement | Unplaceable:
+        member = gang.member
+        tenant = gang.tenant
+        applied: list[tuple[NodeState, MemberDelta]] = []
+        assignments: list[MemberAssignment] = []
+        leaves: dict[str, None] = {}
+        try:
+            for rank in range(gang.replicas):
+                cache = self._cache(scorer, gang)
+                choice = None
+                if leaves and gang.prefer_same_leaf:
+                    choice = self._best_in_leaves(cache, leaves, excluded)
+                if choice is None:
+                    choice = self._best(cache, excluded)
+                if choice is None:
+                    break
+                state, (positions, mig_start) = choice
+                delta, assignment = self._member(state, member, tenant, rank, positions, mig_start)
+                state.apply(delta)
+                self._log.append(state.seq)
+                applied.append((state, delta))
+                assignments.append(assignment)
+                if state.spec.leaf_switch:
+                    leaves[state.spec.leaf_switch] = None
+            if len(assignments) >= gang.required_members:
+                return Placement(tuple(assignments))
+            if not explain:
+                return Unplaceable("Unexplained", "explanation skipped (explain=False)",
+                                   {"fitted_members": len(assignments)})
+            why = member_unplaceable(list(self._nodes.values()), member, tenant,
+                                     gang.allow_timeslice, excluded)
+            if not assignments:
+                return self._with_gang(why, gang)
+            return gang_incomplete(gang, len(assignments), why)
+        finally:
+            for state, delta in reversed(applied):
+                state.revert(delta)
+                self._log.append(state.seq)
+
+    @staticmethod
+    def _with_gang(why: Unplaceable, gang: GangRequest) -> Unplaceable:
+        details: dict[str, Any] = dict(why.details)
+        details.update({"fitted_members": 0, "min_members": gang.required_members,
+                        "replicas": gang.replicas})
+        return Unplaceable(why.reason, why.message, details)
+
+    @staticmethod
+    def _member(
+        state: NodeState, member: MemberRequest, tenant: str, rank: int,
+        positions: tuple[int, ...], mig_start: int | None,
+    ) -> tuple[MemberDelta, MemberAssignment]:
+        gpus = state.spec.gpus
+        indices = tuple(gpus[p].index for p in positions)
+        kind = member.kind
+        if kind == "mig":
+            prof = profile_for(gpus[positions[0]].model, member.mig_profile or "")
+            delta = MemberDelta(state.name, tenant, member.cpu_milli, member.memory_mib,
+                                (), (indices[0], prof, mig_start))  # type: ignore[arg-type]
+            return delta, MemberAssignment(rank, state.name, indices, None, member.mig_profile, mig_start)
+        milli = member.gpu_milli if kind == "milli" else GPU_MILLI
+        delta = MemberDelta(state.name, tenant, member.cpu_milli, member.memory_mib,
+                            tuple((i, milli) for i in indices))
+        return delta, MemberAssignment(rank, state.name, indices,
+                                       member.gpu_milli if kind == "milli" else None)

@@ -1,0 +1,120 @@
+"""GPU fragmentation of a node with respect to a workload of typical tasks (Weng et al.,
+"Beware of Fragmentation", USENIX ATC '23). The one definition used by the `fgd` and
+`default` scorers, in the engine and in the openb benchmark alike.
+
+For one typical task, a node's fragmentation (GPU milli) is:
+- all of its idle GPU milli if the task needs no GPU, or if the node cannot host it (no
+  allowed GPU model, less free CPU than the task asks, or fewer than ``num_gpu`` allowed
+  GPUs, in one NVLink clique, whose free milli reaches the task's per-GPU milli; host
+  memory is ignored);
+- otherwise the idle milli of the GPUs that cannot serve it (free milli below the per-GPU
+  request, or a model it does not allow).
+
+A node's fragmentation F is the count-weighted sum over typical tasks, kept as an integer
+scaled by the total weight W (so arithmetic is exact); ``F / W`` is the paper's value.
+MIG GPUs take no part (their slices are not milli-divisible). Results are memoised on the
+node's GPU layout, its free milli per GPU and its CPU bucket (F depends on free CPU only
+through the sorted task CPU thresholds).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+import msgspec
+
+from .model import GPU_MILLI
+
+
+class TypicalTask(msgspec.Struct, frozen=True):
+    """A task shape of the workload and how often it occurs (``weight``, a count)."""
+
+    cpu_milli: int
+    num_gpu: int
+    gpu_milli: int
+    models: tuple[str, ...] = ()
+    weight: int = 1
+
+    @property
+    def per_gpu_milli(self) -> int:
+        return 0 if self.num_gpu == 0 else (self.gpu_milli if self.num_gpu == 1 else GPU_MILLI)
+
+
+# A node's GPU layout for fragmentation: groups of (clique ordinal, model), each a run of
+# GPU positions; and its state: free milli per group, sorted (order inside a group is moot).
+Layout = tuple[tuple[int, str, tuple[int, ...]], ...]
+
+
+def layout_of(cliques: tuple[tuple[str, tuple[int, ...]], ...], models: list[str], mig: list[bool]) -> Layout:
+    """Group non-MIG GPU positions by (clique ordinal, model)."""
+    out = []
+    for ordinal, (_, positions) in enumerate(cliques):
+        by_model: dict[str, list[int]] = {}
+        for p in positions:
+            if not mig[p]:
+                by_model.setdefault(models[p], []).append(p)
+        for model in sorted(by_model):
+            out.append((ordinal, model, tuple(by_model[model])))
+    return tuple(out)
+
+
+class Fragmentation:
+    """F for a fixed set of typical tasks, memoised. Deterministic and free of I/O."""
+
+    def __init__(self, tasks: tuple[TypicalTask, ...]) -> None:
+        self.tasks = tasks
+        self.total_weight = sum(t.weight for t in tasks) or 1
+        self.cpu_thresholds = sorted({t.cpu_milli for t in tasks})
+        # score k (1..99) is reached when dF_scaled >= _thresholds[k-1]; see `score`.
+        w = self.total_weight
+        self._thresholds = [-math.log(100 / k - 1) * 1000 * w for k in range(1, 100)]
+        self._memo: dict[tuple, int] = {}
+
+    def cpu_bucket(self, cpu_milli: int) -> int:
+        return bisect_right(self.cpu_thresholds, cpu_milli)
+
+    def node_frag(self, layout: Layout, free_cpu: int, free: list[int]) -> int:
+        """Scaled F (x W) of a node whose GPU positions have ``free`` milli."""
+        bucket = bisect_right(self.cpu_thresholds, free_cpu)
+        key = (layout, bucket, tuple(tuple(sorted([free[p] for p in g[2]])) for g in layout))
+        f = self._memo.get(key)
+        if f is None:
+            f = self._compute(layout, bucket, key[2])
+            if len(self._memo) > 500_000:
+                self._memo.clear()
+            self._memo[key] = f
+        return f
+
+    def _compute(self, layout: Layout, bucket: int, frees: tuple[tuple[int, ...], ...]) -> int:
+        idle = sum(sum(g) for g in frees)
+        cpu_ok_below = self.cpu_thresholds[bucket - 1] if bucket else -1
+        total = 0
+        for t in self.tasks:
+            if t.num_gpu == 0 or t.cpu_milli > cpu_ok_below:
+                total += t.weight * idle
+                continue
+            m = t.per_gpu_milli
+            usable = 0
+            per_clique: dict[int, int] = {}
+            for (ordinal, model, _), values in zip(layout, frees, strict=True):
+                if t.models and model not in t.models:
+                    continue
+                for v in values:
+                    if v >= m:
+                        usable += v
+                        per_clique[ordinal] = per_clique.get(ordinal, 0) + 1
+            if max(per_clique.values(), default=0) < t.num_gpu:
+                total += t.weight * idle
+            else:
+                total += t.weight * (idle - usable)
+        return total
+
+    def score(self, delta_scaled: int) -> int:
+        """``floor(100 / (1 + exp(-dF / 1000)))`` for ``dF = delta_scaled / W``, computed
+        against precomputed thresholds so per-decision arithmetic stays integer."""
+        return bisect_right(self._thresholds, delta_scaled)
+
+    def score_exact(self, delta_scaled: float) -> int:
+        """The same value straight from the formula (for tests)."""
+        return math.floor(100 / (1 + math.exp(-delta_scaled / self.total_weight / 1000)))

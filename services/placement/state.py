@@ -1,0 +1,167 @@
+"""Free capacity of one node, and the per-member deltas that change it.
+
+`NodeState` is the only mutable per-node record. Every change goes through `apply` /
+`revert` with a `MemberDelta`, which checks capacity first and raises `PlacementConflict`
+instead of corrupting state. Invariants kept: free CPU and memory never negative; per GPU
+``0 <= free_milli <= 1000``; an ``mps`` GPU holding shares names exactly one tenant; MIG
+slots always form a valid layout; ``version`` grows on every change (cache invalidation).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .errors import PlacementConflict
+from .fragmentation import layout_of
+from .mig import MigProfile, MigSlots
+from .model import GPU_MILLI, NodeSpec
+
+
+class MemberDelta(msgspec.Struct, frozen=True):
+    """Resources one member takes on one node.
+
+    ``gpu_milli`` pairs (GPU index, milli) for whole GPUs (1000 each) or a share;
+    ``mig`` is (GPU index, profile, start) for a MIG instance.
+    """
+
+    node: str
+    tenant: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_milli: tuple[tuple[int, int], ...] = ()
+    mig: tuple[int, MigProfile, int] | None = None
+
+
+class NodeState:
+    """Mutable free capacity of one node (GPUs addressed by position in ``spec.gpus``)."""
+
+    __slots__ = (
+        "spec", "name", "seq", "schedulable", "free_cpu", "free_mem", "gpu_free",
+        "mps_tenant", "mps_users", "mig", "version", "pos_of_index", "cliques", "frag_layout",
+    )
+
+    def __init__(self, spec: NodeSpec, seq: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.seq = seq
+        self.schedulable = True
+        self.free_cpu = spec.cpu_milli
+        self.free_mem = spec.memory_mib
+        n = len(spec.gpus)
+        self.gpu_free = [GPU_MILLI if g.sharing != "mig" else 0 for g in spec.gpus]
+        self.mps_tenant: list[str | None] = [None] * n
+        self.mps_users = [0] * n
+        self.mig = [MigSlots() if g.sharing == "mig" else None for g in spec.gpus]
+        self.version = 0
+        self.pos_of_index = {g.index: i for i, g in enumerate(spec.gpus)}
+        groups: dict[str, list[int]] = {}
+        for i, g in enumerate(spec.gpus):
+            groups.setdefault(g.clique, []).append(i)
+        self.cliques: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
+            (c, tuple(ps)) for c, ps in sorted(groups.items())
+        )
+        self.frag_layout = layout_of(
+            self.cliques, [g.model for g in spec.gpus], [m is not None for m in self.mig]
+        )
+
+    # -- read-outs -------------------------------------------------------------------------
+
+    def free_whole(self, pos: int) -> bool:
+        """A GPU is free as a whole when no share, instance or tenant sits on it."""
+        return self.gpu_free[pos] == GPU_MILLI
+
+    def free_gpu_count(self) -> int:
+        n = 0
+        for pos, g in enumerate(self.spec.gpus):
+            if g.sharing == "mig":
+                n += self.mig[pos].empty  # type: ignore[union-attr]
+            else:
+                n += self.gpu_free[pos] == GPU_MILLI
+        return n
+
+    # -- mutation --------------------------------------------------------------------------
+
+    def check(self, d: MemberDelta) -> None:
+        """Raise PlacementConflict unless ``d`` fits the current free capacity."""
+        if d.cpu_milli > self.free_cpu or d.memory_mib > self.free_mem:
+            raise PlacementConflict(
+                f"{self.name}: needs {d.cpu_milli} CPU milli / {d.memory_mib} MiB, "
+                f"free {self.free_cpu} / {self.free_mem}"
+            )
+        seen: set[int] = set()
+        for index, milli in d.gpu_milli:
+            pos = self.pos_of_index.get(index)
+            if pos is None:
+                raise PlacementConflict(f"{self.name}: no GPU {index}")
+            if pos in seen:
+                raise PlacementConflict(f"{self.name}: GPU {index} twice in one member")
+            seen.add(pos)
+            gpu = self.spec.gpus[pos]
+            if gpu.sharing == "mig":
+                raise PlacementConflict(f"{self.name}: GPU {index} is MIG-partitioned")
+            if not 0 < milli <= GPU_MILLI or milli > self.gpu_free[pos]:
+                raise PlacementConflict(
+                    f"{self.name}: GPU {index} has {self.gpu_free[pos]} milli free, needs {milli}"
+                )
+            if milli < GPU_MILLI and gpu.sharing not in ("mps", "timeslice"):
+                raise PlacementConflict(f"{self.name}: GPU {index} is exclusive, no shares")
+            owner = self.mps_tenant[pos]
+            if gpu.sharing == "mps" and owner is not None and owner != d.tenant:
+                raise PlacementConflict(
+                    f"{self.name}: mps GPU {index} is held by tenant {owner}, not {d.tenant}"
+                )
+        if d.mig is not None:
+            index, profile, start = d.mig
+            pos = self.pos_of_index.get(index)
+            slots = None if pos is None else self.mig[pos]
+            if slots is None or not slots.fits(profile, start):
+                raise PlacementConflict(f"{self.name}: MIG {profile.name}@{start} on GPU {index}")
+            layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]
+            if layout and not any(i.profile == profile.name and i.start == start for i in layout):
+                raise PlacementConflict(f"{self.name}: GPU {index} has no {profile.name}@{start}")
+
+    def apply(self, d: MemberDelta) -> None:
+        """Take the resources of ``d`` (after `check`)."""
+        self.check(d)
+        self.free_cpu -= d.cpu_milli
+        self.free_mem -= d.memory_mib
+        for index, milli in d.gpu_milli:
+            pos = self.pos_of_index[index]
+            self.gpu_free[pos] -= milli
+            if self.spec.gpus[pos].sharing == "mps":
+                self.mps_tenant[pos] = d.tenant
+                self.mps_users[pos] += 1
+        if d.mig is not None:
+            index, profile, start = d.mig
+            pos = self.pos_of_index[index]
+            self.mig[pos] = self.mig[pos].with_instance(profile, start)  # type: ignore[union-attr]
+        self.version += 1
+
+    def revert(self, d: MemberDelta) -> None:
+        """Give back the resources of ``d`` (which must have been applied here)."""
+        cpu = self.free_cpu + d.cpu_milli
+        mem = self.free_mem + d.memory_mib
+        if cpu > self.spec.cpu_milli or mem > self.spec.memory_mib:
+            raise PlacementConflict(f"{self.name}: release above capacity")
+        for index, milli in d.gpu_milli:
+            pos = self.pos_of_index.get(index)
+            if pos is None or self.gpu_free[pos] + milli > GPU_MILLI:
+                raise PlacementConflict(f"{self.name}: GPU {index} release above capacity")
+        new_mig = None
+        if d.mig is not None:
+            index, profile, start = d.mig
+            slots = self.mig[self.pos_of_index[index]] if index in self.pos_of_index else None
+            if slots is None:
+                raise PlacementConflict(f"{self.name}: GPU {index} is not a MIG GPU")
+            new_mig = slots.without_instance(profile, start)
+        self.free_cpu, self.free_mem = cpu, mem
+        for index, milli in d.gpu_milli:
+            pos = self.pos_of_index[index]
+            self.gpu_free[pos] += milli
+            if self.spec.gpus[pos].sharing == "mps":
+                self.mps_users[pos] -= 1
+                if self.mps_users[pos] == 0:
+                    self.mps_tenant[pos] = None
+        if d.mig is not None and new_mig is not None:
+            self.mig[self.pos_of_index[d.mig[0]]] = new_mig
+        self.version += 1
