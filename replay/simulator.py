@@ -84,8 +84,9 @@ class Simulator:
 
 
 def standard_services(nodes) -> list:
-    """The five services in their deciding order, with one simulated agent for all nodes."""
-    return [Admission(), Quota(), Scheduler(), Preemption(), SimulatedAgent(tuple(nodes))]
+    """The five services in their deciding order (agents first, so nodes register before
+    anything is decided about them), with one simulated agent for all nodes."""
+    return [SimulatedAgent(tuple(nodes)), Admission(), Quota(), Scheduler(), Preemption()]
 
 
 def simulate(scenario, until_ms: int | None = None, on_event=None) -> Simulator:

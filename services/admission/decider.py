@@ -11,7 +11,9 @@ from events import Event, InvalidId, JobAdmitted, JobRejected, validate_tenant, 
 from events.specs import JobSpec
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
+from services.domain.placement_adapter import gang_request_for
 from services.domain.shapes import shape_problem
+from services.placement import Unplaceable
 
 
 class Rejection(Exception):
@@ -69,6 +71,10 @@ def check(state: Ledger, spec: JobSpec):
     problem = shape_problem(spec, state.nodes.values())
     if problem is not None:
         raise Rejection(*problem)
+    if state.nodes:
+        probe = state.fleet.place(gang_request_for(spec, cls.allow_timeslice), state.config.policy.placement_policy)
+        if isinstance(probe, Unplaceable) and probe.reason == "Unschedulable":
+            raise Rejection("Unschedulable", probe.message, **probe.details)
     if not cls.preemptible:
         guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
         need = spec.resources.gpu_milli_total() * spec.members_min()

@@ -157,11 +157,11 @@ class Ledger:
         cls = self.config.classes.get(job.spec.priority_class)
         return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
 
-    def nominated_nodes(self, except_job: str | None = None) -> frozenset[str]:
-        """Nodes whose freed capacity is promised to a beneficiary other than `except_job`."""
+    def nominated_nodes(self, except_jobs: set[str] | frozenset[str] = frozenset()) -> frozenset[str]:
+        """Nodes whose freed capacity is promised to a beneficiary not in `except_jobs`."""
         out: set[str] = set()
         for beneficiary, allocs in self.nominations.items():
-            if beneficiary == except_job:
+            if beneficiary in except_jobs:
                 continue
             for a in allocs:
                 rec = self.allocations.get(a)

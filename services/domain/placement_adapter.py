@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from events import MemberPlacement, NodeInfo
+from events import JobSpec, MemberPlacement, NodeInfo
 from services.placement import (
     GangRequest,
     GpuSpec,
@@ -45,10 +45,14 @@ def node_spec(info: NodeInfo) -> NodeSpec:
 
 
 def gang_request(job: JobRecord, allow_timeslice: bool = False) -> GangRequest:
-    r = job.spec.resources
+    return gang_request_for(job.spec, allow_timeslice)
+
+
+def gang_request_for(spec: JobSpec, allow_timeslice: bool = False) -> GangRequest:
+    r = spec.resources
     return GangRequest(
-        job_id=job.job_id,
-        tenant=job.tenant,
+        job_id=spec.job_id,
+        tenant=spec.tenant,
         member=MemberRequest(
             gpus=r.gpus,
             gpu_milli=r.gpu_milli,
@@ -58,10 +62,10 @@ def gang_request(job: JobRecord, allow_timeslice: bool = False) -> GangRequest:
             gpu_models=r.gpu_models,
             min_gpu_memory_mib=r.min_gpu_memory_mib,
         ),
-        replicas=job.spec.replicas,
-        min_members=job.spec.min_members,
+        replicas=spec.replicas,
+        min_members=spec.min_members,
         allow_timeslice=allow_timeslice,
-        prefer_same_leaf=job.spec.prefer_same_leaf,
+        prefer_same_leaf=spec.prefer_same_leaf,
     )
 
 

@@ -45,7 +45,7 @@ class Preemption(LedgerService):
             request = state.gang_request(job)
             now_fits = state.fleet.place(
                 request, policy.placement_policy,
-                exclude=state.nominated_nodes(except_job=job.job_id),
+                exclude=state.nominated_nodes(except_jobs={job.job_id}),
             )
             if isinstance(now_fits, Placement):
                 continue  # idle capacity will do; the scheduler places it

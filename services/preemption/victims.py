@@ -107,12 +107,12 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, excluded: list) -> li
         if rec.preemption is not None or victim.job_id == job.job_id:
             continue
         reason = None
-        if victim.priority < prio and (
+        if can_reclaim and victim.tenant != job.tenant and over_guarantee(state, victim.tenant):
+            reason = "Reclaim"
+        elif victim.priority < prio and (
             policy.preemption_scope == "cluster" or victim.tenant == job.tenant
         ):
             reason = "Priority"
-        elif can_reclaim and victim.tenant != job.tenant and over_guarantee(state, victim.tenant):
-            reason = "Reclaim"
         if reason is None:
             continue
         started = min(rec.started.values(), default=rec.placed_ms)
@@ -160,7 +160,7 @@ def plan(state: Ledger, job: JobRecord, now_ms: int, taken: set[str]) -> Plan:
     result.considered = len(cands)
     request = state.gang_request(job)
     placement_policy = state.config.policy.placement_policy
-    exclude = state.nominated_nodes(except_job=job.job_id)
+    exclude = state.nominated_nodes(except_jobs={job.job_id})
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)

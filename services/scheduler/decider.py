@@ -146,6 +146,7 @@ class Scheduler(LedgerService):
         policy = state.config.policy.placement_policy
         tentative: list[str] = []
         usage = dict(state.tenant_gpu_milli)
+        placed: set[str] = set()
         try:
             for position, job in enumerate(ordered_pending(state, now_ms)):
                 if job.cancel_requested:
@@ -161,12 +162,13 @@ class Scheduler(LedgerService):
                     continue
                 result = state.fleet.place(
                     state.gang_request(job), policy,
-                    exclude=state.nominated_nodes(except_job=job.job_id),
+                    exclude=state.nominated_nodes(except_jobs=placed | {job.job_id}),
                 )
                 if isinstance(result, Placement):
                     alloc_id = f"{job.job_id}#{job.attempts + 1}"
                     state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
                     tentative.append(alloc_id)
+                    placed.add(job.job_id)
                     members = to_members(result)
                     gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
                     tenant = state.config.tenants.get(job.tenant)
