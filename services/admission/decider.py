@@ -70,7 +70,8 @@ def check(state: Ledger, spec: JobSpec):
         )
     problem = shape_problem(spec, state.nodes.values())
     if problem is not None:
-        raise Rejection(*problem)
+        reason, message, details = problem
+        raise Rejection(reason, message, **details)
     if state.nodes:
         probe = state.fleet.place(gang_request_for(spec, cls.allow_timeslice), state.config.policy.placement_policy)
         if isinstance(probe, Unplaceable) and probe.reason == "Unschedulable":

@@ -123,6 +123,8 @@ class Ledger:
     pending: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
+    tenant_fixed_gpu_milli: dict[str, int] = field(default_factory=dict)
+    """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
     nominations: dict[str, set[str]] = field(default_factory=dict)
     capacity_version: int = 0
@@ -240,6 +242,9 @@ class Ledger:
         self.active.add(e.allocation_id)
         self.allocation_version += 1
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
+        if not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[job.tenant] = fixed.get(job.tenant, 0) + rec.gpu_milli
         job.state, job.allocation_id, job.reason, job.message, job.details = (
             "running",
             e.allocation_id,
@@ -291,6 +296,10 @@ class Ledger:
         self.active.discard(allocation_id)
         self.fleet.release(allocation_id)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
+        job = self.jobs.get(rec.job_id)
+        if job is not None and not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[rec.tenant] = fixed.get(rec.tenant, 0) - rec.gpu_milli
         self.capacity_version += 1
         self.allocation_version += 1
         job = self.jobs.get(rec.job_id)

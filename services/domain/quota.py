@@ -100,16 +100,20 @@ def fair_shares(
 
 
 def quota_block(
-    tenant: TenantConfigured, allocated: int, need: int, preemptible: bool
+    tenant: TenantConfigured, allocated: int, need: int, fixed: int | None = None
 ) -> tuple[str, str] | None:
-    """Why a job of `need` milli-GPUs may not start under its tenant's quota now, or None."""
+    """Why a job of `need` milli-GPUs may not start under its tenant's quota now, or None.
+
+    `fixed` is the tenant's non-preemptible usage when the job itself is non-preemptible
+    (None for preemptible jobs): non-preemptible work may only use guaranteed quota, and
+    only non-preemptible work counts against that (preemptible work can be evicted)."""
     name = tenant.tenant
-    if not preemptible and allocated + need > tenant.guaranteed_gpu_milli:
+    if fixed is not None and fixed + need > tenant.guaranteed_gpu_milli:
         return (
             "NonPreemptibleOverQuota",
-            f"non-preemptible work may only use guaranteed quota: tenant {name} uses "
-            f"{allocated / 1000:g} of {tenant.guaranteed_gpu_milli / 1000:g} guaranteed GPUs, "
-            f"job needs {need / 1000:g}",
+            f"non-preemptible work may only use guaranteed quota: tenant {name} runs "
+            f"{fixed / 1000:g} non-preemptible of {tenant.guaranteed_gpu_milli / 1000:g} "
+            f"guaranteed GPUs, job needs {need / 1000:g}",
         )
     if tenant.limit_gpu_milli is not None and allocated + need > tenant.limit_gpu_milli:
         return (

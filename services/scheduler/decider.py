@@ -146,6 +146,7 @@ class Scheduler(LedgerService):
         policy = state.config.policy.placement_policy
         tentative: list[str] = []
         usage = dict(state.tenant_gpu_milli)
+        fixed = dict(state.tenant_fixed_gpu_milli)
         placed: set[str] = set()
         try:
             for position, job in enumerate(ordered_pending(state, now_ms)):
@@ -155,7 +156,7 @@ class Scheduler(LedgerService):
                 if memo is not None and memo[0] == state.capacity_version:
                     continue
                 need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
-                block = self._quota_block(state, job, usage, need)
+                block = self._quota_block(state, job, usage, fixed, need)
                 if block is not None:
                     out += self._pending(state, now_ms, job, block[0], block[1],
                                          {"queue_position": position})
@@ -174,6 +175,8 @@ class Scheduler(LedgerService):
                     tenant = state.config.tenants.get(job.tenant)
                     used = usage.get(job.tenant, 0)
                     usage[job.tenant] = used + gpu_milli
+                    if not job.preemptible:
+                        fixed[job.tenant] = fixed.get(job.tenant, 0) + gpu_milli
                     out.append(
                         self.emit(
                             state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
@@ -193,14 +196,19 @@ class Scheduler(LedgerService):
                 state.fleet.release(alloc_id)
         return out
 
-    def _quota_block(self, state: Ledger, job: JobRecord, usage: dict[str, int], need: int):
+    def _quota_block(
+        self, state: Ledger, job: JobRecord, usage: dict[str, int], fixed_usage: dict[str, int], need: int
+    ):
         tenants = state.config.tenants
         t = job.tenant
         while t:
             conf = tenants.get(t)
             if conf is not None:
                 used = sum(v for k, v in usage.items() if k == t or k.startswith(t + "/"))
-                block = quota_block(conf, used, need, job.preemptible or t != job.tenant)
+                fixed = None
+                if not job.preemptible and t == job.tenant:
+                    fixed = fixed_usage.get(t, 0)
+                block = quota_block(conf, used, need, fixed)
                 if block is not None:
                     return block
             t = parent_of(t)

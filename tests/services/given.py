@@ -1,0 +1,41 @@
+"""Given/when/then helpers: build a ledger from events, run one decider, inspect its output."""
+
+from __future__ import annotations
+
+import events as ev
+from services.domain.configfile import config_events, node_infos
+from services.domain.jobfile import job_spec
+from services.domain.ledger import Ledger
+from services.domain.stamp import stamp
+
+
+def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]:
+    doc = {"cluster": {"nodes": list(nodes)}, "tenants": list(tenants), "priority_classes": list(classes)}
+    if policy is not None:
+        doc["policy"] = policy
+    out = config_events(doc)
+    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}") for n in node_infos(doc)]
+    return out
+
+
+def submitted(at_ms: int = 0, **job) -> ev.JobSubmitted:
+    spec = job_spec(job)
+    return stamp(ev.JobSubmitted, key=spec.job_id, producer="test", now_ms=at_ms,
+                 correlation_id=spec.job_id, job=spec)
+
+
+def given(*events: ev.Event) -> Ledger:
+    ledger = Ledger()
+    for seq, e in enumerate(events, 1):
+        ledger.apply(seq, e)
+    return ledger
+
+
+def fold(ledger: Ledger, new: list[ev.Event]) -> Ledger:
+    for e in new:
+        ledger.apply(ledger.last_seq + 1, e)
+    return ledger
+
+
+def of_type(events: list[ev.Event], cls):
+    return [e for e in events if isinstance(e, cls)]

@@ -1,0 +1,55 @@
+"""Admission: given a configuration and fleet, when a job is submitted, then it is admitted
+with its resolved class or rejected with a reason code."""
+
+import pytest
+
+import events as ev
+from services.admission.decider import Admission
+from tests.services.given import cluster, given, submitted
+
+FLEET = cluster(
+    {"name": "n1", "gpus": 8, "model": "H100-80GB"},
+    tenants=[{"name": "org/a", "guaranteed": 4}],
+)
+
+
+def decide_one(*extra):
+    (out,) = Admission().decide(given(*FLEET, *extra), now_ms=1000)
+    return out
+
+
+def test_a_valid_job_is_admitted_with_its_class_resolved():
+    out = decide_one(submitted(id="j1", tenant="org/a", **{"class": "train"}, gpus=2))
+    assert isinstance(out, ev.JobAdmitted)
+    assert (out.job_id, out.priority, out.preemptible, out.slo_class) == ("j1", 50, True, "batch")
+    assert out.input_seq == len(FLEET) + 1 and out.config_digest
+
+
+@pytest.mark.parametrize(
+    "job, reason",
+    [
+        (dict(id="j", tenant="nobody", gpus=1), "UnknownTenant"),
+        (dict(id="j", tenant="org/a", gpus=1, **{"class": "gold"}), "UnknownPriorityClass"),
+        (dict(id="j", tenant="org/a", gpus=1, gpu="500m"), "InvalidSpec"),
+        (dict(id="j", tenant="org/a", gpus=1, replicas=2, min_members=3), "InvalidSpec"),
+        (dict(id="j", tenant="org/a", gpus=16), "TopologyUnsatisfiable"),
+        (dict(id="j", tenant="org/a", gpus=1, models=["A100-40GB"]), "Unschedulable"),
+        (dict(id="j", tenant="org/a", mig="3g.40gb"), "MIGProfileUnavailable"),
+        (dict(id="j", tenant="org/a", gpus=8, **{"class": "inference"}), "NonPreemptibleOverQuota"),
+    ],
+)
+def test_an_impossible_or_malformed_job_is_rejected_with_its_reason(job, reason):
+    out = decide_one(submitted(**job))
+    assert isinstance(out, ev.JobRejected)
+    assert out.reason == reason and out.message
+
+
+def test_a_retried_submission_of_the_same_job_id_yields_one_job():
+    ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1), submitted(id="j1", tenant="org/a", gpus=4))
+    assert len(ledger.jobs) == 1 and ledger.jobs["j1"].spec.resources.gpus == 1
+    assert len(Admission().decide(ledger, 0)) == 1
+
+
+def test_decisions_are_deterministic():
+    ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1))
+    assert Admission().decide(ledger, 5) == Admission().decide(ledger, 5)
