@@ -1,0 +1,307 @@
+"""The event log as the live shell sees it: one JetStream stream (`GPULEDGER`, `gl.>`).
+
+Invariants:
+- every publish waits for JetStream's ack and returns the stream sequence it landed at;
+- an event with an `event_id` is published with `Nats-Msg-Id = event_id`, so a retried or
+  re-decided publish inside the duplicate window is dropped by the server and returns the
+  sequence of the original;
+- `create_once` publishes with `Nats-Expected-Last-Subject-Sequence: 0`: a subject is
+  created at most once (`AlreadyExists` otherwise), whatever the duplicate window;
+- readers see messages in stream order, each exactly once, with no gaps (ordered consumer
+  plus a sequence guard here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import NamedTuple
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.js import api
+
+import events
+from events.subjects import ALL, STREAM
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE_CODES = (10071, 10164)
+"""JetStream API error codes for a failed expected-last-(subject-)sequence check."""
+
+
+class AlreadyExists(Exception):
+    """`create_once` found a message already on the subject (the entity exists)."""
+
+    def __init__(self, subject: str, description: str = "") -> None:
+        super().__init__(f"{subject} already exists ({description})" if description else subject)
+        self.subject = subject
+
+
+class Record(NamedTuple):
+    """One stored message: stream sequence, subject, raw payload bytes."""
+
+    seq: int
+    subject: str
+    data: bytes
+
+
+class Delivery(NamedTuple):
+    """A message as delivered live; `pending` = messages left in the stream after it."""
+
+    seq: int
+    subject: str
+    data: bytes
+    pending: int
+
+
+class Follower:
+    """An ordered push consumer over `gl.>` starting after a sequence.
+
+    `next(timeout)` returns the next Delivery, or None when nothing arrived in `timeout`
+    seconds (None = wait forever). Deliveries are strictly increasing in `seq`.
+    """
+
+    def __init__(self, bus: Bus, after_seq: int) -> None:
+        self._bus = bus
+        self._sub: nats.js.JetStreamContext.PushSubscription | None = None
+        self.last_seq = after_seq
+        self.gaps_repaired = 0
+
+    async def _subscribe(self) -> None:
+        self._sub = await self._bus._ordered_subscription(self.last_seq)
+
+    @property
+    def buffered(self) -> int:
+        """Messages already received by the client but not yet returned by `next`."""
+        return 0 if self._sub is None else self._sub._pending_queue.qsize()
+
+    async def next(self, timeout: float | None = None) -> Delivery | None:
+        assert self._sub is not None, "Follower not started"
+        while True:
+            try:
+                # nats-py treats timeout=0/None as "no timeout"; keep a tiny positive floor.
+                msg = await self._sub.next_msg(
+                    timeout=None if timeout is None else max(timeout, 1e-3)
+                )
+            except (TimeoutError, nats.errors.TimeoutError):
+                return None
+            meta = msg.metadata
+            seq = meta.sequence.stream
+            if seq <= self.last_seq:
+                continue  # redelivery after an ordered-consumer reset: already seen
+            if seq > self.last_seq + 1 and self._sub is not None:
+                # The stream has no holes (deny_delete, discard new), so a gap means the
+                # client dropped messages (slow consumer): start again after the last one.
+                self.gaps_repaired += 1
+                await self.close()
+                await self._subscribe()
+                continue
+            self.last_seq = seq
+            return Delivery(seq, msg.subject, msg.data, meta.num_pending)
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is None:
+            return
+        try:
+            await sub.unsubscribe()
+        except (nats.errors.Error, nats.js.errors.Error):
+            pass
+
+
+class Bus:
+    """Connection to NATS plus the stream operations every shell needs."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        stream: str = STREAM,
+        timeout_s: float = 5.0,
+        idle_heartbeat_s: float = 2.0,
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=timeout_s)
+        self.stream = stream
+        self.idle_heartbeat_s = idle_heartbeat_s
+
+    @classmethod
+    async def connect(cls, url: str, *, name: str = "gpuledger", **kwargs: object) -> Bus:
+        """Connect with unlimited reconnects (a restarted server is picked up again)."""
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            connect_timeout=5,
+        )
+        return cls(nc, **kwargs)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    # ------------------------------------------------------------------ stream
+
+    async def ensure_stream(
+        self,
+        *,
+        duplicate_window_s: float = 120.0,
+        replicas: int = 1,
+        max_age_s: float | None = None,
+    ) -> api.StreamInfo:
+        """Create or update the stream: file storage, dedup window, no delete/purge, discard new."""
+        config = api.StreamConfig(
+            name=self.stream,
+            subjects=[ALL],
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            discard=api.DiscardPolicy.NEW,
+            duplicate_window=duplicate_window_s,
+            deny_delete=True,
+            deny_purge=True,
+            num_replicas=replicas,
+            max_age=max_age_s,
+            allow_direct=True,
+        )
+        try:
+            await self.js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            return await self.js.add_stream(config)
+        return await self.js.update_stream(config)
+
+    async def stream_info(self) -> api.StreamInfo:
+        return await self.js.stream_info(self.stream)
+
+    async def last_seq(self) -> int:
+        """Sequence of the last message in the stream (0 when empty)."""
+        info = await self.js.stream_info(self.stream)
+        return info.state.last_seq
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(self, event: events.Event) -> int:
+        """Publish an event; return its stream seq (the original seq for a duplicate)."""
+        headers = {MSG_ID: event.event_id} if event.event_id else None
+        ack = await self.js.publish(
+            events.subject_for(event), events.encode(event), headers=headers
+        )
+        return ack.seq
+
+    async def publish_raw(self, subject: str, data: bytes, *, msg_id: str | None = None) -> int:
+        """Publish bytes as they are (clients, tests); returns the stream seq."""
+        headers = {MSG_ID: msg_id} if msg_id else None
+        ack = await self.js.publish(subject, data, headers=headers)
+        return ack.seq
+
+    async def create_once(self, event: events.Event) -> int:
+        """Publish an event only if its subject has no message yet, else raise AlreadyExists.
+
+        A retry of the same event (same non-empty `event_id` as the message on the subject)
+        returns the original seq instead of raising, at any distance in time, so a client's
+        retried create stays idempotent.
+        """
+        subject = events.subject_for(event)
+        headers = {EXPECTED_LAST_SUBJECT_SEQ: "0"}
+        if event.event_id:
+            headers[MSG_ID] = event.event_id
+        try:
+            ack = await self.js.publish(subject, events.encode(event), headers=headers)
+        except nats.js.errors.APIError as err:
+            if err.err_code not in WRONG_LAST_SEQUENCE_CODES:
+                raise
+            existing = await self._js_manager().get_last_msg(self.stream, subject)
+            if event.event_id and (existing.headers or {}).get(MSG_ID) == event.event_id:
+                return existing.seq or 0  # our own earlier create: an idempotent retry
+            raise AlreadyExists(subject, err.description or "") from err
+        return ack.seq
+
+    def _js_manager(self) -> nats.js.JetStreamManager:
+        return self.nc.jsm()
+
+    # ------------------------------------------------------------------ reading
+
+    async def follower(self, after_seq: int = 0) -> Follower:
+        """An ordered consumer delivering every message with seq > `after_seq`, live."""
+        follower = Follower(self, after_seq)
+        await follower._subscribe()
+        return follower
+
+    async def _ordered_subscription(
+        self, after_seq: int
+    ) -> nats.js.JetStreamContext.PushSubscription:
+        if after_seq > 0:
+            policy = api.DeliverPolicy.BY_START_SEQUENCE
+            config = api.ConsumerConfig(opt_start_seq=after_seq + 1)
+        else:
+            policy = api.DeliverPolicy.ALL
+            config = api.ConsumerConfig()
+        return await self.js.subscribe(
+            ALL,
+            stream=self.stream,
+            ordered_consumer=True,
+            deliver_policy=policy,
+            config=config,
+            idle_heartbeat=self.idle_heartbeat_s,
+        )
+
+    async def read_all(self, after_seq: int = 0) -> AsyncIterator[Record]:
+        """Every message with seq > `after_seq` up to the stream's last seq at call time."""
+        target = await self.last_seq()
+        if target <= after_seq:
+            return
+        follower = await self.follower(after_seq)
+        try:
+            while True:
+                d = await follower.next(timeout=self.js._timeout)
+                if d is None:
+                    raise TimeoutError(f"stream stalled at seq {follower.last_seq} < {target}")
+                if d.seq > target:
+                    return
+                yield Record(d.seq, d.subject, d.data)
+                if d.seq >= target:
+                    return
+        finally:
+            await follower.close()
+
+    async def follow(self, after_seq: int = 0) -> AsyncIterator[Record]:
+        """Every message with seq > `after_seq`, then live ones, forever (until cancelled)."""
+        follower = await self.follower(after_seq)
+        try:
+            while True:
+                d = await follower.next(timeout=None)
+                if d is not None:
+                    yield Record(d.seq, d.subject, d.data)
+        finally:
+            await follower.close()
+
+    # ------------------------------------------------------------------ durable consumers
+
+    async def durable(
+        self,
+        name: str,
+        *,
+        filter_subject: str = ALL,
+        after_seq: int = 0,
+        ack_wait_s: float = 30.0,
+        max_ack_pending: int = 10_000,
+    ) -> nats.js.JetStreamContext.PullSubscription:
+        """A durable pull consumer with explicit acks (created once, then re-bound by name).
+
+        The start position (`after_seq`) only applies when the consumer is first created.
+        """
+        if after_seq > 0:
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=after_seq + 1,
+            )
+        else:
+            config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL)
+        config.ack_policy = api.AckPolicy.EXPLICIT
+        config.ack_wait = ack_wait_s
+        config.max_ack_pending = max_ack_pending
+        return await self.js.pull_subscribe(
+            filter_subject, durable=name, stream=self.stream, config=config
+        )

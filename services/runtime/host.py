@@ -1,0 +1,333 @@
+"""The one generic host loop that runs any `Service` (services/domain/service.py) live.
+
+Cycle: fold the whole log on start, then forever: fold what is delivered; once caught up
+(no message immediately pending), call `decide(state, now_ms)`, publish its events with
+`Nats-Msg-Id = event_id`, and fold until the stream has delivered past the last of them
+before deciding again; with nothing to do, sleep until the next message or the service's
+`next_wakeup_ms`, whichever comes first.
+
+Invariants:
+- `decide` never runs on a state that misses the host's own previous output (the host waits
+  until it has folded past the last sequence it published);
+- the wall clock is read only through the `clock` callable, and only to pass `now_ms`;
+- a message that does not decode, or whose `evolve` raises, is skipped and recorded once as
+  `DeadLettered` on `gl.dead.<seq>` (deterministic id plus create-once, so any number of
+  hosts record it once); it is published only when the host is caught up, so a refold that
+  later meets the existing `DeadLettered` publishes nothing. `evolve` should validate before
+  mutating: the host cannot undo a partial in-place update.
+- a decision batch that adds nothing new to the log (only duplicates) is followed by a sleep
+  until a new message or a wakeup, never by an immediate re-decide (no hot loop on a decider
+  whose `evolve` ignores its own output).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+import structlog
+
+import events
+from events import DeadLettered, UndecodableEvent, derive_event_id
+from services.domain.service import Service
+from services.runtime.bus import AlreadyExists, Bus, Delivery, Follower
+
+Clock = Callable[[], int]
+PAYLOAD_HEAD_CHARS = 200
+_BUS_ERRORS = (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError)
+
+
+def wall_clock_ms() -> int:
+    """Epoch milliseconds: the live shell's only source of time."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class HostStats:
+    """Counters a host keeps (for logs, tests and health checks)."""
+
+    folded: int = 0
+    decide_calls: int = 0
+    decisions: int = 0
+    published: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    publish_errors: int = 0
+
+
+def dead_letter_for(delivery: Delivery, reason: str) -> DeadLettered:
+    """The deterministic DeadLettered event every host derives for a bad message."""
+    return DeadLettered(
+        event_id=derive_event_id("DeadLettered", str(delivery.seq)),
+        correlation_id=str(delivery.seq),
+        stream_seq=delivery.seq,
+        subject=delivery.subject,
+        reason=reason[:1000],
+        payload_head=delivery.data[: PAYLOAD_HEAD_CHARS * 4].decode("utf-8", "replace")[
+            :PAYLOAD_HEAD_CHARS
+        ],
+    )
+
+
+class Host:
+    """Runs one `Service` over a `Bus`. `run()` returns only by cancellation or a bug."""
+
+    def __init__(
+        self,
+        service: Service,
+        bus: Bus,
+        *,
+        clock: Clock = wall_clock_ms,
+        max_idle_s: float = 30.0,
+        min_sleep_s: float = 0.01,
+        stall_log_s: float = 5.0,
+        retry_backoff_s: float = 0.5,
+    ) -> None:
+        self.service = service
+        self.bus = bus
+        self.clock = clock
+        self.max_idle_s = max_idle_s
+        self.min_sleep_s = min_sleep_s
+        self.stall_log_s = stall_log_s
+        self.retry_backoff_s = retry_backoff_s
+        self.state: Any = service.initial_state()
+        self.folded_seq = 0
+        self.stats = HostStats()
+        self.idle = asyncio.Event()
+        """Set while the host is caught up, has nothing to decide and waits; for tests/health."""
+        self.log = structlog.get_logger("gpuledger.host").bind(
+            service=service.name, instance=service.instance
+        )
+        self._awaiting_seq = 0
+        self._pending_dead: dict[int, DeadLettered] = {}
+
+    # ------------------------------------------------------------------ main loop
+
+    async def run(self) -> None:
+        follower = await self._open_follower()
+        try:
+            await self._loop(follower)
+        finally:
+            await follower.close()
+
+    async def _open_follower(self) -> Follower:
+        while True:
+            try:
+                return await self.bus.follower(self.folded_seq)
+            except _BUS_ERRORS as err:
+                self.log.warning("host.stream_unavailable", error=repr(err))
+                await asyncio.sleep(self.retry_backoff_s)
+
+    async def _loop(self, follower: Follower) -> None:
+        started = time.monotonic()
+        target = await self._last_seq()
+        caught_up = target == 0
+        if caught_up:
+            self.log.info("host.folded", seq=0, events=0, seconds=0.0)
+        while True:
+            if caught_up and self.folded_seq >= self._awaiting_seq:
+                if self._pending_dead:
+                    await self._publish_dead_letters()
+                    continue
+                produced_new = await self._decide_and_publish()
+                if produced_new is None:  # bus trouble: back off, then decide again
+                    await asyncio.sleep(self.retry_backoff_s)
+                    continue
+                if produced_new:
+                    continue  # fold our own output before deciding again
+                # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
+                delivery = await self._sleep_until_message_or_wakeup(follower)
+                if delivery is None:
+                    continue
+            else:
+                delivery = await follower.next(timeout=self.stall_log_s)
+                if delivery is None:
+                    self.log.warning(
+                        "host.waiting",
+                        folded_seq=self.folded_seq,
+                        awaiting_seq=self._awaiting_seq,
+                        caught_up=caught_up,
+                    )
+                    continue
+            self._apply(delivery)
+            was_caught_up = caught_up
+            caught_up = delivery.pending == 0 and follower.buffered == 0
+            if caught_up and not was_caught_up and self.stats.decide_calls == 0:
+                self.log.info(
+                    "host.folded",
+                    seq=self.folded_seq,
+                    events=self.stats.folded,
+                    seconds=round(time.monotonic() - started, 3),
+                )
+
+    async def _last_seq(self) -> int:
+        while True:
+            try:
+                return await self.bus.last_seq()
+            except _BUS_ERRORS as err:
+                self.log.warning("host.stream_unavailable", error=repr(err))
+                await asyncio.sleep(self.retry_backoff_s)
+
+    async def _sleep_until_message_or_wakeup(self, follower: Follower) -> Delivery | None:
+        now = self.clock()
+        wake = self.service.next_wakeup_ms(self.state, now)
+        timeout = self.max_idle_s
+        if wake is not None:
+            timeout = min(timeout, max(self.min_sleep_s, (wake - now) / 1000.0))
+        self.idle.set()
+        try:
+            return await follower.next(timeout=timeout)
+        finally:
+            self.idle.clear()
+
+    # ------------------------------------------------------------------ folding
+
+    def _apply(self, d: Delivery) -> None:
+        self.folded_seq = d.seq
+        self.stats.folded += 1
+        try:
+            event = events.decode(d.data)
+        except UndecodableEvent as err:
+            self._dead_letter(d, f"UndecodableEvent: {err}")
+            return
+        try:
+            self.state = self.service.evolve(self.state, d.seq, event)
+        except Exception as err:  # a bug or a bad event: skip it, never wedge
+            if isinstance(event, DeadLettered):
+                self.log.error("host.dead_letter_not_foldable", seq=d.seq, error=repr(err))
+            else:
+                self._dead_letter(d, f"{type(err).__name__}: {err}")
+        if isinstance(event, DeadLettered):
+            self._pending_dead.pop(event.stream_seq, None)
+
+    def _dead_letter(self, d: Delivery, reason: str) -> None:
+        self.stats.dead_letters += 1
+        self.log.warning("host.dead_letter", seq=d.seq, subject=d.subject, reason=reason[:300])
+        self._pending_dead[d.seq] = dead_letter_for(d, reason)
+
+    async def _publish_dead_letters(self) -> None:
+        for seq in sorted(self._pending_dead):
+            dead = self._pending_dead[seq]
+            try:
+                out = await self.bus.create_once(dead)
+                self._awaiting_seq = max(self._awaiting_seq, out)
+                self.log.info("host.dead_letter_recorded", seq=seq, dead_letter_seq=out)
+            except AlreadyExists:
+                pass  # another host recorded it first; we will fold theirs
+            except _BUS_ERRORS as err:
+                self.log.warning("host.dead_letter_publish_failed", seq=seq, error=repr(err))
+                await asyncio.sleep(self.retry_backoff_s)
+                return  # keep it pending; retried when next caught up
+            del self._pending_dead[seq]
+
+    # ------------------------------------------------------------------ deciding
+
+    async def _decide_and_publish(self) -> bool | None:
+        """Decide once; True if something new landed in the log, None on bus trouble."""
+        now = self.clock()
+        self.stats.decide_calls += 1
+        out = self.service.decide(self.state, now)
+        if not out:
+            return False
+        seqs: list[int] = []
+        new = duplicates = 0
+        trouble = False
+        for event in out:
+            try:
+                seq = await self.bus.publish(event)
+            except (events.InvalidId, ValueError) as err:  # a decider bug: unroutable event
+                self.stats.publish_errors += 1
+                self.log.error("host.unpublishable", event=type(event).__name__, error=str(err))
+                continue
+            except _BUS_ERRORS as err:
+                self.stats.publish_errors += 1
+                self.log.warning("host.publish_failed", event=type(event).__name__, error=repr(err))
+                trouble = True
+                break
+            seqs.append(seq)
+            if seq > self._awaiting_seq:
+                self._awaiting_seq = seq
+            if seq > self.folded_seq and seq not in seqs[:-1]:
+                new += 1
+            else:
+                duplicates += 1
+        self.stats.decisions += 1
+        self.stats.published += new
+        self.stats.duplicates += duplicates
+        self.log.info(
+            "host.decision",
+            input_seq=self.folded_seq,
+            now_ms=now,
+            events=[type(e).__name__ for e in out],
+            seqs=seqs,
+            new=new,
+            duplicates=duplicates,
+        )
+        if trouble:
+            return None
+        return new > 0
+
+
+# ---------------------------------------------------------------------- entry points
+
+
+async def run_service(
+    service: Service,
+    url: str,
+    *,
+    stop: asyncio.Event | None = None,
+    clock: Clock = wall_clock_ms,
+    on_host: Callable[[Host], None] | None = None,
+    **host_options: Any,
+) -> None:
+    """Connect to NATS at `url` and run `service` until `stop` is set or the task is cancelled.
+
+    The stream must exist (`Bus.ensure_stream`, done once by whoever provisions the log);
+    until it does the host retries. `on_host` receives the Host (tests, health endpoints).
+    """
+    bus = await Bus.connect(url, name=f"gpuledger-{service.name}-{service.instance}")
+    host = Host(service, bus, clock=clock, **host_options)
+    if on_host is not None:
+        on_host(host)
+    task = asyncio.create_task(host.run(), name=f"host-{service.name}-{service.instance}")
+    try:
+        if stop is None:
+            await task
+        else:
+            stopper = asyncio.create_task(stop.wait())
+            try:
+                done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopper.cancel()
+            if task in done:
+                task.result()  # re-raise a crash
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        host.log.info("host.stopped", folded_seq=host.folded_seq)
+        with contextlib.suppress(*_BUS_ERRORS):
+            await bus.close()
+
+
+def serve(service: Service, url: str, **options: Any) -> None:
+    """Run `service` as a process: configure logging, stop gracefully on SIGTERM / SIGINT."""
+    from services.runtime.logging import configure_logging
+
+    configure_logging()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_service(service, url, stop=stop, **options)
+
+    asyncio.run(main())

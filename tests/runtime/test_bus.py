@@ -1,0 +1,100 @@
+"""Bus: stream settings, deduplicated publish, create-once, ordered readers, durables."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.js import api
+
+import events
+from services.runtime.bus import AlreadyExists, Bus
+
+
+def submitted(job_id: str, event_id: str = "") -> events.JobSubmitted:
+    return events.JobSubmitted(
+        event_id=event_id,
+        job=events.JobSpec(job_id=job_id, tenant="t", resources=events.Resources(gpus=1)),
+    )
+
+
+async def test_stream_settings_are_as_specified(bus: Bus) -> None:
+    info = await bus.stream_info()
+    cfg = info.config
+    assert cfg.name == "GPULEDGER"
+    assert cfg.subjects == ["gl.>"]
+    assert cfg.storage == api.StorageType.FILE
+    assert cfg.deny_delete is True
+    assert cfg.deny_purge is True
+    assert cfg.discard == api.DiscardPolicy.NEW
+    assert cfg.duplicate_window == 120.0
+    assert cfg.num_replicas == 1
+    # ensure_stream is idempotent and updates the duplicate window
+    info = await bus.ensure_stream(duplicate_window_s=300)
+    assert info.config.duplicate_window == 300.0
+
+
+async def test_same_msg_id_twice_is_stored_once(bus: Bus) -> None:
+    first = await bus.publish(submitted("j1", "sub-j1"))
+    again = await bus.publish(submitted("j1", "sub-j1"))
+    assert first == again == 1
+    assert await bus.last_seq() == 1
+    # no event id: no deduplication
+    assert await bus.publish(submitted("j2")) == 2
+    assert await bus.publish(submitted("j2")) == 3
+
+
+async def test_create_once_raises_already_exists(bus: Bus) -> None:
+    seq = await bus.create_once(submitted("j1", "sub-j1"))
+    assert seq == 1
+    with pytest.raises(AlreadyExists) as err:
+        await bus.create_once(submitted("j1", "sub-j1-other"))
+    assert err.value.subject == "gl.submit.t.j1"
+    with pytest.raises(AlreadyExists):
+        await bus.create_once(submitted("j1"))
+    # the very same event again is an idempotent retry: the original seq
+    assert await bus.create_once(submitted("j1", "sub-j1")) == 1
+    assert await bus.last_seq() == 1
+
+
+async def test_read_all_stops_at_the_last_seq_at_call_time(bus: Bus) -> None:
+    for i in range(5):
+        await bus.publish(submitted(f"j{i}"))
+    records = [r async for r in bus.read_all()]
+    assert [r.seq for r in records] == [1, 2, 3, 4, 5]
+    assert records[0].subject == "gl.submit.t.j0"
+    assert events.decode(records[0].data) == submitted("j0")
+    assert [r.seq async for r in bus.read_all(after_seq=3)] == [4, 5]
+    assert [r.seq async for r in bus.read_all(after_seq=5)] == []
+
+
+async def test_follow_continues_live(bus: Bus) -> None:
+    await bus.publish(submitted("a"))
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for record in bus.follow(after_seq=0):
+            seen.append(record.seq)
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.1)
+    await bus.publish(submitted("b"))
+    await bus.publish(submitted("c"))
+    await asyncio.wait_for(task, 5)
+    assert seen == [1, 2, 3]
+
+
+async def test_durable_consumer_acks_and_resumes(bus: Bus) -> None:
+    for i in range(3):
+        await bus.publish(submitted(f"j{i}"))
+    sub = await bus.durable("projector")
+    msgs = await sub.fetch(2, timeout=2)
+    assert [m.metadata.sequence.stream for m in msgs] == [1, 2]
+    for m in msgs:
+        await m.ack_sync()
+    await sub.unsubscribe()
+    again = await bus.durable("projector")
+    msgs = await again.fetch(5, timeout=2)
+    assert [m.metadata.sequence.stream for m in msgs] == [3]
