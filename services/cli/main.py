@@ -79,3 +79,6 @@ def simulate(
 
 def main() -> None:  # pragma: no cover
     app(sys.argv[1:])
+
+
+from services.cli import live as _live  # noqa: E402,F401  (registers the live commands)

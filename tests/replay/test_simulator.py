@@ -28,17 +28,20 @@ def test_three_jobs_complete_and_the_invalid_one_is_rejected_with_its_reason():
     assert jobs["job-3"]["completed_at_s"] == 4.0
 
 
-def test_the_demo_preempts_with_a_checkpoint_and_the_victim_resumes():
+def test_the_demo_reclaims_with_a_checkpoint_and_the_victim_resumes():
     sim = simulate(load(EXAMPLES / "demo.yaml"))
     jobs = jobs_by_id(sim)
     (pre,) = jobs["pretrain"]["preemptions"]
-    assert (pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == ("serve", "Reclaim", True, 0.0)
-    assert len(jobs["pretrain"]["placements"]) == 2
-    assert jobs["pretrain"]["state"] == "completed"
-    # 600 s done before the preemption, 3000 s remaining after resuming at 1810 s
-    assert jobs["pretrain"]["completed_at_s"] == 1810 + 3000
+    assert (pre["at_s"], pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
+        4.0, "serve", "Reclaim", True, 0.0)
+    assert [p["at_s"] for p in jobs["pretrain"]["placements"]] == [0.0, 13.0]
+    # 4 s of work saved at the preemption; 16 s left after resuming when serve ends at 13 s
+    assert jobs["pretrain"]["completed_at_s"] == 13.0 + 16.0
     resumed = [e for _, _, e in sim.log if isinstance(e, ev.GangPlaced) and e.job_id == "pretrain"][-1]
-    assert resumed.resume_step == 600
+    assert resumed.resume_step == 4
+    assert jobs["serve"]["placements"][0]["at_s"] == 5.0  # after the 1 s checkpoint
+    assert jobs["notebook"]["placements"][0]["members"][0]["gpu_milli"] == 500
+    assert jobs["bad-job"]["state"] == "rejected" and jobs["bad-job"]["reason"] == "UnknownTenant"
 
 
 def test_a_checkpoint_slower_than_the_grace_period_loses_the_work_since_the_last_periodic_one():

@@ -1,0 +1,340 @@
+"""Live commands over NATS: up, run, apply, submit, cancel, jobs, demo.
+
+Thin: argument handling and process wiring only; every decision is made by the deciders
+through the runtime's host loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+import events as ev
+from services.cli.main import app, fail
+
+DEFAULT_DATA = Path(".gpuledger")
+
+
+def read_doc(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        doc = yaml.safe_load(text) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"{path}: {exc}", 2)
+    if not isinstance(doc, dict):
+        fail(f"{path}: expected a mapping at the top level", 2)
+    return doc
+
+
+async def _bus(url: str):
+    from services.runtime.bus import Bus
+
+    bus = await Bus.connect(url, name="gpuledger-cli")
+    await bus.ensure_stream()
+    return bus
+
+
+async def publish_config(url: str, doc: dict[str, Any]) -> int:
+    from services.domain.configfile import config_events
+
+    bus = await _bus(url)
+    try:
+        n = 0
+        for e in config_events(doc, producer="cli", at_ms=time.time_ns() // 1_000_000):
+            await bus.publish(e)
+            n += 1
+        return n
+    finally:
+        await bus.close()
+
+
+async def fold_stream(url: str):
+    """The ledger folded from the whole stream (for commands that read state)."""
+    from services.domain.ledger import Ledger
+
+    bus = await _bus(url)
+    ledger = Ledger()
+    try:
+        async for rec in bus.read_all():
+            with contextlib.suppress(ev.UndecodableEvent):
+                ledger.apply(rec.seq, ev.decode(rec.data))
+    finally:
+        await bus.close()
+    return ledger
+
+
+# ---------------------------------------------------------------------- processes
+
+
+class Cluster:
+    """The control plane plus simulated agents, in-process (asyncio tasks) or as processes."""
+
+    def __init__(self, url: str, config: Path | None, doc: dict[str, Any], processes: bool) -> None:
+        self.url, self.config, self.doc, self.processes = url, config, doc, processes
+        self.children: list[subprocess.Popen] = []
+        self.tasks: list[asyncio.Task] = []
+        self.stop = asyncio.Event()
+
+    async def start(self) -> None:
+        from services.roles import CONTROL_PLANE, build
+        from services.runtime.host import run_service
+
+        if self.processes:
+            for role in CONTROL_PLANE:
+                self.children.append(spawn(role, self.url, self.config))
+            for node in self._nodes():
+                self.children.append(spawn("node-agent", self.url, self.config, node=node))
+            return
+        for role in CONTROL_PLANE:
+            self.tasks.append(asyncio.create_task(run_service(build(role), self.url, stop=self.stop)))
+        if self._nodes():
+            agent = build("node-agent", self.doc)
+            self.tasks.append(asyncio.create_task(run_service(agent, self.url, stop=self.stop)))
+
+    def _nodes(self) -> list[str]:
+        from services.domain.configfile import node_infos
+
+        return [n.name for n in node_infos(self.doc)]
+
+    async def close(self) -> None:
+        self.stop.set()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(t, 10)
+        for p in self.children:
+            p.terminate()
+        for p in self.children:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def spawn(role: str, url: str, config: Path | None, node: str | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "services.cli", "run", role, "--nats-url", url]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    if node is not None:
+        cmd += ["--node", node]
+    return subprocess.Popen(cmd, env={**os.environ, "GPULEDGER_LOG_JSON": os.environ.get("GPULEDGER_LOG_JSON", "1")})
+
+
+def embedded(data: Path | None, keep: bool):
+    from services.runtime.nats_server import EmbeddedNats
+
+    store = None
+    if keep and data is not None:
+        store = data / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+    return EmbeddedNats(store, sync_always=keep)
+
+
+# ---------------------------------------------------------------------- commands
+
+
+@app.command()
+def run(
+    role: str = typer.Argument(..., help="admission | quota | scheduler | preemption | node-agent | projector"),
+    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL."),
+    config: Path | None = typer.Option(None, "--config", help="Cluster configuration (node agents read their nodes here)."),
+    node: str | None = typer.Option(None, "--node", help="Node agent: the node to simulate."),
+) -> None:
+    """Run one service against a NATS server (as compose runs each container)."""
+    from services.roles import UnknownRole, build
+    from services.runtime.host import serve
+
+    try:
+        service = build(role, read_doc(config), node=node, instance=node or "0")
+    except (UnknownRole, ValueError) as exc:
+        fail(str(exc), 2)
+    serve(service, nats_url)
+
+
+@app.command()
+def apply(
+    config: Path = typer.Argument(..., help="Configuration YAML (tenants, priority classes, policy)."),
+    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+) -> None:
+    """Publish a configuration as events (what replays will see as in force from now)."""
+    from services.domain.configfile import ConfigFileError
+
+    try:
+        n = asyncio.run(publish_config(nats_url, read_doc(config)))
+    except ConfigFileError as exc:
+        fail(str(exc), 2)
+    typer.echo(f"published {n} configuration events")
+
+
+@app.command()
+def up(
+    config: Path | None = typer.Option(None, "--config", help="Cluster configuration YAML."),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="Use this NATS instead of the embedded one."),
+    processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store."),
+) -> None:
+    """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents."""
+    from services.runtime.logging import configure_logging
+
+    configure_logging()
+    doc = read_doc(config)
+
+    async def main() -> None:
+        server = None
+        url = nats_url
+        if url is None:
+            server = embedded(data, keep=True).start()
+            url = server.url
+        typer.echo(f"gpuledger up: NATS at {url}  (Ctrl-C to stop)", err=True)
+        await publish_config(url, doc)
+        cluster = Cluster(url, config, doc, processes)
+        await cluster.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await cluster.close()
+            if server is not None:
+                server.stop()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+@app.command()
+def submit(
+    file: Path = typer.Argument(..., help="Job YAML/JSON file, or - for standard input."),
+    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the admission decision; exit 1 on rejection."),
+    timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
+) -> None:
+    """Publish JobSubmitted (idempotent by job id: a retried submission is the same job)."""
+    from services.domain.jobfile import JobFileError, job_spec
+    from services.domain.stamp import stamp
+    from services.runtime.bus import AlreadyExists
+
+    try:
+        spec = job_spec(read_doc(file))
+        event = stamp(ev.JobSubmitted, key=spec.job_id, producer="cli", now_ms=time.time_ns() // 1_000_000,
+                      correlation_id=spec.job_id, job=spec)
+        ev.subject_for(event)
+    except (JobFileError, ev.InvalidId) as exc:
+        fail(str(exc), 2)
+
+    async def main() -> int:
+        bus = await _bus(nats_url)
+        try:
+            try:
+                seq = await bus.create_once(event)
+            except AlreadyExists:
+                fail(f"job {spec.job_id} already exists with a different submission", 3)
+            typer.echo(f"submitted {spec.job_id} (seq {seq})", err=True)
+            if not wait:
+                return 0
+            deadline = time.monotonic() + timeout
+            async for rec in bus.follow(seq):
+                with contextlib.suppress(ev.UndecodableEvent):
+                    e = ev.decode(rec.data)
+                    if isinstance(e, ev.JobAdmitted) and e.job_id == spec.job_id:
+                        typer.echo(f"admitted {spec.job_id} (priority {e.priority})")
+                        return 0
+                    if isinstance(e, ev.JobRejected) and e.job_id == spec.job_id:
+                        typer.echo(f"rejected {spec.job_id}: {e.reason}: {e.message}", err=True)
+                        return 1
+                if time.monotonic() > deadline:
+                    break
+            typer.echo(f"no admission decision for {spec.job_id} within {timeout:g}s", err=True)
+            return 4
+        finally:
+            await bus.close()
+
+    raise typer.Exit(asyncio.run(asyncio.wait_for(main(), timeout + 10)))
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(...),
+    tenant: str = typer.Option(..., "--tenant"),
+    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+) -> None:
+    """Publish JobCancelled."""
+    from services.domain.stamp import stamp
+
+    event = stamp(ev.JobCancelled, key=job_id, producer="cli", now_ms=time.time_ns() // 1_000_000,
+                  correlation_id=job_id, job_id=job_id, tenant=tenant)
+
+    async def main() -> None:
+        bus = await _bus(nats_url)
+        try:
+            await bus.publish(event)
+        finally:
+            await bus.close()
+
+    asyncio.run(main())
+    typer.echo(f"cancel requested for {job_id}")
+
+
+@app.command()
+def demo(
+    processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
+    scenario_file: Path | None = typer.Option(None, "--scenario", help="Another scenario to play live."),
+    timeout: float = typer.Option(90.0, help="Give up after this many seconds."),
+) -> None:
+    """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
+    a readable timeline at the end."""
+    from replay import live_player
+    from replay.report import job_rows
+    from replay.scenario import ScenarioError, load
+    from replay.timeline import format_line
+    from services.runtime.logging import configure_logging
+
+    os.environ.setdefault("GPULEDGER_LOG_LEVEL", "warning")
+    configure_logging()
+    path = scenario_file or Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "demo.yaml"
+    try:
+        sc = load(path)
+    except ScenarioError as exc:
+        fail(str(exc), 2)
+    doc = read_doc(path)
+    job_ids = [e.job.job_id for _, e in sc.inputs if isinstance(e, ev.JobSubmitted)]
+
+    async def main() -> None:
+        with embedded(None, keep=False) as server:
+            typer.echo(f"embedded NATS at {server.url}; playing scenario {sc.name!r} live...")
+            bus = await _bus(server.url)
+            cluster = Cluster(server.url, path, doc, processes)
+            try:
+                await live_player.publish_config(bus, sc)
+                await cluster.start()
+                await live_player.wait_for_nodes(bus, [n.name for n in sc.nodes], 30)
+                started = time.monotonic()
+                await live_player.play(bus, sc)
+                ledger = await live_player.wait_for_jobs(bus, job_ids, timeout)
+                _, log = await live_player.fold(bus)
+                origin = min((e.occurred_at_ms for _, _, e in log if isinstance(e, ev.JobSubmitted)), default=0)
+                typer.echo("\nTIMELINE")
+                for _, _, e in log:
+                    line = format_line(e, origin)
+                    if line is not None:
+                        typer.echo(line)
+                typer.echo("\nSUMMARY")
+                typer.echo(f"{'JOB':<12}{'TENANT':<10}{'CLASS':<12}{'STATE':<11}{'PLACED':>7}{'PREEMPTED':>10}  LOST GPU-s")
+                for row in job_rows(ledger):
+                    lost = sum(p["lost_gpu_s"] for p in row["preemptions"])
+                    typer.echo(f"{row['id']:<12}{row['tenant']:<10}{row['priority_class']:<12}{row['state']:<11}"
+                               f"{len(row['placements']):>7}{len(row['preemptions']):>10}  {lost:.1f}")
+                typer.echo(f"\n{len(log)} events on the bus; wall time {time.monotonic() - started:.1f}s")
+            finally:
+                await cluster.close()
+                await bus.close()
+
+    asyncio.run(main())

@@ -1,0 +1,46 @@
+"""The service roles a process can run, built from a configuration document.
+
+`gpuledger run ROLE` and `gpuledger up` both go through `build`, so a service is assembled
+the same way whether it runs in-process or as its own OS process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.admission.decider import Admission
+from services.domain.configfile import node_infos
+from services.node_agent.simulated import SimulatedAgent
+from services.preemption.decider import Preemption
+from services.quota.decider import Quota
+from services.scheduler.decider import Scheduler
+
+CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
+ROLES = (*CONTROL_PLANE, "node-agent")
+LIVE_HEARTBEAT_S = 5
+
+
+class UnknownRole(ValueError):
+    def __init__(self, role: str) -> None:
+        super().__init__(f"unknown service {role!r} (one of: {', '.join(ROLES)}, projector)")
+
+
+def build(role: str, doc: dict[str, Any] | None = None, node: str | None = None, instance: str = "0"):
+    """A service for `role`. A node agent simulates `node` (or every node) of the document."""
+    match role:
+        case "admission":
+            return Admission(instance)
+        case "quota":
+            return Quota(instance)
+        case "scheduler":
+            return Scheduler(instance)
+        case "preemption":
+            return Preemption(instance)
+        case "node-agent":
+            nodes = node_infos(doc or {})
+            if node is not None:
+                nodes = tuple(n for n in nodes if n.name == node)
+                if not nodes:
+                    raise ValueError(f"node {node!r} is not declared in the configuration")
+            return SimulatedAgent(nodes, instance=node or "sim", heartbeat_s=LIVE_HEARTBEAT_S)
+    raise UnknownRole(role)
