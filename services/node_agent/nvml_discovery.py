@@ -143,7 +143,16 @@ def _mig_instances(nvml: Any, handle: Any, model: str) -> tuple[MigInstance, ...
                                        lost_code=nvml.NVML_ERROR_GPU_IS_LOST)) from err
         gi_id = int(_call(nvml, "nvmlDeviceGetGpuInstanceId", mig_handle))
         ci_id = int(_call(nvml, "nvmlDeviceGetComputeInstanceId", mig_handle))
-        gi = _call(nvml, "nvmlDeviceGetGpuInstanceById", handle, gi_id)
+        try:
+            gi = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+        except nvml.NVMLError as err:
+            if err.value == nvml.NVML_ERROR_NO_PERMISSION:
+                raise _Failed(
+                    "MIG layout unreadable: nvmlDeviceGetGpuInstanceById needs the agent to "
+                    "run as root or hold the MIG monitor capability"
+                ) from err
+            raise _Failed(error_reason("nvmlDeviceGetGpuInstanceById", err,
+                                       lost_code=nvml.NVML_ERROR_GPU_IS_LOST)) from err
         info = _call(nvml, "nvmlGpuInstanceGetInfo", gi)
         profile_id = int(info.profileId)
         found.append(

@@ -121,37 +121,48 @@ class Sampler:
         return self._gpm_supported[uuid]
 
     def _gpm_sm_util(self, uuid: str, handle: Any, gi_id: int | None) -> float | None:
-        """SM activity since the previous sample of this GPU / instance, or None."""
+        """SM activity since the previous sample of this GPU / instance, or None.
+
+        GPM is telemetry, not health: a GPM failure other than "GPU is lost" gives None
+        and restarts this key's sample pair.
+        """
         nvml = self._nvml
-        current = self._call("nvmlGpmSampleAlloc")
+        key = (uuid, gi_id)
+        current = None
         try:
+            current = nvml.nvmlGpmSampleAlloc()
             if gi_id is None:
-                got = self._optional("nvmlGpmSampleGet", handle, current)
+                nvml.nvmlGpmSampleGet(handle, current)
             else:
-                got = self._optional("nvmlGpmMigSampleGet", handle, gi_id, current)
-        except _Unhealthy:
-            self._free(current)
-            raise
-        if got is None:
-            self._free(current)
+                nvml.nvmlGpmMigSampleGet(handle, gi_id, current)
+        except nvml.NVMLError as err:
+            if current is not None:
+                self._free(current)
+            previous = self._previous.pop(key, None)
+            if previous is not None:
+                self._free(previous)
+            if err.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise _Unhealthy(self._reason("nvmlGpmSampleGet", err)) from err
             return None
-        previous = self._previous.pop((uuid, gi_id), None)
-        self._previous[(uuid, gi_id)] = current
+        previous = self._previous.pop(key, None)
+        self._previous[key] = current
         if previous is None:
             return None
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 1
+        request.sample1 = previous
+        request.sample2 = current
+        request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
         try:
-            request = nvml.c_nvmlGpmMetricsGet_t()
-            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 1
-            request.sample1 = previous
-            request.sample2 = current
-            request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
-            result = self._optional("nvmlGpmMetricsGet", request)
+            nvml.nvmlGpmMetricsGet(request)
+        except nvml.NVMLError:
+            return None
         finally:
             self._free(previous)
-        if result is None or result.metrics[0].nvmlReturn != nvml.NVML_SUCCESS:
+        if request.metrics[0].nvmlReturn != nvml.NVML_SUCCESS:
             return None
-        return ratio(result.metrics[0].value)
+        return ratio(request.metrics[0].value)
 
     def _sample_gpu(self, gpu: DiscoveredGpu) -> list[GpuSample]:
         nvml = self._nvml

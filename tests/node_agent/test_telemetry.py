@@ -141,3 +141,22 @@ def test_other_nvml_errors_make_the_gpu_unhealthy_with_the_failing_call(monkeypa
 @pytest.mark.parametrize(("pct", "r"), [(0, 0.0), (50, 0.5), (100, 1.0), (101, 1.0), (-1, 0.0)])
 def test_ratios_are_clamped_to_zero_one(pct, r):
     assert ratio(pct) == r
+
+
+def test_gpm_failures_are_missing_data_not_ill_health(monkeypatch):
+    # Given an H200 whose GPM sampling fails with a non-fatal error
+    fake = h200_node()
+    gpus = _discovered(fake, monkeypatch)
+    _with_nvml(fake)
+    fake.gpus[0].failures["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+    with Sampler(pynvml) as sampler:
+        sampler.sample(gpus)
+        (row,) = sampler.sample(gpus)
+        # Then it is healthy, with no SM activity (and no utilisation-rate stand-in)
+        assert (row.healthy, row.sm_active, row.util_source) == (True, None, None)
+        # and when GPM recovers, ratios come back from the second good sample
+        del fake.gpus[0].failures["nvmlGpmSampleGet"]
+        fake.gpus[0].sm_util_pct = 12.5
+        sampler.sample(gpus)
+        assert sampler.sample(gpus)[0].sm_active == 0.125
+    assert fake.live_gpm_samples == 0
