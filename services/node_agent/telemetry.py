@@ -20,7 +20,7 @@ Health as in ``health.py``; a GPU that errors yields an unhealthy sample, never 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -67,10 +67,18 @@ class Sampler:
         self._previous: dict[tuple[str, int | None], Any] = {}
 
     # -- public -------------------------------------------------------------------
-    def sample(self, gpus: Iterable[DiscoveredGpu]) -> tuple[GpuSample, ...]:
+    def sample(self, gpus: Iterable[DiscoveredGpu],
+               known_faults: Mapping[str, str] | None = None) -> tuple[GpuSample, ...]:
+        """Sample every GPU. ``known_faults`` (UUID -> reason, e.g. ``XidWatcher.faults``)
+        marks GPUs unhealthy that NVML's current readings alone would call healthy."""
         rows: list[GpuSample] = []
+        faults = known_faults or {}
         for gpu in gpus:
-            rows.extend(self._sample_gpu(gpu))
+            for row in self._sample_gpu(gpu):
+                if row.healthy and gpu.uuid in faults:
+                    row = msgspec.structs.replace(row, healthy=False,
+                                                  health_reason=faults[gpu.uuid])
+                rows.append(row)
         return tuple(rows)
 
     def close(self) -> None:

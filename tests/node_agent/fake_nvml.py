@@ -105,6 +105,8 @@ class FakeNvml:
         "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetUtilizationRates",
         "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree",
         "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet",
+        "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceRegisterEvents",
+        "nvmlEventSetWait_v2",
     )
 
     def __init__(self, gpus: list[FakeGpu], nvlink: set[frozenset[int]] | None = None,
@@ -119,6 +121,12 @@ class FakeNvml:
         self.calls: list[str] = []
         self._gpm_samples: dict[int, tuple[ctypes.c_uint64, tuple[int, int | None] | None]] = {}
         self._gpm_values: dict[int, float] = {}
+        self._event_sets: dict[int, set[int]] = {}  # set id -> registered GPU indexes
+        self._xids: list[tuple[int, int, int, int]] = []  # (gpu, xid, gi, ci) pending
+
+    def raise_xid(self, gpu: int, xid: int, gi: int = 0xFFFFFFFF, ci: int = 0xFFFFFFFF) -> None:
+        """The driver reports XID ``xid`` on GPU ``gpu`` (delivered to registered sets)."""
+        self._xids.append((gpu, xid, gi, ci))
 
     def install(self, monkeypatch) -> FakeNvml:
         for name in self.FUNCTIONS:
@@ -352,6 +360,41 @@ class FakeNvml:
             else:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return request
+
+
+    # -- events (XID) -----------------------------------------------------------------
+    # nvmlEventSetWait_v2 returns a c_nvmlEventData_t whose ``device`` is a C pointer; the
+    # fake returns an object with the same field names whose ``device`` is a fake handle.
+    def nvmlEventSetCreate(self) -> int:
+        set_id = len(self._event_sets) + 1
+        self._event_sets[set_id] = set()
+        return set_id
+
+    def nvmlEventSetFree(self, set_id: int) -> None:
+        del self._event_sets[set_id]
+
+    def nvmlDeviceRegisterEvents(self, handle: Handle, event_types: int, set_id: int) -> None:
+        self._gpu(handle, "nvmlDeviceRegisterEvents")
+        if event_types != pynvml.nvmlEventTypeXidCriticalError:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self._event_sets[set_id].add(handle.gpu)
+
+    def nvmlEventSetWait_v2(self, set_id: int, timeout_ms: int):
+        registered = self._event_sets[set_id]
+        for i, (gpu, xid, gi, ci) in enumerate(self._xids):
+            if gpu in registered:
+                del self._xids[i]
+                return _EventData(Handle(gpu), pynvml.nvmlEventTypeXidCriticalError, xid, gi, ci)
+        raise err(pynvml.NVML_ERROR_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class _EventData:
+    device: Handle
+    eventType: int
+    eventData: int
+    gpuInstanceId: int
+    computeInstanceId: int
 
 
 # -- fixtures' hardware ---------------------------------------------------------------
