@@ -265,6 +265,7 @@ async def test_forget_drops_ended_members_but_refuses_running_ones(tmp_path, sta
     assert ex.members() == () and list(state_dir.iterdir()) == []
 
 
+@pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
 async def test_dropping_the_executor_leaves_members_running(tmp_path, state_dir):
     ex = Executor(state_dir)
     pid = ex.start(launch(tmp_path, *LONG)).pid
