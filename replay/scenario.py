@@ -19,11 +19,11 @@ from typing import Any
 
 import yaml
 
-from events import Event, JobCancelled, JobSubmitted, NodeInfo, NodeLost
+from events import Event, JobCancelled, NodeInfo, NodeLost
 from services.domain.configfile import ConfigFileError, config_events, node_infos
 from services.domain.jobfile import JobFileError, job_spec
 from services.domain.quantities import QuantityError, seconds
-from services.domain.stamp import stamp
+from services.domain.stamp import stamp, submission
 
 
 class ScenarioError(ValueError):
@@ -68,7 +68,7 @@ def _input(item: dict[str, Any]) -> tuple[int, Event]:
     common = dict(producer="scenario", now_ms=at_ms)
     if "submit" in item:
         spec = job_spec(item["submit"])
-        return at_ms, stamp(JobSubmitted, key=spec.job_id, correlation_id=spec.job_id, job=spec, **common)
+        return at_ms, submission(spec, now_ms=at_ms, producer="scenario")
     if "cancel" in item:
         job_id = str(item["cancel"])
         tenant = str(item.get("tenant", ""))

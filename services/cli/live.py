@@ -219,13 +219,12 @@ def submit(
 ) -> None:
     """Publish JobSubmitted (idempotent by job id: a retried submission is the same job)."""
     from services.domain.jobfile import JobFileError, job_spec
-    from services.domain.stamp import stamp
+    from services.domain.stamp import submission
     from services.runtime.bus import AlreadyExists
 
     try:
         spec = job_spec(read_doc(file))
-        event = stamp(ev.JobSubmitted, key=spec.job_id, producer="cli", now_ms=time.time_ns() // 1_000_000,
-                      correlation_id=spec.job_id, job=spec)
+        event = submission(spec, producer="cli", now_ms=time.time_ns() // 1_000_000)
         ev.subject_for(event)
     except (JobFileError, ev.InvalidId) as exc:
         fail(str(exc), 2)

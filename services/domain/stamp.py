@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, TypeVar
 
-from events import Decision, Event, derive_event_id
+from events import Decision, Event, JobSubmitted, derive_event_id, encode
 
 E = TypeVar("E", bound=Event)
 
@@ -34,3 +35,11 @@ def stamp(
     if issubclass(cls, Decision):
         envelope.update(input_seq=input_seq, config_digest=config_digest, leader_epoch=leader_epoch)
     return cls(**envelope, **fields)
+
+
+def submission(spec, *, now_ms: int, producer: str):
+    """A `JobSubmitted` whose id derives from the job id AND its content: a retry of the same
+    submission deduplicates, a different job under a reused id does not pass as a retry."""
+    digest = hashlib.blake2b(encode(spec), digest_size=8).hexdigest()
+    return stamp(JobSubmitted, key=f"{spec.job_id}:{digest}", producer=producer, now_ms=now_ms,
+                 correlation_id=spec.job_id, job=spec)

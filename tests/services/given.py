@@ -6,7 +6,7 @@ import events as ev
 from services.domain.configfile import config_events, node_infos
 from services.domain.jobfile import job_spec
 from services.domain.ledger import Ledger
-from services.domain.stamp import stamp
+from services.domain.stamp import submission
 
 
 def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]:
@@ -20,8 +20,7 @@ def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]
 
 def submitted(at_ms: int = 0, **job) -> ev.JobSubmitted:
     spec = job_spec(job)
-    return stamp(ev.JobSubmitted, key=spec.job_id, producer="test", now_ms=at_ms,
-                 correlation_id=spec.job_id, job=spec)
+    return submission(spec, now_ms=at_ms, producer="test")
 
 
 def given(*events: ev.Event) -> Ledger:

@@ -1,0 +1,158 @@
+"""The walking skeleton end to end: every service a separate OS process on a real
+nats-server, simulated node agents, the same scenario through the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import events as ev
+from replay import live_player
+from replay.scenario import load
+from replay.simulator import simulate
+from services.domain.ledger import Ledger
+from services.runtime.bus import Bus
+from services.runtime.nats_server import EmbeddedNats
+from tests.integration.cluster import EXAMPLES, Processes, cli
+
+pytestmark = pytest.mark.integration
+THREE = EXAMPLES / "three-jobs.yaml"
+
+
+@pytest.fixture
+def server():
+    with EmbeddedNats() as s:
+        yield s
+
+
+@pytest.fixture
+async def bus(server):
+    b = await Bus.connect(server.url)
+    await b.ensure_stream()
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+def procs(server, tmp_path):
+    p = Processes(server.url, THREE, tmp_path)
+    yield p
+    p.stop()
+
+
+def placements(log) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+    return {
+        e.allocation_id: sorted((m.node, m.gpus) for m in e.members)
+        for _, _, e in log
+        if isinstance(e, ev.GangPlaced)
+    }
+
+
+def strict_fold(log) -> Ledger:
+    """Fold without forgiveness: a GPU booked twice raises PlacementConflict."""
+    ledger = Ledger()
+    for seq, _, e in log:
+        ledger.apply(seq, e)
+    return ledger
+
+
+async def run_scenario(bus, procs, scenario, timeout=60):
+    await live_player.publish_config(bus, scenario)
+    procs.start_all([n.name for n in scenario.nodes])
+    assert await live_player.wait_for_nodes(bus, [n.name for n in scenario.nodes], 30), procs.logs()
+    await live_player.play(bus, scenario)
+    job_ids = [e.job.job_id for _, e in scenario.inputs if isinstance(e, ev.JobSubmitted)]
+    ledger = await live_player.wait_for_jobs(bus, job_ids, timeout)
+    _, log = await live_player.fold(bus)
+    return ledger, log
+
+
+async def test_three_jobs_complete_live_and_match_the_simulator(bus, procs):
+    scenario = load(THREE)
+    ledger, log = await run_scenario(bus, procs, scenario)
+    states = {j: r.state for j, r in ledger.jobs.items()}
+    assert states == {"job-1": "completed", "job-2": "completed", "job-3": "completed", "job-bad": "rejected"}, procs.logs()
+    assert ledger.jobs["job-bad"].reason == "TopologyUnsatisfiable"
+    assert "9 GPUs in one NVLink clique" in ledger.jobs["job-bad"].message
+    sim = simulate(scenario)
+    assert placements(log) == placements(sim.log)
+    strict_fold(log)
+
+
+async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, procs, tmp_path):
+    doc = {
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "t", "guaranteed": 8}],
+        "timeline": [
+            {"at": i * 0.2, "submit": {"id": f"j{i}", "tenant": "t", "gpus": 1 + i % 4, "duration": 1}}
+            for i in range(16)
+        ],
+    }
+    from replay.scenario import from_document
+
+    scenario = from_document(doc)
+    config = tmp_path / "cluster.yaml"
+    config.write_text(json.dumps(doc))
+    procs.config = config
+    await live_player.publish_config(bus, scenario)
+    procs.start_all(["n1", "n2"])
+    assert await live_player.wait_for_nodes(bus, ["n1", "n2"], 30), procs.logs()
+    player = asyncio.create_task(live_player.play(bus, scenario))
+    await asyncio.sleep(1.5)
+    procs.kill9("scheduler")
+    await asyncio.sleep(1.0)
+    procs.start("scheduler")
+    await player
+    job_ids = [f"j{i}" for i in range(16)]
+    ledger = await live_player.wait_for_jobs(bus, job_ids, 60)
+    _, log = await live_player.fold(bus)
+    assert {ledger.jobs[j].state for j in job_ids} == {"completed"}, procs.logs()
+    placed = [e for _, _, e in log if isinstance(e, ev.GangPlaced)]
+    assert len(placed) == len({e.allocation_id for e in placed}) == 16
+    assert len({e.job_id for e in placed}) == 16
+    strict_fold(log)  # no GPU allocated twice at any point of the log
+
+
+async def test_a_ci_retry_of_the_same_submission_yields_one_job(server, bus, procs, tmp_path):
+    await live_player.publish_config(bus, load(THREE))
+    procs.start("admission")
+    job = tmp_path / "job.yaml"
+    job.write_text("id: retry-1\ntenant: team-a\ngpus: 1\nduration: 1\n")
+    first = cli("submit", str(job), "--nats-url", server.url, "--wait")
+    second = cli("submit", str(job), "--nats-url", server.url, "--wait")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    job.write_text("id: retry-1\ntenant: team-a\ngpus: 2\nduration: 1\n")
+    different = cli("submit", str(job), "--nats-url", server.url)
+    assert different.returncode == 3 and "already exists" in different.stderr
+    _, log = await live_player.fold(bus)
+    assert sum(isinstance(e, ev.JobSubmitted) for _, _, e in log) == 1
+    assert sum(isinstance(e, ev.JobAdmitted) for _, _, e in log) == 1
+
+
+async def test_a_rejected_submission_exits_non_zero_with_the_reason(server, bus, procs, tmp_path):
+    await live_player.publish_config(bus, load(THREE))
+    procs.start("admission")
+    job = tmp_path / "job.yaml"
+    job.write_text("id: nope\ntenant: nobody\ngpus: 1\n")
+    out = cli("submit", str(job), "--nats-url", server.url, "--wait")
+    assert out.returncode == 1
+    assert "UnknownTenant" in out.stderr
+
+
+async def test_a_malformed_message_is_dead_lettered_once_and_services_keep_working(server, bus, procs, tmp_path):
+    await live_player.publish_config(bus, load(THREE))
+    procs.start("admission")
+    procs.start("scheduler")
+    await bus.publish_raw("gl.submit.team-a.garbage", b"{not json")
+    await bus.publish_raw("gl.submit.team-a.wrong", b'{"type": "JobSubmitted.v1", "job": {"job_id": 1}}')
+    job = tmp_path / "job.yaml"
+    job.write_text("id: after-garbage\ntenant: team-a\ngpus: 1\n")
+    out = cli("submit", str(job), "--nats-url", server.url, "--wait")
+    assert out.returncode == 0, out.stderr + procs.logs()
+    await asyncio.sleep(1.0)
+    _, log = await live_player.fold(bus)
+    dead = [e for _, _, e in log if isinstance(e, ev.DeadLettered)]
+    assert sorted(d.subject for d in dead) == ["gl.submit.team-a.garbage", "gl.submit.team-a.wrong"]
+    assert all(p.poll() is None for p in procs.procs.values()), "a service died on a bad message"
