@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import events
 from services.runtime.bus import Bus
-from services.runtime.host import Host
+from services.runtime.host import Host, run_service
+from services.runtime.nats_server import EmbeddedNats
 
 
 def submitted(job_id: str) -> events.JobSubmitted:
@@ -257,3 +263,89 @@ async def test_next_wakeup_wakes_the_loop_without_a_message(bus: Bus) -> None:
         await settle(host)
     assert service.decided_at[-1] == 1_000_200
     assert len(of_type(await stream_events(bus), events.JobAdmitted)) == 1
+
+
+async def test_run_service_stops_gracefully_on_the_stop_event(
+    bus: Bus, nats_server: EmbeddedNats
+) -> None:
+    stop = asyncio.Event()
+    hosts: list[Host] = []
+    task = asyncio.create_task(
+        run_service(Admitter(), nats_server.url, stop=stop, on_host=hosts.append)
+    )
+    await bus.publish(submitted("j1"))
+    await eventually(lambda: bool(hosts) and "j1" in hosts[0].state.admitted)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert len(of_type(await stream_events(bus), events.JobAdmitted)) == 1
+
+
+async def test_only_the_lease_holder_decides_and_a_standby_takes_over(
+    bus: Bus, nats_server: EmbeddedNats
+) -> None:
+    first, second = Admitter("0"), Admitter("1")
+    stop_first, stop_second = asyncio.Event(), asyncio.Event()
+    hosts: list[Host] = []
+    t1 = asyncio.create_task(
+        run_service(first, nats_server.url, stop=stop_first, lease_ttl_s=2, on_host=hosts.append)
+    )
+    await eventually(lambda: bool(hosts) and hosts[0].lease is not None and hosts[0].lease.held)
+    t2 = asyncio.create_task(
+        run_service(second, nats_server.url, stop=stop_second, lease_ttl_s=2, on_host=hosts.append)
+    )
+    await eventually(lambda: len(hosts) == 2)
+    h1, h2 = hosts
+    await bus.publish(submitted("j1"))
+    await eventually(lambda: "j1" in h2.state.admitted)  # the standby folds too
+    assert first.emitted and not second.emitted and second.decide_calls == 0
+    epoch1 = h1.leader_epoch
+    stop_first.set()
+    await asyncio.wait_for(t1, 5)  # releases the lease
+    await eventually(lambda: h2.leader_epoch is not None)
+    assert h2.leader_epoch > epoch1
+    await bus.publish(submitted("j2"))
+    await eventually(lambda: "j2" in h2.state.admitted)
+    assert second.emitted == [events.derive_event_id("JobAdmitted", "j2")]
+    stop_second.set()
+    await asyncio.wait_for(t2, 5)
+    assert len(of_type(await stream_events(bus), events.JobAdmitted)) == 2
+
+
+SERVE_SCRIPT = """
+import sys
+from tests.runtime.test_host import Admitter
+from services.runtime.host import serve
+serve(Admitter(), sys.argv[1])
+print("clean exit", flush=True)
+"""
+
+
+async def test_serve_stops_gracefully_on_sigterm(bus: Bus, nats_server: EmbeddedNats) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SERVE_SCRIPT,
+        nats_server.url,
+        cwd=str(Path(__file__).resolve().parents[2]),
+        env={**os.environ, "GPULEDGER_LOG_JSON": "1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await bus.publish(submitted("j1"))
+        deadline = asyncio.get_running_loop().time() + 10
+        while not of_type(await stream_events(bus), events.JobAdmitted):
+            assert asyncio.get_running_loop().time() < deadline, "service never decided"
+            await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(proc.communicate(), 10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert b"clean exit" in out
+    lines = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
+    decisions = [x for x in lines if x.get("event") == "host.decision"]
+    assert decisions and decisions[0]["service"] == "admitter" and decisions[0]["instance"] == "0"
+    assert any(x.get("event") == "host.stopped" for x in lines)
