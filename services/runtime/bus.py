@@ -120,9 +120,10 @@ class Bus:
         *,
         stream: str = STREAM,
         timeout_s: float = 5.0,
-        idle_heartbeat_s: float = 2.0,
+        idle_heartbeat_s: float = 1.0,
     ) -> None:
         self.nc = nc
+        self.timeout_s = timeout_s
         self.js = nc.jetstream(timeout=timeout_s)
         self.stream = stream
         self.idle_heartbeat_s = idle_heartbeat_s
@@ -255,7 +256,7 @@ class Bus:
         follower = await self.follower(after_seq)
         try:
             while True:
-                d = await follower.next(timeout=self.js._timeout)
+                d = await follower.next(timeout=self.timeout_s)
                 if d is None:
                     raise TimeoutError(f"stream stalled at seq {follower.last_seq} < {target}")
                 if d.seq > target:

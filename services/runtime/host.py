@@ -17,7 +17,8 @@ Invariants:
   mutating: the host cannot undo a partial in-place update.
 - a decision batch that adds nothing new to the log (only duplicates) is followed by a sleep
   until a new message or a wakeup, never by an immediate re-decide (no hot loop on a decider
-  whose `evolve` ignores its own output).
+  whose `evolve` ignores its own output); a `decide` that raises is logged and retried on
+  the next message or wakeup, while folding goes on.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class HostStats:
     duplicates: int = 0
     dead_letters: int = 0
     publish_errors: int = 0
+    decide_errors: int = 0
 
 
 def dead_letter_for(delivery: Delivery, reason: str) -> DeadLettered:
@@ -192,7 +194,11 @@ class Host:
 
     async def _sleep_until_message_or_wakeup(self, follower: Follower) -> Delivery | None:
         now = self.clock()
-        wake = self.service.next_wakeup_ms(self.state, now)
+        try:
+            wake = self.service.next_wakeup_ms(self.state, now)
+        except Exception:
+            self.log.exception("host.next_wakeup_failed", input_seq=self.folded_seq)
+            wake = None
         timeout = self.max_idle_s
         if wake is not None:
             timeout = min(timeout, max(self.min_sleep_s, (wake - now) / 1000.0))
@@ -250,7 +256,12 @@ class Host:
         """Decide once; True if something new landed in the log, None on bus trouble."""
         now = self.clock()
         self.stats.decide_calls += 1
-        out = self.service.decide(self.state, now)
+        try:
+            out = list(self.service.decide(self.state, now))
+        except Exception:  # a decider bug: keep folding, retry on the next message or wakeup
+            self.stats.decide_errors += 1
+            self.log.exception("host.decide_failed", input_seq=self.folded_seq, now_ms=now)
+            return False
         if not out:
             return False
         seqs: list[int] = []

@@ -349,3 +349,24 @@ async def test_serve_stops_gracefully_on_sigterm(bus: Bus, nats_server: Embedded
     decisions = [x for x in lines if x.get("event") == "host.decision"]
     assert decisions and decisions[0]["service"] == "admitter" and decisions[0]["instance"] == "0"
     assert any(x.get("event") == "host.stopped" for x in lines)
+
+
+class Flaky(Admitter):
+    """Its decide raises while a job named `boom` is pending."""
+
+    def decide(self, state: AdmitState, now_ms: int) -> list[events.Event]:
+        if "boom" in state.submitted and "boom" not in state.admitted:
+            raise RuntimeError("decider bug")
+        return super().decide(state, now_ms)
+
+
+async def test_a_raising_decide_is_logged_and_folding_goes_on(bus: Bus) -> None:
+    service = Flaky()
+    async with running(Host(service, bus)) as host:
+        await bus.publish(submitted("boom"))
+        await eventually(lambda: host.stats.decide_errors >= 1)
+        await bus.publish(admitted("boom"))  # someone else resolves it
+        await bus.publish(submitted("ok"))
+        await eventually(lambda: "ok" in host.state.admitted)
+        await settle(host)
+    assert host.folded_seq == await bus.last_seq()
