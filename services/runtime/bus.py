@@ -14,7 +14,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import nats
 import nats.errors
@@ -129,16 +129,32 @@ class Bus:
         self.idle_heartbeat_s = idle_heartbeat_s
 
     @classmethod
-    async def connect(cls, url: str, *, name: str = "gpuledger", **kwargs: object) -> Bus:
-        """Connect with unlimited reconnects (a restarted server is picked up again)."""
-        nc = await nats.connect(
-            url,
-            name=name,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            connect_timeout=5,
-        )
-        return cls(nc, **kwargs)  # type: ignore[arg-type]
+    async def connect(
+        cls,
+        url: str,
+        *,
+        name: str = "gpuledger",
+        stream: str = STREAM,
+        timeout_s: float = 5.0,
+        idle_heartbeat_s: float = 1.0,
+        **nats_options: Any,
+    ) -> Bus:
+        """Connect with unlimited reconnects (a restarted server is picked up again).
+
+        `url` may list several servers separated by commas (a cluster). `nats_options` go
+        to `nats.connect` unchanged: `user_credentials="x.creds"`, `tls=ssl_context`,
+        `token=...`, `user=...`/`password=...`.
+        """
+        servers = [u.strip() for u in url.split(",") if u.strip()]
+        options: dict[str, Any] = {
+            "name": name,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.25,
+            "connect_timeout": 5,
+        }
+        options.update(nats_options)
+        nc = await nats.connect(servers, **options)
+        return cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
 
     async def close(self) -> None:
         if not self.nc.is_closed:

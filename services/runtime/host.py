@@ -314,6 +314,7 @@ async def run_service(
     clock: Clock = wall_clock_ms,
     lease_ttl_s: float | None = None,
     on_host: Callable[[Host], None] | None = None,
+    nats_options: dict[str, Any] | None = None,
     **host_options: Any,
 ) -> None:
     """Connect to NATS at `url` and run `service` until `stop` is set or the task is cancelled.
@@ -321,9 +322,12 @@ async def run_service(
     The stream must exist (`Bus.ensure_stream`, done once by whoever provisions the log);
     until it does the host retries. With `lease_ttl_s`, the host decides only while it holds
     the service's leader lease (`host.leader_epoch`); otherwise it is a folding standby.
-    `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider).
+    `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider);
+    `nats_options` go to `Bus.connect` (credentials, TLS).
     """
-    bus = await Bus.connect(url, name=f"gpuledger-{service.name}-{service.instance}")
+    bus = await Bus.connect(
+        url, name=f"gpuledger-{service.name}-{service.instance}", **(nats_options or {})
+    )
     lease: Lease | None = None
     tasks: list[asyncio.Task[Any]] = []
     if lease_ttl_s is not None:
