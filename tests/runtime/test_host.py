@@ -370,3 +370,18 @@ async def test_a_raising_decide_is_logged_and_folding_goes_on(bus: Bus) -> None:
         await eventually(lambda: "ok" in host.state.admitted)
         await settle(host)
     assert host.folded_seq == await bus.last_seq()
+
+
+async def test_a_host_started_before_the_stream_exists_waits_for_it(
+    nats_server: EmbeddedNats,
+) -> None:
+    bus = await Bus.connect(nats_server.url)
+    try:
+        host = Host(Admitter(), bus, retry_backoff_s=0.05)
+        async with running(host):
+            await asyncio.sleep(0.2)
+            await bus.ensure_stream()
+            await bus.publish(submitted("j1"))
+            await eventually(lambda: "j1" in host.state.admitted)
+    finally:
+        await bus.close()
