@@ -163,13 +163,20 @@ class Bus:
     # ------------------------------------------------------------------ stream
 
     async def ensure_stream(
-        self,
-        *,
-        duplicate_window_s: float = 120.0,
-        replicas: int = 1,
-        max_age_s: float | None = None,
+        self, *, duplicate_window_s: float = 120.0, replicas: int | None = None
     ) -> api.StreamInfo:
-        """Create or update the stream: file storage, dedup window, no delete/purge, discard new."""
+        """Create or update the stream: file storage, dedup window, no delete/purge, discard new.
+
+        `replicas=None` keeps an existing stream's replica count (1 when creating), so a
+        development default never scales a production stream down. There is deliberately
+        no age or size limit: the log is the database.
+        """
+        try:
+            existing: api.StreamInfo | None = await self.js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            existing = None
+        if replicas is None:
+            replicas = (existing.config.num_replicas or 1) if existing else 1
         config = api.StreamConfig(
             name=self.stream,
             subjects=[ALL],
@@ -180,12 +187,9 @@ class Bus:
             deny_delete=True,
             deny_purge=True,
             num_replicas=replicas,
-            max_age=max_age_s,
             allow_direct=True,
         )
-        try:
-            await self.js.stream_info(self.stream)
-        except nats.js.errors.NotFoundError:
+        if existing is None:
             return await self.js.add_stream(config)
         return await self.js.update_stream(config)
 
