@@ -14,7 +14,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import nats
 import nats.errors
@@ -120,24 +120,41 @@ class Bus:
         *,
         stream: str = STREAM,
         timeout_s: float = 5.0,
-        idle_heartbeat_s: float = 2.0,
+        idle_heartbeat_s: float = 1.0,
     ) -> None:
         self.nc = nc
+        self.timeout_s = timeout_s
         self.js = nc.jetstream(timeout=timeout_s)
         self.stream = stream
         self.idle_heartbeat_s = idle_heartbeat_s
 
     @classmethod
-    async def connect(cls, url: str, *, name: str = "gpuledger", **kwargs: object) -> Bus:
-        """Connect with unlimited reconnects (a restarted server is picked up again)."""
-        nc = await nats.connect(
-            url,
-            name=name,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            connect_timeout=5,
-        )
-        return cls(nc, **kwargs)  # type: ignore[arg-type]
+    async def connect(
+        cls,
+        url: str,
+        *,
+        name: str = "gpuledger",
+        stream: str = STREAM,
+        timeout_s: float = 5.0,
+        idle_heartbeat_s: float = 1.0,
+        **nats_options: Any,
+    ) -> Bus:
+        """Connect with unlimited reconnects (a restarted server is picked up again).
+
+        `url` may list several servers separated by commas (a cluster). `nats_options` go
+        to `nats.connect` unchanged: `user_credentials="x.creds"`, `tls=ssl_context`,
+        `token=...`, `user=...`/`password=...`.
+        """
+        servers = [u.strip() for u in url.split(",") if u.strip()]
+        options: dict[str, Any] = {
+            "name": name,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.25,
+            "connect_timeout": 5,
+        }
+        options.update(nats_options)
+        nc = await nats.connect(servers, **options)
+        return cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -146,13 +163,20 @@ class Bus:
     # ------------------------------------------------------------------ stream
 
     async def ensure_stream(
-        self,
-        *,
-        duplicate_window_s: float = 120.0,
-        replicas: int = 1,
-        max_age_s: float | None = None,
+        self, *, duplicate_window_s: float = 120.0, replicas: int | None = None
     ) -> api.StreamInfo:
-        """Create or update the stream: file storage, dedup window, no delete/purge, discard new."""
+        """Create or update the stream: file storage, dedup window, no delete/purge, discard new.
+
+        `replicas=None` keeps an existing stream's replica count (1 when creating), so a
+        development default never scales a production stream down. There is deliberately
+        no age or size limit: the log is the database.
+        """
+        try:
+            existing: api.StreamInfo | None = await self.js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            existing = None
+        if replicas is None:
+            replicas = (existing.config.num_replicas or 1) if existing else 1
         config = api.StreamConfig(
             name=self.stream,
             subjects=[ALL],
@@ -163,12 +187,9 @@ class Bus:
             deny_delete=True,
             deny_purge=True,
             num_replicas=replicas,
-            max_age=max_age_s,
             allow_direct=True,
         )
-        try:
-            await self.js.stream_info(self.stream)
-        except nats.js.errors.NotFoundError:
+        if existing is None:
             return await self.js.add_stream(config)
         return await self.js.update_stream(config)
 
@@ -255,7 +276,7 @@ class Bus:
         follower = await self.follower(after_seq)
         try:
             while True:
-                d = await follower.next(timeout=self.js._timeout)
+                d = await follower.next(timeout=self.timeout_s)
                 if d is None:
                     raise TimeoutError(f"stream stalled at seq {follower.last_seq} < {target}")
                 if d.seq > target:

@@ -17,7 +17,8 @@ Invariants:
   mutating: the host cannot undo a partial in-place update.
 - a decision batch that adds nothing new to the log (only duplicates) is followed by a sleep
   until a new message or a wakeup, never by an immediate re-decide (no hot loop on a decider
-  whose `evolve` ignores its own output).
+  whose `evolve` ignores its own output); a `decide` that raises is logged and retried on
+  the next message or wakeup, while folding goes on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,7 @@ import events
 from events import DeadLettered, UndecodableEvent, derive_event_id
 from services.domain.service import Service
 from services.runtime.bus import AlreadyExists, Bus, Delivery, Follower
+from services.runtime.lease import Lease, lease_bucket
 
 Clock = Callable[[], int]
 PAYLOAD_HEAD_CHARS = 200
@@ -60,6 +63,7 @@ class HostStats:
     duplicates: int = 0
     dead_letters: int = 0
     publish_errors: int = 0
+    decide_errors: int = 0
 
 
 def dead_letter_for(delivery: Delivery, reason: str) -> DeadLettered:
@@ -89,8 +93,10 @@ class Host:
         min_sleep_s: float = 0.01,
         stall_log_s: float = 5.0,
         retry_backoff_s: float = 0.5,
+        lease: Lease | None = None,
     ) -> None:
         self.service = service
+        self.lease = lease
         self.bus = bus
         self.clock = clock
         self.max_idle_s = max_idle_s
@@ -107,6 +113,16 @@ class Host:
         )
         self._awaiting_seq = 0
         self._pending_dead: dict[int, DeadLettered] = {}
+
+    @property
+    def may_decide(self) -> bool:
+        """True unless a leader lease is configured and not held (standbys fold only)."""
+        return self.lease is None or self.lease.held
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """Epoch of the held lease (for deciders to stamp), None without one."""
+        return None if self.lease is None else self.lease.epoch
 
     # ------------------------------------------------------------------ main loop
 
@@ -136,12 +152,13 @@ class Host:
                 if self._pending_dead:
                     await self._publish_dead_letters()
                     continue
-                produced_new = await self._decide_and_publish()
-                if produced_new is None:  # bus trouble: back off, then decide again
-                    await asyncio.sleep(self.retry_backoff_s)
-                    continue
-                if produced_new:
-                    continue  # fold our own output before deciding again
+                if self.may_decide:
+                    produced_new = await self._decide_and_publish()
+                    if produced_new is None:  # bus trouble: back off, then decide again
+                        await asyncio.sleep(self.retry_backoff_s)
+                        continue
+                    if produced_new:
+                        continue  # fold our own output before deciding again
                 # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
                 delivery = await self._sleep_until_message_or_wakeup(follower)
                 if delivery is None:
@@ -177,10 +194,16 @@ class Host:
 
     async def _sleep_until_message_or_wakeup(self, follower: Follower) -> Delivery | None:
         now = self.clock()
-        wake = self.service.next_wakeup_ms(self.state, now)
+        try:
+            wake = self.service.next_wakeup_ms(self.state, now)
+        except Exception:
+            self.log.exception("host.next_wakeup_failed", input_seq=self.folded_seq)
+            wake = None
         timeout = self.max_idle_s
         if wake is not None:
             timeout = min(timeout, max(self.min_sleep_s, (wake - now) / 1000.0))
+        if not self.may_decide and self.lease is not None:
+            timeout = min(timeout, self.lease.poll_s)  # notice promptly when we lead again
         self.idle.set()
         try:
             return await follower.next(timeout=timeout)
@@ -233,7 +256,12 @@ class Host:
         """Decide once; True if something new landed in the log, None on bus trouble."""
         now = self.clock()
         self.stats.decide_calls += 1
-        out = self.service.decide(self.state, now)
+        try:
+            out = list(self.service.decide(self.state, now))
+        except Exception:  # a decider bug: keep folding, retry on the next message or wakeup
+            self.stats.decide_errors += 1
+            self.log.exception("host.decide_failed", input_seq=self.folded_seq, now_ms=now)
+            return False
         if not out:
             return False
         seqs: list[int] = []
@@ -284,19 +312,38 @@ async def run_service(
     *,
     stop: asyncio.Event | None = None,
     clock: Clock = wall_clock_ms,
+    lease_ttl_s: float | None = None,
     on_host: Callable[[Host], None] | None = None,
+    nats_options: dict[str, Any] | None = None,
     **host_options: Any,
 ) -> None:
     """Connect to NATS at `url` and run `service` until `stop` is set or the task is cancelled.
 
     The stream must exist (`Bus.ensure_stream`, done once by whoever provisions the log);
-    until it does the host retries. `on_host` receives the Host (tests, health endpoints).
+    until it does the host retries. With `lease_ttl_s`, the host decides only while it holds
+    the service's leader lease (`host.leader_epoch`); otherwise it is a folding standby.
+    `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider);
+    `nats_options` go to `Bus.connect` (credentials, TLS).
     """
-    bus = await Bus.connect(url, name=f"gpuledger-{service.name}-{service.instance}")
-    host = Host(service, bus, clock=clock, **host_options)
+    bus = await Bus.connect(
+        url, name=f"gpuledger-{service.name}-{service.instance}", **(nats_options or {})
+    )
+    lease: Lease | None = None
+    tasks: list[asyncio.Task[Any]] = []
+    if lease_ttl_s is not None:
+        kv = await lease_bucket(bus, ttl_s=lease_ttl_s)
+        lease = Lease(
+            kv,
+            service.name,
+            holder=f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
+            ttl_s=lease_ttl_s,
+        )
+        tasks.append(asyncio.create_task(lease.hold(), name=f"lease-{service.name}"))
+    host = Host(service, bus, clock=clock, lease=lease, **host_options)
     if on_host is not None:
         on_host(host)
     task = asyncio.create_task(host.run(), name=f"host-{service.name}-{service.instance}")
+    tasks.append(task)
     try:
         if stop is None:
             await task
@@ -309,9 +356,13 @@ async def run_service(
             if task in done:
                 task.result()  # re-raise a crash
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if lease is not None:
+            await lease.release()
         host.log.info("host.stopped", folded_seq=host.folded_seq)
         with contextlib.suppress(*_BUS_ERRORS):
             await bus.close()
