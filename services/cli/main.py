@@ -82,3 +82,4 @@ def main() -> None:  # pragma: no cover
 
 
 from services.cli import live as _live  # noqa: E402,F401  (registers the live commands)
+from services.cli import whatif as _whatif  # noqa: E402,F401

@@ -58,6 +58,15 @@ def strict_fold(log) -> Ledger:
     return ledger
 
 
+def assert_exports_and_verifies(url, path):
+    exported = cli("export", "--out", str(path), "--nats-url", url)
+    assert exported.returncode == 0, exported.stderr
+    verified = cli("verify", str(path), "--json")
+    report = json.loads(verified.stdout)
+    assert verified.returncode == 0 and report["mismatches"] == [], report
+    assert report["checked"] > 10
+
+
 async def run_scenario(bus, procs, scenario, timeout=60):
     await live_player.publish_config(bus, scenario)
     procs.start_all([n.name for n in scenario.nodes])
@@ -79,6 +88,7 @@ async def test_three_jobs_complete_live_and_match_the_simulator(bus, procs):
     sim = simulate(scenario)
     assert placements(log) == placements(sim.log)
     strict_fold(log)
+    assert_exports_and_verifies(procs.url, procs.log_dir / "live.jsonl")
 
 
 async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, procs, tmp_path):
@@ -113,6 +123,7 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, p
     assert len(placed) == len({e.allocation_id for e in placed}) == 16
     assert len({e.job_id for e in placed}) == 16
     strict_fold(log)  # no GPU allocated twice at any point of the log
+    assert_exports_and_verifies(procs.url, tmp_path / "live.jsonl")
 
 
 async def test_a_ci_retry_of_the_same_submission_yields_one_job(server, bus, procs, tmp_path):

@@ -1,0 +1,91 @@
+"""What-if replay: the external inputs of a recorded log, re-run through the deciders on the
+virtual clock, optionally under another configuration.
+
+External inputs are what no decider chose: configuration, node inventories, node losses,
+submissions and cancels. Each job's observed run time (the work it did up to completion in
+the recorded log) replaces its duration hint, so a replay reproduces real run times while
+the decisions (when and where it runs, who is preempted) are taken afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+import events as ev
+from services.domain.configfile import config_events, node_infos
+from services.domain.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class Inputs:
+    start_ms: int
+    config: list[ev.Event]
+    nodes: tuple[ev.NodeInfo, ...]
+    timeline: list[tuple[int, ev.Event]]
+
+
+def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
+    """Seconds of work a job did up to its completion in the recorded log, or None."""
+    job = ledger.jobs.get(job_id)
+    if job is None or job.state != "completed":
+        return None
+    done = [a for a in ledger.allocations.values() if a.job_id == job_id and a.ended and a.exited
+            and all(o == "completed" for o, _ in a.exited.values())]
+    if not done:
+        return None
+    rec = done[-1]
+    start = min(rec.started.values(), default=rec.placed_ms)
+    end = max(t for _, t in rec.exited.values())
+    return -(-(rec.start_progress_ms + max(0, end - start)) // 1000)
+
+
+def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
+    entries = list(entries)
+    ledger = Ledger()
+    for seq, _, e in entries:
+        ledger.apply(seq, e)
+    config: list[ev.Event] = []
+    nodes: dict[str, ev.NodeInfo] = {}
+    timeline: list[tuple[int, ev.Event]] = []
+    start = min((e.occurred_at_ms for _, _, e in entries), default=0)
+    for _, _, e in entries:
+        match e:
+            case ev.TenantConfigured() | ev.PriorityClassConfigured() | ev.PolicyConfigured():
+                config.append(e)
+            case ev.NodeRegistered(node=info):
+                nodes.setdefault(info.name, info)
+            case ev.NodeLost():
+                timeline.append((e.occurred_at_ms, e))
+            case ev.JobCancelled():
+                timeline.append((e.occurred_at_ms, e))
+            case ev.JobSubmitted(job=spec):
+                work = observed_work_s(ledger, spec.job_id)
+                if work is not None:
+                    spec = msgspec.structs.replace(spec, duration_s=work)
+                timeline.append((e.occurred_at_ms, msgspec.structs.replace(e, job=spec)))
+    return Inputs(start, config, tuple(nodes[n] for n in sorted(nodes)), timeline)
+
+
+def with_config(inputs: Inputs, doc: dict[str, Any]) -> Inputs:
+    """The same inputs under another configuration document (its nodes too, if it has any)."""
+    nodes = node_infos(doc) or inputs.nodes
+    return Inputs(inputs.start_ms, config_events(doc, producer="whatif", at_ms=inputs.start_ms), nodes,
+                  inputs.timeline)
+
+
+def replay(inputs: Inputs, until_ms: int | None = None, on_event=None):
+    """Run the inputs through the standard services; returns the Simulator."""
+    from replay.simulator import Simulator, standard_services
+
+    sim = Simulator(standard_services(inputs.nodes))
+    sim.on_event = on_event
+    sim.now_ms = inputs.start_ms
+    for e in inputs.config:
+        sim.publish(msgspec.structs.replace(e, occurred_at_ms=inputs.start_ms))
+    sim.schedule(inputs.timeline)
+    sim.run(until_ms)
+    return sim

@@ -1,0 +1,154 @@
+"""What-if commands: export the live log, verify recorded decisions, replay under a new policy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from services.cli.main import app, fail
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    disable=not (enabled and sys.stderr.isatty()), transient=True)
+
+
+def _read(path: Path):
+    from replay.export import read_any
+    from replay.logio import LogFormatError
+
+    if not path.exists():
+        fail(f"{path}: no such log", 2)
+    try:
+        return list(read_any(path))
+    except (LogFormatError, OSError, ValueError) as exc:
+        fail(str(exc), 2)
+
+
+def _parse_time(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        fail(f"cannot read time {value!r}: give epoch milliseconds or an ISO date/time", 2)
+
+
+@app.command()
+def export(
+    out: Path = typer.Option(..., "--out", help="FILE.jsonl or FILE.parquet"),
+    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+    since: str | None = typer.Option(None, help="Only events at or after (epoch ms or ISO time)."),
+    until: str | None = typer.Option(None, help="Only events at or before (epoch ms or ISO time)."),
+) -> None:
+    """Export the live stream to a log file."""
+    from replay.export import stream_entries, write_any
+    from services.runtime.bus import Bus
+
+    skipped: list[int] = []
+
+    async def main() -> list:
+        bus = await Bus.connect(nats_url, name="gpuledger-export")
+        try:
+            total = await bus.last_seq()
+            rows = []
+            with _progress(True) as progress:
+                task = progress.add_task("exporting", total=total)
+                async for entry in stream_entries(bus, _parse_time(since), _parse_time(until),
+                                                  on_skip=lambda seq, why: skipped.append(seq)):
+                    rows.append(entry)
+                    progress.update(task, completed=entry[0])
+            return rows
+        finally:
+            await bus.close()
+
+    rows = asyncio.run(main())
+    n = write_any(out, rows)
+    note = f" ({len(skipped)} undecodable messages skipped: seq {skipped[:5]})" if skipped else ""
+    typer.echo(f"exported {n} events to {out}{note}")
+
+
+@app.command()
+def verify(
+    log: Path = typer.Argument(..., help="A log (JSONL or Parquet)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Refold LOG and re-decide every recorded decision from its recorded inputs.
+
+    Exits 1 when any decision does not reproduce."""
+    from replay.verify import verify as run_verify
+
+    started = time.perf_counter()
+    report = run_verify(_read(log))
+    elapsed = time.perf_counter() - started
+    if json_out:
+        typer.echo(json.dumps({**report.as_dict(), "wall_s": round(elapsed, 3)}, indent=2))
+    else:
+        typer.echo(f"{report.events} events, {report.checked} decisions re-decided, "
+                   f"{len(report.mismatches)} mismatches ({elapsed:.2f}s)")
+        for m in report.mismatches[:20]:
+            typer.echo(f"  seq {m.seq} {m.event_type}({m.correlation_id}) by {m.producer}: {m.explanation}")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def replay(
+    log: Path = typer.Argument(..., help="The recorded log (JSONL or Parquet)."),
+    out: Path = typer.Option(..., "--out", help="The what-if log to write (JSONL or Parquet)."),
+    config: Path | None = typer.Option(None, "--config", help="New configuration (tenants, classes, policy, optionally nodes)."),
+    duckdb: Path | None = typer.Option(None, "--duckdb", help="Also project the what-if log into this DuckDB file."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the simulate-style JSON report here."),
+) -> None:
+    """Re-run a log's external inputs through the deciders, under the recorded or a new configuration."""
+    from replay.export import write_any
+    from replay.report import report as build_report
+    from replay.whatif import external_inputs, with_config
+    from replay.whatif import replay as run_replay
+    from services.cli.live import read_doc
+    from services.domain.configfile import ConfigFileError
+
+    entries = _read(log)
+    started = time.perf_counter()
+    inputs = external_inputs(entries)
+    if config is not None:
+        try:
+            inputs = with_config(inputs, read_doc(config))
+        except ConfigFileError as exc:
+            fail(str(exc), 2)
+    sim = run_replay(inputs)
+    elapsed = time.perf_counter() - started
+    write_any(out, sim.log)
+    data = build_report(sim.ledger, sim.log, sim.now_ms)
+    if json_out is not None:
+        json_out.write_text(json.dumps(data, indent=2))
+    if duckdb is not None:
+        _project(out, duckdb)
+    states: dict[str, int] = {}
+    for j in data["jobs"]:
+        states[j["state"]] = states.get(j["state"], 0) + 1
+    m = data["metrics"]
+    typer.echo(
+        f"replayed {len(entries)} recorded events -> {len(sim.log)} events in {elapsed:.2f}s "
+        f"({len(sim.log) / max(elapsed, 1e-9):,.0f} events/s); jobs {states}; "
+        f"allocation {m['gpu_allocation_pct']:.1f}%, preemptions {m['preemptions']}, "
+        f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
+    )
+
+
+def _project(log: Path, db: Path) -> None:
+    try:
+        from projections.runner import rebuild  # type: ignore[attr-defined]
+    except ImportError:
+        fail("projections are not available in this build", 2)
+    rebuild(log, db)
