@@ -71,12 +71,6 @@ class Row:
     KEY: tuple[str, ...] = ()
     DEFAULTS: dict[str, Any] = {}
 
-    def __init__(self, **values: Any) -> None:
-        defaults = self.DEFAULTS
-        for c in self.COLUMNS:
-            setattr(self, c, values.pop(c, defaults.get(c)))
-        if values:
-            raise TypeError(f"unknown columns for {self.TABLE}: {sorted(values)}")
 
     @classmethod
     def from_tuple(cls, values: Iterable[Any]) -> Row:
@@ -97,6 +91,13 @@ class Row:
     def __init_subclass__(cls) -> None:
         cls._get = staticmethod(_tuple_getter(cls.COLUMNS))
         cls._key = staticmethod(_tuple_getter(cls.KEY))
+        # A generated keyword-only __init__ (every column optional): several times faster
+        # than a generic loop, and it rejects unknown columns.
+        params = ", ".join(f"{c}=_d_{c}" for c in cls.COLUMNS)
+        body = "".join(f"\n    self.{c} = {c}" for c in cls.COLUMNS)
+        ns = {f"_d_{c}": cls.DEFAULTS.get(c) for c in cls.COLUMNS}
+        exec(f"def __init__(self, *, {params}):{body}", ns)  # noqa: S102
+        cls.__init__ = ns["__init__"]
 
 
 def _tuple_getter(cols: tuple[str, ...]):
