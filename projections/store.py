@@ -202,7 +202,9 @@ class Projector:
     def __init__(
         self, db_path: str | Path, *, batch_size: int = 20_000, checkpoint_threshold: str = "128MB"
     ) -> None:
-        self.store = Store(db_path, checkpoint_threshold=checkpoint_threshold)
+        self.db_path = db_path
+        self.checkpoint_threshold = checkpoint_threshold
+        self.store: Store | None = Store(db_path, checkpoint_threshold=checkpoint_threshold)
         self.batch_size = batch_size
         self.projection = self.store.load_projection()
         self.applied = 0
@@ -211,7 +213,7 @@ class Projector:
     @property
     def last_seq(self) -> int:
         """Last sequence committed to the database."""
-        return self.store.last_seq
+        return self._store().last_seq
 
     def apply(self, seq: int, subject: str, event: ev.Event) -> bool:
         """Fold one message (committing when the batch is full). False = duplicate skipped."""
@@ -236,16 +238,29 @@ class Projector:
             return ok
         return self.apply(seq, subject, event)
 
+    def release(self) -> None:
+        """Close the database file (so read-only clients can open it) while keeping the
+        folded state: this process stays the single writer and reopens it on the next commit."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _store(self) -> Store:
+        if self.store is None:
+            self.store = Store(self.db_path, checkpoint_threshold=self.checkpoint_threshold)
+        return self.store
+
     def commit(self, *, before_commit: Callable[[], None] | None = None) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
 
         On failure the transaction is rolled back and the in-memory state is reloaded from
         the database, so the projector is exactly at the last committed sequence again."""
         batch = self.projection.drain()
+        store = self._store()
         try:
-            self.store.write(batch, before_commit=before_commit)
+            store.write(batch, before_commit=before_commit)
         except BaseException:
-            self.projection = self.store.load_projection()
+            self.projection = store.load_projection()
             raise
         return self.projection.last_seq
 
@@ -256,7 +271,7 @@ class Projector:
         return self.commit()
 
     def close(self) -> None:
-        self.store.close()
+        self.release()
 
     def __enter__(self) -> Projector:
         return self
@@ -298,7 +313,7 @@ def rebuild(
             if progress is not None and n % 10_000 == 0:
                 progress(n)
         last = pj.commit()
-        pj.store.con.execute("CHECKPOINT")
+        pj._store().con.execute("CHECKPOINT")
     return {"events": n, "last_seq": last, "seconds": time.perf_counter() - t0}
 
 
