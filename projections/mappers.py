@@ -249,11 +249,22 @@ class Batch:
     def delete(self, table: str, key: tuple) -> None:
         self.upserts[table][key] = None
 
+    def freeze(self) -> Batch:
+        """Replace upserted Row objects by tuples (a snapshot), so the batch can be written
+        while the projection goes on folding (and mutating its rows)."""
+        for t, ups in self.upserts.items():
+            if ups:
+                self.upserts[t] = {
+                    k: (r.astuple() if isinstance(r, Row) else r) for k, r in ups.items()
+                }
+        return self
+
     def rows(self, table: str) -> list[tuple]:
         """Final tuples of a table in this batch (appends, or upserted rows; deletes left out)."""
         if table in self.appends:
             return list(self.appends[table])
-        return [r.astuple() for r in self.upserts[table].values() if r is not None]
+        return [r.astuple() if isinstance(r, Row) else r
+                for r in self.upserts[table].values() if r is not None]
 
 
 # ---------------------------------------------------------------- the projection

@@ -79,7 +79,7 @@ async def run_projector(
         while stop is None or not stop.is_set():
             try:
                 msgs = await sub.fetch(fetch_batch, timeout=fetch_timeout)
-            except (NatsTimeout, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeout):
                 if release_when_idle:
                     pj.release()  # let `gpuledger sql` open the file while we wait
                 if not follow:

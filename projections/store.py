@@ -10,6 +10,7 @@ duplicate (seq <= last_seq) is skipped and a gap raises `SequenceGap`.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -83,6 +84,7 @@ class Store:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(self.path)
+        self.con.execute("SET enable_progress_bar = false")
         # Automatic checkpoints at DuckDB's default 16MB WAL dominate the write cost of a busy
         # projector; checkpoint less often (and always on close / after a rebuild).
         self.con.execute(f"SET checkpoint_threshold = '{checkpoint_threshold}'")
@@ -158,6 +160,7 @@ class Store:
         """Write one batch and its last sequence in one transaction (all or nothing)."""
         if batch.last_seq is None:
             return
+        batch.freeze()
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
@@ -176,7 +179,7 @@ class Store:
                     con.execute(f"DELETE FROM {table} t USING _gl_keys k WHERE {cond}")
                 finally:
                     self.con.unregister("_gl_keys")
-                rows = [r.astuple() for r in ups.values() if r is not None]
+                rows = [r for r in ups.values() if r is not None]
                 if rows:
                     self._insert(table, self._arrow(table, rows))
             at = batch.last_at_ms
@@ -197,10 +200,19 @@ class Store:
 
 
 class Projector:
-    """The single writer: fold events, commit in batches, resume after any crash."""
+    """The single writer: fold events, commit in batches, resume after any crash.
+
+    With `pipeline=True` a full batch is written by a background thread while the next one
+    is folded (DuckDB releases the GIL while it executes); the batch is snapshotted first, and
+    a failed write surfaces at the next commit with the state reloaded from the database."""
 
     def __init__(
-        self, db_path: str | Path, *, batch_size: int = 20_000, checkpoint_threshold: str = "128MB"
+        self,
+        db_path: str | Path,
+        *,
+        batch_size: int = 20_000,
+        checkpoint_threshold: str = "128MB",
+        pipeline: bool = False,
     ) -> None:
         self.db_path = db_path
         self.checkpoint_threshold = checkpoint_threshold
@@ -209,10 +221,13 @@ class Projector:
         self.projection = self.store.load_projection()
         self.applied = 0
         self.skipped = 0
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="projector-writer") if pipeline else None
+        self._inflight: Future | None = None
 
     @property
     def last_seq(self) -> int:
         """Last sequence committed to the database."""
+        self._settle()
         return self._store().last_seq
 
     def apply(self, seq: int, subject: str, event: ev.Event) -> bool:
@@ -220,7 +235,7 @@ class Projector:
         if self.projection.apply(seq, subject, event):
             self.applied += 1
             if self.projection.batch.count >= self.batch_size:
-                self.commit()
+                self.commit(wait=self._pool is None)
             return True
         self.skipped += 1
         return False
@@ -234,13 +249,14 @@ class Projector:
                 seq, subject, str(exc), payload[:200].decode("utf-8", "replace")
             )
             if ok and self.projection.batch.count >= self.batch_size:
-                self.commit()
+                self.commit(wait=self._pool is None)
             return ok
         return self.apply(seq, subject, event)
 
     def release(self) -> None:
         """Close the database file (so read-only clients can open it) while keeping the
         folded state: this process stays the single writer and reopens it on the next commit."""
+        self._settle()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -250,13 +266,32 @@ class Projector:
             self.store = Store(self.db_path, checkpoint_threshold=self.checkpoint_threshold)
         return self.store
 
-    def commit(self, *, before_commit: Callable[[], None] | None = None) -> int:
+    def _settle(self) -> None:
+        """Wait for the batch being written; on failure reload the state and re-raise."""
+        f, self._inflight = self._inflight, None
+        if f is None:
+            return
+        try:
+            f.result()
+        except BaseException:
+            self.projection = self._store().load_projection()
+            raise
+
+    def commit(
+        self, *, before_commit: Callable[[], None] | None = None, wait: bool = True
+    ) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
 
         On failure the transaction is rolled back and the in-memory state is reloaded from
-        the database, so the projector is exactly at the last committed sequence again."""
-        batch = self.projection.drain()
+        the database, so the projector is exactly at the last committed sequence again.
+        `wait=False` (pipeline mode only) returns at once; the write completes in the
+        background and its outcome is checked at the next commit."""
+        self._settle()
+        batch = self.projection.drain().freeze()
         store = self._store()
+        if self._pool is not None and not wait:
+            self._inflight = self._pool.submit(store.write, batch, before_commit=before_commit)
+            return store.last_seq if batch.last_seq is None else batch.last_seq
         try:
             store.write(batch, before_commit=before_commit)
         except BaseException:
@@ -271,7 +306,11 @@ class Projector:
         return self.commit()
 
     def close(self) -> None:
-        self.release()
+        try:
+            self.release()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
 
     def __enter__(self) -> Projector:
         return self
@@ -305,7 +344,9 @@ def rebuild(
             if p.exists():
                 p.unlink()
     t0 = time.perf_counter()
-    with Projector(db_path, batch_size=batch_size, checkpoint_threshold="64GB") as pj:
+    with Projector(
+        db_path, batch_size=batch_size, checkpoint_threshold="64GB", pipeline=True
+    ) as pj:
         n = 0
         for seq, subject, event in _messages(source):
             pj.apply(seq, subject, event)
