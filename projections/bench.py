@@ -1,0 +1,196 @@
+"""Projector benchmark: sustained events/s into DuckDB and the rebuild time of a large log.
+
+`synthetic_log(n)` generates a realistic job-lifecycle mix (submissions, admissions, pending
+reasons, gang placements, member starts/exits, preemptions with checkpoint and requeue,
+completions, failures, fair-share updates, heartbeats, GPU metrics) over a fleet of 8-GPU
+nodes. `run(...)` measures:
+
+- sustained: pre-decoded events folded and committed in batches of `live_batch` (what a live
+  projector does per fetch), events/s;
+- rebuild: a JSONL log of `rebuild_events` decoded and projected from scratch, seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import events as ev
+from projections.logio import write_log
+from projections.store import Projector, rebuild
+
+
+def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[int, str, ev.Event]]:
+    """Yield `n` messages `(seq, subject, event)` of a plausible cluster's life."""
+    rnd = random.Random(seed)
+    seq = 0
+    now = 0
+    tenants = [f"org/t{i}" for i in range(8)]
+
+    def emit(e: ev.Event):
+        nonlocal seq
+        seq += 1
+        return seq, ev.subject_for(e), e
+
+    out: list[tuple[int, str, ev.Event]] = []
+    for t in tenants:
+        out.append(emit(ev.TenantConfigured(occurred_at_ms=now, tenant=t,
+                                            guaranteed_gpu_milli=nodes * 1000)))
+    for name, value, pre in (("train", 50, True), ("inference", 125, False)):
+        out.append(emit(ev.PriorityClassConfigured(occurred_at_ms=now, name=name, value=value,
+                                                   preemptible=pre)))
+    for i in range(nodes):
+        info = ev.NodeInfo(
+            name=f"node{i}", cpu_milli=128000, memory_mib=1 << 20, leaf_switch=f"leaf{i // 16}",
+            gpus=tuple(ev.GpuInfo(index=g, uuid=f"GPU-{i}-{g}", model="H100-80GB",
+                                  memory_mib=81920, clique=f"node{i}-nvl{g // 4}")
+                       for g in range(8)),
+        )
+        out.append(emit(ev.NodeRegistered(occurred_at_ms=now, node=info, simulated=True)))
+    yield from out[:n]
+    if seq >= n:
+        return
+
+    job = 0
+    running: list[tuple[str, str, str, int, int]] = []  # job, alloc, node, replicas, attempt
+    while True:
+        now += rnd.randint(50, 500)
+        batch: list[ev.Event] = []
+        r = rnd.random()
+        if r < 0.30 or not running:
+            job += 1
+            jid = f"job{job}"
+            tenant = tenants[job % len(tenants)]
+            replicas = rnd.choice((1, 1, 1, 2, 4))
+            gpus = rnd.choice((1, 2, 4, 8))
+            spec = ev.JobSpec(job_id=jid, tenant=tenant, priority_class="train", replicas=replicas,
+                              resources=ev.Resources(gpus=gpus), duration_s=3600)
+            batch.append(ev.JobSubmitted(occurred_at_ms=now, event_id=f"s{jid}", job=spec))
+            batch.append(ev.JobAdmitted(occurred_at_ms=now + 5, job_id=jid, tenant=tenant,
+                                        priority_class="train", priority=50, preemptible=True,
+                                        slo_class="batch", input_seq=seq))
+            if rnd.random() < 0.5:
+                batch.append(ev.PendingReasonChanged(
+                    occurred_at_ms=now + 10, job_id=jid, reason="Resources",
+                    message=f"needs {gpus} GPUs in one NVLink clique; largest free clique has 2",
+                    details={"queue_position": rnd.randint(1, 50), "preemption_would_help": False,
+                             "nodes": {"insufficient free GPUs": nodes}}))
+            node = f"node{rnd.randrange(nodes)}"
+            alloc = f"{jid}#1"
+            batch.append(ev.GangPlaced(
+                occurred_at_ms=now + 20, job_id=jid, allocation_id=alloc, tenant=tenant,
+                borrowing=rnd.random() < 0.3, input_seq=seq,
+                members=tuple(ev.MemberPlacement(rank=k, node=node, gpus=tuple(range(gpus)))
+                              for k in range(replicas))))
+            batch.extend(ev.MemberStarted(occurred_at_ms=now + 30, job_id=jid,
+                                          allocation_id=alloc, rank=k, node=node)
+                         for k in range(replicas))
+            running.append((jid, alloc, node, replicas, 1))
+        elif r < 0.55:
+            jid, alloc, node, replicas, attempt = running.pop(rnd.randrange(len(running)))
+            if rnd.random() < 0.15:  # preempted, then placed again
+                batch.append(ev.PreemptionRequested(
+                    occurred_at_ms=now, job_id=jid, allocation_id=alloc, beneficiary=f"job{job}",
+                    reason="Priority", deadline_ms=now + 30000, input_seq=seq,
+                    details={"alternatives": [{"victims": ["x"], "rejected": "MinRuntime"}]}))
+                batch.extend(ev.MemberCheckpointed(occurred_at_ms=now + 1000, job_id=jid,
+                                                   allocation_id=alloc, rank=k, node=node,
+                                                   step=attempt * 100)
+                             for k in range(replicas))
+                batch.extend(ev.MemberExited(occurred_at_ms=now + 2000, job_id=jid,
+                                             allocation_id=alloc, rank=k, node=node,
+                                             outcome="preempted")
+                             for k in range(replicas))
+                batch.append(ev.GangEvicted(occurred_at_ms=now + 2000, job_id=jid,
+                                            allocation_id=alloc, reason="Priority",
+                                            preempted_by=f"job{job}", checkpointed=True,
+                                            lost_gpu_ms=rnd.randint(0, 60000)))
+                batch.append(ev.GangRequeued(occurred_at_ms=now + 2000, job_id=jid,
+                                             after_allocation_id=alloc))
+                attempt += 1
+                alloc = f"{jid}#{attempt}"
+                node = f"node{rnd.randrange(nodes)}"
+                batch.append(ev.GangPlaced(
+                    occurred_at_ms=now + 3000, job_id=jid, allocation_id=alloc,
+                    tenant="", input_seq=seq,
+                    members=tuple(ev.MemberPlacement(rank=k, node=node, gpus=(0,))
+                                  for k in range(replicas))))
+                running.append((jid, alloc, node, replicas, attempt))
+            else:
+                outcome = "failed" if rnd.random() < 0.05 else "completed"
+                batch.extend(ev.MemberExited(occurred_at_ms=now, job_id=jid, allocation_id=alloc,
+                                             rank=k, node=node, outcome=outcome)
+                             for k in range(replicas))
+                if outcome == "completed":
+                    batch.append(ev.GangCompleted(occurred_at_ms=now, job_id=jid,
+                                                  allocation_id=alloc))
+                else:
+                    batch.append(ev.GangFailed(occurred_at_ms=now, job_id=jid,
+                                               allocation_id=alloc, reason="MemberFailed"))
+        elif r < 0.75:
+            i = rnd.randrange(nodes)
+            batch.append(ev.GpuMetricsReported(
+                occurred_at_ms=now, node=f"node{i}",
+                samples=tuple(ev.GpuSample(uuid=f"GPU-{i}-{g}", sm_active=rnd.random(),
+                                           util_source="gpm", memory_used_mib=40000)
+                              for g in range(8))))
+        elif r < 0.95:
+            batch.append(ev.NodeHeartbeat(occurred_at_ms=now, node=f"node{rnd.randrange(nodes)}"))
+        else:
+            batch.append(ev.FairShareUpdated(
+                occurred_at_ms=now, input_seq=seq,
+                shares=tuple(ev.TenantShare(tenant=t, guaranteed_gpu_milli=nodes * 1000,
+                                            fair_share_gpu_milli=nodes * 1000,
+                                            allocated_gpu_milli=rnd.randint(0, nodes * 2000),
+                                            demand_gpu_milli=nodes * 2000) for t in tenants)))
+        for e in batch:
+            yield emit(e)
+            if seq >= n:
+                return
+
+
+def run(
+    *,
+    sustained_events: int = 200_000,
+    rebuild_events: int = 1_000_000,
+    live_batch: int = 5_000,
+    workdir: str | Path | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Measure the projector; returns a dict of numbers (also what `gpuledger bench
+    projector` prints)."""
+    result: dict[str, Any] = {"live_batch": live_batch}
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        tmpd = Path(tmp)
+        if sustained_events:
+            msgs = list(synthetic_log(sustained_events))
+            t0 = time.perf_counter()
+            with Projector(tmpd / "sustained.duckdb", batch_size=live_batch) as pj:
+                pj.run(msgs)
+            dt = time.perf_counter() - t0
+            result.update(sustained_events=len(msgs), sustained_seconds=round(dt, 2),
+                          sustained_events_per_s=round(len(msgs) / dt))
+            del msgs
+        if rebuild_events:
+            log = tmpd / "log.jsonl"
+            t0 = time.perf_counter()
+            write_log(log, synthetic_log(rebuild_events))
+            result["log_write_seconds"] = round(time.perf_counter() - t0, 2)
+            result["log_bytes"] = log.stat().st_size
+            stats = rebuild(log, tmpd / "rebuild.duckdb", progress=progress)
+            result.update(rebuild_events=stats["events"],
+                          rebuild_seconds=round(stats["seconds"], 2),
+                          rebuild_events_per_s=round(stats["events"] / stats["seconds"]))
+    return result
+
+
+if __name__ == "__main__":  # python -m projections.bench
+    import json
+    import sys
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    print(json.dumps(run(rebuild_events=n), indent=2))

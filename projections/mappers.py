@@ -1,0 +1,831 @@
+"""Pure event -> row mappers.
+
+`Projection` folds events (in stream order) into a small projection state and records what
+must be written to each table in a `Batch`:
+
+- *append* tables get one tuple per fact (`events`, `job_transitions`, `decisions`,
+  `pending_reasons`, `quota_usage`, `gpu_metrics`);
+- *current-state* tables (`jobs`, `allocations`, `preemptions`, `nodes`, `gpus`, `tenants`,
+  `priority_classes`) get keyed upserts: the batch keeps the latest version of every row it
+  touched, and the writer replaces those keys (delete + insert) inside one transaction. A key
+  mapped to None is a delete.
+
+The state is exactly the current-state rows (all jobs, nodes, GPUs, tenants; allocation
+intervals and preemptions still open), so a restarted writer rebuilds it from the tables it
+wrote (`Projection.load`). No I/O, no clock, no database here: this module is tested alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+
+import events as ev
+
+TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+JOB_STATES = (
+    "submitted",
+    "pending",
+    "running",
+    "preempting",
+    "completed",
+    "failed",
+    "rejected",
+    "cancelled",
+)
+
+_json = msgspec.json.Encoder()
+
+
+def _dumps(obj: Any) -> str | None:
+    if obj is None:
+        return None
+    return _json.encode(obj).decode()
+
+
+class SequenceGap(RuntimeError):
+    """The next message's sequence is not last+1: the projector refuses to skip anything."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(
+            f"sequence gap: expected stream sequence {expected}, got {got}; "
+            f"refusing to skip {got - expected} message(s). The projection is intact up to "
+            f"{expected - 1}; fix the source (or rebuild from a complete log) and restart."
+        )
+        self.expected = expected
+        self.got = got
+
+
+# ---------------------------------------------------------------- current-state rows
+
+
+class Row:
+    """A mutable current-state row; columns in `COLUMNS` order, key in `KEY`."""
+
+    __slots__ = ()
+    TABLE = ""
+    COLUMNS: tuple[str, ...] = ()
+    KEY: tuple[str, ...] = ()
+    DEFAULTS: dict[str, Any] = {}
+
+
+    @classmethod
+    def from_tuple(cls, values: Iterable[Any]) -> Row:
+        row = cls.__new__(cls)
+        for c, v in zip(cls.COLUMNS, values, strict=True):
+            setattr(row, c, v)
+        return row
+
+    def astuple(self) -> tuple:
+        return self._get(self)  # type: ignore[attr-defined]
+
+    def key(self) -> tuple:
+        return self._key(self)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(zip(self.COLUMNS, self.astuple(), strict=True))})"
+
+    def __init_subclass__(cls) -> None:
+        cls._get = staticmethod(_tuple_getter(cls.COLUMNS))
+        cls._key = staticmethod(_tuple_getter(cls.KEY))
+        # A generated keyword-only __init__ (every column optional): several times faster
+        # than a generic loop, and it rejects unknown columns.
+        params = ", ".join(f"{c}=_d_{c}" for c in cls.COLUMNS)
+        body = "".join(f"\n    self.{c} = {c}" for c in cls.COLUMNS)
+        ns = {f"_d_{c}": cls.DEFAULTS.get(c) for c in cls.COLUMNS}
+        exec(f"def __init__(self, *, {params}):{body}", ns)  # noqa: S102
+        cls.__init__ = ns["__init__"]
+
+
+def _tuple_getter(cols: tuple[str, ...]):
+    if not cols:
+        return lambda _o: ()
+    if len(cols) == 1:
+        g = attrgetter(cols[0])
+        return lambda o: (g(o),)
+    return attrgetter(*cols)
+
+
+def _row_class(name: str, table: str, columns: str, key: str, **defaults: Any) -> type[Row]:
+    cols = tuple(columns.split())
+    ns = {
+        "__slots__": cols,
+        "TABLE": table,
+        "COLUMNS": cols,
+        "KEY": tuple(key.split()),
+        "DEFAULTS": defaults,
+    }
+    return type(name, (Row,), ns)
+
+
+JobRow = _row_class(
+    "JobRow",
+    "jobs",
+    """job_id tenant priority_class priority preemptible slo_class state replicas min_members
+    member_gpus member_gpu_milli member_mig_profile gpu_models min_gpu_memory_mib gpu_milli
+    duration_s submitted_at_ms admitted_at_ms first_placed_at_ms placed_at_ms finished_at_ms
+    pending_since_ms allocation_id attempts preemptions progress_ms cancel_requested reason
+    message details updated_at_ms updated_seq""",
+    "job_id",
+    attempts=0,
+    preemptions=0,
+    progress_ms=0,
+    cancel_requested=False,
+)
+
+AllocationRow = _row_class(
+    "AllocationRow",
+    "allocations",
+    """allocation_id job_id tenant attempt rank node gpu_index gpu_uuid gpu_model clique
+    sharing gpu_milli mig_profile mig_start borrowing placed_seq placed_at_ms started_at_ms
+    ended_at_ms end_reason""",
+    "allocation_id rank gpu_index",
+)
+
+PreemptionRow = _row_class(
+    "PreemptionRow",
+    "preemptions",
+    """request_seq requested_at_ms victim_job_id victim_tenant victim_priority allocation_id
+    beneficiary beneficiary_tenant beneficiary_priority reason message deadline_ms details
+    checkpointed_at_ms checkpointed evicted_at_ms eviction_reason lost_gpu_ms progress_ms
+    outcome ended_at_ms""",
+    "request_seq",
+)
+
+NodeRow = _row_class(
+    "NodeRow",
+    "nodes",
+    """node pool leaf_switch cpu_milli memory_mib gpu_count simulated status labels
+    registered_at_ms last_heartbeat_ms lost_at_ms lost_message running_members""",
+    "node",
+)
+
+GpuRow = _row_class(
+    "GpuRow",
+    "gpus",
+    "node gpu_index uuid model memory_mib clique sharing healthy registered_at_ms",
+    "node gpu_index",
+)
+
+TenantRow = _row_class(
+    "TenantRow",
+    "tenants",
+    """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
+    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms""",
+    "tenant",
+)
+
+PriorityClassRow = _row_class(
+    "PriorityClassRow",
+    "priority_classes",
+    "name value preemptible slo_class description grace_s allow_timeslice configured_at_ms",
+    "name",
+)
+
+ROW_CLASSES: dict[str, type[Row]] = {
+    c.TABLE: c
+    for c in (JobRow, AllocationRow, PreemptionRow, NodeRow, GpuRow, TenantRow, PriorityClassRow)
+}
+
+APPEND_COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": tuple(
+        """seq subject type event_id occurred_at_ms causation_id correlation_id producer
+        input_seq config_digest leader_epoch payload""".split()
+    ),
+    "job_transitions": tuple(
+        "seq at_ms job_id tenant from_state to_state event_type reason".split()
+    ),
+    "decisions": tuple(
+        """seq at_ms type job_id event_id producer input_seq config_digest leader_epoch reason
+        message details""".split()
+    ),
+    "pending_reasons": tuple(
+        """seq at_ms job_id tenant reason message details queue_position
+        preemption_would_help""".split()
+    ),
+    "quota_usage": tuple(
+        """seq at_ms tenant guaranteed_gpu_milli fair_share_gpu_milli allocated_gpu_milli
+        demand_gpu_milli borrowed_gpu_milli""".split()
+    ),
+    "gpu_metrics": tuple(
+        "seq at_ms node uuid mig_uuid sm_active util_source memory_used_mib".split()
+    ),
+}
+
+ALL_TABLES: tuple[str, ...] = tuple(APPEND_COLUMNS) + tuple(ROW_CLASSES)
+
+
+def columns_of(table: str) -> tuple[str, ...]:
+    if table in APPEND_COLUMNS:
+        return APPEND_COLUMNS[table]
+    return ROW_CLASSES[table].COLUMNS
+
+
+# ---------------------------------------------------------------- the batch
+
+
+class Batch:
+    """What a run of events changes: appended tuples and the latest version of touched rows."""
+
+    __slots__ = ("appends", "upserts", "first_seq", "last_seq", "last_at_ms", "count")
+
+    def __init__(self) -> None:
+        self.appends: dict[str, list[tuple]] = {t: [] for t in APPEND_COLUMNS}
+        self.upserts: dict[str, dict[tuple, Row | None]] = {t: {} for t in ROW_CLASSES}
+        self.first_seq: int | None = None
+        self.last_seq: int | None = None
+        self.last_at_ms: int | None = None
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def upsert(self, row: Row) -> None:
+        self.upserts[row.TABLE][row.key()] = row
+
+    def delete(self, table: str, key: tuple) -> None:
+        self.upserts[table][key] = None
+
+    def freeze(self) -> Batch:
+        """Replace upserted Row objects by tuples (a snapshot), so the batch can be written
+        while the projection goes on folding (and mutating its rows)."""
+        for t, ups in self.upserts.items():
+            if ups:
+                self.upserts[t] = {
+                    k: (r.astuple() if isinstance(r, Row) else r) for k, r in ups.items()
+                }
+        return self
+
+    def rows(self, table: str) -> list[tuple]:
+        """Final tuples of a table in this batch (appends, or upserted rows; deletes left out)."""
+        if table in self.appends:
+            return list(self.appends[table])
+        return [r.astuple() if isinstance(r, Row) else r
+                for r in self.upserts[table].values() if r is not None]
+
+
+# ---------------------------------------------------------------- the projection
+
+
+def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
+    """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
+    if gpus:
+        per = str(gpus)
+    elif milli:
+        per = f"{milli}m"
+    elif mig:
+        per = mig
+    else:
+        per = "0"
+    return per if not replicas or replicas == 1 else f"{replicas}x{per}"
+
+
+def _mig_milli(profile: str) -> int:
+    return ev.Resources(mig_profile=profile).gpu_milli_total()
+
+
+class Projection:
+    """Folds events into projection state and records table changes in `self.batch`."""
+
+    def __init__(self) -> None:
+        self.last_seq = 0
+        self.jobs: dict[str, Row] = {}
+        self.open_allocs: dict[str, list[Row]] = {}
+        self.open_preemptions: dict[str, Row] = {}  # allocation_id -> latest open request
+        self.nodes: dict[str, Row] = {}
+        self.gpus: dict[tuple[str, int], Row] = {}
+        self.tenants: dict[str, Row] = {}
+        self.batch = Batch()
+
+    # -------------------------------------------------------------- state from tables
+
+    @classmethod
+    def load(cls, last_seq: int, tables: dict[str, Iterable[tuple]]) -> Projection:
+        """Rebuild the state from stored current-state rows (`jobs`, open `allocations` and
+        `preemptions`, `nodes`, `gpus`, `tenants`), each tuple in the table's column order."""
+        p = cls()
+        p.last_seq = last_seq
+        for t in tables.get("jobs", ()):
+            r = JobRow.from_tuple(t)
+            p.jobs[r.job_id] = r
+        for t in tables.get("allocations", ()):
+            r = AllocationRow.from_tuple(t)
+            if r.ended_at_ms is None:
+                p.open_allocs.setdefault(r.allocation_id, []).append(r)
+        for rows in p.open_allocs.values():
+            rows.sort(key=lambda r: (r.rank, r.gpu_index))
+        for t in sorted(tables.get("preemptions", ()), key=lambda t: t[0]):
+            r = PreemptionRow.from_tuple(t)
+            if r.outcome == "requested":
+                p.open_preemptions[r.allocation_id] = r
+        for t in tables.get("nodes", ()):
+            r = NodeRow.from_tuple(t)
+            p.nodes[r.node] = r
+        for t in tables.get("gpus", ()):
+            r = GpuRow.from_tuple(t)
+            p.gpus[(r.node, r.gpu_index)] = r
+        for t in tables.get("tenants", ()):
+            r = TenantRow.from_tuple(t)
+            p.tenants[r.tenant] = r
+        return p
+
+    # -------------------------------------------------------------- entry points
+
+    def accept(self, seq: int) -> bool:
+        """False for a duplicate (seq already applied); raises SequenceGap on a gap."""
+        if seq <= self.last_seq:
+            return False
+        if seq != self.last_seq + 1:
+            raise SequenceGap(self.last_seq + 1, seq)
+        return True
+
+    def apply(self, seq: int, subject: str, event: ev.Event) -> bool:
+        """Fold one stream message. Returns False when it was a duplicate (skipped)."""
+        if not self.accept(seq):
+            return False
+        b = self.batch
+        if b.first_seq is None:
+            b.first_seq = seq
+        b.last_seq = seq
+        b.last_at_ms = event.occurred_at_ms
+        b.count += 1
+        self.last_seq = seq
+        decision = isinstance(event, ev.Decision)
+        b.appends["events"].append(
+            (
+                seq,
+                subject,
+                type(event).__name__,
+                event.event_id,
+                event.occurred_at_ms,
+                event.causation_id,
+                event.correlation_id,
+                event.producer,
+                event.input_seq if decision else None,
+                event.config_digest if decision else None,
+                event.leader_epoch if decision else None,
+                _json.encode(event).decode(),
+            )
+        )
+        if decision:
+            details = getattr(event, "details", None)
+            b.appends["decisions"].append(
+                (
+                    seq,
+                    event.occurred_at_ms,
+                    type(event).__name__,
+                    getattr(event, "job_id", None) or event.correlation_id or None,
+                    event.event_id,
+                    event.producer,
+                    event.input_seq,
+                    event.config_digest,
+                    event.leader_epoch,
+                    getattr(event, "reason", None),
+                    getattr(event, "message", None),
+                    _dumps(details) if details else None,
+                )
+            )
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, seq, event)
+        return True
+
+    def apply_undecodable(self, seq: int, subject: str, error: str, head: str) -> bool:
+        """Record a message that is not a valid event (the runtime dead-letters it)."""
+        if not self.accept(seq):
+            return False
+        b = self.batch
+        if b.first_seq is None:
+            b.first_seq = seq
+        b.last_seq = seq
+        b.count += 1
+        self.last_seq = seq
+        b.appends["events"].append(
+            (seq, subject, "Undecodable", "", None, "", "", "", None, None, None,
+             _dumps({"error": error, "payload_head": head}))
+        )
+        return True
+
+    def drain(self) -> Batch:
+        """Hand over the changes recorded so far and start a new batch."""
+        b, self.batch = self.batch, Batch()
+        return b
+
+    # -------------------------------------------------------------- helpers
+
+    def _job(self, job_id: str, tenant: str | None = None) -> Row:
+        job = self.jobs.get(job_id)
+        if job is None:  # a partial log: keep what we know
+            job = JobRow(job_id=job_id, tenant=tenant, state="submitted")
+            self.jobs[job_id] = job
+        return job
+
+    def _touch(self, job: Row, seq: int, at_ms: int) -> None:
+        job.updated_at_ms = at_ms
+        job.updated_seq = seq
+        self.batch.upsert(job)
+
+    def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
+        if job.state != to:
+            self.batch.appends["job_transitions"].append(
+                (seq, e.occurred_at_ms, job.job_id, job.tenant, job.state, to,
+                 type(e).__name__, reason)
+            )
+            job.state = to
+
+    def _close_alloc(self, allocation_id: str, at_ms: int, reason: str) -> None:
+        rows = self.open_allocs.pop(allocation_id, None)
+        if not rows:
+            return
+        for r in rows:
+            if r.ended_at_ms is None:
+                r.ended_at_ms = at_ms
+                r.end_reason = reason
+                self.batch.upsert(r)
+
+    def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
+        p = self.open_preemptions.pop(allocation_id, None)
+        if p is not None:
+            p.outcome = outcome
+            p.ended_at_ms = at_ms
+            self.batch.upsert(p)
+
+    # -------------------------------------------------------------- handlers: jobs
+
+    def _submitted(self, seq: int, e: ev.JobSubmitted) -> None:
+        spec = e.job
+        existing = self.jobs.get(spec.job_id)
+        if existing is not None and existing.submitted_at_ms is not None:
+            return  # a retried submission: first one wins
+        res = spec.resources
+        job = existing or JobRow(job_id=spec.job_id, state="submitted")
+        job.tenant = spec.tenant
+        job.priority_class = spec.priority_class
+        job.replicas = spec.replicas
+        job.min_members = spec.members_min()
+        job.member_gpus = res.gpus
+        job.member_gpu_milli = res.gpu_milli
+        job.member_mig_profile = res.mig_profile
+        job.gpu_models = list(res.gpu_models)
+        job.min_gpu_memory_mib = res.min_gpu_memory_mib
+        job.gpu_milli = res.gpu_milli_total() * spec.replicas
+        job.duration_s = spec.duration_s
+        job.submitted_at_ms = e.occurred_at_ms
+        self.jobs[spec.job_id] = job
+        if existing is None:
+            self.batch.appends["job_transitions"].append(
+                (seq, e.occurred_at_ms, job.job_id, job.tenant, None, "submitted",
+                 "JobSubmitted", None)
+            )
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _admitted(self, seq: int, e: ev.JobAdmitted) -> None:
+        job = self._job(e.job_id, e.tenant)
+        if job.state != "submitted":
+            return
+        job.priority_class = e.priority_class
+        job.priority = e.priority
+        job.preemptible = e.preemptible
+        job.slo_class = e.slo_class
+        job.admitted_at_ms = job.pending_since_ms = e.occurred_at_ms
+        self._transition(job, "pending", seq, e, None)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _rejected(self, seq: int, e: ev.JobRejected) -> None:
+        job = self._job(e.job_id, e.tenant)
+        if job.state in TERMINAL:
+            return
+        job.reason, job.message, job.details = e.reason, e.message, _dumps(e.details)
+        job.finished_at_ms = e.occurred_at_ms
+        self._transition(job, "rejected", seq, e, e.reason)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _cancelled(self, seq: int, e: ev.JobCancelled) -> None:
+        job = self._job(e.job_id, e.tenant)
+        if job.state in TERMINAL:
+            return
+        job.cancel_requested = True
+        job.reason, job.message = e.reason, "cancelled by the client"
+        if job.allocation_id is None:
+            job.finished_at_ms = e.occurred_at_ms
+            self._transition(job, "cancelled", seq, e, e.reason)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _pending_reason(self, seq: int, e: ev.PendingReasonChanged) -> None:
+        job = self._job(e.job_id)
+        details = e.details or {}
+        qp = details.get("queue_position")
+        help_ = details.get("preemption_would_help")
+        self.batch.appends["pending_reasons"].append(
+            (seq, e.occurred_at_ms, e.job_id, job.tenant, e.reason, e.message,
+             _dumps(details), qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
+             help_ if isinstance(help_, bool) else None)
+        )
+        if job.state in TERMINAL:
+            return
+        job.reason, job.message, job.details = e.reason, e.message, _dumps(details)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _placed(self, seq: int, e: ev.GangPlaced) -> None:
+        job = self._job(e.job_id, e.tenant)
+        if job.state in TERMINAL or e.allocation_id in self.open_allocs:
+            return
+        job.attempts = (job.attempts or 0) + 1
+        job.allocation_id = e.allocation_id
+        if job.first_placed_at_ms is None:
+            job.first_placed_at_ms = e.occurred_at_ms
+        job.placed_at_ms = e.occurred_at_ms
+        job.reason = job.message = job.details = None
+        attempt_s = e.allocation_id.rpartition("#")[2]
+        attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
+        rows: list[Row] = []
+        for m in e.members:
+            if m.mig_profile:
+                sharing, milli = "mig", _mig_milli(m.mig_profile)
+            elif m.gpu_milli:
+                sharing, milli = "milli", m.gpu_milli
+            else:
+                sharing, milli = "exclusive", 1000
+            for idx in m.gpus or (-1,):
+                g = self.gpus.get((m.node, idx))
+                r = AllocationRow(
+                    allocation_id=e.allocation_id,
+                    job_id=e.job_id,
+                    tenant=e.tenant or job.tenant,
+                    attempt=attempt,
+                    rank=m.rank,
+                    node=m.node,
+                    gpu_index=idx,
+                    gpu_uuid=g.uuid if g is not None else None,
+                    gpu_model=g.model if g is not None else None,
+                    clique=g.clique if g is not None else None,
+                    sharing=sharing if idx >= 0 else "none",
+                    gpu_milli=milli if idx >= 0 else 0,
+                    mig_profile=m.mig_profile,
+                    mig_start=m.mig_start,
+                    borrowing=e.borrowing,
+                    placed_seq=seq,
+                    placed_at_ms=e.occurred_at_ms,
+                )
+                rows.append(r)
+                self.batch.upsert(r)
+        self.open_allocs[e.allocation_id] = rows
+        self._transition(job, "running", seq, e, None)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
+        for r in self.open_allocs.get(e.allocation_id, ()):
+            if r.rank == e.rank and r.started_at_ms is None:
+                r.started_at_ms = e.occurred_at_ms
+                self.batch.upsert(r)
+
+    def _member_checkpointed(self, seq: int, e: ev.MemberCheckpointed) -> None:
+        p = self.open_preemptions.get(e.allocation_id)
+        if p is not None and p.checkpointed_at_ms is None:
+            p.checkpointed_at_ms = e.occurred_at_ms
+            self.batch.upsert(p)
+        job = self.jobs.get(e.job_id)
+        if job is not None and e.progress_ms and e.progress_ms > (job.progress_ms or 0):
+            job.progress_ms = e.progress_ms
+            self._touch(job, seq, e.occurred_at_ms)
+
+    def _member_exited(self, seq: int, e: ev.MemberExited) -> None:
+        rows = self.open_allocs.get(e.allocation_id)
+        if not rows:
+            return
+        for r in rows:
+            if r.rank == e.rank and r.ended_at_ms is None:
+                r.ended_at_ms = e.occurred_at_ms
+                r.end_reason = e.outcome
+                self.batch.upsert(r)
+        if all(r.ended_at_ms is not None for r in rows):
+            del self.open_allocs[e.allocation_id]
+
+    def _preemption_requested(self, seq: int, e: ev.PreemptionRequested) -> None:
+        job = self._job(e.job_id)
+        ben = self.jobs.get(e.beneficiary)
+        if e.allocation_id in self.open_preemptions:
+            return  # already being preempted: the first request stands
+        p = PreemptionRow(
+            request_seq=seq,
+            requested_at_ms=e.occurred_at_ms,
+            victim_job_id=e.job_id,
+            victim_tenant=job.tenant,
+            victim_priority=job.priority,
+            allocation_id=e.allocation_id,
+            beneficiary=e.beneficiary,
+            beneficiary_tenant=ben.tenant if ben is not None else None,
+            beneficiary_priority=ben.priority if ben is not None else None,
+            reason=e.reason,
+            message=e.message,
+            deadline_ms=e.deadline_ms,
+            details=_dumps(e.details or {}),
+            outcome="requested",
+        )
+        self.open_preemptions[e.allocation_id] = p
+        self.batch.upsert(p)
+        if job.state == "running" and job.allocation_id == e.allocation_id:
+            self._transition(job, "preempting", seq, e, e.reason)
+            self._touch(job, seq, e.occurred_at_ms)
+
+    def _release(self, job: Row | None, allocation_id: str) -> None:
+        if job is not None and job.allocation_id == allocation_id:
+            job.allocation_id = None
+
+    def _evicted(self, seq: int, e: ev.GangEvicted) -> None:
+        self._close_alloc(e.allocation_id, e.occurred_at_ms, "evicted:" + e.reason)
+        p = self.open_preemptions.pop(e.allocation_id, None)
+        if p is not None:
+            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
+            p.eviction_reason = e.reason
+            p.checkpointed = e.checkpointed
+            p.lost_gpu_ms = e.lost_gpu_ms
+            p.progress_ms = e.progress_ms
+            p.outcome = "evicted"
+            self.batch.upsert(p)
+        job = self.jobs.get(e.job_id)
+        if job is None:
+            return
+        self._release(job, e.allocation_id)
+        if job.state in TERMINAL:
+            return
+        job.progress_ms = e.progress_ms
+        if e.reason == "Cancelled" or job.cancel_requested:
+            job.finished_at_ms = e.occurred_at_ms
+            self._transition(job, "cancelled", seq, e, e.reason)
+        else:
+            job.preemptions = (job.preemptions or 0) + 1
+            job.reason = e.reason
+            job.message = (
+                f"evicted from {e.allocation_id}"
+                + (f" for {e.preempted_by}" if e.preempted_by else "")
+                + f"; lost {e.lost_gpu_ms / 1000:.0f} GPU-s"
+            )
+            job.details = None
+            job.pending_since_ms = e.occurred_at_ms
+            self._transition(job, "pending", seq, e, e.reason)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _requeued(self, seq: int, e: ev.GangRequeued) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state in TERMINAL or job.allocation_id is not None:
+            return
+        job.pending_since_ms = e.occurred_at_ms
+        self._transition(job, "pending", seq, e, "Requeued")
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _ended(self, seq: int, e: ev.GangCompleted | ev.GangFailed, to: str) -> None:
+        self._close_alloc(e.allocation_id, e.occurred_at_ms, to)
+        self._end_preemption(e.allocation_id, e.occurred_at_ms, to)
+        job = self.jobs.get(e.job_id)
+        if job is None:
+            return
+        self._release(job, e.allocation_id)
+        if job.state in TERMINAL:
+            return
+        job.finished_at_ms = e.occurred_at_ms
+        if to == "failed":
+            job.reason, job.message = e.reason, e.message
+        else:
+            job.reason = job.message = job.details = None
+        self._transition(job, to, seq, e, getattr(e, "reason", None))
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _completed(self, seq: int, e: ev.GangCompleted) -> None:
+        self._ended(seq, e, "completed")
+
+    def _failed(self, seq: int, e: ev.GangFailed) -> None:
+        self._ended(seq, e, "failed")
+
+    # -------------------------------------------------------------- handlers: config, quota
+
+    def _tenant(self, seq: int, e: ev.TenantConfigured) -> None:
+        t = self.tenants.get(e.tenant) or TenantRow(tenant=e.tenant)
+        t.parent = e.tenant.rpartition("/")[0] or None
+        t.guaranteed_gpu_milli = e.guaranteed_gpu_milli
+        t.limit_gpu_milli = e.limit_gpu_milli
+        t.over_quota_weight = e.over_quota_weight
+        t.configured_at_ms = e.occurred_at_ms
+        t.updated_at_ms = e.occurred_at_ms
+        self.tenants[e.tenant] = t
+        self.batch.upsert(t)
+
+    def _priority_class(self, seq: int, e: ev.PriorityClassConfigured) -> None:
+        self.batch.upsert(
+            PriorityClassRow(
+                name=e.name,
+                value=e.value,
+                preemptible=e.preemptible,
+                slo_class=e.slo_class,
+                description=e.description,
+                grace_s=e.grace_s,
+                allow_timeslice=e.allow_timeslice,
+                configured_at_ms=e.occurred_at_ms,
+            )
+        )
+
+    def _fair_share(self, seq: int, e: ev.FairShareUpdated) -> None:
+        out = self.batch.appends["quota_usage"]
+        at = e.occurred_at_ms
+        for s in e.shares:
+            out.append(
+                (seq, at, s.tenant, s.guaranteed_gpu_milli, s.fair_share_gpu_milli,
+                 s.allocated_gpu_milli, s.demand_gpu_milli,
+                 max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli))
+            )
+            t = self.tenants.get(s.tenant)
+            if t is None:
+                t = TenantRow(tenant=s.tenant, parent=s.tenant.rpartition("/")[0] or None,
+                              guaranteed_gpu_milli=s.guaranteed_gpu_milli)
+                self.tenants[s.tenant] = t
+            t.fair_share_gpu_milli = s.fair_share_gpu_milli
+            t.allocated_gpu_milli = s.allocated_gpu_milli
+            t.demand_gpu_milli = s.demand_gpu_milli
+            t.updated_at_ms = at
+            self.batch.upsert(t)
+
+    # -------------------------------------------------------------- handlers: nodes
+
+    def _node_registered(self, seq: int, e: ev.NodeRegistered) -> None:
+        info = e.node
+        n = self.nodes.get(info.name)
+        if n is None:
+            n = NodeRow(node=info.name, running_members=0)
+            self.nodes[info.name] = n
+        n.pool, n.leaf_switch = info.pool, info.leaf_switch
+        n.cpu_milli, n.memory_mib = info.cpu_milli, info.memory_mib
+        n.gpu_count = len(info.gpus)
+        n.simulated = e.simulated
+        n.status = "ready"
+        n.labels = _dumps(info.labels or {})
+        n.registered_at_ms = e.occurred_at_ms
+        n.lost_at_ms = n.lost_message = None
+        self.batch.upsert(n)
+        seen = set()
+        for g in info.gpus:
+            key = (info.name, g.index)
+            seen.add(key)
+            row = GpuRow(
+                node=info.name, gpu_index=g.index, uuid=g.uuid, model=g.model,
+                memory_mib=g.memory_mib, clique=g.clique, sharing=g.sharing,
+                healthy=g.healthy, registered_at_ms=e.occurred_at_ms,
+            )
+            self.gpus[key] = row
+            self.batch.upsert(row)
+        for key in [k for k in self.gpus if k[0] == info.name and k not in seen]:
+            del self.gpus[key]
+            self.batch.delete("gpus", key)
+
+    def _heartbeat(self, seq: int, e: ev.NodeHeartbeat) -> None:
+        n = self.nodes.get(e.node)
+        if n is None:
+            return
+        n.last_heartbeat_ms = e.occurred_at_ms
+        n.running_members = len(e.running)
+        self.batch.upsert(n)
+
+    def _node_lost(self, seq: int, e: ev.NodeLost) -> None:
+        n = self.nodes.get(e.node)
+        if n is None:
+            return
+        n.status = "lost"
+        n.lost_at_ms = e.occurred_at_ms
+        n.lost_message = e.message
+        self.batch.upsert(n)
+
+    def _metrics(self, seq: int, e: ev.GpuMetricsReported) -> None:
+        out = self.batch.appends["gpu_metrics"]
+        at = e.occurred_at_ms
+        for s in e.samples:
+            out.append(
+                (seq, at, e.node, s.uuid, s.mig_uuid, s.sm_active, s.util_source,
+                 s.memory_used_mib)
+            )
+
+
+_HANDLERS = {
+    ev.JobSubmitted: Projection._submitted,
+    ev.JobAdmitted: Projection._admitted,
+    ev.JobRejected: Projection._rejected,
+    ev.JobCancelled: Projection._cancelled,
+    ev.PendingReasonChanged: Projection._pending_reason,
+    ev.GangPlaced: Projection._placed,
+    ev.MemberStarted: Projection._member_started,
+    ev.MemberCheckpointed: Projection._member_checkpointed,
+    ev.MemberExited: Projection._member_exited,
+    ev.PreemptionRequested: Projection._preemption_requested,
+    ev.GangEvicted: Projection._evicted,
+    ev.GangRequeued: Projection._requeued,
+    ev.GangCompleted: Projection._completed,
+    ev.GangFailed: Projection._failed,
+    ev.TenantConfigured: Projection._tenant,
+    ev.PriorityClassConfigured: Projection._priority_class,
+    ev.FairShareUpdated: Projection._fair_share,
+    ev.NodeRegistered: Projection._node_registered,
+    ev.NodeHeartbeat: Projection._heartbeat,
+    ev.NodeLost: Projection._node_lost,
+    ev.GpuMetricsReported: Projection._metrics,
+}

@@ -1,0 +1,110 @@
+"""Live projection from NATS JetStream: the `projector` durable pull consumer.
+
+The only module of `projections` that talks to NATS. Each fetched batch is folded, committed
+(rows + last sequence in one DuckDB transaction), and only then acknowledged (AckAll on the
+batch's last message). A crash between commit and ack redelivers messages the database
+already holds; they are skipped by sequence. On start the consumer is (re)positioned from
+the database's last sequence, so the database, not the consumer, decides where to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import nats
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
+from nats.js.errors import NotFoundError
+
+from projections.mappers import SequenceGap
+from projections.store import Projector
+
+log = logging.getLogger("gpuledger.projector")
+
+STREAM = "GPULEDGER"
+DURABLE = "projector"
+
+
+async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> None:
+    """Make the durable consumer deliver from `last_seq + 1`."""
+    try:
+        info = await js.consumer_info(stream, durable)
+    except NotFoundError:
+        info = None
+    if info is not None:
+        delivered = info.delivered.stream_seq if info.delivered else 0
+        acked = info.ack_floor.stream_seq if info.ack_floor else 0
+        if delivered == last_seq and acked <= last_seq:
+            return  # exactly where the database stopped
+        log.info("repositioning consumer %s: delivered=%s acked=%s db=%s",
+                 durable, delivered, acked, last_seq)
+        await js.delete_consumer(stream, durable)
+    cfg = api.ConsumerConfig(
+        durable_name=durable,
+        ack_policy=api.AckPolicy.ALL,
+        ack_wait=60,
+        max_ack_pending=100_000,
+        deliver_policy=api.DeliverPolicy.ALL if last_seq == 0 else api.DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=None if last_seq == 0 else last_seq + 1,
+    )
+    await js.add_consumer(stream, cfg)
+
+
+async def run_projector(
+    url: str,
+    db_path: str | Path,
+    *,
+    stream: str = STREAM,
+    durable: str = DURABLE,
+    fetch_batch: int = 5_000,
+    fetch_timeout: float = 1.0,
+    follow: bool = True,
+    stop: asyncio.Event | None = None,
+    release_when_idle: bool = True,
+    on_commit: Callable[[int], None] | None = None,
+    before_ack: Callable[[int], None] | None = None,
+) -> int:
+    """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
+    the stream is drained). Returns the last committed sequence. Raises SequenceGap after
+    committing everything before the gap."""
+    nc = await nats.connect(url)
+    pj = Projector(db_path, batch_size=10**9)  # commits are per fetch, never mid-fetch
+    try:
+        js = nc.jetstream()
+        await _position_consumer(js, stream, durable, pj.last_seq)
+        sub = await js.pull_subscribe_bind(durable, stream)
+        while stop is None or not stop.is_set():
+            try:
+                msgs = await sub.fetch(fetch_batch, timeout=fetch_timeout)
+            except (TimeoutError, NatsTimeout):
+                if release_when_idle:
+                    pj.release()  # let `gpuledger sql` open the file while we wait
+                if not follow:
+                    break
+                continue
+            gap: SequenceGap | None = None
+            last_msg = None
+            for msg in msgs:
+                try:
+                    pj.apply_raw(msg.metadata.sequence.stream, msg.subject, msg.data)
+                except SequenceGap as exc:
+                    gap = exc
+                    break
+                last_msg = msg
+            committed = pj.commit()
+            if on_commit is not None:
+                on_commit(committed)
+            if before_ack is not None:
+                before_ack(committed)
+            if last_msg is not None:
+                await last_msg.ack()  # AckAll: everything up to it
+            if gap is not None:
+                log.error("%s", gap)
+                raise gap
+        return pj.last_seq
+    finally:
+        pj.close()
+        await nc.drain()

@@ -1,0 +1,235 @@
+-- gpuledger audit views. Everything here is derived from the projected tables; "now" is the
+-- time of the last applied event (`clock`), so simulated (virtual-time) logs read correctly.
+
+CREATE OR REPLACE VIEW clock AS
+SELECT coalesce(updated_at_ms, 0) AS now_ms, last_seq FROM projector_meta WHERE id = 1;
+
+-- Why is each waiting job waiting? One row per submitted/pending job.
+CREATE OR REPLACE VIEW why_pending AS
+WITH last_reason AS (
+    SELECT job_id, max(at_ms) AS reason_since_ms, count(*) AS reason_changes
+    FROM pending_reasons GROUP BY job_id
+), declined AS (
+    SELECT job_id, arg_max(reason, seq) AS declined_reason, arg_max(message, seq) AS declined_message
+    FROM decisions WHERE type = 'PreemptionDeclined' GROUP BY job_id
+)
+SELECT j.job_id, j.tenant, j.priority_class, j.priority, j.state,
+       j.gpu_milli / 1000.0 AS gpus,
+       j.reason, j.message, j.details,
+       coalesce(TRY_CAST(j.details ->> 'queue_position' AS BIGINT),
+                row_number() OVER (ORDER BY j.priority DESC NULLS LAST, j.pending_since_ms,
+                                   j.submitted_at_ms, j.job_id)) AS queue_position,
+       TRY_CAST(j.details ->> 'preemption_would_help' AS BOOLEAN) AS preemption_would_help,
+       coalesce(j.details -> 'nodes', j.details -> 'node_histogram', j.details -> 'histogram')
+           AS node_histogram,
+       d.declined_reason, d.declined_message,
+       r.reason_since_ms, coalesce(r.reason_changes, 0) AS reason_changes,
+       (c.now_ms - coalesce(j.pending_since_ms, j.submitted_at_ms)) / 1000.0 AS waiting_s,
+       j.preemptions, j.submitted_at_ms, j.pending_since_ms
+FROM jobs j
+CROSS JOIN clock c
+LEFT JOIN last_reason r USING (job_id)
+LEFT JOIN declined d USING (job_id)
+WHERE j.state IN ('submitted', 'pending');
+
+-- Who preempted whom, why, and what it cost. One row per PreemptionRequested.
+CREATE OR REPLACE VIEW who_preempted AS
+WITH held AS (
+    SELECT allocation_id, sum(gpu_milli) / 1000.0 AS gpus, count(DISTINCT rank) AS members
+    FROM allocations GROUP BY allocation_id
+)
+SELECT p.victim_job_id AS victim, p.victim_tenant, p.victim_priority,
+       p.beneficiary AS preemptor, coalesce(p.beneficiary_tenant, b.tenant) AS preemptor_tenant,
+       coalesce(p.beneficiary_priority, b.priority) AS preemptor_priority,
+       p.reason, p.message, p.allocation_id, h.gpus AS victim_gpus, h.members AS victim_members,
+       p.requested_at_ms, p.deadline_ms, p.checkpointed_at_ms,
+       coalesce(p.checkpointed, false) AS checkpointed,
+       p.evicted_at_ms, p.outcome,
+       coalesce(p.lost_gpu_ms, 0) / 1000.0 AS lost_gpu_seconds,
+       coalesce(p.lost_gpu_ms, 0) / 3600000.0 AS lost_gpu_hours,
+       p.progress_ms / 1000.0 AS saved_progress_s,
+       coalesce(p.details -> 'alternatives', p.details -> 'rejected', p.details -> 'considered')
+           AS alternatives,
+       p.details, p.request_seq
+FROM preemptions p
+LEFT JOIN jobs b ON b.job_id = p.beneficiary
+LEFT JOIN held h ON h.allocation_id = p.allocation_id;
+
+-- One sample interval per GPU: MIG per-instance samples are averaged to the GPU; a sample
+-- holds until the next one of the same GPU (at most 5 minutes, and never past "now").
+CREATE OR REPLACE VIEW gpu_samples AS
+WITH s AS (
+    SELECT node, uuid, at_ms, seq, avg(sm_active) AS sm_active,
+           any_value(util_source) AS util_source, sum(memory_used_mib) AS memory_used_mib
+    FROM gpu_metrics WHERE sm_active IS NOT NULL
+    GROUP BY node, uuid, at_ms, seq
+)
+SELECT s.*,
+       least(coalesce(lead(at_ms) OVER (PARTITION BY uuid ORDER BY at_ms, seq), c.now_ms),
+             at_ms + 300000) AS until_ms
+FROM s CROSS JOIN clock c;
+
+-- Allocation intervals (per member and GPU) with the SM activity measured while held.
+CREATE OR REPLACE VIEW allocation_usage AS
+WITH a AS (
+    SELECT a.*, coalesce(a.ended_at_ms, c.now_ms) AS until_ms
+    FROM allocations a CROSS JOIN clock c WHERE a.gpu_index >= 0
+), m AS (
+    SELECT a.allocation_id, a.rank, a.gpu_index,
+           sum(greatest(0, least(a.until_ms, s.until_ms) - greatest(a.placed_at_ms, s.at_ms)))
+               AS measured_ms,
+           sum(greatest(0, least(a.until_ms, s.until_ms) - greatest(a.placed_at_ms, s.at_ms))
+               * s.sm_active) AS active_ms
+    FROM a JOIN gpu_samples s
+      ON s.uuid = a.gpu_uuid AND s.at_ms < a.until_ms AND s.until_ms > a.placed_at_ms
+    GROUP BY ALL
+)
+SELECT a.tenant, a.job_id, a.allocation_id, a.rank, a.node, a.gpu_index, a.gpu_uuid,
+       a.sharing, a.gpu_milli, a.borrowing, a.placed_at_ms, a.until_ms,
+       a.gpu_milli / 1000.0 * (a.until_ms - a.placed_at_ms) AS allocated_gpu_ms,
+       a.gpu_milli / 1000.0 * coalesce(m.measured_ms, 0) AS measured_gpu_ms,
+       a.gpu_milli / 1000.0 * coalesce(m.active_ms, 0) AS used_gpu_ms
+FROM a LEFT JOIN m USING (allocation_id, rank, gpu_index);
+
+-- Allocation vs real (SM-activity) utilisation per tenant, and the idle-but-allocated gap.
+CREATE OR REPLACE VIEW utilisation AS
+SELECT tenant,
+       sum(allocated_gpu_ms) / 3600000.0 AS allocated_gpu_hours,
+       sum(measured_gpu_ms) / 3600000.0 AS measured_gpu_hours,
+       sum(used_gpu_ms) / 3600000.0 AS used_gpu_hours,
+       sum(used_gpu_ms) / nullif(sum(measured_gpu_ms), 0) AS sm_active_avg,
+       (sum(measured_gpu_ms) - sum(used_gpu_ms)) / 3600000.0 AS idle_allocated_gpu_hours,
+       (sum(allocated_gpu_ms) - sum(measured_gpu_ms)) / 3600000.0 AS unmeasured_gpu_hours
+FROM allocation_usage
+GROUP BY tenant;
+
+-- GPU-hours allocated vs used, borrowed, lost to preemption, per tenant.
+CREATE OR REPLACE VIEW tenant_usage AS
+WITH q AS (
+    SELECT tenant, at_ms, borrowed_gpu_milli,
+           lead(at_ms) OVER (PARTITION BY tenant ORDER BY seq) AS next_ms
+    FROM quota_usage
+), borrowed AS (
+    SELECT q.tenant,
+           sum(q.borrowed_gpu_milli / 1000.0 * (coalesce(q.next_ms, c.now_ms) - q.at_ms))
+               / 3600000.0 AS borrowed_gpu_hours
+    FROM q CROSS JOIN clock c GROUP BY q.tenant
+), alloc AS (
+    SELECT tenant,
+           sum(allocated_gpu_ms) / 3600000.0 AS allocated_gpu_hours,
+           sum(allocated_gpu_ms) FILTER (WHERE borrowing) / 3600000.0
+               AS borrowing_placement_gpu_hours,
+           sum(used_gpu_ms) / 3600000.0 AS used_gpu_hours,
+           sum(measured_gpu_ms) / 3600000.0 AS measured_gpu_hours
+    FROM allocation_usage GROUP BY tenant
+), lost AS (
+    SELECT victim_tenant AS tenant, count(*) FILTER (WHERE outcome = 'evicted') AS preempted,
+           sum(coalesce(lost_gpu_ms, 0)) / 3600000.0 AS lost_gpu_hours
+    FROM preemptions GROUP BY 1
+), gained AS (
+    SELECT coalesce(p.beneficiary_tenant, b.tenant) AS tenant, count(*) AS preemptions_caused
+    FROM preemptions p LEFT JOIN jobs b ON b.job_id = p.beneficiary GROUP BY 1
+), names AS (
+    SELECT tenant FROM tenants UNION SELECT tenant FROM alloc UNION SELECT tenant FROM borrowed
+)
+SELECT n.tenant,
+       t.guaranteed_gpu_milli / 1000.0 AS guaranteed_gpus,
+       t.limit_gpu_milli / 1000.0 AS limit_gpus,
+       t.fair_share_gpu_milli / 1000.0 AS fair_share_gpus,
+       t.allocated_gpu_milli / 1000.0 AS allocated_gpus_now,
+       coalesce(a.allocated_gpu_hours, 0) AS allocated_gpu_hours,
+       coalesce(a.used_gpu_hours, 0) AS used_gpu_hours,
+       a.used_gpu_hours / nullif(a.measured_gpu_hours, 0) AS sm_active_avg,
+       coalesce(b.borrowed_gpu_hours, 0) AS borrowed_gpu_hours,
+       coalesce(a.borrowing_placement_gpu_hours, 0) AS borrowing_placement_gpu_hours,
+       coalesce(l.lost_gpu_hours, 0) AS lost_gpu_hours,
+       coalesce(l.preempted, 0) AS times_preempted,
+       coalesce(g.preemptions_caused, 0) AS preemptions_caused
+FROM names n
+LEFT JOIN tenants t USING (tenant)
+LEFT JOIN alloc a USING (tenant)
+LEFT JOIN borrowed b USING (tenant)
+LEFT JOIN lost l USING (tenant)
+LEFT JOIN gained g USING (tenant);
+
+-- Free capacity per GPU right now (ready nodes, healthy GPUs).
+CREATE OR REPLACE VIEW gpu_free AS
+SELECT g.node, g.gpu_index, g.uuid, g.model, g.memory_mib, g.clique, g.sharing,
+       1000 - coalesce(sum(a.gpu_milli), 0) AS free_milli
+FROM gpus g
+JOIN nodes n ON n.node = g.node AND n.status = 'ready'
+LEFT JOIN allocations a
+  ON a.node = g.node AND a.gpu_index = g.gpu_index AND a.ended_at_ms IS NULL
+WHERE g.healthy
+GROUP BY ALL;
+
+-- Per free GPU: could any pending job use it? (whole GPUs: enough free GPUs in the same
+-- NVLink clique; shares: enough free milli; MIG: a MIG GPU with enough free slices; models
+-- and GPU memory must match).
+CREATE OR REPLACE VIEW gpu_usability AS
+WITH f AS (
+    SELECT *, count(*) FILTER (WHERE free_milli = 1000 AND sharing <> 'mig')
+                  OVER (PARTITION BY node, clique) AS clique_free_gpus
+    FROM gpu_free WHERE free_milli > 0
+), p AS (
+    SELECT job_id, member_gpus, member_gpu_milli, member_mig_profile, gpu_models,
+           coalesce(min_gpu_memory_mib, 0) AS min_mem,
+           CASE WHEN member_mig_profile IS NOT NULL THEN
+               CAST(ceil(TRY_CAST(split_part(member_mig_profile, 'g', 1) AS BIGINT) * 1000 / 7.0)
+                    AS BIGINT) END AS mig_milli
+    FROM jobs WHERE state = 'pending'
+)
+SELECT f.*,
+       EXISTS (
+           SELECT 1 FROM p
+           WHERE (p.gpu_models IS NULL OR len(p.gpu_models) = 0 OR list_contains(p.gpu_models, f.model))
+             AND f.memory_mib >= p.min_mem
+             AND ((p.member_gpus > 0 AND f.free_milli = 1000 AND f.sharing <> 'mig'
+                   AND f.clique_free_gpus >= p.member_gpus)
+               OR (coalesce(p.member_gpus, 0) = 0 AND p.member_gpu_milli > 0
+                   AND f.sharing <> 'mig' AND f.free_milli >= p.member_gpu_milli)
+               OR (p.member_mig_profile IS NOT NULL AND f.sharing = 'mig'
+                   AND f.free_milli >= coalesce(p.mig_milli, 1000)))
+       ) AS usable_by_pending
+FROM f;
+
+-- Free GPUs that no pending job can use, per NVLink clique (node, clique) and overall ('*').
+CREATE OR REPLACE VIEW fragmentation AS
+WITH per_clique AS (
+    SELECT node, clique, string_agg(DISTINCT model, ',') AS models,
+           count(*) FILTER (WHERE free_milli = 1000) AS free_gpus,
+           sum(free_milli) AS free_milli,
+           count(*) FILTER (WHERE free_milli = 1000 AND NOT usable_by_pending) AS stranded_gpus,
+           coalesce(sum(free_milli) FILTER (WHERE NOT usable_by_pending), 0) AS stranded_milli,
+           count(*) FILTER (WHERE free_milli < 1000) AS partial_gpus
+    FROM gpu_usability GROUP BY node, clique
+), pending AS (SELECT count(*) AS pending_jobs FROM jobs WHERE state = 'pending')
+SELECT c.node, c.clique, c.models, c.free_gpus, c.free_milli / 1000.0 AS free_gpu_equiv,
+       c.partial_gpus, c.stranded_gpus, c.stranded_milli / 1000.0 AS stranded_gpu_equiv,
+       c.stranded_milli / nullif(c.free_milli, 0) AS stranded_ratio,
+       c.free_gpus AS largest_free_clique, p.pending_jobs
+FROM per_clique c CROSS JOIN pending p
+UNION ALL
+SELECT '*', '*', string_agg(DISTINCT c.models, ','), sum(c.free_gpus), sum(c.free_milli) / 1000.0,
+       sum(c.partial_gpus), sum(c.stranded_gpus), sum(c.stranded_milli) / 1000.0,
+       sum(c.stranded_milli) / nullif(sum(c.free_milli), 0),
+       max(c.free_gpus), any_value(p.pending_jobs)
+FROM per_clique c CROSS JOIN pending p;
+
+-- Admission wait and time to place per SLO class (seconds).
+CREATE OR REPLACE VIEW slo AS
+SELECT coalesce(j.slo_class, 'unknown') AS slo_class,
+       count(*) AS jobs,
+       count(j.admitted_at_ms) AS admitted,
+       count(*) FILTER (WHERE j.state = 'rejected') AS rejected,
+       count(j.first_placed_at_ms) AS placed,
+       count(*) FILTER (WHERE j.state IN ('submitted', 'pending')) AS waiting_now,
+       quantile_cont(j.admitted_at_ms - j.submitted_at_ms, 0.5) / 1000.0 AS admission_wait_p50_s,
+       quantile_cont(j.admitted_at_ms - j.submitted_at_ms, 0.99) / 1000.0 AS admission_wait_p99_s,
+       quantile_cont(j.first_placed_at_ms - j.submitted_at_ms, 0.5) / 1000.0 AS time_to_place_p50_s,
+       quantile_cont(j.first_placed_at_ms - j.submitted_at_ms, 0.99) / 1000.0 AS time_to_place_p99_s,
+       max(j.first_placed_at_ms - j.submitted_at_ms) / 1000.0 AS time_to_place_max_s,
+       max(c.now_ms - j.pending_since_ms) FILTER (WHERE j.state = 'pending') / 1000.0
+           AS oldest_pending_s
+FROM jobs j CROSS JOIN clock c
+GROUP BY ALL;

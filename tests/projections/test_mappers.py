@@ -1,0 +1,147 @@
+"""The pure mappers, without a database."""
+
+from __future__ import annotations
+
+import pytest
+
+import events as ev
+from projections.mappers import (
+    APPEND_COLUMNS,
+    ROW_CLASSES,
+    Projection,
+    SequenceGap,
+    gpus_label,
+)
+
+
+def fold(messages, p: Projection | None = None) -> Projection:
+    p = p or Projection()
+    for seq, subject, event in messages:
+        p.apply(seq, subject, event)
+    return p
+
+
+def test_job_lifecycle_states_and_transitions(messages):
+    p = fold(messages)
+    states = {j: r.state for j, r in p.jobs.items()}
+    assert states == {
+        "train-b": "pending",
+        "small-a": "completed",
+        "mig-a": "running",
+        "bad-a": "rejected",
+        "infer-a": "running",
+        "big-b": "pending",
+    }
+    b = p.drain()
+    path = [(t[4], t[5]) for t in b.appends["job_transitions"] if t[2] == "train-b"]
+    assert path == [
+        (None, "submitted"),
+        ("submitted", "pending"),
+        ("pending", "running"),
+        ("running", "preempting"),
+        ("preempting", "pending"),
+    ]
+    train = b.upserts["jobs"][("train-b",)]
+    assert (train.attempts, train.preemptions, train.progress_ms) == (1, 1, 590_000)
+    assert train.reason == "Resources" and train.allocation_id is None
+
+
+def test_allocation_intervals_per_gpu_share_and_mig(messages):
+    b = fold(messages).drain()
+    allocs = {k: r for k, r in b.upserts["allocations"].items()}
+    train = [r for k, r in allocs.items() if k[0] == "train-b#1"]
+    assert len(train) == 8 and {r.gpu_milli for r in train} == {1000}
+    assert all(r.ended_at_ms == 606_000 and r.end_reason == "preempted" for r in train)
+    assert all(r.borrowing and r.gpu_uuid.startswith("GPU-n1-") for r in train)
+    (share,) = [r for k, r in allocs.items() if k[0] == "small-a#1"]
+    assert (share.sharing, share.gpu_milli, share.end_reason) == ("milli", 500, "completed")
+    (mig,) = [r for k, r in allocs.items() if k[0] == "mig-a#1"]
+    assert (mig.sharing, mig.gpu_milli, mig.ended_at_ms) == ("mig", 143, None)
+
+
+def test_preemption_row(messages):
+    b = fold(messages).drain()
+    (p,) = b.upserts["preemptions"].values()
+    assert (p.victim_job_id, p.beneficiary, p.reason) == ("train-b", "infer-a", "Reclaim")
+    assert (p.victim_tenant, p.beneficiary_tenant) == ("org/b", "org/a")
+    assert p.checkpointed and p.checkpointed_at_ms == 605_000 and p.lost_gpu_ms == 40_000
+    assert p.outcome == "evicted" and "alternatives" in p.details
+
+
+def test_duplicates_skipped_and_gap_refused(messages):
+    p = fold(messages[:10])
+    assert p.apply(*messages[9]) is False  # redelivered
+    assert p.apply(*messages[0]) is False
+    with pytest.raises(SequenceGap, match="expected stream sequence 11, got 12"):
+        p.apply(*messages[11])
+    assert p.last_seq == 10
+
+
+def test_load_from_rows_continues_identically(messages):
+    """The state rebuilt from stored rows folds the rest of the log like the original."""
+    for cut in (9, 25, 42, 44, 60):
+        whole = fold(messages).drain()
+        first = fold(messages[:cut])
+        b1 = first.drain()
+        stored = {t: [r.astuple() for r in b1.upserts[t].values() if r] for t in ROW_CLASSES}
+        resumed = fold(messages[cut:], Projection.load(cut, stored))
+        b2 = resumed.drain()
+        for t in ROW_CLASSES:
+            merged = {**{k: r for k, r in b1.upserts[t].items()}, **b2.upserts[t]}
+            got = sorted(r.astuple() for r in merged.values() if r is not None)
+            want = sorted(whole.rows(t))
+            assert got == want, (cut, t)
+        for t in APPEND_COLUMNS:
+            assert b1.appends[t] + b2.appends[t] == whole.appends[t], (cut, t)
+
+
+def test_events_and_decisions_rows(messages):
+    b = fold(messages).drain()
+    assert [r[0] for r in b.appends["events"]] == list(range(1, len(messages) + 1))
+    types = {r[2] for r in b.appends["decisions"]}
+    assert {"JobAdmitted", "GangPlaced", "PreemptionRequested", "PreemptionDeclined"} <= types
+    assert "JobSubmitted" not in types
+    ev_row = b.appends["events"][8]
+    assert ev_row[2] == "JobAdmitted" and ev_row[8] == 8  # input_seq
+
+
+def test_node_reregistration_drops_missing_gpus():
+    p = Projection()
+    gpus = tuple(ev.GpuInfo(index=i, uuid=f"G{i}", model="H100-80GB", memory_mib=1,
+                            clique="c") for i in range(4))
+    p.apply(1, "s", ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1,
+                                                       gpus=gpus)))
+    p.apply(2, "s", ev.NodeLost(node="n", occurred_at_ms=5))
+    assert p.nodes["n"].status == "lost"
+    p.apply(3, "s", ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1,
+                                                       gpus=gpus[:2])))
+    b = p.drain()
+    assert b.upserts["gpus"][("n", 3)] is None and ("n", 1) in p.gpus
+    assert p.nodes["n"].status == "ready" and len(b.rows("gpus")) == 2
+
+
+def test_cancel_while_running_ends_cancelled():
+    spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
+    msgs = [
+        ev.JobSubmitted(job=spec),
+        ev.JobAdmitted(job_id="j", tenant="t", priority_class="train", priority=1,
+                       preemptible=True, slo_class="batch"),
+        ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t",
+                      members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),)),
+        ev.JobCancelled(job_id="j", tenant="t"),
+        ev.MemberExited(job_id="j", allocation_id="j#1", rank=0, node="n", outcome="cancelled"),
+        ev.GangEvicted(job_id="j", allocation_id="j#1", reason="Cancelled"),
+    ]
+    p = Projection()
+    for i, e in enumerate(msgs, 1):
+        p.apply(i, "s", e)
+        if i == 4:
+            assert p.jobs["j"].state == "running"
+    assert p.jobs["j"].state == "cancelled" and not p.open_allocs
+
+
+def test_gpus_label():
+    assert gpus_label(1, 8, 0, None) == "8"
+    assert gpus_label(2, 8, 0, None) == "2x8"
+    assert gpus_label(1, 0, 500, None) == "500m"
+    assert gpus_label(1, 0, 0, "1g.10gb") == "1g.10gb"

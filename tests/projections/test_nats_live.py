@@ -1,0 +1,120 @@
+"""Live projection from a real nats-server (JetStream), including a crash before the ack."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nats
+import pytest
+from nats.js import api
+
+import events as ev
+from projections.nats_source import run_projector
+from projections.store import connect_readonly, rebuild
+from tests.projections.conftest import dump
+
+pytestmark = pytest.mark.integration
+
+
+def _nats_server_binary() -> str | None:
+    scripts = Path(sys.executable).parent / "nats-server"
+    if scripts.exists():
+        return str(scripts)
+    return shutil.which("nats-server")
+
+
+@pytest.fixture()
+def nats_url(tmp_path):
+    binary = _nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server binary not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("nats-server did not start")
+            time.sleep(0.05)
+    try:
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _publish(url: str, messages) -> None:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(api.StreamConfig(name="GPULEDGER", subjects=["gl.>"],
+                                         storage=api.StorageType.FILE))
+    for seq, subject, event in messages:
+        ack = await js.publish(subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id})
+        assert ack.seq == seq
+    await nc.drain()
+
+
+class Killed(Exception):
+    pass
+
+
+def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, messages):
+    clean_db = tmp_path / "clean.duckdb"
+    rebuild(messages, clean_db)
+    con = connect_readonly(clean_db)
+    want = dump(con)
+    con.close()
+
+    asyncio.run(_publish(nats_url, messages))
+    db = tmp_path / "live.duckdb"
+
+    def die(seq: int) -> None:
+        raise Killed(f"killed after committing {seq}, before the ack")
+
+    with pytest.raises(Killed):
+        asyncio.run(run_projector(nats_url, db, fetch_batch=30, fetch_timeout=0.5,
+                                  follow=False, before_ack=die))
+    con = connect_readonly(db)
+    assert con.execute("SELECT last_seq FROM projector_meta").fetchone() == (30,)
+    con.close()
+
+    # restarted: resumes from the database's last sequence, skips what it already holds
+    last = asyncio.run(run_projector(nats_url, db, fetch_batch=30, fetch_timeout=0.5,
+                                     follow=False))
+    assert last == len(messages)
+    con = connect_readonly(db)
+    assert dump(con) == want
+    con.close()
+
+    # new events arrive later: the durable consumer continues where it stopped
+    async def more():
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        e = ev.NodeHeartbeat(event_id="late-hb", occurred_at_ms=2_000_000, node="n1")
+        ack = await js.publish(ev.subject_for(e), ev.encode(e))
+        await nc.drain()
+        return ack.seq
+
+    seq = asyncio.run(more())
+    assert asyncio.run(run_projector(nats_url, db, fetch_timeout=0.5, follow=False)) == seq
+    con = connect_readonly(db)
+    assert con.execute("SELECT last_heartbeat_ms FROM nodes WHERE node = 'n1'").fetchone() == (
+        2_000_000,
+    )
+    con.close()
