@@ -47,7 +47,11 @@ class Scheduler(LedgerService):
             for n in state.nodes.values()
             if n.last_heartbeat_ms is not None and not n.lost
         ]
-        return min(beats, default=None)
+        expiries = [
+            t for b in state.nominations
+            if (t := state.nomination_expires_ms(b)) is not None and t > now_ms
+        ]
+        return min(beats + expiries, default=None)
 
     # ------------------------------------------------------------ node loss
 
@@ -152,8 +156,9 @@ class Scheduler(LedgerService):
             for position, job in enumerate(ordered_pending(state, now_ms)):
                 if job.cancel_requested:
                     continue
+                exclude = state.nominated_nodes(except_jobs=placed | {job.job_id}, now_ms=now_ms)
                 memo = state.placement_memo.get(job.job_id)
-                if memo is not None and memo[0] == state.capacity_version:
+                if memo is not None and memo[0] == (state.capacity_version, exclude):
                     continue
                 need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
                 block = self._quota_block(state, job, usage, fixed, need)
@@ -161,10 +166,7 @@ class Scheduler(LedgerService):
                     out += self._pending(state, now_ms, job, block[0], block[1],
                                          {"queue_position": position})
                     continue
-                result = state.fleet.place(
-                    state.gang_request(job), policy,
-                    exclude=state.nominated_nodes(except_jobs=placed | {job.job_id}),
-                )
+                result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
                 if isinstance(result, Placement):
                     alloc_id = f"{job.job_id}#{job.attempts + 1}"
                     state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
@@ -187,14 +189,29 @@ class Scheduler(LedgerService):
                         )
                     )
                 else:
-                    state.placement_memo[job.job_id] = (state.capacity_version, result)
+                    state.placement_memo[job.job_id] = ((state.capacity_version, exclude), result)
                     details = dict(result.details)
                     details["queue_position"] = position
-                    out += self._pending(state, now_ms, job, result.reason, result.message, details)
+                    reason, message = result.reason, result.message
+                    releasing = self._releasing(state, job)
+                    if releasing:
+                        reason = "WaitingForPreemptedWorkloads"
+                        message = "waiting for " + ", ".join(
+                            f"{r.job_id} to checkpoint and exit (deadline "
+                            f"{r.preemption.deadline_ms / 1000:g}s)" for r in releasing
+                        ) + f"; {result.message}"
+                        details["preempted_for_it"] = [r.job_id for r in releasing]
+                    out += self._pending(state, now_ms, job, reason, message, details)
         finally:
             for alloc_id in tentative:
                 state.fleet.release(alloc_id)
         return out
+
+    @staticmethod
+    def _releasing(state: Ledger, job: JobRecord) -> list[AllocationRecord]:
+        """Victim allocations still being released for this job."""
+        recs = [state.allocations[a] for a in sorted(state.nominations.get(job.job_id, ()))]
+        return [r for r in recs if not r.ended and r.preemption is not None]
 
     def _quota_block(
         self, state: Ledger, job: JobRecord, usage: dict[str, int], fixed_usage: dict[str, int], need: int
