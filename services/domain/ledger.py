@@ -314,6 +314,7 @@ class Ledger:
         job.state = "preempting"
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         self.placement_memo.pop(e.beneficiary, None)  # its pending reason changes
+        self.allocation_version += 1  # the outlook of every preemption plan changed
 
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
         job = self.jobs.get(e.job_id)

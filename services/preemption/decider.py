@@ -14,6 +14,7 @@ from events import Event, PreemptionDeclined, PreemptionRequested
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
 from services.placement import Placement
+from services.preemption.outlook import Outlook
 from services.preemption.victims import plan
 from services.scheduler.queue import effective_priority, ordered_pending
 
@@ -27,17 +28,22 @@ class Preemption(LedgerService):
     name = "preemption"
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        queue = ordered_pending(state, now_ms)
+        outlook = Outlook(state, now_ms)
+        try:
+            outlook.model(queue)
+            return self._decide(state, now_ms, queue, outlook)
+        finally:
+            outlook.close()
+
+    def _decide(self, state: Ledger, now_ms: int, queue, outlook: Outlook) -> list[Event]:
         policy = state.config.policy
         out: list[Event] = []
         taken: set[str] = set()
-        for job in ordered_pending(state, now_ms):
+        for job in queue:
             if job.reason not in BLOCKED or job.cancel_requested:
                 continue
-            inflight = [
-                a for a in sorted(state.nominations.get(job.job_id, ()))
-                if not state.allocations[a].ended
-            ]
-            if inflight:
+            if job.job_id in outlook.held:
                 continue  # capacity already being released for it
             memo = state.preemption_memo.get(job.job_id)
             if memo is not None and memo[0] == state.allocation_version and (
@@ -48,19 +54,26 @@ class Preemption(LedgerService):
                 out += self._decline(state, now_ms, job, "PreemptionDisabled",
                                      "preemption is disabled by policy", {})
                 continue
-            request = state.gang_request(job)
             now_fits = state.fleet.place(
-                request, policy.placement_policy,
+                state.gang_request(job), policy.placement_policy,
                 exclude=state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms),
                 explain=False,
             )
             if isinstance(now_fits, Placement):
                 continue  # idle capacity will do; the scheduler places it
-            p = plan(state, job, now_ms, taken)
+            if outlook.fits(job):
+                out += self._decline(
+                    state, now_ms, job, "WaitingForPreemptedWorkloads",
+                    "capacity being released by preemptions already requested will fit it once "
+                    "their beneficiaries are placed; no new victims", {},
+                )
+                continue
+            p = plan(state, job, now_ms, taken, exclude=outlook.exclude())
             if p.declined is not None:
                 state.preemption_memo[job.job_id] = (state.allocation_version, p.retry_at_ms)
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], p.details())
                 continue
+            outlook.land(job, [c.rec.allocation_id for c in p.victims])
             details = p.details()
             details["beneficiary"] = {
                 "job": job.job_id, "tenant": job.tenant, "priority": job.priority,

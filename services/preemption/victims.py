@@ -207,15 +207,19 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
     return out
 
 
-def plan(state: Ledger, job: JobRecord, now_ms: int, taken: set[str]) -> Plan:
-    """The smallest sufficient victim set for `job`, or why there is none."""
+def plan(
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None
+) -> Plan:
+    """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
+    off limits (default: every node nominated to another job)."""
     result = Plan()
     cands = [c for c in candidates(state, job, now_ms, result.exclusions)
              if c.rec.allocation_id not in taken]
     result.considered = len(cands)
     request = state.gang_request(job)
     placement_policy = state.config.policy.placement_policy
-    exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms)
+    if exclude is None:
+        exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms)
     lapsing = [x for x in result.exclusions if x.until_ms is not None]
     result.retry_at_ms = min((x.until_ms for x in lapsing), default=None)
 

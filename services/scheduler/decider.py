@@ -156,7 +156,11 @@ class Scheduler(LedgerService):
             for position, job in enumerate(ordered_pending(state, now_ms)):
                 if job.cancel_requested:
                     continue
-                exclude = state.nominated_nodes(except_jobs=placed | {job.job_id}, now_ms=now_ms)
+                # capacity freed by preemption is kept for its beneficiaries; beneficiaries
+                # share it among themselves in queue order (tentative allocations keep them
+                # apart), so two whose victims shared a node never lock each other out
+                exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
+                    except_jobs=placed | {job.job_id}, now_ms=now_ms)
                 memo = state.placement_memo.get(job.job_id)
                 if memo is not None and memo[0] == (state.capacity_version, exclude):
                     continue

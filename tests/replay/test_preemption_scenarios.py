@@ -82,3 +82,23 @@ def test_latency_critical_inference_is_never_preempted_and_waits_within_its_guar
     (pre,) = jobs["train-1"]["preemptions"]
     assert pre["by"] == "serve-2" and pre["checkpointed"]
     assert jobs["serve-2"]["placements"][0]["at_s"] == 3610.0
+
+
+def test_inference_burst_takes_only_the_smallest_sufficient_victims_and_spares_the_big_gangs():
+    sim, jobs, metrics = run("inference-burst.yaml")
+    victims = sorted(j for j, row in jobs.items() if row["preemptions"])
+    assert victims == ["ft-a", "gang-1", "gang-2"]
+    assert all(p["reason"] == "Reclaim" and p["checkpointed"] for j in victims for p in jobs[j]["preemptions"])
+    for big in ("gang-64", "gang-32", "gang-16", "gang-8", "gang-4"):
+        assert jobs[big]["preemptions"] == [] and len(jobs[big]["placements"]) == 1
+    # one MIG victim frees slices for both MIG replicas: the second one waits for it, no new victim
+    (waiting,) = logged(sim, ev.PreemptionDeclined, job_id="infer-mig-2")
+    assert waiting.reason == "WaitingForPreemptedWorkloads"
+    for j in ("infer-1", "infer-2", "infer-3", "infer-mig-1", "infer-mig-2"):
+        assert jobs[j]["placements"][0]["at_s"] <= 3620.0  # within the 30 s grace
+    # gang-1 fitted elsewhere at once: moved, not queued
+    assert [p["at_s"] for p in jobs["gang-1"]["placements"]] == [0.0, 3620.0]
+    assert metrics["preemptions"] == 3 and metrics["lost_gpu_hours"] == 0.0
+    for req in logged(sim, ev.PreemptionRequested):
+        assert all(v["gpus"] <= 2 for v in req.details["victims"])
+        assert req.details["beneficiary"]["tenant"] == "serving"
