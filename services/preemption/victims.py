@@ -154,6 +154,16 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
         elif victim_prio < prio and (victim.tenant == job.tenant or policy.preemption_scope == "cluster"):
             reason = "Priority"
             guarded = victim.tenant != job.tenant and not borrowing
+        elif victim.priority < prio <= victim_prio and victim.preemptible and (
+            victim.tenant == job.tenant or policy.preemption_scope == "cluster"
+        ):
+            exclusions.append(Exclusion(
+                Candidate(rec, victim, "Priority", victim_prio, 0, borrowing, rec.placed_ms),
+                "Aged",
+                f"aged from priority {victim.priority} to {victim_prio} after "
+                f"{len(victim.preemptions)} preemptions / waiting",
+            ))
+            continue
         if reason is None:
             continue
         started = min(rec.started.values(), default=rec.placed_ms)
@@ -191,7 +201,7 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
                 "EvictionBudget",
                 f"already evicted {len(recent)} times in the last hour "
                 f"(budget {policy.eviction_budget_per_hour})",
-                recent[-policy.eviction_budget_per_hour] + HOUR_MS + 1,
+                recent[-policy.eviction_budget_per_hour] + HOUR_MS,
             )
         elif victim.spec.min_available and len(rec.members) - 1 < victim.spec.min_available:
             why_not = (

@@ -102,3 +102,19 @@ def test_inference_burst_takes_only_the_smallest_sufficient_victims_and_spares_t
     for req in logged(sim, ev.PreemptionRequested):
         assert all(v["gpus"] <= 2 for v in req.details["victims"])
         assert req.details["beneficiary"]["tenant"] == "serving"
+
+
+def test_thrashing_is_bounded_by_min_runtime_eviction_budget_and_aging_and_the_victim_completes():
+    sim, jobs, metrics = run("thrashing.yaml")
+    pre = jobs["scavenger"]["preemptions"]
+    assert [(p["at_s"], p["by"]) for p in pre] == [(900.0, "burst-1"), (1830.0, "burst-2"), (4500.0, "burst-3")]
+    assert all(p["checkpointed"] and p["lost_gpu_s"] == 0 for p in pre)
+    at = [p["at_s"] for p in pre]
+    assert all(sum(1 for b in at if a - 3600 < b <= a) <= 2 for a in at), "budget of 2 per hour"
+    reasons = [d.reason for d in logged(sim, ev.PreemptionDeclined) if d.job_id.startswith("burst")]
+    assert {"MinRuntime", "EvictionBudget", "NoVictims"} <= set(reasons)
+    (aged,) = logged(sim, ev.PreemptionDeclined, job_id="burst-6")
+    assert [x["reason"] for x in aged.details["excluded"]] == ["Aged"]
+    assert jobs["scavenger"]["state"] == "completed" and jobs["scavenger"]["completed_at_s"] == 9090.0
+    assert all(row["state"] == "completed" for row in jobs.values())
+    assert metrics["preemptions"] == 3 and metrics["lost_gpu_hours"] == 0.0
