@@ -20,7 +20,7 @@ from services.scheduler.queue import effective_priority, ordered_pending
 
 BLOCKED = frozenset(
     {"Resources", "GangIncomplete", "TopologyUnsatisfiable", "MIGPlacementUnavailable",
-     "IsolationConflict", "Reserved"}
+     "IsolationConflict"}
 )
 
 

@@ -118,3 +118,32 @@ def test_thrashing_is_bounded_by_min_runtime_eviction_budget_and_aging_and_the_v
     assert jobs["scavenger"]["state"] == "completed" and jobs["scavenger"]["completed_at_s"] == 9090.0
     assert all(row["state"] == "completed" for row in jobs.values())
     assert metrics["preemptions"] == 3 and metrics["lost_gpu_hours"] == 0.0
+
+
+def test_a_starving_gang_gets_a_reservation_and_small_jobs_backfill_around_it():
+    sim, jobs, metrics = run("starving-gang.yaml")
+    gang = jobs["gang-32"]
+    assert gang["placements"][0]["at_s"] == 6240.0  # 2640 s after it arrived at 3600 s
+    reserved = [e for e in logged(sim, ev.PendingReasonChanged, job_id="gang-32") if "reserved" in e.message]
+    assert reserved[0].occurred_at_ms == 3600_000 + 900_000  # after reservation_after_s of waiting
+    nodes = set(reserved[0].details["reservation"]["nodes"])
+    assert {m["node"] for m in gang["placements"][0]["members"]} == nodes
+    # small jobs that would run past the reserved start are told so ...
+    held = [e for e in logged(sim, ev.PendingReasonChanged) if e.reason == "Reserved"]
+    assert held and all("gang-32" in e.message for e in held if e.occurred_at_ms < 6240_000)
+    # ... while others backfill the reserved nodes because they end before it
+    backfilled = [
+        e for e in logged(sim, ev.GangPlaced)
+        if e.job_id.startswith("small") and 4500_000 <= e.occurred_at_ms < 6240_000
+        and {m.node for m in e.members} & nodes
+    ]
+    assert backfilled
+    for e in backfilled:
+        spec = sim.ledger.jobs[e.job_id].spec
+        assert e.occurred_at_ms + spec.duration_s * 1000 <= 6240_000
+    assert metrics["gpu_allocation_pct"] > 80
+
+
+def test_without_a_reservation_the_gang_starves_until_the_stream_dries_up():
+    sim, jobs, metrics = run("starving-gang.yaml", reservation_after_s=0)
+    assert jobs["gang-32"]["placements"][0]["at_s"] == 17940.0
