@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from events import Event, GangCompleted, GangEvicted, GangFailed, GangPlaced, NodeRegistered
+from events import (
+    Event,
+    GangCompleted,
+    GangEvicted,
+    GangFailed,
+    GangPlaced,
+    NodeRegistered,
+    PreemptionDeclined,
+)
 from services.domain.ledger import Ledger
 
 _STATE = {"submitted": "pending", "evicted": "pending", "preempting": "running"}
@@ -68,6 +76,8 @@ def metrics(ledger: Ledger, log: list[tuple[int, str, Event]], end_ms: int) -> d
     gang_milli: dict[str, int] = {}
     preemptions = 0
     lost_ms = 0
+    by_reason: dict[str, int] = defaultdict(int)
+    declined: dict[str, int] = defaultdict(int)
     for _, _, e in log:
         t = e.occurred_at_ms
         area += allocated * (t - last_t)
@@ -84,6 +94,9 @@ def metrics(ledger: Ledger, log: list[tuple[int, str, Event]], end_ms: int) -> d
             if isinstance(e, GangEvicted) and e.reason in ("Priority", "Reclaim"):
                 preemptions += 1
                 lost_ms += e.lost_gpu_ms
+                by_reason[e.reason] += 1
+        elif isinstance(e, PreemptionDeclined):
+            declined[e.reason] += 1
     area += allocated * max(0, end_ms - last_t)
     cap_area += capacity * max(0, end_ms - last_t)
     return {
@@ -92,6 +105,8 @@ def metrics(ledger: Ledger, log: list[tuple[int, str, Event]], end_ms: int) -> d
         "wait_s_p50_by_class": {k: _pct(v, 0.5) for k, v in sorted(waits.items())},
         "wait_s_p99_by_class": {k: _pct(v, 0.99) for k, v in sorted(waits.items())},
         "gpu_allocation_pct": 100 * area / cap_area if cap_area else 0.0,
+        "preemptions_by_reason": dict(sorted(by_reason.items())),
+        "preemptions_declined_by_reason": dict(sorted(declined.items())),
     }
 
 

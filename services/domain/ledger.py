@@ -22,6 +22,10 @@ from services.domain.placement_adapter import gang_request, node_spec, to_placem
 from services.placement import Fleet
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+NOMINATION_TTL_MS = 300_000
+"""Capacity freed by a preemption stays nominated for its beneficiary this long after the
+last victim exited; then anyone may use it. (A candidate Policy field; kept a constant so the
+v1 policy fixture stays as published.)"""
 
 
 @dataclass
@@ -93,6 +97,7 @@ class AllocationRecord:
     checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     preemption: ev.PreemptionRequested | None = None
     ended: bool = False
+    ended_ms: int | None = None
 
     def nodes(self) -> tuple[str, ...]:
         return tuple(sorted({m.node for m in self.members}))
@@ -131,8 +136,10 @@ class Ledger:
     """Bumped whenever capacity may have grown (release, node added, config, nomination end)."""
     allocation_version: int = 0
     """Bumped whenever any allocation starts or ends, or configuration changes."""
-    preemption_memo: dict[str, int] = field(default_factory=dict)
-    """Cache: allocation_version at which preemption last found nothing to do for a job."""
+    preemption_memo: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    """Cache: (allocation_version, retry_at_ms) at which preemption last found nothing to do
+    for a job; valid while the version is unchanged and before retry_at_ms (when a time-bound
+    exclusion such as a minimum runtime lapses)."""
     last_seq: int = 0
     dead_letters: int = 0
     placement_memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
@@ -159,17 +166,41 @@ class Ledger:
         cls = self.config.classes.get(job.spec.priority_class)
         return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
 
-    def nominated_nodes(self, except_jobs: set[str] | frozenset[str] = frozenset()) -> frozenset[str]:
-        """Nodes whose freed capacity is promised to a beneficiary not in `except_jobs`."""
+    def nominated_nodes(
+        self, except_jobs: set[str] | frozenset[str] = frozenset(), now_ms: int | None = None
+    ) -> frozenset[str]:
+        """Nodes whose freed capacity is promised to a beneficiary not in `except_jobs`.
+
+        With `now_ms`, a nomination expires `NOMINATION_TTL_MS` after its last victim
+        allocation ended (the beneficiary could not use it, e.g. another gang landed first)."""
         out: set[str] = set()
-        for beneficiary, allocs in self.nominations.items():
+        for beneficiary in sorted(self.nominations):
             if beneficiary in except_jobs:
                 continue
-            for a in allocs:
+            if now_ms is not None and self.nomination_expires_ms(beneficiary) is not None and (
+                now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]
+            ):
+                continue
+            for a in sorted(self.nominations[beneficiary]):
                 rec = self.allocations.get(a)
                 if rec is not None:
                     out.update(rec.nodes())
         return frozenset(out)
+
+    def nomination_expires_ms(self, beneficiary: str) -> int | None:
+        """When the beneficiary's nomination lapses: the TTL after its last victim ended
+        (None while a victim is still being released)."""
+        ends = []
+        for a in self.nominations.get(beneficiary, ()):
+            rec = self.allocations.get(a)
+            if rec is None:
+                continue
+            if rec.ended_ms is None:
+                return None
+            ends.append(rec.ended_ms)
+        if not ends:
+            return None
+        return max(ends) + NOMINATION_TTL_MS
 
     # ------------------------------------------------------------------ handlers
 
@@ -282,6 +313,8 @@ class Ledger:
         rec.preemption = e
         job.state = "preempting"
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
+        self.placement_memo.pop(e.beneficiary, None)  # its pending reason changes
+        self.allocation_version += 1  # the outlook of every preemption plan changed
 
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
         job = self.jobs.get(e.job_id)
@@ -293,6 +326,7 @@ class Ledger:
         if rec is None or rec.ended:
             return None
         rec.ended = True
+        rec.ended_ms = now_ms
         self.active.discard(allocation_id)
         self.fleet.release(allocation_id)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli

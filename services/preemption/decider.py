@@ -2,8 +2,10 @@
 eviction of the smallest sufficient victim set, or record why not.
 
 A job whose nominated capacity is still being released gets nothing new; victims chosen for
-one job in a call are not offered to the next. Refusals are emitted only when their reason
-changes, so repeated cycles do not flood the log.
+one job in a call are not offered to the next. Nothing is preempted when idle capacity will
+do. Refusals (`PreemptionDeclined`) are emitted only when their reason changes, so repeated
+cycles do not flood the log. A refusal that may lapse with time (a victim's minimum runtime,
+an eviction budget window) asks for a wake-up then.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from events import Event, PreemptionDeclined, PreemptionRequested
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
 from services.placement import Placement
+from services.preemption.outlook import Outlook
 from services.preemption.victims import plan
-from services.scheduler.queue import ordered_pending
+from services.scheduler.queue import effective_priority, ordered_pending
 
 BLOCKED = frozenset(
-    {"Resources", "GangIncomplete", "TopologyUnsatisfiable", "MIGPlacementUnavailable", "IsolationConflict"}
+    {"Resources", "GangIncomplete", "TopologyUnsatisfiable", "MIGPlacementUnavailable",
+     "IsolationConflict"}
 )
 
 
@@ -24,42 +28,69 @@ class Preemption(LedgerService):
     name = "preemption"
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        queue = ordered_pending(state, now_ms)
+        outlook = Outlook(state, now_ms)
+        try:
+            outlook.model(queue)
+            return self._decide(state, now_ms, queue, outlook)
+        finally:
+            outlook.close()
+
+    def _decide(self, state: Ledger, now_ms: int, queue, outlook: Outlook) -> list[Event]:
         policy = state.config.policy
         out: list[Event] = []
         taken: set[str] = set()
-        for job in ordered_pending(state, now_ms):
+        for job in queue:
             if job.reason not in BLOCKED or job.cancel_requested:
                 continue
-            inflight = [
-                a for a in state.nominations.get(job.job_id, ())
-                if not state.allocations[a].ended
-            ]
-            if inflight:
-                continue
-            if state.preemption_memo.get(job.job_id) == state.allocation_version:
+            if job.job_id in outlook.held:
+                continue  # capacity already being released for it
+            memo = state.preemption_memo.get(job.job_id)
+            if memo is not None and memo[0] == state.allocation_version and (
+                memo[1] is None or now_ms < memo[1]
+            ):
                 continue
             if not policy.preemption:
                 out += self._decline(state, now_ms, job, "PreemptionDisabled",
                                      "preemption is disabled by policy", {})
                 continue
-            request = state.gang_request(job)
             now_fits = state.fleet.place(
-                request, policy.placement_policy,
-                exclude=state.nominated_nodes(except_jobs={job.job_id}),
+                state.gang_request(job), policy.placement_policy,
+                exclude=state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms),
+                explain=False,
             )
             if isinstance(now_fits, Placement):
                 continue  # idle capacity will do; the scheduler places it
-            p = plan(state, job, now_ms, taken)
+            if outlook.fits(job):
+                out += self._decline(
+                    state, now_ms, job, "WaitingForPreemptedWorkloads",
+                    "capacity being released by preemptions already requested will fit it once "
+                    "their beneficiaries are placed; no new victims", {},
+                )
+                continue
+            p = plan(state, job, now_ms, taken, exclude=outlook.exclude())
             if p.declined is not None:
-                state.preemption_memo[job.job_id] = state.allocation_version
+                state.preemption_memo[job.job_id] = (state.allocation_version, p.retry_at_ms)
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], p.details())
                 continue
+            outlook.land(job, [c.rec.allocation_id for c in p.victims])
             details = p.details()
+            details["beneficiary"] = {
+                "job": job.job_id, "tenant": job.tenant, "priority": job.priority,
+                "effective_priority": effective_priority(state, job, now_ms),
+                "gpus": job.gpu_milli() / 1000,
+            }
             victims = ", ".join(c.victim.job_id for c in p.victims)
             freed = sum(c.rec.gpu_milli for c in p.victims) / 1000
+            at_risk = sum(c.at_risk_gpu_ms for c in p.victims) / 1000
             for c in p.victims:
                 taken.add(c.rec.allocation_id)
                 grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
+                why = (
+                    f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
+                    if c.reason == "Reclaim"
+                    else f"priority {job.priority} > {c.priority}"
+                )
                 out.append(
                     self.emit(
                         state, now_ms, PreemptionRequested, key=c.rec.allocation_id,
@@ -68,12 +99,22 @@ class Preemption(LedgerService):
                         deadline_ms=now_ms + grace,
                         message=(
                             f"{c.reason}: {job.job_id} (priority {job.priority}, tenant {job.tenant}) "
-                            f"needs {job.gpu_milli() / 1000:g} GPUs; evicting {victims} frees {freed:g}"
+                            f"needs {job.gpu_milli() / 1000:g} GPUs ({why}); evicting {victims} frees "
+                            f"{freed:g} GPUs, risking {at_risk:g} GPU-s since the last checkpoint; "
+                            f"checkpoint within {grace / 1000:g}s; "
+                            f"{p.considered} candidates, {len(p.exclusions)} excluded"
                         ),
                         details=details,
                     )
                 )
         return out
+
+    def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
+        times = [
+            retry for job_id, (_, retry) in state.preemption_memo.items()
+            if retry is not None and retry > now_ms and job_id in state.pending
+        ]
+        return min(times, default=None)
 
     def _decline(self, state: Ledger, now_ms: int, job, reason: str, message: str, details) -> list[Event]:
         if job.declined == reason:

@@ -2,15 +2,22 @@
 sufficient set.
 
 Eligible victims are active, preemptible allocations not already being preempted, that are
-lower in effective priority (within the tenant, or cluster-wide when the policy's scope is
-`cluster`) — reason `Priority` — or that belong to another tenant running above its guarantee
-while the blocked job's tenant stays within its own — reason `Reclaim`. Minimum runtime,
-eviction budgets and disruption budgets exclude candidates (and say so).
+lower in effective priority than the blocked job's own (base) priority — within the tenant,
+or cluster-wide when the policy's scope is `cluster`, where a victim of another tenant must
+belong to a tenant running above its guarantee (guarantees are never taken by priority) —
+reason `Priority`; or that belong to another tenant running above its guarantee while the
+blocked job's tenant stays within its own — reason `Reclaim`. Aging raises a job's effective
+priority, which protects it from eviction and moves it up the queue, but never gives it the
+right to evict: so two jobs can never take turns evicting each other. A job also never evicts
+the job that evicted it within the last hour (`PreemptionLoop`). Minimum runtime, eviction
+budgets and disruption budgets exclude candidates (and say so, with when they lapse).
 
-Order: borrowers first, then lowest priority, then least work at risk since the last
-checkpoint, then smallest gang, then most recently started, then allocation id. The chosen set
-is the shortest prefix of that order whose release makes the job placeable (found by binary
-search), then pruned of every victim the job does not actually need.
+Order: borrowers first, then lowest effective priority, then least work at risk since the
+last checkpoint, then smallest gang, then most recently started, then allocation id. The
+chosen set comes from the smallest "size tier": victims no larger than the smallest gang size
+that can make room together (so a 64-GPU gang is never taken while smaller victims suffice);
+within it, the shortest prefix of that order whose release makes the job placeable (binary
+search, topology included), then pruned of every victim the job does not actually need.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from services.placement import Placement
 from services.scheduler.queue import effective_priority
 
 HOUR_MS = 3_600_000
+LAPSING = frozenset({"MinRuntime", "EvictionBudget"})
+"""Exclusions that lapse with time (the others hold while the allocation runs)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,7 @@ class Candidate:
     rec: AllocationRecord
     victim: JobRecord
     reason: str
+    priority: int
     at_risk_gpu_ms: int
     borrowing: bool
     started_ms: int
@@ -37,7 +47,7 @@ class Candidate:
     def sort_key(self) -> tuple:
         return (
             0 if self.borrowing else 1,
-            self.victim.priority,
+            self.priority,
             self.at_risk_gpu_ms,
             self.rec.gpu_milli,
             -self.started_ms,
@@ -49,7 +59,7 @@ class Candidate:
             "job": self.victim.job_id,
             "allocation": self.rec.allocation_id,
             "tenant": self.victim.tenant,
-            "priority": self.victim.priority,
+            "priority": self.priority,
             "gpus": self.rec.gpu_milli / 1000,
             "borrowing": self.borrowing,
             "at_risk_gpu_s": self.at_risk_gpu_ms / 1000,
@@ -57,21 +67,45 @@ class Candidate:
         }
 
 
+@dataclass(frozen=True)
+class Exclusion:
+    candidate: Candidate
+    code: str
+    message: str
+    until_ms: int | None = None
+    """When the exclusion lapses (MinRuntime, EvictionBudget), else None."""
+
+    def describe(self) -> dict[str, Any]:
+        out = {"job": self.candidate.victim.job_id, "reason": self.code, "message": self.message,
+               "gpus": self.candidate.rec.gpu_milli / 1000}
+        if self.until_ms is not None:
+            out["eligible_at_s"] = self.until_ms / 1000
+        return out
+
+
 @dataclass
 class Plan:
     victims: list[Candidate] = field(default_factory=list)
     declined: tuple[str, str] | None = None
-    excluded: list[dict[str, Any]] = field(default_factory=list)
+    exclusions: list[Exclusion] = field(default_factory=list)
     pruned: list[dict[str, Any]] = field(default_factory=list)
+    rejected_tiers: list[dict[str, Any]] = field(default_factory=list)
     considered: int = 0
+    retry_at_ms: int | None = None
+    """When a lapsing exclusion ends and the answer may change without any event."""
+
+    @property
+    def excluded(self) -> list[dict[str, Any]]:
+        return [x.describe() for x in self.exclusions]
 
     def details(self) -> dict[str, Any]:
         return {
             "victims": [c.describe() for c in self.victims],
             "candidates_considered": self.considered,
             "not_needed": self.pruned[:10],
+            "larger_alternatives_avoided": self.rejected_tiers[:10],
             "excluded": self.excluded[:10],
-            "excluded_total": len(self.excluded),
+            "excluded_total": len(self.exclusions),
         }
 
 
@@ -90,9 +124,13 @@ def at_risk_gpu_ms(rec: AllocationRecord, job: JobRecord, now_ms: int) -> int:
     return since * rec.gpu_milli // 1000
 
 
-def candidates(state: Ledger, job: JobRecord, now_ms: int, excluded: list) -> list[Candidate]:
+def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
+    return sorted(p.at_ms for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS)
+
+
+def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Exclusion]) -> list[Candidate]:
     policy = state.config.policy
-    prio = effective_priority(state, job, now_ms)
+    prio = job.priority  # aging never grants the right to evict
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     own = state.config.tenants.get(job.tenant)
     can_reclaim = (
@@ -100,72 +138,105 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, excluded: list) -> li
         and own is not None
         and state.tenant_gpu_milli.get(job.tenant, 0) + need <= own.guaranteed_gpu_milli
     )
+    evicted_me = {p.by for p in job.preemptions if p.at_ms > now_ms - HOUR_MS and p.by}
     out: list[Candidate] = []
     for alloc_id in sorted(state.active):
         rec = state.allocations[alloc_id]
         victim = state.jobs[rec.job_id]
         if rec.preemption is not None or victim.job_id == job.job_id:
             continue
+        victim_prio = effective_priority(state, victim, now_ms)
+        borrowing = over_guarantee(state, victim.tenant)
         reason = None
-        if can_reclaim and victim.tenant != job.tenant and over_guarantee(state, victim.tenant):
+        guarded = False  # lower priority, but its tenant is within its guarantee
+        if can_reclaim and victim.tenant != job.tenant and borrowing:
             reason = "Reclaim"
-        elif victim.priority < prio and (
-            policy.preemption_scope == "cluster" or victim.tenant == job.tenant
-        ):
+        elif victim_prio < prio and (victim.tenant == job.tenant or policy.preemption_scope == "cluster"):
             reason = "Priority"
+            guarded = victim.tenant != job.tenant and not borrowing
+        elif victim.priority < prio <= victim_prio and victim.preemptible and (
+            victim.tenant == job.tenant or policy.preemption_scope == "cluster"
+        ):
+            exclusions.append(Exclusion(
+                Candidate(rec, victim, "Priority", victim_prio, 0, borrowing, rec.placed_ms),
+                "Aged",
+                f"aged from priority {victim.priority} to {victim_prio} after "
+                f"{len(victim.preemptions)} preemptions / waiting",
+            ))
+            continue
         if reason is None:
             continue
         started = min(rec.started.values(), default=rec.placed_ms)
-        why_not = None
+        cand = Candidate(
+            rec=rec,
+            victim=victim,
+            reason=reason,
+            priority=victim_prio,
+            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
+            borrowing=borrowing,
+            started_ms=started,
+        )
+        why_not: tuple[str, str, int | None] | None = None
+        recent = evictions_last_hour(victim, now_ms)
         if not victim.preemptible:
-            why_not = ("NonPreemptible", f"class {victim.spec.priority_class} is not preemptible")
+            why_not = ("NonPreemptible", f"class {victim.spec.priority_class} is not preemptible", None)
+        elif guarded:
+            conf = state.config.tenants.get(victim.tenant)
+            why_not = (
+                "WithinGuarantee",
+                f"tenant {victim.tenant} uses {state.tenant_gpu_milli.get(victim.tenant, 0) / 1000:g} "
+                f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs",
+                None,
+            )
+        elif victim.job_id in evicted_me:
+            why_not = ("PreemptionLoop", f"{victim.job_id} evicted {job.job_id} within the last hour", None)
         elif policy.min_runtime_s and now_ms - started < policy.min_runtime_s * 1000:
             why_not = (
                 "MinRuntime",
                 f"ran {(now_ms - started) / 1000:.0f}s of the {policy.min_runtime_s}s minimum",
+                started + policy.min_runtime_s * 1000,
             )
-        elif policy.eviction_budget_per_hour and sum(
-            1 for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS
-        ) >= policy.eviction_budget_per_hour:
+        elif policy.eviction_budget_per_hour and len(recent) >= policy.eviction_budget_per_hour:
             why_not = (
                 "EvictionBudget",
-                f"already evicted {policy.eviction_budget_per_hour} times in the last hour",
+                f"already evicted {len(recent)} times in the last hour "
+                f"(budget {policy.eviction_budget_per_hour})",
+                recent[-policy.eviction_budget_per_hour] + HOUR_MS,
             )
         elif victim.spec.min_available and len(rec.members) - 1 < victim.spec.min_available:
             why_not = (
                 "DisruptionBudget",
                 f"service keeps at least {victim.spec.min_available} of {len(rec.members)} members",
+                None,
             )
         if why_not is not None:
-            excluded.append({"job": victim.job_id, "reason": why_not[0], "message": why_not[1]})
+            exclusions.append(Exclusion(cand, *why_not))
             continue
-        out.append(
-            Candidate(
-                rec=rec,
-                victim=victim,
-                reason=reason,
-                at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
-                borrowing=over_guarantee(state, victim.tenant),
-                started_ms=started,
-            )
-        )
+        out.append(cand)
     out.sort(key=Candidate.sort_key)
     return out
 
 
-def plan(state: Ledger, job: JobRecord, now_ms: int, taken: set[str]) -> Plan:
-    """The smallest sufficient victim set for `job`, or why there is none."""
+def plan(
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None
+) -> Plan:
+    """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
+    off limits (default: every node nominated to another job)."""
     result = Plan()
-    cands = [c for c in candidates(state, job, now_ms, result.excluded) if c.rec.allocation_id not in taken]
+    cands = [c for c in candidates(state, job, now_ms, result.exclusions)
+             if c.rec.allocation_id not in taken]
     result.considered = len(cands)
     request = state.gang_request(job)
     placement_policy = state.config.policy.placement_policy
-    exclude = state.nominated_nodes(except_jobs={job.job_id})
+    if exclude is None:
+        exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms)
+    lapsing = [x for x in result.exclusions if x.until_ms is not None]
+    result.retry_at_ms = min((x.until_ms for x in lapsing), default=None)
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)
         placed = state.fleet.place(
-            request, placement_policy, exclude=exclude, assume_released=released
+            request, placement_policy, exclude=exclude, assume_released=released, explain=False
         )
         return isinstance(placed, Placement)
 
@@ -173,16 +244,40 @@ def plan(state: Ledger, job: JobRecord, now_ms: int, taken: set[str]) -> Plan:
         why = "no eligible victims" if not cands else (
             f"evicting all {len(cands)} eligible allocations would still not make room"
         )
-        result.declined = ("NoVictims", why)
+        if result.exclusions:
+            counts: dict[str, int] = {}
+            for x in result.exclusions:
+                counts[x.code] = counts.get(x.code, 0) + 1
+            why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
+        code = "NoVictims"
+        if lapsing and fits(cands + [x.candidate for x in lapsing]):
+            # room exists, but only behind exclusions that lapse with time: say which
+            first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
+            code = first.code
+            why = (f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
+                   f"{first.message}; eligible at {first.until_ms / 1000:g}s")
+        result.declined = (code, why)
         return result
-    lo, hi = 1, len(cands)
+    # size tiers: the smallest largest-victim size whose candidates can make room together
+    sizes = sorted({c.rec.gpu_milli for c in cands})
+    tier = cands
+    for size in sizes:
+        subset = [c for c in cands if c.rec.gpu_milli <= size]
+        if subset is cands or len(subset) == len(cands) or fits(subset):
+            tier = subset
+            break
+    for c in cands:
+        if c.rec.gpu_milli > max(x.rec.gpu_milli for x in tier):
+            result.rejected_tiers.append(
+                {**c.describe(), "why": "a larger gang than needed: smaller victims suffice"})
+    lo, hi = 1, len(tier)
     while lo < hi:  # shortest sufficient prefix
         mid = (lo + hi) // 2
-        if fits(cands[:mid]):
+        if fits(tier[:mid]):
             hi = mid
         else:
             lo = mid + 1
-    chosen = cands[:lo]
+    chosen = tier[:lo]
     for c in reversed(list(chosen)):
         trial = [x for x in chosen if x is not c]
         if trial and fits(trial):
@@ -190,12 +285,11 @@ def plan(state: Ledger, job: JobRecord, now_ms: int, taken: set[str]) -> Plan:
             result.pruned.append({**c.describe(), "why": "not needed once the others are evicted"})
     max_lost = state.config.policy.max_lost_gpu_hours
     at_risk = sum(c.at_risk_gpu_ms for c in chosen)
+    result.victims = chosen
     if max_lost is not None and at_risk > max_lost * HOUR_MS:
         result.declined = (
             "LostWorkBound",
-            f"victims risk {at_risk / HOUR_MS:.2f} GPU-hours of work; bound is {max_lost:g}",
+            f"victims risk {at_risk / HOUR_MS:.2f} GPU-hours of work since their last checkpoint; "
+            f"bound is {max_lost:g}",
         )
-        result.victims = chosen
-        return result
-    result.victims = chosen
     return result

@@ -26,6 +26,13 @@ from services.domain.progress import work_outcome
 from services.domain.quota import parent_of, quota_block
 from services.placement import Placement
 from services.scheduler.queue import ordered_pending
+from services.scheduler.reservation import (
+    CAPACITY_REASONS,
+    Reservation,
+    may_backfill,
+    reserve,
+    starving,
+)
 
 
 class Scheduler(LedgerService):
@@ -47,7 +54,17 @@ class Scheduler(LedgerService):
             for n in state.nodes.values()
             if n.last_heartbeat_ms is not None and not n.lost
         ]
-        return min(beats, default=None)
+        expiries = [
+            t for b in state.nominations
+            if (t := state.nomination_expires_ms(b)) is not None and t > now_ms
+        ]
+        after = state.config.policy.reservation_after_s * 1000
+        if after:
+            expiries += [
+                t for j in state.pending
+                if (t := state.jobs[j].pending_since_ms + after) > now_ms
+            ]
+        return min(beats + expiries, default=None)
 
     # ------------------------------------------------------------ node loss
 
@@ -148,12 +165,24 @@ class Scheduler(LedgerService):
         usage = dict(state.tenant_gpu_milli)
         fixed = dict(state.tenant_fixed_gpu_milli)
         placed: set[str] = set()
+        reservation: Reservation | None = None
         try:
             for position, job in enumerate(ordered_pending(state, now_ms)):
                 if job.cancel_requested:
                     continue
+                # capacity freed by preemption is kept for its beneficiaries; beneficiaries
+                # share it among themselves in queue order (tentative allocations keep them
+                # apart), so two whose victims shared a node never lock each other out
+                exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
+                    except_jobs=placed | {job.job_id}, now_ms=now_ms)
+                held_back = False
+                if reservation is not None and not may_backfill(job, now_ms, reservation):
+                    held_back = not reservation.nodes <= exclude
+                    exclude = exclude | reservation.nodes
                 memo = state.placement_memo.get(job.job_id)
-                if memo is not None and memo[0] == state.capacity_version:
+                if memo is not None and memo[0] == (state.capacity_version, exclude) and not (
+                    reservation is None and job.reason in CAPACITY_REASONS and starving(state, job, now_ms)
+                ):
                     continue
                 need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
                 block = self._quota_block(state, job, usage, fixed, need)
@@ -161,10 +190,7 @@ class Scheduler(LedgerService):
                     out += self._pending(state, now_ms, job, block[0], block[1],
                                          {"queue_position": position})
                     continue
-                result = state.fleet.place(
-                    state.gang_request(job), policy,
-                    exclude=state.nominated_nodes(except_jobs=placed | {job.job_id}),
-                )
+                result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
                 if isinstance(result, Placement):
                     alloc_id = f"{job.job_id}#{job.attempts + 1}"
                     state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
@@ -187,14 +213,49 @@ class Scheduler(LedgerService):
                         )
                     )
                 else:
-                    state.placement_memo[job.job_id] = (state.capacity_version, result)
                     details = dict(result.details)
                     details["queue_position"] = position
-                    out += self._pending(state, now_ms, job, result.reason, result.message, details)
+                    reason, message = result.reason, result.message
+                    if held_back and isinstance(state.fleet.place(
+                        state.gang_request(job), policy, exclude=exclude - reservation.nodes,
+                        explain=False,
+                    ), Placement):
+                        reason = "Reserved"
+                        message = (
+                            f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
+                            f"{reservation.job_id} (expected start {reservation.expected_start_ms / 1000:g}s); "
+                            f"the job's duration would run past it"
+                        )
+                        details["reservation"] = reservation.describe()
+                    else:
+                        state.placement_memo[job.job_id] = ((state.capacity_version, exclude), result)
+                    if reservation is None and reason in CAPACITY_REASONS and starving(state, job, now_ms):
+                        reservation = reserve(state, job, now_ms, exclude)
+                        if reservation is not None:
+                            message += (
+                                f"; reserved {', '.join(sorted(reservation.nodes))} from "
+                                f"{reservation.expected_start_ms / 1000:g}s"
+                            )
+                            details["reservation"] = reservation.describe()
+                    releasing = self._releasing(state, job)
+                    if releasing:
+                        reason = "WaitingForPreemptedWorkloads"
+                        message = "waiting for " + ", ".join(
+                            f"{r.job_id} to checkpoint and exit (deadline "
+                            f"{r.preemption.deadline_ms / 1000:g}s)" for r in releasing
+                        ) + f"; {result.message}"
+                        details["preempted_for_it"] = [r.job_id for r in releasing]
+                    out += self._pending(state, now_ms, job, reason, message, details)
         finally:
             for alloc_id in tentative:
                 state.fleet.release(alloc_id)
         return out
+
+    @staticmethod
+    def _releasing(state: Ledger, job: JobRecord) -> list[AllocationRecord]:
+        """Victim allocations still being released for this job."""
+        recs = [state.allocations[a] for a in sorted(state.nominations.get(job.job_id, ()))]
+        return [r for r in recs if not r.ended and r.preemption is not None]
 
     def _quota_block(
         self, state: Ledger, job: JobRecord, usage: dict[str, int], fixed_usage: dict[str, int], need: int

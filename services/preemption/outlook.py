@@ -1,0 +1,87 @@
+"""The fleet as it will be once the preemptions already decided have landed.
+
+Preemption plans against this outlook rather than the fleet of the moment: every beneficiary
+of a live nomination (in queue order) has its still-running victims released and its own gang
+placed, tentatively. A blocked job that fits in the outlook needs no new victims (capacity
+already being released will do), and victims chosen in one call are accounted for by the
+next job's plan, so two jobs never evict two victims where one frees room for both. A
+beneficiary that cannot be placed in the outlook keeps its nominated nodes excluded.
+
+Everything is rolled back by `close()`: `decide` leaves the fleet as it found it.
+"""
+
+from __future__ import annotations
+
+from services.domain.ledger import JobRecord, Ledger
+from services.placement import Allocation, Placement
+
+
+class Outlook:
+    def __init__(self, state: Ledger, now_ms: int) -> None:
+        self.state = state
+        self.now_ms = now_ms
+        self._released: list[Allocation] = []
+        self._holds: list[str] = []
+        self.held: set[str] = set()
+        """Beneficiaries placed in the outlook."""
+        self._unmodelled: set[str] = set()
+
+    def model(self, queue: list[JobRecord]) -> None:
+        state = self.state
+        for job in queue:
+            if job.job_id not in state.nominations:
+                continue
+            expires = state.nomination_expires_ms(job.job_id)
+            if expires is not None and self.now_ms >= expires:
+                continue
+            victims = sorted(
+                a for a in state.nominations[job.job_id]
+                if a in state.allocations and not state.allocations[a].ended
+            )
+            if self.land(job, victims) is None:
+                self._unmodelled.add(job.job_id)
+
+    def exclude(self) -> frozenset[str]:
+        """Nodes still off limits: those nominated to beneficiaries the outlook could not place."""
+        out: set[str] = set()
+        for b in sorted(self._unmodelled):
+            for a in sorted(self.state.nominations.get(b, ())):
+                rec = self.state.allocations.get(a)
+                if rec is not None:
+                    out.update(rec.nodes())
+        return frozenset(out)
+
+    def fits(self, job: JobRecord) -> bool:
+        placed = self.state.fleet.place(
+            self.state.gang_request(job), self.state.config.policy.placement_policy,
+            exclude=self.exclude(), explain=False,
+        )
+        return isinstance(placed, Placement)
+
+    def land(self, job: JobRecord, victims: list[str]) -> Placement | None:
+        """Release `victims` and place `job` in the outlook; None (and nothing changed) when
+        the job would still not fit."""
+        fleet = self.state.fleet
+        present = set(fleet.allocation_ids())
+        released = [fleet.release(a) for a in victims if a in present]
+        request = self.state.gang_request(job)
+        placed = fleet.place(request, self.state.config.policy.placement_policy,
+                             exclude=self.exclude(), explain=False)
+        if not isinstance(placed, Placement):
+            for alloc in reversed(released):
+                fleet.allocate(alloc.allocation_id, alloc.tenant, alloc.placement, alloc.request)
+            return None
+        hold = f"outlook:{job.job_id}"
+        fleet.allocate(hold, job.tenant, placed, request)
+        self._released += released
+        self._holds.append(hold)
+        self.held.add(job.job_id)
+        return placed
+
+    def close(self) -> None:
+        fleet = self.state.fleet
+        for hold in reversed(self._holds):
+            fleet.release(hold)
+        for alloc in reversed(self._released):
+            fleet.allocate(alloc.allocation_id, alloc.tenant, alloc.placement, alloc.request)
+        self._holds, self._released = [], []

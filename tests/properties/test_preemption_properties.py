@@ -1,0 +1,129 @@
+"""Properties of quota, fair share and preemption over random workloads run through the
+simulator: guarantees are honoured (by reclaim when needed), non-preemptible work never runs
+over its tenant's guarantee, eviction budgets are never exceeded, and no two jobs take turns
+evicting each other."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import events as ev
+from replay.scenario import from_document
+from replay.simulator import simulate
+
+CLASSES = ["best-effort", "train", "interactive", "inference", "build"]
+HOUR_MS = 3_600_000
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+job = st.fixed_dictionaries({
+    "tenant": st.sampled_from(["a", "b", "c"]),
+    "class": st.sampled_from(CLASSES),
+    "gpus": st.integers(1, 4),
+    "duration_min": st.integers(1, 90),
+    "at_min": st.integers(0, 120),
+    "interval_min": st.sampled_from([0, 5, 15]),
+    "save_s": st.sampled_from([5, 20, 90]),
+})
+policy = st.fixed_dictionaries({
+    "preemption_scope": st.sampled_from(["tenant", "cluster"]),
+    "min_runtime_s": st.sampled_from([0, 120, 600]),
+    "eviction_budget_per_hour": st.integers(1, 3),
+    "aging_after_preemptions": st.integers(0, 2),
+    "aging_after_wait_s": st.sampled_from([0, 1800]),
+    "default_grace_s": st.sampled_from([30, 60]),
+})
+
+
+def scenario(jobs, pol, guarantees=(4, 2, 2)):
+    return {
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": t, "guaranteed": g} for t, g in zip("abc", guarantees, strict=True)],
+        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        "policy": pol,
+        "timeline": [
+            {"at": j["at_min"] * 60, "submit": {
+                "id": f"j{i}", "tenant": j["tenant"], "class": j["class"], "gpus": j["gpus"],
+                "duration": j["duration_min"] * 60,
+                "checkpoint": {"interval": j["interval_min"] * 60, "save": j["save_s"]}}}
+            for i, j in enumerate(jobs)
+        ],
+    }
+
+
+def events(sim, cls):
+    return [e for _, _, e in sim.log if isinstance(e, cls)]
+
+
+@SETTINGS
+@given(st.lists(job, min_size=1, max_size=12), policy)
+def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
+    sim = simulate(from_document(scenario(jobs, pol)))
+    ledger = sim.ledger
+    guarantee = {t: c.guaranteed_gpu_milli for t, c in ledger.config.tenants.items()}
+
+    # non-preemptible work never over its tenant's guarantee, at any moment
+    fixed: dict[str, int] = defaultdict(int)
+    live: dict[str, tuple[str, int]] = {}
+    for _, _, e in sim.log:
+        if isinstance(e, ev.GangPlaced) and not ledger.jobs[e.job_id].preemptible:
+            milli = ledger.allocations[e.allocation_id].gpu_milli
+            live[e.allocation_id] = (e.tenant, milli)
+            fixed[e.tenant] += milli
+            assert fixed[e.tenant] <= guarantee[e.tenant], e
+        elif isinstance(e, (ev.GangCompleted, ev.GangEvicted, ev.GangFailed)) and e.allocation_id in live:
+            tenant, milli = live.pop(e.allocation_id)
+            fixed[tenant] -= milli
+
+    requests = events(sim, ev.PreemptionRequested)
+    # never a non-preemptible victim
+    assert all(ledger.jobs[r.job_id].preemptible for r in requests)
+    # eviction budgets never exceeded: at most N requests per job in any hour
+    budget = pol["eviction_budget_per_hour"]
+    times: dict[str, list[int]] = defaultdict(list)
+    for r in requests:
+        times[r.job_id].append(r.occurred_at_ms)
+    for ts in times.values():
+        for t in ts:
+            assert sum(1 for u in ts if t - HOUR_MS < u <= t) <= budget
+    # no preemption loop: never both A evicts B and B evicts A
+    pairs = {(r.beneficiary, r.job_id) for r in requests}
+    assert not any((b, a) in pairs for a, b in pairs)
+    # every eviction explained, and every job ends or waits with a reason
+    assert all(r.reason in ("Priority", "Reclaim") and r.message and "victims" in r.details for r in requests)
+    for d in events(sim, ev.PreemptionDeclined):
+        assert d.reason and d.message
+    for j in ledger.jobs.values():
+        assert j.state in ("completed", "rejected") or j.reason, (j.job_id, j.state)
+
+
+flood = st.lists(
+    st.fixed_dictionaries({
+        "gpus": st.integers(1, 4), "class": st.sampled_from(["best-effort", "train", "interactive"]),
+        "duration_min": st.integers(30, 600), "at_min": st.integers(0, 30),
+        "interval_min": st.sampled_from([0, 10]), "save_s": st.sampled_from([5, 20]),
+    }),
+    min_size=2, max_size=8,
+)
+
+
+@SETTINGS
+@given(flood, st.integers(1, 4), st.sampled_from(["train", "interactive", "inference"]),
+       st.integers(31, 120), st.sampled_from([0, 120]))
+def test_a_tenant_within_its_guarantee_is_placed_in_bounded_time_by_reclaim(
+    borrowers, gpus, cls, at_min, min_runtime_s
+):
+    """Tenant a (guaranteed 4 of 8 GPUs) is idle while b floods the cluster with preemptible
+    work; when a submits a job within its guarantee it starts within min runtime + grace +
+    the victims' save time."""
+    jobs = [{**b, "tenant": "b"} for b in borrowers]
+    jobs.append({"tenant": "a", "class": cls, "gpus": gpus, "duration_min": 10, "at_min": at_min,
+                 "interval_min": 0, "save_s": 5})
+    pol = {"default_grace_s": 60, "min_runtime_s": min_runtime_s}
+    sim = simulate(from_document(scenario(jobs, pol, guarantees=(4, 4, 0))))
+    mine = sim.ledger.jobs[f"j{len(jobs) - 1}"]
+    assert mine.placements, (mine.state, mine.reason, mine.message)
+    waited = mine.placements[0][0] - at_min * 60_000
+    assert waited <= (min_runtime_s + 60) * 1000

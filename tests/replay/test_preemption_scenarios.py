@@ -1,0 +1,149 @@
+"""Issue 4's scenarios through the simulator: given a scenario file under examples/, when it
+runs on the virtual clock, then preemption, reclaim, aging and reservations behave as the
+file's header says, with the numbers a user sees in `simulate --json`."""
+
+from pathlib import Path
+
+import yaml
+
+import events as ev
+from replay.report import report
+from replay.scenario import from_document, load
+from replay.simulator import simulate
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(name: str, **policy):
+    if not policy:
+        sim = simulate(load(EXAMPLES / name))
+    else:
+        doc = yaml.safe_load((EXAMPLES / name).read_text())
+        doc["policy"] = {**(doc.get("policy") or {}), **policy}
+        sim = simulate(from_document(doc))
+    rep = report(sim.ledger, sim.log, sim.now_ms)
+    return sim, {j["id"]: j for j in rep["jobs"]}, rep["metrics"]
+
+
+def logged(sim, cls, **match):
+    return [e for _, _, e in sim.log if isinstance(e, cls)
+            and all(getattr(e, k) == v for k, v in match.items())]
+
+
+def test_preempt_batch_checkpoints_the_batch_job_and_starts_production():
+    sim, jobs, metrics = run("preempt-batch.yaml")
+    (pre,) = jobs["batch"]["preemptions"]
+    assert (pre["at_s"], pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
+        1800.0, "prod-train", "Priority", True, 0.0)
+    assert jobs["prod-train"]["placements"][0]["at_s"] == 1820.0  # after the 20 s save
+    assert [p["at_s"] for p in jobs["batch"]["placements"]] == [0.0, 1820.0 + 3600.0]
+    # 1800 s saved; 5400 s left after resuming
+    assert jobs["batch"]["completed_at_s"] == 5420.0 + 5400.0
+    assert metrics["preemptions"] == 1 and metrics["lost_gpu_hours"] == 0.0
+    (req,) = logged(sim, ev.PreemptionRequested)
+    assert req.deadline_ms == 1_860_000 and req.details["victims"][0]["job"] == "batch"
+
+
+def test_preempt_batch_with_preemption_disabled_makes_production_wait():
+    sim, jobs, metrics = run("preempt-batch.yaml", preemption=False)
+    assert jobs["batch"]["preemptions"] == [] and metrics["preemptions"] == 0
+    assert jobs["prod-train"]["placements"][0]["at_s"] == 7200.0
+    (declined,) = logged(sim, ev.PreemptionDeclined, job_id="prod-train")
+    assert declined.reason == "PreemptionDisabled"
+
+
+def test_runai_reclaim_evicts_the_borrower_and_it_resumes_on_eight_gpus_from_its_checkpoint():
+    sim, jobs, metrics = run("runai-reclaim.yaml")
+    (pre,) = jobs["train-a"]["preemptions"]
+    assert (pre["at_s"], pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
+        3600.0, "notebook-b", "Reclaim", True, 0.0)
+    assert jobs["notebook-b"]["placements"][0]["at_s"] == 3660.0  # after the 60 s save
+    first, second = jobs["train-a"]["placements"]
+    assert second["at_s"] == 3660.0 + 1800.0  # as soon as the notebook ends
+    assert len(second["members"][0]["gpus"]) == 8
+    resumed = logged(sim, ev.GangPlaced, job_id="train-a")[-1]
+    assert resumed.resume_step == 3600 and resumed.borrowing
+    # 3600 s of 4 h saved: 10800 s left
+    assert jobs["train-a"]["completed_at_s"] == 5460.0 + 10800.0
+    assert jobs["train-a"]["state"] == "completed"
+
+
+def test_latency_critical_inference_is_never_preempted_and_waits_within_its_guarantee():
+    sim, jobs, metrics = run("latency-critical.yaml")
+    assert jobs["serve-1"]["preemptions"] == [] and jobs["build-1"]["preemptions"] == []
+    waits = logged(sim, ev.PendingReasonChanged, job_id="serve-2")
+    assert waits[0].reason == "NonPreemptibleOverQuota" and waits[0].occurred_at_ms == 600_000
+    assert "8 non-preemptible of 8 guaranteed" in waits[0].message
+    (declined,) = logged(sim, ev.PreemptionDeclined, job_id="urgent")
+    assert declined.reason == "NoVictims"
+    excluded = {(x["job"], x["reason"]) for x in declined.details["excluded"]}
+    assert excluded == {("serve-1", "NonPreemptible"), ("build-1", "NonPreemptible")}
+    assert jobs["urgent"]["placements"][0]["at_s"] == 3600.0
+    (pre,) = jobs["train-1"]["preemptions"]
+    assert pre["by"] == "serve-2" and pre["checkpointed"]
+    assert jobs["serve-2"]["placements"][0]["at_s"] == 3610.0
+
+
+def test_inference_burst_takes_only_the_smallest_sufficient_victims_and_spares_the_big_gangs():
+    sim, jobs, metrics = run("inference-burst.yaml")
+    victims = sorted(j for j, row in jobs.items() if row["preemptions"])
+    assert victims == ["ft-a", "gang-1", "gang-2"]
+    assert all(p["reason"] == "Reclaim" and p["checkpointed"] for j in victims for p in jobs[j]["preemptions"])
+    for big in ("gang-64", "gang-32", "gang-16", "gang-8", "gang-4"):
+        assert jobs[big]["preemptions"] == [] and len(jobs[big]["placements"]) == 1
+    # one MIG victim frees slices for both MIG replicas: the second one waits for it, no new victim
+    (waiting,) = logged(sim, ev.PreemptionDeclined, job_id="infer-mig-2")
+    assert waiting.reason == "WaitingForPreemptedWorkloads"
+    for j in ("infer-1", "infer-2", "infer-3", "infer-mig-1", "infer-mig-2"):
+        assert jobs[j]["placements"][0]["at_s"] <= 3620.0  # within the 30 s grace
+    # gang-1 fitted elsewhere at once: moved, not queued
+    assert [p["at_s"] for p in jobs["gang-1"]["placements"]] == [0.0, 3620.0]
+    assert metrics["preemptions"] == 3 and metrics["lost_gpu_hours"] == 0.0
+    for req in logged(sim, ev.PreemptionRequested):
+        assert all(v["gpus"] <= 2 for v in req.details["victims"])
+        assert req.details["beneficiary"]["tenant"] == "serving"
+
+
+def test_thrashing_is_bounded_by_min_runtime_eviction_budget_and_aging_and_the_victim_completes():
+    sim, jobs, metrics = run("thrashing.yaml")
+    pre = jobs["scavenger"]["preemptions"]
+    assert [(p["at_s"], p["by"]) for p in pre] == [(900.0, "burst-1"), (1830.0, "burst-2"), (4500.0, "burst-3")]
+    assert all(p["checkpointed"] and p["lost_gpu_s"] == 0 for p in pre)
+    at = [p["at_s"] for p in pre]
+    assert all(sum(1 for b in at if a - 3600 < b <= a) <= 2 for a in at), "budget of 2 per hour"
+    reasons = [d.reason for d in logged(sim, ev.PreemptionDeclined) if d.job_id.startswith("burst")]
+    assert {"MinRuntime", "EvictionBudget", "NoVictims"} <= set(reasons)
+    (aged,) = logged(sim, ev.PreemptionDeclined, job_id="burst-6")
+    assert [x["reason"] for x in aged.details["excluded"]] == ["Aged"]
+    assert jobs["scavenger"]["state"] == "completed" and jobs["scavenger"]["completed_at_s"] == 9090.0
+    assert all(row["state"] == "completed" for row in jobs.values())
+    assert metrics["preemptions"] == 3 and metrics["lost_gpu_hours"] == 0.0
+
+
+def test_a_starving_gang_gets_a_reservation_and_small_jobs_backfill_around_it():
+    sim, jobs, metrics = run("starving-gang.yaml")
+    gang = jobs["gang-32"]
+    assert gang["placements"][0]["at_s"] == 6240.0  # 2640 s after it arrived at 3600 s
+    reserved = [e for e in logged(sim, ev.PendingReasonChanged, job_id="gang-32") if "reserved" in e.message]
+    assert reserved[0].occurred_at_ms == 3600_000 + 900_000  # after reservation_after_s of waiting
+    nodes = set(reserved[0].details["reservation"]["nodes"])
+    assert {m["node"] for m in gang["placements"][0]["members"]} == nodes
+    # small jobs that would run past the reserved start are told so ...
+    held = [e for e in logged(sim, ev.PendingReasonChanged) if e.reason == "Reserved"]
+    assert held and all("gang-32" in e.message for e in held if e.occurred_at_ms < 6240_000)
+    # ... while others backfill the reserved nodes because they end before it
+    backfilled = [
+        e for e in logged(sim, ev.GangPlaced)
+        if e.job_id.startswith("small") and 4500_000 <= e.occurred_at_ms < 6240_000
+        and {m.node for m in e.members} & nodes
+    ]
+    assert backfilled
+    for e in backfilled:
+        spec = sim.ledger.jobs[e.job_id].spec
+        assert e.occurred_at_ms + spec.duration_s * 1000 <= 6240_000
+    assert metrics["gpu_allocation_pct"] > 80
+
+
+def test_without_a_reservation_the_gang_starves_until_the_stream_dries_up():
+    sim, jobs, metrics = run("starving-gang.yaml", reservation_after_s=0)
+    assert jobs["gang-32"]["placements"][0]["at_s"] == 17940.0
