@@ -12,7 +12,7 @@ from events.specs import JobSpec
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
 from services.domain.placement_adapter import gang_request_for
-from services.domain.shapes import shape_problem
+from services.domain.shapes import FleetSummary, shape_problem, summarize
 from services.placement import Unplaceable
 
 
@@ -24,6 +24,15 @@ class Rejection(Exception):
 
 class Admission(LedgerService):
     name = "admission"
+
+    def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
+        super().__init__(instance, leader_epoch)
+        self._fleet: tuple[int, FleetSummary | None] = (-1, None)  # memo by nodes_version
+
+    def fleet_summary(self, state: Ledger) -> FleetSummary:
+        if self._fleet[0] != state.nodes_version or self._fleet[1] is None:
+            self._fleet = (state.nodes_version, summarize(state.nodes.values()))
+        return self._fleet[1]
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
@@ -37,7 +46,7 @@ class Admission(LedgerService):
                 tenant=job.tenant,
             )
             try:
-                cls = check(state, job.spec)
+                cls = check(state, job.spec, self.fleet_summary(state))
             except Rejection as r:
                 out.append(
                     self.emit(state, now_ms, JobRejected, reason=r.reason, message=r.message,
@@ -51,7 +60,7 @@ class Admission(LedgerService):
         return out
 
 
-def check(state: Ledger, spec: JobSpec):
+def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
     """Return the job's priority class if admissible, else raise Rejection."""
     try:
         validate_token("job id", spec.job_id)
@@ -68,7 +77,7 @@ def check(state: Ledger, spec: JobSpec):
         raise Rejection(
             "UnknownPriorityClass", f"priority class {spec.priority_class!r} is not configured (known: {known})"
         )
-    problem = shape_problem(spec, state.nodes.values())
+    problem = shape_problem(spec, fleet)
     if problem is not None:
         reason, message, details = problem
         raise Rejection(reason, message, **details)

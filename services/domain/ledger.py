@@ -18,6 +18,7 @@ from typing import Any
 import events as ev
 from events import JobSpec, MemberPlacement
 from services.domain.config import ConfigState
+from services.domain.timeindex import TimeIndex
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
 from services.placement import Fleet
 
@@ -129,9 +130,27 @@ class Ledger:
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
     tenant_fixed_gpu_milli: dict[str, int] = field(default_factory=dict)
+    pending_gpu_milli: dict[str, int] = field(default_factory=dict)
+    """Per tenant, GPU capacity its pending jobs wait for."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
     nominations: dict[str, set[str]] = field(default_factory=dict)
+    awaiting_start: set[str] = field(default_factory=set)
+    """Active allocations with members not yet started."""
+    settle_ready: set[str] = field(default_factory=set)
+    """Active allocations the scheduler must settle: every member exited, a member failed,
+    or a node of theirs was lost."""
+    cancelling: set[str] = field(default_factory=set)
+    """Active allocations of cancelled jobs."""
+    node_allocations: dict[str, set[str]] = field(default_factory=dict)
+    """Active allocations per node."""
+    heartbeating: set[str] = field(default_factory=set)
+    """Nodes that promised heartbeats (and can be declared lost for silence)."""
+    expected: TimeIndex = field(default_factory=TimeIndex)
+    """Per active allocation: expected end (duration hint), checkpoint completion and
+    deadline of a requested preemption."""
+    nodes_version: int = 0
+    """Bumped whenever a node registers, is lost or comes back."""
     capacity_version: int = 0
     """Bumped whenever capacity may have grown (release, node added, config, nomination end)."""
     allocation_version: int = 0
@@ -224,7 +243,7 @@ class Ledger:
         )
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
-        self.pending.add(e.job_id)
+        self._enqueue(e.job_id)
 
     def _rejected(self, e: ev.JobRejected) -> None:
         job = self.jobs.get(e.job_id)
@@ -240,10 +259,12 @@ class Ledger:
             return
         job.cancel_requested = True
         job.reason = e.reason
-        if job.allocation_id is None:
+        if job.allocation_id is not None:
+            self.cancelling.add(job.allocation_id)
+        else:
             job.state, job.finished_ms = "cancelled", e.occurred_at_ms
             self.submitted.discard(e.job_id)
-            self.pending.discard(e.job_id)
+            self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
 
     def _pending_reason(self, e: ev.PendingReasonChanged) -> None:
@@ -271,6 +292,9 @@ class Ledger:
         self.fleet.allocate(e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job))
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
+        self.awaiting_start.add(e.allocation_id)
+        for node in rec.nodes():
+            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
         self.allocation_version += 1
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
@@ -286,7 +310,7 @@ class Ledger:
         job.attempts += 1
         job.declined = None
         job.placements.append((e.occurred_at_ms, e.members))
-        self.pending.discard(e.job_id)
+        self._dequeue(e.job_id)
         self.placement_memo.pop(e.job_id, None)
         self._end_nomination(e.job_id)
 
@@ -294,6 +318,12 @@ class Ledger:
         rec = self.allocations.get(e.allocation_id)
         if rec is not None and not rec.ended:
             rec.started.setdefault(e.rank, e.occurred_at_ms)
+            if len(rec.started) == len(rec.members):
+                self.awaiting_start.discard(e.allocation_id)
+                job = self.jobs.get(rec.job_id)
+                if job is not None and job.spec.duration_s is not None:
+                    remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+                    self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
 
     def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
         rec = self.allocations.get(e.allocation_id)
@@ -304,6 +334,8 @@ class Ledger:
         rec = self.allocations.get(e.allocation_id)
         if rec is not None:
             rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
+            if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
+                self.settle_ready.add(e.allocation_id)
 
     def _preemption_requested(self, e: ev.PreemptionRequested) -> None:
         rec = self.allocations.get(e.allocation_id)
@@ -312,6 +344,9 @@ class Ledger:
             return
         rec.preemption = e
         job.state = "preempting"
+        saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
+        self.expected.set(e.allocation_id, "checkpoint", saved_at)
+        self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         self.placement_memo.pop(e.beneficiary, None)  # its pending reason changes
         self.allocation_version += 1  # the outlook of every preemption plan changed
@@ -328,6 +363,12 @@ class Ledger:
         rec.ended = True
         rec.ended_ms = now_ms
         self.active.discard(allocation_id)
+        self.awaiting_start.discard(allocation_id)
+        self.settle_ready.discard(allocation_id)
+        self.cancelling.discard(allocation_id)
+        self.expected.clear(allocation_id)
+        for node in rec.nodes():
+            self.node_allocations.get(node, set()).discard(allocation_id)
         self.fleet.release(allocation_id)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
         job = self.jobs.get(rec.job_id)
@@ -367,7 +408,7 @@ class Ledger:
         if job is None or job.state != "evicted":
             return
         job.state, job.resume_step, job.pending_since_ms = "pending", e.resume_step, e.occurred_at_ms
-        self.pending.add(e.job_id)
+        self._enqueue(e.job_id)
 
     def _completed(self, e: ev.GangCompleted) -> None:
         self._release(e.allocation_id, e.occurred_at_ms)
@@ -393,8 +434,13 @@ class Ledger:
             registered_ms=e.occurred_at_ms,
             last_heartbeat_ms=e.occurred_at_ms if e.heartbeat_s > 0 else None,
         )
+        if e.heartbeat_s > 0:
+            self.heartbeating.add(e.node.name)
+        else:
+            self.heartbeating.discard(e.node.name)
         self.fleet.add_node(node_spec(e.node))
         self.capacity_version += 1
+        self.nodes_version += 1
 
     def _heartbeat(self, e: ev.NodeHeartbeat) -> None:
         node = self.nodes.get(e.node)
@@ -404,12 +450,15 @@ class Ledger:
                 node.lost = False
                 self.fleet.set_schedulable(e.node, True)
                 self.capacity_version += 1
+                self.nodes_version += 1
 
     def _node_lost(self, e: ev.NodeLost) -> None:
         node = self.nodes.get(e.node)
         if node is not None and not node.lost:
             node.lost = True
             self.fleet.set_schedulable(e.node, False)
+            self.nodes_version += 1
+            self.settle_ready.update(self.node_allocations.get(e.node, ()))
 
     def _fair_share(self, e: ev.FairShareUpdated) -> None:
         self.fair_shares = {s.tenant: s for s in e.shares}
@@ -421,6 +470,18 @@ class Ledger:
 
     def _dead(self, e: ev.DeadLettered) -> None:
         self.dead_letters += 1
+
+    def _enqueue(self, job_id: str) -> None:
+        if job_id not in self.pending:
+            self.pending.add(job_id)
+            job = self.jobs[job_id]
+            self.pending_gpu_milli[job.tenant] = self.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
+
+    def _dequeue(self, job_id: str) -> None:
+        if job_id in self.pending:
+            self.pending.discard(job_id)
+            job = self.jobs[job_id]
+            self.pending_gpu_milli[job.tenant] -= job.gpu_milli()
 
     def _end_nomination(self, job_id: str) -> None:
         if self.nominations.pop(job_id, None) is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,12 +17,46 @@ MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")
 Problem = tuple[str, str, dict[str, Any]]
 
 
-def shape_problem(spec: JobSpec, nodes: Iterable[Any]) -> Problem | None:
+@dataclass(frozen=True)
+class FleetSummary:
+    """What the registered (not lost) fleet could ever offer, by GPU model and memory."""
+
+    nodes: int
+    max_cpu_milli: int
+    max_memory_mib: int
+    largest_clique: dict[tuple[str, int], int]
+    """(model, GPU memory) -> most non-MIG GPUs of that kind in one NVLink clique."""
+    mig: frozenset[tuple[str, int]]
+    """(model, GPU memory) kinds with MIG-enabled GPUs."""
+
+
+def summarize(nodes: Iterable[Any]) -> FleetSummary:
+    nodes = [n for n in nodes if not n.lost]
+    cliques: Counter = Counter()
+    mig: set[tuple[str, int]] = set()
+    for n in nodes:
+        for g in n.info.gpus:
+            if g.sharing == "mig":
+                mig.add((g.model, g.memory_mib))
+            else:
+                cliques[(g.model, g.memory_mib, n.info.name, g.clique)] += 1
+    largest: dict[tuple[str, int], int] = {}
+    for (model, memory, _, _), size in cliques.items():
+        largest[(model, memory)] = max(largest.get((model, memory), 0), size)
+    return FleetSummary(
+        nodes=len(nodes),
+        max_cpu_milli=max((n.info.cpu_milli for n in nodes), default=0),
+        max_memory_mib=max((n.info.memory_mib for n in nodes), default=0),
+        largest_clique=largest,
+        mig=frozenset(mig),
+    )
+
+
+def shape_problem(spec: JobSpec, fleet: FleetSummary) -> Problem | None:
     problem = _form_problem(spec)
     if problem is not None:
         return problem
-    nodes = [n for n in nodes if not n.lost]
-    return _fleet_problem(spec, nodes) if nodes else None
+    return _fleet_problem(spec, fleet) if fleet.nodes else None
 
 
 def _form_problem(spec: JobSpec) -> Problem | None:
@@ -48,37 +83,33 @@ def _form_problem(spec: JobSpec) -> Problem | None:
     return None
 
 
-def _fleet_problem(spec: JobSpec, nodes: list[Any]) -> Problem | None:
+def _fleet_problem(spec: JobSpec, fleet: FleetSummary) -> Problem | None:
     r = spec.resources
     models = set(r.gpu_models)
-    if models and not any(g.model in models for n in nodes for g in n.info.gpus):
+    kinds = set(fleet.largest_clique) | fleet.mig
+    if models and not any(model in models for model, _ in kinds):
         return ("Unschedulable", f"no registered GPU of model {sorted(models)}", {})
-    largest_cpu = max(n.info.cpu_milli for n in nodes)
-    largest_mem = max(n.info.memory_mib for n in nodes)
-    if r.cpu_milli > largest_cpu or r.memory_mib > largest_mem:
+    if r.cpu_milli > fleet.max_cpu_milli or r.memory_mib > fleet.max_memory_mib:
         return (
             "Unschedulable",
             f"member needs {r.cpu_milli}m CPU / {r.memory_mib} MiB; largest node has "
-            f"{largest_cpu}m / {largest_mem} MiB",
+            f"{fleet.max_cpu_milli}m / {fleet.max_memory_mib} MiB",
             {},
         )
-    usable = [
-        (n.info.name, g)
-        for n in nodes
-        for g in n.info.gpus
-        if (not models or g.model in models) and g.memory_mib >= r.min_gpu_memory_mib
-    ]
+
+    def usable(kind: tuple[str, int]) -> bool:
+        return (not models or kind[0] in models) and kind[1] >= r.min_gpu_memory_mib
+
     if r.gpus:
-        cliques = Counter((name, g.clique) for name, g in usable if g.sharing == "exclusive")
-        largest = max(cliques.values(), default=0)
+        largest = max((size for kind, size in fleet.largest_clique.items() if usable(kind)), default=0)
         if r.gpus > largest:
             return (
                 "TopologyUnsatisfiable",
                 f"needs {r.gpus} GPUs in one NVLink clique; largest clique in the fleet has {largest}",
                 {"largest_clique": largest},
             )
-    if r.mig_profile and not any(g.sharing == "mig" for _, g in usable):
+    if r.mig_profile and not any(usable(kind) for kind in fleet.mig):
         return ("MIGProfileUnavailable", f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet", {})
-    if (r.gpu_milli or r.gpus) and not usable:
+    if (r.gpu_milli or r.gpus) and not any(usable(kind) for kind in kinds):
         return ("Unschedulable", "no registered GPU matches the request", {})
     return None

@@ -32,12 +32,13 @@ class SimulatedAgent(LedgerService):
         super().__init__(instance)
         self.nodes = {n.name: n for n in nodes}
         self.heartbeat_s = heartbeat_s
+        self._registered_at = -1  # memo: nodes_version at which every node was registered
 
     # ------------------------------------------------------------------ decide
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._register(state, now_ms)
-        for alloc_id in sorted(state.active):
+        for alloc_id in sorted(self._attention(state, now_ms)):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
             for m in rec.members:
@@ -52,20 +53,24 @@ class SimulatedAgent(LedgerService):
                 node = state.nodes.get(name)
                 if node is not None and node.last_heartbeat_ms is not None:
                     times.append(node.last_heartbeat_ms + self.heartbeat_s * 1000)
-        for alloc_id in state.active:
-            rec = state.allocations[alloc_id]
-            job = state.jobs[rec.job_id]
-            for m in rec.members:
-                if m.node in self.nodes and m.rank not in rec.exited and m.rank in rec.started:
-                    due = _due(rec, job, rec.started[m.rank])
-                    if due is not None:
-                        times.append(due[0])
+        nxt = state.expected.next_after(now_ms)
+        if nxt is not None:
+            times.append(nxt)
         return min(times, default=None)
+
+    @staticmethod
+    def _attention(state: Ledger, now_ms: int) -> set[str]:
+        """Allocations where a member may have something to do now: not yet started, being
+        cancelled, or with an expected instant (end, checkpoint, deadline) that has come."""
+        due = {key for _, key, _ in state.expected.due(now_ms)}
+        return (state.awaiting_start | state.cancelling | due) & state.active
 
     # ------------------------------------------------------------------ parts
 
     def _register(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
+        if not self.heartbeat_s and self._registered_at == state.nodes_version:
+            return out  # nothing about nodes changed since every node was seen registered
         for name in sorted(self.nodes):
             known = state.nodes.get(name)
             if known is None or known.info != self.nodes[name]:
@@ -86,6 +91,8 @@ class SimulatedAgent(LedgerService):
                         node=name,
                     )
                 )
+        if not out:
+            self._registered_at = state.nodes_version
         return out
 
     def _member(

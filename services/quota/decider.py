@@ -12,21 +12,26 @@ from services.domain.quota import fair_shares
 def demand_by_tenant(state: Ledger) -> dict[str, int]:
     """Own demand per tenant: what it holds plus what it waits for."""
     demand = dict(state.tenant_gpu_milli)
-    for job_id in state.pending:
-        job = state.jobs[job_id]
-        demand[job.tenant] = demand.get(job.tenant, 0) + job.gpu_milli()
+    for tenant, waiting in state.pending_gpu_milli.items():
+        demand[tenant] = demand.get(tenant, 0) + waiting
     return demand
 
 
 class Quota(LedgerService):
     name = "quota"
 
+    def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
+        super().__init__(instance, leader_epoch)
+        self._capacity = (-1, 0)  # memo: (nodes_version, capacity in milli-GPUs)
+
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not state.config.tenants:
             return []
+        if self._capacity[0] != state.nodes_version:
+            self._capacity = (state.nodes_version, state.fleet.capacity_gpus() * 1000)
         shares = fair_shares(
             state.config.tenants,
-            state.fleet.capacity_gpus() * 1000,
+            self._capacity[1],
             state.tenant_gpu_milli,
             demand_by_tenant(state),
         )

@@ -51,7 +51,7 @@ class Scheduler(LedgerService):
         timeout = state.config.policy.node_timeout_s * 1000
         beats = [
             n.last_heartbeat_ms + timeout
-            for n in state.nodes.values()
+            for n in (state.nodes[name] for name in state.heartbeating)
             if n.last_heartbeat_ms is not None and not n.lost
         ]
         expiries = [
@@ -71,7 +71,7 @@ class Scheduler(LedgerService):
     def _lost_nodes(self, state: Ledger, now_ms: int) -> list[Event]:
         timeout = state.config.policy.node_timeout_s * 1000
         out: list[Event] = []
-        for name in sorted(state.nodes):
+        for name in sorted(state.heartbeating):
             node = state.nodes[name]
             if node.lost or node.last_heartbeat_ms is None:
                 continue
@@ -90,7 +90,7 @@ class Scheduler(LedgerService):
 
     def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
-        for alloc_id in sorted(state.active):
+        for alloc_id in sorted(state.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
             lost = [n for n in rec.nodes() if state.nodes.get(n) is not None and state.nodes[n].lost]

@@ -73,8 +73,8 @@ def test_when_every_member_completed_the_gang_completes_and_frees_its_gpus():
 
 def test_a_silent_node_is_declared_lost_and_its_gang_requeued_whole():
     ledger = admitted(submitted(id="j", tenant="a", gpus=8, replicas=2))
-    fold(ledger, [ev.NodeHeartbeat(node="n1", event_id="hb", occurred_at_ms=0)])
-    ledger.nodes["n1"].last_heartbeat_ms = 0  # n1 heartbeats; n2 is simulated (never lost for silence)
+    n1 = ledger.nodes["n1"].info  # n1 promises heartbeats; n2 does not (never lost for silence)
+    fold(ledger, [ev.NodeRegistered(node=n1, heartbeat_s=5, event_id="reg-hb", occurred_at_ms=0)])
     fold(ledger, Scheduler().decide(ledger, 10))
     assert ledger.jobs["j"].state == "running"
     (lost,) = Scheduler().decide(ledger, 31_000)
