@@ -27,9 +27,18 @@ from services.domain.quota import parent_of, quota_block
 from services.placement import Placement
 from services.scheduler.queue import ordered_pending
 
+START_TIMEOUT_S = 120
+"""A placed member on a real (non-simulated) node that has not started after this long
+aborts its gang: evicted (`StartTimeout`) and requeued whole."""
+
 
 class Scheduler(LedgerService):
     name = "scheduler"
+
+    def __init__(self, instance: str = "0", leader_epoch: int = 0,
+                 start_timeout_s: int = START_TIMEOUT_S) -> None:
+        super().__init__(instance, leader_epoch)
+        self.start_timeout_s = start_timeout_s
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
@@ -47,7 +56,25 @@ class Scheduler(LedgerService):
             for n in state.nodes.values()
             if n.last_heartbeat_ms is not None and not n.lost
         ]
-        return min(beats, default=None)
+        starts = [rec.placed_ms + self.start_timeout_s * 1000
+                  for rec in self._awaiting_start(state)] if self.start_timeout_s else []
+        return min(beats + starts, default=None)
+
+    def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
+        """Active allocations with a member on a real node that has neither started nor
+        exited (simulated agents start members at once; the simulator never waits)."""
+        real = {name for name, n in state.nodes.items() if not n.simulated}
+        if not real:
+            return []
+        out = []
+        for alloc_id in sorted(state.active):
+            rec = state.allocations[alloc_id]
+            if rec.preemption is None and any(
+                m.node in real and m.rank not in rec.started and m.rank not in rec.exited
+                for m in rec.members
+            ):
+                out.append(rec)
+        return out
 
     # ------------------------------------------------------------ node loss
 
@@ -73,6 +100,14 @@ class Scheduler(LedgerService):
 
     def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
+        if self.start_timeout_s:
+            timeout = self.start_timeout_s * 1000
+            for rec in self._awaiting_start(state):
+                job = state.jobs[rec.job_id]
+                if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
+                    out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
+            if out:
+                return out
         for alloc_id in sorted(state.active):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
