@@ -211,7 +211,10 @@ class RealAgent:
         self._observe(state, now_ms)
         effects = self.core.plan(state, now_ms)
         for effect in effects:
-            self._perform(state, effect)
+            try:
+                self._perform(state, effect)
+            except Exception as err:  # noqa: BLE001  (one failed effect must not stop the agent)
+                self.log.error("agent.effect_failed", effect=repr(effect), error=repr(err))
         if effects:
             self._observe(state, now_ms)
         return self.core.decide(state, now_ms)
