@@ -25,8 +25,14 @@ class UnknownRole(ValueError):
         super().__init__(f"unknown service {role!r} (one of: {', '.join(ROLES)}, projector)")
 
 
-def build(role: str, doc: dict[str, Any] | None = None, node: str | None = None, instance: str = "0"):
-    """A service for `role`. A node agent simulates `node` (or every node) of the document."""
+def build(
+    role: str, doc: dict[str, Any] | None = None, node: str | None = None, instance: str = "0",
+    *, real: bool = False, work_dir: str | None = None,
+):
+    """A service for `role`. A node agent simulates `node` (or every node) of the document;
+    with `real`, it runs members as processes for `node` (default: this host's short name),
+    with NVML discovery or else the GPUs the document declares for it (`work_dir`: state,
+    logs and checkpoints, default `.gpuledger/agent`)."""
     match role:
         case "admission":
             return Admission(instance)
@@ -36,6 +42,15 @@ def build(role: str, doc: dict[str, Any] | None = None, node: str | None = None,
             return Scheduler(instance)
         case "preemption":
             return Preemption(instance)
+        case "node-agent" if real:
+            import socket
+
+            from services.node_agent.agent import RealAgent
+
+            name = node or socket.gethostname().split(".")[0]
+            declared = next((n for n in node_infos(doc or {}) if n.name == name), None)
+            return RealAgent(name, work_dir or ".gpuledger/agent", declared=declared,
+                             heartbeat_s=LIVE_HEARTBEAT_S)
         case "node-agent":
             nodes = node_infos(doc or {})
             if node is not None:

@@ -148,15 +148,18 @@ def run(
     role: str = typer.Argument(..., help="admission | quota | scheduler | preemption | node-agent | projector"),
     nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL."),
     config: Path | None = typer.Option(None, "--config", help="Cluster configuration (node agents read their nodes here)."),
-    node: str | None = typer.Option(None, "--node", help="Node agent: the node to simulate."),
+    node: str | None = typer.Option(None, "--node", help="Node agent: the node to simulate (with --real: this node's name)."),
+    real: bool = typer.Option(False, "--real", help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config)."),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
     from services.roles import UnknownRole, build
     from services.runtime.host import serve
 
     try:
-        service = build(role, read_doc(config), node=node, instance=node or "0")
-    except (UnknownRole, ValueError) as exc:
+        service = build(role, read_doc(config), node=node, instance=node or "0", real=real,
+                        work_dir=None if work_dir is None else str(work_dir))
+    except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
     serve(service, nats_url)
 

@@ -34,9 +34,18 @@ from services.scheduler.reservation import (
     starving,
 )
 
+START_TIMEOUT_S = 120
+"""A placed member on a real (non-simulated) node that has not started after this long
+aborts its gang: evicted (`StartTimeout`) and requeued whole."""
+
 
 class Scheduler(LedgerService):
     name = "scheduler"
+
+    def __init__(self, instance: str = "0", leader_epoch: int = 0,
+                 start_timeout_s: int = START_TIMEOUT_S) -> None:
+        super().__init__(instance, leader_epoch)
+        self.start_timeout_s = start_timeout_s
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
@@ -64,7 +73,22 @@ class Scheduler(LedgerService):
                 t for j in state.pending
                 if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
-        return min(beats + expiries, default=None)
+        starts = [rec.placed_ms + self.start_timeout_s * 1000
+                  for rec in self._awaiting_start(state)] if self.start_timeout_s else []
+        return min(beats + expiries + starts, default=None)
+
+    def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
+        """Active allocations with a member on a real node that has neither started nor
+        exited (simulated agents start members at once; the simulator never waits)."""
+        out = []
+        for alloc_id in sorted(state.awaiting_start):
+            rec = state.allocations[alloc_id]
+            if rec.preemption is None and any(
+                not state.nodes[m.node].simulated and m.rank not in rec.started and m.rank not in rec.exited
+                for m in rec.members if m.node in state.nodes
+            ):
+                out.append(rec)
+        return out
 
     # ------------------------------------------------------------ node loss
 
@@ -90,6 +114,14 @@ class Scheduler(LedgerService):
 
     def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
+        if self.start_timeout_s:
+            timeout = self.start_timeout_s * 1000
+            for rec in self._awaiting_start(state):
+                job = state.jobs[rec.job_id]
+                if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
+                    out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
+            if out:
+                return out
         for alloc_id in sorted(state.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]

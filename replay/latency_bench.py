@@ -1,0 +1,244 @@
+"""Live latency benchmark: submit -> GangPlaced at a steady rate, and the drain rate of a burst.
+
+Every service runs as its own OS process (`gpuledger run ROLE`) on an embedded nats-server
+(loopback, no fsync); one simulated node agent process registers `nodes` 8-GPU nodes (MPS
+GPUs, so small shares fit many jobs) and heartbeats them every 5 s, as in `gpuledger up`.
+
+Phase 1 (steady): one job per `1/rate` s for `duration_s`, each a 250m GPU share running
+10 s (so capacity churns). Latency = time the bench process sees `GangPlaced` on the bus
+minus the time it started publishing `JobSubmitted` (both on this process's monotonic
+clock), i.e. admission + scheduling + every hop through JetStream.
+
+Phase 2 (burst): `burst` jobs (250m shares, running until the end) published as fast as the
+bench can; drain rate = burst placements per second between the first and the last burst
+`GangPlaced`. Also reported: the end-to-end burst time from the first submission.
+
+`profile_dir`: run every service under cProfile and write `<role>.prof` there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+import events as ev
+from services.domain.jobfile import job_spec
+from services.domain.stamp import stamp
+
+TENANT = "bench"
+SHARE = "250m"
+STEADY_RUN_S = 10
+
+
+def cluster_doc(nodes: int) -> dict[str, Any]:
+    return {
+        "cluster": {"nodes": [{"name_prefix": "n", "count": nodes, "gpus": 8, "model": "H100-80GB",
+                               "cpu": 128, "memory": "1Ti", "sharing": "mps"}]},
+        "tenants": [{"name": TENANT, "guaranteed": nodes * 8}],
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _job(job_id: str, duration_s: int | None) -> ev.JobSubmitted:
+    doc: dict[str, Any] = {"id": job_id, "tenant": TENANT, "class": "train", "gpu": SHARE}
+    if duration_s is not None:
+        doc["duration"] = duration_s
+    spec = job_spec(doc)
+    return stamp(ev.JobSubmitted, key=job_id, producer="bench", now_ms=time.time_ns() // 1_000_000,
+                 correlation_id=job_id, job=spec)
+
+
+class _Procs:
+    def __init__(self, url: str, config: Path, logs: Path, profile_dir: Path | None) -> None:
+        self.url, self.config, self.logs, self.profile_dir = url, config, logs, profile_dir
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self, role: str) -> None:
+        cmd = [sys.executable]
+        if self.profile_dir is not None:
+            cmd += ["-m", "cProfile", "-o", str(self.profile_dir / f"{role}.prof")]
+        cmd += ["-m", "services.cli", "run", role, "--nats-url", self.url, "--config", str(self.config)]
+        out = open(self.logs / f"{role}.log", "ab")  # noqa: SIM115
+        env = {**os.environ, "GPULEDGER_LOG_LEVEL": "warning", "GPULEDGER_LOG_JSON": "1"}
+        self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: Path,
+                 profile_dir: Path | None, progress) -> dict[str, Any]:
+    from services.cli.live import publish_config
+    from services.roles import CONTROL_PLANE
+    from services.runtime.bus import Bus
+    from services.runtime.nats_server import EmbeddedNats
+
+    doc = cluster_doc(nodes)
+    config = work / "cluster.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    with EmbeddedNats(work / "nats") as server:
+        bus = await Bus.connect(server.url, name="gpuledger-bench")
+        await bus.ensure_stream()
+        await publish_config(server.url, doc)
+        procs = _Procs(server.url, config, work, profile_dir)
+        for role in (*CONTROL_PLANE, "node-agent"):
+            procs.spawn(role)
+        placed_at: dict[str, float] = {}
+        registered: set[str] = set()
+        events_seen = 0
+        follower = await bus.follower(0)
+
+        async def watch() -> None:
+            nonlocal events_seen
+            while True:
+                d = await follower.next(timeout=1.0)
+                if d is None:
+                    continue
+                events_seen += 1
+                if ".GangPlaced" in d.subject:
+                    e = ev.decode(d.data)
+                    placed_at.setdefault(e.job_id, time.perf_counter())
+                elif ".NodeRegistered" in d.subject:
+                    registered.add(ev.decode(d.data).node.name)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            t0 = time.monotonic()
+            while len(registered) < nodes:
+                if time.monotonic() - t0 > 120:
+                    raise RuntimeError(f"only {len(registered)} of {nodes} nodes registered")
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # let every service fold the registrations
+            progress(f"{nodes} nodes registered in {time.monotonic() - t0:.1f}s")
+
+            # ---- phase 1: steady rate
+            submitted_at: dict[str, float] = {}
+            n = int(rate * duration_s)
+            start = time.perf_counter()
+            for i in range(n):
+                due = start + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                job = _job(f"s{i}", STEADY_RUN_S)
+                submitted_at[job.job.job_id] = time.perf_counter()
+                await bus.create_once(job)
+            achieved = n / max(1e-9, time.perf_counter() - start)
+            deadline = time.perf_counter() + 30
+            while any(j not in placed_at for j in submitted_at) and time.perf_counter() < deadline:
+                await asyncio.sleep(0.1)
+            lat = [(placed_at[j] - t) * 1000 for j, t in submitted_at.items() if j in placed_at]
+            progress(f"steady: {len(lat)}/{n} placed, p50 {percentile(lat, .5):.1f} ms, "
+                     f"p99 {percentile(lat, .99):.1f} ms")
+
+            # ---- phase 2: burst
+            ids = [f"b{i}" for i in range(burst)]
+            jobs = [_job(j, None) for j in ids]
+            b0 = time.perf_counter()
+            sem = asyncio.Semaphore(256)
+
+            async def submit(job: ev.JobSubmitted) -> None:
+                async with sem:
+                    await bus.create_once(job)
+
+            await asyncio.gather(*(submit(j) for j in jobs))
+            b_submitted = time.perf_counter()
+            deadline = b_submitted + max(120.0, burst / 50)
+            while time.perf_counter() < deadline:
+                done = sum(1 for j in ids if j in placed_at)
+                if done == burst:
+                    break
+                await asyncio.sleep(0.2)
+            times = sorted(placed_at[j] for j in ids if j in placed_at)
+            drain = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+            progress(f"burst: {len(times)}/{burst} placed, drain {drain:.0f}/s")
+            return {
+                "p50_ms": round(percentile(lat, 0.5), 2),
+                "p90_ms": round(percentile(lat, 0.9), 2),
+                "p99_ms": round(percentile(lat, 0.99), 2),
+                "max_ms": round(max(lat, default=float("nan")), 2),
+                "rate": rate,
+                "achieved_rate": round(achieved, 1),
+                "duration_s": duration_s,
+                "submitted": n,
+                "placed": len(lat),
+                "burst": burst,
+                "burst_placed": len(times),
+                "drain_per_s": round(drain, 1),
+                "burst_submit_s": round(b_submitted - b0, 2),
+                "burst_end_to_end_s": round((times[-1] - b0) if times else float("nan"), 2),
+                "burst_end_to_end_per_s": round(len(times) / (times[-1] - b0), 1) if times else 0.0,
+                "nodes": nodes,
+                "gpus": nodes * 8,
+                "events_on_bus": events_seen,
+                "targets": {"p99_ms": 50, "drain_per_s": 500},
+            }
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await follower.close()
+            await bus.close()
+            procs.close()
+
+
+def run_latency_bench(rate: float = 100.0, duration_s: float = 30.0, burst: int = 10_000,
+                      nodes: int = 500, *, profile_dir: str | Path | None = None,
+                      progress=None) -> dict[str, Any]:
+    """Run both phases on a fresh embedded NATS and every service as a process; returns
+    `p50_ms`, `p99_ms`, `drain_per_s`, `submitted`, `placed` and more (see module doc)."""
+    prof = Path(profile_dir) if profile_dir is not None else None
+    if prof is not None:
+        prof.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
+        return asyncio.run(_bench(rate, duration_s, burst, nodes, Path(tmp), prof,
+                                  progress or (lambda _msg: None)))
+
+
+def latency(
+    rate: float = typer.Option(100.0, "--rate", help="Steady submissions per second."),
+    duration: float = typer.Option(30.0, "--duration", help="Seconds of steady submissions."),
+    burst: int = typer.Option(10_000, "--burst", help="Jobs in the burst."),
+    nodes: int = typer.Option(500, "--nodes", help="Simulated 8-GPU nodes."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result here ('-' = stdout)."),
+    profile: Path | None = typer.Option(None, "--profile", help="Run services under cProfile; write <role>.prof here."),
+) -> None:
+    """Submit -> GangPlaced p50/p99 at a steady rate and the drain rate of a burst, with every
+    service as a separate process (targets: p99 <= 50 ms, drain >= 500 placements/s)."""
+    quiet = json_out is not None and str(json_out) == "-"
+    say = (lambda m: None) if quiet else (lambda m: typer.echo(m, err=True))
+    result = run_latency_bench(rate, duration, burst, nodes, profile_dir=profile, progress=say)
+    text = json.dumps(result, indent=2)
+    if json_out is None:
+        typer.echo(text)
+    elif str(json_out) == "-":
+        typer.echo(text)
+    else:
+        json_out.write_text(text)
+        say(text)

@@ -1,0 +1,321 @@
+"""The real node agent's decider: desired state from the ledger, observed state from the
+executor, and the events and effects that reconcile them. Pure (no clock, no I/O).
+
+Shape (level-triggered, one node per agent):
+
+- `AgentState` is the folded ledger plus *local facts* the shell folds in before deciding:
+  the node's inventory (NVML discovery or the declared GPUs, health updated by telemetry),
+  the latest telemetry samples, and per member (allocation id, rank) what the executor
+  observed (started, running, acknowledged checkpoint step, outcome) and which signals were
+  already sent. Local facts are never published as such: `decide` turns them into events.
+- `plan(state, now_ms)` returns the side effects wanted now (`Start`, `Checkpoint`, `Kill`,
+  `Forget`). The shell performs them idempotently (the executor keys everything by
+  allocation id + rank, so a start is never repeated, even across agent restarts) and
+  records them as local facts.
+- `decide(state, now_ms)` returns the events to publish: `NodeRegistered` (again when the
+  inventory or a GPU's health changes), `NodeHeartbeat` every `heartbeat_s`,
+  `GpuMetricsReported` when new samples exist, and per member `MemberStarted`,
+  `MemberCheckpointed(step)` per newly acknowledged step, `MemberExited(outcome)`.
+
+Rules:
+- start a member of an active allocation placed here, unless it is being preempted or
+  cancelled (then it exits `preempted` / `cancelled` without ever starting);
+- on `PreemptionRequested`: checkpoint signal now, SIGKILL at `deadline_ms`;
+- on `JobCancelled`: the same, with the job's grace period from the cancellation;
+- a member still running for an allocation the log has *ended* (evicted because another
+  member's node was lost, start timeout, ...) gets the same treatment from the end: a gang
+  is never left partially running;
+- nothing is ever stopped for any other reason: a silent control plane (no new events)
+  changes nothing, and a member whose allocation the ledger does not know is left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from events import (
+    Event,
+    GangCompleted,
+    GangEvicted,
+    GangFailed,
+    GpuMetricsReported,
+    GpuSample,
+    JobCancelled,
+    MemberCheckpointed,
+    MemberExited,
+    MemberStarted,
+    NodeHeartbeat,
+    NodeInfo,
+    NodeRegistered,
+)
+from services.domain.deciding import LedgerService
+from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+
+MemberKey = tuple[str, int]
+
+
+@dataclass
+class Observed:
+    """What the executor told the shell about one member (local facts)."""
+
+    started: bool = False
+    running: bool = False
+    ack_step: int | None = None
+    outcome: str | None = None
+    """`completed`, `failed` or `preempted` (the executor's classification)."""
+    exit_code: int | None = None
+    checkpoint_requested: bool = False
+    killed: bool = False
+    job_id: str = ""
+
+
+@dataclass
+class AgentState:
+    ledger: Ledger = field(default_factory=Ledger)
+    node: NodeInfo | None = None
+    """The inventory to register (None: not known yet)."""
+    members: dict[MemberKey, Observed] = field(default_factory=dict)
+    ended_ms: dict[str, int] = field(default_factory=dict)
+    """Allocation -> when the log ended it (allocations with members on this node)."""
+    cancelled_ms: dict[str, int] = field(default_factory=dict)
+    """Job -> when it was cancelled."""
+    samples: tuple[GpuSample, ...] = ()
+    samples_at_ms: int | None = None
+    last_metrics_ms: int | None = None
+    """When this node's last GpuMetricsReported was folded."""
+    telemetry: bool = False
+    """Whether the shell samples telemetry (NVML available)."""
+
+    @property
+    def last_seq(self) -> int:
+        return self.ledger.last_seq
+
+
+# ---------------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True)
+class Start:
+    allocation_id: str
+    job_id: str
+    rank: int
+    world_size: int
+    command: tuple[str, ...]
+    gpus: tuple[int, ...]
+    mig_start: int | None
+    resume: bool
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    allocation_id: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class Kill:
+    allocation_id: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class Forget:
+    allocation_id: str
+    rank: int
+
+
+Effect = Start | Checkpoint | Kill | Forget
+
+
+class AgentDecider(LedgerService):
+    """The pure core of the real agent for node `node_name`."""
+
+    name = "node-agent"
+
+    def __init__(self, node_name: str, *, heartbeat_s: int = 5, metrics_s: int = 10,
+                 poll_ms: int = 200) -> None:
+        super().__init__(node_name)
+        self.node_name = node_name
+        self.heartbeat_s = heartbeat_s
+        self.metrics_s = metrics_s
+        self.poll_ms = poll_ms
+
+    # ------------------------------------------------------------------ fold
+
+    def initial_state(self) -> AgentState:  # type: ignore[override]
+        return AgentState()
+
+    def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:  # type: ignore[override]
+        state.ledger.apply(seq, event)
+        if isinstance(event, (GangEvicted, GangCompleted, GangFailed)):
+            rec = state.ledger.allocations.get(event.allocation_id)
+            if rec is not None and any(m.node == self.node_name for m in rec.members):
+                state.ended_ms.setdefault(event.allocation_id, event.occurred_at_ms)
+        elif isinstance(event, JobCancelled):
+            state.cancelled_ms.setdefault(event.job_id, event.occurred_at_ms)
+        elif isinstance(event, GpuMetricsReported) and event.node == self.node_name:
+            state.last_metrics_ms = max(state.last_metrics_ms or 0, event.occurred_at_ms)
+        return state
+
+    # ------------------------------------------------------------------ helpers
+
+    def _mine(self, state: AgentState):
+        """(allocation record, job, member placement) of every active allocation here."""
+        ledger = state.ledger
+        for alloc_id in sorted(ledger.active):
+            rec = ledger.allocations[alloc_id]
+            job = ledger.jobs.get(rec.job_id)
+            if job is None:
+                continue
+            for m in rec.members:
+                if m.node == self.node_name:
+                    yield rec, job, m
+
+    def _grace_ms(self, state: AgentState, job: JobRecord | None) -> int:
+        if job is None:
+            return state.ledger.config.policy.default_grace_s * 1000
+        return state.ledger.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
+
+    def _stop_deadline(self, state: AgentState, rec: AllocationRecord, job: JobRecord | None) -> int | None:
+        """When a running member of `rec` must be dead, or None if it may run on."""
+        if rec.ended:
+            ended = state.ended_ms.get(rec.allocation_id)
+            return None if ended is None else ended + self._grace_ms(state, job)
+        if job is not None and job.cancel_requested:
+            at = state.cancelled_ms.get(job.job_id)
+            return None if at is None else at + self._grace_ms(state, job)
+        if rec.preemption is not None:
+            return rec.preemption.deadline_ms
+        return None
+
+    # ------------------------------------------------------------------ effects
+
+    def plan(self, state: AgentState, now_ms: int) -> list[Effect]:
+        ledger = state.ledger
+        out: list[Effect] = []
+        for rec, job, m in self._mine(state):
+            key = (rec.allocation_id, m.rank)
+            if m.rank in rec.exited or key in state.members:
+                continue
+            stopping = job.cancel_requested or rec.preemption is not None
+            if not stopping and job.spec.command:
+                out.append(Start(
+                    allocation_id=rec.allocation_id, job_id=job.job_id, rank=m.rank,
+                    world_size=len(rec.members), command=job.spec.command, gpus=m.gpus,
+                    mig_start=m.mig_start, resume=job.resume_step is not None,
+                ))
+        for key in sorted(state.members):
+            obs = state.members[key]
+            alloc_id, rank = key
+            rec = ledger.allocations.get(alloc_id)
+            if rec is None:
+                continue  # the log does not know it (yet): leave it alone
+            if obs.outcome is not None:
+                if rank in rec.exited:
+                    out.append(Forget(alloc_id, rank))
+                continue
+            if not obs.running:
+                continue
+            job = ledger.jobs.get(rec.job_id)
+            deadline = self._stop_deadline(state, rec, job)
+            if deadline is None:
+                continue
+            if not obs.checkpoint_requested:
+                out.append(Checkpoint(alloc_id, rank))
+            if now_ms >= deadline and not obs.killed:
+                out.append(Kill(alloc_id, rank))
+        return out
+
+    # ------------------------------------------------------------------ events
+
+    def decide(self, state: AgentState, now_ms: int) -> list[Event]:  # type: ignore[override]
+        out = self._node_events(state, now_ms)
+        ledger = state.ledger
+        for rec, job, m in self._mine(state):
+            if m.rank in rec.exited or (rec.allocation_id, m.rank) in state.members:
+                continue
+            if job.cancel_requested:
+                out.append(self._exited(state, now_ms, rec, m.rank, "cancelled", None))
+            elif rec.preemption is not None:
+                out.append(self._exited(state, now_ms, rec, m.rank, "preempted", None))
+            elif not job.spec.command:
+                out.append(self._exited(state, now_ms, rec, m.rank, "failed", None))
+        for key in sorted(state.members):
+            obs = state.members[key]
+            alloc_id, rank = key
+            rec = ledger.allocations.get(alloc_id)
+            if rec is None:
+                continue
+            if obs.started and not rec.ended and rank not in rec.started:
+                out.append(self.emit(
+                    state.ledger, now_ms, MemberStarted, key=f"{alloc_id}/{rank}",
+                    correlation_id=rec.job_id, job_id=rec.job_id, allocation_id=alloc_id,
+                    rank=rank, node=self.node_name,
+                ))
+            known = rec.checkpoints.get(rank)
+            if obs.ack_step is not None and (known is None or known[0] != obs.ack_step):
+                out.append(self.emit(
+                    state.ledger, now_ms, MemberCheckpointed, key=f"{alloc_id}/{rank}/{obs.ack_step}",
+                    correlation_id=rec.job_id, job_id=rec.job_id, allocation_id=alloc_id,
+                    rank=rank, node=self.node_name, step=obs.ack_step, progress_ms=0,
+                ))
+            if obs.outcome is not None and rank not in rec.exited:
+                job = ledger.jobs.get(rec.job_id)
+                outcome = obs.outcome
+                if job is not None and job.cancel_requested and outcome != "completed":
+                    outcome = "cancelled"
+                out.append(self._exited(state, now_ms, rec, rank, outcome, obs.exit_code))
+        return out
+
+    def _exited(self, state: AgentState, now_ms: int, rec: AllocationRecord, rank: int,
+                outcome: str, exit_code: int | None) -> Event:
+        return self.emit(
+            state.ledger, now_ms, MemberExited, key=f"{rec.allocation_id}/{rank}",
+            correlation_id=rec.job_id, job_id=rec.job_id, allocation_id=rec.allocation_id,
+            rank=rank, node=self.node_name, outcome=outcome, exit_code=exit_code,
+        )
+
+    def _node_events(self, state: AgentState, now_ms: int) -> list[Event]:
+        node = state.node
+        if node is None:
+            return []
+        out: list[Event] = []
+        known = state.ledger.nodes.get(node.name)
+        if known is None or known.info != node:
+            out.append(self.emit(
+                state.ledger, now_ms, NodeRegistered, key=f"{node.name}@{now_ms}",
+                correlation_id=node.name, node=node, simulated=False, heartbeat_s=self.heartbeat_s,
+            ))
+        elif (
+            self.heartbeat_s
+            and known.last_heartbeat_ms is not None
+            and now_ms - known.last_heartbeat_ms >= self.heartbeat_s * 1000
+        ):
+            running = tuple(f"{a}/{r}" for (a, r), o in sorted(state.members.items()) if o.running)
+            out.append(self.emit(
+                state.ledger, now_ms, NodeHeartbeat, key=f"{node.name}@{now_ms}",
+                correlation_id=node.name, node=node.name, running=running,
+            ))
+        if state.samples and state.samples_at_ms is not None and (
+            state.last_metrics_ms is None or state.samples_at_ms > state.last_metrics_ms
+        ):
+            out.append(self.emit(
+                state.ledger, now_ms, GpuMetricsReported, key=f"{node.name}@{state.samples_at_ms}",
+                correlation_id=node.name, node=node.name, samples=state.samples,
+            ))
+        return out
+
+    # ------------------------------------------------------------------ wakeups
+
+    def next_wakeup_ms(self, state: AgentState, now_ms: int) -> int | None:  # type: ignore[override]
+        times: list[int] = []
+        node = state.node
+        known = state.ledger.nodes.get(node.name) if node is not None else None
+        if self.heartbeat_s and known is not None and known.last_heartbeat_ms is not None:
+            times.append(known.last_heartbeat_ms + self.heartbeat_s * 1000)
+        if state.telemetry:
+            times.append((state.samples_at_ms or now_ms) + self.metrics_s * 1000)
+        busy = any(o.outcome is None or o.running for o in state.members.values())
+        if busy or any(True for _ in self._mine(state)):
+            times.append(now_ms + self.poll_ms)
+        return min(times, default=None)
