@@ -71,7 +71,6 @@ class Row:
     KEY: tuple[str, ...] = ()
     DEFAULTS: dict[str, Any] = {}
 
-
     @classmethod
     def from_tuple(cls, values: Iterable[Any]) -> Row:
         row = cls.__new__(cls)
@@ -263,8 +262,11 @@ class Batch:
         """Final tuples of a table in this batch (appends, or upserted rows; deletes left out)."""
         if table in self.appends:
             return list(self.appends[table])
-        return [r.astuple() if isinstance(r, Row) else r
-                for r in self.upserts[table].values() if r is not None]
+        return [
+            r.astuple() if isinstance(r, Row) else r
+            for r in self.upserts[table].values()
+            if r is not None
+        ]
 
 
 # ---------------------------------------------------------------- the projection
@@ -404,8 +406,20 @@ class Projection:
         b.count += 1
         self.last_seq = seq
         b.appends["events"].append(
-            (seq, subject, "Undecodable", "", None, "", "", "", None, None, None,
-             _dumps({"error": error, "payload_head": head}))
+            (
+                seq,
+                subject,
+                "Undecodable",
+                "",
+                None,
+                "",
+                "",
+                "",
+                None,
+                None,
+                None,
+                _dumps({"error": error, "payload_head": head}),
+            )
         )
         return True
 
@@ -431,8 +445,16 @@ class Projection:
     def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
         if job.state != to:
             self.batch.appends["job_transitions"].append(
-                (seq, e.occurred_at_ms, job.job_id, job.tenant, job.state, to,
-                 type(e).__name__, reason)
+                (
+                    seq,
+                    e.occurred_at_ms,
+                    job.job_id,
+                    job.tenant,
+                    job.state,
+                    to,
+                    type(e).__name__,
+                    reason,
+                )
             )
             job.state = to
 
@@ -477,8 +499,16 @@ class Projection:
         self.jobs[spec.job_id] = job
         if existing is None:
             self.batch.appends["job_transitions"].append(
-                (seq, e.occurred_at_ms, job.job_id, job.tenant, None, "submitted",
-                 "JobSubmitted", None)
+                (
+                    seq,
+                    e.occurred_at_ms,
+                    job.job_id,
+                    job.tenant,
+                    None,
+                    "submitted",
+                    "JobSubmitted",
+                    None,
+                )
             )
         self._touch(job, seq, e.occurred_at_ms)
 
@@ -520,9 +550,17 @@ class Projection:
         qp = details.get("queue_position")
         help_ = details.get("preemption_would_help")
         self.batch.appends["pending_reasons"].append(
-            (seq, e.occurred_at_ms, e.job_id, job.tenant, e.reason, e.message,
-             _dumps(details), qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
-             help_ if isinstance(help_, bool) else None)
+            (
+                seq,
+                e.occurred_at_ms,
+                e.job_id,
+                job.tenant,
+                e.reason,
+                e.message,
+                _dumps(details),
+                qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
+                help_ if isinstance(help_, bool) else None,
+            )
         )
         if job.state in TERMINAL:
             return
@@ -732,14 +770,24 @@ class Projection:
         at = e.occurred_at_ms
         for s in e.shares:
             out.append(
-                (seq, at, s.tenant, s.guaranteed_gpu_milli, s.fair_share_gpu_milli,
-                 s.allocated_gpu_milli, s.demand_gpu_milli,
-                 max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli))
+                (
+                    seq,
+                    at,
+                    s.tenant,
+                    s.guaranteed_gpu_milli,
+                    s.fair_share_gpu_milli,
+                    s.allocated_gpu_milli,
+                    s.demand_gpu_milli,
+                    max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli),
+                )
             )
             t = self.tenants.get(s.tenant)
             if t is None:
-                t = TenantRow(tenant=s.tenant, parent=s.tenant.rpartition("/")[0] or None,
-                              guaranteed_gpu_milli=s.guaranteed_gpu_milli)
+                t = TenantRow(
+                    tenant=s.tenant,
+                    parent=s.tenant.rpartition("/")[0] or None,
+                    guaranteed_gpu_milli=s.guaranteed_gpu_milli,
+                )
                 self.tenants[s.tenant] = t
             t.fair_share_gpu_milli = s.fair_share_gpu_milli
             t.allocated_gpu_milli = s.allocated_gpu_milli
@@ -769,9 +817,15 @@ class Projection:
             key = (info.name, g.index)
             seen.add(key)
             row = GpuRow(
-                node=info.name, gpu_index=g.index, uuid=g.uuid, model=g.model,
-                memory_mib=g.memory_mib, clique=g.clique, sharing=g.sharing,
-                healthy=g.healthy, registered_at_ms=e.occurred_at_ms,
+                node=info.name,
+                gpu_index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mib=g.memory_mib,
+                clique=g.clique,
+                sharing=g.sharing,
+                healthy=g.healthy,
+                registered_at_ms=e.occurred_at_ms,
             )
             self.gpus[key] = row
             self.batch.upsert(row)
@@ -801,8 +855,7 @@ class Projection:
         at = e.occurred_at_ms
         for s in e.samples:
             out.append(
-                (seq, at, e.node, s.uuid, s.mig_uuid, s.sm_active, s.util_source,
-                 s.memory_used_mib)
+                (seq, at, e.node, s.uuid, s.mig_uuid, s.sm_active, s.util_source, s.memory_used_mib)
             )
 
 

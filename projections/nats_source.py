@@ -39,15 +39,22 @@ async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> No
         acked = info.ack_floor.stream_seq if info.ack_floor else 0
         if delivered == last_seq and acked <= last_seq:
             return  # exactly where the database stopped
-        log.info("repositioning consumer %s: delivered=%s acked=%s db=%s",
-                 durable, delivered, acked, last_seq)
+        log.info(
+            "repositioning consumer %s: delivered=%s acked=%s db=%s",
+            durable,
+            delivered,
+            acked,
+            last_seq,
+        )
         await js.delete_consumer(stream, durable)
     cfg = api.ConsumerConfig(
         durable_name=durable,
         ack_policy=api.AckPolicy.ALL,
         ack_wait=60,
         max_ack_pending=100_000,
-        deliver_policy=api.DeliverPolicy.ALL if last_seq == 0 else api.DeliverPolicy.BY_START_SEQUENCE,
+        deliver_policy=api.DeliverPolicy.ALL
+        if last_seq == 0
+        else api.DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=None if last_seq == 0 else last_seq + 1,
     )
     await js.add_consumer(stream, cfg)
