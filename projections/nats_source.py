@@ -37,8 +37,11 @@ async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> No
     if info is not None:
         delivered = info.delivered.stream_seq if info.delivered else 0
         acked = info.ack_floor.stream_seq if info.ack_floor else 0
-        if delivered == last_seq and acked <= last_seq:
-            return  # exactly where the database stopped
+        if delivered == acked == last_seq:
+            return  # exactly where the database stopped, nothing in flight
+        # Otherwise (messages delivered but unacked by a crashed run, or a consumer ahead of
+        # a rebuilt database) start over at the database's position: waiting for ack_wait
+        # redeliveries would only delay, and skipping would lose events.
         log.info(
             "repositioning consumer %s: delivered=%s acked=%s db=%s",
             durable,
@@ -114,4 +117,9 @@ async def run_projector(
         return pj.last_seq
     finally:
         pj.close()
-        await nc.drain()
+        # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
+        # the acks are plain publishes, so flushing them is enough before closing.
+        try:
+            await nc.flush(timeout=5)
+        finally:
+            await nc.close()
