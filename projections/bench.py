@@ -12,6 +12,7 @@ nodes. `run(...)` measures:
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import time
@@ -312,12 +313,15 @@ def run(
             write_log(log, synthetic_log(rebuild_events))
             result["log_write_seconds"] = round(time.perf_counter() - t0, 2)
             result["log_bytes"] = log.stat().st_size
+            c0 = time.process_time()
             stats = rebuild(log, tmpd / "rebuild.duckdb", progress=progress)
+            result["rebuild_cpu_seconds"] = round(time.process_time() - c0, 2)
             result.update(
                 rebuild_events=stats["events"],
                 rebuild_seconds=round(stats["seconds"], 2),
                 rebuild_events_per_s=round(stats["events"] / stats["seconds"]),
             )
+    result["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return result
 
 

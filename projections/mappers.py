@@ -295,7 +295,7 @@ class Projection:
     def __init__(self) -> None:
         self.last_seq = 0
         self.jobs: dict[str, Row] = {}
-        self.open_allocs: dict[str, list[Row]] = {}
+        self.open_allocs: dict[str, dict[int, list[Row]]] = {}  # allocation -> rank -> rows
         self.open_preemptions: dict[str, Row] = {}  # allocation_id -> latest open request
         self.nodes: dict[str, Row] = {}
         self.gpus: dict[tuple[str, int], Row] = {}
@@ -316,9 +316,10 @@ class Projection:
         for t in tables.get("allocations", ()):
             r = AllocationRow.from_tuple(t)
             if r.ended_at_ms is None:
-                p.open_allocs.setdefault(r.allocation_id, []).append(r)
-        for rows in p.open_allocs.values():
-            rows.sort(key=lambda r: (r.rank, r.gpu_index))
+                p.open_allocs.setdefault(r.allocation_id, {}).setdefault(r.rank, []).append(r)
+        for ranks in p.open_allocs.values():
+            for rows in ranks.values():
+                rows.sort(key=lambda r: r.gpu_index)
         for t in sorted(tables.get("preemptions", ()), key=lambda t: t[0]):
             r = PreemptionRow.from_tuple(t)
             if r.outcome == "requested":
@@ -459,14 +460,15 @@ class Projection:
             job.state = to
 
     def _close_alloc(self, allocation_id: str, at_ms: int, reason: str) -> None:
-        rows = self.open_allocs.pop(allocation_id, None)
-        if not rows:
+        ranks = self.open_allocs.pop(allocation_id, None)
+        if not ranks:
             return
-        for r in rows:
-            if r.ended_at_ms is None:
-                r.ended_at_ms = at_ms
-                r.end_reason = reason
-                self.batch.upsert(r)
+        for rows in ranks.values():
+            for r in rows:
+                if r.ended_at_ms is None:
+                    r.ended_at_ms = at_ms
+                    r.end_reason = reason
+                    self.batch.upsert(r)
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -579,8 +581,9 @@ class Projection:
         job.reason = job.message = job.details = None
         attempt_s = e.allocation_id.rpartition("#")[2]
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
-        rows: list[Row] = []
+        ranks: dict[int, list[Row]] = {}
         for m in e.members:
+            rows = ranks.setdefault(m.rank, [])
             if m.mig_profile:
                 sharing, milli = "mig", _mig_milli(m.mig_profile)
             elif m.gpu_milli:
@@ -610,13 +613,14 @@ class Projection:
                 )
                 rows.append(r)
                 self.batch.upsert(r)
-        self.open_allocs[e.allocation_id] = rows
+        self.open_allocs[e.allocation_id] = ranks
         self._transition(job, "running", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
 
     def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
-        for r in self.open_allocs.get(e.allocation_id, ()):
-            if r.rank == e.rank and r.started_at_ms is None:
+        ranks = self.open_allocs.get(e.allocation_id)
+        for r in ranks.get(e.rank, ()) if ranks else ():
+            if r.started_at_ms is None:
                 r.started_at_ms = e.occurred_at_ms
                 self.batch.upsert(r)
 
@@ -631,15 +635,16 @@ class Projection:
             self._touch(job, seq, e.occurred_at_ms)
 
     def _member_exited(self, seq: int, e: ev.MemberExited) -> None:
-        rows = self.open_allocs.get(e.allocation_id)
-        if not rows:
+        ranks = self.open_allocs.get(e.allocation_id)
+        if not ranks:
             return
+        rows = ranks.pop(e.rank, ())
         for r in rows:
-            if r.rank == e.rank and r.ended_at_ms is None:
+            if r.ended_at_ms is None:
                 r.ended_at_ms = e.occurred_at_ms
                 r.end_reason = e.outcome
                 self.batch.upsert(r)
-        if all(r.ended_at_ms is not None for r in rows):
+        if not ranks:
             del self.open_allocs[e.allocation_id]
 
     def _preemption_requested(self, seq: int, e: ev.PreemptionRequested) -> None:
