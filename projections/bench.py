@@ -12,6 +12,7 @@ nodes. `run(...)` measures:
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import time
@@ -38,17 +39,35 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
 
     out: list[tuple[int, str, ev.Event]] = []
     for t in tenants:
-        out.append(emit(ev.TenantConfigured(occurred_at_ms=now, tenant=t,
-                                            guaranteed_gpu_milli=nodes * 1000)))
+        out.append(
+            emit(
+                ev.TenantConfigured(occurred_at_ms=now, tenant=t, guaranteed_gpu_milli=nodes * 1000)
+            )
+        )
     for name, value, pre in (("train", 50, True), ("inference", 125, False)):
-        out.append(emit(ev.PriorityClassConfigured(occurred_at_ms=now, name=name, value=value,
-                                                   preemptible=pre)))
+        out.append(
+            emit(
+                ev.PriorityClassConfigured(
+                    occurred_at_ms=now, name=name, value=value, preemptible=pre
+                )
+            )
+        )
     for i in range(nodes):
         info = ev.NodeInfo(
-            name=f"node{i}", cpu_milli=128000, memory_mib=1 << 20, leaf_switch=f"leaf{i // 16}",
-            gpus=tuple(ev.GpuInfo(index=g, uuid=f"GPU-{i}-{g}", model="H100-80GB",
-                                  memory_mib=81920, clique=f"node{i}-nvl{g // 4}")
-                       for g in range(8)),
+            name=f"node{i}",
+            cpu_milli=128000,
+            memory_mib=1 << 20,
+            leaf_switch=f"leaf{i // 16}",
+            gpus=tuple(
+                ev.GpuInfo(
+                    index=g,
+                    uuid=f"GPU-{i}-{g}",
+                    model="H100-80GB",
+                    memory_mib=81920,
+                    clique=f"node{i}-nvl{g // 4}",
+                )
+                for g in range(8)
+            ),
         )
         out.append(emit(ev.NodeRegistered(occurred_at_ms=now, node=info, simulated=True)))
     yield from out[:n]
@@ -67,86 +86,196 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
             tenant = tenants[job % len(tenants)]
             replicas = rnd.choice((1, 1, 1, 2, 4))
             gpus = rnd.choice((1, 2, 4, 8))
-            spec = ev.JobSpec(job_id=jid, tenant=tenant, priority_class="train", replicas=replicas,
-                              resources=ev.Resources(gpus=gpus), duration_s=3600)
+            spec = ev.JobSpec(
+                job_id=jid,
+                tenant=tenant,
+                priority_class="train",
+                replicas=replicas,
+                resources=ev.Resources(gpus=gpus),
+                duration_s=3600,
+            )
             batch.append(ev.JobSubmitted(occurred_at_ms=now, event_id=f"s{jid}", job=spec))
-            batch.append(ev.JobAdmitted(occurred_at_ms=now + 5, job_id=jid, tenant=tenant,
-                                        priority_class="train", priority=50, preemptible=True,
-                                        slo_class="batch", input_seq=seq))
+            batch.append(
+                ev.JobAdmitted(
+                    occurred_at_ms=now + 5,
+                    job_id=jid,
+                    tenant=tenant,
+                    priority_class="train",
+                    priority=50,
+                    preemptible=True,
+                    slo_class="batch",
+                    input_seq=seq,
+                )
+            )
             if rnd.random() < 0.5:
-                batch.append(ev.PendingReasonChanged(
-                    occurred_at_ms=now + 10, job_id=jid, reason="Resources",
-                    message=f"needs {gpus} GPUs in one NVLink clique; largest free clique has 2",
-                    details={"queue_position": rnd.randint(1, 50), "preemption_would_help": False,
-                             "nodes": {"insufficient free GPUs": nodes}}))
+                batch.append(
+                    ev.PendingReasonChanged(
+                        occurred_at_ms=now + 10,
+                        job_id=jid,
+                        reason="Resources",
+                        message=f"needs {gpus} GPUs in one NVLink clique; largest free clique has 2",
+                        details={
+                            "queue_position": rnd.randint(1, 50),
+                            "preemption_would_help": False,
+                            "nodes": {"insufficient free GPUs": nodes},
+                        },
+                    )
+                )
             node = f"node{rnd.randrange(nodes)}"
             alloc = f"{jid}#1"
-            batch.append(ev.GangPlaced(
-                occurred_at_ms=now + 20, job_id=jid, allocation_id=alloc, tenant=tenant,
-                borrowing=rnd.random() < 0.3, input_seq=seq,
-                members=tuple(ev.MemberPlacement(rank=k, node=node, gpus=tuple(range(gpus)))
-                              for k in range(replicas))))
-            batch.extend(ev.MemberStarted(occurred_at_ms=now + 30, job_id=jid,
-                                          allocation_id=alloc, rank=k, node=node)
-                         for k in range(replicas))
+            batch.append(
+                ev.GangPlaced(
+                    occurred_at_ms=now + 20,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    tenant=tenant,
+                    borrowing=rnd.random() < 0.3,
+                    input_seq=seq,
+                    members=tuple(
+                        ev.MemberPlacement(rank=k, node=node, gpus=tuple(range(gpus)))
+                        for k in range(replicas)
+                    ),
+                )
+            )
+            batch.extend(
+                ev.MemberStarted(
+                    occurred_at_ms=now + 30, job_id=jid, allocation_id=alloc, rank=k, node=node
+                )
+                for k in range(replicas)
+            )
             running.append((jid, alloc, node, replicas, 1))
         elif r < 0.55:
             jid, alloc, node, replicas, attempt = running.pop(rnd.randrange(len(running)))
             if rnd.random() < 0.15:  # preempted, then placed again
-                batch.append(ev.PreemptionRequested(
-                    occurred_at_ms=now, job_id=jid, allocation_id=alloc, beneficiary=f"job{job}",
-                    reason="Priority", deadline_ms=now + 30000, input_seq=seq,
-                    details={"alternatives": [{"victims": ["x"], "rejected": "MinRuntime"}]}))
-                batch.extend(ev.MemberCheckpointed(occurred_at_ms=now + 1000, job_id=jid,
-                                                   allocation_id=alloc, rank=k, node=node,
-                                                   step=attempt * 100)
-                             for k in range(replicas))
-                batch.extend(ev.MemberExited(occurred_at_ms=now + 2000, job_id=jid,
-                                             allocation_id=alloc, rank=k, node=node,
-                                             outcome="preempted")
-                             for k in range(replicas))
-                batch.append(ev.GangEvicted(occurred_at_ms=now + 2000, job_id=jid,
-                                            allocation_id=alloc, reason="Priority",
-                                            preempted_by=f"job{job}", checkpointed=True,
-                                            lost_gpu_ms=rnd.randint(0, 60000)))
-                batch.append(ev.GangRequeued(occurred_at_ms=now + 2000, job_id=jid,
-                                             after_allocation_id=alloc))
+                batch.append(
+                    ev.PreemptionRequested(
+                        occurred_at_ms=now,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        beneficiary=f"job{job}",
+                        reason="Priority",
+                        deadline_ms=now + 30000,
+                        input_seq=seq,
+                        details={"alternatives": [{"victims": ["x"], "rejected": "MinRuntime"}]},
+                    )
+                )
+                batch.extend(
+                    ev.MemberCheckpointed(
+                        occurred_at_ms=now + 1000,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        rank=k,
+                        node=node,
+                        step=attempt * 100,
+                    )
+                    for k in range(replicas)
+                )
+                batch.extend(
+                    ev.MemberExited(
+                        occurred_at_ms=now + 2000,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        rank=k,
+                        node=node,
+                        outcome="preempted",
+                    )
+                    for k in range(replicas)
+                )
+                batch.append(
+                    ev.GangEvicted(
+                        occurred_at_ms=now + 2000,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        reason="Priority",
+                        preempted_by=f"job{job}",
+                        checkpointed=True,
+                        lost_gpu_ms=rnd.randint(0, 60000),
+                    )
+                )
+                batch.append(
+                    ev.GangRequeued(
+                        occurred_at_ms=now + 2000, job_id=jid, after_allocation_id=alloc
+                    )
+                )
                 attempt += 1
                 alloc = f"{jid}#{attempt}"
                 node = f"node{rnd.randrange(nodes)}"
-                batch.append(ev.GangPlaced(
-                    occurred_at_ms=now + 3000, job_id=jid, allocation_id=alloc,
-                    tenant="", input_seq=seq,
-                    members=tuple(ev.MemberPlacement(rank=k, node=node, gpus=(0,))
-                                  for k in range(replicas))))
+                batch.append(
+                    ev.GangPlaced(
+                        occurred_at_ms=now + 3000,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        tenant="",
+                        input_seq=seq,
+                        members=tuple(
+                            ev.MemberPlacement(rank=k, node=node, gpus=(0,))
+                            for k in range(replicas)
+                        ),
+                    )
+                )
                 running.append((jid, alloc, node, replicas, attempt))
             else:
                 outcome = "failed" if rnd.random() < 0.05 else "completed"
-                batch.extend(ev.MemberExited(occurred_at_ms=now, job_id=jid, allocation_id=alloc,
-                                             rank=k, node=node, outcome=outcome)
-                             for k in range(replicas))
+                batch.extend(
+                    ev.MemberExited(
+                        occurred_at_ms=now,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        rank=k,
+                        node=node,
+                        outcome=outcome,
+                    )
+                    for k in range(replicas)
+                )
                 if outcome == "completed":
-                    batch.append(ev.GangCompleted(occurred_at_ms=now, job_id=jid,
-                                                  allocation_id=alloc))
+                    batch.append(
+                        ev.GangCompleted(occurred_at_ms=now, job_id=jid, allocation_id=alloc)
+                    )
                 else:
-                    batch.append(ev.GangFailed(occurred_at_ms=now, job_id=jid,
-                                               allocation_id=alloc, reason="MemberFailed"))
+                    batch.append(
+                        ev.GangFailed(
+                            occurred_at_ms=now,
+                            job_id=jid,
+                            allocation_id=alloc,
+                            reason="MemberFailed",
+                        )
+                    )
         elif r < 0.75:
             i = rnd.randrange(nodes)
-            batch.append(ev.GpuMetricsReported(
-                occurred_at_ms=now, node=f"node{i}",
-                samples=tuple(ev.GpuSample(uuid=f"GPU-{i}-{g}", sm_active=rnd.random(),
-                                           util_source="gpm", memory_used_mib=40000)
-                              for g in range(8))))
+            batch.append(
+                ev.GpuMetricsReported(
+                    occurred_at_ms=now,
+                    node=f"node{i}",
+                    samples=tuple(
+                        ev.GpuSample(
+                            uuid=f"GPU-{i}-{g}",
+                            sm_active=rnd.random(),
+                            util_source="gpm",
+                            memory_used_mib=40000,
+                        )
+                        for g in range(8)
+                    ),
+                )
+            )
         elif r < 0.95:
             batch.append(ev.NodeHeartbeat(occurred_at_ms=now, node=f"node{rnd.randrange(nodes)}"))
         else:
-            batch.append(ev.FairShareUpdated(
-                occurred_at_ms=now, input_seq=seq,
-                shares=tuple(ev.TenantShare(tenant=t, guaranteed_gpu_milli=nodes * 1000,
-                                            fair_share_gpu_milli=nodes * 1000,
-                                            allocated_gpu_milli=rnd.randint(0, nodes * 2000),
-                                            demand_gpu_milli=nodes * 2000) for t in tenants)))
+            batch.append(
+                ev.FairShareUpdated(
+                    occurred_at_ms=now,
+                    input_seq=seq,
+                    shares=tuple(
+                        ev.TenantShare(
+                            tenant=t,
+                            guaranteed_gpu_milli=nodes * 1000,
+                            fair_share_gpu_milli=nodes * 1000,
+                            allocated_gpu_milli=rnd.randint(0, nodes * 2000),
+                            demand_gpu_milli=nodes * 2000,
+                        )
+                        for t in tenants
+                    ),
+                )
+            )
         for e in batch:
             yield emit(e)
             if seq >= n:
@@ -168,12 +297,16 @@ def run(
         tmpd = Path(tmp)
         if sustained_events:
             msgs = list(synthetic_log(sustained_events))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with Projector(tmpd / "sustained.duckdb", batch_size=live_batch) as pj:
                 pj.run(msgs)
-            dt = time.perf_counter() - t0
-            result.update(sustained_events=len(msgs), sustained_seconds=round(dt, 2),
-                          sustained_events_per_s=round(len(msgs) / dt))
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            result.update(
+                sustained_events=len(msgs),
+                sustained_seconds=round(dt, 2),
+                sustained_events_per_s=round(len(msgs) / dt),
+                sustained_cpu_seconds=round(cpu, 2),
+            )
             del msgs
         if rebuild_events:
             log = tmpd / "log.jsonl"
@@ -181,10 +314,15 @@ def run(
             write_log(log, synthetic_log(rebuild_events))
             result["log_write_seconds"] = round(time.perf_counter() - t0, 2)
             result["log_bytes"] = log.stat().st_size
+            c0 = time.process_time()
             stats = rebuild(log, tmpd / "rebuild.duckdb", progress=progress)
-            result.update(rebuild_events=stats["events"],
-                          rebuild_seconds=round(stats["seconds"], 2),
-                          rebuild_events_per_s=round(stats["events"] / stats["seconds"]))
+            result["rebuild_cpu_seconds"] = round(time.process_time() - c0, 2)
+            result.update(
+                rebuild_events=stats["events"],
+                rebuild_seconds=round(stats["seconds"], 2),
+                rebuild_events_per_s=round(stats["events"] / stats["seconds"]),
+            )
+    result["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return result
 
 

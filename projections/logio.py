@@ -1,7 +1,8 @@
 """A tiny JSONL log reader/writer for the projector.
 
-Interim: the canonical reader/writer is `replay.logio` (`read_log`, `write_log`); this module
-delegates to it when it exists and otherwise reads the same format itself. One line per
+Interim: the canonical reader/writer will be `replay.logio` (`read_log`, `write_log`); this
+module reads and writes the same format itself until that lands (then replace its body with
+an import). One line per
 stream message: `{"seq": <int>, "subject": "<subject>", "event": {<event JSON>}}`.
 """
 

@@ -71,7 +71,6 @@ class Row:
     KEY: tuple[str, ...] = ()
     DEFAULTS: dict[str, Any] = {}
 
-
     @classmethod
     def from_tuple(cls, values: Iterable[Any]) -> Row:
         row = cls.__new__(cls)
@@ -263,8 +262,11 @@ class Batch:
         """Final tuples of a table in this batch (appends, or upserted rows; deletes left out)."""
         if table in self.appends:
             return list(self.appends[table])
-        return [r.astuple() if isinstance(r, Row) else r
-                for r in self.upserts[table].values() if r is not None]
+        return [
+            r.astuple() if isinstance(r, Row) else r
+            for r in self.upserts[table].values()
+            if r is not None
+        ]
 
 
 # ---------------------------------------------------------------- the projection
@@ -293,7 +295,7 @@ class Projection:
     def __init__(self) -> None:
         self.last_seq = 0
         self.jobs: dict[str, Row] = {}
-        self.open_allocs: dict[str, list[Row]] = {}
+        self.open_allocs: dict[str, dict[int, list[Row]]] = {}  # allocation -> rank -> rows
         self.open_preemptions: dict[str, Row] = {}  # allocation_id -> latest open request
         self.nodes: dict[str, Row] = {}
         self.gpus: dict[tuple[str, int], Row] = {}
@@ -314,9 +316,10 @@ class Projection:
         for t in tables.get("allocations", ()):
             r = AllocationRow.from_tuple(t)
             if r.ended_at_ms is None:
-                p.open_allocs.setdefault(r.allocation_id, []).append(r)
-        for rows in p.open_allocs.values():
-            rows.sort(key=lambda r: (r.rank, r.gpu_index))
+                p.open_allocs.setdefault(r.allocation_id, {}).setdefault(r.rank, []).append(r)
+        for ranks in p.open_allocs.values():
+            for rows in ranks.values():
+                rows.sort(key=lambda r: r.gpu_index)
         for t in sorted(tables.get("preemptions", ()), key=lambda t: t[0]):
             r = PreemptionRow.from_tuple(t)
             if r.outcome == "requested":
@@ -404,8 +407,20 @@ class Projection:
         b.count += 1
         self.last_seq = seq
         b.appends["events"].append(
-            (seq, subject, "Undecodable", "", None, "", "", "", None, None, None,
-             _dumps({"error": error, "payload_head": head}))
+            (
+                seq,
+                subject,
+                "Undecodable",
+                "",
+                None,
+                "",
+                "",
+                "",
+                None,
+                None,
+                None,
+                _dumps({"error": error, "payload_head": head}),
+            )
         )
         return True
 
@@ -431,20 +446,29 @@ class Projection:
     def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
         if job.state != to:
             self.batch.appends["job_transitions"].append(
-                (seq, e.occurred_at_ms, job.job_id, job.tenant, job.state, to,
-                 type(e).__name__, reason)
+                (
+                    seq,
+                    e.occurred_at_ms,
+                    job.job_id,
+                    job.tenant,
+                    job.state,
+                    to,
+                    type(e).__name__,
+                    reason,
+                )
             )
             job.state = to
 
     def _close_alloc(self, allocation_id: str, at_ms: int, reason: str) -> None:
-        rows = self.open_allocs.pop(allocation_id, None)
-        if not rows:
+        ranks = self.open_allocs.pop(allocation_id, None)
+        if not ranks:
             return
-        for r in rows:
-            if r.ended_at_ms is None:
-                r.ended_at_ms = at_ms
-                r.end_reason = reason
-                self.batch.upsert(r)
+        for rows in ranks.values():
+            for r in rows:
+                if r.ended_at_ms is None:
+                    r.ended_at_ms = at_ms
+                    r.end_reason = reason
+                    self.batch.upsert(r)
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -477,8 +501,16 @@ class Projection:
         self.jobs[spec.job_id] = job
         if existing is None:
             self.batch.appends["job_transitions"].append(
-                (seq, e.occurred_at_ms, job.job_id, job.tenant, None, "submitted",
-                 "JobSubmitted", None)
+                (
+                    seq,
+                    e.occurred_at_ms,
+                    job.job_id,
+                    job.tenant,
+                    None,
+                    "submitted",
+                    "JobSubmitted",
+                    None,
+                )
             )
         self._touch(job, seq, e.occurred_at_ms)
 
@@ -520,9 +552,17 @@ class Projection:
         qp = details.get("queue_position")
         help_ = details.get("preemption_would_help")
         self.batch.appends["pending_reasons"].append(
-            (seq, e.occurred_at_ms, e.job_id, job.tenant, e.reason, e.message,
-             _dumps(details), qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
-             help_ if isinstance(help_, bool) else None)
+            (
+                seq,
+                e.occurred_at_ms,
+                e.job_id,
+                job.tenant,
+                e.reason,
+                e.message,
+                _dumps(details),
+                qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
+                help_ if isinstance(help_, bool) else None,
+            )
         )
         if job.state in TERMINAL:
             return
@@ -541,8 +581,9 @@ class Projection:
         job.reason = job.message = job.details = None
         attempt_s = e.allocation_id.rpartition("#")[2]
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
-        rows: list[Row] = []
+        ranks: dict[int, list[Row]] = {}
         for m in e.members:
+            rows = ranks.setdefault(m.rank, [])
             if m.mig_profile:
                 sharing, milli = "mig", _mig_milli(m.mig_profile)
             elif m.gpu_milli:
@@ -572,13 +613,14 @@ class Projection:
                 )
                 rows.append(r)
                 self.batch.upsert(r)
-        self.open_allocs[e.allocation_id] = rows
+        self.open_allocs[e.allocation_id] = ranks
         self._transition(job, "running", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
 
     def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
-        for r in self.open_allocs.get(e.allocation_id, ()):
-            if r.rank == e.rank and r.started_at_ms is None:
+        ranks = self.open_allocs.get(e.allocation_id)
+        for r in ranks.get(e.rank, ()) if ranks else ():
+            if r.started_at_ms is None:
                 r.started_at_ms = e.occurred_at_ms
                 self.batch.upsert(r)
 
@@ -593,15 +635,16 @@ class Projection:
             self._touch(job, seq, e.occurred_at_ms)
 
     def _member_exited(self, seq: int, e: ev.MemberExited) -> None:
-        rows = self.open_allocs.get(e.allocation_id)
-        if not rows:
+        ranks = self.open_allocs.get(e.allocation_id)
+        if not ranks:
             return
+        rows = ranks.pop(e.rank, ())
         for r in rows:
-            if r.rank == e.rank and r.ended_at_ms is None:
+            if r.ended_at_ms is None:
                 r.ended_at_ms = e.occurred_at_ms
                 r.end_reason = e.outcome
                 self.batch.upsert(r)
-        if all(r.ended_at_ms is not None for r in rows):
+        if not ranks:
             del self.open_allocs[e.allocation_id]
 
     def _preemption_requested(self, seq: int, e: ev.PreemptionRequested) -> None:
@@ -732,14 +775,24 @@ class Projection:
         at = e.occurred_at_ms
         for s in e.shares:
             out.append(
-                (seq, at, s.tenant, s.guaranteed_gpu_milli, s.fair_share_gpu_milli,
-                 s.allocated_gpu_milli, s.demand_gpu_milli,
-                 max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli))
+                (
+                    seq,
+                    at,
+                    s.tenant,
+                    s.guaranteed_gpu_milli,
+                    s.fair_share_gpu_milli,
+                    s.allocated_gpu_milli,
+                    s.demand_gpu_milli,
+                    max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli),
+                )
             )
             t = self.tenants.get(s.tenant)
             if t is None:
-                t = TenantRow(tenant=s.tenant, parent=s.tenant.rpartition("/")[0] or None,
-                              guaranteed_gpu_milli=s.guaranteed_gpu_milli)
+                t = TenantRow(
+                    tenant=s.tenant,
+                    parent=s.tenant.rpartition("/")[0] or None,
+                    guaranteed_gpu_milli=s.guaranteed_gpu_milli,
+                )
                 self.tenants[s.tenant] = t
             t.fair_share_gpu_milli = s.fair_share_gpu_milli
             t.allocated_gpu_milli = s.allocated_gpu_milli
@@ -769,9 +822,15 @@ class Projection:
             key = (info.name, g.index)
             seen.add(key)
             row = GpuRow(
-                node=info.name, gpu_index=g.index, uuid=g.uuid, model=g.model,
-                memory_mib=g.memory_mib, clique=g.clique, sharing=g.sharing,
-                healthy=g.healthy, registered_at_ms=e.occurred_at_ms,
+                node=info.name,
+                gpu_index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mib=g.memory_mib,
+                clique=g.clique,
+                sharing=g.sharing,
+                healthy=g.healthy,
+                registered_at_ms=e.occurred_at_ms,
             )
             self.gpus[key] = row
             self.batch.upsert(row)
@@ -801,8 +860,7 @@ class Projection:
         at = e.occurred_at_ms
         for s in e.samples:
             out.append(
-                (seq, at, e.node, s.uuid, s.mig_uuid, s.sm_active, s.util_source,
-                 s.memory_used_mib)
+                (seq, at, e.node, s.uuid, s.mig_uuid, s.sm_active, s.util_source, s.memory_used_mib)
             )
 
 

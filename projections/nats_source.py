@@ -37,17 +37,27 @@ async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> No
     if info is not None:
         delivered = info.delivered.stream_seq if info.delivered else 0
         acked = info.ack_floor.stream_seq if info.ack_floor else 0
-        if delivered == last_seq and acked <= last_seq:
-            return  # exactly where the database stopped
-        log.info("repositioning consumer %s: delivered=%s acked=%s db=%s",
-                 durable, delivered, acked, last_seq)
+        if delivered == acked == last_seq:
+            return  # exactly where the database stopped, nothing in flight
+        # Otherwise (messages delivered but unacked by a crashed run, or a consumer ahead of
+        # a rebuilt database) start over at the database's position: waiting for ack_wait
+        # redeliveries would only delay, and skipping would lose events.
+        log.info(
+            "repositioning consumer %s: delivered=%s acked=%s db=%s",
+            durable,
+            delivered,
+            acked,
+            last_seq,
+        )
         await js.delete_consumer(stream, durable)
     cfg = api.ConsumerConfig(
         durable_name=durable,
         ack_policy=api.AckPolicy.ALL,
         ack_wait=60,
         max_ack_pending=100_000,
-        deliver_policy=api.DeliverPolicy.ALL if last_seq == 0 else api.DeliverPolicy.BY_START_SEQUENCE,
+        deliver_policy=api.DeliverPolicy.ALL
+        if last_seq == 0
+        else api.DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=None if last_seq == 0 else last_seq + 1,
     )
     await js.add_consumer(stream, cfg)
@@ -107,4 +117,9 @@ async def run_projector(
         return pj.last_seq
     finally:
         pj.close()
-        await nc.drain()
+        # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
+        # the acks are plain publishes, so flushing them is enough before closing.
+        try:
+            await nc.flush(timeout=5)
+        finally:
+            await nc.close()

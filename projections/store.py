@@ -10,8 +10,8 @@ duplicate (seq <= last_seq) is skipped and a gap raises `SequenceGap`.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -94,11 +94,11 @@ class Store:
     def _ensure_schema(self) -> None:
         con = self.con
         con.execute(schema_sql())
-        row = con.execute("SELECT last_seq, schema_version FROM projector_meta WHERE id = 1").fetchone()
+        row = con.execute(
+            "SELECT last_seq, schema_version FROM projector_meta WHERE id = 1"
+        ).fetchone()
         if row is None:
-            con.execute(
-                "INSERT INTO projector_meta VALUES (1, 0, ?, NULL)", [SCHEMA_VERSION]
-            )
+            con.execute("INSERT INTO projector_meta VALUES (1, 0, ?, NULL)", [SCHEMA_VERSION])
         elif row[1] != SCHEMA_VERSION:
             raise ProjectionError(
                 f"{self.path} has projection schema v{row[1]}, this gpuledger writes "
@@ -154,9 +154,7 @@ class Store:
         finally:
             self.con.unregister("_gl_batch")
 
-    def write(
-        self, batch: Batch, *, before_commit: Callable[[], None] | None = None
-    ) -> None:
+    def write(self, batch: Batch, *, before_commit: Callable[[], None] | None = None) -> None:
         """Write one batch and its last sequence in one transaction (all or nothing)."""
         if batch.last_seq is None:
             return
@@ -221,7 +219,9 @@ class Projector:
         self.projection = self.store.load_projection()
         self.applied = 0
         self.skipped = 0
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="projector-writer") if pipeline else None
+        self._pool = (
+            ThreadPoolExecutor(1, thread_name_prefix="projector-writer") if pipeline else None
+        )
         self._inflight: Future | None = None
 
     @property
@@ -277,9 +277,7 @@ class Projector:
             self.projection = self._store().load_projection()
             raise
 
-    def commit(
-        self, *, before_commit: Callable[[], None] | None = None, wait: bool = True
-    ) -> int:
+    def commit(self, *, before_commit: Callable[[], None] | None = None, wait: bool = True) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
 
         On failure the transaction is rolled back and the in-memory state is reloaded from

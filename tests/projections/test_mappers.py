@@ -107,14 +107,20 @@ def test_events_and_decisions_rows(messages):
 
 def test_node_reregistration_drops_missing_gpus():
     p = Projection()
-    gpus = tuple(ev.GpuInfo(index=i, uuid=f"G{i}", model="H100-80GB", memory_mib=1,
-                            clique="c") for i in range(4))
-    p.apply(1, "s", ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1,
-                                                       gpus=gpus)))
+    gpus = tuple(
+        ev.GpuInfo(index=i, uuid=f"G{i}", model="H100-80GB", memory_mib=1, clique="c")
+        for i in range(4)
+    )
+    p.apply(
+        1, "s", ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus))
+    )
     p.apply(2, "s", ev.NodeLost(node="n", occurred_at_ms=5))
     assert p.nodes["n"].status == "lost"
-    p.apply(3, "s", ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1,
-                                                       gpus=gpus[:2])))
+    p.apply(
+        3,
+        "s",
+        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2])),
+    )
     b = p.drain()
     assert b.upserts["gpus"][("n", 3)] is None and ("n", 1) in p.gpus
     assert p.nodes["n"].status == "ready" and len(b.rows("gpus")) == 2
@@ -124,10 +130,20 @@ def test_cancel_while_running_ends_cancelled():
     spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
     msgs = [
         ev.JobSubmitted(job=spec),
-        ev.JobAdmitted(job_id="j", tenant="t", priority_class="train", priority=1,
-                       preemptible=True, slo_class="batch"),
-        ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t",
-                      members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),)),
+        ev.JobAdmitted(
+            job_id="j",
+            tenant="t",
+            priority_class="train",
+            priority=1,
+            preemptible=True,
+            slo_class="batch",
+        ),
+        ev.GangPlaced(
+            job_id="j",
+            allocation_id="j#1",
+            tenant="t",
+            members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),),
+        ),
         ev.JobCancelled(job_id="j", tenant="t"),
         ev.MemberExited(job_id="j", allocation_id="j#1", rank=0, node="n", outcome="cancelled"),
         ev.GangEvicted(job_id="j", allocation_id="j#1", reason="Cancelled"),

@@ -62,8 +62,9 @@ def nats_url(tmp_path):
 async def _publish(url: str, messages) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    await js.add_stream(api.StreamConfig(name="GPULEDGER", subjects=["gl.>"],
-                                         storage=api.StorageType.FILE))
+    await js.add_stream(
+        api.StreamConfig(name="GPULEDGER", subjects=["gl.>"], storage=api.StorageType.FILE)
+    )
     for seq, subject, event in messages:
         ack = await js.publish(subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id})
         assert ack.seq == seq
@@ -88,15 +89,17 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
         raise Killed(f"killed after committing {seq}, before the ack")
 
     with pytest.raises(Killed):
-        asyncio.run(run_projector(nats_url, db, fetch_batch=30, fetch_timeout=0.5,
-                                  follow=False, before_ack=die))
+        asyncio.run(
+            run_projector(
+                nats_url, db, fetch_batch=30, fetch_timeout=0.5, follow=False, before_ack=die
+            )
+        )
     con = connect_readonly(db)
     assert con.execute("SELECT last_seq FROM projector_meta").fetchone() == (30,)
     con.close()
 
     # restarted: resumes from the database's last sequence, skips what it already holds
-    last = asyncio.run(run_projector(nats_url, db, fetch_batch=30, fetch_timeout=0.5,
-                                     follow=False))
+    last = asyncio.run(run_projector(nats_url, db, fetch_batch=30, fetch_timeout=0.5, follow=False))
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want

@@ -141,14 +141,23 @@ def test_gap_inside_a_batch_commits_nothing_of_it(tmp_path, messages):
 def test_undecodable_payload_is_recorded_not_skipped(tmp_path):
     db = tmp_path / "u.duckdb"
     with Projector(db) as pj:
-        pj.apply_raw(1, "gl.admin.TenantConfigured",
-                     ev.encode(ev.TenantConfigured(tenant="org/a", guaranteed_gpu_milli=1000)))
+        pj.apply_raw(
+            1,
+            "gl.admin.TenantConfigured",
+            ev.encode(ev.TenantConfigured(tenant="org/a", guaranteed_gpu_milli=1000)),
+        )
         pj.apply_raw(2, "gl.submit.org/a.x", b'{"type": "Nope.v9"}')
         pj.apply_raw(3, "gl.submit.org/a.y", b"not json")
         pj.commit()
     con = connect_readonly(db)
-    rows = con.execute("SELECT seq, type, payload->>'error' IS NOT NULL FROM events ORDER BY seq").fetchall()
-    assert rows == [(1, "TenantConfigured", False), (2, "Undecodable", True), (3, "Undecodable", True)]
+    rows = con.execute(
+        "SELECT seq, type, payload->>'error' IS NOT NULL FROM events ORDER BY seq"
+    ).fetchall()
+    assert rows == [
+        (1, "TenantConfigured", False),
+        (2, "Undecodable", True),
+        (3, "Undecodable", True),
+    ]
     assert con.execute("SELECT last_seq FROM projector_meta").fetchone() == (3,)
     con.close()
 

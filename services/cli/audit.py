@@ -1,0 +1,721 @@
+"""Audit commands over the DuckDB projection: `sql`, `why`, `jobs`, `nodes`, `tenants`,
+`project`. Mounted on the main app with `register(app)`; the functions that compute the
+answers (`why_report`, `jobs_rows`, ...) are usable without typer.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_DATA = Path(".gpuledger")
+DB_NAME = "projection.duckdb"
+
+
+class Output(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+class SqlFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+class WhyOutput(StrEnum):
+    text = "text"
+    json = "json"
+    yaml = "yaml"
+
+
+def db_path(db: Path | None, data: Path | None) -> Path:
+    """`--db` if given, else `<--data>/projection.duckdb` (default `.gpuledger/`)."""
+    if db is not None:
+        return db
+    return (data or DEFAULT_DATA) / DB_NAME
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _connect(path: Path):
+    from projections.store import ProjectionError, connect_readonly
+
+    try:
+        return connect_readonly(path)
+    except ProjectionError as exc:
+        _fail(str(exc))
+
+
+# ---------------------------------------------------------------- formatting helpers
+
+
+def humanize_ms(ms: int | float | None) -> str:
+    """kubectl-like age: `45s`, `3m`, `2h`, `5d` (`<unknown>` when not known)."""
+    if ms is None:
+        return "<unknown>"
+    s = max(0, int(ms // 1000))
+    if s < 120:
+        return f"{s}s"
+    if s < 3600 * 2:
+        return f"{s // 60}m"
+    if s < 86400 * 2:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _gpus(milli: int | float | None) -> str:
+    if milli is None:
+        return "-"
+    if milli % 1000 == 0:
+        return str(int(milli // 1000))
+    return f"{milli / 1000:.2f}".rstrip("0").rstrip(".")
+
+
+def render_table(
+    headers: list[str], rows: list[list[Any]], *, no_headers: bool = False, upper: bool = True
+) -> str:
+    """Plain aligned columns with upper-case headers, like kubectl."""
+    cells = [["<none>" if v is None else str(v) for v in r] for r in rows]
+    head = [h.upper() for h in headers] if upper else list(headers)
+    widths = [max([len(head[i])] + [len(r[i]) for r in cells]) for i in range(len(headers))]
+    lines = [] if no_headers else [head]
+    lines += cells
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _json_default(o: Any) -> Any:
+    return str(o)
+
+
+def _records(cursor) -> list[dict[str, Any]]:
+    cols = [d[0] for d in cursor.description]
+    return [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
+
+
+def _parse_json_fields(rec: dict[str, Any], *fields: str) -> dict[str, Any]:
+    for f in fields:
+        v = rec.get(f)
+        if isinstance(v, str):
+            try:
+                rec[f] = json.loads(v)
+            except ValueError:
+                pass
+    return rec
+
+
+def _emit_structured(data: Any, fmt: str) -> None:
+    if fmt == "yaml":
+        import yaml
+
+        typer.echo(
+            yaml.safe_dump(
+                json.loads(json.dumps(data, default=_json_default)), sort_keys=False
+            ).rstrip()
+        )
+    else:
+        typer.echo(json.dumps(data, indent=2, default=_json_default))
+
+
+def _now(con) -> int:
+    return con.execute("SELECT now_ms FROM clock").fetchone()[0]
+
+
+# ---------------------------------------------------------------- sql
+
+
+def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
+    con = _connect(path)
+    try:
+        cur = con.execute(query)
+        if cur.description is None:
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()
+    finally:
+        con.close()
+
+
+def sql_command(
+    query: Annotated[str, typer.Argument(help="A DuckDB SQL query over the projection.")],
+    format: Annotated[
+        SqlFormat, typer.Option("--format", "-f", help="table, csv or json.")
+    ] = SqlFormat.table,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", help="Projection database (default <data>/projection.duckdb)."),
+    ] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+) -> None:
+    """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
+    ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo)."""
+    import duckdb
+
+    try:
+        cols, rows = run_sql(db_path(db, data), query)
+    except duckdb.Error as exc:
+        _fail(f"query failed: {exc}")
+    if format == SqlFormat.json:
+        typer.echo(
+            json.dumps(
+                [dict(zip(cols, r, strict=True)) for r in rows], indent=2, default=_json_default
+            )
+        )
+    elif format == SqlFormat.csv:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows(rows)
+        typer.echo(buf.getvalue().rstrip("\n"))
+    else:
+        if cols:
+            typer.echo(render_table(cols, [list(r) for r in rows], upper=False))
+        typer.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", err=True)
+
+
+# ---------------------------------------------------------------- why
+
+
+class UnknownJob(LookupError):
+    pass
+
+
+def why_report(con, job_id: str) -> dict[str, Any]:
+    """Everything the projection knows about why `job_id` is where it is."""
+    cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
+    recs = _records(cur)
+    if not recs:
+        raise UnknownJob(job_id)
+    job = _parse_json_fields(recs[0], "details")
+    now = _now(con)
+    out: dict[str, Any] = {
+        "job": job_id,
+        "tenant": job["tenant"],
+        "state": job["state"],
+        "priority_class": job["priority_class"],
+        "priority": job["priority"],
+        "gpus": _gpus(job["gpu_milli"]),
+        "age_s": (now - job["submitted_at_ms"]) / 1000
+        if job["submitted_at_ms"] is not None
+        else None,
+        "reason": job["reason"],
+        "message": job["message"],
+        "details": job["details"],
+        "attempts": job["attempts"],
+    }
+    if job["state"] in ("submitted", "pending"):
+        wp = _records(con.execute("SELECT * FROM why_pending WHERE job_id = ?", [job_id]))
+        if wp:
+            w = _parse_json_fields(wp[0], "node_histogram")
+            out["pending"] = {
+                "waiting_s": w["waiting_s"],
+                "queue_position": w["queue_position"],
+                "preemption_would_help": w["preemption_would_help"],
+                "node_histogram": w["node_histogram"],
+                "preemption_declined": (
+                    {"reason": w["declined_reason"], "message": w["declined_message"]}
+                    if w["declined_reason"]
+                    else None
+                ),
+                "reason_changes": w["reason_changes"],
+            }
+    if job["allocation_id"]:
+        alloc = con.execute(
+            "SELECT string_agg(DISTINCT node, ',' ORDER BY node), sum(gpu_milli) FROM allocations"
+            " WHERE allocation_id = ? AND ended_at_ms IS NULL",
+            [job_id and job["allocation_id"]],
+        ).fetchone()
+        out["allocation"] = {"id": job["allocation_id"], "nodes": alloc[0], "gpus": _gpus(alloc[1])}
+    pre = _records(
+        con.execute("SELECT * FROM who_preempted WHERE victim = ? ORDER BY request_seq", [job_id])
+    )
+    out["preempted"] = [
+        {
+            "by": p["preemptor"],
+            "by_tenant": p["preemptor_tenant"],
+            "by_priority": p["preemptor_priority"],
+            "reason": p["reason"],
+            "message": p["message"],
+            "allocation": p["allocation_id"],
+            "requested_at_ms": p["requested_at_ms"],
+            "outcome": p["outcome"],
+            "checkpointed": p["checkpointed"],
+            "lost_gpu_seconds": p["lost_gpu_seconds"],
+            "saved_progress_s": p["saved_progress_s"],
+            "alternatives": _parse_json_fields(p, "alternatives")["alternatives"],
+            "details": _parse_json_fields(p, "details")["details"],
+        }
+        for p in pre
+    ]
+    out["preempted_others"] = [
+        {"victim": v, "reason": r, "lost_gpu_seconds": lost}
+        for v, r, lost in con.execute(
+            "SELECT victim, reason, lost_gpu_seconds FROM who_preempted WHERE preemptor = ?"
+            " ORDER BY request_seq",
+            [job_id],
+        ).fetchall()
+    ]
+    out["transitions"] = [
+        {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
+        for at, f, t, e, r in con.execute(
+            "SELECT at_ms, from_state, to_state, event_type, reason FROM job_transitions"
+            " WHERE job_id = ? ORDER BY seq",
+            [job_id],
+        ).fetchall()
+    ]
+    return out
+
+
+def _fmt_details(d: Any, indent: str = "    ") -> list[str]:
+    if not d:
+        return []
+    if isinstance(d, dict):
+        lines = []
+        for k, v in d.items():
+            if isinstance(v, (dict, list)):
+                lines.append(f"{indent}{k}: {json.dumps(v, default=_json_default)}")
+            else:
+                lines.append(f"{indent}{k}: {v}")
+        return lines
+    return [f"{indent}{json.dumps(d, default=_json_default)}"]
+
+
+def render_why(r: dict[str, Any]) -> str:
+    lines = [
+        f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class']}, "
+        f"priority {r['priority']}, {r['gpus']} GPUs)",
+        f"State:     {r['state']}"
+        + (
+            f" for {humanize_ms((r['age_s'] or 0) * 1000)} since submission"
+            if r.get("age_s") is not None
+            else ""
+        ),
+    ]
+    if r["reason"]:
+        lines.append(f"Reason:    {r['reason']}")
+    if r["message"]:
+        lines.append(f"Message:   {r['message']}")
+    p = r.get("pending")
+    if p:
+        lines.append(
+            f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"
+        )
+        if p["preemption_would_help"] is not None:
+            lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
+        if p["preemption_declined"]:
+            d = p["preemption_declined"]
+            lines.append(f"Preemption declined: {d['reason']}: {d['message']}")
+        if p["node_histogram"]:
+            hist = p["node_histogram"]
+            if isinstance(hist, dict):
+                lines.append("Nodes:     " + ", ".join(f"{v} {k}" for k, v in hist.items()))
+            else:
+                lines.append(f"Nodes:     {json.dumps(hist)}")
+    shown = {"queue_position", "preemption_would_help", "nodes", "node_histogram"} if p else set()
+    rest = (
+        {k: v for k, v in r["details"].items() if k not in shown}
+        if isinstance(r["details"], dict)
+        else r["details"]
+    )
+    if rest:
+        lines.append("Details:")
+        lines += _fmt_details(rest)
+    if r.get("allocation"):
+        a = r["allocation"]
+        lines.append(f"Allocation: {a['id']} on {a['nodes']} ({a['gpus']} GPUs)")
+    for i, x in enumerate(r["preempted"], 1):
+        lost = x["lost_gpu_seconds"]
+        lines.append(
+            f"Preempted #{i}: by {x['by']} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
+            f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
+        )
+        if x["message"]:
+            lines.append(f"    why:          {x['message']}")
+        lines.append(
+            f"    lost work:    {lost:.0f} GPU-seconds ({lost / 3600:.2f} GPU-hours); "
+            f"checkpointed: {'yes' if x['checkpointed'] else 'no'}"
+            + (
+                f"; resumes from {x['saved_progress_s']:.0f}s of progress"
+                if x["saved_progress_s"]
+                else ""
+            )
+        )
+        alts = x["alternatives"]
+        if alts:
+            lines.append("    alternatives considered and rejected:")
+            for alt in alts if isinstance(alts, list) else [alts]:
+                if isinstance(alt, dict):
+                    victims = alt.get("victims", alt.get("victim", "?"))
+                    why = alt.get("rejected", alt.get("reason", alt.get("why", "")))
+                    lines.append(f"      - {json.dumps(victims)}: {why}")
+                else:
+                    lines.append(f"      - {json.dumps(alt)}")
+    for x in r["preempted_others"]:
+        lines.append(
+            f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
+        )
+    if r["transitions"]:
+        lines.append(
+            "History:   "
+            + " -> ".join(
+                t["to"] + (f"({t['reason']})" if t["reason"] else "") for t in r["transitions"]
+            )
+        )
+    return "\n".join(lines)
+
+
+def why_command(
+    job: Annotated[str, typer.Argument(help="Job id.")],
+    output: Annotated[
+        WhyOutput, typer.Option("-o", "--output", help="text, json or yaml.")
+    ] = WhyOutput.text,
+    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+) -> None:
+    """Why is JOB pending (reason, message, node histogram, queue position, whether
+    preemption would help) or why was it preempted (by whom, why, lost work, alternatives)?"""
+    path = db_path(db, data)
+    con = _connect(path)
+    try:
+        report = why_report(con, job)
+    except UnknownJob:
+        _fail(f"no job {job!r} in the projection at {path}")
+    finally:
+        con.close()
+    if output == WhyOutput.text:
+        typer.echo(render_why(report))
+    else:
+        _emit_structured(report, output.value)
+
+
+# ---------------------------------------------------------------- jobs / nodes / tenants
+
+
+def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+    where, args = [], []
+    if state:
+        where.append("j.state = ?")
+        args.append(state)
+    if tenant:
+        where.append("(j.tenant = ? OR j.tenant LIKE ?)")
+        args += [tenant, tenant.rstrip("/") + "/%"]
+    q = (
+        "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
+        "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
+        " AS nodes FROM jobs j CROSS JOIN clock c"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
+    )
+    return [_parse_json_fields(r, "details") for r in _records(con.execute(q, args))]
+
+
+def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
+    from projections.mappers import gpus_label
+
+    headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
+    if wide:
+        headers += ["PRIO", "SLO", "ATTEMPTS", "PREEMPTED", "NODES", "MESSAGE"]
+    out = []
+    for r in rows:
+        age = r["now_ms"] - r["submitted_at_ms"] if r["submitted_at_ms"] is not None else None
+        gl = gpus_label(
+            r["replicas"], r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"]
+        )
+        line = [
+            r["job_id"],
+            r["tenant"],
+            r["priority_class"],
+            r["state"],
+            gl,
+            humanize_ms(age),
+            r["reason"] or "",
+        ]
+        if wide:
+            line += [
+                r["priority"],
+                r["slo_class"],
+                r["attempts"],
+                r["preemptions"],
+                r["nodes"] or "",
+                r["message"] or "",
+            ]
+        out.append(line)
+    return headers, out
+
+
+def _structured_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "now_ms"} for r in rows]
+
+
+def _print_rows(rows, table_fn, output: Output, no_headers: bool) -> None:
+    if output in (Output.json, Output.yaml):
+        _emit_structured(_structured_rows(rows), output.value)
+        return
+    headers, lines = table_fn(rows, output == Output.wide)
+    if lines or not no_headers:
+        typer.echo(render_table(headers, lines, no_headers=no_headers))
+
+
+def jobs_command(
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
+    ] = Output.table,
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Leave out the header line.")
+    ] = False,
+    state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state.")] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant (and its children).")
+    ] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+) -> None:
+    """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON."""
+    con = _connect(db_path(db, data))
+    try:
+        rows = jobs_rows(con, state=state, tenant=tenant)
+    finally:
+        con.close()
+    _print_rows(rows, _job_table, output, no_headers)
+
+
+def nodes_rows(con) -> list[dict[str, Any]]:
+    q = """
+        SELECT n.*, c.now_ms,
+               (SELECT count(*) FROM gpus g WHERE g.node = n.node) AS gpus,
+               (SELECT string_agg(DISTINCT g.model, ',' ORDER BY g.model) FROM gpus g
+                 WHERE g.node = n.node) AS models,
+               (SELECT count(DISTINCT g.clique) FROM gpus g WHERE g.node = n.node) AS cliques,
+               (SELECT coalesce(sum(f.free_milli), 0) FROM gpu_free f WHERE f.node = n.node)
+                   AS free_milli,
+               (SELECT coalesce(sum(a.gpu_milli), 0) FROM allocations a
+                 WHERE a.node = n.node AND a.ended_at_ms IS NULL) AS allocated_milli
+        FROM nodes n CROSS JOIN clock c ORDER BY n.node"""
+    return [_parse_json_fields(r, "labels") for r in _records(con.execute(q))]
+
+
+def _node_table(rows, wide):
+    headers = ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
+    if wide:
+        headers += ["POOL", "LEAF", "CLIQUES", "RUNNING", "LAST-HEARTBEAT", "SIMULATED"]
+    out = []
+    for r in rows:
+        line = [
+            r["node"],
+            r["status"],
+            r["gpus"],
+            _gpus(r["allocated_milli"]),
+            _gpus(r["free_milli"] if r["status"] == "ready" else 0),
+            r["models"] or "",
+            humanize_ms(r["now_ms"] - r["registered_at_ms"]),
+        ]
+        if wide:
+            hb = r["last_heartbeat_ms"]
+            line += [
+                r["pool"],
+                r["leaf_switch"] or "",
+                r["cliques"],
+                r["running_members"],
+                humanize_ms(r["now_ms"] - hb) + " ago" if hb is not None else "<never>",
+                r["simulated"],
+            ]
+        out.append(line)
+    return headers, out
+
+
+def nodes_command(
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
+    ] = Output.table,
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Leave out the header line.")
+    ] = False,
+    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+) -> None:
+    """List nodes: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
+    con = _connect(db_path(db, data))
+    try:
+        rows = nodes_rows(con)
+    finally:
+        con.close()
+    _print_rows(rows, _node_table, output, no_headers)
+
+
+def tenants_rows(con) -> list[dict[str, Any]]:
+    q = """
+        SELECT u.*, t.demand_gpu_milli / 1000.0 AS demand_gpus, t.over_quota_weight,
+               (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
+                 AND j.state IN ('running', 'preempting')) AS running_jobs,
+               (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
+                 AND j.state IN ('submitted', 'pending')) AS pending_jobs
+        FROM tenant_usage u LEFT JOIN tenants t USING (tenant) ORDER BY u.tenant"""
+    return _records(con.execute(q))
+
+
+def _num(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.{digits}f}"
+    return str(int(v)) if isinstance(v, float) else str(v)
+
+
+def _tenant_table(rows, wide):
+    headers = [
+        "NAME",
+        "GUARANTEED",
+        "LIMIT",
+        "FAIR-SHARE",
+        "ALLOCATED",
+        "BORROWED-H",
+        "RUNNING",
+        "PENDING",
+    ]
+    if wide:
+        headers += ["DEMAND", "WEIGHT", "GPU-H", "USED-H", "SM-ACTIVE", "LOST-H", "PREEMPTED"]
+    out = []
+    for r in rows:
+        alloc_now = r["allocated_gpus_now"]
+        line = [
+            r["tenant"],
+            _num(r["guaranteed_gpus"]),
+            _num(r["limit_gpus"]),
+            _num(r["fair_share_gpus"]),
+            _num(alloc_now),
+            _num(r["borrowed_gpu_hours"], 2),
+            r["running_jobs"],
+            r["pending_jobs"],
+        ]
+        if wide:
+            sm = r["sm_active_avg"]
+            line += [
+                _num(r["demand_gpus"]),
+                _num(r["over_quota_weight"]),
+                _num(r["allocated_gpu_hours"], 2),
+                _num(r["used_gpu_hours"], 2),
+                f"{sm:.0%}" if sm is not None else "-",
+                _num(r["lost_gpu_hours"], 3),
+                r["times_preempted"],
+            ]
+        out.append(line)
+    return headers, out
+
+
+def tenants_command(
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
+    ] = Output.table,
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Leave out the header line.")
+    ] = False,
+    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+) -> None:
+    """List tenants: quota (GPUs), current allocation, borrowed GPU-hours, jobs."""
+    con = _connect(db_path(db, data))
+    try:
+        rows = tenants_rows(con)
+    finally:
+        con.close()
+    _print_rows(rows, _tenant_table, output, no_headers)
+
+
+# ---------------------------------------------------------------- project
+
+
+def project_command(
+    rebuild_: Annotated[
+        bool, typer.Option("--rebuild", help="Drop the projection and rebuild it from the log.")
+    ] = False,
+    log: Annotated[
+        Path | None, typer.Option("--log", help="JSONL log (seq, subject, event per line).")
+    ] = None,
+    nats_url: Annotated[
+        str | None, typer.Option("--nats-url", help="Project live from JetStream.")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow/--no-follow",
+            help="With --nats-url: keep consuming (default) or stop when caught up.",
+        ),
+    ] = True,
+    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON only.")
+    ] = False,
+) -> None:
+    """Fold the log into the DuckDB projection (exactly once; resumes where it stopped)."""
+    from projections.logio import LogFormatError
+    from projections.mappers import SequenceGap
+    from projections.store import ProjectionError, catch_up, rebuild
+
+    path = db_path(db, data)
+    if (log is None) == (nats_url is None):
+        _fail("give exactly one source: --log FILE.jsonl or --nats-url URL")
+    try:
+        if log is not None:
+            if not log.exists():
+                _fail(f"no log file {log}")
+            progress = None
+            if not json_out and sys.stderr.isatty():
+
+                def progress(n: int) -> None:
+                    typer.echo(f"\r{n:,} events", err=True, nl=False)
+
+            if rebuild_:
+                stats = rebuild(log, path, progress=progress)
+            else:
+                stats = catch_up(log, path)
+        else:
+            import asyncio
+
+            from projections.nats_source import run_projector
+
+            if rebuild_:
+                for p in (path, path.with_name(path.name + ".wal")):
+                    if p.exists():
+                        p.unlink()
+            try:
+                last = asyncio.run(run_projector(nats_url, path, follow=follow))
+            except KeyboardInterrupt:
+                last = None
+            stats = {"last_seq": last}
+    except SequenceGap as exc:
+        _fail(str(exc), code=3)
+    except (ProjectionError, LogFormatError) as exc:
+        _fail(str(exc))
+    stats["db"] = str(path)
+    if json_out:
+        typer.echo(json.dumps(stats))
+    else:
+        typer.echo(
+            ", ".join(
+                f"{k}={v if not isinstance(v, float) else round(v, 2)}" for k, v in stats.items()
+            )
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sql`, `why`, `jobs`, `nodes`, `tenants` and `project` to the main app."""
+    app.command("sql")(sql_command)
+    app.command("why")(why_command)
+    app.command("jobs")(jobs_command)
+    app.command("nodes")(nodes_command)
+    app.command("tenants")(tenants_command)
+    app.command("project")(project_command)

@@ -1,0 +1,126 @@
+"""The audit commands (typer) over a projected scenario."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from projections.logio import write_log
+from services.cli.audit import humanize_ms, register
+
+app = typer.Typer()
+register(app)
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, messages):
+    d = tmp_path_factory.mktemp("cli")
+    write_log(d / "log.jsonl", messages)
+    r = runner.invoke(
+        app,
+        [
+            "project",
+            "--rebuild",
+            "--log",
+            str(d / "log.jsonl"),
+            "--data",
+            str(d / "data"),
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["last_seq"] == len(messages)
+    return d
+
+
+def run(*args, data=None):
+    return runner.invoke(app, [*args, "--data", str(data / "data")])
+
+
+def test_project_again_skips_everything(data, messages):
+    r = run("project", "--log", str(data / "log.jsonl"), "--json", data=data)
+    assert r.exit_code == 0 and json.loads(r.output)["skipped"] == len(messages)
+
+
+def test_jobs_table_and_formats(data):
+    r = run("jobs", data=data)
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    assert lines[0].split() == ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
+    big = next(line for line in lines if line.startswith("big-b"))
+    assert big.split() == ["big-b", "org/b", "train", "pending", "2x8", "10m", "Resources"]
+    r = run("jobs", "--no-headers", "--state", "running", data=data)
+    assert sorted(line.split()[0] for line in r.output.splitlines()) == ["infer-a", "mig-a"]
+    r = run("jobs", "-o", "json", "--tenant", "org/b", data=data)
+    assert {j["job_id"] for j in json.loads(r.output)} == {"train-b", "big-b"}
+    r = run("jobs", "-o", "yaml", data=data)
+    assert "job_id: train-b" in r.output
+    r = run("jobs", "-o", "wide", data=data)
+    assert "MESSAGE" in r.output.splitlines()[0]
+
+
+def test_nodes_and_tenants(data):
+    r = run("nodes", data=data)
+    assert r.output.splitlines()[0].split()[:5] == ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE"]
+    assert run("nodes", "-o", "wide", data=data).exit_code == 0
+    r = run("tenants", "-o", "json", data=data)
+    b = next(t for t in json.loads(r.output) if t["tenant"] == "org/b")
+    assert b["borrowed_gpu_hours"] == pytest.approx(4 * 605 / 3600)
+    assert "BORROWED-H" in run("tenants", "-o", "wide", data=data).output
+
+
+def test_why_preempted_and_pending(data):
+    r = run("why", "train-b", data=data)
+    assert r.exit_code == 0
+    out = r.output
+    assert "Preempted #1: by infer-a (tenant org/a, priority 125), reason Reclaim" in out
+    assert "lost work:    40 GPU-seconds" in out and "checkpointed: yes" in out
+    assert '["small-a"]: frees 0.5 GPU, needs 8' in out
+    r = run("why", "big-b", "-o", "json", data=data)
+    rep = json.loads(r.output)
+    assert rep["reason"] == "Resources" and rep["pending"]["queue_position"] == 2
+    assert rep["pending"]["preemption_declined"]["reason"] == "NoVictims"
+    assert rep["pending"]["node_histogram"]["wrong model"] == 1
+
+
+def test_why_unknown_job_fails(data):
+    r = run("why", "nope", data=data)
+    assert r.exit_code == 1 and "no job 'nope'" in r.output
+
+
+def test_sql_formats(data):
+    r = run("sql", "SELECT victim, preemptor FROM who_preempted", "--format", "json", data=data)
+    assert json.loads(r.output) == [{"victim": "train-b", "preemptor": "infer-a"}]
+    r = run("sql", "SELECT count(*) AS n FROM events", "--format", "csv", data=data)
+    assert r.output.splitlines()[:2] == ["n", "77"]
+    r = run("sql", "SELECT job_id FROM jobs ORDER BY job_id LIMIT 1", data=data)
+    assert r.output.splitlines()[0] == "job_id" and "bad-a" in r.output
+    r = run("sql", "SELECT * FROM nope", data=data)
+    assert r.exit_code == 1 and "query failed" in r.output
+
+
+def test_missing_projection_is_a_clear_error(tmp_path):
+    r = runner.invoke(app, ["jobs", "--data", str(tmp_path)])
+    assert r.exit_code == 1 and "no projection at" in r.output
+
+
+def test_gap_in_log_exits_nonzero(tmp_path, messages):
+    write_log(tmp_path / "gap.jsonl", messages[:5] + messages[6:])
+    r = runner.invoke(
+        app, ["project", "--log", str(tmp_path / "gap.jsonl"), "--db", str(tmp_path / "p.duckdb")]
+    )
+    assert r.exit_code == 3 and "sequence gap" in r.output
+
+
+def test_humanize():
+    assert [humanize_ms(x) for x in (5_000, 150_000, 3 * 3600_000, 5 * 86400_000, None)] == [
+        "5s",
+        "2m",
+        "3h",
+        "5d",
+        "<unknown>",
+    ]
