@@ -716,6 +716,5 @@ def register(app: typer.Typer) -> None:
     app.command("sql")(sql_command)
     app.command("why")(why_command)
     app.command("jobs")(jobs_command)
-    app.command("nodes")(nodes_command)
     app.command("tenants")(tenants_command)
     app.command("project")(project_command)

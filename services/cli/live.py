@@ -80,8 +80,11 @@ async def fold_stream(url: str):
 class Cluster:
     """The control plane plus simulated agents, in-process (asyncio tasks) or as processes."""
 
-    def __init__(self, url: str, config: Path | None, doc: dict[str, Any], processes: bool) -> None:
+    def __init__(self, url: str, config: Path | None, doc: dict[str, Any], processes: bool,
+                 data: Path | None = None) -> None:
         self.url, self.config, self.doc, self.processes = url, config, doc, processes
+        self.data = data
+        """Where the projector keeps projection.duckdb (None: no projector)."""
         self.children: list[subprocess.Popen] = []
         self.tasks: list[asyncio.Task] = []
         self.stop = asyncio.Event()
@@ -95,7 +98,15 @@ class Cluster:
                 self.children.append(spawn(role, self.url, self.config))
             for node in self._nodes():
                 self.children.append(spawn("node-agent", self.url, self.config, node=node))
+            if self.data is not None:
+                self.children.append(spawn("projector", self.url, None, data=self.data))
             return
+        if self.data is not None:
+            from projections.nats_source import run_projector
+
+            self.data.mkdir(parents=True, exist_ok=True)
+            self.tasks.append(asyncio.create_task(
+                run_projector(self.url, self.data / "projection.duckdb", stop=self.stop)))
         for role in CONTROL_PLANE:
             self.tasks.append(asyncio.create_task(run_service(build(role), self.url, stop=self.stop)))
         if self._nodes():
@@ -121,12 +132,15 @@ class Cluster:
                 p.kill()
 
 
-def spawn(role: str, url: str, config: Path | None, node: str | None = None) -> subprocess.Popen:
+def spawn(role: str, url: str, config: Path | None, node: str | None = None,
+          data: Path | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "services.cli", "run", role, "--nats-url", url]
     if config is not None:
         cmd += ["--config", str(config)]
     if node is not None:
         cmd += ["--node", node]
+    if data is not None:
+        cmd += ["--data", str(data)]
     return subprocess.Popen(cmd, env={**os.environ, "GPULEDGER_LOG_JSON": os.environ.get("GPULEDGER_LOG_JSON", "1")})
 
 
@@ -151,10 +165,15 @@ def run(
     node: str | None = typer.Option(None, "--node", help="Node agent: the node to simulate (with --real: this node's name)."),
     real: bool = typer.Option(False, "--real", help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config)."),
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
     from services.roles import UnknownRole, build
     from services.runtime.host import serve
+
+    if role == "projector":
+        serve_projector(nats_url, data)
+        return
 
     try:
         service = build(role, read_doc(config), node=node, instance=node or "0", real=real,
@@ -162,6 +181,26 @@ def run(
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
     serve(service, nats_url)
+
+
+def serve_projector(url: str, data: Path) -> None:
+    """The single-writer projector as a process, stopping cleanly on SIGTERM / SIGINT."""
+    import signal
+
+    from projections.nats_source import run_projector
+    from services.runtime.logging import configure_logging
+
+    configure_logging()
+    data.mkdir(parents=True, exist_ok=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_projector(url, data / "projection.duckdb", stop=stop)
+
+    asyncio.run(main())
 
 
 @app.command()
@@ -200,7 +239,7 @@ def up(
             url = server.url
         typer.echo(f"gpuledger up: NATS at {url}  (Ctrl-C to stop)", err=True)
         await publish_config(url, doc)
-        cluster = Cluster(url, config, doc, processes)
+        cluster = Cluster(url, config, doc, processes, data=data)
         await cluster.start()
         try:
             await asyncio.Event().wait()
@@ -285,14 +324,34 @@ def cancel(
     typer.echo(f"cancel requested for {job_id}")
 
 
+DEMO_MARK = "DEMO"
+
+
+def prepare_demo_data(data: Path) -> None:
+    """The demo starts from nothing: it clears a previous demo's store and projection in
+    `data`, and refuses to touch a directory holding anything else."""
+    import shutil
+
+    store, db, mark = data / "nats", data / "projection.duckdb", data / DEMO_MARK
+    if (store.exists() or db.exists()) and not mark.exists():
+        fail(f"{data} holds a store that a demo did not create; use --data with another directory", 2)
+    shutil.rmtree(store, ignore_errors=True)
+    for f in (db, data / "projection.duckdb.wal"):
+        f.unlink(missing_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
+    mark.write_text("created by gpuledger demo; the next demo run replaces this directory's data\n")
+
+
 @app.command()
 def demo(
     processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
     scenario_file: Path | None = typer.Option(None, "--scenario", help="Another scenario to play live."),
     timeout: float = typer.Option(90.0, help="Give up after this many seconds."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Keeps the NATS store and the projection here."),
 ) -> None:
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
-    a readable timeline at the end."""
+    a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
+    projection in --data (a previous demo's data there is replaced)."""
     from replay import live_player
     from replay.report import job_rows
     from replay.scenario import ScenarioError, load
@@ -309,11 +368,13 @@ def demo(
     doc = read_doc(path)
     job_ids = [e.job.job_id for _, e in sc.inputs if isinstance(e, ev.JobSubmitted)]
 
+    prepare_demo_data(data)
+
     async def main() -> None:
-        with embedded(None, keep=False) as server:
+        with embedded(data, keep=True) as server:
             typer.echo(f"embedded NATS at {server.url}; playing scenario {sc.name!r} live...")
             bus = await _bus(server.url)
-            cluster = Cluster(server.url, path, doc, processes)
+            cluster = Cluster(server.url, path, doc, processes, data=data)
             try:
                 await live_player.publish_config(bus, sc)
                 await cluster.start()
@@ -335,6 +396,9 @@ def demo(
                     typer.echo(f"{row['id']:<12}{row['tenant']:<10}{row['priority_class']:<12}{row['state']:<11}"
                                f"{len(row['placements']):>7}{len(row['preemptions']):>10}  {lost:.1f}")
                 typer.echo(f"\n{len(log)} events on the bus; wall time {time.monotonic() - started:.1f}s")
+                await live_player.wait_for_projection(data / "projection.duckdb", log[-1][0] if log else 0, 20)
+                typer.echo(f"projection: {data / 'projection.duckdb'} — try `gpuledger why pretrain`, "
+                           "`gpuledger jobs`, `gpuledger sql \"SELECT * FROM who_preempted\"`")
             finally:
                 await cluster.close()
                 await bus.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
@@ -77,9 +76,10 @@ def simulate(
         )
 
 
-def main() -> None:  # pragma: no cover
-    app(sys.argv[1:])
-
-
-from services.cli import live as _live  # noqa: E402,F401  (registers the live commands)
+# Each module registers its commands on `app` when imported.
+from services.cli import audit as _audit  # noqa: E402
+from services.cli import live as _live  # noqa: E402,F401
+from services.cli import nodes as _nodes  # noqa: E402,F401
 from services.cli import whatif as _whatif  # noqa: E402,F401
+
+_audit.register(app)

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
 from services.cli.main import app, fail
 
-nodes_app = typer.Typer(help="Node inventory.", no_args_is_help=True)
+nodes_app = typer.Typer(help="Nodes: the projected table (default) or this host's GPUs (discover).",
+                        invoke_without_command=True)
 app.add_typer(nodes_app, name="nodes")
+
+
+@nodes_app.callback()
+def nodes_table(ctx: typer.Context, output: str = typer.Option("table", "-o", "--output", help="table, wide, json or yaml."),
+                no_headers: bool = typer.Option(False, "--no-headers"),
+                db: Path | None = typer.Option(None, "--db", help="Projection database."),
+                data: Path = typer.Option(Path(".gpuledger"), "--data", help="Data directory.")) -> None:
+    """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from services.cli.audit import Output, nodes_command
+
+    try:
+        fmt = Output(output)
+    except ValueError:
+        fail(f"unknown output format {output!r} (table, wide, json, yaml)", 2)
+    nodes_command(output=fmt, no_headers=no_headers, db=db, data=data)
 
 
 @nodes_app.command()

@@ -18,8 +18,8 @@ from typing import Any
 import events as ev
 from events import JobSpec, MemberPlacement
 from services.domain.config import ConfigState
-from services.domain.timeindex import TimeIndex
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
+from services.domain.timeindex import TimeIndex
 from services.placement import Fleet
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
