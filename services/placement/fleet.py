@@ -67,7 +67,7 @@ class Allocation(msgspec.Struct, frozen=True):
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
-    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static")
+    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -77,7 +77,7 @@ class _ShapeCache:
         self.entries: dict[int, tuple[int, int, Option]] = {}  # seq -> (version, score, option)
         self.heap: list[tuple[int, tuple[int, str], int, int]] = []
         self.pos = -1
-        self.static: dict[int, tuple[int, ...] | str] = {}
+        self.static_key = (member, allow_ts)
 
 
 class Fleet:
@@ -413,9 +413,9 @@ class Fleet:
     def _score(self, cache: _ShapeCache, state: NodeState) -> None:
         if not state.schedulable:
             return
-        elig = cache.static.get(state.seq)
+        elig = state.eligible.get(cache.static_key)
         if elig is None:
-            elig = cache.static[state.seq] = eligible_gpus(state, cache.member, cache.allow_ts)
+            elig = state.eligible[cache.static_key] = eligible_gpus(state, cache.member, cache.allow_ts)
         if isinstance(elig, str):
             return
         opts = options(state, cache.member, cache.tenant, elig)
