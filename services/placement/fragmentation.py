@@ -90,7 +90,11 @@ class Fragmentation:
     def node_frag(self, layout: Layout, free_cpu: int, free: list[int]) -> int:
         """Scaled F (x W) of a node whose GPU positions have ``free`` milli."""
         bucket = bisect_right(self.cpu_thresholds, free_cpu)
-        key = (layout, bucket, tuple(tuple(sorted([free[p] for p in g[2]])) for g in layout))
+        if len(layout) == 1:
+            frees: tuple = (tuple(sorted([free[p] for p in layout[0][2]])),)
+        else:
+            frees = tuple(tuple(sorted([free[p] for p in g[2]])) for g in layout)
+        key = (layout, bucket, frees)
         f = self._memo.get(key)
         if f is None:
             f = self._compute(layout, bucket, key[2])
