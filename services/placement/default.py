@@ -1,12 +1,49 @@
-"""The `default` scorer (ours): placeholder, tuned below."""
+"""The `default` scorer (ours): fragmentation- and stranding-aware, topology-aware.
+
+FGD's fragmentation F (clique-aware: multi-GPU typical tasks need one NVLink clique) plus
+*stranded GPU* S: idle GPU milli that the node's free CPU can no longer feed at the
+workload's CPU-per-GPU ratio (`Fragmentation.stranded`). Under plain FGD most GPUs left idle
+at full load sit behind exhausted CPU; counting S as fragmentation steers CPU-heavy work
+(including CPU-only tasks) away from nodes whose GPUs would be stranded.
+
+Score: FGD's integer sigmoid score of ``d(F + S)``, then (tie) less S after the placement,
+then the fleet's node order (an implicit consolidation, as in FGD). MIG members use MIG
+packing. Gang members are kept under one leaf switch by the engine.
+"""
 
 from __future__ import annotations
 
-from .scorers import Fgd, register
+from .feasibility import Option
+from .model import GPU_MILLI, MemberRequest
+from .scorers import ScoreContext, _mig_score, frag_delta_scores, free_gpu_milli, register
+from .state import NodeState
+
+_TIE = 1 << 40
 
 
-class DefaultScorer(Fgd):
+class DefaultScorer:
+    """See module docstring."""
+
     name = "default"
+
+    def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
+        if member.kind == "mig":
+            return _mig_score(node, member, opts)
+        frag = ctx.frag
+        if frag is None:
+            return 0, opts[0]
+        idle = free_gpu_milli(node)
+        taken = 0 if member.kind == "cpu" else (member.gpu_milli or GPU_MILLI * member.gpus)
+        strand_before = frag.stranded(idle, node.free_cpu)
+        strand_after = frag.stranded(idle - taken, node.free_cpu - member.cpu_milli)
+        bonus = frag.total_weight * (strand_before - strand_after)
+        best: tuple[int, Option] | None = None
+        for delta, _, opt in frag_delta_scores(frag, node, member, opts):
+            score = frag.score(delta + bonus)
+            if best is None or score > best[0]:
+                best = (score, opt)
+        score, opt = best  # type: ignore[misc]
+        return score * _TIE - strand_after, opt
 
 
 register(DefaultScorer())

@@ -67,7 +67,7 @@ class Allocation(msgspec.Struct, frozen=True):
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
-    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static")
+    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -77,7 +77,8 @@ class _ShapeCache:
         self.entries: dict[int, tuple[int, int, Option]] = {}  # seq -> (version, score, option)
         self.heap: list[tuple[int, tuple[int, str], int, int]] = []
         self.pos = -1
-        self.static: dict[int, tuple[int, ...] | str] = {}
+        self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
+                           member.min_gpu_memory_mib, allow_ts)
 
 
 class Fleet:
@@ -118,12 +119,23 @@ class Fleet:
         """Tie order: equal scores go to the node listed first; unlisted nodes come after,
         by name. A seed-derived permutation may be passed here (as data)."""
         self._order = {name: i for i, name in enumerate(names)}
+        for state in self._nodes.values():
+            state.rank = self._rank(state.name)
         self._caches.clear()
 
     def _rank(self, name: str) -> tuple[int, str]:
         return (self._order.get(name, _LAST), name)
 
-    def _refresh_context(self, force: bool = False) -> None:
+    def _refresh_context(self, force: bool = False, added: NodeSpec | None = None) -> None:
+        if added is not None and not force:
+            gpu_milli = GPU_MILLI * len(added.gpus)
+            if added.cpu_milli <= self._ctx.max_node_cpu and gpu_milli <= self._ctx.max_node_gpu_milli:
+                return
+            if len(self._nodes) > 1 and self._ctx.max_node_cpu > 1:
+                self._ctx = ScoreContext(max(self._ctx.max_node_cpu, added.cpu_milli),
+                                         max(self._ctx.max_node_gpu_milli, gpu_milli), self._frag)
+                self._caches.clear()
+                return
         nodes = self._nodes.values()
         ctx = ScoreContext(
             max_node_cpu=max((n.spec.cpu_milli for n in nodes), default=1) or 1,
@@ -142,6 +154,7 @@ class Fleet:
         old = self._nodes.get(spec.name)
         self._seq += 1
         state = NodeState(spec, self._seq)
+        state.rank = self._rank(spec.name)
         if old is not None:
             state.schedulable = old.schedulable
         for alloc_id in self._allocs_on.get(spec.name, {}):
@@ -154,7 +167,7 @@ class Fleet:
         self._by_seq[state.seq] = state
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
         self._log.append(state.seq)
-        self._refresh_context()
+        self._refresh_context(added=None if old is not None else spec)
 
     def _drop_node(self, state: NodeState) -> None:
         del self._nodes[state.name]
@@ -406,16 +419,19 @@ class Fleet:
         for seq, (version, score, _) in cache.entries.items():
             state = self._by_seq.get(seq)
             if state is not None and state.version == version and state.schedulable:
-                heap.append((-score, self._rank(state.name), seq, version))
+                heap.append((-score, state.rank, seq, version))
         heapq.heapify(heap)
         cache.heap = heap
 
     def _score(self, cache: _ShapeCache, state: NodeState) -> None:
-        if not state.schedulable:
+        member = cache.member
+        spec = state.spec
+        if (not state.schedulable or spec.cpu_milli < member.cpu_milli
+                or spec.memory_mib < member.memory_mib):
             return
-        elig = cache.static.get(state.seq)
-        if elig is None:
-            elig = cache.static[state.seq] = eligible_gpus(state, cache.member, cache.allow_ts)
+        elig = state.eligible.get(cache.static_key)
+        if elig is None:  # capacity passed above, so the memo holds GPU eligibility only
+            elig = state.eligible[cache.static_key] = eligible_gpus(state, member, cache.allow_ts)
         if isinstance(elig, str):
             return
         opts = options(state, cache.member, cache.tenant, elig)
@@ -423,7 +439,7 @@ class Fleet:
             return
         score, opt = cache.scorer.best(self._ctx, state, cache.member, opts)
         cache.entries[state.seq] = (state.version, score, opt)
-        heapq.heappush(cache.heap, (-score, self._rank(state.name), state.seq, state.version))
+        heapq.heappush(cache.heap, (-score, state.rank, state.seq, state.version))
 
     def _valid(self, cache: _ShapeCache, seq: int) -> tuple[NodeState, int, Option] | None:
         state = self._by_seq.get(seq)
@@ -462,7 +478,7 @@ class Fleet:
                 v = self._valid(cache, seq)
                 if v is None or v[0].name in excluded:
                     continue
-                key = (-v[1], self._rank(v[0].name))
+                key = (-v[1], v[0].rank)
                 if best is None or key < best[0]:
                     best = (key, v[0], v[2])
         return None if best is None else (best[1], best[2])

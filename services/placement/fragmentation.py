@@ -70,6 +70,19 @@ class Fragmentation:
         w = self.total_weight
         self._thresholds = [-math.log(100 / k - 1) * 1000 * w for k in range(1, 100)]
         self._memo: dict[tuple, int] = {}
+        gpu_tasks = [t for t in tasks if t.num_gpu]
+        gpu_weight = sum(t.weight * t.num_gpu * t.per_gpu_milli for t in gpu_tasks)
+        self.cpu_per_gpu = (
+            1000 * sum(t.weight * t.cpu_milli for t in gpu_tasks) // gpu_weight if gpu_weight else 0
+        )
+        """CPU milli the workload asks per whole GPU (count-weighted over GPU tasks)."""
+
+    def stranded(self, idle_gpu_milli: int, free_cpu: int) -> int:
+        """Idle GPU milli the node's free CPU cannot feed at the workload's CPU-per-GPU
+        ratio: ``max(0, idle - free_cpu * 1000 / cpu_per_gpu)``, in GPU milli."""
+        if not self.cpu_per_gpu:
+            return 0
+        return max(0, idle_gpu_milli - free_cpu * 1000 // self.cpu_per_gpu)
 
     def cpu_bucket(self, cpu_milli: int) -> int:
         return bisect_right(self.cpu_thresholds, cpu_milli)
@@ -77,7 +90,11 @@ class Fragmentation:
     def node_frag(self, layout: Layout, free_cpu: int, free: list[int]) -> int:
         """Scaled F (x W) of a node whose GPU positions have ``free`` milli."""
         bucket = bisect_right(self.cpu_thresholds, free_cpu)
-        key = (layout, bucket, tuple(tuple(sorted([free[p] for p in g[2]])) for g in layout))
+        if len(layout) == 1:
+            frees: tuple = (tuple(sorted([free[p] for p in layout[0][2]])),)
+        else:
+            frees = tuple(tuple(sorted([free[p] for p in g[2]])) for g in layout)
+        key = (layout, bucket, frees)
         f = self._memo.get(key)
         if f is None:
             f = self._compute(layout, bucket, key[2])

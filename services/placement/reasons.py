@@ -47,20 +47,24 @@ def histogram_text(hist: dict[str, int], total: int) -> str:
     return f"{fits}/{total} nodes: " + ", ".join(f"{n} {phrase}" for n, phrase in parts)
 
 
-def _largest_free_clique(nodes: list[NodeState], member: MemberRequest, allow_timeslice: bool) -> int:
-    best = 0
+def _free_whole_gpus(nodes: list[NodeState], member: MemberRequest, allow_timeslice: bool) -> tuple[int, int]:
+    """(largest count of free GPUs inside one clique, free GPUs in all) over schedulable
+    nodes with enough free CPU and memory, counting GPUs of allowed models and memory."""
+    probe = MemberRequest(gpus=1, gpu_models=member.gpu_models,
+                          min_gpu_memory_mib=member.min_gpu_memory_mib)
+    best = total = 0
     for node in nodes:
-        if not node.schedulable:
+        if (not node.schedulable or node.free_cpu < member.cpu_milli
+                or node.free_mem < member.memory_mib):
             continue
-        elig = eligible_gpus(node, member.__class__(gpus=1, gpu_models=member.gpu_models,
-                                                    min_gpu_memory_mib=member.min_gpu_memory_mib),
-                             allow_timeslice)
+        elig = eligible_gpus(node, probe, allow_timeslice)
         if isinstance(elig, str):
             continue
         for _, positions in node.cliques:
             n = sum(1 for p in positions if p in elig and node.gpu_free[p] == GPU_MILLI)
             best = max(best, n)
-    return best
+            total += n
+    return best, total
 
 
 def member_unplaceable(
@@ -80,9 +84,10 @@ def member_unplaceable(
     if not total:
         return Unplaceable("Unschedulable", "the fleet has no nodes", details)
     if kind == "whole":
-        largest = _largest_free_clique(nodes, member, allow_timeslice)
+        largest, free_total = _free_whole_gpus(nodes, member, allow_timeslice)
         details["largest_free_clique"] = largest
-        if member.gpus > 1 and hist.get("free_clique", 0):
+        details["free_gpus"] = free_total
+        if member.gpus > 1 and (hist.get("free_clique", 0) or free_total >= member.gpus):
             return Unplaceable(
                 "TopologyUnsatisfiable",
                 f"needs {member.gpus} GPUs in one NVLink clique; largest free clique has "

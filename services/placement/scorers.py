@@ -120,14 +120,19 @@ def frag_delta_scores(
     the same GPU free-milli multiset share one evaluation."""
     layout = node.frag_layout
     free = node.gpu_free
-    before = frag.node_frag(layout, node.free_cpu, free)
+    memo = node.frag_memo
+    if memo is not None and memo[0] == node.version and memo[1] is frag:
+        before = memo[2]
+    else:
+        before = frag.node_frag(layout, node.free_cpu, free)
+        node.frag_memo = (node.version, frag, before)
     cpu_after = node.free_cpu - member.cpu_milli
     taken = gpu_milli_taken(member)
     out = []
-    seen: dict[tuple[int, ...], int] = {}
+    seen: dict[int | tuple[int, ...], int] = {}
     for opt in opts:
         positions = opt[0]
-        sig = tuple(free[p] for p in positions)
+        sig = free[positions[0]] if len(positions) == 1 else tuple([free[p] for p in positions])
         delta = seen.get(sig)
         if delta is None:
             after_free = list(free)

@@ -38,6 +38,7 @@ class NodeState:
     __slots__ = (
         "spec", "name", "seq", "schedulable", "free_cpu", "free_mem", "gpu_free",
         "mps_tenant", "mps_users", "mig", "version", "pos_of_index", "cliques", "frag_layout",
+        "eligible", "rank", "frag_memo",
     )
 
     def __init__(self, spec: NodeSpec, seq: int) -> None:
@@ -60,6 +61,12 @@ class NodeState:
         self.cliques: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
             (c, tuple(ps)) for c, ps in sorted(groups.items())
         )
+        self.eligible: dict[tuple, tuple[int, ...] | str] = {}
+        """Memo of `feasibility.eligible_gpus` per GPU-shape key: static for this spec."""
+        self.rank: tuple[int, str] = (0, spec.name)
+        """Tie order of the fleet (set by `Fleet`)."""
+        self.frag_memo: tuple | None = None
+        """(version, Fragmentation, F) of the current state (set by scorers)."""
         self.frag_layout = layout_of(
             self.cliques, [g.model for g in spec.gpus], [m is not None for m in self.mig]
         )

@@ -1,0 +1,123 @@
+"""`gpuledger bench ...`: thin CLI over the placement benchmarks in `replay/`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+bench_app = typer.Typer(
+    help="Placement benchmarks: the openb trace protocol (FGD paper) and fleet-scale speed.",
+    no_args_is_help=True,
+)
+
+POLICIES = ["bestfit", "packing", "fgd", "default"]
+
+
+def _console() -> Console:
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42-51`` or ``42,43,50``."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    if not out:
+        raise typer.BadParameter("no seeds")
+    return out
+
+
+def _policies(policy: str) -> list[str]:
+    from services.placement import SCORERS
+
+    names = POLICIES if policy == "all" else [p.strip() for p in policy.split(",")]
+    for n in names:
+        if n not in SCORERS:
+            raise typer.BadParameter(f"unknown policy {n}; known: {', '.join(sorted(SCORERS))}, all")
+    return names
+
+
+@bench_app.command()
+def openb(
+    pods: Annotated[Path, typer.Option("--pods", exists=True, dir_okay=False, help="pod list CSV")],
+    nodes: Annotated[Path, typer.Option("--nodes", exists=True, dir_okay=False, help="node list CSV")],
+    policy: Annotated[str, typer.Option("--policy", help="scorer name, comma list, or 'all'")] = "default",
+    seeds: Annotated[str, typer.Option("--seeds", help="e.g. 42-51 or 42,43")] = "42-51",
+    inflate: Annotated[float, typer.Option("--inflate", help="requested GPU / capacity")] = 1.3,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report(s) as JSON")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="processes running seeds in parallel")] = 2,
+) -> None:
+    """Replay the openb trace under the FGD paper's protocol; unallocated GPU % at 100%."""
+    from replay.openb.protocol import run
+    from replay.openb.trace import load_nodes, load_tasks
+
+    names = _policies(policy)
+    seed_list = parse_seeds(seeds)
+    node_list, tasks = load_nodes(nodes), load_tasks(pods)
+    console = _console()
+    chatty = sys.stdout.isatty() and json_out is None
+    reports = []
+    for name in names:
+        def progress(r, name=name):
+            if chatty:
+                console.print(f"[dim]{name} seed {r.seed}: {r.unallocated_at_100:.2f}% "
+                              f"unallocated ({r.wall_s:.1f}s)[/dim]")
+        reports.append(run(node_list, tasks, name, seed_list, inflate, str(pods), progress, workers))
+    table = Table(title=f"openb: unallocated GPU % at 100% arrived ({len(seed_list)} seeds, "
+                        f"inflate {inflate}, {len(node_list)} nodes)")
+    for col in ("POLICY", "MEAN", "SD", "MEDIAN", "PLACEMENTS", "PLACEMENTS/S", "WALL S"):
+        table.add_column(col, justify="left" if col == "POLICY" else "right")
+    for r in reports:
+        u = r.unallocated_at_100
+        table.add_row(r.policy, f"{u['mean']:.2f}", f"{u['sd']:.2f}", f"{u['median']:.2f}",
+                      str(r.placements), f"{r.placements_per_s:,.0f}", f"{r.wall_s:.1f}")
+    console.print(table)
+    if json_out is not None:
+        payload = reports[0] if len(reports) == 1 else reports
+        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
+
+
+@bench_app.command()
+def fleet(
+    policy: Annotated[str, typer.Option("--policy", help="scorer name, comma list, or 'all'")] = "all",
+    nodes: Annotated[int, typer.Option("--nodes", help="8-GPU H100 nodes")] = 500,
+    jobs: Annotated[int, typer.Option("--jobs", help="queued jobs (one decision each)")] = 10_000,
+    seed: Annotated[int, typer.Option("--seed")] = 7,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
+) -> None:
+    """Fleet-scale speed: decisions/s and p99 per decision on 500 x 8 H100."""
+    from replay.fleet_bench import run
+
+    console = _console()
+    chatty = sys.stdout.isatty() and json_out is None
+
+    def progress(r):
+        if chatty:
+            console.print(f"[dim]{r.policy}: {r.decisions_per_s:,.0f} decisions/s[/dim]")
+
+    report = run(_policies(policy), nodes, jobs, seed, progress)
+    table = Table(title=f"fleet: {report.nodes} nodes, {report.gpus} GPUs, {report.jobs} jobs")
+    for col in ("POLICY", "DECISIONS/S", "P50 MS", "P99 MS", "MAX MS", "PLACED", "GPU ALLOC %", "FAILURES"):
+        table.add_column(col, justify="left" if col in ("POLICY", "FAILURES") else "right")
+    for r in report.results:
+        fails = ", ".join(f"{k} {v}" for k, v in r.reasons.items()) or "-"
+        table.add_row(r.policy, f"{r.decisions_per_s:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
+                      f"{r.max_ms:.1f}", str(r.placed), f"{r.mean_gpu_allocated_pct:.1f}", fails)
+    console.print(table)
+    if json_out is not None:
+        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
+
+
+if __name__ == "__main__":
+    bench_app()

@@ -1,0 +1,43 @@
+"""Inflation and typical tasks, per the protocol."""
+
+from collections import Counter
+
+import pytest
+
+from replay.openb.trace import load_tasks
+from replay.openb.workload import inflate, typical_tasks
+
+
+@pytest.fixture(scope="module")
+def tasks(openb_dir):
+    return load_tasks(openb_dir / "openb_pod_list_default.csv")
+
+
+def test_inflation_keeps_every_task_and_stops_below_target(tasks):
+    capacity = 6_212_000
+    stream = inflate(tasks, capacity, 1.3, seed=42)
+    total = sum(t.gpu_request_milli for t in stream)
+    assert 1.3 * capacity - 8000 < total <= 1.3 * capacity
+    counts = Counter(stream)
+    assert all(counts[t] >= n for t, n in Counter(tasks).items())
+    assert stream == inflate(tasks, capacity, 1.3, seed=42)
+    assert stream != inflate(tasks, capacity, 1.3, seed=43)
+    assert stream[:50] != (tasks + stream)[:50]  # shuffled
+
+
+def test_deflation_when_the_trace_exceeds_the_target(tasks):
+    capacity = 6_212_000
+    stream = inflate(tasks, capacity, 0.5, seed=1)
+    total = sum(t.gpu_request_milli for t in stream)
+    assert total <= 0.5 * capacity and total > 0.5 * capacity - 8000
+    assert not Counter(stream) - Counter(tasks)
+
+
+def test_typical_tasks_cover_95_percent(tasks):
+    typical = typical_tasks(tasks)
+    assert len(typical) == 35
+    assert (typical[0].cpu_milli, typical[0].num_gpu, typical[0].gpu_milli, typical[0].weight) == (
+        3152, 1, 810, 1047)
+    covered = sum(t.weight for t in typical)
+    assert covered >= 0.95 * len(tasks) > covered - typical[-1].weight
+    assert any(t.num_gpu == 0 for t in typical)  # CPU-only shapes are included

@@ -1,0 +1,26 @@
+"""The fleet benchmark's workload and a small run (numbers are measured, not asserted)."""
+
+from collections import Counter
+
+from replay.fleet_bench import fleet_nodes, job_queue, run, typical_of
+
+
+def test_fleet_shape_and_job_mix():
+    nodes = fleet_nodes()
+    assert len(nodes) == 500 and sum(len(n.gpus) for n in nodes) == 4000
+    assert all(len({g.clique for g in n.gpus}) == 1 for n in nodes)
+    assert Counter(n.gpus[0].sharing for n in nodes) == {"exclusive": 400, "mps": 50, "mig": 50}
+    queue = job_queue(10_000)
+    kinds = Counter(g.member.kind for g, _ in queue)
+    assert set(kinds) == {"whole", "milli", "mig", "cpu"}
+    gangs = [g.replicas for g, _ in queue if g.replicas > 1]
+    assert min(gangs) == 2 and max(gangs) == 32
+    assert typical_of(queue)[0].weight >= typical_of(queue)[-1].weight
+
+
+def test_small_run_places_and_explains():
+    report = run(["bestfit", "default"], n_nodes=40, n_jobs=400)
+    for r in report.results:
+        assert r.decisions == 400 and 0 < r.placed < 400
+        assert sum(r.reasons.values()) == 400 - r.placed
+        assert r.p99_ms >= r.p50_ms > 0

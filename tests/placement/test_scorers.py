@@ -1,0 +1,97 @@
+"""Scorer definitions: the fragmentation measure, FGD's score, best-fit, default."""
+
+import math
+
+import pytest
+
+from services.placement import Fleet, Fragmentation, Placement, TypicalTask
+from services.placement.scorers import frag_delta_scores
+
+from .helpers import gang, node
+
+
+def test_fragmentation_matches_the_definition_by_hand():
+    # one 4-GPU node; free milli 1000, 500, 200, 0; free CPU 10 cores
+    tasks = (
+        TypicalTask(0, 0, 0, weight=1),          # CPU-only: all idle GPU counts: 1700
+        TypicalTask(4000, 1, 600, weight=2),     # fits GPU 0; GPUs below 600: 500+200 = 700
+        TypicalTask(20_000, 1, 100, weight=1),   # not enough CPU: all idle: 1700
+        TypicalTask(1000, 2, 1000, weight=1),    # needs 2 whole GPUs, 1 free: 1700
+    )
+    frag = Fragmentation(tasks)
+    n = Fleet([node("n", gpus=4, sharing="mps", cpu=10_000)]).node_state("n")
+    free = [1000, 500, 200, 0]
+    assert frag.node_frag(n.frag_layout, 10_000, free) == 1700 + 2 * 700 + 1700 + 1700
+    assert frag.total_weight == 5
+
+
+def test_score_is_the_paper_sigmoid_on_integers():
+    frag = Fragmentation((TypicalTask(0, 1, 500, weight=3),))
+    for delta in (-9000, -1200, -37, 0, 1, 40, 999, 4000, 30000):
+        scaled = delta * 3
+        assert frag.score(scaled) == math.floor(100 / (1 + math.exp(-delta / 1000)))
+        assert frag.score(scaled) == frag.score_exact(scaled)
+
+
+def test_fgd_prefers_the_gpu_that_adds_least_fragmentation():
+    # typical task: 500 milli shares. A 500 share on a half-used GPU fills it exactly;
+    # on an empty GPU it leaves 500, still usable. A 300 share on the half-used GPU would
+    # leave 200 (unusable for 500): fragmentation +200, so FGD puts it on the empty GPU.
+    f = Fleet([node("n", gpus=2, sharing="mps")],
+              typical_tasks=(TypicalTask(0, 1, 500, weight=1),))
+    half = gang("h", gpu_milli=500)
+    p = f.place(half, "fgd")
+    f.allocate("h", "t", p, half)
+    used = p.members[0].gpus[0]
+    assert f.place(gang("x", gpu_milli=300), "fgd").members[0].gpus != (used,)
+    assert f.place(gang("y", gpu_milli=500), "fgd").members[0].gpus == (used,)
+    deltas = {opt[0]: d for d, _, opt in frag_delta_scores(
+        f._frag, f.node_state("n"), gang("x", gpu_milli=300).member, [((0,), None), ((1,), None)])}
+    assert deltas[(used,)] < deltas[(1 - used,)]
+
+
+def test_bestfit_takes_tightest_node_and_gpu():
+    f = Fleet([node("big", gpus=8, sharing="mps"), node("small", gpus=2, sharing="mps", cpu=16_000)])
+    g = gang("g", gpu_milli=400, cpu_milli=1000)
+    assert f.place(g, "bestfit").members[0].node == "small"
+    f.allocate("a", "t", Placement((f.place(gang("a", gpu_milli=700), "bestfit").members[0],)),
+               gang("a", gpu_milli=700))
+    # a 300 share now fits exactly on the 700-used GPU
+    p = f.place(gang("b", gpu_milli=300), "bestfit")
+    assert p.members[0].gpus == f.allocation("a").placement.members[0].gpus
+
+
+def test_default_avoids_stranding_gpus_behind_exhausted_cpu():
+    # Two identical nodes with 2 GPUs; the workload needs 8 cores per GPU. A CPU-only task
+    # of 12 cores leaves 4 cores on one node (its GPUs are stranded). Default sends it to
+    # the node whose GPUs are already busy; FGD is indifferent (ties by node order).
+    typical = (TypicalTask(8000, 1, 1000, weight=1),)
+    f = Fleet([node("idle", gpus=2, sharing="mps", cpu=16_000),
+               node("busy", gpus=2, sharing="mps", cpu=16_000)],
+              typical_tasks=typical, node_order=["idle", "busy"])
+    busy = gang("b", gpus=2)
+    f.allocate("b", "t", f.place(busy, "bestfit", exclude=["idle"]), busy)
+    cpu_task = gang("c", cpu_milli=12_000)
+    assert f.place(cpu_task, "default").members[0].node == "busy"
+
+
+@pytest.mark.parametrize("policy", ["bestfit", "packing", "fgd", "default"])
+def test_cached_scores_equal_fresh_scores(policy):
+    # Same decisions from a long-lived fleet (incremental caches) and from a fleet
+    # rebuilt from scratch before every query.
+    specs = [node(f"n{i}", gpus=4, sharing="mps", cpu=32_000, clique_size=2) for i in range(5)]
+    shapes = [dict(gpu_milli=300, cpu_milli=2000), dict(gpus=2, cpu_milli=8000),
+              dict(gpu_milli=700, cpu_milli=6000), dict(cpu_milli=5000), dict(gpus=1)]
+    live = Fleet(specs)
+    for k in range(30):
+        g = gang(f"j{k}", **shapes[k % len(shapes)])
+        fresh = Fleet(specs)
+        for a in live.allocation_ids():
+            al = live.allocation(a)
+            fresh.allocate(a, al.tenant, al.placement, al.request)
+        p = live.place(g, policy)
+        assert fresh.place(g, policy) == p
+        if isinstance(p, Placement):
+            live.allocate(g.job_id, g.tenant, p, g)
+        if k % 7 == 6:
+            live.release(live.allocation_ids()[0])
