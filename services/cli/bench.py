@@ -121,3 +121,31 @@ def fleet(
 
 if __name__ == "__main__":
     bench_app()
+
+
+@bench_app.command("projector")
+def projector_bench(
+    events: int = typer.Option(200_000, "--events", help="Events for the sustained-rate measurement."),
+    rebuild: int = typer.Option(1_000_000, "--rebuild", help="Events for the rebuild measurement."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result here."),
+) -> None:
+    """Projector speed: sustained events/s into DuckDB and the rebuild time of a large log."""
+    import json
+
+    from projections.bench import run
+
+    result = run(sustained_events=events, rebuild_events=rebuild,
+                 progress=None if json_out else (lambda m: typer.echo(m, err=True)))
+    text = json.dumps(result, indent=2)
+    if json_out is not None:
+        json_out.write_text(text)
+    typer.echo(text)
+
+
+def _mount_latency() -> None:
+    from replay.latency_bench import latency
+
+    bench_app.command("latency")(latency)
+
+
+_mount_latency()
