@@ -11,9 +11,7 @@ from events import Event, InvalidId, JobAdmitted, JobRejected, validate_tenant, 
 from events.specs import JobSpec
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
-from services.domain.placement_adapter import gang_request_for
 from services.domain.shapes import FleetSummary, shape_problem, summarize
-from services.placement import Unplaceable
 
 
 class Rejection(Exception):
@@ -77,14 +75,10 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
         raise Rejection(
             "UnknownPriorityClass", f"priority class {spec.priority_class!r} is not configured (known: {known})"
         )
-    problem = shape_problem(spec, fleet)
+    problem = shape_problem(spec, fleet, cls.allow_timeslice)
     if problem is not None:
         reason, message, details = problem
         raise Rejection(reason, message, **details)
-    if state.nodes:
-        probe = state.fleet.place(gang_request_for(spec, cls.allow_timeslice), state.config.policy.placement_policy)
-        if isinstance(probe, Unplaceable) and probe.reason == "Unschedulable":
-            raise Rejection("Unschedulable", probe.message, **probe.details)
     if not cls.preemptible:
         guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
         need = spec.resources.gpu_milli_total() * spec.members_min()

@@ -390,8 +390,9 @@ class Ledger:
         job.progress_ms = e.progress_ms
         if e.reason == "Cancelled" or job.cancel_requested:
             job.state, job.finished_ms = "cancelled", e.occurred_at_ms
-        else:
-            job.state = "evicted"
+        else:  # requeued at once, so the order of GangEvicted/GangRequeued never matters
+            job.state, job.pending_since_ms = "pending", e.occurred_at_ms
+            self._enqueue(e.job_id)
             job.preemptions.append(
                 PreemptionRecord(
                     at_ms=rec.preemption.occurred_at_ms if rec.preemption else e.occurred_at_ms,
@@ -405,10 +406,8 @@ class Ledger:
 
     def _requeued(self, e: ev.GangRequeued) -> None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "evicted":
-            return
-        job.state, job.resume_step, job.pending_since_ms = "pending", e.resume_step, e.occurred_at_ms
-        self._enqueue(e.job_id)
+        if job is not None and job.state not in TERMINAL:
+            job.resume_step = e.resume_step
 
     def _completed(self, e: ev.GangCompleted) -> None:
         self._release(e.allocation_id, e.occurred_at_ms)

@@ -28,14 +28,19 @@ class FleetSummary:
     """(model, GPU memory) -> most non-MIG GPUs of that kind in one NVLink clique."""
     mig: frozenset[tuple[str, int]]
     """(model, GPU memory) kinds with MIG-enabled GPUs."""
+    shared: frozenset[tuple[str, int, str]]
+    """(model, GPU memory, sharing) kinds of GPUs that take fractions (`mps`, `timeslice`)."""
 
 
 def summarize(nodes: Iterable[Any]) -> FleetSummary:
     nodes = [n for n in nodes if not n.lost]
     cliques: Counter = Counter()
     mig: set[tuple[str, int]] = set()
+    shared: set[tuple[str, int, str]] = set()
     for n in nodes:
         for g in n.info.gpus:
+            if g.sharing in ("mps", "timeslice"):
+                shared.add((g.model, g.memory_mib, g.sharing))
             if g.sharing == "mig":
                 mig.add((g.model, g.memory_mib))
             else:
@@ -49,14 +54,15 @@ def summarize(nodes: Iterable[Any]) -> FleetSummary:
         max_memory_mib=max((n.info.memory_mib for n in nodes), default=0),
         largest_clique=largest,
         mig=frozenset(mig),
+        shared=frozenset(shared),
     )
 
 
-def shape_problem(spec: JobSpec, fleet: FleetSummary) -> Problem | None:
+def shape_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool = False) -> Problem | None:
     problem = _form_problem(spec)
     if problem is not None:
         return problem
-    return _fleet_problem(spec, fleet) if fleet.nodes else None
+    return _fleet_problem(spec, fleet, allow_timeslice) if fleet.nodes else None
 
 
 def _form_problem(spec: JobSpec) -> Problem | None:
@@ -83,7 +89,7 @@ def _form_problem(spec: JobSpec) -> Problem | None:
     return None
 
 
-def _fleet_problem(spec: JobSpec, fleet: FleetSummary) -> Problem | None:
+def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) -> Problem | None:
     r = spec.resources
     models = set(r.gpu_models)
     kinds = set(fleet.largest_clique) | fleet.mig
@@ -108,6 +114,17 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary) -> Problem | None:
                 f"needs {r.gpus} GPUs in one NVLink clique; largest clique in the fleet has {largest}",
                 {"largest_clique": largest},
             )
+    if r.gpu_milli and not any(
+        usable((model, memory)) and (sharing == "mps" or allow_timeslice)
+        for model, memory, sharing in fleet.shared
+    ):
+        return (
+            "Unschedulable",
+            f"a {r.gpu_milli}m GPU share needs an mps GPU"
+            + (" or a timeslice GPU" if allow_timeslice else " (timeslice GPUs are for classes that allow them)")
+            + "; the fleet has none matching",
+            {},
+        )
     if r.mig_profile and not any(usable(kind) for kind in fleet.mig):
         return ("MIGProfileUnavailable", f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet", {})
     if (r.gpu_milli or r.gpus) and not any(usable(kind) for kind in kinds):

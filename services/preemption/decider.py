@@ -28,6 +28,8 @@ class Preemption(LedgerService):
     name = "preemption"
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
+            return []  # nobody is blocked on capacity: nothing to plan
         queue = ordered_pending(state, now_ms)
         outlook = Outlook(state, now_ms)
         try:

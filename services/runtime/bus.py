@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
@@ -210,6 +211,29 @@ class Bus:
             events.subject_for(event), events.encode(event), headers=headers
         )
         return ack.seq
+
+    async def publish_many(self, batch: list[events.Event]) -> list[int | BaseException]:
+        """Publish a decision's events back to back (written in order on one connection, so
+        the stream keeps their order) and then await every acknowledgement; per event its
+        stream seq (the original for a duplicate) or the error it met."""
+        futures: list[asyncio.Future | BaseException] = []
+        for event in batch:
+            try:
+                headers = {MSG_ID: event.event_id} if event.event_id else None
+                futures.append(await self.js.publish_async(
+                    events.subject_for(event), events.encode(event), headers=headers))
+            except Exception as err:  # noqa: BLE001 - reported per event to the caller
+                futures.append(err)
+        out: list[int | BaseException] = []
+        for f in futures:
+            if isinstance(f, BaseException):
+                out.append(f)
+                continue
+            try:
+                out.append((await f).seq)
+            except Exception as err:  # noqa: BLE001
+                out.append(err)
+        return out
 
     async def publish_raw(self, subject: str, data: bytes, *, msg_id: str | None = None) -> int:
         """Publish bytes as they are (clients, tests); returns the stream seq."""

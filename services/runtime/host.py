@@ -267,18 +267,16 @@ class Host:
         seqs: list[int] = []
         new = duplicates = 0
         trouble = False
-        for event in out:
-            try:
-                seq = await self.bus.publish(event)
-            except (events.InvalidId, ValueError) as err:  # a decider bug: unroutable event
+        for event, seq in zip(out, await self.bus.publish_many(out), strict=True):
+            if isinstance(seq, (events.InvalidId, ValueError)):  # a decider bug: unroutable event
                 self.stats.publish_errors += 1
-                self.log.error("host.unpublishable", event=type(event).__name__, error=str(err))
+                self.log.error("host.unpublishable", event=type(event).__name__, error=str(seq))
                 continue
-            except _BUS_ERRORS as err:
+            if isinstance(seq, BaseException):
                 self.stats.publish_errors += 1
-                self.log.warning("host.publish_failed", event=type(event).__name__, error=repr(err))
+                self.log.warning("host.publish_failed", event=type(event).__name__, error=repr(seq))
                 trouble = True
-                break
+                continue
             seqs.append(seq)
             if seq > self._awaiting_seq:
                 self._awaiting_seq = seq
