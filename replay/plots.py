@@ -72,8 +72,12 @@ def allocation_plot(a: Summary, b: Summary, path: str | Path, labels: tuple[str,
         if s.utilisation:
             ux, uy, binned = step_series(s.utilisation, s.metrics["end_s"])
             mean = s.metrics["sm_activity_pct"]
-            ax.plot((ux - origin) / unit, uy, color=color, lw=1.0, ls="--", alpha=0.85,
-                    label=f"{label} SM activity (mean {mean:.1f}%)")
+            style = dict(color=color, lw=1.0, ls="--", alpha=0.85,
+                         label=f"{label} SM activity (mean {mean:.1f}%)")
+            if binned:
+                ax.plot((ux - origin) / unit, uy, **style)
+            else:
+                ax.step((ux - origin) / unit, uy, where="post", **style)
     peak = max([v for s in (a, b) for _, v in s.allocation + s.utilisation] or [100.0])
     ax.set_ylim(0, min(105.0, max(10.0, 1.15 * peak)))
     ax.set_xlabel(f"time since start ({unit_name})")
@@ -103,12 +107,14 @@ def wait_cdf_plot(a: Summary, b: Summary, path: str | Path, labels: tuple[str, s
             w = np.array(s.waits.get(cls, []), dtype=float)
             if not len(w):
                 continue
-            y = np.arange(1, len(w) + 1) / len(w)
+            n_jobs = len(w)
+            y = np.concatenate([[0.0], np.arange(1, n_jobs + 1) / n_jobs])
+            w = np.concatenate([[w[0]], w])
             x = np.maximum(w, floor) if log else w
             p50 = s.metrics["wait_s_p50_by_class"].get(cls)
             p99 = s.metrics["wait_s_p99_by_class"].get(cls)
             ax.step(x, y, where="post", color=color, lw=1.5,
-                    label=f"{label}: n={len(w)}, p50 {p50:.3g}s, p99 {p99:.3g}s")
+                    label=f"{label}: n={n_jobs}, p50 {p50:.3g}s, p99 {p99:.3g}s")
         if log:
             ax.set_xscale("log")
         elif not positive:
