@@ -140,8 +140,13 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
                 node_cap[name_] = cap
                 alloc_series.append((last_t / 1000, 100 * allocated / capacity if capacity else 0.0))
         elif isinstance(e, ev.FairShareUpdated):
-            tenants = [s.tenant for s in e.shares]
-            leaves = {x for x in tenants if not any(y.startswith(x + "/") for y in tenants)}
+            tenants = {s.tenant for s in e.shares}
+            parents: set[str] = set()
+            for path in tenants:
+                while "/" in path:
+                    path = path.rsplit("/", 1)[0]
+                    parents.add(path)
+            leaves = tenants - parents
             leaf_tenants |= leaves
             for tenant, share in fair.items():
                 entitled[tenant] += share * (last_t - fair_since)
@@ -157,7 +162,7 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
                 latest_sum += s.sm_active - latest_sm.get(key, 0.0)
                 latest_sm[key] = s.sm_active
             if latest_sm:
-                util_series.append((t / 1000, 100 * latest_sum / len(latest_sm)))
+                util_series.append((last_t / 1000, 100 * latest_sum / len(latest_sm)))
 
     for tenant, share in fair.items():
         entitled[tenant] += share * (last_t - fair_since)
