@@ -262,7 +262,8 @@ def compare(a: Summary, b: Summary) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- table rows
 
 
-def _dur(s: float | None) -> str:
+def human_duration(s: float | None) -> str:
+    """`42.0s`, `3.5m`, `2.1h`, `1.3d`; `n/a` for None."""
     if s is None:
         return "n/a"
     sign = "-" if s < 0 else ""
@@ -294,7 +295,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         out.append((label, f(va), f(vb), _signed(f(dv), dv)))
 
     def dur(label: str, va, vb, dv) -> None:
-        out.append((label, _dur(va), _dur(vb), _signed(_dur(dv), dv)))
+        out.append((label, human_duration(va), human_duration(vb), _signed(human_duration(dv), dv)))
 
     num("events", a["events"], b["events"], d["events"], "d")
     dur("span", a["end_s"] - a["start_s"], b["end_s"] - b["start_s"],

@@ -3,7 +3,7 @@
 - `allocation.png`: GPU allocation % over time for A and B on one chart (time-weighted means
   per bin when a series is long), with SM activity % dashed where the logs report it.
 - `wait_cdf.png`: one panel per SLO class, the empirical CDF of job wait times, A vs B
-  (log-scaled time axis when waits span orders of magnitude).
+  (symmetric-log time axis, linear below 1 s, when waits exceed 10 s).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from replay.compare import Summary  # noqa: E402
+from replay.compare import Summary, human_duration  # noqa: E402
 
 MAX_POINTS = 2000
 COLORS = ("#1f77b4", "#d62728")
@@ -100,24 +100,22 @@ def wait_cdf_plot(a: Summary, b: Summary, path: str | Path, labels: tuple[str, s
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 4.0 * rows_), dpi=110, squeeze=False)
     for i, cls in enumerate(classes):
         ax = axes[i // cols][i % cols]
-        positive = [w for s in (a, b) for w in s.waits.get(cls, []) if w > 0]
-        log = bool(positive) and max(positive) / max(min(positive), 1e-3) > 100
-        floor = min(positive) / 2 if positive else 0.1
+        top = max([w for s in (a, b) for w in s.waits.get(cls, [])] or [0.0])
         for s, label, color in zip((a, b), labels, COLORS, strict=True):
             w = np.array(s.waits.get(cls, []), dtype=float)
             if not len(w):
                 continue
             n_jobs = len(w)
             y = np.concatenate([[0.0], np.arange(1, n_jobs + 1) / n_jobs])
-            w = np.concatenate([[w[0]], w])
-            x = np.maximum(w, floor) if log else w
-            p50 = s.metrics["wait_s_p50_by_class"].get(cls)
-            p99 = s.metrics["wait_s_p99_by_class"].get(cls)
+            x = np.concatenate([[w[0]], w])
+            p50 = human_duration(s.metrics["wait_s_p50_by_class"].get(cls))
+            p99 = human_duration(s.metrics["wait_s_p99_by_class"].get(cls))
             ax.step(x, y, where="post", color=color, lw=1.5,
-                    label=f"{label}: n={n_jobs}, p50 {p50:.3g}s, p99 {p99:.3g}s")
-        if log:
-            ax.set_xscale("log")
-        elif not positive:
+                    label=f"{label}: n={n_jobs}, p50 {p50}, p99 {p99}")
+        if top > 10:
+            ax.set_xscale("symlog", linthresh=1.0)  # linear below 1 s (many zero waits), log above
+            ax.set_xlim(left=0)
+        elif top == 0:
             ax.set_xlim(-0.05, 1.0)
         ax.set_ylim(0, 1.02)
         ax.set_title(f"wait-time CDF: {cls}")
