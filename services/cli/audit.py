@@ -711,8 +711,11 @@ def project_command(
         )
 
 
-def register(app: typer.Typer) -> None:
-    """Add `sql`, `why`, `jobs`, `nodes`, `tenants` and `project` to the main app."""
+def register(app: typer.Typer, nodes: bool = True) -> None:
+    """Add `sql`, `why`, `jobs`, `nodes`, `tenants` and `project` to an app (the main app
+    has a `nodes` group of its own, whose default is `nodes_command`)."""
+    if nodes:
+        app.command("nodes")(nodes_command)
     app.command("sql")(sql_command)
     app.command("why")(why_command)
     app.command("jobs")(jobs_command)

@@ -81,7 +81,8 @@ from services.cli import audit as _audit  # noqa: E402
 from services.cli import live as _live  # noqa: E402,F401
 from services.cli import nodes as _nodes  # noqa: E402,F401
 from services.cli import whatif as _whatif  # noqa: E402,F401
+from services.cli import whatif_io as _whatif_io  # noqa: E402,F401
 from services.cli.bench import bench_app  # noqa: E402
 
-_audit.register(app)
+_audit.register(app, nodes=False)
 app.add_typer(bench_app, name="bench")

@@ -188,9 +188,6 @@ pend,1000,1024,1,300,BE,30,90,
     assert jobs["pend"].finished_ms == 90_000  # ran from 30 s until the user deleted it
 
 
-@pytest.mark.xfail(strict=True, reason="admission's shape check (services/domain/shapes.py) counts "
-                   "only exclusive GPUs for whole-GPU cliques, while placement may take an idle "
-                   "mps GPU whole: whole-GPU openb pods are rejected TopologyUnsatisfiable")
 def test_replay_of_whole_gpu_pods_on_mps_gpus(tmp_path):
     imp = import_openb(write(tmp_path, "pods.csv", PODS), write(tmp_path, "nodes.csv", NODES))
     sim = _replay(imp)
