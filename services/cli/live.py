@@ -166,6 +166,7 @@ def run(
     real: bool = typer.Option(False, "--real", help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config)."),
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
+    leader_lease: float | None = typer.Option(None, "--leader-lease", help="Run as one of several replicas: decide only while holding the service's leader lease (TTL seconds)."),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
     from services.roles import UnknownRole, build
@@ -180,7 +181,7 @@ def run(
                         work_dir=None if work_dir is None else str(work_dir))
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
-    serve(service, nats_url)
+    serve(service, nats_url, lease_ttl_s=leader_lease)
 
 
 def serve_projector(url: str, data: Path) -> None:

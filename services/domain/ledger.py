@@ -160,6 +160,10 @@ class Ledger:
     for a job; valid while the version is unchanged and before retry_at_ms (when a time-bound
     exclusion such as a minimum runtime lapses)."""
     last_seq: int = 0
+    leader_epochs: dict[str, int] = field(default_factory=dict)
+    """Highest leader epoch seen per service role."""
+    stale_decisions: int = 0
+    """Decisions ignored because a newer leader of their service had already decided."""
     dead_letters: int = 0
     placement_memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
     """Cache of the last failed placement per job, valid while `capacity_version` is unchanged
@@ -168,8 +172,15 @@ class Ledger:
     # ------------------------------------------------------------------ evolve
 
     def apply(self, seq: int, event: ev.Event) -> Ledger:
-        """Fold one event (stream sequence `seq`)."""
+        """Fold one event (stream sequence `seq`). A decision carrying a leader epoch older
+        than one already seen from its service is ignored: it comes from a deposed leader."""
         self.last_seq = max(self.last_seq, seq)
+        if isinstance(event, ev.Decision) and event.leader_epoch:
+            role = event.producer.partition("/")[0]
+            if event.leader_epoch < self.leader_epochs.get(role, 0):
+                self.stale_decisions += 1
+                return self
+            self.leader_epochs[role] = event.leader_epoch
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)

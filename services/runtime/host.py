@@ -256,6 +256,8 @@ class Host:
         """Decide once; True if something new landed in the log, None on bus trouble."""
         now = self.clock()
         self.stats.decide_calls += 1
+        if self.leader_epoch is not None and hasattr(self.service, "leader_epoch"):
+            self.service.leader_epoch = self.leader_epoch  # stamped on every decision
         try:
             out = list(self.service.decide(self.state, now))
         except Exception:  # a decider bug: keep folding, retry on the next message or wakeup

@@ -85,3 +85,16 @@ def test_a_silent_node_is_declared_lost_and_its_gang_requeued_whole():
     assert out[0].reason == "NodeLost"
     fold(ledger, out)
     assert ledger.jobs["j"].state == "pending" and ledger.fleet.free_gpus() == 8
+
+
+def test_a_decision_from_a_deposed_leader_is_ignored():
+    ledger = admitted(submitted(id="j", tenant="a", gpus=8))
+    new_leader = Scheduler(leader_epoch=7)
+    old_leader = Scheduler(leader_epoch=3)
+    (placed,) = new_leader.decide(ledger, 10)
+    fold(ledger, [placed])
+    stale = ev.GangCompleted(job_id="j", allocation_id="j#1", producer="scheduler/1", leader_epoch=3,
+                             event_id="stale")
+    assert old_leader.leader_epoch < placed.leader_epoch
+    fold(ledger, [stale])
+    assert ledger.jobs["j"].state == "running" and ledger.stale_decisions == 1
