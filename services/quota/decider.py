@@ -23,18 +23,19 @@ class Quota(LedgerService):
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
         self._capacity = (-1, 0)  # memo: (nodes_version, capacity in milli-GPUs)
+        self._shares: tuple = (None, {})  # memo: ((capacity, config digest, demand), shares)
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not state.config.tenants:
             return []
         if self._capacity[0] != state.nodes_version:
             self._capacity = (state.nodes_version, state.fleet.capacity_gpus() * 1000)
-        shares = fair_shares(
-            state.config.tenants,
-            self._capacity[1],
-            state.tenant_gpu_milli,
-            demand_by_tenant(state),
-        )
+        demand = demand_by_tenant(state)
+        key = (self._capacity[1], state.config.digest, tuple(sorted(demand.items())),
+               tuple(sorted(state.tenant_gpu_milli.items())))
+        if self._shares[0] != key:  # a pure function of these: recompute only when they change
+            self._shares = (key, fair_shares(state.config.tenants, self._capacity[1], state.tenant_gpu_milli, demand))
+        shares = self._shares[1]
         current = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()}
         last = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in state.fair_shares.items()}
         if current == last:
