@@ -21,9 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -68,36 +65,13 @@ def _job(job_id: str, duration_s: int | None) -> ev.JobSubmitted:
                  correlation_id=job_id, job=spec)
 
 
-class _Procs:
-    def __init__(self, url: str, config: Path, logs: Path, profile_dir: Path | None) -> None:
-        self.url, self.config, self.logs, self.profile_dir = url, config, logs, profile_dir
-        self.procs: list[subprocess.Popen] = []
-
-    def spawn(self, role: str) -> None:
-        cmd = [sys.executable]
-        if self.profile_dir is not None:
-            cmd += ["-m", "cProfile", "-o", str(self.profile_dir / f"{role}.prof")]
-        cmd += ["-m", "services.cli", "run", role, "--nats-url", self.url, "--config", str(self.config)]
-        out = open(self.logs / f"{role}.log", "ab")  # noqa: SIM115
-        env = {**os.environ, "GPULEDGER_LOG_LEVEL": "warning", "GPULEDGER_LOG_JSON": "1"}
-        self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
-
-    def close(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
 async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: Path,
                  profile_dir: Path | None, progress) -> dict[str, Any]:
     from services.cli.live import publish_config
     from services.roles import CONTROL_PLANE
     from services.runtime.bus import Bus
     from services.runtime.nats_server import EmbeddedNats
+    from services.runtime.processes import ServiceProcesses
 
     doc = cluster_doc(nodes)
     config = work / "cluster.yaml"
@@ -106,9 +80,10 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
         bus = await Bus.connect(server.url, name="gpuledger-bench")
         await bus.ensure_stream()
         await publish_config(server.url, doc)
-        procs = _Procs(server.url, config, work, profile_dir)
+        procs = ServiceProcesses(server.url, config=config, log_dir=work, profile_dir=profile_dir,
+                                 env={"GPULEDGER_LOG_LEVEL": "warning"})
         for role in (*CONTROL_PLANE, "node-agent"):
-            procs.spawn(role)
+            procs.start(role)
         placed_at: dict[str, float] = {}
         registered: set[str] = set()
         events_seen = 0
@@ -205,7 +180,7 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
                 await watcher
             await follower.close()
             await bus.close()
-            procs.close()
+            procs.stop(timeout_s=30)
 
 
 def run_latency_bench(rate: float = 100.0, duration_s: float = 30.0, burst: int = 10_000,

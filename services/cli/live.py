@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -85,7 +84,7 @@ class Cluster:
         self.url, self.config, self.doc, self.processes = url, config, doc, processes
         self.data = data
         """Where the projector keeps projection.duckdb (None: no projector)."""
-        self.children: list[subprocess.Popen] = []
+        self.children = None  # ServiceProcesses with --processes
         self.tasks: list[asyncio.Task] = []
         self.stop = asyncio.Event()
 
@@ -94,12 +93,15 @@ class Cluster:
         from services.runtime.host import run_service
 
         if self.processes:
+            from services.runtime.processes import ServiceProcesses
+
+            self.children = ServiceProcesses(self.url, config=self.config)
             for role in CONTROL_PLANE:
-                self.children.append(spawn(role, self.url, self.config))
+                self.children.start(role)
             for node in self._nodes():
-                self.children.append(spawn("node-agent", self.url, self.config, node=node))
+                self.children.start("node-agent", "--node", node, name=node)
             if self.data is not None:
-                self.children.append(spawn("projector", self.url, None, data=self.data))
+                self.children.start("projector", "--data", str(self.data))
             return
         if self.data is not None:
             from projections.nats_source import run_projector
@@ -123,25 +125,8 @@ class Cluster:
         for t in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(t, 10)
-        for p in self.children:
-            p.terminate()
-        for p in self.children:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def spawn(role: str, url: str, config: Path | None, node: str | None = None,
-          data: Path | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "services.cli", "run", role, "--nats-url", url]
-    if config is not None:
-        cmd += ["--config", str(config)]
-    if node is not None:
-        cmd += ["--node", node]
-    if data is not None:
-        cmd += ["--data", str(data)]
-    return subprocess.Popen(cmd, env={**os.environ, "GPULEDGER_LOG_JSON": os.environ.get("GPULEDGER_LOG_JSON", "1")})
+        if self.children is not None:
+            self.children.stop()
 
 
 def embedded(data: Path | None, keep: bool):

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from services.node_agent.executor import MemberRecord
 from services.roles import CONTROL_PLANE
 from services.runtime.bus import Bus
 from services.runtime.nats_server import EmbeddedNats
+from services.runtime.processes import ServiceProcesses
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,32 +52,24 @@ class LiveCluster:
         self.config = tmp / "cluster.yaml"
         self.config.write_text(yaml.safe_dump(doc))
         self.work = tmp / "work"
-        self.procs: dict[str, subprocess.Popen] = {}
         self.server = EmbeddedNats()
+        self.procs: ServiceProcesses | None = None
 
-    def spawn(self, key: str, *args: str) -> None:
-        out = open(self.tmp / f"{key}.log", "ab")  # noqa: SIM115
-        self.procs[key] = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "run", *args, "--nats-url", self.server.url,
-             "--config", str(self.config)],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "GPULEDGER_LOG_JSON": "1", "PYTHONPATH": str(ROOT)},
-        )
+    def spawn(self, key: str, role: str, *args: str) -> None:
+        if self.procs is None:
+            self.procs = ServiceProcesses(self.server.url, config=self.config, log_dir=self.tmp,
+                                          env={"PYTHONPATH": str(ROOT)})
+        self.procs.start(role, *args, name=key)
 
     def agent(self, node: str) -> None:
         self.spawn(f"agent-{node}", "node-agent", "--real", "--node", node, "--work-dir", str(self.work))
 
     def stop(self, key: str) -> None:
-        p = self.procs.pop(key)
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        self.procs.stop(key)
 
     def close(self) -> None:
-        for key in list(self.procs):
-            self.stop(key)
+        if self.procs is not None:
+            self.procs.stop()
         for record in self.work.glob("*/state/*.json"):  # members outlive agents by design
             with contextlib.suppress(Exception):
                 pid = msgspec.json.decode(record.read_bytes(), type=MemberRecord).pid
@@ -86,7 +78,7 @@ class LiveCluster:
         self.server.stop()
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.tmp.glob("*.log")))
+        return self.procs.logs() if self.procs is not None else ""
 
 
 @pytest.fixture
