@@ -21,6 +21,19 @@ import events as ev
 from services.cli.main import app, fail
 
 DEFAULT_DATA = Path(".gpuledger")
+URL_FILE = "nats-url"
+NATS_URL_HELP = "NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger)."
+
+
+def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
+    """The NATS URL to use: the given one, else the embedded server `gpuledger up` recorded."""
+    if url:
+        return url
+    recorded = data / URL_FILE
+    if recorded.exists():
+        return recorded.read_text().strip()
+    fail(f"no NATS server: pass --nats-url (or set GPULEDGER_NATS_URL), or start `gpuledger up` here "
+         f"(it records its URL in {recorded})", 2)
 
 
 def read_doc(path: Path | None) -> dict[str, Any]:
@@ -145,7 +158,7 @@ def embedded(data: Path | None, keep: bool):
 @app.command()
 def run(
     role: str = typer.Argument(..., help="admission | quota | scheduler | preemption | node-agent | projector"),
-    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL."),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
     config: Path | None = typer.Option(None, "--config", help="Cluster configuration (node agents read their nodes here)."),
     node: str | None = typer.Option(None, "--node", help="Node agent: the node to simulate (with --real: this node's name)."),
     real: bool = typer.Option(False, "--real", help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config)."),
@@ -157,6 +170,7 @@ def run(
     from services.roles import UnknownRole, build
     from services.runtime.host import serve
 
+    nats_url = resolve_url(nats_url)
     if role == "projector":
         serve_projector(nats_url, data)
         return
@@ -192,13 +206,13 @@ def serve_projector(url: str, data: Path) -> None:
 @app.command()
 def apply(
     config: Path = typer.Argument(..., help="Configuration YAML (tenants, priority classes, policy)."),
-    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
     from services.domain.configfile import ConfigFileError
 
     try:
-        n = asyncio.run(publish_config(nats_url, read_doc(config)))
+        n = asyncio.run(publish_config(resolve_url(nats_url), read_doc(config)))
     except ConfigFileError as exc:
         fail(str(exc), 2)
     typer.echo(f"published {n} configuration events")
@@ -218,30 +232,39 @@ def up(
     doc = read_doc(config)
 
     async def main() -> None:
+        import signal
+
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         server = None
         url = nats_url
         if url is None:
             server = embedded(data, keep=True).start()
             url = server.url
-        typer.echo(f"gpuledger up: NATS at {url}  (Ctrl-C to stop)", err=True)
-        await publish_config(url, doc)
-        cluster = Cluster(url, config, doc, processes, data=data)
-        await cluster.start()
+            (data / URL_FILE).write_text(url + "\n")
+        typer.echo(f"gpuledger up: NATS at {url}; projection in {data / 'projection.duckdb'} "
+                   "(Ctrl-C to stop)", err=True)
         try:
-            await asyncio.Event().wait()
+            await publish_config(url, doc)
+            cluster = Cluster(url, config, doc, processes, data=data)
+            await cluster.start()
+            try:
+                await stop.wait()
+            finally:
+                await cluster.close()
         finally:
-            await cluster.close()
             if server is not None:
+                (data / URL_FILE).unlink(missing_ok=True)
                 server.stop()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    asyncio.run(main())
 
 
 @app.command()
 def submit(
     file: Path = typer.Argument(..., help="Job YAML/JSON file, or - for standard input."),
-    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
     wait: bool = typer.Option(False, "--wait", help="Wait for the admission decision; exit 1 on rejection."),
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
 ) -> None:
@@ -257,8 +280,10 @@ def submit(
     except (JobFileError, ev.InvalidId) as exc:
         fail(str(exc), 2)
 
+    url = resolve_url(nats_url)
+
     async def main() -> int:
-        bus = await _bus(nats_url)
+        bus = await _bus(url)
         try:
             try:
                 seq = await bus.create_once(event)
@@ -291,7 +316,7 @@ def submit(
 def cancel(
     job_id: str = typer.Argument(...),
     tenant: str = typer.Option(..., "--tenant"),
-    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
 ) -> None:
     """Publish JobCancelled."""
     from services.domain.stamp import stamp
@@ -299,8 +324,10 @@ def cancel(
     event = stamp(ev.JobCancelled, key=job_id, producer="cli", now_ms=time.time_ns() // 1_000_000,
                   correlation_id=job_id, job_id=job_id, tenant=tenant)
 
+    url = resolve_url(nats_url)
+
     async def main() -> None:
-        bus = await _bus(nats_url)
+        bus = await _bus(url)
         try:
             await bus.publish(event)
         finally:

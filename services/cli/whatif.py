@@ -48,7 +48,7 @@ def _parse_time(value: str | None) -> int | None:
 @app.command()
 def export(
     out: Path = typer.Option(..., "--out", help="FILE.jsonl or FILE.parquet"),
-    nats_url: str = typer.Option(..., "--nats-url", envvar="GPULEDGER_NATS_URL"),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL (default: the one `gpuledger up` runs here)."),
     since: str | None = typer.Option(None, help="Only events at or after (epoch ms or ISO time)."),
     until: str | None = typer.Option(None, help="Only events at or before (epoch ms or ISO time)."),
 ) -> None:
@@ -58,8 +58,12 @@ def export(
 
     skipped: list[int] = []
 
+    from services.cli.live import resolve_url
+
+    url = resolve_url(nats_url)
+
     async def main() -> list:
-        bus = await Bus.connect(nats_url, name="gpuledger-export")
+        bus = await Bus.connect(url, name="gpuledger-export")
         try:
             total = await bus.last_seq()
             rows = []

@@ -12,10 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def cli(*args: str, check: bool = False, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, check: bool = False, timeout: float = 60, stdin: str | None = None,
+        cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "services.cli", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=check, input=stdin,
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, check=check, input=stdin,
     )
 
 

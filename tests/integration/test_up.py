@@ -1,0 +1,53 @@
+"""`gpuledger up` as an operator runs it: one terminal runs the scheduler, another submits
+jobs (finding the embedded NATS by itself) and reads them back with `jobs` and `why`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.cluster import EXAMPLES, ROOT, cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
+    up = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up", "--config", str(EXAMPLES / "three-jobs.yaml")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
+    )
+    url_file = tmp_path / ".gpuledger" / "nats-url"
+    try:
+        deadline = time.monotonic() + 30
+        while not url_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert url_file.exists(), "up did not record its NATS URL"
+        (tmp_path / "job.yaml").write_text("id: first\ntenant: team-a\ngpus: 4\nduration: 1\n")
+        (tmp_path / "bad.yaml").write_text("id: second\ntenant: team-z\ngpus: 1\n")
+        ok = cli("submit", "job.yaml", "--wait", cwd=tmp_path)
+        bad = cli("submit", "bad.yaml", "--wait", cwd=tmp_path)
+        assert ok.returncode == 0 and "admitted first" in ok.stdout, ok.stderr
+        assert bad.returncode == 1 and "UnknownTenant" in bad.stderr
+
+        rows: dict = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            out = cli("jobs", "-o", "json", cwd=tmp_path)
+            if out.returncode == 0:
+                rows = {j["job_id"]: j["state"] for j in json.loads(out.stdout)}
+                if rows.get("first") == "completed":
+                    break
+            time.sleep(0.5)
+        assert rows == {"first": "completed", "second": "rejected"}
+        why = cli("why", "second", cwd=tmp_path)
+        assert why.returncode == 0 and "UnknownTenant" in why.stdout
+    finally:
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(30)
+    assert code == 0, up.stdout.read().decode()[-2000:]
+    assert not url_file.exists()
