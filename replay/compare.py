@@ -221,20 +221,20 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
 
 
 def load(path: str | Path) -> Summary:
-    """Summarize a JSONL log file."""
-    from replay.logio import LogFormatError, read_log
+    """Summarize a log: JSONL, Parquet, or the log a DuckDB projection recorded."""
+    import duckdb
+
+    from replay.export import read_any
+    from replay.logio import LogFormatError
 
     p = Path(path)
-    if p.suffix == ".duckdb":
-        raise CompareError(f"{p}: DuckDB projections are not supported yet; compare the JSONL logs "
-                           "(`gpuledger export --out FILE.jsonl`)")
     if not p.is_file():
         raise CompareError(f"{p}: no such log file")
     try:
-        return summarize(read_log(p), name=str(p))
-    except LogFormatError as exc:
+        return summarize(read_any(p), name=str(p))
+    except (LogFormatError, ev.UndecodableEvent) as exc:
         raise CompareError(str(exc)) from exc
-    except OSError as exc:
+    except (OSError, duckdb.Error) as exc:
         raise CompareError(f"{p}: {exc}") from exc
 
 

@@ -1,5 +1,6 @@
-"""Export the live stream to a file: JSONL (the log format) or Parquet (one row per message,
-the event as JSON text plus its envelope columns)."""
+"""Logs as files: export the live stream to JSONL (the log format) or Parquet (one row per
+message, the event as JSON text plus its envelope columns); read any of them, or the log a
+DuckDB projection recorded."""
 
 from __future__ import annotations
 
@@ -54,6 +55,22 @@ def read_parquet(path: str | Path):
         yield seq, subject, ev.decode(raw)
 
 
+def read_projection(path: str | Path):
+    """The log as a DuckDB projection recorded it (its `events` table keeps every message's
+    canonical JSON); undecodable messages are left out as they are in exports."""
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT seq, subject, payload::VARCHAR FROM events WHERE type <> 'Undecodable' ORDER BY seq"
+        ).fetchall()
+    finally:
+        con.close()
+    for seq, subject, payload in rows:
+        yield seq, subject, ev.decode(payload)
+
+
 def write_any(path: str | Path, entries: list[tuple[int, str, ev.Event]]) -> int:
     if str(path).endswith(".parquet"):
         return write_parquet(path, entries)
@@ -65,6 +82,8 @@ def read_any(path: str | Path):
 
     if str(path).endswith(".parquet"):
         return read_parquet(path)
+    if str(path).endswith(".duckdb"):
+        return read_projection(path)
     return read_log(path)
 
 

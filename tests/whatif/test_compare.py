@@ -186,7 +186,17 @@ def test_cli_errors(tmp_path):
     res = CliRunner().invoke(app, ["compare", str(pa), str(bad)])
     assert res.exit_code == 2 and "bad.jsonl:2" in res.output
     res = CliRunner().invoke(app, ["compare", str(pa), str(tmp_path / "x.duckdb")])
-    assert res.exit_code == 2 and "not supported yet" in res.output
+    assert res.exit_code == 2 and "x.duckdb" in res.output
+
+
+def test_a_duckdb_projection_compares_like_the_log_it_was_built_from(tmp_path):
+    from projections.store import rebuild
+
+    log = tmp_path / "a.jsonl"
+    write_log(log, _entries(log_a()))
+    db = tmp_path / "a.duckdb"
+    rebuild(log, db)
+    assert load(db).metrics == load(log).metrics
 
 
 def test_load_reads_files(tmp_path):
