@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -482,14 +483,36 @@ def jobs_command(
     ] = None,
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    watch: Annotated[
+        bool, typer.Option("-w", "--watch", help="Then print each job again when its state or reason changes (Ctrl-C stops).")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls with --watch.")] = 1.0,
 ) -> None:
     """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON."""
-    con = _connect(db_path(db, data))
-    try:
-        rows = jobs_rows(con, state=state, tenant=tenant)
-    finally:
-        con.close()
+    path = db_path(db, data)
+
+    def fetch() -> list[dict[str, Any]]:
+        con = _connect(path)
+        try:
+            return jobs_rows(con, state=state, tenant=tenant)
+        finally:
+            con.close()
+
+    rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)
+    if not watch:
+        return
+    seen = {r["job_id"]: (r["state"], r.get("reason")) for r in rows}
+    try:
+        while True:  # kubectl -w: one more line per change, no repeated header
+            time.sleep(interval)
+            changed = [r for r in fetch() if seen.get(r["job_id"]) != (r["state"], r.get("reason"))]
+            for r in changed:
+                seen[r["job_id"]] = (r["state"], r.get("reason"))
+            if changed:
+                _print_rows(changed, _job_table, output, no_headers=True)
+    except KeyboardInterrupt:
+        return
 
 
 def nodes_rows(con) -> list[dict[str, Any]]:

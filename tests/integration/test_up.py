@@ -46,6 +46,19 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         assert rows == {"first": "completed", "second": "rejected"}
         why = cli("why", "second", cwd=tmp_path)
         assert why.returncode == 0 and "UnknownTenant" in why.stdout
+
+        watcher = subprocess.Popen([sys.executable, "-m", "services.cli", "jobs", "-w", "--interval", "0.3"],
+                                   cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+        time.sleep(2)
+        (tmp_path / "third.yaml").write_text("id: third\ntenant: team-a\ngpus: 2\nduration: 1\n")
+        assert cli("submit", "third.yaml", "--wait", cwd=tmp_path).returncode == 0
+        time.sleep(4)
+        watcher.send_signal(signal.SIGINT)
+        watched = watcher.communicate(timeout=10)[0]
+        first_table, _, changes = watched.partition("second")
+        assert "NAME" in first_table and "third" not in first_table
+        assert [line.split()[3] for line in changes.splitlines() if line.startswith("third")][-1] == "completed"
     finally:
         up.send_signal(signal.SIGTERM)
         code = up.wait(30)
