@@ -416,21 +416,9 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 )
 
 
-def tag_of(cls: type[Event]) -> str:
-    return cls.__struct_config__.tag  # type: ignore[return-value]
-
-
-def type_name(event: Event) -> str:
-    """The event's type name without version (`GangPlaced`)."""
-    return type(event).__name__
-
-
 __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "Policy",
     "CLIENT_EVENTS",
     "CONFIG_EVENTS",
     "ALL_EVENTS",
-    "tag_of",
-    "type_name",
-    "msgspec",
 ]

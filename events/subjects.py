@@ -59,8 +59,3 @@ def subject_for(event: Event) -> str:
                 raise ValueError(f"no subject rule for {name}")
             return f"gl.sched.{validate_token('job id', job_id)}.{name}"
 
-
-def role_of_subject(subject: str) -> str:
-    """The producer role a subject belongs to (`submit`, `node`, ...)."""
-    parts = subject.split(".")
-    return parts[1] if len(parts) > 1 else ""

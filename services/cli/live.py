@@ -71,21 +71,6 @@ async def publish_config(url: str, doc: dict[str, Any]) -> int:
         await bus.close()
 
 
-async def fold_stream(url: str):
-    """The ledger folded from the whole stream (for commands that read state)."""
-    from services.domain.ledger import Ledger
-
-    bus = await _bus(url)
-    ledger = Ledger()
-    try:
-        async for rec in bus.read_all():
-            with contextlib.suppress(ev.UndecodableEvent):
-                ledger.apply(rec.seq, ev.decode(rec.data))
-    finally:
-        await bus.close()
-    return ledger
-
-
 # ---------------------------------------------------------------------- processes
 
 

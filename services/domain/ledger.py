@@ -188,9 +188,6 @@ class Ledger:
 
     # ------------------------------------------------------------------ queries
 
-    def job_allocation(self, job: JobRecord) -> AllocationRecord | None:
-        return self.allocations.get(job.allocation_id) if job.allocation_id else None
-
     def gang_request(self, job: JobRecord):
         """The placement request of a job (time-slicing allowed by its class)."""
         cls = self.config.classes.get(job.spec.priority_class)

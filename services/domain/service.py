@@ -16,7 +16,6 @@ The shell supplies `now_ms` and everything else external; a decider reads no clo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from events import Event
@@ -36,13 +35,3 @@ class Service(Protocol):
 
     def next_wakeup_ms(self, state: Any, now_ms: int) -> int | None: ...
 
-
-@dataclass(frozen=True)
-class Producer:
-    """Identity stamped on events: `<name>/<instance>`."""
-
-    name: str
-    instance: str = "0"
-
-    def __str__(self) -> str:
-        return f"{self.name}/{self.instance}"
