@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import events as ev
@@ -144,8 +145,8 @@ def test_registers_heartbeats_and_reregisters_on_health_change():
     beat = core.decide(state, 6000)
     assert [type(x).__name__ for x in beat] == ["NodeHeartbeat"]
     state = fold(core, state, beat)
-    sick = ev.msgspec.structs.replace(N1.gpus[2], healthy=False)
-    state.node = ev.msgspec.structs.replace(N1, gpus=(*N1.gpus[:2], sick, N1.gpus[3]))
+    sick = msgspec.structs.replace(N1.gpus[2], healthy=False)
+    state.node = msgspec.structs.replace(N1, gpus=(*N1.gpus[:2], sick, N1.gpus[3]))
     again = core.decide(state, 7000)
     assert [type(x).__name__ for x in again] == ["NodeRegistered"]
     assert not again[0].node.gpus[2].healthy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 import events as ev
 from services.scheduler.decider import Scheduler
 from tests.node_agent.test_agent import DOC, admitted, e, job, placed
@@ -10,7 +12,7 @@ from tests.services.given import cluster, fold, given
 
 def real_cluster():
     out = cluster(*DOC["cluster"]["nodes"])
-    return [x if not isinstance(x, ev.NodeRegistered) else ev.msgspec.structs.replace(x, simulated=False)
+    return [x if not isinstance(x, ev.NodeRegistered) else msgspec.structs.replace(x, simulated=False)
             for x in out]
 
 

@@ -15,6 +15,8 @@ mode). Tenants org/a (guaranteed 8 GPUs) and org/b (guaranteed 4 GPUs).
 
 from __future__ import annotations
 
+import msgspec
+
 import events as ev
 
 S = 1000  # ms per second
@@ -27,7 +29,7 @@ class Log:
 
     def add(self, event: ev.Event) -> None:
         self.n += 1
-        event = ev.msgspec.structs.replace(event, event_id=f"e{self.n}")
+        event = msgspec.structs.replace(event, event_id=f"e{self.n}")
         self.messages.append((self.n, ev.subject_for(event), event))
 
 
