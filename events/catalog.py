@@ -102,6 +102,12 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """A gang waiting this long gets a reservation (0 = off)."""
     node_timeout_s: int = 30
     """A node silent for this long is declared lost."""
+    nomination_ttl_s: int = 300
+    """Capacity freed by a preemption stays nominated for its beneficiary this long after the
+    last victim exited; then anyone may use it."""
+    start_timeout_s: int = 120
+    """A placed member on a real (non-simulated) node that has not started after this long
+    aborts its gang: evicted (`StartTimeout`) and requeued whole (0 = never)."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):

@@ -23,10 +23,6 @@ from services.domain.timeindex import TimeIndex
 from services.placement import Fleet
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
-NOMINATION_TTL_MS = 300_000
-"""Capacity freed by a preemption stays nominated for its beneficiary this long after the
-last victim exited; then anyone may use it. (A candidate Policy field; kept a constant so the
-v1 policy fixture stays as published.)"""
 
 
 @dataclass
@@ -201,7 +197,7 @@ class Ledger:
     ) -> frozenset[str]:
         """Nodes whose freed capacity is promised to a beneficiary not in `except_jobs`.
 
-        With `now_ms`, a nomination expires `NOMINATION_TTL_MS` after its last victim
+        With `now_ms`, a nomination expires `policy.nomination_ttl_s` after its last victim
         allocation ended (the beneficiary could not use it, e.g. another gang landed first)."""
         out: set[str] = set()
         for beneficiary in sorted(self.nominations):
@@ -230,7 +226,7 @@ class Ledger:
             ends.append(rec.ended_ms)
         if not ends:
             return None
-        return max(ends) + NOMINATION_TTL_MS
+        return max(ends) + self.config.policy.nomination_ttl_s * 1000
 
     # ------------------------------------------------------------------ handlers
 

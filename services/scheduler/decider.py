@@ -34,18 +34,9 @@ from services.scheduler.reservation import (
     starving,
 )
 
-START_TIMEOUT_S = 120
-"""A placed member on a real (non-simulated) node that has not started after this long
-aborts its gang: evicted (`StartTimeout`) and requeued whole."""
-
 
 class Scheduler(LedgerService):
     name = "scheduler"
-
-    def __init__(self, instance: str = "0", leader_epoch: int = 0,
-                 start_timeout_s: int = START_TIMEOUT_S) -> None:
-        super().__init__(instance, leader_epoch)
-        self.start_timeout_s = start_timeout_s
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
@@ -73,8 +64,9 @@ class Scheduler(LedgerService):
                 t for j in state.pending
                 if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
-        starts = [rec.placed_ms + self.start_timeout_s * 1000
-                  for rec in self._awaiting_start(state)] if self.start_timeout_s else []
+        start_timeout = state.config.policy.start_timeout_s * 1000
+        starts = [rec.placed_ms + start_timeout
+                  for rec in self._awaiting_start(state)] if start_timeout else []
         return min(beats + expiries + starts, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
@@ -114,8 +106,8 @@ class Scheduler(LedgerService):
 
     def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
-        if self.start_timeout_s:
-            timeout = self.start_timeout_s * 1000
+        timeout = state.config.policy.start_timeout_s * 1000
+        if timeout:
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
                 if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
