@@ -108,6 +108,9 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     start_timeout_s: int = 120
     """A placed member on a real (non-simulated) node that has not started after this long
     aborts its gang: evicted (`StartTimeout`) and requeued whole (0 = never)."""
+    usage_half_life_s: int = 0
+    """Half-life of the time-decayed past GPU usage that breaks queue-order ties between
+    tenants equally far below their fair share: less recent usage goes first (0 = off)."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):

@@ -20,6 +20,7 @@ from events import JobSpec, MemberPlacement
 from services.domain.config import ConfigState
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
 from services.domain.timeindex import TimeIndex
+from services.domain.usage import advance, step_ms
 from services.placement import Fleet
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
@@ -130,6 +131,10 @@ class Ledger:
     """Per tenant, GPU capacity its pending jobs wait for."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
+    decayed_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
+    was folded up to (`services.domain.usage`); kept only while `policy.usage_half_life_s`
+    is set."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
     awaiting_start: set[str] = field(default_factory=set)
     """Active allocations with members not yet started."""
@@ -228,6 +233,27 @@ class Ledger:
             return None
         return max(ends) + self.config.policy.nomination_ttl_s * 1000
 
+    def usage_at(self, tenant: str, now_ms: int) -> int:
+        """The tenant's time-decayed past usage (milli-GPU·ms) at `now_ms`; 0 when
+        `policy.usage_half_life_s` is off."""
+        half_life = self.config.policy.usage_half_life_s
+        if half_life <= 0:
+            return 0
+        value, since = self.decayed_usage.get(tenant, (0, now_ms))
+        rate = self.tenant_gpu_milli.get(tenant, 0)
+        return advance(value, since, rate, max(now_ms, since), step_ms(half_life))
+
+    def _accrue(self, tenant: str, at_ms: int) -> None:
+        """Fold the tenant's usage up to `at_ms` at its current rate (call before the rate
+        changes). Event times never run backwards here: an earlier time is clamped."""
+        half_life = self.config.policy.usage_half_life_s
+        if half_life <= 0:
+            return
+        value, since = self.decayed_usage.get(tenant, (0, at_ms))
+        at = max(at_ms, since)
+        rate = self.tenant_gpu_milli.get(tenant, 0)
+        self.decayed_usage[tenant] = (advance(value, since, rate, at, step_ms(half_life)), at)
+
     # ------------------------------------------------------------------ handlers
 
     def _submitted(self, e: ev.JobSubmitted) -> None:
@@ -303,6 +329,7 @@ class Ledger:
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
         self.allocation_version += 1
+        self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
@@ -377,6 +404,7 @@ class Ledger:
         for node in rec.nodes():
             self.node_allocations.get(node, set()).discard(allocation_id)
         self.fleet.release(allocation_id)
+        self._accrue(rec.tenant, now_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
         job = self.jobs.get(rec.job_id)
         if job is not None and not job.preemptible:
@@ -470,9 +498,24 @@ class Ledger:
         self.fair_shares = {s.tenant: s for s in e.shares}
 
     def _config(self, e: Any) -> None:
+        if isinstance(e, ev.PolicyConfigured):
+            self._usage_policy(e.policy.usage_half_life_s, e.occurred_at_ms)
         self.config.apply(e)
         self.capacity_version += 1
         self.allocation_version += 1
+
+    def _usage_policy(self, half_life_s: int, at_ms: int) -> None:
+        """Before a new half-life takes effect: fold usage so far under the old one; start
+        every tenant at 0 when it is switched on; forget it when switched off."""
+        old = self.config.policy.usage_half_life_s
+        if old == half_life_s:
+            return
+        for tenant in sorted(self.decayed_usage):
+            self._accrue(tenant, at_ms)
+        if half_life_s <= 0:
+            self.decayed_usage.clear()
+        elif old <= 0:
+            self.decayed_usage = {t: (0, at_ms) for t in sorted(self.tenant_gpu_milli)}
 
     def _dead(self, e: ev.DeadLettered) -> None:
         self.dead_letters += 1

@@ -10,6 +10,7 @@ import events as ev
 from replay.report import report
 from replay.scenario import from_document, load
 from replay.simulator import simulate
+from services.domain.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -147,3 +148,21 @@ def test_a_starving_gang_gets_a_reservation_and_small_jobs_backfill_around_it():
 def test_without_a_reservation_the_gang_starves_until_the_stream_dries_up():
     sim, jobs, metrics = run("starving-gang.yaml", reservation_after_s=0)
     assert jobs["gang-32"]["placements"][0]["at_s"] == 17940.0
+
+
+def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
+    from replay.verify import verify
+
+    sim, jobs, _ = run("usage-decay.yaml")
+    assert jobs["b-first"]["placements"][0]["at_s"] == 7200.0  # submitted 30 min after a-next
+    assert jobs["a-next"]["placements"][0]["at_s"] == 10800.0
+    assert all(row["state"] == "completed" for row in jobs.values())
+    assert verify(sim.log).ok, "re-deciding from the log reproduces every decision"
+    refolded = Ledger()
+    for seq, _, e in sim.log:
+        refolded.apply(seq, e)
+    assert refolded.decayed_usage == sim.ledger.decayed_usage != {}
+    # without the half-life, submit time breaks the tie: team-a runs again first
+    _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0)
+    assert jobs["a-next"]["placements"][0]["at_s"] == 7200.0
+    assert jobs["b-first"]["placements"][0]["at_s"] == 10800.0
