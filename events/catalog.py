@@ -184,6 +184,9 @@ class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
     """True when the placement takes the tenant above its guarantee (reclaimable)."""
     resume_step: int | None = None
     """Checkpoint step the members resume from (None = fresh start)."""
+    backfill_for: str | None = None
+    """Set when this preemptible gang was placed on capacity reserved for that (starving)
+    job: it is evicted (`Backfill`) when the reserving job can land."""
 
 
 class PendingReasonChanged(Decision, frozen=True, kw_only=True, tag="PendingReasonChanged.v1"):
@@ -207,7 +210,7 @@ class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`Priority`, `Reclaim`, `NodeLost`, `Cancelled`, `StartTimeout`."""
+    """`Priority`, `Reclaim`, `Backfill`, `NodeLost`, `Cancelled`, `StartTimeout`."""
     preempted_by: str | None = None
     """The beneficiary job when preempted."""
     checkpointed: bool = False
@@ -273,7 +276,8 @@ class PreemptionRequested(Decision, frozen=True, kw_only=True, tag="PreemptionRe
     beneficiary: str
     """The blocked job the freed capacity is nominated for."""
     reason: str
-    """`Priority` or `Reclaim`."""
+    """`Priority`, `Reclaim`, or `Backfill` (the victim was placed as preemptible backfill on
+    capacity reserved for the beneficiary)."""
     deadline_ms: int
     """Kill time (request time + grace)."""
     message: str = ""

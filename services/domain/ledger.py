@@ -94,6 +94,9 @@ class AllocationRecord:
     exited: dict[int, tuple[str, int]] = field(default_factory=dict)
     checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     preemption: ev.PreemptionRequested | None = None
+    backfill_for: str | None = None
+    """The reserving job whose reserved capacity this allocation borrows as preemptible
+    backfill (evicted when that job lands)."""
     ended: bool = False
     ended_ms: int | None = None
 
@@ -136,6 +139,9 @@ class Ledger:
     was folded up to (`services.domain.usage`); kept only while `policy.usage_half_life_s`
     is set."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
+    backfills: dict[str, set[str]] = field(default_factory=dict)
+    """Per reserving job, active allocations placed as preemptible backfill on its
+    reservation."""
     awaiting_start: set[str] = field(default_factory=set)
     """Active allocations with members not yet started."""
     settle_ready: set[str] = field(default_factory=set)
@@ -321,7 +327,10 @@ class Ledger:
             gpu_milli=per_member * len(e.members),
             borrowing=e.borrowing,
             start_progress_ms=job.progress_ms,
+            backfill_for=e.backfill_for,
         )
+        if e.backfill_for is not None:
+            self.backfills.setdefault(e.backfill_for, set()).add(e.allocation_id)
         self.fleet.allocate(e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job))
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
@@ -401,6 +410,12 @@ class Ledger:
         self.settle_ready.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
+        if rec.backfill_for is not None:
+            backfilled = self.backfills.get(rec.backfill_for)
+            if backfilled is not None:
+                backfilled.discard(allocation_id)
+                if not backfilled:
+                    del self.backfills[rec.backfill_for]
         for node in rec.nodes():
             self.node_allocations.get(node, set()).discard(allocation_id)
         self.fleet.release(allocation_id)

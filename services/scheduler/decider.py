@@ -30,6 +30,7 @@ from services.scheduler.reservation import (
     CAPACITY_REASONS,
     Reservation,
     may_backfill,
+    may_backfill_preemptibly,
     reserve,
     starving,
 )
@@ -200,9 +201,13 @@ class Scheduler(LedgerService):
                 exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
                     except_jobs=placed | {job.job_id}, now_ms=now_ms)
                 held_back = False
+                backfill_for: str | None = None
                 if reservation is not None and not may_backfill(job, now_ms, reservation):
-                    held_back = not reservation.nodes <= exclude
-                    exclude = exclude | reservation.nodes
+                    if may_backfill_preemptibly(state, job, reservation):
+                        backfill_for = reservation.job_id  # on reserved nodes only if need be
+                    else:
+                        held_back = not reservation.nodes <= exclude
+                        exclude = exclude | reservation.nodes
                 memo = state.placement_memo.get(job.job_id)
                 if memo is not None and memo[0] == (state.capacity_version, exclude) and not (
                     reservation is None and job.reason in CAPACITY_REASONS and starving(state, job, now_ms)
@@ -214,7 +219,19 @@ class Scheduler(LedgerService):
                     out += self._pending(state, now_ms, job, block[0], block[1],
                                          {"queue_position": position})
                     continue
-                result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
+                result = None
+                if backfill_for is not None:  # off the reserved nodes when it fits there
+                    assert reservation is not None
+                    result = state.fleet.place(state.gang_request(job), policy,
+                                               exclude=exclude | reservation.nodes, explain=False)
+                    if isinstance(result, Placement):
+                        backfill_for = None
+                if not isinstance(result, Placement):
+                    result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
+                    if backfill_for is not None and isinstance(result, Placement) and not (
+                        {m.node for m in result.members} & reservation.nodes  # type: ignore[union-attr]
+                    ):
+                        backfill_for = None
                 if isinstance(result, Placement):
                     alloc_id = f"{job.job_id}#{job.attempts + 1}"
                     state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
@@ -233,7 +250,7 @@ class Scheduler(LedgerService):
                             job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
                             members=members,
                             borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
-                            resume_step=job.resume_step,
+                            resume_step=job.resume_step, backfill_for=backfill_for,
                         )
                     )
                 else:
@@ -248,7 +265,8 @@ class Scheduler(LedgerService):
                         message = (
                             f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
                             f"{reservation.job_id} (expected start {reservation.expected_start_ms / 1000:g}s); "
-                            f"the job's duration would run past it"
+                            + ("it is landing: its backfilled work is being evicted"
+                               if reservation.landing else "the job's duration would run past it")
                         )
                         details["reservation"] = reservation.describe()
                     else:
