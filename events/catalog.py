@@ -53,7 +53,9 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     over_quota_weight: int = 1
     """Weight when idle surplus is shared among borrowers."""
     guaranteed_by_model: dict[str, int] = {}
-    """Optional per-GPU-model guarantees in milli-GPUs (informational in v1)."""
+    """Optional per-GPU-model guarantees in milli-GPUs: non-preemptible work of the tenant on
+    a model listed here stays within that model's guarantee (as well as within
+    `guaranteed_gpu_milli`); models not listed are bound by the overall guarantee only."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):

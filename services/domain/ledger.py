@@ -130,6 +130,9 @@ class Ledger:
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
     tenant_fixed_gpu_milli: dict[str, int] = field(default_factory=dict)
+    tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
+    guarantees); a member counts under the model of its first GPU."""
     pending_gpu_milli: dict[str, int] = field(default_factory=dict)
     """Per tenant, GPU capacity its pending jobs wait for."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
@@ -239,6 +242,19 @@ class Ledger:
             return None
         return max(ends) + self.config.policy.nomination_ttl_s * 1000
 
+    def member_models(self, members, per_member_milli: int) -> dict[str, int]:
+        """GPU capacity of `members` per GPU model (a member counts under the model of its
+        first GPU; unknown nodes are skipped)."""
+        out: dict[str, int] = {}
+        for m in members:
+            node = self.nodes.get(m.node)
+            if node is None or not m.gpus:
+                continue
+            model = next((g.model for g in node.info.gpus if g.index == m.gpus[0]), None)
+            if model is not None:
+                out[model] = out.get(model, 0) + per_member_milli
+        return out
+
     def usage_at(self, tenant: str, now_ms: int) -> int:
         """The tenant's time-decayed past usage (milli-GPU·ms) at `now_ms`; 0 when
         `policy.usage_half_life_s` is off."""
@@ -343,6 +359,9 @@ class Ledger:
         if not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[job.tenant] = fixed.get(job.tenant, 0) + rec.gpu_milli
+            for model, milli in self.member_models(e.members, per_member).items():
+                key = (job.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
         job.state, job.allocation_id, job.reason, job.message, job.details = (
             "running",
             e.allocation_id,
@@ -425,6 +444,10 @@ class Ledger:
         if job is not None and not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - rec.gpu_milli
+            per_member = rec.gpu_milli // len(rec.members) if rec.members else 0
+            for model, milli in self.member_models(rec.members, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
         self.capacity_version += 1
         self.allocation_version += 1
         job = self.jobs.get(rec.job_id)

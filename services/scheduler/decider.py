@@ -189,6 +189,7 @@ class Scheduler(LedgerService):
         tentative: list[str] = []
         usage = dict(state.tenant_gpu_milli)
         fixed = dict(state.tenant_fixed_gpu_milli)
+        fixed_model = dict(state.tenant_fixed_by_model)
         placed: set[str] = set()
         reservation: Reservation | None = None
         try:
@@ -208,12 +209,18 @@ class Scheduler(LedgerService):
                     else:
                         held_back = not reservation.nodes <= exclude
                         exclude = exclude | reservation.nodes
+                need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+                over_models: list[tuple[str, int, int]] = []
+                unrestricted = exclude
+                if not job.preemptible:  # per-model guarantees bind non-preemptible work
+                    over_models = self._models_over_guarantee(state, job, fixed_model, need)
+                    if over_models:
+                        exclude = exclude | self._nodes_with_models(state, {m for m, _, _ in over_models})
                 memo = state.placement_memo.get(job.job_id)
                 if memo is not None and memo[0] == (state.capacity_version, exclude) and not (
                     reservation is None and job.reason in CAPACITY_REASONS and starving(state, job, now_ms)
                 ):
                     continue
-                need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
                 block = self._quota_block(state, job, usage, fixed, need)
                 if block is not None:
                     out += self._pending(state, now_ms, job, block[0], block[1],
@@ -244,6 +251,10 @@ class Scheduler(LedgerService):
                     usage[job.tenant] = used + gpu_milli
                     if not job.preemptible:
                         fixed[job.tenant] = fixed.get(job.tenant, 0) + gpu_milli
+                        per_member = job.spec.resources.gpu_milli_total()
+                        for model, milli in state.member_models(members, per_member).items():
+                            key = (job.tenant, model)
+                            fixed_model[key] = fixed_model.get(key, 0) + milli
                     out.append(
                         self.emit(
                             state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
@@ -271,6 +282,20 @@ class Scheduler(LedgerService):
                         details["reservation"] = reservation.describe()
                     else:
                         state.placement_memo[job.job_id] = ((state.capacity_version, exclude), result)
+                    if over_models and isinstance(state.fleet.place(
+                        state.gang_request(job), policy, exclude=unrestricted, explain=False,
+                    ), Placement):
+                        reason = "NonPreemptibleOverQuota"
+                        message = "; ".join(
+                            f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
+                            f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
+                            f"{guaranteed / 1000:g} guaranteed {model} GPUs, job needs {need / 1000:g}"
+                            for model, used, guaranteed in over_models
+                        )
+                        details["models_over_guarantee"] = [
+                            {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
+                            for m, u, g in over_models
+                        ]
                     if reservation is None and reason in CAPACITY_REASONS and starving(state, job, now_ms):
                         reservation = reserve(state, job, now_ms, exclude)
                         if reservation is not None:
@@ -292,6 +317,29 @@ class Scheduler(LedgerService):
             for alloc_id in tentative:
                 state.fleet.release(alloc_id)
         return out
+
+    @staticmethod
+    def _models_over_guarantee(
+        state: Ledger, job: JobRecord, fixed_model: dict[tuple[str, str], int], need: int
+    ) -> list[tuple[str, int, int]]:
+        """GPU models whose per-model guarantee of the job's tenant the job would exceed:
+        (model, non-preemptible use, guarantee), in model order."""
+        conf = state.config.tenants.get(job.tenant)
+        if conf is None or not conf.guaranteed_by_model:
+            return []
+        out = []
+        for model in sorted(conf.guaranteed_by_model):
+            used = fixed_model.get((job.tenant, model), 0)
+            if used + need > conf.guaranteed_by_model[model]:
+                out.append((model, used, conf.guaranteed_by_model[model]))
+        return out
+
+    @staticmethod
+    def _nodes_with_models(state: Ledger, models: set[str]) -> frozenset[str]:
+        return frozenset(
+            name for name in sorted(state.nodes)
+            if any(g.model in models for g in state.nodes[name].info.gpus)
+        )
 
     @staticmethod
     def _releasing(state: Ledger, job: JobRecord) -> list[AllocationRecord]:
