@@ -53,7 +53,9 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     over_quota_weight: int = 1
     """Weight when idle surplus is shared among borrowers."""
     guaranteed_by_model: dict[str, int] = {}
-    """Optional per-GPU-model guarantees in milli-GPUs (informational in v1)."""
+    """Optional per-GPU-model guarantees in milli-GPUs: non-preemptible work of the tenant on
+    a model listed here stays within that model's guarantee (as well as within
+    `guaranteed_gpu_milli`); models not listed are bound by the overall guarantee only."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):
@@ -102,6 +104,15 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """A gang waiting this long gets a reservation (0 = off)."""
     node_timeout_s: int = 30
     """A node silent for this long is declared lost."""
+    nomination_ttl_s: int = 300
+    """Capacity freed by a preemption stays nominated for its beneficiary this long after the
+    last victim exited; then anyone may use it."""
+    start_timeout_s: int = 120
+    """A placed member on a real (non-simulated) node that has not started after this long
+    aborts its gang: evicted (`StartTimeout`) and requeued whole (0 = never)."""
+    usage_half_life_s: int = 0
+    """Half-life of the time-decayed past GPU usage that breaks queue-order ties between
+    tenants equally far below their fair share: less recent usage goes first (0 = off)."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
@@ -175,6 +186,9 @@ class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
     """True when the placement takes the tenant above its guarantee (reclaimable)."""
     resume_step: int | None = None
     """Checkpoint step the members resume from (None = fresh start)."""
+    backfill_for: str | None = None
+    """Set when this preemptible gang was placed on capacity reserved for that (starving)
+    job: it is evicted (`Backfill`) when the reserving job can land."""
 
 
 class PendingReasonChanged(Decision, frozen=True, kw_only=True, tag="PendingReasonChanged.v1"):
@@ -198,7 +212,7 @@ class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`Priority`, `Reclaim`, `NodeLost`, `Cancelled`, `StartTimeout`."""
+    """`Priority`, `Reclaim`, `Backfill`, `NodeLost`, `Cancelled`, `StartTimeout`."""
     preempted_by: str | None = None
     """The beneficiary job when preempted."""
     checkpointed: bool = False
@@ -264,7 +278,8 @@ class PreemptionRequested(Decision, frozen=True, kw_only=True, tag="PreemptionRe
     beneficiary: str
     """The blocked job the freed capacity is nominated for."""
     reason: str
-    """`Priority` or `Reclaim`."""
+    """`Priority`, `Reclaim`, or `Backfill` (the victim was placed as preemptible backfill on
+    capacity reserved for the beneficiary)."""
     deadline_ms: int
     """Kill time (request time + grace)."""
     message: str = ""

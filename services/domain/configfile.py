@@ -8,7 +8,7 @@ One document shape serves `gpuledger up --config`, scenario files and compose:
            cliques: 1, sharing: exclusive, leaf_switch: leaf-1}
         - {name_prefix: a, count: 4, gpus: 8, ...}      # a1..a4
     tenants:
-      - {name: org/a, guaranteed: 4, limit: 8, weight: 1}
+      - {name: org/a, guaranteed: 4, limit: 8, weight: 1, guaranteed_by_model: {H100-80GB: 2}}
     priority_classes:
       - {name: inference-critical, value: 10000, preemptible: false, slo_class: latency-critical}
     policy: {preemption: true, preemption_scope: cluster, default_grace_s: 30, ...}
@@ -103,6 +103,10 @@ def config_events(doc: dict[str, Any], producer: str = "config", at_ms: int = 0)
                     guaranteed_gpu_milli=milli("guaranteed", t.get("guaranteed", 0)),
                     limit_gpu_milli=None if t.get("limit") is None else milli("limit", t["limit"]),
                     over_quota_weight=int(t.get("weight", t.get("over_quota_weight", 1))),
+                    guaranteed_by_model={
+                        str(m): milli(f"guaranteed_by_model.{m}", v)
+                        for m, v in sorted((t.get("guaranteed_by_model") or {}).items())
+                    },
                 )
             )
         for c in doc.get("priority_classes") or []:

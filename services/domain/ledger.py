@@ -20,13 +20,10 @@ from events import JobSpec, MemberPlacement
 from services.domain.config import ConfigState
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
 from services.domain.timeindex import TimeIndex
+from services.domain.usage import advance, step_ms
 from services.placement import Fleet
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
-NOMINATION_TTL_MS = 300_000
-"""Capacity freed by a preemption stays nominated for its beneficiary this long after the
-last victim exited; then anyone may use it. (A candidate Policy field; kept a constant so the
-v1 policy fixture stays as published.)"""
 
 
 @dataclass
@@ -97,6 +94,9 @@ class AllocationRecord:
     exited: dict[int, tuple[str, int]] = field(default_factory=dict)
     checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     preemption: ev.PreemptionRequested | None = None
+    backfill_for: str | None = None
+    """The reserving job whose reserved capacity this allocation borrows as preemptible
+    backfill (evicted when that job lands)."""
     ended: bool = False
     ended_ms: int | None = None
 
@@ -130,11 +130,21 @@ class Ledger:
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
     tenant_fixed_gpu_milli: dict[str, int] = field(default_factory=dict)
+    tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
+    guarantees); a member counts under the model of its first GPU."""
     pending_gpu_milli: dict[str, int] = field(default_factory=dict)
     """Per tenant, GPU capacity its pending jobs wait for."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
+    decayed_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
+    was folded up to (`services.domain.usage`); kept only while `policy.usage_half_life_s`
+    is set."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
+    backfills: dict[str, set[str]] = field(default_factory=dict)
+    """Per reserving job, active allocations placed as preemptible backfill on its
+    reservation."""
     awaiting_start: set[str] = field(default_factory=set)
     """Active allocations with members not yet started."""
     settle_ready: set[str] = field(default_factory=set)
@@ -198,7 +208,7 @@ class Ledger:
     ) -> frozenset[str]:
         """Nodes whose freed capacity is promised to a beneficiary not in `except_jobs`.
 
-        With `now_ms`, a nomination expires `NOMINATION_TTL_MS` after its last victim
+        With `now_ms`, a nomination expires `policy.nomination_ttl_s` after its last victim
         allocation ended (the beneficiary could not use it, e.g. another gang landed first)."""
         out: set[str] = set()
         for beneficiary in sorted(self.nominations):
@@ -227,7 +237,41 @@ class Ledger:
             ends.append(rec.ended_ms)
         if not ends:
             return None
-        return max(ends) + NOMINATION_TTL_MS
+        return max(ends) + self.config.policy.nomination_ttl_s * 1000
+
+    def member_models(self, members, per_member_milli: int) -> dict[str, int]:
+        """GPU capacity of `members` per GPU model (a member counts under the model of its
+        first GPU; unknown nodes are skipped)."""
+        out: dict[str, int] = {}
+        for m in members:
+            node = self.nodes.get(m.node)
+            if node is None or not m.gpus:
+                continue
+            model = next((g.model for g in node.info.gpus if g.index == m.gpus[0]), None)
+            if model is not None:
+                out[model] = out.get(model, 0) + per_member_milli
+        return out
+
+    def usage_at(self, tenant: str, now_ms: int) -> int:
+        """The tenant's time-decayed past usage (milli-GPU·ms) at `now_ms`; 0 when
+        `policy.usage_half_life_s` is off."""
+        half_life = self.config.policy.usage_half_life_s
+        if half_life <= 0:
+            return 0
+        value, since = self.decayed_usage.get(tenant, (0, now_ms))
+        rate = self.tenant_gpu_milli.get(tenant, 0)
+        return advance(value, since, rate, max(now_ms, since), step_ms(half_life))
+
+    def _accrue(self, tenant: str, at_ms: int) -> None:
+        """Fold the tenant's usage up to `at_ms` at its current rate (call before the rate
+        changes). Event times never run backwards here: an earlier time is clamped."""
+        half_life = self.config.policy.usage_half_life_s
+        if half_life <= 0:
+            return
+        value, since = self.decayed_usage.get(tenant, (0, at_ms))
+        at = max(at_ms, since)
+        rate = self.tenant_gpu_milli.get(tenant, 0)
+        self.decayed_usage[tenant] = (advance(value, since, rate, at, step_ms(half_life)), at)
 
     # ------------------------------------------------------------------ handlers
 
@@ -296,7 +340,10 @@ class Ledger:
             gpu_milli=per_member * len(e.members),
             borrowing=e.borrowing,
             start_progress_ms=job.progress_ms,
+            backfill_for=e.backfill_for,
         )
+        if e.backfill_for is not None:
+            self.backfills.setdefault(e.backfill_for, set()).add(e.allocation_id)
         self.fleet.allocate(e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job))
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
@@ -304,10 +351,14 @@ class Ledger:
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
         self.allocation_version += 1
+        self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[job.tenant] = fixed.get(job.tenant, 0) + rec.gpu_milli
+            for model, milli in self.member_models(e.members, per_member).items():
+                key = (job.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
         job.state, job.allocation_id, job.reason, job.message, job.details = (
             "running",
             e.allocation_id,
@@ -375,14 +426,25 @@ class Ledger:
         self.settle_ready.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
+        if rec.backfill_for is not None:
+            backfilled = self.backfills.get(rec.backfill_for)
+            if backfilled is not None:
+                backfilled.discard(allocation_id)
+                if not backfilled:
+                    del self.backfills[rec.backfill_for]
         for node in rec.nodes():
             self.node_allocations.get(node, set()).discard(allocation_id)
         self.fleet.release(allocation_id)
+        self._accrue(rec.tenant, now_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
         job = self.jobs.get(rec.job_id)
         if job is not None and not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - rec.gpu_milli
+            per_member = rec.gpu_milli // len(rec.members) if rec.members else 0
+            for model, milli in self.member_models(rec.members, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
         self.capacity_version += 1
         self.allocation_version += 1
         job = self.jobs.get(rec.job_id)
@@ -471,9 +533,24 @@ class Ledger:
         self.fair_shares = {s.tenant: s for s in e.shares}
 
     def _config(self, e: Any) -> None:
+        if isinstance(e, ev.PolicyConfigured):
+            self._usage_policy(e.policy.usage_half_life_s, e.occurred_at_ms)
         self.config.apply(e)
         self.capacity_version += 1
         self.allocation_version += 1
+
+    def _usage_policy(self, half_life_s: int, at_ms: int) -> None:
+        """Before a new half-life takes effect: fold usage so far under the old one; start
+        every tenant at 0 when it is switched on; forget it when switched off."""
+        old = self.config.policy.usage_half_life_s
+        if old == half_life_s:
+            return
+        for tenant in sorted(self.decayed_usage):
+            self._accrue(tenant, at_ms)
+        if half_life_s <= 0:
+            self.decayed_usage.clear()
+        elif old <= 0:
+            self.decayed_usage = {t: (0, at_ms) for t in sorted(self.tenant_gpu_milli)}
 
     def _dead(self, e: ev.DeadLettered) -> None:
         self.dead_letters += 1

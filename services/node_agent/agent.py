@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 
 import events as ev
@@ -269,12 +270,12 @@ class RealAgent:
         if state.node is not None:
             gpus = tuple(
                 g if (g.uuid in unhealthy) != g.healthy else
-                ev.msgspec.structs.replace(g, healthy=g.uuid not in unhealthy)
+                msgspec.structs.replace(g, healthy=g.uuid not in unhealthy)
                 for g in state.node.gpus
             )
             if gpus != state.node.gpus:
                 self.log.warning("agent.health_changed", unhealthy=sorted(unhealthy))
-                state.node = ev.msgspec.structs.replace(state.node, gpus=gpus)
+                state.node = msgspec.structs.replace(state.node, gpus=gpus)
 
     # ------------------------------------------------------------------ effects
 

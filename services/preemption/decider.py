@@ -15,7 +15,7 @@ from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
 from services.placement import Placement
 from services.preemption.outlook import Outlook
-from services.preemption.victims import plan
+from services.preemption.victims import Plan, backfill_plan, plan
 from services.scheduler.queue import effective_priority, ordered_pending
 
 BLOCKED = frozenset(
@@ -70,45 +70,60 @@ class Preemption(LedgerService):
                     "their beneficiaries are placed; no new victims", {},
                 )
                 continue
+            backfill = backfill_plan(state, job, now_ms, taken, exclude=outlook.exclude())
+            if backfill is not None:
+                out += self._request(state, now_ms, job, backfill, outlook, taken)
+                continue
             p = plan(state, job, now_ms, taken, exclude=outlook.exclude())
             if p.declined is not None:
                 state.preemption_memo[job.job_id] = (state.allocation_version, p.retry_at_ms)
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], p.details())
                 continue
-            outlook.land(job, [c.rec.allocation_id for c in p.victims])
-            details = p.details()
-            details["beneficiary"] = {
-                "job": job.job_id, "tenant": job.tenant, "priority": job.priority,
-                "effective_priority": effective_priority(state, job, now_ms),
-                "gpus": job.gpu_milli() / 1000,
-            }
-            victims = ", ".join(c.victim.job_id for c in p.victims)
-            freed = sum(c.rec.gpu_milli for c in p.victims) / 1000
-            at_risk = sum(c.at_risk_gpu_ms for c in p.victims) / 1000
-            for c in p.victims:
-                taken.add(c.rec.allocation_id)
-                grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
-                why = (
-                    f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
-                    if c.reason == "Reclaim"
-                    else f"priority {job.priority} > {c.priority}"
+            out += self._request(state, now_ms, job, p, outlook, taken)
+        return out
+
+    def _request(self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]) -> list[Event]:
+        """`PreemptionRequested` for every victim of plan `p` (one explanation, shared details)."""
+        outlook.land(job, [c.rec.allocation_id for c in p.victims])
+        details = p.details()
+        details["beneficiary"] = {
+            "job": job.job_id, "tenant": job.tenant, "priority": job.priority,
+            "effective_priority": effective_priority(state, job, now_ms),
+            "gpus": job.gpu_milli() / 1000,
+        }
+        victims = ", ".join(c.victim.job_id for c in p.victims)
+        freed = sum(c.rec.gpu_milli for c in p.victims) / 1000
+        at_risk = sum(c.at_risk_gpu_ms for c in p.victims) / 1000
+        reservation = job.details.get("reservation") or {}
+        if any(c.reason == "Backfill" for c in p.victims):
+            details["reservation"] = reservation
+        out: list[Event] = []
+        for c in p.victims:
+            taken.add(c.rec.allocation_id)
+            grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
+            if c.reason == "Reclaim":
+                why = f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
+            elif c.reason == "Backfill":
+                why = (f"{c.victim.job_id} ran as preemptible backfill on its reservation of "
+                       f"{', '.join(reservation.get('nodes', ())) or 'reserved nodes'}, which can land now")
+            else:
+                why = f"priority {job.priority} > {c.priority}"
+            out.append(
+                self.emit(
+                    state, now_ms, PreemptionRequested, key=c.rec.allocation_id,
+                    correlation_id=c.victim.job_id, job_id=c.victim.job_id,
+                    allocation_id=c.rec.allocation_id, beneficiary=job.job_id, reason=c.reason,
+                    deadline_ms=now_ms + grace,
+                    message=(
+                        f"{c.reason}: {job.job_id} (priority {job.priority}, tenant {job.tenant}) "
+                        f"needs {job.gpu_milli() / 1000:g} GPUs ({why}); evicting {victims} frees "
+                        f"{freed:g} GPUs, risking {at_risk:g} GPU-s since the last checkpoint; "
+                        f"checkpoint within {grace / 1000:g}s; "
+                        f"{p.considered} candidates, {len(p.exclusions)} excluded"
+                    ),
+                    details=details,
                 )
-                out.append(
-                    self.emit(
-                        state, now_ms, PreemptionRequested, key=c.rec.allocation_id,
-                        correlation_id=c.victim.job_id, job_id=c.victim.job_id,
-                        allocation_id=c.rec.allocation_id, beneficiary=job.job_id, reason=c.reason,
-                        deadline_ms=now_ms + grace,
-                        message=(
-                            f"{c.reason}: {job.job_id} (priority {job.priority}, tenant {job.tenant}) "
-                            f"needs {job.gpu_milli() / 1000:g} GPUs ({why}); evicting {victims} frees "
-                            f"{freed:g} GPUs, risking {at_risk:g} GPU-s since the last checkpoint; "
-                            f"checkpoint within {grace / 1000:g}s; "
-                            f"{p.considered} candidates, {len(p.exclusions)} excluded"
-                        ),
-                        details=details,
-                    )
-                )
+            )
         return out
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:

@@ -293,3 +293,58 @@ def plan(
             f"bound is {max_lost:g}",
         )
     return result
+
+
+def backfill_plan(
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str]
+) -> Plan | None:
+    """The smallest set of the work backfilled on `job`'s reservation whose eviction makes
+    `job` placeable now (reason `Backfill`), or None when evicting all of it would not.
+
+    Backfilled gangs took reserved capacity on the condition that they leave when the
+    reserving job lands, so minimum runtime and eviction budgets do not protect them (they
+    are preemptible and have no disruption budget, or they would not have been placed there)."""
+    allocs = sorted(a for a in state.backfills.get(job.job_id, ())
+                    if a in state.active and a not in taken and state.allocations[a].preemption is None)
+    if not allocs:
+        return None
+    cands = []
+    for alloc_id in allocs:
+        rec = state.allocations[alloc_id]
+        victim = state.jobs[rec.job_id]
+        cands.append(Candidate(
+            rec=rec, victim=victim, reason="Backfill",
+            priority=effective_priority(state, victim, now_ms),
+            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
+            borrowing=over_guarantee(state, victim.tenant),
+            started_ms=min(rec.started.values(), default=rec.placed_ms),
+        ))
+    # least work at risk first, then smallest, most recently started (borrowing and priority
+    # do not matter: every one of them agreed to leave)
+    cands.sort(key=lambda c: c.sort_key()[2:])
+    request = state.gang_request(job)
+    placement_policy = state.config.policy.placement_policy
+
+    def fits(chosen: list[Candidate]) -> bool:
+        released = frozenset(c.rec.allocation_id for c in chosen)
+        return isinstance(state.fleet.place(request, placement_policy, exclude=exclude,
+                                            assume_released=released, explain=False), Placement)
+
+    if not fits(cands):
+        return None
+    result = Plan(considered=len(cands))
+    lo, hi = 1, len(cands)
+    while lo < hi:  # shortest sufficient prefix
+        mid = (lo + hi) // 2
+        if fits(cands[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = cands[:lo]
+    for c in reversed(list(chosen)):
+        trial = [x for x in chosen if x is not c]
+        if trial and fits(trial):
+            chosen = trial
+            result.pruned.append({**c.describe(), "why": "not needed once the others are evicted"})
+    result.victims = chosen
+    return result

@@ -30,22 +30,14 @@ from services.scheduler.reservation import (
     CAPACITY_REASONS,
     Reservation,
     may_backfill,
+    may_backfill_preemptibly,
     reserve,
     starving,
 )
 
-START_TIMEOUT_S = 120
-"""A placed member on a real (non-simulated) node that has not started after this long
-aborts its gang: evicted (`StartTimeout`) and requeued whole."""
-
 
 class Scheduler(LedgerService):
     name = "scheduler"
-
-    def __init__(self, instance: str = "0", leader_epoch: int = 0,
-                 start_timeout_s: int = START_TIMEOUT_S) -> None:
-        super().__init__(instance, leader_epoch)
-        self.start_timeout_s = start_timeout_s
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
@@ -73,8 +65,9 @@ class Scheduler(LedgerService):
                 t for j in state.pending
                 if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
-        starts = [rec.placed_ms + self.start_timeout_s * 1000
-                  for rec in self._awaiting_start(state)] if self.start_timeout_s else []
+        start_timeout = state.config.policy.start_timeout_s * 1000
+        starts = [rec.placed_ms + start_timeout
+                  for rec in self._awaiting_start(state)] if start_timeout else []
         return min(beats + expiries + starts, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
@@ -114,8 +107,8 @@ class Scheduler(LedgerService):
 
     def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
-        if self.start_timeout_s:
-            timeout = self.start_timeout_s * 1000
+        timeout = state.config.policy.start_timeout_s * 1000
+        if timeout:
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
                 if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
@@ -196,6 +189,7 @@ class Scheduler(LedgerService):
         tentative: list[str] = []
         usage = dict(state.tenant_gpu_milli)
         fixed = dict(state.tenant_fixed_gpu_milli)
+        fixed_model = dict(state.tenant_fixed_by_model)
         placed: set[str] = set()
         reservation: Reservation | None = None
         try:
@@ -208,21 +202,43 @@ class Scheduler(LedgerService):
                 exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
                     except_jobs=placed | {job.job_id}, now_ms=now_ms)
                 held_back = False
+                backfill_for: str | None = None
                 if reservation is not None and not may_backfill(job, now_ms, reservation):
-                    held_back = not reservation.nodes <= exclude
-                    exclude = exclude | reservation.nodes
+                    if may_backfill_preemptibly(state, job, reservation):
+                        backfill_for = reservation.job_id  # on reserved nodes only if need be
+                    else:
+                        held_back = not reservation.nodes <= exclude
+                        exclude = exclude | reservation.nodes
+                need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+                over_models: list[tuple[str, int, int]] = []
+                unrestricted = exclude
+                if not job.preemptible:  # per-model guarantees bind non-preemptible work
+                    over_models = self._models_over_guarantee(state, job, fixed_model, need)
+                    if over_models:
+                        exclude = exclude | self._nodes_with_models(state, {m for m, _, _ in over_models})
                 memo = state.placement_memo.get(job.job_id)
                 if memo is not None and memo[0] == (state.capacity_version, exclude) and not (
                     reservation is None and job.reason in CAPACITY_REASONS and starving(state, job, now_ms)
                 ):
                     continue
-                need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
                 block = self._quota_block(state, job, usage, fixed, need)
                 if block is not None:
                     out += self._pending(state, now_ms, job, block[0], block[1],
                                          {"queue_position": position})
                     continue
-                result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
+                result = None
+                if backfill_for is not None:  # off the reserved nodes when it fits there
+                    assert reservation is not None
+                    result = state.fleet.place(state.gang_request(job), policy,
+                                               exclude=exclude | reservation.nodes, explain=False)
+                    if isinstance(result, Placement):
+                        backfill_for = None
+                if not isinstance(result, Placement):
+                    result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
+                    if backfill_for is not None and isinstance(result, Placement) and not (
+                        {m.node for m in result.members} & reservation.nodes  # type: ignore[union-attr]
+                    ):
+                        backfill_for = None
                 if isinstance(result, Placement):
                     alloc_id = f"{job.job_id}#{job.attempts + 1}"
                     state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
@@ -235,13 +251,17 @@ class Scheduler(LedgerService):
                     usage[job.tenant] = used + gpu_milli
                     if not job.preemptible:
                         fixed[job.tenant] = fixed.get(job.tenant, 0) + gpu_milli
+                        per_member = job.spec.resources.gpu_milli_total()
+                        for model, milli in state.member_models(members, per_member).items():
+                            key = (job.tenant, model)
+                            fixed_model[key] = fixed_model.get(key, 0) + milli
                     out.append(
                         self.emit(
                             state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
                             job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
                             members=members,
                             borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
-                            resume_step=job.resume_step,
+                            resume_step=job.resume_step, backfill_for=backfill_for,
                         )
                     )
                 else:
@@ -256,11 +276,26 @@ class Scheduler(LedgerService):
                         message = (
                             f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
                             f"{reservation.job_id} (expected start {reservation.expected_start_ms / 1000:g}s); "
-                            f"the job's duration would run past it"
+                            + ("it is landing: its backfilled work is being evicted"
+                               if reservation.landing else "the job's duration would run past it")
                         )
                         details["reservation"] = reservation.describe()
                     else:
                         state.placement_memo[job.job_id] = ((state.capacity_version, exclude), result)
+                    if over_models and isinstance(state.fleet.place(
+                        state.gang_request(job), policy, exclude=unrestricted, explain=False,
+                    ), Placement):
+                        reason = "NonPreemptibleOverQuota"
+                        message = "; ".join(
+                            f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
+                            f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
+                            f"{guaranteed / 1000:g} guaranteed {model} GPUs, job needs {need / 1000:g}"
+                            for model, used, guaranteed in over_models
+                        )
+                        details["models_over_guarantee"] = [
+                            {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
+                            for m, u, g in over_models
+                        ]
                     if reservation is None and reason in CAPACITY_REASONS and starving(state, job, now_ms):
                         reservation = reserve(state, job, now_ms, exclude)
                         if reservation is not None:
@@ -282,6 +317,29 @@ class Scheduler(LedgerService):
             for alloc_id in tentative:
                 state.fleet.release(alloc_id)
         return out
+
+    @staticmethod
+    def _models_over_guarantee(
+        state: Ledger, job: JobRecord, fixed_model: dict[tuple[str, str], int], need: int
+    ) -> list[tuple[str, int, int]]:
+        """GPU models whose per-model guarantee of the job's tenant the job would exceed:
+        (model, non-preemptible use, guarantee), in model order."""
+        conf = state.config.tenants.get(job.tenant)
+        if conf is None or not conf.guaranteed_by_model:
+            return []
+        out = []
+        for model in sorted(conf.guaranteed_by_model):
+            used = fixed_model.get((job.tenant, model), 0)
+            if used + need > conf.guaranteed_by_model[model]:
+                out.append((model, used, conf.guaranteed_by_model[model]))
+        return out
+
+    @staticmethod
+    def _nodes_with_models(state: Ledger, models: set[str]) -> frozenset[str]:
+        return frozenset(
+            name for name in sorted(state.nodes)
+            if any(g.model in models for g in state.nodes[name].info.gpus)
+        )
 
     @staticmethod
     def _releasing(state: Ledger, job: JobRecord) -> list[AllocationRecord]:

@@ -1,5 +1,6 @@
 """Queue order of pending jobs: effective priority, then how far the tenant sits below its
-fair share, then submit time, then job id (a total order)."""
+fair share, then the tenant's time-decayed past usage (`policy.usage_half_life_s`; less
+first), then submit time, then job id (a total order)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,21 @@ def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
     return max(job.priority, min(target, ceiling))
 
 
-def queue_key(state: Ledger, job: JobRecord, now_ms: int) -> tuple:
+def queue_key(state: Ledger, job: JobRecord, now_ms: int, usage: dict[str, int] | None = None) -> tuple:
+    """The job's sort key; `usage` memoises decayed usage per tenant within one ordering."""
     share = state.fair_shares.get(job.tenant)
     allocated = state.tenant_gpu_milli.get(job.tenant, 0)
     below = allocated - share.fair_share_gpu_milli if share is not None else 0
-    return (-effective_priority(state, job, now_ms), below, job.submitted_ms, job.job_id)
+    if usage is None:
+        past = state.usage_at(job.tenant, now_ms)
+    elif job.tenant in usage:
+        past = usage[job.tenant]
+    else:
+        past = usage[job.tenant] = state.usage_at(job.tenant, now_ms)
+    return (-effective_priority(state, job, now_ms), below, past, job.submitted_ms, job.job_id)
 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
     jobs = [state.jobs[j] for j in state.pending]
-    return sorted(jobs, key=lambda j: queue_key(state, j, now_ms))
+    usage: dict[str, int] = {}
+    return sorted(jobs, key=lambda j: queue_key(state, j, now_ms, usage))

@@ -6,7 +6,13 @@ expected end (start + remaining duration hint; unknown durations never end), and
 prefix whose release makes the job placeable gives both the expected start (the end of the
 last of them) and the reserved nodes (where the job would then go). Jobs behind it in the
 queue may use reserved nodes only when their own duration hint ends before the expected
-start (backfill). One reservation at a time: the first starving job in queue order.
+start (backfill), or when they are preemptible (and preemption is on): such a gang is placed
+off the reserved nodes when it can be, else on them, marked `backfill_for` the reserving job,
+and it is evicted (`Backfill`, by the preemption service) as soon as evicting backfilled work
+makes the reserving job placeable. Backfilled work never delays the reservation: it counts as
+released at once. While the reservation is *landing* (placeable by evicting backfilled work
+now) nothing new backfills it. One reservation at a time: the first starving job in queue
+order.
 """
 
 from __future__ import annotations
@@ -29,11 +35,16 @@ class Reservation:
     expected_start_ms: int
     waiting_for: tuple[str, ...]
     """Jobs whose expected end frees the reserved capacity."""
+    backfilled: tuple[str, ...] = ()
+    """Jobs running as preemptible backfill on the reservation (evicted when it lands)."""
+    landing: bool = False
+    """Evicting the backfilled jobs makes the reserving job placeable now."""
 
     def describe(self) -> dict:
         return {"job": self.job_id, "nodes": sorted(self.nodes),
                 "expected_start_s": self.expected_start_ms / 1000,
-                "waiting_for": list(self.waiting_for)}
+                "waiting_for": list(self.waiting_for),
+                "backfilled": list(self.backfilled), "landing": self.landing}
 
 
 def expected_end_ms(rec: AllocationRecord, job: JobRecord) -> int | None:
@@ -49,9 +60,13 @@ def starving(state: Ledger, job: JobRecord, now_ms: int) -> bool:
 
 
 def reserve(state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str]) -> Reservation | None:
+    backfill = sorted(a for a in state.backfills.get(job.job_id, ()) if a in state.active)
     ending: list[tuple[int, str, str]] = []
     for alloc_id in sorted(state.active):
         rec = state.allocations[alloc_id]
+        if rec.backfill_for == job.job_id:
+            ending.append((now_ms, alloc_id, rec.job_id))  # evicted on demand: never a delay
+            continue
         end = expected_end_ms(rec, state.jobs[rec.job_id])
         if end is not None:
             ending.append((max(end, now_ms), alloc_id, rec.job_id))
@@ -75,9 +90,23 @@ def reserve(state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str])
     placed = attempt(lo)
     assert isinstance(placed, Placement)
     nodes = frozenset(m.node for m in placed.members)
-    waiting = tuple(sorted({j for _, a, j in ending[:lo] if state.allocations[a].nodes()
+    waiting = tuple(sorted({j for _, a, j in ending[:lo] if a not in backfill
                             and set(state.allocations[a].nodes()) & nodes}))
-    return Reservation(job.job_id, nodes, ending[lo - 1][0], waiting)
+    backfilled = tuple(sorted({state.allocations[a].job_id for a in backfill}))
+    landing = bool(backfill) and isinstance(state.fleet.place(
+        request, policy, exclude=exclude, assume_released=backfill, explain=False), Placement)
+    return Reservation(job.job_id, nodes, ending[lo - 1][0], waiting, backfilled, landing)
+
+
+def may_backfill_preemptibly(state: Ledger, job: JobRecord, reservation: Reservation) -> bool:
+    """Whether `job` may run on the reserved nodes as backfill that is evicted when the
+    reservation lands: preemptible (preemption on), no disruption budget, and not landing."""
+    return (
+        state.config.policy.preemption
+        and job.preemptible
+        and not job.spec.min_available
+        and not reservation.landing
+    )
 
 
 def may_backfill(job: JobRecord, now_ms: int, reservation: Reservation) -> bool:

@@ -34,6 +34,7 @@ policy = st.fixed_dictionaries({
     "aging_after_preemptions": st.integers(0, 2),
     "aging_after_wait_s": st.sampled_from([0, 1800]),
     "default_grace_s": st.sampled_from([30, 60]),
+    "usage_half_life_s": st.sampled_from([0, 1800]),
 })
 
 

@@ -38,3 +38,10 @@ def fold(ledger: Ledger, new: list[ev.Event]) -> Ledger:
 
 def of_type(events: list[ev.Event], cls):
     return [e for e in events if isinstance(e, cls)]
+
+
+def stamped(cls, key: str, at: int = 0, **fields) -> ev.Event:
+    """An enveloped event at `at` ms with a deterministic id from `key`."""
+    from services.domain.stamp import stamp
+
+    return stamp(cls, key=key, producer="test", now_ms=at, correlation_id=key, **fields)
