@@ -13,10 +13,9 @@ from replay.importers import TraceImportError, import_openb
 from replay.importers.openb import GPU_MEMORY_GIB
 from replay.logio import read_log, write_log
 from replay.simulator import Simulator, standard_services
+from tests.openb.conftest import find_openb
 
-TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "alibaba-openb"
-if not TRACE.is_dir():
-    TRACE = Path("/work/shared/data/alibaba-openb")
+TRACE = find_openb()
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
 node-a,64000,262144,2,V100M16
@@ -140,7 +139,6 @@ def test_missing_file(tmp_path):
         import_openb(tmp_path / "nope.csv", write(tmp_path, "nodes.csv", NODES))
 
 
-@pytest.mark.skipif(not TRACE.is_dir(), reason="openb trace not available")
 def test_full_default_trace_imports_in_seconds(tmp_path):
     started = time.perf_counter()
     imp = import_openb(TRACE / "openb_pod_list_default.csv", TRACE / "openb_node_list_gpu_node.csv")
