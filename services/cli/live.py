@@ -1,4 +1,4 @@
-"""Live commands over NATS: up, run, apply, submit, cancel, jobs, demo.
+"""Live commands over NATS: up, run, apply, submit, cancel, demo.
 
 Thin: argument handling and process wiring only; every decision is made by the deciders
 through the runtime's host loop.
