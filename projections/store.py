@@ -140,12 +140,18 @@ class Store:
 
     # -------------------------------------------------------------- writing
 
-    def _arrow(self, table: str, rows: list[tuple], schema: pa.Schema | None = None) -> pa.Table:
+    def _arrow(self, table: str, cols: list[list], schema: pa.Schema | None = None) -> pa.Table:
+        """An Arrow table from one Python list per column (in the schema's order)."""
         schema = schema or self._types[table]
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-        return pa.Table.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema
-        )
+        arrays = []
+        for c, f in zip(cols, schema, strict=True):
+            if f.name == "payload":
+                # events.payload arrives as UTF-8 JSON bytes (msgspec's output): build a binary
+                # array and view it as a string one, without decoding each payload in Python.
+                arrays.append(pa.array(c, type=pa.binary()).view(pa.string()))
+            else:
+                arrays.append(pa.array(c, type=f.type))
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def _insert(self, table: str, tbl: pa.Table) -> None:
         self.con.register("_gl_batch", tbl)
@@ -162,24 +168,21 @@ class Store:
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
-            for table, rows in batch.appends.items():
-                if rows:
-                    self._insert(table, self._arrow(table, rows))
-            for table, ups in batch.upserts.items():
-                if not ups:
-                    continue
+            for table, cols in batch.appends.items():
+                if cols[0]:
+                    self._insert(table, self._arrow(table, cols))
+            for table, (keys, cols) in batch.frozen.items():
                 cls = ROW_CLASSES[table]
                 full = self._types[table]
                 key_schema = pa.schema([full.field(k) for k in cls.KEY])
-                self.con.register("_gl_keys", self._arrow(table, list(ups), key_schema))
+                self.con.register("_gl_keys", self._arrow(table, keys, key_schema))
                 try:
                     cond = " AND ".join(f"t.{k} = k.{k}" for k in cls.KEY)
                     con.execute(f"DELETE FROM {table} t USING _gl_keys k WHERE {cond}")
                 finally:
                     self.con.unregister("_gl_keys")
-                rows = [r for r in ups.values() if r is not None]
-                if rows:
-                    self._insert(table, self._arrow(table, rows))
+                if cols[0]:
+                    self._insert(table, self._arrow(table, cols))
             at = batch.last_at_ms
             con.execute(
                 "UPDATE projector_meta SET last_seq = ?, updated_at_ms = coalesce(?, updated_at_ms)"
