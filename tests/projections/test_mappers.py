@@ -161,3 +161,20 @@ def test_gpus_label():
     assert gpus_label(2, 8, 0, None) == "2x8"
     assert gpus_label(1, 0, 500, None) == "500m"
     assert gpus_label(1, 0, 0, "1g.10gb") == "1g.10gb"
+
+
+def test_batch_columns_and_frozen_snapshot(messages):
+    """Appended rows are kept as columns; `freeze` snapshots upserted rows as columns that
+    later folding (which mutates the same Row objects) does not change."""
+    p = fold(messages[:40])
+    b = p.drain()
+    events = b.rows("events")
+    assert [len(c) for c in b.appends["events"]] == [len(events)] * len(APPEND_COLUMNS["events"])
+    assert all(isinstance(r[-1], bytes) for r in events)  # payload JSON as UTF-8 bytes
+    before = {t: sorted(b.rows(t), key=repr) for t in ROW_CLASSES}
+    b.freeze()
+    fold(messages[40:], p)  # mutates rows the frozen batch also holds
+    assert {t: sorted(b.rows(t), key=repr) for t in ROW_CLASSES} == before
+    for t, (keys, cols) in b.frozen.items():
+        cls = ROW_CLASSES[t]
+        assert len(keys) == len(cls.KEY) and len(cols) == len(cls.COLUMNS), t
