@@ -17,7 +17,7 @@ wrote (`Projection.load`). No I/O, no clock, no database here: this module is te
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
@@ -97,6 +97,10 @@ class Row:
         ns = {f"_d_{c}": cls.DEFAULTS.get(c) for c in cls.COLUMNS}
         exec(f"def __init__(self, *, {params}):{body}", ns)  # noqa: S102
         cls.__init__ = ns["__init__"]
+        # `_columns(rows)`: the rows as one list per column (what the writer turns into Arrow).
+        comps = ", ".join(f"[r.{c} for r in rows]" for c in cls.COLUMNS)
+        exec(f"def _columns(rows):\n    return [{comps}]", ns)  # noqa: S102
+        cls._columns = staticmethod(ns["_columns"])
 
 
 def _tuple_getter(cols: tuple[str, ...]):
@@ -227,17 +231,38 @@ def columns_of(table: str) -> tuple[str, ...]:
 
 
 class Batch:
-    """What a run of events changes: appended tuples and the latest version of touched rows."""
+    """What a run of events changes: appended rows and the latest version of touched rows.
 
-    __slots__ = ("appends", "upserts", "first_seq", "last_seq", "last_at_ms", "count")
+    Appended rows are kept as columns (`appends[table]` is one list per column, in
+    `APPEND_COLUMNS` order; `add[table](v0, v1, ...)` appends one row): the writer turns each
+    column into an Arrow array directly, with no per-row tuples to build, collect and
+    transpose. `rows(table)` gives tuples back (for tests and debugging). The `events`
+    payload column holds the JSON as UTF-8 bytes."""
+
+    __slots__ = (
+        "appends",
+        "add",
+        "upserts",
+        "first_seq",
+        "last_seq",
+        "last_at_ms",
+        "count",
+        "frozen",
+    )
 
     def __init__(self) -> None:
-        self.appends: dict[str, list[tuple]] = {t: [] for t in APPEND_COLUMNS}
+        self.appends: dict[str, list[list]] = {
+            t: [[] for _ in cols] for t, cols in APPEND_COLUMNS.items()
+        }
+        self.add: dict[str, Callable[..., None]] = {
+            t: _APPENDERS[len(cols)](*(c.append for c in cols)) for t, cols in self.appends.items()
+        }
         self.upserts: dict[str, dict[tuple, Row | None]] = {t: {} for t in ROW_CLASSES}
         self.first_seq: int | None = None
         self.last_seq: int | None = None
         self.last_at_ms: int | None = None
         self.count = 0
+        self.frozen: dict[str, tuple[list[list], list[list]]] | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -249,24 +274,41 @@ class Batch:
         self.upserts[table][key] = None
 
     def freeze(self) -> Batch:
-        """Replace upserted Row objects by tuples (a snapshot), so the batch can be written
-        while the projection goes on folding (and mutating its rows)."""
-        for t, ups in self.upserts.items():
-            if ups:
-                self.upserts[t] = {
-                    k: (r.astuple() if isinstance(r, Row) else r) for k, r in ups.items()
-                }
+        """Snapshot the upserted rows as columns (`frozen[table] = (key columns, row
+        columns)`), so the batch can be written while the projection goes on folding (and
+        mutating its rows). Idempotent."""
+        if self.frozen is None:
+            frozen = {}
+            for t, ups in self.upserts.items():
+                if ups:
+                    cls = ROW_CLASSES[t]
+                    keys = [list(c) for c in zip(*ups, strict=True)]
+                    rows = [r for r in ups.values() if r is not None]
+                    frozen[t] = (keys, cls._columns(rows))  # type: ignore[attr-defined]
+            self.frozen = frozen
         return self
 
     def rows(self, table: str) -> list[tuple]:
         """Final tuples of a table in this batch (appends, or upserted rows; deletes left out)."""
         if table in self.appends:
-            return list(self.appends[table])
-        return [
-            r.astuple() if isinstance(r, Row) else r
-            for r in self.upserts[table].values()
-            if r is not None
-        ]
+            return list(zip(*self.appends[table], strict=True))
+        if self.frozen is not None:
+            cols = self.frozen[table][1] if table in self.frozen else []
+            return list(zip(*cols, strict=True))
+        return [r.astuple() for r in self.upserts[table].values() if r is not None]
+
+
+def _appender_factory(n: int) -> Callable[..., Callable[..., None]]:
+    """`make(append_0, ..., append_n-1)` -> `add(v_0, ..., v_n-1)` appending v_i with append_i."""
+    ps = ", ".join(f"p{i}" for i in range(n))
+    vs = ", ".join(f"v{i}" for i in range(n))
+    body = "".join(f"\n        p{i}(v{i})" for i in range(n))
+    ns: dict[str, Any] = {}
+    exec(f"def make({ps}):\n    def add({vs}):{body}\n    return add", ns)  # noqa: S102
+    return ns["make"]
+
+
+_APPENDERS = {n: _appender_factory(n) for n in {len(c) for c in APPEND_COLUMNS.values()}}
 
 
 # ---------------------------------------------------------------- the projection
@@ -300,7 +342,20 @@ class Projection:
         self.nodes: dict[str, Row] = {}
         self.gpus: dict[tuple[str, int], Row] = {}
         self.tenants: dict[str, Row] = {}
-        self.batch = Batch()
+        self._bind(Batch())
+
+    def _bind(self, batch: Batch) -> None:
+        """Record changes into `batch` (its appenders cached for the hot paths)."""
+        self.batch = batch
+        add = batch.add
+        self._add_event = add["events"]
+        self._add_decision = add["decisions"]
+        self._add_transition = add["job_transitions"]
+        self._add_pending = add["pending_reasons"]
+        self._add_quota = add["quota_usage"]
+        self._add_metric = add["gpu_metrics"]
+        self._up_jobs = batch.upserts["jobs"]
+        self._up_allocs = batch.upserts["allocations"]
 
     # -------------------------------------------------------------- state from tables
 
@@ -356,42 +411,54 @@ class Projection:
         b.last_at_ms = event.occurred_at_ms
         b.count += 1
         self.last_seq = seq
-        decision = isinstance(event, ev.Decision)
-        b.appends["events"].append(
-            (
+        cls = type(event)
+        name = cls.__name__
+        if isinstance(event, ev.Decision):
+            self._add_event(
                 seq,
                 subject,
-                type(event).__name__,
+                name,
                 event.event_id,
                 event.occurred_at_ms,
                 event.causation_id,
                 event.correlation_id,
                 event.producer,
-                event.input_seq if decision else None,
-                event.config_digest if decision else None,
-                event.leader_epoch if decision else None,
-                _json.encode(event).decode(),
+                event.input_seq,
+                event.config_digest,
+                event.leader_epoch,
+                _json.encode(event),
             )
-        )
-        if decision:
             details = getattr(event, "details", None)
-            b.appends["decisions"].append(
-                (
-                    seq,
-                    event.occurred_at_ms,
-                    type(event).__name__,
-                    getattr(event, "job_id", None) or event.correlation_id or None,
-                    event.event_id,
-                    event.producer,
-                    event.input_seq,
-                    event.config_digest,
-                    event.leader_epoch,
-                    getattr(event, "reason", None),
-                    getattr(event, "message", None),
-                    _dumps(details) if details else None,
-                )
+            self._add_decision(
+                seq,
+                event.occurred_at_ms,
+                name,
+                getattr(event, "job_id", None) or event.correlation_id or None,
+                event.event_id,
+                event.producer,
+                event.input_seq,
+                event.config_digest,
+                event.leader_epoch,
+                getattr(event, "reason", None),
+                getattr(event, "message", None),
+                _dumps(details) if details else None,
             )
-        handler = _HANDLERS.get(type(event))
+        else:
+            self._add_event(
+                seq,
+                subject,
+                name,
+                event.event_id,
+                event.occurred_at_ms,
+                event.causation_id,
+                event.correlation_id,
+                event.producer,
+                None,
+                None,
+                None,
+                _json.encode(event),
+            )
+        handler = _HANDLERS.get(cls)
         if handler is not None:
             handler(self, seq, event)
         return True
@@ -406,27 +473,26 @@ class Projection:
         b.last_seq = seq
         b.count += 1
         self.last_seq = seq
-        b.appends["events"].append(
-            (
-                seq,
-                subject,
-                "Undecodable",
-                "",
-                None,
-                "",
-                "",
-                "",
-                None,
-                None,
-                None,
-                _dumps({"error": error, "payload_head": head}),
-            )
+        self._add_event(
+            seq,
+            subject,
+            "Undecodable",
+            "",
+            None,
+            "",
+            "",
+            "",
+            None,
+            None,
+            None,
+            _json.encode({"error": error, "payload_head": head}),
         )
         return True
 
     def drain(self) -> Batch:
         """Hand over the changes recorded so far and start a new batch."""
-        b, self.batch = self.batch, Batch()
+        b = self.batch
+        self._bind(Batch())
         return b
 
     # -------------------------------------------------------------- helpers
@@ -441,21 +507,19 @@ class Projection:
     def _touch(self, job: Row, seq: int, at_ms: int) -> None:
         job.updated_at_ms = at_ms
         job.updated_seq = seq
-        self.batch.upsert(job)
+        self._up_jobs[(job.job_id,)] = job
 
     def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
         if job.state != to:
-            self.batch.appends["job_transitions"].append(
-                (
-                    seq,
-                    e.occurred_at_ms,
-                    job.job_id,
-                    job.tenant,
-                    job.state,
-                    to,
-                    type(e).__name__,
-                    reason,
-                )
+            self._add_transition(
+                seq,
+                e.occurred_at_ms,
+                job.job_id,
+                job.tenant,
+                job.state,
+                to,
+                type(e).__name__,
+                reason,
             )
             job.state = to
 
@@ -468,7 +532,7 @@ class Projection:
                 if r.ended_at_ms is None:
                     r.ended_at_ms = at_ms
                     r.end_reason = reason
-                    self.batch.upsert(r)
+                    self._up_allocs[(r.allocation_id, r.rank, r.gpu_index)] = r
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -500,17 +564,15 @@ class Projection:
         job.submitted_at_ms = e.occurred_at_ms
         self.jobs[spec.job_id] = job
         if existing is None:
-            self.batch.appends["job_transitions"].append(
-                (
-                    seq,
-                    e.occurred_at_ms,
-                    job.job_id,
-                    job.tenant,
-                    None,
-                    "submitted",
-                    "JobSubmitted",
-                    None,
-                )
+            self._add_transition(
+                seq,
+                e.occurred_at_ms,
+                job.job_id,
+                job.tenant,
+                None,
+                "submitted",
+                "JobSubmitted",
+                None,
             )
         self._touch(job, seq, e.occurred_at_ms)
 
@@ -551,18 +613,16 @@ class Projection:
         details = e.details or {}
         qp = details.get("queue_position")
         help_ = details.get("preemption_would_help")
-        self.batch.appends["pending_reasons"].append(
-            (
-                seq,
-                e.occurred_at_ms,
-                e.job_id,
-                job.tenant,
-                e.reason,
-                e.message,
-                _dumps(details),
-                qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
-                help_ if isinstance(help_, bool) else None,
-            )
+        self._add_pending(
+            seq,
+            e.occurred_at_ms,
+            e.job_id,
+            job.tenant,
+            e.reason,
+            e.message,
+            _dumps(details),
+            qp if isinstance(qp, int) and not isinstance(qp, bool) else None,
+            help_ if isinstance(help_, bool) else None,
         )
         if job.state in TERMINAL:
             return
@@ -581,39 +641,43 @@ class Projection:
         job.reason = job.message = job.details = None
         attempt_s = e.allocation_id.rpartition("#")[2]
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
+        alloc_id, job_id, at = e.allocation_id, e.job_id, e.occurred_at_ms
+        tenant, borrowing = e.tenant or job.tenant, e.borrowing
+        gpus, ups = self.gpus, self._up_allocs
         ranks: dict[int, list[Row]] = {}
         for m in e.members:
-            rows = ranks.setdefault(m.rank, [])
-            if m.mig_profile:
-                sharing, milli = "mig", _mig_milli(m.mig_profile)
+            rank, node, mig = m.rank, m.node, m.mig_profile
+            rows = ranks.setdefault(rank, [])
+            if mig:
+                sharing, milli = "mig", _mig_milli(mig)
             elif m.gpu_milli:
                 sharing, milli = "milli", m.gpu_milli
             else:
                 sharing, milli = "exclusive", 1000
             for idx in m.gpus or (-1,):
-                g = self.gpus.get((m.node, idx))
+                g = gpus.get((node, idx))
                 r = AllocationRow(
-                    allocation_id=e.allocation_id,
-                    job_id=e.job_id,
-                    tenant=e.tenant or job.tenant,
+                    allocation_id=alloc_id,
+                    job_id=job_id,
+                    tenant=tenant,
                     attempt=attempt,
-                    rank=m.rank,
-                    node=m.node,
+                    rank=rank,
+                    node=node,
                     gpu_index=idx,
                     gpu_uuid=g.uuid if g is not None else None,
                     gpu_model=g.model if g is not None else None,
                     clique=g.clique if g is not None else None,
                     sharing=sharing if idx >= 0 else "none",
                     gpu_milli=milli if idx >= 0 else 0,
-                    mig_profile=m.mig_profile,
+                    mig_profile=mig,
                     mig_start=m.mig_start,
-                    borrowing=e.borrowing,
+                    borrowing=borrowing,
                     placed_seq=seq,
-                    placed_at_ms=e.occurred_at_ms,
+                    placed_at_ms=at,
                 )
                 rows.append(r)
-                self.batch.upsert(r)
-        self.open_allocs[e.allocation_id] = ranks
+                ups[(alloc_id, rank, idx)] = r
+        self.open_allocs[alloc_id] = ranks
         self._transition(job, "running", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
 
@@ -622,7 +686,7 @@ class Projection:
         for r in ranks.get(e.rank, ()) if ranks else ():
             if r.started_at_ms is None:
                 r.started_at_ms = e.occurred_at_ms
-                self.batch.upsert(r)
+                self._up_allocs[(r.allocation_id, r.rank, r.gpu_index)] = r
 
     def _member_checkpointed(self, seq: int, e: ev.MemberCheckpointed) -> None:
         p = self.open_preemptions.get(e.allocation_id)
@@ -643,7 +707,7 @@ class Projection:
             if r.ended_at_ms is None:
                 r.ended_at_ms = e.occurred_at_ms
                 r.end_reason = e.outcome
-                self.batch.upsert(r)
+                self._up_allocs[(r.allocation_id, r.rank, r.gpu_index)] = r
         if not ranks:
             del self.open_allocs[e.allocation_id]
 
@@ -771,20 +835,18 @@ class Projection:
         )
 
     def _fair_share(self, seq: int, e: ev.FairShareUpdated) -> None:
-        out = self.batch.appends["quota_usage"]
+        add = self._add_quota
         at = e.occurred_at_ms
         for s in e.shares:
-            out.append(
-                (
-                    seq,
-                    at,
-                    s.tenant,
-                    s.guaranteed_gpu_milli,
-                    s.fair_share_gpu_milli,
-                    s.allocated_gpu_milli,
-                    s.demand_gpu_milli,
-                    max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli),
-                )
+            add(
+                seq,
+                at,
+                s.tenant,
+                s.guaranteed_gpu_milli,
+                s.fair_share_gpu_milli,
+                s.allocated_gpu_milli,
+                s.demand_gpu_milli,
+                max(0, s.allocated_gpu_milli - s.guaranteed_gpu_milli),
             )
             t = self.tenants.get(s.tenant)
             if t is None:
@@ -856,12 +918,11 @@ class Projection:
         self.batch.upsert(n)
 
     def _metrics(self, seq: int, e: ev.GpuMetricsReported) -> None:
-        out = self.batch.appends["gpu_metrics"]
+        add = self._add_metric
         at = e.occurred_at_ms
+        node = e.node
         for s in e.samples:
-            out.append(
-                (seq, at, e.node, s.uuid, s.mig_uuid, s.sm_active, s.util_source, s.memory_used_mib)
-            )
+            add(seq, at, node, s.uuid, s.mig_uuid, s.sm_active, s.util_source, s.memory_used_mib)
 
 
 _HANDLERS = {

@@ -1,8 +1,10 @@
 """Live projection from NATS JetStream: the `projector` durable pull consumer.
 
-The only module of `projections` that talks to NATS. Each fetched batch is folded, committed
-(rows + last sequence in one DuckDB transaction), and only then acknowledged (AckAll on the
-batch's last message). A crash between commit and ack redelivers messages the database
+The only module of `projections` that talks to NATS. Fetched messages are folded and
+committed (rows + last sequence in one DuckDB transaction), and only then acknowledged (AckAll
+on the last committed message). Under a backlog, commits group `commit_events` (20k) events
+and run in the background while the next fetches are folded; a short fetch (caught up), an
+idle timeout or `max_commit_delay_s` commits at once. A crash between commit and ack redelivers messages the database
 already holds; they are skipped by sequence. On start the consumer is (re)positioned from
 the database's last sequence, so the database, not the consumer, decides where to resume.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
-from projections.store import Projector
+from projections.store import Projector, relaxed_gc
 
 log = logging.getLogger("gpuledger.projector")
 
@@ -71,6 +75,8 @@ async def run_projector(
     durable: str = DURABLE,
     fetch_batch: int = 5_000,
     fetch_timeout: float = 1.0,
+    commit_events: int = 20_000,
+    max_commit_delay_s: float = 0.5,
     follow: bool = True,
     stop: asyncio.Event | None = None,
     release_when_idle: bool = True,
@@ -80,46 +86,72 @@ async def run_projector(
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
     the stream is drained). Returns the last committed sequence. Raises SequenceGap after
     committing everything before the gap."""
-    nc = await nats.connect(url)
-    pj = Projector(db_path, batch_size=10**9)  # commits are per fetch, never mid-fetch
-    try:
-        js = nc.jetstream()
-        await _position_consumer(js, stream, durable, pj.last_seq)
-        sub = await js.pull_subscribe_bind(durable, stream)
-        while stop is None or not stop.is_set():
-            try:
-                msgs = await sub.fetch(fetch_batch, timeout=fetch_timeout)
-            except (TimeoutError, NatsTimeout):
-                if release_when_idle:
-                    pj.release()  # let `gpuledger sql` open the file while we wait
-                if not follow:
-                    break
-                continue
-            gap: SequenceGap | None = None
-            last_msg = None
-            for msg in msgs:
-                try:
-                    pj.apply_raw(msg.metadata.sequence.stream, msg.subject, msg.data)
-                except SequenceGap as exc:
-                    gap = exc
-                    break
-                last_msg = msg
-            committed = pj.commit()
-            if on_commit is not None:
-                on_commit(committed)
-            if before_ack is not None:
-                before_ack(committed)
-            if last_msg is not None:
-                await last_msg.ack()  # AckAll: everything up to it
-            if gap is not None:
-                log.error("%s", gap)
-                raise gap
-        return pj.last_seq
-    finally:
-        pj.close()
-        # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
-        # the acks are plain publishes, so flushing them is enough before closing.
+    with relaxed_gc():  # see relaxed_gc: the fold allocates a lot
+        nc = await nats.connect(url)
+        # Group commit: a batch is committed when `commit_events` are folded (in the background,
+        # while the next fetches are folded), when a fetch comes back short (caught up), or when
+        # folded events have waited `max_commit_delay_s`. Messages are acknowledged (AckAll) only
+        # up to what is committed.
+        pj = Projector(db_path, batch_size=commit_events, pipeline=True)
         try:
-            await nc.flush(timeout=5)
+            js = nc.jetstream()
+            await _position_consumer(js, stream, durable, pj.last_seq)
+            sub = await js.pull_subscribe_bind(durable, stream)
+            unacked: deque = deque()  # last message of each fetch not acknowledged yet
+            oldest: float | None = None  # when the oldest uncommitted fetch was folded
+
+            async def ack(committed: int) -> None:
+                last = None
+                while unacked and unacked[0].metadata.sequence.stream <= committed:
+                    last = unacked.popleft()
+                if last is None:
+                    return
+                if on_commit is not None:
+                    on_commit(committed)
+                if before_ack is not None:
+                    before_ack(committed)
+                await last.ack()  # AckAll: everything up to it
+
+            while stop is None or not stop.is_set():
+                try:
+                    msgs = await sub.fetch(fetch_batch, timeout=fetch_timeout)
+                except (TimeoutError, NatsTimeout):
+                    await ack(pj.commit())
+                    oldest = None
+                    if release_when_idle:
+                        pj.release()  # let `gpuledger sql` open the file while we wait
+                    if not follow:
+                        break
+                    continue
+                gap: SequenceGap | None = None
+                last_msg = None
+                for msg in msgs:
+                    try:
+                        pj.apply_raw(msg.metadata.sequence.stream, msg.subject, msg.data)
+                    except SequenceGap as exc:
+                        gap = exc
+                        break
+                    last_msg = msg
+                if last_msg is not None:
+                    unacked.append(last_msg)
+                now = time.monotonic()
+                oldest = now if oldest is None else oldest
+                if gap is not None or len(msgs) < fetch_batch or now - oldest >= max_commit_delay_s:
+                    committed = pj.commit()  # everything folded so far, waited for
+                    oldest = None
+                else:
+                    committed = pj.committed()  # what background commits have completed
+                await ack(committed)
+                if gap is not None:
+                    log.error("%s", gap)
+                    raise gap
+            await ack(pj.commit())
+            return pj.last_seq
         finally:
-            await nc.close()
+            pj.close()
+            # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
+            # the acks are plain publishes, so flushing them is enough before closing.
+            try:
+                await nc.flush(timeout=5)
+            finally:
+                await nc.close()

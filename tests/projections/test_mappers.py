@@ -33,7 +33,7 @@ def test_job_lifecycle_states_and_transitions(messages):
         "big-b": "pending",
     }
     b = p.drain()
-    path = [(t[4], t[5]) for t in b.appends["job_transitions"] if t[2] == "train-b"]
+    path = [(t[4], t[5]) for t in b.rows("job_transitions") if t[2] == "train-b"]
     assert path == [
         (None, "submitted"),
         ("submitted", "pending"),
@@ -92,16 +92,16 @@ def test_load_from_rows_continues_identically(messages):
             want = sorted(whole.rows(t))
             assert got == want, (cut, t)
         for t in APPEND_COLUMNS:
-            assert b1.appends[t] + b2.appends[t] == whole.appends[t], (cut, t)
+            assert b1.rows(t) + b2.rows(t) == whole.rows(t), (cut, t)
 
 
 def test_events_and_decisions_rows(messages):
     b = fold(messages).drain()
-    assert [r[0] for r in b.appends["events"]] == list(range(1, len(messages) + 1))
-    types = {r[2] for r in b.appends["decisions"]}
+    assert [r[0] for r in b.rows("events")] == list(range(1, len(messages) + 1))
+    types = {r[2] for r in b.rows("decisions")}
     assert {"JobAdmitted", "GangPlaced", "PreemptionRequested", "PreemptionDeclined"} <= types
     assert "JobSubmitted" not in types
-    ev_row = b.appends["events"][8]
+    ev_row = b.rows("events")[8]
     assert ev_row[2] == "JobAdmitted" and ev_row[8] == 8  # input_seq
 
 
@@ -161,3 +161,20 @@ def test_gpus_label():
     assert gpus_label(2, 8, 0, None) == "2x8"
     assert gpus_label(1, 0, 500, None) == "500m"
     assert gpus_label(1, 0, 0, "1g.10gb") == "1g.10gb"
+
+
+def test_batch_columns_and_frozen_snapshot(messages):
+    """Appended rows are kept as columns; `freeze` snapshots upserted rows as columns that
+    later folding (which mutates the same Row objects) does not change."""
+    p = fold(messages[:40])
+    b = p.drain()
+    events = b.rows("events")
+    assert [len(c) for c in b.appends["events"]] == [len(events)] * len(APPEND_COLUMNS["events"])
+    assert all(isinstance(r[-1], bytes) for r in events)  # payload JSON as UTF-8 bytes
+    before = {t: sorted(b.rows(t), key=repr) for t in ROW_CLASSES}
+    b.freeze()
+    fold(messages[40:], p)  # mutates rows the frozen batch also holds
+    assert {t: sorted(b.rows(t), key=repr) for t in ROW_CLASSES} == before
+    for t, (keys, cols) in b.frozen.items():
+        cls = ROW_CLASSES[t]
+        assert len(keys) == len(cls.KEY) and len(cols) == len(cls.COLUMNS), t

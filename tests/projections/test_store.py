@@ -166,3 +166,14 @@ def test_schema_and_mappers_agree(tmp_path):
     # Store() refuses to start if schema.sql and the mappers' columns disagree
     with Projector(tmp_path / "s.duckdb") as pj:
         assert pj.last_seq == 0
+
+
+def test_relaxed_gc_restores_thresholds():
+    import gc
+
+    from projections.store import relaxed_gc
+
+    old = gc.get_threshold()
+    with relaxed_gc(123_456):
+        assert gc.get_threshold()[0] == max(old[0], 123_456)
+    assert gc.get_threshold() == old
