@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import events as ev
-from projections.logio import write_log
 from projections.store import Projector, rebuild, relaxed_gc
+from replay.logio import write_log
 
 
 def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[int, str, ev.Event]]:

@@ -398,7 +398,7 @@ def relaxed_gc(threshold0: int = 50_000) -> Iterator[None]:
 
 def _messages(source: Any) -> Iterator[tuple[int, str, ev.Event]]:
     if isinstance(source, (str, Path)):
-        from projections.logio import read_log
+        from replay.logio import read_log
 
         return read_log(source)
     return iter(source)

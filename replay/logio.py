@@ -3,7 +3,8 @@
     {"seq": 1, "subject": "gl.admin.TenantConfigured", "event": {"type": "TenantConfigured.v1", ...}}
 
 `seq` is the 1-based stream sequence (gap-free in a complete log). Reading decodes every
-event to its current version (upcasting old ones).
+event to its current version (upcasting old ones); the event JSON is handed to the codec
+as raw bytes, never through an intermediate dict.
 """
 
 from __future__ import annotations
@@ -13,42 +14,46 @@ from pathlib import Path
 
 import msgspec
 
-from events import Event, UndecodableEvent, from_builtins, to_builtins
+import events as ev
 
 
-class LogLine(msgspec.Struct, frozen=True):
+class _Line(msgspec.Struct):
     seq: int
     subject: str
-    event: dict
+    event: msgspec.Raw
 
 
 class LogFormatError(ValueError):
     """A log file line that is not a valid log entry; names the file and line."""
 
 
-_line_decoder = msgspec.json.Decoder(LogLine)
+_line = msgspec.json.Decoder(_Line)
 _encoder = msgspec.json.Encoder()
 
 
-def write_log(path: str | Path, entries: Iterable[tuple[int, str, Event]]) -> int:
-    """Write `(seq, subject, event)` entries; returns the number written."""
-    n = 0
-    with open(path, "wb") as f:
-        for seq, subject, event in entries:
-            f.write(_encoder.encode(LogLine(seq, subject, to_builtins(event))))
-            f.write(b"\n")
-            n += 1
-    return n
-
-
-def read_log(path: str | Path) -> Iterator[tuple[int, str, Event]]:
+def read_log(path: str | Path) -> Iterator[tuple[int, str, ev.Event]]:
     """Yield `(seq, subject, event)` for every line."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                line = _line_decoder.decode(raw)
-                yield line.seq, line.subject, from_builtins(line.event)
-            except (msgspec.DecodeError, msgspec.ValidationError, UndecodableEvent) as exc:
+                line = _line.decode(raw)
+                yield line.seq, line.subject, ev.decode(line.event)
+            except (msgspec.DecodeError, msgspec.ValidationError, ev.UndecodableEvent) as exc:
                 raise LogFormatError(f"{path}:{lineno}: {exc}") from exc
+
+
+def write_log(path: str | Path, entries: Iterable[tuple[int, str, ev.Event]]) -> int:
+    """Write `(seq, subject, event)` entries; returns the number written."""
+    n = 0
+    buf = bytearray()
+    with open(path, "wb") as f:
+        for seq, subject, event in entries:
+            buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (seq, _encoder.encode(subject), ev.encode(event))
+            n += 1
+            if len(buf) > 1 << 20:
+                f.write(buf)
+                buf.clear()
+        f.write(buf)
+    return n

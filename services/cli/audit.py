@@ -684,9 +684,9 @@ def project_command(
     ] = False,
 ) -> None:
     """Fold the log into the DuckDB projection (exactly once; resumes where it stopped)."""
-    from projections.logio import LogFormatError
     from projections.mappers import SequenceGap
     from projections.store import ProjectionError, catch_up, rebuild
+    from replay.logio import LogFormatError
 
     path = db_path(db, data)
     if (log is None) == (nats_url is None):

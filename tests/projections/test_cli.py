@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from projections.logio import write_log
+from replay.logio import write_log
 from services.cli.audit import humanize_ms, register
 
 app = typer.Typer()

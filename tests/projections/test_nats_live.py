@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import nats
 import pytest
@@ -17,46 +11,16 @@ from nats.js import api
 import events as ev
 from projections.nats_source import run_projector
 from projections.store import connect_readonly, rebuild
+from services.runtime.nats_server import EmbeddedNats
 from tests.projections.conftest import dump
 
 pytestmark = pytest.mark.integration
 
 
-def _nats_server_binary() -> str | None:
-    scripts = Path(sys.executable).parent / "nats-server"
-    if scripts.exists():
-        return str(scripts)
-    return shutil.which("nats-server")
-
-
 @pytest.fixture()
 def nats_url(tmp_path):
-    binary = _nats_server_binary()
-    if binary is None:
-        pytest.skip("nats-server binary not installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("nats-server did not start")
-            time.sleep(0.05)
-    try:
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with EmbeddedNats(tmp_path / "js") as server:
+        yield server.url
 
 
 async def _publish(url: str, messages) -> None:

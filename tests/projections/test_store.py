@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import events as ev
-from projections.logio import write_log
 from projections.store import Projector, SequenceGap, catch_up, connect_readonly, rebuild
+from replay.logio import write_log
 from tests.projections.conftest import dump
 
 
