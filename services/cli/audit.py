@@ -16,6 +16,15 @@ from typing import Annotated, Any
 
 import typer
 
+from projections.queries import (
+    UnknownJob,
+    gpus_text,
+    jobs_rows,
+    nodes_rows,
+    tenants_rows,
+    why_report,
+)
+
 DEFAULT_DATA = Path(".gpuledger")
 DB_NAME = "projection.duckdb"
 
@@ -77,14 +86,6 @@ def humanize_ms(ms: int | float | None) -> str:
     return f"{s // 86400}d"
 
 
-def _gpus(milli: int | float | None) -> str:
-    if milli is None:
-        return "-"
-    if milli % 1000 == 0:
-        return str(int(milli // 1000))
-    return f"{milli / 1000:.2f}".rstrip("0").rstrip(".")
-
-
 def render_table(
     headers: list[str], rows: list[list[Any]], *, no_headers: bool = False, upper: bool = True
 ) -> str:
@@ -103,22 +104,6 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-def _records(cursor) -> list[dict[str, Any]]:
-    cols = [d[0] for d in cursor.description]
-    return [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
-
-
-def _parse_json_fields(rec: dict[str, Any], *fields: str) -> dict[str, Any]:
-    for f in fields:
-        v = rec.get(f)
-        if isinstance(v, str):
-            try:
-                rec[f] = json.loads(v)
-            except ValueError:
-                pass
-    return rec
-
-
 def _emit_structured(data: Any, fmt: str) -> None:
     if fmt == "yaml":
         import yaml
@@ -130,10 +115,6 @@ def _emit_structured(data: Any, fmt: str) -> None:
         )
     else:
         typer.echo(json.dumps(data, indent=2, default=_json_default))
-
-
-def _now(con) -> int:
-    return con.execute("SELECT now_ms FROM clock").fetchone()[0]
 
 
 # ---------------------------------------------------------------- sql
@@ -188,96 +169,6 @@ def sql_command(
 
 
 # ---------------------------------------------------------------- why
-
-
-class UnknownJob(LookupError):
-    pass
-
-
-def why_report(con, job_id: str) -> dict[str, Any]:
-    """Everything the projection knows about why `job_id` is where it is."""
-    cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
-    recs = _records(cur)
-    if not recs:
-        raise UnknownJob(job_id)
-    job = _parse_json_fields(recs[0], "details")
-    now = _now(con)
-    out: dict[str, Any] = {
-        "job": job_id,
-        "tenant": job["tenant"],
-        "state": job["state"],
-        "priority_class": job["priority_class"],
-        "priority": job["priority"],
-        "gpus": _gpus(job["gpu_milli"]),
-        "age_s": (now - job["submitted_at_ms"]) / 1000
-        if job["submitted_at_ms"] is not None
-        else None,
-        "reason": job["reason"],
-        "message": job["message"],
-        "details": job["details"],
-        "attempts": job["attempts"],
-    }
-    if job["state"] in ("submitted", "pending"):
-        wp = _records(con.execute("SELECT * FROM why_pending WHERE job_id = ?", [job_id]))
-        if wp:
-            w = _parse_json_fields(wp[0], "node_histogram")
-            out["pending"] = {
-                "waiting_s": w["waiting_s"],
-                "queue_position": w["queue_position"],
-                "preemption_would_help": w["preemption_would_help"],
-                "node_histogram": w["node_histogram"],
-                "preemption_declined": (
-                    {"reason": w["declined_reason"], "message": w["declined_message"]}
-                    if w["declined_reason"]
-                    else None
-                ),
-                "reason_changes": w["reason_changes"],
-            }
-    if job["allocation_id"]:
-        alloc = con.execute(
-            "SELECT string_agg(DISTINCT node, ',' ORDER BY node), sum(gpu_milli) FROM allocations"
-            " WHERE allocation_id = ? AND ended_at_ms IS NULL",
-            [job_id and job["allocation_id"]],
-        ).fetchone()
-        out["allocation"] = {"id": job["allocation_id"], "nodes": alloc[0], "gpus": _gpus(alloc[1])}
-    pre = _records(
-        con.execute("SELECT * FROM who_preempted WHERE victim = ? ORDER BY request_seq", [job_id])
-    )
-    out["preempted"] = [
-        {
-            "by": p["preemptor"],
-            "by_tenant": p["preemptor_tenant"],
-            "by_priority": p["preemptor_priority"],
-            "reason": p["reason"],
-            "message": p["message"],
-            "allocation": p["allocation_id"],
-            "requested_at_ms": p["requested_at_ms"],
-            "outcome": p["outcome"],
-            "checkpointed": p["checkpointed"],
-            "lost_gpu_seconds": p["lost_gpu_seconds"],
-            "saved_progress_s": p["saved_progress_s"],
-            "alternatives": _parse_json_fields(p, "alternatives")["alternatives"],
-            "details": _parse_json_fields(p, "details")["details"],
-        }
-        for p in pre
-    ]
-    out["preempted_others"] = [
-        {"victim": v, "reason": r, "lost_gpu_seconds": lost}
-        for v, r, lost in con.execute(
-            "SELECT victim, reason, lost_gpu_seconds FROM who_preempted WHERE preemptor = ?"
-            " ORDER BY request_seq",
-            [job_id],
-        ).fetchall()
-    ]
-    out["transitions"] = [
-        {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
-        for at, f, t, e, r in con.execute(
-            "SELECT at_ms, from_state, to_state, event_type, reason FROM job_transitions"
-            " WHERE job_id = ? ORDER BY seq",
-            [job_id],
-        ).fetchall()
-    ]
-    return out
 
 
 def _fmt_details(d: Any, indent: str = "    ") -> list[str]:
@@ -405,24 +296,6 @@ def why_command(
 # ---------------------------------------------------------------- jobs / nodes / tenants
 
 
-def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
-    where, args = [], []
-    if state:
-        where.append("j.state = ?")
-        args.append(state)
-    if tenant:
-        where.append("(j.tenant = ? OR j.tenant LIKE ?)")
-        args += [tenant, tenant.rstrip("/") + "/%"]
-    q = (
-        "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
-        "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
-        " AS nodes FROM jobs j CROSS JOIN clock c"
-        + (" WHERE " + " AND ".join(where) if where else "")
-        + " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
-    )
-    return [_parse_json_fields(r, "details") for r in _records(con.execute(q, args))]
-
-
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
     from projections.mappers import gpus_label
 
@@ -515,21 +388,6 @@ def jobs_command(
         return
 
 
-def nodes_rows(con) -> list[dict[str, Any]]:
-    q = """
-        SELECT n.*, c.now_ms,
-               (SELECT count(*) FROM gpus g WHERE g.node = n.node) AS gpus,
-               (SELECT string_agg(DISTINCT g.model, ',' ORDER BY g.model) FROM gpus g
-                 WHERE g.node = n.node) AS models,
-               (SELECT count(DISTINCT g.clique) FROM gpus g WHERE g.node = n.node) AS cliques,
-               (SELECT coalesce(sum(f.free_milli), 0) FROM gpu_free f WHERE f.node = n.node)
-                   AS free_milli,
-               (SELECT coalesce(sum(a.gpu_milli), 0) FROM allocations a
-                 WHERE a.node = n.node AND a.ended_at_ms IS NULL) AS allocated_milli
-        FROM nodes n CROSS JOIN clock c ORDER BY n.node"""
-    return [_parse_json_fields(r, "labels") for r in _records(con.execute(q))]
-
-
 def _node_table(rows, wide):
     headers = ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
     if wide:
@@ -540,8 +398,8 @@ def _node_table(rows, wide):
             r["node"],
             r["status"],
             r["gpus"],
-            _gpus(r["allocated_milli"]),
-            _gpus(r["free_milli"] if r["status"] == "ready" else 0),
+            gpus_text(r["allocated_milli"]),
+            gpus_text(r["free_milli"] if r["status"] == "ready" else 0),
             r["models"] or "",
             humanize_ms(r["now_ms"] - r["registered_at_ms"]),
         ]
@@ -576,17 +434,6 @@ def nodes_command(
     finally:
         con.close()
     _print_rows(rows, _node_table, output, no_headers)
-
-
-def tenants_rows(con) -> list[dict[str, Any]]:
-    q = """
-        SELECT u.*, t.demand_gpu_milli / 1000.0 AS demand_gpus, t.over_quota_weight,
-               (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
-                 AND j.state IN ('running', 'preempting')) AS running_jobs,
-               (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
-                 AND j.state IN ('submitted', 'pending')) AS pending_jobs
-        FROM tenant_usage u LEFT JOIN tenants t USING (tenant) ORDER BY u.tenant"""
-    return _records(con.execute(q))
 
 
 def _num(v: Any, digits: int = 1) -> str:
