@@ -42,6 +42,7 @@ from .scorers import DEFAULT_TYPICAL_TASKS, SCORERS, ScoreContext, Scorer
 from .state import MemberDelta, NodeState
 
 _LAST = 1 << 40
+_MISS = object()
 
 
 class Allocation(msgspec.Struct, frozen=True):
@@ -67,7 +68,8 @@ class Allocation(msgspec.Struct, frozen=True):
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
-    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key")
+    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key",
+                 "memo")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -79,6 +81,11 @@ class _ShapeCache:
         self.pos = -1
         self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
                            member.min_gpu_memory_mib, allow_ts)
+        # (score, option) or None (infeasible) per `NodeState.state_key`, for scorers whose
+        # score depends on the node's state only (the built-in ones): nodes of one shape in
+        # one state (e.g. all empty nodes of a type) are scored once.
+        self.memo: dict[tuple, tuple[int, Option] | None] | None = (
+            {} if getattr(scorer, "state_only", False) else None)
 
 
 class Fleet:
@@ -98,6 +105,7 @@ class Fleet:
         self._log: list[int] = []
         self._log_base = 0
         self._caches: dict[tuple, _ShapeCache] = {}
+        self._shape_ids: dict[tuple, int] = {}
         self._allocs: dict[str, Allocation] = {}
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
@@ -155,6 +163,7 @@ class Fleet:
         self._seq += 1
         state = NodeState(spec, self._seq)
         state.rank = self._rank(spec.name)
+        state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]
         if old is not None:
             state.schedulable = old.schedulable
         for alloc_id in self._allocs_on.get(spec.name, {}):
@@ -390,9 +399,10 @@ class Fleet:
         start = cache.pos - self._log_base
         if start < 0:
             cache.entries.clear()
-            cache.heap.clear()
+            cache.heap = []
             for state in self._nodes.values():
-                self._score(cache, state)
+                self._score(cache, state, False)
+            heapq.heapify(cache.heap)
         else:
             log = self._log
             if start < len(log):
@@ -423,23 +433,44 @@ class Fleet:
         heapq.heapify(heap)
         cache.heap = heap
 
-    def _score(self, cache: _ShapeCache, state: NodeState) -> None:
+    def _score(self, cache: _ShapeCache, state: NodeState, push: bool = True) -> None:
         member = cache.member
         spec = state.spec
         if (not state.schedulable or spec.cpu_milli < member.cpu_milli
                 or spec.memory_mib < member.memory_mib):
             return
+        memo = cache.memo
+        if memo is None:
+            found = self._score_now(cache, state)
+        else:
+            key = state.state_key()
+            found = memo.get(key, _MISS)
+            if found is _MISS:
+                found = self._score_now(cache, state)
+                if len(memo) >= 4096:
+                    memo.clear()
+                memo[key] = found
+        if found is None:
+            return
+        score, opt = found  # type: ignore[misc]
+        version = state.version
+        cache.entries[state.seq] = (version, score, opt)
+        if push:
+            heapq.heappush(cache.heap, (-score, state.rank, state.seq, version))
+        else:  # the caller heapifies
+            cache.heap.append((-score, state.rank, state.seq, version))
+
+    def _score_now(self, cache: _ShapeCache, state: NodeState) -> tuple[int, Option] | None:
+        member = cache.member
         elig = state.eligible.get(cache.static_key)
-        if elig is None:  # capacity passed above, so the memo holds GPU eligibility only
+        if elig is None:  # capacity passed in _score, so the memo holds GPU eligibility only
             elig = state.eligible[cache.static_key] = eligible_gpus(state, member, cache.allow_ts)
         if isinstance(elig, str):
-            return
-        opts = options(state, cache.member, cache.tenant, elig)
+            return None
+        opts = options(state, member, cache.tenant, elig)
         if isinstance(opts, str):
-            return
-        score, opt = cache.scorer.best(self._ctx, state, cache.member, opts)
-        cache.entries[state.seq] = (state.version, score, opt)
-        heapq.heappush(cache.heap, (-score, state.rank, state.seq, state.version))
+            return None
+        return cache.scorer.best(self._ctx, state, member, opts)
 
     def _valid(self, cache: _ShapeCache, seq: int) -> tuple[NodeState, int, Option] | None:
         state = self._by_seq.get(seq)

@@ -77,6 +77,7 @@ class BestFit:
     an integer (common denominator)."""
 
     name = "bestfit"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig":
@@ -100,6 +101,7 @@ class Packing:
     the fullest GPU that fits."""
 
     name = "packing"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig":
@@ -151,6 +153,7 @@ class Fgd:
     MIG members fall back to MIG packing (FGD does not model slices)."""
 
     name = "fgd"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig" or ctx.frag is None:
