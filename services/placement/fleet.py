@@ -69,7 +69,7 @@ class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
     __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key",
-                 "memo")
+                 "memo", "seen")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -77,6 +77,7 @@ class _ShapeCache:
         self.tenant = tenant
         self.allow_ts = allow_ts
         self.entries: dict[int, tuple[int, int, Option]] = {}  # seq -> (version, score, option)
+        self.seen: dict[int, int] = {}  # seq -> version last scored at (feasible or not)
         self.heap: list[tuple[int, tuple[int, str], int, int]] = []
         self.pos = -1
         self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
@@ -396,29 +397,29 @@ class Fleet:
         return cache
 
     def _refresh(self, cache: _ShapeCache) -> None:
+        log = self._log
         start = cache.pos - self._log_base
-        if start < 0:
-            cache.entries.clear()
-            cache.heap = []
-            for state in self._nodes.values():
-                self._score(cache, state, False)
-            heapq.heapify(cache.heap)
-        else:
-            log = self._log
-            if start < len(log):
-                by_seq = self._by_seq
-                for seq in dict.fromkeys(log[start:]):
-                    state = by_seq.get(seq)
-                    if state is not None:
-                        self._score(cache, state)
-        cache.pos = self._log_base + len(self._log)
+        if start < 0 or len(log) - start > len(self._nodes):
+            # New, or too far behind for the change log: rescore every node whose version
+            # differs from the one it was last scored at (all of them for a new cache).
+            fresh = not cache.seen
+            if fresh:
+                cache.entries.clear()
+            self._rescore(cache, self._nodes.values(), not fresh)
+            if fresh:
+                heapq.heapify(cache.heap)
+        elif start < len(log):
+            by_seq = self._by_seq
+            self._rescore(cache, [s for seq in dict.fromkeys(log[start:])
+                                  if (s := by_seq.get(seq)) is not None], True)
+        cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
-        if len(self._log) > 4 * len(self._nodes) + 4096:
-            # Keep the last 2N entries; a cache further behind rescores every node once.
+        if len(log) > 4 * len(self._nodes) + 4096:
+            # Keep the last 2N entries; a cache further behind compares node versions.
             keep = 2 * len(self._nodes) + 1024
-            cut = self._log_base + len(self._log) - keep
-            self._log = self._log[-keep:]
+            cut = self._log_base + len(log) - keep
+            self._log = log[-keep:]
             self._log_base = cut
             for c in self._caches.values():
                 if c.pos < cut:
@@ -426,39 +427,54 @@ class Fleet:
 
     def _compact(self, cache: _ShapeCache) -> None:
         heap = []
+        by_seq = self._by_seq
+        for seq in [s for s in cache.seen if s not in by_seq]:  # removed nodes
+            del cache.seen[seq]
+            cache.entries.pop(seq, None)
         for seq, (version, score, _) in cache.entries.items():
-            state = self._by_seq.get(seq)
-            if state is not None and state.version == version and state.schedulable:
+            state = by_seq[seq]
+            if state.version == version and state.schedulable:
                 heap.append((-score, state.rank, seq, version))
         heapq.heapify(heap)
         cache.heap = heap
 
-    def _score(self, cache: _ShapeCache, state: NodeState, push: bool = True) -> None:
+    def _rescore(self, cache: _ShapeCache, states: Iterable[NodeState], push: bool) -> None:
+        """(Re)score nodes not yet scored at their current version; feasible ones get an
+        entry and a heap item (pushed, or appended for the caller to heapify)."""
         member = cache.member
-        spec = state.spec
-        if (not state.schedulable or spec.cpu_milli < member.cpu_milli
-                or spec.memory_mib < member.memory_mib):
-            return
+        cpu, mem = member.cpu_milli, member.memory_mib
+        seen = cache.seen
+        entries = cache.entries
+        heap = cache.heap
         memo = cache.memo
-        if memo is None:
-            found = self._score_now(cache, state)
-        else:
-            key = state.state_key()
-            found = memo.get(key, _MISS)
-            if found is _MISS:
+        for state in states:
+            seq = state.seq
+            version = state.version
+            if seen.get(seq) == version:
+                continue
+            seen[seq] = version
+            spec = state.spec
+            if not state.schedulable or spec.cpu_milli < cpu or spec.memory_mib < mem:
+                continue
+            if memo is None:
                 found = self._score_now(cache, state)
-                if len(memo) >= 4096:
-                    memo.clear()
-                memo[key] = found
-        if found is None:
-            return
-        score, opt = found  # type: ignore[misc]
-        version = state.version
-        cache.entries[state.seq] = (version, score, opt)
-        if push:
-            heapq.heappush(cache.heap, (-score, state.rank, state.seq, version))
-        else:  # the caller heapifies
-            cache.heap.append((-score, state.rank, state.seq, version))
+            else:
+                k = state.state_key_memo
+                key = k[1] if k is not None and k[0] == version else state.state_key()
+                found = memo.get(key, _MISS)
+                if found is _MISS:
+                    found = self._score_now(cache, state)
+                    if len(memo) >= 4096:
+                        memo.clear()
+                    memo[key] = found
+            if found is None:
+                continue
+            score, opt = found  # type: ignore[misc]
+            entries[seq] = (version, score, opt)
+            if push:
+                heapq.heappush(heap, (-score, state.rank, seq, version))
+            else:
+                heap.append((-score, state.rank, seq, version))
 
     def _score_now(self, cache: _ShapeCache, state: NodeState) -> tuple[int, Option] | None:
         member = cache.member

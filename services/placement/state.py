@@ -38,7 +38,7 @@ class NodeState:
     __slots__ = (
         "spec", "name", "seq", "schedulable", "free_cpu", "free_mem", "gpu_free",
         "mps_tenant", "mps_users", "mig", "version", "pos_of_index", "cliques", "frag_layout",
-        "eligible", "rank", "frag_memo", "shape_id", "_state_key",
+        "eligible", "rank", "frag_memo", "shape_id", "state_key_memo",
     )
 
     def __init__(self, spec: NodeSpec, seq: int) -> None:
@@ -72,7 +72,7 @@ class NodeState:
         )
         self.shape_id: object = self.shape()
         """The node's `shape` (a `Fleet` replaces it by a small interned int)."""
-        self._state_key: tuple | None = None
+        self.state_key_memo: tuple | None = None
 
     def shape(self) -> tuple:
         """Everything of the spec that placement depends on, without names and UUIDs: two
@@ -85,12 +85,12 @@ class NodeState:
     def state_key(self) -> tuple:
         """(shape, free capacity) of the node now, memoised per version: feasibility and
         the built-in scorers are functions of it (``schedulable`` aside)."""
-        k = self._state_key
+        k = self.state_key_memo
         if k is not None and k[0] == self.version:
             return k[1]
         key = (self.shape_id, self.free_cpu, self.free_mem, tuple(self.gpu_free),
                tuple(self.mps_tenant), tuple(self.mig))
-        self._state_key = (self.version, key)
+        self.state_key_memo = (self.version, key)
         return key
 
     # -- read-outs -------------------------------------------------------------------------
