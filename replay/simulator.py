@@ -57,11 +57,24 @@ class Simulator:
             heapq.heappush(self._inputs, (at_ms, len(self._inputs), event))
 
     def settle(self) -> None:
+        # A service whose last decision published nothing is not asked again until something
+        # is published: deciders are functions of (ledger, now), so it would repeat itself
+        # (events already published are dropped as duplicates anyway).
+        quiet: list[int] = [-1] * len(self.services)
+        log = self.log
+        ledger = self.ledger
+        now_ms = self.now_ms
+        publish = self.publish
         for _ in range(MAX_ROUNDS_PER_INSTANT):
             produced = False
-            for service in self.services:
-                for event in service.decide(self.ledger, self.now_ms):
-                    produced |= self.publish(event)
+            for i, service in enumerate(self.services):
+                mark = len(log)
+                if quiet[i] == mark:
+                    continue
+                for event in service.decide(ledger, now_ms):
+                    produced |= publish(event)
+                if len(log) == mark:
+                    quiet[i] = mark
             if not produced:
                 return
         raise SimulationStuck(f"no convergence at t={self.now_ms / 1000:.3f}s")
