@@ -82,10 +82,10 @@ class _ShapeCache:
         self.pos = -1
         self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
                            member.min_gpu_memory_mib, allow_ts)
-        # (score, option) or None (infeasible) per `NodeState.state_key`, for scorers whose
+        # (score, option) or None (infeasible) per id of `NodeState.state_key`, for scorers whose
         # score depends on the node's state only (the built-in ones): nodes of one shape in
         # one state (e.g. all empty nodes of a type) are scored once.
-        self.memo: dict[tuple, tuple[int, Option] | None] | None = (
+        self.memo: dict[int, tuple[int, Option] | None] | None = (
             {} if getattr(scorer, "state_only", False) else None)
 
 
@@ -107,6 +107,8 @@ class Fleet:
         self._log_base = 0
         self._caches: dict[tuple, _ShapeCache] = {}
         self._shape_ids: dict[tuple, int] = {}
+        self._state_ids: dict[tuple, int] = {}  # NodeState.state_key -> id (never reused)
+        self._next_state_id = 0
         self._allocs: dict[str, Allocation] = {}
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
@@ -399,8 +401,8 @@ class Fleet:
     def _refresh(self, cache: _ShapeCache) -> None:
         log = self._log
         start = cache.pos - self._log_base
-        if start < 0 or len(log) - start > len(self._nodes):
-            # New, or too far behind for the change log: rescore every node whose version
+        if start < 0:
+            # New, or behind the change log's start: rescore every node whose version
             # differs from the one it was last scored at (all of them for a new cache).
             fresh = not cache.seen
             if fresh:
@@ -460,13 +462,13 @@ class Fleet:
                 found = self._score_now(cache, state)
             else:
                 k = state.state_key_memo
-                key = k[1] if k is not None and k[0] == version else state.state_key()
-                found = memo.get(key, _MISS)
+                sid = k[1] if k is not None and k[0] == version else self._state_id(state)
+                found = memo.get(sid, _MISS)
                 if found is _MISS:
                     found = self._score_now(cache, state)
                     if len(memo) >= 4096:
                         memo.clear()
-                    memo[key] = found
+                    memo[sid] = found
             if found is None:
                 continue
             score, opt = found  # type: ignore[misc]
@@ -475,6 +477,19 @@ class Fleet:
                 heapq.heappush(heap, (-score, state.rank, seq, version))
             else:
                 heap.append((-score, state.rank, seq, version))
+
+    def _state_id(self, state: NodeState) -> int:
+        """A small id of the node's `state_key` (equal keys, equal ids while the id table
+        lasts; ids are never reused, so a cleared table only costs memo misses)."""
+        key = state.state_key()
+        sid = self._state_ids.get(key)
+        if sid is None:
+            if len(self._state_ids) >= 65536:
+                self._state_ids.clear()
+            sid = self._state_ids[key] = self._next_state_id
+            self._next_state_id += 1
+        state.state_key_memo = (state.version, sid)
+        return sid
 
     def _score_now(self, cache: _ShapeCache, state: NodeState) -> tuple[int, Option] | None:
         member = cache.member

@@ -72,7 +72,8 @@ class NodeState:
         )
         self.shape_id: object = self.shape()
         """The node's `shape` (a `Fleet` replaces it by a small interned int)."""
-        self.state_key_memo: tuple | None = None
+        self.state_key_memo: tuple[int, int] | None = None
+        """(version, id of `state_key` at that version), kept by `Fleet`."""
 
     def shape(self) -> tuple:
         """Everything of the spec that placement depends on, without names and UUIDs: two
@@ -83,15 +84,10 @@ class NodeState:
                 tuple(ps for _, ps in self.cliques))
 
     def state_key(self) -> tuple:
-        """(shape, free capacity) of the node now, memoised per version: feasibility and
-        the built-in scorers are functions of it (``schedulable`` aside)."""
-        k = self.state_key_memo
-        if k is not None and k[0] == self.version:
-            return k[1]
-        key = (self.shape_id, self.free_cpu, self.free_mem, tuple(self.gpu_free),
-               tuple(self.mps_tenant), tuple(self.mig))
-        self.state_key_memo = (self.version, key)
-        return key
+        """(shape, free capacity) of the node now: feasibility and the built-in scorers are
+        functions of it (``schedulable`` aside)."""
+        return (self.shape_id, self.free_cpu, self.free_mem, tuple(self.gpu_free),
+                tuple(self.mps_tenant), tuple(self.mig))
 
     # -- read-outs -------------------------------------------------------------------------
 
