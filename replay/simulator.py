@@ -10,12 +10,11 @@ input or the earliest wake-up a service asked for. Event ids are deduplicated as
 
 from __future__ import annotations
 
-import gc
 import heapq
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 
 from events import Event, subject_for
+from replay.gctune import fewer_gc_passes
 from services.admission.decider import Admission
 from services.domain.ledger import Ledger
 from services.node_agent.simulated import SimulatedAgent
@@ -82,7 +81,7 @@ class Simulator:
         raise SimulationStuck(f"no convergence at t={self.now_ms / 1000:.3f}s")
 
     def run(self, until_ms: int | None = None) -> None:
-        with _fewer_gc_passes():
+        with fewer_gc_passes():
             self._run(until_ms)
 
     def _run(self, until_ms: int | None) -> None:
@@ -100,23 +99,6 @@ class Simulator:
                 self.now_ms = until_ms
                 return
             self.now_ms = nxt
-
-
-@contextmanager
-def _fewer_gc_passes() -> Iterator[None]:
-    """Run with the cyclic garbage collector out of the way: objects alive at the start
-    (inputs, configuration, modules) are frozen out of its passes, and young-generation
-    passes run every 50,000 allocations instead of 700. The loop allocates many small
-    tuples and events; with default settings the collector took about a fifth of a long
-    replay. Restored on exit. (Nothing here depends on when the collector runs.)"""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(50_000, threshold[1], threshold[2])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def standard_services(nodes) -> list:
