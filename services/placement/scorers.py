@@ -5,7 +5,10 @@ returns ``(score, option)``: an integer, higher is better, and the option it pic
 node. The engine takes the node with the highest score; equal scores go to the node ranked
 first in the fleet's node order (a seed-derived order may be supplied as data). A score
 must be a pure function of the node's state, the member and the `ScoreContext`: the engine
-caches it per (scorer, member shape, node) and recomputes only nodes that changed.
+caches it per (scorer, member shape, node) and recomputes only nodes that changed. A scorer
+whose result depends on nothing of the node but `NodeState.state_key` (no names, UUIDs, GPU
+indices or rank) sets ``state_only = True``: the engine then scores each distinct node
+state once per member shape (all built-in scorers do).
 
 Registry `SCORERS`: ``bestfit``, ``packing``, ``fgd`` and ``default`` (ours).
 """
