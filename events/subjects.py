@@ -23,39 +23,59 @@ STREAM = "GPULEDGER"
 ALL = "gl.>"
 
 
+# Which subject rule applies depends on the event's type only: resolved once per type.
+_RULES: tuple[tuple[tuple[type, ...], str], ...] = (
+    ((c.JobSubmitted,), "submit"),
+    ((c.JobCancelled,), "cancel"),
+    ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured), "admin"),
+    ((c.JobAdmitted, c.JobRejected), "admission"),
+    ((c.FairShareUpdated,), "quota"),
+    ((c.PreemptionRequested, c.PreemptionDeclined), "preempt"),
+    ((c.NodeLost,), "sched-node"),
+    ((c.NodeRegistered,), "registered"),
+    ((c.NodeHeartbeat, c.MemberStarted, c.MemberCheckpointed, c.MemberExited,
+      c.GpuMetricsReported), "node"),
+    ((c.DeadLettered,), "dead"),
+)
+_RULE_OF: dict[type, str] = {}
+
+
+def _rule_of(cls: type) -> str:
+    rule = _RULE_OF.get(cls)
+    if rule is None:
+        rule = next((r for types, r in _RULES if issubclass(cls, types)), "job")
+        _RULE_OF[cls] = rule
+    return rule
+
+
 def subject_for(event: Event) -> str:
     """The subject an event is published on (ids validated)."""
-    name = type(event).__name__
-    match event:
-        case c.JobSubmitted(job=job):
-            return f"gl.submit.{validate_tenant(job.tenant)}.{validate_token('job id', job.job_id)}"
-        case c.JobCancelled(job_id=job_id, tenant=tenant):
-            return f"gl.cancel.{validate_tenant(tenant)}.{validate_token('job id', job_id)}"
-        case c.TenantConfigured() | c.PriorityClassConfigured() | c.PolicyConfigured():
-            return f"gl.admin.{name}"
-        case c.JobAdmitted(job_id=j) | c.JobRejected(job_id=j):
-            return f"gl.admission.{validate_token('job id', j)}.{name}"
-        case c.FairShareUpdated():
-            return f"gl.quota.{name}"
-        case c.PreemptionRequested(job_id=j) | c.PreemptionDeclined(job_id=j):
-            return f"gl.preempt.{validate_token('job id', j)}.{name}"
-        case c.NodeLost(node=n):
-            return f"gl.sched.{validate_token('node', n)}.{name}"
-        case c.NodeRegistered(node=info):
-            return f"gl.node.{validate_token('node', info.name)}.{name}"
-        case (
-            c.NodeHeartbeat(node=n)
-            | c.MemberStarted(node=n)
-            | c.MemberCheckpointed(node=n)
-            | c.MemberExited(node=n)
-            | c.GpuMetricsReported(node=n)
-        ):
-            return f"gl.node.{validate_token('node', n)}.{name}"
-        case c.DeadLettered(stream_seq=seq):
-            return f"gl.dead.{seq}"
-        case _:
-            job_id = getattr(event, "job_id", None)
-            if job_id is None:
-                raise ValueError(f"no subject rule for {name}")
-            return f"gl.sched.{validate_token('job id', job_id)}.{name}"
-
+    cls = type(event)
+    rule = _RULE_OF.get(cls) or _rule_of(cls)
+    name = cls.__name__
+    if rule == "job":
+        job_id = getattr(event, "job_id", None)
+        if job_id is None:
+            raise ValueError(f"no subject rule for {name}")
+        return f"gl.sched.{validate_token('job id', job_id)}.{name}"
+    if rule == "node":
+        return f"gl.node.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+    if rule == "submit":
+        job = event.job  # type: ignore[attr-defined]
+        return f"gl.submit.{validate_tenant(job.tenant)}.{validate_token('job id', job.job_id)}"
+    if rule == "cancel":
+        return (f"gl.cancel.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
+                f"{validate_token('job id', event.job_id)}")  # type: ignore[attr-defined]
+    if rule == "admin":
+        return f"gl.admin.{name}"
+    if rule == "admission":
+        return f"gl.admission.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]
+    if rule == "quota":
+        return f"gl.quota.{name}"
+    if rule == "preempt":
+        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]
+    if rule == "sched-node":
+        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+    if rule == "registered":
+        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]
+    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]

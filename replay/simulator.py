@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Callable, Iterable
 
 from events import Event, subject_for
+from replay.gctune import fewer_gc_passes
 from services.admission.decider import Admission
 from services.domain.ledger import Ledger
 from services.node_agent.simulated import SimulatedAgent
@@ -57,16 +58,33 @@ class Simulator:
             heapq.heappush(self._inputs, (at_ms, len(self._inputs), event))
 
     def settle(self) -> None:
+        # A service whose last decision published nothing is not asked again until something
+        # is published: deciders are functions of (ledger, now), so it would repeat itself
+        # (events already published are dropped as duplicates anyway).
+        quiet: list[int] = [-1] * len(self.services)
+        log = self.log
+        ledger = self.ledger
+        now_ms = self.now_ms
+        publish = self.publish
         for _ in range(MAX_ROUNDS_PER_INSTANT):
             produced = False
-            for service in self.services:
-                for event in service.decide(self.ledger, self.now_ms):
-                    produced |= self.publish(event)
+            for i, service in enumerate(self.services):
+                mark = len(log)
+                if quiet[i] == mark:
+                    continue
+                for event in service.decide(ledger, now_ms):
+                    produced |= publish(event)
+                if len(log) == mark:
+                    quiet[i] = mark
             if not produced:
                 return
         raise SimulationStuck(f"no convergence at t={self.now_ms / 1000:.3f}s")
 
     def run(self, until_ms: int | None = None) -> None:
+        with fewer_gc_passes():
+            self._run(until_ms)
+
+    def _run(self, until_ms: int | None) -> None:
         while True:
             while self._inputs and self._inputs[0][0] <= self.now_ms:
                 self.publish(heapq.heappop(self._inputs)[2])

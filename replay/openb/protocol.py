@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from replay.gctune import fewer_gc_passes
 from services.placement import Fleet, Placement
 
 from .trace import Node, Task
@@ -47,6 +48,11 @@ class Report(msgspec.Struct):
 
 def run_seed(nodes: list[Node], tasks: list[Task], policy: str, seed: int, factor: float) -> SeedResult:
     """One seed of the protocol for one policy."""
+    with fewer_gc_passes():
+        return _run_seed(nodes, tasks, policy, seed, factor)
+
+
+def _run_seed(nodes: list[Node], tasks: list[Task], policy: str, seed: int, factor: float) -> SeedResult:
     started = time.perf_counter()
     specs = [n.spec() for n in nodes]
     capacity = 1000 * sum(n.num_gpu for n in nodes)

@@ -25,16 +25,14 @@ def stamp(
 ) -> E:
     """Create `cls(**fields)` with its envelope: the id derives from the type and `key` (the
     semantic identity of the fact), so re-deciding the same fact yields the same id."""
-    envelope: dict[str, Any] = dict(
-        event_id=derive_event_id(cls.__name__, key),
-        occurred_at_ms=now_ms,
-        causation_id=causation_id,
-        correlation_id=correlation_id,
-        producer=producer,
-    )
     if issubclass(cls, Decision):
-        envelope.update(input_seq=input_seq, config_digest=config_digest, leader_epoch=leader_epoch)
-    return cls(**envelope, **fields)
+        return cls(event_id=derive_event_id(cls.__name__, key), occurred_at_ms=now_ms,
+                   causation_id=causation_id, correlation_id=correlation_id, producer=producer,
+                   input_seq=input_seq, config_digest=config_digest, leader_epoch=leader_epoch,
+                   **fields)
+    return cls(event_id=derive_event_id(cls.__name__, key), occurred_at_ms=now_ms,
+               causation_id=causation_id, correlation_id=correlation_id, producer=producer,
+               **fields)
 
 
 def submission(spec, *, now_ms: int, producer: str):

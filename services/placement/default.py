@@ -25,6 +25,7 @@ class DefaultScorer:
     """See module docstring."""
 
     name = "default"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig":

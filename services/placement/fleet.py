@@ -42,6 +42,7 @@ from .scorers import DEFAULT_TYPICAL_TASKS, SCORERS, ScoreContext, Scorer
 from .state import MemberDelta, NodeState
 
 _LAST = 1 << 40
+_MISS = object()
 
 
 class Allocation(msgspec.Struct, frozen=True):
@@ -67,7 +68,8 @@ class Allocation(msgspec.Struct, frozen=True):
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
-    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key")
+    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key",
+                 "memo", "seen")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -75,10 +77,16 @@ class _ShapeCache:
         self.tenant = tenant
         self.allow_ts = allow_ts
         self.entries: dict[int, tuple[int, int, Option]] = {}  # seq -> (version, score, option)
+        self.seen: dict[int, int] = {}  # seq -> version last scored at (feasible or not)
         self.heap: list[tuple[int, tuple[int, str], int, int]] = []
         self.pos = -1
         self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
                            member.min_gpu_memory_mib, allow_ts)
+        # (score, option) or None (infeasible) per id of `NodeState.state_key`, for scorers whose
+        # score depends on the node's state only (the built-in ones): nodes of one shape in
+        # one state (e.g. all empty nodes of a type) are scored once.
+        self.memo: dict[int, tuple[int, Option] | None] | None = (
+            {} if getattr(scorer, "state_only", False) else None)
 
 
 class Fleet:
@@ -98,6 +106,9 @@ class Fleet:
         self._log: list[int] = []
         self._log_base = 0
         self._caches: dict[tuple, _ShapeCache] = {}
+        self._shape_ids: dict[tuple, int] = {}
+        self._state_ids: dict[tuple, int] = {}  # NodeState.state_key -> id (never reused)
+        self._next_state_id = 0
         self._allocs: dict[str, Allocation] = {}
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
@@ -155,6 +166,7 @@ class Fleet:
         self._seq += 1
         state = NodeState(spec, self._seq)
         state.rank = self._rank(spec.name)
+        state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]
         if old is not None:
             state.schedulable = old.schedulable
         for alloc_id in self._allocs_on.get(spec.name, {}):
@@ -387,28 +399,29 @@ class Fleet:
         return cache
 
     def _refresh(self, cache: _ShapeCache) -> None:
+        log = self._log
         start = cache.pos - self._log_base
         if start < 0:
-            cache.entries.clear()
-            cache.heap.clear()
-            for state in self._nodes.values():
-                self._score(cache, state)
-        else:
-            log = self._log
-            if start < len(log):
-                by_seq = self._by_seq
-                for seq in dict.fromkeys(log[start:]):
-                    state = by_seq.get(seq)
-                    if state is not None:
-                        self._score(cache, state)
-        cache.pos = self._log_base + len(self._log)
+            # New, or behind the change log's start: rescore every node whose version
+            # differs from the one it was last scored at (all of them for a new cache).
+            fresh = not cache.seen
+            if fresh:
+                cache.entries.clear()
+            self._rescore(cache, self._nodes.values(), not fresh)
+            if fresh:
+                heapq.heapify(cache.heap)
+        elif start < len(log):
+            by_seq = self._by_seq
+            self._rescore(cache, [s for seq in dict.fromkeys(log[start:])
+                                  if (s := by_seq.get(seq)) is not None], True)
+        cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
-        if len(self._log) > 4 * len(self._nodes) + 4096:
-            # Keep the last 2N entries; a cache further behind rescores every node once.
+        if len(log) > 4 * len(self._nodes) + 4096:
+            # Keep the last 2N entries; a cache further behind compares node versions.
             keep = 2 * len(self._nodes) + 1024
-            cut = self._log_base + len(self._log) - keep
-            self._log = self._log[-keep:]
+            cut = self._log_base + len(log) - keep
+            self._log = log[-keep:]
             self._log_base = cut
             for c in self._caches.values():
                 if c.pos < cut:
@@ -416,30 +429,79 @@ class Fleet:
 
     def _compact(self, cache: _ShapeCache) -> None:
         heap = []
+        by_seq = self._by_seq
+        for seq in [s for s in cache.seen if s not in by_seq]:  # removed nodes
+            del cache.seen[seq]
+            cache.entries.pop(seq, None)
         for seq, (version, score, _) in cache.entries.items():
-            state = self._by_seq.get(seq)
-            if state is not None and state.version == version and state.schedulable:
+            state = by_seq[seq]
+            if state.version == version and state.schedulable:
                 heap.append((-score, state.rank, seq, version))
         heapq.heapify(heap)
         cache.heap = heap
 
-    def _score(self, cache: _ShapeCache, state: NodeState) -> None:
+    def _rescore(self, cache: _ShapeCache, states: Iterable[NodeState], push: bool) -> None:
+        """(Re)score nodes not yet scored at their current version; feasible ones get an
+        entry and a heap item (pushed, or appended for the caller to heapify)."""
         member = cache.member
-        spec = state.spec
-        if (not state.schedulable or spec.cpu_milli < member.cpu_milli
-                or spec.memory_mib < member.memory_mib):
-            return
+        cpu, mem = member.cpu_milli, member.memory_mib
+        seen = cache.seen
+        entries = cache.entries
+        heap = cache.heap
+        memo = cache.memo
+        for state in states:
+            seq = state.seq
+            version = state.version
+            if seen.get(seq) == version:
+                continue
+            seen[seq] = version
+            spec = state.spec
+            if not state.schedulable or spec.cpu_milli < cpu or spec.memory_mib < mem:
+                continue
+            if memo is None:
+                found = self._score_now(cache, state)
+            else:
+                k = state.state_key_memo
+                sid = k[1] if k is not None and k[0] == version else self._state_id(state)
+                found = memo.get(sid, _MISS)
+                if found is _MISS:
+                    found = self._score_now(cache, state)
+                    if len(memo) >= 4096:
+                        memo.clear()
+                    memo[sid] = found
+            if found is None:
+                continue
+            score, opt = found  # type: ignore[misc]
+            entries[seq] = (version, score, opt)
+            if push:
+                heapq.heappush(heap, (-score, state.rank, seq, version))
+            else:
+                heap.append((-score, state.rank, seq, version))
+
+    def _state_id(self, state: NodeState) -> int:
+        """A small id of the node's `state_key` (equal keys, equal ids while the id table
+        lasts; ids are never reused, so a cleared table only costs memo misses)."""
+        key = state.state_key()
+        sid = self._state_ids.get(key)
+        if sid is None:
+            if len(self._state_ids) >= 65536:
+                self._state_ids.clear()
+            sid = self._state_ids[key] = self._next_state_id
+            self._next_state_id += 1
+        state.state_key_memo = (state.version, sid)
+        return sid
+
+    def _score_now(self, cache: _ShapeCache, state: NodeState) -> tuple[int, Option] | None:
+        member = cache.member
         elig = state.eligible.get(cache.static_key)
-        if elig is None:  # capacity passed above, so the memo holds GPU eligibility only
+        if elig is None:  # capacity passed in _score, so the memo holds GPU eligibility only
             elig = state.eligible[cache.static_key] = eligible_gpus(state, member, cache.allow_ts)
         if isinstance(elig, str):
-            return
-        opts = options(state, cache.member, cache.tenant, elig)
+            return None
+        opts = options(state, member, cache.tenant, elig)
         if isinstance(opts, str):
-            return
-        score, opt = cache.scorer.best(self._ctx, state, cache.member, opts)
-        cache.entries[state.seq] = (state.version, score, opt)
-        heapq.heappush(cache.heap, (-score, state.rank, state.seq, state.version))
+            return None
+        return cache.scorer.best(self._ctx, state, member, opts)
 
     def _valid(self, cache: _ShapeCache, seq: int) -> tuple[NodeState, int, Option] | None:
         state = self._by_seq.get(seq)

@@ -5,7 +5,10 @@ returns ``(score, option)``: an integer, higher is better, and the option it pic
 node. The engine takes the node with the highest score; equal scores go to the node ranked
 first in the fleet's node order (a seed-derived order may be supplied as data). A score
 must be a pure function of the node's state, the member and the `ScoreContext`: the engine
-caches it per (scorer, member shape, node) and recomputes only nodes that changed.
+caches it per (scorer, member shape, node) and recomputes only nodes that changed. A scorer
+whose result depends on nothing of the node but `NodeState.state_key` (no names, UUIDs, GPU
+indices or rank) sets ``state_only = True``: the engine then scores each distinct node
+state once per member shape (all built-in scorers do).
 
 Registry `SCORERS`: ``bestfit``, ``packing``, ``fgd`` and ``default`` (ours).
 """
@@ -77,6 +80,7 @@ class BestFit:
     an integer (common denominator)."""
 
     name = "bestfit"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig":
@@ -100,6 +104,7 @@ class Packing:
     the fullest GPU that fits."""
 
     name = "packing"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig":
@@ -151,6 +156,7 @@ class Fgd:
     MIG members fall back to MIG packing (FGD does not model slices)."""
 
     name = "fgd"
+    state_only = True  # the score is a function of NodeState.state_key (engine memo)
 
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig" or ctx.frag is None:

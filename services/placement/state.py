@@ -38,7 +38,7 @@ class NodeState:
     __slots__ = (
         "spec", "name", "seq", "schedulable", "free_cpu", "free_mem", "gpu_free",
         "mps_tenant", "mps_users", "mig", "version", "pos_of_index", "cliques", "frag_layout",
-        "eligible", "rank", "frag_memo",
+        "eligible", "rank", "frag_memo", "shape_id", "state_key_memo",
     )
 
     def __init__(self, spec: NodeSpec, seq: int) -> None:
@@ -70,6 +70,24 @@ class NodeState:
         self.frag_layout = layout_of(
             self.cliques, [g.model for g in spec.gpus], [m is not None for m in self.mig]
         )
+        self.shape_id: object = self.shape()
+        """The node's `shape` (a `Fleet` replaces it by a small interned int)."""
+        self.state_key_memo: tuple[int, int] | None = None
+        """(version, id of `state_key` at that version), kept by `Fleet`."""
+
+    def shape(self) -> tuple:
+        """Everything of the spec that placement depends on, without names and UUIDs: two
+        nodes of one shape in one `state_key` have the same options and scores."""
+        spec = self.spec
+        return (spec.cpu_milli, spec.memory_mib,
+                tuple((g.model, g.memory_mib, g.sharing, g.mig_layout) for g in spec.gpus),
+                tuple(ps for _, ps in self.cliques))
+
+    def state_key(self) -> tuple:
+        """(shape, free capacity) of the node now: feasibility and the built-in scorers are
+        functions of it (``schedulable`` aside)."""
+        return (self.shape_id, self.free_cpu, self.free_mem, tuple(self.gpu_free),
+                tuple(self.mps_tenant), tuple(self.mig))
 
     # -- read-outs -------------------------------------------------------------------------
 
