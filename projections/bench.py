@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import events as ev
-from projections.store import Projector, rebuild, relaxed_gc
+from projections.store import Projector, rebuild
+from replay.gctune import fewer_gc_passes
 from replay.logio import write_log
 
 
@@ -302,7 +303,7 @@ def run(
             # as `nats_source.run_projector` runs under a backlog: group commits of
             # `live_batch` events written in the background while the next ones are folded
             with (
-                relaxed_gc(),
+                fewer_gc_passes(),
                 Projector(tmpd / "sustained.duckdb", batch_size=live_batch, pipeline=True) as pj,
             ):
                 pj.run(msgs)

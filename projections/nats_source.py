@@ -24,7 +24,8 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
-from projections.store import Projector, relaxed_gc
+from projections.store import Projector
+from replay.gctune import fewer_gc_passes
 
 log = logging.getLogger("gpuledger.projector")
 
@@ -86,7 +87,7 @@ async def run_projector(
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
     the stream is drained). Returns the last committed sequence. Raises SequenceGap after
     committing everything before the gap."""
-    with relaxed_gc():  # see relaxed_gc: the fold allocates a lot
+    with fewer_gc_passes():  # the fold allocates a lot
         nc = await nats.connect(url)
         # Group commit: a batch is committed when `commit_events` are folded (in the background,
         # while the next fetches are folded), when a fetch comes back short (caught up), or when

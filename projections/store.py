@@ -9,11 +9,9 @@ duplicate (seq <= last_seq) is skipped and a gap raises `SequenceGap`.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -31,6 +29,7 @@ from projections.mappers import (
     SequenceGap,
     columns_of,
 )
+from replay.gctune import fewer_gc_passes
 
 SCHEMA_VERSION = 1
 
@@ -380,22 +379,6 @@ class Projector:
         self.close()
 
 
-@contextmanager
-def relaxed_gc(threshold0: int = 50_000) -> Iterator[None]:
-    """Run less frequent young-generation garbage collections while projecting.
-
-    Folding allocates many short-lived containers (rows, keys, decoded events); with Python's
-    default threshold (700 allocations) the collector runs every few events and its older
-    generations, which walk the whole projection state, cost about a fifth of the projector's
-    CPU. Raises the generation-0 threshold (never lowers it) and restores it on exit."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], threshold0), *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
-
 def _messages(source: Any) -> Iterator[tuple[int, str, ev.Event]]:
     if isinstance(source, (str, Path)):
         from replay.logio import read_log
@@ -422,7 +405,7 @@ def rebuild(
                 p.unlink()
     t0 = time.perf_counter()
     with (
-        relaxed_gc(),
+        fewer_gc_passes(),
         Projector(db_path, batch_size=batch_size, checkpoint_threshold="64GB", pipeline=True) as pj,
     ):
         n = 0
@@ -463,5 +446,4 @@ __all__ = [
     "catch_up",
     "connect_readonly",
     "rebuild",
-    "relaxed_gc",
 ]

@@ -15,8 +15,7 @@ def fewer_gc_passes(threshold0: int = 50_000) -> Iterator[None]:
     threshold the collector ran every few events and its older generations, which walk the
     whole growing state, took about a fifth of a long replay. Raises the threshold (never
     lowers it) and restores it on exit; nothing decided depends on when the collector runs.
-    (The same setting as `projections.store.relaxed_gc`; freezing start-up objects as well
-    measured no better.)"""
+    Freezing start-up objects as well measured no better. The projector folds under it too."""
     old = gc.get_threshold()
     gc.set_threshold(max(old[0], threshold0), *old[1:])
     try:
