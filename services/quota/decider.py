@@ -3,6 +3,8 @@ publishes it when the shares change (allocation changes alone do not republish).
 
 from __future__ import annotations
 
+import msgspec
+
 from events import Event, FairShareUpdated
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
@@ -31,19 +33,23 @@ class Quota(LedgerService):
         if self._capacity[0] != state.nodes_version:
             self._capacity = (state.nodes_version, state.fleet.capacity_gpus() * 1000)
         demand = demand_by_tenant(state)
-        key = (self._capacity[1], state.config.digest, tuple(sorted(demand.items())),
-               tuple(sorted(state.tenant_gpu_milli.items())))
-        if self._shares[0] != key:  # a pure function of these: recompute only when they change
-            self._shares = (key, fair_shares(state.config.tenants, self._capacity[1], state.tenant_gpu_milli, demand))
+        key = (self._capacity[1], state.config.digest, tuple(sorted(demand.items())))
+        if self._shares[0] != key:  # fair shares depend on these alone: recompute on change
+            self._shares = (key, fair_shares(state.config.tenants, self._capacity[1], {}, demand))
         shares = self._shares[1]
         current = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()}
         last = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in state.fair_shares.items()}
         if current == last:
             return []
         digest = ",".join(f"{t}={g}/{f}" for t, (g, f) in sorted(current.items()))
+        allocated = state.tenant_gpu_milli
         return [
             self.emit(
                 state, now_ms, FairShareUpdated, key=f"{state.last_seq}:{digest}",
-                correlation_id="quota", shares=tuple(shares[t] for t in sorted(shares)),
+                correlation_id="quota",
+                shares=tuple(
+                    msgspec.structs.replace(shares[t], allocated_gpu_milli=allocated.get(t, 0))
+                    for t in sorted(shares)
+                ),
             )
         ]
