@@ -72,6 +72,15 @@ def _connect(path: Path):
 # ---------------------------------------------------------------- formatting helpers
 
 
+def _query(path: Path, rows_fn, **filters: Any) -> list[dict[str, Any]]:
+    """Rows from one read-only connection to the projection."""
+    con = _connect(path)
+    try:
+        return rows_fn(con, **filters)
+    finally:
+        con.close()
+
+
 def humanize_ms(ms: int | float | None) -> str:
     """kubectl-like age: `45s`, `3m`, `2h`, `5d` (`<unknown>` when not known)."""
     if ms is None:
@@ -365,11 +374,7 @@ def jobs_command(
     path = db_path(db, data)
 
     def fetch() -> list[dict[str, Any]]:
-        con = _connect(path)
-        try:
-            return jobs_rows(con, state=state, tenant=tenant)
-        finally:
-            con.close()
+        return _query(path, jobs_rows, state=state, tenant=tenant)
 
     rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)
@@ -428,12 +433,7 @@ def nodes_command(
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
     """List nodes: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
-    con = _connect(db_path(db, data))
-    try:
-        rows = nodes_rows(con)
-    finally:
-        con.close()
-    _print_rows(rows, _node_table, output, no_headers)
+    _print_rows(_query(db_path(db, data), nodes_rows), _node_table, output, no_headers)
 
 
 def _num(v: Any, digits: int = 1) -> str:
@@ -496,12 +496,7 @@ def tenants_command(
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
     """List tenants: quota (GPUs), current allocation, borrowed GPU-hours, jobs."""
-    con = _connect(db_path(db, data))
-    try:
-        rows = tenants_rows(con)
-    finally:
-        con.close()
-    _print_rows(rows, _tenant_table, output, no_headers)
+    _print_rows(_query(db_path(db, data), tenants_rows), _tenant_table, output, no_headers)
 
 
 # ---------------------------------------------------------------- project

@@ -217,6 +217,26 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
     return out
 
 
+def smallest_sufficient(ordered: list[Candidate], fits, pruned: list[dict[str, Any]]) -> list[Candidate]:
+    """The shortest prefix of `ordered` whose release `fits` (binary search; `fits` of the
+    whole list must hold), then without every victim the others make unnecessary (recorded in
+    `pruned`)."""
+    lo, hi = 1, len(ordered)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(ordered[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = ordered[:lo]
+    for c in reversed(list(chosen)):
+        trial = [x for x in chosen if x is not c]
+        if trial and fits(trial):
+            chosen = trial
+            pruned.append({**c.describe(), "why": "not needed once the others are evicted"})
+    return chosen
+
+
 def plan(
     state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None
 ) -> Plan:
@@ -270,19 +290,7 @@ def plan(
         if c.rec.gpu_milli > max(x.rec.gpu_milli for x in tier):
             result.rejected_tiers.append(
                 {**c.describe(), "why": "a larger gang than needed: smaller victims suffice"})
-    lo, hi = 1, len(tier)
-    while lo < hi:  # shortest sufficient prefix
-        mid = (lo + hi) // 2
-        if fits(tier[:mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    chosen = tier[:lo]
-    for c in reversed(list(chosen)):
-        trial = [x for x in chosen if x is not c]
-        if trial and fits(trial):
-            chosen = trial
-            result.pruned.append({**c.describe(), "why": "not needed once the others are evicted"})
+    chosen = smallest_sufficient(tier, fits, result.pruned)
     max_lost = state.config.policy.max_lost_gpu_hours
     at_risk = sum(c.at_risk_gpu_ms for c in chosen)
     result.victims = chosen
@@ -333,18 +341,6 @@ def backfill_plan(
     if not fits(cands):
         return None
     result = Plan(considered=len(cands))
-    lo, hi = 1, len(cands)
-    while lo < hi:  # shortest sufficient prefix
-        mid = (lo + hi) // 2
-        if fits(cands[:mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    chosen = cands[:lo]
-    for c in reversed(list(chosen)):
-        trial = [x for x in chosen if x is not c]
-        if trial and fits(trial):
-            chosen = trial
-            result.pruned.append({**c.describe(), "why": "not needed once the others are evicted"})
+    chosen = smallest_sufficient(cands, fits, result.pruned)
     result.victims = chosen
     return result
