@@ -167,3 +167,20 @@ async def test_a_malformed_message_is_dead_lettered_once_and_services_keep_worki
     dead = [e for _, _, e in log if isinstance(e, ev.DeadLettered)]
     assert sorted(d.subject for d in dead) == ["gl.submit.team-a.garbage", "gl.submit.team-a.wrong"]
     assert all(p.poll() is None for p in procs.procs.values()), "a service died on a bad message"
+
+
+async def test_a_ci_system_submits_plain_json_with_its_own_msg_id(server, bus, procs):
+    """What the README shows for CI: `nats pub gl.submit.<tenant>.<job> '<json>' -H Nats-Msg-Id`."""
+    await live_player.publish_config(bus, load(THREE))
+    procs.start("admission")
+    payload = b'{"type":"JobSubmitted.v1","job":{"job_id":"ci-7","tenant":"team-a","resources":{"gpus":2},"duration_s":60}}'
+    first = await bus.publish_raw("gl.submit.team-a.ci-7", payload, msg_id="ci-run-1:ci-7")
+    retry = await bus.publish_raw("gl.submit.team-a.ci-7", payload, msg_id="ci-run-1:ci-7")
+    assert first == retry  # JetStream deduplicated the retried publish
+    deadline = asyncio.get_running_loop().time() + 20
+    while asyncio.get_running_loop().time() < deadline:
+        ledger, _ = await live_player.fold(bus)
+        if "ci-7" in ledger.jobs and ledger.jobs["ci-7"].state != "submitted":
+            break
+        await asyncio.sleep(0.2)
+    assert ledger.jobs["ci-7"].state == "pending" and ledger.jobs["ci-7"].priority == 50
