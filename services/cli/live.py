@@ -49,18 +49,33 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def _bus(url: str):
+async def _quiet(_err: Exception) -> None:
+    """Connection errors are reported once, by `cli_bus`, not logged per attempt."""
+
+
+async def cli_bus(url: str, ensure: bool = True):
+    """A bus for a one-shot command: a few quick connection attempts, then a clear error
+    (services, unlike commands, retry forever)."""
+    import nats.errors
+
     from services.runtime.bus import Bus
 
-    bus = await Bus.connect(url, name="gpuledger-cli")
-    await bus.ensure_stream()
+    try:
+        bus = await Bus.connect(url, name="gpuledger-cli", max_reconnect_attempts=2,
+                                connect_timeout=2, error_cb=_quiet)
+    except (nats.errors.Error, OSError) as exc:
+        fail(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".rstrip(), 3)
+    if ensure:
+        await bus.ensure_stream()
     return bus
+
+
 
 
 async def publish_config(url: str, doc: dict[str, Any]) -> int:
     from services.domain.configfile import config_events
 
-    bus = await _bus(url)
+    bus = await cli_bus(url)
     try:
         n = 0
         for e in config_events(doc, producer="cli", at_ms=time.time_ns() // 1_000_000):
@@ -268,7 +283,7 @@ def submit(
     url = resolve_url(nats_url)
 
     async def main() -> int:
-        bus = await _bus(url)
+        bus = await cli_bus(url)
         try:
             try:
                 seq = await bus.create_once(event)
@@ -312,7 +327,7 @@ def cancel(
     url = resolve_url(nats_url)
 
     async def main() -> None:
-        bus = await _bus(url)
+        bus = await cli_bus(url)
         try:
             await bus.publish(event)
         finally:
@@ -371,7 +386,7 @@ def demo(
     async def main() -> None:
         with embedded(data, keep=True) as server:
             typer.echo(f"embedded NATS at {server.url}; playing scenario {sc.name!r} live...")
-            bus = await _bus(server.url)
+            bus = await cli_bus(server.url)
             cluster = Cluster(server.url, path, doc, processes, data=data)
             try:
                 await live_player.publish_config(bus, sc)

@@ -54,16 +54,15 @@ def export(
 ) -> None:
     """Export the live stream to a log file."""
     from replay.export import stream_entries, write_any
-    from services.runtime.bus import Bus
 
     skipped: list[int] = []
 
-    from services.cli.live import resolve_url
+    from services.cli.live import cli_bus, resolve_url
 
     url = resolve_url(nats_url)
 
     async def main() -> list:
-        bus = await Bus.connect(url, name="gpuledger-export")
+        bus = await cli_bus(url, ensure=False)
         try:
             total = await bus.last_seq()
             rows = []
