@@ -27,8 +27,14 @@ class InvalidId(ValueError):
         self.reason = reason
 
 
+_VALID_TOKENS: set[str] = set()  # values already accepted (validity depends on the value only)
+_VALID_TENANTS: set[str] = set()
+
+
 def validate_token(kind: str, value: str) -> str:
     """Return `value` if it is a safe subject token (job id, node name), else raise InvalidId."""
+    if type(value) is str and value in _VALID_TOKENS:
+        return value
     if not isinstance(value, str) or not value:
         raise InvalidId(kind, str(value), "must be a non-empty string")
     if len(value) > MAX_ID_LEN:
@@ -37,11 +43,16 @@ def validate_token(kind: str, value: str) -> str:
         raise InvalidId(
             kind, value, "only letters, digits and _-:+@=,~ are allowed (no '.', '*', '>', spaces)"
         )
+    if len(_VALID_TOKENS) >= 65536:
+        _VALID_TOKENS.clear()
+    _VALID_TOKENS.add(value)
     return value
 
 
 def validate_tenant(value: str) -> str:
     """Tenant paths are `/`-separated segments (`org/team/project`) of safe characters."""
+    if type(value) is str and value in _VALID_TENANTS:
+        return value
     if not isinstance(value, str) or not value:
         raise InvalidId("tenant", str(value), "must be a non-empty string")
     if len(value) > MAX_ID_LEN:
@@ -50,6 +61,9 @@ def validate_tenant(value: str) -> str:
         raise InvalidId(
             "tenant", value, "must be '/'-separated segments of letters, digits, '_' and '-'"
         )
+    if len(_VALID_TENANTS) >= 4096:
+        _VALID_TENANTS.clear()
+    _VALID_TENANTS.add(value)
     return value
 
 

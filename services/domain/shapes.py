@@ -8,13 +8,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from events.specs import JobSpec
 
 MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")
 Problem = tuple[str, str, dict[str, Any]]
+_MISS = object()
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class FleetSummary:
     """(model, GPU memory) kinds with MIG-enabled GPUs."""
     shared: frozenset[tuple[str, int, str]]
     """(model, GPU memory, sharing) kinds of GPUs that take fractions (`mps`, `timeslice`)."""
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+    """`_fleet_problem` answers per (resources, allow_timeslice): a pure function of them."""
 
 
 def summarize(nodes: Iterable[Any]) -> FleetSummary:
@@ -62,7 +65,18 @@ def shape_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool = Fa
     problem = _form_problem(spec)
     if problem is not None:
         return problem
-    return _fleet_problem(spec, fleet, allow_timeslice) if fleet.nodes else None
+    if not fleet.nodes:
+        return None
+    key = (spec.resources, allow_timeslice)
+    found = fleet.memo.get(key, _MISS)
+    if found is _MISS:
+        if len(fleet.memo) >= 4096:
+            fleet.memo.clear()
+        found = fleet.memo[key] = _fleet_problem(spec, fleet, allow_timeslice)
+    if found is None:
+        return None
+    reason, message, details = found  # type: ignore[misc]
+    return (reason, message, dict(details))  # callers get their own details
 
 
 def _form_problem(spec: JobSpec) -> Problem | None:

@@ -25,7 +25,11 @@ class Quota(LedgerService):
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
         self._capacity = (-1, 0)  # memo: (nodes_version, capacity in milli-GPUs)
-        self._shares: tuple = (None, {})  # memo: ((capacity, config digest, demand), shares)
+        # memo: (capacity, config digest, demand) -> shares (demands recur as jobs come and go)
+        self._shares: dict[tuple, dict] = {}
+        # memo of a quiet answer: (key, the `fair_shares` mapping it was compared with); the
+        # ledger replaces that mapping on every FairShareUpdated, never mutates it
+        self._quiet: tuple = (None, None)
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not state.config.tenants:
@@ -34,12 +38,17 @@ class Quota(LedgerService):
             self._capacity = (state.nodes_version, state.fleet.capacity_gpus() * 1000)
         demand = demand_by_tenant(state)
         key = (self._capacity[1], state.config.digest, tuple(sorted(demand.items())))
-        if self._shares[0] != key:  # fair shares depend on these alone: recompute on change
-            self._shares = (key, fair_shares(state.config.tenants, self._capacity[1], {}, demand))
-        shares = self._shares[1]
+        if self._quiet[1] is state.fair_shares and self._quiet[0] == key:
+            return []
+        shares = self._shares.get(key)
+        if shares is None:  # fair shares depend on these alone
+            if len(self._shares) >= 4096:
+                self._shares.clear()
+            shares = self._shares[key] = fair_shares(state.config.tenants, self._capacity[1], {}, demand)
         current = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()}
         last = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in state.fair_shares.items()}
         if current == last:
+            self._quiet = (key, state.fair_shares)
             return []
         digest = ",".join(f"{t}={g}/{f}" for t, (g, f) in sorted(current.items()))
         allocated = state.tenant_gpu_milli
