@@ -117,7 +117,7 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
             last_t = t
         ledger.apply(seq, e)
         if isinstance(e, _ALLOC_EVENTS):
-            if isinstance(e, ev.GangEvicted) and e.reason in ("Priority", "Reclaim"):
+            if isinstance(e, ev.GangEvicted) and e.reason in ("Priority", "Reclaim", "Backfill", "Defragment"):
                 preemptions += 1
                 lost_ms += e.lost_gpu_ms
             rec = ledger.allocations.get(e.allocation_id)

@@ -91,7 +91,7 @@ def metrics(ledger: Ledger, log: list[tuple[int, str, Event]], end_ms: int) -> d
             allocated += gang_milli[e.allocation_id]
         elif isinstance(e, (GangCompleted, GangFailed, GangEvicted)):
             allocated -= gang_milli.pop(e.allocation_id, 0)
-            if isinstance(e, GangEvicted) and e.reason in ("Priority", "Reclaim", "Backfill"):
+            if isinstance(e, GangEvicted) and e.reason in ("Priority", "Reclaim", "Backfill", "Defragment"):
                 preemptions += 1
                 lost_ms += e.lost_gpu_ms
                 by_reason[e.reason] += 1

@@ -166,9 +166,10 @@ class Ledger:
     allocation_version: int = 0
     """Bumped whenever any allocation starts or ends, or configuration changes."""
     preemption_memo: dict[str, tuple[int, int | None]] = field(default_factory=dict)
-    """Cache: (allocation_version, retry_at_ms) at which preemption last found nothing to do
-    for a job; valid while the version is unchanged and before retry_at_ms (when a time-bound
-    exclusion such as a minimum runtime lapses)."""
+    """Per job, (allocation_version, retry_at_ms) of the last refusal to preempt: when a
+    time-bound exclusion (a minimum runtime, an eviction budget) lapses, so the preemption
+    service wakes then. Never used to skip a decision (that would make decisions depend on
+    history that `verify` cannot see)."""
     last_seq: int = 0
     leader_epochs: dict[str, int] = field(default_factory=dict)
     """Highest leader epoch seen per service role."""

@@ -47,11 +47,6 @@ class Preemption(LedgerService):
                 continue
             if job.job_id in outlook.held:
                 continue  # capacity already being released for it
-            memo = state.preemption_memo.get(job.job_id)
-            if memo is not None and memo[0] == state.allocation_version and (
-                memo[1] is None or now_ms < memo[1]
-            ):
-                continue
             if not policy.preemption:
                 out += self._decline(state, now_ms, job, "PreemptionDisabled",
                                      "preemption is disabled by policy", {})
@@ -76,7 +71,7 @@ class Preemption(LedgerService):
                 continue
             p = plan(state, job, now_ms, taken, exclude=outlook.exclude())
             if p.declined is not None:
-                state.preemption_memo[job.job_id] = (state.allocation_version, p.retry_at_ms)
+                state.preemption_memo[job.job_id] = (state.allocation_version, p.retry_at_ms)  # for wake-ups only
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], p.details())
                 continue
             out += self._request(state, now_ms, job, p, outlook, taken)
@@ -103,6 +98,9 @@ class Preemption(LedgerService):
             grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
             if c.reason == "Reclaim":
                 why = f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
+            elif c.reason == "Defragment":
+                why = (f"tenant {job.tenant} is within its guarantee but no NVLink clique has room; "
+                       f"{c.victim.job_id} fits elsewhere at once and moves")
             elif c.reason == "Backfill":
                 why = (f"{c.victim.job_id} ran as preemptible backfill on its reservation of "
                        f"{', '.join(reservation.get('nodes', ())) or 'reserved nodes'}, which can land now")

@@ -22,11 +22,12 @@ search, topology included), then pruned of every victim the job does not actuall
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from services.placement import Placement
+from services.placement import Placement, UnknownAllocation
 from services.scheduler.queue import effective_priority
 
 HOUR_MS = 3_600_000
@@ -180,14 +181,6 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
         recent = evictions_last_hour(victim, now_ms)
         if not victim.preemptible:
             why_not = ("NonPreemptible", f"class {victim.spec.priority_class} is not preemptible", None)
-        elif guarded:
-            conf = state.config.tenants.get(victim.tenant)
-            why_not = (
-                "WithinGuarantee",
-                f"tenant {victim.tenant} uses {state.tenant_gpu_milli.get(victim.tenant, 0) / 1000:g} "
-                f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs",
-                None,
-            )
         elif victim.job_id in evicted_me:
             why_not = ("PreemptionLoop", f"{victim.job_id} evicted {job.job_id} within the last hour", None)
         elif policy.min_runtime_s and now_ms - started < policy.min_runtime_s * 1000:
@@ -207,6 +200,14 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
             why_not = (
                 "DisruptionBudget",
                 f"service keeps at least {victim.spec.min_available} of {len(rec.members)} members",
+                None,
+            )
+        elif guarded:  # last: only work protected by nothing else may be moved (`relocation`)
+            conf = state.config.tenants.get(victim.tenant)
+            why_not = (
+                "WithinGuarantee",
+                f"tenant {victim.tenant} uses {state.tenant_gpu_milli.get(victim.tenant, 0) / 1000:g} "
+                f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs",
                 None,
             )
         if why_not is not None:
@@ -237,6 +238,47 @@ def smallest_sufficient(ordered: list[Candidate], fits, pruned: list[dict[str, A
     return chosen
 
 
+def relocation(
+    state: Ledger, job: JobRecord, request, placement_policy: str, exclude: frozenset[str],
+    exclusions: list[Exclusion],
+) -> Candidate | None:
+    """A job within its tenant's guarantee that is blocked by fragmentation alone: move one
+    allocation of a tenant that is itself within its guarantee (excluded as
+    `WithinGuarantee`) when, with it gone, the job fits, and the moved gang then fits again
+    elsewhere at once — nobody's guarantee is reduced, the victim only pays a checkpoint.
+    Returns that victim (reason `Defragment`), smallest first, or None."""
+    own = state.config.tenants.get(job.tenant)
+    need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+    if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
+        return None
+    guarded = sorted((x.candidate for x in exclusions if x.code == "WithinGuarantee"),
+                     key=Candidate.sort_key)
+    fleet = state.fleet
+    for cand in guarded:
+        alloc_id = cand.rec.allocation_id
+        try:
+            held = fleet.allocation(alloc_id)
+        except UnknownAllocation:
+            continue  # already released in the outlook of preemptions under way
+        placed = fleet.place(request, placement_policy, exclude=exclude,
+                             assume_released=(alloc_id,), explain=False)
+        if not isinstance(placed, Placement):
+            continue
+        fleet.release(alloc_id)  # tentative: restored below, the fleet is left as found
+        try:
+            fleet.allocate("~relocation", job.tenant, placed, request)
+            try:
+                again = fleet.place(held.request, placement_policy, exclude=exclude, explain=False)
+            finally:
+                fleet.release("~relocation")
+        finally:
+            fleet.allocate(alloc_id, held.tenant, held.placement, held.request)
+        if isinstance(again, Placement):
+            exclusions[:] = [x for x in exclusions if x.candidate is not cand]
+            return dataclasses.replace(cand, reason="Defragment")
+    return None
+
+
 def plan(
     state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None
 ) -> Plan:
@@ -261,6 +303,10 @@ def plan(
         return isinstance(placed, Placement)
 
     if not cands or not fits(cands):
+        move = relocation(state, job, request, placement_policy, exclude, result.exclusions)
+        if move is not None:
+            result.victims = [move]
+            return result
         why = "no eligible victims" if not cands else (
             f"evicting all {len(cands)} eligible allocations would still not make room"
         )

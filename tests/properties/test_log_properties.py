@@ -28,6 +28,7 @@ def transitions(log):
     state: dict[str, str | None] = {}
     seen: list[tuple[str, str | None, str]] = []
     placed: set[str] = set()
+    cancelled: set[str] = set()
 
     def move(job_id: str, to: str) -> None:
         seen.append((job_id, state.get(job_id), to))
@@ -47,13 +48,15 @@ def transitions(log):
             case ev.PreemptionRequested(job_id=j):
                 move(j, "preempting")
             case ev.GangEvicted(job_id=j, reason=r):
-                move(j, "cancelled" if r == "Cancelled" else "pending")
+                move(j, "cancelled" if r == "Cancelled" or j in cancelled else "pending")
             case ev.GangCompleted(job_id=j):
                 move(j, "completed")
             case ev.GangFailed(job_id=j):
                 move(j, "failed")
             case ev.JobCancelled(job_id=j) if state.get(j) in ("submitted", "pending"):
                 move(j, "cancelled")
+            case ev.JobCancelled(job_id=j) if state.get(j) in ("running", "preempting"):
+                cancelled.add(j)  # a running job ends cancelled when its gang is gone
     return seen, state
 
 

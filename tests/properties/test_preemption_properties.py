@@ -93,7 +93,7 @@ def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
     pairs = {(r.beneficiary, r.job_id) for r in requests}
     assert not any((b, a) in pairs for a, b in pairs)
     # every eviction explained, and every job ends or waits with a reason
-    assert all(r.reason in ("Priority", "Reclaim") and r.message and "victims" in r.details for r in requests)
+    assert all(r.reason in ("Priority", "Reclaim", "Defragment") and r.message and "victims" in r.details for r in requests)
     for d in events(sim, ev.PreemptionDeclined):
         assert d.reason and d.message
     for j in ledger.jobs.values():
