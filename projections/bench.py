@@ -23,8 +23,8 @@ from typing import Any
 
 import events as ev
 from projections.store import Projector, rebuild
-from replay.gctune import fewer_gc_passes
 from replay.logio import write_log
+from services.runtime.gctune import fewer_gc_passes
 
 
 def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[int, str, ev.Event]]:

@@ -25,7 +25,7 @@ from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import Projector
-from replay.gctune import fewer_gc_passes
+from services.runtime.gctune import fewer_gc_passes
 
 log = logging.getLogger("gpuledger.projector")
 

@@ -29,7 +29,7 @@ from projections.mappers import (
     SequenceGap,
     columns_of,
 )
-from replay.gctune import fewer_gc_passes
+from services.runtime.gctune import fewer_gc_passes
 
 SCHEMA_VERSION = 1
 

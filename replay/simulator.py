@@ -14,12 +14,12 @@ import heapq
 from collections.abc import Callable, Iterable
 
 from events import Event, subject_for
-from replay.gctune import fewer_gc_passes
 from services.admission.decider import Admission
 from services.domain.ledger import Ledger
 from services.node_agent.simulated import SimulatedAgent
 from services.preemption.decider import Preemption
 from services.quota.decider import Quota
+from services.runtime.gctune import fewer_gc_passes
 from services.scheduler.decider import Scheduler
 
 MAX_ROUNDS_PER_INSTANT = 100_000

@@ -171,7 +171,7 @@ def test_schema_and_mappers_agree(tmp_path):
 def test_relaxed_gc_restores_thresholds():
     import gc
 
-    from replay.gctune import fewer_gc_passes as relaxed_gc
+    from services.runtime.gctune import fewer_gc_passes as relaxed_gc
 
     old = gc.get_threshold()
     with relaxed_gc(123_456):

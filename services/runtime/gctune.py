@@ -1,4 +1,5 @@
-"""Keeping Python's cyclic garbage collector out of long in-process runs."""
+"""Keeping Python's cyclic garbage collector out of long runs (replays, benchmarks, the
+projector, service processes)."""
 
 from __future__ import annotations
 
