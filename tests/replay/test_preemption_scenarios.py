@@ -216,3 +216,33 @@ def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
     _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0)
     assert jobs["a-next"]["placements"][0]["at_s"] == 7200.0
     assert jobs["b-first"]["placements"][0]["at_s"] == 10800.0
+
+
+def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead():
+    """Tenant a (guaranteed 4 of 8) needs 4 GPUs in one clique; b holds exactly its guarantee
+    as two 2-GPU jobs on different nodes, so 4 GPUs are free but split 2 + 2. One of b's jobs
+    is checkpointed and moved to the other node, and a's job starts after the checkpoint."""
+    from replay.verify import verify
+
+    def job(i, tenant, cls, gpus, minutes, at):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+
+    doc = {
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        "policy": {"default_grace_s": 60},
+        "timeline": [job(0, "b", "best-effort", 1, 30, 0), job(1, "b", "best-effort", 1, 30, 0),
+                     job(3, "b", "best-effort", 2, 30, 120), job(2, "b", "best-effort", 2, 30, 180),
+                     job(4, "a", "train", 4, 10, 1860)],
+    }
+    sim = simulate(from_document(doc))
+    (moved,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert (moved.reason, moved.beneficiary) == ("Defragment", "j4")
+    victim = sim.ledger.jobs[moved.job_id]
+    assert victim.preemptions[0].checkpointed and victim.preemptions[0].lost_gpu_ms == 0
+    first, second = victim.placements
+    assert first[1][0].node != second[1][0].node and second[0] == 1865_000  # moved at once
+    assert sim.ledger.jobs["j4"].placements[0][0] == 1865_000  # 5 s checkpoint, not 60 s
+    assert verify(sim.log).ok
