@@ -413,21 +413,22 @@ class Projection:
         self.last_seq = seq
         cls = type(event)
         name = cls.__name__
-        if isinstance(event, ev.Decision):
-            self._add_event(
-                seq,
-                subject,
-                name,
-                event.event_id,
-                event.occurred_at_ms,
-                event.causation_id,
-                event.correlation_id,
-                event.producer,
-                event.input_seq,
-                event.config_digest,
-                event.leader_epoch,
-                _json.encode(event),
-            )
+        decision = isinstance(event, ev.Decision)
+        self._add_event(
+            seq,
+            subject,
+            name,
+            event.event_id,
+            event.occurred_at_ms,
+            event.causation_id,
+            event.correlation_id,
+            event.producer,
+            event.input_seq if decision else None,
+            event.config_digest if decision else None,
+            event.leader_epoch if decision else None,
+            _json.encode(event),
+        )
+        if decision:
             details = getattr(event, "details", None)
             self._add_decision(
                 seq,
@@ -442,21 +443,6 @@ class Projection:
                 getattr(event, "reason", None),
                 getattr(event, "message", None),
                 _dumps(details) if details else None,
-            )
-        else:
-            self._add_event(
-                seq,
-                subject,
-                name,
-                event.event_id,
-                event.occurred_at_ms,
-                event.causation_id,
-                event.correlation_id,
-                event.producer,
-                None,
-                None,
-                None,
-                _json.encode(event),
             )
         handler = _HANDLERS.get(cls)
         if handler is not None:
