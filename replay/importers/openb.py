@@ -161,6 +161,20 @@ class _Rows:
             for row in self.reader:
                 yield self.reader.line_num, row
 
+    def unique_id(self, line: int, row: dict, column: str, kind: str, seen: set[str],
+                  label: str | None = None) -> str:
+        """The row's id in `column`: a valid subject token (`kind`) not seen before in this
+        file (`label` names it in the duplicate error, default `kind`)."""
+        value = (row.get(column) or "").strip()
+        try:
+            validate_token(kind, value)
+        except InvalidId as exc:
+            raise self.error(line, str(exc)) from None
+        if value in seen:
+            raise self.error(line, f"duplicate {label or kind} {value!r}")
+        seen.add(value)
+        return value
+
     def error(self, line: int, message: str) -> TraceImportError:
         return TraceImportError(f"{self.path}:{line}: {message}")
 
@@ -186,14 +200,7 @@ def read_nodes(path: str | Path) -> tuple[NodeInfo, ...]:
     out: list[NodeInfo] = []
     seen: set[str] = set()
     for line, row in rows:
-        name = (row.get("sn") or "").strip()
-        try:
-            validate_token("node", name)
-        except InvalidId as exc:
-            raise rows.error(line, str(exc)) from None
-        if name in seen:
-            raise rows.error(line, f"duplicate node {name!r}")
-        seen.add(name)
+        name = rows.unique_id(line, row, "sn", "node", seen)
         cpu = rows.int(line, row, "cpu_milli")
         mem = rows.int(line, row, "memory_mib")
         if cpu is None or mem is None:
@@ -269,14 +276,7 @@ def import_openb(
     for index, (line, row) in enumerate(rows):
         if limit is not None and index >= limit:
             break
-        name = (row.get("name") or "").strip()
-        try:
-            validate_token("job id", name)
-        except InvalidId as exc:
-            raise rows.error(line, str(exc)) from None
-        if name in seen:
-            raise rows.error(line, f"duplicate pod name {name!r}")
-        seen.add(name)
+        name = rows.unique_id(line, row, "name", "job id", seen, "pod name")
         qos = (row.get("qos") or "").strip().lower() or DEFAULT_QOS
         cls = QOS_CLASSES.get(qos)
         if cls is None:
