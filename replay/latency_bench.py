@@ -67,7 +67,8 @@ def _job(job_id: str, duration_s: int | None) -> ev.JobSubmitted:
 
 async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: Path,
                  profile_dir: Path | None, progress) -> dict[str, Any]:
-    from services.cli.live import publish_config
+    from replay.live_player import publish_config
+    from replay.scenario import from_document
     from services.roles import CONTROL_PLANE
     from services.runtime.bus import Bus
     from services.runtime.nats_server import EmbeddedNats
@@ -79,7 +80,7 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
     with EmbeddedNats(work / "nats") as server:
         bus = await Bus.connect(server.url, name="gpuledger-bench")
         await bus.ensure_stream()
-        await publish_config(server.url, doc)
+        await publish_config(bus, from_document(doc))
         procs = ServiceProcesses(server.url, config=config, log_dir=work, profile_dir=profile_dir,
                                  env={"GPULEDGER_LOG_LEVEL": "warning"})
         for role in (*CONTROL_PLANE, "node-agent"):
