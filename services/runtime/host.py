@@ -66,6 +66,15 @@ class HostStats:
     decide_errors: int = 0
 
 
+def _text(err: BaseException, limit: int = 300) -> str:
+    """An exception as one bounded line for logs and dead-letter reasons (never raises)."""
+    try:
+        text = str(err)
+    except Exception:  # noqa: BLE001 - e.g. an int too large to print
+        text = repr(type(err))
+    return text[:limit]
+
+
 def dead_letter_for(delivery: Delivery, reason: str) -> DeadLettered:
     """The deterministic DeadLettered event every host derives for a bad message."""
     return DeadLettered(
@@ -113,6 +122,7 @@ class Host:
         )
         self._awaiting_seq = 0
         self._pending_dead: dict[int, DeadLettered] = {}
+        self._unpublishable: set[str] = set()  # event ids already reported as unroutable
 
     @property
     def may_decide(self) -> bool:
@@ -220,13 +230,16 @@ class Host:
         except UndecodableEvent as err:
             self._dead_letter(d, f"UndecodableEvent: {err}")
             return
+        except Exception as err:  # noqa: BLE001 - decode promises UndecodableEvent; never die
+            self._dead_letter(d, f"UndecodableEvent: {type(err).__name__}: {_text(err)}")
+            return
         try:
             self.state = self.service.evolve(self.state, d.seq, event)
         except Exception as err:  # a bug or a bad event: skip it, never wedge
             if isinstance(event, DeadLettered):
-                self.log.error("host.dead_letter_not_foldable", seq=d.seq, error=repr(err))
+                self.log.error("host.dead_letter_not_foldable", seq=d.seq, error=_text(err))
             else:
-                self._dead_letter(d, f"{type(err).__name__}: {err}")
+                self._dead_letter(d, f"{type(err).__name__}: {_text(err)}")
         if isinstance(event, DeadLettered):
             self._pending_dead.pop(event.stream_seq, None)
 
@@ -272,11 +285,22 @@ class Host:
         for event, seq in zip(out, await self.bus.publish_many(out), strict=True):
             if isinstance(seq, (events.InvalidId, ValueError)):  # a decider bug: unroutable event
                 self.stats.publish_errors += 1
-                self.log.error("host.unpublishable", event=type(event).__name__, error=str(seq))
+                if event.event_id not in self._unpublishable:  # skipped, logged once
+                    if len(self._unpublishable) >= 4096:
+                        self._unpublishable.clear()
+                    self._unpublishable.add(event.event_id)
+                    self.log.error(
+                        "host.unpublishable",
+                        event_type=type(event).__name__,
+                        event_id=event.event_id,
+                        error=_text(seq),
+                    )
                 continue
             if isinstance(seq, BaseException):
                 self.stats.publish_errors += 1
-                self.log.warning("host.publish_failed", event=type(event).__name__, error=repr(seq))
+                self.log.warning(
+                    "host.publish_failed", event_type=type(event).__name__, error=_text(seq)
+                )
                 trouble = True
                 continue
             seqs.append(seq)
