@@ -31,6 +31,8 @@ def _want_json() -> bool:
     return not sys.stderr.isatty()
 
 
+_stream: Any = None  # where configure_logging sends log lines (fallback lines go there too)
+
 _METHODS = (
     "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "msg", "log",
 )
@@ -43,7 +45,7 @@ def _fallback(method: str, args: tuple[Any, ...], exc: BaseException) -> None:
         logged = next((a for a in args if isinstance(a, str)), "?")
         line = {"event": "log.failed", "method": method, "logged": logged[:200],
                 "error": type(exc).__name__}
-        sys.stderr.write(json.dumps(line) + "\n")
+        (_stream or sys.stderr).write(json.dumps(line) + "\n")
     except Exception:  # noqa: BLE001, S110 - nothing left to report to
         pass
 
@@ -89,6 +91,8 @@ def safe_logger_class(level: int) -> type:
 
 def configure_logging() -> None:
     """Configure structlog once for this process (safe to call again)."""
+    global _stream
+    _stream = sys.stderr
     level = _LEVELS.get(os.environ.get("GPULEDGER_LOG_LEVEL", "info").strip().lower(), 20)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
@@ -105,7 +109,7 @@ def configure_logging() -> None:
             renderer,
         ],
         wrapper_class=safe_logger_class(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_stream),
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr)
