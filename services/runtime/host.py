@@ -10,7 +10,8 @@ Invariants:
 - `decide` never runs on a state that misses the host's own previous output (the host waits
   until it has folded past the last sequence it published);
 - the wall clock is read only through the `clock` callable, and only to pass `now_ms`;
-- a message that does not decode, or whose `evolve` raises, is skipped and recorded once as
+- a message that does not decode (any failure: `events.decode` applies the size, depth and
+  number limits of `events.limits`), or whose `evolve` raises, is skipped and recorded once as
   `DeadLettered` on `gl.dead.<seq>` (deterministic id plus create-once, so any number of
   hosts record it once); it is published only when the host is caught up, so a refold that
   later meets the existing `DeadLettered` publishes nothing. `evolve` should validate before
@@ -18,7 +19,9 @@ Invariants:
 - a decision batch that adds nothing new to the log (only duplicates) is followed by a sleep
   until a new message or a wakeup, never by an immediate re-decide (no hot loop on a decider
   whose `evolve` ignores its own output); a `decide` that raises is logged and retried on
-  the next message or wakeup, while folding goes on.
+  the next message or wakeup, while folding goes on; a decided event that cannot be published
+  (no valid subject) is skipped and logged once per event id, never retried in a loop.
+- logging cannot raise (`services.runtime.logging`), and no log call passes `event=`.
 """
 
 from __future__ import annotations
