@@ -10,8 +10,9 @@ legitimate event looks like:
   time and sequence fits with room for sums, and a projection's BIGINT columns never overflow;
 - floats finite (msgspec refuses a literal like `1e999`; the walk re-checks values).
 
-The checks are cheap on the hot path: nesting is bounded by the count of `[` and `{`, and only
-payloads with a long digit run or a large exponent are walked for their numbers.
+The checks are cheap on the hot path (about 1 us for a typical 500-byte event): nesting is
+bounded by the count of `[` and `{` (scanned exactly only above MAX_DEPTH of them), and only
+payloads with a run of 16+ digits are decoded a second time and walked for their numbers.
 """
 
 from __future__ import annotations
