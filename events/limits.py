@@ -17,7 +17,6 @@ payloads with a run of 16+ digits are decoded a second time and walked for their
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -31,6 +30,7 @@ MAX_INT = (1 << 53) - 1
 # beyond the double range are refused by msgspec itself ("Number out of range").
 _DIGITS = bytes(ord("0") if chr(c).isdigit() and c < 128 else ord(" ") for c in range(256))
 _LONG_RUN = b"0" * 16
+_INF = float("inf")
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
@@ -78,7 +78,7 @@ def check_numbers(obj: Any, path: str = "$") -> None:
                 shown = str(value) if value.bit_length() <= 80 else f"of {value.bit_length()} bits"
                 raise LimitExceeded(f"integer {shown} at `{where}` is outside +-{MAX_INT}")
         elif t is float:
-            if not math.isfinite(value):
+            if not -_INF < value < _INF:  # false for infinities and NaN
                 raise LimitExceeded(f"number {value} at `{where}` is not finite")
         elif t is dict:
             stack.extend((v, f"{where}.{k}") for k, v in value.items())
