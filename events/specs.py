@@ -7,7 +7,20 @@ documented, and additive changes must come with a default.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+# Magnitude bounds on the integers of a job spec, checked when an event is decoded. They are
+# sanity limits, not the admission rules (admission still explains a negative or zero value
+# with `InvalidSpec`): they keep every product the services and the projection compute (GPUs
+# x 1000 x replicas, seconds x 1000) far inside 64-bit integers.
+MAX_COUNT = 1 << 20
+"""Bound on counts: GPUs per member, replicas, members (about a million)."""
+MAX_QUANTITY = 1 << 40
+"""Bound on quantities and durations: milli-units, MiB, seconds (about 10**12)."""
+Count = Annotated[int, msgspec.Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
+Quantity = Annotated[int, msgspec.Meta(ge=-MAX_QUANTITY, le=MAX_QUANTITY)]
 
 
 class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -18,19 +31,19 @@ class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     `3g.40gb`). None of them means a CPU-only member.
     """
 
-    gpus: int = 0
+    gpus: Count = 0
     """Whole GPUs per member."""
-    gpu_milli: int = 0
+    gpu_milli: Quantity = 0
     """Share of a single GPU in thousandths (1..999); 0 when not sharing."""
     mig_profile: str | None = None
     """MIG profile name (`1g.10gb`, `3g.40gb`, ...) for one MIG instance."""
-    cpu_milli: int = 0
+    cpu_milli: Quantity = 0
     """CPU in thousandths of a core."""
-    memory_mib: int = 0
+    memory_mib: Quantity = 0
     """Host memory in MiB."""
     gpu_models: tuple[str, ...] = ()
     """Allowed GPU models (e.g. `H100-80GB`); empty means any."""
-    min_gpu_memory_mib: int = 0
+    min_gpu_memory_mib: Quantity = 0
     """Minimum memory of each GPU used."""
 
     def gpu_milli_total(self) -> int:
@@ -49,11 +62,11 @@ class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How a job saves its work."""
 
-    interval_s: int = 0
+    interval_s: Quantity = 0
     """The job checkpoints on its own every `interval_s` seconds of run time (0 = never)."""
-    grace_s: int | None = None
+    grace_s: Quantity | None = None
     """Seconds between a checkpoint request and the forced kill; None = the class/policy default."""
-    save_s: int = 5
+    save_s: Quantity = 5
     """Seconds a checkpoint takes to save (used by simulated agents)."""
 
 
@@ -66,9 +79,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Tenant path, `org/team/project`."""
     priority_class: str = "train"
     """Name of a configured priority class."""
-    replicas: int = 1
+    replicas: Count = 1
     """Members in the gang."""
-    min_members: int | None = None
+    min_members: Count | None = None
     """Members that must be placed together (all-or-nothing); None = all replicas."""
     resources: Resources = Resources()
     """Per-member resources."""
@@ -76,11 +89,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Prefer placing all members under one leaf switch."""
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     """Checkpoint behaviour, used for preemption."""
-    duration_s: int | None = None
+    duration_s: Quantity | None = None
     """Expected run time in seconds (simulated agents run this long); None = until cancelled."""
     command: tuple[str, ...] = ()
     """Command a real node agent executes for each member."""
-    min_available: int = 0
+    min_available: Count = 0
     """Disruption budget for replicated services: never evict below this many members."""
 
     def members_min(self) -> int:

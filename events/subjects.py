@@ -11,16 +11,21 @@
     gl.dead.<seq>                   dead letters
 
 A tenant path's `/` separators stay inside one token (`gl.submit.org/a.job-1`).
+A `JobRejected` for a job id that is not a valid token (a raw submission with a job id such
+as `a.b*c >d`) goes to `gl.admission._invalid.JobRejected`: the refusal of an unroutable id
+must itself be publishable, or the submitter would never hear of it.
 """
 
 from __future__ import annotations
 
 from events import catalog as c
 from events.envelope import Event
-from events.ids import validate_tenant, validate_token
+from events.ids import InvalidId, validate_tenant, validate_token
 
 STREAM = "GPULEDGER"
 ALL = "gl.>"
+INVALID_ID_TOKEN = "_invalid"
+"""Subject token standing for a job id that cannot be one (only on `JobRejected`)."""
 
 
 # Which subject rule applies depends on the event's type only: resolved once per type.
@@ -69,7 +74,13 @@ def subject_for(event: Event) -> str:
     if rule == "admin":
         return f"gl.admin.{name}"
     if rule == "admission":
-        return f"gl.admission.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]
+        try:
+            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]
+        except InvalidId:
+            if not isinstance(event, c.JobRejected):
+                raise
+            token = INVALID_ID_TOKEN
+        return f"gl.admission.{token}.{name}"
     if rule == "quota":
         return f"gl.quota.{name}"
     if rule == "preempt":

@@ -9,6 +9,7 @@ duplicate (seq <= last_seq) is skipped and a gap raises `SequenceGap`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,6 +33,7 @@ from projections.mappers import (
 from services.runtime.gctune import fewer_gc_passes
 
 SCHEMA_VERSION = 1
+_log = logging.getLogger("gpuledger.projector")
 
 _ARROW_TYPES = {
     "BIGINT": pa.int64(),
@@ -261,6 +263,8 @@ class Projector:
         self.projection = self.store.load_projection()
         self.applied = 0
         self.skipped = 0
+        self.failed = 0
+        """Events the fold raised on (logged with the reason and skipped)."""
         self._pool = (
             ThreadPoolExecutor(1, thread_name_prefix="projector-writer") if pipeline else None
         )
@@ -284,17 +288,37 @@ class Projector:
         return False
 
     def apply_raw(self, seq: int, subject: str, payload: bytes) -> bool:
-        """Fold one message given as bytes; an undecodable payload is recorded, not skipped."""
+        """Fold one message given as bytes. Never raises for a bad message (only SequenceGap,
+        or a failed commit): an undecodable payload is recorded as an `Undecodable` row with
+        its reason; an event the fold cannot apply is logged once with its reason, counted in
+        `failed`, and skipped (its events row stays, like the services' dead letter)."""
         try:
             event = ev.decode(payload)
-        except ev.UndecodableEvent as exc:
+        except Exception as exc:  # noqa: BLE001 - UndecodableEvent, or anything decode missed
+            reason = str(exc) if isinstance(exc, ev.UndecodableEvent) else f"{type(exc).__name__}: {exc}"
             ok = self.projection.apply_undecodable(
-                seq, subject, str(exc), payload[:200].decode("utf-8", "replace")
+                seq, subject, reason[:1000], bytes(payload[:200]).decode("utf-8", "replace")
             )
-            if ok and self.projection.batch.count >= self.batch_size:
-                self.commit(wait=self._pool is None)
-            return ok
-        return self.apply(seq, subject, event)
+        else:
+            try:
+                ok = self.projection.apply(seq, subject, event)
+            except SequenceGap:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one event must never stop the projector
+                self.failed += 1
+                _log.error("projector.apply_failed seq=%s subject=%s type=%s reason=%s: %.300s",
+                           seq, subject, type(event).__name__, type(exc).__name__, exc)
+                ok = self.projection.last_seq >= seq or self.projection.apply_undecodable(
+                    seq, subject, f"{type(exc).__name__}: {exc}"[:1000],
+                    bytes(payload[:200]).decode("utf-8", "replace"),
+                )
+            if ok:
+                self.applied += 1
+            else:
+                self.skipped += 1
+        if ok and self.projection.batch.count >= self.batch_size:
+            self.commit(wait=self._pool is None)
+        return ok
 
     def release(self) -> None:
         """Close the database file (so read-only clients can open it) while keeping the

@@ -18,7 +18,7 @@ async def stream_entries(bus, since_ms: int | None = None, until_ms: int | None 
     async for rec in bus.read_all():
         try:
             event = ev.decode(rec.data)
-        except ev.UndecodableEvent as exc:
+        except Exception as exc:  # noqa: BLE001 - UndecodableEvent; no message stops an export
             if on_skip is not None:
                 on_skip(rec.seq, str(exc))
             continue

@@ -3,8 +3,9 @@
     {"seq": 1, "subject": "gl.admin.TenantConfigured", "event": {"type": "TenantConfigured.v1", ...}}
 
 `seq` is the 1-based stream sequence (gap-free in a complete log). Reading decodes every
-event to its current version (upcasting old ones); the event JSON is handed to the codec
-as raw bytes, never through an intermediate dict.
+event to its current version (upcasting old ones) through the one codec (`events.decode`,
+under its limits); the event JSON is handed to it as raw bytes, never through an
+intermediate dict. A line that is not a valid entry raises LogFormatError naming the line.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, ev.Event]]:
             try:
                 line = _line.decode(raw)
                 yield line.seq, line.subject, ev.decode(line.event)
+            except RecursionError as exc:  # the line wrapper nests too deeply for msgspec
+                raise LogFormatError(f"{path}:{lineno}: JSON nested too deeply") from exc
             except (msgspec.DecodeError, msgspec.ValidationError, ev.UndecodableEvent) as exc:
                 raise LogFormatError(f"{path}:{lineno}: {exc}") from exc
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from events import Decision, Event
+from events import DeadLettered, Decision, Event
 from services.domain.ledger import Ledger
 from services.roles import CONTROL_PLANE, build
 
@@ -38,6 +38,8 @@ class VerifyReport:
     events: int = 0
     checked: int = 0
     skipped: int = 0
+    dead_lettered: int = 0
+    """Events the fold refused that the log records as `DeadLettered` (not mismatches)."""
     mismatches: list[Mismatch] = field(default_factory=list)
 
     @property
@@ -49,6 +51,7 @@ class VerifyReport:
             "events": self.events,
             "checked": self.checked,
             "skipped": self.skipped,
+            "dead_lettered": self.dead_lettered,
             "mismatches": [m.as_dict() for m in self.mismatches],
             "ok": self.ok,
         }
@@ -110,11 +113,15 @@ def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
                                  explain(event, produced))
                     )
 
+    dead = {e.stream_seq for _, _, e in entries if isinstance(e, DeadLettered)}
     check(0)
     for seq, _, event in entries:
         try:
             ledger.apply(seq, event)
         except Exception as exc:  # noqa: BLE001 - an event the fold refuses is itself a finding
+            if seq in dead:  # the services refused it too and recorded why: as it should be
+                report.dead_lettered += 1
+                continue
             report.mismatches.append(Mismatch(seq, type(event).__name__, event.correlation_id, event.producer,
                                               f"the event cannot be applied to the state: {exc}"))
         check(seq)

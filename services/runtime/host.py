@@ -10,7 +10,8 @@ Invariants:
 - `decide` never runs on a state that misses the host's own previous output (the host waits
   until it has folded past the last sequence it published);
 - the wall clock is read only through the `clock` callable, and only to pass `now_ms`;
-- a message that does not decode, or whose `evolve` raises, is skipped and recorded once as
+- a message that does not decode (any failure: `events.decode` applies the size, depth and
+  number limits of `events.limits`), or whose `evolve` raises, is skipped and recorded once as
   `DeadLettered` on `gl.dead.<seq>` (deterministic id plus create-once, so any number of
   hosts record it once); it is published only when the host is caught up, so a refold that
   later meets the existing `DeadLettered` publishes nothing. `evolve` should validate before
@@ -18,7 +19,9 @@ Invariants:
 - a decision batch that adds nothing new to the log (only duplicates) is followed by a sleep
   until a new message or a wakeup, never by an immediate re-decide (no hot loop on a decider
   whose `evolve` ignores its own output); a `decide` that raises is logged and retried on
-  the next message or wakeup, while folding goes on.
+  the next message or wakeup, while folding goes on; a decided event that cannot be published
+  (no valid subject) is skipped and logged once per event id, never retried in a loop.
+- logging cannot raise (`services.runtime.logging`), and no log call passes `event=`.
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ class HostStats:
     dead_letters: int = 0
     publish_errors: int = 0
     decide_errors: int = 0
+
+
+def _text(err: BaseException, limit: int = 300) -> str:
+    """An exception as one bounded line for logs and dead-letter reasons (never raises)."""
+    try:
+        text = str(err)
+    except Exception:  # noqa: BLE001 - e.g. an int too large to print
+        text = repr(type(err))
+    return text[:limit]
 
 
 def dead_letter_for(delivery: Delivery, reason: str) -> DeadLettered:
@@ -113,6 +125,7 @@ class Host:
         )
         self._awaiting_seq = 0
         self._pending_dead: dict[int, DeadLettered] = {}
+        self._unpublishable: set[str] = set()  # event ids already reported as unroutable
 
     @property
     def may_decide(self) -> bool:
@@ -220,13 +233,16 @@ class Host:
         except UndecodableEvent as err:
             self._dead_letter(d, f"UndecodableEvent: {err}")
             return
+        except Exception as err:  # noqa: BLE001 - decode promises UndecodableEvent; never die
+            self._dead_letter(d, f"UndecodableEvent: {type(err).__name__}: {_text(err)}")
+            return
         try:
             self.state = self.service.evolve(self.state, d.seq, event)
         except Exception as err:  # a bug or a bad event: skip it, never wedge
             if isinstance(event, DeadLettered):
-                self.log.error("host.dead_letter_not_foldable", seq=d.seq, error=repr(err))
+                self.log.error("host.dead_letter_not_foldable", seq=d.seq, error=_text(err))
             else:
-                self._dead_letter(d, f"{type(err).__name__}: {err}")
+                self._dead_letter(d, f"{type(err).__name__}: {_text(err)}")
         if isinstance(event, DeadLettered):
             self._pending_dead.pop(event.stream_seq, None)
 
@@ -272,11 +288,22 @@ class Host:
         for event, seq in zip(out, await self.bus.publish_many(out), strict=True):
             if isinstance(seq, (events.InvalidId, ValueError)):  # a decider bug: unroutable event
                 self.stats.publish_errors += 1
-                self.log.error("host.unpublishable", event=type(event).__name__, error=str(seq))
+                if event.event_id not in self._unpublishable:  # skipped, logged once
+                    if len(self._unpublishable) >= 4096:
+                        self._unpublishable.clear()
+                    self._unpublishable.add(event.event_id)
+                    self.log.error(
+                        "host.unpublishable",
+                        event_type=type(event).__name__,
+                        event_id=event.event_id,
+                        error=_text(seq),
+                    )
                 continue
             if isinstance(seq, BaseException):
                 self.stats.publish_errors += 1
-                self.log.warning("host.publish_failed", event=type(event).__name__, error=repr(seq))
+                self.log.warning(
+                    "host.publish_failed", event_type=type(event).__name__, error=_text(seq)
+                )
                 trouble = True
                 continue
             seqs.append(seq)

@@ -53,3 +53,16 @@ def test_a_retried_submission_of_the_same_job_id_yields_one_job():
 def test_decisions_are_deterministic():
     ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1))
     assert Admission().decide(ledger, 5) == Admission().decide(ledger, 5)
+
+
+@pytest.mark.parametrize("job_id", ["a.b*c >d", "gl.>", "x" * 200])
+def test_a_raw_submission_with_an_unroutable_job_id_is_rejected_publishably(job_id):
+    """Issue 11 case 2: such an id arrives only raw (a client cannot build its subject); the
+    refusal names it and can be published (gl.admission._invalid.JobRejected)."""
+    raw = ev.JobSubmitted(event_id="sub-raw", job=ev.JobSpec(job_id=job_id, tenant="org/a",
+                                                               resources=ev.Resources(gpus=1)))
+    out = decide_one(raw)
+    assert isinstance(out, ev.JobRejected)
+    assert (out.job_id, out.reason) == (job_id, "InvalidSpec")
+    assert "invalid job id" in out.message
+    assert ev.subject_for(out) == "gl.admission._invalid.JobRejected"
