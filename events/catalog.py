@@ -7,7 +7,7 @@ breaking change adds a new tag plus an upcaster in `events.upcasters` (see
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -77,16 +77,22 @@ class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityCla
     """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
 
 
+PreemptionScope = Literal["tenant", "cluster"]
+"""Closed: a PolicyConfigured with another value does not decode (it is dead-lettered)."""
+PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
+"""Closed: the placement scorers that exist."""
+
+
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Scheduling policy parameters (every field has a default)."""
 
     preemption: bool = True
     """Whether preemption is enabled at all."""
-    preemption_scope: str = "cluster"
+    preemption_scope: PreemptionScope = "cluster"
     """`tenant`: priority preemption only inside a tenant; `cluster`: across tenants."""
     reclaim: bool = True
     """Tenants under their guarantee may evict borrowers of other tenants."""
-    placement_policy: str = "default"
+    placement_policy: PlacementPolicyName = "default"
     """Placement scorer: `default`, `bestfit`, `packing`, `fgd`."""
     default_grace_s: int = 30
     """Checkpoint grace period when neither job nor class sets one."""
@@ -433,6 +439,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 
 __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "Policy",
+    "PreemptionScope",
+    "PlacementPolicyName",
     "CLIENT_EVENTS",
     "CONFIG_EVENTS",
     "ALL_EVENTS",

@@ -61,6 +61,8 @@ class ConfigState:
             case PriorityClassConfigured():
                 self.classes[event.name] = _strip(event)
             case PolicyConfigured():
+                if policy_problem(event.policy) is not None:
+                    return  # refused: the policy in force stays (decode already refuses on the bus)
                 self.policy = event.policy
         self.digest = self._digest()
 
@@ -82,6 +84,16 @@ class ConfigState:
             }
         )
         return hashlib.sha256(canon).hexdigest()[:16]
+
+
+def policy_problem(policy: Policy) -> str | None:
+    """Why `policy` cannot be in force (a value outside a closed set, a negative time), or
+    None. Structs built in Python skip decode-time validation, so the fold checks again."""
+    try:
+        msgspec.convert(msgspec.to_builtins(policy), Policy)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return None
 
 
 def _strip(event):

@@ -5,7 +5,7 @@ import pytest
 
 import events as ev
 from services.admission.decider import Admission
-from tests.services.given import cluster, given, submitted
+from tests.services.given import cluster, given, submitted, submitted_json
 
 FLEET = cluster(
     {"name": "n1", "gpus": 8, "model": "H100-80GB"},
@@ -30,8 +30,8 @@ def test_a_valid_job_is_admitted_with_its_class_resolved():
     [
         (dict(id="j", tenant="nobody", gpus=1), "UnknownTenant"),
         (dict(id="j", tenant="org/a", gpus=1, **{"class": "gold"}), "UnknownPriorityClass"),
-        (dict(id="j", tenant="org/a", gpus=1, gpu="500m"), "InvalidSpec"),
-        (dict(id="j", tenant="org/a", gpus=1, replicas=2, min_members=3), "InvalidSpec"),
+        (dict(job_id="j", tenant="org/a", resources=dict(gpus=1, gpu_milli=500)), "InvalidSpec"),
+        (dict(job_id="j", tenant="org/a", resources=dict(gpus=1), replicas=2, min_members=3), "InvalidSpec"),
         (dict(id="j", tenant="org/a", gpus=16), "TopologyUnsatisfiable"),
         (dict(id="j", tenant="org/a", gpus=1, models=["A100-40GB"]), "Unschedulable"),
         (dict(id="j", tenant="org/a", mig="3g.40gb"), "MIGProfileUnavailable"),
@@ -39,7 +39,7 @@ def test_a_valid_job_is_admitted_with_its_class_resolved():
     ],
 )
 def test_an_impossible_or_malformed_job_is_rejected_with_its_reason(job, reason):
-    out = decide_one(submitted(**job))
+    out = decide_one(submitted_json(**job) if "job_id" in job else submitted(**job))
     assert isinstance(out, ev.JobRejected)
     assert out.reason == reason and out.message
 
