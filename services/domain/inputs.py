@@ -419,6 +419,7 @@ def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
 
 
 def _check_file(f: FileDoc, problems: list[str]) -> None:
+    from services.domain.shapes import profiles_of
     from services.placement.mig import profile_for
 
     node_names: list[tuple[str, str]] = []
@@ -492,7 +493,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                     problems.append(f"{jp}.models: no GPU of model {m!r} in the cluster{_suggest(m, models)}")
             mig = j.mig or j.mig_profile
             if mig and models and not any(profile_for(m, mig) for m in mig_models):
-                offered = sorted({p for m in mig_models for p in _profiles(m)})
+                offered = sorted({p for m in mig_models for p in profiles_of(m)})
                 problems.append(f"{jp}.{'mig' if j.mig else 'mig_profile'}: MIG profile {mig!r} is offered by no GPU "
                                 f"of the cluster" + (_suggest(mig, offered) or (
                                     f" (offered: {', '.join(offered)})" if offered else " (no MIG GPUs)")))
@@ -501,13 +502,6 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                             f"{_suggest(e.cancel, submitted)}")
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}")
-
-
-def _profiles(model: str) -> list[str]:
-    from services.placement.mig import PROFILES, family
-
-    fam = family(model)
-    return [] if fam is None else list(PROFILES[fam])
 
 
 def file_schema() -> dict[str, Any]:

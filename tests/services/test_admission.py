@@ -35,6 +35,7 @@ def test_a_valid_job_is_admitted_with_its_class_resolved():
         (dict(id="j", tenant="org/a", gpus=16), "TopologyUnsatisfiable"),
         (dict(id="j", tenant="org/a", gpus=1, models=["A100-40GB"]), "Unschedulable"),
         (dict(id="j", tenant="org/a", mig="3g.40gb"), "MIGProfileUnavailable"),
+        (dict(id="j", tenant="org/a", gpus=8, replicas=2), "Unschedulable"),
         (dict(id="j", tenant="org/a", gpus=8, **{"class": "inference"}), "NonPreemptibleOverQuota"),
     ],
 )
@@ -53,3 +54,31 @@ def test_a_retried_submission_of_the_same_job_id_yields_one_job():
 def test_decisions_are_deterministic():
     ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1))
     assert Admission().decide(ledger, 5) == Admission().decide(ledger, 5)
+
+
+def test_a_gang_larger_than_the_whole_fleet_is_unschedulable_with_the_numbers():
+    """The README's job: 4 members x 8 GPUs on a cluster of 2 x 8 GPUs never fits."""
+    fleet = cluster({"name_prefix": "n", "count": 2, "gpus": 8, "model": "H100-80GB"},
+                    tenants=[{"name": "org/a", "guaranteed": 32}])
+    (out,) = Admission().decide(given(*fleet, submitted(id="big", tenant="org/a", gpus=8, replicas=4)), 0)
+    assert isinstance(out, ev.JobRejected) and out.reason == "Unschedulable"
+    assert "4 x 8 GPUs" in out.message and "at most 2" in out.message
+    assert out.details["max_members"] == 2 and out.details["fleet_gpus"] == 16
+
+
+def test_a_gang_whose_members_fit_the_fleet_at_once_is_admitted():
+    fleet = cluster({"name_prefix": "n", "count": 2, "gpus": 8, "model": "H100-80GB"},
+                    tenants=[{"name": "org/a", "guaranteed": 32}])
+    (out,) = Admission().decide(given(*fleet, submitted(id="g", tenant="org/a", gpus=4, replicas=4)), 0)
+    assert isinstance(out, ev.JobAdmitted)
+
+
+def test_a_mig_profile_no_gpu_of_the_fleet_offers_is_mig_profile_unavailable():
+    """An H100 MIG fleet offers 3g.40gb but not the A100-40GB name 3g.20gb."""
+    fleet = cluster({"name": "m1", "gpus": 2, "model": "H100-80GB", "sharing": "mig"},
+                    tenants=[{"name": "org/a", "guaranteed": 2}])
+    ok = Admission().decide(given(*fleet, submitted(id="ok", tenant="org/a", mig="3g.40gb")), 0)
+    bad = Admission().decide(given(*fleet, submitted(id="bad", tenant="org/a", mig="3g.20gb")), 0)
+    assert isinstance(ok[0], ev.JobAdmitted)
+    assert isinstance(bad[0], ev.JobRejected) and bad[0].reason == "MIGProfileUnavailable"
+    assert "3g.40gb" in bad[0].details["offered"]
