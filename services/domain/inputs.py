@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from events import Policy
+from events import InvalidId, Policy, validate_tenant, validate_token
 from services.domain.config import DEFAULT_CLASSES
 
 # ------------------------------------------------------------------ quantities
@@ -320,31 +320,45 @@ def convert(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
         return None
 
 
-def _convert_sections(raw: Any, typ: type[msgspec.Struct], problems: list[str]) -> Any:
-    """Convert a top-level mapping key by key and list items one by one, so that one file
-    reports a problem per bad entry, not only the first."""
-    if not isinstance(raw, dict):
-        problems.append(f"(top level): expected a mapping of keys, got {type(raw).__name__}")
-        return None
-    fields = {f.encode_name: f for f in msgspec.structs.fields(typ)}
+def _struct_of(typ: Any) -> type[msgspec.Struct] | None:
+    """The Struct type in `typ` (`X` or `X | None`), else None."""
+    for t in (typ, *getattr(typ, "__args__", ())):
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            return t
+    return None
+
+
+def _item_of(typ: Any) -> Any:
+    """The item type of `list[X]` (or `list[X] | None`), else None."""
+    for t in (typ, *getattr(typ, "__args__", ())):
+        if getattr(t, "__origin__", None) is list:
+            return t.__args__[0]
+    return None
+
+
+def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
+    """`msgspec.convert(raw, typ)`, but mappings are walked key by key and lists item by
+    item first, so a document reports every bad key and entry, not only the first."""
+    struct, item = _struct_of(typ), _item_of(typ)
     before = len(problems)
-    for key, value in raw.items():
-        f = fields.get(key)
-        if f is None:
-            problems.append(f"{key}: unknown key{_suggest(key, fields) or ' (known keys: ' + ', '.join(fields) + ')'}")
-            continue
-        item = getattr(f.type, "__args__", (None,))[0] if getattr(f.type, "__origin__", None) is list else None
-        if isinstance(value, list) and item is not None:
-            for i, v in enumerate(value):
-                convert(v, item, f"{key}[{i}]", problems)
-        elif isinstance(value, list) and f.type == (list[EntryDoc] | None):
-            for i, v in enumerate(value):
-                convert(v, EntryDoc, f"{key}[{i}]", problems)
-        else:
-            convert(value, f.type, key, problems)
+    if struct is not None and isinstance(raw, dict):
+        fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+        for key, value in raw.items():
+            f = fields.get(key)
+            if f is None:
+                hint = _suggest(key, fields) or f" (known keys: {', '.join(fields)})"
+                problems.append(f"{_p(base, str(key))}: unknown key{hint}")
+            else:
+                collect(value, f.type, _p(base, key), problems)
+        for name, f in fields.items():
+            if f.required and name not in raw:
+                problems.append(f"{base or '(top level)'}: missing required key {name!r}")
+    elif item is not None and isinstance(raw, list):
+        for i, v in enumerate(raw):
+            collect(v, item, f"{base}[{i}]", problems)
     if len(problems) > before:
         return None
-    return convert({k: v for k, v in raw.items() if k in fields}, typ, "", problems)
+    return convert(raw, typ, base, problems)
 
 
 # ------------------------------------------------------------------ validation
@@ -362,7 +376,9 @@ def kind_of(doc: Any) -> str:
 def validate_file(doc: Any) -> FileDoc:
     """A cluster configuration or scenario, fully checked; raises InputError."""
     problems: list[str] = []
-    parsed = _convert_sections({} if doc is None else doc, FileDoc, problems)
+    if doc is not None and not isinstance(doc, dict):
+        raise InputError(f"(top level): expected a mapping of keys, got {type(doc).__name__}")
+    parsed = collect({} if doc is None else doc, FileDoc, "", problems)
     if parsed is not None:
         _check_file(parsed, problems)
     if problems:
@@ -375,7 +391,7 @@ def validate_job(doc: Any, base: str = "") -> JobDoc:
     problems: list[str] = []
     if not isinstance(doc, dict):
         raise InputError(f"{base or '(top level)'}: a job must be a mapping of fields")
-    job = convert(doc, JobDoc, base, problems)
+    job = collect(doc, JobDoc, base, problems)
     if job is not None:
         _check_job(job, base, problems)
     if problems:
@@ -394,6 +410,10 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             problems.append(f"{_p(base, b)}: give either {a!r} or {b!r}, not both")
     if (job.id or job.job_id) in (None, ""):
         problems.append(f"{base or '(top level)'}: missing required key 'id'")
+    else:
+        _valid_id(_p(base, "id" if job.id else "job_id"), lambda: validate_token("job id", job.id or job.job_id),
+                  problems)
+    _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
     forms = [k for k, v in (("gpus", job.gpus), ("gpu", job.gpu or job.gpu_milli),
                             ("mig", job.mig or job.mig_profile)) if v]
     if len(forms) > 1:
@@ -407,6 +427,13 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
         if not 0 < share < 1000:
             problems.append(f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {job.gpu!r}); "
                             "use `gpus` for whole GPUs")
+
+
+def _valid_id(path: str, check, problems: list[str]) -> None:
+    try:
+        check()
+    except InvalidId as exc:
+        problems.append(f"{path}: {exc}")
 
 
 def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
@@ -434,6 +461,9 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
         if isinstance(n.sharing, list) and len(n.sharing) != n.gpus:
             problems.append(f"{path}.sharing: {len(n.sharing)} entries for {n.gpus} GPUs")
         node_names += [(path, name) for name in n.names()]
+        for name in n.names()[:1]:
+            _valid_id(f"{path}.{'name' if n.name is not None else 'name_prefix'}",
+                      lambda name=name: validate_token("node name", name), problems)
         if n.gpus:
             models.add(n.model)
             if "mig" in n.sharing_of():
@@ -449,6 +479,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 f"priority_classes[{i}].name: {c.name!r} is a built-in priority class (value "
                 f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name")
     for i, t in enumerate(f.tenants):
+        _valid_id(f"tenants[{i}].name", lambda t=t: validate_tenant(t.name), problems)
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both")
         for m in t.guaranteed_by_model:
