@@ -47,8 +47,10 @@ def detect(doc: Any) -> Kind:
     return Kind(kind_of(doc))
 
 
-def validate(doc: Any, kind: Kind) -> None:
-    """Raise InputError with every problem found in `doc` read as `kind`."""
+def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
+    """Raise InputError with every problem found in `doc` read as `kind`; a job is also
+    checked against `config` (a validated FileDoc) when one is given. Returns the FileDoc of
+    a configuration or scenario."""
     from replay.scenario import from_document
     from services.domain.jobfile import job_spec
     from services.domain.shapes import _form_problem
@@ -56,16 +58,29 @@ def validate(doc: Any, kind: Kind) -> None:
     if kind in (Kind.config, Kind.scenario):
         if kind is Kind.scenario and not (isinstance(doc, dict) and doc.get("timeline")):
             raise InputError("timeline: a scenario needs a timeline (check it as a config?)")
+        from services.domain.configfile import ConfigFileError, parse
+
         from_document(doc)
+        try:
+            return parse(doc)
+        except ConfigFileError:  # pragma: no cover - from_document raised already
+            raise
     elif kind is Kind.job:
         job_spec(doc)
+        if config is not None:
+            from services.domain.inputs import check_references, validate_job
+
+            problems: list[str] = []
+            check_references(validate_job(doc), "", config, problems)
+            if problems:
+                raise InputError(problems)
     else:
         from services.domain.inputs import collect
 
         tags = {c.__struct_config__.tag: c for c in ev.ALL_EVENTS}
         cls = tags.get(doc.get("type"))
         if cls is not None:
-            problems: list[str] = []
+            problems = []
             collect({k: v for k, v in doc.items() if k != "type"}, cls, "", problems)
             if problems:
                 raise InputError(problems)
@@ -94,13 +109,17 @@ def check(
 ) -> None:
     """Validate cluster configurations, scenarios, job files and client events without running
     anything. Prints `ok FILE (kind)` per good file and one `error: FILE: key.path: problem`
-    line per problem. Exit codes: 0 all valid, 2 a problem in any file."""
+    line per problem. Job files after a configuration are also checked against it (tenant,
+    class, GPU models, MIG profile). Exit codes: 0 all valid, 2 a problem in any file."""
     bad = False
+    config = None
     for path in files:
         try:
             doc = read_any(path)
             k = detect(doc) if kind is Kind.auto else kind
-            validate(doc, k)
+            parsed = validate(doc, k, config)
+            if parsed is not None and config is None:
+                config = parsed
         except InputError as exc:
             bad = True
             for line in exc.lines(str(path)):

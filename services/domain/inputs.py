@@ -446,9 +446,6 @@ def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
 
 
 def _check_file(f: FileDoc, problems: list[str]) -> None:
-    from services.domain.shapes import profiles_of
-    from services.placement.mig import profile_for
-
     node_names: list[tuple[str, str]] = []
     models: set[str] = set()
     mig_models: set[str] = set()
@@ -486,8 +483,6 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             if models and m not in models:
                 problems.append(f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
                                 f"{_suggest(m, models)}")
-    tenants = {t.name for t in f.tenants}
-    classes = set(builtin) | {c.name for c in f.priority_classes}
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
     for i, e in enumerate(f.timeline or []):
@@ -513,26 +508,40 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             submitted.setdefault(job_id, jp)
             if e.expect == "rejected":
                 continue
-            if tenants and j.tenant not in tenants:
-                problems.append(f"{jp}.tenant: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}")
-            cls = j.klass or j.priority_class
-            if cls is not None and cls not in classes:
-                key = "class" if j.klass else "priority_class"
-                problems.append(f"{jp}.{key}: priority class {cls!r} is not configured{_suggest(cls, classes)}")
-            for m in (j.models or j.gpu_models or []):
-                if models and m not in models:
-                    problems.append(f"{jp}.models: no GPU of model {m!r} in the cluster{_suggest(m, models)}")
-            mig = j.mig or j.mig_profile
-            if mig and models and not any(profile_for(m, mig) for m in mig_models):
-                offered = sorted({p for m in mig_models for p in profiles_of(m)})
-                problems.append(f"{jp}.{'mig' if j.mig else 'mig_profile'}: MIG profile {mig!r} is offered by no GPU "
-                                f"of the cluster" + (_suggest(mig, offered) or (
-                                    f" (offered: {', '.join(offered)})" if offered else " (no MIG GPUs)")))
+            check_references(j, jp, f, problems)
         elif e.cancel is not None and e.cancel not in submitted:
             problems.append(f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                             f"{_suggest(e.cancel, submitted)}")
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}")
+
+
+def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:
+    """A job's tenant, class, GPU models and MIG profile against a configuration `f` (its
+    tenants, built-in and configured classes, and declared nodes; no nodes: not checked)."""
+    from services.domain.shapes import profiles_of
+    from services.placement.mig import profile_for
+
+    tenants = {t.name for t in f.tenants}
+    classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
+    models = {n.model for n in f.cluster.nodes if n.gpus}
+    mig_models = {n.model for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
+    if tenants and j.tenant not in tenants:
+        problems.append(f"{_p(jp, 'tenant')}: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}")
+    cls = j.klass or j.priority_class
+    if cls is not None and cls not in classes:
+        key = "class" if j.klass else "priority_class"
+        problems.append(f"{_p(jp, key)}: priority class {cls!r} is not configured{_suggest(cls, classes)}")
+    for m in (j.models or j.gpu_models or []):
+        if models and m not in models:
+            key = "models" if j.models else "gpu_models"
+            problems.append(f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}")
+    mig = j.mig or j.mig_profile
+    if mig and models and not any(profile_for(m, mig) for m in mig_models):
+        offered = sorted({p for m in mig_models for p in profiles_of(m)})
+        hint = _suggest(mig, offered) or (f" (offered: {', '.join(offered)})" if offered else " (no MIG GPUs)")
+        problems.append(f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
+                        f"GPU of the cluster{hint}")
 
 
 def file_schema() -> dict[str, Any]:

@@ -217,3 +217,16 @@ def test_a_bad_policy_event_does_not_decode():
     raw = b'{"type":"PolicyConfigured.v1","policy":{"preemption_scope":"clustr"}}'
     with pytest.raises(ev.UndecodableEvent, match="preemption_scope"):
         ev.decode(raw)
+
+
+def test_a_job_file_after_a_configuration_is_checked_against_it(tmp_path):
+    config = tmp_path / "cluster.yaml"
+    config.write_text(yaml.safe_dump({"cluster": {"nodes": NODES}, "tenants": TENANTS}))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"id": "j", "tenant": "org/a", "mig": "3g.20gb"}))
+    alone = runner.invoke(app, ["check", str(job)])
+    both = runner.invoke(app, ["check", str(config), str(job)])
+    assert alone.exit_code == 0 and alone.stdout.strip() == f"ok {job} (job)"
+    assert both.exit_code == 2 and both.stdout.strip() == f"ok {config} (config)"
+    assert both.stderr.strip() == (f"error: {job}: mig: MIG profile '3g.20gb' is offered by no GPU of the "
+                                   "cluster (did you mean '3g.40gb'?)")
