@@ -211,11 +211,19 @@ def test_the_fold_refuses_a_policy_outside_its_closed_sets():
     before = state.digest
     state.apply(ev.PolicyConfigured(policy=ev.Policy(placement_policy="bestfitt")))  # type: ignore[arg-type]
     assert state.policy.placement_policy == "packing" and state.digest == before
+    state.apply(ev.TenantConfigured(tenant="org/a", guaranteed_gpu_milli=4000))
+    state.apply(ev.TenantConfigured(tenant="org/a", guaranteed_gpu_milli=-1000))
+    assert state.tenants["org/a"].guaranteed_gpu_milli == 4000
 
 
-def test_a_bad_policy_event_does_not_decode():
-    raw = b'{"type":"PolicyConfigured.v1","policy":{"preemption_scope":"clustr"}}'
-    with pytest.raises(ev.UndecodableEvent, match="preemption_scope"):
+@pytest.mark.parametrize("raw, where", [
+    (b'{"type":"PolicyConfigured.v1","policy":{"preemption_scope":"clustr"}}', "preemption_scope"),
+    (b'{"type":"PolicyConfigured.v1","policy":{"placement_policy":"bestfitt"}}', "placement_policy"),
+    (b'{"type":"TenantConfigured.v1","tenant":"a","guaranteed_gpu_milli":-1}', "guaranteed_gpu_milli"),
+])
+def test_a_bad_config_event_does_not_decode(raw, where):
+    """So the host dead-letters it with this reason instead of folding it."""
+    with pytest.raises(ev.UndecodableEvent, match=where):
         ev.decode(raw)
 
 
