@@ -44,8 +44,10 @@ def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; ScenarioError names the file and every problem."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ScenarioError(" ".join(str(exc).split()), file=str(path)) from None
+    except OSError as exc:
+        raise ScenarioError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(" ".join(f"not YAML/JSON: {exc}".split()), file=str(path)) from None
     try:
         return from_document(doc or {}, name=Path(path).stem)
     except ScenarioError as exc:

@@ -42,10 +42,12 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
         doc = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        fail(f"{path}: {exc}", 2)
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror}", 2)
+    except yaml.YAMLError as exc:
+        fail(" ".join(f"{path}: not YAML/JSON: {exc}".split()), 2)
     if not isinstance(doc, dict):
-        fail(f"{path}: expected a mapping at the top level", 2)
+        fail(f"{path}: (top level): expected a mapping of keys, got {type(doc).__name__}", 2)
     return doc
 
 
