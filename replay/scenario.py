@@ -61,21 +61,16 @@ def from_document(doc: Any, name: str = "scenario") -> Scenario:
         nodes = node_infos(f)
     except ConfigFileError as exc:
         raise ScenarioError(exc.problems) from None
-    inputs: list[tuple[int, Event]] = []
-    tenants: dict[str, str] = {}
-    for i, entry in enumerate(f.timeline or []):
-        at_ms, event = _input(entry, tenants)
-        inputs.append((at_ms, event))
+    inputs = [_input(entry) for entry in f.timeline or []]
     inputs.sort(key=lambda p: p[0])
     return Scenario(name=f.name or name, config=config, nodes=nodes, inputs=inputs)
 
 
-def _input(entry: EntryDoc, tenants: dict[str, str]) -> tuple[int, Event]:
+def _input(entry: EntryDoc) -> tuple[int, Event]:
     at_ms = round(entry.at * 1000) if isinstance(entry.at, float) else seconds("at", entry.at) * 1000
     common = dict(producer="scenario", now_ms=at_ms)
     if entry.submit is not None:
         spec = job_spec(entry.submit)
-        tenants[spec.job_id] = spec.tenant
         return at_ms, submission(spec, now_ms=at_ms, producer="scenario")
     if entry.cancel is not None:
         job_id = entry.cancel

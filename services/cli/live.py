@@ -234,9 +234,8 @@ def up(
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store."),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents."""
-    from services.runtime.logging import configure_logging
-
     from services.domain.configfile import ConfigFileError, parse
+    from services.runtime.logging import configure_logging
 
     configure_logging()
     doc = read_doc(config)

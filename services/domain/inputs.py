@@ -205,9 +205,6 @@ class FileDoc(Strict, kw_only=True):
     timeline: list[EntryDoc] | None = None
 
 
-KINDS = ("config", "scenario", "job")
-
-
 # ------------------------------------------------------------------ errors
 
 
