@@ -16,6 +16,7 @@ Parent tenants are optional (the quota tree skips missing levels), so they are n
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from typing import Annotated, Any, Literal
 
@@ -333,13 +334,22 @@ def _item_of(typ: Any) -> Any:
     return None
 
 
+@functools.cache
+def _fields(struct: type[msgspec.Struct]) -> dict[str, Any]:
+    return {f.encode_name: f for f in msgspec.structs.fields(struct)}
+
+
 def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
-    """`msgspec.convert(raw, typ)`, but mappings are walked key by key and lists item by
-    item first, so a document reports every bad key and entry, not only the first."""
+    """`msgspec.convert(raw, typ)`; when that fails, mappings are walked key by key and lists
+    item by item, so a document reports every bad key and entry, not only the first."""
+    try:
+        return msgspec.convert(raw, typ)
+    except msgspec.ValidationError:
+        pass
     struct, item = _struct_of(typ), _item_of(typ)
     before = len(problems)
     if struct is not None and isinstance(raw, dict):
-        fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+        fields = _fields(struct)
         for key, value in raw.items():
             f = fields.get(key)
             if f is None:
