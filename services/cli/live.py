@@ -237,12 +237,12 @@ def up(
     from services.domain.configfile import ConfigFileError, parse
     from services.runtime.logging import configure_logging
 
-    configure_logging()
     doc = read_doc(config)
     try:
         parse(doc)
     except ConfigFileError as exc:
         fail_input(exc, config)
+    configure_logging()
 
     async def main() -> None:
         import signal
