@@ -363,6 +363,9 @@ def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
     elif item is not None and isinstance(raw, list):
         for i, v in enumerate(raw):
             collect(v, item, f"{base}[{i}]", problems)
+    elif getattr(typ, "__origin__", None) is dict and isinstance(raw, dict):
+        for k, v in raw.items():
+            collect(v, typ.__args__[1], _p(base, str(k)), problems)
     if len(problems) > before:
         return None
     return convert(raw, typ, base, problems)

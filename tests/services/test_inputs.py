@@ -85,6 +85,9 @@ CASES = [
     ("unknown-unit",
      scenario(cluster={"nodes": [{"name": "n1", "gpus": 8, "memory": "36Gx"}]}),
      "cluster.nodes[0].memory: cannot read '36Gx': use a size like 512Mi, 36Gi or 1Ti (a bare number is MiB)"),
+    ("negative-model-guarantee",
+     scenario(tenants=[{"name": "org/a", "guaranteed_by_model": {"H100-80GB": -1}}]),
+     "tenants[0].guaranteed_by_model.H100-80GB: must be >= 0 (got -1)"),
     ("duplicate-node",
      scenario(cluster={"nodes": [{"name": "n1", "gpus": 8}, {"name": "n1", "gpus": 8}]}),
      "cluster.nodes[1]: duplicate node name 'n1' (first at cluster.nodes[0])"),
@@ -133,7 +136,8 @@ def test_a_bad_input_is_one_line_with_its_key_path_and_exit_2(tmp_path, doc, exp
     assert one_error(tmp_path, doc) == expected
 
 
-@pytest.mark.parametrize("doc, expected", [CASES[0][1:], CASES[17][1:]], ids=["class", "policy"])
+@pytest.mark.parametrize("doc, expected", [c[1:] for c in CASES if c[0] in ("class-preemptable", "placement-bestfitt")],
+                         ids=["class", "policy"])
 def test_simulate_refuses_the_same_file_with_the_same_line(tmp_path, doc, expected):
     assert one_error(tmp_path, doc, "simulate") == expected
 
