@@ -7,7 +7,7 @@ breaking change adds a new tag plus an upcaster in `events.upcasters` (see
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -37,6 +37,10 @@ class JobCancelled(Event, frozen=True, kw_only=True, tag="JobCancelled.v1"):
 
 # ---------------------------------------------------------------- configuration (gl.admin)
 
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+"""A quantity or time that cannot be negative: a configuration event with a negative one does
+not decode (it is dead-lettered with the reason) and the configuration in force stays."""
+
 
 class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v1"):
     """A tenant (a node of the org/team/project tree) and its quota.
@@ -46,13 +50,13 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
 
     tenant: str
     """Tenant path; its parent is the path without the last segment."""
-    guaranteed_gpu_milli: int = 0
+    guaranteed_gpu_milli: NonNegative = 0
     """Guaranteed GPU capacity in milli-GPUs."""
-    limit_gpu_milli: int | None = None
+    limit_gpu_milli: NonNegative | None = None
     """Cap on what the tenant may use including borrowing; None = no cap."""
-    over_quota_weight: int = 1
+    over_quota_weight: NonNegative = 1
     """Weight when idle surplus is shared among borrowers."""
-    guaranteed_by_model: dict[str, int] = {}
+    guaranteed_by_model: dict[str, NonNegative] = {}
     """Optional per-GPU-model guarantees in milli-GPUs: non-preemptible work of the tenant on
     a model listed here stays within that model's guarantee (as well as within
     `guaranteed_gpu_milli`); models not listed are bound by the overall guarantee only."""
@@ -71,10 +75,16 @@ class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityCla
     """SLO class reported in metrics (`latency-critical`, `interactive`, `batch`, ...)."""
     description: str = ""
     """Human description."""
-    grace_s: int | None = None
+    grace_s: NonNegative | None = None
     """Checkpoint grace period for victims of this class; None = the policy default."""
     allow_timeslice: bool = False
     """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
+
+
+PreemptionScope = Literal["tenant", "cluster"]
+"""Closed: a PolicyConfigured with another value does not decode (it is dead-lettered)."""
+PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
+"""Closed: the placement scorers that exist."""
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -82,11 +92,11 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     preemption: bool = True
     """Whether preemption is enabled at all."""
-    preemption_scope: str = "cluster"
+    preemption_scope: PreemptionScope = "cluster"
     """`tenant`: priority preemption only inside a tenant; `cluster`: across tenants."""
     reclaim: bool = True
     """Tenants under their guarantee may evict borrowers of other tenants."""
-    placement_policy: str = "default"
+    placement_policy: PlacementPolicyName = "default"
     """Placement scorer: `default`, `bestfit`, `packing`, `fgd`."""
     default_grace_s: int = 30
     """Checkpoint grace period when neither job nor class sets one."""
@@ -433,6 +443,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 
 __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "Policy",
+    "PreemptionScope",
+    "PlacementPolicyName",
     "CLIENT_EVENTS",
     "CONFIG_EVENTS",
     "ALL_EVENTS",

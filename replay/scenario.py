@@ -20,14 +20,15 @@ from typing import Any
 import yaml
 
 from events import Event, JobCancelled, NodeInfo, NodeLost
-from services.domain.configfile import ConfigFileError, config_events, node_infos
-from services.domain.jobfile import JobFileError, job_spec
-from services.domain.quantities import QuantityError, seconds
+from services.domain.configfile import ConfigFileError, config_events, node_infos, parse
+from services.domain.inputs import EntryDoc, InputError
+from services.domain.jobfile import job_spec
+from services.domain.quantities import seconds
 from services.domain.stamp import stamp, submission
 
 
-class ScenarioError(ValueError):
-    """A scenario that cannot be read; the message says where."""
+class ScenarioError(InputError):
+    """A scenario that does not validate; one problem per line with its key path."""
 
 
 @dataclass(frozen=True)
@@ -40,42 +41,42 @@ class Scenario:
 
 
 def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; ScenarioError names the file and every problem."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ScenarioError(f"{path}: {exc}") from exc
-    return from_document(doc or {}, name=Path(path).stem)
-
-
-def from_document(doc: dict[str, Any], name: str = "scenario") -> Scenario:
+    except OSError as exc:
+        raise ScenarioError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(" ".join(f"not YAML/JSON: {exc}".split()), file=str(path)) from None
     try:
-        config = config_events(doc, producer="scenario")
-        nodes = node_infos(doc)
+        return from_document(doc or {}, name=Path(path).stem)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.problems, file=str(path)) from None
+
+
+def from_document(doc: Any, name: str = "scenario") -> Scenario:
+    try:
+        f = parse(doc)
+        config = config_events(f, producer="scenario")
+        nodes = node_infos(f)
     except ConfigFileError as exc:
-        raise ScenarioError(str(exc)) from exc
-    inputs: list[tuple[int, Event]] = []
-    for i, item in enumerate(doc.get("timeline") or []):
-        try:
-            inputs.append(_input(item))
-        except (JobFileError, QuantityError, KeyError, TypeError, ValueError) as exc:
-            raise ScenarioError(f"timeline[{i}]: {exc}") from exc
+        raise ScenarioError(exc.problems) from None
+    inputs = [_input(entry) for entry in f.timeline or []]
     inputs.sort(key=lambda p: p[0])
-    return Scenario(name=str(doc.get("name", name)), config=config, nodes=nodes, inputs=inputs)
+    return Scenario(name=f.name or name, config=config, nodes=nodes, inputs=inputs)
 
 
-def _input(item: dict[str, Any]) -> tuple[int, Event]:
-    at_ms = seconds("at", item.get("at", 0)) * 1000 if not isinstance(item.get("at"), float) else round(item["at"] * 1000)
+def _input(entry: EntryDoc) -> tuple[int, Event]:
+    at_ms = round(entry.at * 1000) if isinstance(entry.at, float) else seconds("at", entry.at) * 1000
     common = dict(producer="scenario", now_ms=at_ms)
-    if "submit" in item:
-        spec = job_spec(item["submit"])
+    if entry.submit is not None:
+        spec = job_spec(entry.submit)
         return at_ms, submission(spec, now_ms=at_ms, producer="scenario")
-    if "cancel" in item:
-        job_id = str(item["cancel"])
-        tenant = str(item.get("tenant", ""))
+    if entry.cancel is not None:
+        job_id = entry.cancel
+        tenant = entry.tenant or "-"
         return at_ms, stamp(JobCancelled, key=job_id, correlation_id=job_id, job_id=job_id,
-                            tenant=tenant or "-", **common)
-    if "node_down" in item:
-        node = str(item["node_down"])
-        return at_ms, stamp(NodeLost, key=f"{node}@{at_ms}", correlation_id=node, node=node,
-                            message="node reported down", **common)
-    raise ValueError(f"unknown timeline entry {sorted(item)} (use submit, cancel or node_down)")
+                            tenant=tenant, **common)
+    node = entry.node_down or ""
+    return at_ms, stamp(NodeLost, key=f"{node}@{at_ms}", correlation_id=node, node=node,
+                        message="node reported down", **common)

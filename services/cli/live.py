@@ -18,7 +18,7 @@ import typer
 import yaml
 
 import events as ev
-from services.cli.main import app, fail
+from services.cli.main import app, fail, fail_input
 
 DEFAULT_DATA = Path(".gpuledger")
 URL_FILE = "nats-url"
@@ -42,10 +42,12 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
         doc = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        fail(f"{path}: {exc}", 2)
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror}", 2)
+    except yaml.YAMLError as exc:
+        fail(" ".join(f"{path}: not YAML/JSON: {exc}".split()), 2)
     if not isinstance(doc, dict):
-        fail(f"{path}: expected a mapping at the top level", 2)
+        fail(f"{path}: (top level): expected a mapping of keys, got {type(doc).__name__}", 2)
     return doc
 
 
@@ -175,9 +177,13 @@ def run(
         serve_projector(nats_url, data)
         return
 
+    from services.domain.inputs import InputError
+
     try:
         service = build(role, read_doc(config), node=node, instance=node or "0", real=real,
                         work_dir=None if work_dir is None else str(work_dir))
+    except InputError as exc:
+        fail_input(exc, config)
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
     serve(service, nats_url, lease_ttl_s=leader_lease)
@@ -209,12 +215,14 @@ def apply(
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
-    from services.domain.configfile import ConfigFileError
+    from services.domain.configfile import ConfigFileError, parse
 
+    doc = read_doc(config)
     try:
-        n = asyncio.run(publish_config(resolve_url(nats_url), read_doc(config)))
+        parse(doc)
     except ConfigFileError as exc:
-        fail(str(exc), 2)
+        fail_input(exc, config)
+    n = asyncio.run(publish_config(resolve_url(nats_url), doc))
     typer.echo(f"published {n} configuration events")
 
 
@@ -226,10 +234,15 @@ def up(
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store."),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents."""
+    from services.domain.configfile import ConfigFileError, parse
     from services.runtime.logging import configure_logging
 
-    configure_logging()
     doc = read_doc(config)
+    try:
+        parse(doc)
+    except ConfigFileError as exc:
+        fail_input(exc, config)
+    configure_logging()
 
     async def main() -> None:
         import signal
@@ -277,8 +290,10 @@ def submit(
         spec = job_spec(read_doc(file))
         event = submission(spec, producer="cli", now_ms=time.time_ns() // 1_000_000)
         ev.subject_for(event)
-    except (JobFileError, ev.InvalidId) as exc:
-        fail(str(exc), 2)
+    except JobFileError as exc:
+        fail_input(exc, file)
+    except ev.InvalidId as exc:
+        fail(f"{file}: {exc}", 2)
 
     url = resolve_url(nats_url)
 
@@ -321,6 +336,11 @@ def cancel(
     """Publish JobCancelled."""
     from services.domain.stamp import stamp
 
+    try:
+        ev.validate_token("job id", job_id)
+        ev.validate_tenant(tenant)
+    except ev.InvalidId as exc:
+        fail(str(exc), 2)
     event = stamp(ev.JobCancelled, key=job_id, producer="cli", now_ms=time.time_ns() // 1_000_000,
                   correlation_id=job_id, job_id=job_id, tenant=tenant)
 
@@ -377,7 +397,7 @@ def demo(
     try:
         sc = load(path)
     except ScenarioError as exc:
-        fail(str(exc), 2)
+        fail_input(exc)
     doc = read_doc(path)
     job_ids = [e.job.job_id for _, e in sc.inputs if isinstance(e, ev.JobSubmitted)]
 

@@ -20,9 +20,25 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def fail_input(exc, file: object = None) -> None:
+    """Print an InputError's problems, one `error: FILE: key.path: what` line each; exit 2."""
+    for line in exc.lines(None if file is None else str(file)):
+        typer.echo(line, err=True)
+    raise typer.Exit(2)
+
+
 @app.command()
-def schema() -> None:
-    """Print the JSON Schema of every event a client may publish."""
+def schema(
+    config: bool = typer.Option(False, "--config", help="Print the JSON Schema of cluster configuration, "
+                                "scenario and job files instead (for yaml-language-server)."),
+) -> None:
+    """Print the JSON Schema of every event a client may publish (or, with --config, of the
+    files users write)."""
+    if config:
+        from services.domain.inputs import file_schema
+
+        typer.echo(json.dumps(file_schema(), indent=2, sort_keys=True))
+        return
     from events.schema import client_schema
 
     typer.echo(json.dumps(client_schema(), indent=2, sort_keys=True))
@@ -46,7 +62,7 @@ def simulate(
     try:
         sc = load(scenario)
     except ScenarioError as exc:
-        fail(str(exc), 2)
+        fail_input(exc)
     show = not quiet and str(json_out) != "-"
 
     def echo(seq, subject, event) -> None:
@@ -78,6 +94,7 @@ def simulate(
 
 # Each module registers its commands on `app` when imported.
 from services.cli import audit as _audit  # noqa: E402
+from services.cli import check as _check  # noqa: E402,F401
 from services.cli import live as _live  # noqa: E402,F401
 from services.cli import nodes as _nodes  # noqa: E402,F401
 from services.cli import whatif as _whatif  # noqa: E402,F401

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from services.cli.main import app, fail
+from services.cli.main import app, fail, fail_input
 
 
 def _progress(enabled: bool):
@@ -128,7 +128,7 @@ def replay(
         try:
             inputs = with_config(inputs, read_doc(config))
         except ConfigFileError as exc:
-            fail(str(exc), 2)
+            fail_input(exc, config)
     sim = run_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)

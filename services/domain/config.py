@@ -55,6 +55,8 @@ class ConfigState:
 
     def apply(self, event: TenantConfigured | PriorityClassConfigured | PolicyConfigured) -> None:
         """Fold one configuration event and refresh the digest."""
+        if config_problem(event) is not None:
+            return  # refused: what is in force stays (decode already refuses it on the bus)
         match event:
             case TenantConfigured():
                 self.tenants[event.tenant] = _strip(event)
@@ -82,6 +84,17 @@ class ConfigState:
             }
         )
         return hashlib.sha256(canon).hexdigest()[:16]
+
+
+def config_problem(event: TenantConfigured | PriorityClassConfigured | PolicyConfigured) -> str | None:
+    """Why a configuration event cannot be in force (a value outside a closed set, a negative
+    quantity), or None. Events built in Python skip decode-time validation, so the fold
+    checks again with the same types."""
+    try:
+        msgspec.convert(msgspec.to_builtins(event), type(event))
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return None
 
 
 def _strip(event):

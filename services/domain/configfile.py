@@ -31,90 +31,86 @@ from events import (
     derive_event_id,
     encode,
 )
-from services.domain.quantities import QuantityError, mebibytes, milli
+from services.domain.inputs import FileDoc, InputError, NodeDoc, validate_file
+from services.domain.quantities import mebibytes, milli
 
 
-class ConfigFileError(ValueError):
-    """A configuration document that cannot be read; the message says where."""
+class ConfigFileError(InputError):
+    """A configuration document that does not validate; one problem per line, each with its
+    key path (see `services.domain.inputs`)."""
 
 
-def _gpus(name: str, n: dict[str, Any]) -> tuple[GpuInfo, ...]:
-    count = int(n.get("gpus", 0))
-    cliques = max(1, int(n.get("cliques", 1)))
-    per = max(1, -(-count // cliques))
-    model = str(n.get("model", "H100-80GB"))
-    memory = mebibytes(f"{name}.gpu_memory", n.get("gpu_memory", "80Gi"))
-    sharing = n.get("sharing", "exclusive")
-    shares = sharing if isinstance(sharing, list) else [sharing] * count
-    if len(shares) != count:
-        raise ConfigFileError(f"node {name}: sharing list has {len(shares)} entries for {count} GPUs")
+def parse(doc: Any) -> FileDoc:
+    """The document checked against the strict schema; raises ConfigFileError."""
+    if isinstance(doc, FileDoc):
+        return doc
+    try:
+        return validate_file(doc)
+    except InputError as exc:
+        raise ConfigFileError(exc.problems) from None
+
+
+def _gpus(name: str, n: NodeDoc) -> tuple[GpuInfo, ...]:
+    count = n.gpus
+    per = max(1, -(-count // n.cliques))
+    memory = mebibytes("gpu_memory", n.gpu_memory)
+    shares = n.sharing_of()
     return tuple(
         GpuInfo(
             index=i,
             uuid=f"GPU-{name}-{i}",
-            model=model,
+            model=n.model,
             memory_mib=memory,
             clique=f"{name}-nvl{i // per}",
-            sharing=str(shares[i]),
+            sharing=shares[i],
         )
         for i in range(count)
     )
 
 
-def node_infos(doc: dict[str, Any]) -> tuple[NodeInfo, ...]:
+def node_infos(doc: Any) -> tuple[NodeInfo, ...]:
+    """The declared nodes (`name_prefix` + `count` expanded), in file order."""
     out: list[NodeInfo] = []
-    for n in (doc.get("cluster") or {}).get("nodes") or []:
-        if not isinstance(n, dict):
-            raise ConfigFileError("each cluster node must be a mapping")
-        names = (
-            [f"{n['name_prefix']}{i}" for i in range(1, int(n.get("count", 1)) + 1)]
-            if "name_prefix" in n
-            else [str(n.get("name", ""))]
-        )
-        for name in names:
-            if not name:
-                raise ConfigFileError("a cluster node needs a name (or name_prefix and count)")
-            try:
-                out.append(
-                    NodeInfo(
-                        name=name,
-                        cpu_milli=milli(f"{name}.cpu", n.get("cpu", 64)),
-                        memory_mib=mebibytes(f"{name}.memory", n.get("memory", "512Gi")),
-                        gpus=_gpus(name, n),
-                        pool=str(n.get("pool", "default")),
-                        leaf_switch=str(n.get("leaf_switch", "")),
-                        labels={str(k): str(v) for k, v in (n.get("labels") or {}).items()},
-                    )
+    for n in parse(doc).cluster.nodes:
+        for name in n.names():
+            out.append(
+                NodeInfo(
+                    name=name,
+                    cpu_milli=milli("cpu", n.cpu),
+                    memory_mib=mebibytes("memory", n.memory),
+                    gpus=_gpus(name, n),
+                    pool=n.pool,
+                    leaf_switch=n.leaf_switch,
+                    labels=dict(n.labels),
                 )
-            except (QuantityError, ValueError, TypeError) as exc:
-                raise ConfigFileError(f"node {name}: {exc}") from exc
+            )
     return tuple(out)
 
 
-def config_events(doc: dict[str, Any], producer: str = "config", at_ms: int = 0) -> list[Event]:
+def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Event]:
     """Configuration events for the document, with content-derived ids (re-publishing the
     same configuration is deduplicated)."""
+    f = parse(doc)
     out: list[Event] = []
-    try:
-        for t in doc.get("tenants") or []:
-            out.append(
-                TenantConfigured(
-                    tenant=str(t["name"]),
-                    guaranteed_gpu_milli=milli("guaranteed", t.get("guaranteed", 0)),
-                    limit_gpu_milli=None if t.get("limit") is None else milli("limit", t["limit"]),
-                    over_quota_weight=int(t.get("weight", t.get("over_quota_weight", 1))),
-                    guaranteed_by_model={
-                        str(m): milli(f"guaranteed_by_model.{m}", v)
-                        for m, v in sorted((t.get("guaranteed_by_model") or {}).items())
-                    },
-                )
+    for t in f.tenants:
+        weight = t.weight if t.weight is not None else t.over_quota_weight
+        out.append(
+            TenantConfigured(
+                tenant=t.name,
+                guaranteed_gpu_milli=milli("guaranteed", t.guaranteed),
+                limit_gpu_milli=None if t.limit is None else milli("limit", t.limit),
+                over_quota_weight=1 if weight is None else weight,
+                guaranteed_by_model={
+                    m: milli(f"guaranteed_by_model.{m}", v) for m, v in sorted(t.guaranteed_by_model.items())
+                },
             )
-        for c in doc.get("priority_classes") or []:
-            out.append(msgspec.convert(c, PriorityClassConfigured))
-        if doc.get("policy") is not None:
-            out.append(PolicyConfigured(policy=msgspec.convert(doc["policy"], Policy)))
-    except (KeyError, QuantityError, msgspec.ValidationError, TypeError) as exc:
-        raise ConfigFileError(f"configuration: {exc}") from exc
+        )
+    for c in f.priority_classes:
+        fields = msgspec.structs.asdict(c)
+        del fields["override"]
+        out.append(PriorityClassConfigured(**fields))
+    if f.policy is not None:
+        out.append(PolicyConfigured(policy=Policy(**msgspec.structs.asdict(f.policy))))
     stamped = []
     for e in out:
         key = f"{at_ms}:{encode(e).decode()}"

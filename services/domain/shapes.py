@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from events.specs import JobSpec
+from services.placement.mig import PROFILES, family, profile_for
 
 MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")
 Problem = tuple[str, str, dict[str, Any]]
@@ -31,6 +32,9 @@ class FleetSummary:
     """(model, GPU memory) kinds with MIG-enabled GPUs."""
     shared: frozenset[tuple[str, int, str]]
     """(model, GPU memory, sharing) kinds of GPUs that take fractions (`mps`, `timeslice`)."""
+    cliques: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    """(model, GPU memory) -> sizes of every non-MIG NVLink clique of that kind (largest first):
+    how many whole-GPU members the fleet could ever hold at once."""
     memo: dict = field(default_factory=dict, compare=False, repr=False)
     """`_fleet_problem` answers per (resources, allow_timeslice): a pure function of them."""
 
@@ -49,8 +53,10 @@ def summarize(nodes: Iterable[Any]) -> FleetSummary:
             else:
                 cliques[(g.model, g.memory_mib, n.info.name, g.clique)] += 1
     largest: dict[tuple[str, int], int] = {}
+    sizes: dict[tuple[str, int], list[int]] = {}
     for (model, memory, _, _), size in cliques.items():
         largest[(model, memory)] = max(largest.get((model, memory), 0), size)
+        sizes.setdefault((model, memory), []).append(size)
     return FleetSummary(
         nodes=len(nodes),
         max_cpu_milli=max((n.info.cpu_milli for n in nodes), default=0),
@@ -58,6 +64,7 @@ def summarize(nodes: Iterable[Any]) -> FleetSummary:
         largest_clique=largest,
         mig=frozenset(mig),
         shared=frozenset(shared),
+        cliques={k: tuple(sorted(v, reverse=True)) for k, v in sorted(sizes.items())},
     )
 
 
@@ -67,7 +74,7 @@ def shape_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool = Fa
         return problem
     if not fleet.nodes:
         return None
-    key = (spec.resources, allow_timeslice)
+    key = (spec.resources, spec.members_min(), allow_timeslice)
     found = fleet.memo.get(key, _MISS)
     if found is _MISS:
         if len(fleet.memo) >= 4096:
@@ -128,6 +135,17 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
                 f"needs {r.gpus} GPUs in one NVLink clique; largest clique in the fleet has {largest}",
                 {"largest_clique": largest},
             )
+        members = spec.members_min()
+        cliques = [size for kind, sizes in fleet.cliques.items() if usable(kind) for size in sizes]
+        fit = sum(size // r.gpus for size in cliques)
+        if members > fit:
+            return (
+                "Unschedulable",
+                f"gang needs {members} x {r.gpus} GPUs (each member in one NVLink clique); the whole "
+                f"fleet could hold at most {fit} such members ({sum(cliques)} GPUs in {len(cliques)} cliques)",
+                {"members": members, "gpus_per_member": r.gpus, "max_members": fit,
+                 "fleet_gpus": sum(cliques)},
+            )
     if r.gpu_milli and not any(
         usable((model, memory)) and (sharing == "mps" or allow_timeslice)
         for model, memory, sharing in fleet.shared
@@ -141,6 +159,20 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
         )
     if r.mig_profile and not any(usable(kind) for kind in fleet.mig):
         return ("MIGProfileUnavailable", f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet", {})
+    if r.mig_profile and not any(usable(k) and profile_for(k[0], r.mig_profile) for k in fleet.mig):
+        offered = sorted({p for k in fleet.mig if usable(k) for p in profiles_of(k[0])})
+        return (
+            "MIGProfileUnavailable",
+            f"MIG {r.mig_profile}: no MIG GPU in the fleet offers this profile (offered: "
+            f"{', '.join(offered) or 'none'})",
+            {"offered": offered},
+        )
     if (r.gpu_milli or r.gpus) and not any(usable(kind) for kind in kinds):
         return ("Unschedulable", "no registered GPU matches the request", {})
     return None
+
+
+def profiles_of(model: str) -> list[str]:
+    """MIG profile names a GPU model offers (none for a model without MIG)."""
+    fam = family(model)
+    return [] if fam is None else list(PROFILES[fam])

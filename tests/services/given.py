@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 import events as ev
 from services.domain.configfile import config_events, node_infos
 from services.domain.jobfile import job_spec
@@ -21,6 +23,12 @@ def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]
 def submitted(at_ms: int = 0, **job) -> ev.JobSubmitted:
     spec = job_spec(job)
     return submission(spec, now_ms=at_ms, producer="test")
+
+
+def submitted_json(at_ms: int = 0, **spec) -> ev.JobSubmitted:
+    """A submission in the CI JSON shape (`JobSpec` fields), bypassing the job-file schema:
+    what `nats pub gl.submit...` can publish, so admission must still judge it."""
+    return submission(msgspec.convert(spec, ev.JobSpec), now_ms=at_ms, producer="test")
 
 
 def given(*events: ev.Event) -> Ledger:

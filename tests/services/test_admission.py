@@ -5,7 +5,7 @@ import pytest
 
 import events as ev
 from services.admission.decider import Admission
-from tests.services.given import cluster, given, submitted
+from tests.services.given import cluster, given, submitted, submitted_json
 
 FLEET = cluster(
     {"name": "n1", "gpus": 8, "model": "H100-80GB"},
@@ -30,16 +30,17 @@ def test_a_valid_job_is_admitted_with_its_class_resolved():
     [
         (dict(id="j", tenant="nobody", gpus=1), "UnknownTenant"),
         (dict(id="j", tenant="org/a", gpus=1, **{"class": "gold"}), "UnknownPriorityClass"),
-        (dict(id="j", tenant="org/a", gpus=1, gpu="500m"), "InvalidSpec"),
-        (dict(id="j", tenant="org/a", gpus=1, replicas=2, min_members=3), "InvalidSpec"),
+        (dict(job_id="j", tenant="org/a", resources=dict(gpus=1, gpu_milli=500)), "InvalidSpec"),
+        (dict(job_id="j", tenant="org/a", resources=dict(gpus=1), replicas=2, min_members=3), "InvalidSpec"),
         (dict(id="j", tenant="org/a", gpus=16), "TopologyUnsatisfiable"),
         (dict(id="j", tenant="org/a", gpus=1, models=["A100-40GB"]), "Unschedulable"),
         (dict(id="j", tenant="org/a", mig="3g.40gb"), "MIGProfileUnavailable"),
+        (dict(id="j", tenant="org/a", gpus=8, replicas=2), "Unschedulable"),
         (dict(id="j", tenant="org/a", gpus=8, **{"class": "inference"}), "NonPreemptibleOverQuota"),
     ],
 )
 def test_an_impossible_or_malformed_job_is_rejected_with_its_reason(job, reason):
-    out = decide_one(submitted(**job))
+    out = decide_one(submitted_json(**job) if "job_id" in job else submitted(**job))
     assert isinstance(out, ev.JobRejected)
     assert out.reason == reason and out.message
 
@@ -66,3 +67,31 @@ def test_a_raw_submission_with_an_unroutable_job_id_is_rejected_publishably(job_
     assert (out.job_id, out.reason) == (job_id, "InvalidSpec")
     assert "invalid job id" in out.message
     assert ev.subject_for(out) == "gl.admission._invalid.JobRejected"
+
+
+def test_a_gang_larger_than_the_whole_fleet_is_unschedulable_with_the_numbers():
+    """The README's job: 4 members x 8 GPUs on a cluster of 2 x 8 GPUs never fits."""
+    fleet = cluster({"name_prefix": "n", "count": 2, "gpus": 8, "model": "H100-80GB"},
+                    tenants=[{"name": "org/a", "guaranteed": 32}])
+    (out,) = Admission().decide(given(*fleet, submitted(id="big", tenant="org/a", gpus=8, replicas=4)), 0)
+    assert isinstance(out, ev.JobRejected) and out.reason == "Unschedulable"
+    assert "4 x 8 GPUs" in out.message and "at most 2" in out.message
+    assert out.details["max_members"] == 2 and out.details["fleet_gpus"] == 16
+
+
+def test_a_gang_whose_members_fit_the_fleet_at_once_is_admitted():
+    fleet = cluster({"name_prefix": "n", "count": 2, "gpus": 8, "model": "H100-80GB"},
+                    tenants=[{"name": "org/a", "guaranteed": 32}])
+    (out,) = Admission().decide(given(*fleet, submitted(id="g", tenant="org/a", gpus=4, replicas=4)), 0)
+    assert isinstance(out, ev.JobAdmitted)
+
+
+def test_a_mig_profile_no_gpu_of_the_fleet_offers_is_mig_profile_unavailable():
+    """An H100 MIG fleet offers 3g.40gb but not the A100-40GB name 3g.20gb."""
+    fleet = cluster({"name": "m1", "gpus": 2, "model": "H100-80GB", "sharing": "mig"},
+                    tenants=[{"name": "org/a", "guaranteed": 2}])
+    ok = Admission().decide(given(*fleet, submitted(id="ok", tenant="org/a", mig="3g.40gb")), 0)
+    bad = Admission().decide(given(*fleet, submitted(id="bad", tenant="org/a", mig="3g.20gb")), 0)
+    assert isinstance(ok[0], ev.JobAdmitted)
+    assert isinstance(bad[0], ev.JobRejected) and bad[0].reason == "MIGProfileUnavailable"
+    assert "3g.40gb" in bad[0].details["offered"]

@@ -29,11 +29,14 @@ def test_gangs_are_placed_whole_and_never_share_a_gpu():
 
 
 def test_a_gang_that_does_not_fit_binds_nothing_and_says_why_once():
-    ledger = admitted(submitted(id="big", tenant="a", gpus=8, replicas=3))
+    ledger = admitted(submitted(id="hold", tenant="b", gpus=4, replicas=1))
+    fold(ledger, Scheduler().decide(ledger, 5))
+    ledger = fold(ledger, [submitted(id="big", tenant="a", gpus=8, replicas=2, at_ms=6)])
+    ledger = fold(ledger, Admission().decide(ledger, 7))
     out = Scheduler().decide(ledger, 10)
     (pending,) = out
     assert isinstance(pending, ev.PendingReasonChanged) and pending.reason == "GangIncomplete"
-    assert "2 of 3" in pending.message
+    assert "1 of 2" in pending.message
     fold(ledger, out)
     assert Scheduler().decide(ledger, 20) == [], "an unchanged reason is not emitted again"
 

@@ -1,0 +1,567 @@
+"""The one strict schema of everything a user writes: cluster configuration, scenario and
+job files (YAML or JSON).
+
+Each document shape is a msgspec Struct with `forbid_unknown_fields`; enums are closed
+(`Literal`); quantities and times are non-negative with known units (`500m`, `36Gi`, `2h`);
+`msgspec.convert` does the checking and its `ValidationError` paths become the project's
+error lines (`tenants[1].guarantee: unknown key (did you mean 'guaranteed'?)`). On top of the
+shapes: duplicates (node names, tenants, classes, job ids) and references (tenant, class, GPU
+model, MIG profile, node, cancelled job) are checked against the same file.
+
+Built-in priority classes (`train`, `interactive`, `build`, `inference`) may only be
+redefined with `override: true` on the entry, so a copy-paste cannot silently change them.
+Parent tenants are optional (the quota tree skips missing levels), so they are not required.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from events import InvalidId, Policy, validate_tenant, validate_token
+from services.domain.config import DEFAULT_CLASSES
+
+# ------------------------------------------------------------------ quantities
+
+_CORES_RE = r"^\d+(\.\d+)?m?$"
+_SIZE_RE = r"^\d+(\.\d+)?\s*([KkMmGgTt]i?)?[Bb]?$"
+_TIME_RE = r"^\d+(\.\d+)?\s*[smhdSMHD]?$"
+_HINTS = {
+    _CORES_RE: "use a count like 4, 0.5 or 500m",
+    _SIZE_RE: "use a size like 512Mi, 36Gi or 1Ti (a bare number is MiB)",
+    _TIME_RE: "use seconds or a duration like 90s, 10m, 2h, 1d",
+}
+
+NonNegInt = Annotated[int, Meta(ge=0)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+Cores = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_CORES_RE)]
+"""CPU cores or GPUs: `4`, `0.5`, `500m` (milli)."""
+Size = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_SIZE_RE)]
+"""Memory: `36Gi`, `512Mi`, `1Ti`; a bare number is MiB."""
+Duration = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_TIME_RE)]
+"""Seconds, or `90s`, `10m`, `2h`, `1d`."""
+Sharing = Literal["exclusive", "mig", "mps", "timeslice"]
+"""How a GPU is shared: whole (`exclusive`), MIG instances, MPS or time-sliced fractions."""
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Base of every user document shape: unknown keys are errors."""
+
+
+# ------------------------------------------------------------------ cluster configuration
+
+
+class NodeDoc(Strict, kw_only=True):
+    """One node, or `count` nodes named `<name_prefix>1..N`."""
+
+    name: str | None = None
+    name_prefix: str | None = None
+    count: PositiveInt = 1
+    gpus: NonNegInt = 0
+    model: str = "H100-80GB"
+    gpu_memory: Size = "80Gi"
+    cpu: Cores = 64
+    memory: Size = "512Gi"
+    cliques: PositiveInt = 1
+    """NVLink cliques the GPUs split into (evenly)."""
+    sharing: Sharing | list[Sharing] = "exclusive"
+    """One value for every GPU, or one per GPU."""
+    leaf_switch: str = ""
+    pool: str = "default"
+    labels: dict[str, str] = {}
+
+    def names(self) -> list[str]:
+        if self.name_prefix is not None:
+            return [f"{self.name_prefix}{i}" for i in range(1, self.count + 1)]
+        return [self.name or ""]
+
+    def sharing_of(self) -> list[str]:
+        return list(self.sharing) if isinstance(self.sharing, list) else [self.sharing] * self.gpus
+
+
+class ClusterDoc(Strict, kw_only=True):
+    nodes: list[NodeDoc] = []
+
+
+class TenantDoc(Strict, kw_only=True):
+    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
+
+    name: str
+    guaranteed: Cores = 0
+    limit: Cores | None = None
+    weight: NonNegInt | None = None
+    over_quota_weight: NonNegInt | None = None
+    guaranteed_by_model: dict[str, Cores] = {}
+
+
+class ClassDoc(Strict, kw_only=True):
+    """A priority class; `override: true` is required to redefine a built-in one."""
+
+    name: str
+    value: int
+    preemptible: bool = True
+    slo_class: str = "batch"
+    description: str = ""
+    grace_s: NonNegInt | None = None
+    allow_timeslice: bool = False
+    override: bool = False
+
+
+def _policy_doc() -> type[msgspec.Struct]:
+    """Policy as users write it: the event's fields and defaults, numbers non-negative."""
+    fields = []
+    for f in msgspec.structs.fields(Policy):
+        typ = f.type
+        if typ is int:
+            typ = NonNegInt
+        elif typ == (float | None):
+            typ = Annotated[float, Meta(ge=0)] | None
+        fields.append((f.encode_name, typ, f.default))
+    return msgspec.defstruct("PolicyDoc", fields, forbid_unknown_fields=True, kw_only=True, frozen=True)
+
+
+PolicyDoc = _policy_doc()
+
+
+# ------------------------------------------------------------------ jobs
+
+
+class CheckpointDoc(Strict, kw_only=True):
+    interval: Duration = 0
+    """The job checkpoints on its own every `interval` of run time (0 = never)."""
+    grace: Duration | None = None
+    """Time between a checkpoint request and the forced kill (unset: class / policy default)."""
+    save: Duration = 5
+    """How long a save takes (simulated agents)."""
+
+
+class JobDoc(Strict, kw_only=True):
+    """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
+    alternatives: give one of each pair."""
+
+    id: str | None = None
+    job_id: str | None = None
+    tenant: str
+    klass: str | None = msgspec.field(default=None, name="class")
+    priority_class: str | None = None
+    replicas: PositiveInt = 1
+    min_members: PositiveInt | None = None
+    gpus: NonNegInt = 0
+    gpu: Cores | None = None
+    """A share of one GPU (`500m`, `0.5`)."""
+    gpu_milli: Annotated[int, Meta(ge=0, le=999)] | None = None
+    mig: str | None = None
+    mig_profile: str | None = None
+    cpu: Cores | None = None
+    cpu_milli: NonNegInt | None = None
+    memory: Size | None = None
+    memory_mib: NonNegInt | None = None
+    models: list[str] | None = None
+    gpu_models: list[str] | None = None
+    min_gpu_memory: Size = 0
+    duration: Duration | None = None
+    duration_s: NonNegInt | None = None
+    checkpoint: CheckpointDoc = CheckpointDoc()
+    command: str | list[str] = []
+    min_available: NonNegInt = 0
+    prefer_same_leaf: bool = True
+
+
+_ALTERNATIVES = (("id", "job_id"), ("class", "priority_class"), ("gpu", "gpu_milli"), ("mig", "mig_profile"),
+                 ("cpu", "cpu_milli"), ("memory", "memory_mib"), ("models", "gpu_models"),
+                 ("duration", "duration_s"), ("weight", "over_quota_weight"))
+
+
+# ------------------------------------------------------------------ scenarios
+
+
+class EntryDoc(Strict, kw_only=True):
+    """One timeline entry: exactly one of `submit`, `cancel`, `node_down`, at time `at`."""
+
+    at: Duration = 0
+    submit: JobDoc | None = None
+    cancel: str | None = None
+    node_down: str | None = None
+    tenant: str | None = None
+    """The cancelled job's tenant."""
+    expect: Literal["rejected"] | None = None
+    """`rejected`: the submitted job is meant to be refused by admission (a scenario showing
+    a rejection), so its tenant / class / model / MIG references are not checked here."""
+
+
+class FileDoc(Strict, kw_only=True):
+    """A cluster configuration; with a `timeline` it is a scenario."""
+
+    name: str | None = None
+    description: str | None = None
+    cluster: ClusterDoc = ClusterDoc()
+    tenants: list[TenantDoc] = []
+    priority_classes: list[ClassDoc] = []
+    policy: PolicyDoc | None = None  # type: ignore[valid-type]
+    timeline: list[EntryDoc] | None = None
+
+
+# ------------------------------------------------------------------ errors
+
+
+class InputError(ValueError):
+    """Problems in a user's document, one line each (`key.path: what is wrong`).
+
+    `str()` joins them with newlines; `lines(file)` gives the `error: FILE: ...` lines."""
+
+    def __init__(self, problems: list[str] | str, file: str | None = None) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.file = file
+        super().__init__("\n".join(self.problems))
+
+    def lines(self, file: str | None = None) -> list[str]:
+        where = file or self.file
+        return [f"error: {where}: {p}" if where else f"error: {p}" for p in self.problems]
+
+
+_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
+_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _suggest(word: str, known) -> str:
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _tokens(path: str) -> list[str | int]:
+    return [m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _TOKEN.finditer(path)]
+
+
+def _join(base: str, tokens: list[str | int]) -> str:
+    out = base
+    for t in tokens:
+        out += f"[{t}]" if isinstance(t, int) else (f".{t}" if out else str(t))
+    return out
+
+
+def _flat(t):
+    """A msgspec.inspect type with Metadata and unions opened up, as a list."""
+    mi = msgspec.inspect
+    if isinstance(t, mi.Metadata):
+        return _flat(t.type)
+    if isinstance(t, mi.UnionType):
+        return [x for u in t.types for x in _flat(u)]
+    return [t]
+
+
+def _type_at(typ: Any, tokens: list[str | int]):
+    mi = msgspec.inspect
+    cur = [mi.type_info(typ)]
+    for tok in tokens:
+        nxt = []
+        for t in (x for c in cur for x in _flat(c)):
+            if isinstance(tok, int) and isinstance(t, (mi.ListType, mi.VarTupleType)):
+                nxt.append(t.item_type)
+            elif isinstance(tok, str) and isinstance(t, mi.StructType):
+                nxt += [f.type for f in t.fields if f.encode_name == tok]
+            elif isinstance(tok, str) and isinstance(t, mi.DictType):
+                nxt.append(t.value_type)
+        cur = nxt
+    return [x for c in cur for x in _flat(c)]
+
+
+def _value_at(raw: Any, tokens: list[str | int]) -> Any:
+    for tok in tokens:
+        try:
+            raw = raw[tok]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return raw
+
+
+def _problem(exc: msgspec.ValidationError, raw: Any, typ: Any, base: str) -> str:
+    """One error line (without the file) for a msgspec validation error."""
+    mi = msgspec.inspect
+    m = _AT.match(str(exc))
+    msg, tokens = (m.group("msg"), _tokens(m.group("path"))) if m else (str(exc), [])
+    here = _type_at(typ, tokens)
+    value = _value_at(raw, tokens)
+    unknown = re.match(r"Object contains unknown field `(.*)`", msg)
+    if unknown:
+        key = unknown.group(1)
+        known = [f.encode_name for t in here if isinstance(t, mi.StructType) for f in t.fields]
+        hint = _suggest(key, known) or (f" (known keys: {', '.join(known)})" if known else "")
+        return f"{_join(base, tokens + [key])}: unknown key{hint}"
+    missing = re.match(r"Object missing required field `(.*)`", msg)
+    if missing:
+        return f"{_join(base, tokens) or '(top level)'}: missing required key {missing.group(1)!r}"
+    where = _join(base, tokens) or "(top level)"
+    if msg.startswith("Invalid enum value"):
+        allowed = [v for t in here if isinstance(t, mi.LiteralType) for v in t.values]
+        return f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}{_suggest(value, allowed)}"
+    bound = re.match(r"Expected `(int|float)` (>=|<=) (\S+)", msg)
+    if bound:
+        return f"{where}: must be {bound.group(2)} {bound.group(3)} (got {value!r})"
+    if "matching regex" in msg:
+        patterns = [t.pattern for t in here if isinstance(t, mi.StrType) and t.pattern]
+        hint = next((_HINTS[p] for p in patterns if p in _HINTS), "not a known form")
+        return f"{where}: cannot read {value!r}: {hint}"
+    return f"{where}: {msg[0].lower() + msg[1:]}" + (f" (got {value!r})" if value is not None else "")
+
+
+def convert(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
+    """`msgspec.convert(raw, typ)`, or None with the problem appended."""
+    try:
+        return msgspec.convert(raw, typ)
+    except msgspec.ValidationError as exc:
+        problems.append(_problem(exc, raw, typ, base))
+        return None
+
+
+def _struct_of(typ: Any) -> type[msgspec.Struct] | None:
+    """The Struct type in `typ` (`X` or `X | None`), else None."""
+    for t in (typ, *getattr(typ, "__args__", ())):
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            return t
+    return None
+
+
+def _item_of(typ: Any) -> Any:
+    """The item type of `list[X]` (or `list[X] | None`), else None."""
+    for t in (typ, *getattr(typ, "__args__", ())):
+        if getattr(t, "__origin__", None) is list:
+            return t.__args__[0]
+    return None
+
+
+@functools.cache
+def _fields(struct: type[msgspec.Struct]) -> dict[str, Any]:
+    return {f.encode_name: f for f in msgspec.structs.fields(struct)}
+
+
+def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
+    """`msgspec.convert(raw, typ)`; when that fails, mappings are walked key by key and lists
+    item by item, so a document reports every bad key and entry, not only the first."""
+    try:
+        return msgspec.convert(raw, typ)
+    except msgspec.ValidationError:
+        pass
+    struct, item = _struct_of(typ), _item_of(typ)
+    before = len(problems)
+    if struct is not None and isinstance(raw, dict):
+        fields = _fields(struct)
+        for key, value in raw.items():
+            f = fields.get(key)
+            if f is None:
+                hint = _suggest(key, fields) or f" (known keys: {', '.join(fields)})"
+                problems.append(f"{_p(base, str(key))}: unknown key{hint}")
+            else:
+                collect(value, f.type, _p(base, key), problems)
+        for name, f in fields.items():
+            if f.required and name not in raw:
+                problems.append(f"{base or '(top level)'}: missing required key {name!r}")
+    elif item is not None and isinstance(raw, list):
+        for i, v in enumerate(raw):
+            collect(v, item, f"{base}[{i}]", problems)
+    elif getattr(typ, "__origin__", None) is dict and isinstance(raw, dict):
+        for k, v in raw.items():
+            collect(v, typ.__args__[1], _p(base, str(k)), problems)
+    if len(problems) > before:
+        return None
+    return convert(raw, typ, base, problems)
+
+
+# ------------------------------------------------------------------ validation
+
+
+def kind_of(doc: Any) -> str:
+    """`job` for a job document, `scenario` when it has a timeline, else `config`."""
+    if isinstance(doc, dict) and ("tenant" in doc or "id" in doc or "job_id" in doc) and "tenants" not in doc:
+        return "job"
+    if isinstance(doc, dict) and "timeline" in doc:
+        return "scenario"
+    return "config"
+
+
+def validate_file(doc: Any) -> FileDoc:
+    """A cluster configuration or scenario, fully checked; raises InputError."""
+    problems: list[str] = []
+    if doc is not None and not isinstance(doc, dict):
+        raise InputError(f"(top level): expected a mapping of keys, got {type(doc).__name__}")
+    parsed = collect({} if doc is None else doc, FileDoc, "", problems)
+    if parsed is not None:
+        _check_file(parsed, problems)
+    if problems:
+        raise InputError(problems)
+    return parsed
+
+
+def validate_job(doc: Any, base: str = "") -> JobDoc:
+    """A job document, checked on its own (references need a configuration); raises InputError."""
+    problems: list[str] = []
+    if not isinstance(doc, dict):
+        raise InputError(f"{base or '(top level)'}: a job must be a mapping of fields")
+    job = collect(doc, JobDoc, base, problems)
+    if job is not None:
+        _check_job(job, base, problems)
+    if problems:
+        raise InputError(problems)
+    return job
+
+
+def _p(base: str, key: str) -> str:
+    return f"{base}.{key}" if base else key
+
+
+def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
+    for a, b in _ALTERNATIVES:
+        fa, fb = ("klass" if a == "class" else a), b
+        if getattr(job, fa, None) is not None and getattr(job, fb, None) is not None:
+            problems.append(f"{_p(base, b)}: give either {a!r} or {b!r}, not both")
+    if (job.id or job.job_id) in (None, ""):
+        problems.append(f"{base or '(top level)'}: missing required key 'id'")
+    else:
+        _valid_id(_p(base, "id" if job.id else "job_id"), lambda: validate_token("job id", job.id or job.job_id),
+                  problems)
+    _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
+    forms = [k for k, v in (("gpus", job.gpus), ("gpu", job.gpu or job.gpu_milli),
+                            ("mig", job.mig or job.mig_profile)) if v]
+    if len(forms) > 1:
+        problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
+    if job.min_members is not None and job.min_members > job.replicas:
+        problems.append(f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}")
+    if job.gpu is not None:
+        from services.domain.quantities import milli
+
+        share = milli("gpu", job.gpu)
+        if not 0 < share < 1000:
+            problems.append(f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {job.gpu!r}); "
+                            "use `gpus` for whole GPUs")
+
+
+def _valid_id(path: str, check, problems: list[str]) -> None:
+    try:
+        check()
+    except InvalidId as exc:
+        problems.append(f"{path}: {exc}")
+
+
+def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
+    seen: dict[str, str] = {}
+    for path, name in names:
+        if name in seen:
+            problems.append(f"{path}: duplicate {what} {name!r} (first at {seen[name]})")
+        else:
+            seen[name] = path
+
+
+def _check_file(f: FileDoc, problems: list[str]) -> None:
+    node_names: list[tuple[str, str]] = []
+    models: set[str] = set()
+    mig_models: set[str] = set()
+    for i, n in enumerate(f.cluster.nodes):
+        path = f"cluster.nodes[{i}]"
+        if (n.name is None) == (n.name_prefix is None):
+            problems.append(f"{path}: give exactly one of 'name' and 'name_prefix'")
+        if n.name_prefix is None and n.count != 1:
+            problems.append(f"{path}.count: 'count' needs 'name_prefix'")
+        if isinstance(n.sharing, list) and len(n.sharing) != n.gpus:
+            problems.append(f"{path}.sharing: {len(n.sharing)} entries for {n.gpus} GPUs")
+        node_names += [(path, name) for name in n.names()]
+        for name in n.names()[:1]:
+            _valid_id(f"{path}.{'name' if n.name is not None else 'name_prefix'}",
+                      lambda name=name: validate_token("node name", name), problems)
+        if n.gpus:
+            models.add(n.model)
+            if "mig" in n.sharing_of():
+                mig_models.add(n.model)
+    _dups(node_names, "node name", problems)
+    _dups([(f"tenants[{i}].name", t.name) for i, t in enumerate(f.tenants)], "tenant", problems)
+    _dups([(f"priority_classes[{i}].name", c.name) for i, c in enumerate(f.priority_classes)],
+          "priority class", problems)
+    builtin = {c.name: c for c in DEFAULT_CLASSES}
+    for i, c in enumerate(f.priority_classes):
+        if c.name in builtin and not c.override:
+            problems.append(
+                f"priority_classes[{i}].name: {c.name!r} is a built-in priority class (value "
+                f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name")
+    for i, t in enumerate(f.tenants):
+        _valid_id(f"tenants[{i}].name", lambda t=t: validate_tenant(t.name), problems)
+        if t.weight is not None and t.over_quota_weight is not None:
+            problems.append(f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both")
+        for m in t.guaranteed_by_model:
+            if models and m not in models:
+                problems.append(f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
+                                f"{_suggest(m, models)}")
+    nodes = {name for _, name in node_names}
+    submitted: dict[str, str] = {}
+    for i, e in enumerate(f.timeline or []):
+        path = f"timeline[{i}]"
+        actions = [k for k in ("submit", "cancel", "node_down") if getattr(e, k) is not None]
+        if len(actions) != 1:
+            problems.append(f"{path}: an entry needs exactly one of submit, cancel, node_down"
+                            + (f" (got {', '.join(actions)})" if actions else ""))
+            continue
+        if e.expect is not None and e.submit is None:
+            problems.append(f"{path}.expect: 'expect: rejected' belongs to a submit entry")
+        if e.tenant is not None and e.cancel is None:
+            problems.append(f"{path}.tenant: 'tenant' belongs to a cancel entry (a job names its tenant inside submit)")
+        if e.submit is not None:
+            j, jp = e.submit, f"{path}.submit"
+            before = len(problems)
+            _check_job(j, jp, problems)
+            if len(problems) > before:
+                continue
+            job_id = j.id or j.job_id or ""
+            if job_id in submitted:
+                problems.append(f"{jp}.id: duplicate job id {job_id!r} (first at {submitted[job_id]})")
+            submitted.setdefault(job_id, jp)
+            if e.expect == "rejected":
+                continue
+            check_references(j, jp, f, problems)
+        elif e.cancel is not None and e.cancel not in submitted:
+            problems.append(f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
+                            f"{_suggest(e.cancel, submitted)}")
+        elif e.node_down is not None and nodes and e.node_down not in nodes:
+            problems.append(f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}")
+
+
+def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:
+    """A job's tenant, class, GPU models and MIG profile against a configuration `f` (its
+    tenants, built-in and configured classes, and declared nodes; no nodes: not checked)."""
+    from services.domain.shapes import profiles_of
+    from services.placement.mig import profile_for
+
+    tenants = {t.name for t in f.tenants}
+    classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
+    models = {n.model for n in f.cluster.nodes if n.gpus}
+    mig_models = {n.model for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
+    if tenants and j.tenant not in tenants:
+        problems.append(f"{_p(jp, 'tenant')}: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}")
+    cls = j.klass or j.priority_class
+    if cls is not None and cls not in classes:
+        key = "class" if j.klass else "priority_class"
+        problems.append(f"{_p(jp, key)}: priority class {cls!r} is not configured{_suggest(cls, classes)}")
+    for m in (j.models or j.gpu_models or []):
+        if models and m not in models:
+            key = "models" if j.models else "gpu_models"
+            problems.append(f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}")
+    mig = j.mig or j.mig_profile
+    if mig and models and not any(profile_for(m, mig) for m in mig_models):
+        offered = sorted({p for m in mig_models for p in profiles_of(m)})
+        hint = _suggest(mig, offered) or (f" (offered: {', '.join(offered)})" if offered else " (no MIG GPUs)")
+        problems.append(f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
+                        f"GPU of the cluster{hint}")
+
+
+def file_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of configuration/scenario files and of job files, for
+    editors (yaml-language-server: `# yaml-language-server: $schema=...`)."""
+    (file_s, job_s), defs = msgspec.json.schema_components([FileDoc, JobDoc], ref_template="#/$defs/{name}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "gpuledger input files",
+        "description": "A cluster configuration / scenario file, or a job file.",
+        "anyOf": [file_s, job_s],
+        "$defs": defs,
+    }
