@@ -91,18 +91,22 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     default_grace_s: int = 30
     """Checkpoint grace period when neither job nor class sets one."""
     min_runtime_s: int = 300
-    """A job is not preempted (for `Priority` or `Reclaim`) before its current run has lasted
-    this long (0 = off). Default 5 min: a checkpoint of a large model takes 30-120 s (seed
-    000), so a run of at least 300 s computes 2.5x the worst save before it can be asked to
-    save again; with 0, a job can be killed, requeued, restarted and killed again before making
-    progress (issue 11: 123 evictions in 107 s). The cost: a higher-priority job waits up to
-    this long when every sufficient victim started less than 300 s ago."""
+    """A job is not preempted (`Priority`, `Reclaim`, `Defragment`; `Backfill` ignores it)
+    before its current run has lasted this long (0 = off). Default 5 min: a checkpoint of a
+    large model takes 30-120 s (seed 000), so a run of at least 300 s computes 2.5x the worst
+    save before it can be asked to save again; with 0, a job can be killed, requeued,
+    restarted and killed again before making progress (a mixed load saw 123 evictions in
+    107 s). The cost: a higher-priority job waits up to this long when every sufficient victim
+    started less than 300 s ago."""
     eviction_budget_per_hour: int = 3
-    """Max evictions of one job in any hour, for any reason but `Backfill` (0 = unlimited).
-    Default 3: seed 000's "no more than X evictions per job per hour", X as seed 003's
-    `backoffLimit: 3` for preemptible training; at <= 120 s per checkpoint, 3 evictions cost a
-    job at most 6 min of saving per hour (10 %). A victim over budget is excluded
-    (`EvictionBudget`, with the time its window lapses)."""
+    """Max evictions of one job in any hour (0 = unlimited): a job evicted this often in the
+    last hour (any reason) is not chosen as a `Priority`, `Reclaim` or `Defragment` victim
+    until the oldest of those evictions is an hour old (`Backfill` ignores it). Default 3:
+    seed 000's "no more than X evictions per job per hour", X as seed 003's `backoffLimit: 3`
+    for preemptible training; at <= 120 s per checkpoint, 3 evictions cost a job at most
+    6 min of saving per hour (10 %). The cost: a tenant reclaiming its guarantee
+    waits while the only sufficient borrowers are over budget (`EvictionBudget`, with the
+    time it lapses)."""
     max_lost_gpu_hours: float | None = None
     """Refuse preemptions that would lose more work than this."""
     aging_after_preemptions: int = 2

@@ -179,8 +179,9 @@ def candidates(
             exclusions.append(Exclusion(
                 Candidate(rec, victim, "Priority", victim_prio, 0, borrowing, rec.placed_ms),
                 "Aged",
-                f"aged from priority {victim.priority} to {victim_prio} after "
-                f"{len(victim.preemptions)} preemptions / waiting",
+                f"aged from priority {victim.priority} to {victim_prio} "
+                f"({len(victim.preemptions)} preemptions, {victim.waited_ms // 1000}s queued); "
+                "aging is kept once a job runs",
             ))
             continue
         if reason is None:
