@@ -13,7 +13,8 @@ import events as ev
 from replay.scenario import from_document, load
 from replay.simulator import simulate
 from replay.verify import verify
-from services.preemption.victims import plan
+from services.domain.ledger import Ledger
+from services.preemption.victims import plan, releasing_by_tenant
 
 SCENARIO = Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "thrashing-mixed.yaml"
 HOUR_MS = 3_600_000
@@ -126,4 +127,52 @@ def test_aging_never_lifts_a_job_past_a_higher_class_arriving_later():
     assert (pre.at_ms, pre.by, pre.reason, pre.checkpointed) == (1_200_000, "ci-build", "Priority", True)
     assert not logged(sim, ev.PreemptionRequested, beneficiary="next-1")
     assert jobs["patient"].state == "completed"
+    assert verify(sim.log).ok
+
+
+class _Runaway(Exception):
+    pass
+
+
+def test_reclaim_never_takes_a_tenant_to_its_guarantee_and_aging_alone_converges():
+    """Given two tenants that both want more than their 8 guaranteed GPUs (research: four
+    4-GPU gangs; product: a 4-GPU `starved` job and a 4-GPU interactive job every 2 min) and
+    aging as the only safeguard (no minimum runtime, no budget), when it runs, then every
+    reclaim finds its victim's tenant still above its guarantee net of the capacity already
+    being released from it: several beneficiaries never strip one tenant in one instant, so
+    the tenants cannot take turns reclaiming from each other (the run converges)."""
+    timeline = [{"at": 0, "submit": {"id": f"bulk-{i}", "tenant": "research", "class": "train",
+                                     "gpus": 4, "duration": "2h",
+                                     "checkpoint": {"interval": "10m", "save": "30s"}}}
+                for i in range(4)]
+    timeline.append({"at": 60, "submit": {"id": "starved", "tenant": "product", "class": "train",
+                                          "gpus": 4, "duration": "30m",
+                                          "checkpoint": {"interval": "5m", "save": "30s"}}})
+    timeline += [{"at": 120 + k * 120, "submit": {"id": f"nb-{k:02d}", "tenant": "product",
+                                                  "class": "interactive", "gpus": 4,
+                                                  "duration": "5m", "checkpoint": {"save": "10s"}}}
+                 for k in range(60)]
+    scenario = from_document({
+        "cluster": {"nodes": [{"name_prefix": "node-", "count": 2, "gpus": 8}]},
+        "tenants": [{"name": "research", "guaranteed": 8}, {"name": "product", "guaranteed": 8}],
+        "policy": {**OLD_ZERO, "aging_after_wait_s": 1800, "default_grace_s": 30},
+        "timeline": timeline,
+    })
+
+    def runaway(seq, _subject, _event):
+        if seq > 20_000:
+            raise _Runaway(f"no convergence: {seq} events")
+
+    sim = simulate(scenario, on_event=runaway)  # converges in well under 1,000 events
+
+    folded, stripped = Ledger(), []
+    for seq, _, e in sim.log:
+        if isinstance(e, ev.PreemptionRequested) and e.reason == "Reclaim":
+            tenant = folded.allocations[e.allocation_id].tenant
+            net = folded.tenant_gpu_milli[tenant] - releasing_by_tenant(folded).get(tenant, 0)
+            if net <= folded.config.tenants[tenant].guaranteed_gpu_milli:
+                stripped.append((e.occurred_at_ms, e.job_id, tenant, net))
+        folded.apply(seq, e)
+    assert stripped == []
+    assert all(j.state == "completed" for j in sim.ledger.jobs.values())
     assert verify(sim.log).ok
