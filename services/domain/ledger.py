@@ -54,6 +54,10 @@ class JobRecord:
     details: dict[str, Any] = field(default_factory=dict)
     pending_changes: int = 0
     pending_since_ms: int = 0
+    waited_ms: int = 0
+    """Queue time banked by earlier placements (placed time minus `pending_since_ms`, summed
+    over attempts): aging by wait counts it while the job runs and after it is requeued, so
+    a promotion earned by waiting is kept once the job runs."""
     admitted_ms: int | None = None
     allocation_id: str | None = None
     attempts: int = 0
@@ -367,6 +371,7 @@ class Ledger:
             "",
             {},
         )
+        job.waited_ms += max(0, e.occurred_at_ms - job.pending_since_ms)
         job.attempts += 1
         job.declined = None
         job.placements.append((e.occurred_at_ms, e.members))

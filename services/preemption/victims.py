@@ -110,10 +110,24 @@ class Plan:
         }
 
 
-def over_guarantee(state: Ledger, tenant: str) -> bool:
+def over_guarantee(state: Ledger, tenant: str, releasing: dict[str, int] | None = None) -> bool:
+    """Whether the tenant runs above its guarantee; with `releasing`, not counting capacity
+    already being released from it (victims of requested preemptions, or chosen earlier in
+    this decision), so reclaim never takes a tenant's guarantee through several beneficiaries
+    each seeing it still borrowing."""
     conf = state.config.tenants.get(tenant)
-    used = state.tenant_gpu_milli.get(tenant, 0)
+    used = state.tenant_gpu_milli.get(tenant, 0) - (releasing or {}).get(tenant, 0)
     return conf is not None and used > conf.guaranteed_gpu_milli
+
+
+def releasing_by_tenant(state: Ledger, taken: set[str] | frozenset[str] = frozenset()) -> dict[str, int]:
+    """GPU capacity per tenant in active allocations already being preempted or in `taken`."""
+    out: dict[str, int] = {}
+    for alloc_id in sorted(state.active):
+        rec = state.allocations[alloc_id]
+        if rec.preemption is not None or alloc_id in taken:
+            out[rec.tenant] = out.get(rec.tenant, 0) + rec.gpu_milli
+    return out
 
 
 def at_risk_gpu_ms(rec: AllocationRecord, job: JobRecord, now_ms: int) -> int:
@@ -129,8 +143,12 @@ def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
     return sorted(p.at_ms for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS)
 
 
-def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Exclusion]) -> list[Candidate]:
+def candidates(
+    state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Exclusion],
+    taken: set[str] | frozenset[str] = frozenset(),
+) -> list[Candidate]:
     policy = state.config.policy
+    releasing = releasing_by_tenant(state, taken)
     prio = job.priority  # aging never grants the right to evict
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     own = state.config.tenants.get(job.tenant)
@@ -147,7 +165,7 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
         if rec.preemption is not None or victim.job_id == job.job_id:
             continue
         victim_prio = effective_priority(state, victim, now_ms)
-        borrowing = over_guarantee(state, victim.tenant)
+        borrowing = over_guarantee(state, victim.tenant, releasing)
         reason = None
         guarded = False  # lower priority, but its tenant is within its guarantee
         if can_reclaim and victim.tenant != job.tenant and borrowing:
@@ -161,8 +179,9 @@ def candidates(state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Excl
             exclusions.append(Exclusion(
                 Candidate(rec, victim, "Priority", victim_prio, 0, borrowing, rec.placed_ms),
                 "Aged",
-                f"aged from priority {victim.priority} to {victim_prio} after "
-                f"{len(victim.preemptions)} preemptions / waiting",
+                f"aged from priority {victim.priority} to {victim_prio} "
+                f"({len(victim.preemptions)} preemptions, {victim.waited_ms // 1000}s queued); "
+                "aging is kept once a job runs",
             ))
             continue
         if reason is None:
@@ -285,7 +304,7 @@ def plan(
     """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
     off limits (default: every node nominated to another job)."""
     result = Plan()
-    cands = [c for c in candidates(state, job, now_ms, result.exclusions)
+    cands = [c for c in candidates(state, job, now_ms, result.exclusions, taken)
              if c.rec.allocation_id not in taken]
     result.considered = len(cands)
     request = state.gang_request(job)

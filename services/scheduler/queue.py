@@ -7,15 +7,32 @@ from __future__ import annotations
 from services.domain.ledger import JobRecord, Ledger
 
 
-def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
-    """Priority raised by aging (after K preemptions, or per W seconds waiting), never above
-    the lowest non-preemptible class value."""
+def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
+    """Steps of promotion the job has earned: one per `aging_after_preemptions` preemptions
+    suffered, plus one per `aging_after_wait_s` of queue time in total (time banked by earlier
+    placements, `JobRecord.waited_ms`, plus the current wait while pending).
+
+    A ratchet: both counts only grow over a job's life, so a promotion is kept once the job
+    runs and after it is requeued; it is a function of folded event times, identical live,
+    in the simulator and under `verify`."""
     policy = state.config.policy
     steps = 0
     if policy.aging_after_preemptions > 0:
         steps += len(job.preemptions) // policy.aging_after_preemptions
-    if policy.aging_after_wait_s > 0 and job.state == "pending":
-        steps += max(0, now_ms - job.pending_since_ms) // (policy.aging_after_wait_s * 1000)
+    if policy.aging_after_wait_s > 0:
+        waited = job.waited_ms
+        if job.state == "pending":
+            waited += max(0, now_ms - job.pending_since_ms)
+        steps += waited // (policy.aging_after_wait_s * 1000)
+    return steps
+
+
+def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
+    """Priority raised by aging (`aging_steps`: one class step up the preemptible ladder per
+    step earned), never above the lowest non-preemptible class value minus one. The same
+    value orders the queue and protects a running job from eviction by `Priority`, so a job
+    aging placed ahead of a class is not then evicted by the next arrival of that class."""
+    steps = aging_steps(state, job, now_ms)
     if steps == 0 or not job.preemptible:
         return job.priority
     ladder = sorted({c.value for c in state.config.classes.values() if c.preemptible} | {job.priority})

@@ -13,6 +13,10 @@ from replay.simulator import simulate
 from services.domain.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+OLD_ANTI_THRASHING = {"min_runtime_s": 0, "eviction_budget_per_hour": 0,
+                      "aging_after_preemptions": 0, "aging_after_wait_s": 0}
+"""The anti-thrashing values before issue 11 made them default; tests about something else
+(reservations, usage decay) set them so their numbers keep meaning what they say."""
 
 
 def run(name: str, **policy):
@@ -147,7 +151,7 @@ def test_a_starving_gang_gets_a_reservation_and_small_jobs_backfill_around_it():
 
 
 def test_preemptible_small_jobs_backfill_the_reservation_and_are_evicted_when_the_gang_lands():
-    sim, jobs, metrics = run("starving-gang.yaml")
+    sim, jobs, metrics = run("starving-gang.yaml", **OLD_ANTI_THRASHING)
     gang = jobs["gang-32"]
     assert gang["placements"][0]["at_s"] == 6245.0  # the expected start + the victims' 5 s save
     marked = logged(sim, ev.GangPlaced, backfill_for="gang-32")
@@ -203,7 +207,7 @@ def test_without_a_reservation_the_gang_starves_until_the_stream_dries_up():
 def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
     from replay.verify import verify
 
-    sim, jobs, _ = run("usage-decay.yaml")
+    sim, jobs, _ = run("usage-decay.yaml", **OLD_ANTI_THRASHING)
     assert jobs["b-first"]["placements"][0]["at_s"] == 7200.0  # submitted 30 min after a-next
     assert jobs["a-next"]["placements"][0]["at_s"] == 10800.0
     assert all(row["state"] == "completed" for row in jobs.values())
@@ -213,7 +217,7 @@ def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
         refolded.apply(seq, e)
     assert refolded.decayed_usage == sim.ledger.decayed_usage != {}
     # without the half-life, submit time breaks the tie: team-a runs again first
-    _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0)
+    _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0, **OLD_ANTI_THRASHING)
     assert jobs["a-next"]["placements"][0]["at_s"] == 7200.0
     assert jobs["b-first"]["placements"][0]["at_s"] == 10800.0
 
