@@ -77,7 +77,7 @@ async def _retry_busy(
             else:
                 try:
                     await asyncio.wait_for(stop.wait(), delay)
-                except (TimeoutError, asyncio.TimeoutError):
+                except TimeoutError:
                     pass
             delay = min(delay * 2, backoff_s[1])
             continue
