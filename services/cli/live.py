@@ -249,8 +249,9 @@ def run(
         serve_projector(nats_url, data)
         return
 
+    doc = read_doc(config)  # (outside the try: its typer.Exit is a RuntimeError)
     try:
-        service = build(role, read_doc(config), node=node, instance=node or "0", real=real,
+        service = build(role, doc, node=node, instance=node or "0", real=real,
                         work_dir=None if work_dir is None else str(work_dir))
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
