@@ -314,7 +314,7 @@ class Projector:
         if self.projection.apply(seq, subject, event):
             self.applied += 1
             if self.projection.batch.count >= self.batch_size:
-                self.commit(wait=self._pool is None)
+                self._auto_commit()
             return True
         self.skipped += 1
         return False
@@ -328,9 +328,17 @@ class Projector:
                 seq, subject, str(exc), payload[:200].decode("utf-8", "replace")
             )
             if ok and self.projection.batch.count >= self.batch_size:
-                self.commit(wait=self._pool is None)
+                self._auto_commit()
             return ok
         return self.apply(seq, subject, event)
+
+    def _auto_commit(self) -> None:
+        """Commit a full batch; while a reader holds the file the batch keeps growing (the
+        event is folded, nothing is lost) and the caller's next `commit()` retries."""
+        try:
+            self.commit(wait=self._pool is None)
+        except ProjectionBusy:
+            pass
 
     def release(self) -> None:
         """Close the database file (so read-only clients can open it) while keeping the
