@@ -174,7 +174,7 @@ class Cluster:
                     if bus is None:
                         bus = await Bus.connect(self.url, name="gpuledger-up-status",
                                                 connect_timeout=2, error_cb=_quiet)
-                    self.board.stream_last_seq = await asyncio.wait_for(bus.last_seq(), 5)
+                    self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
                     self.board.stream_error = f"{type(exc).__name__}: {exc}"[:300]

@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,7 +78,8 @@ class ServiceState:
     detail: str | None = None
     """Why it is not running normally (e.g. who blocks the projector)."""
     behind_since_ms: int | None = None
-    """Since when the service has been behind the stream without interruption."""
+    """When `up` first saw the stream hold an event this service has not folded yet (None:
+    it has folded everything `up` has seen): how stale what it serves is."""
 
 
 @dataclass
@@ -90,6 +92,13 @@ class StatusBoard:
     services: dict[str, ServiceState] = field(default_factory=dict)
     stream_last_seq: int | None = None
     stream_error: str | None = None
+    samples: deque = field(default_factory=lambda: deque(maxlen=3600))
+    """(time ms, stream last seq) each time the stream's last sequence grew."""
+
+    def saw_stream(self, last_seq: int, at_ms: int | None = None) -> None:
+        if not self.samples or last_seq > self.samples[-1][1]:
+            self.samples.append((now_ms() if at_ms is None else at_ms, last_seq))
+        self.stream_last_seq = last_seq
 
     def add(self, name: str, role: str) -> ServiceState:
         self.services[name] = st = ServiceState(name, role)
@@ -99,11 +108,10 @@ class StatusBoard:
         rows = []
         for st in self.services.values():
             row = asdict(st)
-            row["lag"] = behind = lag(self.stream_last_seq, st.folded_seq)
-            if not behind:
-                st.behind_since_ms = None
-            elif st.behind_since_ms is None:
-                st.behind_since_ms = now_ms()
+            row["lag"] = lag(self.stream_last_seq, st.folded_seq)
+            st.behind_since_ms = next(
+                (at for at, seq in self.samples if st.folded_seq is not None and seq > st.folded_seq),
+                None)
             row["behind_since_ms"] = st.behind_since_ms
             rows.append(row)
         return {
@@ -412,8 +420,9 @@ class ProcessSupervisor:
 def staleness(status: dict[str, Any] | None, db_seq: int, *, now: int | None = None,
               grace_ms: int = 3000) -> str | None:
     """A warning when a projection read at `db_seq` is stale: `up` is running (its status
-    file is fresh), the stream is further, and the projector is not running normally or has
-    been behind for more than `grace_ms`. None when the read is current (or unknowable)."""
+    file is fresh), the stream is further, and the projector is not running (crashed,
+    restarting) or has missed events the stream held more than `grace_ms` ago (blocked by a
+    reader, or catching up). None when the read is current (or unknowable)."""
     if not status:
         return None
     now = now_ms() if now is None else now
@@ -426,7 +435,7 @@ def staleness(status: dict[str, Any] | None, db_seq: int, *, now: int | None = N
     if pj is None:
         return None
     since = pj.get("behind_since_ms")
-    if pj.get("state") == "running" and (since is None or now - since < grace_ms):
+    if pj.get("state") in ("running", "blocked") and (since is None or now - since < grace_ms):
         return None
     why = pj.get("state", "?")
     if pj.get("detail") or pj.get("last_error"):

@@ -84,7 +84,9 @@ def test_a_reader_holding_the_projection_delays_the_projector_which_then_catches
         assert cli("submit", "job.yaml", "--wait", cwd=tmp_path).returncode == 0
         blocked = wait_for(lambda: _projector_blocked(tmp_path), 15, "the projector to report blocked")
         assert f"PID {os.getpid()}" in blocked["detail"]
-        # other readers share the read-only file meanwhile, and are told they read behind
+        # other readers share the read-only file meanwhile, and once the projector has missed
+        # events for more than 3 s they are told they read behind it
+        wait_for(lambda: _behind_for(tmp_path, 3.5), 15, "the projector to be behind for 3.5 s")
         frozen = held.execute("SELECT last_seq FROM projector_meta").fetchone()[0]
         reader = cli("jobs", "-o", "json", cwd=tmp_path)
         assert reader.returncode == 0, reader.stderr
@@ -129,6 +131,11 @@ def _try_readonly(db: Path):
 def _projector_blocked(cwd: Path) -> dict | None:
     row = service(status(cwd), "projector")
     return row if row["state"] == "blocked" else None
+
+
+def _behind_for(cwd: Path, seconds: float) -> bool:
+    since = service(status(cwd), "projector")["behind_since_ms"]
+    return since is not None and time.time() * 1000 - since >= seconds * 1000
 
 
 def _caught_up(cwd: Path) -> dict | None:

@@ -88,7 +88,9 @@ def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
     now = 1_000_000
     assert staleness(_status(340, "running", None, now), 340, now=now) is None
     assert staleness(_status(340, "running", now - 500, now), 338, now=now) is None
+    assert staleness(_status(340, "blocked", now - 500, now), 338, now=now) is None
     assert staleness(_status(340, "running", now - 5000, now), 338, now=now) is not None
+    assert staleness(_status(340, "restarting", now - 500, now), 338, now=now) is not None
     assert staleness(None, 5) is None
     old = _status(340, "blocked", now - 8000, now - 60_000)  # `up` gone: nothing to compare
     assert staleness(old, 120, now=now) is None
@@ -135,3 +137,15 @@ async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, t
         assert [e["service"] for e in logs if e["event"] == "service.crashed"] == ["quota"]
     finally:
         sup.stop()
+
+
+def test_behind_since_is_when_the_stream_first_held_an_event_the_service_has_not_folded():
+    board = StatusBoard(None, "nats://x", "in-process")
+    st = board.add("projector", "projector")
+    for at, seq in ((1000, 10), (2000, 20), (3000, 30), (4000, 30)):
+        board.saw_stream(seq, at_ms=at)
+    st.folded_seq = 30
+    assert board.document()["services"][0]["behind_since_ms"] is None
+    st.folded_seq = 15  # steady traffic: it misses what the stream held since t=2000
+    row = board.document()["services"][0]
+    assert (row["behind_since_ms"], row["lag"]) == (2000, 15)
