@@ -329,7 +329,13 @@ def up(
     processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store."),
 ) -> None:
-    """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents."""
+    """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
+
+    Services are supervised: one that crashes is restarted with back-off (1 s doubling to
+    30 s) and reported in one `service.crashed` line; `gpuledger status` shows each one.
+    With --processes, children log to <data>/logs/NAME.log and must start within 30 s: one
+    that cannot makes `up` exit at once with the child's own error (exit 2 when the child
+    found its input invalid, else 1)."""
     from services.runtime.logging import configure_logging
 
     configure_logging()
@@ -571,4 +577,9 @@ def demo(
                 await cluster.close()
                 await bus.close()
 
-    asyncio.run(main())
+    from services.runtime.supervisor import StartFailed
+
+    try:
+        asyncio.run(main())
+    except StartFailed as exc:
+        fail(f"gpuledger demo: {exc}", 2 if exc.code == 2 else 1)
