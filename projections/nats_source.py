@@ -7,6 +7,13 @@ and run in the background while the next fetches are folded; a short fetch (caug
 idle timeout or `max_commit_delay_s` commits at once. A crash between commit and ack redelivers messages the database
 already holds; they are skipped by sequence. On start the consumer is (re)positioned from
 the database's last sequence, so the database, not the consumer, decides where to resume.
+
+Readers: DuckDB lets one process write a file, or any number open it read-only, never both.
+The projector closes the file when idle, and when caught up after holding it `hold_s`
+it closes it for a `read_window_s` pause, so `gpuledger jobs/why/sql` get in under load.
+A reader that holds the file (a notebook's read-only connection) blocks the next commit:
+the projector keeps its folded state, stops fetching, logs one `projector.blocked` line per
+attempt, retries with backoff and catches up when the reader leaves; it never dies of it.
 """
 
 from __future__ import annotations
@@ -16,18 +23,69 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import nats
+import structlog
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
-from projections.store import Projector
+from projections.store import ProjectionBusy, Projector
 from services.runtime.gctune import fewer_gc_passes
 
 log = logging.getLogger("gpuledger.projector")
+slog = structlog.get_logger("gpuledger.projector")
+
+
+@dataclass
+class ProjectorStatus:
+    """What a running projector reports (for `gpuledger status` and stale-read warnings)."""
+
+    committed_seq: int = 0
+    state: str = "starting"
+    """starting | running | blocked (a reader holds the file) | stopped"""
+    detail: str | None = None
+    """Why it is blocked: who holds the file, since when, how many attempts."""
+    ready: bool = False
+    """Set once the database is open and the consumer positioned."""
+
+
+async def _retry_busy(
+    what: Callable, db_path, status: ProjectorStatus, stop: asyncio.Event | None,
+    backoff_s: tuple[float, float] = (0.1, 5.0),
+):
+    """Call `what()` until it does not raise ProjectionBusy: one warning line per blocked
+    attempt, exponential backoff (capped), interrupted by `stop` (then re-raises)."""
+    delay, attempt, since = backoff_s[0], 0, time.monotonic()
+    while True:
+        try:
+            result = what()
+        except ProjectionBusy as exc:
+            attempt += 1
+            status.state = "blocked"
+            status.detail = f"{db_path} held by {exc.holder} for {time.monotonic() - since:.0f}s"
+            slog.warning("projector.blocked", db=str(db_path), holder=exc.holder,
+                         attempt=attempt, blocked_s=round(time.monotonic() - since, 1),
+                         retry_in_s=round(delay, 2), committed_seq=status.committed_seq)
+            if stop is not None and stop.is_set():
+                raise
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except TimeoutError:
+                    pass
+            delay = min(delay * 2, backoff_s[1])
+            continue
+        if attempt:
+            slog.info("projector.unblocked", db=str(db_path), attempts=attempt,
+                      blocked_s=round(time.monotonic() - since, 1))
+        status.state, status.detail = "running", None
+        return result
 
 STREAM = "GPULEDGER"
 DURABLE = "projector"
@@ -83,21 +141,44 @@ async def run_projector(
     release_when_idle: bool = True,
     on_commit: Callable[[int], None] | None = None,
     before_ack: Callable[[int], None] | None = None,
+    status: ProjectorStatus | None = None,
+    hold_s: float = 2.0,
+    read_window_s: float = 0.15,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
     the stream is drained). Returns the last committed sequence. Raises SequenceGap after
-    committing everything before the gap."""
+    committing everything before the gap. `status` (if given) is kept up to date. A reader
+    holding the file delays commits (retried with backoff), never ends the projector."""
+    status = status if status is not None else ProjectorStatus()
     with fewer_gc_passes():  # the fold allocates a lot
         nc = await nats.connect(url)
         # Group commit: a batch is committed when `commit_events` are folded (in the background,
         # while the next fetches are folded), when a fetch comes back short (caught up), or when
         # folded events have waited `max_commit_delay_s`. Messages are acknowledged (AckAll) only
         # up to what is committed.
-        pj = Projector(db_path, batch_size=commit_events, pipeline=True)
         try:
+            pj = await _retry_busy(
+                lambda: Projector(db_path, batch_size=commit_events, pipeline=True),
+                db_path, status, stop)
+        except BaseException:
+            await nc.close()
+            raise
+        opened = time.monotonic()  # when the database file was (re)opened
+
+        async def commit() -> int:
+            nonlocal opened
+            if pj.store is None:
+                opened = time.monotonic()
+            seq = await _retry_busy(pj.commit, db_path, status, stop)
+            status.committed_seq = seq
+            return seq
+
+        try:
+            status.committed_seq = pj.last_seq
             js = nc.jetstream()
             await _position_consumer(js, stream, durable, pj.last_seq)
             sub = await js.pull_subscribe_bind(durable, stream)
+            status.state, status.ready = "running", True
             unacked: deque = deque()  # last message of each fetch not acknowledged yet
             oldest: float | None = None  # when the oldest uncommitted fetch was folded
 
@@ -117,7 +198,7 @@ async def run_projector(
                 try:
                     msgs = await sub.fetch(fetch_batch, timeout=fetch_timeout)
                 except (TimeoutError, NatsTimeout):
-                    await ack(pj.commit())
+                    await ack(await commit())
                     oldest = None
                     if release_when_idle:
                         pj.release()  # let `gpuledger sql` open the file while we wait
@@ -137,18 +218,32 @@ async def run_projector(
                     unacked.append(last_msg)
                 now = time.monotonic()
                 oldest = now if oldest is None else oldest
-                if gap is not None or len(msgs) < fetch_batch or now - oldest >= max_commit_delay_s:
-                    committed = pj.commit()  # everything folded so far, waited for
+                caught_up = len(msgs) < fetch_batch
+                if gap is not None or caught_up or now - oldest >= max_commit_delay_s:
+                    committed = await commit()  # everything folded so far, waited for
                     oldest = None
                 else:
                     committed = pj.committed()  # what background commits have completed
                 await ack(committed)
+                if release_when_idle and caught_up and gap is None and pj.store is not None \
+                        and time.monotonic() - opened >= hold_s:
+                    pj.release()  # a read window under steady traffic
+                    await asyncio.sleep(read_window_s)
                 if gap is not None:
                     log.error("%s", gap)
                     raise gap
-            await ack(pj.commit())
-            return pj.last_seq
+            await ack(await commit())
+            return status.committed_seq
+        except ProjectionBusy as exc:
+            if stop is None or not stop.is_set():
+                raise
+            # stopped while a reader holds the file: what is not committed is not acknowledged
+            # either, so the next run folds it again
+            slog.warning("projector.stopped_blocked", holder=exc.holder,
+                         committed_seq=status.committed_seq)
+            return status.committed_seq
         finally:
+            status.state = "stopped"
             pj.close()
             # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
             # the acks are plain publishes, so flushing them is enough before closing.

@@ -10,6 +10,7 @@ duplicate (seq <= last_seq) is skipped and a gap raises `SequenceGap`.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -73,9 +74,44 @@ class ProjectionError(RuntimeError):
     """The projection database cannot be used as it is (schema mismatch, locked, ...)."""
 
 
-def connect_readonly(path: str | Path, *, wait_s: float = 5.0) -> duckdb.DuckDBPyConnection:
-    """Open a projection for reading. The single writer holds DuckDB's file lock while it
-    writes; retry for up to `wait_s` seconds (a live projector releases it when idle)."""
+class ProjectionBusy(ProjectionError):
+    """Another process holds the projection file's lock (DuckDB allows one writing process,
+    or any number of read-only ones, per file). `holder` names it as DuckDB reports it."""
+
+    def __init__(self, path: str | Path, holder: str) -> None:
+        self.path, self.holder = str(path), holder
+        super().__init__(f"{path} is held by another process ({holder})")
+
+
+def lock_holder(exc: BaseException) -> str | None:
+    """`PID 1234` (or DuckDB's whole message) when `exc` is DuckDB's file-lock conflict,
+    else None."""
+    text = str(exc)
+    if not isinstance(exc, duckdb.IOException) or "lock" not in text.lower():
+        return None
+    m = re.search(r"\(PID (\d+)\)", text)
+    return f"PID {m.group(1)}" if m else text.splitlines()[0]
+
+
+def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect`, raising ProjectionBusy (instead of DuckDB's IOException) when another
+    process holds the file."""
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        holder = lock_holder(exc)
+        if holder is None:
+            raise
+        raise ProjectionBusy(path, holder) from exc
+
+
+def connect_readonly(
+    path: str | Path, *, wait_s: float = 10.0, poll_s: float = 0.05
+) -> duckdb.DuckDBPyConnection:
+    """Open a projection for reading. A live projector holds the file only while it writes
+    and opens a read window at least every few seconds when caught up; retry every `poll_s`
+    for up to `wait_s` seconds, then raise ProjectionBusy (it may be catching up a backlog,
+    or another process holds the file)."""
     path = Path(path)
     if not path.exists():
         raise ProjectionError(
@@ -84,11 +120,11 @@ def connect_readonly(path: str | Path, *, wait_s: float = 5.0) -> duckdb.DuckDBP
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return duckdb.connect(str(path), read_only=True)
-        except duckdb.IOException as exc:
+            return connect_locked(path, read_only=True)
+        except ProjectionBusy:
             if time.monotonic() >= deadline:
-                raise ProjectionError(f"cannot open {path}: {exc}") from exc
-            time.sleep(0.1)
+                raise
+            time.sleep(poll_s)
 
 
 class Store:
@@ -98,7 +134,7 @@ class Store:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.con = duckdb.connect(self.path)
+        self.con = connect_locked(self.path)  # ProjectionBusy while a reader holds it
         self.con.execute("SET enable_progress_bar = false")
         # Automatic checkpoints at DuckDB's default 16MB WAL dominate the write cost of a busy
         # projector; checkpoint less often (and always on close / after a rebuild).
@@ -282,7 +318,7 @@ class Projector:
         if self.projection.apply(seq, subject, event):
             self.applied += 1
             if self.projection.batch.count >= self.batch_size:
-                self.commit(wait=self._pool is None)
+                self._auto_commit()
             return True
         self.skipped += 1
         return False
@@ -317,8 +353,16 @@ class Projector:
             else:
                 self.skipped += 1
         if ok and self.projection.batch.count >= self.batch_size:
-            self.commit(wait=self._pool is None)
+            self._auto_commit()
         return ok
+
+    def _auto_commit(self) -> None:
+        """Commit a full batch; while a reader holds the file the batch keeps growing (the
+        event is folded, nothing is lost) and the caller's next `commit()` retries."""
+        try:
+            self.commit(wait=self._pool is None)
+        except ProjectionBusy:
+            pass
 
     def release(self) -> None:
         """Close the database file (so read-only clients can open it) while keeping the
@@ -370,8 +414,10 @@ class Projector:
         `wait=False` (pipeline mode only) returns at once; the write completes in the
         background and its outcome is checked at the next commit."""
         self._settle()
+        if self.store is None and self.projection.batch.last_seq is None:
+            return self._committed  # nothing to write: leave a released file to its readers
+        store = self._store()  # first: a busy file (ProjectionBusy) must not lose the batch
         batch = self.projection.drain().freeze()
-        store = self._store()
         if self._pool is not None and not wait:
             self._inflight = self._pool.submit(self._write, store, batch, before_commit)
             return self._committed if batch.last_seq is None else batch.last_seq
@@ -464,6 +510,7 @@ def catch_up(
 
 __all__ = [
     "Projector",
+    "ProjectionBusy",
     "ProjectionError",
     "SequenceGap",
     "Store",

@@ -61,12 +61,32 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _connect(path: Path):
-    from projections.store import ProjectionError, connect_readonly
+    """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
+    with who holds the file when it stays busy; a warning on stderr when the projection is
+    behind the stream (per `gpuledger up`'s status file next to it)."""
+    from projections.store import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
-        return connect_readonly(path)
+        con = connect_readonly(path)
+    except ProjectionBusy as exc:
+        _fail(f"projection busy: {exc} for more than 10s (the projector writes it, or it is "
+              "catching up a backlog: retry; `gpuledger status` shows its progress)", 4)
     except ProjectionError as exc:
         _fail(str(exc))
+    _warn_if_stale(con, path)
+    return con
+
+
+def _warn_if_stale(con, path: Path) -> None:
+    from services.runtime.supervisor import STATUS_FILE, read_json, staleness
+
+    try:
+        db_seq = con.execute("SELECT last_seq FROM projector_meta WHERE id = 1").fetchone()[0]
+    except Exception:  # noqa: BLE001 - not a projection the projector wrote: nothing to say
+        return
+    warning = staleness(read_json(path.parent / STATUS_FILE), db_seq)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 # ---------------------------------------------------------------- formatting helpers

@@ -92,43 +92,101 @@ async def publish_config(url: str, doc: dict[str, Any]) -> int:
 
 
 class Cluster:
-    """The control plane plus simulated agents, in-process (asyncio tasks) or as processes."""
+    """The control plane plus simulated agents, in-process (asyncio tasks) or as processes,
+    supervised (services/runtime/supervisor.py): crashed services are restarted with back-off
+    and reported, and `<data>/status.json` says how each one is doing."""
 
     def __init__(self, url: str, config: Path | None, doc: dict[str, Any], processes: bool,
                  data: Path | None = None) -> None:
-        self.url, self.config, self.doc, self.processes = url, config, doc, processes
-        self.data = data
-        """Where the projector keeps projection.duckdb (None: no projector)."""
-        self.children = None  # ServiceProcesses with --processes
+        self.url, self.doc, self.processes = url, doc, processes
+        self.config = None if config is None else Path(config).resolve()
+        self.data = None if data is None else Path(data).resolve()
+        """Where the projector keeps projection.duckdb (None: no projector), the status file,
+        and with processes the children's logs (`logs/`) and heartbeats."""
+        self.supervisor = None  # ProcessSupervisor with --processes
         self.tasks: list[asyncio.Task] = []
         self.stop = asyncio.Event()
+        self.board = None
+        self._samplers: list = []  # refresh in-process rows from their hosts / projector
 
     async def start(self) -> None:
+        """Start every service; with processes, wait until each is ready (StartFailed with
+        the child's own error when one exits or hangs at start)."""
         from services.roles import CONTROL_PLANE, build
         from services.runtime.host import run_service
+        from services.runtime.supervisor import STATUS_FILE, StatusBoard, supervise_task
 
+        if self.data is not None:
+            self.data.mkdir(parents=True, exist_ok=True)
+        self.board = StatusBoard(None if self.data is None else self.data / STATUS_FILE,
+                                 self.url, "processes" if self.processes else "in-process")
         if self.processes:
             from services.runtime.processes import ServiceProcesses
+            from services.runtime.supervisor import ProcessSupervisor
 
-            self.children = ServiceProcesses(self.url, config=self.config)
+            base = self.data if self.data is not None else Path.cwd() / DEFAULT_DATA
+            (base / "logs").mkdir(parents=True, exist_ok=True)
+            procs = ServiceProcesses(self.url, config=self.config, log_dir=base / "logs")
+            self.supervisor = sup = ProcessSupervisor(procs, self.board, base / "heartbeats")
             for role in CONTROL_PLANE:
-                self.children.start(role)
+                sup.add(role)
             for node in self._nodes():
-                self.children.start("node-agent", "--node", node, name=node)
+                sup.add("node-agent", "--node", node, name=node)
             if self.data is not None:
-                self.children.start("projector", "--data", str(self.data))
+                sup.add("projector", "--data", str(self.data))
+            try:
+                await sup.start()
+            except BaseException:
+                sup.stop()
+                raise
+            self.tasks.append(asyncio.create_task(self._report()))
             return
         if self.data is not None:
-            from projections.nats_source import run_projector
+            from projections.nats_source import ProjectorStatus, run_projector
 
-            self.data.mkdir(parents=True, exist_ok=True)
-            self.tasks.append(asyncio.create_task(
-                run_projector(self.url, self.data / "projection.duckdb", stop=self.stop)))
-        for role in CONTROL_PLANE:
-            self.tasks.append(asyncio.create_task(run_service(build(role), self.url, stop=self.stop)))
+            st, ps = self.board.add("projector", "projector"), ProjectorStatus()
+            db = self.data / "projection.duckdb"
+            self.tasks.append(asyncio.create_task(supervise_task(
+                st, lambda: run_projector(self.url, db, stop=self.stop, status=ps), self.stop)))
+            self._samplers.append(lambda st=st, ps=ps: _sample_projector(st, ps))
+        services = [(role, lambda role=role: build(role)) for role in CONTROL_PLANE]
         if self._nodes():
-            agent = build("node-agent", self.doc)
-            self.tasks.append(asyncio.create_task(run_service(agent, self.url, stop=self.stop)))
+            services.append(("node-agent", lambda: build("node-agent", self.doc)))
+        for name, make in services:
+            st, hosts = self.board.add(name, name), []
+            self.tasks.append(asyncio.create_task(supervise_task(
+                st, lambda make=make, hosts=hosts: run_service(
+                    make(), self.url, stop=self.stop, on_host=hosts.append), self.stop)))
+            self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
+        self.tasks.append(asyncio.create_task(self._report()))
+
+    async def _report(self, interval_s: float = 1.0) -> None:
+        """Once a second: supervise children, sample the stream's last sequence, write the
+        status file."""
+        from services.runtime.bus import Bus
+
+        bus = None
+        try:
+            while not self.stop.is_set():
+                if self.supervisor is not None:
+                    self.supervisor.poll()
+                for sample in self._samplers:
+                    sample()
+                try:
+                    if bus is None:
+                        bus = await Bus.connect(self.url, name="gpuledger-up-status",
+                                                connect_timeout=2, error_cb=_quiet)
+                    self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
+                    self.board.stream_error = None
+                except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
+                    self.board.stream_error = f"{type(exc).__name__}: {exc}"[:300]
+                self.board.write()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), interval_s)
+        finally:
+            if bus is not None:
+                with contextlib.suppress(Exception):
+                    await bus.close()
 
     def _nodes(self) -> list[str]:
         from services.domain.configfile import node_infos
@@ -140,8 +198,24 @@ class Cluster:
         for t in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(t, 10)
-        if self.children is not None:
-            self.children.stop()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        if self.board is not None:
+            for st in self.board.services.values():
+                st.state = "stopped"
+            self.board.write()
+
+
+def _sample_host(st, hosts: list) -> None:
+    if hosts:
+        st.folded_seq = hosts[-1].folded_seq
+
+
+def _sample_projector(st, ps) -> None:
+    st.folded_seq = ps.committed_seq
+    if st.state in ("running", "blocked"):
+        st.state = "blocked" if ps.state == "blocked" else "running"
+    st.detail = ps.detail
 
 
 def embedded(data: Path | None, keep: bool):
@@ -179,14 +253,22 @@ def run(
 
     from services.domain.inputs import InputError
 
+    doc = read_doc(config)  # (outside the try: its typer.Exit is a RuntimeError)
     try:
-        service = build(role, read_doc(config), node=node, instance=node or "0", real=real,
+        service = build(role, doc, node=node, instance=node or "0", real=real,
                         work_dir=None if work_dir is None else str(work_dir))
     except InputError as exc:
         fail_input(exc, config)
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
-    serve(service, nats_url, lease_ttl_s=leader_lease)
+    serve(service, nats_url, lease_ttl_s=leader_lease, on_host=_heartbeat_host)
+
+
+def _heartbeat_host(host) -> None:
+    """Under `gpuledger up --processes`: report the host's folded sequence to `up`."""
+    from services.runtime.supervisor import heartbeat_task, host_sample
+
+    heartbeat_task(host_sample(host))
 
 
 def serve_projector(url: str, data: Path) -> None:
@@ -199,14 +281,36 @@ def serve_projector(url: str, data: Path) -> None:
     configure_logging()
     data.mkdir(parents=True, exist_ok=True)
 
+    from projections.nats_source import ProjectorStatus
+    from services.runtime.supervisor import heartbeat_task
+
+    status = ProjectorStatus()
+
+    def sample() -> dict[str, Any] | None:
+        if not status.ready and status.state != "blocked":
+            return None  # not ready: `up` waits for the first beat
+        return {"state": status.state, "folded_seq": status.committed_seq, "detail": status.detail}
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run_projector(url, data / "projection.duckdb", stop=stop)
+        beat = heartbeat_task(sample, 0.5)
+        try:
+            await run_projector(url, data / "projection.duckdb", stop=stop, status=status)
+        finally:
+            if beat is not None:
+                beat.cancel()
 
-    asyncio.run(main())
+    import duckdb
+
+    from projections.store import ProjectionError
+
+    try:
+        asyncio.run(main())
+    except (ProjectionError, duckdb.Error) as exc:
+        fail(f"projector: {data / 'projection.duckdb'}: {exc}".replace("\n", " "), 1)
 
 
 @app.command()
@@ -233,7 +337,13 @@ def up(
     processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store."),
 ) -> None:
-    """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents."""
+    """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
+
+    Services are supervised: one that crashes is restarted with back-off (1 s doubling to
+    30 s) and reported in one `service.crashed` line; `gpuledger status` shows each one.
+    With --processes, children log to <data>/logs/NAME.log and must start within 30 s: one
+    that cannot makes `up` exit at once with the child's own error (exit 2 when the child
+    found its input invalid, else 1)."""
     from services.domain.configfile import ConfigFileError, parse
     from services.runtime.logging import configure_logging
 
@@ -256,13 +366,14 @@ def up(
             server = embedded(data, keep=True).start()
             url = server.url
             (data / URL_FILE).write_text(url + "\n")
-        typer.echo(f"gpuledger up: NATS at {url}; projection in {data / 'projection.duckdb'} "
-                   "(Ctrl-C to stop)", err=True)
+        logs = f"; service logs in {data / 'logs'}" if processes else ""
+        typer.echo(f"gpuledger up: NATS at {url}; projection in {data / 'projection.duckdb'}{logs}; "
+                   "`gpuledger status` shows each service (Ctrl-C to stop)", err=True)
         try:
             await publish_config(url, doc)
             cluster = Cluster(url, config, doc, processes, data=data)
-            await cluster.start()
             try:
+                await cluster.start()
                 await stop.wait()
             finally:
                 await cluster.close()
@@ -271,7 +382,57 @@ def up(
                 (data / URL_FILE).unlink(missing_ok=True)
                 server.stop()
 
-    asyncio.run(main())
+    from services.runtime.supervisor import StartFailed
+
+    try:
+        asyncio.run(main())
+    except StartFailed as exc:
+        fail(f"gpuledger up: {exc}", 2 if exc.code == 2 else 1)
+
+
+@app.command()
+def status(
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The data directory `gpuledger up` runs in."),
+    output: str = typer.Option("table", "-o", "--output", help="table, json or yaml."),
+    no_headers: bool = typer.Option(False, "--no-headers", help="Leave out the header line."),
+) -> None:
+    """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
+    failed, stopped), pid, restarts, folded sequence, lag behind the stream, last error.
+    Exit 1 when `up` is not running or a service is not running."""
+    from services.cli.audit import humanize_ms, render_table
+    from services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
+
+    path = data / STATUS_FILE
+    doc = read_json(path)
+    if doc is None:
+        fail(f"no status at {path}: start `gpuledger up` here (or pass --data)", 1)
+    now = now_ms()
+    up_running = pid_alive(doc.get("up_pid")) and now - doc.get("updated_at_ms", 0) < 15_000
+    rows = doc.get("services", [])
+    if output in ("json", "yaml"):
+        from services.cli.audit import _emit_structured
+
+        _emit_structured({**doc, "up_running": up_running}, output)
+    else:
+        lines = [[r["name"], r["state"], r.get("pid") or "-", r.get("restarts", 0),
+                  "-" if r.get("folded_seq") is None else r["folded_seq"],
+                  "-" if r.get("lag") is None else r["lag"],
+                  humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
+                  r.get("last_error") or r.get("detail") or ""]
+                 for r in rows]
+        typer.echo(render_table(["NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LAST-ERROR"],
+                                lines, no_headers=no_headers))
+        stream = doc.get("stream_last_seq")
+        typer.echo(f"stream at seq {stream if stream is not None else '?'}"
+                   + (f" ({doc['stream_error']})" if doc.get("stream_error") else "")
+                   + f"; status written {humanize_ms(now - doc.get('updated_at_ms', now))} ago by "
+                   f"`gpuledger up` (pid {doc.get('up_pid')})", err=True)
+    if not up_running:
+        typer.echo(f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
+                   f"is from {humanize_ms(now - doc.get('updated_at_ms', now))} ago", err=True)
+        raise typer.Exit(1)
+    if any(r["state"] != "running" for r in rows):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -436,4 +597,9 @@ def demo(
                 await cluster.close()
                 await bus.close()
 
-    asyncio.run(main())
+    from services.runtime.supervisor import StartFailed
+
+    try:
+        asyncio.run(main())
+    except StartFailed as exc:
+        fail(f"gpuledger demo: {exc}", 2 if exc.code == 2 else 1)

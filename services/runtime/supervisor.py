@@ -1,0 +1,445 @@
+"""Supervision for `gpuledger up`: every service is started, checked, restarted and reported.
+
+- In-process services (asyncio tasks) and child processes (`up --processes`) are supervised
+  the same way: a crash is reported in one log line (`service.crashed`: name, exit, last
+  error, restart number, back-off) and the service is restarted after an exponential
+  back-off (1 s doubling to 30 s; reset once it ran `stable_s`).
+- Children are started with absolute paths and must become ready (they write their first
+  heartbeat once connected) within `ready_timeout_s`; one that exits or hangs at start makes
+  `up` fail fast with the child's own error line (`StartFailed`).
+- `up` keeps `<data>/status.json` current (once a second): per service its state
+  (starting | running | blocked | restarting | failed | stopped), pid, restarts, folded
+  sequence, last error, plus the stream's last sequence. `gpuledger status` and the stale-read
+  warnings of `jobs`/`why`/`nodes`/`sql` read it; no lock, no NATS needed to read it.
+- A child reports its folded sequence through a heartbeat file named by the
+  `GPULEDGER_HEARTBEAT_FILE` environment variable (`heartbeat_task`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+STATUS_FILE = "status.json"
+HEARTBEAT_ENV = "GPULEDGER_HEARTBEAT_FILE"
+BACKOFF_S = (1.0, 30.0)
+
+log = structlog.get_logger("gpuledger.supervisor")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    """Readers see the old or the new document, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+# ---------------------------------------------------------------------- status board
+
+
+@dataclass
+class ServiceState:
+    """One supervised service as `gpuledger status` shows it."""
+
+    name: str
+    role: str
+    state: str = "starting"
+    pid: int | None = None
+    restarts: int = 0
+    folded_seq: int | None = None
+    """Last stream sequence the service folded (the projector: committed)."""
+    last_error: str | None = None
+    last_exit_at_ms: int | None = None
+    started_at_ms: int | None = None
+    detail: str | None = None
+    """Why it is not running normally (e.g. who blocks the projector)."""
+    behind_since_ms: int | None = None
+    """When `up` first saw the stream hold an event this service has not folded yet (None:
+    it has folded everything `up` has seen): how stale what it serves is."""
+
+
+@dataclass
+class StatusBoard:
+    """The document `up` keeps in `<data>/status.json`."""
+
+    path: Path | None
+    url: str
+    mode: str
+    services: dict[str, ServiceState] = field(default_factory=dict)
+    stream_last_seq: int | None = None
+    stream_error: str | None = None
+    samples: deque = field(default_factory=lambda: deque(maxlen=3600))
+    """(time ms, stream last seq) each time the stream's last sequence grew."""
+
+    def saw_stream(self, last_seq: int, at_ms: int | None = None) -> None:
+        if not self.samples or last_seq > self.samples[-1][1]:
+            self.samples.append((now_ms() if at_ms is None else at_ms, last_seq))
+        self.stream_last_seq = last_seq
+
+    def add(self, name: str, role: str) -> ServiceState:
+        self.services[name] = st = ServiceState(name, role)
+        return st
+
+    def document(self) -> dict[str, Any]:
+        rows = []
+        for st in self.services.values():
+            row = asdict(st)
+            row["lag"] = lag(self.stream_last_seq, st.folded_seq)
+            st.behind_since_ms = next(
+                (at for at, seq in self.samples if st.folded_seq is not None and seq > st.folded_seq),
+                None)
+            row["behind_since_ms"] = st.behind_since_ms
+            rows.append(row)
+        return {
+            "updated_at_ms": now_ms(),
+            "up_pid": os.getpid(),
+            "nats_url": self.url,
+            "mode": self.mode,
+            "stream_last_seq": self.stream_last_seq,
+            "stream_error": self.stream_error,
+            "services": rows,
+        }
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.path, self.document())
+
+
+def lag(stream_last_seq: int | None, folded_seq: int | None) -> int | None:
+    """Events the service has not folded yet (None when either side is unknown)."""
+    if stream_last_seq is None or folded_seq is None:
+        return None
+    return max(0, stream_last_seq - folded_seq)
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------- child errors
+
+
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Busy|Gap)\b.*")
+
+
+def last_error_line(text: str) -> str | None:
+    """The child's own account of why it stopped, from the tail of its output: an
+    `error: ...` line, a structlog error record, or the last line of a traceback."""
+    for line in reversed(text.splitlines()[-200:]):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("error: "):
+            return line[len("error: "):]
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("level") in ("error", "critical", "exception"):
+                exc = str(rec.get("exception") or rec.get("error") or "").strip().splitlines()
+                return f"{rec.get('event')}: {exc[-1]}" if exc else str(rec.get("event"))
+            continue
+        if _EXC_LINE.match(line):
+            return line
+    return None
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# ---------------------------------------------------------------------- heartbeats
+
+
+def heartbeat_task(sample: Callable[[], dict[str, Any] | None], interval_s: float = 1.0
+                   ) -> asyncio.Task | None:
+    """In a child started by `up`: write `sample()` (plus pid and time) to the file named by
+    $GPULEDGER_HEARTBEAT_FILE now and every `interval_s` (a None sample: not ready yet, no
+    beat). None when not supervised."""
+    target = os.environ.get(HEARTBEAT_ENV)
+    if not target:
+        return None
+    path = Path(target)
+
+    def beat() -> None:
+        fields = sample()
+        if fields is not None:
+            with contextlib.suppress(OSError):
+                write_json_atomic(path, {**fields, "pid": os.getpid(), "at_ms": now_ms()})
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            beat()
+
+    beat()  # the first beat is the readiness signal
+    return asyncio.get_running_loop().create_task(loop(), name="heartbeat")
+
+
+def host_sample(host: Any) -> Callable[[], dict[str, Any]]:
+    """Heartbeat fields of a runtime Host."""
+    return lambda: {"state": "running", "folded_seq": host.folded_seq}
+
+
+# ---------------------------------------------------------------------- back-off
+
+
+@dataclass
+class Backoff:
+    """Exponential restart delay, reset after a run of `stable_s` seconds."""
+
+    first_s: float = BACKOFF_S[0]
+    max_s: float = BACKOFF_S[1]
+    stable_s: float = 60.0
+    _next: float = 0.0
+
+    def after_run(self, ran_s: float) -> float:
+        if ran_s >= self.stable_s or self._next == 0.0:
+            self._next = self.first_s
+        else:
+            self._next = min(self._next * 2, self.max_s)
+        return self._next
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep; True when `stop` was set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
+
+
+def report_crash(st: ServiceState, how: str, retry_in_s: float) -> None:
+    """The one line a crash produces."""
+    log.error("service.crashed", service=st.name, exit=how, error=st.last_error,
+              restart=st.restarts + 1, retry_in_s=retry_in_s)
+
+
+# ---------------------------------------------------------------------- in-process
+
+
+async def supervise_task(
+    st: ServiceState,
+    run: Callable[[], Awaitable[Any]],
+    stop: asyncio.Event,
+    backoff: Backoff | None = None,
+) -> None:
+    """Run `run()` until `stop`; restart it after a crash (or an unexpected return) with
+    back-off, reporting each restart in one line."""
+    backoff = backoff or Backoff()
+    st.pid = os.getpid()
+    while not stop.is_set():
+        started = time.monotonic()
+        st.state, st.started_at_ms = "running", now_ms()
+        try:
+            await run()
+            if stop.is_set():
+                break
+            how, st.last_error = "returned", "returned while the cluster runs"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a supervisor keeps the service alive
+            how, st.last_error = "raised", f"{type(exc).__name__}: {exc}"[:500]
+        st.last_exit_at_ms = now_ms()
+        delay = backoff.after_run(time.monotonic() - started)
+        report_crash(st, how, delay)
+        st.state = "restarting"
+        if await sleep_or_stop(stop, delay):
+            break
+        st.restarts += 1
+    st.state = "stopped"
+
+
+# ---------------------------------------------------------------------- processes
+
+
+class StartFailed(RuntimeError):
+    """A child exited (or never became ready) at start."""
+
+    def __init__(self, name: str, error: str, code: int) -> None:
+        self.name, self.error, self.code = name, error, code
+        super().__init__(f"{name} failed to start: {error}")
+
+
+@dataclass
+class Child:
+    name: str
+    role: str
+    args: tuple[str, ...]
+    st: ServiceState
+    proc: Any = None
+    log_offset: int = 0
+    started: float = 0.0
+    restart_at: float | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+class ProcessSupervisor:
+    """Children of `up --processes` (through ServiceProcesses): started with a heartbeat file
+    each, checked for readiness, restarted with back-off when they exit."""
+
+    def __init__(self, procs: Any, board: StatusBoard, heartbeat_dir: Path, *,
+                 ready_timeout_s: float = 30.0) -> None:
+        self.procs, self.board = procs, board
+        self.heartbeat_dir = heartbeat_dir
+        self.ready_timeout_s = ready_timeout_s
+        self.children: dict[str, Child] = {}
+        heartbeat_dir.mkdir(parents=True, exist_ok=True)
+
+    def add(self, role: str, *args: str, name: str | None = None) -> None:
+        name = name or role
+        self.children[name] = Child(name, role, args, self.board.add(name, role))
+
+    def _heartbeat(self, c: Child) -> Path:
+        return self.heartbeat_dir / f"{c.name}.json"
+
+    def _log(self, c: Child) -> Path | None:
+        return None if self.procs.log_dir is None else self.procs.log_dir / f"{c.name}.log"
+
+    def _spawn(self, c: Child) -> None:
+        self._heartbeat(c).unlink(missing_ok=True)
+        logf = self._log(c)
+        c.log_offset = logf.stat().st_size if logf is not None and logf.exists() else 0
+        c.proc = self.procs.start(c.role, *c.args, name=c.name,
+                                  env={HEARTBEAT_ENV: str(self._heartbeat(c))})
+        c.started, c.restart_at = time.monotonic(), None
+        c.st.pid, c.st.state, c.st.started_at_ms = c.proc.pid, "starting", now_ms()
+
+    def _child_error(self, c: Child, code: int) -> str:
+        """How the child ended, with its own last error line from this run's output."""
+        logf = self._log(c)
+        said = None
+        if logf is not None and logf.exists():
+            with open(logf, "rb") as f:
+                f.seek(c.log_offset)
+                said = last_error_line(f.read()[-65536:].decode("utf-8", "replace"))
+        return exit_text(code) if said is None else f"{exit_text(code)}: {said}"
+
+    def _refresh(self, c: Child) -> bool:
+        """Update the row from the child's heartbeat; True once it has beaten."""
+        hb = read_json(self._heartbeat(c))
+        if hb is None or hb.get("pid") != c.proc.pid:
+            return False
+        c.st.folded_seq = hb.get("folded_seq", c.st.folded_seq)
+        c.st.state = hb.get("state", "running")
+        c.st.detail = hb.get("detail")
+        return True
+
+    async def start(self) -> None:
+        """Start every child and wait until each is ready; StartFailed (with the child's own
+        error) on the first that exits or does not beat within `ready_timeout_s`."""
+        for c in self.children.values():
+            self._spawn(c)
+        deadline = time.monotonic() + self.ready_timeout_s
+        waiting = set(self.children)
+        while waiting:
+            for name in sorted(waiting):
+                c = self.children[name]
+                code = c.proc.poll()
+                if code is not None:
+                    c.st.state, c.st.last_error = "failed", self._child_error(c, code)
+                    c.st.last_exit_at_ms = now_ms()
+                    self.board.write()
+                    raise StartFailed(name, c.st.last_error, code)
+                if self._refresh(c):
+                    waiting.discard(name)
+            if waiting and time.monotonic() > deadline:
+                name = sorted(waiting)[0]
+                self.children[name].st.state = "failed"
+                raise StartFailed(name, f"not ready after {self.ready_timeout_s:g}s "
+                                        f"(no heartbeat; see its log)", 1)
+            self.board.write()
+            await asyncio.sleep(0.1)
+
+    def poll(self) -> None:
+        """One supervision round: notice exits, restart what is due, refresh the rows."""
+        now = time.monotonic()
+        for c in self.children.values():
+            if c.restart_at is not None:
+                if now >= c.restart_at:
+                    c.st.restarts += 1
+                    self._spawn(c)
+                continue
+            code = c.proc.poll()
+            if code is None:
+                self._refresh(c)
+                continue
+            c.st.last_error = self._child_error(c, code)
+            c.st.last_exit_at_ms = now_ms()
+            delay = c.backoff.after_run(now - c.started)
+            report_crash(c.st, exit_text(code), delay)
+            c.st.state, c.st.pid, c.restart_at = "restarting", None, now + delay
+
+    def stop(self) -> None:
+        self.procs.stop()
+        for c in self.children.values():
+            c.st.state = "stopped"
+
+
+# ---------------------------------------------------------------------- stale reads
+
+
+def staleness(status: dict[str, Any] | None, db_seq: int, *, now: int | None = None,
+              grace_ms: int = 3000) -> str | None:
+    """A warning when a projection read at `db_seq` is stale: `up` is running (its status
+    file is fresh), the stream is further, and the projector is not running (crashed,
+    restarting) or has missed events the stream held more than `grace_ms` ago (blocked by a
+    reader, or catching up). None when the read is current (or unknowable)."""
+    if not status:
+        return None
+    now = now_ms() if now is None else now
+    stream = status.get("stream_last_seq")
+    if stream is None or db_seq >= stream or now - status.get("updated_at_ms", 0) > 15_000:
+        return None
+    if not pid_alive(status.get("up_pid")):
+        return None
+    pj = next((r for r in status.get("services", []) if r.get("role") == "projector"), None)
+    if pj is None:
+        return None
+    since = pj.get("behind_since_ms")
+    if pj.get("state") in ("running", "blocked") and (since is None or now - since < grace_ms):
+        return None
+    why = pj.get("state", "?")
+    if pj.get("detail") or pj.get("last_error"):
+        why += f": {pj.get('detail') or pj.get('last_error')}"
+    age = "" if since is None else f" for {(now - since) / 1000:.0f}s"
+    return (f"projection is stale: at seq {db_seq}, the stream is at {stream} "
+            f"({stream - db_seq} events behind{age}; projector {why})")

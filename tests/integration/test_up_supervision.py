@@ -1,0 +1,223 @@
+"""`gpuledger up` is never down for good: readers of the projection cannot stop the projector
+(issue 11 cases 4 and 10), and `up --processes` supervises its children (case 5): relative
+paths work from any directory, a child that cannot start fails `up` at once with its error,
+a killed child is restarted and reported, and `gpuledger status` shows it all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.integration.cluster import EXAMPLES, ROOT, cli
+
+pytestmark = pytest.mark.integration
+
+JOB = "id: {id}\ntenant: team-a\ngpus: 2\nduration: 1\n"
+
+
+def start_up(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up", *args], cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
+    )
+
+
+def status(cwd: Path) -> dict:
+    out = cli("status", "-o", "json", cwd=cwd)
+    return json.loads(out.stdout) if out.stdout.strip() else {}
+
+
+def service(doc: dict, name: str) -> dict:
+    return next(s for s in doc.get("services", []) if s["name"] == name)
+
+
+def wait_for(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def all_running(cwd: Path) -> dict | None:
+    doc = status(cwd)
+    rows = doc.get("services", [])
+    return doc if rows and all(s["state"] == "running" for s in rows) else None
+
+
+def stop_up(up: subprocess.Popen) -> str:
+    up.send_signal(signal.SIGTERM)
+    out = up.communicate(timeout=60)[0]
+    assert up.returncode == 0, out[-3000:]
+    return out
+
+
+def projection_seq(cwd: Path) -> int:
+    out = cli("sql", "SELECT last_seq FROM projector_meta", "-f", "json", cwd=cwd)
+    return json.loads(out.stdout)[0]["last_seq"] if out.returncode == 0 else -1
+
+
+def test_a_reader_holding_the_projection_delays_the_projector_which_then_catches_up(tmp_path):
+    """Case 10 and 4: a read-only connection held 8 s while `up` runs, and CLI reads during
+    projection, neither kill nor freeze the projector; a read behind it says it is stale."""
+    up = start_up(tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"))
+    out = ""
+    try:
+        wait_for(lambda: all_running(tmp_path), 60, "every service running")
+        db = tmp_path / ".gpuledger" / "projection.duckdb"
+        wait_for(lambda: projection_seq(tmp_path) > 0, 30, "a first projection")
+
+        held = wait_for(lambda: _try_readonly(db), 30, "a read-only connection")
+        held_at = time.monotonic()
+        (tmp_path / "job.yaml").write_text(JOB.format(id="during-hold"))
+        assert cli("submit", "job.yaml", "--wait", cwd=tmp_path).returncode == 0
+        blocked = wait_for(lambda: _projector_blocked(tmp_path), 15, "the projector to report blocked")
+        assert f"PID {os.getpid()}" in blocked["detail"]
+        # other readers share the read-only file meanwhile, and once the projector has missed
+        # events for more than 3 s they are told they read behind it
+        wait_for(lambda: _behind_for(tmp_path, 3.5), 15, "the projector to be behind for 3.5 s")
+        frozen = held.execute("SELECT last_seq FROM projector_meta").fetchone()[0]
+        reader = cli("jobs", "-o", "json", cwd=tmp_path)
+        assert reader.returncode == 0, reader.stderr
+        assert "during-hold" not in {j["job_id"] for j in json.loads(reader.stdout)}
+        assert f"warning: projection is stale: at seq {frozen}, the stream is at" in reader.stderr
+        assert "projector blocked" in reader.stderr
+        time.sleep(max(0.0, 8 - (time.monotonic() - held_at)))
+        assert service(status(tmp_path), "projector")["restarts"] == 0
+        held.close()
+
+        # the projector catches up once the reader has gone: no restart, nothing lost
+        doc = wait_for(lambda: _caught_up(tmp_path), 30, "the projection to catch up")
+        assert service(doc, "projector")["restarts"] == 0
+        out = cli("jobs", "-o", "json", cwd=tmp_path)
+        assert "during-hold" in {j["job_id"] for j in json.loads(out.stdout)}
+        assert "warning" not in out.stderr
+
+        # case 4: CLI reads while the projector projects never kill it
+        codes = []
+        for i in range(6):
+            (tmp_path / "job.yaml").write_text(JOB.format(id=f"read-{i}"))
+            cli("submit", "job.yaml", cwd=tmp_path)
+            for args in (("jobs",), ("nodes",), ("why", f"read-{i}"), ("sql", "SELECT count(*) FROM events")):
+                codes.append(cli(*args, cwd=tmp_path).returncode)
+        assert set(codes) <= {0, 1}  # `why` may not see a job submitted a moment ago
+        assert codes.count(0) >= len(codes) - 6
+        doc = wait_for(lambda: _caught_up(tmp_path), 30, "the projection to catch up")
+        assert service(doc, "projector")["restarts"] == 0
+    finally:
+        out = stop_up(up)
+    assert '"projector.blocked"' in out and '"projector.unblocked"' in out
+    assert "service.crashed" not in out
+
+
+def _try_readonly(db: Path):
+    try:
+        return duckdb.connect(str(db), read_only=True)
+    except duckdb.IOException:
+        return None
+
+
+def _projector_blocked(cwd: Path) -> dict | None:
+    row = service(status(cwd), "projector")
+    return row if row["state"] == "blocked" else None
+
+
+def _behind_for(cwd: Path, seconds: float) -> bool:
+    since = service(status(cwd), "projector")["behind_since_ms"]
+    return since is not None and time.time() * 1000 - since >= seconds * 1000
+
+
+def _caught_up(cwd: Path) -> dict | None:
+    doc = status(cwd)
+    row = service(doc, "projector") if doc else None
+    if not row or row["state"] != "running" or doc["stream_last_seq"] is None:
+        return None
+    return doc if projection_seq(cwd) >= doc["stream_last_seq"] else None
+
+
+def test_up_processes_with_a_relative_config_restarts_a_killed_child(tmp_path):
+    """Case 5: relative --config from another directory works; a SIGKILLed child is restarted,
+    reported in one line, and `gpuledger status` shows restarts=1 and the last error."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "cluster.yaml").write_text((EXAMPLES / "three-jobs.yaml").read_text())
+    up = start_up(tmp_path, "--processes", "--config", "conf/cluster.yaml")
+    out = ""
+    try:
+        doc = wait_for(lambda: all_running(tmp_path), 90, "every child running")
+        assert {s["name"] for s in doc["services"]} >= {"scheduler", "projector", "n1", "n2"}
+        table = cli("status", cwd=tmp_path)
+        assert table.returncode == 0
+        assert table.stdout.splitlines()[0].split() == [
+            "NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LAST-ERROR"]
+
+        victim = service(doc, "scheduler")["pid"]
+        os.kill(victim, signal.SIGKILL)
+        doc = wait_for(lambda: _restarted(tmp_path, "scheduler"), 30, "the scheduler's restart")
+        row = service(doc, "scheduler")
+        assert (row["restarts"], row["last_error"]) == (1, "killed by SIGKILL")
+        assert row["pid"] != victim
+        table = cli("status", cwd=tmp_path).stdout
+        line = next(x for x in table.splitlines() if x.startswith("scheduler"))
+        assert line.split()[1:2] + line.split()[3:4] == ["running", "1"]
+        assert line.endswith("killed by SIGKILL")
+
+        # the restarted scheduler places work again
+        (tmp_path / "job.yaml").write_text(JOB.format(id="after-restart"))
+        assert cli("submit", "job.yaml", "--wait", cwd=tmp_path).returncode == 0
+        wait_for(lambda: _job_state(tmp_path, "after-restart") == "completed", 60, "the job to complete")
+    finally:
+        out = stop_up(up)
+    crashes = [json.loads(x) for x in out.splitlines() if '"service.crashed"' in x]
+    assert [(c["service"], c["exit"], c["restart"]) for c in crashes] == [
+        ("scheduler", "killed by SIGKILL", 1)]
+
+
+def _restarted(cwd: Path, name: str) -> dict | None:
+    doc = status(cwd)
+    row = service(doc, name) if doc else None
+    return doc if row and row["restarts"] == 1 and row["state"] == "running" else None
+
+
+def _job_state(cwd: Path, job: str) -> str | None:
+    out = cli("jobs", "-o", "json", cwd=cwd)
+    if out.returncode != 0:
+        return None
+    return {j["job_id"]: j["state"] for j in json.loads(out.stdout)}.get(job)
+
+
+def test_up_processes_fails_fast_with_the_childs_error(tmp_path):
+    """Case 5: a child that cannot start makes `up` exit non-zero at once, with one line
+    naming the child and its own error (here: the projection file is not a database)."""
+    data = tmp_path / ".gpuledger"
+    data.mkdir()
+    (data / "projection.duckdb").write_text("not a database\n")
+    started = time.monotonic()
+    up = start_up(tmp_path, "--processes", "--config", str(EXAMPLES / "three-jobs.yaml"))
+    out = up.communicate(timeout=90)[0]
+    assert up.returncode == 1
+    assert time.monotonic() - started < 45
+    errors = [x for x in out.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1, out[-3000:]
+    assert errors[0].startswith("error: gpuledger up: projector failed to start: exited with code 1: ")
+    assert "not a valid DuckDB database file" in errors[0]
+    doc = json.loads((data / "status.json").read_text())
+    assert not any(_alive(s["pid"]) for s in doc["services"] if s["pid"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,151 @@
+"""Supervision of `gpuledger up`'s services: crashes are restarted with back-off and reported
+once, children that cannot start fail fast with their own error, stale reads are named."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+import pytest
+from structlog.testing import capture_logs
+
+from services.runtime.processes import ServiceProcesses
+from services.runtime.supervisor import (
+    Backoff,
+    ProcessSupervisor,
+    StartFailed,
+    StatusBoard,
+    exit_text,
+    last_error_line,
+    staleness,
+    supervise_task,
+)
+
+
+async def test_a_crashing_in_process_service_is_restarted_and_each_crash_is_one_line():
+    board = StatusBoard(None, "nats://x", "in-process")
+    st = board.add("scheduler", "scheduler")
+    stop = asyncio.Event()
+    runs = []
+
+    async def service() -> None:
+        runs.append(time.monotonic())
+        if len(runs) <= 2:
+            raise RuntimeError(f"boom {len(runs)}")
+        await stop.wait()
+
+    with capture_logs() as logs:
+        task = asyncio.create_task(supervise_task(st, service, stop, Backoff(0.05, 1.0)))
+        while len(runs) < 3:
+            await asyncio.sleep(0.01)
+        assert st.state == "running" and st.restarts == 2
+        assert st.last_error == "RuntimeError: boom 2"
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    crashes = [entry for entry in logs if entry["event"] == "service.crashed"]
+    assert [(c["service"], c["restart"], c["error"]) for c in crashes] == [
+        ("scheduler", 1, "RuntimeError: boom 1"),
+        ("scheduler", 2, "RuntimeError: boom 2"),
+    ]
+    assert runs[2] - runs[1] >= 0.1 > runs[1] - runs[0] >= 0.05  # back-off doubles
+    assert st.state == "stopped"
+
+
+def test_backoff_doubles_up_to_its_cap_and_resets_after_a_stable_run():
+    b = Backoff(1.0, 4.0, stable_s=60)
+    assert [b.after_run(0.1) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
+    assert b.after_run(61) == 1.0
+
+
+def test_the_childs_own_error_line_is_found_in_its_output():
+    assert last_error_line("info\nerror: cfg.yaml: no such file\n") == "cfg.yaml: no such file"
+    record = json.dumps({"event": "host.crashed", "level": "error",
+                         "exception": "Traceback...\nValueError: bad gpus"})
+    assert last_error_line(f'{{"event": "x", "level": "info"}}\n{record}\n') == "host.crashed: ValueError: bad gpus"
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nOverflowError: int too big\n'
+    assert last_error_line(tb) == "OverflowError: int too big"
+    assert last_error_line('{"event": "host.folded", "level": "info"}\n') is None
+    assert exit_text(-9) == "killed by SIGKILL" and exit_text(2) == "exited with code 2"
+
+
+def _status(stream: int, state: str, behind_since_ms: int | None, now: int) -> dict:
+    return {"updated_at_ms": now, "up_pid": os.getpid(), "stream_last_seq": stream,
+            "services": [{"name": "projector", "role": "projector", "state": state,
+                          "behind_since_ms": behind_since_ms,
+                          "detail": "db held by PID 7 for 8s" if state == "blocked" else None}]}
+
+
+def test_a_read_behind_a_blocked_projector_says_it_is_stale():
+    now = 1_000_000
+    warning = staleness(_status(340, "blocked", now - 8000, now), 120, now=now)
+    assert warning == ("projection is stale: at seq 120, the stream is at 340 (220 events behind "
+                       "for 8s; projector blocked: db held by PID 7 for 8s)")
+
+
+def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
+    now = 1_000_000
+    assert staleness(_status(340, "running", None, now), 340, now=now) is None
+    assert staleness(_status(340, "running", now - 500, now), 338, now=now) is None
+    assert staleness(_status(340, "blocked", now - 500, now), 338, now=now) is None
+    assert staleness(_status(340, "running", now - 5000, now), 338, now=now) is not None
+    assert staleness(_status(340, "restarting", now - 500, now), 338, now=now) is not None
+    assert staleness(None, 5) is None
+    old = _status(340, "blocked", now - 8000, now - 60_000)  # `up` gone: nothing to compare
+    assert staleness(old, 120, now=now) is None
+
+
+@pytest.mark.integration
+async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_server, tmp_path):
+    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
+    procs = ServiceProcesses(nats_server.url, config=tmp_path / "missing.yaml", log_dir=tmp_path)
+    sup = ProcessSupervisor(procs, board, tmp_path / "hb", ready_timeout_s=30)
+    sup.add("admission")
+    started = time.monotonic()
+    with pytest.raises(StartFailed) as info:
+        await sup.start()
+    sup.stop()
+    assert time.monotonic() - started < 15
+    assert info.value.name == "admission" and info.value.code == 2
+    assert info.value.error.startswith("exited with code 2: ")
+    assert str(tmp_path / "missing.yaml") in info.value.error
+    row = json.loads((tmp_path / "status.json").read_text())["services"][0]
+    assert (row["state"], row["last_error"]) == ("failed", info.value.error)
+
+
+@pytest.mark.integration
+async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, tmp_path):
+    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
+    sup = ProcessSupervisor(ServiceProcesses(nats_server.url, log_dir=tmp_path), board, tmp_path / "hb")
+    sup.add("quota")
+    await sup.start()
+    try:
+        first = sup.children["quota"].proc
+        first.kill()
+        first.wait(5)
+        with capture_logs() as logs:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                sup.poll()
+                st = board.services["quota"]
+                if st.restarts == 1 and st.state == "running":
+                    break
+                await asyncio.sleep(0.1)
+        assert (st.state, st.restarts, st.last_error) == ("running", 1, "killed by SIGKILL")
+        assert st.pid == sup.children["quota"].proc.pid != first.pid
+        assert [e["service"] for e in logs if e["event"] == "service.crashed"] == ["quota"]
+    finally:
+        sup.stop()
+
+
+def test_behind_since_is_when_the_stream_first_held_an_event_the_service_has_not_folded():
+    board = StatusBoard(None, "nats://x", "in-process")
+    st = board.add("projector", "projector")
+    for at, seq in ((1000, 10), (2000, 20), (3000, 30), (4000, 30)):
+        board.saw_stream(seq, at_ms=at)
+    st.folded_seq = 30
+    assert board.document()["services"][0]["behind_since_ms"] is None
+    st.folded_seq = 15  # steady traffic: it misses what the stream held since t=2000
+    row = board.document()["services"][0]
+    assert (row["behind_since_ms"], row["lag"]) == (2000, 15)
