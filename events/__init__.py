@@ -18,9 +18,12 @@ from events.specs import (
     Resources,
     TenantShare,
 )
+from events.received import MAX_CLIENT_SKEW_MS, at_receipt
 from events.subjects import subject_for
 
 __all__ = [
+    "MAX_CLIENT_SKEW_MS",
+    "at_receipt",
     "ALL_EVENTS",
     "CLIENT_EVENTS",
     "CONFIG_EVENTS",
