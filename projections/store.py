@@ -283,10 +283,12 @@ class Projector:
         self.skipped += 1
         return False
 
-    def apply_raw(self, seq: int, subject: str, payload: bytes) -> bool:
-        """Fold one message given as bytes; an undecodable payload is recorded, not skipped."""
+    def apply_raw(self, seq: int, subject: str, payload: bytes, *, received_ms: int = 0) -> bool:
+        """Fold one message given as bytes; an undecodable payload is recorded, not skipped.
+        `received_ms` (the stream's receive time) gives an external input its effective time
+        (`events.at_receipt`), as the services fold it."""
         try:
-            event = ev.decode(payload)
+            event = ev.at_receipt(ev.decode(payload), received_ms)
         except ev.UndecodableEvent as exc:
             ok = self.projection.apply_undecodable(
                 seq, subject, str(exc), payload[:200].decode("utf-8", "replace")
