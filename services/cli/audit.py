@@ -205,8 +205,8 @@ def refused_lines(refused: list[dict[str, Any]]) -> list[str]:
 
 def render_why(r: dict[str, Any]) -> str:
     lines = [
-        f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class']}, "
-        f"priority {r['priority']}, {r['gpus']} GPUs)",
+        f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
+        f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
         f"State:     {r['state']}"
         + (
             f" for {humanize_ms((r['age_s'] or 0) * 1000)} since submission"
