@@ -182,8 +182,8 @@ class RequestRefused(Decision, frozen=True, kw_only=True, tag="RequestRefused.v1
     """Stream sequence of the refused message (one refusal per message)."""
     reason: str
     """CamelCase code: `JobIdConflict` (the id is taken by a submission with other content),
-    `InvalidSpec` (the submission could not be decoded or validated), `UnknownJob` (cancel of
-    a job the tenant does not have)."""
+    `InvalidSpec` (a second submission, or a cancel, that could not be decoded or applied),
+    `UnknownJob` (cancel of a job the tenant does not have)."""
     message: str
     """Quantitative explanation (which fields differ, the decode error)."""
     details: dict[str, Any] = {}
