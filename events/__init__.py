@@ -8,6 +8,7 @@ from events.catalog import ALL_EVENTS, CLIENT_EVENTS, CONFIG_EVENTS, Policy
 from events.codec import UndecodableEvent, decode, encode, from_builtins, to_builtins
 from events.envelope import Decision, Event
 from events.ids import InvalidId, derive_event_id, validate_tenant, validate_token
+from events.received import MAX_CLIENT_SKEW_MS, at_receipt
 from events.specs import (
     CheckpointPolicy,
     GpuInfo,
@@ -21,6 +22,8 @@ from events.specs import (
 from events.subjects import subject_for
 
 __all__ = [
+    "MAX_CLIENT_SKEW_MS",
+    "at_receipt",
     "ALL_EVENTS",
     "CLIENT_EVENTS",
     "CONFIG_EVENTS",

@@ -18,14 +18,22 @@ from events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantSh
 
 
 class JobSubmitted(Event, frozen=True, kw_only=True, tag="JobSubmitted.v1"):
-    """A client asked to run a job. Published on `gl.submit.<tenant>.<job>` exactly once per job."""
+    """A client asked to run a job. Published on `gl.submit.<tenant>.<job>` exactly once per job.
+
+    A job id is created once, across tenants: a later submission with the same content is a
+    retry and changes nothing; one with other content is refused (`RequestRefused`,
+    `JobIdConflict`) and the first job stands. A payload that does not decode is rejected
+    (`JobRejected`, `InvalidSpec`). `occurred_at_ms` may be omitted: a missing value or one
+    more than 5 minutes from the stream's receive time is replaced by the receive time."""
 
     job: JobSpec
     """The job as submitted."""
 
 
 class JobCancelled(Event, frozen=True, kw_only=True, tag="JobCancelled.v1"):
-    """A client cancelled a job; its members are stopped without requeue."""
+    """A client cancelled a job; its members are stopped without requeue. A cancel of a job
+    id its tenant never submitted is refused (`RequestRefused`, `UnknownJob`) and creates
+    nothing."""
 
     job_id: str
     """The job."""
@@ -189,6 +197,30 @@ class JobRejected(Decision, frozen=True, kw_only=True, tag="JobRejected.v1"):
     """Quantitative explanation."""
     details: dict[str, Any] = {}
     """Structured details."""
+
+
+class RequestRefused(Decision, frozen=True, kw_only=True, tag="RequestRefused.v1"):
+    """Admission refused a client request that must not change any job: a second submission
+    of an existing job id with other content, a submission for an existing job that could
+    not be decoded, or a cancel of a job the tenant does not have. The refused message stays
+    in the log (it is immutable) and is folded by nobody; this records why."""
+
+    job_id: str
+    """The job id the refused request named."""
+    tenant: str
+    """The tenant the request came from (its subject)."""
+    request: str
+    """What was refused: `JobSubmitted` or `JobCancelled`."""
+    request_seq: int
+    """Stream sequence of the refused message (one refusal per message)."""
+    reason: str
+    """CamelCase code: `JobIdConflict` (the id is taken by a submission with other content),
+    `InvalidSpec` (a second submission, or a cancel, that could not be decoded or applied),
+    `UnknownJob` (cancel of a job the tenant does not have)."""
+    message: str
+    """Quantitative explanation (which fields differ, the decode error)."""
+    details: dict[str, Any] = {}
+    """Structured details (the existing submission's stream sequence, differing fields)."""
 
 
 # ---------------------------------------------------------------- quota
@@ -444,6 +476,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     PolicyConfigured,
     JobAdmitted,
     JobRejected,
+    RequestRefused,
     FairShareUpdated,
     GangPlaced,
     PendingReasonChanged,

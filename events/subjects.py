@@ -33,7 +33,7 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
     ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured), "admin"),
-    ((c.JobAdmitted, c.JobRejected), "admission"),
+    ((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
     ((c.FairShareUpdated,), "quota"),
     ((c.PreemptionRequested, c.PreemptionDeclined), "preempt"),
     ((c.NodeLost,), "sched-node"),
@@ -90,3 +90,29 @@ def subject_for(event: Event) -> str:
     if rule == "registered":
         return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]
     return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]
+
+
+def create_filter(event: Event) -> str:
+    """The subjects that must hold no message for `event` to be a creation (checked by the
+    server with `Nats-Expected-Last-Subject-Sequence: 0` over this filter). A job id is
+    unique across tenants: a submission is a creation only if no tenant submitted that id."""
+    if isinstance(event, c.JobSubmitted):
+        return f"gl.submit.*.{validate_token('job id', event.job.job_id)}"
+    return subject_for(event)
+
+
+def submit_filter(job_id: str) -> str:
+    """Every tenant's submit subject of `job_id` (at most one of them holds a creation)."""
+    return f"gl.submit.*.{validate_token('job id', job_id)}"
+
+
+def client_target(subject: str) -> tuple[str, str, str] | None:
+    """`(kind, tenant, job_id)` for a client subject `gl.submit|cancel.<tenant>.<job>` whose
+    tokens are valid ids, else None (`kind` is `submit` or `cancel`)."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[0] != "gl" or parts[1] not in ("submit", "cancel"):
+        return None
+    try:
+        return parts[1], validate_tenant(parts[2]), validate_token("job id", parts[3])
+    except ValueError:
+        return None

@@ -584,9 +584,9 @@ class Projection:
         self._touch(job, seq, e.occurred_at_ms)
 
     def _cancelled(self, seq: int, e: ev.JobCancelled) -> None:
-        job = self._job(e.job_id, e.tenant)
-        if job.state in TERMINAL:
-            return
+        job = self.jobs.get(e.job_id)
+        if job is None or job.tenant != e.tenant or job.state in TERMINAL:
+            return  # refused as the ledger refuses it (`RequestRefused`, UnknownJob): no row
         job.cancel_requested = True
         job.reason, job.message = e.reason, "cancelled by the client"
         if job.allocation_id is None:

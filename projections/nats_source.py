@@ -34,6 +34,7 @@ from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import ProjectionBusy, Projector
+from services.runtime.bus import received_ms
 from services.runtime.gctune import fewer_gc_passes
 
 log = logging.getLogger("gpuledger.projector")
@@ -209,7 +210,8 @@ async def run_projector(
                 last_msg = None
                 for msg in msgs:
                     try:
-                        pj.apply_raw(msg.metadata.sequence.stream, msg.subject, msg.data)
+                        pj.apply_raw(msg.metadata.sequence.stream, msg.subject, msg.data,
+                                     received_ms=received_ms(msg))
                     except SequenceGap as exc:
                         gap = exc
                         break

@@ -38,7 +38,28 @@ def now_ms(con) -> int:
 
 
 class UnknownJob(LookupError):
-    pass
+    """No job row; `refused` lists the requests naming the id that admission refused."""
+
+    def __init__(self, job_id: str, refused: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(job_id)
+        self.refused = refused or []
+
+
+def refused_requests(con, job_id: str) -> list[dict[str, Any]]:
+    """The client requests naming `job_id` that admission refused (`RequestRefused`), in log
+    order: a conflicting or unreadable second submission, a cancel of an unknown job."""
+    rows = con.execute(
+        "SELECT occurred_at_ms, payload::VARCHAR FROM events WHERE type = 'RequestRefused'"
+        " AND correlation_id = ? ORDER BY seq",
+        [job_id],
+    ).fetchall()
+    out = []
+    for at, payload in rows:
+        p = json.loads(payload)
+        out.append({"at_ms": at, "request": p.get("request"), "request_seq": p.get("request_seq"),
+                    "tenant": p.get("tenant"), "reason": p.get("reason"),
+                    "message": p.get("message")})
+    return out
 
 
 def why_report(con, job_id: str) -> dict[str, Any]:
@@ -46,7 +67,7 @@ def why_report(con, job_id: str) -> dict[str, Any]:
     cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
     recs = records(cur)
     if not recs:
-        raise UnknownJob(job_id)
+        raise UnknownJob(job_id, refused_requests(con, job_id))
     job = parse_json_fields(recs[0], "details")
     now = now_ms(con)
     out: dict[str, Any] = {
@@ -120,6 +141,7 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             [job_id],
         ).fetchall()
     ]
+    out["refused"] = refused_requests(con, job_id)
     out["transitions"] = [
         {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
         for at, f, t, e, r in con.execute(

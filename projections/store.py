@@ -323,13 +323,15 @@ class Projector:
         self.skipped += 1
         return False
 
-    def apply_raw(self, seq: int, subject: str, payload: bytes) -> bool:
+    def apply_raw(self, seq: int, subject: str, payload: bytes, *, received_ms: int = 0) -> bool:
         """Fold one message given as bytes. Never raises for a bad message (only SequenceGap,
         or a failed commit): an undecodable payload is recorded as an `Undecodable` row with
         its reason; an event the fold cannot apply is logged once with its reason, counted in
-        `failed`, and skipped (its events row stays, like the services' dead letter)."""
+        `failed`, and skipped (its events row stays, like the services' dead letter).
+        `received_ms` (the stream's receive time) gives an external input its effective time
+        (`events.at_receipt`), as the services fold it."""
         try:
-            event = ev.decode(payload)
+            event = ev.at_receipt(ev.decode(payload), received_ms)
         except Exception as exc:  # noqa: BLE001 - UndecodableEvent, or anything decode missed
             reason = str(exc) if isinstance(exc, ev.UndecodableEvent) else f"{type(exc).__name__}: {exc}"
             ok = self.projection.apply_undecodable(

@@ -17,7 +17,7 @@ async def stream_entries(bus, since_ms: int | None = None, until_ms: int | None 
     Undecodable messages are reported through `on_skip` (they are dead-lettered live)."""
     async for rec in bus.read_all():
         try:
-            event = ev.decode(rec.data)
+            event = ev.at_receipt(ev.decode(rec.data), rec.received_ms)
         except Exception as exc:  # noqa: BLE001 - UndecodableEvent; no message stops an export
             if on_skip is not None:
                 on_skip(rec.seq, str(exc))

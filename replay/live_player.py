@@ -51,7 +51,7 @@ async def fold(bus) -> tuple[Ledger, list[tuple[int, str, ev.Event]]]:
     log: list[tuple[int, str, ev.Event]] = []
     async for rec in bus.read_all():
         with contextlib.suppress(Exception):  # a bad message is dead-lettered live; skip it
-            event = ev.decode(rec.data)
+            event = ev.at_receipt(ev.decode(rec.data), rec.received_ms)
             ledger.apply(rec.seq, event)
             log.append((rec.seq, rec.subject, event))
     return ledger, log

@@ -27,6 +27,8 @@ def describe(event: ev.Event) -> str | None:
             return f"submitted   {j.job_id} ({j.tenant}, {j.priority_class}, {j.replicas}x {what})"
         case ev.JobRejected(job_id=j, reason=r, message=m):
             return f"rejected    {j}: {r} - {m}"
+        case ev.RequestRefused(job_id=j, request=q, request_seq=s, reason=r, message=m):
+            return f"refused     {q} of {j} (seq {s}): {r} - {m}"
         case ev.JobAdmitted(job_id=j, priority=p, preemptible=pre):
             return f"admitted    {j} (priority {p}{', preemptible' if pre else ''})"
         case ev.GangPlaced(job_id=j, members=ms, borrowing=b, resume_step=s):

@@ -3,11 +3,26 @@ reason code and a quantitative message.
 
 Checks, in order: ids, tenant known, class known, resource shape well-formed, shape possible
 on the registered fleet (only once nodes are known), non-preemptible work within guarantee.
+
+It also answers the client requests the ledger could not apply, so their senders (a CI job
+waiting with `submit --wait`, `gpuledger why`) see why: a job id whose first submission was
+dead-lettered (undecodable) is rejected with `InvalidSpec` and the decode error, using the
+tenant and job id of its subject; a second submission of an existing job id with other
+content, an unreadable one for an existing job, or a cancel of a job the tenant does not
+have gets one `RequestRefused` per message (keyed by its stream sequence).
 """
 
 from __future__ import annotations
 
-from events import Event, InvalidId, JobAdmitted, JobRejected, validate_tenant, validate_token
+from events import (
+    Event,
+    InvalidId,
+    JobAdmitted,
+    JobRejected,
+    RequestRefused,
+    validate_tenant,
+    validate_token,
+)
 from events.specs import JobSpec
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
@@ -54,6 +69,21 @@ class Admission(LedgerService):
             out.append(
                 self.emit(state, now_ms, JobAdmitted, priority_class=cls.name, priority=cls.value,
                           preemptible=cls.preemptible, slo_class=cls.slo_class, **common)
+            )
+        for job_id in sorted(state.invalid_submissions):
+            bad = state.invalid_submissions[job_id]
+            out.append(
+                self.emit(state, now_ms, JobRejected, key=job_id, correlation_id=job_id,
+                          causation_id=bad.cause, job_id=job_id, tenant=bad.tenant,
+                          reason="InvalidSpec", message=bad.message, details=bad.details)
+            )
+        for seq in sorted(state.refusals):
+            r = state.refusals[seq]
+            out.append(
+                self.emit(state, now_ms, RequestRefused, key=f"{r.job_id}@{seq}",
+                          correlation_id=r.job_id, causation_id=r.cause, job_id=r.job_id,
+                          tenant=r.tenant, request=r.request, request_seq=seq, reason=r.reason,
+                          message=r.message, details=r.details)
             )
         return out
 

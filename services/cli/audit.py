@@ -214,10 +214,19 @@ def _fmt_details(d: Any, indent: str = "    ") -> list[str]:
     return [f"{indent}{json.dumps(d, default=_json_default)}"]
 
 
+def refused_lines(refused: list[dict[str, Any]]) -> list[str]:
+    """One line per refused request naming the job (conflicting submission, unknown cancel)."""
+    return [
+        f"Refused:   {x['request']} at seq {x['request_seq']} from {x['tenant']}: "
+        f"{x['reason']}: {x['message']}"
+        for x in refused
+    ]
+
+
 def render_why(r: dict[str, Any]) -> str:
     lines = [
-        f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class']}, "
-        f"priority {r['priority']}, {r['gpus']} GPUs)",
+        f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
+        f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
         f"State:     {r['state']}"
         + (
             f" for {humanize_ms((r['age_s'] or 0) * 1000)} since submission"
@@ -288,6 +297,7 @@ def render_why(r: dict[str, Any]) -> str:
         lines.append(
             f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
+    lines += refused_lines(r.get("refused") or [])
     if r["transitions"]:
         lines.append(
             "History:   "
@@ -312,8 +322,11 @@ def why_command(
     con = _connect(path)
     try:
         report = why_report(con, job)
-    except UnknownJob:
-        _fail(f"no job {job!r} in the projection at {path}")
+    except UnknownJob as unknown:
+        typer.echo(f"error: no job {job!r} in the projection at {path}", err=True)
+        for line in refused_lines(unknown.refused):  # e.g. a refused cancel of this id
+            typer.echo(line, err=True)
+        raise typer.Exit(1) from None
     finally:
         con.close()
     if output == WhyOutput.text:

@@ -435,6 +435,27 @@ def status(
         raise typer.Exit(1)
 
 
+def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None:
+    """Compare the stored creation of a job id with a new submission: None when it holds
+    the same job (an idempotent retry), else (`JobIdConflict`, what differs)."""
+    from services.domain.ledger import spec_differences
+
+    if stored is None:
+        return "JobIdConflict", "its stored submission could not be read"
+    target = ev.subjects.client_target(stored.subject)
+    if target is not None and target[1] != spec.tenant:
+        return "JobIdConflict", "it belongs to another tenant"
+    try:
+        first = ev.decode(stored.data or b"")
+    except ev.UndecodableEvent as exc:
+        return "JobIdConflict", f"its first submission could not be decoded and was rejected (InvalidSpec: {exc})"
+    if not isinstance(first, ev.JobSubmitted):
+        return "JobIdConflict", f"its subject holds a {type(first).__name__}"
+    if first.job == spec:
+        return None
+    return "JobIdConflict", "other content: " + "; ".join(spec_differences(first.job, spec))
+
+
 @app.command()
 def submit(
     file: Path = typer.Argument(..., help="Job YAML/JSON file, or - for standard input."),
@@ -442,7 +463,11 @@ def submit(
     wait: bool = typer.Option(False, "--wait", help="Wait for the admission decision; exit 1 on rejection."),
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
 ) -> None:
-    """Publish JobSubmitted (idempotent by job id: a retried submission is the same job)."""
+    """Publish JobSubmitted. A job id is created once, across tenants: re-submitting the
+    same content is a no-op (safe CI retries); a job id already taken by other content exits
+    1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
+    admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
+    4 no decision within --timeout."""
     from services.domain.jobfile import JobFileError, job_spec
     from services.domain.stamp import submission
     from services.runtime.bus import AlreadyExists
@@ -463,9 +488,17 @@ def submit(
         try:
             try:
                 seq = await bus.create_once(event)
-            except AlreadyExists:
-                fail(f"job {spec.job_id} already exists with a different submission", 3)
-            typer.echo(f"submitted {spec.job_id} (seq {seq})", err=True)
+                typer.echo(f"submitted {spec.job_id} (seq {seq})", err=True)
+            except AlreadyExists as exists:
+                stored = exists.existing
+                conflict = existing_submission(spec, stored)
+                where = f" (seq {stored.seq})" if stored is not None else ""
+                if conflict is not None:
+                    reason, what = conflict
+                    fail(f"job {spec.job_id!r} already exists{where}: {what} ({reason}); "
+                         "submit under a new job id", 1)
+                seq = stored.seq
+                typer.echo(f"already submitted {spec.job_id}{where} with the same content", err=True)
             if not wait:
                 return 0
             deadline = time.monotonic() + timeout
@@ -477,6 +510,9 @@ def submit(
                         return 0
                     if isinstance(e, ev.JobRejected) and e.job_id == spec.job_id:
                         typer.echo(f"rejected {spec.job_id}: {e.reason}: {e.message}", err=True)
+                        return 1
+                    if isinstance(e, ev.RequestRefused) and e.request_seq == seq:
+                        typer.echo(f"refused {spec.job_id}: {e.reason}: {e.message}", err=True)
                         return 1
                 if time.monotonic() > deadline:
                     break
@@ -491,25 +527,35 @@ def submit(
 @app.command()
 def cancel(
     job_id: str = typer.Argument(...),
-    tenant: str = typer.Option(..., "--tenant"),
+    tenant: str | None = typer.Option(None, "--tenant", help="The job's tenant (default: the tenant that submitted it)."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
 ) -> None:
-    """Publish JobCancelled."""
+    """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
+    tenant's job) is refused: exit 1 with `UnknownJob`, and nothing is published."""
     from services.domain.stamp import stamp
 
     try:
-        ev.validate_token("job id", job_id)
-        ev.validate_tenant(tenant)
+        scope = ev.subjects.submit_filter(job_id)
+        if tenant is not None:
+            ev.validate_tenant(tenant)
     except ev.InvalidId as exc:
         fail(str(exc), 2)
-    event = stamp(ev.JobCancelled, key=job_id, producer="cli", now_ms=time.time_ns() // 1_000_000,
-                  correlation_id=job_id, job_id=job_id, tenant=tenant)
 
     url = resolve_url(nats_url)
 
     async def main() -> None:
         bus = await cli_bus(url)
         try:
+            stored = await bus.last_message(scope)
+            target = None if stored is None else ev.subjects.client_target(stored.subject)
+            owner = None if target is None else target[1]
+            if owner is None or (tenant is not None and tenant != owner):
+                where = "" if tenant is None else f" in tenant {tenant!r}"
+                fail(f"no job {job_id!r}{where}: nothing was submitted under this id; "
+                     "nothing to cancel (UnknownJob)", 1)
+            event = stamp(ev.JobCancelled, key=job_id, producer="cli",
+                          now_ms=time.time_ns() // 1_000_000, correlation_id=job_id,
+                          job_id=job_id, tenant=owner)
             await bus.publish(event)
         finally:
             await bus.close()

@@ -26,6 +26,43 @@ from services.placement import Fleet
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A client request the log holds but no fold applies, waiting for admission's answer
+    (`RequestRefused`, or `JobRejected` for the unreadable first submission of a job id)."""
+
+    request_seq: int
+    """Stream sequence of the refused message."""
+    request: str
+    """`JobSubmitted` or `JobCancelled`."""
+    job_id: str
+    tenant: str
+    reason: str
+    """`JobIdConflict`, `InvalidSpec` or `UnknownJob`."""
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    cause: str = ""
+    """Event id of the refused message (or of its dead letter)."""
+
+
+def spec_differences(old: JobSpec, new: JobSpec, limit: int = 5) -> list[str]:
+    """Human lines `path: stored X, new Y` for the fields where two job specs differ (in
+    field order, at most `limit`)."""
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if len(out) >= limit or a == b:
+            return
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in [*a, *(k for k in b if k not in a)]:
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+            return
+        out.append(f"{path}: stored {a!r}, new {b!r}")
+
+    walk(ev.to_builtins(old), ev.to_builtins(new), "")
+    return out
+
+
 @dataclass
 class PreemptionRecord:
     """One preemption a job suffered (for reports and why)."""
@@ -68,6 +105,11 @@ class JobRecord:
     placements: list[tuple[int, tuple[MemberPlacement, ...]]] = field(default_factory=list)
     preemptions: list[PreemptionRecord] = field(default_factory=list)
     declined: str | None = None
+    submit_seq: int = 0
+    """Stream sequence of the submission that created the job (the first one of its id)."""
+    unreadable: bool = False
+    """The job's only submission could not be decoded: it exists as a rejection (`spec`
+    holds its id and tenant only)."""
 
     @property
     def job_id(self) -> str:
@@ -175,11 +217,20 @@ class Ledger:
     service wakes then. Never used to skip a decision (that would make decisions depend on
     history that `verify` cannot see)."""
     last_seq: int = 0
+    folding_seq: int = 0
+    """Sequence of the event being folded (set by `apply`, for handlers)."""
     leader_epochs: dict[str, int] = field(default_factory=dict)
     """Highest leader epoch seen per service role."""
     stale_decisions: int = 0
     """Decisions ignored because a newer leader of their service had already decided."""
     dead_letters: int = 0
+    refusals: dict[int, Refusal] = field(default_factory=dict)
+    """Client requests to refuse, by stream sequence, until admission's `RequestRefused`
+    for them is folded: a second submission of a job id with other content, an unreadable
+    submission of an existing job, a cancel of a job its tenant does not have."""
+    invalid_submissions: dict[str, Refusal] = field(default_factory=dict)
+    """Per job id never submitted before, its first submission that could not be decoded or
+    applied (dead-lettered): admission answers it with `JobRejected` (`InvalidSpec`)."""
     placement_memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
     """Cache of the last failed placement per job, valid while `capacity_version` is unchanged
     (capacity only grows through a version bump, so a failure stays a failure)."""
@@ -190,6 +241,7 @@ class Ledger:
         """Fold one event (stream sequence `seq`). A decision carrying a leader epoch older
         than one already seen from its service is ignored: it comes from a deposed leader."""
         self.last_seq = max(self.last_seq, seq)
+        self.folding_seq = seq
         if isinstance(event, ev.Decision) and event.leader_epoch:
             role = event.producer.partition("/")[0]
             if event.leader_epoch < self.leader_epochs.get(role, 0):
@@ -280,13 +332,58 @@ class Ledger:
 
     # ------------------------------------------------------------------ handlers
 
+    def _refuse(self, request: str, job_id: str, tenant: str, reason: str, message: str,
+                cause: str = "", **details: Any) -> None:
+        """Record a client request to refuse; one whose ids cannot name a subject is only
+        dead-lettered (an answer could not be published)."""
+        try:
+            ev.validate_token("job id", job_id)
+            ev.validate_tenant(tenant)
+        except ev.InvalidId:
+            return
+        seq = self.folding_seq
+        self.refusals[seq] = Refusal(seq, request, job_id, tenant, reason, message, details, cause)
+
     def _submitted(self, e: ev.JobSubmitted) -> None:
-        if e.job.job_id in self.jobs:
-            return  # a retried submission: first one wins
-        self.jobs[e.job.job_id] = JobRecord(
-            spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id
+        job_id = e.job.job_id
+        first = self.jobs.get(job_id)
+        if first is not None:
+            if e.job != first.spec:  # same content = a retry: first one wins, silently
+                self._refuse_conflict(e, first)
+            return
+        unreadable = self.invalid_submissions.get(job_id)
+        if unreadable is not None:  # the id's first submission could not be read
+            self._refuse(
+                "JobSubmitted", job_id, e.job.tenant, "JobIdConflict",
+                f"job id {job_id!r} is already taken by an unreadable submission at seq "
+                f"{unreadable.request_seq} (rejected, InvalidSpec); this submission was "
+                "ignored: submit under a new job id", e.event_id,
+                existing_seq=unreadable.request_seq,
+            )
+            return
+        self.jobs[job_id] = JobRecord(
+            spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id,
+            submit_seq=self.folding_seq,
         )
-        self.submitted.add(e.job.job_id)
+        self.submitted.add(job_id)
+
+    def _refuse_conflict(self, e: ev.JobSubmitted, first: JobRecord) -> None:
+        job_id = e.job.job_id
+        if first.tenant != e.job.tenant:
+            what = "by another tenant's submission"
+            diffs: list[str] = []
+        elif first.unreadable:
+            what = f"by a submission that was rejected ({first.reason})"
+            diffs = []
+        else:
+            diffs = spec_differences(first.spec, e.job)
+            what = "by a submission with other content (" + "; ".join(diffs) + ")"
+        self._refuse(
+            "JobSubmitted", job_id, e.job.tenant, "JobIdConflict",
+            f"job id {job_id!r} is already taken {what} at seq {first.submit_seq}; this "
+            "submission was ignored: submit under a new job id", e.event_id,
+            existing_seq=first.submit_seq, differences=diffs,
+        )
 
     def _admitted(self, e: ev.JobAdmitted) -> None:
         job = self.jobs.get(e.job_id)
@@ -303,7 +400,13 @@ class Ledger:
         self._enqueue(e.job_id)
 
     def _rejected(self, e: ev.JobRejected) -> None:
+        invalid = self.invalid_submissions.pop(e.job_id, None)
         job = self.jobs.get(e.job_id)
+        if job is None and invalid is not None:  # its only submission could not be read
+            job = self.jobs[e.job_id] = JobRecord(
+                spec=JobSpec(job_id=e.job_id, tenant=e.tenant), submitted_ms=e.occurred_at_ms,
+                submit_event_id=invalid.cause, submit_seq=invalid.request_seq, unreadable=True,
+            )
         if job is None or job.state != "submitted":
             return
         job.state, job.reason, job.message, job.details = "rejected", e.reason, e.message, e.details
@@ -312,7 +415,12 @@ class Ledger:
 
     def _cancelled(self, e: ev.JobCancelled) -> None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state in TERMINAL:
+        if job is None or job.tenant != e.tenant:
+            self._refuse("JobCancelled", e.job_id, e.tenant, "UnknownJob",
+                         f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to cancel",
+                         e.event_id)
+            return
+        if job.state in TERMINAL:
             return
         job.cancel_requested = True
         job.reason = e.reason
@@ -559,7 +667,27 @@ class Ledger:
             self.decayed_usage = {t: (0, at_ms) for t in sorted(self.tenant_gpu_milli)}
 
     def _dead(self, e: ev.DeadLettered) -> None:
+        """A dead-lettered client message whose subject names a valid tenant and job id is
+        answered: the unreadable first submission of a job id is rejected (`InvalidSpec`),
+        anything else for that id is refused."""
         self.dead_letters += 1
+        target = ev.subjects.client_target(e.subject)
+        if target is None:
+            return
+        kind, tenant, job_id = target
+        request = "JobSubmitted" if kind == "submit" else "JobCancelled"
+        problem = f"could not be decoded or applied: {e.reason}"
+        refusal = Refusal(e.stream_seq, request, job_id, tenant, "InvalidSpec",
+                          f"the {kind} message at seq {e.stream_seq} {problem}",
+                          {"stream_seq": e.stream_seq, "payload_head": e.payload_head},
+                          e.event_id)
+        if kind == "submit" and job_id not in self.jobs and job_id not in self.invalid_submissions:
+            self.invalid_submissions[job_id] = refusal
+        elif e.stream_seq not in self.refusals:
+            self.refusals[e.stream_seq] = refusal
+
+    def _request_refused(self, e: ev.RequestRefused) -> None:
+        self.refusals.pop(e.request_seq, None)
 
     def _enqueue(self, job_id: str) -> None:
         if job_id not in self.pending:
@@ -602,4 +730,5 @@ _HANDLERS = {
     ev.PriorityClassConfigured: Ledger._config,
     ev.PolicyConfigured: Ledger._config,
     ev.DeadLettered: Ledger._dead,
+    ev.RequestRefused: Ledger._request_refused,
 }

@@ -152,7 +152,9 @@ class AgentDecider(LedgerService):
             if rec is not None and any(m.node == self.node_name for m in rec.members):
                 state.ended_ms.setdefault(event.allocation_id, event.occurred_at_ms)
         elif isinstance(event, JobCancelled):
-            state.cancelled_ms.setdefault(event.job_id, event.occurred_at_ms)
+            job = state.ledger.jobs.get(event.job_id)
+            if job is not None and job.cancel_requested:  # a cancel the ledger accepted
+                state.cancelled_ms.setdefault(event.job_id, event.occurred_at_ms)
         elif isinstance(event, GpuMetricsReported) and event.node == self.node_name:
             state.last_metrics_ms = max(state.last_metrics_ms or 0, event.occurred_at_ms)
         return state

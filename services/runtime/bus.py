@@ -5,8 +5,12 @@ Invariants:
 - an event with an `event_id` is published with `Nats-Msg-Id = event_id`, so a retried or
   re-decided publish inside the duplicate window is dropped by the server and returns the
   sequence of the original;
-- `create_once` publishes with `Nats-Expected-Last-Subject-Sequence: 0`: a subject is
-  created at most once (`AlreadyExists` otherwise), whatever the duplicate window;
+- `create_once` publishes with `Nats-Expected-Last-Subject-Sequence: 0` over the event's
+  creation filter (`events.subjects.create_filter`: a job id across every tenant's submit
+  subject): an entity is created at most once (`AlreadyExists` otherwise, carrying the
+  stored creation), whatever the duplicate window;
+- every message read carries the stream's receive time (`received_ms`, the JetStream
+  timestamp stored with it), which readers pass to `events.at_receipt` before folding;
 - readers see messages in stream order, each exactly once, with no gaps (ordered consumer
   plus a sequence guard here).
 """
@@ -21,6 +25,7 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import api
 
 import events
@@ -28,33 +33,52 @@ from events.subjects import ALL, STREAM
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 WRONG_LAST_SEQUENCE_CODES = (10071, 10164)
 """JetStream API error codes for a failed expected-last-(subject-)sequence check."""
 
 
 class AlreadyExists(Exception):
-    """`create_once` found a message already on the subject (the entity exists)."""
+    """`create_once` found a message already under the creation filter (the entity exists);
+    `existing` is that stored message (its seq, subject, payload and headers) when it could be
+    read, so a caller can tell a retry of the same content from a conflict."""
 
-    def __init__(self, subject: str, description: str = "") -> None:
+    def __init__(self, subject: str, description: str = "", existing: Any = None) -> None:
         super().__init__(f"{subject} already exists ({description})" if description else subject)
         self.subject = subject
+        self.existing = existing
 
 
 class Record(NamedTuple):
-    """One stored message: stream sequence, subject, raw payload bytes."""
+    """One stored message: stream sequence, subject, raw payload bytes, and the stream's
+    receive time in epoch ms (0 when unknown)."""
 
     seq: int
     subject: str
     data: bytes
+    received_ms: int = 0
 
 
 class Delivery(NamedTuple):
-    """A message as delivered live; `pending` = messages left in the stream after it."""
+    """A message as delivered live; `pending` = messages left in the stream after it;
+    `received_ms` = the stream's receive time (epoch ms, 0 when unknown)."""
 
     seq: int
     subject: str
     data: bytes
     pending: int
+    received_ms: int = 0
+
+
+def received_ms(msg: Msg) -> int:
+    """The JetStream timestamp of a delivered message in epoch ms, read exactly from its
+    ack subject (nats-py's `metadata.timestamp` is a float-rounded datetime); 0 if absent."""
+    try:
+        tokens = Msg.Metadata._get_metadata_fields(msg.reply)
+        raw = tokens[7] if len(tokens) == 9 else tokens[Msg.Ack.Timestamp]
+        return int(raw) // 1_000_000
+    except (nats.errors.Error, IndexError, ValueError, TypeError):
+        return 0
 
 
 class Follower:
@@ -100,7 +124,7 @@ class Follower:
                 await self._subscribe()
                 continue
             self.last_seq = seq
-            return Delivery(seq, msg.subject, msg.data, meta.num_pending)
+            return Delivery(seq, msg.subject, msg.data, meta.num_pending, received_ms(msg))
 
     async def close(self) -> None:
         sub, self._sub = self._sub, None
@@ -242,14 +266,19 @@ class Bus:
         return ack.seq
 
     async def create_once(self, event: events.Event) -> int:
-        """Publish an event only if its subject has no message yet, else raise AlreadyExists.
+        """Publish an event only if no message matches its creation filter yet (for a
+        submission: no tenant's submit subject of that job id), else raise AlreadyExists
+        with the stored creation attached.
 
-        A retry of the same event (same non-empty `event_id` as the message on the subject)
+        A retry of the same event (same non-empty `event_id` as the stored creation)
         returns the original seq instead of raising, at any distance in time, so a client's
         retried create stays idempotent.
         """
         subject = events.subject_for(event)
+        scope = events.subjects.create_filter(event)
         headers = {EXPECTED_LAST_SUBJECT_SEQ: "0"}
+        if scope != subject:
+            headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = scope
         if event.event_id:
             headers[MSG_ID] = event.event_id
         try:
@@ -257,11 +286,20 @@ class Bus:
         except nats.js.errors.APIError as err:
             if err.err_code not in WRONG_LAST_SEQUENCE_CODES:
                 raise
-            existing = await self._js_manager().get_last_msg(self.stream, subject)
-            if event.event_id and (existing.headers or {}).get(MSG_ID) == event.event_id:
+            existing = await self.last_message(scope)
+            if existing is not None and event.event_id and (
+                existing.headers or {}
+            ).get(MSG_ID) == event.event_id:
                 return existing.seq or 0  # our own earlier create: an idempotent retry
-            raise AlreadyExists(subject, err.description or "") from err
+            raise AlreadyExists(subject, err.description or "", existing) from err
         return ack.seq
+
+    async def last_message(self, subject: str) -> api.RawStreamMsg | None:
+        """The last stored message matching `subject` (wildcards allowed), None if none."""
+        try:
+            return await self._js_manager().get_last_msg(self.stream, subject)
+        except nats.js.errors.NotFoundError:
+            return None
 
     def _js_manager(self) -> nats.js.JetStreamManager:
         return self.nc.jsm()
@@ -305,7 +343,7 @@ class Bus:
                     raise TimeoutError(f"stream stalled at seq {follower.last_seq} < {target}")
                 if d.seq > target:
                     return
-                yield Record(d.seq, d.subject, d.data)
+                yield Record(d.seq, d.subject, d.data, d.received_ms)
                 if d.seq >= target:
                     return
         finally:
@@ -318,7 +356,7 @@ class Bus:
             while True:
                 d = await follower.next(timeout=None)
                 if d is not None:
-                    yield Record(d.seq, d.subject, d.data)
+                    yield Record(d.seq, d.subject, d.data, d.received_ms)
         finally:
             await follower.close()
 

@@ -10,6 +10,9 @@ Invariants:
 - `decide` never runs on a state that misses the host's own previous output (the host waits
   until it has folded past the last sequence it published);
 - the wall clock is read only through the `clock` callable, and only to pass `now_ms`;
+- an external input's time is its stream receive time when the client's is missing or
+  implausible (`events.at_receipt`, from the message's stored JetStream timestamp), so
+  every refold gives it the same time;
 - a message that does not decode (any failure: `events.decode` applies the size, depth and
   number limits of `events.limits`), or whose `evolve` raises, is skipped and recorded once as
   `DeadLettered` on `gl.dead.<seq>` (deterministic id plus create-once, so any number of
@@ -236,6 +239,7 @@ class Host:
         except Exception as err:  # noqa: BLE001 - decode promises UndecodableEvent; never die
             self._dead_letter(d, f"UndecodableEvent: {type(err).__name__}: {_text(err)}")
             return
+        event = events.at_receipt(event, d.received_ms)  # client time: the stream's if absent/off
         try:
             self.state = self.service.evolve(self.state, d.seq, event)
         except Exception as err:  # a bug or a bad event: skip it, never wedge

@@ -136,7 +136,9 @@ async def test_a_ci_retry_of_the_same_submission_yields_one_job(server, bus, pro
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     job.write_text("id: retry-1\ntenant: team-a\ngpus: 2\nduration: 1\n")
     different = cli("submit", str(job), "--nats-url", server.url)
-    assert different.returncode == 3 and "already exists" in different.stderr
+    assert different.returncode == 1, different.stderr
+    assert "already exists" in different.stderr and "JobIdConflict" in different.stderr
+    assert "resources.gpus: stored 1, new 2" in different.stderr
     _, log = await live_player.fold(bus)
     assert sum(isinstance(e, ev.JobSubmitted) for _, _, e in log) == 1
     assert sum(isinstance(e, ev.JobAdmitted) for _, _, e in log) == 1

@@ -156,6 +156,16 @@ def test_cancel_while_running_ends_cancelled():
     assert p.jobs["j"].state == "cancelled" and not p.open_allocs
 
 
+def test_a_cancel_of_an_unknown_job_or_from_another_tenant_creates_no_row():
+    spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
+    p = Projection()
+    p.apply(1, "gl.cancel.t.ghost", ev.JobCancelled(job_id="ghost", tenant="t"))
+    p.apply(2, "gl.submit.t.j", ev.JobSubmitted(job=spec))
+    p.apply(3, "gl.cancel.other.j", ev.JobCancelled(job_id="j", tenant="other"))
+    assert set(p.jobs) == {"j"} and p.jobs["j"].state == "submitted"
+    assert not p.jobs["j"].cancel_requested
+
+
 def test_gpus_label():
     assert gpus_label(1, 8, 0, None) == "8"
     assert gpus_label(2, 8, 0, None) == "2x8"

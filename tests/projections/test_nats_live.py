@@ -11,6 +11,8 @@ from nats.js import api
 import events as ev
 from projections.nats_source import run_projector
 from projections.store import connect_readonly, rebuild
+from replay.export import stream_entries
+from services.runtime.bus import Bus
 from services.runtime.nats_server import EmbeddedNats
 from tests.projections.conftest import dump
 
@@ -35,18 +37,31 @@ async def _publish(url: str, messages) -> None:
     await nc.drain()
 
 
+async def _as_stored(url: str):
+    """The log as the stream holds it: client inputs at their effective (receive) time."""
+    bus = await Bus.connect(url)
+    try:
+        return [entry async for entry in stream_entries(bus)]
+    finally:
+        await bus.close()
+
+
+def _clean_rebuild(path, log):
+    rebuild(log, path)
+    con = connect_readonly(path)
+    try:
+        return dump(con)
+    finally:
+        con.close()
+
+
 class Killed(Exception):
     pass
 
 
 def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, messages):
-    clean_db = tmp_path / "clean.duckdb"
-    rebuild(messages, clean_db)
-    con = connect_readonly(clean_db)
-    want = dump(con)
-    con.close()
-
     asyncio.run(_publish(nats_url, messages))
+    want = _clean_rebuild(tmp_path / "clean.duckdb", asyncio.run(_as_stored(nats_url)))
     db = tmp_path / "live.duckdb"
 
     def die(seq: int) -> None:
@@ -97,13 +112,8 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
     """Under a backlog, commits group several fetches and run in the background; the first
     acknowledgement comes only after a commit covering it, and after a crash there the
     restarted projector ends identical to a rebuild."""
-    clean_db = tmp_path / "clean.duckdb"
-    rebuild(messages, clean_db)
-    con = connect_readonly(clean_db)
-    want = dump(con)
-    con.close()
-
     asyncio.run(_publish(nats_url, messages))
+    want = _clean_rebuild(tmp_path / "clean.duckdb", asyncio.run(_as_stored(nats_url)))
     db = tmp_path / "group.duckdb"
     acked: list[int] = []
 

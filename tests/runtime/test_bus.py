@@ -98,3 +98,29 @@ async def test_durable_consumer_acks_and_resumes(bus: Bus) -> None:
     again = await bus.durable("projector")
     msgs = await again.fetch(5, timeout=2)
     assert [m.metadata.sequence.stream for m in msgs] == [3]
+
+
+async def test_a_job_id_is_created_once_across_tenants_and_the_stored_creation_comes_back(bus: Bus) -> None:
+    first = submitted("shared", event_id="s-1")
+    seq = await bus.create_once(first)
+    other_tenant = events.JobSubmitted(
+        event_id="s-2", job=events.JobSpec(job_id="shared", tenant="u", resources=events.Resources(gpus=1)))
+    with pytest.raises(AlreadyExists) as exists:
+        await bus.create_once(other_tenant)
+    stored = exists.value.existing
+    assert (stored.seq, stored.subject) == (seq, "gl.submit.t.shared")
+    assert events.decode(stored.data) == first
+    assert await bus.last_seq() == seq
+
+
+async def test_every_message_read_carries_the_streams_receive_time(bus: Bus) -> None:
+    import time
+
+    before = time.time_ns() // 1_000_000
+    await bus.publish_raw("gl.submit.t.j", b"{}")
+    after = time.time_ns() // 1_000_000
+    (record,) = [r async for r in bus.read_all()]
+    assert before <= record.received_ms <= after
+    await asyncio.sleep(0.05)
+    again = [r async for r in bus.read_all()]
+    assert again[0].received_ms == record.received_ms  # stored, not the read time

@@ -5,7 +5,7 @@ import pytest
 
 import events as ev
 from services.admission.decider import Admission
-from tests.services.given import cluster, given, submitted, submitted_json
+from tests.services.given import cluster, fold, given, of_type, stamped, submitted, submitted_json
 
 FLEET = cluster(
     {"name": "n1", "gpus": 8, "model": "H100-80GB"},
@@ -46,9 +46,93 @@ def test_an_impossible_or_malformed_job_is_rejected_with_its_reason(job, reason)
 
 
 def test_a_retried_submission_of_the_same_job_id_yields_one_job():
+    ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1), submitted(at_ms=9, id="j1", tenant="org/a", gpus=1))
+    assert len(ledger.jobs) == 1 and ledger.refusals == {}
+    assert [type(e) for e in Admission().decide(ledger, 0)] == [ev.JobAdmitted]
+
+
+def test_a_second_submission_with_other_content_is_refused_and_the_first_job_stands():
     ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1), submitted(id="j1", tenant="org/a", gpus=4))
-    assert len(ledger.jobs) == 1 and ledger.jobs["j1"].spec.resources.gpus == 1
-    assert len(Admission().decide(ledger, 0)) == 1
+    second_seq = ledger.last_seq
+    admitted, refused = Admission().decide(ledger, 1000)
+    assert isinstance(admitted, ev.JobAdmitted) and admitted.job_id == "j1"
+    assert isinstance(refused, ev.RequestRefused)
+    assert (refused.job_id, refused.reason, refused.request, refused.request_seq) == (
+        "j1", "JobIdConflict", "JobSubmitted", second_seq)
+    assert "resources.gpus: stored 1, new 4" in refused.message
+    assert refused.details["existing_seq"] == second_seq - 1
+    assert ledger.jobs["j1"].spec.resources.gpus == 1
+    fold(ledger, [admitted, refused])
+    assert Admission().decide(ledger, 2000) == []  # answered once
+
+
+def test_a_submission_of_a_job_id_another_tenant_holds_is_refused_without_its_content():
+    ledger = given(
+        *cluster({"name": "n1", "gpus": 8}, tenants=[{"name": "org/a", "guaranteed": 4}, {"name": "org/b"}]),
+        submitted(id="j1", tenant="org/a", gpus=1),
+        submitted(id="j1", tenant="org/b", gpus=1),
+    )
+    refused = of_type(Admission().decide(ledger, 1000), ev.RequestRefused)
+    assert [(r.tenant, r.reason) for r in refused] == [("org/b", "JobIdConflict")]
+    assert "another tenant" in refused[0].message and "gpus" not in refused[0].message
+
+
+def dead_letter(seq: int, subject: str, reason: str = "UndecodableEvent: Object missing required field `tenant` - at `$.job`"):
+    return ev.DeadLettered(event_id=f"DeadLettered-{seq}", stream_seq=seq, subject=subject, reason=reason,
+                           payload_head='{"type":"JobSubmitted.v1","job":{"job_id":"train-45","gpu":8}}')
+
+
+def test_an_undecodable_submission_is_rejected_as_invalid_spec_under_its_subjects_tenant_and_job():
+    ledger = given(*FLEET, dead_letter(40, "gl.submit.org/a.train-45"))
+    (out,) = Admission().decide(ledger, 1000)
+    assert isinstance(out, ev.JobRejected)
+    assert (out.job_id, out.tenant, out.reason) == ("train-45", "org/a", "InvalidSpec")
+    assert "seq 40" in out.message and "missing required field `tenant`" in out.message
+    assert out.causation_id == "DeadLettered-40"
+    fold(ledger, [out])
+    assert ledger.jobs["train-45"].state == "rejected" and ledger.jobs["train-45"].reason == "InvalidSpec"
+    assert Admission().decide(ledger, 2000) == []
+
+
+def test_a_later_valid_submission_of_a_rejected_unreadable_job_id_is_refused():
+    ledger = given(*FLEET, dead_letter(40, "gl.submit.org/a.train-45"))
+    fold(ledger, Admission().decide(ledger, 1000))
+    fold(ledger, [submitted(id="train-45", tenant="org/a", gpus=1)])
+    (out,) = Admission().decide(ledger, 2000)
+    assert isinstance(out, ev.RequestRefused) and out.reason == "JobIdConflict"
+    assert "rejected (InvalidSpec)" in out.message
+    assert ledger.jobs["train-45"].state == "rejected"
+
+
+def test_an_unreadable_second_submission_of_an_existing_job_is_refused_and_the_job_stands():
+    ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1), dead_letter(99, "gl.submit.org/a.j1"))
+    admitted, refused = Admission().decide(ledger, 1000)
+    assert isinstance(admitted, ev.JobAdmitted)
+    assert (refused.reason, refused.request_seq, refused.request) == ("InvalidSpec", 99, "JobSubmitted")
+
+
+@pytest.mark.parametrize("subject", ["gl.submit.org/a.a.b", "gl.submit.org/a", "gl.sched.j1.GangPlaced", "gl.submit.bad tenant.j"])
+def test_a_dead_letter_whose_subject_names_no_valid_tenant_and_job_is_all_there_is(subject):
+    ledger = given(*FLEET, dead_letter(40, subject))
+    assert Admission().decide(ledger, 1000) == [] and ledger.dead_letters == 1
+
+
+def test_a_cancel_of_an_unknown_job_is_refused_and_creates_nothing():
+    cancel = stamped(ev.JobCancelled, "no-such-job", at=500, job_id="no-such-job", tenant="org/a")
+    ledger = given(*FLEET, cancel)
+    (out,) = Admission().decide(ledger, 1000)
+    assert isinstance(out, ev.RequestRefused)
+    assert (out.job_id, out.reason, out.request, out.request_seq) == ("no-such-job", "UnknownJob", "JobCancelled", len(FLEET) + 1)
+    assert "no job 'no-such-job'" in out.message
+    assert ledger.jobs == {}
+
+
+def test_a_cancel_from_another_tenant_is_refused_and_the_job_runs_on():
+    ledger = given(*FLEET, submitted(id="j1", tenant="org/a", gpus=1),
+                   stamped(ev.JobCancelled, "j1", job_id="j1", tenant="org/b"))
+    refused = of_type(Admission().decide(ledger, 1000), ev.RequestRefused)
+    assert [(r.tenant, r.reason) for r in refused] == [("org/b", "UnknownJob")]
+    assert ledger.jobs["j1"].state == "submitted" and not ledger.jobs["j1"].cancel_requested
 
 
 def test_decisions_are_deterministic():
