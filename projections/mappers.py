@@ -24,6 +24,8 @@ from typing import Any
 import msgspec
 
 import events as ev
+from services.domain.acceptance import admit
+from services.domain.ledger import Ledger
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 JOB_STATES = (
@@ -216,6 +218,7 @@ APPEND_COLUMNS: dict[str, tuple[str, ...]] = {
     "gpu_metrics": tuple(
         "seq at_ms node uuid mig_uuid sm_active util_source memory_used_mib".split()
     ),
+    "refusals": tuple("seq at_ms type job_id subject producer code message".split()),
 }
 
 ALL_TABLES: tuple[str, ...] = tuple(APPEND_COLUMNS) + tuple(ROW_CLASSES)
@@ -342,6 +345,8 @@ class Projection:
         self.nodes: dict[str, Row] = {}
         self.gpus: dict[tuple[str, int], Row] = {}
         self.tenants: dict[str, Row] = {}
+        self.ledger = Ledger()
+        """The services' own fold: an event is mapped to rows only if it accepts it."""
         self._bind(Batch())
 
     def _bind(self, batch: Batch) -> None:
@@ -354,17 +359,28 @@ class Projection:
         self._add_pending = add["pending_reasons"]
         self._add_quota = add["quota_usage"]
         self._add_metric = add["gpu_metrics"]
+        self._add_refusal = add["refusals"]
         self._up_jobs = batch.upserts["jobs"]
         self._up_allocs = batch.upserts["allocations"]
 
     # -------------------------------------------------------------- state from tables
 
     @classmethod
-    def load(cls, last_seq: int, tables: dict[str, Iterable[tuple]]) -> Projection:
+    def load(
+        cls,
+        last_seq: int,
+        tables: dict[str, Iterable[tuple]],
+        log: Iterable[tuple[int, ev.Event]] = (),
+    ) -> Projection:
         """Rebuild the state from stored current-state rows (`jobs`, open `allocations` and
-        `preemptions`, `nodes`, `gpus`, `tenants`), each tuple in the table's column order."""
+        `preemptions`, `nodes`, `gpus`, `tenants`), each tuple in the table's column order,
+        and the acceptance fold from the events already projected (`log`: `(seq, event)`
+        in stream order, the stored `events` payloads)."""
         p = cls()
         p.last_seq = last_seq
+        ledger = p.ledger
+        for seq, event in log:
+            admit(ledger, seq, event)
         for t in tables.get("jobs", ()):
             r = JobRow.from_tuple(t)
             p.jobs[r.job_id] = r
@@ -428,6 +444,19 @@ class Projection:
             event.leader_epoch if decision else None,
             _json.encode(event),
         )
+        refusal = admit(self.ledger, seq, event)
+        if refusal is not None:
+            self._add_refusal(
+                seq,
+                event.occurred_at_ms,
+                name,
+                getattr(event, "job_id", None) or event.correlation_id or None,
+                subject,
+                event.producer,
+                refusal.code,
+                refusal.message,
+            )
+            return True
         if decision:
             details = getattr(event, "details", None)
             self._add_decision(
@@ -892,6 +921,11 @@ class Projection:
             return
         n.last_heartbeat_ms = e.occurred_at_ms
         n.running_members = len(e.running)
+        rec = self.ledger.nodes.get(e.node)
+        if n.status == "lost" and rec is not None and not rec.lost:
+            # the ledger's rule (the scheduler places on it again): heard from again, it is back
+            n.status = "ready"
+            n.lost_at_ms = n.lost_message = None
         self.batch.upsert(n)
 
     def _node_lost(self, seq: int, e: ev.NodeLost) -> None:

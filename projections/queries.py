@@ -120,6 +120,14 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             [job_id],
         ).fetchall()
     ]
+    out["refused"] = [
+        {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
+        for seq, at, t, prod, code, msg in con.execute(
+            "SELECT seq, at_ms, type, producer, code, message FROM refusals"
+            " WHERE job_id = ? ORDER BY seq",
+            [job_id],
+        ).fetchall()
+    ]
     out["transitions"] = [
         {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
         for at, f, t, e, r in con.execute(

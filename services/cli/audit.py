@@ -268,6 +268,11 @@ def render_why(r: dict[str, Any]) -> str:
         lines.append(
             f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
+    for x in r.get("refused", ()):
+        lines.append(
+            f"Refused:   {x['event']} (seq {x['seq']}, from {x['producer'] or '?'}):"
+            f" {x['code']}: {x['message']}; the ledger and this projection ignore it"
+        )
     if r["transitions"]:
         lines.append(
             "History:   "

@@ -17,11 +17,12 @@ from typing import Any
 
 import events as ev
 from events import JobSpec, MemberPlacement
+from services.domain.acceptance import Refusal, Refused
 from services.domain.config import ConfigState
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
 from services.domain.timeindex import TimeIndex
 from services.domain.usage import advance, step_ms
-from services.placement import Fleet
+from services.placement import Fleet, PlacementConflict
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 
@@ -183,19 +184,31 @@ class Ledger:
     # ------------------------------------------------------------------ evolve
 
     def apply(self, seq: int, event: ev.Event) -> Ledger:
-        """Fold one event (stream sequence `seq`). A decision carrying a leader epoch older
-        than one already seen from its service is ignored: it comes from a deposed leader."""
+        """Fold one event (stream sequence `seq`); `fold` says what it did. Raises `Refused`
+        (changing nothing) for an event that contradicts the folded state."""
+        self.fold(seq, event)
+        return self
+
+    def fold(self, seq: int, event: ev.Event) -> Refusal | None:
+        """Fold one event under the acceptance rules (services/domain/acceptance.py): None if
+        it was accepted, else why it changed nothing. A decision carrying a leader epoch
+        older than one already seen from its service is ignored: it comes from a deposed
+        leader. Raises `Refused` before any change for an event that contradicts the state."""
         self.last_seq = max(self.last_seq, seq)
         if isinstance(event, ev.Decision) and event.leader_epoch:
             role = event.producer.partition("/")[0]
-            if event.leader_epoch < self.leader_epochs.get(role, 0):
+            seen = self.leader_epochs.get(role, 0)
+            if event.leader_epoch < seen:
                 self.stale_decisions += 1
-                return self
+                return Refusal(
+                    "StaleLeaderEpoch",
+                    f"{role} decision of epoch {event.leader_epoch}; epoch {seen} already decided",
+                )
             self.leader_epochs[role] = event.leader_epoch
         handler = _HANDLERS.get(type(event))
         if handler is not None:
-            handler(self, event)
-        return self
+            return handler(self, event)
+        return None
 
     # ------------------------------------------------------------------ queries
 
@@ -277,17 +290,17 @@ class Ledger:
     # ------------------------------------------------------------------ handlers
 
     def _submitted(self, e: ev.JobSubmitted) -> None:
-        if e.job.job_id in self.jobs:
-            return  # a retried submission: first one wins
+        if e.job.job_id in self.jobs:  # a retried submission: first one wins
+            return Refusal("DuplicateJob", f"job {e.job.job_id!r} was already submitted")
         self.jobs[e.job.job_id] = JobRecord(
             spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id
         )
         self.submitted.add(e.job.job_id)
 
-    def _admitted(self, e: ev.JobAdmitted) -> None:
+    def _admitted(self, e: ev.JobAdmitted) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None or job.state != "submitted":
-            return
+            return _not_in_state(e.job_id, job, "submitted")
         job.state, job.priority, job.preemptible, job.slo_class = (
             "pending",
             e.priority,
@@ -298,18 +311,18 @@ class Ledger:
         self.submitted.discard(e.job_id)
         self._enqueue(e.job_id)
 
-    def _rejected(self, e: ev.JobRejected) -> None:
+    def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None or job.state != "submitted":
-            return
+            return _not_in_state(e.job_id, job, "submitted")
         job.state, job.reason, job.message, job.details = "rejected", e.reason, e.message, e.details
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
 
-    def _cancelled(self, e: ev.JobCancelled) -> None:
+    def _cancelled(self, e: ev.JobCancelled) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None or job.state in TERMINAL:
-            return
+            return _not_in_state(e.job_id, job, "not finished")
         job.cancel_requested = True
         job.reason = e.reason
         if job.allocation_id is not None:
@@ -327,10 +340,18 @@ class Ledger:
         job.reason, job.message, job.details = e.reason, e.message, e.details
         job.pending_changes += 1
 
-    def _placed(self, e: ev.GangPlaced) -> None:
+    def _placed(self, e: ev.GangPlaced) -> Refusal | None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "pending" or e.allocation_id in self.allocations:
-            return
+        if job is None or job.state != "pending":
+            return _not_in_state(e.job_id, job, "pending")
+        if e.allocation_id in self.allocations:
+            return Refusal("DuplicateAllocation", f"allocation {e.allocation_id!r} exists")
+        try:  # first, and atomic: a conflict changes nothing
+            self.fleet.allocate(
+                e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job)
+            )
+        except (PlacementConflict, ValueError) as err:
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
         per_member = job.spec.resources.gpu_milli_total()
         rec = AllocationRecord(
             allocation_id=e.allocation_id,
@@ -345,7 +366,6 @@ class Ledger:
         )
         if e.backfill_for is not None:
             self.backfills.setdefault(e.backfill_for, set()).add(e.allocation_id)
-        self.fleet.allocate(e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job))
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
         self.awaiting_start.add(e.allocation_id)
@@ -373,6 +393,7 @@ class Ledger:
         self._dequeue(e.job_id)
         self.placement_memo.pop(e.job_id, None)
         self._end_nomination(e.job_id)
+        return None
 
     def _member_started(self, e: ev.MemberStarted) -> None:
         rec = self.allocations.get(e.allocation_id)
@@ -397,11 +418,13 @@ class Ledger:
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
                 self.settle_ready.add(e.allocation_id)
 
-    def _preemption_requested(self, e: ev.PreemptionRequested) -> None:
+    def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
         if rec is None or rec.ended or job is None or rec.preemption is not None:
-            return
+            what = ("unknown" if rec is None else "ended" if rec.ended
+                    else "already being preempted" if rec.preemption is not None else "of no job")
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
         rec.preemption = e
         job.state = "preempting"
         saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
@@ -410,6 +433,7 @@ class Ledger:
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         self.placement_memo.pop(e.beneficiary, None)  # its pending reason changes
         self.allocation_version += 1  # the outlook of every preemption plan changed
+        return None
 
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
         job = self.jobs.get(e.job_id)
@@ -573,7 +597,13 @@ class Ledger:
             self.capacity_version += 1
 
 
-_HANDLERS = {
+def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
+    if job is None:
+        return Refusal("UnknownJob", f"no job {job_id!r}")
+    return Refusal("WrongState", f"job {job_id!r} is {job.state}, not {wanted}")
+
+
+_HANDLERS: dict[type, Any] = {
     ev.JobSubmitted: Ledger._submitted,
     ev.JobAdmitted: Ledger._admitted,
     ev.JobRejected: Ledger._rejected,

@@ -84,7 +84,8 @@ def test_load_from_rows_continues_identically(messages):
         first = fold(messages[:cut])
         b1 = first.drain()
         stored = {t: [r.astuple() for r in b1.upserts[t].values() if r] for t in ROW_CLASSES}
-        resumed = fold(messages[cut:], Projection.load(cut, stored))
+        log = [(seq, e) for seq, _, e in messages[:cut]]  # the stored `events` payloads
+        resumed = fold(messages[cut:], Projection.load(cut, stored, log))
         b2 = resumed.drain()
         for t in ROW_CLASSES:
             merged = {**{k: r for k, r in b1.upserts[t].items()}, **b2.upserts[t]}
@@ -128,7 +129,9 @@ def test_node_reregistration_drops_missing_gpus():
 
 def test_cancel_while_running_ends_cancelled():
     spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
+    gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c0")
     msgs = [
+        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
         ev.JobSubmitted(job=spec),
         ev.JobAdmitted(
             job_id="j",
@@ -151,7 +154,7 @@ def test_cancel_while_running_ends_cancelled():
     p = Projection()
     for i, e in enumerate(msgs, 1):
         p.apply(i, "s", e)
-        if i == 4:
+        if i == 5:
             assert p.jobs["j"].state == "running"
     assert p.jobs["j"].state == "cancelled" and not p.open_allocs
 
