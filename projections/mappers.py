@@ -51,10 +51,13 @@ def _dumps(obj: Any) -> str | None:
 class SequenceGap(RuntimeError):
     """The next message's sequence is not last+1: the projector refuses to skip anything."""
 
-    def __init__(self, expected: int, got: int) -> None:
+    def __init__(self, expected: int, got: int, reason: str | None = None) -> None:
+        what = reason or (
+            f"expected stream sequence {expected}, got {got}; "
+            f"refusing to skip {got - expected} message(s)"
+        )
         super().__init__(
-            f"sequence gap: expected stream sequence {expected}, got {got}; "
-            f"refusing to skip {got - expected} message(s). The projection is intact up to "
+            f"sequence gap: {what}. The projection is intact up to "
             f"{expected - 1}; fix the source (or rebuild from a complete log) and restart."
         )
         self.expected = expected

@@ -7,6 +7,12 @@ and run in the background while the next fetches are folded; a short fetch (caug
 idle timeout or `max_commit_delay_s` commits at once. A crash between commit and ack redelivers messages the database
 already holds; they are skipped by sequence. On start the consumer is (re)positioned from
 the database's last sequence, so the database, not the consumer, decides where to resume.
+
+The projector, like every service, never folds past a hole: a stream that is not a complete
+log (first sequence not 1, deleted or lost messages: `services.runtime.bus.damage_of`) or a
+sequence gap met while fetching stops it (at the latest at the last sequence before the
+hole; a damaged stream found at start is not folded further at all), with one error line. As a service (`stop` given) it then waits to be stopped (a supervisor restarting
+it would only meet the same hole again); otherwise it raises.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import Projector
+from services.runtime.bus import damage_of
 from services.runtime.gctune import fewer_gc_passes
 
 log = logging.getLogger("gpuledger.projector")
@@ -83,10 +90,14 @@ async def run_projector(
     release_when_idle: bool = True,
     on_commit: Callable[[int], None] | None = None,
     before_ack: Callable[[int], None] | None = None,
+    on_gap: Callable[[str], None] | None = None,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
-    the stream is drained). Returns the last committed sequence. Raises SequenceGap after
-    committing everything before the gap."""
+    the stream is drained). Returns the last committed sequence.
+
+    On a hole in the log (see the module doc) it commits everything before it, logs one
+    error line and calls `on_gap(reason)` (status, health); then, with `stop`, it waits for
+    `stop`, else it raises SequenceGap."""
     with fewer_gc_passes():  # the fold allocates a lot
         nc = await nats.connect(url)
         # Group commit: a batch is committed when `commit_events` are folded (in the background,
@@ -96,6 +107,19 @@ async def run_projector(
         pj = Projector(db_path, batch_size=commit_events, pipeline=True)
         try:
             js = nc.jetstream()
+
+            async def refuse(gap: SequenceGap) -> None:
+                log.error("projector refusing to fold past a hole in the log: %s", gap)
+                if on_gap is not None:
+                    on_gap(str(gap))
+                if stop is None:
+                    raise gap
+                await stop.wait()
+
+            damage = damage_of((await js.stream_info(stream)).state, pj.last_seq)
+            if damage is not None:
+                await refuse(SequenceGap(pj.last_seq + 1, 0, damage))
+                return pj.last_seq
             await _position_consumer(js, stream, durable, pj.last_seq)
             sub = await js.pull_subscribe_bind(durable, stream)
             unacked: deque = deque()  # last message of each fetch not acknowledged yet
@@ -144,8 +168,8 @@ async def run_projector(
                     committed = pj.committed()  # what background commits have completed
                 await ack(committed)
                 if gap is not None:
-                    log.error("%s", gap)
-                    raise gap
+                    await refuse(gap)
+                    break
             await ack(pj.commit())
             return pj.last_seq
         finally:
