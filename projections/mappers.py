@@ -337,6 +337,13 @@ def _mig_milli(profile: str) -> int:
     return ev.Resources(mig_profile=profile).gpu_milli_total()
 
 
+def _about(event: ev.Event) -> str | None:
+    """The job (or node, or entity) an event is about, for `refusals.job_id`."""
+    if isinstance(event, ev.JobSubmitted):
+        return event.job.job_id
+    return getattr(event, "job_id", None) or event.correlation_id or None
+
+
 class Projection:
     """Folds events into projection state and records table changes in `self.batch`."""
 
@@ -373,17 +380,17 @@ class Projection:
         cls,
         last_seq: int,
         tables: dict[str, Iterable[tuple]],
-        log: Iterable[tuple[int, ev.Event]] = (),
+        log: Iterable[tuple[int, str, ev.Event]] = (),
     ) -> Projection:
         """Rebuild the state from stored current-state rows (`jobs`, open `allocations` and
         `preemptions`, `nodes`, `gpus`, `tenants`), each tuple in the table's column order,
-        and the acceptance fold from the events already projected (`log`: `(seq, event)`
-        in stream order, the stored `events` payloads)."""
+        and the acceptance fold from the events already projected (`log`: `(seq, subject,
+        event)` in stream order, the stored `events` rows)."""
         p = cls()
         p.last_seq = last_seq
         ledger = p.ledger
-        for seq, event in log:
-            admit(ledger, seq, event)
+        for seq, subject, event in log:
+            admit(ledger, seq, event, subject)
         for t in tables.get("jobs", ()):
             r = JobRow.from_tuple(t)
             p.jobs[r.job_id] = r
@@ -447,13 +454,13 @@ class Projection:
             event.leader_epoch if decision else None,
             _json.encode(event),
         )
-        refusal = admit(self.ledger, seq, event)
+        refusal = admit(self.ledger, seq, event, subject)
         if refusal is not None:
             self._add_refusal(
                 seq,
                 event.occurred_at_ms,
                 name,
-                getattr(event, "job_id", None) or event.correlation_id or None,
+                _about(event),
                 subject,
                 event.producer,
                 refusal.code,

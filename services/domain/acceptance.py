@@ -5,6 +5,11 @@ folds the same log into DuckDB rows; both must agree on which events count, or t
 projection shows what the services refused (a placement over busy GPUs as a running job,
 FREE -8 on a node). So there is one rule set, and it is the ledger's fold itself:
 
+- an event must travel on the subject its type and ids name (`events.subject_for`): NATS
+  permissions confine each role, and each tenant's CI identity, by subject, so a payload
+  claiming another tenant, job, node or role than its subject is `WrongSubject` (an id that
+  cannot be a subject token is `InvalidId`); checked by the host and the projector, which
+  know the subject (`subject_refusal`), before folding;
 - a decision from a deposed leader (its epoch older than one already seen from its role)
   changes nothing: `StaleLeaderEpoch`;
 - an event that contradicts the folded state (a placement over capacity already held, on an
@@ -14,7 +19,7 @@ FREE -8 on a node). So there is one rule set, and it is the ledger's fold itself
   job, a placement of a job that is not pending, a second submission of a job id) changes
   nothing and is reported as a `Refusal` with a stable CamelCase code.
 
-`admit(ledger, seq, event)` folds one event and returns None (accepted: it may change the
+`admit(ledger, seq, event, subject)` folds one event and returns None (accepted: it may change the
 state) or the `Refusal` (the ledger is unchanged, apart from `last_seq`). The projector calls
 it before mapping an event to rows and maps only accepted events; a refused one is recorded
 with its code and message instead. Services call `Ledger.apply`, which folds the same way.
@@ -24,6 +29,8 @@ Pure: no I/O, clock or logging.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
+
+from events import subject_for
 
 if TYPE_CHECKING:
     from events import Event
@@ -50,12 +57,28 @@ class Refused(ValueError):
         self.refusal = Refusal(code, message)
 
 
-def admit(ledger: Ledger, seq: int, event: Event) -> Refusal | None:
-    """Fold `event` (stream sequence `seq`) into `ledger` under the acceptance rules.
+def subject_refusal(subject: str, event: Event) -> Refusal | None:
+    """None if `event` travels on its own subject, else why not."""
+    try:
+        want = subject_for(event)
+    except ValueError as err:  # InvalidId: not even routable
+        return Refusal("InvalidId", str(err)[:300])
+    if subject != want:
+        return Refusal(
+            "WrongSubject", f"{type(event).__name__} belongs on {want!r}, not {subject[:300]!r}"
+        )
+    return None
 
-    Returns None when the event was accepted, else why it was refused. An unexpected error
-    of the fold is a refusal too (the host dead-letters it the same way), named after the
-    exception type."""
+
+def admit(ledger: Ledger, seq: int, event: Event, subject: str | None = None) -> Refusal | None:
+    """Fold `event` (stream sequence `seq`, published on `subject` when known) into `ledger`
+    under the acceptance rules.
+
+    Returns None when the event was accepted, else why it was refused (the ledger is left
+    as it was). An unexpected error of the fold is a refusal too (the host dead-letters it
+    the same way), named after the exception type."""
+    if subject is not None and (wrong := subject_refusal(subject, event)) is not None:
+        return wrong
     try:
         return ledger.fold(seq, event)
     except Refused as err:

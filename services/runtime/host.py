@@ -43,6 +43,7 @@ import structlog
 
 import events
 from events import DeadLettered, UndecodableEvent, derive_event_id
+from services.domain.acceptance import subject_refusal
 from services.domain.service import Service
 from services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from services.runtime.lease import Lease, lease_bucket
@@ -255,6 +256,10 @@ class Host:
             event = events.decode(d.data)
         except UndecodableEvent as err:
             self._dead_letter(d, f"UndecodableEvent: {err}")
+            return
+        wrong = subject_refusal(d.subject, event)  # the acceptance rule the projector applies
+        if wrong is not None:
+            self._dead_letter(d, f"Refused: {wrong}")
             return
         try:
             self.state = self.service.evolve(self.state, d.seq, event)

@@ -1,6 +1,7 @@
 """Issue 11, case 6, against a real nats-server: what the services refuse never reaches the
 projection as a fact. A GangPlaced over busy GPUs is dead-lettered by a service host and shows
-up in the projection only as a refusal (with its reason, in `why`); a lost node that
+up in the projection only as a refusal (with its reason, in `why`), as does a submission on
+another tenant's subject; a lost node that
 heartbeats again is `ready` in `nodes`, as the scheduler sees it."""
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ async def fold_with_a_service_host(url: str) -> Host:
     await bus.ensure_stream()
     for e in the_log():
         await bus.publish(e)
+    # org/a's CI publishes a job that claims to be org/b's
+    spec = ev.JobSpec(job_id="sneaky", tenant="org/b", resources=ev.Resources(gpus=1))
+    await bus.publish_raw("gl.submit.org/a.sneaky", ev.encode(ev.JobSubmitted(job=spec)))
     host = Host(Observer(), bus, max_idle_s=0.2)
     task = asyncio.create_task(host.run())
     try:
@@ -69,7 +73,8 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(tmp_path):
     with EmbeddedNats(tmp_path / "js") as server:
         host = asyncio.run(fold_with_a_service_host(server.url))
         # the service refused the bad placement and recorded it as a dead letter
-        assert host.stats.dead_letters == 1
+        assert host.stats.dead_letters == 2  # the placement, and the job on a wrong subject
+        assert "sneaky" not in host.state.jobs
         assert host.state.jobs["b"].state == "pending"
         assert not host.state.nodes["n1"].lost  # back after its heartbeat
         db = tmp_path / "projection.duckdb"
@@ -86,9 +91,13 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(tmp_path):
         assert con.execute("SELECT count(*) FROM allocations WHERE job_id = 'b'").fetchone() == (0,)
         refusals = con.execute("SELECT type, job_id, code FROM refusals ORDER BY seq").fetchall()
         # the projection also holds the DeadLettered record the host published (a fact)
-        assert refusals == [("GangPlaced", "b", "PlacementConflict")]
+        assert refusals == [
+            ("GangPlaced", "b", "PlacementConflict"),
+            ("JobSubmitted", "sneaky", "WrongSubject"),
+        ]
+        assert "sneaky" not in jobs
         dead = con.execute("SELECT count(*) FROM events WHERE type = 'DeadLettered'").fetchone()
-        assert dead == (1,)
+        assert dead == (2,)
         report = why_report(con, "b")
         assert [x["code"] for x in report["refused"]] == ["PlacementConflict"]
         text = render_why(report)

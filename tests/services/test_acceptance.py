@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import events as ev
-from services.domain.acceptance import Refused, admit
+from services.domain.acceptance import Refused, admit, subject_refusal
 from services.domain.ledger import Ledger
 
 
@@ -80,3 +80,19 @@ def test_a_lost_node_that_heartbeats_again_is_back():
     assert ledger.nodes["n1"].lost
     assert admit(ledger, 3, ev.NodeHeartbeat(node="n1")) is None
     assert not ledger.nodes["n1"].lost
+
+
+def test_an_event_must_travel_on_its_own_subject():
+    # subjects are what NATS permissions confine: a tenant's CI may publish only on its own
+    # gl.submit.<tenant>.> subjects, so a payload naming another tenant is refused
+    spec = ev.JobSpec(job_id="x", tenant="org/b", resources=ev.Resources(gpus=1))
+    sub = ev.JobSubmitted(job=spec)
+    assert subject_refusal("gl.submit.org/b.x", sub) is None
+    wrong = subject_refusal("gl.submit.org/a.x", sub)
+    assert wrong is not None and wrong.code == "WrongSubject" and "gl.submit.org/b.x" in wrong.message
+    ledger = Ledger()
+    assert admit(ledger, 1, sub, "gl.submit.org/a.x").code == "WrongSubject"
+    assert "x" not in ledger.jobs
+    assert admit(ledger, 2, placed("a"), "gl.node.n1.GangPlaced").code == "WrongSubject"
+    bad_id = ev.JobSubmitted(job=ev.JobSpec(job_id="a.b*c >d", tenant="org/b"))
+    assert subject_refusal("gl.submit.org/b.x", bad_id).code == "InvalidId"
