@@ -38,7 +38,23 @@ def now_ms(con) -> int:
 
 
 class UnknownJob(LookupError):
-    pass
+    """No job row. `refused` lists events about the job the acceptance rules refused (a
+    submission on another tenant's subject, say): why the job does not exist."""
+
+    def __init__(self, job_id: str, refused: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(job_id)
+        self.refused = refused or []
+
+
+def _refused(con, job_id: str) -> list[dict[str, Any]]:
+    return [
+        {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
+        for seq, at, t, prod, code, msg in con.execute(
+            "SELECT seq, at_ms, type, producer, code, message FROM refusals"
+            " WHERE job_id = ? ORDER BY seq",
+            [job_id],
+        ).fetchall()
+    ]
 
 
 def why_report(con, job_id: str) -> dict[str, Any]:
@@ -46,7 +62,7 @@ def why_report(con, job_id: str) -> dict[str, Any]:
     cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
     recs = records(cur)
     if not recs:
-        raise UnknownJob(job_id)
+        raise UnknownJob(job_id, _refused(con, job_id))
     job = parse_json_fields(recs[0], "details")
     now = now_ms(con)
     out: dict[str, Any] = {
@@ -120,14 +136,7 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             [job_id],
         ).fetchall()
     ]
-    out["refused"] = [
-        {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
-        for seq, at, t, prod, code, msg in con.execute(
-            "SELECT seq, at_ms, type, producer, code, message FROM refusals"
-            " WHERE job_id = ? ORDER BY seq",
-            [job_id],
-        ).fetchall()
-    ]
+    out["refused"] = _refused(con, job_id)
     out["transitions"] = [
         {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
         for at, f, t, e, r in con.execute(

@@ -194,6 +194,12 @@ def _fmt_details(d: Any, indent: str = "    ") -> list[str]:
     return [f"{indent}{json.dumps(d, default=_json_default)}"]
 
 
+def refusal_text(x: dict[str, Any]) -> str:
+    """One refused event, as `why` shows it."""
+    return (f"{x['event']} (seq {x['seq']}, from {x['producer'] or '?'}): {x['code']}: "
+            f"{x['message']}; the ledger and this projection ignore it")
+
+
 def render_why(r: dict[str, Any]) -> str:
     lines = [
         f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class']}, "
@@ -269,10 +275,7 @@ def render_why(r: dict[str, Any]) -> str:
             f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
     for x in r.get("refused", ()):
-        lines.append(
-            f"Refused:   {x['event']} (seq {x['seq']}, from {x['producer'] or '?'}):"
-            f" {x['code']}: {x['message']}; the ledger and this projection ignore it"
-        )
+        lines.append(f"Refused:   {refusal_text(x)}")
     if r["transitions"]:
         lines.append(
             "History:   "
@@ -297,8 +300,9 @@ def why_command(
     con = _connect(path)
     try:
         report = why_report(con, job)
-    except UnknownJob:
-        _fail(f"no job {job!r} in the projection at {path}")
+    except UnknownJob as exc:
+        refused = "".join(f"\nRefused:   {refusal_text(x)}" for x in exc.refused)
+        _fail(f"no job {job!r} in the projection at {path}{refused}")
     finally:
         con.close()
     if output == WhyOutput.text:

@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 import events as ev
 from projections.nats_source import run_projector
 from projections.queries import jobs_rows, nodes_rows, why_report
 from projections.store import connect_readonly
-from services.cli.audit import render_why
+from services.cli.audit import register, render_why
 from services.domain.deciding import LedgerService
 from services.runtime.bus import Bus
 from services.runtime.host import Host
@@ -104,3 +106,10 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(tmp_path):
         assert "Refused:   GangPlaced" in text and "b#1" in text
     finally:
         con.close()
+    # `why` of a job that exists only as a refused submission says why it does not exist
+    app = typer.Typer()
+    register(app)
+    r = CliRunner().invoke(app, ["why", "sneaky", "--db", str(db)])
+    assert r.exit_code == 1
+    assert "no job 'sneaky'" in r.output and "WrongSubject" in r.output
+    assert "gl.submit.org/b.sneaky" in r.output
