@@ -333,12 +333,13 @@ class Ledger:
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
 
-    def _pending_reason(self, e: ev.PendingReasonChanged) -> None:
+    def _pending_reason(self, e: ev.PendingReasonChanged) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None:
-            return
+            return _not_in_state(e.job_id, job, "known")
         job.reason, job.message, job.details = e.reason, e.message, e.details
         job.pending_changes += 1
+        return None
 
     def _placed(self, e: ev.GangPlaced) -> Refusal | None:
         job = self.jobs.get(e.job_id)
