@@ -66,7 +66,7 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                     uuid=f"GPU-{i}-{g}",
                     model="H100-80GB",
                     memory_mib=81920,
-                    clique=f"node{i}-nvl{g // 4}",
+                    clique=f"node{i}-nvl",
                 )
                 for g in range(8)
             ),
@@ -77,7 +77,53 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
         return
 
     job = 0
-    running: list[tuple[str, str, str, int, int]] = []  # job, alloc, node, replicas, attempt
+    # job, alloc, members ((node, gpus) per rank), GPUs per member, attempt
+    running: list[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...], int, int]] = []
+    free = {f"node{i}": list(range(8)) for i in range(nodes)}  # free GPU indices per node
+
+    def place(replicas: int, gpus: int):
+        """Free GPUs for every member (the services refuse a placement over busy GPUs)."""
+        start = rnd.randrange(nodes)
+        taken: list[tuple[str, tuple[int, ...]]] = []
+        for k in range(nodes):
+            node = f"node{(start + k) % nodes}"
+            while len(taken) < replicas and len(free[node]) >= gpus:
+                got = tuple(free[node][:gpus])
+                del free[node][:gpus]
+                taken.append((node, got))
+            if len(taken) == replicas:
+                return tuple(taken)
+        for node, got in taken:
+            free[node] = sorted(free[node] + list(got))
+        return None
+
+    def release(members) -> None:
+        for node, got in members:
+            free[node] = sorted(free[node] + list(got))
+
+    def placements(members) -> tuple[ev.MemberPlacement, ...]:
+        return tuple(ev.MemberPlacement(rank=k, node=n, gpus=g) for k, (n, g) in enumerate(members))
+
+    def finish(entry, at: int) -> list[ev.Event]:
+        """Every member exits; the gang completes (or, 5 %, fails); its GPUs are free."""
+        jid, alloc, members, _, _ = entry
+        outcome = "failed" if rnd.random() < 0.05 else "completed"
+        out: list[ev.Event] = [
+            ev.MemberExited(
+                occurred_at_ms=at, job_id=jid, allocation_id=alloc, rank=k, node=n, outcome=outcome
+            )
+            for k, (n, _) in enumerate(members)
+        ]
+        if outcome == "completed":
+            out.append(ev.GangCompleted(occurred_at_ms=at, job_id=jid, allocation_id=alloc))
+        else:
+            out.append(
+                ev.GangFailed(
+                    occurred_at_ms=at, job_id=jid, allocation_id=alloc, reason="MemberFailed"
+                )
+            )
+        release(members)
+        return out
     while True:
         now += rnd.randint(50, 500)
         batch: list[ev.Event] = []
@@ -123,31 +169,32 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                         },
                     )
                 )
-            node = f"node{rnd.randrange(nodes)}"
             alloc = f"{jid}#1"
-            batch.append(
-                ev.GangPlaced(
-                    occurred_at_ms=now + 20,
-                    job_id=jid,
-                    allocation_id=alloc,
-                    tenant=tenant,
-                    borrowing=rnd.random() < 0.3,
-                    input_seq=seq,
-                    members=tuple(
-                        ev.MemberPlacement(rank=k, node=node, gpus=tuple(range(gpus)))
-                        for k in range(replicas)
-                    ),
+            members = place(replicas, gpus)
+            while members is None and running:  # full: finish running work first
+                batch.extend(finish(running.pop(rnd.randrange(len(running))), now + 15))
+                members = place(replicas, gpus)
+            if members is not None:
+                batch.append(
+                    ev.GangPlaced(
+                        occurred_at_ms=now + 20,
+                        job_id=jid,
+                        allocation_id=alloc,
+                        tenant=tenant,
+                        borrowing=rnd.random() < 0.3,
+                        input_seq=seq,
+                        members=placements(members),
+                    )
                 )
-            )
-            batch.extend(
-                ev.MemberStarted(
-                    occurred_at_ms=now + 30, job_id=jid, allocation_id=alloc, rank=k, node=node
+                batch.extend(
+                    ev.MemberStarted(
+                        occurred_at_ms=now + 30, job_id=jid, allocation_id=alloc, rank=k, node=n
+                    )
+                    for k, (n, _) in enumerate(members)
                 )
-                for k in range(replicas)
-            )
-            running.append((jid, alloc, node, replicas, 1))
+                running.append((jid, alloc, members, gpus, 1))
         elif r < 0.55:
-            jid, alloc, node, replicas, attempt = running.pop(rnd.randrange(len(running)))
+            jid, alloc, members, gpus, attempt = running.pop(rnd.randrange(len(running)))
             if rnd.random() < 0.15:  # preempted, then placed again
                 batch.append(
                     ev.PreemptionRequested(
@@ -167,10 +214,10 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                         job_id=jid,
                         allocation_id=alloc,
                         rank=k,
-                        node=node,
+                        node=n,
                         step=attempt * 100,
                     )
-                    for k in range(replicas)
+                    for k, (n, _) in enumerate(members)
                 )
                 batch.extend(
                     ev.MemberExited(
@@ -178,10 +225,10 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                         job_id=jid,
                         allocation_id=alloc,
                         rank=k,
-                        node=node,
+                        node=n,
                         outcome="preempted",
                     )
-                    for k in range(replicas)
+                    for k, (n, _) in enumerate(members)
                 )
                 batch.append(
                     ev.GangEvicted(
@@ -194,6 +241,7 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                         lost_gpu_ms=rnd.randint(0, 60000),
                     )
                 )
+                release(members)
                 batch.append(
                     ev.GangRequeued(
                         occurred_at_ms=now + 2000, job_id=jid, after_allocation_id=alloc
@@ -201,47 +249,21 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                 )
                 attempt += 1
                 alloc = f"{jid}#{attempt}"
-                node = f"node{rnd.randrange(nodes)}"
-                batch.append(
-                    ev.GangPlaced(
-                        occurred_at_ms=now + 3000,
-                        job_id=jid,
-                        allocation_id=alloc,
-                        tenant="",
-                        input_seq=seq,
-                        members=tuple(
-                            ev.MemberPlacement(rank=k, node=node, gpus=(0,))
-                            for k in range(replicas)
-                        ),
-                    )
-                )
-                running.append((jid, alloc, node, replicas, attempt))
-            else:
-                outcome = "failed" if rnd.random() < 0.05 else "completed"
-                batch.extend(
-                    ev.MemberExited(
-                        occurred_at_ms=now,
-                        job_id=jid,
-                        allocation_id=alloc,
-                        rank=k,
-                        node=node,
-                        outcome=outcome,
-                    )
-                    for k in range(replicas)
-                )
-                if outcome == "completed":
+                members = place(len(members), gpus)
+                if members is not None:
                     batch.append(
-                        ev.GangCompleted(occurred_at_ms=now, job_id=jid, allocation_id=alloc)
-                    )
-                else:
-                    batch.append(
-                        ev.GangFailed(
-                            occurred_at_ms=now,
+                        ev.GangPlaced(
+                            occurred_at_ms=now + 3000,
                             job_id=jid,
                             allocation_id=alloc,
-                            reason="MemberFailed",
+                            tenant="",
+                            input_seq=seq,
+                            members=placements(members),
                         )
                     )
+                    running.append((jid, alloc, members, gpus, attempt))
+            else:
+                batch.extend(finish((jid, alloc, members, gpus, attempt), now))
         elif r < 0.75:
             i = rnd.randrange(nodes)
             batch.append(

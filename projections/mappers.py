@@ -4,15 +4,21 @@
 must be written to each table in a `Batch`:
 
 - *append* tables get one tuple per fact (`events`, `job_transitions`, `decisions`,
-  `pending_reasons`, `quota_usage`, `gpu_metrics`);
+  `pending_reasons`, `quota_usage`, `gpu_metrics`, `refusals`);
 - *current-state* tables (`jobs`, `allocations`, `preemptions`, `nodes`, `gpus`, `tenants`,
   `priority_classes`) get keyed upserts: the batch keeps the latest version of every row it
   touched, and the writer replaces those keys (delete + insert) inside one transaction. A key
   mapped to None is a delete.
 
-The state is exactly the current-state rows (all jobs, nodes, GPUs, tenants; allocation
-intervals and preemptions still open), so a restarted writer rebuilds it from the tables it
-wrote (`Projection.load`). No I/O, no clock, no database here: this module is tested alone.
+Only accepted events become facts: every event is first folded into the services' own
+`Ledger` under the shared acceptance rules (`services.domain.acceptance.admit`); a refused
+one is kept in `events` and recorded in `refusals` (code, message) and changes nothing else,
+so the projection never shows what the services refused.
+
+The state is the current-state rows (all jobs, nodes, GPUs, tenants; allocation intervals
+and preemptions still open) plus that ledger, so a restarted writer rebuilds it from the
+tables it wrote and the events it projected (`Projection.load`). No I/O, no clock, no
+database here: this module is tested alone.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from typing import Any
 import msgspec
 
 import events as ev
+from services.domain.acceptance import admit
+from services.domain.ledger import Ledger
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 JOB_STATES = (
@@ -49,10 +57,13 @@ def _dumps(obj: Any) -> str | None:
 class SequenceGap(RuntimeError):
     """The next message's sequence is not last+1: the projector refuses to skip anything."""
 
-    def __init__(self, expected: int, got: int) -> None:
+    def __init__(self, expected: int, got: int, reason: str | None = None) -> None:
+        what = reason or (
+            f"expected stream sequence {expected}, got {got}; "
+            f"refusing to skip {got - expected} message(s)"
+        )
         super().__init__(
-            f"sequence gap: expected stream sequence {expected}, got {got}; "
-            f"refusing to skip {got - expected} message(s). The projection is intact up to "
+            f"sequence gap: {what}. The projection is intact up to "
             f"{expected - 1}; fix the source (or rebuild from a complete log) and restart."
         )
         self.expected = expected
@@ -216,6 +227,7 @@ APPEND_COLUMNS: dict[str, tuple[str, ...]] = {
     "gpu_metrics": tuple(
         "seq at_ms node uuid mig_uuid sm_active util_source memory_used_mib".split()
     ),
+    "refusals": tuple("seq at_ms type job_id subject producer code message".split()),
 }
 
 ALL_TABLES: tuple[str, ...] = tuple(APPEND_COLUMNS) + tuple(ROW_CLASSES)
@@ -331,6 +343,13 @@ def _mig_milli(profile: str) -> int:
     return ev.Resources(mig_profile=profile).gpu_milli_total()
 
 
+def _about(event: ev.Event) -> str | None:
+    """The job (or node, or entity) an event is about, for `refusals.job_id`."""
+    if isinstance(event, ev.JobSubmitted):
+        return event.job.job_id
+    return getattr(event, "job_id", None) or event.correlation_id or None
+
+
 class Projection:
     """Folds events into projection state and records table changes in `self.batch`."""
 
@@ -342,6 +361,8 @@ class Projection:
         self.nodes: dict[str, Row] = {}
         self.gpus: dict[tuple[str, int], Row] = {}
         self.tenants: dict[str, Row] = {}
+        self.ledger = Ledger()
+        """The services' own fold: an event is mapped to rows only if it accepts it."""
         self._bind(Batch())
 
     def _bind(self, batch: Batch) -> None:
@@ -354,17 +375,28 @@ class Projection:
         self._add_pending = add["pending_reasons"]
         self._add_quota = add["quota_usage"]
         self._add_metric = add["gpu_metrics"]
+        self._add_refusal = add["refusals"]
         self._up_jobs = batch.upserts["jobs"]
         self._up_allocs = batch.upserts["allocations"]
 
     # -------------------------------------------------------------- state from tables
 
     @classmethod
-    def load(cls, last_seq: int, tables: dict[str, Iterable[tuple]]) -> Projection:
+    def load(
+        cls,
+        last_seq: int,
+        tables: dict[str, Iterable[tuple]],
+        log: Iterable[tuple[int, str, ev.Event]] = (),
+    ) -> Projection:
         """Rebuild the state from stored current-state rows (`jobs`, open `allocations` and
-        `preemptions`, `nodes`, `gpus`, `tenants`), each tuple in the table's column order."""
+        `preemptions`, `nodes`, `gpus`, `tenants`), each tuple in the table's column order,
+        and the acceptance fold from the events already projected (`log`: `(seq, subject,
+        event)` in stream order, the stored `events` rows)."""
         p = cls()
         p.last_seq = last_seq
+        ledger = p.ledger
+        for seq, subject, event in log:
+            admit(ledger, seq, event, subject)
         for t in tables.get("jobs", ()):
             r = JobRow.from_tuple(t)
             p.jobs[r.job_id] = r
@@ -428,6 +460,19 @@ class Projection:
             event.leader_epoch if decision else None,
             _json.encode(event),
         )
+        refusal = admit(self.ledger, seq, event, subject)
+        if refusal is not None:
+            self._add_refusal(
+                seq,
+                event.occurred_at_ms,
+                name,
+                _about(event),
+                subject,
+                event.producer,
+                refusal.code,
+                refusal.message,
+            )
+            return True
         if decision:
             details = getattr(event, "details", None)
             self._add_decision(
@@ -892,6 +937,11 @@ class Projection:
             return
         n.last_heartbeat_ms = e.occurred_at_ms
         n.running_members = len(e.running)
+        rec = self.ledger.nodes.get(e.node)
+        if n.status == "lost" and rec is not None and not rec.lost:
+            # the ledger's rule (the scheduler places on it again): heard from again, it is back
+            n.status = "ready"
+            n.lost_at_ms = n.lost_message = None
         self.batch.upsert(n)
 
     def _node_lost(self, seq: int, e: ev.NodeLost) -> None:

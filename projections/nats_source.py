@@ -14,6 +14,12 @@ it closes it for a `read_window_s` pause, so `gpuledger jobs/why/sql` get in und
 A reader that holds the file (a notebook's read-only connection) blocks the next commit:
 the projector keeps its folded state, stops fetching, logs one `projector.blocked` line per
 attempt, retries with backoff and catches up when the reader leaves; it never dies of it.
+
+The projector, like every service, never folds past a hole: a stream that is not a complete
+log (first sequence not 1, deleted or lost messages: `services.runtime.bus.damage_of`) or a
+sequence gap met while fetching stops it (at the latest at the last sequence before the
+hole; a damaged stream found at start is not folded further at all), with one error line. As a service (`stop` given) it then waits to be stopped (a supervisor restarting
+it would only meet the same hole again); otherwise it raises.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import ProjectionBusy, Projector
-from services.runtime.bus import received_ms
+from services.runtime.bus import damage_of, received_ms
 from services.runtime.gctune import fewer_gc_passes
 
 log = logging.getLogger("gpuledger.projector")
@@ -47,7 +53,8 @@ class ProjectorStatus:
 
     committed_seq: int = 0
     state: str = "starting"
-    """starting | running | blocked (a reader holds the file) | stopped"""
+    """starting | running | blocked (a reader holds the file) | refusing (a hole in the log)
+    | stopped"""
     detail: str | None = None
     """Why it is blocked: who holds the file, since when, how many attempts."""
     ready: bool = False
@@ -145,11 +152,16 @@ async def run_projector(
     status: ProjectorStatus | None = None,
     hold_s: float = 2.0,
     read_window_s: float = 0.15,
+    on_gap: Callable[[str], None] | None = None,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
-    the stream is drained). Returns the last committed sequence. Raises SequenceGap after
-    committing everything before the gap. `status` (if given) is kept up to date. A reader
-    holding the file delays commits (retried with backoff), never ends the projector."""
+    the stream is drained). Returns the last committed sequence. `status` (if given) is kept
+    up to date. A reader holding the file delays commits (retried with backoff), never ends
+    the projector.
+
+    On a hole in the log (see the module doc) it commits everything before it, logs one
+    error line and calls `on_gap(reason)` (status, health); then, with `stop`, it waits for
+    `stop`, else it raises SequenceGap."""
     status = status if status is not None else ProjectorStatus()
     with fewer_gc_passes():  # the fold allocates a lot
         nc = await nats.connect(url)
@@ -177,6 +189,20 @@ async def run_projector(
         try:
             status.committed_seq = pj.last_seq
             js = nc.jetstream()
+
+            async def refuse(gap: SequenceGap) -> None:
+                log.error("projector refusing to fold past a hole in the log: %s", gap)
+                status.state, status.detail, status.ready = "refusing", str(gap), True
+                if on_gap is not None:
+                    on_gap(str(gap))
+                if stop is None:
+                    raise gap
+                await stop.wait()
+
+            damage = damage_of((await js.stream_info(stream)).state, pj.last_seq)
+            if damage is not None:
+                await refuse(SequenceGap(pj.last_seq + 1, 0, damage))
+                return pj.last_seq
             await _position_consumer(js, stream, durable, pj.last_seq)
             sub = await js.pull_subscribe_bind(durable, stream)
             status.state, status.ready = "running", True
@@ -232,8 +258,8 @@ async def run_projector(
                     pj.release()  # a read window under steady traffic
                     await asyncio.sleep(read_window_s)
                 if gap is not None:
-                    log.error("%s", gap)
-                    raise gap
+                    await refuse(gap)
+                    break
             await ack(await commit())
             return status.committed_seq
         except ProjectionBusy as exc:

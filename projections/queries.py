@@ -38,11 +38,15 @@ def now_ms(con) -> int:
 
 
 class UnknownJob(LookupError):
-    """No job row; `refused` lists the requests naming the id that admission refused."""
+    """No job row. `refused` lists the client requests naming the id that admission refused
+    (`RequestRefused`); `refusals` the events about it that the acceptance rules refused (a
+    submission on another tenant's subject, say): why the job does not exist."""
 
-    def __init__(self, job_id: str, refused: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, job_id: str, refused: list[dict[str, Any]] | None = None,
+                 refusals: list[dict[str, Any]] | None = None) -> None:
         super().__init__(job_id)
         self.refused = refused or []
+        self.refusals = refusals or []
 
 
 def refused_requests(con, job_id: str) -> list[dict[str, Any]]:
@@ -62,12 +66,24 @@ def refused_requests(con, job_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def acceptance_refusals(con, job_id: str) -> list[dict[str, Any]]:
+    """Events about `job_id` the acceptance rules refused (services/domain/acceptance.py)."""
+    return [
+        {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
+        for seq, at, t, prod, code, msg in con.execute(
+            "SELECT seq, at_ms, type, producer, code, message FROM refusals"
+            " WHERE job_id = ? ORDER BY seq",
+            [job_id],
+        ).fetchall()
+    ]
+
+
 def why_report(con, job_id: str) -> dict[str, Any]:
     """Everything the projection knows about why `job_id` is where it is."""
     cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
     recs = records(cur)
     if not recs:
-        raise UnknownJob(job_id, refused_requests(con, job_id))
+        raise UnknownJob(job_id, refused_requests(con, job_id), acceptance_refusals(con, job_id))
     job = parse_json_fields(recs[0], "details")
     now = now_ms(con)
     out: dict[str, Any] = {
@@ -142,6 +158,7 @@ def why_report(con, job_id: str) -> dict[str, Any]:
         ).fetchall()
     ]
     out["refused"] = refused_requests(con, job_id)
+    out["refusals"] = acceptance_refusals(con, job_id)
     out["transitions"] = [
         {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
         for at, f, t, e, r in con.execute(

@@ -224,3 +224,18 @@ CREATE TABLE IF NOT EXISTS gpu_metrics (
     util_source     VARCHAR,            -- gpm | nvml_utilization
     memory_used_mib BIGINT
 );
+
+-- Events the acceptance rules refused (services/domain/acceptance.py, the same fold every
+-- service runs): a decision of a deposed leader, a placement over GPUs already held, an
+-- admission of an unknown job... Nothing else in the projection comes from them; the
+-- services fold nothing from them either (and dead-letter the ones that contradict state).
+CREATE TABLE IF NOT EXISTS refusals (
+    seq            BIGINT NOT NULL,
+    at_ms          BIGINT,
+    type           VARCHAR NOT NULL,
+    job_id         VARCHAR,             -- the job (or entity) the event is about
+    subject        VARCHAR,
+    producer       VARCHAR,
+    code           VARCHAR NOT NULL,    -- StaleLeaderEpoch, PlacementConflict, UnknownJob, ...
+    message        VARCHAR
+);

@@ -192,7 +192,23 @@ class Store:
         ):
             cols = ", ".join(columns_of(t))
             tables[t] = con.execute(f"SELECT {cols} FROM {t}{where}").fetchall()
-        return Projection.load(self.last_seq, tables)
+        return Projection.load(self.last_seq, tables, self._projected_log())
+
+    def _projected_log(self, chunk: int = 10_000) -> Iterator[tuple[int, str, ev.Event]]:
+        """The events projected so far, in order (to rebuild the acceptance fold)."""
+        cur = self.con.cursor()
+        cur.execute(
+            "SELECT seq, subject, payload FROM events WHERE type <> 'Undecodable' ORDER BY seq"
+        )
+        try:
+            while rows := cur.fetchmany(chunk):
+                for seq, subject, payload in rows:
+                    try:
+                        yield seq, subject, ev.decode(payload)
+                    except ev.UndecodableEvent:
+                        continue
+        finally:
+            cur.close()
 
     # -------------------------------------------------------------- writing
 

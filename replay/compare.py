@@ -39,6 +39,7 @@ from typing import Any
 
 import events as ev
 from events import Event
+from services.domain.acceptance import admit
 from services.domain.ledger import Ledger
 
 _ALLOC_EVENTS = (ev.GangPlaced, ev.GangCompleted, ev.GangFailed, ev.GangEvicted)
@@ -105,7 +106,7 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
     alloc_since: dict[str, int] = {}
     fair_since = 0
 
-    for seq, _, e in entries:
+    for seq, subject, e in entries:
         n_events += 1
         t = e.occurred_at_ms
         if start_ms is None:
@@ -115,7 +116,7 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
             area += allocated * dt
             cap_area += capacity * dt
             last_t = t
-        ledger.apply(seq, e)
+        admit(ledger, seq, e, subject)  # the acceptance rules the live services apply
         if isinstance(e, _ALLOC_EVENTS):
             if isinstance(e, ev.GangEvicted) and e.reason in ("Priority", "Reclaim", "Backfill", "Defragment"):
                 preemptions += 1

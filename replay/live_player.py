@@ -14,6 +14,7 @@ import msgspec
 
 import events as ev
 from replay.scenario import Scenario
+from services.domain.acceptance import admit
 from services.domain.ledger import TERMINAL, Ledger
 
 
@@ -52,7 +53,7 @@ async def fold(bus) -> tuple[Ledger, list[tuple[int, str, ev.Event]]]:
     async for rec in bus.read_all():
         with contextlib.suppress(Exception):  # a bad message is dead-lettered live; skip it
             event = ev.at_receipt(ev.decode(rec.data), rec.received_ms)
-            ledger.apply(rec.seq, event)
+            admit(ledger, rec.seq, event, rec.subject)
             log.append((rec.seq, rec.subject, event))
     return ledger, log
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 import events as ev
+from services.domain.acceptance import admit
 from services.domain.configfile import config_events, node_infos
 from services.domain.ledger import Ledger
 
@@ -46,8 +47,8 @@ def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
 def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
     entries = list(entries)
     ledger = Ledger()
-    for seq, _, e in entries:
-        ledger.apply(seq, e)
+    for seq, subject, e in entries:
+        admit(ledger, seq, e, subject)  # the acceptance rules the live services apply
     config: list[ev.Event] = []
     nodes: dict[str, ev.NodeInfo] = {}
     timeline: list[tuple[int, ev.Event]] = []

@@ -223,6 +223,12 @@ def refused_lines(refused: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def refusal_text(x: dict[str, Any]) -> str:
+    """One refused event, as `why` shows it."""
+    return (f"{x['event']} (seq {x['seq']}, from {x['producer'] or '?'}): {x['code']}: "
+            f"{x['message']}; the ledger and this projection ignore it")
+
+
 def render_why(r: dict[str, Any]) -> str:
     lines = [
         f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
@@ -298,6 +304,7 @@ def render_why(r: dict[str, Any]) -> str:
             f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
     lines += refused_lines(r.get("refused") or [])
+    lines += [f"Refused:   {refusal_text(x)}" for x in r.get("refusals") or ()]
     if r["transitions"]:
         lines.append(
             "History:   "
@@ -326,6 +333,8 @@ def why_command(
         typer.echo(f"error: no job {job!r} in the projection at {path}", err=True)
         for line in refused_lines(unknown.refused):  # e.g. a refused cancel of this id
             typer.echo(line, err=True)
+        for x in unknown.refusals:  # e.g. a submission on another tenant's subject
+            typer.echo(f"Refused:   {refusal_text(x)}", err=True)
         raise typer.Exit(1) from None
     finally:
         con.close()

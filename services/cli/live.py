@@ -208,13 +208,17 @@ class Cluster:
 
 def _sample_host(st, hosts: list) -> None:
     if hosts:
-        st.folded_seq = hosts[-1].folded_seq
+        host = hosts[-1]
+        st.folded_seq = host.folded_seq
+        if st.state in ("running", "refusing"):
+            st.state = "refusing" if host.gap else "running"
+        st.detail = host.gap
 
 
 def _sample_projector(st, ps) -> None:
     st.folded_seq = ps.committed_seq
-    if st.state in ("running", "blocked"):
-        st.state = "blocked" if ps.state == "blocked" else "running"
+    if st.state in ("running", "blocked", "refusing"):
+        st.state = ps.state if ps.state in ("blocked", "refusing") else "running"
     st.detail = ps.detail
 
 

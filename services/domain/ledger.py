@@ -17,17 +17,18 @@ from typing import Any
 
 import events as ev
 from events import JobSpec, MemberPlacement
+from services.domain.acceptance import Refusal, Refused
 from services.domain.config import ConfigState
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
 from services.domain.timeindex import TimeIndex
 from services.domain.usage import advance, step_ms
-from services.placement import Fleet
+from services.placement import Fleet, PlacementConflict
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 
 
 @dataclass(frozen=True)
-class Refusal:
+class RequestRefusal:
     """A client request the log holds but no fold applies, waiting for admission's answer
     (`RequestRefused`, or `JobRejected` for the unreadable first submission of a job id)."""
 
@@ -224,11 +225,11 @@ class Ledger:
     stale_decisions: int = 0
     """Decisions ignored because a newer leader of their service had already decided."""
     dead_letters: int = 0
-    refusals: dict[int, Refusal] = field(default_factory=dict)
+    refusals: dict[int, RequestRefusal] = field(default_factory=dict)
     """Client requests to refuse, by stream sequence, until admission's `RequestRefused`
     for them is folded: a second submission of a job id with other content, an unreadable
     submission of an existing job, a cancel of a job its tenant does not have."""
-    invalid_submissions: dict[str, Refusal] = field(default_factory=dict)
+    invalid_submissions: dict[str, RequestRefusal] = field(default_factory=dict)
     """Per job id never submitted before, its first submission that could not be decoded or
     applied (dead-lettered): admission answers it with `JobRejected` (`InvalidSpec`)."""
     placement_memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
@@ -238,20 +239,32 @@ class Ledger:
     # ------------------------------------------------------------------ evolve
 
     def apply(self, seq: int, event: ev.Event) -> Ledger:
-        """Fold one event (stream sequence `seq`). A decision carrying a leader epoch older
-        than one already seen from its service is ignored: it comes from a deposed leader."""
+        """Fold one event (stream sequence `seq`); `fold` says what it did. Raises `Refused`
+        (changing nothing) for an event that contradicts the folded state."""
+        self.fold(seq, event)
+        return self
+
+    def fold(self, seq: int, event: ev.Event) -> Refusal | None:
+        """Fold one event under the acceptance rules (services/domain/acceptance.py): None if
+        it was accepted, else why it changed nothing. A decision carrying a leader epoch
+        older than one already seen from its service is ignored: it comes from a deposed
+        leader. Raises `Refused` before any change for an event that contradicts the state."""
         self.last_seq = max(self.last_seq, seq)
         self.folding_seq = seq
         if isinstance(event, ev.Decision) and event.leader_epoch:
             role = event.producer.partition("/")[0]
-            if event.leader_epoch < self.leader_epochs.get(role, 0):
+            seen = self.leader_epochs.get(role, 0)
+            if event.leader_epoch < seen:
                 self.stale_decisions += 1
-                return self
+                return Refusal(
+                    "StaleLeaderEpoch",
+                    f"{role} decision of epoch {event.leader_epoch}; epoch {seen} already decided",
+                )
             self.leader_epochs[role] = event.leader_epoch
         handler = _HANDLERS.get(type(event))
         if handler is not None:
-            handler(self, event)
-        return self
+            return handler(self, event)
+        return None
 
     # ------------------------------------------------------------------ queries
 
@@ -342,15 +355,15 @@ class Ledger:
         except ev.InvalidId:
             return
         seq = self.folding_seq
-        self.refusals[seq] = Refusal(seq, request, job_id, tenant, reason, message, details, cause)
+        self.refusals[seq] = RequestRefusal(seq, request, job_id, tenant, reason, message, details, cause)
 
-    def _submitted(self, e: ev.JobSubmitted) -> None:
+    def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
         first = self.jobs.get(job_id)
         if first is not None:
             if e.job != first.spec:  # same content = a retry: first one wins, silently
                 self._refuse_conflict(e, first)
-            return
+            return Refusal("DuplicateJob", f"job {job_id!r} was already submitted")
         unreadable = self.invalid_submissions.get(job_id)
         if unreadable is not None:  # the id's first submission could not be read
             self._refuse(
@@ -360,7 +373,7 @@ class Ledger:
                 "ignored: submit under a new job id", e.event_id,
                 existing_seq=unreadable.request_seq,
             )
-            return
+            return Refusal("DuplicateJob", f"job id {job_id!r} is taken by an unreadable submission")
         self.jobs[job_id] = JobRecord(
             spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id,
             submit_seq=self.folding_seq,
@@ -385,10 +398,10 @@ class Ledger:
             existing_seq=first.submit_seq, differences=diffs,
         )
 
-    def _admitted(self, e: ev.JobAdmitted) -> None:
+    def _admitted(self, e: ev.JobAdmitted) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None or job.state != "submitted":
-            return
+            return _not_in_state(e.job_id, job, "submitted")
         job.state, job.priority, job.preemptible, job.slo_class = (
             "pending",
             e.priority,
@@ -399,7 +412,7 @@ class Ledger:
         self.submitted.discard(e.job_id)
         self._enqueue(e.job_id)
 
-    def _rejected(self, e: ev.JobRejected) -> None:
+    def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         invalid = self.invalid_submissions.pop(e.job_id, None)
         job = self.jobs.get(e.job_id)
         if job is None and invalid is not None:  # its only submission could not be read
@@ -408,20 +421,19 @@ class Ledger:
                 submit_event_id=invalid.cause, submit_seq=invalid.request_seq, unreadable=True,
             )
         if job is None or job.state != "submitted":
-            return
+            return _not_in_state(e.job_id, job, "submitted")
         job.state, job.reason, job.message, job.details = "rejected", e.reason, e.message, e.details
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
 
-    def _cancelled(self, e: ev.JobCancelled) -> None:
+    def _cancelled(self, e: ev.JobCancelled) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None or job.tenant != e.tenant:
-            self._refuse("JobCancelled", e.job_id, e.tenant, "UnknownJob",
-                         f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to cancel",
-                         e.event_id)
-            return
+            message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to cancel"
+            self._refuse("JobCancelled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
+            return Refusal("UnknownJob", message)
         if job.state in TERMINAL:
-            return
+            return _not_in_state(e.job_id, job, "not finished")
         job.cancel_requested = True
         job.reason = e.reason
         if job.allocation_id is not None:
@@ -432,17 +444,26 @@ class Ledger:
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
 
-    def _pending_reason(self, e: ev.PendingReasonChanged) -> None:
+    def _pending_reason(self, e: ev.PendingReasonChanged) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None:
-            return
+            return _not_in_state(e.job_id, job, "known")
         job.reason, job.message, job.details = e.reason, e.message, e.details
         job.pending_changes += 1
+        return None
 
-    def _placed(self, e: ev.GangPlaced) -> None:
+    def _placed(self, e: ev.GangPlaced) -> Refusal | None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "pending" or e.allocation_id in self.allocations:
-            return
+        if job is None or job.state != "pending":
+            return _not_in_state(e.job_id, job, "pending")
+        if e.allocation_id in self.allocations:
+            return Refusal("DuplicateAllocation", f"allocation {e.allocation_id!r} exists")
+        try:  # first, and atomic: a conflict changes nothing
+            self.fleet.allocate(
+                e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job)
+            )
+        except (PlacementConflict, ValueError) as err:
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
         per_member = job.spec.resources.gpu_milli_total()
         rec = AllocationRecord(
             allocation_id=e.allocation_id,
@@ -457,7 +478,6 @@ class Ledger:
         )
         if e.backfill_for is not None:
             self.backfills.setdefault(e.backfill_for, set()).add(e.allocation_id)
-        self.fleet.allocate(e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job))
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
         self.awaiting_start.add(e.allocation_id)
@@ -486,6 +506,7 @@ class Ledger:
         self._dequeue(e.job_id)
         self.placement_memo.pop(e.job_id, None)
         self._end_nomination(e.job_id)
+        return None
 
     def _member_started(self, e: ev.MemberStarted) -> None:
         rec = self.allocations.get(e.allocation_id)
@@ -510,11 +531,13 @@ class Ledger:
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
                 self.settle_ready.add(e.allocation_id)
 
-    def _preemption_requested(self, e: ev.PreemptionRequested) -> None:
+    def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
         if rec is None or rec.ended or job is None or rec.preemption is not None:
-            return
+            what = ("unknown" if rec is None else "ended" if rec.ended
+                    else "already being preempted" if rec.preemption is not None else "of no job")
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
         rec.preemption = e
         job.state = "preempting"
         saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
@@ -523,6 +546,7 @@ class Ledger:
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         self.placement_memo.pop(e.beneficiary, None)  # its pending reason changes
         self.allocation_version += 1  # the outlook of every preemption plan changed
+        return None
 
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
         job = self.jobs.get(e.job_id)
@@ -677,7 +701,7 @@ class Ledger:
         kind, tenant, job_id = target
         request = "JobSubmitted" if kind == "submit" else "JobCancelled"
         problem = f"could not be decoded or applied: {e.reason}"
-        refusal = Refusal(e.stream_seq, request, job_id, tenant, "InvalidSpec",
+        refusal = RequestRefusal(e.stream_seq, request, job_id, tenant, "InvalidSpec",
                           f"the {kind} message at seq {e.stream_seq} {problem}",
                           {"stream_seq": e.stream_seq, "payload_head": e.payload_head},
                           e.event_id)
@@ -706,7 +730,13 @@ class Ledger:
             self.capacity_version += 1
 
 
-_HANDLERS = {
+def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
+    if job is None:
+        return Refusal("UnknownJob", f"no job {job_id!r}")
+    return Refusal("WrongState", f"job {job_id!r} is {job.state}, not {wanted}")
+
+
+_HANDLERS: dict[type, Any] = {
     ev.JobSubmitted: Ledger._submitted,
     ev.JobAdmitted: Ledger._admitted,
     ev.JobRejected: Ledger._rejected,

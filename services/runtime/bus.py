@@ -12,7 +12,9 @@ Invariants:
 - every message read carries the stream's receive time (`received_ms`, the JetStream
   timestamp stored with it), which readers pass to `events.at_receipt` before folding;
 - readers see messages in stream order, each exactly once, with no gaps (ordered consumer
-  plus a sequence guard here).
+  plus a sequence guard here); a hole the stream really has (messages deleted or lost to a
+  damaged store) raises `StreamGap` instead of being skipped, and `Bus.damage()` reports
+  one found from the stream's state.
 """
 
 from __future__ import annotations
@@ -47,6 +49,43 @@ class AlreadyExists(Exception):
         super().__init__(f"{subject} already exists ({description})" if description else subject)
         self.subject = subject
         self.existing = existing
+
+
+class StreamGap(Exception):
+    """The stream lacks messages a complete log has: a reader must not fold past them."""
+
+    def __init__(self, message: str, expected: int = 0, got: int = 0) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.got = got
+
+
+def damage_of(state: api.StreamState, after_seq: int = 0) -> str | None:
+    """Why a stream in `state` is not a complete log after `after_seq` (None if it is):
+    its first message is not `after_seq + 1` (the head was purged), it has holes (deleted
+    messages, or messages a damaged file store lost on restart), or it reports lost data.
+    The stream is created with deny_delete/deny_purge and no limits, so none of this
+    happens to an intact log."""
+    lost = state.lost.msgs if state.lost is not None and state.lost.msgs else []
+    if lost:
+        return (f"the stream lost {len(lost)} message(s) (sequences {lost[0]}..{lost[-1]}); "
+                "its file store is damaged")
+    if state.last_seq > after_seq and state.messages and state.first_seq > after_seq + 1:
+        return (f"the stream starts at sequence {state.first_seq}, not {after_seq + 1}: "
+                f"{state.first_seq - after_seq - 1} earlier message(s) are gone (purged or "
+                "lost) and there is no snapshot to start from")
+    if state.messages == 0 and state.last_seq > after_seq:
+        return (f"the stream holds no messages but its last sequence is {state.last_seq}: "
+                f"{state.last_seq - after_seq} message(s) are gone")
+    missing = state.num_deleted or 0
+    span = state.last_seq - state.first_seq + 1 if state.messages else 0
+    if not missing and state.messages and span > state.messages:
+        missing = span - state.messages
+    if missing:
+        return (f"{missing} message(s) are missing between sequences {state.first_seq} and "
+                f"{state.last_seq} ({state.messages} stored): deleted, or lost by a damaged "
+                "file store (a truncated block file)")
+    return None
 
 
 class Record(NamedTuple):
@@ -117,8 +156,15 @@ class Follower:
             if seq <= self.last_seq:
                 continue  # redelivery after an ordered-consumer reset: already seen
             if seq > self.last_seq + 1 and self._sub is not None:
-                # The stream has no holes (deny_delete, discard new), so a gap means the
-                # client dropped messages (slow consumer): start again after the last one.
+                # A client that dropped messages (slow consumer) starts again after the last
+                # one; a hole the stream itself has (nothing stored at last+1) is refused.
+                if not await self._bus.has_message(self.last_seq + 1):
+                    raise StreamGap(
+                        f"stream sequence {self.last_seq + 1} is missing (next stored is "
+                        f"{seq}): {seq - self.last_seq - 1} message(s) deleted or lost",
+                        self.last_seq + 1,
+                        seq,
+                    )
                 self.gaps_repaired += 1
                 await self.close()
                 await self._subscribe()
@@ -220,6 +266,18 @@ class Bus:
 
     async def stream_info(self) -> api.StreamInfo:
         return await self.js.stream_info(self.stream)
+
+    async def damage(self, after_seq: int = 0) -> str | None:
+        """Why the stream is not a complete log after `after_seq`, or None (`damage_of`)."""
+        return damage_of((await self.stream_info()).state, after_seq)
+
+    async def has_message(self, seq: int) -> bool:
+        """Whether the stream stores a message at `seq`."""
+        try:
+            await self.js.get_msg(self.stream, seq)
+        except nats.js.errors.NotFoundError:
+            return False
+        return True
 
     async def last_seq(self) -> int:
         """Sequence of the last message in the stream (0 when empty)."""

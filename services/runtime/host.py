@@ -19,6 +19,11 @@ Invariants:
   hosts record it once); it is published only when the host is caught up, so a refold that
   later meets the existing `DeadLettered` publishes nothing. `evolve` should validate before
   mutating: the host cannot undo a partial in-place update.
+- the host decides only from a complete log: a stream whose first message is not 1, that
+  has holes (deleted messages, or messages a damaged file store lost) or reports lost data
+  is refused at start, and a hole met while following (`StreamGap`) likewise: the host logs
+  one `host.refusing` line with the reason, sets `gap`, and from then on neither decides nor
+  publishes (until restarted on a repaired stream);
 - a decision batch that adds nothing new to the log (only duplicates) is followed by a sleep
   until a new message or a wakeup, never by an immediate re-decide (no hot loop on a decider
   whose `evolve` ignores its own output); a `decide` that raises is logged and retried on
@@ -44,8 +49,9 @@ import structlog
 
 import events
 from events import DeadLettered, UndecodableEvent, derive_event_id
+from services.domain.acceptance import subject_refusal
 from services.domain.service import Service
-from services.runtime.bus import AlreadyExists, Bus, Delivery, Follower
+from services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from services.runtime.lease import Lease, lease_bucket
 
 Clock = Callable[[], int]
@@ -129,6 +135,9 @@ class Host:
         self._awaiting_seq = 0
         self._pending_dead: dict[int, DeadLettered] = {}
         self._unpublishable: set[str] = set()  # event ids already reported as unroutable
+        self.gap: str | None = None
+        """Why the host refuses to decide (the log is incomplete), None while it is whole;
+        for status and health checks."""
 
     @property
     def may_decide(self) -> bool:
@@ -146,8 +155,29 @@ class Host:
         follower = await self._open_follower()
         try:
             await self._loop(follower)
+        except StreamGap as gap:
+            await self._refuse(str(gap))
         finally:
             await follower.close()
+
+    async def _refuse(self, reason: str) -> None:
+        """Never decide from a partial log: say so once, then only wait to be stopped."""
+        self.gap = reason
+        self.log.error(
+            "host.refusing",
+            reason=reason,
+            folded_seq=self.folded_seq,
+            action="not deciding from an incomplete log; restore the stream and restart",
+        )
+        await asyncio.Event().wait()  # until cancelled
+
+    async def _damage(self) -> str | None:
+        while True:
+            try:
+                return await self.bus.damage(self.folded_seq)
+            except _BUS_ERRORS as err:
+                self.log.warning("host.stream_unavailable", error=repr(err))
+                await asyncio.sleep(self.retry_backoff_s)
 
     async def _open_follower(self) -> Follower:
         while True:
@@ -160,6 +190,9 @@ class Host:
     async def _loop(self, follower: Follower) -> None:
         started = time.monotonic()
         target = await self._last_seq()
+        damage = await self._damage()
+        if damage is not None:
+            raise StreamGap(damage)
         caught_up = target == 0
         if caught_up:
             self.log.info("host.folded", seq=0, events=0, seconds=0.0)
@@ -182,6 +215,8 @@ class Host:
             else:
                 delivery = await follower.next(timeout=self.stall_log_s)
                 if delivery is None:
+                    if self.folded_seq < target and (damage := await self._damage()):
+                        raise StreamGap(damage)  # the log ends before its last sequence
                     self.log.warning(
                         "host.waiting",
                         folded_seq=self.folded_seq,
@@ -191,7 +226,9 @@ class Host:
                     continue
             self._apply(delivery)
             was_caught_up = caught_up
-            caught_up = delivery.pending == 0 and follower.buffered == 0
+            caught_up = (
+                delivery.pending == 0 and follower.buffered == 0 and self.folded_seq >= target
+            )
             if caught_up and not was_caught_up and self.stats.decide_calls == 0:
                 self.log.info(
                     "host.folded",
@@ -240,6 +277,10 @@ class Host:
             self._dead_letter(d, f"UndecodableEvent: {type(err).__name__}: {_text(err)}")
             return
         event = events.at_receipt(event, d.received_ms)  # client time: the stream's if absent/off
+        wrong = subject_refusal(d.subject, event)  # the acceptance rule the projector applies
+        if wrong is not None:
+            self._dead_letter(d, f"Refused: {wrong}")
+            return
         try:
             self.state = self.service.evolve(self.state, d.seq, event)
         except Exception as err:  # a bug or a bad event: skip it, never wedge

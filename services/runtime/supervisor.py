@@ -217,7 +217,8 @@ def heartbeat_task(sample: Callable[[], dict[str, Any] | None], interval_s: floa
 
 def host_sample(host: Any) -> Callable[[], dict[str, Any]]:
     """Heartbeat fields of a runtime Host."""
-    return lambda: {"state": "running", "folded_seq": host.folded_seq}
+    return lambda: {"state": "refusing" if host.gap else "running", "folded_seq": host.folded_seq,
+                    "detail": host.gap}
 
 
 # ---------------------------------------------------------------------- back-off

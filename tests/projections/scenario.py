@@ -33,7 +33,9 @@ class Log:
         self.messages.append((self.n, ev.subject_for(event), event))
 
 
-def _node(name: str, model: str, cliques: list[str], sharing: str = "exclusive") -> ev.NodeInfo:
+def _node(
+    name: str, model: str, cliques: list[str], sharing: str = "exclusive", shared: tuple = ()
+) -> ev.NodeInfo:
     return ev.NodeInfo(
         name=name,
         cpu_milli=64000,
@@ -46,7 +48,7 @@ def _node(name: str, model: str, cliques: list[str], sharing: str = "exclusive")
                 model=model,
                 memory_mib=81920,
                 clique=c,
-                sharing=sharing,
+                sharing="mps" if i in shared else sharing,
             )
             for i, c in enumerate(cliques)
         ),
@@ -113,7 +115,8 @@ def build() -> list[tuple[int, str, ev.Event]]:
     add(ev.NodeRegistered(node=_node("n1", "H100-80GB", ["n1-nvl0"] * 8), simulated=True))
     add(
         ev.NodeRegistered(
-            node=_node("n2", "H100-80GB", ["n2-nvl0"] * 4 + ["n2-nvl1"] * 4), simulated=True
+            node=_node("n2", "H100-80GB", ["n2-nvl0"] * 4 + ["n2-nvl1"] * 4, shared=(4,)),
+            simulated=True,
         )
     )
     add(

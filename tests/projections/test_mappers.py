@@ -84,7 +84,8 @@ def test_load_from_rows_continues_identically(messages):
         first = fold(messages[:cut])
         b1 = first.drain()
         stored = {t: [r.astuple() for r in b1.upserts[t].values() if r] for t in ROW_CLASSES}
-        resumed = fold(messages[cut:], Projection.load(cut, stored))
+        log = messages[:cut]  # what the stored `events` rows hold
+        resumed = fold(messages[cut:], Projection.load(cut, stored, log))
         b2 = resumed.drain()
         for t in ROW_CLASSES:
             merged = {**{k: r for k, r in b1.upserts[t].items()}, **b2.upserts[t]}
@@ -111,16 +112,14 @@ def test_node_reregistration_drops_missing_gpus():
         ev.GpuInfo(index=i, uuid=f"G{i}", model="H100-80GB", memory_mib=1, clique="c")
         for i in range(4)
     )
-    p.apply(
-        1, "s", ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus))
-    )
-    p.apply(2, "s", ev.NodeLost(node="n", occurred_at_ms=5))
+    for seq, e in (
+        (1, ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus))),
+        (2, ev.NodeLost(node="n", occurred_at_ms=5)),
+    ):
+        p.apply(seq, ev.subject_for(e), e)
     assert p.nodes["n"].status == "lost"
-    p.apply(
-        3,
-        "s",
-        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2])),
-    )
+    again = ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2]))
+    p.apply(3, ev.subject_for(again), again)
     b = p.drain()
     assert b.upserts["gpus"][("n", 3)] is None and ("n", 1) in p.gpus
     assert p.nodes["n"].status == "ready" and len(b.rows("gpus")) == 2
@@ -128,7 +127,9 @@ def test_node_reregistration_drops_missing_gpus():
 
 def test_cancel_while_running_ends_cancelled():
     spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
+    gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c0")
     msgs = [
+        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
         ev.JobSubmitted(job=spec),
         ev.JobAdmitted(
             job_id="j",
@@ -150,8 +151,8 @@ def test_cancel_while_running_ends_cancelled():
     ]
     p = Projection()
     for i, e in enumerate(msgs, 1):
-        p.apply(i, "s", e)
-        if i == 4:
+        p.apply(i, ev.subject_for(e), e)
+        if i == 5:
             assert p.jobs["j"].state == "running"
     assert p.jobs["j"].state == "cancelled" and not p.open_allocs
 

@@ -152,7 +152,7 @@ def _hosts() -> list[Host]:
     hosts = [Host(build(role, DOC), bus=None) for role in ROLES]  # folding only: no bus needed
     for seq, data in enumerate(SETUP, 1):
         for h in hosts:
-            h._apply(Delivery(seq, "gl.setup", data, 0))
+            h._apply(Delivery(seq, ev.subject_for(ev.decode(data)), data, 0))
     assert all(h.stats.dead_letters == 0 for h in hosts)
     return hosts
 

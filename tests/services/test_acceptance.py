@@ -1,0 +1,98 @@
+"""The one acceptance rule set (services/domain/acceptance.py): what the ledger refuses, it
+refuses whole, with a reason; services and the projector fold through it."""
+
+from __future__ import annotations
+
+import pytest
+
+import events as ev
+from services.domain.acceptance import Refused, admit, subject_refusal
+from services.domain.ledger import Ledger
+
+
+def gpu(i: int) -> ev.GpuInfo:
+    return ev.GpuInfo(index=i, uuid=f"GPU-{i}", model="H100-80GB", memory_mib=81920, clique="c0")
+
+
+def job(job_id: str) -> list[ev.Event]:
+    spec = ev.JobSpec(job_id=job_id, tenant="org/a", resources=ev.Resources(gpus=8))
+    return [
+        ev.JobSubmitted(event_id=f"s-{job_id}", job=spec),
+        ev.JobAdmitted(job_id=job_id, tenant="org/a", priority_class="train", priority=50,
+                       preemptible=True, slo_class="batch"),
+    ]
+
+
+def placed(job_id: str, **kw) -> ev.GangPlaced:
+    member = ev.MemberPlacement(rank=0, node="n1", gpus=tuple(range(8)))
+    return ev.GangPlaced(job_id=job_id, allocation_id=f"{job_id}#1", tenant="org/a",
+                         members=(member,), producer="scheduler/0", **kw)
+
+
+def folded(*evs: ev.Event) -> Ledger:
+    ledger = Ledger()
+    node = ev.NodeInfo(name="n1", cpu_milli=64000, memory_mib=512000,
+                       gpus=tuple(gpu(i) for i in range(8)))
+    for seq, e in enumerate([ev.NodeRegistered(node=node, heartbeat_s=5), *evs], 1):
+        ledger.apply(seq, e)
+    return ledger
+
+
+def test_a_placement_over_busy_gpus_is_refused_whole_and_changes_nothing():
+    # given job a running on all 8 GPUs of n1, and job b pending
+    ledger = folded(*job("a"), placed("a"), *job("b"))
+    # when a GangPlaced puts b on the same GPUs (backfilling a's reservation, as a bad
+    # scheduler might)
+    bad = placed("b", backfill_for="a")
+    with pytest.raises(Refused, match="PlacementConflict") as err:
+        ledger.apply(9, bad)
+    # then the ledger is exactly as before: b pending, a alone on the node, nothing booked
+    assert err.value.refusal.code == "PlacementConflict"
+    assert ledger.jobs["b"].state == "pending" and "b" in ledger.pending
+    assert ledger.active == {"a#1"} and "b#1" not in ledger.allocations
+    assert ledger.backfills == {} and ledger.tenant_gpu_milli == {"org/a": 8000}
+    assert ledger.fleet.allocation_ids() == ("a#1",)
+    # and `admit` (what the projector calls) reports the same refusal instead of raising
+    refusal = admit(ledger, 9, bad)
+    assert refusal is not None and refusal.code == "PlacementConflict"
+    assert "b#1" in refusal.message and ledger.jobs["b"].state == "pending"
+
+
+def test_facts_about_absent_or_settled_things_are_refused_with_a_reason():
+    ledger = folded(*job("a"), placed("a"))
+    assert admit(ledger, 9, placed("ghost")).code == "UnknownJob"
+    assert admit(ledger, 10, placed("a")).code == "WrongState"  # running, not pending
+    assert admit(ledger, 11, ev.JobCancelled(job_id="nope", tenant="org/a")).code == "UnknownJob"
+    assert admit(ledger, 12, job("a")[0]).code == "DuplicateJob"
+    assert "nope" not in ledger.jobs and ledger.jobs["a"].state == "running"
+
+
+def test_a_decision_of_a_deposed_leader_is_refused():
+    ledger = folded(*job("a"), *job("b"))
+    assert admit(ledger, 9, placed("a", leader_epoch=2)) is None
+    refusal = admit(ledger, 10, placed("b", leader_epoch=1))
+    assert refusal is not None and refusal.code == "StaleLeaderEpoch"
+    assert ledger.jobs["b"].state == "pending" and ledger.stale_decisions == 1
+
+
+def test_a_lost_node_that_heartbeats_again_is_back():
+    ledger = folded(ev.NodeLost(node="n1", message="silent for 30s", producer="scheduler/0"))
+    assert ledger.nodes["n1"].lost
+    assert admit(ledger, 3, ev.NodeHeartbeat(node="n1")) is None
+    assert not ledger.nodes["n1"].lost
+
+
+def test_an_event_must_travel_on_its_own_subject():
+    # subjects are what NATS permissions confine: a tenant's CI may publish only on its own
+    # gl.submit.<tenant>.> subjects, so a payload naming another tenant is refused
+    spec = ev.JobSpec(job_id="x", tenant="org/b", resources=ev.Resources(gpus=1))
+    sub = ev.JobSubmitted(job=spec)
+    assert subject_refusal("gl.submit.org/b.x", sub) is None
+    wrong = subject_refusal("gl.submit.org/a.x", sub)
+    assert wrong is not None and wrong.code == "WrongSubject" and "gl.submit.org/b.x" in wrong.message
+    ledger = Ledger()
+    assert admit(ledger, 1, sub, "gl.submit.org/a.x").code == "WrongSubject"
+    assert "x" not in ledger.jobs
+    assert admit(ledger, 2, placed("a"), "gl.node.n1.GangPlaced").code == "WrongSubject"
+    bad_id = ev.JobSubmitted(job=ev.JobSpec(job_id="a.b*c >d", tenant="org/b"))
+    assert subject_refusal("gl.submit.org/b.x", bad_id).code == "InvalidId"
