@@ -18,14 +18,16 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import nats
+import nats.errors
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import Projector
+from services.runtime.bus import Bus
 from services.runtime.gctune import fewer_gc_passes
+from services.runtime.stopping import unless_stopped
 
 log = logging.getLogger("gpuledger.projector")
 
@@ -85,10 +87,15 @@ async def run_projector(
     before_ack: Callable[[int], None] | None = None,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
-    the stream is drained). Returns the last committed sequence. Raises SequenceGap after
-    committing everything before the gap."""
+    the stream is drained). Returns the last committed sequence (0 when stopped before NATS
+    could be reached). Raises SequenceGap after committing everything before the gap."""
     with fewer_gc_passes():  # the fold allocates a lot
-        nc = await nats.connect(url)
+        # Retries with backoff until NATS answers (one log line per attempt); a stop request
+        # while NATS is unreachable returns at once, having projected nothing.
+        bus = await unless_stopped(Bus.connect(url, name="gpuledger-projector"), stop)
+        if bus is None:
+            return 0
+        nc = bus.nc
         # Group commit: a batch is committed when `commit_events` are folded (in the background,
         # while the next fetches are folded), when a fetch comes back short (caught up), or when
         # folded events have waited `max_commit_delay_s`. Messages are acknowledged (AckAll) only
@@ -152,7 +159,11 @@ async def run_projector(
             pj.close()
             # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
             # the acks are plain publishes, so flushing them is enough before closing.
+            # A server that is down must not hold up a stop: bounded, then closed regardless.
             try:
-                await nc.flush(timeout=5)
+                await nc.flush(timeout=2)
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                log.warning("projector: acks not flushed on close (%r); they are redelivered "
+                            "and skipped by sequence on the next start", exc)
             finally:
-                await nc.close()
+                await bus.close(timeout_s=0)

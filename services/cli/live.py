@@ -49,10 +49,6 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def _quiet(_err: Exception) -> None:
-    """Connection errors are reported once, by `cli_bus`, not logged per attempt."""
-
-
 async def cli_bus(url: str, ensure: bool = True):
     """A bus for a one-shot command: a few quick connection attempts, then a clear error
     (services, unlike commands, retry forever)."""
@@ -61,8 +57,8 @@ async def cli_bus(url: str, ensure: bool = True):
     from services.runtime.bus import Bus
 
     try:
-        bus = await Bus.connect(url, name="gpuledger-cli", max_reconnect_attempts=2,
-                                connect_timeout=2, error_cb=_quiet)
+        bus = await Bus.connect(url, name="gpuledger-cli", connect_attempts=3,
+                                max_reconnect_attempts=2, connect_timeout=2, quiet=True)
     except (nats.errors.Error, OSError) as exc:
         fail(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".rstrip(), 3)
     if ensure:
@@ -184,23 +180,19 @@ def run(
 
 
 def serve_projector(url: str, data: Path) -> None:
-    """The single-writer projector as a process, stopping cleanly on SIGTERM / SIGINT."""
-    import signal
-
+    """The single-writer projector as a process: stops within a few seconds on SIGTERM /
+    SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
     from projections.nats_source import run_projector
     from services.runtime.logging import configure_logging
+    from services.runtime.stopping import run_until_signalled
 
     configure_logging()
     data.mkdir(parents=True, exist_ok=True)
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    async def main(stop: asyncio.Event) -> None:
         await run_projector(url, data / "projection.duckdb", stop=stop)
 
-    asyncio.run(main())
+    run_until_signalled(main, name="projector")
 
 
 @app.command()
