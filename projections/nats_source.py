@@ -19,13 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nats.errors
+import tenacity
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import Projector
-from services.runtime.bus import Bus
+from services.runtime.bus import Bus, connect_backoff
 from services.runtime.gctune import fewer_gc_passes
 from services.runtime.stopping import unless_stopped
 
@@ -70,6 +71,25 @@ async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> No
     await js.add_consumer(stream, cfg)
 
 
+async def _bind_consumer(js, stream: str, durable: str, last_seq: int):
+    """Position and bind the durable consumer, retrying with backoff (one log line per
+    attempt) while the server is unreachable or the stream does not exist yet."""
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        log.warning("projector: consumer not ready (attempt %d: %r); retrying in %.2fs",
+                    state.attempt_number, state.outcome.exception(), state.upcoming_sleep)
+
+    async for attempt in tenacity.AsyncRetrying(
+        wait=connect_backoff(),
+        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError, OSError)),
+        before_sleep=before_sleep,
+    ):
+        with attempt:
+            await _position_consumer(js, stream, durable, last_seq)
+            return await js.pull_subscribe_bind(durable, stream)
+    raise AssertionError("unreachable: tenacity retries for ever")
+
+
 async def run_projector(
     url: str,
     db_path: str | Path,
@@ -103,8 +123,9 @@ async def run_projector(
         pj = Projector(db_path, batch_size=commit_events, pipeline=True)
         try:
             js = nc.jetstream()
-            await _position_consumer(js, stream, durable, pj.last_seq)
-            sub = await js.pull_subscribe_bind(durable, stream)
+            sub = await unless_stopped(_bind_consumer(js, stream, durable, pj.last_seq), stop)
+            if sub is None:
+                return pj.last_seq  # stopped while NATS (or the stream) was unavailable
             unacked: deque = deque()  # last message of each fetch not acknowledged yet
             oldest: float | None = None  # when the oldest uncommitted fetch was folded
 

@@ -38,6 +38,8 @@ async def unless_stopped(aw: Awaitable[T], stop: asyncio.Event | None) -> T | No
         stopper.cancel()
         if not task.done():
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     if task.cancelled():
         return None
     return task.result()
