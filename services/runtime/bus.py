@@ -193,8 +193,9 @@ class Bus:
                 log.warning("bus.nats_error", error=repr(err))
 
         async def disconnected_cb() -> None:
-            if not quiet and connected.is_set():
-                log.warning("bus.disconnected")
+            if quiet or not connected.is_set() or not holder or holder[0].is_closed:
+                return  # not connected yet, or our own close(): nothing to report
+            log.warning("bus.disconnected")
 
         async def reconnected_cb() -> None:
             if not quiet and holder:
