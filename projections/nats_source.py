@@ -105,14 +105,17 @@ async def run_projector(
     release_when_idle: bool = True,
     on_commit: Callable[[int], None] | None = None,
     before_ack: Callable[[int], None] | None = None,
+    connect_options: dict | None = None,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
     the stream is drained). Returns the last committed sequence (0 when stopped before NATS
-    could be reached). Raises SequenceGap after committing everything before the gap."""
+    could be reached). Raises SequenceGap after committing everything before the gap.
+    `connect_options` go to `Bus.connect` (a one-shot command passes `connect_attempts`)."""
     with fewer_gc_passes():  # the fold allocates a lot
         # Retries with backoff until NATS answers (one log line per attempt); a stop request
         # while NATS is unreachable returns at once, having projected nothing.
-        bus = await unless_stopped(Bus.connect(url, name="gpuledger-projector"), stop)
+        bus = await unless_stopped(
+            Bus.connect(url, name="gpuledger-projector", **(connect_options or {})), stop)
         if bus is None:
             return 0
         nc = bus.nc
