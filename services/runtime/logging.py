@@ -36,6 +36,19 @@ def _want_json() -> bool:
     return not sys.stderr.isatty()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler writing to whatever `sys.stderr` is at the time of each record (test
+    runners and CLI runners swap it; a handler bound to a closed stream would fail)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def _exception_as_field(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """For records of `QUIET_TRACEBACKS` loggers: replace exc_info with `error=repr(exc)`."""
     record = event_dict.get("_record")
@@ -83,7 +96,7 @@ def configure_logging() -> None:
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(formatter)
     handler.set_name(_HANDLER)
     root = logging.getLogger()
