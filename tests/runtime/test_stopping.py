@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tests.runtime.test_host import submitted
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo.yaml"
-STOP_WITHIN_S = 5.0
+STOP_WITHIN_S = 6.0  # graceful within 3 s, forced at 4.5 s (services/runtime/stopping.py)
 
 
 def closed_port_url() -> str:
@@ -41,11 +42,12 @@ def closed_port_url() -> str:
 
 
 class Service:
-    """`gpuledger run ROLE ...` as a subprocess whose stderr is collected line by line."""
+    """`gpuledger run ROLE ...` (or `python -c SCRIPT ...`) as a subprocess; a thread collects
+    its stderr line by line (so a chatty child never blocks on a full pipe)."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, argv: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "run", *args],
+            argv or [sys.executable, "-m", "services.cli", "run", *args],
             cwd=str(ROOT),
             env={**os.environ, "GPULEDGER_LOG_JSON": "1", "GPULEDGER_LOG_LEVEL": "info"},
             stdout=subprocess.DEVNULL,
@@ -53,18 +55,26 @@ class Service:
             text=True,
         )
         self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def wait_for(self, event: str, timeout: float = 20.0) -> None:
-        """Read stderr until a JSON line with this `event` arrives."""
+    def _read(self) -> None:
         assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def events(self) -> list[str]:
+        return [json.loads(x).get("event", "") for x in list(self.lines) if x.startswith("{")]
+
+    def wait_for(self, event: str, timeout: float = 30.0) -> None:
+        """Wait until a JSON line with this `event` has arrived."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if line.startswith("{") and json.loads(line).get("event") == event:
+            if event in self.events():
                 return
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
         raise AssertionError(f"no {event!r} line; stderr so far:\n{''.join(self.lines)}")
 
     def stop(self, sig: signal.Signals) -> tuple[int, float]:
@@ -72,13 +82,14 @@ class Service:
         started = time.monotonic()
         self.proc.send_signal(sig)
         try:
-            _, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
-        self.lines.extend(err.splitlines(keepends=True))
-        return self.proc.returncode, time.monotonic() - started
+        took = time.monotonic() - started
+        self._reader.join(10)
+        return self.proc.returncode, took
 
     def records(self) -> list[dict]:
         """Every stderr line, parsed: fails if any line is not one JSON object."""
@@ -188,6 +199,43 @@ def test_a_service_stops_while_folding_a_long_log(tmp_path):
         server.stop()
     stopped = [r for r in records if r["event"] == "host.stopped"]
     assert len(stopped) == 1 and 0 <= stopped[0]["folded_seq"] <= 20_000
+
+
+STUCK_SCRIPT = """
+import sys, time
+import structlog
+from tests.runtime.test_host import Admitter
+from services.runtime.host import serve
+
+class Stuck(Admitter):
+    def decide(self, state, now_ms):
+        if state.submitted:
+            structlog.get_logger().info("stuck.deciding")
+            time.sleep(60)  # a synchronous step that never yields to the event loop
+        return super().decide(state, now_ms)
+
+serve(Stuck(), sys.argv[1])
+"""
+
+
+def test_a_service_stuck_in_a_synchronous_decide_is_ended_within_seconds(tmp_path):
+    # Given a service whose decide blocks the event loop for a minute
+    server = EmbeddedNats(tmp_path / "nats").start()
+    try:
+        asyncio.run(_provision(server.url, 1))
+        svc = Service(argv=[sys.executable, "-c", STUCK_SCRIPT, server.url])
+        try:
+            svc.wait_for("stuck.deciding")
+        finally:
+            # when SIGTERM arrives, then the watchdog ends it (status 0) with one line
+            code, took = svc.stop(signal.SIGTERM)
+    finally:
+        server.stop()
+    text = "".join(svc.lines)
+    assert code == 0 and took < STOP_WITHIN_S, (code, took, text)
+    assert "Traceback" not in text
+    assert svc.events()[-1] == "process.stop_forced"
+    assert [r["after_s"] for r in svc.records() if r["event"] == "process.stop_forced"] == [4.5]
 
 
 async def test_a_one_shot_connect_gives_up_with_the_real_cause():
