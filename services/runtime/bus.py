@@ -31,6 +31,8 @@ from events.subjects import ALL, STREAM
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+YIELD_EVERY = 256
+"""A `Follower` returns control to the event loop at least once per this many deliveries."""
 WRONG_LAST_SEQUENCE_CODES = (10071, 10164)
 """JetStream API error codes for a failed expected-last-(subject-)sequence check."""
 
@@ -85,6 +87,7 @@ class Follower:
         self._sub: nats.js.JetStreamContext.PushSubscription | None = None
         self.last_seq = after_seq
         self.gaps_repaired = 0
+        self._since_yield = 0
 
     async def _subscribe(self) -> None:
         self._sub = await self._bus._ordered_subscription(self.last_seq)
@@ -116,6 +119,12 @@ class Follower:
                 await self._subscribe()
                 continue
             self.last_seq = seq
+            self._since_yield += 1
+            if self._since_yield >= YIELD_EVERY:
+                # Buffered messages are returned without suspending: give the event loop a
+                # turn now and then, so a long fold still notices a stop or a timer.
+                self._since_yield = 0
+                await asyncio.sleep(0)
             return Delivery(seq, msg.subject, msg.data, meta.num_pending)
 
     async def close(self) -> None:

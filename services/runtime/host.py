@@ -327,8 +327,10 @@ async def run_service(
     `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider);
     `nats_options` go to `Bus.connect` (credentials, TLS).
     """
+    cleaning_up = asyncio.Event()
     main = asyncio.create_task(
-        _connect_and_run(service, url, clock, lease_ttl_s, on_host, nats_options, host_options),
+        _connect_and_run(service, url, clock, lease_ttl_s, on_host, nats_options, host_options,
+                         cleaning_up),
         name=f"service-{service.name}-{service.instance}",
     )
     stopper = asyncio.create_task(asyncio.Event().wait() if stop is None else stop.wait())
@@ -336,8 +338,12 @@ async def run_service(
         await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopper.cancel()
-        if not main.done():
+        # Cancel until it takes: on Python 3.11 `asyncio.wait_for` (inside nats-py's
+        # `next_msg`) can swallow a cancellation that races with an arriving message.
+        # Once the body is cleaning up (releasing the lease, closing), let it finish.
+        while not main.done() and not cleaning_up.is_set():
             main.cancel()
+            await asyncio.wait({main}, timeout=0.25)
         try:
             await main  # re-raises a crash
         except asyncio.CancelledError:
@@ -353,8 +359,10 @@ async def _connect_and_run(
     on_host: Callable[[Host], None] | None,
     nats_options: dict[str, Any] | None,
     host_options: dict[str, Any],
+    cleaning_up: asyncio.Event,
 ) -> None:
-    """`run_service`'s body; runs until cancelled, then cleans up within a few seconds."""
+    """`run_service`'s body; runs until cancelled, then cleans up within a few seconds
+    (`cleaning_up` is set meanwhile)."""
     log = structlog.get_logger("gpuledger.host").bind(
         service=service.name, instance=service.instance
     )
@@ -379,6 +387,7 @@ async def _connect_and_run(
             on_host(host)
         await host.run()
     finally:
+        cleaning_up.set()
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -107,7 +107,7 @@ def assert_clean_stop(svc: Service, sig: signal.Signals) -> list[dict]:
     assert took < STOP_WITHIN_S, f"took {took:.1f}s to stop\n{text}"
     assert "Traceback" not in text
     records = svc.records()
-    assert [r["event"] for r in records][-1] == "process.stopped"
+    assert [r["event"] for r in records][-1] == "process.stopped", text
     assert {"process.stopping"} <= {r["event"] for r in records}
     return records
 
