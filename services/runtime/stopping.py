@@ -90,18 +90,22 @@ async def _supervise(
         log.warning("process.stop_forced", after_s=force_after_s)
         os._exit(0)
 
-    def handler(signum: int, _frame: object) -> None:
+    def arm_watchdog(_signum: int, _frame: object) -> None:
         # A plain signal handler runs between bytecodes of the main thread, even while the
-        # event loop is busy in synchronous code (a long fold step or `decide`); the loop
-        # acts on it as soon as it gets control, and the watchdog bounds the wait.
+        # event loop is busy in synchronous code (a long fold step or `decide`): the
+        # watchdog bounds how long the loop may take to act on the signal.
         if not watchdog:
             timer = threading.Timer(force_after_s, force_exit)
             timer.daemon = True
             timer.start()
             watchdog.append(timer)
-        loop.call_soon_threadsafe(on_signal, signal.Signals(signum))
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        # The loop's handler wakes the loop through its self-pipe (the signal may land on
+        # any thread, e.g. an executor's) and runs `on_signal` in the loop; the plain
+        # handler installed over it (the wake-up fd stays) arms the watchdog.
+        loop.add_signal_handler(sig, on_signal, sig)
+        signal.signal(sig, arm_watchdog)
     try:
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -117,7 +121,7 @@ async def _supervise(
             await task
         log.info("process.stopped")
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
         for timer in watchdog:
             timer.cancel()
