@@ -33,15 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nats
+import nats.errors
 import structlog
+import tenacity
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import NotFoundError
 
 from projections.mappers import SequenceGap
 from projections.store import ProjectionBusy, Projector
-from services.runtime.bus import damage_of, received_ms
+from services.runtime.bus import Bus, connect_backoff, damage_of, received_ms
 from services.runtime.gctune import fewer_gc_passes
+from services.runtime.stopping import unless_stopped
 
 log = logging.getLogger("gpuledger.projector")
 slog = structlog.get_logger("gpuledger.projector")
@@ -134,6 +137,25 @@ async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> No
     await js.add_consumer(stream, cfg)
 
 
+async def _bind_consumer(js, stream: str, durable: str, last_seq: int):
+    """Position and bind the durable consumer, retrying with backoff (one log line per
+    attempt) while the server is unreachable or the stream does not exist yet."""
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        log.warning("projector: consumer not ready (attempt %d: %r); retrying in %.2fs",
+                    state.attempt_number, state.outcome.exception(), state.upcoming_sleep)
+
+    async for attempt in tenacity.AsyncRetrying(
+        wait=connect_backoff(),
+        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError, OSError)),
+        before_sleep=before_sleep,
+    ):
+        with attempt:
+            await _position_consumer(js, stream, durable, last_seq)
+            return await js.pull_subscribe_bind(durable, stream)
+    raise AssertionError("unreachable: tenacity retries for ever")
+
+
 async def run_projector(
     url: str,
     db_path: str | Path,
@@ -153,18 +175,26 @@ async def run_projector(
     hold_s: float = 2.0,
     read_window_s: float = 0.15,
     on_gap: Callable[[str], None] | None = None,
+    connect_options: dict | None = None,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
-    the stream is drained). Returns the last committed sequence. `status` (if given) is kept
-    up to date. A reader holding the file delays commits (retried with backoff), never ends
-    the projector.
+    the stream is drained). Returns the last committed sequence (0 when stopped before NATS
+    could be reached). `status` (if given) is kept up to date. A reader holding the file
+    delays commits (retried with backoff), never ends the projector. `connect_options` go to
+    `Bus.connect` (a one-shot command passes `connect_attempts`).
 
     On a hole in the log (see the module doc) it commits everything before it, logs one
     error line and calls `on_gap(reason)` (status, health); then, with `stop`, it waits for
     `stop`, else it raises SequenceGap."""
     status = status if status is not None else ProjectorStatus()
     with fewer_gc_passes():  # the fold allocates a lot
-        nc = await nats.connect(url)
+        # Retries with backoff until NATS answers (one log line per attempt); a stop request
+        # while NATS is unreachable returns at once, having projected nothing.
+        bus = await unless_stopped(
+            Bus.connect(url, name="gpuledger-projector", **(connect_options or {})), stop)
+        if bus is None:
+            return 0
+        nc = bus.nc
         # Group commit: a batch is committed when `commit_events` are folded (in the background,
         # while the next fetches are folded), when a fetch comes back short (caught up), or when
         # folded events have waited `max_commit_delay_s`. Messages are acknowledged (AckAll) only
@@ -199,12 +229,13 @@ async def run_projector(
                     raise gap
                 await stop.wait()
 
+            sub = await unless_stopped(_bind_consumer(js, stream, durable, pj.last_seq), stop)
+            if sub is None:
+                return pj.last_seq  # stopped while NATS (or the stream) was unavailable
             damage = damage_of((await js.stream_info(stream)).state, pj.last_seq)
             if damage is not None:
                 await refuse(SequenceGap(pj.last_seq + 1, 0, damage))
                 return pj.last_seq
-            await _position_consumer(js, stream, durable, pj.last_seq)
-            sub = await js.pull_subscribe_bind(durable, stream)
             status.state, status.ready = "running", True
             unacked: deque = deque()  # last message of each fetch not acknowledged yet
             oldest: float | None = None  # when the oldest uncommitted fetch was folded
@@ -275,7 +306,11 @@ async def run_projector(
             pj.close()
             # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
             # the acks are plain publishes, so flushing them is enough before closing.
+            # A server that is down must not hold up a stop: bounded, then closed regardless.
             try:
-                await nc.flush(timeout=5)
+                await nc.flush(timeout=2)
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                log.warning("projector: acks not flushed on close (%r); they are redelivered "
+                            "and skipped by sequence on the next start", exc)
             finally:
-                await nc.close()
+                await bus.close(timeout_s=0)

@@ -16,6 +16,36 @@ import msgspec
 from services.placement import GangRequest, GpuSpec, MemberRequest, NodeSpec
 
 TENANT = "openb"
+TRACE_ENV = "GPULEDGER_OPENB_DIR"
+"""Environment variable naming a folder that holds the full openb CSV files."""
+TRACE_URL = "https://github.com/alibaba/clusterdata/tree/master/cluster-trace-gpu-v2023/csv"
+DEFAULT_PODS = "openb_pod_list_default.csv"
+DEFAULT_NODES = "openb_node_list_gpu_node.csv"
+
+
+class TraceNotFound(Exception):
+    """A trace file is missing; the message says where to get the trace (one line)."""
+
+
+def trace_files(trace: Path | None, pods: Path | None, nodes: Path | None) -> tuple[Path, Path]:
+    """The pod and node lists to read: `pods`/`nodes` when given, else the default files in
+    the `trace` folder. Raises TraceNotFound naming the missing path and the trace's source."""
+    chosen: list[Path] = []
+    for given, default, flag in ((pods, DEFAULT_PODS, "--pods"), (nodes, DEFAULT_NODES, "--nodes")):
+        path = given if given is not None else None if trace is None else trace / default
+        if path is None:
+            raise TraceNotFound(
+                f"openb trace not given: pass --trace DIR (or set {TRACE_ENV}) or {flag} FILE; "
+                f"get the trace from {TRACE_URL}")
+        if not path.is_file():
+            raise TraceNotFound(missing_message(path))
+        chosen.append(path)
+    return chosen[0], chosen[1]
+
+
+def missing_message(path: Path, how: str = f"pass --trace DIR (or set {TRACE_ENV})") -> str:
+    """One line for a missing trace file: where it was looked for and where to get it."""
+    return f"openb trace not found at {path}; get it from {TRACE_URL} or {how}"
 
 
 class Task(msgspec.Struct, frozen=True):

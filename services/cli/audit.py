@@ -598,10 +598,17 @@ def project_command(
                 for p in (path, path.with_name(path.name + ".wal")):
                     if p.exists():
                         p.unlink()
+            import nats.errors
+
+            # --no-follow is one-shot: a few connection attempts, then a clear error.
+            once = None if follow else {"connect_attempts": 3, "connect_timeout": 2, "quiet": True}
             try:
-                last = asyncio.run(run_projector(nats_url, path, follow=follow))
+                last = asyncio.run(run_projector(nats_url, path, follow=follow,
+                                                 connect_options=once))
             except KeyboardInterrupt:
                 last = None
+            except (OSError, nats.errors.Error) as exc:
+                _fail(f"cannot reach NATS at {nats_url}: {exc!r}", code=3)
             stats = {"last_seq": last}
     except SequenceGap as exc:
         _fail(str(exc), code=3)

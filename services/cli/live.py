@@ -51,10 +51,6 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def _quiet(_err: Exception) -> None:
-    """Connection errors are reported once, by `cli_bus`, not logged per attempt."""
-
-
 async def cli_bus(url: str, ensure: bool = True):
     """A bus for a one-shot command: a few quick connection attempts, then a clear error
     (services, unlike commands, retry forever)."""
@@ -63,8 +59,8 @@ async def cli_bus(url: str, ensure: bool = True):
     from services.runtime.bus import Bus
 
     try:
-        bus = await Bus.connect(url, name="gpuledger-cli", max_reconnect_attempts=2,
-                                connect_timeout=2, error_cb=_quiet)
+        bus = await Bus.connect(url, name="gpuledger-cli", connect_attempts=3,
+                                max_reconnect_attempts=2, connect_timeout=2, quiet=True)
     except (nats.errors.Error, OSError) as exc:
         fail(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".rstrip(), 3)
     if ensure:
@@ -175,7 +171,7 @@ class Cluster:
                 try:
                     if bus is None:
                         bus = await Bus.connect(self.url, name="gpuledger-up-status",
-                                                connect_timeout=2, error_cb=_quiet)
+                                                connect_timeout=2, connect_attempts=1, quiet=True)
                     self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
@@ -276,11 +272,11 @@ def _heartbeat_host(host) -> None:
 
 
 def serve_projector(url: str, data: Path) -> None:
-    """The single-writer projector as a process, stopping cleanly on SIGTERM / SIGINT."""
-    import signal
-
+    """The single-writer projector as a process: stops within a few seconds on SIGTERM /
+    SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
     from projections.nats_source import run_projector
     from services.runtime.logging import configure_logging
+    from services.runtime.stopping import run_until_signalled
 
     configure_logging()
     data.mkdir(parents=True, exist_ok=True)
@@ -295,11 +291,7 @@ def serve_projector(url: str, data: Path) -> None:
             return None  # not ready: `up` waits for the first beat
         return {"state": status.state, "folded_seq": status.committed_seq, "detail": status.detail}
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    async def main(stop: asyncio.Event) -> None:
         beat = heartbeat_task(sample, 0.5)
         try:
             await run_projector(url, data / "projection.duckdb", stop=stop, status=status)
@@ -312,7 +304,7 @@ def serve_projector(url: str, data: Path) -> None:
     from projections.store import ProjectionError
 
     try:
-        asyncio.run(main())
+        run_until_signalled(main, name="projector")
     except (ProjectionError, duckdb.Error) as exc:
         fail(f"projector: {data / 'projection.duckdb'}: {exc}".replace("\n", " "), 1)
 

@@ -36,7 +36,11 @@ def import_alibaba_openb(
     submissions at creation_time, cancels of pods deleted before scheduling."""
     from replay.importers import TraceImportError, import_openb
     from replay.logio import write_log
+    from replay.openb.trace import missing_message
 
+    for path in (pods, nodes):
+        if not path.is_file():
+            fail(missing_message(path, "pass its files with --pods and --nodes"), 2)
     started = time.perf_counter()
     try:
         result = import_openb(pods, nodes, default_duration_s=default_duration, limit=limit)

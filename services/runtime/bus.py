@@ -20,12 +20,15 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
 import nats
 import nats.errors
 import nats.js.errors
+import structlog
+import tenacity
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
@@ -36,8 +39,23 @@ from events.subjects import ALL, STREAM
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+YIELD_EVERY = 256
+"""A `Follower` returns control to the event loop at least once per this many deliveries."""
 WRONG_LAST_SEQUENCE_CODES = (10071, 10164)
 """JetStream API error codes for a failed expected-last-(subject-)sequence check."""
+
+
+def connect_backoff() -> tenacity.wait.wait_base:
+    """Wait between connection attempts: random in [0.25 s, min(5 s, 0.5 s * 2^(n-1))]
+    ("full jitter" with a floor), so hosts that lost the same server do not retry in step."""
+    return tenacity.wait_random_exponential(multiplier=0.5, min=0.25, max=5.0)
+
+
+def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
+    """The delay `wait` gives before attempt number `attempt` (1-based) of a retry loop."""
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state.attempt_number = attempt
+    return wait(state)
 
 
 class AlreadyExists(Exception):
@@ -132,6 +150,7 @@ class Follower:
         self._sub: nats.js.JetStreamContext.PushSubscription | None = None
         self.last_seq = after_seq
         self.gaps_repaired = 0
+        self._since_yield = 0
 
     async def _subscribe(self) -> None:
         self._sub = await self._bus._ordered_subscription(self.last_seq)
@@ -170,6 +189,12 @@ class Follower:
                 await self._subscribe()
                 continue
             self.last_seq = seq
+            self._since_yield += 1
+            if self._since_yield >= YIELD_EVERY:
+                # Buffered messages are returned without suspending: give the event loop a
+                # turn now and then, so a long fold still notices a stop or a timer.
+                self._since_yield = 0
+                await asyncio.sleep(0)
             return Delivery(seq, msg.subject, msg.data, meta.num_pending, received_ms(msg))
 
     async def close(self) -> None:
@@ -208,28 +233,117 @@ class Bus:
         stream: str = STREAM,
         timeout_s: float = 5.0,
         idle_heartbeat_s: float = 1.0,
+        connect_attempts: int | None = None,
+        quiet: bool = False,
         **nats_options: Any,
     ) -> Bus:
-        """Connect with unlimited reconnects (a restarted server is picked up again).
+        """Connect, retrying with jittered exponential backoff (`connect_backoff`), and keep
+        reconnecting for ever once connected (a restarted server is picked up again).
+
+        `connect_attempts=None` retries the first connection until it succeeds or the
+        caller cancels (services); a number gives up after that many attempts with the last
+        error (one-shot commands). Every attempt is logged as one line (`bus.connect_failed`,
+        `bus.reconnect_failed`), never a traceback; nats-py's callbacks (errors, disconnects,
+        reconnects) are logged through structlog too. `quiet=True` logs nothing (commands
+        report the final error themselves).
 
         `url` may list several servers separated by commas (a cluster). `nats_options` go
         to `nats.connect` unchanged: `user_credentials="x.creds"`, `tls=ssl_context`,
         `token=...`, `user=...`/`password=...`.
         """
         servers = [u.strip() for u in url.split(",") if u.strip()]
+        log = structlog.get_logger("gpuledger.bus").bind(client=name)
+        wait = connect_backoff()
+        last_error: list[BaseException] = []
+        connected = asyncio.Event()
+        holder: list[NATS] = []
+
+        async def error_cb(err: Exception) -> None:
+            last_error[:] = [err]
+            if quiet or not connected.is_set():
+                return  # first connection: reported once per attempt by `before_sleep`
+            nc = holder[0] if holder else None
+            if nc is not None and nc.is_reconnecting:
+                server = nc._current_server  # noqa: SLF001 - the server just tried
+                log.warning("bus.reconnect_failed", error=repr(err),
+                            server=None if server is None else server.uri.netloc,
+                            attempt=None if server is None else server.reconnects + 1)
+            else:
+                log.warning("bus.nats_error", error=repr(err))
+
+        async def disconnected_cb() -> None:
+            if quiet or not connected.is_set() or not holder or holder[0].is_closed:
+                return  # not connected yet, or our own close(): nothing to report
+            log.warning("bus.disconnected")
+
+        async def reconnected_cb() -> None:
+            if not quiet and holder:
+                log.info("bus.reconnected", server=holder[0].connected_url.netloc
+                         if holder[0].connected_url else None)
+
+        def reconnect_to_server(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+            """nats-py's hook for each reconnect attempt: any server, after a jittered wait."""
+            attempt = 1 + min((s.reconnects for s in servers), default=0)
+            return None, backoff_delay(wait, attempt)
+
         options: dict[str, Any] = {
             "name": name,
-            "max_reconnect_attempts": -1,
-            "reconnect_time_wait": 0.25,
             "connect_timeout": 5,
+            "error_cb": error_cb,
+            "disconnected_cb": disconnected_cb,
+            "reconnected_cb": reconnected_cb,
+            "reconnect_to_server_handler": reconnect_to_server,
         }
         options.update(nats_options)
-        nc = await nats.connect(servers, **options)
+        max_reconnects = options.pop("max_reconnect_attempts", -1)
+        options.pop("reconnect_time_wait", None)  # paced by `reconnect_to_server` instead
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            if not quiet:
+                err = last_error[0] if last_error else state.outcome.exception()
+                log.warning("bus.connect_failed", servers=servers, attempt=state.attempt_number,
+                            error=repr(err),
+                            retry_in_s=round(state.upcoming_sleep, 2))
+
+        retrying = tenacity.AsyncRetrying(
+            wait=wait,
+            stop=tenacity.stop_never if connect_attempts is None
+            else tenacity.stop_after_attempt(connect_attempts),
+            retry=tenacity.retry_if_exception_type((nats.errors.Error, OSError, TimeoutError)),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                last_error.clear()
+                try:
+                    # One pass over the servers (nats-py tries each twice back to back,
+                    # its minimum); the backoff between passes is ours.
+                    nc = await nats.connect(servers, max_reconnect_attempts=1,
+                                            reconnect_time_wait=0, **options)
+                except nats.errors.NoServersError:
+                    if last_error and isinstance(last_error[0], Exception):
+                        raise last_error[0] from None  # the real cause, not "no servers"
+                    raise
+        # Connected: from now on nats-py reconnects by itself (`reconnect_to_server` paces it).
+        nc.options["max_reconnect_attempts"] = max_reconnects
+        holder.append(nc)
+        connected.set()
+        if not quiet:
+            log.info("bus.connected", server=nc.connected_url.netloc if nc.connected_url else None)
         return cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = 2.0) -> None:
+        """Drain (flush what is pending) within `timeout_s`, else just close: a connection to a
+        server that is down must not hold up a process that is stopping."""
+        if self.nc.is_closed:
+            return
+        if timeout_s > 0:
+            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                await asyncio.wait_for(self.nc.drain(), timeout_s)
         if not self.nc.is_closed:
-            await self.nc.drain()
+            with contextlib.suppress(OSError):  # nats-py flushes into a socket that may be dead
+                await self.nc.close()
 
     # ------------------------------------------------------------------ stream
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -391,66 +390,98 @@ async def run_service(
 ) -> None:
     """Connect to NATS at `url` and run `service` until `stop` is set or the task is cancelled.
 
+    `stop` is honoured in every state: while the first connection is still being retried
+    (NATS down), while folding, deciding or waiting for a server that went away; the host
+    then releases its lease and closes the connection, each bounded to a few seconds.
     The stream must exist (`Bus.ensure_stream`, done once by whoever provisions the log);
     until it does the host retries. With `lease_ttl_s`, the host decides only while it holds
     the service's leader lease (`host.leader_epoch`); otherwise it is a folding standby.
     `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider);
     `nats_options` go to `Bus.connect` (credentials, TLS).
     """
+    cleaning_up = asyncio.Event()
+    main = asyncio.create_task(
+        _connect_and_run(service, url, clock, lease_ttl_s, on_host, nats_options, host_options,
+                         cleaning_up),
+        name=f"service-{service.name}-{service.instance}",
+    )
+    stopper = asyncio.create_task(asyncio.Event().wait() if stop is None else stop.wait())
+    try:
+        await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        # Cancel until it takes: on Python 3.11 `asyncio.wait_for` (inside nats-py's
+        # `next_msg`) can swallow a cancellation that races with an arriving message.
+        # Once the body is cleaning up (releasing the lease, closing), let it finish.
+        while not main.done() and not cleaning_up.is_set():
+            main.cancel()
+            await asyncio.wait({main}, timeout=0.25)
+        try:
+            await main  # re-raises a crash
+        except asyncio.CancelledError:
+            if not main.cancelled():
+                raise  # we were cancelled while waiting for it: keep propagating
+
+
+async def _connect_and_run(
+    service: Service,
+    url: str,
+    clock: Clock,
+    lease_ttl_s: float | None,
+    on_host: Callable[[Host], None] | None,
+    nats_options: dict[str, Any] | None,
+    host_options: dict[str, Any],
+    cleaning_up: asyncio.Event,
+) -> None:
+    """`run_service`'s body; runs until cancelled, then cleans up within a few seconds
+    (`cleaning_up` is set meanwhile)."""
+    log = structlog.get_logger("gpuledger.host").bind(
+        service=service.name, instance=service.instance
+    )
     bus = await Bus.connect(
         url, name=f"gpuledger-{service.name}-{service.instance}", **(nats_options or {})
     )
     lease: Lease | None = None
     tasks: list[asyncio.Task[Any]] = []
-    if lease_ttl_s is not None:
-        kv = await lease_bucket(bus, ttl_s=lease_ttl_s)
-        lease = Lease(
-            kv,
-            service.name,
-            holder=f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
-            ttl_s=lease_ttl_s,
-        )
-        tasks.append(asyncio.create_task(lease.hold(), name=f"lease-{service.name}"))
-    host = Host(service, bus, clock=clock, lease=lease, **host_options)
-    if on_host is not None:
-        on_host(host)
-    task = asyncio.create_task(host.run(), name=f"host-{service.name}-{service.instance}")
-    tasks.append(task)
+    host: Host | None = None
     try:
-        if stop is None:
-            await task
-        else:
-            stopper = asyncio.create_task(stop.wait())
-            try:
-                done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopper.cancel()
-            if task in done:
-                task.result()  # re-raise a crash
+        if lease_ttl_s is not None:
+            kv = await lease_bucket(bus, ttl_s=lease_ttl_s)
+            lease = Lease(
+                kv,
+                service.name,
+                holder=f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
+                ttl_s=lease_ttl_s,
+            )
+            tasks.append(asyncio.create_task(lease.hold(), name=f"lease-{service.name}"))
+        host = Host(service, bus, clock=clock, lease=lease, **host_options)
+        if on_host is not None:
+            on_host(host)
+        await host.run()
     finally:
+        cleaning_up.set()
         for t in tasks:
             t.cancel()
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         if lease is not None:
-            await lease.release()
-        host.log.info("host.stopped", folded_seq=host.folded_seq)
+            with contextlib.suppress(TimeoutError, *_BUS_ERRORS):
+                await asyncio.wait_for(lease.release(), 2.0)
+        log.info("host.stopped", folded_seq=0 if host is None else host.folded_seq)
         with contextlib.suppress(*_BUS_ERRORS):
             await bus.close()
 
 
 def serve(service: Service, url: str, **options: Any) -> None:
-    """Run `service` as a process: configure logging, stop gracefully on SIGTERM / SIGINT."""
+    """Run `service` as a process: configure logging, stop within a few seconds on SIGTERM /
+    SIGINT in any state (services/runtime/stopping.py), exit status 0."""
     from services.runtime.logging import configure_logging
+    from services.runtime.stopping import run_until_signalled
 
     configure_logging()
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    async def main(stop: asyncio.Event) -> None:
         await run_service(service, url, stop=stop, **options)
 
-    asyncio.run(main())
+    run_until_signalled(main, name=f"{service.name}/{service.instance}")

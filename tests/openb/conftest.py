@@ -1,24 +1,14 @@
-"""Locate the openb trace: a ``shared/data/alibaba-openb`` folder beside some ancestor of
-this checkout (``../shared`` from the repository root in CI and in worktrees)."""
+"""The openb trace slices the tests read: tests/fixtures/openb/ (in the repository, so the
+suite runs on a fresh clone). Every 12th row of the real trace's files; source, terms and
+how to re-create them: tests/fixtures/openb/README.md."""
 
 from pathlib import Path
 
 import pytest
 
-
-def find_openb() -> Path:
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "shared" / "data" / "alibaba-openb"
-        if (candidate / "openb_pod_list_default.csv").is_file():
-            return candidate
-    raise FileNotFoundError(
-        "openb trace not found: expected shared/data/alibaba-openb/ (with "
-        "openb_pod_list_default.csv and openb_node_list_gpu_node.csv) beside an ancestor "
-        f"of {here}; the tests need the real trace and do not skip without it"
-    )
+OPENB_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openb"
 
 
 @pytest.fixture(scope="session")
 def openb_dir() -> Path:
-    return find_openb()
+    return OPENB_FIXTURES

@@ -1,4 +1,5 @@
-"""The protocol on a slice of the real trace, and the CLI contract."""
+"""The protocol on a slice of the real trace (tests/fixtures/openb: every 12th node and pod),
+and the CLI contract."""
 
 import json
 
@@ -12,8 +13,9 @@ from services.cli.bench import bench_app
 
 @pytest.fixture(scope="module")
 def sliced(openb_dir):
-    nodes = load_nodes(openb_dir / "openb_node_list_gpu_node.csv")[::12]
-    tasks = load_tasks(openb_dir / "openb_pod_list_default.csv")[::12]
+    nodes = load_nodes(openb_dir / "openb_node_list_gpu_node.csv")
+    tasks = load_tasks(openb_dir / "openb_pod_list_default.csv")
+    assert (len(nodes), len(tasks)) == (102, 680)
     return nodes, tasks
 
 
@@ -39,12 +41,8 @@ def test_policies_rank_on_the_slice(sliced):
 
 
 def test_cli_openb_writes_the_json_contract(openb_dir, tmp_path, sliced):
-    nodes_csv = tmp_path / "nodes.csv"
-    pods_csv = tmp_path / "pods.csv"
-    src_nodes = (openb_dir / "openb_node_list_gpu_node.csv").read_text().splitlines()
-    src_pods = (openb_dir / "openb_pod_list_default.csv").read_text().splitlines()
-    nodes_csv.write_text("\n".join([src_nodes[0]] + src_nodes[1::12]) + "\n")
-    pods_csv.write_text("\n".join([src_pods[0]] + src_pods[1::12]) + "\n")
+    nodes_csv = openb_dir / "openb_node_list_gpu_node.csv"
+    pods_csv = openb_dir / "openb_pod_list_default.csv"
     out = tmp_path / "r.json"
     res = CliRunner().invoke(bench_app, ["openb", "--pods", str(pods_csv), "--nodes", str(nodes_csv),
                                          "--policy", "fgd", "--seeds", "42-43", "--json", str(out),
@@ -58,3 +56,26 @@ def test_cli_openb_writes_the_json_contract(openb_dir, tmp_path, sliced):
     assert set(report["unallocated_at_100"]) == {"mean", "sd", "median"}
     assert len(report["curve"]) == CURVE_POINTS and report["curve"][130][0] == 130.0
     assert report["placements"] > 0 and report["placements_per_s"] > 0
+
+
+def test_bench_reads_the_trace_folder_given_by_trace(openb_dir, tmp_path):
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(bench_app, ["openb", "--trace", str(openb_dir), "--policy", "bestfit",
+                                         "--seeds", "42", "--json", str(out), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["pods_file"] == str(openb_dir / "openb_pod_list_default.csv")
+
+
+@pytest.mark.parametrize("args", [[], ["--trace", "{missing}"], ["--pods", "{missing}/p.csv",
+                                                                   "--nodes", "{missing}/n.csv"]],
+                         ids=["nothing", "trace-folder", "files"])
+def test_bench_without_the_full_trace_says_where_to_get_it(tmp_path, monkeypatch, args):
+    monkeypatch.delenv("GPULEDGER_OPENB_DIR", raising=False)
+    missing = tmp_path / "no-trace"
+    res = CliRunner().invoke(bench_app, ["openb", *(a.format(missing=missing) for a in args)])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: openb trace not ")
+    assert "github.com/alibaba/clusterdata" in lines[0] and "--trace DIR" in lines[0]
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)  # a clean exit

@@ -13,9 +13,9 @@ from replay.importers import TraceImportError, import_openb
 from replay.importers.openb import GPU_MEMORY_GIB
 from replay.logio import read_log, write_log
 from replay.simulator import Simulator, standard_services
-from tests.openb.conftest import find_openb
+from tests.openb.conftest import OPENB_FIXTURES
 
-TRACE = find_openb()
+TRACE = OPENB_FIXTURES  # every 12th row of the real trace (tests/fixtures/openb/README.md)
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
 node-a,64000,262144,2,V100M16
@@ -134,27 +134,54 @@ def test_bad_rows_name_file_and_line(tmp_path, pods, nodes, message):
     assert str(tmp_path) in str(err.value)
 
 
+def test_cli_import_of_a_missing_trace_says_where_to_get_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    res = CliRunner().invoke(app, ["import", "alibaba-openb", "--pods", str(tmp_path / "p.csv"),
+                                   "--nodes", str(write(tmp_path, "nodes.csv", NODES)),
+                                   "--out", str(tmp_path / "log.jsonl")])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        f"error: openb trace not found at {tmp_path / 'p.csv'}; get it from "
+        "https://github.com/alibaba/clusterdata/tree/master/cluster-trace-gpu-v2023/csv "
+        "or pass its files with --pods and --nodes")
+    assert not (tmp_path / "log.jsonl").exists()
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(TraceImportError, match="nope.csv"):
         import_openb(tmp_path / "nope.csv", write(tmp_path, "nodes.csv", NODES))
 
 
-def test_full_default_trace_imports_in_seconds(tmp_path):
-    started = time.perf_counter()
+def test_the_trace_slice_imports_every_pod_node_and_cancel():
+    # Given the slice of the real trace (680 pods, 102 GPU nodes; numbers counted with awk)
     imp = import_openb(TRACE / "openb_pod_list_default.csv", TRACE / "openb_node_list_gpu_node.csv")
+    assert imp.jobs == 680 and imp.gpus == 498 and len(imp.nodes) == 102
+    assert imp.cancels == 82  # the pods with no scheduled_time: deleted, never scheduled
+    assert len(imp.events) == 6 + 102 + 680 + 82
+    assert Counter(e.job.priority_class for e in imp.events if isinstance(e, ev.JobSubmitted)) == {
+        "ls": 383, "be": 289, "burstable": 6, "guaranteed": 2}
+
+
+def test_a_full_size_trace_imports_in_seconds(tmp_path):
+    # Given 8,160 pods (the slice tiled 12 times under new names: the full trace's size)
+    lines = (TRACE / "openb_pod_list_default.csv").read_text().splitlines()
+    rows = [f"{r.split(',', 1)[0]}-{k}," + r.split(",", 1)[1] for k in range(12) for r in lines[1:]]
+    pods = write(tmp_path, "pods.csv", "\n".join([lines[0], *rows]) + "\n")
+    started = time.perf_counter()
+    imp = import_openb(pods, TRACE / "openb_node_list_gpu_node.csv")
     out = tmp_path / "openb.jsonl"
     n = write_log(out, imp.entries())
     elapsed = time.perf_counter() - started
     assert elapsed < 10, elapsed
-    assert imp.jobs == 8152 and imp.gpus == 6212 and len(imp.nodes) == 1213
-    assert imp.cancels == 897  # the Pending pods: deleted, never scheduled
-    assert n == len(imp.events) == 6 + 1213 + 8152 + 897
+    assert imp.jobs == 8160 and imp.cancels == 12 * 82
+    assert n == len(imp.events) == 6 + 102 + 8160 + 12 * 82
     back = list(read_log(out))
     assert [s for s, _, _ in back] == list(range(1, n + 1))
     times = [e.occurred_at_ms for _, _, e in back]
     assert times == sorted(times)
-    assert Counter(e.job.priority_class for _, _, e in back if isinstance(e, ev.JobSubmitted)) == {
-        "ls": 4647, "be": 3398, "burstable": 100, "guaranteed": 7}
 
 
 def _replay(imp):
