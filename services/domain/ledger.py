@@ -17,13 +17,14 @@ from typing import Any
 
 import events as ev
 from events import JobSpec, MemberPlacement
+from events.reasons import TERMINAL_STATES, JobState
 from services.domain.config import ConfigState
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
 from services.domain.timeindex import TimeIndex
 from services.domain.usage import advance, step_ms
 from services.placement import Fleet
 
-TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+TERMINAL = TERMINAL_STATES
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class JobRecord:
     spec: JobSpec
     submitted_ms: int
     submit_event_id: str
-    state: str = "submitted"
+    state: JobState = JobState.submitted
     priority: int = 0
     preemptible: bool = True
     slo_class: str = ""
@@ -387,10 +388,10 @@ class Ledger:
 
     def _admitted(self, e: ev.JobAdmitted) -> None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "submitted":
+        if job is None or job.state != JobState.submitted:
             return
         job.state, job.priority, job.preemptible, job.slo_class = (
-            "pending",
+            JobState.pending,
             e.priority,
             e.preemptible,
             e.slo_class,
@@ -407,9 +408,9 @@ class Ledger:
                 spec=JobSpec(job_id=e.job_id, tenant=e.tenant), submitted_ms=e.occurred_at_ms,
                 submit_event_id=invalid.cause, submit_seq=invalid.request_seq, unreadable=True,
             )
-        if job is None or job.state != "submitted":
+        if job is None or job.state != JobState.submitted:
             return
-        job.state, job.reason, job.message, job.details = "rejected", e.reason, e.message, e.details
+        job.state, job.reason, job.message, job.details = JobState.rejected, e.reason, e.message, e.details
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
 
@@ -427,7 +428,7 @@ class Ledger:
         if job.allocation_id is not None:
             self.cancelling.add(job.allocation_id)
         else:
-            job.state, job.finished_ms = "cancelled", e.occurred_at_ms
+            job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
             self.submitted.discard(e.job_id)
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
@@ -441,7 +442,7 @@ class Ledger:
 
     def _placed(self, e: ev.GangPlaced) -> None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "pending" or e.allocation_id in self.allocations:
+        if job is None or job.state != JobState.pending or e.allocation_id in self.allocations:
             return
         per_member = job.spec.resources.gpu_milli_total()
         rec = AllocationRecord(
@@ -473,7 +474,7 @@ class Ledger:
                 key = (job.tenant, model)
                 self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
         job.state, job.allocation_id, job.reason, job.message, job.details = (
-            "running",
+            JobState.running,
             e.allocation_id,
             None,
             "",
@@ -516,7 +517,7 @@ class Ledger:
         if rec is None or rec.ended or job is None or rec.preemption is not None:
             return
         rec.preemption = e
-        job.state = "preempting"
+        job.state = JobState.preempting
         saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
@@ -573,9 +574,9 @@ class Ledger:
             return
         job.progress_ms = e.progress_ms
         if e.reason == "Cancelled" or job.cancel_requested:
-            job.state, job.finished_ms = "cancelled", e.occurred_at_ms
+            job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
         else:  # requeued at once, so the order of GangEvicted/GangRequeued never matters
-            job.state, job.pending_since_ms = "pending", e.occurred_at_ms
+            job.state, job.pending_since_ms = JobState.pending, e.occurred_at_ms
             self._enqueue(e.job_id)
             job.preemptions.append(
                 PreemptionRecord(
@@ -597,14 +598,14 @@ class Ledger:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
-            job.state, job.finished_ms = "completed", e.occurred_at_ms
+            job.state, job.finished_ms = JobState.completed, e.occurred_at_ms
 
     def _failed(self, e: ev.GangFailed) -> None:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                "failed",
+                JobState.failed,
                 e.occurred_at_ms,
                 e.reason,
                 e.message,
