@@ -5,12 +5,14 @@ the table and the tests in step."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 
 import events as ev
 from events.reasons import PendingReason
 from services.admission.decider import Admission
+from services.placement.reasons import UNPLACEABLE, gang_incomplete
 from services.preemption.decider import Preemption
 from services.scheduler.decider import Scheduler
 from services.scheduler.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
@@ -149,6 +151,10 @@ def test_every_pending_reason_has_a_row_and_a_test():
     for r in PENDING:
         assert any(n.startswith(f"test_{_snake(r.code)}_") for n in names), r.code
         assert r.doc and r.source in ("placement", "quota", "scheduler")
+    placement_rules = " ".join(inspect.getdoc(rule) or "" for rule in (*UNPLACEABLE, gang_incomplete))
+    for r in PENDING:
+        if r.source == "placement":
+            assert f"`{r.code}`" in placement_rules, f"no rule of UNPLACEABLE gives {r.code}"
 
 
 def test_the_derived_sets_are_what_reservations_and_preemption_act_on():
