@@ -15,10 +15,11 @@ FORBIDDEN = {
 CORE = sorted(
     [*(ROOT / "events").rglob("*.py"), *(ROOT / "services" / "domain").rglob("*.py"),
      *(ROOT / "services" / "placement").rglob("*.py"), *(ROOT / "services").glob("*/decider.py"),
-     ROOT / "services" / "preemption" / "victims.py", ROOT / "services" / "scheduler" / "queue.py",
+     ROOT / "services" / "preemption" / "victims.py", ROOT / "services" / "preemption" / "rules.py",
+     ROOT / "services" / "scheduler" / "queue.py", ROOT / "services" / "scheduler" / "pending.py",
      ROOT / "services" / "node_agent" / "simulated.py"]
 )
-EVENTS_ALLOWED = {"msgspec", "typing", "re", "hashlib", "collections", "__future__", "events"}
+EVENTS_ALLOWED = {"msgspec", "typing", "re", "hashlib", "collections", "enum", "__future__", "events"}
 
 
 def imported(path: Path) -> set[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import events as ev
 from events import JobSpec, MemberPlacement
+from events.reasons import TERMINAL_STATES, JobState
 from services.domain.acceptance import Refusal, Refused
 from services.domain.config import ConfigState
 from services.domain.placement_adapter import gang_request, node_spec, to_placement
@@ -24,7 +25,7 @@ from services.domain.timeindex import TimeIndex
 from services.domain.usage import advance, step_ms
 from services.placement import Fleet, PlacementConflict
 
-TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+TERMINAL = TERMINAL_STATES
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class JobRecord:
     spec: JobSpec
     submitted_ms: int
     submit_event_id: str
-    state: str = "submitted"
+    state: JobState = JobState.submitted
     priority: int = 0
     preemptible: bool = True
     slo_class: str = ""
@@ -400,10 +401,10 @@ class Ledger:
 
     def _admitted(self, e: ev.JobAdmitted) -> Refusal | None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "submitted":
+        if job is None or job.state != JobState.submitted:
             return _not_in_state(e.job_id, job, "submitted")
         job.state, job.priority, job.preemptible, job.slo_class = (
-            "pending",
+            JobState.pending,
             e.priority,
             e.preemptible,
             e.slo_class,
@@ -420,9 +421,9 @@ class Ledger:
                 spec=JobSpec(job_id=e.job_id, tenant=e.tenant), submitted_ms=e.occurred_at_ms,
                 submit_event_id=invalid.cause, submit_seq=invalid.request_seq, unreadable=True,
             )
-        if job is None or job.state != "submitted":
+        if job is None or job.state != JobState.submitted:
             return _not_in_state(e.job_id, job, "submitted")
-        job.state, job.reason, job.message, job.details = "rejected", e.reason, e.message, e.details
+        job.state, job.reason, job.message, job.details = JobState.rejected, e.reason, e.message, e.details
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
 
@@ -439,7 +440,7 @@ class Ledger:
         if job.allocation_id is not None:
             self.cancelling.add(job.allocation_id)
         else:
-            job.state, job.finished_ms = "cancelled", e.occurred_at_ms
+            job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
             self.submitted.discard(e.job_id)
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
@@ -454,7 +455,7 @@ class Ledger:
 
     def _placed(self, e: ev.GangPlaced) -> Refusal | None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "pending":
+        if job is None or job.state != JobState.pending:
             return _not_in_state(e.job_id, job, "pending")
         if e.allocation_id in self.allocations:
             return Refusal("DuplicateAllocation", f"allocation {e.allocation_id!r} exists")
@@ -493,7 +494,7 @@ class Ledger:
                 key = (job.tenant, model)
                 self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
         job.state, job.allocation_id, job.reason, job.message, job.details = (
-            "running",
+            JobState.running,
             e.allocation_id,
             None,
             "",
@@ -539,7 +540,7 @@ class Ledger:
                     else "already being preempted" if rec.preemption is not None else "of no job")
             return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
         rec.preemption = e
-        job.state = "preempting"
+        job.state = JobState.preempting
         saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
@@ -597,9 +598,9 @@ class Ledger:
             return
         job.progress_ms = e.progress_ms
         if e.reason == "Cancelled" or job.cancel_requested:
-            job.state, job.finished_ms = "cancelled", e.occurred_at_ms
+            job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
         else:  # requeued at once, so the order of GangEvicted/GangRequeued never matters
-            job.state, job.pending_since_ms = "pending", e.occurred_at_ms
+            job.state, job.pending_since_ms = JobState.pending, e.occurred_at_ms
             self._enqueue(e.job_id)
             job.preemptions.append(
                 PreemptionRecord(
@@ -621,14 +622,14 @@ class Ledger:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
-            job.state, job.finished_ms = "completed", e.occurred_at_ms
+            job.state, job.finished_ms = JobState.completed, e.occurred_at_ms
 
     def _failed(self, e: ev.GangFailed) -> None:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                "failed",
+                JobState.failed,
                 e.occurred_at_ms,
                 e.reason,
                 e.message,

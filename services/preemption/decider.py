@@ -11,17 +11,14 @@ an eviction budget window) asks for a wake-up then.
 from __future__ import annotations
 
 from events import Event, PreemptionDeclined, PreemptionRequested
+from events.reasons import DeclineReason, PreemptionReason
 from services.domain.deciding import LedgerService
 from services.domain.ledger import Ledger
 from services.placement import Placement
 from services.preemption.outlook import Outlook
 from services.preemption.victims import Plan, backfill_plan, plan
+from services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
 from services.scheduler.queue import effective_priority, ordered_pending
-
-BLOCKED = frozenset(
-    {"Resources", "GangIncomplete", "TopologyUnsatisfiable", "MIGPlacementUnavailable",
-     "IsolationConflict"}
-)
 
 
 class Preemption(LedgerService):
@@ -48,7 +45,7 @@ class Preemption(LedgerService):
             if job.job_id in outlook.held:
                 continue  # capacity already being released for it
             if not policy.preemption:
-                out += self._decline(state, now_ms, job, "PreemptionDisabled",
+                out += self._decline(state, now_ms, job, DeclineReason.PreemptionDisabled,
                                      "preemption is disabled by policy", {})
                 continue
             now_fits = state.fleet.place(
@@ -60,7 +57,7 @@ class Preemption(LedgerService):
                 continue  # idle capacity will do; the scheduler places it
             if outlook.fits(job):
                 out += self._decline(
-                    state, now_ms, job, "WaitingForPreemptedWorkloads",
+                    state, now_ms, job, DeclineReason.WaitingForPreemptedWorkloads,
                     "capacity being released by preemptions already requested will fit it once "
                     "their beneficiaries are placed; no new victims", {},
                 )
@@ -90,18 +87,18 @@ class Preemption(LedgerService):
         freed = sum(c.rec.gpu_milli for c in p.victims) / 1000
         at_risk = sum(c.at_risk_gpu_ms for c in p.victims) / 1000
         reservation = job.details.get("reservation") or {}
-        if any(c.reason == "Backfill" for c in p.victims):
+        if any(c.reason == PreemptionReason.Backfill for c in p.victims):
             details["reservation"] = reservation
         out: list[Event] = []
         for c in p.victims:
             taken.add(c.rec.allocation_id)
             grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
-            if c.reason == "Reclaim":
+            if c.reason == PreemptionReason.Reclaim:
                 why = f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
-            elif c.reason == "Defragment":
+            elif c.reason == PreemptionReason.Defragment:
                 why = (f"tenant {job.tenant} is within its guarantee but no NVLink clique has room; "
                        f"{c.victim.job_id} fits elsewhere at once and moves")
-            elif c.reason == "Backfill":
+            elif c.reason == PreemptionReason.Backfill:
                 why = (f"{c.victim.job_id} ran as preemptible backfill on its reservation of "
                        f"{', '.join(reservation.get('nodes', ())) or 'reserved nodes'}, which can land now")
             else:

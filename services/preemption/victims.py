@@ -18,6 +18,10 @@ chosen set comes from the smallest "size tier": victims no larger than the small
 that can make room together (so a 64-GPU gang is never taken while smaller victims suffice);
 within it, the shortest prefix of that order whose release makes the job placeable (binary
 search, topology included), then pruned of every victim the job does not actually need.
+
+The grounds, exclusions and order keys are data in `services.preemption.rules` (`GROUNDS`,
+`EXCLUSIONS`, `ORDER`); this module applies them (`scene` -> `grounded` -> `protection` ->
+sort) and searches for the victim set.
 """
 
 from __future__ import annotations
@@ -26,52 +30,30 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from events.reasons import DeclineReason, ExclusionReason, PreemptionReason
 from services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from services.placement import Placement, UnknownAllocation
+from services.preemption.rules import (
+    EXCLUSIONS,
+    GROUNDS,
+    HOUR_MS,
+    LAPSING,
+    Candidate,
+    Scene,
+    backfill_key,
+    evictions_last_hour,
+)
 from services.scheduler.queue import effective_priority
 
-HOUR_MS = 3_600_000
-LAPSING = frozenset({"MinRuntime", "EvictionBudget"})
-"""Exclusions that lapse with time (the others hold while the allocation runs)."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    rec: AllocationRecord
-    victim: JobRecord
-    reason: str
-    priority: int
-    at_risk_gpu_ms: int
-    borrowing: bool
-    started_ms: int
-
-    def sort_key(self) -> tuple:
-        return (
-            0 if self.borrowing else 1,
-            self.priority,
-            self.at_risk_gpu_ms,
-            self.rec.gpu_milli,
-            -self.started_ms,
-            self.rec.allocation_id,
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "job": self.victim.job_id,
-            "allocation": self.rec.allocation_id,
-            "tenant": self.victim.tenant,
-            "priority": self.priority,
-            "gpus": self.rec.gpu_milli / 1000,
-            "borrowing": self.borrowing,
-            "at_risk_gpu_s": self.at_risk_gpu_ms / 1000,
-            "reason": self.reason,
-        }
+__all__ = ["HOUR_MS", "LAPSING", "Candidate", "Exclusion", "Plan", "evictions_last_hour", "plan"]
 
 
 @dataclass(frozen=True)
 class Exclusion:
+    """A candidate a rule of `rules.EXCLUSIONS` protects, and why."""
+
     candidate: Candidate
-    code: str
+    code: ExclusionReason
     message: str
     until_ms: int | None = None
     """When the exclusion lapses (MinRuntime, EvictionBudget), else None."""
@@ -139,100 +121,70 @@ def at_risk_gpu_ms(rec: AllocationRecord, job: JobRecord, now_ms: int) -> int:
     return since * rec.gpu_milli // 1000
 
 
-def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
-    return sorted(p.at_ms for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS)
+def scene(state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str]) -> Scene:
+    """Facts every rule reads, computed once per plan."""
+    need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+    own = state.config.tenants.get(job.tenant)
+    can_reclaim = (
+        state.config.policy.reclaim
+        and own is not None
+        and state.tenant_gpu_milli.get(job.tenant, 0) + need <= own.guaranteed_gpu_milli
+    )
+    return Scene(
+        state=state, job=job, now_ms=now_ms,
+        releasing=releasing_by_tenant(state, taken),
+        can_reclaim=can_reclaim,
+        evicted_me=frozenset(p.by for p in job.preemptions if p.at_ms > now_ms - HOUR_MS and p.by),
+    )
+
+
+def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
+    """The allocation as a candidate on the first ground (`rules.GROUNDS`) that holds for it,
+    or None: it is being preempted already, it is the job's own, or no ground holds."""
+    state, victim = s.state, s.state.jobs[rec.job_id]
+    if rec.preemption is not None or victim.job_id == s.job.job_id:
+        return None
+    borrowing = over_guarantee(state, victim.tenant, s.releasing)
+    ground = next((g for g in GROUNDS if g.holds(s, victim, borrowing)), None)
+    if ground is None:
+        return None
+    return Candidate(
+        rec=rec,
+        victim=victim,
+        reason=ground.reason,
+        priority=effective_priority(state, victim, s.now_ms),
+        at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, s.now_ms),
+        borrowing=borrowing,
+        started_ms=min(rec.started.values(), default=rec.placed_ms),
+    )
+
+
+def protection(s: Scene, cand: Candidate) -> Exclusion | None:
+    """The first exclusion rule (`rules.EXCLUSIONS`) that protects the candidate, or None."""
+    for rule in EXCLUSIONS:
+        verdict = rule.protects(s, cand)
+        if verdict is not None:
+            return Exclusion(cand, rule.code, verdict.message, verdict.until_ms)
+    return None
 
 
 def candidates(
     state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Exclusion],
     taken: set[str] | frozenset[str] = frozenset(),
 ) -> list[Candidate]:
-    policy = state.config.policy
-    releasing = releasing_by_tenant(state, taken)
-    prio = job.priority  # aging never grants the right to evict
-    need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
-    own = state.config.tenants.get(job.tenant)
-    can_reclaim = (
-        policy.reclaim
-        and own is not None
-        and state.tenant_gpu_milli.get(job.tenant, 0) + need <= own.guaranteed_gpu_milli
-    )
-    evicted_me = {p.by for p in job.preemptions if p.at_ms > now_ms - HOUR_MS and p.by}
+    """Eligible victims for `job` in victim order (`rules.ORDER`); every candidate a rule
+    protects is appended to `exclusions` instead (in allocation id order)."""
+    s = scene(state, job, now_ms, taken)
     out: list[Candidate] = []
     for alloc_id in sorted(state.active):
-        rec = state.allocations[alloc_id]
-        victim = state.jobs[rec.job_id]
-        if rec.preemption is not None or victim.job_id == job.job_id:
+        cand = grounded(s, state.allocations[alloc_id])
+        if cand is None:
             continue
-        victim_prio = effective_priority(state, victim, now_ms)
-        borrowing = over_guarantee(state, victim.tenant, releasing)
-        reason = None
-        guarded = False  # lower priority, but its tenant is within its guarantee
-        if can_reclaim and victim.tenant != job.tenant and borrowing:
-            reason = "Reclaim"
-        elif victim_prio < prio and (victim.tenant == job.tenant or policy.preemption_scope == "cluster"):
-            reason = "Priority"
-            guarded = victim.tenant != job.tenant and not borrowing
-        elif victim.priority < prio <= victim_prio and victim.preemptible and (
-            victim.tenant == job.tenant or policy.preemption_scope == "cluster"
-        ):
-            exclusions.append(Exclusion(
-                Candidate(rec, victim, "Priority", victim_prio, 0, borrowing, rec.placed_ms),
-                "Aged",
-                f"aged from priority {victim.priority} to {victim_prio} "
-                f"({len(victim.preemptions)} preemptions, {victim.waited_ms // 1000}s queued); "
-                "aging is kept once a job runs",
-            ))
-            continue
-        if reason is None:
-            continue
-        started = min(rec.started.values(), default=rec.placed_ms)
-        cand = Candidate(
-            rec=rec,
-            victim=victim,
-            reason=reason,
-            priority=victim_prio,
-            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
-            borrowing=borrowing,
-            started_ms=started,
-        )
-        why_not: tuple[str, str, int | None] | None = None
-        recent = evictions_last_hour(victim, now_ms)
-        if not victim.preemptible:
-            why_not = ("NonPreemptible", f"class {victim.spec.priority_class} is not preemptible", None)
-        elif victim.job_id in evicted_me:
-            why_not = ("PreemptionLoop", f"{victim.job_id} evicted {job.job_id} within the last hour", None)
-        elif policy.min_runtime_s and now_ms - started < policy.min_runtime_s * 1000:
-            why_not = (
-                "MinRuntime",
-                f"ran {(now_ms - started) / 1000:.0f}s of the {policy.min_runtime_s}s minimum",
-                started + policy.min_runtime_s * 1000,
-            )
-        elif policy.eviction_budget_per_hour and len(recent) >= policy.eviction_budget_per_hour:
-            why_not = (
-                "EvictionBudget",
-                f"already evicted {len(recent)} times in the last hour "
-                f"(budget {policy.eviction_budget_per_hour})",
-                recent[-policy.eviction_budget_per_hour] + HOUR_MS,
-            )
-        elif victim.spec.min_available and len(rec.members) - 1 < victim.spec.min_available:
-            why_not = (
-                "DisruptionBudget",
-                f"service keeps at least {victim.spec.min_available} of {len(rec.members)} members",
-                None,
-            )
-        elif guarded:  # last: only work protected by nothing else may be moved (`relocation`)
-            conf = state.config.tenants.get(victim.tenant)
-            why_not = (
-                "WithinGuarantee",
-                f"tenant {victim.tenant} uses {state.tenant_gpu_milli.get(victim.tenant, 0) / 1000:g} "
-                f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs",
-                None,
-            )
-        if why_not is not None:
-            exclusions.append(Exclusion(cand, *why_not))
-            continue
-        out.append(cand)
+        excluded = protection(s, cand)
+        if excluded is not None:
+            exclusions.append(excluded)
+        else:
+            out.append(cand)
     out.sort(key=Candidate.sort_key)
     return out
 
@@ -270,7 +222,7 @@ def relocation(
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
         return None
-    guarded = sorted((x.candidate for x in exclusions if x.code == "WithinGuarantee"),
+    guarded = sorted((x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
                      key=Candidate.sort_key)
     fleet = state.fleet
     for cand in guarded:
@@ -294,7 +246,7 @@ def relocation(
             fleet.allocate(alloc_id, held.tenant, held.placement, held.request)
         if isinstance(again, Placement):
             exclusions[:] = [x for x in exclusions if x.candidate is not cand]
-            return dataclasses.replace(cand, reason="Defragment")
+            return dataclasses.replace(cand, reason=PreemptionReason.Defragment)
     return None
 
 
@@ -311,8 +263,7 @@ def plan(
     placement_policy = state.config.policy.placement_policy
     if exclude is None:
         exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms)
-    lapsing = [x for x in result.exclusions if x.until_ms is not None]
-    result.retry_at_ms = min((x.until_ms for x in lapsing), default=None)
+    result.retry_at_ms = min((x.until_ms for x in result.exclusions if x.until_ms is not None), default=None)
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)
@@ -326,46 +277,65 @@ def plan(
         if move is not None:
             result.victims = [move]
             return result
-        why = "no eligible victims" if not cands else (
-            f"evicting all {len(cands)} eligible allocations would still not make room"
-        )
-        if result.exclusions:
-            counts: dict[str, int] = {}
-            for x in result.exclusions:
-                counts[x.code] = counts.get(x.code, 0) + 1
-            why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
-        code = "NoVictims"
-        if lapsing and fits(cands + [x.candidate for x in lapsing]):
-            # room exists, but only behind exclusions that lapse with time: say which
-            first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
-            code = first.code
-            why = (f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
-                   f"{first.message}; eligible at {first.until_ms / 1000:g}s")
-        result.declined = (code, why)
+        result.declined = no_room(cands, result.exclusions, fits)
         return result
-    # size tiers: the smallest largest-victim size whose candidates can make room together
-    sizes = sorted({c.rec.gpu_milli for c in cands})
+    tier = size_tier(cands, fits, result.rejected_tiers)
+    chosen = smallest_sufficient(tier, fits, result.pruned)
+    result.victims = chosen
+    result.declined = lost_work_bound(state, chosen)
+    return result
+
+
+def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[str, str]:
+    """Why no victim set makes room: `NoVictims` with the exclusions counted by code, or the
+    code of the lapsing exclusion (`MinRuntime`, `EvictionBudget`) that lapses first when
+    evicting its victim too would make room."""
+    why = "no eligible victims" if not cands else (
+        f"evicting all {len(cands)} eligible allocations would still not make room"
+    )
+    if exclusions:
+        counts: dict[str, int] = {}
+        for x in exclusions:
+            counts[x.code] = counts.get(x.code, 0) + 1
+        why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
+    lapsing = [x for x in exclusions if x.until_ms is not None]
+    if lapsing and fits(cands + [x.candidate for x in lapsing]):
+        # room exists, but only behind exclusions that lapse with time: say which
+        first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
+        return first.code, (
+            f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
+            f"{first.message}; eligible at {first.until_ms / 1000:g}s")
+    return DeclineReason.NoVictims, why
+
+
+def size_tier(cands: list[Candidate], fits, rejected: list[dict[str, Any]]) -> list[Candidate]:
+    """The candidates no larger than the smallest size whose candidates can make room
+    together (so a 64-GPU gang is never taken while smaller victims suffice); every larger
+    one is recorded in `rejected`."""
     tier = cands
-    for size in sizes:
+    for size in sorted({c.rec.gpu_milli for c in cands}):
         subset = [c for c in cands if c.rec.gpu_milli <= size]
         if subset is cands or len(subset) == len(cands) or fits(subset):
             tier = subset
             break
+    largest = max(x.rec.gpu_milli for x in tier)
     for c in cands:
-        if c.rec.gpu_milli > max(x.rec.gpu_milli for x in tier):
-            result.rejected_tiers.append(
-                {**c.describe(), "why": "a larger gang than needed: smaller victims suffice"})
-    chosen = smallest_sufficient(tier, fits, result.pruned)
+        if c.rec.gpu_milli > largest:
+            rejected.append({**c.describe(), "why": "a larger gang than needed: smaller victims suffice"})
+    return tier
+
+
+def lost_work_bound(state: Ledger, chosen: list[Candidate]) -> tuple[str, str] | None:
+    """`LostWorkBound` when the chosen victims risk more work than `policy.max_lost_gpu_hours`."""
     max_lost = state.config.policy.max_lost_gpu_hours
     at_risk = sum(c.at_risk_gpu_ms for c in chosen)
-    result.victims = chosen
-    if max_lost is not None and at_risk > max_lost * HOUR_MS:
-        result.declined = (
-            "LostWorkBound",
-            f"victims risk {at_risk / HOUR_MS:.2f} GPU-hours of work since their last checkpoint; "
-            f"bound is {max_lost:g}",
-        )
-    return result
+    if max_lost is None or at_risk <= max_lost * HOUR_MS:
+        return None
+    return (
+        DeclineReason.LostWorkBound,
+        f"victims risk {at_risk / HOUR_MS:.2f} GPU-hours of work since their last checkpoint; "
+        f"bound is {max_lost:g}",
+    )
 
 
 def backfill_plan(
@@ -386,7 +356,7 @@ def backfill_plan(
         rec = state.allocations[alloc_id]
         victim = state.jobs[rec.job_id]
         cands.append(Candidate(
-            rec=rec, victim=victim, reason="Backfill",
+            rec=rec, victim=victim, reason=PreemptionReason.Backfill,
             priority=effective_priority(state, victim, now_ms),
             at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
             borrowing=over_guarantee(state, victim.tenant),
@@ -394,7 +364,7 @@ def backfill_plan(
         ))
     # least work at risk first, then smallest, most recently started (borrowing and priority
     # do not matter: every one of them agreed to leave)
-    cands.sort(key=lambda c: c.sort_key()[2:])
+    cands.sort(key=backfill_key)
     request = state.gang_request(job)
     placement_policy = state.config.policy.placement_policy
 

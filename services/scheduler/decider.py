@@ -19,15 +19,16 @@ from events import (
     NodeLost,
     PendingReasonChanged,
 )
+from events.reasons import PendingReason
 from services.domain.deciding import LedgerService
 from services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from services.domain.placement_adapter import to_members
 from services.domain.progress import work_outcome
 from services.domain.quota import parent_of, quota_block
 from services.placement import Placement
+from services.scheduler.pending import CAPACITY_REASONS
 from services.scheduler.queue import ordered_pending
 from services.scheduler.reservation import (
-    CAPACITY_REASONS,
     Reservation,
     may_backfill,
     may_backfill_preemptibly,
@@ -272,7 +273,7 @@ class Scheduler(LedgerService):
                         state.gang_request(job), policy, exclude=exclude - reservation.nodes,
                         explain=False,
                     ), Placement):
-                        reason = "Reserved"
+                        reason = PendingReason.Reserved
                         message = (
                             f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
                             f"{reservation.job_id} (expected start {reservation.expected_start_ms / 1000:g}s); "
@@ -285,7 +286,7 @@ class Scheduler(LedgerService):
                     if over_models and isinstance(state.fleet.place(
                         state.gang_request(job), policy, exclude=unrestricted, explain=False,
                     ), Placement):
-                        reason = "NonPreemptibleOverQuota"
+                        reason = PendingReason.NonPreemptibleOverQuota
                         message = "; ".join(
                             f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
                             f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
@@ -306,7 +307,7 @@ class Scheduler(LedgerService):
                             details["reservation"] = reservation.describe()
                     releasing = self._releasing(state, job)
                     if releasing:
-                        reason = "WaitingForPreemptedWorkloads"
+                        reason = PendingReason.WaitingForPreemptedWorkloads
                         message = "waiting for " + ", ".join(
                             f"{r.job_id} to checkpoint and exit (deadline "
                             f"{r.preemption.deadline_ms / 1000:g}s)" for r in releasing

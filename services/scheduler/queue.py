@@ -4,6 +4,7 @@ first), then submit time, then job id (a total order)."""
 
 from __future__ import annotations
 
+from events.reasons import JobState
 from services.domain.ledger import JobRecord, Ledger
 
 
@@ -21,7 +22,7 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
         steps += len(job.preemptions) // policy.aging_after_preemptions
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
-        if job.state == "pending":
+        if job.state == JobState.pending:
             waited += max(0, now_ms - job.pending_since_ms)
         steps += waited // (policy.aging_after_wait_s * 1000)
     return steps

@@ -22,11 +22,6 @@ from dataclasses import dataclass
 from services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from services.placement import Placement
 
-CAPACITY_REASONS = frozenset(
-    {"Resources", "GangIncomplete", "TopologyUnsatisfiable", "MIGPlacementUnavailable",
-     "IsolationConflict", "Reserved", "WaitingForPreemptedWorkloads"}
-)
-
 
 @dataclass(frozen=True)
 class Reservation:

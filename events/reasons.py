@@ -1,0 +1,92 @@
+"""The closed vocabularies of the log: reason codes and job states.
+
+Every code is a `StrEnum` member whose value is its name, so it *is* the string on the wire:
+msgspec and `json` encode a member as its value, and a member compares and hashes equal to
+that string. Event fields stay typed `str` (old logs and the golden fixtures decode
+unchanged, and a code added later does not break an older reader); deciders emit members,
+readers may compare decoded strings with members directly.
+
+Adding a code: add the member here with a one-line comment, then the rule that produces it
+(see `services/preemption/rules.py` and `services/scheduler/pending.py`) and its test.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class PendingReason(StrEnum):
+    """Why a job is still waiting (`PendingReasonChanged.reason`)."""
+
+    Resources = "Resources"  # not enough free capacity of the kind asked for
+    GangIncomplete = "GangIncomplete"  # some members fit, fewer than min_members
+    TopologyUnsatisfiable = "TopologyUnsatisfiable"  # enough GPUs, not inside one NVLink clique
+    MIGPlacementUnavailable = "MIGPlacementUnavailable"  # no GPU with a free slot for the profile
+    IsolationConflict = "IsolationConflict"  # mps GPUs held by other tenants / timeslice not allowed
+    Unschedulable = "Unschedulable"  # no node could host a member even when empty
+    ExceedsLimit = "ExceedsLimit"  # the tenant (or an ancestor) would exceed its limit
+    NonPreemptibleOverQuota = "NonPreemptibleOverQuota"  # non-preemptible work beyond a guarantee
+    Reserved = "Reserved"  # the capacity that fits it is reserved for a starving gang
+    WaitingForPreemptedWorkloads = "WaitingForPreemptedWorkloads"  # victims still checkpointing
+
+
+class PreemptionReason(StrEnum):
+    """Why a victim is evicted (`PreemptionRequested.reason`, and `GangEvicted.reason`)."""
+
+    Priority = "Priority"  # lower effective priority than the blocked job
+    Reclaim = "Reclaim"  # its tenant borrows; the blocked job's tenant is within its guarantee
+    Defragment = "Defragment"  # moved so a guaranteed job fits; it fits elsewhere at once
+    Backfill = "Backfill"  # ran as preemptible backfill on the blocked job's reservation
+
+
+class ExclusionReason(StrEnum):
+    """Why a candidate victim is protected (`details.excluded[].reason` of preemption events)."""
+
+    NonPreemptible = "NonPreemptible"
+    Aged = "Aged"
+    PreemptionLoop = "PreemptionLoop"
+    MinRuntime = "MinRuntime"
+    EvictionBudget = "EvictionBudget"
+    DisruptionBudget = "DisruptionBudget"
+    WithinGuarantee = "WithinGuarantee"
+
+
+class DeclineReason(StrEnum):
+    """Why preemption was refused for a blocked job (`PreemptionDeclined.reason`). A refusal
+    caused only by a lapsing exclusion carries that exclusion's code."""
+
+    PreemptionDisabled = "PreemptionDisabled"
+    WaitingForPreemptedWorkloads = "WaitingForPreemptedWorkloads"
+    NoVictims = "NoVictims"
+    LostWorkBound = "LostWorkBound"
+    MinRuntime = "MinRuntime"
+    EvictionBudget = "EvictionBudget"
+
+
+class RejectReason(StrEnum):
+    """Why admission refused a job (`JobRejected.reason`)."""
+
+    UnknownTenant = "UnknownTenant"
+    UnknownPriorityClass = "UnknownPriorityClass"
+    InvalidSpec = "InvalidSpec"
+    Unschedulable = "Unschedulable"
+    MIGProfileUnavailable = "MIGProfileUnavailable"
+    NonPreemptibleOverQuota = "NonPreemptibleOverQuota"
+    TopologyUnsatisfiable = "TopologyUnsatisfiable"
+
+
+class JobState(StrEnum):
+    """A job's folded state (`JobRecord.state`; the STATE column of job tables)."""
+
+    submitted = "submitted"  # in the log, not yet admitted
+    pending = "pending"  # admitted, waiting for a placement
+    running = "running"  # placed
+    preempting = "preempting"  # asked to checkpoint and exit
+    completed = "completed"
+    failed = "failed"
+    rejected = "rejected"
+    cancelled = "cancelled"
+
+
+TERMINAL_STATES = frozenset({JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled})
+"""States a job never leaves."""

@@ -1,0 +1,282 @@
+"""Victim policy as data: on what grounds an allocation may be evicted, what protects it, and
+in which order candidates are offered.
+
+Three tables, read by `services.preemption.victims`:
+
+- `GROUNDS`: the first ground that holds for an allocation makes it a candidate, with that
+  ground as its preemption reason (`Reclaim`, then `Priority`); an allocation with no ground
+  is not a candidate at all (and is not reported).
+- `EXCLUSIONS`: the first rule that protects a candidate excludes it; the exclusion (code,
+  quantitative message, and when it lapses, if it does) is reported in the details of
+  `PreemptionRequested` / `PreemptionDeclined`. Order matters only where two rules can hold
+  at once: the earlier one is the reason given. `WithinGuarantee` stays last: only work
+  protected by nothing else may be moved instead (`victims.relocation`).
+- `ORDER`: candidates are sorted by these keys in turn (the last is the allocation id, so the
+  order is total).
+
+Every unit is pure: it reads the `Scene` (the blocked job and facts computed once per plan)
+and one `Candidate`, never writes, never reads a clock.
+
+Adding a rule = one unit + one test: write the function (its docstring says what it
+protects), add its code to `events.reasons.ExclusionReason` and one row to the table, and
+add one given/when/then test to tests/services/test_preemption.py that builds a cluster where
+only the new rule protects a victim and asserts the code in the preemption details.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from events.reasons import ExclusionReason, PreemptionReason
+from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What every rule may read: the blocked job and facts computed once per plan."""
+
+    state: Ledger
+    job: JobRecord
+    now_ms: int
+    releasing: dict[str, int]
+    """GPU capacity per tenant already being released (not counted as borrowed)."""
+    can_reclaim: bool
+    """Reclaim is on and the blocked job's tenant stays within its guarantee with the job."""
+    evicted_me: frozenset[str]
+    """Jobs that evicted the blocked job within the last hour."""
+
+    @property
+    def priority(self) -> int:
+        """The blocked job's base priority: aging never grants the right to evict."""
+        return self.job.priority
+
+    def in_scope(self, victim: JobRecord) -> bool:
+        """Whether `Priority` may reach the victim: same tenant, or scope `cluster`."""
+        return victim.tenant == self.job.tenant or self.state.config.policy.preemption_scope == "cluster"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An allocation with a ground for eviction, and the facts rules and keys read."""
+
+    rec: AllocationRecord
+    victim: JobRecord
+    reason: str
+    """The ground (`PreemptionReason`)."""
+    priority: int
+    """The victim's effective priority (raised by aging)."""
+    at_risk_gpu_ms: int
+    """Work lost if it died now without a new checkpoint."""
+    borrowing: bool
+    """Its tenant runs above its guarantee (capacity already being released not counted)."""
+    started_ms: int
+
+    def sort_key(self) -> tuple:
+        return tuple(k.key(self) for k in ORDER)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "job": self.victim.job_id,
+            "allocation": self.rec.allocation_id,
+            "tenant": self.victim.tenant,
+            "priority": self.priority,
+            "gpus": self.rec.gpu_milli / 1000,
+            "borrowing": self.borrowing,
+            "at_risk_gpu_s": self.at_risk_gpu_ms / 1000,
+            "reason": self.reason,
+        }
+
+
+# ---------------------------------------------------------------- grounds
+
+
+@dataclass(frozen=True)
+class Ground:
+    """A reason an allocation may be evicted at all."""
+
+    reason: PreemptionReason
+    holds: Callable[[Scene, JobRecord, bool], bool]
+    """(scene, victim job, victim's tenant borrowing) -> whether the ground holds."""
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.holds) or ""
+
+
+def reclaim(s: Scene, victim: JobRecord, borrowing: bool) -> bool:
+    """The blocked job's tenant stays within its guarantee and the victim's tenant (another)
+    runs above its own: borrowed capacity is taken back, whatever the priorities."""
+    return s.can_reclaim and victim.tenant != s.job.tenant and borrowing
+
+
+def priority(s: Scene, victim: JobRecord, borrowing: bool) -> bool:
+    """The victim's base priority is below the blocked job's, within the tenant or
+    cluster-wide under scope `cluster` (aging may still protect it: `Aged`)."""
+    return victim.priority < s.priority and s.in_scope(victim)
+
+
+GROUNDS: tuple[Ground, ...] = (
+    Ground(PreemptionReason.Reclaim, reclaim),
+    Ground(PreemptionReason.Priority, priority),
+)
+
+
+# ---------------------------------------------------------------- exclusions
+
+
+@dataclass(frozen=True)
+class Protected:
+    """A rule's verdict: why the candidate may not be evicted, and when that lapses."""
+
+    message: str
+    until_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ExclusionRule:
+    """One protection of a candidate victim."""
+
+    code: ExclusionReason
+    protects: Callable[[Scene, Candidate], Protected | None]
+    """(scene, candidate) -> the verdict when the rule protects it, else None."""
+    lapses: bool = False
+    """The protection ends with time (its verdict carries `until_ms`)."""
+
+    @property
+    def name(self) -> str:
+        return self.protects.__name__
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.protects) or ""
+
+
+def non_preemptible(s: Scene, c: Candidate) -> Protected | None:
+    """Work of a non-preemptible priority class (`build`, `inference`) is never evicted."""
+    if c.victim.preemptible:
+        return None
+    return Protected(f"class {c.victim.spec.priority_class} is not preemptible")
+
+
+def aged(s: Scene, c: Candidate) -> Protected | None:
+    """A job whose aging lifted its effective priority to the blocked job's or above is not
+    evicted by `Priority`: two jobs can never take turns evicting each other."""
+    if c.reason != PreemptionReason.Priority or c.priority < s.priority:
+        return None
+    v = c.victim
+    return Protected(
+        f"aged from priority {v.priority} to {c.priority} "
+        f"({len(v.preemptions)} preemptions, {v.waited_ms // 1000}s queued); "
+        "aging is kept once a job runs"
+    )
+
+
+def preemption_loop(s: Scene, c: Candidate) -> Protected | None:
+    """A job never evicts the job that evicted it within the last hour."""
+    if c.victim.job_id not in s.evicted_me:
+        return None
+    return Protected(f"{c.victim.job_id} evicted {s.job.job_id} within the last hour")
+
+
+def min_runtime(s: Scene, c: Candidate) -> Protected | None:
+    """Work that started less than `policy.min_runtime_s` ago keeps running until then."""
+    minimum = s.state.config.policy.min_runtime_s
+    ran = s.now_ms - c.started_ms
+    if not minimum or ran >= minimum * 1000:
+        return None
+    return Protected(f"ran {ran / 1000:.0f}s of the {minimum}s minimum", c.started_ms + minimum * 1000)
+
+
+def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
+    return sorted(p.at_ms for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS)
+
+
+def eviction_budget(s: Scene, c: Candidate) -> Protected | None:
+    """A job evicted `policy.eviction_budget_per_hour` times in the last hour is not evicted
+    again until the oldest of those leaves the window."""
+    budget = s.state.config.policy.eviction_budget_per_hour
+    recent = evictions_last_hour(c.victim, s.now_ms)
+    if not budget or len(recent) < budget:
+        return None
+    return Protected(
+        f"already evicted {len(recent)} times in the last hour (budget {budget})",
+        recent[-budget] + HOUR_MS,
+    )
+
+
+def disruption_budget(s: Scene, c: Candidate) -> Protected | None:
+    """A service with `min_available` keeps at least that many members running: a gang that
+    would fall below it is not evicted."""
+    keep = c.victim.spec.min_available
+    if not keep or len(c.rec.members) - 1 >= keep:
+        return None
+    return Protected(f"service keeps at least {keep} of {len(c.rec.members)} members")
+
+
+def within_guarantee(s: Scene, c: Candidate) -> Protected | None:
+    """Guarantees are never taken by priority: another tenant's work is not a `Priority`
+    victim while that tenant runs within its guarantee (it may only be moved, `Defragment`)."""
+    if c.reason != PreemptionReason.Priority or c.victim.tenant == s.job.tenant or c.borrowing:
+        return None
+    tenant = c.victim.tenant
+    conf = s.state.config.tenants.get(tenant)
+    return Protected(
+        f"tenant {tenant} uses {s.state.tenant_gpu_milli.get(tenant, 0) / 1000:g} "
+        f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs"
+    )
+
+
+EXCLUSIONS: tuple[ExclusionRule, ...] = (
+    ExclusionRule(ExclusionReason.NonPreemptible, non_preemptible),
+    ExclusionRule(ExclusionReason.Aged, aged),
+    ExclusionRule(ExclusionReason.PreemptionLoop, preemption_loop),
+    ExclusionRule(ExclusionReason.MinRuntime, min_runtime, lapses=True),
+    ExclusionRule(ExclusionReason.EvictionBudget, eviction_budget, lapses=True),
+    ExclusionRule(ExclusionReason.DisruptionBudget, disruption_budget),
+    ExclusionRule(ExclusionReason.WithinGuarantee, within_guarantee),  # last: see module doc
+)
+
+LAPSING = frozenset(r.code for r in EXCLUSIONS if r.lapses)
+"""Exclusions that lapse with time (the others hold while the allocation runs)."""
+
+
+# ---------------------------------------------------------------- order
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    """One key of the victim order (ascending: smaller is evicted first)."""
+
+    name: str
+    key: Callable[[Candidate], Any]
+    doc: str
+
+
+ORDER: tuple[OrderKey, ...] = (
+    OrderKey("borrowing_first", lambda c: 0 if c.borrowing else 1,
+             "work of tenants above their guarantee goes before work within it"),
+    OrderKey("lowest_priority", lambda c: c.priority,
+             "lowest effective priority first"),
+    OrderKey("least_work_at_risk", lambda c: c.at_risk_gpu_ms,
+             "least GPU time lost since the last checkpoint first"),
+    OrderKey("smallest_gang", lambda c: c.rec.gpu_milli,
+             "smallest allocation first (blast radius)"),
+    OrderKey("most_recently_started", lambda c: -c.started_ms,
+             "most recently started first (least sunk run time)"),
+    OrderKey("allocation_id", lambda c: c.rec.allocation_id,
+             "allocation id: a total order"),
+)
+
+BACKFILL_ORDER: tuple[OrderKey, ...] = tuple(
+    k for k in ORDER if k.name not in ("borrowing_first", "lowest_priority")
+)
+"""Backfilled work agreed to leave: borrowing and priority do not matter among it."""
+
+
+def backfill_key(c: Candidate) -> tuple:
+    return tuple(k.key(c) for k in BACKFILL_ORDER)

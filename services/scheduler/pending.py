@@ -1,0 +1,72 @@
+"""Pending reasons as data: every reason the scheduler can give a waiting job, who finds it,
+and what the other services do about it.
+
+`PENDING` has one `PendingRule` per code of `events.reasons.PendingReason`. Two sets are
+derived from it and read by the services, so a reason's consequences are stated once:
+
+- `CAPACITY_REASONS` (`waits_for_capacity`): the job waits for capacity, so waiting counts
+  towards starvation and may earn a reservation (`services.scheduler.reservation`);
+- `PREEMPTION_MAY_HELP` (`preemption_may_help`): the preemption service plans victims for
+  the job (`services.preemption.decider`).
+
+Where each reason is found (`source`): `placement` = `services.placement.reasons.UNPLACEABLE`
+(the fleet cannot hold the gang now; one named rule per code, first answer wins), `quota` =
+`services.domain.quota.quota_block` (checked before placement, up the tenant tree), and
+`scheduler` = `services.scheduler.decider` (refinements of a placement failure, in the order
+listed here: reserved capacity, per-model non-preemptible guarantee, victims still leaving).
+
+Adding a pending reason = one unit + one test: add the code to `PendingReason`, one row
+here (its flags decide whether reservations and preemption act on it), the check at its
+source, and one given/when/then test (tests/services/test_scheduler.py) asserting the code
+and its quantitative message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.reasons import PendingReason
+
+
+@dataclass(frozen=True)
+class PendingRule:
+    """One reason a job may be pending."""
+
+    code: PendingReason
+    source: str
+    """Who finds it: `placement`, `quota` or `scheduler` (see the module doc)."""
+    waits_for_capacity: bool
+    """Waiting counts towards starvation (reservations)."""
+    preemption_may_help: bool
+    """The preemption service plans victims for the job."""
+    doc: str
+    """When the reason is given, and what the message quantifies."""
+
+
+PENDING: tuple[PendingRule, ...] = (
+    PendingRule(PendingReason.ExceedsLimit, "quota", False, False,
+                "the tenant or an ancestor would exceed its `limit`: uses X of its Y-GPU limit"),
+    PendingRule(PendingReason.NonPreemptibleOverQuota, "quota", False, False,
+                "non-preemptible work may only use guaranteed quota (tenant-wide, or per GPU "
+                "model where `guaranteed_by_model` is set): runs X non-preemptible of Y"),
+    PendingRule(PendingReason.Unschedulable, "placement", False, False,
+                "no node can ever host a member, even empty: per-node histogram"),
+    PendingRule(PendingReason.TopologyUnsatisfiable, "placement", True, True,
+                "enough free GPUs, but not inside one NVLink clique: largest free clique"),
+    PendingRule(PendingReason.MIGPlacementUnavailable, "placement", True, True,
+                "no GPU has a free slot for the MIG profile"),
+    PendingRule(PendingReason.IsolationConflict, "placement", True, True,
+                "mps GPUs held by other tenants, or timeslice GPUs the class may not use"),
+    PendingRule(PendingReason.Resources, "placement", True, True,
+                "not enough free capacity of the kind asked for: per-node histogram"),
+    PendingRule(PendingReason.GangIncomplete, "placement", True, True,
+                "some members fit but fewer than min_members: nothing is bound"),
+    PendingRule(PendingReason.Reserved, "scheduler", True, False,
+                "it would fit only on capacity reserved for a starving gang"),
+    PendingRule(PendingReason.WaitingForPreemptedWorkloads, "scheduler", True, False,
+                "victims evicted for it are still checkpointing: their deadlines"),
+)
+
+BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}
+CAPACITY_REASONS = frozenset(r.code for r in PENDING if r.waits_for_capacity)
+PREEMPTION_MAY_HELP = frozenset(r.code for r in PENDING if r.preemption_may_help)

@@ -1,0 +1,163 @@
+"""Pending reasons, one per row of `services.scheduler.pending.PENDING`: given a fleet and
+admitted work, when the scheduler decides, then the blocked job's `PendingReasonChanged`
+carries that code and a quantitative message. `test_every_pending_reason_has_a_test` keeps
+the table and the tests in step."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+
+import events as ev
+from events.reasons import PendingReason
+from services.admission.decider import Admission
+from services.placement.reasons import UNPLACEABLE, gang_incomplete
+from services.preemption.decider import Preemption
+from services.scheduler.decider import Scheduler
+from services.scheduler.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
+from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+
+QUIET = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,
+         "aging_after_wait_s": 0}
+
+
+def scheduled(cfg, *waves):
+    """Each wave of jobs is submitted, admitted and scheduled in turn (wave i at i ms);
+    returns the ledger and the scheduler's events of the last wave."""
+    ledger = given(*cfg)
+    out: list[ev.Event] = []
+    for at, wave in enumerate(waves):
+        fold(ledger, [submitted(at_ms=at, **j) for j in wave])
+        fold(ledger, Admission().decide(ledger, at))
+        out = Scheduler().decide(ledger, at)
+        fold(ledger, out)
+    return ledger, out
+
+
+def why(out, job_id):
+    (e,) = [e for e in of_type(out, ev.PendingReasonChanged) if e.job_id == job_id]
+    return e
+
+
+def fleet(*nodes, tenants=({"name": "a", "guaranteed": 8},), **policy):
+    return cluster(*nodes, tenants=list(tenants), policy={**QUIET, **policy})
+
+
+N8 = {"name": "n1", "gpus": 8}
+
+
+def test_resources_no_node_has_the_free_gpus():
+    _, out = scheduled(fleet(N8), [{"id": "big", "tenant": "a", "gpus": 8}],
+                       [{"id": "j", "tenant": "a", "gpus": 4}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.Resources
+    assert e.message.startswith("needs 4 GPUs") and "0/1 nodes" in e.message
+
+
+def test_gang_incomplete_fewer_members_than_min_members_fit():
+    _, out = scheduled(fleet({"name_prefix": "n", "count": 2, "gpus": 8}, tenants=[{"name": "a", "guaranteed": 24}]),
+                       [{"id": "big", "tenant": "a", "gpus": 8}],
+                       [{"id": "j", "tenant": "a", "gpus": 8, "replicas": 2}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.GangIncomplete and "only 1 of 2 members fit" in e.message
+
+
+def test_topology_unsatisfiable_free_gpus_are_split_across_cliques():
+    node = {"name": "n1", "gpus": 8, "cliques": 2}
+    _, out = scheduled(fleet(node), [{"id": "x", "tenant": "a", "gpus": 3}],
+                       [{"id": "y", "tenant": "a", "gpus": 3}], [{"id": "j", "tenant": "a", "gpus": 2}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.TopologyUnsatisfiable
+    assert "needs 2 GPUs in one NVLink clique; largest free clique has 1" in e.message
+
+
+def test_mig_placement_unavailable_no_gpu_has_a_free_slot():
+    node = {"name": "n1", "gpus": 1, "model": "A100-80GB", "sharing": "mig"}
+    jobs = [{"id": f"m{i}", "tenant": "a", "mig": "3g.40gb"} for i in range(2)]
+    _, out = scheduled(fleet(node), jobs, [{"id": "j", "tenant": "a", "mig": "3g.40gb"}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.MIGPlacementUnavailable and "MIG 3g.40gb: no GPU with a free" in e.message
+
+
+def test_isolation_conflict_an_mps_gpu_held_by_another_tenant():
+    node = {"name": "n1", "gpus": 1, "sharing": "mps"}
+    tenants = [{"name": "a", "guaranteed": 1}, {"name": "b", "guaranteed": 0}]
+    _, out = scheduled(fleet(node, tenants=tenants), [{"id": "x", "tenant": "a", "gpu": "300m"}],
+                       [{"id": "j", "tenant": "b", "gpu": "100m"}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.IsolationConflict and "mps GPUs busy with other tenants" in e.message
+
+
+def test_unschedulable_the_fleet_shrank_below_what_the_job_needs():
+    ledger = given(*fleet(N8), submitted(id="j", tenant="a", gpus=8))
+    fold(ledger, Admission().decide(ledger, 0))  # admitted while n1 had 8 GPUs
+    smaller = next(e for e in fleet({"name": "n1", "gpus": 4}) if isinstance(e, ev.NodeRegistered))
+    fold(ledger, [stamped(ev.NodeRegistered, "re-register", 10, node=smaller.node, simulated=True)])
+    e = why(Scheduler().decide(ledger, 10), "j")
+    assert e.reason == PendingReason.Unschedulable and "no node can ever host this member" in e.message
+
+
+def test_exceeds_limit_the_tenant_would_pass_its_limit():
+    tenants = [{"name": "a", "guaranteed": 4, "limit": 6}]
+    _, out = scheduled(fleet(N8, tenants=tenants), [{"id": "x", "tenant": "a", "gpus": 4}],
+                       [{"id": "j", "tenant": "a", "gpus": 4}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.ExceedsLimit
+    assert e.message == "tenant a uses 4 of its 6-GPU limit, job needs 4"
+
+
+def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible_work():
+    tenants = [{"name": "a", "guaranteed": 4}]
+    _, out = scheduled(fleet(N8, tenants=tenants), [{"id": "x", "tenant": "a", "gpus": 4, "class": "build"}],
+                       [{"id": "j", "tenant": "a", "gpus": 2, "class": "build"}])
+    e = why(out, "j")
+    assert e.reason == PendingReason.NonPreemptibleOverQuota
+    assert "runs 4 non-preemptible of 4 guaranteed GPUs, job needs 2" in e.message
+
+
+def test_reserved_the_only_room_is_reserved_for_a_starving_gang():
+    ledger = given(
+        *fleet(N8, tenants=[{"name": "t", "guaranteed": 8}], reservation_after_s=60, preemption=False),
+        submitted(id="long", tenant="t", gpus=6, duration="1h"),
+        submitted(id="gang", tenant="t", gpus=8, duration="1h", at_ms=1),
+    )
+    fold(ledger, Admission().decide(ledger, 0))
+    fold(ledger, Scheduler().decide(ledger, 0))
+    fold(ledger, [submitted(id="small", tenant="t", gpus=2, duration="3h", at_ms=100_000)])
+    fold(ledger, Admission().decide(ledger, 100_000))
+    e = why(Scheduler().decide(ledger, 100_000), "small")
+    assert e.reason == PendingReason.Reserved
+    assert "is reserved for gang" in e.message and "run past it" in e.message
+
+
+def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
+    ledger, _ = scheduled(fleet(N8), [{"id": "low", "tenant": "a", "gpus": 8}],
+                          [{"id": "high", "tenant": "a", "gpus": 8, "class": "interactive"}])
+    (req,) = of_type(Preemption().decide(ledger, 5), ev.PreemptionRequested)
+    fold(ledger, [req])
+    e = why(Scheduler().decide(ledger, 6), "high")
+    assert e.reason == PendingReason.WaitingForPreemptedWorkloads
+    assert e.message.startswith("waiting for low to checkpoint and exit (deadline 30.005s)")
+
+
+def _snake(code: str) -> str:
+    return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
+
+
+def test_every_pending_reason_has_a_row_and_a_test():
+    names = {n for n in dir(sys.modules[__name__]) if n.startswith("test_")}
+    assert {r.code for r in PENDING} == set(PendingReason)
+    for r in PENDING:
+        assert any(n.startswith(f"test_{_snake(r.code)}_") for n in names), r.code
+        assert r.doc and r.source in ("placement", "quota", "scheduler")
+    placement_rules = " ".join(inspect.getdoc(rule) or "" for rule in (*UNPLACEABLE, gang_incomplete))
+    for r in PENDING:
+        if r.source == "placement":
+            assert f"`{r.code}`" in placement_rules, f"no rule of UNPLACEABLE gives {r.code}"
+
+
+def test_the_derived_sets_are_what_reservations_and_preemption_act_on():
+    assert PREEMPTION_MAY_HELP == {"Resources", "GangIncomplete", "TopologyUnsatisfiable",
+                                   "MIGPlacementUnavailable", "IsolationConflict"}
+    assert CAPACITY_REASONS == PREEMPTION_MAY_HELP | {"Reserved", "WaitingForPreemptedWorkloads"}

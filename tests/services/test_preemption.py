@@ -1,0 +1,281 @@
+"""Preemption policy, one rule at a time: given running work and a blocked job, when the
+preemption service decides, then the victim a rule protects is excluded with that rule's
+code (in `PreemptionDeclined` details) and eligible victims are offered in the order the
+keys of `services.preemption.rules.ORDER` say.
+
+One test per exclusion rule, per ground and per order key; `test_every_rule_has_a_test`
+keeps it that way."""
+
+from __future__ import annotations
+
+import sys
+
+import events as ev
+from events.reasons import DeclineReason, ExclusionReason, PreemptionReason
+from services.admission.decider import Admission
+from services.preemption import rules
+from services.preemption.decider import Preemption
+from services.preemption.victims import Exclusion, candidates
+from services.scheduler.decider import Scheduler
+from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+
+QUIET = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,
+         "aging_after_wait_s": 0}
+"""Every time-based protection off: each test switches on only the rule it is about."""
+NODE = {"name_prefix": "n", "count": 1, "gpus": 8, "model": "H100-80GB"}
+CLASSES = [{"name": "urgent", "value": 200}, {"name": "scavenger", "value": 10}]
+
+
+def fleet(tenants=({"name": "a", "guaranteed": 8},), nodes=1, **policy):
+    return cluster({**NODE, "count": nodes}, tenants=list(tenants), classes=CLASSES,
+                   policy={**QUIET, **policy})
+
+
+def step(ledger, at, *deciders):
+    """Run each decider at `at` and fold what it decides; returns the events."""
+    out = []
+    for d in deciders:
+        new = d.decide(ledger, at)
+        fold(ledger, new)
+        out += new
+    return out
+
+
+def start(ledger, at, job_id=None):
+    """Every member of allocations awaiting start (of `job_id`, if given) starts at `at`."""
+    for alloc_id in sorted(ledger.awaiting_start):
+        rec = ledger.allocations[alloc_id]
+        if job_id is None or rec.job_id == job_id:
+            fold(ledger, [stamped(ev.MemberStarted, f"start-{alloc_id}-{m.rank}", at, job_id=rec.job_id,
+                                  allocation_id=alloc_id, rank=m.rank, node=m.node) for m in rec.members])
+
+
+def exit_all(ledger, job_id, outcome, at):
+    rec = ledger.allocations[ledger.jobs[job_id].allocation_id]
+    fold(ledger, [stamped(ev.MemberExited, f"exit-{rec.allocation_id}-{m.rank}", at, job_id=job_id,
+                          allocation_id=rec.allocation_id, rank=m.rank, node=m.node, outcome=outcome)
+                  for m in rec.members])
+
+
+def running(cfg, *jobs, at=0):
+    """Given the fleet `cfg`, the jobs are admitted, placed and started at `at`."""
+    ledger = given(*cfg, *jobs)
+    step(ledger, at, Admission(), Scheduler())
+    start(ledger, at)
+    return ledger
+
+
+def blocked(ledger, at, **job):
+    """A job arrives at `at`, is admitted and left pending by the scheduler, then the
+    preemption service decides: its output."""
+    fold(ledger, [submitted(at_ms=at, **job)])
+    step(ledger, at, Admission(), Scheduler())
+    assert ledger.jobs[job["id"]].state == "pending", "the job must be blocked"
+    return Preemption().decide(ledger, at)
+
+
+def declined(out):
+    (d,) = of_type(out, ev.PreemptionDeclined)
+    return d
+
+
+def excluded(d):
+    return [(x["job"], x["reason"]) for x in d.details["excluded"]]
+
+
+# ---------------------------------------------------------------- grounds
+
+
+def test_priority_a_lower_priority_job_of_the_tenant_is_evicted():
+    ledger = running(fleet(), submitted(id="low", tenant="a", gpus=8))
+    (req,) = of_type(blocked(ledger, 10, id="high", tenant="a", gpus=8, **{"class": "interactive"}),
+                     ev.PreemptionRequested)
+    assert (req.job_id, req.beneficiary, req.reason) == ("low", "high", PreemptionReason.Priority)
+
+
+def test_reclaim_a_borrowing_tenant_gives_back_capacity_whatever_the_priorities():
+    cfg = fleet(tenants=[{"name": "a", "guaranteed": 8}, {"name": "b", "guaranteed": 0}])
+    ledger = running(cfg, submitted(id="borrower", tenant="b", gpus=8, **{"class": "urgent"}))
+    (req,) = of_type(blocked(ledger, 10, id="owner", tenant="a", gpus=8), ev.PreemptionRequested)
+    assert (req.job_id, req.reason) == ("borrower", PreemptionReason.Reclaim)
+
+
+# ---------------------------------------------------------------- exclusions
+
+
+def test_non_preemptible_work_is_never_evicted():
+    ledger = running(fleet(), submitted(id="builder", tenant="a", gpus=8, **{"class": "build"}))
+    d = declined(blocked(ledger, 10, id="hot", tenant="a", gpus=8, **{"class": "urgent"}))
+    assert d.reason == DeclineReason.NoVictims
+    assert excluded(d) == [("builder", ExclusionReason.NonPreemptible)]
+    assert "class build is not preemptible" in d.details["excluded"][0]["message"]
+
+
+def test_aged_a_job_aging_lifted_to_the_blocked_jobs_class_is_not_evicted_by_it():
+    cfg = fleet(aging_after_wait_s=100)
+    ledger = given(*cfg, submitted(id="patient", tenant="a", gpus=8))
+    step(ledger, 0, Admission())
+    step(ledger, 120_000, Scheduler())  # placed after 120 s queued: one step, train -> interactive
+    start(ledger, 120_000)
+    d = declined(blocked(ledger, 130_000, id="next", tenant="a", gpus=8, **{"class": "interactive"}))
+    assert excluded(d) == [("patient", ExclusionReason.Aged)]
+    assert "aged from priority 50 to 75" in d.details["excluded"][0]["message"]
+
+
+def test_preemption_loop_a_job_never_evicts_the_job_that_evicted_it_within_the_hour():
+    tenants = [{"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 0}]
+    ledger = running(fleet(tenants=tenants), submitted(id="first", tenant="a", gpus=8))
+    # b's interactive job evicts a's borrowing train job across tenants (scope cluster)
+    (req,) = of_type(blocked(ledger, 10, id="second", tenant="b", gpus=8, **{"class": "interactive"}),
+                     ev.PreemptionRequested)
+    fold(ledger, [req])
+    exit_all(ledger, "first", "preempted", 20)
+    step(ledger, 20, Scheduler())  # evicted and requeued
+    step(ledger, 30, Scheduler())  # second lands
+    start(ledger, 30, "second")
+    assert ledger.jobs["second"].state == "running" and ledger.jobs["first"].state == "pending"
+    # a's guarantee is raised: "first" could now reclaim from borrowing b
+    for e in fleet(tenants=[{"name": "a", "guaranteed": 8}, {"name": "b", "guaranteed": 0}]):
+        if isinstance(e, ev.TenantConfigured):
+            fold(ledger, [e])
+    step(ledger, 40, Scheduler())
+    d = declined(Preemption().decide(ledger, 40))
+    assert excluded(d) == [("second", ExclusionReason.PreemptionLoop)]
+    assert "second evicted first within the last hour" in d.message + d.details["excluded"][0]["message"]
+
+
+def test_min_runtime_work_younger_than_the_minimum_keeps_running_until_it_lapses():
+    ledger = running(fleet(min_runtime_s=300), submitted(id="young", tenant="a", gpus=8))
+    d = declined(blocked(ledger, 60_000, id="high", tenant="a", gpus=8, **{"class": "interactive"}))
+    assert d.reason == DeclineReason.MinRuntime  # room exists, only behind a lapsing rule
+    assert excluded(d) == [("young", ExclusionReason.MinRuntime)]
+    assert d.details["excluded"][0]["eligible_at_s"] == 300.0
+    assert "ran 60s of the 300s minimum" in d.message
+
+
+def test_eviction_budget_a_job_evicted_as_often_as_the_budget_allows_is_spared():
+    ledger = running(fleet(eviction_budget_per_hour=1), submitted(id="low", tenant="a", gpus=8))
+    (req,) = of_type(blocked(ledger, 1000, id="hi1", tenant="a", gpus=8, **{"class": "interactive"}),
+                     ev.PreemptionRequested)
+    fold(ledger, [req])
+    exit_all(ledger, "low", "preempted", 2000)
+    step(ledger, 2000, Scheduler())
+    step(ledger, 3000, Scheduler())
+    start(ledger, 3000, "hi1")
+    exit_all(ledger, "hi1", "completed", 4000)
+    step(ledger, 4000, Scheduler())
+    step(ledger, 5000, Scheduler())  # low runs again
+    start(ledger, 5000, "low")
+    assert ledger.jobs["low"].state == "running"
+    d = declined(blocked(ledger, 6000, id="hi2", tenant="a", gpus=8, **{"class": "interactive"}))
+    assert d.reason == DeclineReason.EvictionBudget
+    assert excluded(d) == [("low", ExclusionReason.EvictionBudget)]
+    assert d.details["excluded"][0]["eligible_at_s"] == (1000 + 3_600_000) / 1000
+    assert "already evicted 1 times in the last hour (budget 1)" in d.message
+
+
+def test_disruption_budget_a_service_never_drops_below_min_available():
+    ledger = running(fleet(), submitted(id="svc", tenant="a", gpus=4, replicas=2, min_available=2))
+    d = declined(blocked(ledger, 10, id="high", tenant="a", gpus=8, **{"class": "interactive"}))
+    assert excluded(d) == [("svc", ExclusionReason.DisruptionBudget)]
+    assert "keeps at least 2 of 2 members" in d.details["excluded"][0]["message"]
+
+
+def test_within_guarantee_priority_never_takes_another_tenants_guarantee():
+    tenants = [{"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 8}]
+    ledger = running(fleet(tenants=tenants), submitted(id="owned", tenant="b", gpus=8))
+    d = declined(blocked(ledger, 10, id="high", tenant="a", gpus=8, **{"class": "interactive"}))
+    assert d.reason == DeclineReason.NoVictims
+    assert excluded(d) == [("owned", ExclusionReason.WithinGuarantee)]
+    assert "tenant b uses 8 of 8 guaranteed GPUs" in d.details["excluded"][0]["message"]
+
+
+def test_the_first_rule_that_holds_is_the_reason_given():
+    """A young non-preemptible job is reported NonPreemptible (it never lapses), not MinRuntime."""
+    ledger = running(fleet(min_runtime_s=300), submitted(id="builder", tenant="a", gpus=8, **{"class": "build"}))
+    d = declined(blocked(ledger, 10, id="hot", tenant="a", gpus=8, **{"class": "urgent"}))
+    assert (d.reason, excluded(d)) == (DeclineReason.NoVictims, [("builder", ExclusionReason.NonPreemptible)])
+
+
+# ---------------------------------------------------------------- order
+
+
+def order(ledger, job_id, at):
+    excl: list[Exclusion] = []
+    out = [c.victim.job_id for c in candidates(ledger, ledger.jobs[job_id], at, excl)]
+    assert excl == []
+    return out
+
+
+def pending_high(ledger, at, tenant="a"):
+    fold(ledger, [submitted(at_ms=at, id="high", tenant=tenant, gpus=8, **{"class": "urgent"})])
+    step(ledger, at, Admission())
+    return ledger
+
+
+def test_order_borrowing_first():
+    cfg = fleet(tenants=[{"name": "a", "guaranteed": 16}, {"name": "b", "guaranteed": 0}], nodes=2)
+    ledger = pending_high(running(cfg, submitted(id="x", tenant="a", gpus=8),
+                                  submitted(id="y", tenant="b", gpus=8)), 0)
+    assert order(ledger, "high", 0) == ["y", "x"]
+
+
+def test_order_lowest_priority():
+    ledger = pending_high(running(fleet(nodes=2), submitted(id="x", tenant="a", gpus=8),
+                                  submitted(id="y", tenant="a", gpus=8, **{"class": "scavenger"})), 0)
+    assert order(ledger, "high", 0) == ["y", "x"]
+
+
+def test_order_least_work_at_risk():
+    ledger = running(fleet(nodes=2), submitted(id="x", tenant="a", gpus=8),
+                     submitted(id="y", tenant="a", gpus=8, checkpoint={"interval": 60}))
+    pending_high(ledger, 90_000)  # x risks 90 s of work, y 30 s since its checkpoint
+    assert order(ledger, "high", 90_000) == ["y", "x"]
+
+
+def test_order_smallest_gang():
+    ledger = pending_high(running(fleet(nodes=2), submitted(id="x", tenant="a", gpus=8),
+                                  submitted(id="y", tenant="a", gpus=4)), 0)
+    assert order(ledger, "high", 0) == ["y", "x"]
+
+
+def test_order_most_recently_started():
+    cfg = fleet(nodes=2)
+    ledger = given(*cfg, submitted(id="x", tenant="a", gpus=8, checkpoint={"interval": 10}),
+                   submitted(id="y", tenant="a", gpus=8, checkpoint={"interval": 10}))
+    step(ledger, 0, Admission(), Scheduler())
+    start(ledger, 0, "x")
+    start(ledger, 10_000, "y")
+    pending_high(ledger, 20_000)  # both just checkpointed: nothing at risk
+    assert order(ledger, "high", 20_000) == ["y", "x"]
+
+
+def test_order_allocation_id_breaks_every_tie():
+    ledger = pending_high(running(fleet(nodes=2), submitted(id="y", tenant="a", gpus=8),
+                                  submitted(id="x", tenant="a", gpus=8)), 0)
+    assert order(ledger, "high", 0) == ["x", "y"]
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def test_every_rule_has_a_test():
+    """Adding a rule = one unit + one test: each ground, exclusion and order key is named by
+    a test of this module."""
+    names = {n for n in dir(sys.modules[__name__]) if n.startswith("test_")}
+    for g in rules.GROUNDS:
+        assert any(n.startswith(f"test_{g.holds.__name__}_") for n in names), g.reason
+    for r in rules.EXCLUSIONS:
+        assert any(n.startswith(f"test_{r.name}_") for n in names), r.code
+    for k in rules.ORDER:
+        assert f"test_order_{k.name}" in names or any(
+            n.startswith(f"test_order_{k.name}") for n in names), k.name
+
+
+def test_every_rule_says_what_it_protects_and_codes_are_unique():
+    assert all(r.doc for r in rules.EXCLUSIONS) and all(g.doc for g in rules.GROUNDS)
+    assert all(k.doc for k in rules.ORDER)
+    codes = [r.code for r in rules.EXCLUSIONS]
+    assert len(codes) == len(set(codes)) and set(codes) == set(ExclusionReason)
+    assert rules.EXCLUSIONS[-1].code == ExclusionReason.WithinGuarantee  # relocation reads it last
+    assert rules.LAPSING == {ExclusionReason.MinRuntime, ExclusionReason.EvictionBudget}
