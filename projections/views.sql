@@ -233,3 +233,80 @@ SELECT coalesce(j.slo_class, 'unknown') AS slo_class,
            AS oldest_pending_s
 FROM jobs j CROSS JOIN clock c
 GROUP BY ALL;
+
+-- Run metrics of the projected log, by the definitions in replay/metrics.py (the numbers
+-- `simulate --json` and `compare` print; tests/replay/test_metrics.py checks all three agree).
+-- Window: [first event, last event]. Capacity: 1000 x GPUs of each registered node while not
+-- lost (a re-registration replaces it, a heartbeat revives it). Allocated: every allocation
+-- interval's milli, an open one up to the end of the window.
+CREATE OR REPLACE VIEW run_window AS
+SELECT min(occurred_at_ms) AS start_ms, max(occurred_at_ms) AS end_ms, count(*) AS events
+FROM events WHERE type <> 'Undecodable';
+
+CREATE OR REPLACE VIEW node_capacity AS
+WITH ne AS (
+    SELECT seq, occurred_at_ms AS at_ms, type,
+           CASE WHEN type = 'NodeRegistered' THEN payload -> 'node' ->> 'name'
+                ELSE payload ->> 'node' END AS node,
+           CASE WHEN type = 'NodeRegistered'
+                THEN json_array_length(payload -> 'node' -> 'gpus') END AS gpus
+    FROM events WHERE type IN ('NodeRegistered', 'NodeLost', 'NodeHeartbeat')
+), s AS (
+    SELECT *, last_value(gpus IGNORE NULLS) OVER (
+                  PARTITION BY node ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+              ) AS registered_gpus,
+           -- lost: the node's latest NodeLost is later than its latest registration/heartbeat
+           type = 'NodeLost' AS lost
+    FROM ne
+)
+SELECT node, seq, at_ms,
+       CASE WHEN registered_gpus IS NULL OR lost THEN 0 ELSE 1000 * registered_gpus END
+           AS capacity_milli,
+       coalesce(lead(at_ms) OVER (PARTITION BY node ORDER BY seq), w.end_ms) AS until_ms
+FROM s CROSS JOIN run_window w;
+
+CREATE OR REPLACE VIEW wait_by_class AS
+WITH w AS (
+    SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,
+           (first_placed_at_ms - submitted_at_ms) / 1000.0 AS wait_s
+    FROM jobs WHERE admitted_at_ms IS NOT NULL
+), g AS (
+    SELECT slo_class, list_sort(list(wait_s) FILTER (WHERE wait_s IS NOT NULL)) AS waits,
+           count(*) FILTER (WHERE wait_s IS NULL) AS never_placed
+    FROM w GROUP BY slo_class
+)
+-- nearest rank: the sorted values' element at index round(q x (n - 1)), halves to even
+SELECT slo_class, len(waits) AS placed, never_placed,
+       waits[CAST(round_even(0.5 * (len(waits) - 1), 0) AS BIGINT) + 1] AS wait_s_p50,
+       waits[CAST(round_even(0.99 * (len(waits) - 1), 0) AS BIGINT) + 1] AS wait_s_p99
+FROM g;
+
+CREATE OR REPLACE VIEW run_metrics AS
+WITH alloc AS (
+    SELECT sum(a.gpu_milli * (coalesce(a.ended_at_ms, w.end_ms) - a.placed_at_ms)) AS area
+    FROM allocations a CROSS JOIN run_window w
+), cap AS (
+    SELECT sum(capacity_milli * (until_ms - at_ms)) AS area FROM node_capacity
+), evicted AS (
+    SELECT payload ->> 'reason' AS reason, CAST(payload ->> 'lost_gpu_ms' AS BIGINT) AS lost_gpu_ms
+    FROM events WHERE type = 'GangEvicted'
+), pre AS (
+    SELECT count(*) AS preemptions, coalesce(sum(lost_gpu_ms), 0) / 3600000.0 AS lost_gpu_hours
+    FROM evicted WHERE reason IN ('Priority', 'Reclaim', 'Backfill', 'Defragment')
+), j AS (
+    SELECT count(*) AS submitted,
+           count(*) FILTER (WHERE state = 'completed') AS completed,
+           count(*) FILTER (WHERE state = 'failed') AS failed,
+           count(*) FILTER (WHERE state = 'rejected') AS rejected,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE state NOT IN ('completed', 'failed', 'rejected', 'cancelled'))
+               AS unfinished,
+           avg((finished_at_ms - submitted_at_ms) / 1000.0) FILTER (WHERE state = 'completed')
+               AS jct_s_mean
+    FROM jobs
+)
+SELECT w.events, w.start_ms / 1000.0 AS start_s, w.end_ms / 1000.0 AS end_s,
+       100.0 * alloc.area / nullif(cap.area, 0) AS gpu_allocation_pct,
+       pre.preemptions, pre.lost_gpu_hours,
+       j.submitted, j.completed, j.failed, j.rejected, j.cancelled, j.unfinished, j.jct_s_mean
+FROM run_window w, alloc, cap, pre, j;

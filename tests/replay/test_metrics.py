@@ -1,0 +1,121 @@
+"""One place for each fact: the run metrics of a log are the same whether `simulate --json`
+reports them, `compare` reads them back from the written log, or the DuckDB projection's
+`run_metrics` / `wait_by_class` views compute them; and the job lifecycle the projector's
+mappers derive is the one the ledger folds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from projections.store import Projector
+from replay.compare import load as compare_load
+from replay.logio import write_log
+from replay.report import report
+from replay.scenario import from_document
+from replay.scenario import load as load_scenario
+from replay.simulator import simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NODE_LOSS = {
+    "name": "node-loss",
+    "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4, "model": "A100-80GB",
+                           "cpu": 64, "memory": "512Gi"}]},
+    "tenants": [{"name": "team-a", "guaranteed": 8}],
+    "timeline": [
+        {"at": 0, "submit": {"id": "job-1", "tenant": "team-a", "gpus": 4, "duration": "10s"}},
+        {"at": 1, "node_down": "n2"},
+        {"at": 2, "submit": {"id": "job-2", "tenant": "team-a", "gpus": 4, "duration": "10s"}},
+    ],
+}
+
+SCENARIOS = {
+    "demo": lambda: load_scenario(ROOT / "examples/demo.yaml"),
+    "backfill": lambda: load_scenario(ROOT / "examples/backfill.yaml"),
+    "inference-burst (MIG, shares)": lambda: load_scenario(ROOT / "examples/inference-burst.yaml"),
+    "thrashing-mixed": lambda: load_scenario(ROOT / "replay/scenarios/thrashing-mixed.yaml"),
+    "node loss": lambda: from_document(NODE_LOSS),
+}
+
+
+def _three_ways(scenario, tmp_path: Path):
+    sim = simulate(scenario)
+    reported = report(sim.ledger, sim.log, sim.now_ms)["metrics"]
+    log = tmp_path / "run.jsonl"
+    write_log(log, sim.log)
+    compared = compare_load(log).metrics
+    with Projector(tmp_path / "p.duckdb") as pj:
+        pj.run(sim.log)
+        con = pj.store.con
+        cols = [d[0] for d in con.execute("SELECT * FROM run_metrics").description]
+        projected = dict(zip(cols, con.execute("SELECT * FROM run_metrics").fetchone(), strict=True))
+        waits = con.execute(
+            "SELECT slo_class, never_placed, wait_s_p50, wait_s_p99 FROM wait_by_class ORDER BY 1"
+        ).fetchall()
+    return sim, reported, compared, projected, waits
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_simulate_report_compare_and_projection_agree(name, tmp_path):
+    # given a scenario run; when its metrics are computed three ways
+    sim, reported, compared, projected, waits = _three_ways(SCENARIOS[name](), tmp_path)
+    # then simulate's report and compare agree on every metric
+    assert reported == compared
+    m = reported
+    # and the projection's views give the same numbers
+    assert projected["events"] == m["events"] == len(sim.log)
+    assert projected["gpu_allocation_pct"] == pytest.approx(m["gpu_allocation_pct"], rel=1e-12)
+    assert projected["preemptions"] == m["preemptions"]
+    assert projected["lost_gpu_hours"] == pytest.approx(m["lost_gpu_hours"], abs=1e-12)
+    for k in ("submitted", "completed", "failed", "rejected", "cancelled", "unfinished"):
+        assert projected[k] == m["jobs"][k], k
+    assert projected["jct_s_mean"] == pytest.approx(m["jct_s_mean"])
+    assert waits == [
+        (c, m["never_placed_by_class"][c], m["wait_s_p50_by_class"][c], m["wait_s_p99_by_class"][c])
+        for c in sorted(m["never_placed_by_class"])
+    ]
+
+
+def test_allocation_counts_only_capacity_that_is_there(tmp_path):
+    # given two 4-GPU nodes, one lost at 1s, and one 4-GPU job running at all times to 20s
+    sim, reported, compared, projected, _ = _three_ways(from_document(NODE_LOSS), tmp_path)
+    # then allocation = 4000 x 20s / (8000 x 1s + 4000 x 19s), whichever way it is computed
+    expected = 100 * (4000 * 20) / (8000 * 1 + 4000 * 19)
+    assert reported["end_s"] == 20.0
+    assert reported["gpu_allocation_pct"] == pytest.approx(expected)
+    assert compared["gpu_allocation_pct"] == pytest.approx(expected)
+    assert projected["gpu_allocation_pct"] == pytest.approx(expected)
+
+
+def test_report_metrics_are_a_function_of_the_log_not_of_the_clock(tmp_path):
+    # given the demo stopped by --until long after its last event
+    sc = load_scenario(ROOT / "examples/demo.yaml")
+    sim = simulate(sc, until_ms=600_000)
+    # then the report's metrics are those of the log (the window ends at its last event)
+    log = tmp_path / "run.jsonl"
+    write_log(log, sim.log)
+    assert report(sim.ledger, sim.log, sim.now_ms)["metrics"] == compare_load(log).metrics
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_projector_mappers_derive_the_ledgers_job_lifecycle(name, tmp_path):
+    # given a scenario log folded by the ledger and projected by the mappers
+    sim = simulate(SCENARIOS[name]())
+    with Projector(tmp_path / "p.duckdb") as pj:
+        pj.run(sim.log)
+        con = pj.store.con
+        rows = con.execute(
+            "SELECT job_id, state, admitted_at_ms, first_placed_at_ms, finished_at_ms, attempts "
+            "FROM jobs ORDER BY job_id"
+        ).fetchall()
+    # then every job has the same state, admission, first placement, end and attempts
+    ledger = sim.ledger
+    expected = []
+    for job_id in sorted(ledger.jobs):
+        j = ledger.jobs[job_id]
+        expected.append((job_id, j.state, j.admitted_ms,
+                         j.placements[0][0] if j.placements else None, j.finished_ms,
+                         len(j.placements)))
+    assert rows == expected
