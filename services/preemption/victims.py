@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from services.domain.timefmt import instant
 from services.placement import Placement, UnknownAllocation
 from services.scheduler.queue import effective_priority
 
@@ -340,7 +341,7 @@ def plan(
             first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
             code = first.code
             why = (f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
-                   f"{first.message}; eligible at {first.until_ms / 1000:g}s")
+                   f"{first.message}; eligible at {instant(first.until_ms)}")
         result.declined = (code, why)
         return result
     # size tiers: the smallest largest-victim size whose candidates can make room together
