@@ -1,6 +1,12 @@
 -- gpuledger audit views. Everything here is derived from the projected tables; "now" is the
 -- time of the last applied event (`clock`), so simulated (virtual-time) logs read correctly.
 
+-- Percentile as replay/metrics.py defines it: the sorted values' element at index
+-- round(q x (n - 1)), halves to even (nearest rank, no interpolation); NULL for no values.
+-- `xs` holds no NULLs (aggregate it with FILTER (WHERE x IS NOT NULL)).
+CREATE OR REPLACE MACRO nearest_rank(xs, q) AS
+    list_sort(xs)[CAST(round_even(q * (len(xs) - 1), 0) AS BIGINT) + 1];
+
 CREATE OR REPLACE VIEW clock AS
 SELECT coalesce(updated_at_ms, 0) AS now_ms, last_seq FROM projector_meta WHERE id = 1;
 
@@ -216,18 +222,25 @@ SELECT '*', '*', string_agg(DISTINCT c.models, ','), sum(c.free_gpus), sum(c.fre
        max(c.free_gpus), any_value(p.pending_jobs)
 FROM per_clique c CROSS JOIN pending p;
 
--- Admission wait and time to place per SLO class (seconds).
+-- Admission wait and time to place per SLO class (seconds). The class and the percentile are
+-- those of replay/metrics.py (`wait_s_p50_by_class` = `time_to_place_p50_s`).
 CREATE OR REPLACE VIEW slo AS
-SELECT coalesce(j.slo_class, 'unknown') AS slo_class,
+SELECT coalesce(nullif(j.slo_class, ''), j.priority_class, 'unknown') AS slo_class,
        count(*) AS jobs,
        count(j.admitted_at_ms) AS admitted,
        count(*) FILTER (WHERE j.state = 'rejected') AS rejected,
        count(j.first_placed_at_ms) AS placed,
        count(*) FILTER (WHERE j.state IN ('submitted', 'pending')) AS waiting_now,
-       quantile_cont(j.admitted_at_ms - j.submitted_at_ms, 0.5) / 1000.0 AS admission_wait_p50_s,
-       quantile_cont(j.admitted_at_ms - j.submitted_at_ms, 0.99) / 1000.0 AS admission_wait_p99_s,
-       quantile_cont(j.first_placed_at_ms - j.submitted_at_ms, 0.5) / 1000.0 AS time_to_place_p50_s,
-       quantile_cont(j.first_placed_at_ms - j.submitted_at_ms, 0.99) / 1000.0 AS time_to_place_p99_s,
+       nearest_rank(list((j.admitted_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL), 0.5) AS admission_wait_p50_s,
+       nearest_rank(list((j.admitted_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL), 0.99) AS admission_wait_p99_s,
+       nearest_rank(list((j.first_placed_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL
+                            AND j.first_placed_at_ms IS NOT NULL), 0.5) AS time_to_place_p50_s,
+       nearest_rank(list((j.first_placed_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL
+                            AND j.first_placed_at_ms IS NOT NULL), 0.99) AS time_to_place_p99_s,
        max(j.first_placed_at_ms - j.submitted_at_ms) / 1000.0 AS time_to_place_max_s,
        max(c.now_ms - j.pending_since_ms) FILTER (WHERE j.state = 'pending') / 1000.0
            AS oldest_pending_s
@@ -270,16 +283,11 @@ WITH w AS (
     SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,
            (first_placed_at_ms - submitted_at_ms) / 1000.0 AS wait_s
     FROM jobs WHERE admitted_at_ms IS NOT NULL
-), g AS (
-    SELECT slo_class, list_sort(list(wait_s) FILTER (WHERE wait_s IS NOT NULL)) AS waits,
-           count(*) FILTER (WHERE wait_s IS NULL) AS never_placed
-    FROM w GROUP BY slo_class
 )
--- nearest rank: the sorted values' element at index round(q x (n - 1)), halves to even
-SELECT slo_class, len(waits) AS placed, never_placed,
-       waits[CAST(round_even(0.5 * (len(waits) - 1), 0) AS BIGINT) + 1] AS wait_s_p50,
-       waits[CAST(round_even(0.99 * (len(waits) - 1), 0) AS BIGINT) + 1] AS wait_s_p99
-FROM g;
+SELECT slo_class, count(wait_s) AS placed, count(*) FILTER (WHERE wait_s IS NULL) AS never_placed,
+       nearest_rank(list(wait_s) FILTER (WHERE wait_s IS NOT NULL), 0.5) AS wait_s_p50,
+       nearest_rank(list(wait_s) FILTER (WHERE wait_s IS NOT NULL), 0.99) AS wait_s_p99
+FROM w GROUP BY slo_class;
 
 CREATE OR REPLACE VIEW run_metrics AS
 WITH alloc AS (

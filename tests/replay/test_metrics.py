@@ -31,17 +31,23 @@ NODE_LOSS = {
     ],
 }
 
-SCENARIOS = {
-    "demo": lambda: load_scenario(ROOT / "examples/demo.yaml"),
-    "backfill": lambda: load_scenario(ROOT / "examples/backfill.yaml"),
-    "inference-burst (MIG, shares)": lambda: load_scenario(ROOT / "examples/inference-burst.yaml"),
-    "thrashing-mixed": lambda: load_scenario(ROOT / "replay/scenarios/thrashing-mixed.yaml"),
-    "node loss": lambda: from_document(NODE_LOSS),
+SCENARIOS = {  # name: (scenario, stop at ms or None)
+    "demo": (lambda: load_scenario(ROOT / "examples/demo.yaml"), None),
+    "demo stopped while serve waits": (lambda: load_scenario(ROOT / "examples/demo.yaml"), 4_500),
+    "backfill": (lambda: load_scenario(ROOT / "examples/backfill.yaml"), None),
+    "inference-burst (MIG, shares)": (
+        lambda: load_scenario(ROOT / "examples/inference-burst.yaml"), None),
+    "thrashing-mixed": (lambda: load_scenario(ROOT / "replay/scenarios/thrashing-mixed.yaml"), None),
+    "node loss": (lambda: from_document(NODE_LOSS), None),
 }
 
 
-def _three_ways(scenario, tmp_path: Path):
-    sim = simulate(scenario)
+def _run(name: str):
+    scenario, until_ms = SCENARIOS[name]
+    return simulate(scenario(), until_ms=until_ms)
+
+
+def _three_ways(sim, tmp_path: Path):
     reported = report(sim.ledger, sim.log, sim.now_ms)["metrics"]
     log = tmp_path / "run.jsonl"
     write_log(log, sim.log)
@@ -54,13 +60,17 @@ def _three_ways(scenario, tmp_path: Path):
         waits = con.execute(
             "SELECT slo_class, never_placed, wait_s_p50, wait_s_p99 FROM wait_by_class ORDER BY 1"
         ).fetchall()
-    return sim, reported, compared, projected, waits
+        slo = con.execute(
+            "SELECT slo_class, time_to_place_p50_s, time_to_place_p99_s FROM slo WHERE placed > 0 "
+            "ORDER BY 1"
+        ).fetchall()
+    return sim, reported, compared, projected, (waits, slo)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_simulate_report_compare_and_projection_agree(name, tmp_path):
     # given a scenario run; when its metrics are computed three ways
-    sim, reported, compared, projected, waits = _three_ways(SCENARIOS[name](), tmp_path)
+    sim, reported, compared, projected, (waits, slo) = _three_ways(_run(name), tmp_path)
     # then simulate's report and compare agree on every metric
     assert reported == compared
     m = reported
@@ -72,15 +82,21 @@ def test_simulate_report_compare_and_projection_agree(name, tmp_path):
     for k in ("submitted", "completed", "failed", "rejected", "cancelled", "unfinished"):
         assert projected[k] == m["jobs"][k], k
     assert projected["jct_s_mean"] == pytest.approx(m["jct_s_mean"])
+    if "stopped" in name:  # a class whose only job was never placed has no wait percentiles
+        assert m["never_placed_by_class"]["latency-critical"] == 1
+        assert m["wait_s_p50_by_class"]["latency-critical"] is None
     assert waits == [
         (c, m["never_placed_by_class"][c], m["wait_s_p50_by_class"][c], m["wait_s_p99_by_class"][c])
         for c in sorted(m["never_placed_by_class"])
     ]
+    # and the audit `slo` view's time to place is the same wait
+    assert slo == [(c, m["wait_s_p50_by_class"][c], m["wait_s_p99_by_class"][c])
+                   for c in sorted(m["wait_s_p50_by_class"]) if m["wait_s_p50_by_class"][c] is not None]
 
 
 def test_allocation_counts_only_capacity_that_is_there(tmp_path):
     # given two 4-GPU nodes, one lost at 1s, and one 4-GPU job running at all times to 20s
-    sim, reported, compared, projected, _ = _three_ways(from_document(NODE_LOSS), tmp_path)
+    sim, reported, compared, projected, _ = _three_ways(_run("node loss"), tmp_path)
     # then allocation = 4000 x 20s / (8000 x 1s + 4000 x 19s), whichever way it is computed
     expected = 100 * (4000 * 20) / (8000 * 1 + 4000 * 19)
     assert reported["end_s"] == 20.0
@@ -102,7 +118,7 @@ def test_report_metrics_are_a_function_of_the_log_not_of_the_clock(tmp_path):
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_projector_mappers_derive_the_ledgers_job_lifecycle(name, tmp_path):
     # given a scenario log folded by the ledger and projected by the mappers
-    sim = simulate(SCENARIOS[name]())
+    sim = _run(name)
     with Projector(tmp_path / "p.duckdb") as pj:
         pj.run(sim.log)
         con = pj.store.con
