@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+import events as ev
 from projections.store import Projector
 from replay.compare import load as compare_load
 from replay.logio import write_log
+from replay.metrics import measure
 from replay.report import report
 from replay.scenario import from_document
 from replay.scenario import load as load_scenario
@@ -135,3 +137,35 @@ def test_projector_mappers_derive_the_ledgers_job_lifecycle(name, tmp_path):
                          j.placements[0][0] if j.placements else None, j.finished_ms,
                          len(j.placements)))
     assert rows == expected
+
+
+def test_capacity_follows_registration_loss_and_revival(tmp_path):
+    # given a 4-GPU node registered at 0, registered again at 10 s, lost at 20 s and heard
+    # from again at 30 s; a 2-GPU job runs from 0 to 15 s; the log ends at 40 s
+    node = ev.NodeInfo(name="n1", cpu_milli=64000, memory_mib=65536, gpus=tuple(
+        ev.GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="H100-80GB", memory_mib=81920, clique="c")
+        for i in range(4)))
+    spec = ev.JobSpec(job_id="j1", tenant="t", priority_class="train", resources=ev.Resources(gpus=2))
+    log = [
+        ev.NodeRegistered(event_id="r1", node=node, simulated=True),
+        ev.JobSubmitted(event_id="s1", job=spec),
+        ev.JobAdmitted(event_id="a1", job_id="j1", tenant="t", priority_class="train", priority=50,
+                       preemptible=True, slo_class="batch"),
+        ev.GangPlaced(event_id="p1", job_id="j1", allocation_id="j1#1", tenant="t",
+                      members=(ev.MemberPlacement(rank=0, node="n1", gpus=(0, 1)),)),
+        ev.NodeRegistered(event_id="r2", occurred_at_ms=10_000, node=node, simulated=True),
+        ev.GangCompleted(event_id="c1", occurred_at_ms=15_000, job_id="j1", allocation_id="j1#1"),
+        ev.NodeLost(event_id="l1", occurred_at_ms=20_000, node="n1", message="silent"),
+        ev.NodeHeartbeat(event_id="h1", occurred_at_ms=30_000, node="n1"),
+        ev.NodeHeartbeat(event_id="h2", occurred_at_ms=40_000, node="n1"),
+    ]
+    entries = [(i, ev.subject_for(e), e) for i, e in enumerate(log, 1)]
+    # when measured and projected
+    m = measure(entries).metrics
+    with Projector(tmp_path / "p.duckdb") as pj:
+        pj.run(entries)
+        (projected,) = pj.store.con.execute("SELECT gpu_allocation_pct FROM run_metrics").fetchone()
+    # then capacity counts the node once, and not while it is lost:
+    # 2000 x 15 s / (4000 x (20 s + 10 s)) = 25 %
+    assert m["gpu_allocation_pct"] == pytest.approx(25.0)
+    assert projected == pytest.approx(25.0)
