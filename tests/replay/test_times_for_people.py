@@ -60,3 +60,11 @@ def test_durations_read_in_units(ms, text):
 def test_instants_are_virtual_offsets_or_iso_dates():
     assert instant(9_000) == "t+9s"
     assert instant(WALL) == "2026-11-23T16:06:40Z"
+
+
+def test_iso_dates_match_the_standard_calendar():
+    from datetime import UTC, datetime
+
+    for ms in (946_684_800_000, 951_782_400_000, 1_795_450_000_000, 4_102_444_800_000,
+               *range(946_684_800_000, 4_102_444_800_000, 86_399_999_937)):
+        assert instant(ms) == datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
