@@ -1,6 +1,12 @@
 -- gpuledger audit views. Everything here is derived from the projected tables; "now" is the
 -- time of the last applied event (`clock`), so simulated (virtual-time) logs read correctly.
 
+-- Percentile as replay/metrics.py defines it: the sorted values' element at index
+-- round(q x (n - 1)), halves to even (nearest rank, no interpolation); NULL for no values.
+-- `xs` holds no NULLs (aggregate it with FILTER (WHERE x IS NOT NULL)).
+CREATE OR REPLACE MACRO nearest_rank(xs, q) AS
+    list_sort(xs)[CAST(round_even(q * (len(xs) - 1), 0) AS BIGINT) + 1];
+
 CREATE OR REPLACE VIEW clock AS
 SELECT coalesce(updated_at_ms, 0) AS now_ms, last_seq FROM projector_meta WHERE id = 1;
 
@@ -216,20 +222,99 @@ SELECT '*', '*', string_agg(DISTINCT c.models, ','), sum(c.free_gpus), sum(c.fre
        max(c.free_gpus), any_value(p.pending_jobs)
 FROM per_clique c CROSS JOIN pending p;
 
--- Admission wait and time to place per SLO class (seconds).
+-- Admission wait and time to place per SLO class (seconds). The class and the percentile are
+-- those of replay/metrics.py (`wait_s_p50_by_class` = `time_to_place_p50_s`).
 CREATE OR REPLACE VIEW slo AS
-SELECT coalesce(j.slo_class, 'unknown') AS slo_class,
+SELECT coalesce(nullif(j.slo_class, ''), j.priority_class, 'unknown') AS slo_class,
        count(*) AS jobs,
        count(j.admitted_at_ms) AS admitted,
        count(*) FILTER (WHERE j.state = 'rejected') AS rejected,
        count(j.first_placed_at_ms) AS placed,
        count(*) FILTER (WHERE j.state IN ('submitted', 'pending')) AS waiting_now,
-       quantile_cont(j.admitted_at_ms - j.submitted_at_ms, 0.5) / 1000.0 AS admission_wait_p50_s,
-       quantile_cont(j.admitted_at_ms - j.submitted_at_ms, 0.99) / 1000.0 AS admission_wait_p99_s,
-       quantile_cont(j.first_placed_at_ms - j.submitted_at_ms, 0.5) / 1000.0 AS time_to_place_p50_s,
-       quantile_cont(j.first_placed_at_ms - j.submitted_at_ms, 0.99) / 1000.0 AS time_to_place_p99_s,
+       nearest_rank(list((j.admitted_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL), 0.5) AS admission_wait_p50_s,
+       nearest_rank(list((j.admitted_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL), 0.99) AS admission_wait_p99_s,
+       nearest_rank(list((j.first_placed_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL
+                            AND j.first_placed_at_ms IS NOT NULL), 0.5) AS time_to_place_p50_s,
+       nearest_rank(list((j.first_placed_at_ms - j.submitted_at_ms) / 1000.0)
+                    FILTER (WHERE j.admitted_at_ms IS NOT NULL
+                            AND j.first_placed_at_ms IS NOT NULL), 0.99) AS time_to_place_p99_s,
        max(j.first_placed_at_ms - j.submitted_at_ms) / 1000.0 AS time_to_place_max_s,
        max(c.now_ms - j.pending_since_ms) FILTER (WHERE j.state = 'pending') / 1000.0
            AS oldest_pending_s
 FROM jobs j CROSS JOIN clock c
 GROUP BY ALL;
+
+-- Run metrics of the projected log, by the definitions in replay/metrics.py (the numbers
+-- `simulate --json` and `compare` print; tests/replay/test_metrics.py checks all three agree).
+-- Window: [first event, last event]. Capacity: 1000 x GPUs of each registered node while not
+-- lost (a re-registration replaces it, a heartbeat revives it). Allocated: every allocation
+-- interval's milli, an open one up to the end of the window.
+CREATE OR REPLACE VIEW run_window AS
+SELECT min(occurred_at_ms) AS start_ms, max(occurred_at_ms) AS end_ms, count(*) AS events
+FROM events WHERE type <> 'Undecodable';
+
+CREATE OR REPLACE VIEW node_capacity AS
+WITH ne AS (
+    SELECT seq, occurred_at_ms AS at_ms, type,
+           CASE WHEN type = 'NodeRegistered' THEN payload -> 'node' ->> 'name'
+                ELSE payload ->> 'node' END AS node,
+           CASE WHEN type = 'NodeRegistered'
+                THEN json_array_length(payload -> 'node' -> 'gpus') END AS gpus
+    FROM events WHERE type IN ('NodeRegistered', 'NodeLost', 'NodeHeartbeat')
+), s AS (
+    SELECT *, last_value(gpus IGNORE NULLS) OVER (
+                  PARTITION BY node ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+              ) AS registered_gpus,
+           -- lost: the node's latest NodeLost is later than its latest registration/heartbeat
+           type = 'NodeLost' AS lost
+    FROM ne
+)
+SELECT node, seq, at_ms,
+       CASE WHEN registered_gpus IS NULL OR lost THEN 0 ELSE 1000 * registered_gpus END
+           AS capacity_milli,
+       coalesce(lead(at_ms) OVER (PARTITION BY node ORDER BY seq), w.end_ms) AS until_ms
+FROM s CROSS JOIN run_window w;
+
+CREATE OR REPLACE VIEW wait_by_class AS
+WITH w AS (
+    SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,
+           (first_placed_at_ms - submitted_at_ms) / 1000.0 AS wait_s
+    FROM jobs WHERE admitted_at_ms IS NOT NULL
+)
+SELECT slo_class, count(wait_s) AS placed, count(*) FILTER (WHERE wait_s IS NULL) AS never_placed,
+       nearest_rank(list(wait_s) FILTER (WHERE wait_s IS NOT NULL), 0.5) AS wait_s_p50,
+       nearest_rank(list(wait_s) FILTER (WHERE wait_s IS NOT NULL), 0.99) AS wait_s_p99
+FROM w GROUP BY slo_class;
+
+CREATE OR REPLACE VIEW run_metrics AS
+WITH alloc AS (
+    SELECT sum(a.gpu_milli * (coalesce(a.ended_at_ms, w.end_ms) - a.placed_at_ms)) AS area
+    FROM allocations a CROSS JOIN run_window w
+), cap AS (
+    SELECT sum(capacity_milli * (until_ms - at_ms)) AS area FROM node_capacity
+), evicted AS (
+    SELECT payload ->> 'reason' AS reason, CAST(payload ->> 'lost_gpu_ms' AS BIGINT) AS lost_gpu_ms
+    FROM events WHERE type = 'GangEvicted'
+), pre AS (
+    SELECT count(*) AS preemptions, coalesce(sum(lost_gpu_ms), 0) / 3600000.0 AS lost_gpu_hours
+    FROM evicted WHERE reason IN ('Priority', 'Reclaim', 'Backfill', 'Defragment')
+), j AS (
+    SELECT count(*) AS submitted,
+           count(*) FILTER (WHERE state = 'completed') AS completed,
+           count(*) FILTER (WHERE state = 'failed') AS failed,
+           count(*) FILTER (WHERE state = 'rejected') AS rejected,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE state NOT IN ('completed', 'failed', 'rejected', 'cancelled'))
+               AS unfinished,
+           avg((finished_at_ms - submitted_at_ms) / 1000.0) FILTER (WHERE state = 'completed')
+               AS jct_s_mean
+    FROM jobs
+)
+SELECT w.events, w.start_ms / 1000.0 AS start_s, w.end_ms / 1000.0 AS end_s,
+       100.0 * alloc.area / nullif(cap.area, 0) AS gpu_allocation_pct,
+       pre.preemptions, pre.lost_gpu_hours,
+       j.submitted, j.completed, j.failed, j.rejected, j.cancelled, j.unfinished, j.jct_s_mean
+FROM run_window w, alloc, cap, pre, j;

@@ -229,7 +229,8 @@ def refusal_text(x: dict[str, Any]) -> str:
             f"{x['message']}; the ledger and this projection ignore it")
 
 
-def render_why(r: dict[str, Any]) -> str:
+def _why_header(r: dict[str, Any]) -> list[str]:
+    """Job, tenant, class, priority, size; state and age; reason and message."""
     lines = [
         f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
         f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
@@ -244,74 +245,116 @@ def render_why(r: dict[str, Any]) -> str:
         lines.append(f"Reason:    {r['reason']}")
     if r["message"]:
         lines.append(f"Message:   {r['message']}")
-    p = r.get("pending")
-    if p:
-        lines.append(
-            f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"
-        )
-        if p["preemption_would_help"] is not None:
-            lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
-        if p["preemption_declined"]:
-            d = p["preemption_declined"]
-            lines.append(f"Preemption declined: {d['reason']}: {d['message']}")
-        if p["node_histogram"]:
-            hist = p["node_histogram"]
-            if isinstance(hist, dict):
-                lines.append("Nodes:     " + ", ".join(f"{v} {k}" for k, v in hist.items()))
-            else:
-                lines.append(f"Nodes:     {json.dumps(hist)}")
-    shown = {"queue_position", "preemption_would_help", "nodes", "node_histogram"} if p else set()
+    return lines
+
+
+def _why_pending(p: dict[str, Any] | None) -> list[str]:
+    """How long, where in the queue, whether preemption would help, the node histogram."""
+    if not p:
+        return []
+    lines = [f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"]
+    if p["preemption_would_help"] is not None:
+        lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
+    if p["preemption_declined"]:
+        d = p["preemption_declined"]
+        lines.append(f"Preemption declined: {d['reason']}: {d['message']}")
+    if p["node_histogram"]:
+        hist = p["node_histogram"]
+        if isinstance(hist, dict):
+            lines.append("Nodes:     " + ", ".join(f"{v} {k}" for k, v in hist.items()))
+        else:
+            lines.append(f"Nodes:     {json.dumps(hist)}")
+    return lines
+
+
+def _why_details(r: dict[str, Any]) -> list[str]:
+    """The decision's details not already shown by the pending block."""
+    shown = {"queue_position", "preemption_would_help", "nodes", "node_histogram"} if r.get("pending") else set()
     rest = (
         {k: v for k, v in r["details"].items() if k not in shown}
         if isinstance(r["details"], dict)
         else r["details"]
     )
-    if rest:
-        lines.append("Details:")
-        lines += _fmt_details(rest)
-    if r.get("allocation"):
-        a = r["allocation"]
-        lines.append(f"Allocation: {a['id']} on {a['nodes']} ({a['gpus']} GPUs)")
+    return ["Details:", *_fmt_details(rest)] if rest else []
+
+
+def _why_allocation(r: dict[str, Any]) -> list[str]:
+    a = r.get("allocation")
+    return [f"Allocation: {a['id']} on {a['nodes']} ({a['gpus']} GPUs)"] if a else []
+
+
+def _alternative_lines(alts: Any) -> list[str]:
+    """The victim sets the preemption service considered and why it rejected each."""
+    if not alts:
+        return []
+    lines = ["    alternatives considered and rejected:"]
+    for alt in alts if isinstance(alts, list) else [alts]:
+        if isinstance(alt, dict):
+            victims = alt.get("victims", alt.get("victim", "?"))
+            why = alt.get("rejected", alt.get("reason", alt.get("why", "")))
+            lines.append(f"      - {json.dumps(victims)}: {why}")
+        else:
+            lines.append(f"      - {json.dumps(alt)}")
+    return lines
+
+
+def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
+    """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
+    lost = x["lost_gpu_seconds"]
+    lines = [
+        f"Preempted #{i}: by {x['by']} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
+        f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
+    ]
+    if x["message"]:
+        lines.append(f"    why:          {x['message']}")
+    lines.append(
+        f"    lost work:    {lost:.0f} GPU-seconds ({lost / 3600:.2f} GPU-hours); "
+        f"checkpointed: {'yes' if x['checkpointed'] else 'no'}"
+        + (
+            f"; resumes from {x['saved_progress_s']:.0f}s of progress"
+            if x["saved_progress_s"]
+            else ""
+        )
+    )
+    return lines + _alternative_lines(x["alternatives"])
+
+
+def _why_preemptions(r: dict[str, Any]) -> list[str]:
+    """Preemptions the job suffered, then the ones it caused."""
+    lines: list[str] = []
     for i, x in enumerate(r["preempted"], 1):
-        lost = x["lost_gpu_seconds"]
-        lines.append(
-            f"Preempted #{i}: by {x['by']} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
-            f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
-        )
-        if x["message"]:
-            lines.append(f"    why:          {x['message']}")
-        lines.append(
-            f"    lost work:    {lost:.0f} GPU-seconds ({lost / 3600:.2f} GPU-hours); "
-            f"checkpointed: {'yes' if x['checkpointed'] else 'no'}"
-            + (
-                f"; resumes from {x['saved_progress_s']:.0f}s of progress"
-                if x["saved_progress_s"]
-                else ""
-            )
-        )
-        alts = x["alternatives"]
-        if alts:
-            lines.append("    alternatives considered and rejected:")
-            for alt in alts if isinstance(alts, list) else [alts]:
-                if isinstance(alt, dict):
-                    victims = alt.get("victims", alt.get("victim", "?"))
-                    why = alt.get("rejected", alt.get("reason", alt.get("why", "")))
-                    lines.append(f"      - {json.dumps(victims)}: {why}")
-                else:
-                    lines.append(f"      - {json.dumps(alt)}")
+        lines += _preemption_lines(i, x)
     for x in r["preempted_others"]:
         lines.append(
             f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
-    lines += refused_lines(r.get("refused") or [])
-    lines += [f"Refused:   {refusal_text(x)}" for x in r.get("refusals") or ()]
-    if r["transitions"]:
-        lines.append(
-            "History:   "
-            + " -> ".join(
-                t["to"] + (f"({t['reason']})" if t["reason"] else "") for t in r["transitions"]
-            )
+    return lines
+
+
+def _why_history(r: dict[str, Any]) -> list[str]:
+    if not r["transitions"]:
+        return []
+    return [
+        "History:   "
+        + " -> ".join(
+            t["to"] + (f"({t['reason']})" if t["reason"] else "") for t in r["transitions"]
         )
+    ]
+
+
+def render_why(r: dict[str, Any]) -> str:
+    """The `why` report as text: header, pending block, details, allocation, preemptions,
+    refused requests, history (each a named step; a missing part prints nothing)."""
+    lines = [
+        *_why_header(r),
+        *_why_pending(r.get("pending")),
+        *_why_details(r),
+        *_why_allocation(r),
+        *_why_preemptions(r),
+        *refused_lines(r.get("refused") or []),
+        *(f"Refused:   {refusal_text(x)}" for x in r.get("refusals") or ()),
+        *_why_history(r),
+    ]
     return "\n".join(lines)
 
 

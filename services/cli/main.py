@@ -54,6 +54,7 @@ def simulate(
 ) -> None:
     """Run a scenario through the deciders on a virtual clock."""
     from replay.logio import write_log
+    from replay.metrics import pct_text
     from replay.report import report
     from replay.scenario import ScenarioError, load
     from replay.simulator import simulate as run_sim
@@ -88,7 +89,7 @@ def simulate(
         typer.echo(
             f"\n{len(data['jobs'])} jobs {states}; {data['events']} events; t={data['final_time_s']:.0f}s; "
             f"preemptions {m['preemptions']}, lost {m['lost_gpu_hours']:.3f} GPU-h, "
-            f"allocation {m['gpu_allocation_pct']:.1f}%"
+            f"allocation {pct_text(m['gpu_allocation_pct'])}"
         )
 
 

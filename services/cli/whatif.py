@@ -115,6 +115,7 @@ def replay(
 ) -> None:
     """Re-run a log's external inputs through the deciders, under the recorded or a new configuration."""
     from replay.export import write_any
+    from replay.metrics import pct_text
     from replay.report import report as build_report
     from replay.whatif import external_inputs, with_config
     from replay.whatif import replay as run_replay
@@ -144,7 +145,7 @@ def replay(
     typer.echo(
         f"replayed {len(entries)} recorded events -> {len(sim.log)} events in {elapsed:.2f}s "
         f"({len(sim.log) / max(elapsed, 1e-9):,.0f} events/s); jobs {states}; "
-        f"allocation {m['gpu_allocation_pct']:.1f}%, preemptions {m['preemptions']}, "
+        f"allocation {pct_text(m['gpu_allocation_pct'])}, preemptions {m['preemptions']}, "
         f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
     )
 

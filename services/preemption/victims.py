@@ -32,6 +32,7 @@ from typing import Any
 
 from events.reasons import DeclineReason, ExclusionReason, PreemptionReason
 from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from services.domain.timefmt import instant
 from services.placement import Placement, UnknownAllocation
 from services.preemption.rules import (
     EXCLUSIONS,
@@ -304,7 +305,7 @@ def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[
         first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
         return first.code, (
             f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
-            f"{first.message}; eligible at {first.until_ms / 1000:g}s")
+            f"{first.message}; eligible at {instant(first.until_ms)}")
     return DeclineReason.NoVictims, why
 
 

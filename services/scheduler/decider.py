@@ -25,6 +25,7 @@ from services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from services.domain.placement_adapter import to_members
 from services.domain.progress import work_outcome
 from services.domain.quota import parent_of, quota_block
+from services.domain.timefmt import instant
 from services.placement import Placement
 from services.scheduler.pending import CAPACITY_REASONS
 from services.scheduler.queue import ordered_pending
@@ -276,7 +277,7 @@ class Scheduler(LedgerService):
                         reason = PendingReason.Reserved
                         message = (
                             f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
-                            f"{reservation.job_id} (expected start {reservation.expected_start_ms / 1000:g}s); "
+                            f"{reservation.job_id} (expected start {instant(reservation.expected_start_ms)}); "
                             + ("it is landing: its backfilled work is being evicted"
                                if reservation.landing else "the job's duration would run past it")
                         )
@@ -302,7 +303,7 @@ class Scheduler(LedgerService):
                         if reservation is not None:
                             message += (
                                 f"; reserved {', '.join(sorted(reservation.nodes))} from "
-                                f"{reservation.expected_start_ms / 1000:g}s"
+                                f"{instant(reservation.expected_start_ms)}"
                             )
                             details["reservation"] = reservation.describe()
                     releasing = self._releasing(state, job)
@@ -310,7 +311,7 @@ class Scheduler(LedgerService):
                         reason = PendingReason.WaitingForPreemptedWorkloads
                         message = "waiting for " + ", ".join(
                             f"{r.job_id} to checkpoint and exit (deadline "
-                            f"{r.preemption.deadline_ms / 1000:g}s)" for r in releasing
+                            f"{instant(r.preemption.deadline_ms)})" for r in releasing
                         ) + f"; {result.message}"
                         details["preempted_for_it"] = [r.job_id for r in releasing]
                     out += self._pending(state, now_ms, job, reason, message, details)

@@ -33,7 +33,7 @@ def test_a_preemptible_job_backfills_the_reservation_and_leaves_when_the_gang_ca
     (placed,) = of_type(out, ev.GangPlaced)
     assert (placed.job_id, placed.backfill_for) == ("small", "gang")
     (why,) = [e for e in of_type(out, ev.PendingReasonChanged) if e.job_id == "gang"]
-    assert "reserved n1 from 3600s" in why.message
+    assert "reserved n1 from t+1h" in why.message
     fold(ledger, out)
     assert ledger.backfills == {"gang": {"small#1"}}
     # while `long` runs, evicting the backfill would not let the gang land: no request

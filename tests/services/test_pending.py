@@ -138,7 +138,7 @@ def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
     fold(ledger, [req])
     e = why(Scheduler().decide(ledger, 6), "high")
     assert e.reason == PendingReason.WaitingForPreemptedWorkloads
-    assert e.message.startswith("waiting for low to checkpoint and exit (deadline 30.005s)")
+    assert e.message.startswith("waiting for low to checkpoint and exit (deadline t+30s)")
 
 
 def _snake(code: str) -> str:

@@ -1,0 +1,300 @@
+"""Run metrics of an event log, each defined once.
+
+`simulate --json` (replay.report), `compare` (replay.compare) and the DuckDB views
+`run_metrics` / `wait_by_class` (projections/views.sql) compute these numbers; the first two
+call `measure`, the views implement the same definitions in SQL, and
+tests/replay/test_metrics.py checks all three agree on the same log.
+
+The job lifecycle comes from one place: the log is folded with `services.domain.ledger.Ledger`
+(`evolve`), and job states, placements and completions are read from its records.
+
+Window: [time of the log's first event, time of its last event]. Every metric is a function
+of the log alone (not of how long a simulation kept its clock running).
+
+Definitions (the JSON keys are a contract: add, never rename):
+
+- `gpu_allocation_pct`: 100 x integral(allocated milli-GPU dt) / integral(capacity milli-GPU
+  dt) over the window. Allocated = the sum of active allocations (a share counts its milli, a
+  whole GPU 1000, a MIG slice its sevenths); capacity = 1000 x the GPUs of registered nodes
+  that are not lost (a re-registration replaces a node, a heartbeat revives a lost one, as the
+  ledger folds them). None when the window holds no capacity.
+- `sm_activity_pct`: 100 x the mean `sm_active` over every `GpuMetricsReported` sample that
+  has one; None when there is none (simulated logs).
+- `wait_s_p50_by_class` / `wait_s_p99_by_class`: wait = first placement - submission, per SLO
+  class (the admitted class's `slo_class`, else the priority class), over admitted jobs placed
+  at least once; `never_placed_by_class` counts admitted jobs never placed. Percentile q = the
+  sorted values' element at index round(q x (n - 1)) (nearest rank, no interpolation).
+- `preemptions`: `GangEvicted` events whose reason is one of `PREEMPTION_REASONS`;
+  `preemptions_by_reason` splits them; `lost_gpu_hours` = the sum of their `lost_gpu_ms` /
+  3.6e6; `preemptions_declined_by_reason` counts `PreemptionDeclined` by reason.
+- `jobs`: jobs by final state (`unfinished` = neither completed, failed, rejected nor
+  cancelled); `jobs_completed`, `jct_s_mean` / `jct_s_p50` / `jct_s_p99`: completion time =
+  completion - submission over completed jobs.
+- `fairness_jain`: Jain's index (sum x)^2 / (n sum x^2) over the share attainment x of every
+  leaf tenant (no sub-tenant in the fair-share updates) with a positive entitlement; share
+  attainment = integral(its allocated milli-GPU dt) / integral(its latest `FairShareUpdated`
+  fair share dt). None when no fair-share update gives a positive share.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import events as ev
+from events import Event
+from services.domain.acceptance import admit
+from services.domain.ledger import Ledger
+
+PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment"})
+"""`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""
+
+FINISHED_STATES = ("completed", "failed", "rejected", "cancelled")
+
+_ALLOC_EVENTS = (ev.GangPlaced, ev.GangCompleted, ev.GangFailed, ev.GangEvicted)
+_NODE_EVENTS = (ev.NodeRegistered, ev.NodeLost, ev.NodeHeartbeat)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The sorted values' element at index round(q x (n - 1)); None for no values."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def jain(values: Iterable[float]) -> float | None:
+    """Jain's fairness index (sum x)^2 / (n sum x^2); None for no values, 1.0 for all zeros."""
+    xs = list(values)
+    if not xs:
+        return None
+    sq = sum(x * x for x in xs)
+    return 1.0 if sq == 0 else sum(xs) ** 2 / (len(xs) * sq)
+
+
+def pct_text(value: float | None) -> str:
+    """`70.9%`, or `n/a` for a metric with no value."""
+    return "n/a" if value is None else f"{value:.1f}%"
+
+
+@dataclass
+class Measured:
+    """The metrics of one log, the folded ledger they were read from, and the series the
+    `compare` plots draw."""
+
+    metrics: dict[str, Any]
+    ledger: Ledger
+    allocation: list[tuple[float, float]] = field(default_factory=list)
+    """(t_s, allocation %) after every change."""
+    utilisation: list[tuple[float, float]] = field(default_factory=list)
+    """(t_s, mean SM activity % of the GPUs reported so far) at every metrics report."""
+    waits: dict[str, list[float]] = field(default_factory=dict)
+    """Per SLO class, every placed job's wait in seconds (sorted)."""
+
+
+class _Integrals:
+    """The time-weighted quantities, integrated between consecutive event times while the
+    ledger folds the log. Each `on_*` step handles one kind of event."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.start_ms: int | None = None
+        self.last_t = 0
+        self.n_events = 0
+        self.capacity = self.allocated = 0
+        self.area = self.cap_area = 0.0
+        self.node_cap: dict[str, int] = {}
+        self.tenant_alloc: dict[str, int] = {}
+        self.alloc_since: dict[str, int] = {}
+        self.received: dict[str, float] = defaultdict(float)
+        self.fair: dict[str, int] = {}
+        self.fair_since = 0
+        self.entitled: dict[str, float] = defaultdict(float)
+        self.leaf_tenants: set[str] = set()
+        self.preempted: dict[str, int] = defaultdict(int)
+        self.declined: dict[str, int] = defaultdict(int)
+        self.lost_ms = 0
+        self.sm_sum = 0.0
+        self.sm_n = 0
+        self.latest_sm: dict[str, float] = {}
+        self.latest_sum = 0.0
+        self.alloc_series: list[tuple[float, float]] = []
+        self.util_series: list[tuple[float, float]] = []
+
+    def advance(self, t: int) -> None:
+        """Integrate allocation and capacity up to `t` (the window opens at the first event)."""
+        self.n_events += 1
+        if self.start_ms is None:
+            self.start_ms = self.last_t = t
+        if t > self.last_t:
+            dt = t - self.last_t
+            self.area += self.allocated * dt
+            self.cap_area += self.capacity * dt
+            self.last_t = t
+
+    def _point(self) -> None:
+        pct = 100 * self.allocated / self.capacity if self.capacity else 0.0
+        self.alloc_series.append((self.last_t / 1000, pct))
+
+    def on_allocation(self, e: Event) -> None:
+        """After the fold: count a preemption; move the tenant's allocated milli."""
+        if isinstance(e, ev.GangEvicted) and e.reason in PREEMPTION_REASONS:
+            self.preempted[e.reason] += 1
+            self.lost_ms += e.lost_gpu_ms
+        rec = self.ledger.allocations.get(e.allocation_id)
+        if rec is None:
+            return
+        tenant = rec.tenant
+        now_milli = self.ledger.tenant_gpu_milli.get(tenant, 0)
+        old_milli = self.tenant_alloc.get(tenant, 0)
+        if now_milli != old_milli:
+            self.received[tenant] += old_milli * (self.last_t - self.alloc_since.get(tenant, self.last_t))
+            self.alloc_since[tenant] = self.last_t
+            self.tenant_alloc[tenant] = now_milli
+            self.allocated += now_milli - old_milli
+            self._point()
+
+    def on_node(self, e: Event) -> None:
+        """After the fold: the node's capacity is its GPUs unless it is lost."""
+        name = e.node.name if isinstance(e, ev.NodeRegistered) else e.node
+        rec = self.ledger.nodes.get(name)
+        cap = 0 if rec is None or rec.lost else 1000 * len(rec.info.gpus)
+        old = self.node_cap.get(name, 0)
+        if cap != old:
+            self.capacity += cap - old
+            self.node_cap[name] = cap
+            self._point()
+
+    def on_fair_share(self, e: ev.FairShareUpdated) -> None:
+        """Bank the entitlement so far; the leaf tenants' new shares hold from now on."""
+        tenants = {s.tenant for s in e.shares}
+        parents: set[str] = set()
+        for path in tenants:
+            while "/" in path:
+                path = path.rsplit("/", 1)[0]
+                parents.add(path)
+        leaves = tenants - parents
+        self.leaf_tenants |= leaves
+        for tenant, share in self.fair.items():
+            self.entitled[tenant] += share * (self.last_t - self.fair_since)
+        self.fair_since = self.last_t
+        self.fair = {s.tenant: s.fair_share_gpu_milli for s in e.shares if s.tenant in leaves}
+
+    def on_gpu_metrics(self, e: ev.GpuMetricsReported) -> None:
+        for s in e.samples:
+            if s.sm_active is None:
+                continue
+            self.sm_sum += s.sm_active
+            self.sm_n += 1
+            key = s.mig_uuid or s.uuid
+            self.latest_sum += s.sm_active - self.latest_sm.get(key, 0.0)
+            self.latest_sm[key] = s.sm_active
+        if self.latest_sm:
+            self.util_series.append((self.last_t / 1000, 100 * self.latest_sum / len(self.latest_sm)))
+
+    def close(self) -> None:
+        """Bank entitlement and received allocation up to the end of the window."""
+        for tenant, share in self.fair.items():
+            self.entitled[tenant] += share * (self.last_t - self.fair_since)
+        for tenant, milli in self.tenant_alloc.items():
+            self.received[tenant] += milli * (self.last_t - self.alloc_since.get(tenant, self.last_t))
+
+    def attainment(self) -> dict[str, float]:
+        return {t: self.received.get(t, 0.0) / self.entitled[t]
+                for t in sorted(self.entitled) if t in self.leaf_tenants and self.entitled[t] > 0}
+
+
+def _fold(entries: Iterable[tuple[int, str, Event]], ledger: Ledger) -> _Integrals:
+    """One pass: fold each event, then let the integrals see the state it left."""
+    acc = _Integrals(ledger)
+    for seq, subject, e in entries:
+        acc.advance(e.occurred_at_ms)
+        admit(ledger, seq, e, subject)  # the acceptance rules the live services apply
+        if isinstance(e, _ALLOC_EVENTS):
+            acc.on_allocation(e)
+        elif isinstance(e, _NODE_EVENTS):
+            acc.on_node(e)
+        elif isinstance(e, ev.FairShareUpdated):
+            acc.on_fair_share(e)
+        elif isinstance(e, ev.GpuMetricsReported):
+            acc.on_gpu_metrics(e)
+        elif isinstance(e, ev.PreemptionDeclined):
+            acc.declined[e.reason] += 1
+    acc.close()
+    return acc
+
+
+def slo_class(job) -> str:
+    """The class a job's waits are reported under."""
+    return job.slo_class or job.spec.priority_class
+
+
+def job_counts(ledger: Ledger) -> dict[str, int]:
+    """Jobs by final state, as the ledger's fold left them."""
+    states: dict[str, int] = defaultdict(int)
+    for job in ledger.jobs.values():
+        states[job.state] += 1
+    return {
+        "submitted": len(ledger.jobs),
+        **{s: states.get(s, 0) for s in FINISHED_STATES},
+        "unfinished": sum(v for k, v in states.items() if k not in FINISHED_STATES),
+    }
+
+
+def waits_by_class(ledger: Ledger) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """(sorted waits in seconds of placed jobs, count of never-placed jobs) per SLO class, over
+    admitted jobs."""
+    waits: dict[str, list[float]] = defaultdict(list)
+    never: dict[str, int] = defaultdict(int)
+    for job in ledger.jobs.values():
+        if job.admitted_ms is None:
+            continue
+        if job.placements:
+            waits[slo_class(job)].append((job.placements[0][0] - job.submitted_ms) / 1000)
+        else:
+            never[slo_class(job)] += 1
+    for v in waits.values():
+        v.sort()
+    return dict(waits), dict(never)
+
+
+def completion_times(ledger: Ledger) -> list[float]:
+    """Completion - submission, in seconds, of every completed job."""
+    return [(job.finished_ms - job.submitted_ms) / 1000 for job in ledger.jobs.values()
+            if job.state == "completed" and job.finished_ms is not None]
+
+
+def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = None) -> Measured:
+    """Fold a log (into `ledger`, a fresh one by default) and compute its metrics."""
+    ledger = Ledger() if ledger is None else ledger
+    acc = _fold(entries, ledger)
+    waits, never = waits_by_class(ledger)
+    classes = sorted(set(waits) | set(never))
+    jct = completion_times(ledger)
+    attainment = acc.attainment()
+    end_ms = acc.last_t if acc.start_ms is not None else 0
+    metrics: dict[str, Any] = {
+        "events": acc.n_events,
+        "start_s": (acc.start_ms or 0) / 1000,
+        "end_s": end_ms / 1000,
+        "jobs": job_counts(ledger),
+        "gpu_allocation_pct": 100 * acc.area / acc.cap_area if acc.cap_area else None,
+        "sm_activity_pct": 100 * acc.sm_sum / acc.sm_n if acc.sm_n else None,
+        "wait_s_p50_by_class": {c: percentile(waits.get(c, []), 0.5) for c in classes},
+        "wait_s_p99_by_class": {c: percentile(waits.get(c, []), 0.99) for c in classes},
+        "never_placed_by_class": {c: never.get(c, 0) for c in classes},
+        "preemptions": sum(acc.preempted.values()),
+        "preemptions_by_reason": dict(sorted(acc.preempted.items())),
+        "preemptions_declined_by_reason": dict(sorted(acc.declined.items())),
+        "lost_gpu_hours": acc.lost_ms / 3_600_000,
+        "fairness_jain": jain(attainment.values()),
+        "share_attainment_by_tenant": attainment,
+        "jobs_completed": len(jct),
+        "jct_s_mean": sum(jct) / len(jct) if jct else None,
+        "jct_s_p50": percentile(jct, 0.5),
+        "jct_s_p99": percentile(jct, 0.99),
+    }
+    return Measured(metrics=metrics, ledger=ledger, allocation=acc.alloc_series,
+                    utilisation=acc.util_series, waits=waits)
