@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -50,12 +51,30 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         watcher = subprocess.Popen([sys.executable, "-m", "services.cli", "jobs", "-w", "--interval", "0.3"],
                                    cwd=tmp_path, stdout=subprocess.PIPE, text=True,
                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
-        time.sleep(2)
+        seen: list[str] = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(watcher.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+
+        def watched_until(predicate, timeout_s: float = 30) -> bool:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if predicate(list(seen)):
+                    return True
+                time.sleep(0.1)
+            return False
+
+        # the first table is on screen before the third job exists (no fixed sleeps: a loaded
+        # machine only makes this slower)
+        assert watched_until(lambda lines: any(line.startswith("second") for line in lines))
         (tmp_path / "third.yaml").write_text("id: third\ntenant: team-a\ngpus: 2\nduration: 1\n")
         assert cli("submit", "third.yaml", "--wait", cwd=tmp_path).returncode == 0
-        time.sleep(4)
+        assert watched_until(lambda lines: any(
+            line.startswith("third") and line.split()[3] == "completed" for line in lines)), seen
         watcher.send_signal(signal.SIGINT)
-        watched = watcher.communicate(timeout=10)[0]
+        watcher.wait(10)
+        reader.join(5)
+        watched = "".join(seen)
         first_table, _, changes = watched.partition("second")
         assert "NAME" in first_table and "third" not in first_table
         assert [line.split()[3] for line in changes.splitlines() if line.startswith("third")][-1] == "completed"
