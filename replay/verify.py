@@ -2,8 +2,8 @@
 recorded inputs (the state at `input_seq`, the time it was taken, the producer's epoch).
 
 A decision verifies when the service, given exactly that state and time, emits an identical
-event (same id, same fields). Memo caches are cleared before each re-decision so the answer
-depends on the folded state alone. The first divergence of a mismatch is explained field by
+event (same id, same fields). Deciders keep no caches that change answers (docs/deciders.md),
+so the answer depends on the folded state alone. The first divergence of a mismatch is explained field by
 field against the closest event the service would emit instead.
 """
 
@@ -76,8 +76,12 @@ def explain(recorded: Event, produced: list[Event]) -> str:
     return f"first divergence in field {first!r}: {detail}"
 
 
-def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
+def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> VerifyReport:
+    """Re-decide every recorded decision. `check`: checking mode, every re-decision is
+    digested and re-run without caches (raises `replay.checking.DecideDrift`)."""
     entries = list(entries)
+    if check:
+        from replay.checking import checked_decide
     report = VerifyReport(events=len(entries))
     by_input: dict[int, list[tuple[int, Decision]]] = defaultdict(list)
     for seq, _, event in entries:
@@ -101,9 +105,8 @@ def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
             role, _, instance = producer.partition("/")
             service = services[role]
             service.instance, service.leader_epoch = instance or "0", epoch
-            ledger.placement_memo.clear()
-            ledger.preemption_memo.clear()
-            produced = service.decide(ledger, now_ms)
+            produced = (checked_decide(service, ledger, now_ms) if check
+                        else service.decide(ledger, now_ms))
             by_id = {e.event_id: e for e in produced}
             for seq, event in recorded:
                 report.checked += 1
