@@ -80,7 +80,8 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
     """Re-decide every recorded decision. `check`: checking mode, every re-decision is
     digested and re-run without caches (raises `replay.checking.DecideDrift`)."""
     entries = list(entries)
-    if check:
+    checking = check
+    if checking:
         from replay.checking import checked_decide
     report = VerifyReport(events=len(entries))
     by_input: dict[int, list[tuple[int, Decision]]] = defaultdict(list)
@@ -94,7 +95,7 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
     services = {role: build(role) for role in CONTROL_PLANE}
     ledger = Ledger()
 
-    def check(at: int) -> None:
+    def check_group(at: int) -> None:
         group = by_input.pop(at, None)
         if not group:
             return
@@ -105,7 +106,7 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
             role, _, instance = producer.partition("/")
             service = services[role]
             service.instance, service.leader_epoch = instance or "0", epoch
-            produced = (checked_decide(service, ledger, now_ms) if check
+            produced = (checked_decide(service, ledger, now_ms) if checking
                         else service.decide(ledger, now_ms))
             by_id = {e.event_id: e for e in produced}
             for seq, event in recorded:
@@ -117,7 +118,7 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
                     )
 
     dead = {e.stream_seq for _, _, e in entries if isinstance(e, DeadLettered)}
-    check(0)
+    check_group(0)
     for seq, _, event in entries:
         try:
             ledger.apply(seq, event)
@@ -127,7 +128,7 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
                 continue
             report.mismatches.append(Mismatch(seq, type(event).__name__, event.correlation_id, event.producer,
                                               f"the event cannot be applied to the state: {exc}"))
-        check(seq)
+        check_group(seq)
     for leftover in by_input.values():  # decisions citing an input_seq absent from the log
         for seq, event in leftover:
             report.checked += 1

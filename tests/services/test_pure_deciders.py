@@ -143,3 +143,34 @@ def test_checking_mode_names_a_decide_whose_uncached_run_differs():
     sim.schedule(doc.inputs)
     with pytest.raises(DecideDrift, match=r"cached and uncached runs differ"):
         sim.run()
+
+
+def test_simulate_and_verify_check_the_demo_with_zero_mismatches(tmp_path):
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    runner = CliRunner()
+    log = tmp_path / "demo.jsonl"
+    sim = runner.invoke(app, ["simulate", "replay/scenarios/demo.yaml", "-q", "--check", "--log", str(log)])
+    assert sim.exit_code == 0, sim.output
+    out = runner.invoke(app, ["verify", str(log), "--check"])
+    assert out.exit_code == 0, out.output
+    assert "24 decisions re-decided, 0 mismatches" in out.output
+
+
+def test_verify_check_stops_at_a_decide_that_writes_with_one_line_and_exit_1(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from replay.logio import write_log
+    from services.cli.main import app
+
+    sim = simulate(from_document(b2_then_j()))
+    log = tmp_path / "b2j.jsonl"
+    write_log(log, sim.log)
+    monkeypatch.setattr(Scheduler, "decide", WritesToState.decide)
+    out = CliRunner().invoke(app, ["verify", str(log), "--check"])
+    assert out.exit_code == 1
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: check: scheduler/0 decide after seq "), lines
+    assert "wrote to the folded state (jobs)" in lines[0]
