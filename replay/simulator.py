@@ -30,8 +30,11 @@ class SimulationStuck(RuntimeError):
 
 
 class Simulator:
-    def __init__(self, services: list, ledger: Ledger | None = None) -> None:
+    def __init__(self, services: list, ledger: Ledger | None = None, check: bool = False) -> None:
         self.services = services
+        self.check = check
+        """Checking mode: every decide is digested and re-run without caches
+        (`replay.checking.checked_decide`, raises `DecideDrift`)."""
         self.ledger = ledger or Ledger()
         self.log: list[tuple[int, str, Event]] = []
         self._seen: set[str] = set()
@@ -66,13 +69,21 @@ class Simulator:
         ledger = self.ledger
         now_ms = self.now_ms
         publish = self.publish
+        if self.check:
+            from replay.checking import checked_decide
+
+            def decide(service, ledger, now_ms):
+                return checked_decide(service, ledger, now_ms)
+        else:
+            def decide(service, ledger, now_ms):
+                return service.decide(ledger, now_ms)
         for _ in range(MAX_ROUNDS_PER_INSTANT):
             produced = False
             for i, service in enumerate(self.services):
                 mark = len(log)
                 if quiet[i] == mark:
                     continue
-                for event in service.decide(ledger, now_ms):
+                for event in decide(service, ledger, now_ms):
                     produced |= publish(event)
                 if len(log) == mark:
                     quiet[i] = mark
@@ -107,9 +118,9 @@ def standard_services(nodes) -> list:
     return [SimulatedAgent(tuple(nodes)), Admission(), Quota(), Scheduler(), Preemption()]
 
 
-def simulate(scenario, until_ms: int | None = None, on_event=None) -> Simulator:
-    """Run a loaded scenario to the end (or `until_ms`)."""
-    sim = Simulator(standard_services(scenario.nodes))
+def simulate(scenario, until_ms: int | None = None, on_event=None, check: bool = False) -> Simulator:
+    """Run a loaded scenario to the end (or `until_ms`); `check`: checking mode."""
+    sim = Simulator(standard_services(scenario.nodes), check=check)
     sim.on_event = on_event
     for event in scenario.config:
         sim.publish(event)

@@ -2,8 +2,8 @@
 recorded inputs (the state at `input_seq`, the time it was taken, the producer's epoch).
 
 A decision verifies when the service, given exactly that state and time, emits an identical
-event (same id, same fields). Memo caches are cleared before each re-decision so the answer
-depends on the folded state alone. The first divergence of a mismatch is explained field by
+event (same id, same fields). Deciders keep no caches that change answers (docs/deciders.md),
+so the answer depends on the folded state alone. The first divergence of a mismatch is explained field by
 field against the closest event the service would emit instead.
 """
 
@@ -76,8 +76,13 @@ def explain(recorded: Event, produced: list[Event]) -> str:
     return f"first divergence in field {first!r}: {detail}"
 
 
-def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
+def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> VerifyReport:
+    """Re-decide every recorded decision. `check`: checking mode, every re-decision is
+    digested and re-run without caches (raises `replay.checking.DecideDrift`)."""
     entries = list(entries)
+    checking = check
+    if checking:
+        from replay.checking import checked_decide
     report = VerifyReport(events=len(entries))
     by_input: dict[int, list[tuple[int, Decision]]] = defaultdict(list)
     for seq, _, event in entries:
@@ -90,7 +95,7 @@ def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
     services = {role: build(role) for role in CONTROL_PLANE}
     ledger = Ledger()
 
-    def check(at: int) -> None:
+    def check_group(at: int) -> None:
         group = by_input.pop(at, None)
         if not group:
             return
@@ -101,9 +106,8 @@ def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
             role, _, instance = producer.partition("/")
             service = services[role]
             service.instance, service.leader_epoch = instance or "0", epoch
-            ledger.placement_memo.clear()
-            ledger.preemption_memo.clear()
-            produced = service.decide(ledger, now_ms)
+            produced = (checked_decide(service, ledger, now_ms) if checking
+                        else service.decide(ledger, now_ms))
             by_id = {e.event_id: e for e in produced}
             for seq, event in recorded:
                 report.checked += 1
@@ -114,7 +118,7 @@ def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
                     )
 
     dead = {e.stream_seq for _, _, e in entries if isinstance(e, DeadLettered)}
-    check(0)
+    check_group(0)
     for seq, _, event in entries:
         try:
             ledger.apply(seq, event)
@@ -124,7 +128,7 @@ def verify(entries: Iterable[tuple[int, str, Event]]) -> VerifyReport:
                 continue
             report.mismatches.append(Mismatch(seq, type(event).__name__, event.correlation_id, event.producer,
                                               f"the event cannot be applied to the state: {exc}"))
-        check(seq)
+        check_group(seq)
     for leftover in by_input.values():  # decisions citing an input_seq absent from the log
         for seq, event in leftover:
             report.checked += 1

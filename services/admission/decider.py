@@ -42,6 +42,9 @@ class Admission(LedgerService):
         super().__init__(instance, leader_epoch)
         self._fleet: tuple[int, FleetSummary | None] = (-1, None)  # memo by nodes_version
 
+    def cache_defaults(self) -> dict:
+        return {"_fleet": (-1, None)}
+
     def fleet_summary(self, state: Ledger) -> FleetSummary:
         if self._fleet[0] != state.nodes_version or self._fleet[1] is None:
             self._fleet = (state.nodes_version, summarize(state.nodes.values()))

@@ -51,6 +51,9 @@ def simulate(
     log: Path | None = typer.Option(None, "--log", help="Write the event log (JSONL) here."),
     until: float | None = typer.Option(None, help="Stop at this virtual time (seconds)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No timeline on stdout."),
+    check: bool = typer.Option(False, "--check", help=(
+        "Checking mode: digest the state around every decide and re-run it without caches; "
+        "stop with exit 1 at the first difference.")),
 ) -> None:
     """Run a scenario through the deciders on a virtual clock."""
     from replay.logio import write_log
@@ -71,7 +74,13 @@ def simulate(
         if line is not None:
             typer.echo(line)
 
-    sim = run_sim(sc, until_ms=None if until is None else round(until * 1000), on_event=echo if show else None)
+    from replay.checking import DecideDrift
+
+    try:
+        sim = run_sim(sc, until_ms=None if until is None else round(until * 1000),
+                      on_event=echo if show else None, check=check)
+    except DecideDrift as exc:
+        fail(f"check: {exc}")
     data = report(sim.ledger, sim.log, sim.now_ms)
     if log is not None:
         write_log(log, sim.log)

@@ -86,14 +86,23 @@ def export(
 def verify(
     log: Path = typer.Argument(..., help="A log (JSONL or Parquet)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    check: bool = typer.Option(False, "--check", help=(
+        "Checking mode: digest the state around every re-decision and re-run it without "
+        "caches; stop with exit 1 at the first difference.")),
 ) -> None:
     """Refold LOG and re-decide every recorded decision from its recorded inputs.
 
     Exits 1 when any decision does not reproduce."""
+    from replay.checking import DecideDrift
     from replay.verify import verify as run_verify
 
     started = time.perf_counter()
-    report = run_verify(_read(log))
+    entries = _read(log)
+    try:
+        report = run_verify(entries, check=check)
+    except DecideDrift as exc:
+        typer.echo(f"error: check: {exc}", err=True)
+        raise typer.Exit(1) from None
     elapsed = time.perf_counter() - started
     if json_out:
         typer.echo(json.dumps({**report.as_dict(), "wall_s": round(elapsed, 3)}, indent=2))

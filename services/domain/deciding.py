@@ -7,6 +7,7 @@ sequence, configuration digest, leader epoch) and a deterministic id from its se
 
 from __future__ import annotations
 
+import copy
 from typing import Any, TypeVar
 
 from events import Event
@@ -40,6 +41,17 @@ class LedgerService:
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         return None
+
+    def cache_defaults(self) -> dict[str, Any]:
+        """The empty value of every memo this service keeps on itself (attribute -> value)."""
+        return {}
+
+    def uncached(self) -> LedgerService:
+        """A copy of this service with every memo empty (the checking mode re-runs each
+        decide on it; its answers must be the same)."""
+        clone = copy.copy(self)
+        clone.__dict__.update(self.cache_defaults())
+        return clone
 
     def emit(
         self, state: Ledger, now_ms: int, cls: type[E], *, key: str, correlation_id: str,

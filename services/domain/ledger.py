@@ -209,15 +209,6 @@ class Ledger:
     deadline of a requested preemption."""
     nodes_version: int = 0
     """Bumped whenever a node registers, is lost or comes back."""
-    capacity_version: int = 0
-    """Bumped whenever capacity may have grown (release, node added, config, nomination end)."""
-    allocation_version: int = 0
-    """Bumped whenever any allocation starts or ends, or configuration changes."""
-    preemption_memo: dict[str, tuple[int, int | None]] = field(default_factory=dict)
-    """Per job, (allocation_version, retry_at_ms) of the last refusal to preempt: when a
-    time-bound exclusion (a minimum runtime, an eviction budget) lapses, so the preemption
-    service wakes then. Never used to skip a decision (that would make decisions depend on
-    history that `verify` cannot see)."""
     last_seq: int = 0
     folding_seq: int = 0
     """Sequence of the event being folded (set by `apply`, for handlers)."""
@@ -233,9 +224,6 @@ class Ledger:
     invalid_submissions: dict[str, RequestRefusal] = field(default_factory=dict)
     """Per job id never submitted before, its first submission that could not be decoded or
     applied (dead-lettered): admission answers it with `JobRejected` (`InvalidSpec`)."""
-    placement_memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
-    """Cache of the last failed placement per job, valid while `capacity_version` is unchanged
-    (capacity only grows through a version bump, so a failure stays a failure)."""
 
     # ------------------------------------------------------------------ evolve
 
@@ -484,7 +472,6 @@ class Ledger:
         self.awaiting_start.add(e.allocation_id)
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
-        self.allocation_version += 1
         self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
@@ -505,7 +492,6 @@ class Ledger:
         job.declined = None
         job.placements.append((e.occurred_at_ms, e.members))
         self._dequeue(e.job_id)
-        self.placement_memo.pop(e.job_id, None)
         self._end_nomination(e.job_id)
         return None
 
@@ -545,8 +531,6 @@ class Ledger:
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
-        self.placement_memo.pop(e.beneficiary, None)  # its pending reason changes
-        self.allocation_version += 1  # the outlook of every preemption plan changed
         return None
 
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
@@ -584,8 +568,6 @@ class Ledger:
             for model, milli in self.member_models(rec.members, per_member).items():
                 key = (rec.tenant, model)
                 self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
-        self.capacity_version += 1
-        self.allocation_version += 1
         job = self.jobs.get(rec.job_id)
         if job is not None and job.allocation_id == allocation_id:
             job.allocation_id = None
@@ -647,7 +629,6 @@ class Ledger:
         else:
             self.heartbeating.discard(e.node.name)
         self.fleet.add_node(node_spec(e.node))
-        self.capacity_version += 1
         self.nodes_version += 1
 
     def _heartbeat(self, e: ev.NodeHeartbeat) -> None:
@@ -657,7 +638,6 @@ class Ledger:
             if node.lost:
                 node.lost = False
                 self.fleet.set_schedulable(e.node, True)
-                self.capacity_version += 1
                 self.nodes_version += 1
 
     def _node_lost(self, e: ev.NodeLost) -> None:
@@ -675,8 +655,6 @@ class Ledger:
         if isinstance(e, ev.PolicyConfigured):
             self._usage_policy(e.policy.usage_half_life_s, e.occurred_at_ms)
         self.config.apply(e)
-        self.capacity_version += 1
-        self.allocation_version += 1
 
     def _usage_policy(self, half_life_s: int, at_ms: int) -> None:
         """Before a new half-life takes effect: fold usage so far under the old one; start
@@ -727,8 +705,7 @@ class Ledger:
             self.pending_gpu_milli[job.tenant] -= job.gpu_milli()
 
     def _end_nomination(self, job_id: str) -> None:
-        if self.nominations.pop(job_id, None) is not None:
-            self.capacity_version += 1
+        self.nominations.pop(job_id, None)
 
 
 def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:

@@ -34,6 +34,9 @@ class SimulatedAgent(LedgerService):
         self.heartbeat_s = heartbeat_s
         self._registered_at = -1  # memo: nodes_version at which every node was registered
 
+    def cache_defaults(self) -> dict:
+        return {"_registered_at": -1}
+
     # ------------------------------------------------------------------ decide
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:

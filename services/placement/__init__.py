@@ -12,7 +12,7 @@ from .errors import (
     UnknownNode,
     UnknownPolicy,
 )
-from .fleet import Allocation, Fleet
+from .fleet import Allocation, Fleet, TrialFleet
 from .fragmentation import Fragmentation, TypicalTask
 from .mig import PROFILES, MigProfile, MigSlots, profile_for
 from .model import (
@@ -34,6 +34,6 @@ __all__ = [
     "DefaultScorer", "Fgd", "Fleet", "Fragmentation", "GangRequest", "GpuSpec",
     "MemberAssignment", "MemberRequest", "MigInstance", "MigProfile", "MigSlots", "NodeSpec",
     "Packing", "Placement", "PlacementConflict", "PlacementError", "ScoreContext", "Scorer",
-    "TypicalTask", "UnknownAllocation", "UnknownNode", "UnknownPolicy", "Unplaceable",
+    "TrialFleet", "TypicalTask", "UnknownAllocation", "UnknownNode", "UnknownPolicy", "Unplaceable",
     "profile_for",
 ]

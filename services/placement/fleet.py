@@ -11,15 +11,16 @@ shape; a query re-scores only the nodes logged since that shape's last query, th
 stale heap entries. No decision rescans the fleet unless it fails (the explanation then
 counts every node's reason) or a shape is seen for the first time.
 
-`place` never changes what the fleet reports: it applies members tentatively (to score the
-next member of a gang against the state it would see) and reverts them before returning;
-``assume_released`` works the same way for allocations.
+`place` never writes a node record: later members of a gang are scored against private
+copies of the nodes earlier members took, and ``assume_released`` releases allocations in
+a `TrialFleet`, the copy-on-write view deciders use for trial placements.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -376,15 +377,28 @@ class Fleet:
         ``explain=False`` (benchmarks) skips the per-node explanation of a failure, which
         counts every node; the answer is then ``Unplaceable("Unexplained", ...)``."""
         scorer = self.scorer(policy)
-        excluded = frozenset(exclude)
-        released: list[Allocation] = []
+        released = sorted(set(assume_released))
+        if released:
+            trial = TrialFleet(self)
+            for alloc_id in released:
+                trial.release(alloc_id)
+            return self._place(gang, scorer, frozenset(exclude), explain, trial.overlay)
+        return self._place(gang, scorer, frozenset(exclude), explain, {})
+
+    @contextmanager
+    def caches_set_aside(self) -> Iterator[None]:
+        """Answer from empty score caches inside the block (checking mode: a decision must
+        not depend on what the caches hold); the caches are put back after it."""
+        kept = self._caches
+        self._caches = {}
         try:
-            for alloc_id in sorted(set(assume_released)):
-                released.append(self.release(alloc_id))
-            return self._place(gang, scorer, excluded, explain)
+            yield
         finally:
-            for alloc in released:
-                self.allocate(alloc.allocation_id, alloc.tenant, alloc.placement, alloc.request)
+            self._caches = kept
+
+    def trial(self) -> TrialFleet:
+        """A copy-on-write view of this fleet for trial placements (see `TrialFleet`)."""
+        return TrialFleet(self)
 
     def _cache(self, scorer: Scorer, gang: GangRequest) -> _ShapeCache:
         member = gang.member
@@ -512,32 +526,49 @@ class Fleet:
             return None
         return state, entry[1], entry[2]
 
-    def _best(self, cache: _ShapeCache, excluded: frozenset[str]) -> tuple[NodeState, Option] | None:
+    def _best(
+        self, cache: _ShapeCache, excluded: frozenset[str], side: _SideScores | None = None,
+    ) -> tuple[NodeState, Option] | None:
+        """The best node of the base heap, skipping nodes the trial overlay replaces, against
+        the best of the overlay's own nodes (`side`); ties by node rank."""
         heap = cache.heap
         aside = []
         found = None
+        key = None
+        shadowed = side.states if side is not None else {}
         while heap:
-            _, _, seq, version = heap[0]
+            neg, rank, seq, version = heap[0]
             state = self._by_seq.get(seq)
             if state is None or state.version != version or not state.schedulable:
                 heapq.heappop(heap)
                 continue
-            if state.name in excluded:
+            if state.name in excluded or state.name in shadowed:
                 aside.append(heapq.heappop(heap))
                 continue
             found = (state, cache.entries[seq][2])
+            key = (neg, rank)
             break
         for item in aside:
             heapq.heappush(heap, item)
+        if side is not None:
+            alt = side.best(excluded)
+            if alt is not None and (key is None or alt[0] < key):
+                return alt[1], alt[2]
         return found
 
     def _best_in_leaves(
-        self, cache: _ShapeCache, leaves: dict[str, None], excluded: frozenset[str]
+        self, cache: _ShapeCache, leaves: dict[str, None], excluded: frozenset[str],
+        side: _SideScores | None = None,
     ) -> tuple[NodeState, Option] | None:
         best = None
+        shadowed = side.states if side is not None else {}
         for leaf in leaves:
             for seq in self._leaf.get(leaf, ()):
-                v = self._valid(cache, seq)
+                base = self._by_seq.get(seq)
+                if base is not None and base.name in shadowed:
+                    v = side.valid(base.name)  # type: ignore[union-attr]
+                else:
+                    v = self._valid(cache, seq)
                 if v is None or v[0].name in excluded:
                     continue
                 key = (-v[1], v[0].rank)
@@ -546,45 +577,55 @@ class Fleet:
         return None if best is None else (best[1], best[2])
 
     def _place(
-        self, gang: GangRequest, scorer: Scorer, excluded: frozenset[str], explain: bool
+        self, gang: GangRequest, scorer: Scorer, excluded: frozenset[str], explain: bool,
+        overlay: dict[str, NodeState],
     ) -> Placement | Unplaceable:
+        """Place member after member, each against the state the earlier ones leave. The
+        members go to private copies of their nodes (layered over `overlay`, the trial's
+        copies, which stay untouched too): the fleet's node records are only read."""
         member = gang.member
         tenant = gang.tenant
-        applied: list[tuple[NodeState, MemberDelta]] = []
         assignments: list[MemberAssignment] = []
         leaves: dict[str, None] = {}
-        try:
-            for rank in range(gang.replicas):
-                cache = self._cache(scorer, gang)
-                choice = None
-                if leaves and gang.prefer_same_leaf:
-                    choice = self._best_in_leaves(cache, leaves, excluded)
-                if choice is None:
-                    choice = self._best(cache, excluded)
-                if choice is None:
-                    break
-                state, (positions, mig_start) = choice
-                delta, assignment = self._member(state, member, tenant, rank, positions, mig_start)
-                state.apply(delta)
-                self._log.append(state.seq)
-                applied.append((state, delta))
-                assignments.append(assignment)
-                if state.spec.leaf_switch:
-                    leaves[state.spec.leaf_switch] = None
-            if len(assignments) >= gang.required_members:
-                return Placement(tuple(assignments))
-            if not explain:
-                return Unplaceable("Unexplained", "explanation skipped (explain=False)",
-                                   {"fitted_members": len(assignments)})
-            why = member_unplaceable(list(self._nodes.values()), member, tenant,
-                                     gang.allow_timeslice, excluded)
-            if not assignments:
-                return self._with_gang(why, gang)
-            return gang_incomplete(gang, len(assignments), why)
-        finally:
-            for state, delta in reversed(applied):
-                state.revert(delta)
-                self._log.append(state.seq)
+        states = dict(overlay)
+        owned: set[str] = set()
+        side: _SideScores | None = None
+        for rank in range(gang.replicas):
+            cache = self._cache(scorer, gang)
+            if side is None and states:
+                side = _SideScores(self, cache, states)
+            choice = None
+            if leaves and gang.prefer_same_leaf:
+                choice = self._best_in_leaves(cache, leaves, excluded, side)
+            if choice is None:
+                choice = self._best(cache, excluded, side)
+            if choice is None:
+                break
+            state, (positions, mig_start) = choice
+            delta, assignment = self._member(state, member, tenant, rank, positions, mig_start)
+            name = state.name
+            if name not in owned:
+                state = state.copy()
+                states[name] = state
+                owned.add(name)
+            state.apply(delta)
+            if side is None:
+                side = _SideScores(self, cache, states)
+            else:
+                side.update(name)
+            assignments.append(assignment)
+            if state.spec.leaf_switch:
+                leaves[state.spec.leaf_switch] = None
+        if len(assignments) >= gang.required_members:
+            return Placement(tuple(assignments))
+        if not explain:
+            return Unplaceable("Unexplained", "explanation skipped (explain=False)",
+                               {"fitted_members": len(assignments)})
+        nodes = [states.get(n.name, n) for n in self._nodes.values()] if states else list(self._nodes.values())
+        why = member_unplaceable(nodes, member, tenant, gang.allow_timeslice, excluded)
+        if not assignments:
+            return self._with_gang(why, gang)
+        return gang_incomplete(gang, len(assignments), why)
 
     @staticmethod
     def _with_gang(why: Unplaceable, gang: GangRequest) -> Unplaceable:
@@ -611,3 +652,174 @@ class Fleet:
                             tuple((i, milli) for i in indices))
         return delta, MemberAssignment(rank, state.name, indices,
                                        member.gpu_milli if kind == "milli" else None)
+
+
+class _SideScores:
+    """Scores of the overlay's node copies for one placement query: a small lazy max-heap
+    beside the fleet's cached one (entries carry a token; an updated node gets a new one)."""
+
+    __slots__ = ("fleet", "cache", "states", "entries", "heap", "token")
+
+    def __init__(self, fleet: Fleet, cache: _ShapeCache, states: dict[str, NodeState]) -> None:
+        self.fleet = fleet
+        self.cache = cache
+        self.states = states
+        self.entries: dict[str, tuple[int, int, Option]] = {}  # name -> (token, score, option)
+        self.heap: list[tuple[int, tuple[int, str], str, int]] = []
+        self.token = 0
+        for name in sorted(states):
+            self._score(name, push=False)
+        heapq.heapify(self.heap)
+
+    def _score(self, name: str, push: bool) -> None:
+        state = self.states[name]
+        self.entries.pop(name, None)
+        member = self.cache.member
+        spec = state.spec
+        if (not state.schedulable or spec.cpu_milli < member.cpu_milli
+                or spec.memory_mib < member.memory_mib or name not in self.fleet._nodes):
+            return
+        found = self.fleet._score_now(self.cache, state)
+        if found is None:
+            return
+        self.token += 1
+        score, opt = found
+        self.entries[name] = (self.token, score, opt)
+        item = (-score, state.rank, name, self.token)
+        if push:
+            heapq.heappush(self.heap, item)
+        else:
+            self.heap.append(item)
+
+    def update(self, name: str) -> None:
+        self._score(name, push=True)
+
+    def valid(self, name: str) -> tuple[NodeState, int, Option] | None:
+        entry = self.entries.get(name)
+        return None if entry is None else (self.states[name], entry[1], entry[2])
+
+    def best(self, excluded: frozenset[str]) -> tuple[tuple[int, tuple[int, str]], NodeState, Option] | None:
+        heap = self.heap
+        aside = []
+        found = None
+        while heap:
+            neg, rank, name, token = heap[0]
+            entry = self.entries.get(name)
+            if entry is None or entry[0] != token:
+                heapq.heappop(heap)
+                continue
+            if name in excluded:
+                aside.append(heapq.heappop(heap))
+                continue
+            found = ((neg, rank), self.states[name], entry[2])
+            break
+        for item in aside:
+            heapq.heappush(heap, item)
+        return found
+
+
+class TrialFleet:
+    """A copy-on-write view of a `Fleet` for trial placements inside `decide`.
+
+    Reads consult the view's own node copies and allocation changes first, then the base
+    fleet; writes (`allocate`, `release`) go only to the view, copying a node the first time
+    it changes. The base fleet's records are never written (its score caches, memoization
+    of pure functions of node states, may be filled). Throw the view away when done; a view
+    must not outlive a change to its base (fold an event only after the decision)."""
+
+    def __init__(self, base: Fleet) -> None:
+        self.base = base
+        self.overlay: dict[str, NodeState] = {}
+        """Node name -> this view's copy (nodes a trial allocation or release touched)."""
+        self._owned: set[str] = set()
+        self._added: dict[str, Allocation] = {}
+        self._released: set[str] = set()
+
+    def fork(self) -> TrialFleet:
+        """A view over this view: changes to either are invisible to the other."""
+        child = TrialFleet(self.base)
+        child.overlay = dict(self.overlay)
+        child._added = dict(self._added)
+        child._released = set(self._released)
+        self._owned.clear()  # shared copies: both sides copy again before writing
+        return child
+
+    def node_state(self, name: str) -> NodeState:
+        return self.overlay.get(name) or self.base.node_state(name)
+
+    def allocation(self, allocation_id: str) -> Allocation:
+        a = self._added.get(allocation_id)
+        if a is not None:
+            return a
+        if allocation_id in self._released:
+            raise UnknownAllocation(allocation_id)
+        return self.base.allocation(allocation_id)
+
+    def allocation_ids(self) -> tuple[str, ...]:
+        return tuple(sorted((set(self.base._allocs) - self._released) | set(self._added)))
+
+    def _own(self, name: str) -> NodeState | None:
+        if name in self._owned:
+            return self.overlay[name]
+        current = self.overlay.get(name) or self.base._nodes.get(name)
+        if current is None:
+            return None
+        copy = self.overlay[name] = current.copy()
+        self._owned.add(name)
+        return copy
+
+    def allocate(self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest) -> Allocation:
+        """As `Fleet.allocate`, in the view only."""
+        try:
+            existing = self.allocation(allocation_id)
+        except UnknownAllocation:
+            existing = None
+        if existing is not None:
+            if (existing.tenant, existing.placement, existing.request) == (tenant, placement, request):
+                return existing
+            raise PlacementConflict(f"allocation {allocation_id} already exists")
+        deltas = self.base._deltas(tenant, placement, request)
+        done: list[tuple[NodeState, MemberDelta]] = []
+        try:
+            for d in deltas:
+                state = self._own(d.node)
+                if state is None:
+                    raise PlacementConflict(f"unknown node {d.node}")
+                state.apply(d)
+                done.append((state, d))
+        except PlacementConflict:
+            for state, d in reversed(done):
+                state.revert(d)
+            raise
+        alloc = Allocation(allocation_id, tenant, request, placement, deltas)
+        self._added[allocation_id] = alloc
+        self._released.discard(allocation_id)
+        return alloc
+
+    def release(self, allocation_id: str) -> Allocation:
+        """As `Fleet.release`, in the view only."""
+        alloc = self.allocation(allocation_id)
+        for d in alloc.deltas:
+            state = self._own(d.node)
+            if state is not None:
+                state.revert(d)
+        if self._added.pop(allocation_id, None) is None:
+            self._released.add(allocation_id)
+        return alloc
+
+    def place(
+        self,
+        gang: GangRequest,
+        policy: str | Scorer = "default",
+        exclude: Iterable[str] = (),
+        assume_released: Iterable[str] = (),
+        explain: bool = True,
+    ) -> Placement | Unplaceable:
+        """As `Fleet.place`, against this view."""
+        released = sorted(set(assume_released))
+        view = self
+        if released:
+            view = self.fork()
+            for alloc_id in released:
+                view.release(alloc_id)
+        return self.base._place(gang, self.base.scorer(policy), frozenset(exclude), explain, view.overlay)

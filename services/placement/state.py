@@ -89,6 +89,22 @@ class NodeState:
         return (self.shape_id, self.free_cpu, self.free_mem, tuple(self.gpu_free),
                 tuple(self.mps_tenant), tuple(self.mig))
 
+    def copy(self) -> NodeState:
+        """A private copy for a trial (copy-on-write overlays): same spec and static memos,
+        own free capacity, own per-state memos (so a trial never touches this record)."""
+        new = NodeState.__new__(NodeState)
+        new.spec, new.name, new.seq, new.schedulable = self.spec, self.name, self.seq, self.schedulable
+        new.free_cpu, new.free_mem, new.version = self.free_cpu, self.free_mem, self.version
+        new.pos_of_index, new.cliques, new.frag_layout = self.pos_of_index, self.cliques, self.frag_layout
+        new.eligible, new.rank, new.shape_id = self.eligible, self.rank, self.shape_id
+        new.gpu_free = list(self.gpu_free)
+        new.mps_tenant = list(self.mps_tenant)
+        new.mps_users = list(self.mps_users)
+        new.mig = list(self.mig)  # MigSlots are immutable values
+        new.frag_memo = None
+        new.state_key_memo = None
+        return new
+
     # -- read-outs -------------------------------------------------------------------------
 
     def free_whole(self, pos: int) -> bool:

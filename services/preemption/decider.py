@@ -24,16 +24,23 @@ from services.scheduler.queue import effective_priority, ordered_pending
 class Preemption(LedgerService):
     name = "preemption"
 
+    def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
+        super().__init__(instance, leader_epoch)
+        self.retry_at: dict[str, int | None] = {}
+        """Per job, when the last refusal to preempt for it may lapse (a minimum runtime,
+        an eviction budget window): a wake-up hint for the shell, kept on the service, not
+        in the folded state, and never read by `decide`."""
+
+    def cache_defaults(self) -> dict:
+        return {"retry_at": {}}
+
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
             return []  # nobody is blocked on capacity: nothing to plan
         queue = ordered_pending(state, now_ms)
-        outlook = Outlook(state, now_ms)
-        try:
-            outlook.model(queue)
-            return self._decide(state, now_ms, queue, outlook)
-        finally:
-            outlook.close()
+        outlook = Outlook(state, now_ms)  # trial view of the fleet, dropped on return
+        outlook.model(queue)
+        return self._decide(state, now_ms, queue, outlook)
 
     def _decide(self, state: Ledger, now_ms: int, queue, outlook: Outlook) -> list[Event]:
         policy = state.config.policy
@@ -48,7 +55,7 @@ class Preemption(LedgerService):
                 out += self._decline(state, now_ms, job, DeclineReason.PreemptionDisabled,
                                      "preemption is disabled by policy", {})
                 continue
-            now_fits = state.fleet.place(
+            now_fits = outlook.fleet.place(
                 state.gang_request(job), policy.placement_policy,
                 exclude=state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms),
                 explain=False,
@@ -62,13 +69,14 @@ class Preemption(LedgerService):
                     "their beneficiaries are placed; no new victims", {},
                 )
                 continue
-            backfill = backfill_plan(state, job, now_ms, taken, exclude=outlook.exclude())
+            backfill = backfill_plan(state, job, now_ms, taken, exclude=outlook.exclude(),
+                                     fleet=outlook.fleet)
             if backfill is not None:
                 out += self._request(state, now_ms, job, backfill, outlook, taken)
                 continue
-            p = plan(state, job, now_ms, taken, exclude=outlook.exclude())
+            p = plan(state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet)
             if p.declined is not None:
-                state.preemption_memo[job.job_id] = (state.allocation_version, p.retry_at_ms)  # for wake-ups only
+                self.retry_at[job.job_id] = p.retry_at_ms  # a wake-up hint, never read by decide
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], p.details())
                 continue
             out += self._request(state, now_ms, job, p, outlook, taken)
@@ -123,7 +131,7 @@ class Preemption(LedgerService):
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         times = [
-            retry for job_id, (_, retry) in state.preemption_memo.items()
+            retry for job_id, retry in self.retry_at.items()
             if retry is not None and retry > now_ms and job_id in state.pending
         ]
         return min(times, default=None)

@@ -7,21 +7,22 @@ already being released will do), and victims chosen in one call are accounted fo
 next job's plan, so two jobs never evict two victims where one frees room for both. A
 beneficiary that cannot be placed in the outlook keeps its nominated nodes excluded.
 
-Everything is rolled back by `close()`: `decide` leaves the fleet as it found it.
+Everything happens in a copy-on-write `TrialFleet` (`self.fleet`) that is dropped with the
+outlook: the folded fleet is only read.
 """
 
 from __future__ import annotations
 
 from services.domain.ledger import JobRecord, Ledger
-from services.placement import Allocation, Placement
+from services.placement import Placement, TrialFleet
 
 
 class Outlook:
     def __init__(self, state: Ledger, now_ms: int) -> None:
         self.state = state
         self.now_ms = now_ms
-        self._released: list[Allocation] = []
-        self._holds: list[str] = []
+        self.fleet: TrialFleet = state.fleet.trial()
+        """The fleet as the outlook sees it (trial view; the folded fleet is untouched)."""
         self.held: set[str] = set()
         """Beneficiaries placed in the outlook."""
         self._unmodelled: set[str] = set()
@@ -52,7 +53,7 @@ class Outlook:
         return frozenset(out)
 
     def fits(self, job: JobRecord) -> bool:
-        placed = self.state.fleet.place(
+        placed = self.fleet.place(
             self.state.gang_request(job), self.state.config.policy.placement_policy,
             exclude=self.exclude(), explain=False,
         )
@@ -61,27 +62,17 @@ class Outlook:
     def land(self, job: JobRecord, victims: list[str]) -> Placement | None:
         """Release `victims` and place `job` in the outlook; None (and nothing changed) when
         the job would still not fit."""
-        fleet = self.state.fleet
+        fleet = self.fleet.fork()  # kept only if the job fits
         present = set(fleet.allocation_ids())
-        released = [fleet.release(a) for a in victims if a in present]
+        for a in victims:
+            if a in present:
+                fleet.release(a)
         request = self.state.gang_request(job)
         placed = fleet.place(request, self.state.config.policy.placement_policy,
                              exclude=self.exclude(), explain=False)
         if not isinstance(placed, Placement):
-            for alloc in reversed(released):
-                fleet.allocate(alloc.allocation_id, alloc.tenant, alloc.placement, alloc.request)
             return None
-        hold = f"outlook:{job.job_id}"
-        fleet.allocate(hold, job.tenant, placed, request)
-        self._released += released
-        self._holds.append(hold)
+        fleet.allocate(f"outlook:{job.job_id}", job.tenant, placed, request)
+        self.fleet = fleet
         self.held.add(job.job_id)
         return placed
-
-    def close(self) -> None:
-        fleet = self.state.fleet
-        for hold in reversed(self._holds):
-            fleet.release(hold)
-        for alloc in reversed(self._released):
-            fleet.allocate(alloc.allocation_id, alloc.tenant, alloc.placement, alloc.request)
-        self._holds, self._released = [], []

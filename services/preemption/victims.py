@@ -212,7 +212,7 @@ def smallest_sufficient(ordered: list[Candidate], fits, pruned: list[dict[str, A
 
 def relocation(
     state: Ledger, job: JobRecord, request, placement_policy: str, exclude: frozenset[str],
-    exclusions: list[Exclusion],
+    exclusions: list[Exclusion], fleet=None,
 ) -> Candidate | None:
     """A job within its tenant's guarantee that is blocked by fragmentation alone: move one
     allocation of a tenant that is itself within its guarantee (excluded as
@@ -225,7 +225,7 @@ def relocation(
         return None
     guarded = sorted((x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
                      key=Candidate.sort_key)
-    fleet = state.fleet
+    fleet = state.fleet.trial() if fleet is None else fleet
     for cand in guarded:
         alloc_id = cand.rec.allocation_id
         try:
@@ -236,15 +236,10 @@ def relocation(
                              assume_released=(alloc_id,), explain=False)
         if not isinstance(placed, Placement):
             continue
-        fleet.release(alloc_id)  # tentative: restored below, the fleet is left as found
-        try:
-            fleet.allocate("~relocation", job.tenant, placed, request)
-            try:
-                again = fleet.place(held.request, placement_policy, exclude=exclude, explain=False)
-            finally:
-                fleet.release("~relocation")
-        finally:
-            fleet.allocate(alloc_id, held.tenant, held.placement, held.request)
+        moved = fleet.fork()  # trial: the victim gone, the job placed
+        moved.release(alloc_id)
+        moved.allocate("~relocation", job.tenant, placed, request)
+        again = moved.place(held.request, placement_policy, exclude=exclude, explain=False)
         if isinstance(again, Placement):
             exclusions[:] = [x for x in exclusions if x.candidate is not cand]
             return dataclasses.replace(cand, reason=PreemptionReason.Defragment)
@@ -252,10 +247,13 @@ def relocation(
 
 
 def plan(
-    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None,
+    fleet=None,
 ) -> Plan:
     """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
-    off limits (default: every node nominated to another job)."""
+    off limits (default: every node nominated to another job); `fleet`: the trial view to
+    plan on (default: a fresh view of the folded fleet, which is only read)."""
+    fleet = state.fleet.trial() if fleet is None else fleet
     result = Plan()
     cands = [c for c in candidates(state, job, now_ms, result.exclusions, taken)
              if c.rec.allocation_id not in taken]
@@ -268,13 +266,13 @@ def plan(
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)
-        placed = state.fleet.place(
+        placed = fleet.place(
             request, placement_policy, exclude=exclude, assume_released=released, explain=False
         )
         return isinstance(placed, Placement)
 
     if not cands or not fits(cands):
-        move = relocation(state, job, request, placement_policy, exclude, result.exclusions)
+        move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet)
         if move is not None:
             result.victims = [move]
             return result
@@ -340,7 +338,8 @@ def lost_work_bound(state: Ledger, chosen: list[Candidate]) -> tuple[str, str] |
 
 
 def backfill_plan(
-    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str]
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str],
+    fleet=None,
 ) -> Plan | None:
     """The smallest set of the work backfilled on `job`'s reservation whose eviction makes
     `job` placeable now (reason `Backfill`), or None when evicting all of it would not.
@@ -366,13 +365,14 @@ def backfill_plan(
     # least work at risk first, then smallest, most recently started (borrowing and priority
     # do not matter: every one of them agreed to leave)
     cands.sort(key=backfill_key)
+    view = state.fleet.trial() if fleet is None else fleet
     request = state.gang_request(job)
     placement_policy = state.config.policy.placement_policy
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)
-        return isinstance(state.fleet.place(request, placement_policy, exclude=exclude,
-                                            assume_released=released, explain=False), Placement)
+        return isinstance(view.place(request, placement_policy, exclude=exclude,
+                                     assume_released=released, explain=False), Placement)
 
     if not fits(cands):
         return None

@@ -31,6 +31,9 @@ class Quota(LedgerService):
         # ledger replaces that mapping on every FairShareUpdated, never mutates it
         self._quiet: tuple = (None, None)
 
+    def cache_defaults(self) -> dict:
+        return {"_capacity": (-1, 0), "_shares": {}, "_quiet": (None, None)}
+
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not state.config.tenants:
             return []

@@ -4,7 +4,8 @@ and places pending gangs atomically in queue order.
 Level-triggered: every call looks at the ledger afresh. Settling and placing never happen in
 one call: when settling produced events, placement waits for them to be folded, so it always
 sees the capacity they release. Within one call, tentative allocations make later jobs see
-the capacity earlier jobs took; they are rolled back before returning.
+the capacity earlier jobs took; they go to a copy-on-write `TrialFleet` that is dropped on
+return, so `decide` never writes the folded state.
 """
 
 from __future__ import annotations
@@ -188,136 +189,124 @@ class Scheduler(LedgerService):
     def _place(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
         policy = state.config.policy.placement_policy
-        tentative: list[str] = []
+        trial = state.fleet.trial()  # tentative allocations live here; thrown away on return
         usage = dict(state.tenant_gpu_milli)
         fixed = dict(state.tenant_fixed_gpu_milli)
         fixed_model = dict(state.tenant_fixed_by_model)
         placed: set[str] = set()
         reservation: Reservation | None = None
-        try:
-            for position, job in enumerate(ordered_pending(state, now_ms)):
-                if job.cancel_requested:
-                    continue
-                # capacity freed by preemption is kept for its beneficiaries; beneficiaries
-                # share it among themselves in queue order (tentative allocations keep them
-                # apart), so two whose victims shared a node never lock each other out
-                exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
-                    except_jobs=placed | {job.job_id}, now_ms=now_ms)
-                held_back = False
-                backfill_for: str | None = None
-                if reservation is not None and not may_backfill(job, now_ms, reservation):
-                    if may_backfill_preemptibly(state, job, reservation):
-                        backfill_for = reservation.job_id  # on reserved nodes only if need be
-                    else:
-                        held_back = not reservation.nodes <= exclude
-                        exclude = exclude | reservation.nodes
-                need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
-                over_models: list[tuple[str, int, int]] = []
-                unrestricted = exclude
-                if not job.preemptible:  # per-model guarantees bind non-preemptible work
-                    over_models = self._models_over_guarantee(state, job, fixed_model, need)
-                    if over_models:
-                        exclude = exclude | self._nodes_with_models(state, {m for m, _, _ in over_models})
-                memo = state.placement_memo.get(job.job_id)
-                if memo is not None and memo[0] == (state.capacity_version, exclude) and not (
-                    reservation is None and job.reason in CAPACITY_REASONS and starving(state, job, now_ms)
-                ):
-                    continue
-                block = self._quota_block(state, job, usage, fixed, need)
-                if block is not None:
-                    out += self._pending(state, now_ms, job, block[0], block[1],
-                                         {"queue_position": position})
-                    continue
-                result = None
-                if backfill_for is not None:  # off the reserved nodes when it fits there
-                    assert reservation is not None
-                    result = state.fleet.place(state.gang_request(job), policy,
-                                               exclude=exclude | reservation.nodes, explain=False)
-                    if isinstance(result, Placement):
-                        backfill_for = None
-                if not isinstance(result, Placement):
-                    result = state.fleet.place(state.gang_request(job), policy, exclude=exclude)
-                    if backfill_for is not None and isinstance(result, Placement) and not (
-                        {m.node for m in result.members} & reservation.nodes  # type: ignore[union-attr]
-                    ):
-                        backfill_for = None
-                if isinstance(result, Placement):
-                    alloc_id = f"{job.job_id}#{job.attempts + 1}"
-                    state.fleet.allocate(alloc_id, job.tenant, result, state.gang_request(job))
-                    tentative.append(alloc_id)
-                    placed.add(job.job_id)
-                    members = to_members(result)
-                    gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
-                    tenant = state.config.tenants.get(job.tenant)
-                    used = usage.get(job.tenant, 0)
-                    usage[job.tenant] = used + gpu_milli
-                    if not job.preemptible:
-                        fixed[job.tenant] = fixed.get(job.tenant, 0) + gpu_milli
-                        per_member = job.spec.resources.gpu_milli_total()
-                        for model, milli in state.member_models(members, per_member).items():
-                            key = (job.tenant, model)
-                            fixed_model[key] = fixed_model.get(key, 0) + milli
-                    out.append(
-                        self.emit(
-                            state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
-                            job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
-                            members=members,
-                            borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
-                            resume_step=job.resume_step, backfill_for=backfill_for,
-                        )
-                    )
+        for position, job in enumerate(ordered_pending(state, now_ms)):
+            if job.cancel_requested:
+                continue
+            # capacity freed by preemption is kept for its beneficiaries; beneficiaries
+            # share it among themselves in queue order (tentative allocations keep them
+            # apart), so two whose victims shared a node never lock each other out
+            exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
+                except_jobs=placed | {job.job_id}, now_ms=now_ms)
+            held_back = False
+            backfill_for: str | None = None
+            if reservation is not None and not may_backfill(job, now_ms, reservation):
+                if may_backfill_preemptibly(state, job, reservation):
+                    backfill_for = reservation.job_id  # on reserved nodes only if need be
                 else:
-                    details = dict(result.details)
-                    details["queue_position"] = position
-                    reason, message = result.reason, result.message
-                    if held_back and isinstance(state.fleet.place(
-                        state.gang_request(job), policy, exclude=exclude - reservation.nodes,
-                        explain=False,
-                    ), Placement):
-                        reason = PendingReason.Reserved
-                        message = (
-                            f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
-                            f"{reservation.job_id} (expected start {instant(reservation.expected_start_ms)}); "
-                            + ("it is landing: its backfilled work is being evicted"
-                               if reservation.landing else "the job's duration would run past it")
+                    held_back = not reservation.nodes <= exclude
+                    exclude = exclude | reservation.nodes
+            need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+            over_models: list[tuple[str, int, int]] = []
+            unrestricted = exclude
+            if not job.preemptible:  # per-model guarantees bind non-preemptible work
+                over_models = self._models_over_guarantee(state, job, fixed_model, need)
+                if over_models:
+                    exclude = exclude | self._nodes_with_models(state, {m for m, _, _ in over_models})
+            block = self._quota_block(state, job, usage, fixed, need)
+            if block is not None:
+                out += self._pending(state, now_ms, job, block[0], block[1],
+                                     {"queue_position": position})
+                continue
+            result = None
+            if backfill_for is not None:  # off the reserved nodes when it fits there
+                assert reservation is not None
+                result = trial.place(state.gang_request(job), policy,
+                                           exclude=exclude | reservation.nodes, explain=False)
+                if isinstance(result, Placement):
+                    backfill_for = None
+            if not isinstance(result, Placement):
+                result = trial.place(state.gang_request(job), policy, exclude=exclude)
+                if backfill_for is not None and isinstance(result, Placement) and not (
+                    {m.node for m in result.members} & reservation.nodes  # type: ignore[union-attr]
+                ):
+                    backfill_for = None
+            if isinstance(result, Placement):
+                alloc_id = f"{job.job_id}#{job.attempts + 1}"
+                trial.allocate(alloc_id, job.tenant, result, state.gang_request(job))
+                placed.add(job.job_id)
+                members = to_members(result)
+                gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
+                tenant = state.config.tenants.get(job.tenant)
+                used = usage.get(job.tenant, 0)
+                usage[job.tenant] = used + gpu_milli
+                if not job.preemptible:
+                    fixed[job.tenant] = fixed.get(job.tenant, 0) + gpu_milli
+                    per_member = job.spec.resources.gpu_milli_total()
+                    for model, milli in state.member_models(members, per_member).items():
+                        key = (job.tenant, model)
+                        fixed_model[key] = fixed_model.get(key, 0) + milli
+                out.append(
+                    self.emit(
+                        state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
+                        job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
+                        members=members,
+                        borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
+                        resume_step=job.resume_step, backfill_for=backfill_for,
+                    )
+                )
+            else:
+                details = dict(result.details)
+                details["queue_position"] = position
+                reason, message = result.reason, result.message
+                if held_back and isinstance(trial.place(
+                    state.gang_request(job), policy, exclude=exclude - reservation.nodes,
+                    explain=False,
+                ), Placement):
+                    reason = PendingReason.Reserved
+                    message = (
+                        f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
+                        f"{reservation.job_id} (expected start {instant(reservation.expected_start_ms)}); "
+                        + ("it is landing: its backfilled work is being evicted"
+                           if reservation.landing else "the job's duration would run past it")
+                    )
+                    details["reservation"] = reservation.describe()
+                if over_models and isinstance(trial.place(
+                    state.gang_request(job), policy, exclude=unrestricted, explain=False,
+                ), Placement):
+                    reason = PendingReason.NonPreemptibleOverQuota
+                    message = "; ".join(
+                        f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
+                        f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
+                        f"{guaranteed / 1000:g} guaranteed {model} GPUs, job needs {need / 1000:g}"
+                        for model, used, guaranteed in over_models
+                    )
+                    details["models_over_guarantee"] = [
+                        {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
+                        for m, u, g in over_models
+                    ]
+                if reservation is None and reason in CAPACITY_REASONS and starving(state, job, now_ms):
+                    reservation = reserve(state, job, now_ms, exclude, trial)
+                    if reservation is not None:
+                        message += (
+                            f"; reserved {', '.join(sorted(reservation.nodes))} from "
+                            f"{instant(reservation.expected_start_ms)}"
                         )
                         details["reservation"] = reservation.describe()
-                    else:
-                        state.placement_memo[job.job_id] = ((state.capacity_version, exclude), result)
-                    if over_models and isinstance(state.fleet.place(
-                        state.gang_request(job), policy, exclude=unrestricted, explain=False,
-                    ), Placement):
-                        reason = PendingReason.NonPreemptibleOverQuota
-                        message = "; ".join(
-                            f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
-                            f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
-                            f"{guaranteed / 1000:g} guaranteed {model} GPUs, job needs {need / 1000:g}"
-                            for model, used, guaranteed in over_models
-                        )
-                        details["models_over_guarantee"] = [
-                            {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
-                            for m, u, g in over_models
-                        ]
-                    if reservation is None and reason in CAPACITY_REASONS and starving(state, job, now_ms):
-                        reservation = reserve(state, job, now_ms, exclude)
-                        if reservation is not None:
-                            message += (
-                                f"; reserved {', '.join(sorted(reservation.nodes))} from "
-                                f"{instant(reservation.expected_start_ms)}"
-                            )
-                            details["reservation"] = reservation.describe()
-                    releasing = self._releasing(state, job)
-                    if releasing:
-                        reason = PendingReason.WaitingForPreemptedWorkloads
-                        message = "waiting for " + ", ".join(
-                            f"{r.job_id} to checkpoint and exit (deadline "
-                            f"{instant(r.preemption.deadline_ms)})" for r in releasing
-                        ) + f"; {result.message}"
-                        details["preempted_for_it"] = [r.job_id for r in releasing]
-                    out += self._pending(state, now_ms, job, reason, message, details)
-        finally:
-            for alloc_id in tentative:
-                state.fleet.release(alloc_id)
+                releasing = self._releasing(state, job)
+                if releasing:
+                    reason = PendingReason.WaitingForPreemptedWorkloads
+                    message = "waiting for " + ", ".join(
+                        f"{r.job_id} to checkpoint and exit (deadline "
+                        f"{instant(r.preemption.deadline_ms)})" for r in releasing
+                    ) + f"; {result.message}"
+                    details["preempted_for_it"] = [r.job_id for r in releasing]
+                out += self._pending(state, now_ms, job, reason, message, details)
         return out
 
     @staticmethod

@@ -54,7 +54,12 @@ def starving(state: Ledger, job: JobRecord, now_ms: int) -> bool:
     return after > 0 and now_ms - job.pending_since_ms >= after * 1000
 
 
-def reserve(state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str]) -> Reservation | None:
+def reserve(
+    state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str], fleet=None,
+) -> Reservation | None:
+    """The reservation of a starving `job`, measured on `fleet` (the decider's trial view;
+    default the folded fleet, only read)."""
+    fleet = state.fleet if fleet is None else fleet
     backfill = sorted(a for a in state.backfills.get(job.job_id, ()) if a in state.active)
     ending: list[tuple[int, str, str]] = []
     for alloc_id in sorted(state.active):
@@ -70,7 +75,7 @@ def reserve(state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str])
     policy = state.config.policy.placement_policy
 
     def attempt(k: int):
-        return state.fleet.place(request, policy, exclude=exclude,
+        return fleet.place(request, policy, exclude=exclude,
                                  assume_released=[a for _, a, _ in ending[:k]], explain=False)
 
     if not ending or not isinstance(attempt(len(ending)), Placement):
@@ -88,7 +93,7 @@ def reserve(state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str])
     waiting = tuple(sorted({j for _, a, j in ending[:lo] if a not in backfill
                             and set(state.allocations[a].nodes()) & nodes}))
     backfilled = tuple(sorted({state.allocations[a].job_id for a in backfill}))
-    landing = bool(backfill) and isinstance(state.fleet.place(
+    landing = bool(backfill) and isinstance(fleet.place(
         request, policy, exclude=exclude, assume_released=backfill, explain=False), Placement)
     return Reservation(job.job_id, nodes, ending[lo - 1][0], waiting, backfilled, landing)
 
