@@ -94,7 +94,7 @@ def simulate(
         m = data["metrics"]
         states: dict[str, int] = {}
         for j in data["jobs"]:
-            states[j["state"]] = states.get(j["state"], 0) + 1
+            states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
         typer.echo(
             f"\n{len(data['jobs'])} jobs {states}; {data['events']} events; t={data['final_time_s']:.0f}s; "
             f"preemptions {m['preemptions']}, lost {m['lost_gpu_hours']:.3f} GPU-h, "

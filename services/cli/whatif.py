@@ -149,7 +149,7 @@ def replay(
         _project(out, duckdb)
     states: dict[str, int] = {}
     for j in data["jobs"]:
-        states[j["state"]] = states.get(j["state"], 0) + 1
+        states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
     m = data["metrics"]
     typer.echo(
         f"replayed {len(entries)} recorded events -> {len(sim.log)} events in {elapsed:.2f}s "

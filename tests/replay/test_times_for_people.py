@@ -68,3 +68,16 @@ def test_iso_dates_match_the_standard_calendar():
     for ms in (946_684_800_000, 951_782_400_000, 1_795_450_000_000, 4_102_444_800_000,
                *range(946_684_800_000, 4_102_444_800_000, 86_399_999_937)):
         assert instant(ms) == datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_run_summaries_name_job_states_by_their_plain_names(tmp_path):
+    """`simulate` and `replay` end with `jobs {...}`: states as users write them, never enum
+    reprs (`<JobState.completed: 'completed'>`)."""
+    from tests.integration.cluster import EXAMPLES, cli
+
+    log = tmp_path / "three.jsonl"
+    simulated = cli("simulate", str(EXAMPLES / "three-jobs.yaml"), "--log", str(log))
+    replayed = cli("replay", str(log), "--out", str(tmp_path / "again.jsonl"))
+    for run in (simulated, replayed):
+        assert run.returncode == 0, run.stderr
+        assert "jobs {'completed': 3, 'rejected': 1}" in run.stdout and "JobState" not in run.stdout
