@@ -18,7 +18,10 @@ import typer
 import yaml
 
 import events as ev
-from services.cli.main import app, fail, fail_input
+from services.cli.common import fail, fail_input
+
+# This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
+app = typer.Typer()
 
 DEFAULT_DATA = Path(".gpuledger")
 URL_FILE = "nats-url"

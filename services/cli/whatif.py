@@ -10,7 +10,10 @@ from pathlib import Path
 
 import typer
 
-from services.cli.main import app, fail, fail_input
+from services.cli.common import fail, fail_input
+
+# This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
+app = typer.Typer()
 
 
 def _progress(enabled: bool):
