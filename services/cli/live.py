@@ -595,6 +595,7 @@ def demo(
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
     a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
     projection in --data (a previous demo's data there is replaced)."""
+    from projections.store import wait_for_projection
     from replay import live_player
     from replay.report import job_rows
     from replay.scenario import ScenarioError, load
@@ -639,7 +640,7 @@ def demo(
                     typer.echo(f"{row['id']:<12}{row['tenant']:<10}{row['priority_class']:<12}{row['state']:<11}"
                                f"{len(row['placements']):>7}{len(row['preemptions']):>10}  {lost:.1f}")
                 typer.echo(f"\n{len(log)} events on the bus; wall time {time.monotonic() - started:.1f}s")
-                await live_player.wait_for_projection(data / "projection.duckdb", log[-1][0] if log else 0, 20)
+                await wait_for_projection(data / "projection.duckdb", log[-1][0] if log else 0, 20)
                 typer.echo(f"projection: {data / 'projection.duckdb'} — try `gpuledger why pretrain`, "
                            "`gpuledger jobs`, `gpuledger sql \"SELECT * FROM who_preempted\"`")
             finally:

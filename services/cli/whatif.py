@@ -154,7 +154,7 @@ def replay(
 
 def _project(log: Path, db: Path) -> None:
     try:
-        from projections.runner import rebuild  # type: ignore[attr-defined]
+        from projections.store import rebuild
     except ImportError:
         fail("projections are not available in this build", 2)
     rebuild(log, db)
