@@ -50,7 +50,7 @@ _ARROW_TYPES = {
 
 
 def _sql(name: str) -> str:
-    return resources.files("projections").joinpath(name).read_text()
+    return resources.files(__package__).joinpath(name).read_text()
 
 
 def schema_sql() -> str:

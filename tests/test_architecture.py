@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+# gpuledger-namespace: keep-strings  (module names here are repository-relative; the
+# installed `gpuledger.` prefix is stripped before comparing)
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuledger."  # the installed name of the repository's top-level packages
 CORE_PACKAGES = ["events", "services/domain", "services/placement", "services/admission",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+# gpuledger-namespace: keep-strings  (module names here are repository-relative; the
+# installed `gpuledger.` prefix is stripped before comparing)
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("events", "services", "projections", "replay")
 NAMESPACE = "gpuledger."  # the installed name of the four packages
