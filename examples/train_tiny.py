@@ -22,7 +22,12 @@ from pathlib import Path
 try:
     from services.node_agent import checkpoint
 except ImportError:  # run from a source checkout without installing gpuledger
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import types
+
+    _checkout = str(Path(__file__).resolve().parents[1])
+    sys.path.insert(0, _checkout)
+    # The installed name `gpuledger.services...` maps onto the checkout's folders.
+    sys.modules.setdefault("gpuledger", types.ModuleType("gpuledger")).__path__ = [_checkout]
     from services.node_agent import checkpoint
 
 

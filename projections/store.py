@@ -9,6 +9,8 @@ duplicate (seq <= last_seq) is skipped and a gap raises `SequenceGap`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -48,7 +50,7 @@ _ARROW_TYPES = {
 
 
 def _sql(name: str) -> str:
-    return resources.files("projections").joinpath(name).read_text()
+    return resources.files(__package__).joinpath(name).read_text()
 
 
 def schema_sql() -> str:
@@ -125,6 +127,22 @@ def connect_readonly(
             if time.monotonic() >= deadline:
                 raise
             time.sleep(poll_s)
+
+
+async def wait_for_projection(db_path, seq: int, timeout_s: float, poll_s: float = 0.3) -> bool:
+    """Until the projection at `db_path` has applied `seq` (the projector commits in batches)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            con = connect_readonly(db_path)
+            try:
+                (last,) = con.execute("SELECT last_seq FROM projector_meta").fetchone()
+            finally:
+                con.close()
+            if last >= seq:
+                return True
+        await asyncio.sleep(poll_s)
+    return False
 
 
 class Store:
@@ -534,5 +552,6 @@ __all__ = [
     "Store",
     "catch_up",
     "connect_readonly",
+    "wait_for_projection",
     "rebuild",
 ]

@@ -79,21 +79,3 @@ async def wait_for_jobs(bus, job_ids: list[str], timeout_s: float, poll_s: float
         if time.monotonic() > deadline:
             return ledger
         await asyncio.sleep(poll_s)
-
-
-async def wait_for_projection(db_path, seq: int, timeout_s: float, poll_s: float = 0.3) -> bool:
-    """Until the projection at `db_path` has applied `seq` (the projector commits in batches)."""
-    from projections.store import connect_readonly
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            con = connect_readonly(db_path)
-            try:
-                (last,) = con.execute("SELECT last_seq FROM projector_meta").fetchone()
-            finally:
-                con.close()
-            if last >= seq:
-                return True
-        await asyncio.sleep(poll_s)
-    return False

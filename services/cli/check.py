@@ -12,8 +12,10 @@ import typer
 import yaml
 
 import events as ev
-from services.cli.main import app
 from services.domain.inputs import InputError
+
+# This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
+app = typer.Typer()
 
 
 class Kind(StrEnum):

@@ -18,7 +18,10 @@ import typer
 import yaml
 
 import events as ev
-from services.cli.main import app, fail, fail_input
+from services.cli.common import fail, fail_input
+
+# This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
+app = typer.Typer()
 
 DEFAULT_DATA = Path(".gpuledger")
 URL_FILE = "nats-url"
@@ -588,6 +591,7 @@ def demo(
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
     a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
     projection in --data (a previous demo's data there is replaced)."""
+    from projections.store import wait_for_projection
     from replay import live_player
     from replay.report import job_rows
     from replay.scenario import ScenarioError, load
@@ -632,7 +636,7 @@ def demo(
                     typer.echo(f"{row['id']:<12}{row['tenant']:<10}{row['priority_class']:<12}{row['state']:<11}"
                                f"{len(row['placements']):>7}{len(row['preemptions']):>10}  {lost:.1f}")
                 typer.echo(f"\n{len(log)} events on the bus; wall time {time.monotonic() - started:.1f}s")
-                await live_player.wait_for_projection(data / "projection.duckdb", log[-1][0] if log else 0, 20)
+                await wait_for_projection(data / "projection.duckdb", log[-1][0] if log else 0, 20)
                 typer.echo(f"projection: {data / 'projection.duckdb'} — try `gpuledger why pretrain`, "
                            "`gpuledger jobs`, `gpuledger sql \"SELECT * FROM who_preempted\"`")
             finally:

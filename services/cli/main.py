@@ -7,24 +7,37 @@ from pathlib import Path
 
 import typer
 
+from services.cli import audit, bench, check, live, nodes, whatif, whatif_io
+from services.cli.common import fail, fail_input
+from services.cli.helptext import reflow_tree
+
+
+def _version(value: bool) -> None:
+    """Eager `--version`: print `gpuledger VERSION` (the installed distribution's) and exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"gpuledger {version('gpuledger')}")
+        except PackageNotFoundError:
+            typer.echo("gpuledger (not installed)")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     help="gpuledger: an event-sourced GPU cluster scheduler.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 
-def fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def fail_input(exc, file: object = None) -> None:
-    """Print an InputError's problems, one `error: FILE: key.path: what` line each; exit 2."""
-    for line in exc.lines(None if file is None else str(file)):
-        typer.echo(line, err=True)
-    raise typer.Exit(2)
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the installed version and exit."),
+) -> None:
+    """gpuledger: an event-sourced GPU cluster scheduler."""
 
 
 @app.command()
@@ -102,14 +115,15 @@ def simulate(
         )
 
 
-# Each module registers its commands on `app` when imported.
-from services.cli import audit as _audit  # noqa: E402
-from services.cli import check as _check  # noqa: E402,F401
-from services.cli import live as _live  # noqa: E402,F401
-from services.cli import nodes as _nodes  # noqa: E402,F401
-from services.cli import whatif as _whatif  # noqa: E402,F401
-from services.cli import whatif_io as _whatif_io  # noqa: E402,F401
-from services.cli.bench import bench_app  # noqa: E402
-
-_audit.register(app, nodes=False)
-app.add_typer(bench_app, name="bench")
+# The whole command tree, mounted explicitly: a module never registers itself on import.
+app.add_typer(check.app)  # check
+app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
+app.add_typer(whatif.app)  # export, verify, replay
+app.add_typer(whatif_io.app)  # compare
+audit_app = typer.Typer()
+audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
+app.add_typer(audit_app)
+app.add_typer(nodes.nodes_app, name="nodes")
+app.add_typer(whatif_io.import_app, name="import")
+app.add_typer(bench.bench_app, name="bench")
+reflow_tree(app)

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import typer
 
-from services.cli.main import app, fail
+from services.cli.common import fail
 
 nodes_app = typer.Typer(help="Nodes: the projected table (default) or this host's GPUs (discover).",
                         invoke_without_command=True)
-app.add_typer(nodes_app, name="nodes")
 
 
 @nodes_app.callback()

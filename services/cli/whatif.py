@@ -10,7 +10,10 @@ from pathlib import Path
 
 import typer
 
-from services.cli.main import app, fail, fail_input
+from services.cli.common import fail, fail_input
+
+# This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
+app = typer.Typer()
 
 
 def _progress(enabled: bool):
@@ -161,7 +164,7 @@ def replay(
 
 def _project(log: Path, db: Path) -> None:
     try:
-        from projections.runner import rebuild  # type: ignore[attr-defined]
+        from projections.store import rebuild
     except ImportError:
         fail("projections are not available in this build", 2)
     rebuild(log, db)

@@ -1,7 +1,7 @@
 """What-if I/O commands: `import alibaba-openb` (trace -> log) and `compare A B` (two logs).
 
 Thin: argument handling and output only; the work is in `replay.importers` and
-`replay.compare`. Registered on the main app when this module is imported.
+`replay.compare`. services/cli/main.py mounts `import_app` and `app` on the main app.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from pathlib import Path
 
 import typer
 
-from services.cli.main import app, fail
+from services.cli.common import fail
 
 import_app = typer.Typer(
     help="Import a public trace as a log of external inputs (replay it with `gpuledger replay`).",
     no_args_is_help=True,
 )
-app.add_typer(import_app, name="import")
+
+# `compare`; services/cli/main.py mounts it and `import_app` (as `import`) on the `gpuledger` app.
+app = typer.Typer()
 
 
 @import_app.command("alibaba-openb")

@@ -6,7 +6,7 @@ without events (benchmarks); this module is the only place the two meet.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from events import JobSpec, MemberPlacement, NodeInfo
 from services.placement import (
@@ -18,8 +18,11 @@ from services.placement import (
     Placement,
 )
 
-if TYPE_CHECKING:
-    from services.domain.ledger import JobRecord
+
+class HasSpec(Protocol):
+    """Anything carrying a job's spec (the ledger's JobRecord); keeps this module below the ledger."""
+
+    spec: JobSpec
 
 
 def node_spec(info: NodeInfo) -> NodeSpec:
@@ -44,7 +47,7 @@ def node_spec(info: NodeInfo) -> NodeSpec:
     )
 
 
-def gang_request(job: JobRecord, allow_timeslice: bool = False) -> GangRequest:
+def gang_request(job: HasSpec, allow_timeslice: bool = False) -> GangRequest:
     return gang_request_for(job.spec, allow_timeslice)
 
 

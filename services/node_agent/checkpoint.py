@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.node_agent.outcome import EXIT_CHECKPOINTED  # noqa: F401  (part of this API)
+
 ENV_CHECKPOINT_DIR = "GPULEDGER_CHECKPOINT_DIR"
 ENV_RESUME = "GPULEDGER_RESUME"
 ENV_JOB_ID = "GPULEDGER_JOB_ID"
@@ -34,8 +36,8 @@ ENV_ALLOCATION_ID = "GPULEDGER_ALLOCATION_ID"
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
 
-#: Exit code meaning "I saved a checkpoint and exit because I was asked to" (EX_TEMPFAIL).
-EXIT_CHECKPOINTED = 75
+# EXIT_CHECKPOINTED (75, EX_TEMPFAIL): "I saved a checkpoint and exit because I was asked to";
+# defined with the pure outcome table that reads it.
 
 
 def marker_path(directory: str | os.PathLike[str], rank: int) -> Path:

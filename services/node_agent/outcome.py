@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from services.node_agent.checkpoint import EXIT_CHECKPOINTED
+#: Exit code meaning "I saved a checkpoint and exit because I was asked to" (EX_TEMPFAIL); the
+#: job side (`checkpoint.EXIT_CHECKPOINTED`) re-exports it.
+EXIT_CHECKPOINTED = 75
 
 Outcome = Literal["completed", "failed", "preempted"]
 

@@ -6,7 +6,6 @@ import json
 
 from typer.testing import CliRunner
 
-import services.cli.nodes  # noqa: F401  (registers the command)
 from services.cli.main import app
 from services.node_agent import nvml_discovery
 from tests.node_agent.test_agent import _NoNvml

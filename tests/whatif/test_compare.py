@@ -9,7 +9,6 @@ import pytest
 from typer.testing import CliRunner
 
 import events as ev
-import services.cli.whatif_io  # noqa: F401  (registers import/compare on the app)
 from events import GpuInfo, GpuSample, JobSpec, MemberPlacement, NodeInfo, Resources, TenantShare
 from replay.compare import compare, jain, load, percentile, rows, summarize
 from replay.logio import write_log
