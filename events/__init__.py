@@ -3,13 +3,13 @@
 Pure data: imports msgspec and the standard library only.
 """
 
-from events.catalog import *  # noqa: F403
-from events.catalog import ALL_EVENTS, CLIENT_EVENTS, CONFIG_EVENTS, Policy
-from events.codec import UndecodableEvent, decode, encode, from_builtins, to_builtins
-from events.envelope import Decision, Event
-from events.ids import InvalidId, derive_event_id, validate_tenant, validate_token
-from events.received import MAX_CLIENT_SKEW_MS, at_receipt
-from events.specs import (
+from gpuledger.events.catalog import *  # noqa: F403
+from gpuledger.events.catalog import ALL_EVENTS, CLIENT_EVENTS, CONFIG_EVENTS, Policy
+from gpuledger.events.codec import UndecodableEvent, decode, encode, from_builtins, to_builtins
+from gpuledger.events.envelope import Decision, Event
+from gpuledger.events.ids import InvalidId, derive_event_id, validate_tenant, validate_token
+from gpuledger.events.received import MAX_CLIENT_SKEW_MS, at_receipt
+from gpuledger.events.specs import (
     CheckpointPolicy,
     GpuInfo,
     GpuSample,
@@ -19,7 +19,7 @@ from events.specs import (
     Resources,
     TenantShare,
 )
-from events.subjects import subject_for
+from gpuledger.events.subjects import subject_for
 
 __all__ = [
     "MAX_CLIENT_SKEW_MS",

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from events.envelope import Decision, Event
-from events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantShare
+from gpuledger.events.envelope import Decision, Event
+from gpuledger.events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantShare
 
 # ---------------------------------------------------------------- clients (CLI / CI)
 

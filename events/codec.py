@@ -12,10 +12,10 @@ from typing import Any, Union
 
 import msgspec
 
-from events.catalog import ALL_EVENTS
-from events.envelope import Event
-from events.limits import LimitExceeded, check_numbers, check_raw, may_hold_big_numbers
-from events.upcasters import UPCASTERS
+from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.events.envelope import Event
+from gpuledger.events.limits import LimitExceeded, check_numbers, check_raw, may_hold_big_numbers
+from gpuledger.events.upcasters import UPCASTERS
 
 AnyEvent = Union[tuple(ALL_EVENTS)]  # type: ignore[valid-type]  # noqa: UP007
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import msgspec
 
-from events.catalog import CLIENT_EVENTS, CONFIG_EVENTS
-from events.envelope import Event
+from gpuledger.events.catalog import CLIENT_EVENTS, CONFIG_EVENTS
+from gpuledger.events.envelope import Event
 
 MAX_CLIENT_SKEW_MS = 5 * 60 * 1000
 """A client time further than this from the stream's receive time is replaced by it."""

@@ -6,7 +6,7 @@ from typing import Any, Union
 
 import msgspec
 
-from events.catalog import CLIENT_EVENTS, CONFIG_EVENTS
+from gpuledger.events.catalog import CLIENT_EVENTS, CONFIG_EVENTS
 
 
 def client_schema() -> dict[str, Any]:

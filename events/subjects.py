@@ -18,9 +18,9 @@ must itself be publishable, or the submitter would never hear of it.
 
 from __future__ import annotations
 
-from events import catalog as c
-from events.envelope import Event
-from events.ids import InvalidId, validate_tenant, validate_token
+from gpuledger.events import catalog as c
+from gpuledger.events.envelope import Event
+from gpuledger.events.ids import InvalidId, validate_tenant, validate_token
 
 STREAM = "GPULEDGER"
 ALL = "gl.>"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 try:
-    from services.node_agent import checkpoint
+    from gpuledger.services.node_agent import checkpoint
 except ImportError:  # run from a source checkout without installing gpuledger
     import types
 
@@ -28,7 +28,7 @@ except ImportError:  # run from a source checkout without installing gpuledger
     sys.path.insert(0, _checkout)
     # The installed name `gpuledger.services...` maps onto the checkout's folders.
     sys.modules.setdefault("gpuledger", types.ModuleType("gpuledger")).__path__ = [_checkout]
-    from services.node_agent import checkpoint
+    from gpuledger.services.node_agent import checkpoint
 
 
 def save(directory: Path, rank: int, step: int) -> Path:

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import events as ev
-from projections.store import Projector, rebuild
-from replay.logio import write_log
-from services.runtime.gctune import fewer_gc_passes
+from gpuledger import events as ev
+from gpuledger.projections.store import Projector, rebuild
+from gpuledger.replay.logio import write_log
+from gpuledger.services.runtime.gctune import fewer_gc_passes
 
 
 def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[int, str, ev.Event]]:

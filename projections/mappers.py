@@ -29,9 +29,9 @@ from typing import Any
 
 import msgspec
 
-import events as ev
-from services.domain.acceptance import admit
-from services.domain.ledger import Ledger
+from gpuledger import events as ev
+from gpuledger.services.domain.acceptance import admit
+from gpuledger.services.domain.ledger import Ledger
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 JOB_STATES = (

@@ -40,11 +40,11 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from projections.mappers import SequenceGap
-from projections.store import ProjectionBusy, Projector
-from services.runtime.bus import Bus, connect_backoff, damage_of, received_ms
-from services.runtime.gctune import fewer_gc_passes
-from services.runtime.stopping import unless_stopped
+from gpuledger.projections.mappers import SequenceGap
+from gpuledger.projections.store import ProjectionBusy, Projector
+from gpuledger.services.runtime.bus import Bus, connect_backoff, damage_of, received_ms
+from gpuledger.services.runtime.gctune import fewer_gc_passes
+from gpuledger.services.runtime.stopping import unless_stopped
 
 log = logging.getLogger("gpuledger.projector")
 slog = structlog.get_logger("gpuledger.projector")

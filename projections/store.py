@@ -24,8 +24,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-import events as ev
-from projections.mappers import (
+from gpuledger import events as ev
+from gpuledger.projections.mappers import (
     APPEND_COLUMNS,
     ROW_CLASSES,
     Batch,
@@ -33,7 +33,7 @@ from projections.mappers import (
     SequenceGap,
     columns_of,
 )
-from services.runtime.gctune import fewer_gc_passes
+from gpuledger.services.runtime.gctune import fewer_gc_passes
 
 SCHEMA_VERSION = 1
 _log = logging.getLogger("gpuledger.projector")
@@ -487,7 +487,7 @@ class Projector:
 
 def _messages(source: Any) -> Iterator[tuple[int, str, ev.Event]]:
     if isinstance(source, (str, Path)):
-        from replay.logio import read_log
+        from gpuledger.replay.logio import read_log
 
         return read_log(source)
     return iter(source)

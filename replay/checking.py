@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from events import Event
-from services.domain.ledger import Ledger
-from services.placement import Fleet
+from gpuledger.events import Event
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.placement import Fleet
 
 
 class DecideDrift(Exception):

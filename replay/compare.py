@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import events as ev
-from events import Event
-from replay.metrics import jain, measure, percentile
+from gpuledger import events as ev
+from gpuledger.events import Event
+from gpuledger.replay.metrics import jain, measure, percentile
 
 __all__ = ["CompareError", "Summary", "compare", "jain", "load", "percentile", "rows", "summarize"]
 
@@ -50,8 +50,8 @@ def load(path: str | Path) -> Summary:
     """Summarize a log: JSONL, Parquet, or the log a DuckDB projection recorded."""
     import duckdb
 
-    from replay.export import read_any
-    from replay.logio import LogFormatError
+    from gpuledger.replay.export import read_any
+    from gpuledger.replay.logio import LogFormatError
 
     p = Path(path)
     if not p.is_file():

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import events as ev
-from replay.logio import write_log
+from gpuledger import events as ev
+from gpuledger.replay.logio import write_log
 
 
 async def stream_entries(bus, since_ms: int | None = None, until_ms: int | None = None,
@@ -78,7 +78,7 @@ def write_any(path: str | Path, entries: list[tuple[int, str, ev.Event]]) -> int
 
 
 def read_any(path: str | Path):
-    from replay.logio import read_log
+    from gpuledger.replay.logio import read_log
 
     if str(path).endswith(".parquet"):
         return read_parquet(path)

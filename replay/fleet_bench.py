@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from services.placement import (
+from gpuledger.services.placement import (
     Fleet,
     GangRequest,
     GpuSpec,

@@ -29,9 +29,9 @@ from typing import Any
 import typer
 import yaml
 
-import events as ev
-from services.domain.jobfile import job_spec
-from services.domain.stamp import stamp
+from gpuledger import events as ev
+from gpuledger.services.domain.jobfile import job_spec
+from gpuledger.services.domain.stamp import stamp
 
 TENANT = "bench"
 SHARE = "250m"
@@ -67,12 +67,12 @@ def _job(job_id: str, duration_s: int | None) -> ev.JobSubmitted:
 
 async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: Path,
                  profile_dir: Path | None, progress) -> dict[str, Any]:
-    from replay.live_player import publish_config
-    from replay.scenario import from_document
-    from services.roles import CONTROL_PLANE
-    from services.runtime.bus import Bus
-    from services.runtime.nats_server import EmbeddedNats
-    from services.runtime.processes import ServiceProcesses
+    from gpuledger.replay.live_player import publish_config
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.services.roles import CONTROL_PLANE
+    from gpuledger.services.runtime.bus import Bus
+    from gpuledger.services.runtime.nats_server import EmbeddedNats
+    from gpuledger.services.runtime.processes import ServiceProcesses
 
     doc = cluster_doc(nodes)
     config = work / "cluster.yaml"

@@ -12,10 +12,10 @@ import time
 
 import msgspec
 
-import events as ev
-from replay.scenario import Scenario
-from services.domain.acceptance import admit
-from services.domain.ledger import TERMINAL, Ledger
+from gpuledger import events as ev
+from gpuledger.replay.scenario import Scenario
+from gpuledger.services.domain.acceptance import admit
+from gpuledger.services.domain.ledger import TERMINAL, Ledger
 
 
 def _now_ms() -> int:
@@ -37,7 +37,7 @@ async def play(bus, scenario: Scenario, speed: float = 1.0) -> int:
             await asyncio.sleep(delay)
         live = msgspec.structs.replace(event, occurred_at_ms=_now_ms())
         if isinstance(live, ev.JobSubmitted):
-            from services.runtime.bus import AlreadyExists
+            from gpuledger.services.runtime.bus import AlreadyExists
 
             with contextlib.suppress(AlreadyExists):
                 await bus.create_once(live)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-import events as ev
+from gpuledger import events as ev
 
 
 class _Line(msgspec.Struct):

@@ -43,10 +43,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import events as ev
-from events import Event
-from services.domain.acceptance import admit
-from services.domain.ledger import Ledger
+from gpuledger import events as ev
+from gpuledger.events import Event
+from gpuledger.services.domain.acceptance import admit
+from gpuledger.services.domain.ledger import Ledger
 
 PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment"})
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from replay.compare import Summary, human_duration  # noqa: E402
+from gpuledger.replay.compare import Summary, human_duration  # noqa: E402
 
 MAX_POINTS = 2000
 COLORS = ("#1f77b4", "#d62728")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from events import Event
-from replay.metrics import measure
-from services.domain.ledger import Ledger
+from gpuledger.events import Event
+from gpuledger.replay.metrics import measure
+from gpuledger.services.domain.ledger import Ledger
 
 _STATE = {"submitted": "pending", "evicted": "pending", "preempting": "running"}
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from events import Event, JobCancelled, NodeInfo, NodeLost
-from services.domain.configfile import ConfigFileError, config_events, node_infos, parse
-from services.domain.inputs import EntryDoc, InputError
-from services.domain.jobfile import job_spec
-from services.domain.quantities import seconds
-from services.domain.stamp import stamp, submission
+from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost
+from gpuledger.services.domain.configfile import ConfigFileError, config_events, node_infos, parse
+from gpuledger.services.domain.inputs import EntryDoc, InputError
+from gpuledger.services.domain.jobfile import job_spec
+from gpuledger.services.domain.quantities import seconds
+from gpuledger.services.domain.stamp import stamp, submission
 
 
 class ScenarioError(InputError):

@@ -13,14 +13,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 
-from events import Event, subject_for
-from services.admission.decider import Admission
-from services.domain.ledger import Ledger
-from services.node_agent.simulated import SimulatedAgent
-from services.preemption.decider import Preemption
-from services.quota.decider import Quota
-from services.runtime.gctune import fewer_gc_passes
-from services.scheduler.decider import Scheduler
+from gpuledger.events import Event, subject_for
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.node_agent.simulated import SimulatedAgent
+from gpuledger.services.preemption.decider import Preemption
+from gpuledger.services.quota.decider import Quota
+from gpuledger.services.runtime.gctune import fewer_gc_passes
+from gpuledger.services.scheduler.decider import Scheduler
 
 MAX_ROUNDS_PER_INSTANT = 100_000
 
@@ -70,7 +70,7 @@ class Simulator:
         now_ms = self.now_ms
         publish = self.publish
         if self.check:
-            from replay.checking import checked_decide
+            from gpuledger.replay.checking import checked_decide
 
             def decide(service, ledger, now_ms):
                 return checked_decide(service, ledger, now_ms)

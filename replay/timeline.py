@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import events as ev
+from gpuledger import events as ev
 
 
 def _gpus(members) -> str:

@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from events import DeadLettered, Decision, Event
-from services.domain.ledger import Ledger
-from services.roles import CONTROL_PLANE, build
+from gpuledger.events import DeadLettered, Decision, Event
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.roles import CONTROL_PLANE, build
 
 
 @dataclass
@@ -82,7 +82,7 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
     entries = list(entries)
     checking = check
     if checking:
-        from replay.checking import checked_decide
+        from gpuledger.replay.checking import checked_decide
     report = VerifyReport(events=len(entries))
     by_input: dict[int, list[tuple[int, Decision]]] = defaultdict(list)
     for seq, _, event in entries:

@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-import events as ev
-from services.domain.acceptance import admit
-from services.domain.configfile import config_events, node_infos
-from services.domain.ledger import Ledger
+from gpuledger import events as ev
+from gpuledger.services.domain.acceptance import admit
+from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def with_config(inputs: Inputs, doc: dict[str, Any]) -> Inputs:
 
 def replay(inputs: Inputs, until_ms: int | None = None, on_event=None):
     """Run the inputs through the standard services; returns the Simulator."""
-    from replay.simulator import Simulator, standard_services
+    from gpuledger.replay.simulator import Simulator, standard_services
 
     sim = Simulator(standard_services(inputs.nodes))
     sim.on_event = on_event

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.admission.decider import Admission
-from services.domain.configfile import node_infos
-from services.node_agent.simulated import SimulatedAgent
-from services.preemption.decider import Preemption
-from services.quota.decider import Quota
-from services.scheduler.decider import Scheduler
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.domain.configfile import node_infos
+from gpuledger.services.node_agent.simulated import SimulatedAgent
+from gpuledger.services.preemption.decider import Preemption
+from gpuledger.services.quota.decider import Quota
+from gpuledger.services.scheduler.decider import Scheduler
 
 CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
 ROLES = (*CONTROL_PLANE, "node-agent")
@@ -45,7 +45,7 @@ def build(
         case "node-agent" if real:
             import socket
 
-            from services.node_agent.agent import RealAgent
+            from gpuledger.services.node_agent.agent import RealAgent
 
             name = node or socket.gethostname().split(".")[0]
             declared = next((n for n in node_infos(doc or {}) if n.name == name), None)

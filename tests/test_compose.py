@@ -5,8 +5,8 @@ from pathlib import Path
 
 import yaml
 
-from services.domain.configfile import node_infos
-from services.roles import ROLES
+from gpuledger.services.domain.configfile import node_infos
+from gpuledger.services.roles import ROLES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,6 +5,6 @@ registrations, submissions, cancellations), in time order, so `gpuledger replay`
 simulator can decide everything else under any policy.
 """
 
-from replay.importers.openb import OpenbImport, TraceImportError, import_openb
+from gpuledger.replay.importers.openb import OpenbImport, TraceImportError, import_openb
 
 __all__ = ["OpenbImport", "TraceImportError", "import_openb"]

@@ -43,7 +43,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events import (
+from gpuledger.events import (
     Event,
     GpuInfo,
     InvalidId,
@@ -55,8 +55,8 @@ from events import (
     subject_for,
     validate_token,
 )
-from services.domain.configfile import config_events
-from services.domain.stamp import stamp, submission
+from gpuledger.services.domain.configfile import config_events
+from gpuledger.services.domain.stamp import stamp, submission
 
 PRODUCER = "import/alibaba-openb"
 TENANT = "openb"

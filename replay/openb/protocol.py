@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import msgspec
 
-from services.placement import Fleet, Placement
-from services.runtime.gctune import fewer_gc_passes
+from gpuledger.services.placement import Fleet, Placement
+from gpuledger.services.runtime.gctune import fewer_gc_passes
 
 from .trace import Node, Task
 from .workload import inflate, typical_tasks

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.placement import GangRequest, GpuSpec, MemberRequest, NodeSpec
+from gpuledger.services.placement import GangRequest, GpuSpec, MemberRequest, NodeSpec
 
 TENANT = "openb"
 TRACE_ENV = "GPULEDGER_OPENB_DIR"

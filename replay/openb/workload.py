@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from services.placement import TypicalTask
+from gpuledger.services.placement import TypicalTask
 
 from .trace import Task
 

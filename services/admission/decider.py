@@ -14,7 +14,7 @@ have gets one `RequestRefused` per message (keyed by its stream sequence).
 
 from __future__ import annotations
 
-from events import (
+from gpuledger.events import (
     Event,
     InvalidId,
     JobAdmitted,
@@ -23,10 +23,10 @@ from events import (
     validate_tenant,
     validate_token,
 )
-from events.specs import JobSpec
-from services.domain.deciding import LedgerService
-from services.domain.ledger import Ledger
-from services.domain.shapes import FleetSummary, shape_problem, summarize
+from gpuledger.events.specs import JobSpec
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
 
 
 class Rejection(Exception):

@@ -1,3 +1,3 @@
-from services.cli.main import app
+from gpuledger.services.cli.main import app
 
 app()

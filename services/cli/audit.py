@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from projections.queries import (
+from gpuledger.projections.queries import (
     UnknownJob,
     gpus_text,
     jobs_rows,
@@ -64,7 +64,7 @@ def _connect(path: Path):
     """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
     with who holds the file when it stays busy; a warning on stderr when the projection is
     behind the stream (per `gpuledger up`'s status file next to it)."""
-    from projections.store import ProjectionBusy, ProjectionError, connect_readonly
+    from gpuledger.projections.store import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
         con = connect_readonly(path)
@@ -78,7 +78,7 @@ def _connect(path: Path):
 
 
 def _warn_if_stale(con, path: Path) -> None:
-    from services.runtime.supervisor import STATUS_FILE, read_json, staleness
+    from gpuledger.services.runtime.supervisor import STATUS_FILE, read_json, staleness
 
     try:
         db_seq = con.execute("SELECT last_seq FROM projector_meta WHERE id = 1").fetchone()[0]
@@ -391,7 +391,7 @@ def why_command(
 
 
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
-    from projections.mappers import gpus_label
+    from gpuledger.projections.mappers import gpus_label
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
     if wide:
@@ -611,9 +611,9 @@ def project_command(
     ] = False,
 ) -> None:
     """Fold the log into the DuckDB projection (exactly once; resumes where it stopped)."""
-    from projections.mappers import SequenceGap
-    from projections.store import ProjectionError, catch_up, rebuild
-    from replay.logio import LogFormatError
+    from gpuledger.projections.mappers import SequenceGap
+    from gpuledger.projections.store import ProjectionError, catch_up, rebuild
+    from gpuledger.replay.logio import LogFormatError
 
     path = db_path(db, data)
     if (log is None) == (nats_url is None):
@@ -635,7 +635,7 @@ def project_command(
         else:
             import asyncio
 
-            from projections.nats_source import run_projector
+            from gpuledger.projections.nats_source import run_projector
 
             if rebuild_:
                 for p in (path, path.with_name(path.name + ".wal")):

@@ -39,7 +39,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _policies(policy: str) -> list[str]:
-    from services.placement import SCORERS
+    from gpuledger.services.placement import SCORERS
 
     names = POLICIES if policy == "all" else [p.strip() for p in policy.split(",")]
     for n in names:
@@ -63,8 +63,8 @@ def openb(
 
     Needs the full trace (not shipped; tests/fixtures/openb has small slices): a missing
     file stops with one line saying where to get it, exit status 2."""
-    from replay.openb.protocol import run
-    from replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
+    from gpuledger.replay.openb.protocol import run
+    from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
     try:
         pods, nodes = trace_files(trace, pods, nodes)
@@ -106,7 +106,7 @@ def fleet(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
 ) -> None:
     """Fleet-scale speed: decisions/s and p99 per decision on 500 x 8 H100."""
-    from replay.fleet_bench import run
+    from gpuledger.replay.fleet_bench import run
 
     console = _console()
     chatty = sys.stdout.isatty() and json_out is None
@@ -141,7 +141,7 @@ def projector_bench(
     """Projector speed: sustained events/s into DuckDB and the rebuild time of a large log."""
     import json
 
-    from projections.bench import run
+    from gpuledger.projections.bench import run
 
     result = run(sustained_events=events, rebuild_events=rebuild,
                  progress=None if json_out else (lambda m: typer.echo(m, err=True)))
@@ -152,7 +152,7 @@ def projector_bench(
 
 
 def _mount_latency() -> None:
-    from replay.latency_bench import latency
+    from gpuledger.replay.latency_bench import latency
 
     bench_app.command("latency")(latency)
 

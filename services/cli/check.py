@@ -11,8 +11,8 @@ import msgspec
 import typer
 import yaml
 
-import events as ev
-from services.domain.inputs import InputError
+from gpuledger import events as ev
+from gpuledger.services.domain.inputs import InputError
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -42,7 +42,7 @@ def read_any(path: Path) -> Any:
 
 
 def detect(doc: Any) -> Kind:
-    from services.domain.inputs import kind_of
+    from gpuledger.services.domain.inputs import kind_of
 
     if isinstance(doc, dict) and "type" in doc:
         return Kind.event
@@ -53,14 +53,14 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     """Raise InputError with every problem found in `doc` read as `kind`; a job is also
     checked against `config` (a validated FileDoc) when one is given. Returns the FileDoc of
     a configuration or scenario."""
-    from replay.scenario import from_document
-    from services.domain.jobfile import job_spec
-    from services.domain.shapes import _form_problem
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.services.domain.jobfile import job_spec
+    from gpuledger.services.domain.shapes import _form_problem
 
     if kind in (Kind.config, Kind.scenario):
         if kind is Kind.scenario and not (isinstance(doc, dict) and doc.get("timeline")):
             raise InputError("timeline: a scenario needs a timeline (check it as a config?)")
-        from services.domain.configfile import ConfigFileError, parse
+        from gpuledger.services.domain.configfile import ConfigFileError, parse
 
         from_document(doc)
         try:
@@ -70,14 +70,14 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     elif kind is Kind.job:
         job_spec(doc)
         if config is not None:
-            from services.domain.inputs import check_references, validate_job
+            from gpuledger.services.domain.inputs import check_references, validate_job
 
             problems: list[str] = []
             check_references(validate_job(doc), "", config, problems)
             if problems:
                 raise InputError(problems)
     else:
-        from services.domain.inputs import collect
+        from gpuledger.services.domain.inputs import collect
 
         tags = {c.__struct_config__.tag: c for c in ev.ALL_EVENTS}
         cls = tags.get(doc.get("type"))

@@ -17,8 +17,8 @@ from typing import Any
 import typer
 import yaml
 
-import events as ev
-from services.cli.common import fail, fail_input
+from gpuledger import events as ev
+from gpuledger.services.cli.common import fail, fail_input
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -59,7 +59,7 @@ async def cli_bus(url: str, ensure: bool = True):
     (services, unlike commands, retry forever)."""
     import nats.errors
 
-    from services.runtime.bus import Bus
+    from gpuledger.services.runtime.bus import Bus
 
     try:
         bus = await Bus.connect(url, name="gpuledger-cli", connect_attempts=3,
@@ -74,7 +74,7 @@ async def cli_bus(url: str, ensure: bool = True):
 
 
 async def publish_config(url: str, doc: dict[str, Any]) -> int:
-    from services.domain.configfile import config_events
+    from gpuledger.services.domain.configfile import config_events
 
     bus = await cli_bus(url)
     try:
@@ -111,17 +111,17 @@ class Cluster:
     async def start(self) -> None:
         """Start every service; with processes, wait until each is ready (StartFailed with
         the child's own error when one exits or hangs at start)."""
-        from services.roles import CONTROL_PLANE, build
-        from services.runtime.host import run_service
-        from services.runtime.supervisor import STATUS_FILE, StatusBoard, supervise_task
+        from gpuledger.services.roles import CONTROL_PLANE, build
+        from gpuledger.services.runtime.host import run_service
+        from gpuledger.services.runtime.supervisor import STATUS_FILE, StatusBoard, supervise_task
 
         if self.data is not None:
             self.data.mkdir(parents=True, exist_ok=True)
         self.board = StatusBoard(None if self.data is None else self.data / STATUS_FILE,
                                  self.url, "processes" if self.processes else "in-process")
         if self.processes:
-            from services.runtime.processes import ServiceProcesses
-            from services.runtime.supervisor import ProcessSupervisor
+            from gpuledger.services.runtime.processes import ServiceProcesses
+            from gpuledger.services.runtime.supervisor import ProcessSupervisor
 
             base = self.data if self.data is not None else Path.cwd() / DEFAULT_DATA
             (base / "logs").mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,7 @@ class Cluster:
             self.tasks.append(asyncio.create_task(self._report()))
             return
         if self.data is not None:
-            from projections.nats_source import ProjectorStatus, run_projector
+            from gpuledger.projections.nats_source import ProjectorStatus, run_projector
 
             st, ps = self.board.add("projector", "projector"), ProjectorStatus()
             db = self.data / "projection.duckdb"
@@ -162,7 +162,7 @@ class Cluster:
     async def _report(self, interval_s: float = 1.0) -> None:
         """Once a second: supervise children, sample the stream's last sequence, write the
         status file."""
-        from services.runtime.bus import Bus
+        from gpuledger.services.runtime.bus import Bus
 
         bus = None
         try:
@@ -188,7 +188,7 @@ class Cluster:
                     await bus.close()
 
     def _nodes(self) -> list[str]:
-        from services.domain.configfile import node_infos
+        from gpuledger.services.domain.configfile import node_infos
 
         return [n.name for n in node_infos(self.doc)]
 
@@ -222,7 +222,7 @@ def _sample_projector(st, ps) -> None:
 
 
 def embedded(data: Path | None, keep: bool):
-    from services.runtime.nats_server import EmbeddedNats
+    from gpuledger.services.runtime.nats_server import EmbeddedNats
 
     store = None
     if keep and data is not None:
@@ -246,15 +246,15 @@ def run(
     leader_lease: float | None = typer.Option(None, "--leader-lease", help="Run as one of several replicas: decide only while holding the service's leader lease (TTL seconds)."),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
-    from services.roles import UnknownRole, build
-    from services.runtime.host import serve
+    from gpuledger.services.roles import UnknownRole, build
+    from gpuledger.services.runtime.host import serve
 
     nats_url = resolve_url(nats_url)
     if role == "projector":
         serve_projector(nats_url, data)
         return
 
-    from services.domain.inputs import InputError
+    from gpuledger.services.domain.inputs import InputError
 
     doc = read_doc(config)  # (outside the try: its typer.Exit is a RuntimeError)
     try:
@@ -269,7 +269,7 @@ def run(
 
 def _heartbeat_host(host) -> None:
     """Under `gpuledger up --processes`: report the host's folded sequence to `up`."""
-    from services.runtime.supervisor import heartbeat_task, host_sample
+    from gpuledger.services.runtime.supervisor import heartbeat_task, host_sample
 
     heartbeat_task(host_sample(host))
 
@@ -277,15 +277,15 @@ def _heartbeat_host(host) -> None:
 def serve_projector(url: str, data: Path) -> None:
     """The single-writer projector as a process: stops within a few seconds on SIGTERM /
     SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
-    from projections.nats_source import run_projector
-    from services.runtime.logging import configure_logging
-    from services.runtime.stopping import run_until_signalled
+    from gpuledger.projections.nats_source import run_projector
+    from gpuledger.services.runtime.logging import configure_logging
+    from gpuledger.services.runtime.stopping import run_until_signalled
 
     configure_logging()
     data.mkdir(parents=True, exist_ok=True)
 
-    from projections.nats_source import ProjectorStatus
-    from services.runtime.supervisor import heartbeat_task
+    from gpuledger.projections.nats_source import ProjectorStatus
+    from gpuledger.services.runtime.supervisor import heartbeat_task
 
     status = ProjectorStatus()
 
@@ -304,7 +304,7 @@ def serve_projector(url: str, data: Path) -> None:
 
     import duckdb
 
-    from projections.store import ProjectionError
+    from gpuledger.projections.store import ProjectionError
 
     try:
         run_until_signalled(main, name="projector")
@@ -318,7 +318,7 @@ def apply(
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
-    from services.domain.configfile import ConfigFileError, parse
+    from gpuledger.services.domain.configfile import ConfigFileError, parse
 
     doc = read_doc(config)
     try:
@@ -343,8 +343,8 @@ def up(
     With --processes, children log to <data>/logs/NAME.log and must start within 30 s: one
     that cannot makes `up` exit at once with the child's own error (exit 2 when the child
     found its input invalid, else 1)."""
-    from services.domain.configfile import ConfigFileError, parse
-    from services.runtime.logging import configure_logging
+    from gpuledger.services.domain.configfile import ConfigFileError, parse
+    from gpuledger.services.runtime.logging import configure_logging
 
     doc = read_doc(config)
     try:
@@ -381,7 +381,7 @@ def up(
                 (data / URL_FILE).unlink(missing_ok=True)
                 server.stop()
 
-    from services.runtime.supervisor import StartFailed
+    from gpuledger.services.runtime.supervisor import StartFailed
 
     try:
         asyncio.run(main())
@@ -398,8 +398,8 @@ def status(
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
     failed, stopped), pid, restarts, folded sequence, lag behind the stream, last error.
     Exit 1 when `up` is not running or a service is not running."""
-    from services.cli.audit import humanize_ms, render_table
-    from services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
+    from gpuledger.services.cli.audit import humanize_ms, render_table
+    from gpuledger.services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
 
     path = data / STATUS_FILE
     doc = read_json(path)
@@ -409,7 +409,7 @@ def status(
     up_running = pid_alive(doc.get("up_pid")) and now - doc.get("updated_at_ms", 0) < 15_000
     rows = doc.get("services", [])
     if output in ("json", "yaml"):
-        from services.cli.audit import _emit_structured
+        from gpuledger.services.cli.audit import _emit_structured
 
         _emit_structured({**doc, "up_running": up_running}, output)
     else:
@@ -437,7 +437,7 @@ def status(
 def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None:
     """Compare the stored creation of a job id with a new submission: None when it holds
     the same job (an idempotent retry), else (`JobIdConflict`, what differs)."""
-    from services.domain.ledger import spec_differences
+    from gpuledger.services.domain.ledger import spec_differences
 
     if stored is None:
         return "JobIdConflict", "its stored submission could not be read"
@@ -467,9 +467,9 @@ def submit(
     1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
     admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
     4 no decision within --timeout."""
-    from services.domain.jobfile import JobFileError, job_spec
-    from services.domain.stamp import submission
-    from services.runtime.bus import AlreadyExists
+    from gpuledger.services.domain.jobfile import JobFileError, job_spec
+    from gpuledger.services.domain.stamp import submission
+    from gpuledger.services.runtime.bus import AlreadyExists
 
     try:
         spec = job_spec(read_doc(file))
@@ -531,7 +531,7 @@ def cancel(
 ) -> None:
     """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
     tenant's job) is refused: exit 1 with `UnknownJob`, and nothing is published."""
-    from services.domain.stamp import stamp
+    from gpuledger.services.domain.stamp import stamp
 
     try:
         scope = ev.subjects.submit_filter(job_id)
@@ -591,12 +591,12 @@ def demo(
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
     a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
     projection in --data (a previous demo's data there is replaced)."""
-    from projections.store import wait_for_projection
-    from replay import live_player
-    from replay.report import job_rows
-    from replay.scenario import ScenarioError, load
-    from replay.timeline import format_line
-    from services.runtime.logging import configure_logging
+    from gpuledger.projections.store import wait_for_projection
+    from gpuledger.replay import live_player
+    from gpuledger.replay.report import job_rows
+    from gpuledger.replay.scenario import ScenarioError, load
+    from gpuledger.replay.timeline import format_line
+    from gpuledger.services.runtime.logging import configure_logging
 
     os.environ.setdefault("GPULEDGER_LOG_LEVEL", "warning")
     configure_logging()
@@ -643,7 +643,7 @@ def demo(
                 await cluster.close()
                 await bus.close()
 
-    from services.runtime.supervisor import StartFailed
+    from gpuledger.services.runtime.supervisor import StartFailed
 
     try:
         asyncio.run(main())

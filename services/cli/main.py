@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from services.cli import audit, bench, check, live, nodes, whatif, whatif_io
-from services.cli.common import fail, fail_input
-from services.cli.helptext import reflow_tree
+from gpuledger.services.cli import audit, bench, check, live, nodes, whatif, whatif_io
+from gpuledger.services.cli.common import fail, fail_input
+from gpuledger.services.cli.helptext import reflow_tree
 
 
 def _version(value: bool) -> None:
@@ -48,11 +48,11 @@ def schema(
     """Print the JSON Schema of every event a client may publish (or, with --config, of the
     files users write)."""
     if config:
-        from services.domain.inputs import file_schema
+        from gpuledger.services.domain.inputs import file_schema
 
         typer.echo(json.dumps(file_schema(), indent=2, sort_keys=True))
         return
-    from events.schema import client_schema
+    from gpuledger.events.schema import client_schema
 
     typer.echo(json.dumps(client_schema(), indent=2, sort_keys=True))
 
@@ -69,12 +69,12 @@ def simulate(
         "stop with exit 1 at the first difference.")),
 ) -> None:
     """Run a scenario through the deciders on a virtual clock."""
-    from replay.logio import write_log
-    from replay.metrics import pct_text
-    from replay.report import report
-    from replay.scenario import ScenarioError, load
-    from replay.simulator import simulate as run_sim
-    from replay.timeline import format_line
+    from gpuledger.replay.logio import write_log
+    from gpuledger.replay.metrics import pct_text
+    from gpuledger.replay.report import report
+    from gpuledger.replay.scenario import ScenarioError, load
+    from gpuledger.replay.simulator import simulate as run_sim
+    from gpuledger.replay.timeline import format_line
 
     try:
         sc = load(scenario)
@@ -87,7 +87,7 @@ def simulate(
         if line is not None:
             typer.echo(line)
 
-    from replay.checking import DecideDrift
+    from gpuledger.replay.checking import DecideDrift
 
     try:
         sim = run_sim(sc, until_ms=None if until is None else round(until * 1000),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from services.cli.common import fail
+from gpuledger.services.cli.common import fail
 
 nodes_app = typer.Typer(help="Nodes: the projected table (default) or this host's GPUs (discover).",
                         invoke_without_command=True)
@@ -21,7 +21,7 @@ def nodes_table(ctx: typer.Context, output: str = typer.Option("table", "-o", "-
     """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
     if ctx.invoked_subcommand is not None:
         return
-    from services.cli.audit import Output, nodes_command
+    from gpuledger.services.cli.audit import Output, nodes_command
 
     try:
         fmt = Output(output)
@@ -38,8 +38,8 @@ def discover(
     """Print this host's GPUs as NVML reports them (registers nothing)."""
     import msgspec
 
-    from services.node_agent.nvml_discovery import NvmlUnavailable, describe
-    from services.node_agent.nvml_discovery import discover as nvml_discover
+    from gpuledger.services.node_agent.nvml_discovery import NvmlUnavailable, describe
+    from gpuledger.services.node_agent.nvml_discovery import discover as nvml_discover
 
     if output not in ("table", "json"):
         fail(f"unknown output format {output!r} (table, json)", 2)

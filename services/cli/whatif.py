@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from services.cli.common import fail, fail_input
+from gpuledger.services.cli.common import fail, fail_input
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -24,8 +24,8 @@ def _progress(enabled: bool):
 
 
 def _read(path: Path):
-    from replay.export import read_any
-    from replay.logio import LogFormatError
+    from gpuledger.replay.export import read_any
+    from gpuledger.replay.logio import LogFormatError
 
     if not path.exists():
         fail(f"{path}: no such log", 2)
@@ -56,11 +56,11 @@ def export(
     until: str | None = typer.Option(None, help="Only events at or before (epoch ms or ISO time)."),
 ) -> None:
     """Export the live stream to a log file."""
-    from replay.export import stream_entries, write_any
+    from gpuledger.replay.export import stream_entries, write_any
 
     skipped: list[int] = []
 
-    from services.cli.live import cli_bus, resolve_url
+    from gpuledger.services.cli.live import cli_bus, resolve_url
 
     url = resolve_url(nats_url)
 
@@ -96,8 +96,8 @@ def verify(
     """Refold LOG and re-decide every recorded decision from its recorded inputs.
 
     Exits 1 when any decision does not reproduce."""
-    from replay.checking import DecideDrift
-    from replay.verify import verify as run_verify
+    from gpuledger.replay.checking import DecideDrift
+    from gpuledger.replay.verify import verify as run_verify
 
     started = time.perf_counter()
     entries = _read(log)
@@ -126,13 +126,13 @@ def replay(
     json_out: Path | None = typer.Option(None, "--json", help="Write the simulate-style JSON report here."),
 ) -> None:
     """Re-run a log's external inputs through the deciders, under the recorded or a new configuration."""
-    from replay.export import write_any
-    from replay.metrics import pct_text
-    from replay.report import report as build_report
-    from replay.whatif import external_inputs, with_config
-    from replay.whatif import replay as run_replay
-    from services.cli.live import read_doc
-    from services.domain.configfile import ConfigFileError
+    from gpuledger.replay.export import write_any
+    from gpuledger.replay.metrics import pct_text
+    from gpuledger.replay.report import report as build_report
+    from gpuledger.replay.whatif import external_inputs, with_config
+    from gpuledger.replay.whatif import replay as run_replay
+    from gpuledger.services.cli.live import read_doc
+    from gpuledger.services.domain.configfile import ConfigFileError
 
     entries = _read(log)
     started = time.perf_counter()
@@ -164,7 +164,7 @@ def replay(
 
 def _project(log: Path, db: Path) -> None:
     try:
-        from projections.store import rebuild
+        from gpuledger.projections.store import rebuild
     except ImportError:
         fail("projections are not available in this build", 2)
     rebuild(log, db)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from services.cli.common import fail
+from gpuledger.services.cli.common import fail
 
 import_app = typer.Typer(
     help="Import a public trace as a log of external inputs (replay it with `gpuledger replay`).",
@@ -36,9 +36,9 @@ def import_alibaba_openb(
 ) -> None:
     """Alibaba openb GPU trace (cluster-trace-gpu-v2023) -> JSONL log: configuration, nodes,
     submissions at creation_time, cancels of pods deleted before scheduling."""
-    from replay.importers import TraceImportError, import_openb
-    from replay.logio import write_log
-    from replay.openb.trace import missing_message
+    from gpuledger.replay.importers import TraceImportError, import_openb
+    from gpuledger.replay.logio import write_log
+    from gpuledger.replay.openb.trace import missing_message
 
     for path in (pods, nodes):
         if not path.is_file():
@@ -75,7 +75,7 @@ def compare_cmd(
 ) -> None:
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO
     class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A."""
-    from replay.compare import CompareError, compare, load, rows
+    from gpuledger.replay.compare import CompareError, compare, load, rows
 
     if output not in ("table", "json"):
         fail(f"-o must be table or json, not {output!r}", 2)
@@ -86,7 +86,7 @@ def compare_cmd(
     result = compare(sa, sb)
     written: list[Path] = []
     if plots is not None:
-        from replay.plots import write_plots
+        from gpuledger.replay.plots import write_plots
 
         written = write_plots(sa, sb, plots, labels=(f"A ({a.name})", f"B ({b.name})"))
         result["plots"] = [str(p) for p in written]

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from events import subject_for
+from gpuledger.events import subject_for
 
 if TYPE_CHECKING:
-    from events import Event
-    from services.domain.ledger import Ledger
+    from gpuledger.events import Event
+    from gpuledger.services.domain.ledger import Ledger
 
 
 class Refusal(NamedTuple):

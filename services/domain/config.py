@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from events import Policy, PolicyConfigured, PriorityClassConfigured, TenantConfigured
+from gpuledger.events import Policy, PolicyConfigured, PriorityClassConfigured, TenantConfigured
 
 DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
     PriorityClassConfigured(

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from events import (
+from gpuledger.events import (
     Event,
     GpuInfo,
     NodeInfo,
@@ -31,8 +31,8 @@ from events import (
     derive_event_id,
     encode,
 )
-from services.domain.inputs import FileDoc, InputError, NodeDoc, validate_file
-from services.domain.quantities import mebibytes, milli
+from gpuledger.services.domain.inputs import FileDoc, InputError, NodeDoc, validate_file
+from gpuledger.services.domain.quantities import mebibytes, milli
 
 
 class ConfigFileError(InputError):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 from typing import Any, TypeVar
 
-from events import Event
-from services.domain.ledger import Ledger
-from services.domain.stamp import stamp
+from gpuledger.events import Event
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.stamp import stamp
 
 E = TypeVar("E", bound=Event)
 

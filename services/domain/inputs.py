@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from events import InvalidId, Policy, validate_tenant, validate_token
-from services.domain.config import DEFAULT_CLASSES
+from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
+from gpuledger.services.domain.config import DEFAULT_CLASSES
 
 # ------------------------------------------------------------------ quantities
 
@@ -431,7 +431,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     if job.min_members is not None and job.min_members > job.replicas:
         problems.append(f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}")
     if job.gpu is not None:
-        from services.domain.quantities import milli
+        from gpuledger.services.domain.quantities import milli
 
         share = milli("gpu", job.gpu)
         if not 0 < share < 1000:
@@ -529,8 +529,8 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
 def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:
     """A job's tenant, class, GPU models and MIG profile against a configuration `f` (its
     tenants, built-in and configured classes, and declared nodes; no nodes: not checked)."""
-    from services.domain.shapes import profiles_of
-    from services.placement.mig import profile_for
+    from gpuledger.services.domain.shapes import profiles_of
+    from gpuledger.services.placement.mig import profile_for
 
     tenants = {t.name for t in f.tenants}
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}

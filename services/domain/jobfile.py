@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from events import CheckpointPolicy, JobSpec, Resources
-from services.domain.inputs import InputError, JobDoc, validate_job
-from services.domain.quantities import mebibytes, milli, seconds
+from gpuledger.events import CheckpointPolicy, JobSpec, Resources
+from gpuledger.services.domain.inputs import InputError, JobDoc, validate_job
+from gpuledger.services.domain.quantities import mebibytes, milli, seconds
 
 
 class JobFileError(InputError):

@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import events as ev
-from events import JobSpec, MemberPlacement
-from events.reasons import TERMINAL_STATES, JobState
-from services.domain.acceptance import Refusal, Refused
-from services.domain.config import ConfigState
-from services.domain.placement_adapter import gang_request, node_spec, to_placement
-from services.domain.timeindex import TimeIndex
-from services.domain.usage import advance, step_ms
-from services.placement import Fleet, PlacementConflict
+from gpuledger import events as ev
+from gpuledger.events import JobSpec, MemberPlacement
+from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.services.domain.acceptance import Refusal, Refused
+from gpuledger.services.domain.config import ConfigState
+from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
+from gpuledger.services.domain.timeindex import TimeIndex
+from gpuledger.services.domain.usage import advance, step_ms
+from gpuledger.services.placement import Fleet, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
 

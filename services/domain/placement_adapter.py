@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from events import JobSpec, MemberPlacement, NodeInfo
-from services.placement import (
+from gpuledger.events import JobSpec, MemberPlacement, NodeInfo
+from gpuledger.services.placement import (
     GangRequest,
     GpuSpec,
     MemberAssignment,

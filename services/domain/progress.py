@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.specs import CheckpointPolicy
+from gpuledger.events.specs import CheckpointPolicy
 
 
 @dataclass(frozen=True)

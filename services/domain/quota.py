@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from events import TenantConfigured, TenantShare
+from gpuledger.events import TenantConfigured, TenantShare
 
 
 def parent_of(tenant: str) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from events import Event
+from gpuledger.events import Event
 
 
 class Service(Protocol):

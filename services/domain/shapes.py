@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from events.specs import JobSpec
-from services.placement.mig import PROFILES, family, profile_for
+from gpuledger.events.specs import JobSpec
+from gpuledger.services.placement.mig import PROFILES, family, profile_for
 
 MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")
 Problem = tuple[str, str, dict[str, Any]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, TypeVar
 
-from events import Decision, Event, JobSubmitted, derive_event_id, encode
+from gpuledger.events import Decision, Event, JobSubmitted, derive_event_id, encode
 
 E = TypeVar("E", bound=Event)
 

@@ -36,9 +36,9 @@ from typing import Any
 import msgspec
 import structlog
 
-import events as ev
-from events import Event, GpuInfo, NodeInfo
-from services.node_agent.decider import (
+from gpuledger import events as ev
+from gpuledger.events import Event, GpuInfo, NodeInfo
+from gpuledger.services.node_agent.decider import (
     AgentDecider,
     AgentState,
     Checkpoint,
@@ -48,7 +48,7 @@ from services.node_agent.decider import (
     Observed,
     Start,
 )
-from services.node_agent.executor import (
+from gpuledger.services.node_agent.executor import (
     CheckpointAcknowledged,
     Executor,
     MemberLaunch,
@@ -153,7 +153,7 @@ class RealAgent:
     # ------------------------------------------------------------------ inventory
 
     def _inventory(self, declared: NodeInfo | None, nvml: Any, use_nvml: bool):
-        from services.node_agent import nvml_discovery
+        from gpuledger.services.node_agent import nvml_discovery
 
         if use_nvml:
             try:
@@ -167,8 +167,8 @@ class RealAgent:
                                  message=f"NVML unavailable: using the {len(declared.gpus)} GPU(s) "
                                          f"declared for node {self.node_name} in the configuration")
             else:
-                from services.node_agent.telemetry import Sampler
-                from services.node_agent.xid import XidWatcher
+                from gpuledger.services.node_agent.telemetry import Sampler
+                from gpuledger.services.node_agent.xid import XidWatcher
 
                 node = inventory_node(self.node_name, inv, declared)
                 mig = {(g.index, m.placement_start): m.uuid for g in inv.gpus for m in g.mig_instances}

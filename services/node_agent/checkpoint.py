@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.node_agent.outcome import EXIT_CHECKPOINTED  # noqa: F401  (part of this API)
+from gpuledger.services.node_agent.outcome import EXIT_CHECKPOINTED  # noqa: F401  (part of this API)
 
 ENV_CHECKPOINT_DIR = "GPULEDGER_CHECKPOINT_DIR"
 ENV_RESUME = "GPULEDGER_RESUME"

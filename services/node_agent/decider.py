@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events import (
+from gpuledger.events import (
     Event,
     GangCompleted,
     GangEvicted,
@@ -48,8 +48,8 @@ from events import (
     NodeInfo,
     NodeRegistered,
 )
-from services.domain.deciding import LedgerService
-from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 
 MemberKey = tuple[str, int]
 

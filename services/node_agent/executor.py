@@ -34,8 +34,8 @@ from pathlib import Path
 
 import msgspec
 
-from services.node_agent import checkpoint
-from services.node_agent.outcome import Outcome, classify_exit
+from gpuledger.services.node_agent import checkpoint
+from gpuledger.services.node_agent.outcome import Outcome, classify_exit
 
 _WRAPPER = Path(__file__).with_name("member_wrapper.py")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")

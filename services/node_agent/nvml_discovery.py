@@ -24,8 +24,12 @@ from typing import Any
 
 import msgspec
 
-from services.node_agent import gpu_model, mig, topology
-from services.node_agent.health import device_health_reason, error_reason, is_not_supported
+from gpuledger.services.node_agent import gpu_model, mig, topology
+from gpuledger.services.node_agent.health import (
+    device_health_reason,
+    error_reason,
+    is_not_supported,
+)
 
 MIB = 1024 * 1024
 

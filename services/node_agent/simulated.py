@@ -10,7 +10,7 @@ The agent never stops a member on its own for any other reason.
 
 from __future__ import annotations
 
-from events import (
+from gpuledger.events import (
     Event,
     MemberCheckpointed,
     MemberExited,
@@ -19,8 +19,8 @@ from events import (
     NodeInfo,
     NodeRegistered,
 )
-from services.domain.deciding import LedgerService
-from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 
 
 class SimulatedAgent(LedgerService):

@@ -25,8 +25,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from services.node_agent.health import device_health_reason, error_reason, is_not_supported
-from services.node_agent.nvml_discovery import DiscoveredGpu, load_pynvml
+from gpuledger.services.node_agent.health import (
+    device_health_reason,
+    error_reason,
+    is_not_supported,
+)
+from gpuledger.services.node_agent.nvml_discovery import DiscoveredGpu, load_pynvml
 
 MIB = 1024 * 1024
 UtilSource = Literal["gpm", "nvml_utilization"]

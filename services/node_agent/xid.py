@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from services.node_agent.nvml_discovery import load_pynvml
+from gpuledger.services.node_agent.nvml_discovery import load_pynvml
 
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 _NO_INSTANCE = 0xFFFFFFFF

@@ -10,15 +10,15 @@ an eviction budget window) asks for a wake-up then.
 
 from __future__ import annotations
 
-from events import Event, PreemptionDeclined, PreemptionRequested
-from events.reasons import DeclineReason, PreemptionReason
-from services.domain.deciding import LedgerService
-from services.domain.ledger import Ledger
-from services.placement import Placement
-from services.preemption.outlook import Outlook
-from services.preemption.victims import Plan, backfill_plan, plan
-from services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
-from services.scheduler.queue import effective_priority, ordered_pending
+from gpuledger.events import Event, PreemptionDeclined, PreemptionRequested
+from gpuledger.events.reasons import DeclineReason, PreemptionReason
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.placement import Placement
+from gpuledger.services.preemption.outlook import Outlook
+from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
+from gpuledger.services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
+from gpuledger.services.scheduler.queue import effective_priority, ordered_pending
 
 
 class Preemption(LedgerService):

@@ -13,8 +13,8 @@ outlook: the folded fleet is only read.
 
 from __future__ import annotations
 
-from services.domain.ledger import JobRecord, Ledger
-from services.placement import Placement, TrialFleet
+from gpuledger.services.domain.ledger import JobRecord, Ledger
+from gpuledger.services.placement import Placement, TrialFleet
 
 
 class Outlook:

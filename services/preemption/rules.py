@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from events.reasons import ExclusionReason, PreemptionReason
-from services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.events.reasons import ExclusionReason, PreemptionReason
+from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 
 HOUR_MS = 3_600_000
 

@@ -30,11 +30,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from events.reasons import DeclineReason, ExclusionReason, PreemptionReason
-from services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from services.domain.timefmt import instant
-from services.placement import Placement, UnknownAllocation
-from services.preemption.rules import (
+from gpuledger.events.reasons import DeclineReason, ExclusionReason, PreemptionReason
+from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.placement import Placement, UnknownAllocation
+from gpuledger.services.preemption.rules import (
     EXCLUSIONS,
     GROUNDS,
     HOUR_MS,
@@ -44,7 +44,7 @@ from services.preemption.rules import (
     backfill_key,
     evictions_last_hour,
 )
-from services.scheduler.queue import effective_priority
+from gpuledger.services.scheduler.queue import effective_priority
 
 __all__ = ["HOUR_MS", "LAPSING", "Candidate", "Exclusion", "Plan", "evictions_last_hour", "plan"]
 

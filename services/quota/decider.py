@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-from events import Event, FairShareUpdated
-from services.domain.deciding import LedgerService
-from services.domain.ledger import Ledger
-from services.domain.quota import fair_shares
+from gpuledger.events import Event, FairShareUpdated
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.quota import fair_shares
 
 
 def demand_by_tenant(state: Ledger) -> dict[str, int]:

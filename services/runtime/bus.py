@@ -33,8 +33,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
 
-import events
-from events.subjects import ALL, STREAM
+from gpuledger import events
+from gpuledger.events.subjects import ALL, STREAM
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"

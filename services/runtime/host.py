@@ -46,12 +46,12 @@ import nats.errors
 import nats.js.errors
 import structlog
 
-import events
-from events import DeadLettered, UndecodableEvent, derive_event_id
-from services.domain.acceptance import subject_refusal
-from services.domain.service import Service
-from services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
-from services.runtime.lease import Lease, lease_bucket
+from gpuledger import events
+from gpuledger.events import DeadLettered, UndecodableEvent, derive_event_id
+from gpuledger.services.domain.acceptance import subject_refusal
+from gpuledger.services.domain.service import Service
+from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
+from gpuledger.services.runtime.lease import Lease, lease_bucket
 
 Clock = Callable[[], int]
 PAYLOAD_HEAD_CHARS = 200
@@ -476,8 +476,8 @@ async def _connect_and_run(
 def serve(service: Service, url: str, **options: Any) -> None:
     """Run `service` as a process: configure logging, stop within a few seconds on SIGTERM /
     SIGINT in any state (services/runtime/stopping.py), exit status 0."""
-    from services.runtime.logging import configure_logging
-    from services.runtime.stopping import run_until_signalled
+    from gpuledger.services.runtime.logging import configure_logging
+    from gpuledger.services.runtime.stopping import run_until_signalled
 
     configure_logging()
 

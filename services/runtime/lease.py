@@ -24,7 +24,7 @@ import structlog
 from nats.js import api
 from nats.js.kv import KeyValue
 
-from services.runtime.bus import Bus
+from gpuledger.services.runtime.bus import Bus
 
 BUCKET = "gpuledger-leases"
 DEFAULT_TTL_S = 10.0

@@ -23,7 +23,7 @@ def run_command(role: str, url: str, *args: str, config: Path | None = None,
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
-    cmd += ["-m", "services.cli", "run", role, "--nats-url", url, *args]
+    cmd += ["-m", "gpuledger.services.cli", "run", role, "--nats-url", url, *args]
     if config is not None:
         cmd += ["--config", str(config)]
     return cmd

@@ -10,7 +10,7 @@ return, so `decide` never writes the folded state.
 
 from __future__ import annotations
 
-from events import (
+from gpuledger.events import (
     Event,
     GangCompleted,
     GangEvicted,
@@ -20,17 +20,17 @@ from events import (
     NodeLost,
     PendingReasonChanged,
 )
-from events.reasons import PendingReason
-from services.domain.deciding import LedgerService
-from services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from services.domain.placement_adapter import to_members
-from services.domain.progress import work_outcome
-from services.domain.quota import parent_of, quota_block
-from services.domain.timefmt import instant
-from services.placement import Placement
-from services.scheduler.pending import CAPACITY_REASONS
-from services.scheduler.queue import ordered_pending
-from services.scheduler.reservation import (
+from gpuledger.events.reasons import PendingReason
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.placement_adapter import to_members
+from gpuledger.services.domain.progress import work_outcome
+from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.placement import Placement
+from gpuledger.services.scheduler.pending import CAPACITY_REASONS
+from gpuledger.services.scheduler.queue import ordered_pending
+from gpuledger.services.scheduler.reservation import (
     Reservation,
     may_backfill,
     may_backfill_preemptibly,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.reasons import PendingReason
+from gpuledger.events.reasons import PendingReason
 
 
 @dataclass(frozen=True)

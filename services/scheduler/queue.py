@@ -4,8 +4,8 @@ first), then submit time, then job id (a total order)."""
 
 from __future__ import annotations
 
-from events.reasons import JobState
-from services.domain.ledger import JobRecord, Ledger
+from gpuledger.events.reasons import JobState
+from gpuledger.services.domain.ledger import JobRecord, Ledger
 
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from services.placement import Placement
+from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.placement import Placement
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from services.cli.helptext import reflow
-from services.cli.main import app
+from gpuledger.services.cli.helptext import reflow
+from gpuledger.services.cli.main import app
 
 WIDTH = 100
 runner = CliRunner()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import events as e
-from events.schema import client_schema
+from gpuledger import events as e
+from gpuledger.events.schema import client_schema
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 CURRENT_TAGS = sorted(c.__struct_config__.tag for c in e.ALL_EVENTS)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-import events as ev
-from events.limits import MAX_DEPTH, MAX_INT, MAX_PAYLOAD_BYTES
-from events.specs import MAX_COUNT
+from gpuledger import events as ev
+from gpuledger.events.limits import MAX_DEPTH, MAX_INT, MAX_PAYLOAD_BYTES
+from gpuledger.events.specs import MAX_COUNT
 
 
 def submission(**resources: object) -> dict:

@@ -4,9 +4,9 @@ and a decoded (plain) string compares equal to the member."""
 
 from enum import StrEnum
 
-import events as ev
-from events import reasons
-from events.reasons import DeclineReason, ExclusionReason, JobState, PendingReason
+from gpuledger import events as ev
+from gpuledger.events import reasons
+from gpuledger.events.reasons import DeclineReason, ExclusionReason, JobState, PendingReason
 
 
 def declined(reason, code):

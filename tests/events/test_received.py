@@ -3,7 +3,7 @@ time, the folded time is the client's only when present and within 5 minutes."""
 
 import pytest
 
-import events as ev
+from gpuledger import events as ev
 
 RECEIVED = 1_777_500_000_000
 SPEC = ev.JobSpec(job_id="ci-7", tenant="team-a")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import events as ev
-from events.subjects import INVALID_ID_TOKEN, subject_for
+from gpuledger import events as ev
+from gpuledger.events.subjects import INVALID_ID_TOKEN, subject_for
 
 
 def rejected(job_id: str) -> ev.JobRejected:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services.runtime.processes import ServiceProcesses
+from gpuledger.services.runtime.processes import ServiceProcesses
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -15,7 +15,7 @@ EXAMPLES = ROOT / "examples"
 def cli(*args: str, check: bool = False, timeout: float = 60, stdin: str | None = None,
         cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
+        [sys.executable, "-m", "gpuledger.services.cli", *args],
         cwd=cwd, capture_output=True, text=True, timeout=timeout, check=check, input=stdin,
     )
 

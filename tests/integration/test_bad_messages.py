@@ -20,15 +20,15 @@ import nats
 import nats.js.errors
 import pytest
 
-import events as ev
-from projections.store import connect_readonly
-from replay import live_player
-from replay.scenario import load
-from services.domain.jobfile import job_spec
-from services.domain.stamp import submission
-from services.runtime.bus import Bus
-from services.runtime.nats_server import EmbeddedNats
-from services.runtime.processes import ServiceProcesses
+from gpuledger import events as ev
+from gpuledger.projections.store import connect_readonly
+from gpuledger.replay import live_player
+from gpuledger.replay.scenario import load
+from gpuledger.services.domain.jobfile import job_spec
+from gpuledger.services.domain.stamp import submission
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
+from gpuledger.services.runtime.processes import ServiceProcesses
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
 pytestmark = pytest.mark.integration

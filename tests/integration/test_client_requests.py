@@ -16,13 +16,13 @@ import time
 import nats.js.errors
 import pytest
 
-import events as ev
-from projections.nats_source import run_projector
-from projections.store import connect_readonly
-from replay import live_player
-from replay.scenario import load
-from services.runtime.bus import Bus
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger import events as ev
+from gpuledger.projections.nats_source import run_projector
+from gpuledger.projections.store import connect_readonly
+from gpuledger.replay import live_player
+from gpuledger.replay.scenario import load
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
 pytestmark = pytest.mark.integration

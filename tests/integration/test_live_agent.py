@@ -20,14 +20,14 @@ import msgspec
 import pytest
 import yaml
 
-import events as ev
-from replay import live_player
-from replay.scenario import from_document
-from services.node_agent.executor import MemberRecord
-from services.roles import CONTROL_PLANE
-from services.runtime.bus import Bus
-from services.runtime.nats_server import EmbeddedNats
-from services.runtime.processes import ServiceProcesses
+from gpuledger import events as ev
+from gpuledger.replay import live_player
+from gpuledger.replay.scenario import from_document
+from gpuledger.services.node_agent.executor import MemberRecord
+from gpuledger.services.roles import CONTROL_PLANE
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
+from gpuledger.services.runtime.processes import ServiceProcesses
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +117,7 @@ async def run_scenario(c: LiveCluster, timeout_s: float = 40.0):
 
 
 def member_log(c: LiveCluster, alloc: str, rank: int) -> str:
-    from services.node_agent.agent import executor_id
+    from gpuledger.services.node_agent.agent import executor_id
 
     return "".join(p.read_text() for p in c.work.glob(f"*/logs/{executor_id(alloc)}-rank{rank}.log"))
 

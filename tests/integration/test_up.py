@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
     up = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--config", str(EXAMPLES / "three-jobs.yaml")],
+        [sys.executable, "-m", "gpuledger.services.cli", "up", "--config", str(EXAMPLES / "three-jobs.yaml")],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
     )
@@ -48,7 +48,7 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         why = cli("why", "second", cwd=tmp_path)
         assert why.returncode == 0 and "UnknownTenant" in why.stdout
 
-        watcher = subprocess.Popen([sys.executable, "-m", "services.cli", "jobs", "-w", "--interval", "0.3"],
+        watcher = subprocess.Popen([sys.executable, "-m", "gpuledger.services.cli", "jobs", "-w", "--interval", "0.3"],
                                    cwd=tmp_path, stdout=subprocess.PIPE, text=True,
                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
         seen: list[str] = []

@@ -25,7 +25,7 @@ JOB = "id: {id}\ntenant: team-a\ngpus: 2\nduration: 1\n"
 
 def start_up(cwd: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", *args], cwd=cwd,
+        [sys.executable, "-m", "gpuledger.services.cli", "up", *args], cwd=cwd,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
     )

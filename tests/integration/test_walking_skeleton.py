@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-import events as ev
-from replay import live_player
-from replay.scenario import load
-from replay.simulator import simulate
-from services.domain.ledger import Ledger
-from services.runtime.bus import Bus
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger import events as ev
+from gpuledger.replay import live_player
+from gpuledger.replay.scenario import load
+from gpuledger.replay.simulator import simulate
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
 pytestmark = pytest.mark.integration
@@ -100,7 +100,7 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, p
             for i in range(16)
         ],
     }
-    from replay.scenario import from_document
+    from gpuledger.replay.scenario import from_document
 
     scenario = from_document(doc)
     config = tmp_path / "cluster.yaml"

@@ -10,12 +10,19 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import events as ev
-from events import MemberPlacement
-from services.domain.configfile import node_infos
-from services.domain.stamp import stamp
-from services.node_agent.agent import RealAgent, allocation_id_of, executor_id
-from services.node_agent.decider import AgentDecider, AgentState, Checkpoint, Kill, Observed, Start
+from gpuledger import events as ev
+from gpuledger.events import MemberPlacement
+from gpuledger.services.domain.configfile import node_infos
+from gpuledger.services.domain.stamp import stamp
+from gpuledger.services.node_agent.agent import RealAgent, allocation_id_of, executor_id
+from gpuledger.services.node_agent.decider import (
+    AgentDecider,
+    AgentState,
+    Checkpoint,
+    Kill,
+    Observed,
+    Start,
+)
 from tests.services.given import cluster, submitted
 
 ROOT = Path(__file__).resolve().parents[2]

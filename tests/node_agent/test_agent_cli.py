@@ -6,13 +6,13 @@ import json
 
 from typer.testing import CliRunner
 
-from services.cli.main import app
-from services.node_agent import nvml_discovery
+from gpuledger.services.cli.main import app
+from gpuledger.services.node_agent import nvml_discovery
 from tests.node_agent.test_agent import _NoNvml
 
 
 def test_discover_prints_the_inventory_as_json_and_table(monkeypatch):
-    from services.node_agent.nvml_discovery import DiscoveredGpu, HostInventory
+    from gpuledger.services.node_agent.nvml_discovery import DiscoveredGpu, HostInventory
 
     inv = HostInventory("550.54", "12.4", (DiscoveredGpu(0, "GPU-x", "NVIDIA H100 80GB HBM3", "H100-80GB",
                                                          81559, False, (), "h-nvl0", True, None),))

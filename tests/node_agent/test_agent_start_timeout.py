@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-import events as ev
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.services.scheduler.decider import Scheduler
 from tests.node_agent.test_agent import DOC, admitted, e, job, placed
 from tests.services.given import cluster, fold, given
 

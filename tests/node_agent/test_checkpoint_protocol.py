@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
-from services.node_agent import checkpoint
-from services.node_agent.outcome import classify_exit
+from gpuledger.services.node_agent import checkpoint
+from gpuledger.services.node_agent.outcome import classify_exit
 
 
 @pytest.fixture

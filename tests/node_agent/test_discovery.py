@@ -5,8 +5,8 @@ import sys
 import pynvml
 import pytest
 
-from services.node_agent import nvml_discovery
-from services.node_agent.nvml_discovery import NvmlUnavailable, describe, discover
+from gpuledger.services.node_agent import nvml_discovery
+from gpuledger.services.node_agent.nvml_discovery import NvmlUnavailable, describe, discover
 from tests.node_agent.fake_nvml import (
     FakeGpu,
     FakeNvml,

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from services.node_agent.executor import (
+from gpuledger.services.node_agent.executor import (
     CheckpointAcknowledged,
     Executor,
     MemberLaunch,
@@ -174,7 +174,7 @@ async def test_starting_the_same_member_twice_starts_one_process(tmp_path, state
 AGENT = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from services.node_agent.executor import Executor, MemberLaunch
+    from gpuledger.services.node_agent.executor import Executor, MemberLaunch
     tmp = Path(sys.argv[1])
     Executor(tmp / "state").start(MemberLaunch(
         allocation_id="alloc-1", job_id="job-1", rank=0, world_size=1,

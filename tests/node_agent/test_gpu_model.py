@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.node_agent.gpu_model import model_family, normalise_model
+from gpuledger.services.node_agent.gpu_model import model_family, normalise_model
 
 
 @pytest.mark.parametrize(

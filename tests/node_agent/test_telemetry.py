@@ -3,8 +3,8 @@
 import pynvml
 import pytest
 
-from services.node_agent.nvml_discovery import discover
-from services.node_agent.telemetry import Sampler, ratio, sample
+from gpuledger.services.node_agent.nvml_discovery import discover
+from gpuledger.services.node_agent.telemetry import Sampler, ratio, sample
 from tests.node_agent.fake_nvml import a100_mig_node, h100_node, h200_node
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from services.node_agent.mig import clean_profile_name, profile_name
-from services.node_agent.topology import fabric_clique, nvlink_cliques
+from gpuledger.services.node_agent.mig import clean_profile_name, profile_name
+from gpuledger.services.node_agent.topology import fabric_clique, nvlink_cliques
 
 
 def test_fully_connected_eight_gpus_form_one_clique_named_by_the_lowest_index():

@@ -3,9 +3,9 @@
 import pynvml
 import pytest
 
-from services.node_agent.nvml_discovery import discover
-from services.node_agent.telemetry import Sampler
-from services.node_agent.xid import XidEvent, XidWatcher, xid_reason
+from gpuledger.services.node_agent.nvml_discovery import discover
+from gpuledger.services.node_agent.telemetry import Sampler
+from gpuledger.services.node_agent.xid import XidEvent, XidWatcher, xid_reason
 from tests.node_agent.fake_nvml import a100_mig_node, h100_node
 
 

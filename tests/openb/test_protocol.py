@@ -6,9 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from replay.openb.protocol import CURVE_POINTS, run, run_seed
-from replay.openb.trace import load_nodes, load_tasks
-from services.cli.bench import bench_app
+from gpuledger.replay.openb.protocol import CURVE_POINTS, run, run_seed
+from gpuledger.replay.openb.trace import load_nodes, load_tasks
+from gpuledger.services.cli.bench import bench_app
 
 
 @pytest.fixture(scope="module")

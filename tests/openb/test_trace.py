@@ -6,8 +6,8 @@ trace), counted from the CSV text independently of the loader (awk, see the fixt
 
 import csv
 
-from replay.openb.trace import Task, load_nodes, load_tasks
-from services.placement import MemberRequest
+from gpuledger.replay.openb.trace import Task, load_nodes, load_tasks
+from gpuledger.services.placement import MemberRequest
 
 
 def test_gpu_node_list(openb_dir):

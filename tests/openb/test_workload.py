@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from replay.openb.trace import load_tasks
-from replay.openb.workload import inflate, typical_tasks
+from gpuledger.replay.openb.trace import load_tasks
+from gpuledger.replay.openb.workload import inflate, typical_tasks
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.placement import GangRequest, GpuSpec, MemberRequest, NodeSpec
+from gpuledger.services.placement import GangRequest, GpuSpec, MemberRequest, NodeSpec
 
 
 def node(

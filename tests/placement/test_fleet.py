@@ -3,7 +3,7 @@
 import msgspec
 import pytest
 
-from services.placement import (
+from gpuledger.services.placement import (
     Fleet,
     MemberAssignment,
     Placement,
@@ -131,7 +131,7 @@ def test_unknown_policy_is_a_typed_error():
 
 
 def test_cpu_only_members_and_node_without_gpus():
-    from services.placement import NodeSpec
+    from gpuledger.services.placement import NodeSpec
 
     f = Fleet([NodeSpec("cpu", 4000, 1000), node("g", gpus=1, cpu=2000)])
     p = bind(f, "c", gang("c", cpu_milli=3000, memory_mib=500))

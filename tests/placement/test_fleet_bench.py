@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from replay.fleet_bench import fleet_nodes, job_queue, run, typical_of
+from gpuledger.replay.fleet_bench import fleet_nodes, job_queue, run, typical_of
 
 
 def test_fleet_shape_and_job_mix():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.placement.mig import PROFILES, MigSlots, best_start, family, profile_for
+from gpuledger.services.placement.mig import PROFILES, MigSlots, best_start, family, profile_for
 
 
 def test_names_resolve_per_family():

@@ -5,7 +5,7 @@ from collections import defaultdict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from services.placement import (
+from gpuledger.services.placement import (
     Fleet,
     GangRequest,
     GpuSpec,

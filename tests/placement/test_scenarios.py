@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.placement import Fleet, GpuSpec, NodeSpec, Placement, Unplaceable
+from gpuledger.services.placement import Fleet, GpuSpec, NodeSpec, Placement, Unplaceable
 
 from .helpers import gang, node
 
@@ -91,7 +91,7 @@ def test_mig_request_lands_on_a_free_slice_of_a_mig_gpu():
 
 
 def test_precreated_mig_layout_offers_only_its_instances():
-    from services.placement import MigInstance
+    from gpuledger.services.placement import MigInstance
 
     gpu = GpuSpec(0, "u0", "A100-80GB", 81920, "c", "mig",
                   (MigInstance("3g.40gb", 0), MigInstance("2g.20gb", 4), MigInstance("1g.10gb", 6)))
@@ -119,7 +119,7 @@ def test_two_tenants_fractional_jobs_never_share_an_mps_gpu():
     assert why.reason == "IsolationConflict"
     assert "mps GPUs busy with other tenants" in why.message
     # and the fleet refuses a hand-made double tenancy
-    from services.placement import PlacementConflict
+    from gpuledger.services.placement import PlacementConflict
     bad = Placement((pa.members[0],))
     with pytest.raises(PlacementConflict):
         f.allocate("evil", "carol", bad, gang("evil", tenant="carol", gpu_milli=300))

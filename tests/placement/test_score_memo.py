@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from services.placement import Fleet, Placement
+from gpuledger.services.placement import Fleet, Placement
 
 from .helpers import gang, node
 

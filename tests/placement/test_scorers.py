@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from services.placement import Fleet, Fragmentation, Placement, TypicalTask
-from services.placement.scorers import frag_delta_scores
+from gpuledger.services.placement import Fleet, Fragmentation, Placement, TypicalTask
+from gpuledger.services.placement.scorers import frag_delta_scores
 
 from .helpers import gang, node
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from projections.mappers import ALL_TABLES
+from gpuledger.projections.mappers import ALL_TABLES
 from tests.projections import scenario
 
 

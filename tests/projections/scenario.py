@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import msgspec
 
-import events as ev
+from gpuledger import events as ev
 
 S = 1000  # ms per second
 

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-import events as ev
-from projections import mappers
-from projections.store import Projector
+from gpuledger import events as ev
+from gpuledger.projections import mappers
+from gpuledger.projections.store import Projector
 
 
 def submitted(job_id: str, gpus: int = 1) -> bytes:

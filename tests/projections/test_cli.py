@@ -8,8 +8,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay.logio import write_log
-from services.cli.audit import humanize_ms, register
+from gpuledger.replay.logio import write_log
+from gpuledger.services.cli.audit import humanize_ms, register
 
 app = typer.Typer()
 register(app)

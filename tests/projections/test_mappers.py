@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import events as ev
-from projections.mappers import (
+from gpuledger import events as ev
+from gpuledger.projections.mappers import (
     APPEND_COLUMNS,
     ROW_CLASSES,
     Projection,

@@ -8,12 +8,12 @@ import nats
 import pytest
 from nats.js import api
 
-import events as ev
-from projections.nats_source import run_projector
-from projections.store import connect_readonly, rebuild
-from replay.export import stream_entries
-from services.runtime.bus import Bus
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger import events as ev
+from gpuledger.projections.nats_source import run_projector
+from gpuledger.projections.store import connect_readonly, rebuild
+from gpuledger.replay.export import stream_entries
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.projections.conftest import dump
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from projections.store import ProjectionBusy, Projector, connect_readonly
+from gpuledger.projections.store import ProjectionBusy, Projector, connect_readonly
 from tests.integration.cluster import cli
 from tests.projections.conftest import dump
 

@@ -13,15 +13,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import events as ev
-from projections.nats_source import run_projector
-from projections.queries import jobs_rows, nodes_rows, why_report
-from projections.store import connect_readonly
-from services.cli.audit import register, render_why
-from services.domain.deciding import LedgerService
-from services.runtime.bus import Bus
-from services.runtime.host import Host
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger import events as ev
+from gpuledger.projections.nats_source import run_projector
+from gpuledger.projections.queries import jobs_rows, nodes_rows, why_report
+from gpuledger.projections.store import connect_readonly
+from gpuledger.services.cli.audit import register, render_why
+from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.host import Host
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.services.test_acceptance import gpu, job, placed
 
 pytestmark = pytest.mark.integration

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import events as ev
-from projections.store import Projector, SequenceGap, catch_up, connect_readonly, rebuild
-from replay.logio import write_log
+from gpuledger import events as ev
+from gpuledger.projections.store import Projector, SequenceGap, catch_up, connect_readonly, rebuild
+from gpuledger.replay.logio import write_log
 from tests.projections.conftest import dump
 
 
@@ -171,7 +171,7 @@ def test_schema_and_mappers_agree(tmp_path):
 def test_relaxed_gc_restores_thresholds():
     import gc
 
-    from services.runtime.gctune import fewer_gc_passes as relaxed_gc
+    from gpuledger.services.runtime.gctune import fewer_gc_passes as relaxed_gc
 
     old = gc.get_threshold()
     with relaxed_gc(123_456):

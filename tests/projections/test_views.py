@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from projections.store import connect_readonly, rebuild
+from gpuledger.projections.store import connect_readonly, rebuild
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_fragmentation(con):
 
 
 def test_fragmentation_free_gpus_usable_by_a_small_pending_job(tmp_path, messages):
-    import events as ev
+    from gpuledger import events as ev
 
     extra = [
         ev.JobSubmitted(

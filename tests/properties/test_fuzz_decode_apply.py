@@ -20,15 +20,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import events as ev
-from projections.store import Projector
-from services.domain.configfile import config_events, node_infos
-from services.domain.jobfile import job_spec
-from services.domain.stamp import submission
-from services.roles import ROLES, build
-from services.runtime.bus import Delivery
-from services.runtime.host import Host
-from services.runtime.logging import configure_logging
+from gpuledger import events as ev
+from gpuledger.projections.store import Projector
+from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.jobfile import job_spec
+from gpuledger.services.domain.stamp import submission
+from gpuledger.services.roles import ROLES, build
+from gpuledger.services.runtime.bus import Delivery
+from gpuledger.services.runtime.host import Host
+from gpuledger.services.runtime.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())

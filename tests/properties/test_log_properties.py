@@ -7,11 +7,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-import events as ev
-from replay.scenario import from_document
-from replay.simulator import simulate
-from replay.verify import verify
-from services.domain.ledger import Ledger
+from gpuledger import events as ev
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.simulator import simulate
+from gpuledger.replay.verify import verify
+from gpuledger.services.domain.ledger import Ledger
 from tests.properties.test_preemption_properties import SETTINGS, job, policy, scenario
 
 LEGAL = {

@@ -10,9 +10,9 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import events as ev
-from replay.scenario import from_document
-from replay.simulator import simulate
+from gpuledger import events as ev
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.simulator import simulate
 
 CLASSES = ["best-effort", "train", "interactive", "inference", "build"]
 HOUR_MS = 3_600_000

@@ -14,9 +14,9 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import events as ev
-from projections.bench import synthetic_log
-from projections.mappers import Projection, columns_of
+from gpuledger import events as ev
+from gpuledger.projections.bench import synthetic_log
+from gpuledger.projections.mappers import Projection, columns_of
 
 BASE = list(synthetic_log(1500, nodes=4))
 JOBS = sorted({e.job.job_id for _, _, e in BASE if isinstance(e, ev.JobSubmitted)})

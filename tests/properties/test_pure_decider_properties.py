@@ -12,10 +12,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.checking import digest
-from replay.scenario import from_document
-from replay.simulator import Simulator, simulate, standard_services
-from services.domain.ledger import Ledger
+from gpuledger.replay.checking import digest
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.simulator import Simulator, simulate, standard_services
+from gpuledger.services.domain.ledger import Ledger
 from tests.properties.test_preemption_properties import CLASSES, SETTINGS
 
 shape = st.one_of(

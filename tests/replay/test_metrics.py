@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-import events as ev
-from projections.store import Projector
-from replay.compare import load as compare_load
-from replay.logio import write_log
-from replay.metrics import measure
-from replay.report import report
-from replay.scenario import from_document
-from replay.scenario import load as load_scenario
-from replay.simulator import simulate
+from gpuledger import events as ev
+from gpuledger.projections.store import Projector
+from gpuledger.replay.compare import load as compare_load
+from gpuledger.replay.logio import write_log
+from gpuledger.replay.metrics import measure
+from gpuledger.replay.report import report
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.scenario import load as load_scenario
+from gpuledger.replay.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 

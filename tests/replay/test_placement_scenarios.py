@@ -1,8 +1,8 @@
 """Placement scenarios through the simulator (issue 3): given a cluster and a timeline, when
 it runs, then members land where the topology and isolation rules say."""
 
-from replay.scenario import from_document
-from replay.simulator import simulate
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.simulator import simulate
 
 
 def run(nodes, jobs, tenants=({"name": "a", "guaranteed": 64}, {"name": "b", "guaranteed": 64})):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import yaml
 
-import events as ev
-from replay.report import report
-from replay.scenario import from_document, load
-from replay.simulator import simulate
-from services.domain.ledger import Ledger
+from gpuledger import events as ev
+from gpuledger.replay.report import report
+from gpuledger.replay.scenario import from_document, load
+from gpuledger.replay.simulator import simulate
+from gpuledger.services.domain.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OLD_ANTI_THRASHING = {"min_runtime_s": 0, "eviction_budget_per_hour": 0,
@@ -167,7 +167,7 @@ def test_preemptible_small_jobs_backfill_the_reservation_and_are_evicted_when_th
 
 
 def test_backfill_scenario_small_preemptible_jobs_use_reserved_nodes_until_the_gang_lands():
-    from replay.verify import verify
+    from gpuledger.replay.verify import verify
 
     sim, jobs, metrics = run("backfill.yaml")
     (reserved,) = [e for e in logged(sim, ev.PendingReasonChanged, job_id="gang-16")
@@ -205,7 +205,7 @@ def test_without_a_reservation_the_gang_starves_until_the_stream_dries_up():
 
 
 def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
-    from replay.verify import verify
+    from gpuledger.replay.verify import verify
 
     sim, jobs, _ = run("usage-decay.yaml", **OLD_ANTI_THRASHING)
     assert jobs["b-first"]["placements"][0]["at_s"] == 7200.0  # submitted 30 min after a-next
@@ -226,7 +226,7 @@ def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead()
     """Tenant a (guaranteed 4 of 8) needs 4 GPUs in one clique; b holds exactly its guarantee
     as two 2-GPU jobs on different nodes, so 4 GPUs are free but split 2 + 2. One of b's jobs
     is checkpointed and moved to the other node, and a's job starts after the checkpoint."""
-    from replay.verify import verify
+    from gpuledger.replay.verify import verify
 
     def job(i, tenant, cls, gpus, minutes, at):
         return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,

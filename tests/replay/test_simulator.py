@@ -3,11 +3,11 @@ clock, then jobs end in the expected states with the expected placements."""
 
 from pathlib import Path
 
-import events as ev
-from replay.logio import read_log, write_log
-from replay.report import report
-from replay.scenario import from_document, load
-from replay.simulator import simulate
+from gpuledger import events as ev
+from gpuledger.replay.logio import read_log, write_log
+from gpuledger.replay.report import report
+from gpuledger.replay.scenario import from_document, load
+from gpuledger.replay.simulator import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

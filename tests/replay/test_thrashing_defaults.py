@@ -9,12 +9,12 @@ from pathlib import Path
 
 import yaml
 
-import events as ev
-from replay.scenario import from_document, load
-from replay.simulator import simulate
-from replay.verify import verify
-from services.domain.ledger import Ledger
-from services.preemption.victims import plan, releasing_by_tenant
+from gpuledger import events as ev
+from gpuledger.replay.scenario import from_document, load
+from gpuledger.replay.simulator import simulate
+from gpuledger.replay.verify import verify
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.preemption.victims import plan, releasing_by_tenant
 
 SCENARIO = Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "thrashing-mixed.yaml"
 HOUR_MS = 3_600_000

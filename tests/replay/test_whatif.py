@@ -7,13 +7,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import events as ev
-from replay.export import read_any, write_any
-from replay.logio import write_log
-from replay.scenario import load
-from replay.simulator import simulate
-from replay.verify import verify
-from replay.whatif import external_inputs, replay, with_config
+from gpuledger import events as ev
+from gpuledger.replay.export import read_any, write_any
+from gpuledger.replay.logio import write_log
+from gpuledger.replay.scenario import load
+from gpuledger.replay.simulator import simulate
+from gpuledger.replay.verify import verify
+from gpuledger.replay.whatif import external_inputs, replay, with_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

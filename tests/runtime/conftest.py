@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from services.runtime.bus import Bus
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 
 
 @pytest.fixture

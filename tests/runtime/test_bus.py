@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from nats.js import api
 
-import events
-from services.runtime.bus import AlreadyExists, Bus
+from gpuledger import events
+from gpuledger.services.runtime.bus import AlreadyExists, Bus
 
 
 def submitted(job_id: str, event_id: str = "") -> events.JobSubmitted:

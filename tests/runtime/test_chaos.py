@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.runtime.bus import Bus
-from services.runtime.host import Host
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.host import Host
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.runtime.test_host import Admitter, eventually, running, submitted
 
 

@@ -5,12 +5,12 @@ it is dead-lettered with its reason and the scheduler goes on placing jobs."""
 
 from __future__ import annotations
 
-import events
-from services.domain.configfile import config_events, node_infos
-from services.domain.stamp import submission
-from services.roles import build
-from services.runtime.bus import Bus
-from services.runtime.host import Host
+from gpuledger import events
+from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.stamp import submission
+from gpuledger.services.roles import build
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.host import Host
 from tests.runtime.test_host import of_type, running, settle, stream_events
 
 DOC = {

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import events
-from services.runtime.bus import Bus
-from services.runtime.host import Host, run_service
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger import events
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.host import Host, run_service
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 
 
 def submitted(job_id: str) -> events.JobSubmitted:
@@ -314,7 +314,7 @@ async def test_only_the_lease_holder_decides_and_a_standby_takes_over(
 SERVE_SCRIPT = """
 import sys
 from tests.runtime.test_host import Admitter
-from services.runtime.host import serve
+from gpuledger.services.runtime.host import serve
 serve(Admitter(), sys.argv[1])
 print("clean exit", flush=True)
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.runtime.bus import Bus
-from services.runtime.lease import Lease, lease_bucket
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.lease import Lease, lease_bucket
 
 
 async def test_one_holder_at_a_time_and_release_hands_over(bus: Bus) -> None:

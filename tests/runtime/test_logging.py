@@ -17,11 +17,11 @@ import msgspec
 import pytest
 import structlog
 
-import events
-from services.runtime.bus import Bus
-from services.runtime.host import Host, run_service
-from services.runtime.logging import configure_logging
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger import events
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.host import Host, run_service
+from gpuledger.services.runtime.logging import configure_logging
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.runtime.test_host import (
     AdmitState,
     Admitter,

@@ -8,8 +8,8 @@ from pathlib import Path
 import nats
 import pytest
 
-from services.runtime import nats_server
-from services.runtime.nats_server import EmbeddedNats, NatsServerNotFound
+from gpuledger.services.runtime import nats_server
+from gpuledger.services.runtime.nats_server import EmbeddedNats, NatsServerNotFound
 
 
 async def test_starts_accepts_a_connection_and_stops(tmp_path: Path) -> None:
@@ -45,7 +45,7 @@ def test_missing_binary_is_a_typed_error(tmp_path: Path, monkeypatch: pytest.Mon
 def test_kill_then_restart_on_the_same_store_keeps_data(tmp_path: Path) -> None:
     import asyncio
 
-    from services.runtime.bus import Bus
+    from gpuledger.services.runtime.bus import Bus
 
     async def publish_and_count(url: str, publish: bool) -> int:
         bus = await Bus.connect(url)

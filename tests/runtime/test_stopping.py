@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from services.runtime.bus import Bus, backoff_delay, connect_backoff
-from services.runtime.nats_server import EmbeddedNats
+from gpuledger.services.runtime.bus import Bus, backoff_delay, connect_backoff
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.runtime.test_host import submitted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ class Service:
 
     def __init__(self, *args: str, argv: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            argv or [sys.executable, "-m", "services.cli", "run", *args],
+            argv or [sys.executable, "-m", "gpuledger.services.cli", "run", *args],
             cwd=str(ROOT),
             env={**os.environ, "GPULEDGER_LOG_JSON": "1", "GPULEDGER_LOG_LEVEL": "info"},
             stdout=subprocess.DEVNULL,
@@ -205,7 +205,7 @@ STUCK_SCRIPT = """
 import sys, time
 import structlog
 from tests.runtime.test_host import Admitter
-from services.runtime.host import serve
+from gpuledger.services.runtime.host import serve
 
 class Stuck(Admitter):
     def decide(self, state, now_ms):
@@ -257,7 +257,7 @@ def test_the_connect_backoff_grows_is_capped_and_jittered():
 def test_nats_py_log_records_come_out_as_one_structlog_json_line(monkeypatch):
     from nats.aio.client import _default_error_callback
 
-    from services.runtime.logging import configure_logging
+    from gpuledger.services.runtime.logging import configure_logging
 
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)

@@ -14,12 +14,12 @@ import os
 import pytest
 from nats.js import api
 
-import events as ev
-from services.domain.ledger import Ledger
-from services.runtime.bus import Bus, StreamGap
-from services.runtime.host import Host
-from services.runtime.nats_server import EmbeddedNats
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.runtime.bus import Bus, StreamGap
+from gpuledger.services.runtime.host import Host
+from gpuledger.services.runtime.nats_server import EmbeddedNats
+from gpuledger.services.scheduler.decider import Scheduler
 
 S = 1000
 
@@ -145,9 +145,9 @@ def test_a_truncated_block_file_is_detected_and_no_node_is_declared_lost(tmp_pat
 
 
 def test_the_projector_stops_before_a_hole_and_says_so(tmp_path):
-    from projections.mappers import SequenceGap
-    from projections.nats_source import run_projector
-    from projections.store import connect_readonly
+    from gpuledger.projections.mappers import SequenceGap
+    from gpuledger.projections.nats_source import run_projector
+    from gpuledger.projections.store import connect_readonly
 
     db = tmp_path / "projection.duckdb"
 

@@ -11,8 +11,8 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from services.runtime.processes import ServiceProcesses
-from services.runtime.supervisor import (
+from gpuledger.services.runtime.processes import ServiceProcesses
+from gpuledger.services.runtime.supervisor import (
     Backoff,
     ProcessSupervisor,
     StartFailed,

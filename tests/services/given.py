@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
-import events as ev
-from services.domain.configfile import config_events, node_infos
-from services.domain.jobfile import job_spec
-from services.domain.ledger import Ledger
-from services.domain.stamp import submission
+from gpuledger import events as ev
+from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.jobfile import job_spec
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.stamp import submission
 
 
 def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]:
@@ -50,6 +50,6 @@ def of_type(events: list[ev.Event], cls):
 
 def stamped(cls, key: str, at: int = 0, **fields) -> ev.Event:
     """An enveloped event at `at` ms with a deterministic id from `key`."""
-    from services.domain.stamp import stamp
+    from gpuledger.services.domain.stamp import stamp
 
     return stamp(cls, key=key, producer="test", now_ms=at, correlation_id=key, **fields)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import events as ev
-from services.domain.acceptance import Refused, admit, subject_refusal
-from services.domain.ledger import Ledger
+from gpuledger import events as ev
+from gpuledger.services.domain.acceptance import Refused, admit, subject_refusal
+from gpuledger.services.domain.ledger import Ledger
 
 
 def gpu(i: int) -> ev.GpuInfo:

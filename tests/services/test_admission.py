@@ -3,8 +3,8 @@ with its resolved class or rejected with a reason code."""
 
 import pytest
 
-import events as ev
-from services.admission.decider import Admission
+from gpuledger import events as ev
+from gpuledger.services.admission.decider import Admission
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted, submitted_json
 
 FLEET = cluster(

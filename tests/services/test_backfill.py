@@ -3,10 +3,10 @@ preemptible job arrives that would run past the reserved start, then it is place
 reserved node marked `backfill_for` the gang, and evicted (`Backfill`) by the preemption
 service as soon as that lets the gang land — not before."""
 
-import events as ev
-from services.admission.decider import Admission
-from services.preemption.decider import Preemption
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.preemption.decider import Preemption
+from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 HOUR = 3_600_000

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import events as ev
-from services.cli.main import app
-from services.domain.config import ConfigState
+from gpuledger import events as ev
+from gpuledger.services.cli.main import app
+from gpuledger.services.domain.config import ConfigState
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

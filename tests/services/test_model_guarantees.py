@@ -3,9 +3,9 @@
 them — the rest go to other models or wait with `NonPreemptibleOverQuota` — while
 preemptible work is not bound by the per-model guarantee."""
 
-import events as ev
-from services.admission.decider import Admission
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 NODES = ({"name": "a100", "gpus": 4, "model": "A100-80GB"}, {"name": "h100", "gpus": 4, "model": "H100-80GB"})

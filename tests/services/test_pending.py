@@ -9,13 +9,13 @@ import inspect
 import re
 import sys
 
-import events as ev
-from events.reasons import PendingReason
-from services.admission.decider import Admission
-from services.placement.reasons import UNPLACEABLE, gang_incomplete
-from services.preemption.decider import Preemption
-from services.scheduler.decider import Scheduler
-from services.scheduler.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
+from gpuledger import events as ev
+from gpuledger.events.reasons import PendingReason
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.placement.reasons import UNPLACEABLE, gang_incomplete
+from gpuledger.services.preemption.decider import Preemption
+from gpuledger.services.scheduler.decider import Scheduler
+from gpuledger.services.scheduler.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 QUIET = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,

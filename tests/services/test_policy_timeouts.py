@@ -4,9 +4,9 @@
 
 import msgspec
 
-import events as ev
-from services.admission.decider import Admission
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sys
 
-import events as ev
-from events.reasons import DeclineReason, ExclusionReason, PreemptionReason
-from services.admission.decider import Admission
-from services.preemption import rules
-from services.preemption.decider import Preemption
-from services.preemption.victims import Exclusion, candidates
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.events.reasons import DeclineReason, ExclusionReason, PreemptionReason
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.preemption import rules
+from gpuledger.services.preemption.decider import Preemption
+from gpuledger.services.preemption.victims import Exclusion, candidates
+from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 QUIET = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from events import PendingReasonChanged
-from replay.checking import DecideDrift, checked_decide, digest
-from replay.scenario import from_document
-from replay.simulator import Simulator, simulate, standard_services
-from services.domain.ledger import Ledger
-from services.placement import Fleet, GangRequest, GpuSpec, MemberRequest, NodeSpec, Placement
-from services.scheduler.decider import Scheduler
+from gpuledger.events import PendingReasonChanged
+from gpuledger.replay.checking import DecideDrift, checked_decide, digest
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.simulator import Simulator, simulate, standard_services
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.placement import (
+    Fleet,
+    GangRequest,
+    GpuSpec,
+    MemberRequest,
+    NodeSpec,
+    Placement,
+)
+from gpuledger.services.scheduler.decider import Scheduler
 
 
 def b2_then_j() -> dict:
@@ -148,7 +155,7 @@ def test_checking_mode_names_a_decide_whose_uncached_run_differs():
 def test_simulate_and_verify_check_the_demo_with_zero_mismatches(tmp_path):
     from typer.testing import CliRunner
 
-    from services.cli.main import app
+    from gpuledger.services.cli.main import app
 
     runner = CliRunner()
     log = tmp_path / "demo.jsonl"
@@ -162,8 +169,8 @@ def test_simulate_and_verify_check_the_demo_with_zero_mismatches(tmp_path):
 def test_verify_check_stops_at_a_decide_that_writes_with_one_line_and_exit_1(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from replay.logio import write_log
-    from services.cli.main import app
+    from gpuledger.replay.logio import write_log
+    from gpuledger.services.cli.main import app
 
     sim = simulate(from_document(b2_then_j()))
     log = tmp_path / "b2j.jsonl"

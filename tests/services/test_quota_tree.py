@@ -2,8 +2,8 @@
 capacity is split by water-filling, then guarantees come first, idle surplus follows the
 weights, limits and demand cap it, and each subtree splits its own share the same way."""
 
-from events import TenantConfigured
-from services.domain.quota import fair_shares
+from gpuledger.events import TenantConfigured
+from gpuledger.services.domain.quota import fair_shares
 
 
 def tenants(*rows):

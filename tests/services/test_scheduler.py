@@ -1,9 +1,9 @@
 """Scheduler: given admitted jobs and a fleet, when it decides, then whole gangs are placed
 atomically in queue order, or the job's pending reason is recorded once."""
 
-import events as ev
-from services.admission.decider import Admission
-from services.scheduler.decider import Scheduler
+from gpuledger import events as ev
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, submitted
 
 FLEET = cluster(

@@ -3,12 +3,12 @@ far below their fair share, when the scheduler orders the queue with `usage_half
 then the tenant with less recent usage goes first; the decayed usage is an integer fold of
 event times (identical on every refold)."""
 
-import events as ev
-from services.admission.decider import Admission
-from services.domain.usage import advance, decay, step_ms
-from services.quota.decider import Quota
-from services.scheduler.decider import Scheduler
-from services.scheduler.queue import ordered_pending
+from gpuledger import events as ev
+from gpuledger.services.admission.decider import Admission
+from gpuledger.services.domain.usage import advance, decay, step_ms
+from gpuledger.services.quota.decider import Quota
+from gpuledger.services.scheduler.decider import Scheduler
+from gpuledger.services.scheduler.queue import ordered_pending
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 HOUR = 3_600_000

@@ -8,11 +8,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import events as ev
-from events import GpuInfo, GpuSample, JobSpec, MemberPlacement, NodeInfo, Resources, TenantShare
-from replay.compare import compare, jain, load, percentile, rows, summarize
-from replay.logio import write_log
-from services.cli.main import app
+from gpuledger import events as ev
+from gpuledger.events import (
+    GpuInfo,
+    GpuSample,
+    JobSpec,
+    MemberPlacement,
+    NodeInfo,
+    Resources,
+    TenantShare,
+)
+from gpuledger.replay.compare import compare, jain, load, percentile, rows, summarize
+from gpuledger.replay.logio import write_log
+from gpuledger.services.cli.main import app
 
 S = 1000  # ms per second
 
@@ -189,7 +197,7 @@ def test_cli_errors(tmp_path):
 
 
 def test_a_duckdb_projection_compares_like_the_log_it_was_built_from(tmp_path):
-    from projections.store import rebuild
+    from gpuledger.projections.store import rebuild
 
     log = tmp_path / "a.jsonl"
     write_log(log, _entries(log_a()))

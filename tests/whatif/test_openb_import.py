@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import events as ev
-from replay.importers import TraceImportError, import_openb
-from replay.importers.openb import GPU_MEMORY_GIB
-from replay.logio import read_log, write_log
-from replay.simulator import Simulator, standard_services
+from gpuledger import events as ev
+from gpuledger.replay.importers import TraceImportError, import_openb
+from gpuledger.replay.importers.openb import GPU_MEMORY_GIB
+from gpuledger.replay.logio import read_log, write_log
+from gpuledger.replay.simulator import Simulator, standard_services
 from tests.openb.conftest import OPENB_FIXTURES
 
 TRACE = OPENB_FIXTURES  # every 12th row of the real trace (tests/fixtures/openb/README.md)
@@ -137,7 +137,7 @@ def test_bad_rows_name_file_and_line(tmp_path, pods, nodes, message):
 def test_cli_import_of_a_missing_trace_says_where_to_get_it(tmp_path):
     from typer.testing import CliRunner
 
-    from services.cli.main import app
+    from gpuledger.services.cli.main import app
 
     res = CliRunner().invoke(app, ["import", "alibaba-openb", "--pods", str(tmp_path / "p.csv"),
                                    "--nodes", str(write(tmp_path, "nodes.csv", NODES)),

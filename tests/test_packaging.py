@@ -1,0 +1,58 @@
+"""The installed names: one `gpuledger` namespace, nothing generic at the top level
+(PyPI has an `events` package). Builds the wheel exactly as `pip install .` would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("events", "services", "replay", "projections")
+
+
+@pytest.fixture(scope="module")
+def wheel_files(tmp_path_factory) -> dict[str, bytes]:
+    """The built wheel's file names (entry_points.txt with its content)."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
+                    "-w", str(out)], check=True, cwd=out)
+    (wheel,) = out.glob("gpuledger-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        return {name: z.read(name) if name.endswith("entry_points.txt") else b""
+                for name in z.namelist()}
+
+
+def test_every_module_of_the_repository_is_in_the_wheel_under_gpuledger(wheel_files):
+    expected = {f"gpuledger/{p.relative_to(ROOT).as_posix()}"
+                for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    assert expected - set(wheel_files) == set()
+    assert "gpuledger/projections/schema.sql" in wheel_files
+
+
+def test_the_wheel_has_no_other_top_level_name(wheel_files):
+    tops = {name.split("/")[0] for name in wheel_files}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"gpuledger"}
+    assert "gpuledger/__init__.py" not in wheel_files  # a PEP 420 namespace, like the repository
+
+
+def test_the_console_script_enters_through_the_namespace(wheel_files):
+    entry = next(n for n in wheel_files if n.endswith(".dist-info/entry_points.txt"))
+    assert "gpuledger = gpuledger.services.cli.main:app" in wheel_files[entry].decode()
+
+
+def test_the_installed_names_resolve_to_the_repository_folders_and_the_old_ones_do_not(tmp_path):
+    code = (
+        "import importlib.util as u\n"
+        "print(u.find_spec('gpuledger.events').origin)\n"
+        "print(u.find_spec('gpuledger.services.cli.main').origin)\n"
+        "print([m for m in ('events', 'services', 'replay', 'projections') if u.find_spec(m)])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out[0] == str(ROOT / "events" / "__init__.py")
+    assert out[1] == str(ROOT / "services" / "cli" / "main.py")
+    assert out[2] == "[]"
