@@ -28,33 +28,16 @@ Pure: no I/O, clock or logging.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from gpuledger.events import subject_for
+from gpuledger.services.domain.refusals import Refusal, Refused
+
+__all__ = ["Refusal", "Refused", "admit", "subject_refusal"]
 
 if TYPE_CHECKING:
     from gpuledger.events import Event
     from gpuledger.services.domain.ledger import Ledger
-
-
-class Refusal(NamedTuple):
-    """Why the fold did not take an event: a stable CamelCase `code` and a quantitative,
-    human `message` naming what was wrong."""
-
-    code: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-
-class Refused(ValueError):
-    """Raised by the fold for an event that contradicts the folded state; raised before the
-    state is touched, so nothing is half-applied. A host dead-letters the event."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.refusal = Refusal(code, message)
 
 
 def subject_refusal(subject: str, event: Event) -> Refusal | None:

@@ -18,9 +18,9 @@ from typing import Any
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
-from gpuledger.services.domain.acceptance import Refusal, Refused
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
+from gpuledger.services.domain.refusals import Refusal, Refused
 from gpuledger.services.domain.timeindex import TimeIndex
 from gpuledger.services.domain.usage import advance, step_ms
 from gpuledger.services.placement import Fleet, PlacementConflict
