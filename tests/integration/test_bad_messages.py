@@ -27,7 +27,6 @@ from gpuledger.replay.scenario import load
 from gpuledger.services.domain.jobfile import job_spec
 from gpuledger.services.domain.stamp import submission
 from gpuledger.services.runtime.bus import Bus
-from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.runtime.processes import ServiceProcesses
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
@@ -60,27 +59,6 @@ HUGE_NUMBER = Case(
     b'{"type":"JobSubmitted.v1","job":{"job_id":"huge","tenant":"team-a","resources":{"gpus":1'
     + b"0" * 30 + b"}}}",
 )
-
-
-@pytest.fixture
-def server():
-    with EmbeddedNats() as s:
-        yield s
-
-
-@pytest.fixture
-async def bus(server):
-    b = await Bus.connect(server.url)
-    await b.ensure_stream()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
-def procs(server, tmp_path):
-    p = Processes(server.url, THREE, tmp_path)
-    yield p
-    p.stop()
 
 
 def start_projector(procs: Processes, data: Path) -> None:

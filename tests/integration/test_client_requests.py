@@ -21,8 +21,6 @@ from gpuledger.projections.nats_source import run_projector
 from gpuledger.projections.store import connect_readonly
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
-from gpuledger.services.runtime.bus import Bus
-from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
 pytestmark = pytest.mark.integration
@@ -31,20 +29,6 @@ README_CI_PAYLOAD = (
     b'{"type":"JobSubmitted.v1","job":{"job_id":"%s","tenant":"team-a",'
     b'"resources":{"gpus":1},"duration_s":3600}}'
 )
-
-
-@pytest.fixture
-def server():
-    with EmbeddedNats() as s:
-        yield s
-
-
-@pytest.fixture
-async def bus(server):
-    b = await Bus.connect(server.url)
-    await b.ensure_stream()
-    yield b
-    await b.close()
 
 
 @pytest.fixture

@@ -13,33 +13,10 @@ from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.runtime.bus import Bus
-from gpuledger.services.runtime.nats_server import EmbeddedNats
-from tests.integration.cluster import EXAMPLES, Processes, cli
+from tests.integration.cluster import EXAMPLES, cli
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
-
-
-@pytest.fixture
-def server():
-    with EmbeddedNats() as s:
-        yield s
-
-
-@pytest.fixture
-async def bus(server):
-    b = await Bus.connect(server.url)
-    await b.ensure_stream()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
-def procs(server, tmp_path):
-    p = Processes(server.url, THREE, tmp_path)
-    yield p
-    p.stop()
 
 
 def placements(log) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
