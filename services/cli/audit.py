@@ -24,6 +24,7 @@ from gpuledger.projections.queries import (
     tenants_rows,
     why_report,
 )
+from gpuledger.services.cli.common import fail
 
 DEFAULT_DATA = Path(".gpuledger")
 DB_NAME = "projection.duckdb"
@@ -55,11 +56,6 @@ def db_path(db: Path | None, data: Path | None) -> Path:
     return (data or DEFAULT_DATA) / DB_NAME
 
 
-def _fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
 def _connect(path: Path):
     """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
     with who holds the file when it stays busy; a warning on stderr when the projection is
@@ -69,10 +65,10 @@ def _connect(path: Path):
     try:
         con = connect_readonly(path)
     except ProjectionBusy as exc:
-        _fail(f"projection busy: {exc} for more than 10s (the projector writes it, or it is "
+        fail(f"projection busy: {exc} for more than 10s (the projector writes it, or it is "
               "catching up a backlog: retry; `gpuledger status` shows its progress)", 4)
     except ProjectionError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _warn_if_stale(con, path)
     return con
 
@@ -178,7 +174,7 @@ def sql_command(
     try:
         cols, rows = run_sql(db_path(db, data), query)
     except duckdb.Error as exc:
-        _fail(f"query failed: {exc}")
+        fail(f"query failed: {exc}")
     if format == SqlFormat.json:
         typer.echo(
             json.dumps(
@@ -617,11 +613,11 @@ def project_command(
 
     path = db_path(db, data)
     if (log is None) == (nats_url is None):
-        _fail("give exactly one source: --log FILE.jsonl or --nats-url URL")
+        fail("give exactly one source: --log FILE.jsonl or --nats-url URL")
     try:
         if log is not None:
             if not log.exists():
-                _fail(f"no log file {log}")
+                fail(f"no log file {log}")
             progress = None
             if not json_out and sys.stderr.isatty():
 
@@ -651,12 +647,12 @@ def project_command(
             except KeyboardInterrupt:
                 last = None
             except (OSError, nats.errors.Error) as exc:
-                _fail(f"cannot reach NATS at {nats_url}: {exc!r}", code=3)
+                fail(f"cannot reach NATS at {nats_url}: {exc!r}", code=3)
             stats = {"last_seq": last}
     except SequenceGap as exc:
-        _fail(str(exc), code=3)
+        fail(str(exc), code=3)
     except (ProjectionError, LogFormatError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     stats["db"] = str(path)
     if json_out:
         typer.echo(json.dumps(stats))
