@@ -78,10 +78,10 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
     config = work / "cluster.yaml"
     config.write_text(yaml.safe_dump(doc))
     with EmbeddedNats(work / "nats") as server:
-        bus = await Bus.connect(server.url, name="gpuledger-bench")
+        bus = await Bus.connect(server.url, name="gpuledger-bench", **server.client_options())
         await bus.ensure_stream()
         await publish_config(bus, from_document(doc))
-        procs = ServiceProcesses(server.url, config=config, log_dir=work, profile_dir=profile_dir,
+        procs = ServiceProcesses(server.access(), config=config, log_dir=work, profile_dir=profile_dir,
                                  env={"GPULEDGER_LOG_LEVEL": "warning"})
         for role in (*CONTROL_PLANE, "node-agent"):
             procs.start(role)

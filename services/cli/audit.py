@@ -605,6 +605,10 @@ def project_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON only.")
     ] = False,
+    creds: Annotated[
+        Path | None, typer.Option("--creds", envvar="GPULEDGER_CREDS",
+                                  help="With --nats-url: credential file (projector, auditor or admin).")
+    ] = None,
 ) -> None:
     """Fold the log into the DuckDB projection (exactly once; resumes where it stopped)."""
     from gpuledger.projections.mappers import SequenceGap
@@ -640,10 +644,13 @@ def project_command(
             import nats.errors
 
             # --no-follow is one-shot: a few connection attempts, then a clear error.
-            once = None if follow else {"connect_attempts": 3, "connect_timeout": 2, "quiet": True}
+            from gpuledger.services.cli.live import resolve_access
+
+            access = resolve_access(nats_url, creds, data)
+            once = {} if follow else {"connect_attempts": 3, "connect_timeout": 2, "quiet": True}
             try:
-                last = asyncio.run(run_projector(nats_url, path, follow=follow,
-                                                 connect_options=once))
+                last = asyncio.run(run_projector(access.url, path, follow=follow,
+                                                 connect_options={**once, **access.options()}))
             except KeyboardInterrupt:
                 last = None
             except (OSError, nats.errors.Error) as exc:

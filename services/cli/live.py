@@ -26,6 +26,9 @@ app = typer.Typer()
 DEFAULT_DATA = Path(".gpuledger")
 URL_FILE = "nats-url"
 NATS_URL_HELP = "NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger)."
+CREDS_HELP = ("Credential file (nkey seed) of the identity to connect as (default: $GPULEDGER_CREDS, else "
+              "the operator's from ./.gpuledger/auth of `gpuledger up`). TLS: $GPULEDGER_TLS_CA "
+              "(+ _CERT, _KEY).")
 
 
 def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
@@ -37,6 +40,23 @@ def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
         return recorded.read_text().strip()
     fail(f"no NATS server: pass --nats-url (or set GPULEDGER_NATS_URL), or start `gpuledger up` here "
          f"(it records its URL in {recorded})", 2)
+
+
+def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DATA):
+    """How this command reaches the bus: the URL (`resolve_url`), the credential (given, else
+    the operator's identity of the `gpuledger up` running in `data`), TLS from the environment."""
+    from gpuledger.services.runtime.auth import AuthDir, AuthError, NatsAccess, tls_from_env
+
+    url = resolve_url(url, data)
+    auth = AuthDir(data / "auth")
+    try:
+        if creds is None and auth.exists:
+            return NatsAccess(url, auth.creds("admin"), auth, tls_from_env())
+        if creds is not None and not Path(creds).is_file():
+            fail(f"{creds}: no such credential file", 2)
+        return NatsAccess(url, creds, None, tls_from_env())
+    except AuthError as exc:
+        fail(str(exc), 2)
 
 
 def read_doc(path: Path | None) -> dict[str, Any]:
@@ -54,18 +74,27 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def cli_bus(url: str, ensure: bool = True):
+async def cli_bus(access, ensure: bool = True):
     """A bus for a one-shot command: a few quick connection attempts, then a clear error
-    (services, unlike commands, retry forever)."""
+    (services, unlike commands, retry forever). `ensure` creates or updates the stream
+    (the operator's right only)."""
     import nats.errors
 
+    from gpuledger.services.runtime.auth import AuthError
     from gpuledger.services.runtime.bus import Bus
 
     try:
-        bus = await Bus.connect(url, name="gpuledger-cli", connect_attempts=3,
-                                max_reconnect_attempts=2, connect_timeout=2, quiet=True)
+        bus = await Bus.connect(access.url, name="gpuledger-cli", connect_attempts=3,
+                                max_reconnect_attempts=2, connect_timeout=2, quiet=True,
+                                **access.options())
+    except AuthError as exc:
+        fail(str(exc), 2)
     except (nats.errors.Error, OSError) as exc:
-        fail(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".rstrip(), 3)
+        hint = ""
+        if "authorization" in str(exc).lower():
+            hint = (" (the server requires an identity: pass --creds FILE or set GPULEDGER_CREDS)"
+                    if access.creds is None else f" (the server does not accept {access.creds})")
+        fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
     if ensure:
         await bus.ensure_stream()
     return bus
@@ -73,10 +102,10 @@ async def cli_bus(url: str, ensure: bool = True):
 
 
 
-async def publish_config(url: str, doc: dict[str, Any]) -> int:
+async def publish_config(access, doc: dict[str, Any]) -> int:
     from gpuledger.services.domain.configfile import config_events
 
-    bus = await cli_bus(url)
+    bus = await cli_bus(access)
     try:
         n = 0
         for e in config_events(doc, producer="cli", at_ms=time.time_ns() // 1_000_000):
@@ -95,9 +124,9 @@ class Cluster:
     supervised (services/runtime/supervisor.py): crashed services are restarted with back-off
     and reported, and `<data>/status.json` says how each one is doing."""
 
-    def __init__(self, url: str, config: Path | None, doc: dict[str, Any], processes: bool,
+    def __init__(self, access, config: Path | None, doc: dict[str, Any], processes: bool,
                  data: Path | None = None) -> None:
-        self.url, self.doc, self.processes = url, doc, processes
+        self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
         self.config = None if config is None else Path(config).resolve()
         self.data = None if data is None else Path(data).resolve()
         """Where the projector keeps projection.duckdb (None: no projector), the status file,
@@ -125,7 +154,7 @@ class Cluster:
 
             base = self.data if self.data is not None else Path.cwd() / DEFAULT_DATA
             (base / "logs").mkdir(parents=True, exist_ok=True)
-            procs = ServiceProcesses(self.url, config=self.config, log_dir=base / "logs")
+            procs = ServiceProcesses(self.access, config=self.config, log_dir=base / "logs")
             self.supervisor = sup = ProcessSupervisor(procs, self.board, base / "heartbeats")
             for role in CONTROL_PLANE:
                 sup.add(role)
@@ -146,16 +175,18 @@ class Cluster:
             st, ps = self.board.add("projector", "projector"), ProjectorStatus()
             db = self.data / "projection.duckdb"
             self.tasks.append(asyncio.create_task(supervise_task(
-                st, lambda: run_projector(self.url, db, stop=self.stop, status=ps), self.stop)))
+                st, lambda: run_projector(self.url, db, stop=self.stop, status=ps,
+                                          connect_options=self._options("projector")), self.stop)))
             self._samplers.append(lambda st=st, ps=ps: _sample_projector(st, ps))
-        services = [(role, lambda role=role: build(role)) for role in CONTROL_PLANE]
+        services = [(role, role, lambda role=role: build(role)) for role in CONTROL_PLANE]
         if self._nodes():
-            services.append(("node-agent", lambda: build("node-agent", self.doc)))
-        for name, make in services:
+            services.append(("node-agent", "agents", lambda: build("node-agent", self.doc)))
+        for name, principal, make in services:
             st, hosts = self.board.add(name, name), []
             self.tasks.append(asyncio.create_task(supervise_task(
-                st, lambda make=make, hosts=hosts: run_service(
-                    make(), self.url, stop=self.stop, on_host=hosts.append), self.stop)))
+                st, lambda make=make, hosts=hosts, principal=principal: run_service(
+                    make(), self.url, stop=self.stop, on_host=hosts.append,
+                    nats_options=self._options(principal)), self.stop)))
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
         self.tasks.append(asyncio.create_task(self._report()))
 
@@ -174,7 +205,8 @@ class Cluster:
                 try:
                     if bus is None:
                         bus = await Bus.connect(self.url, name="gpuledger-up-status",
-                                                connect_timeout=2, connect_attempts=1, quiet=True)
+                                                connect_timeout=2, connect_attempts=1, quiet=True,
+                                                **self._options("auditor"))
                     self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
@@ -186,6 +218,10 @@ class Cluster:
             if bus is not None:
                 with contextlib.suppress(Exception):
                     await bus.close()
+
+    def _options(self, principal: str) -> dict[str, Any]:
+        """Connection options for an in-process service running as `principal`."""
+        return self.access.as_principal(principal).options()
 
     def _nodes(self) -> list[str]:
         from gpuledger.services.domain.configfile import node_infos
@@ -221,14 +257,27 @@ def _sample_projector(st, ps) -> None:
     st.detail = ps.detail
 
 
-def embedded(data: Path | None, keep: bool):
+def embedded(data: Path | None, keep: bool, doc: dict[str, Any] | None = None):
+    """The embedded nats-server, authentication on: identities in `<data>/auth` (the layout of
+    `gpuledger auth init`), with one per node and one CI identity per tenant of `doc`."""
     from gpuledger.services.runtime.nats_server import EmbeddedNats
 
     store = None
     if keep and data is not None:
         store = data / "nats"
         store.mkdir(parents=True, exist_ok=True)
-    return EmbeddedNats(store, sync_always=keep)
+    server = EmbeddedNats(store, sync_always=keep)
+    if doc:
+        server.auth.add(*cluster_principals(doc))
+    return server
+
+
+def cluster_principals(doc: dict[str, Any]) -> list[str]:
+    """The per-node and per-tenant identities a cluster configuration calls for."""
+    from gpuledger.services.domain.configfile import node_infos, parse
+
+    return ([f"node:{n.name}" for n in node_infos(doc)]
+            + [f"ci:{t.name}" for t in parse(doc).tenants])
 
 
 # ---------------------------------------------------------------------- commands
@@ -244,14 +293,15 @@ def run(
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
     leader_lease: float | None = typer.Option(None, "--leader-lease", help="Run as one of several replicas: decide only while holding the service's leader lease (TTL seconds)."),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
     from gpuledger.services.roles import UnknownRole, build
     from gpuledger.services.runtime.host import serve
 
-    nats_url = resolve_url(nats_url)
+    access = resolve_access(nats_url, creds)
     if role == "projector":
-        serve_projector(nats_url, data)
+        serve_projector(access, data)
         return
 
     from gpuledger.services.domain.inputs import InputError
@@ -264,7 +314,8 @@ def run(
         fail_input(exc, config)
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
-    serve(service, nats_url, lease_ttl_s=leader_lease, on_host=_heartbeat_host)
+    serve(service, access.url, lease_ttl_s=leader_lease, on_host=_heartbeat_host,
+          nats_options=access.options())
 
 
 def _heartbeat_host(host) -> None:
@@ -274,7 +325,7 @@ def _heartbeat_host(host) -> None:
     heartbeat_task(host_sample(host))
 
 
-def serve_projector(url: str, data: Path) -> None:
+def serve_projector(access, data: Path) -> None:
     """The single-writer projector as a process: stops within a few seconds on SIGTERM /
     SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
     from gpuledger.projections.nats_source import run_projector
@@ -297,7 +348,8 @@ def serve_projector(url: str, data: Path) -> None:
     async def main(stop: asyncio.Event) -> None:
         beat = heartbeat_task(sample, 0.5)
         try:
-            await run_projector(url, data / "projection.duckdb", stop=stop, status=status)
+            await run_projector(access.url, data / "projection.duckdb", stop=stop, status=status,
+                                connect_options=access.options())
         finally:
             if beat is not None:
                 beat.cancel()
@@ -316,6 +368,7 @@ def serve_projector(url: str, data: Path) -> None:
 def apply(
     config: Path = typer.Argument(..., help="Configuration YAML (tenants, priority classes, policy)."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
     from gpuledger.services.domain.configfile import ConfigFileError, parse
@@ -325,7 +378,7 @@ def apply(
         parse(doc)
     except ConfigFileError as exc:
         fail_input(exc, config)
-    n = asyncio.run(publish_config(resolve_url(nats_url), doc))
+    n = asyncio.run(publish_config(resolve_access(nats_url, creds), doc))
     typer.echo(f"published {n} configuration events")
 
 
@@ -334,7 +387,8 @@ def up(
     config: Path | None = typer.Option(None, "--config", help="Cluster configuration YAML."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="Use this NATS instead of the embedded one."),
     processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store, and its identities in <data>/auth."),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="With --nats-url: the credential every service connects with (the compose file gives each service its own)."),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
 
@@ -360,17 +414,19 @@ def up(
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         server = None
-        url = nats_url
-        if url is None:
-            server = embedded(data, keep=True).start()
-            url = server.url
-            (data / URL_FILE).write_text(url + "\n")
+        if nats_url is None:
+            server = embedded(data, keep=True, doc=doc).start()
+            access = server.access("admin")
+            (data / URL_FILE).write_text(server.url + "\n")
+        else:
+            access = resolve_access(nats_url, creds, data)
+        url = access.url
         logs = f"; service logs in {data / 'logs'}" if processes else ""
         typer.echo(f"gpuledger up: NATS at {url}; projection in {data / 'projection.duckdb'}{logs}; "
                    "`gpuledger status` shows each service (Ctrl-C to stop)", err=True)
         try:
-            await publish_config(url, doc)
-            cluster = Cluster(url, config, doc, processes, data=data)
+            await publish_config(access, doc)
+            cluster = Cluster(access, config, doc, processes, data=data)
             try:
                 await cluster.start()
                 await stop.wait()
@@ -461,6 +517,7 @@ def submit(
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
     wait: bool = typer.Option(False, "--wait", help="Wait for the admission decision; exit 1 on rejection."),
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Publish JobSubmitted. A job id is created once, across tenants: re-submitting the
     same content is a no-op (safe CI retries); a job id already taken by other content exits
@@ -480,10 +537,10 @@ def submit(
     except ev.InvalidId as exc:
         fail(f"{file}: {exc}", 2)
 
-    url = resolve_url(nats_url)
+    access = resolve_access(nats_url, creds)
 
     async def main() -> int:
-        bus = await cli_bus(url)
+        bus = await cli_bus(access, ensure=False)
         try:
             try:
                 seq = await bus.create_once(event)
@@ -528,6 +585,7 @@ def cancel(
     job_id: str = typer.Argument(...),
     tenant: str | None = typer.Option(None, "--tenant", help="The job's tenant (default: the tenant that submitted it)."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
     tenant's job) is refused: exit 1 with `UnknownJob`, and nothing is published."""
@@ -540,10 +598,10 @@ def cancel(
     except ev.InvalidId as exc:
         fail(str(exc), 2)
 
-    url = resolve_url(nats_url)
+    access = resolve_access(nats_url, creds)
 
     async def main() -> None:
-        bus = await cli_bus(url)
+        bus = await cli_bus(access, ensure=False)
         try:
             stored = await bus.last_message(scope)
             target = None if stored is None else ev.subjects.client_target(stored.subject)
@@ -611,10 +669,11 @@ def demo(
     prepare_demo_data(data)
 
     async def main() -> None:
-        with embedded(data, keep=True) as server:
-            typer.echo(f"embedded NATS at {server.url}; playing scenario {sc.name!r} live...")
-            bus = await cli_bus(server.url)
-            cluster = Cluster(server.url, path, doc, processes, data=data)
+        with embedded(data, keep=True, doc=doc) as server:
+            typer.echo(f"embedded NATS at {server.url} (authentication on: identities in {data / 'auth'}); "
+                       f"playing scenario {sc.name!r} live...")
+            bus = await cli_bus(server.access("admin"))
+            cluster = Cluster(server.access("admin"), path, doc, processes, data=data)
             try:
                 await live_player.publish_config(bus, sc)
                 await cluster.start()

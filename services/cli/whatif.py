@@ -54,18 +54,19 @@ def export(
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL (default: the one `gpuledger up` runs here)."),
     since: str | None = typer.Option(None, help="Only events at or after (epoch ms or ISO time)."),
     until: str | None = typer.Option(None, help="Only events at or before (epoch ms or ISO time)."),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="Credential file of the identity to read as (auditor or admin; default: the operator's of `gpuledger up` here)."),
 ) -> None:
     """Export the live stream to a log file."""
     from gpuledger.replay.export import stream_entries, write_any
 
     skipped: list[int] = []
 
-    from gpuledger.services.cli.live import cli_bus, resolve_url
+    from gpuledger.services.cli.live import cli_bus, resolve_access
 
-    url = resolve_url(nats_url)
+    access = resolve_access(nats_url, creds)
 
     async def main() -> list:
-        bus = await cli_bus(url, ensure=False)
+        bus = await cli_bus(access, ensure=False)
         try:
             total = await bus.last_seq()
             rows = []

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -480,6 +481,10 @@ def serve(service: Service, url: str, **options: Any) -> None:
     from gpuledger.services.runtime.stopping import run_until_signalled
 
     configure_logging()
+    if options.get("nats_options") is None:  # a process's credential: $GPULEDGER_CREDS, TLS env
+        from gpuledger.services.runtime.auth import CREDS_ENV, client_options, tls_from_env
+
+        options["nats_options"] = client_options(os.environ.get(CREDS_ENV), tls_from_env())
 
     async def main(stop: asyncio.Event) -> None:
         await run_service(service, url, stop=stop, **options)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sysconfig
@@ -20,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+from gpuledger.services.runtime.auth import AUTH_CONF, AuthDir, NatsAccess, TlsFiles
+from gpuledger.services.runtime.auth import init as auth_init
 
 
 class NatsServerNotFound(RuntimeError):
@@ -60,8 +64,13 @@ class EmbeddedNats:
         sync_always: bool = False,
         start_timeout_s: float = 10.0,
         binary: str | os.PathLike[str] | None = None,
+        auth: str | os.PathLike[str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._binary = Path(binary) if binary else None
+        self._auth_path = Path(auth) if auth is not None else None
+        self._auth_tmp: Path | None = None
+        self.tls = tls
         self._given_store = Path(store_dir) if store_dir is not None else None
         self._port = port
         self.sync_always = sync_always
@@ -92,6 +101,50 @@ class EmbeddedNats:
         if self._workdir is None:
             raise RuntimeError("EmbeddedNats is not running")
         return self._workdir / "store"
+
+    @property
+    def auth(self) -> AuthDir:
+        """The identities this server admits (generated on first use: `auth` if given, else
+        `<store_dir>/../auth` for a kept store, else a private temporary directory)."""
+        if self._auth_path is None:
+            if self._given_store is not None:
+                self._auth_path = self._given_store.parent / "auth"
+            else:
+                self._auth_tmp = Path(tempfile.mkdtemp(prefix="gpuledger-auth-"))
+                self._auth_path = self._auth_tmp
+        d = AuthDir(self._auth_path)
+        if not d.exists:
+            auth_init(d.path)
+        return d
+
+    def creds(self, principal: str = "admin") -> Path:
+        """The credential file of `principal` (default: the operator)."""
+        return self.auth.creds(principal)
+
+    def add_principals(self, *principals: str) -> list[str]:
+        """Create identities that do not exist yet; a running server reloads its config
+        (SIGHUP) and admits them from then on. Returns the names created."""
+        created = self.auth.add(*principals)
+        if created and self.running and self._workdir is not None:
+            assert self._proc is not None
+            (self._workdir / "nats.conf").write_text(self._config_text(self.store_dir))
+            before = self._log_tail(10**7).count("Reloaded server configuration")
+            self._proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + self.start_timeout_s
+            while self._log_tail(10**7).count("Reloaded server configuration") == before:
+                if time.monotonic() > deadline:
+                    raise NatsServerFailed(f"nats-server did not reload its config: {self._log_tail()}")
+                time.sleep(0.02)
+        return created
+
+    def access(self, principal: str = "admin") -> NatsAccess:
+        """How `principal` reaches this server (URL, credential, TLS, and the identities to
+        hand to child services)."""
+        return NatsAccess(self.url, self.creds(principal), self.auth, self.tls)
+
+    def client_options(self, principal: str = "admin") -> dict:
+        """`Bus.connect` / `nats.connect` options for `principal` (credential, TLS)."""
+        return self.access(principal).options()
 
     @property
     def running(self) -> bool:
@@ -127,10 +180,17 @@ class EmbeddedNats:
     def _config_text(self, store: Path) -> str:
         port = -1 if self._port is None else self._port
         sync = "\n  sync_interval: always" if self.sync_always else ""
+        tls = ""
+        if self.tls is not None:
+            t = self.tls
+            tls = (f"tls {{\n  cert_file: {json.dumps(t.server_cert)}\n  key_file: {json.dumps(t.server_key)}\n"
+                   f"  ca_file: {json.dumps(t.ca)}\n  verify: {'true' if t.verify_clients else 'false'}\n}}\n")
         return (
             'host: "127.0.0.1"\n'
             f"port: {port}\n"
             f"jetstream {{\n  store_dir: {json.dumps(str(store))}{sync}\n}}\n"
+            + tls
+            + (self.auth.path / AUTH_CONF).read_text()
         )
 
     def _wait_ready(self) -> None:

@@ -23,12 +23,17 @@ def cli(*args: str, check: bool = False, timeout: float = 60, stdin: str | None 
 class Processes(ServiceProcesses):
     """The control plane and simulated agents of one test, logging into the test's tmp dir."""
 
-    def __init__(self, url: str, config: Path, log_dir: Path) -> None:
-        super().__init__(url, config=config, log_dir=log_dir)
+    def __init__(self, server, config: Path, log_dir: Path) -> None:
+        """`server`: an EmbeddedNats (each service runs as its own identity), or a URL."""
+        url_or_access = server if isinstance(server, str) else server.access()
+        self.server = None if isinstance(server, str) else server
+        super().__init__(url_or_access, config=config, log_dir=log_dir)
 
     def start(self, role: str, node: str | None = None):  # type: ignore[override]
         if node is None:
             return super().start(role)
+        if self.server is not None:
+            self.server.add_principals(f"node:{node}")
         return super().start(role, "--node", node, name=node)
 
     def start_all(self, nodes: list[str]) -> None:

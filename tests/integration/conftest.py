@@ -6,19 +6,21 @@ import pytest
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.integration.cluster import EXAMPLES, Processes
+from tests.natsauth import as_admin
 
 THREE = EXAMPLES / "three-jobs.yaml"
 
 
 @pytest.fixture
-def server():
+def server(monkeypatch):
     with EmbeddedNats() as s:
+        as_admin(monkeypatch, s)
         yield s
 
 
 @pytest.fixture
 async def bus(server):
-    b = await Bus.connect(server.url)
+    b = await Bus.connect(server.url, **server.client_options())
     await b.ensure_stream()
     yield b
     await b.close()
@@ -26,6 +28,6 @@ async def bus(server):
 
 @pytest.fixture
 def procs(server, tmp_path):
-    p = Processes(server.url, THREE, tmp_path)
+    p = Processes(server, THREE, tmp_path)
     yield p
     p.stop()

@@ -28,6 +28,7 @@ from gpuledger.services.domain.jobfile import job_spec
 from gpuledger.services.domain.stamp import submission
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.processes import ServiceProcesses
+from tests import natsauth
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
 pytestmark = pytest.mark.integration
@@ -67,7 +68,7 @@ def start_projector(procs: Processes, data: Path) -> None:
 
 async def publish_raw(url: str, subject: str, payload: bytes) -> int:
     """What an adversarial tester does: a plain NATS client, no gpuledger code."""
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **natsauth.options())
     try:
         return (await nc.jetstream().publish(subject, payload)).seq
     finally:
@@ -95,7 +96,7 @@ def placed(log, job_id: str) -> bool:
 async def projector_acked(url: str, seq: int, timeout: float = 30.0) -> bool:
     """Until the live projector has committed and acknowledged `seq` (asked of JetStream, so
     that no reader touches its database while it runs)."""
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **natsauth.options())
     try:
         js, deadline = nc.jetstream(), time.monotonic() + timeout
         while time.monotonic() < deadline:

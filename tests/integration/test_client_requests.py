@@ -21,6 +21,7 @@ from gpuledger.projections.nats_source import run_projector
 from gpuledger.projections.store import connect_readonly
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
+from tests import natsauth
 from tests.integration.cluster import EXAMPLES, Processes, cli
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,7 @@ README_CI_PAYLOAD = (
 async def admission(server, bus, tmp_path):
     """The configuration of examples/three-jobs.yaml and admission as a separate process."""
     await live_player.publish_config(bus, load(THREE))
-    p = Processes(server.url, THREE, tmp_path)
+    p = Processes(server, THREE, tmp_path)
     p.start("admission")
     yield p
     p.stop()
@@ -58,7 +59,7 @@ def of_type(log, cls, job_id: str | None = None):
 
 def project(url: str, db) -> None:
     """Project the whole stream into `db` (the projector a `gpuledger up` runs)."""
-    asyncio.run(run_projector(url, db, follow=False, fetch_timeout=0.5))
+    asyncio.run(run_projector(url, db, connect_options=natsauth.options(), follow=False, fetch_timeout=0.5))
 
 
 # ---------------------------------------------------------------- case 9: one job id, one job

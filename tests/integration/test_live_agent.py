@@ -57,11 +57,12 @@ class LiveCluster:
 
     def spawn(self, key: str, role: str, *args: str) -> None:
         if self.procs is None:
-            self.procs = ServiceProcesses(self.server.url, config=self.config, log_dir=self.tmp,
+            self.procs = ServiceProcesses(self.server.access(), config=self.config, log_dir=self.tmp,
                                           env={"PYTHONPATH": str(ROOT)})
         self.procs.start(role, *args, name=key)
 
     def agent(self, node: str) -> None:
+        self.server.add_principals(f"node:{node}")
         self.spawn(f"agent-{node}", "node-agent", "--real", "--node", node, "--work-dir", str(self.work))
 
     def stop(self, key: str) -> None:
@@ -98,7 +99,7 @@ def live(tmp_path):
 
 async def run_scenario(c: LiveCluster, timeout_s: float = 40.0):
     sc = from_document(c.doc, name=c.doc.get("name", "live"))
-    bus = await Bus.connect(c.server.url)
+    bus = await Bus.connect(c.server.url, **c.server.client_options())
     try:
         await bus.ensure_stream()
         await live_player.publish_config(bus, sc)
@@ -170,7 +171,7 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
     c.doc = doc
     c.config.write_text(yaml.safe_dump(doc))
     sc = from_document(doc)
-    bus = await Bus.connect(c.server.url)
+    bus = await Bus.connect(c.server.url, **c.server.client_options())
     try:
         await bus.ensure_stream()
         await live_player.publish_config(bus, sc)

@@ -14,19 +14,22 @@ from gpuledger.projections.store import connect_readonly, rebuild
 from gpuledger.replay.export import stream_entries
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
+from tests import natsauth
+from tests.natsauth import as_admin
 from tests.projections.conftest import dump
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture()
-def nats_url(tmp_path):
+def nats_url(tmp_path, monkeypatch):
     with EmbeddedNats(tmp_path / "js") as server:
+        as_admin(monkeypatch, server)
         yield server.url
 
 
 async def _publish(url: str, messages) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **natsauth.options())
     js = nc.jetstream()
     await js.add_stream(
         api.StreamConfig(name="GPULEDGER", subjects=["gl.>"], storage=api.StorageType.FILE)
@@ -39,7 +42,7 @@ async def _publish(url: str, messages) -> None:
 
 async def _as_stored(url: str):
     """The log as the stream holds it: client inputs at their effective (receive) time."""
-    bus = await Bus.connect(url)
+    bus = await Bus.connect(url, **natsauth.options())
     try:
         return [entry async for entry in stream_entries(bus)]
     finally:
@@ -72,6 +75,7 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
             run_projector(
                 nats_url,
                 db,
+                connect_options=natsauth.options(),
                 fetch_batch=30,
                 fetch_timeout=0.5,
                 follow=False,
@@ -84,7 +88,7 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
     con.close()
 
     # restarted: resumes from the database's last sequence, skips what it already holds
-    last = asyncio.run(run_projector(nats_url, db, fetch_batch=30, fetch_timeout=0.5, follow=False))
+    last = asyncio.run(run_projector(nats_url, db, connect_options=natsauth.options(), fetch_batch=30, fetch_timeout=0.5, follow=False))
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want
@@ -92,7 +96,7 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
 
     # new events arrive later: the durable consumer continues where it stopped
     async def more():
-        nc = await nats.connect(nats_url)
+        nc = await nats.connect(nats_url, **natsauth.options())
         js = nc.jetstream()
         e = ev.NodeHeartbeat(event_id="late-hb", occurred_at_ms=2_000_000, node="n1")
         ack = await js.publish(ev.subject_for(e), ev.encode(e))
@@ -100,7 +104,7 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
         return ack.seq
 
     seq = asyncio.run(more())
-    assert asyncio.run(run_projector(nats_url, db, fetch_timeout=0.5, follow=False)) == seq
+    assert asyncio.run(run_projector(nats_url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False)) == seq
     con = connect_readonly(db)
     assert con.execute("SELECT last_heartbeat_ms FROM nodes WHERE node = 'n1'").fetchone() == (
         2_000_000,
@@ -126,6 +130,7 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
             run_projector(
                 nats_url,
                 db,
+                connect_options=natsauth.options(),
                 fetch_batch=10,
                 fetch_timeout=0.5,
                 follow=False,
@@ -141,7 +146,7 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
     # after the crash: redelivered, those messages are skipped by sequence)
     assert 25 <= acked[0] <= stored
 
-    last = asyncio.run(run_projector(nats_url, db, fetch_batch=10, fetch_timeout=0.5, follow=False))
+    last = asyncio.run(run_projector(nats_url, db, connect_options=natsauth.options(), fetch_batch=10, fetch_timeout=0.5, follow=False))
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want

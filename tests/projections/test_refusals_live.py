@@ -22,6 +22,8 @@ from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.nats_server import EmbeddedNats
+from tests import natsauth
+from tests.natsauth import as_admin
 from tests.services.test_acceptance import gpu, job, placed
 
 pytestmark = pytest.mark.integration
@@ -49,7 +51,7 @@ def the_log() -> list[ev.Event]:
 
 
 async def fold_with_a_service_host(url: str) -> Host:
-    bus = await Bus.connect(url)
+    bus = await Bus.connect(url, **natsauth.options())
     await bus.ensure_stream()
     for e in the_log():
         await bus.publish(e)
@@ -71,8 +73,9 @@ async def fold_with_a_service_host(url: str) -> Host:
     return host
 
 
-def test_a_refused_placement_is_a_refusal_not_a_running_job(tmp_path):
+def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_path):
     with EmbeddedNats(tmp_path / "js") as server:
+        as_admin(monkeypatch, server)
         host = asyncio.run(fold_with_a_service_host(server.url))
         # the service refused the bad placement and recorded it as a dead letter
         assert host.stats.dead_letters == 2  # the placement, and the job on a wrong subject
@@ -80,7 +83,7 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(tmp_path):
         assert host.state.jobs["b"].state == "pending"
         assert not host.state.nodes["n1"].lost  # back after its heartbeat
         db = tmp_path / "projection.duckdb"
-        asyncio.run(run_projector(server.url, db, fetch_timeout=0.5, follow=False))
+        asyncio.run(run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False))
 
     con = connect_readonly(db)
     try:

@@ -8,14 +8,16 @@ from pathlib import Path
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.nats_server import EmbeddedNats
+from tests.natsauth import as_admin
 from tests.runtime.test_host import Admitter, eventually, running, submitted
 
 
-async def test_host_continues_after_the_server_is_killed_and_restarted(tmp_path: Path) -> None:
+async def test_host_continues_after_the_server_is_killed_and_restarted(monkeypatch, tmp_path: Path) -> None:
     server = EmbeddedNats(tmp_path / "nats", sync_always=True)
+    as_admin(monkeypatch, server)
     await asyncio.to_thread(server.start)
     try:
-        bus = await Bus.connect(server.url)
+        bus = await Bus.connect(server.url, **server.client_options())
         await bus.ensure_stream()
         service = Admitter()
         host = Host(service, bus, retry_backoff_s=0.1)

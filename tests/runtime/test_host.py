@@ -16,6 +16,7 @@ from gpuledger import events
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, run_service
 from gpuledger.services.runtime.nats_server import EmbeddedNats
+from tests import natsauth
 
 
 def submitted(job_id: str) -> events.JobSubmitted:
@@ -271,7 +272,7 @@ async def test_run_service_stops_gracefully_on_the_stop_event(
     stop = asyncio.Event()
     hosts: list[Host] = []
     task = asyncio.create_task(
-        run_service(Admitter(), nats_server.url, stop=stop, on_host=hosts.append)
+        run_service(Admitter(), nats_server.url, nats_options=natsauth.options(), stop=stop, on_host=hosts.append)
     )
     await bus.publish(submitted("j1"))
     await eventually(lambda: bool(hosts) and "j1" in hosts[0].state.admitted)
@@ -287,11 +288,11 @@ async def test_only_the_lease_holder_decides_and_a_standby_takes_over(
     stop_first, stop_second = asyncio.Event(), asyncio.Event()
     hosts: list[Host] = []
     t1 = asyncio.create_task(
-        run_service(first, nats_server.url, stop=stop_first, lease_ttl_s=2, on_host=hosts.append)
+        run_service(first, nats_server.url, nats_options=natsauth.options(), stop=stop_first, lease_ttl_s=2, on_host=hosts.append)
     )
     await eventually(lambda: bool(hosts) and hosts[0].lease is not None and hosts[0].lease.held)
     t2 = asyncio.create_task(
-        run_service(second, nats_server.url, stop=stop_second, lease_ttl_s=2, on_host=hosts.append)
+        run_service(second, nats_server.url, nats_options=natsauth.options(), stop=stop_second, lease_ttl_s=2, on_host=hosts.append)
     )
     await eventually(lambda: len(hosts) == 2)
     h1, h2 = hosts
@@ -375,7 +376,7 @@ async def test_a_raising_decide_is_logged_and_folding_goes_on(bus: Bus) -> None:
 async def test_a_host_started_before_the_stream_exists_waits_for_it(
     nats_server: EmbeddedNats,
 ) -> None:
-    bus = await Bus.connect(nats_server.url)
+    bus = await Bus.connect(nats_server.url, **nats_server.client_options())
     try:
         host = Host(Admitter(), bus, retry_backoff_s=0.05)
         async with running(host):

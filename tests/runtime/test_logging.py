@@ -22,6 +22,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, run_service
 from gpuledger.services.runtime.logging import configure_logging
 from gpuledger.services.runtime.nats_server import EmbeddedNats
+from tests import natsauth
 from tests.runtime.test_host import (
     AdmitState,
     Admitter,
@@ -214,11 +215,11 @@ async def test_host_failure_log_lines_run_and_the_host_survives(bus: Bus, json_l
 
 
 async def test_host_start_and_stop_lines(nats_server: EmbeddedNats, json_logs: Lines) -> None:
-    bus = await Bus.connect(nats_server.url)
+    bus = await Bus.connect(nats_server.url, **nats_server.client_options())
     try:
         stop = asyncio.Event()
         hosts: list[Host] = []
-        task = asyncio.create_task(run_service(Admitter(), nats_server.url, stop=stop,
+        task = asyncio.create_task(run_service(Admitter(), nats_server.url, nats_options=natsauth.options(), stop=stop,
                                                on_host=hosts.append, retry_backoff_s=0.05))
         await asyncio.sleep(0.3)  # no stream yet: the host waits for it
         await bus.ensure_stream()

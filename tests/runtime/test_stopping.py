@@ -26,6 +26,8 @@ import structlog
 
 from gpuledger.services.runtime.bus import Bus, backoff_delay, connect_backoff
 from gpuledger.services.runtime.nats_server import EmbeddedNats
+from tests import natsauth
+from tests.natsauth import as_admin
 from tests.runtime.test_host import submitted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +151,7 @@ def test_the_projector_with_nats_down_stops_on_sigterm(tmp_path):
 
 
 async def _provision(url: str, jobs: int) -> None:
-    bus = await Bus.connect(url)
+    bus = await Bus.connect(url, **natsauth.options())
     try:
         await bus.ensure_stream()
         for chunk in range(0, jobs, 500):
@@ -159,9 +161,10 @@ async def _provision(url: str, jobs: int) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_services_stop_after_the_server_they_follow_is_killed(tmp_path, sig):
+def test_services_stop_after_the_server_they_follow_is_killed(monkeypatch, tmp_path, sig):
     # Given a scheduler and the projector connected to a real nats-server holding a log
     server = EmbeddedNats(tmp_path / "nats").start()
+    as_admin(monkeypatch, server)
     services: list[Service] = []
     try:
         asyncio.run(_provision(server.url, 50))
@@ -184,9 +187,10 @@ def test_services_stop_after_the_server_they_follow_is_killed(tmp_path, sig):
         assert all(r.get("attempt", 1) >= 1 for r in records if r["event"] == "bus.reconnect_failed")
 
 
-def test_a_service_stops_while_folding_a_long_log(tmp_path):
+def test_a_service_stops_while_folding_a_long_log(monkeypatch, tmp_path):
     # Given a log of 20,000 submissions
     server = EmbeddedNats(tmp_path / "nats").start()
+    as_admin(monkeypatch, server)
     try:
         asyncio.run(_provision(server.url, 20_000))
         svc = Service("admission", "--nats-url", server.url)
@@ -218,9 +222,10 @@ serve(Stuck(), sys.argv[1])
 """
 
 
-def test_a_service_stuck_in_a_synchronous_decide_is_ended_within_seconds(tmp_path):
+def test_a_service_stuck_in_a_synchronous_decide_is_ended_within_seconds(monkeypatch, tmp_path):
     # Given a service whose decide blocks the event loop for a minute
     server = EmbeddedNats(tmp_path / "nats").start()
+    as_admin(monkeypatch, server)
     try:
         asyncio.run(_provision(server.url, 1))
         svc = Service(argv=[sys.executable, "-c", STUCK_SCRIPT, server.url])

@@ -20,6 +20,8 @@ from gpuledger.services.runtime.bus import Bus, StreamGap
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.scheduler.decider import Scheduler
+from tests import natsauth
+from tests.natsauth import as_admin
 
 S = 1000
 
@@ -59,10 +61,11 @@ async def loose_stream(bus: Bus) -> None:
     ))
 
 
-def test_a_hole_in_the_stream_is_refused_not_skipped(capsys):
+def test_a_hole_in_the_stream_is_refused_not_skipped(monkeypatch, capsys):
     async def scenario():
         with EmbeddedNats() as server:
-            bus = await Bus.connect(server.url)
+            as_admin(monkeypatch, server)
+            bus = await Bus.connect(server.url, **server.client_options())
             await loose_stream(bus)
             for e in heartbeats(10):
                 await bus.publish(e)
@@ -87,10 +90,11 @@ def test_a_hole_in_the_stream_is_refused_not_skipped(capsys):
     assert (out.out + out.err).count("host.refusing") == 1
 
 
-def test_a_stream_that_does_not_start_at_one_is_refused():
+def test_a_stream_that_does_not_start_at_one_is_refused(monkeypatch):
     async def scenario():
         with EmbeddedNats() as server:
-            bus = await Bus.connect(server.url)
+            as_admin(monkeypatch, server)
+            bus = await Bus.connect(server.url, **server.client_options())
             await loose_stream(bus)
             for e in heartbeats(10):
                 await bus.publish(e)
@@ -105,7 +109,7 @@ def test_a_stream_that_does_not_start_at_one_is_refused():
     assert host.stats.decide_calls == 0 and host.stats.folded == 0 and last == 11
 
 
-def test_a_truncated_block_file_is_detected_and_no_node_is_declared_lost(tmp_path):
+def test_a_truncated_block_file_is_detected_and_no_node_is_declared_lost(monkeypatch, tmp_path):
     log = heartbeats(120)
     now = 125 * S  # the full log: last heartbeat 5 s ago, the node is alive
 
@@ -118,25 +122,27 @@ def test_a_truncated_block_file_is_detected_and_no_node_is_declared_lost(tmp_pat
     store = tmp_path / "js"
 
     async def publish(url: str) -> None:
-        bus = await Bus.connect(url)
+        bus = await Bus.connect(url, **natsauth.options())
         await bus.ensure_stream()
         for e in log:
             await bus.publish(e)
         await bus.close()
 
     async def run_scheduler(url: str):
-        bus = await Bus.connect(url)
+        bus = await Bus.connect(url, **natsauth.options())
         host = await refusal_of(bus, clock_ms=now)
         state = (await bus.stream_info()).state
         await bus.close()
         return host, state
 
     with EmbeddedNats(store) as server:
+        as_admin(monkeypatch, server)
         asyncio.run(publish(server.url))
         port = server.port
     (blk,) = store.rglob("*.blk")
     os.truncate(blk, blk.stat().st_size // 2)  # a crash or a full disk cut the block file
     with EmbeddedNats(store, port=port) as server:
+        as_admin(monkeypatch, server)
         host, state = asyncio.run(run_scheduler(server.url))
 
     assert state.messages < len(log) and state.last_seq == len(log)  # the server lost the tail
@@ -144,7 +150,7 @@ def test_a_truncated_block_file_is_detected_and_no_node_is_declared_lost(tmp_pat
     assert host.stats.decide_calls == 0 and host.stats.published == 0
 
 
-def test_the_projector_stops_before_a_hole_and_says_so(tmp_path):
+def test_the_projector_stops_before_a_hole_and_says_so(monkeypatch, tmp_path):
     from gpuledger.projections.mappers import SequenceGap
     from gpuledger.projections.nats_source import run_projector
     from gpuledger.projections.store import connect_readonly
@@ -153,11 +159,12 @@ def test_the_projector_stops_before_a_hole_and_says_so(tmp_path):
 
     async def scenario():
         with EmbeddedNats() as server:
-            bus = await Bus.connect(server.url)
+            as_admin(monkeypatch, server)
+            bus = await Bus.connect(server.url, **server.client_options())
             await loose_stream(bus)
             for e in heartbeats(10):
                 await bus.publish(e)
-            first = await run_projector(server.url, db, fetch_timeout=0.3, follow=False)
+            first = await run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False)
             for t in range(11, 16):
                 await bus.publish(ev.NodeHeartbeat(event_id=f"hb{t}", node="n1"))
             await bus.js.delete_msg("GPULEDGER", 13)
@@ -171,11 +178,11 @@ def test_the_projector_stops_before_a_hole_and_says_so(tmp_path):
                 stop.set()
 
             second = await asyncio.wait_for(
-                run_projector(server.url, db, fetch_timeout=0.3, stop=stop, on_gap=on_gap), 10
+                run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, stop=stop, on_gap=on_gap), 10
             )
             # as a one-shot command: the gap is an error (the CLI exits 3)
             with pytest.raises(SequenceGap, match="missing between sequences 1 and 16"):
-                await run_projector(server.url, db, fetch_timeout=0.3, follow=False)
+                await run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False)
             await bus.close()
             return first, second, reasons
 

@@ -99,7 +99,7 @@ def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
 @pytest.mark.integration
 async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_server, tmp_path):
     board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    procs = ServiceProcesses(nats_server.url, config=tmp_path / "missing.yaml", log_dir=tmp_path)
+    procs = ServiceProcesses(nats_server.access(), config=tmp_path / "missing.yaml", log_dir=tmp_path)
     sup = ProcessSupervisor(procs, board, tmp_path / "hb", ready_timeout_s=30)
     sup.add("admission")
     started = time.monotonic()
@@ -117,7 +117,7 @@ async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_serv
 @pytest.mark.integration
 async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, tmp_path):
     board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    sup = ProcessSupervisor(ServiceProcesses(nats_server.url, log_dir=tmp_path), board, tmp_path / "hb")
+    sup = ProcessSupervisor(ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb")
     sup.add("quota")
     await sup.start()
     try:

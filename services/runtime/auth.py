@@ -1,0 +1,369 @@
+"""Identities and least-privilege permissions for the NATS server every gpuledger cluster runs on.
+
+`init(dir)` writes, for each principal (a role, a node agent, a tenant's CI system, the
+auditor, the operator), an nkey seed file (`<name>.nk`, mode 0600), the server's
+`auth.conf` (one `authorization` user per principal with its permissions), a complete
+`nats.conf` for a stand-alone server that includes it, and `credentials.json`, which maps
+each principal to `{"file": <path relative to dir>, "kind": "nkey", "public_key": ...,
+"inbox_prefix": ...}` so tooling can find them.
+
+Invariants:
+- no anonymous access: the server config lists users only (no `no_auth_user`);
+- a principal publishes only its own subjects (events/subjects.py names the producer in every
+  subject) and calls only the JetStream API it needs; only `admin` may create, update, purge
+  or delete a stream (the log and the lease bucket);
+- a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>` and
+  asks `glq.job.<tenant>.>` (its own jobs' status); it cannot read the stream;
+- every principal receives replies only on its own inbox prefix, `_INBOX_<public key>`, so no
+  principal can read another's consumer deliveries or replies;
+- secrets are written 0600 and never overwritten by `add_*` (rotation replaces one on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuledger.events.ids import validate_tenant, validate_token
+from gpuledger.events.subjects import STREAM
+
+CREDENTIALS = "credentials.json"
+AUTH_CONF = "auth.conf"
+SERVER_CONF = "nats.conf"
+LEASE_BUCKET = "gpuledger-leases"
+QUERY_PREFIX = "glq.job"
+"""Job status queries (request/reply, outside the `gl.>` stream): `glq.job.<tenant>.<job>`."""
+
+CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
+"""Roles whose decisions are fenced by a leader lease."""
+SERVICE_SUBJECTS = {
+    "admission": "gl.admission.>",
+    "quota": "gl.quota.>",
+    "scheduler": "gl.sched.>",
+    "preemption": "gl.preempt.>",
+}
+FIXED = (*CONTROL_PLANE, "projector", "auditor", "admin", "gateway", "agents")
+"""Principals every cluster has. `agents` is the simulated fleet (`gpuledger up`, demos):
+one process that speaks for every node; a real node agent uses `node:<name>`."""
+
+
+class AuthError(ValueError):
+    """A bad auth directory, principal or credential file (one line, for the CLI)."""
+
+
+# ---------------------------------------------------------------------- permissions
+
+def _stream_reader() -> list[str]:
+    """JetStream API calls of a reader of the log: ordered consumers (with flow control),
+    stream info, single-message and direct gets."""
+    return [
+        f"$JS.API.STREAM.INFO.{STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
+        f"$JS.API.CONSUMER.INFO.{STREAM}.>",
+        f"$JS.API.CONSUMER.DELETE.{STREAM}.>",
+        f"$JS.API.STREAM.MSG.GET.{STREAM}",
+        f"$JS.API.DIRECT.GET.{STREAM}",
+        f"$JS.API.DIRECT.GET.{STREAM}.>",
+        f"$JS.FC.{STREAM}.>",
+    ]
+
+
+def _lease_user(role: str) -> list[str]:
+    """A control-plane role's own key in the lease bucket (the bucket is created by admin)."""
+    kv = f"KV_{LEASE_BUCKET}"
+    return [
+        f"$KV.{LEASE_BUCKET}.{role}",
+        f"$JS.API.STREAM.INFO.{kv}",
+        f"$JS.API.STREAM.MSG.GET.{kv}",
+        f"$JS.API.DIRECT.GET.{kv}.>",
+    ]
+
+
+def permissions(principal: str) -> dict[str, Any] | None:
+    """The server-side permissions of `principal` (None: everything, the operator)."""
+    kind, _, name = principal.partition(":")
+    reader = _stream_reader()
+    if principal == "admin":
+        return None
+    if principal in SERVICE_SUBJECTS:
+        pub = [SERVICE_SUBJECTS[principal], "gl.dead.>", *reader, *_lease_user(principal)]
+        sub: list[str] = []
+        if principal == "admission":
+            sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
+        return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
+    if principal == "agents":
+        return {"publish": ["gl.node.>", "gl.dead.>", *reader], "subscribe": []}
+    if kind == "node":
+        return {"publish": [f"gl.node.{name}.>", "gl.dead.>", *reader], "subscribe": []}
+    if principal == "projector":
+        durable = [f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.>", f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.>",
+                   f"$JS.ACK.{STREAM}.>"]
+        return {"publish": [*reader, *durable], "subscribe": []}
+    if principal == "auditor":
+        return {"publish": reader, "subscribe": []}
+    if principal == "gateway":
+        return {"publish": ["gl.submit.>", "gl.cancel.>", f"{QUERY_PREFIX}.>"], "subscribe": []}
+    if kind == "ci":
+        return {"publish": [f"gl.submit.{name}.>", f"gl.cancel.{name}.>", f"{QUERY_PREFIX}.{name}.>"],
+                "subscribe": []}
+    raise AuthError(f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)")
+
+
+def check_principal(principal: str) -> str:
+    """`principal` if it is well formed (node and tenant names are valid subject tokens)."""
+    kind, sep, name = principal.partition(":")
+    try:
+        if sep and kind == "node":
+            validate_token("node", name)
+        elif sep and kind == "ci":
+            validate_tenant(name)
+        elif principal not in FIXED:
+            raise AuthError(f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)")
+    except ValueError as err:
+        raise AuthError(f"principal {principal!r}: {err}") from None
+    return principal
+
+
+# ---------------------------------------------------------------------- keys
+
+def new_seed() -> bytes:
+    """A fresh nkey user seed (`SU...`)."""
+    import nkeys
+
+    return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+
+
+def public_key(seed: bytes) -> str:
+    import nkeys
+
+    try:
+        return nkeys.from_seed(bytearray(seed.strip())).public_key.decode()
+    except Exception as err:  # noqa: BLE001 - nkeys raises several unrelated types
+        raise AuthError(f"not an nkey user seed ({type(err).__name__})") from None
+
+
+def inbox_prefix(public: str) -> str:
+    """The reply-subject prefix a principal may subscribe to."""
+    return f"_INBOX_{public}"
+
+
+def file_name(principal: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", principal.replace(":", "-")) + ".nk"
+
+
+def _write_secret(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data + b"\n")
+    os.chmod(path, 0o600)
+
+
+# ---------------------------------------------------------------------- the directory
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    file: str
+    public_key: str
+
+    def entry(self) -> dict[str, str]:
+        return {"file": self.file, "kind": "nkey", "public_key": self.public_key,
+                "inbox_prefix": inbox_prefix(self.public_key)}
+
+
+class AuthDir:
+    """A directory of identities (what `gpuledger auth init` writes)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).absolute()  # children may run in another directory
+
+    @property
+    def exists(self) -> bool:
+        return (self.path / CREDENTIALS).exists()
+
+    def principals(self) -> dict[str, Principal]:
+        try:
+            doc = json.loads((self.path / CREDENTIALS).read_text())
+        except OSError as err:
+            raise AuthError(f"{self.path / CREDENTIALS}: cannot read: {err.strerror}") from None
+        except ValueError as err:
+            raise AuthError(f"{self.path / CREDENTIALS}: not JSON: {err}") from None
+        return {name: Principal(name, e["file"], e["public_key"]) for name, e in doc.items()}
+
+    def creds(self, principal: str) -> Path:
+        """The seed file of `principal`."""
+        found = self.principals().get(principal)
+        if found is None:
+            raise AuthError(f"{self.path}: no identity {principal!r} (add it with `gpuledger auth add-node`"
+                            " or `add-tenant`)")
+        return self.path / found.file
+
+    def add(self, *principals: str, rotate: bool = False) -> list[str]:
+        """Create identities that do not exist yet (or, with `rotate`, replace their keys);
+        rewrite credentials.json, auth.conf and nats.conf. Returns the names created or
+        rotated."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.path, 0o700)
+        known = self.principals() if self.exists else {}
+        changed = []
+        for name in principals:
+            check_principal(name)
+            if name in known and not rotate:
+                continue
+            seed = new_seed()
+            fname = file_name(name)
+            _write_secret(self.path / fname, seed)
+            known[name] = Principal(name, fname, public_key(seed))
+            changed.append(name)
+        self._write(known)
+        return changed
+
+    def _write(self, known: dict[str, Principal]) -> None:
+        doc = {name: p.entry() for name, p in sorted(known.items())}
+        tmp = self.path / (CREDENTIALS + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.path / CREDENTIALS)
+        (self.path / AUTH_CONF).write_text(auth_conf(known.values()))
+        conf = self.path / SERVER_CONF
+        if not conf.exists():
+            conf.write_text(server_conf())
+
+
+def init(path: str | os.PathLike[str], *, tenants: list[str] = (), nodes: list[str] = ()) -> AuthDir:
+    """Everything a cluster needs to run authenticated (idempotent: existing keys stay)."""
+    d = AuthDir(path)
+    d.add(*FIXED, *(f"ci:{t}" for t in tenants), *(f"node:{n}" for n in nodes))
+    return d
+
+
+def _user_block(p: Principal) -> str:
+    perms = permissions(p.name)
+    lines = [f"    # {p.name}", "    {", f"      nkey: {json.dumps(p.public_key)}"]
+    if perms is not None:
+        sub = [*perms["subscribe"], f"{inbox_prefix(p.public_key)}.>"]
+        lines.append("      permissions: {")
+        lines.append(f"        publish: {{ allow: {json.dumps(perms['publish'])} }}")
+        lines.append(f"        subscribe: {{ allow: {json.dumps(sub)} }}")
+        if perms.get("responses"):
+            lines.append("        allow_responses: true")
+        lines.append("      }")
+    lines.append("    }")
+    return "\n".join(lines)
+
+
+def auth_conf(principals) -> str:
+    """The server's `authorization` block: one nkey user per principal, no anonymous user."""
+    users = ",\n".join(_user_block(p) for p in sorted(principals, key=lambda p: p.name))
+    return ("# generated by gpuledger auth: one identity per principal, least privilege\n"
+            f"authorization {{\n  users = [\n{users}\n  ]\n}}\n")
+
+
+def server_conf(port: int = 4222, store_dir: str = "/data/jetstream") -> str:
+    """A stand-alone server config (compose, systemd) that includes auth.conf."""
+    return (f"# generated by gpuledger auth init; edit freely (auth.conf is rewritten by `gpuledger auth`)\n"
+            f"port: {port}\n"
+            f"jetstream {{\n  store_dir: {json.dumps(store_dir)}\n  sync_interval: always\n}}\n"
+            f"include {AUTH_CONF}\n")
+
+
+# ---------------------------------------------------------------------- clients
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a TLS set-up: the CA clients trust, the server's certificate and key, and
+    (optional) a client certificate; `verify_clients` makes the server require one."""
+
+    ca: str
+    server_cert: str | None = None
+    server_key: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    verify_clients: bool = False
+
+
+TLS_ENV = {"ca": "GPULEDGER_TLS_CA", "client_cert": "GPULEDGER_TLS_CERT", "client_key": "GPULEDGER_TLS_KEY"}
+CREDS_ENV = "GPULEDGER_CREDS"
+
+
+def tls_from_env(environ: Mapping[str, str] = os.environ) -> TlsFiles | None:
+    """The client side of TLS from `GPULEDGER_TLS_CA` (+ `_CERT`, `_KEY` for a client certificate)."""
+    values = {k: environ.get(v) or None for k, v in TLS_ENV.items()}
+    return TlsFiles(**values) if values["ca"] else None
+
+
+def client_options(creds: str | os.PathLike[str] | None = None, tls: TlsFiles | None = None) -> dict[str, Any]:
+    """`nats.connect` options for a credential file (an nkey seed: its key signs the
+    server's nonce, and replies use the principal's own inbox prefix) and optional TLS."""
+    options: dict[str, Any] = {}
+    if creds is not None:
+        path = Path(creds)
+        try:
+            seed = path.read_bytes()
+        except OSError as err:
+            raise AuthError(f"{path}: cannot read credential file: {err.strerror}") from None
+        options["nkeys_seed"] = str(path)
+        options["inbox_prefix"] = inbox_prefix(_seed_public_key(path, seed))
+    if tls is not None:
+        import ssl
+
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.ca)
+            if tls.client_cert:
+                ctx.load_cert_chain(tls.client_cert, tls.client_key)
+        except (OSError, ssl.SSLError) as err:
+            raise AuthError(f"TLS files ({tls.ca}, {tls.client_cert}): {err}") from None
+        options["tls"] = ctx
+    return options
+
+
+@dataclass(frozen=True)
+class NatsAccess:
+    """How a process reaches the bus: the URL, its own credential, TLS, and (for a launcher
+    such as `gpuledger up`) the auth directory from which each child gets its own identity."""
+
+    url: str
+    creds: Path | None = None
+    auth: AuthDir | None = None
+    tls: TlsFiles | None = None
+
+    def options(self) -> dict[str, Any]:
+        return client_options(self.creds, self.tls)
+
+    def as_principal(self, principal: str) -> NatsAccess:
+        """The same bus as `principal` (its own credential from the auth directory; without
+        one, this process's credential is shared)."""
+        if self.auth is None:
+            return self
+        return NatsAccess(self.url, self.auth.creds(principal), self.auth, self.tls)
+
+    def child_env(self) -> dict[str, str]:
+        """Environment for a child process that connects with this access."""
+        env = {} if self.creds is None else {CREDS_ENV: str(self.creds)}
+        if self.tls is not None:
+            for field, var in TLS_ENV.items():
+                if getattr(self.tls, field):
+                    env[var] = str(getattr(self.tls, field))
+        return env
+
+
+def principal_of(role: str, node: str | None = None) -> str:
+    """The identity a service process runs as."""
+    if role == "node-agent":
+        return "agents" if node is None else f"node:{node}"
+    return role
+
+
+def _seed_public_key(path: Path, data: bytes) -> str:
+    for line in data.splitlines():
+        if line.strip().startswith(b"SU"):
+            try:
+                return public_key(line.strip())
+            except AuthError as err:
+                raise AuthError(f"{path}: {err}") from None
+    raise AuthError(f"{path}: no nkey user seed (a line starting with SU) in this file")
