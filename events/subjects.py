@@ -10,6 +10,15 @@
     gl.node.<node>.<event>          node agents
     gl.dead.<seq>                   dead letters
 
+Each decision and node fact has exactly one producing role, the one its subject prefix names
+(`role_of`): admission, quota, scheduler, preemption, node-agent. Its `producer` must be that
+role (`<role>` or `<role>/<instance>`; only the role is checked), whatever it claims
+(`producer_problem`). Client and configuration events (and dead letters) have no role: their
+producer is free, their subject is what confines them. Two operator inputs replay as the facts
+they stand for (`OPERATOR_INPUTS`): a scenario's `node_down` (`NodeLost` from `scenario`) and an
+importer's inventory (`NodeRegistered` from `import/...`); no leader decided them, so they
+carry no leader epoch.
+
 A tenant path's `/` separators stay inside one token (`gl.submit.org/a.job-1`).
 A `JobRejected` for a job id that is not a valid token (a raw submission with a job id such
 as `a.b*c >d`) goes to `gl.admission._invalid.JobRejected`: the refusal of an unroutable id
@@ -51,6 +60,48 @@ def _rule_of(cls: type) -> str:
         rule = next((r for types, r in _RULES if issubclass(cls, types)), "job")
         _RULE_OF[cls] = rule
     return rule
+
+
+# The one role that produces each decision and node fact (the subject prefix it publishes on).
+_ROLE_OF: dict[type, str] = {
+    **dict.fromkeys((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
+    c.FairShareUpdated: "quota",
+    **dict.fromkeys((c.GangPlaced, c.PendingReasonChanged, c.GangEvicted, c.GangRequeued,
+                     c.GangCompleted, c.GangFailed, c.NodeLost), "scheduler"),
+    **dict.fromkeys((c.PreemptionRequested, c.PreemptionDeclined), "preemption"),
+    **dict.fromkeys((c.NodeRegistered, c.NodeHeartbeat, c.MemberStarted, c.MemberCheckpointed,
+                     c.MemberExited, c.GpuMetricsReported), "node-agent"),
+}
+
+OPERATOR_INPUTS: dict[type, frozenset[str]] = {
+    c.NodeLost: frozenset({"scenario"}),  # a scenario's `node_down` (simulator, `demo`)
+    c.NodeRegistered: frozenset({"import"}),  # `gpuledger import`'s node inventory
+}
+"""Non-service roles whose recorded inputs of these types replay as facts (no leader epoch)."""
+
+
+def role_of(cls: type) -> str | None:
+    """The role that produces events of type `cls`, or None where any producer may (client
+    and configuration events, dead letters)."""
+    return _ROLE_OF.get(cls)
+
+
+def producer_problem(event: Event) -> str | None:
+    """None if `event`'s producer is of the role that produces its type, else what is wrong."""
+    cls = type(event)
+    role = _ROLE_OF.get(cls)
+    if role is None:
+        return None
+    claimed = event.producer.partition("/")[0]
+    if claimed == role:
+        return None
+    name, producer = cls.__name__, event.producer[:100]
+    if claimed in OPERATOR_INPUTS.get(cls, ()):
+        epoch = getattr(event, "leader_epoch", 0)
+        if not epoch:
+            return None
+        return f"{name} from {producer!r} carries leader epoch {epoch}; only {role} leaders have epochs"
+    return f"{name} is produced by {role}, not by {producer!r}"
 
 
 def subject_for(event: Event) -> str:

@@ -21,7 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpuledger import events as ev
+from gpuledger.events.subjects import role_of
 from gpuledger.projections.store import Projector, rebuild
 from gpuledger.replay.logio import write_log
 from gpuledger.services.runtime.gctune import fewer_gc_passes
@@ -37,6 +40,9 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
     def emit(e: ev.Event):
         nonlocal seq
         seq += 1
+        role = role_of(type(e))  # produced by the role that produces its type, as live
+        if role is not None and not e.producer:
+            e = msgspec.structs.replace(e, producer=f"{role}/0")
         return seq, ev.subject_for(e), e
 
     out: list[tuple[int, str, ev.Event]] = []

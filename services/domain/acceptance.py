@@ -10,8 +10,15 @@ FREE -8 on a node). So there is one rule set, and it is the ledger's fold itself
   claiming another tenant, job, node or role than its subject is `WrongSubject` (an id that
   cannot be a subject token is `InvalidId`); checked by the host and the projector, which
   know the subject (`subject_refusal`), before folding;
-- a decision from a deposed leader (its epoch older than one already seen from its role)
-  changes nothing: `StaleLeaderEpoch`;
+- a decision or node fact must come from the one role that produces its type
+  (`events.subjects.role_of`: admission, quota, scheduler, preemption, node-agent; only the
+  role part of `<role>/<instance>` is checked), whatever its subject: a `GangPlaced` from
+  `node-agent/n1`, or a `PreemptionRequested` claiming `scheduler/x`, raises `Refused`
+  (`WrongProducer`, naming both) and the host dead-letters it. Client and configuration events
+  name any producer. A scenario's `NodeLost` and an importer's `NodeRegistered` replay as
+  operator inputs, without a leader epoch;
+- a decision from a deposed leader (its epoch older than one already seen for the role of its
+  type, never the role its producer claims) changes nothing: `StaleLeaderEpoch`;
 - an event that contradicts the folded state (a placement over capacity already held, on an
   unknown node, of the wrong shape) raises `Refused` *before* anything is changed; a
   service's host dead-letters it with the reason (`Refused: PlacementConflict: ...`);

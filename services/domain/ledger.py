@@ -18,6 +18,7 @@ from typing import Any
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
 from gpuledger.services.domain.refusals import Refusal, Refused
@@ -213,7 +214,8 @@ class Ledger:
     folding_seq: int = 0
     """Sequence of the event being folded (set by `apply`, for handlers)."""
     leader_epochs: dict[str, int] = field(default_factory=dict)
-    """Highest leader epoch seen per service role."""
+    """Highest leader epoch seen per service role (the role of the event type, never the
+    producer's claim)."""
     stale_decisions: int = 0
     """Decisions ignored because a newer leader of their service had already decided."""
     dead_letters: int = 0
@@ -235,13 +237,18 @@ class Ledger:
 
     def fold(self, seq: int, event: ev.Event) -> Refusal | None:
         """Fold one event under the acceptance rules (services/domain/acceptance.py): None if
-        it was accepted, else why it changed nothing. A decision carrying a leader epoch
-        older than one already seen from its service is ignored: it comes from a deposed
-        leader. Raises `Refused` before any change for an event that contradicts the state."""
+        it was accepted, else why it changed nothing. A decision or node fact whose producer is
+        not of the role that produces its type (`events.subjects.role_of`) raises
+        `Refused` (`WrongProducer`). A decision carrying a leader epoch older than one already
+        seen for the role of its type is ignored: it comes from a deposed leader. Raises
+        `Refused` before any change for an event that contradicts the state."""
         self.last_seq = max(self.last_seq, seq)
         self.folding_seq = seq
+        wrong = producer_problem(event)
+        if wrong is not None:  # a forgery or a bug: raised, so the host dead-letters it
+            raise Refused("WrongProducer", wrong)
         if isinstance(event, ev.Decision) and event.leader_epoch:
-            role = event.producer.partition("/")[0]
+            role = role_of(type(event)) or event.producer.partition("/")[0]
             seen = self.leader_epochs.get(role, 0)
             if event.leader_epoch < seen:
                 self.stale_decisions += 1

@@ -13,7 +13,6 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.events import MemberPlacement
 from gpuledger.services.domain.configfile import node_infos
-from gpuledger.services.domain.stamp import stamp
 from gpuledger.services.node_agent.agent import RealAgent, allocation_id_of, executor_id
 from gpuledger.services.node_agent.decider import (
     AgentDecider,
@@ -23,7 +22,7 @@ from gpuledger.services.node_agent.decider import (
     Observed,
     Start,
 )
-from tests.services.given import cluster, submitted
+from tests.services.given import cluster, stamped, submitted
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "examples" / "train_tiny.py")
@@ -32,7 +31,7 @@ N1 = node_infos(DOC)[0]
 
 
 def e(cls, key: str, at: int = 0, **fields):
-    return stamp(cls, key=key, producer="test", now_ms=at, correlation_id=key, **fields)
+    return stamped(cls, key, at, **fields)  # produced by the role that produces `cls`
 
 
 def admitted(job_id: str, at: int = 0) -> ev.JobAdmitted:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.subjects import role_of
 
 S = 1000  # ms per second
 
@@ -29,7 +30,9 @@ class Log:
 
     def add(self, event: ev.Event) -> None:
         self.n += 1
-        event = msgspec.structs.replace(event, event_id=f"e{self.n}")
+        role = role_of(type(event))  # produced by the role that produces its type
+        producer = event.producer or (f"{role}/0" if role else "")
+        event = msgspec.structs.replace(event, event_id=f"e{self.n}", producer=producer)
         self.messages.append((self.n, ev.subject_for(event), event))
 
 

@@ -12,6 +12,7 @@ from gpuledger.projections.mappers import (
     SequenceGap,
     gpus_label,
 )
+from tests.services.given import produced
 
 
 def fold(messages, p: Projection | None = None) -> Projection:
@@ -116,9 +117,10 @@ def test_node_reregistration_drops_missing_gpus():
         (1, ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus))),
         (2, ev.NodeLost(node="n", occurred_at_ms=5)),
     ):
+        e = produced(e)
         p.apply(seq, ev.subject_for(e), e)
     assert p.nodes["n"].status == "lost"
-    again = ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2]))
+    again = produced(ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2])))
     p.apply(3, ev.subject_for(again), again)
     b = p.drain()
     assert b.upserts["gpus"][("n", 3)] is None and ("n", 1) in p.gpus
@@ -150,7 +152,7 @@ def test_cancel_while_running_ends_cancelled():
         ev.GangEvicted(job_id="j", allocation_id="j#1", reason="Cancelled"),
     ]
     p = Projection()
-    for i, e in enumerate(msgs, 1):
+    for i, e in enumerate(map(produced, msgs), 1):
         p.apply(i, ev.subject_for(e), e)
         if i == 5:
             assert p.jobs["j"].state == "running"
@@ -189,3 +191,38 @@ def test_batch_columns_and_frozen_snapshot(messages):
     for t, (keys, cols) in b.frozen.items():
         cls = ROW_CLASSES[t]
         assert len(keys) == len(cls.KEY) and len(cols) == len(cls.COLUMNS), t
+
+
+def test_a_decision_forged_in_another_roles_name_is_a_refusal_row_with_its_producer():
+    # given job j running on n, placed by the scheduler's leader of epoch 1
+    spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
+    gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c0")
+    msgs = [produced(e) for e in (
+        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
+        ev.JobSubmitted(job=spec),
+        ev.JobAdmitted(job_id="j", tenant="t", priority_class="train", priority=1,
+                       preemptible=True, slo_class="batch"),
+        ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t", leader_epoch=1,
+                      members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),)),
+    )]
+    # when a PreemptionRequested on its own subject claims the scheduler, at epoch 2**62,
+    # and then the real scheduler (epoch 1) decides again
+    forged = ev.PreemptionRequested(job_id="j", allocation_id="j#1", beneficiary="x", reason="Priority",
+                                    deadline_ms=1, producer="scheduler/x", leader_epoch=2**62)
+    real = ev.PendingReasonChanged(job_id="j", reason="Resources", message="m", producer="scheduler/0",
+                                   leader_epoch=1)
+    p = Projection()
+    for seq, e in enumerate([*msgs, forged, real], 1):
+        p.apply(seq, ev.subject_for(e), e)
+    # then the forgery is a refusal row naming who claimed it and why, and nothing else
+    b = p.drain()
+    (row,) = b.rows("refusals")
+    cols = APPEND_COLUMNS["refusals"]
+    got = dict(zip(cols, row, strict=True))
+    assert (got["seq"], got["type"], got["job_id"]) == (5, "PreemptionRequested", "j")
+    assert (got["producer"], got["code"]) == ("scheduler/x", "WrongProducer")
+    assert got["subject"] == "gl.preempt.j.PreemptionRequested" and "preemption" in got["message"]
+    assert p.jobs["j"].state == "running" and not b.upserts.get("preemptions")
+    # and the real scheduler's later decision is folded, not stale
+    assert {r[0] for r in b.rows("decisions")} >= {4, 6}
+    assert p.ledger.leader_epochs == {"scheduler": 1}

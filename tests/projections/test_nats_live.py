@@ -98,7 +98,8 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
     async def more():
         nc = await nats.connect(nats_url, **natsauth.options())
         js = nc.jetstream()
-        e = ev.NodeHeartbeat(event_id="late-hb", occurred_at_ms=2_000_000, node="n1")
+        e = ev.NodeHeartbeat(event_id="late-hb", occurred_at_ms=2_000_000, node="n1",
+                            producer="node-agent/n1")
         ack = await js.publish(ev.subject_for(e), ev.encode(e))
         await nc.drain()
         return ack.seq

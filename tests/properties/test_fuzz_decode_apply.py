@@ -51,7 +51,8 @@ TAGS = sorted({d["type"] for d in GOLDEN_DOCS})
 def _setup_events() -> list[ev.Event]:
     """A configured cluster with registered nodes and one submitted job: the fold goes deep."""
     out = config_events(DOC)
-    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}") for n in node_infos(DOC)]
+    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}", producer="node-agent/sim")
+            for n in node_infos(DOC)]
     spec = job_spec({"id": "j1", "tenant": "research", "class": "train", "gpus": 8, "replicas": 2})
     out.append(submission(spec, now_ms=1_000, producer="test"))
     return out

@@ -18,6 +18,7 @@ from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.scenario import load as load_scenario
 from gpuledger.replay.simulator import simulate
+from tests.services.given import produced
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -159,7 +160,7 @@ def test_capacity_follows_registration_loss_and_revival(tmp_path):
         ev.NodeHeartbeat(event_id="h1", occurred_at_ms=30_000, node="n1"),
         ev.NodeHeartbeat(event_id="h2", occurred_at_ms=40_000, node="n1"),
     ]
-    entries = [(i, ev.subject_for(e), e) for i, e in enumerate(log, 1)]
+    entries = [(i, ev.subject_for(e), e) for i, e in enumerate(map(produced, log), 1)]
     # when measured and projected
     m = measure(entries).metrics
     with Projector(tmp_path / "p.duckdb") as pj:

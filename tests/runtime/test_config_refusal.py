@@ -30,7 +30,8 @@ async def test_a_raw_bad_policy_is_dead_lettered_and_the_scheduler_keeps_decidin
     for e in config_events(DOC):
         await bus.publish(e)
     for n in node_infos(DOC):
-        await bus.publish(events.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}"))
+        await bus.publish(events.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}",
+                                                producer=f"node-agent/{n.name}"))
     hosts = [Host(build(role), bus) for role in ("admission", "quota", "scheduler")]
     async with running(hosts[0]), running(hosts[1]), running(hosts[2]):
         await bus.publish(job("before", 1))

@@ -30,8 +30,9 @@ def heartbeats(seconds: int) -> list[ev.Event]:
     """Node n1 registers (heartbeat every 5 s) and heartbeats every second for `seconds`."""
     gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c")
     node = ev.NodeInfo(name="n1", cpu_milli=8000, memory_mib=64000, gpus=(gpu,))
-    out: list[ev.Event] = [ev.NodeRegistered(event_id="reg", node=node, heartbeat_s=5)]
-    out += [ev.NodeHeartbeat(event_id=f"hb{t}", occurred_at_ms=t * S, node="n1")
+    out: list[ev.Event] = [ev.NodeRegistered(event_id="reg", node=node, heartbeat_s=5,
+                                             producer="node-agent/n1")]
+    out += [ev.NodeHeartbeat(event_id=f"hb{t}", occurred_at_ms=t * S, node="n1", producer="node-agent/n1")
             for t in range(1, seconds + 1)]
     return out
 
@@ -166,7 +167,7 @@ def test_the_projector_stops_before_a_hole_and_says_so(monkeypatch, tmp_path):
                 await bus.publish(e)
             first = await run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False)
             for t in range(11, 16):
-                await bus.publish(ev.NodeHeartbeat(event_id=f"hb{t}", node="n1"))
+                await bus.publish(ev.NodeHeartbeat(event_id=f"hb{t}", node="n1", producer="node-agent/n1"))
             await bus.js.delete_msg("GPULEDGER", 13)
             # as a service (`stop` given): one report, then it waits to be stopped; no raise,
             # so a supervisor has nothing to restart into the same hole

@@ -16,7 +16,8 @@ def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]
     if policy is not None:
         doc["policy"] = policy
     out = config_events(doc)
-    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}") for n in node_infos(doc)]
+    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}",
+                              producer="node-agent/sim") for n in node_infos(doc)]
     return out
 
 
@@ -49,7 +50,22 @@ def of_type(events: list[ev.Event], cls):
 
 
 def stamped(cls, key: str, at: int = 0, **fields) -> ev.Event:
-    """An enveloped event at `at` ms with a deterministic id from `key`."""
+    """An enveloped event at `at` ms with a deterministic id from `key`, produced by a test
+    instance of the role that produces `cls` (`test` where any producer may)."""
+    from gpuledger.events.subjects import role_of
     from gpuledger.services.domain.stamp import stamp
 
-    return stamp(cls, key=key, producer="test", now_ms=at, correlation_id=key, **fields)
+    role = role_of(cls)
+    producer = f"{role}/test" if role else "test"
+    return stamp(cls, key=key, producer=producer, now_ms=at, correlation_id=key, **fields)
+
+
+def produced(event: ev.Event, instance: str = "0") -> ev.Event:
+    """`event` as the role that produces its type publishes it (`<role>/<instance>`), where it
+    names no producer yet; client and configuration events are left as they are."""
+    from gpuledger.events.subjects import role_of
+
+    role = role_of(type(event))
+    if role is None or event.producer:
+        return event
+    return msgspec.structs.replace(event, producer=f"{role}/{instance}")

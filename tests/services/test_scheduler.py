@@ -65,9 +65,11 @@ def test_placement_beyond_the_guarantee_is_marked_borrowing():
 def test_when_every_member_completed_the_gang_completes_and_frees_its_gpus():
     ledger = admitted(submitted(id="j", tenant="a", gpus=8))
     fold(ledger, Scheduler().decide(ledger, 10))
-    fold(ledger, [ev.MemberStarted(job_id="j", allocation_id="j#1", rank=0, node="n1", event_id="s")])
+    fold(ledger, [ev.MemberStarted(job_id="j", allocation_id="j#1", rank=0, node="n1", event_id="s",
+                                          producer="node-agent/n1")])
     assert ledger.fleet.free_gpus() == 8
-    fold(ledger, [ev.MemberExited(job_id="j", allocation_id="j#1", rank=0, node="n1", outcome="completed", event_id="x")])
+    fold(ledger, [ev.MemberExited(job_id="j", allocation_id="j#1", rank=0, node="n1", outcome="completed", event_id="x",
+                                         producer="node-agent/n1")])
     (done,) = Scheduler().decide(ledger, 20)
     assert isinstance(done, ev.GangCompleted)
     fold(ledger, [done])
@@ -77,7 +79,8 @@ def test_when_every_member_completed_the_gang_completes_and_frees_its_gpus():
 def test_a_silent_node_is_declared_lost_and_its_gang_requeued_whole():
     ledger = admitted(submitted(id="j", tenant="a", gpus=8, replicas=2))
     n1 = ledger.nodes["n1"].info  # n1 promises heartbeats; n2 does not (never lost for silence)
-    fold(ledger, [ev.NodeRegistered(node=n1, heartbeat_s=5, event_id="reg-hb", occurred_at_ms=0)])
+    fold(ledger, [ev.NodeRegistered(node=n1, heartbeat_s=5, event_id="reg-hb", occurred_at_ms=0,
+                                        producer="node-agent/n1")])
     fold(ledger, Scheduler().decide(ledger, 10))
     assert ledger.jobs["j"].state == "running"
     (lost,) = Scheduler().decide(ledger, 31_000)

@@ -21,6 +21,7 @@ from gpuledger.events import (
 from gpuledger.replay.compare import compare, jain, load, percentile, rows, summarize
 from gpuledger.replay.logio import write_log
 from gpuledger.services.cli.main import app
+from tests.services.given import produced
 
 S = 1000  # ms per second
 
@@ -39,7 +40,7 @@ def _share(tenant: str, fair: int) -> TenantShare:
 
 
 def _entries(evts: list[ev.Event]) -> list[tuple[int, str, ev.Event]]:
-    return [(i, ev.subject_for(e), e) for i, e in enumerate(evts, 1)]
+    return [(i, ev.subject_for(e), e) for i, e in enumerate(map(produced, evts), 1)]
 
 
 def _admit(job_id: str, tenant: str, at: int, slo: str = "batch") -> ev.JobAdmitted:
