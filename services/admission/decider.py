@@ -24,7 +24,9 @@ from gpuledger.events import (
     validate_token,
 )
 from gpuledger.events.specs import JobSpec
+from gpuledger.services.domain import job_status
 from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.job_status import QUERY_SUBJECTS
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
 
@@ -37,6 +39,12 @@ class Rejection(Exception):
 
 class Admission(LedgerService):
     name = "admission"
+    query_subjects = QUERY_SUBJECTS
+    """Job status queries from tenant CI identities (services/domain/job_status.py)."""
+
+    @staticmethod
+    def answer(state: Ledger, subject: str) -> bytes:
+        return job_status.answer(state, subject)
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)

@@ -31,13 +31,12 @@ from typing import Any
 
 from gpuledger.events.ids import validate_tenant, validate_token
 from gpuledger.events.subjects import STREAM
+from gpuledger.services.domain.job_status import QUERY_PREFIX
 
 CREDENTIALS = "credentials.json"
 AUTH_CONF = "auth.conf"
 SERVER_CONF = "nats.conf"
 LEASE_BUCKET = "gpuledger-leases"
-QUERY_PREFIX = "glq.job"
-"""Job status queries (request/reply, outside the `gl.>` stream): `glq.job.<tenant>.<job>`."""
 
 CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
 """Roles whose decisions are fenced by a leader lease."""
@@ -350,6 +349,17 @@ class NatsAccess:
                 if getattr(self.tls, field):
                     env[var] = str(getattr(self.tls, field))
         return env
+
+
+def principal_of_creds(creds: str | os.PathLike[str]) -> str | None:
+    """The principal a credential file belongs to, when it lies in an auth directory (its
+    credentials.json names it), else None."""
+    path = Path(creds).absolute()
+    try:
+        doc = json.loads((path.parent / CREDENTIALS).read_text())
+    except (OSError, ValueError):
+        return None
+    return next((name for name, e in doc.items() if e.get("file") == path.name), None)
 
 
 def principal_of(role: str, node: str | None = None) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
@@ -67,6 +68,9 @@ class AlreadyExists(Exception):
         super().__init__(f"{subject} already exists ({description})" if description else subject)
         self.subject = subject
         self.existing = existing
+        found = re.search(r"wrong last sequence: (\d+)", description)
+        self.last_seq = int(found.group(1)) if found else None
+        """Sequence of the stored creation, from the server's error (when it says)."""
 
 
 class StreamGap(Exception):
@@ -437,14 +441,16 @@ class Bus:
         ack = await self.js.publish(subject, data, headers=headers)
         return ack.seq
 
-    async def create_once(self, event: events.Event) -> int:
+    async def create_once(self, event: events.Event, *, read_existing: bool = True) -> int:
         """Publish an event only if no message matches its creation filter yet (for a
         submission: no tenant's submit subject of that job id), else raise AlreadyExists
         with the stored creation attached.
 
         A retry of the same event (same non-empty `event_id` as the stored creation)
         returns the original seq instead of raising, at any distance in time, so a client's
-        retried create stays idempotent.
+        retried create stays idempotent. `read_existing=False` skips reading the stored
+        creation (an identity that may not read the stream): the caller gets AlreadyExists
+        with `existing=None` and tells a retry from a conflict another way.
         """
         subject = events.subject_for(event)
         scope = events.subjects.create_filter(event)
@@ -458,6 +464,8 @@ class Bus:
         except nats.js.errors.APIError as err:
             if err.err_code not in WRONG_LAST_SEQUENCE_CODES:
                 raise
+            if not read_existing:
+                raise AlreadyExists(subject, err.description or "") from err
             existing = await self.last_message(scope)
             if existing is not None and event.event_id and (
                 existing.headers or {}

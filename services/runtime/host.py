@@ -458,6 +458,7 @@ async def _connect_and_run(
         host = Host(service, bus, clock=clock, lease=lease, **host_options)
         if on_host is not None:
             on_host(host)
+        await answer_queries(bus, host)
         await host.run()
     finally:
         cleaning_up.set()
@@ -472,6 +473,25 @@ async def _connect_and_run(
         log.info("host.stopped", folded_seq=0 if host is None else host.folded_seq)
         with contextlib.suppress(*_BUS_ERRORS):
             await bus.close()
+
+
+async def answer_queries(bus: Bus, host: Host) -> None:
+    """Answer the service's read-only queries (`query_subjects`, e.g. admission's job status
+    for tenant CI identities) from the folded state, one queue group per service so one
+    replica answers each. The answer is the service's pure `answer(state, subject)`."""
+    subjects = getattr(host.service, "query_subjects", None)
+    if not subjects:
+        return
+    log = structlog.get_logger("gpuledger.host").bind(service=host.service.name)
+
+    async def respond(msg) -> None:
+        if msg.reply:
+            try:
+                await msg.respond(host.service.answer(host.state, msg.subject))
+            except Exception as err:  # noqa: BLE001 - a query never stops the service
+                log.warning("host.query_failed", subject=msg.subject[:200], error=repr(err))
+
+    await bus.nc.subscribe(subjects, queue=f"gpuledger-{host.service.name}-queries", cb=respond)
 
 
 def serve(service: Service, url: str, **options: Any) -> None:
