@@ -1,0 +1,96 @@
+"""`gpuledger auth`: generate and extend the identities a cluster runs with
+(services/runtime/auth.py holds the model; this is argument handling only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuledger.services.cli.common import fail
+
+auth_app = typer.Typer(help="Identities and permissions for the NATS server (authentication is always on).",
+                       no_args_is_help=True)
+
+RELOAD = ("reload the server to apply: `nats-server --signal reload` (or SIGHUP to its pid); "
+          "`gpuledger up` picks them up when it starts")
+
+
+def _names(csv: str) -> list[str]:
+    return [x.strip() for x in csv.split(",") if x.strip()]
+
+
+def _run(fn):
+    from gpuledger.services.runtime.auth import AuthError
+
+    try:
+        return fn()
+    except AuthError as exc:
+        fail(str(exc), 2)
+
+
+@auth_app.command("init")
+def init_command(
+    directory: Path = typer.Argument(..., help="Where to write nats.conf, auth.conf, credentials.json and the key files."),
+    tenants: str = typer.Option("", "--tenants", help="Comma-separated tenants: one CI identity each (ci:TENANT)."),
+    nodes: str = typer.Option("", "--nodes", help="Comma-separated node names: one node-agent identity each (node:NAME)."),
+) -> None:
+    """Generate one identity per role (admission, quota, scheduler, preemption, projector,
+    auditor, admin, gateway, agents), per node and per tenant's CI system, a nats-server
+    config that admits only them with least-privilege permissions, and credentials.json.
+    Existing keys are kept (run it again to add names)."""
+    from gpuledger.services.runtime.auth import init
+
+    d = _run(lambda: init(directory, tenants=_names(tenants), nodes=_names(nodes)))
+    for name, p in d.principals().items():
+        typer.echo(f"{name:<24}{d.path / p.file}")
+    typer.echo(f"server config: {d.path / 'nats.conf'} (includes auth.conf); start it with "
+               f"`nats-server -c {d.path / 'nats.conf'}`", err=True)
+
+
+def _add(directory: Path, principals: list[str], rotate: bool = False) -> None:
+    from gpuledger.services.runtime.auth import AuthDir
+
+    d = AuthDir(directory)
+    if not d.exists:
+        fail(f"{directory}: no credentials.json here; run `gpuledger auth init {directory}` first", 2)
+    if rotate:
+        unknown = [p for p in principals if p not in d.principals()]
+        if unknown:
+            fail(f"{directory}: no identity {unknown[0]!r} to rotate", 2)
+    changed = _run(lambda: d.add(*principals, rotate=rotate))
+    for name in changed:
+        typer.echo(f"{'rotated' if rotate else 'added'} {name}: {d.creds(name)}")
+    if not changed:
+        typer.echo("nothing to do: every identity exists already", err=True)
+    else:
+        typer.echo(RELOAD, err=True)
+
+
+@auth_app.command("add-tenant")
+def add_tenant(directory: Path = typer.Argument(...), tenants: list[str] = typer.Argument(..., help="Tenant names.")) -> None:
+    """Add a CI identity for each tenant (may publish only gl.submit.<tenant>.> and
+    gl.cancel.<tenant>.>, and ask only its own jobs' status)."""
+    _add(directory, [f"ci:{t}" for t in tenants])
+
+
+@auth_app.command("add-node")
+def add_node(directory: Path = typer.Argument(...), nodes: list[str] = typer.Argument(..., help="Node names.")) -> None:
+    """Add a node-agent identity for each node (may publish only gl.node.<node>.>)."""
+    _add(directory, [f"node:{n}" for n in nodes])
+
+
+@auth_app.command("rotate")
+def rotate(directory: Path = typer.Argument(...), principals: list[str] = typer.Argument(..., help="Principals, e.g. scheduler ci:research node:node-1.")) -> None:
+    """Replace the keys of these identities (the old key stops working once the server reloads)."""
+    _add(directory, principals, rotate=True)
+
+
+@auth_app.command("list")
+def list_command(directory: Path = typer.Argument(...)) -> None:
+    """Each principal, its key file and its public key."""
+    from gpuledger.services.runtime.auth import AuthDir
+
+    d = AuthDir(directory)
+    for name, p in _run(d.principals).items():
+        typer.echo(f"{name:<24}{p.public_key}  {d.path / p.file}")
