@@ -96,7 +96,10 @@ async def cli_bus(access, ensure: bool = True):
                     if access.creds is None else f" (the server does not accept {access.creds})")
         fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
     if ensure:
+        from gpuledger.services.runtime.lease import lease_bucket
+
         await bus.ensure_stream()
+        await lease_bucket(bus)  # services may use their own lease key, not create the bucket
     return bus
 
 
