@@ -21,6 +21,7 @@ import msgspec
 
 from gpuledger.events import Event
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.readonly import StateWriteError, forget, read_only
 from gpuledger.services.placement import Fleet
 
 
@@ -134,6 +135,26 @@ def _first_difference(a: list[Event], b: list[Event]) -> str:
     return f"{len(a)} vs {len(b)} events"
 
 
+def _decide_read_only(service: Any, ledger: Ledger, now_ms: int, where: str) -> list[Event]:
+    """`service.decide` on a read-only view of the ledger (services/domain/readonly.py): a
+    write raises at once, naming the path; an event that carries a piece of the state (a
+    view) instead of a copy is refused too."""
+    try:
+        out = service.decide(read_only(ledger), now_ms)
+    except StateWriteError as err:
+        raise DecideDrift(f"{where} wrote to the folded state ({err.field}): {err}") from err
+    finally:
+        forget()
+    for event in out:
+        try:
+            msgspec.to_builtins(event)
+        except TypeError as err:
+            raise DecideDrift(
+                f"{where} returned {type(event).__name__}({event.correlation_id}) holding a piece "
+                f"of the folded state instead of a copy: {err}") from err
+    return out
+
+
 def checked_decide(service: Any, ledger: Ledger, now_ms: int) -> list[Event]:
     """`service.decide(ledger, now_ms)`, checked: raises `DecideDrift` when the decide wrote
     to the folded state or a run without caches returns something else."""
@@ -143,14 +164,14 @@ def checked_decide(service: Any, ledger: Ledger, now_ms: int) -> list[Event]:
         before = last[2]
     else:
         before = fingerprints(ledger)
-    out = service.decide(ledger, now_ms)
+    out = _decide_read_only(service, ledger, now_ms, where)
     after = fingerprints(ledger)
     if before != after:
         changed = ", ".join(k for k in before if before[k] != after[k])
         raise DecideDrift(f"{where} wrote to the folded state ({changed}); it returned {_show(out)}")
     fresh = service.uncached() if hasattr(service, "uncached") else service
     with ledger.fleet.caches_set_aside():
-        again = fresh.decide(ledger, now_ms)
+        again = _decide_read_only(fresh, ledger, now_ms, where)
     _LAST.clear()
     _LAST[id(ledger)] = (ledger.last_seq, ledger, before)  # the uncached run is the same code
     if out != again:
