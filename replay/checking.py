@@ -1,13 +1,17 @@
-"""Checking mode: every `decide` is watched for writes to the folded state and re-run
+"""Checking mode: every `decide` runs on a read-only view of the folded state and is re-run
 without caches (`gpuledger simulate --check`, `gpuledger verify --check`).
+
+`checked_decide` hands the decide `services.domain.readonly.read_only(ledger)`, so a write
+raises at once, naming the path (only the transparent memos of docs/deciders.md are
+exempt); refuses events that hold a view; fingerprints the state before and after (a second
+line of defence for writes the view cannot see); then re-runs the decide, also on a view,
+on a copy of the service with empty caches and the fleet's score caches set aside, and
+raises `DecideDrift` at the first difference.
 
 `digest(ledger)` is a SHA-256 over a canonical encoding of the folded state (every field of
 the `Ledger`; the fleet by its node records and allocations; memo tables of pure functions,
 such as the fleet's score caches, left out); `fingerprints` is its fast form for comparing
-one ledger object with itself. `checked_decide` fingerprints the state before and after a
-decide, then re-runs the decide on a copy of the service with empty caches and the
-fleet's score caches set aside, and raises `DecideDrift` at the first difference: a decide
-that wrote to the state, or two runs that disagree.
+one ledger object with itself.
 """
 
 from __future__ import annotations
