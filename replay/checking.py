@@ -1,13 +1,17 @@
-"""Checking mode: every `decide` is watched for writes to the folded state and re-run
+"""Checking mode: every `decide` runs on a read-only view of the folded state and is re-run
 without caches (`gpuledger simulate --check`, `gpuledger verify --check`).
+
+`checked_decide` hands the decide `services.domain.readonly.read_only(ledger)`, so a write
+raises at once, naming the path (only the transparent memos of docs/deciders.md are
+exempt); refuses events that hold a view; fingerprints the state before and after (a second
+line of defence for writes the view cannot see); then re-runs the decide, also on a view,
+on a copy of the service with empty caches and the fleet's score caches set aside, and
+raises `DecideDrift` at the first difference.
 
 `digest(ledger)` is a SHA-256 over a canonical encoding of the folded state (every field of
 the `Ledger`; the fleet by its node records and allocations; memo tables of pure functions,
 such as the fleet's score caches, left out); `fingerprints` is its fast form for comparing
-one ledger object with itself. `checked_decide` fingerprints the state before and after a
-decide, then re-runs the decide on a copy of the service with empty caches and the
-fleet's score caches set aside, and raises `DecideDrift` at the first difference: a decide
-that wrote to the state, or two runs that disagree.
+one ledger object with itself.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import msgspec
 
 from gpuledger.events import Event
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.readonly import StateWriteError, forget, read_only
 from gpuledger.services.placement import Fleet
 
 
@@ -134,6 +139,26 @@ def _first_difference(a: list[Event], b: list[Event]) -> str:
     return f"{len(a)} vs {len(b)} events"
 
 
+def _decide_read_only(service: Any, ledger: Ledger, now_ms: int, where: str) -> list[Event]:
+    """`service.decide` on a read-only view of the ledger (services/domain/readonly.py): a
+    write raises at once, naming the path; an event that carries a piece of the state (a
+    view) instead of a copy is refused too."""
+    try:
+        out = service.decide(read_only(ledger), now_ms)
+    except StateWriteError as err:
+        raise DecideDrift(f"{where} wrote to the folded state ({err.field}): {err}") from err
+    finally:
+        forget()
+    for event in out:
+        try:
+            msgspec.to_builtins(event)
+        except TypeError as err:
+            raise DecideDrift(
+                f"{where} returned {type(event).__name__}({event.correlation_id}) holding a piece "
+                f"of the folded state instead of a copy: {err}") from err
+    return out
+
+
 def checked_decide(service: Any, ledger: Ledger, now_ms: int) -> list[Event]:
     """`service.decide(ledger, now_ms)`, checked: raises `DecideDrift` when the decide wrote
     to the folded state or a run without caches returns something else."""
@@ -143,14 +168,14 @@ def checked_decide(service: Any, ledger: Ledger, now_ms: int) -> list[Event]:
         before = last[2]
     else:
         before = fingerprints(ledger)
-    out = service.decide(ledger, now_ms)
+    out = _decide_read_only(service, ledger, now_ms, where)
     after = fingerprints(ledger)
     if before != after:
         changed = ", ".join(k for k in before if before[k] != after[k])
         raise DecideDrift(f"{where} wrote to the folded state ({changed}); it returned {_show(out)}")
     fresh = service.uncached() if hasattr(service, "uncached") else service
     with ledger.fleet.caches_set_aside():
-        again = fresh.decide(ledger, now_ms)
+        again = _decide_read_only(fresh, ledger, now_ms, where)
     _LAST.clear()
     _LAST[id(ledger)] = (ledger.last_seq, ledger, before)  # the uncached run is the same code
     if out != again:

@@ -14,6 +14,8 @@ have gets one `RequestRefused` per message (keyed by its stream sequence).
 
 from __future__ import annotations
 
+import copy
+
 from gpuledger.events import (
     Event,
     InvalidId,
@@ -86,7 +88,8 @@ class Admission(LedgerService):
             out.append(
                 self.emit(state, now_ms, JobRejected, key=job_id, correlation_id=job_id,
                           causation_id=bad.cause, job_id=job_id, tenant=bad.tenant,
-                          reason="InvalidSpec", message=bad.message, details=bad.details)
+                          reason="InvalidSpec", message=bad.message,
+                          details=copy.deepcopy(bad.details))  # the event's own, not the state's
             )
         for seq in sorted(state.refusals):
             r = state.refusals[seq]
@@ -94,7 +97,7 @@ class Admission(LedgerService):
                 self.emit(state, now_ms, RequestRefused, key=f"{r.job_id}@{seq}",
                           correlation_id=r.job_id, causation_id=r.cause, job_id=r.job_id,
                           tenant=r.tenant, request=r.request, request_seq=seq, reason=r.reason,
-                          message=r.message, details=r.details)
+                          message=r.message, details=copy.deepcopy(r.details))
             )
         return out
 

@@ -33,6 +33,10 @@ class TimeIndex:
         i = bisect_right(self._sorted, (now_ms, "\uffff", "\uffff"))
         return self._sorted[i][0] if i < len(self._sorted) else None
 
+    def times(self, key: str) -> tuple[int, ...]:
+        """The instants recorded for one key (any kind), in time order."""
+        return tuple(sorted(self._by_key.get(key, {}).values()))
+
     def _remove(self, entry: tuple[int, str, str]) -> None:
         i = bisect_right(self._sorted, entry) - 1
         if i >= 0 and self._sorted[i] == entry:

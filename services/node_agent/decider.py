@@ -162,9 +162,10 @@ class AgentDecider(LedgerService):
     # ------------------------------------------------------------------ helpers
 
     def _mine(self, state: AgentState):
-        """(allocation record, job, member placement) of every active allocation here."""
+        """(allocation record, job, member placement) of every active allocation here (read
+        from the per-node index: the agent never walks the cluster's allocations)."""
         ledger = state.ledger
-        for alloc_id in sorted(ledger.active):
+        for alloc_id in sorted(ledger.node_allocations.get(self.node_name, ())):
             rec = ledger.allocations[alloc_id]
             job = ledger.jobs.get(rec.job_id)
             if job is None:

@@ -56,15 +56,36 @@ class SimulatedAgent(LedgerService):
                 node = state.nodes.get(name)
                 if node is not None and node.last_heartbeat_ms is not None:
                     times.append(node.last_heartbeat_ms + self.heartbeat_s * 1000)
-        nxt = state.expected.next_after(now_ms)
+        if self._narrow(state):
+            nxt = min((t for a in self._allocations_here(state) for t in state.expected.times(a)
+                       if t > now_ms), default=None)
+        else:
+            nxt = state.expected.next_after(now_ms)
         if nxt is not None:
             times.append(nxt)
         return min(times, default=None)
 
-    @staticmethod
-    def _attention(state: Ledger, now_ms: int) -> set[str]:
+    def _narrow(self, state: Ledger) -> bool:
+        """Whether this agent simulates fewer nodes than the ledger knows (one per node in
+        `gpuledger up`): it then reads only the allocations on its own nodes."""
+        return len(self.nodes) < len(state.nodes)
+
+    def _allocations_here(self, state: Ledger) -> set[str]:
+        """Active allocations with a member on one of this agent's nodes."""
+        out: set[str] = set()
+        for name in self.nodes:
+            out.update(state.node_allocations.get(name, ()))
+        return out
+
+    def _attention(self, state: Ledger, now_ms: int) -> set[str]:
         """Allocations where a member may have something to do now: not yet started, being
-        cancelled, or with an expected instant (end, checkpoint, deadline) that has come."""
+        cancelled, or with an expected instant (end, checkpoint, deadline) that has come.
+        An agent of some nodes looks at their allocations only (the same answer, restricted
+        to what it can act on), not at every due instant of the cluster."""
+        if self._narrow(state):
+            return {a for a in self._allocations_here(state)
+                    if a in state.awaiting_start or a in state.cancelling
+                    or any(t <= now_ms for t in state.expected.times(a))}
         due = {key for _, key, _ in state.expected.due(now_ms)}
         return (state.awaiting_start | state.cancelling | due) & state.active
 

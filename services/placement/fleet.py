@@ -93,6 +93,11 @@ class _ShapeCache:
 class Fleet:
     """Mutable incremental index of nodes and allocations; answers placement queries."""
 
+    __transparent_memos__ = ("_caches", "_state_ids", "_next_state_id")
+    """Score caches per (scorer, shape): memos of pure functions of node records, filled by
+    queries (`place`) and keyed by node versions, so a read-only view (checking mode) lets a
+    decide fill them (docs/deciders.md, "Caches"). Everything else is written by the fold."""
+
     def __init__(
         self,
         nodes: Iterable[NodeSpec] = (),
@@ -179,14 +184,14 @@ class Fleet:
         self._nodes[spec.name] = state
         self._by_seq[state.seq] = state
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
-        self._log.append(state.seq)
+        self._logged(state.seq)
         self._refresh_context(added=None if old is not None else spec)
 
     def _drop_node(self, state: NodeState) -> None:
         del self._nodes[state.name]
         del self._by_seq[state.seq]
         self._leaf[state.spec.leaf_switch].remove(state.seq)
-        self._log.append(state.seq)
+        self._logged(state.seq)
 
     def remove_node(self, name: str) -> None:
         """Forget a node (allocations on it stay recorded until released)."""
@@ -202,7 +207,7 @@ class Fleet:
         if state.schedulable != schedulable:
             state.schedulable = schedulable
             state.version += 1
-            self._log.append(state.seq)
+            self._logged(state.seq)
 
     def _node(self, name: str) -> NodeState:
         state = self._nodes.get(name)
@@ -279,7 +284,7 @@ class Fleet:
             state = self._nodes.get(d.node)
             if state is not None:
                 state.revert(d)
-                self._log.append(state.seq)
+                self._logged(state.seq)
             on = self._allocs_on.get(d.node)
             if on is not None:
                 on.pop(allocation_id, None)
@@ -295,12 +300,12 @@ class Fleet:
                 if state is None:
                     raise PlacementConflict(f"unknown node {d.node}")
                 state.apply(d)
-                self._log.append(state.seq)
+                self._logged(state.seq)
                 done.append((state, d))
         except PlacementConflict:
             for state, d in reversed(done):
                 state.revert(d)
-                self._log.append(state.seq)
+                self._logged(state.seq)
             raise
 
     def _deltas(self, tenant: str, placement: Placement, request: GangRequest) -> tuple[MemberDelta, ...]:
@@ -431,8 +436,13 @@ class Fleet:
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
+
+    def _logged(self, seq: int) -> None:
+        """Append a changed node to the change log (fold only); a long log is cut to its last
+        2N entries, and a cache further behind compares node versions on its next query."""
+        log = self._log
+        log.append(seq)
         if len(log) > 4 * len(self._nodes) + 4096:
-            # Keep the last 2N entries; a cache further behind compares node versions.
             keep = 2 * len(self._nodes) + 1024
             cut = self._log_base + len(log) - keep
             self._log = log[-keep:]

@@ -62,6 +62,9 @@ def layout_of(cliques: tuple[tuple[str, tuple[int, ...]], ...], models: list[str
 class Fragmentation:
     """F for a fixed set of typical tasks, memoised. Deterministic and free of I/O."""
 
+    __transparent_memos__ = ("_memo",)
+    """F per (layout, free capacity): a memo of a pure function (services/domain/readonly.py)."""
+
     def __init__(self, tasks: tuple[TypicalTask, ...]) -> None:
         self.tasks = tasks
         self.total_weight = sum(t.weight for t in tasks) or 1

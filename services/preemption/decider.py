@@ -10,6 +10,8 @@ an eviction budget window) asks for a wake-up then.
 
 from __future__ import annotations
 
+import copy
+
 from gpuledger.events import Event, PreemptionDeclined, PreemptionRequested
 from gpuledger.events.reasons import DeclineReason, PreemptionReason
 from gpuledger.services.domain.deciding import LedgerService
@@ -96,7 +98,7 @@ class Preemption(LedgerService):
         at_risk = sum(c.at_risk_gpu_ms for c in p.victims) / 1000
         reservation = job.details.get("reservation") or {}
         if any(c.reason == PreemptionReason.Backfill for c in p.victims):
-            details["reservation"] = reservation
+            details["reservation"] = copy.deepcopy(reservation)  # the event's own, not the job's
         out: list[Event] = []
         for c in p.victims:
             taken.add(c.rec.allocation_id)

@@ -10,6 +10,8 @@ return, so `decide` never writes the folded state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -27,7 +29,7 @@ from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
 from gpuledger.services.domain.timefmt import instant
-from gpuledger.services.placement import Placement
+from gpuledger.services.placement import Placement, TrialFleet
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
 from gpuledger.services.scheduler.reservation import (
@@ -37,6 +39,50 @@ from gpuledger.services.scheduler.reservation import (
     reserve,
     starving,
 )
+
+
+@dataclass
+class _Round:
+    """What one placement decide keeps across the queue (private scratch, dropped on return)."""
+
+    trial: TrialFleet
+    """Tentative allocations of this decide (a copy-on-write view of the folded fleet)."""
+    policy: str
+    usage: dict[str, int]
+    fixed: dict[str, int]
+    fixed_model: dict[tuple[str, str], int]
+    placed: set[str] = field(default_factory=set)
+    reservation: Reservation | None = None
+
+    @classmethod
+    def start(cls, state: Ledger) -> _Round:
+        return cls(state.fleet.trial(), state.config.policy.placement_policy,
+                   dict(state.tenant_gpu_milli), dict(state.tenant_fixed_gpu_milli),
+                   dict(state.tenant_fixed_by_model))
+
+
+@dataclass
+class _Limits:
+    """Where one job may go in this decide, and why not elsewhere."""
+
+    exclude: frozenset[str]
+    need: int
+    """GPU milli of its smallest acceptable gang."""
+    unrestricted: frozenset[str] = frozenset()
+    """`exclude` before per-model guarantees."""
+    held_back: bool = False
+    """A reservation keeps it off nodes it could otherwise use."""
+    backfill_for: str | None = None
+    over_models: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class _Why:
+    """A pending reason being put together."""
+
+    reason: str
+    message: str
+    details: dict
 
 
 class Scheduler(LedgerService):
@@ -187,127 +233,184 @@ class Scheduler(LedgerService):
     # ------------------------------------------------------------ placement
 
     def _place(self, state: Ledger, now_ms: int) -> list[Event]:
+        """Place pending gangs in queue order on a trial view; a pending reason for the rest."""
         out: list[Event] = []
-        policy = state.config.policy.placement_policy
-        trial = state.fleet.trial()  # tentative allocations live here; thrown away on return
-        usage = dict(state.tenant_gpu_milli)
-        fixed = dict(state.tenant_fixed_gpu_milli)
-        fixed_model = dict(state.tenant_fixed_by_model)
-        placed: set[str] = set()
-        reservation: Reservation | None = None
+        rnd = _Round.start(state)
         for position, job in enumerate(ordered_pending(state, now_ms)):
-            if job.cancel_requested:
-                continue
-            # capacity freed by preemption is kept for its beneficiaries; beneficiaries
-            # share it among themselves in queue order (tentative allocations keep them
-            # apart), so two whose victims shared a node never lock each other out
-            exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
-                except_jobs=placed | {job.job_id}, now_ms=now_ms)
-            held_back = False
-            backfill_for: str | None = None
-            if reservation is not None and not may_backfill(job, now_ms, reservation):
-                if may_backfill_preemptibly(state, job, reservation):
-                    backfill_for = reservation.job_id  # on reserved nodes only if need be
-                else:
-                    held_back = not reservation.nodes <= exclude
-                    exclude = exclude | reservation.nodes
-            need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
-            over_models: list[tuple[str, int, int]] = []
-            unrestricted = exclude
-            if not job.preemptible:  # per-model guarantees bind non-preemptible work
-                over_models = self._models_over_guarantee(state, job, fixed_model, need)
-                if over_models:
-                    exclude = exclude | self._nodes_with_models(state, {m for m, _, _ in over_models})
-            block = self._quota_block(state, job, usage, fixed, need)
-            if block is not None:
-                out += self._pending(state, now_ms, job, block[0], block[1],
-                                     {"queue_position": position})
-                continue
-            result = None
-            if backfill_for is not None:  # off the reserved nodes when it fits there
-                assert reservation is not None
-                result = trial.place(state.gang_request(job), policy,
-                                           exclude=exclude | reservation.nodes, explain=False)
-                if isinstance(result, Placement):
-                    backfill_for = None
-            if not isinstance(result, Placement):
-                result = trial.place(state.gang_request(job), policy, exclude=exclude)
-                if backfill_for is not None and isinstance(result, Placement) and not (
-                    {m.node for m in result.members} & reservation.nodes  # type: ignore[union-attr]
-                ):
-                    backfill_for = None
-            if isinstance(result, Placement):
-                alloc_id = f"{job.job_id}#{job.attempts + 1}"
-                trial.allocate(alloc_id, job.tenant, result, state.gang_request(job))
-                placed.add(job.job_id)
-                members = to_members(result)
-                gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
-                tenant = state.config.tenants.get(job.tenant)
-                used = usage.get(job.tenant, 0)
-                usage[job.tenant] = used + gpu_milli
-                if not job.preemptible:
-                    fixed[job.tenant] = fixed.get(job.tenant, 0) + gpu_milli
-                    per_member = job.spec.resources.gpu_milli_total()
-                    for model, milli in state.member_models(members, per_member).items():
-                        key = (job.tenant, model)
-                        fixed_model[key] = fixed_model.get(key, 0) + milli
-                out.append(
-                    self.emit(
-                        state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
-                        job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
-                        members=members,
-                        borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
-                        resume_step=job.resume_step, backfill_for=backfill_for,
-                    )
-                )
-            else:
-                details = dict(result.details)
-                details["queue_position"] = position
-                reason, message = result.reason, result.message
-                if held_back and isinstance(trial.place(
-                    state.gang_request(job), policy, exclude=exclude - reservation.nodes,
-                    explain=False,
-                ), Placement):
-                    reason = PendingReason.Reserved
-                    message = (
-                        f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
-                        f"{reservation.job_id} (expected start {instant(reservation.expected_start_ms)}); "
-                        + ("it is landing: its backfilled work is being evicted"
-                           if reservation.landing else "the job's duration would run past it")
-                    )
-                    details["reservation"] = reservation.describe()
-                if over_models and isinstance(trial.place(
-                    state.gang_request(job), policy, exclude=unrestricted, explain=False,
-                ), Placement):
-                    reason = PendingReason.NonPreemptibleOverQuota
-                    message = "; ".join(
-                        f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
-                        f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
-                        f"{guaranteed / 1000:g} guaranteed {model} GPUs, job needs {need / 1000:g}"
-                        for model, used, guaranteed in over_models
-                    )
-                    details["models_over_guarantee"] = [
-                        {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
-                        for m, u, g in over_models
-                    ]
-                if reservation is None and reason in CAPACITY_REASONS and starving(state, job, now_ms):
-                    reservation = reserve(state, job, now_ms, exclude, trial)
-                    if reservation is not None:
-                        message += (
-                            f"; reserved {', '.join(sorted(reservation.nodes))} from "
-                            f"{instant(reservation.expected_start_ms)}"
-                        )
-                        details["reservation"] = reservation.describe()
-                releasing = self._releasing(state, job)
-                if releasing:
-                    reason = PendingReason.WaitingForPreemptedWorkloads
-                    message = "waiting for " + ", ".join(
-                        f"{r.job_id} to checkpoint and exit (deadline "
-                        f"{instant(r.preemption.deadline_ms)})" for r in releasing
-                    ) + f"; {result.message}"
-                    details["preempted_for_it"] = [r.job_id for r in releasing]
-                out += self._pending(state, now_ms, job, reason, message, details)
+            if not job.cancel_requested:
+                out += self._place_one(state, now_ms, rnd, position, job)
         return out
+
+    def _place_one(
+        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord,
+    ) -> list[Event]:
+        """One job: limits, quota, trial placement, then GangPlaced or a pending reason."""
+        lim = self._limits(state, now_ms, rnd, job)
+        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need)
+        if block is not None:
+            return self._pending(state, now_ms, job, block[0], block[1], {"queue_position": position})
+        result = self._try_place(state, rnd, job, lim)
+        if isinstance(result, Placement):
+            return [self._bind(state, now_ms, rnd, job, result, lim.backfill_for)]
+        return self._unplaced(state, now_ms, rnd, position, job, lim, result)
+
+    def _limits(self, state: Ledger, now_ms: int, rnd: _Round, job: JobRecord) -> _Limits:
+        """Nodes the job may not use now (nominations, a reservation, per-model guarantees)."""
+        # capacity freed by preemption is kept for its beneficiaries; beneficiaries share it
+        # among themselves in queue order (tentative allocations keep them apart), so two
+        # whose victims shared a node never lock each other out
+        exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
+            except_jobs=rnd.placed | {job.job_id}, now_ms=now_ms)
+        lim = _Limits(exclude=exclude, need=job.spec.resources.gpu_milli_total() * job.spec.members_min())
+        self._reservation_limits(state, now_ms, rnd, job, lim)
+        lim.unrestricted = lim.exclude
+        if not job.preemptible:  # per-model guarantees bind non-preemptible work
+            lim.over_models = self._models_over_guarantee(state, job, rnd.fixed_model, lim.need)
+            if lim.over_models:
+                lim.exclude = lim.exclude | self._nodes_with_models(
+                    state, {m for m, _, _ in lim.over_models})
+        return lim
+
+    @staticmethod
+    def _reservation_limits(
+        state: Ledger, now_ms: int, rnd: _Round, job: JobRecord, lim: _Limits,
+    ) -> None:
+        """Keep a job off the reserved nodes unless it may backfill them (by duration or as
+        preemptible backfill)."""
+        reservation = rnd.reservation
+        if reservation is None or may_backfill(job, now_ms, reservation):
+            return
+        if may_backfill_preemptibly(state, job, reservation):
+            lim.backfill_for = reservation.job_id  # on reserved nodes only if need be
+        else:
+            lim.held_back = not reservation.nodes <= lim.exclude
+            lim.exclude = lim.exclude | reservation.nodes
+
+    @staticmethod
+    def _try_place(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits):
+        """The trial placement: preemptible backfill off the reserved nodes first, if it fits
+        there (then it is no backfill); clears `lim.backfill_for` when not on them."""
+        request = state.gang_request(job)
+        result = None
+        if lim.backfill_for is not None:  # off the reserved nodes when it fits there
+            assert rnd.reservation is not None
+            result = rnd.trial.place(request, rnd.policy,
+                                     exclude=lim.exclude | rnd.reservation.nodes, explain=False)
+            if isinstance(result, Placement):
+                lim.backfill_for = None
+        if not isinstance(result, Placement):
+            result = rnd.trial.place(request, rnd.policy, exclude=lim.exclude)
+            if lim.backfill_for is not None and isinstance(result, Placement) and not (
+                {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]
+            ):
+                lim.backfill_for = None
+        return result
+
+    def _bind(
+        self, state: Ledger, now_ms: int, rnd: _Round, job: JobRecord, result: Placement,
+        backfill_for: str | None,
+    ) -> Event:
+        """Book the placement in the trial view and this decide's usage; the GangPlaced."""
+        alloc_id = f"{job.job_id}#{job.attempts + 1}"
+        rnd.trial.allocate(alloc_id, job.tenant, result, state.gang_request(job))
+        rnd.placed.add(job.job_id)
+        members = to_members(result)
+        gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
+        tenant = state.config.tenants.get(job.tenant)
+        used = rnd.usage.get(job.tenant, 0)
+        rnd.usage[job.tenant] = used + gpu_milli
+        if not job.preemptible:
+            rnd.fixed[job.tenant] = rnd.fixed.get(job.tenant, 0) + gpu_milli
+            per_member = job.spec.resources.gpu_milli_total()
+            for model, milli in state.member_models(members, per_member).items():
+                key = (job.tenant, model)
+                rnd.fixed_model[key] = rnd.fixed_model.get(key, 0) + milli
+        return self.emit(
+            state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
+            job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
+            members=members,
+            borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
+            resume_step=job.resume_step, backfill_for=backfill_for,
+        )
+
+    def _unplaced(
+        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord,
+        lim: _Limits, result,
+    ) -> list[Event]:
+        """The pending reason of a job that did not fit (the most telling of the rules)."""
+        why = _Why(result.reason, result.message, {**result.details, "queue_position": position})
+        self._reserved_reason(state, rnd, job, lim, why)
+        self._over_model_reason(state, rnd, job, lim, why)
+        self._maybe_reserve(state, now_ms, rnd, job, lim, why)
+        self._releasing_reason(state, job, result, why)
+        return self._pending(state, now_ms, job, why.reason, why.message, why.details)
+
+    @staticmethod
+    def _reserved_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
+        """`Reserved` when the job would fit but for the reservation it was kept off."""
+        reservation = rnd.reservation
+        if not lim.held_back or not isinstance(rnd.trial.place(
+            state.gang_request(job), rnd.policy, exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]
+            explain=False,
+        ), Placement):
+            return
+        assert reservation is not None
+        why.reason = PendingReason.Reserved
+        why.message = (
+            f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
+            f"{reservation.job_id} (expected start {instant(reservation.expected_start_ms)}); "
+            + ("it is landing: its backfilled work is being evicted"
+               if reservation.landing else "the job's duration would run past it")
+        )
+        why.details["reservation"] = reservation.describe()
+
+    @staticmethod
+    def _over_model_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
+        """`NonPreemptibleOverQuota` when only per-model guarantees keep the job out."""
+        if not lim.over_models or not isinstance(rnd.trial.place(
+            state.gang_request(job), rnd.policy, exclude=lim.unrestricted, explain=False,
+        ), Placement):
+            return
+        need = lim.need
+        why.reason = PendingReason.NonPreemptibleOverQuota
+        why.message = "; ".join(
+            f"non-preemptible work on {model} may only use tenant {job.tenant}'s "
+            f"guarantee for that model: it runs {used / 1000:g} non-preemptible of "
+            f"{guaranteed / 1000:g} guaranteed {model} GPUs, job needs {need / 1000:g}"
+            for model, used, guaranteed in lim.over_models
+        )
+        why.details["models_over_guarantee"] = [
+            {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
+            for m, u, g in lim.over_models
+        ]
+
+    @staticmethod
+    def _maybe_reserve(
+        state: Ledger, now_ms: int, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why,
+    ) -> None:
+        """The first starving job short of capacity reserves what frees up soonest."""
+        if rnd.reservation is not None or why.reason not in CAPACITY_REASONS or not starving(
+                state, job, now_ms):
+            return
+        rnd.reservation = reserve(state, job, now_ms, lim.exclude, rnd.trial)
+        if rnd.reservation is not None:
+            why.message += (
+                f"; reserved {', '.join(sorted(rnd.reservation.nodes))} from "
+                f"{instant(rnd.reservation.expected_start_ms)}"
+            )
+            why.details["reservation"] = rnd.reservation.describe()
+
+    def _releasing_reason(self, state: Ledger, job: JobRecord, result, why: _Why) -> None:
+        """`WaitingForPreemptedWorkloads` while victims preempted for the job still exit."""
+        releasing = self._releasing(state, job)
+        if not releasing:
+            return
+        why.reason = PendingReason.WaitingForPreemptedWorkloads
+        why.message = "waiting for " + ", ".join(
+            f"{r.job_id} to checkpoint and exit (deadline "
+            f"{instant(r.preemption.deadline_ms)})" for r in releasing
+        ) + f"; {result.message}"
+        why.details["preempted_for_it"] = [r.job_id for r in releasing]
 
     @staticmethod
     def _models_over_guarantee(
