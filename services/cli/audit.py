@@ -644,7 +644,7 @@ def project_command(
             import nats.errors
 
             # --no-follow is one-shot: a few connection attempts, then a clear error.
-            from gpuledger.services.cli.live import resolve_access
+            from gpuledger.services.cli.connect import resolve_access
 
             access = resolve_access(nats_url, creds, data)
             once = {} if follow else {"connect_attempts": 3, "connect_timeout": 2, "quiet": True}

@@ -61,7 +61,7 @@ def export(
 
     skipped: list[int] = []
 
-    from gpuledger.services.cli.live import cli_bus, resolve_access
+    from gpuledger.services.cli.connect import cli_bus, resolve_access
 
     access = resolve_access(nats_url, creds)
 

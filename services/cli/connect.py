@@ -1,0 +1,72 @@
+"""How a command reaches the bus: the NATS URL, the identity it connects as, TLS, and a
+one-shot connection with clear errors. Shared by every command that talks to NATS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuledger.services.cli.common import fail
+
+DEFAULT_DATA = Path(".gpuledger")
+URL_FILE = "nats-url"
+NATS_URL_HELP = "NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger)."
+CREDS_HELP = ("Credential file (nkey seed) of the identity to connect as (default: $GPULEDGER_CREDS, else "
+              "the operator's from ./.gpuledger/auth of `gpuledger up`). TLS: $GPULEDGER_TLS_CA "
+              "(+ _CERT, _KEY).")
+
+
+def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
+    """The NATS URL to use: the given one, else the embedded server `gpuledger up` recorded."""
+    if url:
+        return url
+    recorded = data / URL_FILE
+    if recorded.exists():
+        return recorded.read_text().strip()
+    fail(f"no NATS server: pass --nats-url (or set GPULEDGER_NATS_URL), or start `gpuledger up` here "
+         f"(it records its URL in {recorded})", 2)
+
+
+def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DATA):
+    """How this command reaches the bus: the URL (`resolve_url`), the credential (given, else
+    the operator's identity of the `gpuledger up` running in `data`), TLS from the environment."""
+    from gpuledger.services.runtime.auth import AuthDir, AuthError, NatsAccess, tls_from_env
+
+    url = resolve_url(url, data)
+    auth = AuthDir(data / "auth")
+    try:
+        if creds is None and auth.exists:
+            return NatsAccess(url, auth.creds("admin"), auth, tls_from_env())
+        if creds is not None and not Path(creds).is_file():
+            fail(f"{creds}: no such credential file", 2)
+        return NatsAccess(url, creds, None, tls_from_env())
+    except AuthError as exc:
+        fail(str(exc), 2)
+
+
+async def cli_bus(access, ensure: bool = True):
+    """A bus for a one-shot command: a few quick connection attempts, then a clear error
+    (services, unlike commands, retry forever). `ensure` creates or updates the stream
+    (the operator's right only)."""
+    import nats.errors
+
+    from gpuledger.services.runtime.auth import AuthError
+    from gpuledger.services.runtime.bus import Bus
+
+    try:
+        bus = await Bus.connect(access.url, name="gpuledger-cli", connect_attempts=3,
+                                max_reconnect_attempts=2, connect_timeout=2, quiet=True,
+                                **access.options())
+    except AuthError as exc:
+        fail(str(exc), 2)
+    except (nats.errors.Error, OSError) as exc:
+        hint = ""
+        if "authorization" in str(exc).lower():
+            hint = (" (the server requires an identity: pass --creds FILE or set GPULEDGER_CREDS)"
+                    if access.creds is None else f" (the server does not accept {access.creds})")
+        fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
+    if ensure:
+        from gpuledger.services.runtime.lease import lease_bucket
+
+        await bus.ensure_stream()
+        await lease_bucket(bus)  # services may use their own lease key, not create the bucket
+    return bus
