@@ -70,3 +70,26 @@ async def cli_bus(access, ensure: bool = True):
         await bus.ensure_stream()
         await lease_bucket(bus)  # services may use their own lease key, not create the bucket
     return bus
+
+
+def run_on_bus(main, timeout_s: float | None = None):
+    """Run a command's coroutine; a request the server denied (this identity's permissions)
+    or that timed out ends in one line, not a traceback: exit 1 for a denial, 4 for a time-out."""
+    import asyncio
+
+    import nats.errors
+    import nats.js.errors
+
+    buses: list = []
+    try:
+        coro = main(buses.append)
+        return asyncio.run(coro if timeout_s is None else asyncio.wait_for(coro, timeout_s))
+    except nats.js.errors.NoStreamResponseError:
+        fail("the server has no gpuledger stream yet: start `gpuledger up`, or publish the "
+             "configuration with `gpuledger apply` as the operator (admin)", 1)
+    except (TimeoutError, nats.errors.TimeoutError, nats.errors.Error) as exc:
+        denied = next((b.denied[-1] for b in buses if b.denied), None)
+        if denied:
+            fail(f"not permitted: {denied} (the identity connected does not have this right; "
+                 "see `gpuledger auth` and README 'Securing a cluster')", 1)
+        fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip(), 4)

@@ -26,6 +26,7 @@ from gpuledger.services.cli.connect import (
     URL_FILE,
     cli_bus,
     resolve_access,
+    run_on_bus,
 )
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
@@ -578,8 +579,9 @@ def submit(
 
     access = resolve_access(nats_url, creds)
 
-    async def main() -> int:
+    async def main(track) -> int:
         bus = await cli_bus(access, ensure=False)
+        track(bus)
         try:
             try:
                 seq = await bus.create_once(event, read_existing=False)
@@ -592,7 +594,7 @@ def submit(
         finally:
             await bus.close()
 
-    raise typer.Exit(asyncio.run(asyncio.wait_for(main(), timeout + 10)))
+    raise typer.Exit(run_on_bus(main, timeout + 10))
 
 
 @app.command()
@@ -634,8 +636,9 @@ def cancel(
         target = None if stored is None else ev.subjects.client_target(stored.subject)
         return None if target is None else target[1]
 
-    async def main() -> None:
+    async def main(track) -> None:
         bus = await cli_bus(access, ensure=False)
+        track(bus)
         try:
             owner = await owner_of(bus)
             if owner is None or (tenant is not None and tenant != owner):
@@ -649,7 +652,7 @@ def cancel(
         finally:
             await bus.close()
 
-    asyncio.run(main())
+    run_on_bus(main)
     typer.echo(f"cancel requested for {job_id}")
 
 

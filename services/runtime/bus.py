@@ -227,6 +227,9 @@ class Bus:
         self.js = nc.jetstream(timeout=timeout_s)
         self.stream = stream
         self.idle_heartbeat_s = idle_heartbeat_s
+        self.denied: list[str] = []
+        """The server's permission violations on this connection (newest last): a denied
+        publish or request only times out on the client, this says why."""
 
     @classmethod
     async def connect(
@@ -261,9 +264,12 @@ class Bus:
         last_error: list[BaseException] = []
         connected = asyncio.Event()
         holder: list[NATS] = []
+        denied: list[str] = []
 
         async def error_cb(err: Exception) -> None:
             last_error[:] = [err]
+            if "permissions violation" in str(err).lower():
+                denied.append(str(err).removeprefix("nats: ").strip().strip("'")[:300])
             if quiet or not connected.is_set():
                 return  # first connection: reported once per attempt by `before_sleep`
             nc = holder[0] if holder else None
@@ -335,7 +341,9 @@ class Bus:
         connected.set()
         if not quiet:
             log.info("bus.connected", server=nc.connected_url.netloc if nc.connected_url else None)
-        return cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
+        bus = cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
+        bus.denied = denied
+        return bus
 
     async def close(self, timeout_s: float = 2.0) -> None:
         """Drain (flush what is pending) within `timeout_s`, else just close: a connection to a
