@@ -67,8 +67,14 @@ async def cli_bus(access, ensure: bool = True):
     if ensure:
         from gpuledger.services.runtime.lease import lease_bucket
 
-        await bus.ensure_stream()
-        await lease_bucket(bus)  # services may use their own lease key, not create the bucket
+        try:
+            await bus.ensure_stream()
+            await lease_bucket(bus)  # services may use their own lease key, not create the bucket
+        except (TimeoutError, nats.errors.Error):
+            if bus.denied:
+                fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "
+                     "right: connect with the admin credential)", 1)
+            raise
     return bus
 
 

@@ -47,10 +47,12 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def publish_config(access, doc: dict[str, Any]) -> int:
+async def publish_config(access, doc: dict[str, Any], track=None) -> int:
     from gpuledger.services.domain.configfile import config_events
 
     bus = await cli_bus(access)
+    if track is not None:
+        track(bus)
     try:
         n = 0
         for e in config_events(doc, producer="cli", at_ms=time.time_ns() // 1_000_000):
@@ -323,7 +325,8 @@ def apply(
         parse(doc)
     except ConfigFileError as exc:
         fail_input(exc, config)
-    n = asyncio.run(publish_config(resolve_access(nats_url, creds), doc))
+    access = resolve_access(nats_url, creds)
+    n = run_on_bus(lambda track: publish_config(access, doc, track))
     typer.echo(f"published {n} configuration events")
 
 
