@@ -126,7 +126,10 @@ async def publish_submission(bus, event: ev.JobSubmitted, *, timeout: float = 30
 
     spec = event.job
     try:
-        seq = await bus.create_once(event, read_existing=False)
+        seq, duplicate = await bus.create_once_acked(event, read_existing=False)
+        if duplicate:  # a quick retry JetStream recognised by its event id
+            return Outcome(DUPLICATE, spec.job_id,
+                           f"already submitted {spec.job_id} (seq {seq}) with the same content", 0, seq=seq)
         return Outcome(SUBMITTED, spec.job_id, f"submitted {spec.job_id} (seq {seq})", 0, seq=seq)
     except AlreadyExists as exists:
         where = f" (seq {exists.last_seq})" if exists.last_seq else ""
