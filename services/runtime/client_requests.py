@@ -62,10 +62,11 @@ class StatusQueryError(RuntimeError):
 
 
 async def ask_status(bus, tenant: str, job_id: str, *, after_seq: int = 0, timeout: float = 10.0,
-                     until: Callable[[Any], bool] | None = None):
+                     until: Callable[[Any], bool] | None = None, wait_for_service: bool = False):
     """Ask the admission service for `tenant`'s job `job_id` (`glq.job.<tenant>.<job>`, which a
     tenant's CI identity may do) until an answer has folded `after_seq` and satisfies `until`.
-    None when no admission service answers at all; TimeoutError after `timeout`;
+    None when no admission service answers at all (with `wait_for_service`: none has
+    answered within `timeout`, e.g. one starting or restarting); TimeoutError after `timeout`;
     StatusQueryError for an error answer."""
     import nats.errors
 
@@ -76,7 +77,10 @@ async def ask_status(bus, tenant: str, job_id: str, *, after_seq: int = 0, timeo
         try:
             msg = await bus.nc.request(f"{QUERY_PREFIX}.{tenant}.{job_id}", b"", timeout=min(2.0, timeout))
         except nats.errors.NoRespondersError:
-            return None
+            if not wait_for_service or time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.2)
+            continue
         except (TimeoutError, nats.errors.TimeoutError):
             msg = None
         if msg is not None:
@@ -135,7 +139,7 @@ async def publish_submission(bus, event: ev.JobSubmitted, *, timeout: float = 30
         where = f" (seq {exists.last_seq})" if exists.last_seq else ""
         try:
             st = await ask_status(bus, spec.tenant, spec.job_id, after_seq=exists.last_seq or 0,
-                                  timeout=timeout)
+                                  timeout=timeout, wait_for_service=not read_log)
         except TimeoutError as exc:
             return Outcome(TIMEOUT, spec.job_id, f"job {spec.job_id!r} already exists{where}, and {exc}",
                            4, error=True)
@@ -173,7 +177,8 @@ async def wait_for_admission(bus, spec: ev.JobSpec, seq: int, timeout: float, *,
                    4, seq=seq)
     try:
         st = await ask_status(bus, spec.tenant, spec.job_id, after_seq=seq, timeout=timeout,
-                              until=lambda st: st.known and st.state != JobState.submitted)
+                              until=lambda st: st.known and st.state != JobState.submitted,
+                              wait_for_service=not read_log)
     except TimeoutError:
         return late
     if st is not None:
@@ -228,7 +233,7 @@ async def job_owner(bus, tenant: str | None, job_id: str, *, read_log: bool = Tr
     nobody has it. TimeoutError; LookupError when no admission service answers and the log may
     not be read."""
     if tenant is not None:
-        st = await ask_status(bus, tenant, job_id, timeout=timeout)
+        st = await ask_status(bus, tenant, job_id, timeout=timeout, wait_for_service=not read_log)
         if st is not None:
             return tenant if st.known else None
     if not read_log:

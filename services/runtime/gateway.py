@@ -206,7 +206,7 @@ class Gateway:
         tenant = self.authorize(request)
         job = self.job_id(request)
         try:
-            st = await cr.ask_status(self.bus, tenant, job, timeout=5)
+            st = await cr.ask_status(self.bus, tenant, job, timeout=5, wait_for_service=True)
         except TimeoutError as exc:
             raise HttpError(504, "Timeout", str(exc)) from None
         if st is None:
