@@ -26,16 +26,17 @@ def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
          f"(it records its URL in {recorded})", 2)
 
 
-def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DATA):
+def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DATA,
+                   principal: str = "admin"):
     """How this command reaches the bus: the URL (`resolve_url`), the credential (given, else
-    the operator's identity of the `gpuledger up` running in `data`), TLS from the environment."""
+    `principal`'s identity of the `gpuledger up` running in `data`), TLS from the environment."""
     from gpuledger.services.runtime.auth import AuthDir, AuthError, NatsAccess, tls_from_env
 
     url = resolve_url(url, data)
     auth = AuthDir(data / "auth")
     try:
         if creds is None and auth.exists:
-            return NatsAccess(url, auth.creds("admin"), auth, tls_from_env())
+            return NatsAccess(url, auth.creds(principal), auth, tls_from_env())
         if creds is not None and not Path(creds).is_file():
             fail(f"{creds}: no such credential file", 2)
         return NatsAccess(url, creds, None, tls_from_env())

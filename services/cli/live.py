@@ -438,120 +438,12 @@ def status(
         raise typer.Exit(1)
 
 
-def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None:
-    """Compare the stored creation of a job id with a new submission: None when it holds
-    the same job (an idempotent retry), else (`JobIdConflict`, what differs)."""
-    from gpuledger.services.domain.ledger import spec_differences
-
-    if stored is None:
-        return "JobIdConflict", "its stored submission could not be read"
-    target = ev.subjects.client_target(stored.subject)
-    if target is not None and target[1] != spec.tenant:
-        return "JobIdConflict", "it belongs to another tenant"
-    try:
-        first = ev.decode(stored.data or b"")
-    except ev.UndecodableEvent as exc:
-        return "JobIdConflict", f"its first submission could not be decoded and was rejected (InvalidSpec: {exc})"
-    if not isinstance(first, ev.JobSubmitted):
-        return "JobIdConflict", f"its subject holds a {type(first).__name__}"
-    if first.job == spec:
-        return None
-    return "JobIdConflict", "other content: " + "; ".join(spec_differences(first.job, spec))
-
-
-async def ask_status(bus, tenant: str, job_id: str, *, after_seq: int = 0, timeout: float = 10.0,
-                     until=None):
-    """Ask the admission service for `tenant`'s job `job_id` (`glq.job.<tenant>.<job>`, which a
-    tenant's CI identity may do) until an answer has folded `after_seq` and satisfies `until`.
-    None when no admission service answers at all; TimeoutError after `timeout`."""
-    import nats.errors
-
-    from gpuledger.services.domain.job_status import QUERY_PREFIX, JobStatus, decode
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            msg = await bus.nc.request(f"{QUERY_PREFIX}.{tenant}.{job_id}", b"", timeout=min(2.0, timeout))
-        except nats.errors.NoRespondersError:
-            return None
-        except (TimeoutError, nats.errors.TimeoutError):
-            msg = None
-        if msg is not None:
-            st = decode(msg.data)
-            if not isinstance(st, JobStatus):
-                fail(f"status query for {job_id!r}: {st.get('error')}", 2)
-            if st.folded_seq >= after_seq and (until is None or until(st)):
-                return st
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no answer about {job_id!r} within {timeout:g}s")
-        await asyncio.sleep(0.1)
-
-
-async def _already_submitted(bus, spec: ev.JobSpec, event: ev.JobSubmitted, exists, timeout: float) -> int:
-    """The job id is taken: return the stored creation's seq when it is this same job (a
-    retry), else exit 1 with JobIdConflict and what differs. Asks the admission service (a
-    tenant's CI identity cannot read the log); without one, reads the log directly."""
-    from gpuledger.services.domain.ledger import spec_differences
-
-    where = f" (seq {exists.last_seq})" if exists.last_seq else ""
-    try:
-        st = await ask_status(bus, spec.tenant, spec.job_id, after_seq=exists.last_seq or 0,
-                              timeout=timeout)
-    except TimeoutError as exc:
-        fail(f"job {spec.job_id!r} already exists{where}, and {exc}", 4)
-    if st is None:  # no admission service: compare with the stored creation itself
-        stored = await bus.last_message(ev.subjects.create_filter(event))
-        conflict = existing_submission(spec, stored)
-        seq = None if stored is None else stored.seq
-    elif not st.known:
-        conflict, seq = ("JobIdConflict", "it belongs to another tenant"), None
-    elif st.spec is None:
-        conflict, seq = ("JobIdConflict", "its first submission could not be decoded and was rejected"), None
-    elif st.submit_event_id == event.event_id or st.spec == spec:
-        conflict, seq = None, st.submit_seq
-    else:
-        conflict = ("JobIdConflict", "other content: " + "; ".join(spec_differences(st.spec, spec)))
-        seq = None
-    if conflict is not None:
-        reason, what = conflict
-        fail(f"job {spec.job_id!r} already exists{where}: {what} ({reason}); submit under a new job id", 1)
-    typer.echo(f"already submitted {spec.job_id} (seq {seq}) with the same content", err=True)
-    return seq or 0
-
-
-async def _wait_for_admission(bus, spec: ev.JobSpec, seq: int, timeout: float) -> int:
-    """Exit code of `submit --wait`: 0 admitted, 1 rejected or refused, 4 no decision in time."""
-    from gpuledger.events.reasons import JobState
-
-    try:
-        st = await ask_status(bus, spec.tenant, spec.job_id, after_seq=seq, timeout=timeout,
-                              until=lambda st: st.known and st.state != JobState.submitted)
-    except TimeoutError:
-        typer.echo(f"no admission decision for {spec.job_id} within {timeout:g}s", err=True)
-        return 4
-    if st is not None:
-        if st.state == JobState.rejected:
-            typer.echo(f"rejected {spec.job_id}: {st.reason}: {st.message}", err=True)
-            return 1
-        typer.echo(f"admitted {spec.job_id} (priority {st.priority})")
-        return 0
-    deadline = time.monotonic() + timeout  # no admission service answers: watch the log
-    async for rec in bus.follow(seq):
-        with contextlib.suppress(ev.UndecodableEvent):
-            e = ev.decode(rec.data)
-            if isinstance(e, ev.JobAdmitted) and e.job_id == spec.job_id:
-                typer.echo(f"admitted {spec.job_id} (priority {e.priority})")
-                return 0
-            if isinstance(e, ev.JobRejected) and e.job_id == spec.job_id:
-                typer.echo(f"rejected {spec.job_id}: {e.reason}: {e.message}", err=True)
-                return 1
-            if isinstance(e, ev.RequestRefused) and e.request_seq == seq:
-                typer.echo(f"refused {spec.job_id}: {e.reason}: {e.message}", err=True)
-                return 1
-        if time.monotonic() > deadline:
-            break
-    typer.echo(f"no admission decision for {spec.job_id} within {timeout:g}s", err=True)
-    return 4
+def _echo_outcome(outcome) -> int:
+    """Print a client request's outcome the CLI's way; its exit code (errors exit here)."""
+    if outcome.error:
+        fail(outcome.text, outcome.code)
+    typer.echo(outcome.text, err=outcome.status not in ("admitted", "cancel_requested"))
+    return outcome.code
 
 
 @app.command()
@@ -569,7 +461,7 @@ def submit(
     4 no decision within --timeout."""
     from gpuledger.services.domain.jobfile import JobFileError, job_spec
     from gpuledger.services.domain.stamp import submission
-    from gpuledger.services.runtime.bus import AlreadyExists
+    from gpuledger.services.runtime.client_requests import StatusQueryError, submit_job
 
     try:
         spec = job_spec(read_doc(file))
@@ -586,16 +478,13 @@ def submit(
         bus = await cli_bus(access, ensure=False)
         track(bus)
         try:
-            try:
-                seq = await bus.create_once(event, read_existing=False)
-                typer.echo(f"submitted {spec.job_id} (seq {seq})", err=True)
-            except AlreadyExists as exists:
-                seq = await _already_submitted(bus, spec, event, exists, timeout)
-            if not wait:
-                return 0
-            return await _wait_for_admission(bus, spec, seq, timeout)
+            outcome = await submit_job(bus, event, wait=wait, timeout=timeout,
+                                       on_published=_echo_outcome)
+        except StatusQueryError as exc:
+            fail(str(exc), 2)
         finally:
             await bus.close()
+        return _echo_outcome(outcome) if wait else outcome.code  # (the publish was echoed)
 
     raise typer.Exit(run_on_bus(main, timeout + 10))
 
@@ -609,10 +498,8 @@ def cancel(
 ) -> None:
     """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
     tenant's job) is refused: exit 1 with `UnknownJob`, and nothing is published."""
-    from gpuledger.services.domain.stamp import stamp
-
     try:
-        scope = ev.subjects.submit_filter(job_id)
+        ev.subjects.submit_filter(job_id)  # validates the job id
         if tenant is not None:
             ev.validate_tenant(tenant)
     except ev.InvalidId as exc:
@@ -626,37 +513,19 @@ def cancel(
         kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
         tenant = name if kind == "ci" else None
 
-    async def owner_of(bus) -> str | None:
-        st = None
-        if tenant is not None:
-            try:
-                st = await ask_status(bus, tenant, job_id, timeout=10)
-            except TimeoutError as exc:
-                fail(str(exc), 4)
-            if st is not None:
-                return tenant if st.known else None
-        stored = await bus.last_message(scope)  # no admission service, or no tenant given
-        target = None if stored is None else ev.subjects.client_target(stored.subject)
-        return None if target is None else target[1]
+    from gpuledger.services.runtime.client_requests import StatusQueryError, cancel_job
 
-    async def main(track) -> None:
+    async def main(track):
         bus = await cli_bus(access, ensure=False)
         track(bus)
         try:
-            owner = await owner_of(bus)
-            if owner is None or (tenant is not None and tenant != owner):
-                where = "" if tenant is None else f" in tenant {tenant!r}"
-                fail(f"no job {job_id!r}{where}: nothing was submitted under this id; "
-                     "nothing to cancel (UnknownJob)", 1)
-            event = stamp(ev.JobCancelled, key=job_id, producer="cli",
-                          now_ms=time.time_ns() // 1_000_000, correlation_id=job_id,
-                          job_id=job_id, tenant=owner)
-            await bus.publish(event)
+            return await cancel_job(bus, tenant, job_id)
+        except StatusQueryError as exc:
+            fail(str(exc), 2)
         finally:
             await bus.close()
 
-    run_on_bus(main)
-    typer.echo(f"cancel requested for {job_id}")
+    _echo_outcome(run_on_bus(main))
 
 
 DEMO_MARK = "DEMO"

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import typer
 
-from gpuledger.services.cli import audit, auth, bench, check, live, nodes, whatif, whatif_io
+from gpuledger.services.cli import (
+    audit,
+    auth,
+    bench,
+    check,
+    gateway,
+    live,
+    nodes,
+    whatif,
+    whatif_io,
+)
 from gpuledger.services.cli.common import fail, fail_input
 from gpuledger.services.cli.helptext import reflow_tree
 
@@ -127,4 +137,5 @@ app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(whatif_io.import_app, name="import")
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(auth.auth_app, name="auth")
+app.add_typer(gateway.gateway_app, name="gateway")
 reflow_tree(app)

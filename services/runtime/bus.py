@@ -450,7 +450,15 @@ class Bus:
         return ack.seq
 
     async def create_once(self, event: events.Event, *, read_existing: bool = True) -> int:
-        """Publish an event only if no message matches its creation filter yet (for a
+        """`create_once_acked`'s seq."""
+        return (await self.create_once_acked(event, read_existing=read_existing))[0]
+
+    async def create_once_acked(self, event: events.Event, *,
+                                read_existing: bool = True) -> tuple[int, bool]:
+        """(seq, duplicate): duplicate is true when JetStream recognised the event id as one
+        it stored within its duplicate window (a quick retry of the same create).
+
+        Publish an event only if no message matches its creation filter yet (for a
         submission: no tenant's submit subject of that job id), else raise AlreadyExists
         with the stored creation attached.
 
@@ -478,9 +486,9 @@ class Bus:
             if existing is not None and event.event_id and (
                 existing.headers or {}
             ).get(MSG_ID) == event.event_id:
-                return existing.seq or 0  # our own earlier create: an idempotent retry
+                return existing.seq or 0, True  # our own earlier create: an idempotent retry
             raise AlreadyExists(subject, err.description or "", existing) from err
-        return ack.seq
+        return ack.seq, bool(ack.duplicate)
 
     async def last_message(self, subject: str) -> api.RawStreamMsg | None:
         """The last stored message matching `subject` (wildcards allowed), None if none."""
