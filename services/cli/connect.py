@@ -79,6 +79,17 @@ async def cli_bus(access, ensure: bool = True):
     return bus
 
 
+def may_read_log(access) -> bool:
+    """Whether this command's identity may read the stream (a tenant's CI identity may not:
+    it learns about its jobs from the admission service only)."""
+    from gpuledger.services.runtime.auth import principal_of_creds
+
+    if access.creds is None:
+        return True
+    principal = principal_of_creds(access.creds) or ""
+    return not principal.startswith(("ci:", "gateway"))
+
+
 def run_on_bus(main, timeout_s: float | None = None):
     """Run a command's coroutine; a request the server denied (this identity's permissions)
     or that timed out ends in one line, not a traceback: exit 1 for a denial, 4 for a time-out."""

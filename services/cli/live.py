@@ -25,6 +25,7 @@ from gpuledger.services.cli.connect import (
     NATS_URL_HELP,
     URL_FILE,
     cli_bus,
+    may_read_log,
     resolve_access,
     run_on_bus,
 )
@@ -479,7 +480,7 @@ def submit(
         track(bus)
         try:
             outcome = await submit_job(bus, event, wait=wait, timeout=timeout,
-                                       on_published=_echo_outcome)
+                                       on_published=_echo_outcome, read_log=may_read_log(access))
         except StatusQueryError as exc:
             fail(str(exc), 2)
         finally:
@@ -519,7 +520,7 @@ def cancel(
         bus = await cli_bus(access, ensure=False)
         track(bus)
         try:
-            return await cancel_job(bus, tenant, job_id)
+            return await cancel_job(bus, tenant, job_id, read_log=may_read_log(access))
         except StatusQueryError as exc:
             fail(str(exc), 2)
         finally:
