@@ -17,7 +17,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.config import SCHEDULE_PREFIX
+from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
 from gpuledger.services.domain.configfile import config_events, node_infos
 from gpuledger.services.domain.ledger import Ledger
 

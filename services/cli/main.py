@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from gpuledger.services.cli import audit, auth, bench, check, live, nodes, whatif, whatif_io
+from gpuledger.services.cli import audit, auth, bench, check, live, nodes, schedules, whatif, whatif_io
 from gpuledger.services.cli.common import fail, fail_input
 from gpuledger.services.cli.helptext import reflow_tree
 
@@ -120,6 +120,7 @@ app.add_typer(check.app)  # check
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare
+app.add_typer(schedules.app)  # schedules
 audit_app = typer.Typer()
 audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from gpuledger.events import Policy, PolicyConfigured, PriorityClassConfigured, ScheduleConfigured, TenantConfigured
-
-SCHEDULE_PREFIX = "schedule:"
-"""Correlation id prefix of the configuration events a schedule publishes."""
+from gpuledger.services.domain.schedules import SCHEDULE_PREFIX, cron_problem
 
 DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
     PriorityClassConfigured(
@@ -114,8 +112,6 @@ def config_problem(event: TenantConfigured | PriorityClassConfigured | PolicyCon
     except msgspec.ValidationError as exc:
         return str(exc)
     if isinstance(event, ScheduleConfigured):
-        from gpuledger.services.domain.schedules import cron_problem
-
         return cron_problem(event.cron, event.timezone)
     return None
 

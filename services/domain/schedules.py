@@ -19,9 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from gpuledger.events import ClassChange, PriorityClassConfigured, ScheduleConfigured, TenantChange, TenantConfigured
-from gpuledger.services.domain.config import SCHEDULE_PREFIX
 
-CORRELATION_PREFIX = SCHEDULE_PREFIX
+SCHEDULE_PREFIX = CORRELATION_PREFIX = "schedule:"
 """Configuration events a schedule publishes carry `correlation_id = schedule:<name>`."""
 
 

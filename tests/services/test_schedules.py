@@ -176,3 +176,34 @@ def test_a_bad_schedule_is_one_line_with_its_key_path(schedule, line):
     with pytest.raises(InputError) as err:
         validate_file(d)
     assert err.value.problems == [line]
+
+
+def test_the_quota_role_may_publish_only_the_config_events_schedules_change():
+    from gpuledger.services.runtime.auth import permissions
+
+    pub = permissions("quota")["publish"]
+    admin = sorted(s for s in pub if s.startswith("gl.admin"))
+    assert admin == ["gl.admin.PriorityClassConfigured", "gl.admin.TenantConfigured"]
+    assert not any(s.startswith("gl.admin") for s in permissions("scheduler")["publish"])
+    # configuration events have no producing role: the fold accepts them from quota
+    assert ev.subjects.role_of(ev.TenantConfigured) is None
+    assert ev.subjects.role_of(ev.ScheduleConfigured) is None
+
+
+def test_gpuledger_schedules_lists_name_when_change(tmp_path):
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from gpuledger.services.cli.main import app
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "day-night.yaml"
+    r = CliRunner().invoke(app, ["schedules", "--config", str(example), "--at", "1970-01-01T12:00:00Z", "-n", "1"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split() == ["NAME", "WHEN", "CHANGE"]
+    assert lines[1].split()[:2] == ["night", "1970-01-01T20:00:00+00:00"]
+    r = CliRunner().invoke(app, ["schedules", "--config", str(example), "--at", "0", "-o", "json"])
+    rows = json.loads(r.output)["schedules"]
+    assert [x["when_ms"] for x in rows] == [8 * H, 20 * H, 32 * H, 44 * H]
