@@ -163,6 +163,52 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v
     """All parameters."""
 
 
+class TenantChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a schedule changes on one tenant; a field left None keeps the value in force."""
+
+    tenant: str
+    """Tenant path (configured)."""
+    guaranteed_gpu_milli: NonNegative | None = None
+    """New guarantee in milli-GPUs."""
+    limit_gpu_milli: NonNegative | None = None
+    """New limit in milli-GPUs."""
+    over_quota_weight: NonNegative | None = None
+    """New over-quota weight."""
+
+
+class ClassChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a schedule changes on one priority class; None keeps the value in force."""
+
+    name: str
+    """Class name (built-in or configured)."""
+    value: int | None = None
+    """New priority value."""
+    preemptible: bool | None = None
+    """New preemptibility."""
+
+
+class ScheduleConfigured(Event, frozen=True, kw_only=True, tag="ScheduleConfigured.v1"):
+    """A time-of-day policy: at every time the cron expression names in `timezone`, the quota
+    service publishes the changes as ordinary `TenantConfigured` / `PriorityClassConfigured`
+    events (correlation id `schedule:<name>`), so a replay folds exactly what live folded.
+    A schedule whose cron expression or zone cannot be read is refused by the fold."""
+
+    name: str
+    """Schedule name (unique; a later event with the same name replaces it)."""
+    cron: str
+    """Five-field cron expression (`0 8 * * 1-5`)."""
+    timezone: str = "UTC"
+    """IANA zone the expression is read in (`Europe/Berlin`); daylight saving is honoured."""
+    tenants: tuple[TenantChange, ...] = ()
+    """Tenant changes."""
+    priority_classes: tuple[ClassChange, ...] = ()
+    """Priority class changes."""
+    description: str = ""
+    """Human description."""
+    removed: bool = False
+    """True: the schedule no longer fires."""
+
+
 # ---------------------------------------------------------------- admission
 
 
@@ -467,6 +513,7 @@ CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
     PriorityClassConfigured,
     PolicyConfigured,
+    ScheduleConfigured,
 )
 ALL_EVENTS: tuple[type[Event], ...] = (
     JobSubmitted,
@@ -474,6 +521,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
     PriorityClassConfigured,
     PolicyConfigured,
+    ScheduleConfigured,
     JobAdmitted,
     JobRejected,
     RequestRefused,
@@ -499,6 +547,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 
 __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "Policy",
+    "TenantChange",
+    "ClassChange",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

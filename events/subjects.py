@@ -41,7 +41,7 @@ INVALID_ID_TOKEN = "_invalid"
 _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
-    ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured), "admin"),
+    ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured), "admin"),
     ((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
     ((c.FairShareUpdated,), "quota"),
     ((c.PreemptionRequested, c.PreemptionDeclined), "preempt"),

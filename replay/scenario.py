@@ -38,6 +38,8 @@ class Scenario:
     nodes: tuple[NodeInfo, ...]
     inputs: list[tuple[int, Event]]
     """(at_ms, event) in timeline order."""
+    until_ms: int | None = None
+    """The scenario's own `until:` (the simulation stops there)."""
 
 
 def load(path: str | Path) -> Scenario:
@@ -63,7 +65,9 @@ def from_document(doc: Any, name: str = "scenario") -> Scenario:
         raise ScenarioError(exc.problems) from None
     inputs = [_input(entry) for entry in f.timeline or []]
     inputs.sort(key=lambda p: p[0])
-    return Scenario(name=f.name or name, config=config, nodes=nodes, inputs=inputs)
+    until_ms = None if f.until is None else (
+        round(f.until * 1000) if isinstance(f.until, float) else seconds("until", f.until) * 1000)
+    return Scenario(name=f.name or name, config=config, nodes=nodes, inputs=inputs, until_ms=until_ms)
 
 
 def _input(entry: EntryDoc) -> tuple[int, Event]:

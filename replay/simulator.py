@@ -23,6 +23,9 @@ from gpuledger.services.runtime.gctune import fewer_gc_passes
 from gpuledger.services.scheduler.decider import Scheduler
 
 MAX_ROUNDS_PER_INSTANT = 100_000
+SCHEDULES_ONLY_HORIZON_MS = 7 * 86_400_000
+"""Without an `until`, time-of-day policies keep a run going at most this long after the last
+input (a job that waits forever would otherwise be woken at every fire time, forever)."""
 
 
 class SimulationStuck(RuntimeError):
@@ -40,6 +43,7 @@ class Simulator:
         self._seen: set[str] = set()
         self._inputs: list[tuple[int, int, Event]] = []
         self.now_ms = 0
+        self._last_input_ms = 0
         self.on_event: Callable[[int, str, Event], None] | None = None
 
     def publish(self, event: Event) -> bool:
@@ -59,6 +63,7 @@ class Simulator:
     def schedule(self, inputs: Iterable[tuple[int, Event]]) -> None:
         for at_ms, event in inputs:
             heapq.heappush(self._inputs, (at_ms, len(self._inputs), event))
+            self._last_input_ms = max(self._last_input_ms, at_ms)
 
     def settle(self) -> None:
         # A service whose last decision published nothing is not asked again until something
@@ -100,6 +105,12 @@ class Simulator:
             while self._inputs and self._inputs[0][0] <= self.now_ms:
                 self.publish(heapq.heappop(self._inputs)[2])
             self.settle()
+            if until_ms is None and self.ledger.config.schedules and not self._inputs:
+                # time-of-day policies wake the run at every fire time; with nothing running
+                # or waiting there is nothing left for them to change
+                if not self.ledger.pending and not self.ledger.active:
+                    return
+                until_ms = self._last_input_ms + SCHEDULES_ONLY_HORIZON_MS
             times = [t for s in self.services if (t := s.next_wakeup_ms(self.ledger, self.now_ms)) is not None and t > self.now_ms]
             if self._inputs:
                 times.append(self._inputs[0][0])
@@ -125,5 +136,5 @@ def simulate(scenario, until_ms: int | None = None, on_event=None, check: bool =
     for event in scenario.config:
         sim.publish(event)
     sim.schedule(scenario.inputs)
-    sim.run(until_ms)
+    sim.run(until_ms if until_ms is not None else getattr(scenario, "until_ms", None))
     return sim

@@ -20,6 +20,13 @@ def _gpus(members) -> str:
 def describe(event: ev.Event) -> str | None:
     """One line for events a person follows; None for the rest (heartbeats, metrics...)."""
     match event:
+        case ev.TenantConfigured() if event.correlation_id.startswith("schedule:"):
+            limit = "" if event.limit_gpu_milli is None else f" limit={event.limit_gpu_milli / 1000:g}"
+            return (f"config      {event.correlation_id}: tenant {event.tenant} "
+                    f"guaranteed={event.guaranteed_gpu_milli / 1000:g}{limit} weight={event.over_quota_weight}")
+        case ev.PriorityClassConfigured() if event.correlation_id.startswith("schedule:"):
+            return (f"config      {event.correlation_id}: class {event.name} value={event.value} "
+                    f"preemptible={str(event.preemptible).lower()}")
         case ev.JobSubmitted(job=j):
             r = j.resources
             what = (f"{r.gpus} GPU" if r.gpus else f"{r.gpu_milli}m GPU" if r.gpu_milli

@@ -17,6 +17,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.services.domain.acceptance import admit
+from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
 from gpuledger.services.domain.configfile import config_events, node_infos
 from gpuledger.services.domain.ledger import Ledger
 
@@ -55,7 +56,11 @@ def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
     start = min((e.occurred_at_ms for _, _, e in entries), default=0)
     for _, _, e in entries:
         match e:
-            case ev.TenantConfigured() | ev.PriorityClassConfigured() | ev.PolicyConfigured():
+            case ev.TenantConfigured() | ev.PriorityClassConfigured() if e.correlation_id.startswith(
+                    SCHEDULE_PREFIX):
+                pass  # a time-of-day policy's change: the replayed quota service decides it again
+            case (ev.TenantConfigured() | ev.PriorityClassConfigured() | ev.PolicyConfigured()
+                  | ev.ScheduleConfigured()):
                 config.append(e)
             case ev.NodeRegistered(node=info):
                 nodes.setdefault(info.name, info)

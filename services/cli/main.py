@@ -15,6 +15,7 @@ from gpuledger.services.cli import (
     gateway,
     live,
     nodes,
+    schedules,
     whatif,
     whatif_io,
 )
@@ -130,6 +131,7 @@ app.add_typer(check.app)  # check
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare
+app.add_typer(schedules.app)  # schedules
 audit_app = typer.Typer()
 audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from gpuledger.events import Policy, PolicyConfigured, PriorityClassConfigured, TenantConfigured
+from gpuledger.events import Policy, PolicyConfigured, PriorityClassConfigured, ScheduleConfigured, TenantConfigured
+from gpuledger.services.domain.schedules import SCHEDULE_PREFIX, cron_problem
 
 DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
     PriorityClassConfigured(
@@ -48,12 +49,18 @@ class ConfigState:
         default_factory=lambda: {c.name: c for c in DEFAULT_CLASSES}
     )
     policy: Policy = field(default_factory=Policy)
+    schedules: dict[str, ScheduleConfigured] = field(default_factory=dict)
+    """Time-of-day policies by name (services/domain/schedules.py)."""
+    fired: dict[str, int] = field(default_factory=dict)
+    """Per schedule: when its last change was published (the `occurred_at_ms` of the last
+    configuration event correlated `schedule:<name>`); a refold sees the same, so a schedule
+    never fires twice for one time. Not part of the digest (it is bookkeeping, not policy)."""
     digest: str = ""
 
     def __post_init__(self) -> None:
         self.digest = self._digest()
 
-    def apply(self, event: TenantConfigured | PriorityClassConfigured | PolicyConfigured) -> None:
+    def apply(self, event: TenantConfigured | PriorityClassConfigured | PolicyConfigured | ScheduleConfigured) -> None:
         """Fold one configuration event and refresh the digest."""
         if config_problem(event) is not None:
             return  # refused: what is in force stays (decode already refuses it on the bus)
@@ -64,6 +71,15 @@ class ConfigState:
                 self.classes[event.name] = _strip(event)
             case PolicyConfigured():
                 self.policy = event.policy
+            case ScheduleConfigured():
+                new = _strip(event)
+                if self.schedules.get(event.name) != new:
+                    # a changed schedule puts its latest fire time's values in force again
+                    self.fired.pop(event.name, None)
+                self.schedules[event.name] = new
+        if event.correlation_id.startswith(SCHEDULE_PREFIX) and not isinstance(event, ScheduleConfigured):
+            name = event.correlation_id[len(SCHEDULE_PREFIX):]
+            self.fired[name] = max(self.fired.get(name, event.occurred_at_ms), event.occurred_at_ms)
         self.digest = self._digest()
 
     def grace_ms(self, job_grace_s: int | None, class_name: str) -> int:
@@ -76,24 +92,27 @@ class ConfigState:
         return self.policy.default_grace_s * 1000
 
     def _digest(self) -> str:
-        canon = msgspec.json.encode(
-            {
-                "tenants": [self.tenants[k] for k in sorted(self.tenants)],
-                "classes": [self.classes[k] for k in sorted(self.classes)],
-                "policy": self.policy,
-            }
-        )
+        doc = {
+            "tenants": [self.tenants[k] for k in sorted(self.tenants)],
+            "classes": [self.classes[k] for k in sorted(self.classes)],
+            "policy": self.policy,
+        }
+        if self.schedules:  # absent when there are none: digests of older logs stay the same
+            doc["schedules"] = [self.schedules[k] for k in sorted(self.schedules)]
+        canon = msgspec.json.encode(doc)
         return hashlib.sha256(canon).hexdigest()[:16]
 
 
-def config_problem(event: TenantConfigured | PriorityClassConfigured | PolicyConfigured) -> str | None:
+def config_problem(event: TenantConfigured | PriorityClassConfigured | PolicyConfigured | ScheduleConfigured) -> str | None:
     """Why a configuration event cannot be in force (a value outside a closed set, a negative
-    quantity), or None. Events built in Python skip decode-time validation, so the fold
-    checks again with the same types."""
+    quantity, a schedule's unreadable cron expression or unknown zone), or None. Events built
+    in Python skip decode-time validation, so the fold checks again with the same types."""
     try:
         msgspec.convert(msgspec.to_builtins(event), type(event))
     except msgspec.ValidationError as exc:
         return str(exc)
+    if isinstance(event, ScheduleConfigured):
+        return cron_problem(event.cron, event.timezone)
     return None
 
 

@@ -11,6 +11,9 @@ One document shape serves `gpuledger up --config`, scenario files and compose:
       - {name: org/a, guaranteed: 4, limit: 8, weight: 1, guaranteed_by_model: {H100-80GB: 2}}
     priority_classes:
       - {name: inference-critical, value: 10000, preemptible: false, slo_class: latency-critical}
+    schedules:
+      - {name: business-hours, cron: "0 8 * * 1-5", timezone: Europe/Berlin,
+         tenants: [{name: org/a, guaranteed: 6}], priority_classes: [{name: train, value: 40}]}
     policy: {preemption: true, preemption_scope: cluster, default_grace_s: 30, ...}
 """
 
@@ -21,17 +24,20 @@ from typing import Any
 import msgspec
 
 from gpuledger.events import (
+    ClassChange,
     Event,
     GpuInfo,
     NodeInfo,
     Policy,
     PolicyConfigured,
     PriorityClassConfigured,
+    ScheduleConfigured,
+    TenantChange,
     TenantConfigured,
     derive_event_id,
     encode,
 )
-from gpuledger.services.domain.inputs import FileDoc, InputError, NodeDoc, validate_file
+from gpuledger.services.domain.inputs import FileDoc, InputError, NodeDoc, ScheduleDoc, validate_file
 from gpuledger.services.domain.quantities import mebibytes, milli
 
 
@@ -87,6 +93,24 @@ def node_infos(doc: Any) -> tuple[NodeInfo, ...]:
     return tuple(out)
 
 
+def schedule_event(s: ScheduleDoc) -> ScheduleConfigured:
+    """A `schedules:` entry as the configuration event the fold keeps."""
+    return ScheduleConfigured(
+        name=s.name, cron=s.cron, timezone=s.timezone, description=s.description,
+        tenants=tuple(
+            TenantChange(
+                tenant=t.name,
+                guaranteed_gpu_milli=None if t.guaranteed is None else milli("guaranteed", t.guaranteed),
+                limit_gpu_milli=None if t.limit is None else milli("limit", t.limit),
+                over_quota_weight=t.weight,
+            )
+            for t in s.tenants
+        ),
+        priority_classes=tuple(ClassChange(name=c.name, value=c.value, preemptible=c.preemptible)
+                               for c in s.priority_classes),
+    )
+
+
 def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Event]:
     """Configuration events for the document, with content-derived ids (re-publishing the
     same configuration is deduplicated)."""
@@ -111,6 +135,8 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
         out.append(PriorityClassConfigured(**fields))
     if f.policy is not None:
         out.append(PolicyConfigured(policy=Policy(**msgspec.structs.asdict(f.policy))))
+    for s in f.schedules:
+        out.append(schedule_event(s))
     stamped = []
     for e in out:
         key = f"{at_ms}:{encode(e).decode()}"

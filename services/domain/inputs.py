@@ -112,6 +112,37 @@ class ClassDoc(Strict, kw_only=True):
     override: bool = False
 
 
+class TenantChangeDoc(Strict, kw_only=True):
+    """What a schedule changes on a configured tenant; keys left out keep the value in force."""
+
+    name: str
+    guaranteed: Cores | None = None
+    limit: Cores | None = None
+    weight: NonNegInt | None = None
+
+
+class ClassChangeDoc(Strict, kw_only=True):
+    """What a schedule changes on a priority class (built-in or configured)."""
+
+    name: str
+    value: int | None = None
+    preemptible: bool | None = None
+
+
+class ScheduleDoc(Strict, kw_only=True):
+    """A time-of-day policy: at every time `cron` names in `timezone`, the changes are put in
+    force (published by the quota service as ordinary configuration events)."""
+
+    name: str
+    cron: str
+    """Five fields: minute hour day-of-month month day-of-week (`0 8 * * 1-5`)."""
+    timezone: str = "UTC"
+    """IANA zone (`Europe/Berlin`, `America/New_York`); daylight saving is honoured."""
+    description: str = ""
+    tenants: list[TenantChangeDoc] = []
+    priority_classes: list[ClassChangeDoc] = []
+
+
 def _policy_doc() -> type[msgspec.Struct]:
     """Policy as users write it: the event's fields and defaults, numbers non-negative."""
     fields = []
@@ -203,7 +234,12 @@ class FileDoc(Strict, kw_only=True):
     tenants: list[TenantDoc] = []
     priority_classes: list[ClassDoc] = []
     policy: PolicyDoc | None = None  # type: ignore[valid-type]
+    schedules: list[ScheduleDoc] = []
+    """Time-of-day policies (cron + zone) that change tenants and priority classes."""
     timeline: list[EntryDoc] | None = None
+    until: Duration | None = None
+    """Scenarios: stop the simulation at this virtual time (a scenario with schedules would
+    otherwise wake at every fire time)."""
 
 
 # ------------------------------------------------------------------ errors
@@ -493,6 +529,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             if models and m not in models:
                 problems.append(f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
                                 f"{_suggest(m, models)}")
+    _check_schedules(f, problems)
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
     for i, e in enumerate(f.timeline or []):
@@ -524,6 +561,44 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                             f"{_suggest(e.cancel, submitted)}")
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}")
+
+
+def _check_schedules(f: FileDoc, problems: list[str]) -> None:
+    from gpuledger.services.domain.schedules import cron_problem, zone
+
+    _dups([(f"schedules[{i}].name", s.name) for i, s in enumerate(f.schedules)], "schedule", problems)
+    tenants = {t.name for t in f.tenants}
+    classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
+    for i, s in enumerate(f.schedules):
+        path = f"schedules[{i}]"
+        _valid_id(f"{path}.name", lambda s=s: validate_token("schedule name", s.name), problems)
+        try:
+            zone(s.timezone)
+        except ValueError:
+            import zoneinfo
+
+            problems.append(f"{path}.timezone: unknown time zone {s.timezone!r} (an IANA name such as "
+                            f"Europe/Berlin){_suggest(s.timezone, zoneinfo.available_timezones())}")
+        else:
+            problem = cron_problem(s.cron, s.timezone)
+            if problem is not None:
+                problems.append(f"{path}.cron: {problem}")
+        if not s.tenants and not s.priority_classes:
+            problems.append(f"{path}: a schedule changes nothing (give tenants or priority_classes)")
+        for j, t in enumerate(s.tenants):
+            if t.name not in tenants:
+                problems.append(f"{path}.tenants[{j}].name: tenant {t.name!r} is not configured"
+                                f"{_suggest(t.name, tenants)}")
+            if t.guaranteed is None and t.limit is None and t.weight is None:
+                problems.append(f"{path}.tenants[{j}]: changes nothing (give guaranteed, limit or weight)")
+        for j, c in enumerate(s.priority_classes):
+            if c.name not in classes:
+                problems.append(f"{path}.priority_classes[{j}].name: priority class {c.name!r} is not configured"
+                                f"{_suggest(c.name, classes)}")
+            if c.value is None and c.preemptible is None:
+                problems.append(f"{path}.priority_classes[{j}]: changes nothing (give value or preemptible)")
+    if f.until is not None and f.timeline is None:
+        problems.append("until: 'until' belongs to a scenario (a file with a timeline)")
 
 
 def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:

@@ -744,6 +744,7 @@ _HANDLERS: dict[type, Any] = {
     ev.TenantConfigured: Ledger._config,
     ev.PriorityClassConfigured: Ledger._config,
     ev.PolicyConfigured: Ledger._config,
+    ev.ScheduleConfigured: Ledger._config,
     ev.DeadLettered: Ledger._dead,
     ev.RequestRefused: Ledger._request_refused,
 }

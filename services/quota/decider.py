@@ -1,14 +1,34 @@
 """Quota: computes every tenant's fair share from guarantees, weights, limits and demand, and
-publishes it when the shares change (allocation changes alone do not republish)."""
+publishes it when the shares change (allocation changes alone do not republish).
+
+It also runs the time-of-day policies (`schedules:` of the cluster configuration, folded
+from `ScheduleConfigured`): when a schedule's cron time has come, it publishes the changed
+tenants and priority classes as ordinary `TenantConfigured` / `PriorityClassConfigured`
+events, and `next_wakeup_ms` is the next fire time. Why here and not in a sixth role: a
+schedule changes guarantees, limits and class values, which are exactly the quota service's
+inputs; running them here costs no new process, lease, identity or deciding slot, and the
+fair shares that follow are computed by the same service right after. The one extra
+permission this gives the quota role is publishing `gl.admin.TenantConfigured` and
+`gl.admin.PriorityClassConfigured` (services/runtime/auth.py), not the rest of `gl.admin.>`.
+
+No clock: the time comes from the shell; a change's id derives from the schedule's name,
+its content and the fire time, and the fold records when each schedule last published
+(`ConfigState.fired`), so a restart, a refold, the simulator and a what-if replay all publish
+the same change once.
+"""
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 
-from gpuledger.events import Event, FairShareUpdated
+from gpuledger.events import Event, FairShareUpdated, PriorityClassConfigured, TenantConfigured, encode
+from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.domain.quota import fair_shares
+from gpuledger.services.domain.stamp import stamp
 
 
 def demand_by_tenant(state: Ledger) -> dict[str, int]:
@@ -34,7 +54,16 @@ class Quota(LedgerService):
     def cache_defaults(self) -> dict:
         return {"_capacity": (-1, 0), "_shares": {}, "_quiet": (None, None)}
 
+    def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
+        if not state.config.schedules:
+            return None
+        return sched.next_wakeup_ms(state.config.schedules, now_ms)
+
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        if state.config.schedules:
+            changes = self._scheduled(state, now_ms)
+            if changes:  # the fair shares follow once these are folded
+                return changes
         if not state.config.tenants:
             return []
         if self._capacity[0] != state.nodes_version:
@@ -65,3 +94,33 @@ class Quota(LedgerService):
                 ),
             )
         ]
+
+    def _scheduled(self, state: Ledger, now_ms: int) -> list[Event]:
+        """The configuration changes of every schedule due at `now_ms` (services/domain/
+        schedules.py), oldest fire time first; changes of one decide build on each other."""
+        config = state.config
+        tenants: dict[str, TenantConfigured] = {}
+        classes: dict[str, PriorityClassConfigured] = {}
+        out: list[Event] = []
+        for fire_ms, name in sched.due(config.schedules, config.fired, now_ms):
+            s = config.schedules[name]
+            content = hashlib.blake2b(encode(s), digest_size=6).hexdigest()
+            for change in s.tenants:
+                new = sched.changed_tenant(tenants.get(change.tenant) or config.tenants.get(change.tenant), change)
+                tenants[change.tenant] = new
+                out.append(self._config_event(TenantConfigured, new, now_ms, name, fire_ms, content, change.tenant))
+            for change in s.priority_classes:
+                new = sched.changed_class(classes.get(change.name) or config.classes.get(change.name), change)
+                classes[change.name] = new
+                out.append(self._config_event(PriorityClassConfigured, new, now_ms, name, fire_ms, content,
+                                              change.name))
+        return out
+
+    def _config_event(self, cls, value, now_ms: int, name: str, fire_ms: int, content: str, target: str):
+        fields = {f: getattr(value, f) for f in cls.__struct_fields__ if f not in _ENVELOPE}
+        return stamp(cls, key=f"{name}@{fire_ms}:{content}:{target}", producer=self.producer, now_ms=now_ms,
+                     correlation_id=f"{sched.CORRELATION_PREFIX}{name}", causation_id=f"{name}@{fire_ms}",
+                     **fields)
+
+
+_ENVELOPE = frozenset(("event_id", "occurred_at_ms", "causation_id", "correlation_id", "producer"))

@@ -46,6 +46,9 @@ SERVICE_SUBJECTS = {
     "scheduler": "gl.sched.>",
     "preemption": "gl.preempt.>",
 }
+SCHEDULE_SUBJECTS = ["gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured"]
+"""What the quota role publishes for time-of-day policies (schedules); not the rest of `gl.admin.>`
+(policy, schedules themselves), which stays the operator's."""
 FIXED = (*CONTROL_PLANE, "projector", "auditor", "admin", "gateway", "agents")
 """Principals every cluster has. `agents` is the simulated fleet (`gpuledger up`, demos):
 one process that speaks for every node; a real node agent uses `node:<name>`."""
@@ -95,6 +98,8 @@ def permissions(principal: str) -> dict[str, Any] | None:
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
+        if principal == "quota":
+            pub += SCHEDULE_SUBJECTS  # time-of-day policies: only the two config events they change
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
         return {"publish": ["gl.node.>", "gl.dead.>", *reader], "subscribe": []}
