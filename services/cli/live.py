@@ -511,21 +511,42 @@ def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None
     return "JobIdConflict", "other content: " + "; ".join(spec_differences(first.job, spec))
 
 
+async def can_read_log(bus, timeout: float = 1.0) -> bool:
+    """Whether this identity may read the stream. The server refuses a tenant's CI identity
+    its JetStream API requests without an answer, so a request that times out means no."""
+    import nats.errors
+
+    try:
+        await bus.nc.request(f"$JS.API.STREAM.INFO.{bus.stream}", b"", timeout=timeout)
+    except nats.errors.TimeoutError:
+        return False
+    except nats.errors.NoRespondersError:
+        pass  # no JetStream at all: reading fails on its own, with its own error
+    return True
+
+
 async def ask_status(bus, tenant: str, job_id: str, *, after_seq: int = 0, timeout: float = 10.0,
                      until=None):
     """Ask the admission service for `tenant`'s job `job_id` (`glq.job.<tenant>.<job>`, which a
     tenant's CI identity may do) until an answer has folded `after_seq` and satisfies `until`.
-    None when no admission service answers at all; TimeoutError after `timeout`."""
+    None when no admission service answers at all and this identity may read the log instead;
+    an identity that may not (a tenant's CI) keeps asking (admission may be starting).
+    TimeoutError after `timeout`."""
     import nats.errors
 
     from gpuledger.services.domain.job_status import QUERY_PREFIX, JobStatus, decode
 
     deadline = time.monotonic() + timeout
+    readable: bool | None = None
     while True:
         try:
             msg = await bus.nc.request(f"{QUERY_PREFIX}.{tenant}.{job_id}", b"", timeout=min(2.0, timeout))
         except nats.errors.NoRespondersError:
-            return None
+            if readable is None:
+                readable = await can_read_log(bus)
+            if readable:
+                return None
+            msg = None
         except (TimeoutError, nats.errors.TimeoutError):
             msg = None
         if msg is not None:
@@ -635,6 +656,8 @@ def submit(
     access = resolve_access(nats_url, creds)
 
     async def main() -> int:
+        import nats.errors
+
         bus = await cli_bus(access, ensure=False)
         try:
             try:
@@ -642,6 +665,11 @@ def submit(
                 typer.echo(f"submitted {spec.job_id} (seq {seq})", err=True)
             except AlreadyExists as exists:
                 seq = await _already_submitted(bus, spec, event, exists, timeout)
+            except nats.errors.TimeoutError:  # the server answers a refused publish with nothing
+                who = "" if access.creds is None else f" as {access.creds}"
+                fail(f"job {spec.job_id!r}: no acknowledgement for {ev.subject_for(event)} within "
+                     f"{bus.timeout_s:g}s: refused{who} (a tenant's CI identity submits only its own "
+                     f"tenant's jobs) or the stream did not store it", 1)
             if not wait:
                 return 0
             return await _wait_for_admission(bus, spec, seq, timeout)
