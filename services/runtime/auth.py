@@ -37,6 +37,8 @@ CREDENTIALS = "credentials.json"
 AUTH_CONF = "auth.conf"
 SERVER_CONF = "nats.conf"
 LEASE_BUCKET = "gpuledger-leases"
+PROJECTOR_DURABLE = "projector"
+"""The projector's durable consumer (projections/nats_source.py DURABLE)."""
 
 CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
 """Roles whose decisions are fenced by a leader lease."""
@@ -62,13 +64,13 @@ class AuthError(ValueError):
 
 def _stream_reader() -> list[str]:
     """JetStream API calls of a reader of the log: ordered consumers (with flow control),
-    stream info, single-message and direct gets."""
+    stream info, single-message and direct gets. Only unnamed (ephemeral) consumers: a
+    reader can neither create a named or durable consumer nor delete one, so none can move
+    or remove the projector's durable position in the log."""
     return [
         f"$JS.API.STREAM.INFO.{STREAM}",
         f"$JS.API.CONSUMER.CREATE.{STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
         f"$JS.API.CONSUMER.INFO.{STREAM}.>",
-        f"$JS.API.CONSUMER.DELETE.{STREAM}.>",
         f"$JS.API.STREAM.MSG.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}.>",
@@ -105,9 +107,10 @@ def permissions(principal: str) -> dict[str, Any] | None:
         return {"publish": ["gl.node.>", "gl.dead.>", *reader], "subscribe": []}
     if kind == "node":
         return {"publish": [f"gl.node.{name}.>", "gl.dead.>", *reader], "subscribe": []}
-    if principal == "projector":
-        durable = [f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.>", f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.>",
-                   f"$JS.ACK.{STREAM}.>"]
+    if principal == "projector":  # its own durable consumer only (projections/nats_source.py)
+        durable = [f"$JS.API.CONSUMER.{op}.{STREAM}.{PROJECTOR_DURABLE}"
+                   for op in ("DURABLE.CREATE", "CREATE", "DELETE", "MSG.NEXT")]
+        durable.append(f"$JS.ACK.{STREAM}.{PROJECTOR_DURABLE}.>")
         return {"publish": [*reader, *durable], "subscribe": []}
     if principal == "auditor":
         return {"publish": reader, "subscribe": []}
