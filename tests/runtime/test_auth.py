@@ -48,8 +48,11 @@ def test_only_the_operator_has_no_limits():
 
 
 def test_each_role_publishes_only_its_own_subjects():
+    # the quota service also publishes the configuration changes of time-of-day schedules
+    schedules = {"gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured"}
     for role, subject in ROLE_SUBJECTS.items():
-        assert events_published(role) == {subject, "gl.dead.>"}
+        extra = schedules if role == "quota" else set()
+        assert events_published(role) == {subject, "gl.dead.>", *extra}
     assert events_published("node:n-1") == {"gl.node.n-1.>", "gl.dead.>"}
     assert events_published("agents") == {"gl.node.>", "gl.dead.>"}
     assert events_published("ci:team-a") == {"gl.submit.team-a.>", "gl.cancel.team-a.>"}
