@@ -7,7 +7,17 @@ from pathlib import Path
 
 import typer
 
-from gpuledger.services.cli import audit, auth, bench, check, live, nodes, whatif, whatif_io
+from gpuledger.services.cli import (
+    audit,
+    auth,
+    bench,
+    check,
+    live,
+    metrics,
+    nodes,
+    whatif,
+    whatif_io,
+)
 from gpuledger.services.cli.common import fail, fail_input
 from gpuledger.services.cli.helptext import reflow_tree
 
@@ -118,6 +128,7 @@ def simulate(
 # The whole command tree, mounted explicitly: a module never registers itself on import.
 app.add_typer(check.app)  # check
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
+app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare
 audit_app = typer.Typer()

@@ -172,8 +172,12 @@ class ServiceCollector:
         with self._lock:
             self._hosts[self.labels_of(host)] = host
 
-    def add_projector(self, status: Any, stream_seq: Callable[[], int | None] = lambda: None,
+    def add_projector(self, status: Any, stream_seq: Callable[[], int | None] | None = None,
                       name: str = "projector") -> None:
+        """`stream_seq` defaults to what the projector itself last saw (`status.stream_seq`)."""
+        if stream_seq is None:
+            def stream_seq() -> int | None:
+                return getattr(status, "stream_seq", 0) or None
         with self._lock:
             self._projectors[name] = (status, stream_seq)
 
@@ -207,8 +211,9 @@ class ServiceCollector:
                 stream = stream_seq()
             except Exception:  # noqa: BLE001 - a scrape never fails for it
                 stream = None
-            if stream is not None:
-                stream = max(stream, folded)
+            own = getattr(status, "stream_seq", 0) or 0
+            if stream is not None or own:
+                stream = max(stream or 0, own, folded)
                 fams["gpuledger_service_stream_last_seq"].add_metric(lv, stream)
                 fams["gpuledger_service_fold_lag_messages"].add_metric(lv, stream - folded)
             fams["gpuledger_service_refusing"].add_metric(
