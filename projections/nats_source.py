@@ -62,6 +62,9 @@ class ProjectorStatus:
     """Why it is blocked: who holds the file, since when, how many attempts."""
     ready: bool = False
     """Set once the database is open and the consumer positioned."""
+    stream_seq: int = 0
+    """The stream's last sequence as last seen (a fetched message's sequence plus the messages
+    pending after it): fold lag = stream_seq - committed_seq (services/runtime/metrics.py)."""
 
 
 async def _retry_busy(
@@ -275,6 +278,9 @@ async def run_projector(
                     last_msg = msg
                 if last_msg is not None:
                     unacked.append(last_msg)
+                    md = last_msg.metadata
+                    status.stream_seq = max(status.stream_seq,
+                                            md.sequence.stream + (md.num_pending or 0))
                 now = time.monotonic()
                 oldest = now if oldest is None else oldest
                 caught_up = len(msgs) < fetch_batch

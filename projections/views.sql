@@ -278,16 +278,30 @@ SELECT node, seq, at_ms,
        coalesce(lead(at_ms) OVER (PARTITION BY node ORDER BY seq), w.end_ms) AS until_ms
 FROM s CROSS JOIN run_window w;
 
+-- One row per admitted job: its SLO class and its wait (first placement - submission, NULL
+-- while never placed), as replay/metrics.py defines them; `wait_by_class` and the
+-- admission wait histogram of the metrics exporter (projections/exporter.py) read it.
+CREATE OR REPLACE VIEW job_waits AS
+SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,
+       (first_placed_at_ms - submitted_at_ms) / 1000.0 AS wait_s
+FROM jobs WHERE admitted_at_ms IS NOT NULL;
+
 CREATE OR REPLACE VIEW wait_by_class AS
-WITH w AS (
-    SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,
-           (first_placed_at_ms - submitted_at_ms) / 1000.0 AS wait_s
-    FROM jobs WHERE admitted_at_ms IS NOT NULL
-)
+WITH w AS (SELECT * FROM job_waits)
 SELECT slo_class, count(wait_s) AS placed, count(*) FILTER (WHERE wait_s IS NULL) AS never_placed,
        nearest_rank(list(wait_s) FILTER (WHERE wait_s IS NOT NULL), 0.5) AS wait_s_p50,
        nearest_rank(list(wait_s) FILTER (WHERE wait_s IS NOT NULL), 0.99) AS wait_s_p99
 FROM w GROUP BY slo_class;
+
+-- One row per GangEvicted in the log, with the evicted job's tenant and class; a preemption
+-- is an eviction whose reason is one of replay/metrics.py's PREEMPTION_REASONS.
+CREATE OR REPLACE VIEW evictions AS
+SELECT e.seq, e.occurred_at_ms AS at_ms, e.payload ->> 'job_id' AS job_id, j.tenant,
+       j.priority_class, e.payload ->> 'reason' AS reason,
+       CAST(e.payload ->> 'lost_gpu_ms' AS BIGINT) AS lost_gpu_ms,
+       e.payload ->> 'reason' IN ('Priority', 'Reclaim', 'Backfill', 'Defragment') AS preemption
+FROM events e LEFT JOIN jobs j ON j.job_id = e.payload ->> 'job_id'
+WHERE e.type = 'GangEvicted';
 
 CREATE OR REPLACE VIEW run_metrics AS
 WITH alloc AS (
@@ -295,12 +309,9 @@ WITH alloc AS (
     FROM allocations a CROSS JOIN run_window w
 ), cap AS (
     SELECT sum(capacity_milli * (until_ms - at_ms)) AS area FROM node_capacity
-), evicted AS (
-    SELECT payload ->> 'reason' AS reason, CAST(payload ->> 'lost_gpu_ms' AS BIGINT) AS lost_gpu_ms
-    FROM events WHERE type = 'GangEvicted'
 ), pre AS (
     SELECT count(*) AS preemptions, coalesce(sum(lost_gpu_ms), 0) / 3600000.0 AS lost_gpu_hours
-    FROM evicted WHERE reason IN ('Priority', 'Reclaim', 'Backfill', 'Defragment')
+    FROM evictions WHERE preemption
 ), j AS (
     SELECT count(*) AS submitted,
            count(*) FILTER (WHERE state = 'completed') AS completed,
@@ -318,3 +329,28 @@ SELECT w.events, w.start_ms / 1000.0 AS start_s, w.end_ms / 1000.0 AS end_s,
        pre.preemptions, pre.lost_gpu_hours,
        j.submitted, j.completed, j.failed, j.rejected, j.cancelled, j.unfinished, j.jct_s_mean
 FROM run_window w, alloc, cap, pre, j;
+
+
+-- Right now, per GPU of a ready node: its latest SM activity sample if one is at most 5 minutes
+-- older than "now" (MIG instances averaged, as in `gpu_samples`), and the capacity held on it.
+CREATE OR REPLACE VIEW gpu_now AS
+WITH latest AS (
+    SELECT uuid, arg_max(sm_active, at_ms) AS sm_active
+    FROM gpu_samples s CROSS JOIN clock c
+    WHERE s.at_ms >= c.now_ms - 300000
+    GROUP BY uuid
+)
+SELECT f.node, f.gpu_index, f.uuid, f.model, f.clique, f.sharing,
+       1000 - f.free_milli AS allocated_milli, l.sm_active
+FROM gpu_free f LEFT JOIN latest l USING (uuid);
+
+-- Open allocations per GPU with that GPU's current SM activity: the idle-but-allocated gap
+-- now is gpu_milli / 1000 x (1 - sm_active) where a recent sample exists (the instant form
+-- of `utilisation`'s measured - used).
+CREATE OR REPLACE VIEW allocation_now AS
+SELECT a.tenant, a.job_id, a.node, a.gpu_index, g.model, a.gpu_milli, g.sm_active,
+       CASE WHEN g.sm_active IS NOT NULL
+            THEN a.gpu_milli / 1000.0 * (1 - least(1.0, greatest(0.0, g.sm_active))) END
+           AS idle_gpus
+FROM allocations a JOIN gpu_now g ON g.node = a.node AND g.gpu_index = a.gpu_index
+WHERE a.ended_at_ms IS NULL AND a.gpu_index >= 0;

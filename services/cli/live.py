@@ -29,6 +29,7 @@ from gpuledger.services.cli.connect import (
     resolve_access,
     run_on_bus,
 )
+from gpuledger.services.cli.metrics import METRICS_ADDR_HELP, start_service_metrics
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -73,8 +74,15 @@ class Cluster:
     and reported, and `<data>/status.json` says how each one is doing."""
 
     def __init__(self, access, config: Path | None, doc: dict[str, Any], processes: bool,
-                 data: Path | None = None) -> None:
+                 data: Path | None = None, metrics_port: int | None = None,
+                 metrics_addr: str = "127.0.0.1") -> None:
         self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
+        self.metrics_port, self.metrics_addr = metrics_port, metrics_addr
+        """With a metrics port: the aggregate exporter (a `gpuledger metrics` child process,
+        so it never shares a process with the projection's writer) on it, and the services'
+        own metrics on the next ports (`endpoints`)."""
+        self.endpoints: list[tuple[str, str]] = []
+        self._exporter = None
         self.config = None if config is None else Path(config).resolve()
         self.data = None if data is None else Path(data).resolve()
         """Where the projector keeps projection.duckdb (None: no projector), the status file,
@@ -104,12 +112,22 @@ class Cluster:
             (base / "logs").mkdir(parents=True, exist_ok=True)
             procs = ServiceProcesses(self.access, config=self.config, log_dir=base / "logs")
             self.supervisor = sup = ProcessSupervisor(procs, self.board, base / "heartbeats")
+            ports = iter(range((self.metrics_port or 0) + 1, 1 << 16))
+
+            def metrics_args(name: str) -> tuple[str, ...]:
+                if self.metrics_port is None:
+                    return ()
+                port = next(ports)
+                self.endpoints.append((name, self._url(port)))
+                return ("--metrics-port", str(port), "--metrics-addr", self.metrics_addr)
+
             for role in CONTROL_PLANE:
-                sup.add(role)
+                sup.add(role, *metrics_args(role))
             for node in self._nodes():
-                sup.add("node-agent", "--node", node, name=node)
+                sup.add("node-agent", "--node", node, *metrics_args(node), name=node)
             if self.data is not None:
-                sup.add("projector", "--data", str(self.data))
+                sup.add("projector", "--data", str(self.data), *metrics_args("projector"))
+            self._start_exporter()
             try:
                 await sup.start()
             except BaseException:
@@ -117,10 +135,17 @@ class Cluster:
                 raise
             self.tasks.append(asyncio.create_task(self._report()))
             return
+        collector = None
+        if self.metrics_port is not None:
+            collector = start_service_metrics(self.metrics_port + 1, self.metrics_addr)
+            self.endpoints.append(("services", self._url(self.metrics_port + 1)))
+            self._start_exporter()
         if self.data is not None:
             from gpuledger.projections.nats_source import ProjectorStatus, run_projector
 
             st, ps = self.board.add("projector", "projector"), ProjectorStatus()
+            if collector is not None:
+                collector.add_projector(ps, lambda: self.board.stream_last_seq)
             db = self.data / "projection.duckdb"
             self.tasks.append(asyncio.create_task(supervise_task(
                 st, lambda: run_projector(self.url, db, stop=self.stop, status=ps,
@@ -131,9 +156,14 @@ class Cluster:
             services.append(("node-agent", "agents", lambda: build("node-agent", self.doc)))
         for name, principal, make in services:
             st, hosts = self.board.add(name, name), []
+            on_host = hosts.append
+            if collector is not None:
+                def on_host(host, hosts=hosts):
+                    hosts.append(host)
+                    collector.add_host(host)
             self.tasks.append(asyncio.create_task(supervise_task(
-                st, lambda make=make, hosts=hosts, principal=principal: run_service(
-                    make(), self.url, stop=self.stop, on_host=hosts.append,
+                st, lambda make=make, on_host=on_host, principal=principal: run_service(
+                    make(), self.url, stop=self.stop, on_host=on_host,
                     nats_options=self._options(principal)), self.stop)))
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
         self.tasks.append(asyncio.create_task(self._report()))
@@ -167,6 +197,23 @@ class Cluster:
                 with contextlib.suppress(Exception):
                     await bus.close()
 
+    def _url(self, port: int) -> str:
+        host = "127.0.0.1" if self.metrics_addr in ("0.0.0.0", "") else self.metrics_addr
+        return f"http://{host}:{port}/metrics"
+
+    def _start_exporter(self) -> None:
+        """The aggregate exporter as a child process (`gpuledger metrics`), stopped by close()."""
+        import subprocess
+
+        if self.data is None or self.metrics_port is None:
+            return
+        self._exporter = subprocess.Popen(
+            [sys.executable, "-m", "gpuledger.services.cli", "metrics", "--data", str(self.data),
+             "--port", str(self.metrics_port), "--addr", self.metrics_addr],
+            stdout=subprocess.DEVNULL,
+        )
+        self.endpoints.insert(0, ("aggregate", self._url(self.metrics_port)))
+
     def _options(self, principal: str) -> dict[str, Any]:
         """Connection options for an in-process service running as `principal`."""
         return self.access.as_principal(principal).options()
@@ -183,6 +230,12 @@ class Cluster:
                 await asyncio.wait_for(t, 10)
         if self.supervisor is not None:
             self.supervisor.stop()
+        if self._exporter is not None:
+            self._exporter.terminate()
+            try:
+                self._exporter.wait(10)
+            except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
+                self._exporter.kill()
         if self.board is not None:
             for st in self.board.services.values():
                 st.state = "stopped"
@@ -242,14 +295,17 @@ def run(
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
     leader_lease: float | None = typer.Option(None, "--leader-lease", help="Run as one of several replicas: decide only while holding the service's leader lease (TTL seconds)."),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve this service's own Prometheus metrics on http://ADDR:PORT/metrics (docs/metrics.md)."),
+    metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
     from gpuledger.services.roles import UnknownRole, build
     from gpuledger.services.runtime.host import serve
 
     access = resolve_access(nats_url, creds)
+    collector = None if metrics_port is None else start_service_metrics(metrics_port, metrics_addr)
     if role == "projector":
-        serve_projector(access, data)
+        serve_projector(access, data, collector)
         return
 
     from gpuledger.services.domain.inputs import InputError
@@ -262,7 +318,12 @@ def run(
         fail_input(exc, config)
     except (UnknownRole, ValueError, RuntimeError) as exc:
         fail(str(exc), 2)
-    serve(service, access.url, lease_ttl_s=leader_lease, on_host=_heartbeat_host,
+    def on_host(host) -> None:
+        _heartbeat_host(host)
+        if collector is not None:
+            collector.add_host(host)
+
+    serve(service, access.url, lease_ttl_s=leader_lease, on_host=on_host,
           nats_options=access.options())
 
 
@@ -273,7 +334,7 @@ def _heartbeat_host(host) -> None:
     heartbeat_task(host_sample(host))
 
 
-def serve_projector(access, data: Path) -> None:
+def serve_projector(access, data: Path, collector=None) -> None:
     """The single-writer projector as a process: stops within a few seconds on SIGTERM /
     SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
     from gpuledger.projections.nats_source import run_projector
@@ -287,6 +348,8 @@ def serve_projector(access, data: Path) -> None:
     from gpuledger.services.runtime.supervisor import heartbeat_task
 
     status = ProjectorStatus()
+    if collector is not None:
+        collector.add_projector(status)
 
     def sample() -> dict[str, Any] | None:
         if not status.ready and status.state != "blocked":
@@ -338,6 +401,8 @@ def up(
     processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store, and its identities in <data>/auth."),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="With --nats-url: the credential every service connects with (the compose file gives each service its own)."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start."),
+    metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
 
@@ -375,9 +440,12 @@ def up(
                    "`gpuledger status` shows each service (Ctrl-C to stop)", err=True)
         try:
             await publish_config(access, doc)
-            cluster = Cluster(access, config, doc, processes, data=data)
+            cluster = Cluster(access, config, doc, processes, data=data,
+                              metrics_port=metrics_port, metrics_addr=metrics_addr)
             try:
                 await cluster.start()
+                for name, endpoint in cluster.endpoints:
+                    typer.echo(f"metrics: {name} {endpoint}", err=True)
                 await stop.wait()
             finally:
                 await cluster.close()

@@ -14,6 +14,7 @@ from gpuledger.services.cli import (
     check,
     gateway,
     live,
+    metrics,
     nodes,
     schedules,
     whatif,
@@ -129,6 +130,7 @@ def simulate(
 # The whole command tree, mounted explicitly: a module never registers itself on import.
 app.add_typer(check.app)  # check
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
+app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare
 app.add_typer(schedules.app)  # schedules

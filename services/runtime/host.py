@@ -40,7 +40,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
@@ -53,6 +53,7 @@ from gpuledger.services.domain.acceptance import subject_refusal
 from gpuledger.services.domain.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from gpuledger.services.runtime.lease import Lease, lease_bucket
+from gpuledger.services.runtime.metrics import DurationHistogram
 
 Clock = Callable[[], int]
 PAYLOAD_HEAD_CHARS = 200
@@ -76,6 +77,10 @@ class HostStats:
     dead_letters: int = 0
     publish_errors: int = 0
     decide_errors: int = 0
+    dead_letters_published: int = 0
+    """`DeadLettered` events this host recorded in the log (another host may record one first)."""
+    decide_seconds: DurationHistogram = field(default_factory=DurationHistogram)
+    """Wall-clock duration of every `decide` call (services/runtime/metrics.py exports it)."""
 
 
 def _text(err: BaseException, limit: int = 300) -> str:
@@ -126,6 +131,9 @@ class Host:
         self.retry_backoff_s = retry_backoff_s
         self.state: Any = service.initial_state()
         self.folded_seq = 0
+        self.stream_seq = 0
+        """The stream's last sequence as far as this host knows (at start, from each delivery's
+        pending count, from its own publishes): fold lag = stream_seq - folded_seq."""
         self.stats = HostStats()
         self.idle = asyncio.Event()
         """Set while the host is caught up, has nothing to decide and waits; for tests/health."""
@@ -190,6 +198,7 @@ class Host:
     async def _loop(self, follower: Follower) -> None:
         started = time.monotonic()
         target = await self._last_seq()
+        self.stream_seq = max(self.stream_seq, target)
         damage = await self._damage()
         if damage is not None:
             raise StreamGap(damage)
@@ -267,6 +276,7 @@ class Host:
 
     def _apply(self, d: Delivery) -> None:
         self.folded_seq = d.seq
+        self.stream_seq = max(self.stream_seq, d.seq + d.pending)
         self.stats.folded += 1
         try:
             event = events.decode(d.data)
@@ -302,6 +312,8 @@ class Host:
             try:
                 out = await self.bus.create_once(dead)
                 self._awaiting_seq = max(self._awaiting_seq, out)
+                self.stream_seq = max(self.stream_seq, out)
+                self.stats.dead_letters_published += 1
                 self.log.info("host.dead_letter_recorded", seq=seq, dead_letter_seq=out)
             except AlreadyExists:
                 pass  # another host recorded it first; we will fold theirs
@@ -319,12 +331,15 @@ class Host:
         self.stats.decide_calls += 1
         if self.leader_epoch is not None and hasattr(self.service, "leader_epoch"):
             self.service.leader_epoch = self.leader_epoch  # stamped on every decision
+        started = time.perf_counter()
         try:
             out = list(self.service.decide(self.state, now))
         except Exception:  # a decider bug: keep folding, retry on the next message or wakeup
+            self.stats.decide_seconds.observe(time.perf_counter() - started)
             self.stats.decide_errors += 1
             self.log.exception("host.decide_failed", input_seq=self.folded_seq, now_ms=now)
             return False
+        self.stats.decide_seconds.observe(time.perf_counter() - started)
         if not out:
             return False
         seqs: list[int] = []
@@ -352,6 +367,7 @@ class Host:
                 trouble = True
                 continue
             seqs.append(seq)
+            self.stream_seq = max(self.stream_seq, seq)
             if seq > self._awaiting_seq:
                 self._awaiting_seq = seq
             if seq > self.folded_seq and seq not in seqs[:-1]:
