@@ -17,9 +17,9 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
 from gpuledger.services.domain.configfile import config_events, node_infos
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
 
 
 @dataclass(frozen=True)

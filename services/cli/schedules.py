@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -15,7 +15,7 @@ app = typer.Typer()
 
 def _parse_at(at: str | None) -> int:
     if at is None:
-        return int(datetime.now(timezone.utc).timestamp() * 1000)
+        return int(datetime.now(UTC).timestamp() * 1000)
     if at.lstrip("-").isdigit():
         return int(at)
     try:
@@ -23,7 +23,7 @@ def _parse_at(at: str | None) -> int:
     except ValueError:
         fail(f"--at: cannot read {at!r}: use an ISO time (2026-06-01T08:00:00+02:00) or epoch ms", 2)
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 
@@ -57,10 +57,10 @@ def upcoming(config, at_ms: int, count: int) -> list[dict]:
 
 
 def _live_config(nats_url: str | None, creds: Path | None):
+    from gpuledger.events import CONFIG_EVENTS
     from gpuledger.replay.export import stream_entries
     from gpuledger.services.cli.connect import cli_bus, resolve_access
     from gpuledger.services.domain.config import ConfigState
-    from gpuledger.events import CONFIG_EVENTS
 
     access = resolve_access(nats_url, creds)
     config = ConfigState()

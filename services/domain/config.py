@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from gpuledger.events import Policy, PolicyConfigured, PriorityClassConfigured, ScheduleConfigured, TenantConfigured
+from gpuledger.events import (
+    Policy,
+    PolicyConfigured,
+    PriorityClassConfigured,
+    ScheduleConfigured,
+    TenantConfigured,
+)
 from gpuledger.services.domain.schedules import SCHEDULE_PREFIX, cron_problem
 
 DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (

@@ -37,7 +37,13 @@ from gpuledger.events import (
     derive_event_id,
     encode,
 )
-from gpuledger.services.domain.inputs import FileDoc, InputError, NodeDoc, ScheduleDoc, validate_file
+from gpuledger.services.domain.inputs import (
+    FileDoc,
+    InputError,
+    NodeDoc,
+    ScheduleDoc,
+    validate_file,
+)
 from gpuledger.services.domain.quantities import mebibytes, milli
 
 

@@ -13,12 +13,18 @@ therefore the same event in every shell that decides it (live, simulator, what-i
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from gpuledger.events import ClassChange, PriorityClassConfigured, ScheduleConfigured, TenantChange, TenantConfigured
+from gpuledger.events import (
+    ClassChange,
+    PriorityClassConfigured,
+    ScheduleConfigured,
+    TenantChange,
+    TenantConfigured,
+)
 
 SCHEDULE_PREFIX = CORRELATION_PREFIX = "schedule:"
 """Configuration events a schedule publishes carry `correlation_id = schedule:<name>`."""
@@ -48,7 +54,7 @@ def cron_problem(expr: str, tz: str) -> str | None:
     return None
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _dt(ms: int, z: ZoneInfo) -> datetime:
@@ -56,7 +62,7 @@ def _dt(ms: int, z: ZoneInfo) -> datetime:
 
 
 def _ms(dt: datetime) -> int:
-    delta = dt.astimezone(timezone.utc) - _EPOCH
+    delta = dt.astimezone(UTC) - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 

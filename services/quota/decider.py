@@ -23,7 +23,13 @@ import hashlib
 
 import msgspec
 
-from gpuledger.events import Event, FairShareUpdated, PriorityClassConfigured, TenantConfigured, encode
+from gpuledger.events import (
+    Event,
+    FairShareUpdated,
+    PriorityClassConfigured,
+    TenantConfigured,
+    encode,
+)
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger

@@ -4,7 +4,7 @@ published once per cron time, with deterministic ids, and never again after a re
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -19,7 +19,7 @@ H = 3_600_000
 
 
 def ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso).astimezone(timezone.utc).timestamp() * 1000)
+    return int(datetime.fromisoformat(iso).astimezone(UTC).timestamp() * 1000)
 
 
 def doc(cron_day="0 8 * * *", cron_night="0 20 * * *", tz="UTC"):
