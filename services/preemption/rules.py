@@ -210,12 +210,14 @@ def eviction_budget(s: Scene, c: Candidate) -> Protected | None:
 
 
 def disruption_budget(s: Scene, c: Candidate) -> Protected | None:
-    """A service with `min_available` keeps at least that many members running: a gang that
-    would fall below it is not evicted."""
+    """A gang with `min_available` is never evicted: evicting one member evicts the whole
+    gang, which would leave 0 of its members running."""
     keep = c.victim.spec.min_available
-    if not keep or len(c.rec.members) - 1 >= keep:
+    if not keep:
         return None
-    return Protected(f"service keeps at least {keep} of {len(c.rec.members)} members")
+    n = len(c.rec.members)
+    return Protected(f"service keeps at least {keep} of {n} members; "
+                     f"evicting the gang would leave 0 of {n} members running")
 
 
 def within_guarantee(s: Scene, c: Candidate) -> Protected | None:

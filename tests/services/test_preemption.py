@@ -181,6 +181,15 @@ def test_disruption_budget_a_service_never_drops_below_min_available():
     assert "keeps at least 2 of 2 members" in d.details["excluded"][0]["message"]
 
 
+def test_disruption_budget_a_gang_with_min_available_is_never_evicted_whole():
+    """The reported bug: 4 members, min_available 3, evicted whole to free 2 GPUs (evicting
+    one member evicts the gang, so it would run 0 of 4)."""
+    ledger = running(fleet(), submitted(id="svc", tenant="a", gpus=2, replicas=4, min_available=3))
+    d = declined(blocked(ledger, 10, id="hot", tenant="a", gpus=2, **{"class": "urgent"}))
+    assert excluded(d) == [("svc", ExclusionReason.DisruptionBudget)]
+    assert "evicting the gang would leave 0 of 4 members" in d.details["excluded"][0]["message"]
+
+
 def test_within_guarantee_priority_never_takes_another_tenants_guarantee():
     tenants = [{"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 8}]
     ledger = running(fleet(tenants=tenants), submitted(id="owned", tenant="b", gpus=8))
