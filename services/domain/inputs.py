@@ -170,6 +170,9 @@ class JobDoc(Strict, kw_only=True):
     command: str | list[str] = []
     min_available: NonNegInt = 0
     prefer_same_leaf: bool = True
+    kind: Literal["gang", "service"] = "gang"
+    """`service`: `replicas` independent replicas (placed, evicted, requeued one at a time;
+    `gpuledger scale` changes their number); `gang` (default): all members together."""
 
 
 _ALTERNATIVES = (("id", "job_id"), ("class", "priority_class"), ("gpu", "gpu_milli"), ("mig", "mig_profile"),
@@ -428,6 +431,12 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
                             ("mig", job.mig or job.mig_profile)) if v]
     if len(forms) > 1:
         problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
+    if job.kind == "service" and job.min_members is not None:
+        problems.append(f"{_p(base, 'min_members')}: a service's replicas are independent; "
+                        "leave min_members out (kind: service)")
+    if job.kind == "service" and job.min_available > job.replicas:
+        problems.append(f"{_p(base, 'min_available')}: must be <= replicas ({job.replicas}), "
+                        f"got {job.min_available}")
     if job.min_members is not None and job.min_members > job.replicas:
         problems.append(f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}")
     if job.gpu is not None:
