@@ -294,7 +294,8 @@ class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`Priority`, `Reclaim`, `Backfill`, `NodeLost`, `Cancelled`, `StartTimeout`."""
+    """`Priority`, `Reclaim`, `Backfill`, `NodeLost`, `Cancelled`, `StartTimeout`, `ScaledDown`
+    (a service replica stopped by `ServiceScaled`; it holds no work, `lost_gpu_ms` is 0)."""
     preempted_by: str | None = None
     """The beneficiary job when preempted."""
     checkpointed: bool = False

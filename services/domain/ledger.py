@@ -57,8 +57,10 @@ def replica_id(service_id: str, index: int) -> str:
 
 def replica_spec(spec: JobSpec, index: int) -> JobSpec:
     """The spec of one replica of a service: a one-member job with the service's resources."""
-    return msgspec.structs.replace(spec, job_id=replica_id(spec.job_id, index), replicas=1,
-                                   min_members=None, min_available=0, kind=msgspec.UNSET)
+    fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
+    fields.update(job_id=replica_id(spec.job_id, index), replicas=1, min_members=None,
+                  min_available=0, kind=msgspec.UNSET)
+    return JobSpec(**fields)
 
 
 def spec_differences(old: JobSpec, new: JobSpec, limit: int = 5) -> list[str]:
