@@ -43,6 +43,23 @@ class JobCancelled(Event, frozen=True, kw_only=True, tag="JobCancelled.v1"):
     """Why, as a CamelCase code."""
 
 
+class ServiceScaled(Event, frozen=True, kw_only=True, tag="ServiceScaled.v1"):
+    """A client set a service's replica count. Published on `gl.scale.<tenant>.<job>`.
+
+    Replicas `0 .. replicas-1` are wanted from now on: missing ones are queued (each placed on
+    its own); those at index `replicas` and above are stopped, highest index first in effect
+    (pending ones at once, running ones like a cancel, without requeue). A scale of a job id
+    its tenant does not have, or of a job that is not a running service, is refused
+    (`RequestRefused`: `UnknownJob`, `InvalidSpec`) and changes nothing."""
+
+    job_id: str
+    """The service (a job submitted with `kind: service`)."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    replicas: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]
+    """The replica count wanted from now on (0 stops every replica; the service stays)."""
+
+
 # ---------------------------------------------------------------- configuration (gl.admin)
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -256,13 +273,13 @@ class RequestRefused(Decision, frozen=True, kw_only=True, tag="RequestRefused.v1
     tenant: str
     """The tenant the request came from (its subject)."""
     request: str
-    """What was refused: `JobSubmitted` or `JobCancelled`."""
+    """What was refused: `JobSubmitted`, `JobCancelled` or `ServiceScaled`."""
     request_seq: int
     """Stream sequence of the refused message (one refusal per message)."""
     reason: str
     """CamelCase code: `JobIdConflict` (the id is taken by a submission with other content),
     `InvalidSpec` (a second submission, or a cancel, that could not be decoded or applied),
-    `UnknownJob` (cancel of a job the tenant does not have)."""
+    `UnknownJob` (cancel or scale of a job the tenant does not have)."""
     message: str
     """Quantitative explanation (which fields differ, the decode error)."""
     details: dict[str, Any] = {}
@@ -323,7 +340,8 @@ class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`Priority`, `Reclaim`, `Backfill`, `NodeLost`, `Cancelled`, `StartTimeout`."""
+    """`Priority`, `Reclaim`, `Backfill`, `NodeLost`, `Cancelled`, `StartTimeout`, `ScaledDown`
+    (a service replica stopped by `ServiceScaled`; it holds no work, `lost_gpu_ms` is 0)."""
     preempted_by: str | None = None
     """The beneficiary job when preempted."""
     checkpointed: bool = False
@@ -508,7 +526,7 @@ class DeadLettered(Event, frozen=True, kw_only=True, tag="DeadLettered.v1"):
     """First bytes of the payload, for diagnosis."""
 
 
-CLIENT_EVENTS: tuple[type[Event], ...] = (JobSubmitted, JobCancelled)
+CLIENT_EVENTS: tuple[type[Event], ...] = (JobSubmitted, JobCancelled, ServiceScaled)
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
     PriorityClassConfigured,
@@ -542,6 +560,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     MemberExited,
     GpuMetricsReported,
     DeadLettered,
+    ServiceScaled,
 )
 
 

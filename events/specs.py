@@ -7,7 +7,7 @@ documented, and additive changes must come with a default.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -70,8 +70,13 @@ class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """Seconds a checkpoint takes to save (used by simulated agents)."""
 
 
+JobKind = Literal["service"] | msgspec.UnsetType
+"""`service`, or unset (a gang)."""
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A job as submitted: a gang of `replicas` identical members."""
+    """A job as submitted: a gang of `replicas` identical members, or (`kind: service`) a
+    long-running service of `replicas` independent replicas."""
 
     job_id: str
     """Unique id chosen by the submitter (a subject token: no '.', '*', '>', spaces)."""
@@ -94,7 +99,17 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     command: tuple[str, ...] = ()
     """Command a real node agent executes for each member."""
     min_available: Count = 0
-    """Disruption budget for replicated services: never evict below this many members."""
+    """Disruption budget. A gang with it is never evicted (evicting a member evicts the
+    gang); a service keeps this many replicas running: preemption evicts at most
+    `running - min_available` of its replicas at once (those being preempted count)."""
+    kind: JobKind = msgspec.UNSET
+    """`service`: `replicas` independent replicas (each placed, evicted and requeued on its
+    own, job ids `<job>~<index>`), their number changed by `ServiceScaled`; unset (left out
+    of the JSON): a gang. Added after v1 without a new tag: unset encodes as before."""
+
+    @property
+    def is_service(self) -> bool:
+        return self.kind == "service"
 
     def members_min(self) -> int:
         return self.replicas if self.min_members is None else self.min_members

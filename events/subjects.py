@@ -2,6 +2,7 @@
 
     gl.submit.<tenant>.<job>        JobSubmitted            (clients / CI)
     gl.cancel.<tenant>.<job>        JobCancelled            (clients / CI)
+    gl.scale.<tenant>.<job>         ServiceScaled           (clients / CI: a service's replicas)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
     gl.quota.<event>                fair shares
@@ -41,6 +42,7 @@ INVALID_ID_TOKEN = "_invalid"
 _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
+    ((c.ServiceScaled,), "scale"),
     ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured), "admin"),
     ((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
     ((c.FairShareUpdated,), "quota"),
@@ -119,6 +121,9 @@ def subject_for(event: Event) -> str:
     if rule == "submit":
         job = event.job  # type: ignore[attr-defined]
         return f"gl.submit.{validate_tenant(job.tenant)}.{validate_token('job id', job.job_id)}"
+    if rule == "scale":
+        return (f"gl.scale.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
+                f"{validate_token('job id', event.job_id)}")  # type: ignore[attr-defined]
     if rule == "cancel":
         return (f"gl.cancel.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
                 f"{validate_token('job id', event.job_id)}")  # type: ignore[attr-defined]
@@ -158,10 +163,10 @@ def submit_filter(job_id: str) -> str:
 
 
 def client_target(subject: str) -> tuple[str, str, str] | None:
-    """`(kind, tenant, job_id)` for a client subject `gl.submit|cancel.<tenant>.<job>` whose
-    tokens are valid ids, else None (`kind` is `submit` or `cancel`)."""
+    """`(kind, tenant, job_id)` for a client subject `gl.submit|cancel|scale.<tenant>.<job>`
+    whose tokens are valid ids, else None (`kind` is `submit`, `cancel` or `scale`)."""
     parts = subject.split(".")
-    if len(parts) != 4 or parts[0] != "gl" or parts[1] not in ("submit", "cancel"):
+    if len(parts) != 4 or parts[0] != "gl" or parts[1] not in ("submit", "cancel", "scale"):
         return None
     try:
         return parts[1], validate_tenant(parts[2]), validate_token("job id", parts[3])

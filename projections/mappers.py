@@ -616,8 +616,52 @@ class Projection:
         job.preemptible = e.preemptible
         job.slo_class = e.slo_class
         job.admitted_at_ms = job.pending_since_ms = e.occurred_at_ms
+        svc = self.ledger.jobs.get(e.job_id)
+        if svc is not None and svc.spec.is_service:  # it runs as its replicas
+            self._transition(job, "running", seq, e, None)
+            self._touch(job, seq, e.occurred_at_ms)
+            self._sync_replicas(e.job_id, seq, e)
+            return
         self._transition(job, "pending", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
+
+    def _scaled(self, seq: int, e: ev.ServiceScaled) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is not None:
+            job.replicas = e.replicas
+            job.gpu_milli = self.ledger.jobs[e.job_id].spec.resources.gpu_milli_total() * e.replicas
+            self._touch(job, seq, e.occurred_at_ms)
+        self._sync_replicas(e.job_id, seq, e)
+
+    def _sync_replicas(self, service_id: str, seq: int, e: ev.Event) -> None:
+        """Rows of a service's replicas as the services' fold has them after `e`: created when
+        queued, queued again or cancelled when the service is scaled (or cancelled)."""
+        for rec in self.ledger.replicas_of(service_id):
+            row = self.jobs.get(rec.job_id)
+            if row is None:
+                spec, res = rec.spec, rec.spec.resources
+                row = JobRow(job_id=rec.job_id, tenant=rec.tenant, state="submitted",
+                             priority_class=spec.priority_class, priority=rec.priority,
+                             preemptible=rec.preemptible, slo_class=rec.slo_class, replicas=1,
+                             min_members=1, member_gpus=res.gpus, member_gpu_milli=res.gpu_milli,
+                             member_mig_profile=res.mig_profile, gpu_models=list(res.gpu_models),
+                             min_gpu_memory_mib=res.min_gpu_memory_mib, gpu_milli=res.gpu_milli_total(),
+                             duration_s=spec.duration_s, submitted_at_ms=rec.submitted_ms,
+                             admitted_at_ms=rec.admitted_ms)
+                self.jobs[rec.job_id] = row
+            state = str(rec.state)
+            if state in ("pending", "cancelled") and row.state != state:
+                if state == "pending":
+                    row.pending_since_ms, row.finished_at_ms = rec.pending_since_ms, None
+                    row.cancel_requested, row.reason, row.message = False, None, None
+                else:
+                    row.finished_at_ms = e.occurred_at_ms
+                    row.reason = rec.reason
+                self._transition(row, state, seq, e, rec.reason)
+                self._touch(row, seq, e.occurred_at_ms)
+            elif rec.cancel_requested and not row.cancel_requested:
+                row.cancel_requested, row.reason = True, rec.reason
+                self._touch(row, seq, e.occurred_at_ms)
 
     def _rejected(self, seq: int, e: ev.JobRejected) -> None:
         job = self._job(e.job_id, e.tenant)
@@ -638,6 +682,7 @@ class Projection:
             job.finished_at_ms = e.occurred_at_ms
             self._transition(job, "cancelled", seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
+        self._sync_replicas(e.job_id, seq, e)
 
     def _pending_reason(self, seq: int, e: ev.PendingReasonChanged) -> None:
         job = self._job(e.job_id)
@@ -791,7 +836,7 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.progress_ms = e.progress_ms
-        if e.reason == "Cancelled" or job.cancel_requested:
+        if e.reason in ("Cancelled", "ScaledDown") or job.cancel_requested:
             job.finished_at_ms = e.occurred_at_ms
             self._transition(job, "cancelled", seq, e, e.reason)
         else:
@@ -806,6 +851,9 @@ class Projection:
             job.pending_since_ms = e.occurred_at_ms
             self._transition(job, "pending", seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
+        rec = self.ledger.jobs.get(e.job_id)
+        if rec is not None and rec.service is not None:  # scaled up again while it stopped
+            self._sync_replicas(rec.service, seq, e)
 
     def _requeued(self, seq: int, e: ev.GangRequeued) -> None:
         job = self.jobs.get(e.job_id)
@@ -966,6 +1014,7 @@ _HANDLERS = {
     ev.JobAdmitted: Projection._admitted,
     ev.JobRejected: Projection._rejected,
     ev.JobCancelled: Projection._cancelled,
+    ev.ServiceScaled: Projection._scaled,
     ev.PendingReasonChanged: Projection._pending_reason,
     ev.GangPlaced: Projection._placed,
     ev.MemberStarted: Projection._member_started,

@@ -157,6 +157,9 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             [job_id],
         ).fetchall()
     ]
+    service = service_report(con, job_id, job)
+    if service is not None:
+        out["service"] = service
     out["refused"] = refused_requests(con, job_id)
     out["refusals"] = acceptance_refusals(con, job_id)
     out["transitions"] = [
@@ -168,6 +171,41 @@ def why_report(con, job_id: str) -> dict[str, Any]:
         ).fetchall()
     ]
     return out
+
+
+def service_report(con, job_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
+    """For a service (`kind: service`): its replicas by state and its disruption budget;
+    None for any other job."""
+    row = con.execute(
+        "SELECT payload FROM events WHERE type = 'JobSubmitted'"
+        " AND json_extract_string(payload, '$.job.job_id') = ? ORDER BY seq LIMIT 1", [job_id],
+    ).fetchone()
+    spec = json.loads(row[0]).get("job", {}) if row else {}
+    if spec.get("kind") != "service":
+        return None
+    prefix = job_id + "~"
+    replicas = [
+        (int(rid[len(prefix):]), state, reason)
+        for rid, state, reason in con.execute(
+            "SELECT job_id, state, reason FROM jobs WHERE starts_with(job_id, ?)", [prefix]).fetchall()
+        if rid[len(prefix):].isdigit()
+    ]
+    replicas.sort()
+    wanted = job["replicas"] or 0
+    count = {s: sum(1 for _, st, _ in replicas if st == s) for s in ("running", "preempting", "pending")}
+    keep = int(spec.get("min_available") or 0)
+    up = count["running"] + count["preempting"]
+    return {
+        "replicas": wanted,
+        "running": count["running"],
+        "preempting": count["preempting"],
+        "pending": sum(1 for i, st, _ in replicas if st == "pending" and i < wanted),
+        "stopping": sum(1 for i, st, _ in replicas if i >= wanted and st in ("running", "preempting")),
+        "min_available": keep,
+        "disruption_budget": max(0, up - keep),
+        "evictable_now": max(0, count["running"] - keep),
+        "replica_states": [{"replica": f"{prefix}{i}", "state": st, "reason": r} for i, st, r in replicas],
+    }
 
 
 def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:

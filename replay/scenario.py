@@ -5,6 +5,9 @@
         submit: {id: j1, tenant: org/a, class: train, gpus: 8, duration: 2h}
       - at: 600
         cancel: j1
+      - at: 700
+        scale: svc             # a service (kind: service): its replica count from now on
+        replicas: 6
       - at: 900
         node_down: n3
 
@@ -19,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost
+from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost, ServiceScaled
 from gpuledger.services.domain.configfile import ConfigFileError, config_events, node_infos, parse
 from gpuledger.services.domain.inputs import EntryDoc, InputError
 from gpuledger.services.domain.jobfile import job_spec
@@ -63,14 +66,15 @@ def from_document(doc: Any, name: str = "scenario") -> Scenario:
         nodes = node_infos(f)
     except ConfigFileError as exc:
         raise ScenarioError(exc.problems) from None
-    inputs = [_input(entry) for entry in f.timeline or []]
+    tenants = {(e.submit.id or e.submit.job_id): e.submit.tenant for e in f.timeline or [] if e.submit}
+    inputs = [_input(entry, tenants) for entry in f.timeline or []]
     inputs.sort(key=lambda p: p[0])
     until_ms = None if f.until is None else (
         round(f.until * 1000) if isinstance(f.until, float) else seconds("until", f.until) * 1000)
     return Scenario(name=f.name or name, config=config, nodes=nodes, inputs=inputs, until_ms=until_ms)
 
 
-def _input(entry: EntryDoc) -> tuple[int, Event]:
+def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]:
     at_ms = round(entry.at * 1000) if isinstance(entry.at, float) else seconds("at", entry.at) * 1000
     common = dict(producer="scenario", now_ms=at_ms)
     if entry.submit is not None:
@@ -81,6 +85,11 @@ def _input(entry: EntryDoc) -> tuple[int, Event]:
         tenant = entry.tenant or "-"
         return at_ms, stamp(JobCancelled, key=job_id, correlation_id=job_id, job_id=job_id,
                             tenant=tenant, **common)
+    if entry.scale is not None:
+        job_id = entry.scale
+        return at_ms, stamp(ServiceScaled, key=f"{job_id}@{at_ms}", correlation_id=job_id,
+                            job_id=job_id, tenant=tenants.get(job_id, "-"),
+                            replicas=entry.replicas or 0, **common)
     node = entry.node_down or ""
     return at_ms, stamp(NodeLost, key=f"{node}@{at_ms}", correlation_id=node, node=node,
                         message="node reported down", **common)

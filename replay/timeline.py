@@ -60,6 +60,8 @@ def describe(event: ev.Event) -> str | None:
             return f"failed      {j}: {r} {m}"
         case ev.JobCancelled(job_id=j):
             return f"cancelled   {j}"
+        case ev.ServiceScaled(job_id=j, replicas=n):
+            return f"scaled      {j} to {n} replicas"
         case ev.NodeLost(node=n, message=m):
             return f"node lost   {n}: {m}"
         case ev.NodeRegistered(node=n):

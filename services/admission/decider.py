@@ -29,7 +29,7 @@ from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain import job_status
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.job_status import QUERY_SUBJECTS
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.ledger import Ledger, replica_spec
 from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
 
 
@@ -119,13 +119,21 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
         raise Rejection(
             "UnknownPriorityClass", f"priority class {spec.priority_class!r} is not configured (known: {known})"
         )
-    problem = shape_problem(spec, fleet, cls.allow_timeslice)
+    if spec.is_service:
+        if spec.min_members is not None:
+            raise Rejection("InvalidSpec", "min_members: a service's replicas are independent "
+                            "(placed one at a time); leave min_members out")
+        if spec.min_available > spec.replicas:
+            raise Rejection("InvalidSpec", f"min_available: must be <= replicas ({spec.replicas}), "
+                            f"got {spec.min_available}")
+    shape = replica_spec(spec, 0) if spec.is_service else spec  # a service: one replica's shape
+    problem = shape_problem(shape, fleet, cls.allow_timeslice)
     if problem is not None:
         reason, message, details = problem
         raise Rejection(reason, message, **details)
     if not cls.preemptible:
         guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
-        need = spec.resources.gpu_milli_total() * spec.members_min()
+        need = spec.resources.gpu_milli_total() * (spec.replicas if spec.is_service else spec.members_min())
         if need > guaranteed:
             raise Rejection(
                 "NonPreemptibleOverQuota",

@@ -244,6 +244,22 @@ def _why_header(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _why_service(s: dict[str, Any] | None) -> list[str]:
+    """A service's replicas (running, being preempted, pending) and its disruption budget."""
+    if not s:
+        return []
+    lines = [
+        f"Replicas:  {s['running']} running, {s['preempting']} being preempted, {s['pending']} "
+        f"pending of {s['replicas']} wanted" + (f"; {s['stopping']} stopping" if s["stopping"] else ""),
+        f"Budget:    min_available {s['min_available']}: at most {s['disruption_budget']} down "
+        f"at once by preemption; {s['evictable_now']} more may be evicted now",
+    ]
+    for x in s["replica_states"]:
+        if x["state"] in ("pending", "preempting"):
+            lines.append(f"           {x['replica']}: {x['state']}" + (f" ({x['reason']})" if x["reason"] else ""))
+    return lines
+
+
 def _why_pending(p: dict[str, Any] | None) -> list[str]:
     """How long, where in the queue, whether preemption would help, the node histogram."""
     if not p:
@@ -343,6 +359,7 @@ def render_why(r: dict[str, Any]) -> str:
     refused requests, history (each a named step; a missing part prints nothing)."""
     lines = [
         *_why_header(r),
+        *_why_service(r.get("service")),
         *_why_pending(r.get("pending")),
         *_why_details(r),
         *_why_allocation(r),

@@ -597,6 +597,57 @@ def cancel(
     _echo_outcome(run_on_bus(main))
 
 
+@app.command()
+def scale(
+    job_id: str = typer.Argument(..., help="The service (a job submitted with kind: service)."),
+    replicas: int = typer.Option(..., "--replicas", min=0, help="Replicas wanted from now on."),
+    tenant: str | None = typer.Option(None, "--tenant", help="The service's tenant (default: the tenant that submitted it)."),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Publish ServiceScaled: a service's replica count from now on. New replicas are queued
+    one at a time (a high-priority service may preempt lower-priority work for them); the
+    highest replicas stop first when scaling down. A job id nobody submitted is refused:
+    exit 1 with `UnknownJob`, and nothing is published; a job that is not a service is
+    refused by admission (`RequestRefused`, `InvalidSpec`)."""
+    from gpuledger.services.domain.stamp import stamp
+
+    try:
+        scope = ev.subjects.submit_filter(job_id)
+        if tenant is not None:
+            ev.validate_tenant(tenant)
+    except ev.InvalidId as exc:
+        fail(str(exc), 2)
+
+    access = resolve_access(nats_url, creds)
+    if tenant is None and access.creds is not None:  # a tenant's CI identity scales in its tenant
+        from gpuledger.services.runtime.auth import principal_of_creds
+
+        kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
+        tenant = name if kind == "ci" else None
+
+    async def main() -> None:
+        bus = await cli_bus(access, ensure=False)
+        try:
+            owner = tenant
+            if owner is None:
+                stored = await bus.last_message(scope)
+                target = None if stored is None else ev.subjects.client_target(stored.subject)
+                owner = None if target is None else target[1]
+            if owner is None:
+                fail(f"no job {job_id!r}: nothing was submitted under this id; nothing to scale "
+                     "(UnknownJob)", 1)
+            now = time.time_ns() // 1_000_000
+            event = stamp(ev.ServiceScaled, key=f"{job_id}@{now}", producer="cli", now_ms=now,
+                          correlation_id=job_id, job_id=job_id, tenant=owner, replicas=replicas)
+            await bus.publish(event)
+        finally:
+            await bus.close()
+
+    asyncio.run(main())
+    typer.echo(f"scale of {job_id} to {replicas} replicas requested")
+
+
 DEMO_MARK = "DEMO"
 
 

@@ -201,6 +201,9 @@ class JobDoc(Strict, kw_only=True):
     command: str | list[str] = []
     min_available: NonNegInt = 0
     prefer_same_leaf: bool = True
+    kind: Literal["gang", "service"] = "gang"
+    """`service`: `replicas` independent replicas (placed, evicted, requeued one at a time;
+    `gpuledger scale` changes their number); `gang` (default): all members together."""
 
 
 _ALTERNATIVES = (("id", "job_id"), ("class", "priority_class"), ("gpu", "gpu_milli"), ("mig", "mig_profile"),
@@ -212,11 +215,15 @@ _ALTERNATIVES = (("id", "job_id"), ("class", "priority_class"), ("gpu", "gpu_mil
 
 
 class EntryDoc(Strict, kw_only=True):
-    """One timeline entry: exactly one of `submit`, `cancel`, `node_down`, at time `at`."""
+    """One timeline entry: exactly one of `submit`, `cancel`, `scale`, `node_down`, at time `at`."""
 
     at: Duration = 0
     submit: JobDoc | None = None
     cancel: str | None = None
+    scale: str | None = None
+    """A service (submitted earlier with `kind: service`) whose replica count changes."""
+    replicas: NonNegInt | None = None
+    """The scaled service's replica count from now on."""
     node_down: str | None = None
     tenant: str | None = None
     """The cancelled job's tenant."""
@@ -464,6 +471,12 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
                             ("mig", job.mig or job.mig_profile)) if v]
     if len(forms) > 1:
         problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
+    if job.kind == "service" and job.min_members is not None:
+        problems.append(f"{_p(base, 'min_members')}: a service's replicas are independent; "
+                        "leave min_members out (kind: service)")
+    if job.kind == "service" and job.min_available > job.replicas:
+        problems.append(f"{_p(base, 'min_available')}: must be <= replicas ({job.replicas}), "
+                        f"got {job.min_available}")
     if job.min_members is not None and job.min_members > job.replicas:
         problems.append(f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}")
     if job.gpu is not None:
@@ -532,17 +545,21 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
     _check_schedules(f, problems)
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
+    services: set[str] = set()
     for i, e in enumerate(f.timeline or []):
         path = f"timeline[{i}]"
-        actions = [k for k in ("submit", "cancel", "node_down") if getattr(e, k) is not None]
+        actions = [k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None]
         if len(actions) != 1:
-            problems.append(f"{path}: an entry needs exactly one of submit, cancel, node_down"
+            problems.append(f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
                             + (f" (got {', '.join(actions)})" if actions else ""))
             continue
         if e.expect is not None and e.submit is None:
             problems.append(f"{path}.expect: 'expect: rejected' belongs to a submit entry")
         if e.tenant is not None and e.cancel is None:
             problems.append(f"{path}.tenant: 'tenant' belongs to a cancel entry (a job names its tenant inside submit)")
+        if (e.replicas is None) != (e.scale is None):
+            problems.append(f"{path}.{'replicas' if e.scale is None else 'scale'}: 'scale' and "
+                            "'replicas' go together (scale: SERVICE, replicas: N)")
         if e.submit is not None:
             j, jp = e.submit, f"{path}.submit"
             before = len(problems)
@@ -553,12 +570,17 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             if job_id in submitted:
                 problems.append(f"{jp}.id: duplicate job id {job_id!r} (first at {submitted[job_id]})")
             submitted.setdefault(job_id, jp)
+            if j.kind == "service":
+                services.add(job_id)
             if e.expect == "rejected":
                 continue
             check_references(j, jp, f, problems)
         elif e.cancel is not None and e.cancel not in submitted:
             problems.append(f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                             f"{_suggest(e.cancel, submitted)}")
+        elif e.scale is not None and e.scale not in services:
+            problems.append(f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
+                            f"in the timeline{_suggest(e.scale, services)}")
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}")
 

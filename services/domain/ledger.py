@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
@@ -37,7 +39,7 @@ class RequestRefusal:
     request_seq: int
     """Stream sequence of the refused message."""
     request: str
-    """`JobSubmitted` or `JobCancelled`."""
+    """`JobSubmitted`, `JobCancelled` or `ServiceScaled`."""
     job_id: str
     tenant: str
     reason: str
@@ -46,6 +48,19 @@ class RequestRefusal:
     details: dict[str, Any] = field(default_factory=dict)
     cause: str = ""
     """Event id of the refused message (or of its dead letter)."""
+
+
+def replica_id(service_id: str, index: int) -> str:
+    """The job id of a service's replica: `<service>~<index>`."""
+    return f"{service_id}~{index}"
+
+
+def replica_spec(spec: JobSpec, index: int) -> JobSpec:
+    """The spec of one replica of a service: a one-member job with the service's resources."""
+    fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
+    fields.update(job_id=replica_id(spec.job_id, index), replicas=1, min_members=None,
+                  min_available=0, kind=msgspec.UNSET)
+    return JobSpec(**fields)
 
 
 def spec_differences(old: JobSpec, new: JobSpec, limit: int = 5) -> list[str]:
@@ -113,6 +128,14 @@ class JobRecord:
     unreadable: bool = False
     """The job's only submission could not be decoded: it exists as a rejection (`spec`
     holds its id and tenant only)."""
+    service: str | None = None
+    """For a replica of a service: the service's job id (the replica is `<service>~<index>`)."""
+    replica: int = 0
+    """For a replica: its index."""
+    desired_replicas: int = 0
+    """For a service: the replicas wanted now (its spec's `replicas`, then `ServiceScaled`)."""
+    replicas_created: int = 0
+    """For a service: replica records created so far (indexes 0 .. this - 1)."""
 
     @property
     def job_id(self) -> str:
@@ -305,6 +328,14 @@ class Ledger:
             return None
         return max(ends) + self.config.policy.nomination_ttl_s * 1000
 
+    def replicas_of(self, service_id: str) -> list[JobRecord]:
+        """The replica records of a service, by index (every one ever created)."""
+        svc = self.jobs.get(service_id)
+        if svc is None:
+            return []
+        ids = (replica_id(service_id, i) for i in range(svc.replicas_created))
+        return [r for r in map(self.jobs.get, ids) if r is not None and r.service == service_id]
+
     def member_models(self, members, per_member_milli: int) -> dict[str, int]:
         """GPU capacity of `members` per GPU model (a member counts under the model of its
         first GPU; unknown nodes are skipped)."""
@@ -373,6 +404,7 @@ class Ledger:
         self.jobs[job_id] = JobRecord(
             spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id,
             submit_seq=self.folding_seq,
+            desired_replicas=e.job.replicas if e.job.is_service else 0,
         )
         self.submitted.add(job_id)
 
@@ -406,6 +438,10 @@ class Ledger:
         )
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
+        if job.spec.is_service:  # the service runs as its replicas: they are queued
+            job.state = JobState.running
+            self._reconcile(job, e.occurred_at_ms)
+            return None
         self._enqueue(e.job_id)
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
@@ -430,8 +466,18 @@ class Ledger:
             return Refusal("UnknownJob", message)
         if job.state in TERMINAL:
             return _not_in_state(e.job_id, job, "not finished")
+        if job.service is not None:
+            message = (f"{e.job_id!r} is replica {job.replica} of service {job.service!r}: "
+                       "scale the service (or cancel it) instead")
+            self._refuse("JobCancelled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
+            return Refusal("InvalidSpec", message)
         job.cancel_requested = True
         job.reason = e.reason
+        if job.spec.is_service:  # every replica stops; the service ends now
+            job.state, job.finished_ms, job.desired_replicas = JobState.cancelled, e.occurred_at_ms, 0
+            self.submitted.discard(e.job_id)
+            self._reconcile(job, e.occurred_at_ms)
+            return None
         if job.allocation_id is not None:
             self.cancelling.add(job.allocation_id)
         else:
@@ -439,6 +485,61 @@ class Ledger:
             self.submitted.discard(e.job_id)
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
+
+    def _scaled(self, e: ev.ServiceScaled) -> Refusal | None:
+        svc = self.jobs.get(e.job_id)
+        if svc is None or svc.tenant != e.tenant:
+            message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to scale"
+            self._refuse("ServiceScaled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
+            return Refusal("UnknownJob", message)
+        problem = (
+            "is not a service (submit it with kind: service)" if not svc.spec.is_service
+            else f"is {svc.state}" if svc.state in TERMINAL else None
+        )
+        if problem is not None:
+            message = f"job {e.job_id!r} {problem}: nothing to scale"
+            self._refuse("ServiceScaled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
+            return Refusal("InvalidSpec", message)
+        svc.desired_replicas = e.replicas
+        if svc.state != JobState.submitted:  # before admission: admission creates them
+            self._reconcile(svc, e.occurred_at_ms)
+        return None
+
+    def _reconcile(self, svc: JobRecord, at_ms: int) -> None:
+        """Make the service's replicas what it wants: replicas below `desired_replicas` exist
+        and are queued (created, or a finished one queued again); those at and above it stop
+        (a pending one at once, a placed one like a cancel, without requeue)."""
+        for i in range(svc.desired_replicas):
+            rid = replica_id(svc.job_id, i)
+            rec = self.jobs.get(rid)
+            if i >= svc.replicas_created:
+                if rec is not None:  # the id is another job's: the replica cannot exist
+                    continue
+                self.jobs[rid] = JobRecord(
+                    spec=replica_spec(svc.spec, i), submitted_ms=at_ms,
+                    submit_event_id=svc.submit_event_id, state=JobState.pending,
+                    priority=svc.priority, preemptible=svc.preemptible, slo_class=svc.slo_class,
+                    admitted_ms=at_ms, pending_since_ms=at_ms, submit_seq=svc.submit_seq,
+                    service=svc.job_id, replica=i,
+                )
+                svc.replicas_created = i + 1
+                self._enqueue(rid)
+            elif rec is not None and rec.service == svc.job_id and rec.state in TERMINAL:
+                rec.state, rec.cancel_requested, rec.finished_ms = JobState.pending, False, None
+                rec.reason, rec.message, rec.details = None, "", {}
+                rec.pending_since_ms = at_ms
+                self._enqueue(rid)
+        for i in range(svc.replicas_created - 1, svc.desired_replicas - 1, -1):  # highest first
+            rec = self.jobs.get(replica_id(svc.job_id, i))
+            if rec is None or rec.service != svc.job_id or rec.state in TERMINAL or rec.cancel_requested:
+                continue
+            rec.cancel_requested, rec.reason = True, "ScaledDown"
+            if rec.allocation_id is not None:
+                self.cancelling.add(rec.allocation_id)
+            else:
+                rec.state, rec.finished_ms = JobState.cancelled, at_ms
+                self._dequeue(rec.job_id)
+                self._end_nomination(rec.job_id)
 
     def _pending_reason(self, e: ev.PendingReasonChanged) -> Refusal | None:
         job = self.jobs.get(e.job_id)
@@ -588,6 +689,9 @@ class Ledger:
         job.progress_ms = e.progress_ms
         if e.reason == "Cancelled" or job.cancel_requested:
             job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
+            svc = self.jobs.get(job.service) if job.service is not None else None
+            if svc is not None and svc.state not in TERMINAL:  # scaled up again meanwhile
+                self._reconcile(svc, e.occurred_at_ms)
         else:  # requeued at once, so the order of GangEvicted/GangRequeued never matters
             job.state, job.pending_since_ms = JobState.pending, e.occurred_at_ms
             self._enqueue(e.job_id)
@@ -685,7 +789,7 @@ class Ledger:
         if target is None:
             return
         kind, tenant, job_id = target
-        request = "JobSubmitted" if kind == "submit" else "JobCancelled"
+        request = {"submit": "JobSubmitted", "cancel": "JobCancelled"}.get(kind, "ServiceScaled")
         problem = f"could not be decoded or applied: {e.reason}"
         refusal = RequestRefusal(e.stream_seq, request, job_id, tenant, "InvalidSpec",
                           f"the {kind} message at seq {e.stream_seq} {problem}",
@@ -726,6 +830,7 @@ _HANDLERS: dict[type, Any] = {
     ev.JobAdmitted: Ledger._admitted,
     ev.JobRejected: Ledger._rejected,
     ev.JobCancelled: Ledger._cancelled,
+    ev.ServiceScaled: Ledger._scaled,
     ev.PendingReasonChanged: Ledger._pending_reason,
     ev.GangPlaced: Ledger._placed,
     ev.MemberStarted: Ledger._member_started,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
@@ -49,6 +49,14 @@ class Scene:
     """Reclaim is on and the blocked job's tenant stays within its guarantee with the job."""
     evicted_me: frozenset[str]
     """Jobs that evicted the blocked job within the last hour."""
+    replicas_up: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per service with a replica among the candidates: (replicas running and not being
+    preempted, replicas being preempted), replicas already chosen in this decision counted
+    as being preempted."""
+    budget_left: dict[str, int] = field(default_factory=dict)
+    """Per service: how many more of its replicas may be offered as victims in this plan.
+    Starts at `replicas_up - min_available`; `victims.candidates` evaluates candidates in
+    victim order and spends one for each replica it offers (the only write, and not by a rule)."""
 
     @property
     def priority(self) -> int:
@@ -210,12 +218,25 @@ def eviction_budget(s: Scene, c: Candidate) -> Protected | None:
 
 
 def disruption_budget(s: Scene, c: Candidate) -> Protected | None:
-    """A service with `min_available` keeps at least that many members running: a gang that
-    would fall below it is not evicted."""
+    """A service keeps `min_available` replicas running: at most `running - min_available` of
+    its replicas are evicted at once (replicas already being preempted count against it),
+    the first ones in victim order. A gang with `min_available` is never evicted: evicting one
+    member evicts the whole gang, which would leave 0 of its members running."""
+    service = c.victim.service
+    if service is not None:
+        if s.budget_left.get(service, 0) > 0:
+            return None
+        up, going = s.replicas_up.get(service, (0, 0))
+        keep = s.state.jobs[service].spec.min_available
+        return Protected(
+            f"service {service} runs {up + going} replicas ({going} being preempted), "
+            f"min_available {keep}: at most {max(0, up + going - keep)} may be down at once")
     keep = c.victim.spec.min_available
-    if not keep or len(c.rec.members) - 1 >= keep:
+    if not keep:
         return None
-    return Protected(f"service keeps at least {keep} of {len(c.rec.members)} members")
+    n = len(c.rec.members)
+    return Protected(f"service keeps at least {keep} of {n} members; "
+                     f"evicting the gang would leave 0 of {n} members running")
 
 
 def within_guarantee(s: Scene, c: Candidate) -> Protected | None:

@@ -139,6 +139,23 @@ def scene(state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozense
     )
 
 
+def count_replicas(s: Scene, service: str, taken: set[str] | frozenset[str]) -> None:
+    """Fill the scene's `replicas_up` and `budget_left` for `service`."""
+    if service in s.replicas_up:
+        return
+    up = going = 0
+    for r in s.state.replicas_of(service):
+        rec = s.state.allocations.get(r.allocation_id) if r.allocation_id is not None else None
+        if rec is None or rec.ended:
+            continue
+        if rec.preemption is not None or rec.allocation_id in taken:
+            going += 1
+        else:
+            up += 1
+    s.replicas_up[service] = (up, going)
+    s.budget_left[service] = up - s.state.jobs[service].spec.min_available
+
+
 def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
     """The allocation as a candidate on the first ground (`rules.GROUNDS`) that holds for it,
     or None: it is being preempted already, it is the job's own, or no ground holds."""
@@ -174,19 +191,29 @@ def candidates(
     taken: set[str] | frozenset[str] = frozenset(),
 ) -> list[Candidate]:
     """Eligible victims for `job` in victim order (`rules.ORDER`); every candidate a rule
-    protects is appended to `exclusions` instead (in allocation id order)."""
+    protects is appended to `exclusions` instead (in allocation id order). Candidates are
+    judged in victim order, so a service's disruption budget goes to its first replicas."""
     s = scene(state, job, now_ms, taken)
-    out: list[Candidate] = []
+    grounds: list[Candidate] = []
     for alloc_id in sorted(state.active):
         cand = grounded(s, state.allocations[alloc_id])
-        if cand is None:
-            continue
+        if cand is not None:
+            grounds.append(cand)
+            if cand.victim.service is not None:
+                count_replicas(s, cand.victim.service, taken)
+    grounds.sort(key=Candidate.sort_key)
+    out: list[Candidate] = []
+    excluded_here: list[Exclusion] = []
+    for cand in grounds:
         excluded = protection(s, cand)
         if excluded is not None:
-            exclusions.append(excluded)
+            excluded_here.append(excluded)
         else:
             out.append(cand)
-    out.sort(key=Candidate.sort_key)
+            if cand.victim.service is not None:
+                s.budget_left[cand.victim.service] -= 1
+    excluded_here.sort(key=lambda x: x.candidate.rec.allocation_id)
+    exclusions.extend(excluded_here)
     return out
 
 

@@ -12,8 +12,9 @@ Invariants:
 - a principal publishes only its own subjects (events/subjects.py names the producer in every
   subject) and calls only the JetStream API it needs; only `admin` may create, update, purge
   or delete a stream (the log and the lease bucket);
-- a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>` and
-  asks `glq.job.<tenant>.>` (its own jobs' status); it cannot read the stream;
+- a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>`,
+  `gl.scale.<tenant>.>` (its services' replica counts) and asks `glq.job.<tenant>.>` (its own
+  jobs' status); it cannot read the stream; scaling is otherwise the admin's;
 - every principal receives replies only on its own inbox prefix, `_INBOX_<public key>`, so no
   principal can read another's consumer deliveries or replies;
 - secrets are written 0600 and never overwritten by `add_*` (rotation replaces one on purpose).
@@ -115,9 +116,10 @@ def permissions(principal: str) -> dict[str, Any] | None:
     if principal == "auditor":
         return {"publish": reader, "subscribe": []}
     if principal == "gateway":
-        return {"publish": ["gl.submit.>", "gl.cancel.>", f"{QUERY_PREFIX}.>"], "subscribe": []}
+        return {"publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"], "subscribe": []}
     if kind == "ci":
-        return {"publish": [f"gl.submit.{name}.>", f"gl.cancel.{name}.>", f"{QUERY_PREFIX}.{name}.>"],
+        return {"publish": [f"gl.submit.{name}.>", f"gl.cancel.{name}.>", f"gl.scale.{name}.>",
+                            f"{QUERY_PREFIX}.{name}.>"],
                 "subscribe": []}
     raise AuthError(f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)")
 

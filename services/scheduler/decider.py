@@ -188,7 +188,8 @@ class Scheduler(LedgerService):
                         p.beneficiary if p else None, exited=True,
                     )
                 elif job.cancel_requested or "cancelled" in outcomes:
-                    out += self._evict(state, now_ms, rec, job, "Cancelled", None, exited=True)
+                    why = "ScaledDown" if job.service is not None and job.reason == "ScaledDown" else "Cancelled"
+                    out += self._evict(state, now_ms, rec, job, why, None, exited=True)
                 else:
                     out.append(
                         self.emit(
@@ -213,6 +214,8 @@ class Scheduler(LedgerService):
                 m.rank: done.get(m.rank, ("lost", now_ms)) for m in rec.members}})
             work = work_outcome(snapshot, job.spec.checkpoint)
             checkpointed, progress, lost, step = False, work.progress_ms, work.lost_gpu_ms, work.resume_step
+        if reason == "ScaledDown":  # a service replica holds no work to lose
+            checkpointed, lost = False, 0
         out: list[Event] = [
             self.emit(
                 state, now_ms, GangEvicted, key=rec.allocation_id, correlation_id=job.job_id,
@@ -220,7 +223,7 @@ class Scheduler(LedgerService):
                 checkpointed=checkpointed, lost_gpu_ms=lost, progress_ms=progress,
             )
         ]
-        if not job.cancel_requested and reason != "Cancelled":
+        if not job.cancel_requested and reason not in ("Cancelled", "ScaledDown"):
             out.append(
                 self.emit(
                     state, now_ms, GangRequeued, key=rec.allocation_id, correlation_id=job.job_id,

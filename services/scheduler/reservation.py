@@ -105,6 +105,7 @@ def may_backfill_preemptibly(state: Ledger, job: JobRecord, reservation: Reserva
         state.config.policy.preemption
         and job.preemptible
         and not job.spec.min_available
+        and not (job.service is not None and state.jobs[job.service].spec.min_available)
         and not reservation.landing
     )
 

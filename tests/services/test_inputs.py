@@ -72,7 +72,7 @@ CASES = [
      "timeline[0].att: unknown key (did you mean 'at'?)"),
     ("submit-and-cancel",
      scenario(timeline=[{"at": 0, "submit": {"id": "j1", "tenant": "org/a", "gpus": 1}, "cancel": "j1"}]),
-     "timeline[0]: an entry needs exactly one of submit, cancel, node_down (got submit, cancel)"),
+     "timeline[0]: an entry needs exactly one of submit, cancel, scale, node_down (got submit, cancel)"),
     ("negative-at",
      scenario(timeline=[{"at": -5, "submit": {"id": "j1", "tenant": "org/a", "gpus": 1}}]),
      "timeline[0].at: must be >= 0 (got -5)"),

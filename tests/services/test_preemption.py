@@ -181,6 +181,35 @@ def test_disruption_budget_a_service_never_drops_below_min_available():
     assert "keeps at least 2 of 2 members" in d.details["excluded"][0]["message"]
 
 
+def test_disruption_budget_a_gang_with_min_available_is_never_evicted_whole():
+    """The reported bug: 4 members, min_available 3, evicted whole to free 2 GPUs (evicting
+    one member evicts the gang, so it would run 0 of 4)."""
+    ledger = running(fleet(), submitted(id="svc", tenant="a", gpus=2, replicas=4, min_available=3))
+    d = declined(blocked(ledger, 10, id="hot", tenant="a", gpus=2, **{"class": "urgent"}))
+    assert excluded(d) == [("svc", ExclusionReason.DisruptionBudget)]
+    assert "evicting the gang would leave 0 of 4 members" in d.details["excluded"][0]["message"]
+
+
+def test_disruption_budget_a_service_loses_at_most_running_minus_min_available_replicas():
+    """Given a preemptible 4-replica service (2 GPUs each, min_available 3) filling 8 GPUs,
+    when an urgent 2-GPU job and then a second one are blocked, then one replica is evicted
+    for the first and the second is declined with `DisruptionBudget` (the replica being
+    preempted counts against the budget)."""
+    ledger = running(fleet(), submitted(id="svc", tenant="a", gpus=2, replicas=4, min_available=3,
+                                        kind="service"))
+    assert [r.state for r in ledger.replicas_of("svc")] == ["running"] * 4
+    out = blocked(ledger, 10, id="hot", tenant="a", gpus=2, **{"class": "urgent"})
+    (req,) = of_type(out, ev.PreemptionRequested)
+    assert req.job_id.startswith("svc~")
+    assert [x["job"] for x in req.details["excluded"]] and all(
+        x["reason"] == ExclusionReason.DisruptionBudget for x in req.details["excluded"])
+    fold(ledger, out)
+    d = declined(blocked(ledger, 20, id="hot2", tenant="a", gpus=2, **{"class": "urgent"}))
+    assert sorted(r for _, r in excluded(d)) == [ExclusionReason.DisruptionBudget] * 3
+    assert "service svc runs 4 replicas (1 being preempted), min_available 3: at most 1 may be down " \
+           "at once" in d.details["excluded"][0]["message"]
+
+
 def test_within_guarantee_priority_never_takes_another_tenants_guarantee():
     tenants = [{"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 8}]
     ledger = running(fleet(tenants=tenants), submitted(id="owned", tenant="b", gpus=8))
