@@ -55,13 +55,13 @@ def test_each_role_publishes_only_its_own_subjects():
         assert events_published(role) == {subject, "gl.dead.>", *extra}
     assert events_published("node:n-1") == {"gl.node.n-1.>", "gl.dead.>"}
     assert events_published("agents") == {"gl.node.>", "gl.dead.>"}
-    assert events_published("ci:team-a") == {"gl.submit.team-a.>", "gl.cancel.team-a.>"}
+    assert events_published("ci:team-a") == {"gl.submit.team-a.>", "gl.cancel.team-a.>", "gl.scale.team-a.>"}
     assert events_published("auditor") == set() and events_published("projector") == set()
 
 
 def test_a_tenants_ci_identity_asks_only_about_its_own_jobs_and_cannot_read_the_log():
     perms = permissions("ci:team-a")
-    assert perms["publish"] == ["gl.submit.team-a.>", "gl.cancel.team-a.>", "glq.job.team-a.>"]
+    assert perms["publish"] == ["gl.submit.team-a.>", "gl.cancel.team-a.>", "gl.scale.team-a.>", "glq.job.team-a.>"]
     assert perms["subscribe"] == []  # replies only, on its own inbox prefix (added by auth_conf)
 
 
