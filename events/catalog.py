@@ -204,6 +204,15 @@ class ClassChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """New preemptibility."""
 
 
+class ServiceChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a schedule changes on one service (a job of `kind: service`): its replica count."""
+
+    job_id: str
+    """The service's job id."""
+    replicas: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]
+    """Replica count wanted from the fire time on (published as `ServiceScaled`)."""
+
+
 class ScheduleConfigured(Event, frozen=True, kw_only=True, tag="ScheduleConfigured.v1"):
     """A time-of-day policy: at every time the cron expression names in `timezone`, the quota
     service publishes the changes as ordinary `TenantConfigured` / `PriorityClassConfigured`
@@ -220,6 +229,9 @@ class ScheduleConfigured(Event, frozen=True, kw_only=True, tag="ScheduleConfigur
     """Tenant changes."""
     priority_classes: tuple[ClassChange, ...] = ()
     """Priority class changes."""
+    services: tuple[ServiceChange, ...] = ()
+    """Replica counts of services (published as `ServiceScaled` by the quota service for a
+    service its tenant has; a job id that is not a running service is skipped)."""
     description: str = ""
     """Human description."""
     removed: bool = False
@@ -568,6 +580,7 @@ __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "Policy",
     "TenantChange",
     "ClassChange",
+    "ServiceChange",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

@@ -66,7 +66,9 @@ def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
                 nodes.setdefault(info.name, info)
             case ev.NodeLost():
                 timeline.append((e.occurred_at_ms, e))
-            case ev.JobCancelled():
+            case ev.ServiceScaled() if e.correlation_id.startswith(SCHEDULE_PREFIX):
+                pass  # a time-of-day policy's replica change: decided again by the replay
+            case ev.JobCancelled() | ev.ServiceScaled():
                 timeline.append((e.occurred_at_ms, e))
             case ev.JobSubmitted(job=spec):
                 work = observed_work_s(ledger, spec.job_id)

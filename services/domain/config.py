@@ -83,10 +83,17 @@ class ConfigState:
                     # a changed schedule puts its latest fire time's values in force again
                     self.fired.pop(event.name, None)
                 self.schedules[event.name] = new
-        if event.correlation_id.startswith(SCHEDULE_PREFIX) and not isinstance(event, ScheduleConfigured):
+        if not isinstance(event, ScheduleConfigured):
+            self.note_fired(event)
+        self.digest = self._digest()
+
+    def note_fired(self, event) -> None:
+        """Record that a schedule published `event` (a configuration change or a service's
+        `ServiceScaled`, correlation id `schedule:<name>`), so it does not fire again for the
+        same time."""
+        if event.correlation_id.startswith(SCHEDULE_PREFIX):
             name = event.correlation_id[len(SCHEDULE_PREFIX):]
             self.fired[name] = max(self.fired.get(name, event.occurred_at_ms), event.occurred_at_ms)
-        self.digest = self._digest()
 
     def grace_ms(self, job_grace_s: int | None, class_name: str) -> int:
         """Checkpoint grace: the job's own, else its class's, else the policy default."""

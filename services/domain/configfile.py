@@ -32,6 +32,7 @@ from gpuledger.events import (
     PolicyConfigured,
     PriorityClassConfigured,
     ScheduleConfigured,
+    ServiceChange,
     TenantChange,
     TenantConfigured,
     derive_event_id,
@@ -114,6 +115,7 @@ def schedule_event(s: ScheduleDoc) -> ScheduleConfigured:
         ),
         priority_classes=tuple(ClassChange(name=c.name, value=c.value, preemptible=c.preemptible)
                                for c in s.priority_classes),
+        services=tuple(ServiceChange(job_id=c.job, replicas=c.replicas) for c in s.services),
     )
 
 

@@ -129,6 +129,13 @@ class ClassChangeDoc(Strict, kw_only=True):
     preemptible: bool | None = None
 
 
+class ServiceChangeDoc(Strict, kw_only=True):
+    """What a schedule changes on a service (`kind: service`): its replica count."""
+
+    job: str
+    replicas: NonNegInt
+
+
 class ScheduleDoc(Strict, kw_only=True):
     """A time-of-day policy: at every time `cron` names in `timezone`, the changes are put in
     force (published by the quota service as ordinary configuration events)."""
@@ -141,6 +148,7 @@ class ScheduleDoc(Strict, kw_only=True):
     description: str = ""
     tenants: list[TenantChangeDoc] = []
     priority_classes: list[ClassChangeDoc] = []
+    services: list[ServiceChangeDoc] = []
 
 
 def _policy_doc() -> type[msgspec.Struct]:
@@ -605,8 +613,13 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
             problem = cron_problem(s.cron, s.timezone)
             if problem is not None:
                 problems.append(f"{path}.cron: {problem}")
-        if not s.tenants and not s.priority_classes:
-            problems.append(f"{path}: a schedule changes nothing (give tenants or priority_classes)")
+        if not s.tenants and not s.priority_classes and not s.services:
+            problems.append(f"{path}: a schedule changes nothing (give tenants, priority_classes or services)")
+        for j, svc in enumerate(s.services):
+            try:
+                validate_token("job id", svc.job)
+            except ValueError as err:
+                problems.append(f"{path}.services[{j}].job: {err}")
         for j, t in enumerate(s.tenants):
             if t.name not in tenants:
                 problems.append(f"{path}.tenants[{j}].name: tenant {t.name!r} is not configured"

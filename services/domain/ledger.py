@@ -487,6 +487,7 @@ class Ledger:
             self._end_nomination(e.job_id)
 
     def _scaled(self, e: ev.ServiceScaled) -> Refusal | None:
+        self.config.note_fired(e)  # a time-of-day policy's replica change
         svc = self.jobs.get(e.job_id)
         if svc is None or svc.tenant != e.tenant:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to scale"

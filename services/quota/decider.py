@@ -27,6 +27,7 @@ from gpuledger.events import (
     Event,
     FairShareUpdated,
     PriorityClassConfigured,
+    ServiceScaled,
     TenantConfigured,
     encode,
 )
@@ -120,6 +121,15 @@ class Quota(LedgerService):
                 classes[change.name] = new
                 out.append(self._config_event(PriorityClassConfigured, new, now_ms, name, fire_ms, content,
                                               change.name))
+            for change in s.services:
+                job = state.jobs.get(change.job_id)
+                if job is None or not job.spec.is_service:
+                    continue  # not (yet) a service of this cluster: nothing to scale
+                out.append(stamp(ServiceScaled, key=f"{name}@{fire_ms}:{content}:{change.job_id}",
+                                 producer=self.producer, now_ms=now_ms,
+                                 correlation_id=f"{sched.CORRELATION_PREFIX}{name}",
+                                 causation_id=f"{name}@{fire_ms}", job_id=change.job_id,
+                                 tenant=job.tenant, replicas=change.replicas))
         return out
 
     def _config_event(self, cls, value, now_ms: int, name: str, fire_ms: int, content: str, target: str):

@@ -49,7 +49,7 @@ SERVICE_SUBJECTS = {
     "scheduler": "gl.sched.>",
     "preemption": "gl.preempt.>",
 }
-SCHEDULE_SUBJECTS = ["gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured"]
+SCHEDULE_SUBJECTS = ["gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured", "gl.scale.>"]
 """What the quota role publishes for time-of-day policies (schedules); not the rest of `gl.admin.>`
 (policy, schedules themselves), which stays the operator's."""
 FIXED = (*CONTROL_PLANE, "projector", "auditor", "admin", "gateway", "agents")

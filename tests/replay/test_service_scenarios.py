@@ -67,3 +67,41 @@ def test_a_service_with_min_available_3_of_4_loses_one_replica_not_all_to_an_urg
     after_start = [n for t, n in counts if t > 0]
     assert min(after_start) == 3 and after_start[-1] == 4  # never below min_available
     assert sorted(r.state for r in sim.ledger.replicas_of("svc")) == ["running"] * 4
+
+
+def test_a_time_of_day_policy_scales_a_service_and_training_gets_the_gpus_back_at_night():
+    """Given the seed 003 cluster with the service scaled by schedules instead of by hand
+    (6 replicas from 08:00, 3 from 20:00, simulator time 0 = 00:00 UTC), when a day passes,
+    then quota publishes one `ServiceScaled` per fire time (at 0 it catches up the fires of
+    the day before, so the night's 3 is in force), 6 replicas run by day (three training jobs
+    evicted with their checkpoints) and 3 at night (the training resumes)."""
+    import yaml
+
+    from gpuledger.replay.scenario import from_document
+
+    doc = yaml.safe_load((EXAMPLES / "inference-scale.yaml").read_text())
+    doc["name"] = "inference-by-schedule"
+    doc["timeline"] = [e for e in doc["timeline"] if "scale" not in e]
+    for e in doc["timeline"]:
+        if "resnet" in e["submit"]["id"]:
+            e["submit"]["duration"] = "30h"
+    doc["schedules"] = [
+        {"name": "peak", "cron": "0 8 * * *", "services": [{"job": "bert-sentiment-inference", "replicas": 6}]},
+        {"name": "off-peak", "cron": "0 20 * * *", "services": [{"job": "bert-sentiment-inference", "replicas": 3}]},
+    ]
+    svc, hour = "bert-sentiment-inference", 3_600_000
+
+    day = simulate(from_document(doc), check=True, until_ms=14 * hour)
+    scaled = [e for _, _, e in day.log if isinstance(e, ev.ServiceScaled)]
+    assert [(e.occurred_at_ms, e.replicas, e.correlation_id, e.producer) for e in scaled] == [
+        (0, 6, "schedule:peak", "quota/0"), (0, 3, "schedule:off-peak", "quota/0"),
+        (8 * hour, 6, "schedule:peak", "quota/0")]
+    assert replicas_running(day.ledger, svc) == [replica_id(svc, i) for i in range(6)]
+    evicted = [e for _, _, e in day.log if isinstance(e, ev.GangEvicted)]
+    assert len(evicted) == 3 and all(e.checkpointed for e in evicted)
+
+    night = simulate(from_document(doc), check=True, until_ms=22 * hour)
+    scaled = [e for _, _, e in night.log if isinstance(e, ev.ServiceScaled)]
+    assert [(e.occurred_at_ms, e.replicas) for e in scaled] == [(0, 6), (0, 3), (8 * hour, 6), (20 * hour, 3)]
+    assert replicas_running(night.ledger, svc) == [replica_id(svc, i) for i in range(3)]
+    assert sum(j.state == "running" for j in night.ledger.jobs.values() if j.job_id.startswith("resnet")) == 5

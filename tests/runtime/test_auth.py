@@ -49,7 +49,7 @@ def test_only_the_operator_has_no_limits():
 
 def test_each_role_publishes_only_its_own_subjects():
     # the quota service also publishes the configuration changes of time-of-day schedules
-    schedules = {"gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured"}
+    schedules = {"gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured", "gl.scale.>"}
     for role, subject in ROLE_SUBJECTS.items():
         extra = schedules if role == "quota" else set()
         assert events_published(role) == {subject, "gl.dead.>", *extra}

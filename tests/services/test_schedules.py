@@ -168,14 +168,23 @@ def test_the_fold_refuses_a_schedule_with_a_bad_cron_or_zone():
     ({"name": "a", "cron": "0 8 * * *", "tenants": [{"name": "training", "guarantee": 1}]},
      "schedules[0].tenants[0].guarantee: unknown key (did you mean 'guaranteed'?)"),
     ({"name": "a", "cron": "0 8 * * *", "replicas": {"svc": 6}},
-     "schedules[0].replicas: unknown key (known keys: name, cron, timezone, description, tenants, priority_classes)"),
+     "schedules[0].replicas: unknown key (known keys: name, cron, timezone, description, tenants, priority_classes, "
+     "services)"),
+    ({"name": "a", "cron": "0 8 * * *", "services": [{"job": "svc", "replica": 6}]},
+     ["schedules[0].services[0].replica: unknown key (did you mean 'replicas'?)",
+      "schedules[0].services[0]: missing required key 'replicas'"]),
+    ({"name": "a", "cron": "0 8 * * *", "services": [{"job": "a.b", "replicas": 6}]},
+     "schedules[0].services[0].job: invalid job id 'a.b': only letters, digits and _-:+@=,~ are allowed "
+     "(no '.', '*', '>', spaces)"),
+    ({"name": "a", "cron": "0 8 * * *", "services": [{"job": "svc", "replicas": -1}]},
+     "schedules[0].services[0].replicas: must be >= 0 (got -1)"),
 ])
 def test_a_bad_schedule_is_one_line_with_its_key_path(schedule, line):
     d = doc()
     d["schedules"] = [schedule]
     with pytest.raises(InputError) as err:
         validate_file(d)
-    assert err.value.problems == [line]
+    assert err.value.problems == (line if isinstance(line, list) else [line])
 
 
 def test_the_quota_role_may_publish_only_the_config_events_schedules_change():
