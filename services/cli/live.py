@@ -558,6 +558,25 @@ def submit(
     raise typer.Exit(run_on_bus(main, timeout + 10))
 
 
+def job_request_target(job_id: str, tenant: str | None, nats_url: str | None, creds: Path | None):
+    """`(access, tenant)` of a request about one job (cancel, scale): the job id and tenant
+    validated (exit 2), and without `--tenant` the tenant of a tenant's CI credential (None
+    for other identities: the tenant that submitted the job)."""
+    try:
+        ev.subjects.submit_filter(job_id)  # validates the job id
+        if tenant is not None:
+            ev.validate_tenant(tenant)
+    except ev.InvalidId as exc:
+        fail(str(exc), 2)
+    access = resolve_access(nats_url, creds)
+    if tenant is None and access.creds is not None:
+        from gpuledger.services.runtime.auth import principal_of_creds
+
+        kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
+        tenant = name if kind == "ci" else None
+    return access, tenant
+
+
 @app.command()
 def cancel(
     job_id: str = typer.Argument(...),
@@ -567,21 +586,7 @@ def cancel(
 ) -> None:
     """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
     tenant's job) is refused: exit 1 with `UnknownJob`, and nothing is published."""
-    try:
-        ev.subjects.submit_filter(job_id)  # validates the job id
-        if tenant is not None:
-            ev.validate_tenant(tenant)
-    except ev.InvalidId as exc:
-        fail(str(exc), 2)
-
-    access = resolve_access(nats_url, creds)
-
-    if tenant is None and access.creds is not None:  # a tenant's CI identity cancels in its tenant
-        from gpuledger.services.runtime.auth import principal_of_creds
-
-        kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
-        tenant = name if kind == "ci" else None
-
+    access, tenant = job_request_target(job_id, tenant, nats_url, creds)
     from gpuledger.services.runtime.client_requests import StatusQueryError, cancel_job
 
     async def main(track):
@@ -612,26 +617,15 @@ def scale(
     refused by admission (`RequestRefused`, `InvalidSpec`)."""
     from gpuledger.services.domain.stamp import stamp
 
-    try:
-        scope = ev.subjects.submit_filter(job_id)
-        if tenant is not None:
-            ev.validate_tenant(tenant)
-    except ev.InvalidId as exc:
-        fail(str(exc), 2)
+    access, tenant = job_request_target(job_id, tenant, nats_url, creds)
 
-    access = resolve_access(nats_url, creds)
-    if tenant is None and access.creds is not None:  # a tenant's CI identity scales in its tenant
-        from gpuledger.services.runtime.auth import principal_of_creds
-
-        kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
-        tenant = name if kind == "ci" else None
-
-    async def main() -> None:
+    async def main(track) -> None:
         bus = await cli_bus(access, ensure=False)
+        track(bus)
         try:
             owner = tenant
             if owner is None:
-                stored = await bus.last_message(scope)
+                stored = await bus.last_message(ev.subjects.submit_filter(job_id))
                 target = None if stored is None else ev.subjects.client_target(stored.subject)
                 owner = None if target is None else target[1]
             if owner is None:
@@ -644,7 +638,7 @@ def scale(
         finally:
             await bus.close()
 
-    asyncio.run(main())
+    run_on_bus(main)
     typer.echo(f"scale of {job_id} to {replicas} replicas requested")
 
 
