@@ -39,6 +39,15 @@ class LedgerService:
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         raise NotImplementedError
 
+    def fold_of(self, state: Ledger) -> Any:
+        """The part of the state that is a fold of the log (what a snapshot keeps): all of it."""
+        return state
+
+    def from_fold(self, fold: Any, state: Ledger) -> Ledger:
+        """The state to go on from, given a restored `fold_of` and a fresh `initial_state()`
+        (the inverse of `fold_of`)."""
+        return fold
+
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         return None
 
