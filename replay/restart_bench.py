@@ -130,10 +130,10 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
             _, host = await _ready(server, make, SnapshotPolicy(every_events=1, every_s=0.0,
                                                                 max_pause_share=1.0),
                                    until_snapshot=True)
-            seeds[name] = host
-            m = host._manifest
+            m, pause = seeds[name] = host._manifest, host._snapshot_pause_s
+            del host  # its state: one service's fold in memory at a time
             progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB pickled, "
-                     f"{m.bytes / 1e6:.1f} MB stored, pause {host._snapshot_pause_s:.2f}s")
+                     f"{m.bytes / 1e6:.1f} MB stored, pause {pause:.2f}s")
         await _publish(bus.nc, entries[n - tail:])
         await _wait_for_seq(bus, n)
         out: dict[str, Any] = {}
@@ -141,7 +141,7 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
             full_s, full = await _ready(server, make, SnapshotPolicy(enabled=False))
             snap_s, snap = await _ready(server, make, SnapshotPolicy(every_events=10**12,
                                                                      every_s=1e12))
-            m = seeds[name]._manifest
+            m, pause = seeds[name]
             out[name] = {
                 "ready_s": round(snap_s, 3),
                 "ready_s_full_refold": round(full_s, 3),
@@ -151,10 +151,11 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
                 "folded_full_refold": full.stats.folded,
                 "snapshot_raw_bytes": m.raw_bytes,
                 "snapshot_bytes": m.bytes,
-                "snapshot_pause_s": round(seeds[name]._snapshot_pause_s, 3),
+                "snapshot_pause_s": round(pause, 3),
             }
             progress(f"{name}: ready {snap_s:.2f}s from the snapshot (+{snap.stats.folded:,} "
                      f"events), {full_s:.2f}s by a full refold ({full.stats.folded:,})")
+            del full, snap
         await bus.close()
     return out
 
