@@ -161,7 +161,7 @@ def restart_bench(
     N events, with a snapshot and by a full refold, in the same run (goal: <= 3 s at 1 M)."""
     import json
 
-    from gpuledger.replay.restart_bench import run_restart_bench
+    from gpuledger.projections.restart_bench import run_restart_bench
 
     result = run_restart_bench(events, tail, progress=lambda m: typer.echo(m, err=True))
     text = json.dumps(result, indent=2)

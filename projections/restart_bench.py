@@ -17,7 +17,8 @@ quota, scheduler, preemption, the simulated node agent), in one process, one aft
 
 Ready = connect + load + fold + first `decide` returned. The measured decides return nothing
 (their output is discarded), so every measurement sees the same log. `ratio` is
-`ready_s_full_refold / ready_s`.
+`ready_s_full_refold / ready_s`. (It lives next to `projections/bench.py`, whose synthetic
+log it replays: replay/ may not import projections/, which imports replay/.)
 """
 
 from __future__ import annotations
