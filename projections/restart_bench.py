@@ -7,8 +7,9 @@ then the tail of T = min(N // 10, the default snapshot interval) events, the mos
 folds after its last snapshot under the default `SnapshotPolicy`. For each service (admission,
 quota, scheduler, preemption, the simulated node agent), in one process, one after another:
 
-1. seed: a host folds the first part and saves its snapshot (not timed as ready; the pickle
-   pause, stored size and write time are reported);
+1. seed: a host of the first service folds the first part and saves its snapshot (not timed
+   as ready; the pickle pause and stored size are reported); the same fold is saved as each
+   other service's snapshot (every one of them folds the same `Ledger`), by the host's code;
 2. the tail is published (once, before the first service's step 3);
 3. `ready_s_full_refold`: a host with snapshots off connects, folds all N events and makes its
    first decide;
@@ -111,6 +112,7 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
     from gpuledger import events as ev
     from gpuledger.projections.bench import synthetic_log
     from gpuledger.services.runtime.bus import Bus
+    from gpuledger.services.runtime.host import Host, open_snapshots
     from gpuledger.services.runtime.nats_server import EmbeddedNats
     from gpuledger.services.runtime.snapshots import SnapshotPolicy, snapshot_bucket
 
@@ -127,14 +129,21 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
         progress(f"published {len(head):,} events in {time.perf_counter() - t0:.1f}s")
         services = _services(nodes)
         seeds: dict[str, Any] = {}
+        often = SnapshotPolicy(every_events=1, every_s=0.0, max_pause_share=1.0)
+        first = next(iter(services))
+        _, seed = await _ready(server, services[first], often, until_snapshot=True)
         for name, make in services.items():
-            _, host = await _ready(server, make, SnapshotPolicy(every_events=1, every_s=0.0,
-                                                                max_pause_share=1.0),
-                                   until_snapshot=True)
+            host = seed
+            if name != first:  # the same fold (every one is a LedgerService): saved as its own
+                host = Host(make(), bus, snapshots=await open_snapshots(bus, make(), _Quiet()),
+                            snapshot_policy=often)
+                host.state, host.folded_seq = seed.state, seed.folded_seq
+                host._maybe_snapshot()
+                await host._snapshot_task
             m, pause = seeds[name] = host._manifest, host._snapshot_pause_s
-            del host  # its state: one service's fold in memory at a time
             progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB pickled, "
                      f"{m.bytes / 1e6:.1f} MB stored, pause {pause:.2f}s")
+        del seed, host
         await _publish(bus.nc, entries[n - tail:])
         await _wait_for_seq(bus, n)
         out: dict[str, Any] = {}
