@@ -37,6 +37,10 @@ payload is cut into chunks under the service's own key prefix, `KEY.<slot>.<i>` 
 `name.instance` for node agents) naming its slot: a crash mid-write leaves the manifest on
 the previous, intact slot, and chunks left over from a longer earlier snapshot are deleted.
 NATS permissions then confine each service to `KEY` and `KEY.>`.
+
+The projector has no snapshot here: it commits the last sequence it applied in the same
+DuckDB transaction as its rows (projections/nats_source.py) and resumes after it; that
+committed sequence is its checkpoint.
 """
 
 from __future__ import annotations
