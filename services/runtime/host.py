@@ -34,8 +34,8 @@ Invariants:
 Snapshots (services/runtime/snapshots.py): with a `SnapshotStore`, the host first loads the
 service's snapshot, checks it against the stream (one `host.snapshot_ignored` line and a full
 refold if anything is wrong) and folds only the messages after its sequence. Once caught up,
-with no dead letter pending, right after a decision was published (or before an idle sleep),
-it saves one when `SnapshotPolicy` says so: the fold is pickled on the loop (a pause the
+with no dead letter pending, right after a decide's events were published (the leader only,
+where a lease is used), it saves one when `SnapshotPolicy` says so: the fold is pickled on the loop (a pause the
 policy keeps to a small share of the time: the state must not change meanwhile), compressed
 in a thread and written in the background, one write at a time; deciding goes on. A failed
 write is logged and retried at the next due point. A service offers snapshots by having
@@ -234,9 +234,10 @@ class Host:
                       bytes=manifest.bytes, seconds=round(time.monotonic() - started, 3))
 
     def _maybe_snapshot(self) -> None:
-        """Save the fold if due (caught up, our output folded, no dead letter pending)."""
+        """Save the fold if due (caught up, no dead letter pending; the leader only, where a
+        lease is used, so replicas do not write one key at once)."""
         store, policy = self.snapshots, self.snapshot_policy
-        if store is None or not policy.enabled or self._pending_dead:
+        if store is None or not policy.enabled or self._pending_dead or not self.may_decide:
             return
         if self._snapshot_task is not None and not self._snapshot_task.done():
             return  # one write at a time
@@ -275,7 +276,11 @@ class Host:
             info = await self.bus.stream_info()
             fields["stream_first_seq"] = info.state.first_seq if info.state.messages else 0
             fields["stream_created"] = str(info.created or "")
-            self._manifest = await store.save(fields, data, digest, self._manifest)
+            try:  # the slot not in use now (another replica may have written since)
+                current = await store.manifest()
+            except Unusable:
+                current = None
+            self._manifest = await store.save(fields, data, digest, current)
         except _BUS_ERRORS as err:
             self.stats.snapshot_errors += 1
             self.log.warning("host.snapshot_failed", seq=fields["seq"], error=_text(err))
@@ -337,8 +342,6 @@ class Host:
                     self._maybe_snapshot()  # after publishing: the decision is not delayed
                     if produced_new:
                         continue  # fold our own output before deciding again
-                else:
-                    self._maybe_snapshot()
                 # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
                 delivery = await self._sleep_until_message_or_wakeup(follower)
                 if delivery is None:
