@@ -35,9 +35,10 @@ Snapshots (services/runtime/snapshots.py): with a `SnapshotStore`, the host firs
 service's snapshot, checks it against the stream (one `host.snapshot_ignored` line and a full
 refold if anything is wrong) and folds only the messages after its sequence. Once caught up,
 with no dead letter pending, right after a decide's events were published (the leader only,
-where a lease is used), it saves one when `SnapshotPolicy` says so: the fold is pickled on the loop (a pause the
-policy keeps to a small share of the time: the state must not change meanwhile), compressed
-in a thread and written in the background, one write at a time; deciding goes on. A failed
+where a lease is used), it saves one when `SnapshotPolicy` says so: a forked child pickles and compresses the fold
+as it was at the fork (copy-on-write; the loop pauses only for `fork()`, a pause the policy
+also keeps to a small share of the time), and the chunks are written in the background, one
+snapshot at a time; deciding goes on. A failed
 write is logged and retried at the next due point. A service offers snapshots by having
 `fold_of(state)` / `from_fold(fold, state)` (services/domain/deciding.py).
 """
@@ -64,12 +65,11 @@ from gpuledger.services.domain.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from gpuledger.services.runtime.lease import Lease, lease_bucket
 from gpuledger.services.runtime.snapshots import (
+    Encoding,
     SnapshotPolicy,
     SnapshotStore,
     Unusable,
-    compress,
     config_digest,
-    dumps,
     loads,
     snapshot_bucket,
     snapshot_key,
@@ -252,8 +252,8 @@ class Host:
         t0 = time.monotonic()
         fold = self.service.fold_of(self.state)
         try:
-            raw = dumps(fold)
-        except Exception as err:  # noqa: BLE001 - a state that does not pickle: log, go on
+            encoding = Encoding(fold)  # a forked child encodes; the loop pauses for the fork
+        except Exception as err:  # noqa: BLE001 - no fork, or a state that does not pickle
             self.stats.snapshot_errors += 1
             self.log.error("host.snapshot_failed", seq=self.folded_seq, error=_text(err))
             self._snapshot_at = time.monotonic()
@@ -261,18 +261,24 @@ class Host:
         self._snapshot_pause_s = time.monotonic() - t0
         self._snapshot_at = time.monotonic()
         fields = {"service": self.service.name, "instance": self.service.instance,
-                  "seq": self.folded_seq, "config_digest": config_digest(fold),
-                  "raw_bytes": len(raw)}
-        self._snapshot_task = asyncio.create_task(self._write_snapshot(fields, raw),
+                  "seq": self.folded_seq, "config_digest": config_digest(fold)}
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(fields, encoding),
                                                   name=f"snapshot-{self.service.name}")
 
-    async def _write_snapshot(self, fields: dict[str, Any], raw: bytes) -> None:
+    async def _write_snapshot(self, fields: dict[str, Any], encoding: Encoding) -> None:
         store = self.snapshots
         assert store is not None
         t0 = time.monotonic()
         try:
-            data, digest = await asyncio.to_thread(compress, raw)
-            del raw
+            try:
+                fields["raw_bytes"], data, digest = await asyncio.to_thread(encoding.result)
+            except asyncio.CancelledError:
+                encoding.kill()
+                raise
+            except RuntimeError as err:
+                self.stats.snapshot_errors += 1
+                self.log.error("host.snapshot_failed", seq=fields["seq"], error=_text(err))
+                return
             info = await self.bus.stream_info()
             fields["stream_first_seq"] = info.state.first_seq if info.state.messages else 0
             fields["stream_created"] = str(info.created or "")

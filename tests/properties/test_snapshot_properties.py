@@ -138,3 +138,27 @@ def test_an_incompatible_or_damaged_snapshot_is_unusable() -> None:
         snapshots.loads(junk, msgspec.structs.replace(good, bytes=len(junk), digest=junk_digest))
     with pytest.raises(snapshots.Unusable, match="configuration digest"):
         snapshots.check_state(msgspec.structs.replace(good, config_digest="other"), ledger)
+
+
+def test_the_forked_encoding_is_the_inline_one() -> None:
+    log = simulate(from_document(document(
+        [{"tenant": "a", "class": "train", "shape": {"gpus": 2, "replicas": 2}, "duration_s": 60,
+          "at_s": 0}], {"preemption_scope": "tenant", "min_runtime_s": 0, "reservation_after_s": 0,
+                        "placement_policy": "default", "default_grace_s": 30}, [], (None, None)))).log
+    ledger = Ledger()
+    for seq, _, e in log:
+        ledger.apply(seq, e)
+    encoding = snapshots.Encoding(ledger)
+    late = ev.JobSubmitted(job=ev.JobSpec(job_id="late", tenant="a", resources=ev.Resources(gpus=1)))
+    ledger.apply(len(log) + 1, late)  # what changes after the fork is not in the snapshot
+    raw_bytes, data, digest_ = encoding.result()
+    manifest = snapshots.Manifest(
+        format=snapshots.FORMAT, schema=snapshots.schema(), service="scheduler", instance="0",
+        seq=len(log), stream_first_seq=1, stream_created="t", config_digest="",
+        raw_bytes=raw_bytes, bytes=len(data), digest=digest_, slot="a", chunks=1,
+        chunk_bytes=len(data), saved_ms=0)
+    restored = snapshots.loads(data, manifest)
+    fresh = Ledger()
+    for seq, _, e in log:
+        fresh.apply(seq, e)
+    assert digest(restored) == digest(fresh) != digest(ledger)
