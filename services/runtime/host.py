@@ -35,11 +35,10 @@ Snapshots (services/runtime/snapshots.py): with a `SnapshotStore`, the host firs
 service's snapshot, checks it against the stream (one `host.snapshot_ignored` line and a full
 refold if anything is wrong) and folds only the messages after its sequence. Once caught up,
 with no dead letter pending, right after a decide's events were published (the leader only,
-where a lease is used), it saves one when `SnapshotPolicy` says so: a forked child pickles and compresses the fold
-as it was at the fork (copy-on-write; the loop pauses only for `fork()`, a pause the policy
-also keeps to a small share of the time), and the chunks are written in the background, one
-snapshot at a time; deciding goes on. A failed
-write is logged and retried at the next due point. A service offers snapshots by having
+where a lease is used), it saves one when `SnapshotPolicy` says so (its cost kept to a small share of a core): a
+forked child pickles and compresses the fold as it was at the fork (copy-on-write; the loop
+pauses only for `fork()`), and the chunks are written in the background, one snapshot at a
+time; deciding goes on. A failed write is logged and retried at the next due point. A service offers snapshots by having
 `fold_of(state)` / `from_fold(fold, state)` (services/domain/deciding.py).
 """
 
@@ -152,6 +151,7 @@ class Host:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._snapshot_at = time.monotonic()
         self._snapshot_pause_s = 0.0
+        self._snapshot_cost_s = 0.0
         self._manifest: Any = None
         self.lease = lease
         self.bus = bus
@@ -247,8 +247,8 @@ class Host:
         since = time.monotonic() - self._snapshot_at
         if new < policy.every_events and since < policy.every_s:
             return
-        if since < self._snapshot_pause_s / max(policy.max_pause_share, 1e-6):
-            return  # the last pickling was long: keep pauses a small share of the time
+        if since < self._snapshot_cost_s / max(policy.max_cost_share, 1e-6):
+            return  # the last encoding was long: keep snapshots a small share of a core
         t0 = time.monotonic()
         fold = self.service.fold_of(self.state)
         try:
@@ -272,6 +272,7 @@ class Host:
         try:
             try:
                 fields["raw_bytes"], data, digest = await asyncio.to_thread(encoding.result)
+                self._snapshot_cost_s = max(self._snapshot_pause_s, time.monotonic() - t0)
             except asyncio.CancelledError:
                 encoding.kill()
                 raise
@@ -296,6 +297,7 @@ class Host:
         self.log.info("host.snapshot_saved", key=store.key, seq=fields["seq"],
                       raw_bytes=fields["raw_bytes"], bytes=len(data),
                       pause_s=round(self._snapshot_pause_s, 3),
+                      encode_s=round(self._snapshot_cost_s, 3),
                       seconds=round(time.monotonic() - t0, 3))
 
     async def _refuse(self, reason: str) -> None:

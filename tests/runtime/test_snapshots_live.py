@@ -26,7 +26,7 @@ from tests.runtime.test_host import eventually, running, settle
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 NOW_MS = 10**13  # a fixed clock: both decides compared below see the same time
-OFTEN = SnapshotPolicy(every_events=1, every_s=0.0, max_pause_share=1.0)
+OFTEN = SnapshotPolicy(every_events=1, every_s=0.0, max_cost_share=1e9)
 
 
 @pytest.fixture
