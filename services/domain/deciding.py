@@ -45,7 +45,9 @@ class LedgerService:
 
     def from_fold(self, fold: Any, state: Ledger) -> Ledger:
         """The state to go on from, given a restored `fold_of` and a fresh `initial_state()`
-        (the inverse of `fold_of`)."""
+        (the inverse of `fold_of`). TypeError for anything else than a `Ledger`."""
+        if not isinstance(fold, Ledger):
+            raise TypeError(f"a {type(fold).__name__}, not a Ledger")
         return fold
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:

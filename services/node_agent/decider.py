@@ -179,6 +179,8 @@ class AgentDecider(LedgerService):
         return AgentFold(state.ledger, state.ended_ms, state.cancelled_ms, state.last_metrics_ms)
 
     def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]
+        if not isinstance(fold, AgentFold) or not isinstance(fold.ledger, Ledger):
+            raise TypeError(f"a {type(fold).__name__}, not an AgentFold")  # before any change
         state.ledger, state.ended_ms, state.cancelled_ms = fold.ledger, fold.ended_ms, fold.cancelled_ms
         state.last_metrics_ms = fold.last_metrics_ms
         return state

@@ -219,7 +219,10 @@ class Host:
                            last_seq=info.state.last_seq, created=str(info.created or ""))
             fold = loads(await store.payload(manifest), manifest)
             check_snapshot_state(manifest, fold)
-            state = self.service.from_fold(fold, self.state)
+            try:
+                state = self.service.from_fold(fold, self.state)
+            except Exception as err:  # noqa: BLE001 - e.g. another service's kind of fold
+                raise Unusable(f"does not fit this service: {_text(err)}") from None
         except Unusable as why:
             self.log.warning("host.snapshot_ignored", key=store.key, reason=str(why),
                              action="folding the whole log")

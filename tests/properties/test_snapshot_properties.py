@@ -162,3 +162,17 @@ def test_the_forked_encoding_is_the_inline_one() -> None:
     for seq, _, e in log:
         fresh.apply(seq, e)
     assert digest(restored) == digest(fresh) != digest(ledger)
+
+
+def test_a_fold_of_another_kind_does_not_fit() -> None:
+    import pytest
+
+    from gpuledger.services.scheduler.decider import Scheduler
+
+    agent = AgentDecider("n1")
+    with pytest.raises(TypeError):
+        Scheduler().from_fold(agent.fold_of(agent.initial_state()), Ledger())
+    state = agent.initial_state()
+    with pytest.raises(TypeError):
+        agent.from_fold(Ledger(), state)
+    assert state.ledger.last_seq == 0 and state.ended_ms == {}  # unchanged
