@@ -127,16 +127,24 @@ async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
     await bus.close()
 
 
-async def test_a_service_writes_and_reads_only_its_own_snapshot(nats_server, admin_bus) -> None:
+@pytest.mark.parametrize(("principal", "own", "other"), [
+    ("scheduler", "scheduler", "quota"),
+    ("node:n1", "node-agent.n1", "node-agent.n2"),
+    ("agents", "node-agent.sim", "scheduler"),
+])
+async def test_a_service_writes_and_reads_only_its_own_snapshot(
+        nats_server, admin_bus, principal, own, other) -> None:
+    if principal.startswith("node:"):
+        nats_server.add_principals(principal)
     kv_admin = await snapshot_bucket(admin_bus)
-    await kv_admin.put("quota", b"{}")
-    bus = await Bus.connect(nats_server.url, **nats_server.client_options("scheduler"))
+    await kv_admin.put(other, b"{}")
+    bus = await Bus.connect(nats_server.url, **nats_server.client_options(principal))
     try:
         kv = await snapshot_bucket(bus)
-        await kv.put("scheduler", b"{}")
-        await kv.put("scheduler.a.0", b"chunk")
-        assert (await kv.get("scheduler.a.0")).value == b"chunk"
-        for attempt in (kv.put("quota", b"x"), kv.put("quota.a.0", b"x"), kv.get("quota")):
+        await kv.put(own, b"{}")
+        await kv.put(f"{own}.a.0", b"chunk")
+        assert (await kv.get(f"{own}.a.0")).value == b"chunk"
+        for attempt in (kv.put(other, b"x"), kv.put(f"{other}.a.0", b"x"), kv.get(other)):
             with pytest.raises((nats.errors.Error, nats.js.errors.Error, TimeoutError)):
                 await asyncio.wait_for(attempt, 3)
         with pytest.raises((nats.errors.Error, nats.js.errors.Error, TimeoutError)):
@@ -144,4 +152,4 @@ async def test_a_service_writes_and_reads_only_its_own_snapshot(nats_server, adm
     finally:
         with contextlib.suppress(Exception):
             await bus.close()
-    assert (await kv_admin.get("quota")).value == b"{}"
+    assert (await kv_admin.get(other)).value == b"{}"
