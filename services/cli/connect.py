@@ -47,7 +47,7 @@ def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DAT
 async def cli_bus(access, ensure: bool = True):
     """A bus for a one-shot command: a few quick connection attempts, then a clear error
     (services, unlike commands, retry forever). `ensure` creates or updates the stream
-    (the operator's right only)."""
+    and the lease and snapshot buckets (the operator's right only)."""
     import nats.errors
 
     from gpuledger.services.runtime.auth import AuthError
@@ -67,10 +67,12 @@ async def cli_bus(access, ensure: bool = True):
         fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
     if ensure:
         from gpuledger.services.runtime.lease import lease_bucket
+        from gpuledger.services.runtime.snapshots import snapshot_bucket
 
         try:
             await bus.ensure_stream()
             await lease_bucket(bus)  # services may use their own lease key, not create the bucket
+            await snapshot_bucket(bus, create=True)  # likewise their own snapshot keys
         except (TimeoutError, nats.errors.Error):
             if bus.denied:
                 fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "

@@ -39,6 +39,17 @@ class LedgerService:
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         raise NotImplementedError
 
+    def fold_of(self, state: Ledger) -> Any:
+        """The part of the state that is a fold of the log (what a snapshot keeps): all of it."""
+        return state
+
+    def from_fold(self, fold: Any, state: Ledger) -> Ledger:
+        """The state to go on from, given a restored `fold_of` and a fresh `initial_state()`
+        (the inverse of `fold_of`). TypeError for anything else than a `Ledger`."""
+        if not isinstance(fold, Ledger):
+            raise TypeError(f"a {type(fold).__name__}, not a Ledger")
+        return fold
+
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         return None
 

@@ -208,6 +208,13 @@ class RealAgent:
     def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:
         return self.core.evolve(state, seq, event)
 
+    def fold_of(self, state: AgentState):
+        return self.core.fold_of(state)
+
+    def from_fold(self, fold, state: AgentState) -> AgentState:
+        """A restored fold on top of this node's local facts (inventory, adopted members)."""
+        return self.core.from_fold(fold, state)
+
     def decide(self, state: AgentState, now_ms: int) -> list[Event]:
         self._observe(state, now_ms)
         effects = self.core.plan(state, now_ms)

@@ -91,6 +91,20 @@ class AgentState:
         return self.ledger.last_seq
 
 
+@dataclass
+class AgentFold:
+    """The folded part of `AgentState` (what a snapshot keeps)."""
+
+    ledger: Ledger
+    ended_ms: dict[str, int]
+    cancelled_ms: dict[str, int]
+    last_metrics_ms: int | None
+
+    @property
+    def last_seq(self) -> int:
+        return self.ledger.last_seq
+
+
 # ---------------------------------------------------------------------- effects
 
 
@@ -157,6 +171,18 @@ class AgentDecider(LedgerService):
                 state.cancelled_ms.setdefault(event.job_id, event.occurred_at_ms)
         elif isinstance(event, GpuMetricsReported) and event.node == self.node_name:
             state.last_metrics_ms = max(state.last_metrics_ms or 0, event.occurred_at_ms)
+        return state
+
+    def fold_of(self, state: AgentState) -> AgentFold:  # type: ignore[override]
+        """What the agent folded from the log (the rest of `AgentState` is local: the
+        inventory, what the executor reported, telemetry samples)."""
+        return AgentFold(state.ledger, state.ended_ms, state.cancelled_ms, state.last_metrics_ms)
+
+    def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]
+        if not isinstance(fold, AgentFold) or not isinstance(fold.ledger, Ledger):
+            raise TypeError(f"a {type(fold).__name__}, not an AgentFold")  # before any change
+        state.ledger, state.ended_ms, state.cancelled_ms = fold.ledger, fold.ended_ms, fold.cancelled_ms
+        state.last_metrics_ms = fold.last_metrics_ms
         return state
 
     # ------------------------------------------------------------------ helpers

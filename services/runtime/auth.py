@@ -11,7 +11,9 @@ Invariants:
 - no anonymous access: the server config lists users only (no `no_auth_user`);
 - a principal publishes only its own subjects (events/subjects.py names the producer in every
   subject) and calls only the JetStream API it needs; only `admin` may create, update, purge
-  or delete a stream (the log and the lease bucket);
+  or delete a stream (the log, the lease and snapshot buckets);
+- a service writes and reads only its own snapshot (`SNAPSHOT_BUCKET`, its key and the chunk
+  keys under it: services/runtime/snapshots.py), by direct gets of those keys only;
 - a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>`,
   `gl.scale.<tenant>.>` (its services' replica counts) and asks `glq.job.<tenant>.>` (its own
   jobs' status); it cannot read the stream; scaling is otherwise the admin's;
@@ -40,6 +42,7 @@ SERVER_CONF = "nats.conf"
 LEASE_BUCKET = "gpuledger-leases"
 PROJECTOR_DURABLE = "projector"
 """The projector's durable consumer (projections/nats_source.py DURABLE)."""
+SNAPSHOT_BUCKET = "gpuledger-snapshots"
 
 CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
 """Roles whose decisions are fenced by a leader lease."""
@@ -90,6 +93,15 @@ def _lease_user(role: str) -> list[str]:
     ]
 
 
+def _snapshot_user(key: str) -> list[str]:
+    """A service's own snapshot key `key` and its chunks `key.>` (the bucket is created by
+    admin): writes to them, direct gets of them, the bucket's stream info. Nothing else of
+    the bucket: no other key, no consumer (no watch or listing), no purge."""
+    kv, prefix = f"KV_{SNAPSHOT_BUCKET}", f"$KV.{SNAPSHOT_BUCKET}.{key}"
+    return [prefix, f"{prefix}.>", f"$JS.API.STREAM.INFO.{kv}",
+            f"$JS.API.DIRECT.GET.{kv}.{prefix}", f"$JS.API.DIRECT.GET.{kv}.{prefix}.>"]
+
+
 def permissions(principal: str) -> dict[str, Any] | None:
     """The server-side permissions of `principal` (None: everything, the operator)."""
     kind, _, name = principal.partition(":")
@@ -97,7 +109,8 @@ def permissions(principal: str) -> dict[str, Any] | None:
     if principal == "admin":
         return None
     if principal in SERVICE_SUBJECTS:
-        pub = [SERVICE_SUBJECTS[principal], "gl.dead.>", *reader, *_lease_user(principal)]
+        pub = [SERVICE_SUBJECTS[principal], "gl.dead.>", *reader, *_lease_user(principal),
+               *_snapshot_user(principal)]
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
@@ -105,9 +118,11 @@ def permissions(principal: str) -> dict[str, Any] | None:
             pub += SCHEDULE_SUBJECTS  # time-of-day policies: only the two config events they change
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
-        return {"publish": ["gl.node.>", "gl.dead.>", *reader], "subscribe": []}
+        return {"publish": ["gl.node.>", "gl.dead.>", *reader, *_snapshot_user("node-agent.*")],
+                "subscribe": []}
     if kind == "node":
-        return {"publish": [f"gl.node.{name}.>", "gl.dead.>", *reader], "subscribe": []}
+        return {"publish": [f"gl.node.{name}.>", "gl.dead.>", *reader,
+                            *_snapshot_user(f"node-agent.{name}")], "subscribe": []}
     if principal == "projector":  # its own durable consumer only (projections/nats_source.py)
         durable = [f"$JS.API.CONSUMER.{op}.{STREAM}.{PROJECTOR_DURABLE}"
                    for op in ("DURABLE.CREATE", "CREATE", "DELETE", "MSG.NEXT")]

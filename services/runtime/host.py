@@ -30,6 +30,16 @@ Invariants:
   the next message or wakeup, while folding goes on; a decided event that cannot be published
   (no valid subject) is skipped and logged once per event id, never retried in a loop.
 - logging cannot raise (`services.runtime.logging`), and no log call passes `event=`.
+
+Snapshots (services/runtime/snapshots.py): with a `SnapshotStore`, the host first loads the
+service's snapshot, checks it against the stream (one `host.snapshot_ignored` line and a full
+refold if anything is wrong) and folds only the messages after its sequence. Once caught up,
+with no dead letter pending, right after a decide's events were published (the leader only,
+where a lease is used), it saves one when `SnapshotPolicy` says so (its cost kept to a small share of a core): a
+forked child pickles and compresses the fold as it was at the fork (copy-on-write; the loop
+pauses only for `fork()`), and the chunks are written in the background, one snapshot at a
+time; deciding goes on. A failed write is logged and retried at the next due point. A service offers snapshots by having
+`fold_of(state)` / `from_fold(fold, state)` (services/domain/deciding.py).
 """
 
 from __future__ import annotations
@@ -54,6 +64,18 @@ from gpuledger.services.domain.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from gpuledger.services.runtime.lease import Lease, lease_bucket
 from gpuledger.services.runtime.metrics import DurationHistogram
+from gpuledger.services.runtime.snapshots import (
+    Encoding,
+    SnapshotPolicy,
+    SnapshotStore,
+    Unusable,
+    config_digest,
+    loads,
+    snapshot_bucket,
+    snapshot_key,
+)
+from gpuledger.services.runtime.snapshots import check as check_snapshot
+from gpuledger.services.runtime.snapshots import check_state as check_snapshot_state
 
 Clock = Callable[[], int]
 PAYLOAD_HEAD_CHARS = 200
@@ -81,6 +103,11 @@ class HostStats:
     """`DeadLettered` events this host recorded in the log (another host may record one first)."""
     decide_seconds: DurationHistogram = field(default_factory=DurationHistogram)
     """Wall-clock duration of every `decide` call (services/runtime/metrics.py exports it)."""
+    restored_seq: int = 0
+    """Sequence of the snapshot the host started from (0: it folded the whole log)."""
+    snapshots_saved: int = 0
+    snapshot_errors: int = 0
+    last_snapshot_seq: int = 0
 
 
 def _text(err: BaseException, limit: int = 300) -> str:
@@ -120,8 +147,17 @@ class Host:
         stall_log_s: float = 5.0,
         retry_backoff_s: float = 0.5,
         lease: Lease | None = None,
+        snapshots: SnapshotStore | None = None,
+        snapshot_policy: SnapshotPolicy | None = None,
     ) -> None:
         self.service = service
+        self.snapshots = snapshots if hasattr(service, "fold_of") else None
+        self.snapshot_policy = snapshot_policy or SnapshotPolicy()
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshot_at = time.monotonic()
+        self._snapshot_pause_s = 0.0
+        self._snapshot_cost_s = 0.0
+        self._manifest: Any = None
         self.lease = lease
         self.bus = bus
         self.clock = clock
@@ -160,6 +196,8 @@ class Host:
     # ------------------------------------------------------------------ main loop
 
     async def run(self) -> None:
+        if self.snapshots is not None and self.snapshot_policy.enabled:
+            await self._restore()
         follower = await self._open_follower()
         try:
             await self._loop(follower)
@@ -167,6 +205,111 @@ class Host:
             await self._refuse(str(gap))
         finally:
             await follower.close()
+            if self._snapshot_task is not None:
+                self._snapshot_task.cancel()
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def _restore(self) -> None:
+        """Start from the service's snapshot if it checks out; else one line, full refold."""
+        store = self.snapshots
+        assert store is not None
+        started = time.monotonic()
+        try:
+            manifest = await store.manifest()
+            if manifest is None:
+                self.log.info("host.no_snapshot", key=store.key)
+                return
+            self._manifest = manifest
+            info = await self.bus.stream_info()
+            check_snapshot(manifest, name=self.service.name, instance=self.service.instance,
+                           first_seq=info.state.first_seq if info.state.messages else 0,
+                           last_seq=info.state.last_seq, created=str(info.created or ""))
+            fold = loads(await store.payload(manifest), manifest)
+            check_snapshot_state(manifest, fold)
+            try:
+                state = self.service.from_fold(fold, self.state)
+            except Exception as err:  # noqa: BLE001 - e.g. another service's kind of fold
+                raise Unusable(f"does not fit this service: {_text(err)}") from None
+        except Unusable as why:
+            self.log.warning("host.snapshot_ignored", key=store.key, reason=str(why),
+                             action="folding the whole log")
+            return
+        except _BUS_ERRORS as err:
+            self.log.warning("host.snapshot_ignored", key=store.key,
+                             reason=f"cannot read it: {_text(err)}", action="folding the whole log")
+            return
+        self.state = state
+        self.folded_seq = self.stats.restored_seq = self.stats.last_snapshot_seq = manifest.seq
+        self.log.info("host.snapshot_loaded", key=store.key, seq=manifest.seq,
+                      bytes=manifest.bytes, seconds=round(time.monotonic() - started, 3))
+
+    def _maybe_snapshot(self) -> None:
+        """Save the fold if due (caught up, no dead letter pending; the leader only, where a
+        lease is used, so replicas do not write one key at once)."""
+        store, policy = self.snapshots, self.snapshot_policy
+        if store is None or not policy.enabled or self._pending_dead or not self.may_decide:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return  # one write at a time
+        new = self.folded_seq - self.stats.last_snapshot_seq
+        if new <= 0:
+            return
+        since = time.monotonic() - self._snapshot_at
+        if new < policy.every_events and since < policy.every_s:
+            return
+        if since < self._snapshot_cost_s / max(policy.max_cost_share, 1e-6):
+            return  # the last encoding was long: keep snapshots a small share of a core
+        t0 = time.monotonic()
+        fold = self.service.fold_of(self.state)
+        try:
+            encoding = Encoding(fold)  # a forked child encodes; the loop pauses for the fork
+        except Exception as err:  # noqa: BLE001 - no fork, or a state that does not pickle
+            self.stats.snapshot_errors += 1
+            self.log.error("host.snapshot_failed", seq=self.folded_seq, error=_text(err))
+            self._snapshot_at = time.monotonic()
+            return
+        self._snapshot_pause_s = time.monotonic() - t0
+        self._snapshot_at = time.monotonic()
+        fields = {"service": self.service.name, "instance": self.service.instance,
+                  "seq": self.folded_seq, "config_digest": config_digest(fold)}
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(fields, encoding),
+                                                  name=f"snapshot-{self.service.name}")
+
+    async def _write_snapshot(self, fields: dict[str, Any], encoding: Encoding) -> None:
+        store = self.snapshots
+        assert store is not None
+        t0 = time.monotonic()
+        try:
+            try:
+                fields["raw_bytes"], data, digest = await asyncio.to_thread(encoding.result)
+                self._snapshot_cost_s = max(self._snapshot_pause_s, time.monotonic() - t0)
+            except asyncio.CancelledError:
+                encoding.kill()
+                raise
+            except RuntimeError as err:
+                self.stats.snapshot_errors += 1
+                self.log.error("host.snapshot_failed", seq=fields["seq"], error=_text(err))
+                return
+            info = await self.bus.stream_info()
+            fields["stream_first_seq"] = info.state.first_seq if info.state.messages else 0
+            fields["stream_created"] = str(info.created or "")
+            try:  # the slot not in use now (another replica may have written since)
+                current = await store.manifest()
+            except Unusable:
+                current = None
+            self._manifest = await store.save(fields, data, digest, current)
+        except _BUS_ERRORS as err:
+            self.stats.snapshot_errors += 1
+            self.log.warning("host.snapshot_failed", seq=fields["seq"], error=_text(err))
+            return
+        self.stats.snapshots_saved += 1
+        self.stats.last_snapshot_seq = fields["seq"]
+        self.log.info("host.snapshot_saved", key=store.key, seq=fields["seq"],
+                      raw_bytes=fields["raw_bytes"], bytes=len(data),
+                      pause_s=round(self._snapshot_pause_s, 3),
+                      encode_s=round(self._snapshot_cost_s, 3),
+                      seconds=round(time.monotonic() - t0, 3))
 
     async def _refuse(self, reason: str) -> None:
         """Never decide from a partial log: say so once, then only wait to be stopped."""
@@ -202,9 +345,10 @@ class Host:
         damage = await self._damage()
         if damage is not None:
             raise StreamGap(damage)
-        caught_up = target == 0
+        caught_up = target <= self.folded_seq
         if caught_up:
-            self.log.info("host.folded", seq=0, events=0, seconds=0.0)
+            self.log.info("host.folded", seq=self.folded_seq, from_seq=self.stats.restored_seq,
+                          events=0, seconds=0.0)
         while True:
             if caught_up and self.folded_seq >= self._awaiting_seq:
                 if self._pending_dead:
@@ -215,6 +359,7 @@ class Host:
                     if produced_new is None:  # bus trouble: back off, then decide again
                         await asyncio.sleep(self.retry_backoff_s)
                         continue
+                    self._maybe_snapshot()  # after publishing: the decision is not delayed
                     if produced_new:
                         continue  # fold our own output before deciding again
                 # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
@@ -242,6 +387,7 @@ class Host:
                 self.log.info(
                     "host.folded",
                     seq=self.folded_seq,
+                    from_seq=self.stats.restored_seq,
                     events=self.stats.folded,
                     seconds=round(time.monotonic() - started, 3),
                 )
@@ -403,6 +549,7 @@ async def run_service(
     lease_ttl_s: float | None = None,
     on_host: Callable[[Host], None] | None = None,
     nats_options: dict[str, Any] | None = None,
+    snapshot_policy: SnapshotPolicy | None = None,
     **host_options: Any,
 ) -> None:
     """Connect to NATS at `url` and run `service` until `stop` is set or the task is cancelled.
@@ -414,8 +561,11 @@ async def run_service(
     until it does the host retries. With `lease_ttl_s`, the host decides only while it holds
     the service's leader lease (`host.leader_epoch`); otherwise it is a folding standby.
     `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider);
-    `nats_options` go to `Bus.connect` (credentials, TLS).
+    `nats_options` go to `Bus.connect` (credentials, TLS). `snapshot_policy`: when to save
+    the folded state (default `SnapshotPolicy()`; `enabled=False`: never load nor save one);
+    without the snapshot bucket (the operator creates it) the host runs without snapshots.
     """
+    host_options["snapshot_policy"] = snapshot_policy or SnapshotPolicy()
     cleaning_up = asyncio.Event()
     main = asyncio.create_task(
         _connect_and_run(service, url, clock, lease_ttl_s, on_host, nats_options, host_options,
@@ -471,7 +621,10 @@ async def _connect_and_run(
                 ttl_s=lease_ttl_s,
             )
             tasks.append(asyncio.create_task(lease.hold(), name=f"lease-{service.name}"))
-        host = Host(service, bus, clock=clock, lease=lease, **host_options)
+        store = None
+        if host_options["snapshot_policy"].enabled and hasattr(service, "fold_of"):
+            store = await open_snapshots(bus, service, log)
+        host = Host(service, bus, clock=clock, lease=lease, snapshots=store, **host_options)
         if on_host is not None:
             on_host(host)
         await answer_queries(bus, host)
@@ -489,6 +642,22 @@ async def _connect_and_run(
         log.info("host.stopped", folded_seq=0 if host is None else host.folded_seq)
         with contextlib.suppress(*_BUS_ERRORS):
             await bus.close()
+
+
+async def open_snapshots(bus: Bus, service: Service, log: Any) -> SnapshotStore | None:
+    """The service's snapshot store, or None (one log line) when the bucket is missing or
+    cannot be opened: the host then folds the whole log, as without snapshots."""
+    try:
+        kv = await snapshot_bucket(bus)
+    except nats.js.errors.BucketNotFoundError:
+        log.warning("host.snapshots_off", reason="no snapshot bucket (the operator creates it: "
+                    "`gpuledger up`, or any admin command such as `gpuledger apply`)")
+        return None
+    except _BUS_ERRORS as err:
+        log.warning("host.snapshots_off", reason=f"cannot open the snapshot bucket: {_text(err)}")
+        return None
+    chunk = (bus.nc.max_payload or 1 << 20) - 4096
+    return SnapshotStore(kv, snapshot_key(service.name, service.instance), chunk)
 
 
 async def answer_queries(bus: Bus, host: Host) -> None:

@@ -1,0 +1,155 @@
+"""Snapshots over a real nats-server: a service folds, saves its state, is restarted, starts
+from the snapshot and folds only the tail, and decides as a fresh refold would; a corrupted
+snapshot gives one log line and a full refold; each service may touch only its own key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import nats.errors
+import nats.js.errors
+import pytest
+from structlog.testing import capture_logs
+
+from gpuledger import events
+from gpuledger.replay.checking import digest
+from gpuledger.replay.scenario import load
+from gpuledger.replay.simulator import simulate
+from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.host import Host, open_snapshots
+from gpuledger.services.runtime.snapshots import SnapshotPolicy, SnapshotStore, snapshot_bucket
+from gpuledger.services.scheduler.decider import Scheduler
+from tests.runtime.test_host import eventually, running, settle
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+NOW_MS = 10**13  # a fixed clock: both decides compared below see the same time
+OFTEN = SnapshotPolicy(every_events=1, every_s=0.0, max_cost_share=1e9)
+
+
+@pytest.fixture
+def demo_log() -> list[events.Event]:
+    return [e for _, _, e in simulate(load(DEMO)).log]
+
+
+async def publish(bus: Bus, evs: list[events.Event]) -> None:
+    for e in evs:
+        await bus.publish(e)
+
+
+async def scheduler_host(server, policy: SnapshotPolicy = OFTEN) -> tuple[Host, Bus]:
+    """A scheduler host connected as the scheduler's own identity, with its snapshot store."""
+    bus = await Bus.connect(server.url, **server.client_options("scheduler"))
+    service = Scheduler()
+    store = await open_snapshots(bus, service, None)
+    assert store is not None and store.key == "scheduler"
+    return Host(service, bus, clock=lambda: NOW_MS, snapshots=store, snapshot_policy=policy), bus
+
+
+async def fresh_fold(bus: Bus) -> Ledger:
+    ledger = Ledger()
+    async for r in bus.read_all():
+        ledger.apply(r.seq, events.at_receipt(events.decode(r.data), r.received_ms))
+    return ledger
+
+
+@pytest.fixture
+async def admin_bus(nats_server):
+    b = await Bus.connect(nats_server.url, **nats_server.client_options())
+    await b.ensure_stream()
+    await snapshot_bucket(b, create=True)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def test_a_restart_loads_the_snapshot_folds_the_tail_and_decides_as_a_refold(
+        nats_server, admin_bus, demo_log) -> None:
+    half = len(demo_log) // 2
+    await publish(admin_bus, demo_log[:half])
+    host, bus = await scheduler_host(nats_server)
+    async with running(host):
+        await settle(host)
+        await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
+    saved_at = host.stats.last_snapshot_seq
+    assert host.stats.snapshots_saved >= 1 and host.stats.restored_seq == 0
+    await bus.close()
+
+    await publish(admin_bus, demo_log[half:])
+    total = await admin_bus.last_seq()
+    assert total > saved_at
+    restarted, bus = await scheduler_host(nats_server, SnapshotPolicy(enabled=True, every_events=10**9))
+    with capture_logs() as logs:
+        async with running(restarted):
+            await settle(restarted)
+    loaded = [entry for entry in logs if entry["event"] == "host.snapshot_loaded"]
+    assert [entry["seq"] for entry in loaded] == [saved_at]
+    assert restarted.stats.restored_seq == saved_at
+    assert restarted.stats.folded == await admin_bus.last_seq() - saved_at  # the tail only
+    assert restarted.stats.folded < await admin_bus.last_seq()
+    fresh = await fresh_fold(admin_bus)
+    assert digest(restarted.state) == digest(fresh)
+    assert Scheduler().decide(restarted.state, NOW_MS) == Scheduler().decide(fresh, NOW_MS)
+    await bus.close()
+
+
+@pytest.mark.parametrize(("damage", "reason"), [
+    (lambda chunk: chunk[::-1], "digest mismatch"),
+    (lambda chunk: chunk[: len(chunk) // 2], "truncated"),
+    (lambda chunk: b"", "truncated"),
+])
+async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
+        nats_server, admin_bus, demo_log, damage, reason) -> None:
+    await publish(admin_bus, demo_log)
+    host, bus = await scheduler_host(nats_server)
+    async with running(host):
+        await settle(host)
+        await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
+    await bus.close()
+    kv = await snapshot_bucket(admin_bus)
+    manifest = await SnapshotStore(kv, "scheduler", 1 << 20).manifest()
+    chunk = f"scheduler.{manifest.slot}.0"
+    await kv.put(chunk, damage((await kv.get(chunk)).value))
+
+    again, bus = await scheduler_host(nats_server)
+    with capture_logs() as logs:
+        async with running(again):
+            await settle(again)
+    ignored = [entry for entry in logs if entry["event"] == "host.snapshot_ignored"]
+    assert len(ignored) == 1 and reason in ignored[0]["reason"], logs
+    assert not [entry for entry in logs if entry["event"] == "host.snapshot_loaded"]
+    assert again.stats.restored_seq == 0
+    assert again.stats.folded == await admin_bus.last_seq()  # the whole log
+    assert digest(again.state) == digest(await fresh_fold(admin_bus))
+    await bus.close()
+
+
+@pytest.mark.parametrize(("principal", "own", "other"), [
+    ("scheduler", "scheduler", "quota"),
+    ("node:n1", "node-agent.n1", "node-agent.n2"),
+    ("agents", "node-agent.sim", "scheduler"),
+])
+async def test_a_service_writes_and_reads_only_its_own_snapshot(
+        nats_server, admin_bus, principal, own, other) -> None:
+    if principal.startswith("node:"):
+        nats_server.add_principals(principal)
+    kv_admin = await snapshot_bucket(admin_bus)
+    await kv_admin.put(other, b"{}")
+    bus = await Bus.connect(nats_server.url, **nats_server.client_options(principal))
+    try:
+        kv = await snapshot_bucket(bus)
+        await kv.put(own, b"{}")
+        await kv.put(f"{own}.a.0", b"chunk")
+        assert (await kv.get(f"{own}.a.0")).value == b"chunk"
+        for attempt in (kv.put(other, b"x"), kv.put(f"{other}.a.0", b"x"), kv.get(other)):
+            with pytest.raises((nats.errors.Error, nats.js.errors.Error, TimeoutError)):
+                await asyncio.wait_for(attempt, 3)
+        with pytest.raises((nats.errors.Error, nats.js.errors.Error, TimeoutError)):
+            await asyncio.wait_for(bus.js.delete_key_value("gpuledger-snapshots"), 3)
+    finally:
+        with contextlib.suppress(Exception):
+            await bus.close()
+    assert (await kv_admin.get(other)).value == b"{}"
