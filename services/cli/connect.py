@@ -44,10 +44,11 @@ def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DAT
         fail(str(exc), 2)
 
 
-async def cli_bus(access, ensure: bool = True):
+async def cli_bus(access, ensure: bool = True, replicas: int | None = None):
     """A bus for a one-shot command: a few quick connection attempts, then a clear error
     (services, unlike commands, retry forever). `ensure` creates or updates the stream
-    (the operator's right only)."""
+    (the operator's right only), with `replicas` when given (else an existing stream keeps
+    its count)."""
     import nats.errors
 
     from gpuledger.services.runtime.auth import AuthError
@@ -69,8 +70,8 @@ async def cli_bus(access, ensure: bool = True):
         from gpuledger.services.runtime.lease import lease_bucket
 
         try:
-            await bus.ensure_stream()
-            await lease_bucket(bus)  # services may use their own lease key, not create the bucket
+            await bus.ensure_stream(replicas=replicas)
+            await lease_bucket(bus, replicas=replicas or 1)  # services may use their own lease key, not create the bucket
         except (TimeoutError, nats.errors.Error):
             if bus.denied:
                 fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "
