@@ -395,6 +395,7 @@ def apply(
     config: Path = typer.Argument(..., help="Configuration YAML (tenants, priority classes, policy)."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    replicas: int | None = typer.Option(None, "--replicas", min=1, max=5, help="Create the stream with (or scale it to) this many replicas (3 on a 3-node NATS cluster); default: an existing stream keeps its count, a new one has 1."),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
     from gpuledger.services.domain.configfile import ConfigFileError, parse
@@ -405,7 +406,7 @@ def apply(
     except ConfigFileError as exc:
         fail_input(exc, config)
     access = resolve_access(nats_url, creds)
-    n = run_on_bus(lambda track: publish_config(access, doc, track))
+    n = run_on_bus(lambda track: publish_config(access, doc, track, replicas=replicas))
     typer.echo(f"published {n} configuration events")
 
 

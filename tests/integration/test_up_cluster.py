@@ -64,3 +64,19 @@ def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path
         port = int(url.rsplit(":", 1)[1])
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+
+
+def test_apply_with_replicas_creates_the_stream_at_three_on_a_cluster(monkeypatch, tmp_path):
+    # compose's `config` service: `apply ... --replicas ${GPULEDGER_STREAM_REPLICAS}`
+    from gpuledger.services.runtime.nats_cluster import EmbeddedNatsCluster
+    from tests.natsauth import as_admin
+
+    with EmbeddedNatsCluster(3, tmp_path / "nats", start_timeout_s=60) as c:
+        as_admin(monkeypatch, c)
+        out = cli("apply", str(EXAMPLES / "three-jobs.yaml"), "--replicas", "3", "--nats-url", c.url)
+        assert out.returncode == 0, out.stderr
+        info = asyncio.run(stream_info(c.urls[2], c.creds("admin")))
+        assert info.config.num_replicas == 3 and info.state.messages > 0
+        # applying again without --replicas keeps the count
+        assert cli("apply", str(EXAMPLES / "three-jobs.yaml"), "--nats-url", c.url).returncode == 0
+        assert asyncio.run(stream_info(c.url, c.creds("admin"))).config.num_replicas == 3
