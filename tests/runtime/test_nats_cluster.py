@@ -208,3 +208,17 @@ async def _true(value) -> bool:
 
 def submit_event_for(job_id: str):
     return submit_event(int(job_id.rsplit("-", 1)[1]))
+
+
+async def test_a_new_identity_is_admitted_by_every_node(cluster) -> None:
+    import nats
+
+    node_creds = None
+    with contextlib.suppress(Exception):
+        node_creds = cluster.creds("node:late")
+    assert node_creds is None  # not there yet
+    assert cluster.add_principals("node:late") == ["node:late"]
+    for url in cluster.urls:  # each node reloaded the shared auth dir
+        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=5,
+                                **client_options(cluster.creds("node:late")))
+        await nc.close()
