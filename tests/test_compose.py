@@ -48,3 +48,79 @@ def test_every_service_connects_as_its_own_identity():
     conf = (ROOT / "deploy" / "nats.conf").read_text()
     assert "include auth/auth.conf" in conf
     assert "auth:/etc/nats/auth:ro" in compose["services"]["nats"]["volumes"]
+
+
+def _cluster_profile(compose):
+    return {name: svc for name, svc in compose["services"].items() if "cluster" in svc.get("profiles", [])}
+
+
+def test_the_cluster_profile_runs_three_routed_nats_nodes_with_their_own_stores():
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    nodes = _cluster_profile(compose)
+    assert sorted(nodes) == ["nats-1", "nats-2", "nats-3"]
+    stores, names = set(), set()
+    for svc in nodes.values():
+        assert svc["image"].startswith("nats:")
+        cmd = svc["command"]
+        assert cmd[cmd.index("-c") + 1] == "/etc/nats/nats.conf"
+        names.add(cmd[cmd.index("--name") + 1])
+        assert "./deploy/nats-cluster.conf:/etc/nats/nats.conf:ro" in svc["volumes"]
+        assert "auth:/etc/nats/auth:ro" in svc["volumes"]  # the same generated identities
+        data = [v for v in svc["volumes"] if v.endswith(":/data")]
+        assert len(data) == 1 and data[0].split(":")[0] in compose["volumes"]
+        stores.add(data[0])
+        assert svc["depends_on"]["auth"]["condition"] == "service_completed_successfully"
+    assert names == set(nodes) and len(stores) == 3
+    # the single-node default is untouched: `docker compose up` starts `nats` alone
+    assert "profiles" not in compose["services"]["nats"]
+    assert "./deploy/nats.conf:/etc/nats/nats.conf:ro" in compose["services"]["nats"]["volumes"]
+
+
+def test_cluster_nodes_fsync_and_authenticate_clients_and_routes():
+    conf = (ROOT / "deploy" / "nats-cluster.conf").read_text()
+    assert "sync_interval: always" in conf
+    assert "include auth/auth.conf" in conf and "include auth/cluster.conf" in conf
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    auth_cmd = " ".join(compose["services"]["auth"]["command"])
+    routes = auth_cmd.split("--cluster-routes ", 1)[1].split()[0].split(",")
+    assert routes == [f"{n}:6222" for n in sorted(_cluster_profile(compose))]
+
+
+def test_the_cluster_env_points_every_service_at_all_nodes_with_three_replicas():
+    env = dict(line.split("=", 1) for line in (ROOT / "deploy" / "cluster.env").read_text().splitlines()
+               if line and not line.startswith("#"))
+    assert env["COMPOSE_PROFILES"] == "cluster"
+    assert env["GPULEDGER_NATS_URL"].split(",") == [f"nats://nats-{i}:4222" for i in (1, 2, 3)]
+    assert env["GPULEDGER_STREAM_REPLICAS"] == "3"
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    url = compose["x-gpuledger"]["environment"]["GPULEDGER_NATS_URL"]
+    assert url == "${GPULEDGER_NATS_URL:-nats://nats:4222}"  # single node unless the env says
+    config = compose["services"]["config"]
+    cmd = config["command"]
+    assert cmd[:2] == ["apply", "/config/cluster.yaml"]
+    assert cmd[cmd.index("--replicas") + 1] == "${GPULEDGER_STREAM_REPLICAS:-1}"
+    # config waits for whichever servers the active profile starts
+    assert {"nats", "nats-1", "nats-2", "nats-3"} <= set(config["depends_on"])
+    assert all(d.get("required") is False for d in config["depends_on"].values())
+
+
+def test_the_cluster_node_config_is_valid_for_nats_server(tmp_path):
+    import subprocess
+
+    import pytest
+
+    from gpuledger.services.runtime.auth import init
+    from gpuledger.services.runtime.nats_server import NatsServerNotFound, find_nats_server
+
+    try:
+        binary = find_nats_server()
+    except NatsServerNotFound:
+        pytest.skip("no nats-server binary")
+    (tmp_path / "nats.conf").write_text((ROOT / "deploy" / "nats-cluster.conf").read_text())
+    d = init(tmp_path / "auth", cluster_routes=["nats-1:6222", "nats-2:6222", "nats-3:6222"])
+    cluster = (d.path / "cluster.conf").read_text()
+    assert "authorization" in cluster and d.route_password() in cluster
+    assert (d.path / "cluster.conf").stat().st_mode & 0o077 == 0  # holds the route secret
+    out = subprocess.run([str(binary), "-t", "-c", str(tmp_path / "nats.conf"), "--name", "nats-1"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "is valid" in out.stdout + out.stderr, out.stdout + out.stderr

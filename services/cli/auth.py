@@ -34,6 +34,7 @@ def init_command(
     directory: Path = typer.Argument(..., help="Where to write nats.conf, auth.conf, credentials.json and the key files."),
     tenants: str = typer.Option("", "--tenants", help="Comma-separated tenants: one CI identity each (ci:TENANT)."),
     nodes: str = typer.Option("", "--nodes", help="Comma-separated node names: one node-agent identity each (node:NAME)."),
+    cluster_routes: str = typer.Option("", "--cluster-routes", help="Comma-separated HOST:PORT of each NATS cluster node's cluster port: also writes cluster.conf (the `cluster` block every node includes, routes authenticated with a generated secret)."),
 ) -> None:
     """Generate one identity per role (admission, quota, scheduler, preemption, projector,
     auditor, admin, gateway, agents), per node and per tenant's CI system, a nats-server
@@ -41,11 +42,15 @@ def init_command(
     Existing keys are kept (run it again to add names)."""
     from gpuledger.services.runtime.auth import init
 
-    d = _run(lambda: init(directory, tenants=_names(tenants), nodes=_names(nodes)))
+    d = _run(lambda: init(directory, tenants=_names(tenants), nodes=_names(nodes),
+                          cluster_routes=_names(cluster_routes)))
     for name, p in d.principals().items():
         typer.echo(f"{name:<24}{d.path / p.file}")
     typer.echo(f"server config: {d.path / 'nats.conf'} (includes auth.conf); start it with "
                f"`nats-server -c {d.path / 'nats.conf'}`", err=True)
+    if cluster_routes:
+        typer.echo(f"cluster: {d.path / 'cluster.conf'} (routes to {cluster_routes}); each node's config "
+                   "includes it next to auth.conf and names itself (`nats-server --name NAME`)", err=True)
 
 
 def _add(directory: Path, principals: list[str], rotate: bool = False) -> None:

@@ -44,10 +44,11 @@ def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DAT
         fail(str(exc), 2)
 
 
-async def cli_bus(access, ensure: bool = True):
+async def cli_bus(access, ensure: bool = True, replicas: int | None = None):
     """A bus for a one-shot command: a few quick connection attempts, then a clear error
     (services, unlike commands, retry forever). `ensure` creates or updates the stream
-    and the lease and snapshot buckets (the operator's right only)."""
+    and the lease and snapshot buckets (the operator's right only), with `replicas` when given
+    (else an existing stream keeps its count)."""
     import nats.errors
 
     from gpuledger.services.runtime.auth import AuthError
@@ -70,9 +71,9 @@ async def cli_bus(access, ensure: bool = True):
         from gpuledger.services.runtime.snapshots import snapshot_bucket
 
         try:
-            await bus.ensure_stream()
-            await lease_bucket(bus)  # services may use their own lease key, not create the bucket
-            await snapshot_bucket(bus, create=True)  # likewise their own snapshot keys
+            await bus.ensure_stream(replicas=replicas)
+            await lease_bucket(bus, replicas=replicas or 1)  # services use their own lease key, not create the bucket
+            await snapshot_bucket(bus, create=True, replicas=replicas or 1)  # likewise their own snapshot keys
         except (TimeoutError, nats.errors.Error):
             if bus.denied:
                 fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "

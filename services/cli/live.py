@@ -49,10 +49,12 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def publish_config(access, doc: dict[str, Any], track=None) -> int:
+async def publish_config(access, doc: dict[str, Any], track=None, replicas: int | None = None) -> int:
+    """Publish `doc`'s configuration events (creating the stream first, with `replicas` when
+    given; an existing stream keeps its replica count otherwise)."""
     from gpuledger.services.domain.configfile import config_events
 
-    bus = await cli_bus(access)
+    bus = await cli_bus(access, replicas=replicas)
     if track is not None:
         track(bus)
     try:
@@ -273,6 +275,19 @@ def embedded(data: Path | None, keep: bool, doc: dict[str, Any] | None = None):
     return server
 
 
+def embedded_cluster(data: Path, nodes: int, doc: dict[str, Any] | None = None):
+    """A loopback NATS cluster of `nodes` nodes (services/runtime/nats_cluster.py), stores kept
+    in `<data>/nats-cluster/node-<i>`, the same identities as `embedded` in `<data>/auth`."""
+    from gpuledger.services.runtime.nats_cluster import EmbeddedNatsCluster
+
+    store = data / "nats-cluster"
+    store.mkdir(parents=True, exist_ok=True)
+    cluster = EmbeddedNatsCluster(nodes, store, auth=data / "auth", sync_always=True)
+    if doc:
+        cluster.auth.add(*cluster_principals(doc))
+    return cluster
+
+
 def cluster_principals(doc: dict[str, Any]) -> list[str]:
     """The per-node and per-tenant identities a cluster configuration calls for."""
     from gpuledger.services.domain.configfile import node_infos, parse
@@ -386,6 +401,7 @@ def apply(
     config: Path = typer.Argument(..., help="Configuration YAML (tenants, priority classes, policy)."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    replicas: int | None = typer.Option(None, "--replicas", min=1, max=5, help="Create the stream with (or scale it to) this many replicas (3 on a 3-node NATS cluster); default: an existing stream keeps its count, a new one has 1."),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
     from gpuledger.services.domain.configfile import ConfigFileError, parse
@@ -396,7 +412,7 @@ def apply(
     except ConfigFileError as exc:
         fail_input(exc, config)
     access = resolve_access(nats_url, creds)
-    n = run_on_bus(lambda track: publish_config(access, doc, track))
+    n = run_on_bus(lambda track: publish_config(access, doc, track, replicas=replicas))
     typer.echo(f"published {n} configuration events")
 
 
@@ -409,6 +425,7 @@ def up(
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="With --nats-url: the credential every service connects with (the compose file gives each service its own)."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
+    nats_cluster: int | None = typer.Option(None, "--nats-cluster", min=1, max=5, help="Instead of one embedded nats-server, a cluster of N on loopback (3: the production profile; stores in <data>/nats-cluster, routes authenticated) with the stream at N replicas."),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
 
@@ -425,6 +442,8 @@ def up(
         parse(doc)
     except ConfigFileError as exc:
         fail_input(exc, config)
+    if nats_cluster is not None and nats_url is not None:
+        fail("--nats-cluster starts its own NATS cluster: leave out --nats-url", 2)
     configure_logging()
 
     async def main() -> None:
@@ -434,7 +453,12 @@ def up(
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         server = None
-        if nats_url is None:
+        if nats_cluster is not None:
+            data.mkdir(parents=True, exist_ok=True)
+            server = await asyncio.to_thread(embedded_cluster(data, nats_cluster, doc=doc).start)
+            access = server.access("admin")
+            (data / URL_FILE).write_text(server.url + "\n")
+        elif nats_url is None:
             server = embedded(data, keep=True, doc=doc).start()
             access = server.access("admin")
             (data / URL_FILE).write_text(server.url + "\n")
@@ -442,10 +466,11 @@ def up(
             access = resolve_access(nats_url, creds, data)
         url = access.url
         logs = f"; service logs in {data / 'logs'}" if processes else ""
-        typer.echo(f"gpuledger up: NATS at {url}; projection in {data / 'projection.duckdb'}{logs}; "
+        what = "NATS" if nats_cluster is None else f"NATS cluster of {nats_cluster} (stream at {nats_cluster} replicas)"
+        typer.echo(f"gpuledger up: {what} at {url}; projection in {data / 'projection.duckdb'}{logs}; "
                    "`gpuledger status` shows each service (Ctrl-C to stop)", err=True)
         try:
-            await publish_config(access, doc)
+            await publish_config(access, doc, replicas=nats_cluster)
             cluster = Cluster(access, config, doc, processes, data=data,
                               metrics_port=metrics_port, metrics_addr=metrics_addr)
             try:

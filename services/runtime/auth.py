@@ -39,6 +39,10 @@ from gpuledger.services.domain.job_status import QUERY_PREFIX
 CREDENTIALS = "credentials.json"
 AUTH_CONF = "auth.conf"
 SERVER_CONF = "nats.conf"
+CLUSTER_CONF = "cluster.conf"
+ROUTE_SECRET = "route.secret"
+ROUTE_USER = "route"
+CLUSTER_NAME = "gpuledger"
 LEASE_BUCKET = "gpuledger-leases"
 PROJECTOR_DURABLE = "projector"
 """The projector's durable consumer (projections/nats_source.py DURABLE)."""
@@ -248,6 +252,26 @@ class AuthDir:
         self._write(known)
         return changed
 
+    def route_password(self) -> str:
+        """The secret cluster nodes authenticate their routes with (generated once, 0600;
+        every node of a cluster reads the same auth dir)."""
+        path = self.path / ROUTE_SECRET
+        if not path.exists():
+            import secrets
+
+            self.path.mkdir(parents=True, exist_ok=True)
+            _write_secret(path, secrets.token_urlsafe(32).encode())
+        return path.read_text().strip()
+
+    def write_cluster_conf(self, routes: list[str], *, listen: str = "0.0.0.0:6222",
+                           name: str = CLUSTER_NAME) -> Path:
+        """`cluster.conf` for a stand-alone cluster (compose, systemd): the `cluster` block
+        every node includes, with route authentication and a route to each `host:port` of
+        `routes` (a node skips the route to itself). Written 0600: it holds the route secret."""
+        path = self.path / CLUSTER_CONF
+        _write_secret(path, cluster_conf(name, listen, routes, self.route_password()).encode())
+        return path
+
     def _write(self, known: dict[str, Principal]) -> None:
         doc = {name: p.entry() for name, p in sorted(known.items())}
         tmp = self.path / (CREDENTIALS + ".tmp")
@@ -259,11 +283,30 @@ class AuthDir:
             conf.write_text(server_conf())
 
 
-def init(path: str | os.PathLike[str], *, tenants: list[str] = (), nodes: list[str] = ()) -> AuthDir:
-    """Everything a cluster needs to run authenticated (idempotent: existing keys stay)."""
+def init(path: str | os.PathLike[str], *, tenants: list[str] = (), nodes: list[str] = (),
+         cluster_routes: list[str] = ()) -> AuthDir:
+    """Everything a cluster needs to run authenticated (idempotent: existing keys stay).
+    `cluster_routes` (`host:port` of each NATS node's cluster port) also writes cluster.conf."""
     d = AuthDir(path)
     d.add(*FIXED, *(f"ci:{t}" for t in tenants), *(f"node:{n}" for n in nodes))
+    if cluster_routes:
+        d.write_cluster_conf(list(cluster_routes))
     return d
+
+
+def cluster_conf(name: str, listen: str, routes: list[str], password: str) -> str:
+    """A nats-server `cluster` block: routes only between nodes that know the route secret
+    (an `authorization` on the cluster port; each route URL carries the credential), never
+    open routes."""
+    from urllib.parse import quote
+
+    urls = [f"nats-route://{ROUTE_USER}:{quote(password, safe='')}@{r}" for r in routes]
+    return ("cluster {\n"
+            f"  name: {json.dumps(name)}\n"
+            f"  listen: {json.dumps(listen)}\n"
+            f"  authorization {{\n    user: {json.dumps(ROUTE_USER)}\n    password: {json.dumps(password)}\n  }}\n"
+            f"  routes: {json.dumps(urls)}\n"
+            "}\n")
 
 
 def _user_block(p: Principal) -> str:

@@ -66,8 +66,13 @@ class EmbeddedNats:
         binary: str | os.PathLike[str] | None = None,
         auth: str | os.PathLike[str] | None = None,
         tls: TlsFiles | None = None,
+        server_name: str | None = None,
+        extra_conf: str = "",
     ) -> None:
         self._binary = Path(binary) if binary else None
+        self.server_name = server_name
+        self.extra_conf = extra_conf
+        """Appended to the generated config (a cluster node's `cluster {...}` block)."""
         self._auth_path = Path(auth) if auth is not None else None
         self._auth_tmp: Path | None = None
         self.tls = tls
@@ -125,17 +130,24 @@ class EmbeddedNats:
         """Create identities that do not exist yet; a running server reloads its config
         (SIGHUP) and admits them from then on. Returns the names created."""
         created = self.auth.add(*principals)
-        if created and self.running and self._workdir is not None:
-            assert self._proc is not None
-            (self._workdir / "nats.conf").write_text(self._config_text(self.store_dir))
-            before = self._log_tail(10**7).count("Reloaded server configuration")
-            self._proc.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + self.start_timeout_s
-            while self._log_tail(10**7).count("Reloaded server configuration") == before:
-                if time.monotonic() > deadline:
-                    raise NatsServerFailed(f"nats-server did not reload its config: {self._log_tail()}")
-                time.sleep(0.02)
+        if created:
+            self.reload()
         return created
+
+    def reload(self) -> None:
+        """Rewrite the config (the auth dir's current identities) and make a running server
+        reload it (SIGHUP); returns once it has. Nothing to do when it is not running."""
+        if not self.running or self._workdir is None:
+            return
+        assert self._proc is not None
+        (self._workdir / "nats.conf").write_text(self._config_text(self.store_dir))
+        before = self._log_tail(10**7).count("Reloaded server configuration")
+        self._proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + self.start_timeout_s
+        while self._log_tail(10**7).count("Reloaded server configuration") == before:
+            if time.monotonic() > deadline:
+                raise NatsServerFailed(f"nats-server did not reload its config: {self._log_tail()}")
+            time.sleep(0.02)
 
     def access(self, principal: str = "admin") -> NatsAccess:
         """How `principal` reaches this server (URL, credential, TLS, and the identities to
@@ -185,12 +197,15 @@ class EmbeddedNats:
             t = self.tls
             tls = (f"tls {{\n  cert_file: {json.dumps(t.server_cert)}\n  key_file: {json.dumps(t.server_key)}\n"
                    f"  ca_file: {json.dumps(t.ca)}\n  verify: {'true' if t.verify_clients else 'false'}\n}}\n")
+        name = "" if self.server_name is None else f"server_name: {json.dumps(self.server_name)}\n"
         return (
             'host: "127.0.0.1"\n'
             f"port: {port}\n"
-            f"jetstream {{\n  store_dir: {json.dumps(str(store))}{sync}\n}}\n"
+            + name
+            + f"jetstream {{\n  store_dir: {json.dumps(str(store))}{sync}\n}}\n"
             + tls
             + (self.auth.path / AUTH_CONF).read_text()
+            + self.extra_conf
         )
 
     def _wait_ready(self) -> None:
