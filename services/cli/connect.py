@@ -66,11 +66,8 @@ async def cli_bus(access, ensure: bool = True):
                     if access.creds is None else f" (the server does not accept {access.creds})")
         fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
     if ensure:
-        from gpuledger.services.runtime.lease import lease_bucket
-
         try:
-            await bus.ensure_stream()
-            await lease_bucket(bus)  # services may use their own lease key, not create the bucket
+            await bus.ensure_stream()  # and the lease bucket: services may not create it
         except (TimeoutError, nats.errors.Error):
             if bus.denied:
                 fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "
