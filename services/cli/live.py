@@ -299,6 +299,7 @@ def run(
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
     leader_lease: float = typer.Option(DEFAULT_LEASE_S, "--leader-lease", min=0.5, help="Leader lease TTL in seconds (admission, quota, scheduler, preemption: always on). Every replica folds; only the lease holder decides, stamping its epoch; a standby takes over within about TTL + 2 s of a leader's death. Node agents take no lease (one per node)."),
+    instance: str | None = typer.Option(None, "--instance", help="This replica's name in its decisions' producer (`scheduler/INSTANCE`; default: the node, else 0); name each replica differently to tell them apart."),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve this service's own Prometheus metrics on http://ADDR:PORT/metrics (docs/metrics.md)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
@@ -317,7 +318,11 @@ def run(
 
     doc = read_doc(config)  # (outside the try: its typer.Exit is a RuntimeError)
     try:
-        service = build(role, doc, node=node, instance=node or "0", real=real,
+        if instance is not None:
+            from gpuledger.events.ids import validate_token
+
+            validate_token("--instance", instance)
+        service = build(role, doc, node=node, instance=instance or node or "0", real=real,
                         work_dir=None if work_dir is None else str(work_dir))
     except InputError as exc:
         fail_input(exc, config)
