@@ -171,6 +171,17 @@ async def test_a_paused_leader_past_its_ttl_is_fenced_after_the_standby_takes_ov
     assert accepted and {e.leader_epoch for e in accepted} == {taken.leader_epoch}
     print(f"late publishes of the paused leader refused: {len(late)}")
 
+    # Whether the resumed leader got a decision out before seeing its loss is a race; a late
+    # publish of the old epoch (as it would be sent) is deterministically refused by the fold.
+    import msgspec
+
+    stale = msgspec.structs.replace(taken, leader_epoch=first.leader_epoch, producer="scheduler/a",
+                                    event_id=ev.derive_event_id("GangPlaced", "late-during"))
+    seq = await bus.publish(stale)
+    _, log = await fold_log(bus)
+    refusal = next(r for s, _, r in log if s == seq)
+    assert getattr(refusal, "code", None) == "StaleLeaderEpoch", refusal
+
 
 async def test_a_standby_decides_within_the_ttl_plus_one_second_of_a_kill_9(bus, procs, tmp_path):
     await live_player.publish_config(bus, load(THREE))
