@@ -67,13 +67,11 @@ async def cli_bus(access, ensure: bool = True, replicas: int | None = None):
                     if access.creds is None else f" (the server does not accept {access.creds})")
         fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
     if ensure:
-        from gpuledger.services.runtime.lease import lease_bucket
         from gpuledger.services.runtime.snapshots import snapshot_bucket
 
         try:
-            await bus.ensure_stream(replicas=replicas)
-            await lease_bucket(bus, replicas=replicas or 1)  # services use their own lease key, not create the bucket
-            await snapshot_bucket(bus, create=True, replicas=replicas or 1)  # likewise their own snapshot keys
+            await bus.ensure_stream(replicas=replicas)  # and the lease bucket: services may not create it
+            await snapshot_bucket(bus, create=True, replicas=replicas or 1)  # nor their snapshot bucket
         except (TimeoutError, nats.errors.Error):
             if bus.denied:
                 fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "

@@ -30,6 +30,7 @@ from gpuledger.services.cli.connect import (
     run_on_bus,
 )
 from gpuledger.services.cli.metrics import METRICS_ADDR_HELP, start_service_metrics
+from gpuledger.services.runtime.auth import LEASE_TTL_S as DEFAULT_LEASE_S
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -123,7 +124,7 @@ class Cluster:
                 self.endpoints.append((name, self._url(port)))
                 return ("--metrics-port", str(port), "--metrics-addr", self.metrics_addr)
 
-            for role in CONTROL_PLANE:
+            for role in CONTROL_PLANE:  # `gpuledger run` holds the leader lease (default TTL)
                 sup.add(role, *metrics_args(role))
             for node in self._nodes():
                 sup.add("node-agent", "--node", node, *metrics_args(node), name=node)
@@ -166,6 +167,7 @@ class Cluster:
             self.tasks.append(asyncio.create_task(supervise_task(
                 st, lambda make=make, on_host=on_host, principal=principal: run_service(
                     make(), self.url, stop=self.stop, on_host=on_host,
+                    lease_ttl_s=DEFAULT_LEASE_S if principal in CONTROL_PLANE else None,
                     nats_options=self._options(principal)), self.stop)))
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
         self.tasks.append(asyncio.create_task(self._report()))
@@ -245,9 +247,12 @@ class Cluster:
 
 
 def _sample_host(st, hosts: list) -> None:
+    from gpuledger.services.runtime.supervisor import lease_role
+
     if hosts:
         host = hosts[-1]
         st.folded_seq = host.folded_seq
+        st.lease = lease_role(host)
         if st.state in ("running", "refusing"):
             st.state = "refusing" if host.gap else "running"
         st.detail = host.gap
@@ -308,7 +313,8 @@ def run(
     real: bool = typer.Option(False, "--real", help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config)."),
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
-    leader_lease: float | None = typer.Option(None, "--leader-lease", help="Run as one of several replicas: decide only while holding the service's leader lease (TTL seconds)."),
+    leader_lease: float = typer.Option(DEFAULT_LEASE_S, "--leader-lease", min=0.5, help="Leader lease TTL in seconds (admission, quota, scheduler, preemption: always on). Every replica folds; only the lease holder decides, stamping its epoch; a standby takes over within about TTL + 2 s of a leader's death. Node agents take no lease (one per node)."),
+    instance: str | None = typer.Option(None, "--instance", help="This replica's name in its decisions' producer (`scheduler/INSTANCE`; default: the node, else 0); name each replica differently to tell them apart."),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve this service's own Prometheus metrics on http://ADDR:PORT/metrics (docs/metrics.md)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
@@ -329,7 +335,11 @@ def run(
 
     doc = read_doc(config)  # (outside the try: its typer.Exit is a RuntimeError)
     try:
-        service = build(role, doc, node=node, instance=node or "0", real=real,
+        if instance is not None:
+            from gpuledger.events.ids import validate_token
+
+            validate_token("--instance", instance)
+        service = build(role, doc, node=node, instance=instance or node or "0", real=real,
                         work_dir=None if work_dir is None else str(work_dir))
     except InputError as exc:
         fail_input(exc, config)
@@ -342,10 +352,12 @@ def run(
         if collector is not None:
             collector.add_host(host)
 
+    from gpuledger.services.roles import CONTROL_PLANE
+
     policy = SnapshotPolicy(every_events=max(1, snapshot_every), every_s=snapshot_interval,
                             enabled=snapshot_every > 0)
-    serve(service, access.url, lease_ttl_s=leader_lease, on_host=on_host,
-          nats_options=access.options(), snapshot_policy=policy)
+    serve(service, access.url, lease_ttl_s=leader_lease if role in CONTROL_PLANE else None,
+          on_host=on_host, nats_options=access.options(), snapshot_policy=policy)
 
 
 def _heartbeat_host(host) -> None:
@@ -500,7 +512,8 @@ def status(
     no_headers: bool = typer.Option(False, "--no-headers", help="Leave out the header line."),
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
-    failed, stopped), pid, restarts, folded sequence, lag behind the stream, last error.
+    failed, stopped), pid, restarts, folded sequence, lag behind the stream, leader lease
+    (leader, standby; - for node agents and the projector), last error.
     Exit 1 when `up` is not running or a service is not running."""
     from gpuledger.services.cli.audit import humanize_ms, render_table
     from gpuledger.services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
@@ -521,9 +534,11 @@ def status(
                   "-" if r.get("folded_seq") is None else r["folded_seq"],
                   "-" if r.get("lag") is None else r["lag"],
                   humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
+                  r.get("lease") or "-",
                   r.get("last_error") or r.get("detail") or ""]
                  for r in rows]
-        typer.echo(render_table(["NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LAST-ERROR"],
+        typer.echo(render_table(["NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LEASE",
+                                 "LAST-ERROR"],
                                 lines, no_headers=no_headers))
         stream = doc.get("stream_last_seq")
         typer.echo(f"stream at seq {stream if stream is not None else '?'}"

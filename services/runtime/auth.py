@@ -49,7 +49,11 @@ PROJECTOR_DURABLE = "projector"
 SNAPSHOT_BUCKET = "gpuledger-snapshots"
 
 CONTROL_PLANE = ("admission", "quota", "scheduler", "preemption")
-"""Roles whose decisions are fenced by a leader lease."""
+"""Roles whose decisions are fenced by a leader lease (always on; node agents, one per node,
+take none)."""
+LEASE_TTL_S = 10.0
+"""The default leader lease TTL (`gpuledger run --leader-lease`, `up`): a standby takes over
+within about this long (plus two polls) after its leader stopped renewing."""
 SERVICE_SUBJECTS = {
     "admission": "gl.admission.>",
     "quota": "gl.quota.>",

@@ -366,7 +366,8 @@ class Bus:
 
         `replicas=None` keeps an existing stream's replica count (1 when creating), so a
         development default never scales a production stream down. There is deliberately
-        no age or size limit: the log is the database.
+        no age or size limit: the log is the database. The leader-lease bucket
+        (services/runtime/lease.py) is created with it: services may only use their own key.
         """
         try:
             existing: api.StreamInfo | None = await self.js.stream_info(self.stream)
@@ -387,8 +388,13 @@ class Bus:
             allow_direct=True,
         )
         if existing is None:
-            return await self.js.add_stream(config)
-        return await self.js.update_stream(config)
+            info = await self.js.add_stream(config)
+        else:
+            info = await self.js.update_stream(config)
+        from gpuledger.services.runtime.lease import lease_bucket
+
+        await lease_bucket(self, replicas=replicas)  # the control plane's leader leases
+        return info
 
     async def stream_info(self) -> api.StreamInfo:
         return await self.js.stream_info(self.stream)

@@ -62,7 +62,7 @@ from gpuledger.events import DeadLettered, UndecodableEvent, derive_event_id
 from gpuledger.services.domain.acceptance import subject_refusal
 from gpuledger.services.domain.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
-from gpuledger.services.runtime.lease import Lease, lease_bucket
+from gpuledger.services.runtime.lease import Lease
 from gpuledger.services.runtime.metrics import DurationHistogram
 from gpuledger.services.runtime.snapshots import (
     Encoding,
@@ -557,9 +557,12 @@ async def run_service(
     `stop` is honoured in every state: while the first connection is still being retried
     (NATS down), while folding, deciding or waiting for a server that went away; the host
     then releases its lease and closes the connection, each bounded to a few seconds.
-    The stream must exist (`Bus.ensure_stream`, done once by whoever provisions the log);
-    until it does the host retries. With `lease_ttl_s`, the host decides only while it holds
-    the service's leader lease (`host.leader_epoch`); otherwise it is a folding standby.
+    The stream and the lease bucket must exist (`Bus.ensure_stream`, done once by whoever
+    provisions the log, the operator); until they do the host retries, one log line per
+    attempt. With `lease_ttl_s` (the control-plane roles always pass it: `gpuledger run`,
+    `up`), the host decides only while it holds the service's leader lease and stamps its
+    epoch on every decision (`host.leader_epoch`); otherwise it is a folding standby, caught
+    up and ready to take over.
     `on_host` receives the Host (tests, health endpoints, passing the epoch to a decider);
     `nats_options` go to `Bus.connect` (credentials, TLS). `snapshot_policy`: when to save
     the folded state (default `SnapshotPolicy()`; `enabled=False`: never load nor save one);
@@ -612,15 +615,14 @@ async def _connect_and_run(
     tasks: list[asyncio.Task[Any]] = []
     host: Host | None = None
     try:
-        if lease_ttl_s is not None:
-            kv = await lease_bucket(bus, ttl_s=lease_ttl_s)
+        if lease_ttl_s is not None:  # the bucket is opened in the background: fold meanwhile
             lease = Lease(
-                kv,
+                None,
                 service.name,
                 holder=f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
                 ttl_s=lease_ttl_s,
             )
-            tasks.append(asyncio.create_task(lease.hold(), name=f"lease-{service.name}"))
+            tasks.append(asyncio.create_task(lease.hold(bus), name=f"lease-{service.name}"))
         store = None
         if host_options["snapshot_policy"].enabled and hasattr(service, "fold_of"):
             store = await open_snapshots(bus, service, log)

@@ -3,12 +3,20 @@
 The key is the service name; its value names the holder. Invariants:
 - at most one holder at a time: the key is created with expected-last-sequence 0, and every
   renewal is a compare-and-set on the revision the holder last wrote;
-- the bucket's max age is the lease TTL, so an entry the holder stopped renewing is removed
-  by the server (server time, no client clocks involved) and another instance may create it;
+- an entry whose revision a standby has seen unchanged for the holder's TTL (measured on the
+  standby's own monotonic clock: no clocks are compared) is taken over by a compare-and-set on
+  that revision, so the holder's TTL (`--leader-lease`, default 10 s) is what counts, not the
+  bucket's; the bucket's max age (`DEFAULT_TTL_S`) is a backstop that removes an abandoned
+  entry altogether;
 - the epoch is the KV revision at acquisition: strictly greater than every earlier epoch of
   any service, so decisions stamped with it can be fenced ("ignore a stale epoch").
 
-A lease alone does not stop a paused ex-leader from publishing; fencing by epoch does.
+A lease alone does not stop a paused ex-leader from publishing; fencing by epoch does: the
+ledger's fold refuses (`StaleLeaderEpoch`) a decision older than one already folded for its role.
+
+The bucket is the operator's: `Bus.ensure_stream` (`gpuledger up`, `gpuledger apply` as admin)
+creates it with the stream. A service only opens it (`open_lease_bucket`), waiting with one log
+line per attempt while it is missing; it folds as a standby meanwhile.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -24,10 +34,12 @@ import structlog
 from nats.js import api
 from nats.js.kv import KeyValue
 
-from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.auth import LEASE_BUCKET as BUCKET
+from gpuledger.services.runtime.auth import LEASE_TTL_S as DEFAULT_TTL_S
 
-BUCKET = "gpuledger-leases"
-DEFAULT_TTL_S = 10.0
+Bus = Any
+"""A `services.runtime.bus.Bus` (only its `js` is used; not imported: bus.py creates the
+bucket with the stream through `lease_bucket`)."""
 
 
 async def lease_bucket(bus: Bus, *, ttl_s: float = DEFAULT_TTL_S, replicas: int = 1) -> KeyValue:
@@ -47,12 +59,29 @@ async def lease_bucket(bus: Bus, *, ttl_s: float = DEFAULT_TTL_S, replicas: int 
         )
 
 
+async def open_lease_bucket(bus: Bus, *, retry_s: float = 2.0) -> KeyValue:
+    """Open the existing lease bucket, waiting (one warning per attempt) until the operator has
+    created it; never creates it (a service's identity may not)."""
+    log = structlog.get_logger("gpuledger.lease")
+    while True:
+        try:
+            return await bus.js.key_value(BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            why = "no such bucket"
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as err:
+            why = repr(err)[:200]
+        log.warning("lease.bucket_unavailable", bucket=BUCKET, error=why, retry_s=retry_s,
+                    action="the operator creates it with the stream: `gpuledger apply` (or "
+                           "`gpuledger up`) with the admin credential; folding as a standby meanwhile")
+        await asyncio.sleep(retry_s)
+
+
 class Lease:
     """Leadership of one service. `acquire()` waits until held and returns the epoch."""
 
     def __init__(
         self,
-        kv: KeyValue,
+        kv: KeyValue | None,
         service: str,
         *,
         holder: str | None = None,
@@ -63,12 +92,21 @@ class Lease:
         self.key = service
         self.holder = holder or f"{service}/{uuid.uuid4().hex[:12]}"
         self.ttl_s = ttl_s
-        self.poll_s = poll_s if poll_s is not None else ttl_s / 4
+        self.poll_s = poll_s if poll_s is not None else min(ttl_s / 10, 1.0)
+        """How often a standby looks at the entry: a dead holder is replaced within about
+        TTL + 2 * poll_s of its last renewal."""
         self.epoch: int | None = None
         """Revision at acquisition while held; None otherwise."""
         self.lost = asyncio.Event()
         """Set when a held lease could not be renewed (someone else may hold it now)."""
         self._revision = 0
+        self._seen: tuple[int, float] | None = None
+        """(revision of another holder's entry, monotonic time we first saw it)."""
+        self.renew_s = ttl_s / 3
+        """Renewal interval (a third of the TTL, or of the bucket's max age if shorter)."""
+        self.opened: asyncio.Event = asyncio.Event()
+        if kv is not None:
+            self.opened.set()
         self._renewer: asyncio.Task[None] | None = None
         self.log = structlog.get_logger("gpuledger.lease").bind(service=service, holder=self.holder)
 
@@ -79,29 +117,82 @@ class Lease:
     def _value(self) -> bytes:
         return json.dumps({"holder": self.holder, "ttl_s": self.ttl_s}).encode()
 
+    async def open(self, bus: Bus) -> None:
+        """Open the bucket (waiting for the operator to create it) if not given one."""
+        if self.kv is None:
+            self.kv = await open_lease_bucket(bus)
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            max_age = (await self.kv.status()).ttl
+            if max_age:
+                self.renew_s = min(self.ttl_s, max_age) / 3
+        self.opened.set()
+
     async def try_acquire(self) -> int | None:
-        """One attempt: the epoch if this holder now leads, None if another holder does."""
+        """One attempt: the epoch if this holder now leads, None if another holder does
+        (and renewed its entry within its TTL, as far as this instance has watched)."""
+        assert self.kv is not None, "open() first"
         try:
             revision = await self.kv.create(self.key, self._value())
         except nats.js.errors.KeyWrongLastSequenceError:
-            return None
+            revision = await self._take_over_expired()
+            if revision is None:
+                return None
         self.epoch = self._revision = revision
+        self._seen = None
         self.lost.clear()
         self.log.info("lease.acquired", epoch=revision)
         return revision
 
+    async def _take_over_expired(self) -> int | None:
+        """Another holder's entry: take it over (compare-and-set on its revision) once that
+        revision has stayed the same for the holder's TTL on our clock; else None."""
+        assert self.kv is not None
+        try:
+            entry = await self.kv.get(self.key)
+        except nats.js.errors.KeyNotFoundError:
+            self._seen = None  # gone meanwhile (released or expired): create next time
+            return None
+        revision = entry.revision or 0
+        now = time.monotonic()
+        if self._seen is None or self._seen[0] != revision:
+            self._seen = (revision, now)
+            return None
+        try:
+            ttl = float(json.loads(entry.value or b"{}").get("ttl_s", self.ttl_s))
+        except (ValueError, TypeError, AttributeError):
+            ttl = self.ttl_s
+        if now - self._seen[1] < ttl:
+            return None
+        try:
+            taken = await self.kv.update(self.key, self._value(), last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None  # renewed, released or taken by another standby just now
+        self.log.warning("lease.taken_over", epoch=taken, previous_revision=revision,
+                         unrenewed_s=round(now - self._seen[1], 3))
+        return taken
+
     async def acquire(self) -> int:
-        """Wait until this holder leads; start renewing in the background; return the epoch."""
+        """Wait until this holder leads; start renewing in the background; return the epoch.
+        Server trouble is logged and retried (a standby keeps trying until cancelled)."""
         while True:
-            epoch = await self.try_acquire()
+            try:
+                epoch = await self.try_acquire()
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as err:
+                self.log.warning("lease.acquire_failed", error=repr(err)[:200])
+                epoch = None
             if epoch is not None:
                 self._renewer = asyncio.create_task(self._renew_forever())
                 return epoch
-            await asyncio.sleep(self.poll_s)
+            delay = self.poll_s
+            if self._seen is not None:  # wake right when the seen entry would have expired
+                due = self._seen[1] + self.ttl_s - time.monotonic()
+                if 0 < due < delay:
+                    delay = due + 0.01
+            await asyncio.sleep(delay)
 
     async def renew(self) -> bool:
         """Compare-and-set the entry; False (and `lost` set) when it is no longer ours."""
-        if self.epoch is None:
+        if self.epoch is None or self.kv is None:
             return False
         try:
             self._revision = await self.kv.update(self.key, self._value(), last=self._revision)
@@ -111,9 +202,8 @@ class Lease:
             return False
 
     async def _renew_forever(self) -> None:
-        interval = self.ttl_s / 3
         while self.held:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.renew_s)
             try:
                 if not await self.renew():
                     return
@@ -128,8 +218,11 @@ class Lease:
         self.epoch = None
         self.lost.set()
 
-    async def hold(self) -> None:
-        """Lead whenever possible: acquire, and after a loss acquire again, until cancelled."""
+    async def hold(self, bus: Bus | None = None) -> None:
+        """Lead whenever possible: acquire, and after a loss acquire again, until cancelled.
+        With `bus`, open the bucket first (waiting for it)."""
+        if bus is not None:
+            await self.open(bus)
         while True:
             if not self.held:
                 await self.acquire()
@@ -142,7 +235,7 @@ class Lease:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
             self._renewer = None
-        if self.epoch is not None:
+        if self.epoch is not None and self.kv is not None:
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, TimeoutError):
                 await self.kv.delete(self.key, last=self._revision)
                 self.log.info("lease.released", epoch=self.epoch)

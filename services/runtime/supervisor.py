@@ -77,6 +77,9 @@ class ServiceState:
     started_at_ms: int | None = None
     detail: str | None = None
     """Why it is not running normally (e.g. who blocks the projector)."""
+    lease: str | None = None
+    """A control-plane service: `leader` (holds its leader lease and decides) or `standby`
+    (folds, ready to take over); None for services without a lease."""
     behind_since_ms: int | None = None
     """When `up` first saw the stream hold an event this service has not folded yet (None:
     it has folded everything `up` has seen): how stale what it serves is."""
@@ -218,7 +221,14 @@ def heartbeat_task(sample: Callable[[], dict[str, Any] | None], interval_s: floa
 def host_sample(host: Any) -> Callable[[], dict[str, Any]]:
     """Heartbeat fields of a runtime Host."""
     return lambda: {"state": "refusing" if host.gap else "running", "folded_seq": host.folded_seq,
-                    "detail": host.gap}
+                    "detail": host.gap, "lease": lease_role(host)}
+
+
+def lease_role(host: Any) -> str | None:
+    """`leader` / `standby` for a host with a leader lease, None without one."""
+    if getattr(host, "lease", None) is None:
+        return None
+    return "leader" if host.lease.held else "standby"
 
 
 # ---------------------------------------------------------------------- back-off
@@ -362,6 +372,7 @@ class ProcessSupervisor:
         c.st.folded_seq = hb.get("folded_seq", c.st.folded_seq)
         c.st.state = hb.get("state", "running")
         c.st.detail = hb.get("detail")
+        c.st.lease = hb.get("lease")
         return True
 
     async def start(self) -> None:

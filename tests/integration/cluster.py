@@ -29,12 +29,14 @@ class Processes(ServiceProcesses):
         self.server = None if isinstance(server, str) else server
         super().__init__(url_or_access, config=config, log_dir=log_dir)
 
-    def start(self, role: str, node: str | None = None):  # type: ignore[override]
+    def start(self, role: str, node: str | None = None, *args: str,  # type: ignore[override]
+              name: str | None = None):
+        """`role` (named `name`, default the role or node: give replicas distinct names)."""
         if node is None:
-            return super().start(role)
+            return super().start(role, *args, name=name)
         if self.server is not None:
             self.server.add_principals(f"node:{node}")
-        return super().start(role, "--node", node, name=node)
+        return super().start(role, "--node", node, *args, name=name or node)
 
     def start_all(self, nodes: list[str]) -> None:
         for role in ("admission", "quota", "scheduler", "preemption"):

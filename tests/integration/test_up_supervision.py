@@ -159,7 +159,7 @@ def test_up_processes_with_a_relative_config_restarts_a_killed_child(tmp_path):
         table = cli("status", cwd=tmp_path)
         assert table.returncode == 0
         assert table.stdout.splitlines()[0].split() == [
-            "NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LAST-ERROR"]
+            "NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LEASE", "LAST-ERROR"]
 
         victim = service(doc, "scheduler")["pid"]
         os.kill(victim, signal.SIGKILL)

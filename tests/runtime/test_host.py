@@ -312,6 +312,31 @@ async def test_only_the_lease_holder_decides_and_a_standby_takes_over(
     assert len(of_type(await stream_events(bus), events.JobAdmitted)) == 2
 
 
+async def test_a_service_waits_for_the_operator_to_create_the_lease_bucket_folding_meanwhile(
+    bus: Bus, nats_server: EmbeddedNats, capsys
+) -> None:
+    from gpuledger.services.runtime.lease import BUCKET, lease_bucket
+
+    await bus.js.delete_key_value(BUCKET)  # a stream provisioned without the bucket
+    stop = asyncio.Event()
+    hosts: list[Host] = []
+    admitter = Admitter()
+    task = asyncio.create_task(run_service(
+        admitter, nats_server.url, nats_options=natsauth.options(), stop=stop, lease_ttl_s=2,
+        on_host=hosts.append))
+    await bus.publish(submitted("j1"))
+    await eventually(lambda: bool(hosts) and hosts[0].folded_seq == 1)  # folds meanwhile
+    await asyncio.sleep(2.5)  # a second attempt, still no bucket: no crash, no decision
+    assert not task.done() and not hosts[0].may_decide and not admitter.emitted
+    await lease_bucket(bus)  # the operator provisions it
+    await eventually(lambda: hosts[0].may_decide, timeout=10)
+    await eventually(lambda: bool(admitter.emitted))
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("lease.bucket_unavailable") >= 2
+
+
 SERVE_SCRIPT = """
 import sys
 from tests.runtime.test_host import Admitter
