@@ -31,8 +31,12 @@ from types import TracebackType
 from typing import Any
 
 from gpuledger.services.runtime.auth import CLUSTER_NAME, AuthDir, NatsAccess, cluster_conf
-from gpuledger.services.runtime.auth import init as auth_init
-from gpuledger.services.runtime.nats_server import EmbeddedNats, NatsServerFailed
+from gpuledger.services.runtime.nats_server import (
+    EmbeddedNats,
+    NatsServerFailed,
+    auth_location,
+    open_auth,
+)
 
 
 def free_port() -> int:
@@ -100,15 +104,8 @@ class EmbeddedNatsCluster:
     @property
     def auth(self) -> AuthDir:
         if self._auth_path is None:
-            if self._given_store is not None:
-                self._auth_path = self._given_store.parent / "auth"
-            else:
-                self._auth_tmp = Path(tempfile.mkdtemp(prefix="gpuledger-auth-"))
-                self._auth_path = self._auth_tmp
-        d = AuthDir(self._auth_path)
-        if not d.exists:
-            auth_init(d.path)
-        return d
+            self._auth_path, self._auth_tmp = auth_location(self._given_store)
+        return open_auth(self._auth_path)
 
     @property
     def urls(self) -> list[str]:

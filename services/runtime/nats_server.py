@@ -26,6 +26,24 @@ from gpuledger.services.runtime.auth import AUTH_CONF, AuthDir, NatsAccess, TlsF
 from gpuledger.services.runtime.auth import init as auth_init
 
 
+def auth_location(store: Path | None) -> tuple[Path, Path | None]:
+    """Where a server's identities live when none is given: `<store>/../auth` beside a kept
+    store (so a restart admits the same identities), else a new private temporary directory
+    (returned twice: the caller removes it)."""
+    if store is not None:
+        return store.parent / "auth", None
+    tmp = Path(tempfile.mkdtemp(prefix="gpuledger-auth-"))
+    return tmp, tmp
+
+
+def open_auth(path: Path) -> AuthDir:
+    """The identities in `path`, generated on first use (`gpuledger auth init`'s layout)."""
+    d = AuthDir(path)
+    if not d.exists:
+        auth_init(d.path)
+    return d
+
+
 class NatsServerNotFound(RuntimeError):
     """No `nats-server` binary on PATH nor in this Python's scripts dir."""
 
@@ -112,15 +130,8 @@ class EmbeddedNats:
         """The identities this server admits (generated on first use: `auth` if given, else
         `<store_dir>/../auth` for a kept store, else a private temporary directory)."""
         if self._auth_path is None:
-            if self._given_store is not None:
-                self._auth_path = self._given_store.parent / "auth"
-            else:
-                self._auth_tmp = Path(tempfile.mkdtemp(prefix="gpuledger-auth-"))
-                self._auth_path = self._auth_tmp
-        d = AuthDir(self._auth_path)
-        if not d.exists:
-            auth_init(d.path)
-        return d
+            self._auth_path, self._auth_tmp = auth_location(self._given_store)
+        return open_auth(self._auth_path)
 
     def creds(self, principal: str = "admin") -> Path:
         """The credential file of `principal` (default: the operator)."""
