@@ -97,7 +97,7 @@ class Client:
     def __init__(self, nc, errors: list[str]) -> None:
         self.nc, self.errors = nc, errors
         self.js = nc.jetstream(timeout=1)
-        self.jsm = nc.jsm()
+        self.jsm = nc.jsm(timeout=1)
 
     @classmethod
     async def connect(cls, server: EmbeddedNats, principal: str, **options) -> Client:

@@ -146,9 +146,9 @@ async def test_a_service_writes_and_reads_only_its_own_snapshot(
         assert (await kv.get(f"{own}.a.0")).value == b"chunk"
         for attempt in (kv.put(other, b"x"), kv.put(f"{other}.a.0", b"x"), kv.get(other)):
             with pytest.raises((nats.errors.Error, nats.js.errors.Error, TimeoutError)):
-                await asyncio.wait_for(attempt, 3)
+                await asyncio.wait_for(attempt, 1)
         with pytest.raises((nats.errors.Error, nats.js.errors.Error, TimeoutError)):
-            await asyncio.wait_for(bus.js.delete_key_value("gpuledger-snapshots"), 3)
+            await asyncio.wait_for(bus.js.delete_key_value("gpuledger-snapshots"), 1)
     finally:
         with contextlib.suppress(Exception):
             await bus.close()
