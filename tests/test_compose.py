@@ -124,3 +124,20 @@ def test_the_cluster_node_config_is_valid_for_nats_server(tmp_path):
     out = subprocess.run([str(binary), "-t", "-c", str(tmp_path / "nats.conf"), "--name", "nats-1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "is valid" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_every_compose_service_serves_metrics_that_prometheus_scrapes():
+    # Given the compose file and the shipped Prometheus configuration
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {t for job in prom["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    # then every service (not an optional standby) serves /metrics on every interface and is scraped
+    for name, svc in compose["services"].items():
+        cmd = svc.get("command", [])
+        if cmd[:1] != ["run"] or svc.get("profiles"):
+            continue
+        port = cmd[cmd.index("--metrics-port") + 1]
+        assert cmd[cmd.index("--metrics-addr") + 1] == "0.0.0.0", name
+        assert f"{name}:{port}" in targets, name
+    assert compose["services"]["metrics"]["command"][0] == "metrics" and "metrics:9400" in targets
+    assert prom["rule_files"] == ["rules.yaml"]

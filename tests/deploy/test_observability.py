@@ -93,3 +93,6 @@ def test_promtool_passes_the_rule_unit_tests():
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS" in run.stdout + run.stderr
+    config = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=PROM,
+                            capture_output=True, text=True)  # the compose scrape configuration
+    assert config.returncode == 0, config.stdout + config.stderr
