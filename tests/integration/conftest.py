@@ -3,6 +3,8 @@ services of examples/three-jobs.yaml as OS processes."""
 
 import pytest
 
+from gpuledger.replay import live_player
+from gpuledger.replay.scenario import load
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.integration.cluster import EXAMPLES, Processes
@@ -29,5 +31,15 @@ async def bus(server):
 @pytest.fixture
 def procs(server, tmp_path):
     p = Processes(server, THREE, tmp_path)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+async def admission(server, bus, tmp_path):
+    """The configuration of examples/three-jobs.yaml and admission as a separate process."""
+    await live_player.publish_config(bus, load(THREE))
+    p = Processes(server, THREE, tmp_path)
+    p.start("admission")
     yield p
     p.stop()

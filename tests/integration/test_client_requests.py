@@ -20,9 +20,8 @@ from gpuledger import events as ev
 from gpuledger.projections.nats_source import run_projector
 from gpuledger.projections.store import connect_readonly
 from gpuledger.replay import live_player
-from gpuledger.replay.scenario import load
 from tests import natsauth
-from tests.integration.cluster import EXAMPLES, Processes, cli
+from tests.integration.cluster import EXAMPLES, cli
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
@@ -30,16 +29,6 @@ README_CI_PAYLOAD = (
     b'{"type":"JobSubmitted.v1","job":{"job_id":"%s","tenant":"team-a",'
     b'"resources":{"gpus":1},"duration_s":3600}}'
 )
-
-
-@pytest.fixture
-async def admission(server, bus, tmp_path):
-    """The configuration of examples/three-jobs.yaml and admission as a separate process."""
-    await live_player.publish_config(bus, load(THREE))
-    p = Processes(server, THREE, tmp_path)
-    p.start("admission")
-    yield p
-    p.stop()
 
 
 async def log_until(bus, done, procs, timeout_s: float = 20.0):

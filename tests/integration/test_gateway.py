@@ -12,24 +12,14 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay import live_player
-from gpuledger.replay.scenario import load
 from gpuledger.services.runtime.gateway import Gateway, create_app
 from gpuledger.services.runtime.gateway import server as http_server
 from gpuledger.services.runtime.gateway_tokens import Tokens, add_token
-from tests.integration.cluster import EXAMPLES, Processes, cli
+from tests.integration.cluster import EXAMPLES, cli
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
 JOB = "id: {id}\ntenant: {tenant}\ngpus: {gpus}\nduration: 3600\n"
-
-
-@pytest.fixture
-async def admission(server, bus, tmp_path):
-    await live_player.publish_config(bus, load(THREE))
-    p = Processes(server, THREE, tmp_path)
-    p.start("admission")
-    yield p
-    p.stop()
 
 
 @pytest.fixture
