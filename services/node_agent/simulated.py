@@ -10,6 +10,7 @@ The agent never stops a member on its own for any other reason.
 
 from __future__ import annotations
 
+from gpuledger.events import catalog as ev
 from gpuledger.events import (
     Event,
     MemberCheckpointed,
@@ -27,6 +28,13 @@ class SimulatedAgent(LedgerService):
     """Agent for `nodes` (one agent may simulate many nodes)."""
 
     name = "node-agent"
+    # acts on its nodes and on allocations (placed, cancelled, preempted, due instants)
+    unaffected_by = frozenset({
+        ev.JobSubmitted, ev.JobAdmitted, ev.JobRejected, ev.FairShareUpdated,
+        ev.PendingReasonChanged, ev.PreemptionDeclined, ev.GpuMetricsReported,
+        ev.RequestRefused, ev.DeadLettered,
+    })
+    quiet_until_wakeup = True  # due instants and heartbeats are its wake-ups
 
     def __init__(self, nodes: tuple[NodeInfo, ...], instance: str = "sim", heartbeat_s: int = 0) -> None:
         super().__init__(instance)

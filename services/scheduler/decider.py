@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuledger.events import catalog as ev
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -87,6 +88,12 @@ class _Why:
 
 class Scheduler(LedgerService):
     name = "scheduler"
+    # reads nearly everything; queue order and pending reasons also move with the clock
+    # (decayed usage), so it is asked at every instant
+    unaffected_by = frozenset({
+        ev.JobSubmitted, ev.JobRejected, ev.GpuMetricsReported, ev.RequestRefused,
+        ev.DeadLettered,
+    })
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
