@@ -10,7 +10,6 @@ The agent never stops a member on its own for any other reason.
 
 from __future__ import annotations
 
-from gpuledger.events import catalog as ev
 from gpuledger.events import (
     Event,
     MemberCheckpointed,
@@ -20,6 +19,7 @@ from gpuledger.events import (
     NodeInfo,
     NodeRegistered,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 

@@ -23,7 +23,6 @@ import hashlib
 
 import msgspec
 
-from gpuledger.events import catalog as ev
 from gpuledger.events import (
     Event,
     FairShareUpdated,
@@ -32,6 +31,7 @@ from gpuledger.events import (
     TenantConfigured,
     encode,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger

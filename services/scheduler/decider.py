@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuledger.events import catalog as ev
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -23,6 +22,7 @@ from gpuledger.events import (
     NodeLost,
     PendingReasonChanged,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
