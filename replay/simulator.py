@@ -61,13 +61,18 @@ class Simulator:
         seq = len(self.log) + 1
         subject = subject_for(event)
         self.log.append((seq, subject, event))
-        self.ledger.apply(seq, event)
-        kind = type(event)
-        affected = self._affects.get(kind)
-        if affected is None:
-            affected = self._affects[kind] = tuple(
-                i for i, s in enumerate(self.services) if kind not in getattr(s, "unaffected_by", ()))
+        ledger = self.ledger
+        nodes_version = ledger.nodes_version
+        ledger.apply(seq, event)
         stale = self._stale
+        if ledger.nodes_version != nodes_version:  # the node set changed: counts for all
+            affected: tuple[int, ...] | None = tuple(range(len(stale)))
+        else:
+            kind = type(event)
+            affected = self._affects.get(kind)
+            if affected is None:
+                affected = self._affects[kind] = tuple(
+                    i for i, s in enumerate(self.services) if kind not in getattr(s, "unaffected_by", ()))
         for i in affected:
             stale[i] = True
         if self.on_event is not None:

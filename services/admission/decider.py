@@ -49,7 +49,7 @@ class Admission(LedgerService):
         _ev.FairShareUpdated, _ev.GangPlaced, _ev.MemberStarted, _ev.MemberCheckpointed,
         _ev.MemberExited, _ev.PreemptionRequested, _ev.PreemptionDeclined, _ev.GangEvicted,
         _ev.GangRequeued, _ev.GangCompleted, _ev.GangFailed, _ev.PendingReasonChanged,
-        _ev.GpuMetricsReported,
+        _ev.GpuMetricsReported, _ev.NodeHeartbeat,
     })
     quiet_until_wakeup = True  # never reads the clock
     """Job status queries from tenant CI identities (services/domain/job_status.py)."""

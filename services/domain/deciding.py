@@ -26,7 +26,8 @@ class LedgerService:
     """Event types whose fold can change neither this service's `decide` nor its
     `next_wakeup_ms`: after a quiet answer, the simulator does not ask again until an event
     of another type is folded (checking mode asks anyway and requires the same quiet answer).
-    Empty: every event may matter."""
+    A fold that changes the node set (`Ledger.nodes_version`) always counts. Empty: every
+    event may matter."""
 
     quiet_until_wakeup: bool = False
     """True when a quiet answer stays quiet as time passes until `next_wakeup_ms` (nothing

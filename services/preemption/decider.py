@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 
 from gpuledger.events import Event, PreemptionDeclined, PreemptionRequested
+from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import DeclineReason, PreemptionReason
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger
@@ -25,6 +26,8 @@ from gpuledger.services.scheduler.queue import effective_priority, ordered_pendi
 
 class Preemption(LedgerService):
     name = "preemption"
+    # a heartbeat that revives a lost node changes `nodes_version`, which always counts
+    unaffected_by = frozenset({ev.GpuMetricsReported, ev.NodeHeartbeat})
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)

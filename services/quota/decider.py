@@ -53,7 +53,7 @@ class Quota(LedgerService):
     unaffected_by = frozenset({
         ev.JobSubmitted, ev.MemberStarted, ev.MemberCheckpointed, ev.MemberExited,
         ev.PendingReasonChanged, ev.PreemptionRequested, ev.PreemptionDeclined,
-        ev.GpuMetricsReported, ev.RequestRefused, ev.DeadLettered,
+        ev.GpuMetricsReported, ev.RequestRefused, ev.DeadLettered, ev.NodeHeartbeat,
     })
     quiet_until_wakeup = True  # the clock matters for schedules only (next_wakeup_ms)
 

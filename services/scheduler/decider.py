@@ -89,10 +89,11 @@ class _Why:
 class Scheduler(LedgerService):
     name = "scheduler"
     # reads nearly everything; queue order and pending reasons also move with the clock
-    # (decayed usage), so it is asked at every instant
+    # (decayed usage), so it is asked at every instant. A heartbeat only postpones a node's
+    # loss (its wake-up); one that revives a lost node changes `nodes_version`, which counts.
     unaffected_by = frozenset({
         ev.JobSubmitted, ev.JobRejected, ev.GpuMetricsReported, ev.RequestRefused,
-        ev.DeadLettered,
+        ev.DeadLettered, ev.NodeHeartbeat,
     })
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
