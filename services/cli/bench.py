@@ -93,7 +93,11 @@ def openb(
                       str(r.placements), f"{r.placements_per_s:,.0f}", f"{r.wall_s:.1f}")
     console.print(table)
     if json_out is not None:
-        payload = reports[0] if len(reports) == 1 else reports
+        from gpuledger.replay.benchinfo import machine
+
+        payload = msgspec.to_builtins(reports[0] if len(reports) == 1 else reports)
+        for r in payload if isinstance(payload, list) else [payload]:
+            r["machine"] = machine()
         json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
@@ -125,7 +129,11 @@ def fleet(
                       f"{r.max_ms:.1f}", str(r.placed), f"{r.mean_gpu_allocated_pct:.1f}", fails)
     console.print(table)
     if json_out is not None:
-        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
+        from gpuledger.replay.benchinfo import machine
+
+        payload = msgspec.to_builtins(report)
+        payload["machine"] = machine()
+        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
 if __name__ == "__main__":
