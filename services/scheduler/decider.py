@@ -246,6 +246,8 @@ class Scheduler(LedgerService):
     def _place(self, state: Ledger, now_ms: int) -> list[Event]:
         """Place pending gangs in queue order on a trial view; a pending reason for the rest."""
         out: list[Event] = []
+        if not state.pending:
+            return out  # nothing to place: no trial view, no queue
         rnd = _Round.start(state)
         for position, job in enumerate(ordered_pending(state, now_ms)):
             if not job.cancel_requested:
