@@ -122,11 +122,14 @@ def verify(
 def replay(
     log: Path = typer.Argument(..., help="The recorded log (JSONL or Parquet)."),
     out: Path = typer.Option(..., "--out", help="The what-if log to write (JSONL or Parquet)."),
-    config: Path | None = typer.Option(None, "--config", help="New configuration (tenants, classes, policy, optionally nodes)."),
+    config: Path | None = typer.Option(None, "--config", help="New configuration replacing the recorded one (tenants, classes, policy, optionally nodes)."),
+    policy: list[Path] = typer.Option([], "--policy", help="Overlay FILE on the recorded configuration: its policy keys, tenants, classes (and nodes) replace only those (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", help="Overlay one key on the recorded configuration: policy.KEY=V, tenants.NAME.KEY=V, priority_classes.NAME.KEY=V (repeatable)."),
     duckdb: Path | None = typer.Option(None, "--duckdb", help="Also project the what-if log into this DuckDB file."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the simulate-style JSON report here."),
 ) -> None:
-    """Re-run a log's external inputs through the deciders, under the recorded or a new configuration."""
+    """Re-run a log's external inputs through the deciders, under the recorded configuration,
+    a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE)."""
     from gpuledger.replay.export import write_any
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report as build_report
@@ -143,6 +146,7 @@ def replay(
             inputs = with_config(inputs, read_doc(config))
         except ConfigFileError as exc:
             fail_input(exc, config)
+    inputs = overlaid(inputs, policy, set_)
     sim = run_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
@@ -161,6 +165,21 @@ def replay(
         f"allocation {pct_text(m['gpu_allocation_pct'])}, preemptions {m['preemptions']}, "
         f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
     )
+
+
+def overlaid(inputs, policy_files: list[Path], sets: list[str]):
+    """`inputs` with the `--policy` files and `--set` items applied (exit 2 on a bad one)."""
+    if not policy_files and not sets:
+        return inputs
+    from gpuledger.replay.overlay import OverlayError, apply_overlays
+    from gpuledger.services.cli.live import read_doc
+
+    try:
+        inputs, changes = apply_overlays(inputs, sets, [(str(p), read_doc(p)) for p in policy_files])
+    except OverlayError as exc:
+        fail_input(exc)
+    typer.echo(f"overlay on the recorded configuration: {'; '.join(changes)}", err=True)
+    return inputs
 
 
 def _project(log: Path, db: Path) -> None:
