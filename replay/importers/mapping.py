@@ -114,6 +114,8 @@ class Naming:
             for c in mapping.priority_classes
         }
         self.tenants: set[str] = set()
+        self.auto: set[str] = set()
+        """Classes made up from a source name (not in the mapping, not built in)."""
 
     def class_for(self, priority: str) -> str:
         priority = priority.strip() or self.default_priority
@@ -121,6 +123,7 @@ class Naming:
                 or token(priority, self.default_priority))
         if name not in self.classes and name not in BUILT_IN:
             key = name.lower()
+            self.auto.add(name)
             self.classes[name] = {
                 "name": name, "value": DEFAULT_VALUES.get(key, 50), "preemptible": True,
                 "slo_class": "interactive" if key in INTERACTIVE else "batch",

@@ -131,7 +131,7 @@ def summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
-EXTRA_COUNTS = ("steps_folded", "preemptions_seen", "evictions_seen")
+EXTRA_COUNTS = ("steps_folded", "gangs_split", "preempted_events", "evicted_events", "workload_evictions")
 
 
 @import_app.command("slurm")
@@ -152,6 +152,28 @@ def import_slurm_cmd(
     _run_import(out, output, skipped_out, lambda progress, skips: import_slurm(
         sacct, out, sinfo=sinfo, nodes_file=nodes, mapping=mapping, timezone=timezone,
         progress=progress, skips=skips).summary)
+
+
+@import_app.command("kubernetes")
+def import_kubernetes_cmd(
+    pods: Path = typer.Option(..., "--pods", help="`kubectl get pods -A -o json` output."),
+    out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
+    events: Path | None = typer.Option(None, "--events", help="`kubectl get events -A -o json` output."),
+    nodes: Path | None = typer.Option(None, "--nodes", help="`kubectl get nodes -o json` output."),
+    config_nodes: Path | None = typer.Option(None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."),
+    workloads: Path | None = typer.Option(None, "--workloads", help="`kubectl get workloads.kueue.x-k8s.io -A -o json` output (Kueue)."),
+    mapping: Path | None = typer.Option(None, "--mapping", help="YAML overriding PriorityClass -> class and namespace/queue -> tenant."),
+    namespaced_ids: bool = typer.Option(False, "--namespaced-ids", help="Job ids <namespace>~<name> (when names repeat across namespaces)."),
+    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped item (FILE:LINE: reason) here."),
+    output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
+) -> None:
+    """Kubernetes pods (+ events, nodes, Kueue workloads) -> JSONL log: GPU/MIG requests,
+    indexed Job / JobSet / PodGroup gangs, priority classes, namespaces or queues as tenants."""
+    from gpuledger.replay.importers.kubernetes import import_kubernetes
+
+    _run_import(out, output, skipped_out, lambda progress, skips: import_kubernetes(
+        pods, out, events=events, nodes=nodes, nodes_file=config_nodes, workloads=workloads,
+        mapping=mapping, namespaced_ids=namespaced_ids, progress=progress, skips=skips).summary)
 
 
 @app.command("compare")
