@@ -144,8 +144,6 @@ class ImportLog:
             self.skips.skip(where, str(exc))
             return False
         start, end = job.start_ms, job.end_ms
-        if start is not None and start < job.submit_ms:
-            start = job.submit_ms  # clocks of different daemons; never start before submitting
         duration = None
         cancel_at = None
         if start is not None and end is not None:

@@ -176,6 +176,24 @@ def import_kubernetes_cmd(
         mapping=mapping, namespaced_ids=namespaced_ids, progress=progress, skips=skips).summary)
 
 
+@import_app.command("csv")
+def import_csv_cmd(
+    trace: Path = typer.Argument(..., help="The per-job CSV trace."),
+    mapping: Path = typer.Option(..., "--mapping", help="YAML naming the column of each field (see README, examples/openb-mapping.yaml)."),
+    out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
+    nodes: Path | None = typer.Option(None, "--nodes", help="Node list CSV, read with the mapping's nodes: section."),
+    config_nodes: Path | None = typer.Option(None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."),
+    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."),
+    output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
+) -> None:
+    """Any per-job CSV trace -> JSONL log, through a strict mapping file."""
+    from gpuledger.replay.importers.csvtrace import import_csv
+
+    _run_import(out, output, skipped_out, lambda progress, skips: import_csv(
+        trace, out, mapping=mapping, nodes=nodes, nodes_file=config_nodes, progress=progress,
+        skips=skips).summary)
+
+
 @app.command("compare")
 def compare_cmd(
     a: Path = typer.Argument(..., help="Baseline log (JSONL)."),
