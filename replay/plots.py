@@ -123,11 +123,11 @@ def wait_cdf_plot(a: Summary, b: Summary, path: str | Path, labels: tuple[str, s
     return wait_cdf_chart((a, b), labels, path)
 
 
-def wait_cdf_chart(runs: Sequence[Summary], labels: Sequence[str], path) -> Any:
+def wait_cdf_chart(runs: Sequence[Summary], labels: Sequence[str], path, max_cols: int = 3) -> Any:
     """One panel per SLO class: the wait-time CDF of every run."""
     classes = sorted(set().union(*(s.waits for s in runs))) or ["(no placed jobs)"]
     n = len(classes)
-    cols = min(n, 3)
+    cols = min(n, max_cols)
     rows_ = -(-n // cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 4.0 * rows_), dpi=110, squeeze=False)
     for i, cls in enumerate(classes):

@@ -110,7 +110,7 @@ def render(log_name: str, variants: list[Variant], recorded_events: int, title: 
         out.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>")
     out.append("</tbody></table>")
     sections = [
-        ("Queue wait by SLO class", wait_cdf_chart, {},
+        ("Queue wait by SLO class", wait_cdf_chart, {"max_cols": 2},
          "Fraction of placed jobs that waited at most x seconds from submission to first placement, "
          "per SLO class (symmetric-log axis above 1 s). A curve further left is better."),
         ("GPU allocation over time", allocation_chart, {},
