@@ -57,6 +57,7 @@ class ObservedJob:
     end_ms: int | None = None
     line: int = 0
     requeued: int = 0
+    spread: ev.Spread | None = None
 
 
 @dataclass
@@ -115,6 +116,7 @@ class ImportLog:
         self.by_tenant: dict[str, int] = {}
         self.by_shape: dict[str, int] = {}
         self.duplicates = 0
+        self.spread = 0
 
     # ------------------------------------------------------------------ adding
     def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
@@ -157,7 +159,8 @@ class ImportLog:
                 return False
             cancel_at = end
         spec = ev.JobSpec(job_id=job.job_id, tenant=job.tenant, priority_class=job.priority_class,
-                          replicas=job.replicas, resources=job.resources, duration_s=duration)
+                          replicas=job.replicas, resources=job.resources, duration_s=duration,
+                          spread=job.spread if job.spread is not None else msgspec.UNSET)
         self._push(job.submit_ms, 0, job.line, submission(spec, now_ms=job.submit_ms, producer=self.producer))
         if cancel_at is not None:
             self._push(cancel_at, 1, job.line, stamp(
@@ -174,6 +177,8 @@ class ImportLog:
         self.members += job.replicas
         if job.replicas > 1:
             self.gangs += 1
+        if job.spread is not None:
+            self.spread += 1
         self.requeued += 1 if job.requeued else 0
         if duration is not None:
             self.gpu_hours += job.replicas * job.resources.gpu_milli_total() * duration / 3.6e6
@@ -266,6 +271,7 @@ class ImportLog:
             "pending_at_end": self.pending,
             "running_at_end": self.running,
             "requeued": self.requeued,
+            "spread_limited": self.spread,
             "by_class": dict(sorted(self.by_class.items())),
             "tenants": len(self.by_tenant),
             "by_shape": dict(sorted(self.by_shape.items())),

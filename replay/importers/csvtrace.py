@@ -115,6 +115,10 @@ class JobColumns(Strict, kw_only=True):
     cpu: Spec | None = None
     memory: Spec | None = None
     priority: Spec | None = None
+    group: Spec | None = None
+    """Spread group: jobs of one group share `per_node_limit`."""
+    per_node_limit: Spec | None = None
+    """At most this many instances of the row's group on one node (empty: no limit)."""
 
 
 class NodeColumns(Strict, kw_only=True):
@@ -180,6 +184,8 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
                         known = list(allowed or ())
                         problems.append(f"{group}.{name}.unit: {f.unit!r} is not one of "
                                         f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}")
+        if m.jobs.per_node_limit is not None and m.jobs.group is None:
+            problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
         try:
             _Clock(m.time)
         except ValueError:
@@ -367,6 +373,21 @@ def _resources(cols: _Reader, row: dict[str, str]) -> ev.Resources:
     return ev.Resources(gpus=gpus, cpu_milli=cpu, memory_mib=mem, gpu_models=models)
 
 
+def _spread(cols: _Reader, row: dict[str, str]) -> ev.Spread | None:
+    """The row's spread constraint: its group and per-node limit, when both are given."""
+    if not cols.has("per_node_limit"):
+        return None
+    limit = cols.number(row, "per_node_limit")
+    if limit is None or limit <= 0:
+        return None  # no limit (empty, NaN; 0 taken as none, as traces write it)
+    if limit != int(limit):
+        raise _Skip(f"{cols.specs['per_node_limit'].column or 'per_node_limit'}: not a whole number: {limit:g}")
+    group = cols.text(row, "group") if cols.has("group") else None
+    if not group:
+        raise _Skip("a per-node limit without a group")
+    return ev.Spread(group=group, max_per_node=int(limit))
+
+
 @dataclass
 class CsvImport:
     summary: dict
@@ -414,7 +435,7 @@ def import_csv(
         if not gang_rows:
             return
         first = gang_rows[0]
-        if len({(j.resources, j.tenant, j.priority_class) for j in gang_rows}) != 1:
+        if len({(j.resources, j.tenant, j.priority_class, j.spread) for j in gang_rows}) != 1:
             for j in gang_rows:
                 log.add_job(j, where(j.line))
         else:
@@ -425,7 +446,7 @@ def import_csv(
                 min((e for e in ends if e is not None), default=None) if start is None else None)
             log.add_job(ObservedJob(
                 job_id=gang_key or first.job_id, tenant=first.tenant, priority_class=first.priority_class,
-                resources=first.resources, replicas=len(gang_rows),
+                resources=first.resources, replicas=len(gang_rows), spread=first.spread,
                 submit_ms=min(j.submit_ms for j in gang_rows), start_ms=start, end_ms=end,
                 line=first.line), where(first.line))
         gang_rows.clear()
@@ -450,6 +471,7 @@ def import_csv(
                 start = clock.ms(cols, row, "start") if cols.has("start") else None
                 end = clock.ms(cols, row, "end") if cols.has("end") else None
                 gang = cols.text(row, "gang") if cols.has("gang") else None
+                spread = _spread(cols, row)
             except _Skip as exc:
                 log.skips.skip(where(line), str(exc))
                 continue
@@ -466,7 +488,7 @@ def import_csv(
                 log.skips.skip(where(line), "CPU-only row (rules.cpu_only: skip)")
                 continue
             job = ObservedJob(job_id=job_id, tenant=tenant, priority_class=cls, resources=res,
-                              submit_ms=submit, start_ms=start, end_ms=end, line=line)
+                              submit_ms=submit, start_ms=start, end_ms=end, line=line, spread=spread)
             if gang is not None and gang != "":
                 if gang != gang_key:
                     flush()

@@ -131,7 +131,7 @@ def summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
-EXTRA_COUNTS = ("steps_folded", "gangs_split", "preempted_events", "evicted_events", "workload_evictions")
+EXTRA_COUNTS = ("spread_limited", "steps_folded", "gangs_split", "preempted_events", "evicted_events", "workload_evictions")
 
 
 @import_app.command("slurm")

@@ -179,3 +179,39 @@ def test_import_replay_export_keeps_every_job(tmp_path, rows):
     # a second import -> replay round trip of the replayed log keeps them too
     again = replay(external_inputs(list(read_log(exported))))
     assert set(again.ledger.jobs) == imported
+
+
+def test_a_per_group_per_node_limit_becomes_a_spread_constraint_that_why_explains(tmp_path):
+    out = tmp_path / "apps.jsonl"
+    summary = import_csv(FIX / "apps.csv", out, mapping=FIX / "apps-mapping.yaml",
+                         nodes_file=FIX / "apps-nodes.yaml").summary
+    assert summary["spread_limited"] == 6  # batch rows: empty limit, and 0 (no limit)
+    jobs = {e.job.job_id: e.job for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)}
+    assert jobs["web-1"].spread == ev.Spread(group="web", max_per_node=1)
+    assert jobs["db-3"].spread == ev.Spread(group="db", max_per_node=2)
+    assert not jobs["batch-1"].spread and not jobs["batch-2"].spread
+    sim = replay(external_inputs(list(read_log(out))))
+    for group, limit in (("web", 1), ("db", 2)):
+        for t in range(0, 1000, 5):  # never more than the limit on a node at any time
+            per_node: dict[str, int] = {}
+            for j, job in sim.ledger.jobs.items():
+                if not j.startswith(group):
+                    continue
+                for at, members in job.placements:
+                    if at <= t * 1000 < (job.finished_ms or 10**12):
+                        for m in members:
+                            per_node[m.node] = per_node.get(m.node, 0) + 1
+            assert max(per_node.values(), default=0) <= limit
+    assert sim.ledger.jobs["web-3"].placements[0][0] == 600_000  # waited for web-1/web-2
+    # `why` of a job the limit keeps out
+    trace = tmp_path / "pending.csv"
+    trace.write_text((FIX / "apps.csv").read_text().replace("web-1,web,1,0,600", "web-1,web,1,0,")
+                     .replace("web-2,web,1,0,600", "web-2,web,1,0,"))
+    import_csv(trace, out, mapping=FIX / "apps-mapping.yaml", nodes_file=FIX / "apps-nodes.yaml")
+    db = tmp_path / "p.duckdb"
+    r = CliRunner().invoke(app, ["replay", str(out), "--out", str(tmp_path / "r.jsonl"), "--duckdb", str(db)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["why", "web-3", "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert ("spread group 'web' allows at most 1 per node; the nodes where it would fit are at "
+            "that limit (node-1, node-2)") in r.output
