@@ -142,8 +142,13 @@ def replay(
     started = time.perf_counter()
     inputs = external_inputs(entries)
     if config is not None:
+        doc = read_doc(config)
+        if not doc.get("tenants"):
+            typer.echo(f"warning: --config replaces the recorded configuration and {config} defines no "
+                       "tenants: every job will be rejected (UnknownTenant); to change only some keys, "
+                       f"use --policy {config} (an overlay on the recorded configuration)", err=True)
         try:
-            inputs = with_config(inputs, read_doc(config))
+            inputs = with_config(inputs, doc)
         except ConfigFileError as exc:
             fail_input(exc, config)
     inputs = overlaid(inputs, policy, set_)

@@ -96,3 +96,14 @@ def test_cli_replay_with_set_and_policy(demo_log, tmp_path):
     r = CliRunner().invoke(app, ["replay", str(log), "--set", "policy.preemtion=false", "--out", str(tmp_path / "c.jsonl")])
     assert r.exit_code == 2
     assert "error: --set policy.preemtion=false: policy.preemtion: unknown key (did you mean 'preemption'?)" in r.output
+
+
+def test_a_policy_only_config_warns_and_points_to_policy(demo_log, tmp_path):
+    log = tmp_path / "live.jsonl"
+    write_log(log, demo_log)
+    nopre = tmp_path / "nopre.yaml"
+    nopre.write_text("policy: {preemption: false}\n")
+    r = CliRunner().invoke(app, ["replay", str(log), "--config", str(nopre), "--out", str(tmp_path / "b.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert "defines no tenants: every job will be rejected (UnknownTenant)" in r.output
+    assert f"use --policy {nopre}" in r.output
