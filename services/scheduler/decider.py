@@ -53,6 +53,9 @@ class _Round:
     fixed_model: dict[tuple[str, str], int]
     placed: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
+    spread: dict[str, dict[str, int]] | None = None
+    """Members per node of each spread group (`JobSpec.spread`), tentative allocations
+    included; built when the first job with a spread constraint is tried."""
 
     @classmethod
     def start(cls, state: Ledger) -> _Round:
@@ -68,6 +71,8 @@ class _Limits:
     exclude: frozenset[str]
     need: int
     """GPU milli of its smallest acceptable gang."""
+    spread_full: frozenset[str] = frozenset()
+    """Nodes at the job's spread limit (excluded)."""
     unrestricted: frozenset[str] = frozenset()
     """`exclude` before per-model guarantees."""
     held_back: bool = False
@@ -266,6 +271,11 @@ class Scheduler(LedgerService):
             except_jobs=rnd.placed | {job.job_id}, now_ms=now_ms)
         lim = _Limits(exclude=exclude, need=job.spec.resources.gpu_milli_total() * job.spec.members_min())
         self._reservation_limits(state, now_ms, rnd, job, lim)
+        spread = job.spec.spread
+        if spread:
+            counts = self._spread_counts(state, rnd).get(spread.group, {})
+            lim.spread_full = frozenset(n for n, c in counts.items() if c >= spread.max_per_node)
+            lim.exclude = lim.exclude | lim.spread_full
         lim.unrestricted = lim.exclude
         if not job.preemptible:  # per-model guarantees bind non-preemptible work
             lim.over_models = self._models_over_guarantee(state, job, rnd.fixed_model, lim.need)
@@ -273,6 +283,18 @@ class Scheduler(LedgerService):
                 lim.exclude = lim.exclude | self._nodes_with_models(
                     state, {m for m, _, _ in lim.over_models})
         return lim
+
+    @staticmethod
+    def _spread_counts(state: Ledger, rnd: _Round) -> dict[str, dict[str, int]]:
+        """Members per node of every spread group, from the round's (tentative) allocations."""
+        if rnd.spread is None:
+            rnd.spread = {}
+            for alloc_id in rnd.trial.allocation_ids():
+                alloc = rnd.trial.allocation(alloc_id)
+                job = state.jobs.get(alloc.request.job_id)
+                if job is not None and job.spec.spread:
+                    _count_spread(rnd.spread, job.spec.spread.group, alloc.placement.members)
+        return rnd.spread
 
     @staticmethod
     def _reservation_limits(
@@ -317,6 +339,8 @@ class Scheduler(LedgerService):
         alloc_id = f"{job.job_id}#{job.attempts + 1}"
         rnd.trial.allocate(alloc_id, job.tenant, result, state.gang_request(job))
         rnd.placed.add(job.job_id)
+        if job.spec.spread and rnd.spread is not None:
+            _count_spread(rnd.spread, job.spec.spread.group, result.members)
         members = to_members(result)
         gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
         tenant = state.config.tenants.get(job.tenant)
@@ -342,11 +366,31 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """The pending reason of a job that did not fit (the most telling of the rules)."""
         why = _Why(result.reason, result.message, {**result.details, "queue_position": position})
+        self._spread_reason(state, rnd, job, lim, why)
         self._reserved_reason(state, rnd, job, lim, why)
         self._over_model_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
         self._releasing_reason(state, job, result, why)
         return self._pending(state, now_ms, job, why.reason, why.message, why.details)
+
+    @staticmethod
+    def _spread_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
+        """Say so when the spread limit is what keeps the job out (it would fit on nodes at
+        its group's limit)."""
+        spread = job.spec.spread
+        if not lim.spread_full or not spread:
+            return
+        full = sorted(lim.spread_full)
+        why.details["spread"] = {"group": spread.group, "max_per_node": spread.max_per_node,
+                                 "nodes_at_limit": len(full)}
+        if not isinstance(rnd.trial.place(state.gang_request(job), rnd.policy,
+                                          exclude=lim.exclude - lim.spread_full, explain=False), Placement):
+            why.message += (f"; {len(full)} more nodes at the spread limit of group {spread.group!r} "
+                            f"({spread.max_per_node} per node)")
+            return
+        shown = ", ".join(full[:5]) + (f" and {len(full) - 5} more" if len(full) > 5 else "")
+        why.message = (f"spread group {spread.group!r} allows at most {spread.max_per_node} per node; "
+                       f"the nodes where it would fit are at that limit ({shown})")
 
     @staticmethod
     def _reserved_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
@@ -474,3 +518,9 @@ class Scheduler(LedgerService):
                 details=details,
             )
         ]
+
+
+def _count_spread(counts: dict[str, dict[str, int]], group: str, members) -> None:
+    per_node = counts.setdefault(group, {})
+    for m in members:
+        per_node[m.node] = per_node.get(m.node, 0) + 1
