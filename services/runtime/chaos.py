@@ -95,20 +95,32 @@ def plan_faults(rng: random.Random, duration_s: float, targets: list[tuple[str, 
     """A seeded schedule of faults over `duration_s` (after a short warm-up, before a
     cool-down): at least `min_faults` (default 12 a minute), evenly spread with jitter, each
     on a random target (`targets`: (name, kind) of the supervised processes, plus the NATS
-    nodes)."""
+    nodes). Every kind of target and every kind of fault comes up at least once when there
+    are enough faults."""
     pool = list(targets) + [(f"nats-{i + 1}", "nats") for i in range(nats_nodes)]
     window = max(1.0, duration_s - WARMUP_S - COOLDOWN_S)
     n = max(min_faults or 0, round(MIN_FAULTS_PER_MINUTE * duration_s / 60))
     step = window / n
+    kinds = sorted({k for _, k in pool})
+    rng.shuffle(kinds)
     out = []
     for i in range(n):
         at = WARMUP_S + step * i + rng.uniform(0, step * 0.6)
-        name, kind = rng.choice(pool)
+        of_kind = [t for t in pool if t[1] == kinds[i]] if i < len(kinds) else pool
+        name, kind = rng.choice(of_kind)
         fault = rng.choices(FAULT_KINDS, weights=(4, 2, 3))[0]
-        if kind == "nats" and fault == "restart":
-            fault = "kill9"
-        hold = round(rng.uniform(1.0, 4.0), 1) if fault == "pause" or kind == "nats" else 0.0
-        out.append(Fault(round(at, 2), fault, name, kind, hold))
+        out.append(Fault(round(at, 2), fault, name, kind))
+    process_faults = [f for f in out if f.target_kind != "nats"]
+    for want in FAULT_KINDS:  # each kind of fault at least once on a process
+        have = [f for f in process_faults if f.kind == want]
+        spare = [f for f in process_faults if sum(g.kind == f.kind for g in process_faults) > 1]
+        if not have and spare:
+            rng.choice(spare).kind = want
+    for f in out:
+        if f.target_kind == "nats" and f.kind == "restart":
+            f.kind = "kill9"
+        if f.kind == "pause" or f.target_kind == "nats":
+            f.hold_s = round(rng.uniform(1.0, 4.0), 1)
     return out
 
 
@@ -167,7 +179,8 @@ class FaultInjector:
             if not up:
                 f.outcome = "skipped: no target up"
                 return
-            f.target, f.target_kind = self.rng.choice(up)
+            alike = [t for t in up if t[1] == f.target_kind]  # another of its kind, if one is up
+            f.target, f.target_kind = self.rng.choice(alike or up)
             if f.target_kind == "nats":
                 f.kind = "kill9" if f.kind == "restart" else f.kind
                 f.hold_s = f.hold_s or round(self.rng.uniform(1.0, 4.0), 1)

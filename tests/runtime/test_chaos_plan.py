@@ -78,3 +78,11 @@ def test_a_bad_duration_is_one_error_line(bad):
     out = CliRunner().invoke(app, ["chaos", "--duration", bad])
     assert out.exit_code == 2
     assert "error: --duration: cannot read" in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_seed_covers_every_kind_of_target_and_fault(seed):
+    # in the order the soak lists its processes (sorted by name)
+    plan = plan_faults(random.Random(seed), 120, sorted(TARGETS), nats_nodes=3)
+    assert {f.target_kind for f in plan} == {"service", "node-agent", "projector", "nats"}
+    assert {f.kind for f in plan if f.target_kind != "nats"} == {"kill9", "restart", "pause"}
