@@ -77,38 +77,38 @@ def _overlap(log):
     raise AssertionError("no two overlapping whole-GPU allocations in the run")
 
 
-def test_a_double_allocation_is_reported(run):
-    log, acked = run
+def _conflict(log):
+    """The log with one placement moved onto a GPU another live allocation holds: (the log,
+    the moved placement's sequence, that GPU's node and index)."""
     seq_b, a, b = _overlap(log)
-    # Given b's placement moved onto a GPU a still holds (and no service refused it on the record)
     first = a.members[0]
     moved = msgspec.structs.replace(b.members[0], node=first.node, gpus=(first.gpus[0],) + b.members[0].gpus[1:])
     bad = msgspec.structs.replace(b, members=(moved,) + b.members[1:])
-    log2 = [(s, subj, bad if s == seq_b else e) for s, subj, e in log]
+    return [(s, subj, bad if s == seq_b else e) for s, subj, e in log], seq_b, (first.node, first.gpus[0])
+
+
+def test_a_double_allocation_is_reported(run):
+    log, acked = run
+    # Given a placement over a GPU a live allocation holds (and no service refused it on the record)
+    log2, _, (node, gpu) = _conflict(log)
     got = results(log2, acked)
     assert got["no_double_allocation"] is False
     findings = {f.name: f for f in check_log(log2, acked)}
-    assert f"GPU {first.node}/{first.gpus[0]} in two allocations" in findings["no_double_allocation"].violations[0]
+    assert f"GPU {node}/{gpu} in two allocations" in findings["no_double_allocation"].violations[0]
 
 
 def test_a_refused_conflict_on_the_record_is_not_an_allocation(run):
     log, acked = run
-    seq_b, a, b = _overlap(log)
-    # Given a conflicting placement of a job that is pending, which a service dead-lettered
-    first = a.members[0]
-    moved = msgspec.structs.replace(b.members[0], node=first.node, gpus=(first.gpus[0],) + b.members[0].gpus[1:])
-    bad = msgspec.structs.replace(b, members=(moved,) + b.members[1:])
-    log2 = [(s, subj, e) for s, subj, e in log if s != seq_b]
-    log2 = [(s, subj, e) for s, subj, e in log2]
-    prev = max(s for s, _, _ in log2 if s < seq_b)
-    dead = ev.DeadLettered(event_id="dl", occurred_at_ms=b.occurred_at_ms, correlation_id=b.job_id,
-                           producer="scheduler/0", stream_seq=0, subject="gl.sched", reason="Refused: PlacementConflict")
-    log3 = insert_after(log2, prev, bad)
-    conflict_seq = next(s for s, _, e in log3 if e is bad)
-    log3 = log3 + [(len(log3) + 1, "gl.dead.x", msgspec.structs.replace(dead, stream_seq=conflict_seq))]
-    assert results(log3, acked)["no_double_allocation"] is True
+    # Given the same conflicting placement, which a service dead-lettered
+    log2, seq, _ = _conflict(log)
+    placed = log2[seq - 1][2]
+    dead = ev.DeadLettered(event_id="dl", occurred_at_ms=placed.occurred_at_ms, correlation_id=placed.job_id,
+                           producer="scheduler/0", stream_seq=seq, subject=log2[seq - 1][1],
+                           reason="Refused: PlacementConflict")
+    refused = log2 + [(len(log2) + 1, "gl.dead.x", dead)]
+    assert results(refused, acked)["no_double_allocation"] is True
     # and without the dead letter it stands as a double allocation
-    assert results(log3[:-1], acked)["no_double_allocation"] is False
+    assert results(log2, acked)["no_double_allocation"] is False
 
 
 def test_a_partial_gang_is_reported(run):
