@@ -49,11 +49,17 @@ def chaos(
     def say(line: str) -> None:
         typer.echo(line, err=to_stdout)
 
-    result = run_soak(duration_s=duration_s, seed=seed, data=data, nats_nodes=nats_cluster or 1,
-                      say=say, min_faults=min_faults)
-    done = sum(f.outcome == "done" for f in result.faults)
-    say(f"\n{len(result.faults)} faults ({done} injected, the rest skipped: target not running), "
-        f"{result.acked} jobs acknowledged, {result.events} events, {result.wall_s:.0f}s")
+    from gpuledger.services.runtime.supervisor import StartFailed
+
+    try:
+        result = run_soak(duration_s=duration_s, seed=seed, data=data, nats_nodes=nats_cluster or 1,
+                          say=say, min_faults=min_faults)
+    except StartFailed as exc:
+        fail(f"gpuledger chaos: {exc}", 1)
+    skipped = sum(f.outcome != "done" for f in result.faults)
+    skipped_text = f" ({skipped} could not be injected)" if skipped else ""
+    say(f"\n{len(result.faults)} faults{skipped_text}, {result.acked} of {result.submitted} jobs "
+        f"acknowledged, {result.events} events, {result.wall_s:.0f}s")
     say("activity: " + ", ".join(f"{k} {v}" for k, v in result.activity.items())
         + "; restarts: " + ", ".join(f"{k} {v}" for k, v in result.restarts.items() if v))
     if result.unplanned_restarts:

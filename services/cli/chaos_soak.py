@@ -178,45 +178,49 @@ class Soak:
 
     # ------------------------------------------------------------------ run
 
-    async def run(self) -> SoakResult:
+    async def _soak(self) -> None:
+        """Start the cluster, run the load and the faults for the duration, heal, settle."""
         from gpuledger.services.cli.live import Cluster, publish_config
 
+        access = self.server.access("admin")
+        self.say(f"starting the cluster: NATS at {access.url}, data in {self.data}")
+        await publish_config(access, self.doc, replicas=self.nats_nodes if self.nats_nodes > 1 else None)
+        self.cluster = Cluster(access, self.fleet, self.doc, True, data=self.data)
+        await self.cluster.start()
+        stop = asyncio.Event()
+        injector = FaultInjector(self.cluster.supervisor, self.server, self.nats_nodes,
+                                 self.rng, say=self.say)
+        pool = injector.pool()
+        plan = plan_faults(self.rng, self.duration_s, [t for t in pool if t[1] != "nats"],
+                           self.nats_nodes, self.min_faults)
+        self.say(f"cluster up: {len(pool) - self.nats_nodes} supervised processes, NATS nodes: "
+                 f"{self.nats_nodes}; load and {len(plan)} faults over {self.duration_s:g}s")
+        load = Load(access, self.seed, self.submit_every_s)
+        load_task = asyncio.create_task(load.run(stop))
+        faults = asyncio.create_task(injector.run(plan, stop))
+        await sleep_or(stop, self.duration_s)
+        stop.set()
+        await faults
+        await injector.heal()
+        await load_task
+        self.acked = load.acked
+        self.result.faults = injector.done
+        self.result.submitted, self.result.acked = load.submitted, len(load.acked)
+        self.say(f"load stopped: {self.result.acked} of {self.result.submitted} submissions "
+                 f"acknowledged; settling")
+        await self._settle()
+
+    async def run(self) -> SoakResult:
         started = time.monotonic()
         self.server = await asyncio.to_thread(self._start_nats)
         try:
-            access = self.server.access("admin")
-            self.say(f"starting the cluster: NATS at {access.url}, data in {self.data}")
-            await publish_config(access, self.doc, replicas=self.nats_nodes if self.nats_nodes > 1 else None)
-            self.cluster = Cluster(access, self.fleet, self.doc, True, data=self.data)
-            await self.cluster.start()
-            stop = asyncio.Event()
-            injector = FaultInjector(self.cluster.supervisor, self.server, self.nats_nodes,
-                                     self.rng, say=self.say)
-            pool = injector.pool()
-            plan = plan_faults(self.rng, self.duration_s, [t for t in pool if t[1] != "nats"],
-                               self.nats_nodes, self.min_faults)
-            self.say(f"cluster up: {len(pool) - self.nats_nodes} supervised processes, NATS nodes: "
-                     f"{self.nats_nodes}; load and {len(plan)} faults over {self.duration_s:g}s")
-            load = Load(access, self.seed, self.submit_every_s)
-            load_task = asyncio.create_task(load.run(stop))
-            faults = asyncio.create_task(injector.run(plan, stop))
-            await sleep_or(stop, self.duration_s)
-            stop.set()
-            await faults
-            await injector.heal()
-            await load_task
-            self.acked = load.acked
-            self.result.faults = injector.done
-            self.result.submitted, self.result.acked = load.submitted, len(load.acked)
-            self.say(f"load stopped: {self.result.acked} of {self.result.submitted} submissions "
-                     f"acknowledged; settling")
-            await self._settle()
-        finally:
-            if self.cluster is not None:
-                if self.cluster.board is not None:
-                    self.result.restarts = {n: s.restarts for n, s in self.cluster.board.services.items()}
-                await self.cluster.close()
-        try:
+            try:
+                await self._soak()
+            finally:
+                if self.cluster is not None:
+                    if self.cluster.board is not None:
+                        self.result.restarts = {n: s.restarts for n, s in self.cluster.board.services.items()}
+                    await self.cluster.close()
             entries = await self._read_log()
             await asyncio.to_thread(self._check, entries)
         finally:

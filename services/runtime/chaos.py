@@ -136,6 +136,7 @@ class FaultInjector:
         self.done: list[Fault] = []
         self._paused: dict[int, float] = {}
         self._nats_busy: asyncio.Task | None = None
+        self._conts: set[asyncio.Task] = set()
         self._t0 = time.monotonic()
 
     def pool(self) -> list[tuple[str, str]]:
@@ -209,7 +210,9 @@ class FaultInjector:
             os.kill(proc.pid, signal.SIGTERM)
         else:
             os.kill(proc.pid, signal.SIGSTOP)
-            asyncio.create_task(self._cont_later(proc.pid, f.hold_s))
+            task = asyncio.create_task(self._cont_later(proc.pid, f.hold_s))
+            self._conts.add(task)  # a task nobody references may be collected before it ends
+            task.add_done_callback(self._conts.discard)
         f.outcome = "done"
 
     async def _cont_later(self, pid: int, hold_s: float) -> None:
@@ -246,6 +249,8 @@ class FaultInjector:
         for pid in list(self._paused):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+        for task in list(self._conts):
+            task.cancel()  # each continues its process on the way out
         if self._nats_busy is not None:
             await self._nats_busy
         for i in range(self.nats_nodes):
