@@ -16,9 +16,9 @@ def test_a_two_minute_soak_with_twenty_faults_keeps_every_invariant(tmp_path):
     out = tmp_path / "chaos.json"
     run = cli("chaos", "--duration", "120", "--seed", "1", "--nats-cluster", "3",
               "--json", str(out), "--data", str(tmp_path / "data"), timeout=480)
-    report = json.loads(out.read_text())
     logs = "\n".join(p.read_text()[-1500:] for p in sorted((tmp_path / "data" / "logs").glob("*.log")))
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:] + logs
+    assert run.returncode == 0 and out.exists(), run.stdout[-4000:] + run.stderr[-4000:] + logs
+    report = json.loads(out.read_text())
 
     # every invariant was checked and holds
     assert report["invariants"] == {
