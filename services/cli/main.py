@@ -11,6 +11,7 @@ from gpuledger.services.cli import (
     audit,
     auth,
     bench,
+    chaos,
     check,
     gateway,
     live,
@@ -129,6 +130,7 @@ def simulate(
 
 # The whole command tree, mounted explicitly: a module never registers itself on import.
 app.add_typer(check.app)  # check
+app.add_typer(chaos.app)  # chaos
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
