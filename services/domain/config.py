@@ -134,3 +134,31 @@ def _strip(event):
     return msgspec.structs.replace(
         event, event_id="", occurred_at_ms=0, causation_id="", correlation_id="", producer=""
     )
+
+
+@dataclass(frozen=True)
+class DefragSettings:
+    """The defragmentation fields of a policy with their defaults applied (`Policy` leaves
+    them unset so older configurations keep their digests)."""
+
+    consolidation: bool = False
+    max_moves: int = 2
+    mig_regeometry: bool = False
+    window_ms: int = 3_600_000
+    per_window: int = 1
+
+
+def defrag_settings(policy: Policy) -> DefragSettings:
+    """Consolidation and MIG re-geometry settings in force (defaults for unset fields)."""
+    d = DefragSettings()
+
+    def pick(value, default):
+        return default if value is msgspec.UNSET else value
+
+    return DefragSettings(
+        consolidation=bool(pick(policy.consolidation, d.consolidation)),
+        max_moves=int(pick(policy.consolidation_max_moves, d.max_moves)),
+        mig_regeometry=bool(pick(policy.mig_regeometry, d.mig_regeometry)),
+        window_ms=int(pick(policy.mig_regeometry_window_s, d.window_ms // 1000)) * 1000,
+        per_window=int(pick(policy.mig_regeometry_per_window, d.per_window)),
+    )
