@@ -22,7 +22,7 @@ from gpuledger.events import (
     NodeLost,
     PendingReasonChanged,
 )
-from gpuledger.events.reasons import PendingReason
+from gpuledger.events.reasons import PendingReason, PreemptionReason
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
@@ -346,6 +346,7 @@ class Scheduler(LedgerService):
         self._over_model_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
         self._releasing_reason(state, job, result, why)
+        self._regeometry_reason(state, job, result, why)
         return self._pending(state, now_ms, job, why.reason, why.message, why.details)
 
     @staticmethod
@@ -408,12 +409,39 @@ class Scheduler(LedgerService):
         releasing = self._releasing(state, job)
         if not releasing:
             return
+        moving = state.consolidations.get(job.job_id)
+        if moving is not None and all(
+                r.preemption.reason == PreemptionReason.Consolidate for r in releasing):
+            why.reason = PendingReason.WaitingForConsolidation
+            why.message = "waiting for a consolidation: " + "; ".join(
+                f"{r.job_id} migrating off {', '.join(r.nodes())} to "
+                f"{', '.join(next((m.to_nodes for m in moving.moves if m.allocation_id == r.allocation_id), ()))}"
+                f" (checkpoint deadline {instant(r.preemption.deadline_ms)})" for r in releasing
+            ) + f"; room on {', '.join(moving.target_nodes)}; {result.message}"
+            why.details["migrating_for_it"] = [r.job_id for r in releasing]
+            return
         why.reason = PendingReason.WaitingForPreemptedWorkloads
         why.message = "waiting for " + ", ".join(
             f"{r.job_id} to checkpoint and exit (deadline "
             f"{instant(r.preemption.deadline_ms)})" for r in releasing
         ) + f"; {result.message}"
         why.details["preempted_for_it"] = [r.job_id for r in releasing]
+
+    @staticmethod
+    def _regeometry_reason(state: Ledger, job: JobRecord, result, why: _Why) -> None:
+        """`WaitingForMigReconfiguration` while an idle GPU's layout is changed for the job."""
+        for node in sorted(state.mig_requests):
+            r = state.mig_requests[node]
+            if r.job_id != job.job_id:
+                continue
+            why.reason = PendingReason.WaitingForMigReconfiguration
+            why.message = (
+                f"waiting for GPU {r.gpu_index} of {node} to be re-partitioned for "
+                f"{job.spec.resources.mig_profile}: [{', '.join(r.previous_layout)}] -> "
+                f"[{', '.join(r.layout)}] (requested {instant(r.occurred_at_ms)}); {result.message}")
+            why.details["mig_reconfiguration"] = {"node": node, "gpu_index": r.gpu_index,
+                                                  "layout": list(r.layout)}
+            return
 
     @staticmethod
     def _models_over_guarantee(
