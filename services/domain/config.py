@@ -153,7 +153,8 @@ def defrag_settings(policy: Policy) -> DefragSettings:
     d = DefragSettings()
 
     def pick(value, default):
-        return default if value is msgspec.UNSET else value
+        # an unset field is `msgspec.UNSET` (wrapped, under checking mode's read-only view)
+        return value if isinstance(value, int) else default
 
     return DefragSettings(
         consolidation=bool(pick(policy.consolidation, d.consolidation)),

@@ -48,8 +48,12 @@ class Preemption(LedgerService):
         an eviction budget window): a wake-up hint for the shell, kept on the service, not
         in the folded state, and never read by `decide`."""
 
+        self.regeometry_at: dict[str, int | None] = {}
+        """Per MIG job, when a node's re-geometry rate limit lapses (a wake-up hint, like
+        `retry_at`, never read by `decide`)."""
+
     def cache_defaults(self) -> dict:
-        return {"retry_at": {}}
+        return {"retry_at": {}, "regeometry_at": {}}
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
@@ -179,7 +183,7 @@ class Preemption(LedgerService):
         if regeo.node:
             return True, [self._regeometry(state, now_ms, job, regeo)]
         if regeo.rate_limited:  # a wake-up hint for when the window frees a node
-            self.retry_at[job.job_id] = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
+            self.regeometry_at[job.job_id] = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
         return False, []
 
     def _regeometry(self, state: Ledger, now_ms: int, job, r: Regeometry) -> Event:
@@ -250,7 +254,7 @@ class Preemption(LedgerService):
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         times = [
-            retry for job_id, retry in self.retry_at.items()
+            retry for hints in (self.retry_at, self.regeometry_at) for job_id, retry in hints.items()
             if retry is not None and retry > now_ms and job_id in state.pending
         ]
         return min(times, default=None)

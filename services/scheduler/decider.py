@@ -23,13 +23,14 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
 from gpuledger.services.domain.timefmt import instant
-from gpuledger.services.placement import Placement, TrialFleet
+from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
 from gpuledger.services.scheduler.reservation import (
@@ -342,6 +343,7 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """The pending reason of a job that did not fit (the most telling of the rules)."""
         why = _Why(result.reason, result.message, {**result.details, "queue_position": position})
+        self._layout_reason(state, job, why)
         self._reserved_reason(state, rnd, job, lim, why)
         self._over_model_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
@@ -426,6 +428,28 @@ class Scheduler(LedgerService):
             f"{instant(r.preemption.deadline_ms)})" for r in releasing
         ) + f"; {result.message}"
         why.details["preempted_for_it"] = [r.job_id for r in releasing]
+
+    @staticmethod
+    def _layout_reason(state: Ledger, job: JobRecord, why: _Why) -> None:
+        """With `mig_regeometry` on, a MIG job no fixed layout offers is not `Unschedulable`
+        when some MIG GPU could be given a layout with its profile: `MIGPlacementUnavailable`
+        (so the preemption service may re-partition an idle GPU for it)."""
+        profile = job.spec.resources.mig_profile
+        if (why.reason != PendingReason.Unschedulable or profile is None
+                or not defrag_settings(state.config.policy).mig_regeometry):
+            return
+        models = job.spec.resources.gpu_models
+        gpus = [
+            (name, g.index) for name in sorted(state.nodes) for g in state.nodes[name].info.gpus
+            if g.sharing == "mig" and g.mig_layout and (not models or g.model in models)
+            and profile_for(g.model, profile) is not None
+        ]
+        if not gpus:
+            return
+        why.reason = PendingReason.MIGPlacementUnavailable
+        why.message = (f"MIG {profile}: no GPU's current layout offers it; {len(gpus)} MIG GPUs "
+                       f"could be re-partitioned for it (policy mig_regeometry); {why.message}")
+        why.details["regeometry_candidates"] = len(gpus)
 
     @staticmethod
     def _regeometry_reason(state: Ledger, job: JobRecord, result, why: _Why) -> None:
