@@ -186,3 +186,14 @@ def test_existing_scenarios_replay_unchanged_with_the_feature_off():
     strip = lambda log: [(type(e).__name__, e.event_id, getattr(e, "job_id", None))  # noqa: E731
                          for _, _, e in log if not isinstance(e, ev.PolicyConfigured)]
     assert strip(base.log) == strip(off.log)
+
+
+@pytest.mark.parametrize("name", ["consolidation.yaml", "mig-regeometry.yaml"])
+def test_the_recorded_decisions_verify(name):
+    from gpuledger.replay.verify import verify
+
+    sim = simulate(load(EXAMPLES / name))
+    rep = verify(sim.log)
+    assert rep.mismatches == [] and rep.checked > 10
+    kinds = {type(e).__name__ for _, _, e in sim.log}
+    assert kinds & {"ConsolidationPlanned", "MigReconfigurationRequested"}
