@@ -134,6 +134,23 @@ def _movable(state: Ledger, job: JobRecord, now_ms: int, taken, exclusions: list
     return out
 
 
+def _held_on(c: Candidate, node: str) -> int:
+    """GPU milli the candidate holds on `node`."""
+    per = c.rec.gpu_milli // max(1, len(c.rec.members))
+    return per * sum(1 for m in c.rec.members if m.node == node)
+
+
+def _idle_whole(state: Ledger, job: JobRecord, fleet, node: str) -> int:
+    """Idle GPU milli on `node` in GPUs of the job's models (a cheap bound for the filter)."""
+    try:
+        n = fleet.node_state(node)
+    except UnknownNode:
+        return 0
+    models = job.spec.resources.gpu_models
+    return sum(n.gpu_free[pos] for pos, g in enumerate(n.spec.gpus)
+               if n.mig[pos] is None and (not models or g.model in models))
+
+
 def _move_key(c: Candidate) -> tuple:
     return (c.rec.gpu_milli, c.at_risk_gpu_ms, -c.started_ms, c.rec.allocation_id)
 
@@ -160,8 +177,13 @@ def consolidation_plan(
             if node not in exclude:
                 by_node.setdefault(node, []).append(c)
     best: tuple[tuple, list[Move], Placement] | None = None
+    member_need = job.spec.resources.gpus * 1000
     for node in sorted(by_node):
         cands = sorted(by_node[node], key=_move_key)
+        most = max(max(_held_on(c, node) for c in cands),
+                   sum(_held_on(c, node) for c in cands[:settings.max_moves]))
+        if member_need and _idle_whole(state, job, fleet, node) + most < member_need:
+            continue  # no set of moves tried here (below) frees enough GPUs on this node
         for chosen in _subsets(cands, settings.max_moves):
             found = _try(state, job, request, policy, exclude, fleet, chosen)
             if found is None:

@@ -197,3 +197,28 @@ def test_the_recorded_decisions_verify(name):
     assert rep.mismatches == [] and rep.checked > 10
     kinds = {type(e).__name__ for _, _, e in sim.log}
     assert kinds & {"ConsolidationPlanned", "MigReconfigurationRequested"}
+
+
+def test_what_if_a_log_recorded_without_consolidation_replays_with_it():
+    from gpuledger.replay.whatif import external_inputs, replay, with_config
+    from gpuledger.replay.verify import verify
+
+    off, _, _ = run("consolidation.yaml", consolidation=False)
+    assert logged(off, ev.ConsolidationPlanned) == []
+    doc = {"tenants": [{"name": "research", "guaranteed": 16}],
+           "policy": {"consolidation": True, "consolidation_max_moves": 2}}
+    sim = replay(with_config(external_inputs(off.log), doc))
+    (planned,) = logged(sim, ev.ConsolidationPlanned)
+    assert planned.job_id == "wide" and [m.job_id for m in planned.moves] == ["p2"]
+    assert sim.ledger.jobs["wide"].placements[0][0] == 920_000  # instead of 10800 s
+    assert verify(sim.log).ok
+
+
+def test_what_if_mig_regeometry_replays_a_log_recorded_without_it():
+    from gpuledger.replay.whatif import external_inputs, replay, with_config
+
+    off, _, _ = run("mig-regeometry.yaml", mig_regeometry=False)
+    doc = {"tenants": [{"name": "serving", "guaranteed": 2}], "policy": {"mig_regeometry": True}}
+    sim = replay(with_config(external_inputs(off.log), doc))
+    assert [e.job_id for e in logged(sim, ev.MigReconfigurationRequested)] == ["big-a", "big-b"]
+    assert sim.ledger.jobs["big-a"].placements[0][0] == 60_000
