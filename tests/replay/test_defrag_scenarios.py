@@ -200,8 +200,8 @@ def test_the_recorded_decisions_verify(name):
 
 
 def test_what_if_a_log_recorded_without_consolidation_replays_with_it():
-    from gpuledger.replay.whatif import external_inputs, replay, with_config
     from gpuledger.replay.verify import verify
+    from gpuledger.replay.whatif import external_inputs, replay, with_config
 
     off, _, _ = run("consolidation.yaml", consolidation=False)
     assert logged(off, ev.ConsolidationPlanned) == []
