@@ -24,15 +24,15 @@ from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionRea
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.placement import Placement
-from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
-from gpuledger.services.preemption.outlook import Outlook
-from gpuledger.services.preemption.regeometry import (
+from gpuledger.services.domain.regeometry import (
     Regeometry,
     in_window,
     rate_limit_lapses_ms,
     regeometry_for,
 )
+from gpuledger.services.placement import Placement
+from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
+from gpuledger.services.preemption.outlook import Outlook
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
 from gpuledger.services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
 from gpuledger.services.scheduler.queue import effective_priority, ordered_pending

@@ -29,6 +29,7 @@ from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
 from gpuledger.services.domain.timefmt import instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
@@ -348,7 +349,7 @@ class Scheduler(LedgerService):
         self._over_model_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
         self._releasing_reason(state, job, result, why)
-        self._regeometry_reason(state, job, result, why)
+        self._regeometry_reason(state, now_ms, job, result, why)
         return self._pending(state, now_ms, job, why.reason, why.message, why.details)
 
     @staticmethod
@@ -452,8 +453,21 @@ class Scheduler(LedgerService):
         why.details["regeometry_candidates"] = len(gpus)
 
     @staticmethod
-    def _regeometry_reason(state: Ledger, job: JobRecord, result, why: _Why) -> None:
-        """`WaitingForMigReconfiguration` while an idle GPU's layout is changed for the job."""
+    def _regeometry_reason(state: Ledger, now_ms: int, job: JobRecord, result, why: _Why) -> None:
+        """`WaitingForMigReconfiguration` while an idle GPU's layout is changed for the job;
+        while every idle GPU's node is at its re-geometry rate limit, when that lapses."""
+        if why.reason == PendingReason.MIGPlacementUnavailable and job.job_id not in {
+                r.job_id for r in state.mig_requests.values()} and defrag_settings(
+                state.config.policy).mig_regeometry:
+            regeo = regeometry_for(state, job, now_ms, frozenset(), state.fleet)
+            lapses = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
+            if not regeo.node and lapses is not None:
+                s = defrag_settings(state.config.policy)
+                why.message += (
+                    f"; an idle GPU on {', '.join(regeo.rate_limited)} could be re-partitioned, "
+                    f"but the node's re-geometries are limited to {s.per_window} per "
+                    f"{s.window_ms // 1000}s: next at {instant(lapses)}")
+                why.details["regeometry_rate_limited"] = list(regeo.rate_limited)
         for node in sorted(state.mig_requests):
             r = state.mig_requests[node]
             if r.job_id != job.job_id:

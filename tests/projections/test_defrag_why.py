@@ -54,5 +54,12 @@ def test_why_a_mig_job_names_the_regeometry_made_for_it(tmp_path):
     r = run("why", "big-a")
     assert "Defrag:    MIG re-geometry: big-a asks for 3g.40gb" in r.output
     assert "GPU 1 of m1 is idle" in r.output
-    r = run("why", "big-b")  # waits: the node's one change per hour is spent
+    r = run("why", "big-b")  # waits: GPU 0 is busy until 3600 s
     assert "Reason:    MIGPlacementUnavailable" in r.output
+
+
+def test_why_a_mig_job_names_the_rate_limit_it_waits_for(tmp_path):
+    run = projected(tmp_path, "mig-regeometry.yaml", until_ms=3_630_000)
+    r = run("why", "big-b")
+    assert "Reason:    MIGPlacementUnavailable" in r.output
+    assert "limited to 1 per 3600s: next at" in r.output

@@ -146,6 +146,12 @@ def test_mig_regeometry_repartitions_an_idle_gpu_and_the_job_places():
     assert req_b.details["node_regeometries_in_window"] == 1
     assert jobs["big-b"]["placements"][0]["at_s"] == 3660.0
     assert sim.ledger.nodes["m1"].info.gpus[0].mig_layout == req_b.layout
+    limited = [e for e in logged(sim, ev.PendingReasonChanged, job_id="big-b")
+               if "regeometry_rate_limited" in e.details]
+    assert [(e.occurred_at_ms, e.details["regeometry_rate_limited"]) for e in limited] == [(3_600_000, ["m1"])]
+    assert limited[0].message.endswith(
+        "an idle GPU on m1 could be re-partitioned, but the node's re-geometries are limited to "
+        "1 per 3600s: next at t+1h1m")
     first = logged(sim, ev.PendingReasonChanged, job_id="big-a")[0]
     assert first.reason == "MIGPlacementUnavailable" and "could be re-partitioned" in first.message
 
