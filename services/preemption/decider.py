@@ -6,6 +6,12 @@ one job in a call are not offered to the next. Nothing is preempted when idle ca
 do. Refusals (`PreemptionDeclined`) are emitted only when their reason changes, so repeated
 cycles do not flood the log. A refusal that may lapse with time (a victim's minimum runtime,
 an eviction budget window) asks for a wake-up then.
+
+Defragmentation (issue 16, both off unless the policy sets them): a MIG job whose profile no
+fixed layout offers first gets an idle GPU re-partitioned (`MigReconfigurationRequested`,
+`services.domain.regeometry`, rate-limited per node); a job blocked only by fragmentation
+gets a few allocations migrated out of its way (`ConsolidationPlanned` + `PreemptionRequested`
+with reason `Consolidate`, `services.preemption.consolidation`) before any victim is chosen.
 """
 
 from __future__ import annotations
