@@ -176,26 +176,26 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     usage_half_life_s: int = 0
     """Half-life of the time-decayed past GPU usage that breaks queue-order ties between
     tenants equally far below their fair share: less recent usage goes first (0 = off)."""
-    # Defragmentation (issue 16). Unset fields are omitted from the JSON and from the
-    # configuration digest, so logs written before they existed keep their digests;
-    # `services.domain.config.defrag_settings` resolves them to their defaults.
-    consolidation: bool | msgspec.UnsetType = msgspec.UNSET
+    # Defragmentation (issue 16). At their defaults these fields are left out of the
+    # configuration digest (`services.domain.config.DIGEST_OPTIONAL`), so logs written before
+    # they existed keep their digests and every decision replays byte for byte.
+    consolidation: bool = False
     """Consolidation pass (default off): a queued job blocked only by fragmentation (the free
     capacity would hold it, no node or NVLink clique does) gets up to
     `consolidation_max_moves` preemptible, checkpointable allocations migrated out of its way
     (`ConsolidationPlanned`, then checkpoint-then-evict with reason `Consolidate`); each moved
     gang must fit elsewhere at once. Moves obey minimum runtime, the eviction budget, the
     disruption budgets and `max_lost_gpu_hours` like any preemption."""
-    consolidation_max_moves: MaxMoves | msgspec.UnsetType = msgspec.UNSET
+    consolidation_max_moves: MaxMoves = 2
     """Most allocations one consolidation may move (1..16; default 2)."""
-    mig_regeometry: bool | msgspec.UnsetType = msgspec.UNSET
+    mig_regeometry: bool = False
     """MIG re-geometry (default off): when a queued job asks for a MIG profile that no GPU's
     fixed layout offers, an idle MIG GPU with a fixed layout (no instance in use) is asked to
     change its layout (`MigReconfigurationRequested`); its agent applies it and reports
     `MigReconfigured`. Rate-limited per node by the two fields below."""
-    mig_regeometry_window_s: Positive | msgspec.UnsetType = msgspec.UNSET
+    mig_regeometry_window_s: Positive = 3600
     """Rate-limit window of re-geometries per node, seconds (default 3600)."""
-    mig_regeometry_per_window: Positive | msgspec.UnsetType = msgspec.UNSET
+    mig_regeometry_per_window: Positive = 1
     """Most re-geometries of one node per window (default 1)."""
 
 

@@ -228,3 +228,21 @@ def test_what_if_mig_regeometry_replays_a_log_recorded_without_it():
     sim = replay(with_config(external_inputs(off.log), doc))
     assert [e.job_id for e in logged(sim, ev.MigReconfigurationRequested)] == ["big-a", "big-b"]
     assert sim.ledger.jobs["big-a"].placements[0][0] == 60_000
+
+
+def test_the_defrag_keys_at_their_defaults_leave_the_config_digest_alone():
+    from msgspec.structs import replace
+
+    from gpuledger.services.domain.config import DIGEST_OPTIONAL, ConfigState
+
+    def digest(**fields) -> str:
+        state = ConfigState()
+        state.apply(ev.PolicyConfigured(policy=ev.Policy(**fields)))
+        return state.digest
+
+    base = digest()
+    assert digest(**DIGEST_OPTIONAL) == base == ConfigState().digest
+    for name, default in DIGEST_OPTIONAL.items():
+        other = (not default) if isinstance(default, bool) else default + 1
+        assert digest(**{name: other}) != base, name
+    assert replace(ev.Policy(), consolidation=True).consolidation is True
