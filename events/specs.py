@@ -147,6 +147,12 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """`exclusive`, `mig`, `mps` or `timeslice`."""
     healthy: bool = True
     """False when the agent saw ECC/XID/NVML errors: no new placements."""
+    mig_layout: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    """For `sharing: mig`: the GPU instances created on it, each `<profile>@<first memory
+    slice>` (`3g.40gb@4`), sorted by start; only these slots can be placed on until the
+    layout is changed (`MigReconfigurationRequested` / `MigReconfigured`). Unset or empty: the
+    GPU is partitioned on demand (any valid instance is carved out of free slices). Omitted
+    from the JSON when unset, so inventories that never name a layout encode as before."""
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -157,6 +157,14 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             [job_id],
         ).fetchall()
     ]
+    out["defrag"] = [
+        {"at_ms": at, "type": t, "message": m}
+        for at, t, m in con.execute(
+            "SELECT at_ms, type, message FROM decisions WHERE job_id = ? AND type IN"
+            " ('ConsolidationPlanned', 'MigReconfigurationRequested') ORDER BY seq",
+            [job_id],
+        ).fetchall()
+    ]
     service = service_report(con, job_id, job)
     if service is not None:
         out["service"] = service

@@ -313,8 +313,10 @@ def _alternative_lines(alts: Any) -> list[str]:
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
     lost = x["lost_gpu_seconds"]
+    what = (f"Migrated #{i}: for {x['by']}" if x["reason"] == "Consolidate"
+            else f"Preempted #{i}: by {x['by']}")
     lines = [
-        f"Preempted #{i}: by {x['by']} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
+        f"{what} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
         f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
     ]
     if x["message"]:
@@ -337,10 +339,16 @@ def _why_preemptions(r: dict[str, Any]) -> list[str]:
     for i, x in enumerate(r["preempted"], 1):
         lines += _preemption_lines(i, x)
     for x in r["preempted_others"]:
+        verb = "Migrated" if x["reason"] == "Consolidate" else "Preempted"
         lines.append(
-            f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
+            f"{verb} {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
     return lines
+
+
+def _why_defrag(r: dict[str, Any]) -> list[str]:
+    """Consolidations and MIG re-geometries decided for the job (issue 16)."""
+    return [f"Defrag:    {x['message']}" for x in r.get("defrag") or ()]
 
 
 def _why_history(r: dict[str, Any]) -> list[str]:
@@ -364,6 +372,7 @@ def render_why(r: dict[str, Any]) -> str:
         *_why_details(r),
         *_why_allocation(r),
         *_why_preemptions(r),
+        *_why_defrag(r),
         *refused_lines(r.get("refused") or []),
         *(f"Refused:   {refusal_text(x)}" for x in r.get("refusals") or ()),
         *_why_history(r),

@@ -22,14 +22,16 @@ from gpuledger.events import (
     NodeLost,
     PendingReasonChanged,
 )
-from gpuledger.events.reasons import PendingReason
+from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
 from gpuledger.services.domain.timefmt import instant
-from gpuledger.services.placement import Placement, TrialFleet
+from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
 from gpuledger.services.scheduler.reservation import (
@@ -366,11 +368,13 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """The pending reason of a job that did not fit (the most telling of the rules)."""
         why = _Why(result.reason, result.message, {**result.details, "queue_position": position})
+        self._layout_reason(state, job, why)
         self._spread_reason(state, rnd, job, lim, why)
         self._reserved_reason(state, rnd, job, lim, why)
         self._over_model_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
         self._releasing_reason(state, job, result, why)
+        self._regeometry_reason(state, now_ms, job, result, why)
         return self._pending(state, now_ms, job, why.reason, why.message, why.details)
 
     @staticmethod
@@ -452,12 +456,74 @@ class Scheduler(LedgerService):
         releasing = self._releasing(state, job)
         if not releasing:
             return
+        moving = state.consolidations.get(job.job_id)
+        if moving is not None and all(
+                r.preemption.reason == PreemptionReason.Consolidate for r in releasing):
+            why.reason = PendingReason.WaitingForConsolidation
+            why.message = "waiting for a consolidation: " + "; ".join(
+                f"{r.job_id} migrating off {', '.join(r.nodes())} to "
+                f"{', '.join(next((m.to_nodes for m in moving.moves if m.allocation_id == r.allocation_id), ()))}"
+                f" (checkpoint deadline {instant(r.preemption.deadline_ms)})" for r in releasing
+            ) + f"; room on {', '.join(moving.target_nodes)}; {result.message}"
+            why.details["migrating_for_it"] = [r.job_id for r in releasing]
+            return
         why.reason = PendingReason.WaitingForPreemptedWorkloads
         why.message = "waiting for " + ", ".join(
             f"{r.job_id} to checkpoint and exit (deadline "
             f"{instant(r.preemption.deadline_ms)})" for r in releasing
         ) + f"; {result.message}"
         why.details["preempted_for_it"] = [r.job_id for r in releasing]
+
+    @staticmethod
+    def _layout_reason(state: Ledger, job: JobRecord, why: _Why) -> None:
+        """With `mig_regeometry` on, a MIG job no fixed layout offers is not `Unschedulable`
+        when some MIG GPU could be given a layout with its profile: `MIGPlacementUnavailable`
+        (so the preemption service may re-partition an idle GPU for it)."""
+        profile = job.spec.resources.mig_profile
+        if (why.reason != PendingReason.Unschedulable or profile is None
+                or not defrag_settings(state.config.policy).mig_regeometry):
+            return
+        models = job.spec.resources.gpu_models
+        gpus = [
+            (name, g.index) for name in sorted(state.nodes) for g in state.nodes[name].info.gpus
+            if g.sharing == "mig" and g.mig_layout and (not models or g.model in models)
+            and profile_for(g.model, profile) is not None
+        ]
+        if not gpus:
+            return
+        why.reason = PendingReason.MIGPlacementUnavailable
+        why.message = (f"MIG {profile}: no GPU's current layout offers it; {len(gpus)} MIG GPUs "
+                       f"could be re-partitioned for it (policy mig_regeometry); {why.message}")
+        why.details["regeometry_candidates"] = len(gpus)
+
+    @staticmethod
+    def _regeometry_reason(state: Ledger, now_ms: int, job: JobRecord, result, why: _Why) -> None:
+        """`WaitingForMigReconfiguration` while an idle GPU's layout is changed for the job;
+        while every idle GPU's node is at its re-geometry rate limit, when that lapses."""
+        if why.reason == PendingReason.MIGPlacementUnavailable and job.job_id not in {
+                r.job_id for r in state.mig_requests.values()} and defrag_settings(
+                state.config.policy).mig_regeometry:
+            regeo = regeometry_for(state, job, now_ms, frozenset(), state.fleet)
+            lapses = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
+            if not regeo.node and lapses is not None:
+                s = defrag_settings(state.config.policy)
+                why.message += (
+                    f"; an idle GPU on {', '.join(regeo.rate_limited)} could be re-partitioned, "
+                    f"but the node's re-geometries are limited to {s.per_window} per "
+                    f"{s.window_ms // 1000}s: next at {instant(lapses)}")
+                why.details["regeometry_rate_limited"] = list(regeo.rate_limited)
+        for node in sorted(state.mig_requests):
+            r = state.mig_requests[node]
+            if r.job_id != job.job_id:
+                continue
+            why.reason = PendingReason.WaitingForMigReconfiguration
+            why.message = (
+                f"waiting for GPU {r.gpu_index} of {node} to be re-partitioned for "
+                f"{job.spec.resources.mig_profile}: [{', '.join(r.previous_layout)}] -> "
+                f"[{', '.join(r.layout)}] (requested {instant(r.occurred_at_ms)}); {result.message}")
+            why.details["mig_reconfiguration"] = {"node": node, "gpu_index": r.gpu_index,
+                                                  "layout": list(r.layout)}
+            return
 
     @staticmethod
     def _models_over_guarantee(
