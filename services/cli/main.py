@@ -56,9 +56,25 @@ def main(
 def schema(
     config: bool = typer.Option(False, "--config", help="Print the JSON Schema of cluster configuration, "
                                 "scenario and job files instead (for yaml-language-server)."),
+    projection: bool = typer.Option(False, "--projection", help="Print every table, view and column of "
+                                    "the DuckDB projection with its comment (Markdown) instead."),
+    update: Path | None = typer.Option(None, "--update", help="With --projection: rewrite the generated "
+                                       "section of this Markdown file (docs/projections.md) instead of printing."),
 ) -> None:
     """Print the JSON Schema of every event a client may publish (or, with --config, of the
-    files users write)."""
+    files users write; with --projection, the projection's columns)."""
+    if projection:
+        from gpuledger.projections.catalog import catalog_markdown, update_doc
+
+        if update is None:
+            typer.echo(catalog_markdown())
+            return
+        try:
+            changed = update_doc(update)
+        except (OSError, ValueError) as exc:
+            fail(str(exc), 2)
+        typer.echo(f"{update}: {'updated' if changed else 'already up to date'}", err=True)
+        return
     if config:
         from gpuledger.services.domain.inputs import file_schema
 
