@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuledger.services.cli import (
+    acct,
     audit,
     auth,
     bench,
@@ -153,6 +154,7 @@ app.add_typer(schedules.app)  # schedules
 audit_app = typer.Typer()
 audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)
+app.command("acct")(acct.acct)
 app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(whatif_io.import_app, name="import")
 app.add_typer(bench.bench_app, name="bench")
