@@ -16,8 +16,12 @@ BEGIN = "<!-- BEGIN projection columns (generated: gpuledger schema --projection
 END = "<!-- END projection columns -->"
 
 
+def _sql(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text()
+
+
 def audit_sql() -> str:
-    return resources.files(__package__).joinpath("audit.sql").read_text()
+    return _sql("audit.sql")
 
 
 def is_time_column(name: str) -> bool:
@@ -130,14 +134,18 @@ def markdown(con) -> str:
 
 
 def catalog_markdown() -> str:
-    """The Markdown of a fresh, empty projection."""
-    from gpuledger.projections.store import Store
+    """The Markdown of a fresh, empty projection (the schema as the projector creates it)."""
+    import duckdb
 
-    store = Store(":memory:")
+    con = duckdb.connect(":memory:")
     try:
-        return markdown(store.con)
+        base = _sql("schema.sql") + _sql("views.sql")
+        con.execute(_sql("schema.sql"))
+        con.execute(_sql("views.sql"))
+        apply(con, base)
+        return markdown(con)
     finally:
-        store.close()
+        con.close()
 
 
 def update_doc(path: str | Path) -> bool:

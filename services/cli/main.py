@@ -18,6 +18,7 @@ from gpuledger.services.cli import (
     metrics,
     nodes,
     schedules,
+    ui,
     whatif,
     whatif_io,
 )
@@ -155,6 +156,7 @@ audit_app = typer.Typer()
 audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)
 app.command("acct")(acct.acct)
+app.command("ui")(ui.ui)
 app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(whatif_io.import_app, name="import")
 app.add_typer(bench.bench_app, name="bench")

@@ -107,3 +107,11 @@ def test_the_column_list_in_docs_is_generated_from_the_schema():
     start, end = text.index(catalog.BEGIN), text.index(catalog.END) + len(catalog.END)
     assert text[start:end] == catalog.catalog_markdown(), (
         "docs/projections.md is out of date: run `gpuledger schema --projection --update docs/projections.md`")
+
+
+def test_the_generated_list_is_the_catalog_the_projector_creates():
+    s = Store(":memory:")
+    try:
+        assert catalog.markdown(s.con) == catalog.catalog_markdown()
+    finally:
+        s.close()
