@@ -5,10 +5,12 @@ pending job to the job that preempted it. One browser for the module."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,8 @@ from gpuledger.projections.store import rebuild
 from gpuledger.projections.ui.app import create_app
 from gpuledger.replay.logio import write_log
 from tests.projections import scenario
+
+ROOT = Path(__file__).resolve().parents[2]
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -33,10 +37,27 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
+@contextlib.contextmanager
+def serving(app):
+    """The app on a loopback port, in a thread; yields its base URL."""
     import uvicorn
 
+    port = _port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
     d = tmp_path_factory.mktemp("ui")
     messages = scenario.build()
     rebuild(messages, d / "projection.duckdb")
@@ -44,17 +65,22 @@ def site(tmp_path_factory):
     logs.mkdir()
     write_log(logs / "a.jsonl", messages)
     write_log(logs / "b.jsonl", messages[:40])
-    port = _port()
-    app = create_app(d / "projection.duckdb", whatif_dir=logs)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", d
-    server.should_exit = True
-    t.join(10)
+    with serving(create_app(d / "projection.duckdb", whatif_dir=logs)) as url:
+        yield url, d
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """examples/demo.yaml simulated to t=8 s: serve has reclaimed pretrain's GPUs, pretrain
+    waits (GangIncomplete), notebook holds half of a shared GPU."""
+    from gpuledger.replay.scenario import load
+    from gpuledger.replay.simulator import simulate
+
+    d = tmp_path_factory.mktemp("demo")
+    sim = simulate(load(ROOT / "examples" / "demo.yaml"), until_ms=8000)
+    rebuild(sim.log, d / "projection.duckdb")
+    with serving(create_app(d / "projection.duckdb")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -150,18 +176,7 @@ def test_whatif_compares_two_logs_side_by_side(site, browser):
 
 def test_a_tenant_view_shows_only_that_tenant(site, browser):
     _, d = site
-    import uvicorn
-
-    port = _port()
-    app = create_app(d / "projection.duckdb", tenant="org/b")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.05)
-    try:
-        base = f"http://127.0.0.1:{port}"
+    with serving(create_app(d / "projection.duckdb", tenant="org/b")) as base:
         browser.get(base + "/jobs/train-b")
         page = text(browser)
         assert "Preempted #1 by a job of another tenant" in page and "infer-a" not in page
@@ -169,9 +184,26 @@ def test_a_tenant_view_shows_only_that_tenant(site, browser):
         assert "Unknown job" in text(browser)
         browser.get(base + "/cluster")
         assert "infer-a" not in browser.page_source
-    finally:
-        server.should_exit = True
-        t.join(10)
+
+
+def test_the_demo_scenario_page_by_page(demo, browser):
+    browser.get(demo + "/cluster")
+    count = {el.get_attribute("data-count"): el.text
+             for el in browser.find_elements(By.CSS_SELECTOR, "[data-count]")}
+    assert (count["gpus"], count["allocated"], count["partial"], count["free"]) == ("18", "4", "1", "13")
+    shared = browser.find_element(By.CSS_SELECTOR, 'g.gpu[data-node="shared-1"][data-gpu="0"]')
+    assert "notebook (product): 0.5 GPU" in shared.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+    assert float(shared.find_element(By.CSS_SELECTOR, "rect.part").get_attribute("width")) == 15.0
+    browser.get(demo + "/queue")
+    row = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr td")]
+    assert row[1] == "pretrain" and row[6] == "GangIncomplete" and row[9] == "serve"
+    browser.find_element(By.LINK_TEXT, "pretrain").click()
+    assert "Preempted #1 by serve" in text(browser)
+    browser.find_element(By.CSS_SELECTOR, ".card.preempted a.job").click()
+    assert browser.find_element(By.ID, "job-name").text == "serve"
+    assert "Preempted pretrain (Reclaim" in text(browser)
+    browser.get(demo + "/tenants")
+    assert {"research", "product"} <= {td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tenants td b")}
 
 
 def test_the_page_follows_the_projector_live(site, browser):
@@ -191,3 +223,20 @@ def test_the_page_follows_the_projector_live(site, browser):
     while time.monotonic() < deadline and browser.find_element(By.ID, "pending-count").text == "2":
         time.sleep(0.2)
     assert browser.find_element(By.ID, "pending-count").text == "1"
+
+
+def test_screenshot_writes_a_png_of_each_page(site, tmp_path):
+    from typer.testing import CliRunner
+
+    from gpuledger.services.cli.main import app
+
+    _, d = site
+    r = CliRunner().invoke(app, ["ui", "--data", str(d), "--whatif-dir", str(d / "logs"),
+                                 "--screenshot", str(tmp_path / "shots")])
+    assert r.exit_code == 0, r.output
+    names = sorted(p.name for p in (tmp_path / "shots").iterdir())
+    assert names == ["cluster.png", "job.png", "queue.png", "tenants.png", "whatif.png"]
+    for p in (tmp_path / "shots").iterdir():
+        head = p.read_bytes()[:24]
+        assert head[:8] == b"\x89PNG\r\n\x1a\n"
+        assert int.from_bytes(head[16:20], "big") == 1280  # the window's width
