@@ -40,7 +40,7 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
                coalesce(w.sm_active, NULL) AS sm_active
         FROM gpus g JOIN nodes n USING (node)
         LEFT JOIN gpu_now w ON w.node = g.node AND w.gpu_index = g.gpu_index
-        ORDER BY n.leaf_switch NULLS LAST, g.node, g.clique, g.gpu_index"""))
+        ORDER BY nullif(n.leaf_switch, '') NULLS LAST, g.node, g.clique, g.gpu_index"""))
     parts: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for a in records(con.execute("""
             SELECT node, gpu_index, job_id, tenant, sharing, gpu_milli, mig_profile, mig_start,
@@ -72,7 +72,7 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
                 g["kind"] = "active"
         if g["kind"] in counts:
             counts[g["kind"]] += 1
-        leaf = g["leaf_switch"] or "(no leaf switch)"
+        leaf = g["leaf_switch"] or "none"
         leaves.setdefault(leaf, {}).setdefault(g["node"], {}).setdefault(g["clique"] or "-", []).append(g)
     frag = records(con.execute(
         "SELECT * FROM fragmentation ORDER BY node = '*', node, clique"))

@@ -107,6 +107,8 @@ def _gpu_svg(g: dict[str, Any], x: int, y: int, tenant_view: bool) -> str:
         out.append(f'<rect class="part" x="{x + off:.1f}" y="{y + 2}" width="{max(w, 2):.1f}"'
                    f' height="{CELL - 4}" fill="{fill}" rx="2"/>')
         off += w
+    if g["sharing"] in ("mps", "timeslice"):  # shared GPUs: a corner mark (tooltip says which)
+        out.append(f'<path d="M{x + CELL - 9} {y} h9 v9 z" fill="#52606d"/>')
     if kind == "unavailable":
         out.append(f'<line x1="{x}" y1="{y}" x2="{x + CELL}" y2="{y + CELL}" stroke="#fff" stroke-width="2"/>')
     out.append("</g>")
@@ -122,6 +124,8 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
                          ("idle", f"idle-but-allocated (SM < {d['idle_threshold']:.0%})"),
                          ("unmeasured", "allocated, no SM sample"), ("free", "free"),
                          ("unavailable", "lost or unhealthy")))
+    legend += ('<span class="key">MIG GPUs: 7 slices; shared (MPS, time-sliced) GPUs: a dark corner, '
+               "each share drawn as its part of the GPU</span>")
     summary = (f'<p class="summary"><b data-count="gpus">{c["gpus"]}</b> GPUs: '
                f'<b data-count="allocated">{c["allocated"]}</b> wholly allocated, '
                f'<b data-count="partial">{c["partial"]}</b> partly (MIG slices or shares), '
@@ -142,7 +146,8 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
             rows.append(f'<div class="node"><span class="nodename">{e(node)}</span>'
                         f'<svg width="{width}" height="{CELL + 18}" role="img" aria-label="{e(node)} GPUs">'
                         f'{"".join(cells)}{"".join(labels)}</svg></div>')
-        blocks.append(f'<section class="leaf"><h3>leaf switch {e(leaf)}</h3>{"".join(rows)}</section>')
+        title = "no leaf switch" if leaf == "none" else f"leaf switch {leaf}"
+        blocks.append(f'<section class="leaf"><h3>{e(title)}</h3>{"".join(rows)}</section>')
     frag_rows = [[e(f["node"]) if f["node"] != "*" else "<b>all</b>", e(f["clique"]), e(f["models"]),
                   e(f["free_gpus"]), e(f"{f['free_gpu_equiv']:.2f}".rstrip("0").rstrip(".")
                                      if f["free_gpu_equiv"] is not None else "-"),

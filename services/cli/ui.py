@@ -85,8 +85,8 @@ def ui(
         from gpuledger.services.cli.connect import resolve_access
 
         access = resolve_access(nats_url, creds, data, principal="auditor")
-        cmd = [sys.executable, "-m", "gpuledger.services.cli", "project", "--nats-url", access.url,
-               "--db", str(path), "--data", str(data)]
+        # its own projection, read through an ordered consumer (never the projector's durable one)
+        cmd = [sys.executable, "-m", "gpuledger.projections.ui.feed", access.url, str(path)]
         if access.creds is not None:
             cmd += ["--creds", str(access.creds)]
         path.parent.mkdir(parents=True, exist_ok=True)
