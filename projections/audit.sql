@@ -423,3 +423,151 @@ COMMENT ON COLUMN job_accounting.lost_gpu_hours IS 'Work lost to preemptions, GP
 COMMENT ON COLUMN job_accounting.attempts IS 'Placements (count).';
 COMMENT ON COLUMN job_accounting.preemptions IS 'Times preempted (count).';
 COMMENT ON COLUMN job_accounting.nodes IS 'Nodes it ran on (comma-separated).';
+
+-- ---------------------------------------------------------------- columns of the views
+-- (columns named like a common column -- tenant, job_id, node, gpu_index, model, clique,
+-- sharing, reason, message, ... -- get that column's meaning from catalog.COMMON_COLUMNS)
+
+COMMENT ON COLUMN why_pending.priority IS 'Priority value.';
+COMMENT ON COLUMN why_pending.state IS 'submitted or pending.';
+COMMENT ON COLUMN why_pending.gpus IS 'GPUs requested by the whole gang (fractions for shares and MIG).';
+COMMENT ON COLUMN why_pending.details IS 'Structured details of the pending reason (JSON).';
+COMMENT ON COLUMN why_pending.queue_position IS 'Position in the queue (from the details, else by priority and wait).';
+COMMENT ON COLUMN why_pending.preemption_would_help IS 'Whether evicting lower-priority work would let it start.';
+COMMENT ON COLUMN why_pending.node_histogram IS 'Why nodes did not fit: {why-not: nodes} (JSON).';
+COMMENT ON COLUMN why_pending.declined_reason IS 'Reason of the last PreemptionDeclined for it.';
+COMMENT ON COLUMN why_pending.declined_message IS 'Message of the last PreemptionDeclined.';
+COMMENT ON COLUMN why_pending.reason_since_ms IS 'Time of the last pending-reason change, epoch ms.';
+COMMENT ON COLUMN why_pending.reason_changes IS 'Pending-reason changes so far (count).';
+COMMENT ON COLUMN why_pending.waiting_s IS 'Current wait (since pending_since, else submission), seconds.';
+COMMENT ON COLUMN why_pending.preemptions IS 'Times preempted (count).';
+COMMENT ON COLUMN why_pending.submitted_at_ms IS 'Submission time, epoch ms.';
+COMMENT ON COLUMN why_pending.pending_since_ms IS 'Start of the current wait, epoch ms.';
+
+COMMENT ON COLUMN who_preempted.victim IS 'The preempted job.';
+COMMENT ON COLUMN who_preempted.victim_tenant IS 'Its tenant.';
+COMMENT ON COLUMN who_preempted.victim_priority IS 'Its priority value.';
+COMMENT ON COLUMN who_preempted.preemptor IS 'The job the GPUs were freed for.';
+COMMENT ON COLUMN who_preempted.preemptor_tenant IS 'Its tenant.';
+COMMENT ON COLUMN who_preempted.preemptor_priority IS 'Its priority value.';
+COMMENT ON COLUMN who_preempted.reason IS 'Priority, Reclaim, Backfill or Defragment.';
+COMMENT ON COLUMN who_preempted.message IS 'Why this victim: the quantitative message.';
+COMMENT ON COLUMN who_preempted.allocation_id IS 'The allocation taken away.';
+COMMENT ON COLUMN who_preempted.victim_gpus IS 'GPUs the victim held (GPU-equivalents).';
+COMMENT ON COLUMN who_preempted.victim_members IS 'Gang members evicted (count).';
+COMMENT ON COLUMN who_preempted.requested_at_ms IS 'Request time, epoch ms.';
+COMMENT ON COLUMN who_preempted.deadline_ms IS 'Checkpoint deadline, epoch ms.';
+COMMENT ON COLUMN who_preempted.checkpointed_at_ms IS 'First member checkpoint after the request, epoch ms.';
+COMMENT ON COLUMN who_preempted.checkpointed IS 'Every member checkpointed before it exited.';
+COMMENT ON COLUMN who_preempted.evicted_at_ms IS 'Eviction time, epoch ms.';
+COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN who_preempted.lost_gpu_seconds IS 'Work lost since the last checkpoint, GPU-seconds.';
+COMMENT ON COLUMN who_preempted.lost_gpu_hours IS 'The same, GPU-hours.';
+COMMENT ON COLUMN who_preempted.saved_progress_s IS 'Checkpointed progress it resumes from, seconds of run time.';
+COMMENT ON COLUMN who_preempted.alternatives IS 'Victim sets considered and rejected, with why (JSON).';
+COMMENT ON COLUMN who_preempted.details IS 'The whole decision details (JSON).';
+COMMENT ON COLUMN who_preempted.request_seq IS 'Stream sequence of the PreemptionRequested.';
+
+COMMENT ON COLUMN gpu_samples.at_ms IS 'Sample time, epoch ms.';
+COMMENT ON COLUMN gpu_samples.seq IS 'Stream sequence of the sample.';
+COMMENT ON COLUMN gpu_samples.sm_active IS 'SM activity, ratio 0..1 (MIG instances averaged).';
+COMMENT ON COLUMN gpu_samples.util_source IS 'gpm or nvml_utilization.';
+COMMENT ON COLUMN gpu_samples.memory_used_mib IS 'GPU memory used, MiB (MIG instances summed).';
+COMMENT ON COLUMN gpu_samples.until_ms IS 'End of the interval the sample stands for, epoch ms (next sample, at most 5 minutes, never past now).';
+
+COMMENT ON COLUMN allocation_usage.placed_at_ms IS 'Placement time, epoch ms.';
+COMMENT ON COLUMN allocation_usage.until_ms IS 'Release time (now while held), epoch ms.';
+COMMENT ON COLUMN allocation_usage.allocated_gpu_ms IS 'Capacity held over the interval, GPU-milliseconds.';
+COMMENT ON COLUMN allocation_usage.measured_gpu_ms IS 'Of which covered by SM samples, GPU-milliseconds.';
+COMMENT ON COLUMN allocation_usage.used_gpu_ms IS 'SM-active part of the measured time, GPU-milliseconds.';
+
+COMMENT ON COLUMN utilisation.allocated_gpu_hours IS 'GPU-hours allocated.';
+COMMENT ON COLUMN utilisation.measured_gpu_hours IS 'Of which covered by SM samples, GPU-hours.';
+COMMENT ON COLUMN utilisation.used_gpu_hours IS 'SM-active GPU-hours.';
+COMMENT ON COLUMN utilisation.sm_active_avg IS 'used / measured, ratio 0..1.';
+COMMENT ON COLUMN utilisation.idle_allocated_gpu_hours IS 'Allocated and measured but idle, GPU-hours.';
+COMMENT ON COLUMN utilisation.unmeasured_gpu_hours IS 'Allocated without SM samples, GPU-hours.';
+
+COMMENT ON COLUMN tenant_usage.guaranteed_gpus IS 'Guaranteed quota, GPUs.';
+COMMENT ON COLUMN tenant_usage.limit_gpus IS 'Cap, GPUs (NULL = none).';
+COMMENT ON COLUMN tenant_usage.fair_share_gpus IS 'Last fair share, GPUs.';
+COMMENT ON COLUMN tenant_usage.allocated_gpus_now IS 'Allocated now, GPUs.';
+COMMENT ON COLUMN tenant_usage.allocated_gpu_hours IS 'GPU-hours allocated.';
+COMMENT ON COLUMN tenant_usage.used_gpu_hours IS 'SM-active GPU-hours.';
+COMMENT ON COLUMN tenant_usage.sm_active_avg IS 'used / measured, ratio 0..1.';
+COMMENT ON COLUMN tenant_usage.borrowed_gpu_hours IS 'Time integral of allocated above guaranteed, GPU-hours.';
+COMMENT ON COLUMN tenant_usage.borrowing_placement_gpu_hours IS 'GPU-hours on placements flagged borrowing (reclaimable).';
+COMMENT ON COLUMN tenant_usage.lost_gpu_hours IS 'Work lost to preemptions, GPU-hours.';
+COMMENT ON COLUMN tenant_usage.times_preempted IS 'Evictions suffered (count).';
+COMMENT ON COLUMN tenant_usage.preemptions_caused IS 'Preemptions requested for its jobs (count).';
+
+COMMENT ON COLUMN gpu_free.free_milli IS 'Free capacity, milli-GPUs (1000 = whole GPU free).';
+COMMENT ON COLUMN gpu_usability.free_milli IS 'Free capacity, milli-GPUs.';
+COMMENT ON COLUMN gpu_usability.clique_free_gpus IS 'Wholly free GPUs in the same node and clique (count).';
+COMMENT ON COLUMN gpu_usability.usable_by_pending IS 'Some pending job could use this free capacity.';
+
+COMMENT ON COLUMN fragmentation.models IS 'GPU models (comma-separated).';
+COMMENT ON COLUMN fragmentation.free_gpus IS 'Wholly free GPUs (count).';
+COMMENT ON COLUMN fragmentation.free_gpu_equiv IS 'Free capacity, GPU-equivalents.';
+COMMENT ON COLUMN fragmentation.partial_gpus IS 'GPUs partly used (count).';
+COMMENT ON COLUMN fragmentation.stranded_gpus IS 'Wholly free GPUs no pending job can use (count).';
+COMMENT ON COLUMN fragmentation.stranded_gpu_equiv IS 'Free capacity no pending job can use, GPU-equivalents.';
+COMMENT ON COLUMN fragmentation.stranded_ratio IS 'stranded / free capacity, ratio 0..1.';
+COMMENT ON COLUMN fragmentation.largest_free_clique IS 'Wholly free GPUs of the clique (overall: the largest clique''s), count.';
+COMMENT ON COLUMN fragmentation.pending_jobs IS 'Pending jobs now (count).';
+
+COMMENT ON COLUMN slo.slo_class IS 'SLO class (else the priority class).';
+COMMENT ON COLUMN slo.jobs IS 'Jobs (count).';
+COMMENT ON COLUMN slo.admitted IS 'Admitted (count).';
+COMMENT ON COLUMN slo.rejected IS 'Rejected (count).';
+COMMENT ON COLUMN slo.placed IS 'Placed at least once (count).';
+COMMENT ON COLUMN slo.waiting_now IS 'Waiting now (count).';
+COMMENT ON COLUMN slo.admission_wait_p50_s IS 'Submission to admission, median, seconds.';
+COMMENT ON COLUMN slo.admission_wait_p99_s IS 'Submission to admission, p99, seconds.';
+COMMENT ON COLUMN slo.time_to_place_p50_s IS 'Submission to first placement, median, seconds.';
+COMMENT ON COLUMN slo.time_to_place_p99_s IS 'Submission to first placement, p99, seconds.';
+COMMENT ON COLUMN slo.time_to_place_max_s IS 'Submission to first placement, longest, seconds.';
+COMMENT ON COLUMN slo.oldest_pending_s IS 'Longest current wait, seconds.';
+
+COMMENT ON COLUMN run_window.start_ms IS 'First event time, epoch ms.';
+COMMENT ON COLUMN run_window.end_ms IS 'Last event time, epoch ms.';
+COMMENT ON COLUMN run_window.events IS 'Decodable events (count).';
+
+COMMENT ON COLUMN node_capacity.seq IS 'Stream sequence of the node event.';
+COMMENT ON COLUMN node_capacity.at_ms IS 'From, epoch ms.';
+COMMENT ON COLUMN node_capacity.capacity_milli IS 'Capacity, milli-GPUs (0 while lost).';
+COMMENT ON COLUMN node_capacity.until_ms IS 'Until, epoch ms.';
+
+COMMENT ON COLUMN job_waits.slo_class IS 'SLO class (else the priority class).';
+COMMENT ON COLUMN job_waits.wait_s IS 'First placement - submission, seconds (NULL: never placed).';
+COMMENT ON COLUMN wait_by_class.slo_class IS 'SLO class (else the priority class).';
+COMMENT ON COLUMN wait_by_class.placed IS 'Jobs placed (count).';
+COMMENT ON COLUMN wait_by_class.never_placed IS 'Admitted jobs never placed (count).';
+COMMENT ON COLUMN wait_by_class.wait_s_p50 IS 'Wait, median, seconds.';
+COMMENT ON COLUMN wait_by_class.wait_s_p99 IS 'Wait, p99, seconds.';
+
+COMMENT ON COLUMN evictions.seq IS 'Stream sequence of the GangEvicted.';
+COMMENT ON COLUMN evictions.at_ms IS 'Eviction time, epoch ms.';
+COMMENT ON COLUMN evictions.reason IS 'Eviction reason.';
+COMMENT ON COLUMN evictions.lost_gpu_ms IS 'Work lost, GPU-milliseconds.';
+COMMENT ON COLUMN evictions.preemption IS 'A preemption (Priority, Reclaim, Backfill, Defragment), not a failure or node loss.';
+
+COMMENT ON COLUMN run_metrics.events IS 'Decodable events (count).';
+COMMENT ON COLUMN run_metrics.start_s IS 'First event, seconds since the epoch.';
+COMMENT ON COLUMN run_metrics.end_s IS 'Last event, seconds since the epoch.';
+COMMENT ON COLUMN run_metrics.gpu_allocation_pct IS '100 x integral of allocated / integral of capacity, percent.';
+COMMENT ON COLUMN run_metrics.preemptions IS 'Preemptions (count).';
+COMMENT ON COLUMN run_metrics.lost_gpu_hours IS 'Work lost to preemptions, GPU-hours.';
+COMMENT ON COLUMN run_metrics.submitted IS 'Jobs (count).';
+COMMENT ON COLUMN run_metrics.completed IS 'Completed (count).';
+COMMENT ON COLUMN run_metrics.failed IS 'Failed (count).';
+COMMENT ON COLUMN run_metrics.rejected IS 'Rejected (count).';
+COMMENT ON COLUMN run_metrics.cancelled IS 'Cancelled (count).';
+COMMENT ON COLUMN run_metrics.unfinished IS 'Not finished (count).';
+COMMENT ON COLUMN run_metrics.jct_s_mean IS 'Mean completion time of completed jobs, seconds.';
+
+COMMENT ON COLUMN gpu_now.allocated_milli IS 'Capacity held now, milli-GPUs.';
+COMMENT ON COLUMN gpu_now.sm_active IS 'Latest SM activity (at most 5 minutes old), ratio 0..1.';
+COMMENT ON COLUMN allocation_now.gpu_milli IS 'Capacity held, milli-GPUs.';
+COMMENT ON COLUMN allocation_now.sm_active IS 'The GPU''s latest SM activity, ratio 0..1.';
+COMMENT ON COLUMN allocation_now.idle_gpus IS 'Idle part now: gpu_milli/1000 x (1 - sm_active), GPUs.';

@@ -16,6 +16,38 @@ BEGIN = "<!-- BEGIN projection columns (generated: gpuledger schema --projection
 END = "<!-- END projection columns -->"
 
 
+COMMON_COLUMNS = {
+    "tenant": "Tenant path.",
+    "job_id": "The job.",
+    "allocation_id": "Placement id: <job>#<attempt>.",
+    "rank": "Gang member rank (0-based).",
+    "node": "Node name ('*' = all, where the view has a total row).",
+    "clique": "NVLink clique ('*' = all, where the view has a total row).",
+    "gpu_index": "GPU index on the node.",
+    "uuid": "GPU UUID.",
+    "gpu_uuid": "GPU UUID.",
+    "model": "GPU model.",
+    "memory_mib": "GPU memory, MiB.",
+    "sharing": "exclusive, mig, mps, timeslice (GPU) or milli, mig, none (allocation).",
+    "gpu_milli": "Capacity of the GPU held, milli-GPUs.",
+    "borrowing": "The placement took the tenant above its guarantee.",
+    "priority_class": "Priority class.",
+    "reason": "CamelCase reason code.",
+    "message": "Quantitative message.",
+}
+"""Meanings of columns that views repeat under the same name (applied to any view column
+without a comment of its own)."""
+
+
+def common_comments_sql(con) -> str:
+    rows = con.execute(
+        "SELECT c.table_name, c.column_name FROM duckdb_columns() c JOIN duckdb_views() v"
+        " ON v.view_name = c.table_name AND v.schema_name = c.schema_name"
+        " WHERE NOT v.internal AND c.schema_name = 'main' AND c.comment IS NULL").fetchall()
+    return "\n".join(f"COMMENT ON COLUMN {t}.{c} IS {_q(COMMON_COLUMNS[c])};"
+                     for t, c in rows if c in COMMON_COLUMNS)
+
+
 def _sql(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text()
 
@@ -89,6 +121,9 @@ def apply(con, base_sql: str) -> None:
     if row is not None and row[0] == want:
         return
     con.execute(audit_sql())
+    common = common_comments_sql(con)
+    if common:
+        con.execute(common)
     con.execute(timestamp_views_sql(con))
     con.execute("DELETE FROM projection_catalog")
     con.execute("INSERT INTO projection_catalog VALUES (1, ?)", [want])
