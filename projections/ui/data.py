@@ -4,12 +4,17 @@ takes a read-only connection and the tenant the viewer is confined to (None = al
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gpuledger.projections.queries import UnknownJob, records, why_report
 
 IDLE_SM_ACTIVE = 0.25
 """An allocated GPU whose latest SM activity is below this counts as idle-but-allocated."""
+
+
+def natural_key(name: str) -> list:
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", name or "") if t]
 
 
 def tenant_clause(column: str, tenant: str | None) -> tuple[str, list[Any]]:
@@ -74,6 +79,10 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
             counts[g["kind"]] += 1
         leaf = g["leaf_switch"] or "none"
         leaves.setdefault(leaf, {}).setdefault(g["node"], {}).setdefault(g["clique"] or "-", []).append(g)
+    for nodes in leaves.values():  # natural order: gpu-2 before gpu-10
+        ordered = sorted(nodes.items(), key=lambda kv: natural_key(kv[0]))
+        nodes.clear()
+        nodes.update(ordered)
     frag = records(con.execute(
         "SELECT * FROM fragmentation ORDER BY node = '*', node, clique"))
     return {"leaves": leaves, "counts": counts, "fragmentation": frag,

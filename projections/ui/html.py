@@ -55,7 +55,7 @@ def layout(title: str, active: str, body: str, *, seq: int | None, tenant: str |
 <link rel="stylesheet" href="/static/ui.css"></head>
 <body data-seq="{e(seq)}" data-live="{'1' if live else '0'}">
 <header><span class="brand">gpuledger</span><nav>{nav}</nav>{who}
-<span id="live" class="live" title="updates while the projector runs">seq {e(seq)}</span></header>
+{f'<span id="live" class="live" title="updates while the projector runs">seq {e(seq)}</span>' if seq is not None else ""}</header>
 <main id="main">{body}</main>
 <script src="/static/ui.js"></script>
 </body></html>"""
@@ -78,7 +78,7 @@ def badge(state: str | None) -> str:
 
 # ---------------------------------------------------------------- cluster
 
-CELL, GAP = 30, 4
+CELL, GAP = 24, 3
 
 
 def _gpu_svg(g: dict[str, Any], x: int, y: int, tenant_view: bool) -> str:
@@ -108,7 +108,7 @@ def _gpu_svg(g: dict[str, Any], x: int, y: int, tenant_view: bool) -> str:
                    f' height="{CELL - 4}" fill="{fill}" rx="2"/>')
         off += w
     if g["sharing"] in ("mps", "timeslice"):  # shared GPUs: a corner mark (tooltip says which)
-        out.append(f'<path d="M{x + CELL - 9} {y} h9 v9 z" fill="#52606d"/>')
+        out.append(f'<path d="M{x + CELL - 8} {y} h8 v8 z" fill="#52606d"/>')
     if kind == "unavailable":
         out.append(f'<line x1="{x}" y1="{y}" x2="{x + CELL}" y2="{y + CELL}" stroke="#fff" stroke-width="2"/>')
     out.append("</g>")
@@ -142,12 +142,13 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
                     x += CELL + GAP
                 labels.append(f'<text x="{start}" y="{CELL + 13}" class="clique">{e(clique)}</text>')
                 x += 3 * GAP
-            width = max(x, 120)
-            rows.append(f'<div class="node"><span class="nodename">{e(node)}</span>'
-                        f'<svg width="{width}" height="{CELL + 18}" role="img" aria-label="{e(node)} GPUs">'
+            width = max(x - 3 * GAP, 60)
+            rows.append(f'<div class="node"><div class="nodename">{e(node)}</div>'
+                        f'<svg width="{width}" height="{CELL + 16}" role="img" aria-label="{e(node)} GPUs">'
                         f'{"".join(cells)}{"".join(labels)}</svg></div>')
         title = "no leaf switch" if leaf == "none" else f"leaf switch {leaf}"
-        blocks.append(f'<section class="leaf"><h3>{e(title)}</h3>{"".join(rows)}</section>')
+        blocks.append(f'<section class="leaf"><h3>{e(title)}</h3><div class="nodes">{"".join(rows)}</div>'
+                      "</section>")
     frag_rows = [[e(f["node"]) if f["node"] != "*" else "<b>all</b>", e(f["clique"]), e(f["models"]),
                   e(f["free_gpus"]), e(f"{f['free_gpu_equiv']:.2f}".rstrip("0").rstrip(".")
                                      if f["free_gpu_equiv"] is not None else "-"),

@@ -194,7 +194,7 @@ def test_the_demo_scenario_page_by_page(demo, browser):
     assert (count["gpus"], count["allocated"], count["partial"], count["free"]) == ("18", "4", "1", "13")
     shared = browser.find_element(By.CSS_SELECTOR, 'g.gpu[data-node="shared-1"][data-gpu="0"]')
     assert "notebook (product): 0.5 GPU" in shared.find_element(By.TAG_NAME, "title").get_attribute("textContent")
-    assert float(shared.find_element(By.CSS_SELECTOR, "rect.part").get_attribute("width")) == 15.0
+    assert float(shared.find_element(By.CSS_SELECTOR, "rect.part").get_attribute("width")) == 12.0  # half of a 24-px cell
     browser.get(demo + "/queue")
     row = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr td")]
     assert row[1] == "pretrain" and row[6] == "GangIncomplete" and row[9] == "serve"
