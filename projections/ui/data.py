@@ -195,17 +195,29 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
         item = _life_item(t, at, json.loads(payload), job_id)
         if item is not None:
             life.append(item)
-    for it in life:  # links to jobs of another tenant are not shown in a tenant view
-        for k, other in list(it["links"].items()):
-            owner = con.execute("SELECT tenant FROM jobs WHERE job_id = ?", [other]).fetchone()
-            if not in_tenant(owner[0] if owner else None, tenant):
-                it["links"][k] = None
-    if tenant:
+    if tenant:  # a tenant view names no job of another tenant: not as a link, not in a message
+        hidden: set[str] = set()
+        for it in life:
+            for k, other in list(it["links"].items()):
+                if not in_tenant(_tenant_of(con, other), tenant):
+                    it["links"][k] = None
+                    hidden.add(other)
         for p in report["preempted"]:
             if not in_tenant(p["by_tenant"], tenant):
+                hidden.add(p["by"])
                 p["by"] = None
+            for alt in p["alternatives"] if isinstance(p["alternatives"], list) else []:
+                if isinstance(alt, dict):
+                    alt["victims"] = [v if in_tenant(_tenant_of(con, v), tenant) else "another tenant's job"
+                                      for v in alt.get("victims") or []]
         report["preempted_others"] = [x for x in report["preempted_others"]
                                       if in_tenant(_tenant_of(con, x["victim"]), tenant)]
+        hidden.discard(None)
+        for it in life:
+            it["text"] = redact(it["text"], hidden)
+        for p in report["preempted"]:
+            p["message"] = redact(p["message"], hidden)
+        report["message"] = redact(report["message"], hidden)
     c = clock(con)
     start = next((it["at_ms"] for it in life if it["at_ms"] is not None), c["now_ms"])
     spans = []
@@ -220,7 +232,15 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
             **c}
 
 
-def _tenant_of(con, job_id: str) -> str | None:
+def redact(text: str | None, job_ids: set[str]) -> str | None:
+    """`text` with each of `job_ids` (as a whole word) replaced by "another tenant's job"."""
+    if not text or not job_ids:
+        return text
+    pattern = r"(?<![\w.-])(" + "|".join(re.escape(j) for j in sorted(job_ids, key=len, reverse=True)) + r")(?![\w.-])"
+    return re.sub(pattern, "another tenant's job", text)
+
+
+def _tenant_of(con, job_id: str | None) -> str | None:
     row = con.execute("SELECT tenant FROM jobs WHERE job_id = ?", [job_id]).fetchone()
     return row[0] if row else None
 

@@ -81,7 +81,7 @@ def demo(tmp_path_factory):
     sim = simulate(load(ROOT / "examples" / "demo.yaml"), until_ms=8000)
     rebuild(sim.log, d / "projection.duckdb")
     with serving(create_app(d / "projection.duckdb")) as url:
-        yield url
+        yield url, d / "projection.duckdb"
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +188,7 @@ def test_a_tenant_view_shows_only_that_tenant(site, browser):
 
 
 def test_the_demo_scenario_page_by_page(demo, browser):
+    demo, demo_db = demo
     browser.get(demo + "/cluster")
     count = {el.get_attribute("data-count"): el.text
              for el in browser.find_elements(By.CSS_SELECTOR, "[data-count]")}
@@ -203,6 +204,11 @@ def test_the_demo_scenario_page_by_page(demo, browser):
     browser.find_element(By.CSS_SELECTOR, ".card.preempted a.job").click()
     assert browser.find_element(By.ID, "job-name").text == "serve"
     assert "Preempted pretrain (Reclaim" in text(browser)
+    with serving(create_app(demo_db, tenant="research")) as base:  # research sees no job of product
+        browser.get(base + "/jobs/pretrain")
+        page = text(browser)
+        assert "Preempted #1 by a job of another tenant" in page and "another tenant's job" in page
+        assert "serve" not in browser.page_source
     browser.get(demo + "/tenants")
     assert {"research", "product"} <= {td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tenants td b")}
 
