@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import duckdb
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -148,6 +149,12 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         except ProjectionError as exc:
             return _headers(HTMLResponse(html.layout(title, active, html.error_page(
                 "No projection", str(exc)), seq=None, tenant=who, live=False), 503))
+        except duckdb.CatalogException as exc:  # a file an older projector wrote (no audit views)
+            return _headers(HTMLResponse(html.layout(title, active, html.error_page(
+                "Projection from an older gpuledger",
+                f"{exc.args[0].splitlines()[0] if exc.args else exc}: the projector adds the views when "
+                "it next opens the file (restart it, or run `gpuledger project --log FILE`)"),
+                seq=None, tenant=who, live=False), 503))
         return _headers(HTMLResponse(html.layout(title, active, body, seq=seq, tenant=who), status))
 
     async def cluster(request: Request) -> Response:

@@ -98,3 +98,17 @@ def test_bad_options_get_one_line(args, message):
     r = CliRunner().invoke(cli, ["ui", *args])
     assert r.exit_code == 2
     assert r.output.startswith(message) and len(r.output.strip().splitlines()) == 1
+
+
+def test_a_projection_without_the_audit_views_says_so(db, tmp_path):
+    import shutil
+
+    import duckdb
+
+    old = tmp_path / "old.duckdb"
+    shutil.copy(db / "projection.duckdb", old)
+    con = duckdb.connect(str(old))
+    con.execute("DROP VIEW gpu_hours_daily")
+    con.close()
+    r = TestClient(create_app(old), base_url="http://127.0.0.1").get("/tenants")
+    assert r.status_code == 503 and "Projection from an older gpuledger" in r.text
