@@ -112,14 +112,14 @@ def _headers(resp: Response) -> Response:
 
 def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header: str | None = None,
                whatif_dir: str | Path | None = None, allowed_hosts: list[str] | None = None,
-               poll_s: float = 1.0) -> Starlette:
+               poll_s: float = 1.0, read_wait_s: float = 5.0) -> Starlette:
     """The dashboard over the projection at `db_path`. `tenant` confines every page to one
     tenant (and its children); `tenant_header` takes that tenant from a request header set by an
     authenticating proxy (a request without it is refused). `whatif_dir` is the folder of logs
     the What-if page may open."""
     if tenant is not None:
         ev.validate_tenant(tenant)
-    reader = Reader(db_path)
+    reader = Reader(db_path, wait_s=read_wait_s)
     wdir = Path(whatif_dir) if whatif_dir is not None else None
 
     def scope(request: Request) -> str | None:
@@ -143,7 +143,7 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
             body, seq, status = await run_in_threadpool(reader.read, lambda con: build(con, who))
         except ProjectionBusy as exc:
             resp = HTMLResponse(html.layout(title, active, html.error_page(
-                "Projection busy", f"{exc}; the page retries."), seq=None, tenant=who), 503)
+                "Projection busy", f"{exc}; the page retries."), seq=None, tenant=who, live=False, retry_s=2), 503)
             resp.headers["Retry-After"] = "2"
             return _headers(resp)
         except ProjectionError as exc:

@@ -43,7 +43,7 @@ def job_link(job_id: str | None, tenant_view: bool = False) -> str:
 
 
 def layout(title: str, active: str, body: str, *, seq: int | None, tenant: str | None,
-           live: bool = True) -> str:
+           live: bool = True, retry_s: int | None = None) -> str:
     nav = "".join(
         f'<a href="/{p}"{" class=active" if p == active else ""}>{e(label)}</a>' for p, label in PAGES
         if not (tenant and p == "whatif"))
@@ -53,7 +53,7 @@ def layout(title: str, active: str, body: str, *, seq: int | None, tenant: str |
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)} · gpuledger</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="stylesheet" href="/static/ui.css"></head>
-<body data-seq="{e(seq)}" data-live="{'1' if live else '0'}">
+<body data-seq="{e(seq)}" data-live="{'1' if live else '0'}"{f' data-retry="{retry_s}"' if retry_s else ""}>
 <header><span class="brand">gpuledger</span><nav>{nav}</nav>{who}
 {f'<span id="live" class="live" title="updates while the projector runs">seq {e(seq)}</span>' if seq is not None else ""}</header>
 <main id="main">{body}</main>

@@ -112,3 +112,23 @@ def test_a_projection_without_the_audit_views_says_so(db, tmp_path):
     con.close()
     r = TestClient(create_app(old), base_url="http://127.0.0.1").get("/tenants")
     assert r.status_code == 503 and "Projection from an older gpuledger" in r.text
+
+
+def test_while_another_process_holds_the_file_the_page_is_a_503_that_retries(db, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    held = tmp_path / "held.duckdb"
+    shutil.copy(db / "projection.duckdb", held)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('ready', flush=True); time.sleep(30)", str(held)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        r = TestClient(create_app(held, read_wait_s=0.3), base_url="http://127.0.0.1").get("/queue")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.status_code == 503 and r.headers["retry-after"] == "2"
+    assert "Projection busy" in r.text and 'data-retry="2"' in r.text

@@ -2,6 +2,9 @@
 // applied sequence (server-sent events) when it changes; the page then fetches itself again
 // and swaps <main>. Nothing else runs here; every page reads fine without it.
 (function () {
+  // a 503 page (projection busy) tries again by itself
+  var retry = document.body.dataset.retry;
+  if (retry) setTimeout(function () { location.reload(); }, 1000 * Number(retry));
   if (!window.EventSource || document.body.dataset.live !== "1") return;
   var seq = document.body.dataset.seq;
   var busy = false;
