@@ -64,7 +64,8 @@ def ui(
     """Read-only web dashboard over the projection: Cluster (GPU heatmap by leaf switch and
     NVLink clique, fragmentation), Queue (why each job waits), Job (its whole life on a
     timeline), Tenants (quota, fair share, borrowing over time), What-if (two logs compared).
-    Pages follow the projector live. Exit codes: 2 invalid options, 3 cannot reach NATS."""
+    Pages follow the projector live. Exit codes: 2 invalid options or no projection, 1 no
+    Chromium for --screenshot, 4 projection busy for --screenshot."""
     from gpuledger import events as ev
     from gpuledger.projections.ui.app import create_app
 
