@@ -3,8 +3,9 @@ input, and readers that leave the projector alone."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
-from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from gpuledger.projections.store import Projector, rebuild
@@ -12,6 +13,10 @@ from gpuledger.projections.ui.app import create_app
 from gpuledger.replay.logio import write_log
 from gpuledger.services.cli.main import app as cli
 from tests.projections import scenario
+
+with warnings.catch_warnings():  # Starlette prefers `httpx2`; httpx (a dev dependency) works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 
 @pytest.fixture(scope="module")
