@@ -187,9 +187,12 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
         raise UnknownJob(job_id)
     rows = con.execute("""
         SELECT seq, occurred_at_ms, type, payload FROM events
-        WHERE type <> 'Undecodable' AND (payload ->> 'job_id' = ? OR payload ->> 'beneficiary' = ?
-              OR json_extract_string(payload, '$.job.job_id') = ?)
-        ORDER BY seq LIMIT 2000""", [job_id, job_id, job_id]).fetchall()
+        WHERE type <> 'Undecodable'
+          AND (correlation_id = ?  -- the envelope names the job: no JSON read for other jobs
+               OR (type = 'PreemptionRequested' AND payload ->> 'beneficiary' = ?)
+               OR (coalesce(correlation_id, '') = ''
+                   AND (payload ->> 'job_id' = ? OR json_extract_string(payload, '$.job.job_id') = ?)))
+        ORDER BY seq LIMIT 2000""", [job_id, job_id, job_id, job_id]).fetchall()
     life = []
     for _seq, at, t, payload in rows:
         item = _life_item(t, at, json.loads(payload), job_id)
