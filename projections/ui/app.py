@@ -106,10 +106,6 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def _headers(resp: Response) -> Response:
-    return resp
-
-
 def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header: str | None = None,
                whatif_dir: str | Path | None = None, allowed_hosts: list[str] | None = None,
                poll_s: float = 1.0, read_wait_s: float = 5.0) -> Starlette:
@@ -137,25 +133,25 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         try:
             who = scope(request)
         except (PermissionError, ev.InvalidId) as exc:
-            return _headers(HTMLResponse(html.layout("Forbidden", active, html.error_page("Forbidden", str(exc)),
-                                                     seq=None, tenant=None, live=False), 403))
+            return HTMLResponse(html.layout("Forbidden", active, html.error_page("Forbidden", str(exc)),
+                                            seq=None, tenant=None, live=False), 403)
         try:
             body, seq, status = await run_in_threadpool(reader.read, lambda con: build(con, who))
         except ProjectionBusy as exc:
             resp = HTMLResponse(html.layout(title, active, html.error_page(
                 "Projection busy", f"{exc}; the page retries."), seq=None, tenant=who, live=False, retry_s=2), 503)
             resp.headers["Retry-After"] = "2"
-            return _headers(resp)
+            return resp
         except ProjectionError as exc:
-            return _headers(HTMLResponse(html.layout(title, active, html.error_page(
-                "No projection", str(exc)), seq=None, tenant=who, live=False), 503))
+            return HTMLResponse(html.layout(title, active, html.error_page(
+                "No projection", str(exc)), seq=None, tenant=who, live=False), 503)
         except duckdb.CatalogException as exc:  # a file an older projector wrote (no audit views)
-            return _headers(HTMLResponse(html.layout(title, active, html.error_page(
+            return HTMLResponse(html.layout(title, active, html.error_page(
                 "Projection from an older gpuledger",
                 f"{exc.args[0].splitlines()[0] if exc.args else exc}: the projector adds the views when "
                 "it next opens the file (restart it, or run `gpuledger project --log FILE`)"),
-                seq=None, tenant=who, live=False), 503))
-        return _headers(HTMLResponse(html.layout(title, active, body, seq=seq, tenant=who), status))
+                seq=None, tenant=who, live=False), 503)
+        return HTMLResponse(html.layout(title, active, body, seq=seq, tenant=who), status)
 
     async def cluster(request: Request) -> Response:
         def build(con, who):
@@ -193,11 +189,11 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         try:
             who = scope(request)
         except (PermissionError, ev.InvalidId) as exc:
-            return _headers(HTMLResponse(html.error_page("Forbidden", str(exc)), 403))
+            return HTMLResponse(html.error_page("Forbidden", str(exc)), 403)
         if who:  # replay logs hold every tenant's jobs
-            return _headers(HTMLResponse(html.layout("What-if", "whatif", html.error_page(
+            return HTMLResponse(html.layout("What-if", "whatif", html.error_page(
                 "Not in a tenant view", "what-if logs hold every tenant's jobs"), seq=None, tenant=who,
-                live=False), 403))
+                live=False), 403)
         logs = whatif.list_logs(wdir) if wdir is not None and wdir.is_dir() else []
         a, b = request.query_params.get("a"), request.query_params.get("b")
         result, error, status = None, None, 200
@@ -209,8 +205,8 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
                 error, status = str(exc), 400
         body = html.whatif_page(logs, a or (logs[0] if logs else None),
                                 b or (logs[1] if len(logs) > 1 else None), result, error, wdir is not None)
-        return _headers(HTMLResponse(html.layout("What-if", "whatif", body, seq=None, tenant=None,
-                                                 live=False), status))
+        return HTMLResponse(html.layout("What-if", "whatif", body, seq=None, tenant=None,
+                                        live=False), status)
 
     async def seq_feed(request: Request) -> Response:
         async def stream():
@@ -226,7 +222,7 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
                     beat = 0.0
                 await asyncio.sleep(poll_s)
                 beat += poll_s
-        return _headers(StreamingResponse(stream(), media_type="text/event-stream"))
+        return StreamingResponse(stream(), media_type="text/event-stream")
 
     async def root(request: Request) -> Response:
         return RedirectResponse("/cluster", 303)

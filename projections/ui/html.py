@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from gpuledger.projections.queries import gpus_text
 
@@ -36,7 +36,7 @@ def dur(ms: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600}h"
 
 
-def job_link(job_id: str | None, tenant_view: bool = False) -> str:
+def job_link(job_id: str | None) -> str:
     if not job_id:
         return '<span class="muted">a job of another tenant</span>'
     return f'<a class="job" href="/jobs/{quote(job_id, safe="")}">{e(job_id)}</a>'
@@ -81,7 +81,7 @@ def badge(state: str | None) -> str:
 CELL, GAP = 24, 3
 
 
-def _gpu_svg(g: dict[str, Any], x: int, y: int, tenant_view: bool) -> str:
+def _gpu_svg(g: dict[str, Any], x: int, y: int) -> str:
     kind = g["kind"]
     tip = [f"{g['node']} GPU {g['gpu_index']} ({g['model']}, {g['sharing']}, clique {g['clique']})"]
     if g["sm_active"] is not None:
@@ -138,7 +138,7 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
             for clique, gpus in cliques.items():
                 start = x
                 for g in gpus:
-                    cells.append(_gpu_svg(g, x, 0, bool(tenant)))
+                    cells.append(_gpu_svg(g, x, 0))
                     x += CELL + GAP
                 labels.append(f'<text x="{start}" y="{CELL + 13}" class="clique">{e(clique)}</text>')
                 x += 3 * GAP
@@ -408,7 +408,3 @@ def whatif_page(logs: list[str], a: str | None, b: str | None, result: dict[str,
 def error_page(title: str, message: str) -> str:
     return f'<h1>{e(title)}</h1><p class="error">{e(message)}</p>'
 
-
-def href(path: str, **params: str | None) -> str:
-    q = {k: v for k, v in params.items() if v}
-    return path + ("?" + urlencode(q) if q else "")
