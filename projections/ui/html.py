@@ -95,6 +95,8 @@ def _gpu_svg(g: dict[str, Any], x: int, y: int) -> str:
            f'<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" rx="3" fill="{KIND_COLORS["free"]}"'
            f' stroke="#9aa5b1" stroke-width="1"/>']
     fill = KIND_COLORS.get(kind, "#999")
+    # SM-active GPUs: the busier, the darker
+    opacity = 0.45 + 0.55 * min(1.0, g["sm_active"]) if kind == "active" else 1.0
     if g["sharing"] == "mig":  # 7 compute slices: outline each, fill the ones held
         for i in range(1, 7):
             sx = x + i * CELL / 7
@@ -104,8 +106,11 @@ def _gpu_svg(g: dict[str, Any], x: int, y: int) -> str:
         w = CELL * min(1000, p["gpu_milli"] or 0) / 1000
         if g["sharing"] == "mig" and p["mig_start"] is not None:
             off = CELL * min(7, p["mig_start"]) / 8 if p["mig_start"] < 8 else off
-        out.append(f'<rect class="part" x="{x + off:.1f}" y="{y + 2}" width="{max(w, 2):.1f}"'
-                   f' height="{CELL - 4}" fill="{fill}" rx="2"/>')
+        part = (f'<rect class="part" x="{x + off:.1f}" y="{y + 2}" width="{max(w, 2):.1f}"'
+                f' height="{CELL - 4}" fill="{fill}" fill-opacity="{opacity:.2f}" rx="2"/>')
+        if p["job_id"]:  # a click on a part opens its job
+            part = f'<a href="/jobs/{quote(p["job_id"], safe="")}">{part}</a>'
+        out.append(part)
         off += w
     if g["sharing"] in ("mps", "timeslice"):  # shared GPUs: a corner mark (tooltip says which)
         out.append(f'<path d="M{x + CELL - 8} {y} h8 v8 z" fill="#52606d"/>')

@@ -121,6 +121,9 @@ def test_cluster_heatmap_counts_and_fragmentation(site, browser):
     assert len(mig.find_elements(By.CSS_SELECTOR, "rect.part")) == 1
     assert "mig-a (org/a): 1g.10gb" in mig.find_element(By.TAG_NAME, "title").get_attribute("textContent")
     assert "leaf switch leaf-1" in text(browser)
+    browser.find_element(By.CSS_SELECTOR, 'g.gpu[data-node="n3"] a').click()  # a part opens its job
+    assert browser.find_element(By.ID, "job-name").text == "mig-a"
+    browser.back()
     frag = browser.find_element(By.ID, "fragmentation").text
     assert "n2-nvl0" in frag and "n2-nvl1" in frag
 
