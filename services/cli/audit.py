@@ -168,7 +168,9 @@ def sql_command(
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
     """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
-    ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo)."""
+    ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo,
+    gpu_hours_daily, job_wait_total, longest_waiters, preemptions_daily, job_accounting, and
+    <table>_ts with TIMESTAMP columns; `gpuledger schema --projection` lists every column)."""
     import duckdb
 
     try:
