@@ -6,6 +6,9 @@ COPY events ./events
 COPY services ./services
 COPY projections ./projections
 COPY replay ./replay
-RUN pip install --no-cache-dir . && useradd --system gpuledger
+RUN pip install --no-cache-dir . && useradd --system gpuledger \
+ && mkdir -p /var/lib/gpuledger && chown gpuledger /var/lib/gpuledger
+# The projector's data directory (compose mounts the `projection` volume here): a new named
+# volume takes this directory's owner, so the container user can write the projection.
 USER gpuledger
 ENTRYPOINT ["gpuledger"]

@@ -17,6 +17,7 @@ from gpuledger.events.specs import (
     MemberPlacement,
     NodeInfo,
     Resources,
+    Spread,
     TenantShare,
 )
 from gpuledger.events.subjects import subject_for
@@ -38,6 +39,7 @@ __all__ = [
     "NodeInfo",
     "Policy",
     "Resources",
+    "Spread",
     "TenantShare",
     "UndecodableEvent",
     "decode",

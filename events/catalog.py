@@ -106,6 +106,11 @@ class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityCla
     """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
 
 
+MaxMoves = Annotated[int, msgspec.Meta(ge=1, le=16)]
+"""Bound on the allocations one consolidation moves."""
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+"""A count or time that must be at least 1."""
+
 PreemptionScope = Literal["tenant", "cluster"]
 """Closed: a PolicyConfigured with another value does not decode (it is dead-lettered)."""
 PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
@@ -171,6 +176,27 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     usage_half_life_s: int = 0
     """Half-life of the time-decayed past GPU usage that breaks queue-order ties between
     tenants equally far below their fair share: less recent usage goes first (0 = off)."""
+    # Defragmentation (issue 16). At their defaults these fields are left out of the
+    # configuration digest (`services.domain.config.DIGEST_OPTIONAL`), so logs written before
+    # they existed keep their digests and every decision replays byte for byte.
+    consolidation: bool = False
+    """Consolidation pass (default off): a queued job blocked only by fragmentation (the free
+    capacity would hold it, no node or NVLink clique does) gets up to
+    `consolidation_max_moves` preemptible, checkpointable allocations migrated out of its way
+    (`ConsolidationPlanned`, then checkpoint-then-evict with reason `Consolidate`); each moved
+    gang must fit elsewhere at once. Moves obey minimum runtime, the eviction budget, the
+    disruption budgets and `max_lost_gpu_hours` like any preemption."""
+    consolidation_max_moves: MaxMoves = 2
+    """Most allocations one consolidation may move (1..16; default 2)."""
+    mig_regeometry: bool = False
+    """MIG re-geometry (default off): when a queued job asks for a MIG profile that no GPU's
+    fixed layout offers, an idle MIG GPU with a fixed layout (no instance in use) is asked to
+    change its layout (`MigReconfigurationRequested`); its agent applies it and reports
+    `MigReconfigured`. Rate-limited per node by the two fields below."""
+    mig_regeometry_window_s: Positive = 3600
+    """Rate-limit window of re-geometries per node, seconds (default 3600)."""
+    mig_regeometry_per_window: Positive = 1
+    """Most re-geometries of one node per window (default 1)."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
@@ -419,8 +445,10 @@ class PreemptionRequested(Decision, frozen=True, kw_only=True, tag="PreemptionRe
     beneficiary: str
     """The blocked job the freed capacity is nominated for."""
     reason: str
-    """`Priority`, `Reclaim`, or `Backfill` (the victim was placed as preemptible backfill on
-    capacity reserved for the beneficiary)."""
+    """`Priority`, `Reclaim`, `Defragment`, `Backfill` (the victim was placed as preemptible
+    backfill on capacity reserved for the beneficiary) or `Consolidate` (a migration planned by
+    the `ConsolidationPlanned` of the beneficiary: the victim fits elsewhere at once and is
+    placed again as soon as it has exited)."""
     deadline_ms: int
     """Kill time (request time + grace)."""
     message: str = ""
@@ -442,7 +470,87 @@ class PreemptionDeclined(Decision, frozen=True, kw_only=True, tag="PreemptionDec
     """Candidates and why they were excluded."""
 
 
+class ConsolidationMove(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One allocation a consolidation migrates."""
+
+    job_id: str
+    """The moved job."""
+    allocation_id: str
+    """Its allocation (checkpointed and evicted; the job is placed again under a new one)."""
+    gpu_milli: int
+    """GPU capacity the allocation holds, milli-GPUs."""
+    from_nodes: tuple[str, ...]
+    """Nodes it leaves, sorted."""
+    to_nodes: tuple[str, ...]
+    """Nodes it fitted on in the plan (the scheduler places it again and may choose others
+    of the same fit; never the nodes it leaves, which are nominated to the blocked job)."""
+    at_risk_gpu_ms: int = 0
+    """Work since its last checkpoint when planned (lost only if the checkpoint misses its
+    deadline)."""
+
+
+class ConsolidationPlanned(Decision, frozen=True, kw_only=True, tag="ConsolidationPlanned.v1"):
+    """The preemption service decided to migrate a few running allocations so that a job
+    blocked only by fragmentation fits (policy `consolidation`). Published on
+    `gl.preempt.<job>.ConsolidationPlanned` with the blocked job's id, together with one
+    `PreemptionRequested` (reason `Consolidate`, beneficiary = this job) per move; the freed
+    nodes are nominated to the job, which waits with `WaitingForConsolidation`."""
+
+    job_id: str
+    """The blocked job the room is made for."""
+    moves: tuple[ConsolidationMove, ...]
+    """The allocations migrated, in plan order (at most `consolidation_max_moves`)."""
+    target_nodes: tuple[str, ...]
+    """Nodes the blocked job fitted on in the plan, sorted."""
+    free_gpu_milli: int = 0
+    """Free GPU capacity the job's GPUs could come from when planned (what shows the block
+    is fragmentation, not capacity)."""
+    message: str = ""
+    """Quantitative explanation."""
+    details: dict[str, Any] = {}
+    """Candidates considered and excluded (with why), the job's pending reason before."""
+
+
+class MigReconfigurationRequested(Decision, frozen=True, kw_only=True, tag="MigReconfigurationRequested.v1"):
+    """The preemption service asks the agent of `node` to change the MIG layout of one idle
+    GPU (no instance in use) so a queued job's profile can be placed (policy
+    `mig_regeometry`, rate-limited per node). Published on
+    `gl.preempt.<job>.MigReconfigurationRequested` with the queued job's id; until the agent's
+    `MigReconfigured`, the node is nominated to that job."""
+
+    job_id: str
+    """The queued job the new layout is for."""
+    node: str
+    """The node."""
+    gpu_index: int
+    """The GPU's index on the node."""
+    layout: tuple[str, ...]
+    """The layout wanted, `<profile>@<start>` sorted by start (see `GpuInfo.mig_layout`)."""
+    previous_layout: tuple[str, ...] = ()
+    """The layout it replaces."""
+    message: str = ""
+    """Quantitative explanation (profile asked, why no GPU offers it, the rate limit)."""
+    details: dict[str, Any] = {}
+    """Profile, re-geometries of the node in the window, GPUs considered."""
+
+
 # ---------------------------------------------------------------- node agents
+
+
+class MigReconfigured(Event, frozen=True, kw_only=True, tag="MigReconfigured.v1"):
+    """An agent changed the MIG layout of one of its GPUs (answering a
+    `MigReconfigurationRequested`, whose event id is the causation id). Published on
+    `gl.node.<node>.MigReconfigured`; the fold replaces that GPU's layout in the inventory.
+    Refused if an allocation holds an instance of the GPU."""
+
+    node: str
+    """The node."""
+    gpu_index: int
+    """The GPU's index on the node."""
+    layout: tuple[str, ...]
+    """The layout now in force, `<profile>@<start>` sorted by start."""
+    job_id: str = ""
+    """The job the request was for (empty for an operator's change)."""
 
 
 class NodeRegistered(Event, frozen=True, kw_only=True, tag="NodeRegistered.v1"):
@@ -565,6 +673,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     NodeLost,
     PreemptionRequested,
     PreemptionDeclined,
+    ConsolidationPlanned,
+    MigReconfigurationRequested,
     NodeRegistered,
     NodeHeartbeat,
     MemberStarted,
@@ -573,6 +683,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     GpuMetricsReported,
     DeadLettered,
     ServiceScaled,
+    MigReconfigured,
 )
 
 
@@ -581,6 +692,7 @@ __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "TenantChange",
     "ClassChange",
     "ServiceChange",
+    "ConsolidationMove",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

@@ -28,6 +28,8 @@ class PendingReason(StrEnum):
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"  # non-preemptible work beyond a guarantee
     Reserved = "Reserved"  # the capacity that fits it is reserved for a starving gang
     WaitingForPreemptedWorkloads = "WaitingForPreemptedWorkloads"  # victims still checkpointing
+    WaitingForConsolidation = "WaitingForConsolidation"  # allocations migrating out of its way
+    WaitingForMigReconfiguration = "WaitingForMigReconfiguration"  # an idle GPU's MIG layout changing for it
 
 
 class PreemptionReason(StrEnum):
@@ -37,6 +39,7 @@ class PreemptionReason(StrEnum):
     Reclaim = "Reclaim"  # its tenant borrows; the blocked job's tenant is within its guarantee
     Defragment = "Defragment"  # moved so a guaranteed job fits; it fits elsewhere at once
     Backfill = "Backfill"  # ran as preemptible backfill on the blocked job's reservation
+    Consolidate = "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
 
 
 class ExclusionReason(StrEnum):

@@ -74,6 +74,18 @@ JobKind = Literal["service"] | msgspec.UnsetType
 """`service`, or unset (a gang)."""
 
 
+class Spread(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A placement constraint between jobs: members of jobs of one spread `group` may hold at
+    most `max_per_node` places on one node (anti-affinity with a count; traces' per-app
+    instance limits). Counted over running jobs of the group; members of one gang are not
+    spread among themselves."""
+
+    group: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    """Group name (jobs with the same name share the limit)."""
+    max_per_node: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
+    """At most this many members of the group's jobs on one node (>= 1)."""
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A job as submitted: a gang of `replicas` identical members, or (`kind: service`) a
     long-running service of `replicas` independent replicas."""
@@ -106,6 +118,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """`service`: `replicas` independent replicas (each placed, evicted and requeued on its
     own, job ids `<job>~<index>`), their number changed by `ServiceScaled`; unset (left out
     of the JSON): a gang. Added after v1 without a new tag: unset encodes as before."""
+    spread: Spread | msgspec.UnsetType = msgspec.UNSET
+    """Spread constraint (`Spread`); unset (left out of the JSON): none. Added after v1 without
+    a new tag: unset encodes as before."""
 
     @property
     def is_service(self) -> bool:
@@ -132,6 +147,12 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """`exclusive`, `mig`, `mps` or `timeslice`."""
     healthy: bool = True
     """False when the agent saw ECC/XID/NVML errors: no new placements."""
+    mig_layout: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    """For `sharing: mig`: the GPU instances created on it, each `<profile>@<first memory
+    slice>` (`3g.40gb@4`), sorted by start; only these slots can be placed on until the
+    layout is changed (`MigReconfigurationRequested` / `MigReconfigured`). Unset or empty: the
+    GPU is partitioned on demand (any valid instance is carved out of free slices). Omitted
+    from the JSON when unset, so inventories that never name a layout encode as before."""
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

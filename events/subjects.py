@@ -46,11 +46,12 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured), "admin"),
     ((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
     ((c.FairShareUpdated,), "quota"),
-    ((c.PreemptionRequested, c.PreemptionDeclined), "preempt"),
+    ((c.PreemptionRequested, c.PreemptionDeclined, c.ConsolidationPlanned,
+      c.MigReconfigurationRequested), "preempt"),
     ((c.NodeLost,), "sched-node"),
     ((c.NodeRegistered,), "registered"),
     ((c.NodeHeartbeat, c.MemberStarted, c.MemberCheckpointed, c.MemberExited,
-      c.GpuMetricsReported), "node"),
+      c.GpuMetricsReported, c.MigReconfigured), "node"),
     ((c.DeadLettered,), "dead"),
 )
 _RULE_OF: dict[type, str] = {}
@@ -70,9 +71,10 @@ _ROLE_OF: dict[type, str] = {
     c.FairShareUpdated: "quota",
     **dict.fromkeys((c.GangPlaced, c.PendingReasonChanged, c.GangEvicted, c.GangRequeued,
                      c.GangCompleted, c.GangFailed, c.NodeLost), "scheduler"),
-    **dict.fromkeys((c.PreemptionRequested, c.PreemptionDeclined), "preemption"),
+    **dict.fromkeys((c.PreemptionRequested, c.PreemptionDeclined, c.ConsolidationPlanned,
+                     c.MigReconfigurationRequested), "preemption"),
     **dict.fromkeys((c.NodeRegistered, c.NodeHeartbeat, c.MemberStarted, c.MemberCheckpointed,
-                     c.MemberExited, c.GpuMetricsReported), "node-agent"),
+                     c.MemberExited, c.GpuMetricsReported, c.MigReconfigured), "node-agent"),
 }
 
 OPERATOR_INPUTS: dict[type, frozenset[str]] = {

@@ -57,7 +57,8 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
           "Gang evictions (GangEvicted) by reason: preemptions, cancels, node loss, ...",
           "view evictions"),
     _spec("gpuledger_preempted_workloads_total", "counter", ("tenant", "priority_class", "reason"),
-          "Evictions that are preemptions (reason Priority, Reclaim, Backfill or Defragment), "
+          "Evictions that are preemptions (reason Priority, Reclaim, Backfill, Defragment or "
+          "Consolidate), "
           "by the victim's tenant and class.", "view evictions (preemption)"),
     _spec("gpuledger_preemption_lost_gpu_seconds_total", "counter",
           ("tenant", "priority_class", "reason"),

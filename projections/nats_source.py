@@ -38,7 +38,7 @@ import structlog
 import tenacity
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from gpuledger.projections.mappers import SequenceGap
 from gpuledger.projections.store import ProjectionBusy, Projector
@@ -179,6 +179,7 @@ async def run_projector(
     read_window_s: float = 0.15,
     on_gap: Callable[[str], None] | None = None,
     connect_options: dict | None = None,
+    fetch_unavailable_wait_s: float = 0.5,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
     the stream is drained). Returns the last committed sequence (0 when stopped before NATS
@@ -265,6 +266,16 @@ async def run_projector(
                         pj.release()  # let `gpuledger sql` open the file while we wait
                     if not follow:
                         break
+                    continue
+                except (ServiceUnavailableError, nats.errors.NoRespondersError,
+                        nats.errors.ConnectionReconnectingError) as exc:
+                    # A NATS node went away (the consumer's leader is being elected, or the
+                    # client is reconnecting): keep what is folded, fetch again shortly.
+                    # Unacknowledged messages are acknowledged with the next fetch's.
+                    slog.warning("projector.fetch_unavailable", error=repr(exc))
+                    await commit()
+                    oldest = None
+                    await asyncio.sleep(fetch_unavailable_wait_s)
                     continue
                 gap: SequenceGap | None = None
                 last_msg = None

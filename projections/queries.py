@@ -157,6 +157,14 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             [job_id],
         ).fetchall()
     ]
+    out["defrag"] = [
+        {"at_ms": at, "type": t, "message": m}
+        for at, t, m in con.execute(
+            "SELECT at_ms, type, message FROM decisions WHERE job_id = ? AND type IN"
+            " ('ConsolidationPlanned', 'MigReconfigurationRequested') ORDER BY seq",
+            [job_id],
+        ).fetchall()
+    ]
     service = service_report(con, job_id, job)
     if service is not None:
         out["service"] = service
@@ -250,3 +258,25 @@ def tenants_rows(con) -> list[dict[str, Any]]:
                  AND j.state IN ('submitted', 'pending')) AS pending_jobs
         FROM tenant_usage u LEFT JOIN tenants t USING (tenant) ORDER BY u.tenant"""
     return records(con.execute(q))
+
+
+def acct_rows(con, *, start_ms: int | None = None, end_ms: int | None = None,
+              tenant: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+    """`job_accounting` rows of the jobs that existed at some moment of [start, end] (like
+    sacct: submitted before the end, not finished before the start), in submission order."""
+    where, args = ["TRUE"], []
+    if start_ms is not None:
+        where.append("(ended_at_ms IS NULL OR ended_at_ms >= ?)")
+        args.append(start_ms)
+    if end_ms is not None:
+        where.append("submitted_at_ms <= ?")
+        args.append(end_ms)
+    if tenant:
+        where.append("(tenant = ? OR tenant LIKE ?)")
+        args += [tenant, tenant.rstrip("/") + "/%"]
+    if state:
+        where.append("state = ?")
+        args.append(state)
+    q = ("SELECT * FROM job_accounting WHERE " + " AND ".join(where)
+         + " ORDER BY submitted_at_ms NULLS LAST, job_id")
+    return records(con.execute(q, args))

@@ -177,7 +177,12 @@ class Store:
                 f"{self.path} has projection schema v{row[1]}, this gpuledger writes "
                 f"v{SCHEMA_VERSION}: run `gpuledger project --rebuild`"
             )
-        con.execute(views_sql())
+        from gpuledger.projections import catalog
+
+        base = schema_sql() + views_sql()
+        if not catalog.is_current(con, base):  # views, comments: only when their SQL changed
+            con.execute(views_sql())
+            catalog.apply(con, base)
 
     def _arrow_schema(self, table: str) -> pa.Schema:
         cols = columns_of(table)

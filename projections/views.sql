@@ -299,7 +299,7 @@ CREATE OR REPLACE VIEW evictions AS
 SELECT e.seq, e.occurred_at_ms AS at_ms, e.payload ->> 'job_id' AS job_id, j.tenant,
        j.priority_class, e.payload ->> 'reason' AS reason,
        CAST(e.payload ->> 'lost_gpu_ms' AS BIGINT) AS lost_gpu_ms,
-       e.payload ->> 'reason' IN ('Priority', 'Reclaim', 'Backfill', 'Defragment') AS preemption
+       e.payload ->> 'reason' IN ('Priority', 'Reclaim', 'Backfill', 'Defragment', 'Consolidate') AS preemption
 FROM events e LEFT JOIN jobs j ON j.job_id = e.payload ->> 'job_id'
 WHERE e.type = 'GangEvicted';
 

@@ -48,7 +48,7 @@ from gpuledger.events import Event
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
 
-PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment"})
+PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment", "Consolidate"})
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""
 
 FINISHED_STATES = ("completed", "failed", "rejected", "cancelled")

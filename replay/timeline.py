@@ -45,6 +45,13 @@ def describe(event: ev.Event) -> str | None:
             return f"pending     {j}: {r} - {m}"
         case ev.PreemptionRequested(job_id=j, beneficiary=b, reason=r, deadline_ms=d, occurred_at_ms=t):
             return f"preempt     {j} for {b} ({r}), checkpoint within {(d - t) / 1000:.0f}s"
+        case ev.ConsolidationPlanned(job_id=j, moves=ms, target_nodes=t):
+            moved = ", ".join(f"{m.job_id} {'+'.join(m.from_nodes)}->{'+'.join(m.to_nodes)}" for m in ms)
+            return f"consolidate {j}: moving {moved}; room on {', '.join(t)}"
+        case ev.MigReconfigurationRequested(job_id=j, node=n, gpu_index=g, layout=lay, previous_layout=old):
+            return f"mig-request {n} GPU {g} for {j}: [{', '.join(old)}] -> [{', '.join(lay)}]"
+        case ev.MigReconfigured(node=n, gpu_index=g, layout=lay):
+            return f"mig-layout  {n} GPU {g} now [{', '.join(lay)}]"
         case ev.PreemptionDeclined(job_id=j, reason=r, message=m):
             return f"no-preempt  {j}: {r} - {m}"
         case ev.MemberCheckpointed(job_id=j, rank=r, step=s):

@@ -141,3 +141,48 @@ def test_every_compose_service_serves_metrics_that_prometheus_scrapes():
         assert f"{name}:{port}" in targets, name
     assert compose["services"]["metrics"]["command"][0] == "metrics" and "metrics:9400" in targets
     assert prom["rule_files"] == ["rules.yaml"]
+
+
+def test_the_projector_runs_and_its_data_directory_belongs_to_the_container_user():
+    # Given the compose file and the Dockerfile its services are built from
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    docker = (ROOT / "Dockerfile").read_text()
+    projector = compose["services"]["projector"]
+    cmd = projector["command"]
+    assert cmd[:2] == ["run", "projector"] and "profiles" not in projector  # started by default
+    data = cmd[cmd.index("--data") + 1]
+    volume = next(v for v in projector["volumes"] if v.endswith(":" + data))
+    assert volume.split(":")[0] in compose["volumes"]  # a named volume, kept across restarts
+    # the exporter reads the same projection
+    assert f"{volume.split(':')[0]}:{data}:ro" in compose["services"]["metrics"]["volumes"]
+    # then the image runs as a non-root user that owns that directory (a new named volume is
+    # initialised from the image's directory, owner included)
+    user = next(line.split()[1] for line in docker.splitlines() if line.startswith("USER "))
+    assert user != "root"
+    run = " ".join(line for line in docker.replace("\\\n", " ").splitlines() if line.startswith("RUN "))
+    assert f"mkdir -p {data}" in run and f"chown {user} {data}" in run
+    assert run.index(f"useradd --system {user}") < run.index(f"chown {user} {data}")
+
+
+def test_the_example_job_compose_names_is_a_valid_job_the_compose_cluster_runs():
+    # compose.yaml tells you to submit /config/job.yaml (./deploy is mounted at /config)
+    from gpuledger import events as ev
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.replay.simulator import simulate
+    from gpuledger.services.domain.jobfile import job_spec
+
+    compose_text = (ROOT / "compose.yaml").read_text()
+    assert "submit /config/job.yaml" in compose_text
+    assert "./deploy:/config:ro" in yaml.safe_load(compose_text)["x-gpuledger"]["volumes"]
+    doc = yaml.safe_load((ROOT / "deploy" / "job.yaml").read_text())
+    spec = job_spec(doc)  # the parser `gpuledger submit` uses: raises on any bad key or unit
+    assert spec.tenant in {t["name"] for t in yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())["tenants"]}
+    assert "--creds /auth/ci-research.nk" in compose_text and spec.tenant == "research"
+    # and on the compose cluster it is admitted, placed as a whole gang and completes
+    scenario = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    scenario["timeline"] = [{"at": 0, "submit": doc}]
+    log = simulate(from_document(scenario)).log
+    kinds = [type(e).__name__ for _, _, e in log if getattr(e, "job_id", None) == spec.job_id]
+    assert kinds[:2] == ["JobAdmitted", "GangPlaced"] and "GangCompleted" in kinds
+    placed = next(e for _, _, e in log if isinstance(e, ev.GangPlaced))
+    assert len(placed.members) == spec.replicas

@@ -31,6 +31,9 @@ def test_every_module_of_the_repository_is_in_the_wheel_under_gpuledger(wheel_fi
                 for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     assert expected - set(wheel_files) == set()
     assert "gpuledger/projections/schema.sql" in wheel_files
+    assert "gpuledger/projections/audit.sql" in wheel_files
+    # the dashboard serves its own assets (offline: nothing from a CDN)
+    assert {"gpuledger/projections/ui/static/ui.css", "gpuledger/projections/ui/static/ui.js"} <= set(wheel_files)
 
 
 def test_the_wheel_has_no_other_top_level_name(wheel_files):

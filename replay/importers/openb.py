@@ -55,6 +55,7 @@ from gpuledger.events import (
     subject_for,
     validate_token,
 )
+from gpuledger.replay.importers.common import TraceImportError
 from gpuledger.services.domain.configfile import config_events
 from gpuledger.services.domain.stamp import stamp, submission
 
@@ -96,10 +97,6 @@ QOS_CLASSES: dict[str, QosClass] = {
 DEFAULT_QOS = "burstable"
 POD_REQUIRED = ("name", "num_gpu")
 NODE_REQUIRED = ("sn", "cpu_milli", "memory_mib")
-
-
-class TraceImportError(ValueError):
-    """A trace file that cannot be imported; the message names the file and line."""
 
 
 @dataclass

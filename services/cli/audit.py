@@ -168,7 +168,9 @@ def sql_command(
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
     """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
-    ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo)."""
+    ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo,
+    gpu_hours_daily, job_wait_total, longest_waiters, preemptions_daily, job_accounting, and
+    <table>_ts with TIMESTAMP columns; `gpuledger schema --projection` lists every column)."""
     import duckdb
 
     try:
@@ -313,8 +315,10 @@ def _alternative_lines(alts: Any) -> list[str]:
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
     lost = x["lost_gpu_seconds"]
+    what = (f"Migrated #{i}: for {x['by']}" if x["reason"] == "Consolidate"
+            else f"Preempted #{i}: by {x['by']}")
     lines = [
-        f"Preempted #{i}: by {x['by']} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
+        f"{what} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
         f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
     ]
     if x["message"]:
@@ -337,10 +341,16 @@ def _why_preemptions(r: dict[str, Any]) -> list[str]:
     for i, x in enumerate(r["preempted"], 1):
         lines += _preemption_lines(i, x)
     for x in r["preempted_others"]:
+        verb = "Migrated" if x["reason"] == "Consolidate" else "Preempted"
         lines.append(
-            f"Preempted {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
+            f"{verb} {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )
     return lines
+
+
+def _why_defrag(r: dict[str, Any]) -> list[str]:
+    """Consolidations and MIG re-geometries decided for the job (issue 16)."""
+    return [f"Defrag:    {x['message']}" for x in r.get("defrag") or ()]
 
 
 def _why_history(r: dict[str, Any]) -> list[str]:
@@ -364,6 +374,7 @@ def render_why(r: dict[str, Any]) -> str:
         *_why_details(r),
         *_why_allocation(r),
         *_why_preemptions(r),
+        *_why_defrag(r),
         *refused_lines(r.get("refused") or []),
         *(f"Refused:   {refusal_text(x)}" for x in r.get("refusals") or ()),
         *_why_history(r),

@@ -8,15 +8,18 @@ from pathlib import Path
 import typer
 
 from gpuledger.services.cli import (
+    acct,
     audit,
     auth,
     bench,
+    chaos,
     check,
     gateway,
     live,
     metrics,
     nodes,
     schedules,
+    ui,
     whatif,
     whatif_io,
 )
@@ -56,9 +59,25 @@ def main(
 def schema(
     config: bool = typer.Option(False, "--config", help="Print the JSON Schema of cluster configuration, "
                                 "scenario and job files instead (for yaml-language-server)."),
+    projection: bool = typer.Option(False, "--projection", help="Print every table, view and column of "
+                                    "the DuckDB projection with its comment (Markdown) instead."),
+    update: Path | None = typer.Option(None, "--update", help="With --projection: rewrite the generated "
+                                       "section of this Markdown file (docs/projections.md) instead of printing."),
 ) -> None:
     """Print the JSON Schema of every event a client may publish (or, with --config, of the
-    files users write)."""
+    files users write; with --projection, the projection's columns)."""
+    if projection:
+        from gpuledger.projections.catalog import catalog_markdown, update_doc
+
+        if update is None:
+            typer.echo(catalog_markdown())
+            return
+        try:
+            changed = update_doc(update)
+        except (OSError, ValueError) as exc:
+            fail(str(exc), 2)
+        typer.echo(f"{update}: {'updated' if changed else 'already up to date'}", err=True)
+        return
     if config:
         from gpuledger.services.domain.inputs import file_schema
 
@@ -129,6 +148,7 @@ def simulate(
 
 # The whole command tree, mounted explicitly: a module never registers itself on import.
 app.add_typer(check.app)  # check
+app.add_typer(chaos.app)  # chaos
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
@@ -137,6 +157,8 @@ app.add_typer(schedules.app)  # schedules
 audit_app = typer.Typer()
 audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)
+app.command("acct")(acct.acct)
+app.command("ui")(ui.ui)
 app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(whatif_io.import_app, name="import")
 app.add_typer(bench.bench_app, name="bench")

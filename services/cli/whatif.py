@@ -122,11 +122,14 @@ def verify(
 def replay(
     log: Path = typer.Argument(..., help="The recorded log (JSONL or Parquet)."),
     out: Path = typer.Option(..., "--out", help="The what-if log to write (JSONL or Parquet)."),
-    config: Path | None = typer.Option(None, "--config", help="New configuration (tenants, classes, policy, optionally nodes)."),
+    config: Path | None = typer.Option(None, "--config", help="New configuration replacing the recorded one (tenants, classes, policy, optionally nodes)."),
+    policy: list[Path] = typer.Option([], "--policy", help="Overlay FILE on the recorded configuration: its policy keys, tenants, classes (and nodes) replace only those (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", help="Overlay one key on the recorded configuration: policy.KEY=V, tenants.NAME.KEY=V, priority_classes.NAME.KEY=V (repeatable)."),
     duckdb: Path | None = typer.Option(None, "--duckdb", help="Also project the what-if log into this DuckDB file."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the simulate-style JSON report here."),
 ) -> None:
-    """Re-run a log's external inputs through the deciders, under the recorded or a new configuration."""
+    """Re-run a log's external inputs through the deciders, under the recorded configuration,
+    a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE)."""
     from gpuledger.replay.export import write_any
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report as build_report
@@ -139,10 +142,16 @@ def replay(
     started = time.perf_counter()
     inputs = external_inputs(entries)
     if config is not None:
+        doc = read_doc(config)
+        if not doc.get("tenants"):
+            typer.echo(f"warning: --config replaces the recorded configuration and {config} defines no "
+                       "tenants: every job will be rejected (UnknownTenant); to change only some keys, "
+                       f"use --policy {config} (an overlay on the recorded configuration)", err=True)
         try:
-            inputs = with_config(inputs, read_doc(config))
+            inputs = with_config(inputs, doc)
         except ConfigFileError as exc:
             fail_input(exc, config)
+    inputs = overlaid(inputs, policy, set_)
     sim = run_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
@@ -161,6 +170,99 @@ def replay(
         f"allocation {pct_text(m['gpu_allocation_pct'])}, preemptions {m['preemptions']}, "
         f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
     )
+
+
+@app.command()
+def whatif(
+    log: Path = typer.Argument(..., help="The recorded (or imported) log."),
+    out: Path = typer.Option(..., "--out", help="The HTML report to write."),
+    policy: list[Path] = typer.Option([], "--policy", help="A variant: this file overlaid on the recorded configuration (repeatable)."),
+    variant: list[str] = typer.Option([], "--variant", help="A variant of --set items: 'NAME: KEY=V; KEY=V' or 'KEY=V; ...' (repeatable)."),
+    no_baseline: bool = typer.Option(False, "--no-baseline", help="Leave out the replay under the recorded configuration."),
+    logs: Path | None = typer.Option(None, "--logs", help="Also write each variant's replayed log into this directory."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write every variant's metrics as JSON here."),
+    title: str | None = typer.Option(None, "--title", help="Report title."),
+) -> None:
+    """Replay LOG under the recorded configuration and under each --policy / --variant, and
+    write one offline HTML report: comparison table, queue wait by class, utilisation over
+    time, preemptions and lost GPU-hours, per-tenant fairness."""
+    from gpuledger.replay.compare import summarize
+    from gpuledger.replay.export import write_any
+    from gpuledger.replay.overlay import OverlayError, apply_overlays
+    from gpuledger.replay.whatif import external_inputs
+    from gpuledger.replay.whatif import replay as run_replay
+    from gpuledger.replay.whatif_report import Variant, render, table
+    from gpuledger.services.cli.live import read_doc
+
+    specs: list[tuple[str, list[str], list[tuple[str, object]]]] = []
+    if not no_baseline:
+        specs.append(("recorded", [], []))
+    for p in policy:
+        specs.append((p.stem, [], [(str(p), read_doc(p))]))
+    for i, text in enumerate(variant, 1):
+        name, sep, rest = text.partition(":")
+        if not sep or "=" in name:
+            name, rest = f"variant {i}", text
+        specs.append((name.strip(), [x.strip() for x in rest.split(";") if x.strip()], []))
+    if not specs:
+        fail("nothing to replay: give --policy FILE or --variant, or drop --no-baseline", 2)
+    labels = [s[0] for s in specs]
+    if len(set(labels)) != len(labels):
+        fail(f"two variants are named alike ({', '.join(labels)}): name them with --variant 'NAME: ...'", 2)
+    entries = _read(log)
+    base_inputs = external_inputs(entries)
+    variants = []
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+    for name, sets, files in specs:
+        try:
+            inputs, changes = apply_overlays(base_inputs, sets, files)
+        except OverlayError as exc:
+            fail_input(exc)
+        started = time.perf_counter()
+        sim = run_replay(inputs)
+        elapsed = time.perf_counter() - started
+        path = None
+        if logs is not None:
+            safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+            path = logs / f"{safe}.jsonl"
+            write_any(path, sim.log)
+        summary = summarize(sim.log, name=name)
+        variants.append(Variant(name, changes, summary, None if path is None else str(path)))
+        m = summary.metrics
+        typer.echo(f"{name}: {len(sim.log)} events in {elapsed:.2f}s; jobs {m['jobs']}; "
+                   f"preemptions {m['preemptions']}", err=True)
+    out.write_text(render(str(log), variants, len(entries), title))
+    if json_out is not None:
+        json_out.write_text(json.dumps({v.label: {"changes": v.changes, "metrics": v.summary.metrics}
+                                        for v in variants}, indent=2) + "\n")
+    from rich.console import Console
+    from rich.table import Table
+
+    header, body = table(variants)
+    t = Table(title=f"what-if: {log}", title_justify="left")
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in body:
+        t.add_row(*r)
+    console = Console()
+    console.print(t)
+    console.print(f"wrote {out}")
+
+
+def overlaid(inputs, policy_files: list[Path], sets: list[str]):
+    """`inputs` with the `--policy` files and `--set` items applied (exit 2 on a bad one)."""
+    if not policy_files and not sets:
+        return inputs
+    from gpuledger.replay.overlay import OverlayError, apply_overlays
+    from gpuledger.services.cli.live import read_doc
+
+    try:
+        inputs, changes = apply_overlays(inputs, sets, [(str(p), read_doc(p)) for p in policy_files])
+    except OverlayError as exc:
+        fail_input(exc)
+    typer.echo(f"overlay on the recorded configuration: {'; '.join(changes)}", err=True)
+    return inputs
 
 
 def _project(log: Path, db: Path) -> None:

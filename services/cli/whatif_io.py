@@ -65,6 +65,135 @@ def import_alibaba_openb(
     )
 
 
+def _run_import(out: Path, output: str, skipped_out: Path | None, work) -> None:
+    """Run one streaming importer with a progress bar (stderr, when a terminal) and print its
+    summary; `work(progress, skips)` returns the summary dict."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpuledger.replay.importers.common import SkipLog, TraceImportError
+
+    if output not in ("table", "json"):
+        fail(f"-o must be table or json, not {output!r}", 2)
+    started = time.perf_counter()
+    handle = None
+    try:
+        handle = open(skipped_out, "w") if skipped_out is not None else None
+    except OSError as exc:
+        fail(f"{skipped_out}: {exc.strerror}", 2)
+    skips = SkipLog(out=handle)
+    bar = Progress(TextColumn("importing"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                   disable=not sys.stderr.isatty(), transient=True)
+    try:
+        with bar:
+            task = bar.add_task("import", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total or None)
+
+            summary = work(progress, skips)
+    except TraceImportError as exc:
+        for line in str(exc).splitlines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        fail(f"{out}: {exc.strerror or exc}", 2)
+    finally:
+        if handle is not None:
+            handle.close()
+    summary = {"out": str(out), **summary, "wall_s": round(time.perf_counter() - started, 3)}
+    if output == "json":
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    typer.echo(summary_text(summary))
+
+
+def summary_text(s: dict) -> str:
+    """The import summary for people: what was written, jobs and gangs, GPU-hours, skips."""
+    classes = ", ".join(f"{k} {v}" for k, v in s["by_class"].items()) or "none"
+    shapes = ", ".join(f"{k} {v}" for k, v in s["by_shape"].items()) or "none"
+    lines = [
+        f"wrote {s['events']} events to {s['out']} in {s['wall_s']:.2f}s: {s['nodes']} nodes ({s['gpus']} GPUs)",
+        f"  jobs {s['jobs']} ({s['gangs']} gangs, {s['members']} members), {s['tenants']} tenants, "
+        f"observed {s['gpu_hours']:,.1f} GPU-hours",
+        f"  classes: {classes}",
+        f"  shapes: {shapes}",
+        f"  cancelled before start {s['cancelled_before_start']}, pending at the end {s['pending_at_end']}, "
+        f"running at the end {s['running_at_end']}, requeued {s['requeued']}"
+        + "".join(f", {k.replace('_', ' ')} {v}" for k, v in s.items() if k in EXTRA_COUNTS and v),
+    ]
+    if s["skipped_rows"]:
+        lines.append(f"  skipped {s['skipped_rows']} rows:")
+        for reason, d in s["skipped"].items():
+            more = f" (+{d['rows'] - len(d['first'])} more)" if d["rows"] > len(d["first"]) else ""
+            lines.append(f"    {d['rows']} x {reason}: {', '.join(d['first'])}{more}")
+    else:
+        lines.append("  skipped 0 rows")
+    return "\n".join(lines)
+
+
+EXTRA_COUNTS = ("spread_limited", "steps_folded", "gangs_split", "preempted_events", "evicted_events", "workload_evictions")
+
+
+@import_app.command("slurm")
+def import_slurm_cmd(
+    sacct: Path = typer.Option(..., "--sacct", help="`sacct --parsable2 --allusers --duplicates --format=...` output (see README)."),
+    out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
+    sinfo: Path | None = typer.Option(None, "--sinfo", help="`sinfo --Node --noheader --format='%N|%c|%m|%G'` output."),
+    nodes: Path | None = typer.Option(None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."),
+    mapping: Path | None = typer.Option(None, "--mapping", help="YAML overriding QOS -> class and account -> tenant (see README)."),
+    timezone: str = typer.Option("UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."),
+    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."),
+    output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
+) -> None:
+    """Slurm accounting -> JSONL log: jobs (steps folded, arrays, het jobs, requeues,
+    multi-node gangs), submissions, cancels of jobs cancelled while pending, nodes."""
+    from gpuledger.replay.importers.slurm import import_slurm
+
+    _run_import(out, output, skipped_out, lambda progress, skips: import_slurm(
+        sacct, out, sinfo=sinfo, nodes_file=nodes, mapping=mapping, timezone=timezone,
+        progress=progress, skips=skips).summary)
+
+
+@import_app.command("kubernetes")
+def import_kubernetes_cmd(
+    pods: Path = typer.Option(..., "--pods", help="`kubectl get pods -A -o json` output."),
+    out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
+    events: Path | None = typer.Option(None, "--events", help="`kubectl get events -A -o json` output."),
+    nodes: Path | None = typer.Option(None, "--nodes", help="`kubectl get nodes -o json` output."),
+    config_nodes: Path | None = typer.Option(None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."),
+    workloads: Path | None = typer.Option(None, "--workloads", help="`kubectl get workloads.kueue.x-k8s.io -A -o json` output (Kueue)."),
+    mapping: Path | None = typer.Option(None, "--mapping", help="YAML overriding PriorityClass -> class and namespace/queue -> tenant."),
+    namespaced_ids: bool = typer.Option(False, "--namespaced-ids", help="Job ids <namespace>~<name> (when names repeat across namespaces)."),
+    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped item (FILE:LINE: reason) here."),
+    output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
+) -> None:
+    """Kubernetes pods (+ events, nodes, Kueue workloads) -> JSONL log: GPU/MIG requests,
+    indexed Job / JobSet / PodGroup gangs, priority classes, namespaces or queues as tenants."""
+    from gpuledger.replay.importers.kubernetes import import_kubernetes
+
+    _run_import(out, output, skipped_out, lambda progress, skips: import_kubernetes(
+        pods, out, events=events, nodes=nodes, nodes_file=config_nodes, workloads=workloads,
+        mapping=mapping, namespaced_ids=namespaced_ids, progress=progress, skips=skips).summary)
+
+
+@import_app.command("csv")
+def import_csv_cmd(
+    trace: Path = typer.Argument(..., help="The per-job CSV trace."),
+    mapping: Path = typer.Option(..., "--mapping", help="YAML naming the column of each field (see README, examples/openb-mapping.yaml)."),
+    out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
+    nodes: Path | None = typer.Option(None, "--nodes", help="Node list CSV, read with the mapping's nodes: section."),
+    config_nodes: Path | None = typer.Option(None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."),
+    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."),
+    output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
+) -> None:
+    """Any per-job CSV trace -> JSONL log, through a strict mapping file."""
+    from gpuledger.replay.importers.csvtrace import import_csv
+
+    _run_import(out, output, skipped_out, lambda progress, skips: import_csv(
+        trace, out, mapping=mapping, nodes=nodes, nodes_file=config_nodes, progress=progress,
+        skips=skips).summary)
+
+
 @app.command("compare")
 def compare_cmd(
     a: Path = typer.Argument(..., help="Baseline log (JSONL)."),

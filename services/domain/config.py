@@ -46,6 +46,17 @@ DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
 )
 
 
+DIGEST_OPTIONAL: dict[str, object] = {
+    "consolidation": False,
+    "consolidation_max_moves": 2,
+    "mig_regeometry": False,
+    "mig_regeometry_window_s": 3600,
+    "mig_regeometry_per_window": 1,
+}
+"""Policy fields added after logs existed (issue 16): left out of the digest while at these
+defaults, so an older configuration keeps its digest (and its decisions their bytes)."""
+
+
 @dataclass
 class ConfigState:
     """Tenants, priority classes and policy currently in force."""
@@ -105,10 +116,14 @@ class ConfigState:
         return self.policy.default_grace_s * 1000
 
     def _digest(self) -> str:
+        policy = msgspec.to_builtins(self.policy)
+        for name, default in DIGEST_OPTIONAL.items():
+            if policy.get(name) == default:  # absent at its default: older digests stay the same
+                del policy[name]
         doc = {
             "tenants": [self.tenants[k] for k in sorted(self.tenants)],
             "classes": [self.classes[k] for k in sorted(self.classes)],
-            "policy": self.policy,
+            "policy": policy,
         }
         if self.schedules:  # absent when there are none: digests of older logs stay the same
             doc["schedules"] = [self.schedules[k] for k in sorted(self.schedules)]
@@ -133,4 +148,26 @@ def _strip(event):
     """Configuration content without its envelope, so the digest depends on content only."""
     return msgspec.structs.replace(
         event, event_id="", occurred_at_ms=0, causation_id="", correlation_id="", producer=""
+    )
+
+
+@dataclass(frozen=True)
+class DefragSettings:
+    """The defragmentation fields of a policy, as plain values (read once per decide)."""
+
+    consolidation: bool = False
+    max_moves: int = 2
+    mig_regeometry: bool = False
+    window_ms: int = 3_600_000
+    per_window: int = 1
+
+
+def defrag_settings(policy: Policy) -> DefragSettings:
+    """Consolidation and MIG re-geometry settings in force."""
+    return DefragSettings(
+        consolidation=bool(policy.consolidation),
+        max_moves=int(policy.consolidation_max_moves),
+        mig_regeometry=bool(policy.mig_regeometry),
+        window_ms=int(policy.mig_regeometry_window_s) * 1000,
+        per_window=int(policy.mig_regeometry_per_window),
     )

@@ -45,6 +45,7 @@ from gpuledger.services.domain.inputs import (
     ScheduleDoc,
     validate_file,
 )
+from gpuledger.services.domain.mig_layouts import layout_text, parse_layout
 from gpuledger.services.domain.quantities import mebibytes, milli
 
 
@@ -68,6 +69,7 @@ def _gpus(name: str, n: NodeDoc) -> tuple[GpuInfo, ...]:
     per = max(1, -(-count // n.cliques))
     memory = mebibytes("gpu_memory", n.gpu_memory)
     shares = n.sharing_of()
+    layout = layout_text(parse_layout(n.model, n.mig_layout)) if n.mig_layout else ()
     return tuple(
         GpuInfo(
             index=i,
@@ -76,6 +78,7 @@ def _gpus(name: str, n: NodeDoc) -> tuple[GpuInfo, ...]:
             memory_mib=memory,
             clique=f"{name}-nvl{i // per}",
             sharing=shares[i],
+            **({"mig_layout": layout} if layout and shares[i] == "mig" else {}),
         )
         for i in range(count)
     )

@@ -25,6 +25,7 @@ from msgspec import Meta
 
 from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
 from gpuledger.services.domain.config import DEFAULT_CLASSES
+from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 
 # ------------------------------------------------------------------ quantities
 
@@ -74,6 +75,10 @@ class NodeDoc(Strict, kw_only=True):
     leaf_switch: str = ""
     pool: str = "default"
     labels: dict[str, str] = {}
+    mig_layout: list[str] = []
+    """Fixed MIG layout of every `mig` GPU of the node (`[3g.40gb, 3g.40gb]`, or with starts
+    `[3g.40gb@0, 3g.40gb@4]`); empty: partitioned on demand. Changed later only by a MIG
+    re-geometry (policy `mig_regeometry`)."""
 
     def names(self) -> list[str]:
         if self.name_prefix is not None:
@@ -532,6 +537,13 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             models.add(n.model)
             if "mig" in n.sharing_of():
                 mig_models.add(n.model)
+        if n.mig_layout:
+            if "mig" not in n.sharing_of():
+                problems.append(f"{path}.mig_layout: the node has no GPU with sharing 'mig'")
+            try:
+                parse_layout(n.model, n.mig_layout)
+            except LayoutError as err:
+                problems.append(f"{path}.mig_layout: {err}")
     _dups(node_names, "node name", problems)
     _dups([(f"tenants[{i}].name", t.name) for i, t in enumerate(f.tenants)], "tenant", problems)
     _dups([(f"priority_classes[{i}].name", c.name) for i, c in enumerate(f.priority_classes)],

@@ -22,6 +22,7 @@ from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
 from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
+from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
 from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
 from gpuledger.services.domain.refusals import Refusal, Refused
 from gpuledger.services.domain.timeindex import TimeIndex
@@ -214,6 +215,15 @@ class Ledger:
     was folded up to (`services.domain.usage`); kept only while `policy.usage_half_life_s`
     is set."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
+    consolidations: dict[str, ev.ConsolidationPlanned] = field(default_factory=dict)
+    """Per blocked job, the consolidation under way for it (until it is placed, cancelled, or
+    its moved allocations have all ended and the nomination lapsed)."""
+    mig_requests: dict[str, ev.MigReconfigurationRequested] = field(default_factory=dict)
+    """Per node, the MIG re-geometry requested and not yet reported done (one at a time); the
+    node is nominated to the request's job meanwhile."""
+    mig_history: dict[str, list[int]] = field(default_factory=dict)
+    """Per node, times of its latest MIG re-geometry requests (the rate limit's window; at
+    most `MIG_HISTORY` kept)."""
     backfills: dict[str, set[str]] = field(default_factory=dict)
     """Per reserving job, active allocations placed as preemptible backfill on its
     reservation."""
@@ -311,6 +321,9 @@ class Ledger:
                 rec = self.allocations.get(a)
                 if rec is not None:
                     out.update(rec.nodes())
+        for node in sorted(self.mig_requests):
+            if self.mig_requests[node].job_id not in except_jobs:
+                out.add(node)
         return frozenset(out)
 
     def nomination_expires_ms(self, beneficiary: str) -> int | None:
@@ -642,6 +655,55 @@ class Ledger:
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         return None
 
+    def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != JobState.pending:
+            return _not_in_state(e.job_id, job, "pending")
+        self.consolidations[e.job_id] = e
+        return None
+
+    def _mig_requested(self, e: ev.MigReconfigurationRequested) -> Refusal | None:
+        node = self.nodes.get(e.node)
+        if node is None:
+            return Refusal("UnknownNode", f"no node {e.node!r}")
+        if e.node in self.mig_requests:
+            return Refusal("MigReconfigurationPending",
+                           f"node {e.node} already has a MIG re-geometry under way")
+        history = self.mig_history.setdefault(e.node, [])
+        history.append(e.occurred_at_ms)
+        del history[:-MIG_HISTORY]
+        self.mig_requests[e.node] = e
+        return None
+
+    def _mig_reconfigured(self, e: ev.MigReconfigured) -> None:
+        node = self.nodes.get(e.node)
+        if node is None:
+            raise Refused("UnknownNode", f"no node {e.node!r}")
+        gpus = {g.index: g for g in node.info.gpus}
+        gpu = gpus.get(e.gpu_index)
+        if gpu is None or gpu.sharing != "mig":
+            raise Refused("NotMigGpu", f"node {e.node} has no MIG GPU {e.gpu_index}")
+        for a in sorted(self.node_allocations.get(e.node, ())):
+            if any(m.node == e.node and e.gpu_index in m.gpus for m in self.allocations[a].members):
+                raise Refused("MigInstanceInUse",
+                              f"GPU {e.gpu_index} of {e.node} holds an instance of {a}")
+        try:
+            layout = layout_text(parse_layout(gpu.model, e.layout))
+        except LayoutError as err:
+            raise Refused("InvalidMigLayout", str(err)) from err
+        info = msgspec.structs.replace(node.info, gpus=tuple(
+            msgspec.structs.replace(g, mig_layout=layout) if g.index == e.gpu_index else g
+            for g in node.info.gpus))
+        try:
+            self.fleet.add_node(node_spec(info))  # atomic: a conflict keeps the old spec
+        except PlacementConflict as err:
+            raise Refused("PlacementConflict", f"{e.node}: {err}") from err
+        node.info = info
+        self.nodes_version += 1
+        pending = self.mig_requests.get(e.node)
+        if pending is not None and pending.gpu_index == e.gpu_index:
+            del self.mig_requests[e.node]
+
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
         job = self.jobs.get(e.job_id)
         if job is not None:
@@ -818,6 +880,11 @@ class Ledger:
 
     def _end_nomination(self, job_id: str) -> None:
         self.nominations.pop(job_id, None)
+        self.consolidations.pop(job_id, None)
+
+
+MIG_HISTORY = 16
+"""Re-geometry request times kept per node (the rate limit allows at most 16 per window)."""
 
 
 def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
@@ -839,6 +906,9 @@ _HANDLERS: dict[type, Any] = {
     ev.MemberExited: Ledger._member_exited,
     ev.PreemptionRequested: Ledger._preemption_requested,
     ev.PreemptionDeclined: Ledger._preemption_declined,
+    ev.ConsolidationPlanned: Ledger._consolidation_planned,
+    ev.MigReconfigurationRequested: Ledger._mig_requested,
+    ev.MigReconfigured: Ledger._mig_reconfigured,
     ev.GangEvicted: Ledger._evicted,
     ev.GangRequeued: Ledger._requeued,
     ev.GangCompleted: Ledger._completed,

@@ -14,6 +14,7 @@ from gpuledger.services.placement import (
     GpuSpec,
     MemberAssignment,
     MemberRequest,
+    MigInstance,
     NodeSpec,
     Placement,
 )
@@ -38,6 +39,7 @@ def node_spec(info: NodeInfo) -> NodeSpec:
                 memory_mib=g.memory_mib,
                 clique=g.clique,
                 sharing=g.sharing,
+                mig_layout=_layout(g),
             )
             for g in info.gpus
         ),
@@ -45,6 +47,20 @@ def node_spec(info: NodeInfo) -> NodeSpec:
         labels=tuple(sorted(info.labels.items())),
         leaf_switch=info.leaf_switch,
     )
+
+
+def _layout(g) -> tuple[MigInstance, ...]:
+    """A GPU's fixed MIG layout as placement instances (empty: partitioned on demand; a
+    layout that does not parse is treated as on demand, admission never sees it)."""
+    if not g.mig_layout or g.sharing != "mig":
+        return ()
+    out = []
+    for entry in g.mig_layout:
+        name, _, start = entry.partition("@")
+        if not start.isdigit():
+            return ()
+        out.append(MigInstance(name, int(start)))
+    return tuple(out)
 
 
 def gang_request(job: HasSpec, allow_timeslice: bool = False) -> GangRequest:

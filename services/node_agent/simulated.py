@@ -10,11 +10,14 @@ The agent never stops a member on its own for any other reason.
 
 from __future__ import annotations
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     MemberCheckpointed,
     MemberExited,
     MemberStarted,
+    MigReconfigured,
     NodeHeartbeat,
     NodeInfo,
     NodeRegistered,
@@ -55,6 +58,7 @@ class SimulatedAgent(LedgerService):
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._register(state, now_ms)
+        out += self._reconfigure(state, now_ms)
         for alloc_id in sorted(self._attention(state, now_ms)):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
@@ -120,11 +124,12 @@ class SimulatedAgent(LedgerService):
         if self._registered_at != state.nodes_version:  # else every node was seen registered
             for name in self._names:
                 known = nodes.get(name)
-                if known is None or known.info != self.nodes[name]:
+                mine = self.nodes[name] if known is None else with_layouts(self.nodes[name], known.info)
+                if known is None or known.info != mine:
                     out.append(
                         self.emit(
                             state, now_ms, NodeRegistered, key=f"{name}@{now_ms}", correlation_id=name,
-                            node=self.nodes[name], simulated=True, heartbeat_s=self.heartbeat_s,
+                            node=mine, simulated=True, heartbeat_s=self.heartbeat_s,
                         )
                     )
             if not out:
@@ -145,6 +150,21 @@ class SimulatedAgent(LedgerService):
                             node=name,
                         )
                     )
+        return out
+
+    def _reconfigure(self, state: Ledger, now_ms: int) -> list[Event]:
+        """Apply the MIG re-geometries requested for this agent's nodes at once (a simulated
+        GPU has nothing to drain: the request is only made for an idle GPU) and report them."""
+        out: list[Event] = []
+        for name in sorted(state.mig_requests):
+            if name not in self.nodes:
+                continue
+            r = state.mig_requests[name]
+            out.append(self.emit(
+                state, now_ms, MigReconfigured, key=r.event_id, correlation_id=name,
+                causation_id=r.event_id, node=name, gpu_index=r.gpu_index, layout=tuple(r.layout),
+                job_id=r.job_id,
+            ))
         return out
 
     def _member(
@@ -175,6 +195,17 @@ class SimulatedAgent(LedgerService):
         outcome = "completed" if what == "end" else "preempted"
         return [self.emit(state, now_ms, MemberExited, key=key, outcome=outcome,
                           exit_code=0 if outcome == "completed" else None, **common)]
+
+
+def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
+    """The agent's declared node with the MIG layouts the log has given its GPUs since
+    (`MigReconfigured`): a simulated GPU keeps the layout it was last told to take."""
+    layouts = {g.index: g.mig_layout for g in known.gpus if g.sharing == "mig"}
+    if not layouts:
+        return info
+    return msgspec.structs.replace(info, gpus=tuple(
+        msgspec.structs.replace(g, mig_layout=layouts[g.index])
+        if g.sharing == "mig" and g.index in layouts else g for g in info.gpus))
 
 
 def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, str] | None:

@@ -6,18 +6,39 @@ one job in a call are not offered to the next. Nothing is preempted when idle ca
 do. Refusals (`PreemptionDeclined`) are emitted only when their reason changes, so repeated
 cycles do not flood the log. A refusal that may lapse with time (a victim's minimum runtime,
 an eviction budget window) asks for a wake-up then.
+
+Defragmentation (issue 16, both off unless the policy sets them): a MIG job whose profile no
+fixed layout offers first gets an idle GPU re-partitioned (`MigReconfigurationRequested`,
+`services.domain.regeometry`, rate-limited per node); a job blocked only by fragmentation
+gets a few allocations migrated out of its way (`ConsolidationPlanned` + `PreemptionRequested`
+with reason `Consolidate`, `services.preemption.consolidation`) before any victim is chosen.
 """
 
 from __future__ import annotations
 
 import copy
 
-from gpuledger.events import Event, PreemptionDeclined, PreemptionRequested
+from gpuledger.events import (
+    ConsolidationMove,
+    ConsolidationPlanned,
+    Event,
+    MigReconfigurationRequested,
+    PreemptionDeclined,
+    PreemptionRequested,
+)
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import DeclineReason, PreemptionReason
+from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
+from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.regeometry import (
+    Regeometry,
+    in_window,
+    rate_limit_lapses_ms,
+    regeometry_for,
+)
 from gpuledger.services.placement import Placement
+from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
 from gpuledger.services.preemption.outlook import Outlook
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
 from gpuledger.services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
@@ -36,8 +57,12 @@ class Preemption(LedgerService):
         an eviction budget window): a wake-up hint for the shell, kept on the service, not
         in the folded state, and never read by `decide`."""
 
+        self.regeometry_at: dict[str, int | None] = {}
+        """Per MIG job, when a node's re-geometry rate limit lapses (a wake-up hint, like
+        `retry_at`, never read by `decide`)."""
+
     def cache_defaults(self) -> dict:
-        return {"retry_at": {}}
+        return {"retry_at": {}, "regeometry_at": {}}
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
@@ -49,6 +74,7 @@ class Preemption(LedgerService):
 
     def _decide(self, state: Ledger, now_ms: int, queue, outlook: Outlook) -> list[Event]:
         policy = state.config.policy
+        defrag = defrag_settings(policy)
         out: list[Event] = []
         taken: set[str] = set()
         for job in queue:
@@ -56,6 +82,11 @@ class Preemption(LedgerService):
                 continue
             if job.job_id in outlook.held:
                 continue  # capacity already being released for it
+            if defrag.mig_regeometry and job.reason == PendingReason.MIGPlacementUnavailable:
+                handled, events = self._maybe_regeometry(state, now_ms, job, outlook)
+                if handled:
+                    out += events
+                    continue
             if not policy.preemption:
                 out += self._decline(state, now_ms, job, DeclineReason.PreemptionDisabled,
                                      "preemption is disabled by policy", {})
@@ -79,10 +110,24 @@ class Preemption(LedgerService):
             if backfill is not None:
                 out += self._request(state, now_ms, job, backfill, outlook, taken)
                 continue
+            consolidation = None
+            if defrag.consolidation:
+                consolidation = consolidation_plan(state, job, now_ms, taken, outlook.exclude(),
+                                                   outlook.fleet)
+                if consolidation.moves:
+                    out += self._consolidate(state, now_ms, job, consolidation, outlook, taken)
+                    continue
             p = plan(state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet)
             if p.declined is not None:
                 self.retry_at[job.job_id] = p.retry_at_ms  # a wake-up hint, never read by decide
-                out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], p.details())
+                details = p.details()
+                if consolidation is not None:
+                    details["consolidation"] = consolidation.declined
+                    retry = min((x.until_ms for x in consolidation.exclusions
+                                 if x.until_ms is not None), default=None)
+                    if retry is not None:
+                        self.retry_at[job.job_id] = min(retry, p.retry_at_ms or retry)
+                out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], details)
                 continue
             out += self._request(state, now_ms, job, p, outlook, taken)
         return out
@@ -134,9 +179,91 @@ class Preemption(LedgerService):
             )
         return out
 
+    def _maybe_regeometry(self, state: Ledger, now_ms: int, job, outlook: Outlook) -> tuple[bool, list[Event]]:
+        """(handled, events): a MIG job whose profile no layout offers gets an idle GPU
+        re-partitioned (before, and independently of, any preemption)."""
+        if any(r.job_id == job.job_id for r in state.mig_requests.values()):
+            return True, []  # a layout is being changed for it
+        exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms) | outlook.exclude()
+        if isinstance(outlook.fleet.place(state.gang_request(job), state.config.policy.placement_policy,
+                                          exclude=exclude, explain=False), Placement):
+            return True, []  # it fits: the scheduler places it
+        regeo = regeometry_for(state, job, now_ms, exclude, outlook.fleet)
+        if regeo.node:
+            return True, [self._regeometry(state, now_ms, job, regeo)]
+        if regeo.rate_limited:  # a wake-up hint for when the window frees a node
+            self.regeometry_at[job.job_id] = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
+        return False, []
+
+    def _regeometry(self, state: Ledger, now_ms: int, job, r: Regeometry) -> Event:
+        """`MigReconfigurationRequested` for the idle GPU `r` chose."""
+        settings = defrag_settings(state.config.policy)
+        used = in_window(state, r.node, now_ms, settings.window_ms)
+        profile = job.spec.resources.mig_profile
+        return self.emit(
+            state, now_ms, MigReconfigurationRequested, key=f"{r.node}/{r.gpu_index}@{now_ms}",
+            correlation_id=job.job_id, job_id=job.job_id, node=r.node, gpu_index=r.gpu_index,
+            layout=r.layout, previous_layout=r.previous,
+            message=(f"MIG re-geometry: {job.job_id} asks for {profile}, which no GPU's layout "
+                     f"offers free; GPU {r.gpu_index} of {r.node} is idle, layout "
+                     f"[{', '.join(r.previous)}] -> [{', '.join(r.layout)}]; re-geometry "
+                     f"{used + 1} of at most {settings.per_window} for {r.node} per "
+                     f"{settings.window_ms // 1000}s"),
+            details=r.details(profile or "", settings.window_ms, settings.per_window, used + 1),
+        )
+
+    def _consolidate(self, state: Ledger, now_ms: int, job, cp: ConsolidationPlan, outlook: Outlook,
+                     taken: set[str]) -> list[Event]:
+        """`ConsolidationPlanned` for the blocked job, then a `PreemptionRequested` (reason
+        `Consolidate`) per moved allocation: checkpoint, evict, placed again elsewhere."""
+        victims = [m.cand.rec.allocation_id for m in cp.moves]
+        outlook.land(job, victims)
+        assert cp.target is not None
+        target = tuple(sorted({m.node for m in cp.target.members}))
+        need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+        moved = "; ".join(
+            f"{m.cand.victim.job_id} ({m.cand.rec.gpu_milli / 1000:g} GPUs) from "
+            f"{', '.join(m.cand.rec.nodes())} to {', '.join(m.to_nodes)}" for m in cp.moves)
+        why = job.message or job.reason or "no node has room"
+        details = cp.details()
+        details["blocked_by"] = {"reason": job.reason, "message": job.message}
+        out: list[Event] = [self.emit(
+            state, now_ms, ConsolidationPlanned, key=f"{job.job_id}:{'+'.join(victims)}",
+            correlation_id=job.job_id, job_id=job.job_id,
+            moves=tuple(ConsolidationMove(
+                job_id=m.cand.victim.job_id, allocation_id=m.cand.rec.allocation_id,
+                gpu_milli=m.cand.rec.gpu_milli, from_nodes=m.cand.rec.nodes(), to_nodes=m.to_nodes,
+                at_risk_gpu_ms=m.cand.at_risk_gpu_ms) for m in cp.moves),
+            target_nodes=target, free_gpu_milli=cp.free_gpu_milli,
+            message=(f"Consolidate: {job.job_id} needs {need / 1000:g} GPUs and "
+                     f"{cp.free_gpu_milli / 1000:g} are free, but fragmented ({why}); moving "
+                     f"{moved} makes room on {', '.join(target)}; {len(cp.moves)} of at most "
+                     f"{defrag_settings(state.config.policy).max_moves} moves, "
+                     f"{cp.considered} movable, {len(cp.exclusions)} protected"),
+            details=details,
+        )]
+        for m in cp.moves:
+            c = m.cand
+            taken.add(c.rec.allocation_id)
+            grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
+            out.append(self.emit(
+                state, now_ms, PreemptionRequested, key=c.rec.allocation_id,
+                correlation_id=c.victim.job_id, job_id=c.victim.job_id,
+                allocation_id=c.rec.allocation_id, beneficiary=job.job_id,
+                reason=PreemptionReason.Consolidate, deadline_ms=now_ms + grace,
+                message=(f"Consolidate: migrating {c.victim.job_id} ({c.rec.gpu_milli / 1000:g} GPUs) "
+                         f"off {', '.join(c.rec.nodes())} for {job.job_id} (tenant {job.tenant}, "
+                         f"{need / 1000:g} GPUs, blocked only by fragmentation); it fits on "
+                         f"{', '.join(m.to_nodes)} at once; risking {c.at_risk_gpu_ms / 1000:g} "
+                         f"GPU-s since the last checkpoint; checkpoint within {grace / 1000:g}s"),
+                details={"migration": {"to_nodes": list(m.to_nodes), "for": job.job_id},
+                         **copy.deepcopy(details)},
+            ))
+        return out
+
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         times = [
-            retry for job_id, retry in self.retry_at.items()
+            retry for hints in (self.retry_at, self.regeometry_at) for job_id, retry in hints.items()
             if retry is not None and retry > now_ms and job_id in state.pending
         ]
         return min(times, default=None)

@@ -23,14 +23,16 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import PendingReason
+from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
 from gpuledger.services.domain.timefmt import instant
-from gpuledger.services.placement import Placement, TrialFleet
+from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
 from gpuledger.services.scheduler.reservation import (
@@ -54,6 +56,9 @@ class _Round:
     fixed_model: dict[tuple[str, str], int]
     placed: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
+    spread: dict[str, dict[str, int]] | None = None
+    """Members per node of each spread group (`JobSpec.spread`), tentative allocations
+    included; built when the first job with a spread constraint is tried."""
 
     @classmethod
     def start(cls, state: Ledger) -> _Round:
@@ -69,6 +74,8 @@ class _Limits:
     exclude: frozenset[str]
     need: int
     """GPU milli of its smallest acceptable gang."""
+    spread_full: frozenset[str] = frozenset()
+    """Nodes at the job's spread limit (excluded)."""
     unrestricted: frozenset[str] = frozenset()
     """`exclude` before per-model guarantees."""
     held_back: bool = False
@@ -276,6 +283,11 @@ class Scheduler(LedgerService):
             except_jobs=rnd.placed | {job.job_id}, now_ms=now_ms)
         lim = _Limits(exclude=exclude, need=job.spec.resources.gpu_milli_total() * job.spec.members_min())
         self._reservation_limits(state, now_ms, rnd, job, lim)
+        spread = job.spec.spread
+        if spread:
+            counts = self._spread_counts(state, rnd).get(spread.group, {})
+            lim.spread_full = frozenset(n for n, c in counts.items() if c >= spread.max_per_node)
+            lim.exclude = lim.exclude | lim.spread_full
         lim.unrestricted = lim.exclude
         if not job.preemptible:  # per-model guarantees bind non-preemptible work
             lim.over_models = self._models_over_guarantee(state, job, rnd.fixed_model, lim.need)
@@ -283,6 +295,18 @@ class Scheduler(LedgerService):
                 lim.exclude = lim.exclude | self._nodes_with_models(
                     state, {m for m, _, _ in lim.over_models})
         return lim
+
+    @staticmethod
+    def _spread_counts(state: Ledger, rnd: _Round) -> dict[str, dict[str, int]]:
+        """Members per node of every spread group, from the round's (tentative) allocations."""
+        if rnd.spread is None:
+            rnd.spread = {}
+            for alloc_id in rnd.trial.allocation_ids():
+                alloc = rnd.trial.allocation(alloc_id)
+                job = state.jobs.get(alloc.request.job_id)
+                if job is not None and job.spec.spread:
+                    _count_spread(rnd.spread, job.spec.spread.group, alloc.placement.members)
+        return rnd.spread
 
     @staticmethod
     def _reservation_limits(
@@ -327,6 +351,8 @@ class Scheduler(LedgerService):
         alloc_id = f"{job.job_id}#{job.attempts + 1}"
         rnd.trial.allocate(alloc_id, job.tenant, result, state.gang_request(job))
         rnd.placed.add(job.job_id)
+        if job.spec.spread and rnd.spread is not None:
+            _count_spread(rnd.spread, job.spec.spread.group, result.members)
         members = to_members(result)
         gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
         tenant = state.config.tenants.get(job.tenant)
@@ -352,11 +378,33 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """The pending reason of a job that did not fit (the most telling of the rules)."""
         why = _Why(result.reason, result.message, {**result.details, "queue_position": position})
+        self._layout_reason(state, job, why)
+        self._spread_reason(state, rnd, job, lim, why)
         self._reserved_reason(state, rnd, job, lim, why)
         self._over_model_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
         self._releasing_reason(state, job, result, why)
+        self._regeometry_reason(state, now_ms, job, result, why)
         return self._pending(state, now_ms, job, why.reason, why.message, why.details)
+
+    @staticmethod
+    def _spread_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
+        """Say so when the spread limit is what keeps the job out (it would fit on nodes at
+        its group's limit)."""
+        spread = job.spec.spread
+        if not lim.spread_full or not spread:
+            return
+        full = sorted(lim.spread_full)
+        why.details["spread"] = {"group": spread.group, "max_per_node": spread.max_per_node,
+                                 "nodes_at_limit": len(full)}
+        if not isinstance(rnd.trial.place(state.gang_request(job), rnd.policy,
+                                          exclude=lim.exclude - lim.spread_full, explain=False), Placement):
+            why.message += (f"; {len(full)} more nodes at the spread limit of group {spread.group!r} "
+                            f"({spread.max_per_node} per node)")
+            return
+        shown = ", ".join(full[:5]) + (f" and {len(full) - 5} more" if len(full) > 5 else "")
+        why.message = (f"spread group {spread.group!r} allows at most {spread.max_per_node} per node; "
+                       f"the nodes where it would fit are at that limit ({shown})")
 
     @staticmethod
     def _reserved_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
@@ -418,12 +466,74 @@ class Scheduler(LedgerService):
         releasing = self._releasing(state, job)
         if not releasing:
             return
+        moving = state.consolidations.get(job.job_id)
+        if moving is not None and all(
+                r.preemption.reason == PreemptionReason.Consolidate for r in releasing):
+            why.reason = PendingReason.WaitingForConsolidation
+            why.message = "waiting for a consolidation: " + "; ".join(
+                f"{r.job_id} migrating off {', '.join(r.nodes())} to "
+                f"{', '.join(next((m.to_nodes for m in moving.moves if m.allocation_id == r.allocation_id), ()))}"
+                f" (checkpoint deadline {instant(r.preemption.deadline_ms)})" for r in releasing
+            ) + f"; room on {', '.join(moving.target_nodes)}; {result.message}"
+            why.details["migrating_for_it"] = [r.job_id for r in releasing]
+            return
         why.reason = PendingReason.WaitingForPreemptedWorkloads
         why.message = "waiting for " + ", ".join(
             f"{r.job_id} to checkpoint and exit (deadline "
             f"{instant(r.preemption.deadline_ms)})" for r in releasing
         ) + f"; {result.message}"
         why.details["preempted_for_it"] = [r.job_id for r in releasing]
+
+    @staticmethod
+    def _layout_reason(state: Ledger, job: JobRecord, why: _Why) -> None:
+        """With `mig_regeometry` on, a MIG job no fixed layout offers is not `Unschedulable`
+        when some MIG GPU could be given a layout with its profile: `MIGPlacementUnavailable`
+        (so the preemption service may re-partition an idle GPU for it)."""
+        profile = job.spec.resources.mig_profile
+        if (why.reason != PendingReason.Unschedulable or profile is None
+                or not defrag_settings(state.config.policy).mig_regeometry):
+            return
+        models = job.spec.resources.gpu_models
+        gpus = [
+            (name, g.index) for name in sorted(state.nodes) for g in state.nodes[name].info.gpus
+            if g.sharing == "mig" and g.mig_layout and (not models or g.model in models)
+            and profile_for(g.model, profile) is not None
+        ]
+        if not gpus:
+            return
+        why.reason = PendingReason.MIGPlacementUnavailable
+        why.message = (f"MIG {profile}: no GPU's current layout offers it; {len(gpus)} MIG GPUs "
+                       f"could be re-partitioned for it (policy mig_regeometry); {why.message}")
+        why.details["regeometry_candidates"] = len(gpus)
+
+    @staticmethod
+    def _regeometry_reason(state: Ledger, now_ms: int, job: JobRecord, result, why: _Why) -> None:
+        """`WaitingForMigReconfiguration` while an idle GPU's layout is changed for the job;
+        while every idle GPU's node is at its re-geometry rate limit, when that lapses."""
+        if why.reason == PendingReason.MIGPlacementUnavailable and job.job_id not in {
+                r.job_id for r in state.mig_requests.values()} and defrag_settings(
+                state.config.policy).mig_regeometry:
+            regeo = regeometry_for(state, job, now_ms, frozenset(), state.fleet)
+            lapses = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
+            if not regeo.node and lapses is not None:
+                s = defrag_settings(state.config.policy)
+                why.message += (
+                    f"; an idle GPU on {', '.join(regeo.rate_limited)} could be re-partitioned, "
+                    f"but the node's re-geometries are limited to {s.per_window} per "
+                    f"{s.window_ms // 1000}s: next at {instant(lapses)}")
+                why.details["regeometry_rate_limited"] = list(regeo.rate_limited)
+        for node in sorted(state.mig_requests):
+            r = state.mig_requests[node]
+            if r.job_id != job.job_id:
+                continue
+            why.reason = PendingReason.WaitingForMigReconfiguration
+            why.message = (
+                f"waiting for GPU {r.gpu_index} of {node} to be re-partitioned for "
+                f"{job.spec.resources.mig_profile}: [{', '.join(r.previous_layout)}] -> "
+                f"[{', '.join(r.layout)}] (requested {instant(r.occurred_at_ms)}); {result.message}")
+            why.details["mig_reconfiguration"] = {"node": node, "gpu_index": r.gpu_index,
+                                                  "layout": list(r.layout)}
+            return
 
     @staticmethod
     def _models_over_guarantee(
@@ -484,3 +594,9 @@ class Scheduler(LedgerService):
                 details=details,
             )
         ]
+
+
+def _count_spread(counts: dict[str, dict[str, int]], group: str, members) -> None:
+    per_node = counts.setdefault(group, {})
+    for m in members:
+        per_node[m.node] = per_node.get(m.node, 0) + 1

@@ -65,6 +65,12 @@ PENDING: tuple[PendingRule, ...] = (
                 "it would fit only on capacity reserved for a starving gang"),
     PendingRule(PendingReason.WaitingForPreemptedWorkloads, "scheduler", True, False,
                 "victims evicted for it are still checkpointing: their deadlines"),
+    PendingRule(PendingReason.WaitingForConsolidation, "scheduler", True, False,
+                "allocations are migrating out of its way (policy `consolidation`): who moves "
+                "from where to where, their checkpoint deadlines, the nodes that will hold it"),
+    PendingRule(PendingReason.WaitingForMigReconfiguration, "scheduler", True, False,
+                "an idle MIG GPU is being given a layout with its profile (policy "
+                "`mig_regeometry`): node, GPU, the layout asked for"),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

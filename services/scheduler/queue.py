@@ -10,7 +10,7 @@ from gpuledger.services.domain.ledger import JobRecord, Ledger
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     """Steps of promotion the job has earned: one per `aging_after_preemptions` preemptions
-    suffered, plus one per `aging_after_wait_s` of queue time in total (time banked by earlier
+    suffered (migrations by the consolidation pass not counted), plus one per `aging_after_wait_s` of queue time in total (time banked by earlier
     placements, `JobRecord.waited_ms`, plus the current wait while pending).
 
     A ratchet: both counts only grow over a job's life, so a promotion is kept once the job
@@ -19,7 +19,9 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     policy = state.config.policy
     steps = 0
     if policy.aging_after_preemptions > 0:
-        steps += len(job.preemptions) // policy.aging_after_preemptions
+        # a migration (`Consolidate`) is not counted: the job is placed again at once
+        suffered = sum(1 for p in job.preemptions if p.reason != "Consolidate")
+        steps += suffered // policy.aging_after_preemptions
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
         if job.state == JobState.pending:

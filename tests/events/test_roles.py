@@ -13,7 +13,7 @@ from gpuledger.services.roles import ROLES
 PREFIX = {"admission": "gl.admission.", "quota": "gl.quota.", "scheduler": "gl.sched.",
           "preemption": "gl.preempt.", "node-agent": "gl.node."}
 NODE_FACTS = (ev.NodeRegistered, ev.NodeHeartbeat, ev.MemberStarted, ev.MemberCheckpointed,
-              ev.MemberExited, ev.GpuMetricsReported)
+              ev.MemberExited, ev.GpuMetricsReported, ev.MigReconfigured)
 
 
 def test_every_decision_and_node_fact_has_one_role_of_a_real_service():
@@ -30,6 +30,8 @@ def test_every_decision_and_node_fact_has_one_role_of_a_real_service():
     (ev.FairShareUpdated, "quota"), (ev.GangPlaced, "scheduler"), (ev.NodeLost, "scheduler"),
     (ev.PendingReasonChanged, "scheduler"), (ev.GangEvicted, "scheduler"),
     (ev.PreemptionRequested, "preemption"), (ev.PreemptionDeclined, "preemption"),
+    (ev.ConsolidationPlanned, "preemption"), (ev.MigReconfigurationRequested, "preemption"),
+    (ev.MigReconfigured, "node-agent"),
     (ev.MemberExited, "node-agent"), (ev.NodeRegistered, "node-agent"),
     (ev.JobSubmitted, None), (ev.JobCancelled, None), (ev.PolicyConfigured, None),
     (ev.DeadLettered, None),
@@ -46,6 +48,9 @@ def test_a_role_publishes_only_on_its_own_subject_prefix():
         ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t", members=()),
         ev.NodeLost(node="n1"),
         ev.PreemptionDeclined(job_id="j", reason="NoVictims"),
+        ev.ConsolidationPlanned(job_id="j", moves=(), target_nodes=()),
+        ev.MigReconfigurationRequested(job_id="j", node="n1", gpu_index=0, layout=()),
+        ev.MigReconfigured(node="n1", gpu_index=0, layout=()),
         ev.MemberStarted(job_id="j", allocation_id="j#1", rank=0, node="n1"),
         ev.NodeRegistered(node=ev.NodeInfo(name="n1", cpu_milli=1, memory_mib=1, gpus=())),
     ]

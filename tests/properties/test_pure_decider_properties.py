@@ -1,5 +1,6 @@
 """Properties of pure deciders over random scenarios (tenants with limits, gangs, MIG slices,
-GPU shares, preemption, reservations, cancels, node loss), run in checking mode:
+GPU shares, preemption, reservations, consolidation, MIG re-geometry of a fixed layout,
+cancels, node loss), run in checking mode:
 
 - every decide leaves the folded state unchanged (digest before == after);
 - every decide equals its re-run without caches (checking mode raises `DecideDrift`);
@@ -36,6 +37,8 @@ policy = st.fixed_dictionaries({
     "reservation_after_s": st.sampled_from([0, 600]),
     "placement_policy": st.sampled_from(["default", "bestfit", "fgd"]),
     "default_grace_s": st.sampled_from([30, 60]),
+    "consolidation": st.booleans(),
+    "mig_regeometry": st.booleans(),
 })
 disruption = st.lists(
     st.one_of(
@@ -53,6 +56,8 @@ def document(jobs, pol, events_, lim) -> dict:
         "cluster": {"nodes": [
             {"name_prefix": "n", "count": 2, "gpus": 4},
             {"name": "mig-1", "gpus": 2, "model": "H100-80GB", "sharing": "mig"},
+            {"name": "mig-2", "gpus": 1, "model": "H100-80GB", "sharing": "mig",
+             "mig_layout": ["1g.10gb"] * 7},
             {"name": "mps-1", "gpus": 2, "model": "L40S", "gpu_memory": "48Gi", "sharing": "mps"},
         ]},
         "tenants": [

@@ -1,9 +1,11 @@
 """Speed work must not change a decision: the logs of small fixed runs, byte for byte.
 
-The digests below are sha256 of the JSONL logs written by the code before the speed work
-(issue 15). A change that alters a decision on purpose updates them and says so in its
-commit. `python tests/replay/test_decisions_unchanged.py` prints the current digests; for the
-full openb trace compare `gpuledger replay` outputs (`sha256sum`) before and after instead.
+The digests below are sha256 of the JSONL logs written by main without the speed work of
+issue 15 (b44e428, the main the speed branch was merged with). A change that alters a
+decision on purpose updates them and says so in its commit.
+`python tests/replay/test_decisions_unchanged.py` prints the current digests; for the full
+openb trace, `gpuledger bench replay --trace DIR --baseline OTHER/.venv/bin/python` compares
+the sha256 of both outputs (`same_output`).
 """
 
 from __future__ import annotations
@@ -19,22 +21,25 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 OPENB = ROOT / "tests" / "fixtures" / "openb"
 
-SCENARIOS = ["backfill", "day-night", "demo", "inference-burst", "latency-critical",
-             "preempt-batch", "runai-reclaim", "starving-gang", "thrashing", "usage-decay"]
+SCENARIOS = ["backfill", "consolidation", "day-night", "demo", "inference-burst",
+             "latency-critical", "mig-regeometry", "preempt-batch", "runai-reclaim",
+             "starving-gang", "thrashing", "usage-decay"]
 
 EXPECTED = {
-    "scenario:backfill": "42c881dab3a1acd6ffd5be82507da75118f7b38652eaaf9dec932d298a909c1d",
-    "scenario:day-night": "0ec3b10c44d288b1e5387111d085119940603fd32c75d5713173912a3b66ce0c",
-    "scenario:demo": "ca4ff5372faeab2a665328eec9b039c1b7599ff0ca53b78b5f0c676488b07c83",
-    "scenario:inference-burst": "e9b5f02cb959bd0b3e701e2f7a07cbd5c729a5826b183406a43ce3bda39e726b",
-    "scenario:latency-critical": "57792bea2b79419c3043da024f4c4d721b76ed6b9ac8944cb3e57a58e9c93032",
-    "scenario:preempt-batch": "141d7955b3e0448eb237430c2d43942fb1b5205511d9e572caffee9ff53b53b0",
-    "scenario:runai-reclaim": "9934f69fa8a35efa591e04e40f704c826dbb0f518a8fde23d8258265773ed43a",
-    "scenario:starving-gang": "67de7694e3a76bc09ad29904e9727ca6ae0c5f27522929cb4889c4e43059db29",
-    "scenario:thrashing": "a555f7cdb627fbd62ff16971c20bed8c4131dd12e046c0668d1812f351c6f718",
-    "scenario:usage-decay": "6f3f4c6a9dfc047b6b0cd7b166531951e55e39d91f72f8369c693bece0007b4a",
-    "openb:all": "2b8e4c4466df07081a8abca79baacbb833e943ba589af6382ee692a821d0bd2f",
-    "openb:6": "6c3697de5bdc82eb6e27171ba1c192083dc8023e294b8f81d6203875f76d7b04",
+    "scenario:backfill": "3f79a0b487f5e5d6aa7d996e76a6c088ab2b7b027d4e809080325d9d46e2474e",
+    "scenario:consolidation": "33626c953ff2012e3e8cff7c3dd9749388ebb72531fb6e6574ba62715a80f9b9",
+    "scenario:day-night": "efb845869bef5929bb5c6ca69b908825f706b310946a7e83736cd7aa9d527315",
+    "scenario:demo": "11a09ac7c7071150a24da473a4e4d3aa5ac3a5d928b9379d53228a9cb9932f21",
+    "scenario:inference-burst": "56e952ccb2dff1f94116f0deed708a2722cbece988ca96a3a3e241d50c5c178b",
+    "scenario:latency-critical": "5a31a23e9ed122d15cbaab2bee46fad7ab3aedb9b8c849ca962cd52c514c2e00",
+    "scenario:mig-regeometry": "e93fa8d66f6872348dfaa7c82a1890557eadadd955cd85d8e88ff9dd93da2243",
+    "scenario:preempt-batch": "7bdead20138f72cf8379d298988cee5b444035b0273b7268494930127fd6128c",
+    "scenario:runai-reclaim": "15456128aab2e05b3dba8b2e106b12a179f47186d69de04dae5f1390302dce52",
+    "scenario:starving-gang": "07c01db53d9e53f67560258f80554667c0423400509bd143196f6b33f7eb372c",
+    "scenario:thrashing": "8276bd2d8a4b5f261e2dceec3baa65ee0777b2e44bfd6b2c7796901e0555df88",
+    "scenario:usage-decay": "291e0707fe879384e33a6bb588cf2a03470e0532bd47195359f3178c140d85e6",
+    "openb:all": "f62d89db188775e79764b235acc1190256e041d0826a1e80d7367dd00f4ee2f8",
+    "openb:6": "f150748d562f7d244653104706ad61d1cb2a99fb22a84150b4b581af17c22f45",
 }
 
 

@@ -141,6 +141,41 @@ def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
     assert e.message.startswith("waiting for low to checkpoint and exit (deadline t+30s)")
 
 
+def test_waiting_for_consolidation_a_small_job_migrates_out_of_its_way():
+    nodes = ({"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4})
+    ledger, _ = scheduled(fleet(*nodes, consolidation=True),
+                          [{"id": f"s{i}", "tenant": "a", "gpus": 1} for i in range(1, 9)])
+    # one job ends on each node: 1 + 1 GPUs free, none of the nodes has 2
+    ends = [min(a for a in ledger.active if ledger.allocations[a].nodes() == (n,)) for n in ("n1", "n2")]
+    fold(ledger, [stamped(ev.GangCompleted, a, at=2, job_id=a.split("#")[0], allocation_id=a)
+                  for a in ends])
+    fold(ledger, [submitted(at_ms=3, id="wide", tenant="a", gpus=2)])
+    fold(ledger, Admission().decide(ledger, 3))
+    fold(ledger, Scheduler().decide(ledger, 3))
+    assert ledger.jobs["wide"].reason == PendingReason.TopologyUnsatisfiable
+    out = Preemption().decide(ledger, 5)
+    (planned,) = of_type(out, ev.ConsolidationPlanned)
+    fold(ledger, out)
+    e = why(Scheduler().decide(ledger, 6), "wide")
+    assert e.reason == PendingReason.WaitingForConsolidation
+    (move,) = planned.moves
+    assert e.message.startswith(f"waiting for a consolidation: {move.job_id} migrating off "
+                                f"{move.from_nodes[0]} to {move.to_nodes[0]}")
+
+
+def test_waiting_for_mig_reconfiguration_an_idle_gpu_changes_layout_for_it():
+    layout = ["1g.10gb"] * 7
+    ledger, out = scheduled(
+        fleet({"name": "m1", "gpus": 1, "sharing": "mig", "mig_layout": layout}, mig_regeometry=True),
+        [{"id": "big", "tenant": "a", "mig": "3g.40gb"}])
+    assert why(out, "big").reason == PendingReason.MIGPlacementUnavailable
+    (req,) = of_type(Preemption().decide(ledger, 5), ev.MigReconfigurationRequested)
+    fold(ledger, [req])
+    e = why(Scheduler().decide(ledger, 6), "big")
+    assert e.reason == PendingReason.WaitingForMigReconfiguration
+    assert e.message.startswith("waiting for GPU 0 of m1 to be re-partitioned for 3g.40gb")
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 
@@ -160,4 +195,6 @@ def test_every_pending_reason_has_a_row_and_a_test():
 def test_the_derived_sets_are_what_reservations_and_preemption_act_on():
     assert PREEMPTION_MAY_HELP == {"Resources", "GangIncomplete", "TopologyUnsatisfiable",
                                    "MIGPlacementUnavailable", "IsolationConflict"}
-    assert CAPACITY_REASONS == PREEMPTION_MAY_HELP | {"Reserved", "WaitingForPreemptedWorkloads"}
+    assert CAPACITY_REASONS == PREEMPTION_MAY_HELP | {
+        "Reserved", "WaitingForPreemptedWorkloads", "WaitingForConsolidation",
+        "WaitingForMigReconfiguration"}

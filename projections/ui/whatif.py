@@ -1,0 +1,48 @@
+"""The What-if page's data: `compare`'s rows and plots of two logs from one folder (a
+request names a file of that folder, never a path), cached by file size and time."""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+LOG_SUFFIXES = (".jsonl", ".parquet", ".duckdb")
+_cache: dict[tuple, dict[str, Any]] = {}
+_lock = threading.Lock()
+
+
+def list_logs(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()
+                  if p.is_file() and p.suffix in LOG_SUFFIXES and not p.name.startswith("."))
+
+
+def resolve(directory: Path, name: str) -> Path:
+    """The file `name` of `directory`; ValueError for anything else (a path, a missing file)."""
+    if name not in list_logs(directory):
+        raise ValueError(f"no log {name!r} in the what-if folder")
+    return directory / name
+
+
+def compare_logs(a: Path, b: Path) -> dict[str, Any]:
+    """{"rows": compare's (metric, A, B, delta) rows, "plots": [(name, base64 PNG)]}."""
+    from gpuledger.replay import compare as cmp
+
+    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (a, b))
+    with _lock:
+        if key in _cache:
+            return _cache[key]
+        sa, sb = cmp.load(a), cmp.load(b)  # CompareError: unreadable log
+        rows = cmp.rows(cmp.compare(sa, sb))
+        from gpuledger.replay.plots import write_plots
+
+        with tempfile.TemporaryDirectory() as tmp:
+            plots = [(p.stem, base64.b64encode(p.read_bytes()).decode())
+                     for p in write_plots(sa, sb, tmp, labels=(a.name, b.name))]
+        result = {"rows": rows, "plots": plots}
+        if len(_cache) > 8:
+            _cache.clear()
+        _cache[key] = result
+        return result

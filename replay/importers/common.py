@@ -1,0 +1,353 @@
+"""What every importer shares: jobs as they were observed, a bounded-memory log builder,
+skipped-row bookkeeping and the import summary.
+
+Each importer reads its source row by row and turns each job into an `ObservedJob` (who,
+what shape, when submitted, started, ended). `ImportLog.add_job` applies one rule set to all
+of them, the openb importer's:
+
+- `JobSubmitted` at the submission time; `duration_s` = end - start when the job started and
+  ended (the observed run time the simulated agents run);
+- started and not ended (running when the dump was taken): no duration (runs until the
+  replay ends);
+- never started and ended (cancelled or deleted while pending): no duration, and a
+  `JobCancelled` (reason `DeletedBeforeScheduled`) at the end time;
+- never started, not ended (pending at the dump): submitted, no duration, never cancelled.
+
+Memory stays bounded however long the source: timed events are kept in sorted runs of
+`run_size` events, spilled to temporary files, and merged in time order when the log is
+written (an external merge sort). The only per-job state kept is an 8-byte hash of each job
+id (duplicate detection: the first submission of an id in time order is kept, later ones are
+skipped and reported). Tenants, classes and nodes are kept (they are few).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import os
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from gpuledger import events as ev
+from gpuledger.services.domain.configfile import config_events
+from gpuledger.services.domain.stamp import stamp, submission
+
+
+class TraceImportError(ValueError):
+    """A trace file that cannot be imported; the message names the file and line."""
+
+
+@dataclass
+class ObservedJob:
+    """One job as the source recorded it (times in epoch or trace milliseconds)."""
+
+    job_id: str
+    tenant: str
+    priority_class: str
+    resources: ev.Resources
+    submit_ms: int
+    replicas: int = 1
+    start_ms: int | None = None
+    end_ms: int | None = None
+    line: int = 0
+    requeued: int = 0
+    spread: ev.Spread | None = None
+
+
+@dataclass
+class SkipLog:
+    """Skipped rows: counted per reason, the first `keep` line numbers of each kept."""
+
+    keep: int = 10
+    counts: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, list[str]] = field(default_factory=dict)
+    out: IO[str] | None = None
+
+    def skip(self, where: str, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        kept = self.lines.setdefault(reason, [])
+        if len(kept) < self.keep:
+            kept.append(where)
+        if self.out is not None:
+            self.out.write(f"{where}: skipped: {reason}\n")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {r: {"rows": n, "first": self.lines[r]} for r, n in sorted(self.counts.items())}
+
+
+def _hash(job_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8).digest(), "little")
+
+
+_enc = msgspec.json.Encoder()
+
+
+class ImportLog:
+    """Collects an import's events in bounded memory and writes the log `replay` reads."""
+
+    def __init__(self, producer: str, *, run_size: int = 200_000, skips: SkipLog | None = None) -> None:
+        self.producer = producer
+        self.run_size = run_size
+        self.skips = skips or SkipLog()
+        self._buf: list[tuple[int, int, int, int, bytes, bytes]] = []
+        self._runs: list[str] = []
+        self._counter = 0
+        self._ids = array("Q")
+        self.first_ms: int | None = None
+        self.jobs = 0
+        self.gangs = 0
+        self.members = 0
+        self.cancels = 0
+        self.pending = 0
+        self.running = 0
+        self.requeued = 0
+        self.gpu_hours = 0.0
+        self.by_class: dict[str, int] = {}
+        self.by_tenant: dict[str, int] = {}
+        self.by_shape: dict[str, int] = {}
+        self.duplicates = 0
+        self.spread = 0
+
+    # ------------------------------------------------------------------ adding
+    def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
+        self._counter += 1
+        self._buf.append((at_ms, order, self._counter, line, ev.subject_for(event).encode(), ev.encode(event)))
+        if self.first_ms is None or at_ms < self.first_ms:
+            self.first_ms = at_ms
+        if len(self._buf) >= self.run_size:
+            self._spill()
+
+    def _spill(self) -> None:
+        self._buf.sort()
+        fd, name = tempfile.mkstemp(prefix="gpuledger-import-", suffix=".run")
+        with os.fdopen(fd, "wb") as f:
+            for at_ms, order, n, line, subject, raw in self._buf:
+                f.write(b"%d %d %d %d %s %s\n" % (at_ms, order, n, line, subject, raw))
+        self._runs.append(name)
+        self._buf.clear()
+
+    def add_job(self, job: ObservedJob, where: str) -> bool:
+        """Validate and add one job (its submission, and its cancel when it never started);
+        False (and the row skipped with its reason) when it cannot be a job."""
+        try:
+            ev.validate_token("job id", job.job_id)
+            ev.validate_tenant(job.tenant)
+        except ev.InvalidId as exc:
+            self.skips.skip(where, str(exc))
+            return False
+        start, end = job.start_ms, job.end_ms
+        duration = None
+        cancel_at = None
+        if start is not None and end is not None:
+            if end < start:
+                self.skips.skip(where, "end time before start time")
+                return False
+            duration = -(-(end - start) // 1000)
+        elif start is None and end is not None:
+            if end < job.submit_ms:
+                self.skips.skip(where, "end time before submit time")
+                return False
+            cancel_at = end
+        spec = ev.JobSpec(job_id=job.job_id, tenant=job.tenant, priority_class=job.priority_class,
+                          replicas=job.replicas, resources=job.resources, duration_s=duration,
+                          spread=job.spread if job.spread is not None else msgspec.UNSET)
+        self._push(job.submit_ms, 0, job.line, submission(spec, now_ms=job.submit_ms, producer=self.producer))
+        if cancel_at is not None:
+            self._push(cancel_at, 1, job.line, stamp(
+                ev.JobCancelled, key=job.job_id, producer=self.producer, now_ms=cancel_at,
+                correlation_id=job.job_id, job_id=job.job_id, tenant=job.tenant,
+                reason="DeletedBeforeScheduled"))
+            self.cancels += 1
+        elif start is None:
+            self.pending += 1
+        elif end is None:
+            self.running += 1
+        self._ids.append(_hash(job.job_id))
+        self.jobs += 1
+        self.members += job.replicas
+        if job.replicas > 1:
+            self.gangs += 1
+        if job.spread is not None:
+            self.spread += 1
+        self.requeued += 1 if job.requeued else 0
+        if duration is not None:
+            self.gpu_hours += job.replicas * job.resources.gpu_milli_total() * duration / 3.6e6
+        self.by_class[job.priority_class] = self.by_class.get(job.priority_class, 0) + 1
+        self.by_tenant[job.tenant] = self.by_tenant.get(job.tenant, 0) + 1
+        shape = shape_of(job.resources)
+        self.by_shape[shape] = self.by_shape.get(shape, 0) + 1
+        return True
+
+    # ------------------------------------------------------------------ writing
+    def _merged(self) -> Iterator[tuple[int, int, int, int, bytes, bytes]]:
+        self._buf.sort()
+        files = [open(name, "rb") for name in self._runs]
+
+        def run(f):
+            for raw in f:
+                at_ms, order, n, line, subject, body = raw.rstrip(b"\n").split(b" ", 5)
+                yield int(at_ms), int(order), int(n), int(line), subject, body
+
+        try:
+            yield from heapq.merge(iter(self._buf), *(run(f) for f in files))
+        finally:
+            for f in files:
+                f.close()
+            for name in self._runs:
+                os.unlink(name)
+            self._runs.clear()
+
+    def _duplicate_hashes(self) -> set[int]:
+        import numpy as np
+
+        if not len(self._ids):
+            return set()
+        a = np.frombuffer(self._ids, dtype=np.uint64)
+        s = np.sort(a)
+        dup = s[1:][s[1:] == s[:-1]]
+        return set(int(x) for x in np.unique(dup))
+
+    def write(self, path: str | Path, head: list[ev.Event], where: Callable[[int], str]) -> int:
+        """Write `head` (configuration and node events, re-stamped at the first event's time)
+        then every job event in time order, `seq` 1..N. Later duplicates of a job id are
+        skipped and reported (`where(line)` names the row). Returns the events written."""
+        dups = self._duplicate_hashes()
+        kept: dict[str, int] = {}
+        n = 0
+        buf = bytearray()
+        with open(path, "wb") as f:
+            for e in head:
+                n += 1
+                buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (n, _enc.encode(ev.subject_for(e)), ev.encode(e))
+            for _at, order, _c, line, subject, raw in self._merged():
+                if dups:
+                    e = ev.decode(raw)
+                    job_id = e.job.job_id if order == 0 else e.job_id
+                    if _hash(job_id) in dups:
+                        first = kept.setdefault(job_id, line)
+                        if first != line:
+                            if order == 0:
+                                self.skips.skip(where(line), f"duplicate job id {job_id!r} (kept {where(first)})")
+                                self._uncount(e.job)
+                            else:
+                                self.cancels -= 1
+                            continue
+                n += 1
+                buf += b'{"seq":%d,"subject":"%s","event":%s}\n' % (n, subject, raw)
+                if len(buf) > 1 << 20:
+                    f.write(buf)
+                    buf.clear()
+            f.write(buf)
+        return n
+
+    def _uncount(self, spec: ev.JobSpec) -> None:
+        self.duplicates += 1
+        self.jobs -= 1
+        self.members -= spec.replicas
+        if spec.replicas > 1:
+            self.gangs -= 1
+        if spec.duration_s is not None:
+            self.gpu_hours -= spec.replicas * spec.resources.gpu_milli_total() * spec.duration_s / 3.6e6
+        self.by_class[spec.priority_class] -= 1
+        self.by_tenant[spec.tenant] -= 1
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "gangs": self.gangs,
+            "members": self.members,
+            "gpu_hours": round(self.gpu_hours, 3),
+            "cancelled_before_start": self.cancels,
+            "pending_at_end": self.pending,
+            "running_at_end": self.running,
+            "requeued": self.requeued,
+            "spread_limited": self.spread,
+            "by_class": dict(sorted(self.by_class.items())),
+            "tenants": len(self.by_tenant),
+            "by_shape": dict(sorted(self.by_shape.items())),
+            "skipped_rows": self.skips.total,
+            "skipped": self.skips.as_dict(),
+        }
+
+
+def shape_of(r: ev.Resources) -> str:
+    if r.mig_profile:
+        return f"mig-{r.mig_profile}"
+    if r.gpu_milli:
+        return "share"
+    if r.gpus:
+        return f"{r.gpus}gpu"
+    return "cpu"
+
+
+def head_events(doc: dict[str, Any], nodes: tuple[ev.NodeInfo, ...], producer: str, at_ms: int) -> list[ev.Event]:
+    """Configuration and `NodeRegistered` events at `at_ms` (the log's first time)."""
+    out: list[ev.Event] = list(config_events(doc, producer=producer, at_ms=at_ms))
+    for info in nodes:
+        out.append(stamp(ev.NodeRegistered, key=f"{info.name}@{at_ms}", producer=producer, now_ms=at_ms,
+                         correlation_id=info.name, node=info, simulated=True, heartbeat_s=0))
+    return out
+
+
+# ---------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Bytes read of one input file, for a progress bar (`callback(done, total)`)."""
+
+    def __init__(self, f: IO, callback: Callable[[int, int], None] | None) -> None:
+        self.f = f
+        self.callback = callback
+        try:
+            self.total = os.fstat(f.fileno()).st_size
+        except (OSError, AttributeError, ValueError):
+            self.total = 0
+        self._next = 0
+
+    def tick(self, rows: int) -> None:
+        if self.callback is None or rows < self._next:
+            return
+        self._next = rows + 2000
+        raw = getattr(self.f, "buffer", self.f)
+        try:
+            self.callback(raw.tell(), self.total)
+        except (OSError, ValueError):
+            pass
+
+    def done(self) -> None:
+        if self.callback is not None:
+            self.callback(self.total, self.total)
+
+
+# ---------------------------------------------------------------------------- GPU memory
+
+GPU_MEMORY_MIB: dict[str, int] = {
+    "a100": 40960, "a100-40gb": 40960, "a100-80gb": 81920, "a100_80gb": 81920, "a100-sxm4-80gb": 81920,
+    "a100-sxm4-40gb": 40960, "a100-pcie-40gb": 40960, "a100-pcie-80gb": 81920,
+    "h100": 81920, "h100-80gb": 81920, "h100-80gb-hbm3": 81920, "h100-sxm5-80gb": 81920, "h100-nvl": 95830,
+    "h200": 144384, "h200-141gb": 144384, "gh200": 98304, "b200": 184320,
+    "v100": 16384, "v100-16gb": 16384, "v100-32gb": 32768, "v100-sxm2-16gb": 16384, "v100-sxm2-32gb": 32768,
+    "l40s": 46080, "l40": 46080, "l4": 23034, "a10": 24576, "a10g": 23028, "a30": 24576, "a40": 46068,
+    "t4": 15360, "p100": 16384, "rtx6000": 24576, "a6000": 49140,
+}
+"""GPU memory by model name (lower-cased, `NVIDIA-` / `Tesla-` prefixes and spaces dropped);
+an unknown model gets 0 MiB (jobs that ask for a minimum GPU memory will not fit) and is
+listed in the summary."""
+
+
+def gpu_memory_mib(model: str) -> int:
+    key = model.lower().replace(" ", "-")
+    for prefix in ("nvidia-", "tesla-"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return GPU_MEMORY_MIB.get(key, 0)

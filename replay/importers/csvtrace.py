@@ -1,0 +1,524 @@
+"""Import any per-job CSV trace through a mapping file (`gpuledger import csv FILE --mapping MAP.yaml`).
+
+The mapping names the column of each field and how to read it; `examples/openb-mapping.yaml`
+maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba-openb`.
+
+    trace: my-cluster                 # the log's producer is import/<trace>
+    time: {unit: s, epoch: 0}         # s | ms | us | min | h: numbers counted from `epoch`
+                                      #   (epoch seconds or an ISO date); date: ISO dates,
+                                      #   or `format: "%Y-%m-%d %H:%M:%S"`, in `timezone`
+    jobs:
+      id: job_name                    # a column name, or {column, unit, values, default, separator}
+      tenant: {column: user, values: {alice: research}, default: shared}   # or {value: constant}
+      gang: task_group                # optional: adjacent rows with the same value are one gang
+      submit: submit_time
+      start: start_time
+      end: end_time
+      gpus: num_gpu
+      gpu_milli: {column: gpu_share, unit: fraction}   # milli (default) or fraction (0.5)
+      gpu_model: {column: gpu_type, separator: "|"}
+      cpu: {column: cpu, unit: cores}                  # cores (default) or milli
+      memory: {column: mem, unit: Gi}                  # B, Ki, Mi (default), Gi, Ti, KB, MB, GB, TB
+      priority: {column: qos, values: {LS: ls, BE: be}, default: be}
+    nodes:                            # for --nodes NODES.csv
+      name: node
+      cpu: {column: cpu_milli, unit: milli}
+      memory: {column: memory_mib, unit: Mi}
+      gpus: gpu
+      gpu_model: model
+      gpu_memory: {V100M16: 16Gi, A10: 24Gi}   # by model; a GPU model not listed is an error
+      sharing: mps                    # exclusive (default), mps or timeslice
+    tenants: [{name: shared, guaranteed: all}]  # the config file's tenants; `all` = every GPU
+    priority_classes: [{name: ls, value: 125, preemptible: false, slo_class: latency-critical}]
+    policy: {}
+    rules: {missing_submit: trace_start, cpu_only: keep}
+
+Rules (documented in the README; every skipped row is reported with its line):
+
+- a value map (`values`) is matched case-insensitively; an empty cell takes `default`; a value
+  not in the map is a skipped row (`unknown qos 'X' (expected LS, BE)`);
+- empty or `NaN` submit: the job existed before the trace began -> submitted at the trace
+  start (`rules.missing_submit: trace_start`, the epoch) or skipped (`skip`);
+- times before the trace start (negative) are moved to the trace start;
+- started and ended: run time end - start; never started, ended: cancelled at the end time;
+  started, no end (outlived the trace): no run time (runs until the replay ends); neither:
+  pending at the end;
+- `gpus` 0 and `gpu_milli` 0: a CPU-only member (`rules.cpu_only: keep`, or `skip`);
+  `gpus` 1 with `gpu_milli` 1..999: a share of one GPU; `gpus` N: N whole GPUs (gpu_milli
+  1000 or empty); gpu_milli above 1000 is a skipped row;
+- a job id must be a subject token; a repeated id is skipped (the first in time order is kept).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+import msgspec
+
+from gpuledger import events as ev
+from gpuledger.replay.importers.common import (
+    ImportLog,
+    ObservedJob,
+    Progress,
+    SkipLog,
+    TraceImportError,
+    head_events,
+)
+from gpuledger.services.domain.inputs import (
+    ClassDoc,
+    InputError,
+    Strict,
+    _suggest,
+    collect,
+    validate_file,
+)
+from gpuledger.services.domain.quantities import mebibytes
+
+
+class Field(Strict, kw_only=True):
+    column: str | None = None
+    value: str | int | float | None = None
+    """A constant instead of a column."""
+    unit: str | None = None
+    values: dict[str, str] = {}
+    default: str | int | float | None = None
+    separator: str | None = None
+
+
+Spec = str | Field
+
+
+class TimeSpec(Strict, kw_only=True):
+    unit: Literal["s", "ms", "us", "min", "h", "date"] = "s"
+    epoch: int | float | str = 0
+    format: str | None = None
+    timezone: str = "UTC"
+
+
+class JobColumns(Strict, kw_only=True):
+    id: Spec
+    tenant: Spec | None = None
+    gang: Spec | None = None
+    submit: Spec | None = None
+    start: Spec | None = None
+    end: Spec | None = None
+    gpus: Spec | None = None
+    gpu_milli: Spec | None = None
+    gpu_model: Spec | None = None
+    cpu: Spec | None = None
+    memory: Spec | None = None
+    priority: Spec | None = None
+    group: Spec | None = None
+    """Spread group: jobs of one group share `per_node_limit`."""
+    per_node_limit: Spec | None = None
+    """At most this many instances of the row's group on one node (empty: no limit)."""
+
+
+class NodeColumns(Strict, kw_only=True):
+    name: Spec
+    cpu: Spec | None = None
+    memory: Spec | None = None
+    gpus: Spec | None = None
+    gpu_model: Spec | None = None
+    gpu_memory: dict[str, str | int] = {}
+    sharing: Literal["exclusive", "mps", "timeslice"] = "exclusive"
+
+
+class Rules(Strict, kw_only=True):
+    missing_submit: Literal["trace_start", "skip"] = "trace_start"
+    cpu_only: Literal["keep", "skip"] = "keep"
+
+
+class CsvMapping(Strict, kw_only=True):
+    trace: str = "csv"
+    time: TimeSpec = TimeSpec()
+    jobs: JobColumns
+    nodes: NodeColumns | None = None
+    tenants: list[dict[str, Any]] = []
+    priority_classes: list[ClassDoc] = []
+    policy: dict[str, Any] | None = None
+    rules: Rules = Rules()
+
+
+UNITS = {
+    "cpu": {"cores": 1000, "milli": 1},
+    "memory": {"B": 1 / 2 ** 20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2,
+               "KB": 1e3 / 2 ** 20, "MB": 1e6 / 2 ** 20, "GB": 1e9 / 2 ** 20, "TB": 1e12 / 2 ** 20},
+    "gpu_milli": {"milli": 1, "fraction": 1000},
+    "gpus": {"count": 1},
+}
+TIME_MS = {"s": 1000, "ms": 1, "us": 0.001, "min": 60_000, "h": 3_600_000}
+
+
+def load_csv_mapping(path: str | Path) -> CsvMapping:
+    import yaml
+
+    try:
+        raw = yaml.safe_load(open(path).read()) or {}
+    except OSError as exc:
+        raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    problems: list[str] = []
+    m = collect(raw, CsvMapping, "", problems)
+    if m is not None:
+        for group, spec in (("jobs", m.jobs), ("nodes", m.nodes)):
+            if spec is None:
+                continue
+            for name in spec.__struct_fields__:
+                f = getattr(spec, name)
+                if name in NOT_COLUMNS:
+                    continue
+                if isinstance(f, Field):
+                    if (f.column is None) == (f.value is None):
+                        problems.append(f"{group}.{name}: give exactly one of column or value")
+                    allowed = UNITS.get(name)
+                    if f.unit is not None and (allowed is None or f.unit not in allowed):
+                        known = list(allowed or ())
+                        problems.append(f"{group}.{name}.unit: {f.unit!r} is not one of "
+                                        f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}")
+        if m.jobs.per_node_limit is not None and m.jobs.group is None:
+            problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
+        try:
+            _Clock(m.time)
+        except ValueError:
+            problems.append(f"time.epoch: cannot read {m.time.epoch!r}: give epoch seconds or an ISO date "
+                            "(2024-05-01T00:00:00Z)")
+        except Exception:  # noqa: BLE001 - zoneinfo raises several kinds
+            problems.append(f"time.timezone: unknown time zone {m.time.timezone!r}{_suggest(m.time.timezone, ('UTC',))}")
+        try:
+            validate_file({"tenants": [{**t, "guaranteed": 0} if t.get("guaranteed") == "all" else t
+                                       for t in m.tenants],
+                           "priority_classes": raw.get("priority_classes") or [],
+                           **({"policy": m.policy} if m.policy is not None else {})})
+        except InputError as exc:
+            problems += exc.problems
+    if problems:
+        raise TraceImportError("\n".join(f"{path}: {p}" for p in problems))
+    return m
+
+
+NOT_COLUMNS = ("gpu_memory", "sharing")
+
+
+class _Skip(Exception):
+    pass
+
+
+class _Reader:
+    """One row's fields under a mapping group (jobs or nodes)."""
+
+    def __init__(self, specs: Any, group: str, header: list[str], path: str) -> None:
+        self.specs: dict[str, Field] = {}
+        for name in specs.__struct_fields__:
+            spec = getattr(specs, name)
+            if spec is None or name in NOT_COLUMNS:
+                continue
+            if isinstance(spec, str):
+                spec = Field(column=spec)
+            if spec.column is not None and spec.column not in header:
+                raise TraceImportError(f"{path}:1: {group}.{name}: no column {spec.column!r}"
+                                       f"{_suggest(spec.column, header)} (header: {','.join(header)})")
+            self.specs[name] = spec
+
+    def has(self, name: str) -> bool:
+        return name in self.specs
+
+    def text(self, row: dict[str, str], name: str) -> str | None:
+        spec = self.specs.get(name)
+        if spec is None:
+            return None
+        raw = str(spec.value) if spec.column is None else (row.get(spec.column) or "").strip()
+        if raw == "" or raw.lower() == "nan":
+            raw = None if spec.default is None else str(spec.default)
+        if raw is not None and spec.values:
+            low = {k.lower(): v for k, v in spec.values.items()}
+            if raw.lower() not in low and raw not in spec.values.values():
+                raise _Skip(f"unknown {spec.column or name} {raw!r} (expected {', '.join(spec.values)})")
+            raw = low.get(raw.lower(), raw)
+        return raw
+
+    def number(self, row: dict[str, str], name: str) -> float | None:
+        raw = self.text(row, name)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _Skip(f"{self.specs[name].column or name}: not a number: {raw!r}") from None
+        if math.isnan(value):
+            return None
+        return value
+
+    def scaled(self, row: dict[str, str], name: str, default_unit: str) -> int | None:
+        value = self.number(row, name)
+        if value is None:
+            return None
+        if value < 0:
+            raise _Skip(f"{self.specs[name].column or name}: negative: {value:g}")
+        unit = self.specs[name].unit or default_unit
+        return int(-(-value * UNITS[name][unit] // 1))
+
+    def models(self, row: dict[str, str]) -> tuple[str, ...]:
+        raw = self.text(row, "gpu_model")
+        if raw is None:
+            return ()
+        sep = self.specs["gpu_model"].separator
+        parts = raw.split(sep) if sep else [raw]
+        return tuple(p.strip() for p in parts if p.strip())
+
+
+class _Clock:
+    def __init__(self, spec: TimeSpec) -> None:
+        self.spec = spec
+        self.tz = ZoneInfo(spec.timezone)
+        epoch = spec.epoch
+        if isinstance(epoch, str):
+            dt = datetime.fromisoformat(epoch.replace("Z", "+00:00"))
+            epoch_ms = int((dt if dt.tzinfo else dt.replace(tzinfo=self.tz)).timestamp() * 1000)
+        else:
+            epoch_ms = int(epoch * 1000)
+        self.epoch_ms = epoch_ms
+        self.explicit_epoch = not (spec.unit == "date" and spec.epoch == 0)
+
+    def _date(self, text: str) -> int:
+        if self.spec.format:
+            dt = datetime.strptime(text, self.spec.format)
+        else:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=self.tz)
+        return int(dt.timestamp() * 1000)
+
+    def ms(self, reader: _Reader, row: dict[str, str], name: str) -> int | None:
+        if self.spec.unit == "date":
+            raw = reader.text(row, name)
+            if raw is None:
+                return None
+            try:
+                value = self._date(raw)
+            except ValueError:
+                raise _Skip(f"{reader.specs[name].column or name}: cannot read date {raw!r}") from None
+        else:
+            num = reader.number(row, name)
+            if num is None:
+                return None
+            value = self.epoch_ms + int(round(num * TIME_MS[self.spec.unit]))
+        return max(value, self.epoch_ms) if self.explicit_epoch else value
+
+
+def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
+    if m.nodes is None:
+        raise TraceImportError("the mapping has no nodes: section (how to read --nodes)")
+    try:
+        f = open(path, newline="")
+    except OSError as exc:
+        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+    memory_by_model = {k: mebibytes(f"nodes.gpu_memory.{k}", v) for k, v in m.nodes.gpu_memory.items()}
+    out: list[ev.NodeInfo] = []
+    seen: set[str] = set()
+    with f:
+        reader = csv.DictReader(f)
+        cols = _Reader(m.nodes, "nodes", reader.fieldnames or [], str(path))
+        for row in reader:
+            line = reader.line_num
+            try:
+                name = cols.text(row, "name") or ""
+                ev.validate_token("node", name)
+                cpu = cols.scaled(row, "cpu", "cores") or 0
+                mem = cols.scaled(row, "memory", "Mi") or 0
+                n = int(cols.number(row, "gpus") or 0) if cols.has("gpus") else 0
+                model = cols.text(row, "gpu_model") or ""
+            except (_Skip, ev.InvalidId) as exc:
+                raise TraceImportError(f"{path}:{line}: {exc}") from None
+            if name in seen:
+                raise TraceImportError(f"{path}:{line}: duplicate node {name!r}")
+            seen.add(name)
+            gpus: tuple[ev.GpuInfo, ...] = ()
+            if n:
+                if model not in memory_by_model:
+                    raise TraceImportError(f"{path}:{line}: GPU model {model!r} has no nodes.gpu_memory entry"
+                                           f"{_suggest(model, memory_by_model)} (known: {', '.join(memory_by_model)})")
+                gpus = tuple(ev.GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model,
+                                        memory_mib=memory_by_model[model], clique=f"{name}-nvl0",
+                                        sharing=m.nodes.sharing) for i in range(n))
+            out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus))
+    return tuple(out)
+
+
+def _resources(cols: _Reader, row: dict[str, str]) -> ev.Resources:
+    gpus_f = cols.number(row, "gpus") if cols.has("gpus") else 0
+    gpus = int(gpus_f or 0)
+    if gpus_f is not None and gpus_f != gpus:
+        raise _Skip(f"{cols.specs['gpus'].column}: not a whole number of GPUs: {gpus_f:g}")
+    milli = cols.scaled(row, "gpu_milli", "milli") if cols.has("gpu_milli") else None
+    if milli is None:
+        milli = 1000 if gpus else 0
+    cpu = cols.scaled(row, "cpu", "cores") or 0 if cols.has("cpu") else 0
+    mem = cols.scaled(row, "memory", "Mi") or 0 if cols.has("memory") else 0
+    models = cols.models(row) if cols.has("gpu_model") else ()
+    if gpus == 0:
+        return ev.Resources(cpu_milli=cpu, memory_mib=mem)
+    if milli > 1000:
+        raise _Skip(f"gpu_milli must be at most 1000, got {milli}")
+    if gpus == 1 and 0 < milli < 1000:
+        return ev.Resources(gpu_milli=milli, cpu_milli=cpu, memory_mib=mem, gpu_models=models)
+    return ev.Resources(gpus=gpus, cpu_milli=cpu, memory_mib=mem, gpu_models=models)
+
+
+def _spread(cols: _Reader, row: dict[str, str]) -> ev.Spread | None:
+    """The row's spread constraint: its group and per-node limit, when both are given."""
+    if not cols.has("per_node_limit"):
+        return None
+    limit = cols.number(row, "per_node_limit")
+    if limit is None or limit <= 0:
+        return None  # no limit (empty, NaN; 0 taken as none, as traces write it)
+    if limit != int(limit):
+        raise _Skip(f"{cols.specs['per_node_limit'].column or 'per_node_limit'}: not a whole number: {limit:g}")
+    group = cols.text(row, "group") if cols.has("group") else None
+    if not group:
+        raise _Skip("a per-node limit without a group")
+    return ev.Spread(group=group, max_per_node=int(limit))
+
+
+@dataclass
+class CsvImport:
+    summary: dict
+    events: int
+
+
+def import_csv(
+    trace: str | Path,
+    out: str | Path,
+    *,
+    mapping: str | Path,
+    nodes: str | Path | None = None,
+    nodes_file: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    skips: SkipLog | None = None,
+    run_size: int = 200_000,
+) -> CsvImport:
+    m = load_csv_mapping(mapping)
+    if (nodes is None) == (nodes_file is None):
+        raise TraceImportError("give the nodes with exactly one of --nodes NODES.csv (read with the mapping's "
+                               "nodes: section) or --config-nodes FILE (a gpuledger configuration)")
+    if nodes is not None:
+        node_infos = _nodes(nodes, m)
+    else:
+        from gpuledger.replay.importers.slurm import read_nodes_file
+
+        node_infos = read_nodes_file(nodes_file)
+    total_gpus = sum(len(n.gpus) for n in node_infos)
+    producer = f"import/{m.trace}"
+    log = ImportLog(producer, skips=skips, run_size=run_size)
+    clock = _Clock(m.time)
+    path = str(trace)
+    where = lambda line: f"{path}:{line}"  # noqa: E731
+    tenants_seen: set[str] = set()
+    classes_seen: set[str] = set()
+    try:
+        f = open(trace, newline="")
+    except OSError as exc:
+        raise TraceImportError(f"{trace}: {exc.strerror or exc}") from exc
+    gang_rows: list[ObservedJob] = []
+    gang_key: str | None = None
+
+    def flush() -> None:
+        nonlocal gang_key
+        if not gang_rows:
+            return
+        first = gang_rows[0]
+        if len({(j.resources, j.tenant, j.priority_class, j.spread) for j in gang_rows}) != 1:
+            for j in gang_rows:
+                log.add_job(j, where(j.line))
+        else:
+            starts = [j.start_ms for j in gang_rows]
+            start = max(starts) if all(s is not None for s in starts) else None
+            ends = [j.end_ms for j in gang_rows]
+            end = max(ends) if start is not None and all(e is not None for e in ends) else (
+                min((e for e in ends if e is not None), default=None) if start is None else None)
+            log.add_job(ObservedJob(
+                job_id=gang_key or first.job_id, tenant=first.tenant, priority_class=first.priority_class,
+                resources=first.resources, replicas=len(gang_rows), spread=first.spread,
+                submit_ms=min(j.submit_ms for j in gang_rows), start_ms=start, end_ms=end,
+                line=first.line), where(first.line))
+        gang_rows.clear()
+        gang_key = None
+
+    with f:
+        bar = Progress(f, progress)
+        reader = csv.DictReader(f)
+        cols = _Reader(m.jobs, "jobs", reader.fieldnames or [], path)
+        for row in reader:
+            line = reader.line_num
+            bar.tick(line)
+            try:
+                job_id = cols.text(row, "id") or ""
+                tenant = cols.text(row, "tenant") if cols.has("tenant") else None
+                if tenant is None:
+                    tenant = "default"
+                cls = cols.text(row, "priority") if cols.has("priority") else None
+                cls = cls or "train"
+                res = _resources(cols, row)
+                submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
+                start = clock.ms(cols, row, "start") if cols.has("start") else None
+                end = clock.ms(cols, row, "end") if cols.has("end") else None
+                gang = cols.text(row, "gang") if cols.has("gang") else None
+                spread = _spread(cols, row)
+            except _Skip as exc:
+                log.skips.skip(where(line), str(exc))
+                continue
+            if submit is None:
+                if not cols.has("submit") or m.rules.missing_submit == "trace_start":
+                    if m.time.unit == "date" and not clock.explicit_epoch:
+                        log.skips.skip(where(line), "empty submit time and no time.epoch in the mapping")
+                        continue
+                    submit = clock.epoch_ms
+                else:
+                    log.skips.skip(where(line), "empty submit time (rules.missing_submit: skip)")
+                    continue
+            if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
+                log.skips.skip(where(line), "CPU-only row (rules.cpu_only: skip)")
+                continue
+            job = ObservedJob(job_id=job_id, tenant=tenant, priority_class=cls, resources=res,
+                              submit_ms=submit, start_ms=start, end_ms=end, line=line, spread=spread)
+            if gang is not None and gang != "":
+                if gang != gang_key:
+                    flush()
+                    gang_key = gang
+                gang_rows.append(job)
+            else:
+                flush()
+                log.add_job(job, where(line))
+            tenants_seen.add(tenant)
+            classes_seen.add(cls)
+        flush()
+        bar.done()
+    doc = _document(m, total_gpus, tenants_seen)
+    from gpuledger.services.domain.configfile import ConfigFileError
+
+    try:
+        head = head_events(doc, node_infos, producer, min(log.first_ms or 0, clock.epoch_ms)
+                           if m.time.unit != "date" else (log.first_ms or clock.epoch_ms))
+    except ConfigFileError as exc:
+        raise TraceImportError("\n".join(f"{mapping}: {p}" for p in exc.problems)) from None
+    n = log.write(out, head, where)
+    summary = {"events": n, "nodes": len(node_infos), "gpus": total_gpus, **log.summary()}
+    return CsvImport(summary=summary, events=n)
+
+
+def _document(m: CsvMapping, total_gpus: int, tenants_seen: set[str]) -> dict[str, Any]:
+    tenants = [dict(t, guaranteed=total_gpus) if t.get("guaranteed") == "all" else dict(t) for t in m.tenants]
+    named = {t.get("name") for t in tenants}
+    tenants += [{"name": t, "guaranteed": 0, "weight": 1} for t in sorted(tenants_seen) if t not in named]
+    classes = [{k: v for k, v in msgspec.structs.asdict(c).items() if not (k == "override" and not v)}
+               for c in m.priority_classes]
+    return {"tenants": tenants, "priority_classes": classes,
+            **({"policy": m.policy} if m.policy is not None else {})}

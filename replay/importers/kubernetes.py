@@ -1,0 +1,392 @@
+"""Import a Kubernetes cluster's pods (and events, nodes, Kueue workloads) as a log.
+
+The dumps (kubectl's JSON Lists; read item by item, never whole):
+
+    kubectl get pods -A -o json > pods.json
+    kubectl get events -A -o json > events.json          # optional
+    kubectl get nodes -o json > nodes.json               # optional (else --config-nodes)
+    kubectl get workloads.kueue.x-k8s.io -A -o json > workloads.json   # optional (Kueue)
+
+Rules:
+
+- one pod = one job member. Pods of one gang become one job (a gang of `replicas` = its pods):
+  an indexed Job (`batch.kubernetes.io/job-completion-index` annotation; gang `<job-name>`),
+  a JobSet (`jobset.sigs.k8s.io/jobset-name`), a PodGroup (`scheduling.x-k8s.io/pod-group`,
+  `pod-group.scheduling.sigs.k8s.io`, Kueue's `kueue.x-k8s.io/pod-group-name`). Members of a
+  gang whose resource shapes differ are imported as one job each (counted as `gangs split`).
+  Other pods are jobs of their own (job id = pod name; a gang's id is its name; both
+  prefixed `<namespace>~` when `--namespaced-ids`). Pods of a DaemonSet and mirror pods are
+  skipped (they run on every node and are not scheduled).
+- per pod: the sum of its containers' requests (limits when a request is missing) or the
+  largest init container's, whichever is larger: `nvidia.com/gpu` -> whole GPUs,
+  `nvidia.com/mig-<profile>` (one instance) -> a MIG member, `cpu`, `memory`;
+- times: submit = `metadata.creationTimestamp` (a gang: its earliest); start = the earliest
+  container start (else `status.startTime`); end = the latest container `finishedAt`, else
+  for an evicted or preempted pod the time of its `Evicted` / `Preempted` event (or its
+  last condition change); a pod that never started but has a `deletionTimestamp` is
+  cancelled then. A gang starts when its last member started and ends when its last ended.
+- tenant = namespace, or with `tenant_from: queue` `namespace/<LocalQueue>` (the pod's
+  `kueue.x-k8s.io/queue-name` label, else its Workload's `spec.queueName`); class =
+  `spec.priorityClassName` (else the Workload's), value = the pod's `spec.priority` when the
+  class is not defined by the mapping, preemptible. Pods without a class get `default` (0).
+- nodes: `status.capacity` (`cpu`, `memory`, `nvidia.com/gpu`, `nvidia.com/mig-*`), model
+  from the `nvidia.com/gpu.product` label, GPU memory from `nvidia.com/gpu.memory` (MiB) or
+  the model table; a node with `nvidia.com/mig-*` capacity has its GPUs in `mig` mode (count:
+  `nvidia.com/gpu.count` label). Unschedulable nodes are kept.
+- events: `Preempted` and `Evicted` (pods) are counted in the summary (what the recorded
+  scheduler did; the replay decides afresh) and date the end of pods they ended.
+
+Memory: the pods of one namespace's gangs are buffered until the namespace ends (kubectl
+lists pods sorted by namespace); events keep one time per preempted/evicted pod; workloads
+one (queue, class) per workload.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuledger import events as ev
+from gpuledger.replay.importers.common import (
+    ImportLog,
+    ObservedJob,
+    SkipLog,
+    TraceImportError,
+    gpu_memory_mib,
+    head_events,
+)
+from gpuledger.replay.importers.jsonstream import iter_items
+from gpuledger.replay.importers.mapping import Naming, load_mapping, token
+
+PRODUCER = "import/kubernetes"
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+GANG_LABELS = ("jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group",
+               "pod-group.scheduling.sigs.k8s.io", "kueue.x-k8s.io/pod-group-name")
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+INDEX_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index",)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+_QTY = re.compile(r"^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)([a-zA-Z]*)$")
+_BIN = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DEC = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+        "P": 1e15, "E": 1e18}
+
+
+def quantity(text: Any) -> float:
+    """A Kubernetes resource quantity (`500m`, `4Gi`, `1e9`, `2`) as a number."""
+    m = _QTY.match(str(text).strip())
+    if not m:
+        raise ValueError(f"cannot read quantity {text!r}")
+    num, suffix = float(m.group(1)), m.group(2)
+    if suffix in _BIN:
+        return num * _BIN[suffix]
+    if suffix in _DEC:
+        return num * _DEC[suffix]
+    raise ValueError(f"cannot read quantity {text!r} (unknown suffix {suffix!r})")
+
+
+def ts(text: Any) -> int | None:
+    if not text:
+        return None
+    return int(datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _container_total(c: dict) -> dict[str, float]:
+    res = c.get("resources") or {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    out: dict[str, float] = {}
+    for k in set(req) | set(lim):
+        out[k] = quantity(req[k] if k in req else lim[k])
+    return out
+
+
+def pod_resources(spec: dict) -> ev.Resources:
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        for k, v in _container_total(c).items():
+            total[k] = total.get(k, 0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in _container_total(c).items():
+            total[k] = max(total.get(k, 0), v)
+    gpus = int(total.get(GPU, 0))
+    migs = {k[len(MIG_PREFIX):]: int(v) for k, v in total.items() if k.startswith(MIG_PREFIX) and v}
+    if migs and gpus:
+        raise ValueError("asks for whole GPUs and MIG instances at once")
+    if len(migs) > 1 or any(v > 1 for v in migs.values()):
+        raise ValueError(f"asks for more than one MIG instance ({', '.join(f'{k}={v}' for k, v in migs.items())})")
+    return ev.Resources(
+        gpus=gpus, mig_profile=next(iter(migs), None),
+        cpu_milli=int(-(-total.get("cpu", 0) * 1000 // 1)),
+        memory_mib=int(-(-total.get("memory", 0) // 2 ** 20)),
+        gpu_models=(),
+    )
+
+
+def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
+    out: list[ev.NodeInfo] = []
+    for line, item in iter_items(path, progress):
+        meta = item.get("metadata") or {}
+        name = meta.get("name", "")
+        labels = meta.get("labels") or {}
+        cap = (item.get("status") or {}).get("capacity") or {}
+        try:
+            ev.validate_token("node", name)
+            cpu = int(quantity(cap.get("cpu", 0)) * 1000)
+            mem = int(quantity(cap.get("memory", 0)) // 2 ** 20)
+            gpus = int(quantity(cap.get(GPU, 0)))
+        except (ev.InvalidId, ValueError) as exc:
+            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
+        mig = any(k.startswith(MIG_PREFIX) and quantity(v) > 0 for k, v in cap.items())
+        if mig:
+            gpus = int(labels.get("nvidia.com/gpu.count") or gpus or 1)
+        model = labels.get("nvidia.com/gpu.product", "gpu")
+        memory = int(labels.get("nvidia.com/gpu.memory") or 0) or gpu_memory_mib(model)
+        out.append(ev.NodeInfo(
+            name=name, cpu_milli=cpu, memory_mib=mem,
+            gpus=tuple(ev.GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model, memory_mib=memory,
+                                  clique=f"{name}-nvl0", sharing="mig" if mig else "exclusive")
+                       for i in range(gpus))))
+    return tuple(out)
+
+
+@dataclass
+class _Member:
+    line: int
+    name: str
+    namespace: str
+    tenant: str
+    cls: str
+    res: ev.Resources
+    submit: int
+    start: int | None
+    end: int | None
+    cancel: int | None
+
+
+@dataclass
+class _Context:
+    log: ImportLog
+    naming: Naming
+    where: Callable[[int], str]
+    namespaced: bool
+    split: int = 0
+    gangs_seen: int = 0
+    ended_by_event: dict[str, int] = field(default_factory=dict)
+    workloads: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
+    for _line, item in iter_items(path):
+        reason = item.get("reason", "")
+        obj = item.get("involvedObject") or item.get("regarding") or {}
+        if reason not in ("Preempted", "Evicted", "EvictedDueToPreempted"):
+            continue
+        counts[f"{reason.lower()}_events"] = counts.get(f"{reason.lower()}_events", 0) + 1
+        if obj.get("kind") != "Pod":
+            continue
+        at = ts(item.get("lastTimestamp") or item.get("eventTime") or item.get("firstTimestamp")
+                or (item.get("metadata") or {}).get("creationTimestamp"))
+        if at is not None:
+            key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
+            ctx.ended_by_event[key] = min(at, ctx.ended_by_event.get(key, at))
+
+
+def _workloads(path, ctx: _Context, counts: dict[str, int]) -> None:
+    for _line, item in iter_items(path):
+        meta = item.get("metadata") or {}
+        spec = item.get("spec") or {}
+        ns = meta.get("namespace", "")
+        for cond in (item.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Evicted" and cond.get("status") == "True":
+                counts["workload_evictions"] = counts.get("workload_evictions", 0) + 1
+        value = (spec.get("queueName", ""), spec.get("priorityClassName", ""))
+        for owner in meta.get("ownerReferences") or []:
+            ctx.workloads[f"{ns}/{owner.get('name', '')}"] = value
+        ctx.workloads[f"{ns}/{meta.get('name', '')}"] = value
+
+
+def _gang_of(meta: dict) -> str | None:
+    labels = meta.get("labels") or {}
+    for label in GANG_LABELS:
+        if labels.get(label):
+            return labels[label]
+    ann = meta.get("annotations") or {}
+    if any(a in ann for a in INDEX_ANNOTATIONS) or any(a in labels for a in INDEX_ANNOTATIONS):
+        for label in JOB_NAME_LABELS:
+            if labels.get(label):
+                return labels[label]
+    return None
+
+
+def _owner_name(meta: dict) -> str:
+    labels = meta.get("labels") or {}
+    for label in ("jobset.sigs.k8s.io/jobset-name", *JOB_NAME_LABELS):
+        if labels.get(label):
+            return labels[label]
+    refs = meta.get("ownerReferences") or []
+    return refs[0].get("name", "") if refs else ""
+
+
+def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | None:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    where = ctx.where(line)
+    name, ns = meta.get("name", ""), meta.get("namespace", "default")
+    if any(r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or []):
+        ctx.log.skips.skip(where, "DaemonSet pod (runs on every node, not scheduled)")
+        return None
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        ctx.log.skips.skip(where, "mirror (static) pod")
+        return None
+    try:
+        res = pod_resources(spec)
+    except ValueError as exc:
+        ctx.log.skips.skip(where, f"pod {ns}/{name}: {exc}")
+        return None
+    labels = meta.get("labels") or {}
+    wl_queue, wl_class = ctx.workloads.get(f"{ns}/{_owner_name(meta)}", ("", ""))
+    owner = ns
+    if tenant_from == "queue":
+        queue = labels.get(QUEUE_LABEL) or wl_queue
+        owner = f"{ns}/{queue}" if queue else ns
+    tenant = ctx.naming.tenant_for(owner, "default")
+    cls_name = spec.get("priorityClassName") or wl_class or ""
+    cls = ctx.naming.class_for(cls_name or "default")
+    if cls in ctx.naming.auto:  # the pod's resolved priority, as Kubernetes compares them
+        prio = spec.get("priority")
+        if isinstance(prio, int):
+            ctx.naming.classes[cls]["value"] = prio
+        elif not cls_name:
+            ctx.naming.classes[cls]["value"] = 0
+    try:
+        submit = ts(meta.get("creationTimestamp"))
+        started = [ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
+                   for cs in status.get("containerStatuses") or [] for k in ("running", "terminated")]
+        started = [t for t in started if t is not None]
+        start = min(started) if started else ts(status.get("startTime"))
+        finished = [ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
+                    for cs in status.get("containerStatuses") or []]
+        running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
+        end = max((t for t in finished if t is not None), default=None) if not running else None
+        if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
+            key = f"{ns}/{name}"
+            end = ctx.ended_by_event.get(key) or max(
+                (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []), default=None) or None
+        deleted = ts(meta.get("deletionTimestamp"))
+    except ValueError as exc:
+        ctx.log.skips.skip(where, f"pod {ns}/{name}: cannot read a time: {exc}")
+        return None
+    if submit is None:
+        ctx.log.skips.skip(where, f"pod {ns}/{name}: no creationTimestamp")
+        return None
+    cancel = deleted if start is None and deleted is not None else None
+    return _Member(line, name, ns, tenant, cls, res, submit, start, end, cancel)
+
+
+def _job_id(ns: str, name: str, namespaced: bool) -> str:
+    text = f"{ns}~{name}" if namespaced else name
+    return re.sub(r"[^A-Za-z0-9_:+@=,~-]", "-", text)
+
+
+def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
+    first = members[0]
+    starts = [m.start for m in members]
+    start = max(starts) if all(s is not None for s in starts) else None
+    ends = [m.end for m in members]
+    end = max(ends) if start is not None and all(e is not None for e in ends) else None
+    if start is None:
+        cancels = [m.cancel for m in members if m.cancel is not None]
+        end = min(cancels) if cancels else None
+    ctx.log.add_job(ObservedJob(
+        job_id=job_id, tenant=first.tenant, priority_class=first.cls, resources=first.res,
+        replicas=len(members), submit_ms=min(m.submit for m in members), start_ms=start, end_ms=end,
+        line=first.line), ctx.where(first.line))
+
+
+def _flush(gangs: dict[tuple[str, str], list[_Member]], ctx: _Context) -> None:
+    for (ns, gang), members in gangs.items():
+        ctx.gangs_seen += 1
+        if len({(m.res, m.tenant, m.cls) for m in members}) == 1:
+            _add(members, _job_id(ns, gang, ctx.namespaced), ctx)
+        else:
+            ctx.split += 1
+            for m in members:
+                _add([m], _job_id(ns, m.name, ctx.namespaced), ctx)
+    gangs.clear()
+
+
+@dataclass
+class KubernetesImport:
+    summary: dict
+    events: int
+
+
+def import_kubernetes(
+    pods: str | Path,
+    out: str | Path,
+    *,
+    events: str | Path | None = None,
+    nodes: str | Path | None = None,
+    nodes_file: str | Path | None = None,
+    workloads: str | Path | None = None,
+    mapping: str | Path | None = None,
+    namespaced_ids: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    skips: SkipLog | None = None,
+    run_size: int = 200_000,
+) -> KubernetesImport:
+    if (nodes is None) == (nodes_file is None):
+        raise TraceImportError("give the nodes with exactly one of --nodes FILE (kubectl get nodes -o json) "
+                               "or --config-nodes FILE (a gpuledger configuration)")
+    if nodes is not None:
+        node_infos = read_nodes(nodes)
+    else:
+        from gpuledger.replay.importers.slurm import read_nodes_file
+
+        node_infos = read_nodes_file(nodes_file)
+    m = load_mapping(mapping, "kubernetes")
+    naming = Naming(m, "default")
+    log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
+    path = str(pods)
+    ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids)
+    counts: dict[str, int] = {}
+    if events is not None:
+        _events(events, ctx, counts)
+    if workloads is not None:
+        _workloads(workloads, ctx, counts)
+    tenant_from = m.tenant_from or "namespace"
+    gangs: dict[tuple[str, str], list[_Member]] = {}
+    current_ns = None
+    for line, pod in iter_items(pods, progress):
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace", "default")
+        if ns != current_ns:
+            _flush(gangs, ctx)
+            current_ns = ns
+        member = _member(line, pod, ctx, tenant_from)
+        if member is None:
+            continue
+        gang = _gang_of(meta)
+        if gang is None:
+            _add([member], _job_id(ns, member.name, namespaced_ids), ctx)
+        else:
+            gangs.setdefault((ns, gang), []).append(member)
+    _flush(gangs, ctx)
+    doc = naming.document(sum(len(n.gpus) for n in node_infos))
+    from gpuledger.services.domain.configfile import ConfigFileError
+
+    try:
+        head = head_events(doc, node_infos, PRODUCER, log.first_ms or 0)
+    except ConfigFileError as exc:
+        raise TraceImportError("\n".join(f"{mapping or 'configuration'}: {p}" for p in exc.problems)) from None
+    n = log.write(out, head, ctx.where)
+    summary = {"events": n, "nodes": len(node_infos), "gpus": sum(len(x.gpus) for x in node_infos),
+               "gangs_split": ctx.split, **counts, **log.summary()}
+    return KubernetesImport(summary=summary, events=n)
+
+
+__all__ = ["import_kubernetes", "pod_resources", "quantity", "read_nodes", "token"]

@@ -1,0 +1,379 @@
+"""Import Slurm accounting (`sacct --parsable2`) as a log of external inputs.
+
+The dump (one `|`-separated row per job allocation and per step, header first):
+
+    sacct --parsable2 --allusers --duplicates --starttime 2024-03-01 --endtime 2024-04-01 \\
+      --format=JobID,JobIDRaw,JobName,User,Account,Partition,QOS,Priority,Submit,Eligible,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES \\
+      > sacct.txt
+
+Nodes (`--sinfo`): `sinfo --Node --noheader --format='%N|%c|%m|%G' > sinfo.txt` (node, CPUs,
+memory MB, GRES such as `gpu:a100:8(S:0-1)`; a node listed once per partition is kept once),
+or `--nodes FILE`: a gpuledger configuration file's `cluster.nodes`.
+
+Rules (every row either becomes part of a job or is skipped with its line and reason):
+
+- step rows (`123.batch`, `123.extern`, `123.0`, `123_4.batch`, `123+0.0`) are folded into the
+  job row before them (a step without its job row is skipped);
+- consecutive rows with the same JobID (`--duplicates`: a requeued job's earlier runs) are one
+  job: submitted at the first row's Submit, run time of the last row (`requeued` counts them);
+- array tasks (`123_4`) are jobs `123_4`; a pending array record `123_[5-9%2]` becomes one
+  pending job per task (`123_5` ... `123_9`);
+- heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
+  same per-node shape, else one job per component (`123+0`, ...);
+- `NNodes` > 1: a gang of that many members, each with 1/N of the job's GPUs, CPUs and
+  memory (rounded up);
+- resources from AllocTRES when the job was allocated, else ReqTRES: `gres/gpu=8` or typed
+  `gres/gpu:a100=8` (typed -> `gpu_models`), `cpu=`, `mem=` (K/M/G/T);
+- times `YYYY-MM-DDTHH:MM:SS` in `--timezone` (default UTC); `Unknown`, `None` and empty are
+  no time. No Submit: skipped. Started and ended: run time End - Start. Never started and
+  ended (cancelled while pending): cancelled at End. Pending or running at the dump: submitted
+  with no run time;
+- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from gpuledger import events as ev
+from gpuledger.replay.importers.common import (
+    ImportLog,
+    ObservedJob,
+    Progress,
+    SkipLog,
+    TraceImportError,
+    gpu_memory_mib,
+    head_events,
+)
+from gpuledger.replay.importers.mapping import Naming, load_mapping
+
+PRODUCER = "import/slurm"
+REQUIRED = ("JobID", "Account", "QOS", "Submit", "Start", "End", "State", "NNodes")
+NO_TIME = {"", "unknown", "none", "n/a"}
+
+_JOBID = re.compile(r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>.+))?$")
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$", re.I)
+_MEM_MIB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
+
+
+@dataclass
+class _Row:
+    line: int
+    base: str
+    task: str | None
+    het: int | None
+    fields: dict[str, str]
+
+
+def parse_time(raw: str, tz: ZoneInfo) -> int | None:
+    text = raw.strip()
+    if text.lower() in NO_TIME:
+        return None
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=tz)
+    return int(dt.timestamp() * 1000)
+
+
+def parse_tres(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if sep:
+            out[k.strip()] = v.strip()
+    return out
+
+
+def mem_mib(text: str) -> int:
+    m = _MEM.match(text.strip())
+    if not m:
+        raise ValueError(f"cannot read memory {text!r}")
+    return int(-(-float(m.group(1)) * _MEM_MIB[m.group(2).upper()] // 1))
+
+
+def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]:
+    """Per-member resources of a job of `nodes` members; and its total GPUs."""
+    untyped = 0
+    typed: dict[str, int] = {}
+    for k, v in tres.items():
+        if k == "gres/gpu":
+            untyped = int(v)
+        elif k.startswith("gres/gpu:"):
+            typed[k.split(":", 1)[1]] = typed.get(k.split(":", 1)[1], 0) + int(v)
+    total = max(untyped, sum(typed.values()))
+    cpu = float(tres.get("cpu", "0") or 0)
+    mem = mem_mib(tres["mem"]) if tres.get("mem") else 0
+    n = max(1, nodes)
+    return ev.Resources(
+        gpus=-(-total // n), cpu_milli=int(-(-cpu * 1000 // n)), memory_mib=-(-mem // n),
+        gpu_models=tuple(sorted(typed)),
+    ), total
+
+
+def expand_tasks(spec: str) -> list[str]:
+    """`[5-9%2]` / `[1,3,5-7]` -> task ids."""
+    body = spec.strip("[]").split("%", 1)[0]
+    out: list[str] = []
+    for part in body.split(","):
+        a, sep, b = part.partition("-")
+        if sep:
+            out += [str(i) for i in range(int(a), int(b) + 1)]
+        elif a:
+            out.append(a)
+    return out
+
+
+def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
+    """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G'`."""
+    out: dict[str, ev.NodeInfo] = {}
+    try:
+        f = open(path)
+    except OSError as exc:
+        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+    with f:
+        for line, text in enumerate(f, 1):
+            text = text.strip()
+            if not text or text.upper().startswith(("NODELIST", "HOSTNAMES", "NODE_NAME")):
+                continue
+            parts = text.split("|")
+            if len(parts) < 4:
+                raise TraceImportError(f"{path}:{line}: expected NODE|CPUS|MEMORY|GRES, got {text!r}")
+            name, cpus, mem, gres = (p.strip() for p in parts[:4])
+            if name in out:
+                continue  # the same node under another partition
+            try:
+                ev.validate_token("node", name)
+                cpu_milli = int(float(cpus.split("/")[-1]) * 1000)
+                memory = int(float(mem.rstrip("+")))
+            except ev.InvalidId as exc:
+                raise TraceImportError(f"{path}:{line}: {exc}") from None
+            except ValueError:
+                raise TraceImportError(f"{path}:{line}: CPUS and MEMORY must be numbers, got {cpus!r}, {mem!r}") from None
+            gpus: list[ev.GpuInfo] = []
+            for g in gres.split(","):
+                g = g.split("(", 1)[0].strip()
+                bits = g.split(":")
+                if bits[0] != "gpu" or len(bits) < 2:
+                    continue  # (null), shard:..., mps:...
+                model = bits[1] if len(bits) >= 3 else "gpu"
+                try:
+                    count = int(bits[-1])
+                except ValueError:
+                    raise TraceImportError(f"{path}:{line}: cannot read GRES {g!r} (expected gpu:N or gpu:TYPE:N)") from None
+                for _ in range(count):
+                    i = len(gpus)
+                    gpus.append(ev.GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model,
+                                           memory_mib=gpu_memory_mib(model), clique=f"{name}-nvl0"))
+            out[name] = ev.NodeInfo(name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus))
+    return tuple(out.values())
+
+
+def read_nodes_file(path: str | Path) -> tuple[ev.NodeInfo, ...]:
+    """`cluster.nodes` of a gpuledger configuration file."""
+    import yaml
+
+    from gpuledger.services.domain.configfile import ConfigFileError, node_infos
+
+    try:
+        doc = yaml.safe_load(open(path).read()) or {}
+        return node_infos(doc)
+    except OSError as exc:
+        raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    except ConfigFileError as exc:
+        raise TraceImportError("\n".join(f"{path}: {p}" for p in exc.problems)) from None
+
+
+@dataclass
+class SlurmImport:
+    summary: dict
+    events: int
+
+
+def import_slurm(
+    sacct: str | Path,
+    out: str | Path,
+    *,
+    sinfo: str | Path | None = None,
+    nodes_file: str | Path | None = None,
+    mapping: str | Path | None = None,
+    timezone: str = "UTC",
+    progress: Callable[[int, int], None] | None = None,
+    skips: SkipLog | None = None,
+    run_size: int = 200_000,
+) -> SlurmImport:
+    if (sinfo is None) == (nodes_file is None):
+        raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
+    nodes = read_sinfo(sinfo) if sinfo is not None else read_nodes_file(nodes_file)
+    m = load_mapping(mapping, "slurm")
+    naming = Naming(m, "normal")
+    tenant_from = m.tenant_from or "account"
+    try:
+        tz = ZoneInfo(timezone)
+    except Exception:  # noqa: BLE001 - zoneinfo raises several kinds
+        raise TraceImportError(f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)") from None
+    log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
+    path = str(sacct)
+    where = lambda line: f"{path}:{line}"  # noqa: E731
+    try:
+        f = open(sacct, newline="")
+    except OSError as exc:
+        raise TraceImportError(f"{sacct}: {exc.strerror or exc}") from exc
+    with f:
+        bar = Progress(f, progress)
+        header_line = f.readline()
+        header = header_line.rstrip("\r\n").split("|")
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise TraceImportError(
+                f"{path}:1: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
+                f"and the --format of `gpuledger import slurm --help`?)")
+        if "ReqTRES" not in header and "AllocTRES" not in header:
+            raise TraceImportError(f"{path}:1: missing column ReqTRES or AllocTRES (GPUs come from TRES)")
+        group: list[_Row] = []
+        steps = 0
+
+        def flush() -> None:
+            if group:
+                _emit(group, log, naming, tenant_from, tz, where)
+                group.clear()
+
+        for line, text in enumerate(f, 2):
+            bar.tick(line)
+            text = text.rstrip("\r\n")
+            if not text:
+                continue
+            values = text.split("|")
+            if len(values) != len(header):
+                log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
+                continue
+            row = dict(zip(header, values, strict=True))
+            mid = _JOBID.match(row["JobID"].strip())
+            if not mid:
+                log.skips.skip(where(line), f"cannot read JobID {row['JobID']!r}")
+                continue
+            base, task, het, step = mid.group("base"), mid.group("task"), mid.group("het"), mid.group("step")
+            if step is not None:
+                if group and group[0].base == base and group[-1].task == task:
+                    steps += 1  # folded into its job
+                else:
+                    log.skips.skip(where(line), "step row without its job row before it")
+                continue
+            if group and (group[0].base != base or group[0].task != task):
+                flush()
+            group.append(_Row(line, base, task, None if het is None else int(het), row))
+        flush()
+        bar.done()
+    doc = naming.document(sum(len(n.gpus) for n in nodes))
+    at_ms = log.first_ms or 0
+    from gpuledger.services.domain.configfile import ConfigFileError
+
+    try:
+        head = head_events(doc, nodes, PRODUCER, at_ms)
+    except ConfigFileError as exc:
+        raise TraceImportError("\n".join(f"{mapping or 'mapping'}: {p}" for p in exc.problems)) from None
+    n = log.write(out, head, where)
+    summary = {"events": n, "nodes": len(nodes), "gpus": sum(len(x.gpus) for x in nodes),
+               "steps_folded": steps, **log.summary()}
+    return SlurmImport(summary=summary, events=n)
+
+
+def _owner(row: dict[str, str], tenant_from: str) -> str:
+    if tenant_from == "account/user":
+        return f"{row.get('Account', '')}/{row.get('User', '')}"
+    return row.get({"account": "Account", "user": "User", "partition": "Partition"}[tenant_from], "")
+
+
+def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resources, int, int] | None:
+    try:
+        nodes = int(re.match(r"\d+", row["NNodes"].strip() or "1").group(0)) if row["NNodes"].strip() else 1
+    except AttributeError:
+        log.skips.skip(where, f"cannot read NNodes {row['NNodes']!r}")
+        return None
+    tres_text = (row.get("AllocTRES") or "").strip() or (row.get("ReqTRES") or "").strip()
+    try:
+        res, total = tres_resources(parse_tres(tres_text), nodes)
+    except ValueError as exc:
+        log.skips.skip(where, f"cannot read TRES {tres_text!r}: {exc}")
+        return None
+    return res, nodes, total
+
+
+def _emit(group: list[_Row], log: ImportLog, naming: Naming, tenant_from: str, tz: ZoneInfo,
+          where: Callable[[int], str]) -> None:
+    first = group[0]
+    hets = sorted({r.het for r in group if r.het is not None})
+    if hets:
+        comps = {h: [r for r in group if r.het == h] for h in hets}
+        shapes = {}
+        for h, rows in comps.items():
+            s = _shape(rows[-1].fields, where(rows[-1].line), log)
+            if s is None:
+                return
+            shapes[h] = s
+        if len({s[0] for s in shapes.values()}) == 1:
+            res = shapes[hets[0]][0]
+            _job(first.base, [comps[h][-1] for h in hets][0], comps[hets[0]], res,
+                 sum(s[1] for s in shapes.values()), log, naming, tenant_from, tz, where)
+        else:
+            for h in hets:
+                res, nodes, _ = shapes[h]
+                _job(f"{first.base}+{h}", comps[h][-1], comps[h], res, nodes, log, naming, tenant_from, tz, where)
+        return
+    task = first.task
+    if task is not None and task.startswith("["):
+        last = group[-1]
+        shape = _shape(last.fields, where(last.line), log)
+        if shape is None:
+            return
+        try:
+            tasks = expand_tasks(task)
+        except ValueError:
+            log.skips.skip(where(last.line), f"cannot read array range {task!r}")
+            return
+        for t in tasks:
+            _job(f"{first.base}_{t}", last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
+        return
+    last = group[-1]
+    shape = _shape(last.fields, where(last.line), log)
+    if shape is None:
+        return
+    job_id = first.base if task is None else f"{first.base}_{task}"
+    _job(job_id, last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
+
+
+def _job(job_id: str, last: _Row, records: list[_Row], res: ev.Resources, nodes: int, log: ImportLog,
+         naming: Naming, tenant_from: str, tz: ZoneInfo, where: Callable[[int], str]) -> None:
+    row = last.fields
+    try:
+        submit = parse_time(records[0].fields["Submit"], tz)
+        start = parse_time(row["Start"], tz)
+        end = parse_time(row["End"], tz)
+    except ValueError as exc:
+        log.skips.skip(where(last.line), f"cannot read a time: {exc}")
+        return
+    if submit is None:
+        log.skips.skip(where(last.line), "no Submit time")
+        return
+    state = row["State"].split()[0].upper() if row["State"].strip() else ""
+    if state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED") and end is not None and start is None:
+        end = None  # sacct prints End=Unknown for these; never a cancel
+    job = ObservedJob(
+        job_id=job_id,
+        tenant=naming.tenant_for(_owner(row, tenant_from), "default"),
+        priority_class=naming.class_for(row.get("QOS", "")),
+        resources=res,
+        replicas=nodes,
+        submit_ms=submit,
+        start_ms=start,
+        end_ms=end,
+        line=last.line,
+        requeued=len(records) - 1,
+    )
+    log.add_job(job, where(last.line))

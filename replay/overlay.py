@@ -1,0 +1,250 @@
+"""What-if overlays: change only what the user changes, on top of the recorded configuration.
+
+`gpuledger replay LOG --config FILE` replaces the whole recorded configuration (tenants,
+classes, policy, nodes). An overlay instead starts from what the log recorded and changes
+only the keys it names:
+
+- `--set KEY=VALUE`: one key path, checked strictly (unknown keys get a did-you-mean):
+  `policy.<field>=V` (any `policy:` key of a configuration file), `tenants.<name>.<field>=V`
+  (`guaranteed`, `limit`, `weight`, `guaranteed_by_model.<model>`) and
+  `priority_classes.<name>.<field>=V` (`value`, `preemptible`, `slo_class`, `grace_s`,
+  `allow_timeslice`, `description`) of a tenant or class the log configured. VALUE is read
+  as a YAML scalar (`false`, `30`, `2h`, `none` -> null for `limit`/`max_lost_gpu_hours`).
+- `--policy FILE`: a configuration document (the strict schema of `gpuledger check`) whose
+  `policy:` keys are merged into the recorded policy (keys it leaves out keep their recorded
+  values), whose `tenants:` and `priority_classes:` entries add or replace those of the same
+  name, whose `schedules:` are added, and whose `cluster.nodes`, when given, replace the
+  recorded nodes. A `timeline:` is refused (it is a scenario, not a policy).
+
+Overlays are applied in command-line order: every `--policy` file, then every `--set`. The
+result is appended to the recorded configuration as configuration events at the start of the
+replay, so the recorded ones are folded first and the overlay wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace as dc_replace
+from typing import Any
+
+import msgspec
+import yaml
+
+from gpuledger import events as ev
+from gpuledger.services.domain.config import ConfigState
+from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.inputs import (
+    ClassDoc,
+    InputError,
+    PolicyDoc,
+    TenantDoc,
+    _suggest,
+    collect,
+    validate_file,
+)
+
+ROOTS = ("policy", "tenants", "priority_classes")
+_OVERLAY_KEYS = ("policy", "tenants", "priority_classes", "schedules", "cluster", "name", "description")
+
+
+class OverlayError(InputError):
+    """An overlay that cannot be applied: one line per problem, naming the key path."""
+
+
+def recorded(config_events_: list[ev.Event]) -> ConfigState:
+    """The configuration in force after folding the recorded configuration events."""
+    cfg = ConfigState()
+    for e in config_events_:
+        cfg.apply(e)
+    return cfg
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str) and value.lower() in ("none", "null", "~"):
+        return None
+    return value
+
+
+def _milli_text(milli: int | None) -> str | None:
+    return None if milli is None else f"{milli}m"
+
+
+def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
+    return {
+        "name": t.tenant,
+        "guaranteed": _milli_text(t.guaranteed_gpu_milli),
+        "limit": _milli_text(t.limit_gpu_milli),
+        "weight": t.over_quota_weight,
+        "guaranteed_by_model": {m: _milli_text(v) for m, v in t.guaranteed_by_model.items()},
+    }
+
+
+def _class_doc(c: ev.PriorityClassConfigured) -> dict[str, Any]:
+    return {"name": c.name, "value": c.value, "preemptible": c.preemptible, "slo_class": c.slo_class,
+            "description": c.description, "grace_s": c.grace_s, "allow_timeslice": c.allow_timeslice,
+            "override": True}
+
+
+def _policy_dict(p: ev.Policy) -> dict[str, Any]:
+    return msgspec.structs.asdict(p)
+
+
+def _check_policy(doc: dict[str, Any], where: str) -> ev.Policy:
+    problems: list[str] = []
+    parsed = collect(doc, PolicyDoc, "policy", problems)
+    if problems:
+        raise OverlayError([f"{where}: {p}" for p in problems])
+    return ev.Policy(**msgspec.structs.asdict(parsed))
+
+
+class Overlay:
+    """Accumulates overlays on a recorded configuration; `events()` gives what to append."""
+
+    def __init__(self, recorded_config: list[ev.Event]) -> None:
+        cfg = recorded(recorded_config)
+        self.policy: dict[str, Any] = _policy_dict(cfg.policy)
+        self.policy_changed = False
+        self.tenants: dict[str, dict[str, Any]] = {n: _tenant_doc(t) for n, t in cfg.tenants.items()}
+        self.classes: dict[str, dict[str, Any]] = {n: _class_doc(c) for n, c in cfg.classes.items()}
+        self.changed_tenants: list[str] = []
+        self.changed_classes: list[str] = []
+        self.schedules: list[dict[str, Any]] = []
+        self.nodes: tuple[ev.NodeInfo, ...] | None = None
+        self.changes: list[str] = []
+
+    # ---------------------------------------------------------------- --set KEY=VALUE
+    def set(self, item: str) -> None:
+        where = f"--set {item}"
+        if "=" not in item:
+            raise OverlayError(f"{where}: expected KEY=VALUE (e.g. policy.preemption=false)")
+        key, _, text = item.partition("=")
+        key = key.strip()
+        value = _scalar(text)
+        root, _, rest = key.partition(".")
+        if root not in ROOTS:
+            raise OverlayError(f"{where}: {root!r}: unknown key{_suggest(root, ROOTS) or ' (known: ' + ', '.join(ROOTS) + ')'}")
+        if root == "policy":
+            if not rest or "." in rest:
+                raise OverlayError(f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})")
+            if rest not in self.policy:
+                hint = _suggest(rest, self.policy) or f" (known keys: {', '.join(self.policy)})"
+                raise OverlayError(f"{where}: policy.{rest}: unknown key{hint}")
+            new = {**self.policy, rest: value}
+            _check_policy(new, where)
+            self.policy = new
+            self.policy_changed = True
+            self.changes.append(f"policy.{rest}={value!r}")
+            return
+        table, changed, shape, label = (
+            (self.tenants, self.changed_tenants, TenantDoc, "tenant") if root == "tenants"
+            else (self.classes, self.changed_classes, ClassDoc, "priority class"))
+        # names may hold '/', never '.': the name is the token after the root, the rest the field
+        name, _, field = rest.partition(".")
+        if not name or not field:
+            raise OverlayError(f"{where}: expected {root}.<name>.<key>")
+        if name not in table:
+            hint = _suggest(name, table) or f" (known: {', '.join(sorted(table)) or 'none'})"
+            raise OverlayError(f"{where}: {root}.{name}: no {label} {name!r} in the recorded configuration{hint}")
+        fields = [f.encode_name for f in msgspec.structs.fields(shape) if f.encode_name not in ("name", "override")]
+        top, _, sub = field.partition(".")
+        if top not in fields:
+            hint = _suggest(top, fields) or f" (known keys: {', '.join(fields)})"
+            raise OverlayError(f"{where}: {root}.{name}.{top}: unknown key{hint}")
+        entry = dict(table[name])
+        if sub:
+            if top != "guaranteed_by_model":
+                raise OverlayError(f"{where}: {root}.{name}.{top}: has no sub-keys")
+            entry[top] = {**entry[top], sub: value}
+        else:
+            entry[top] = value
+        problems: list[str] = []
+        collect(entry, shape, f"{root}.{name}", problems)
+        if problems:
+            raise OverlayError([f"{where}: {p}" for p in problems])
+        table[name] = entry
+        if name not in changed:
+            changed.append(name)
+        self.changes.append(f"{key}={value!r}")
+
+    # ---------------------------------------------------------------- --policy FILE
+    def add_file(self, doc: Any, file: str) -> None:
+        if not isinstance(doc, dict):
+            raise OverlayError(f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}")
+        if "timeline" in doc:
+            raise OverlayError(f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)")
+        unknown = [k for k in doc if k not in _OVERLAY_KEYS]
+        if unknown:
+            k = unknown[0]
+            raise OverlayError(f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}")
+        # classes named like a recorded one replace it: no `override` needed for those
+        raw = dict(doc)
+        raw_classes = [dict(c, override=True) if isinstance(c, dict) and c.get("name") in self.classes
+                       and "override" not in c else c for c in raw.get("priority_classes") or []]
+        if raw_classes:
+            raw["priority_classes"] = raw_classes
+        try:
+            parsed = validate_file(raw)
+        except InputError as exc:
+            raise OverlayError([f"{file}: {p}" for p in exc.problems]) from None
+        if isinstance(doc.get("policy"), dict):
+            new = {**self.policy, **doc["policy"]}
+            _check_policy(new, file)
+            self.policy = new
+            self.policy_changed = True
+            self.changes += [f"policy.{k}={v!r}" for k, v in doc["policy"].items()]
+        for t in raw.get("tenants") or []:
+            self.tenants[t["name"]] = t
+            if t["name"] not in self.changed_tenants:
+                self.changed_tenants.append(t["name"])
+            self.changes.append(f"tenant {t['name']}")
+        for c in raw_classes:
+            self.classes[c["name"]] = c
+            if c["name"] not in self.changed_classes:
+                self.changed_classes.append(c["name"])
+            self.changes.append(f"priority class {c['name']}")
+        self.schedules += list(raw.get("schedules") or [])
+        if parsed.cluster.nodes:
+            self.nodes = node_infos(raw)
+            self.changes.append(f"{len(self.nodes)} nodes")
+
+    # ---------------------------------------------------------------- result
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.changed_tenants:
+            doc["tenants"] = [{k: v for k, v in self.tenants[n].items() if v is not None}
+                              for n in self.changed_tenants]
+        if self.changed_classes:
+            doc["priority_classes"] = [{k: v for k, v in self.classes[n].items() if v is not None}
+                                       for n in self.changed_classes]
+        if self.policy_changed:
+            doc["policy"] = self.policy
+        if self.schedules:
+            doc["schedules"] = self.schedules
+        return doc
+
+    def events(self, at_ms: int) -> list[ev.Event]:
+        doc = self.document()
+        if not doc:
+            return []
+        try:
+            return config_events(doc, producer="whatif-overlay", at_ms=at_ms)
+        except InputError as exc:
+            raise OverlayError(exc.problems) from None
+
+
+def apply_overlays(inputs, sets: list[str] = (), files: list[tuple[str, Any]] = ()):
+    """`inputs` (a `replay.whatif.Inputs`) with the overlays appended to its configuration.
+
+    `files` are `(name, parsed document)` pairs of `--policy` files; `sets` the `--set` items.
+    Returns `(inputs, changes)`; raises OverlayError."""
+    overlay = Overlay(inputs.config)
+    for name, doc in files:
+        overlay.add_file(doc, name)
+    for item in sets:
+        overlay.set(item)
+    extra = overlay.events(inputs.start_ms)
+    nodes = overlay.nodes if overlay.nodes is not None else inputs.nodes
+    return dc_replace(inputs, config=[*inputs.config, *extra], nodes=nodes), overlay.changes

@@ -1,0 +1,132 @@
+"""The what-if report: one recorded log replayed under several policies, as a single offline
+HTML file (inline SVG charts, no scripts, no external resources).
+
+Sections: what was replayed and what each variant changed; the comparison table (the rows
+of `gpuledger compare`, one column per variant, each with its delta to the first); queue
+wait by SLO class (CDF per class); GPU allocation over time; preemptions and lost GPU-hours;
+per-tenant fairness (share attainment, Jain's index). Metric definitions are those of
+`replay.metrics`, shared with `compare` and `simulate --json`.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuledger.replay.compare import Summary, compare, rows
+
+
+@dataclass
+class Variant:
+    label: str
+    changes: list[str]
+    summary: Summary
+    log_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: METRIC, the first variant's value, then value (delta) of each other."""
+    base = variants[0].summary
+    order: list[str] = []
+    cells: dict[str, list[str]] = {}
+    for i, v in enumerate(variants):
+        pair = rows(compare(base, v.summary))
+        for label, a, b, d in pair:
+            if label not in cells:
+                order.append(label)
+                cells[label] = [""] * len(variants)
+                cells[label][0] = a
+            if i:
+                cells[label][i] = b if d in ("n/a", "+0", "+0.0", "+0.000", "+0.0s") or b == "n/a" else f"{b} ({d})"
+    header = ["metric", *(v.label for v in variants)]
+    return header, [[label, *cells[label]] for label in order]
+
+
+def _svg(chart, runs, labels, **kw) -> str:
+    buf = io.BytesIO()
+    chart(runs, labels, buf, **kw)
+    text = buf.getvalue().decode()
+    text = text[text.index("<svg"):]  # drop the XML prolog and doctype: inline in HTML
+    start, end = text.find("<metadata>"), text.find("</metadata>")
+    if start >= 0 and end > start:  # creator and date: not needed, and the date would differ per run
+        text = text[:start] + text[end + len("</metadata>"):]
+    return text
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+color:#1d1d1f;line-height:1.45;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
+.sub{color:#555;margin-top:0}table{border-collapse:collapse;font-size:.9rem;margin:.6rem 0}
+th,td{padding:.25rem .7rem;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
+th:first-child,td:first-child{text-align:left}thead th{background:#f4f4f6;position:sticky;top:0}
+tr.group td{background:#fafafa;font-weight:600;text-align:left}
+.chart svg{width:100%;height:auto}code{background:#f4f4f6;padding:0 .25rem;border-radius:3px}
+.note{color:#555;font-size:.88rem}.sw{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin-right:.4rem;vertical-align:-1px}
+"""
+
+
+def render(log_name: str, variants: list[Variant], recorded_events: int, title: str | None = None) -> str:
+    """The report as one HTML document."""
+    from gpuledger.replay.plots import (
+        COLORS,
+        allocation_chart,
+        fairness_chart,
+        preemption_chart,
+        wait_cdf_chart,
+    )
+
+    runs = [v.summary for v in variants]
+    labels = [v.label for v in variants]
+    e = html.escape
+    base = runs[0].metrics
+    span_days = (base["end_s"] - base["start_s"]) / 86400
+    header, body = table(variants)
+    out: list[str] = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>{e(title or 'What-if report: ' + log_name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{e(title or 'What-if report')}</h1>",
+        f"<p class=sub>Log <code>{e(log_name)}</code>: {recorded_events:,} recorded events, "
+        f"{base['jobs']['submitted']:,} jobs, {span_days:.1f} days replayed under {len(variants)} "
+        "configurations with the same deciders on a virtual clock. Each job keeps its observed run time; "
+        "when and where it runs, and who is preempted, are decided afresh.</p>",
+        "<h2>Variants</h2><table><thead><tr><th>variant</th><th style='text-align:left'>changes to the recorded configuration</th>"
+        "<th>events</th><th>replay log</th></tr></thead><tbody>",
+    ]
+    for i, v in enumerate(variants):
+        sw = f"<span class=sw style='background:{COLORS[i % len(COLORS)]}'></span>"
+        changes = "; ".join(v.changes) or "none (the recorded configuration)"
+        out.append(f"<tr><td>{sw}{e(v.label)}</td><td style='text-align:left;white-space:normal'>{e(changes)}</td>"
+                   f"<td>{v.summary.metrics['events']:,}</td><td>{e(v.log_path or '')}</td></tr>")
+    out.append("</tbody></table>")
+    out.append("<h2>Comparison</h2><p class=note>Values of each variant, with the difference to "
+               f"<b>{e(labels[0])}</b> in brackets where there is one.</p><table><thead><tr>")
+    out += [f"<th>{e(h)}</th>" for h in header]
+    out.append("</tr></thead><tbody>")
+    for r in body:
+        out.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>")
+    out.append("</tbody></table>")
+    sections = [
+        ("Queue wait by SLO class", wait_cdf_chart, {"max_cols": 2},
+         "Fraction of placed jobs that waited at most x seconds from submission to first placement, "
+         "per SLO class (symmetric-log axis above 1 s). A curve further left is better."),
+        ("GPU allocation over time", allocation_chart, {},
+         "Allocated share of registered GPU capacity (time-weighted bin means on long runs)."),
+        ("Preemptions and lost work", preemption_chart, {},
+         "Gangs evicted for a higher-priority job or a quota reclaim, and the GPU-hours of work since "
+         "their last checkpoint that were lost."),
+        ("Per-tenant fairness", fairness_chart, {},
+         "Share attainment: GPU time a tenant received divided by its fair share while it had demand "
+         "(1.0 = all it was entitled to). Jain's index over tenants: 1.0 = equal attainment."),
+    ]
+    for heading, chart, kw, note in sections:
+        out.append(f"<h2>{e(heading)}</h2><p class=note>{e(note)}</p><div class=chart>")
+        out.append(_svg(chart, runs, labels, **kw))
+        out.append("</div>")
+    out.append("<p class=note>Made by <code>gpuledger whatif</code>. Metric definitions: "
+               "docs/whatif-import-compare.md. No scripts, no external resources: this file is all there is.</p>")
+    out.append("</body></html>")
+    return "\n".join(out)

@@ -1,0 +1,61 @@
+"""The spread constraint (`JobSpec.spread`): at most `max_per_node` members of a group's jobs
+on one node; a job held back by it says so in its pending reason (what `why` shows)."""
+
+import msgspec
+
+from gpuledger import events as ev
+from gpuledger.replay.simulator import Simulator, standard_services
+from gpuledger.replay.verify import verify
+from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.stamp import submission
+
+DOC = {
+    "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4, "model": "X", "cpu": 64, "memory": "256Gi"}]},
+    "tenants": [{"name": "t", "guaranteed": 8}],
+}
+
+
+def run(jobs):
+    sim = Simulator(standard_services(node_infos(DOC)))
+    for e in config_events(DOC):
+        sim.publish(e)
+    sim.schedule([(at, submission(spec, now_ms=at, producer="test")) for at, spec in jobs])
+    sim.run(60_000)
+    return sim
+
+
+def spec(job_id, group=None, limit=1, gpus=1):
+    spread = ev.Spread(group=group, max_per_node=limit) if group else msgspec.UNSET
+    return ev.JobSpec(job_id=job_id, tenant="t", resources=ev.Resources(gpus=gpus), duration_s=30, spread=spread)
+
+
+def nodes_of(sim, job_id):
+    return [m.node for at, members in sim.ledger.jobs[job_id].placements for m in members]
+
+
+def test_members_of_a_group_spread_over_nodes_up_to_the_limit():
+    sim = run([(0, spec("a", "web")), (0, spec("b", "web")), (0, spec("c", "web")), (0, spec("free"))])
+    placed = {j: nodes_of(sim, j) for j in ("a", "b", "free")}
+    assert placed["a"] != placed["b"]  # one per node
+    assert len(sim.ledger.jobs["c"].placements) == 1  # placed only after a or b ended
+    assert sim.ledger.jobs["c"].placements[0][0] == 30_000
+    reasons = [e for _, _, e in sim.log if isinstance(e, ev.PendingReasonChanged) and e.job_id == "c"]
+    assert reasons and "spread group 'web' allows at most 1 per node" in reasons[0].message
+    assert reasons[0].details["spread"] == {"group": "web", "max_per_node": 1, "nodes_at_limit": 2}
+    assert verify(sim.log).ok
+
+
+def test_a_limit_of_two_and_jobs_without_a_group_are_unaffected():
+    sim = run([(0, spec(f"j{i}", "db", limit=2)) for i in range(4)] + [(0, spec("other"))])
+    per_node = {}
+    for i in range(4):
+        for n in nodes_of(sim, f"j{i}"):
+            per_node[n] = per_node.get(n, 0) + 1
+    assert sorted(per_node.values()) == [2, 2]
+    assert sim.ledger.jobs["other"].placements[0][0] == 0
+
+
+def test_unset_spread_encodes_as_before():
+    plain = ev.JobSpec(job_id="x", tenant="t")
+    assert b"spread" not in ev.encode(ev.JobSubmitted(job=plain, event_id="e", occurred_at_ms=0,
+                                                      correlation_id="x", producer="p"))
