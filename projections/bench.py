@@ -341,6 +341,7 @@ def run(
                 sustained_seconds=round(dt, 2),
                 sustained_events_per_s=round(len(msgs) / dt),
                 sustained_cpu_seconds=round(cpu, 2),
+                sustained_peak_rss_mb=_peak_rss_mb(),
             )
             del msgs
         if rebuild_events:
@@ -357,8 +358,21 @@ def run(
                 rebuild_seconds=round(stats["seconds"], 2),
                 rebuild_events_per_s=round(stats["events"] / stats["seconds"]),
             )
+    result["peak_rss_mb"] = _peak_rss_mb()
     result["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    from gpuledger.replay.benchinfo import machine
+
+    result["machine"] = machine()
     return result
+
+
+def _peak_rss_mb() -> float:
+    """The process's peak resident set so far (both phases), MB."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
 if __name__ == "__main__":  # python -m projections.bench

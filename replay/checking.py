@@ -184,3 +184,13 @@ def checked_decide(service: Any, ledger: Ledger, now_ms: int) -> list[Event]:
             f"cached {_show(out)}, uncached {_show(again)}"
         )
     return out
+
+
+def checked_quiet(service: Any, ledger: Ledger, now_ms: int) -> None:
+    """A decide the simulator skips (nothing that can change its answer was folded since a
+    quiet one, `unaffected_by` / `quiet_until_wakeup`): checked, and it must be quiet too."""
+    out = checked_decide(service, ledger, now_ms)
+    if out:
+        raise DecideDrift(
+            f"{service.producer} decide after seq {ledger.last_seq} at t={now_ms / 1000:g}s was "
+            f"skipped as quiet (unaffected_by / quiet_until_wakeup) but returns {_show(out)}")

@@ -184,17 +184,32 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
             procs.stop(timeout_s=30)
 
 
+def time_bound_s(duration_s: float, burst: int, profiled: bool) -> float:
+    """The most one run may take: registration (120 s) + steady + its wait (30 s) + the burst's
+    wait + stopping, doubled under cProfile; past it the run stops with an error instead of
+    hanging."""
+    bound = 120 + duration_s + 30 + max(120.0, burst / 50) + 60
+    return bound * (2 if profiled else 1)
+
+
 def run_latency_bench(rate: float = 100.0, duration_s: float = 30.0, burst: int = 10_000,
                       nodes: int = 500, *, profile_dir: str | Path | None = None,
-                      progress=None) -> dict[str, Any]:
+                      progress=None, timeout_s: float | None = None) -> dict[str, Any]:
     """Run both phases on a fresh embedded NATS and every service as a process; returns
-    `p50_ms`, `p99_ms`, `drain_per_s`, `submitted`, `placed` and more (see module doc)."""
+    `p50_ms`, `p99_ms`, `drain_per_s`, `submitted`, `placed` and more (see module doc).
+    TimeoutError past `timeout_s` (default `time_bound_s`)."""
+    from gpuledger.replay.benchinfo import machine
+
     prof = Path(profile_dir) if profile_dir is not None else None
     if prof is not None:
         prof.mkdir(parents=True, exist_ok=True)
+    bound = timeout_s if timeout_s is not None else time_bound_s(duration_s, burst, prof is not None)
     with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
-        return asyncio.run(_bench(rate, duration_s, burst, nodes, Path(tmp), prof,
-                                  progress or (lambda _msg: None)))
+        result = asyncio.run(asyncio.wait_for(
+            _bench(rate, duration_s, burst, nodes, Path(tmp), prof, progress or (lambda _msg: None)),
+            timeout=bound))
+    result["machine"] = machine()
+    return result
 
 
 def latency(
@@ -204,12 +219,40 @@ def latency(
     nodes: int = typer.Option(500, "--nodes", help="Simulated 8-GPU nodes."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the result here ('-' = stdout)."),
     profile: Path | None = typer.Option(None, "--profile", help="Run services under cProfile; write <role>.prof here."),
+    runs: int = typer.Option(1, "--runs", help="Runs (with --baseline: pairs, alternating)."),
+    baseline: str | None = typer.Option(None, "--baseline", help="The Python of another checkout (its .venv/bin/python): the same bench alternately with its code, and the ratios."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds one run may take (default: from the sizes, doubled under --profile); past it: exit 4."),
 ) -> None:
     """Submit -> GangPlaced p50/p99 at a steady rate and the drain rate of a burst, with every
     service as a separate process (targets: p99 <= 50 ms, drain >= 500 placements/s)."""
     quiet = json_out is not None and str(json_out) == "-"
     say = (lambda m: None) if quiet else (lambda m: typer.echo(m, err=True))
-    result = run_latency_bench(rate, duration, burst, nodes, profile_dir=profile, progress=say)
+    from gpuledger.replay.benchinfo import baseline_run, paired
+
+    mine: list[dict[str, Any]] = []
+    base: list[dict[str, Any]] = []
+    args = ["--rate", str(rate), "--duration", str(duration), "--burst", str(burst), "--nodes", str(nodes)]
+    try:
+        for _ in range(max(1, runs)):
+            mine.append(run_latency_bench(rate, duration, burst, nodes, profile_dir=profile,
+                                          progress=say, timeout_s=timeout))
+            if baseline is not None:
+                say("baseline run ...")
+                base.append(baseline_run(baseline, "latency", args))
+                say(f"baseline: p99 {base[-1]['p99_ms']} ms, drain {base[-1]['drain_per_s']}/s")
+    except TimeoutError:
+        typer.echo("error: the latency bench timed out (see --timeout)", err=True)
+        raise typer.Exit(4) from None
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    result = dict(mine[-1])
+    if len(mine) > 1 or baseline is not None:
+        keys = ["p50_ms", "p90_ms", "p99_ms", "drain_per_s"]
+        result["runs"] = [{k: m[k] for k in keys} for m in mine]
+        if baseline is not None:
+            result["baseline"] = {"python": baseline, "runs": [{k: b[k] for k in keys} for b in base],
+                                  **paired(mine, base, keys)}
     text = json.dumps(result, indent=2)
     if json_out is None:
         typer.echo(text)

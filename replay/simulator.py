@@ -45,6 +45,12 @@ class Simulator:
         self.now_ms = 0
         self._last_input_ms = 0
         self.on_event: Callable[[int, str, Event], None] | None = None
+        self._stale = [True] * len(services)
+        """Per service: whether it must be asked (it published at its last decide, or an
+        event that can change its answer was folded since its last quiet one)."""
+        self._wake: list[int | None] = [None] * len(services)
+        """Per service: its `next_wakeup_ms` at the end of the last instant."""
+        self._affects: dict[type, tuple[int, ...]] = {}
 
     def publish(self, event: Event) -> bool:
         """Append and fold one event; False when its id was already published."""
@@ -55,7 +61,20 @@ class Simulator:
         seq = len(self.log) + 1
         subject = subject_for(event)
         self.log.append((seq, subject, event))
-        self.ledger.apply(seq, event)
+        ledger = self.ledger
+        nodes_version = ledger.nodes_version
+        ledger.apply(seq, event)
+        stale = self._stale
+        if ledger.nodes_version != nodes_version:  # the node set changed: counts for all
+            affected: tuple[int, ...] | None = tuple(range(len(stale)))
+        else:
+            kind = type(event)
+            affected = self._affects.get(kind)
+            if affected is None:
+                affected = self._affects[kind] = tuple(
+                    i for i, s in enumerate(self.services) if kind not in getattr(s, "unaffected_by", ()))
+        for i in affected:
+            stale[i] = True
         if self.on_event is not None:
             self.on_event(seq, subject, event)
         return True
@@ -66,32 +85,46 @@ class Simulator:
             self._last_input_ms = max(self._last_input_ms, at_ms)
 
     def settle(self) -> None:
-        # A service whose last decision published nothing is not asked again until something
-        # is published: deciders are functions of (ledger, now), so it would repeat itself
-        # (events already published are dropped as duplicates anyway).
-        quiet: list[int] = [-1] * len(self.services)
+        # A service whose last decision published nothing is not asked again until an event
+        # that can change its answer is published (`unaffected_by`), nor at a later instant
+        # before its wake-up when it says the clock changes nothing else
+        # (`quiet_until_wakeup`): deciders are functions of (ledger, now), so it would repeat
+        # itself (events already published are dropped as duplicates anyway). Checking mode
+        # asks anyway and requires that quiet answer.
         log = self.log
         ledger = self.ledger
         now_ms = self.now_ms
         publish = self.publish
+        stale = self._stale
+        services = self.services
+        for i, service in enumerate(services):
+            if not getattr(service, "quiet_until_wakeup", False):
+                stale[i] = True
+            elif (w := self._wake[i]) is not None and w <= now_ms:
+                stale[i] = True
         if self.check:
-            from gpuledger.replay.checking import checked_decide
+            from gpuledger.replay.checking import checked_decide, checked_quiet
 
             def decide(service, ledger, now_ms):
                 return checked_decide(service, ledger, now_ms)
         else:
+            checked_quiet = None
+
             def decide(service, ledger, now_ms):
                 return service.decide(ledger, now_ms)
         for _ in range(MAX_ROUNDS_PER_INSTANT):
             produced = False
-            for i, service in enumerate(self.services):
-                mark = len(log)
-                if quiet[i] == mark:
+            for i, service in enumerate(services):
+                if not stale[i]:
+                    if checked_quiet is not None:
+                        checked_quiet(service, ledger, now_ms)
                     continue
+                stale[i] = False
+                mark = len(log)
                 for event in decide(service, ledger, now_ms):
                     produced |= publish(event)
-                if len(log) == mark:
-                    quiet[i] = mark
+                if len(log) != mark:
+                    stale[i] = True
             if not produced:
                 return
         raise SimulationStuck(f"no convergence at t={self.now_ms / 1000:.3f}s")
@@ -111,7 +144,12 @@ class Simulator:
                 if not self.ledger.pending and not self.ledger.active:
                     return
                 until_ms = self._last_input_ms + SCHEDULES_ONLY_HORIZON_MS
-            times = [t for s in self.services if (t := s.next_wakeup_ms(self.ledger, self.now_ms)) is not None and t > self.now_ms]
+            wake = self._wake
+            times = []
+            for i, s in enumerate(self.services):
+                t = wake[i] = s.next_wakeup_ms(self.ledger, self.now_ms)
+                if t is not None and t > self.now_ms:
+                    times.append(t)
             if self._inputs:
                 times.append(self._inputs[0][0])
             if not times:

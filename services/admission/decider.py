@@ -25,6 +25,7 @@ from gpuledger.events import (
     validate_tenant,
     validate_token,
 )
+from gpuledger.events import catalog as _ev
 from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain import job_status
 from gpuledger.services.domain.deciding import LedgerService
@@ -42,6 +43,15 @@ class Rejection(Exception):
 class Admission(LedgerService):
     name = "admission"
     query_subjects = QUERY_SUBJECTS
+    # decides on submissions, invalid submissions, refused requests, configuration and the
+    # fleet's shapes; what happens to admitted jobs never changes that
+    unaffected_by = frozenset({
+        _ev.FairShareUpdated, _ev.GangPlaced, _ev.MemberStarted, _ev.MemberCheckpointed,
+        _ev.MemberExited, _ev.PreemptionRequested, _ev.PreemptionDeclined, _ev.GangEvicted,
+        _ev.GangRequeued, _ev.GangCompleted, _ev.GangFailed, _ev.PendingReasonChanged,
+        _ev.GpuMetricsReported, _ev.NodeHeartbeat,
+    })
+    quiet_until_wakeup = True  # never reads the clock
     """Job status queries from tenant CI identities (services/domain/job_status.py)."""
 
     @staticmethod

@@ -93,7 +93,11 @@ def openb(
                       str(r.placements), f"{r.placements_per_s:,.0f}", f"{r.wall_s:.1f}")
     console.print(table)
     if json_out is not None:
-        payload = reports[0] if len(reports) == 1 else reports
+        from gpuledger.replay.benchinfo import machine
+
+        payload = msgspec.to_builtins(reports[0] if len(reports) == 1 else reports)
+        for r in payload if isinstance(payload, list) else [payload]:
+            r["machine"] = machine()
         json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
@@ -125,7 +129,11 @@ def fleet(
                       f"{r.max_ms:.1f}", str(r.placed), f"{r.mean_gpu_allocated_pct:.1f}", fails)
     console.print(table)
     if json_out is not None:
-        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
+        from gpuledger.replay.benchinfo import machine
+
+        payload = msgspec.to_builtins(report)
+        payload["machine"] = machine()
+        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
 if __name__ == "__main__":
@@ -148,6 +156,44 @@ def projector_bench(
     text = json.dumps(result, indent=2)
     if json_out is not None:
         json_out.write_text(text)
+    typer.echo(text)
+
+
+@bench_app.command("replay")
+def replay_bench(
+    pods: Annotated[Path | None, typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)")] = None,
+    nodes: Annotated[Path | None, typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", envvar="GPULEDGER_OPENB_DIR", help="folder holding the openb CSV files")] = None,
+    runs: Annotated[int, typer.Option("--runs", help="replays (each a fresh process); the median is reported")] = 3,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="the Python of another checkout (its .venv/bin/python): the same replay alternately with its code, and the ratio")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the result as JSON ('-' = stdout only)")] = None,
+    profile: Annotated[Path | None, typer.Option("--profile", help="also replay once in this process under cProfile; stats to this file")] = None,
+) -> None:
+    """Replay speed: events/s of a what-if replay of the openb trace (goal >= 50,000), with
+    the sha256 of its output so that a changed decision shows."""
+    import json
+
+    from gpuledger.replay.openb.trace import TraceNotFound, trace_files
+    from gpuledger.replay.replay_bench import profile_once, run
+
+    try:
+        pods, nodes = trace_files(trace, pods, nodes)
+    except TraceNotFound as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    quiet = json_out is not None and str(json_out) == "-"
+    say = (lambda m: None) if quiet else (lambda m: typer.echo(m, err=True))
+    try:
+        result = run(pods, nodes, runs=max(1, runs), baseline=baseline, progress=say)
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if profile is not None:
+        profile_once(pods, nodes, profile)
+        result["profile"] = str(profile)
+    text = json.dumps(result, indent=2)
+    if json_out is not None and str(json_out) != "-":
+        json_out.write_text(text + "\n")
     typer.echo(text)
 
 

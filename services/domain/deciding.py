@@ -22,6 +22,18 @@ class LedgerService:
 
     name = "service"
 
+    unaffected_by: frozenset[type] = frozenset()
+    """Event types whose fold can change neither this service's `decide` nor its
+    `next_wakeup_ms`: after a quiet answer, the simulator does not ask again until an event
+    of another type is folded (checking mode asks anyway and requires the same quiet answer).
+    A fold that changes the node set (`Ledger.nodes_version`) always counts. Empty: every
+    event may matter."""
+
+    quiet_until_wakeup: bool = False
+    """True when a quiet answer stays quiet as time passes until `next_wakeup_ms` (nothing
+    else in `decide` reads the clock): the simulator then need not ask at a later instant
+    unless an event that affects it was folded or its wake-up has come."""
+
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         self.instance = instance
         self.leader_epoch = leader_epoch

@@ -22,6 +22,7 @@ from gpuledger.events import (
     NodeInfo,
     NodeRegistered,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 
@@ -30,11 +31,24 @@ class SimulatedAgent(LedgerService):
     """Agent for `nodes` (one agent may simulate many nodes)."""
 
     name = "node-agent"
+    # acts on its nodes and on allocations (placed, cancelled, preempted, due instants)
+    unaffected_by = frozenset({
+        ev.JobSubmitted, ev.JobAdmitted, ev.JobRejected, ev.FairShareUpdated,
+        ev.PendingReasonChanged, ev.PreemptionDeclined, ev.GpuMetricsReported,
+        ev.RequestRefused, ev.DeadLettered,
+    })
+    quiet_until_wakeup = True  # due instants and heartbeats are its wake-ups
 
     def __init__(self, nodes: tuple[NodeInfo, ...], instance: str = "sim", heartbeat_s: int = 0) -> None:
         super().__init__(instance)
         self.nodes = {n.name: n for n in nodes}
+        self._names = sorted(self.nodes)
         self.heartbeat_s = heartbeat_s
+        period = heartbeat_s * 1000
+        # heartbeats spread over the period: node i's first one comes (i+1)/N of a period after
+        # its registration, then one every period, so N nodes never beat in one burst
+        self._phase_ms = {name: max(1, (i + 1) * period // len(self._names))
+                          for i, name in enumerate(self._names)} if period else {}
         self._registered_at = -1  # memo: nodes_version at which every node was registered
 
     def cache_defaults(self) -> dict:
@@ -56,10 +70,11 @@ class SimulatedAgent(LedgerService):
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         times: list[int] = []
         if self.heartbeat_s:
-            for name in self.nodes:
-                node = state.nodes.get(name)
-                if node is not None and node.last_heartbeat_ms is not None:
-                    times.append(node.last_heartbeat_ms + self.heartbeat_s * 1000)
+            nodes = state.nodes
+            due = [self._heartbeat_due(node) for name in self._names
+                   if (node := nodes.get(name)) is not None and node.last_heartbeat_ms is not None]
+            if due:
+                times.append(min(due))
         if self._narrow(state):
             nxt = min((t for a in self._allocations_here(state) for t in state.expected.times(a)
                        if t > now_ms), default=None)
@@ -68,6 +83,14 @@ class SimulatedAgent(LedgerService):
         if nxt is not None:
             times.append(nxt)
         return min(times, default=None)
+
+    def _heartbeat_due(self, node) -> int:
+        """When the node's next heartbeat is due: a period after the last one, or its phase
+        after its registration (the registration counts as its first heartbeat)."""
+        last = node.last_heartbeat_ms
+        if last == node.registered_ms:
+            return last + self._phase_ms[node.info.name]
+        return last + self.heartbeat_s * 1000
 
     def _narrow(self, state: Ledger) -> bool:
         """Whether this agent simulates fewer nodes than the ledger knows (one per node in
@@ -97,31 +120,36 @@ class SimulatedAgent(LedgerService):
 
     def _register(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
-        if not self.heartbeat_s and self._registered_at == state.nodes_version:
-            return out  # nothing about nodes changed since every node was seen registered
-        for name in sorted(self.nodes):
-            known = state.nodes.get(name)
-            mine = self.nodes[name] if known is None else with_layouts(self.nodes[name], known.info)
-            if known is None or known.info != mine:
-                out.append(
-                    self.emit(
-                        state, now_ms, NodeRegistered, key=f"{name}@{now_ms}", correlation_id=name,
-                        node=mine, simulated=True, heartbeat_s=self.heartbeat_s,
+        nodes = state.nodes
+        if self._registered_at != state.nodes_version:  # else every node was seen registered
+            for name in self._names:
+                known = nodes.get(name)
+                mine = self.nodes[name] if known is None else with_layouts(self.nodes[name], known.info)
+                if known is None or known.info != mine:
+                    out.append(
+                        self.emit(
+                            state, now_ms, NodeRegistered, key=f"{name}@{now_ms}", correlation_id=name,
+                            node=mine, simulated=True, heartbeat_s=self.heartbeat_s,
+                        )
                     )
-                )
-            elif (
-                self.heartbeat_s
-                and known.last_heartbeat_ms is not None
-                and now_ms - known.last_heartbeat_ms >= self.heartbeat_s * 1000
-            ):
-                out.append(
-                    self.emit(
-                        state, now_ms, NodeHeartbeat, key=f"{name}@{now_ms}", correlation_id=name,
-                        node=name,
+            if not out:
+                self._registered_at = state.nodes_version
+        if self.heartbeat_s:
+            registering = {e.node.name for e in out}
+            for name in self._names:
+                known = nodes.get(name)
+                if (
+                    known is not None
+                    and name not in registering
+                    and known.last_heartbeat_ms is not None
+                    and now_ms >= self._heartbeat_due(known)
+                ):
+                    out.append(
+                        self.emit(
+                            state, now_ms, NodeHeartbeat, key=f"{name}@{now_ms}", correlation_id=name,
+                            node=name,
+                        )
                     )
-                )
-        if not out:
-            self._registered_at = state.nodes_version
         return out
 
     def _reconfigure(self, state: Ledger, now_ms: int) -> list[Event]:

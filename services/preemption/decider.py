@@ -26,6 +26,7 @@ from gpuledger.events import (
     PreemptionDeclined,
     PreemptionRequested,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
@@ -46,6 +47,8 @@ from gpuledger.services.scheduler.queue import effective_priority, ordered_pendi
 
 class Preemption(LedgerService):
     name = "preemption"
+    # a heartbeat that revives a lost node changes `nodes_version`, which always counts
+    unaffected_by = frozenset({ev.GpuMetricsReported, ev.NodeHeartbeat})
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)

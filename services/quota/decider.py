@@ -31,6 +31,7 @@ from gpuledger.events import (
     TenantConfigured,
     encode,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger
@@ -48,6 +49,13 @@ def demand_by_tenant(state: Ledger) -> dict[str, int]:
 
 class Quota(LedgerService):
     name = "quota"
+    # decides on capacity, configuration, schedules and demand (held + pending milli-GPUs)
+    unaffected_by = frozenset({
+        ev.JobSubmitted, ev.MemberStarted, ev.MemberCheckpointed, ev.MemberExited,
+        ev.PendingReasonChanged, ev.PreemptionRequested, ev.PreemptionDeclined,
+        ev.GpuMetricsReported, ev.RequestRefused, ev.DeadLettered, ev.NodeHeartbeat,
+    })
+    quiet_until_wakeup = True  # the clock matters for schedules only (next_wakeup_ms)
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)

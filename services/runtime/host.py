@@ -62,6 +62,7 @@ from gpuledger.events import DeadLettered, UndecodableEvent, derive_event_id
 from gpuledger.services.domain.acceptance import subject_refusal
 from gpuledger.services.domain.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
+from gpuledger.services.runtime.gctune import LiveGc
 from gpuledger.services.runtime.lease import Lease
 from gpuledger.services.runtime.metrics import DurationHistogram
 from gpuledger.services.runtime.snapshots import (
@@ -149,6 +150,7 @@ class Host:
         lease: Lease | None = None,
         snapshots: SnapshotStore | None = None,
         snapshot_policy: SnapshotPolicy | None = None,
+        gc_policy: bool = False,
     ) -> None:
         self.service = service
         self.snapshots = snapshots if hasattr(service, "fold_of") else None
@@ -179,6 +181,15 @@ class Host:
         self._awaiting_seq = 0
         self._pending_dead: dict[int, DeadLettered] = {}
         self._unpublishable: set[str] = set()  # event ids already reported as unroutable
+        self.gc = LiveGc() if gc_policy else None
+        """The collector policy (services/runtime/gctune.py), None to leave Python's own."""
+        self._unaffected_by: frozenset[type] = getattr(service, "unaffected_by", frozenset())
+        self._stale = True
+        """Whether decide must run when caught up: False only after a quiet decide, until an
+        event that can change its answer is folded (the service's `unaffected_by`), the node
+        set changes, the lease changes, or its wake-up (or the idle timeout) comes."""
+        self._quiet_at: tuple[Any, Any] = (None, None)  # (nodes_version, leader epoch) then
+        self._wake_at: int | None = None
         self.gap: str | None = None
         """Why the host refuses to decide (the log is incomplete), None while it is whole;
         for status and health checks."""
@@ -347,6 +358,8 @@ class Host:
             raise StreamGap(damage)
         caught_up = target <= self.folded_seq
         if caught_up:
+            if self.gc is not None:
+                self.gc.after_initial_fold()
             self.log.info("host.folded", seq=self.folded_seq, from_seq=self.stats.restored_seq,
                           events=0, seconds=0.0)
         while True:
@@ -355,7 +368,7 @@ class Host:
                     await self._publish_dead_letters()
                     continue
                 if self.may_decide:
-                    produced_new = await self._decide_and_publish()
+                    produced_new = False if self._still_quiet() else await self._decide_and_publish()
                     if produced_new is None:  # bus trouble: back off, then decide again
                         await asyncio.sleep(self.retry_backoff_s)
                         continue
@@ -384,6 +397,8 @@ class Host:
                 delivery.pending == 0 and follower.buffered == 0 and self.folded_seq >= target
             )
             if caught_up and not was_caught_up and self.stats.decide_calls == 0:
+                if self.gc is not None:
+                    self.gc.after_initial_fold()
                 self.log.info(
                     "host.folded",
                     seq=self.folded_seq,
@@ -412,11 +427,23 @@ class Host:
             timeout = min(timeout, max(self.min_sleep_s, (wake - now) / 1000.0))
         if not self.may_decide and self.lease is not None:
             timeout = min(timeout, self.lease.poll_s)  # notice promptly when we lead again
+        if self.gc is not None and follower.buffered == 0:
+            self.gc.when_idle()
+        self._wake_at = wake
         self.idle.set()
         try:
-            return await follower.next(timeout=timeout)
+            delivery = await follower.next(timeout=timeout)
         finally:
             self.idle.clear()
+        if delivery is None:
+            self._stale = True  # a wake-up or the idle timeout: decide again
+        return delivery
+
+    def _still_quiet(self) -> bool:
+        """Whether the last decide was quiet and nothing folded since can change that."""
+        if self._stale or self._quiet_at != (getattr(self.state, "nodes_version", None), self.leader_epoch):
+            return False
+        return self._wake_at is None or self.clock() < self._wake_at
 
     # ------------------------------------------------------------------ folding
 
@@ -437,6 +464,8 @@ class Host:
         if wrong is not None:
             self._dead_letter(d, f"Refused: {wrong}")
             return
+        if type(event) not in self._unaffected_by:
+            self._stale = True
         try:
             self.state = self.service.evolve(self.state, d.seq, event)
         except Exception as err:  # a bug or a bad event: skip it, never wedge
@@ -487,6 +516,8 @@ class Host:
             return False
         self.stats.decide_seconds.observe(time.perf_counter() - started)
         if not out:
+            self._stale = False
+            self._quiet_at = (getattr(self.state, "nodes_version", None), self.leader_epoch)
             return False
         seqs: list[int] = []
         new = duplicates = 0
@@ -692,6 +723,8 @@ def serve(service: Service, url: str, **options: Any) -> None:
         from gpuledger.services.runtime.auth import CREDS_ENV, client_options, tls_from_env
 
         options["nats_options"] = client_options(os.environ.get(CREDS_ENV), tls_from_env())
+
+    options.setdefault("gc_policy", True)  # a process of its own: the live collector policy
 
     async def main(stop: asyncio.Event) -> None:
         await run_service(service, url, stop=stop, **options)

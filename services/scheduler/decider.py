@@ -22,6 +22,7 @@ from gpuledger.events import (
     NodeLost,
     PendingReasonChanged,
 )
+from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import PendingReason, PreemptionReason
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
@@ -94,6 +95,13 @@ class _Why:
 
 class Scheduler(LedgerService):
     name = "scheduler"
+    # reads nearly everything; queue order and pending reasons also move with the clock
+    # (decayed usage), so it is asked at every instant. A heartbeat only postpones a node's
+    # loss (its wake-up); one that revives a lost node changes `nodes_version`, which counts.
+    unaffected_by = frozenset({
+        ev.JobSubmitted, ev.JobRejected, ev.GpuMetricsReported, ev.RequestRefused,
+        ev.DeadLettered, ev.NodeHeartbeat,
+    })
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
@@ -245,6 +253,8 @@ class Scheduler(LedgerService):
     def _place(self, state: Ledger, now_ms: int) -> list[Event]:
         """Place pending gangs in queue order on a trial view; a pending reason for the rest."""
         out: list[Event] = []
+        if not state.pending:
+            return out  # nothing to place: no trial view, no queue
         rnd = _Round.start(state)
         for position, job in enumerate(ordered_pending(state, now_ms)):
             if not job.cancel_requested:

@@ -1,0 +1,82 @@
+"""CI smoke runs of every `gpuledger bench` subcommand at small sizes (seconds each).
+
+Each writes its JSON (`--json`), which carries the machine, and is held to a loose floor: about
+a tenth of what the same small size gives on a 2-core machine shared with other work, so only
+a regression of the order of 10x fails, never a noisy machine. The real figures come from the
+full-size commands (README, "Speed")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OPENB = ROOT / "tests" / "fixtures" / "openb"
+
+
+def bench(tmp_path: Path, *args: str, timeout: float = 300) -> dict:
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "gpuledger.services.cli", "bench", *args,
+                           "--json", str(out)], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    first = data[0] if isinstance(data, list) else data
+    assert first["machine"]["cores"] >= 1 and first["machine"]["python"]
+    return data
+
+
+def test_replay_smoke(tmp_path):
+    r = bench(tmp_path, "replay", "--trace", str(OPENB), "--runs", "1")
+    assert r["events"] > 5000 and r["deterministic"]
+    assert r["events_per_s"]["median"] >= 2_000  # ~20-30k on a shared 2-core machine
+
+
+def test_replay_smoke_with_a_baseline(tmp_path):
+    # this checkout against itself: the ratio is measured in the same run, output identical
+    r = bench(tmp_path, "replay", "--trace", str(OPENB), "--runs", "1", "--baseline", sys.executable)
+    assert r["baseline"]["same_output"] and r["baseline"]["ratio_median"] > 0
+
+
+def test_fleet_smoke(tmp_path):
+    r = bench(tmp_path, "fleet", "--nodes", "40", "--jobs", "400", "--policy", "default")
+    assert r["results"][0]["decisions_per_s"] >= 300  # ~3,000-6,000
+
+
+def test_openb_smoke(tmp_path):
+    r = bench(tmp_path, "openb", "--trace", str(OPENB), "--policy", "default", "--seeds", "42",
+              "--workers", "1")
+    assert r["placements"] > 0 and r["placements_per_s"] >= 200
+
+
+def test_projector_smoke(tmp_path):
+    r = bench(tmp_path, "projector", "--events", "20000", "--rebuild", "20000")
+    assert r["sustained_events_per_s"] >= 4_000  # ~40-70k
+    assert r["rebuild_events_per_s"] >= 4_000
+    assert 0 < r["peak_rss_mb"] < 2_000
+
+
+@pytest.mark.integration
+def test_latency_smoke(tmp_path):
+    r = bench(tmp_path, "latency", "--rate", "50", "--duration", "2", "--burst", "200",
+              "--nodes", "20", "--timeout", "240")
+    assert r["placed"] == r["submitted"] and r["burst_placed"] == 200
+    assert r["p99_ms"] <= 1_000 and r["drain_per_s"] >= 100  # ~10-60 ms, ~2,000-7,000/s
+
+
+@pytest.mark.integration
+def test_latency_profile_ends(tmp_path):
+    r = bench(tmp_path, "latency", "--rate", "50", "--duration", "1", "--burst", "50",
+              "--nodes", "10", "--timeout", "240", "--profile", str(tmp_path / "prof"))
+    assert r["placed"] == r["submitted"]
+    assert sorted(p.name for p in (tmp_path / "prof").glob("*.prof"))
+
+
+@pytest.mark.integration
+def test_restart_smoke(tmp_path):
+    r = bench(tmp_path, "restart", "--events", "2000")
+    assert r["machine"]["cores"] >= 1

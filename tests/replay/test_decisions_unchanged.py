@@ -1,0 +1,98 @@
+"""Speed work must not change a decision: the logs of small fixed runs, byte for byte.
+
+The digests below are sha256 of the JSONL logs written by main without the speed work of
+issue 15 (b44e428, the main the speed branch was merged with). A change that alters a
+decision on purpose updates them and says so in its commit.
+`python tests/replay/test_decisions_unchanged.py` prints the current digests; for the full
+openb trace, `gpuledger bench replay --trace DIR --baseline OTHER/.venv/bin/python` compares
+the sha256 of both outputs (`same_output`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+OPENB = ROOT / "tests" / "fixtures" / "openb"
+
+SCENARIOS = ["backfill", "consolidation", "day-night", "demo", "inference-burst",
+             "latency-critical", "mig-regeometry", "preempt-batch", "runai-reclaim",
+             "starving-gang", "thrashing", "usage-decay"]
+
+EXPECTED = {
+    "scenario:backfill": "3f79a0b487f5e5d6aa7d996e76a6c088ab2b7b027d4e809080325d9d46e2474e",
+    "scenario:consolidation": "33626c953ff2012e3e8cff7c3dd9749388ebb72531fb6e6574ba62715a80f9b9",
+    "scenario:day-night": "efb845869bef5929bb5c6ca69b908825f706b310946a7e83736cd7aa9d527315",
+    "scenario:demo": "11a09ac7c7071150a24da473a4e4d3aa5ac3a5d928b9379d53228a9cb9932f21",
+    "scenario:inference-burst": "56e952ccb2dff1f94116f0deed708a2722cbece988ca96a3a3e241d50c5c178b",
+    "scenario:latency-critical": "5a31a23e9ed122d15cbaab2bee46fad7ab3aedb9b8c849ca962cd52c514c2e00",
+    "scenario:mig-regeometry": "e93fa8d66f6872348dfaa7c82a1890557eadadd955cd85d8e88ff9dd93da2243",
+    "scenario:preempt-batch": "7bdead20138f72cf8379d298988cee5b444035b0273b7268494930127fd6128c",
+    "scenario:runai-reclaim": "15456128aab2e05b3dba8b2e106b12a179f47186d69de04dae5f1390302dce52",
+    "scenario:starving-gang": "07c01db53d9e53f67560258f80554667c0423400509bd143196f6b33f7eb372c",
+    "scenario:thrashing": "8276bd2d8a4b5f261e2dceec3baa65ee0777b2e44bfd6b2c7796901e0555df88",
+    "scenario:usage-decay": "291e0707fe879384e33a6bb588cf2a03470e0532bd47195359f3178c140d85e6",
+    "openb:all": "f62d89db188775e79764b235acc1190256e041d0826a1e80d7367dd00f4ee2f8",
+    "openb:6": "f150748d562f7d244653104706ad61d1cb2a99fb22a84150b4b581af17c22f45",
+}
+
+
+def _digest(entries) -> str:
+    from gpuledger.replay.logio import write_log
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "log.jsonl"
+        write_log(path, entries)
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def scenario_digest(name: str) -> str:
+    from gpuledger.replay.scenario import load
+    from gpuledger.replay.simulator import simulate
+
+    return _digest(simulate(load(EXAMPLES / f"{name}.yaml")).log)
+
+
+def openb_digest(nodes: int | None) -> str:
+    """The fixture slice of the openb trace imported and replayed, on its first `nodes` GPU
+    nodes (all when None; few nodes make jobs wait, queue and be preempted)."""
+    from gpuledger.replay.importers import import_openb
+    from gpuledger.replay.whatif import external_inputs, replay
+
+    node_csv = OPENB / "openb_node_list_gpu_node.csv"
+    with tempfile.TemporaryDirectory() as d:
+        if nodes is not None:
+            lines = node_csv.read_text().splitlines(keepends=True)[: nodes + 1]
+            node_csv = Path(d) / "nodes.csv"
+            node_csv.write_text("".join(lines))
+        imported = import_openb(OPENB / "openb_pod_list_default.csv", node_csv)
+        return _digest(replay(external_inputs(imported.entries())).log)
+
+
+def current() -> dict[str, str]:
+    out = {f"scenario:{n}": scenario_digest(n) for n in SCENARIOS}
+    out["openb:all"] = openb_digest(None)
+    out["openb:6"] = openb_digest(6)
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_log_is_unchanged(name):
+    assert scenario_digest(name) == EXPECTED[f"scenario:{name}"]
+
+
+@pytest.mark.parametrize("nodes", [None, 6])
+def test_openb_fixture_replay_is_unchanged(nodes):
+    key = "openb:all" if nodes is None else f"openb:{nodes}"
+    assert openb_digest(nodes) == EXPECTED[key]
+
+
+if __name__ == "__main__":
+    for k, v in current().items():
+        sys.stdout.write(f'    "{k}": "{v}",\n')
