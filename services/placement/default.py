@@ -1,12 +1,18 @@
 """The `default` scorer (ours): fragmentation- and stranding-aware, topology-aware.
 
 FGD's fragmentation F (clique-aware: multi-GPU typical tasks need one NVLink clique) plus
-*stranded GPU* S: idle GPU milli that the node's free CPU can no longer feed at the
-workload's CPU-per-GPU ratio (`Fragmentation.stranded`). Under plain FGD most GPUs left idle
-at full load sit behind exhausted CPU; counting S as fragmentation steers CPU-heavy work
-(including CPU-only tasks) away from nodes whose GPUs would be stranded.
+*stranded GPU* S, per GPU model and node type: idle GPU milli that the node's free CPU can
+no longer feed at the CPU-per-GPU ratio of the typical tasks that could run on a node of
+its type (a model they allow, enough GPUs and CPU capacity), capped at the type's own CPU
+per GPU, weighted by those tasks' count (`Fragmentation.strand_profile`). Under plain FGD
+most GPUs left idle at full load sit behind exhausted CPU; counting S as fragmentation
+steers CPU-heavy work (including CPU-only tasks) away from nodes whose GPUs would be
+stranded. The per-type demand and cap keep S from calling a CPU-lean node type stranded
+when it is empty (a fleet-wide ratio did, and filled scarce GPU models with tasks that
+could run anywhere, losing to FGD on model-constrained traces).
 
-Score: FGD's integer sigmoid score of ``d(F + S)``, then (tie) less S after the placement,
+Score: FGD's integer sigmoid score of ``d(F_W + S_w)`` (S weighted by its demand ``w``, F
+by all typical tasks ``W``), then (tie) less S after the placement,
 then the fleet's node order (an implicit consolidation, as in FGD). MIG members use MIG
 packing. Gang members are kept under one leaf switch by the engine.
 """
@@ -35,9 +41,10 @@ class DefaultScorer:
             return 0, opts[0]
         idle = free_gpu_milli(node)
         taken = 0 if member.kind == "cpu" else (member.gpu_milli or GPU_MILLI * member.gpus)
-        strand_before = frag.stranded(idle, node.free_cpu)
-        strand_after = frag.stranded(idle - taken, node.free_cpu - member.cpu_milli)
-        bonus = frag.total_weight * (strand_before - strand_after)
+        weight, ratio = frag.strand_profile(node.frag_layout, node.spec.cpu_milli)
+        strand_before = frag.stranded(ratio, idle, node.free_cpu)
+        strand_after = frag.stranded(ratio, idle - taken, node.free_cpu - member.cpu_milli)
+        bonus = weight * (strand_before - strand_after)
         best: tuple[int, Option] | None = None
         for delta, _, opt in frag_delta_scores(frag, node, member, opts):
             score = frag.score(delta + bonus)

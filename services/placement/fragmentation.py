@@ -73,19 +73,46 @@ class Fragmentation:
         w = self.total_weight
         self._thresholds = [-math.log(100 / k - 1) * 1000 * w for k in range(1, 100)]
         self._memo: dict[tuple, int] = {}
-        gpu_tasks = [t for t in tasks if t.num_gpu]
-        gpu_weight = sum(t.weight * t.num_gpu * t.per_gpu_milli for t in gpu_tasks)
-        self.cpu_per_gpu = (
-            1000 * sum(t.weight * t.cpu_milli for t in gpu_tasks) // gpu_weight if gpu_weight else 0
-        )
-        """CPU milli the workload asks per whole GPU (count-weighted over GPU tasks)."""
+        self._profiles: dict[tuple, tuple[int, int]] = {}
+        """(demand weight, CPU per GPU) per node type (`strand_profile`)."""
 
-    def stranded(self, idle_gpu_milli: int, free_cpu: int) -> int:
-        """Idle GPU milli the node's free CPU cannot feed at the workload's CPU-per-GPU
-        ratio: ``max(0, idle - free_cpu * 1000 / cpu_per_gpu)``, in GPU milli."""
-        if not self.cpu_per_gpu:
+    def strand_profile(self, layout: Layout, cpu_capacity: int) -> tuple[int, int]:
+        """(demand weight, CPU milli per whole GPU) of stranding on a node of this GPU layout
+        and CPU capacity (its *type*), memoised per type.
+
+        Demand: the typical GPU tasks that could ever run on the type (a GPU model they
+        allow, no more GPUs than it has, no more CPU than its capacity); weight = their
+        count. The ratio is theirs (count-weighted CPU milli per whole GPU asked), capped
+        at the type's own CPU per GPU: an empty node of a CPU-lean type (2 P100 and 16
+        cores) has nothing stranded, so its GPUs are not filled first merely for being
+        lean, which is what a fleet-wide ratio did (on model-constrained traces it handed
+        scarce models to tasks that could run anywhere)."""
+        key = (layout, cpu_capacity)
+        found = self._profiles.get(key)
+        if found is None:
+            models = {m for _, m, _ in layout}
+            gpus = sum(len(g[2]) for g in layout)
+            weight = gpu_w = cpu_w = 0
+            for t in self.tasks:
+                if (not t.num_gpu or t.num_gpu > gpus or t.cpu_milli > cpu_capacity
+                        or (t.models and models.isdisjoint(t.models))):
+                    continue
+                weight += t.weight
+                gpu_w += t.weight * t.num_gpu * t.per_gpu_milli
+                cpu_w += t.weight * t.cpu_milli
+            ratio = 0
+            if gpu_w:
+                ratio = min(1000 * cpu_w // gpu_w, 1000 * cpu_capacity // (GPU_MILLI * gpus))
+            found = self._profiles[key] = (weight, ratio)
+        return found
+
+    @staticmethod
+    def stranded(ratio: int, idle_gpu_milli: int, free_cpu: int) -> int:
+        """Idle GPU milli that ``free_cpu`` cannot feed at ``ratio`` CPU milli per whole GPU
+        (`strand_profile`): ``max(0, idle - free_cpu * 1000 / ratio)``, in GPU milli."""
+        if not ratio:
             return 0
-        return max(0, idle_gpu_milli - free_cpu * 1000 // self.cpu_per_gpu)
+        return max(0, idle_gpu_milli - free_cpu * 1000 // ratio)
 
     def cpu_bucket(self, cpu_milli: int) -> int:
         return bisect_right(self.cpu_thresholds, cpu_milli)
