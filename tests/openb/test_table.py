@@ -1,7 +1,7 @@
 """`gpuledger bench openb --all-traces`: every pod list of a folder, one markdown table that
 says how it was made (command, date, machine)."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from typer.testing import CliRunner
 
@@ -21,7 +21,7 @@ def test_markdown_rows_differences_and_seed_wins(openb_dir):
     tasks = load_tasks(openb_dir / "openb_pod_list_default.csv")
     fgd, default = (run(nodes, tasks, p, [42, 43], 1.3) for p in ("fgd", "default"))
     text = table.markdown([("openb_pod_list_default.csv", len(tasks), [fgd, default])], [42, 43], 1.3,
-                          "gpuledger bench openb ...", datetime(2026, 11, 25, 9, 30, tzinfo=timezone.utc),
+                          "gpuledger bench openb ...", datetime(2026, 11, 25, 9, 30, tzinfo=UTC),
                           "box (2 CPUs)")
     lines = text.splitlines()
     assert lines[0].startswith("Unallocated GPU % at 100 % arrived, seeds 42, 43, inflate 1.3, 1 pod lists")
