@@ -11,8 +11,14 @@ stranded. The per-type demand and cap keep S from calling a CPU-lean node type s
 when it is empty (a fleet-wide ratio did, and filled scarce GPU models with tasks that
 could run anywhere, losing to FGD on model-constrained traces).
 
-Score: FGD's integer sigmoid score of ``d(F_W + S_w)`` (S weighted by its demand ``w``, F
-by all typical tasks ``W``), then (tie) less S after the placement,
+F is computed over the typical tasks weighted by scarcity (`Fragmentation.scarcity_weighted`:
+a task that requires GPU models holding 1/7 of the fleet's GPUs counts 7 times), so keeping
+a scarce model usable for the tasks that can only run there outweighs filling it with work
+that could run anywhere; on a fleet of one model, or a workload without model constraints,
+F is FGD's.
+
+Score: FGD's integer sigmoid score of ``d(F) + w d(S)`` (S weighted by its demand ``w``,
+F by the scarcity-weighted typical tasks), then (tie) less S after the placement,
 then the fleet's node order (an implicit consolidation, as in FGD). MIG members use MIG
 packing. Gang members are kept under one leaf switch by the engine.
 """
@@ -36,12 +42,13 @@ class DefaultScorer:
     def best(self, ctx: ScoreContext, node: NodeState, member: MemberRequest, opts: list[Option]):
         if member.kind == "mig":
             return _mig_score(node, member, opts)
-        frag = ctx.frag
-        if frag is None:
+        base = ctx.frag
+        if base is None:
             return 0, opts[0]
+        frag = ctx.frag_scarce or base
         idle = free_gpu_milli(node)
         taken = 0 if member.kind == "cpu" else (member.gpu_milli or GPU_MILLI * member.gpus)
-        weight, ratio = frag.strand_profile(node.frag_layout, node.spec.cpu_milli)
+        weight, ratio = base.strand_profile(node.frag_layout, node.spec.cpu_milli)
         strand_before = frag.stranded(ratio, idle, node.free_cpu)
         strand_after = frag.stranded(ratio, idle - taken, node.free_cpu - member.cpu_milli)
         bonus = weight * (strand_before - strand_after)

@@ -206,7 +206,8 @@ class Fleet:
         self._models: dict[str, int] = {}  # GPU model -> GPUs of that model on known nodes
         self._memo_cap = 4096  # states memoised per shape cache: max(4096, 2 x nodes)
         self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
-        self._ctx = ScoreContext(frag=self._frag)
+        self._scarce = self._frag  # typical tasks weighted by model scarcity (`_rescarce`)
+        self._ctx = ScoreContext(frag=self._frag, frag_scarce=self._scarce)
         if node_order is not None:
             self.set_node_order(node_order)
         for spec in nodes:
@@ -217,6 +218,7 @@ class Fleet:
     def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
         """The workload fragmentation-aware scorers optimise for (drops score caches)."""
         self._frag = Fragmentation(tasks)
+        self._scarce = self._frag.scarcity_weighted(self._supply())
         self._refresh_context(force=True)
 
     def set_node_order(self, names: Iterable[str]) -> None:
@@ -237,7 +239,8 @@ class Fleet:
                 return
             if len(self._nodes) > 1 and self._ctx.max_node_cpu > 1:
                 self._ctx = ScoreContext(max(self._ctx.max_node_cpu, added.cpu_milli),
-                                         max(self._ctx.max_node_gpu_milli, gpu_milli), self._frag)
+                                         max(self._ctx.max_node_gpu_milli, gpu_milli), self._frag,
+                                         self._scarce)
                 self._caches.clear()
                 return
         nodes = self._nodes.values()
@@ -245,9 +248,23 @@ class Fleet:
             max_node_cpu=max((n.spec.cpu_milli for n in nodes), default=1) or 1,
             max_node_gpu_milli=max((GPU_MILLI * len(n.spec.gpus) for n in nodes), default=1) or 1,
             frag=self._frag,
+            frag_scarce=self._scarce,
         )
         if force or ctx != self._ctx:
             self._ctx = ctx
+            self._caches.clear()
+
+    def _supply(self) -> dict[str, int]:
+        return {m: n for m, n in sorted(self._models.items()) if n}
+
+    def _rescarce(self) -> None:
+        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed
+        (score caches are dropped only if a weight changed)."""
+        scarce = self._frag.scarcity_weighted(self._supply())
+        if scarce.tasks != self._scarce.tasks:
+            self._scarce = scarce
+            c = self._ctx
+            self._ctx = ScoreContext(c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce)
             self._caches.clear()
 
     # -- nodes -------------------------------------------------------------------------
@@ -279,6 +296,7 @@ class Fleet:
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
         self._logged(state.seq)
         self._refresh_context(added=None if old is not None else spec)
+        self._rescarce()
 
     def _drop_node(self, state: NodeState) -> None:
         del self._nodes[state.name]
@@ -296,6 +314,7 @@ class Fleet:
             raise UnknownNode(name)
         self._drop_node(state)
         self._refresh_context()
+        self._rescarce()
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Unhealthy or lost nodes get no new placements; their allocations stay."""

@@ -76,6 +76,25 @@ class Fragmentation:
         self._profiles: dict[tuple, tuple[int, int]] = {}
         """(demand weight, CPU per GPU) per node type (`strand_profile`)."""
 
+    def scarcity_weighted(self, supply: dict[str, int]) -> Fragmentation:
+        """The same typical tasks, each model-constrained one weighted up by how scarce its
+        models are: ``weight * sqrt(total GPUs / GPUs of the models it allows)``, in integers
+        (``supply``: GPU count per model in the fleet; tasks whose models are absent, and
+        unconstrained ones, keep their weight). Returns ``self`` when nothing changes.
+        (The square root measured better than the plain ratio on openb gpuspec25, seeds
+        42-45: 4.48 against 4.73 % unallocated; without the weighting 5.59.)"""
+        total = sum(supply.values())
+        tasks = []
+        for t in self.tasks:
+            allowed = sum(supply.get(m, 0) for m in set(t.models)) if t.models else 0
+            weight = t.weight
+            if allowed:
+                weight = max(1, t.weight * math.isqrt(1_000_000 * total // allowed) // 1000)
+            tasks.append(t if weight == t.weight else TypicalTask(t.cpu_milli, t.num_gpu, t.gpu_milli, t.models, weight))
+        if all(a is b for a, b in zip(tasks, self.tasks, strict=True)):
+            return self
+        return Fragmentation(tuple(tasks))
+
     def strand_profile(self, layout: Layout, cpu_capacity: int) -> tuple[int, int]:
         """(demand weight, CPU milli per whole GPU) of stranding on a node of this GPU layout
         and CPU capacity (its *type*), memoised per type.

@@ -131,3 +131,34 @@ def test_default_keeps_a_scarce_lean_model_for_the_tasks_that_need_it():
               typical_tasks=typical, node_order=["p100", "g2"])
     anywhere = gang("a", gpus=1, cpu_milli=4_000)
     assert f.place(anywhere, "default").members[0].node == "g2"
+
+
+def test_scarcity_weights_constrained_tasks_by_the_square_root_of_their_models_rarity():
+    tasks = (TypicalTask(1000, 1, 1000, weight=10),               # anywhere: unchanged
+             TypicalTask(1000, 1, 1000, ("T4",), weight=3),        # T4: 100 of 900 GPUs
+             TypicalTask(1000, 1, 1000, ("T4", "P100"), weight=2),  # 400 of 900
+             TypicalTask(1000, 1, 1000, ("A10",), weight=5))       # absent: unchanged
+    frag = Fragmentation(tasks)
+    scarce = frag.scarcity_weighted({"G2": 500, "P100": 300, "T4": 100})
+    assert [t.weight for t in scarce.tasks] == [10, 3 * 3, 2 * 1500 // 1000, 5]
+    assert frag.scarcity_weighted({"G2": 800}) is frag  # no constrained task is in the fleet
+    assert Fragmentation(tasks[:1]).scarcity_weighted({"G2": 1, "T4": 1}).tasks == tasks[:1]
+
+
+def test_default_leaves_the_scarce_model_to_the_tasks_that_can_only_run_there():
+    # One T4 node (2 GPUs) among three G2 nodes; as much work requires T4 as requires G2, so
+    # FGD's fragmentation is even between a T4 and a G2 node (the tie goes to the T4, first in
+    # node order). T4 is the scarce model (2 of 8 GPUs): default keeps it for T4 work.
+    t4 = node("t4", gpus=2, model="T4", sharing="mps", cpu=32_000)
+    g2 = [node(f"g{i}", gpus=2, model="G2", sharing="mps", cpu=32_000) for i in range(3)]
+    typical = (TypicalTask(4_000, 1, 500, weight=2), TypicalTask(4_000, 1, 1000, ("T4",), weight=1),
+               TypicalTask(4_000, 1, 1000, ("G2",), weight=1))
+    f = Fleet([t4, *g2], typical_tasks=typical, node_order=["t4", "g0", "g1", "g2"])
+    assert [t.weight for t in f._ctx.frag_scarce.tasks] == [2, 2, 1]  # sqrt(8/2) = 2, sqrt(8/6) < 2
+    anywhere = gang("a", gpu_milli=500, cpu_milli=4_000)
+    assert f.place(anywhere, "default").members[0].node != "t4"
+    assert f.place(anywhere, "fgd").members[0].node == "t4"
+    f.remove_node("g0")
+    f.remove_node("g1")
+    f.remove_node("g2")
+    assert f._ctx.frag_scarce.tasks == typical  # a fleet of T4 only: nothing is scarce
