@@ -38,3 +38,4 @@ def test_small_run_places_and_explains():
         assert r.decisions == 400 and 0 < r.placed < 400
         assert sum(r.reasons.values()) == 400 - r.placed
         assert r.p99_ms >= r.p50_ms > 0
+        assert r.cpu_p99_ms >= r.cpu_p50_ms > 0 and r.cpu_decisions_per_s > 0
