@@ -218,6 +218,8 @@ class Fleet:
     def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
         """The workload fragmentation-aware scorers optimise for (drops score caches)."""
         self._frag = Fragmentation(tasks)
+        for state in self._nodes.values():
+            self._frag.remember_profile(state.frag_layout, state.spec.cpu_milli)
         self._scarce = self._frag.scarcity_weighted(self._supply())
         self._refresh_context(force=True)
 
@@ -288,6 +290,7 @@ class Fleet:
         self._nodes[spec.name] = state
         self._by_seq[state.seq] = state
         self._shape_nodes.setdefault(state.shape_id, {})[state.seq] = None
+        self._frag.remember_profile(state.frag_layout, spec.cpu_milli)
         if state.shape_id not in self._slogs:
             self._slogs[state.shape_id] = _Log()
         self._memo_cap = max(self._memo_cap, 2 * len(self._nodes))

@@ -74,7 +74,8 @@ class Fragmentation:
         self._thresholds = [-math.log(100 / k - 1) * 1000 * w for k in range(1, 100)]
         self._memo: dict[tuple, int] = {}
         self._profiles: dict[tuple, tuple[int, int]] = {}
-        """(demand weight, CPU per GPU) per node type (`strand_profile`)."""
+        """(demand weight, CPU per GPU) per node type (`strand_profile`), filled by the fold
+        (`remember_profile`), only read inside a decision."""
 
     def scarcity_weighted(self, supply: dict[str, int]) -> Fragmentation:
         """The same typical tasks, each model-constrained one weighted up by how scarce its
@@ -105,25 +106,33 @@ class Fragmentation:
         at the type's own CPU per GPU: an empty node of a CPU-lean type (2 P100 and 16
         cores) has nothing stranded, so its GPUs are not filled first merely for being
         lean, which is what a fleet-wide ratio did (on model-constrained traces it handed
-        scarce models to tasks that could run anywhere)."""
+        scarce models to tasks that could run anywhere). Computed afresh for a node type
+        not remembered (`remember_profile`)."""
+        found = self._profiles.get((layout, cpu_capacity))
+        return found if found is not None else self._profile(layout, cpu_capacity)
+
+    def remember_profile(self, layout: Layout, cpu_capacity: int) -> None:
+        """Memoise `strand_profile` for a node type (called when the fleet folds a node in,
+        so a decision only reads the memo)."""
         key = (layout, cpu_capacity)
-        found = self._profiles.get(key)
-        if found is None:
-            models = {m for _, m, _ in layout}
-            gpus = sum(len(g[2]) for g in layout)
-            weight = gpu_w = cpu_w = 0
-            for t in self.tasks:
-                if (not t.num_gpu or t.num_gpu > gpus or t.cpu_milli > cpu_capacity
-                        or (t.models and models.isdisjoint(t.models))):
-                    continue
-                weight += t.weight
-                gpu_w += t.weight * t.num_gpu * t.per_gpu_milli
-                cpu_w += t.weight * t.cpu_milli
-            ratio = 0
-            if gpu_w:
-                ratio = min(1000 * cpu_w // gpu_w, 1000 * cpu_capacity // (GPU_MILLI * gpus))
-            found = self._profiles[key] = (weight, ratio)
-        return found
+        if key not in self._profiles:
+            self._profiles[key] = self._profile(layout, cpu_capacity)
+
+    def _profile(self, layout: Layout, cpu_capacity: int) -> tuple[int, int]:
+        models = {m for _, m, _ in layout}
+        gpus = sum(len(g[2]) for g in layout)
+        weight = gpu_w = cpu_w = 0
+        for t in self.tasks:
+            if (not t.num_gpu or t.num_gpu > gpus or t.cpu_milli > cpu_capacity
+                    or (t.models and models.isdisjoint(t.models))):
+                continue
+            weight += t.weight
+            gpu_w += t.weight * t.num_gpu * t.per_gpu_milli
+            cpu_w += t.weight * t.cpu_milli
+        ratio = 0
+        if gpu_w:
+            ratio = min(1000 * cpu_w // gpu_w, 1000 * cpu_capacity // (GPU_MILLI * gpus))
+        return weight, ratio
 
     @staticmethod
     def stranded(ratio: int, idle_gpu_milli: int, free_cpu: int) -> int:
