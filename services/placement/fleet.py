@@ -640,6 +640,7 @@ class Fleet:
         count = cache.count
         static = cache.static
         keys = cache.keys
+        whole = cache.whole
         for state in states:
             seq = state.seq
             version = state.version
@@ -677,9 +678,11 @@ class Fleet:
                     memo[sid] = hit
                 found, ws = hit
             if found.__class__ is str:
-                count(seq, found, ws)  # type: ignore[arg-type]
+                if whole or keys.get(seq) != found:
+                    count(seq, found, ws)  # type: ignore[arg-type]
                 continue
-            count(seq, "fits", ws)
+            if whole or keys.get(seq) != "fits":
+                count(seq, "fits", ws)
             score, opt = found  # type: ignore[misc]
             entries[seq] = (version, score, opt)
             if push:
