@@ -822,11 +822,12 @@ class Fleet:
             cache = self._cache(scorer, gang)
             if side is None and states:
                 side = _SideScores(self, cache, states)
-            choice = None
-            if leaves and gang.prefer_same_leaf:
-                choice = self._best_in_leaves(cache, leaves, excluded, side)
-            if choice is None:
-                choice = self._best(cache, excluded, side)
+            choice = self._best(cache, excluded, side)
+            if (choice is not None and leaves and gang.prefer_same_leaf
+                    and choice[0].spec.leaf_switch not in leaves):
+                # The best node anywhere is the best under the gang's leaves when it is under
+                # one of them (same order); otherwise scan those leaves' nodes.
+                choice = self._best_in_leaves(cache, leaves, excluded, side) or choice
             if choice is None:
                 break
             state, (positions, mig_start) = choice
