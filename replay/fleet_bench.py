@@ -29,6 +29,7 @@ from gpuledger.services.placement import (
     Placement,
     TypicalTask,
 )
+from gpuledger.services.runtime.gctune import fewer_gc_passes
 
 MIG_PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")
 
@@ -43,6 +44,16 @@ class PolicyResult(msgspec.Struct):
     max_ms: float
     mean_gpu_allocated_pct: float
     reasons: dict[str, int]
+    cpu_decisions_per_s: float = 0.0
+    """Decisions per second of this process's CPU time (``time.process_time``): the rate on
+    one core with the machine's other load taken out (wall-clock figures above include it)."""
+    cpu_p50_ms: float = 0.0
+    cpu_p99_ms: float = 0.0
+    """Percentiles of the CPU time per decision (wall-clock ones include preemption by other
+    processes on a shared machine)."""
+    occupancy_pct: float = 0.0
+    """Mean GPU milli allocated (%) after warm-up (decisions past the longest lifetime)."""
+    failed: int = 0
 
 
 class FleetBenchReport(msgspec.Struct):
@@ -51,6 +62,8 @@ class FleetBenchReport(msgspec.Struct):
     jobs: int
     seed: int
     results: list[PolicyResult]
+    lifetime_scale: float = 1.0
+    """Job lifetimes (in decisions) relative to the 500-node run: nodes / 500."""
 
 
 def fleet_nodes(n_nodes: int = 500, per_leaf: int = 16) -> list[NodeSpec]:
@@ -64,8 +77,9 @@ def fleet_nodes(n_nodes: int = 500, per_leaf: int = 16) -> list[NodeSpec]:
     return out
 
 
-def job_queue(n_jobs: int = 10_000, seed: int = 7) -> list[tuple[GangRequest, int]]:
-    """(gang, lifetime in decisions) pairs."""
+def job_queue(n_jobs: int = 10_000, seed: int = 7, lifetime_scale: float = 1.0) -> list[tuple[GangRequest, int]]:
+    """(gang, lifetime in decisions) pairs; lifetimes 35-600 decisions x ``lifetime_scale``
+    (the jobs themselves do not depend on the scale)."""
     rng = random.Random(seed)
     out = []
     for k in range(n_jobs):
@@ -87,7 +101,7 @@ def job_queue(n_jobs: int = 10_000, seed: int = 7) -> list[tuple[GangRequest, in
             replicas = rng.randint(2, 32)
             n = rng.choice((1, 2, 4, 8))
             member = MemberRequest(gpus=n, cpu_milli=12_000 * n, memory_mib=65_536 * n)
-        lifetime = rng.randint(50, 850)
+        lifetime = max(1, round(rng.randint(35, 600) * lifetime_scale))
         out.append((GangRequest(f"job-{k:05d}", tenant, member, replicas), lifetime))
     return out
 
@@ -112,22 +126,35 @@ def typical_of(queue: list[tuple[GangRequest, int]]) -> tuple[TypicalTask, ...]:
 
 
 def run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest, int]]) -> PolicyResult:
+    """One policy over the queue (young-generation GC passes spaced out, as in every replay:
+    `services.runtime.gctune`)."""
+    with fewer_gc_passes():
+        return _run_policy(policy, nodes, queue)
+
+
+def _run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest, int]]) -> PolicyResult:
+    warm = max((life for _, life in queue), default=0)
     fleet = Fleet(nodes, typical_tasks=typical_of(queue))
     capacity = fleet.capacity_gpus() * 1000
     leaving: dict[int, list[str]] = {}
     times: list[float] = []
     reasons: Counter[str] = Counter()
     placed = 0
-    load = []
+    load: list[float] = []
+    steady: list[float] = []
     clock = time.perf_counter
+    cpu_clock = time.process_time
+    cpu_times: list[float] = []
     for k, (gang, lifetime) in enumerate(queue):
         for alloc_id in leaving.pop(k, ()):
             fleet.release(alloc_id)
+        c0 = cpu_clock()
         t0 = clock()
         result = fleet.place(gang, policy)
         if isinstance(result, Placement):
             fleet.allocate(gang.job_id, gang.tenant, result, gang)
         times.append(clock() - t0)
+        cpu_times.append(cpu_clock() - c0)
         if isinstance(result, Placement):
             placed += 1
             leaving.setdefault(k + lifetime, []).append(gang.job_id)
@@ -135,8 +162,12 @@ def run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest
             reasons[result.reason] += 1
         if k % 100 == 0:
             load.append(100 * sum(fleet.tenant_gpu_milli().values()) / capacity)  # type: ignore[union-attr]
+            if k >= warm:
+                steady.append(load[-1])
     total = sum(times)
     times.sort()
+    cpu_total = sum(cpu_times)
+    cpu_times.sort()
     return PolicyResult(
         policy=policy,
         decisions=len(times),
@@ -147,18 +178,27 @@ def run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest
         max_ms=1000 * times[-1],
         mean_gpu_allocated_pct=statistics.fmean(load),
         reasons=dict(sorted(reasons.items())),
+        cpu_decisions_per_s=len(times) / cpu_total if cpu_total else 0.0,
+        cpu_p50_ms=1000 * cpu_times[len(cpu_times) // 2],
+        cpu_p99_ms=1000 * cpu_times[min(len(cpu_times) - 1, int(len(cpu_times) * 0.99))],
+        occupancy_pct=statistics.fmean(steady) if steady else statistics.fmean(load),
+        failed=len(times) - placed,
     )
 
 
 def run(
-    policies: list[str], n_nodes: int = 500, n_jobs: int = 10_000, seed: int = 7,
+    policies: list[str], n_nodes: int = 500, n_jobs: int | None = None, seed: int = 7,
     progress: Callable[[PolicyResult], None] | None = None,
 ) -> FleetBenchReport:
+    """``n_jobs`` defaults to 20 per node; lifetimes scale with ``n_nodes / 500``."""
     nodes = fleet_nodes(n_nodes)
-    queue = job_queue(n_jobs, seed)
+    scale = n_nodes / 500
+    if n_jobs is None:
+        n_jobs = 20 * n_nodes
+    queue = job_queue(n_jobs, seed, scale)
     results = []
     for p in policies:
         results.append(run_policy(p, nodes, queue))
         if progress:
             progress(results[-1])
-    return FleetBenchReport(n_nodes, 8 * n_nodes, n_jobs, seed, results)
+    return FleetBenchReport(n_nodes, 8 * n_nodes, n_jobs, seed, results, scale)

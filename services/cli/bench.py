@@ -58,14 +58,21 @@ def openb(
     inflate: Annotated[float, typer.Option("--inflate", help="requested GPU / capacity")] = 1.3,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report(s) as JSON")] = None,
     workers: Annotated[int, typer.Option("--workers", help="processes running seeds in parallel")] = 2,
+    all_traces: Annotated[bool, typer.Option("--all-traces", help="every openb_pod_list_*.csv in --trace DIR, one table row each")] = False,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="with --all-traces: write the table (markdown, with command, date and machine) here")] = None,
 ) -> None:
     """Replay the openb trace under the FGD paper's protocol; unallocated GPU % at 100%.
 
     Needs the full trace (not shipped; tests/fixtures/openb has small slices): a missing
-    file stops with one line saying where to get it, exit status 2."""
+    file stops with one line saying where to get it, exit status 2. ``--all-traces`` runs
+    every pod list of the folder and prints (``--markdown``: writes) one table, e.g.
+    ``--all-traces --policy fgd,default --seeds 42-51 --markdown table.md``."""
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    if all_traces:
+        _all_traces(trace, nodes, policy, seeds, inflate, json_out, workers, markdown)
+        return
     try:
         pods, nodes = trace_files(trace, pods, nodes)
     except TraceNotFound as exc:
@@ -101,15 +108,50 @@ def openb(
         json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
+def _all_traces(trace: Path | None, nodes: Path | None, policy: str, seeds: str, inflate: float,
+                json_out: Path | None, workers: int, markdown: Path | None) -> None:
+    from gpuledger.replay.openb import table
+    from gpuledger.replay.openb.protocol import run
+    from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
+
+    try:
+        _, nodes = trace_files(trace, None, nodes)
+    except TraceNotFound as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    assert trace is not None  # trace_files needs it without --pods
+    names = _policies(policy)
+    seed_list = parse_seeds(seeds)
+    node_list = load_nodes(nodes)
+    rows = []
+    for pods in table.pod_lists(trace):
+        tasks = load_tasks(pods)
+        reports = [run(node_list, tasks, name, seed_list, inflate, str(pods), None, workers) for name in names]
+        rows.append((pods.name, len(tasks), reports))
+        if sys.stderr.isatty():
+            typer.echo(f"{pods.name}: " + ", ".join(
+                f"{r.policy} {r.unallocated_at_100['mean']:.2f}" for r in reports), err=True)
+    command = (f"gpuledger bench openb --trace {trace} --all-traces --policy {policy} "
+               f"--seeds {seeds} --inflate {inflate}")
+    text = table.markdown(rows, seed_list, inflate, command)
+    typer.echo(text)
+    if markdown is not None:
+        markdown.write_text(text)
+    if json_out is not None:
+        payload = [{"pods_file": name, "tasks": n, "reports": reports} for name, n, reports in rows]
+        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
+
+
 @bench_app.command()
 def fleet(
     policy: Annotated[str, typer.Option("--policy", help="scorer name, comma list, or 'all'")] = "all",
     nodes: Annotated[int, typer.Option("--nodes", help="8-GPU H100 nodes")] = 500,
-    jobs: Annotated[int, typer.Option("--jobs", help="queued jobs (one decision each)")] = 10_000,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="queued jobs, one decision each (default: 20 per node)")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 7,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
 ) -> None:
-    """Fleet-scale speed: decisions/s and p99 per decision on 500 x 8 H100."""
+    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100 (job lifetimes
+    scale with the fleet, so every size runs at about the same occupancy)."""
     from gpuledger.replay.fleet_bench import run
 
     console = _console()
@@ -121,12 +163,15 @@ def fleet(
 
     report = run(_policies(policy), nodes, jobs, seed, progress)
     table = Table(title=f"fleet: {report.nodes} nodes, {report.gpus} GPUs, {report.jobs} jobs")
-    for col in ("POLICY", "DECISIONS/S", "P50 MS", "P99 MS", "MAX MS", "PLACED", "GPU ALLOC %", "FAILURES"):
+    for col in ("POLICY", "DECISIONS/S", "P50 MS", "P99 MS", "MAX MS", "CPU DEC/S", "CPU P99 MS",
+                "PLACED", "GPU ALLOC %", "OCCUPANCY %", "FAILURES"):
         table.add_column(col, justify="left" if col in ("POLICY", "FAILURES") else "right")
     for r in report.results:
         fails = ", ".join(f"{k} {v}" for k, v in r.reasons.items()) or "-"
         table.add_row(r.policy, f"{r.decisions_per_s:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
-                      f"{r.max_ms:.1f}", str(r.placed), f"{r.mean_gpu_allocated_pct:.1f}", fails)
+                      f"{r.max_ms:.1f}", f"{r.cpu_decisions_per_s:,.0f}", f"{r.cpu_p99_ms:.2f}",
+                      str(r.placed), f"{r.mean_gpu_allocated_pct:.1f}",
+                      f"{r.occupancy_pct:.1f}", fails)
     console.print(table)
     if json_out is not None:
         from gpuledger.replay.benchinfo import machine

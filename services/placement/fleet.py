@@ -38,7 +38,7 @@ from .model import (
     Placement,
     Unplaceable,
 )
-from .reasons import gang_incomplete, member_unplaceable
+from .reasons import NO_WHOLE, explain, gang_incomplete, node_key, whole_probe, whole_stat
 from .scorers import DEFAULT_TYPICAL_TASKS, SCORERS, ScoreContext, Scorer
 from .state import MemberDelta, NodeState
 
@@ -70,7 +70,8 @@ class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
     __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key",
-                 "memo", "seen")
+                 "memo", "seen", "keys", "hist", "whole", "probe_key", "wstat", "wsum", "wlargest", "static",
+                 "spos")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -86,8 +87,90 @@ class _ShapeCache:
         # (score, option) or None (infeasible) per id of `NodeState.state_key`, for scorers whose
         # score depends on the node's state only (the built-in ones): nodes of one shape in
         # one state (e.g. all empty nodes of a type) are scored once.
-        self.memo: dict[int, tuple[int, Option] | None] | None = (
+        self.memo: dict[int, tuple[tuple[int, Option] | str, tuple[int, int]]] | None = (
             {} if getattr(scorer, "state_only", False) else None)
+        # The explanation of a failure, kept incrementally with the scores: each node's
+        # rejection key ("fits" if feasible) and the histogram of keys over all nodes; for
+        # whole-GPU members each node's (largest free clique, free GPUs) (`reasons.whole_stat`),
+        # their sum and a count per largest value.
+        self.keys: dict[int, str] = {}
+        self.hist: dict[str, int] = {}
+        # Per node shape (`NodeState.shape_id`): the static rejection key if no node of that
+        # shape can ever host the member (capacity, model, GPU memory, sharing mode), else
+        # None. Nodes of such shapes are never scored: their key is that one (or
+        # "unschedulable"), whatever is allocated on them (the per-shape index).
+        self.static: dict[Any, str | None] = {}
+        self.spos: dict[Any, int] = {}  # shape id -> position read in that shape's change log
+        self.whole = member.kind == "whole"
+        probe = whole_probe(member)
+        self.probe_key = (probe.kind, probe.gpus, probe.mig_profile, probe.gpu_models,
+                          probe.min_gpu_memory_mib, allow_ts)
+        self.wstat: dict[int, tuple[int, int]] = {}
+        self.wsum = 0
+        self.wlargest: dict[int, int] = {}
+
+    def count(self, seq: int, key: str, ws: tuple[int, int]) -> None:
+        """Record node ``seq``'s rejection key and whole-GPU stat in the aggregates."""
+        keys, hist = self.keys, self.hist
+        old = keys.get(seq)
+        if old != key:
+            if old is not None:
+                n = hist[old] - 1
+                if n:
+                    hist[old] = n
+                else:
+                    del hist[old]
+            hist[key] = hist.get(key, 0) + 1
+            keys[seq] = key
+        if self.whole:
+            wstat = self.wstat
+            oldw = wstat.get(seq, NO_WHOLE)
+            if oldw != ws:
+                self._whole_delta(oldw, -1)
+                self._whole_delta(ws, 1)
+                if ws is NO_WHOLE or ws == NO_WHOLE:
+                    del wstat[seq]
+                else:
+                    wstat[seq] = ws
+
+    def _whole_delta(self, ws: tuple[int, int], sign: int) -> None:
+        largest, total = ws
+        if not total:
+            return
+        self.wsum += sign * total
+        n = self.wlargest.get(largest, 0) + sign
+        if n:
+            self.wlargest[largest] = n
+        else:
+            del self.wlargest[largest]
+
+    def forget(self, seq: int) -> None:
+        """Drop a removed node from the aggregates."""
+        self.seen.pop(seq, None)
+        self.entries.pop(seq, None)
+        if seq in self.keys:
+            self.count(seq, self.keys[seq], NO_WHOLE)
+            key = self.keys.pop(seq)
+            n = self.hist[key] - 1
+            if n:
+                self.hist[key] = n
+            else:
+                del self.hist[key]
+
+
+class _Log:
+    """The capacity change log of the nodes of one shape (entries: node seqs); ``base`` is
+    the absolute position of ``entries[0]`` (the log is cut when long)."""
+
+    __slots__ = ("entries", "base")
+
+    def __init__(self) -> None:
+        self.entries: list[int] = []
+        self.base = 0
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.entries)
 
 
 class Fleet:
@@ -109,8 +192,10 @@ class Fleet:
         self._leaf: dict[str, list[int]] = {}
         self._seq = 0
         self._order: dict[str, int] = {}
-        self._log: list[int] = []
+        self._log: list[int] = []  # structural changes: nodes added, removed, (un)schedulable
         self._log_base = 0
+        self._slogs: dict[Any, _Log] = {}  # shape id -> capacity changes of its nodes
+        self._shape_nodes: dict[Any, dict[int, None]] = {}  # shape id -> seqs of its nodes
         self._caches: dict[tuple, _ShapeCache] = {}
         self._shape_ids: dict[tuple, int] = {}
         self._state_ids: dict[tuple, int] = {}  # NodeState.state_key -> id (never reused)
@@ -118,8 +203,11 @@ class Fleet:
         self._allocs: dict[str, Allocation] = {}
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
+        self._models: dict[str, int] = {}  # GPU model -> GPUs of that model on known nodes
+        self._memo_cap = 4096  # states memoised per shape cache: max(4096, 2 x nodes)
         self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
-        self._ctx = ScoreContext(frag=self._frag)
+        self._scarce = self._frag  # typical tasks weighted by model scarcity (`_rescarce`)
+        self._ctx = ScoreContext(frag=self._frag, frag_scarce=self._scarce)
         if node_order is not None:
             self.set_node_order(node_order)
         for spec in nodes:
@@ -130,6 +218,9 @@ class Fleet:
     def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
         """The workload fragmentation-aware scorers optimise for (drops score caches)."""
         self._frag = Fragmentation(tasks)
+        for state in self._nodes.values():
+            self._frag.remember_profile(state.frag_layout, state.spec.cpu_milli)
+        self._scarce = self._frag.scarcity_weighted(self._supply())
         self._refresh_context(force=True)
 
     def set_node_order(self, names: Iterable[str]) -> None:
@@ -150,7 +241,8 @@ class Fleet:
                 return
             if len(self._nodes) > 1 and self._ctx.max_node_cpu > 1:
                 self._ctx = ScoreContext(max(self._ctx.max_node_cpu, added.cpu_milli),
-                                         max(self._ctx.max_node_gpu_milli, gpu_milli), self._frag)
+                                         max(self._ctx.max_node_gpu_milli, gpu_milli), self._frag,
+                                         self._scarce)
                 self._caches.clear()
                 return
         nodes = self._nodes.values()
@@ -158,9 +250,23 @@ class Fleet:
             max_node_cpu=max((n.spec.cpu_milli for n in nodes), default=1) or 1,
             max_node_gpu_milli=max((GPU_MILLI * len(n.spec.gpus) for n in nodes), default=1) or 1,
             frag=self._frag,
+            frag_scarce=self._scarce,
         )
         if force or ctx != self._ctx:
             self._ctx = ctx
+            self._caches.clear()
+
+    def _supply(self) -> dict[str, int]:
+        return {m: n for m, n in sorted(self._models.items()) if n}
+
+    def _rescarce(self) -> None:
+        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed
+        (score caches are dropped only if a weight changed)."""
+        scarce = self._frag.scarcity_weighted(self._supply())
+        if scarce.tasks != self._scarce.tasks:
+            self._scarce = scarce
+            c = self._ctx
+            self._ctx = ScoreContext(c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce)
             self._caches.clear()
 
     # -- nodes -------------------------------------------------------------------------
@@ -183,13 +289,24 @@ class Fleet:
             self._drop_node(old)
         self._nodes[spec.name] = state
         self._by_seq[state.seq] = state
+        self._shape_nodes.setdefault(state.shape_id, {})[state.seq] = None
+        self._frag.remember_profile(state.frag_layout, spec.cpu_milli)
+        if state.shape_id not in self._slogs:
+            self._slogs[state.shape_id] = _Log()
+        self._memo_cap = max(self._memo_cap, 2 * len(self._nodes))
+        for g in spec.gpus:
+            self._models[g.model] = self._models.get(g.model, 0) + 1
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
         self._logged(state.seq)
         self._refresh_context(added=None if old is not None else spec)
+        self._rescarce()
 
     def _drop_node(self, state: NodeState) -> None:
         del self._nodes[state.name]
         del self._by_seq[state.seq]
+        del self._shape_nodes[state.shape_id][state.seq]
+        for g in state.spec.gpus:
+            self._models[g.model] -= 1
         self._leaf[state.spec.leaf_switch].remove(state.seq)
         self._logged(state.seq)
 
@@ -200,6 +317,7 @@ class Fleet:
             raise UnknownNode(name)
         self._drop_node(state)
         self._refresh_context()
+        self._rescarce()
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Unhealthy or lost nodes get no new placements; their allocations stay."""
@@ -284,7 +402,7 @@ class Fleet:
             state = self._nodes.get(d.node)
             if state is not None:
                 state.revert(d)
-                self._logged(state.seq)
+                self._touched(state)
             on = self._allocs_on.get(d.node)
             if on is not None:
                 on.pop(allocation_id, None)
@@ -300,12 +418,12 @@ class Fleet:
                 if state is None:
                     raise PlacementConflict(f"unknown node {d.node}")
                 state.apply(d)
-                self._logged(state.seq)
+                self._touched(state)
                 done.append((state, d))
         except PlacementConflict:
             for state, d in reversed(done):
                 state.revert(d)
-                self._logged(state.seq)
+                self._touched(state)
             raise
 
     def _deltas(self, tenant: str, placement: Placement, request: GangRequest) -> tuple[MemberDelta, ...]:
@@ -418,28 +536,62 @@ class Fleet:
         return cache
 
     def _refresh(self, cache: _ShapeCache) -> None:
+        """Bring a shape cache up to date: structural changes (nodes added, removed,
+        (un)schedulable) from the fleet's log, capacity changes from the logs of the node
+        shapes that can host the member (the per-shape index: a share request never reads
+        the changes of exclusive nodes, a model-constrained one never those of other
+        models). A cache behind a log's start compares node versions instead."""
         log = self._log
         start = cache.pos - self._log_base
+        by_seq = self._by_seq
         if start < 0:
             # New, or behind the change log's start: rescore every node whose version
             # differs from the one it was last scored at (all of them for a new cache).
             fresh = not cache.seen
             if fresh:
                 cache.entries.clear()
+            for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
+                cache.forget(seq)
             self._rescore(cache, self._nodes.values(), not fresh)
             if fresh:
                 heapq.heapify(cache.heap)
-        elif start < len(log):
-            by_seq = self._by_seq
-            self._rescore(cache, [s for seq in dict.fromkeys(log[start:])
-                                  if (s := by_seq.get(seq)) is not None], True)
+            for sid, slog in self._slogs.items():
+                cache.spos[sid] = slog.end
+        else:
+            if start < len(log):
+                changed = []
+                for seq in dict.fromkeys(log[start:]):
+                    st = by_seq.get(seq)
+                    if st is not None:
+                        changed.append(st)
+                    elif seq in cache.keys:
+                        cache.forget(seq)
+                self._rescore(cache, changed, True)
+            static = cache.static
+            spos = cache.spos
+            for sid, slog in self._slogs.items():
+                end = slog.end
+                at = spos.get(sid)
+                if at == end:
+                    continue
+                spos[sid] = end
+                fixed = static.get(sid, _MISS)
+                if fixed is not None and fixed is not _MISS:
+                    continue  # no node of this shape can host the member: keys are static
+                if at is None or at < slog.base:
+                    changed = [by_seq[q] for q in self._shape_nodes.get(sid, ())]
+                else:
+                    changed = [st for q in dict.fromkeys(slog.entries[at - slog.base:])
+                               if (st := by_seq.get(q)) is not None]
+                self._rescore(cache, changed, True)
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
 
     def _logged(self, seq: int) -> None:
-        """Append a changed node to the change log (fold only); a long log is cut to its last
-        2N entries, and a cache further behind compares node versions on its next query."""
+        """Append a structural change (node added, removed, (un)schedulable) to the fleet's
+        log (fold only); a long log is cut to its last 2N entries, and a cache further
+        behind compares node versions on its next query."""
         log = self._log
         log.append(seq)
         if len(log) > 4 * len(self._nodes) + 4096:
@@ -451,12 +603,23 @@ class Fleet:
                 if c.pos < cut:
                     c.pos = -1
 
+    def _touched(self, state: NodeState) -> None:
+        """Append a capacity change of a node to its shape's log (fold only); a long log is
+        cut, and a cache behind its start compares that shape's node versions."""
+        slog = self._slogs[state.shape_id]
+        entries = slog.entries
+        entries.append(state.seq)
+        n = len(self._shape_nodes[state.shape_id])
+        if len(entries) > 4 * n + 1024:
+            keep = 2 * n + 512
+            slog.base += len(entries) - keep
+            slog.entries = entries[-keep:]
+
     def _compact(self, cache: _ShapeCache) -> None:
         heap = []
         by_seq = self._by_seq
         for seq in [s for s in cache.seen if s not in by_seq]:  # removed nodes
-            del cache.seen[seq]
-            cache.entries.pop(seq, None)
+            cache.forget(seq)
         for seq, (version, score, _) in cache.entries.items():
             state = by_seq[seq]
             if state.version == version and state.schedulable:
@@ -466,35 +629,60 @@ class Fleet:
 
     def _rescore(self, cache: _ShapeCache, states: Iterable[NodeState], push: bool) -> None:
         """(Re)score nodes not yet scored at their current version; feasible ones get an
-        entry and a heap item (pushed, or appended for the caller to heapify)."""
+        entry and a heap item (pushed, or appended for the caller to heapify); every node's
+        rejection key (and whole-GPU stat) goes to the cache's aggregates."""
         member = cache.member
         cpu, mem = member.cpu_milli, member.memory_mib
         seen = cache.seen
         entries = cache.entries
         heap = cache.heap
         memo = cache.memo
+        count = cache.count
+        static = cache.static
+        keys = cache.keys
+        whole = cache.whole
         for state in states:
             seq = state.seq
             version = state.version
             if seen.get(seq) == version:
                 continue
             seen[seq] = version
+            fixed = static.get(state.shape_id, _MISS)
+            if fixed is _MISS:
+                fixed = self._static_key(cache, state)
+            if fixed is not None:
+                key = fixed if state.schedulable else "unschedulable"
+                if keys.get(seq) != key:
+                    count(seq, key, NO_WHOLE)  # type: ignore[arg-type]
+                continue
             spec = state.spec
-            if not state.schedulable or spec.cpu_milli < cpu or spec.memory_mib < mem:
+            if not state.schedulable:
+                count(seq, "unschedulable", NO_WHOLE)
+                continue
+            if spec.cpu_milli < cpu:
+                count(seq, "cpu_capacity", NO_WHOLE)
+                continue
+            if spec.memory_mib < mem:
+                count(seq, "memory_capacity", NO_WHOLE)
                 continue
             if memo is None:
-                found = self._score_now(cache, state)
+                found, ws = self._score_now(cache, state), self._whole_stat(cache, state)
             else:
                 k = state.state_key_memo
                 sid = k[1] if k is not None and k[0] == version else self._state_id(state)
-                found = memo.get(sid, _MISS)
-                if found is _MISS:
-                    found = self._score_now(cache, state)
-                    if len(memo) >= 4096:
+                hit = memo.get(sid)
+                if hit is None:
+                    hit = (self._score_now(cache, state), self._whole_stat(cache, state))
+                    if len(memo) >= self._memo_cap:
                         memo.clear()
-                    memo[sid] = found
-            if found is None:
+                    memo[sid] = hit
+                found, ws = hit
+            if found.__class__ is str:
+                if whole or keys.get(seq) != found:
+                    count(seq, found, ws)  # type: ignore[arg-type]
                 continue
+            if whole or keys.get(seq) != "fits":
+                count(seq, "fits", ws)
             score, opt = found  # type: ignore[misc]
             entries[seq] = (version, score, opt)
             if push:
@@ -502,29 +690,59 @@ class Fleet:
             else:
                 heap.append((-score, state.rank, seq, version))
 
+    @staticmethod
+    def _static_key(cache: _ShapeCache, state: NodeState) -> str | None:
+        """The rejection key every node of ``state``'s shape gives the cache's member
+        whatever its free capacity, or None (see `_ShapeCache.static`)."""
+        member = cache.member
+        spec = state.spec
+        if spec.cpu_milli < member.cpu_milli:
+            key: str | None = "cpu_capacity"
+        elif spec.memory_mib < member.memory_mib:
+            key = "memory_capacity"
+        else:
+            elig = state.eligible.get(cache.static_key)
+            if elig is None:
+                elig = state.eligible[cache.static_key] = eligible_gpus(state, member, cache.allow_ts)
+            key = elig if isinstance(elig, str) else None
+            if key == "clique_too_small" and cache.whole:
+                key = None  # its free GPUs still count in the free-clique figures
+        cache.static[state.shape_id] = key
+        return key
+
+    def _whole_stat(self, cache: _ShapeCache, state: NodeState) -> tuple[int, int]:
+        if not cache.whole:
+            return NO_WHOLE
+        elig = state.eligible.get(cache.probe_key)
+        if elig is None:
+            elig = state.eligible[cache.probe_key] = eligible_gpus(
+                state, whole_probe(cache.member), cache.allow_ts)
+        return whole_stat(state, cache.member, cache.allow_ts, elig)
+
     def _state_id(self, state: NodeState) -> int:
         """A small id of the node's `state_key` (equal keys, equal ids while the id table
         lasts; ids are never reused, so a cleared table only costs memo misses)."""
         key = state.state_key()
         sid = self._state_ids.get(key)
         if sid is None:
-            if len(self._state_ids) >= 65536:
+            if len(self._state_ids) >= 16 * self._memo_cap:
                 self._state_ids.clear()
             sid = self._state_ids[key] = self._next_state_id
             self._next_state_id += 1
         state.state_key_memo = (state.version, sid)
         return sid
 
-    def _score_now(self, cache: _ShapeCache, state: NodeState) -> tuple[int, Option] | None:
+    def _score_now(self, cache: _ShapeCache, state: NodeState) -> tuple[int, Option] | str:
+        """(score, option) on a node with the capacity for the member, or the rejection key."""
         member = cache.member
         elig = state.eligible.get(cache.static_key)
         if elig is None:  # capacity passed in _score, so the memo holds GPU eligibility only
             elig = state.eligible[cache.static_key] = eligible_gpus(state, member, cache.allow_ts)
         if isinstance(elig, str):
-            return None
+            return elig
         opts = options(state, member, cache.tenant, elig)
         if isinstance(opts, str):
-            return None
+            return opts
         return cache.scorer.best(self._ctx, state, member, opts)
 
     def _valid(self, cache: _ShapeCache, seq: int) -> tuple[NodeState, int, Option] | None:
@@ -604,11 +822,12 @@ class Fleet:
             cache = self._cache(scorer, gang)
             if side is None and states:
                 side = _SideScores(self, cache, states)
-            choice = None
-            if leaves and gang.prefer_same_leaf:
-                choice = self._best_in_leaves(cache, leaves, excluded, side)
-            if choice is None:
-                choice = self._best(cache, excluded, side)
+            choice = self._best(cache, excluded, side)
+            if (choice is not None and leaves and gang.prefer_same_leaf
+                    and choice[0].spec.leaf_switch not in leaves):
+                # The best node anywhere is the best under the gang's leaves when it is under
+                # one of them (same order); otherwise scan those leaves' nodes.
+                choice = self._best_in_leaves(cache, leaves, excluded, side) or choice
             if choice is None:
                 break
             state, (positions, mig_start) = choice
@@ -631,11 +850,61 @@ class Fleet:
         if not explain:
             return Unplaceable("Unexplained", "explanation skipped (explain=False)",
                                {"fitted_members": len(assignments)})
-        nodes = [states.get(n.name, n) for n in self._nodes.values()] if states else list(self._nodes.values())
-        why = member_unplaceable(nodes, member, tenant, gang.allow_timeslice, excluded)
+        why = self._explain(cache, states, excluded)
         if not assignments:
             return self._with_gang(why, gang)
         return gang_incomplete(gang, len(assignments), why)
+
+    def _explain(self, cache: _ShapeCache, states: dict[str, NodeState], excluded: frozenset[str]) -> Unplaceable:
+        """Why the cache's member fits on no node, from the cache's incremental counts
+        (refreshed by the query), corrected for the nodes this query sees differently: its
+        own copies (earlier members, a trial overlay) and excluded nodes. The same answer as
+        `reasons.member_unplaceable` over all nodes (tests compare the two)."""
+        member, tenant, allow_ts = cache.member, cache.tenant, cache.allow_ts
+        hist = dict(cache.hist)
+        wsum = cache.wsum
+        wlargest = dict(cache.wlargest)
+        nodes = self._nodes
+
+        def move(d: dict, old, new) -> None:
+            if old == new:
+                return
+            n = d[old] - 1
+            if n:
+                d[old] = n
+            else:
+                del d[old]
+            d[new] = d.get(new, 0) + 1
+
+        for name in sorted(set(states) | set(excluded)):
+            base = nodes.get(name)
+            if base is None:
+                continue
+            state = states.get(name)
+            if name in excluded:
+                key = "excluded"
+            elif state is not None:
+                key = node_key(state, member, tenant, allow_ts)
+            else:
+                continue
+            move(hist, cache.keys[base.seq], key)
+            if cache.whole and state is not None:
+                old_ws = cache.wstat.get(base.seq, NO_WHOLE)
+                new_ws = whole_stat(state, member, allow_ts)
+                if old_ws != new_ws:
+                    if old_ws[1]:
+                        wsum -= old_ws[1]
+                        n = wlargest[old_ws[0]] - 1
+                        if n:
+                            wlargest[old_ws[0]] = n
+                        else:
+                            del wlargest[old_ws[0]]
+                    if new_ws[1]:
+                        wsum += new_ws[1]
+                        wlargest[new_ws[0]] = wlargest.get(new_ws[0], 0) + 1
+        free = (max(wlargest, default=0), wsum) if cache.whole else None
+        models = tuple(m for m, n in sorted(self._models.items()) if n)
+        return explain(hist, len(nodes), models, member, free)
 
     @staticmethod
     def _with_gang(why: Unplaceable, gang: GangRequest) -> Unplaceable:
@@ -690,7 +959,7 @@ class _SideScores:
                 or spec.memory_mib < member.memory_mib or name not in self.fleet._nodes):
             return
         found = self.fleet._score_now(self.cache, state)
-        if found is None:
+        if isinstance(found, str):
             return
         self.token += 1
         score, opt = found

@@ -73,19 +73,74 @@ class Fragmentation:
         w = self.total_weight
         self._thresholds = [-math.log(100 / k - 1) * 1000 * w for k in range(1, 100)]
         self._memo: dict[tuple, int] = {}
-        gpu_tasks = [t for t in tasks if t.num_gpu]
-        gpu_weight = sum(t.weight * t.num_gpu * t.per_gpu_milli for t in gpu_tasks)
-        self.cpu_per_gpu = (
-            1000 * sum(t.weight * t.cpu_milli for t in gpu_tasks) // gpu_weight if gpu_weight else 0
-        )
-        """CPU milli the workload asks per whole GPU (count-weighted over GPU tasks)."""
+        self._profiles: dict[tuple, tuple[int, int]] = {}
+        """(demand weight, CPU per GPU) per node type (`strand_profile`), filled by the fold
+        (`remember_profile`), only read inside a decision."""
 
-    def stranded(self, idle_gpu_milli: int, free_cpu: int) -> int:
-        """Idle GPU milli the node's free CPU cannot feed at the workload's CPU-per-GPU
-        ratio: ``max(0, idle - free_cpu * 1000 / cpu_per_gpu)``, in GPU milli."""
-        if not self.cpu_per_gpu:
+    def scarcity_weighted(self, supply: dict[str, int]) -> Fragmentation:
+        """The same typical tasks, each model-constrained one weighted up by how scarce its
+        models are: ``weight * sqrt(total GPUs / GPUs of the models it allows)``, in integers
+        (``supply``: GPU count per model in the fleet; tasks whose models are absent, and
+        unconstrained ones, keep their weight). Returns ``self`` when nothing changes.
+        (The square root measured better than the plain ratio on openb gpuspec25, seeds
+        42-45: 4.48 against 4.73 % unallocated; without the weighting 5.59.)"""
+        total = sum(supply.values())
+        tasks = []
+        for t in self.tasks:
+            allowed = sum(supply.get(m, 0) for m in set(t.models)) if t.models else 0
+            weight = t.weight
+            if allowed:
+                weight = max(1, t.weight * math.isqrt(1_000_000 * total // allowed) // 1000)
+            tasks.append(t if weight == t.weight else TypicalTask(t.cpu_milli, t.num_gpu, t.gpu_milli, t.models, weight))
+        if all(a is b for a, b in zip(tasks, self.tasks, strict=True)):
+            return self
+        return Fragmentation(tuple(tasks))
+
+    def strand_profile(self, layout: Layout, cpu_capacity: int) -> tuple[int, int]:
+        """(demand weight, CPU milli per whole GPU) of stranding on a node of this GPU layout
+        and CPU capacity (its *type*), memoised per type.
+
+        Demand: the typical GPU tasks that could ever run on the type (a GPU model they
+        allow, no more GPUs than it has, no more CPU than its capacity); weight = their
+        count. The ratio is theirs (count-weighted CPU milli per whole GPU asked), capped
+        at the type's own CPU per GPU: an empty node of a CPU-lean type (2 P100 and 16
+        cores) has nothing stranded, so its GPUs are not filled first merely for being
+        lean, which is what a fleet-wide ratio did (on model-constrained traces it handed
+        scarce models to tasks that could run anywhere). Computed afresh for a node type
+        not remembered (`remember_profile`)."""
+        found = self._profiles.get((layout, cpu_capacity))
+        return found if found is not None else self._profile(layout, cpu_capacity)
+
+    def remember_profile(self, layout: Layout, cpu_capacity: int) -> None:
+        """Memoise `strand_profile` for a node type (called when the fleet folds a node in,
+        so a decision only reads the memo)."""
+        key = (layout, cpu_capacity)
+        if key not in self._profiles:
+            self._profiles[key] = self._profile(layout, cpu_capacity)
+
+    def _profile(self, layout: Layout, cpu_capacity: int) -> tuple[int, int]:
+        models = {m for _, m, _ in layout}
+        gpus = sum(len(g[2]) for g in layout)
+        weight = gpu_w = cpu_w = 0
+        for t in self.tasks:
+            if (not t.num_gpu or t.num_gpu > gpus or t.cpu_milli > cpu_capacity
+                    or (t.models and models.isdisjoint(t.models))):
+                continue
+            weight += t.weight
+            gpu_w += t.weight * t.num_gpu * t.per_gpu_milli
+            cpu_w += t.weight * t.cpu_milli
+        ratio = 0
+        if gpu_w:
+            ratio = min(1000 * cpu_w // gpu_w, 1000 * cpu_capacity // (GPU_MILLI * gpus))
+        return weight, ratio
+
+    @staticmethod
+    def stranded(ratio: int, idle_gpu_milli: int, free_cpu: int) -> int:
+        """Idle GPU milli that ``free_cpu`` cannot feed at ``ratio`` CPU milli per whole GPU
+        (`strand_profile`): ``max(0, idle - free_cpu * 1000 / ratio)``, in GPU milli."""
+        if not ratio:
             return 0
-        return max(0, idle_gpu_milli - free_cpu * 1000 // self.cpu_per_gpu)
+        return max(0, idle_gpu_milli - free_cpu * 1000 // ratio)
 
     def cpu_bucket(self, cpu_milli: int) -> int:
         return bisect_right(self.cpu_thresholds, cpu_milli)

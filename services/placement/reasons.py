@@ -19,23 +19,26 @@ from .model import GPU_MILLI, GangRequest, MemberRequest, Unplaceable
 from .state import NodeState
 
 
+def node_key(node: NodeState, member: MemberRequest, tenant: str, allow_timeslice: bool) -> str:
+    """One node's rejection key for the member ("fits" if it would fit), excluded aside."""
+    if not node.schedulable:
+        return "unschedulable"
+    elig = eligible_gpus(node, member, allow_timeslice)
+    if isinstance(elig, str):
+        return elig
+    opts = options(node, member, tenant, elig)
+    return opts if isinstance(opts, str) else "fits"
+
+
 def node_rejections(
     nodes: Iterable[NodeState], member: MemberRequest, tenant: str, allow_timeslice: bool,
     excluded: frozenset[str],
 ) -> dict[str, int]:
-    """Histogram of rejection keys over ``nodes`` (nodes that would fit count as "fits")."""
+    """Histogram of rejection keys over ``nodes`` (nodes that would fit count as "fits").
+    The brute-force walk; `Fleet` keeps the same counts incrementally per request shape."""
     hist: dict[str, int] = {}
     for node in nodes:
-        if node.name in excluded:
-            key = "excluded"
-        elif not node.schedulable:
-            key = "unschedulable"
-        else:
-            elig = eligible_gpus(node, member, allow_timeslice)
-            key = elig if isinstance(elig, str) else None
-            if key is None:
-                opts = options(node, member, tenant, elig)  # type: ignore[arg-type]
-                key = opts if isinstance(opts, str) else "fits"
+        key = "excluded" if node.name in excluded else node_key(node, member, tenant, allow_timeslice)
         hist[key] = hist.get(key, 0) + 1
     return hist
 
@@ -48,23 +51,48 @@ def histogram_text(hist: dict[str, int], total: int) -> str:
     return f"{fits}/{total} nodes: " + ", ".join(f"{n} {phrase}" for n, phrase in parts)
 
 
+NO_WHOLE: tuple[int, int] = (0, 0)
+
+
+def whole_probe(member: MemberRequest) -> MemberRequest:
+    """The one-GPU request whose eligible GPUs `whole_stat` counts."""
+    return MemberRequest(gpus=1, gpu_models=member.gpu_models, min_gpu_memory_mib=member.min_gpu_memory_mib)
+
+
+def whole_stat(
+    node: NodeState, member: MemberRequest, allow_timeslice: bool,
+    eligible: tuple[int, ...] | str | None = None,
+) -> tuple[int, int]:
+    """(largest count of free GPUs inside one clique, free GPUs) of one node for a whole-GPU
+    member: 0s unless the node is schedulable with enough free CPU and memory; counts GPUs
+    of allowed models and memory (``eligible``: `eligible_gpus` of `whole_probe`, if known)."""
+    if (not node.schedulable or node.free_cpu < member.cpu_milli
+            or node.free_mem < member.memory_mib):
+        return NO_WHOLE
+    elig = eligible if eligible is not None else eligible_gpus(node, whole_probe(member), allow_timeslice)
+    if isinstance(elig, str):
+        return NO_WHOLE
+    free = node.gpu_free
+    best = total = 0
+    for _, positions in node.cliques:
+        n = 0
+        for p in positions:
+            if free[p] == GPU_MILLI and p in elig:
+                n += 1
+        if n > best:
+            best = n
+        total += n
+    return (best, total) if total else NO_WHOLE
+
+
 def _free_whole_gpus(nodes: list[NodeState], member: MemberRequest, allow_timeslice: bool) -> tuple[int, int]:
     """(largest count of free GPUs inside one clique, free GPUs in all) over schedulable
     nodes with enough free CPU and memory, counting GPUs of allowed models and memory."""
-    probe = MemberRequest(gpus=1, gpu_models=member.gpu_models,
-                          min_gpu_memory_mib=member.min_gpu_memory_mib)
     best = total = 0
     for node in nodes:
-        if (not node.schedulable or node.free_cpu < member.cpu_milli
-                or node.free_mem < member.memory_mib):
-            continue
-        elig = eligible_gpus(node, probe, allow_timeslice)
-        if isinstance(elig, str):
-            continue
-        for _, positions in node.cliques:
-            n = sum(1 for p in positions if p in elig and node.gpu_free[p] == GPU_MILLI)
-            best = max(best, n)
-            total += n
+        b, t = whole_stat(node, member, allow_timeslice)
+        best = max(best, b)
+        total += t
     return best, total
 
 
@@ -72,7 +100,10 @@ def _free_whole_gpus(nodes: list[NodeState], member: MemberRequest, allow_timesl
 class Evidence:
     """What the explanation rules read about one member that fits on no node."""
 
-    nodes: list[NodeState]
+    total: int
+    """Nodes in the fleet."""
+    models: tuple[str, ...]
+    """GPU models present in the fleet (sorted)."""
     member: MemberRequest
     hist: dict[str, int]
     """Rejection key -> node count (`node_rejections`)."""
@@ -88,7 +119,7 @@ class Evidence:
 
 def never_hostable(e: Evidence) -> Unplaceable | None:
     """`Unschedulable`: no node could host the member even when empty (or there are no nodes)."""
-    if not e.nodes:
+    if not e.total:
         return Unplaceable("Unschedulable", "the fleet has no nodes", e.details)
     if not e.dynamic:
         return Unplaceable("Unschedulable", f"no node can ever host this member; {e.text}", e.details)
@@ -114,8 +145,8 @@ def mig_layout(e: Evidence) -> Unplaceable | None:
     m = e.member
     if m.kind != "mig" or not e.hist.get("mig_layout_full", 0):
         return None
-    slots = sorted({slot_text(p) for n in e.nodes for g in n.spec.gpus
-                    if (p := profile_for(g.model, m.mig_profile or "")) is not None})
+    slots = sorted({slot_text(p) for model in e.models
+                    if (p := profile_for(model, m.mig_profile or "")) is not None})
     return Unplaceable(
         "MIGPlacementUnavailable",
         f"MIG {m.mig_profile}: no GPU with a free {' or '.join(slots)} slot; {e.text}", e.details)
@@ -150,13 +181,28 @@ def member_unplaceable(
     nodes: list[NodeState], member: MemberRequest, tenant: str, allow_timeslice: bool,
     excluded: frozenset[str],
 ) -> Unplaceable:
-    """Why one member fits on no node: the code, message and details."""
+    """Why one member fits on no node: the code, message and details (brute force: walks
+    every node; `Fleet` answers the same from its incremental counts via `explain`)."""
     hist = node_rejections(nodes, member, tenant, allow_timeslice, excluded)
+    free = None
+    if nodes and member.kind == "whole":
+        free = _free_whole_gpus(nodes, member, allow_timeslice)
+    models = tuple(sorted({g.model for n in nodes for g in n.spec.gpus}))
+    return explain(hist, len(nodes), models, member, free)
+
+
+def explain(
+    hist: dict[str, int], total: int, models: tuple[str, ...], member: MemberRequest,
+    free_whole: tuple[int, int] | None,
+) -> Unplaceable:
+    """The explanation from aggregate counts: ``hist`` (rejection key -> nodes, zero counts
+    left out), ``total`` nodes, the fleet's GPU ``models`` and, for whole-GPU members,
+    (largest free clique, free GPUs) from `whole_stat` over the nodes."""
     details: dict[str, Any] = {"nodes": {REJECTIONS.get(k, k): n for k, n in sorted(hist.items())},
-                               "total_nodes": len(nodes)}
-    e = Evidence(nodes, member, hist, histogram_text(hist, len(nodes)), details)
-    if nodes and e.dynamic and member.kind == "whole":
-        details["largest_free_clique"], details["free_gpus"] = _free_whole_gpus(nodes, member, allow_timeslice)
+                               "total_nodes": total}
+    e = Evidence(total, models, member, hist, histogram_text(hist, total), details)
+    if total and e.dynamic and member.kind == "whole":
+        details["largest_free_clique"], details["free_gpus"] = free_whole or NO_WHOLE
     for rule in UNPLACEABLE:
         found = rule(e)
         if found is not None:

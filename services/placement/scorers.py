@@ -27,15 +27,17 @@ from .state import NodeState
 
 
 class ScoreContext(msgspec.Struct, frozen=True):
-    """Fleet-wide inputs of scorers: largest node capacities (normalisation) and the
-    workload's typical tasks (fragmentation)."""
+    """Fleet-wide inputs of scorers: largest node capacities (normalisation), the workload's
+    typical tasks (fragmentation) and the same tasks weighted by the scarcity of the GPU
+    models they require in this fleet (`Fragmentation.scarcity_weighted`, for `default`)."""
 
     max_node_cpu: int = 1
     max_node_gpu_milli: int = 1
     frag: Fragmentation | None = None
+    frag_scarce: Fragmentation | None = None
 
     def __hash__(self) -> int:  # frag is compared by identity
-        return hash((self.max_node_cpu, self.max_node_gpu_milli, id(self.frag)))
+        return hash((self.max_node_cpu, self.max_node_gpu_milli, id(self.frag), id(self.frag_scarce)))
 
 
 class Scorer(Protocol):

@@ -18,9 +18,24 @@ def test_fleet_shape_and_job_mix():
     assert typical_of(queue)[0].weight >= typical_of(queue)[-1].weight
 
 
+def test_lifetimes_scale_with_the_fleet_and_nothing_else_does():
+    small, large = job_queue(2_000, 7), job_queue(2_000, 7, lifetime_scale=10)
+    assert [g for g, _ in small] == [g for g, _ in large]
+    assert [round(life * 10) for _, life in small] == [life for _, life in large]
+    assert min(life for _, life in small) >= 35 and max(life for _, life in small) <= 600
+
+
+def test_scaled_run_reports_its_occupancy():
+    report = run(["bestfit"], n_nodes=100)  # 2,000 jobs, lifetimes x 0.2
+    assert report.jobs == 2_000 and report.lifetime_scale == 0.2
+    r = report.results[0]
+    assert 40 < r.occupancy_pct < 85 and r.failed == r.decisions - r.placed
+
+
 def test_small_run_places_and_explains():
     report = run(["bestfit", "default"], n_nodes=40, n_jobs=400)
     for r in report.results:
         assert r.decisions == 400 and 0 < r.placed < 400
         assert sum(r.reasons.values()) == 400 - r.placed
         assert r.p99_ms >= r.p50_ms > 0
+        assert r.cpu_p99_ms >= r.cpu_p50_ms > 0 and r.cpu_decisions_per_s > 0

@@ -95,3 +95,70 @@ def test_cached_scores_equal_fresh_scores(policy):
             live.allocate(g.job_id, g.tenant, p, g)
         if k % 7 == 6:
             live.release(live.allocation_ids()[0])
+
+
+def test_stranding_demand_is_per_gpu_model_and_node_type():
+    tasks = (
+        TypicalTask(12_000, 1, 1000, weight=3),                    # any model
+        TypicalTask(3_000, 1, 1000, ("P100",), weight=1),          # P100 only
+        TypicalTask(40_000, 8, 1000, weight=2),                    # 8 GPUs: not on 2-GPU nodes
+        TypicalTask(200_000, 1, 1000, weight=5),                   # more CPU than any node here
+        TypicalTask(8_000, 0, 0, weight=4),                        # CPU-only: no GPU demand
+    )
+    frag = Fragmentation(tasks)
+    f = Fleet([node("p100", gpus=2, model="P100", sharing="mps", cpu=16_000),
+               node("t4", gpus=2, model="T4", sharing="mps", cpu=104_000),
+               node("g2", gpus=8, model="G2", sharing="mps", cpu=96_000)])
+    layout = {n: f.node_state(n).frag_layout for n in ("p100", "t4", "g2")}
+    # P100 2 x, 16 cores: tasks 1 and 2; their ratio 39,000/4 = 9,750 per GPU, capped at the
+    # node's own 8,000 per GPU
+    assert frag.strand_profile(layout["p100"], 16_000) == (4, 8_000)
+    # T4, 104 cores: only task 1 (task 2 wants P100): 12,000 per GPU
+    assert frag.strand_profile(layout["t4"], 104_000) == (3, 12_000)
+    # G2 x 8, 96 cores: tasks 1 and 3: (36,000 + 80,000) CPU / 19 GPUs asked
+    assert frag.strand_profile(layout["g2"], 96_000) == (5, 116_000 * 1000 // 19_000)
+    assert frag.stranded(8_000, 2_000, 16_000) == 0  # an empty lean node strands nothing
+    assert frag.stranded(8_000, 2_000, 4_000) == 1_500
+
+
+def test_default_keeps_a_scarce_lean_model_for_the_tasks_that_need_it():
+    # A 2-GPU P100 node with 16 cores (8 per GPU, leaner than the workload's 9.75) and an
+    # 8-GPU G2 node. At a fleet-wide ratio the empty P100 node looked stranded, so a task
+    # that may run anywhere went there first and a P100-only task found no room later.
+    typical = (TypicalTask(12_000, 1, 1000, weight=3), TypicalTask(3_000, 1, 1000, ("P100",), weight=1))
+    f = Fleet([node("p100", gpus=2, model="P100", sharing="mps", cpu=16_000),
+               node("g2", gpus=8, model="G2", sharing="mps", cpu=96_000)],
+              typical_tasks=typical, node_order=["p100", "g2"])
+    anywhere = gang("a", gpus=1, cpu_milli=4_000)
+    assert f.place(anywhere, "default").members[0].node == "g2"
+
+
+def test_scarcity_weights_constrained_tasks_by_the_square_root_of_their_models_rarity():
+    tasks = (TypicalTask(1000, 1, 1000, weight=10),               # anywhere: unchanged
+             TypicalTask(1000, 1, 1000, ("T4",), weight=3),        # T4: 100 of 900 GPUs
+             TypicalTask(1000, 1, 1000, ("T4", "P100"), weight=2),  # 400 of 900
+             TypicalTask(1000, 1, 1000, ("A10",), weight=5))       # absent: unchanged
+    frag = Fragmentation(tasks)
+    scarce = frag.scarcity_weighted({"G2": 500, "P100": 300, "T4": 100})
+    assert [t.weight for t in scarce.tasks] == [10, 3 * 3, 2 * 1500 // 1000, 5]
+    assert frag.scarcity_weighted({"G2": 800}) is frag  # no constrained task is in the fleet
+    assert Fragmentation(tasks[:1]).scarcity_weighted({"G2": 1, "T4": 1}).tasks == tasks[:1]
+
+
+def test_default_leaves_the_scarce_model_to_the_tasks_that_can_only_run_there():
+    # One T4 node (2 GPUs) among three G2 nodes; as much work requires T4 as requires G2, so
+    # FGD's fragmentation is even between a T4 and a G2 node (the tie goes to the T4, first in
+    # node order). T4 is the scarce model (2 of 8 GPUs): default keeps it for T4 work.
+    t4 = node("t4", gpus=2, model="T4", sharing="mps", cpu=32_000)
+    g2 = [node(f"g{i}", gpus=2, model="G2", sharing="mps", cpu=32_000) for i in range(3)]
+    typical = (TypicalTask(4_000, 1, 500, weight=2), TypicalTask(4_000, 1, 1000, ("T4",), weight=1),
+               TypicalTask(4_000, 1, 1000, ("G2",), weight=1))
+    f = Fleet([t4, *g2], typical_tasks=typical, node_order=["t4", "g0", "g1", "g2"])
+    assert [t.weight for t in f._ctx.frag_scarce.tasks] == [2, 2, 1]  # sqrt(8/2) = 2, sqrt(8/6) < 2
+    anywhere = gang("a", gpu_milli=500, cpu_milli=4_000)
+    assert f.place(anywhere, "default").members[0].node != "t4"
+    assert f.place(anywhere, "fgd").members[0].node == "t4"
+    f.remove_node("g0")
+    f.remove_node("g1")
+    f.remove_node("g2")
+    assert f._ctx.frag_scarce.tasks == typical  # a fleet of T4 only: nothing is scarce
