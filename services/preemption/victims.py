@@ -4,13 +4,15 @@ sufficient set.
 Eligible victims are active, preemptible allocations not already being preempted, that are
 lower in effective priority than the blocked job's own (base) priority — within the tenant,
 or cluster-wide when the policy's scope is `cluster`, where a victim of another tenant must
-belong to a tenant running above its guarantee (guarantees are never taken by priority) —
-reason `Priority`; or that belong to another tenant running above its guarantee while the
-blocked job's tenant stays within its own — reason `Reclaim`. Aging raises a job's effective
-priority, which protects it from eviction and moves it up the queue, but never gives it the
-right to evict: so two jobs can never take turns evicting each other. A job also never evicts
-the job that evicted it within the last hour (`PreemptionLoop`). Minimum runtime, eviction
-budgets and disruption budgets exclude candidates (and say so, with when they lapse).
+belong to a tenant running above its guarantee and the victims together take no more than
+it borrows (guarantees are never taken by priority; a tenant pushed below its guarantee
+would reclaim from the beneficiary's right back) — reason `Priority`; or that belong to
+another tenant running above its guarantee while the blocked job's tenant stays within its
+own — reason `Reclaim`. Aging raises a job's effective priority, which protects it from
+eviction and moves it up the queue, but never gives it the right to evict: so two jobs can
+never take turns evicting each other. A job also never evicts the job that evicted it within
+the last hour (`PreemptionLoop`). Minimum runtime, eviction budgets and disruption budgets
+exclude candidates (and say so, with when they lapse).
 
 Order: borrowers first, then lowest effective priority, then least work at risk since the
 last checkpoint, then smallest gang, then most recently started, then allocation id. The
@@ -156,6 +158,16 @@ def count_replicas(s: Scene, service: str, taken: set[str] | frozenset[str]) -> 
     s.budget_left[service] = up - s.state.jobs[service].spec.min_available
 
 
+def count_borrowed(s: Scene, tenant: str) -> None:
+    """Fill the scene's `borrowed_left` for `tenant`: what it runs above its guarantee, not
+    counting capacity already being released."""
+    if tenant in s.borrowed_left:
+        return
+    conf = s.state.config.tenants.get(tenant)
+    used = s.state.tenant_gpu_milli.get(tenant, 0) - s.releasing.get(tenant, 0)
+    s.borrowed_left[tenant] = max(0, used - (conf.guaranteed_gpu_milli if conf else 0))
+
+
 def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
     """The allocation as a candidate on the first ground (`rules.GROUNDS`) that holds for it,
     or None: it is being preempted already, it is the job's own, or no ground holds."""
@@ -192,7 +204,9 @@ def candidates(
 ) -> list[Candidate]:
     """Eligible victims for `job` in victim order (`rules.ORDER`); every candidate a rule
     protects is appended to `exclusions` instead (in allocation id order). Candidates are
-    judged in victim order, so a service's disruption budget goes to its first replicas."""
+    judged in victim order, so a service's disruption budget goes to its first replicas, and
+    what another tenant borrows goes to its first `Priority` victims (the offered set never
+    takes it below its guarantee, so any subset the search picks does not either)."""
     s = scene(state, job, now_ms, taken)
     grounds: list[Candidate] = []
     for alloc_id in sorted(state.active):
@@ -201,6 +215,8 @@ def candidates(
             grounds.append(cand)
             if cand.victim.service is not None:
                 count_replicas(s, cand.victim.service, taken)
+            if cand.victim.tenant != job.tenant:
+                count_borrowed(s, cand.victim.tenant)
     grounds.sort(key=Candidate.sort_key)
     out: list[Candidate] = []
     excluded_here: list[Exclusion] = []
@@ -212,6 +228,8 @@ def candidates(
             out.append(cand)
             if cand.victim.service is not None:
                 s.budget_left[cand.victim.service] -= 1
+            if cand.reason == PreemptionReason.Priority and cand.victim.tenant != job.tenant:
+                s.borrowed_left[cand.victim.tenant] -= cand.rec.gpu_milli
     excluded_here.sort(key=lambda x: x.candidate.rec.allocation_id)
     exclusions.extend(excluded_here)
     return out
