@@ -255,40 +255,79 @@ def smallest_sufficient(ordered: list[Candidate], fits, pruned: list[dict[str, A
     return chosen
 
 
+MAX_MOVES = 4
+"""At most this many allocations are moved for one blocked job (`relocation`)."""
+
+
 def relocation(
     state: Ledger, job: JobRecord, request, placement_policy: str, exclude: frozenset[str],
     exclusions: list[Exclusion], fleet=None,
-) -> Candidate | None:
-    """A job within its tenant's guarantee that is blocked by fragmentation alone: move one
-    allocation of a tenant that is itself within its guarantee (excluded as
-    `WithinGuarantee`) when, with it gone, the job fits, and the moved gang then fits again
-    elsewhere at once — nobody's guarantee is reduced, the victim only pays a checkpoint.
-    Returns that victim (reason `Defragment`), smallest first, or None."""
+) -> list[Candidate]:
+    """A job within its tenant's guarantee that is blocked by fragmentation alone: move
+    allocations of tenants that are themselves within their guarantees (excluded as
+    `WithinGuarantee`) when, with them gone, the job fits, and the moved gangs then fit again
+    elsewhere at once — nobody's guarantee is reduced, each mover only pays a checkpoint.
+    One allocation when one will do (victim order); else several (up to `MAX_MOVES`): the
+    shortest run in victim order whose release makes room, pruned of every one the others
+    make unnecessary, so a tenant sitting exactly at its guarantee in small gangs on every
+    node cannot starve another's guarantee. Returns those victims (reason
+    `Defragment`), or [] when no such move exists."""
     own = state.config.tenants.get(job.tenant)
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
-        return None
+        return []
     guarded = sorted((x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
                      key=Candidate.sort_key)
     fleet = state.fleet.trial() if fleet is None else fleet
+    present = []
     for cand in guarded:
-        alloc_id = cand.rec.allocation_id
         try:
-            held = fleet.allocation(alloc_id)
+            present.append((cand, fleet.allocation(cand.rec.allocation_id)))
         except UnknownAllocation:
             continue  # already released in the outlook of preemptions under way
+
+    def moves(chosen: list[tuple[Candidate, Any]]) -> bool:
+        """Whether, with `chosen` released, the job fits and each moved gang fits again."""
+        released = tuple(c.rec.allocation_id for c, _ in chosen)
         placed = fleet.place(request, placement_policy, exclude=exclude,
-                             assume_released=(alloc_id,), explain=False)
+                             assume_released=released, explain=False)
         if not isinstance(placed, Placement):
-            continue
-        moved = fleet.fork()  # trial: the victim gone, the job placed
-        moved.release(alloc_id)
+            return False
+        moved = fleet.fork()  # trial: the victims gone, the job placed, the victims placed again
+        for alloc_id in released:
+            moved.release(alloc_id)
         moved.allocate("~relocation", job.tenant, placed, request)
-        again = moved.place(held.request, placement_policy, exclude=exclude, explain=False)
-        if isinstance(again, Placement):
-            exclusions[:] = [x for x in exclusions if x.candidate is not cand]
-            return dataclasses.replace(cand, reason=PreemptionReason.Defragment)
-    return None
+        for i, (_, held) in enumerate(chosen):
+            again = moved.place(held.request, placement_policy, exclude=exclude, explain=False)
+            if not isinstance(again, Placement):
+                return False
+            moved.allocate(f"~moved-{i}", held.tenant, again, held.request)
+        return True
+
+    chosen: list[tuple[Candidate, Any]] | None = next(([x] for x in present if moves([x])), None)
+    if chosen is None and len(present) > 1:
+        # the shortest prefix (victim order) that makes room, then without every move the
+        # others make unnecessary
+        room = [x[0].rec.allocation_id for x in present]
+        for n in range(2, min(len(present), MAX_MOVES * 4) + 1):
+            if isinstance(fleet.place(request, placement_policy, exclude=exclude,
+                                      assume_released=tuple(room[:n]), explain=False), Placement):
+                prefix = present[:n]
+                for x in reversed(list(prefix)):
+                    trial = [y for y in prefix if y is not x]
+                    if trial and isinstance(fleet.place(
+                            request, placement_policy, exclude=exclude,
+                            assume_released=tuple(y[0].rec.allocation_id for y in trial),
+                            explain=False), Placement):
+                        prefix = trial
+                if len(prefix) <= MAX_MOVES and moves(prefix):
+                    chosen = prefix
+                break
+    if not chosen:
+        return []
+    gone = {id(c) for c, _ in chosen}
+    exclusions[:] = [x for x in exclusions if id(x.candidate) not in gone]
+    return [dataclasses.replace(c, reason=PreemptionReason.Defragment) for c, _ in chosen]
 
 
 def plan(
@@ -318,8 +357,8 @@ def plan(
 
     if not cands or not fits(cands):
         move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet)
-        if move is not None:
-            result.victims = [move]
+        if move:
+            result.victims = move
             return result
         result.declined = no_room(cands, result.exclusions, fits)
         return result

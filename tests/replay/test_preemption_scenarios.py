@@ -250,3 +250,38 @@ def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead()
     assert first[1][0].node != second[1][0].node and second[0] == 1865_000  # moved at once
     assert sim.ledger.jobs["j4"].placements[0][0] == 1865_000  # 5 s checkpoint, not 60 s
     assert verify(sim.log).ok
+
+
+def test_fragmentation_by_several_small_gangs_moves_as_many_as_it_takes():
+    """Found by the reclaim-bound property (randomized): tenant a (guaranteed 4 of 8) needs 4
+    GPUs in one clique; b holds exactly its guarantee as four 1-GPU jobs of 10 h, two per
+    node, so 4 GPUs are free but split 2 + 2 and no single move makes room. Before, a waited
+    10 h for b's jobs to end; now two of b's jobs on one node are checkpointed and moved to
+    the other at once, and a's job starts after the checkpoint."""
+    from gpuledger.replay.verify import verify
+
+    def job(i, tenant, cls, gpus, minutes, at):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+
+    doc = {
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        "policy": {"default_grace_s": 60, "min_runtime_s": 0},
+        "timeline": [job(0, "b", "best-effort", 1, 30, 0), job(1, "b", "best-effort", 1, 30, 0),
+                     *(job(i, "b", "best-effort", 1, 600, 120) for i in (2, 3, 4, 5)),
+                     job(6, "a", "train", 4, 10, 1860)],
+    }
+    sim = simulate(from_document(doc))
+    moves = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert [(e.reason, e.beneficiary) for e in moves] == [("Defragment", "j6")] * 2
+    assert moves[0].occurred_at_ms == moves[1].occurred_at_ms == 1860_000
+    victims = [sim.ledger.jobs[e.job_id] for e in moves]
+    assert {v.placements[0][1][0].node for v in victims} == {sim.ledger.jobs["j6"].placements[0][1][0].node}
+    for v in victims:
+        assert v.preemptions[0].checkpointed and v.preemptions[0].lost_gpu_ms == 0
+        assert v.placements[1][0] == 1865_000 and v.placements[1][1][0].node != v.placements[0][1][0].node
+    assert sim.ledger.jobs["j6"].placements[0][0] == 1865_000  # 5 s checkpoint, not 10 h
+    assert all(j.state == "completed" for j in sim.ledger.jobs.values())
+    assert verify(sim.log).ok
