@@ -259,9 +259,37 @@ MAX_MOVES = 4
 """At most this many allocations are moved for one blocked job (`relocation`)."""
 
 
+def unrivalled(state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str]) -> list[Candidate]:
+    """Allocations of other tenants within their guarantees that no ground makes candidates
+    (their priority is not below the job's) and no rule of `rules.EXCLUSIONS` protects: they
+    may not be evicted for the job, but they may be moved (`relocation`), in victim order."""
+    s = scene(state, job, now_ms, taken)
+    out: list[Candidate] = []
+    for alloc_id in sorted(state.active):
+        rec = state.allocations[alloc_id]
+        victim = state.jobs[rec.job_id]
+        if rec.preemption is not None or alloc_id in taken or victim.tenant == job.tenant:
+            continue
+        borrowing = over_guarantee(state, victim.tenant, s.releasing)
+        if borrowing or any(g.holds(s, victim, borrowing) for g in GROUNDS):
+            continue  # a borrower, or a candidate judged by `candidates` already
+        if victim.service is not None:
+            count_replicas(s, victim.service, taken)
+        cand = Candidate(
+            rec=rec, victim=victim, reason=PreemptionReason.Defragment,
+            priority=effective_priority(state, victim, now_ms),
+            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms), borrowing=False,
+            started_ms=min(rec.started.values(), default=rec.placed_ms),
+        )
+        if protection(s, cand) is None:
+            out.append(cand)
+    out.sort(key=Candidate.sort_key)
+    return out
+
+
 def relocation(
     state: Ledger, job: JobRecord, request, placement_policy: str, exclude: frozenset[str],
-    exclusions: list[Exclusion], fleet=None,
+    exclusions: list[Exclusion], fleet=None, others=None,
 ) -> list[Candidate]:
     """A job within its tenant's guarantee that is blocked by fragmentation alone: move
     allocations of tenants that are themselves within their guarantees (excluded as
@@ -270,14 +298,19 @@ def relocation(
     One allocation when one will do (victim order); else several (up to `MAX_MOVES`): the
     shortest run in victim order whose release makes room, pruned of every one the others
     make unnecessary, so a tenant sitting exactly at its guarantee in small gangs on every
-    node cannot starve another's guarantee. Returns those victims (reason
-    `Defragment`), or [] when no such move exists."""
+    node cannot starve another's guarantee. `others` (a callable giving `unrivalled`: work
+    of tenants within their guarantees at the job's priority or above, protected by no rule)
+    are tried after the excluded candidates, only when the fleet has as many idle GPUs as
+    the job needs (fragmentation alone blocks it; a move never adds idle capacity). Returns those victims (reason `Defragment`), or [] when no such
+    move exists."""
     own = state.config.tenants.get(job.tenant)
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
         return []
     guarded = sorted((x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
                      key=Candidate.sort_key)
+    if others is not None and (job.spec.resources.mig_profile or need <= state.fleet.free_gpu_milli()):
+        guarded += others()
     fleet = state.fleet.trial() if fleet is None else fleet
     present = []
     for cand in guarded:
@@ -356,7 +389,8 @@ def plan(
         return isinstance(placed, Placement)
 
     if not cands or not fits(cands):
-        move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet)
+        move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet,
+                          others=lambda: unrivalled(state, job, now_ms, taken))
         if move:
             result.victims = move
             return result

@@ -164,6 +164,13 @@ flood = st.lists(
                 "save_s": 5} for d, at in ((30, 0), (30, 0), (30, 2), (30, 3), (31, 2), (30, 2))],
     gpus=4, cls="train", at_min=31, min_runtime_s=0,
 )
+# found with --hypothesis-seed=7: b's two 2-GPU `train` jobs (the job's own priority) split
+# the free GPUs 2 + 2; they were no candidates at all, so nothing was moved
+@example(
+    borrowers=[{"gpus": g, "class": c, "duration_min": 30, "at_min": at, "interval_min": 0, "save_s": 5}
+               for g, c, at in ((1, "best-effort", 0), (2, "train", 3), (2, "train", 3))],
+    gpus=3, cls="train", at_min=31, min_runtime_s=0,
+)
 def test_a_tenant_within_its_guarantee_is_placed_in_bounded_time_by_reclaim(
     borrowers, gpus, cls, at_min, min_runtime_s
 ):

@@ -285,3 +285,27 @@ def test_fragmentation_by_several_small_gangs_moves_as_many_as_it_takes():
     assert sim.ledger.jobs["j6"].placements[0][0] == 1865_000  # 5 s checkpoint, not 10 h
     assert all(j.state == "completed" for j in sim.ledger.jobs.values())
     assert verify(sim.log).ok
+
+
+def test_fragmentation_by_work_of_the_same_priority_is_moved_too():
+    """Found by the reclaim-bound property (randomized): b (guaranteed 4) runs two 2-GPU
+    `train` jobs, one per node; a (guaranteed 4) submits a 3-GPU `train` job. Neither reclaim
+    (b is not borrowing) nor priority (equal) makes b's jobs candidates, so nothing was moved
+    and a waited for b's jobs to end. Moving one of them to the other node costs b nothing but
+    a checkpoint: it is moved, and a's job starts after the 5 s save."""
+    def job(i, tenant, cls, gpus, minutes, at):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+
+    sim = simulate(from_document({
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "policy": {"default_grace_s": 60, "min_runtime_s": 0},
+        "timeline": [job(0, "b", "train", 1, 30, 0), job(1, "b", "train", 2, 600, 180),
+                     job(2, "b", "train", 2, 600, 180), job(3, "a", "train", 3, 10, 1860)],
+    }))
+    (moved,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert (moved.reason, moved.beneficiary, moved.occurred_at_ms) == ("Defragment", "j3", 1860_000)
+    victim = sim.ledger.jobs[moved.job_id]
+    assert victim.preemptions[0].lost_gpu_ms == 0 and victim.placements[1][0] == 1865_000
+    assert sim.ledger.jobs["j3"].placements[0][0] == 1865_000  # not 10 h later
