@@ -259,7 +259,9 @@ MAX_MOVES = 4
 """At most this many allocations are moved for one blocked job (`relocation`)."""
 
 
-def unrivalled(state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str]) -> list[Candidate]:
+def unrivalled(
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str],
+) -> list[Candidate]:
     """Allocations of other tenants within their guarantees that no ground makes candidates
     (their priority is not below the job's) and no rule of `rules.EXCLUSIONS` protects: they
     may not be evicted for the job, but they may be moved (`relocation`), in victim order."""
@@ -301,8 +303,8 @@ def relocation(
     node cannot starve another's guarantee. `others` (a callable giving `unrivalled`: work
     of tenants within their guarantees at the job's priority or above, protected by no rule)
     are tried after the excluded candidates, only when the fleet has as many idle GPUs as
-    the job needs (fragmentation alone blocks it; a move never adds idle capacity). Returns those victims (reason `Defragment`), or [] when no such
-    move exists."""
+    the job needs (fragmentation alone blocks it; a move never adds idle capacity). Returns
+    those victims (reason `Defragment`), or [] when no such move exists."""
     own = state.config.tenants.get(job.tenant)
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
