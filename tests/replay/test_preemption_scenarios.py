@@ -309,3 +309,32 @@ def test_fragmentation_by_work_of_the_same_priority_is_moved_too():
     victim = sim.ledger.jobs[moved.job_id]
     assert victim.preemptions[0].lost_gpu_ms == 0 and victim.placements[1][0] == 1865_000
     assert sim.ledger.jobs["j3"].placements[0][0] == 1865_000  # not 10 h later
+
+
+def test_a_beneficiary_never_takes_another_beneficiarys_reclaimed_node():
+    """Found by the reclaim-bound property (randomized): a (guaranteed 4) reclaims b's three
+    1-GPU jobs on n1 for its 4-GPU job; one of them, requeued, evicts b's own best-effort
+    job on n2 by priority and so becomes a beneficiary too. Beneficiaries used to ignore
+    every nomination, so it landed on n1 in the capacity freed for a, and a waited for b's
+    jobs to end. Now a beneficiary shares only the nodes where it has victims of its own:
+    it waits for n2, and a starts when the last of its victims has saved (20 s)."""
+    def job(i, tenant, cls, gpus, at, save):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": 1800, "checkpoint": {"save": save}}}
+
+    sim = simulate(from_document({
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        "policy": {"default_grace_s": 60, "min_runtime_s": 0, "eviction_budget_per_hour": 0,
+                   "aging_after_preemptions": 0, "aging_after_wait_s": 0},
+        "timeline": [job(0, "b", "best-effort", 1, 0, 5), job(1, "b", "best-effort", 1, 120, 20),
+                     job(2, "b", "train", 1, 120, 5), job(3, "b", "train", 1, 120, 5),
+                     job(4, "b", "best-effort", 3, 120, 20), job(5, "a", "train", 4, 1860, 5)],
+    }))
+    reclaimed = {e.job_id for _, _, e in sim.log
+                 if isinstance(e, ev.PreemptionRequested) and e.beneficiary == "j5"}
+    (node,) = {m.node for m in sim.ledger.jobs["j5"].placements[0][1]}
+    assert sim.ledger.jobs["j5"].placements[0][0] == 1880_000  # j1's 20 s save, not 1925 s
+    for j in reclaimed:  # none of a's victims came back onto a's node before a landed
+        assert all(at >= 1880_000 or m[0].node != node for at, m in sim.ledger.jobs[j].placements[1:])
