@@ -24,6 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
+from gpuledger.events.specs import MAX_COUNT
 from gpuledger.services.domain.config import DEFAULT_CLASSES
 from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 
@@ -184,6 +185,16 @@ class CheckpointDoc(Strict, kw_only=True):
     """How long a save takes (simulated agents)."""
 
 
+class SpreadDoc(Strict, kw_only=True):
+    """Keep the job off every node where running members of jobs of the same `group`
+    already number `max_per_node` (`JobSpec.spread`; binds between jobs, not within a gang)."""
+
+    group: Annotated[str, Meta(min_length=1, max_length=256)]
+    """Group name: jobs with the same group share the limit."""
+    max_per_node: Annotated[int, Meta(ge=1, le=MAX_COUNT)]
+    """At most this many members of the group's jobs on one node (>= 1)."""
+
+
 class JobDoc(Strict, kw_only=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
@@ -214,6 +225,8 @@ class JobDoc(Strict, kw_only=True):
     command: str | list[str] = []
     min_available: NonNegInt = 0
     prefer_same_leaf: bool = True
+    spread: SpreadDoc | None = None
+    """`{group, max_per_node}`: at most `max_per_node` members of the group's jobs per node."""
     kind: Literal["gang", "service"] = "gang"
     """`service`: `replicas` independent replicas (placed, evicted, requeued one at a time;
     `gpuledger scale` changes their number); `gang` (default): all members together."""

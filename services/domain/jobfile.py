@@ -4,7 +4,8 @@ Accepted keys (snake_case): `id` (or `job_id`), `tenant`, `class` (or `priority_
 `replicas`, `min_members`, `gpus`, `gpu` (a share like `500m`) or `gpu_milli`, `mig`
 (or `mig_profile`), `cpu` (cores, `500m`) or `cpu_milli`, `memory` (`36Gi`) or `memory_mib`,
 `models` (or `gpu_models`), `min_gpu_memory`, `duration` (`2h`), `checkpoint: {interval,
-grace, save}`, `command`, `min_available`, `prefer_same_leaf`, `kind` (`gang` or `service`).
+grace, save}`, `command`, `min_available`, `prefer_same_leaf`, `spread: {group,
+max_per_node}`, `kind` (`gang` or `service`).
 The schema is
 `services.domain.inputs.JobDoc`: unknown keys, bad units and negative values are errors.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuledger.events import CheckpointPolicy, JobSpec, Resources
+from gpuledger.events import CheckpointPolicy, JobSpec, Resources, Spread
 from gpuledger.services.domain.inputs import InputError, JobDoc, validate_job
 from gpuledger.services.domain.quantities import mebibytes, milli, seconds
 
@@ -65,5 +66,7 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         command=tuple(str(c) for c in command),
         min_available=j.min_available,
         prefer_same_leaf=j.prefer_same_leaf,
+        **({"spread": Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)}
+           if j.spread is not None else {}),
         **({"kind": "service"} if j.kind == "service" else {}),
     )

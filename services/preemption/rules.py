@@ -57,6 +57,11 @@ class Scene:
     """Per service: how many more of its replicas may be offered as victims in this plan.
     Starts at `replicas_up - min_available`; `victims.candidates` evaluates candidates in
     victim order and spends one for each replica it offers (the only write, and not by a rule)."""
+    borrowed_left: dict[str, int] = field(default_factory=dict)
+    """Per other tenant: GPU capacity (milli) it runs above its guarantee that `Priority` may
+    still take in this plan. Starts at used - releasing - guaranteed; `victims.candidates`
+    spends each cross-tenant `Priority` victim it offers, so the offered set together never
+    takes a tenant below its guarantee (spent like `budget_left`, not by a rule)."""
 
     @property
     def priority(self) -> int:
@@ -241,14 +246,25 @@ def disruption_budget(s: Scene, c: Candidate) -> Protected | None:
 
 def within_guarantee(s: Scene, c: Candidate) -> Protected | None:
     """Guarantees are never taken by priority: another tenant's work is not a `Priority`
-    victim while that tenant runs within its guarantee (it may only be moved, `Defragment`)."""
-    if c.reason != PreemptionReason.Priority or c.victim.tenant == s.job.tenant or c.borrowing:
+    victim while that tenant runs within its guarantee, nor when evicting it (with the
+    victims offered before it) would take that tenant below its guarantee: `Priority` takes
+    only what a tenant borrows (the rest may only be moved, `Defragment`). Otherwise the
+    tenant, back within its guarantee, reclaims from the beneficiary's and the two take turns."""
+    if c.reason != PreemptionReason.Priority or c.victim.tenant == s.job.tenant:
         return None
     tenant = c.victim.tenant
+    left = s.borrowed_left.get(tenant, 0)
+    if c.borrowing and c.rec.gpu_milli <= left:
+        return None
     conf = s.state.config.tenants.get(tenant)
+    uses = (f"tenant {tenant} uses {s.state.tenant_gpu_milli.get(tenant, 0) / 1000:g} "
+            f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs")
+    if not c.borrowing:
+        return Protected(uses)
+    going = s.releasing.get(tenant, 0)
     return Protected(
-        f"tenant {tenant} uses {s.state.tenant_gpu_milli.get(tenant, 0) / 1000:g} "
-        f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs"
+        f"{uses} ({going / 1000:g} being released); evicting its {c.rec.gpu_milli / 1000:g} GPUs "
+        f"would take it below its guarantee: priority may take {left / 1000:g} more"
     )
 
 

@@ -4,13 +4,15 @@ sufficient set.
 Eligible victims are active, preemptible allocations not already being preempted, that are
 lower in effective priority than the blocked job's own (base) priority — within the tenant,
 or cluster-wide when the policy's scope is `cluster`, where a victim of another tenant must
-belong to a tenant running above its guarantee (guarantees are never taken by priority) —
-reason `Priority`; or that belong to another tenant running above its guarantee while the
-blocked job's tenant stays within its own — reason `Reclaim`. Aging raises a job's effective
-priority, which protects it from eviction and moves it up the queue, but never gives it the
-right to evict: so two jobs can never take turns evicting each other. A job also never evicts
-the job that evicted it within the last hour (`PreemptionLoop`). Minimum runtime, eviction
-budgets and disruption budgets exclude candidates (and say so, with when they lapse).
+belong to a tenant running above its guarantee and the victims together take no more than
+it borrows (guarantees are never taken by priority; a tenant pushed below its guarantee
+would reclaim from the beneficiary's right back) — reason `Priority`; or that belong to
+another tenant running above its guarantee while the blocked job's tenant stays within its
+own — reason `Reclaim`. Aging raises a job's effective priority, which protects it from
+eviction and moves it up the queue, but never gives it the right to evict: so two jobs can
+never take turns evicting each other. A job also never evicts the job that evicted it within
+the last hour (`PreemptionLoop`). Minimum runtime, eviction budgets and disruption budgets
+exclude candidates (and say so, with when they lapse).
 
 Order: borrowers first, then lowest effective priority, then least work at risk since the
 last checkpoint, then smallest gang, then most recently started, then allocation id. The
@@ -156,6 +158,16 @@ def count_replicas(s: Scene, service: str, taken: set[str] | frozenset[str]) -> 
     s.budget_left[service] = up - s.state.jobs[service].spec.min_available
 
 
+def count_borrowed(s: Scene, tenant: str) -> None:
+    """Fill the scene's `borrowed_left` for `tenant`: what it runs above its guarantee, not
+    counting capacity already being released."""
+    if tenant in s.borrowed_left:
+        return
+    conf = s.state.config.tenants.get(tenant)
+    used = s.state.tenant_gpu_milli.get(tenant, 0) - s.releasing.get(tenant, 0)
+    s.borrowed_left[tenant] = max(0, used - (conf.guaranteed_gpu_milli if conf else 0))
+
+
 def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
     """The allocation as a candidate on the first ground (`rules.GROUNDS`) that holds for it,
     or None: it is being preempted already, it is the job's own, or no ground holds."""
@@ -192,7 +204,9 @@ def candidates(
 ) -> list[Candidate]:
     """Eligible victims for `job` in victim order (`rules.ORDER`); every candidate a rule
     protects is appended to `exclusions` instead (in allocation id order). Candidates are
-    judged in victim order, so a service's disruption budget goes to its first replicas."""
+    judged in victim order, so a service's disruption budget goes to its first replicas, and
+    what another tenant borrows goes to its first `Priority` victims (the offered set never
+    takes it below its guarantee, so any subset the search picks does not either)."""
     s = scene(state, job, now_ms, taken)
     grounds: list[Candidate] = []
     for alloc_id in sorted(state.active):
@@ -201,6 +215,8 @@ def candidates(
             grounds.append(cand)
             if cand.victim.service is not None:
                 count_replicas(s, cand.victim.service, taken)
+            if cand.victim.tenant != job.tenant:
+                count_borrowed(s, cand.victim.tenant)
     grounds.sort(key=Candidate.sort_key)
     out: list[Candidate] = []
     excluded_here: list[Exclusion] = []
@@ -212,6 +228,8 @@ def candidates(
             out.append(cand)
             if cand.victim.service is not None:
                 s.budget_left[cand.victim.service] -= 1
+            if cand.reason == PreemptionReason.Priority and cand.victim.tenant != job.tenant:
+                s.borrowed_left[cand.victim.tenant] -= cand.rec.gpu_milli
     excluded_here.sort(key=lambda x: x.candidate.rec.allocation_id)
     exclusions.extend(excluded_here)
     return out
@@ -237,40 +255,114 @@ def smallest_sufficient(ordered: list[Candidate], fits, pruned: list[dict[str, A
     return chosen
 
 
+MAX_MOVES = 4
+"""At most this many allocations are moved for one blocked job (`relocation`)."""
+
+
+def unrivalled(
+    state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str],
+) -> list[Candidate]:
+    """Allocations of other tenants within their guarantees that no ground makes candidates
+    (their priority is not below the job's) and no rule of `rules.EXCLUSIONS` protects: they
+    may not be evicted for the job, but they may be moved (`relocation`), in victim order."""
+    s = scene(state, job, now_ms, taken)
+    out: list[Candidate] = []
+    for alloc_id in sorted(state.active):
+        rec = state.allocations[alloc_id]
+        victim = state.jobs[rec.job_id]
+        if rec.preemption is not None or alloc_id in taken or victim.tenant == job.tenant:
+            continue
+        borrowing = over_guarantee(state, victim.tenant, s.releasing)
+        if borrowing or any(g.holds(s, victim, borrowing) for g in GROUNDS):
+            continue  # a borrower, or a candidate judged by `candidates` already
+        if victim.service is not None:
+            count_replicas(s, victim.service, taken)
+        cand = Candidate(
+            rec=rec, victim=victim, reason=PreemptionReason.Defragment,
+            priority=effective_priority(state, victim, now_ms),
+            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms), borrowing=False,
+            started_ms=min(rec.started.values(), default=rec.placed_ms),
+        )
+        if protection(s, cand) is None:
+            out.append(cand)
+    out.sort(key=Candidate.sort_key)
+    return out
+
+
 def relocation(
     state: Ledger, job: JobRecord, request, placement_policy: str, exclude: frozenset[str],
-    exclusions: list[Exclusion], fleet=None,
-) -> Candidate | None:
-    """A job within its tenant's guarantee that is blocked by fragmentation alone: move one
-    allocation of a tenant that is itself within its guarantee (excluded as
-    `WithinGuarantee`) when, with it gone, the job fits, and the moved gang then fits again
-    elsewhere at once — nobody's guarantee is reduced, the victim only pays a checkpoint.
-    Returns that victim (reason `Defragment`), smallest first, or None."""
+    exclusions: list[Exclusion], fleet=None, others=None,
+) -> list[Candidate]:
+    """A job within its tenant's guarantee that is blocked by fragmentation alone: move
+    allocations of tenants that are themselves within their guarantees (excluded as
+    `WithinGuarantee`) when, with them gone, the job fits, and the moved gangs then fit again
+    elsewhere at once — nobody's guarantee is reduced, each mover only pays a checkpoint.
+    One allocation when one will do (victim order); else several (up to `MAX_MOVES`): the
+    shortest run in victim order whose release makes room, pruned of every one the others
+    make unnecessary, so a tenant sitting exactly at its guarantee in small gangs on every
+    node cannot starve another's guarantee. `others` (a callable giving `unrivalled`: work
+    of tenants within their guarantees at the job's priority or above, protected by no rule)
+    are tried after the excluded candidates, only when the fleet has as many idle GPUs as
+    the job needs (fragmentation alone blocks it; a move never adds idle capacity). Returns
+    those victims (reason `Defragment`), or [] when no such move exists."""
     own = state.config.tenants.get(job.tenant)
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
-        return None
+        return []
     guarded = sorted((x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
                      key=Candidate.sort_key)
+    if others is not None and (job.spec.resources.mig_profile or need <= state.fleet.free_gpu_milli()):
+        guarded += others()
     fleet = state.fleet.trial() if fleet is None else fleet
+    present = []
     for cand in guarded:
-        alloc_id = cand.rec.allocation_id
         try:
-            held = fleet.allocation(alloc_id)
+            present.append((cand, fleet.allocation(cand.rec.allocation_id)))
         except UnknownAllocation:
             continue  # already released in the outlook of preemptions under way
+
+    def moves(chosen: list[tuple[Candidate, Any]]) -> bool:
+        """Whether, with `chosen` released, the job fits and each moved gang fits again."""
+        released = tuple(c.rec.allocation_id for c, _ in chosen)
         placed = fleet.place(request, placement_policy, exclude=exclude,
-                             assume_released=(alloc_id,), explain=False)
+                             assume_released=released, explain=False)
         if not isinstance(placed, Placement):
-            continue
-        moved = fleet.fork()  # trial: the victim gone, the job placed
-        moved.release(alloc_id)
+            return False
+        moved = fleet.fork()  # trial: the victims gone, the job placed, the victims placed again
+        for alloc_id in released:
+            moved.release(alloc_id)
         moved.allocate("~relocation", job.tenant, placed, request)
-        again = moved.place(held.request, placement_policy, exclude=exclude, explain=False)
-        if isinstance(again, Placement):
-            exclusions[:] = [x for x in exclusions if x.candidate is not cand]
-            return dataclasses.replace(cand, reason=PreemptionReason.Defragment)
-    return None
+        for i, (_, held) in enumerate(chosen):
+            again = moved.place(held.request, placement_policy, exclude=exclude, explain=False)
+            if not isinstance(again, Placement):
+                return False
+            moved.allocate(f"~moved-{i}", held.tenant, again, held.request)
+        return True
+
+    chosen: list[tuple[Candidate, Any]] | None = next(([x] for x in present if moves([x])), None)
+    if chosen is None and len(present) > 1:
+        # the shortest prefix (victim order) that makes room, then without every move the
+        # others make unnecessary
+        room = [x[0].rec.allocation_id for x in present]
+        for n in range(2, min(len(present), MAX_MOVES * 4) + 1):
+            if isinstance(fleet.place(request, placement_policy, exclude=exclude,
+                                      assume_released=tuple(room[:n]), explain=False), Placement):
+                prefix = present[:n]
+                for x in reversed(list(prefix)):
+                    trial = [y for y in prefix if y is not x]
+                    if trial and isinstance(fleet.place(
+                            request, placement_policy, exclude=exclude,
+                            assume_released=tuple(y[0].rec.allocation_id for y in trial),
+                            explain=False), Placement):
+                        prefix = trial
+                if len(prefix) <= MAX_MOVES and moves(prefix):
+                    chosen = prefix
+                break
+    if not chosen:
+        return []
+    gone = {id(c) for c, _ in chosen}
+    exclusions[:] = [x for x in exclusions if id(x.candidate) not in gone]
+    return [dataclasses.replace(c, reason=PreemptionReason.Defragment) for c, _ in chosen]
 
 
 def plan(
@@ -299,9 +391,10 @@ def plan(
         return isinstance(placed, Placement)
 
     if not cands or not fits(cands):
-        move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet)
-        if move is not None:
-            result.victims = [move]
+        move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet,
+                          others=lambda: unrivalled(state, job, now_ms, taken))
+        if move:
+            result.victims = move
             return result
         result.declined = no_room(cands, result.exclusions, fits)
         return result

@@ -278,9 +278,12 @@ class Scheduler(LedgerService):
         """Nodes the job may not use now (nominations, a reservation, per-model guarantees)."""
         # capacity freed by preemption is kept for its beneficiaries; beneficiaries share it
         # among themselves in queue order (tentative allocations keep them apart), so two
-        # whose victims shared a node never lock each other out
-        exclude = frozenset() if job.job_id in state.nominations else state.nominated_nodes(
-            except_jobs=rnd.placed | {job.job_id}, now_ms=now_ms)
+        # whose victims shared a node never lock each other out; but a beneficiary does not
+        # take another's nodes where it has no victim of its own
+        exclude = state.nominated_nodes(except_jobs=rnd.placed | {job.job_id}, now_ms=now_ms)
+        if job.job_id in state.nominations:
+            exclude = exclude - state.nominated_nodes(
+                except_jobs=frozenset(state.nominations) - {job.job_id}, now_ms=now_ms)
         lim = _Limits(exclude=exclude, need=job.spec.resources.gpu_milli_total() * job.spec.members_min())
         self._reservation_limits(state, now_ms, rnd, job, lim)
         spread = job.spec.spread

@@ -250,3 +250,91 @@ def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead()
     assert first[1][0].node != second[1][0].node and second[0] == 1865_000  # moved at once
     assert sim.ledger.jobs["j4"].placements[0][0] == 1865_000  # 5 s checkpoint, not 60 s
     assert verify(sim.log).ok
+
+
+def test_fragmentation_by_several_small_gangs_moves_as_many_as_it_takes():
+    """Found by the reclaim-bound property (randomized): tenant a (guaranteed 4 of 8) needs 4
+    GPUs in one clique; b holds exactly its guarantee as four 1-GPU jobs of 10 h, two per
+    node, so 4 GPUs are free but split 2 + 2 and no single move makes room. Before, a waited
+    10 h for b's jobs to end; now two of b's jobs on one node are checkpointed and moved to
+    the other at once, and a's job starts after the checkpoint."""
+    from gpuledger.replay.verify import verify
+
+    def job(i, tenant, cls, gpus, minutes, at):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+
+    doc = {
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        "policy": {"default_grace_s": 60, "min_runtime_s": 0},
+        "timeline": [job(0, "b", "best-effort", 1, 30, 0), job(1, "b", "best-effort", 1, 30, 0),
+                     *(job(i, "b", "best-effort", 1, 600, 120) for i in (2, 3, 4, 5)),
+                     job(6, "a", "train", 4, 10, 1860)],
+    }
+    sim = simulate(from_document(doc))
+    moves = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert [(e.reason, e.beneficiary) for e in moves] == [("Defragment", "j6")] * 2
+    assert moves[0].occurred_at_ms == moves[1].occurred_at_ms == 1860_000
+    victims = [sim.ledger.jobs[e.job_id] for e in moves]
+    assert {v.placements[0][1][0].node for v in victims} == {sim.ledger.jobs["j6"].placements[0][1][0].node}
+    for v in victims:
+        assert v.preemptions[0].checkpointed and v.preemptions[0].lost_gpu_ms == 0
+        assert v.placements[1][0] == 1865_000 and v.placements[1][1][0].node != v.placements[0][1][0].node
+    assert sim.ledger.jobs["j6"].placements[0][0] == 1865_000  # 5 s checkpoint, not 10 h
+    assert all(j.state == "completed" for j in sim.ledger.jobs.values())
+    assert verify(sim.log).ok
+
+
+def test_fragmentation_by_work_of_the_same_priority_is_moved_too():
+    """Found by the reclaim-bound property (randomized): b (guaranteed 4) runs two 2-GPU
+    `train` jobs, one per node; a (guaranteed 4) submits a 3-GPU `train` job. Neither reclaim
+    (b is not borrowing) nor priority (equal) makes b's jobs candidates, so nothing was moved
+    and a waited for b's jobs to end. Moving one of them to the other node costs b nothing but
+    a checkpoint: it is moved, and a's job starts after the 5 s save."""
+    def job(i, tenant, cls, gpus, minutes, at):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+
+    sim = simulate(from_document({
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "policy": {"default_grace_s": 60, "min_runtime_s": 0},
+        "timeline": [job(0, "b", "train", 1, 30, 0), job(1, "b", "train", 2, 600, 180),
+                     job(2, "b", "train", 2, 600, 180), job(3, "a", "train", 3, 10, 1860)],
+    }))
+    (moved,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert (moved.reason, moved.beneficiary, moved.occurred_at_ms) == ("Defragment", "j3", 1860_000)
+    victim = sim.ledger.jobs[moved.job_id]
+    assert victim.preemptions[0].lost_gpu_ms == 0 and victim.placements[1][0] == 1865_000
+    assert sim.ledger.jobs["j3"].placements[0][0] == 1865_000  # not 10 h later
+
+
+def test_a_beneficiary_never_takes_another_beneficiarys_reclaimed_node():
+    """Found by the reclaim-bound property (randomized): a (guaranteed 4) reclaims b's three
+    1-GPU jobs on n1 for its 4-GPU job; one of them, requeued, evicts b's own best-effort
+    job on n2 by priority and so becomes a beneficiary too. Beneficiaries used to ignore
+    every nomination, so it landed on n1 in the capacity freed for a, and a waited for b's
+    jobs to end. Now a beneficiary shares only the nodes where it has victims of its own:
+    it waits for n2, and a starts when the last of its victims has saved (20 s)."""
+    def job(i, tenant, cls, gpus, at, save):
+        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
+                                     "duration": 1800, "checkpoint": {"save": save}}}
+
+    sim = simulate(from_document({
+        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        "policy": {"default_grace_s": 60, "min_runtime_s": 0, "eviction_budget_per_hour": 0,
+                   "aging_after_preemptions": 0, "aging_after_wait_s": 0},
+        "timeline": [job(0, "b", "best-effort", 1, 0, 5), job(1, "b", "best-effort", 1, 120, 20),
+                     job(2, "b", "train", 1, 120, 5), job(3, "b", "train", 1, 120, 5),
+                     job(4, "b", "best-effort", 3, 120, 20), job(5, "a", "train", 4, 1860, 5)],
+    }))
+    reclaimed = {e.job_id for _, _, e in sim.log
+                 if isinstance(e, ev.PreemptionRequested) and e.beneficiary == "j5"}
+    (node,) = {m.node for m in sim.ledger.jobs["j5"].placements[0][1]}
+    assert sim.ledger.jobs["j5"].placements[0][0] == 1880_000  # j1's 20 s save, not 1925 s
+    for j in reclaimed:  # none of a's victims came back onto a's node before a landed
+        assert all(at >= 1880_000 or m[0].node != node for at, m in sim.ledger.jobs[j].placements[1:])

@@ -59,3 +59,18 @@ def test_unset_spread_encodes_as_before():
     plain = ev.JobSpec(job_id="x", tenant="t")
     assert b"spread" not in ev.encode(ev.JobSubmitted(job=plain, event_id="e", occurred_at_ms=0,
                                                       correlation_id="x", producer="p"))
+
+
+def test_a_scenario_files_spread_key_reaches_the_scheduler():
+    """Given a scenario whose job entries say `spread: {group: web, max_per_node: 1}` (the job
+    file key), when it runs, then the two nodes take one `web` job each and the third waits
+    for one to end, as with a `JobSpec.spread` published directly."""
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.replay.simulator import simulate
+
+    web = {"tenant": "t", "gpus": 1, "duration": 30, "spread": {"group": "web", "max_per_node": 1}}
+    sim = simulate(from_document({**DOC, "timeline": [
+        {"at": 0, "submit": {"id": f"web-{i}", **web}} for i in (1, 2, 3)]}))
+    assert sim.ledger.jobs["web-1"].spec.spread == ev.Spread(group="web", max_per_node=1)
+    assert nodes_of(sim, "web-1") != nodes_of(sim, "web-2")
+    assert sim.ledger.jobs["web-3"].placements[0][0] == 30_000

@@ -125,6 +125,15 @@ CASES = [
     ("unknown-model",
      scenario(timeline=[entry(models=["H100-80G"])]),
      "timeline[0].submit.models: no GPU of model 'H100-80G' in the cluster (did you mean 'H100-80GB'?)"),
+    ("spread-zero-per-node",
+     scenario(timeline=[entry(spread={"group": "web", "max_per_node": 0})]),
+     "timeline[0].submit.spread.max_per_node: must be >= 1 (got 0)"),
+    ("spread-unknown-key",
+     scenario(timeline=[entry(spread={"group": "web", "max_per_node": 1, "per_nod": 2})]),
+     "timeline[0].submit.spread.per_nod: unknown key (did you mean 'max_per_node'?)"),
+    ("spread-not-a-mapping",
+     scenario(timeline=[entry(spread="web")]),
+     "timeline[0].submit.spread: expected `object | null`, got `str` (got 'web')"),
     ("cancel-unknown-job",
      scenario(timeline=[{"at": 0, "cancel": "j7"}]),
      "timeline[0].cancel: job 'j7' is not submitted earlier in the timeline"),
@@ -161,6 +170,27 @@ def test_a_job_file_with_a_typo_is_refused_by_check_and_submit(tmp_path):
     doc = {"id": "j1", "tenant": "org/a", "clas": "train", "gpus": 8}
     for args in (("check",), ("submit", "--nats-url", "nats://127.0.0.1:1")):
         assert one_error(tmp_path, doc, *args) == "clas: unknown key (did you mean 'class'?)"
+
+
+def test_a_job_file_spread_becomes_the_jobs_spread_constraint_and_typos_are_refused(tmp_path):
+    """Given job files with `spread:`, when they are read (the path of `check` and `submit`),
+    then a valid one carries `JobSpec.spread`, a file without it none, and a misspelled key
+    inside it or of it is refused with a did-you-mean line."""
+    from gpuledger.services.domain.jobfile import JobFileError, job_spec
+
+    doc = {"id": "web-1", "tenant": "org/a", "gpus": 1, "spread": {"group": "web", "max_per_node": 2}}
+    assert job_spec(doc).spread == ev.Spread(group="web", max_per_node=2)
+    assert not job_spec({"id": "batch-1", "tenant": "org/a", "gpus": 1}).spread
+    path, result = run(tmp_path, doc)
+    assert result.exit_code == 0, result.output
+    assert one_error(tmp_path, {**doc, "spread": {"group": "web", "max_per_node": 1, "per_nod": 2}}) == (
+        "spread.per_nod: unknown key (did you mean 'max_per_node'?)")
+    with pytest.raises(JobFileError) as bad:
+        job_spec({**doc, "spread": {"grup": "web", "max_per_node": 2}})
+    assert bad.value.problems == ["spread.grup: unknown key (did you mean 'group'?)",
+                                  "spread: missing required key 'group'"]
+    assert one_error(tmp_path, {"id": "web-1", "tenant": "org/a", "sprad": {"group": "web"}},
+                     "submit", "--nats-url", "nats://127.0.0.1:1") == "sprad: unknown key (did you mean 'spread'?)"
 
 
 def test_a_config_with_a_policy_typo_is_refused_by_up_before_anything_starts(tmp_path):
@@ -210,6 +240,10 @@ def test_the_published_file_schema_rejects_unknown_keys():
     assert result.exit_code == 0
     assert {"FileDoc", "JobDoc", "NodeDoc", "TenantDoc", "ClassDoc", "EntryDoc"} <= set(schema["$defs"])
     assert all(d.get("additionalProperties") is False for d in schema["$defs"].values() if d.get("type") == "object")
+    spread = schema["$defs"]["SpreadDoc"]
+    assert set(spread["required"]) == {"group", "max_per_node"} and spread["additionalProperties"] is False
+    assert spread["properties"]["max_per_node"]["minimum"] == 1
+    assert "SpreadDoc" in json.dumps(schema["$defs"]["JobDoc"]["properties"]["spread"])
     node = schema["$defs"]["NodeDoc"]["properties"]["sharing"]
     assert {"enum": ["exclusive", "mig", "mps", "timeslice"]} in node["anyOf"]
 

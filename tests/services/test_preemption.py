@@ -219,6 +219,29 @@ def test_within_guarantee_priority_never_takes_another_tenants_guarantee():
     assert "tenant b uses 8 of 8 guaranteed GPUs" in d.details["excluded"][0]["message"]
 
 
+def test_within_guarantee_priority_takes_only_what_another_tenant_borrows():
+    """Given tenant a (guaranteed 4) running six 1-GPU jobs on an 8-GPU node (borrowing 2),
+    when b's higher-priority job needs 4 GPUs, then two of a's jobs are evicted (a keeps its
+    4); when it needs 5, then nothing is: a third victim would take a below its guarantee,
+    and a, back within it, would reclaim from b at once (the loop hypothesis found)."""
+    tenants = [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 0}]
+    six = [submitted(id=f"a{i}", tenant="a", gpus=1) for i in range(6)]
+    ledger = running(fleet(tenants=tenants), *six)
+    reqs = of_type(blocked(ledger, 10, id="hi4", tenant="b", gpus=4, **{"class": "interactive"}),
+                   ev.PreemptionRequested)
+    assert sorted(r.job_id for r in reqs) == ["a0", "a1"]  # all alike: allocation id order
+    assert {r.reason for r in reqs} == {PreemptionReason.Priority}
+    assert [(x["job"], x["reason"]) for x in reqs[0].details["excluded"]] == [
+        (f"a{i}", ExclusionReason.WithinGuarantee) for i in range(2, 6)]
+
+    ledger = running(fleet(tenants=tenants), *six)
+    d = declined(blocked(ledger, 10, id="hi5", tenant="b", gpus=5, **{"class": "interactive"}))
+    assert d.reason == DeclineReason.NoVictims
+    assert [r for _, r in excluded(d)] == [ExclusionReason.WithinGuarantee] * 4
+    assert ("tenant a uses 6 of 4 guaranteed GPUs (0 being released); evicting its 1 GPUs would "
+            "take it below its guarantee: priority may take 0 more") in d.details["excluded"][0]["message"]
+
+
 def test_the_first_rule_that_holds_is_the_reason_given():
     """A young non-preemptible job is reported NonPreemptible (it never lapses), not MinRuntime."""
     ledger = running(fleet(min_runtime_s=300), submitted(id="builder", tenant="a", gpus=8, **{"class": "build"}))
