@@ -30,7 +30,7 @@ EXPECTED = {
     "scenario:consolidation": "33626c953ff2012e3e8cff7c3dd9749388ebb72531fb6e6574ba62715a80f9b9",
     "scenario:day-night": "efb845869bef5929bb5c6ca69b908825f706b310946a7e83736cd7aa9d527315",
     "scenario:demo": "11a09ac7c7071150a24da473a4e4d3aa5ac3a5d928b9379d53228a9cb9932f21",
-    "scenario:inference-burst": "56e952ccb2dff1f94116f0deed708a2722cbece988ca96a3a3e241d50c5c178b",
+    "scenario:inference-burst": "bc8cb4146d22feb21a5021b94951520c78e969a4e8cae6ca2af336a6268952ef",
     "scenario:latency-critical": "5a31a23e9ed122d15cbaab2bee46fad7ab3aedb9b8c849ca962cd52c514c2e00",
     "scenario:mig-regeometry": "e93fa8d66f6872348dfaa7c82a1890557eadadd955cd85d8e88ff9dd93da2243",
     "scenario:preempt-batch": "7bdead20138f72cf8379d298988cee5b444035b0273b7268494930127fd6128c",
