@@ -148,7 +148,13 @@ async def wait_for_projection(db_path, seq: int, timeout_s: float, poll_s: float
 class Store:
     """A projection database opened for writing (schema ensured)."""
 
-    def __init__(self, path: str | Path, *, checkpoint_threshold: str = "128MB") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        checkpoint_threshold: str = "128MB",
+        memory_limit: str | None = "128MB",
+    ) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +163,11 @@ class Store:
         # Automatic checkpoints at DuckDB's default 16MB WAL dominate the write cost of a busy
         # projector; checkpoint less often (and always on close / after a rebuild).
         self.con.execute(f"SET checkpoint_threshold = '{checkpoint_threshold}'")
+        if memory_limit:
+            # DuckDB's default (80 % of RAM) lets its buffer pool keep every block written
+            # since the start: most of a rebuild's resident memory. The writer only appends
+            # and replaces keyed rows; a small pool suffices (DuckDB evicts or spills).
+            self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self._ensure_schema()
         self._types = {t: self._arrow_schema(t) for t in APPEND_COLUMNS.keys() | ROW_CLASSES.keys()}
         self._key_types = {
@@ -515,7 +526,7 @@ def rebuild(
     source: str | Path | Iterable[tuple[int, str, ev.Event]],
     db_path: str | Path,
     *,
-    batch_size: int = 50_000,
+    batch_size: int = 20_000,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Build a projection from scratch: drop `db_path` and fold the whole log into it.
@@ -530,7 +541,7 @@ def rebuild(
     t0 = time.perf_counter()
     with (
         fewer_gc_passes(),
-        Projector(db_path, batch_size=batch_size, checkpoint_threshold="64GB", pipeline=True) as pj,
+        Projector(db_path, batch_size=batch_size, checkpoint_threshold="32MB", pipeline=True) as pj,
     ):
         n = 0
         for seq, subject, event in _messages(source):
