@@ -354,10 +354,14 @@ class Projector:
         batch_size: int = 20_000,
         checkpoint_threshold: str = "128MB",
         pipeline: bool = False,
+        memory_limit: str | None = "128MB",
     ) -> None:
         self.db_path = db_path
         self.checkpoint_threshold = checkpoint_threshold
-        self.store: Store | None = Store(db_path, checkpoint_threshold=checkpoint_threshold)
+        self.memory_limit = memory_limit
+        self.store: Store | None = Store(
+            db_path, checkpoint_threshold=checkpoint_threshold, memory_limit=memory_limit
+        )
         self.batch_size = batch_size
         self.projection = self.store.load_projection()
         self.applied = 0
@@ -439,7 +443,11 @@ class Projector:
 
     def _store(self) -> Store:
         if self.store is None:
-            self.store = Store(self.db_path, checkpoint_threshold=self.checkpoint_threshold)
+            self.store = Store(
+                self.db_path,
+                checkpoint_threshold=self.checkpoint_threshold,
+                memory_limit=self.memory_limit,
+            )
         return self.store
 
     def _settle(self) -> None:
