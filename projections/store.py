@@ -549,7 +549,7 @@ def rebuild(
     t0 = time.perf_counter()
     with (
         fewer_gc_passes(),
-        Projector(db_path, batch_size=batch_size, checkpoint_threshold="32MB", pipeline=True) as pj,
+        Projector(db_path, batch_size=batch_size, pipeline=True, memory_limit="64MB") as pj,
     ):
         n = 0
         for seq, subject, event in _messages(source):
