@@ -130,10 +130,13 @@ def apply(con, base_sql: str) -> None:
 
 
 def is_current(con, base_sql: str) -> bool:
-    try:
-        row = con.execute("SELECT digest FROM projection_catalog WHERE id = 1").fetchone()
-    except Exception:  # noqa: BLE001 - no catalog table yet
+    # (looked up rather than caught: a failed statement would abort an open transaction)
+    if not con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'projection_catalog'"
+        " AND schema_name = 'main'"
+    ).fetchone()[0]:
         return False
+    row = con.execute("SELECT digest FROM projection_catalog WHERE id = 1").fetchone()
     return row is not None and row[0] == digest(base_sql, audit_sql())
 
 

@@ -148,7 +148,13 @@ async def wait_for_projection(db_path, seq: int, timeout_s: float, poll_s: float
 class Store:
     """A projection database opened for writing (schema ensured)."""
 
-    def __init__(self, path: str | Path, *, checkpoint_threshold: str = "128MB") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        checkpoint_threshold: str = "128MB",
+        memory_limit: str | None = "128MB",
+    ) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +163,11 @@ class Store:
         # Automatic checkpoints at DuckDB's default 16MB WAL dominate the write cost of a busy
         # projector; checkpoint less often (and always on close / after a rebuild).
         self.con.execute(f"SET checkpoint_threshold = '{checkpoint_threshold}'")
+        if memory_limit:
+            # DuckDB's default (80 % of RAM) lets its buffer pool keep every block written
+            # since the start: most of a rebuild's resident memory. The writer only appends
+            # and replaces keyed rows; a small pool suffices (DuckDB evicts or spills).
+            self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self._ensure_schema()
         self._types = {t: self._arrow_schema(t) for t in APPEND_COLUMNS.keys() | ROW_CLASSES.keys()}
         self._key_types = {
@@ -165,6 +176,19 @@ class Store:
         }
 
     def _ensure_schema(self) -> None:
+        # One transaction for the whole schema, views and catalog: in autocommit mode each of
+        # the ~600 DDL / COMMENT statements is its own commit (a WAL sync each, ~3 s wall
+        # for a new file on a busy disk).
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            self._ensure_schema_in_tx()
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+
+    def _ensure_schema_in_tx(self) -> None:
         con = self.con
         con.execute(schema_sql())
         row = con.execute(
@@ -330,10 +354,14 @@ class Projector:
         batch_size: int = 20_000,
         checkpoint_threshold: str = "128MB",
         pipeline: bool = False,
+        memory_limit: str | None = "128MB",
     ) -> None:
         self.db_path = db_path
         self.checkpoint_threshold = checkpoint_threshold
-        self.store: Store | None = Store(db_path, checkpoint_threshold=checkpoint_threshold)
+        self.memory_limit = memory_limit
+        self.store: Store | None = Store(
+            db_path, checkpoint_threshold=checkpoint_threshold, memory_limit=memory_limit
+        )
         self.batch_size = batch_size
         self.projection = self.store.load_projection()
         self.applied = 0
@@ -415,7 +443,11 @@ class Projector:
 
     def _store(self) -> Store:
         if self.store is None:
-            self.store = Store(self.db_path, checkpoint_threshold=self.checkpoint_threshold)
+            self.store = Store(
+                self.db_path,
+                checkpoint_threshold=self.checkpoint_threshold,
+                memory_limit=self.memory_limit,
+            )
         return self.store
 
     def _settle(self) -> None:
@@ -502,7 +534,7 @@ def rebuild(
     source: str | Path | Iterable[tuple[int, str, ev.Event]],
     db_path: str | Path,
     *,
-    batch_size: int = 50_000,
+    batch_size: int = 20_000,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Build a projection from scratch: drop `db_path` and fold the whole log into it.
@@ -517,7 +549,7 @@ def rebuild(
     t0 = time.perf_counter()
     with (
         fewer_gc_passes(),
-        Projector(db_path, batch_size=batch_size, checkpoint_threshold="64GB", pipeline=True) as pj,
+        Projector(db_path, batch_size=batch_size, pipeline=True, memory_limit="64MB") as pj,
     ):
         n = 0
         for seq, subject, event in _messages(source):

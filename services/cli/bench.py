@@ -190,14 +190,48 @@ def projector_bench(
     events: int = typer.Option(200_000, "--events", help="Events for the sustained-rate measurement."),
     rebuild: int = typer.Option(1_000_000, "--rebuild", help="Events for the rebuild measurement."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the result here."),
+    runs: int = typer.Option(1, "--runs", help="Runs (with --baseline: pairs, alternating); more than one: each in a fresh process, medians reported."),
+    baseline: str | None = typer.Option(None, "--baseline", help="The Python of another checkout (its .venv/bin/python): the same bench alternately with its code, and the ratios."),
 ) -> None:
-    """Projector speed: sustained events/s into DuckDB and the rebuild time of a large log."""
+    """Projector speed: sustained events/s into DuckDB and the rebuild time of a large log
+    (goals: >= 60,000 events/s sustained, 1 M rebuild <= 20 s, peak RSS <= 800 MB)."""
     import json
+    import sys
 
     from gpuledger.projections.bench import run
+    from gpuledger.replay.benchinfo import baseline_run, paired
 
-    result = run(sustained_events=events, rebuild_events=rebuild,
-                 progress=None if json_out else (lambda m: typer.echo(m, err=True)))
+    say = (lambda m: None) if json_out else (lambda m: typer.echo(m, err=True))
+    args = ["--events", str(events), "--rebuild", str(rebuild)]
+    if runs <= 1 and baseline is None:
+        result = run(sustained_events=events, rebuild_events=rebuild,
+                     progress=None if json_out else (lambda m: typer.echo(m, err=True)))
+    else:
+        # each run in a fresh process (peak RSS is per process), alternating with the baseline
+        mine: list[dict] = []
+        base: list[dict] = []
+        try:
+            for i in range(max(1, runs)):
+                mine.append(baseline_run(sys.executable, "projector", args))
+                say(f"run {i + 1}: {mine[-1]['sustained_events_per_s']:,} events/s sustained, "
+                    f"rebuild {mine[-1].get('rebuild_seconds')} s, peak {mine[-1]['peak_rss_mb']} MB")
+                if baseline is not None:
+                    base.append(baseline_run(baseline, "projector", args))
+                    say(f"  baseline: {base[-1]['sustained_events_per_s']:,} events/s sustained, "
+                        f"rebuild {base[-1].get('rebuild_seconds')} s, peak {base[-1]['peak_rss_mb']} MB")
+        except RuntimeError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        keys = [k for k in ("sustained_events_per_s", "sustained_cpu_seconds", "sustained_peak_rss_mb",
+                            "rebuild_seconds", "rebuild_cpu_seconds", "peak_rss_mb")
+                if k in mine[-1]]
+        result = dict(mine[-1])
+        result["runs"] = [{k: m.get(k) for k in keys} for m in mine]
+        if baseline is not None:
+            result["baseline"] = {"python": baseline, "runs": [{k: b.get(k) for k in keys} for b in base],
+                                  **paired(mine, base, keys)}
+        else:
+            result.update(paired(mine, mine, keys))
     text = json.dumps(result, indent=2)
     if json_out is not None:
         json_out.write_text(text)

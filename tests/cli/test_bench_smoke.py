@@ -80,3 +80,12 @@ def test_latency_profile_ends(tmp_path):
 def test_restart_smoke(tmp_path):
     r = bench(tmp_path, "restart", "--events", "2000")
     assert r["machine"]["cores"] >= 1
+
+
+def test_projector_smoke_with_a_baseline(tmp_path):
+    # this checkout against itself, each run in a fresh process: the ratios come back
+    r = bench(tmp_path, "projector", "--events", "5000", "--rebuild", "5000",
+              "--baseline", sys.executable)
+    assert len(r["runs"]) == 1 and len(r["baseline"]["runs"]) == 1
+    assert r["baseline"]["sustained_events_per_s"]["ratio_median"] > 0
+    assert r["baseline"]["peak_rss_mb"]["baseline_median"] > 0

@@ -177,3 +177,22 @@ def test_relaxed_gc_restores_thresholds():
     with relaxed_gc(123_456):
         assert gc.get_threshold()[0] == max(old[0], 123_456)
     assert gc.get_threshold() == old
+
+
+def test_memory_capped_writer_writes_the_same_tables(tmp_path):
+    # The writer caps DuckDB's buffer pool and checkpoints often; with DuckDB's defaults
+    # (no cap, no checkpoint until close, as before) the projection is the same, table by table.
+    from gpuledger.projections.bench import synthetic_log
+
+    msgs = list(synthetic_log(12_000, nodes=16))
+    capped, free = tmp_path / "capped.duckdb", tmp_path / "free.duckdb"
+    with Projector(capped, batch_size=997, checkpoint_threshold="256KB", memory_limit="32MB",
+                   pipeline=True) as pj:
+        pj.run(msgs)
+    with Projector(free, batch_size=5000, checkpoint_threshold="64GB", memory_limit=None) as pj:
+        pj.run(msgs)
+    a, b = _dump(capped), _dump(free)
+    assert a.keys() == b.keys()
+    for table in a:
+        assert a[table] == b[table], table
+    assert a["events"] and a["allocations"] and a["gpu_metrics"]
