@@ -326,7 +326,7 @@ def _decode(raw: bytes) -> Any:
         cls, names, built = codec.kinds[k], codec.fields[k], []
         for values in by_kind[k]:
             record = new(cls)
-            record.__dict__.update(zip(names, values))
+            record.__dict__.update(zip(names, values, strict=True))
             built.append(record)
         by_kind[k] = built
     nexts = [iter(objs).__next__ for objs in by_kind]
