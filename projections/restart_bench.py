@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TAIL = 20_000
+DEFAULT_TAIL = 10_000
+"""`SnapshotPolicy().every_events` (a test keeps them equal)."""
 
 
 def _services(nodes):

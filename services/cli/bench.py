@@ -154,7 +154,7 @@ def projector_bench(
 @bench_app.command("restart")
 def restart_bench(
     events: int = typer.Option(100_000, "--events", help="Events in the log (synthetic, realistic mix)."),
-    tail: int | None = typer.Option(None, "--tail", help="Events after the snapshot (default: min(events/10, 20000), the default snapshot interval)."),
+    tail: int | None = typer.Option(None, "--tail", help="Events after the snapshot (default: min(events/10, 10000), the default snapshot interval)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the result here."),
     full_refold: bool = typer.Option(True, "--full-refold/--no-full-refold", help="Also time a full refold of each service (the slow part at 1 M events)."),
 ) -> None:

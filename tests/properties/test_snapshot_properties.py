@@ -217,3 +217,9 @@ def test_the_codec_keeps_what_is_shared_shared_and_falls_back_to_pickle() -> Non
     raw = snapshots.dumps(ledger)
     assert raw[:4] == b"GLS2" and int.from_bytes(raw[4:12], "big") == 0
     assert _restore(raw).jobs[job_id].stray == 1
+
+
+def test_the_restart_bench_tail_is_the_default_snapshot_interval() -> None:
+    from gpuledger.projections.restart_bench import DEFAULT_TAIL
+
+    assert DEFAULT_TAIL == snapshots.SnapshotPolicy().every_events
