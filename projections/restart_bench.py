@@ -8,8 +8,9 @@ folds after its last snapshot under the default `SnapshotPolicy`. For each servi
 quota, scheduler, preemption, the simulated node agent), in one process, one after another:
 
 1. seed: a host of the first service folds the first part and saves its snapshot (not timed
-   as ready; the pickle pause and stored size are reported); the same fold is saved as each
-   other service's snapshot (every one of them folds the same `Ledger`), by the host's code;
+   as ready; the loop's pause for the fork, the encoding time and the sizes are reported); the
+   same fold is saved as each other service's snapshot (every one of them folds the same
+   `Ledger`), by the host's code;
 2. the tail is published (once, before the first service's step 3);
 3. `ready_s_full_refold`: a host with snapshots off connects, folds all N events and makes its
    first decide (skipped with `full_refold=False`, `--no-full-refold`: null);
@@ -152,7 +153,7 @@ async def _bench(n: int, tail: int, work: Path, progress, full: bool = True) -> 
                 await host._snapshot_task
             m, pause, cost = seeds[name] = (host._manifest, host._snapshot_pause_s,
                                             host._snapshot_cost_s)
-            progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB pickled, "
+            progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB encoded, "
                      f"{m.bytes / 1e6:.1f} MB stored, loop pause {pause:.3f}s, encoding "
                      f"{cost:.2f}s (forked child)")
         del seed, host
