@@ -223,3 +223,18 @@ def test_the_restart_bench_tail_is_the_default_snapshot_interval() -> None:
     from gpuledger.projections.restart_bench import DEFAULT_TAIL
 
     assert DEFAULT_TAIL == snapshots.SnapshotPolicy().every_events
+
+
+def test_a_large_restored_fold_is_frozen_out_of_the_collectors_passes(monkeypatch) -> None:
+    import gc
+
+    raw = snapshots.dumps(_small_ledger())
+    frozen = gc.get_freeze_count()
+    _restore(raw)  # small: left to the collector
+    assert gc.get_freeze_count() == frozen
+    monkeypatch.setattr(snapshots, "FREEZE_ABOVE_BYTES", 1)
+    try:
+        _restore(raw)
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
