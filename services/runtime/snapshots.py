@@ -16,42 +16,43 @@ msgspec encodes, by class, as msgpack (records as tuples of their fields); then 
 and BLAKE2b-256 over the compressed bytes. Pickle alone rebuilt those ~40,000 objects per
 100,000 events one call at a time, which was most of a restart at 1 M events: there,
 decompressing and decoding take 0.78 s instead of 3.3 s (one process, 2-core machine at load
-2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the
-fold is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index
-(`Fleet`: slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which
-msgspec can decode back without a parallel schema for every class and a hand-written
-rebuild of the fleet, which would itself be a second fold to keep in step. Pickle restores
-the exact object graph (insertion orders included; an indexed object met twice is restored
-once and shared), so a restored state is the folded one, memos and all. Should msgspec
-refuse something in a fold, the whole fold is pickled (the payload says so), never a lost
-snapshot. What pickle does not protect against, the digest and the schema check do: the schema fingerprint (`schema()`) covers a version number bumped by
-hand plus the field names of every dataclass, slotted class and msgspec struct the fold
-holds, so a changed class makes old snapshots incompatible rather than half-loaded. Pickle
-executes code from what it loads: the bucket is written only by the services themselves,
-each confined by NATS permissions to its own keys (services/runtime/auth.py), and created by
-the operator; an identity that can write there could equally publish forged decisions.
-The fleet's score caches (`Fleet._caches`, transparent memos of queries, docs/deciders.md)
-are left out and refill on the next query; everything the fold owns is kept.
+2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the fold
+is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index (`Fleet`:
+slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which msgspec
+can decode back without a parallel schema for every class and a hand-written rebuild of the
+fleet, which would itself be a second fold to keep in step. Pickle restores the exact object
+graph (insertion orders included; an indexed object met twice is restored once and shared),
+so a restored state is the folded one, memos and all. Should msgspec refuse something in a
+fold, the whole fold is pickled (the payload says so), never a lost snapshot. What pickle
+does not protect against, the digest and the schema check do: the schema fingerprint
+(`schema()`) covers a version number bumped by hand plus the field names of every dataclass,
+slotted class and msgspec struct the fold holds, so a changed class makes old snapshots
+incompatible rather than half-loaded. Pickle executes code from what it loads: the bucket is
+written only by the services themselves, each confined by NATS permissions to its own keys
+(services/runtime/auth.py), and created by the operator; an identity that can write there
+could equally publish forged decisions. The fleet's score caches (`Fleet._caches`,
+transparent memos of queries, docs/deciders.md) are left out and refill on the next query;
+everything the fold owns is kept.
 
 Encoding runs in a forked child (`Encoding`, the way Redis's BGSAVE does it): the child sees
-the fold as it was at `fork()` and pickles it while the parent's event loop goes on folding
+the fold as it was at `fork()` and encodes it while the parent's event loop goes on folding
 and deciding; the parent only pauses for the fork. Pickling 1 M events' fold (59 MB) in the
 loop paused it 5-6.6 s on a loaded 2-core machine (before msgspec took the records), far too
 long for the decision path.
 
-Storage: the KV bucket `gpuledger-snapshots` (created by the operator, `cli_bus(ensure=True)`).
-Measured sizes (encoded -> zlib 1, with pickle alone): the replayed openb fixture slice (5,440
-events) 0.52 MB -> 0.09 MB, the synthetic log of 100,000 events 5.3 MB -> 1.1 MB, of 1,000,000
-events about ten times that; with the msgpack part, 200,000 events 15.2 MB -> 2.3 MB and
-1,000,000 events 75.9 MB -> 11.1 MB (pickle alone 12.6 -> 2.2 and 62.0 -> 10.3): beyond one
-KV value (the server's max payload, 1 MiB by default). Not the object store: its chunks go
-to random subjects and replacing an object purges through the stream's bucket-wide purge
-API, so a service could not be confined to its own snapshot. Instead the
-payload is cut into chunks under the service's own key prefix, `KEY.<slot>.<i>` (two slots,
-`a` and `b`, used in turn), then the manifest is written to `KEY` itself (the service name,
-`name.instance` for node agents) naming its slot: a crash mid-write leaves the manifest on
-the previous, intact slot, and chunks left over from a longer earlier snapshot are deleted.
-NATS permissions then confine each service to `KEY` and `KEY.>`.
+Storage: the KV bucket `gpuledger-snapshots` (created by the operator,
+`cli_bus(ensure=True)`). Measured sizes (encoded -> zlib 1, with pickle alone): the replayed
+openb fixture slice (5,440 events) 0.52 MB -> 0.09 MB, the synthetic log of 100,000 events
+5.3 MB -> 1.1 MB, of 1,000,000 events about ten times that; with the msgpack part, 200,000
+events 15.2 MB -> 2.3 MB and 1,000,000 events 75.9 MB -> 11.1 MB (pickle alone 12.6 -> 2.2
+and 62.0 -> 10.3): beyond one KV value (the server's max payload, 1 MiB by default). Not the
+object store: its chunks go to random subjects and replacing an object purges through the
+stream's bucket-wide purge API, so a service could not be confined to its own snapshot.
+Instead the payload is cut into chunks under the service's own key prefix, `KEY.<slot>.<i>`
+(two slots, `a` and `b`, used in turn), then the manifest is written to `KEY` itself (the
+service name, `name.instance` for node agents) naming its slot: a crash mid-write leaves the
+manifest on the previous, intact slot, and chunks left over from a longer earlier snapshot
+are deleted. NATS permissions then confine each service to `KEY` and `KEY.>`.
 
 The projector has no snapshot here: it commits the last sequence it applied in the same
 DuckDB transaction as its rows (projections/nats_source.py) and resumes after it; that
