@@ -15,8 +15,8 @@ allocation records and every event or spec struct, which pickle only references 
 msgspec encodes, by class, as msgpack (records as tuples of their fields); then zlib level 1
 and BLAKE2b-256 over the compressed bytes. Pickle alone rebuilt those ~40,000 objects per
 100,000 events one call at a time, which was most of a restart at 1 M events: there,
-decompressing and decoding take 0.78 s instead of 3.3 s (one process, 2-core machine at load
-2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the fold
+decompressing and decoding take 0.78 s instead of 3.3 s (a bare process, 2-core machine at
+load 2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the fold
 is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index (`Fleet`:
 slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which msgspec
 can decode back without a parallel schema for every class and a hand-written rebuild of the
