@@ -16,23 +16,23 @@ msgspec encodes, by class, as msgpack (records as tuples of their fields); then 
 and BLAKE2b-256 over the compressed bytes. Pickle alone rebuilt those ~40,000 objects per
 100,000 events one call at a time, which was most of a restart at 1 M events: there,
 decompressing and decoding take 0.78 s instead of 3.3 s (a bare process, 2-core machine at
-load 2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the fold
-is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index (`Fleet`:
-slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which msgspec
-can decode back without a parallel schema for every class and a hand-written rebuild of the
-fleet, which would itself be a second fold to keep in step. Pickle restores the exact object
-graph (insertion orders included; an indexed object met twice is restored once and shared),
-so a restored state is the folded one, memos and all. Should msgspec refuse something in a
-fold, the whole fold is pickled (the payload says so), never a lost snapshot. What pickle
-does not protect against, the digest and the schema check do: the schema fingerprint
-(`schema()`) covers a version number bumped by hand plus the field names of every dataclass,
-slotted class and msgspec struct the fold holds, so a changed class makes old snapshots
-incompatible rather than half-loaded. Pickle executes code from what it loads: the bucket is
-written only by the services themselves, each confined by NATS permissions to its own keys
-(services/runtime/auth.py), and created by the operator; an identity that can write there
-could equally publish forged decisions. The fleet's score caches (`Fleet._caches`,
-transparent memos of queries, docs/deciders.md) are left out and refill on the next query;
-everything the fold owns is kept.
+load 2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the
+fold is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index
+(`Fleet`: slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which
+msgspec can decode back without a parallel schema for every class and a hand-written rebuild
+of the fleet, which would itself be a second fold to keep in step. Pickle restores the exact
+object graph (insertion orders included; an indexed object met twice is restored once and
+shared), so a restored state is the folded one, memos and all. Should msgspec refuse
+something in a fold, the whole fold is pickled (the payload says so), never a lost snapshot.
+What pickle does not protect against, the digest and the schema check do: the schema
+fingerprint (`schema()`) covers a version number bumped by hand plus the field names of
+every dataclass, slotted class and msgspec struct the fold holds, so a changed class makes
+old snapshots incompatible rather than half-loaded. Pickle executes code from what it loads:
+the bucket is written only by the services themselves, each confined by NATS permissions to
+its own keys (services/runtime/auth.py), and created by the operator; an identity that can
+write there could equally publish forged decisions. The fleet's score caches
+(`Fleet._caches`, transparent memos of queries, docs/deciders.md) are left out and refill on
+the next query; everything the fold owns is kept.
 
 Encoding runs in a forked child (`Encoding`, the way Redis's BGSAVE does it): the child sees
 the fold as it was at `fork()` and encodes it while the parent's event loop goes on folding
