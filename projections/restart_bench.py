@@ -119,7 +119,8 @@ class _Quiet:
         pass
 
 
-async def _bench(n: int, tail: int, work: Path, progress, full: bool = True) -> dict[str, Any]:
+async def _bench(n: int, tail: int, work: Path, progress,
+                 full_refold: bool = True) -> dict[str, Any]:
     from gpuledger import events as ev
     from gpuledger.projections.bench import synthetic_log
     from gpuledger.services.runtime.bus import Bus
@@ -162,7 +163,7 @@ async def _bench(n: int, tail: int, work: Path, progress, full: bool = True) -> 
         out: dict[str, Any] = {}
         for name, make in services.items():
             full_s, full = None, None
-            if full:
+            if full_refold:
                 full_s, full = await _ready(server, make, SnapshotPolicy(enabled=False))
             snap_s, snap = await _ready(server, make, SnapshotPolicy(every_events=10**12,
                                                                      every_s=1e12))
