@@ -8,13 +8,15 @@ folds after its last snapshot under the default `SnapshotPolicy`. For each servi
 quota, scheduler, preemption, the simulated node agent), in one process, one after another:
 
 1. seed: a host of the first service folds the first part and saves its snapshot (not timed
-   as ready; the pickle pause and stored size are reported); the same fold is saved as each
-   other service's snapshot (every one of them folds the same `Ledger`), by the host's code;
+   as ready; the loop's pause for the fork, the encoding time and the sizes are reported); the
+   same fold is saved as each other service's snapshot (every one of them folds the same
+   `Ledger`), by the host's code;
 2. the tail is published (once, before the first service's step 3);
 3. `ready_s_full_refold`: a host with snapshots off connects, folds all N events and makes its
-   first decide;
+   first decide (skipped with `full_refold=False`, `--no-full-refold`: null);
 4. `ready_s`: a host with snapshots on connects, loads the snapshot, folds the T tail events
-   and makes its first decide.
+   and makes its first decide; `restore_s` is the part of it spent reading, checking and
+   decoding the snapshot (the rest: connecting, folding the tail, the decide).
 
 Ready = connect + load + fold + first `decide` returned. The measured decides return nothing
 (their output is discarded), so every measurement sees the same log. `ratio` is
@@ -35,7 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TAIL = 20_000
+DEFAULT_TAIL = 10_000
+"""`SnapshotPolicy().every_events` (a test keeps them equal)."""
 
 
 def _services(nodes):
@@ -86,6 +89,14 @@ async def _ready(server, make, policy, *, until_snapshot: bool = False) -> tuple
     store = await open_snapshots(bus, service, _Quiet()) if policy.enabled else None
     host = Host(service, bus, snapshots=store, snapshot_policy=policy)
     service.decide = measured
+    restore = host._restore
+
+    async def timed_restore() -> None:  # the snapshot's share of ready: read, check, decode
+        t = time.perf_counter()
+        await restore()
+        host.restore_s = time.perf_counter() - t  # type: ignore[attr-defined]
+
+    host._restore = timed_restore  # type: ignore[method-assign]
     task = asyncio.create_task(host.run())
     try:
         await first.wait()
@@ -108,7 +119,8 @@ class _Quiet:
         pass
 
 
-async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
+async def _bench(n: int, tail: int, work: Path, progress,
+                 full_refold: bool = True) -> dict[str, Any]:
     from gpuledger import events as ev
     from gpuledger.projections.bench import synthetic_log
     from gpuledger.services.runtime.bus import Bus
@@ -142,7 +154,7 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
                 await host._snapshot_task
             m, pause, cost = seeds[name] = (host._manifest, host._snapshot_pause_s,
                                             host._snapshot_cost_s)
-            progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB pickled, "
+            progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB encoded, "
                      f"{m.bytes / 1e6:.1f} MB stored, loop pause {pause:.3f}s, encoding "
                      f"{cost:.2f}s (forked child)")
         del seed, host
@@ -150,30 +162,36 @@ async def _bench(n: int, tail: int, work: Path, progress) -> dict[str, Any]:
         await _wait_for_seq(bus, n)
         out: dict[str, Any] = {}
         for name, make in services.items():
-            full_s, full = await _ready(server, make, SnapshotPolicy(enabled=False))
+            full_s, full = None, None
+            if full_refold:
+                full_s, full = await _ready(server, make, SnapshotPolicy(enabled=False))
             snap_s, snap = await _ready(server, make, SnapshotPolicy(every_events=10**12,
                                                                      every_s=1e12))
             m, pause, cost = seeds[name]
             out[name] = {
                 "ready_s": round(snap_s, 3),
-                "ready_s_full_refold": round(full_s, 3),
-                "ratio": round(full_s / snap_s, 2) if snap_s else None,
+                "restore_s": round(snap.restore_s, 3),
+                "ready_s_full_refold": None if full_s is None else round(full_s, 3),
+                "ratio": round(full_s / snap_s, 2) if snap_s and full_s else None,
                 "restored_seq": snap.stats.restored_seq,
                 "folded_after_start": snap.stats.folded,
-                "folded_full_refold": full.stats.folded,
+                "folded_full_refold": None if full is None else full.stats.folded,
                 "snapshot_raw_bytes": m.raw_bytes,
                 "snapshot_bytes": m.bytes,
                 "snapshot_pause_s": round(pause, 3),
                 "snapshot_encode_s": round(cost, 3),
             }
+            refold = "" if full is None else (
+                f", {full_s:.2f}s by a full refold ({full.stats.folded:,})")
             progress(f"{name}: ready {snap_s:.2f}s from the snapshot (+{snap.stats.folded:,} "
-                     f"events), {full_s:.2f}s by a full refold ({full.stats.folded:,})")
+                     f"events; {snap.restore_s:.2f}s reading and decoding it){refold}")
             del full, snap
         await bus.close()
     return out
 
 
-def run_restart_bench(events: int = 100_000, tail: int | None = None, progress=None) -> dict[str, Any]:
+def run_restart_bench(events: int = 100_000, tail: int | None = None, progress=None,
+                      full_refold: bool = True) -> dict[str, Any]:
     """Measure every service's time to ready after `events` events (see the module doc)."""
     from gpuledger.services.runtime.gctune import fewer_gc_passes
 
@@ -181,7 +199,7 @@ def run_restart_bench(events: int = 100_000, tail: int | None = None, progress=N
     say = progress or (lambda _m: None)
     started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="gpuledger-restart-") as tmp, fewer_gc_passes():
-        services = asyncio.run(_bench(events, tail, Path(tmp), say))
+        services = asyncio.run(_bench(events, tail, Path(tmp), say, full_refold))
     return {
         "date": started.isoformat(timespec="seconds"),
         "events": events,

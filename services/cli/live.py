@@ -318,7 +318,7 @@ def run(
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve this service's own Prometheus metrics on http://ADDR:PORT/metrics (docs/metrics.md)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
-    snapshot_every: int = typer.Option(20_000, "--snapshot-every", envvar="GPULEDGER_SNAPSHOT_EVERY", help="Save the folded state to the snapshot bucket after this many new events (0: no snapshots, always fold the whole log on start)."),
+    snapshot_every: int = typer.Option(10_000, "--snapshot-every", envvar="GPULEDGER_SNAPSHOT_EVERY", help="Save the folded state to the snapshot bucket after this many new events (0: no snapshots, always fold the whole log on start)."),
     snapshot_interval: float = typer.Option(300.0, "--snapshot-interval", envvar="GPULEDGER_SNAPSHOT_INTERVAL", help="...or after this many seconds with anything new."),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""

@@ -10,38 +10,49 @@ unpickle, a sequence beyond the stream's last one, a stream whose first sequence
 time changed, a state that disagrees with its manifest) is `Unusable`: the host logs one
 line and refolds the whole log, exactly as before snapshots existed.
 
-Encoding: pickle (protocol 5) of the fold, zlib level 1, BLAKE2b-256 over the compressed
-bytes. Not msgspec: the fold is a graph of mutable dataclasses, sets, tuple-keyed dicts and
-the placement index (`Fleet`: slotted `NodeState`s, a change log, per-node memos, a
-`TimeIndex`), none of which msgspec can decode back without a parallel schema for every
-class and a hand-written rebuild of the fleet, which would itself be a second fold to keep
-in step. Pickle restores the exact object graph (insertion orders included), so a restored
-state is the folded one, memos and all. What pickle does not protect against, the digest and
-the schema check do: the schema fingerprint (`schema()`) covers a version number bumped by
-hand plus the field names of every dataclass, slotted class and msgspec struct the fold
-holds, so a changed class makes old snapshots incompatible rather than half-loaded. Pickle
-executes code from what it loads: the bucket is written only by the services themselves,
-each confined by NATS permissions to its own keys (services/runtime/auth.py), and created by
-the operator; an identity that can write there could equally publish forged decisions.
-The fleet's score caches (`Fleet._caches`, transparent memos of queries, docs/deciders.md)
-are left out and refill on the next query; everything the fold owns is kept.
+Encoding (`FORMAT`): the fold is pickled (protocol 5), except its bulk, the job and
+allocation records and every event or spec struct, which pickle only references by index and
+msgspec encodes, by class, as msgpack (records as tuples of their fields); then zlib level 1
+and BLAKE2b-256 over the compressed bytes. Pickle alone rebuilt those ~40,000 objects per
+100,000 events one call at a time, which was most of a restart at 1 M events: there,
+decompressing and decoding take 0.78 s instead of 3.3 s (a bare process, 2-core machine at
+load 2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the
+fold is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index
+(`Fleet`: slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which
+msgspec can decode back without a parallel schema for every class and a hand-written rebuild
+of the fleet, which would itself be a second fold to keep in step. Pickle restores the exact
+object graph (insertion orders included; an indexed object met twice is restored once and
+shared), so a restored state is the folded one, memos and all. Should msgspec refuse
+something in a fold, the whole fold is pickled (the payload says so), never a lost snapshot.
+What pickle does not protect against, the digest and the schema check do: the schema
+fingerprint (`schema()`) covers a version number bumped by hand plus the field names of
+every dataclass, slotted class and msgspec struct the fold holds, so a changed class makes
+old snapshots incompatible rather than half-loaded. Pickle executes code from what it loads:
+the bucket is written only by the services themselves, each confined by NATS permissions to
+its own keys (services/runtime/auth.py), and created by the operator; an identity that can
+write there could equally publish forged decisions. The fleet's score caches
+(`Fleet._caches`, transparent memos of queries, docs/deciders.md) are left out and refill on
+the next query; everything the fold owns is kept.
 
 Encoding runs in a forked child (`Encoding`, the way Redis's BGSAVE does it): the child sees
-the fold as it was at `fork()` and pickles it while the parent's event loop goes on folding
+the fold as it was at `fork()` and encodes it while the parent's event loop goes on folding
 and deciding; the parent only pauses for the fork. Pickling 1 M events' fold (59 MB) in the
-loop paused it 5-6.6 s on a loaded 2-core machine, far too long for the decision path.
+loop paused it 5-6.6 s on a loaded 2-core machine (before msgspec took the records), far too
+long for the decision path.
 
-Storage: the KV bucket `gpuledger-snapshots` (created by the operator, `cli_bus(ensure=True)`).
-Measured sizes (pickle -> zlib 1): the replayed openb fixture slice (5,440 events) 0.52 MB ->
-0.09 MB, the synthetic log of 100,000 events 5.3 MB -> 1.1 MB, of 1,000,000 events about ten
-times that: beyond one KV value (the server's max payload, 1 MiB by default). Not the object
-store: its chunks go to random subjects and replacing an object purges through the stream's
-bucket-wide purge API, so a service could not be confined to its own snapshot. Instead the
-payload is cut into chunks under the service's own key prefix, `KEY.<slot>.<i>` (two slots,
-`a` and `b`, used in turn), then the manifest is written to `KEY` itself (the service name,
-`name.instance` for node agents) naming its slot: a crash mid-write leaves the manifest on
-the previous, intact slot, and chunks left over from a longer earlier snapshot are deleted.
-NATS permissions then confine each service to `KEY` and `KEY.>`.
+Storage: the KV bucket `gpuledger-snapshots` (created by the operator,
+`cli_bus(ensure=True)`). Measured sizes (encoded -> zlib 1, with pickle alone): the replayed
+openb fixture slice (5,440 events) 0.52 MB -> 0.09 MB, the synthetic log of 100,000 events
+5.3 MB -> 1.1 MB, of 1,000,000 events about ten times that; with the msgpack part, 200,000
+events 15.2 MB -> 2.3 MB and 1,000,000 events 75.9 MB -> 11.1 MB (pickle alone 12.6 -> 2.2
+and 62.0 -> 10.3): beyond one KV value (the server's max payload, 1 MiB by default). Not the
+object store: its chunks go to random subjects and replacing an object purges through the
+stream's bucket-wide purge API, so a service could not be confined to its own snapshot.
+Instead the payload is cut into chunks under the service's own key prefix, `KEY.<slot>.<i>`
+(two slots, `a` and `b`, used in turn), then the manifest is written to `KEY` itself (the
+service name, `name.instance` for node agents) naming its slot: a crash mid-write leaves the
+manifest on the previous, intact slot, and chunks left over from a longer earlier snapshot
+are deleted. NATS permissions then confine each service to `KEY` and `KEY.>`.
 
 The projector has no snapshot here: it commits the last sequence it applied in the same
 DuckDB transaction as its rows (projections/nats_source.py) and resumes after it; that
@@ -54,6 +65,7 @@ import asyncio
 import dataclasses
 import gc
 import hashlib
+import io
 import os
 import pickle
 import signal
@@ -73,7 +85,7 @@ from nats.js.kv import KeyValue
 BUCKET = "gpuledger-snapshots"
 SCHEMA_VERSION = 1
 """Bump by hand when the meaning of the folded state changes without its shape changing."""
-FORMAT = "pickle5+zlib1+blake2b256"
+FORMAT = "gls2+msgpack+pickle5+zlib1+blake2b256"
 
 
 class Unusable(Exception):
@@ -86,10 +98,13 @@ class SnapshotPolicy:
     after `every_s` seconds with anything new, whichever comes first; but never sooner after
     the last one than its cost (the encoding child's run, or the loop's pause if longer)
     divided by `max_cost_share`, so snapshots of a large fold take a bounded share of a core
-    (at 1 M events an encoding took 5-7 s on a loaded 2-core machine: one every 2 minutes at
-    most with the default 5%)."""
+    (at 1 M events an encoding took 5-7 s on a loaded 2-core machine with pickle alone: one
+    every 2 minutes at most with the default 5%; about a quarter of that since msgspec
+    encodes the records). `every_events` bounds the tail a restart folds, which at 1 M
+    events is as long as loading the snapshot: 10,000 (was 20,000) keeps a restart there
+    under 3 s."""
 
-    every_events: int = 20_000
+    every_events: int = 10_000
     every_s: float = 300.0
     max_cost_share: float = 0.05
     enabled: bool = True
@@ -193,19 +208,134 @@ def _quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Codec:
+    kinds: tuple[type, ...]
+    """The classes msgspec encodes: the ledger's job and allocation records (as tuples of
+    their fields, `records` of them), then every event and spec struct."""
+    records: int
+    index: dict[type, int]
+    fields: tuple[tuple[str, ...], ...]
+    getters: tuple[Any, ...]
+    decoder: msgspec.msgpack.Decoder
+
+
+_CODEC: _Codec | None = None
+
+
+def _codec() -> _Codec:
+    global _CODEC
+    if _CODEC is None:
+        import operator
+        import typing
+
+        from gpuledger import events as ev
+        from gpuledger.services.domain import ledger
+
+        records = (ledger.JobRecord, ledger.AllocationRecord)
+        structs = [obj for _, obj in sorted(vars(ev).items())
+                   if isinstance(obj, type) and issubclass(obj, msgspec.Struct)
+                   and obj.__struct_config__.frozen]
+        kinds = (*records, *structs)
+        assert len(kinds) <= 256, "a kind is one byte"
+        for r in records:  # restored as `cls(*fields)`: that must set the fields and only them
+            if not all(f.init for f in dataclasses.fields(r)) or hasattr(r, "__post_init__"):
+                raise TypeError(f"{r.__name__} cannot be rebuilt from its fields' values")
+        fields = tuple(tuple(f.name for f in dataclasses.fields(r)) for r in records)
+        types: list[Any] = []
+        for cls, names in zip(records, fields, strict=True):
+            hints = typing.get_type_hints(cls, vars(ledger))
+            types.append(list[tuple[tuple(hints[n] for n in names)]])  # type: ignore[misc]
+        types.extend(list[k] for k in structs)
+        _CODEC = _Codec(kinds, len(records), {k: i for i, k in enumerate(kinds)}, fields,
+                        tuple(operator.attrgetter(*names) for names in fields),
+                        msgspec.msgpack.Decoder(tuple[bytes, tuple[tuple(types)]]))
+    return _CODEC
+
+
+_HEAD = struct.Struct(">4sQQ")
+_MAGIC = b"GLS2"
+
+
+def _pickle_around(part: Any) -> tuple[bytes, bytes]:
+    """(pickle of `part` in which every job and allocation record and every event or spec
+    struct is only an index, msgpack of those objects by class, records as tuples of their
+    fields, rebuilt as `cls(*fields)`): several times as fast as pickle building them one
+    at a time (a struct by calling its class, a record from a dict of named fields), both
+    ways. An object met twice gets one index, so it is restored once and shared as before
+    (what a record holds is encoded inline: frozen structs and containers only that record
+    holds). TypeError for a record with attributes beyond its fields (they would be lost)."""
+    codec = _codec()
+    by_kind: list[list[Any]] = [[] for _ in codec.kinds]
+    seen: dict[int, int] = {}
+    order = bytearray()
+    index = codec.index
+
+    def persistent_id(obj: Any) -> int | None:
+        k = index.get(type(obj))
+        if k is None:
+            return None
+        pid = seen.get(id(obj))
+        if pid is None:  # the objects are referenced by the fold meanwhile: ids stay unique
+            pid = seen[id(obj)] = len(order)
+            order.append(k)
+            by_kind[k].append(obj)
+        return pid
+
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5)
+    pickler.persistent_id = persistent_id  # type: ignore[method-assign]
+    pickler.dump(part)
+    for k in range(codec.records):
+        width, get = len(codec.fields[k]), codec.getters[k]
+        if any(len(vars(r)) != width for r in by_kind[k]):
+            raise TypeError(f"a {codec.kinds[k].__name__} with attributes beyond its fields")
+        by_kind[k] = [get(r) for r in by_kind[k]]
+    return out.getvalue(), msgspec.msgpack.encode((bytes(order), by_kind))
+
+
 def dumps(part: Any) -> bytes:
-    """Pickle a fold (synchronously: the caller must not let it change meanwhile), the
-    fleets' score caches set aside."""
+    """Encode a fold (synchronously: the caller must not let it change meanwhile), the
+    fleets' score caches set aside: `GLS2`, the two lengths, the msgpack of the records and
+    structs, the pickle of the rest (`_pickle_around`). Should msgspec refuse something, the
+    whole fold is pickled (no msgpack part), so a snapshot is never lost to the codec."""
     fleets = _fleets(part)
     kept = [f._caches for f in fleets]
     for f in fleets:
         f._caches = {}
     try:
         with _quiet_gc():
-            return pickle.dumps(part, protocol=5)
+            try:
+                body, structs = _pickle_around(part)
+            except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+                body, structs = pickle.dumps(part, protocol=5), b""
+            return _HEAD.pack(_MAGIC, len(structs), len(body)) + structs + body
     finally:
         for f, caches in zip(fleets, kept, strict=True):
             f._caches = caches
+
+
+def _decode(raw: bytes) -> Any:
+    magic, structs_len, body_len = _HEAD.unpack_from(raw)
+    if magic != _MAGIC or _HEAD.size + structs_len + body_len != len(raw):
+        raise ValueError("not a GLS2 payload")
+    view = memoryview(raw)
+    body = view[_HEAD.size + structs_len:]
+    if not structs_len:
+        return pickle.loads(body)
+    codec = _codec()
+    order, decoded = codec.decoder.decode(view[_HEAD.size:_HEAD.size + structs_len])
+    by_kind = list(decoded)
+    if len(order) != sum(map(len, by_kind)):
+        raise ValueError("the struct index does not match the structs")
+    for k in range(codec.records):  # every field is an __init__ argument, nothing else runs
+        cls = codec.kinds[k]
+        by_kind[k] = [cls(*values) for values in by_kind[k]]
+    nexts = [iter(objs).__next__ for objs in by_kind]
+    objects = [nexts[k]() for k in order]  # back in the order of their indexes
+    unpickler = pickle.Unpickler(io.BytesIO(body))
+    unpickler.persistent_load = objects.__getitem__  # type: ignore[assignment]
+    return unpickler.load()
 
 
 def compress(raw: bytes) -> tuple[bytes, str]:
@@ -215,7 +345,7 @@ def compress(raw: bytes) -> tuple[bytes, str]:
 
 
 def encode(part: Any) -> tuple[int, bytes, str]:
-    """(pickled size, stored payload, its digest) of a fold, all in this thread."""
+    """(encoded size, stored payload, its digest) of a fold, all in this thread."""
     raw = dumps(part)
     data, digest = compress(raw)
     return len(raw), data, digest
@@ -280,6 +410,15 @@ class Encoding:
                 pass
 
 
+FREEZE_ABOVE_BYTES = 4 << 20
+"""A restored fold at least this large (encoded) is moved, with everything else alive then,
+to the collector's permanent generation (`gc.freeze()`): it is long-lived, and otherwise
+the first collections after the restore walk all of it (1 M events: ~2 M objects, 0.7 s a
+pass on a loaded 2-core machine, twice: young, then older generations) while the tail is
+being folded. Frozen objects are still freed by reference counting; only a cycle among them
+that later becomes garbage is not collected. It also keeps the forked encoder's pages shared."""
+
+
 def loads(data: bytes, manifest: Manifest) -> Any:
     """The fold a stored payload holds; `Unusable` for anything wrong with it."""
     if len(data) != manifest.bytes:
@@ -289,7 +428,10 @@ def loads(data: bytes, manifest: Manifest) -> Any:
     try:
         raw = zlib.decompress(data)
         with _quiet_gc():
-            return pickle.loads(raw)
+            fold = _decode(raw)
+            if len(raw) >= FREEZE_ABOVE_BYTES:
+                gc.freeze()
+            return fold
     except Exception as err:  # noqa: BLE001 - any failure means: refold
         raise Unusable(f"does not unpickle: {type(err).__name__}: {str(err)[:200]}") from None
 

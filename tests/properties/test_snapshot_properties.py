@@ -176,3 +176,65 @@ def test_a_fold_of_another_kind_does_not_fit() -> None:
     with pytest.raises(TypeError):
         agent.from_fold(Ledger(), state)
     assert state.ledger.last_seq == 0 and state.ended_ms == {}  # unchanged
+
+
+def _small_ledger() -> Ledger:
+    log = simulate(from_document(document(
+        [{"tenant": "a", "class": "train", "shape": {"gpus": 2, "replicas": 2}, "duration_s": 60,
+          "at_s": 0}, {"tenant": "b", "class": "train", "shape": {"gpus": 1, "replicas": 1},
+                       "duration_s": 30, "at_s": 5}],
+        {"preemption_scope": "tenant", "min_runtime_s": 0, "reservation_after_s": 0,
+         "placement_policy": "default", "default_grace_s": 30}, [], (None, None)))).log
+    ledger = Ledger()
+    for seq, _, e in log:
+        ledger.apply(seq, e)
+    return ledger
+
+
+def _restore(raw: bytes):
+    data, digest_ = snapshots.compress(raw)
+    manifest = snapshots.Manifest(
+        format=snapshots.FORMAT, schema=snapshots.schema(), service="scheduler", instance="0",
+        seq=1, stream_first_seq=1, stream_created="t", config_digest="", raw_bytes=len(raw),
+        bytes=len(data), digest=digest_, slot="a", chunks=1, chunk_bytes=len(data), saved_ms=0)
+    return snapshots.loads(data, manifest)
+
+
+def test_the_codec_keeps_what_is_shared_shared_and_falls_back_to_pickle() -> None:
+    ledger = _small_ledger()
+    job_id = next(iter(ledger.jobs))
+    record, alloc = ledger.jobs[job_id], next(iter(ledger.allocations.values()))
+    fold = (ledger, record, alloc, record.spec)  # records referenced twice: restored once
+    restored, again, alloc_again, spec = _restore(snapshots.dumps(fold))
+    assert digest(restored) == digest(ledger)
+    assert again is restored.jobs[job_id]
+    assert spec == again.spec  # what a record holds is its own copy (frozen structs only)
+    assert alloc_again is restored.allocations[alloc.allocation_id]
+    assert list(restored.jobs) == list(ledger.jobs) and vars(again) == vars(record)
+    assert type(again.state) is type(record.state) and again.placements == record.placements
+
+    record.stray = 1  # an attribute msgspec would lose: the fold is pickled whole instead
+    raw = snapshots.dumps(ledger)
+    assert raw[:4] == b"GLS2" and int.from_bytes(raw[4:12], "big") == 0
+    assert _restore(raw).jobs[job_id].stray == 1
+
+
+def test_the_restart_bench_tail_is_the_default_snapshot_interval() -> None:
+    from gpuledger.projections.restart_bench import DEFAULT_TAIL
+
+    assert DEFAULT_TAIL == snapshots.SnapshotPolicy().every_events
+
+
+def test_a_large_restored_fold_is_frozen_out_of_the_collectors_passes(monkeypatch) -> None:
+    import gc
+
+    raw = snapshots.dumps(_small_ledger())
+    frozen = gc.get_freeze_count()
+    _restore(raw)  # small: left to the collector
+    assert gc.get_freeze_count() == frozen
+    monkeypatch.setattr(snapshots, "FREEZE_ABOVE_BYTES", 1)
+    try:
+        _restore(raw)
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()

@@ -153,3 +153,16 @@ async def test_a_service_writes_and_reads_only_its_own_snapshot(
         with contextlib.suppress(Exception):
             await bus.close()
     assert (await kv_admin.get(other)).value == b"{}"
+
+
+def test_the_restart_bench_times_a_full_refold_only_when_asked() -> None:
+    from gpuledger.projections.restart_bench import run_restart_bench
+
+    both = run_restart_bench(2_000, full_refold=True)["services"]
+    for name, out in both.items():
+        assert out["folded_full_refold"] == 2_000 and out["ready_s_full_refold"] > 0, name
+        assert out["restored_seq"] == 1_800 and out["folded_after_start"] == 200, name
+        assert 0 < out["restore_s"] < out["ready_s"], name
+    alone = run_restart_bench(2_000, full_refold=False)["services"]
+    assert all(out["ready_s_full_refold"] is None and out["ratio"] is None
+               for out in alone.values())
