@@ -43,6 +43,19 @@ class TraceImportError(ValueError):
     """A trace file that cannot be imported; the message names the file and line."""
 
 
+def read_yaml(path: str | Path) -> Any:
+    """A side file of an import (mapping, nodes): its YAML document ({} when empty), or
+    TraceImportError in one line naming the file when it is unreadable or not YAML."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+
+
 @dataclass
 class ObservedJob:
     """One job as the source recorded it (times in epoch or trace milliseconds)."""

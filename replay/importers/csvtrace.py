@@ -70,6 +70,7 @@ from gpuledger.replay.importers.common import (
     SkipLog,
     TraceImportError,
     head_events,
+    read_yaml,
 )
 from gpuledger.services.domain.inputs import (
     ClassDoc,
@@ -158,14 +159,7 @@ TIME_MS = {"s": 1000, "ms": 1, "us": 0.001, "min": 60_000, "h": 3_600_000}
 
 
 def load_csv_mapping(path: str | Path) -> CsvMapping:
-    import yaml
-
-    try:
-        raw = yaml.safe_load(open(path).read()) or {}
-    except OSError as exc:
-        raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    raw = read_yaml(path)
     problems: list[str] = []
     m = collect(raw, CsvMapping, "", problems)
     if m is not None:

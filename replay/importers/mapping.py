@@ -63,18 +63,11 @@ TENANT_FROM = {
 
 
 def load_mapping(path, source: Literal["slurm", "kubernetes"]) -> Mapping:
-    import yaml
-
-    from gpuledger.replay.importers.common import TraceImportError
+    from gpuledger.replay.importers.common import TraceImportError, read_yaml
 
     if path is None:
         return Mapping()
-    try:
-        raw = yaml.safe_load(open(path).read()) or {}
-    except OSError as exc:
-        raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    raw = read_yaml(path)
     problems: list[str] = []
     m = collect(raw, Mapping, "", problems)
     if m is not None:

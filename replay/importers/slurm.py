@@ -49,6 +49,7 @@ from gpuledger.replay.importers.common import (
     TraceImportError,
     gpu_memory_mib,
     head_events,
+    read_yaml,
 )
 from gpuledger.replay.importers.mapping import Naming, load_mapping
 
@@ -175,17 +176,11 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
 
 def read_nodes_file(path: str | Path) -> tuple[ev.NodeInfo, ...]:
     """`cluster.nodes` of a gpuledger configuration file."""
-    import yaml
-
     from gpuledger.services.domain.configfile import ConfigFileError, node_infos
 
+    doc = read_yaml(path)
     try:
-        doc = yaml.safe_load(open(path).read()) or {}
         return node_infos(doc)
-    except OSError as exc:
-        raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
     except ConfigFileError as exc:
         raise TraceImportError("\n".join(f"{path}: {p}" for p in exc.problems)) from None
 
