@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 bench_app = typer.Typer(
-    help="Placement benchmarks: the openb trace protocol (FGD paper) and fleet-scale speed.",
+    help="Benchmarks, each with --json: openb placement (FGD paper protocol), fleet-scale placement, live latency, replay, projector and restart.",
     no_args_is_help=True,
 )
 

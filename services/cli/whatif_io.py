@@ -16,7 +16,7 @@ import typer
 from gpuledger.services.cli.common import fail
 
 import_app = typer.Typer(
-    help="Import a public trace as a log of external inputs (replay it with `gpuledger replay`).",
+    help="Import a trace or production history (openb, Slurm sacct, Kubernetes, any CSV) as a log of external inputs (replay it with `gpuledger replay`).",
     no_args_is_help=True,
 )
 
