@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuledger.projections.queries import gpus_text
+from gpuledger.services.domain.timefmt import duration
 
 STATE_COLORS = {
     "submitted": "#b0b7c3", "pending": "#f0a030", "running": "#2e9e5b", "preempting": "#d64541",
@@ -23,17 +24,8 @@ def e(v: Any) -> str:
 
 
 def dur(ms: float | None) -> str:
-    """`45s`, `12m05s`, `3h10m`, `2d4h` (`-` when unknown)."""
-    if ms is None:
-        return "-"
-    s = int(max(0, ms) // 1000)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600}h"
+    """A duration as `gpuledger why` writes it (`45s`, `12m5s`, `2d4h`); `-` when unknown."""
+    return "-" if ms is None else duration(max(0, ms))
 
 
 def job_link(job_id: str | None) -> str:
