@@ -66,6 +66,9 @@ def test_latency_smoke(tmp_path):
               "--nodes", "20", "--timeout", "240")
     assert r["placed"] == r["submitted"] and r["burst_placed"] == 200
     assert r["p99_ms"] <= 1_000 and r["drain_per_s"] >= 100  # ~10-60 ms, ~2,000-7,000/s
+    assert r["goals"] == {"p99_ms": 20.0, "drain_per_s": 2_000.0}
+    assert r["goals_met"]["p99_ms"] == (r["p99_ms"] <= 20)
+    assert r["goals_met"]["drain_per_s"] == (r["drain_per_s"] >= 2_000)
 
 
 @pytest.mark.integration
