@@ -550,11 +550,13 @@ class Fleet:
             fresh = not cache.seen
             if fresh:
                 cache.entries.clear()
-            for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
-                cache.forget(seq)
-            self._rescore(cache, self._nodes.values(), not fresh)
             if fresh:
+                self._score_fresh(cache)
                 heapq.heapify(cache.heap)
+            else:
+                for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
+                    cache.forget(seq)
+                self._rescore(cache, self._nodes.values(), True)
             for sid, slog in self._slogs.items():
                 cache.spos[sid] = slog.end
         else:
@@ -587,6 +589,76 @@ class Fleet:
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
+
+    def _score_fresh(self, cache: _ShapeCache) -> None:
+        """Score every node for a new cache, one node shape at a time: the nodes of a shape
+        that can never host the member get its static rejection key in bulk (or
+        "unschedulable"), the others are scored one by one (`_rescore`; the heap is left for
+        the caller to heapify). The same aggregates as rescoring every node."""
+        by_seq = self._by_seq
+        static = cache.static
+        seen, keys, hist = cache.seen, cache.keys, cache.hist
+        for sid, seqs in self._shape_nodes.items():
+            if not seqs:
+                continue
+            states = [by_seq[q] for q in seqs]
+            fixed = static.get(sid, _MISS)
+            if fixed is _MISS:
+                fixed = self._static_key(cache, states[0])
+            if fixed is None:
+                if cache.memo is None:
+                    self._rescore(cache, states, False)
+                else:
+                    self._score_fresh_shape(cache, states)
+                continue
+            for st in states:
+                seen[st.seq] = st.version
+            keys.update(dict.fromkeys(seqs, fixed))
+            hist[fixed] = hist.get(fixed, 0) + len(seqs)  # type: ignore[index]
+            for st in states:
+                if not st.schedulable:
+                    cache.count(st.seq, "unschedulable", NO_WHOLE)
+
+    def _score_fresh_shape(self, cache: _ShapeCache, states: list[NodeState]) -> None:
+        """`_rescore` of a new memoising cache over nodes of one shape that may host its
+        member (so CPU and memory capacity pass): one memo look-up per node, the rejection
+        keys tallied once for the shape."""
+        memo = cache.memo
+        assert memo is not None
+        seen, keys, entries, heap = cache.seen, cache.keys, cache.entries, cache.heap
+        whole = cache.whole
+        tally: dict[str, int] = {}
+        for state in states:
+            seq = state.seq
+            version = state.version
+            seen[seq] = version
+            if not state.schedulable:
+                key = "unschedulable"
+            else:
+                k = state.state_key_memo
+                sid = k[1] if k is not None and k[0] == version else self._state_id(state)
+                hit = memo.get(sid)
+                if hit is None:
+                    hit = (self._score_now(cache, state), self._whole_stat(cache, state))
+                    if len(memo) >= self._memo_cap:
+                        memo.clear()
+                    memo[sid] = hit
+                found, ws = hit
+                if found.__class__ is str:
+                    key = found  # type: ignore[assignment]
+                else:
+                    key = "fits"
+                    score, opt = found  # type: ignore[misc]
+                    entries[seq] = (version, score, opt)
+                    heap.append((-score, state.rank, seq, version))
+                if whole and ws != NO_WHOLE:
+                    cache.wstat[seq] = ws
+                    cache._whole_delta(ws, 1)
+            keys[seq] = key
+            tally[key] = tally.get(key, 0) + 1
+        hist = cache.hist
+        for key, n in tally.items():
+            hist[key] = hist.get(key, 0) + n
 
     def _logged(self, seq: int) -> None:
         """Append a structural change (node added, removed, (un)schedulable) to the fleet's
