@@ -910,10 +910,8 @@ class Fleet:
                 states[name] = state
                 owned.add(name)
             state.apply(delta)
-            if side is None:
-                side = _SideScores(self, cache, states)
-            else:
-                side.update(name)
+            if side is not None:
+                side.update(name)  # else made at the next member, if there is one
             assignments.append(assignment)
             if state.spec.leaf_switch:
                 leaves[state.spec.leaf_switch] = None
