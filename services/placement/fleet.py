@@ -134,6 +134,7 @@ class _ShapeCache:
                     wstat[seq] = ws
 
     def _whole_delta(self, ws: tuple[int, int], sign: int) -> None:
+        """Add (``sign`` > 0) or remove that many nodes of whole-GPU stat ``ws``."""
         largest, total = ws
         if not total:
             return
@@ -626,8 +627,9 @@ class Fleet:
         memo = cache.memo
         assert memo is not None
         seen, keys, entries, heap = cache.seen, cache.keys, cache.entries, cache.heap
-        whole = cache.whole
+        whole, wstat = cache.whole, cache.wstat
         tally: dict[str, int] = {}
+        wtally: dict[tuple[int, int], int] = {}  # whole-GPU stat -> nodes
         for state in states:
             seq = state.seq
             version = state.version
@@ -652,13 +654,15 @@ class Fleet:
                     entries[seq] = (version, score, opt)
                     heap.append((-score, state.rank, seq, version))
                 if whole and ws != NO_WHOLE:
-                    cache.wstat[seq] = ws
-                    cache._whole_delta(ws, 1)
+                    wstat[seq] = ws
+                    wtally[ws] = wtally.get(ws, 0) + 1
             keys[seq] = key
             tally[key] = tally.get(key, 0) + 1
         hist = cache.hist
         for key, n in tally.items():
             hist[key] = hist.get(key, 0) + n
+        for ws, n in wtally.items():
+            cache._whole_delta(ws, n)
 
     def _logged(self, seq: int) -> None:
         """Append a structural change (node added, removed, (un)schedulable) to the fleet's
