@@ -622,47 +622,51 @@ class Fleet:
 
     def _score_fresh_shape(self, cache: _ShapeCache, states: list[NodeState]) -> None:
         """`_rescore` of a new memoising cache over nodes of one shape that may host its
-        member (so CPU and memory capacity pass): one memo look-up per node, the rejection
-        keys tallied once for the shape."""
+        member (so CPU and memory capacity pass), grouped by `state_key`: each group is
+        scored once (the memo) and its nodes' keys and whole-GPU stats are written in bulk."""
         memo = cache.memo
         assert memo is not None
-        seen, keys, entries, heap = cache.seen, cache.keys, cache.entries, cache.heap
-        whole, wstat = cache.whole, cache.wstat
-        tally: dict[str, int] = {}
-        wtally: dict[tuple[int, int], int] = {}  # whole-GPU stat -> nodes
+        seen, keys, entries, heap, hist = cache.seen, cache.keys, cache.entries, cache.heap, cache.hist
+        groups: dict[int, list[NodeState]] = {}  # state id -> schedulable nodes in that state
+        unschedulable: list[int] = []
         for state in states:
-            seq = state.seq
             version = state.version
-            seen[seq] = version
+            seen[state.seq] = version
             if not state.schedulable:
-                key = "unschedulable"
+                unschedulable.append(state.seq)
+                continue
+            k = state.state_key_memo
+            sid = k[1] if k is not None and k[0] == version else self._state_id(state)
+            group = groups.get(sid)
+            if group is None:
+                groups[sid] = [state]
             else:
-                k = state.state_key_memo
-                sid = k[1] if k is not None and k[0] == version else self._state_id(state)
-                hit = memo.get(sid)
-                if hit is None:
-                    hit = (self._score_now(cache, state), self._whole_stat(cache, state))
-                    if len(memo) >= self._memo_cap:
-                        memo.clear()
-                    memo[sid] = hit
-                found, ws = hit
-                if found.__class__ is str:
-                    key = found  # type: ignore[assignment]
-                else:
-                    key = "fits"
-                    score, opt = found  # type: ignore[misc]
-                    entries[seq] = (version, score, opt)
-                    heap.append((-score, state.rank, seq, version))
-                if whole and ws != NO_WHOLE:
-                    wstat[seq] = ws
-                    wtally[ws] = wtally.get(ws, 0) + 1
-            keys[seq] = key
-            tally[key] = tally.get(key, 0) + 1
-        hist = cache.hist
-        for key, n in tally.items():
-            hist[key] = hist.get(key, 0) + n
-        for ws, n in wtally.items():
-            cache._whole_delta(ws, n)
+                group.append(state)
+        if unschedulable:
+            keys.update(dict.fromkeys(unschedulable, "unschedulable"))
+            hist["unschedulable"] = hist.get("unschedulable", 0) + len(unschedulable)
+        for sid, group in groups.items():
+            hit = memo.get(sid)
+            if hit is None:
+                hit = (self._score_now(cache, group[0]), self._whole_stat(cache, group[0]))
+                if len(memo) >= self._memo_cap:
+                    memo.clear()
+                memo[sid] = hit
+            found, ws = hit
+            seqs = [st.seq for st in group]
+            if found.__class__ is str:
+                key = found
+            else:
+                key = "fits"
+                score, opt = found  # type: ignore[misc]
+                for st in group:
+                    entries[st.seq] = (st.version, score, opt)
+                    heap.append((-score, st.rank, st.seq, st.version))
+            keys.update(dict.fromkeys(seqs, key))
+            hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
+            if cache.whole and ws != NO_WHOLE:
+                cache.wstat.update(dict.fromkeys(seqs, ws))
+                cache._whole_delta(ws, len(seqs))
 
     def _logged(self, seq: int) -> None:
         """Append a structural change (node added, removed, (un)schedulable) to the fleet's
