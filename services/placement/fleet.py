@@ -720,7 +720,7 @@ class Fleet:
         count = cache.count
         static = cache.static
         keys = cache.keys
-        whole = cache.whole
+        whole, wstat = cache.whole, cache.wstat
         for state in states:
             seq = state.seq
             version = state.version
@@ -758,10 +758,10 @@ class Fleet:
                     memo[sid] = hit
                 found, ws = hit
             if found.__class__ is str:
-                if whole or keys.get(seq) != found:
+                if keys.get(seq) != found or (whole and wstat.get(seq, NO_WHOLE) != ws):
                     count(seq, found, ws)  # type: ignore[arg-type]
                 continue
-            if whole or keys.get(seq) != "fits":
+            if keys.get(seq) != "fits" or (whole and wstat.get(seq, NO_WHOLE) != ws):
                 count(seq, "fits", ws)
             score, opt = found  # type: ignore[misc]
             entries[seq] = (version, score, opt)
@@ -912,6 +912,9 @@ class Fleet:
                 break
             state, (positions, mig_start) = choice
             delta, assignment = self._member(state, member, tenant, rank, positions, mig_start)
+            assignments.append(assignment)
+            if rank + 1 == gang.replicas:
+                break  # the last member: no later one sees what it takes
             name = state.name
             if name not in owned:
                 state = state.copy()
@@ -920,7 +923,6 @@ class Fleet:
             state.apply(delta)
             if side is not None:
                 side.update(name)  # else made at the next member, if there is one
-            assignments.append(assignment)
             if state.spec.leaf_switch:
                 leaves[state.spec.leaf_switch] = None
         if len(assignments) >= gang.required_members:
