@@ -104,27 +104,27 @@ class Simulator:
                 stale[i] = True
         if self.check:
             from gpuledger.replay.checking import checked_decide, checked_quiet
-
-            def decide(service, ledger, now_ms):
-                return checked_decide(service, ledger, now_ms)
         else:
-            checked_quiet = None
-
-            def decide(service, ledger, now_ms):
-                return service.decide(ledger, now_ms)
+            checked_decide = checked_quiet = None
+        order = tuple(enumerate(services))
         for _ in range(MAX_ROUNDS_PER_INSTANT):
             produced = False
-            for i, service in enumerate(services):
+            for i, service in order:
                 if not stale[i]:
                     if checked_quiet is not None:
                         checked_quiet(service, ledger, now_ms)
                     continue
                 stale[i] = False
-                mark = len(log)
-                for event in decide(service, ledger, now_ms):
-                    produced |= publish(event)
-                if len(log) != mark:
-                    stale[i] = True
+                if checked_decide is None:
+                    events = service.decide(ledger, now_ms)
+                else:
+                    events = checked_decide(service, ledger, now_ms)
+                if events:
+                    mark = len(log)
+                    for event in events:
+                        produced |= publish(event)
+                    if len(log) != mark:
+                        stale[i] = True
             if not produced:
                 return
         raise SimulationStuck(f"no convergence at t={self.now_ms / 1000:.3f}s")

@@ -20,6 +20,7 @@ from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.configfile import config_events, node_infos
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
+from gpuledger.services.runtime.gctune import fewer_gc_passes
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,11 @@ def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
 
 
 def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
-    entries = list(entries)
+    with fewer_gc_passes():  # a fold of the whole log, like the replay itself
+        return _external_inputs(list(entries))
+
+
+def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
     ledger = Ledger()
     for seq, subject, e in entries:
         admit(ledger, seq, e, subject)  # the acceptance rules the live services apply

@@ -87,27 +87,26 @@ def shape_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool = Fa
 
 
 def _form_problem(spec: JobSpec) -> Problem | None:
+    """The first malformed field of `spec` (checked in this order), as `InvalidSpec`."""
     r = spec.resources
-    forms = sum([r.gpus > 0, r.gpu_milli > 0, r.mig_profile is not None])
-    checks = [
-        (spec.replicas < 1, f"replicas must be >= 1 (got {spec.replicas})"),
-        (
-            spec.min_members is not None and not 1 <= spec.min_members <= spec.replicas,
-            f"min_members must be within 1..replicas={spec.replicas} (got {spec.min_members})",
-        ),
-        (forms > 1, "use only one of gpus, gpu_milli and mig_profile"),
-        (r.gpus < 0 or r.cpu_milli < 0 or r.memory_mib < 0, "resources must not be negative"),
-        (not 0 <= r.gpu_milli < 1000, f"gpu_milli must be within 1..999 (got {r.gpu_milli})"),
-        (
-            r.mig_profile is not None and not MIG_PROFILE.match(r.mig_profile),
-            f"mig_profile {r.mig_profile!r} is not a MIG profile name like '3g.40gb'",
-        ),
-        (spec.duration_s is not None and spec.duration_s < 0, "duration_s must be >= 0"),
-    ]
-    for bad, message in checks:
-        if bad:
-            return ("InvalidSpec", message, {})
-    return None
+    forms = (r.gpus > 0) + (r.gpu_milli > 0) + (r.mig_profile is not None)
+    if spec.replicas < 1:
+        message = f"replicas must be >= 1 (got {spec.replicas})"
+    elif spec.min_members is not None and not 1 <= spec.min_members <= spec.replicas:
+        message = f"min_members must be within 1..replicas={spec.replicas} (got {spec.min_members})"
+    elif forms > 1:
+        message = "use only one of gpus, gpu_milli and mig_profile"
+    elif r.gpus < 0 or r.cpu_milli < 0 or r.memory_mib < 0:
+        message = "resources must not be negative"
+    elif not 0 <= r.gpu_milli < 1000:
+        message = f"gpu_milli must be within 1..999 (got {r.gpu_milli})"
+    elif r.mig_profile is not None and not MIG_PROFILE.match(r.mig_profile):
+        message = f"mig_profile {r.mig_profile!r} is not a MIG profile name like '3g.40gb'"
+    elif spec.duration_s is not None and spec.duration_s < 0:
+        message = "duration_s must be >= 0"
+    else:
+        return None
+    return ("InvalidSpec", message, {})
 
 
 def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) -> Problem | None:

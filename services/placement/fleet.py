@@ -134,6 +134,7 @@ class _ShapeCache:
                     wstat[seq] = ws
 
     def _whole_delta(self, ws: tuple[int, int], sign: int) -> None:
+        """Add (``sign`` > 0) or remove that many nodes of whole-GPU stat ``ws``."""
         largest, total = ws
         if not total:
             return
@@ -550,11 +551,13 @@ class Fleet:
             fresh = not cache.seen
             if fresh:
                 cache.entries.clear()
-            for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
-                cache.forget(seq)
-            self._rescore(cache, self._nodes.values(), not fresh)
             if fresh:
+                self._score_fresh(cache)
                 heapq.heapify(cache.heap)
+            else:
+                for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
+                    cache.forget(seq)
+                self._rescore(cache, self._nodes.values(), True)
             for sid, slog in self._slogs.items():
                 cache.spos[sid] = slog.end
         else:
@@ -587,6 +590,83 @@ class Fleet:
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
+
+    def _score_fresh(self, cache: _ShapeCache) -> None:
+        """Score every node for a new cache, one node shape at a time: the nodes of a shape
+        that can never host the member get its static rejection key in bulk (or
+        "unschedulable"), the others are scored one by one (`_rescore`; the heap is left for
+        the caller to heapify). The same aggregates as rescoring every node."""
+        by_seq = self._by_seq
+        static = cache.static
+        seen, keys, hist = cache.seen, cache.keys, cache.hist
+        for sid, seqs in self._shape_nodes.items():
+            if not seqs:
+                continue
+            states = [by_seq[q] for q in seqs]
+            fixed = static.get(sid, _MISS)
+            if fixed is _MISS:
+                fixed = self._static_key(cache, states[0])
+            if fixed is None:
+                if cache.memo is None:
+                    self._rescore(cache, states, False)
+                else:
+                    self._score_fresh_shape(cache, states)
+                continue
+            for st in states:
+                seen[st.seq] = st.version
+            keys.update(dict.fromkeys(seqs, fixed))
+            hist[fixed] = hist.get(fixed, 0) + len(seqs)  # type: ignore[index]
+            for st in states:
+                if not st.schedulable:
+                    cache.count(st.seq, "unschedulable", NO_WHOLE)
+
+    def _score_fresh_shape(self, cache: _ShapeCache, states: list[NodeState]) -> None:
+        """`_rescore` of a new memoising cache over nodes of one shape that may host its
+        member (so CPU and memory capacity pass), grouped by `state_key`: each group is
+        scored once (the memo) and its nodes' keys and whole-GPU stats are written in bulk."""
+        memo = cache.memo
+        assert memo is not None
+        seen, keys, entries, heap, hist = cache.seen, cache.keys, cache.entries, cache.heap, cache.hist
+        groups: dict[int, list[NodeState]] = {}  # state id -> schedulable nodes in that state
+        unschedulable: list[int] = []
+        for state in states:
+            version = state.version
+            seen[state.seq] = version
+            if not state.schedulable:
+                unschedulable.append(state.seq)
+                continue
+            k = state.state_key_memo
+            sid = k[1] if k is not None and k[0] == version else self._state_id(state)
+            group = groups.get(sid)
+            if group is None:
+                groups[sid] = [state]
+            else:
+                group.append(state)
+        if unschedulable:
+            keys.update(dict.fromkeys(unschedulable, "unschedulable"))
+            hist["unschedulable"] = hist.get("unschedulable", 0) + len(unschedulable)
+        for sid, group in groups.items():
+            hit = memo.get(sid)
+            if hit is None:
+                hit = (self._score_now(cache, group[0]), self._whole_stat(cache, group[0]))
+                if len(memo) >= self._memo_cap:
+                    memo.clear()
+                memo[sid] = hit
+            found, ws = hit
+            seqs = [st.seq for st in group]
+            if found.__class__ is str:
+                key = found
+            else:
+                key = "fits"
+                score, opt = found  # type: ignore[misc]
+                for st in group:
+                    entries[st.seq] = (st.version, score, opt)
+                    heap.append((-score, st.rank, st.seq, st.version))
+            keys.update(dict.fromkeys(seqs, key))
+            hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
+            if cache.whole and ws != NO_WHOLE:
+                cache.wstat.update(dict.fromkeys(seqs, ws))
+                cache._whole_delta(ws, len(seqs))
 
     def _logged(self, seq: int) -> None:
         """Append a structural change (node added, removed, (un)schedulable) to the fleet's
@@ -640,7 +720,7 @@ class Fleet:
         count = cache.count
         static = cache.static
         keys = cache.keys
-        whole = cache.whole
+        whole, wstat = cache.whole, cache.wstat
         for state in states:
             seq = state.seq
             version = state.version
@@ -678,10 +758,10 @@ class Fleet:
                     memo[sid] = hit
                 found, ws = hit
             if found.__class__ is str:
-                if whole or keys.get(seq) != found:
+                if keys.get(seq) != found or (whole and wstat.get(seq, NO_WHOLE) != ws):
                     count(seq, found, ws)  # type: ignore[arg-type]
                 continue
-            if whole or keys.get(seq) != "fits":
+            if keys.get(seq) != "fits" or (whole and wstat.get(seq, NO_WHOLE) != ws):
                 count(seq, "fits", ws)
             score, opt = found  # type: ignore[misc]
             entries[seq] = (version, score, opt)
@@ -832,17 +912,17 @@ class Fleet:
                 break
             state, (positions, mig_start) = choice
             delta, assignment = self._member(state, member, tenant, rank, positions, mig_start)
+            assignments.append(assignment)
+            if rank + 1 == gang.replicas:
+                break  # the last member: no later one sees what it takes
             name = state.name
             if name not in owned:
                 state = state.copy()
                 states[name] = state
                 owned.add(name)
             state.apply(delta)
-            if side is None:
-                side = _SideScores(self, cache, states)
-            else:
-                side.update(name)
-            assignments.append(assignment)
+            if side is not None:
+                side.update(name)  # else made at the next member, if there is one
             if state.spec.leaf_switch:
                 leaves[state.spec.leaf_switch] = None
         if len(assignments) >= gang.required_members:

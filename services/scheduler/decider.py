@@ -48,8 +48,10 @@ from gpuledger.services.scheduler.reservation import (
 class _Round:
     """What one placement decide keeps across the queue (private scratch, dropped on return)."""
 
-    trial: TrialFleet
-    """Tentative allocations of this decide (a copy-on-write view of the folded fleet)."""
+    state: Ledger
+    view: TrialFleet
+    """Tentative allocations of this decide (a copy-on-write view of the folded fleet);
+    read it through `trial`, which books the placements made so far first."""
     policy: str
     usage: dict[str, int]
     fixed: dict[str, int]
@@ -60,11 +62,23 @@ class _Round:
     """Members per node of each spread group (`JobSpec.spread`), tentative allocations
     included; built when the first job with a spread constraint is tried."""
 
+    unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
+    """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
+    booked when the view is next read, so the last one of a decide never is."""
+
     @classmethod
     def start(cls, state: Ledger) -> _Round:
-        return cls(state.fleet.trial(), state.config.policy.placement_policy,
+        return cls(state, state.fleet.trial(), state.config.policy.placement_policy,
                    dict(state.tenant_gpu_milli), dict(state.tenant_fixed_gpu_milli),
                    dict(state.tenant_fixed_by_model))
+
+    @property
+    def trial(self) -> TrialFleet:
+        """The trial view, every placement of this decide booked in it."""
+        for alloc_id, job, placement in self.unbooked:
+            self.view.allocate(alloc_id, job.tenant, placement, self.state.gang_request(job))
+        self.unbooked.clear()
+        return self.view
 
 
 @dataclass
@@ -352,7 +366,7 @@ class Scheduler(LedgerService):
     ) -> Event:
         """Book the placement in the trial view and this decide's usage; the GangPlaced."""
         alloc_id = f"{job.job_id}#{job.attempts + 1}"
-        rnd.trial.allocate(alloc_id, job.tenant, result, state.gang_request(job))
+        rnd.unbooked.append((alloc_id, job, result))
         rnd.placed.add(job.job_id)
         if job.spec.spread and rnd.spread is not None:
             _count_spread(rnd.spread, job.spec.spread.group, result.members)

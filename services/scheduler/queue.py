@@ -66,5 +66,7 @@ def queue_key(state: Ledger, job: JobRecord, now_ms: int, usage: dict[str, int] 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
     jobs = [state.jobs[j] for j in state.pending]
+    if len(jobs) < 2:
+        return jobs  # one job is in order: no key to compute
     usage: dict[str, int] = {}
     return sorted(jobs, key=lambda j: queue_key(state, j, now_ms, usage))
