@@ -142,40 +142,75 @@ def received_ms(msg: Msg) -> int:
         return 0
 
 
+def ack_position(msg: Msg) -> tuple[int, int, int]:
+    """`(stream sequence, messages pending after it, received_ms)` of a delivered JetStream
+    message, from one parse of its ack subject (both the v1 and the v2, domain-carrying,
+    forms); nats-py's `metadata` builds datetimes and dataclasses for the same three numbers."""
+    tokens = Msg.Metadata._get_metadata_fields(msg.reply)
+    if len(tokens) == 9:
+        return int(tokens[5]), int(tokens[8]), int(tokens[7]) // 1_000_000
+    return (int(tokens[Msg.Ack.StreamSeq]), int(tokens[Msg.Ack.NumPending]),
+            int(tokens[Msg.Ack.Timestamp]) // 1_000_000)
+
+
 class Follower:
     """An ordered push consumer over `gl.>` starting after a sequence.
 
     `next(timeout)` returns the next Delivery, or None when nothing arrived in `timeout`
     seconds (None = wait forever). Deliveries are strictly increasing in `seq`.
+
+    The subscription hands each message to `_receive` (a nats-py callback), which queues it
+    here; `next` takes a queued message without suspending and waits (with a timer) only
+    when the queue is empty. nats-py's own `next_msg` starts two tasks and a timer for every
+    message, about half of a live service's per-message cost. At most `BUFFERED` messages
+    wait here: past that `_receive` waits, the client's pending queue fills and JetStream's
+    flow control holds the server back, as with `next_msg`.
     """
+
+    BUFFERED = 4096
 
     def __init__(self, bus: Bus, after_seq: int) -> None:
         self._bus = bus
         self._sub: nats.js.JetStreamContext.PushSubscription | None = None
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue(self.BUFFERED)
         self.last_seq = after_seq
         self.gaps_repaired = 0
         self._since_yield = 0
 
     async def _subscribe(self) -> None:
-        self._sub = await self._bus._ordered_subscription(self.last_seq)
+        self._queue = asyncio.Queue(self.BUFFERED)  # nothing of an earlier subscription
+        self._sub = await self._bus._ordered_subscription(self.last_seq, self._receiver(self._queue))
+
+    @staticmethod
+    def _receiver(queue: asyncio.Queue[Msg]):
+        async def receive(msg: Msg) -> None:
+            await queue.put(msg)
+
+        return receive
 
     @property
     def buffered(self) -> int:
         """Messages already received by the client but not yet returned by `next`."""
-        return 0 if self._sub is None else self._sub._pending_queue.qsize()
+        client = 0 if self._sub is None else self._sub._pending_queue.qsize()
+        return self._queue.qsize() + client
+
+    async def _take(self, timeout: float | None) -> Msg | None:
+        try:
+            return self._queue.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
 
     async def next(self, timeout: float | None = None) -> Delivery | None:
         assert self._sub is not None, "Follower not started"
         while True:
-            try:
-                # nats-py treats timeout=0/None as "no timeout"; keep a tiny positive floor.
-                msg = await self._sub.next_msg(
-                    timeout=None if timeout is None else max(timeout, 1e-3)
-                )
-            except (TimeoutError, nats.errors.TimeoutError):
+            msg = await self._take(timeout)
+            if msg is None:
                 return None
-            meta = msg.metadata
-            seq = meta.sequence.stream
+            seq, pending, received = ack_position(msg)
             if seq <= self.last_seq:
                 continue  # redelivery after an ordered-consumer reset: already seen
             if seq > self.last_seq + 1 and self._sub is not None:
@@ -195,11 +230,11 @@ class Follower:
             self.last_seq = seq
             self._since_yield += 1
             if self._since_yield >= YIELD_EVERY:
-                # Buffered messages are returned without suspending: give the event loop a
+                # Queued messages are returned without suspending: give the event loop a
                 # turn now and then, so a long fold still notices a stop or a timer.
                 self._since_yield = 0
                 await asyncio.sleep(0)
-            return Delivery(seq, msg.subject, msg.data, meta.num_pending, received_ms(msg))
+            return Delivery(seq, msg.subject, msg.data, pending, received)
 
     async def close(self) -> None:
         sub, self._sub = self._sub, None
@@ -515,7 +550,7 @@ class Bus:
         return follower
 
     async def _ordered_subscription(
-        self, after_seq: int
+        self, after_seq: int, cb: Any
     ) -> nats.js.JetStreamContext.PushSubscription:
         if after_seq > 0:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
@@ -530,6 +565,7 @@ class Bus:
             deliver_policy=policy,
             config=config,
             idle_heartbeat=self.idle_heartbeat_s,
+            cb=cb,
         )
 
     async def read_all(self, after_seq: int = 0) -> AsyncIterator[Record]:
