@@ -124,3 +124,32 @@ async def test_every_message_read_carries_the_streams_receive_time(bus: Bus) -> 
     await asyncio.sleep(0.05)
     again = [r async for r in bus.read_all()]
     assert again[0].received_ms == record.received_ms  # stored, not the read time
+
+
+async def test_a_follower_reads_a_backlog_larger_than_its_queue_in_order_once(bus, monkeypatch) -> None:
+    # A follower queues at most BUFFERED messages; past that the client's pending queue and
+    # JetStream's flow control hold the rest back. Nothing is lost, repeated or reordered.
+    from gpuledger.services.runtime.bus import Follower
+
+    monkeypatch.setattr(Follower, "BUFFERED", 8)
+    batch = [submitted(f"j{i}", f"sub-j{i}") for i in range(600)]
+    for i in range(0, len(batch), 100):
+        await bus.publish_many(batch[i:i + 100])
+    follower = await bus.follower(after_seq=0)
+    try:
+        seen, most_queued = [], 0
+        while len(seen) < 600:
+            d = await follower.next(timeout=5)
+            assert d is not None, f"stalled after {len(seen)}"
+            most_queued = max(most_queued, follower._queue.qsize())
+            seen.append((d.seq, d.pending, events.decode(d.data).job.job_id))
+        assert [s for s, _, _ in seen] == list(range(1, 601))
+        assert [j for _, _, j in seen] == [f"j{i}" for i in range(600)]
+        assert seen[-1][1] == 0 and seen[0][1] == 599  # messages left in the stream after each
+        assert most_queued <= 8
+        assert await follower.next(timeout=0.2) is None  # nothing more: a timeout, not a hang
+        await bus.publish(submitted("late", "sub-late"))
+        late = await follower.next(timeout=5)
+        assert late is not None and late.seq == 601
+    finally:
+        await follower.close()
