@@ -71,6 +71,17 @@ def check_raw(data: bytes) -> None:
         raise LimitExceeded(f"JSON nested deeper than {MAX_DEPTH} levels")
 
 
+def surely_within(data: bytes) -> bool:
+    """True when any event inside `data` (a payload, or a log line wrapping one) passes every
+    limit: small enough, fewer brackets than MAX_DEPTH, no number that may be out of range. A
+    False only means the exact checks must decide."""
+    return (
+        len(data) <= MAX_PAYLOAD_BYTES
+        and data.count(b"[") + data.count(b"{") <= MAX_DEPTH
+        and not may_hold_big_numbers(data)
+    )
+
+
 def may_hold_big_numbers(data: bytes) -> bool:
     """False when no number in `data` can be outside the limits (cheap, conservative)."""
     return _LONG_RUN in data.translate(_DIGITS).replace(_FRACTION, b".")
