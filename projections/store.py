@@ -557,11 +557,6 @@ def _messages(source: Any) -> Iterator[tuple[int, str, ev.Event]]:
     return iter(source)
 
 
-REBUILD_MEMORY_LIMIT = "128MB"
-"""DuckDB's buffer pool during a rebuild (the live projector's default too): each batch's
-deletes scan the current-state tables, and a smaller pool re-reads them from the file."""
-
-
 def rebuild(
     source: str | Path | Iterable[tuple[int, str, ev.Event]],
     db_path: str | Path,
@@ -581,7 +576,7 @@ def rebuild(
     t0 = time.perf_counter()
     with (
         fewer_gc_passes(),
-        Projector(db_path, batch_size=batch_size, pipeline=True, memory_limit=REBUILD_MEMORY_LIMIT) as pj,
+        Projector(db_path, batch_size=batch_size, pipeline=True, memory_limit="64MB") as pj,
     ):
         n = 0
         for seq, subject, event in _messages(source):
