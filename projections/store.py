@@ -500,8 +500,13 @@ class Projector:
         return self._committed
 
     def _write(self, store: Store, batch: Batch, before_commit: Callable[[], None] | None) -> int:
-        store.write(batch, before_commit=before_commit)
-        return self._committed if batch.last_seq is None else batch.last_seq
+        return self._execute(store, store.prepare(batch), before_commit)
+
+    def _execute(
+        self, store: Store, prep: Prepared | None, before_commit: Callable[[], None] | None
+    ) -> int:
+        store.execute(prep, before_commit=before_commit)
+        return self._committed if prep is None else prep.last_seq
 
     def commit(self, *, before_commit: Callable[[], None] | None = None, wait: bool = True) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
@@ -516,7 +521,15 @@ class Projector:
         store = self._store()  # first: a busy file (ProjectionBusy) must not lose the batch
         batch = self.projection.drain().freeze()
         if self._pool is not None and not wait:
-            self._inflight = self._pool.submit(self._write, store, batch, before_commit)
+            # Arrow tables built here, not in the writer: holding the GIL, the writer would
+            # trade it with the fold every switch interval; it then needs it only briefly.
+            try:
+                prep = store.prepare(batch)
+            except BaseException:
+                self.projection = store.load_projection()
+                self._committed = self.projection.last_seq
+                raise
+            self._inflight = self._pool.submit(self._execute, store, prep, before_commit)
             return self._committed if batch.last_seq is None else batch.last_seq
         try:
             self._committed = self._write(store, batch, before_commit)
