@@ -12,7 +12,8 @@ legitimate event looks like:
 
 The checks are cheap on the hot path (about 1 us for a typical 500-byte event): nesting is
 bounded by the count of `[` and `{` (scanned exactly only above MAX_DEPTH of them), and only
-payloads with a run of 16+ digits are decoded a second time and walked for their numbers.
+payloads with a run of 16+ digits (not a float's fraction) are decoded a second time and
+walked for their numbers.
 """
 
 from __future__ import annotations
@@ -24,12 +25,20 @@ MAX_PAYLOAD_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_INT = (1 << 53) - 1
 
-# A number that may exceed the limits has a run of 16+ digits (2**53 has 16). Digits map to
-# "0", everything else to " ", and one substring search finds such a run (several times faster
-# than a regex). Strings can match too; a match only triggers the exact walk. Float literals
-# beyond the double range are refused by msgspec itself ("Number out of range").
-_DIGITS = bytes(ord("0") if chr(c).isdigit() and c < 128 else ord(" ") for c in range(256))
+# A number that may exceed the limits has a run of 16+ digits (2**53 has 16) that does not
+# follow a decimal point: a float's fraction digits (0.8444218515250481, what a measured
+# utilisation looks like) can never overflow. Digits map to "0", "." to itself, everything else
+# to " "; the first 16 digits after every "." are dropped (a fraction of up to 31 digits no
+# longer looks long; a run not after a "." is untouched), and one substring search finds a
+# remaining run (several times faster than a regex). Strings can match too; a match only
+# triggers the exact walk. Float literals beyond the double range are refused by msgspec itself
+# ("Number out of range").
+_DIGITS = bytes(
+    ord("0") if chr(c).isdigit() and c < 128 else ord(".") if c == ord(".") else ord(" ")
+    for c in range(256)
+)
 _LONG_RUN = b"0" * 16
+_FRACTION = b"." + _LONG_RUN
 _INF = float("inf")
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
@@ -62,9 +71,20 @@ def check_raw(data: bytes) -> None:
         raise LimitExceeded(f"JSON nested deeper than {MAX_DEPTH} levels")
 
 
+def surely_within(data: bytes) -> bool:
+    """True when any event inside `data` (a payload, or a log line wrapping one) passes every
+    limit: small enough, fewer brackets than MAX_DEPTH, no number that may be out of range. A
+    False only means the exact checks must decide."""
+    return (
+        len(data) <= MAX_PAYLOAD_BYTES
+        and data.count(b"[") + data.count(b"{") <= MAX_DEPTH
+        and not may_hold_big_numbers(data)
+    )
+
+
 def may_hold_big_numbers(data: bytes) -> bool:
     """False when no number in `data` can be outside the limits (cheap, conservative)."""
-    return _LONG_RUN in data.translate(_DIGITS)
+    return _LONG_RUN in data.translate(_DIGITS).replace(_FRACTION, b".")
 
 
 def check_numbers(obj: Any, path: str = "$") -> None:

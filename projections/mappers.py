@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.catalog import ALL_EVENTS
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
 
@@ -434,7 +435,7 @@ class Projection:
 
     def apply(self, seq: int, subject: str, event: ev.Event) -> bool:
         """Fold one stream message. Returns False when it was a duplicate (skipped)."""
-        if not self.accept(seq):
+        if seq != self.last_seq + 1 and not self.accept(seq):
             return False
         b = self.batch
         if b.first_seq is None:
@@ -444,8 +445,7 @@ class Projection:
         b.count += 1
         self.last_seq = seq
         cls = type(event)
-        name = cls.__name__
-        decision = isinstance(event, ev.Decision)
+        name, decision = _KINDS.get(cls) or _kind(cls)
         self._add_event(
             seq,
             subject,
@@ -1033,3 +1033,13 @@ _HANDLERS = {
     ev.NodeLost: Projection._node_lost,
     ev.GpuMetricsReported: Projection._metrics,
 }
+
+
+def _kind(cls: type) -> tuple[str, bool]:
+    """What `Projection.apply` needs to know of an event type: its name, and whether it is a
+    decision."""
+    return cls.__name__, issubclass(cls, ev.Decision)
+
+
+_KINDS = {cls: _kind(cls) for cls in ALL_EVENTS}
+"""`_kind` of every event type (computed once; a pure function of the type)."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -160,6 +161,10 @@ class Store:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.con = connect_locked(self.path)  # ProjectionBusy while a reader holds it
         self.con.execute("SET enable_progress_bar = false")
+        # One DuckDB thread: a batch's inserts and deletes are too small for DuckDB's own
+        # parallelism to pay (its worker threads cost about a fifth of a rebuild's CPU and
+        # saved no time), and a pipelined projector's folding thread needs the other core.
+        self.con.execute("SET threads = 1")
         # Automatic checkpoints at DuckDB's default 16MB WAL dominate the write cost of a busy
         # projector; checkpoint less often (and always on close / after a rebuild).
         self.con.execute(f"SET checkpoint_threshold = '{checkpoint_threshold}'")
@@ -307,7 +312,12 @@ class Store:
     def execute(
         self, prep: Prepared | None, *, before_commit: Callable[[], None] | None = None
     ) -> None:
-        """Apply a prepared batch and its last sequence in one transaction (all or nothing)."""
+        """Apply a prepared batch and its last sequence in one transaction (all or nothing).
+
+        Every statement of the batch goes to DuckDB in one `execute` call: DuckDB releases the
+        GIL while it works and must take it back when a call returns, which under a pipelined
+        projector means waiting for the folding thread's switch interval (5 ms) after every
+        call; one call per batch (then the commit) instead of one per statement."""
         if prep is None:
             return
         con = self.con
@@ -317,12 +327,15 @@ class Store:
             for name, tbl in prep.tables.items():
                 con.register(name, tbl)
                 registered.append(name)
-            for stmt in prep.sql:
-                con.execute(stmt)
+            at = "NULL" if prep.last_at_ms is None else str(int(prep.last_at_ms))
             con.execute(
-                "UPDATE projector_meta SET last_seq = ?,"
-                " updated_at_ms = coalesce(?, updated_at_ms) WHERE id = 1",
-                [prep.last_seq, prep.last_at_ms],
+                ";\n".join(
+                    [
+                        *prep.sql,
+                        f"UPDATE projector_meta SET last_seq = {int(prep.last_seq)},"
+                        f" updated_at_ms = coalesce({at}, updated_at_ms) WHERE id = 1",
+                    ]
+                )
             )
             if before_commit is not None:
                 before_commit()
@@ -336,6 +349,13 @@ class Store:
 
     def close(self) -> None:
         self.con.close()
+
+
+WRITER_SWITCH_INTERVAL_S = 0.0005
+"""The interpreter's thread switch interval while a pipelined projector runs. DuckDB takes the
+GIL back a few times per table it scans from Arrow; at Python's default (5 ms) the writer
+thread waits up to that long each time for the folding thread to yield, and the write, not the
+fold, becomes the bottleneck. The interval only matters while a thread waits for the GIL."""
 
 
 class Projector:
@@ -371,6 +391,10 @@ class Projector:
         self._pool = (
             ThreadPoolExecutor(1, thread_name_prefix="projector-writer") if pipeline else None
         )
+        self._switch_interval: float | None = None
+        if pipeline and sys.getswitchinterval() > WRITER_SWITCH_INTERVAL_S:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(WRITER_SWITCH_INTERVAL_S)
         self._inflight: Future | None = None
         self._committed = self.projection.last_seq
 
@@ -476,8 +500,13 @@ class Projector:
         return self._committed
 
     def _write(self, store: Store, batch: Batch, before_commit: Callable[[], None] | None) -> int:
-        store.write(batch, before_commit=before_commit)
-        return self._committed if batch.last_seq is None else batch.last_seq
+        return self._execute(store, store.prepare(batch), before_commit)
+
+    def _execute(
+        self, store: Store, prep: Prepared | None, before_commit: Callable[[], None] | None
+    ) -> int:
+        store.execute(prep, before_commit=before_commit)
+        return self._committed if prep is None else prep.last_seq
 
     def commit(self, *, before_commit: Callable[[], None] | None = None, wait: bool = True) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
@@ -492,7 +521,15 @@ class Projector:
         store = self._store()  # first: a busy file (ProjectionBusy) must not lose the batch
         batch = self.projection.drain().freeze()
         if self._pool is not None and not wait:
-            self._inflight = self._pool.submit(self._write, store, batch, before_commit)
+            # Arrow tables built here, not in the writer: holding the GIL, the writer would
+            # trade it with the fold every switch interval; it then needs it only briefly.
+            try:
+                prep = store.prepare(batch)
+            except BaseException:
+                self.projection = store.load_projection()
+                self._committed = self.projection.last_seq
+                raise
+            self._inflight = self._pool.submit(self._execute, store, prep, before_commit)
             return self._committed if batch.last_seq is None else batch.last_seq
         try:
             self._committed = self._write(store, batch, before_commit)
@@ -514,6 +551,9 @@ class Projector:
         finally:
             if self._pool is not None:
                 self._pool.shutdown()
+            if self._switch_interval is not None:
+                sys.setswitchinterval(self._switch_interval)
+                self._switch_interval = None
 
     def __enter__(self) -> Projector:
         return self

@@ -16,6 +16,8 @@ from pathlib import Path
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.codec import AnyEvent
+from gpuledger.events.limits import surely_within
 
 
 class _Line(msgspec.Struct):
@@ -24,18 +26,38 @@ class _Line(msgspec.Struct):
     event: msgspec.Raw
 
 
+class _EventLine(msgspec.Struct):
+    seq: int
+    subject: str
+    event: AnyEvent  # type: ignore[valid-type]
+
+
 class LogFormatError(ValueError):
     """A log file line that is not a valid log entry; names the file and line."""
 
 
 _line = msgspec.json.Decoder(_Line)
+_event_line = msgspec.json.Decoder(_EventLine)
 _encoder = msgspec.json.Encoder()
 
 
 def read_log(path: str | Path) -> Iterator[tuple[int, str, ev.Event]]:
-    """Yield `(seq, subject, event)` for every line."""
+    """Yield `(seq, subject, event)` for every line.
+
+    A line that is surely within the decoding limits (`events.limits.surely_within`) and holds
+    a current event is decoded in one pass, entry and event together: the event is what
+    `events.decode` returns for it, with the same decoder. Anything else (an old version to
+    upcast, a line near a limit, an invalid line) takes the exact path through `events.decode`."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
+            if surely_within(raw):
+                try:
+                    line = _event_line.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                    pass  # decided below, exactly
+                else:
+                    yield line.seq, line.subject, line.event
+                    continue
             if not raw.strip():
                 continue
             try:

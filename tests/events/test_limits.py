@@ -94,3 +94,14 @@ def test_oversized_payloads_are_refused_before_parsing() -> None:
 )
 def test_garbage_of_every_kind_is_undecodable_with_a_reason(data: bytes | str) -> None:
     assert reason(data)
+
+
+def test_only_digit_runs_that_can_be_big_numbers_trigger_the_exact_walk() -> None:
+    from gpuledger.events.limits import may_hold_big_numbers
+
+    assert not may_hold_big_numbers(b'{"sm_active":0.8444218515250481234,"n":12}')
+    assert may_hold_big_numbers(b'{"a":0.5,"n":12345678901234567}')
+    assert may_hold_big_numbers(b'{"n":-12345678901234567}')
+    assert may_hold_big_numbers(b'{"x":1.5e12345678901234567}')
+    assert may_hold_big_numbers(b"12345678901234567")
+    assert may_hold_big_numbers(b'{"x":12345678901234567.5}')
