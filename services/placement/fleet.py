@@ -886,11 +886,13 @@ class Fleet:
 
     def _place(
         self, gang: GangRequest, scorer: Scorer, excluded: frozenset[str], explain: bool,
-        overlay: dict[str, NodeState],
+        overlay: dict[str, NodeState], trial: TrialFleet | None = None,
     ) -> Placement | Unplaceable:
         """Place member after member, each against the state the earlier ones leave. The
         members go to private copies of their nodes (layered over `overlay`, the trial's
-        copies, which stay untouched too): the fleet's node records are only read."""
+        copies, which stay untouched too): the fleet's node records are only read.
+        `trial` (whose overlay `overlay` is) keeps its copies' scores between queries; a
+        one-member gang reads them instead of scoring every copy again."""
         member = gang.member
         tenant = gang.tenant
         assignments: list[MemberAssignment] = []
@@ -901,7 +903,10 @@ class Fleet:
         for rank in range(gang.replicas):
             cache = self._cache(scorer, gang)
             if side is None and states:
-                side = _SideScores(self, cache, states)
+                if trial is not None and gang.replicas == 1:
+                    side = trial.side_scores(cache)
+                else:
+                    side = _SideScores(self, cache, states)
             choice = self._best(cache, excluded, side)
             if (choice is not None and leaves and gang.prefer_same_leaf
                     and choice[0].spec.leaf_switch not in leaves):
@@ -1093,6 +1098,25 @@ class TrialFleet:
         self._owned: set[str] = set()
         self._added: dict[str, Allocation] = {}
         self._released: set[str] = set()
+        self._changed: list[str] = []
+        """Names of the copies, in the order this view changed them (with repeats)."""
+        self._sides: dict[int, tuple[_ShapeCache, _SideScores, int]] = {}
+        """id(cache) -> (cache, the copies' scores for it, length of `_changed` they saw)."""
+
+    def side_scores(self, cache: _ShapeCache) -> _SideScores:
+        """The scores of this view's copies for `cache`'s member, brought up to date by
+        re-scoring only the copies changed since the last query of the same cache (a decide
+        that places k jobs scores O(k) copies, not O(k^2)). They read `overlay` itself, so
+        they hold for queries that add no copies of their own (one-member gangs)."""
+        known = self._sides.get(id(cache))
+        if known is None or known[0] is not cache:
+            side = _SideScores(self.base, cache, self.overlay)
+        else:
+            side = known[1]
+            for name in dict.fromkeys(self._changed[known[2]:]):
+                side.update(name)
+        self._sides[id(cache)] = (cache, side, len(self._changed))
+        return side
 
     def fork(self) -> TrialFleet:
         """A view over this view: changes to either are invisible to the other."""
@@ -1127,6 +1151,11 @@ class TrialFleet:
         self._owned.add(name)
         return copy
 
+    def _changing(self, name: str) -> NodeState | None:
+        """This view's own copy of node `name`, about to change (None: no such node)."""
+        self._changed.append(name)
+        return self._own(name)
+
     def allocate(self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest) -> Allocation:
         """As `Fleet.allocate`, in the view only."""
         try:
@@ -1141,7 +1170,7 @@ class TrialFleet:
         done: list[tuple[NodeState, MemberDelta]] = []
         try:
             for d in deltas:
-                state = self._own(d.node)
+                state = self._changing(d.node)
                 if state is None:
                     raise PlacementConflict(f"unknown node {d.node}")
                 state.apply(d)
@@ -1159,7 +1188,7 @@ class TrialFleet:
         """As `Fleet.release`, in the view only."""
         alloc = self.allocation(allocation_id)
         for d in alloc.deltas:
-            state = self._own(d.node)
+            state = self._changing(d.node)
             if state is not None:
                 state.revert(d)
         if self._added.pop(allocation_id, None) is None:
@@ -1181,4 +1210,5 @@ class TrialFleet:
             view = self.fork()
             for alloc_id in released:
                 view.release(alloc_id)
-        return self.base._place(gang, self.base.scorer(policy), frozenset(exclude), explain, view.overlay)
+        return self.base._place(gang, self.base.scorer(policy), frozenset(exclude), explain,
+                                view.overlay, view)
