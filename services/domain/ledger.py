@@ -12,6 +12,7 @@ allocations.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,7 +304,7 @@ class Ledger:
         return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
 
     def nominated_nodes(
-        self, except_jobs: set[str] | frozenset[str] = frozenset(), now_ms: int | None = None
+        self, except_jobs: Container[str] = frozenset(), now_ms: int | None = None
     ) -> frozenset[str]:
         """Nodes whose freed capacity is promised to a beneficiary not in `except_jobs`.
 

@@ -81,6 +81,18 @@ class _Round:
         return self.view
 
 
+@dataclass(frozen=True, slots=True)
+class _PlacedOr:
+    """The jobs placed so far in this decide, or `job_id`: a membership test without copying
+    the placed set (a decide that places k jobs asked it k times)."""
+
+    placed: set[str]
+    job_id: str
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id == self.job_id or job_id in self.placed
+
+
 @dataclass
 class _Limits:
     """Where one job may go in this decide, and why not elsewhere."""
@@ -294,7 +306,7 @@ class Scheduler(LedgerService):
         # among themselves in queue order (tentative allocations keep them apart), so two
         # whose victims shared a node never lock each other out; but a beneficiary does not
         # take another's nodes where it has no victim of its own
-        exclude = state.nominated_nodes(except_jobs=rnd.placed | {job.job_id}, now_ms=now_ms)
+        exclude = state.nominated_nodes(except_jobs=_PlacedOr(rnd.placed, job.job_id), now_ms=now_ms)
         if job.job_id in state.nominations:
             exclude = exclude - state.nominated_nodes(
                 except_jobs=frozenset(state.nominations) - {job.job_id}, now_ms=now_ms)
