@@ -839,11 +839,27 @@ class Fleet:
     ) -> tuple[NodeState, Option] | None:
         """The best node of the base heap, skipping nodes the trial overlay replaces, against
         the best of the overlay's own nodes (`side`); ties by node rank."""
+        base = side.base_best(excluded) if side is not None else None
+        if base is None:
+            base = self._best_base(cache, excluded, side.states if side is not None else {})
+            if side is not None:
+                side.remember_base_best(excluded, base)
+        key, found = base
+        if side is not None:
+            alt = side.best(excluded)
+            if alt is not None and (key is None or alt[0] < key):
+                return alt[1], alt[2]
+        return found
+
+    def _best_base(
+        self, cache: _ShapeCache, excluded: frozenset[str], shadowed: dict[str, NodeState],
+    ) -> tuple[tuple[int, tuple[int, str]] | None, tuple[NodeState, Option] | None]:
+        """(heap key, (node, option)) of the best base heap entry that is current and neither
+        excluded nor `shadowed` (replaced by a trial's copy); (None, None) if none is."""
         heap = cache.heap
         aside = []
         found = None
         key = None
-        shadowed = side.states if side is not None else {}
         while heap:
             neg, rank, seq, version = heap[0]
             state = self._by_seq.get(seq)
@@ -858,11 +874,7 @@ class Fleet:
             break
         for item in aside:
             heapq.heappush(heap, item)
-        if side is not None:
-            alt = side.best(excluded)
-            if alt is not None and (key is None or alt[0] < key):
-                return alt[1], alt[2]
-        return found
+        return key, found
 
     def _best_in_leaves(
         self, cache: _ShapeCache, leaves: dict[str, None], excluded: frozenset[str],
@@ -1022,7 +1034,7 @@ class _SideScores:
     """Scores of the overlay's node copies for one placement query: a small lazy max-heap
     beside the fleet's cached one (entries carry a token; an updated node gets a new one)."""
 
-    __slots__ = ("fleet", "cache", "states", "entries", "heap", "token")
+    __slots__ = ("fleet", "cache", "states", "entries", "heap", "token", "_base")
 
     def __init__(self, fleet: Fleet, cache: _ShapeCache, states: dict[str, NodeState]) -> None:
         self.fleet = fleet
@@ -1031,9 +1043,25 @@ class _SideScores:
         self.entries: dict[str, tuple[int, int, Option]] = {}  # name -> (token, score, option)
         self.heap: list[tuple[int, tuple[int, str], str, int]] = []
         self.token = 0
+        self._base: tuple[frozenset[str], tuple] | None = None
         for name in sorted(states):
             self._score(name, push=False)
         heapq.heapify(self.heap)
+
+    def base_best(self, excluded: frozenset[str]) -> tuple | None:
+        """The base heap's best entry found by the last query with the same `excluded`, if
+        its node is still not replaced by a copy (else None: look again). It stays the best:
+        the base fleet does not change while a trial view lives, and copies are only added,
+        so entries above it (stale, excluded or replaced) stay passed over."""
+        if self._base is None or self._base[0] != excluded:
+            return None
+        found = self._base[1][1]
+        if found is not None and found[0].name in self.states:
+            return None
+        return self._base[1]
+
+    def remember_base_best(self, excluded: frozenset[str], base: tuple) -> None:
+        self._base = (excluded, base)
 
     def _score(self, name: str, push: bool) -> None:
         state = self.states[name]
