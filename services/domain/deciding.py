@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any, TypeVar
 
-from gpuledger.events import Decision, Event, derive_event_id
+from gpuledger.events import Event
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.domain.stamp import stamp
 
@@ -80,12 +80,15 @@ class LedgerService:
         self, state: Ledger, now_ms: int, cls: type[E], *, key: str, correlation_id: str,
         causation_id: str = "", **fields: Any,
     ) -> E:
-        if not issubclass(cls, Decision):
-            return stamp(cls, key=key, producer=self.producer, now_ms=now_ms,
-                         correlation_id=correlation_id, causation_id=causation_id, **fields)
-        # `stamp` of a decision, without passing the fields on twice
-        return cls(event_id=derive_event_id(cls.__name__, key), occurred_at_ms=now_ms,
-                   causation_id=causation_id, correlation_id=correlation_id,
-                   producer=self.producer, input_seq=state.last_seq,
-                   config_digest=state.config.digest, leader_epoch=self.leader_epoch, **fields)
-
+        return stamp(
+            cls,
+            key=key,
+            producer=self.producer,
+            now_ms=now_ms,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            input_seq=state.last_seq,
+            config_digest=state.config.digest,
+            leader_epoch=self.leader_epoch,
+            **fields,
+        )
