@@ -19,7 +19,7 @@ a `TrialFleet`, the copy-on-write view deciders use for trial placements.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -635,8 +635,7 @@ class Fleet:
             if not state.schedulable:
                 unschedulable.append(state.seq)
                 continue
-            k = state.state_key_memo
-            sid = k[1] if k is not None and k[0] == version else self._state_id(state)
+            sid = self._state_id(state)
             group = groups.get(sid)
             if group is None:
                 groups[sid] = [state]
@@ -646,13 +645,7 @@ class Fleet:
             keys.update(dict.fromkeys(unschedulable, "unschedulable"))
             hist["unschedulable"] = hist.get("unschedulable", 0) + len(unschedulable)
         for sid, group in groups.items():
-            hit = memo.get(sid)
-            if hit is None:
-                hit = (self._score_now(cache, group[0]), self._whole_stat(cache, group[0]))
-                if len(memo) >= self._memo_cap:
-                    memo.clear()
-                memo[sid] = hit
-            found, ws = hit
+            found, ws = self._memo_score(cache, memo, sid, group[0])
             seqs = [st.seq for st in group]
             if found.__class__ is str:
                 key = found
@@ -748,15 +741,7 @@ class Fleet:
             if memo is None:
                 found, ws = self._score_now(cache, state), self._whole_stat(cache, state)
             else:
-                k = state.state_key_memo
-                sid = k[1] if k is not None and k[0] == version else self._state_id(state)
-                hit = memo.get(sid)
-                if hit is None:
-                    hit = (self._score_now(cache, state), self._whole_stat(cache, state))
-                    if len(memo) >= self._memo_cap:
-                        memo.clear()
-                    memo[sid] = hit
-                found, ws = hit
+                found, ws = self._memo_score(cache, memo, self._state_id(state), state)
             if found.__class__ is str:
                 if keys.get(seq) != found or (whole and wstat.get(seq, NO_WHOLE) != ws):
                     count(seq, found, ws)  # type: ignore[arg-type]
@@ -799,9 +784,26 @@ class Fleet:
                 state, whole_probe(cache.member), cache.allow_ts)
         return whole_stat(state, cache.member, cache.allow_ts, elig)
 
+    def _memo_score(
+        self, cache: _ShapeCache, memo: dict, sid: int, state: NodeState,
+    ) -> tuple[tuple[int, Option] | str, tuple[int, int]]:
+        """(score or rejection key, whole-GPU stat) of `state`, whose state id is `sid`, from
+        the cache's memo of node states (computed and remembered on a miss)."""
+        hit = memo.get(sid)
+        if hit is None:
+            hit = (self._score_now(cache, state), self._whole_stat(cache, state))
+            if len(memo) >= self._memo_cap:
+                memo.clear()
+            memo[sid] = hit
+        return hit
+
     def _state_id(self, state: NodeState) -> int:
         """A small id of the node's `state_key` (equal keys, equal ids while the id table
-        lasts; ids are never reused, so a cleared table only costs memo misses)."""
+        lasts; ids are never reused, so a cleared table only costs memo misses); kept on the
+        node (`state_key_memo`) until its version changes."""
+        known = state.state_key_memo
+        if known is not None and known[0] == state.version:
+            return known[1]
         key = state.state_key()
         sid = self._state_ids.get(key)
         if sid is None:
@@ -839,12 +841,10 @@ class Fleet:
     ) -> tuple[NodeState, Option] | None:
         """The best node of the base heap, skipping nodes the trial overlay replaces, against
         the best of the overlay's own nodes (`side`); ties by node rank."""
-        base = side.base_best(excluded) if side is not None else None
-        if base is None:
-            base = self._best_base(cache, excluded, side.states if side is not None else {})
-            if side is not None:
-                side.remember_base_best(excluded, base)
-        key, found = base
+        if side is None:
+            key, found = self._best_base(cache, excluded, {})
+        else:
+            key, found = side.base_best(excluded, lambda: self._best_base(cache, excluded, side.states))
         if side is not None:
             alt = side.best(excluded)
             if alt is not None and (key is None or alt[0] < key):
@@ -1048,20 +1048,19 @@ class _SideScores:
             self._score(name, push=False)
         heapq.heapify(self.heap)
 
-    def base_best(self, excluded: frozenset[str]) -> tuple | None:
-        """The base heap's best entry found by the last query with the same `excluded`, if
-        its node is still not replaced by a copy (else None: look again). It stays the best:
-        the base fleet does not change while a trial view lives, and copies are only added,
-        so entries above it (stale, excluded or replaced) stay passed over."""
-        if self._base is None or self._base[0] != excluded:
-            return None
-        found = self._base[1][1]
-        if found is not None and found[0].name in self.states:
-            return None
-        return self._base[1]
-
-    def remember_base_best(self, excluded: frozenset[str], base: tuple) -> None:
-        self._base = (excluded, base)
+    def base_best(self, excluded: frozenset[str], look: Callable[[], tuple]) -> tuple:
+        """The base heap's best entry beside these copies (`look()`, `Fleet._best_base`),
+        remembered: the last answer for the same `excluded` is reused while its node is not
+        replaced by a copy. It stays the best: the base fleet does not change while a trial
+        view lives, and copies are only added, so entries above it (stale, excluded or
+        replaced) stay passed over."""
+        if self._base is not None and self._base[0] == excluded:
+            found = self._base[1][1]
+            if found is None or found[0].name not in self.states:
+                return self._base[1]
+        best = look()
+        self._base = (excluded, best)
+        return best
 
     def _score(self, name: str, push: bool) -> None:
         state = self.states[name]
