@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
 import nats
@@ -131,26 +131,25 @@ class Delivery(NamedTuple):
     received_ms: int = 0
 
 
-def received_ms(msg: Msg) -> int:
-    """The JetStream timestamp of a delivered message in epoch ms, read exactly from its
-    ack subject (nats-py's `metadata.timestamp` is a float-rounded datetime); 0 if absent."""
-    try:
-        tokens = Msg.Metadata._get_metadata_fields(msg.reply)
-        raw = tokens[7] if len(tokens) == 9 else tokens[Msg.Ack.Timestamp]
-        return int(raw) // 1_000_000
-    except (nats.errors.Error, IndexError, ValueError, TypeError):
-        return 0
-
-
 def ack_position(msg: Msg) -> tuple[int, int, int]:
     """`(stream sequence, messages pending after it, received_ms)` of a delivered JetStream
     message, from one parse of its ack subject (both the v1 and the v2, domain-carrying,
-    forms); nats-py's `metadata` builds datetimes and dataclasses for the same three numbers."""
+    forms). `received_ms` is the JetStream timestamp in epoch ms, read exactly (nats-py's
+    `metadata` builds a float-rounded datetime, and dataclasses, for the same three numbers)."""
     tokens = Msg.Metadata._get_metadata_fields(msg.reply)
     if len(tokens) == 9:
         return int(tokens[5]), int(tokens[8]), int(tokens[7]) // 1_000_000
     return (int(tokens[Msg.Ack.StreamSeq]), int(tokens[Msg.Ack.NumPending]),
             int(tokens[Msg.Ack.Timestamp]) // 1_000_000)
+
+
+def received_ms(msg: Msg) -> int:
+    """The JetStream timestamp of a delivered message in epoch ms (`ack_position`); 0 if
+    absent."""
+    try:
+        return ack_position(msg)[2]
+    except (nats.errors.Error, IndexError, ValueError, TypeError):
+        return 0
 
 
 class Follower:
@@ -159,12 +158,16 @@ class Follower:
     `next(timeout)` returns the next Delivery, or None when nothing arrived in `timeout`
     seconds (None = wait forever). Deliveries are strictly increasing in `seq`.
 
-    The subscription hands each message to `_receive` (a nats-py callback), which queues it
-    here; `next` takes a queued message without suspending and waits (with a timer) only
-    when the queue is empty. nats-py's own `next_msg` starts two tasks and a timer for every
-    message, about half of a live service's per-message cost. At most `BUFFERED` messages
-    wait here: past that `_receive` waits, the client's pending queue fills and JetStream's
-    flow control holds the server back, as with `next_msg`.
+    The subscription's callback puts each message in this follower's queue; `next` takes a
+    queued message without suspending and waits (with a timer) only when the queue is empty.
+    nats-py's own `next_msg` starts two tasks and a timer for every message. At most
+    `BUFFERED` messages wait here; past that the callback waits and the client's pending
+    queue holds the rest. nats-py answers JetStream's flow control for a callback
+    subscription as soon as a message arrives, so what bounds that backlog is the event
+    loop: the client reads the socket only when the loop gets a turn, which a follower gives
+    when its queue is empty or every `YIELD_EVERY` messages (with a reader slower than the
+    stream, the client held a few hundred messages, against thousands with `next_msg`;
+    tests/runtime/test_bus.py reads a backlog far larger than the queue).
     """
 
     BUFFERED = 4096
@@ -179,14 +182,7 @@ class Follower:
 
     async def _subscribe(self) -> None:
         self._queue = asyncio.Queue(self.BUFFERED)  # nothing of an earlier subscription
-        self._sub = await self._bus._ordered_subscription(self.last_seq, self._receiver(self._queue))
-
-    @staticmethod
-    def _receiver(queue: asyncio.Queue[Msg]):
-        async def receive(msg: Msg) -> None:
-            await queue.put(msg)
-
-        return receive
+        self._sub = await self._bus._ordered_subscription(self.last_seq, self._queue.put)
 
     @property
     def buffered(self) -> int:
@@ -550,7 +546,7 @@ class Bus:
         return follower
 
     async def _ordered_subscription(
-        self, after_seq: int, cb: Any
+        self, after_seq: int, cb: Callable[[Msg], Awaitable[None]]
     ) -> nats.js.JetStreamContext.PushSubscription:
         if after_seq > 0:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
