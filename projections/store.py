@@ -499,9 +499,6 @@ class Projector:
             self._settle()
         return self._committed
 
-    def _write(self, store: Store, batch: Batch, before_commit: Callable[[], None] | None) -> int:
-        return self._execute(store, store.prepare(batch), before_commit)
-
     def _execute(
         self, store: Store, prep: Prepared | None, before_commit: Callable[[], None] | None
     ) -> int:
@@ -520,19 +517,14 @@ class Projector:
             return self._committed  # nothing to write: leave a released file to its readers
         store = self._store()  # first: a busy file (ProjectionBusy) must not lose the batch
         batch = self.projection.drain().freeze()
-        if self._pool is not None and not wait:
-            # Arrow tables built here, not in the writer: holding the GIL, the writer would
-            # trade it with the fold every switch interval; it then needs it only briefly.
-            try:
-                prep = store.prepare(batch)
-            except BaseException:
-                self.projection = store.load_projection()
-                self._committed = self.projection.last_seq
-                raise
-            self._inflight = self._pool.submit(self._execute, store, prep, before_commit)
-            return self._committed if batch.last_seq is None else batch.last_seq
         try:
-            self._committed = self._write(store, batch, before_commit)
+            # Arrow tables built here, also for the writer thread: holding the GIL, it would
+            # trade it with the fold every switch interval; it then needs it only briefly.
+            prep = store.prepare(batch)
+            if self._pool is not None and not wait:
+                self._inflight = self._pool.submit(self._execute, store, prep, before_commit)
+                return self._committed if batch.last_seq is None else batch.last_seq
+            self._committed = self._execute(store, prep, before_commit)
         except BaseException:
             self.projection = store.load_projection()
             self._committed = self.projection.last_seq
