@@ -51,6 +51,9 @@ class Simulator:
         self._wake: list[int | None] = [None] * len(services)
         """Per service: its `next_wakeup_ms` at the end of the last instant."""
         self._affects: dict[type, tuple[int, ...]] = {}
+        quiet = [bool(getattr(s, "quiet_until_wakeup", False)) for s in services]
+        self._quiet_until_wakeup = tuple(i for i, q in enumerate(quiet) if q)
+        self._asked_each_instant = tuple(i for i, q in enumerate(quiet) if not q)
 
     def publish(self, event: Event) -> bool:
         """Append and fold one event; False when its id was already published."""
@@ -97,10 +100,11 @@ class Simulator:
         publish = self.publish
         stale = self._stale
         services = self.services
-        for i, service in enumerate(services):
-            if not getattr(service, "quiet_until_wakeup", False):
-                stale[i] = True
-            elif (w := self._wake[i]) is not None and w <= now_ms:
+        wake = self._wake
+        for i in self._asked_each_instant:
+            stale[i] = True
+        for i in self._quiet_until_wakeup:
+            if (w := wake[i]) is not None and w <= now_ms:
                 stale[i] = True
         if self.check:
             from gpuledger.replay.checking import checked_decide, checked_quiet
@@ -115,10 +119,8 @@ class Simulator:
                         checked_quiet(service, ledger, now_ms)
                     continue
                 stale[i] = False
-                if checked_decide is None:
-                    events = service.decide(ledger, now_ms)
-                else:
-                    events = checked_decide(service, ledger, now_ms)
+                events = (service.decide(ledger, now_ms) if checked_decide is None
+                          else checked_decide(service, ledger, now_ms))
                 if events:
                     mark = len(log)
                     for event in events:

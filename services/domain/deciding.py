@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from gpuledger.events import Event
 from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.stamp import stamp
+from gpuledger.services.domain.stamp import enveloped
 
 E = TypeVar("E", bound=Event)
 
@@ -80,15 +80,7 @@ class LedgerService:
         self, state: Ledger, now_ms: int, cls: type[E], *, key: str, correlation_id: str,
         causation_id: str = "", **fields: Any,
     ) -> E:
-        return stamp(
-            cls,
-            key=key,
-            producer=self.producer,
-            now_ms=now_ms,
-            correlation_id=correlation_id,
-            causation_id=causation_id,
-            input_seq=state.last_seq,
-            config_digest=state.config.digest,
-            leader_epoch=self.leader_epoch,
-            **fields,
-        )
+        """`stamp` an event of this service decided on `state` at `now_ms`."""
+        return enveloped(cls, key, f"{self.name}/{self.instance}", now_ms, correlation_id,
+                         causation_id, state.last_seq, state.config.digest, self.leader_epoch,
+                         fields)
