@@ -627,15 +627,16 @@ class Fleet:
         memo = cache.memo
         assert memo is not None
         seen, keys, entries, heap, hist = cache.seen, cache.keys, cache.entries, cache.heap, cache.hist
+        seen.update({st.seq: st.version for st in states})
         groups: dict[int, list[NodeState]] = {}  # state id -> schedulable nodes in that state
         unschedulable: list[int] = []
+        state_id = self._state_id
         for state in states:
-            version = state.version
-            seen[state.seq] = version
             if not state.schedulable:
                 unschedulable.append(state.seq)
                 continue
-            sid = self._state_id(state)
+            known = state.state_key_memo  # `_state_id`'s memo, read inline (hot loop)
+            sid = known[1] if known is not None and known[0] == state.version else state_id(state)
             group = groups.get(sid)
             if group is None:
                 groups[sid] = [state]
@@ -652,9 +653,9 @@ class Fleet:
             else:
                 key = "fits"
                 score, opt = found  # type: ignore[misc]
-                for st in group:
-                    entries[st.seq] = (st.version, score, opt)
-                    heap.append((-score, st.rank, st.seq, st.version))
+                entries.update({st.seq: (st.version, score, opt) for st in group})
+                neg = -score
+                heap += [(neg, st.rank, st.seq, st.version) for st in group]
             keys.update(dict.fromkeys(seqs, key))
             hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
             if cache.whole and ws != NO_WHOLE:
@@ -740,8 +741,11 @@ class Fleet:
                 continue
             if memo is None:
                 found, ws = self._score_now(cache, state), self._whole_stat(cache, state)
-            else:
-                found, ws = self._memo_score(cache, memo, self._state_id(state), state)
+            else:  # `_state_id` and `_memo_score` with their hits inline (the hot path)
+                known = state.state_key_memo
+                sid = known[1] if known is not None and known[0] == version else self._state_id(state)
+                hit = memo.get(sid)
+                found, ws = hit if hit is not None else self._memo_score(cache, memo, sid, state)
             if found.__class__ is str:
                 if keys.get(seq) != found or (whole and wstat.get(seq, NO_WHOLE) != ws):
                     count(seq, found, ws)  # type: ignore[arg-type]
