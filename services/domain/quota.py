@@ -35,58 +35,10 @@ def fair_shares(
         children.setdefault(p, []).append(t)
 
     subtree_demand: dict[str, int] = {}
-
-    def total_demand(t: str) -> int:
-        d = demand.get(t, 0) + sum(total_demand(c) for c in children.get(t, []))
-        subtree_demand[t] = d
-        return d
-
     for root in children.get("", []):
-        total_demand(root)
-
+        _total_demand(root, children, demand, subtree_demand)
     share: dict[str, int] = {}
-
-    def split(capacity: int, kids: list[str], own_demand: int) -> int:
-        """Split `capacity` among `kids` (plus the parent's own work); returns what the
-        parent's own work gets."""
-        entries = [(k, tenants[k].guaranteed_gpu_milli, tenants[k].limit_gpu_milli,
-                    tenants[k].over_quota_weight, subtree_demand[k]) for k in kids]
-        if own_demand:
-            entries.append(("", 0, None, 1, own_demand))
-        give = {name: min(g, d) for name, g, _, _, d in entries}
-        granted = sum(give.values())
-        if granted > capacity:  # guarantees oversubscribed: scale down by guarantee
-            scaled = {n: give[n] * capacity // granted for n in give}
-            give, granted = scaled, sum(scaled.values())
-        surplus = capacity - granted
-        while surplus > 0:
-            wanting = [
-                (n, w, min(d, lim if lim is not None else d) - give[n])
-                for n, _, lim, w, d in entries
-                if min(d, lim if lim is not None else d) > give[n] and w > 0
-            ]
-            if not wanting:
-                break
-            total_w = sum(w for _, w, _ in wanting)
-            handed = 0
-            for n, w, room in wanting:
-                part = min(room, surplus * w // total_w)
-                give[n] += part
-                handed += part
-            if handed == 0:  # integer remainder: one milli at a time, in path order
-                for n, _, room in wanting:
-                    if surplus - handed <= 0:
-                        break
-                    if room > 0:
-                        give[n] += 1
-                        handed += 1
-            surplus -= handed
-        for k in kids:
-            share[k] = give[k]
-            split(give[k], children.get(k, []), demand.get(k, 0) if children.get(k) else 0)
-        return give.get("", 0)
-
-    split(capacity_milli, children.get("", []), 0)
+    _split(capacity_milli, children.get("", []), 0, tenants, children, demand, subtree_demand, share)
     return {
         t: TenantShare(
             tenant=t,
@@ -97,6 +49,62 @@ def fair_shares(
         )
         for t in sorted(tenants)
     }
+
+
+def _total_demand(t: str, children: Mapping[str, list[str]], demand: Mapping[str, int],
+                  out: dict[str, int]) -> int:
+    """Own demand of `t` plus its subtree's, recorded for `t` and every descendant in `out`
+    (module functions, not closures: recursive closures make reference cycles, garbage for
+    the cyclic collector on every call)."""
+    d = demand.get(t, 0) + sum(_total_demand(c, children, demand, out) for c in children.get(t, []))
+    out[t] = d
+    return d
+
+
+def _split(
+    capacity: int, kids: list[str], own_demand: int, tenants: Mapping[str, TenantConfigured],
+    children: Mapping[str, list[str]], demand: Mapping[str, int],
+    subtree_demand: Mapping[str, int], share: dict[str, int],
+) -> int:
+    """Split `capacity` among `kids` (plus the parent's own work) and, recursively, each
+    kid's part among its children, into `share`; returns what the parent's own work gets."""
+    entries = [(k, tenants[k].guaranteed_gpu_milli, tenants[k].limit_gpu_milli,
+                tenants[k].over_quota_weight, subtree_demand[k]) for k in kids]
+    if own_demand:
+        entries.append(("", 0, None, 1, own_demand))
+    give = {name: min(g, d) for name, g, _, _, d in entries}
+    granted = sum(give.values())
+    if granted > capacity:  # guarantees oversubscribed: scale down by guarantee
+        scaled = {n: give[n] * capacity // granted for n in give}
+        give, granted = scaled, sum(scaled.values())
+    surplus = capacity - granted
+    while surplus > 0:
+        wanting = [
+            (n, w, min(d, lim if lim is not None else d) - give[n])
+            for n, _, lim, w, d in entries
+            if min(d, lim if lim is not None else d) > give[n] and w > 0
+        ]
+        if not wanting:
+            break
+        total_w = sum(w for _, w, _ in wanting)
+        handed = 0
+        for n, w, room in wanting:
+            part = min(room, surplus * w // total_w)
+            give[n] += part
+            handed += part
+        if handed == 0:  # integer remainder: one milli at a time, in path order
+            for n, _, room in wanting:
+                if surplus - handed <= 0:
+                    break
+                if room > 0:
+                    give[n] += 1
+                    handed += 1
+        surplus -= handed
+    for k in kids:
+        share[k] = give[k]
+        _split(give[k], children.get(k, []), demand.get(k, 0) if children.get(k) else 0,
+               tenants, children, demand, subtree_demand, share)
+    return give.get("", 0)
 
 
 def quota_block(
