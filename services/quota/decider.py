@@ -60,8 +60,9 @@ class Quota(LedgerService):
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
         self._capacity = (-1, 0)  # memo: (nodes_version, capacity in milli-GPUs)
-        # memo: (capacity, config digest, demand) -> shares (demands recur as jobs come and go)
-        self._shares: dict[tuple, dict] = {}
+        # memo: (capacity, config digest, demand) -> (shares, (guaranteed, fair) per tenant,
+        # their digest): demands recur as jobs come and go
+        self._shares: dict[tuple, tuple] = {}
         # memo of a quiet answer: (key, the `fair_shares` mapping it was compared with); the
         # ledger replaces that mapping on every FairShareUpdated, never mutates it
         self._quiet: tuple = (None, None)
@@ -87,17 +88,19 @@ class Quota(LedgerService):
         key = (self._capacity[1], state.config.digest, tuple(sorted(demand.items())))
         if self._quiet[1] is state.fair_shares and self._quiet[0] == key:
             return []
-        shares = self._shares.get(key)
-        if shares is None:  # fair shares depend on these alone
+        memo = self._shares.get(key)
+        if memo is None:  # fair shares depend on these alone
             if len(self._shares) >= 4096:
                 self._shares.clear()
-            shares = self._shares[key] = fair_shares(state.config.tenants, self._capacity[1], {}, demand)
-        current = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()}
+            shares = fair_shares(state.config.tenants, self._capacity[1], {}, demand)
+            current = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()}
+            digest = ",".join(f"{t}={g}/{f}" for t, (g, f) in sorted(current.items()))
+            memo = self._shares[key] = (shares, current, digest)
+        shares, current, digest = memo
         last = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in state.fair_shares.items()}
         if current == last:
             self._quiet = (key, state.fair_shares)
             return []
-        digest = ",".join(f"{t}={g}/{f}" for t, (g, f) in sorted(current.items()))
         allocated = state.tenant_gpu_milli
         return [
             self.emit(
