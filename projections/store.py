@@ -34,7 +34,7 @@ from gpuledger.projections.mappers import (
     SequenceGap,
     columns_of,
 )
-from gpuledger.services.runtime.gctune import fewer_gc_passes
+from gpuledger.services.runtime.gctune import collector_paused
 
 SCHEMA_VERSION = 1
 _log = logging.getLogger("gpuledger.projector")
@@ -583,7 +583,7 @@ def rebuild(
                 p.unlink()
     t0 = time.perf_counter()
     with (
-        fewer_gc_passes(),
+        collector_paused(),  # the fold makes no reference cycles; the collector only walked it
         Projector(db_path, batch_size=batch_size, pipeline=True, memory_limit="64MB") as pj,
     ):
         n = 0
