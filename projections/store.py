@@ -15,6 +15,7 @@ import logging
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -364,11 +365,14 @@ matters while a thread waits for the GIL."""
 class Projector:
     """The single writer: fold events, commit in batches, resume after any crash.
 
-    With `pipeline=True` a full batch is written by a background thread while the next one
-    is folded (DuckDB releases the GIL while it executes); the batch is snapshotted first, and
-    a failed write surfaces at the next commit (or `settle()`) with the state reloaded from
-    the database. Only what `settle()` (or a waiting `commit()`) reports is committed: a
-    live source acknowledges a fetch only after that."""
+    With `pipeline=True` a full batch is written by a background thread while the next ones
+    are folded (DuckDB releases the GIL while it executes); the batch is snapshotted first.
+    Up to `writes_in_flight` batches wait for or are in the writer, in order: one write that
+    stalls (DuckDB checkpoints its WAL inside a COMMIT every `checkpoint_threshold`) does not
+    stop the fold at once. A write runs only after the one before it succeeded; a failed
+    write surfaces at a later commit (or `settle()`) with the state reloaded from the
+    database. Only what `settle()` (or a waiting `commit()`) reports is committed: a live
+    source acknowledges a fetch only after that."""
 
     def __init__(
         self,
@@ -378,6 +382,7 @@ class Projector:
         checkpoint_threshold: str = "128MB",
         pipeline: bool = False,
         memory_limit: str | None = "128MB",
+        writes_in_flight: int = 3,
     ) -> None:
         self.db_path = db_path
         self.checkpoint_threshold = checkpoint_threshold
@@ -398,7 +403,9 @@ class Projector:
         if pipeline and sys.getswitchinterval() > WRITER_SWITCH_INTERVAL_S:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(WRITER_SWITCH_INTERVAL_S)
-        self._inflight: Future | None = None
+        self.writes_in_flight = max(1, writes_in_flight)
+        self._inflight: deque[Future] = deque()
+        """Background writes not settled yet, oldest first."""
         self._committed = self.projection.last_seq
 
     @property
@@ -477,17 +484,20 @@ class Projector:
             )
         return self.store
 
-    def _settle(self) -> None:
-        """Wait for the batch being written; on failure reload the state and re-raise."""
-        f, self._inflight = self._inflight, None
-        if f is None:
-            return
-        try:
-            self._committed = f.result()
-        except BaseException:
-            self.projection = self._store().load_projection()
-            self._committed = self.projection.last_seq
-            raise
+    def _settle(self, keep: int = 0) -> None:
+        """Wait until at most `keep` writes are in flight, oldest first. On a failed write,
+        wait for the ones after it (they write nothing), reload the state and re-raise."""
+        while len(self._inflight) > keep:
+            f = self._inflight.popleft()
+            try:
+                self._committed = f.result()
+            except BaseException:
+                for later in self._inflight:
+                    later.exception()
+                self._inflight.clear()
+                self.projection = self._store().load_projection()
+                self._committed = self.projection.last_seq
+                raise
 
     def settle(self) -> int:
         """Wait for the write in flight (pipeline mode) and return the last committed
@@ -498,15 +508,22 @@ class Projector:
     def committed(self) -> int:
         """The last committed sequence, without waiting for a write in flight (a finished
         background write is settled here: a failure raises)."""
-        if self._inflight is not None and self._inflight.done():
-            self._settle()
+        while self._inflight and self._inflight[0].done():
+            self._settle(keep=len(self._inflight) - 1)
         return self._committed
 
     def _execute(
-        self, store: Store, prep: Prepared | None, before_commit: Callable[[], None] | None
+        self,
+        store: Store,
+        prep: Prepared | None,
+        before_commit: Callable[[], None] | None,
+        after: Future | None = None,
     ) -> int:
+        """Write `prep` once the write `after` (the one submitted before it) has succeeded
+        (its failure is raised here instead); returns the last committed sequence."""
+        committed = self._committed if after is None else after.result()
         store.execute(prep, before_commit=before_commit)
-        return self._committed if prep is None else prep.last_seq
+        return committed if prep is None else prep.last_seq
 
     def commit(self, *, before_commit: Callable[[], None] | None = None, wait: bool = True) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
@@ -514,8 +531,9 @@ class Projector:
         On failure the transaction is rolled back and the in-memory state is reloaded from
         the database, so the projector is exactly at the last committed sequence again.
         `wait=False` (pipeline mode only) returns at once; the write completes in the
-        background and its outcome is checked at the next commit."""
-        self._settle()
+        background and its outcome is checked at a later commit."""
+        pipelined = self._pool is not None and not wait
+        self._settle(keep=self.writes_in_flight - 1 if pipelined else 0)
         if self.store is None and self.projection.batch.last_seq is None:
             return self._committed  # nothing to write: leave a released file to its readers
         store = self._store()  # first: a busy file (ProjectionBusy) must not lose the batch
@@ -524,11 +542,16 @@ class Projector:
             # Arrow tables built here, also for the writer thread: holding the GIL, it would
             # trade it with the fold every switch interval; it then needs it only briefly.
             prep = store.prepare(batch)
-            if self._pool is not None and not wait:
-                self._inflight = self._pool.submit(self._execute, store, prep, before_commit)
+            if pipelined:
+                after = self._inflight[-1] if self._inflight else None
+                self._inflight.append(
+                    self._pool.submit(self._execute, store, prep, before_commit, after)
+                )
                 return self._committed if batch.last_seq is None else batch.last_seq
             self._committed = self._execute(store, prep, before_commit)
         except BaseException:
+            with contextlib.suppress(Exception):
+                self._settle()  # the writes before this batch end first (a failure reloads)
             self.projection = store.load_projection()
             self._committed = self.projection.last_seq
             raise
