@@ -50,6 +50,11 @@ _ARROW_TYPES = {
     "VARCHAR[]": pa.list_(pa.string()),
 }
 
+_POOL = pa.system_memory_pool()
+"""Where the batches' Arrow columns live: the C allocator, which gives a written batch's
+memory back; pyarrow's default (mimalloc) kept about 50 MB more resident in a 1 M rebuild
+(peak RSS 707 vs 655 MB, same time)."""
+
 
 def _sql(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text()
@@ -273,9 +278,9 @@ class Store:
             if f.name == "payload":
                 # events.payload arrives as UTF-8 JSON bytes (msgspec's output): build a binary
                 # array and view it as a string one, without decoding each payload in Python.
-                arrays.append(pa.array(c, type=pa.binary()).view(pa.string()))
+                arrays.append(pa.array(c, type=pa.binary(), memory_pool=_POOL).view(pa.string()))
             else:
-                arrays.append(pa.array(c, type=f.type))
+                arrays.append(pa.array(c, type=f.type, memory_pool=_POOL))
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def prepare(self, batch: Batch) -> Prepared | None:
