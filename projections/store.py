@@ -387,7 +387,7 @@ class Projector:
         checkpoint_threshold: str = "128MB",
         pipeline: bool = False,
         memory_limit: str | None = "128MB",
-        writes_in_flight: int = 3,
+        writes_in_flight: int = 4,
     ) -> None:
         self.db_path = db_path
         self.checkpoint_threshold = checkpoint_threshold
