@@ -505,7 +505,7 @@ class Projector:
                 raise
 
     def settle(self) -> int:
-        """Wait for the write in flight (pipeline mode) and return the last committed
+        """Wait for the writes in flight (pipeline mode) and return the last committed
         sequence; a failed write raises here (the state is reloaded from the database)."""
         self._settle()
         return self._committed
