@@ -109,6 +109,12 @@ class Row:
         ns = {f"_d_{c}": cls.DEFAULTS.get(c) for c in cls.COLUMNS}
         exec(f"def __init__(self, *, {params}):{body}", ns)  # noqa: S102
         cls.__init__ = ns["__init__"]
+        # `new(v0, ..., vn)`: every column positionally, in `COLUMNS` order; for hot paths
+        # (about 4x cheaper than the keyword `__init__` for a 20-column row).
+        ns["_alloc"], ns["_cls"] = object.__new__, cls
+        sets = "".join(f"\n    r.{c} = {c}" for c in cls.COLUMNS)
+        exec(f"def new({', '.join(cls.COLUMNS)}):\n    r = _alloc(_cls){sets}\n    return r", ns)  # noqa: S102
+        cls.new = staticmethod(ns["new"])
         # `_columns(rows)`: the rows as one list per column (what the writer turns into Arrow).
         comps = ", ".join(f"[r.{c} for r in rows]" for c in cls.COLUMNS)
         exec(f"def _columns(rows):\n    return [{comps}]", ns)  # noqa: S102
@@ -719,7 +725,7 @@ class Projection:
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
         alloc_id, job_id, at = e.allocation_id, e.job_id, e.occurred_at_ms
         tenant, borrowing = e.tenant or job.tenant, e.borrowing
-        gpus, ups = self.gpus, self._up_allocs
+        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
         ranks: dict[int, list[Row]] = {}
         for m in e.members:
             rank, node, mig = m.rank, m.node, m.mig_profile
@@ -732,24 +738,27 @@ class Projection:
                 sharing, milli = "exclusive", 1000
             for idx in m.gpus or (-1,):
                 g = gpus.get((node, idx))
-                r = AllocationRow(
-                    allocation_id=alloc_id,
-                    job_id=job_id,
-                    tenant=tenant,
-                    attempt=attempt,
-                    rank=rank,
-                    node=node,
-                    gpu_index=idx,
-                    gpu_uuid=g.uuid if g is not None else None,
-                    gpu_model=g.model if g is not None else None,
-                    clique=g.clique if g is not None else None,
-                    sharing=sharing if idx >= 0 else "none",
-                    gpu_milli=milli if idx >= 0 else 0,
-                    mig_profile=mig,
-                    mig_start=m.mig_start,
-                    borrowing=borrowing,
-                    placed_seq=seq,
-                    placed_at_ms=at,
+                r = new_row(  # AllocationRow.COLUMNS, in order
+                    alloc_id,
+                    job_id,
+                    tenant,
+                    attempt,
+                    rank,
+                    node,
+                    idx,
+                    g.uuid if g is not None else None,
+                    g.model if g is not None else None,
+                    g.clique if g is not None else None,
+                    sharing if idx >= 0 else "none",
+                    milli if idx >= 0 else 0,
+                    mig,
+                    m.mig_start,
+                    borrowing,
+                    seq,
+                    at,
+                    None,  # started_at_ms
+                    None,  # ended_at_ms
+                    None,  # end_reason
                 )
                 rows.append(r)
                 ups[(alloc_id, rank, idx)] = r

@@ -15,6 +15,7 @@ import logging
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from gpuledger.projections.mappers import (
     SequenceGap,
     columns_of,
 )
-from gpuledger.services.runtime.gctune import fewer_gc_passes
+from gpuledger.services.runtime.gctune import collector_paused
 
 SCHEMA_VERSION = 1
 _log = logging.getLogger("gpuledger.projector")
@@ -48,6 +49,11 @@ _ARROW_TYPES = {
     "DOUBLE": pa.float64(),
     "VARCHAR[]": pa.list_(pa.string()),
 }
+
+_POOL = pa.system_memory_pool()
+"""Where the batches' Arrow columns live: the C allocator, which gives a written batch's
+memory back; pyarrow's default (mimalloc) kept about 50 MB more resident in a 1 M rebuild
+(peak RSS 707 vs 655 MB, same time)."""
 
 
 def _sql(name: str) -> str:
@@ -272,9 +278,9 @@ class Store:
             if f.name == "payload":
                 # events.payload arrives as UTF-8 JSON bytes (msgspec's output): build a binary
                 # array and view it as a string one, without decoding each payload in Python.
-                arrays.append(pa.array(c, type=pa.binary()).view(pa.string()))
+                arrays.append(pa.array(c, type=pa.binary(), memory_pool=_POOL).view(pa.string()))
             else:
-                arrays.append(pa.array(c, type=f.type))
+                arrays.append(pa.array(c, type=f.type, memory_pool=_POOL))
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def prepare(self, batch: Batch) -> Prepared | None:
@@ -351,21 +357,27 @@ class Store:
         self.con.close()
 
 
-WRITER_SWITCH_INTERVAL_S = 0.0005
-"""The interpreter's thread switch interval while a pipelined projector runs. DuckDB takes the
-GIL back a few times per table it scans from Arrow; at Python's default (5 ms) the writer
-thread waits up to that long each time for the folding thread to yield, and the write, not the
-fold, becomes the bottleneck. The interval only matters while a thread waits for the GIL."""
+WRITER_SWITCH_INTERVAL_S = 0.00002
+"""The interpreter's thread switch interval while a pipelined projector runs. DuckDB's client
+takes the GIL back many times within one call, the COMMIT included (measured: 20 k-event
+batches written while a busy Python thread ran took 1.3 s alone, 2.3 s for their commits with
+a 0.5 ms interval); each time the writer thread waits up to this interval for the folding
+thread to yield. At 0.5 ms a 300 k-event rebuild's writer spent 5 of its 8 s waiting (2.8 s
+CPU) and the fold waited for it; at 20 us the write overlaps the fold. The interval only
+matters while a thread waits for the GIL."""
 
 
 class Projector:
     """The single writer: fold events, commit in batches, resume after any crash.
 
-    With `pipeline=True` a full batch is written by a background thread while the next one
-    is folded (DuckDB releases the GIL while it executes); the batch is snapshotted first, and
-    a failed write surfaces at the next commit (or `settle()`) with the state reloaded from
-    the database. Only what `settle()` (or a waiting `commit()`) reports is committed: a
-    live source acknowledges a fetch only after that."""
+    With `pipeline=True` a full batch is written by a background thread while the next ones
+    are folded (DuckDB releases the GIL while it executes); the batch is snapshotted first.
+    Up to `writes_in_flight` batches wait for or are in the writer, in order: one write that
+    stalls (DuckDB checkpoints its WAL inside a COMMIT every `checkpoint_threshold`) does not
+    stop the fold at once. A write runs only after the one before it succeeded; a failed
+    write surfaces at a later commit (or `settle()`) with the state reloaded from the
+    database. Only what `settle()` (or a waiting `commit()`) reports is committed: a live
+    source acknowledges a fetch only after that."""
 
     def __init__(
         self,
@@ -375,6 +387,7 @@ class Projector:
         checkpoint_threshold: str = "128MB",
         pipeline: bool = False,
         memory_limit: str | None = "128MB",
+        writes_in_flight: int = 4,
     ) -> None:
         self.db_path = db_path
         self.checkpoint_threshold = checkpoint_threshold
@@ -395,7 +408,9 @@ class Projector:
         if pipeline and sys.getswitchinterval() > WRITER_SWITCH_INTERVAL_S:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(WRITER_SWITCH_INTERVAL_S)
-        self._inflight: Future | None = None
+        self.writes_in_flight = max(1, writes_in_flight)
+        self._inflight: deque[Future] = deque()
+        """Background writes not settled yet, oldest first."""
         self._committed = self.projection.last_seq
 
     @property
@@ -474,20 +489,23 @@ class Projector:
             )
         return self.store
 
-    def _settle(self) -> None:
-        """Wait for the batch being written; on failure reload the state and re-raise."""
-        f, self._inflight = self._inflight, None
-        if f is None:
-            return
-        try:
-            self._committed = f.result()
-        except BaseException:
-            self.projection = self._store().load_projection()
-            self._committed = self.projection.last_seq
-            raise
+    def _settle(self, keep: int = 0) -> None:
+        """Wait until at most `keep` writes are in flight, oldest first. On a failed write,
+        wait for the ones after it (they write nothing), reload the state and re-raise."""
+        while len(self._inflight) > keep:
+            f = self._inflight.popleft()
+            try:
+                self._committed = f.result()
+            except BaseException:
+                for later in self._inflight:
+                    later.exception()
+                self._inflight.clear()
+                self.projection = self._store().load_projection()
+                self._committed = self.projection.last_seq
+                raise
 
     def settle(self) -> int:
-        """Wait for the write in flight (pipeline mode) and return the last committed
+        """Wait for the writes in flight (pipeline mode) and return the last committed
         sequence; a failed write raises here (the state is reloaded from the database)."""
         self._settle()
         return self._committed
@@ -495,15 +513,22 @@ class Projector:
     def committed(self) -> int:
         """The last committed sequence, without waiting for a write in flight (a finished
         background write is settled here: a failure raises)."""
-        if self._inflight is not None and self._inflight.done():
-            self._settle()
+        while self._inflight and self._inflight[0].done():
+            self._settle(keep=len(self._inflight) - 1)
         return self._committed
 
     def _execute(
-        self, store: Store, prep: Prepared | None, before_commit: Callable[[], None] | None
+        self,
+        store: Store,
+        prep: Prepared | None,
+        before_commit: Callable[[], None] | None,
+        after: Future | None = None,
     ) -> int:
+        """Write `prep` once the write `after` (the one submitted before it) has succeeded
+        (its failure is raised here instead); returns the last committed sequence."""
+        committed = self._committed if after is None else after.result()
         store.execute(prep, before_commit=before_commit)
-        return self._committed if prep is None else prep.last_seq
+        return committed if prep is None else prep.last_seq
 
     def commit(self, *, before_commit: Callable[[], None] | None = None, wait: bool = True) -> int:
         """Write what was folded since the last commit; returns the committed last seq.
@@ -511,8 +536,9 @@ class Projector:
         On failure the transaction is rolled back and the in-memory state is reloaded from
         the database, so the projector is exactly at the last committed sequence again.
         `wait=False` (pipeline mode only) returns at once; the write completes in the
-        background and its outcome is checked at the next commit."""
-        self._settle()
+        background and its outcome is checked at a later commit."""
+        pipelined = self._pool is not None and not wait
+        self._settle(keep=self.writes_in_flight - 1 if pipelined else 0)
         if self.store is None and self.projection.batch.last_seq is None:
             return self._committed  # nothing to write: leave a released file to its readers
         store = self._store()  # first: a busy file (ProjectionBusy) must not lose the batch
@@ -521,11 +547,16 @@ class Projector:
             # Arrow tables built here, also for the writer thread: holding the GIL, it would
             # trade it with the fold every switch interval; it then needs it only briefly.
             prep = store.prepare(batch)
-            if self._pool is not None and not wait:
-                self._inflight = self._pool.submit(self._execute, store, prep, before_commit)
+            if pipelined:
+                after = self._inflight[-1] if self._inflight else None
+                self._inflight.append(
+                    self._pool.submit(self._execute, store, prep, before_commit, after)
+                )
                 return self._committed if batch.last_seq is None else batch.last_seq
             self._committed = self._execute(store, prep, before_commit)
         except BaseException:
+            with contextlib.suppress(Exception):
+                self._settle()  # the writes before this batch end first (a failure reloads)
             self.projection = store.load_projection()
             self._committed = self.projection.last_seq
             raise
@@ -580,7 +611,7 @@ def rebuild(
                 p.unlink()
     t0 = time.perf_counter()
     with (
-        fewer_gc_passes(),
+        collector_paused(),  # the fold makes no reference cycles; the collector only walked it
         Projector(db_path, batch_size=batch_size, pipeline=True, memory_limit="64MB") as pj,
     ):
         n = 0

@@ -62,3 +62,20 @@ class LiveGc:
         self.collections += 1
         self.frozen = gc.get_freeze_count()
         self._last = self._clock()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run without the cyclic garbage collector (reference counting still frees everything
+    that is not in a cycle), for a bounded batch job whose work makes no reference cycles:
+    a projection rebuild. There the collector only walked the growing fold state: about a
+    tenth of a 1 M rebuild's folding thread (measured: 2.6 s), and found nothing to free
+    (`gc.collect()` after a 300 k rebuild: 0 unreachable objects; 1 M peak RSS 659 MB without
+    it, 661 MB with it). Restores the collector's previous state on exit."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

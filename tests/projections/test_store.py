@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from gpuledger import events as ev
@@ -114,6 +116,42 @@ def test_same_process_retry_after_failed_commit(tmp_path, messages, clean):
                 i = pj.last_seq  # redeliver from the last committed point
                 continue
             i += 5
+    assert _dump(db) == clean
+
+
+def test_pipelined_write_failure_writes_nothing_after_it(tmp_path, messages, clean):
+    """Two batches in flight: the first one's commit fails, so the second is not written
+    either; the failure surfaces with the state reloaded at the last committed batch, and
+    redelivering from there gives the same tables."""
+    db = tmp_path / "p.duckdb"
+
+    entered, gate, calls = threading.Event(), threading.Event(), []
+
+    def first_fails():
+        calls.append(1)
+        if len(calls) == 2:  # the second batch's commit waits, then fails
+            entered.set()
+            gate.wait(5)
+            raise Crash("disk hiccup")
+
+    with Projector(db, batch_size=1000, pipeline=True, writes_in_flight=2) as pj:
+        for m in messages[:5]:
+            pj.apply(*m)
+        pj.commit(before_commit=first_fails, wait=False)
+        assert pj.settle() == 5
+        for m in messages[5:10]:
+            pj.apply(*m)
+        pj.commit(before_commit=first_fails, wait=False)  # fails (once released)
+        for m in messages[10:15]:
+            pj.apply(*m)
+        pj.commit(before_commit=first_fails, wait=False)  # queued behind the failing one
+        assert entered.wait(5) and len(calls) == 2
+        gate.set()
+        with pytest.raises(Crash):
+            pj.settle()
+        assert len(calls) == 2  # the batch after the failed one was never written
+        assert pj.last_seq == 5 and pj.projection.last_seq == 5
+        pj.run(messages[5:])
     assert _dump(db) == clean
 
 
