@@ -160,6 +160,8 @@ class AllocationRecord:
     job_id: str
     tenant: str
     members: tuple[MemberPlacement, ...]
+    node_names: tuple[str, ...]
+    """The members' nodes, each once, sorted (`nodes()`; kept: members never change)."""
     placed_ms: int
     gpu_milli: int
     borrowing: bool
@@ -175,7 +177,7 @@ class AllocationRecord:
     ended_ms: int | None = None
 
     def nodes(self) -> tuple[str, ...]:
-        return tuple(sorted({m.node for m in self.members}))
+        return self.node_names
 
     def all_exited(self) -> bool:
         return len(self.exited) == len(self.members)
@@ -582,6 +584,7 @@ class Ledger:
             job_id=e.job_id,
             tenant=e.tenant,
             members=e.members,
+            node_names=tuple(sorted({m.node for m in e.members})),
             placed_ms=e.occurred_at_ms,
             gpu_milli=per_member * len(e.members),
             borrowing=e.borrowing,

@@ -54,16 +54,24 @@ class Allocation(msgspec.Struct, frozen=True):
     request: GangRequest
     placement: Placement
     deltas: tuple[MemberDelta, ...]
+    gpu_milli: int
+    """GPU milli held (MIG instances counted by their compute share): `held_milli(deltas)`."""
 
-    @property
-    def gpu_milli(self) -> int:
-        """GPU milli held (MIG instances counted by their compute share)."""
-        total = 0
-        for d in self.deltas:
-            total += sum(m for _, m in d.gpu_milli)
-            if d.mig is not None:
-                total += d.mig[1].milli_equivalent
-        return total
+    @classmethod
+    def of(cls, allocation_id: str, tenant: str, request: GangRequest, placement: Placement,
+           deltas: tuple[MemberDelta, ...]) -> Allocation:
+        return cls(allocation_id, tenant, request, placement, deltas, held_milli(deltas))
+
+
+def held_milli(deltas: Iterable[MemberDelta]) -> int:
+    """GPU milli the members' deltas take (MIG instances counted by their compute share)."""
+    total = 0
+    for d in deltas:
+        for _, m in d.gpu_milli:
+            total += m
+        if d.mig is not None:
+            total += d.mig[1].milli_equivalent
+    return total
 
 
 class _ShapeCache:
@@ -389,7 +397,7 @@ class Fleet:
             raise PlacementConflict(f"allocation {allocation_id} already exists")
         deltas = self._deltas(tenant, placement, request)
         self._apply_all(deltas)
-        alloc = Allocation(allocation_id, tenant, request, placement, deltas)
+        alloc = Allocation.of(allocation_id, tenant, request, placement, deltas)
         self._allocs[allocation_id] = alloc
         for d in deltas:
             self._allocs_on.setdefault(d.node, {})[allocation_id] = None
@@ -1210,7 +1218,7 @@ class TrialFleet:
             for state, d in reversed(done):
                 state.revert(d)
             raise
-        alloc = Allocation(allocation_id, tenant, request, placement, deltas)
+        alloc = Allocation.of(allocation_id, tenant, request, placement, deltas)
         self._added[allocation_id] = alloc
         self._released.discard(allocation_id)
         return alloc
