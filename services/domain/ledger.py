@@ -278,12 +278,13 @@ class Ledger:
         `Refused` (`WrongProducer`). A decision carrying a leader epoch older than one already
         seen for the role of its type is ignored: it comes from a deposed leader. Raises
         `Refused` before any change for an event that contradicts the state."""
-        self.last_seq = max(self.last_seq, seq)
+        if seq > self.last_seq:
+            self.last_seq = seq
         self.folding_seq = seq
         wrong = producer_problem(event)
         if wrong is not None:  # a forgery or a bug: raised, so the host dead-letters it
             raise Refused("WrongProducer", wrong)
-        if isinstance(event, ev.Decision) and event.leader_epoch:
+        if getattr(event, "leader_epoch", 0) and isinstance(event, ev.Decision):
             role = role_of(type(event)) or event.producer.partition("/")[0]
             seen = self.leader_epochs.get(role, 0)
             if event.leader_epoch < seen:
