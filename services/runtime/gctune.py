@@ -68,7 +68,8 @@ class LiveGc:
 def collector_paused() -> Iterator[None]:
     """Run without the cyclic garbage collector (reference counting still frees everything
     that is not in a cycle), for a bounded batch job whose work makes no reference cycles:
-    a projection rebuild. There the collector only walked the growing fold state: about a
+    a projection rebuild, a replay (tests/replay/test_no_reference_cycles.py keeps deciding
+    and folding free of cycles). There the collector only walked the growing state: about a
     tenth of a 1 M rebuild's folding thread (measured: 2.6 s), and found nothing to free
     (`gc.collect()` after a 300 k rebuild: 0 unreachable objects; 1 M peak RSS 659 MB without
     it, 661 MB with it). Restores the collector's previous state on exit."""
