@@ -322,8 +322,8 @@ class Store:
 
         Every statement of the batch goes to DuckDB in one `execute` call: DuckDB releases the
         GIL while it works and must take it back when a call returns, which under a pipelined
-        projector means waiting for the folding thread's switch interval (5 ms) after every
-        call; one call per batch (then the commit) instead of one per statement."""
+        projector means waiting for the folding thread to yield it (`WRITER_SWITCH_INTERVAL_S`)
+        after every call; one call per batch (then the commit) instead of one per statement."""
         if prep is None:
             return
         con = self.con

@@ -51,6 +51,7 @@ class Simulator:
         self._wake: list[int | None] = [None] * len(services)
         """Per service: its `next_wakeup_ms` at the end of the last instant."""
         self._affects: dict[type, tuple[int, ...]] = {}
+        self._order = tuple(enumerate(services))
         quiet = [bool(getattr(s, "quiet_until_wakeup", False)) for s in services]
         self._quiet_until_wakeup = tuple(i for i, q in enumerate(quiet) if q)
         self._asked_each_instant = tuple(i for i, q in enumerate(quiet) if not q)
@@ -99,7 +100,7 @@ class Simulator:
         now_ms = self.now_ms
         publish = self.publish
         stale = self._stale
-        services = self.services
+        order = self._order
         wake = self._wake
         for i in self._asked_each_instant:
             stale[i] = True
@@ -110,7 +111,6 @@ class Simulator:
             from gpuledger.replay.checking import checked_decide, checked_quiet
         else:
             checked_decide = checked_quiet = None
-        order = tuple(enumerate(services))
         for _ in range(MAX_ROUNDS_PER_INSTANT):
             produced = False
             for i, service in order:

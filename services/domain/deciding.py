@@ -81,6 +81,5 @@ class LedgerService:
         causation_id: str = "", **fields: Any,
     ) -> E:
         """`stamp` an event of this service decided on `state` at `now_ms`."""
-        return enveloped(cls, key, f"{self.name}/{self.instance}", now_ms, correlation_id,
-                         causation_id, state.last_seq, state.config.digest, self.leader_epoch,
-                         fields)
+        return enveloped(cls, key, self.producer, now_ms, correlation_id, causation_id,
+                         state.last_seq, state.config.digest, self.leader_epoch, fields)

@@ -854,13 +854,11 @@ class Fleet:
         """The best node of the base heap, skipping nodes the trial overlay replaces, against
         the best of the overlay's own nodes (`side`); ties by node rank."""
         if side is None:
-            key, found = self._best_base(cache, excluded, {})
-        else:
-            key, found = side.base_best(excluded, lambda: self._best_base(cache, excluded, side.states))
-        if side is not None:
-            alt = side.best(excluded)
-            if alt is not None and (key is None or alt[0] < key):
-                return alt[1], alt[2]
+            return self._best_base(cache, excluded, {})[1]
+        key, found = side.base_best(excluded, lambda: self._best_base(cache, excluded, side.states))
+        alt = side.best(excluded)
+        if alt is not None and (key is None or alt[0] < key):
+            return alt[1], alt[2]
         return found
 
     def _best_base(
