@@ -79,7 +79,7 @@ class _ShapeCache:
 
     __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key",
                  "memo", "seen", "keys", "hist", "whole", "probe_key", "wstat", "wsum", "wlargest", "static",
-                 "spos")
+                 "spos", "live", "live_n")
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -109,6 +109,8 @@ class _ShapeCache:
         # "unschedulable"), whatever is allocated on them (the per-shape index).
         self.static: dict[Any, str | None] = {}
         self.spos: dict[Any, int] = {}  # shape id -> position read in that shape's change log
+        self.live: list[tuple[Any, _Log]] | None = None  # `Fleet._live_logs`
+        self.live_n = 0
         self.whole = member.kind == "whole"
         probe = whole_probe(member)
         self.probe_key = (probe.kind, probe.gpus, probe.mig_profile, probe.gpu_models,
@@ -567,21 +569,22 @@ class Fleet:
                     cache.forget(seq)
                 self._rescore(cache, self._nodes.values(), True)
             for sid, slog in self._slogs.items():
-                cache.spos[sid] = slog.end
+                cache.spos[sid] = slog.base + len(slog.entries)
+            cache.live = None  # the static keys are known now
         else:
+            changed: list[NodeState] = []
             if start < len(log):
-                changed = []
                 for seq in dict.fromkeys(log[start:]):
                     st = by_seq.get(seq)
                     if st is not None:
                         changed.append(st)
                     elif seq in cache.keys:
                         cache.forget(seq)
-                self._rescore(cache, changed, True)
             static = cache.static
             spos = cache.spos
-            for sid, slog in self._slogs.items():
-                end = slog.end
+            for sid, slog in self._live_logs(cache):
+                entries = slog.entries
+                end = slog.base + len(entries)
                 at = spos.get(sid)
                 if at == end:
                     continue
@@ -590,14 +593,27 @@ class Fleet:
                 if fixed is not None and fixed is not _MISS:
                     continue  # no node of this shape can host the member: keys are static
                 if at is None or at < slog.base:
-                    changed = [by_seq[q] for q in self._shape_nodes.get(sid, ())]
+                    changed += [by_seq[q] for q in self._shape_nodes.get(sid, ())]
                 else:
-                    changed = [st for q in dict.fromkeys(slog.entries[at - slog.base:])
-                               if (st := by_seq.get(q)) is not None]
+                    changed += [st for q in dict.fromkeys(entries[at - slog.base:])
+                                if (st := by_seq.get(q)) is not None]
+            if changed:  # a node in several logs is rescored once (`seen`)
                 self._rescore(cache, changed, True)
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
+
+    def _live_logs(self, cache: _ShapeCache) -> list[tuple[Any, _Log]]:
+        """The change logs `_refresh` reads for a cache: those of the node shapes not known to
+        be unable to host its member (its static keys), kept on the cache until a shape is
+        added (a shape's static key never changes once known)."""
+        live = cache.live
+        if live is None or cache.live_n != len(self._slogs):
+            static = cache.static
+            live = cache.live = [(sid, slog) for sid, slog in self._slogs.items()
+                                 if static.get(sid) is None]
+            cache.live_n = len(self._slogs)
+        return live
 
     def _score_fresh(self, cache: _ShapeCache) -> None:
         """Score every node for a new cache, one node shape at a time: the nodes of a shape
@@ -713,8 +729,6 @@ class Fleet:
         """(Re)score nodes not yet scored at their current version; feasible ones get an
         entry and a heap item (pushed, or appended for the caller to heapify); every node's
         rejection key (and whole-GPU stat) goes to the cache's aggregates."""
-        member = cache.member
-        cpu, mem = member.cpu_milli, member.memory_mib
         seen = cache.seen
         entries = cache.entries
         heap = cache.heap
@@ -737,15 +751,8 @@ class Fleet:
                 if keys.get(seq) != key:
                     count(seq, key, NO_WHOLE)  # type: ignore[arg-type]
                 continue
-            spec = state.spec
-            if not state.schedulable:
+            if not state.schedulable:  # (CPU and memory capacity pass: the static key is None)
                 count(seq, "unschedulable", NO_WHOLE)
-                continue
-            if spec.cpu_milli < cpu:
-                count(seq, "cpu_capacity", NO_WHOLE)
-                continue
-            if spec.memory_mib < mem:
-                count(seq, "memory_capacity", NO_WHOLE)
                 continue
             if memo is None:
                 found, ws = self._score_now(cache, state), self._whole_stat(cache, state)
