@@ -52,9 +52,14 @@ def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
 
 
 def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
-    ledger = Ledger()
-    for seq, subject, e in entries:
-        admit(ledger, seq, e, subject)  # the acceptance rules the live services apply
+    # Observed run times need the recorded log folded, but only a log where some gang
+    # completed has any (a job is `completed` by GangCompleted alone): an imported trace
+    # (submissions only) is not folded.
+    ledger: Ledger | None = None
+    if any(e.__class__ is ev.GangCompleted for _, _, e in entries):
+        ledger = Ledger()
+        for seq, subject, e in entries:
+            admit(ledger, seq, e, subject)  # the acceptance rules the live services apply
     config: list[ev.Event] = []
     nodes: dict[str, ev.NodeInfo] = {}
     timeline: list[tuple[int, ev.Event]] = []
@@ -76,7 +81,7 @@ def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
             case ev.JobCancelled() | ev.ServiceScaled():
                 timeline.append((e.occurred_at_ms, e))
             case ev.JobSubmitted(job=spec):
-                work = observed_work_s(ledger, spec.job_id)
+                work = None if ledger is None else observed_work_s(ledger, spec.job_id)
                 if work is not None:
                     spec = msgspec.structs.replace(spec, duration_s=work)
                 timeline.append((e.occurred_at_ms, msgspec.structs.replace(e, job=spec)))
