@@ -156,6 +156,8 @@ class SimulatedAgent(LedgerService):
         """Apply the MIG re-geometries requested for this agent's nodes at once (a simulated
         GPU has nothing to drain: the request is only made for an idle GPU) and report them."""
         out: list[Event] = []
+        if not state.mig_requests:
+            return out
         for name in sorted(state.mig_requests):
             if name not in self.nodes:
                 continue

@@ -139,26 +139,31 @@ class Scheduler(LedgerService):
         return self._place(state, now_ms)
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
-        timeout = state.config.policy.node_timeout_s * 1000
-        beats = [
-            n.last_heartbeat_ms + timeout
-            for n in (state.nodes[name] for name in state.heartbeating)
-            if n.last_heartbeat_ms is not None and not n.lost
-        ]
-        expiries = [
-            t for b in state.nominations
-            if (t := state.nomination_expires_ms(b)) is not None and t > now_ms
-        ]
-        after = state.config.policy.reservation_after_s * 1000
-        if after:
-            expiries += [
+        # asked at every instant: each source is read only when it has entries
+        policy = state.config.policy
+        times: list[int] = []
+        if state.heartbeating:
+            timeout = policy.node_timeout_s * 1000
+            times += [
+                n.last_heartbeat_ms + timeout
+                for n in (state.nodes[name] for name in state.heartbeating)
+                if n.last_heartbeat_ms is not None and not n.lost
+            ]
+        if state.nominations:
+            times += [
+                t for b in state.nominations
+                if (t := state.nomination_expires_ms(b)) is not None and t > now_ms
+            ]
+        after = policy.reservation_after_s * 1000
+        if after and state.pending:
+            times += [
                 t for j in state.pending
                 if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
-        start_timeout = state.config.policy.start_timeout_s * 1000
-        starts = [rec.placed_ms + start_timeout
-                  for rec in self._awaiting_start(state)] if start_timeout else []
-        return min(beats + expiries + starts, default=None)
+        start_timeout = policy.start_timeout_s * 1000
+        if start_timeout and state.awaiting_start:
+            times += [rec.placed_ms + start_timeout for rec in self._awaiting_start(state)]
+        return min(times, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
         """Active allocations with a member on a real node that has neither started nor
@@ -176,8 +181,10 @@ class Scheduler(LedgerService):
     # ------------------------------------------------------------ node loss
 
     def _lost_nodes(self, state: Ledger, now_ms: int) -> list[Event]:
-        timeout = state.config.policy.node_timeout_s * 1000
         out: list[Event] = []
+        if not state.heartbeating:
+            return out
+        timeout = state.config.policy.node_timeout_s * 1000
         for name in sorted(state.heartbeating):
             node = state.nodes[name]
             if node.lost or node.last_heartbeat_ms is None:
@@ -198,7 +205,7 @@ class Scheduler(LedgerService):
     def _settle(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
         timeout = state.config.policy.start_timeout_s * 1000
-        if timeout:
+        if timeout and state.awaiting_start:
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
                 if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
