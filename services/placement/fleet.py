@@ -86,7 +86,10 @@ class _ShapeCache:
         self.member = member
         self.tenant = tenant
         self.allow_ts = allow_ts
-        self.entries: dict[int, tuple[int, int, Option]] = {}  # seq -> (version, score, option)
+        # seq -> (score, option) of the node's last scoring, if feasible: current while that
+        # node's `seen` version is its version and its key is "fits" (the tuple is shared by
+        # the nodes of one state: the memo's)
+        self.entries: dict[int, tuple[int, Option]] = {}
         self.seen: dict[int, int] = {}  # seq -> version last scored at (feasible or not)
         self.heap: list[tuple[int, tuple[int, str], int, int]] = []
         self.pos = -1
@@ -676,9 +679,8 @@ class Fleet:
                 key = found
             else:
                 key = "fits"
-                score, opt = found  # type: ignore[misc]
-                entries.update({st.seq: (st.version, score, opt) for st in group})
-                neg = -score
+                entries.update(dict.fromkeys(seqs, found))
+                neg = -found[0]  # type: ignore[index]
                 heap += [(neg, st.rank, st.seq, st.version) for st in group]
             keys.update(dict.fromkeys(seqs, key))
             hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
@@ -718,9 +720,11 @@ class Fleet:
         by_seq = self._by_seq
         for seq in [s for s in cache.seen if s not in by_seq]:  # removed nodes
             cache.forget(seq)
-        for seq, (version, score, _) in cache.entries.items():
+        seen, keys = cache.seen, cache.keys
+        for seq, (score, _) in cache.entries.items():
             state = by_seq[seq]
-            if state.version == version and state.schedulable:
+            version = state.version
+            if seen[seq] == version and keys[seq] == "fits" and state.schedulable:
                 heap.append((-score, state.rank, seq, version))
         heapq.heapify(heap)
         cache.heap = heap
@@ -767,12 +771,11 @@ class Fleet:
                 continue
             if keys.get(seq) != "fits" or (whole and wstat.get(seq, NO_WHOLE) != ws):
                 count(seq, "fits", ws)
-            score, opt = found  # type: ignore[misc]
-            entries[seq] = (version, score, opt)
+            entries[seq] = found  # type: ignore[assignment]
             if push:
-                heapq.heappush(heap, (-score, state.rank, seq, version))
+                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]
             else:
-                heap.append((-score, state.rank, seq, version))
+                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]
 
     @staticmethod
     def _static_key(cache: _ShapeCache, state: NodeState) -> str | None:
@@ -851,9 +854,9 @@ class Fleet:
         if state is None or not state.schedulable:
             return None
         entry = cache.entries.get(seq)
-        if entry is None or entry[0] != state.version:
+        if entry is None or cache.seen.get(seq) != state.version or cache.keys.get(seq) != "fits":
             return None
-        return state, entry[1], entry[2]
+        return state, entry[0], entry[1]
 
     def _best(
         self, cache: _ShapeCache, excluded: frozenset[str], side: _SideScores | None = None,
@@ -886,7 +889,7 @@ class Fleet:
             if state.name in excluded or state.name in shadowed:
                 aside.append(heapq.heappop(heap))
                 continue
-            found = (state, cache.entries[seq][2])
+            found = (state, cache.entries[seq][1])
             key = (neg, rank)
             break
         for item in aside:
