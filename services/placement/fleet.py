@@ -74,6 +74,12 @@ def held_milli(deltas: Iterable[MemberDelta]) -> int:
     return total
 
 
+def _heap_rank(rank: tuple[int, str]) -> str:
+    """A node's rank (order, name) as one string that sorts the same (the order zero-padded
+    to 13 digits: orders are below 10**13), so that heap items compare flat and fast."""
+    return f"{rank[0]:013d}{rank[1]}"
+
+
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
@@ -91,7 +97,7 @@ class _ShapeCache:
         # the nodes of one state: the memo's)
         self.entries: dict[int, tuple[int, Option]] = {}
         self.seen: dict[int, int] = {}  # seq -> version last scored at (feasible or not)
-        self.heap: list[tuple[int, tuple[int, str], int, int]] = []
+        self.heap: list[tuple[int, str, int, int]] = []  # (-score, heap rank, seq, version)
         self.pos = -1
         self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
                            member.min_gpu_memory_mib, allow_ts)
@@ -206,6 +212,7 @@ class Fleet:
         self._leaf: dict[str, list[int]] = {}
         self._seq = 0
         self._order: dict[str, int] = {}
+        self._heap_ranks: dict[int, str] = {}  # node seq -> `_heap_rank` of its rank
         self._log: list[int] = []  # structural changes: nodes added, removed, (un)schedulable
         self._log_base = 0
         self._slogs: dict[Any, _Log] = {}  # shape id -> capacity changes of its nodes
@@ -243,6 +250,7 @@ class Fleet:
         self._order = {name: i for i, name in enumerate(names)}
         for state in self._nodes.values():
             state.rank = self._rank(state.name)
+            self._heap_ranks[state.seq] = _heap_rank(state.rank)
         self._caches.clear()
 
     def _rank(self, name: str) -> tuple[int, str]:
@@ -292,6 +300,7 @@ class Fleet:
         self._seq += 1
         state = NodeState(spec, self._seq)
         state.rank = self._rank(spec.name)
+        self._heap_ranks[state.seq] = _heap_rank(state.rank)
         state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]
         if old is not None:
             state.schedulable = old.schedulable
@@ -318,6 +327,7 @@ class Fleet:
     def _drop_node(self, state: NodeState) -> None:
         del self._nodes[state.name]
         del self._by_seq[state.seq]
+        del self._heap_ranks[state.seq]
         del self._shape_nodes[state.shape_id][state.seq]
         for g in state.spec.gpus:
             self._models[g.model] -= 1
@@ -681,7 +691,8 @@ class Fleet:
                 key = "fits"
                 entries.update(dict.fromkeys(seqs, found))
                 neg = -found[0]  # type: ignore[index]
-                heap += [(neg, st.rank, st.seq, st.version) for st in group]
+                ranks = self._heap_ranks
+                heap += [(neg, ranks[st.seq], st.seq, st.version) for st in group]
             keys.update(dict.fromkeys(seqs, key))
             hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
             if cache.whole and ws != NO_WHOLE:
@@ -720,12 +731,12 @@ class Fleet:
         by_seq = self._by_seq
         for seq in [s for s in cache.seen if s not in by_seq]:  # removed nodes
             cache.forget(seq)
-        seen, keys = cache.seen, cache.keys
+        seen, keys, ranks = cache.seen, cache.keys, self._heap_ranks
         for seq, (score, _) in cache.entries.items():
             state = by_seq[seq]
             version = state.version
             if seen[seq] == version and keys[seq] == "fits" and state.schedulable:
-                heap.append((-score, state.rank, seq, version))
+                heap.append((-score, ranks[seq], seq, version))
         heapq.heapify(heap)
         cache.heap = heap
 
@@ -741,6 +752,7 @@ class Fleet:
         static = cache.static
         keys = cache.keys
         whole, wstat = cache.whole, cache.wstat
+        ranks = self._heap_ranks
         for state in states:
             seq = state.seq
             version = state.version
@@ -773,9 +785,9 @@ class Fleet:
                 count(seq, "fits", ws)
             entries[seq] = found  # type: ignore[assignment]
             if push:
-                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]
+                heapq.heappush(heap, (-found[0], ranks[seq], seq, version))  # type: ignore[index]
             else:
-                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]
+                heap.append((-found[0], ranks[seq], seq, version))  # type: ignore[index]
 
     @staticmethod
     def _static_key(cache: _ShapeCache, state: NodeState) -> str | None:
@@ -881,7 +893,7 @@ class Fleet:
         found = None
         key = None
         while heap:
-            neg, rank, seq, version = heap[0]
+            neg, _, seq, version = heap[0]
             state = self._by_seq.get(seq)
             if state is None or state.version != version or not state.schedulable:
                 heapq.heappop(heap)
@@ -890,7 +902,7 @@ class Fleet:
                 aside.append(heapq.heappop(heap))
                 continue
             found = (state, cache.entries[seq][1])
-            key = (neg, rank)
+            key = (neg, state.rank)
             break
         for item in aside:
             heapq.heappush(heap, item)
