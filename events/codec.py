@@ -52,7 +52,7 @@ def decode(data: bytes | str) -> Event:
     """
     raw = _as_bytes(data)
     try:
-        check_raw(raw)
+        shape = check_raw(raw)
         try:
             event = _decoder.decode(raw)
         except msgspec.ValidationError as first:
@@ -60,7 +60,7 @@ def decode(data: bytes | str) -> Event:
             if not isinstance(obj, dict) or obj.get("type") not in UPCASTERS:
                 raise UndecodableEvent(str(first)) from first
             return from_builtins(obj)
-        if may_hold_big_numbers(raw):
+        if may_hold_big_numbers(raw, shape):
             check_numbers(msgspec.json.decode(raw))
         return event
     except UndecodableEvent:

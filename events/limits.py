@@ -27,14 +27,16 @@ MAX_INT = (1 << 53) - 1
 
 # A number that may exceed the limits has a run of 16+ digits (2**53 has 16) that does not
 # follow a decimal point: a float's fraction digits (0.8444218515250481, what a measured
-# utilisation looks like) can never overflow. Digits map to "0", "." to itself, everything else
-# to " "; the first 16 digits after every "." are dropped (a fraction of up to 31 digits no
-# longer looks long; a run not after a "." is untouched), and one substring search finds a
-# remaining run (several times faster than a regex). Strings can match too; a match only
-# triggers the exact walk. Float literals beyond the double range are refused by msgspec itself
-# ("Number out of range").
-_DIGITS = bytes(
-    ord("0") if chr(c).isdigit() and c < 128 else ord(".") if c == ord(".") else ord(" ")
+# utilisation looks like) can never overflow. The cheap checks read a payload's shape (one
+# `bytes.translate`): digits become "0", "." stays, "[" and "{" become "[", everything else a
+# space. One count of "[" bounds the nesting; a run of 16 "0" is searched, and only if there is
+# one, searched again with the first 16 digits after every "." dropped (a fraction of up to 31
+# digits no longer looks long; a run not after a "." is untouched). Several times faster than a
+# regex. Strings can match too; a match only triggers the exact walk. Float literals beyond the
+# double range are refused by msgspec itself ("Number out of range").
+_SHAPE = bytes(
+    ord("0") if chr(c).isdigit() and c < 128
+    else c if c == ord(".") else ord("[") if c in b"[{" else ord(" ")
     for c in range(256)
 )
 _LONG_RUN = b"0" * 16
@@ -63,28 +65,33 @@ def _depth(data: bytes) -> int:
     return deepest
 
 
-def check_raw(data: bytes) -> None:
-    """Size and nesting limits on raw bytes (before any JSON parsing)."""
+def check_raw(data: bytes) -> bytes:
+    """Size and nesting limits on raw bytes (before any JSON parsing); returns the payload's
+    shape (`_SHAPE`, for `may_hold_big_numbers`)."""
     if len(data) > MAX_PAYLOAD_BYTES:
         raise LimitExceeded(f"payload of {len(data)} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit")
-    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
+    shape = data.translate(_SHAPE)
+    if shape.count(b"[") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
         raise LimitExceeded(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return shape
 
 
 def surely_within(data: bytes) -> bool:
     """True when any event inside `data` (a payload, or a log line wrapping one) passes every
     limit: small enough, fewer brackets than MAX_DEPTH, no number that may be out of range. A
     False only means the exact checks must decide."""
-    return (
-        len(data) <= MAX_PAYLOAD_BYTES
-        and data.count(b"[") + data.count(b"{") <= MAX_DEPTH
-        and not may_hold_big_numbers(data)
-    )
+    if len(data) > MAX_PAYLOAD_BYTES:
+        return False
+    shape = data.translate(_SHAPE)
+    return shape.count(b"[") <= MAX_DEPTH and not may_hold_big_numbers(data, shape)
 
 
-def may_hold_big_numbers(data: bytes) -> bool:
-    """False when no number in `data` can be outside the limits (cheap, conservative)."""
-    return _LONG_RUN in data.translate(_DIGITS).replace(_FRACTION, b".")
+def may_hold_big_numbers(data: bytes, shape: bytes | None = None) -> bool:
+    """False when no number in `data` (whose shape, `_SHAPE`, is `shape` when known) can be
+    outside the limits (cheap, conservative)."""
+    if shape is None:
+        shape = data.translate(_SHAPE)
+    return _LONG_RUN in shape and _LONG_RUN in shape.replace(_FRACTION, b".")
 
 
 def check_numbers(obj: Any, path: str = "$") -> None:
