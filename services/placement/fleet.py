@@ -582,7 +582,7 @@ class Fleet:
                     cache.forget(seq)
                 self._rescore(cache, self._nodes.values(), True)
             for sid, slog in self._slogs.items():
-                cache.spos[sid] = slog.base + len(slog.entries)
+                cache.spos[sid] = slog.end
             cache.live = None  # the static keys are known now
         else:
             changed: list[NodeState] = []
@@ -597,7 +597,7 @@ class Fleet:
             spos = cache.spos
             for sid, slog in self._live_logs(cache):
                 entries = slog.entries
-                end = slog.base + len(entries)
+                end = slog.base + len(entries)  # `slog.end`, inline (hot loop)
                 at = spos.get(sid)
                 if at == end:
                     continue
