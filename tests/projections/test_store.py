@@ -234,3 +234,38 @@ def test_memory_capped_writer_writes_the_same_tables(tmp_path):
     for table in a:
         assert a[table] == b[table], table
     assert a["events"] and a["allocations"] and a["gpu_metrics"]
+
+
+def test_a_rebuild_frees_its_folded_state_before_the_collector_resumes(tmp_path, messages, monkeypatch):
+    """Every object made while the collector is paused sits in its youngest generation: state
+    still held when it resumes would all be walked once, for nothing (about 1 s after 1 M
+    events). So the rebuild's projection is gone by then."""
+    import contextlib
+    import weakref
+
+    from gpuledger.projections import store
+
+    folded: list[weakref.ref] = []
+    alive_at_resume: list[int] = []
+    load = store.Store.load_projection
+
+    def tracked_load(self):
+        p = load(self)
+        folded.append(weakref.ref(p))
+        return p
+
+    paused = store.collector_paused
+
+    @contextlib.contextmanager
+    def watched():
+        with paused():
+            yield
+            alive_at_resume.append(sum(r() is not None for r in folded))
+
+    monkeypatch.setattr(store.Store, "load_projection", tracked_load)
+    monkeypatch.setattr(store, "collector_paused", watched)
+    log = tmp_path / "log.jsonl"
+    write_log(log, messages)
+    rebuild(log, tmp_path / "r.duckdb")
+    assert folded  # the rebuild loaded (and folded into) a projection
+    assert alive_at_resume == [0]
