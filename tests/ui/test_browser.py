@@ -230,9 +230,16 @@ def test_the_page_follows_the_projector_live(site, browser):
         pj.apply(seq + 1, ev.subject_for(cancel), cancel)
         pj.commit()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and browser.find_element(By.ID, "pending-count").text == "2":
+    while time.monotonic() < deadline and _text(browser, "pending-count") == "2":
         time.sleep(0.2)
-    assert browser.find_element(By.ID, "pending-count").text == "1"
+    assert _text(browser, "pending-count") == "1"
+
+
+def _text(browser, element_id: str) -> str:
+    """An element's text read in one script call: a live page may replace the element between
+    a `find_element` and a read of it (StaleElementReferenceException)."""
+    return browser.execute_script(
+        "return document.getElementById(arguments[0]).innerText.trim()", element_id)
 
 
 def test_screenshot_writes_a_png_of_each_page(site, tmp_path):
