@@ -40,7 +40,7 @@ from .model import (
 )
 from .reasons import NO_WHOLE, explain, gang_incomplete, node_key, whole_probe, whole_stat
 from .scorers import DEFAULT_TYPICAL_TASKS, SCORERS, ScoreContext, Scorer
-from .state import MemberDelta, NodeState
+from .state import MemberDelta, NodeState, node_rank
 
 _LAST = 1 << 40
 _MISS = object()
@@ -74,12 +74,6 @@ def held_milli(deltas: Iterable[MemberDelta]) -> int:
     return total
 
 
-def _heap_rank(rank: tuple[int, str]) -> str:
-    """A node's rank (order, name) as one string that sorts the same (the order zero-padded
-    to 13 digits: orders are below 10**13), so that heap items compare flat and fast."""
-    return f"{rank[0]:013d}{rank[1]}"
-
-
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
@@ -97,7 +91,7 @@ class _ShapeCache:
         # the nodes of one state: the memo's)
         self.entries: dict[int, tuple[int, Option]] = {}
         self.seen: dict[int, int] = {}  # seq -> version last scored at (feasible or not)
-        self.heap: list[tuple[int, str, int, int]] = []  # (-score, heap rank, seq, version)
+        self.heap: list[tuple[int, str, int, int]] = []  # (-score, node rank, seq, version)
         self.pos = -1
         self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
                            member.min_gpu_memory_mib, allow_ts)
@@ -212,7 +206,6 @@ class Fleet:
         self._leaf: dict[str, list[int]] = {}
         self._seq = 0
         self._order: dict[str, int] = {}
-        self._heap_ranks: dict[int, str] = {}  # node seq -> `_heap_rank` of its rank
         self._log: list[int] = []  # structural changes: nodes added, removed, (un)schedulable
         self._log_base = 0
         self._slogs: dict[Any, _Log] = {}  # shape id -> capacity changes of its nodes
@@ -250,11 +243,10 @@ class Fleet:
         self._order = {name: i for i, name in enumerate(names)}
         for state in self._nodes.values():
             state.rank = self._rank(state.name)
-            self._heap_ranks[state.seq] = _heap_rank(state.rank)
         self._caches.clear()
 
-    def _rank(self, name: str) -> tuple[int, str]:
-        return (self._order.get(name, _LAST), name)
+    def _rank(self, name: str) -> str:
+        return node_rank(self._order.get(name, _LAST), name)
 
     def _refresh_context(self, force: bool = False, added: NodeSpec | None = None) -> None:
         if added is not None and not force:
@@ -300,7 +292,6 @@ class Fleet:
         self._seq += 1
         state = NodeState(spec, self._seq)
         state.rank = self._rank(spec.name)
-        self._heap_ranks[state.seq] = _heap_rank(state.rank)
         state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]
         if old is not None:
             state.schedulable = old.schedulable
@@ -327,7 +318,6 @@ class Fleet:
     def _drop_node(self, state: NodeState) -> None:
         del self._nodes[state.name]
         del self._by_seq[state.seq]
-        del self._heap_ranks[state.seq]
         del self._shape_nodes[state.shape_id][state.seq]
         for g in state.spec.gpus:
             self._models[g.model] -= 1
@@ -691,8 +681,7 @@ class Fleet:
                 key = "fits"
                 entries.update(dict.fromkeys(seqs, found))
                 neg = -found[0]  # type: ignore[index]
-                ranks = self._heap_ranks
-                heap += [(neg, ranks[st.seq], st.seq, st.version) for st in group]
+                heap += [(neg, st.rank, st.seq, st.version) for st in group]
             keys.update(dict.fromkeys(seqs, key))
             hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
             if cache.whole and ws != NO_WHOLE:
@@ -731,12 +720,12 @@ class Fleet:
         by_seq = self._by_seq
         for seq in [s for s in cache.seen if s not in by_seq]:  # removed nodes
             cache.forget(seq)
-        seen, keys, ranks = cache.seen, cache.keys, self._heap_ranks
+        seen, keys = cache.seen, cache.keys
         for seq, (score, _) in cache.entries.items():
             state = by_seq[seq]
             version = state.version
             if seen[seq] == version and keys[seq] == "fits" and state.schedulable:
-                heap.append((-score, ranks[seq], seq, version))
+                heap.append((-score, state.rank, seq, version))
         heapq.heapify(heap)
         cache.heap = heap
 
@@ -752,7 +741,6 @@ class Fleet:
         static = cache.static
         keys = cache.keys
         whole, wstat = cache.whole, cache.wstat
-        ranks = self._heap_ranks
         for state in states:
             seq = state.seq
             version = state.version
@@ -785,9 +773,9 @@ class Fleet:
                 count(seq, "fits", ws)
             entries[seq] = found  # type: ignore[assignment]
             if push:
-                heapq.heappush(heap, (-found[0], ranks[seq], seq, version))  # type: ignore[index]
+                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]
             else:
-                heap.append((-found[0], ranks[seq], seq, version))  # type: ignore[index]
+                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]
 
     @staticmethod
     def _static_key(cache: _ShapeCache, state: NodeState) -> str | None:
@@ -885,7 +873,7 @@ class Fleet:
 
     def _best_base(
         self, cache: _ShapeCache, excluded: frozenset[str], shadowed: dict[str, NodeState],
-    ) -> tuple[tuple[int, tuple[int, str]] | None, tuple[NodeState, Option] | None]:
+    ) -> tuple[tuple[int, str] | None, tuple[NodeState, Option] | None]:
         """(heap key, (node, option)) of the best base heap entry that is current and neither
         excluded nor `shadowed` (replaced by a trial's copy); (None, None) if none is."""
         heap = cache.heap
@@ -1073,7 +1061,7 @@ class _SideScores:
         self.cache = cache
         self.states = states
         self.entries: dict[str, tuple[int, int, Option]] = {}  # name -> (token, score, option)
-        self.heap: list[tuple[int, tuple[int, str], str, int]] = []
+        self.heap: list[tuple[int, str, str, int]] = []
         self.token = 0
         self._base: tuple[frozenset[str], tuple] | None = None
         for name in sorted(states):
@@ -1121,7 +1109,7 @@ class _SideScores:
         entry = self.entries.get(name)
         return None if entry is None else (self.states[name], entry[1], entry[2])
 
-    def best(self, excluded: frozenset[str]) -> tuple[tuple[int, tuple[int, str]], NodeState, Option] | None:
+    def best(self, excluded: frozenset[str]) -> tuple[tuple[int, str], NodeState, Option] | None:
         heap = self.heap
         aside = []
         found = None

@@ -17,6 +17,13 @@ from .mig import MigProfile, MigSlots
 from .model import GPU_MILLI, NodeSpec
 
 
+def node_rank(order: int, name: str) -> str:
+    """A node's tie order (its place in the fleet's node order, then its name) as one string
+    that sorts like (order, name): the order zero-padded to 13 digits (orders are below
+    10**13), so that score keys and heap items compare flat."""
+    return f"{order:013d}{name}"
+
+
 class MemberDelta(msgspec.Struct, frozen=True):
     """Resources one member takes on one node.
 
@@ -67,8 +74,8 @@ class NodeState:
         )
         self.eligible: dict[tuple, tuple[int, ...] | str] = {}
         """Memo of `feasibility.eligible_gpus` per GPU-shape key: static for this spec."""
-        self.rank: tuple[int, str] = (0, spec.name)
-        """Tie order of the fleet (set by `Fleet`)."""
+        self.rank: str = node_rank(0, spec.name)
+        """Tie order of the fleet (`node_rank`, set by `Fleet`)."""
         self.frag_memo: tuple | None = None
         """(version, Fragmentation, F) of the current state (set by scorers)."""
         self.frag_layout = layout_of(
