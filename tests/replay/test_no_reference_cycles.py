@@ -60,5 +60,3 @@ def test_the_check_can_fail() -> None:
 
     left = _cycles_left_by(cyclic)
     assert left[f"{test_the_check_can_fail.__name__}.<locals>.cyclic.<locals>.again"] == 1
-
-
