@@ -15,11 +15,13 @@ import logging
 import re
 import sys
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,19 @@ _POOL = pa.system_memory_pool()
 """Where the batches' Arrow columns live: the C allocator, which gives a written batch's
 memory back; pyarrow's default (mimalloc) kept about 50 MB more resident in a 1 M rebuild
 (peak RSS 707 vs 655 MB, same time)."""
+
+
+def _utf8_array(values: list[bytes]) -> pa.Array:
+    """A string array of UTF-8 JSON payloads (msgspec's output, never decoded in Python), from
+    one joined buffer and its offsets: half the time of converting value by value (20 k event
+    payloads: 3.2 against 6.9 ms)."""
+    data = b"".join(values)
+    if len(data) >= 1 << 31:  # past 32-bit offsets (a batch grown behind a reader)
+        return pa.array(values, type=pa.binary(), memory_pool=_POOL).view(pa.string())
+    offsets = array("i", (0,))
+    offsets.extend(accumulate(map(len, values)))
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _sql(name: str) -> str:
@@ -276,9 +291,7 @@ class Store:
         arrays = []
         for c, f in zip(cols, schema, strict=True):
             if f.name == "payload":
-                # events.payload arrives as UTF-8 JSON bytes (msgspec's output): build a binary
-                # array and view it as a string one, without decoding each payload in Python.
-                arrays.append(pa.array(c, type=pa.binary(), memory_pool=_POOL).view(pa.string()))
+                arrays.append(_utf8_array(c))
             else:
                 arrays.append(pa.array(c, type=f.type, memory_pool=_POOL))
         return pa.Table.from_arrays(arrays, schema=schema)

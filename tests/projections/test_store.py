@@ -200,6 +200,25 @@ def test_undecodable_payload_is_recorded_not_skipped(tmp_path):
     con.close()
 
 
+def test_stored_payloads_decode_to_the_folded_events(tmp_path, messages):
+    """`events.payload` is each event's JSON, byte for byte what the codec encodes, whatever
+    the text holds (non-ASCII included) and however the batches fall."""
+    extra = ev.PendingReasonChanged(job_id="job-u", reason="Quota", message="wartet auf GPU ✓ — 2/3",
+                                    producer="scheduler/0", occurred_at_ms=9)
+    log = [*messages, (len(messages) + 1, ev.subject_for(extra), extra)]
+    db = tmp_path / "p.duckdb"
+    with Projector(db, batch_size=7, pipeline=True) as pj:
+        pj.run(log)
+    con = connect_readonly(db)
+    try:
+        stored = con.execute("SELECT seq, payload FROM events ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    assert [s for s, _ in stored] == [s for s, _, _ in log]
+    assert [p.encode() for _, p in stored] == [ev.encode(e) for _, _, e in log]
+    assert ev.decode(stored[-1][1]) == extra
+
+
 def test_schema_and_mappers_agree(tmp_path):
     # Store() refuses to start if schema.sql and the mappers' columns disagree
     with Projector(tmp_path / "s.duckdb") as pj:
