@@ -82,6 +82,9 @@ class Row:
     COLUMNS: tuple[str, ...] = ()
     KEY: tuple[str, ...] = ()
     DEFAULTS: dict[str, Any] = {}
+    EXPANDED: tuple[str, ...] = ()
+    """Columns holding one value per table row of this row (a tuple): the writer inserts one
+    table row per position, the other columns repeated (`UNNEST`); `KEY` names them all."""
 
     @classmethod
     def from_tuple(cls, values: Iterable[Any]) -> Row:
@@ -130,7 +133,9 @@ def _tuple_getter(cols: tuple[str, ...]):
     return attrgetter(*cols)
 
 
-def _row_class(name: str, table: str, columns: str, key: str, **defaults: Any) -> type[Row]:
+def _row_class(
+    name: str, table: str, columns: str, key: str, expanded: str = "", **defaults: Any
+) -> type[Row]:
     cols = tuple(columns.split())
     ns = {
         "__slots__": cols,
@@ -138,6 +143,7 @@ def _row_class(name: str, table: str, columns: str, key: str, **defaults: Any) -
         "COLUMNS": cols,
         "KEY": tuple(key.split()),
         "DEFAULTS": defaults,
+        "EXPANDED": tuple(expanded.split()),
     }
     return type(name, (Row,), ns)
 
@@ -163,8 +169,13 @@ AllocationRow = _row_class(
     """allocation_id job_id tenant attempt rank node gpu_index gpu_uuid gpu_model clique
     sharing gpu_milli mig_profile mig_start borrowing placed_seq placed_at_ms started_at_ms
     ended_at_ms end_reason""",
-    "allocation_id rank gpu_index",
+    "allocation_id rank",
+    expanded="gpu_index gpu_uuid gpu_model clique",
 )
+"""One gang member: the table has a row per GPU (`gpu_index` -1 for a member without one), the
+projection one per member, its GPU columns a tuple each in GPU order (a member's GPUs never
+change, and starts and exits update all of them at once: a gang of 8-GPU members is one row
+to fold and freeze per member, not eight)."""
 
 PreemptionRow = _row_class(
     "PreemptionRow",
@@ -240,6 +251,28 @@ APPEND_COLUMNS: dict[str, tuple[str, ...]] = {
 ALL_TABLES: tuple[str, ...] = tuple(APPEND_COLUMNS) + tuple(ROW_CLASSES)
 
 
+_NO_GPU = GpuRow(uuid=None, model=None, clique=None)
+"""What an allocation row says of a GPU the projection does not know (or of none)."""
+
+
+def _members(rows: Iterable[tuple]) -> list[Row]:
+    """`AllocationRow`s (one per member) from stored `allocations` rows (one per GPU, in the
+    table's column order), each member's GPUs in index order."""
+    cols = AllocationRow.COLUMNS
+    at = [cols.index(c) for c in AllocationRow.EXPANDED]
+    alloc, rank, gpu = cols.index("allocation_id"), cols.index("rank"), cols.index("gpu_index")
+    members: dict[tuple, list[tuple]] = {}
+    for t in sorted(rows, key=lambda t: (t[alloc], t[rank], t[gpu])):
+        members.setdefault((t[alloc], t[rank]), []).append(t)
+    out = []
+    for group in members.values():
+        values = list(group[0])
+        for i in at:
+            values[i] = tuple(t[i] for t in group)
+        out.append(AllocationRow.from_tuple(values))
+    return out
+
+
 def columns_of(table: str) -> tuple[str, ...]:
     if table in APPEND_COLUMNS:
         return APPEND_COLUMNS[table]
@@ -308,13 +341,27 @@ class Batch:
         return self
 
     def rows(self, table: str) -> list[tuple]:
-        """Final tuples of a table in this batch (appends, or upserted rows; deletes left out)."""
+        """Final tuples of a table in this batch (appends, or upserted rows; deletes left out),
+        as the table gets them (a row's `EXPANDED` columns one table row per position)."""
         if table in self.appends:
             return list(zip(*self.appends[table], strict=True))
         if self.frozen is not None:
             cols = self.frozen[table][1] if table in self.frozen else []
-            return list(zip(*cols, strict=True))
-        return [r.astuple() for r in self.upserts[table].values() if r is not None]
+            rows = list(zip(*cols, strict=True))
+        else:
+            rows = [r.astuple() for r in self.upserts[table].values() if r is not None]
+        cls = ROW_CLASSES[table]
+        if not cls.EXPANDED:
+            return rows
+        at = [cls.COLUMNS.index(c) for c in cls.EXPANDED]
+        out = []
+        for row in rows:
+            for values in zip(*(row[i] for i in at), strict=True):
+                expanded = list(row)
+                for i, v in zip(at, values, strict=True):
+                    expanded[i] = v
+                out.append(tuple(expanded))
+        return out
 
 
 def _appender_factory(n: int) -> Callable[..., Callable[..., None]]:
@@ -363,7 +410,7 @@ class Projection:
     def __init__(self) -> None:
         self.last_seq = 0
         self.jobs: dict[str, Row] = {}
-        self.open_allocs: dict[str, dict[int, list[Row]]] = {}  # allocation -> rank -> rows
+        self.open_allocs: dict[str, dict[int, Row]] = {}  # allocation -> rank -> member row
         self.open_preemptions: dict[str, Row] = {}  # allocation_id -> latest open request
         self.nodes: dict[str, Row] = {}
         self.gpus: dict[tuple[str, int], Row] = {}
@@ -407,13 +454,9 @@ class Projection:
         for t in tables.get("jobs", ()):
             r = JobRow.from_tuple(t)
             p.jobs[r.job_id] = r
-        for t in tables.get("allocations", ()):
-            r = AllocationRow.from_tuple(t)
+        for r in _members(tables.get("allocations", ())):
             if r.ended_at_ms is None:
-                p.open_allocs.setdefault(r.allocation_id, {}).setdefault(r.rank, []).append(r)
-        for ranks in p.open_allocs.values():
-            for rows in ranks.values():
-                rows.sort(key=lambda r: r.gpu_index)
+                p.open_allocs.setdefault(r.allocation_id, {})[r.rank] = r
         for t in sorted(tables.get("preemptions", ()), key=lambda t: t[0]):
             r = PreemptionRow.from_tuple(t)
             if r.outcome == "requested":
@@ -564,12 +607,11 @@ class Projection:
         ranks = self.open_allocs.pop(allocation_id, None)
         if not ranks:
             return
-        for rows in ranks.values():
-            for r in rows:
-                if r.ended_at_ms is None:
-                    r.ended_at_ms = at_ms
-                    r.end_reason = reason
-                    self._up_allocs[(r.allocation_id, r.rank, r.gpu_index)] = r
+        for r in ranks.values():
+            if r.ended_at_ms is None:
+                r.ended_at_ms = at_ms
+                r.end_reason = reason
+                self._up_allocs[(r.allocation_id, r.rank)] = r
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -726,52 +768,52 @@ class Projection:
         alloc_id, job_id, at = e.allocation_id, e.job_id, e.occurred_at_ms
         tenant, borrowing = e.tenant or job.tenant, e.borrowing
         gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
-        ranks: dict[int, list[Row]] = {}
+        ranks: dict[int, Row] = {}
         for m in e.members:
             rank, node, mig = m.rank, m.node, m.mig_profile
-            rows = ranks.setdefault(rank, [])
-            if mig:
-                sharing, milli = "mig", _mig_milli(mig)
+            if not m.gpus:
+                sharing, milli, indices = "none", 0, (-1,)
+            elif mig:
+                sharing, milli, indices = "mig", _mig_milli(mig), m.gpus
             elif m.gpu_milli:
-                sharing, milli = "milli", m.gpu_milli
+                sharing, milli, indices = "milli", m.gpu_milli, m.gpus
             else:
-                sharing, milli = "exclusive", 1000
-            for idx in m.gpus or (-1,):
-                g = gpus.get((node, idx))
-                r = new_row(  # AllocationRow.COLUMNS, in order
-                    alloc_id,
-                    job_id,
-                    tenant,
-                    attempt,
-                    rank,
-                    node,
-                    idx,
-                    g.uuid if g is not None else None,
-                    g.model if g is not None else None,
-                    g.clique if g is not None else None,
-                    sharing if idx >= 0 else "none",
-                    milli if idx >= 0 else 0,
-                    mig,
-                    m.mig_start,
-                    borrowing,
-                    seq,
-                    at,
-                    None,  # started_at_ms
-                    None,  # ended_at_ms
-                    None,  # end_reason
-                )
-                rows.append(r)
-                ups[(alloc_id, rank, idx)] = r
+                sharing, milli, indices = "exclusive", 1000, m.gpus
+            found = [gpus.get((node, idx)) for idx in indices]
+            if None in found:  # GPUs the projection has not seen registered
+                found = [g or _NO_GPU for g in found]
+            r = ranks[rank] = ups[(alloc_id, rank)] = new_row(  # AllocationRow.COLUMNS, in order
+                alloc_id,
+                job_id,
+                tenant,
+                attempt,
+                rank,
+                node,
+                tuple(indices),
+                tuple([g.uuid for g in found]),
+                tuple([g.model for g in found]),
+                tuple([g.clique for g in found]),
+                sharing,
+                milli,
+                mig,
+                m.mig_start,
+                borrowing,
+                seq,
+                at,
+                None,  # started_at_ms
+                None,  # ended_at_ms
+                None,  # end_reason
+            )
         self.open_allocs[alloc_id] = ranks
         self._transition(job, "running", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
 
     def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
         ranks = self.open_allocs.get(e.allocation_id)
-        for r in ranks.get(e.rank, ()) if ranks else ():
-            if r.started_at_ms is None:
-                r.started_at_ms = e.occurred_at_ms
-                self._up_allocs[(r.allocation_id, r.rank, r.gpu_index)] = r
+        r = ranks.get(e.rank) if ranks else None
+        if r is not None and r.started_at_ms is None:
+            r.started_at_ms = e.occurred_at_ms
+            self._up_allocs[(r.allocation_id, r.rank)] = r
 
     def _member_checkpointed(self, seq: int, e: ev.MemberCheckpointed) -> None:
         p = self.open_preemptions.get(e.allocation_id)
@@ -787,12 +829,11 @@ class Projection:
         ranks = self.open_allocs.get(e.allocation_id)
         if not ranks:
             return
-        rows = ranks.pop(e.rank, ())
-        for r in rows:
-            if r.ended_at_ms is None:
-                r.ended_at_ms = e.occurred_at_ms
-                r.end_reason = e.outcome
-                self._up_allocs[(r.allocation_id, r.rank, r.gpu_index)] = r
+        r = ranks.pop(e.rank, None)
+        if r is not None and r.ended_at_ms is None:
+            r.ended_at_ms = e.occurred_at_ms
+            r.end_reason = e.outcome
+            self._up_allocs[(r.allocation_id, r.rank)] = r
         if not ranks:
             del self.open_allocs[e.allocation_id]
 

@@ -71,6 +71,15 @@ def _utf8_array(values: list[bytes]) -> pa.Array:
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def _select(table: str) -> str:
+    """The select list inserting a batch of `table`'s rows: every column, the `EXPANDED`
+    ones unnested side by side (one table row per position)."""
+    expanded = ROW_CLASSES[table].EXPANDED
+    if not expanded:
+        return "*"
+    return ", ".join(f"unnest({c}) AS {c}" if c in expanded else c for c in columns_of(table))
+
+
 def _sql(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text()
 
@@ -242,7 +251,11 @@ class Store:
         missing = [c for c in cols if c not in described]
         if missing or len(described) != len(cols):
             raise ProjectionError(f"table {table}: schema.sql and mappers disagree ({missing})")
-        return pa.schema([(c, _ARROW_TYPES[described[c]]) for c in cols])
+        expanded = ROW_CLASSES[table].EXPANDED if table in ROW_CLASSES else ()
+        return pa.schema([
+            (c, pa.list_(_ARROW_TYPES[described[c]]) if c in expanded else _ARROW_TYPES[described[c]])
+            for c in cols
+        ])
 
     # -------------------------------------------------------------- reading state
 
@@ -321,7 +334,7 @@ class Store:
                 sql.append(f"DELETE FROM {table} t USING _gl_{table}_keys k WHERE {cond}")
             if cols[0]:
                 tables[f"_gl_{table}"] = self._arrow(table, cols)
-                sql.append(f"INSERT INTO {table} BY NAME SELECT * FROM _gl_{table}")
+                sql.append(f"INSERT INTO {table} BY NAME SELECT {_select(table)} FROM _gl_{table}")
         return Prepared(batch.last_seq, batch.last_at_ms, tables, sql)
 
     def write(self, batch: Batch, *, before_commit: Callable[[], None] | None = None) -> None:

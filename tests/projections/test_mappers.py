@@ -8,8 +8,10 @@ from gpuledger import events as ev
 from gpuledger.projections.mappers import (
     APPEND_COLUMNS,
     ROW_CLASSES,
+    Batch,
     Projection,
     SequenceGap,
+    columns_of,
     gpus_label,
 )
 from tests.services.given import produced
@@ -49,15 +51,20 @@ def test_job_lifecycle_states_and_transitions(messages):
 
 def test_allocation_intervals_per_gpu_share_and_mig(messages):
     b = fold(messages).drain()
-    allocs = {k: r for k, r in b.upserts["allocations"].items()}
-    train = [r for k, r in allocs.items() if k[0] == "train-b#1"]
-    assert len(train) == 8 and {r.gpu_milli for r in train} == {1000}
-    assert all(r.ended_at_ms == 606_000 and r.end_reason == "preempted" for r in train)
-    assert all(r.borrowing and r.gpu_uuid.startswith("GPU-n1-") for r in train)
-    (share,) = [r for k, r in allocs.items() if k[0] == "small-a#1"]
-    assert (share.sharing, share.gpu_milli, share.end_reason) == ("milli", 500, "completed")
-    (mig,) = [r for k, r in allocs.items() if k[0] == "mig-a#1"]
-    assert (mig.sharing, mig.gpu_milli, mig.ended_at_ms) == ("mig", 143, None)
+    cols = columns_of("allocations")
+    allocs = [dict(zip(cols, t, strict=True)) for t in b.rows("allocations")]  # a row per GPU
+    train = [r for r in allocs if r["allocation_id"] == "train-b#1"]
+    assert sorted(r["gpu_index"] for r in train) == list(range(8))
+    assert {r["gpu_milli"] for r in train} == {1000}
+    assert all(r["ended_at_ms"] == 606_000 and r["end_reason"] == "preempted" for r in train)
+    assert all(r["borrowing"] and r["gpu_uuid"] == f"GPU-n1-{r['gpu_index']}" for r in train)
+    (share,) = [r for r in allocs if r["allocation_id"] == "small-a#1"]
+    assert (share["sharing"], share["gpu_milli"], share["end_reason"]) == ("milli", 500, "completed")
+    (mig,) = [r for r in allocs if r["allocation_id"] == "mig-a#1"]
+    assert (mig["sharing"], mig["gpu_milli"], mig["ended_at_ms"]) == ("mig", 143, None)
+    # one projection row per member, its GPU columns one value per GPU
+    (member,) = [r for k, r in b.upserts["allocations"].items() if k == ("train-b#1", 0)]
+    assert member.gpu_index == tuple(range(8)) and len(member.gpu_model) == 8
 
 
 def test_preemption_row(messages):
@@ -84,13 +91,14 @@ def test_load_from_rows_continues_identically(messages):
         whole = fold(messages).drain()
         first = fold(messages[:cut])
         b1 = first.drain()
-        stored = {t: [r.astuple() for r in b1.upserts[t].values() if r] for t in ROW_CLASSES}
+        stored = {t: b1.rows(t) for t in ROW_CLASSES}  # the tables' rows (one per GPU)
         log = messages[:cut]  # what the stored `events` rows hold
         resumed = fold(messages[cut:], Projection.load(cut, stored, log))
         b2 = resumed.drain()
+        merged = Batch()
         for t in ROW_CLASSES:
-            merged = {**{k: r for k, r in b1.upserts[t].items()}, **b2.upserts[t]}
-            got = sorted(r.astuple() for r in merged.values() if r is not None)
+            merged.upserts[t] = {**b1.upserts[t], **b2.upserts[t]}
+            got = sorted(merged.rows(t))
             want = sorted(whole.rows(t))
             assert got == want, (cut, t)
         for t in APPEND_COLUMNS:

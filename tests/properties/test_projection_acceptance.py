@@ -99,9 +99,9 @@ def test_the_projection_shows_only_what_the_ledger_accepted(splices):
     assert lost == {n for n, r in ledger.nodes.items() if r.lost}
     held: dict[tuple[str, int], int] = defaultdict(int)
     for ranks in p.open_allocs.values():
-        for rows in ranks.values():
-            for r in rows:
-                held[(r.node, r.gpu_index)] += r.gpu_milli
+        for r in ranks.values():
+            for index in r.gpu_index:
+                held[(r.node, index)] += r.gpu_milli
     assert all(m <= 1000 and (n, i) in p.gpus for (n, i), m in held.items())
     refusals = {r[0]: r for r in batch.rows("refusals")}
     refused = set(refusals)
