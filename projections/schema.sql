@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS events (
     input_seq      BIGINT,              -- decisions only
     config_digest  VARCHAR,             -- decisions only
     leader_epoch   BIGINT,              -- decisions only
-    payload        JSON
+    payload        JSON USING COMPRESSION zstd
 );
 
 -- Current state of every job (one row per job).
