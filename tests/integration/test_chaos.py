@@ -38,7 +38,10 @@ def test_a_two_minute_soak_with_twenty_faults_keeps_every_invariant(tmp_path):
     d = report["details"]
     assert d["no_lost_job"]["checked"] == report["jobs"]["acknowledged"]
     assert d["verify_zero_mismatches"]["checked"] > 100
-    assert d["projection_equals_rebuild"]["last_seq"] == d["projection_equals_rebuild"]["log_last_seq"]
+    # the projection holds everything published until the load stopped and the cluster settled
+    # (members finishing while the cluster stops may publish after the projector's last commit)
+    pj = d["projection_equals_rebuild"]
+    assert 0 < pj["settled_seq"] <= pj["last_seq"] <= pj["log_last_seq"], pj
     # and the supervisor brought back what the faults killed
     assert sum(report["restarts"].values()) >= sum(f["kind"] in ("kill9", "restart")
                                                    for f in done if f["target_kind"] != "nats")
