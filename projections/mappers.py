@@ -85,6 +85,7 @@ class Row:
     EXPANDED: tuple[str, ...] = ()
     """Columns holding one value per table row of this row (a tuple): the writer inserts one
     table row per position, the other columns repeated (`UNNEST`); `KEY` names them all."""
+    _expanded_at: tuple[int, ...] = ()  # positions of the EXPANDED columns in COLUMNS
 
     @classmethod
     def from_tuple(cls, values: Iterable[Any]) -> Row:
@@ -96,6 +97,40 @@ class Row:
     def astuple(self) -> tuple:
         return self._get(self)  # type: ignore[attr-defined]
 
+    @classmethod
+    def table_rows(cls, values: tuple) -> list[tuple]:
+        """The table's rows of one row's values (`astuple`): one per position of its
+        `EXPANDED` columns, the other columns repeated."""
+        at = cls._expanded_at
+        if not at:
+            return [values]
+        out = []
+        for per_position in zip(*(values[i] for i in at), strict=True):
+            row = list(values)
+            for i, v in zip(at, per_position, strict=True):
+                row[i] = v
+            out.append(tuple(row))
+        return out
+
+    @classmethod
+    def from_table_rows(cls, rows: Iterable[tuple]) -> list[Row]:
+        """Rows from stored table rows (the inverse of `table_rows`): those of one `KEY`
+        become one row, its `EXPANDED` columns in the order of the first of them."""
+        at = cls._expanded_at
+        if not at:
+            return [cls.from_tuple(t) for t in rows]
+        key = [cls.COLUMNS.index(c) for c in cls.KEY]
+        groups: dict[tuple, list[tuple]] = {}
+        for t in sorted(rows, key=lambda t: (*(t[i] for i in key), t[at[0]])):
+            groups.setdefault(tuple(t[i] for i in key), []).append(t)
+        out = []
+        for group in groups.values():
+            values = list(group[0])
+            for i in at:
+                values[i] = tuple(t[i] for t in group)
+            out.append(cls.from_tuple(values))
+        return out
+
     def key(self) -> tuple:
         return self._key(self)  # type: ignore[attr-defined]
 
@@ -104,6 +139,7 @@ class Row:
 
     def __init_subclass__(cls) -> None:
         cls._get = staticmethod(_tuple_getter(cls.COLUMNS))
+        cls._expanded_at = tuple(cls.COLUMNS.index(c) for c in cls.EXPANDED)
         cls._key = staticmethod(_tuple_getter(cls.KEY))
         # A generated keyword-only __init__ (every column optional): several times faster
         # than a generic loop, and it rejects unknown columns.
@@ -255,24 +291,6 @@ _NO_GPU = GpuRow(uuid=None, model=None, clique=None)
 """What an allocation row says of a GPU the projection does not know (or of none)."""
 
 
-def _members(rows: Iterable[tuple]) -> list[Row]:
-    """`AllocationRow`s (one per member) from stored `allocations` rows (one per GPU, in the
-    table's column order), each member's GPUs in index order."""
-    cols = AllocationRow.COLUMNS
-    at = [cols.index(c) for c in AllocationRow.EXPANDED]
-    alloc, rank, gpu = cols.index("allocation_id"), cols.index("rank"), cols.index("gpu_index")
-    members: dict[tuple, list[tuple]] = {}
-    for t in sorted(rows, key=lambda t: (t[alloc], t[rank], t[gpu])):
-        members.setdefault((t[alloc], t[rank]), []).append(t)
-    out = []
-    for group in members.values():
-        values = list(group[0])
-        for i in at:
-            values[i] = tuple(t[i] for t in group)
-        out.append(AllocationRow.from_tuple(values))
-    return out
-
-
 def columns_of(table: str) -> tuple[str, ...]:
     if table in APPEND_COLUMNS:
         return APPEND_COLUMNS[table]
@@ -351,17 +369,7 @@ class Batch:
         else:
             rows = [r.astuple() for r in self.upserts[table].values() if r is not None]
         cls = ROW_CLASSES[table]
-        if not cls.EXPANDED:
-            return rows
-        at = [cls.COLUMNS.index(c) for c in cls.EXPANDED]
-        out = []
-        for row in rows:
-            for values in zip(*(row[i] for i in at), strict=True):
-                expanded = list(row)
-                for i, v in zip(at, values, strict=True):
-                    expanded[i] = v
-                out.append(tuple(expanded))
-        return out
+        return rows if not cls.EXPANDED else [t for row in rows for t in cls.table_rows(row)]
 
 
 def _appender_factory(n: int) -> Callable[..., Callable[..., None]]:
@@ -454,7 +462,7 @@ class Projection:
         for t in tables.get("jobs", ()):
             r = JobRow.from_tuple(t)
             p.jobs[r.job_id] = r
-        for r in _members(tables.get("allocations", ())):
+        for r in AllocationRow.from_table_rows(tables.get("allocations", ())):
             if r.ended_at_ms is None:
                 p.open_allocs.setdefault(r.allocation_id, {})[r.rank] = r
         for t in sorted(tables.get("preemptions", ()), key=lambda t: t[0]):
@@ -782,14 +790,14 @@ class Projection:
             found = [gpus.get((node, idx)) for idx in indices]
             if None in found:  # GPUs the projection has not seen registered
                 found = [g or _NO_GPU for g in found]
-            r = ranks[rank] = ups[(alloc_id, rank)] = new_row(  # AllocationRow.COLUMNS, in order
+            ranks[rank] = ups[(alloc_id, rank)] = new_row(  # AllocationRow.COLUMNS, in order
                 alloc_id,
                 job_id,
                 tenant,
                 attempt,
                 rank,
                 node,
-                tuple(indices),
+                tuple(indices),  # (the same tuple when the event's is one)
                 tuple([g.uuid for g in found]),
                 tuple([g.model for g in found]),
                 tuple([g.clique for g in found]),
