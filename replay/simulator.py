@@ -19,7 +19,7 @@ from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.node_agent.simulated import SimulatedAgent
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.quota.decider import Quota
-from gpuledger.services.runtime.gctune import collector_paused
+from gpuledger.services.runtime.gctune import FREEZE_ABOVE, collector_paused
 from gpuledger.services.scheduler.decider import Scheduler
 
 MAX_ROUNDS_PER_INSTANT = 100_000
@@ -133,8 +133,9 @@ class Simulator:
 
     def run(self, until_ms: int | None = None) -> None:
         # deciding and folding make no reference cycles (tests/replay/test_no_reference_cycles.py):
-        # the collector's passes would only walk the growing state
-        with collector_paused():
+        # the collector's passes would only walk the growing state, and the log and ledger
+        # outlive the run
+        with collector_paused(freeze_above=FREEZE_ABOVE):
             self._run(until_ms)
 
     def _run(self, until_ms: int | None) -> None:

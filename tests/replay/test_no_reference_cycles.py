@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 
+from gpuledger.services.runtime.gctune import collector_paused
 from tests.replay.test_decisions_unchanged import openb_digest, scenario_digest
 
 EXAMPLES = ["backfill", "day-night", "mig-regeometry", "preempt-batch", "runai-reclaim",
@@ -26,13 +27,17 @@ EXAMPLES = ["backfill", "day-night", "mig-regeometry", "preempt-batch", "runai-r
 
 def _cycles_left_by(run) -> Counter:
     """Run `run()` and return the types of the objects only the cyclic collector could free.
-    It runs once before: first uses leave one-off cycles (msgspec inspecting a type)."""
+    It runs once before: first uses leave one-off cycles (msgspec inspecting a type). A
+    large simulation freezes what is alive at its end (`collector_paused(freeze_above=...)`),
+    garbage included: unfrozen here, or the collector would never see it."""
     run()
+    gc.unfreeze()
     gc.collect()
     flags = gc.get_debug()
     gc.set_debug(flags | gc.DEBUG_SAVEALL)
     try:
         run()
+        gc.unfreeze()
         gc.collect()
         found = Counter(
             getattr(o, "__qualname__", None) or type(o).__name__ for o in gc.garbage)
@@ -60,3 +65,29 @@ def test_the_check_can_fail() -> None:
 
     left = _cycles_left_by(cyclic)
     assert left[f"{test_the_check_can_fail.__name__}.<locals>.cyclic.<locals>.again"] == 1
+
+
+def test_the_check_finds_a_cycle_left_inside_a_run_that_freezes_its_survivors() -> None:
+    def cyclic_in_a_run() -> None:
+        with collector_paused(freeze_above=0):
+            def again(n: int) -> int:
+                return n if n < 1 else again(n - 1)
+
+            again(1)
+
+    left = _cycles_left_by(cyclic_in_a_run)
+    assert left[f"{test_the_check_finds_a_cycle_left_inside_a_run_that_freezes_its_survivors.__name__}"
+                ".<locals>.cyclic_in_a_run.<locals>.again"] == 1
+
+
+def test_a_run_freezes_what_it_leaves_alive_only_when_that_is_large() -> None:
+    def run(n: int) -> tuple[list, int]:
+        gc.unfreeze()
+        with collector_paused(freeze_above=1_000):
+            kept = [{} for _ in range(n)]
+        frozen = gc.get_freeze_count()
+        gc.unfreeze()
+        return kept, frozen
+
+    assert run(100)[1] == 0
+    assert run(5_000)[1] >= 5_000
