@@ -9,7 +9,16 @@ The key is the service name; its value names the holder. Invariants:
   bucket's; the bucket's max age (`DEFAULT_TTL_S`) is a backstop that removes an abandoned
   entry altogether;
 - the epoch is the KV revision at acquisition: strictly greater than every earlier epoch of
-  any service, so decisions stamped with it can be fenced ("ignore a stale epoch").
+  any service, so decisions stamped with it can be fenced ("ignore a stale epoch");
+- a renewal that fails for want of the server (a NATS node killed or paused, the bucket's
+  leader being re-elected, a slow machine) is retried until the lease could expire for a
+  standby (`renew_deadline`: the last renewal sent plus the TTL, less one renewal interval
+  of margin); only then does the holder stop leading;
+- the holder's own entry is its own: a holder that finds its holder id in the entry (it lost
+  the lease on a renewal error, or a renewal that timed out had in fact been stored) takes it
+  back at once by a compare-and-set on the entry's revision, instead of waiting out its own
+  TTL. Holder ids are unique per process (a supervisor may hand a restarted process its
+  dead predecessor's id: `HOLDER_ENV`).
 
 A lease alone does not stop a paused ex-leader from publishing; fencing by epoch does: the
 ledger's fold refuses (`StaleLeaderEpoch`) a decision older than one already folded for its role.
@@ -36,6 +45,12 @@ from nats.js.kv import KeyValue
 
 from gpuledger.services.runtime.auth import LEASE_BUCKET as BUCKET
 from gpuledger.services.runtime.auth import LEASE_TTL_S as DEFAULT_TTL_S
+
+HOLDER_ENV = "GPULEDGER_LEASE_HOLDER"
+"""A holder id a supervisor passes to a process it (re)starts: the same for every incarnation
+of one supervised child, and only ever held by one live process (the supervisor starts the
+next incarnation after the previous one has exited), so a restarted leader takes its lease
+back at once instead of waiting out its dead predecessor's TTL."""
 
 Bus = Any
 """A `services.runtime.bus.Bus` (only its `js` is used; not imported: bus.py creates the
@@ -104,6 +119,9 @@ class Lease:
         """(revision of another holder's entry, monotonic time we first saw it)."""
         self.renew_s = ttl_s / 3
         """Renewal interval (a third of the TTL, or of the bucket's max age if shorter)."""
+        self._sent_at = 0.0
+        """Monotonic time the last write that stored our entry was sent (no standby can
+        have seen that revision earlier, so none takes over before this plus the TTL)."""
         self.opened: asyncio.Event = asyncio.Event()
         if kv is not None:
             self.opened.set()
@@ -131,13 +149,16 @@ class Lease:
         """One attempt: the epoch if this holder now leads, None if another holder does
         (and renewed its entry within its TTL, as far as this instance has watched)."""
         assert self.kv is not None, "open() first"
+        sent = time.monotonic()
         try:
             revision = await self.kv.create(self.key, self._value())
         except nats.js.errors.KeyWrongLastSequenceError:
+            sent = time.monotonic()
             revision = await self._take_over_expired()
             if revision is None:
                 return None
         self.epoch = self._revision = revision
+        self._sent_at = sent
         self._seen = None
         self.lost.clear()
         self.log.info("lease.acquired", epoch=revision)
@@ -153,6 +174,13 @@ class Lease:
             self._seen = None  # gone meanwhile (released or expired): create next time
             return None
         revision = entry.revision or 0
+        if self._holder_of(entry) == self.holder:  # ours: lost on an error, or a predecessor's
+            try:
+                taken = await self.kv.update(self.key, self._value(), last=revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None
+            self.log.warning("lease.reclaimed", epoch=taken, previous_revision=revision)
+            return taken
         now = time.monotonic()
         if self._seen is None or self._seen[0] != revision:
             self._seen = (revision, now)
@@ -170,6 +198,20 @@ class Lease:
         self.log.warning("lease.taken_over", epoch=taken, previous_revision=revision,
                          unrenewed_s=round(now - self._seen[1], 3))
         return taken
+
+    @staticmethod
+    def _holder_of(entry: Any) -> str | None:
+        try:
+            return json.loads(entry.value or b"{}").get("holder")
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    @property
+    def renew_deadline(self) -> float:
+        """Monotonic time until which a failing renewal is retried while still leading: the
+        last renewal sent plus the TTL (no standby takes over before), less one renewal
+        interval of margin."""
+        return self._sent_at + self.ttl_s - self.renew_s
 
     async def acquire(self) -> int:
         """Wait until this holder leads; start renewing in the background; return the epoch.
@@ -194,23 +236,46 @@ class Lease:
         """Compare-and-set the entry; False (and `lost` set) when it is no longer ours."""
         if self.epoch is None or self.kv is None:
             return False
+        sent = time.monotonic()
         try:
             self._revision = await self.kv.update(self.key, self._value(), last=self._revision)
-            return True
         except nats.js.errors.KeyWrongLastSequenceError:
-            self._lose("taken over or expired")
-            return False
+            # An earlier renewal that timed out may have been stored after all: then the entry
+            # still names us, and nobody else has written it since.
+            try:
+                entry = await self.kv.get(self.key)
+            except nats.js.errors.KeyNotFoundError:
+                entry = None
+            if entry is None or self._holder_of(entry) != self.holder:
+                self._lose("taken over or expired")
+                return False
+            try:
+                self._revision = await self.kv.update(self.key, self._value(),
+                                                      last=entry.revision or 0)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                self._lose("taken over or expired")
+                return False
+        self._sent_at = sent
+        return True
 
     async def _renew_forever(self) -> None:
+        delay = self.renew_s
         while self.held:
-            await asyncio.sleep(self.renew_s)
+            await asyncio.sleep(delay)
             try:
                 if not await self.renew():
                     return
+                delay = self.renew_s
             except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as err:
-                # Cannot reach the server: we cannot prove we still lead, so stop leading.
-                self._lose(f"renewal failed: {err!r}")
-                return
+                # The server is away for now: retry while no standby can have taken over; past
+                # that we cannot prove we still lead, so stop leading.
+                left = self.renew_deadline - time.monotonic()
+                if left <= 0:
+                    self._lose(f"renewal failed: {err!r}")
+                    return
+                self.log.warning("lease.renew_failed", epoch=self.epoch, error=repr(err)[:200],
+                                 retry_s=round(min(self.poll_s, left), 3))
+                delay = min(self.poll_s, left)
 
     def _lose(self, why: str) -> None:
         if self.epoch is not None:
