@@ -63,7 +63,7 @@ from gpuledger.services.domain.acceptance import subject_refusal
 from gpuledger.services.domain.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from gpuledger.services.runtime.gctune import LiveGc
-from gpuledger.services.runtime.lease import Lease
+from gpuledger.services.runtime.lease import HOLDER_ENV, Lease
 from gpuledger.services.runtime.metrics import DurationHistogram
 from gpuledger.services.runtime.snapshots import (
     Encoding,
@@ -647,10 +647,14 @@ async def _connect_and_run(
     host: Host | None = None
     try:
         if lease_ttl_s is not None:  # the bucket is opened in the background: fold meanwhile
+            # A supervisor's restarted child carries its dead predecessor's holder id, so it
+            # takes the lease back at once instead of waiting out that holder's TTL.
+            given = os.environ.get(HOLDER_ENV, "")
             lease = Lease(
                 None,
                 service.name,
-                holder=f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
+                holder=given if given.startswith(f"{service.name}/")
+                else f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
                 ttl_s=lease_ttl_s,
             )
             tasks.append(asyncio.create_task(lease.hold(bus), name=f"lease-{service.name}"))

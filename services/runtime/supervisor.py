@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+from gpuledger.services.runtime.lease import HOLDER_ENV
 
 STATUS_FILE = "status.json"
 HEARTBEAT_ENV = "GPULEDGER_HEARTBEAT_FILE"
@@ -321,6 +324,10 @@ class Child:
     started: float = 0.0
     restart_at: float | None = None
     backoff: Backoff = field(default_factory=Backoff)
+    holder: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    """The leader-lease holder id every incarnation of this child uses (`HOLDER_ENV`): one
+    starts only after the previous one exited, so a restarted leader takes its lease back at
+    once instead of waiting out its dead predecessor's TTL."""
 
 
 class ProcessSupervisor:
@@ -350,7 +357,8 @@ class ProcessSupervisor:
         logf = self._log(c)
         c.log_offset = logf.stat().st_size if logf is not None and logf.exists() else 0
         c.proc = self.procs.start(c.role, *c.args, name=c.name,
-                                  env={HEARTBEAT_ENV: str(self._heartbeat(c))})
+                                  env={HEARTBEAT_ENV: str(self._heartbeat(c)),
+                                       HOLDER_ENV: f"{c.role}/{c.name}/{c.holder}"})
         c.started, c.restart_at = time.monotonic(), None
         c.st.pid, c.st.state, c.st.started_at_ms = c.proc.pid, "starting", now_ms()
 

@@ -139,6 +139,37 @@ async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, t
         sup.stop()
 
 
+@pytest.mark.integration
+async def test_a_killed_leader_restarted_by_its_supervisor_leads_again_before_its_ttl(nats_server, bus, tmp_path):
+    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
+    sup = ProcessSupervisor(ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb")
+    sup.add("quota")  # leader lease always on, TTL 10 s
+    await sup.start()
+    try:
+        st = board.services["quota"]
+
+        async def leading(within_s: float) -> bool:
+            deadline = time.monotonic() + within_s
+            while time.monotonic() < deadline:
+                sup.poll()
+                if st.state == "running" and st.lease == "leader":
+                    return True
+                await asyncio.sleep(0.1)
+            return False
+
+        assert await leading(15)
+        first = sup.children["quota"].proc
+        first.kill()  # dies holding the lease: no release
+        first.wait(5)
+        killed = time.monotonic()
+        st.lease = None
+        assert await leading(9)  # the 1 s restart delay and start-up, not the 10 s TTL
+        assert st.restarts == 1 and sup.children["quota"].proc.pid != first.pid
+        assert time.monotonic() - killed < 9
+    finally:
+        sup.stop()
+
+
 def test_behind_since_is_when_the_stream_first_held_an_event_the_service_has_not_folded():
     board = StatusBoard(None, "nats://x", "in-process")
     st = board.add("projector", "projector")
