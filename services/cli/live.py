@@ -61,7 +61,7 @@ async def publish_config(access, doc: dict[str, Any], track=None, replicas: int 
     try:
         n = 0
         for e in config_events(doc, producer="cli", at_ms=time.time_ns() // 1_000_000):
-            await bus.publish(e)
+            await bus.publish_retrying(e)  # a new replicated stream may not answer yet
             n += 1
         return n
     finally:

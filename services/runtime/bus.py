@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -456,6 +457,29 @@ class Bus:
             events.subject_for(event), events.encode(event), headers=headers
         )
         return ack.seq
+
+    async def publish_retrying(self, event: events.Event, *, within_s: float = 30.0) -> int:
+        """`publish`, retried with back-off while the stream does not answer (no responders:
+        its leader is being elected, a freshly created replicated stream is not yet
+        reachable from this server, or a NATS node is away; or a time-out), for up to
+        `within_s`; then the last error. Only an event with an id is retried (JetStream
+        deduplicates the retry by it); one without is published once."""
+        deadline = time.monotonic() + within_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.publish(event)
+            except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError,
+                    TimeoutError) as err:
+                delay = min(backoff_delay(connect_backoff(), attempt),
+                            deadline - time.monotonic())
+                if not event.event_id or delay <= 0:
+                    raise
+                structlog.get_logger("gpuledger.bus").warning(
+                    "bus.publish_retry", event_type=type(event).__name__, error=repr(err)[:200],
+                    attempt=attempt, retry_in_s=round(delay, 2))
+                await asyncio.sleep(delay)
 
     async def publish_many(self, batch: list[events.Event]) -> list[int | BaseException]:
         """Publish a decision's events back to back (written in order on one connection, so

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.js.errors
 import pytest
 from nats.js import api
 
@@ -153,3 +154,39 @@ async def test_a_follower_reads_a_backlog_larger_than_its_queue_in_order_once(bu
         assert late is not None and late.seq == 601
     finally:
         await follower.close()
+
+
+class StreamAwayFor:
+    """The bus's JetStream context, answering "no response from stream" to the first `n`
+    publishes (a new replicated stream not yet reachable, its leader being elected)."""
+
+    def __init__(self, js, n: int) -> None:
+        self.js, self.n, self.calls = js, n, 0
+
+    def __getattr__(self, name):
+        return getattr(self.js, name)
+
+    async def publish(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls <= self.n:
+            raise nats.js.errors.NoStreamResponseError
+        return await self.js.publish(*args, **kwargs)
+
+
+async def test_publish_retrying_rides_out_a_stream_that_does_not_answer_yet(bus: Bus) -> None:
+    bus.js = away = StreamAwayFor(bus.js, 2)
+    assert await bus.publish_retrying(submitted("j1", "sub-j1"), within_s=10) == 1
+    assert away.calls == 3 and await bus.last_seq() == 1
+
+
+async def test_publish_retrying_gives_up_with_the_error_after_its_bound(bus: Bus) -> None:
+    bus.js = away = StreamAwayFor(bus.js, 10**6)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(nats.js.errors.NoStreamResponseError):
+        await bus.publish_retrying(submitted("j1", "sub-j1"), within_s=1.0)
+    assert asyncio.get_running_loop().time() - started < 2.5 and away.calls >= 2
+    # an event without an id is not retried: a retry could store it twice
+    away.calls = 0
+    with pytest.raises(nats.js.errors.NoStreamResponseError):
+        await bus.publish_retrying(submitted("j2"), within_s=10)
+    assert away.calls == 1
