@@ -60,6 +60,36 @@ def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
     return wait(state)
 
 
+class ServerRotation:
+    """nats-py's `reconnect_to_server_handler`: which server each reconnect attempt tries, and
+    after what wait.
+
+    After losing its server a client tries every other server of its pool once, at once (a
+    cluster's live nodes, in the order nats-py shuffled the pool into, so clients spread over
+    them), and the lost one last; only between full passes over the pool does it wait
+    (`connect_backoff`, by pass number). Left to nats-py, a handler that names no server gets
+    the pool's first one on every attempt: the dead server whenever the shuffle put it first,
+    retried alone until it came back. A single server is retried with the backoff from the
+    first attempt."""
+
+    def __init__(self, wait: tenacity.wait.wait_base | None = None) -> None:
+        self.wait = wait or connect_backoff()
+        self.tries: dict[str, int] = {}
+        """Attempts per server (netloc) since the last connection; the lost server counts one."""
+
+    def connected(self, netloc: str | None) -> None:
+        """The client is connected to `netloc`: the next outage starts with it as the lost one."""
+        self.tries = {netloc: 1} if netloc else {}
+
+    def __call__(self, servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+        if not servers:
+            return None, 0.0
+        chosen = min(servers, key=lambda s: self.tries.get(s.uri.netloc, 0))  # first of the least tried
+        passes = self.tries.get(chosen.uri.netloc, 0)
+        self.tries[chosen.uri.netloc] = passes + 1
+        return chosen, 0.0 if passes == 0 else backoff_delay(self.wait, passes)
+
+
 class AlreadyExists(Exception):
     """`create_once` found a message already under the creation filter (the entity exists);
     `existing` is that stored message (its seq, subject, payload and headers) when it could be
@@ -318,15 +348,15 @@ class Bus:
                 return  # not connected yet, or our own close(): nothing to report
             log.warning("bus.disconnected")
 
-        async def reconnected_cb() -> None:
-            if not quiet and holder:
-                log.info("bus.reconnected", server=holder[0].connected_url.netloc
-                         if holder[0].connected_url else None)
+        rotation = ServerRotation(wait)
 
-        def reconnect_to_server(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
-            """nats-py's hook for each reconnect attempt: any server, after a jittered wait."""
-            attempt = 1 + min((s.reconnects for s in servers), default=0)
-            return None, backoff_delay(wait, attempt)
+        async def reconnected_cb() -> None:
+            if not holder:
+                return
+            server = holder[0].connected_url.netloc if holder[0].connected_url else None
+            rotation.connected(server)
+            if not quiet:
+                log.info("bus.reconnected", server=server)
 
         options: dict[str, Any] = {
             "name": name,
@@ -334,11 +364,11 @@ class Bus:
             "error_cb": error_cb,
             "disconnected_cb": disconnected_cb,
             "reconnected_cb": reconnected_cb,
-            "reconnect_to_server_handler": reconnect_to_server,
+            "reconnect_to_server_handler": rotation,
         }
         options.update(nats_options)
         max_reconnects = options.pop("max_reconnect_attempts", -1)
-        options.pop("reconnect_time_wait", None)  # paced by `reconnect_to_server` instead
+        options.pop("reconnect_time_wait", None)  # paced by `rotation` instead
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             if not quiet:
@@ -367,8 +397,9 @@ class Bus:
                     if last_error and isinstance(last_error[0], Exception):
                         raise last_error[0] from None  # the real cause, not "no servers"
                     raise
-        # Connected: from now on nats-py reconnects by itself (`reconnect_to_server` paces it).
+        # Connected: from now on nats-py reconnects by itself (`rotation` picks and paces).
         nc.options["max_reconnect_attempts"] = max_reconnects
+        rotation.connected(nc.connected_url.netloc if nc.connected_url else None)
         holder.append(nc)
         connected.set()
         if not quiet:

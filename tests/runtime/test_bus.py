@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlparse
 
 import nats.js.errors
 import pytest
+from nats.aio.client import Server
 from nats.js import api
 
 from gpuledger import events
-from gpuledger.services.runtime.bus import AlreadyExists, Bus
+from gpuledger.services.runtime.bus import AlreadyExists, Bus, ServerRotation
 
 
 def submitted(job_id: str, event_id: str = "") -> events.JobSubmitted:
@@ -190,3 +192,37 @@ async def test_publish_retrying_gives_up_with_the_error_after_its_bound(bus: Bus
     with pytest.raises(nats.js.errors.NoStreamResponseError):
         await bus.publish_retrying(submitted("j2"), within_s=10)
     assert away.calls == 1
+
+
+def _pool(*netlocs: str) -> list[Server]:
+    return [Server(uri=urlparse(f"nats://{n}"), reconnects=0) for n in netlocs]
+
+
+def test_a_client_that_lost_its_server_tries_every_other_one_at_once_and_the_lost_one_last():
+    rotation = ServerRotation()
+    rotation.connected("a:1")
+    pool = _pool("a:1", "b:2", "c:3")  # the order nats-py shuffled the pool into: the lost one first
+    picks = [rotation(pool, {}) for _ in range(6)]
+    assert [s.uri.netloc for s, _ in picks] == ["b:2", "c:3", "a:1", "b:2", "c:3", "a:1"]
+    delays = [d for _, d in picks]
+    assert delays[:2] == [0.0, 0.0]  # the live nodes at once
+    assert all(0.25 <= d <= 0.5 for d in delays[2:3])  # backoff only after a full pass
+    assert all(0.25 <= d <= 1.0 for d in delays[3:])
+
+
+def test_a_reconnected_client_starts_its_next_outage_afresh():
+    rotation = ServerRotation()
+    rotation.connected("a:1")
+    pool = _pool("a:1", "b:2", "c:3")
+    for _ in range(4):
+        rotation(pool, {})
+    rotation.connected("c:3")
+    assert [(s.uri.netloc, d) for s, d in (rotation(pool, {}), rotation(pool, {}))] == [
+        ("a:1", 0.0), ("b:2", 0.0)]
+
+
+def test_a_single_server_is_retried_with_the_backoff_from_the_first_attempt():
+    rotation = ServerRotation()
+    rotation.connected("a:1")
+    delays = [rotation(_pool("a:1"), {})[1] for _ in range(3)]
+    assert 0.25 <= delays[0] <= 0.5 and 0.25 <= delays[1] <= 1.0 and 0.25 <= delays[2] <= 2.0

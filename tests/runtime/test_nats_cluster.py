@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import structlog
 
 from gpuledger import events as ev
 from gpuledger.services.domain.configfile import config_events
@@ -222,3 +223,34 @@ async def test_a_new_identity_is_admitted_by_every_node(cluster) -> None:
         nc = await nats.connect(url, allow_reconnect=False, connect_timeout=5,
                                 **client_options(cluster.creds("node:late")))
         await nc.close()
+
+
+async def test_a_client_whose_server_is_killed_reconnects_to_a_live_node_within_two_seconds(
+        cluster, monkeypatch) -> None:
+    """nats-py shuffles its server pool before reconnecting; whichever server the shuffle puts
+    first, the one that died included (forced here: the pool is ordered victim first), a client
+    of every node must be on a live one within about a second, not retry the dead one alone
+    until it comes back (the chaos soak's 10-15 s stalls after a NATS node's kill -9)."""
+    import nats.aio.client
+
+    victim = 1
+    port = cluster.client_ports[victim]
+    monkeypatch.setattr(nats.aio.client, "shuffle",
+                        lambda pool: pool.sort(key=lambda s: s.uri.port != port))
+    bus = await Bus.connect(cluster.url, name="test-failover", **cluster.client_options())
+    try:
+        assert bus.nc.connected_url.port == port  # the victim, first in the pool
+        with structlog.testing.capture_logs() as logs:
+            killed_at = time.monotonic()
+            cluster.kill(victim)
+            await wait_for(lambda: _true(bus.nc.is_connected and bus.nc.connected_url.port != port),
+                           2.0, "a connection to a live node", interval_s=0.02)
+            took = time.monotonic() - killed_at
+            await bus.nc.flush(timeout=2)  # a round trip through the live node
+        refused = [r for r in logs if r["event"] == "bus.reconnect_failed"]
+        # at most one try of the dead node before a live one (none when a live one comes first)
+        assert len(refused) <= 1, refused
+        assert took < 2.0
+        print(f"reconnected to {bus.nc.connected_url.netloc} {took:.2f}s after the kill")
+    finally:
+        await bus.close()
