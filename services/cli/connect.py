@@ -104,8 +104,11 @@ def run_on_bus(main, timeout_s: float | None = None):
         coro = main(buses.append)
         return asyncio.run(coro if timeout_s is None else asyncio.wait_for(coro, timeout_s))
     except nats.js.errors.NoStreamResponseError:
-        fail("the server has no gpuledger stream yet: start `gpuledger up`, or publish the "
-             "configuration with `gpuledger apply` as the operator (admin)", 1)
+        # Nothing answered for the stream: the server cannot tell a missing stream from one
+        # without a reachable leader (a cluster electing one after a node died), nor can we.
+        fail("no answer from the gpuledger stream: it does not exist yet (start `gpuledger up`, "
+             "or publish the configuration with `gpuledger apply` as the operator (admin)), or "
+             "its leader is being elected or cannot be reached (retry in a few seconds)", 1)
     except (TimeoutError, nats.errors.TimeoutError, nats.errors.Error) as exc:
         denied = next((b.denied[-1] for b in buses if b.denied), None)
         if denied:
