@@ -23,7 +23,8 @@ database here: this module is tested alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from typing import Any
 
@@ -47,6 +48,32 @@ JOB_STATES = (
 )
 
 _json = msgspec.json.Encoder()
+
+
+class JsonColumn:
+    """An append column of JSON documents held as one UTF-8 buffer and the offsets of its
+    values: `append(obj)` encodes `obj` straight onto the buffer (msgspec's `encode_into`),
+    so the fold makes no bytes object per value and the writer no joined copy; `data` and
+    `offsets` are an Arrow `large_string` array's buffers as they stand. Iterating gives
+    each value's bytes (tests, debugging). Appending after the buffer was handed to Arrow
+    raises `BufferError` (a prepared batch is never appended to)."""
+
+    __slots__ = ("data", "offsets")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.offsets = array("q", (0,))
+
+    def append(self, obj: Any) -> None:
+        _json.encode_into(obj, self.data, -1)
+        self.offsets.append(len(self.data))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __iter__(self) -> Iterator[bytes]:
+        data, offsets = self.data, self.offsets
+        return (bytes(data[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1))
 
 
 def _dumps(obj: Any) -> str | None:
@@ -284,6 +311,9 @@ APPEND_COLUMNS: dict[str, tuple[str, ...]] = {
     "refusals": tuple("seq at_ms type job_id subject producer code message".split()),
 }
 
+JSON_COLUMNS: frozenset[tuple[str, str]] = frozenset({("events", "payload")})
+"""(table, column) of the append columns held as a `JsonColumn` (Arrow `large_string`)."""
+
 ALL_TABLES: tuple[str, ...] = tuple(APPEND_COLUMNS) + tuple(ROW_CLASSES)
 
 
@@ -307,7 +337,8 @@ class Batch:
     `APPEND_COLUMNS` order; `add[table](v0, v1, ...)` appends one row): the writer turns each
     column into an Arrow array directly, with no per-row tuples to build, collect and
     transpose. `rows(table)` gives tuples back (for tests and debugging). The `events`
-    payload column holds the JSON as UTF-8 bytes."""
+    payload column is a `JsonColumn`: its value is the event (or a mapping), encoded on
+    append."""
 
     __slots__ = (
         "appends",
@@ -321,8 +352,9 @@ class Batch:
     )
 
     def __init__(self) -> None:
-        self.appends: dict[str, list[list]] = {
-            t: [[] for _ in cols] for t, cols in APPEND_COLUMNS.items()
+        self.appends: dict[str, list[Any]] = {
+            t: [JsonColumn() if (t, c) in JSON_COLUMNS else [] for c in cols]
+            for t, cols in APPEND_COLUMNS.items()
         }
         self.add: dict[str, Callable[..., None]] = {
             t: _APPENDERS[len(cols)](*(c.append for c in cols)) for t, cols in self.appends.items()
@@ -515,7 +547,7 @@ class Projection:
             event.input_seq if decision else None,
             event.config_digest if decision else None,
             event.leader_epoch if decision else None,
-            _json.encode(event),
+            event,  # the payload: encoded onto the batch's JSON column
         )
         refusal = admit(self.ledger, seq, event, subject)
         if refusal is not None:
@@ -573,7 +605,7 @@ class Projection:
             None,
             None,
             None,
-            _json.encode({"error": error, "payload_head": head}),
+            {"error": error, "payload_head": head},
         )
         return True
 

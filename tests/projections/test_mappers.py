@@ -9,6 +9,7 @@ from gpuledger.projections.mappers import (
     APPEND_COLUMNS,
     ROW_CLASSES,
     Batch,
+    JsonColumn,
     Projection,
     SequenceGap,
     columns_of,
@@ -182,6 +183,14 @@ def test_gpus_label():
     assert gpus_label(2, 8, 0, None) == "2x8"
     assert gpus_label(1, 0, 500, None) == "500m"
     assert gpus_label(1, 0, 0, "1g.10gb") == "1g.10gb"
+
+
+def test_a_json_column_encodes_each_value_on_append():
+    col = JsonColumn()
+    col.append({"node": "gpu-é"})
+    col.append(ev.JobCancelled(job_id="j", tenant="t"))
+    assert len(col) == 2
+    assert list(col) == ['{"node":"gpu-é"}'.encode(), ev.encode(ev.JobCancelled(job_id="j", tenant="t"))]
 
 
 def test_batch_columns_and_frozen_snapshot(messages):

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import threading
 
+import pyarrow as pa
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.projections.store import Projector, SequenceGap, catch_up, connect_readonly, rebuild
+from gpuledger.projections.mappers import JsonColumn
+from gpuledger.projections.store import (
+    Projector,
+    SequenceGap,
+    _json_array,
+    catch_up,
+    connect_readonly,
+    rebuild,
+)
 from gpuledger.replay.logio import write_log
 from tests.projections.conftest import dump
 
@@ -198,6 +207,20 @@ def test_undecodable_payload_is_recorded_not_skipped(tmp_path):
     ]
     assert con.execute("SELECT last_seq FROM projector_meta").fetchone() == (3,)
     con.close()
+
+
+def test_the_payload_array_shares_the_json_column_which_then_refuses_to_grow():
+    """The writer's Arrow array of a batch's payloads is the column's own buffer: while it
+    exists, the column cannot change under it (a prepared batch is never appended to)."""
+    col = JsonColumn()
+    col.append({"node": "gpu-é"})
+    col.append([1, 2])
+    arr = _json_array(col)
+    assert arr.type == pa.large_string()
+    assert arr.to_pylist() == ['{"node":"gpu-é"}', "[1,2]"]
+    with pytest.raises(BufferError):
+        col.append({"late": True})
+    assert len(col) == 2 and arr.to_pylist()[1] == "[1,2]"
 
 
 def test_stored_payloads_decode_to_the_folded_events(tmp_path, messages):
