@@ -659,9 +659,13 @@ async def _connect_and_run(
             )
             tasks.append(asyncio.create_task(lease.hold(bus), name=f"lease-{service.name}"))
         store = None
-        if host_options["snapshot_policy"].enabled and hasattr(service, "fold_of"):
+        snapshotting = host_options["snapshot_policy"].enabled and hasattr(service, "fold_of")
+        if snapshotting:
             store = await open_snapshots(bus, service, log)
         host = Host(service, bus, clock=clock, lease=lease, snapshots=store, **host_options)
+        if snapshotting and store is None:  # fold without; save once the bucket answers
+            tasks.append(asyncio.create_task(keep_opening_snapshots(bus, service, host, log),
+                                             name=f"snapshots-{service.name}"))
         if on_host is not None:
             on_host(host)
         await answer_queries(bus, host)
@@ -693,8 +697,37 @@ async def open_snapshots(bus: Bus, service: Service, log: Any) -> SnapshotStore 
     except _BUS_ERRORS as err:
         log.warning("host.snapshots_off", reason=f"cannot open the snapshot bucket: {_text(err)}")
         return None
+    return _snapshot_store(bus, service, kv)
+
+
+def _snapshot_store(bus: Bus, service: Service, kv: Any) -> SnapshotStore:
     chunk = (bus.nc.max_payload or 1 << 20) - 4096
     return SnapshotStore(kv, snapshot_key(service.name, service.instance), chunk)
+
+
+SNAPSHOT_REOPEN_S = (1.0, 30.0)
+"""First and longest wait between `keep_opening_snapshots`' attempts (doubling)."""
+
+
+async def keep_opening_snapshots(bus: Bus, service: Service, host: Host, log: Any) -> None:
+    """Open the snapshot bucket in the background after it could not be opened at start (the
+    server away: a NATS node killed, the bucket's leader being elected; or the bucket not
+    created yet), with a doubling wait up to `SNAPSHOT_REOPEN_S[1]`, and give it to the host:
+    from then on it saves its fold as usual. Without this a service started during an outage
+    never saved one, and every later restart of it refolded the whole log. The fold it
+    started with is not restored (it is already being built from the log). One log line,
+    `host.snapshots_on`, when it works."""
+    wait, longest = SNAPSHOT_REOPEN_S
+    while True:
+        await asyncio.sleep(wait)
+        try:
+            kv = await snapshot_bucket(bus)
+        except _BUS_ERRORS:  # BucketNotFoundError included
+            wait = min(2 * wait, longest)
+            continue
+        host.snapshots = _snapshot_store(bus, service, kv)
+        log.info("host.snapshots_on", key=host.snapshots.key)
+        return
 
 
 async def answer_queries(bus: Bus, host: Host) -> None:

@@ -18,6 +18,7 @@ from gpuledger.replay.checking import digest
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.runtime import host as host_module
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, open_snapshots
 from gpuledger.services.runtime.snapshots import SnapshotPolicy, SnapshotStore, snapshot_bucket
@@ -153,6 +154,39 @@ async def test_a_service_writes_and_reads_only_its_own_snapshot(
         with contextlib.suppress(Exception):
             await bus.close()
     assert (await kv_admin.get(other)).value == b"{}"
+
+
+async def test_a_service_that_could_not_open_its_snapshot_bucket_saves_once_it_answers(
+        nats_server, demo_log, monkeypatch) -> None:
+    """Started while the bucket does not answer (here: not created yet), a service folds the
+    whole log and says so once; it keeps trying in the background, and once the bucket is
+    there it saves its fold, so its next restart does not refold everything."""
+    monkeypatch.setattr(host_module, "SNAPSHOT_REOPEN_S", (0.05, 0.2))
+    admin = await Bus.connect(nats_server.url, **nats_server.client_options())
+    await admin.ensure_stream()
+    half = len(demo_log) // 2
+    await publish(admin, demo_log[:half])
+    hosts: list[Host] = []
+    stop = asyncio.Event()
+    with capture_logs() as logs:
+        task = asyncio.create_task(host_module.run_service(
+            Scheduler(), nats_server.url, stop=stop, clock=lambda: NOW_MS, on_host=hosts.append,
+            nats_options=nats_server.client_options("scheduler"), snapshot_policy=OFTEN))
+        try:
+            await eventually(lambda: bool(hosts))
+            await settle(hosts[0], timeout=10)
+            assert hosts[0].snapshots is None and hosts[0].stats.snapshots_saved == 0
+            await snapshot_bucket(admin, create=True)
+            await eventually(lambda: hosts[0].snapshots is not None)
+            await publish(admin, demo_log[half:])
+            await eventually(lambda: hosts[0].stats.snapshots_saved >= 1, timeout=10)
+        finally:
+            stop.set()
+            await task
+            await admin.close()
+    said = [e["event"] for e in logs if e["event"].startswith("host.snapshots_")]
+    assert said == ["host.snapshots_off", "host.snapshots_on"]
+    assert hosts[0].stats.last_snapshot_seq > half
 
 
 def test_the_restart_bench_times_a_full_refold_only_when_asked() -> None:
