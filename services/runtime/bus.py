@@ -60,6 +60,16 @@ def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
     return wait(state)
 
 
+PING_INTERVAL_S = 5
+MAX_OUTSTANDING_PINGS = 3
+"""A client pings its server every `PING_INTERVAL_S` and drops a server that has not answered
+more than `MAX_OUTSTANDING_PINGS` of them, reconnecting elsewhere (`ServerRotation`): a
+paused, hung or partitioned NATS node holds its clients for 15-20 s, not the several minutes
+of nats-py's defaults (every 120 s, 2 unanswered). A client whose own loop is blocked sends no
+pings meanwhile, so a slow client is not mistaken for a dead server. `nats_options` can set
+`ping_interval` / `max_outstanding_pings` otherwise."""
+
+
 class ServerRotation:
     """nats-py's `reconnect_to_server_handler`: which server each reconnect attempt tries, and
     after what wait.
@@ -361,6 +371,8 @@ class Bus:
         options: dict[str, Any] = {
             "name": name,
             "connect_timeout": 5,
+            "ping_interval": PING_INTERVAL_S,
+            "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
             "error_cb": error_cb,
             "disconnected_cb": disconnected_cb,
             "reconnected_cb": reconnected_cb,

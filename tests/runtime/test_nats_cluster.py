@@ -24,7 +24,7 @@ from gpuledger.services.domain.jobfile import job_spec
 from gpuledger.services.domain.stamp import submission
 from gpuledger.services.roles import build
 from gpuledger.services.runtime.auth import client_options
-from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.bus import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, Bus
 from gpuledger.services.runtime.host import run_service
 from gpuledger.services.runtime.nats_cluster import EmbeddedNatsCluster
 from tests.natsauth import as_admin
@@ -252,5 +252,44 @@ async def test_a_client_whose_server_is_killed_reconnects_to_a_live_node_within_
         assert len(refused) <= 1, refused
         assert took < 2.0
         print(f"reconnected to {bus.nc.connected_url.netloc} {took:.2f}s after the kill")
+    finally:
+        await bus.close()
+
+
+async def test_a_client_whose_server_is_paused_moves_to_a_live_node(cluster, monkeypatch) -> None:
+    """A SIGSTOPped (hung, partitioned) node keeps its TCP connections open: only unanswered
+    pings show it. The client drops it after `max_outstanding_pings` of them and reconnects to
+    a live node (pings every 0.3 s here; every `PING_INTERVAL_S` by default)."""
+    import os
+    import signal
+
+    import nats.aio.client
+
+    victim = 2
+    port = cluster.client_ports[victim]
+    monkeypatch.setattr(nats.aio.client, "shuffle",
+                        lambda pool: pool.sort(key=lambda s: s.uri.port != port))
+    bus = await Bus.connect(cluster.url, name="test-paused", ping_interval=0.3,
+                            max_outstanding_pings=2, **cluster.client_options())
+    pid = cluster.nodes[victim]._proc.pid  # noqa: SLF001 - the server's own child
+    try:
+        assert bus.nc.connected_url.port == port
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await wait_for(lambda: _true(bus.nc.is_connected and bus.nc.connected_url.port != port),
+                           5.0, "a connection to a live node", interval_s=0.05)
+            await bus.nc.flush(timeout=2)  # a round trip through the live node
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        await bus.close()
+
+
+async def test_clients_ping_their_server_often_enough_to_leave_a_hung_one_within_20_s(
+        cluster) -> None:
+    bus = await Bus.connect(cluster.url, name="test-defaults", **cluster.client_options())
+    try:
+        assert bus.nc.options["ping_interval"] == PING_INTERVAL_S == 5
+        assert bus.nc.options["max_outstanding_pings"] == MAX_OUTSTANDING_PINGS == 3
     finally:
         await bus.close()
