@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -502,27 +501,32 @@ class Bus:
         return ack.seq
 
     async def publish_retrying(self, event: events.Event, *, within_s: float = 30.0) -> int:
-        """`publish`, retried with back-off while the stream does not answer (no responders:
-        its leader is being elected, a freshly created replicated stream is not yet
-        reachable from this server, or a NATS node is away; or a time-out), for up to
-        `within_s`; then the last error. Only an event with an id is retried (JetStream
-        deduplicates the retry by it); one without is published once."""
-        deadline = time.monotonic() + within_s
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self.publish(event)
-            except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError,
-                    TimeoutError) as err:
-                delay = min(backoff_delay(connect_backoff(), attempt),
-                            deadline - time.monotonic())
-                if not event.event_id or delay <= 0:
-                    raise
-                structlog.get_logger("gpuledger.bus").warning(
-                    "bus.publish_retry", event_type=type(event).__name__, error=repr(err)[:200],
-                    attempt=attempt, retry_in_s=round(delay, 2))
-                await asyncio.sleep(delay)
+        """`publish`, retried with the connection back-off (`connect_backoff`) while the stream
+        does not answer (no responders: its leader is being elected, a freshly created
+        replicated stream is not yet reachable from this server, or a NATS node is away; or a
+        time-out), for up to `within_s`; then the last error. Only an event with an id is
+        retried (JetStream deduplicates the retry by it); one without is published once."""
+        if not event.event_id:
+            return await self.publish(event)
+        log = structlog.get_logger("gpuledger.bus")
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            log.warning("bus.publish_retry", event_type=type(event).__name__,
+                        error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]
+                        attempt=state.attempt_number, retry_in_s=round(state.upcoming_sleep, 2))
+
+        retrying = tenacity.AsyncRetrying(
+            wait=connect_backoff(),
+            stop=tenacity.stop_before_delay(within_s),
+            retry=tenacity.retry_if_exception_type(
+                (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError, TimeoutError)),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                seq = await self.publish(event)
+        return seq
 
     async def publish_many(self, batch: list[events.Event]) -> list[int | BaseException]:
         """Publish a decision's events back to back (written in order on one connection, so
