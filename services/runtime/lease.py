@@ -175,11 +175,9 @@ class Lease:
             return None
         revision = entry.revision or 0
         if self._holder_of(entry) == self.holder:  # ours: lost on an error, or a predecessor's
-            try:
-                taken = await self.kv.update(self.key, self._value(), last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                return None
-            self.log.warning("lease.reclaimed", epoch=taken, previous_revision=revision)
+            taken = await self._reclaim(entry)
+            if taken is not None:
+                self.log.warning("lease.reclaimed", epoch=taken, previous_revision=revision)
             return taken
         now = time.monotonic()
         if self._seen is None or self._seen[0] != revision:
@@ -198,6 +196,17 @@ class Lease:
         self.log.warning("lease.taken_over", epoch=taken, previous_revision=revision,
                          unrenewed_s=round(now - self._seen[1], 3))
         return taken
+
+    async def _reclaim(self, entry: Any) -> int | None:
+        """Write our value over `entry` (one that names this holder) by compare-and-set on its
+        revision: the new revision, or None when someone wrote the key since."""
+        assert self.kv is not None
+        if entry is None or self._holder_of(entry) != self.holder:
+            return None
+        try:
+            return await self.kv.update(self.key, self._value(), last=entry.revision or 0)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None
 
     @staticmethod
     def _holder_of(entry: Any) -> str | None:
@@ -246,15 +255,11 @@ class Lease:
                 entry = await self.kv.get(self.key)
             except nats.js.errors.KeyNotFoundError:
                 entry = None
-            if entry is None or self._holder_of(entry) != self.holder:
+            revision = await self._reclaim(entry)
+            if revision is None:
                 self._lose("taken over or expired")
                 return False
-            try:
-                self._revision = await self.kv.update(self.key, self._value(),
-                                                      last=entry.revision or 0)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                self._lose("taken over or expired")
-                return False
+            self._revision = revision
         self._sent_at = sent
         return True
 
