@@ -20,7 +20,7 @@ from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.configfile import config_events, node_infos
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
-from gpuledger.services.runtime.gctune import FREEZE_ABOVE, collector_paused
+from gpuledger.services.runtime.gctune import collector_paused
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
 
 
 def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
-    with collector_paused(freeze_above=FREEZE_ABOVE):  # a fold of the whole log, like the replay itself
+    with collector_paused():  # a fold of the whole log (dropped on return), like the replay's
         return _external_inputs(list(entries))
 
 
