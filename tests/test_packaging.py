@@ -31,6 +31,12 @@ def test_every_module_of_the_repository_is_in_the_wheel_under_gpuledger(wheel_fi
                 for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     assert expected - set(wheel_files) == set()
     assert "gpuledger/projections/schema.sql" in wheel_files
+    # the data files the code reads beside itself: `gpuledger demo`'s and `gpuledger chaos`'s
+    # scenarios among them
+    data = {f"gpuledger/{p.relative_to(ROOT).as_posix()}"
+            for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.yaml")}
+    assert "gpuledger/replay/scenarios/demo.yaml" in data
+    assert data - set(wheel_files) == set()
     assert "gpuledger/projections/audit.sql" in wheel_files
     # the dashboard serves its own assets (offline: nothing from a CDN)
     assert {"gpuledger/projections/ui/static/ui.css", "gpuledger/projections/ui/static/ui.js"} <= set(wheel_files)
