@@ -69,18 +69,20 @@ def spec_differences(old: JobSpec, new: JobSpec, limit: int = 5) -> list[str]:
     """Human lines `path: stored X, new Y` for the fields where two job specs differ (in
     field order, at most `limit`)."""
     out: list[str] = []
-
-    def walk(a: Any, b: Any, path: str) -> None:
-        if len(out) >= limit or a == b:
-            return
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in [*a, *(k for k in b if k not in a)]:
-                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
-            return
-        out.append(f"{path}: stored {a!r}, new {b!r}")
-
-    walk(ev.to_builtins(old), ev.to_builtins(new), "")
+    _differences(ev.to_builtins(old), ev.to_builtins(new), "", out, limit)
     return out
+
+
+def _differences(a: Any, b: Any, path: str, out: list[str], limit: int) -> None:
+    """`spec_differences` below `path` (a module function, not a recursive closure: that
+    would be a reference cycle, and folds run with the cyclic collector paused)."""
+    if len(out) >= limit or a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in [*a, *(k for k in b if k not in a)]:
+            _differences(a.get(k), b.get(k), f"{path}.{k}" if path else str(k), out, limit)
+        return
+    out.append(f"{path}: stored {a!r}, new {b!r}")
 
 
 @dataclass

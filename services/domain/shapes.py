@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpuledger.events.specs import JobSpec
@@ -109,6 +110,13 @@ def _form_problem(spec: JobSpec) -> Problem | None:
     return ("InvalidSpec", message, {})
 
 
+def _usable(kind: tuple[str, int], models: set[str], min_memory_mib: int) -> bool:
+    """Whether GPUs of `kind` (model, memory) are of an allowed model with the memory. A module
+    function: a closure that comprehensions also call would, compiled (setup.py), be a
+    reference cycle through the scope they share."""
+    return (not models or kind[0] in models) and kind[1] >= min_memory_mib
+
+
 def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) -> Problem | None:
     r = spec.resources
     models = set(r.gpu_models)
@@ -123,9 +131,7 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
             {},
         )
 
-    def usable(kind: tuple[str, int]) -> bool:
-        return (not models or kind[0] in models) and kind[1] >= r.min_gpu_memory_mib
-
+    usable = partial(_usable, models=models, min_memory_mib=r.min_gpu_memory_mib)
     if r.gpus:
         largest = max((size for kind, size in fleet.largest_clique.items() if usable(kind)), default=0)
         if r.gpus > largest:

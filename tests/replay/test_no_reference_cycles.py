@@ -18,6 +18,8 @@ from collections import Counter
 
 import pytest
 
+from gpuledger import events as ev
+from gpuledger.services.domain.ledger import spec_differences
 from gpuledger.services.runtime.gctune import collector_paused
 from tests.replay.test_decisions_unchanged import openb_digest, scenario_digest
 
@@ -91,3 +93,12 @@ def test_a_run_freezes_what_it_leaves_alive_only_when_that_is_large() -> None:
 
     assert run(100)[1] == 0
     assert run(5_000)[1] >= 5_000
+
+
+def test_telling_two_specs_of_one_job_id_apart_leaves_no_cycles() -> None:
+    # the fold explains a reused job id with other content (a recursive walk of both specs)
+    old = ev.JobSpec(job_id="j", tenant="org/a", resources=ev.Resources(gpus=1, cpu_milli=1000))
+    new = ev.JobSpec(job_id="j", tenant="org/a", resources=ev.Resources(gpus=2, cpu_milli=1000))
+    lines: list[str] = []
+    assert _cycles_left_by(lambda: lines.extend(spec_differences(old, new))) == Counter()
+    assert lines[-1] == "resources.gpus: stored 1, new 2"
