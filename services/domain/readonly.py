@@ -9,9 +9,9 @@ its node records, the time index, the configuration).
 How: views are made lazily, on access, so a decide pays for what it reads. A value that cannot
 change (None, numbers, strings, enums, tuples, frozensets, frozen msgspec structs without a
 mutable field) is returned as it is; a dict, list or set comes back as a view of it; any
-other object comes back as an object view whose methods run with the view as `self` (so the
-code of `Ledger.nominated_nodes`, `Fleet.place`, `NodeState.copy`... reads through views
-too) and whose properties are computed on the view. `isinstance` sees the wrapped class.
+other object comes back as an object view whose methods (plain or compiled functions) run
+with the view as `self` (so the code of `Ledger.nominated_nodes`, `Fleet.place`,
+`NodeState.copy`... reads through views too) and whose properties are computed on the view. `isinstance` sees the wrapped class.
 
 Transparent memos are the one exception, and explicit: a class lists in
 `__transparent_memos__` the attributes that only memoise pure functions of its state (see
@@ -50,11 +50,20 @@ _NOTHING = object()
 _get = object.__getattribute__
 
 
+COMPILED_FUNCTION = "cython_function_or_method"
+"""The type name of a function of a module the compiled build (setup.py) compiled: a method
+like a plain function (it binds `self`), which `types.FunctionType` does not cover."""
+
+
+def _is_function(tp: type) -> bool:
+    return issubclass(tp, types.FunctionType) or tp.__name__ == COMPILED_FUNCTION
+
+
 def _classify(tp: type) -> int:
-    if issubclass(tp, _View):
+    if issubclass(tp, _View) or _is_function(tp):
         return _RAW
     if issubclass(tp, (str, bytes, int, float, complex, tuple, frozenset, range, enum.Enum, type,
-                       types.FunctionType, types.BuiltinFunctionType, types.MethodType)) or tp is type(None):
+                       types.BuiltinFunctionType, types.MethodType)) or tp is type(None):
         return _RAW
     if issubclass(tp, dict):
         return _DICT
@@ -153,7 +162,7 @@ def _plan(cls: type, name: str) -> tuple[int, Any]:
     for base in cls.__mro__:
         if name in base.__dict__:
             attr = base.__dict__[name]
-            if isinstance(attr, types.FunctionType):
+            if _is_function(type(attr)):
                 return _METHOD, attr
             if isinstance(attr, property):
                 return _PROPERTY, attr.fget
