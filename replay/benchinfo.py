@@ -1,11 +1,16 @@
-"""What every `gpuledger bench` JSON carries besides its figures: the machine and the moment."""
+"""What every `gpuledger bench` JSON carries besides its figures: the machine, the moment and
+the build (pure Python, or how many modules the compiled build turned into extension modules:
+setup.py, ``GPULEDGER_COMPILE=1``)."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.machinery
+import importlib.util
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -28,7 +33,22 @@ def machine() -> dict[str, Any]:
         "machine": platform.machine(),
         "load_avg_1_5_15": load,
         "utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "compiled_modules": len(compiled_modules()),
     }
+
+
+def compiled_modules() -> list[str]:
+    """The installed gpuledger modules that are extension modules (the compiled build), by
+    name; empty for the pure-Python build (an editable install always is)."""
+    found = set()
+    for top in ("events", "services", "replay", "projections"):
+        spec = importlib.util.find_spec(f"gpuledger.{top}")
+        for folder in map(Path, spec.submodule_search_locations or ()) if spec else ():
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                for path in folder.rglob(f"*{suffix}"):  # a module name has no dot
+                    parts = (*path.relative_to(folder).parent.parts, path.name.split(".")[0])
+                    found.add(".".join(("gpuledger", top, *parts)))
+    return sorted(found)
 
 
 def median(values: list[float]) -> float:

@@ -7,7 +7,8 @@ Each run is a fresh process that imports the trace, then times `external_inputs`
 in that checkout's code, alternating A B A B, and the ratio is taken pair by pair: a figure
 and its baseline from the same minutes of a shared, noisy machine. Rates are given per wall
 second (the goal's unit) and per CPU second of the process (less sensitive to other work on
-the machine). The measurement only uses
+the machine). Each side says how many of the modules it ran were compiled (`compiled_modules`,
+0 for the pure-Python build; setup.py). The measurement only uses
 `import_openb`, `external_inputs`, `replay` and `write_log`, which any checkout since the
 importer has.
 """
@@ -25,6 +26,7 @@ from gpuledger.replay.benchinfo import machine, median
 
 MEASURE = r"""
 import hashlib, json, sys, tempfile, time
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from gpuledger.replay.importers import import_openb
 from gpuledger.replay.logio import write_log
@@ -38,10 +40,18 @@ with tempfile.TemporaryDirectory() as d:
     out = Path(d) / "replay.jsonl"
     write_log(out, sim.log)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
-print(json.dumps({"inputs": len(entries), "events": len(sim.log), "seconds": elapsed,
+compiled = [n for n, m in sys.modules.items() if n.startswith("gpuledger.")
+            and str(getattr(m, "__file__", "")).endswith(tuple(EXTENSION_SUFFIXES))]
+print(json.dumps({"compiled_modules": len(compiled), "inputs": len(entries),
+                  "events": len(sim.log), "seconds": elapsed,
                   "events_per_s": len(sim.log) / max(elapsed, 1e-9), "cpu_seconds": cpu,
                   "events_per_cpu_s": len(sim.log) / max(cpu, 1e-9), "sha256": digest}))
 """
+
+
+def build(m: dict[str, Any]) -> str:
+    n = m.get("compiled_modules", 0)
+    return f"compiled build, {n} modules" if n else "pure Python"
 
 
 def measure(python: str, pods: Path, nodes: Path) -> dict[str, Any]:
@@ -78,11 +88,11 @@ def run(pods: Path, nodes: Path, runs: int = 3, baseline: str | None = None,
     for i in range(runs):
         mine.append(measure(sys.executable, pods, nodes))
         say(f"run {i + 1}/{runs}: {mine[-1]['events_per_s']:,.0f} events/s "
-            f"({mine[-1]['events_per_cpu_s']:,.0f} per CPU second)")
+            f"({mine[-1]['events_per_cpu_s']:,.0f} per CPU second; {build(mine[-1])})")
         if baseline is not None:
             base.append(measure(baseline, pods, nodes))
             say(f"  baseline: {base[-1]['events_per_s']:,.0f} events/s "
-                f"({base[-1]['events_per_cpu_s']:,.0f} per CPU second)")
+                f"({base[-1]['events_per_cpu_s']:,.0f} per CPU second; {build(base[-1])})")
     rates = [m["events_per_s"] for m in mine]
     cpu_rates = [m["events_per_cpu_s"] for m in mine]
     result: dict[str, Any] = {
@@ -92,6 +102,7 @@ def run(pods: Path, nodes: Path, runs: int = 3, baseline: str | None = None,
         "runs": runs,
         "inputs": mine[0]["inputs"],
         "events": mine[0]["events"],
+        "compiled_modules": mine[0]["compiled_modules"],
         "events_per_s": {"median": median(rates), "min": min(rates), "max": max(rates)},
         "events_per_cpu_s": {"median": median(cpu_rates), "min": min(cpu_rates), "max": max(cpu_rates)},
         "seconds_median": median([m["seconds"] for m in mine]),
@@ -105,6 +116,7 @@ def run(pods: Path, nodes: Path, runs: int = 3, baseline: str | None = None,
         bcpu = [b["events_per_cpu_s"] for b in base]
         result["baseline"] = {
             "python": baseline,
+            "compiled_modules": base[0]["compiled_modules"],
             "events_per_s": {"median": median(brates), "min": min(brates), "max": max(brates)},
             "events_per_cpu_s": {"median": median(bcpu), "min": min(bcpu), "max": max(bcpu)},
             "sha256": base[0]["sha256"],
