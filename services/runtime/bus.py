@@ -235,8 +235,12 @@ class Follower:
             return self._queue.get_nowait()
         except asyncio.QueueEmpty:
             pass
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the message when it
+        # arrives in the same loop turn as a cancellation, losing the cancellation (a task
+        # stopped by cancelling it reads on); cancelled here, the message stays queued
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self._queue.get()
         except TimeoutError:
             return None
 

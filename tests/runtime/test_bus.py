@@ -11,7 +11,7 @@ from nats.aio.client import Server
 from nats.js import api
 
 from gpuledger import events
-from gpuledger.services.runtime.bus import AlreadyExists, Bus, ServerRotation
+from gpuledger.services.runtime.bus import AlreadyExists, Bus, Follower, ServerRotation
 
 
 def submitted(job_id: str, event_id: str = "") -> events.JobSubmitted:
@@ -226,3 +226,26 @@ def test_a_single_server_is_retried_with_the_backoff_from_the_first_attempt():
     rotation.connected("a:1")
     delays = [rotation(_pool("a:1"), {})[1] for _ in range(3)]
     assert 0.25 <= delays[0] <= 0.5 and 0.25 <= delays[1] <= 1.0 and 0.25 <= delays[2] <= 2.0
+
+
+async def test_a_follower_cancelled_as_its_message_arrives_stops_and_keeps_the_message() -> None:
+    # Given a follower waiting for its next message (a host stops its reader by cancelling it)
+    # When the message arrives within the loop turns before the cancellation is delivered
+    # Then the wait ends cancelled (a stop is never lost) and the message stays queued
+    cancelled_waits = 0
+    for turns in range(4):
+        follower = Follower(None, 0)  # type: ignore[arg-type]  # waiting reads only its queue
+        waiting = asyncio.create_task(follower._take(5.0))
+        await asyncio.sleep(0)
+        follower._queue.put_nowait("message")  # type: ignore[arg-type]
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        if waiting.done():  # it took the message before the cancellation: nothing to lose
+            assert waiting.result() == "message"
+            continue
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert follower._queue.get_nowait() == "message"
+        cancelled_waits += 1
+    assert cancelled_waits >= 1
