@@ -26,7 +26,6 @@ Goals (issue 15, `GOALS`): p99 <= 20 ms at 100 jobs/s and a drain >= 2,000 place
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import tempfile
 import time
@@ -193,11 +192,18 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
             }
         finally:
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            timed_out = False
+            try:
                 await watcher
-            await follower.close()
-            await bus.close()
-            procs.stop(timeout_s=30)
+            except asyncio.CancelledError:  # the watcher's, or this run's own (its time bound)
+                timed_out = asyncio.current_task().cancelling() > 0  # type: ignore[union-attr]
+            try:
+                await follower.close()
+                await bus.close()
+            finally:
+                procs.stop(timeout_s=30)
+            if timed_out:
+                raise asyncio.CancelledError
 
 
 def time_bound_s(duration_s: float, burst: int, profiled: bool) -> float:

@@ -8,8 +8,10 @@ full-size commands (README, "Speed")."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,31 @@ def test_latency_profile_ends(tmp_path):
               "--nodes", "10", "--timeout", "240", "--profile", str(tmp_path / "prof"))
     assert r["placed"] == r["submitted"]
     assert sorted(p.name for p in (tmp_path / "prof").glob("*.prof"))
+
+
+@pytest.mark.integration
+def test_latency_past_its_time_bound_stops_with_exit_4_and_leaves_no_process(tmp_path):
+    # Given a run that cannot end within its bound (60 s of steady load, 6 s allowed)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # its services' files live under tmp_path
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "gpuledger.services.cli", "bench", "latency",
+                           "--rate", "20", "--duration", "60", "--burst", "10", "--nodes", "5",
+                           "--timeout", "6"], capture_output=True, text=True, timeout=120,
+                          check=False, env=env)
+    # Then it stops at the bound with one line, and has stopped its nats-server and services
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == "error: the latency bench timed out (see --timeout)"
+    assert time.monotonic() - started < 60
+    left = [p for p in Path("/proc").glob("[0-9]*")
+            if str(tmp_path) in _cmdline(p)]
+    assert left == []
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile, or not ours to read
+        return ""
 
 
 @pytest.mark.integration
