@@ -11,9 +11,12 @@ source unchanged, with Cython into extension modules that are imported instead o
 extension modules would sit beside the sources and shadow every later edit of them."""
 
 import os
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 TOP = ("events", "services", "replay", "projections")
 
@@ -69,6 +72,22 @@ class BuildCompiled(build_ext):
         super().finalize_options()
 
 
+class BuildPy(build_py):
+    """`build_py` that also deletes the extension modules an earlier build left in the build
+    directory and this one does not make (pip builds in the source tree's `build/`): after a
+    compiled build, a pure one would otherwise put them into its wheel, where they would
+    shadow their sources (so would a module dropped from `COMPILED`)."""
+
+    def run(self) -> None:
+        super().run()
+        made = {ext.name for ext in self.distribution.ext_modules or ()}
+        for path in sorted(Path(self.build_lib).rglob("*")):
+            if path.name.endswith(tuple(EXTENSION_SUFFIXES)):
+                rel = path.relative_to(self.build_lib)
+                if ".".join((*rel.parent.parts, path.name.split(".")[0])) not in made:
+                    path.unlink()
+
+
 compile_flag = os.environ.get(COMPILE_ENV, "")
 if compile_flag not in ("", "0", "1"):
     raise SystemExit(f"{COMPILE_ENV}={compile_flag!r}: expected 1 (compile) or 0 (pure Python)")
@@ -79,5 +98,5 @@ setup(
     package_dir={f"gpuledger.{t}": t for t in TOP},
     ext_modules=[Extension("gpuledger." + path[:-3].replace("/", "."), [path]) for path in COMPILED]
     if compile_requested else [],
-    cmdclass={"build_ext": BuildCompiled},
+    cmdclass={"build_ext": BuildCompiled, "build_py": BuildPy},
 )

@@ -63,3 +63,19 @@ def test_without_the_flag_nothing_is_compiled_and_the_benchmarks_say_so():
     assert _setup("--name", flag="0").stdout.strip() == "gpuledger"
     assert compiled_modules() == []  # the suite runs on the editable, pure-Python install
     assert machine()["compiled_modules"] == 0
+
+
+def test_a_pure_build_drops_the_compiled_modules_an_earlier_build_left(tmp_path):
+    # Given a build directory in which a compiled build left extension modules
+    lib = tmp_path / "lib"
+    stale = lib / "gpuledger" / "services" / "placement" / "fleet.cpython-311-x86_64-linux-gnu.so"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"\x7fELF")
+    kept = lib / "gpuledger" / "services" / "placement" / "notes.txt"
+    kept.write_text("not a module")
+    # When a pure build copies the sources there
+    done = _setup("build_py", "--build-lib", str(lib), flag="0")
+    # Then the wheel-to-be holds fleet.py and no stale fleet extension to shadow it
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (lib / "gpuledger" / "services" / "placement" / "fleet.py").exists()
+    assert not stale.exists() and kept.exists()
