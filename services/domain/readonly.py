@@ -11,7 +11,8 @@ change (None, numbers, strings, enums, tuples, frozensets, frozen msgspec struct
 mutable field) is returned as it is; a dict, list or set comes back as a view of it; any
 other object comes back as an object view whose methods (plain or compiled functions) run
 with the view as `self` (so the code of `Ledger.nominated_nodes`, `Fleet.place`,
-`NodeState.copy`... reads through views too) and whose properties are computed on the view. `isinstance` sees the wrapped class.
+`NodeState.copy`... reads through views too) and whose properties are computed on the view.
+`isinstance` sees the wrapped class.
 
 Transparent memos are the one exception, and explicit: a class lists in
 `__transparent_memos__` the attributes that only memoise pure functions of its state (see
