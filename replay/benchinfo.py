@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.machinery
-import importlib.util
 import os
 import platform
 import sys
@@ -39,15 +38,17 @@ def machine() -> dict[str, Any]:
 
 def compiled_modules() -> list[str]:
     """The installed gpuledger modules that are extension modules (the compiled build), by
-    name; empty for the pure-Python build (an editable install always is)."""
+    name; empty for the pure-Python build (an editable install always is: its namespace path
+    is an import hook, not a folder)."""
+    import gpuledger
+
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     found = set()
-    for top in ("events", "services", "replay", "projections"):
-        spec = importlib.util.find_spec(f"gpuledger.{top}")
-        for folder in map(Path, spec.submodule_search_locations or ()) if spec else ():
-            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-                for path in folder.rglob(f"*{suffix}"):  # a module name has no dot
-                    parts = (*path.relative_to(folder).parent.parts, path.name.split(".")[0])
-                    found.add(".".join(("gpuledger", top, *parts)))
+    for folder in map(Path, gpuledger.__path__):
+        for path in folder.rglob("*"):
+            if path.name.endswith(suffixes):  # a module name has no dot
+                parts = (*path.relative_to(folder).parent.parts, path.name.split(".")[0])
+                found.add(".".join(("gpuledger", *parts)))
     return sorted(found)
 
 
