@@ -56,6 +56,7 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 import structlog
+import tenacity
 
 from gpuledger import events
 from gpuledger.events import DeadLettered, UndecodableEvent, derive_event_id
@@ -717,17 +718,14 @@ async def keep_opening_snapshots(bus: Bus, service: Service, host: Host, log: An
     never saved one, and every later restart of it refolded the whole log. The fold it
     started with is not restored (it is already being built from the log). One log line,
     `host.snapshots_on`, when it works."""
-    wait, longest = SNAPSHOT_REOPEN_S
-    while True:
-        await asyncio.sleep(wait)
-        try:
-            kv = await snapshot_bucket(bus)
-        except _BUS_ERRORS:  # BucketNotFoundError included
-            wait = min(2 * wait, longest)
-            continue
-        host.snapshots = _snapshot_store(bus, service, kv)
-        log.info("host.snapshots_on", key=host.snapshots.key)
-        return
+    first, longest = SNAPSHOT_REOPEN_S
+    await asyncio.sleep(first)
+    retrying = tenacity.AsyncRetrying(  # waits 2 x first, 4 x first, ... up to longest
+        wait=tenacity.wait_exponential(multiplier=2 * first, max=longest),
+        retry=tenacity.retry_if_exception_type(_BUS_ERRORS))  # BucketNotFoundError included
+    kv = await retrying(snapshot_bucket, bus)
+    host.snapshots = _snapshot_store(bus, service, kv)
+    log.info("host.snapshots_on", key=host.snapshots.key)
 
 
 async def answer_queries(bus: Bus, host: Host) -> None:
