@@ -61,13 +61,18 @@ class BuildCompiled(build_ext):
             if self.inplace or self.editable_mode:
                 raise SystemExit(
                     f"{COMPILE_ENV}=1 compiles a regular install only (pip install .): in an "
-                    "editable one the compiled modules would shadow later edits of their sources")
+                    "editable one the compiled modules would shadow later edits of their sources"
+                )
             from Cython.Build import cythonize
 
             cores = os.cpu_count() or 1
             modules[:] = cythonize(
-                modules, build_dir="build/cython", quiet=True, nthreads=cores,
-                compiler_directives={"language_level": 3, "annotation_typing": False})
+                modules,
+                build_dir="build/cython",
+                quiet=True,
+                nthreads=cores,
+                compiler_directives={"language_level": 3, "annotation_typing": False},
+            )
             self.parallel = self.parallel or cores
         super().finalize_options()
 
@@ -97,6 +102,7 @@ setup(
     packages=[f"gpuledger.{p}" for p in find_packages(include=[*TOP, *(f"{t}.*" for t in TOP)])],
     package_dir={f"gpuledger.{t}": t for t in TOP},
     ext_modules=[Extension("gpuledger." + path[:-3].replace("/", "."), [path]) for path in COMPILED]
-    if compile_requested else [],
+    if compile_requested
+    else [],
     cmdclass={"build_ext": BuildCompiled, "build_py": BuildPy},
 )

@@ -511,7 +511,9 @@ class ConsolidationPlanned(Decision, frozen=True, kw_only=True, tag="Consolidati
     """Candidates considered and excluded (with why), the job's pending reason before."""
 
 
-class MigReconfigurationRequested(Decision, frozen=True, kw_only=True, tag="MigReconfigurationRequested.v1"):
+class MigReconfigurationRequested(
+    Decision, frozen=True, kw_only=True, tag="MigReconfigurationRequested.v1"
+):
     """The preemption service asks the agent of `node` to change the MIG layout of one idle
     GPU (no instance in use) so a queued job's profile can be placed (policy
     `mig_regeometry`, rate-limited per node). Published on

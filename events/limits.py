@@ -35,8 +35,13 @@ MAX_INT = (1 << 53) - 1
 # regex. Strings can match too; a match only triggers the exact walk. Float literals beyond the
 # double range are refused by msgspec itself ("Number out of range").
 _SHAPE = bytes(
-    ord("0") if chr(c).isdigit() and c < 128
-    else c if c == ord(".") else ord("[") if c in b"[{" else ord(" ")
+    ord("0")
+    if chr(c).isdigit() and c < 128
+    else c
+    if c == ord(".")
+    else ord("[")
+    if c in b"[{"
+    else ord(" ")
     for c in range(256)
 )
 _LONG_RUN = b"0" * 16
@@ -69,7 +74,9 @@ def check_raw(data: bytes) -> bytes:
     """Size and nesting limits on raw bytes (before any JSON parsing); returns the payload's
     shape (`_SHAPE`, for `may_hold_big_numbers`)."""
     if len(data) > MAX_PAYLOAD_BYTES:
-        raise LimitExceeded(f"payload of {len(data)} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit")
+        raise LimitExceeded(
+            f"payload of {len(data)} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit"
+        )
     shape = data.translate(_SHAPE)
     if shape.count(b"[") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
         raise LimitExceeded(f"JSON nested deeper than {MAX_DEPTH} levels")

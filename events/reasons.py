@@ -22,14 +22,18 @@ class PendingReason(StrEnum):
     GangIncomplete = "GangIncomplete"  # some members fit, fewer than min_members
     TopologyUnsatisfiable = "TopologyUnsatisfiable"  # enough GPUs, not inside one NVLink clique
     MIGPlacementUnavailable = "MIGPlacementUnavailable"  # no GPU with a free slot for the profile
-    IsolationConflict = "IsolationConflict"  # mps GPUs held by other tenants / timeslice not allowed
+    IsolationConflict = (
+        "IsolationConflict"  # mps GPUs held by other tenants / timeslice not allowed
+    )
     Unschedulable = "Unschedulable"  # no node could host a member even when empty
     ExceedsLimit = "ExceedsLimit"  # the tenant (or an ancestor) would exceed its limit
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"  # non-preemptible work beyond a guarantee
     Reserved = "Reserved"  # the capacity that fits it is reserved for a starving gang
     WaitingForPreemptedWorkloads = "WaitingForPreemptedWorkloads"  # victims still checkpointing
     WaitingForConsolidation = "WaitingForConsolidation"  # allocations migrating out of its way
-    WaitingForMigReconfiguration = "WaitingForMigReconfiguration"  # an idle GPU's MIG layout changing for it
+    WaitingForMigReconfiguration = (
+        "WaitingForMigReconfiguration"  # an idle GPU's MIG layout changing for it
+    )
 
 
 class PreemptionReason(StrEnum):
@@ -39,7 +43,9 @@ class PreemptionReason(StrEnum):
     Reclaim = "Reclaim"  # its tenant borrows; the blocked job's tenant is within its guarantee
     Defragment = "Defragment"  # moved so a guaranteed job fits; it fits elsewhere at once
     Backfill = "Backfill"  # ran as preemptible backfill on the blocked job's reservation
-    Consolidate = "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
+    Consolidate = (
+        "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
+    )
 
 
 class ExclusionReason(StrEnum):
@@ -91,5 +97,7 @@ class JobState(StrEnum):
     cancelled = "cancelled"
 
 
-TERMINAL_STATES = frozenset({JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled})
+TERMINAL_STATES = frozenset(
+    {JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled}
+)
 """States a job never leaves."""

@@ -43,15 +43,34 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
     ((c.ServiceScaled,), "scale"),
-    ((c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured), "admin"),
+    (
+        (c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured),
+        "admin",
+    ),
     ((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
     ((c.FairShareUpdated,), "quota"),
-    ((c.PreemptionRequested, c.PreemptionDeclined, c.ConsolidationPlanned,
-      c.MigReconfigurationRequested), "preempt"),
+    (
+        (
+            c.PreemptionRequested,
+            c.PreemptionDeclined,
+            c.ConsolidationPlanned,
+            c.MigReconfigurationRequested,
+        ),
+        "preempt",
+    ),
     ((c.NodeLost,), "sched-node"),
     ((c.NodeRegistered,), "registered"),
-    ((c.NodeHeartbeat, c.MemberStarted, c.MemberCheckpointed, c.MemberExited,
-      c.GpuMetricsReported, c.MigReconfigured), "node"),
+    (
+        (
+            c.NodeHeartbeat,
+            c.MemberStarted,
+            c.MemberCheckpointed,
+            c.MemberExited,
+            c.GpuMetricsReported,
+            c.MigReconfigured,
+        ),
+        "node",
+    ),
     ((c.DeadLettered,), "dead"),
 )
 _RULE_OF: dict[type, str] = {}
@@ -69,12 +88,39 @@ def _rule_of(cls: type) -> str:
 _ROLE_OF: dict[type, str] = {
     **dict.fromkeys((c.JobAdmitted, c.JobRejected, c.RequestRefused), "admission"),
     c.FairShareUpdated: "quota",
-    **dict.fromkeys((c.GangPlaced, c.PendingReasonChanged, c.GangEvicted, c.GangRequeued,
-                     c.GangCompleted, c.GangFailed, c.NodeLost), "scheduler"),
-    **dict.fromkeys((c.PreemptionRequested, c.PreemptionDeclined, c.ConsolidationPlanned,
-                     c.MigReconfigurationRequested), "preemption"),
-    **dict.fromkeys((c.NodeRegistered, c.NodeHeartbeat, c.MemberStarted, c.MemberCheckpointed,
-                     c.MemberExited, c.GpuMetricsReported, c.MigReconfigured), "node-agent"),
+    **dict.fromkeys(
+        (
+            c.GangPlaced,
+            c.PendingReasonChanged,
+            c.GangEvicted,
+            c.GangRequeued,
+            c.GangCompleted,
+            c.GangFailed,
+            c.NodeLost,
+        ),
+        "scheduler",
+    ),
+    **dict.fromkeys(
+        (
+            c.PreemptionRequested,
+            c.PreemptionDeclined,
+            c.ConsolidationPlanned,
+            c.MigReconfigurationRequested,
+        ),
+        "preemption",
+    ),
+    **dict.fromkeys(
+        (
+            c.NodeRegistered,
+            c.NodeHeartbeat,
+            c.MemberStarted,
+            c.MemberCheckpointed,
+            c.MemberExited,
+            c.GpuMetricsReported,
+            c.MigReconfigured,
+        ),
+        "node-agent",
+    ),
 }
 
 OPERATOR_INPUTS: dict[type, frozenset[str]] = {
@@ -124,11 +170,15 @@ def subject_for(event: Event) -> str:
         job = event.job  # type: ignore[attr-defined]
         return f"gl.submit.{validate_tenant(job.tenant)}.{validate_token('job id', job.job_id)}"
     if rule == "scale":
-        return (f"gl.scale.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
-                f"{validate_token('job id', event.job_id)}")  # type: ignore[attr-defined]
+        return (
+            f"gl.scale.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
+            f"{validate_token('job id', event.job_id)}"
+        )  # type: ignore[attr-defined]
     if rule == "cancel":
-        return (f"gl.cancel.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
-                f"{validate_token('job id', event.job_id)}")  # type: ignore[attr-defined]
+        return (
+            f"gl.cancel.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
+            f"{validate_token('job id', event.job_id)}"
+        )  # type: ignore[attr-defined]
     if rule == "admin":
         return f"gl.admin.{name}"
     if rule == "admission":

@@ -55,8 +55,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--step-time", type=float, default=0.01)
     parser.add_argument("--save-every", type=int, default=0, help="0: only on SIGTERM")
-    parser.add_argument("--ignore-sigterm", action="store_true",
-                        help="misbehave: ignore SIGTERM (the agent will SIGKILL at the deadline)")
+    parser.add_argument(
+        "--ignore-sigterm",
+        action="store_true",
+        help="misbehave: ignore SIGTERM (the agent will SIGKILL at the deadline)",
+    )
     parser.add_argument("--fail-at-step", type=int, default=0, help="exit 1 at this step")
     args = parser.parse_args()
 

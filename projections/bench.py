@@ -130,6 +130,7 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
             )
         release(members)
         return out
+
     while True:
         now += rnd.randint(50, 500)
         batch: list[ev.Event] = []

@@ -43,9 +43,13 @@ def common_comments_sql(con) -> str:
     rows = con.execute(
         "SELECT c.table_name, c.column_name FROM duckdb_columns() c JOIN duckdb_views() v"
         " ON v.view_name = c.table_name AND v.schema_name = c.schema_name"
-        " WHERE NOT v.internal AND c.schema_name = 'main' AND c.comment IS NULL").fetchall()
-    return "\n".join(f"COMMENT ON COLUMN {t}.{c} IS {_q(COMMON_COLUMNS[c])};"
-                     for t, c in rows if c in COMMON_COLUMNS)
+        " WHERE NOT v.internal AND c.schema_name = 'main' AND c.comment IS NULL"
+    ).fetchall()
+    return "\n".join(
+        f"COMMENT ON COLUMN {t}.{c} IS {_q(COMMON_COLUMNS[c])};"
+        for t, c in rows
+        if c in COMMON_COLUMNS
+    )
 
 
 def _sql(name: str) -> str:
@@ -74,16 +78,21 @@ def _q(text: str) -> str:
 
 
 def base_tables(con) -> list[str]:
-    return [t for (t,) in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main'"
-        " ORDER BY table_name").fetchall()]
+    return [
+        t
+        for (t,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main'"
+            " ORDER BY table_name"
+        ).fetchall()
+    ]
 
 
 def columns(con, relation: str) -> list[tuple[str, str, str | None]]:
     """(name, type, comment) of a table's or view's columns, in order."""
     return con.execute(
         "SELECT column_name, data_type, comment FROM duckdb_columns()"
-        " WHERE table_name = ? AND schema_name = 'main' ORDER BY column_index", [relation],
+        " WHERE table_name = ? AND schema_name = 'main' ORDER BY column_index",
+        [relation],
     ).fetchall()
 
 
@@ -102,12 +111,20 @@ def timestamp_views_sql(con) -> str:
             if is_time_column(name):
                 ts = name[: -len("_ms")]
                 select.append(f"epoch_ms({name}) AS {ts}")
-                comments.append((ts, re.sub(r",? ?epoch ms\b.*?(?=\.|$| \()", "", comment or "")
-                                 .rstrip(". ") + f" (TIMESTAMP, UTC; {name} as a timestamp)."))
+                comments.append(
+                    (
+                        ts,
+                        re.sub(r",? ?epoch ms\b.*?(?=\.|$| \()", "", comment or "").rstrip(". ")
+                        + f" (TIMESTAMP, UTC; {name} as a timestamp).",
+                    )
+                )
         view = f"{t}_ts"
         out.append(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(select)} FROM {t};")
-        out.append(f"COMMENT ON VIEW {view} IS "
-                   + _q(f"{t} with a TIMESTAMP (UTC) column beside each epoch-ms time.") + ";")
+        out.append(
+            f"COMMENT ON VIEW {view} IS "
+            + _q(f"{t} with a TIMESTAMP (UTC) column beside each epoch-ms time.")
+            + ";"
+        )
         out += [f"COMMENT ON COLUMN {view}.{c} IS {_q(text)};" for c, text in comments]
     return "\n".join(out)
 
@@ -116,7 +133,9 @@ def apply(con, base_sql: str) -> None:
     """Create the audit views, comments and `_ts` views unless the catalog already holds the
     ones of exactly this SQL (`base_sql` = schema and views text, part of the digest)."""
     want = digest(base_sql, audit_sql())
-    con.execute("CREATE TABLE IF NOT EXISTS projection_catalog (id INTEGER NOT NULL, digest VARCHAR)")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS projection_catalog (id INTEGER NOT NULL, digest VARCHAR)"
+    )
     row = con.execute("SELECT digest FROM projection_catalog WHERE id = 1").fetchone()
     if row is not None and row[0] == want:
         return
@@ -149,21 +168,31 @@ def markdown(con) -> str:
     lines = [BEGIN, "", "#### Tables", ""]
     tables = con.execute(
         "SELECT table_name, comment FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main'"
-        " ORDER BY table_name").fetchall()
+        " ORDER BY table_name"
+    ).fetchall()
     views = con.execute(
         "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'"
-        " ORDER BY view_name").fetchall()
+        " ORDER BY view_name"
+    ).fetchall()
     for title, rels in (("Tables", tables), ("Views", views)):
         if title == "Views":
-            lines += ["#### Views", "",
-                      "`<table>_ts` views repeat a table with a TIMESTAMP column after each "
-                      "`_ms` time (`jobs_ts.submitted_at` beside `submitted_at_ms`); they are "
-                      "listed once here, not column by column.", ""]
+            lines += [
+                "#### Views",
+                "",
+                "`<table>_ts` views repeat a table with a TIMESTAMP column after each "
+                "`_ms` time (`jobs_ts.submitted_at` beside `submitted_at_ms`); they are "
+                "listed once here, not column by column.",
+                "",
+            ]
         for name, comment in rels:
             if title == "Views" and name.endswith("_ts") and name[:-3] in {t for t, _ in tables}:
                 continue
-            lines += [f"**`{name}`** — {_cell(comment)}", "", "| column | type | meaning |",
-                      "|---|---|---|"]
+            lines += [
+                f"**`{name}`** — {_cell(comment)}",
+                "",
+                "| column | type | meaning |",
+                "|---|---|---|",
+            ]
             lines += [f"| `{c}` | {typ} | {_cell(cm)} |" for c, typ, cm in columns(con, name)]
             lines.append("")
     ts = sorted(n for n, _ in views if n.endswith("_ts"))

@@ -28,7 +28,20 @@ from gpuledger.replay.metrics import PREEMPTION_REASONS
 from gpuledger.services.runtime.metrics import MetricSpec
 
 ADMISSION_WAIT_BUCKETS: tuple[float, ...] = (
-    1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400,
+    1,
+    2,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1800,
+    3600,
+    7200,
+    21600,
+    86400,
 )
 CHECKPOINT_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600)
 
@@ -38,112 +51,261 @@ def _spec(name: str, type_: str, labels: tuple[str, ...], help_: str, source: st
 
 
 AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
-    _spec("gpuledger_pending_workloads", "gauge", ("tenant", "priority_class", "slo_class", "reason"),
-          "Jobs waiting now (submitted or pending), by their current pending reason "
-          "(`Submitted` before admission, `Queued` before the scheduler gave a reason).",
-          "view why_pending"),
-    _spec("gpuledger_pending_workload_oldest_age_seconds", "gauge",
-          ("tenant", "priority_class", "slo_class"),
-          "How long the longest-waiting job of the group has been waiting (since it last "
-          "became pending), at the projection's clock.", "view why_pending (waiting_s)"),
-    _spec("gpuledger_admission_wait_time_seconds", "histogram", ("slo_class",),
-          "Time from submission to first placement of admitted jobs, by SLO class (the wait "
-          "replay/metrics.py reports as wait_s_p50_by_class).", "view job_waits"),
-    _spec("gpuledger_admitted_workloads_total", "counter", ("tenant", "priority_class"),
-          "Jobs admitted.", "table jobs (admitted_at_ms)"),
-    _spec("gpuledger_rejected_workloads_total", "counter", ("tenant", "reason"),
-          "Jobs rejected at admission, by reason.", "table jobs (state rejected)"),
-    _spec("gpuledger_evicted_workloads_total", "counter", ("tenant", "priority_class", "reason"),
-          "Gang evictions (GangEvicted) by reason: preemptions, cancels, node loss, ...",
-          "view evictions"),
-    _spec("gpuledger_preempted_workloads_total", "counter", ("tenant", "priority_class", "reason"),
-          "Evictions that are preemptions (reason Priority, Reclaim, Backfill, Defragment or "
-          "Consolidate), "
-          "by the victim's tenant and class.", "view evictions (preemption)"),
-    _spec("gpuledger_preemption_lost_gpu_seconds_total", "counter",
-          ("tenant", "priority_class", "reason"),
-          "GPU-seconds of work lost to preemption since the victims' last checkpoints (whole-GPU "
-          "equivalents; replay/metrics.py's lost_gpu_hours x 3600).",
-          "view evictions (lost_gpu_ms)"),
-    _spec("gpuledger_preemptions_declined_total", "counter", ("reason",),
-          "Blocked jobs for which preemption declined to evict, by reason (NoVictims, "
-          "EvictionBudget, MinRuntime, ...).", "table decisions (PreemptionDeclined)"),
-    _spec("gpuledger_checkpoint_duration_seconds", "histogram", (),
-          "Time from a preemption request to the victim's first member checkpoint.",
-          "table preemptions"),
-    _spec("gpuledger_preemptions_uncheckpointed_total", "counter", (),
-          "Preemptions whose victim was evicted without every member checkpointing.",
-          "table preemptions"),
-    _spec("gpuledger_tenant_quota_nominal_gpus", "gauge", ("tenant",),
-          "The tenant's guaranteed quota in GPUs (Kueue: nominalQuota).", "table tenants"),
-    _spec("gpuledger_tenant_quota_limit_gpus", "gauge", ("tenant",),
-          "The tenant's limit in GPUs (absent when unlimited).", "table tenants"),
-    _spec("gpuledger_tenant_fair_share_gpus", "gauge", ("tenant",),
-          "The tenant's fair share in GPUs, as the quota service last published it.",
-          "table tenants"),
-    _spec("gpuledger_tenant_demand_gpus", "gauge", ("tenant",),
-          "GPUs the tenant's work asks for (running and waiting), as the quota service last "
-          "published it.", "table tenants"),
-    _spec("gpuledger_tenant_quota_used_gpus", "gauge", ("tenant",),
-          "GPUs (equivalents) the tenant's open allocations hold now.",
-          "table allocations (open)"),
-    _spec("gpuledger_tenant_quota_borrowed_gpus", "gauge", ("tenant",),
-          "GPUs the tenant holds above its guarantee now: max(0, used - nominal).",
-          "tables allocations, tenants"),
-    _spec("gpuledger_tenant_idle_allocated_gpus", "gauge", ("tenant",),
-          "Idle-but-allocated GPUs of the tenant now: held GPU equivalents x (1 - SM activity), "
-          "over GPUs with a sample in the last 5 minutes.", "view allocation_now"),
-    _spec("gpuledger_gpus", "gauge", ("hostname", "modelName"),
-          "Healthy GPUs of ready nodes.", "view gpu_free"),
-    _spec("gpuledger_gpus_allocated", "gauge", ("hostname", "modelName"),
-          "GPU equivalents allocated now (a share counts its milli, a MIG slice its sevenths).",
-          "view gpu_now"),
-    _spec("gpuledger_gpus_sm_active", "gauge", ("hostname", "modelName"),
-          "Sum of the GPUs' latest SM activity (0-1 each; samples at most 5 minutes old): "
-          "the GPU equivalents actually computing.", "view gpu_now"),
-    _spec("gpuledger_idle_allocated_gpus", "gauge", ("hostname", "modelName"),
-          "Idle-but-allocated GPUs now: held GPU equivalents x (1 - SM activity), over GPUs "
-          "with a recent sample.", "view allocation_now"),
-    _spec("gpuledger_free_gpus", "gauge", ("hostname", "clique"),
-          "Whole free GPUs per NVLink clique.", "view fragmentation"),
-    _spec("gpuledger_stranded_gpus", "gauge", ("hostname", "clique"),
-          "Free GPU equivalents per NVLink clique that no pending job can use (fragmentation).",
-          "view fragmentation"),
-    _spec("gpuledger_nodes", "gauge", ("status",), "Registered nodes by status (ready, lost).",
-          "table nodes"),
-    _spec("gpuledger_dead_letters_total", "counter", (),
-          "DeadLettered events in the log (messages a service could not fold).",
-          "table events"),
-    _spec("gpuledger_refused_events_total", "counter", ("code",),
-          "Events the acceptance rules refused, by code (StaleLeaderEpoch, WrongSubject, ...).",
-          "table refusals"),
-    _spec("gpuledger_projection_last_seq", "gauge", (),
-          "Last stream sequence the projection has applied.", "table projector_meta"),
-    _spec("gpuledger_projection_clock_seconds", "gauge", (),
-          "Time of the last applied event (epoch seconds live; virtual in simulations): the "
-          "\"now\" of every age above.", "view clock"),
-    _spec("gpuledger_exporter_up", "gauge", (),
-          "1 if the last read of the projection succeeded, else 0 (the values are the last "
-          "good read's).", "exporter"),
-    _spec("gpuledger_exporter_read_duration_seconds", "gauge", (),
-          "Duration of the last read of the projection.", "exporter"),
-    _spec("gpuledger_exporter_read_errors_total", "counter", (),
-          "Reads of the projection that failed (busy, missing).", "exporter"),
+    _spec(
+        "gpuledger_pending_workloads",
+        "gauge",
+        ("tenant", "priority_class", "slo_class", "reason"),
+        "Jobs waiting now (submitted or pending), by their current pending reason "
+        "(`Submitted` before admission, `Queued` before the scheduler gave a reason).",
+        "view why_pending",
+    ),
+    _spec(
+        "gpuledger_pending_workload_oldest_age_seconds",
+        "gauge",
+        ("tenant", "priority_class", "slo_class"),
+        "How long the longest-waiting job of the group has been waiting (since it last "
+        "became pending), at the projection's clock.",
+        "view why_pending (waiting_s)",
+    ),
+    _spec(
+        "gpuledger_admission_wait_time_seconds",
+        "histogram",
+        ("slo_class",),
+        "Time from submission to first placement of admitted jobs, by SLO class (the wait "
+        "replay/metrics.py reports as wait_s_p50_by_class).",
+        "view job_waits",
+    ),
+    _spec(
+        "gpuledger_admitted_workloads_total",
+        "counter",
+        ("tenant", "priority_class"),
+        "Jobs admitted.",
+        "table jobs (admitted_at_ms)",
+    ),
+    _spec(
+        "gpuledger_rejected_workloads_total",
+        "counter",
+        ("tenant", "reason"),
+        "Jobs rejected at admission, by reason.",
+        "table jobs (state rejected)",
+    ),
+    _spec(
+        "gpuledger_evicted_workloads_total",
+        "counter",
+        ("tenant", "priority_class", "reason"),
+        "Gang evictions (GangEvicted) by reason: preemptions, cancels, node loss, ...",
+        "view evictions",
+    ),
+    _spec(
+        "gpuledger_preempted_workloads_total",
+        "counter",
+        ("tenant", "priority_class", "reason"),
+        "Evictions that are preemptions (reason Priority, Reclaim, Backfill, Defragment or "
+        "Consolidate), "
+        "by the victim's tenant and class.",
+        "view evictions (preemption)",
+    ),
+    _spec(
+        "gpuledger_preemption_lost_gpu_seconds_total",
+        "counter",
+        ("tenant", "priority_class", "reason"),
+        "GPU-seconds of work lost to preemption since the victims' last checkpoints (whole-GPU "
+        "equivalents; replay/metrics.py's lost_gpu_hours x 3600).",
+        "view evictions (lost_gpu_ms)",
+    ),
+    _spec(
+        "gpuledger_preemptions_declined_total",
+        "counter",
+        ("reason",),
+        "Blocked jobs for which preemption declined to evict, by reason (NoVictims, "
+        "EvictionBudget, MinRuntime, ...).",
+        "table decisions (PreemptionDeclined)",
+    ),
+    _spec(
+        "gpuledger_checkpoint_duration_seconds",
+        "histogram",
+        (),
+        "Time from a preemption request to the victim's first member checkpoint.",
+        "table preemptions",
+    ),
+    _spec(
+        "gpuledger_preemptions_uncheckpointed_total",
+        "counter",
+        (),
+        "Preemptions whose victim was evicted without every member checkpointing.",
+        "table preemptions",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_nominal_gpus",
+        "gauge",
+        ("tenant",),
+        "The tenant's guaranteed quota in GPUs (Kueue: nominalQuota).",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_limit_gpus",
+        "gauge",
+        ("tenant",),
+        "The tenant's limit in GPUs (absent when unlimited).",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_fair_share_gpus",
+        "gauge",
+        ("tenant",),
+        "The tenant's fair share in GPUs, as the quota service last published it.",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_demand_gpus",
+        "gauge",
+        ("tenant",),
+        "GPUs the tenant's work asks for (running and waiting), as the quota service last "
+        "published it.",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_used_gpus",
+        "gauge",
+        ("tenant",),
+        "GPUs (equivalents) the tenant's open allocations hold now.",
+        "table allocations (open)",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_borrowed_gpus",
+        "gauge",
+        ("tenant",),
+        "GPUs the tenant holds above its guarantee now: max(0, used - nominal).",
+        "tables allocations, tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_idle_allocated_gpus",
+        "gauge",
+        ("tenant",),
+        "Idle-but-allocated GPUs of the tenant now: held GPU equivalents x (1 - SM activity), "
+        "over GPUs with a sample in the last 5 minutes.",
+        "view allocation_now",
+    ),
+    _spec(
+        "gpuledger_gpus",
+        "gauge",
+        ("hostname", "modelName"),
+        "Healthy GPUs of ready nodes.",
+        "view gpu_free",
+    ),
+    _spec(
+        "gpuledger_gpus_allocated",
+        "gauge",
+        ("hostname", "modelName"),
+        "GPU equivalents allocated now (a share counts its milli, a MIG slice its sevenths).",
+        "view gpu_now",
+    ),
+    _spec(
+        "gpuledger_gpus_sm_active",
+        "gauge",
+        ("hostname", "modelName"),
+        "Sum of the GPUs' latest SM activity (0-1 each; samples at most 5 minutes old): "
+        "the GPU equivalents actually computing.",
+        "view gpu_now",
+    ),
+    _spec(
+        "gpuledger_idle_allocated_gpus",
+        "gauge",
+        ("hostname", "modelName"),
+        "Idle-but-allocated GPUs now: held GPU equivalents x (1 - SM activity), over GPUs "
+        "with a recent sample.",
+        "view allocation_now",
+    ),
+    _spec(
+        "gpuledger_free_gpus",
+        "gauge",
+        ("hostname", "clique"),
+        "Whole free GPUs per NVLink clique.",
+        "view fragmentation",
+    ),
+    _spec(
+        "gpuledger_stranded_gpus",
+        "gauge",
+        ("hostname", "clique"),
+        "Free GPU equivalents per NVLink clique that no pending job can use (fragmentation).",
+        "view fragmentation",
+    ),
+    _spec(
+        "gpuledger_nodes",
+        "gauge",
+        ("status",),
+        "Registered nodes by status (ready, lost).",
+        "table nodes",
+    ),
+    _spec(
+        "gpuledger_dead_letters_total",
+        "counter",
+        (),
+        "DeadLettered events in the log (messages a service could not fold).",
+        "table events",
+    ),
+    _spec(
+        "gpuledger_refused_events_total",
+        "counter",
+        ("code",),
+        "Events the acceptance rules refused, by code (StaleLeaderEpoch, WrongSubject, ...).",
+        "table refusals",
+    ),
+    _spec(
+        "gpuledger_projection_last_seq",
+        "gauge",
+        (),
+        "Last stream sequence the projection has applied.",
+        "table projector_meta",
+    ),
+    _spec(
+        "gpuledger_projection_clock_seconds",
+        "gauge",
+        (),
+        "Time of the last applied event (epoch seconds live; virtual in simulations): the "
+        '"now" of every age above.',
+        "view clock",
+    ),
+    _spec(
+        "gpuledger_exporter_up",
+        "gauge",
+        (),
+        "1 if the last read of the projection succeeded, else 0 (the values are the last "
+        "good read's).",
+        "exporter",
+    ),
+    _spec(
+        "gpuledger_exporter_read_duration_seconds",
+        "gauge",
+        (),
+        "Duration of the last read of the projection.",
+        "exporter",
+    ),
+    _spec(
+        "gpuledger_exporter_read_errors_total",
+        "counter",
+        (),
+        "Reads of the projection that failed (busy, missing).",
+        "exporter",
+    ),
 )
 SPECS = {s.name: s for s in AGGREGATE_METRICS}
 
 _PREEMPTION_SQL = ", ".join(f"'{r}'" for r in sorted(PREEMPTION_REASONS))
 
 
-def _histogram_sql(source: str, value: str, groups: tuple[str, ...],
-                   bounds: tuple[float, ...]) -> str:
+def _histogram_sql(
+    source: str, value: str, groups: tuple[str, ...], bounds: tuple[float, ...]
+) -> str:
     """Cumulative bucket counts, count and sum of `value` per group, computed in DuckDB."""
     cols = [f"count(*) FILTER (WHERE {value} <= {float(b)})" for b in bounds]
     group = ", ".join(groups)
     head = f"{group}, " if groups else ""
     tail = f" GROUP BY {group} ORDER BY {group}" if groups else ""
-    return (f"SELECT {head}{', '.join(cols)}, count(*), coalesce(sum({value}), 0) "
-            f"FROM {source} WHERE {value} IS NOT NULL{tail}")
+    return (
+        f"SELECT {head}{', '.join(cols)}, count(*), coalesce(sum({value}), 0) "
+        f"FROM {source} WHERE {value} IS NOT NULL{tail}"
+    )
 
 
 @dataclass
@@ -165,7 +327,7 @@ def read_metrics(con) -> dict[str, list]:
     def hist(name: str, sql: str, groups: int, bounds: tuple[float, ...]) -> None:
         for r in rows(sql):
             labels = [str(x) for x in r[:groups]]
-            counts = r[groups:groups + len(bounds)]
+            counts = r[groups : groups + len(bounds)]
             total, s = r[groups + len(bounds)], r[groups + len(bounds) + 1]
             buckets = [(repr(float(b)), c) for b, c in zip(bounds, counts, strict=True)]
             out[name].append((labels, [*buckets, ("+Inf", total)], float(s)))
@@ -186,15 +348,23 @@ def read_metrics(con) -> dict[str, list]:
         " GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_pending_workload_oldest_age_seconds"].append(
-            ([t, pc, slo], max(0.0, float(oldest or 0))))
-    hist("gpuledger_admission_wait_time_seconds",
-         _histogram_sql("job_waits", "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
-         1, ADMISSION_WAIT_BUCKETS)
-    for t, pc, n in rows("SELECT coalesce(tenant, ''), coalesce(priority_class, ''), count(*)"
-                         " FROM jobs WHERE admitted_at_ms IS NOT NULL GROUP BY ALL ORDER BY ALL"):
+            ([t, pc, slo], max(0.0, float(oldest or 0)))
+        )
+    hist(
+        "gpuledger_admission_wait_time_seconds",
+        _histogram_sql("job_waits", "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
+        1,
+        ADMISSION_WAIT_BUCKETS,
+    )
+    for t, pc, n in rows(
+        "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), count(*)"
+        " FROM jobs WHERE admitted_at_ms IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    ):
         out["gpuledger_admitted_workloads_total"].append(([t, pc], n))
-    for t, r, n in rows("SELECT coalesce(tenant, ''), coalesce(reason, ''), count(*) FROM jobs"
-                        " WHERE state = 'rejected' GROUP BY ALL ORDER BY ALL"):
+    for t, r, n in rows(
+        "SELECT coalesce(tenant, ''), coalesce(reason, ''), count(*) FROM jobs"
+        " WHERE state = 'rejected' GROUP BY ALL ORDER BY ALL"
+    ):
         out["gpuledger_rejected_workloads_total"].append(([t, r], n))
     for t, pc, r, n, pre, lost in rows(
         "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), coalesce(reason, ''),"
@@ -205,20 +375,37 @@ def read_metrics(con) -> dict[str, list]:
         if pre:
             out["gpuledger_preempted_workloads_total"].append(([t, pc, r], n))
             out["gpuledger_preemption_lost_gpu_seconds_total"].append(([t, pc, r], lost / 1000))
-    for r, n in rows("SELECT coalesce(reason, ''), count(*) FROM decisions"
-                     " WHERE type = 'PreemptionDeclined' GROUP BY ALL ORDER BY ALL"):
+    for r, n in rows(
+        "SELECT coalesce(reason, ''), count(*) FROM decisions"
+        " WHERE type = 'PreemptionDeclined' GROUP BY ALL ORDER BY ALL"
+    ):
         out["gpuledger_preemptions_declined_total"].append(([r], n))
-    hist("gpuledger_checkpoint_duration_seconds",
-         _histogram_sql("(SELECT (checkpointed_at_ms - requested_at_ms) / 1000.0 AS s"
-                        " FROM preemptions)", "s", (), CHECKPOINT_BUCKETS),
-         0, CHECKPOINT_BUCKETS)
-    (unck,) = con.execute("SELECT count(*) FROM preemptions WHERE outcome = 'evicted'"
-                          " AND NOT coalesce(checkpointed, false)").fetchone()
+    hist(
+        "gpuledger_checkpoint_duration_seconds",
+        _histogram_sql(
+            "(SELECT (checkpointed_at_ms - requested_at_ms) / 1000.0 AS s FROM preemptions)",
+            "s",
+            (),
+            CHECKPOINT_BUCKETS,
+        ),
+        0,
+        CHECKPOINT_BUCKETS,
+    )
+    (unck,) = con.execute(
+        "SELECT count(*) FROM preemptions WHERE outcome = 'evicted'"
+        " AND NOT coalesce(checkpointed, false)"
+    ).fetchone()
     out["gpuledger_preemptions_uncheckpointed_total"].append(([], unck))
-    used = dict(rows("SELECT tenant, sum(gpu_milli) FROM allocations"
-                     " WHERE ended_at_ms IS NULL AND gpu_index >= 0 GROUP BY tenant"))
-    tenants = rows("SELECT tenant, guaranteed_gpu_milli, limit_gpu_milli, fair_share_gpu_milli,"
-                   " demand_gpu_milli FROM tenants ORDER BY tenant")
+    used = dict(
+        rows(
+            "SELECT tenant, sum(gpu_milli) FROM allocations"
+            " WHERE ended_at_ms IS NULL AND gpu_index >= 0 GROUP BY tenant"
+        )
+    )
+    tenants = rows(
+        "SELECT tenant, guaranteed_gpu_milli, limit_gpu_milli, fair_share_gpu_milli,"
+        " demand_gpu_milli FROM tenants ORDER BY tenant"
+    )
     known = {t for t, *_ in tenants}
     for t, guaranteed, limit, fair, demand in tenants:
         u = used.get(t) or 0
@@ -231,11 +418,14 @@ def read_metrics(con) -> dict[str, list]:
             out["gpuledger_tenant_demand_gpus"].append(([t], demand / 1000))
         out["gpuledger_tenant_quota_used_gpus"].append(([t], u / 1000))
         out["gpuledger_tenant_quota_borrowed_gpus"].append(
-            ([t], max(0, u - (guaranteed or 0)) / 1000))
+            ([t], max(0, u - (guaranteed or 0)) / 1000)
+        )
     for t in sorted(set(used) - known):  # allocations of a tenant no longer configured
         out["gpuledger_tenant_quota_used_gpus"].append(([t or ""], (used[t] or 0) / 1000))
-    for t, idle in rows("SELECT coalesce(tenant, ''), coalesce(sum(idle_gpus), 0)"
-                        " FROM allocation_now GROUP BY ALL ORDER BY ALL"):
+    for t, idle in rows(
+        "SELECT coalesce(tenant, ''), coalesce(sum(idle_gpus), 0)"
+        " FROM allocation_now GROUP BY ALL ORDER BY ALL"
+    ):
         out["gpuledger_tenant_idle_allocated_gpus"].append(([t], float(idle)))
     for node, model, n, alloc, active in rows(
         "SELECT node, coalesce(model, ''), count(*), sum(allocated_milli) / 1000.0,"
@@ -244,8 +434,10 @@ def read_metrics(con) -> dict[str, list]:
         out["gpuledger_gpus"].append(([node, model], n))
         out["gpuledger_gpus_allocated"].append(([node, model], float(alloc)))
         out["gpuledger_gpus_sm_active"].append(([node, model], float(active)))
-    for node, model, idle in rows("SELECT node, coalesce(model, ''), coalesce(sum(idle_gpus), 0)"
-                                  " FROM allocation_now GROUP BY ALL ORDER BY ALL"):
+    for node, model, idle in rows(
+        "SELECT node, coalesce(model, ''), coalesce(sum(idle_gpus), 0)"
+        " FROM allocation_now GROUP BY ALL ORDER BY ALL"
+    ):
         out["gpuledger_idle_allocated_gpus"].append(([node, model], float(idle)))
     for node, clique, free, stranded in rows(
         "SELECT node, coalesce(clique, ''), free_gpus, stranded_gpu_equiv FROM fragmentation"
@@ -253,7 +445,9 @@ def read_metrics(con) -> dict[str, list]:
     ):
         out["gpuledger_free_gpus"].append(([node, clique], free))
         out["gpuledger_stranded_gpus"].append(([node, clique], float(stranded)))
-    for status, n in rows("SELECT coalesce(status, ''), count(*) FROM nodes GROUP BY ALL ORDER BY ALL"):
+    for status, n in rows(
+        "SELECT coalesce(status, ''), count(*) FROM nodes GROUP BY ALL ORDER BY ALL"
+    ):
         out["gpuledger_nodes"].append(([status], n))
     (dead,) = con.execute("SELECT count(*) FROM events WHERE type = 'DeadLettered'").fetchone()
     out["gpuledger_dead_letters_total"].append(([], dead))
@@ -340,7 +534,7 @@ def render_docs() -> str:
         "## Aggregate exporter (cluster facts from the projection)\n\n"
         "Served by `gpuledger metrics --data DIR --port PORT` and on `gpuledger up "
         "--metrics-port PORT`. Read from `<data>/projection.duckdb` (read-only, at most once a "
-        "second, closed at once); ages and \"now\" are the projection's clock (the time of the "
+        'second, closed at once); ages and "now" are the projection\'s clock (the time of the '
         "last applied event). Source: projections/exporter.py.\n\n"
         + docs_table(AGGREGATE_METRICS)
         + "\n## Per service (each service's own `/metrics`)\n\n"

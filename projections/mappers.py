@@ -73,7 +73,7 @@ class JsonColumn:
 
     def __iter__(self) -> Iterator[bytes]:
         data, offsets = self.data, self.offsets
-        return (bytes(data[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1))
+        return (bytes(data[offsets[i] : offsets[i + 1]]) for i in range(len(offsets) - 1))
 
 
 def _dumps(obj: Any) -> str | None:
@@ -728,14 +728,26 @@ class Projection:
             row = self.jobs.get(rec.job_id)
             if row is None:
                 spec, res = rec.spec, rec.spec.resources
-                row = JobRow(job_id=rec.job_id, tenant=rec.tenant, state="submitted",
-                             priority_class=spec.priority_class, priority=rec.priority,
-                             preemptible=rec.preemptible, slo_class=rec.slo_class, replicas=1,
-                             min_members=1, member_gpus=res.gpus, member_gpu_milli=res.gpu_milli,
-                             member_mig_profile=res.mig_profile, gpu_models=list(res.gpu_models),
-                             min_gpu_memory_mib=res.min_gpu_memory_mib, gpu_milli=res.gpu_milli_total(),
-                             duration_s=spec.duration_s, submitted_at_ms=rec.submitted_ms,
-                             admitted_at_ms=rec.admitted_ms)
+                row = JobRow(
+                    job_id=rec.job_id,
+                    tenant=rec.tenant,
+                    state="submitted",
+                    priority_class=spec.priority_class,
+                    priority=rec.priority,
+                    preemptible=rec.preemptible,
+                    slo_class=rec.slo_class,
+                    replicas=1,
+                    min_members=1,
+                    member_gpus=res.gpus,
+                    member_gpu_milli=res.gpu_milli,
+                    member_mig_profile=res.mig_profile,
+                    gpu_models=list(res.gpu_models),
+                    min_gpu_memory_mib=res.min_gpu_memory_mib,
+                    gpu_milli=res.gpu_milli_total(),
+                    duration_s=spec.duration_s,
+                    submitted_at_ms=rec.submitted_ms,
+                    admitted_at_ms=rec.admitted_ms,
+                )
                 self.jobs[rec.job_id] = row
             state = str(rec.state)
             if state in ("pending", "cancelled") and row.state != state:

@@ -68,7 +68,10 @@ class ProjectorStatus:
 
 
 async def _retry_busy(
-    what: Callable, db_path, status: ProjectorStatus, stop: asyncio.Event | None,
+    what: Callable,
+    db_path,
+    status: ProjectorStatus,
+    stop: asyncio.Event | None,
     backoff_s: tuple[float, float] = (0.1, 5.0),
 ):
     """Call `what()` until it does not raise ProjectionBusy: one warning line per blocked
@@ -81,9 +84,15 @@ async def _retry_busy(
             attempt += 1
             status.state = "blocked"
             status.detail = f"{db_path} held by {exc.holder} for {time.monotonic() - since:.0f}s"
-            slog.warning("projector.blocked", db=str(db_path), holder=exc.holder,
-                         attempt=attempt, blocked_s=round(time.monotonic() - since, 1),
-                         retry_in_s=round(delay, 2), committed_seq=status.committed_seq)
+            slog.warning(
+                "projector.blocked",
+                db=str(db_path),
+                holder=exc.holder,
+                attempt=attempt,
+                blocked_s=round(time.monotonic() - since, 1),
+                retry_in_s=round(delay, 2),
+                committed_seq=status.committed_seq,
+            )
             if stop is not None and stop.is_set():
                 raise
             if stop is None:
@@ -96,10 +105,15 @@ async def _retry_busy(
             delay = min(delay * 2, backoff_s[1])
             continue
         if attempt:
-            slog.info("projector.unblocked", db=str(db_path), attempts=attempt,
-                      blocked_s=round(time.monotonic() - since, 1))
+            slog.info(
+                "projector.unblocked",
+                db=str(db_path),
+                attempts=attempt,
+                blocked_s=round(time.monotonic() - since, 1),
+            )
         status.state, status.detail = "running", None
         return result
+
 
 STREAM = "GPULEDGER"
 DURABLE = "projector"
@@ -145,8 +159,12 @@ async def _bind_consumer(js, stream: str, durable: str, last_seq: int):
     attempt) while the server is unreachable or the stream does not exist yet."""
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
-        log.warning("projector: consumer not ready (attempt %d: %r); retrying in %.2fs",
-                    state.attempt_number, state.outcome.exception(), state.upcoming_sleep)
+        log.warning(
+            "projector: consumer not ready (attempt %d: %r); retrying in %.2fs",
+            state.attempt_number,
+            state.outcome.exception(),
+            state.upcoming_sleep,
+        )
 
     async for attempt in tenacity.AsyncRetrying(
         wait=connect_backoff(),
@@ -195,7 +213,8 @@ async def run_projector(
         # Retries with backoff until NATS answers (one log line per attempt); a stop request
         # while NATS is unreachable returns at once, having projected nothing.
         bus = await unless_stopped(
-            Bus.connect(url, name="gpuledger-projector", **(connect_options or {})), stop)
+            Bus.connect(url, name="gpuledger-projector", **(connect_options or {})), stop
+        )
         if bus is None:
             return 0
         nc = bus.nc
@@ -206,7 +225,10 @@ async def run_projector(
         try:
             pj = await _retry_busy(
                 lambda: Projector(db_path, batch_size=commit_events, pipeline=True),
-                db_path, status, stop)
+                db_path,
+                status,
+                stop,
+            )
         except BaseException:
             await nc.close()
             raise
@@ -267,8 +289,11 @@ async def run_projector(
                     if not follow:
                         break
                     continue
-                except (ServiceUnavailableError, nats.errors.NoRespondersError,
-                        nats.errors.ConnectionReconnectingError) as exc:
+                except (
+                    ServiceUnavailableError,
+                    nats.errors.NoRespondersError,
+                    nats.errors.ConnectionReconnectingError,
+                ) as exc:
                     # A NATS node went away (the consumer's leader is being elected, or the
                     # client is reconnecting): keep what is folded, fetch again shortly.
                     # Unacknowledged messages are acknowledged with the next fetch's.
@@ -281,8 +306,12 @@ async def run_projector(
                 last_msg = None
                 for msg in msgs:
                     try:
-                        pj.apply_raw(msg.metadata.sequence.stream, msg.subject, msg.data,
-                                     received_ms=received_ms(msg))
+                        pj.apply_raw(
+                            msg.metadata.sequence.stream,
+                            msg.subject,
+                            msg.data,
+                            received_ms=received_ms(msg),
+                        )
                     except SequenceGap as exc:
                         gap = exc
                         break
@@ -290,8 +319,9 @@ async def run_projector(
                 if last_msg is not None:
                     unacked.append(last_msg)
                     md = last_msg.metadata
-                    status.stream_seq = max(status.stream_seq,
-                                            md.sequence.stream + (md.num_pending or 0))
+                    status.stream_seq = max(
+                        status.stream_seq, md.sequence.stream + (md.num_pending or 0)
+                    )
                 now = time.monotonic()
                 oldest = now if oldest is None else oldest
                 caught_up = len(msgs) < fetch_batch
@@ -301,8 +331,13 @@ async def run_projector(
                 else:
                     committed = pj.committed()  # what background commits have completed
                 await ack(committed)
-                if release_when_idle and caught_up and gap is None and pj.store is not None \
-                        and time.monotonic() - opened >= hold_s:
+                if (
+                    release_when_idle
+                    and caught_up
+                    and gap is None
+                    and pj.store is not None
+                    and time.monotonic() - opened >= hold_s
+                ):
                     pj.release()  # a read window under steady traffic
                     await asyncio.sleep(read_window_s)
                 if gap is not None:
@@ -315,8 +350,9 @@ async def run_projector(
                 raise
             # stopped while a reader holds the file: what is not committed is not acknowledged
             # either, so the next run folds it again
-            slog.warning("projector.stopped_blocked", holder=exc.holder,
-                         committed_seq=status.committed_seq)
+            slog.warning(
+                "projector.stopped_blocked", holder=exc.holder, committed_seq=status.committed_seq
+            )
             return status.committed_seq
         finally:
             status.state = "stopped"
@@ -327,7 +363,10 @@ async def run_projector(
             try:
                 await nc.flush(timeout=2)
             except (nats.errors.Error, TimeoutError, OSError) as exc:
-                log.warning("projector: acks not flushed on close (%r); they are redelivered "
-                            "and skipped by sequence on the next start", exc)
+                log.warning(
+                    "projector: acks not flushed on close (%r); they are redelivered "
+                    "and skipped by sequence on the next start",
+                    exc,
+                )
             finally:
                 await bus.close(timeout_s=0)

@@ -42,8 +42,12 @@ class UnknownJob(LookupError):
     (`RequestRefused`); `refusals` the events about it that the acceptance rules refused (a
     submission on another tenant's subject, say): why the job does not exist."""
 
-    def __init__(self, job_id: str, refused: list[dict[str, Any]] | None = None,
-                 refusals: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        refused: list[dict[str, Any]] | None = None,
+        refusals: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(job_id)
         self.refused = refused or []
         self.refusals = refusals or []
@@ -60,9 +64,16 @@ def refused_requests(con, job_id: str) -> list[dict[str, Any]]:
     out = []
     for at, payload in rows:
         p = json.loads(payload)
-        out.append({"at_ms": at, "request": p.get("request"), "request_seq": p.get("request_seq"),
-                    "tenant": p.get("tenant"), "reason": p.get("reason"),
-                    "message": p.get("message")})
+        out.append(
+            {
+                "at_ms": at,
+                "request": p.get("request"),
+                "request_seq": p.get("request_seq"),
+                "tenant": p.get("tenant"),
+                "reason": p.get("reason"),
+                "message": p.get("message"),
+            }
+        )
     return out
 
 
@@ -186,21 +197,25 @@ def service_report(con, job_id: str, job: dict[str, Any]) -> dict[str, Any] | No
     None for any other job."""
     row = con.execute(
         "SELECT payload FROM events WHERE type = 'JobSubmitted'"
-        " AND json_extract_string(payload, '$.job.job_id') = ? ORDER BY seq LIMIT 1", [job_id],
+        " AND json_extract_string(payload, '$.job.job_id') = ? ORDER BY seq LIMIT 1",
+        [job_id],
     ).fetchone()
     spec = json.loads(row[0]).get("job", {}) if row else {}
     if spec.get("kind") != "service":
         return None
     prefix = job_id + "~"
     replicas = [
-        (int(rid[len(prefix):]), state, reason)
+        (int(rid[len(prefix) :]), state, reason)
         for rid, state, reason in con.execute(
-            "SELECT job_id, state, reason FROM jobs WHERE starts_with(job_id, ?)", [prefix]).fetchall()
-        if rid[len(prefix):].isdigit()
+            "SELECT job_id, state, reason FROM jobs WHERE starts_with(job_id, ?)", [prefix]
+        ).fetchall()
+        if rid[len(prefix) :].isdigit()
     ]
     replicas.sort()
     wanted = job["replicas"] or 0
-    count = {s: sum(1 for _, st, _ in replicas if st == s) for s in ("running", "preempting", "pending")}
+    count = {
+        s: sum(1 for _, st, _ in replicas if st == s) for s in ("running", "preempting", "pending")
+    }
     keep = int(spec.get("min_available") or 0)
     up = count["running"] + count["preempting"]
     return {
@@ -208,11 +223,15 @@ def service_report(con, job_id: str, job: dict[str, Any]) -> dict[str, Any] | No
         "running": count["running"],
         "preempting": count["preempting"],
         "pending": sum(1 for i, st, _ in replicas if st == "pending" and i < wanted),
-        "stopping": sum(1 for i, st, _ in replicas if i >= wanted and st in ("running", "preempting")),
+        "stopping": sum(
+            1 for i, st, _ in replicas if i >= wanted and st in ("running", "preempting")
+        ),
         "min_available": keep,
         "disruption_budget": max(0, up - keep),
         "evictable_now": max(0, count["running"] - keep),
-        "replica_states": [{"replica": f"{prefix}{i}", "state": st, "reason": r} for i, st, r in replicas],
+        "replica_states": [
+            {"replica": f"{prefix}{i}", "state": st, "reason": r} for i, st, r in replicas
+        ],
     }
 
 
@@ -260,8 +279,14 @@ def tenants_rows(con) -> list[dict[str, Any]]:
     return records(con.execute(q))
 
 
-def acct_rows(con, *, start_ms: int | None = None, end_ms: int | None = None,
-              tenant: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+def acct_rows(
+    con,
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    tenant: str | None = None,
+    state: str | None = None,
+) -> list[dict[str, Any]]:
     """`job_accounting` rows of the jobs that existed at some moment of [start, end] (like
     sacct: submitted before the end, not finished before the start), in submission order."""
     where, args = ["TRUE"], []
@@ -277,6 +302,9 @@ def acct_rows(con, *, start_ms: int | None = None, end_ms: int | None = None,
     if state:
         where.append("state = ?")
         args.append(state)
-    q = ("SELECT * FROM job_accounting WHERE " + " AND ".join(where)
-         + " ORDER BY submitted_at_ms NULLS LAST, job_id")
+    q = (
+        "SELECT * FROM job_accounting WHERE "
+        + " AND ".join(where)
+        + " ORDER BY submitted_at_ms NULLS LAST, job_id"
+    )
     return records(con.execute(q, args))

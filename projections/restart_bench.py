@@ -48,8 +48,13 @@ def _services(nodes):
     from gpuledger.services.quota.decider import Quota
     from gpuledger.services.scheduler.decider import Scheduler
 
-    return {"admission": Admission, "quota": Quota, "scheduler": Scheduler,
-            "preemption": Preemption, "node-agent": lambda: SimulatedAgent(tuple(nodes))}
+    return {
+        "admission": Admission,
+        "quota": Quota,
+        "scheduler": Scheduler,
+        "preemption": Preemption,
+        "node-agent": lambda: SimulatedAgent(tuple(nodes)),
+    }
 
 
 async def _publish(nc, entries) -> None:
@@ -119,8 +124,9 @@ class _Quiet:
         pass
 
 
-async def _bench(n: int, tail: int, work: Path, progress,
-                 full_refold: bool = True) -> dict[str, Any]:
+async def _bench(
+    n: int, tail: int, work: Path, progress, full_refold: bool = True
+) -> dict[str, Any]:
     from gpuledger import events as ev
     from gpuledger.projections.bench import synthetic_log
     from gpuledger.services.runtime.bus import Bus
@@ -147,26 +153,36 @@ async def _bench(n: int, tail: int, work: Path, progress,
         for name, make in services.items():
             host = seed
             if name != first:  # the same fold (every one is a LedgerService): saved as its own
-                host = Host(make(), bus, snapshots=await open_snapshots(bus, make(), _Quiet()),
-                            snapshot_policy=often)
+                host = Host(
+                    make(),
+                    bus,
+                    snapshots=await open_snapshots(bus, make(), _Quiet()),
+                    snapshot_policy=often,
+                )
                 host.state, host.folded_seq = seed.state, seed.folded_seq
                 host._maybe_snapshot()
                 await host._snapshot_task
-            m, pause, cost = seeds[name] = (host._manifest, host._snapshot_pause_s,
-                                            host._snapshot_cost_s)
-            progress(f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB encoded, "
-                     f"{m.bytes / 1e6:.1f} MB stored, loop pause {pause:.3f}s, encoding "
-                     f"{cost:.2f}s (forked child)")
+            m, pause, cost = seeds[name] = (
+                host._manifest,
+                host._snapshot_pause_s,
+                host._snapshot_cost_s,
+            )
+            progress(
+                f"{name}: snapshot at seq {m.seq:,}: {m.raw_bytes / 1e6:.1f} MB encoded, "
+                f"{m.bytes / 1e6:.1f} MB stored, loop pause {pause:.3f}s, encoding "
+                f"{cost:.2f}s (forked child)"
+            )
         del seed, host
-        await _publish(bus.nc, entries[n - tail:])
+        await _publish(bus.nc, entries[n - tail :])
         await _wait_for_seq(bus, n)
         out: dict[str, Any] = {}
         for name, make in services.items():
             full_s, full = None, None
             if full_refold:
                 full_s, full = await _ready(server, make, SnapshotPolicy(enabled=False))
-            snap_s, snap = await _ready(server, make, SnapshotPolicy(every_events=10**12,
-                                                                     every_s=1e12))
+            snap_s, snap = await _ready(
+                server, make, SnapshotPolicy(every_events=10**12, every_s=1e12)
+            )
             m, pause, cost = seeds[name]
             out[name] = {
                 "ready_s": round(snap_s, 3),
@@ -181,17 +197,23 @@ async def _bench(n: int, tail: int, work: Path, progress,
                 "snapshot_pause_s": round(pause, 3),
                 "snapshot_encode_s": round(cost, 3),
             }
-            refold = "" if full is None else (
-                f", {full_s:.2f}s by a full refold ({full.stats.folded:,})")
-            progress(f"{name}: ready {snap_s:.2f}s from the snapshot (+{snap.stats.folded:,} "
-                     f"events; {snap.restore_s:.2f}s reading and decoding it){refold}")
+            refold = (
+                ""
+                if full is None
+                else (f", {full_s:.2f}s by a full refold ({full.stats.folded:,})")
+            )
+            progress(
+                f"{name}: ready {snap_s:.2f}s from the snapshot (+{snap.stats.folded:,} "
+                f"events; {snap.restore_s:.2f}s reading and decoding it){refold}"
+            )
             del full, snap
         await bus.close()
     return out
 
 
-def run_restart_bench(events: int = 100_000, tail: int | None = None, progress=None,
-                      full_refold: bool = True) -> dict[str, Any]:
+def run_restart_bench(
+    events: int = 100_000, tail: int | None = None, progress=None, full_refold: bool = True
+) -> dict[str, Any]:
     """Measure every service's time to ready after `events` events (see the module doc)."""
     from gpuledger.services.runtime.gctune import fewer_gc_passes
 
@@ -206,7 +228,11 @@ def run_restart_bench(events: int = 100_000, tail: int | None = None, progress=N
         "tail_events": tail,
         "goal_ready_s": 3.0,
         "services": services,
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                    "implementation": sys.implementation.name, "platform": platform.platform(),
-                    "load_avg_1m": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "implementation": sys.implementation.name,
+            "platform": platform.platform(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        },
     }

@@ -61,8 +61,9 @@ memory back; pyarrow's default (mimalloc) kept about 50 MB more resident in a 1 
 def _json_array(col: JsonColumn) -> pa.Array:
     """The Arrow array of a `JsonColumn`: its own buffer and offsets, not copied (a
     `large_string`: 64-bit offsets, so no batch is too large for it)."""
-    return pa.Array.from_buffers(pa.large_string(), len(col),
-                                 [None, pa.py_buffer(col.offsets), pa.py_buffer(col.data)])
+    return pa.Array.from_buffers(
+        pa.large_string(), len(col), [None, pa.py_buffer(col.offsets), pa.py_buffer(col.data)]
+    )
 
 
 def _select(table: str) -> str:
@@ -246,11 +247,19 @@ class Store:
         if missing or len(described) != len(cols):
             raise ProjectionError(f"table {table}: schema.sql and mappers disagree ({missing})")
         expanded = ROW_CLASSES[table].EXPANDED if table in ROW_CLASSES else ()
-        return pa.schema([
-            (c, pa.list_(_ARROW_TYPES[described[c]]) if c in expanded
-             else pa.large_string() if (table, c) in JSON_COLUMNS else _ARROW_TYPES[described[c]])
-            for c in cols
-        ])
+        return pa.schema(
+            [
+                (
+                    c,
+                    pa.list_(_ARROW_TYPES[described[c]])
+                    if c in expanded
+                    else pa.large_string()
+                    if (table, c) in JSON_COLUMNS
+                    else _ARROW_TYPES[described[c]],
+                )
+                for c in cols
+            ]
+        )
 
     # -------------------------------------------------------------- reading state
 
@@ -460,7 +469,9 @@ class Projector:
         try:
             event = ev.at_receipt(ev.decode(payload), received_ms)
         except Exception as exc:  # noqa: BLE001 - UndecodableEvent, or anything decode missed
-            reason = str(exc) if isinstance(exc, ev.UndecodableEvent) else f"{type(exc).__name__}: {exc}"
+            reason = (
+                str(exc) if isinstance(exc, ev.UndecodableEvent) else f"{type(exc).__name__}: {exc}"
+            )
             ok = self.projection.apply_undecodable(
                 seq, subject, reason[:1000], bytes(payload[:200]).decode("utf-8", "replace")
             )
@@ -471,10 +482,18 @@ class Projector:
                 raise
             except Exception as exc:  # noqa: BLE001 - one event must never stop the projector
                 self.failed += 1
-                _log.error("projector.apply_failed seq=%s subject=%s type=%s reason=%s: %.300s",
-                           seq, subject, type(event).__name__, type(exc).__name__, exc)
+                _log.error(
+                    "projector.apply_failed seq=%s subject=%s type=%s reason=%s: %.300s",
+                    seq,
+                    subject,
+                    type(event).__name__,
+                    type(exc).__name__,
+                    exc,
+                )
                 ok = self.projection.last_seq >= seq or self.projection.apply_undecodable(
-                    seq, subject, f"{type(exc).__name__}: {exc}"[:1000],
+                    seq,
+                    subject,
+                    f"{type(exc).__name__}: {exc}"[:1000],
                     bytes(payload[:200]).decode("utf-8", "replace"),
                 )
             if ok:

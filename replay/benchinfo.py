@@ -60,7 +60,9 @@ def median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def baseline_run(python: str, subcommand: str, args: list[str], timeout_s: float = 1800) -> dict[str, Any]:
+def baseline_run(
+    python: str, subcommand: str, args: list[str], timeout_s: float = 1800
+) -> dict[str, Any]:
     """`PYTHON -m gpuledger.services.cli bench SUBCOMMAND ARGS --json FILE` with another
     checkout's Python (its own code), the figures it wrote. RuntimeError when it fails."""
     import json
@@ -71,21 +73,41 @@ def baseline_run(python: str, subcommand: str, args: list[str], timeout_s: float
     with tempfile.TemporaryDirectory(prefix="gpuledger-baseline-") as tmp:
         out = Path(tmp) / "baseline.json"
         done = subprocess.run(
-            [python, "-m", "gpuledger.services.cli", "bench", subcommand, *args, "--json", str(out)],
-            capture_output=True, text=True, check=False, timeout=timeout_s)
+            [
+                python,
+                "-m",
+                "gpuledger.services.cli",
+                "bench",
+                subcommand,
+                *args,
+                "--json",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout_s,
+        )
         if done.returncode != 0 or not out.exists():
-            raise RuntimeError(f"baseline {python} bench {subcommand} failed "
-                               f"(exit {done.returncode}): {done.stderr.strip()[-1500:]}")
+            raise RuntimeError(
+                f"baseline {python} bench {subcommand} failed "
+                f"(exit {done.returncode}): {done.stderr.strip()[-1500:]}"
+            )
         return json.loads(out.read_text())
 
 
-def paired(mine: list[dict[str, Any]], base: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
+def paired(
+    mine: list[dict[str, Any]], base: list[dict[str, Any]], keys: list[str]
+) -> dict[str, Any]:
     """Medians of each figure for both sides and the median of the pair-by-pair ratios
     (mine / baseline)."""
     out: dict[str, Any] = {}
     for k in keys:
         a = [m[k] for m in mine if isinstance(m.get(k), (int, float))]
         b = [m[k] for m in base if isinstance(m.get(k), (int, float))]
-        out[k] = {"median": median(a), "baseline_median": median(b),
-                  "ratio_median": median([x / y for x, y in zip(a, b, strict=False) if y])}
+        out[k] = {
+            "median": median(a),
+            "baseline_median": median(b),
+            "ratio_median": median([x / y for x, y in zip(a, b, strict=False) if y]),
+        }
     return out

@@ -79,10 +79,22 @@ def _fleet(fleet: Fleet) -> Any:
     nodes = []
     for name in fleet.node_names():
         s = fleet.node_state(name)
-        nodes.append([name, s.version, s.schedulable, s.free_cpu, s.free_mem, list(s.gpu_free),
-                      list(s.mps_tenant), list(s.mps_users),
-                      [None if m is None else msgspec.to_builtins(m) for m in s.mig]])
-    allocs = [[a, msgspec.to_builtins(fleet.allocation(a).placement)] for a in fleet.allocation_ids()]
+        nodes.append(
+            [
+                name,
+                s.version,
+                s.schedulable,
+                s.free_cpu,
+                s.free_mem,
+                list(s.gpu_free),
+                list(s.mps_tenant),
+                list(s.mps_users),
+                [None if m is None else msgspec.to_builtins(m) for m in s.mig],
+            ]
+        )
+    allocs = [
+        [a, msgspec.to_builtins(fleet.allocation(a).placement)] for a in fleet.allocation_ids()
+    ]
     return {"nodes": nodes, "allocations": allocs, "tenants": _canon(fleet.tenant_gpu_milli())}
 
 
@@ -123,8 +135,10 @@ def digest(ledger: Ledger) -> str:
 def _show(events: list[Event]) -> str:
     if not events:
         return "nothing"
-    items = [f"{type(e).__name__}({e.correlation_id}: {getattr(e, 'reason', '') or e.event_id})"
-             for e in events[:6]]
+    items = [
+        f"{type(e).__name__}({e.correlation_id}: {getattr(e, 'reason', '') or e.event_id})"
+        for e in events[:6]
+    ]
     more = f" and {len(events) - 6} more" if len(events) > 6 else ""
     return "[" + ", ".join(items) + more + "]"
 
@@ -155,7 +169,8 @@ def _decide_read_only(service: Any, ledger: Ledger, now_ms: int, where: str) -> 
         except TypeError as err:
             raise DecideDrift(
                 f"{where} returned {type(event).__name__}({event.correlation_id}) holding a piece "
-                f"of the folded state instead of a copy: {err}") from err
+                f"of the folded state instead of a copy: {err}"
+            ) from err
     return out
 
 
@@ -172,7 +187,9 @@ def checked_decide(service: Any, ledger: Ledger, now_ms: int) -> list[Event]:
     after = fingerprints(ledger)
     if before != after:
         changed = ", ".join(k for k in before if before[k] != after[k])
-        raise DecideDrift(f"{where} wrote to the folded state ({changed}); it returned {_show(out)}")
+        raise DecideDrift(
+            f"{where} wrote to the folded state ({changed}); it returned {_show(out)}"
+        )
     fresh = service.uncached() if hasattr(service, "uncached") else service
     with ledger.fleet.caches_set_aside():
         again = _decide_read_only(fresh, ledger, now_ms, where)
@@ -193,4 +210,5 @@ def checked_quiet(service: Any, ledger: Ledger, now_ms: int) -> None:
     if out:
         raise DecideDrift(
             f"{service.producer} decide after seq {ledger.last_seq} at t={now_ms / 1000:g}s was "
-            f"skipped as quiet (unaffected_by / quiet_until_wakeup) but returns {_show(out)}")
+            f"skipped as quiet (unaffected_by / quiet_until_wakeup) but returns {_show(out)}"
+        )

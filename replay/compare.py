@@ -42,8 +42,13 @@ class Summary:
 def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summary:
     """Fold a log and compute its metrics (definitions in `replay.metrics`)."""
     m = measure(entries)
-    return Summary(name=name, metrics=m.metrics, allocation=m.allocation,
-                   utilisation=m.utilisation, waits=m.waits)
+    return Summary(
+        name=name,
+        metrics=m.metrics,
+        allocation=m.allocation,
+        utilisation=m.utilisation,
+        waits=m.waits,
+    )
 
 
 def load(path: str | Path) -> Summary:
@@ -81,8 +86,11 @@ def compare(a: Summary, b: Summary) -> dict[str, Any]:
     either side has no value)."""
     ma = {k: v for k, v in a.metrics.items()}
     mb = {k: v for k, v in b.metrics.items()}
-    return {"a": {"log": a.name, "metrics": ma}, "b": {"log": b.name, "metrics": mb},
-            "delta": _delta(ma, mb)}
+    return {
+        "a": {"log": a.name, "metrics": ma},
+        "b": {"log": b.name, "metrics": mb},
+        "delta": _delta(ma, mb),
+    }
 
 
 # ---------------------------------------------------------------------------- table rows
@@ -124,14 +132,28 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         out.append((label, human_duration(va), human_duration(vb), _signed(human_duration(dv), dv)))
 
     num("events", a["events"], b["events"], d["events"], "d")
-    dur("span", a["end_s"] - a["start_s"], b["end_s"] - b["start_s"],
-        (b["end_s"] - b["start_s"]) - (a["end_s"] - a["start_s"]))
+    dur(
+        "span",
+        a["end_s"] - a["start_s"],
+        b["end_s"] - b["start_s"],
+        (b["end_s"] - b["start_s"]) - (a["end_s"] - a["start_s"]),
+    )
     for k in ("submitted", "completed", "failed", "rejected", "cancelled", "unfinished"):
         num(f"jobs {k}", a["jobs"][k], b["jobs"][k], d["jobs"][k], "d")
-    num("GPU allocation % (time-weighted)", a["gpu_allocation_pct"], b["gpu_allocation_pct"],
-        d["gpu_allocation_pct"], ".1f")
-    num("SM activity % (mean)", a["sm_activity_pct"], b["sm_activity_pct"],
-        d["sm_activity_pct"], ".1f")
+    num(
+        "GPU allocation % (time-weighted)",
+        a["gpu_allocation_pct"],
+        b["gpu_allocation_pct"],
+        d["gpu_allocation_pct"],
+        ".1f",
+    )
+    num(
+        "SM activity % (mean)",
+        a["sm_activity_pct"],
+        b["sm_activity_pct"],
+        d["sm_activity_pct"],
+        ".1f",
+    )
     for c in sorted(set(a["wait_s_p50_by_class"]) | set(b["wait_s_p50_by_class"])):
         for q in ("p50", "p99"):
             key = f"wait_s_{q}_by_class"
@@ -140,8 +162,13 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         num(f"never placed {c}", na, nb, nb - na, "d")
     num("preemptions", a["preemptions"], b["preemptions"], d["preemptions"], "d")
     num("lost GPU-hours", a["lost_gpu_hours"], b["lost_gpu_hours"], d["lost_gpu_hours"], ".3f")
-    num("fairness (Jain, share attainment)", a["fairness_jain"], b["fairness_jain"],
-        d["fairness_jain"], ".3f")
+    num(
+        "fairness (Jain, share attainment)",
+        a["fairness_jain"],
+        b["fairness_jain"],
+        d["fairness_jain"],
+        ".3f",
+    )
     dur("completion time mean", a["jct_s_mean"], b["jct_s_mean"], d["jct_s_mean"])
     dur("completion time p50", a["jct_s_p50"], b["jct_s_p50"], d["jct_s_p50"])
     dur("completion time p99", a["jct_s_p99"], b["jct_s_p99"], d["jct_s_p99"])

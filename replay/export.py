@@ -11,8 +11,12 @@ from gpuledger import events as ev
 from gpuledger.replay.logio import write_log
 
 
-async def stream_entries(bus, since_ms: int | None = None, until_ms: int | None = None,
-                         on_skip: Callable[[int, str], None] | None = None) -> AsyncIterator[tuple[int, str, ev.Event]]:
+async def stream_entries(
+    bus,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    on_skip: Callable[[int, str], None] | None = None,
+) -> AsyncIterator[tuple[int, str, ev.Event]]:
     """Decoded `(seq, subject, event)` from the stream, optionally within a time window.
     Undecodable messages are reported through `on_skip` (they are dead-lettered live)."""
     async for rec in bus.read_all():
@@ -33,16 +37,18 @@ def write_parquet(path: str | Path, entries: list[tuple[int, str, ev.Event]]) ->
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "seq": pa.array([s for s, _, _ in entries], pa.int64()),
-        "subject": [sub for _, sub, _ in entries],
-        "type": [type(e).__struct_config__.tag for _, _, e in entries],
-        "event_id": [e.event_id for _, _, e in entries],
-        "occurred_at_ms": pa.array([e.occurred_at_ms for _, _, e in entries], pa.int64()),
-        "correlation_id": [e.correlation_id for _, _, e in entries],
-        "producer": [e.producer for _, _, e in entries],
-        "event": [ev.encode(e).decode() for _, _, e in entries],
-    })
+    table = pa.table(
+        {
+            "seq": pa.array([s for s, _, _ in entries], pa.int64()),
+            "subject": [sub for _, sub, _ in entries],
+            "type": [type(e).__struct_config__.tag for _, _, e in entries],
+            "event_id": [e.event_id for _, _, e in entries],
+            "occurred_at_ms": pa.array([e.occurred_at_ms for _, _, e in entries], pa.int64()),
+            "correlation_id": [e.correlation_id for _, _, e in entries],
+            "producer": [e.producer for _, _, e in entries],
+            "event": [ev.encode(e).decode() for _, _, e in entries],
+        }
+    )
     pq.write_table(table, path)
     return table.num_rows
 
@@ -51,7 +57,9 @@ def read_parquet(path: str | Path):
     import pyarrow.parquet as pq
 
     table = pq.read_table(path, columns=["seq", "subject", "event"])
-    for seq, subject, raw in zip(*(table.column(c).to_pylist() for c in ("seq", "subject", "event")), strict=True):
+    for seq, subject, raw in zip(
+        *(table.column(c).to_pylist() for c in ("seq", "subject", "event")), strict=True
+    ):
         yield seq, subject, ev.decode(raw)
 
 
@@ -85,5 +93,3 @@ def read_any(path: str | Path):
     if str(path).endswith(".duckdb"):
         return read_projection(path)
     return read_log(path)
-
-

@@ -71,13 +71,19 @@ def fleet_nodes(n_nodes: int = 500, per_leaf: int = 16) -> list[NodeSpec]:
     for i in range(n_nodes):
         name = f"node-{i:04d}"
         sharing = "mig" if i % 10 == 9 else "mps" if i % 10 == 8 else "exclusive"
-        gpus = tuple(GpuSpec(g, f"{name}-gpu{g}", "H100", 81_920, f"{name}/nvswitch", sharing)
-                     for g in range(8))
-        out.append(NodeSpec(name, 224_000, 2_000_000, gpus, leaf_switch=f"leaf-{i // per_leaf:02d}"))
+        gpus = tuple(
+            GpuSpec(g, f"{name}-gpu{g}", "H100", 81_920, f"{name}/nvswitch", sharing)
+            for g in range(8)
+        )
+        out.append(
+            NodeSpec(name, 224_000, 2_000_000, gpus, leaf_switch=f"leaf-{i // per_leaf:02d}")
+        )
     return out
 
 
-def job_queue(n_jobs: int = 10_000, seed: int = 7, lifetime_scale: float = 1.0) -> list[tuple[GangRequest, int]]:
+def job_queue(
+    n_jobs: int = 10_000, seed: int = 7, lifetime_scale: float = 1.0
+) -> list[tuple[GangRequest, int]]:
     """(gang, lifetime in decisions) pairs; lifetimes 35-600 decisions x ``lifetime_scale``
     (the jobs themselves do not depend on the scale)."""
     rng = random.Random(seed)
@@ -90,11 +96,13 @@ def job_queue(n_jobs: int = 10_000, seed: int = 7, lifetime_scale: float = 1.0) 
             n = rng.choices((1, 2, 4, 8), (50, 20, 15, 15))[0]
             member = MemberRequest(gpus=n, cpu_milli=12_000 * n, memory_mib=65_536 * n)
         elif roll < 0.62:
-            member = MemberRequest(gpu_milli=rng.choice((250, 500, 750)), cpu_milli=4_000,
-                                   memory_mib=16_384)
+            member = MemberRequest(
+                gpu_milli=rng.choice((250, 500, 750)), cpu_milli=4_000, memory_mib=16_384
+            )
         elif roll < 0.80:
-            member = MemberRequest(mig_profile=rng.choice(MIG_PROFILES), cpu_milli=4_000,
-                                   memory_mib=16_384)
+            member = MemberRequest(
+                mig_profile=rng.choice(MIG_PROFILES), cpu_milli=4_000, memory_mib=16_384
+            )
         elif roll < 0.88:
             member = MemberRequest(cpu_milli=rng.choice((2_000, 8_000, 16_000)), memory_mib=8_192)
         else:
@@ -113,7 +121,11 @@ def typical_of(queue: list[tuple[GangRequest, int]]) -> tuple[TypicalTask, ...]:
         m = g.member
         if m.kind == "mig":
             continue
-        shape = (m.cpu_milli, m.gpus or (1 if m.gpu_milli else 0), m.gpu_milli or (1000 if m.gpus else 0))
+        shape = (
+            m.cpu_milli,
+            m.gpus or (1 if m.gpu_milli else 0),
+            m.gpu_milli or (1000 if m.gpus else 0),
+        )
         counts[shape] += g.replicas
     total = sum(counts.values())
     out, acc = [], 0
@@ -125,14 +137,18 @@ def typical_of(queue: list[tuple[GangRequest, int]]) -> tuple[TypicalTask, ...]:
     return tuple(out)
 
 
-def run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest, int]]) -> PolicyResult:
+def run_policy(
+    policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest, int]]
+) -> PolicyResult:
     """One policy over the queue (young-generation GC passes spaced out, as in every replay:
     `services.runtime.gctune`)."""
     with fewer_gc_passes():
         return _run_policy(policy, nodes, queue)
 
 
-def _run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest, int]]) -> PolicyResult:
+def _run_policy(
+    policy: str, nodes: list[NodeSpec], queue: list[tuple[GangRequest, int]]
+) -> PolicyResult:
     warm = max((life for _, life in queue), default=0)
     fleet = Fleet(nodes, typical_tasks=typical_of(queue))
     capacity = fleet.capacity_gpus() * 1000
@@ -187,7 +203,10 @@ def _run_policy(policy: str, nodes: list[NodeSpec], queue: list[tuple[GangReques
 
 
 def run(
-    policies: list[str], n_nodes: int = 500, n_jobs: int | None = None, seed: int = 7,
+    policies: list[str],
+    n_nodes: int = 500,
+    n_jobs: int | None = None,
+    seed: int = 7,
     progress: Callable[[PolicyResult], None] | None = None,
 ) -> FleetBenchReport:
     """``n_jobs`` defaults to 20 per node; lifetimes scale with ``n_nodes / 500``."""

@@ -63,8 +63,12 @@ class Finding:
             self.violations.append(text)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checked": self.checked, "violations": self.count,
-                "examples": list(self.violations)}
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "violations": self.count,
+            "examples": list(self.violations),
+        }
 
 
 @dataclass
@@ -152,8 +156,10 @@ class _Checker:
                     prof = profile_for(model, m.mig_profile)
                     start = m.mig_start if m.mig_start is not None else 0
                     if prof is None or start + prof.memory_slices > MEMORY_SLICES:
-                        self.double.fail(f"seq {seq}: {e.allocation_id} member {m.rank} holds MIG "
-                                         f"{m.mig_profile}@{start} that GPU {m.node}/{g} ({model or '?'}) cannot hold")
+                        self.double.fail(
+                            f"seq {seq}: {e.allocation_id} member {m.rank} holds MIG "
+                            f"{m.mig_profile}@{start} that GPU {m.node}/{g} ({model or '?'}) cannot hold"
+                        )
                         continue
                     out.append((m.node, g, "mig", ((1 << prof.memory_slices) - 1) << start))
                 elif m.gpu_milli:
@@ -194,7 +200,9 @@ class _Checker:
                 gpu.mig[e.allocation_id] = gpu.mig.get(e.allocation_id, 0) | amount
             if clash is not None:
                 holders = ", ".join(sorted(gpu.holders()))
-                self.double.fail(f"seq {seq}: GPU {node}/{g} in two allocations ({clash}): {holders}")
+                self.double.fail(
+                    f"seq {seq}: GPU {node}/{g} in two allocations ({clash}): {holders}"
+                )
         self.live[e.allocation_id] = alloc
 
     def gang_shape(self, seq: int, e: ev.GangPlaced, spec: ev.JobSpec) -> None:
@@ -206,7 +214,9 @@ class _Checker:
         if len(ranks) > spec.replicas:
             self.partial.fail(f"{where}: {len(ranks)} members for {spec.replicas} replicas")
         if len(set(ranks)) != len(ranks) or any(r < 0 or r >= spec.replicas for r in ranks):
-            self.partial.fail(f"{where}: ranks {sorted(ranks)} are not distinct ranks below {spec.replicas}")
+            self.partial.fail(
+                f"{where}: ranks {sorted(ranks)} are not distinct ranks below {spec.replicas}"
+            )
         res = spec.resources
         for m in e.members:
             if res.mig_profile:
@@ -216,8 +226,10 @@ class _Checker:
             else:
                 ok = len(m.gpus) == res.gpus and len(set(m.gpus)) == res.gpus
             if not ok:
-                self.partial.fail(f"{where}: member {m.rank} on {m.node} holds {m.gpus} "
-                                  f"(milli {m.gpu_milli}, MIG {m.mig_profile}), not the member's shape")
+                self.partial.fail(
+                    f"{where}: member {m.rank} on {m.node} holds {m.gpus} "
+                    f"(milli {m.gpu_milli}, MIG {m.mig_profile}), not the member's shape"
+                )
 
     def release(self, allocation_id: str) -> None:
         alloc = self.live.pop(allocation_id, None)
@@ -256,7 +268,9 @@ class _Checker:
             if first is None or job is None:
                 self.lost.fail(f"{job_id}: acknowledged at seq {seq}, not in the log")
             elif first != seq:
-                self.lost.fail(f"{job_id}: acknowledged at seq {seq}, but the log's first submission is at seq {first}")
+                self.lost.fail(
+                    f"{job_id}: acknowledged at seq {seq}, but the log's first submission is at seq {first}"
+                )
             elif job_id not in self.decided:
                 self.lost.fail(f"{job_id}: submitted at seq {seq}, never admitted or rejected")
         for job_id in sorted(jobs):
@@ -266,12 +280,15 @@ class _Checker:
             self.placed.checked += 1
             alloc = self.live.get(job.allocation_id or "")
             if alloc is None or alloc.job_id != job_id or not alloc.members:
-                self.placed.fail(f"{job_id} is {job.state} with no live allocation "
-                                 f"({job.allocation_id or 'none'})")
+                self.placed.fail(
+                    f"{job_id} is {job.state} with no live allocation "
+                    f"({job.allocation_id or 'none'})"
+                )
 
 
-def check_log(entries: Iterable[tuple[int, str, ev.Event]], acked: dict[str, int] | None = None
-              ) -> list[Finding]:
+def check_log(
+    entries: Iterable[tuple[int, str, ev.Event]], acked: dict[str, int] | None = None
+) -> list[Finding]:
     """Check the invariants of the module doc over `entries` (in log order). `acked`: job id ->
     the stream sequence a client's submission was acknowledged at."""
     return _Checker(dict(acked or {})).run(list(entries))

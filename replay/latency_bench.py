@@ -48,14 +48,27 @@ GOALS = {"p99_ms": 20.0, "drain_per_s": 2_000.0}
 def goals_met(figures: dict[str, Any]) -> dict[str, bool]:
     """Whether `figures` (one run's, or medians) meet each of `GOALS`: p99 at most, drain at
     least."""
-    return {"p99_ms": figures["p99_ms"] <= GOALS["p99_ms"],
-            "drain_per_s": figures["drain_per_s"] >= GOALS["drain_per_s"]}
+    return {
+        "p99_ms": figures["p99_ms"] <= GOALS["p99_ms"],
+        "drain_per_s": figures["drain_per_s"] >= GOALS["drain_per_s"],
+    }
 
 
 def cluster_doc(nodes: int) -> dict[str, Any]:
     return {
-        "cluster": {"nodes": [{"name_prefix": "n", "count": nodes, "gpus": 8, "model": "H100-80GB",
-                               "cpu": 128, "memory": "1Ti", "sharing": "mps"}]},
+        "cluster": {
+            "nodes": [
+                {
+                    "name_prefix": "n",
+                    "count": nodes,
+                    "gpus": 8,
+                    "model": "H100-80GB",
+                    "cpu": 128,
+                    "memory": "1Ti",
+                    "sharing": "mps",
+                }
+            ]
+        },
         "tenants": [{"name": TENANT, "guaranteed": nodes * 8}],
     }
 
@@ -75,12 +88,25 @@ def _job(job_id: str, duration_s: int | None) -> ev.JobSubmitted:
     if duration_s is not None:
         doc["duration"] = duration_s
     spec = job_spec(doc)
-    return stamp(ev.JobSubmitted, key=job_id, producer="bench", now_ms=time.time_ns() // 1_000_000,
-                 correlation_id=job_id, job=spec)
+    return stamp(
+        ev.JobSubmitted,
+        key=job_id,
+        producer="bench",
+        now_ms=time.time_ns() // 1_000_000,
+        correlation_id=job_id,
+        job=spec,
+    )
 
 
-async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: Path,
-                 profile_dir: Path | None, progress) -> dict[str, Any]:
+async def _bench(
+    rate: float,
+    duration_s: float,
+    burst: int,
+    nodes: int,
+    work: Path,
+    profile_dir: Path | None,
+    progress,
+) -> dict[str, Any]:
     from gpuledger.replay.live_player import publish_config
     from gpuledger.replay.scenario import from_document
     from gpuledger.services.roles import CONTROL_PLANE
@@ -95,8 +121,13 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
         bus = await Bus.connect(server.url, name="gpuledger-bench", **server.client_options())
         await bus.ensure_stream()
         await publish_config(bus, from_document(doc))
-        procs = ServiceProcesses(server.access(), config=config, log_dir=work, profile_dir=profile_dir,
-                                 env={"GPULEDGER_LOG_LEVEL": "warning"})
+        procs = ServiceProcesses(
+            server.access(),
+            config=config,
+            log_dir=work,
+            profile_dir=profile_dir,
+            env={"GPULEDGER_LOG_LEVEL": "warning"},
+        )
         for role in (*CONTROL_PLANE, "node-agent"):
             procs.start(role)
         placed_at: dict[str, float] = {}
@@ -144,8 +175,10 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
             while any(j not in placed_at for j in submitted_at) and time.perf_counter() < deadline:
                 await asyncio.sleep(0.1)
             lat = [(placed_at[j] - t) * 1000 for j, t in submitted_at.items() if j in placed_at]
-            progress(f"steady: {len(lat)}/{n} placed, p50 {percentile(lat, .5):.1f} ms, "
-                     f"p99 {percentile(lat, .99):.1f} ms (goal <= {GOALS['p99_ms']:.0f} ms)")
+            progress(
+                f"steady: {len(lat)}/{n} placed, p50 {percentile(lat, 0.5):.1f} ms, "
+                f"p99 {percentile(lat, 0.99):.1f} ms (goal <= {GOALS['p99_ms']:.0f} ms)"
+            )
 
             # ---- phase 2: burst
             ids = [f"b{i}" for i in range(burst)]
@@ -167,8 +200,10 @@ async def _bench(rate: float, duration_s: float, burst: int, nodes: int, work: P
                 await asyncio.sleep(0.2)
             times = sorted(placed_at[j] for j in ids if j in placed_at)
             drain = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-            progress(f"burst: {len(times)}/{burst} placed, drain {drain:.0f}/s "
-                     f"(goal >= {GOALS['drain_per_s']:,.0f}/s)")
+            progress(
+                f"burst: {len(times)}/{burst} placed, drain {drain:.0f}/s "
+                f"(goal >= {GOALS['drain_per_s']:,.0f}/s)"
+            )
             return {
                 "p50_ms": round(percentile(lat, 0.5), 2),
                 "p90_ms": round(percentile(lat, 0.9), 2),
@@ -214,9 +249,16 @@ def time_bound_s(duration_s: float, burst: int, profiled: bool) -> float:
     return bound * (2 if profiled else 1)
 
 
-def run_latency_bench(rate: float = 100.0, duration_s: float = 30.0, burst: int = 10_000,
-                      nodes: int = 500, *, profile_dir: str | Path | None = None,
-                      progress=None, timeout_s: float | None = None) -> dict[str, Any]:
+def run_latency_bench(
+    rate: float = 100.0,
+    duration_s: float = 30.0,
+    burst: int = 10_000,
+    nodes: int = 500,
+    *,
+    profile_dir: str | Path | None = None,
+    progress=None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Run both phases on a fresh embedded NATS and every service as a process; returns
     `p50_ms`, `p99_ms`, `drain_per_s`, `submitted`, `placed` and more (see module doc).
     TimeoutError past `timeout_s` (default `time_bound_s`)."""
@@ -225,11 +267,18 @@ def run_latency_bench(rate: float = 100.0, duration_s: float = 30.0, burst: int 
     prof = Path(profile_dir) if profile_dir is not None else None
     if prof is not None:
         prof.mkdir(parents=True, exist_ok=True)
-    bound = timeout_s if timeout_s is not None else time_bound_s(duration_s, burst, prof is not None)
+    bound = (
+        timeout_s if timeout_s is not None else time_bound_s(duration_s, burst, prof is not None)
+    )
     with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
-        result = asyncio.run(asyncio.wait_for(
-            _bench(rate, duration_s, burst, nodes, Path(tmp), prof, progress or (lambda _msg: None)),
-            timeout=bound))
+        result = asyncio.run(
+            asyncio.wait_for(
+                _bench(
+                    rate, duration_s, burst, nodes, Path(tmp), prof, progress or (lambda _msg: None)
+                ),
+                timeout=bound,
+            )
+        )
     result["goals_met"] = goals_met(result)
     result["machine"] = machine()
     return result
@@ -240,11 +289,23 @@ def latency(
     duration: float = typer.Option(30.0, "--duration", help="Seconds of steady submissions."),
     burst: int = typer.Option(10_000, "--burst", help="Jobs in the burst."),
     nodes: int = typer.Option(500, "--nodes", help="Simulated 8-GPU nodes."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result here ('-' = stdout)."),
-    profile: Path | None = typer.Option(None, "--profile", help="Run services under cProfile; write <role>.prof here."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the result here ('-' = stdout)."
+    ),
+    profile: Path | None = typer.Option(
+        None, "--profile", help="Run services under cProfile; write <role>.prof here."
+    ),
     runs: int = typer.Option(1, "--runs", help="Runs (with --baseline: pairs, alternating)."),
-    baseline: str | None = typer.Option(None, "--baseline", help="The Python of another checkout (its .venv/bin/python): the same bench alternately with its code, and the ratios."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Seconds one run may take (default: from the sizes, doubled under --profile); past it: exit 4."),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        help="The Python of another checkout (its .venv/bin/python): the same bench alternately with its code, and the ratios.",
+    ),
+    timeout: float | None = typer.Option(
+        None,
+        "--timeout",
+        help="Seconds one run may take (default: from the sizes, doubled under --profile); past it: exit 4.",
+    ),
 ) -> None:
     """Submit -> GangPlaced p50/p99 at a steady rate and the drain rate of a burst, with every
     service as a separate process (goals: p99 <= 20 ms at 100 jobs/s, drain >= 2,000
@@ -255,11 +316,29 @@ def latency(
 
     mine: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []
-    args = ["--rate", str(rate), "--duration", str(duration), "--burst", str(burst), "--nodes", str(nodes)]
+    args = [
+        "--rate",
+        str(rate),
+        "--duration",
+        str(duration),
+        "--burst",
+        str(burst),
+        "--nodes",
+        str(nodes),
+    ]
     try:
         for _ in range(max(1, runs)):
-            mine.append(run_latency_bench(rate, duration, burst, nodes, profile_dir=profile,
-                                          progress=say, timeout_s=timeout))
+            mine.append(
+                run_latency_bench(
+                    rate,
+                    duration,
+                    burst,
+                    nodes,
+                    profile_dir=profile,
+                    progress=say,
+                    timeout_s=timeout,
+                )
+            )
             if baseline is not None:
                 say("baseline run ...")
                 base.append(baseline_run(baseline, "latency", args))
@@ -273,13 +352,18 @@ def latency(
     result = dict(mine[-1])
     if len(mine) > 1 or baseline is not None:
         keys = ["p50_ms", "p90_ms", "p99_ms", "drain_per_s", "burst_end_to_end_per_s"]
-        result["runs"] = [{k: m[k] for k in keys} | {"load_avg_1_5_15": m["machine"]["load_avg_1_5_15"]}
-                          for m in mine]
+        result["runs"] = [
+            {k: m[k] for k in keys} | {"load_avg_1_5_15": m["machine"]["load_avg_1_5_15"]}
+            for m in mine
+        ]
         result["medians"] = {k: median([m[k] for m in mine]) for k in keys}
         result["goals_met"] = goals_met(result["medians"])
         if baseline is not None:
-            result["baseline"] = {"python": baseline, "runs": [{k: b[k] for k in keys} for b in base],
-                                  **paired(mine, base, keys)}
+            result["baseline"] = {
+                "python": baseline,
+                "runs": [{k: b[k] for k in keys} for b in base],
+                **paired(mine, base, keys),
+            }
     text = json.dumps(result, indent=2)
     if json_out is None:
         typer.echo(text)

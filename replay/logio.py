@@ -75,7 +75,11 @@ def write_log(path: str | Path, entries: Iterable[tuple[int, str, ev.Event]]) ->
     buf = bytearray()
     with open(path, "wb") as f:
         for seq, subject, event in entries:
-            buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (seq, _encoder.encode(subject), ev.encode(event))
+            buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (
+                seq,
+                _encoder.encode(subject),
+                ev.encode(event),
+            )
             n += 1
             if len(buf) > 1 << 20:
                 f.write(buf)

@@ -150,7 +150,9 @@ class _Integrals:
         now_milli = self.ledger.tenant_gpu_milli.get(tenant, 0)
         old_milli = self.tenant_alloc.get(tenant, 0)
         if now_milli != old_milli:
-            self.received[tenant] += old_milli * (self.last_t - self.alloc_since.get(tenant, self.last_t))
+            self.received[tenant] += old_milli * (
+                self.last_t - self.alloc_since.get(tenant, self.last_t)
+            )
             self.alloc_since[tenant] = self.last_t
             self.tenant_alloc[tenant] = now_milli
             self.allocated += now_milli - old_milli
@@ -192,18 +194,25 @@ class _Integrals:
             self.latest_sum += s.sm_active - self.latest_sm.get(key, 0.0)
             self.latest_sm[key] = s.sm_active
         if self.latest_sm:
-            self.util_series.append((self.last_t / 1000, 100 * self.latest_sum / len(self.latest_sm)))
+            self.util_series.append(
+                (self.last_t / 1000, 100 * self.latest_sum / len(self.latest_sm))
+            )
 
     def close(self) -> None:
         """Bank entitlement and received allocation up to the end of the window."""
         for tenant, share in self.fair.items():
             self.entitled[tenant] += share * (self.last_t - self.fair_since)
         for tenant, milli in self.tenant_alloc.items():
-            self.received[tenant] += milli * (self.last_t - self.alloc_since.get(tenant, self.last_t))
+            self.received[tenant] += milli * (
+                self.last_t - self.alloc_since.get(tenant, self.last_t)
+            )
 
     def attainment(self) -> dict[str, float]:
-        return {t: self.received.get(t, 0.0) / self.entitled[t]
-                for t in sorted(self.entitled) if t in self.leaf_tenants and self.entitled[t] > 0}
+        return {
+            t: self.received.get(t, 0.0) / self.entitled[t]
+            for t in sorted(self.entitled)
+            if t in self.leaf_tenants and self.entitled[t] > 0
+        }
 
 
 def _fold(entries: Iterable[tuple[int, str, Event]], ledger: Ledger) -> _Integrals:
@@ -262,8 +271,11 @@ def waits_by_class(ledger: Ledger) -> tuple[dict[str, list[float]], dict[str, in
 
 def completion_times(ledger: Ledger) -> list[float]:
     """Completion - submission, in seconds, of every completed job."""
-    return [(job.finished_ms - job.submitted_ms) / 1000 for job in ledger.jobs.values()
-            if job.state == "completed" and job.finished_ms is not None]
+    return [
+        (job.finished_ms - job.submitted_ms) / 1000
+        for job in ledger.jobs.values()
+        if job.state == "completed" and job.finished_ms is not None
+    ]
 
 
 def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = None) -> Measured:
@@ -296,5 +308,10 @@ def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = N
         "jct_s_p50": percentile(jct, 0.5),
         "jct_s_p99": percentile(jct, 0.99),
     }
-    return Measured(metrics=metrics, ledger=ledger, allocation=acc.alloc_series,
-                    utilisation=acc.util_series, waits=waits)
+    return Measured(
+        metrics=metrics,
+        ledger=ledger,
+        allocation=acc.alloc_series,
+        utilisation=acc.util_series,
+        waits=waits,
+    )

@@ -43,7 +43,15 @@ from gpuledger.services.domain.inputs import (
 )
 
 ROOTS = ("policy", "tenants", "priority_classes")
-_OVERLAY_KEYS = ("policy", "tenants", "priority_classes", "schedules", "cluster", "name", "description")
+_OVERLAY_KEYS = (
+    "policy",
+    "tenants",
+    "priority_classes",
+    "schedules",
+    "cluster",
+    "name",
+    "description",
+)
 
 
 class OverlayError(InputError):
@@ -83,9 +91,16 @@ def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
 
 
 def _class_doc(c: ev.PriorityClassConfigured) -> dict[str, Any]:
-    return {"name": c.name, "value": c.value, "preemptible": c.preemptible, "slo_class": c.slo_class,
-            "description": c.description, "grace_s": c.grace_s, "allow_timeslice": c.allow_timeslice,
-            "override": True}
+    return {
+        "name": c.name,
+        "value": c.value,
+        "preemptible": c.preemptible,
+        "slo_class": c.slo_class,
+        "description": c.description,
+        "grace_s": c.grace_s,
+        "allow_timeslice": c.allow_timeslice,
+        "override": True,
+    }
 
 
 def _policy_dict(p: ev.Policy) -> dict[str, Any]:
@@ -107,7 +122,9 @@ class Overlay:
         cfg = recorded(recorded_config)
         self.policy: dict[str, Any] = _policy_dict(cfg.policy)
         self.policy_changed = False
-        self.tenants: dict[str, dict[str, Any]] = {n: _tenant_doc(t) for n, t in cfg.tenants.items()}
+        self.tenants: dict[str, dict[str, Any]] = {
+            n: _tenant_doc(t) for n, t in cfg.tenants.items()
+        }
         self.classes: dict[str, dict[str, Any]] = {n: _class_doc(c) for n, c in cfg.classes.items()}
         self.changed_tenants: list[str] = []
         self.changed_classes: list[str] = []
@@ -125,10 +142,14 @@ class Overlay:
         value = _scalar(text)
         root, _, rest = key.partition(".")
         if root not in ROOTS:
-            raise OverlayError(f"{where}: {root!r}: unknown key{_suggest(root, ROOTS) or ' (known: ' + ', '.join(ROOTS) + ')'}")
+            raise OverlayError(
+                f"{where}: {root!r}: unknown key{_suggest(root, ROOTS) or ' (known: ' + ', '.join(ROOTS) + ')'}"
+            )
         if root == "policy":
             if not rest or "." in rest:
-                raise OverlayError(f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})")
+                raise OverlayError(
+                    f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})"
+                )
             if rest not in self.policy:
                 hint = _suggest(rest, self.policy) or f" (known keys: {', '.join(self.policy)})"
                 raise OverlayError(f"{where}: policy.{rest}: unknown key{hint}")
@@ -139,16 +160,24 @@ class Overlay:
             self.changes.append(f"policy.{rest}={value!r}")
             return
         table, changed, shape, label = (
-            (self.tenants, self.changed_tenants, TenantDoc, "tenant") if root == "tenants"
-            else (self.classes, self.changed_classes, ClassDoc, "priority class"))
+            (self.tenants, self.changed_tenants, TenantDoc, "tenant")
+            if root == "tenants"
+            else (self.classes, self.changed_classes, ClassDoc, "priority class")
+        )
         # names may hold '/', never '.': the name is the token after the root, the rest the field
         name, _, field = rest.partition(".")
         if not name or not field:
             raise OverlayError(f"{where}: expected {root}.<name>.<key>")
         if name not in table:
             hint = _suggest(name, table) or f" (known: {', '.join(sorted(table)) or 'none'})"
-            raise OverlayError(f"{where}: {root}.{name}: no {label} {name!r} in the recorded configuration{hint}")
-        fields = [f.encode_name for f in msgspec.structs.fields(shape) if f.encode_name not in ("name", "override")]
+            raise OverlayError(
+                f"{where}: {root}.{name}: no {label} {name!r} in the recorded configuration{hint}"
+            )
+        fields = [
+            f.encode_name
+            for f in msgspec.structs.fields(shape)
+            if f.encode_name not in ("name", "override")
+        ]
         top, _, sub = field.partition(".")
         if top not in fields:
             hint = _suggest(top, fields) or f" (known keys: {', '.join(fields)})"
@@ -172,17 +201,27 @@ class Overlay:
     # ---------------------------------------------------------------- --policy FILE
     def add_file(self, doc: Any, file: str) -> None:
         if not isinstance(doc, dict):
-            raise OverlayError(f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}")
+            raise OverlayError(
+                f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}"
+            )
         if "timeline" in doc:
-            raise OverlayError(f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)")
+            raise OverlayError(
+                f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)"
+            )
         unknown = [k for k in doc if k not in _OVERLAY_KEYS]
         if unknown:
             k = unknown[0]
-            raise OverlayError(f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}")
+            raise OverlayError(
+                f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}"
+            )
         # classes named like a recorded one replace it: no `override` needed for those
         raw = dict(doc)
-        raw_classes = [dict(c, override=True) if isinstance(c, dict) and c.get("name") in self.classes
-                       and "override" not in c else c for c in raw.get("priority_classes") or []]
+        raw_classes = [
+            dict(c, override=True)
+            if isinstance(c, dict) and c.get("name") in self.classes and "override" not in c
+            else c
+            for c in raw.get("priority_classes") or []
+        ]
         if raw_classes:
             raw["priority_classes"] = raw_classes
         try:
@@ -214,11 +253,15 @@ class Overlay:
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         if self.changed_tenants:
-            doc["tenants"] = [{k: v for k, v in self.tenants[n].items() if v is not None}
-                              for n in self.changed_tenants]
+            doc["tenants"] = [
+                {k: v for k, v in self.tenants[n].items() if v is not None}
+                for n in self.changed_tenants
+            ]
         if self.changed_classes:
-            doc["priority_classes"] = [{k: v for k, v in self.classes[n].items() if v is not None}
-                                       for n in self.changed_classes]
+            doc["priority_classes"] = [
+                {k: v for k, v in self.classes[n].items() if v is not None}
+                for n in self.changed_classes
+            ]
         if self.policy_changed:
             doc["policy"] = self.policy
         if self.schedules:

@@ -22,8 +22,18 @@ import numpy as np  # noqa: E402
 from gpuledger.replay.compare import Summary, human_duration  # noqa: E402
 
 MAX_POINTS = 2000
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-          "#bcbd22", "#17becf")
+COLORS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 STYLES = ("-", "--", ":", "-.")
@@ -57,8 +67,9 @@ def _time_unit(span_s: float) -> tuple[float, str]:
     return 1.0, "seconds"
 
 
-def step_series(points: list[tuple[float, float]], end_s: float, bins: int = MAX_POINTS
-                ) -> tuple[np.ndarray, np.ndarray, bool]:
+def step_series(
+    points: list[tuple[float, float]], end_s: float, bins: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray, bool]:
     """(x, y, binned): the step function itself when short, else its time-weighted mean per
     bin over [first point, end_s]."""
     if not points:
@@ -78,7 +89,9 @@ def step_series(points: list[tuple[float, float]], end_s: float, bins: int = MAX
     return centres, means, True
 
 
-def allocation_plot(a: Summary, b: Summary, path: str | Path, labels: tuple[str, str] = ("A", "B")) -> Path:
+def allocation_plot(
+    a: Summary, b: Summary, path: str | Path, labels: tuple[str, str] = ("A", "B")
+) -> Path:
     return allocation_chart((a, b), labels, path)
 
 
@@ -93,17 +106,34 @@ def allocation_chart(runs: Sequence[Summary], labels: Sequence[str], path) -> An
         x, y, binned = step_series(s.allocation, s.metrics["end_s"])
         if len(x):
             mean = s.metrics["gpu_allocation_pct"]
-            text = f"{label} allocation (mean {mean:.1f}%)" if mean is not None else f"{label} allocation"
+            text = (
+                f"{label} allocation (mean {mean:.1f}%)"
+                if mean is not None
+                else f"{label} allocation"
+            )
             lw = 2.2 if i == 0 and len(runs) > 2 else 1.4
             if binned:
                 ax.plot((x - origin) / unit, y, color=color, lw=lw - 0.2, ls=_style(i), label=text)
             else:
-                ax.step((x - origin) / unit, y, where="post", color=color, lw=lw, ls=_style(i), label=text)
+                ax.step(
+                    (x - origin) / unit,
+                    y,
+                    where="post",
+                    color=color,
+                    lw=lw,
+                    ls=_style(i),
+                    label=text,
+                )
         if s.utilisation:
             ux, uy, binned = step_series(s.utilisation, s.metrics["end_s"])
             mean = s.metrics["sm_activity_pct"]
-            style = dict(color=color, lw=1.0, ls="--", alpha=0.85,
-                         label=f"{label} SM activity (mean {mean:.1f}%)")
+            style = dict(
+                color=color,
+                lw=1.0,
+                ls="--",
+                alpha=0.85,
+                label=f"{label} SM activity (mean {mean:.1f}%)",
+            )
             if binned:
                 ax.plot((ux - origin) / unit, uy, **style)
             else:
@@ -112,14 +142,19 @@ def allocation_chart(runs: Sequence[Summary], labels: Sequence[str], path) -> An
     ax.set_ylim(0, min(105.0, max(10.0, 1.15 * peak)))
     ax.set_xlabel(f"time since start ({unit_name})")
     ax.set_ylabel("% of registered GPU capacity")
-    ax.set_title("GPU allocation over time" + (" and SM activity" if any(s.utilisation for s in runs) else ""))
+    ax.set_title(
+        "GPU allocation over time"
+        + (" and SM activity" if any(s.utilisation for s in runs) else "")
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def wait_cdf_plot(a: Summary, b: Summary, path: str | Path, labels: tuple[str, str] = ("A", "B")) -> Path:
+def wait_cdf_plot(
+    a: Summary, b: Summary, path: str | Path, labels: tuple[str, str] = ("A", "B")
+) -> Path:
     return wait_cdf_chart((a, b), labels, path)
 
 
@@ -142,8 +177,15 @@ def wait_cdf_chart(runs: Sequence[Summary], labels: Sequence[str], path, max_col
             x = np.concatenate([[w[0]], w])
             p50 = human_duration(s.metrics["wait_s_p50_by_class"].get(cls))
             p99 = human_duration(s.metrics["wait_s_p99_by_class"].get(cls))
-            ax.step(x, y, where="post", color=color, lw=2.4 if i == 0 and len(runs) > 2 else 1.5, ls=_style(i),
-                    label=f"{label}: n={n_jobs}, p50 {p50}, p99 {p99}")
+            ax.step(
+                x,
+                y,
+                where="post",
+                color=color,
+                lw=2.4 if i == 0 and len(runs) > 2 else 1.5,
+                ls=_style(i),
+                label=f"{label}: n={n_jobs}, p50 {p50}, p99 {p99}",
+            )
         if top > 10:
             ax.set_xscale("symlog", linthresh=1.0)  # linear below 1 s (many zero waits), log above
             ax.set_xlim(0, top * 2)  # room right of the longest wait, so its step shows
@@ -168,8 +210,10 @@ def preemption_chart(runs: Sequence[Summary], labels: Sequence[str], path) -> An
     colors = [COLORS[i % len(COLORS)] for i in range(len(runs))]
     pre = [s.metrics["preemptions"] for s in runs]
     lost = [s.metrics["lost_gpu_hours"] for s in runs]
-    for ax, values, title, fmt in ((left, pre, "preemptions (Priority, Reclaim)", "{:d}"),
-                                   (right, lost, "GPU-hours of work lost to preemption", "{:.2f}")):
+    for ax, values, title, fmt in (
+        (left, pre, "preemptions (Priority, Reclaim)", "{:d}"),
+        (right, lost, "GPU-hours of work lost to preemption", "{:.2f}"),
+    ):
         bars = ax.barh(range(len(runs)), values, color=colors)
         ax.set_yticks(range(len(runs)), labels, fontsize=9)
         ax.invert_yaxis()
@@ -178,19 +222,30 @@ def preemption_chart(runs: Sequence[Summary], labels: Sequence[str], path) -> An
         top = max(values or [0]) or 1
         ax.set_xlim(0, top * 1.25)
         for b, v in zip(bars, values, strict=True):
-            ax.text(b.get_width() + top * 0.02, b.get_y() + b.get_height() / 2, fmt.format(v),
-                    va="center", fontsize=9)
+            ax.text(
+                b.get_width() + top * 0.02,
+                b.get_y() + b.get_height() / 2,
+                fmt.format(v),
+                va="center",
+                fontsize=9,
+            )
     fig.tight_layout()
     return _save(fig, path)
 
 
-def fairness_chart(runs: Sequence[Summary], labels: Sequence[str], path, max_tenants: int = 24) -> Any:
+def fairness_chart(
+    runs: Sequence[Summary], labels: Sequence[str], path, max_tenants: int = 24
+) -> Any:
     """Share attainment per tenant (received / entitled GPU time; 1.0 = all it was entitled
     to), grouped bars per run; Jain's index in the legend. The `max_tenants` tenants with the
     lowest attainment in the first run are shown."""
-    tenants = sorted(set().union(*(s.metrics.get("share_attainment_by_tenant") or {} for s in runs)))
+    tenants = sorted(
+        set().union(*(s.metrics.get("share_attainment_by_tenant") or {} for s in runs))
+    )
     base = runs[0].metrics.get("share_attainment_by_tenant") or {}
-    tenants = sorted(tenants, key=lambda t: (base.get(t) if base.get(t) is not None else 9e9, t))[:max_tenants]
+    tenants = sorted(tenants, key=lambda t: (base.get(t) if base.get(t) is not None else 9e9, t))[
+        :max_tenants
+    ]
     fig, ax = plt.subplots(figsize=(11, 3.8), dpi=110)
     if not tenants:
         ax.text(0.5, 0.5, "no tenant had a positive entitlement", ha="center", va="center")
@@ -203,14 +258,31 @@ def fairness_chart(runs: Sequence[Summary], labels: Sequence[str], path, max_ten
         ys = [att.get(t) if att.get(t) is not None else 0.0 for t in tenants]
         jain_v = s.metrics.get("fairness_jain")
         jt = "n/a" if jain_v is None else f"{jain_v:.3f}"
-        ax.bar(x + (i - (len(runs) - 1) / 2) * width, ys, width, color=COLORS[i % len(COLORS)],
-               label=f"{label} (Jain {jt})")
+        ax.bar(
+            x + (i - (len(runs) - 1) / 2) * width,
+            ys,
+            width,
+            color=COLORS[i % len(COLORS)],
+            label=f"{label} (Jain {jt})",
+        )
     ax.axhline(1.0, color="#444", lw=0.8, ls=":")
-    top = max([v for s in runs for v in (s.metrics.get("share_attainment_by_tenant") or {}).values()
-               if v is not None] or [1.0])
+    top = max(
+        [
+            v
+            for s in runs
+            for v in (s.metrics.get("share_attainment_by_tenant") or {}).values()
+            if v is not None
+        ]
+        or [1.0]
+    )
     ax.set_ylim(0, max(1.0, top) * 1.35)
-    ax.set_xticks(x, tenants, rotation=30 if len(tenants) > 6 else 0, ha="right" if len(tenants) > 6 else "center",
-                  fontsize=9)
+    ax.set_xticks(
+        x,
+        tenants,
+        rotation=30 if len(tenants) > 6 else 0,
+        ha="right" if len(tenants) > 6 else "center",
+        fontsize=9,
+    )
     ax.set_ylabel("share attainment")
     ax.set_title("per-tenant fairness: GPU time received / fair share while it had demand")
     ax.grid(axis="y", alpha=0.3)
@@ -219,9 +291,13 @@ def fairness_chart(runs: Sequence[Summary], labels: Sequence[str], path, max_ten
     return _save(fig, path)
 
 
-def write_plots(a: Summary, b: Summary, directory: str | Path, labels: tuple[str, str] = ("A", "B")) -> list[Path]:
+def write_plots(
+    a: Summary, b: Summary, directory: str | Path, labels: tuple[str, str] = ("A", "B")
+) -> list[Path]:
     """Write every chart into `directory` (created if needed); returns their paths."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    return [allocation_plot(a, b, d / "allocation.png", labels),
-            wait_cdf_plot(a, b, d / "wait_cdf.png", labels)]
+    return [
+        allocation_plot(a, b, d / "allocation.png", labels),
+        wait_cdf_plot(a, b, d / "wait_cdf.png", labels),
+    ]

@@ -56,8 +56,9 @@ def build(m: dict[str, Any]) -> str:
 
 def measure(python: str, pods: Path, nodes: Path) -> dict[str, Any]:
     """One replay in a fresh process of `python` (whichever gpuledger it has installed)."""
-    done = subprocess.run([python, "-c", MEASURE, str(pods), str(nodes)], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [python, "-c", MEASURE, str(pods), str(nodes)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"replay run with {python} failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -80,19 +81,28 @@ def profile_once(pods: Path, nodes: Path, out: Path) -> None:
         prof.dump_stats(str(out))
 
 
-def run(pods: Path, nodes: Path, runs: int = 3, baseline: str | None = None,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run(
+    pods: Path,
+    nodes: Path,
+    runs: int = 3,
+    baseline: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     say = progress or (lambda m: None)
     mine: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []
     for i in range(runs):
         mine.append(measure(sys.executable, pods, nodes))
-        say(f"run {i + 1}/{runs}: {mine[-1]['events_per_s']:,.0f} events/s "
-            f"({mine[-1]['events_per_cpu_s']:,.0f} per CPU second; {build(mine[-1])})")
+        say(
+            f"run {i + 1}/{runs}: {mine[-1]['events_per_s']:,.0f} events/s "
+            f"({mine[-1]['events_per_cpu_s']:,.0f} per CPU second; {build(mine[-1])})"
+        )
         if baseline is not None:
             base.append(measure(baseline, pods, nodes))
-            say(f"  baseline: {base[-1]['events_per_s']:,.0f} events/s "
-                f"({base[-1]['events_per_cpu_s']:,.0f} per CPU second; {build(base[-1])})")
+            say(
+                f"  baseline: {base[-1]['events_per_s']:,.0f} events/s "
+                f"({base[-1]['events_per_cpu_s']:,.0f} per CPU second; {build(base[-1])})"
+            )
     rates = [m["events_per_s"] for m in mine]
     cpu_rates = [m["events_per_cpu_s"] for m in mine]
     result: dict[str, Any] = {
@@ -104,7 +114,11 @@ def run(pods: Path, nodes: Path, runs: int = 3, baseline: str | None = None,
         "events": mine[0]["events"],
         "compiled_modules": mine[0]["compiled_modules"],
         "events_per_s": {"median": median(rates), "min": min(rates), "max": max(rates)},
-        "events_per_cpu_s": {"median": median(cpu_rates), "min": min(cpu_rates), "max": max(cpu_rates)},
+        "events_per_cpu_s": {
+            "median": median(cpu_rates),
+            "min": min(cpu_rates),
+            "max": max(cpu_rates),
+        },
         "seconds_median": median([m["seconds"] for m in mine]),
         "sha256": mine[0]["sha256"],
         "deterministic": len({m["sha256"] for m in mine}) == 1,

@@ -29,16 +29,25 @@ def job_rows(ledger: Ledger) -> list[dict[str, Any]]:
                     {
                         "at_s": at / 1000,
                         "members": [
-                            {"node": m.node, "gpus": list(m.gpus), "gpu_milli": m.gpu_milli,
-                             "mig_profile": m.mig_profile}
+                            {
+                                "node": m.node,
+                                "gpus": list(m.gpus),
+                                "gpu_milli": m.gpu_milli,
+                                "mig_profile": m.mig_profile,
+                            }
                             for m in members
                         ],
                     }
                     for at, members in job.placements
                 ],
                 "preemptions": [
-                    {"at_s": p.at_ms / 1000, "by": p.by, "reason": p.reason,
-                     "checkpointed": p.checkpointed, "lost_gpu_s": p.lost_gpu_ms / 1000}
+                    {
+                        "at_s": p.at_ms / 1000,
+                        "by": p.by,
+                        "reason": p.reason,
+                        "checkpointed": p.checkpointed,
+                        "lost_gpu_s": p.lost_gpu_ms / 1000,
+                    }
                     for p in job.preemptions
                 ],
                 "completed_at_s": job.finished_ms / 1000 if job.state == "completed" else None,

@@ -66,16 +66,29 @@ def from_document(doc: Any, name: str = "scenario") -> Scenario:
         nodes = node_infos(f)
     except ConfigFileError as exc:
         raise ScenarioError(exc.problems) from None
-    tenants = {(e.submit.id or e.submit.job_id): e.submit.tenant for e in f.timeline or [] if e.submit}
+    tenants = {
+        (e.submit.id or e.submit.job_id): e.submit.tenant for e in f.timeline or [] if e.submit
+    }
     inputs = [_input(entry, tenants) for entry in f.timeline or []]
     inputs.sort(key=lambda p: p[0])
-    until_ms = None if f.until is None else (
-        round(f.until * 1000) if isinstance(f.until, float) else seconds("until", f.until) * 1000)
-    return Scenario(name=f.name or name, config=config, nodes=nodes, inputs=inputs, until_ms=until_ms)
+    until_ms = (
+        None
+        if f.until is None
+        else (
+            round(f.until * 1000)
+            if isinstance(f.until, float)
+            else seconds("until", f.until) * 1000
+        )
+    )
+    return Scenario(
+        name=f.name or name, config=config, nodes=nodes, inputs=inputs, until_ms=until_ms
+    )
 
 
 def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]:
-    at_ms = round(entry.at * 1000) if isinstance(entry.at, float) else seconds("at", entry.at) * 1000
+    at_ms = (
+        round(entry.at * 1000) if isinstance(entry.at, float) else seconds("at", entry.at) * 1000
+    )
     common = dict(producer="scenario", now_ms=at_ms)
     if entry.submit is not None:
         spec = job_spec(entry.submit)
@@ -83,13 +96,26 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
     if entry.cancel is not None:
         job_id = entry.cancel
         tenant = entry.tenant or "-"
-        return at_ms, stamp(JobCancelled, key=job_id, correlation_id=job_id, job_id=job_id,
-                            tenant=tenant, **common)
+        return at_ms, stamp(
+            JobCancelled, key=job_id, correlation_id=job_id, job_id=job_id, tenant=tenant, **common
+        )
     if entry.scale is not None:
         job_id = entry.scale
-        return at_ms, stamp(ServiceScaled, key=f"{job_id}@{at_ms}", correlation_id=job_id,
-                            job_id=job_id, tenant=tenants.get(job_id, "-"),
-                            replicas=entry.replicas or 0, **common)
+        return at_ms, stamp(
+            ServiceScaled,
+            key=f"{job_id}@{at_ms}",
+            correlation_id=job_id,
+            job_id=job_id,
+            tenant=tenants.get(job_id, "-"),
+            replicas=entry.replicas or 0,
+            **common,
+        )
     node = entry.node_down or ""
-    return at_ms, stamp(NodeLost, key=f"{node}@{at_ms}", correlation_id=node, node=node,
-                        message="node reported down", **common)
+    return at_ms, stamp(
+        NodeLost,
+        key=f"{node}@{at_ms}",
+        correlation_id=node,
+        node=node,
+        message="node reported down",
+        **common,
+    )

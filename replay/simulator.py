@@ -76,7 +76,10 @@ class Simulator:
             affected = self._affects.get(kind)
             if affected is None:
                 affected = self._affects[kind] = tuple(
-                    i for i, s in enumerate(self.services) if kind not in getattr(s, "unaffected_by", ()))
+                    i
+                    for i, s in enumerate(self.services)
+                    if kind not in getattr(s, "unaffected_by", ())
+                )
         for i in affected:
             stale[i] = True
         if self.on_event is not None:
@@ -119,8 +122,11 @@ class Simulator:
                         checked_quiet(service, ledger, now_ms)
                     continue
                 stale[i] = False
-                events = (service.decide(ledger, now_ms) if checked_decide is None
-                          else checked_decide(service, ledger, now_ms))
+                events = (
+                    service.decide(ledger, now_ms)
+                    if checked_decide is None
+                    else checked_decide(service, ledger, now_ms)
+                )
                 if events:
                     mark = len(log)
                     for event in events:
@@ -172,7 +178,9 @@ def standard_services(nodes) -> list:
     return [SimulatedAgent(tuple(nodes)), Admission(), Quota(), Scheduler(), Preemption()]
 
 
-def simulate(scenario, until_ms: int | None = None, on_event=None, check: bool = False) -> Simulator:
+def simulate(
+    scenario, until_ms: int | None = None, on_event=None, check: bool = False
+) -> Simulator:
     """Run a loaded scenario to the end (or `until_ms`); `check`: checking mode."""
     sim = Simulator(standard_services(scenario.nodes), check=check)
     sim.on_event = on_event

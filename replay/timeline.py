@@ -21,16 +21,27 @@ def describe(event: ev.Event) -> str | None:
     """One line for events a person follows; None for the rest (heartbeats, metrics...)."""
     match event:
         case ev.TenantConfigured() if event.correlation_id.startswith("schedule:"):
-            limit = "" if event.limit_gpu_milli is None else f" limit={event.limit_gpu_milli / 1000:g}"
-            return (f"config      {event.correlation_id}: tenant {event.tenant} "
-                    f"guaranteed={event.guaranteed_gpu_milli / 1000:g}{limit} weight={event.over_quota_weight}")
+            limit = (
+                "" if event.limit_gpu_milli is None else f" limit={event.limit_gpu_milli / 1000:g}"
+            )
+            return (
+                f"config      {event.correlation_id}: tenant {event.tenant} "
+                f"guaranteed={event.guaranteed_gpu_milli / 1000:g}{limit} weight={event.over_quota_weight}"
+            )
         case ev.PriorityClassConfigured() if event.correlation_id.startswith("schedule:"):
-            return (f"config      {event.correlation_id}: class {event.name} value={event.value} "
-                    f"preemptible={str(event.preemptible).lower()}")
+            return (
+                f"config      {event.correlation_id}: class {event.name} value={event.value} "
+                f"preemptible={str(event.preemptible).lower()}"
+            )
         case ev.JobSubmitted(job=j):
             r = j.resources
-            what = (f"{r.gpus} GPU" if r.gpus else f"{r.gpu_milli}m GPU" if r.gpu_milli
-                    else r.mig_profile or "CPU")
+            what = (
+                f"{r.gpus} GPU"
+                if r.gpus
+                else f"{r.gpu_milli}m GPU"
+                if r.gpu_milli
+                else r.mig_profile or "CPU"
+            )
             return f"submitted   {j.job_id} ({j.tenant}, {j.priority_class}, {j.replicas}x {what})"
         case ev.JobRejected(job_id=j, reason=r, message=m):
             return f"rejected    {j}: {r} - {m}"
@@ -39,16 +50,24 @@ def describe(event: ev.Event) -> str | None:
         case ev.JobAdmitted(job_id=j, priority=p, preemptible=pre):
             return f"admitted    {j} (priority {p}{', preemptible' if pre else ''})"
         case ev.GangPlaced(job_id=j, members=ms, borrowing=b, resume_step=s):
-            extra = (" borrowing" if b else "") + (f", resumes at step {s}" if s is not None else "")
+            extra = (" borrowing" if b else "") + (
+                f", resumes at step {s}" if s is not None else ""
+            )
             return f"placed      {j} on {_gpus(ms)}{extra}"
         case ev.PendingReasonChanged(job_id=j, reason=r, message=m):
             return f"pending     {j}: {r} - {m}"
-        case ev.PreemptionRequested(job_id=j, beneficiary=b, reason=r, deadline_ms=d, occurred_at_ms=t):
+        case ev.PreemptionRequested(
+            job_id=j, beneficiary=b, reason=r, deadline_ms=d, occurred_at_ms=t
+        ):
             return f"preempt     {j} for {b} ({r}), checkpoint within {(d - t) / 1000:.0f}s"
         case ev.ConsolidationPlanned(job_id=j, moves=ms, target_nodes=t):
-            moved = ", ".join(f"{m.job_id} {'+'.join(m.from_nodes)}->{'+'.join(m.to_nodes)}" for m in ms)
+            moved = ", ".join(
+                f"{m.job_id} {'+'.join(m.from_nodes)}->{'+'.join(m.to_nodes)}" for m in ms
+            )
             return f"consolidate {j}: moving {moved}; room on {', '.join(t)}"
-        case ev.MigReconfigurationRequested(job_id=j, node=n, gpu_index=g, layout=lay, previous_layout=old):
+        case ev.MigReconfigurationRequested(
+            job_id=j, node=n, gpu_index=g, layout=lay, previous_layout=old
+        ):
             return f"mig-request {n} GPU {g} for {j}: [{', '.join(old)}] -> [{', '.join(lay)}]"
         case ev.MigReconfigured(node=n, gpu_index=g, layout=lay):
             return f"mig-layout  {n} GPU {g} now [{', '.join(lay)}]"

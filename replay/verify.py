@@ -64,15 +64,23 @@ def _fields(event: Event) -> dict[str, Any]:
 def explain(recorded: Event, produced: list[Event]) -> str:
     """Why `recorded` is not among `produced`: the first differing fields against the
     closest candidate (same type, same correlation id), or what the service would do instead."""
-    same = [e for e in produced if type(e) is type(recorded) and e.correlation_id == recorded.correlation_id]
+    same = [
+        e
+        for e in produced
+        if type(e) is type(recorded) and e.correlation_id == recorded.correlation_id
+    ]
     if not same:
         kinds = sorted({f"{type(e).__name__}({e.correlation_id})" for e in produced}) or ["nothing"]
-        return (f"re-deciding from seq {recorded.input_seq} at t={recorded.occurred_at_ms} ms would not emit "
-                f"{type(recorded).__name__} for {recorded.correlation_id}; it emits {', '.join(kinds[:5])}")
+        return (
+            f"re-deciding from seq {recorded.input_seq} at t={recorded.occurred_at_ms} ms would not emit "
+            f"{type(recorded).__name__} for {recorded.correlation_id}; it emits {', '.join(kinds[:5])}"
+        )
     want, got = _fields(recorded), _fields(same[0])
     diffs = [k for k in want if want.get(k) != got.get(k)]
     first = diffs[0] if diffs else "?"
-    detail = ", ".join(f"{k}: recorded {want.get(k)!r} vs re-decided {got.get(k)!r}" for k in diffs[:3])
+    detail = ", ".join(
+        f"{k}: recorded {want.get(k)!r} vs re-decided {got.get(k)!r}" for k in diffs[:3]
+    )
     return f"first divergence in field {first!r}: {detail}"
 
 
@@ -106,15 +114,23 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
             role, _, instance = producer.partition("/")
             service = services[role]
             service.instance, service.leader_epoch = instance or "0", epoch
-            produced = (checked_decide(service, ledger, now_ms) if checking
-                        else service.decide(ledger, now_ms))
+            produced = (
+                checked_decide(service, ledger, now_ms)
+                if checking
+                else service.decide(ledger, now_ms)
+            )
             by_id = {e.event_id: e for e in produced}
             for seq, event in recorded:
                 report.checked += 1
                 if by_id.get(event.event_id) != event:
                     report.mismatches.append(
-                        Mismatch(seq, type(event).__name__, event.correlation_id, producer,
-                                 explain(event, produced))
+                        Mismatch(
+                            seq,
+                            type(event).__name__,
+                            event.correlation_id,
+                            producer,
+                            explain(event, produced),
+                        )
                     )
 
     dead = {e.stream_seq for _, _, e in entries if isinstance(e, DeadLettered)}
@@ -126,12 +142,26 @@ def verify(entries: Iterable[tuple[int, str, Event]], check: bool = False) -> Ve
             if seq in dead:  # the services refused it too and recorded why: as it should be
                 report.dead_lettered += 1
                 continue
-            report.mismatches.append(Mismatch(seq, type(event).__name__, event.correlation_id, event.producer,
-                                              f"the event cannot be applied to the state: {exc}"))
+            report.mismatches.append(
+                Mismatch(
+                    seq,
+                    type(event).__name__,
+                    event.correlation_id,
+                    event.producer,
+                    f"the event cannot be applied to the state: {exc}",
+                )
+            )
         check_group(seq)
     for leftover in by_input.values():  # decisions citing an input_seq absent from the log
         for seq, event in leftover:
             report.checked += 1
-            report.mismatches.append(Mismatch(seq, type(event).__name__, event.correlation_id, event.producer,
-                                              f"input_seq {event.input_seq} is not in the log"))
+            report.mismatches.append(
+                Mismatch(
+                    seq,
+                    type(event).__name__,
+                    event.correlation_id,
+                    event.producer,
+                    f"input_seq {event.input_seq} is not in the log",
+                )
+            )
     return report

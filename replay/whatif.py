@@ -36,8 +36,14 @@ def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
     job = ledger.jobs.get(job_id)
     if job is None or job.state != "completed":
         return None
-    done = [a for a in ledger.allocations.values() if a.job_id == job_id and a.ended and a.exited
-            and all(o == "completed" for o, _ in a.exited.values())]
+    done = [
+        a
+        for a in ledger.allocations.values()
+        if a.job_id == job_id
+        and a.ended
+        and a.exited
+        and all(o == "completed" for o, _ in a.exited.values())
+    ]
     if not done:
         return None
     rec = done[-1]
@@ -66,11 +72,16 @@ def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
     start = min((e.occurred_at_ms for _, _, e in entries), default=0)
     for _, _, e in entries:
         match e:
-            case ev.TenantConfigured() | ev.PriorityClassConfigured() if e.correlation_id.startswith(
-                    SCHEDULE_PREFIX):
+            case ev.TenantConfigured() | ev.PriorityClassConfigured() if (
+                e.correlation_id.startswith(SCHEDULE_PREFIX)
+            ):
                 pass  # a time-of-day policy's change: the replayed quota service decides it again
-            case (ev.TenantConfigured() | ev.PriorityClassConfigured() | ev.PolicyConfigured()
-                  | ev.ScheduleConfigured()):
+            case (
+                ev.TenantConfigured()
+                | ev.PriorityClassConfigured()
+                | ev.PolicyConfigured()
+                | ev.ScheduleConfigured()
+            ):
                 config.append(e)
             case ev.NodeRegistered(node=info):
                 nodes.setdefault(info.name, info)
@@ -91,8 +102,12 @@ def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
 def with_config(inputs: Inputs, doc: dict[str, Any]) -> Inputs:
     """The same inputs under another configuration document (its nodes too, if it has any)."""
     nodes = node_infos(doc) or inputs.nodes
-    return Inputs(inputs.start_ms, config_events(doc, producer="whatif", at_ms=inputs.start_ms), nodes,
-                  inputs.timeline)
+    return Inputs(
+        inputs.start_ms,
+        config_events(doc, producer="whatif", at_ms=inputs.start_ms),
+        nodes,
+        inputs.timeline,
+    )
 
 
 def replay(inputs: Inputs, until_ms: int | None = None, on_event=None):

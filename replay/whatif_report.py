@@ -40,7 +40,11 @@ def table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
                 cells[label] = [""] * len(variants)
                 cells[label][0] = a
             if i:
-                cells[label][i] = b if d in ("n/a", "+0", "+0.0", "+0.000", "+0.0s") or b == "n/a" else f"{b} ({d})"
+                cells[label][i] = (
+                    b
+                    if d in ("n/a", "+0", "+0.0", "+0.000", "+0.0s") or b == "n/a"
+                    else f"{b} ({d})"
+                )
     header = ["metric", *(v.label for v in variants)]
     return header, [[label, *cells[label]] for label in order]
 
@@ -49,10 +53,12 @@ def _svg(chart, runs, labels, **kw) -> str:
     buf = io.BytesIO()
     chart(runs, labels, buf, **kw)
     text = buf.getvalue().decode()
-    text = text[text.index("<svg"):]  # drop the XML prolog and doctype: inline in HTML
+    text = text[text.index("<svg") :]  # drop the XML prolog and doctype: inline in HTML
     start, end = text.find("<metadata>"), text.find("</metadata>")
-    if start >= 0 and end > start:  # creator and date: not needed, and the date would differ per run
-        text = text[:start] + text[end + len("</metadata>"):]
+    if (
+        start >= 0 and end > start
+    ):  # creator and date: not needed, and the date would differ per run
+        text = text[:start] + text[end + len("</metadata>") :]
     return text
 
 
@@ -69,7 +75,9 @@ tr.group td{background:#fafafa;font-weight:600;text-align:left}
 """
 
 
-def render(log_name: str, variants: list[Variant], recorded_events: int, title: str | None = None) -> str:
+def render(
+    log_name: str, variants: list[Variant], recorded_events: int, title: str | None = None
+) -> str:
     """The report as one HTML document."""
     from gpuledger.replay.plots import (
         COLORS,
@@ -99,34 +107,56 @@ def render(log_name: str, variants: list[Variant], recorded_events: int, title: 
     for i, v in enumerate(variants):
         sw = f"<span class=sw style='background:{COLORS[i % len(COLORS)]}'></span>"
         changes = "; ".join(v.changes) or "none (the recorded configuration)"
-        out.append(f"<tr><td>{sw}{e(v.label)}</td><td style='text-align:left;white-space:normal'>{e(changes)}</td>"
-                   f"<td>{v.summary.metrics['events']:,}</td><td>{e(v.log_path or '')}</td></tr>")
+        out.append(
+            f"<tr><td>{sw}{e(v.label)}</td><td style='text-align:left;white-space:normal'>{e(changes)}</td>"
+            f"<td>{v.summary.metrics['events']:,}</td><td>{e(v.log_path or '')}</td></tr>"
+        )
     out.append("</tbody></table>")
-    out.append("<h2>Comparison</h2><p class=note>Values of each variant, with the difference to "
-               f"<b>{e(labels[0])}</b> in brackets where there is one.</p><table><thead><tr>")
+    out.append(
+        "<h2>Comparison</h2><p class=note>Values of each variant, with the difference to "
+        f"<b>{e(labels[0])}</b> in brackets where there is one.</p><table><thead><tr>"
+    )
     out += [f"<th>{e(h)}</th>" for h in header]
     out.append("</tr></thead><tbody>")
     for r in body:
         out.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>")
     out.append("</tbody></table>")
     sections = [
-        ("Queue wait by SLO class", wait_cdf_chart, {"max_cols": 2},
-         "Fraction of placed jobs that waited at most x seconds from submission to first placement, "
-         "per SLO class (symmetric-log axis above 1 s). A curve further left is better."),
-        ("GPU allocation over time", allocation_chart, {},
-         "Allocated share of registered GPU capacity (time-weighted bin means on long runs)."),
-        ("Preemptions and lost work", preemption_chart, {},
-         "Gangs evicted for a higher-priority job or a quota reclaim, and the GPU-hours of work since "
-         "their last checkpoint that were lost."),
-        ("Per-tenant fairness", fairness_chart, {},
-         "Share attainment: GPU time a tenant received divided by its fair share while it had demand "
-         "(1.0 = all it was entitled to). Jain's index over tenants: 1.0 = equal attainment."),
+        (
+            "Queue wait by SLO class",
+            wait_cdf_chart,
+            {"max_cols": 2},
+            "Fraction of placed jobs that waited at most x seconds from submission to first placement, "
+            "per SLO class (symmetric-log axis above 1 s). A curve further left is better.",
+        ),
+        (
+            "GPU allocation over time",
+            allocation_chart,
+            {},
+            "Allocated share of registered GPU capacity (time-weighted bin means on long runs).",
+        ),
+        (
+            "Preemptions and lost work",
+            preemption_chart,
+            {},
+            "Gangs evicted for a higher-priority job or a quota reclaim, and the GPU-hours of work since "
+            "their last checkpoint that were lost.",
+        ),
+        (
+            "Per-tenant fairness",
+            fairness_chart,
+            {},
+            "Share attainment: GPU time a tenant received divided by its fair share while it had demand "
+            "(1.0 = all it was entitled to). Jain's index over tenants: 1.0 = equal attainment.",
+        ),
     ]
     for heading, chart, kw, note in sections:
         out.append(f"<h2>{e(heading)}</h2><p class=note>{e(note)}</p><div class=chart>")
         out.append(_svg(chart, runs, labels, **kw))
         out.append("</div>")
-    out.append("<p class=note>Made by <code>gpuledger whatif</code>. Metric definitions: "
-               "docs/whatif-import-compare.md. No scripts, no external resources: this file is all there is.</p>")
+    out.append(
+        "<p class=note>Made by <code>gpuledger whatif</code>. Metric definitions: "
+        "docs/whatif-import-compare.md. No scripts, no external resources: this file is all there is.</p>"
+    )
     out.append("</body></html>")
     return "\n".join(out)

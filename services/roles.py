@@ -26,8 +26,13 @@ class UnknownRole(ValueError):
 
 
 def build(
-    role: str, doc: dict[str, Any] | None = None, node: str | None = None, instance: str = "0",
-    *, real: bool = False, work_dir: str | None = None,
+    role: str,
+    doc: dict[str, Any] | None = None,
+    node: str | None = None,
+    instance: str = "0",
+    *,
+    real: bool = False,
+    work_dir: str | None = None,
 ):
     """A service for `role`. A node agent simulates `node` (or every node) of the document;
     with `real`, it runs members as processes for `node` (default: this host's short name),
@@ -49,8 +54,12 @@ def build(
 
             name = node or socket.gethostname().split(".")[0]
             declared = next((n for n in node_infos(doc or {}) if n.name == name), None)
-            return RealAgent(name, work_dir or ".gpuledger/agent", declared=declared,
-                             heartbeat_s=LIVE_HEARTBEAT_S)
+            return RealAgent(
+                name,
+                work_dir or ".gpuledger/agent",
+                declared=declared,
+                heartbeat_s=LIVE_HEARTBEAT_S,
+            )
         case "node-agent":
             nodes = node_infos(doc or {})
             if node is not None:

@@ -15,8 +15,16 @@ import pytest
 # installed `gpuledger.` prefix is stripped before comparing)
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuledger."  # the installed name of the repository's top-level packages
-CORE_PACKAGES = ["events", "services/domain", "services/placement", "services/admission",
-                 "services/quota", "services/scheduler", "services/preemption", "services/node_agent"]
+CORE_PACKAGES = [
+    "events",
+    "services/domain",
+    "services/placement",
+    "services/admission",
+    "services/quota",
+    "services/scheduler",
+    "services/preemption",
+    "services/node_agent",
+]
 # Modules inside the core packages that are shells: they touch processes, files, hardware or ids.
 SHELLS = {
     "services/node_agent/agent.py",  # the node agent's NATS shell
@@ -30,15 +38,38 @@ SHELLS = {
 }
 SHELL_PACKAGES = {"services.runtime", "services.cli", "services.roles", "projections", "replay"}
 FORBIDDEN = {
-    "nats", "duckdb", "structlog", "pynvml", "asyncio", "subprocess", "socket", "time", "datetime",
-    "random", "secrets", "uuid", "os", "logging", "yaml", *SHELL_PACKAGES,
+    "nats",
+    "duckdb",
+    "structlog",
+    "pynvml",
+    "asyncio",
+    "subprocess",
+    "socket",
+    "time",
+    "datetime",
+    "random",
+    "secrets",
+    "uuid",
+    "os",
+    "logging",
+    "yaml",
+    *SHELL_PACKAGES,
     *(s.removesuffix(".py").replace("/", ".") for s in SHELLS),
 }
 CALENDAR = {"services/domain/schedules.py": {"datetime"}}
 """Cores that may import `datetime` for calendar arithmetic (cron times in an IANA zone: the
 cron library takes datetimes), but never read the clock (checked below)."""
 CLOCK_CALLS = {"now", "today", "utcnow", "time", "monotonic", "fromtimestamp"}
-EVENTS_ALLOWED = {"msgspec", "typing", "re", "hashlib", "collections", "enum", "__future__", "events"}
+EVENTS_ALLOWED = {
+    "msgspec",
+    "typing",
+    "re",
+    "hashlib",
+    "collections",
+    "enum",
+    "__future__",
+    "events",
+}
 
 
 def module_of(path: Path) -> str:
@@ -66,7 +97,7 @@ def imported(path: Path) -> set[str]:
                 names.add(".".join([*base, *([node.module] if node.module else [])]))
             elif node.module:
                 names.add(node.module)
-    return {n[len(NAMESPACE):] if n.startswith(NAMESPACE) else n for n in names}
+    return {n[len(NAMESPACE) :] if n.startswith(NAMESPACE) else n for n in names}
 
 
 def violates(name: str, forbidden: set[str]) -> bool:
@@ -75,9 +106,14 @@ def violates(name: str, forbidden: set[str]) -> bool:
 
 def test_the_core_list_is_derived_from_the_tree_and_covers_every_decider():
     cores = {str(p.relative_to(ROOT)) for p in core_modules()}
-    for must in ["services/preemption/outlook.py", "services/scheduler/reservation.py",
-                 "services/preemption/victims.py", "services/scheduler/queue.py",
-                 "services/node_agent/simulated.py", "events/catalog.py"]:
+    for must in [
+        "services/preemption/outlook.py",
+        "services/scheduler/reservation.py",
+        "services/preemption/victims.py",
+        "services/scheduler/queue.py",
+        "services/node_agent/simulated.py",
+        "events/catalog.py",
+    ]:
         assert must in cores
     decider_files = {str(p.relative_to(ROOT)) for p in (ROOT / "services").glob("*/decider.py")}
     assert decider_files <= cores
@@ -94,7 +130,11 @@ def test_core_modules_import_no_shell_io_clock_or_randomness(path):
 @pytest.mark.parametrize("rel", sorted(CALENDAR))
 def test_a_calendar_core_reads_no_clock(rel):
     tree = ast.parse((ROOT / rel).read_text())
-    calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    calls = {
+        n.func.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
     assert not calls & CLOCK_CALLS, f"{rel} calls {sorted(calls & CLOCK_CALLS)}"
 
 
@@ -106,7 +146,12 @@ def test_the_event_contract_imports_msgspec_and_the_standard_library_only(path):
 
 def test_the_check_catches_a_forbidden_import(tmp_path):
     sample = tmp_path / "decider.py"
-    sample.write_text("import time\nfrom gpuledger.services.runtime.bus import Bus\n"
-                      "def f():\n    from services.node_agent.executor import run\n")
+    sample.write_text(
+        "import time\nfrom gpuledger.services.runtime.bus import Bus\n"
+        "def f():\n    from services.node_agent.executor import run\n"
+    )
     assert {n for n in imported(sample) if violates(n, FORBIDDEN)} == {
-        "time", "services.runtime.bus", "services.node_agent.executor"}
+        "time",
+        "services.runtime.bus",
+        "services.node_agent.executor",
+    }

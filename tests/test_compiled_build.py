@@ -19,15 +19,24 @@ PACKAGES = ("events", "services", "replay", "projections")
 def _compiled_sources() -> tuple[str, ...]:
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMPILED" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", "") == "COMPILED" for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise AssertionError("setup.py has no COMPILED")
 
 
 def _setup(*args: str, flag: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPULEDGER_COMPILE": flag}
-    return subprocess.run([sys.executable, "setup.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False, timeout=120)
+    return subprocess.run(
+        [sys.executable, "setup.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def test_the_compiled_sources_are_synchronous_modules_of_the_package():
@@ -44,11 +53,14 @@ def test_an_unknown_value_of_the_flag_is_refused_in_one_line():
     done = _setup("--name", flag="yes")
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == (
-        "GPULEDGER_COMPILE='yes': expected 1 (compile) or 0 (pure Python)")
+        "GPULEDGER_COMPILE='yes': expected 1 (compile) or 0 (pure Python)"
+    )
 
 
 def _built_files() -> list[Path]:
-    return sorted(p for top in PACKAGES for p in (ROOT / top).rglob("*") if p.suffix in (".c", ".so"))
+    return sorted(
+        p for top in PACKAGES for p in (ROOT / top).rglob("*") if p.suffix in (".c", ".so")
+    )
 
 
 def test_compiling_into_the_source_tree_is_refused_before_anything_is_written():

@@ -15,7 +15,9 @@ def test_every_compose_service_runs_a_known_role_on_a_declared_node():
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     cluster = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     nodes = {n.name for n in node_infos(cluster)}
-    runs = [s["command"] for s in compose["services"].values() if s.get("command", [None])[0] == "run"]
+    runs = [
+        s["command"] for s in compose["services"].values() if s.get("command", [None])[0] == "run"
+    ]
     assert {c[1] for c in runs} >= set(ROLES)
     for command in runs:
         if "--node" in command:
@@ -51,7 +53,11 @@ def test_every_service_connects_as_its_own_identity():
 
 
 def _cluster_profile(compose):
-    return {name: svc for name, svc in compose["services"].items() if "cluster" in svc.get("profiles", [])}
+    return {
+        name: svc
+        for name, svc in compose["services"].items()
+        if "cluster" in svc.get("profiles", [])
+    }
 
 
 def test_the_cluster_profile_runs_three_routed_nats_nodes_with_their_own_stores():
@@ -87,8 +93,11 @@ def test_cluster_nodes_fsync_and_authenticate_clients_and_routes():
 
 
 def test_the_cluster_env_points_every_service_at_all_nodes_with_three_replicas():
-    env = dict(line.split("=", 1) for line in (ROOT / "deploy" / "cluster.env").read_text().splitlines()
-               if line and not line.startswith("#"))
+    env = dict(
+        line.split("=", 1)
+        for line in (ROOT / "deploy" / "cluster.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert env["COMPOSE_PROFILES"] == "cluster"
     assert env["GPULEDGER_NATS_URL"].split(",") == [f"nats://nats-{i}:4222" for i in (1, 2, 3)]
     assert env["GPULEDGER_STREAM_REPLICAS"] == "3"
@@ -121,8 +130,12 @@ def test_the_cluster_node_config_is_valid_for_nats_server(tmp_path):
     cluster = (d.path / "cluster.conf").read_text()
     assert "authorization" in cluster and d.route_password() in cluster
     assert (d.path / "cluster.conf").stat().st_mode & 0o077 == 0  # holds the route secret
-    out = subprocess.run([str(binary), "-t", "-c", str(tmp_path / "nats.conf"), "--name", "nats-1"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [str(binary), "-t", "-c", str(tmp_path / "nats.conf"), "--name", "nats-1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0 and "is valid" in out.stdout + out.stderr, out.stdout + out.stderr
 
 
@@ -130,7 +143,9 @@ def test_every_compose_service_serves_metrics_that_prometheus_scrapes():
     # Given the compose file and the shipped Prometheus configuration
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
-    targets = {t for job in prom["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    targets = {
+        t for job in prom["scrape_configs"] for c in job["static_configs"] for t in c["targets"]
+    }
     # then every service (not an optional standby) serves /metrics on every interface and is scraped
     for name, svc in compose["services"].items():
         cmd = svc.get("command", [])
@@ -159,7 +174,9 @@ def test_the_projector_runs_and_its_data_directory_belongs_to_the_container_user
     # initialised from the image's directory, owner included)
     user = next(line.split()[1] for line in docker.splitlines() if line.startswith("USER "))
     assert user != "root"
-    run = " ".join(line for line in docker.replace("\\\n", " ").splitlines() if line.startswith("RUN "))
+    run = " ".join(
+        line for line in docker.replace("\\\n", " ").splitlines() if line.startswith("RUN ")
+    )
     assert f"mkdir -p {data}" in run and f"chown {user} {data}" in run
     assert run.index(f"useradd --system {user}") < run.index(f"chown {user} {data}")
 
@@ -176,7 +193,9 @@ def test_the_example_job_compose_names_is_a_valid_job_the_compose_cluster_runs()
     assert "./deploy:/config:ro" in yaml.safe_load(compose_text)["x-gpuledger"]["volumes"]
     doc = yaml.safe_load((ROOT / "deploy" / "job.yaml").read_text())
     spec = job_spec(doc)  # the parser `gpuledger submit` uses: raises on any bad key or unit
-    assert spec.tenant in {t["name"] for t in yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())["tenants"]}
+    assert spec.tenant in {
+        t["name"] for t in yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())["tenants"]
+    }
     assert "--creds /auth/ci-research.nk" in compose_text and spec.tenant == "research"
     # and on the compose cluster it is admitted, placed as a whole gang and completes
     scenario = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())

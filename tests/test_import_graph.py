@@ -30,7 +30,7 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
 
 
 def _local(name: str) -> str:
-    return name[len(NAMESPACE):] if name.startswith(NAMESPACE) else name
+    return name[len(NAMESPACE) :] if name.startswith(NAMESPACE) else name
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
@@ -119,7 +119,8 @@ def subsystem_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for m, deps in g.items():
         out.setdefault(subsystem(m), set()).update(
-            subsystem(d) for d in deps if subsystem(d) != subsystem(m))
+            subsystem(d) for d in deps if subsystem(d) != subsystem(m)
+        )
     return out
 
 

@@ -18,28 +18,42 @@ PACKAGES = ("events", "services", "replay", "projections")
 def wheel_files(tmp_path_factory) -> dict[str, bytes]:
     """The built wheel's file names (entry_points.txt with its content)."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
-                    "-w", str(out)], check=True, cwd=out)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)],
+        check=True,
+        cwd=out,
+    )
     (wheel,) = out.glob("gpuledger-*.whl")
     with zipfile.ZipFile(wheel) as z:
-        return {name: z.read(name) if name.endswith("entry_points.txt") else b""
-                for name in z.namelist()}
+        return {
+            name: z.read(name) if name.endswith("entry_points.txt") else b""
+            for name in z.namelist()
+        }
 
 
 def test_every_module_of_the_repository_is_in_the_wheel_under_gpuledger(wheel_files):
-    expected = {f"gpuledger/{p.relative_to(ROOT).as_posix()}"
-                for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    expected = {
+        f"gpuledger/{p.relative_to(ROOT).as_posix()}"
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+    }
     assert expected - set(wheel_files) == set()
     assert "gpuledger/projections/schema.sql" in wheel_files
     # the data files the code reads beside itself: `gpuledger demo`'s and `gpuledger chaos`'s
     # scenarios among them
-    data = {f"gpuledger/{p.relative_to(ROOT).as_posix()}"
-            for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.yaml")}
+    data = {
+        f"gpuledger/{p.relative_to(ROOT).as_posix()}"
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.yaml")
+    }
     assert "gpuledger/replay/scenarios/demo.yaml" in data
     assert data - set(wheel_files) == set()
     assert "gpuledger/projections/audit.sql" in wheel_files
     # the dashboard serves its own assets (offline: nothing from a CDN)
-    assert {"gpuledger/projections/ui/static/ui.css", "gpuledger/projections/ui/static/ui.js"} <= set(wheel_files)
+    assert {
+        "gpuledger/projections/ui/static/ui.css",
+        "gpuledger/projections/ui/static/ui.js",
+    } <= set(wheel_files)
 
 
 def test_the_wheel_has_no_other_top_level_name(wheel_files):
@@ -60,8 +74,9 @@ def test_the_installed_names_resolve_to_the_repository_folders_and_the_old_ones_
         "print(u.find_spec('gpuledger.services.cli.main').origin)\n"
         "print([m for m in ('events', 'services', 'replay', 'projections') if u.find_spec(m)])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert out[0] == str(ROOT / "events" / "__init__.py")
     assert out[1] == str(ROOT / "services" / "cli" / "main.py")
     assert out[2] == "[]"

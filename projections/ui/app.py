@@ -34,8 +34,10 @@ from gpuledger.projections.store import ProjectionBusy, ProjectionError, connect
 from gpuledger.projections.ui import data, html, whatif
 
 STATIC = Path(__file__).with_name("static")
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:;"
-       " connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:;"
+    " connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 
 
 class Reader:
@@ -100,15 +102,24 @@ class SecurityHeaders:
         async def send_with_headers(message) -> None:
             if message["type"] == "http.response.start":
                 names = {k for k, _ in SECURITY_HEADERS}
-                message["headers"] = [h for h in message.get("headers", []) if h[0] not in names] + SECURITY_HEADERS
+                message["headers"] = [
+                    h for h in message.get("headers", []) if h[0] not in names
+                ] + SECURITY_HEADERS
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header: str | None = None,
-               whatif_dir: str | Path | None = None, allowed_hosts: list[str] | None = None,
-               poll_s: float = 1.0, read_wait_s: float = 5.0) -> Starlette:
+def create_app(
+    db_path: str | Path,
+    *,
+    tenant: str | None = None,
+    tenant_header: str | None = None,
+    whatif_dir: str | Path | None = None,
+    allowed_hosts: list[str] | None = None,
+    poll_s: float = 1.0,
+    read_wait_s: float = 5.0,
+) -> Starlette:
     """The dashboard over the projection at `db_path`. `tenant` confines every page to one
     tenant (and its children); `tenant_header` takes that tenant from a request header set by an
     authenticating proxy (a request without it is refused). `whatif_dir` is the folder of logs
@@ -122,7 +133,9 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         if tenant_header:
             value = request.headers.get(tenant_header)
             if not value:
-                raise PermissionError(f"no {tenant_header} header: this dashboard shows one tenant per request")
+                raise PermissionError(
+                    f"no {tenant_header} header: this dashboard shows one tenant per request"
+                )
             ev.validate_tenant(value)  # InvalidId
             if tenant and not data.in_tenant(value, tenant):
                 raise PermissionError(f"tenant {value} is outside {tenant}")
@@ -133,29 +146,68 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         try:
             who = scope(request)
         except (PermissionError, ev.InvalidId) as exc:
-            return HTMLResponse(html.layout("Forbidden", active, html.error_page("Forbidden", str(exc)),
-                                            seq=None, tenant=None, live=False), 403)
+            return HTMLResponse(
+                html.layout(
+                    "Forbidden",
+                    active,
+                    html.error_page("Forbidden", str(exc)),
+                    seq=None,
+                    tenant=None,
+                    live=False,
+                ),
+                403,
+            )
         try:
             body, seq, status = await run_in_threadpool(reader.read, lambda con: build(con, who))
         except ProjectionBusy as exc:
-            resp = HTMLResponse(html.layout(title, active, html.error_page(
-                "Projection busy", f"{exc}; the page retries."), seq=None, tenant=who, live=False, retry_s=2), 503)
+            resp = HTMLResponse(
+                html.layout(
+                    title,
+                    active,
+                    html.error_page("Projection busy", f"{exc}; the page retries."),
+                    seq=None,
+                    tenant=who,
+                    live=False,
+                    retry_s=2,
+                ),
+                503,
+            )
             resp.headers["Retry-After"] = "2"
             return resp
         except ProjectionError as exc:
-            return HTMLResponse(html.layout(title, active, html.error_page(
-                "No projection", str(exc)), seq=None, tenant=who, live=False), 503)
+            return HTMLResponse(
+                html.layout(
+                    title,
+                    active,
+                    html.error_page("No projection", str(exc)),
+                    seq=None,
+                    tenant=who,
+                    live=False,
+                ),
+                503,
+            )
         except duckdb.CatalogException as exc:  # a file an older projector wrote (no audit views)
-            return HTMLResponse(html.layout(title, active, html.error_page(
-                "Projection from an older gpuledger",
-                f"{exc.args[0].splitlines()[0] if exc.args else exc}: the projector adds the views when "
-                "it next opens the file (restart it, or run `gpuledger project --log FILE`)"),
-                seq=None, tenant=who, live=False), 503)
+            return HTMLResponse(
+                html.layout(
+                    title,
+                    active,
+                    html.error_page(
+                        "Projection from an older gpuledger",
+                        f"{exc.args[0].splitlines()[0] if exc.args else exc}: the projector adds the views when "
+                        "it next opens the file (restart it, or run `gpuledger project --log FILE`)",
+                    ),
+                    seq=None,
+                    tenant=who,
+                    live=False,
+                ),
+                503,
+            )
         return HTMLResponse(html.layout(title, active, body, seq=seq, tenant=who), status)
 
     async def cluster(request: Request) -> Response:
         def build(con, who):
             return html.cluster_page(data.cluster(con, who), who), data.clock(con)["last_seq"], 200
+
         return await page(request, "Cluster", "cluster", build)
 
     async def queue(request: Request) -> Response:
@@ -165,6 +217,7 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         def build(con, who):
             d = data.queue(con, who, tenant_filter=tf, class_filter=cf)
             return html.queue_page(d, who, tf, cf), data.clock(con)["last_seq"], 200
+
         return await page(request, "Queue", "queue", build)
 
     async def job(request: Request) -> Response:
@@ -175,14 +228,24 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
             try:
                 d = data.job(con, job_id, who)
             except UnknownJob:
-                return html.error_page("Unknown job", f"no job {job_id!r}"
-                                       + (f" of tenant {who}" if who else "") + " in the projection"), seq, 404
+                return (
+                    html.error_page(
+                        "Unknown job",
+                        f"no job {job_id!r}"
+                        + (f" of tenant {who}" if who else "")
+                        + " in the projection",
+                    ),
+                    seq,
+                    404,
+                )
             return html.job_page(d), seq, 200
+
         return await page(request, f"Job {job_id}", "", build)
 
     async def tenants(request: Request) -> Response:
         def build(con, who):
             return html.tenants_page(data.tenants(con, who)), data.clock(con)["last_seq"], 200
+
         return await page(request, "Tenants", "tenants", build)
 
     async def whatif_view(request: Request) -> Response:
@@ -191,22 +254,40 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         except (PermissionError, ev.InvalidId) as exc:
             return HTMLResponse(html.error_page("Forbidden", str(exc)), 403)
         if who:  # replay logs hold every tenant's jobs
-            return HTMLResponse(html.layout("What-if", "whatif", html.error_page(
-                "Not in a tenant view", "what-if logs hold every tenant's jobs"), seq=None, tenant=who,
-                live=False), 403)
+            return HTMLResponse(
+                html.layout(
+                    "What-if",
+                    "whatif",
+                    html.error_page(
+                        "Not in a tenant view", "what-if logs hold every tenant's jobs"
+                    ),
+                    seq=None,
+                    tenant=who,
+                    live=False,
+                ),
+                403,
+            )
         logs = whatif.list_logs(wdir) if wdir is not None and wdir.is_dir() else []
         a, b = request.query_params.get("a"), request.query_params.get("b")
         result, error, status = None, None, 200
         if wdir is not None and a and b:
             try:
-                result = await run_in_threadpool(whatif.compare_logs, whatif.resolve(wdir, a),
-                                                 whatif.resolve(wdir, b))
+                result = await run_in_threadpool(
+                    whatif.compare_logs, whatif.resolve(wdir, a), whatif.resolve(wdir, b)
+                )
             except ValueError as exc:  # CompareError is a ValueError
                 error, status = str(exc), 400
-        body = html.whatif_page(logs, a or (logs[0] if logs else None),
-                                b or (logs[1] if len(logs) > 1 else None), result, error, wdir is not None)
-        return HTMLResponse(html.layout("What-if", "whatif", body, seq=None, tenant=None,
-                                        live=False), status)
+        body = html.whatif_page(
+            logs,
+            a or (logs[0] if logs else None),
+            b or (logs[1] if len(logs) > 1 else None),
+            result,
+            error,
+            wdir is not None,
+        )
+        return HTMLResponse(
+            html.layout("What-if", "whatif", body, seq=None, tenant=None, live=False), status
+        )
 
     async def seq_feed(request: Request) -> Response:
         async def stream():
@@ -222,6 +303,7 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
                     beat = 0.0
                 await asyncio.sleep(poll_s)
                 beat += poll_s
+
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     async def root(request: Request) -> Response:
@@ -231,11 +313,21 @@ def create_app(db_path: str | Path, *, tenant: str | None = None, tenant_header:
         return PlainTextResponse("ok")
 
     routes = [
-        Route("/", root), Route("/cluster", cluster), Route("/queue", queue),
-        Route("/jobs/{job_id}", job), Route("/tenants", tenants), Route("/whatif", whatif_view),
-        Route("/api/seq", seq_feed), Route("/healthz", healthz),
+        Route("/", root),
+        Route("/cluster", cluster),
+        Route("/queue", queue),
+        Route("/jobs/{job_id}", job),
+        Route("/tenants", tenants),
+        Route("/whatif", whatif_view),
+        Route("/api/seq", seq_feed),
+        Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = [Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware,
-                             allowed_hosts=allowed_hosts or ["127.0.0.1", "localhost", "[::1]"])]
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(
+            TrustedHostMiddleware,
+            allowed_hosts=allowed_hosts or ["127.0.0.1", "localhost", "[::1]"],
+        ),
+    ]
     return Starlette(routes=routes, middleware=middleware)

@@ -39,24 +39,36 @@ def clock(con) -> dict[str, Any]:
 def cluster(con, tenant: str | None) -> dict[str, Any]:
     """Nodes by leaf switch, each node's GPUs by NVLink clique, each GPU with its parts (the
     allocations on it: whole, MIG slice or share), SM activity, and the counts of the legend."""
-    gpus = records(con.execute("""
+    gpus = records(
+        con.execute("""
         SELECT g.node, g.gpu_index, g.uuid, g.model, g.clique, g.sharing, g.healthy,
                n.leaf_switch, n.status, n.pool,
                coalesce(w.sm_active, NULL) AS sm_active
         FROM gpus g JOIN nodes n USING (node)
         LEFT JOIN gpu_now w ON w.node = g.node AND w.gpu_index = g.gpu_index
-        ORDER BY nullif(n.leaf_switch, '') NULLS LAST, g.node, g.clique, g.gpu_index"""))
+        ORDER BY nullif(n.leaf_switch, '') NULLS LAST, g.node, g.clique, g.gpu_index""")
+    )
     parts: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for a in records(con.execute("""
+    for a in records(
+        con.execute("""
             SELECT node, gpu_index, job_id, tenant, sharing, gpu_milli, mig_profile, mig_start,
                    borrowing
             FROM allocations WHERE ended_at_ms IS NULL AND gpu_index >= 0
-            ORDER BY node, gpu_index, mig_start NULLS LAST, job_id""")):
+            ORDER BY node, gpu_index, mig_start NULLS LAST, job_id""")
+    ):
         if not in_tenant(a["tenant"], tenant):
             a["job_id"], a["tenant"] = None, "another tenant"
         parts.setdefault((a["node"], a["gpu_index"]), []).append(a)
-    counts = {"gpus": 0, "allocated": 0, "partial": 0, "active": 0, "idle": 0, "unmeasured": 0,
-              "free": 0, "unavailable": 0}
+    counts = {
+        "gpus": 0,
+        "allocated": 0,
+        "partial": 0,
+        "active": 0,
+        "idle": 0,
+        "unmeasured": 0,
+        "free": 0,
+        "unavailable": 0,
+    }
     leaves: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
     for g in gpus:
         g["parts"] = parts.get((g["node"], g["gpu_index"]), [])
@@ -78,22 +90,28 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
         if g["kind"] in counts:
             counts[g["kind"]] += 1
         leaf = g["leaf_switch"] or "none"
-        leaves.setdefault(leaf, {}).setdefault(g["node"], {}).setdefault(g["clique"] or "-", []).append(g)
+        leaves.setdefault(leaf, {}).setdefault(g["node"], {}).setdefault(
+            g["clique"] or "-", []
+        ).append(g)
     for nodes in leaves.values():  # natural order: gpu-2 before gpu-10
         ordered = sorted(nodes.items(), key=lambda kv: natural_key(kv[0]))
         nodes.clear()
         nodes.update(ordered)
-    frag = records(con.execute(
-        "SELECT * FROM fragmentation ORDER BY node = '*', node, clique"))
-    return {"leaves": leaves, "counts": counts, "fragmentation": frag,
-            "idle_threshold": IDLE_SM_ACTIVE}
+    frag = records(con.execute("SELECT * FROM fragmentation ORDER BY node = '*', node, clique"))
+    return {
+        "leaves": leaves,
+        "counts": counts,
+        "fragmentation": frag,
+        "idle_threshold": IDLE_SM_ACTIVE,
+    }
 
 
 # ---------------------------------------------------------------- queue
 
 
-def queue(con, tenant: str | None, *, tenant_filter: str | None = None,
-          class_filter: str | None = None) -> dict[str, Any]:
+def queue(
+    con, tenant: str | None, *, tenant_filter: str | None = None, class_filter: str | None = None
+) -> dict[str, Any]:
     where, args = tenant_clause("w.tenant", tenant)
     w2, a2 = tenant_clause("w.tenant", tenant_filter)
     sql = f"""
@@ -111,18 +129,30 @@ def queue(con, tenant: str | None, *, tenant_filter: str | None = None,
         if r["last_preemptor"] and not in_tenant(r["last_preemptor_tenant"], tenant):
             r["last_preemptor"] = None
     scope, sargs = tenant_clause("tenant", tenant)
-    tenants = [t for (t,) in con.execute(
-        f"SELECT DISTINCT tenant FROM jobs WHERE {scope} AND tenant IS NOT NULL ORDER BY 1", sargs).fetchall()]
-    classes = [c for (c,) in con.execute(
-        f"SELECT DISTINCT priority_class FROM jobs WHERE {scope} AND priority_class IS NOT NULL"
-        " ORDER BY 1", sargs).fetchall()]
+    tenants = [
+        t
+        for (t,) in con.execute(
+            f"SELECT DISTINCT tenant FROM jobs WHERE {scope} AND tenant IS NOT NULL ORDER BY 1",
+            sargs,
+        ).fetchall()
+    ]
+    classes = [
+        c
+        for (c,) in con.execute(
+            f"SELECT DISTINCT priority_class FROM jobs WHERE {scope} AND priority_class IS NOT NULL"
+            " ORDER BY 1",
+            sargs,
+        ).fetchall()
+    ]
     return {"rows": rows, "tenants": tenants, "classes": classes}
 
 
 # ---------------------------------------------------------------- job
 
 
-def _item(at: int | None, kind: str, text: str, links: dict[str, str] | None = None) -> dict[str, Any]:
+def _item(
+    at: int | None, kind: str, text: str, links: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {"at_ms": at, "kind": kind, "text": text, "links": links or {}}
 
 
@@ -131,7 +161,11 @@ def _life_item(t: str, at: int | None, p: dict[str, Any], job_id: str) -> dict[s
     if t == "JobSubmitted":
         return _item(at, "submitted", "submitted")
     if t == "JobAdmitted":
-        return _item(at, "admitted", f"admitted: class {p.get('priority_class')}, priority {p.get('priority')}")
+        return _item(
+            at,
+            "admitted",
+            f"admitted: class {p.get('priority_class')}, priority {p.get('priority')}",
+        )
     if t == "JobRejected":
         return _item(at, "rejected", f"rejected: {p.get('reason')}: {p.get('message') or ''}")
     if t == "PendingReasonChanged":
@@ -140,43 +174,88 @@ def _life_item(t: str, at: int | None, p: dict[str, Any], job_id: str) -> dict[s
         if "queue_position" in d:
             extra.append(f"queue position {d['queue_position']}")
         if "preemption_would_help" in d:
-            extra.append("preemption would help" if d["preemption_would_help"] else "preemption would not help")
-        return _item(at, "pending", f"pending: {p.get('reason')}: {p.get('message') or ''}"
-                     + (f" ({'; '.join(extra)})" if extra else ""))
+            extra.append(
+                "preemption would help"
+                if d["preemption_would_help"]
+                else "preemption would not help"
+            )
+        return _item(
+            at,
+            "pending",
+            f"pending: {p.get('reason')}: {p.get('message') or ''}"
+            + (f" ({'; '.join(extra)})" if extra else ""),
+        )
     if t == "GangPlaced":
         nodes = sorted({m.get("node") for m in p.get("members") or []})
-        return _item(at, "placed", f"placed as {p.get('allocation_id')} on {', '.join(nodes)}"
-                     + (" (borrowing above the guarantee)" if p.get("borrowing") else ""))
+        return _item(
+            at,
+            "placed",
+            f"placed as {p.get('allocation_id')} on {', '.join(nodes)}"
+            + (" (borrowing above the guarantee)" if p.get("borrowing") else ""),
+        )
     if t == "MemberStarted":
         return _item(at, "started", f"member {p.get('rank')} started on {p.get('node')}")
     if t == "MemberCheckpointed":
-        return _item(at, "checkpoint", f"checkpoint: member {p.get('rank')} saved step {p.get('step')}"
-                     f" ({(p.get('progress_ms') or 0) / 1000:.0f}s of progress)")
+        return _item(
+            at,
+            "checkpoint",
+            f"checkpoint: member {p.get('rank')} saved step {p.get('step')}"
+            f" ({(p.get('progress_ms') or 0) / 1000:.0f}s of progress)",
+        )
     if t == "PreemptionRequested":
         if p.get("job_id") == job_id:
-            return _item(at, "preempted", f"preemption requested for {{by}} ({p.get('reason')}): "
-                         f"{p.get('message') or ''}", {"by": p.get("beneficiary") or "?"})
-        return _item(at, "preemptor", f"asked {{victim}} to make room ({p.get('reason')}): "
-                     f"{p.get('message') or ''}", {"victim": p.get("job_id") or "?"})
+            return _item(
+                at,
+                "preempted",
+                f"preemption requested for {{by}} ({p.get('reason')}): {p.get('message') or ''}",
+                {"by": p.get("beneficiary") or "?"},
+            )
+        return _item(
+            at,
+            "preemptor",
+            f"asked {{victim}} to make room ({p.get('reason')}): {p.get('message') or ''}",
+            {"victim": p.get("job_id") or "?"},
+        )
     if t == "GangEvicted":
         lost = (p.get("lost_gpu_ms") or 0) / 1000
         by = p.get("preempted_by")
-        text = (f"evicted ({p.get('reason')})" + (" for {by}" if by else "")
-                + f": lost {lost:.0f} GPU-seconds; "
-                + ("checkpointed" if p.get("checkpointed") else "not checkpointed"))
+        text = (
+            f"evicted ({p.get('reason')})"
+            + (" for {by}" if by else "")
+            + f": lost {lost:.0f} GPU-seconds; "
+            + ("checkpointed" if p.get("checkpointed") else "not checkpointed")
+        )
         return _item(at, "evicted", text, {"by": by} if by else {})
     if t == "GangRequeued":
-        return _item(at, "requeued", "requeued" + (f", resumes from step {p['resume_step']}"
-                                                    if p.get("resume_step") is not None else ""))
+        return _item(
+            at,
+            "requeued",
+            "requeued"
+            + (
+                f", resumes from step {p['resume_step']}"
+                if p.get("resume_step") is not None
+                else ""
+            ),
+        )
     if t == "MemberExited":
         return _item(at, "exited", f"member {p.get('rank')} exited ({p.get('outcome')})")
     if t in ("JobCompleted", "JobFailed", "JobCancelled", "GangCompleted", "GangFailed"):
-        return _item(at, "finished", t.removeprefix("Job").removeprefix("Gang").lower()
-                     + (f": {p['reason']}" if p.get("reason") else ""))
+        return _item(
+            at,
+            "finished",
+            t.removeprefix("Job").removeprefix("Gang").lower()
+            + (f": {p['reason']}" if p.get("reason") else ""),
+        )
     if t == "PreemptionDeclined":
-        return _item(at, "declined", f"preemption declined: {p.get('reason')}: {p.get('message') or ''}")
+        return _item(
+            at, "declined", f"preemption declined: {p.get('reason')}: {p.get('message') or ''}"
+        )
     reason = p.get("reason")
-    return _item(at, "other", t + (f": {reason}" if reason else "") + (f": {p['message']}" if p.get("message") else ""))
+    return _item(
+        at,
+        "other",
+        t + (f": {reason}" if reason else "") + (f": {p['message']}" if p.get("message") else ""),
+    )
 
 
 def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
@@ -185,14 +264,17 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
     report = why_report(con, job_id)  # raises UnknownJob
     if not in_tenant(report["tenant"], tenant):
         raise UnknownJob(job_id)
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT seq, occurred_at_ms, type, payload FROM events
         WHERE type <> 'Undecodable'
           AND (correlation_id = ?  -- the envelope names the job: no JSON read for other jobs
                OR (type = 'PreemptionRequested' AND payload ->> 'beneficiary' = ?)
                OR (coalesce(correlation_id, '') = ''
                    AND (payload ->> 'job_id' = ? OR json_extract_string(payload, '$.job.job_id') = ?)))
-        ORDER BY seq LIMIT 2000""", [job_id, job_id, job_id, job_id]).fetchall()
+        ORDER BY seq LIMIT 2000""",
+        [job_id, job_id, job_id, job_id],
+    ).fetchall()
     life = []
     for _seq, at, t, payload in rows:
         item = _life_item(t, at, json.loads(payload), job_id)
@@ -211,10 +293,13 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
                 p["by"] = None
             for alt in p["alternatives"] if isinstance(p["alternatives"], list) else []:
                 if isinstance(alt, dict):
-                    alt["victims"] = [v if in_tenant(_tenant_of(con, v), tenant) else "another tenant's job"
-                                      for v in alt.get("victims") or []]
-        report["preempted_others"] = [x for x in report["preempted_others"]
-                                      if in_tenant(_tenant_of(con, x["victim"]), tenant)]
+                    alt["victims"] = [
+                        v if in_tenant(_tenant_of(con, v), tenant) else "another tenant's job"
+                        for v in alt.get("victims") or []
+                    ]
+        report["preempted_others"] = [
+            x for x in report["preempted_others"] if in_tenant(_tenant_of(con, x["victim"]), tenant)
+        ]
         hidden.discard(None)
         for it in life:
             it["text"] = redact(it["text"], hidden)
@@ -229,17 +314,32 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
         end = trans[i + 1]["at_ms"] if i + 1 < len(trans) else None
         if end is None and t["to"] in ("completed", "failed", "rejected", "cancelled"):
             continue
-        spans.append({"state": t["to"], "from_ms": t["at_ms"], "to_ms": end if end is not None else c["now_ms"]})
-    return {"report": report, "life": life, "spans": spans, "start_ms": start,
-            "end_ms": max([c["now_ms"]] + [s["to_ms"] for s in spans if s["to_ms"] is not None]),
-            **c}
+        spans.append(
+            {
+                "state": t["to"],
+                "from_ms": t["at_ms"],
+                "to_ms": end if end is not None else c["now_ms"],
+            }
+        )
+    return {
+        "report": report,
+        "life": life,
+        "spans": spans,
+        "start_ms": start,
+        "end_ms": max([c["now_ms"]] + [s["to_ms"] for s in spans if s["to_ms"] is not None]),
+        **c,
+    }
 
 
 def redact(text: str | None, job_ids: set[str]) -> str | None:
     """`text` with each of `job_ids` (as a whole word) replaced by "another tenant's job"."""
     if not text or not job_ids:
         return text
-    pattern = r"(?<![\w.-])(" + "|".join(re.escape(j) for j in sorted(job_ids, key=len, reverse=True)) + r")(?![\w.-])"
+    pattern = (
+        r"(?<![\w.-])("
+        + "|".join(re.escape(j) for j in sorted(job_ids, key=len, reverse=True))
+        + r")(?![\w.-])"
+    )
     return re.sub(pattern, "another tenant's job", text)
 
 
@@ -257,17 +357,36 @@ def tenants(con, tenant: str | None) -> dict[str, Any]:
     rows = [r for r in tenants_rows(con) if in_tenant(r["tenant"], tenant)]
     where, args = tenant_clause("tenant", tenant)
     series: dict[str, list[dict[str, Any]]] = {}
-    for r in records(con.execute(f"""
+    for r in records(
+        con.execute(
+            f"""
             SELECT tenant, at_ms, guaranteed_gpu_milli, fair_share_gpu_milli, allocated_gpu_milli,
                    demand_gpu_milli, borrowed_gpu_milli
-            FROM quota_usage WHERE {where} ORDER BY tenant, seq""", args)):
+            FROM quota_usage WHERE {where} ORDER BY tenant, seq""",
+            args,
+        )
+    ):
         series.setdefault(r["tenant"], []).append(r)
     limits = {r["tenant"]: r["limit_gpus"] for r in rows}
-    daily = records(con.execute(
-        f"SELECT tenant, day, gpu_hours, borrowing_gpu_hours, jobs FROM gpu_hours_daily"
-        f" WHERE {where} ORDER BY day, tenant", args))
-    pre = records(con.execute(
-        f"SELECT tenant, day, preemptions, lost_gpu_hours FROM preemptions_daily WHERE {where}"
-        " ORDER BY day, tenant", args))
-    return {"rows": rows, "series": series, "limits": limits, "daily": daily,
-            "preemptions": pre, **clock(con)}
+    daily = records(
+        con.execute(
+            f"SELECT tenant, day, gpu_hours, borrowing_gpu_hours, jobs FROM gpu_hours_daily"
+            f" WHERE {where} ORDER BY day, tenant",
+            args,
+        )
+    )
+    pre = records(
+        con.execute(
+            f"SELECT tenant, day, preemptions, lost_gpu_hours FROM preemptions_daily WHERE {where}"
+            " ORDER BY day, tenant",
+            args,
+        )
+    )
+    return {
+        "rows": rows,
+        "series": series,
+        "limits": limits,
+        "daily": daily,
+        "preemptions": pre,
+        **clock(con),
+    }

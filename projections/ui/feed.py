@@ -22,9 +22,16 @@ from gpuledger.projections.store import ProjectionBusy, Projector
 log = logging.getLogger("gpuledger.ui.feed")
 
 
-async def feed(url: str, db_path: str | Path, *, connect_options: dict | None = None,
-               batch: int = 5_000, quiet_s: float = 0.3, stop: asyncio.Event | None = None,
-               on_commit=None) -> int:
+async def feed(
+    url: str,
+    db_path: str | Path,
+    *,
+    connect_options: dict | None = None,
+    batch: int = 5_000,
+    quiet_s: float = 0.3,
+    stop: asyncio.Event | None = None,
+    on_commit=None,
+) -> int:
     """Fold the stream into `db_path` until `stop` is set; returns the last committed seq."""
     from gpuledger.services.runtime.bus import Bus
 
@@ -92,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
 
         watcher = asyncio.create_task(watch_parent())
         try:
-            return await feed(a.url, a.db, connect_options=client_options(a.creds, tls_from_env()),
-                              stop=stop)
+            return await feed(
+                a.url, a.db, connect_options=client_options(a.creds, tls_from_env()), stop=stop
+            )
         finally:
             watcher.cancel()
 

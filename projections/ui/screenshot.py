@@ -26,8 +26,10 @@ def find_chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise NoBrowser("no Chromium found: install Debian's `chromium` package "
-                    "(apt-get install chromium) or set GPULEDGER_CHROMIUM")
+    raise NoBrowser(
+        "no Chromium found: install Debian's `chromium` package "
+        "(apt-get install chromium) or set GPULEDGER_CHROMIUM"
+    )
 
 
 def pages_to_show(con, whatif_logs: list[str] | None = None) -> list[tuple[str, str]]:
@@ -35,20 +37,38 @@ def pages_to_show(con, whatif_logs: list[str] | None = None) -> list[tuple[str, 
     longest waiter, else the first job; the What-if page compares the first two logs."""
     from urllib.parse import quote, urlencode
 
-    row = (con.execute("SELECT victim_job_id FROM preemptions ORDER BY request_seq DESC LIMIT 1").fetchone()
-           or con.execute("SELECT job_id FROM longest_waiters ORDER BY rank LIMIT 1").fetchone()
-           or con.execute("SELECT job_id FROM jobs ORDER BY submitted_at_ms, job_id LIMIT 1").fetchone())
+    row = (
+        con.execute(
+            "SELECT victim_job_id FROM preemptions ORDER BY request_seq DESC LIMIT 1"
+        ).fetchone()
+        or con.execute("SELECT job_id FROM longest_waiters ORDER BY rank LIMIT 1").fetchone()
+        or con.execute(
+            "SELECT job_id FROM jobs ORDER BY submitted_at_ms, job_id LIMIT 1"
+        ).fetchone()
+    )
     pages = [("cluster", "/cluster"), ("queue", "/queue")]
     if row:
         pages.append(("job", "/jobs/" + quote(row[0], safe="")))
     logs = whatif_logs or []
-    pages += [("tenants", "/tenants"),
-              ("whatif", "/whatif" + ("?" + urlencode({"a": logs[0], "b": logs[1]}) if len(logs) > 1 else ""))]
+    pages += [
+        ("tenants", "/tenants"),
+        (
+            "whatif",
+            "/whatif" + ("?" + urlencode({"a": logs[0], "b": logs[1]}) if len(logs) > 1 else ""),
+        ),
+    ]
     return pages
 
 
-def shoot(base_url: str, pages: list[tuple[str, str]], out_dir: str | Path, *,
-          width: int = 1280, height: int = 860, timeout_s: float = 60.0) -> list[Path]:
+def shoot(
+    base_url: str,
+    pages: list[tuple[str, str]],
+    out_dir: str | Path,
+    *,
+    width: int = 1280,
+    height: int = 860,
+    timeout_s: float = 60.0,
+) -> list[Path]:
     browser = find_chromium()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -56,10 +76,20 @@ def shoot(base_url: str, pages: list[tuple[str, str]], out_dir: str | Path, *,
     with tempfile.TemporaryDirectory(prefix="gpuledger-chromium-") as profile:
         for stem, path in pages:
             target = out / f"{stem}.png"
-            cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                   "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
-                   f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                   f"--screenshot={target}", base_url + path]
+            cmd = [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--disable-extensions",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                f"--screenshot={target}",
+                base_url + path,
+            ]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
             if r.returncode != 0 or not target.is_file():
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]

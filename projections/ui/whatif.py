@@ -15,8 +15,11 @@ _lock = threading.Lock()
 
 
 def list_logs(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir()
-                  if p.is_file() and p.suffix in LOG_SUFFIXES and not p.name.startswith("."))
+    return sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.is_file() and p.suffix in LOG_SUFFIXES and not p.name.startswith(".")
+    )
 
 
 def resolve(directory: Path, name: str) -> Path:
@@ -39,8 +42,10 @@ def compare_logs(a: Path, b: Path) -> dict[str, Any]:
         from gpuledger.replay.plots import write_plots
 
         with tempfile.TemporaryDirectory() as tmp:
-            plots = [(p.stem, base64.b64encode(p.read_bytes()).decode())
-                     for p in write_plots(sa, sb, tmp, labels=(a.name, b.name))]
+            plots = [
+                (p.stem, base64.b64encode(p.read_bytes()).decode())
+                for p in write_plots(sa, sb, tmp, labels=(a.name, b.name))
+            ]
         result = {"rows": rows, "plots": plots}
         if len(_cache) > 8:
             _cache.clear()

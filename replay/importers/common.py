@@ -108,7 +108,9 @@ _enc = msgspec.json.Encoder()
 class ImportLog:
     """Collects an import's events in bounded memory and writes the log `replay` reads."""
 
-    def __init__(self, producer: str, *, run_size: int = 200_000, skips: SkipLog | None = None) -> None:
+    def __init__(
+        self, producer: str, *, run_size: int = 200_000, skips: SkipLog | None = None
+    ) -> None:
         self.producer = producer
         self.run_size = run_size
         self.skips = skips or SkipLog()
@@ -134,7 +136,9 @@ class ImportLog:
     # ------------------------------------------------------------------ adding
     def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
         self._counter += 1
-        self._buf.append((at_ms, order, self._counter, line, ev.subject_for(event).encode(), ev.encode(event)))
+        self._buf.append(
+            (at_ms, order, self._counter, line, ev.subject_for(event).encode(), ev.encode(event))
+        )
         if self.first_ms is None or at_ms < self.first_ms:
             self.first_ms = at_ms
         if len(self._buf) >= self.run_size:
@@ -171,15 +175,37 @@ class ImportLog:
                 self.skips.skip(where, "end time before submit time")
                 return False
             cancel_at = end
-        spec = ev.JobSpec(job_id=job.job_id, tenant=job.tenant, priority_class=job.priority_class,
-                          replicas=job.replicas, resources=job.resources, duration_s=duration,
-                          spread=job.spread if job.spread is not None else msgspec.UNSET)
-        self._push(job.submit_ms, 0, job.line, submission(spec, now_ms=job.submit_ms, producer=self.producer))
+        spec = ev.JobSpec(
+            job_id=job.job_id,
+            tenant=job.tenant,
+            priority_class=job.priority_class,
+            replicas=job.replicas,
+            resources=job.resources,
+            duration_s=duration,
+            spread=job.spread if job.spread is not None else msgspec.UNSET,
+        )
+        self._push(
+            job.submit_ms,
+            0,
+            job.line,
+            submission(spec, now_ms=job.submit_ms, producer=self.producer),
+        )
         if cancel_at is not None:
-            self._push(cancel_at, 1, job.line, stamp(
-                ev.JobCancelled, key=job.job_id, producer=self.producer, now_ms=cancel_at,
-                correlation_id=job.job_id, job_id=job.job_id, tenant=job.tenant,
-                reason="DeletedBeforeScheduled"))
+            self._push(
+                cancel_at,
+                1,
+                job.line,
+                stamp(
+                    ev.JobCancelled,
+                    key=job.job_id,
+                    producer=self.producer,
+                    now_ms=cancel_at,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    reason="DeletedBeforeScheduled",
+                ),
+            )
             self.cancels += 1
         elif start is None:
             self.pending += 1
@@ -241,7 +267,11 @@ class ImportLog:
         with open(path, "wb") as f:
             for e in head:
                 n += 1
-                buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (n, _enc.encode(ev.subject_for(e)), ev.encode(e))
+                buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (
+                    n,
+                    _enc.encode(ev.subject_for(e)),
+                    ev.encode(e),
+                )
             for _at, order, _c, line, subject, raw in self._merged():
                 if dups:
                     e = ev.decode(raw)
@@ -250,7 +280,10 @@ class ImportLog:
                         first = kept.setdefault(job_id, line)
                         if first != line:
                             if order == 0:
-                                self.skips.skip(where(line), f"duplicate job id {job_id!r} (kept {where(first)})")
+                                self.skips.skip(
+                                    where(line),
+                                    f"duplicate job id {job_id!r} (kept {where(first)})",
+                                )
                                 self._uncount(e.job)
                             else:
                                 self.cancels -= 1
@@ -270,7 +303,9 @@ class ImportLog:
         if spec.replicas > 1:
             self.gangs -= 1
         if spec.duration_s is not None:
-            self.gpu_hours -= spec.replicas * spec.resources.gpu_milli_total() * spec.duration_s / 3.6e6
+            self.gpu_hours -= (
+                spec.replicas * spec.resources.gpu_milli_total() * spec.duration_s / 3.6e6
+            )
         self.by_class[spec.priority_class] -= 1
         self.by_tenant[spec.tenant] -= 1
 
@@ -303,12 +338,24 @@ def shape_of(r: ev.Resources) -> str:
     return "cpu"
 
 
-def head_events(doc: dict[str, Any], nodes: tuple[ev.NodeInfo, ...], producer: str, at_ms: int) -> list[ev.Event]:
+def head_events(
+    doc: dict[str, Any], nodes: tuple[ev.NodeInfo, ...], producer: str, at_ms: int
+) -> list[ev.Event]:
     """Configuration and `NodeRegistered` events at `at_ms` (the log's first time)."""
     out: list[ev.Event] = list(config_events(doc, producer=producer, at_ms=at_ms))
     for info in nodes:
-        out.append(stamp(ev.NodeRegistered, key=f"{info.name}@{at_ms}", producer=producer, now_ms=at_ms,
-                         correlation_id=info.name, node=info, simulated=True, heartbeat_s=0))
+        out.append(
+            stamp(
+                ev.NodeRegistered,
+                key=f"{info.name}@{at_ms}",
+                producer=producer,
+                now_ms=at_ms,
+                correlation_id=info.name,
+                node=info,
+                simulated=True,
+                heartbeat_s=0,
+            )
+        )
     return out
 
 
@@ -345,13 +392,39 @@ class Progress:
 # ---------------------------------------------------------------------------- GPU memory
 
 GPU_MEMORY_MIB: dict[str, int] = {
-    "a100": 40960, "a100-40gb": 40960, "a100-80gb": 81920, "a100_80gb": 81920, "a100-sxm4-80gb": 81920,
-    "a100-sxm4-40gb": 40960, "a100-pcie-40gb": 40960, "a100-pcie-80gb": 81920,
-    "h100": 81920, "h100-80gb": 81920, "h100-80gb-hbm3": 81920, "h100-sxm5-80gb": 81920, "h100-nvl": 95830,
-    "h200": 144384, "h200-141gb": 144384, "gh200": 98304, "b200": 184320,
-    "v100": 16384, "v100-16gb": 16384, "v100-32gb": 32768, "v100-sxm2-16gb": 16384, "v100-sxm2-32gb": 32768,
-    "l40s": 46080, "l40": 46080, "l4": 23034, "a10": 24576, "a10g": 23028, "a30": 24576, "a40": 46068,
-    "t4": 15360, "p100": 16384, "rtx6000": 24576, "a6000": 49140,
+    "a100": 40960,
+    "a100-40gb": 40960,
+    "a100-80gb": 81920,
+    "a100_80gb": 81920,
+    "a100-sxm4-80gb": 81920,
+    "a100-sxm4-40gb": 40960,
+    "a100-pcie-40gb": 40960,
+    "a100-pcie-80gb": 81920,
+    "h100": 81920,
+    "h100-80gb": 81920,
+    "h100-80gb-hbm3": 81920,
+    "h100-sxm5-80gb": 81920,
+    "h100-nvl": 95830,
+    "h200": 144384,
+    "h200-141gb": 144384,
+    "gh200": 98304,
+    "b200": 184320,
+    "v100": 16384,
+    "v100-16gb": 16384,
+    "v100-32gb": 32768,
+    "v100-sxm2-16gb": 16384,
+    "v100-sxm2-32gb": 32768,
+    "l40s": 46080,
+    "l40": 46080,
+    "l4": 23034,
+    "a10": 24576,
+    "a10g": 23028,
+    "a30": 24576,
+    "a40": 46068,
+    "t4": 15360,
+    "p100": 16384,
+    "rtx6000": 24576,
+    "a6000": 49140,
 }
 """GPU memory by model name (lower-cased, `NVIDIA-` / `Tesla-` prefixes and spaces dropped);
 an unknown model gets 0 MiB (jobs that ask for a minimum GPU memory will not fit) and is
@@ -362,5 +435,5 @@ def gpu_memory_mib(model: str) -> int:
     key = model.lower().replace(" ", "-")
     for prefix in ("nvidia-", "tesla-"):
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
     return GPU_MEMORY_MIB.get(key, 0)

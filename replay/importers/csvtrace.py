@@ -150,8 +150,17 @@ class CsvMapping(Strict, kw_only=True):
 
 UNITS = {
     "cpu": {"cores": 1000, "milli": 1},
-    "memory": {"B": 1 / 2 ** 20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2,
-               "KB": 1e3 / 2 ** 20, "MB": 1e6 / 2 ** 20, "GB": 1e9 / 2 ** 20, "TB": 1e12 / 2 ** 20},
+    "memory": {
+        "B": 1 / 2**20,
+        "Ki": 1 / 1024,
+        "Mi": 1,
+        "Gi": 1024,
+        "Ti": 1024**2,
+        "KB": 1e3 / 2**20,
+        "MB": 1e6 / 2**20,
+        "GB": 1e9 / 2**20,
+        "TB": 1e12 / 2**20,
+    },
     "gpu_milli": {"milli": 1, "fraction": 1000},
     "gpus": {"count": 1},
 }
@@ -176,22 +185,34 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
                     allowed = UNITS.get(name)
                     if f.unit is not None and (allowed is None or f.unit not in allowed):
                         known = list(allowed or ())
-                        problems.append(f"{group}.{name}.unit: {f.unit!r} is not one of "
-                                        f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}")
+                        problems.append(
+                            f"{group}.{name}.unit: {f.unit!r} is not one of "
+                            f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}"
+                        )
         if m.jobs.per_node_limit is not None and m.jobs.group is None:
             problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
         try:
             _Clock(m.time)
         except ValueError:
-            problems.append(f"time.epoch: cannot read {m.time.epoch!r}: give epoch seconds or an ISO date "
-                            "(2024-05-01T00:00:00Z)")
+            problems.append(
+                f"time.epoch: cannot read {m.time.epoch!r}: give epoch seconds or an ISO date "
+                "(2024-05-01T00:00:00Z)"
+            )
         except Exception:  # noqa: BLE001 - zoneinfo raises several kinds
-            problems.append(f"time.timezone: unknown time zone {m.time.timezone!r}{_suggest(m.time.timezone, ('UTC',))}")
+            problems.append(
+                f"time.timezone: unknown time zone {m.time.timezone!r}{_suggest(m.time.timezone, ('UTC',))}"
+            )
         try:
-            validate_file({"tenants": [{**t, "guaranteed": 0} if t.get("guaranteed") == "all" else t
-                                       for t in m.tenants],
-                           "priority_classes": raw.get("priority_classes") or [],
-                           **({"policy": m.policy} if m.policy is not None else {})})
+            validate_file(
+                {
+                    "tenants": [
+                        {**t, "guaranteed": 0} if t.get("guaranteed") == "all" else t
+                        for t in m.tenants
+                    ],
+                    "priority_classes": raw.get("priority_classes") or [],
+                    **({"policy": m.policy} if m.policy is not None else {}),
+                }
+            )
         except InputError as exc:
             problems += exc.problems
     if problems:
@@ -218,8 +239,10 @@ class _Reader:
             if isinstance(spec, str):
                 spec = Field(column=spec)
             if spec.column is not None and spec.column not in header:
-                raise TraceImportError(f"{path}:1: {group}.{name}: no column {spec.column!r}"
-                                       f"{_suggest(spec.column, header)} (header: {','.join(header)})")
+                raise TraceImportError(
+                    f"{path}:1: {group}.{name}: no column {spec.column!r}"
+                    f"{_suggest(spec.column, header)} (header: {','.join(header)})"
+                )
             self.specs[name] = spec
 
     def has(self, name: str) -> bool:
@@ -235,7 +258,9 @@ class _Reader:
         if raw is not None and spec.values:
             low = {k.lower(): v for k, v in spec.values.items()}
             if raw.lower() not in low and raw not in spec.values.values():
-                raise _Skip(f"unknown {spec.column or name} {raw!r} (expected {', '.join(spec.values)})")
+                raise _Skip(
+                    f"unknown {spec.column or name} {raw!r} (expected {', '.join(spec.values)})"
+                )
             raw = low.get(raw.lower(), raw)
         return raw
 
@@ -299,7 +324,9 @@ class _Clock:
             try:
                 value = self._date(raw)
             except ValueError:
-                raise _Skip(f"{reader.specs[name].column or name}: cannot read date {raw!r}") from None
+                raise _Skip(
+                    f"{reader.specs[name].column or name}: cannot read date {raw!r}"
+                ) from None
         else:
             num = reader.number(row, name)
             if num is None:
@@ -315,7 +342,9 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
         f = open(path, newline="")
     except OSError as exc:
         raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
-    memory_by_model = {k: mebibytes(f"nodes.gpu_memory.{k}", v) for k, v in m.nodes.gpu_memory.items()}
+    memory_by_model = {
+        k: mebibytes(f"nodes.gpu_memory.{k}", v) for k, v in m.nodes.gpu_memory.items()
+    }
     out: list[ev.NodeInfo] = []
     seen: set[str] = set()
     with f:
@@ -338,11 +367,21 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
             gpus: tuple[ev.GpuInfo, ...] = ()
             if n:
                 if model not in memory_by_model:
-                    raise TraceImportError(f"{path}:{line}: GPU model {model!r} has no nodes.gpu_memory entry"
-                                           f"{_suggest(model, memory_by_model)} (known: {', '.join(memory_by_model)})")
-                gpus = tuple(ev.GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model,
-                                        memory_mib=memory_by_model[model], clique=f"{name}-nvl0",
-                                        sharing=m.nodes.sharing) for i in range(n))
+                    raise TraceImportError(
+                        f"{path}:{line}: GPU model {model!r} has no nodes.gpu_memory entry"
+                        f"{_suggest(model, memory_by_model)} (known: {', '.join(memory_by_model)})"
+                    )
+                gpus = tuple(
+                    ev.GpuInfo(
+                        index=i,
+                        uuid=f"GPU-{name}-{i}",
+                        model=model,
+                        memory_mib=memory_by_model[model],
+                        clique=f"{name}-nvl0",
+                        sharing=m.nodes.sharing,
+                    )
+                    for i in range(n)
+                )
             out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus))
     return tuple(out)
 
@@ -375,7 +414,9 @@ def _spread(cols: _Reader, row: dict[str, str]) -> ev.Spread | None:
     if limit is None or limit <= 0:
         return None  # no limit (empty, NaN; 0 taken as none, as traces write it)
     if limit != int(limit):
-        raise _Skip(f"{cols.specs['per_node_limit'].column or 'per_node_limit'}: not a whole number: {limit:g}")
+        raise _Skip(
+            f"{cols.specs['per_node_limit'].column or 'per_node_limit'}: not a whole number: {limit:g}"
+        )
     group = cols.text(row, "group") if cols.has("group") else None
     if not group:
         raise _Skip("a per-node limit without a group")
@@ -401,8 +442,10 @@ def import_csv(
 ) -> CsvImport:
     m = load_csv_mapping(mapping)
     if (nodes is None) == (nodes_file is None):
-        raise TraceImportError("give the nodes with exactly one of --nodes NODES.csv (read with the mapping's "
-                               "nodes: section) or --config-nodes FILE (a gpuledger configuration)")
+        raise TraceImportError(
+            "give the nodes with exactly one of --nodes NODES.csv (read with the mapping's "
+            "nodes: section) or --config-nodes FILE (a gpuledger configuration)"
+        )
     if nodes is not None:
         node_infos = _nodes(nodes, m)
     else:
@@ -436,13 +479,28 @@ def import_csv(
             starts = [j.start_ms for j in gang_rows]
             start = max(starts) if all(s is not None for s in starts) else None
             ends = [j.end_ms for j in gang_rows]
-            end = max(ends) if start is not None and all(e is not None for e in ends) else (
-                min((e for e in ends if e is not None), default=None) if start is None else None)
-            log.add_job(ObservedJob(
-                job_id=gang_key or first.job_id, tenant=first.tenant, priority_class=first.priority_class,
-                resources=first.resources, replicas=len(gang_rows), spread=first.spread,
-                submit_ms=min(j.submit_ms for j in gang_rows), start_ms=start, end_ms=end,
-                line=first.line), where(first.line))
+            end = (
+                max(ends)
+                if start is not None and all(e is not None for e in ends)
+                else (
+                    min((e for e in ends if e is not None), default=None) if start is None else None
+                )
+            )
+            log.add_job(
+                ObservedJob(
+                    job_id=gang_key or first.job_id,
+                    tenant=first.tenant,
+                    priority_class=first.priority_class,
+                    resources=first.resources,
+                    replicas=len(gang_rows),
+                    spread=first.spread,
+                    submit_ms=min(j.submit_ms for j in gang_rows),
+                    start_ms=start,
+                    end_ms=end,
+                    line=first.line,
+                ),
+                where(first.line),
+            )
         gang_rows.clear()
         gang_key = None
 
@@ -472,7 +530,9 @@ def import_csv(
             if submit is None:
                 if not cols.has("submit") or m.rules.missing_submit == "trace_start":
                     if m.time.unit == "date" and not clock.explicit_epoch:
-                        log.skips.skip(where(line), "empty submit time and no time.epoch in the mapping")
+                        log.skips.skip(
+                            where(line), "empty submit time and no time.epoch in the mapping"
+                        )
                         continue
                     submit = clock.epoch_ms
                 else:
@@ -481,8 +541,17 @@ def import_csv(
             if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
                 log.skips.skip(where(line), "CPU-only row (rules.cpu_only: skip)")
                 continue
-            job = ObservedJob(job_id=job_id, tenant=tenant, priority_class=cls, resources=res,
-                              submit_ms=submit, start_ms=start, end_ms=end, line=line, spread=spread)
+            job = ObservedJob(
+                job_id=job_id,
+                tenant=tenant,
+                priority_class=cls,
+                resources=res,
+                submit_ms=submit,
+                start_ms=start,
+                end_ms=end,
+                line=line,
+                spread=spread,
+            )
             if gang is not None and gang != "":
                 if gang != gang_key:
                     flush()
@@ -499,8 +568,14 @@ def import_csv(
     from gpuledger.services.domain.configfile import ConfigFileError
 
     try:
-        head = head_events(doc, node_infos, producer, min(log.first_ms or 0, clock.epoch_ms)
-                           if m.time.unit != "date" else (log.first_ms or clock.epoch_ms))
+        head = head_events(
+            doc,
+            node_infos,
+            producer,
+            min(log.first_ms or 0, clock.epoch_ms)
+            if m.time.unit != "date"
+            else (log.first_ms or clock.epoch_ms),
+        )
     except ConfigFileError as exc:
         raise TraceImportError("\n".join(f"{mapping}: {p}" for p in exc.problems)) from None
     n = log.write(out, head, where)
@@ -509,10 +584,20 @@ def import_csv(
 
 
 def _document(m: CsvMapping, total_gpus: int, tenants_seen: set[str]) -> dict[str, Any]:
-    tenants = [dict(t, guaranteed=total_gpus) if t.get("guaranteed") == "all" else dict(t) for t in m.tenants]
+    tenants = [
+        dict(t, guaranteed=total_gpus) if t.get("guaranteed") == "all" else dict(t)
+        for t in m.tenants
+    ]
     named = {t.get("name") for t in tenants}
-    tenants += [{"name": t, "guaranteed": 0, "weight": 1} for t in sorted(tenants_seen) if t not in named]
-    classes = [{k: v for k, v in msgspec.structs.asdict(c).items() if not (k == "override" and not v)}
-               for c in m.priority_classes]
-    return {"tenants": tenants, "priority_classes": classes,
-            **({"policy": m.policy} if m.policy is not None else {})}
+    tenants += [
+        {"name": t, "guaranteed": 0, "weight": 1} for t in sorted(tenants_seen) if t not in named
+    ]
+    classes = [
+        {k: v for k, v in msgspec.structs.asdict(c).items() if not (k == "override" and not v)}
+        for c in m.priority_classes
+    ]
+    return {
+        "tenants": tenants,
+        "priority_classes": classes,
+        **({"policy": m.policy} if m.policy is not None else {}),
+    }

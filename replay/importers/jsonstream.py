@@ -41,7 +41,7 @@ class _Reader:
             return False
         if self.pos > 0:
             self.line_base += self.buf.count("\n", 0, self.pos)
-            self.buf = self.buf[self.pos:]
+            self.buf = self.buf[self.pos :]
             self.pos = 0
         self.buf += chunk
         if self.progress is not None:
@@ -73,8 +73,10 @@ class _Reader:
             except json.JSONDecodeError as exc:
                 if self.more():
                     continue
-                raise TraceImportError(f"{path}:{self.line_base + self.buf.count(chr(10), 0, exc.pos)}: "
-                                       f"not JSON: {exc.msg}") from None
+                raise TraceImportError(
+                    f"{path}:{self.line_base + self.buf.count(chr(10), 0, exc.pos)}: "
+                    f"not JSON: {exc.msg}"
+                ) from None
             if end == len(self.buf) and not self.eof and isinstance(value, (int, float)):
                 if self.more():  # a number cut at the chunk's end
                     continue
@@ -84,12 +86,15 @@ class _Reader:
     def expect(self, ch: str, path: str) -> None:
         got = self.peek()
         if got != ch:
-            raise TraceImportError(f"{path}:{self.line()}: expected {ch!r}, got {got or 'end of file'!r}")
+            raise TraceImportError(
+                f"{path}:{self.line()}: expected {ch!r}, got {got or 'end of file'!r}"
+            )
         self.pos += 1
 
 
-def iter_items(path: str | Path, progress: Callable[[int, int], None] | None = None
-               ) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_items(
+    path: str | Path, progress: Callable[[int, int], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """`(line, item)` for every item of the List in `path` (keys other than `items` skipped)."""
     import os
 
@@ -101,8 +106,10 @@ def iter_items(path: str | Path, progress: Callable[[int, int], None] | None = N
     with f:
         r = _Reader(f, progress, os.fstat(f.fileno()).st_size)
         if r.peek() != "{":
-            raise TraceImportError(f"{p}:1: expected a JSON object (kubectl get ... -o json), "
-                                   f"got {r.peek() or 'an empty file'!r}")
+            raise TraceImportError(
+                f"{p}:1: expected a JSON object (kubectl get ... -o json), "
+                f"got {r.peek() or 'an empty file'!r}"
+            )
         r.pos += 1
         first, seen_items = True, False
         while r.peek() != "}":
@@ -128,7 +135,9 @@ def iter_items(path: str | Path, progress: Callable[[int, int], None] | None = N
                 line = r.line()
                 item = r.value(p)
                 if not isinstance(item, dict):
-                    raise TraceImportError(f"{p}:{line}: items: expected objects, got {type(item).__name__}")
+                    raise TraceImportError(
+                        f"{p}:{line}: items: expected objects, got {type(item).__name__}"
+                    )
                 yield line, item
                 if r.peek() == ",":
                     r.pos += 1
@@ -136,4 +145,6 @@ def iter_items(path: str | Path, progress: Callable[[int, int], None] | None = N
                 r.expect("]", p)
                 break
         if not seen_items:
-            raise TraceImportError(f"{p}:1: no 'items' list: give the output of kubectl get ... -o json")
+            raise TraceImportError(
+                f"{p}:1: no 'items' list: give the output of kubectl get ... -o json"
+            )

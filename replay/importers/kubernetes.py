@@ -65,16 +65,31 @@ from gpuledger.replay.importers.mapping import Naming, load_mapping, token
 PRODUCER = "import/kubernetes"
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
-GANG_LABELS = ("jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group",
-               "pod-group.scheduling.sigs.k8s.io", "kueue.x-k8s.io/pod-group-name")
+GANG_LABELS = (
+    "jobset.sigs.k8s.io/jobset-name",
+    "scheduling.x-k8s.io/pod-group",
+    "pod-group.scheduling.sigs.k8s.io",
+    "kueue.x-k8s.io/pod-group-name",
+)
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 INDEX_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index",)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 _QTY = re.compile(r"^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)([a-zA-Z]*)$")
-_BIN = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_DEC = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-        "P": 1e15, "E": 1e18}
+_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DEC = {
+    "": 1,
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "k": 1e3,
+    "K": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+}
 
 
 def quantity(text: Any) -> float:
@@ -114,15 +129,20 @@ def pod_resources(spec: dict) -> ev.Resources:
         for k, v in _container_total(c).items():
             total[k] = max(total.get(k, 0), v)
     gpus = int(total.get(GPU, 0))
-    migs = {k[len(MIG_PREFIX):]: int(v) for k, v in total.items() if k.startswith(MIG_PREFIX) and v}
+    migs = {
+        k[len(MIG_PREFIX) :]: int(v) for k, v in total.items() if k.startswith(MIG_PREFIX) and v
+    }
     if migs and gpus:
         raise ValueError("asks for whole GPUs and MIG instances at once")
     if len(migs) > 1 or any(v > 1 for v in migs.values()):
-        raise ValueError(f"asks for more than one MIG instance ({', '.join(f'{k}={v}' for k, v in migs.items())})")
+        raise ValueError(
+            f"asks for more than one MIG instance ({', '.join(f'{k}={v}' for k, v in migs.items())})"
+        )
     return ev.Resources(
-        gpus=gpus, mig_profile=next(iter(migs), None),
+        gpus=gpus,
+        mig_profile=next(iter(migs), None),
         cpu_milli=int(-(-total.get("cpu", 0) * 1000 // 1)),
-        memory_mib=int(-(-total.get("memory", 0) // 2 ** 20)),
+        memory_mib=int(-(-total.get("memory", 0) // 2**20)),
         gpu_models=(),
     )
 
@@ -137,7 +157,7 @@ def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
         try:
             ev.validate_token("node", name)
             cpu = int(quantity(cap.get("cpu", 0)) * 1000)
-            mem = int(quantity(cap.get("memory", 0)) // 2 ** 20)
+            mem = int(quantity(cap.get("memory", 0)) // 2**20)
             gpus = int(quantity(cap.get(GPU, 0)))
         except (ev.InvalidId, ValueError) as exc:
             raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
@@ -146,11 +166,24 @@ def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
             gpus = int(labels.get("nvidia.com/gpu.count") or gpus or 1)
         model = labels.get("nvidia.com/gpu.product", "gpu")
         memory = int(labels.get("nvidia.com/gpu.memory") or 0) or gpu_memory_mib(model)
-        out.append(ev.NodeInfo(
-            name=name, cpu_milli=cpu, memory_mib=mem,
-            gpus=tuple(ev.GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model, memory_mib=memory,
-                                  clique=f"{name}-nvl0", sharing="mig" if mig else "exclusive")
-                       for i in range(gpus))))
+        out.append(
+            ev.NodeInfo(
+                name=name,
+                cpu_milli=cpu,
+                memory_mib=mem,
+                gpus=tuple(
+                    ev.GpuInfo(
+                        index=i,
+                        uuid=f"GPU-{name}-{i}",
+                        model=model,
+                        memory_mib=memory,
+                        clique=f"{name}-nvl0",
+                        sharing="mig" if mig else "exclusive",
+                    )
+                    for i in range(gpus)
+                ),
+            )
+        )
     return tuple(out)
 
 
@@ -189,8 +222,12 @@ def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
         counts[f"{reason.lower()}_events"] = counts.get(f"{reason.lower()}_events", 0) + 1
         if obj.get("kind") != "Pod":
             continue
-        at = ts(item.get("lastTimestamp") or item.get("eventTime") or item.get("firstTimestamp")
-                or (item.get("metadata") or {}).get("creationTimestamp"))
+        at = ts(
+            item.get("lastTimestamp")
+            or item.get("eventTime")
+            or item.get("firstTimestamp")
+            or (item.get("metadata") or {}).get("creationTimestamp")
+        )
         if at is not None:
             key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
             ctx.ended_by_event[key] = min(at, ctx.ended_by_event.get(key, at))
@@ -264,18 +301,31 @@ def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | 
             ctx.naming.classes[cls]["value"] = 0
     try:
         submit = ts(meta.get("creationTimestamp"))
-        started = [ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
-                   for cs in status.get("containerStatuses") or [] for k in ("running", "terminated")]
+        started = [
+            ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
+            for cs in status.get("containerStatuses") or []
+            for k in ("running", "terminated")
+        ]
         started = [t for t in started if t is not None]
         start = min(started) if started else ts(status.get("startTime"))
-        finished = [ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
-                    for cs in status.get("containerStatuses") or []]
-        running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
+        finished = [
+            ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
+            for cs in status.get("containerStatuses") or []
+        ]
+        running = any(
+            "running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or []
+        )
         end = max((t for t in finished if t is not None), default=None) if not running else None
         if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
             key = f"{ns}/{name}"
-            end = ctx.ended_by_event.get(key) or max(
-                (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []), default=None) or None
+            end = (
+                ctx.ended_by_event.get(key)
+                or max(
+                    (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
+                    default=None,
+                )
+                or None
+            )
         deleted = ts(meta.get("deletionTimestamp"))
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: cannot read a time: {exc}")
@@ -301,10 +351,20 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
     if start is None:
         cancels = [m.cancel for m in members if m.cancel is not None]
         end = min(cancels) if cancels else None
-    ctx.log.add_job(ObservedJob(
-        job_id=job_id, tenant=first.tenant, priority_class=first.cls, resources=first.res,
-        replicas=len(members), submit_ms=min(m.submit for m in members), start_ms=start, end_ms=end,
-        line=first.line), ctx.where(first.line))
+    ctx.log.add_job(
+        ObservedJob(
+            job_id=job_id,
+            tenant=first.tenant,
+            priority_class=first.cls,
+            resources=first.res,
+            replicas=len(members),
+            submit_ms=min(m.submit for m in members),
+            start_ms=start,
+            end_ms=end,
+            line=first.line,
+        ),
+        ctx.where(first.line),
+    )
 
 
 def _flush(gangs: dict[tuple[str, str], list[_Member]], ctx: _Context) -> None:
@@ -340,8 +400,10 @@ def import_kubernetes(
     run_size: int = 200_000,
 ) -> KubernetesImport:
     if (nodes is None) == (nodes_file is None):
-        raise TraceImportError("give the nodes with exactly one of --nodes FILE (kubectl get nodes -o json) "
-                               "or --config-nodes FILE (a gpuledger configuration)")
+        raise TraceImportError(
+            "give the nodes with exactly one of --nodes FILE (kubectl get nodes -o json) "
+            "or --config-nodes FILE (a gpuledger configuration)"
+        )
     if nodes is not None:
         node_infos = read_nodes(nodes)
     else:
@@ -382,10 +444,18 @@ def import_kubernetes(
     try:
         head = head_events(doc, node_infos, PRODUCER, log.first_ms or 0)
     except ConfigFileError as exc:
-        raise TraceImportError("\n".join(f"{mapping or 'configuration'}: {p}" for p in exc.problems)) from None
+        raise TraceImportError(
+            "\n".join(f"{mapping or 'configuration'}: {p}" for p in exc.problems)
+        ) from None
     n = log.write(out, head, ctx.where)
-    summary = {"events": n, "nodes": len(node_infos), "gpus": sum(len(x.gpus) for x in node_infos),
-               "gangs_split": ctx.split, **counts, **log.summary()}
+    summary = {
+        "events": n,
+        "nodes": len(node_infos),
+        "gpus": sum(len(x.gpus) for x in node_infos),
+        "gangs_split": ctx.split,
+        **counts,
+        **log.summary(),
+    }
     return KubernetesImport(summary=summary, events=n)
 
 

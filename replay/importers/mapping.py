@@ -39,9 +39,23 @@ from gpuledger.services.domain.inputs import (
 )
 
 DEFAULT_VALUES: dict[str, int] = {
-    "scavenger": 10, "standby": 10, "preemptible": 10, "low": 20, "lowest": 10, "besteffort": 10,
-    "best-effort": 10, "normal": 50, "default": 50, "medium": 50, "batch": 50,
-    "debug": 75, "devel": 75, "interactive": 75, "high": 100, "urgent": 150, "critical": 200,
+    "scavenger": 10,
+    "standby": 10,
+    "preemptible": 10,
+    "low": 20,
+    "lowest": 10,
+    "besteffort": 10,
+    "best-effort": 10,
+    "normal": 50,
+    "default": 50,
+    "medium": 50,
+    "batch": 50,
+    "debug": 75,
+    "devel": 75,
+    "interactive": 75,
+    "high": 100,
+    "urgent": 150,
+    "critical": 200,
 }
 INTERACTIVE = {"debug", "devel", "interactive"}
 
@@ -75,8 +89,10 @@ def load_mapping(path, source: Literal["slurm", "kubernetes"]) -> Mapping:
         if m.tenant_from is not None and m.tenant_from not in allowed:
             from gpuledger.services.domain.inputs import _suggest
 
-            problems.append(f"tenant_from: {m.tenant_from!r} is not one of {', '.join(allowed)}"
-                            f"{_suggest(m.tenant_from, allowed)}")
+            problems.append(
+                f"tenant_from: {m.tenant_from!r} is not one of {', '.join(allowed)}"
+                f"{_suggest(m.tenant_from, allowed)}"
+            )
         if m.policy:
             try:
                 validate_file({"policy": m.policy})
@@ -112,13 +128,18 @@ class Naming:
 
     def class_for(self, priority: str) -> str:
         priority = priority.strip() or self.default_priority
-        name = (self.mapping.classes.get(priority) or self.mapping.default_class
-                or token(priority, self.default_priority))
+        name = (
+            self.mapping.classes.get(priority)
+            or self.mapping.default_class
+            or token(priority, self.default_priority)
+        )
         if name not in self.classes and name not in BUILT_IN:
             key = name.lower()
             self.auto.add(name)
             self.classes[name] = {
-                "name": name, "value": DEFAULT_VALUES.get(key, 50), "preemptible": True,
+                "name": name,
+                "value": DEFAULT_VALUES.get(key, 50),
+                "preemptible": True,
                 "slo_class": "interactive" if key in INTERACTIVE else "batch",
                 "description": f"imported priority {priority!r}",
             }
@@ -126,23 +147,40 @@ class Naming:
 
     def tenant_for(self, owner: str, fallback: str) -> str:
         owner = owner.strip()
-        tenant = self.mapping.tenants.get(owner) or "/".join(token(s, fallback) for s in owner.split("/") if s) or fallback
+        tenant = (
+            self.mapping.tenants.get(owner)
+            or "/".join(token(s, fallback) for s in owner.split("/") if s)
+            or fallback
+        )
         self.tenants.add(tenant)
         return tenant
 
     def document(self, total_gpus: int) -> dict[str, Any]:
         """The configuration the import records: every tenant seen (guarantee 0, weight 1,
         unless `quotas` says otherwise), every class used or defined, the mapping's policy."""
-        quotas = {t.name: {k: v for k, v in msgspec.structs.asdict(t).items() if v is not None and v != {}}
-                  for t in self.mapping.quotas}
-        tenants = [quotas.get(t, {"name": t, "guaranteed": 0, "weight": 1}) for t in sorted(self.tenants)]
+        quotas = {
+            t.name: {
+                k: v for k, v in msgspec.structs.asdict(t).items() if v is not None and v != {}
+            }
+            for t in self.mapping.quotas
+        }
+        tenants = [
+            quotas.get(t, {"name": t, "guaranteed": 0, "weight": 1}) for t in sorted(self.tenants)
+        ]
         tenants += [q for n, q in sorted(quotas.items()) if n not in self.tenants]
-        classes = [self.classes[c] for c in sorted(self.classes) if c not in BUILT_IN or c in
-                   {pc.name for pc in self.mapping.priority_classes}]
+        classes = [
+            self.classes[c]
+            for c in sorted(self.classes)
+            if c not in BUILT_IN or c in {pc.name for pc in self.mapping.priority_classes}
+        ]
         for c in classes:
             if c["name"] in BUILT_IN:
                 c["override"] = True
-        return {"tenants": tenants, "priority_classes": classes, "policy": dict(self.mapping.policy)}
+        return {
+            "tenants": tenants,
+            "priority_classes": classes,
+            "policy": dict(self.mapping.policy),
+        }
 
 
 BUILT_IN = {"train", "interactive", "build", "inference"}

@@ -87,7 +87,9 @@ class QosClass:
 
 
 QOS_CLASSES: dict[str, QosClass] = {
-    "ls": QosClass("ls", 125, False, "latency-critical", "openb LS: latency-sensitive (online inference)"),
+    "ls": QosClass(
+        "ls", 125, False, "latency-critical", "openb LS: latency-sensitive (online inference)"
+    ),
     "guaranteed": QosClass("guaranteed", 80, True, "interactive", "openb Guaranteed QoS"),
     "burstable": QosClass("burstable", 75, True, "interactive", "openb Burstable QoS"),
     "be": QosClass("be", 50, True, "batch", "openb BE: best effort, preemptible batch"),
@@ -117,8 +119,11 @@ class OpenbImport:
 
     def inputs(self) -> list[tuple[int, Event]]:
         """Submissions and cancellations as `(at_ms, event)` (for `Simulator.schedule`)."""
-        return [(e.occurred_at_ms, e) for e in self.events
-                if type(e).__name__ in ("JobSubmitted", "JobCancelled")]
+        return [
+            (e.occurred_at_ms, e)
+            for e in self.events
+            if type(e).__name__ in ("JobSubmitted", "JobCancelled")
+        ]
 
     def summary(self) -> dict:
         return {
@@ -150,7 +155,8 @@ class _Rows:
         if missing:
             self._f.close()
             raise TraceImportError(
-                f"{path}:1: missing column(s) {', '.join(missing)} (header: {','.join(header) or 'empty'})")
+                f"{path}:1: missing column(s) {', '.join(missing)} (header: {','.join(header) or 'empty'})"
+            )
         self.columns = frozenset(header)
 
     def __iter__(self):
@@ -158,8 +164,9 @@ class _Rows:
             for row in self.reader:
                 yield self.reader.line_num, row
 
-    def unique_id(self, line: int, row: dict, column: str, kind: str, seen: set[str],
-                  label: str | None = None) -> str:
+    def unique_id(
+        self, line: int, row: dict, column: str, kind: str, seen: set[str], label: str | None = None
+    ) -> str:
         """The row's id in `column`: a valid subject token (`kind`) not seen before in this
         file (`label` names it in the duplicate error, default `kind`)."""
         value = (row.get(column) or "").strip()
@@ -212,9 +219,14 @@ def read_nodes(path: str | Path) -> tuple[NodeInfo, ...]:
                 known = ", ".join(GPU_MEMORY_GIB)
                 raise rows.error(line, f"unknown GPU model {model!r} for {n} GPUs (known: {known})")
             gpus = tuple(
-                GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model,
-                        memory_mib=GPU_MEMORY_GIB[model] * 1024, clique=f"{name}-nvl0",
-                        sharing="mps")
+                GpuInfo(
+                    index=i,
+                    uuid=f"GPU-{name}-{i}",
+                    model=model,
+                    memory_mib=GPU_MEMORY_GIB[model] * 1024,
+                    clique=f"{name}-nvl0",
+                    sharing="mps",
+                )
                 for i in range(n)
             )
         out.append(NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus))
@@ -233,8 +245,12 @@ def _resources(rows: _Rows, line: int, row: dict) -> tuple[Resources, str]:
     if gpu_milli is not None and gpu_milli > 1000:
         raise rows.error(line, f"gpu_milli must be at most 1000, got {gpu_milli}")
     if num_gpu == 1 and gpu_milli and gpu_milli < 1000:
-        return Resources(gpu_milli=gpu_milli, cpu_milli=cpu, memory_mib=mem, gpu_models=models), "share"
-    return Resources(gpus=num_gpu, cpu_milli=cpu, memory_mib=mem, gpu_models=models), f"{num_gpu}gpu"
+        return Resources(
+            gpu_milli=gpu_milli, cpu_milli=cpu, memory_mib=mem, gpu_models=models
+        ), "share"
+    return Resources(
+        gpus=num_gpu, cpu_milli=cpu, memory_mib=mem, gpu_models=models
+    ), f"{num_gpu}gpu"
 
 
 def import_openb(
@@ -252,16 +268,31 @@ def import_openb(
     doc = {
         "tenants": [{"name": TENANT, "guaranteed": total_gpus, "weight": 1}],
         "priority_classes": [
-            {"name": c.name, "value": c.value, "preemptible": c.preemptible,
-             "slo_class": c.slo_class, "description": c.description}
+            {
+                "name": c.name,
+                "value": c.value,
+                "preemptible": c.preemptible,
+                "slo_class": c.slo_class,
+                "description": c.description,
+            }
             for c in QOS_CLASSES.values()
         ],
         "policy": {},
     }
     head: list[Event] = list(config_events(doc, producer=PRODUCER))
     for info in node_infos:
-        head.append(stamp(NodeRegistered, key=f"{info.name}@0", producer=PRODUCER, now_ms=0,
-                          correlation_id=info.name, node=info, simulated=True, heartbeat_s=0))
+        head.append(
+            stamp(
+                NodeRegistered,
+                key=f"{info.name}@0",
+                producer=PRODUCER,
+                now_ms=0,
+                correlation_id=info.name,
+                node=info,
+                simulated=True,
+                heartbeat_s=0,
+            )
+        )
 
     rows = _Rows(pods, POD_REQUIRED)
     has_times = "creation_time" in rows.columns
@@ -277,7 +308,9 @@ def import_openb(
         qos = (row.get("qos") or "").strip().lower() or DEFAULT_QOS
         cls = QOS_CLASSES.get(qos)
         if cls is None:
-            raise rows.error(line, f"unknown qos {row.get('qos')!r} (expected LS, Guaranteed, Burstable or BE)")
+            raise rows.error(
+                line, f"unknown qos {row.get('qos')!r} (expected LS, Guaranteed, Burstable or BE)"
+            )
         resources, shape = _resources(rows, line, row)
         created = rows.int(line, row, "creation_time") if has_times else 0
         if created is None:
@@ -288,22 +321,43 @@ def import_openb(
         cancel_at = None
         if scheduled is not None and deleted is not None:
             if deleted < scheduled:
-                raise rows.error(line, f"deletion_time {deleted} is before scheduled_time {scheduled}")
+                raise rows.error(
+                    line, f"deletion_time {deleted} is before scheduled_time {scheduled}"
+                )
             duration = deleted - scheduled
         elif scheduled is None and deleted is not None:
             if deleted < created:
                 raise rows.error(line, f"deletion_time {deleted} is before creation_time {created}")
             duration, cancel_at = None, deleted
-        spec = JobSpec(job_id=name, tenant=TENANT, priority_class=cls.name, resources=resources,
-                       duration_s=duration)
+        spec = JobSpec(
+            job_id=name,
+            tenant=TENANT,
+            priority_class=cls.name,
+            resources=resources,
+            duration_s=duration,
+        )
         at_ms = created * 1000
         timed.append((at_ms, 0, index, submission(spec, now_ms=at_ms, producer=PRODUCER)))
         if cancel_at is not None:
             cancels += 1
             c_ms = cancel_at * 1000
-            timed.append((c_ms, 1, index, stamp(
-                JobCancelled, key=name, producer=PRODUCER, now_ms=c_ms, correlation_id=name,
-                job_id=name, tenant=TENANT, reason="DeletedBeforeScheduled")))
+            timed.append(
+                (
+                    c_ms,
+                    1,
+                    index,
+                    stamp(
+                        JobCancelled,
+                        key=name,
+                        producer=PRODUCER,
+                        now_ms=c_ms,
+                        correlation_id=name,
+                        job_id=name,
+                        tenant=TENANT,
+                        reason="DeletedBeforeScheduled",
+                    ),
+                )
+            )
         by_class[cls.name] = by_class.get(cls.name, 0) + 1
         by_shape[shape] = by_shape.get(shape, 0) + 1
     timed.sort(key=lambda t: t[:3])

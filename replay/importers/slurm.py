@@ -57,9 +57,11 @@ PRODUCER = "import/slurm"
 REQUIRED = ("JobID", "Account", "QOS", "Submit", "Start", "End", "State", "NNodes")
 NO_TIME = {"", "unknown", "none", "n/a"}
 
-_JOBID = re.compile(r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>.+))?$")
+_JOBID = re.compile(
+    r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>.+))?$"
+)
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$", re.I)
-_MEM_MIB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
+_MEM_MIB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
 
 @dataclass
@@ -111,7 +113,9 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
     mem = mem_mib(tres["mem"]) if tres.get("mem") else 0
     n = max(1, nodes)
     return ev.Resources(
-        gpus=-(-total // n), cpu_milli=int(-(-cpu * 1000 // n)), memory_mib=-(-mem // n),
+        gpus=-(-total // n),
+        cpu_milli=int(-(-cpu * 1000 // n)),
+        memory_mib=-(-mem // n),
         gpu_models=tuple(sorted(typed)),
     ), total
 
@@ -143,7 +147,9 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                 continue
             parts = text.split("|")
             if len(parts) < 4:
-                raise TraceImportError(f"{path}:{line}: expected NODE|CPUS|MEMORY|GRES, got {text!r}")
+                raise TraceImportError(
+                    f"{path}:{line}: expected NODE|CPUS|MEMORY|GRES, got {text!r}"
+                )
             name, cpus, mem, gres = (p.strip() for p in parts[:4])
             if name in out:
                 continue  # the same node under another partition
@@ -154,7 +160,9 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
             except ev.InvalidId as exc:
                 raise TraceImportError(f"{path}:{line}: {exc}") from None
             except ValueError:
-                raise TraceImportError(f"{path}:{line}: CPUS and MEMORY must be numbers, got {cpus!r}, {mem!r}") from None
+                raise TraceImportError(
+                    f"{path}:{line}: CPUS and MEMORY must be numbers, got {cpus!r}, {mem!r}"
+                ) from None
             gpus: list[ev.GpuInfo] = []
             for g in gres.split(","):
                 g = g.split("(", 1)[0].strip()
@@ -165,12 +173,23 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                 try:
                     count = int(bits[-1])
                 except ValueError:
-                    raise TraceImportError(f"{path}:{line}: cannot read GRES {g!r} (expected gpu:N or gpu:TYPE:N)") from None
+                    raise TraceImportError(
+                        f"{path}:{line}: cannot read GRES {g!r} (expected gpu:N or gpu:TYPE:N)"
+                    ) from None
                 for _ in range(count):
                     i = len(gpus)
-                    gpus.append(ev.GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model,
-                                           memory_mib=gpu_memory_mib(model), clique=f"{name}-nvl0"))
-            out[name] = ev.NodeInfo(name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus))
+                    gpus.append(
+                        ev.GpuInfo(
+                            index=i,
+                            uuid=f"GPU-{name}-{i}",
+                            model=model,
+                            memory_mib=gpu_memory_mib(model),
+                            clique=f"{name}-nvl0",
+                        )
+                    )
+            out[name] = ev.NodeInfo(
+                name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus)
+            )
     return tuple(out.values())
 
 
@@ -212,7 +231,9 @@ def import_slurm(
     try:
         tz = ZoneInfo(timezone)
     except Exception:  # noqa: BLE001 - zoneinfo raises several kinds
-        raise TraceImportError(f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)") from None
+        raise TraceImportError(
+            f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
+        ) from None
     log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
@@ -228,9 +249,12 @@ def import_slurm(
         if missing:
             raise TraceImportError(
                 f"{path}:1: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
-                f"and the --format of `gpuledger import slurm --help`?)")
+                f"and the --format of `gpuledger import slurm --help`?)"
+            )
         if "ReqTRES" not in header and "AllocTRES" not in header:
-            raise TraceImportError(f"{path}:1: missing column ReqTRES or AllocTRES (GPUs come from TRES)")
+            raise TraceImportError(
+                f"{path}:1: missing column ReqTRES or AllocTRES (GPUs come from TRES)"
+            )
         group: list[_Row] = []
         steps = 0
 
@@ -253,7 +277,12 @@ def import_slurm(
             if not mid:
                 log.skips.skip(where(line), f"cannot read JobID {row['JobID']!r}")
                 continue
-            base, task, het, step = mid.group("base"), mid.group("task"), mid.group("het"), mid.group("step")
+            base, task, het, step = (
+                mid.group("base"),
+                mid.group("task"),
+                mid.group("het"),
+                mid.group("step"),
+            )
             if step is not None:
                 if group and group[0].base == base and group[-1].task == task:
                     steps += 1  # folded into its job
@@ -272,22 +301,35 @@ def import_slurm(
     try:
         head = head_events(doc, nodes, PRODUCER, at_ms)
     except ConfigFileError as exc:
-        raise TraceImportError("\n".join(f"{mapping or 'mapping'}: {p}" for p in exc.problems)) from None
+        raise TraceImportError(
+            "\n".join(f"{mapping or 'mapping'}: {p}" for p in exc.problems)
+        ) from None
     n = log.write(out, head, where)
-    summary = {"events": n, "nodes": len(nodes), "gpus": sum(len(x.gpus) for x in nodes),
-               "steps_folded": steps, **log.summary()}
+    summary = {
+        "events": n,
+        "nodes": len(nodes),
+        "gpus": sum(len(x.gpus) for x in nodes),
+        "steps_folded": steps,
+        **log.summary(),
+    }
     return SlurmImport(summary=summary, events=n)
 
 
 def _owner(row: dict[str, str], tenant_from: str) -> str:
     if tenant_from == "account/user":
         return f"{row.get('Account', '')}/{row.get('User', '')}"
-    return row.get({"account": "Account", "user": "User", "partition": "Partition"}[tenant_from], "")
+    return row.get(
+        {"account": "Account", "user": "User", "partition": "Partition"}[tenant_from], ""
+    )
 
 
 def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resources, int, int] | None:
     try:
-        nodes = int(re.match(r"\d+", row["NNodes"].strip() or "1").group(0)) if row["NNodes"].strip() else 1
+        nodes = (
+            int(re.match(r"\d+", row["NNodes"].strip() or "1").group(0))
+            if row["NNodes"].strip()
+            else 1
+        )
     except AttributeError:
         log.skips.skip(where, f"cannot read NNodes {row['NNodes']!r}")
         return None
@@ -300,8 +342,14 @@ def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resource
     return res, nodes, total
 
 
-def _emit(group: list[_Row], log: ImportLog, naming: Naming, tenant_from: str, tz: ZoneInfo,
-          where: Callable[[int], str]) -> None:
+def _emit(
+    group: list[_Row],
+    log: ImportLog,
+    naming: Naming,
+    tenant_from: str,
+    tz: ZoneInfo,
+    where: Callable[[int], str],
+) -> None:
     first = group[0]
     hets = sorted({r.het for r in group if r.het is not None})
     if hets:
@@ -314,12 +362,33 @@ def _emit(group: list[_Row], log: ImportLog, naming: Naming, tenant_from: str, t
             shapes[h] = s
         if len({s[0] for s in shapes.values()}) == 1:
             res = shapes[hets[0]][0]
-            _job(first.base, [comps[h][-1] for h in hets][0], comps[hets[0]], res,
-                 sum(s[1] for s in shapes.values()), log, naming, tenant_from, tz, where)
+            _job(
+                first.base,
+                [comps[h][-1] for h in hets][0],
+                comps[hets[0]],
+                res,
+                sum(s[1] for s in shapes.values()),
+                log,
+                naming,
+                tenant_from,
+                tz,
+                where,
+            )
         else:
             for h in hets:
                 res, nodes, _ = shapes[h]
-                _job(f"{first.base}+{h}", comps[h][-1], comps[h], res, nodes, log, naming, tenant_from, tz, where)
+                _job(
+                    f"{first.base}+{h}",
+                    comps[h][-1],
+                    comps[h],
+                    res,
+                    nodes,
+                    log,
+                    naming,
+                    tenant_from,
+                    tz,
+                    where,
+                )
         return
     task = first.task
     if task is not None and task.startswith("["):
@@ -333,7 +402,18 @@ def _emit(group: list[_Row], log: ImportLog, naming: Naming, tenant_from: str, t
             log.skips.skip(where(last.line), f"cannot read array range {task!r}")
             return
         for t in tasks:
-            _job(f"{first.base}_{t}", last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
+            _job(
+                f"{first.base}_{t}",
+                last,
+                group,
+                shape[0],
+                shape[1],
+                log,
+                naming,
+                tenant_from,
+                tz,
+                where,
+            )
         return
     last = group[-1]
     shape = _shape(last.fields, where(last.line), log)
@@ -343,8 +423,18 @@ def _emit(group: list[_Row], log: ImportLog, naming: Naming, tenant_from: str, t
     _job(job_id, last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
 
 
-def _job(job_id: str, last: _Row, records: list[_Row], res: ev.Resources, nodes: int, log: ImportLog,
-         naming: Naming, tenant_from: str, tz: ZoneInfo, where: Callable[[int], str]) -> None:
+def _job(
+    job_id: str,
+    last: _Row,
+    records: list[_Row],
+    res: ev.Resources,
+    nodes: int,
+    log: ImportLog,
+    naming: Naming,
+    tenant_from: str,
+    tz: ZoneInfo,
+    where: Callable[[int], str],
+) -> None:
     row = last.fields
     try:
         submit = parse_time(records[0].fields["Submit"], tz)
@@ -357,7 +447,11 @@ def _job(job_id: str, last: _Row, records: list[_Row], res: ev.Resources, nodes:
         log.skips.skip(where(last.line), "no Submit time")
         return
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
-    if state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED") and end is not None and start is None:
+    if (
+        state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
+        and end is not None
+        and start is None
+    ):
         end = None  # sacct prints End=Unknown for these; never a cancel
     job = ObservedJob(
         job_id=job_id,

@@ -46,13 +46,17 @@ class Report(msgspec.Struct):
     per_seed: list[SeedResult] = []
 
 
-def run_seed(nodes: list[Node], tasks: list[Task], policy: str, seed: int, factor: float) -> SeedResult:
+def run_seed(
+    nodes: list[Node], tasks: list[Task], policy: str, seed: int, factor: float
+) -> SeedResult:
     """One seed of the protocol for one policy."""
     with fewer_gc_passes():
         return _run_seed(nodes, tasks, policy, seed, factor)
 
 
-def _run_seed(nodes: list[Node], tasks: list[Task], policy: str, seed: int, factor: float) -> SeedResult:
+def _run_seed(
+    nodes: list[Node], tasks: list[Task], policy: str, seed: int, factor: float
+) -> SeedResult:
     started = time.perf_counter()
     specs = [n.spec() for n in nodes]
     capacity = 1000 * sum(n.num_gpu for n in nodes)
@@ -81,13 +85,24 @@ def _run_seed(nodes: list[Node], tasks: list[Task], policy: str, seed: int, fact
             at_100 = unalloc
     final = 100.0 - 100.0 * allocated / capacity
     filled = [final if v is None else v for v in curve]
-    return SeedResult(seed, final if at_100 is None else at_100, filled, placements,
-                      len(stream), time.perf_counter() - started)
+    return SeedResult(
+        seed,
+        final if at_100 is None else at_100,
+        filled,
+        placements,
+        len(stream),
+        time.perf_counter() - started,
+    )
 
 
 def run(
-    nodes: list[Node], tasks: list[Task], policy: str, seeds: list[int], factor: float,
-    pods_file: str = "", progress: Callable[[SeedResult], None] | None = None,
+    nodes: list[Node],
+    tasks: list[Task],
+    policy: str,
+    seeds: list[int],
+    factor: float,
+    pods_file: str = "",
+    progress: Callable[[SeedResult], None] | None = None,
     workers: int = 1,
 ) -> Report:
     """All seeds for one policy (``workers`` > 1 runs seeds in parallel processes)."""
@@ -110,7 +125,9 @@ def run(
                 progress(results[-1])
     wall = time.perf_counter() - started
     heads = [r.unallocated_at_100 for r in results]
-    curve = [[float(p), statistics.median(r.curve[p] for r in results)] for p in range(CURVE_POINTS)]
+    curve = [
+        [float(p), statistics.median(r.curve[p] for r in results)] for p in range(CURVE_POINTS)
+    ]
     placements = sum(r.placements for r in results)
     busy = sum(r.wall_s for r in results)
     return Report(

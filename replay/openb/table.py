@@ -35,12 +35,20 @@ def machine() -> str:
     load = ""
     if hasattr(os, "getloadavg"):
         load = f", load average {os.getloadavg()[0]:.1f} at the end"
-    return (f"{platform.node() or 'unknown host'} ({platform.machine()}, {os.cpu_count()} CPUs, "
-            f"Python {platform.python_version()}{load})")
+    return (
+        f"{platform.node() or 'unknown host'} ({platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}{load})"
+    )
 
 
-def markdown(rows: list[tuple[str, int, list[Report]]], seeds: list[int], inflate: float,
-             command: str, now: datetime | None = None, host: str | None = None) -> str:
+def markdown(
+    rows: list[tuple[str, int, list[Report]]],
+    seeds: list[int],
+    inflate: float,
+    command: str,
+    now: datetime | None = None,
+    host: str | None = None,
+) -> str:
     """``rows``: (pod list name, task count, one report per policy, same policies each)."""
     now = now or datetime.now(UTC)
     policies = [r.policy for r in rows[0][2]] if rows else []
@@ -66,8 +74,11 @@ def markdown(rows: list[tuple[str, int, list[Report]]], seeds: list[int], inflat
         if pair:
             first, second = reports[0], reports[1]
             diff = second.unallocated_at_100["mean"] - first.unallocated_at_100["mean"]
-            wins = sum(1 for x, y in zip(second.per_seed, first.per_seed, strict=True)
-                       if x.unallocated_at_100 <= y.unallocated_at_100)
+            wins = sum(
+                1
+                for x, y in zip(second.per_seed, first.per_seed, strict=True)
+                if x.unallocated_at_100 <= y.unallocated_at_100
+            )
             cells += [f"{diff:+.2f}", f"{wins}/{len(second.per_seed)}"]
         pub = PUBLISHED_FGD.get(name)
         cells.append("—" if pub is None else f"{pub:.2f}")

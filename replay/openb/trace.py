@@ -36,7 +36,8 @@ def trace_files(trace: Path | None, pods: Path | None, nodes: Path | None) -> tu
         if path is None:
             raise TraceNotFound(
                 f"openb trace not given: pass --trace DIR (or set {TRACE_ENV}) or {flag} FILE; "
-                f"get the trace from {TRACE_URL}")
+                f"get the trace from {TRACE_URL}"
+            )
         if not path.is_file():
             raise TraceNotFound(missing_message(path))
         chosen.append(path)
@@ -69,11 +70,18 @@ class Task(msgspec.Struct, frozen=True):
 
     def member(self) -> MemberRequest:
         if self.shared:
-            return MemberRequest(gpu_milli=self.gpu_milli, cpu_milli=self.cpu_milli,
-                                 memory_mib=self.memory_mib, gpu_models=self.gpu_spec)
-        return MemberRequest(gpus=self.num_gpu, cpu_milli=self.cpu_milli,
-                             memory_mib=self.memory_mib,
-                             gpu_models=self.gpu_spec if self.num_gpu else ())
+            return MemberRequest(
+                gpu_milli=self.gpu_milli,
+                cpu_milli=self.cpu_milli,
+                memory_mib=self.memory_mib,
+                gpu_models=self.gpu_spec,
+            )
+        return MemberRequest(
+            gpus=self.num_gpu,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            gpu_models=self.gpu_spec if self.num_gpu else (),
+        )
 
     def gang(self, job_id: str) -> GangRequest:
         return GangRequest(job_id=job_id, tenant=TENANT, member=self.member())
@@ -111,8 +119,15 @@ def load_nodes(path: str | Path) -> list[Node]:
         for row in csv.DictReader(f):
             n = _int(row, "gpu", "num_gpu", default=0)
             if n > 0:
-                out.append(Node(row["sn"], _int(row, "cpu_milli"), _int(row, "memory_mib"), n,
-                                row.get("model") or ""))
+                out.append(
+                    Node(
+                        row["sn"],
+                        _int(row, "cpu_milli"),
+                        _int(row, "memory_mib"),
+                        n,
+                        row.get("model") or "",
+                    )
+                )
     return out
 
 
@@ -124,12 +139,16 @@ def load_tasks(path: str | Path) -> list[Task]:
             spec = (row.get("gpu_spec") or "").strip()
             num_gpu = _int(row, "num_gpu", default=0)
             milli = _int(row, "gpu_milli", default=1000 if num_gpu else 0)
-            out.append(Task(
-                name=row.get("name") or f"pod-{i:05d}",
-                cpu_milli=_int(row, "cpu_milli", default=0),
-                memory_mib=_int(row, "memory_mib", default=0),
-                num_gpu=num_gpu,
-                gpu_milli=milli if num_gpu else 0,
-                gpu_spec=tuple(s for s in spec.split("|") if s) if spec and spec != "nan" else (),
-            ))
+            out.append(
+                Task(
+                    name=row.get("name") or f"pod-{i:05d}",
+                    cpu_milli=_int(row, "cpu_milli", default=0),
+                    memory_mib=_int(row, "memory_mib", default=0),
+                    num_gpu=num_gpu,
+                    gpu_milli=milli if num_gpu else 0,
+                    gpu_spec=tuple(s for s in spec.split("|") if s)
+                    if spec and spec != "nan"
+                    else (),
+                )
+            )
     return out

@@ -42,8 +42,10 @@ def typical_tasks(tasks: list[Task], coverage: float = 0.95) -> tuple[TypicalTas
     CPU-only tasks included, most frequent first (ties: the larger shape first), taken
     until their cumulative count reaches ``coverage`` (including the crossing shape)."""
     counts = Counter((t.cpu_milli, t.num_gpu, t.gpu_milli, t.gpu_spec) for t in tasks)
-    ranked = sorted(counts.items(),
-                    key=lambda kv: (-kv[1], -kv[0][1] * max(kv[0][2], 1), -kv[0][2], -kv[0][0], kv[0][3]))
+    ranked = sorted(
+        counts.items(),
+        key=lambda kv: (-kv[1], -kv[0][1] * max(kv[0][2], 1), -kv[0][2], -kv[0][0], kv[0][3]),
+    )
     total = sum(counts.values())
     out: list[TypicalTask] = []
     acc = 0

@@ -45,12 +45,24 @@ class Admission(LedgerService):
     query_subjects = QUERY_SUBJECTS
     # decides on submissions, invalid submissions, refused requests, configuration and the
     # fleet's shapes; what happens to admitted jobs never changes that
-    unaffected_by = frozenset({
-        _ev.FairShareUpdated, _ev.GangPlaced, _ev.MemberStarted, _ev.MemberCheckpointed,
-        _ev.MemberExited, _ev.PreemptionRequested, _ev.PreemptionDeclined, _ev.GangEvicted,
-        _ev.GangRequeued, _ev.GangCompleted, _ev.GangFailed, _ev.PendingReasonChanged,
-        _ev.GpuMetricsReported, _ev.NodeHeartbeat,
-    })
+    unaffected_by = frozenset(
+        {
+            _ev.FairShareUpdated,
+            _ev.GangPlaced,
+            _ev.MemberStarted,
+            _ev.MemberCheckpointed,
+            _ev.MemberExited,
+            _ev.PreemptionRequested,
+            _ev.PreemptionDeclined,
+            _ev.GangEvicted,
+            _ev.GangRequeued,
+            _ev.GangCompleted,
+            _ev.GangFailed,
+            _ev.PendingReasonChanged,
+            _ev.GpuMetricsReported,
+            _ev.NodeHeartbeat,
+        }
+    )
     quiet_until_wakeup = True  # never reads the clock
     """Job status queries from tenant CI identities (services/domain/job_status.py)."""
 
@@ -85,29 +97,64 @@ class Admission(LedgerService):
                 cls = check(state, job.spec, self.fleet_summary(state))
             except Rejection as r:
                 out.append(
-                    self.emit(state, now_ms, JobRejected, reason=r.reason, message=r.message,
-                              details=r.details, **common)
+                    self.emit(
+                        state,
+                        now_ms,
+                        JobRejected,
+                        reason=r.reason,
+                        message=r.message,
+                        details=r.details,
+                        **common,
+                    )
                 )
                 continue
             out.append(
-                self.emit(state, now_ms, JobAdmitted, priority_class=cls.name, priority=cls.value,
-                          preemptible=cls.preemptible, slo_class=cls.slo_class, **common)
+                self.emit(
+                    state,
+                    now_ms,
+                    JobAdmitted,
+                    priority_class=cls.name,
+                    priority=cls.value,
+                    preemptible=cls.preemptible,
+                    slo_class=cls.slo_class,
+                    **common,
+                )
             )
         for job_id in sorted(state.invalid_submissions):
             bad = state.invalid_submissions[job_id]
             out.append(
-                self.emit(state, now_ms, JobRejected, key=job_id, correlation_id=job_id,
-                          causation_id=bad.cause, job_id=job_id, tenant=bad.tenant,
-                          reason="InvalidSpec", message=bad.message,
-                          details=copy.deepcopy(bad.details))  # the event's own, not the state's
+                self.emit(
+                    state,
+                    now_ms,
+                    JobRejected,
+                    key=job_id,
+                    correlation_id=job_id,
+                    causation_id=bad.cause,
+                    job_id=job_id,
+                    tenant=bad.tenant,
+                    reason="InvalidSpec",
+                    message=bad.message,
+                    details=copy.deepcopy(bad.details),
+                )  # the event's own, not the state's
             )
         for seq in sorted(state.refusals):
             r = state.refusals[seq]
             out.append(
-                self.emit(state, now_ms, RequestRefused, key=f"{r.job_id}@{seq}",
-                          correlation_id=r.job_id, causation_id=r.cause, job_id=r.job_id,
-                          tenant=r.tenant, request=r.request, request_seq=seq, reason=r.reason,
-                          message=r.message, details=copy.deepcopy(r.details))
+                self.emit(
+                    state,
+                    now_ms,
+                    RequestRefused,
+                    key=f"{r.job_id}@{seq}",
+                    correlation_id=r.job_id,
+                    causation_id=r.cause,
+                    job_id=r.job_id,
+                    tenant=r.tenant,
+                    request=r.request,
+                    request_seq=seq,
+                    reason=r.reason,
+                    message=r.message,
+                    details=copy.deepcopy(r.details),
+                )
             )
         return out
 
@@ -122,20 +169,28 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
     config = state.config
     if spec.tenant not in config.tenants:
         known = ", ".join(sorted(config.tenants)) or "none"
-        raise Rejection("UnknownTenant", f"tenant {spec.tenant!r} is not configured (known: {known})")
+        raise Rejection(
+            "UnknownTenant", f"tenant {spec.tenant!r} is not configured (known: {known})"
+        )
     cls = config.classes.get(spec.priority_class)
     if cls is None:
         known = ", ".join(sorted(config.classes))
         raise Rejection(
-            "UnknownPriorityClass", f"priority class {spec.priority_class!r} is not configured (known: {known})"
+            "UnknownPriorityClass",
+            f"priority class {spec.priority_class!r} is not configured (known: {known})",
         )
     if spec.is_service:
         if spec.min_members is not None:
-            raise Rejection("InvalidSpec", "min_members: a service's replicas are independent "
-                            "(placed one at a time); leave min_members out")
+            raise Rejection(
+                "InvalidSpec",
+                "min_members: a service's replicas are independent "
+                "(placed one at a time); leave min_members out",
+            )
         if spec.min_available > spec.replicas:
-            raise Rejection("InvalidSpec", f"min_available: must be <= replicas ({spec.replicas}), "
-                            f"got {spec.min_available}")
+            raise Rejection(
+                "InvalidSpec",
+                f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
+            )
     shape = replica_spec(spec, 0) if spec.is_service else spec  # a service: one replica's shape
     problem = shape_problem(shape, fleet, cls.allow_timeslice)
     if problem is not None:
@@ -143,7 +198,9 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
         raise Rejection(reason, message, **details)
     if not cls.preemptible:
         guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
-        need = spec.resources.gpu_milli_total() * (spec.replicas if spec.is_service else spec.members_min())
+        need = spec.resources.gpu_milli_total() * (
+            spec.replicas if spec.is_service else spec.members_min()
+        )
         if need > guaranteed:
             raise Rejection(
                 "NonPreemptibleOverQuota",

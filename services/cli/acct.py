@@ -71,8 +71,12 @@ def parse_fields(spec: str) -> list[tuple[str, int]]:
         key = _BY_LOWER.get(name.lower())
         if key is None:
             near = difflib.get_close_matches(name, list(FIELDS), n=1)
-            fail(f"-o: unknown field {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                 + f"; fields: {','.join(FIELDS)}", 2)
+            fail(
+                f"-o: unknown field {name!r}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + f"; fields: {','.join(FIELDS)}",
+                2,
+            )
         if width and not width.isdigit():
             fail(f"-o: {raw.strip()!r}: the width after % must be a number", 2)
         out.append((key, int(width) if width else FIELDS[key][0]))
@@ -90,8 +94,14 @@ def parse_time(text: str, option: str) -> int:
     return int(t.timestamp() * 1000)
 
 
-def render(rows: list[dict[str, Any]], fields: list[tuple[str, int]], *, parsable: bool,
-           parsable2: bool, noheader: bool) -> str:
+def render(
+    rows: list[dict[str, Any]],
+    fields: list[tuple[str, int]],
+    *,
+    parsable: bool,
+    parsable2: bool,
+    noheader: bool,
+) -> str:
     lines = []
     if parsable or parsable2:
         end = "|" if parsable else ""
@@ -111,18 +121,34 @@ def render(rows: list[dict[str, Any]], fields: list[tuple[str, int]], *, parsabl
 
 
 def acct(
-    starttime: str | None = typer.Option(None, "--starttime", "-S", help="Jobs not finished before this "
-                                         "time (YYYY-MM-DD[THH:MM[:SS]], UTC)."),
-    endtime: str | None = typer.Option(None, "--endtime", "-E", help="Jobs submitted before this time."),
-    format_: str = typer.Option(DEFAULT_FIELDS, "--format", "-o", help="Comma-separated fields, "
-                                "a width as Field%N: " + ",".join(FIELDS) + "."),
-    parsable: bool = typer.Option(False, "--parsable", "-p", help="'|' after every field (sacct -p)."),
-    parsable2: bool = typer.Option(False, "--parsable2", "-P", help="'|' between fields (sacct -P)."),
+    starttime: str | None = typer.Option(
+        None,
+        "--starttime",
+        "-S",
+        help="Jobs not finished before this time (YYYY-MM-DD[THH:MM[:SS]], UTC).",
+    ),
+    endtime: str | None = typer.Option(
+        None, "--endtime", "-E", help="Jobs submitted before this time."
+    ),
+    format_: str = typer.Option(
+        DEFAULT_FIELDS,
+        "--format",
+        "-o",
+        help="Comma-separated fields, a width as Field%N: " + ",".join(FIELDS) + ".",
+    ),
+    parsable: bool = typer.Option(
+        False, "--parsable", "-p", help="'|' after every field (sacct -p)."
+    ),
+    parsable2: bool = typer.Option(
+        False, "--parsable2", "-P", help="'|' between fields (sacct -P)."
+    ),
     noheader: bool = typer.Option(False, "--noheader", "-n", help="No header lines."),
-    accounts: str | None = typer.Option(None, "--accounts", "-A", "--tenant", help="Only this tenant "
-                                        "(and its children)."),
-    state: str | None = typer.Option(None, "--state", "-s", help="Only jobs in this state (pending, "
-                                     "running, completed, ...)."),
+    accounts: str | None = typer.Option(
+        None, "--accounts", "-A", "--tenant", help="Only this tenant (and its children)."
+    ),
+    state: str | None = typer.Option(
+        None, "--state", "-s", help="Only jobs in this state (pending, running, completed, ...)."
+    ),
     db: Path | None = typer.Option(None, "--db", help="Projection database."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Data directory."),
 ) -> None:
@@ -138,8 +164,9 @@ def acct(
 
     con = _connect(db_path(db, data))
     try:
-        rows = acct_rows(con, start_ms=start, end_ms=end, tenant=accounts,
-                         state=state.lower() if state else None)
+        rows = acct_rows(
+            con, start_ms=start, end_ms=end, tenant=accounts, state=state.lower() if state else None
+        )
     finally:
         con.close()
     text = render(rows, fields, parsable=parsable, parsable2=parsable2, noheader=noheader)

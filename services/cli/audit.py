@@ -65,8 +65,11 @@ def _connect(path: Path):
     try:
         con = connect_readonly(path)
     except ProjectionBusy as exc:
-        fail(f"projection busy: {exc} for more than 10s (the projector writes it, or it is "
-              "catching up a backlog: retry; `gpuledger status` shows its progress)", 4)
+        fail(
+            f"projection busy: {exc} for more than 10s (the projector writes it, or it is "
+            "catching up a backlog: retry; `gpuledger status` shows its progress)",
+            4,
+        )
     except ProjectionError as exc:
         fail(str(exc))
     _warn_if_stale(con, path)
@@ -223,8 +226,10 @@ def refused_lines(refused: list[dict[str, Any]]) -> list[str]:
 
 def refusal_text(x: dict[str, Any]) -> str:
     """One refused event, as `why` shows it."""
-    return (f"{x['event']} (seq {x['seq']}, from {x['producer'] or '?'}): {x['code']}: "
-            f"{x['message']}; the ledger and this projection ignore it")
+    return (
+        f"{x['event']} (seq {x['seq']}, from {x['producer'] or '?'}): {x['code']}: "
+        f"{x['message']}; the ledger and this projection ignore it"
+    )
 
 
 def _why_header(r: dict[str, Any]) -> list[str]:
@@ -252,13 +257,17 @@ def _why_service(s: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         f"Replicas:  {s['running']} running, {s['preempting']} being preempted, {s['pending']} "
-        f"pending of {s['replicas']} wanted" + (f"; {s['stopping']} stopping" if s["stopping"] else ""),
+        f"pending of {s['replicas']} wanted"
+        + (f"; {s['stopping']} stopping" if s["stopping"] else ""),
         f"Budget:    min_available {s['min_available']}: at most {s['disruption_budget']} down "
         f"at once by preemption; {s['evictable_now']} more may be evicted now",
     ]
     for x in s["replica_states"]:
         if x["state"] in ("pending", "preempting"):
-            lines.append(f"           {x['replica']}: {x['state']}" + (f" ({x['reason']})" if x["reason"] else ""))
+            lines.append(
+                f"           {x['replica']}: {x['state']}"
+                + (f" ({x['reason']})" if x["reason"] else "")
+            )
     return lines
 
 
@@ -266,7 +275,9 @@ def _why_pending(p: dict[str, Any] | None) -> list[str]:
     """How long, where in the queue, whether preemption would help, the node histogram."""
     if not p:
         return []
-    lines = [f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"]
+    lines = [
+        f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"
+    ]
     if p["preemption_would_help"] is not None:
         lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
     if p["preemption_declined"]:
@@ -283,7 +294,11 @@ def _why_pending(p: dict[str, Any] | None) -> list[str]:
 
 def _why_details(r: dict[str, Any]) -> list[str]:
     """The decision's details not already shown by the pending block."""
-    shown = {"queue_position", "preemption_would_help", "nodes", "node_histogram"} if r.get("pending") else set()
+    shown = (
+        {"queue_position", "preemption_would_help", "nodes", "node_histogram"}
+        if r.get("pending")
+        else set()
+    )
     rest = (
         {k: v for k, v in r["details"].items() if k not in shown}
         if isinstance(r["details"], dict)
@@ -315,8 +330,11 @@ def _alternative_lines(alts: Any) -> list[str]:
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
     lost = x["lost_gpu_seconds"]
-    what = (f"Migrated #{i}: for {x['by']}" if x["reason"] == "Consolidate"
-            else f"Preempted #{i}: by {x['by']}")
+    what = (
+        f"Migrated #{i}: for {x['by']}"
+        if x["reason"] == "Consolidate"
+        else f"Preempted #{i}: by {x['by']}"
+    )
     lines = [
         f"{what} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
         f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
@@ -475,9 +493,16 @@ def jobs_command(
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
     watch: Annotated[
-        bool, typer.Option("-w", "--watch", help="Then print each job again when its state or reason changes (Ctrl-C stops).")
+        bool,
+        typer.Option(
+            "-w",
+            "--watch",
+            help="Then print each job again when its state or reason changes (Ctrl-C stops).",
+        ),
     ] = False,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls with --watch.")] = 1.0,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between polls with --watch.")
+    ] = 1.0,
 ) -> None:
     """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON."""
     path = db_path(db, data)
@@ -634,8 +659,12 @@ def project_command(
         bool, typer.Option("--json", help="Print the result as JSON only.")
     ] = False,
     creds: Annotated[
-        Path | None, typer.Option("--creds", envvar="GPULEDGER_CREDS",
-                                  help="With --nats-url: credential file (projector, auditor or admin).")
+        Path | None,
+        typer.Option(
+            "--creds",
+            envvar="GPULEDGER_CREDS",
+            help="With --nats-url: credential file (projector, auditor or admin).",
+        ),
     ] = None,
 ) -> None:
     """Fold the log into the DuckDB projection (exactly once; resumes where it stopped)."""
@@ -677,8 +706,14 @@ def project_command(
             access = resolve_access(nats_url, creds, data)
             once = {} if follow else {"connect_attempts": 3, "connect_timeout": 2, "quiet": True}
             try:
-                last = asyncio.run(run_projector(access.url, path, follow=follow,
-                                                 connect_options={**once, **access.options()}))
+                last = asyncio.run(
+                    run_projector(
+                        access.url,
+                        path,
+                        follow=follow,
+                        connect_options={**once, **access.options()},
+                    )
+                )
             except KeyboardInterrupt:
                 last = None
             except (OSError, nats.errors.Error) as exc:

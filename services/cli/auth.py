@@ -9,11 +9,15 @@ import typer
 
 from gpuledger.services.cli.common import fail
 
-auth_app = typer.Typer(help="Identities and permissions for the NATS server (authentication is always on).",
-                       no_args_is_help=True)
+auth_app = typer.Typer(
+    help="Identities and permissions for the NATS server (authentication is always on).",
+    no_args_is_help=True,
+)
 
-RELOAD = ("reload the server to apply: `nats-server --signal reload` (or SIGHUP to its pid); "
-          "`gpuledger up` picks them up when it starts")
+RELOAD = (
+    "reload the server to apply: `nats-server --signal reload` (or SIGHUP to its pid); "
+    "`gpuledger up` picks them up when it starts"
+)
 
 
 def _names(csv: str) -> list[str]:
@@ -31,10 +35,20 @@ def _run(fn):
 
 @auth_app.command("init")
 def init_command(
-    directory: Path = typer.Argument(..., help="Where to write nats.conf, auth.conf, credentials.json and the key files."),
-    tenants: str = typer.Option("", "--tenants", help="Comma-separated tenants: one CI identity each (ci:TENANT)."),
-    nodes: str = typer.Option("", "--nodes", help="Comma-separated node names: one node-agent identity each (node:NAME)."),
-    cluster_routes: str = typer.Option("", "--cluster-routes", help="Comma-separated HOST:PORT of each NATS cluster node's cluster port: also writes cluster.conf (the `cluster` block every node includes, routes authenticated with a generated secret)."),
+    directory: Path = typer.Argument(
+        ..., help="Where to write nats.conf, auth.conf, credentials.json and the key files."
+    ),
+    tenants: str = typer.Option(
+        "", "--tenants", help="Comma-separated tenants: one CI identity each (ci:TENANT)."
+    ),
+    nodes: str = typer.Option(
+        "", "--nodes", help="Comma-separated node names: one node-agent identity each (node:NAME)."
+    ),
+    cluster_routes: str = typer.Option(
+        "",
+        "--cluster-routes",
+        help="Comma-separated HOST:PORT of each NATS cluster node's cluster port: also writes cluster.conf (the `cluster` block every node includes, routes authenticated with a generated secret).",
+    ),
 ) -> None:
     """Generate one identity per role (admission, quota, scheduler, preemption, projector,
     auditor, admin, gateway, agents), per node and per tenant's CI system, a nats-server
@@ -42,15 +56,27 @@ def init_command(
     Existing keys are kept (run it again to add names)."""
     from gpuledger.services.runtime.auth import init
 
-    d = _run(lambda: init(directory, tenants=_names(tenants), nodes=_names(nodes),
-                          cluster_routes=_names(cluster_routes)))
+    d = _run(
+        lambda: init(
+            directory,
+            tenants=_names(tenants),
+            nodes=_names(nodes),
+            cluster_routes=_names(cluster_routes),
+        )
+    )
     for name, p in d.principals().items():
         typer.echo(f"{name:<24}{d.path / p.file}")
-    typer.echo(f"server config: {d.path / 'nats.conf'} (includes auth.conf); start it with "
-               f"`nats-server -c {d.path / 'nats.conf'}`", err=True)
+    typer.echo(
+        f"server config: {d.path / 'nats.conf'} (includes auth.conf); start it with "
+        f"`nats-server -c {d.path / 'nats.conf'}`",
+        err=True,
+    )
     if cluster_routes:
-        typer.echo(f"cluster: {d.path / 'cluster.conf'} (routes to {cluster_routes}); each node's config "
-                   "includes it next to auth.conf and names itself (`nats-server --name NAME`)", err=True)
+        typer.echo(
+            f"cluster: {d.path / 'cluster.conf'} (routes to {cluster_routes}); each node's config "
+            "includes it next to auth.conf and names itself (`nats-server --name NAME`)",
+            err=True,
+        )
 
 
 def _add(directory: Path, principals: list[str], rotate: bool = False) -> None:
@@ -58,7 +84,9 @@ def _add(directory: Path, principals: list[str], rotate: bool = False) -> None:
 
     d = AuthDir(directory)
     if not d.exists:
-        fail(f"{directory}: no credentials.json here; run `gpuledger auth init {directory}` first", 2)
+        fail(
+            f"{directory}: no credentials.json here; run `gpuledger auth init {directory}` first", 2
+        )
     if rotate:
         unknown = [p for p in principals if p not in d.principals()]
         if unknown:
@@ -73,20 +101,31 @@ def _add(directory: Path, principals: list[str], rotate: bool = False) -> None:
 
 
 @auth_app.command("add-tenant")
-def add_tenant(directory: Path = typer.Argument(...), tenants: list[str] = typer.Argument(..., help="Tenant names.")) -> None:
+def add_tenant(
+    directory: Path = typer.Argument(...),
+    tenants: list[str] = typer.Argument(..., help="Tenant names."),
+) -> None:
     """Add a CI identity for each tenant (may publish only gl.submit.<tenant>.> and
     gl.cancel.<tenant>.>, and ask only its own jobs' status)."""
     _add(directory, [f"ci:{t}" for t in tenants])
 
 
 @auth_app.command("add-node")
-def add_node(directory: Path = typer.Argument(...), nodes: list[str] = typer.Argument(..., help="Node names.")) -> None:
+def add_node(
+    directory: Path = typer.Argument(...),
+    nodes: list[str] = typer.Argument(..., help="Node names."),
+) -> None:
     """Add a node-agent identity for each node (may publish only gl.node.<node>.>)."""
     _add(directory, [f"node:{n}" for n in nodes])
 
 
 @auth_app.command("rotate")
-def rotate(directory: Path = typer.Argument(...), principals: list[str] = typer.Argument(..., help="Principals, e.g. scheduler ci:research node:node-1.")) -> None:
+def rotate(
+    directory: Path = typer.Argument(...),
+    principals: list[str] = typer.Argument(
+        ..., help="Principals, e.g. scheduler ci:research node:node-1."
+    ),
+) -> None:
     """Replace the keys of these identities (the old key stops working once the server reloads)."""
     _add(directory, principals, rotate=True)
 

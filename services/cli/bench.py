@@ -44,22 +44,54 @@ def _policies(policy: str) -> list[str]:
     names = POLICIES if policy == "all" else [p.strip() for p in policy.split(",")]
     for n in names:
         if n not in SCORERS:
-            raise typer.BadParameter(f"unknown policy {n}; known: {', '.join(sorted(SCORERS))}, all")
+            raise typer.BadParameter(
+                f"unknown policy {n}; known: {', '.join(sorted(SCORERS))}, all"
+            )
     return names
 
 
 @bench_app.command()
 def openb(
-    pods: Annotated[Path | None, typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)")] = None,
-    nodes: Annotated[Path | None, typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)")] = None,
-    trace: Annotated[Path | None, typer.Option("--trace", envvar="GPULEDGER_OPENB_DIR", help="folder holding the full openb CSV files (cluster-trace-gpu-v2023/csv)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="scorer name, comma list, or 'all'")] = "default",
+    pods: Annotated[
+        Path | None,
+        typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
+    ] = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)"),
+    ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            envvar="GPULEDGER_OPENB_DIR",
+            help="folder holding the full openb CSV files (cluster-trace-gpu-v2023/csv)",
+        ),
+    ] = None,
+    policy: Annotated[
+        str, typer.Option("--policy", help="scorer name, comma list, or 'all'")
+    ] = "default",
     seeds: Annotated[str, typer.Option("--seeds", help="e.g. 42-51 or 42,43")] = "42-51",
     inflate: Annotated[float, typer.Option("--inflate", help="requested GPU / capacity")] = 1.3,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the report(s) as JSON")] = None,
-    workers: Annotated[int, typer.Option("--workers", help="processes running seeds in parallel")] = 2,
-    all_traces: Annotated[bool, typer.Option("--all-traces", help="every openb_pod_list_*.csv in --trace DIR, one table row each")] = False,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="with --all-traces: write the table (markdown, with command, date and machine) here")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the report(s) as JSON")
+    ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", help="processes running seeds in parallel")
+    ] = 2,
+    all_traces: Annotated[
+        bool,
+        typer.Option(
+            "--all-traces", help="every openb_pod_list_*.csv in --trace DIR, one table row each"
+        ),
+    ] = False,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            help="with --all-traces: write the table (markdown, with command, date and machine) here",
+        ),
+    ] = None,
 ) -> None:
     """Replay the openb trace under the FGD paper's protocol; unallocated GPU % at 100%.
 
@@ -85,19 +117,34 @@ def openb(
     chatty = sys.stdout.isatty() and json_out is None
     reports = []
     for name in names:
+
         def progress(r, name=name):
             if chatty:
-                console.print(f"[dim]{name} seed {r.seed}: {r.unallocated_at_100:.2f}% "
-                              f"unallocated ({r.wall_s:.1f}s)[/dim]")
-        reports.append(run(node_list, tasks, name, seed_list, inflate, str(pods), progress, workers))
-    table = Table(title=f"openb: unallocated GPU % at 100% arrived ({len(seed_list)} seeds, "
-                        f"inflate {inflate}, {len(node_list)} nodes)")
+                console.print(
+                    f"[dim]{name} seed {r.seed}: {r.unallocated_at_100:.2f}% "
+                    f"unallocated ({r.wall_s:.1f}s)[/dim]"
+                )
+
+        reports.append(
+            run(node_list, tasks, name, seed_list, inflate, str(pods), progress, workers)
+        )
+    table = Table(
+        title=f"openb: unallocated GPU % at 100% arrived ({len(seed_list)} seeds, "
+        f"inflate {inflate}, {len(node_list)} nodes)"
+    )
     for col in ("POLICY", "MEAN", "SD", "MEDIAN", "PLACEMENTS", "PLACEMENTS/S", "WALL S"):
         table.add_column(col, justify="left" if col == "POLICY" else "right")
     for r in reports:
         u = r.unallocated_at_100
-        table.add_row(r.policy, f"{u['mean']:.2f}", f"{u['sd']:.2f}", f"{u['median']:.2f}",
-                      str(r.placements), f"{r.placements_per_s:,.0f}", f"{r.wall_s:.1f}")
+        table.add_row(
+            r.policy,
+            f"{u['mean']:.2f}",
+            f"{u['sd']:.2f}",
+            f"{u['median']:.2f}",
+            str(r.placements),
+            f"{r.placements_per_s:,.0f}",
+            f"{r.wall_s:.1f}",
+        )
     console.print(table)
     if json_out is not None:
         from gpuledger.replay.benchinfo import machine
@@ -108,8 +155,16 @@ def openb(
         json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
-def _all_traces(trace: Path | None, nodes: Path | None, policy: str, seeds: str, inflate: float,
-                json_out: Path | None, workers: int, markdown: Path | None) -> None:
+def _all_traces(
+    trace: Path | None,
+    nodes: Path | None,
+    policy: str,
+    seeds: str,
+    inflate: float,
+    json_out: Path | None,
+    workers: int,
+    markdown: Path | None,
+) -> None:
     from gpuledger.replay.openb import table
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
@@ -126,13 +181,21 @@ def _all_traces(trace: Path | None, nodes: Path | None, policy: str, seeds: str,
     rows = []
     for pods in table.pod_lists(trace):
         tasks = load_tasks(pods)
-        reports = [run(node_list, tasks, name, seed_list, inflate, str(pods), None, workers) for name in names]
+        reports = [
+            run(node_list, tasks, name, seed_list, inflate, str(pods), None, workers)
+            for name in names
+        ]
         rows.append((pods.name, len(tasks), reports))
         if sys.stderr.isatty():
-            typer.echo(f"{pods.name}: " + ", ".join(
-                f"{r.policy} {r.unallocated_at_100['mean']:.2f}" for r in reports), err=True)
-    command = (f"gpuledger bench openb --trace {trace} --all-traces --policy {policy} "
-               f"--seeds {seeds} --inflate {inflate}")
+            typer.echo(
+                f"{pods.name}: "
+                + ", ".join(f"{r.policy} {r.unallocated_at_100['mean']:.2f}" for r in reports),
+                err=True,
+            )
+    command = (
+        f"gpuledger bench openb --trace {trace} --all-traces --policy {policy} "
+        f"--seeds {seeds} --inflate {inflate}"
+    )
     text = table.markdown(rows, seed_list, inflate, command)
     typer.echo(text)
     if markdown is not None:
@@ -144,11 +207,18 @@ def _all_traces(trace: Path | None, nodes: Path | None, policy: str, seeds: str,
 
 @bench_app.command()
 def fleet(
-    policy: Annotated[str, typer.Option("--policy", help="scorer name, comma list, or 'all'")] = "all",
+    policy: Annotated[
+        str, typer.Option("--policy", help="scorer name, comma list, or 'all'")
+    ] = "all",
     nodes: Annotated[int, typer.Option("--nodes", help="8-GPU H100 nodes")] = 500,
-    jobs: Annotated[int | None, typer.Option("--jobs", help="queued jobs, one decision each (default: 20 per node)")] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", help="queued jobs, one decision each (default: 20 per node)"),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed")] = 7,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the report as JSON")
+    ] = None,
 ) -> None:
     """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100 (job lifetimes
     scale with the fleet, so every size runs at about the same occupancy)."""
@@ -163,15 +233,35 @@ def fleet(
 
     report = run(_policies(policy), nodes, jobs, seed, progress)
     table = Table(title=f"fleet: {report.nodes} nodes, {report.gpus} GPUs, {report.jobs} jobs")
-    for col in ("POLICY", "DECISIONS/S", "P50 MS", "P99 MS", "MAX MS", "CPU DEC/S", "CPU P99 MS",
-                "PLACED", "GPU ALLOC %", "OCCUPANCY %", "FAILURES"):
+    for col in (
+        "POLICY",
+        "DECISIONS/S",
+        "P50 MS",
+        "P99 MS",
+        "MAX MS",
+        "CPU DEC/S",
+        "CPU P99 MS",
+        "PLACED",
+        "GPU ALLOC %",
+        "OCCUPANCY %",
+        "FAILURES",
+    ):
         table.add_column(col, justify="left" if col in ("POLICY", "FAILURES") else "right")
     for r in report.results:
         fails = ", ".join(f"{k} {v}" for k, v in r.reasons.items()) or "-"
-        table.add_row(r.policy, f"{r.decisions_per_s:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
-                      f"{r.max_ms:.1f}", f"{r.cpu_decisions_per_s:,.0f}", f"{r.cpu_p99_ms:.2f}",
-                      str(r.placed), f"{r.mean_gpu_allocated_pct:.1f}",
-                      f"{r.occupancy_pct:.1f}", fails)
+        table.add_row(
+            r.policy,
+            f"{r.decisions_per_s:,.0f}",
+            f"{r.p50_ms:.2f}",
+            f"{r.p99_ms:.2f}",
+            f"{r.max_ms:.1f}",
+            f"{r.cpu_decisions_per_s:,.0f}",
+            f"{r.cpu_p99_ms:.2f}",
+            str(r.placed),
+            f"{r.mean_gpu_allocated_pct:.1f}",
+            f"{r.occupancy_pct:.1f}",
+            fails,
+        )
     console.print(table)
     if json_out is not None:
         from gpuledger.replay.benchinfo import machine
@@ -187,11 +277,21 @@ if __name__ == "__main__":
 
 @bench_app.command("projector")
 def projector_bench(
-    events: int = typer.Option(200_000, "--events", help="Events for the sustained-rate measurement."),
+    events: int = typer.Option(
+        200_000, "--events", help="Events for the sustained-rate measurement."
+    ),
     rebuild: int = typer.Option(1_000_000, "--rebuild", help="Events for the rebuild measurement."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the result here."),
-    runs: int = typer.Option(1, "--runs", help="Runs (with --baseline: pairs, alternating); more than one: each in a fresh process, medians reported."),
-    baseline: str | None = typer.Option(None, "--baseline", help="The Python of another checkout (its .venv/bin/python): the same bench alternately with its code, and the ratios."),
+    runs: int = typer.Option(
+        1,
+        "--runs",
+        help="Runs (with --baseline: pairs, alternating); more than one: each in a fresh process, medians reported.",
+    ),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        help="The Python of another checkout (its .venv/bin/python): the same bench alternately with its code, and the ratios.",
+    ),
 ) -> None:
     """Projector speed: sustained events/s into DuckDB and the rebuild time of a large log
     (goals: >= 60,000 events/s sustained, 1 M rebuild <= 20 s, peak RSS <= 800 MB)."""
@@ -204,8 +304,11 @@ def projector_bench(
     say = (lambda m: None) if json_out else (lambda m: typer.echo(m, err=True))
     args = ["--events", str(events), "--rebuild", str(rebuild)]
     if runs <= 1 and baseline is None:
-        result = run(sustained_events=events, rebuild_events=rebuild,
-                     progress=None if json_out else (lambda m: typer.echo(m, err=True)))
+        result = run(
+            sustained_events=events,
+            rebuild_events=rebuild,
+            progress=None if json_out else (lambda m: typer.echo(m, err=True)),
+        )
     else:
         # each run in a fresh process (peak RSS is per process), alternating with the baseline
         mine: list[dict] = []
@@ -213,23 +316,39 @@ def projector_bench(
         try:
             for i in range(max(1, runs)):
                 mine.append(baseline_run(sys.executable, "projector", args))
-                say(f"run {i + 1}: {mine[-1]['sustained_events_per_s']:,} events/s sustained, "
-                    f"rebuild {mine[-1].get('rebuild_seconds')} s, peak {mine[-1]['peak_rss_mb']} MB")
+                say(
+                    f"run {i + 1}: {mine[-1]['sustained_events_per_s']:,} events/s sustained, "
+                    f"rebuild {mine[-1].get('rebuild_seconds')} s, peak {mine[-1]['peak_rss_mb']} MB"
+                )
                 if baseline is not None:
                     base.append(baseline_run(baseline, "projector", args))
-                    say(f"  baseline: {base[-1]['sustained_events_per_s']:,} events/s sustained, "
-                        f"rebuild {base[-1].get('rebuild_seconds')} s, peak {base[-1]['peak_rss_mb']} MB")
+                    say(
+                        f"  baseline: {base[-1]['sustained_events_per_s']:,} events/s sustained, "
+                        f"rebuild {base[-1].get('rebuild_seconds')} s, peak {base[-1]['peak_rss_mb']} MB"
+                    )
         except RuntimeError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-        keys = [k for k in ("sustained_events_per_s", "sustained_cpu_seconds", "sustained_peak_rss_mb",
-                            "rebuild_seconds", "rebuild_cpu_seconds", "peak_rss_mb")
-                if k in mine[-1]]
+        keys = [
+            k
+            for k in (
+                "sustained_events_per_s",
+                "sustained_cpu_seconds",
+                "sustained_peak_rss_mb",
+                "rebuild_seconds",
+                "rebuild_cpu_seconds",
+                "peak_rss_mb",
+            )
+            if k in mine[-1]
+        ]
         result = dict(mine[-1])
         result["runs"] = [{k: m.get(k) for k in keys} for m in mine]
         if baseline is not None:
-            result["baseline"] = {"python": baseline, "runs": [{k: b.get(k) for k in keys} for b in base],
-                                  **paired(mine, base, keys)}
+            result["baseline"] = {
+                "python": baseline,
+                "runs": [{k: b.get(k) for k in keys} for b in base],
+                **paired(mine, base, keys),
+            }
         else:
             result.update(paired(mine, mine, keys))
     text = json.dumps(result, indent=2)
@@ -240,13 +359,39 @@ def projector_bench(
 
 @bench_app.command("replay")
 def replay_bench(
-    pods: Annotated[Path | None, typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)")] = None,
-    nodes: Annotated[Path | None, typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)")] = None,
-    trace: Annotated[Path | None, typer.Option("--trace", envvar="GPULEDGER_OPENB_DIR", help="folder holding the openb CSV files")] = None,
-    runs: Annotated[int, typer.Option("--runs", help="replays (each a fresh process); the median is reported")] = 3,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="the Python of another checkout (its .venv/bin/python): the same replay alternately with its code, and the ratio")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the result as JSON ('-' = stdout only)")] = None,
-    profile: Annotated[Path | None, typer.Option("--profile", help="also replay once in this process under cProfile; stats to this file")] = None,
+    pods: Annotated[
+        Path | None,
+        typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
+    ] = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)"),
+    ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace", envvar="GPULEDGER_OPENB_DIR", help="folder holding the openb CSV files"
+        ),
+    ] = None,
+    runs: Annotated[
+        int, typer.Option("--runs", help="replays (each a fresh process); the median is reported")
+    ] = 3,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="the Python of another checkout (its .venv/bin/python): the same replay alternately with its code, and the ratio",
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the result as JSON ('-' = stdout only)")
+    ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile", help="also replay once in this process under cProfile; stats to this file"
+        ),
+    ] = None,
 ) -> None:
     """Replay speed: events/s of a what-if replay of the openb trace (goal >= 50,000), with
     the sha256 of its output so that a changed decision shows."""
@@ -278,10 +423,20 @@ def replay_bench(
 
 @bench_app.command("restart")
 def restart_bench(
-    events: int = typer.Option(100_000, "--events", help="Events in the log (synthetic, realistic mix)."),
-    tail: int | None = typer.Option(None, "--tail", help="Events after the snapshot (default: min(events/10, 10000), the default snapshot interval)."),
+    events: int = typer.Option(
+        100_000, "--events", help="Events in the log (synthetic, realistic mix)."
+    ),
+    tail: int | None = typer.Option(
+        None,
+        "--tail",
+        help="Events after the snapshot (default: min(events/10, 10000), the default snapshot interval).",
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the result here."),
-    full_refold: bool = typer.Option(True, "--full-refold/--no-full-refold", help="Also time a full refold of each service (the slow part at 1 M events)."),
+    full_refold: bool = typer.Option(
+        True,
+        "--full-refold/--no-full-refold",
+        help="Also time a full refold of each service (the slow part at 1 M events).",
+    ),
 ) -> None:
     """Each service's time to ready (connect + load snapshot + fold tail + first decide) after
     N events, with a snapshot and by a full refold, in the same run (goal: <= 3 s at 1 M)."""
@@ -289,8 +444,9 @@ def restart_bench(
 
     from gpuledger.projections.restart_bench import run_restart_bench
 
-    result = run_restart_bench(events, tail, progress=lambda m: typer.echo(m, err=True),
-                               full_refold=full_refold)
+    result = run_restart_bench(
+        events, tail, progress=lambda m: typer.echo(m, err=True), full_refold=full_refold
+    )
     text = json.dumps(result, indent=2)
     if json_out is not None:
         json_out.write_text(text)

@@ -14,12 +14,30 @@ app = typer.Typer()
 
 @app.command()
 def chaos(
-    duration: str = typer.Option("10m", "--duration", help="How long the load and the faults run: seconds, or 90s, 10m, 1h."),
-    seed: int = typer.Option(1, "--seed", help="Seeds the fault schedule, the targets and the job mix."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the report (faults, invariants, details) here ('-' = stdout)."),
-    nats_cluster: int | None = typer.Option(None, "--nats-cluster", min=3, max=5, help="Run a loopback NATS cluster of N nodes (stream at N replicas) and kill or pause its nodes too."),
-    data: Path | None = typer.Option(None, "--data", help="Keep the cluster's data (NATS store, projection, service logs in logs/) here; default: a temporary directory, removed afterwards."),
-    min_faults: int | None = typer.Option(None, "--min-faults", min=1, help="Inject at least this many faults (default: 12 a minute)."),
+    duration: str = typer.Option(
+        "10m", "--duration", help="How long the load and the faults run: seconds, or 90s, 10m, 1h."
+    ),
+    seed: int = typer.Option(
+        1, "--seed", help="Seeds the fault schedule, the targets and the job mix."
+    ),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the report (faults, invariants, details) here ('-' = stdout)."
+    ),
+    nats_cluster: int | None = typer.Option(
+        None,
+        "--nats-cluster",
+        min=3,
+        max=5,
+        help="Run a loopback NATS cluster of N nodes (stream at N replicas) and kill or pause its nodes too.",
+    ),
+    data: Path | None = typer.Option(
+        None,
+        "--data",
+        help="Keep the cluster's data (NATS store, projection, service logs in logs/) here; default: a temporary directory, removed afterwards.",
+    ),
+    min_faults: int | None = typer.Option(
+        None, "--min-faults", min=1, help="Inject at least this many faults (default: 12 a minute)."
+    ),
 ) -> None:
     """Run a live, authenticated cluster (every service, each simulated node agent and the
     projector its own process, supervised as `up --processes` does) under a steady mixed job
@@ -52,19 +70,33 @@ def chaos(
     from gpuledger.services.runtime.supervisor import StartFailed
 
     try:
-        result = run_soak(duration_s=duration_s, seed=seed, data=data, nats_nodes=nats_cluster or 1,
-                          say=say, min_faults=min_faults)
+        result = run_soak(
+            duration_s=duration_s,
+            seed=seed,
+            data=data,
+            nats_nodes=nats_cluster or 1,
+            say=say,
+            min_faults=min_faults,
+        )
     except StartFailed as exc:
         fail(f"gpuledger chaos: {exc}", 1)
     skipped = sum(f.outcome != "done" for f in result.faults)
     skipped_text = f" ({skipped} could not be injected)" if skipped else ""
-    say(f"\n{len(result.faults)} faults{skipped_text}, {result.acked} of {result.submitted} jobs "
-        f"acknowledged, {result.events} events, {result.wall_s:.0f}s")
-    say("activity: " + ", ".join(f"{k} {v}" for k, v in result.activity.items())
-        + "; restarts: " + ", ".join(f"{k} {v}" for k, v in result.restarts.items() if v))
+    say(
+        f"\n{len(result.faults)} faults{skipped_text}, {result.acked} of {result.submitted} jobs "
+        f"acknowledged, {result.events} events, {result.wall_s:.0f}s"
+    )
+    say(
+        "activity: "
+        + ", ".join(f"{k} {v}" for k, v in result.activity.items())
+        + "; restarts: "
+        + ", ".join(f"{k} {v}" for k, v in result.restarts.items() if v)
+    )
     if result.unplanned_restarts:
-        say("restarts no fault accounts for (the process died on its own; see its log): "
-            + ", ".join(f"{k} {v}" for k, v in result.unplanned_restarts.items()))
+        say(
+            "restarts no fault accounts for (the process died on its own; see its log): "
+            + ", ".join(f"{k} {v}" for k, v in result.unplanned_restarts.items())
+        )
     for name, ok in result.invariants.items():
         d = result.details.get(name, {})
         extra = "" if ok else "  " + "; ".join(str(x) for x in (d.get("examples") or [d])[:3])

@@ -90,10 +90,19 @@ class SoakResult:
 class Soak:
     """One chaos run. `say` gets one line per fault and phase (the CLI prints them)."""
 
-    def __init__(self, *, duration_s: float, seed: int, data: Path, nats_nodes: int = 1,
-                 fleet: Path = FLEET, say: Callable[[str], None] = lambda s: None,
-                 submit_every_s: float = 1.0, min_faults: int | None = None,
-                 settle_s: float = 45.0) -> None:
+    def __init__(
+        self,
+        *,
+        duration_s: float,
+        seed: int,
+        data: Path,
+        nats_nodes: int = 1,
+        fleet: Path = FLEET,
+        say: Callable[[str], None] = lambda s: None,
+        submit_every_s: float = 1.0,
+        min_faults: int | None = None,
+        settle_s: float = 45.0,
+    ) -> None:
         self.duration_s, self.seed, self.data = duration_s, seed, Path(data).resolve()
         self.nats_nodes, self.fleet, self.say = nats_nodes, Path(fleet).resolve(), say
         self.submit_every_s, self.min_faults, self.settle_s = submit_every_s, min_faults, settle_s
@@ -146,8 +155,9 @@ class Soak:
         from gpuledger.services.runtime.bus import Bus
 
         access = self.server.access("admin")
-        bus = await Bus.connect(access.url, name="chaos-read", connect_attempts=10, quiet=True,
-                                **access.options())
+        bus = await Bus.connect(
+            access.url, name="chaos-read", connect_attempts=10, quiet=True, **access.options()
+        )
         try:
             return [entry async for entry in stream_entries(bus)]
         finally:
@@ -159,9 +169,13 @@ class Soak:
 
         r = self.result
         r.events = len(entries)
-        counted = {"GangPlaced": "placements", "PreemptionRequested": "preemptions",
-                   "GangCompleted": "completions", "MemberStarted": "member_starts",
-                   "DeadLettered": "dead_letters"}
+        counted = {
+            "GangPlaced": "placements",
+            "PreemptionRequested": "preemptions",
+            "GangCompleted": "completions",
+            "MemberStarted": "member_starts",
+            "DeadLettered": "dead_letters",
+        }
         r.activity = dict.fromkeys(counted.values(), 0)
         for _, _, e in entries:
             name = counted.get(type(e).__name__)
@@ -170,8 +184,9 @@ class Soak:
         for finding in check_log(entries, self.acked):
             r.invariants[finding.name] = finding.ok
             r.details[finding.name] = finding.as_dict()
-        same, detail = projection_matches_rebuild(self.data / "projection.duckdb", entries,
-                                                  self.data / "rebuilt.duckdb")
+        same, detail = projection_matches_rebuild(
+            self.data / "projection.duckdb", entries, self.data / "rebuilt.duckdb"
+        )
         r.invariants["projection_equals_rebuild"] = same
         # events published while the cluster stopped (members finishing) may come after the
         # projector's last commit; everything up to the end of the load must be in it
@@ -179,8 +194,10 @@ class Soak:
         report = verify(entries)
         r.invariants["verify_zero_mismatches"] = report.ok
         r.details["verify_zero_mismatches"] = {
-            "checked": report.checked, "mismatches": len(report.mismatches),
-            "examples": [m.as_dict() for m in report.mismatches[:5]]}
+            "checked": report.checked,
+            "mismatches": len(report.mismatches),
+            "examples": [m.as_dict() for m in report.mismatches[:5]],
+        }
 
     # ------------------------------------------------------------------ run
 
@@ -190,17 +207,27 @@ class Soak:
 
         access = self.server.access("admin")
         self.say(f"starting the cluster: NATS at {access.url}, data in {self.data}")
-        await publish_config(access, self.doc, replicas=self.nats_nodes if self.nats_nodes > 1 else None)
+        await publish_config(
+            access, self.doc, replicas=self.nats_nodes if self.nats_nodes > 1 else None
+        )
         self.cluster = Cluster(access, self.fleet, self.doc, True, data=self.data)
         await self.cluster.start()
         stop = asyncio.Event()
-        injector = FaultInjector(self.cluster.supervisor, self.server, self.nats_nodes,
-                                 self.rng, say=self.say)
+        injector = FaultInjector(
+            self.cluster.supervisor, self.server, self.nats_nodes, self.rng, say=self.say
+        )
         pool = injector.pool()
-        plan = plan_faults(self.rng, self.duration_s, [t for t in pool if t[1] != "nats"],
-                           self.nats_nodes, self.min_faults)
-        self.say(f"cluster up: {len(pool) - self.nats_nodes} supervised processes, NATS nodes: "
-                 f"{self.nats_nodes}; load and {len(plan)} faults over {self.duration_s:g}s")
+        plan = plan_faults(
+            self.rng,
+            self.duration_s,
+            [t for t in pool if t[1] != "nats"],
+            self.nats_nodes,
+            self.min_faults,
+        )
+        self.say(
+            f"cluster up: {len(pool) - self.nats_nodes} supervised processes, NATS nodes: "
+            f"{self.nats_nodes}; load and {len(plan)} faults over {self.duration_s:g}s"
+        )
         load = Load(access, self.seed, self.submit_every_s)
         load_task = asyncio.create_task(load.run(stop))
         faults = asyncio.create_task(injector.run(plan, stop))
@@ -212,8 +239,10 @@ class Soak:
         self.acked = load.acked
         self.result.faults = injector.done
         self.result.submitted, self.result.acked = load.submitted, len(load.acked)
-        self.say(f"load stopped: {self.result.acked} of {self.result.submitted} submissions "
-                 f"acknowledged; settling")
+        self.say(
+            f"load stopped: {self.result.acked} of {self.result.submitted} submissions "
+            f"acknowledged; settling"
+        )
         await self._settle()
 
     async def run(self) -> SoakResult:
@@ -225,7 +254,9 @@ class Soak:
             finally:
                 if self.cluster is not None:
                     if self.cluster.board is not None:
-                        self.result.restarts = {n: s.restarts for n, s in self.cluster.board.services.items()}
+                        self.result.restarts = {
+                            n: s.restarts for n, s in self.cluster.board.services.items()
+                        }
                     await self.cluster.close()
             entries = await self._read_log()
             await asyncio.to_thread(self._check, entries)
@@ -235,8 +266,9 @@ class Soak:
         return self.result
 
 
-def projection_matches_rebuild(live_db: Path, entries: list[tuple[int, str, ev.Event]],
-                               scratch_db: Path) -> tuple[bool, dict[str, Any]]:
+def projection_matches_rebuild(
+    live_db: Path, entries: list[tuple[int, str, ev.Event]], scratch_db: Path
+) -> tuple[bool, dict[str, Any]]:
     """Every table of the live projection equals a projection rebuilt from the log prefix it
     says it applied (its `last_seq`)."""
     from gpuledger.projections.store import connect_readonly, rebuild
@@ -256,9 +288,13 @@ def projection_matches_rebuild(live_db: Path, entries: list[tuple[int, str, ev.E
     finally:
         con.close()
     differ = sorted(t for t in live if live[t] != again.get(t))
-    return not differ, {"last_seq": last, "log_last_seq": entries[-1][0] if entries else 0,
-                        "tables": len(live), "differing_tables": differ,
-                        "rows": sum(len(v) for v in live.values())}
+    return not differ, {
+        "last_seq": last,
+        "log_last_seq": entries[-1][0] if entries else 0,
+        "tables": len(live),
+        "differing_tables": differ,
+        "rows": sum(len(v) for v in live.values()),
+    }
 
 
 def dump_projection(con) -> dict[str, list[tuple]]:
@@ -270,12 +306,30 @@ def dump_projection(con) -> dict[str, list[tuple]]:
     return out
 
 
-def run_soak(*, duration_s: float, seed: int, data: Path | None = None, nats_nodes: int = 1,
-             say: Callable[[str], None] = lambda s: None, **kw: Any) -> SoakResult:
+def run_soak(
+    *,
+    duration_s: float,
+    seed: int,
+    data: Path | None = None,
+    nats_nodes: int = 1,
+    say: Callable[[str], None] = lambda s: None,
+    **kw: Any,
+) -> SoakResult:
     """Run one soak (in a temporary data directory unless `data` is given)."""
     if data is not None:
-        return asyncio.run(Soak(duration_s=duration_s, seed=seed, data=data,
-                                nats_nodes=nats_nodes, say=say, **kw).run())
+        return asyncio.run(
+            Soak(
+                duration_s=duration_s, seed=seed, data=data, nats_nodes=nats_nodes, say=say, **kw
+            ).run()
+        )
     with tempfile.TemporaryDirectory(prefix="gpuledger-chaos-") as tmp:
-        return asyncio.run(Soak(duration_s=duration_s, seed=seed, data=Path(tmp),
-                                nats_nodes=nats_nodes, say=say, **kw).run())
+        return asyncio.run(
+            Soak(
+                duration_s=duration_s,
+                seed=seed,
+                data=Path(tmp),
+                nats_nodes=nats_nodes,
+                say=say,
+                **kw,
+            ).run()
+        )

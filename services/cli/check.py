@@ -36,7 +36,9 @@ def read_any(path: Path) -> Any:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
         return yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+        raise InputError(
+            f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}"
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(" ".join(f"not YAML/JSON: {exc}".split())) from None
 
@@ -89,7 +91,13 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
         try:
             event = ev.decode(msgspec.json.encode(doc))
         except ev.UndecodableEvent as exc:
-            known = ", ".join(sorted(t for t in tags if t.split(".")[0] in {c.__name__ for c in ev.CLIENT_EVENTS + ev.CONFIG_EVENTS}))
+            known = ", ".join(
+                sorted(
+                    t
+                    for t in tags
+                    if t.split(".")[0] in {c.__name__ for c in ev.CLIENT_EVENTS + ev.CONFIG_EVENTS}
+                )
+            )
             raise InputError(f"type: {exc} (client events: {known})") from None
         if not isinstance(event, ev.CLIENT_EVENTS + ev.CONFIG_EVENTS):
             raise InputError(f"type: {type(event).__name__} is not an event a client publishes")
@@ -105,9 +113,15 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
 
 @app.command()
 def check(
-    files: list[Path] = typer.Argument(..., help="Files to validate (YAML or JSON; - for standard input)."),
-    kind: Kind = typer.Option(Kind.auto, "--kind", help="What the files hold (auto: a job has `tenant`, "
-                              "a scenario a `timeline`, an event a `type`; else a cluster configuration)."),
+    files: list[Path] = typer.Argument(
+        ..., help="Files to validate (YAML or JSON; - for standard input)."
+    ),
+    kind: Kind = typer.Option(
+        Kind.auto,
+        "--kind",
+        help="What the files hold (auto: a job has `tenant`, "
+        "a scenario a `timeline`, an event a `type`; else a cluster configuration).",
+    ),
 ) -> None:
     """Validate cluster configurations, scenarios, job files and client events without running
     anything. Prints `ok FILE (kind)` per good file and one `error: FILE: key.path: problem`

@@ -10,9 +10,11 @@ from gpuledger.services.cli.common import fail
 DEFAULT_DATA = Path(".gpuledger")
 URL_FILE = "nats-url"
 NATS_URL_HELP = "NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger)."
-CREDS_HELP = ("Credential file (nkey seed) of the identity to connect as (default: $GPULEDGER_CREDS, else "
-              "the operator's from ./.gpuledger/auth of `gpuledger up`). TLS: $GPULEDGER_TLS_CA "
-              "(+ _CERT, _KEY).")
+CREDS_HELP = (
+    "Credential file (nkey seed) of the identity to connect as (default: $GPULEDGER_CREDS, else "
+    "the operator's from ./.gpuledger/auth of `gpuledger up`). TLS: $GPULEDGER_TLS_CA "
+    "(+ _CERT, _KEY)."
+)
 
 
 def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
@@ -22,12 +24,16 @@ def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
     recorded = data / URL_FILE
     if recorded.exists():
         return recorded.read_text().strip()
-    fail(f"no NATS server: pass --nats-url (or set GPULEDGER_NATS_URL), or start `gpuledger up` here "
-         f"(it records its URL in {recorded})", 2)
+    fail(
+        f"no NATS server: pass --nats-url (or set GPULEDGER_NATS_URL), or start `gpuledger up` here "
+        f"(it records its URL in {recorded})",
+        2,
+    )
 
 
-def resolve_access(url: str | None, creds: Path | None, data: Path = DEFAULT_DATA,
-                   principal: str = "admin"):
+def resolve_access(
+    url: str | None, creds: Path | None, data: Path = DEFAULT_DATA, principal: str = "admin"
+):
     """How this command reaches the bus: the URL (`resolve_url`), the credential (given, else
     `principal`'s identity of the `gpuledger up` running in `data`), TLS from the environment."""
     from gpuledger.services.runtime.auth import AuthDir, AuthError, NatsAccess, tls_from_env
@@ -55,27 +61,43 @@ async def cli_bus(access, ensure: bool = True, replicas: int | None = None):
     from gpuledger.services.runtime.bus import Bus
 
     try:
-        bus = await Bus.connect(access.url, name="gpuledger-cli", connect_attempts=3,
-                                max_reconnect_attempts=2, connect_timeout=2, quiet=True,
-                                **access.options())
+        bus = await Bus.connect(
+            access.url,
+            name="gpuledger-cli",
+            connect_attempts=3,
+            max_reconnect_attempts=2,
+            connect_timeout=2,
+            quiet=True,
+            **access.options(),
+        )
     except AuthError as exc:
         fail(str(exc), 2)
     except (nats.errors.Error, OSError) as exc:
         hint = ""
         if "authorization" in str(exc).lower():
-            hint = (" (the server requires an identity: pass --creds FILE or set GPULEDGER_CREDS)"
-                    if access.creds is None else f" (the server does not accept {access.creds})")
+            hint = (
+                " (the server requires an identity: pass --creds FILE or set GPULEDGER_CREDS)"
+                if access.creds is None
+                else f" (the server does not accept {access.creds})"
+            )
         fail(f"cannot reach NATS at {access.url}: {exc.__class__.__name__} {exc}{hint}".rstrip(), 3)
     if ensure:
         from gpuledger.services.runtime.snapshots import snapshot_bucket
 
         try:
-            await bus.ensure_stream(replicas=replicas)  # and the lease bucket: services may not create it
-            await snapshot_bucket(bus, create=True, replicas=replicas or 1)  # nor their snapshot bucket
+            await bus.ensure_stream(
+                replicas=replicas
+            )  # and the lease bucket: services may not create it
+            await snapshot_bucket(
+                bus, create=True, replicas=replicas or 1
+            )  # nor their snapshot bucket
         except (TimeoutError, nats.errors.Error):
             if bus.denied:
-                fail(f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "
-                     "right: connect with the admin credential)", 1)
+                fail(
+                    f"not permitted: {bus.denied[-1]} (creating the stream is the operator's "
+                    "right: connect with the admin credential)",
+                    1,
+                )
             raise
     return bus
 
@@ -106,12 +128,18 @@ def run_on_bus(main, timeout_s: float | None = None):
     except nats.js.errors.NoStreamResponseError:
         # Nothing answered for the stream: the server cannot tell a missing stream from one
         # without a reachable leader (a cluster electing one after a node died), nor can we.
-        fail("no answer from the gpuledger stream: it does not exist yet (start `gpuledger up`, "
-             "or publish the configuration with `gpuledger apply` as the operator (admin)), or "
-             "its leader is being elected or cannot be reached (retry in a few seconds)", 1)
+        fail(
+            "no answer from the gpuledger stream: it does not exist yet (start `gpuledger up`, "
+            "or publish the configuration with `gpuledger apply` as the operator (admin)), or "
+            "its leader is being elected or cannot be reached (retry in a few seconds)",
+            1,
+        )
     except (TimeoutError, nats.errors.TimeoutError, nats.errors.Error) as exc:
         denied = next((b.denied[-1] for b in buses if b.denied), None)
         if denied:
-            fail(f"not permitted: {denied} (the identity connected does not have this right; "
-                 "see `gpuledger auth` and README 'Securing a cluster')", 1)
+            fail(
+                f"not permitted: {denied} (the identity connected does not have this right; "
+                "see `gpuledger auth` and README 'Securing a cluster')",
+                1,
+            )
         fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip(), 4)

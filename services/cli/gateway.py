@@ -12,8 +12,10 @@ from gpuledger.services.cli.common import fail
 
 gateway_app = typer.Typer()
 
-TOKENS_HELP = ("Tokens file (YAML/JSON): tenant -> list of 'sha256:<hex>' hashes of its bearer tokens "
-               "(`gpuledger gateway token` adds one).")
+TOKENS_HELP = (
+    "Tokens file (YAML/JSON): tenant -> list of 'sha256:<hex>' hashes of its bearer tokens "
+    "(`gpuledger gateway token` adds one)."
+)
 
 
 def _fail_tokens(exc) -> None:
@@ -26,13 +28,27 @@ def _fail_tokens(exc) -> None:
 def gateway(
     ctx: typer.Context,
     port: int = typer.Option(8480, "--port", help="TCP port to listen on."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (put TLS in front of it: a reverse proxy)."),
-    tokens: Path = typer.Option(Path(".gpuledger/gateway-tokens.yaml"), "--tokens", help=TOKENS_HELP),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL",
-                                        help="NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger)."),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS",
-                                      help="Credential file of the `gateway` identity (default: $GPULEDGER_CREDS, else "
-                                      "the gateway's from ./.gpuledger/auth of `gpuledger up`)."),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Address to listen on (put TLS in front of it: a reverse proxy).",
+    ),
+    tokens: Path = typer.Option(
+        Path(".gpuledger/gateway-tokens.yaml"), "--tokens", help=TOKENS_HELP
+    ),
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats-url",
+        envvar="GPULEDGER_NATS_URL",
+        help="NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger).",
+    ),
+    creds: Path | None = typer.Option(
+        None,
+        "--creds",
+        envvar="GPULEDGER_CREDS",
+        help="Credential file of the `gateway` identity (default: $GPULEDGER_CREDS, else "
+        "the gateway's from ./.gpuledger/auth of `gpuledger up`).",
+    ),
 ) -> None:
     """HTTP gateway for CI systems: POST /v1/tenants/TENANT/jobs (a job file as JSON or YAML,
     ?wait=true&timeout=30), GET and DELETE /v1/tenants/TENANT/jobs/JOB, GET /healthz; each
@@ -67,7 +83,9 @@ def gateway(
 @gateway_app.command("token")
 def token(
     tenant: str = typer.Argument(..., help="The tenant the token acts for."),
-    tokens: Path = typer.Option(Path(".gpuledger/gateway-tokens.yaml"), "--tokens", help=TOKENS_HELP),
+    tokens: Path = typer.Option(
+        Path(".gpuledger/gateway-tokens.yaml"), "--tokens", help=TOKENS_HELP
+    ),
 ) -> None:
     """Generate a bearer token for TENANT, add its hash to the tokens file (created 0600) and
     print the token: it is shown only this once. A running gateway picks it up at once."""
@@ -86,4 +104,7 @@ def token(
     except OSError as exc:
         fail(f"{tokens}: cannot write: {exc.strerror}", 2)
     typer.echo(secret)
-    typer.echo(f"added a token for {tenant} to {tokens} (shown only now; store it as a CI secret)", err=True)
+    typer.echo(
+        f"added a token for {tenant} to {tokens} (shown only now; store it as a CI secret)",
+        err=True,
+    )

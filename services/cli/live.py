@@ -35,6 +35,7 @@ from gpuledger.services.runtime.auth import LEASE_TTL_S as DEFAULT_LEASE_S
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
 
+
 def read_doc(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -50,7 +51,9 @@ def read_doc(path: Path | None) -> dict[str, Any]:
     return doc
 
 
-async def publish_config(access, doc: dict[str, Any], track=None, replicas: int | None = None) -> int:
+async def publish_config(
+    access, doc: dict[str, Any], track=None, replicas: int | None = None
+) -> int:
     """Publish `doc`'s configuration events (creating the stream first, with `replicas` when
     given; an existing stream keeps its replica count otherwise)."""
     from gpuledger.services.domain.configfile import config_events
@@ -76,9 +79,16 @@ class Cluster:
     supervised (services/runtime/supervisor.py): crashed services are restarted with back-off
     and reported, and `<data>/status.json` says how each one is doing."""
 
-    def __init__(self, access, config: Path | None, doc: dict[str, Any], processes: bool,
-                 data: Path | None = None, metrics_port: int | None = None,
-                 metrics_addr: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        access,
+        config: Path | None,
+        doc: dict[str, Any],
+        processes: bool,
+        data: Path | None = None,
+        metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
+    ) -> None:
         self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
         self.metrics_port, self.metrics_addr = metrics_port, metrics_addr
         """With a metrics port: the aggregate exporter (a `gpuledger metrics` child process,
@@ -105,8 +115,11 @@ class Cluster:
 
         if self.data is not None:
             self.data.mkdir(parents=True, exist_ok=True)
-        self.board = StatusBoard(None if self.data is None else self.data / STATUS_FILE,
-                                 self.url, "processes" if self.processes else "in-process")
+        self.board = StatusBoard(
+            None if self.data is None else self.data / STATUS_FILE,
+            self.url,
+            "processes" if self.processes else "in-process",
+        )
         if self.processes:
             from gpuledger.services.runtime.processes import ServiceProcesses
             from gpuledger.services.runtime.supervisor import ProcessSupervisor
@@ -150,9 +163,21 @@ class Cluster:
             if collector is not None:
                 collector.add_projector(ps, lambda: self.board.stream_last_seq)
             db = self.data / "projection.duckdb"
-            self.tasks.append(asyncio.create_task(supervise_task(
-                st, lambda: run_projector(self.url, db, stop=self.stop, status=ps,
-                                          connect_options=self._options("projector")), self.stop)))
+            self.tasks.append(
+                asyncio.create_task(
+                    supervise_task(
+                        st,
+                        lambda: run_projector(
+                            self.url,
+                            db,
+                            stop=self.stop,
+                            status=ps,
+                            connect_options=self._options("projector"),
+                        ),
+                        self.stop,
+                    )
+                )
+            )
             self._samplers.append(lambda st=st, ps=ps: _sample_projector(st, ps))
         services = [(role, role, lambda role=role: build(role)) for role in CONTROL_PLANE]
         if self._nodes():
@@ -161,14 +186,27 @@ class Cluster:
             st, hosts = self.board.add(name, name), []
             on_host = hosts.append
             if collector is not None:
+
                 def on_host(host, hosts=hosts):
                     hosts.append(host)
                     collector.add_host(host)
-            self.tasks.append(asyncio.create_task(supervise_task(
-                st, lambda make=make, on_host=on_host, principal=principal: run_service(
-                    make(), self.url, stop=self.stop, on_host=on_host,
-                    lease_ttl_s=DEFAULT_LEASE_S if principal in CONTROL_PLANE else None,
-                    nats_options=self._options(principal)), self.stop)))
+
+            self.tasks.append(
+                asyncio.create_task(
+                    supervise_task(
+                        st,
+                        lambda make=make, on_host=on_host, principal=principal: run_service(
+                            make(),
+                            self.url,
+                            stop=self.stop,
+                            on_host=on_host,
+                            lease_ttl_s=DEFAULT_LEASE_S if principal in CONTROL_PLANE else None,
+                            nats_options=self._options(principal),
+                        ),
+                        self.stop,
+                    )
+                )
+            )
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
         self.tasks.append(asyncio.create_task(self._report()))
 
@@ -186,9 +224,14 @@ class Cluster:
                     sample()
                 try:
                     if bus is None:
-                        bus = await Bus.connect(self.url, name="gpuledger-up-status",
-                                                connect_timeout=2, connect_attempts=1, quiet=True,
-                                                **self._options("auditor"))
+                        bus = await Bus.connect(
+                            self.url,
+                            name="gpuledger-up-status",
+                            connect_timeout=2,
+                            connect_attempts=1,
+                            quiet=True,
+                            **self._options("auditor"),
+                        )
                     self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
@@ -212,8 +255,18 @@ class Cluster:
         if self.data is None or self.metrics_port is None:
             return
         self._exporter = subprocess.Popen(
-            [sys.executable, "-m", "gpuledger.services.cli", "metrics", "--data", str(self.data),
-             "--port", str(self.metrics_port), "--addr", self.metrics_addr],
+            [
+                sys.executable,
+                "-m",
+                "gpuledger.services.cli",
+                "metrics",
+                "--data",
+                str(self.data),
+                "--port",
+                str(self.metrics_port),
+                "--addr",
+                self.metrics_addr,
+            ],
             stdout=subprocess.DEVNULL,
         )
         self.endpoints.insert(0, ("aggregate", self._url(self.metrics_port)))
@@ -297,8 +350,9 @@ def cluster_principals(doc: dict[str, Any]) -> list[str]:
     """The per-node and per-tenant identities a cluster configuration calls for."""
     from gpuledger.services.domain.configfile import node_infos, parse
 
-    return ([f"node:{n.name}" for n in node_infos(doc)]
-            + [f"ci:{t.name}" for t in parse(doc).tenants])
+    return [f"node:{n.name}" for n in node_infos(doc)] + [
+        f"ci:{t.name}" for t in parse(doc).tenants
+    ]
 
 
 # ---------------------------------------------------------------------- commands
@@ -306,20 +360,61 @@ def cluster_principals(doc: dict[str, Any]) -> list[str]:
 
 @app.command()
 def run(
-    role: str = typer.Argument(..., help="admission | quota | scheduler | preemption | node-agent | projector"),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
-    config: Path | None = typer.Option(None, "--config", help="Cluster configuration (node agents read their nodes here)."),
-    node: str | None = typer.Option(None, "--node", help="Node agent: the node to simulate (with --real: this node's name)."),
-    real: bool = typer.Option(False, "--real", help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config)."),
-    work_dir: Path | None = typer.Option(None, "--work-dir", help="Real node agent: state, logs and checkpoints (default .gpuledger/agent)."),
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."),
-    leader_lease: float = typer.Option(DEFAULT_LEASE_S, "--leader-lease", min=0.5, help="Leader lease TTL in seconds (admission, quota, scheduler, preemption: always on). Every replica folds; only the lease holder decides, stamping its epoch; a standby takes over within about TTL + 2 s of a leader's death. Node agents take no lease (one per node)."),
-    instance: str | None = typer.Option(None, "--instance", help="This replica's name in its decisions' producer (`scheduler/INSTANCE`; default: the node, else 0); name each replica differently to tell them apart."),
+    role: str = typer.Argument(
+        ..., help="admission | quota | scheduler | preemption | node-agent | projector"
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="Cluster configuration (node agents read their nodes here)."
+    ),
+    node: str | None = typer.Option(
+        None, "--node", help="Node agent: the node to simulate (with --real: this node's name)."
+    ),
+    real: bool = typer.Option(
+        False,
+        "--real",
+        help="Node agent: run members as real processes (NVML discovery, else the GPUs declared in --config).",
+    ),
+    work_dir: Path | None = typer.Option(
+        None,
+        "--work-dir",
+        help="Real node agent: state, logs and checkpoints (default .gpuledger/agent).",
+    ),
+    data: Path = typer.Option(
+        DEFAULT_DATA, "--data", help="Projector: keeps projection.duckdb here."
+    ),
+    leader_lease: float = typer.Option(
+        DEFAULT_LEASE_S,
+        "--leader-lease",
+        min=0.5,
+        help="Leader lease TTL in seconds (admission, quota, scheduler, preemption: always on). Every replica folds; only the lease holder decides, stamping its epoch; a standby takes over within about TTL + 2 s of a leader's death. Node agents take no lease (one per node).",
+    ),
+    instance: str | None = typer.Option(
+        None,
+        "--instance",
+        help="This replica's name in its decisions' producer (`scheduler/INSTANCE`; default: the node, else 0); name each replica differently to tell them apart.",
+    ),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
-    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve this service's own Prometheus metrics on http://ADDR:PORT/metrics (docs/metrics.md)."),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        help="Serve this service's own Prometheus metrics on http://ADDR:PORT/metrics (docs/metrics.md).",
+    ),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
-    snapshot_every: int = typer.Option(10_000, "--snapshot-every", envvar="GPULEDGER_SNAPSHOT_EVERY", help="Save the folded state to the snapshot bucket after this many new events (0: no snapshots, always fold the whole log on start)."),
-    snapshot_interval: float = typer.Option(300.0, "--snapshot-interval", envvar="GPULEDGER_SNAPSHOT_INTERVAL", help="...or after this many seconds with anything new."),
+    snapshot_every: int = typer.Option(
+        10_000,
+        "--snapshot-every",
+        envvar="GPULEDGER_SNAPSHOT_EVERY",
+        help="Save the folded state to the snapshot bucket after this many new events (0: no snapshots, always fold the whole log on start).",
+    ),
+    snapshot_interval: float = typer.Option(
+        300.0,
+        "--snapshot-interval",
+        envvar="GPULEDGER_SNAPSHOT_INTERVAL",
+        help="...or after this many seconds with anything new.",
+    ),
 ) -> None:
     """Run one service against a NATS server (as compose runs each container)."""
     from gpuledger.services.roles import UnknownRole, build
@@ -339,8 +434,14 @@ def run(
             from gpuledger.events.ids import validate_token
 
             validate_token("--instance", instance)
-        service = build(role, doc, node=node, instance=instance or node or "0", real=real,
-                        work_dir=None if work_dir is None else str(work_dir))
+        service = build(
+            role,
+            doc,
+            node=node,
+            instance=instance or node or "0",
+            real=real,
+            work_dir=None if work_dir is None else str(work_dir),
+        )
     except InputError as exc:
         fail_input(exc, config)
     except (UnknownRole, ValueError, RuntimeError) as exc:
@@ -354,10 +455,17 @@ def run(
 
     from gpuledger.services.roles import CONTROL_PLANE
 
-    policy = SnapshotPolicy(every_events=max(1, snapshot_every), every_s=snapshot_interval,
-                            enabled=snapshot_every > 0)
-    serve(service, access.url, lease_ttl_s=leader_lease if role in CONTROL_PLANE else None,
-          on_host=on_host, nats_options=access.options(), snapshot_policy=policy)
+    policy = SnapshotPolicy(
+        every_events=max(1, snapshot_every), every_s=snapshot_interval, enabled=snapshot_every > 0
+    )
+    serve(
+        service,
+        access.url,
+        lease_ttl_s=leader_lease if role in CONTROL_PLANE else None,
+        on_host=on_host,
+        nats_options=access.options(),
+        snapshot_policy=policy,
+    )
 
 
 def _heartbeat_host(host) -> None:
@@ -392,8 +500,13 @@ def serve_projector(access, data: Path, collector=None) -> None:
     async def main(stop: asyncio.Event) -> None:
         beat = heartbeat_task(sample, 0.5)
         try:
-            await run_projector(access.url, data / "projection.duckdb", stop=stop, status=status,
-                                connect_options=access.options())
+            await run_projector(
+                access.url,
+                data / "projection.duckdb",
+                stop=stop,
+                status=status,
+                connect_options=access.options(),
+            )
         finally:
             if beat is not None:
                 beat.cancel()
@@ -410,10 +523,20 @@ def serve_projector(access, data: Path, collector=None) -> None:
 
 @app.command()
 def apply(
-    config: Path = typer.Argument(..., help="Configuration YAML (tenants, priority classes, policy)."),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
+    config: Path = typer.Argument(
+        ..., help="Configuration YAML (tenants, priority classes, policy)."
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
-    replicas: int | None = typer.Option(None, "--replicas", min=1, max=5, help="Create the stream with (or scale it to) this many replicas (3 on a 3-node NATS cluster); default: an existing stream keeps its count, a new one has 1."),
+    replicas: int | None = typer.Option(
+        None,
+        "--replicas",
+        min=1,
+        max=5,
+        help="Create the stream with (or scale it to) this many replicas (3 on a 3-node NATS cluster); default: an existing stream keeps its count, a new one has 1.",
+    ),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
     from gpuledger.services.domain.configfile import ConfigFileError, parse
@@ -431,13 +554,39 @@ def apply(
 @app.command()
 def up(
     config: Path | None = typer.Option(None, "--config", help="Cluster configuration YAML."),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="Use this NATS instead of the embedded one."),
-    processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Where the embedded NATS keeps its store, and its identities in <data>/auth."),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="With --nats-url: the credential every service connects with (the compose file gives each service its own)."),
-    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start."),
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats-url",
+        envvar="GPULEDGER_NATS_URL",
+        help="Use this NATS instead of the embedded one.",
+    ),
+    processes: bool = typer.Option(
+        False, "--processes", help="Run each service as its own OS process."
+    ),
+    data: Path = typer.Option(
+        DEFAULT_DATA,
+        "--data",
+        help="Where the embedded NATS keeps its store, and its identities in <data>/auth.",
+    ),
+    creds: Path | None = typer.Option(
+        None,
+        "--creds",
+        envvar="GPULEDGER_CREDS",
+        help="With --nats-url: the credential every service connects with (the compose file gives each service its own).",
+    ),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start.",
+    ),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
-    nats_cluster: int | None = typer.Option(None, "--nats-cluster", min=1, max=5, help="Instead of one embedded nats-server, a cluster of N on loopback (3: the production profile; stores in <data>/nats-cluster, routes authenticated) with the stream at N replicas."),
+    nats_cluster: int | None = typer.Option(
+        None,
+        "--nats-cluster",
+        min=1,
+        max=5,
+        help="Instead of one embedded nats-server, a cluster of N on loopback (3: the production profile; stores in <data>/nats-cluster, routes authenticated) with the stream at N replicas.",
+    ),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
 
@@ -478,13 +627,27 @@ def up(
             access = resolve_access(nats_url, creds, data)
         url = access.url
         logs = f"; service logs in {data / 'logs'}" if processes else ""
-        what = "NATS" if nats_cluster is None else f"NATS cluster of {nats_cluster} (stream at {nats_cluster} replicas)"
-        typer.echo(f"gpuledger up: {what} at {url}; projection in {data / 'projection.duckdb'}{logs}; "
-                   "`gpuledger status` shows each service (Ctrl-C to stop)", err=True)
+        what = (
+            "NATS"
+            if nats_cluster is None
+            else f"NATS cluster of {nats_cluster} (stream at {nats_cluster} replicas)"
+        )
+        typer.echo(
+            f"gpuledger up: {what} at {url}; projection in {data / 'projection.duckdb'}{logs}; "
+            "`gpuledger status` shows each service (Ctrl-C to stop)",
+            err=True,
+        )
         try:
             await publish_config(access, doc, replicas=nats_cluster)
-            cluster = Cluster(access, config, doc, processes, data=data,
-                              metrics_port=metrics_port, metrics_addr=metrics_addr)
+            cluster = Cluster(
+                access,
+                config,
+                doc,
+                processes,
+                data=data,
+                metrics_port=metrics_port,
+                metrics_addr=metrics_addr,
+            )
             try:
                 await cluster.start()
                 for name, endpoint in cluster.endpoints:
@@ -507,7 +670,9 @@ def up(
 
 @app.command()
 def status(
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The data directory `gpuledger up` runs in."),
+    data: Path = typer.Option(
+        DEFAULT_DATA, "--data", help="The data directory `gpuledger up` runs in."
+    ),
     output: str = typer.Option("table", "-o", "--output", help="table, json or yaml."),
     no_headers: bool = typer.Option(False, "--no-headers", help="Leave out the header line."),
 ) -> None:
@@ -530,24 +695,41 @@ def status(
 
         _emit_structured({**doc, "up_running": up_running}, output)
     else:
-        lines = [[r["name"], r["state"], r.get("pid") or "-", r.get("restarts", 0),
-                  "-" if r.get("folded_seq") is None else r["folded_seq"],
-                  "-" if r.get("lag") is None else r["lag"],
-                  humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
-                  r.get("lease") or "-",
-                  r.get("last_error") or r.get("detail") or ""]
-                 for r in rows]
-        typer.echo(render_table(["NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LEASE",
-                                 "LAST-ERROR"],
-                                lines, no_headers=no_headers))
+        lines = [
+            [
+                r["name"],
+                r["state"],
+                r.get("pid") or "-",
+                r.get("restarts", 0),
+                "-" if r.get("folded_seq") is None else r["folded_seq"],
+                "-" if r.get("lag") is None else r["lag"],
+                humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
+                r.get("lease") or "-",
+                r.get("last_error") or r.get("detail") or "",
+            ]
+            for r in rows
+        ]
+        typer.echo(
+            render_table(
+                ["NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LEASE", "LAST-ERROR"],
+                lines,
+                no_headers=no_headers,
+            )
+        )
         stream = doc.get("stream_last_seq")
-        typer.echo(f"stream at seq {stream if stream is not None else '?'}"
-                   + (f" ({doc['stream_error']})" if doc.get("stream_error") else "")
-                   + f"; status written {humanize_ms(now - doc.get('updated_at_ms', now))} ago by "
-                   f"`gpuledger up` (pid {doc.get('up_pid')})", err=True)
+        typer.echo(
+            f"stream at seq {stream if stream is not None else '?'}"
+            + (f" ({doc['stream_error']})" if doc.get("stream_error") else "")
+            + f"; status written {humanize_ms(now - doc.get('updated_at_ms', now))} ago by "
+            f"`gpuledger up` (pid {doc.get('up_pid')})",
+            err=True,
+        )
     if not up_running:
-        typer.echo(f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
-                   f"is from {humanize_ms(now - doc.get('updated_at_ms', now))} ago", err=True)
+        typer.echo(
+            f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
+            f"is from {humanize_ms(now - doc.get('updated_at_ms', now))} ago",
+            err=True,
+        )
         raise typer.Exit(1)
     if any(r["state"] != "running" for r in rows):
         raise typer.Exit(1)
@@ -564,8 +746,12 @@ def _echo_outcome(outcome) -> int:
 @app.command()
 def submit(
     file: Path = typer.Argument(..., help="Job YAML/JSON file, or - for standard input."),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
-    wait: bool = typer.Option(False, "--wait", help="Wait for the admission decision; exit 1 on rejection."),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    wait: bool = typer.Option(
+        False, "--wait", help="Wait for the admission decision; exit 1 on rejection."
+    ),
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
@@ -593,8 +779,14 @@ def submit(
         bus = await cli_bus(access, ensure=False)
         track(bus)
         try:
-            outcome = await submit_job(bus, event, wait=wait, timeout=timeout,
-                                       on_published=_echo_outcome, read_log=may_read_log(access))
+            outcome = await submit_job(
+                bus,
+                event,
+                wait=wait,
+                timeout=timeout,
+                on_published=_echo_outcome,
+                read_log=may_read_log(access),
+            )
         except StatusQueryError as exc:
             fail(str(exc), 2)
         finally:
@@ -626,8 +818,12 @@ def job_request_target(job_id: str, tenant: str | None, nats_url: str | None, cr
 @app.command()
 def cancel(
     job_id: str = typer.Argument(...),
-    tenant: str | None = typer.Option(None, "--tenant", help="The job's tenant (default: the tenant that submitted it)."),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="The job's tenant (default: the tenant that submitted it)."
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
@@ -652,8 +848,12 @@ def cancel(
 def scale(
     job_id: str = typer.Argument(..., help="The service (a job submitted with kind: service)."),
     replicas: int = typer.Option(..., "--replicas", min=0, help="Replicas wanted from now on."),
-    tenant: str | None = typer.Option(None, "--tenant", help="The service's tenant (default: the tenant that submitted it)."),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="The service's tenant (default: the tenant that submitted it)."
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Publish ServiceScaled: a service's replica count from now on. New replicas are queued
@@ -675,11 +875,22 @@ def scale(
                 target = None if stored is None else ev.subjects.client_target(stored.subject)
                 owner = None if target is None else target[1]
             if owner is None:
-                fail(f"no job {job_id!r}: nothing was submitted under this id; nothing to scale "
-                     "(UnknownJob)", 1)
+                fail(
+                    f"no job {job_id!r}: nothing was submitted under this id; nothing to scale "
+                    "(UnknownJob)",
+                    1,
+                )
             now = time.time_ns() // 1_000_000
-            event = stamp(ev.ServiceScaled, key=f"{job_id}@{now}", producer="cli", now_ms=now,
-                          correlation_id=job_id, job_id=job_id, tenant=owner, replicas=replicas)
+            event = stamp(
+                ev.ServiceScaled,
+                key=f"{job_id}@{now}",
+                producer="cli",
+                now_ms=now,
+                correlation_id=job_id,
+                job_id=job_id,
+                tenant=owner,
+                replicas=replicas,
+            )
             await bus.publish(event)
         finally:
             await bus.close()
@@ -698,7 +909,9 @@ def prepare_demo_data(data: Path) -> None:
 
     store, db, mark = data / "nats", data / "projection.duckdb", data / DEMO_MARK
     if (store.exists() or db.exists()) and not mark.exists():
-        fail(f"{data} holds a store that a demo did not create; use --data with another directory", 2)
+        fail(
+            f"{data} holds a store that a demo did not create; use --data with another directory", 2
+        )
     shutil.rmtree(store, ignore_errors=True)
     for f in (db, data / "projection.duckdb.wal"):
         f.unlink(missing_ok=True)
@@ -708,10 +921,16 @@ def prepare_demo_data(data: Path) -> None:
 
 @app.command()
 def demo(
-    processes: bool = typer.Option(False, "--processes", help="Run each service as its own OS process."),
-    scenario_file: Path | None = typer.Option(None, "--scenario", help="Another scenario to play live."),
+    processes: bool = typer.Option(
+        False, "--processes", help="Run each service as its own OS process."
+    ),
+    scenario_file: Path | None = typer.Option(
+        None, "--scenario", help="Another scenario to play live."
+    ),
     timeout: float = typer.Option(90.0, help="Give up after this many seconds."),
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Keeps the NATS store and the projection here."),
+    data: Path = typer.Option(
+        DEFAULT_DATA, "--data", help="Keeps the NATS store and the projection here."
+    ),
 ) -> None:
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
     a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
@@ -725,7 +944,9 @@ def demo(
 
     os.environ.setdefault("GPULEDGER_LOG_LEVEL", "warning")
     configure_logging()
-    path = scenario_file or Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "demo.yaml"
+    path = (
+        scenario_file or Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "demo.yaml"
+    )
     try:
         sc = load(path)
     except ScenarioError as exc:
@@ -737,8 +958,10 @@ def demo(
 
     async def main() -> None:
         with embedded(data, keep=True, doc=doc) as server:
-            typer.echo(f"embedded NATS at {server.url} (authentication on: identities in {data / 'auth'}); "
-                       f"playing scenario {sc.name!r} live...")
+            typer.echo(
+                f"embedded NATS at {server.url} (authentication on: identities in {data / 'auth'}); "
+                f"playing scenario {sc.name!r} live..."
+            )
             bus = await cli_bus(server.access("admin"))
             cluster = Cluster(server.access("admin"), path, doc, processes, data=data)
             try:
@@ -749,22 +972,33 @@ def demo(
                 await live_player.play(bus, sc)
                 ledger = await live_player.wait_for_jobs(bus, job_ids, timeout)
                 _, log = await live_player.fold(bus)
-                origin = min((e.occurred_at_ms for _, _, e in log if isinstance(e, ev.JobSubmitted)), default=0)
+                origin = min(
+                    (e.occurred_at_ms for _, _, e in log if isinstance(e, ev.JobSubmitted)),
+                    default=0,
+                )
                 typer.echo("\nTIMELINE")
                 for _, _, e in log:
                     line = format_line(e, origin)
                     if line is not None:
                         typer.echo(line)
                 typer.echo("\nSUMMARY")
-                typer.echo(f"{'JOB':<12}{'TENANT':<10}{'CLASS':<12}{'STATE':<11}{'PLACED':>7}{'PREEMPTED':>10}  LOST GPU-s")
+                typer.echo(
+                    f"{'JOB':<12}{'TENANT':<10}{'CLASS':<12}{'STATE':<11}{'PLACED':>7}{'PREEMPTED':>10}  LOST GPU-s"
+                )
                 for row in job_rows(ledger):
                     lost = sum(p["lost_gpu_s"] for p in row["preemptions"])
-                    typer.echo(f"{row['id']:<12}{row['tenant']:<10}{row['priority_class']:<12}{row['state']:<11}"
-                               f"{len(row['placements']):>7}{len(row['preemptions']):>10}  {lost:.1f}")
-                typer.echo(f"\n{len(log)} events on the bus; wall time {time.monotonic() - started:.1f}s")
+                    typer.echo(
+                        f"{row['id']:<12}{row['tenant']:<10}{row['priority_class']:<12}{row['state']:<11}"
+                        f"{len(row['placements']):>7}{len(row['preemptions']):>10}  {lost:.1f}"
+                    )
+                typer.echo(
+                    f"\n{len(log)} events on the bus; wall time {time.monotonic() - started:.1f}s"
+                )
                 await wait_for_projection(data / "projection.duckdb", log[-1][0] if log else 0, 20)
-                typer.echo(f"projection: {data / 'projection.duckdb'} — try `gpuledger why pretrain`, "
-                           "`gpuledger jobs`, `gpuledger sql \"SELECT * FROM who_preempted\"`")
+                typer.echo(
+                    f"projection: {data / 'projection.duckdb'} — try `gpuledger why pretrain`, "
+                    '`gpuledger jobs`, `gpuledger sql "SELECT * FROM who_preempted"`'
+                )
             finally:
                 await cluster.close()
                 await bus.close()

@@ -49,20 +49,37 @@ app = typer.Typer(
 
 @app.callback()
 def main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the installed version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print the installed version and exit.",
+    ),
 ) -> None:
     """gpuledger: an event-sourced GPU cluster scheduler."""
 
 
 @app.command()
 def schema(
-    config: bool = typer.Option(False, "--config", help="Print the JSON Schema of cluster configuration, "
-                                "scenario and job files instead (for yaml-language-server)."),
-    projection: bool = typer.Option(False, "--projection", help="Print every table, view and column of "
-                                    "the DuckDB projection with its comment (Markdown) instead."),
-    update: Path | None = typer.Option(None, "--update", help="With --projection: rewrite the generated "
-                                       "section of this Markdown file (docs/projections.md) instead of printing."),
+    config: bool = typer.Option(
+        False,
+        "--config",
+        help="Print the JSON Schema of cluster configuration, "
+        "scenario and job files instead (for yaml-language-server).",
+    ),
+    projection: bool = typer.Option(
+        False,
+        "--projection",
+        help="Print every table, view and column of "
+        "the DuckDB projection with its comment (Markdown) instead.",
+    ),
+    update: Path | None = typer.Option(
+        None,
+        "--update",
+        help="With --projection: rewrite the generated "
+        "section of this Markdown file (docs/projections.md) instead of printing.",
+    ),
 ) -> None:
     """Print the JSON Schema of every event a client may publish (or, with --config, of the
     files users write; with --projection, the projection's columns)."""
@@ -91,13 +108,20 @@ def schema(
 @app.command()
 def simulate(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the JSON report here ('-' = stdout)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the JSON report here ('-' = stdout)."
+    ),
     log: Path | None = typer.Option(None, "--log", help="Write the event log (JSONL) here."),
     until: float | None = typer.Option(None, help="Stop at this virtual time (seconds)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No timeline on stdout."),
-    check: bool = typer.Option(False, "--check", help=(
-        "Checking mode: digest the state around every decide and re-run it without caches; "
-        "stop with exit 1 at the first difference.")),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help=(
+            "Checking mode: digest the state around every decide and re-run it without caches; "
+            "stop with exit 1 at the first difference."
+        ),
+    ),
 ) -> None:
     """Run a scenario through the deciders on a virtual clock."""
     from gpuledger.replay.logio import write_log
@@ -121,8 +145,12 @@ def simulate(
     from gpuledger.replay.checking import DecideDrift
 
     try:
-        sim = run_sim(sc, until_ms=None if until is None else round(until * 1000),
-                      on_event=echo if show else None, check=check)
+        sim = run_sim(
+            sc,
+            until_ms=None if until is None else round(until * 1000),
+            on_event=echo if show else None,
+            check=check,
+        )
     except DecideDrift as exc:
         fail(f"check: {exc}")
     data = report(sim.ledger, sim.log, sim.now_ms)

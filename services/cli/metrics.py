@@ -41,10 +41,16 @@ def start_service_metrics(port: int, addr: str = "127.0.0.1"):
 
 @app.command()
 def metrics(
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The data directory holding projection.duckdb."),
+    data: Path = typer.Option(
+        DEFAULT_DATA, "--data", help="The data directory holding projection.duckdb."
+    ),
     port: int = typer.Option(9400, "--port", help="Port of the /metrics endpoint."),
     addr: str = typer.Option("127.0.0.1", "--addr", help=METRICS_ADDR_HELP),
-    docs: bool = typer.Option(False, "--docs", help="Print docs/metrics.md (every metric: name, type, labels, meaning) and exit."),
+    docs: bool = typer.Option(
+        False,
+        "--docs",
+        help="Print docs/metrics.md (every metric: name, type, labels, meaning) and exit.",
+    ),
 ) -> None:
     """Serve cluster-level Prometheus metrics read from the projection (pending workloads,
     admission waits, preemptions, quota, GPU allocation vs SM activity, fragmentation, dead
@@ -59,8 +65,11 @@ def metrics(
         server = start_aggregate(data, port, addr)
     except OSError as exc:
         fail(f"--port {port}: {exc}", 2)
-    typer.echo(f"gpuledger metrics: http://{addr}:{port}/metrics (projection "
-               f"{data / 'projection.duckdb'}; Ctrl-C to stop)", err=True)
+    typer.echo(
+        f"gpuledger metrics: http://{addr}:{port}/metrics (projection "
+        f"{data / 'projection.duckdb'}; Ctrl-C to stop)",
+        err=True,
+    )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -9,15 +9,20 @@ import typer
 
 from gpuledger.services.cli.common import fail
 
-nodes_app = typer.Typer(help="Nodes: the projected table (default) or this host's GPUs (discover).",
-                        invoke_without_command=True)
+nodes_app = typer.Typer(
+    help="Nodes: the projected table (default) or this host's GPUs (discover).",
+    invoke_without_command=True,
+)
 
 
 @nodes_app.callback()
-def nodes_table(ctx: typer.Context, output: str = typer.Option("table", "-o", "--output", help="table, wide, json or yaml."),
-                no_headers: bool = typer.Option(False, "--no-headers"),
-                db: Path | None = typer.Option(None, "--db", help="Projection database."),
-                data: Path = typer.Option(Path(".gpuledger"), "--data", help="Data directory.")) -> None:
+def nodes_table(
+    ctx: typer.Context,
+    output: str = typer.Option("table", "-o", "--output", help="table, wide, json or yaml."),
+    no_headers: bool = typer.Option(False, "--no-headers"),
+    db: Path | None = typer.Option(None, "--db", help="Projection database."),
+    data: Path = typer.Option(Path(".gpuledger"), "--data", help="Data directory."),
+) -> None:
     """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
     if ctx.invoked_subcommand is not None:
         return
@@ -33,7 +38,9 @@ def nodes_table(ctx: typer.Context, output: str = typer.Option("table", "-o", "-
 @nodes_app.command()
 def discover(
     output: str = typer.Option("table", "-o", "--output", help="table | json"),
-    host: str | None = typer.Option(None, "--host", help="Prefix of host-local NVLink clique names (default: short hostname)."),
+    host: str | None = typer.Option(
+        None, "--host", help="Prefix of host-local NVLink clique names (default: short hostname)."
+    ),
 ) -> None:
     """Print this host's GPUs as NVML reports them (registers nothing)."""
     import msgspec

@@ -21,7 +21,9 @@ def _parse_at(at: str | None) -> int:
     try:
         dt = datetime.fromisoformat(at.replace("Z", "+00:00"))
     except ValueError:
-        fail(f"--at: cannot read {at!r}: use an ISO time (2026-06-01T08:00:00+02:00) or epoch ms", 2)
+        fail(
+            f"--at: cannot read {at!r}: use an ISO time (2026-06-01T08:00:00+02:00) or epoch ms", 2
+        )
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
@@ -48,9 +50,17 @@ def upcoming(config, at_ms: int, count: int) -> list[dict]:
             nxt = sched.next_fire_ms(s.cron, s.timezone, t)
             if nxt is None:
                 break
-            rows.append({"name": name, "when": _iso(nxt, s.timezone), "when_ms": nxt, "cron": s.cron,
-                         "timezone": s.timezone, "change": sched.describe(s),
-                         "last_fired_ms": config.fired.get(name)})
+            rows.append(
+                {
+                    "name": name,
+                    "when": _iso(nxt, s.timezone),
+                    "when_ms": nxt,
+                    "cron": s.cron,
+                    "timezone": s.timezone,
+                    "change": sched.describe(s),
+                    "last_fired_ms": config.fired.get(name),
+                }
+            )
             t = nxt
     rows.sort(key=lambda r: (r["when_ms"], r["name"]))
     return rows
@@ -80,15 +90,26 @@ def _live_config(nats_url: str | None, creds: Path | None):
 
 @app.command()
 def schedules(
-    config: Path | None = typer.Option(None, "--config", help="Cluster configuration file (default: the "
-                                       "configuration folded from the live cluster's log)."),
-    at: str | None = typer.Option(None, "--at", help="From this instant (ISO time or epoch ms; default: now)."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Cluster configuration file (default: the "
+        "configuration folded from the live cluster's log).",
+    ),
+    at: str | None = typer.Option(
+        None, "--at", help="From this instant (ISO time or epoch ms; default: now)."
+    ),
     count: int = typer.Option(2, "--count", "-n", min=1, help="Fire times listed per schedule."),
     output: str = typer.Option("table", "-o", "--output", help="table, json or yaml."),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL",
-                                        help="NATS server URL (without --config)."),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS",
-                                      help="Credential file to read the log as (without --config)."),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL (without --config)."
+    ),
+    creds: Path | None = typer.Option(
+        None,
+        "--creds",
+        envvar="GPULEDGER_CREDS",
+        help="Credential file to read the log as (without --config).",
+    ),
 ) -> None:
     """List what the time-of-day policies (`schedules:`) change next: NAME WHEN CHANGE."""
     from gpuledger.services.cli.audit import _emit_structured, render_table
@@ -122,4 +143,8 @@ def schedules(
     if not rows:
         typer.echo("no schedules")
         return
-    typer.echo(render_table(["name", "when", "change"], [[r["name"], r["when"], r["change"]] for r in rows]))
+    typer.echo(
+        render_table(
+            ["name", "when", "change"], [[r["name"], r["when"], r["change"]] for r in rows]
+        )
+    )

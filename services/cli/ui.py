@@ -27,8 +27,9 @@ def _free_port() -> int:
 def _serve_in_thread(app, port: int):
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
     deadline = time.monotonic() + 20
@@ -41,25 +42,59 @@ def _serve_in_thread(app, port: int):
 
 def ui(
     port: int = typer.Option(8490, "--port", help="TCP port to listen on."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only; "
-                             "put an authenticating TLS proxy in front before opening it wider)."),
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Data directory (its projection.duckdb)."),
-    db: Path | None = typer.Option(None, "--db", help="Projection database (default <data>/projection.duckdb; "
-                                   f"with --nats-url <data>/{UI_DB})."),
-    nats_url: str | None = typer.Option(None, "--nats-url", help="Project this NATS server's log live "
-                                        "into the dashboard's own projection (as the auditor)."),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="With --nats-url: "
-                                      "credential file (default: the auditor's of `gpuledger up` in --data)."),
-    tenant: str | None = typer.Option(None, "--tenant", help="Show only this tenant (and its children)."),
-    tenant_header: str | None = typer.Option(None, "--tenant-header", help="Take each request's tenant "
-                                             "from this header, set by an authenticating proxy (requests "
-                                             "without it are refused)."),
-    whatif_dir: Path | None = typer.Option(None, "--whatif-dir", help="Folder of replay logs (JSONL, "
-                                           "Parquet, DuckDB) the What-if page may compare."),
-    allowed_host: list[str] = typer.Option([], "--allowed-host", help="Host header to accept besides "
-                                           "localhost (the proxy's name); repeatable."),
-    screenshot: Path | None = typer.Option(None, "--screenshot", help="Write a PNG of each page into this "
-                                           "folder (headless Chromium) and exit."),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Address to listen on (default loopback only; "
+        "put an authenticating TLS proxy in front before opening it wider).",
+    ),
+    data: Path = typer.Option(
+        DEFAULT_DATA, "--data", help="Data directory (its projection.duckdb)."
+    ),
+    db: Path | None = typer.Option(
+        None,
+        "--db",
+        help="Projection database (default <data>/projection.duckdb; "
+        f"with --nats-url <data>/{UI_DB}).",
+    ),
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats-url",
+        help="Project this NATS server's log live "
+        "into the dashboard's own projection (as the auditor).",
+    ),
+    creds: Path | None = typer.Option(
+        None,
+        "--creds",
+        envvar="GPULEDGER_CREDS",
+        help="With --nats-url: "
+        "credential file (default: the auditor's of `gpuledger up` in --data).",
+    ),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="Show only this tenant (and its children)."
+    ),
+    tenant_header: str | None = typer.Option(
+        None,
+        "--tenant-header",
+        help="Take each request's tenant "
+        "from this header, set by an authenticating proxy (requests "
+        "without it are refused).",
+    ),
+    whatif_dir: Path | None = typer.Option(
+        None,
+        "--whatif-dir",
+        help="Folder of replay logs (JSONL, Parquet, DuckDB) the What-if page may compare.",
+    ),
+    allowed_host: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        help="Host header to accept besides localhost (the proxy's name); repeatable.",
+    ),
+    screenshot: Path | None = typer.Option(
+        None,
+        "--screenshot",
+        help="Write a PNG of each page into this folder (headless Chromium) and exit.",
+    ),
 ) -> None:
     """Read-only web dashboard over the projection: Cluster (GPU heatmap by leaf switch and
     NVLink clique, fragmentation), Queue (why each job waits), Job (its whole life on a
@@ -93,13 +128,17 @@ def ui(
         path.parent.mkdir(parents=True, exist_ok=True)
         projector = subprocess.Popen(cmd)
     elif not path.exists():
-        fail(f"no projection at {path}: run `gpuledger project --log FILE` or `gpuledger up` first, "
-             "or give --nats-url", 2)
+        fail(
+            f"no projection at {path}: run `gpuledger project --log FILE` or `gpuledger up` first, "
+            "or give --nats-url",
+            2,
+        )
     hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_host]
     if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
         hosts.append(host)
-    app = create_app(path, tenant=tenant, tenant_header=tenant_header, whatif_dir=whatif_dir,
-                     allowed_hosts=hosts)
+    app = create_app(
+        path, tenant=tenant, tenant_header=tenant_header, whatif_dir=whatif_dir, allowed_hosts=hosts
+    )
     if screenshot is not None:
         from gpuledger.projections.store import ProjectionError, connect_readonly
         from gpuledger.projections.ui.screenshot import NoBrowser, pages_to_show, shoot
@@ -128,8 +167,11 @@ def ui(
         return
     import uvicorn
 
-    typer.echo(f"gpuledger ui: http://{host if ':' not in host else f'[{host}]'}:{port}/ "
-               f"(projection {path}{', tenant ' + tenant if tenant else ''})", err=True)
+    typer.echo(
+        f"gpuledger ui: http://{host if ':' not in host else f'[{host}]'}:{port}/ "
+        f"(projection {path}{', tenant ' + tenant if tenant else ''})",
+        err=True,
+    )
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off")
     finally:

@@ -19,8 +19,14 @@ app = typer.Typer()
 def _progress(enabled: bool):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    disable=not (enabled and sys.stderr.isatty()), transient=True)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not (enabled and sys.stderr.isatty()),
+        transient=True,
+    )
 
 
 def _read(path: Path):
@@ -51,10 +57,20 @@ def _parse_time(value: str | None) -> int | None:
 @app.command()
 def export(
     out: Path = typer.Option(..., "--out", help="FILE.jsonl or FILE.parquet"),
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="NATS server URL (default: the one `gpuledger up` runs here)."),
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats-url",
+        envvar="GPULEDGER_NATS_URL",
+        help="NATS server URL (default: the one `gpuledger up` runs here).",
+    ),
     since: str | None = typer.Option(None, help="Only events at or after (epoch ms or ISO time)."),
     until: str | None = typer.Option(None, help="Only events at or before (epoch ms or ISO time)."),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help="Credential file of the identity to read as (auditor or admin; default: the operator's of `gpuledger up` here)."),
+    creds: Path | None = typer.Option(
+        None,
+        "--creds",
+        envvar="GPULEDGER_CREDS",
+        help="Credential file of the identity to read as (auditor or admin; default: the operator's of `gpuledger up` here).",
+    ),
 ) -> None:
     """Export the live stream to a log file."""
     from gpuledger.replay.export import stream_entries, write_any
@@ -72,8 +88,12 @@ def export(
             rows = []
             with _progress(True) as progress:
                 task = progress.add_task("exporting", total=total)
-                async for entry in stream_entries(bus, _parse_time(since), _parse_time(until),
-                                                  on_skip=lambda seq, why: skipped.append(seq)):
+                async for entry in stream_entries(
+                    bus,
+                    _parse_time(since),
+                    _parse_time(until),
+                    on_skip=lambda seq, why: skipped.append(seq),
+                ):
                     rows.append(entry)
                     progress.update(task, completed=entry[0])
             return rows
@@ -90,9 +110,14 @@ def export(
 def verify(
     log: Path = typer.Argument(..., help="A log (JSONL or Parquet)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    check: bool = typer.Option(False, "--check", help=(
-        "Checking mode: digest the state around every re-decision and re-run it without "
-        "caches; stop with exit 1 at the first difference.")),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help=(
+            "Checking mode: digest the state around every re-decision and re-run it without "
+            "caches; stop with exit 1 at the first difference."
+        ),
+    ),
 ) -> None:
     """Refold LOG and re-decide every recorded decision from its recorded inputs.
 
@@ -111,10 +136,14 @@ def verify(
     if json_out:
         typer.echo(json.dumps({**report.as_dict(), "wall_s": round(elapsed, 3)}, indent=2))
     else:
-        typer.echo(f"{report.events} events, {report.checked} decisions re-decided, "
-                   f"{len(report.mismatches)} mismatches ({elapsed:.2f}s)")
+        typer.echo(
+            f"{report.events} events, {report.checked} decisions re-decided, "
+            f"{len(report.mismatches)} mismatches ({elapsed:.2f}s)"
+        )
         for m in report.mismatches[:20]:
-            typer.echo(f"  seq {m.seq} {m.event_type}({m.correlation_id}) by {m.producer}: {m.explanation}")
+            typer.echo(
+                f"  seq {m.seq} {m.event_type}({m.correlation_id}) by {m.producer}: {m.explanation}"
+            )
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -122,11 +151,27 @@ def verify(
 def replay(
     log: Path = typer.Argument(..., help="The recorded log (JSONL or Parquet)."),
     out: Path = typer.Option(..., "--out", help="The what-if log to write (JSONL or Parquet)."),
-    config: Path | None = typer.Option(None, "--config", help="New configuration replacing the recorded one (tenants, classes, policy, optionally nodes)."),
-    policy: list[Path] = typer.Option([], "--policy", help="Overlay FILE on the recorded configuration: its policy keys, tenants, classes (and nodes) replace only those (repeatable)."),
-    set_: list[str] = typer.Option([], "--set", help="Overlay one key on the recorded configuration: policy.KEY=V, tenants.NAME.KEY=V, priority_classes.NAME.KEY=V (repeatable)."),
-    duckdb: Path | None = typer.Option(None, "--duckdb", help="Also project the what-if log into this DuckDB file."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the simulate-style JSON report here."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="New configuration replacing the recorded one (tenants, classes, policy, optionally nodes).",
+    ),
+    policy: list[Path] = typer.Option(
+        [],
+        "--policy",
+        help="Overlay FILE on the recorded configuration: its policy keys, tenants, classes (and nodes) replace only those (repeatable).",
+    ),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Overlay one key on the recorded configuration: policy.KEY=V, tenants.NAME.KEY=V, priority_classes.NAME.KEY=V (repeatable).",
+    ),
+    duckdb: Path | None = typer.Option(
+        None, "--duckdb", help="Also project the what-if log into this DuckDB file."
+    ),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the simulate-style JSON report here."
+    ),
 ) -> None:
     """Re-run a log's external inputs through the deciders, under the recorded configuration,
     a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE)."""
@@ -144,9 +189,12 @@ def replay(
     if config is not None:
         doc = read_doc(config)
         if not doc.get("tenants"):
-            typer.echo(f"warning: --config replaces the recorded configuration and {config} defines no "
-                       "tenants: every job will be rejected (UnknownTenant); to change only some keys, "
-                       f"use --policy {config} (an overlay on the recorded configuration)", err=True)
+            typer.echo(
+                f"warning: --config replaces the recorded configuration and {config} defines no "
+                "tenants: every job will be rejected (UnknownTenant); to change only some keys, "
+                f"use --policy {config} (an overlay on the recorded configuration)",
+                err=True,
+            )
         try:
             inputs = with_config(inputs, doc)
         except ConfigFileError as exc:
@@ -176,11 +224,25 @@ def replay(
 def whatif(
     log: Path = typer.Argument(..., help="The recorded (or imported) log."),
     out: Path = typer.Option(..., "--out", help="The HTML report to write."),
-    policy: list[Path] = typer.Option([], "--policy", help="A variant: this file overlaid on the recorded configuration (repeatable)."),
-    variant: list[str] = typer.Option([], "--variant", help="A variant of --set items: 'NAME: KEY=V; KEY=V' or 'KEY=V; ...' (repeatable)."),
-    no_baseline: bool = typer.Option(False, "--no-baseline", help="Leave out the replay under the recorded configuration."),
-    logs: Path | None = typer.Option(None, "--logs", help="Also write each variant's replayed log into this directory."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write every variant's metrics as JSON here."),
+    policy: list[Path] = typer.Option(
+        [],
+        "--policy",
+        help="A variant: this file overlaid on the recorded configuration (repeatable).",
+    ),
+    variant: list[str] = typer.Option(
+        [],
+        "--variant",
+        help="A variant of --set items: 'NAME: KEY=V; KEY=V' or 'KEY=V; ...' (repeatable).",
+    ),
+    no_baseline: bool = typer.Option(
+        False, "--no-baseline", help="Leave out the replay under the recorded configuration."
+    ),
+    logs: Path | None = typer.Option(
+        None, "--logs", help="Also write each variant's replayed log into this directory."
+    ),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Also write every variant's metrics as JSON here."
+    ),
     title: str | None = typer.Option(None, "--title", help="Report title."),
 ) -> None:
     """Replay LOG under the recorded configuration and under each --policy / --variant, and
@@ -208,7 +270,10 @@ def whatif(
         fail("nothing to replay: give --policy FILE or --variant, or drop --no-baseline", 2)
     labels = [s[0] for s in specs]
     if len(set(labels)) != len(labels):
-        fail(f"two variants are named alike ({', '.join(labels)}): name them with --variant 'NAME: ...'", 2)
+        fail(
+            f"two variants are named alike ({', '.join(labels)}): name them with --variant 'NAME: ...'",
+            2,
+        )
     entries = _read(log)
     base_inputs = external_inputs(entries)
     variants = []
@@ -230,12 +295,20 @@ def whatif(
         summary = summarize(sim.log, name=name)
         variants.append(Variant(name, changes, summary, None if path is None else str(path)))
         m = summary.metrics
-        typer.echo(f"{name}: {len(sim.log)} events in {elapsed:.2f}s; jobs {m['jobs']}; "
-                   f"preemptions {m['preemptions']}", err=True)
+        typer.echo(
+            f"{name}: {len(sim.log)} events in {elapsed:.2f}s; jobs {m['jobs']}; "
+            f"preemptions {m['preemptions']}",
+            err=True,
+        )
     out.write_text(render(str(log), variants, len(entries), title))
     if json_out is not None:
-        json_out.write_text(json.dumps({v.label: {"changes": v.changes, "metrics": v.summary.metrics}
-                                        for v in variants}, indent=2) + "\n")
+        json_out.write_text(
+            json.dumps(
+                {v.label: {"changes": v.changes, "metrics": v.summary.metrics} for v in variants},
+                indent=2,
+            )
+            + "\n"
+        )
     from rich.console import Console
     from rich.table import Table
 
@@ -258,7 +331,9 @@ def overlaid(inputs, policy_files: list[Path], sets: list[str]):
     from gpuledger.services.cli.live import read_doc
 
     try:
-        inputs, changes = apply_overlays(inputs, sets, [(str(p), read_doc(p)) for p in policy_files])
+        inputs, changes = apply_overlays(
+            inputs, sets, [(str(p), read_doc(p)) for p in policy_files]
+        )
     except OverlayError as exc:
         fail_input(exc)
     typer.echo(f"overlay on the recorded configuration: {'; '.join(changes)}", err=True)

@@ -30,7 +30,10 @@ def import_alibaba_openb(
     nodes: Path = typer.Option(..., "--nodes", help="Node list CSV (openb_node_list_*.csv)."),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
     default_duration: int | None = typer.Option(
-        None, "--default-duration", help="Run time (s) of pods without time columns; default: until cancelled."),
+        None,
+        "--default-duration",
+        help="Run time (s) of pods without time columns; default: until cancelled.",
+    ),
     limit: int | None = typer.Option(None, "--limit", help="Import only the first N pods."),
     output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
 ) -> None:
@@ -52,7 +55,11 @@ def import_alibaba_openb(
         write_log(out, result.entries())
     except OSError as exc:
         fail(f"{out}: {exc}", 2)
-    summary = {"out": str(out), **result.summary(), "wall_s": round(time.perf_counter() - started, 3)}
+    summary = {
+        "out": str(out),
+        **result.summary(),
+        "wall_s": round(time.perf_counter() - started, 3),
+    }
     if output == "json":
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -81,8 +88,14 @@ def _run_import(out: Path, output: str, skipped_out: Path | None, work) -> None:
     except OSError as exc:
         fail(f"{skipped_out}: {exc.strerror}", 2)
     skips = SkipLog(out=handle)
-    bar = Progress(TextColumn("importing"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                   disable=not sys.stderr.isatty(), transient=True)
+    bar = Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        disable=not sys.stderr.isatty(),
+        transient=True,
+    )
     try:
         with bar:
             task = bar.add_task("import", total=None)
@@ -131,75 +144,171 @@ def summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
-EXTRA_COUNTS = ("spread_limited", "steps_folded", "gangs_split", "preempted_events", "evicted_events", "workload_evictions")
+EXTRA_COUNTS = (
+    "spread_limited",
+    "steps_folded",
+    "gangs_split",
+    "preempted_events",
+    "evicted_events",
+    "workload_evictions",
+)
 
 
 @import_app.command("slurm")
 def import_slurm_cmd(
-    sacct: Path = typer.Option(..., "--sacct", help="`sacct --parsable2 --allusers --duplicates --format=...` output (see README)."),
+    sacct: Path = typer.Option(
+        ...,
+        "--sacct",
+        help="`sacct --parsable2 --allusers --duplicates --format=...` output (see README).",
+    ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
-    sinfo: Path | None = typer.Option(None, "--sinfo", help="`sinfo --Node --noheader --format='%N|%c|%m|%G'` output."),
-    nodes: Path | None = typer.Option(None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."),
-    mapping: Path | None = typer.Option(None, "--mapping", help="YAML overriding QOS -> class and account -> tenant (see README)."),
-    timezone: str = typer.Option("UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."),
-    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."),
+    sinfo: Path | None = typer.Option(
+        None, "--sinfo", help="`sinfo --Node --noheader --format='%N|%c|%m|%G'` output."
+    ),
+    nodes: Path | None = typer.Option(
+        None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."
+    ),
+    mapping: Path | None = typer.Option(
+        None, "--mapping", help="YAML overriding QOS -> class and account -> tenant (see README)."
+    ),
+    timezone: str = typer.Option(
+        "UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."
+    ),
+    skipped_out: Path | None = typer.Option(
+        None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."
+    ),
     output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
 ) -> None:
     """Slurm accounting -> JSONL log: jobs (steps folded, arrays, het jobs, requeues,
     multi-node gangs), submissions, cancels of jobs cancelled while pending, nodes."""
     from gpuledger.replay.importers.slurm import import_slurm
 
-    _run_import(out, output, skipped_out, lambda progress, skips: import_slurm(
-        sacct, out, sinfo=sinfo, nodes_file=nodes, mapping=mapping, timezone=timezone,
-        progress=progress, skips=skips).summary)
+    _run_import(
+        out,
+        output,
+        skipped_out,
+        lambda progress, skips: (
+            import_slurm(
+                sacct,
+                out,
+                sinfo=sinfo,
+                nodes_file=nodes,
+                mapping=mapping,
+                timezone=timezone,
+                progress=progress,
+                skips=skips,
+            ).summary
+        ),
+    )
 
 
 @import_app.command("kubernetes")
 def import_kubernetes_cmd(
     pods: Path = typer.Option(..., "--pods", help="`kubectl get pods -A -o json` output."),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
-    events: Path | None = typer.Option(None, "--events", help="`kubectl get events -A -o json` output."),
+    events: Path | None = typer.Option(
+        None, "--events", help="`kubectl get events -A -o json` output."
+    ),
     nodes: Path | None = typer.Option(None, "--nodes", help="`kubectl get nodes -o json` output."),
-    config_nodes: Path | None = typer.Option(None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."),
-    workloads: Path | None = typer.Option(None, "--workloads", help="`kubectl get workloads.kueue.x-k8s.io -A -o json` output (Kueue)."),
-    mapping: Path | None = typer.Option(None, "--mapping", help="YAML overriding PriorityClass -> class and namespace/queue -> tenant."),
-    namespaced_ids: bool = typer.Option(False, "--namespaced-ids", help="Job ids <namespace>~<name> (when names repeat across namespaces)."),
-    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped item (FILE:LINE: reason) here."),
+    config_nodes: Path | None = typer.Option(
+        None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."
+    ),
+    workloads: Path | None = typer.Option(
+        None,
+        "--workloads",
+        help="`kubectl get workloads.kueue.x-k8s.io -A -o json` output (Kueue).",
+    ),
+    mapping: Path | None = typer.Option(
+        None,
+        "--mapping",
+        help="YAML overriding PriorityClass -> class and namespace/queue -> tenant.",
+    ),
+    namespaced_ids: bool = typer.Option(
+        False,
+        "--namespaced-ids",
+        help="Job ids <namespace>~<name> (when names repeat across namespaces).",
+    ),
+    skipped_out: Path | None = typer.Option(
+        None, "--skipped", help="Also write every skipped item (FILE:LINE: reason) here."
+    ),
     output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
 ) -> None:
     """Kubernetes pods (+ events, nodes, Kueue workloads) -> JSONL log: GPU/MIG requests,
     indexed Job / JobSet / PodGroup gangs, priority classes, namespaces or queues as tenants."""
     from gpuledger.replay.importers.kubernetes import import_kubernetes
 
-    _run_import(out, output, skipped_out, lambda progress, skips: import_kubernetes(
-        pods, out, events=events, nodes=nodes, nodes_file=config_nodes, workloads=workloads,
-        mapping=mapping, namespaced_ids=namespaced_ids, progress=progress, skips=skips).summary)
+    _run_import(
+        out,
+        output,
+        skipped_out,
+        lambda progress, skips: (
+            import_kubernetes(
+                pods,
+                out,
+                events=events,
+                nodes=nodes,
+                nodes_file=config_nodes,
+                workloads=workloads,
+                mapping=mapping,
+                namespaced_ids=namespaced_ids,
+                progress=progress,
+                skips=skips,
+            ).summary
+        ),
+    )
 
 
 @import_app.command("csv")
 def import_csv_cmd(
     trace: Path = typer.Argument(..., help="The per-job CSV trace."),
-    mapping: Path = typer.Option(..., "--mapping", help="YAML naming the column of each field (see README, examples/openb-mapping.yaml)."),
+    mapping: Path = typer.Option(
+        ...,
+        "--mapping",
+        help="YAML naming the column of each field (see README, examples/openb-mapping.yaml).",
+    ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
-    nodes: Path | None = typer.Option(None, "--nodes", help="Node list CSV, read with the mapping's nodes: section."),
-    config_nodes: Path | None = typer.Option(None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."),
-    skipped_out: Path | None = typer.Option(None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."),
+    nodes: Path | None = typer.Option(
+        None, "--nodes", help="Node list CSV, read with the mapping's nodes: section."
+    ),
+    config_nodes: Path | None = typer.Option(
+        None, "--config-nodes", help="Nodes from a gpuledger configuration file instead."
+    ),
+    skipped_out: Path | None = typer.Option(
+        None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."
+    ),
     output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
 ) -> None:
     """Any per-job CSV trace -> JSONL log, through a strict mapping file."""
     from gpuledger.replay.importers.csvtrace import import_csv
 
-    _run_import(out, output, skipped_out, lambda progress, skips: import_csv(
-        trace, out, mapping=mapping, nodes=nodes, nodes_file=config_nodes, progress=progress,
-        skips=skips).summary)
+    _run_import(
+        out,
+        output,
+        skipped_out,
+        lambda progress, skips: (
+            import_csv(
+                trace,
+                out,
+                mapping=mapping,
+                nodes=nodes,
+                nodes_file=config_nodes,
+                progress=progress,
+                skips=skips,
+            ).summary
+        ),
+    )
 
 
 @app.command("compare")
 def compare_cmd(
     a: Path = typer.Argument(..., help="Baseline log (JSONL)."),
     b: Path = typer.Argument(..., help="What-if log (JSONL)."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the comparison as JSON here ('-' = stdout)."),
-    plots: Path | None = typer.Option(None, "--plots", help="Write PNG charts into this directory."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the comparison as JSON here ('-' = stdout)."
+    ),
+    plots: Path | None = typer.Option(
+        None, "--plots", help="Write PNG charts into this directory."
+    ),
     output: str = typer.Option("table", "-o", "--output", help="table or json (on stdout)."),
 ) -> None:
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO

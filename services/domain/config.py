@@ -23,7 +23,11 @@ from gpuledger.services.domain.schedules import SCHEDULE_PREFIX, cron_problem
 
 DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
     PriorityClassConfigured(
-        name="train", value=50, preemptible=True, slo_class="batch", description="Training and batch work"
+        name="train",
+        value=50,
+        preemptible=True,
+        slo_class="batch",
+        description="Training and batch work",
     ),
     PriorityClassConfigured(
         name="interactive",
@@ -77,7 +81,10 @@ class ConfigState:
     def __post_init__(self) -> None:
         self.digest = self._digest()
 
-    def apply(self, event: TenantConfigured | PriorityClassConfigured | PolicyConfigured | ScheduleConfigured) -> None:
+    def apply(
+        self,
+        event: TenantConfigured | PriorityClassConfigured | PolicyConfigured | ScheduleConfigured,
+    ) -> None:
         """Fold one configuration event and refresh the digest."""
         if config_problem(event) is not None:
             return  # refused: what is in force stays (decode already refuses it on the bus)
@@ -103,7 +110,7 @@ class ConfigState:
         `ServiceScaled`, correlation id `schedule:<name>`), so it does not fire again for the
         same time."""
         if event.correlation_id.startswith(SCHEDULE_PREFIX):
-            name = event.correlation_id[len(SCHEDULE_PREFIX):]
+            name = event.correlation_id[len(SCHEDULE_PREFIX) :]
             self.fired[name] = max(self.fired.get(name, event.occurred_at_ms), event.occurred_at_ms)
 
     def grace_ms(self, job_grace_s: int | None, class_name: str) -> int:
@@ -131,7 +138,9 @@ class ConfigState:
         return hashlib.sha256(canon).hexdigest()[:16]
 
 
-def config_problem(event: TenantConfigured | PriorityClassConfigured | PolicyConfigured | ScheduleConfigured) -> str | None:
+def config_problem(
+    event: TenantConfigured | PriorityClassConfigured | PolicyConfigured | ScheduleConfigured,
+) -> str | None:
     """Why a configuration event cannot be in force (a value outside a closed set, a negative
     quantity, a schedule's unreadable cron expression or unknown zone), or None. Events built
     in Python skip decode-time validation, so the fold checks again with the same types."""

@@ -106,18 +106,25 @@ def node_infos(doc: Any) -> tuple[NodeInfo, ...]:
 def schedule_event(s: ScheduleDoc) -> ScheduleConfigured:
     """A `schedules:` entry as the configuration event the fold keeps."""
     return ScheduleConfigured(
-        name=s.name, cron=s.cron, timezone=s.timezone, description=s.description,
+        name=s.name,
+        cron=s.cron,
+        timezone=s.timezone,
+        description=s.description,
         tenants=tuple(
             TenantChange(
                 tenant=t.name,
-                guaranteed_gpu_milli=None if t.guaranteed is None else milli("guaranteed", t.guaranteed),
+                guaranteed_gpu_milli=None
+                if t.guaranteed is None
+                else milli("guaranteed", t.guaranteed),
                 limit_gpu_milli=None if t.limit is None else milli("limit", t.limit),
                 over_quota_weight=t.weight,
             )
             for t in s.tenants
         ),
-        priority_classes=tuple(ClassChange(name=c.name, value=c.value, preemptible=c.preemptible)
-                               for c in s.priority_classes),
+        priority_classes=tuple(
+            ClassChange(name=c.name, value=c.value, preemptible=c.preemptible)
+            for c in s.priority_classes
+        ),
         services=tuple(ServiceChange(job_id=c.job, replicas=c.replicas) for c in s.services),
     )
 
@@ -136,7 +143,8 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                 limit_gpu_milli=None if t.limit is None else milli("limit", t.limit),
                 over_quota_weight=1 if weight is None else weight,
                 guaranteed_by_model={
-                    m: milli(f"guaranteed_by_model.{m}", v) for m, v in sorted(t.guaranteed_by_model.items())
+                    m: milli(f"guaranteed_by_model.{m}", v)
+                    for m, v in sorted(t.guaranteed_by_model.items())
                 },
             )
         )

@@ -77,9 +77,26 @@ class LedgerService:
         return clone
 
     def emit(
-        self, state: Ledger, now_ms: int, cls: type[E], *, key: str, correlation_id: str,
-        causation_id: str = "", **fields: Any,
+        self,
+        state: Ledger,
+        now_ms: int,
+        cls: type[E],
+        *,
+        key: str,
+        correlation_id: str,
+        causation_id: str = "",
+        **fields: Any,
     ) -> E:
         """`stamp` an event of this service decided on `state` at `now_ms`."""
-        return enveloped(cls, key, self.producer, now_ms, correlation_id, causation_id,
-                         state.last_seq, state.config.digest, self.leader_epoch, fields)
+        return enveloped(
+            cls,
+            key,
+            self.producer,
+            now_ms,
+            correlation_id,
+            causation_id,
+            state.last_seq,
+            state.config.digest,
+            self.leader_epoch,
+            fields,
+        )

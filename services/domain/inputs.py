@@ -167,7 +167,9 @@ def _policy_doc() -> type[msgspec.Struct]:
         elif typ == (float | None):
             typ = Annotated[float, Meta(ge=0)] | None
         fields.append((f.encode_name, typ, f.default))
-    return msgspec.defstruct("PolicyDoc", fields, forbid_unknown_fields=True, kw_only=True, frozen=True)
+    return msgspec.defstruct(
+        "PolicyDoc", fields, forbid_unknown_fields=True, kw_only=True, frozen=True
+    )
 
 
 PolicyDoc = _policy_doc()
@@ -232,9 +234,17 @@ class JobDoc(Strict, kw_only=True):
     `gpuledger scale` changes their number); `gang` (default): all members together."""
 
 
-_ALTERNATIVES = (("id", "job_id"), ("class", "priority_class"), ("gpu", "gpu_milli"), ("mig", "mig_profile"),
-                 ("cpu", "cpu_milli"), ("memory", "memory_mib"), ("models", "gpu_models"),
-                 ("duration", "duration_s"), ("weight", "over_quota_weight"))
+_ALTERNATIVES = (
+    ("id", "job_id"),
+    ("class", "priority_class"),
+    ("gpu", "gpu_milli"),
+    ("mig", "mig_profile"),
+    ("cpu", "cpu_milli"),
+    ("memory", "memory_mib"),
+    ("models", "gpu_models"),
+    ("duration", "duration_s"),
+    ("weight", "over_quota_weight"),
+)
 
 
 # ------------------------------------------------------------------ scenarios
@@ -303,7 +313,9 @@ def _suggest(word: str, known) -> str:
 
 
 def _tokens(path: str) -> list[str | int]:
-    return [m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _TOKEN.finditer(path)]
+    return [
+        m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _TOKEN.finditer(path)
+    ]
 
 
 def _join(base: str, tokens: list[str | int]) -> str:
@@ -375,7 +387,9 @@ def _problem(exc: msgspec.ValidationError, raw: Any, typ: Any, base: str) -> str
         patterns = [t.pattern for t in here if isinstance(t, mi.StrType) and t.pattern]
         hint = next((_HINTS[p] for p in patterns if p in _HINTS), "not a known form")
         return f"{where}: cannot read {value!r}: {hint}"
-    return f"{where}: {msg[0].lower() + msg[1:]}" + (f" (got {value!r})" if value is not None else "")
+    return f"{where}: {msg[0].lower() + msg[1:]}" + (
+        f" (got {value!r})" if value is not None else ""
+    )
 
 
 def convert(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
@@ -445,7 +459,11 @@ def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
 
 def kind_of(doc: Any) -> str:
     """`job` for a job document, `scenario` when it has a timeline, else `config`."""
-    if isinstance(doc, dict) and ("tenant" in doc or "id" in doc or "job_id" in doc) and "tenants" not in doc:
+    if (
+        isinstance(doc, dict)
+        and ("tenant" in doc or "id" in doc or "job_id" in doc)
+        and "tenants" not in doc
+    ):
         return "job"
     if isinstance(doc, dict) and "timeline" in doc:
         return "scenario"
@@ -490,28 +508,46 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     if (job.id or job.job_id) in (None, ""):
         problems.append(f"{base or '(top level)'}: missing required key 'id'")
     else:
-        _valid_id(_p(base, "id" if job.id else "job_id"), lambda: validate_token("job id", job.id or job.job_id),
-                  problems)
+        _valid_id(
+            _p(base, "id" if job.id else "job_id"),
+            lambda: validate_token("job id", job.id or job.job_id),
+            problems,
+        )
     _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
-    forms = [k for k, v in (("gpus", job.gpus), ("gpu", job.gpu or job.gpu_milli),
-                            ("mig", job.mig or job.mig_profile)) if v]
+    forms = [
+        k
+        for k, v in (
+            ("gpus", job.gpus),
+            ("gpu", job.gpu or job.gpu_milli),
+            ("mig", job.mig or job.mig_profile),
+        )
+        if v
+    ]
     if len(forms) > 1:
         problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
     if job.kind == "service" and job.min_members is not None:
-        problems.append(f"{_p(base, 'min_members')}: a service's replicas are independent; "
-                        "leave min_members out (kind: service)")
+        problems.append(
+            f"{_p(base, 'min_members')}: a service's replicas are independent; "
+            "leave min_members out (kind: service)"
+        )
     if job.kind == "service" and job.min_available > job.replicas:
-        problems.append(f"{_p(base, 'min_available')}: must be <= replicas ({job.replicas}), "
-                        f"got {job.min_available}")
+        problems.append(
+            f"{_p(base, 'min_available')}: must be <= replicas ({job.replicas}), "
+            f"got {job.min_available}"
+        )
     if job.min_members is not None and job.min_members > job.replicas:
-        problems.append(f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}")
+        problems.append(
+            f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}"
+        )
     if job.gpu is not None:
         from gpuledger.services.domain.quantities import milli
 
         share = milli("gpu", job.gpu)
         if not 0 < share < 1000:
-            problems.append(f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {job.gpu!r}); "
-                            "use `gpus` for whole GPUs")
+            problems.append(
+                f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {job.gpu!r}); "
+                "use `gpus` for whole GPUs"
+            )
 
 
 def _valid_id(path: str, check, problems: list[str]) -> None:
@@ -544,8 +580,11 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             problems.append(f"{path}.sharing: {len(n.sharing)} entries for {n.gpus} GPUs")
         node_names += [(path, name) for name in n.names()]
         for name in n.names()[:1]:
-            _valid_id(f"{path}.{'name' if n.name is not None else 'name_prefix'}",
-                      lambda name=name: validate_token("node name", name), problems)
+            _valid_id(
+                f"{path}.{'name' if n.name is not None else 'name_prefix'}",
+                lambda name=name: validate_token("node name", name),
+                problems,
+            )
         if n.gpus:
             models.add(n.model)
             if "mig" in n.sharing_of():
@@ -559,40 +598,56 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 problems.append(f"{path}.mig_layout: {err}")
     _dups(node_names, "node name", problems)
     _dups([(f"tenants[{i}].name", t.name) for i, t in enumerate(f.tenants)], "tenant", problems)
-    _dups([(f"priority_classes[{i}].name", c.name) for i, c in enumerate(f.priority_classes)],
-          "priority class", problems)
+    _dups(
+        [(f"priority_classes[{i}].name", c.name) for i, c in enumerate(f.priority_classes)],
+        "priority class",
+        problems,
+    )
     builtin = {c.name: c for c in DEFAULT_CLASSES}
     for i, c in enumerate(f.priority_classes):
         if c.name in builtin and not c.override:
             problems.append(
                 f"priority_classes[{i}].name: {c.name!r} is a built-in priority class (value "
-                f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name")
+                f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name"
+            )
     for i, t in enumerate(f.tenants):
         _valid_id(f"tenants[{i}].name", lambda t=t: validate_tenant(t.name), problems)
         if t.weight is not None and t.over_quota_weight is not None:
-            problems.append(f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both")
+            problems.append(
+                f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
+            )
         for m in t.guaranteed_by_model:
             if models and m not in models:
-                problems.append(f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
-                                f"{_suggest(m, models)}")
+                problems.append(
+                    f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
+                    f"{_suggest(m, models)}"
+                )
     _check_schedules(f, problems)
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
     services: set[str] = set()
     for i, e in enumerate(f.timeline or []):
         path = f"timeline[{i}]"
-        actions = [k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None]
+        actions = [
+            k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None
+        ]
         if len(actions) != 1:
-            problems.append(f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
-                            + (f" (got {', '.join(actions)})" if actions else ""))
+            problems.append(
+                f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
+                + (f" (got {', '.join(actions)})" if actions else "")
+            )
             continue
         if e.expect is not None and e.submit is None:
             problems.append(f"{path}.expect: 'expect: rejected' belongs to a submit entry")
         if e.tenant is not None and e.cancel is None:
-            problems.append(f"{path}.tenant: 'tenant' belongs to a cancel entry (a job names its tenant inside submit)")
+            problems.append(
+                f"{path}.tenant: 'tenant' belongs to a cancel entry (a job names its tenant inside submit)"
+            )
         if (e.replicas is None) != (e.scale is None):
-            problems.append(f"{path}.{'replicas' if e.scale is None else 'scale'}: 'scale' and "
-                            "'replicas' go together (scale: SERVICE, replicas: N)")
+            problems.append(
+                f"{path}.{'replicas' if e.scale is None else 'scale'}: 'scale' and "
+                "'replicas' go together (scale: SERVICE, replicas: N)"
+            )
         if e.submit is not None:
             j, jp = e.submit, f"{path}.submit"
             before = len(problems)
@@ -601,7 +656,9 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 continue
             job_id = j.id or j.job_id or ""
             if job_id in submitted:
-                problems.append(f"{jp}.id: duplicate job id {job_id!r} (first at {submitted[job_id]})")
+                problems.append(
+                    f"{jp}.id: duplicate job id {job_id!r} (first at {submitted[job_id]})"
+                )
             submitted.setdefault(job_id, jp)
             if j.kind == "service":
                 services.add(job_id)
@@ -609,19 +666,27 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 continue
             check_references(j, jp, f, problems)
         elif e.cancel is not None and e.cancel not in submitted:
-            problems.append(f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
-                            f"{_suggest(e.cancel, submitted)}")
+            problems.append(
+                f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
+                f"{_suggest(e.cancel, submitted)}"
+            )
         elif e.scale is not None and e.scale not in services:
-            problems.append(f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
-                            f"in the timeline{_suggest(e.scale, services)}")
+            problems.append(
+                f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
+                f"in the timeline{_suggest(e.scale, services)}"
+            )
         elif e.node_down is not None and nodes and e.node_down not in nodes:
-            problems.append(f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}")
+            problems.append(
+                f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}"
+            )
 
 
 def _check_schedules(f: FileDoc, problems: list[str]) -> None:
     from gpuledger.services.domain.schedules import cron_problem, zone
 
-    _dups([(f"schedules[{i}].name", s.name) for i, s in enumerate(f.schedules)], "schedule", problems)
+    _dups(
+        [(f"schedules[{i}].name", s.name) for i, s in enumerate(f.schedules)], "schedule", problems
+    )
     tenants = {t.name for t in f.tenants}
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
     for i, s in enumerate(f.schedules):
@@ -632,14 +697,18 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
         except ValueError:
             import zoneinfo
 
-            problems.append(f"{path}.timezone: unknown time zone {s.timezone!r} (an IANA name such as "
-                            f"Europe/Berlin){_suggest(s.timezone, zoneinfo.available_timezones())}")
+            problems.append(
+                f"{path}.timezone: unknown time zone {s.timezone!r} (an IANA name such as "
+                f"Europe/Berlin){_suggest(s.timezone, zoneinfo.available_timezones())}"
+            )
         else:
             problem = cron_problem(s.cron, s.timezone)
             if problem is not None:
                 problems.append(f"{path}.cron: {problem}")
         if not s.tenants and not s.priority_classes and not s.services:
-            problems.append(f"{path}: a schedule changes nothing (give tenants, priority_classes or services)")
+            problems.append(
+                f"{path}: a schedule changes nothing (give tenants, priority_classes or services)"
+            )
         for j, svc in enumerate(s.services):
             try:
                 validate_token("job id", svc.job)
@@ -647,16 +716,24 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
                 problems.append(f"{path}.services[{j}].job: {err}")
         for j, t in enumerate(s.tenants):
             if t.name not in tenants:
-                problems.append(f"{path}.tenants[{j}].name: tenant {t.name!r} is not configured"
-                                f"{_suggest(t.name, tenants)}")
+                problems.append(
+                    f"{path}.tenants[{j}].name: tenant {t.name!r} is not configured"
+                    f"{_suggest(t.name, tenants)}"
+                )
             if t.guaranteed is None and t.limit is None and t.weight is None:
-                problems.append(f"{path}.tenants[{j}]: changes nothing (give guaranteed, limit or weight)")
+                problems.append(
+                    f"{path}.tenants[{j}]: changes nothing (give guaranteed, limit or weight)"
+                )
         for j, c in enumerate(s.priority_classes):
             if c.name not in classes:
-                problems.append(f"{path}.priority_classes[{j}].name: priority class {c.name!r} is not configured"
-                                f"{_suggest(c.name, classes)}")
+                problems.append(
+                    f"{path}.priority_classes[{j}].name: priority class {c.name!r} is not configured"
+                    f"{_suggest(c.name, classes)}"
+                )
             if c.value is None and c.preemptible is None:
-                problems.append(f"{path}.priority_classes[{j}]: changes nothing (give value or preemptible)")
+                problems.append(
+                    f"{path}.priority_classes[{j}]: changes nothing (give value or preemptible)"
+                )
     if f.until is not None and f.timeline is None:
         problems.append("until: 'until' belongs to a scenario (a file with a timeline)")
 
@@ -672,27 +749,39 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
     models = {n.model for n in f.cluster.nodes if n.gpus}
     mig_models = {n.model for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
     if tenants and j.tenant not in tenants:
-        problems.append(f"{_p(jp, 'tenant')}: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}")
+        problems.append(
+            f"{_p(jp, 'tenant')}: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}"
+        )
     cls = j.klass or j.priority_class
     if cls is not None and cls not in classes:
         key = "class" if j.klass else "priority_class"
-        problems.append(f"{_p(jp, key)}: priority class {cls!r} is not configured{_suggest(cls, classes)}")
-    for m in (j.models or j.gpu_models or []):
+        problems.append(
+            f"{_p(jp, key)}: priority class {cls!r} is not configured{_suggest(cls, classes)}"
+        )
+    for m in j.models or j.gpu_models or []:
         if models and m not in models:
             key = "models" if j.models else "gpu_models"
-            problems.append(f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}")
+            problems.append(
+                f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}"
+            )
     mig = j.mig or j.mig_profile
     if mig and models and not any(profile_for(m, mig) for m in mig_models):
         offered = sorted({p for m in mig_models for p in profiles_of(m)})
-        hint = _suggest(mig, offered) or (f" (offered: {', '.join(offered)})" if offered else " (no MIG GPUs)")
-        problems.append(f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
-                        f"GPU of the cluster{hint}")
+        hint = _suggest(mig, offered) or (
+            f" (offered: {', '.join(offered)})" if offered else " (no MIG GPUs)"
+        )
+        problems.append(
+            f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
+            f"GPU of the cluster{hint}"
+        )
 
 
 def file_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of configuration/scenario files and of job files, for
     editors (yaml-language-server: `# yaml-language-server: $schema=...`)."""
-    (file_s, job_s), defs = msgspec.json.schema_components([FileDoc, JobDoc], ref_template="#/$defs/{name}")
+    (file_s, job_s), defs = msgspec.json.schema_components(
+        [FileDoc, JobDoc], ref_template="#/$defs/{name}"
+    )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "gpuledger input files",

@@ -64,9 +64,16 @@ def job_status(ledger: Ledger, tenant: str, job_id: str) -> JobStatus:
         return JobStatus(job_id, tenant, ledger.last_seq)
     admitted = job.admitted_ms is not None
     return JobStatus(
-        job_id, tenant, ledger.last_seq, known=True, state=str(job.state), reason=job.reason,
-        message=job.message, priority=job.priority if admitted else None,
-        submit_seq=job.submit_seq, submit_event_id=job.submit_event_id,
+        job_id,
+        tenant,
+        ledger.last_seq,
+        known=True,
+        state=str(job.state),
+        reason=job.reason,
+        message=job.message,
+        priority=job.priority if admitted else None,
+        submit_seq=job.submit_seq,
+        submit_event_id=job.submit_event_id,
         spec=None if job.unreadable else job.spec,
     )
 

@@ -53,7 +53,9 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
             gpu_milli=gpu_milli,
             mig_profile=j.mig if j.mig is not None else j.mig_profile,
             cpu_milli=milli("cpu", j.cpu) if j.cpu is not None else (j.cpu_milli or 0),
-            memory_mib=mebibytes("memory", j.memory) if j.memory is not None else (j.memory_mib or 0),
+            memory_mib=mebibytes("memory", j.memory)
+            if j.memory is not None
+            else (j.memory_mib or 0),
             gpu_models=tuple(j.models if j.models is not None else (j.gpu_models or ())),
             min_gpu_memory_mib=mebibytes("min_gpu_memory", j.min_gpu_memory),
         ),
@@ -66,7 +68,10 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         command=tuple(str(c) for c in command),
         min_available=j.min_available,
         prefer_same_leaf=j.prefer_same_leaf,
-        **({"spread": Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)}
-           if j.spread is not None else {}),
+        **(
+            {"spread": Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)}
+            if j.spread is not None
+            else {}
+        ),
         **({"kind": "service"} if j.kind == "service" else {}),
     )

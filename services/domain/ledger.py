@@ -60,8 +60,13 @@ def replica_id(service_id: str, index: int) -> str:
 def replica_spec(spec: JobSpec, index: int) -> JobSpec:
     """The spec of one replica of a service: a one-member job with the service's resources."""
     fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
-    fields.update(job_id=replica_id(spec.job_id, index), replicas=1, min_members=None,
-                  min_available=0, kind=msgspec.UNSET)
+    fields.update(
+        job_id=replica_id(spec.job_id, index),
+        replicas=1,
+        min_members=None,
+        min_available=0,
+        kind=msgspec.UNSET,
+    )
     return JobSpec(**fields)
 
 
@@ -319,8 +324,12 @@ class Ledger:
         for beneficiary in sorted(self.nominations):
             if beneficiary in except_jobs:
                 continue
-            if now_ms is not None and self.nomination_expires_ms(beneficiary) is not None and (
-                now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]
+            if (
+                now_ms is not None
+                and self.nomination_expires_ms(beneficiary) is not None
+                and (
+                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]
+                )
             ):
                 continue
             for a in sorted(self.nominations[beneficiary]):
@@ -391,8 +400,16 @@ class Ledger:
 
     # ------------------------------------------------------------------ handlers
 
-    def _refuse(self, request: str, job_id: str, tenant: str, reason: str, message: str,
-                cause: str = "", **details: Any) -> None:
+    def _refuse(
+        self,
+        request: str,
+        job_id: str,
+        tenant: str,
+        reason: str,
+        message: str,
+        cause: str = "",
+        **details: Any,
+    ) -> None:
         """Record a client request to refuse; one whose ids cannot name a subject is only
         dead-lettered (an answer could not be published)."""
         try:
@@ -401,7 +418,9 @@ class Ledger:
         except ev.InvalidId:
             return
         seq = self.folding_seq
-        self.refusals[seq] = RequestRefusal(seq, request, job_id, tenant, reason, message, details, cause)
+        self.refusals[seq] = RequestRefusal(
+            seq, request, job_id, tenant, reason, message, details, cause
+        )
 
     def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
@@ -413,15 +432,23 @@ class Ledger:
         unreadable = self.invalid_submissions.get(job_id)
         if unreadable is not None:  # the id's first submission could not be read
             self._refuse(
-                "JobSubmitted", job_id, e.job.tenant, "JobIdConflict",
+                "JobSubmitted",
+                job_id,
+                e.job.tenant,
+                "JobIdConflict",
                 f"job id {job_id!r} is already taken by an unreadable submission at seq "
                 f"{unreadable.request_seq} (rejected, InvalidSpec); this submission was "
-                "ignored: submit under a new job id", e.event_id,
+                "ignored: submit under a new job id",
+                e.event_id,
                 existing_seq=unreadable.request_seq,
             )
-            return Refusal("DuplicateJob", f"job id {job_id!r} is taken by an unreadable submission")
+            return Refusal(
+                "DuplicateJob", f"job id {job_id!r} is taken by an unreadable submission"
+            )
         self.jobs[job_id] = JobRecord(
-            spec=e.job, submitted_ms=e.occurred_at_ms, submit_event_id=e.event_id,
+            spec=e.job,
+            submitted_ms=e.occurred_at_ms,
+            submit_event_id=e.event_id,
             submit_seq=self.folding_seq,
             desired_replicas=e.job.replicas if e.job.is_service else 0,
         )
@@ -439,10 +466,15 @@ class Ledger:
             diffs = spec_differences(first.spec, e.job)
             what = "by a submission with other content (" + "; ".join(diffs) + ")"
         self._refuse(
-            "JobSubmitted", job_id, e.job.tenant, "JobIdConflict",
+            "JobSubmitted",
+            job_id,
+            e.job.tenant,
+            "JobIdConflict",
             f"job id {job_id!r} is already taken {what} at seq {first.submit_seq}; this "
-            "submission was ignored: submit under a new job id", e.event_id,
-            existing_seq=first.submit_seq, differences=diffs,
+            "submission was ignored: submit under a new job id",
+            e.event_id,
+            existing_seq=first.submit_seq,
+            differences=diffs,
         )
 
     def _admitted(self, e: ev.JobAdmitted) -> Refusal | None:
@@ -468,12 +500,20 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if job is None and invalid is not None:  # its only submission could not be read
             job = self.jobs[e.job_id] = JobRecord(
-                spec=JobSpec(job_id=e.job_id, tenant=e.tenant), submitted_ms=e.occurred_at_ms,
-                submit_event_id=invalid.cause, submit_seq=invalid.request_seq, unreadable=True,
+                spec=JobSpec(job_id=e.job_id, tenant=e.tenant),
+                submitted_ms=e.occurred_at_ms,
+                submit_event_id=invalid.cause,
+                submit_seq=invalid.request_seq,
+                unreadable=True,
             )
         if job is None or job.state != JobState.submitted:
             return _not_in_state(e.job_id, job, "submitted")
-        job.state, job.reason, job.message, job.details = JobState.rejected, e.reason, e.message, e.details
+        job.state, job.reason, job.message, job.details = (
+            JobState.rejected,
+            e.reason,
+            e.message,
+            e.details,
+        )
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
 
@@ -486,14 +526,20 @@ class Ledger:
         if job.state in TERMINAL:
             return _not_in_state(e.job_id, job, "not finished")
         if job.service is not None:
-            message = (f"{e.job_id!r} is replica {job.replica} of service {job.service!r}: "
-                       "scale the service (or cancel it) instead")
+            message = (
+                f"{e.job_id!r} is replica {job.replica} of service {job.service!r}: "
+                "scale the service (or cancel it) instead"
+            )
             self._refuse("JobCancelled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
             return Refusal("InvalidSpec", message)
         job.cancel_requested = True
         job.reason = e.reason
         if job.spec.is_service:  # every replica stops; the service ends now
-            job.state, job.finished_ms, job.desired_replicas = JobState.cancelled, e.occurred_at_ms, 0
+            job.state, job.finished_ms, job.desired_replicas = (
+                JobState.cancelled,
+                e.occurred_at_ms,
+                0,
+            )
             self.submitted.discard(e.job_id)
             self._reconcile(job, e.occurred_at_ms)
             return None
@@ -513,8 +559,11 @@ class Ledger:
             self._refuse("ServiceScaled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
             return Refusal("UnknownJob", message)
         problem = (
-            "is not a service (submit it with kind: service)" if not svc.spec.is_service
-            else f"is {svc.state}" if svc.state in TERMINAL else None
+            "is not a service (submit it with kind: service)"
+            if not svc.spec.is_service
+            else f"is {svc.state}"
+            if svc.state in TERMINAL
+            else None
         )
         if problem is not None:
             message = f"job {e.job_id!r} {problem}: nothing to scale"
@@ -536,11 +585,18 @@ class Ledger:
                 if rec is not None:  # the id is another job's: the replica cannot exist
                     continue
                 self.jobs[rid] = JobRecord(
-                    spec=replica_spec(svc.spec, i), submitted_ms=at_ms,
-                    submit_event_id=svc.submit_event_id, state=JobState.pending,
-                    priority=svc.priority, preemptible=svc.preemptible, slo_class=svc.slo_class,
-                    admitted_ms=at_ms, pending_since_ms=at_ms, submit_seq=svc.submit_seq,
-                    service=svc.job_id, replica=i,
+                    spec=replica_spec(svc.spec, i),
+                    submitted_ms=at_ms,
+                    submit_event_id=svc.submit_event_id,
+                    state=JobState.pending,
+                    priority=svc.priority,
+                    preemptible=svc.preemptible,
+                    slo_class=svc.slo_class,
+                    admitted_ms=at_ms,
+                    pending_since_ms=at_ms,
+                    submit_seq=svc.submit_seq,
+                    service=svc.job_id,
+                    replica=i,
                 )
                 svc.replicas_created = i + 1
                 self._enqueue(rid)
@@ -551,7 +607,12 @@ class Ledger:
                 self._enqueue(rid)
         for i in range(svc.replicas_created - 1, svc.desired_replicas - 1, -1):  # highest first
             rec = self.jobs.get(replica_id(svc.job_id, i))
-            if rec is None or rec.service != svc.job_id or rec.state in TERMINAL or rec.cancel_requested:
+            if (
+                rec is None
+                or rec.service != svc.job_id
+                or rec.state in TERMINAL
+                or rec.cancel_requested
+            ):
                 continue
             rec.cancel_requested, rec.reason = True, "ScaledDown"
             if rec.allocation_id is not None:
@@ -651,8 +712,15 @@ class Ledger:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
         if rec is None or rec.ended or job is None or rec.preemption is not None:
-            what = ("unknown" if rec is None else "ended" if rec.ended
-                    else "already being preempted" if rec.preemption is not None else "of no job")
+            what = (
+                "unknown"
+                if rec is None
+                else "ended"
+                if rec.ended
+                else "already being preempted"
+                if rec.preemption is not None
+                else "of no job"
+            )
             return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
         rec.preemption = e
         job.state = JobState.preempting
@@ -674,8 +742,10 @@ class Ledger:
         if node is None:
             return Refusal("UnknownNode", f"no node {e.node!r}")
         if e.node in self.mig_requests:
-            return Refusal("MigReconfigurationPending",
-                           f"node {e.node} already has a MIG re-geometry under way")
+            return Refusal(
+                "MigReconfigurationPending",
+                f"node {e.node} already has a MIG re-geometry under way",
+            )
         history = self.mig_history.setdefault(e.node, [])
         history.append(e.occurred_at_ms)
         del history[:-MIG_HISTORY]
@@ -692,15 +762,20 @@ class Ledger:
             raise Refused("NotMigGpu", f"node {e.node} has no MIG GPU {e.gpu_index}")
         for a in sorted(self.node_allocations.get(e.node, ())):
             if any(m.node == e.node and e.gpu_index in m.gpus for m in self.allocations[a].members):
-                raise Refused("MigInstanceInUse",
-                              f"GPU {e.gpu_index} of {e.node} holds an instance of {a}")
+                raise Refused(
+                    "MigInstanceInUse", f"GPU {e.gpu_index} of {e.node} holds an instance of {a}"
+                )
         try:
             layout = layout_text(parse_layout(gpu.model, e.layout))
         except LayoutError as err:
             raise Refused("InvalidMigLayout", str(err)) from err
-        info = msgspec.structs.replace(node.info, gpus=tuple(
-            msgspec.structs.replace(g, mig_layout=layout) if g.index == e.gpu_index else g
-            for g in node.info.gpus))
+        info = msgspec.structs.replace(
+            node.info,
+            gpus=tuple(
+                msgspec.structs.replace(g, mig_layout=layout) if g.index == e.gpu_index else g
+                for g in node.info.gpus
+            ),
+        )
         try:
             self.fleet.add_node(node_spec(info))  # atomic: a conflict keeps the old spec
         except PlacementConflict as err:
@@ -861,10 +936,16 @@ class Ledger:
         kind, tenant, job_id = target
         request = {"submit": "JobSubmitted", "cancel": "JobCancelled"}.get(kind, "ServiceScaled")
         problem = f"could not be decoded or applied: {e.reason}"
-        refusal = RequestRefusal(e.stream_seq, request, job_id, tenant, "InvalidSpec",
-                          f"the {kind} message at seq {e.stream_seq} {problem}",
-                          {"stream_seq": e.stream_seq, "payload_head": e.payload_head},
-                          e.event_id)
+        refusal = RequestRefusal(
+            e.stream_seq,
+            request,
+            job_id,
+            tenant,
+            "InvalidSpec",
+            f"the {kind} message at seq {e.stream_seq} {problem}",
+            {"stream_seq": e.stream_seq, "payload_head": e.payload_head},
+            e.event_id,
+        )
         if kind == "submit" and job_id not in self.jobs and job_id not in self.invalid_submissions:
             self.invalid_submissions[job_id] = refusal
         elif e.stream_seq not in self.refusals:
@@ -877,7 +958,9 @@ class Ledger:
         if job_id not in self.pending:
             self.pending.add(job_id)
             job = self.jobs[job_id]
-            self.pending_gpu_milli[job.tenant] = self.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
+            self.pending_gpu_milli[job.tenant] = (
+                self.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
+            )
 
     def _dequeue(self, job_id: str) -> None:
         if job_id in self.pending:

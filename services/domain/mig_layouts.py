@@ -30,8 +30,10 @@ def parse_layout(model: str, entries) -> tuple[MigInstance, ...]:
                 raise LayoutError(f"{entry!r}: the start after '@' must be a memory slice number")
             start = int(start_text)
             if not slots.fits(prof, start):
-                raise LayoutError(f"{entry!r}: does not fit (valid starts {list(prof.starts)}, "
-                                  "no overlap, at most 7 compute slices, per-profile maximum)")
+                raise LayoutError(
+                    f"{entry!r}: does not fit (valid starts {list(prof.starts)}, "
+                    "no overlap, at most 7 compute slices, per-profile maximum)"
+                )
         else:
             start = next((s for s in prof.starts if slots.fits(prof, s)), -1)
             if start < 0:
@@ -43,7 +45,9 @@ def parse_layout(model: str, entries) -> tuple[MigInstance, ...]:
 
 def layout_text(instances) -> tuple[str, ...]:
     """`<profile>@<start>` entries, sorted by start."""
-    return tuple(f"{i.profile}@{i.start}" for i in sorted(instances, key=lambda i: (i.start, i.profile)))
+    return tuple(
+        f"{i.profile}@{i.start}" for i in sorted(instances, key=lambda i: (i.start, i.profile))
+    )
 
 
 def offers(model: str, layout: tuple[str, ...], profile: str) -> bool:

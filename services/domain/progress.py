@@ -36,8 +36,10 @@ def work_outcome(rec, policy: CheckpointPolicy) -> WorkOutcome:
     ranks = [m.rank for m in rec.members]
     all_ckpt = bool(ranks) and all(r in rec.checkpoints for r in ranks)
     requested_at = rec.preemption.occurred_at_ms if rec.preemption is not None else None
-    if all_ckpt and requested_at is not None and all(
-        rec.checkpoints[r][2] >= requested_at for r in ranks
+    if (
+        all_ckpt
+        and requested_at is not None
+        and all(rec.checkpoints[r][2] >= requested_at for r in ranks)
     ):
         progress = min(saved_by(rec.checkpoints[r]) for r in ranks)
         step = min(rec.checkpoints[r][0] for r in ranks)

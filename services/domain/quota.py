@@ -38,7 +38,9 @@ def fair_shares(
     for root in children.get("", []):
         _total_demand(root, children, demand, subtree_demand)
     share: dict[str, int] = {}
-    _split(capacity_milli, children.get("", []), 0, tenants, children, demand, subtree_demand, share)
+    _split(
+        capacity_milli, children.get("", []), 0, tenants, children, demand, subtree_demand, share
+    )
     return {
         t: TenantShare(
             tenant=t,
@@ -51,8 +53,9 @@ def fair_shares(
     }
 
 
-def _total_demand(t: str, children: Mapping[str, list[str]], demand: Mapping[str, int],
-                  out: dict[str, int]) -> int:
+def _total_demand(
+    t: str, children: Mapping[str, list[str]], demand: Mapping[str, int], out: dict[str, int]
+) -> int:
     """Own demand of `t` plus its subtree's, recorded for `t` and every descendant in `out`
     (module functions, not closures: recursive closures make reference cycles, garbage for
     the cyclic collector on every call)."""
@@ -62,14 +65,27 @@ def _total_demand(t: str, children: Mapping[str, list[str]], demand: Mapping[str
 
 
 def _split(
-    capacity: int, kids: list[str], own_demand: int, tenants: Mapping[str, TenantConfigured],
-    children: Mapping[str, list[str]], demand: Mapping[str, int],
-    subtree_demand: Mapping[str, int], share: dict[str, int],
+    capacity: int,
+    kids: list[str],
+    own_demand: int,
+    tenants: Mapping[str, TenantConfigured],
+    children: Mapping[str, list[str]],
+    demand: Mapping[str, int],
+    subtree_demand: Mapping[str, int],
+    share: dict[str, int],
 ) -> int:
     """Split `capacity` among `kids` (plus the parent's own work) and, recursively, each
     kid's part among its children, into `share`; returns what the parent's own work gets."""
-    entries = [(k, tenants[k].guaranteed_gpu_milli, tenants[k].limit_gpu_milli,
-                tenants[k].over_quota_weight, subtree_demand[k]) for k in kids]
+    entries = [
+        (
+            k,
+            tenants[k].guaranteed_gpu_milli,
+            tenants[k].limit_gpu_milli,
+            tenants[k].over_quota_weight,
+            subtree_demand[k],
+        )
+        for k in kids
+    ]
     if own_demand:
         entries.append(("", 0, None, 1, own_demand))
     give = {name: min(g, d) for name, g, _, _, d in entries}
@@ -102,8 +118,16 @@ def _split(
         surplus -= handed
     for k in kids:
         share[k] = give[k]
-        _split(give[k], children.get(k, []), demand.get(k, 0) if children.get(k) else 0,
-               tenants, children, demand, subtree_demand, share)
+        _split(
+            give[k],
+            children.get(k, []),
+            demand.get(k, 0) if children.get(k) else 0,
+            tenants,
+            children,
+            demand,
+            subtree_demand,
+            share,
+        )
     return give.get("", 0)
 
 

@@ -63,8 +63,23 @@ def _is_function(tp: type) -> bool:
 def _classify(tp: type) -> int:
     if issubclass(tp, _View) or _is_function(tp):
         return _RAW
-    if issubclass(tp, (str, bytes, int, float, complex, tuple, frozenset, range, enum.Enum, type,
-                       types.BuiltinFunctionType, types.MethodType)) or tp is type(None):
+    if issubclass(
+        tp,
+        (
+            str,
+            bytes,
+            int,
+            float,
+            complex,
+            tuple,
+            frozenset,
+            range,
+            enum.Enum,
+            type,
+            types.BuiltinFunctionType,
+            types.MethodType,
+        ),
+    ) or tp is type(None):
         return _RAW
     if issubclass(tp, dict):
         return _DICT
@@ -191,7 +206,11 @@ class _View:
         if parent is None:
             return str(key)
         head = _View._path(parent)
-        return f"{head}.{key}" if isinstance(key, str) and isinstance(parent, ObjectView) else f"{head}[{key!r}]"
+        return (
+            f"{head}.{key}"
+            if isinstance(key, str) and isinstance(parent, ObjectView)
+            else f"{head}[{key!r}]"
+        )
 
     def _refuse(self, what: str, key: Any = _NOTHING) -> StateWriteError:
         path = _View._path(self)
@@ -237,7 +256,9 @@ class _View:
         return copy.deepcopy(_get(self, "_t"), memo)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError(f"a read-only view of {_View._path(self)} cannot be pickled: copy what you need")
+        raise TypeError(
+            f"a read-only view of {_View._path(self)} cannot be pickled: copy what you need"
+        )
 
 
 class ObjectView(_View):
@@ -368,8 +389,10 @@ class ListView(_View):
     def __getitem__(self, index: Any) -> Any:
         target = _get(self, "_t")
         if isinstance(index, slice):
-            return [wrap(v, self, i) for i, v in zip(range(*index.indices(len(target))), target[index],
-                                                     strict=True)]
+            return [
+                wrap(v, self, i)
+                for i, v in zip(range(*index.indices(len(target))), target[index], strict=True)
+            ]
         return wrap(target[index], self, index)
 
     def __iter__(self):

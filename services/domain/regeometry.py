@@ -34,9 +34,12 @@ class Regeometry:
 
     def details(self, profile: str, window_ms: int, per_window: int, used: int) -> dict[str, Any]:
         return {
-            "profile": profile, "gpus_considered": self.considered, "gpus_in_use": self.busy,
+            "profile": profile,
+            "gpus_considered": self.considered,
+            "gpus_in_use": self.busy,
             "rate_limited_nodes": self.rate_limited[:10],
-            "window_s": window_ms // 1000, "per_window": per_window,
+            "window_s": window_ms // 1000,
+            "per_window": per_window,
             "node_regeometries_in_window": used,
         }
 
@@ -46,7 +49,9 @@ def in_window(state: Ledger, node: str, now_ms: int, window_ms: int) -> int:
     return sum(1 for t in state.mig_history.get(node, ()) if t > now_ms - window_ms)
 
 
-def regeometry_for(state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str], fleet) -> Regeometry:
+def regeometry_for(
+    state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str], fleet
+) -> Regeometry:
     """The idle GPU to re-partition for `job` (node empty when there is none)."""
     settings = defrag_settings(state.config.policy)
     res = job.spec.resources
@@ -85,7 +90,12 @@ def regeometry_for(state: Ledger, job: JobRecord, now_ms: int, exclude: frozense
             layout = target_layout(g.model, g.mig_layout, profile)
             if layout is None:
                 continue
-            out.node, out.gpu_index, out.layout, out.previous = name, g.index, layout, tuple(g.mig_layout)
+            out.node, out.gpu_index, out.layout, out.previous = (
+                name,
+                g.index,
+                layout,
+                tuple(g.mig_layout),
+            )
             return out
     return out
 

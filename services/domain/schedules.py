@@ -94,7 +94,9 @@ def last_fire_ms(expr: str, tz: str, at_ms: int) -> int | None:
     return None
 
 
-def due(schedules: dict[str, ScheduleConfigured], fired: dict[str, int], now_ms: int) -> list[tuple[int, str]]:
+def due(
+    schedules: dict[str, ScheduleConfigured], fired: dict[str, int], now_ms: int
+) -> list[tuple[int, str]]:
     """`(fire_ms, name)` of every schedule that has a fire time after its last publication and
     at or before `now_ms` (only the latest such time: a missed fire is caught up once, with
     the values of the latest), oldest first, so the latest schedule's values fold last."""
@@ -115,8 +117,11 @@ def due(schedules: dict[str, ScheduleConfigured], fired: dict[str, int], now_ms:
 
 def next_wakeup_ms(schedules: dict[str, ScheduleConfigured], now_ms: int) -> int | None:
     """The earliest fire time of any schedule strictly after `now_ms`."""
-    times = [t for s in schedules.values() if not s.removed
-             and (t := next_fire_ms(s.cron, s.timezone, now_ms)) is not None]
+    times = [
+        t
+        for s in schedules.values()
+        if not s.removed and (t := next_fire_ms(s.cron, s.timezone, now_ms)) is not None
+    ]
     return min(times, default=None)
 
 
@@ -132,7 +137,9 @@ def changed_tenant(current: TenantConfigured | None, change: TenantChange) -> Te
     )
 
 
-def changed_class(current: PriorityClassConfigured | None, change: ClassChange) -> PriorityClassConfigured:
+def changed_class(
+    current: PriorityClassConfigured | None, change: ClassChange
+) -> PriorityClassConfigured:
     """The priority class in force with `change` applied."""
     base = current or PriorityClassConfigured(name=change.name, value=0)
     return PriorityClassConfigured(
@@ -155,13 +162,22 @@ def describe(s: ScheduleConfigured) -> str:
     research value=40`)."""
     parts = []
     for t in s.tenants:
-        fields = [f"{k}={_gpus(v) if k != 'weight' else v}" for k, v in (
-            ("guaranteed", t.guaranteed_gpu_milli), ("limit", t.limit_gpu_milli),
-            ("weight", t.over_quota_weight)) if v is not None]
+        fields = [
+            f"{k}={_gpus(v) if k != 'weight' else v}"
+            for k, v in (
+                ("guaranteed", t.guaranteed_gpu_milli),
+                ("limit", t.limit_gpu_milli),
+                ("weight", t.over_quota_weight),
+            )
+            if v is not None
+        ]
         parts.append(f"tenant {t.tenant} {' '.join(fields)}")
     for c in s.priority_classes:
-        fields = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in (
-            ("value", c.value), ("preemptible", c.preemptible)) if v is not None]
+        fields = [
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in (("value", c.value), ("preemptible", c.preemptible))
+            if v is not None
+        ]
         parts.append(f"class {c.name} {' '.join(fields)}")
     return "; ".join(parts)
 

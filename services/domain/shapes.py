@@ -69,7 +69,9 @@ def summarize(nodes: Iterable[Any]) -> FleetSummary:
     )
 
 
-def shape_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool = False) -> Problem | None:
+def shape_problem(
+    spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool = False
+) -> Problem | None:
     problem = _form_problem(spec)
     if problem is not None:
         return problem
@@ -133,7 +135,9 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
 
     usable = partial(_usable, models=models, min_memory_mib=r.min_gpu_memory_mib)
     if r.gpus:
-        largest = max((size for kind, size in fleet.largest_clique.items() if usable(kind)), default=0)
+        largest = max(
+            (size for kind, size in fleet.largest_clique.items() if usable(kind)), default=0
+        )
         if r.gpus > largest:
             return (
                 "TopologyUnsatisfiable",
@@ -148,8 +152,12 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
                 "Unschedulable",
                 f"gang needs {members} x {r.gpus} GPUs (each member in one NVLink clique); the whole "
                 f"fleet could hold at most {fit} such members ({sum(cliques)} GPUs in {len(cliques)} cliques)",
-                {"members": members, "gpus_per_member": r.gpus, "max_members": fit,
-                 "fleet_gpus": sum(cliques)},
+                {
+                    "members": members,
+                    "gpus_per_member": r.gpus,
+                    "max_members": fit,
+                    "fleet_gpus": sum(cliques),
+                },
             )
     if r.gpu_milli and not any(
         usable((model, memory)) and (sharing == "mps" or allow_timeslice)
@@ -158,12 +166,20 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
         return (
             "Unschedulable",
             f"a {r.gpu_milli}m GPU share needs an mps GPU"
-            + (" or a timeslice GPU" if allow_timeslice else " (timeslice GPUs are for classes that allow them)")
+            + (
+                " or a timeslice GPU"
+                if allow_timeslice
+                else " (timeslice GPUs are for classes that allow them)"
+            )
             + "; the fleet has none matching",
             {},
         )
     if r.mig_profile and not any(usable(kind) for kind in fleet.mig):
-        return ("MIGProfileUnavailable", f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet", {})
+        return (
+            "MIGProfileUnavailable",
+            f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet",
+            {},
+        )
     if r.mig_profile and not any(usable(k) and profile_for(k[0], r.mig_profile) for k in fleet.mig):
         offered = sorted({p for k in fleet.mig if usable(k) for p in profiles_of(k[0])})
         return (

@@ -63,18 +63,29 @@ def inventory_node(name: str, inventory: Any, declared: NodeInfo | None) -> Node
     switch and labels from the declared node when there is one, else from the host)."""
     gpus = tuple(
         GpuInfo(
-            index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, clique=g.clique,
+            index=g.index,
+            uuid=g.uuid,
+            model=g.model,
+            memory_mib=g.memory_mib,
+            clique=g.clique,
             sharing="mig" if g.mig_enabled else _declared_sharing(declared, g.index),
             healthy=g.healthy,
         )
         for g in inventory.gpus
     )
     if declared is not None:
-        return NodeInfo(name=name, cpu_milli=declared.cpu_milli, memory_mib=declared.memory_mib,
-                        gpus=gpus, pool=declared.pool, leaf_switch=declared.leaf_switch,
-                        labels=dict(declared.labels))
-    return NodeInfo(name=name, cpu_milli=(os.cpu_count() or 1) * 1000,
-                    memory_mib=_host_memory_mib(), gpus=gpus)
+        return NodeInfo(
+            name=name,
+            cpu_milli=declared.cpu_milli,
+            memory_mib=declared.memory_mib,
+            gpus=gpus,
+            pool=declared.pool,
+            leaf_switch=declared.leaf_switch,
+            labels=dict(declared.labels),
+        )
+    return NodeInfo(
+        name=name, cpu_milli=(os.cpu_count() or 1) * 1000, memory_mib=_host_memory_mib(), gpus=gpus
+    )
 
 
 def _declared_sharing(declared: NodeInfo | None, index: int) -> str:
@@ -112,8 +123,13 @@ def allocation_id_of(executor_key: str) -> str:
 
 
 def to_event_sample(s: Any) -> ev.GpuSample:
-    return ev.GpuSample(uuid=s.uuid, mig_uuid=s.mig_uuid, sm_active=s.sm_active,
-                        util_source=s.util_source, memory_used_mib=s.memory_used_mib)
+    return ev.GpuSample(
+        uuid=s.uuid,
+        mig_uuid=s.mig_uuid,
+        sm_active=s.sm_active,
+        util_source=s.util_source,
+        memory_used_mib=s.memory_used_mib,
+    )
 
 
 class RealAgent:
@@ -138,17 +154,21 @@ class RealAgent:
     ) -> None:
         self.instance = node_name
         self.node_name = node_name
-        self.core = AgentDecider(node_name, heartbeat_s=heartbeat_s, metrics_s=metrics_s,
-                                 poll_ms=poll_ms)
+        self.core = AgentDecider(
+            node_name, heartbeat_s=heartbeat_s, metrics_s=metrics_s, poll_ms=poll_ms
+        )
         self.work_dir = Path(work_dir)
-        self.checkpoint_root = Path(checkpoint_root) if checkpoint_root else self.work_dir / "checkpoints"
+        self.checkpoint_root = (
+            Path(checkpoint_root) if checkpoint_root else self.work_dir / "checkpoints"
+        )
         self.log_dir = self.work_dir / node_name / "logs"
         self.executor = Executor(self.work_dir / node_name / "state", python=python)
         self.member_env = dict(member_env or {})
         self.metrics_s = metrics_s
         self.log = log.bind(node=node_name)
         self.node, self.mig_uuids, self.gpus, self.sampler, self.xid = self._inventory(
-            declared, nvml, use_nvml)
+            declared, nvml, use_nvml
+        )
 
     # ------------------------------------------------------------------ inventory
 
@@ -162,16 +182,23 @@ class RealAgent:
                 if declared is None:
                     raise RuntimeError(
                         f"NVML is unavailable ({err}) and node {self.node_name!r} is not declared "
-                        "in the configuration: nothing to register") from err
-                self.log.warning("agent.declared_gpus", reason=str(err), gpus=len(declared.gpus),
-                                 message=f"NVML unavailable: using the {len(declared.gpus)} GPU(s) "
-                                         f"declared for node {self.node_name} in the configuration")
+                        "in the configuration: nothing to register"
+                    ) from err
+                self.log.warning(
+                    "agent.declared_gpus",
+                    reason=str(err),
+                    gpus=len(declared.gpus),
+                    message=f"NVML unavailable: using the {len(declared.gpus)} GPU(s) "
+                    f"declared for node {self.node_name} in the configuration",
+                )
             else:
                 from gpuledger.services.node_agent.telemetry import Sampler
                 from gpuledger.services.node_agent.xid import XidWatcher
 
                 node = inventory_node(self.node_name, inv, declared)
-                mig = {(g.index, m.placement_start): m.uuid for g in inv.gpus for m in g.mig_instances}
+                mig = {
+                    (g.index, m.placement_start): m.uuid for g in inv.gpus for m in g.mig_instances
+                }
                 sampler = Sampler(nvml)
                 xid = XidWatcher(nvml)
                 try:
@@ -179,14 +206,21 @@ class RealAgent:
                 except Exception as err:  # noqa: BLE001  (XIDs are optional)
                     self.log.warning("agent.xid_unavailable", error=repr(err))
                     xid = None
-                self.log.info("agent.discovered", gpus=len(node.gpus),
-                              driver=inv.driver_version, cuda=inv.cuda_version)
+                self.log.info(
+                    "agent.discovered",
+                    gpus=len(node.gpus),
+                    driver=inv.driver_version,
+                    cuda=inv.cuda_version,
+                )
                 return node, mig, inv.gpus, sampler, xid
         elif declared is None:
             raise RuntimeError(f"node {self.node_name!r} is not declared in the configuration")
         else:
-            self.log.info("agent.declared_gpus", gpus=len(declared.gpus),
-                          message="NVML not used: GPUs declared in the configuration")
+            self.log.info(
+                "agent.declared_gpus",
+                gpus=len(declared.gpus),
+                message="NVML not used: GPUs declared in the configuration",
+            )
         return declared, {}, (), None, None
 
     # ------------------------------------------------------------------ Service
@@ -197,12 +231,18 @@ class RealAgent:
         state.telemetry = self.sampler is not None
         adopted = self.executor.adopt()
         for m in adopted:
-            state.members[(allocation_id_of(m.allocation_id), m.rank)] = Observed(started=True, running=True)
+            state.members[(allocation_id_of(m.allocation_id), m.rank)] = Observed(
+                started=True, running=True
+            )
         for m in self.executor.members():  # ended while no agent watched: reported by poll()
-            state.members.setdefault((allocation_id_of(m.allocation_id), m.rank), Observed(started=True))
+            state.members.setdefault(
+                (allocation_id_of(m.allocation_id), m.rank), Observed(started=True)
+            )
         if adopted:
-            self.log.info("agent.adopted",
-                          members=[f"{allocation_id_of(m.allocation_id)}/{m.rank}" for m in adopted])
+            self.log.info(
+                "agent.adopted",
+                members=[f"{allocation_id_of(m.allocation_id)}/{m.rank}" for m in adopted],
+            )
         return state
 
     def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:
@@ -250,9 +290,14 @@ class RealAgent:
                 obs.exit_code = news.exit_code
                 if news.checkpoint_step is not None:
                     obs.ack_step = news.checkpoint_step
-                self.log.info("agent.member_ended", allocation=alloc_id,
-                              rank=news.rank, outcome=news.outcome, exit_code=news.exit_code,
-                              signal=news.signal)
+                self.log.info(
+                    "agent.member_ended",
+                    allocation=alloc_id,
+                    rank=news.rank,
+                    outcome=news.outcome,
+                    exit_code=news.exit_code,
+                    signal=news.signal,
+                )
         if self.sampler is not None and (
             state.samples_at_ms is None or now_ms - state.samples_at_ms >= self.metrics_s * 1000
         ):
@@ -276,8 +321,9 @@ class RealAgent:
         unhealthy = {r.uuid for r in rows if not r.healthy and r.mig_uuid is None}
         if state.node is not None:
             gpus = tuple(
-                g if (g.uuid in unhealthy) != g.healthy else
-                msgspec.structs.replace(g, healthy=g.uuid not in unhealthy)
+                g
+                if (g.uuid in unhealthy) != g.healthy
+                else msgspec.structs.replace(g, healthy=g.uuid not in unhealthy)
                 for g in state.node.gpus
             )
             if gpus != state.node.gpus:
@@ -293,24 +339,43 @@ class RealAgent:
             try:
                 member = self.executor.start(launch)
             except (OSError, ValueError) as err:
-                self.log.error("agent.start_failed", allocation=effect.allocation_id,
-                               rank=effect.rank, error=repr(err))
+                self.log.error(
+                    "agent.start_failed",
+                    allocation=effect.allocation_id,
+                    rank=effect.rank,
+                    error=repr(err),
+                )
                 state.members[key] = Observed(started=False, outcome="failed", job_id=effect.job_id)
                 return
-            state.members[key] = Observed(started=True, running=member.running, job_id=effect.job_id)
-            self.log.info("agent.member_started", allocation=effect.allocation_id,
-                          rank=effect.rank, pid=member.pid, resume=effect.resume,
-                          adopted=member.adopted)
+            state.members[key] = Observed(
+                started=True, running=member.running, job_id=effect.job_id
+            )
+            self.log.info(
+                "agent.member_started",
+                allocation=effect.allocation_id,
+                rank=effect.rank,
+                pid=member.pid,
+                resume=effect.resume,
+                adopted=member.adopted,
+            )
         elif isinstance(effect, Checkpoint):
             sent = self.executor.request_checkpoint(executor_id(effect.allocation_id), effect.rank)
             state.members[key].checkpoint_requested = True
-            self.log.info("agent.checkpoint_requested", allocation=effect.allocation_id,
-                          rank=effect.rank, delivered=sent)
+            self.log.info(
+                "agent.checkpoint_requested",
+                allocation=effect.allocation_id,
+                rank=effect.rank,
+                delivered=sent,
+            )
         elif isinstance(effect, Kill):
             sent = self.executor.kill(executor_id(effect.allocation_id), effect.rank)
             state.members[key].killed = True
-            self.log.warning("agent.member_killed", allocation=effect.allocation_id,
-                             rank=effect.rank, delivered=sent)
+            self.log.warning(
+                "agent.member_killed",
+                allocation=effect.allocation_id,
+                rank=effect.rank,
+                delivered=sent,
+            )
         elif isinstance(effect, Forget):
             try:
                 self.executor.forget(executor_id(effect.allocation_id), effect.rank)
@@ -326,9 +391,14 @@ class RealAgent:
         else:
             devices = tuple(uuids.get(i, str(i)) for i in s.gpus)
         return MemberLaunch(
-            allocation_id=executor_id(s.allocation_id), job_id=s.job_id, rank=s.rank,
+            allocation_id=executor_id(s.allocation_id),
+            job_id=s.job_id,
+            rank=s.rank,
             world_size=s.world_size,
-            command=list(s.command), visible_devices=devices,
-            checkpoint_dir=self.checkpoint_root / s.job_id / f"rank{s.rank}", resume=s.resume,
-            log_dir=self.log_dir, env=self.member_env,
+            command=list(s.command),
+            visible_devices=devices,
+            checkpoint_dir=self.checkpoint_root / s.job_id / f"rank{s.rank}",
+            resume=s.resume,
+            log_dir=self.log_dir,
+            env=self.member_env,
         )

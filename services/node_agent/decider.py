@@ -146,8 +146,9 @@ class AgentDecider(LedgerService):
 
     name = "node-agent"
 
-    def __init__(self, node_name: str, *, heartbeat_s: int = 5, metrics_s: int = 10,
-                 poll_ms: int = 200) -> None:
+    def __init__(
+        self, node_name: str, *, heartbeat_s: int = 5, metrics_s: int = 10, poll_ms: int = 200
+    ) -> None:
         super().__init__(node_name)
         self.node_name = node_name
         self.heartbeat_s = heartbeat_s
@@ -181,7 +182,11 @@ class AgentDecider(LedgerService):
     def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]
         if not isinstance(fold, AgentFold) or not isinstance(fold.ledger, Ledger):
             raise TypeError(f"a {type(fold).__name__}, not an AgentFold")  # before any change
-        state.ledger, state.ended_ms, state.cancelled_ms = fold.ledger, fold.ended_ms, fold.cancelled_ms
+        state.ledger, state.ended_ms, state.cancelled_ms = (
+            fold.ledger,
+            fold.ended_ms,
+            fold.cancelled_ms,
+        )
         state.last_metrics_ms = fold.last_metrics_ms
         return state
 
@@ -205,7 +210,9 @@ class AgentDecider(LedgerService):
             return state.ledger.config.policy.default_grace_s * 1000
         return state.ledger.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
 
-    def _stop_deadline(self, state: AgentState, rec: AllocationRecord, job: JobRecord | None) -> int | None:
+    def _stop_deadline(
+        self, state: AgentState, rec: AllocationRecord, job: JobRecord | None
+    ) -> int | None:
         """When a running member of `rec` must be dead, or None if it may run on."""
         if rec.ended:
             ended = state.ended_ms.get(rec.allocation_id)
@@ -228,11 +235,18 @@ class AgentDecider(LedgerService):
                 continue
             stopping = job.cancel_requested or rec.preemption is not None
             if not stopping and job.spec.command:
-                out.append(Start(
-                    allocation_id=rec.allocation_id, job_id=job.job_id, rank=m.rank,
-                    world_size=len(rec.members), command=job.spec.command, gpus=m.gpus,
-                    mig_start=m.mig_start, resume=job.resume_step is not None,
-                ))
+                out.append(
+                    Start(
+                        allocation_id=rec.allocation_id,
+                        job_id=job.job_id,
+                        rank=m.rank,
+                        world_size=len(rec.members),
+                        command=job.spec.command,
+                        gpus=m.gpus,
+                        mig_start=m.mig_start,
+                        resume=job.resume_step is not None,
+                    )
+                )
         for key in sorted(state.members):
             obs = state.members[key]
             alloc_id, rank = key
@@ -276,18 +290,36 @@ class AgentDecider(LedgerService):
             if rec is None:
                 continue
             if obs.started and not rec.ended and rank not in rec.started:
-                out.append(self.emit(
-                    state.ledger, now_ms, MemberStarted, key=f"{alloc_id}/{rank}",
-                    correlation_id=rec.job_id, job_id=rec.job_id, allocation_id=alloc_id,
-                    rank=rank, node=self.node_name,
-                ))
+                out.append(
+                    self.emit(
+                        state.ledger,
+                        now_ms,
+                        MemberStarted,
+                        key=f"{alloc_id}/{rank}",
+                        correlation_id=rec.job_id,
+                        job_id=rec.job_id,
+                        allocation_id=alloc_id,
+                        rank=rank,
+                        node=self.node_name,
+                    )
+                )
             known = rec.checkpoints.get(rank)
             if obs.ack_step is not None and (known is None or known[0] != obs.ack_step):
-                out.append(self.emit(
-                    state.ledger, now_ms, MemberCheckpointed, key=f"{alloc_id}/{rank}/{obs.ack_step}",
-                    correlation_id=rec.job_id, job_id=rec.job_id, allocation_id=alloc_id,
-                    rank=rank, node=self.node_name, step=obs.ack_step, progress_ms=0,
-                ))
+                out.append(
+                    self.emit(
+                        state.ledger,
+                        now_ms,
+                        MemberCheckpointed,
+                        key=f"{alloc_id}/{rank}/{obs.ack_step}",
+                        correlation_id=rec.job_id,
+                        job_id=rec.job_id,
+                        allocation_id=alloc_id,
+                        rank=rank,
+                        node=self.node_name,
+                        step=obs.ack_step,
+                        progress_ms=0,
+                    )
+                )
             if obs.outcome is not None and rank not in rec.exited:
                 job = ledger.jobs.get(rec.job_id)
                 outcome = obs.outcome
@@ -296,12 +328,27 @@ class AgentDecider(LedgerService):
                 out.append(self._exited(state, now_ms, rec, rank, outcome, obs.exit_code))
         return out
 
-    def _exited(self, state: AgentState, now_ms: int, rec: AllocationRecord, rank: int,
-                outcome: str, exit_code: int | None) -> Event:
+    def _exited(
+        self,
+        state: AgentState,
+        now_ms: int,
+        rec: AllocationRecord,
+        rank: int,
+        outcome: str,
+        exit_code: int | None,
+    ) -> Event:
         return self.emit(
-            state.ledger, now_ms, MemberExited, key=f"{rec.allocation_id}/{rank}",
-            correlation_id=rec.job_id, job_id=rec.job_id, allocation_id=rec.allocation_id,
-            rank=rank, node=self.node_name, outcome=outcome, exit_code=exit_code,
+            state.ledger,
+            now_ms,
+            MemberExited,
+            key=f"{rec.allocation_id}/{rank}",
+            correlation_id=rec.job_id,
+            job_id=rec.job_id,
+            allocation_id=rec.allocation_id,
+            rank=rank,
+            node=self.node_name,
+            outcome=outcome,
+            exit_code=exit_code,
         )
 
     def _node_events(self, state: AgentState, now_ms: int) -> list[Event]:
@@ -311,27 +358,51 @@ class AgentDecider(LedgerService):
         out: list[Event] = []
         known = state.ledger.nodes.get(node.name)
         if known is None or known.info != node:
-            out.append(self.emit(
-                state.ledger, now_ms, NodeRegistered, key=f"{node.name}@{now_ms}",
-                correlation_id=node.name, node=node, simulated=False, heartbeat_s=self.heartbeat_s,
-            ))
+            out.append(
+                self.emit(
+                    state.ledger,
+                    now_ms,
+                    NodeRegistered,
+                    key=f"{node.name}@{now_ms}",
+                    correlation_id=node.name,
+                    node=node,
+                    simulated=False,
+                    heartbeat_s=self.heartbeat_s,
+                )
+            )
         elif (
             self.heartbeat_s
             and known.last_heartbeat_ms is not None
             and now_ms - known.last_heartbeat_ms >= self.heartbeat_s * 1000
         ):
             running = tuple(f"{a}/{r}" for (a, r), o in sorted(state.members.items()) if o.running)
-            out.append(self.emit(
-                state.ledger, now_ms, NodeHeartbeat, key=f"{node.name}@{now_ms}",
-                correlation_id=node.name, node=node.name, running=running,
-            ))
-        if state.samples and state.samples_at_ms is not None and (
-            state.last_metrics_ms is None or state.samples_at_ms > state.last_metrics_ms
+            out.append(
+                self.emit(
+                    state.ledger,
+                    now_ms,
+                    NodeHeartbeat,
+                    key=f"{node.name}@{now_ms}",
+                    correlation_id=node.name,
+                    node=node.name,
+                    running=running,
+                )
+            )
+        if (
+            state.samples
+            and state.samples_at_ms is not None
+            and (state.last_metrics_ms is None or state.samples_at_ms > state.last_metrics_ms)
         ):
-            out.append(self.emit(
-                state.ledger, now_ms, GpuMetricsReported, key=f"{node.name}@{state.samples_at_ms}",
-                correlation_id=node.name, node=node.name, samples=state.samples,
-            ))
+            out.append(
+                self.emit(
+                    state.ledger,
+                    now_ms,
+                    GpuMetricsReported,
+                    key=f"{node.name}@{state.samples_at_ms}",
+                    correlation_id=node.name,
+                    node=node.name,
+                    samples=state.samples,
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ wakeups

@@ -128,15 +128,17 @@ def member_env(launch: MemberLaunch, base: Mapping[str, str]) -> dict[str, str]:
     """The member's environment: ``base``, then ``launch.env``, then ours (ours win). Pure."""
     env = dict(base)
     env.update(launch.env)
-    env.update({
-        "CUDA_VISIBLE_DEVICES": ",".join(launch.visible_devices),
-        checkpoint.ENV_JOB_ID: launch.job_id,
-        checkpoint.ENV_ALLOCATION_ID: launch.allocation_id,
-        checkpoint.ENV_RANK: str(launch.rank),
-        checkpoint.ENV_WORLD_SIZE: str(launch.world_size),
-        checkpoint.ENV_CHECKPOINT_DIR: str(launch.checkpoint_dir),
-        checkpoint.ENV_RESUME: "1" if launch.resume else "0",
-    })
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(launch.visible_devices),
+            checkpoint.ENV_JOB_ID: launch.job_id,
+            checkpoint.ENV_ALLOCATION_ID: launch.allocation_id,
+            checkpoint.ENV_RANK: str(launch.rank),
+            checkpoint.ENV_WORLD_SIZE: str(launch.world_size),
+            checkpoint.ENV_CHECKPOINT_DIR: str(launch.checkpoint_dir),
+            checkpoint.ENV_RESUME: "1" if launch.resume else "0",
+        }
+    )
     return env
 
 
@@ -150,7 +152,7 @@ def process_start_time(pid: int) -> int | None:
             stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     if not fields or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
@@ -170,9 +172,14 @@ class _Member:
 class Executor:
     """Starts, signals and watches members; all state lives under ``state_dir``."""
 
-    def __init__(self, state_dir: str | os.PathLike[str], *, python: str = sys.executable,
-                 clock: Callable[[], float] = time.time,
-                 base_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        python: str = sys.executable,
+        clock: Callable[[], float] = time.time,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
         self._dir = Path(state_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._python = python
@@ -256,9 +263,14 @@ class Executor:
         log_path = launch.log_dir / f"{key}.log"
         exit_file = self._dir / f"{key}.exit"
         record = MemberRecord(
-            allocation_id=launch.allocation_id, job_id=launch.job_id, rank=launch.rank,
-            world_size=launch.world_size, checkpoint_dir=str(launch.checkpoint_dir),
-            log_path=str(log_path), exit_file=str(exit_file), started_at=self._clock(),
+            allocation_id=launch.allocation_id,
+            job_id=launch.job_id,
+            rank=launch.rank,
+            world_size=launch.world_size,
+            checkpoint_dir=str(launch.checkpoint_dir),
+            log_path=str(log_path),
+            exit_file=str(exit_file),
+            started_at=self._clock(),
         )
         member = _Member(key, record)
         self._members[key] = member
@@ -270,16 +282,22 @@ class Executor:
         base = os.environ if self._base_env is None else self._base_env
         with open(log_path, "ab") as log:
             member.popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=member_env(launch, base), start_new_session=True, close_fds=True,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=member_env(launch, base),
+                start_new_session=True,
+                close_fds=True,
             )
         record.pid = member.popen.pid
         record.proc_start = process_start_time(record.pid)
         self._save(member)
         return self._view(member)
 
-    def request_checkpoint(self, allocation_id: str, rank: int,
-                           signal: int = signals.SIGTERM) -> bool:
+    def request_checkpoint(
+        self, allocation_id: str, rank: int, signal: int = signals.SIGTERM
+    ) -> bool:
         """Ask the member to checkpoint and exit. False if it is not running."""
         member = self._load(member_key(allocation_id, rank))
         if member is None or not self._alive(member):
@@ -317,7 +335,8 @@ class Executor:
 
     def _marker(self, member: _Member) -> dict | None:
         data = checkpoint.read_marker(
-            checkpoint.marker_path(member.record.checkpoint_dir, member.record.rank))
+            checkpoint.marker_path(member.record.checkpoint_dir, member.record.rank)
+        )
         if data is None or data.get("allocation_id") != member.record.allocation_id:
             return None  # missing, or left by an earlier allocation of the same job
         return data
@@ -338,8 +357,9 @@ class Executor:
                 yield event
             await asyncio.sleep(interval)
 
-    async def wait(self, allocation_id: str, rank: int, timeout: float | None = None,
-                   interval: float = 0.02) -> MemberOutcome:
+    async def wait(
+        self, allocation_id: str, rank: int, timeout: float | None = None, interval: float = 0.02
+    ) -> MemberOutcome:
         """Wait until the member has ended; does not consume ``poll()``'s events."""
         key = member_key(allocation_id, rank)
         loop = asyncio.get_running_loop()
@@ -374,9 +394,15 @@ class Executor:
         return [self._members[k] for k in sorted(self._members)]
 
     def _view(self, m: _Member) -> RunningMember:
-        return RunningMember(m.record.allocation_id, m.record.rank, m.record.pid,
-                             Path(m.record.log_path), m.record.started_at, self._alive(m),
-                             m.adopted)
+        return RunningMember(
+            m.record.allocation_id,
+            m.record.rank,
+            m.record.pid,
+            Path(m.record.log_path),
+            m.record.started_at,
+            self._alive(m),
+            m.adopted,
+        )
 
     def _refresh(self) -> None:
         """Collect new events of every member into the pending queue."""
@@ -392,9 +418,15 @@ class Executor:
             seen = (int(marker["step"]), float(marker.get("acknowledged_at") or 0.0))
             if seen != member.reported_ack:
                 member.reported_ack = seen
-                events.append(CheckpointAcknowledged(
-                    member.record.allocation_id, member.record.rank, seen[0],
-                    marker.get("path"), seen[1]))
+                events.append(
+                    CheckpointAcknowledged(
+                        member.record.allocation_id,
+                        member.record.rank,
+                        seen[0],
+                        marker.get("path"),
+                        seen[1],
+                    )
+                )
         if not alive and member.outcome is None:
             member.outcome = self._finish(member, marker)
         if member.outcome is not None and not member.reported_outcome:
@@ -409,11 +441,16 @@ class Executor:
             record.finished_at = self._clock()
             self._save(member)
         requested = record.checkpoint_requested_at is not None
-        fresh_ack = (requested and marker is not None
-                     and float(marker.get("acknowledged_at") or 0.0)
-                     >= record.checkpoint_requested_at)
+        fresh_ack = (
+            requested
+            and marker is not None
+            and float(marker.get("acknowledged_at") or 0.0) >= record.checkpoint_requested_at
+        )
         return MemberOutcome(
-            record.allocation_id, record.rank, record.exit_code, record.signal,
+            record.allocation_id,
+            record.rank,
+            record.exit_code,
+            record.signal,
             classify_exit(record.exit_code, record.signal, requested, fresh_ack),
             None if marker is None else int(marker["step"]),
         )

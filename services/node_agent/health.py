@@ -60,5 +60,7 @@ def device_health_reason(nvml: Any, handle: Any) -> str | None:
     except nvml.NVMLError as err:
         if is_not_supported(nvml, err):  # ECC off or not offered (e.g. GeForce)
             return None
-        return error_reason("nvmlDeviceGetTotalEccErrors", err, lost_code=nvml.NVML_ERROR_GPU_IS_LOST)
+        return error_reason(
+            "nvmlDeviceGetTotalEccErrors", err, lost_code=nvml.NVML_ERROR_GPU_IS_LOST
+        )
     return ecc_reason(int(count))

@@ -23,8 +23,14 @@ import signal
 import subprocess
 import sys
 
-_SURVIVE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-            signal.SIGQUIT)
+_SURVIVE = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGQUIT,
+)
 
 
 def _write(path: str, payload: dict[str, int | None]) -> None:

@@ -143,8 +143,13 @@ def _mig_instances(nvml: Any, handle: Any, model: str) -> tuple[MigInstance, ...
         except nvml.NVMLError as err:
             if err.value == nvml.NVML_ERROR_NOT_FOUND:
                 continue  # empty slot
-            raise _Failed(error_reason("nvmlDeviceGetMigDeviceHandleByIndex", err,
-                                       lost_code=nvml.NVML_ERROR_GPU_IS_LOST)) from err
+            raise _Failed(
+                error_reason(
+                    "nvmlDeviceGetMigDeviceHandleByIndex",
+                    err,
+                    lost_code=nvml.NVML_ERROR_GPU_IS_LOST,
+                )
+            ) from err
         gi_id = int(_call(nvml, "nvmlDeviceGetGpuInstanceId", mig_handle))
         ci_id = int(_call(nvml, "nvmlDeviceGetComputeInstanceId", mig_handle))
         try:
@@ -155,8 +160,11 @@ def _mig_instances(nvml: Any, handle: Any, model: str) -> tuple[MigInstance, ...
                     "MIG layout unreadable: nvmlDeviceGetGpuInstanceById needs the agent to "
                     "run as root or hold the MIG monitor capability"
                 ) from err
-            raise _Failed(error_reason("nvmlDeviceGetGpuInstanceById", err,
-                                       lost_code=nvml.NVML_ERROR_GPU_IS_LOST)) from err
+            raise _Failed(
+                error_reason(
+                    "nvmlDeviceGetGpuInstanceById", err, lost_code=nvml.NVML_ERROR_GPU_IS_LOST
+                )
+            ) from err
         info = _call(nvml, "nvmlGpuInstanceGetInfo", gi)
         profile_id = int(info.profileId)
         found.append(
@@ -172,8 +180,12 @@ def _mig_instances(nvml: Any, handle: Any, model: str) -> tuple[MigInstance, ...
                 compute_instance_id=ci_id,
             )
         )
-    return tuple(sorted(found, key=lambda m: (m.placement_start, m.gpu_instance_id,
-                                              m.compute_instance_id, m.uuid)))
+    return tuple(
+        sorted(
+            found,
+            key=lambda m: (m.placement_start, m.gpu_instance_id, m.compute_instance_id, m.uuid),
+        )
+    )
 
 
 def _fabric_clique(nvml: Any, handle: Any) -> str | None:
@@ -200,8 +212,9 @@ def _probe(nvml: Any, index: int) -> _Probe:
             p.mig_enabled = current == nvml.NVML_DEVICE_MIG_ENABLE
         except nvml.NVMLError as err:
             if not is_not_supported(nvml, err):
-                raise _Failed(error_reason("nvmlDeviceGetMigMode", err,
-                                           lost_code=nvml.NVML_ERROR_GPU_IS_LOST)) from err
+                raise _Failed(
+                    error_reason("nvmlDeviceGetMigMode", err, lost_code=nvml.NVML_ERROR_GPU_IS_LOST)
+                ) from err
         if p.mig_enabled:
             model = gpu_model.normalise_model(p.name, p.memory_mib)
             p.mig_instances = _mig_instances(nvml, p.handle, model)
@@ -216,7 +229,7 @@ def _nvlink_peers(nvml: Any, probes: list[_Probe]) -> list[tuple[int, int]]:
     usable = [p for p in probes if p.reason is None and not p.mig_enabled]
     pairs: list[tuple[int, int]] = []
     for i, a in enumerate(usable):
-        for b in usable[i + 1:]:
+        for b in usable[i + 1 :]:
             try:
                 status = nvml.nvmlDeviceGetP2PStatus(
                     a.handle, b.handle, nvml.NVML_P2P_CAPS_INDEX_NVLINK
@@ -248,7 +261,9 @@ def discover(nvml: ModuleType | Any | None = None, *, host: str | None = None) -
         try:
             driver = _text(nvml.nvmlSystemGetDriverVersion())
         except nvml.NVMLError as err:
-            raise NvmlUnavailable(f"NVML is not usable: {error_reason('nvmlSystemGetDriverVersion', err)}") from err
+            raise NvmlUnavailable(
+                f"NVML is not usable: {error_reason('nvmlSystemGetDriverVersion', err)}"
+            ) from err
         try:
             cuda: str | None = cuda_version_string(int(nvml.nvmlSystemGetCudaDriverVersion_v2()))
         except nvml.NVMLError:
@@ -256,7 +271,9 @@ def discover(nvml: ModuleType | Any | None = None, *, host: str | None = None) -
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as err:
-            raise NvmlUnavailable(f"NVML is not usable: {error_reason('nvmlDeviceGetCount', err)}") from err
+            raise NvmlUnavailable(
+                f"NVML is not usable: {error_reason('nvmlDeviceGetCount', err)}"
+            ) from err
         probes = [_probe(nvml, i) for i in range(count)]
         host_cliques = topology.nvlink_cliques(
             [p.index for p in probes], _nvlink_peers(nvml, probes), prefix
@@ -287,9 +304,7 @@ def discover(nvml: ModuleType | Any | None = None, *, host: str | None = None) -
 def describe(inventory: HostInventory) -> str:
     """A short human summary, one line per GPU and per MIG instance."""
     cuda = inventory.cuda_version or "unknown"
-    lines = [
-        f"driver {inventory.driver_version}, CUDA {cuda}, {len(inventory.gpus)} GPU(s)"
-    ]
+    lines = [f"driver {inventory.driver_version}, CUDA {cuda}, {len(inventory.gpus)} GPU(s)"]
     for g in inventory.gpus:
         state = "healthy" if g.healthy else f"UNHEALTHY: {g.health_reason}"
         mig_note = f", MIG {len(g.mig_instances)} instance(s)" if g.mig_enabled else ""

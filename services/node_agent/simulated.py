@@ -32,14 +32,24 @@ class SimulatedAgent(LedgerService):
 
     name = "node-agent"
     # acts on its nodes and on allocations (placed, cancelled, preempted, due instants)
-    unaffected_by = frozenset({
-        ev.JobSubmitted, ev.JobAdmitted, ev.JobRejected, ev.FairShareUpdated,
-        ev.PendingReasonChanged, ev.PreemptionDeclined, ev.GpuMetricsReported,
-        ev.RequestRefused, ev.DeadLettered,
-    })
+    unaffected_by = frozenset(
+        {
+            ev.JobSubmitted,
+            ev.JobAdmitted,
+            ev.JobRejected,
+            ev.FairShareUpdated,
+            ev.PendingReasonChanged,
+            ev.PreemptionDeclined,
+            ev.GpuMetricsReported,
+            ev.RequestRefused,
+            ev.DeadLettered,
+        }
+    )
     quiet_until_wakeup = True  # due instants and heartbeats are its wake-ups
 
-    def __init__(self, nodes: tuple[NodeInfo, ...], instance: str = "sim", heartbeat_s: int = 0) -> None:
+    def __init__(
+        self, nodes: tuple[NodeInfo, ...], instance: str = "sim", heartbeat_s: int = 0
+    ) -> None:
         super().__init__(instance)
         self.nodes = {n.name: n for n in nodes}
         self._names = sorted(self.nodes)
@@ -47,8 +57,14 @@ class SimulatedAgent(LedgerService):
         period = heartbeat_s * 1000
         # heartbeats spread over the period: node i's first one comes (i+1)/N of a period after
         # its registration, then one every period, so N nodes never beat in one burst
-        self._phase_ms = {name: max(1, (i + 1) * period // len(self._names))
-                          for i, name in enumerate(self._names)} if period else {}
+        self._phase_ms = (
+            {
+                name: max(1, (i + 1) * period // len(self._names))
+                for i, name in enumerate(self._names)
+            }
+            if period
+            else {}
+        )
         self._registered_at = -1  # memo: nodes_version at which every node was registered
 
     def cache_defaults(self) -> dict:
@@ -71,13 +87,23 @@ class SimulatedAgent(LedgerService):
         times: list[int] = []
         if self.heartbeat_s:
             nodes = state.nodes
-            due = [self._heartbeat_due(node) for name in self._names
-                   if (node := nodes.get(name)) is not None and node.last_heartbeat_ms is not None]
+            due = [
+                self._heartbeat_due(node)
+                for name in self._names
+                if (node := nodes.get(name)) is not None and node.last_heartbeat_ms is not None
+            ]
             if due:
                 times.append(min(due))
         if self._narrow(state):
-            nxt = min((t for a in self._allocations_here(state) for t in state.expected.times(a)
-                       if t > now_ms), default=None)
+            nxt = min(
+                (
+                    t
+                    for a in self._allocations_here(state)
+                    for t in state.expected.times(a)
+                    if t > now_ms
+                ),
+                default=None,
+            )
         else:
             nxt = state.expected.next_after(now_ms)
         if nxt is not None:
@@ -110,9 +136,13 @@ class SimulatedAgent(LedgerService):
         An agent of some nodes looks at their allocations only (the same answer, restricted
         to what it can act on), not at every due instant of the cluster."""
         if self._narrow(state):
-            return {a for a in self._allocations_here(state)
-                    if a in state.awaiting_start or a in state.cancelling
-                    or any(t <= now_ms for t in state.expected.times(a))}
+            return {
+                a
+                for a in self._allocations_here(state)
+                if a in state.awaiting_start
+                or a in state.cancelling
+                or any(t <= now_ms for t in state.expected.times(a))
+            }
         due = {key for _, key, _ in state.expected.due(now_ms)}
         return (state.awaiting_start | state.cancelling | due) & state.active
 
@@ -124,12 +154,22 @@ class SimulatedAgent(LedgerService):
         if self._registered_at != state.nodes_version:  # else every node was seen registered
             for name in self._names:
                 known = nodes.get(name)
-                mine = self.nodes[name] if known is None else with_layouts(self.nodes[name], known.info)
+                mine = (
+                    self.nodes[name]
+                    if known is None
+                    else with_layouts(self.nodes[name], known.info)
+                )
                 if known is None or known.info != mine:
                     out.append(
                         self.emit(
-                            state, now_ms, NodeRegistered, key=f"{name}@{now_ms}", correlation_id=name,
-                            node=mine, simulated=True, heartbeat_s=self.heartbeat_s,
+                            state,
+                            now_ms,
+                            NodeRegistered,
+                            key=f"{name}@{now_ms}",
+                            correlation_id=name,
+                            node=mine,
+                            simulated=True,
+                            heartbeat_s=self.heartbeat_s,
                         )
                     )
             if not out:
@@ -146,7 +186,11 @@ class SimulatedAgent(LedgerService):
                 ):
                     out.append(
                         self.emit(
-                            state, now_ms, NodeHeartbeat, key=f"{name}@{now_ms}", correlation_id=name,
+                            state,
+                            now_ms,
+                            NodeHeartbeat,
+                            key=f"{name}@{now_ms}",
+                            correlation_id=name,
                             node=name,
                         )
                     )
@@ -162,25 +206,47 @@ class SimulatedAgent(LedgerService):
             if name not in self.nodes:
                 continue
             r = state.mig_requests[name]
-            out.append(self.emit(
-                state, now_ms, MigReconfigured, key=r.event_id, correlation_id=name,
-                causation_id=r.event_id, node=name, gpu_index=r.gpu_index, layout=tuple(r.layout),
-                job_id=r.job_id,
-            ))
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    MigReconfigured,
+                    key=r.event_id,
+                    correlation_id=name,
+                    causation_id=r.event_id,
+                    node=name,
+                    gpu_index=r.gpu_index,
+                    layout=tuple(r.layout),
+                    job_id=r.job_id,
+                )
+            )
         return out
 
     def _member(
-        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord, rank: int, node: str
+        self,
+        state: Ledger,
+        now_ms: int,
+        rec: AllocationRecord,
+        job: JobRecord,
+        rank: int,
+        node: str,
     ) -> list[Event]:
         key = f"{rec.allocation_id}/{rank}"
-        common = dict(correlation_id=job.job_id, job_id=job.job_id, allocation_id=rec.allocation_id,
-                      rank=rank, node=node)
+        common = dict(
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            rank=rank,
+            node=node,
+        )
         started = rec.started.get(rank)
         if job.cancel_requested:
             return [self.emit(state, now_ms, MemberExited, key=key, outcome="cancelled", **common)]
         if started is None:
             if rec.preemption is not None:  # never started: nothing to save
-                return [self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", **common)]
+                return [
+                    self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", **common)
+                ]
             return [self.emit(state, now_ms, MemberStarted, key=key, **common)]
         due = _due(rec, job, started)
         if due is None or due[0] > now_ms:
@@ -189,14 +255,37 @@ class SimulatedAgent(LedgerService):
         if what == "checkpoint":
             progress = rec.start_progress_ms + (rec.preemption.occurred_at_ms - started)
             return [
-                self.emit(state, now_ms, MemberCheckpointed, key=key, step=progress // 1000,
-                          progress_ms=progress, **common),
-                self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", exit_code=75,
-                          **common),
+                self.emit(
+                    state,
+                    now_ms,
+                    MemberCheckpointed,
+                    key=key,
+                    step=progress // 1000,
+                    progress_ms=progress,
+                    **common,
+                ),
+                self.emit(
+                    state,
+                    now_ms,
+                    MemberExited,
+                    key=key,
+                    outcome="preempted",
+                    exit_code=75,
+                    **common,
+                ),
             ]
         outcome = "completed" if what == "end" else "preempted"
-        return [self.emit(state, now_ms, MemberExited, key=key, outcome=outcome,
-                          exit_code=0 if outcome == "completed" else None, **common)]
+        return [
+            self.emit(
+                state,
+                now_ms,
+                MemberExited,
+                key=key,
+                outcome=outcome,
+                exit_code=0 if outcome == "completed" else None,
+                **common,
+            )
+        ]
 
 
 def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
@@ -205,9 +294,15 @@ def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
     layouts = {g.index: g.mig_layout for g in known.gpus if g.sharing == "mig"}
     if not layouts:
         return info
-    return msgspec.structs.replace(info, gpus=tuple(
-        msgspec.structs.replace(g, mig_layout=layouts[g.index])
-        if g.sharing == "mig" and g.index in layouts else g for g in info.gpus))
+    return msgspec.structs.replace(
+        info,
+        gpus=tuple(
+            msgspec.structs.replace(g, mig_layout=layouts[g.index])
+            if g.sharing == "mig" and g.index in layouts
+            else g
+            for g in info.gpus
+        ),
+    )
 
 
 def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, str] | None:

@@ -71,8 +71,9 @@ class Sampler:
         self._previous: dict[tuple[str, int | None], Any] = {}
 
     # -- public -------------------------------------------------------------------
-    def sample(self, gpus: Iterable[DiscoveredGpu],
-               known_faults: Mapping[str, str] | None = None) -> tuple[GpuSample, ...]:
+    def sample(
+        self, gpus: Iterable[DiscoveredGpu], known_faults: Mapping[str, str] | None = None
+    ) -> tuple[GpuSample, ...]:
         """Sample every GPU. ``known_faults`` (UUID -> reason, e.g. ``XidWatcher.faults``)
         marks GPUs unhealthy that NVML's current readings alone would call healthy."""
         rows: list[GpuSample] = []
@@ -80,8 +81,9 @@ class Sampler:
         for gpu in gpus:
             for row in self._sample_gpu(gpu):
                 if row.healthy and gpu.uuid in faults:
-                    row = msgspec.structs.replace(row, healthy=False,
-                                                  health_reason=faults[gpu.uuid])
+                    row = msgspec.structs.replace(
+                        row, healthy=False, health_reason=faults[gpu.uuid]
+                    )
                 rows.append(row)
         return tuple(rows)
 
@@ -192,8 +194,11 @@ class Sampler:
                 rates = self._optional("nvmlDeviceGetUtilizationRates", handle)
                 if rates is not None:
                     sm, source = ratio(rates.gpu), "nvml_utilization"
-            rows = [GpuSample(gpu.uuid, None, sm, source, int(memory.used) // MIB,
-                              reason is None, reason)]
+            rows = [
+                GpuSample(
+                    gpu.uuid, None, sm, source, int(memory.used) // MIB, reason is None, reason
+                )
+            ]
             for instance in gpu.mig_instances if gpu.mig_enabled else ():
                 rows.append(self._sample_mig(gpu, handle, instance, reason))
             return rows
@@ -201,19 +206,28 @@ class Sampler:
             self._forget(gpu.uuid)
             return [GpuSample(gpu.uuid, None, None, None, 0, False, bad.reason)]
 
-    def _sample_mig(self, gpu: DiscoveredGpu, handle: Any, instance: Any,
-                    gpu_reason: str | None) -> GpuSample:
+    def _sample_mig(
+        self, gpu: DiscoveredGpu, handle: Any, instance: Any, gpu_reason: str | None
+    ) -> GpuSample:
         mig_handle = self._call("nvmlDeviceGetHandleByUUID", instance.uuid)
         memory = self._call("nvmlDeviceGetMemoryInfo", mig_handle)
         sm = None
         if self._gpm(gpu.uuid, handle):
             sm = self._gpm_sm_util(gpu.uuid, handle, instance.gpu_instance_id)
-        return GpuSample(gpu.uuid, instance.uuid, sm, "gpm" if sm is not None else None,
-                         int(memory.used) // MIB, gpu_reason is None, gpu_reason)
+        return GpuSample(
+            gpu.uuid,
+            instance.uuid,
+            sm,
+            "gpm" if sm is not None else None,
+            int(memory.used) // MIB,
+            gpu_reason is None,
+            gpu_reason,
+        )
 
 
-def sample(nvml: Any, gpus: Iterable[DiscoveredGpu], state: Sampler | None = None
-           ) -> tuple[GpuSample, ...]:
+def sample(
+    nvml: Any, gpus: Iterable[DiscoveredGpu], state: Sampler | None = None
+) -> tuple[GpuSample, ...]:
     """Functional spelling of ``Sampler.sample``; pass the same ``state`` between calls
     (``Sampler(nvml)``) to get GPM ratios from the second call on."""
     if state is not None:

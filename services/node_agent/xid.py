@@ -53,8 +53,7 @@ class XidWatcher:
         for uuid in uuids:
             try:
                 handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
-                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError,
-                                              self._set)
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError:
                 unwatched.append(uuid)
         return tuple(unwatched)

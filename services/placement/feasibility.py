@@ -42,13 +42,23 @@ REJECTIONS: dict[str, str] = {
     "free_memory": "insufficient free memory",
 }
 STATIC = frozenset(
-    {"cpu_capacity", "memory_capacity", "wrong_model", "gpu_memory", "no_mig_profile",
-     "no_shareable_gpu", "no_whole_gpu", "clique_too_small"}
+    {
+        "cpu_capacity",
+        "memory_capacity",
+        "wrong_model",
+        "gpu_memory",
+        "no_mig_profile",
+        "no_shareable_gpu",
+        "no_whole_gpu",
+        "clique_too_small",
+    }
 )
 ISOLATION = frozenset({"timeslice_not_allowed", "mps_other_tenant"})
 
 
-def eligible_gpus(node: NodeState, member: MemberRequest, allow_timeslice: bool) -> tuple[int, ...] | str:
+def eligible_gpus(
+    node: NodeState, member: MemberRequest, allow_timeslice: bool
+) -> tuple[int, ...] | str:
     """Positions of GPUs that could ever serve this member, or a static rejection key."""
     spec = node.spec
     if spec.cpu_milli < member.cpu_milli:

@@ -58,8 +58,14 @@ class Allocation(msgspec.Struct, frozen=True):
     """GPU milli held (MIG instances counted by their compute share): `held_milli(deltas)`."""
 
     @classmethod
-    def of(cls, allocation_id: str, tenant: str, request: GangRequest, placement: Placement,
-           deltas: tuple[MemberDelta, ...]) -> Allocation:
+    def of(
+        cls,
+        allocation_id: str,
+        tenant: str,
+        request: GangRequest,
+        placement: Placement,
+        deltas: tuple[MemberDelta, ...],
+    ) -> Allocation:
         return cls(allocation_id, tenant, request, placement, deltas, held_milli(deltas))
 
 
@@ -77,9 +83,29 @@ def held_milli(deltas: Iterable[MemberDelta]) -> int:
 class _ShapeCache:
     """Scores of one (scorer, member shape) for every node, plus a lazy max-heap."""
 
-    __slots__ = ("scorer", "member", "tenant", "allow_ts", "entries", "heap", "pos", "static_key",
-                 "memo", "seen", "keys", "hist", "whole", "probe_key", "wstat", "wsum", "wlargest", "static",
-                 "spos", "live", "live_n")
+    __slots__ = (
+        "scorer",
+        "member",
+        "tenant",
+        "allow_ts",
+        "entries",
+        "heap",
+        "pos",
+        "static_key",
+        "memo",
+        "seen",
+        "keys",
+        "hist",
+        "whole",
+        "probe_key",
+        "wstat",
+        "wsum",
+        "wlargest",
+        "static",
+        "spos",
+        "live",
+        "live_n",
+    )
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
         self.scorer = scorer
@@ -93,13 +119,20 @@ class _ShapeCache:
         self.seen: dict[int, int] = {}  # seq -> version last scored at (feasible or not)
         self.heap: list[tuple[int, str, int, int]] = []  # (-score, node rank, seq, version)
         self.pos = -1
-        self.static_key = (member.kind, member.gpus, member.mig_profile, member.gpu_models,
-                           member.min_gpu_memory_mib, allow_ts)
+        self.static_key = (
+            member.kind,
+            member.gpus,
+            member.mig_profile,
+            member.gpu_models,
+            member.min_gpu_memory_mib,
+            allow_ts,
+        )
         # (score, option) or None (infeasible) per id of `NodeState.state_key`, for scorers whose
         # score depends on the node's state only (the built-in ones): nodes of one shape in
         # one state (e.g. all empty nodes of a type) are scored once.
         self.memo: dict[int, tuple[tuple[int, Option] | str, tuple[int, int]]] | None = (
-            {} if getattr(scorer, "state_only", False) else None)
+            {} if getattr(scorer, "state_only", False) else None
+        )
         # The explanation of a failure, kept incrementally with the scores: each node's
         # rejection key ("fits" if feasible) and the histogram of keys over all nodes; for
         # whole-GPU members each node's (largest free clique, free GPUs) (`reasons.whole_stat`),
@@ -116,8 +149,14 @@ class _ShapeCache:
         self.live_n = 0
         self.whole = member.kind == "whole"
         probe = whole_probe(member)
-        self.probe_key = (probe.kind, probe.gpus, probe.mig_profile, probe.gpu_models,
-                          probe.min_gpu_memory_mib, allow_ts)
+        self.probe_key = (
+            probe.kind,
+            probe.gpus,
+            probe.mig_profile,
+            probe.gpu_models,
+            probe.min_gpu_memory_mib,
+            allow_ts,
+        )
         self.wstat: dict[int, tuple[int, int]] = {}
         self.wsum = 0
         self.wlargest: dict[int, int] = {}
@@ -251,12 +290,18 @@ class Fleet:
     def _refresh_context(self, force: bool = False, added: NodeSpec | None = None) -> None:
         if added is not None and not force:
             gpu_milli = GPU_MILLI * len(added.gpus)
-            if added.cpu_milli <= self._ctx.max_node_cpu and gpu_milli <= self._ctx.max_node_gpu_milli:
+            if (
+                added.cpu_milli <= self._ctx.max_node_cpu
+                and gpu_milli <= self._ctx.max_node_gpu_milli
+            ):
                 return
             if len(self._nodes) > 1 and self._ctx.max_node_cpu > 1:
-                self._ctx = ScoreContext(max(self._ctx.max_node_cpu, added.cpu_milli),
-                                         max(self._ctx.max_node_gpu_milli, gpu_milli), self._frag,
-                                         self._scarce)
+                self._ctx = ScoreContext(
+                    max(self._ctx.max_node_cpu, added.cpu_milli),
+                    max(self._ctx.max_node_gpu_milli, gpu_milli),
+                    self._frag,
+                    self._scarce,
+                )
                 self._caches.clear()
                 return
         nodes = self._nodes.values()
@@ -371,7 +416,8 @@ class Fleet:
         """Idle milli over non-MIG GPUs of schedulable nodes."""
         return sum(
             sum(f for f, m in zip(n.gpu_free, n.mig, strict=True) if m is None)
-            for n in self._nodes.values() if n.schedulable
+            for n in self._nodes.values()
+            if n.schedulable
         )
 
     def allocation(self, allocation_id: str) -> Allocation:
@@ -391,13 +437,19 @@ class Fleet:
 
     # -- allocations -------------------------------------------------------------------
 
-    def allocate(self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest) -> Allocation:
+    def allocate(
+        self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest
+    ) -> Allocation:
         """Bind a placement. Re-binding the identical allocation is a no-op; anything that
         would double-book a GPU, slice or share, exceed CPU/memory, break a clique or an
         isolation rule raises PlacementConflict and changes nothing."""
         existing = self._allocs.get(allocation_id)
         if existing is not None:
-            if (existing.tenant, existing.placement, existing.request) == (tenant, placement, request):
+            if (existing.tenant, existing.placement, existing.request) == (
+                tenant,
+                placement,
+                request,
+            ):
                 return existing
             raise PlacementConflict(f"allocation {allocation_id} already exists")
         deltas = self._deltas(tenant, placement, request)
@@ -440,12 +492,15 @@ class Fleet:
                 self._touched(state)
             raise
 
-    def _deltas(self, tenant: str, placement: Placement, request: GangRequest) -> tuple[MemberDelta, ...]:
+    def _deltas(
+        self, tenant: str, placement: Placement, request: GangRequest
+    ) -> tuple[MemberDelta, ...]:
         member = request.member
         n = len(placement.members)
         if not request.required_members <= n <= request.replicas:
             raise PlacementConflict(
-                f"{n} members placed; gang needs {request.required_members}..{request.replicas}")
+                f"{n} members placed; gang needs {request.required_members}..{request.replicas}"
+            )
         if len({m.rank for m in placement.members}) != n:
             raise PlacementConflict("duplicate member rank")
         out = []
@@ -472,10 +527,16 @@ class Fleet:
                 gpu_milli = tuple((i, GPU_MILLI) for i in m.gpus)
             elif kind == "milli":
                 if len(m.gpus) != 1 or m.gpu_milli not in (None, member.gpu_milli):
-                    raise PlacementConflict(f"member {m.rank}: needs one GPU share of {member.gpu_milli}")
+                    raise PlacementConflict(
+                        f"member {m.rank}: needs one GPU share of {member.gpu_milli}"
+                    )
                 gpu_milli = ((m.gpus[0], member.gpu_milli),)
             elif kind == "mig":
-                if len(m.gpus) != 1 or m.mig_start is None or m.mig_profile not in (None, member.mig_profile):
+                if (
+                    len(m.gpus) != 1
+                    or m.mig_start is None
+                    or m.mig_profile not in (None, member.mig_profile)
+                ):
                     raise PlacementConflict(f"member {m.rank}: needs one MIG GPU and a start")
                 prof = profile_for(state.spec.gpus[positions[0]].model, member.mig_profile or "")
                 if prof is None:
@@ -486,7 +547,9 @@ class Fleet:
                 if m.gpus:
                     raise PlacementConflict(f"member {m.rank}: CPU-only member got GPUs")
                 gpu_milli = ()
-            out.append(MemberDelta(m.node, tenant, member.cpu_milli, member.memory_mib, gpu_milli, mig))
+            out.append(
+                MemberDelta(m.node, tenant, member.cpu_milli, member.memory_mib, gpu_milli, mig)
+            )
         return tuple(out)
 
     # -- placement ---------------------------------------------------------------------
@@ -598,8 +661,11 @@ class Fleet:
                 if at is None or at < slog.base:
                     changed += [by_seq[q] for q in self._shape_nodes.get(sid, ())]
                 else:
-                    changed += [st for q in dict.fromkeys(entries[at - slog.base:])
-                                if (st := by_seq.get(q)) is not None]
+                    changed += [
+                        st
+                        for q in dict.fromkeys(entries[at - slog.base :])
+                        if (st := by_seq.get(q)) is not None
+                    ]
             if changed:  # a node in several logs is rescored once (`seen`)
                 self._rescore(cache, changed, True)
         cache.pos = self._log_base + len(log)
@@ -613,8 +679,9 @@ class Fleet:
         live = cache.live
         if live is None or cache.live_n != len(self._slogs):
             static = cache.static
-            live = cache.live = [(sid, slog) for sid, slog in self._slogs.items()
-                                 if static.get(sid) is None]
+            live = cache.live = [
+                (sid, slog) for sid, slog in self._slogs.items() if static.get(sid) is None
+            ]
             cache.live_n = len(self._slogs)
         return live
 
@@ -653,7 +720,13 @@ class Fleet:
         scored once (the memo) and its nodes' keys and whole-GPU stats are written in bulk."""
         memo = cache.memo
         assert memo is not None
-        seen, keys, entries, heap, hist = cache.seen, cache.keys, cache.entries, cache.heap, cache.hist
+        seen, keys, entries, heap, hist = (
+            cache.seen,
+            cache.keys,
+            cache.entries,
+            cache.heap,
+            cache.hist,
+        )
         seen.update({st.seq: st.version for st in states})
         groups: dict[int, list[NodeState]] = {}  # state id -> schedulable nodes in that state
         unschedulable: list[int] = []
@@ -762,7 +835,9 @@ class Fleet:
                 found, ws = self._score_now(cache, state), self._whole_stat(cache, state)
             else:  # `_state_id` and `_memo_score` with their hits inline (the hot path)
                 known = state.state_key_memo
-                sid = known[1] if known is not None and known[0] == version else self._state_id(state)
+                sid = (
+                    known[1] if known is not None and known[0] == version else self._state_id(state)
+                )
                 hit = memo.get(sid)
                 found, ws = hit if hit is not None else self._memo_score(cache, memo, sid, state)
             if found.__class__ is str:
@@ -790,7 +865,9 @@ class Fleet:
         else:
             elig = state.eligible.get(cache.static_key)
             if elig is None:
-                elig = state.eligible[cache.static_key] = eligible_gpus(state, member, cache.allow_ts)
+                elig = state.eligible[cache.static_key] = eligible_gpus(
+                    state, member, cache.allow_ts
+                )
             key = elig if isinstance(elig, str) else None
             if key == "clique_too_small" and cache.whole:
                 key = None  # its free GPUs still count in the free-clique figures
@@ -803,11 +880,16 @@ class Fleet:
         elig = state.eligible.get(cache.probe_key)
         if elig is None:
             elig = state.eligible[cache.probe_key] = eligible_gpus(
-                state, whole_probe(cache.member), cache.allow_ts)
+                state, whole_probe(cache.member), cache.allow_ts
+            )
         return whole_stat(state, cache.member, cache.allow_ts, elig)
 
     def _memo_score(
-        self, cache: _ShapeCache, memo: dict, sid: int, state: NodeState,
+        self,
+        cache: _ShapeCache,
+        memo: dict,
+        sid: int,
+        state: NodeState,
     ) -> tuple[tuple[int, Option] | str, tuple[int, int]]:
         """(score or rejection key, whole-GPU stat) of `state`, whose state id is `sid`, from
         the cache's memo of node states (computed and remembered on a miss)."""
@@ -859,7 +941,10 @@ class Fleet:
         return state, entry[0], entry[1]
 
     def _best(
-        self, cache: _ShapeCache, excluded: frozenset[str], side: _SideScores | None = None,
+        self,
+        cache: _ShapeCache,
+        excluded: frozenset[str],
+        side: _SideScores | None = None,
     ) -> tuple[NodeState, Option] | None:
         """The best node of the base heap, skipping nodes the trial overlay replaces, against
         the best of the overlay's own nodes (`side`); ties by node rank."""
@@ -872,7 +957,10 @@ class Fleet:
         return found
 
     def _best_base(
-        self, cache: _ShapeCache, excluded: frozenset[str], shadowed: dict[str, NodeState],
+        self,
+        cache: _ShapeCache,
+        excluded: frozenset[str],
+        shadowed: dict[str, NodeState],
     ) -> tuple[tuple[int, str] | None, tuple[NodeState, Option] | None]:
         """(heap key, (node, option)) of the best base heap entry that is current and neither
         excluded nor `shadowed` (replaced by a trial's copy); (None, None) if none is."""
@@ -897,7 +985,10 @@ class Fleet:
         return key, found
 
     def _best_in_leaves(
-        self, cache: _ShapeCache, leaves: dict[str, None], excluded: frozenset[str],
+        self,
+        cache: _ShapeCache,
+        leaves: dict[str, None],
+        excluded: frozenset[str],
         side: _SideScores | None = None,
     ) -> tuple[NodeState, Option] | None:
         best = None
@@ -917,8 +1008,13 @@ class Fleet:
         return None if best is None else (best[1], best[2])
 
     def _place(
-        self, gang: GangRequest, scorer: Scorer, excluded: frozenset[str], explain: bool,
-        overlay: dict[str, NodeState], trial: TrialFleet | None = None,
+        self,
+        gang: GangRequest,
+        scorer: Scorer,
+        excluded: frozenset[str],
+        explain: bool,
+        overlay: dict[str, NodeState],
+        trial: TrialFleet | None = None,
     ) -> Placement | Unplaceable:
         """Place member after member, each against the state the earlier ones leave. The
         members go to private copies of their nodes (layered over `overlay`, the trial's
@@ -940,8 +1036,12 @@ class Fleet:
                 else:
                     side = _SideScores(self, cache, states)
             choice = self._best(cache, excluded, side)
-            if (choice is not None and leaves and gang.prefer_same_leaf
-                    and choice[0].spec.leaf_switch not in leaves):
+            if (
+                choice is not None
+                and leaves
+                and gang.prefer_same_leaf
+                and choice[0].spec.leaf_switch not in leaves
+            ):
                 # The best node anywhere is the best under the gang's leaves when it is under
                 # one of them (same order); otherwise scan those leaves' nodes.
                 choice = self._best_in_leaves(cache, leaves, excluded, side) or choice
@@ -965,14 +1065,19 @@ class Fleet:
         if len(assignments) >= gang.required_members:
             return Placement(tuple(assignments))
         if not explain:
-            return Unplaceable("Unexplained", "explanation skipped (explain=False)",
-                               {"fitted_members": len(assignments)})
+            return Unplaceable(
+                "Unexplained",
+                "explanation skipped (explain=False)",
+                {"fitted_members": len(assignments)},
+            )
         why = self._explain(cache, states, excluded)
         if not assignments:
             return self._with_gang(why, gang)
         return gang_incomplete(gang, len(assignments), why)
 
-    def _explain(self, cache: _ShapeCache, states: dict[str, NodeState], excluded: frozenset[str]) -> Unplaceable:
+    def _explain(
+        self, cache: _ShapeCache, states: dict[str, NodeState], excluded: frozenset[str]
+    ) -> Unplaceable:
         """Why the cache's member fits on no node, from the cache's incremental counts
         (refreshed by the query), corrected for the nodes this query sees differently: its
         own copies (earlier members, a trial overlay) and excluded nodes. The same answer as
@@ -1026,28 +1131,47 @@ class Fleet:
     @staticmethod
     def _with_gang(why: Unplaceable, gang: GangRequest) -> Unplaceable:
         details: dict[str, Any] = dict(why.details)
-        details.update({"fitted_members": 0, "min_members": gang.required_members,
-                        "replicas": gang.replicas})
+        details.update(
+            {"fitted_members": 0, "min_members": gang.required_members, "replicas": gang.replicas}
+        )
         return Unplaceable(why.reason, why.message, details)
 
     @staticmethod
     def _member(
-        state: NodeState, member: MemberRequest, tenant: str, rank: int,
-        positions: tuple[int, ...], mig_start: int | None,
+        state: NodeState,
+        member: MemberRequest,
+        tenant: str,
+        rank: int,
+        positions: tuple[int, ...],
+        mig_start: int | None,
     ) -> tuple[MemberDelta, MemberAssignment]:
         gpus = state.spec.gpus
         indices = tuple(gpus[p].index for p in positions)
         kind = member.kind
         if kind == "mig":
             prof = profile_for(gpus[positions[0]].model, member.mig_profile or "")
-            delta = MemberDelta(state.name, tenant, member.cpu_milli, member.memory_mib,
-                                (), (indices[0], prof, mig_start))  # type: ignore[arg-type]
-            return delta, MemberAssignment(rank, state.name, indices, None, member.mig_profile, mig_start)
+            delta = MemberDelta(
+                state.name,
+                tenant,
+                member.cpu_milli,
+                member.memory_mib,
+                (),
+                (indices[0], prof, mig_start),
+            )  # type: ignore[arg-type]
+            return delta, MemberAssignment(
+                rank, state.name, indices, None, member.mig_profile, mig_start
+            )
         milli = member.gpu_milli if kind == "milli" else GPU_MILLI
-        delta = MemberDelta(state.name, tenant, member.cpu_milli, member.memory_mib,
-                            tuple((i, milli) for i in indices))
-        return delta, MemberAssignment(rank, state.name, indices,
-                                       member.gpu_milli if kind == "milli" else None)
+        delta = MemberDelta(
+            state.name,
+            tenant,
+            member.cpu_milli,
+            member.memory_mib,
+            tuple((i, milli) for i in indices),
+        )
+        return delta, MemberAssignment(
+            rank, state.name, indices, member.gpu_milli if kind == "milli" else None
+        )
 
 
 class _SideScores:
@@ -1087,8 +1211,12 @@ class _SideScores:
         self.entries.pop(name, None)
         member = self.cache.member
         spec = state.spec
-        if (not state.schedulable or spec.cpu_milli < member.cpu_milli
-                or spec.memory_mib < member.memory_mib or name not in self.fleet._nodes):
+        if (
+            not state.schedulable
+            or spec.cpu_milli < member.cpu_milli
+            or spec.memory_mib < member.memory_mib
+            or name not in self.fleet._nodes
+        ):
             return
         found = self.fleet._score_now(self.cache, state)
         if isinstance(found, str):
@@ -1160,7 +1288,7 @@ class TrialFleet:
             side = _SideScores(self.base, cache, self.overlay)
         else:
             side = known[1]
-            for name in dict.fromkeys(self._changed[known[2]:]):
+            for name in dict.fromkeys(self._changed[known[2] :]):
                 side.update(name)
         self._sides[id(cache)] = (cache, side, len(self._changed))
         return side
@@ -1203,14 +1331,20 @@ class TrialFleet:
         self._changed.append(name)
         return self._own(name)
 
-    def allocate(self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest) -> Allocation:
+    def allocate(
+        self, allocation_id: str, tenant: str, placement: Placement, request: GangRequest
+    ) -> Allocation:
         """As `Fleet.allocate`, in the view only."""
         try:
             existing = self.allocation(allocation_id)
         except UnknownAllocation:
             existing = None
         if existing is not None:
-            if (existing.tenant, existing.placement, existing.request) == (tenant, placement, request):
+            if (existing.tenant, existing.placement, existing.request) == (
+                tenant,
+                placement,
+                request,
+            ):
                 return existing
             raise PlacementConflict(f"allocation {allocation_id} already exists")
         deltas = self.base._deltas(tenant, placement, request)
@@ -1257,5 +1391,6 @@ class TrialFleet:
             view = self.fork()
             for alloc_id in released:
                 view.release(alloc_id)
-        return self.base._place(gang, self.base.scorer(policy), frozenset(exclude), explain,
-                                view.overlay, view)
+        return self.base._place(
+            gang, self.base.scorer(policy), frozenset(exclude), explain, view.overlay, view
+        )

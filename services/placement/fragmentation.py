@@ -46,7 +46,9 @@ class TypicalTask(msgspec.Struct, frozen=True):
 Layout = tuple[tuple[int, str, tuple[int, ...]], ...]
 
 
-def layout_of(cliques: tuple[tuple[str, tuple[int, ...]], ...], models: list[str], mig: list[bool]) -> Layout:
+def layout_of(
+    cliques: tuple[tuple[str, tuple[int, ...]], ...], models: list[str], mig: list[bool]
+) -> Layout:
     """Group non-MIG GPU positions by (clique ordinal, model)."""
     out = []
     for ordinal, (_, positions) in enumerate(cliques):
@@ -91,7 +93,11 @@ class Fragmentation:
             weight = t.weight
             if allowed:
                 weight = max(1, t.weight * math.isqrt(1_000_000 * total // allowed) // 1000)
-            tasks.append(t if weight == t.weight else TypicalTask(t.cpu_milli, t.num_gpu, t.gpu_milli, t.models, weight))
+            tasks.append(
+                t
+                if weight == t.weight
+                else TypicalTask(t.cpu_milli, t.num_gpu, t.gpu_milli, t.models, weight)
+            )
         if all(a is b for a, b in zip(tasks, self.tasks, strict=True)):
             return self
         return Fragmentation(tuple(tasks))
@@ -123,8 +129,12 @@ class Fragmentation:
         gpus = sum(len(g[2]) for g in layout)
         weight = gpu_w = cpu_w = 0
         for t in self.tasks:
-            if (not t.num_gpu or t.num_gpu > gpus or t.cpu_milli > cpu_capacity
-                    or (t.models and models.isdisjoint(t.models))):
+            if (
+                not t.num_gpu
+                or t.num_gpu > gpus
+                or t.cpu_milli > cpu_capacity
+                or (t.models and models.isdisjoint(t.models))
+            ):
                 continue
             weight += t.weight
             gpu_w += t.weight * t.num_gpu * t.per_gpu_milli

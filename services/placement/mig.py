@@ -39,7 +39,15 @@ class MigProfile(msgspec.Struct, frozen=True):
 # (names per family in FAMILIES order, id, memory slices, compute slices, max, starts, +me)
 _ROWS: tuple[tuple[tuple[str, str, str, str], int, int, int, int, tuple[int, ...], bool], ...] = (
     (("1g.5gb", "1g.10gb", "1g.10gb", "1g.18gb"), 19, 1, 1, 7, (0, 1, 2, 3, 4, 5, 6), False),
-    (("1g.5gb+me", "1g.10gb+me", "1g.10gb+me", "1g.18gb+me"), 20, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6), True),
+    (
+        ("1g.5gb+me", "1g.10gb+me", "1g.10gb+me", "1g.18gb+me"),
+        20,
+        1,
+        1,
+        1,
+        (0, 1, 2, 3, 4, 5, 6),
+        True,
+    ),
     (("1g.10gb", "1g.20gb", "1g.20gb", "1g.35gb"), 15, 2, 1, 4, (0, 2, 4, 6), False),
     (("2g.10gb", "2g.20gb", "2g.20gb", "2g.35gb"), 14, 2, 2, 3, (0, 2, 4), False),
     (("3g.20gb", "3g.40gb", "3g.40gb", "3g.71gb"), 9, 4, 3, 2, (0, 4), False),

@@ -31,14 +31,19 @@ def node_key(node: NodeState, member: MemberRequest, tenant: str, allow_timeslic
 
 
 def node_rejections(
-    nodes: Iterable[NodeState], member: MemberRequest, tenant: str, allow_timeslice: bool,
+    nodes: Iterable[NodeState],
+    member: MemberRequest,
+    tenant: str,
+    allow_timeslice: bool,
     excluded: frozenset[str],
 ) -> dict[str, int]:
     """Histogram of rejection keys over ``nodes`` (nodes that would fit count as "fits").
     The brute-force walk; `Fleet` keeps the same counts incrementally per request shape."""
     hist: dict[str, int] = {}
     for node in nodes:
-        key = "excluded" if node.name in excluded else node_key(node, member, tenant, allow_timeslice)
+        key = (
+            "excluded" if node.name in excluded else node_key(node, member, tenant, allow_timeslice)
+        )
         hist[key] = hist.get(key, 0) + 1
     return hist
 
@@ -46,8 +51,10 @@ def node_rejections(
 def histogram_text(hist: dict[str, int], total: int) -> str:
     """``0/64 nodes: 40 insufficient free GPUs, 20 wrong model`` (largest count first)."""
     fits = hist.get("fits", 0)
-    parts = sorted(((n, REJECTIONS.get(k, k)) for k, n in hist.items() if k != "fits"),
-                   key=lambda x: (-x[0], x[1]))
+    parts = sorted(
+        ((n, REJECTIONS.get(k, k)) for k, n in hist.items() if k != "fits"),
+        key=lambda x: (-x[0], x[1]),
+    )
     return f"{fits}/{total} nodes: " + ", ".join(f"{n} {phrase}" for n, phrase in parts)
 
 
@@ -56,20 +63,31 @@ NO_WHOLE: tuple[int, int] = (0, 0)
 
 def whole_probe(member: MemberRequest) -> MemberRequest:
     """The one-GPU request whose eligible GPUs `whole_stat` counts."""
-    return MemberRequest(gpus=1, gpu_models=member.gpu_models, min_gpu_memory_mib=member.min_gpu_memory_mib)
+    return MemberRequest(
+        gpus=1, gpu_models=member.gpu_models, min_gpu_memory_mib=member.min_gpu_memory_mib
+    )
 
 
 def whole_stat(
-    node: NodeState, member: MemberRequest, allow_timeslice: bool,
+    node: NodeState,
+    member: MemberRequest,
+    allow_timeslice: bool,
     eligible: tuple[int, ...] | str | None = None,
 ) -> tuple[int, int]:
     """(largest count of free GPUs inside one clique, free GPUs) of one node for a whole-GPU
     member: 0s unless the node is schedulable with enough free CPU and memory; counts GPUs
     of allowed models and memory (``eligible``: `eligible_gpus` of `whole_probe`, if known)."""
-    if (not node.schedulable or node.free_cpu < member.cpu_milli
-            or node.free_mem < member.memory_mib):
+    if (
+        not node.schedulable
+        or node.free_cpu < member.cpu_milli
+        or node.free_mem < member.memory_mib
+    ):
         return NO_WHOLE
-    elig = eligible if eligible is not None else eligible_gpus(node, whole_probe(member), allow_timeslice)
+    elig = (
+        eligible
+        if eligible is not None
+        else eligible_gpus(node, whole_probe(member), allow_timeslice)
+    )
     if isinstance(elig, str):
         return NO_WHOLE
     free = node.gpu_free
@@ -85,7 +103,9 @@ def whole_stat(
     return (best, total) if total else NO_WHOLE
 
 
-def _free_whole_gpus(nodes: list[NodeState], member: MemberRequest, allow_timeslice: bool) -> tuple[int, int]:
+def _free_whole_gpus(
+    nodes: list[NodeState], member: MemberRequest, allow_timeslice: bool
+) -> tuple[int, int]:
     """(largest count of free GPUs inside one clique, free GPUs in all) over schedulable
     nodes with enough free CPU and memory, counting GPUs of allowed models and memory."""
     best = total = 0
@@ -122,7 +142,9 @@ def never_hostable(e: Evidence) -> Unplaceable | None:
     if not e.total:
         return Unplaceable("Unschedulable", "the fleet has no nodes", e.details)
     if not e.dynamic:
-        return Unplaceable("Unschedulable", f"no node can ever host this member; {e.text}", e.details)
+        return Unplaceable(
+            "Unschedulable", f"no node can ever host this member; {e.text}", e.details
+        )
     return None
 
 
@@ -137,7 +159,8 @@ def topology(e: Evidence) -> Unplaceable | None:
     return Unplaceable(
         "TopologyUnsatisfiable",
         f"needs {m.gpus} GPUs in one NVLink clique; largest free clique has {largest}; {e.text}",
-        e.details)
+        e.details,
+    )
 
 
 def mig_layout(e: Evidence) -> Unplaceable | None:
@@ -145,11 +168,18 @@ def mig_layout(e: Evidence) -> Unplaceable | None:
     m = e.member
     if m.kind != "mig" or not e.hist.get("mig_layout_full", 0):
         return None
-    slots = sorted({slot_text(p) for model in e.models
-                    if (p := profile_for(model, m.mig_profile or "")) is not None})
+    slots = sorted(
+        {
+            slot_text(p)
+            for model in e.models
+            if (p := profile_for(model, m.mig_profile or "")) is not None
+        }
+    )
     return Unplaceable(
         "MIGPlacementUnavailable",
-        f"MIG {m.mig_profile}: no GPU with a free {' or '.join(slots)} slot; {e.text}", e.details)
+        f"MIG {m.mig_profile}: no GPU with a free {' or '.join(slots)} slot; {e.text}",
+        e.details,
+    )
 
 
 def isolation(e: Evidence) -> Unplaceable | None:
@@ -159,8 +189,11 @@ def isolation(e: Evidence) -> Unplaceable | None:
     other = sum(n for k, n in e.dynamic.items() if k not in ISOLATION and k != "excluded")
     if not iso or iso < other:
         return None
-    what = ("mps GPUs busy with other tenants" if e.hist.get("mps_other_tenant")
-            else "timeslice GPUs need allow_timeslice")
+    what = (
+        "mps GPUs busy with other tenants"
+        if e.hist.get("mps_other_tenant")
+        else "timeslice GPUs need allow_timeslice"
+    )
     return Unplaceable("IsolationConflict", f"{what}; {e.text}", e.details)
 
 
@@ -170,7 +203,11 @@ def resources(e: Evidence) -> Unplaceable | None:
 
 
 UNPLACEABLE: tuple[Callable[[Evidence], Unplaceable | None], ...] = (
-    never_hostable, topology, mig_layout, isolation, resources,
+    never_hostable,
+    topology,
+    mig_layout,
+    isolation,
+    resources,
 )
 """Why one member fits nowhere: the first rule that answers gives the code (the order is the
 precedence; `resources` always answers). See services/scheduler/pending.py for the table of
@@ -178,7 +215,10 @@ every pending reason."""
 
 
 def member_unplaceable(
-    nodes: list[NodeState], member: MemberRequest, tenant: str, allow_timeslice: bool,
+    nodes: list[NodeState],
+    member: MemberRequest,
+    tenant: str,
+    allow_timeslice: bool,
     excluded: frozenset[str],
 ) -> Unplaceable:
     """Why one member fits on no node: the code, message and details (brute force: walks
@@ -192,14 +232,19 @@ def member_unplaceable(
 
 
 def explain(
-    hist: dict[str, int], total: int, models: tuple[str, ...], member: MemberRequest,
+    hist: dict[str, int],
+    total: int,
+    models: tuple[str, ...],
+    member: MemberRequest,
     free_whole: tuple[int, int] | None,
 ) -> Unplaceable:
     """The explanation from aggregate counts: ``hist`` (rejection key -> nodes, zero counts
     left out), ``total`` nodes, the fleet's GPU ``models`` and, for whole-GPU members,
     (largest free clique, free GPUs) from `whole_stat` over the nodes."""
-    details: dict[str, Any] = {"nodes": {REJECTIONS.get(k, k): n for k, n in sorted(hist.items())},
-                               "total_nodes": total}
+    details: dict[str, Any] = {
+        "nodes": {REJECTIONS.get(k, k): n for k, n in sorted(hist.items())},
+        "total_nodes": total,
+    }
     e = Evidence(total, models, member, hist, histogram_text(hist, total), details)
     if total and e.dynamic and member.kind == "whole":
         details["largest_free_clique"], details["free_gpus"] = free_whole or NO_WHOLE
@@ -225,8 +270,14 @@ def gang_incomplete(gang: GangRequest, fitted: int, why_next: Unplaceable) -> Un
     """`GangIncomplete`: some members fit but fewer than ``min_members``: nothing is bound."""
     need = gang.required_members
     details = dict(why_next.details)
-    details.update({"fitted_members": fitted, "min_members": need, "replicas": gang.replicas,
-                    "next_member_reason": why_next.reason})
+    details.update(
+        {
+            "fitted_members": fitted,
+            "min_members": need,
+            "replicas": gang.replicas,
+            "next_member_reason": why_next.reason,
+        }
+    )
     return Unplaceable(
         "GangIncomplete",
         f"only {fitted} of {gang.replicas} members fit (needs at least {need}); "

@@ -37,7 +37,9 @@ class ScoreContext(msgspec.Struct, frozen=True):
     frag_scarce: Fragmentation | None = None
 
     def __hash__(self) -> int:  # frag is compared by identity
-        return hash((self.max_node_cpu, self.max_node_gpu_milli, id(self.frag), id(self.frag_scarce)))
+        return hash(
+            (self.max_node_cpu, self.max_node_gpu_milli, id(self.frag), id(self.frag_scarce))
+        )
 
 
 class Scorer(Protocol):

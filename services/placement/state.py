@@ -43,9 +43,25 @@ class NodeState:
     """Mutable free capacity of one node (GPUs addressed by position in ``spec.gpus``)."""
 
     __slots__ = (
-        "spec", "name", "seq", "schedulable", "free_cpu", "free_mem", "gpu_free",
-        "mps_tenant", "mps_users", "mig", "version", "pos_of_index", "cliques", "frag_layout",
-        "eligible", "rank", "frag_memo", "shape_id", "state_key_memo",
+        "spec",
+        "name",
+        "seq",
+        "schedulable",
+        "free_cpu",
+        "free_mem",
+        "gpu_free",
+        "mps_tenant",
+        "mps_users",
+        "mig",
+        "version",
+        "pos_of_index",
+        "cliques",
+        "frag_layout",
+        "eligible",
+        "rank",
+        "frag_memo",
+        "shape_id",
+        "state_key_memo",
     )
 
     __transparent_memos__ = ("eligible", "frag_memo", "state_key_memo")
@@ -90,23 +106,41 @@ class NodeState:
         """Everything of the spec that placement depends on, without names and UUIDs: two
         nodes of one shape in one `state_key` have the same options and scores."""
         spec = self.spec
-        return (spec.cpu_milli, spec.memory_mib,
-                tuple((g.model, g.memory_mib, g.sharing, g.mig_layout) for g in spec.gpus),
-                tuple(ps for _, ps in self.cliques))
+        return (
+            spec.cpu_milli,
+            spec.memory_mib,
+            tuple((g.model, g.memory_mib, g.sharing, g.mig_layout) for g in spec.gpus),
+            tuple(ps for _, ps in self.cliques),
+        )
 
     def state_key(self) -> tuple:
         """(shape, free capacity) of the node now: feasibility and the built-in scorers are
         functions of it (``schedulable`` aside)."""
-        return (self.shape_id, self.free_cpu, self.free_mem, tuple(self.gpu_free),
-                tuple(self.mps_tenant), tuple(self.mig))
+        return (
+            self.shape_id,
+            self.free_cpu,
+            self.free_mem,
+            tuple(self.gpu_free),
+            tuple(self.mps_tenant),
+            tuple(self.mig),
+        )
 
     def copy(self) -> NodeState:
         """A private copy for a trial (copy-on-write overlays): same spec and static memos,
         own free capacity, own per-state memos (so a trial never touches this record)."""
         new = NodeState.__new__(NodeState)
-        new.spec, new.name, new.seq, new.schedulable = self.spec, self.name, self.seq, self.schedulable
+        new.spec, new.name, new.seq, new.schedulable = (
+            self.spec,
+            self.name,
+            self.seq,
+            self.schedulable,
+        )
         new.free_cpu, new.free_mem, new.version = self.free_cpu, self.free_mem, self.version
-        new.pos_of_index, new.cliques, new.frag_layout = self.pos_of_index, self.cliques, self.frag_layout
+        new.pos_of_index, new.cliques, new.frag_layout = (
+            self.pos_of_index,
+            self.cliques,
+            self.frag_layout,
+        )
         new.eligible, new.rank, new.shape_id = self.eligible, self.rank, self.shape_id
         new.gpu_free = list(self.gpu_free)
         new.mps_tenant = list(self.mps_tenant)

@@ -38,10 +38,14 @@ from gpuledger.services.preemption.victims import (
 )
 from gpuledger.services.scheduler.queue import effective_priority
 
-MOVE_PROTECTIONS = frozenset({
-    ExclusionReason.NonPreemptible, ExclusionReason.MinRuntime,
-    ExclusionReason.EvictionBudget, ExclusionReason.DisruptionBudget,
-})
+MOVE_PROTECTIONS = frozenset(
+    {
+        ExclusionReason.NonPreemptible,
+        ExclusionReason.MinRuntime,
+        ExclusionReason.EvictionBudget,
+        ExclusionReason.DisruptionBudget,
+    }
+)
 """The exclusions that protect an allocation from being moved (the others are about the
 right to take capacity, which a move does not)."""
 
@@ -98,7 +102,9 @@ def free_gpu_milli(state: Ledger, job: JobRecord, fleet, exclude: frozenset[str]
     return total
 
 
-def _movable(state: Ledger, job: JobRecord, now_ms: int, taken, exclusions: list[Exclusion]) -> list[Candidate]:
+def _movable(
+    state: Ledger, job: JobRecord, now_ms: int, taken, exclusions: list[Exclusion]
+) -> list[Candidate]:
     s: Scene = scene(state, job, now_ms, taken)
     out: list[Candidate] = []
     for alloc_id in sorted(state.active):
@@ -112,7 +118,9 @@ def _movable(state: Ledger, job: JobRecord, now_ms: int, taken, exclusions: list
         if victim.spec.checkpoint.save_s * 1000 > grace:
             continue  # its checkpoint cannot finish before the kill: not checkpointable
         cand = Candidate(
-            rec=rec, victim=victim, reason=PreemptionReason.Consolidate,
+            rec=rec,
+            victim=victim,
+            reason=PreemptionReason.Consolidate,
             priority=effective_priority(state, victim, now_ms),
             at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
             borrowing=over_guarantee(state, victim.tenant, s.releasing),
@@ -147,8 +155,11 @@ def _idle_whole(state: Ledger, job: JobRecord, fleet, node: str) -> int:
     except UnknownNode:
         return 0
     models = job.spec.resources.gpu_models
-    return sum(n.gpu_free[pos] for pos, g in enumerate(n.spec.gpus)
-               if n.mig[pos] is None and (not models or g.model in models))
+    return sum(
+        n.gpu_free[pos]
+        for pos, g in enumerate(n.spec.gpus)
+        if n.mig[pos] is None and (not models or g.model in models)
+    )
 
 
 def _move_key(c: Candidate) -> tuple:
@@ -156,7 +167,12 @@ def _move_key(c: Candidate) -> tuple:
 
 
 def consolidation_plan(
-    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str], fleet,
+    state: Ledger,
+    job: JobRecord,
+    now_ms: int,
+    taken: set[str],
+    exclude: frozenset[str],
+    fleet,
 ) -> ConsolidationPlan:
     """The smallest set of moves that lets `job` be placed now, or why there is none."""
     settings = defrag_settings(state.config.policy)
@@ -166,8 +182,10 @@ def consolidation_plan(
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     result.free_gpu_milli = free_gpu_milli(state, job, fleet, exclude)
     if result.free_gpu_milli < need:
-        result.declined = (f"not fragmentation: {result.free_gpu_milli / 1000:g} GPUs free where "
-                           f"it may run, it needs {need / 1000:g}")
+        result.declined = (
+            f"not fragmentation: {result.free_gpu_milli / 1000:g} GPUs free where "
+            f"it may run, it needs {need / 1000:g}"
+        )
         return result
     movable = _movable(state, job, now_ms, taken, result.exclusions)
     result.considered = len(movable)
@@ -180,8 +198,10 @@ def consolidation_plan(
     member_need = job.spec.resources.gpus * 1000
     for node in sorted(by_node):
         cands = sorted(by_node[node], key=_move_key)
-        most = max(max(_held_on(c, node) for c in cands),
-                   sum(_held_on(c, node) for c in cands[:settings.max_moves]))
+        most = max(
+            max(_held_on(c, node) for c in cands),
+            sum(_held_on(c, node) for c in cands[: settings.max_moves]),
+        )
         if member_need and _idle_whole(state, job, fleet, node) + most < member_need:
             continue  # no set of moves tried here (below) frees enough GPUs on this node
         for chosen in _subsets(cands, settings.max_moves):
@@ -189,8 +209,12 @@ def consolidation_plan(
             if found is None:
                 continue
             moves, placed = found
-            key = (len(chosen), sum(c.rec.gpu_milli for c in chosen),
-                   sum(c.at_risk_gpu_ms for c in chosen), node)
+            key = (
+                len(chosen),
+                sum(c.rec.gpu_milli for c in chosen),
+                sum(c.at_risk_gpu_ms for c in chosen),
+                node,
+            )
             if best is None or key < best[0]:
                 best = (key, moves, placed)
             break  # subsets come smallest first: the first that works is this node's best
@@ -198,7 +222,8 @@ def consolidation_plan(
         result.declined = (
             f"{result.free_gpu_milli / 1000:g} GPUs free but no set of at most "
             f"{settings.max_moves} movable allocations on one node makes room "
-            f"({len(movable)} movable, {len(result.exclusions)} protected)")
+            f"({len(movable)} movable, {len(result.exclusions)} protected)"
+        )
         return result
     _, moves, placed = best
     bound = lost_work_bound(state, [m.cand for m in moves])
@@ -218,8 +243,15 @@ def _subsets(cands: list[Candidate], max_moves: int):
         yield cands[:k]
 
 
-def _try(state: Ledger, job: JobRecord, request, policy: str, exclude: frozenset[str], fleet,
-         chosen: list[Candidate]) -> tuple[list[Move], Placement] | None:
+def _try(
+    state: Ledger,
+    job: JobRecord,
+    request,
+    policy: str,
+    exclude: frozenset[str],
+    fleet,
+    chosen: list[Candidate],
+) -> tuple[list[Move], Placement] | None:
     """With `chosen` released: the job's placement and where each mover lands, or None."""
     released = tuple(c.rec.allocation_id for c in chosen)
     try:

@@ -88,11 +88,18 @@ class Preemption(LedgerService):
                     out += events
                     continue
             if not policy.preemption:
-                out += self._decline(state, now_ms, job, DeclineReason.PreemptionDisabled,
-                                     "preemption is disabled by policy", {})
+                out += self._decline(
+                    state,
+                    now_ms,
+                    job,
+                    DeclineReason.PreemptionDisabled,
+                    "preemption is disabled by policy",
+                    {},
+                )
                 continue
             now_fits = outlook.fleet.place(
-                state.gang_request(job), policy.placement_policy,
+                state.gang_request(job),
+                policy.placement_policy,
                 exclude=state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms),
                 explain=False,
             )
@@ -100,20 +107,26 @@ class Preemption(LedgerService):
                 continue  # idle capacity will do; the scheduler places it
             if outlook.fits(job):
                 out += self._decline(
-                    state, now_ms, job, DeclineReason.WaitingForPreemptedWorkloads,
+                    state,
+                    now_ms,
+                    job,
+                    DeclineReason.WaitingForPreemptedWorkloads,
                     "capacity being released by preemptions already requested will fit it once "
-                    "their beneficiaries are placed; no new victims", {},
+                    "their beneficiaries are placed; no new victims",
+                    {},
                 )
                 continue
-            backfill = backfill_plan(state, job, now_ms, taken, exclude=outlook.exclude(),
-                                     fleet=outlook.fleet)
+            backfill = backfill_plan(
+                state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet
+            )
             if backfill is not None:
                 out += self._request(state, now_ms, job, backfill, outlook, taken)
                 continue
             consolidation = None
             if defrag.consolidation:
-                consolidation = consolidation_plan(state, job, now_ms, taken, outlook.exclude(),
-                                                   outlook.fleet)
+                consolidation = consolidation_plan(
+                    state, job, now_ms, taken, outlook.exclude(), outlook.fleet
+                )
                 if consolidation.moves:
                     out += self._consolidate(state, now_ms, job, consolidation, outlook, taken)
                     continue
@@ -123,8 +136,10 @@ class Preemption(LedgerService):
                 details = p.details()
                 if consolidation is not None:
                     details["consolidation"] = consolidation.declined
-                    retry = min((x.until_ms for x in consolidation.exclusions
-                                 if x.until_ms is not None), default=None)
+                    retry = min(
+                        (x.until_ms for x in consolidation.exclusions if x.until_ms is not None),
+                        default=None,
+                    )
                     if retry is not None:
                         self.retry_at[job.job_id] = min(retry, p.retry_at_ms or retry)
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], details)
@@ -132,12 +147,16 @@ class Preemption(LedgerService):
             out += self._request(state, now_ms, job, p, outlook, taken)
         return out
 
-    def _request(self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]) -> list[Event]:
+    def _request(
+        self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]
+    ) -> list[Event]:
         """`PreemptionRequested` for every victim of plan `p` (one explanation, shared details)."""
         outlook.land(job, [c.rec.allocation_id for c in p.victims])
         details = p.details()
         details["beneficiary"] = {
-            "job": job.job_id, "tenant": job.tenant, "priority": job.priority,
+            "job": job.job_id,
+            "tenant": job.tenant,
+            "priority": job.priority,
             "effective_priority": effective_priority(state, job, now_ms),
             "gpus": job.gpu_milli() / 1000,
         }
@@ -150,22 +169,34 @@ class Preemption(LedgerService):
         out: list[Event] = []
         for c in p.victims:
             taken.add(c.rec.allocation_id)
-            grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
+            grace = state.config.grace_ms(
+                c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class
+            )
             if c.reason == PreemptionReason.Reclaim:
                 why = f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
             elif c.reason == PreemptionReason.Defragment:
-                why = (f"tenant {job.tenant} is within its guarantee but no NVLink clique has room; "
-                       f"{c.victim.job_id} fits elsewhere at once and moves")
+                why = (
+                    f"tenant {job.tenant} is within its guarantee but no NVLink clique has room; "
+                    f"{c.victim.job_id} fits elsewhere at once and moves"
+                )
             elif c.reason == PreemptionReason.Backfill:
-                why = (f"{c.victim.job_id} ran as preemptible backfill on its reservation of "
-                       f"{', '.join(reservation.get('nodes', ())) or 'reserved nodes'}, which can land now")
+                why = (
+                    f"{c.victim.job_id} ran as preemptible backfill on its reservation of "
+                    f"{', '.join(reservation.get('nodes', ())) or 'reserved nodes'}, which can land now"
+                )
             else:
                 why = f"priority {job.priority} > {c.priority}"
             out.append(
                 self.emit(
-                    state, now_ms, PreemptionRequested, key=c.rec.allocation_id,
-                    correlation_id=c.victim.job_id, job_id=c.victim.job_id,
-                    allocation_id=c.rec.allocation_id, beneficiary=job.job_id, reason=c.reason,
+                    state,
+                    now_ms,
+                    PreemptionRequested,
+                    key=c.rec.allocation_id,
+                    correlation_id=c.victim.job_id,
+                    job_id=c.victim.job_id,
+                    allocation_id=c.rec.allocation_id,
+                    beneficiary=job.job_id,
+                    reason=c.reason,
                     deadline_ms=now_ms + grace,
                     message=(
                         f"{c.reason}: {job.job_id} (priority {job.priority}, tenant {job.tenant}) "
@@ -179,14 +210,23 @@ class Preemption(LedgerService):
             )
         return out
 
-    def _maybe_regeometry(self, state: Ledger, now_ms: int, job, outlook: Outlook) -> tuple[bool, list[Event]]:
+    def _maybe_regeometry(
+        self, state: Ledger, now_ms: int, job, outlook: Outlook
+    ) -> tuple[bool, list[Event]]:
         """(handled, events): a MIG job whose profile no layout offers gets an idle GPU
         re-partitioned (before, and independently of, any preemption)."""
         if any(r.job_id == job.job_id for r in state.mig_requests.values()):
             return True, []  # a layout is being changed for it
         exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms) | outlook.exclude()
-        if isinstance(outlook.fleet.place(state.gang_request(job), state.config.policy.placement_policy,
-                                          exclude=exclude, explain=False), Placement):
+        if isinstance(
+            outlook.fleet.place(
+                state.gang_request(job),
+                state.config.policy.placement_policy,
+                exclude=exclude,
+                explain=False,
+            ),
+            Placement,
+        ):
             return True, []  # it fits: the scheduler places it
         regeo = regeometry_for(state, job, now_ms, exclude, outlook.fleet)
         if regeo.node:
@@ -201,19 +241,35 @@ class Preemption(LedgerService):
         used = in_window(state, r.node, now_ms, settings.window_ms)
         profile = job.spec.resources.mig_profile
         return self.emit(
-            state, now_ms, MigReconfigurationRequested, key=f"{r.node}/{r.gpu_index}@{now_ms}",
-            correlation_id=job.job_id, job_id=job.job_id, node=r.node, gpu_index=r.gpu_index,
-            layout=r.layout, previous_layout=r.previous,
-            message=(f"MIG re-geometry: {job.job_id} asks for {profile}, which no GPU's layout "
-                     f"offers free; GPU {r.gpu_index} of {r.node} is idle, layout "
-                     f"[{', '.join(r.previous)}] -> [{', '.join(r.layout)}]; re-geometry "
-                     f"{used + 1} of at most {settings.per_window} for {r.node} per "
-                     f"{settings.window_ms // 1000}s"),
+            state,
+            now_ms,
+            MigReconfigurationRequested,
+            key=f"{r.node}/{r.gpu_index}@{now_ms}",
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            node=r.node,
+            gpu_index=r.gpu_index,
+            layout=r.layout,
+            previous_layout=r.previous,
+            message=(
+                f"MIG re-geometry: {job.job_id} asks for {profile}, which no GPU's layout "
+                f"offers free; GPU {r.gpu_index} of {r.node} is idle, layout "
+                f"[{', '.join(r.previous)}] -> [{', '.join(r.layout)}]; re-geometry "
+                f"{used + 1} of at most {settings.per_window} for {r.node} per "
+                f"{settings.window_ms // 1000}s"
+            ),
             details=r.details(profile or "", settings.window_ms, settings.per_window, used + 1),
         )
 
-    def _consolidate(self, state: Ledger, now_ms: int, job, cp: ConsolidationPlan, outlook: Outlook,
-                     taken: set[str]) -> list[Event]:
+    def _consolidate(
+        self,
+        state: Ledger,
+        now_ms: int,
+        job,
+        cp: ConsolidationPlan,
+        outlook: Outlook,
+        taken: set[str],
+    ) -> list[Event]:
         """`ConsolidationPlanned` for the blocked job, then a `PreemptionRequested` (reason
         `Consolidate`) per moved allocation: checkpoint, evict, placed again elsewhere."""
         victims = [m.cand.rec.allocation_id for m in cp.moves]
@@ -223,59 +279,100 @@ class Preemption(LedgerService):
         need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
         moved = "; ".join(
             f"{m.cand.victim.job_id} ({m.cand.rec.gpu_milli / 1000:g} GPUs) from "
-            f"{', '.join(m.cand.rec.nodes())} to {', '.join(m.to_nodes)}" for m in cp.moves)
+            f"{', '.join(m.cand.rec.nodes())} to {', '.join(m.to_nodes)}"
+            for m in cp.moves
+        )
         why = job.message or job.reason or "no node has room"
         details = cp.details()
         details["blocked_by"] = {"reason": job.reason, "message": job.message}
-        out: list[Event] = [self.emit(
-            state, now_ms, ConsolidationPlanned, key=f"{job.job_id}:{'+'.join(victims)}",
-            correlation_id=job.job_id, job_id=job.job_id,
-            moves=tuple(ConsolidationMove(
-                job_id=m.cand.victim.job_id, allocation_id=m.cand.rec.allocation_id,
-                gpu_milli=m.cand.rec.gpu_milli, from_nodes=m.cand.rec.nodes(), to_nodes=m.to_nodes,
-                at_risk_gpu_ms=m.cand.at_risk_gpu_ms) for m in cp.moves),
-            target_nodes=target, free_gpu_milli=cp.free_gpu_milli,
-            message=(f"Consolidate: {job.job_id} needs {need / 1000:g} GPUs and "
-                     f"{cp.free_gpu_milli / 1000:g} are free, but fragmented ({why}); moving "
-                     f"{moved} makes room on {', '.join(target)}; {len(cp.moves)} of at most "
-                     f"{defrag_settings(state.config.policy).max_moves} moves, "
-                     f"{cp.considered} movable, {len(cp.exclusions)} protected"),
-            details=details,
-        )]
+        out: list[Event] = [
+            self.emit(
+                state,
+                now_ms,
+                ConsolidationPlanned,
+                key=f"{job.job_id}:{'+'.join(victims)}",
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                moves=tuple(
+                    ConsolidationMove(
+                        job_id=m.cand.victim.job_id,
+                        allocation_id=m.cand.rec.allocation_id,
+                        gpu_milli=m.cand.rec.gpu_milli,
+                        from_nodes=m.cand.rec.nodes(),
+                        to_nodes=m.to_nodes,
+                        at_risk_gpu_ms=m.cand.at_risk_gpu_ms,
+                    )
+                    for m in cp.moves
+                ),
+                target_nodes=target,
+                free_gpu_milli=cp.free_gpu_milli,
+                message=(
+                    f"Consolidate: {job.job_id} needs {need / 1000:g} GPUs and "
+                    f"{cp.free_gpu_milli / 1000:g} are free, but fragmented ({why}); moving "
+                    f"{moved} makes room on {', '.join(target)}; {len(cp.moves)} of at most "
+                    f"{defrag_settings(state.config.policy).max_moves} moves, "
+                    f"{cp.considered} movable, {len(cp.exclusions)} protected"
+                ),
+                details=details,
+            )
+        ]
         for m in cp.moves:
             c = m.cand
             taken.add(c.rec.allocation_id)
-            grace = state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
-            out.append(self.emit(
-                state, now_ms, PreemptionRequested, key=c.rec.allocation_id,
-                correlation_id=c.victim.job_id, job_id=c.victim.job_id,
-                allocation_id=c.rec.allocation_id, beneficiary=job.job_id,
-                reason=PreemptionReason.Consolidate, deadline_ms=now_ms + grace,
-                message=(f"Consolidate: migrating {c.victim.job_id} ({c.rec.gpu_milli / 1000:g} GPUs) "
-                         f"off {', '.join(c.rec.nodes())} for {job.job_id} (tenant {job.tenant}, "
-                         f"{need / 1000:g} GPUs, blocked only by fragmentation); it fits on "
-                         f"{', '.join(m.to_nodes)} at once; risking {c.at_risk_gpu_ms / 1000:g} "
-                         f"GPU-s since the last checkpoint; checkpoint within {grace / 1000:g}s"),
-                details={"migration": {"to_nodes": list(m.to_nodes), "for": job.job_id},
-                         **copy.deepcopy(details)},
-            ))
+            grace = state.config.grace_ms(
+                c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class
+            )
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    PreemptionRequested,
+                    key=c.rec.allocation_id,
+                    correlation_id=c.victim.job_id,
+                    job_id=c.victim.job_id,
+                    allocation_id=c.rec.allocation_id,
+                    beneficiary=job.job_id,
+                    reason=PreemptionReason.Consolidate,
+                    deadline_ms=now_ms + grace,
+                    message=(
+                        f"Consolidate: migrating {c.victim.job_id} ({c.rec.gpu_milli / 1000:g} GPUs) "
+                        f"off {', '.join(c.rec.nodes())} for {job.job_id} (tenant {job.tenant}, "
+                        f"{need / 1000:g} GPUs, blocked only by fragmentation); it fits on "
+                        f"{', '.join(m.to_nodes)} at once; risking {c.at_risk_gpu_ms / 1000:g} "
+                        f"GPU-s since the last checkpoint; checkpoint within {grace / 1000:g}s"
+                    ),
+                    details={
+                        "migration": {"to_nodes": list(m.to_nodes), "for": job.job_id},
+                        **copy.deepcopy(details),
+                    },
+                )
+            )
         return out
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         times = [
-            retry for hints in (self.retry_at, self.regeometry_at) for job_id, retry in hints.items()
+            retry
+            for hints in (self.retry_at, self.regeometry_at)
+            for job_id, retry in hints.items()
             if retry is not None and retry > now_ms and job_id in state.pending
         ]
         return min(times, default=None)
 
-    def _decline(self, state: Ledger, now_ms: int, job, reason: str, message: str, details) -> list[Event]:
+    def _decline(
+        self, state: Ledger, now_ms: int, job, reason: str, message: str, details
+    ) -> list[Event]:
         if job.declined == reason:
             return []
         return [
             self.emit(
-                state, now_ms, PreemptionDeclined,
+                state,
+                now_ms,
+                PreemptionDeclined,
                 key=f"{job.job_id}:{reason}:{job.pending_changes}:{len(job.preemptions)}",
-                correlation_id=job.job_id, job_id=job.job_id, reason=reason, message=message,
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                reason=reason,
+                message=message,
                 details=details,
             )
         ]

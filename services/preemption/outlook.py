@@ -36,7 +36,8 @@ class Outlook:
             if expires is not None and self.now_ms >= expires:
                 continue
             victims = sorted(
-                a for a in state.nominations[job.job_id]
+                a
+                for a in state.nominations[job.job_id]
                 if a in state.allocations and not state.allocations[a].ended
             )
             if self.land(job, victims) is None:
@@ -54,8 +55,10 @@ class Outlook:
 
     def fits(self, job: JobRecord) -> bool:
         placed = self.fleet.place(
-            self.state.gang_request(job), self.state.config.policy.placement_policy,
-            exclude=self.exclude(), explain=False,
+            self.state.gang_request(job),
+            self.state.config.policy.placement_policy,
+            exclude=self.exclude(),
+            explain=False,
         )
         return isinstance(placed, Placement)
 
@@ -68,8 +71,12 @@ class Outlook:
             if a in present:
                 fleet.release(a)
         request = self.state.gang_request(job)
-        placed = fleet.place(request, self.state.config.policy.placement_policy,
-                             exclude=self.exclude(), explain=False)
+        placed = fleet.place(
+            request,
+            self.state.config.policy.placement_policy,
+            exclude=self.exclude(),
+            explain=False,
+        )
         if not isinstance(placed, Placement):
             return None
         fleet.allocate(f"outlook:{job.job_id}", job.tenant, placed, request)

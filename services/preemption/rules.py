@@ -70,7 +70,10 @@ class Scene:
 
     def in_scope(self, victim: JobRecord) -> bool:
         """Whether `Priority` may reach the victim: same tenant, or scope `cluster`."""
-        return victim.tenant == self.job.tenant or self.state.config.policy.preemption_scope == "cluster"
+        return (
+            victim.tenant == self.job.tenant
+            or self.state.config.policy.preemption_scope == "cluster"
+        )
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,9 @@ def min_runtime(s: Scene, c: Candidate) -> Protected | None:
     ran = s.now_ms - c.started_ms
     if not minimum or ran >= minimum * 1000:
         return None
-    return Protected(f"ran {ran / 1000:.0f}s of the {minimum}s minimum", c.started_ms + minimum * 1000)
+    return Protected(
+        f"ran {ran / 1000:.0f}s of the {minimum}s minimum", c.started_ms + minimum * 1000
+    )
 
 
 def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
@@ -235,13 +240,16 @@ def disruption_budget(s: Scene, c: Candidate) -> Protected | None:
         keep = s.state.jobs[service].spec.min_available
         return Protected(
             f"service {service} runs {up + going} replicas ({going} being preempted), "
-            f"min_available {keep}: at most {max(0, up + going - keep)} may be down at once")
+            f"min_available {keep}: at most {max(0, up + going - keep)} may be down at once"
+        )
     keep = c.victim.spec.min_available
     if not keep:
         return None
     n = len(c.rec.members)
-    return Protected(f"service keeps at least {keep} of {n} members; "
-                     f"evicting the gang would leave 0 of {n} members running")
+    return Protected(
+        f"service keeps at least {keep} of {n} members; "
+        f"evicting the gang would leave 0 of {n} members running"
+    )
 
 
 def within_guarantee(s: Scene, c: Candidate) -> Protected | None:
@@ -257,8 +265,10 @@ def within_guarantee(s: Scene, c: Candidate) -> Protected | None:
     if c.borrowing and c.rec.gpu_milli <= left:
         return None
     conf = s.state.config.tenants.get(tenant)
-    uses = (f"tenant {tenant} uses {s.state.tenant_gpu_milli.get(tenant, 0) / 1000:g} "
-            f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs")
+    uses = (
+        f"tenant {tenant} uses {s.state.tenant_gpu_milli.get(tenant, 0) / 1000:g} "
+        f"of {(conf.guaranteed_gpu_milli if conf else 0) / 1000:g} guaranteed GPUs"
+    )
     if not c.borrowing:
         return Protected(uses)
     going = s.releasing.get(tenant, 0)
@@ -295,18 +305,26 @@ class OrderKey:
 
 
 ORDER: tuple[OrderKey, ...] = (
-    OrderKey("borrowing_first", lambda c: 0 if c.borrowing else 1,
-             "work of tenants above their guarantee goes before work within it"),
-    OrderKey("lowest_priority", lambda c: c.priority,
-             "lowest effective priority first"),
-    OrderKey("least_work_at_risk", lambda c: c.at_risk_gpu_ms,
-             "least GPU time lost since the last checkpoint first"),
-    OrderKey("smallest_gang", lambda c: c.rec.gpu_milli,
-             "smallest allocation first (blast radius)"),
-    OrderKey("most_recently_started", lambda c: -c.started_ms,
-             "most recently started first (least sunk run time)"),
-    OrderKey("allocation_id", lambda c: c.rec.allocation_id,
-             "allocation id: a total order"),
+    OrderKey(
+        "borrowing_first",
+        lambda c: 0 if c.borrowing else 1,
+        "work of tenants above their guarantee goes before work within it",
+    ),
+    OrderKey("lowest_priority", lambda c: c.priority, "lowest effective priority first"),
+    OrderKey(
+        "least_work_at_risk",
+        lambda c: c.at_risk_gpu_ms,
+        "least GPU time lost since the last checkpoint first",
+    ),
+    OrderKey(
+        "smallest_gang", lambda c: c.rec.gpu_milli, "smallest allocation first (blast radius)"
+    ),
+    OrderKey(
+        "most_recently_started",
+        lambda c: -c.started_ms,
+        "most recently started first (least sunk run time)",
+    ),
+    OrderKey("allocation_id", lambda c: c.rec.allocation_id, "allocation id: a total order"),
 )
 
 BACKFILL_ORDER: tuple[OrderKey, ...] = tuple(

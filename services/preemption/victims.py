@@ -62,8 +62,12 @@ class Exclusion:
     """When the exclusion lapses (MinRuntime, EvictionBudget), else None."""
 
     def describe(self) -> dict[str, Any]:
-        out = {"job": self.candidate.victim.job_id, "reason": self.code, "message": self.message,
-               "gpus": self.candidate.rec.gpu_milli / 1000}
+        out = {
+            "job": self.candidate.victim.job_id,
+            "reason": self.code,
+            "message": self.message,
+            "gpus": self.candidate.rec.gpu_milli / 1000,
+        }
         if self.until_ms is not None:
             out["eligible_at_s"] = self.until_ms / 1000
         return out
@@ -105,7 +109,9 @@ def over_guarantee(state: Ledger, tenant: str, releasing: dict[str, int] | None 
     return conf is not None and used > conf.guaranteed_gpu_milli
 
 
-def releasing_by_tenant(state: Ledger, taken: set[str] | frozenset[str] = frozenset()) -> dict[str, int]:
+def releasing_by_tenant(
+    state: Ledger, taken: set[str] | frozenset[str] = frozenset()
+) -> dict[str, int]:
     """GPU capacity per tenant in active allocations already being preempted or in `taken`."""
     out: dict[str, int] = {}
     for alloc_id in sorted(state.active):
@@ -134,7 +140,9 @@ def scene(state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozense
         and state.tenant_gpu_milli.get(job.tenant, 0) + need <= own.guaranteed_gpu_milli
     )
     return Scene(
-        state=state, job=job, now_ms=now_ms,
+        state=state,
+        job=job,
+        now_ms=now_ms,
         releasing=releasing_by_tenant(state, taken),
         can_reclaim=can_reclaim,
         evicted_me=frozenset(p.by for p in job.preemptions if p.at_ms > now_ms - HOUR_MS and p.by),
@@ -199,7 +207,10 @@ def protection(s: Scene, cand: Candidate) -> Exclusion | None:
 
 
 def candidates(
-    state: Ledger, job: JobRecord, now_ms: int, exclusions: list[Exclusion],
+    state: Ledger,
+    job: JobRecord,
+    now_ms: int,
+    exclusions: list[Exclusion],
     taken: set[str] | frozenset[str] = frozenset(),
 ) -> list[Candidate]:
     """Eligible victims for `job` in victim order (`rules.ORDER`); every candidate a rule
@@ -235,7 +246,9 @@ def candidates(
     return out
 
 
-def smallest_sufficient(ordered: list[Candidate], fits, pruned: list[dict[str, Any]]) -> list[Candidate]:
+def smallest_sufficient(
+    ordered: list[Candidate], fits, pruned: list[dict[str, Any]]
+) -> list[Candidate]:
     """The shortest prefix of `ordered` whose release `fits` (binary search; `fits` of the
     whole list must hold), then without every victim the others make unnecessary (recorded in
     `pruned`)."""
@@ -260,7 +273,10 @@ MAX_MOVES = 4
 
 
 def unrivalled(
-    state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str],
+    state: Ledger,
+    job: JobRecord,
+    now_ms: int,
+    taken: set[str] | frozenset[str],
 ) -> list[Candidate]:
     """Allocations of other tenants within their guarantees that no ground makes candidates
     (their priority is not below the job's) and no rule of `rules.EXCLUSIONS` protects: they
@@ -278,9 +294,12 @@ def unrivalled(
         if victim.service is not None:
             count_replicas(s, victim.service, taken)
         cand = Candidate(
-            rec=rec, victim=victim, reason=PreemptionReason.Defragment,
+            rec=rec,
+            victim=victim,
+            reason=PreemptionReason.Defragment,
             priority=effective_priority(state, victim, now_ms),
-            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms), borrowing=False,
+            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
+            borrowing=False,
             started_ms=min(rec.started.values(), default=rec.placed_ms),
         )
         if protection(s, cand) is None:
@@ -290,8 +309,14 @@ def unrivalled(
 
 
 def relocation(
-    state: Ledger, job: JobRecord, request, placement_policy: str, exclude: frozenset[str],
-    exclusions: list[Exclusion], fleet=None, others=None,
+    state: Ledger,
+    job: JobRecord,
+    request,
+    placement_policy: str,
+    exclude: frozenset[str],
+    exclusions: list[Exclusion],
+    fleet=None,
+    others=None,
 ) -> list[Candidate]:
     """A job within its tenant's guarantee that is blocked by fragmentation alone: move
     allocations of tenants that are themselves within their guarantees (excluded as
@@ -309,9 +334,13 @@ def relocation(
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
     if own is None or state.tenant_gpu_milli.get(job.tenant, 0) + need > own.guaranteed_gpu_milli:
         return []
-    guarded = sorted((x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
-                     key=Candidate.sort_key)
-    if others is not None and (job.spec.resources.mig_profile or need <= state.fleet.free_gpu_milli()):
+    guarded = sorted(
+        (x.candidate for x in exclusions if x.code == ExclusionReason.WithinGuarantee),
+        key=Candidate.sort_key,
+    )
+    if others is not None and (
+        job.spec.resources.mig_profile or need <= state.fleet.free_gpu_milli()
+    ):
         guarded += others()
     fleet = state.fleet.trial() if fleet is None else fleet
     present = []
@@ -324,8 +353,9 @@ def relocation(
     def moves(chosen: list[tuple[Candidate, Any]]) -> bool:
         """Whether, with `chosen` released, the job fits and each moved gang fits again."""
         released = tuple(c.rec.allocation_id for c, _ in chosen)
-        placed = fleet.place(request, placement_policy, exclude=exclude,
-                             assume_released=released, explain=False)
+        placed = fleet.place(
+            request, placement_policy, exclude=exclude, assume_released=released, explain=False
+        )
         if not isinstance(placed, Placement):
             return False
         moved = fleet.fork()  # trial: the victims gone, the job placed, the victims placed again
@@ -345,15 +375,29 @@ def relocation(
         # others make unnecessary
         room = [x[0].rec.allocation_id for x in present]
         for n in range(2, min(len(present), MAX_MOVES * 4) + 1):
-            if isinstance(fleet.place(request, placement_policy, exclude=exclude,
-                                      assume_released=tuple(room[:n]), explain=False), Placement):
+            if isinstance(
+                fleet.place(
+                    request,
+                    placement_policy,
+                    exclude=exclude,
+                    assume_released=tuple(room[:n]),
+                    explain=False,
+                ),
+                Placement,
+            ):
                 prefix = present[:n]
                 for x in reversed(list(prefix)):
                     trial = [y for y in prefix if y is not x]
-                    if trial and isinstance(fleet.place(
-                            request, placement_policy, exclude=exclude,
+                    if trial and isinstance(
+                        fleet.place(
+                            request,
+                            placement_policy,
+                            exclude=exclude,
                             assume_released=tuple(y[0].rec.allocation_id for y in trial),
-                            explain=False), Placement):
+                            explain=False,
+                        ),
+                        Placement,
+                    ):
                         prefix = trial
                 if len(prefix) <= MAX_MOVES and moves(prefix):
                     chosen = prefix
@@ -366,7 +410,11 @@ def relocation(
 
 
 def plan(
-    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str] | None = None,
+    state: Ledger,
+    job: JobRecord,
+    now_ms: int,
+    taken: set[str],
+    exclude: frozenset[str] | None = None,
     fleet=None,
 ) -> Plan:
     """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
@@ -374,14 +422,19 @@ def plan(
     plan on (default: a fresh view of the folded fleet, which is only read)."""
     fleet = state.fleet.trial() if fleet is None else fleet
     result = Plan()
-    cands = [c for c in candidates(state, job, now_ms, result.exclusions, taken)
-             if c.rec.allocation_id not in taken]
+    cands = [
+        c
+        for c in candidates(state, job, now_ms, result.exclusions, taken)
+        if c.rec.allocation_id not in taken
+    ]
     result.considered = len(cands)
     request = state.gang_request(job)
     placement_policy = state.config.policy.placement_policy
     if exclude is None:
         exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms)
-    result.retry_at_ms = min((x.until_ms for x in result.exclusions if x.until_ms is not None), default=None)
+    result.retry_at_ms = min(
+        (x.until_ms for x in result.exclusions if x.until_ms is not None), default=None
+    )
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)
@@ -391,8 +444,16 @@ def plan(
         return isinstance(placed, Placement)
 
     if not cands or not fits(cands):
-        move = relocation(state, job, request, placement_policy, exclude, result.exclusions, fleet,
-                          others=lambda: unrivalled(state, job, now_ms, taken))
+        move = relocation(
+            state,
+            job,
+            request,
+            placement_policy,
+            exclude,
+            result.exclusions,
+            fleet,
+            others=lambda: unrivalled(state, job, now_ms, taken),
+        )
         if move:
             result.victims = move
             return result
@@ -409,8 +470,10 @@ def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[
     """Why no victim set makes room: `NoVictims` with the exclusions counted by code, or the
     code of the lapsing exclusion (`MinRuntime`, `EvictionBudget`) that lapses first when
     evicting its victim too would make room."""
-    why = "no eligible victims" if not cands else (
-        f"evicting all {len(cands)} eligible allocations would still not make room"
+    why = (
+        "no eligible victims"
+        if not cands
+        else (f"evicting all {len(cands)} eligible allocations would still not make room")
     )
     if exclusions:
         counts: dict[str, int] = {}
@@ -423,7 +486,8 @@ def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[
         first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
         return first.code, (
             f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
-            f"{first.message}; eligible at {instant(first.until_ms)}")
+            f"{first.message}; eligible at {instant(first.until_ms)}"
+        )
     return DeclineReason.NoVictims, why
 
 
@@ -440,7 +504,9 @@ def size_tier(cands: list[Candidate], fits, rejected: list[dict[str, Any]]) -> l
     largest = max(x.rec.gpu_milli for x in tier)
     for c in cands:
         if c.rec.gpu_milli > largest:
-            rejected.append({**c.describe(), "why": "a larger gang than needed: smaller victims suffice"})
+            rejected.append(
+                {**c.describe(), "why": "a larger gang than needed: smaller victims suffice"}
+            )
     return tier
 
 
@@ -458,7 +524,11 @@ def lost_work_bound(state: Ledger, chosen: list[Candidate]) -> tuple[str, str] |
 
 
 def backfill_plan(
-    state: Ledger, job: JobRecord, now_ms: int, taken: set[str], exclude: frozenset[str],
+    state: Ledger,
+    job: JobRecord,
+    now_ms: int,
+    taken: set[str],
+    exclude: frozenset[str],
     fleet=None,
 ) -> Plan | None:
     """The smallest set of the work backfilled on `job`'s reservation whose eviction makes
@@ -467,21 +537,28 @@ def backfill_plan(
     Backfilled gangs took reserved capacity on the condition that they leave when the
     reserving job lands, so minimum runtime and eviction budgets do not protect them (they
     are preemptible and have no disruption budget, or they would not have been placed there)."""
-    allocs = sorted(a for a in state.backfills.get(job.job_id, ())
-                    if a in state.active and a not in taken and state.allocations[a].preemption is None)
+    allocs = sorted(
+        a
+        for a in state.backfills.get(job.job_id, ())
+        if a in state.active and a not in taken and state.allocations[a].preemption is None
+    )
     if not allocs:
         return None
     cands = []
     for alloc_id in allocs:
         rec = state.allocations[alloc_id]
         victim = state.jobs[rec.job_id]
-        cands.append(Candidate(
-            rec=rec, victim=victim, reason=PreemptionReason.Backfill,
-            priority=effective_priority(state, victim, now_ms),
-            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
-            borrowing=over_guarantee(state, victim.tenant),
-            started_ms=min(rec.started.values(), default=rec.placed_ms),
-        ))
+        cands.append(
+            Candidate(
+                rec=rec,
+                victim=victim,
+                reason=PreemptionReason.Backfill,
+                priority=effective_priority(state, victim, now_ms),
+                at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
+                borrowing=over_guarantee(state, victim.tenant),
+                started_ms=min(rec.started.values(), default=rec.placed_ms),
+            )
+        )
     # least work at risk first, then smallest, most recently started (borrowing and priority
     # do not matter: every one of them agreed to leave)
     cands.sort(key=backfill_key)
@@ -491,8 +568,12 @@ def backfill_plan(
 
     def fits(chosen: list[Candidate]) -> bool:
         released = frozenset(c.rec.allocation_id for c in chosen)
-        return isinstance(view.place(request, placement_policy, exclude=exclude,
-                                     assume_released=released, explain=False), Placement)
+        return isinstance(
+            view.place(
+                request, placement_policy, exclude=exclude, assume_released=released, explain=False
+            ),
+            Placement,
+        )
 
     if not fits(cands):
         return None

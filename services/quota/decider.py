@@ -50,11 +50,21 @@ def demand_by_tenant(state: Ledger) -> dict[str, int]:
 class Quota(LedgerService):
     name = "quota"
     # decides on capacity, configuration, schedules and demand (held + pending milli-GPUs)
-    unaffected_by = frozenset({
-        ev.JobSubmitted, ev.MemberStarted, ev.MemberCheckpointed, ev.MemberExited,
-        ev.PendingReasonChanged, ev.PreemptionRequested, ev.PreemptionDeclined,
-        ev.GpuMetricsReported, ev.RequestRefused, ev.DeadLettered, ev.NodeHeartbeat,
-    })
+    unaffected_by = frozenset(
+        {
+            ev.JobSubmitted,
+            ev.MemberStarted,
+            ev.MemberCheckpointed,
+            ev.MemberExited,
+            ev.PendingReasonChanged,
+            ev.PreemptionRequested,
+            ev.PreemptionDeclined,
+            ev.GpuMetricsReported,
+            ev.RequestRefused,
+            ev.DeadLettered,
+            ev.NodeHeartbeat,
+        }
+    )
     quiet_until_wakeup = True  # the clock matters for schedules only (next_wakeup_ms)
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
@@ -93,18 +103,26 @@ class Quota(LedgerService):
             if len(self._shares) >= 4096:
                 self._shares.clear()
             shares = fair_shares(state.config.tenants, self._capacity[1], {}, demand)
-            current = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()}
+            current = {
+                t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()
+            }
             digest = ",".join(f"{t}={g}/{f}" for t, (g, f) in sorted(current.items()))
             memo = self._shares[key] = (shares, current, digest)
         shares, current, digest = memo
-        last = {t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in state.fair_shares.items()}
+        last = {
+            t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli)
+            for t, s in state.fair_shares.items()
+        }
         if current == last:
             self._quiet = (key, state.fair_shares)
             return []
         allocated = state.tenant_gpu_milli
         return [
             self.emit(
-                state, now_ms, FairShareUpdated, key=f"{state.last_seq}:{digest}",
+                state,
+                now_ms,
+                FairShareUpdated,
+                key=f"{state.last_seq}:{digest}",
                 correlation_id="quota",
                 shares=tuple(
                     msgspec.structs.replace(shares[t], allocated_gpu_milli=allocated.get(t, 0))
@@ -124,30 +142,57 @@ class Quota(LedgerService):
             s = config.schedules[name]
             content = hashlib.blake2b(encode(s), digest_size=6).hexdigest()
             for change in s.tenants:
-                new = sched.changed_tenant(tenants.get(change.tenant) or config.tenants.get(change.tenant), change)
+                new = sched.changed_tenant(
+                    tenants.get(change.tenant) or config.tenants.get(change.tenant), change
+                )
                 tenants[change.tenant] = new
-                out.append(self._config_event(TenantConfigured, new, now_ms, name, fire_ms, content, change.tenant))
+                out.append(
+                    self._config_event(
+                        TenantConfigured, new, now_ms, name, fire_ms, content, change.tenant
+                    )
+                )
             for change in s.priority_classes:
-                new = sched.changed_class(classes.get(change.name) or config.classes.get(change.name), change)
+                new = sched.changed_class(
+                    classes.get(change.name) or config.classes.get(change.name), change
+                )
                 classes[change.name] = new
-                out.append(self._config_event(PriorityClassConfigured, new, now_ms, name, fire_ms, content,
-                                              change.name))
+                out.append(
+                    self._config_event(
+                        PriorityClassConfigured, new, now_ms, name, fire_ms, content, change.name
+                    )
+                )
             for change in s.services:
                 job = state.jobs.get(change.job_id)
                 if job is None or not job.spec.is_service:
                     continue  # not (yet) a service of this cluster: nothing to scale
-                out.append(stamp(ServiceScaled, key=f"{name}@{fire_ms}:{content}:{change.job_id}",
-                                 producer=self.producer, now_ms=now_ms,
-                                 correlation_id=f"{sched.CORRELATION_PREFIX}{name}",
-                                 causation_id=f"{name}@{fire_ms}", job_id=change.job_id,
-                                 tenant=job.tenant, replicas=change.replicas))
+                out.append(
+                    stamp(
+                        ServiceScaled,
+                        key=f"{name}@{fire_ms}:{content}:{change.job_id}",
+                        producer=self.producer,
+                        now_ms=now_ms,
+                        correlation_id=f"{sched.CORRELATION_PREFIX}{name}",
+                        causation_id=f"{name}@{fire_ms}",
+                        job_id=change.job_id,
+                        tenant=job.tenant,
+                        replicas=change.replicas,
+                    )
+                )
         return out
 
-    def _config_event(self, cls, value, now_ms: int, name: str, fire_ms: int, content: str, target: str):
+    def _config_event(
+        self, cls, value, now_ms: int, name: str, fire_ms: int, content: str, target: str
+    ):
         fields = {f: getattr(value, f) for f in cls.__struct_fields__ if f not in _ENVELOPE}
-        return stamp(cls, key=f"{name}@{fire_ms}:{content}:{target}", producer=self.producer, now_ms=now_ms,
-                     correlation_id=f"{sched.CORRELATION_PREFIX}{name}", causation_id=f"{name}@{fire_ms}",
-                     **fields)
+        return stamp(
+            cls,
+            key=f"{name}@{fire_ms}:{content}:{target}",
+            producer=self.producer,
+            now_ms=now_ms,
+            correlation_id=f"{sched.CORRELATION_PREFIX}{name}",
+            causation_id=f"{name}@{fire_ms}",
+            **fields,
+        )
 
 
 _ENVELOPE = frozenset(("event_id", "occurred_at_ms", "causation_id", "correlation_id", "producer"))

@@ -74,6 +74,7 @@ class AuthError(ValueError):
 
 # ---------------------------------------------------------------------- permissions
 
+
 def _stream_reader() -> list[str]:
     """JetStream API calls of a reader of the log: ordered consumers (with flow control),
     stream info, single-message and direct gets. Only unnamed (ephemeral) consumers: a
@@ -106,8 +107,13 @@ def _snapshot_user(key: str) -> list[str]:
     admin): writes to them, direct gets of them, the bucket's stream info. Nothing else of
     the bucket: no other key, no consumer (no watch or listing), no purge."""
     kv, prefix = f"KV_{SNAPSHOT_BUCKET}", f"$KV.{SNAPSHOT_BUCKET}.{key}"
-    return [prefix, f"{prefix}.>", f"$JS.API.STREAM.INFO.{kv}",
-            f"$JS.API.DIRECT.GET.{kv}.{prefix}", f"$JS.API.DIRECT.GET.{kv}.{prefix}.>"]
+    return [
+        prefix,
+        f"{prefix}.>",
+        f"$JS.API.STREAM.INFO.{kv}",
+        f"$JS.API.DIRECT.GET.{kv}.{prefix}",
+        f"$JS.API.DIRECT.GET.{kv}.{prefix}.>",
+    ]
 
 
 def permissions(principal: str) -> dict[str, Any] | None:
@@ -117,8 +123,13 @@ def permissions(principal: str) -> dict[str, Any] | None:
     if principal == "admin":
         return None
     if principal in SERVICE_SUBJECTS:
-        pub = [SERVICE_SUBJECTS[principal], "gl.dead.>", *reader, *_lease_user(principal),
-               *_snapshot_user(principal)]
+        pub = [
+            SERVICE_SUBJECTS[principal],
+            "gl.dead.>",
+            *reader,
+            *_lease_user(principal),
+            *_snapshot_user(principal),
+        ]
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
@@ -126,25 +137,47 @@ def permissions(principal: str) -> dict[str, Any] | None:
             pub += SCHEDULE_SUBJECTS  # time-of-day policies: only the two config events they change
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
-        return {"publish": ["gl.node.>", "gl.dead.>", *reader, *_snapshot_user("node-agent.*")],
-                "subscribe": []}
+        return {
+            "publish": ["gl.node.>", "gl.dead.>", *reader, *_snapshot_user("node-agent.*")],
+            "subscribe": [],
+        }
     if kind == "node":
-        return {"publish": [f"gl.node.{name}.>", "gl.dead.>", *reader,
-                            *_snapshot_user(f"node-agent.{name}")], "subscribe": []}
+        return {
+            "publish": [
+                f"gl.node.{name}.>",
+                "gl.dead.>",
+                *reader,
+                *_snapshot_user(f"node-agent.{name}"),
+            ],
+            "subscribe": [],
+        }
     if principal == "projector":  # its own durable consumer only (projections/nats_source.py)
-        durable = [f"$JS.API.CONSUMER.{op}.{STREAM}.{PROJECTOR_DURABLE}"
-                   for op in ("DURABLE.CREATE", "CREATE", "DELETE", "MSG.NEXT")]
+        durable = [
+            f"$JS.API.CONSUMER.{op}.{STREAM}.{PROJECTOR_DURABLE}"
+            for op in ("DURABLE.CREATE", "CREATE", "DELETE", "MSG.NEXT")
+        ]
         durable.append(f"$JS.ACK.{STREAM}.{PROJECTOR_DURABLE}.>")
         return {"publish": [*reader, *durable], "subscribe": []}
     if principal == "auditor":
         return {"publish": reader, "subscribe": []}
     if principal == "gateway":
-        return {"publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"], "subscribe": []}
+        return {
+            "publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"],
+            "subscribe": [],
+        }
     if kind == "ci":
-        return {"publish": [f"gl.submit.{name}.>", f"gl.cancel.{name}.>", f"gl.scale.{name}.>",
-                            f"{QUERY_PREFIX}.{name}.>"],
-                "subscribe": []}
-    raise AuthError(f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)")
+        return {
+            "publish": [
+                f"gl.submit.{name}.>",
+                f"gl.cancel.{name}.>",
+                f"gl.scale.{name}.>",
+                f"{QUERY_PREFIX}.{name}.>",
+            ],
+            "subscribe": [],
+        }
+    raise AuthError(
+        f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)"
+    )
 
 
 def check_principal(principal: str) -> str:
@@ -156,13 +189,16 @@ def check_principal(principal: str) -> str:
         elif sep and kind == "ci":
             validate_tenant(name)
         elif principal not in FIXED:
-            raise AuthError(f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)")
+            raise AuthError(
+                f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)"
+            )
     except ValueError as err:
         raise AuthError(f"principal {principal!r}: {err}") from None
     return principal
 
 
 # ---------------------------------------------------------------------- keys
+
 
 def new_seed() -> bytes:
     """A fresh nkey user seed (`SU...`)."""
@@ -198,6 +234,7 @@ def _write_secret(path: Path, data: bytes) -> None:
 
 # ---------------------------------------------------------------------- the directory
 
+
 @dataclass(frozen=True)
 class Principal:
     name: str
@@ -205,8 +242,12 @@ class Principal:
     public_key: str
 
     def entry(self) -> dict[str, str]:
-        return {"file": self.file, "kind": "nkey", "public_key": self.public_key,
-                "inbox_prefix": inbox_prefix(self.public_key)}
+        return {
+            "file": self.file,
+            "kind": "nkey",
+            "public_key": self.public_key,
+            "inbox_prefix": inbox_prefix(self.public_key),
+        }
 
 
 class AuthDir:
@@ -232,8 +273,10 @@ class AuthDir:
         """The seed file of `principal`."""
         found = self.principals().get(principal)
         if found is None:
-            raise AuthError(f"{self.path}: no identity {principal!r} (add it with `gpuledger auth add-node`"
-                            " or `add-tenant`)")
+            raise AuthError(
+                f"{self.path}: no identity {principal!r} (add it with `gpuledger auth add-node`"
+                " or `add-tenant`)"
+            )
         return self.path / found.file
 
     def add(self, *principals: str, rotate: bool = False) -> list[str]:
@@ -267,8 +310,9 @@ class AuthDir:
             _write_secret(path, secrets.token_urlsafe(32).encode())
         return path.read_text().strip()
 
-    def write_cluster_conf(self, routes: list[str], *, listen: str = "0.0.0.0:6222",
-                           name: str = CLUSTER_NAME) -> Path:
+    def write_cluster_conf(
+        self, routes: list[str], *, listen: str = "0.0.0.0:6222", name: str = CLUSTER_NAME
+    ) -> Path:
         """`cluster.conf` for a stand-alone cluster (compose, systemd): the `cluster` block
         every node includes, with route authentication and a route to each `host:port` of
         `routes` (a node skips the route to itself). Written 0600: it holds the route secret."""
@@ -287,8 +331,13 @@ class AuthDir:
             conf.write_text(server_conf())
 
 
-def init(path: str | os.PathLike[str], *, tenants: list[str] = (), nodes: list[str] = (),
-         cluster_routes: list[str] = ()) -> AuthDir:
+def init(
+    path: str | os.PathLike[str],
+    *,
+    tenants: list[str] = (),
+    nodes: list[str] = (),
+    cluster_routes: list[str] = (),
+) -> AuthDir:
     """Everything a cluster needs to run authenticated (idempotent: existing keys stay).
     `cluster_routes` (`host:port` of each NATS node's cluster port) also writes cluster.conf."""
     d = AuthDir(path)
@@ -305,12 +354,14 @@ def cluster_conf(name: str, listen: str, routes: list[str], password: str) -> st
     from urllib.parse import quote
 
     urls = [f"nats-route://{ROUTE_USER}:{quote(password, safe='')}@{r}" for r in routes]
-    return ("cluster {\n"
-            f"  name: {json.dumps(name)}\n"
-            f"  listen: {json.dumps(listen)}\n"
-            f"  authorization {{\n    user: {json.dumps(ROUTE_USER)}\n    password: {json.dumps(password)}\n  }}\n"
-            f"  routes: {json.dumps(urls)}\n"
-            "}\n")
+    return (
+        "cluster {\n"
+        f"  name: {json.dumps(name)}\n"
+        f"  listen: {json.dumps(listen)}\n"
+        f"  authorization {{\n    user: {json.dumps(ROUTE_USER)}\n    password: {json.dumps(password)}\n  }}\n"
+        f"  routes: {json.dumps(urls)}\n"
+        "}\n"
+    )
 
 
 def _user_block(p: Principal) -> str:
@@ -331,19 +382,24 @@ def _user_block(p: Principal) -> str:
 def auth_conf(principals) -> str:
     """The server's `authorization` block: one nkey user per principal, no anonymous user."""
     users = ",\n".join(_user_block(p) for p in sorted(principals, key=lambda p: p.name))
-    return ("# generated by gpuledger auth: one identity per principal, least privilege\n"
-            f"authorization {{\n  users = [\n{users}\n  ]\n}}\n")
+    return (
+        "# generated by gpuledger auth: one identity per principal, least privilege\n"
+        f"authorization {{\n  users = [\n{users}\n  ]\n}}\n"
+    )
 
 
 def server_conf(port: int = 4222, store_dir: str = "/data/jetstream") -> str:
     """A stand-alone server config (compose, systemd) that includes auth.conf."""
-    return (f"# generated by gpuledger auth init; edit freely (auth.conf is rewritten by `gpuledger auth`)\n"
-            f"port: {port}\n"
-            f"jetstream {{\n  store_dir: {json.dumps(store_dir)}\n  sync_interval: always\n}}\n"
-            f"include {AUTH_CONF}\n")
+    return (
+        f"# generated by gpuledger auth init; edit freely (auth.conf is rewritten by `gpuledger auth`)\n"
+        f"port: {port}\n"
+        f"jetstream {{\n  store_dir: {json.dumps(store_dir)}\n  sync_interval: always\n}}\n"
+        f"include {AUTH_CONF}\n"
+    )
 
 
 # ---------------------------------------------------------------------- clients
+
 
 @dataclass(frozen=True)
 class TlsFiles:
@@ -358,7 +414,11 @@ class TlsFiles:
     verify_clients: bool = False
 
 
-TLS_ENV = {"ca": "GPULEDGER_TLS_CA", "client_cert": "GPULEDGER_TLS_CERT", "client_key": "GPULEDGER_TLS_KEY"}
+TLS_ENV = {
+    "ca": "GPULEDGER_TLS_CA",
+    "client_cert": "GPULEDGER_TLS_CERT",
+    "client_key": "GPULEDGER_TLS_KEY",
+}
 CREDS_ENV = "GPULEDGER_CREDS"
 
 
@@ -368,7 +428,9 @@ def tls_from_env(environ: Mapping[str, str] = os.environ) -> TlsFiles | None:
     return TlsFiles(**values) if values["ca"] else None
 
 
-def client_options(creds: str | os.PathLike[str] | None = None, tls: TlsFiles | None = None) -> dict[str, Any]:
+def client_options(
+    creds: str | os.PathLike[str] | None = None, tls: TlsFiles | None = None
+) -> dict[str, Any]:
     """`nats.connect` options for a credential file (an nkey seed: its key signs the
     server's nonce, and replies use the principal's own inbox prefix) and optional TLS."""
     options: dict[str, Any] = {}

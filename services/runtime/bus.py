@@ -93,7 +93,9 @@ class ServerRotation:
     def __call__(self, servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
         if not servers:
             return None, 0.0
-        chosen = min(servers, key=lambda s: self.tries.get(s.uri.netloc, 0))  # first of the least tried
+        chosen = min(
+            servers, key=lambda s: self.tries.get(s.uri.netloc, 0)
+        )  # first of the least tried
         passes = self.tries.get(chosen.uri.netloc, 0)
         self.tries[chosen.uri.netloc] = passes + 1
         return chosen, 0.0 if passes == 0 else backoff_delay(self.wait, passes)
@@ -130,23 +132,31 @@ def damage_of(state: api.StreamState, after_seq: int = 0) -> str | None:
     happens to an intact log."""
     lost = state.lost.msgs if state.lost is not None and state.lost.msgs else []
     if lost:
-        return (f"the stream lost {len(lost)} message(s) (sequences {lost[0]}..{lost[-1]}); "
-                "its file store is damaged")
+        return (
+            f"the stream lost {len(lost)} message(s) (sequences {lost[0]}..{lost[-1]}); "
+            "its file store is damaged"
+        )
     if state.last_seq > after_seq and state.messages and state.first_seq > after_seq + 1:
-        return (f"the stream starts at sequence {state.first_seq}, not {after_seq + 1}: "
-                f"{state.first_seq - after_seq - 1} earlier message(s) are gone (purged or "
-                "lost) and there is no snapshot to start from")
+        return (
+            f"the stream starts at sequence {state.first_seq}, not {after_seq + 1}: "
+            f"{state.first_seq - after_seq - 1} earlier message(s) are gone (purged or "
+            "lost) and there is no snapshot to start from"
+        )
     if state.messages == 0 and state.last_seq > after_seq:
-        return (f"the stream holds no messages but its last sequence is {state.last_seq}: "
-                f"{state.last_seq - after_seq} message(s) are gone")
+        return (
+            f"the stream holds no messages but its last sequence is {state.last_seq}: "
+            f"{state.last_seq - after_seq} message(s) are gone"
+        )
     missing = state.num_deleted or 0
     span = state.last_seq - state.first_seq + 1 if state.messages else 0
     if not missing and state.messages and span > state.messages:
         missing = span - state.messages
     if missing:
-        return (f"{missing} message(s) are missing between sequences {state.first_seq} and "
-                f"{state.last_seq} ({state.messages} stored): deleted, or lost by a damaged "
-                "file store (a truncated block file)")
+        return (
+            f"{missing} message(s) are missing between sequences {state.first_seq} and "
+            f"{state.last_seq} ({state.messages} stored): deleted, or lost by a damaged "
+            "file store (a truncated block file)"
+        )
     return None
 
 
@@ -179,8 +189,11 @@ def ack_position(msg: Msg) -> tuple[int, int, int]:
     tokens = Msg.Metadata._get_metadata_fields(msg.reply)
     if len(tokens) == 9:
         return int(tokens[5]), int(tokens[8]), int(tokens[7]) // 1_000_000
-    return (int(tokens[Msg.Ack.StreamSeq]), int(tokens[Msg.Ack.NumPending]),
-            int(tokens[Msg.Ack.Timestamp]) // 1_000_000)
+    return (
+        int(tokens[Msg.Ack.StreamSeq]),
+        int(tokens[Msg.Ack.NumPending]),
+        int(tokens[Msg.Ack.Timestamp]) // 1_000_000,
+    )
 
 
 def received_ms(msg: Msg) -> int:
@@ -350,9 +363,12 @@ class Bus:
             nc = holder[0] if holder else None
             if nc is not None and nc.is_reconnecting:
                 server = nc._current_server  # noqa: SLF001 - the server just tried
-                log.warning("bus.reconnect_failed", error=repr(err),
-                            server=None if server is None else server.uri.netloc,
-                            attempt=None if server is None else server.reconnects + 1)
+                log.warning(
+                    "bus.reconnect_failed",
+                    error=repr(err),
+                    server=None if server is None else server.uri.netloc,
+                    attempt=None if server is None else server.reconnects + 1,
+                )
             else:
                 log.warning("bus.nats_error", error=repr(err))
 
@@ -388,13 +404,18 @@ class Bus:
         def before_sleep(state: tenacity.RetryCallState) -> None:
             if not quiet:
                 err = last_error[0] if last_error else state.outcome.exception()
-                log.warning("bus.connect_failed", servers=servers, attempt=state.attempt_number,
-                            error=repr(err),
-                            retry_in_s=round(state.upcoming_sleep, 2))
+                log.warning(
+                    "bus.connect_failed",
+                    servers=servers,
+                    attempt=state.attempt_number,
+                    error=repr(err),
+                    retry_in_s=round(state.upcoming_sleep, 2),
+                )
 
         retrying = tenacity.AsyncRetrying(
             wait=wait,
-            stop=tenacity.stop_never if connect_attempts is None
+            stop=tenacity.stop_never
+            if connect_attempts is None
             else tenacity.stop_after_attempt(connect_attempts),
             retry=tenacity.retry_if_exception_type((nats.errors.Error, OSError, TimeoutError)),
             before_sleep=before_sleep,
@@ -406,8 +427,9 @@ class Bus:
                 try:
                     # One pass over the servers (nats-py tries each twice back to back,
                     # its minimum); the backoff between passes is ours.
-                    nc = await nats.connect(servers, max_reconnect_attempts=1,
-                                            reconnect_time_wait=0, **options)
+                    nc = await nats.connect(
+                        servers, max_reconnect_attempts=1, reconnect_time_wait=0, **options
+                    )
                 except nats.errors.NoServersError:
                     if last_error and isinstance(last_error[0], Exception):
                         raise last_error[0] from None  # the real cause, not "no servers"
@@ -515,15 +537,20 @@ class Bus:
         log = structlog.get_logger("gpuledger.bus")
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
-            log.warning("bus.publish_retry", event_type=type(event).__name__,
-                        error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]
-                        attempt=state.attempt_number, retry_in_s=round(state.upcoming_sleep, 2))
+            log.warning(
+                "bus.publish_retry",
+                event_type=type(event).__name__,
+                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]
+                attempt=state.attempt_number,
+                retry_in_s=round(state.upcoming_sleep, 2),
+            )
 
         retrying = tenacity.AsyncRetrying(
             wait=connect_backoff(),
             stop=tenacity.stop_before_delay(within_s),
             retry=tenacity.retry_if_exception_type(
-                (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError, TimeoutError)),
+                (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError, TimeoutError)
+            ),
             before_sleep=before_sleep,
             reraise=True,
         )
@@ -540,8 +567,11 @@ class Bus:
         for event in batch:
             try:
                 headers = {MSG_ID: event.event_id} if event.event_id else None
-                futures.append(await self.js.publish_async(
-                    events.subject_for(event), events.encode(event), headers=headers))
+                futures.append(
+                    await self.js.publish_async(
+                        events.subject_for(event), events.encode(event), headers=headers
+                    )
+                )
             except Exception as err:  # noqa: BLE001 - reported per event to the caller
                 futures.append(err)
         out: list[int | BaseException] = []
@@ -565,8 +595,9 @@ class Bus:
         """`create_once_acked`'s seq."""
         return (await self.create_once_acked(event, read_existing=read_existing))[0]
 
-    async def create_once_acked(self, event: events.Event, *,
-                                read_existing: bool = True) -> tuple[int, bool]:
+    async def create_once_acked(
+        self, event: events.Event, *, read_existing: bool = True
+    ) -> tuple[int, bool]:
         """(seq, duplicate): duplicate is true when JetStream recognised the event id as one
         it stored within its duplicate window (a quick retry of the same create).
 
@@ -595,9 +626,11 @@ class Bus:
             if not read_existing:
                 raise AlreadyExists(subject, err.description or "") from err
             existing = await self.last_message(scope)
-            if existing is not None and event.event_id and (
-                existing.headers or {}
-            ).get(MSG_ID) == event.event_id:
+            if (
+                existing is not None
+                and event.event_id
+                and (existing.headers or {}).get(MSG_ID) == event.event_id
+            ):
                 return existing.seq or 0, True  # our own earlier create: an idempotent retry
             raise AlreadyExists(subject, err.description or "", existing) from err
         return ack.seq, bool(ack.duplicate)

@@ -48,8 +48,13 @@ def job_doc(rng: random.Random, index: int, prefix: str) -> dict[str, Any]:
     """One job of the mixed load, as a job document (`gpuledger submit` accepts it)."""
     tenant = TENANTS[index % 2]
     kind = rng.choices(("gang", "single", "mig", "share", "prod"), weights=(3, 2, 2, 2, 2))[0]
-    doc: dict[str, Any] = {"id": f"{prefix}-{index:05d}", "tenant": tenant, "class": "batch",
-                           "duration": f"{rng.randint(3, 9)}s", "checkpoint": {"save": "1s"}}
+    doc: dict[str, Any] = {
+        "id": f"{prefix}-{index:05d}",
+        "tenant": tenant,
+        "class": "batch",
+        "duration": f"{rng.randint(3, 9)}s",
+        "checkpoint": {"save": "1s"},
+    }
     if kind == "gang":
         doc.update(replicas=2, gpus=rng.choice((1, 2)))
     elif kind == "single":
@@ -59,8 +64,14 @@ def job_doc(rng: random.Random, index: int, prefix: str) -> dict[str, Any]:
     elif kind == "share":
         doc.update(gpu=rng.choice(("250m", "500m")))
     else:  # production work: a gang that needs most of the whole-GPU nodes
-        doc.update({"class": "prod", "replicas": 2, "gpus": rng.choice((2, 3)),
-                    "duration": f"{rng.randint(2, 5)}s"})
+        doc.update(
+            {
+                "class": "prod",
+                "replicas": 2,
+                "gpus": rng.choice((2, 3)),
+                "duration": f"{rng.randint(2, 5)}s",
+            }
+        )
     return doc
 
 
@@ -90,8 +101,13 @@ class Fault:
         return f"{self.at_s:7.1f}s  {self.kind:<8} {self.target_kind:<10} {self.target:<11} pid {self.pid or '-':<7}{hold}  {self.outcome}"
 
 
-def plan_faults(rng: random.Random, duration_s: float, targets: list[tuple[str, str]],
-                nats_nodes: int, min_faults: int | None = None) -> list[Fault]:
+def plan_faults(
+    rng: random.Random,
+    duration_s: float,
+    targets: list[tuple[str, str]],
+    nats_nodes: int,
+    min_faults: int | None = None,
+) -> list[Fault]:
     """A seeded schedule of faults over `duration_s` (after a short warm-up, before a
     cool-down): at least `min_faults` (default 12 a minute), evenly spread with jitter, each
     on a random target (`targets`: (name, kind) of the supervised processes, plus the NATS
@@ -129,8 +145,14 @@ class FaultInjector:
     (`nats`: an EmbeddedNats, or an EmbeddedNatsCluster with `nats_nodes` > 1), and heals
     what is still broken at the end. `say` gets one line per fault."""
 
-    def __init__(self, supervisor: Any, nats: Any, nats_nodes: int, rng: random.Random,
-                 say: Callable[[str], None] = lambda s: None) -> None:
+    def __init__(
+        self,
+        supervisor: Any,
+        nats: Any,
+        nats_nodes: int,
+        rng: random.Random,
+        say: Callable[[str], None] = lambda s: None,
+    ) -> None:
         self.supervisor, self.nats, self.nats_nodes = supervisor, nats, nats_nodes
         self.rng, self.say = rng, say
         self.done: list[Fault] = []
@@ -142,8 +164,9 @@ class FaultInjector:
     def pool(self) -> list[tuple[str, str]]:
         """Every target: (name, kind) of each supervised process and each NATS node."""
         kinds = {"node-agent": "node-agent", "projector": "projector"}
-        return ([(n, kinds.get(c.role, "service")) for n, c in sorted(self.supervisor.children.items())]
-                + [(f"nats-{i + 1}", "nats") for i in range(self.nats_nodes)])
+        return [
+            (n, kinds.get(c.role, "service")) for n, c in sorted(self.supervisor.children.items())
+        ] + [(f"nats-{i + 1}", "nats") for i in range(self.nats_nodes)]
 
     def _nats_node(self, i: int) -> Any:
         return self.nats.nodes[i] if self.nats_nodes > 1 else self.nats
@@ -278,8 +301,15 @@ class Load:
         from gpuledger.services.runtime.bus import AlreadyExists, Bus
 
         access = self.access
-        buses = {t: await Bus.connect(access.url, name=f"chaos-{t}", quiet=True,
-                                      **access.as_principal(f"ci:{t}").options()) for t in TENANTS}
+        buses = {
+            t: await Bus.connect(
+                access.url,
+                name=f"chaos-{t}",
+                quiet=True,
+                **access.as_principal(f"ci:{t}").options(),
+            )
+            for t in TENANTS
+        }
         rng = random.Random(self.seed * 7919 + 1)
         try:
             i = 0
@@ -291,7 +321,8 @@ class Load:
                 while not stop.is_set():  # the same event until JetStream acknowledges it
                     try:
                         seq, _dup = await asyncio.wait_for(
-                            bus.create_once_acked(event, read_existing=False), 5)
+                            bus.create_once_acked(event, read_existing=False), 5
+                        )
                         self.acked[spec.job_id] = seq
                         break
                     except AlreadyExists as exists:  # an earlier try landed; its ack was lost

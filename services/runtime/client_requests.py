@@ -26,7 +26,12 @@ from gpuledger import events as ev
 
 SUBMITTED, DUPLICATE, ADMITTED = "submitted", "duplicate", "admitted"
 REJECTED, REFUSED, CONFLICT = "rejected", "refused", "conflict"
-TIMEOUT, CANCEL_REQUESTED, UNKNOWN_JOB, UNAVAILABLE = "timeout", "cancel_requested", "unknown_job", "unavailable"
+TIMEOUT, CANCEL_REQUESTED, UNKNOWN_JOB, UNAVAILABLE = (
+    "timeout",
+    "cancel_requested",
+    "unknown_job",
+    "unavailable",
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,16 @@ class StatusQueryError(RuntimeError):
     """The admission service answered a status query with an error object."""
 
 
-async def ask_status(bus, tenant: str, job_id: str, *, after_seq: int = 0, timeout: float = 10.0,
-                     until: Callable[[Any], bool] | None = None, wait_for_service: bool = False):
+async def ask_status(
+    bus,
+    tenant: str,
+    job_id: str,
+    *,
+    after_seq: int = 0,
+    timeout: float = 10.0,
+    until: Callable[[Any], bool] | None = None,
+    wait_for_service: bool = False,
+):
     """Ask the admission service for `tenant`'s job `job_id` (`glq.job.<tenant>.<job>`, which a
     tenant's CI identity may do) until an answer has folded `after_seq` and satisfies `until`.
     None when no admission service answers at all (with `wait_for_service`: none has
@@ -75,7 +88,9 @@ async def ask_status(bus, tenant: str, job_id: str, *, after_seq: int = 0, timeo
     deadline = time.monotonic() + timeout
     while True:
         try:
-            msg = await bus.nc.request(f"{QUERY_PREFIX}.{tenant}.{job_id}", b"", timeout=min(2.0, timeout))
+            msg = await bus.nc.request(
+                f"{QUERY_PREFIX}.{tenant}.{job_id}", b"", timeout=min(2.0, timeout)
+            )
         except nats.errors.NoRespondersError:
             if not wait_for_service or time.monotonic() > deadline:
                 return None
@@ -107,7 +122,10 @@ def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None
     try:
         first = ev.decode(stored.data or b"")
     except ev.UndecodableEvent as exc:
-        return "JobIdConflict", f"its first submission could not be decoded and was rejected (InvalidSpec: {exc})"
+        return (
+            "JobIdConflict",
+            f"its first submission could not be decoded and was rejected (InvalidSpec: {exc})",
+        )
     if not isinstance(first, ev.JobSubmitted):
         return "JobIdConflict", f"its subject holds a {type(first).__name__}"
     if first.job == spec:
@@ -116,12 +134,18 @@ def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None
 
 
 def _no_admission(job_id: str) -> Outcome:
-    return Outcome(UNAVAILABLE, job_id, f"no admission service answers status queries about {job_id!r}",
-                   3, error=True)
+    return Outcome(
+        UNAVAILABLE,
+        job_id,
+        f"no admission service answers status queries about {job_id!r}",
+        3,
+        error=True,
+    )
 
 
-async def publish_submission(bus, event: ev.JobSubmitted, *, timeout: float = 30.0,
-                             read_log: bool = True) -> Outcome:
+async def publish_submission(
+    bus, event: ev.JobSubmitted, *, timeout: float = 30.0, read_log: bool = True
+) -> Outcome:
     """Create the job of `event` once: `submitted` (new), `duplicate` (the same content was
     submitted before: a retry), `conflict` (the id holds other content or another tenant's job),
     or `timeout` (the id is taken and nobody said by what in time)."""
@@ -132,17 +156,33 @@ async def publish_submission(bus, event: ev.JobSubmitted, *, timeout: float = 30
     try:
         seq, duplicate = await bus.create_once_acked(event, read_existing=False)
         if duplicate:  # a quick retry JetStream recognised by its event id
-            return Outcome(DUPLICATE, spec.job_id,
-                           f"already submitted {spec.job_id} (seq {seq}) with the same content", 0, seq=seq)
+            return Outcome(
+                DUPLICATE,
+                spec.job_id,
+                f"already submitted {spec.job_id} (seq {seq}) with the same content",
+                0,
+                seq=seq,
+            )
         return Outcome(SUBMITTED, spec.job_id, f"submitted {spec.job_id} (seq {seq})", 0, seq=seq)
     except AlreadyExists as exists:
         where = f" (seq {exists.last_seq})" if exists.last_seq else ""
         try:
-            st = await ask_status(bus, spec.tenant, spec.job_id, after_seq=exists.last_seq or 0,
-                                  timeout=timeout, wait_for_service=not read_log)
+            st = await ask_status(
+                bus,
+                spec.tenant,
+                spec.job_id,
+                after_seq=exists.last_seq or 0,
+                timeout=timeout,
+                wait_for_service=not read_log,
+            )
         except TimeoutError as exc:
-            return Outcome(TIMEOUT, spec.job_id, f"job {spec.job_id!r} already exists{where}, and {exc}",
-                           4, error=True)
+            return Outcome(
+                TIMEOUT,
+                spec.job_id,
+                f"job {spec.job_id!r} already exists{where}, and {exc}",
+                4,
+                error=True,
+            )
         if st is None and not read_log:
             return _no_admission(spec.job_id)
         if st is None:  # no admission service: compare with the stored creation itself
@@ -152,33 +192,62 @@ async def publish_submission(bus, event: ev.JobSubmitted, *, timeout: float = 30
         elif not st.known:
             conflict, seq = ("JobIdConflict", "it belongs to another tenant"), None
         elif st.spec is None:
-            conflict, seq = ("JobIdConflict", "its first submission could not be decoded and was rejected"), None
+            conflict, seq = (
+                ("JobIdConflict", "its first submission could not be decoded and was rejected"),
+                None,
+            )
         elif st.submit_event_id == event.event_id or st.spec == spec:
             conflict, seq = None, st.submit_seq
         else:
-            conflict = ("JobIdConflict", "other content: " + "; ".join(spec_differences(st.spec, spec)))
+            conflict = (
+                "JobIdConflict",
+                "other content: " + "; ".join(spec_differences(st.spec, spec)),
+            )
             seq = None
     if conflict is not None:
         reason, what = conflict
-        return Outcome(CONFLICT, spec.job_id,
-                       f"job {spec.job_id!r} already exists{where}: {what} ({reason}); submit under a new job id",
-                       1, reason=reason, message=what, error=True)
-    return Outcome(DUPLICATE, spec.job_id, f"already submitted {spec.job_id} (seq {seq}) with the same content",
-                   0, seq=seq or 0)
+        return Outcome(
+            CONFLICT,
+            spec.job_id,
+            f"job {spec.job_id!r} already exists{where}: {what} ({reason}); submit under a new job id",
+            1,
+            reason=reason,
+            message=what,
+            error=True,
+        )
+    return Outcome(
+        DUPLICATE,
+        spec.job_id,
+        f"already submitted {spec.job_id} (seq {seq}) with the same content",
+        0,
+        seq=seq or 0,
+    )
 
 
-async def wait_for_admission(bus, spec: ev.JobSpec, seq: int, timeout: float, *,
-                             read_log: bool = True) -> Outcome:
+async def wait_for_admission(
+    bus, spec: ev.JobSpec, seq: int, timeout: float, *, read_log: bool = True
+) -> Outcome:
     """The admission decision on the job submitted at `seq`: `admitted`, `rejected`, `refused`
     (the request itself, e.g. JobIdConflict), or `timeout`."""
     from gpuledger.events.reasons import JobState
 
-    late = Outcome(TIMEOUT, spec.job_id, f"no admission decision for {spec.job_id} within {timeout:g}s",
-                   4, seq=seq)
+    late = Outcome(
+        TIMEOUT,
+        spec.job_id,
+        f"no admission decision for {spec.job_id} within {timeout:g}s",
+        4,
+        seq=seq,
+    )
     try:
-        st = await ask_status(bus, spec.tenant, spec.job_id, after_seq=seq, timeout=timeout,
-                              until=lambda st: st.known and st.state != JobState.submitted,
-                              wait_for_service=not read_log)
+        st = await ask_status(
+            bus,
+            spec.tenant,
+            spec.job_id,
+            after_seq=seq,
+            timeout=timeout,
+            until=lambda st: st.known and st.state != JobState.submitted,
+            wait_for_service=not read_log,
+        )
     except TimeoutError:
         return late
     if st is not None:
@@ -196,26 +265,47 @@ async def wait_for_admission(bus, spec: ev.JobSpec, seq: int, timeout: float, *,
             if isinstance(e, ev.JobRejected) and e.job_id == spec.job_id:
                 return _rejected(spec.job_id, seq, e.reason, e.message)
             if isinstance(e, ev.RequestRefused) and e.request_seq == seq:
-                return Outcome(REFUSED, spec.job_id, f"refused {spec.job_id}: {e.reason}: {e.message}", 1,
-                               seq=seq, reason=e.reason, message=e.message)
+                return Outcome(
+                    REFUSED,
+                    spec.job_id,
+                    f"refused {spec.job_id}: {e.reason}: {e.message}",
+                    1,
+                    seq=seq,
+                    reason=e.reason,
+                    message=e.message,
+                )
         if time.monotonic() > deadline:
             break
     return late
 
 
 def _admitted(job_id: str, seq: int, priority: int | None) -> Outcome:
-    return Outcome(ADMITTED, job_id, f"admitted {job_id} (priority {priority})", 0, seq=seq,
-                   priority=priority)
+    return Outcome(
+        ADMITTED, job_id, f"admitted {job_id} (priority {priority})", 0, seq=seq, priority=priority
+    )
 
 
 def _rejected(job_id: str, seq: int, reason: str | None, message: str) -> Outcome:
-    return Outcome(REJECTED, job_id, f"rejected {job_id}: {reason}: {message}", 1, seq=seq,
-                   reason=reason, message=message)
+    return Outcome(
+        REJECTED,
+        job_id,
+        f"rejected {job_id}: {reason}: {message}",
+        1,
+        seq=seq,
+        reason=reason,
+        message=message,
+    )
 
 
-async def submit_job(bus, event: ev.JobSubmitted, *, wait: bool = False, timeout: float = 30.0,
-                     read_log: bool = True,
-                     on_published: Callable[[Outcome], None] | None = None) -> Outcome:
+async def submit_job(
+    bus,
+    event: ev.JobSubmitted,
+    *,
+    wait: bool = False,
+    timeout: float = 30.0,
+    read_log: bool = True,
+    on_published: Callable[[Outcome], None] | None = None,
+) -> Outcome:
     """Submit (once) and, with `wait`, wait for the admission decision. `on_published` sees
     the outcome of the publish before the wait (the CLI prints it at once)."""
     published = await publish_submission(bus, event, timeout=timeout, read_log=read_log)
@@ -226,8 +316,9 @@ async def submit_job(bus, event: ev.JobSubmitted, *, wait: bool = False, timeout
     return await wait_for_admission(bus, event.job, published.seq or 0, timeout, read_log=read_log)
 
 
-async def job_owner(bus, tenant: str | None, job_id: str, *, read_log: bool = True,
-                    timeout: float = 10.0) -> str | None:
+async def job_owner(
+    bus, tenant: str | None, job_id: str, *, read_log: bool = True, timeout: float = 10.0
+) -> str | None:
     """The tenant that has job `job_id`: asked of the admission service within `tenant`, else
     (no admission service, or no tenant given, and `read_log`) read from the log. None when
     nobody has it. TimeoutError; LookupError when no admission service answers and the log may
@@ -243,8 +334,9 @@ async def job_owner(bus, tenant: str | None, job_id: str, *, read_log: bool = Tr
     return None if target is None else target[1]
 
 
-async def cancel_job(bus, tenant: str | None, job_id: str, *, producer: str = "cli",
-                     read_log: bool = True) -> Outcome:
+async def cancel_job(
+    bus, tenant: str | None, job_id: str, *, producer: str = "cli", read_log: bool = True
+) -> Outcome:
     """Publish JobCancelled for a job `tenant` has (None: whichever tenant submitted it):
     `cancel_requested`, `unknown_job` (nothing published), `timeout`, `unavailable`."""
     from gpuledger.services.domain.stamp import stamp
@@ -257,9 +349,23 @@ async def cancel_job(bus, tenant: str | None, job_id: str, *, producer: str = "c
         return _no_admission(job_id)
     if owner is None or (tenant is not None and tenant != owner):
         where = "" if tenant is None else f" in tenant {tenant!r}"
-        return Outcome(UNKNOWN_JOB, job_id, f"no job {job_id!r}{where}: nothing was submitted under this id; "
-                       "nothing to cancel (UnknownJob)", 1, reason="UnknownJob", error=True)
-    event = stamp(ev.JobCancelled, key=job_id, producer=producer, now_ms=time.time_ns() // 1_000_000,
-                  correlation_id=job_id, job_id=job_id, tenant=owner)
+        return Outcome(
+            UNKNOWN_JOB,
+            job_id,
+            f"no job {job_id!r}{where}: nothing was submitted under this id; "
+            "nothing to cancel (UnknownJob)",
+            1,
+            reason="UnknownJob",
+            error=True,
+        )
+    event = stamp(
+        ev.JobCancelled,
+        key=job_id,
+        producer=producer,
+        now_ms=time.time_ns() // 1_000_000,
+        correlation_id=job_id,
+        job_id=job_id,
+        tenant=owner,
+    )
     seq = await bus.publish(event)
     return Outcome(CANCEL_REQUESTED, job_id, f"cancel requested for {job_id}", 0, seq=seq)

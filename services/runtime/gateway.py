@@ -47,8 +47,15 @@ MAX_WAIT_S = 300.0
 PRODUCER = "gateway"
 
 HTTP_STATUS = {
-    cr.SUBMITTED: 202, cr.DUPLICATE: 200, cr.ADMITTED: 200, cr.REJECTED: 422, cr.REFUSED: 422,
-    cr.CONFLICT: 409, cr.TIMEOUT: 504, cr.CANCEL_REQUESTED: 202, cr.UNKNOWN_JOB: 404,
+    cr.SUBMITTED: 202,
+    cr.DUPLICATE: 200,
+    cr.ADMITTED: 200,
+    cr.REJECTED: 422,
+    cr.REFUSED: 422,
+    cr.CONFLICT: 409,
+    cr.TIMEOUT: 504,
+    cr.CANCEL_REQUESTED: 202,
+    cr.UNKNOWN_JOB: 404,
     cr.UNAVAILABLE: 503,
 }
 
@@ -72,8 +79,10 @@ def outcome_body(outcome: cr.Outcome) -> tuple[int, dict[str, Any]]:
             body["priority"] = outcome.priority
         body["message"] = outcome.text
     else:
-        body["reason"] = outcome.reason or {cr.TIMEOUT: "Timeout", cr.UNAVAILABLE: "Unavailable"}.get(
-            outcome.status, outcome.status)
+        body["reason"] = outcome.reason or {
+            cr.TIMEOUT: "Timeout",
+            cr.UNAVAILABLE: "Unavailable",
+        }.get(outcome.status, outcome.status)
         body["message"] = outcome.message or outcome.text
     return HTTP_STATUS[outcome.status], body
 
@@ -84,8 +93,9 @@ class _NoAliasLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "aliases are not allowed in a request body",
-                                              event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, "aliases are not allowed in a request body", event.start_mark
+            )
         return super().compose_node(parent, index)
 
 
@@ -96,9 +106,15 @@ def parse_body(data: bytes) -> Any:
     except UnicodeDecodeError:
         raise HttpError(400, "InvalidSpec", "body: not UTF-8") from None
     try:
-        return json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.load(text, _NoAliasLoader)
+        return (
+            json.loads(text)
+            if text.lstrip().startswith(("{", "["))
+            else yaml.load(text, _NoAliasLoader)
+        )
     except (ValueError, yaml.YAMLError) as exc:
-        raise HttpError(400, "InvalidSpec", " ".join(f"body: not JSON/YAML: {exc}".split())) from None
+        raise HttpError(
+            400, "InvalidSpec", " ".join(f"body: not JSON/YAML: {exc}".split())
+        ) from None
 
 
 def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
@@ -107,10 +123,18 @@ def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
     from gpuledger.services.domain.stamp import submission
 
     if not isinstance(doc, dict):
-        raise HttpError(400, "InvalidSpec", f"body: (top level): expected a mapping of keys, got {type(doc).__name__}")
+        raise HttpError(
+            400,
+            "InvalidSpec",
+            f"body: (top level): expected a mapping of keys, got {type(doc).__name__}",
+        )
     claimed = doc.get("tenant")
     if isinstance(claimed, str) and claimed != tenant:
-        raise HttpError(403, "Forbidden", f"body: tenant: {claimed!r} is not the tenant of this path ({tenant!r})")
+        raise HttpError(
+            403,
+            "Forbidden",
+            f"body: tenant: {claimed!r} is not the tenant of this path ({tenant!r})",
+        )
     try:
         spec = job_spec(doc)
         event = submission(spec, producer=PRODUCER, now_ms=time.time_ns() // 1_000_000)
@@ -121,7 +145,11 @@ def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
     except ev.InvalidId as exc:
         raise HttpError(400, "InvalidSpec", f"body: {exc}") from None
     if spec.tenant != tenant:
-        raise HttpError(403, "Forbidden", f"body: tenant: {spec.tenant!r} is not the tenant of this path ({tenant!r})")
+        raise HttpError(
+            403,
+            "Forbidden",
+            f"body: tenant: {spec.tenant!r} is not the tenant of this path ({tenant!r})",
+        )
     return event
 
 
@@ -135,7 +163,11 @@ def wait_args(query) -> tuple[bool, float]:
     except ValueError:
         raise HttpError(400, "InvalidRequest", "timeout: expected seconds (a number)") from None
     if not 0 < timeout <= MAX_WAIT_S:
-        raise HttpError(400, "InvalidRequest", f"timeout: expected more than 0 and at most {MAX_WAIT_S:g} seconds")
+        raise HttpError(
+            400,
+            "InvalidRequest",
+            f"timeout: expected more than 0 and at most {MAX_WAIT_S:g} seconds",
+        )
     return raw in ("true", "1", "yes"), timeout
 
 
@@ -153,7 +185,9 @@ class Gateway:
         request.state.tenant = tenant
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise HttpError(401, "Unauthorized", "missing bearer token (Authorization: Bearer <token>)")
+            raise HttpError(
+                401, "Unauthorized", "missing bearer token (Authorization: Bearer <token>)"
+            )
         try:
             self.tokens.reload()
         except TokenFileError as exc:  # keep serving with the tokens last loaded
@@ -217,8 +251,14 @@ class Gateway:
 
     async def healthz(self, request: Request) -> JSONResponse:
         connected = self.bus is not None and self.bus.nc.is_connected
-        return JSONResponse({"ok": connected, "nats": "connected" if connected else "disconnected",
-                             "tokens": self.tokens.count}, status_code=200 if connected else 503)
+        return JSONResponse(
+            {
+                "ok": connected,
+                "nats": "connected" if connected else "disconnected",
+                "tokens": self.tokens.count,
+            },
+            status_code=200 if connected else 503,
+        )
 
     @staticmethod
     def outcome(request: Request, outcome: cr.Outcome) -> JSONResponse:
@@ -240,23 +280,32 @@ class _RequestLog(BaseHTTPMiddleware):
             unavailable = isinstance(exc, nats.errors.Error | OSError)
             request.state.reason = "Unavailable" if unavailable else "InternalError"
             log.exception("gateway.error", path=request.url.path)
-            response = JSONResponse({"reason": request.state.reason,
-                                     "message": f"{type(exc).__name__}: {exc}"[:300]},
-                                    status_code=503 if unavailable else 500)
-        log.info("gateway.request", method=request.method, path=request.url.path,
-                 status=response.status_code, tenant=getattr(request.state, "tenant", None),
-                 job=getattr(request.state, "job", None), reason=getattr(request.state, "reason", None),
-                 client=request.client.host if request.client else None,
-                 ms=round((time.perf_counter() - started) * 1000, 1))
+            response = JSONResponse(
+                {"reason": request.state.reason, "message": f"{type(exc).__name__}: {exc}"[:300]},
+                status_code=503 if unavailable else 500,
+            )
+        log.info(
+            "gateway.request",
+            method=request.method,
+            path=request.url.path,
+            status=response.status_code,
+            tenant=getattr(request.state, "tenant", None),
+            job=getattr(request.state, "job", None),
+            reason=getattr(request.state, "reason", None),
+            client=request.client.host if request.client else None,
+            ms=round((time.perf_counter() - started) * 1000, 1),
+        )
         return response
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HttpError)
     request.state.reason = exc.reason
-    return JSONResponse({"reason": exc.reason, "message": exc.message, **exc.extra},
-                        status_code=exc.status,
-                        headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+    return JSONResponse(
+        {"reason": exc.reason, "message": exc.message, **exc.extra},
+        status_code=exc.status,
+        headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None,
+    )
 
 
 def create_app(gateway: Gateway) -> Starlette:
@@ -270,8 +319,9 @@ def create_app(gateway: Gateway) -> Starlette:
 
         own = gateway.bus is None
         if own:
-            gateway.bus = await Bus.connect(gateway.access.url, name="gpuledger-gateway",
-                                            **gateway.access.options())
+            gateway.bus = await Bus.connect(
+                gateway.access.url, name="gpuledger-gateway", **gateway.access.options()
+            )
         try:
             yield
         finally:
@@ -285,23 +335,32 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/v1/tenants/{tenant:path}/jobs/{job}", gateway.status, methods=["GET"]),
         Route("/v1/tenants/{tenant:path}/jobs/{job}", gateway.cancel, methods=["DELETE"]),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_RequestLog)], lifespan=lifespan,
-                     exception_handlers={HttpError: _http_error})
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(_RequestLog)],
+        lifespan=lifespan,
+        exception_handlers={HttpError: _http_error},
+    )
 
 
 def server(app: Starlette, host: str, port: int):
     """A uvicorn server for `app` (logging through structlog, no access log: ours is one line)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                            lifespan="on")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False, lifespan="on"
+    )
     return uvicorn.Server(config)
 
 
 async def serve(gateway: Gateway, host: str, port: int) -> None:
     """Run until SIGINT / SIGTERM (uvicorn's handlers)."""
     srv = server(create_app(gateway), host, port)
-    log.info("gateway.listening", url=f"http://{host}:{port}", nats=gateway.access.url,
-             tokens=gateway.tokens.count)
+    log.info(
+        "gateway.listening",
+        url=f"http://{host}:{port}",
+        nats=gateway.access.url,
+        tokens=gateway.tokens.count,
+    )
     await srv.serve()
     await asyncio.sleep(0)

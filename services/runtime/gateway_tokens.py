@@ -47,8 +47,12 @@ def parse(doc: Any, where: str) -> dict[str, tuple[str, ...]]:
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise TokenFileError([f"{where}: (top level): expected a mapping of tenant to a list of "
-                              f"'sha256:<hex>' token hashes, got {type(doc).__name__}"])
+        raise TokenFileError(
+            [
+                f"{where}: (top level): expected a mapping of tenant to a list of "
+                f"'sha256:<hex>' token hashes, got {type(doc).__name__}"
+            ]
+        )
     problems: list[str] = []
     out: dict[str, tuple[str, ...]] = {}
     owner: dict[str, str] = {}
@@ -61,17 +65,22 @@ def parse(doc: Any, where: str) -> dict[str, tuple[str, ...]]:
         if hashes is None:
             hashes = []
         if not isinstance(hashes, list):
-            problems.append(f"{where}: {tenant}: expected a list of 'sha256:<hex>' token hashes, "
-                            f"got {type(hashes).__name__}")
+            problems.append(
+                f"{where}: {tenant}: expected a list of 'sha256:<hex>' token hashes, "
+                f"got {type(hashes).__name__}"
+            )
             continue
         for i, h in enumerate(hashes):
             if not isinstance(h, str) or not _HASH.match(h):
-                problems.append(f"{where}: {tenant}[{i}]: expected 'sha256:' and 64 lower-case hex "
-                                "digits, the hash of a token (the file never holds tokens themselves; "
-                                "`gpuledger gateway token` adds one)")
+                problems.append(
+                    f"{where}: {tenant}[{i}]: expected 'sha256:' and 64 lower-case hex "
+                    "digits, the hash of a token (the file never holds tokens themselves; "
+                    "`gpuledger gateway token` adds one)"
+                )
             elif owner.setdefault(h, str(tenant)) != str(tenant):
-                problems.append(f"{where}: {tenant}[{i}]: the same token hash is listed for "
-                                f"tenant {owner[h]!r}")
+                problems.append(
+                    f"{where}: {tenant}[{i}]: the same token hash is listed for tenant {owner[h]!r}"
+                )
         out[str(tenant)] = tuple(h for h in hashes if isinstance(h, str))
     if problems:
         raise TokenFileError(problems)
@@ -135,8 +144,10 @@ def add_token(path: Path, tenant: str) -> str:
     tenants = dict(load(path)) if path.exists() else {}
     token = secrets.token_urlsafe(32)
     tenants[tenant] = (*tenants.get(tenant, ()), token_hash(token))
-    text = ("# gpuledger gateway tokens: tenant -> sha256 hashes of its bearer tokens\n"
-            + yaml.safe_dump({t: list(h) for t, h in tenants.items()}, sort_keys=True))
+    text = (
+        "# gpuledger gateway tokens: tenant -> sha256 hashes of its bearer tokens\n"
+        + yaml.safe_dump({t: list(h) for t, h in tenants.items()}, sort_keys=True)
+    )
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

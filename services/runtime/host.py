@@ -234,9 +234,14 @@ class Host:
                 return
             self._manifest = manifest
             info = await self.bus.stream_info()
-            check_snapshot(manifest, name=self.service.name, instance=self.service.instance,
-                           first_seq=info.state.first_seq if info.state.messages else 0,
-                           last_seq=info.state.last_seq, created=str(info.created or ""))
+            check_snapshot(
+                manifest,
+                name=self.service.name,
+                instance=self.service.instance,
+                first_seq=info.state.first_seq if info.state.messages else 0,
+                last_seq=info.state.last_seq,
+                created=str(info.created or ""),
+            )
             fold = loads(await store.payload(manifest), manifest)
             check_snapshot_state(manifest, fold)
             try:
@@ -244,17 +249,30 @@ class Host:
             except Exception as err:  # noqa: BLE001 - e.g. another service's kind of fold
                 raise Unusable(f"does not fit this service: {_text(err)}") from None
         except Unusable as why:
-            self.log.warning("host.snapshot_ignored", key=store.key, reason=str(why),
-                             action="folding the whole log")
+            self.log.warning(
+                "host.snapshot_ignored",
+                key=store.key,
+                reason=str(why),
+                action="folding the whole log",
+            )
             return
         except _BUS_ERRORS as err:
-            self.log.warning("host.snapshot_ignored", key=store.key,
-                             reason=f"cannot read it: {_text(err)}", action="folding the whole log")
+            self.log.warning(
+                "host.snapshot_ignored",
+                key=store.key,
+                reason=f"cannot read it: {_text(err)}",
+                action="folding the whole log",
+            )
             return
         self.state = state
         self.folded_seq = self.stats.restored_seq = self.stats.last_snapshot_seq = manifest.seq
-        self.log.info("host.snapshot_loaded", key=store.key, seq=manifest.seq,
-                      bytes=manifest.bytes, seconds=round(time.monotonic() - started, 3))
+        self.log.info(
+            "host.snapshot_loaded",
+            key=store.key,
+            seq=manifest.seq,
+            bytes=manifest.bytes,
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     def _maybe_snapshot(self) -> None:
         """Save the fold if due (caught up, no dead letter pending; the leader only, where a
@@ -283,10 +301,15 @@ class Host:
             return
         self._snapshot_pause_s = time.monotonic() - t0
         self._snapshot_at = time.monotonic()
-        fields = {"service": self.service.name, "instance": self.service.instance,
-                  "seq": self.folded_seq, "config_digest": config_digest(fold)}
-        self._snapshot_task = asyncio.create_task(self._write_snapshot(fields, encoding),
-                                                  name=f"snapshot-{self.service.name}")
+        fields = {
+            "service": self.service.name,
+            "instance": self.service.instance,
+            "seq": self.folded_seq,
+            "config_digest": config_digest(fold),
+        }
+        self._snapshot_task = asyncio.create_task(
+            self._write_snapshot(fields, encoding), name=f"snapshot-{self.service.name}"
+        )
 
     async def _write_snapshot(self, fields: dict[str, Any], encoding: Encoding) -> None:
         store = self.snapshots
@@ -317,11 +340,16 @@ class Host:
             return
         self.stats.snapshots_saved += 1
         self.stats.last_snapshot_seq = fields["seq"]
-        self.log.info("host.snapshot_saved", key=store.key, seq=fields["seq"],
-                      raw_bytes=fields["raw_bytes"], bytes=len(data),
-                      pause_s=round(self._snapshot_pause_s, 3),
-                      encode_s=round(self._snapshot_cost_s, 3),
-                      seconds=round(time.monotonic() - t0, 3))
+        self.log.info(
+            "host.snapshot_saved",
+            key=store.key,
+            seq=fields["seq"],
+            raw_bytes=fields["raw_bytes"],
+            bytes=len(data),
+            pause_s=round(self._snapshot_pause_s, 3),
+            encode_s=round(self._snapshot_cost_s, 3),
+            seconds=round(time.monotonic() - t0, 3),
+        )
 
     async def _refuse(self, reason: str) -> None:
         """Never decide from a partial log: say so once, then only wait to be stopped."""
@@ -361,15 +389,22 @@ class Host:
         if caught_up:
             if self.gc is not None:
                 self.gc.after_initial_fold()
-            self.log.info("host.folded", seq=self.folded_seq, from_seq=self.stats.restored_seq,
-                          events=0, seconds=0.0)
+            self.log.info(
+                "host.folded",
+                seq=self.folded_seq,
+                from_seq=self.stats.restored_seq,
+                events=0,
+                seconds=0.0,
+            )
         while True:
             if caught_up and self.folded_seq >= self._awaiting_seq:
                 if self._pending_dead:
                     await self._publish_dead_letters()
                     continue
                 if self.may_decide:
-                    produced_new = False if self._still_quiet() else await self._decide_and_publish()
+                    produced_new = (
+                        False if self._still_quiet() else await self._decide_and_publish()
+                    )
                     if produced_new is None:  # bus trouble: back off, then decide again
                         await asyncio.sleep(self.retry_backoff_s)
                         continue
@@ -442,7 +477,10 @@ class Host:
 
     def _still_quiet(self) -> bool:
         """Whether the last decide was quiet and nothing folded since can change that."""
-        if self._stale or self._quiet_at != (getattr(self.state, "nodes_version", None), self.leader_epoch):
+        if self._stale or self._quiet_at != (
+            getattr(self.state, "nodes_version", None),
+            self.leader_epoch,
+        ):
             return False
         return self._wake_at is None or self.clock() < self._wake_at
 
@@ -603,8 +641,9 @@ async def run_service(
     host_options["snapshot_policy"] = snapshot_policy or SnapshotPolicy()
     cleaning_up = asyncio.Event()
     main = asyncio.create_task(
-        _connect_and_run(service, url, clock, lease_ttl_s, on_host, nats_options, host_options,
-                         cleaning_up),
+        _connect_and_run(
+            service, url, clock, lease_ttl_s, on_host, nats_options, host_options, cleaning_up
+        ),
         name=f"service-{service.name}-{service.instance}",
     )
     stopper = asyncio.create_task(asyncio.Event().wait() if stop is None else stop.wait())
@@ -654,7 +693,8 @@ async def _connect_and_run(
             lease = Lease(
                 None,
                 service.name,
-                holder=given if given.startswith(f"{service.name}/")
+                holder=given
+                if given.startswith(f"{service.name}/")
                 else f"{service.name}/{service.instance}/{uuid.uuid4().hex[:8]}",
                 ttl_s=lease_ttl_s,
             )
@@ -665,8 +705,12 @@ async def _connect_and_run(
             store = await open_snapshots(bus, service, log)
         host = Host(service, bus, clock=clock, lease=lease, snapshots=store, **host_options)
         if snapshotting and store is None:  # fold without; save once the bucket answers
-            tasks.append(asyncio.create_task(keep_opening_snapshots(bus, service, host, log),
-                                             name=f"snapshots-{service.name}"))
+            tasks.append(
+                asyncio.create_task(
+                    keep_opening_snapshots(bus, service, host, log),
+                    name=f"snapshots-{service.name}",
+                )
+            )
         if on_host is not None:
             on_host(host)
         await answer_queries(bus, host)
@@ -692,8 +736,11 @@ async def open_snapshots(bus: Bus, service: Service, log: Any) -> SnapshotStore 
     try:
         kv = await snapshot_bucket(bus)
     except nats.js.errors.BucketNotFoundError:
-        log.warning("host.snapshots_off", reason="no snapshot bucket (the operator creates it: "
-                    "`gpuledger up`, or any admin command such as `gpuledger apply`)")
+        log.warning(
+            "host.snapshots_off",
+            reason="no snapshot bucket (the operator creates it: "
+            "`gpuledger up`, or any admin command such as `gpuledger apply`)",
+        )
         return None
     except _BUS_ERRORS as err:
         log.warning("host.snapshots_off", reason=f"cannot open the snapshot bucket: {_text(err)}")
@@ -722,7 +769,8 @@ async def keep_opening_snapshots(bus: Bus, service: Service, host: Host, log: An
     await asyncio.sleep(first)
     retrying = tenacity.AsyncRetrying(  # waits 2 x first, 4 x first, ... up to longest
         wait=tenacity.wait_exponential(multiplier=2 * first, max=longest),
-        retry=tenacity.retry_if_exception_type(_BUS_ERRORS))  # BucketNotFoundError included
+        retry=tenacity.retry_if_exception_type(_BUS_ERRORS),
+    )  # BucketNotFoundError included
     kv = await retrying(snapshot_bucket, bus)
     host.snapshots = _snapshot_store(bus, service, kv)
     log.info("host.snapshots_on", key=host.snapshots.key)

@@ -85,9 +85,14 @@ async def open_lease_bucket(bus: Bus, *, retry_s: float = 2.0) -> KeyValue:
             why = "no such bucket"
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as err:
             why = repr(err)[:200]
-        log.warning("lease.bucket_unavailable", bucket=BUCKET, error=why, retry_s=retry_s,
-                    action="the operator creates it with the stream: `gpuledger apply` (or "
-                           "`gpuledger up`) with the admin credential; folding as a standby meanwhile")
+        log.warning(
+            "lease.bucket_unavailable",
+            bucket=BUCKET,
+            error=why,
+            retry_s=retry_s,
+            action="the operator creates it with the stream: `gpuledger apply` (or "
+            "`gpuledger up`) with the admin credential; folding as a standby meanwhile",
+        )
         await asyncio.sleep(retry_s)
 
 
@@ -193,8 +198,12 @@ class Lease:
             taken = await self.kv.update(self.key, self._value(), last=revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             return None  # renewed, released or taken by another standby just now
-        self.log.warning("lease.taken_over", epoch=taken, previous_revision=revision,
-                         unrenewed_s=round(now - self._seen[1], 3))
+        self.log.warning(
+            "lease.taken_over",
+            epoch=taken,
+            previous_revision=revision,
+            unrenewed_s=round(now - self._seen[1], 3),
+        )
         return taken
 
     async def _reclaim(self, entry: Any) -> int | None:
@@ -278,8 +287,12 @@ class Lease:
                 if left <= 0:
                     self._lose(f"renewal failed: {err!r}")
                     return
-                self.log.warning("lease.renew_failed", epoch=self.epoch, error=repr(err)[:200],
-                                 retry_s=round(min(self.poll_s, left), 3))
+                self.log.warning(
+                    "lease.renew_failed",
+                    epoch=self.epoch,
+                    error=repr(err)[:200],
+                    retry_s=round(min(self.poll_s, left), 3),
+                )
                 delay = min(self.poll_s, left)
 
     def _lose(self, why: str) -> None:

@@ -45,7 +45,16 @@ def _want_json() -> bool:
 _stream: Any = None  # where configure_logging sends log lines (fallback lines go there too)
 
 _METHODS = (
-    "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "msg", "log",
+    "debug",
+    "info",
+    "warning",
+    "warn",
+    "error",
+    "exception",
+    "critical",
+    "fatal",
+    "msg",
+    "log",
 )
 _ASYNC_METHODS = tuple(f"a{name}" for name in _METHODS)
 
@@ -54,8 +63,12 @@ def _fallback(method: str, args: tuple[Any, ...], exc: BaseException) -> None:
     """Last resort when a log call failed: one JSON line on stderr naming the lost event."""
     try:
         logged = next((a for a in args if isinstance(a, str)), "?")
-        line = {"event": "log.failed", "method": method, "logged": logged[:200],
-                "error": type(exc).__name__}
+        line = {
+            "event": "log.failed",
+            "method": method,
+            "logged": logged[:200],
+            "error": type(exc).__name__,
+        }
         (_stream or sys.stderr).write(json.dumps(line) + "\n")
     except Exception:  # noqa: BLE001, S110 - nothing left to report to
         pass
@@ -98,8 +111,6 @@ def safe_logger_class(level: int) -> type:
         if hasattr(base, name)
     }
     return type(f"Safe{base.__name__}", (base,), ns)
-
-
 
 
 class _StderrHandler(logging.StreamHandler):

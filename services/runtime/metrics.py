@@ -24,7 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DECIDE_BUCKETS: tuple[float, ...] = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
 )
 """Upper bounds (seconds) of the decide latency histogram."""
 
@@ -97,44 +109,106 @@ def _spec(name: str, type_: str, labels: tuple[str, ...], help_: str, source: st
 
 _SVC = ("service", "node")
 SERVICE_METRICS: tuple[MetricSpec, ...] = (
-    _spec("gpuledger_service_decide_duration_seconds", "histogram", _SVC,
-          "Wall-clock duration of each decide call of the service's decider.",
-          "HostStats.decide_seconds"),
-    _spec("gpuledger_service_fold_lag_messages", "gauge", _SVC,
-          "Stream messages the service has not folded yet: the stream's last sequence (as the "
-          "host last saw it) minus the last sequence folded; 0 when caught up.",
-          "Host.stream_seq - Host.folded_seq"),
-    _spec("gpuledger_service_folded_seq", "gauge", _SVC,
-          "Last stream sequence the service has folded.", "Host.folded_seq"),
-    _spec("gpuledger_service_stream_last_seq", "gauge", _SVC,
-          "The stream's last sequence as the service last saw it.", "Host.stream_seq"),
-    _spec("gpuledger_service_events_folded_total", "counter", _SVC,
-          "Stream messages the service has folded since it started.", "HostStats.folded"),
-    _spec("gpuledger_service_decisions_total", "counter", _SVC,
-          "Decide calls that returned events (decision batches).", "HostStats.decisions"),
-    _spec("gpuledger_service_events_published_total", "counter", _SVC,
-          "Decided events the service published that were new to the log.",
-          "HostStats.published"),
-    _spec("gpuledger_service_duplicate_publishes_total", "counter", _SVC,
-          "Decided events the stream deduplicated (already in the log).",
-          "HostStats.duplicates"),
-    _spec("gpuledger_service_dead_letters_detected_total", "counter", _SVC,
-          "Messages the service could not fold (undecodable, refused, evolve raised).",
-          "HostStats.dead_letters"),
-    _spec("gpuledger_service_dead_letters_published_total", "counter", _SVC,
-          "DeadLettered events this service recorded in the log.",
-          "HostStats.dead_letters_published"),
-    _spec("gpuledger_service_decide_errors_total", "counter", _SVC,
-          "Decide calls that raised (a decider bug; the host keeps folding).",
-          "HostStats.decide_errors"),
-    _spec("gpuledger_service_publish_errors_total", "counter", _SVC,
-          "Decided events that could not be published.", "HostStats.publish_errors"),
-    _spec("gpuledger_service_leader", "gauge", _SVC,
-          "1 while the service may decide (holds its leader lease, or runs without one), "
-          "else 0 (a folding standby).", "Host.may_decide"),
-    _spec("gpuledger_service_refusing", "gauge", _SVC,
-          "1 while the service refuses to decide because the log has a hole, else 0.",
-          "Host.gap"),
+    _spec(
+        "gpuledger_service_decide_duration_seconds",
+        "histogram",
+        _SVC,
+        "Wall-clock duration of each decide call of the service's decider.",
+        "HostStats.decide_seconds",
+    ),
+    _spec(
+        "gpuledger_service_fold_lag_messages",
+        "gauge",
+        _SVC,
+        "Stream messages the service has not folded yet: the stream's last sequence (as the "
+        "host last saw it) minus the last sequence folded; 0 when caught up.",
+        "Host.stream_seq - Host.folded_seq",
+    ),
+    _spec(
+        "gpuledger_service_folded_seq",
+        "gauge",
+        _SVC,
+        "Last stream sequence the service has folded.",
+        "Host.folded_seq",
+    ),
+    _spec(
+        "gpuledger_service_stream_last_seq",
+        "gauge",
+        _SVC,
+        "The stream's last sequence as the service last saw it.",
+        "Host.stream_seq",
+    ),
+    _spec(
+        "gpuledger_service_events_folded_total",
+        "counter",
+        _SVC,
+        "Stream messages the service has folded since it started.",
+        "HostStats.folded",
+    ),
+    _spec(
+        "gpuledger_service_decisions_total",
+        "counter",
+        _SVC,
+        "Decide calls that returned events (decision batches).",
+        "HostStats.decisions",
+    ),
+    _spec(
+        "gpuledger_service_events_published_total",
+        "counter",
+        _SVC,
+        "Decided events the service published that were new to the log.",
+        "HostStats.published",
+    ),
+    _spec(
+        "gpuledger_service_duplicate_publishes_total",
+        "counter",
+        _SVC,
+        "Decided events the stream deduplicated (already in the log).",
+        "HostStats.duplicates",
+    ),
+    _spec(
+        "gpuledger_service_dead_letters_detected_total",
+        "counter",
+        _SVC,
+        "Messages the service could not fold (undecodable, refused, evolve raised).",
+        "HostStats.dead_letters",
+    ),
+    _spec(
+        "gpuledger_service_dead_letters_published_total",
+        "counter",
+        _SVC,
+        "DeadLettered events this service recorded in the log.",
+        "HostStats.dead_letters_published",
+    ),
+    _spec(
+        "gpuledger_service_decide_errors_total",
+        "counter",
+        _SVC,
+        "Decide calls that raised (a decider bug; the host keeps folding).",
+        "HostStats.decide_errors",
+    ),
+    _spec(
+        "gpuledger_service_publish_errors_total",
+        "counter",
+        _SVC,
+        "Decided events that could not be published.",
+        "HostStats.publish_errors",
+    ),
+    _spec(
+        "gpuledger_service_leader",
+        "gauge",
+        _SVC,
+        "1 while the service may decide (holds its leader lease, or runs without one), "
+        "else 0 (a folding standby).",
+        "Host.may_decide",
+    ),
+    _spec(
+        "gpuledger_service_refusing",
+        "gauge",
+        _SVC,
+        "1 while the service refuses to decide because the log has a hole, else 0.",
+        "Host.gap",
+    ),
 )
 
 _COUNTERS = {
@@ -172,12 +246,18 @@ class ServiceCollector:
         with self._lock:
             self._hosts[self.labels_of(host)] = host
 
-    def add_projector(self, status: Any, stream_seq: Callable[[], int | None] | None = None,
-                      name: str = "projector") -> None:
+    def add_projector(
+        self,
+        status: Any,
+        stream_seq: Callable[[], int | None] | None = None,
+        name: str = "projector",
+    ) -> None:
         """`stream_seq` defaults to what the projector itself last saw (`status.stream_seq`)."""
         if stream_seq is None:
+
             def stream_seq() -> int | None:
                 return getattr(status, "stream_seq", 0) or None
+
         with self._lock:
             self._projectors[name] = (status, stream_seq)
 
@@ -194,7 +274,8 @@ class ServiceCollector:
             st = host.stats
             h = st.decide_seconds
             fams["gpuledger_service_decide_duration_seconds"].add_metric(
-                lv, buckets=h.cumulative(), sum_value=h.total_s)
+                lv, buckets=h.cumulative(), sum_value=h.total_s
+            )
             folded, stream = host.folded_seq, max(host.stream_seq, host.folded_seq)
             fams["gpuledger_service_fold_lag_messages"].add_metric(lv, stream - folded)
             fams["gpuledger_service_folded_seq"].add_metric(lv, folded)
@@ -217,7 +298,8 @@ class ServiceCollector:
                 fams["gpuledger_service_stream_last_seq"].add_metric(lv, stream)
                 fams["gpuledger_service_fold_lag_messages"].add_metric(lv, stream - folded)
             fams["gpuledger_service_refusing"].add_metric(
-                lv, 1 if status.state == "refusing" else 0)
+                lv, 1 if status.state == "refusing" else 0
+            )
         yield from fams.values()
 
 

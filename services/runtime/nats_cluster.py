@@ -160,13 +160,24 @@ class EmbeddedNatsCluster:
         password = self.auth.route_password()
         routes = [f"127.0.0.1:{p}" for p in self.cluster_ports]
         for i in range(self.n):
-            block = cluster_conf(self.name, f"127.0.0.1:{self.cluster_ports[i]}",
-                                 [r for j, r in enumerate(routes) if j != i], password)
-            self.nodes.append(EmbeddedNats(
-                self._store() / f"node-{i + 1}", port=self.client_ports[i],
-                sync_always=self.sync_always, start_timeout_s=self.start_timeout_s,
-                binary=self._binary, auth=self.auth.path, server_name=self.server_name(i),
-                extra_conf=block))
+            block = cluster_conf(
+                self.name,
+                f"127.0.0.1:{self.cluster_ports[i]}",
+                [r for j, r in enumerate(routes) if j != i],
+                password,
+            )
+            self.nodes.append(
+                EmbeddedNats(
+                    self._store() / f"node-{i + 1}",
+                    port=self.client_ports[i],
+                    sync_always=self.sync_always,
+                    start_timeout_s=self.start_timeout_s,
+                    binary=self._binary,
+                    auth=self.auth.path,
+                    server_name=self.server_name(i),
+                    extra_conf=block,
+                )
+            )
 
     def start(self) -> EmbeddedNatsCluster:
         """Start every node; return once each one is routed and the cluster has a JetStream
@@ -210,8 +221,13 @@ class EmbeddedNatsCluster:
         async def probe(url: str) -> str | None:
             nc = None
             try:
-                nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0,
-                                        allow_reconnect=False, **options)
+                nc = await nats.connect(
+                    url,
+                    connect_timeout=1,
+                    max_reconnect_attempts=0,
+                    allow_reconnect=False,
+                    **options,
+                )
                 await nc.jetstream(timeout=1.0).account_info()
                 return None
             except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as err:
@@ -228,8 +244,9 @@ class EmbeddedNatsCluster:
             while pending:
                 for i in list(pending):
                     if not self.nodes[i].running:
-                        raise NatsServerFailed(f"{self.server_name(i)} exited: "
-                                               f"{self.nodes[i]._log_tail()}")  # noqa: SLF001
+                        raise NatsServerFailed(
+                            f"{self.server_name(i)} exited: {self.nodes[i]._log_tail()}"
+                        )  # noqa: SLF001
                     error = await probe(self.urls[i])
                     if error is None:
                         pending.remove(i)
@@ -240,7 +257,8 @@ class EmbeddedNatsCluster:
                         raise NatsServerFailed(
                             f"NATS cluster not ready after {timeout}s (no JetStream meta leader "
                             f"reachable from {', '.join(self.server_name(i) for i in pending)}; "
-                            f"last: {last}): {self.nodes[pending[0]]._log_tail()}")  # noqa: SLF001
+                            f"last: {last}): {self.nodes[pending[0]]._log_tail()}"
+                        )  # noqa: SLF001
                     await asyncio.sleep(0.1)
 
         _run_async(main)
@@ -262,13 +280,21 @@ class EmbeddedNatsCluster:
     def __enter__(self) -> EmbeddedNatsCluster:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     async def __aenter__(self) -> EmbeddedNatsCluster:
         return await asyncio.to_thread(self.start)
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await asyncio.to_thread(self.stop)

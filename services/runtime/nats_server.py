@@ -206,8 +206,10 @@ class EmbeddedNats:
         tls = ""
         if self.tls is not None:
             t = self.tls
-            tls = (f"tls {{\n  cert_file: {json.dumps(t.server_cert)}\n  key_file: {json.dumps(t.server_key)}\n"
-                   f"  ca_file: {json.dumps(t.ca)}\n  verify: {'true' if t.verify_clients else 'false'}\n}}\n")
+            tls = (
+                f"tls {{\n  cert_file: {json.dumps(t.server_cert)}\n  key_file: {json.dumps(t.server_key)}\n"
+                f"  ca_file: {json.dumps(t.ca)}\n  verify: {'true' if t.verify_clients else 'false'}\n}}\n"
+            )
         name = "" if self.server_name is None else f"server_name: {json.dumps(self.server_name)}\n"
         return (
             'host: "127.0.0.1"\n'

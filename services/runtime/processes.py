@@ -18,8 +18,9 @@ from gpuledger.services.runtime.auth import NatsAccess, principal_of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_command(role: str, url: str, *args: str, config: Path | None = None,
-                profile: Path | None = None) -> list[str]:
+def run_command(
+    role: str, url: str, *args: str, config: Path | None = None, profile: Path | None = None
+) -> list[str]:
     """The argv of `gpuledger run ROLE --nats-url URL [--config F] ARGS` (optionally under
     cProfile, writing `profile`)."""
     cmd = [sys.executable]
@@ -34,19 +35,31 @@ def run_command(role: str, url: str, *args: str, config: Path | None = None,
 class ServiceProcesses:
     """A named group of service processes."""
 
-    def __init__(self, access: NatsAccess | str, *, config: Path | None = None,
-                 log_dir: Path | None = None, env: dict[str, str] | None = None,
-                 profile_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        access: NatsAccess | str,
+        *,
+        config: Path | None = None,
+        log_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        profile_dir: Path | None = None,
+    ) -> None:
         # children run in ROOT: every path they are given must not depend on our cwd
         config = None if config is None else Path(config).resolve()
         log_dir = None if log_dir is None else Path(log_dir).resolve()
         self.access = NatsAccess(access) if isinstance(access, str) else access
-        self.url, self.config, self.log_dir, self.profile_dir = self.access.url, config, log_dir, profile_dir
+        self.url, self.config, self.log_dir, self.profile_dir = (
+            self.access.url,
+            config,
+            log_dir,
+            profile_dir,
+        )
         self.env = {**os.environ, "GPULEDGER_LOG_JSON": "1", **(env or {})}
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, role: str, *args: str, name: str | None = None,
-              env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(
+        self, role: str, *args: str, name: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         """Start `gpuledger run ROLE ARGS` (paths in ARGS must be absolute) as `name`, with
         `env` added to the group's environment. The child runs as its own identity
         (`auth.principal_of`: its role, or `node:<name>` for `--node`) when the group's
@@ -58,7 +71,9 @@ class ServiceProcesses:
         out = None if self.log_dir is None else open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
             run_command(role, self.url, *args, config=self.config, profile=profile),
-            cwd=ROOT, stdout=out, stderr=None if out is None else subprocess.STDOUT,
+            cwd=ROOT,
+            stdout=out,
+            stderr=None if out is None else subprocess.STDOUT,
             env={**self.env, **env},
         )
         if out is not None:
@@ -88,4 +103,6 @@ class ServiceProcesses:
     def logs(self, tail: int = 3000) -> str:
         if self.log_dir is None:
             return ""
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-tail:]}" for p in sorted(self.log_dir.glob("*.log")))
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-tail:]}" for p in sorted(self.log_dir.glob("*.log"))
+        )

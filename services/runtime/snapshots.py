@@ -138,6 +138,7 @@ def snapshot_key(name: str, instance: str) -> str:
 
 # ---------------------------------------------------------------------- schema and codec
 
+
 def _fields_of(cls: type) -> tuple[str, ...]:
     if dataclasses.is_dataclass(cls):
         return tuple(f.name for f in dataclasses.fields(cls))
@@ -165,9 +166,14 @@ def schema() -> str:
     parts: list[str] = []
     for module in (ev, ledger, config, agent, fleet, fragmentation, mig, model, state):
         for name, obj in sorted(vars(module).items()):
-            if isinstance(obj, type) and obj.__module__.startswith("gpuledger") and (
-                dataclasses.is_dataclass(obj) or issubclass(obj, msgspec.Struct)
-                or getattr(obj, "__slots__", None)
+            if (
+                isinstance(obj, type)
+                and obj.__module__.startswith("gpuledger")
+                and (
+                    dataclasses.is_dataclass(obj)
+                    or issubclass(obj, msgspec.Struct)
+                    or getattr(obj, "__slots__", None)
+                )
             ):
                 parts.append(f"{obj.__module__}.{name}:{','.join(_fields_of(obj))}")
     for obj in (fleet.Fleet(), timeindex.TimeIndex(), fragmentation.Fragmentation(())):
@@ -233,9 +239,13 @@ def _codec() -> _Codec:
         from gpuledger.services.domain import ledger
 
         records = (ledger.JobRecord, ledger.AllocationRecord)
-        structs = [obj for _, obj in sorted(vars(ev).items())
-                   if isinstance(obj, type) and issubclass(obj, msgspec.Struct)
-                   and obj.__struct_config__.frozen]
+        structs = [
+            obj
+            for _, obj in sorted(vars(ev).items())
+            if isinstance(obj, type)
+            and issubclass(obj, msgspec.Struct)
+            and obj.__struct_config__.frozen
+        ]
         kinds = (*records, *structs)
         assert len(kinds) <= 256, "a kind is one byte"
         for r in records:  # restored as `cls(*fields)`: that must set the fields and only them
@@ -247,9 +257,14 @@ def _codec() -> _Codec:
             hints = typing.get_type_hints(cls, vars(ledger))
             types.append(list[tuple[tuple(hints[n] for n in names)]])  # type: ignore[misc]
         types.extend(list[k] for k in structs)
-        _CODEC = _Codec(kinds, len(records), {k: i for i, k in enumerate(kinds)}, fields,
-                        tuple(operator.attrgetter(*names) for names in fields),
-                        msgspec.msgpack.Decoder(tuple[bytes, tuple[tuple(types)]]))
+        _CODEC = _Codec(
+            kinds,
+            len(records),
+            {k: i for i, k in enumerate(kinds)},
+            fields,
+            tuple(operator.attrgetter(*names) for names in fields),
+            msgspec.msgpack.Decoder(tuple[bytes, tuple[tuple(types)]]),
+        )
     return _CODEC
 
 
@@ -320,11 +335,11 @@ def _decode(raw: bytes) -> Any:
     if magic != _MAGIC or _HEAD.size + structs_len + body_len != len(raw):
         raise ValueError("not a GLS2 payload")
     view = memoryview(raw)
-    body = view[_HEAD.size + structs_len:]
+    body = view[_HEAD.size + structs_len :]
     if not structs_len:
         return pickle.loads(body)
     codec = _codec()
-    order, decoded = codec.decoder.decode(view[_HEAD.size:_HEAD.size + structs_len])
+    order, decoded = codec.decoder.decode(view[_HEAD.size : _HEAD.size + structs_len])
     by_kind = list(decoded)
     if len(order) != sum(map(len, by_kind)):
         raise ValueError("the struct index does not match the structs")
@@ -374,7 +389,7 @@ class Encoding:
                 head = struct.pack(">QQ", raw_bytes, len(data)) + digest.encode()
                 view = memoryview(head + data)
                 while view:
-                    view = view[os.write(write, view):]
+                    view = view[os.write(write, view) :]
                 status = 0
             finally:
                 os._exit(status)
@@ -436,8 +451,9 @@ def loads(data: bytes, manifest: Manifest) -> Any:
         raise Unusable(f"does not unpickle: {type(err).__name__}: {str(err)[:200]}") from None
 
 
-def check(manifest: Manifest, *, name: str, instance: str, first_seq: int, last_seq: int,
-          created: str) -> None:
+def check(
+    manifest: Manifest, *, name: str, instance: str, first_seq: int, last_seq: int, created: str
+) -> None:
     """Raise `Unusable` unless the manifest fits this service and this stream."""
     if manifest.format != FORMAT:
         raise Unusable(f"format {manifest.format!r}, this build reads {FORMAT!r}")
@@ -472,9 +488,16 @@ async def snapshot_bucket(bus: Any, *, create: bool = False, replicas: int = 1) 
     except nats.js.errors.BucketNotFoundError:
         if not create:
             raise
-        return await bus.js.create_key_value(api.KeyValueConfig(
-            bucket=BUCKET, history=1, storage=api.StorageType.FILE, replicas=replicas,
-            direct=True, description="gpuledger service snapshots (key = service name)"))
+        return await bus.js.create_key_value(
+            api.KeyValueConfig(
+                bucket=BUCKET,
+                history=1,
+                storage=api.StorageType.FILE,
+                replicas=replicas,
+                direct=True,
+                description="gpuledger service snapshots (key = service name)",
+            )
+        )
 
 
 class SnapshotStore:
@@ -509,19 +532,32 @@ class SnapshotStore:
         parts = await asyncio.gather(*(chunk(i) for i in range(manifest.chunks)))
         return b"".join(parts)
 
-    async def save(self, fields: dict[str, Any], data: bytes, digest: str,
-                   previous: Manifest | None) -> Manifest:
+    async def save(
+        self, fields: dict[str, Any], data: bytes, digest: str, previous: Manifest | None
+    ) -> Manifest:
         """Write the chunks to the slot the current manifest does not name, then the manifest;
         then delete chunks of that slot beyond the new count (left from an earlier one)."""
         slot = "b" if previous is not None and previous.slot == "a" else "a"
         size = self.chunk_bytes
-        chunks = [data[i:i + size] for i in range(0, len(data), size)] or [b""]
+        chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
         for start in range(0, len(chunks), 8):  # a few acks in flight at a time
-            await asyncio.gather(*(self.kv.put(f"{self.key}.{slot}.{i}", chunks[i])
-                                   for i in range(start, min(len(chunks), start + 8))))
-        manifest = Manifest(format=FORMAT, schema=schema(), slot=slot, chunks=len(chunks),
-                            chunk_bytes=size, bytes=len(data), digest=digest,
-                            saved_ms=time.time_ns() // 1_000_000, **fields)
+            await asyncio.gather(
+                *(
+                    self.kv.put(f"{self.key}.{slot}.{i}", chunks[i])
+                    for i in range(start, min(len(chunks), start + 8))
+                )
+            )
+        manifest = Manifest(
+            format=FORMAT,
+            schema=schema(),
+            slot=slot,
+            chunks=len(chunks),
+            chunk_bytes=size,
+            bytes=len(data),
+            digest=digest,
+            saved_ms=time.time_ns() // 1_000_000,
+            **fields,
+        )
         await self.kv.put(self.key, msgspec.json.encode(manifest))
         i = len(chunks)
         while True:  # chunks of this slot left by an earlier, longer snapshot

@@ -68,11 +68,16 @@ def run_until_signalled(
 
 
 async def _supervise(
-    main: Callable[[asyncio.Event], Awaitable[None]], grace_s: float, force_after_s: float,
+    main: Callable[[asyncio.Event], Awaitable[None]],
+    grace_s: float,
+    force_after_s: float,
     name: str,
 ) -> None:
-    log = structlog.get_logger("gpuledger.process").bind(process=name) if name else \
-        structlog.get_logger("gpuledger.process")
+    log = (
+        structlog.get_logger("gpuledger.process").bind(process=name)
+        if name
+        else structlog.get_logger("gpuledger.process")
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     task: asyncio.Task[None] = asyncio.ensure_future(main(stop))

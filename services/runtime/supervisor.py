@@ -116,8 +116,13 @@ class StatusBoard:
             row = asdict(st)
             row["lag"] = lag(self.stream_last_seq, st.folded_seq)
             st.behind_since_ms = next(
-                (at for at, seq in self.samples if st.folded_seq is not None and seq > st.folded_seq),
-                None)
+                (
+                    at
+                    for at, seq in self.samples
+                    if st.folded_seq is not None and seq > st.folded_seq
+                ),
+                None,
+            )
             row["behind_since_ms"] = st.behind_since_ms
             rows.append(row)
         return {
@@ -170,7 +175,7 @@ def last_error_line(text: str) -> str | None:
         if not line:
             continue
         if line.startswith("error: "):
-            return line[len("error: "):]
+            return line[len("error: ") :]
         if line.startswith("{"):
             try:
                 rec = json.loads(line)
@@ -196,8 +201,9 @@ def exit_text(code: int) -> str:
 # ---------------------------------------------------------------------- heartbeats
 
 
-def heartbeat_task(sample: Callable[[], dict[str, Any] | None], interval_s: float = 1.0
-                   ) -> asyncio.Task | None:
+def heartbeat_task(
+    sample: Callable[[], dict[str, Any] | None], interval_s: float = 1.0
+) -> asyncio.Task | None:
     """In a child started by `up`: write `sample()` (plus pid and time) to the file named by
     $GPULEDGER_HEARTBEAT_FILE now and every `interval_s` (a None sample: not ready yet, no
     beat). None when not supervised."""
@@ -223,8 +229,12 @@ def heartbeat_task(sample: Callable[[], dict[str, Any] | None], interval_s: floa
 
 def host_sample(host: Any) -> Callable[[], dict[str, Any]]:
     """Heartbeat fields of a runtime Host."""
-    return lambda: {"state": "refusing" if host.gap else "running", "folded_seq": host.folded_seq,
-                    "detail": host.gap, "lease": lease_role(host)}
+    return lambda: {
+        "state": "refusing" if host.gap else "running",
+        "folded_seq": host.folded_seq,
+        "detail": host.gap,
+        "lease": lease_role(host),
+    }
 
 
 def lease_role(host: Any) -> str | None:
@@ -263,8 +273,14 @@ async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
 
 def report_crash(st: ServiceState, how: str, retry_in_s: float) -> None:
     """The one line a crash produces."""
-    log.error("service.crashed", service=st.name, exit=how, error=st.last_error,
-              restart=st.restarts + 1, retry_in_s=retry_in_s)
+    log.error(
+        "service.crashed",
+        service=st.name,
+        exit=how,
+        error=st.last_error,
+        restart=st.restarts + 1,
+        retry_in_s=retry_in_s,
+    )
 
 
 # ---------------------------------------------------------------------- in-process
@@ -334,8 +350,9 @@ class ProcessSupervisor:
     """Children of `up --processes` (through ServiceProcesses): started with a heartbeat file
     each, checked for readiness, restarted with back-off when they exit."""
 
-    def __init__(self, procs: Any, board: StatusBoard, heartbeat_dir: Path, *,
-                 ready_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, procs: Any, board: StatusBoard, heartbeat_dir: Path, *, ready_timeout_s: float = 30.0
+    ) -> None:
         self.procs, self.board = procs, board
         self.heartbeat_dir = heartbeat_dir
         self.ready_timeout_s = ready_timeout_s
@@ -356,9 +373,15 @@ class ProcessSupervisor:
         self._heartbeat(c).unlink(missing_ok=True)
         logf = self._log(c)
         c.log_offset = logf.stat().st_size if logf is not None and logf.exists() else 0
-        c.proc = self.procs.start(c.role, *c.args, name=c.name,
-                                  env={HEARTBEAT_ENV: str(self._heartbeat(c)),
-                                       HOLDER_ENV: f"{c.role}/{c.name}/{c.holder}"})
+        c.proc = self.procs.start(
+            c.role,
+            *c.args,
+            name=c.name,
+            env={
+                HEARTBEAT_ENV: str(self._heartbeat(c)),
+                HOLDER_ENV: f"{c.role}/{c.name}/{c.holder}",
+            },
+        )
         c.started, c.restart_at = time.monotonic(), None
         c.st.pid, c.st.state, c.st.started_at_ms = c.proc.pid, "starting", now_ms()
 
@@ -404,8 +427,11 @@ class ProcessSupervisor:
             if waiting and time.monotonic() > deadline:
                 name = sorted(waiting)[0]
                 self.children[name].st.state = "failed"
-                raise StartFailed(name, f"not ready after {self.ready_timeout_s:g}s "
-                                        f"(no heartbeat; see its log)", 1)
+                raise StartFailed(
+                    name,
+                    f"not ready after {self.ready_timeout_s:g}s (no heartbeat; see its log)",
+                    1,
+                )
             self.board.write()
             await asyncio.sleep(0.1)
 
@@ -437,8 +463,9 @@ class ProcessSupervisor:
 # ---------------------------------------------------------------------- stale reads
 
 
-def staleness(status: dict[str, Any] | None, db_seq: int, *, now: int | None = None,
-              grace_ms: int = 3000) -> str | None:
+def staleness(
+    status: dict[str, Any] | None, db_seq: int, *, now: int | None = None, grace_ms: int = 3000
+) -> str | None:
     """A warning when a projection read at `db_seq` is stale: `up` is running (its status
     file is fresh), the stream is further, and the projector is not running (crashed,
     restarting) or has missed events the stream held more than `grace_ms` ago (blocked by a
@@ -461,5 +488,7 @@ def staleness(status: dict[str, Any] | None, db_seq: int, *, now: int | None = N
     if pj.get("detail") or pj.get("last_error"):
         why += f": {pj.get('detail') or pj.get('last_error')}"
     age = "" if since is None else f" for {(now - since) / 1000:.0f}s"
-    return (f"projection is stale: at seq {db_seq}, the stream is at {stream} "
-            f"({stream - db_seq} events behind{age}; projector {why})")
+    return (
+        f"projection is stale: at seq {db_seq}, the stream is at {stream} "
+        f"({stream - db_seq} events behind{age}; projector {why})"
+    )

@@ -68,9 +68,14 @@ class _Round:
 
     @classmethod
     def start(cls, state: Ledger) -> _Round:
-        return cls(state, state.fleet.trial(), state.config.policy.placement_policy,
-                   dict(state.tenant_gpu_milli), dict(state.tenant_fixed_gpu_milli),
-                   dict(state.tenant_fixed_by_model))
+        return cls(
+            state,
+            state.fleet.trial(),
+            state.config.policy.placement_policy,
+            dict(state.tenant_gpu_milli),
+            dict(state.tenant_fixed_gpu_milli),
+            dict(state.tenant_fixed_by_model),
+        )
 
     @property
     def trial(self) -> TrialFleet:
@@ -124,10 +129,16 @@ class Scheduler(LedgerService):
     # reads nearly everything; queue order and pending reasons also move with the clock
     # (decayed usage), so it is asked at every instant. A heartbeat only postpones a node's
     # loss (its wake-up); one that revives a lost node changes `nodes_version`, which counts.
-    unaffected_by = frozenset({
-        ev.JobSubmitted, ev.JobRejected, ev.GpuMetricsReported, ev.RequestRefused,
-        ev.DeadLettered, ev.NodeHeartbeat,
-    })
+    unaffected_by = frozenset(
+        {
+            ev.JobSubmitted,
+            ev.JobRejected,
+            ev.GpuMetricsReported,
+            ev.RequestRefused,
+            ev.DeadLettered,
+            ev.NodeHeartbeat,
+        }
+    )
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out = self._lost_nodes(state, now_ms)
@@ -151,14 +162,14 @@ class Scheduler(LedgerService):
             ]
         if state.nominations:
             times += [
-                t for b in state.nominations
+                t
+                for b in state.nominations
                 if (t := state.nomination_expires_ms(b)) is not None and t > now_ms
             ]
         after = policy.reservation_after_s * 1000
         if after and state.pending:
             times += [
-                t for j in state.pending
-                if (t := state.jobs[j].pending_since_ms + after) > now_ms
+                t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
         start_timeout = policy.start_timeout_s * 1000
         if start_timeout and state.awaiting_start:
@@ -172,8 +183,11 @@ class Scheduler(LedgerService):
         for alloc_id in sorted(state.awaiting_start):
             rec = state.allocations[alloc_id]
             if rec.preemption is None and any(
-                not state.nodes[m.node].simulated and m.rank not in rec.started and m.rank not in rec.exited
-                for m in rec.members if m.node in state.nodes
+                not state.nodes[m.node].simulated
+                and m.rank not in rec.started
+                and m.rank not in rec.exited
+                for m in rec.members
+                if m.node in state.nodes
             ):
                 out.append(rec)
         return out
@@ -193,8 +207,12 @@ class Scheduler(LedgerService):
             if silent >= timeout:
                 out.append(
                     self.emit(
-                        state, now_ms, NodeLost, key=f"{name}@{node.last_heartbeat_ms}",
-                        correlation_id=name, node=name,
+                        state,
+                        now_ms,
+                        NodeLost,
+                        key=f"{name}@{node.last_heartbeat_ms}",
+                        correlation_id=name,
+                        node=name,
                         message=f"no heartbeat for {silent / 1000:.0f}s (timeout {timeout / 1000:.0f}s)",
                     )
                 )
@@ -215,15 +233,23 @@ class Scheduler(LedgerService):
         for alloc_id in sorted(state.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
-            lost = [n for n in rec.nodes() if state.nodes.get(n) is not None and state.nodes[n].lost]
+            lost = [
+                n for n in rec.nodes() if state.nodes.get(n) is not None and state.nodes[n].lost
+            ]
             if lost:
                 out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
             elif any(outcome == "failed" for outcome, _ in rec.exited.values()):
                 rank = min(r for r, (o, _) in rec.exited.items() if o == "failed")
                 out.append(
                     self.emit(
-                        state, now_ms, GangFailed, key=alloc_id, correlation_id=job.job_id,
-                        job_id=job.job_id, allocation_id=alloc_id, reason="MemberFailed",
+                        state,
+                        now_ms,
+                        GangFailed,
+                        key=alloc_id,
+                        correlation_id=job.job_id,
+                        job_id=job.job_id,
+                        allocation_id=alloc_id,
+                        reason="MemberFailed",
                         message=f"member rank {rank} failed",
                     )
                 )
@@ -232,50 +258,97 @@ class Scheduler(LedgerService):
                 if rec.preemption is not None or "preempted" in outcomes:
                     p = rec.preemption
                     out += self._evict(
-                        state, now_ms, rec, job, p.reason if p else "Preempted",
-                        p.beneficiary if p else None, exited=True,
+                        state,
+                        now_ms,
+                        rec,
+                        job,
+                        p.reason if p else "Preempted",
+                        p.beneficiary if p else None,
+                        exited=True,
                     )
                 elif job.cancel_requested or "cancelled" in outcomes:
-                    why = "ScaledDown" if job.service is not None and job.reason == "ScaledDown" else "Cancelled"
+                    why = (
+                        "ScaledDown"
+                        if job.service is not None and job.reason == "ScaledDown"
+                        else "Cancelled"
+                    )
                     out += self._evict(state, now_ms, rec, job, why, None, exited=True)
                 else:
                     out.append(
                         self.emit(
-                            state, now_ms, GangCompleted, key=alloc_id, correlation_id=job.job_id,
-                            job_id=job.job_id, allocation_id=alloc_id,
+                            state,
+                            now_ms,
+                            GangCompleted,
+                            key=alloc_id,
+                            correlation_id=job.job_id,
+                            job_id=job.job_id,
+                            allocation_id=alloc_id,
                         )
                     )
         return out
 
     def _evict(
-        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord, reason: str,
-        by: str | None, *, exited: bool,
+        self,
+        state: Ledger,
+        now_ms: int,
+        rec: AllocationRecord,
+        job: JobRecord,
+        reason: str,
+        by: str | None,
+        *,
+        exited: bool,
     ) -> list[Event]:
         if exited:
             work = work_outcome(rec, job.spec.checkpoint)
             checkpointed, progress, lost, step = (
-                work.checkpointed, work.progress_ms, work.lost_gpu_ms, work.resume_step,
+                work.checkpointed,
+                work.progress_ms,
+                work.lost_gpu_ms,
+                work.resume_step,
             )
         else:  # node lost: members vanished with their node; only periodic checkpoints survive
             done = {r: (o, now_ms) for r, (o, _) in rec.exited.items()}
-            snapshot = AllocationRecord(**{**rec.__dict__, "exited": {
-                m.rank: done.get(m.rank, ("lost", now_ms)) for m in rec.members}})
+            snapshot = AllocationRecord(
+                **{
+                    **rec.__dict__,
+                    "exited": {m.rank: done.get(m.rank, ("lost", now_ms)) for m in rec.members},
+                }
+            )
             work = work_outcome(snapshot, job.spec.checkpoint)
-            checkpointed, progress, lost, step = False, work.progress_ms, work.lost_gpu_ms, work.resume_step
+            checkpointed, progress, lost, step = (
+                False,
+                work.progress_ms,
+                work.lost_gpu_ms,
+                work.resume_step,
+            )
         if reason == "ScaledDown":  # a service replica holds no work to lose
             checkpointed, lost = False, 0
         out: list[Event] = [
             self.emit(
-                state, now_ms, GangEvicted, key=rec.allocation_id, correlation_id=job.job_id,
-                job_id=job.job_id, allocation_id=rec.allocation_id, reason=reason, preempted_by=by,
-                checkpointed=checkpointed, lost_gpu_ms=lost, progress_ms=progress,
+                state,
+                now_ms,
+                GangEvicted,
+                key=rec.allocation_id,
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                allocation_id=rec.allocation_id,
+                reason=reason,
+                preempted_by=by,
+                checkpointed=checkpointed,
+                lost_gpu_ms=lost,
+                progress_ms=progress,
             )
         ]
         if not job.cancel_requested and reason not in ("Cancelled", "ScaledDown"):
             out.append(
                 self.emit(
-                    state, now_ms, GangRequeued, key=rec.allocation_id, correlation_id=job.job_id,
-                    job_id=job.job_id, after_allocation_id=rec.allocation_id,
+                    state,
+                    now_ms,
+                    GangRequeued,
+                    key=rec.allocation_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    after_allocation_id=rec.allocation_id,
                     resume_step=step if step is not None else job.resume_step,
                 )
             )
@@ -295,13 +368,20 @@ class Scheduler(LedgerService):
         return out
 
     def _place_one(
-        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord,
+        self,
+        state: Ledger,
+        now_ms: int,
+        rnd: _Round,
+        position: int,
+        job: JobRecord,
     ) -> list[Event]:
         """One job: limits, quota, trial placement, then GangPlaced or a pending reason."""
         lim = self._limits(state, now_ms, rnd, job)
         block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need)
         if block is not None:
-            return self._pending(state, now_ms, job, block[0], block[1], {"queue_position": position})
+            return self._pending(
+                state, now_ms, job, block[0], block[1], {"queue_position": position}
+            )
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
             return [self._bind(state, now_ms, rnd, job, result, lim.backfill_for)]
@@ -313,11 +393,16 @@ class Scheduler(LedgerService):
         # among themselves in queue order (tentative allocations keep them apart), so two
         # whose victims shared a node never lock each other out; but a beneficiary does not
         # take another's nodes where it has no victim of its own
-        exclude = state.nominated_nodes(except_jobs=_PlacedOr(rnd.placed, job.job_id), now_ms=now_ms)
+        exclude = state.nominated_nodes(
+            except_jobs=_PlacedOr(rnd.placed, job.job_id), now_ms=now_ms
+        )
         if job.job_id in state.nominations:
             exclude = exclude - state.nominated_nodes(
-                except_jobs=frozenset(state.nominations) - {job.job_id}, now_ms=now_ms)
-        lim = _Limits(exclude=exclude, need=job.spec.resources.gpu_milli_total() * job.spec.members_min())
+                except_jobs=frozenset(state.nominations) - {job.job_id}, now_ms=now_ms
+            )
+        lim = _Limits(
+            exclude=exclude, need=job.spec.resources.gpu_milli_total() * job.spec.members_min()
+        )
         self._reservation_limits(state, now_ms, rnd, job, lim)
         spread = job.spec.spread
         if spread:
@@ -329,7 +414,8 @@ class Scheduler(LedgerService):
             lim.over_models = self._models_over_guarantee(state, job, rnd.fixed_model, lim.need)
             if lim.over_models:
                 lim.exclude = lim.exclude | self._nodes_with_models(
-                    state, {m for m, _, _ in lim.over_models})
+                    state, {m for m, _, _ in lim.over_models}
+                )
         return lim
 
     @staticmethod
@@ -346,7 +432,11 @@ class Scheduler(LedgerService):
 
     @staticmethod
     def _reservation_limits(
-        state: Ledger, now_ms: int, rnd: _Round, job: JobRecord, lim: _Limits,
+        state: Ledger,
+        now_ms: int,
+        rnd: _Round,
+        job: JobRecord,
+        lim: _Limits,
     ) -> None:
         """Keep a job off the reserved nodes unless it may backfill them (by duration or as
         preemptible backfill)."""
@@ -367,20 +457,30 @@ class Scheduler(LedgerService):
         result = None
         if lim.backfill_for is not None:  # off the reserved nodes when it fits there
             assert rnd.reservation is not None
-            result = rnd.trial.place(request, rnd.policy,
-                                     exclude=lim.exclude | rnd.reservation.nodes, explain=False)
+            result = rnd.trial.place(
+                request, rnd.policy, exclude=lim.exclude | rnd.reservation.nodes, explain=False
+            )
             if isinstance(result, Placement):
                 lim.backfill_for = None
         if not isinstance(result, Placement):
             result = rnd.trial.place(request, rnd.policy, exclude=lim.exclude)
-            if lim.backfill_for is not None and isinstance(result, Placement) and not (
-                {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]
+            if (
+                lim.backfill_for is not None
+                and isinstance(result, Placement)
+                and not (
+                    {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]
+                )
             ):
                 lim.backfill_for = None
         return result
 
     def _bind(
-        self, state: Ledger, now_ms: int, rnd: _Round, job: JobRecord, result: Placement,
+        self,
+        state: Ledger,
+        now_ms: int,
+        rnd: _Round,
+        job: JobRecord,
+        result: Placement,
         backfill_for: str | None,
     ) -> Event:
         """Book the placement in the trial view and this decide's usage; the GangPlaced."""
@@ -401,16 +501,29 @@ class Scheduler(LedgerService):
                 key = (job.tenant, model)
                 rnd.fixed_model[key] = rnd.fixed_model.get(key, 0) + milli
         return self.emit(
-            state, now_ms, GangPlaced, key=alloc_id, correlation_id=job.job_id,
-            job_id=job.job_id, allocation_id=alloc_id, tenant=job.tenant,
+            state,
+            now_ms,
+            GangPlaced,
+            key=alloc_id,
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=alloc_id,
+            tenant=job.tenant,
             members=members,
             borrowing=tenant is not None and used + gpu_milli > tenant.guaranteed_gpu_milli,
-            resume_step=job.resume_step, backfill_for=backfill_for,
+            resume_step=job.resume_step,
+            backfill_for=backfill_for,
         )
 
     def _unplaced(
-        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord,
-        lim: _Limits, result,
+        self,
+        state: Ledger,
+        now_ms: int,
+        rnd: _Round,
+        position: int,
+        job: JobRecord,
+        lim: _Limits,
+        result,
     ) -> list[Event]:
         """The pending reason of a job that did not fit (the most telling of the rules)."""
         why = _Why(result.reason, result.message, {**result.details, "queue_position": position})
@@ -431,42 +544,74 @@ class Scheduler(LedgerService):
         if not lim.spread_full or not spread:
             return
         full = sorted(lim.spread_full)
-        why.details["spread"] = {"group": spread.group, "max_per_node": spread.max_per_node,
-                                 "nodes_at_limit": len(full)}
-        if not isinstance(rnd.trial.place(state.gang_request(job), rnd.policy,
-                                          exclude=lim.exclude - lim.spread_full, explain=False), Placement):
-            why.message += (f"; {len(full)} more nodes at the spread limit of group {spread.group!r} "
-                            f"({spread.max_per_node} per node)")
+        why.details["spread"] = {
+            "group": spread.group,
+            "max_per_node": spread.max_per_node,
+            "nodes_at_limit": len(full),
+        }
+        if not isinstance(
+            rnd.trial.place(
+                state.gang_request(job),
+                rnd.policy,
+                exclude=lim.exclude - lim.spread_full,
+                explain=False,
+            ),
+            Placement,
+        ):
+            why.message += (
+                f"; {len(full)} more nodes at the spread limit of group {spread.group!r} "
+                f"({spread.max_per_node} per node)"
+            )
             return
         shown = ", ".join(full[:5]) + (f" and {len(full) - 5} more" if len(full) > 5 else "")
-        why.message = (f"spread group {spread.group!r} allows at most {spread.max_per_node} per node; "
-                       f"the nodes where it would fit are at that limit ({shown})")
+        why.message = (
+            f"spread group {spread.group!r} allows at most {spread.max_per_node} per node; "
+            f"the nodes where it would fit are at that limit ({shown})"
+        )
 
     @staticmethod
-    def _reserved_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
+    def _reserved_reason(
+        state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why
+    ) -> None:
         """`Reserved` when the job would fit but for the reservation it was kept off."""
         reservation = rnd.reservation
-        if not lim.held_back or not isinstance(rnd.trial.place(
-            state.gang_request(job), rnd.policy, exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]
-            explain=False,
-        ), Placement):
+        if not lim.held_back or not isinstance(
+            rnd.trial.place(
+                state.gang_request(job),
+                rnd.policy,
+                exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]
+                explain=False,
+            ),
+            Placement,
+        ):
             return
         assert reservation is not None
         why.reason = PendingReason.Reserved
         why.message = (
             f"capacity on {', '.join(sorted(reservation.nodes))} is reserved for "
             f"{reservation.job_id} (expected start {instant(reservation.expected_start_ms)}); "
-            + ("it is landing: its backfilled work is being evicted"
-               if reservation.landing else "the job's duration would run past it")
+            + (
+                "it is landing: its backfilled work is being evicted"
+                if reservation.landing
+                else "the job's duration would run past it"
+            )
         )
         why.details["reservation"] = reservation.describe()
 
     @staticmethod
-    def _over_model_reason(state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why) -> None:
+    def _over_model_reason(
+        state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why
+    ) -> None:
         """`NonPreemptibleOverQuota` when only per-model guarantees keep the job out."""
-        if not lim.over_models or not isinstance(rnd.trial.place(
-            state.gang_request(job), rnd.policy, exclude=lim.unrestricted, explain=False,
-        ), Placement):
+        if not lim.over_models or not isinstance(
+            rnd.trial.place(
+                state.gang_request(job),
+                rnd.policy,
+                exclude=lim.unrestricted,
+                explain=False,
+            ),
+            Placement,
+        ):
             return
         need = lim.need
         why.reason = PendingReason.NonPreemptibleOverQuota
@@ -483,11 +628,19 @@ class Scheduler(LedgerService):
 
     @staticmethod
     def _maybe_reserve(
-        state: Ledger, now_ms: int, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why,
+        state: Ledger,
+        now_ms: int,
+        rnd: _Round,
+        job: JobRecord,
+        lim: _Limits,
+        why: _Why,
     ) -> None:
         """The first starving job short of capacity reserves what frees up soonest."""
-        if rnd.reservation is not None or why.reason not in CAPACITY_REASONS or not starving(
-                state, job, now_ms):
+        if (
+            rnd.reservation is not None
+            or why.reason not in CAPACITY_REASONS
+            or not starving(state, job, now_ms)
+        ):
             return
         rnd.reservation = reserve(state, job, now_ms, lim.exclude, rnd.trial)
         if rnd.reservation is not None:
@@ -504,20 +657,30 @@ class Scheduler(LedgerService):
             return
         moving = state.consolidations.get(job.job_id)
         if moving is not None and all(
-                r.preemption.reason == PreemptionReason.Consolidate for r in releasing):
+            r.preemption.reason == PreemptionReason.Consolidate for r in releasing
+        ):
             why.reason = PendingReason.WaitingForConsolidation
-            why.message = "waiting for a consolidation: " + "; ".join(
-                f"{r.job_id} migrating off {', '.join(r.nodes())} to "
-                f"{', '.join(next((m.to_nodes for m in moving.moves if m.allocation_id == r.allocation_id), ()))}"
-                f" (checkpoint deadline {instant(r.preemption.deadline_ms)})" for r in releasing
-            ) + f"; room on {', '.join(moving.target_nodes)}; {result.message}"
+            why.message = (
+                "waiting for a consolidation: "
+                + "; ".join(
+                    f"{r.job_id} migrating off {', '.join(r.nodes())} to "
+                    f"{', '.join(next((m.to_nodes for m in moving.moves if m.allocation_id == r.allocation_id), ()))}"
+                    f" (checkpoint deadline {instant(r.preemption.deadline_ms)})"
+                    for r in releasing
+                )
+                + f"; room on {', '.join(moving.target_nodes)}; {result.message}"
+            )
             why.details["migrating_for_it"] = [r.job_id for r in releasing]
             return
         why.reason = PendingReason.WaitingForPreemptedWorkloads
-        why.message = "waiting for " + ", ".join(
-            f"{r.job_id} to checkpoint and exit (deadline "
-            f"{instant(r.preemption.deadline_ms)})" for r in releasing
-        ) + f"; {result.message}"
+        why.message = (
+            "waiting for "
+            + ", ".join(
+                f"{r.job_id} to checkpoint and exit (deadline {instant(r.preemption.deadline_ms)})"
+                for r in releasing
+            )
+            + f"; {result.message}"
+        )
         why.details["preempted_for_it"] = [r.job_id for r in releasing]
 
     @staticmethod
@@ -526,29 +689,40 @@ class Scheduler(LedgerService):
         when some MIG GPU could be given a layout with its profile: `MIGPlacementUnavailable`
         (so the preemption service may re-partition an idle GPU for it)."""
         profile = job.spec.resources.mig_profile
-        if (why.reason != PendingReason.Unschedulable or profile is None
-                or not defrag_settings(state.config.policy).mig_regeometry):
+        if (
+            why.reason != PendingReason.Unschedulable
+            or profile is None
+            or not defrag_settings(state.config.policy).mig_regeometry
+        ):
             return
         models = job.spec.resources.gpu_models
         gpus = [
-            (name, g.index) for name in sorted(state.nodes) for g in state.nodes[name].info.gpus
-            if g.sharing == "mig" and g.mig_layout and (not models or g.model in models)
+            (name, g.index)
+            for name in sorted(state.nodes)
+            for g in state.nodes[name].info.gpus
+            if g.sharing == "mig"
+            and g.mig_layout
+            and (not models or g.model in models)
             and profile_for(g.model, profile) is not None
         ]
         if not gpus:
             return
         why.reason = PendingReason.MIGPlacementUnavailable
-        why.message = (f"MIG {profile}: no GPU's current layout offers it; {len(gpus)} MIG GPUs "
-                       f"could be re-partitioned for it (policy mig_regeometry); {why.message}")
+        why.message = (
+            f"MIG {profile}: no GPU's current layout offers it; {len(gpus)} MIG GPUs "
+            f"could be re-partitioned for it (policy mig_regeometry); {why.message}"
+        )
         why.details["regeometry_candidates"] = len(gpus)
 
     @staticmethod
     def _regeometry_reason(state: Ledger, now_ms: int, job: JobRecord, result, why: _Why) -> None:
         """`WaitingForMigReconfiguration` while an idle GPU's layout is changed for the job;
         while every idle GPU's node is at its re-geometry rate limit, when that lapses."""
-        if why.reason == PendingReason.MIGPlacementUnavailable and job.job_id not in {
-                r.job_id for r in state.mig_requests.values()} and defrag_settings(
-                state.config.policy).mig_regeometry:
+        if (
+            why.reason == PendingReason.MIGPlacementUnavailable
+            and job.job_id not in {r.job_id for r in state.mig_requests.values()}
+            and defrag_settings(state.config.policy).mig_regeometry
+        ):
             regeo = regeometry_for(state, job, now_ms, frozenset(), state.fleet)
             lapses = rate_limit_lapses_ms(state, regeo.rate_limited, now_ms)
             if not regeo.node and lapses is not None:
@@ -556,7 +730,8 @@ class Scheduler(LedgerService):
                 why.message += (
                     f"; an idle GPU on {', '.join(regeo.rate_limited)} could be re-partitioned, "
                     f"but the node's re-geometries are limited to {s.per_window} per "
-                    f"{s.window_ms // 1000}s: next at {instant(lapses)}")
+                    f"{s.window_ms // 1000}s: next at {instant(lapses)}"
+                )
                 why.details["regeometry_rate_limited"] = list(regeo.rate_limited)
         for node in sorted(state.mig_requests):
             r = state.mig_requests[node]
@@ -566,9 +741,13 @@ class Scheduler(LedgerService):
             why.message = (
                 f"waiting for GPU {r.gpu_index} of {node} to be re-partitioned for "
                 f"{job.spec.resources.mig_profile}: [{', '.join(r.previous_layout)}] -> "
-                f"[{', '.join(r.layout)}] (requested {instant(r.occurred_at_ms)}); {result.message}")
-            why.details["mig_reconfiguration"] = {"node": node, "gpu_index": r.gpu_index,
-                                                  "layout": list(r.layout)}
+                f"[{', '.join(r.layout)}] (requested {instant(r.occurred_at_ms)}); {result.message}"
+            )
+            why.details["mig_reconfiguration"] = {
+                "node": node,
+                "gpu_index": r.gpu_index,
+                "layout": list(r.layout),
+            }
             return
 
     @staticmethod
@@ -590,7 +769,8 @@ class Scheduler(LedgerService):
     @staticmethod
     def _nodes_with_models(state: Ledger, models: set[str]) -> frozenset[str]:
         return frozenset(
-            name for name in sorted(state.nodes)
+            name
+            for name in sorted(state.nodes)
             if any(g.model in models for g in state.nodes[name].info.gpus)
         )
 
@@ -601,7 +781,12 @@ class Scheduler(LedgerService):
         return [r for r in recs if not r.ended and r.preemption is not None]
 
     def _quota_block(
-        self, state: Ledger, job: JobRecord, usage: dict[str, int], fixed_usage: dict[str, int], need: int
+        self,
+        state: Ledger,
+        job: JobRecord,
+        usage: dict[str, int],
+        fixed_usage: dict[str, int],
+        need: int,
     ):
         tenants = state.config.tenants
         t = job.tenant
@@ -625,8 +810,14 @@ class Scheduler(LedgerService):
             return []
         return [
             self.emit(
-                state, now_ms, PendingReasonChanged, key=f"{job.job_id}:{job.pending_changes}",
-                correlation_id=job.job_id, job_id=job.job_id, reason=reason, message=message,
+                state,
+                now_ms,
+                PendingReasonChanged,
+                key=f"{job.job_id}:{job.pending_changes}",
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                reason=reason,
+                message=message,
                 details=details,
             )
         ]

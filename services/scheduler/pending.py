@@ -44,33 +44,93 @@ class PendingRule:
 
 
 PENDING: tuple[PendingRule, ...] = (
-    PendingRule(PendingReason.ExceedsLimit, "quota", False, False,
-                "the tenant or an ancestor would exceed its `limit`: uses X of its Y-GPU limit"),
-    PendingRule(PendingReason.NonPreemptibleOverQuota, "quota", False, False,
-                "non-preemptible work may only use guaranteed quota (tenant-wide, or per GPU "
-                "model where `guaranteed_by_model` is set): runs X non-preemptible of Y"),
-    PendingRule(PendingReason.Unschedulable, "placement", False, False,
-                "no node can ever host a member, even empty: per-node histogram"),
-    PendingRule(PendingReason.TopologyUnsatisfiable, "placement", True, True,
-                "enough free GPUs, but not inside one NVLink clique: largest free clique"),
-    PendingRule(PendingReason.MIGPlacementUnavailable, "placement", True, True,
-                "no GPU has a free slot for the MIG profile"),
-    PendingRule(PendingReason.IsolationConflict, "placement", True, True,
-                "mps GPUs held by other tenants, or timeslice GPUs the class may not use"),
-    PendingRule(PendingReason.Resources, "placement", True, True,
-                "not enough free capacity of the kind asked for: per-node histogram"),
-    PendingRule(PendingReason.GangIncomplete, "placement", True, True,
-                "some members fit but fewer than min_members: nothing is bound"),
-    PendingRule(PendingReason.Reserved, "scheduler", True, False,
-                "it would fit only on capacity reserved for a starving gang"),
-    PendingRule(PendingReason.WaitingForPreemptedWorkloads, "scheduler", True, False,
-                "victims evicted for it are still checkpointing: their deadlines"),
-    PendingRule(PendingReason.WaitingForConsolidation, "scheduler", True, False,
-                "allocations are migrating out of its way (policy `consolidation`): who moves "
-                "from where to where, their checkpoint deadlines, the nodes that will hold it"),
-    PendingRule(PendingReason.WaitingForMigReconfiguration, "scheduler", True, False,
-                "an idle MIG GPU is being given a layout with its profile (policy "
-                "`mig_regeometry`): node, GPU, the layout asked for"),
+    PendingRule(
+        PendingReason.ExceedsLimit,
+        "quota",
+        False,
+        False,
+        "the tenant or an ancestor would exceed its `limit`: uses X of its Y-GPU limit",
+    ),
+    PendingRule(
+        PendingReason.NonPreemptibleOverQuota,
+        "quota",
+        False,
+        False,
+        "non-preemptible work may only use guaranteed quota (tenant-wide, or per GPU "
+        "model where `guaranteed_by_model` is set): runs X non-preemptible of Y",
+    ),
+    PendingRule(
+        PendingReason.Unschedulable,
+        "placement",
+        False,
+        False,
+        "no node can ever host a member, even empty: per-node histogram",
+    ),
+    PendingRule(
+        PendingReason.TopologyUnsatisfiable,
+        "placement",
+        True,
+        True,
+        "enough free GPUs, but not inside one NVLink clique: largest free clique",
+    ),
+    PendingRule(
+        PendingReason.MIGPlacementUnavailable,
+        "placement",
+        True,
+        True,
+        "no GPU has a free slot for the MIG profile",
+    ),
+    PendingRule(
+        PendingReason.IsolationConflict,
+        "placement",
+        True,
+        True,
+        "mps GPUs held by other tenants, or timeslice GPUs the class may not use",
+    ),
+    PendingRule(
+        PendingReason.Resources,
+        "placement",
+        True,
+        True,
+        "not enough free capacity of the kind asked for: per-node histogram",
+    ),
+    PendingRule(
+        PendingReason.GangIncomplete,
+        "placement",
+        True,
+        True,
+        "some members fit but fewer than min_members: nothing is bound",
+    ),
+    PendingRule(
+        PendingReason.Reserved,
+        "scheduler",
+        True,
+        False,
+        "it would fit only on capacity reserved for a starving gang",
+    ),
+    PendingRule(
+        PendingReason.WaitingForPreemptedWorkloads,
+        "scheduler",
+        True,
+        False,
+        "victims evicted for it are still checkpointing: their deadlines",
+    ),
+    PendingRule(
+        PendingReason.WaitingForConsolidation,
+        "scheduler",
+        True,
+        False,
+        "allocations are migrating out of its way (policy `consolidation`): who moves "
+        "from where to where, their checkpoint deadlines, the nodes that will hold it",
+    ),
+    PendingRule(
+        PendingReason.WaitingForMigReconfiguration,
+        "scheduler",
+        True,
+        False,
+        "an idle MIG GPU is being given a layout with its profile (policy "
+        "`mig_regeometry`): node, GPU, the layout asked for",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

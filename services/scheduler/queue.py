@@ -38,7 +38,9 @@ def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
     steps = aging_steps(state, job, now_ms)
     if steps == 0 or not job.preemptible:
         return job.priority
-    ladder = sorted({c.value for c in state.config.classes.values() if c.preemptible} | {job.priority})
+    ladder = sorted(
+        {c.value for c in state.config.classes.values() if c.preemptible} | {job.priority}
+    )
     ceiling = min(
         (c.value - 1 for c in state.config.classes.values() if not c.preemptible),
         default=job.priority + steps,
@@ -50,7 +52,9 @@ def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
     return max(job.priority, min(target, ceiling))
 
 
-def queue_key(state: Ledger, job: JobRecord, now_ms: int, usage: dict[str, int] | None = None) -> tuple:
+def queue_key(
+    state: Ledger, job: JobRecord, now_ms: int, usage: dict[str, int] | None = None
+) -> tuple:
     """The job's sort key; `usage` memoises decayed usage per tenant within one ordering."""
     share = state.fair_shares.get(job.tenant)
     allocated = state.tenant_gpu_milli.get(job.tenant, 0)

@@ -36,10 +36,14 @@ class Reservation:
     """Evicting the backfilled jobs makes the reserving job placeable now."""
 
     def describe(self) -> dict:
-        return {"job": self.job_id, "nodes": sorted(self.nodes),
-                "expected_start_s": self.expected_start_ms / 1000,
-                "waiting_for": list(self.waiting_for),
-                "backfilled": list(self.backfilled), "landing": self.landing}
+        return {
+            "job": self.job_id,
+            "nodes": sorted(self.nodes),
+            "expected_start_s": self.expected_start_ms / 1000,
+            "waiting_for": list(self.waiting_for),
+            "backfilled": list(self.backfilled),
+            "landing": self.landing,
+        }
 
 
 def expected_end_ms(rec: AllocationRecord, job: JobRecord) -> int | None:
@@ -55,7 +59,11 @@ def starving(state: Ledger, job: JobRecord, now_ms: int) -> bool:
 
 
 def reserve(
-    state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str], fleet=None,
+    state: Ledger,
+    job: JobRecord,
+    now_ms: int,
+    exclude: frozenset[str],
+    fleet=None,
 ) -> Reservation | None:
     """The reservation of a starving `job`, measured on `fleet` (the decider's trial view;
     default the folded fleet, only read)."""
@@ -75,8 +83,13 @@ def reserve(
     policy = state.config.policy.placement_policy
 
     def attempt(k: int):
-        return fleet.place(request, policy, exclude=exclude,
-                                 assume_released=[a for _, a, _ in ending[:k]], explain=False)
+        return fleet.place(
+            request,
+            policy,
+            exclude=exclude,
+            assume_released=[a for _, a, _ in ending[:k]],
+            explain=False,
+        )
 
     if not ending or not isinstance(attempt(len(ending)), Placement):
         return None
@@ -90,11 +103,20 @@ def reserve(
     placed = attempt(lo)
     assert isinstance(placed, Placement)
     nodes = frozenset(m.node for m in placed.members)
-    waiting = tuple(sorted({j for _, a, j in ending[:lo] if a not in backfill
-                            and set(state.allocations[a].nodes()) & nodes}))
+    waiting = tuple(
+        sorted(
+            {
+                j
+                for _, a, j in ending[:lo]
+                if a not in backfill and set(state.allocations[a].nodes()) & nodes
+            }
+        )
+    )
     backfilled = tuple(sorted({state.allocations[a].job_id for a in backfill}))
-    landing = bool(backfill) and isinstance(fleet.place(
-        request, policy, exclude=exclude, assume_released=backfill, explain=False), Placement)
+    landing = bool(backfill) and isinstance(
+        fleet.place(request, policy, exclude=exclude, assume_released=backfill, explain=False),
+        Placement,
+    )
     return Reservation(job.job_id, nodes, ending[lo - 1][0], waiting, backfilled, landing)
 
 

@@ -22,9 +22,13 @@ OPENB = ROOT / "tests" / "fixtures" / "openb"
 
 def bench(tmp_path: Path, *args: str, timeout: float = 300) -> dict:
     out = tmp_path / "bench.json"
-    done = subprocess.run([sys.executable, "-m", "gpuledger.services.cli", "bench", *args,
-                           "--json", str(out)], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuledger.services.cli", "bench", *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
     first = data[0] if isinstance(data, list) else data
@@ -40,7 +44,9 @@ def test_replay_smoke(tmp_path):
 
 def test_replay_smoke_with_a_baseline(tmp_path):
     # this checkout against itself: the ratio is measured in the same run, output identical
-    r = bench(tmp_path, "replay", "--trace", str(OPENB), "--runs", "1", "--baseline", sys.executable)
+    r = bench(
+        tmp_path, "replay", "--trace", str(OPENB), "--runs", "1", "--baseline", sys.executable
+    )
     assert r["baseline"]["same_output"] and r["baseline"]["ratio_median"] > 0
 
 
@@ -50,8 +56,18 @@ def test_fleet_smoke(tmp_path):
 
 
 def test_openb_smoke(tmp_path):
-    r = bench(tmp_path, "openb", "--trace", str(OPENB), "--policy", "default", "--seeds", "42",
-              "--workers", "1")
+    r = bench(
+        tmp_path,
+        "openb",
+        "--trace",
+        str(OPENB),
+        "--policy",
+        "default",
+        "--seeds",
+        "42",
+        "--workers",
+        "1",
+    )
     assert r["placements"] > 0 and r["placements_per_s"] >= 200
 
 
@@ -64,8 +80,20 @@ def test_projector_smoke(tmp_path):
 
 @pytest.mark.integration
 def test_latency_smoke(tmp_path):
-    r = bench(tmp_path, "latency", "--rate", "50", "--duration", "2", "--burst", "200",
-              "--nodes", "20", "--timeout", "240")
+    r = bench(
+        tmp_path,
+        "latency",
+        "--rate",
+        "50",
+        "--duration",
+        "2",
+        "--burst",
+        "200",
+        "--nodes",
+        "20",
+        "--timeout",
+        "240",
+    )
     assert r["placed"] == r["submitted"] and r["burst_placed"] == 200
     assert r["p99_ms"] <= 1_000 and r["drain_per_s"] >= 100  # ~10-60 ms, ~2,000-7,000/s
     assert r["goals"] == {"p99_ms": 20.0, "drain_per_s": 2_000.0}
@@ -75,8 +103,22 @@ def test_latency_smoke(tmp_path):
 
 @pytest.mark.integration
 def test_latency_profile_ends(tmp_path):
-    r = bench(tmp_path, "latency", "--rate", "50", "--duration", "1", "--burst", "50",
-              "--nodes", "10", "--timeout", "240", "--profile", str(tmp_path / "prof"))
+    r = bench(
+        tmp_path,
+        "latency",
+        "--rate",
+        "50",
+        "--duration",
+        "1",
+        "--burst",
+        "50",
+        "--nodes",
+        "10",
+        "--timeout",
+        "240",
+        "--profile",
+        str(tmp_path / "prof"),
+    )
     assert r["placed"] == r["submitted"]
     assert sorted(p.name for p in (tmp_path / "prof").glob("*.prof"))
 
@@ -86,16 +128,37 @@ def test_latency_past_its_time_bound_stops_with_exit_4_and_leaves_no_process(tmp
     # Given a run that cannot end within its bound (60 s of steady load, 6 s allowed)
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # its services' files live under tmp_path
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "gpuledger.services.cli", "bench", "latency",
-                           "--rate", "20", "--duration", "60", "--burst", "10", "--nodes", "5",
-                           "--timeout", "6"], capture_output=True, text=True, timeout=120,
-                          check=False, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuledger.services.cli",
+            "bench",
+            "latency",
+            "--rate",
+            "20",
+            "--duration",
+            "60",
+            "--burst",
+            "10",
+            "--nodes",
+            "5",
+            "--timeout",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     # Then it stops at the bound with one line, and has stopped its nats-server and services
     assert done.returncode == 4, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1] == "error: the latency bench timed out (see --timeout)"
+    assert (
+        done.stderr.strip().splitlines()[-1] == "error: the latency bench timed out (see --timeout)"
+    )
     assert time.monotonic() - started < 60
-    left = [p for p in Path("/proc").glob("[0-9]*")
-            if str(tmp_path) in _cmdline(p)]
+    left = [p for p in Path("/proc").glob("[0-9]*") if str(tmp_path) in _cmdline(p)]
     assert left == []
 
 
@@ -114,8 +177,9 @@ def test_restart_smoke(tmp_path):
 
 def test_projector_smoke_with_a_baseline(tmp_path):
     # this checkout against itself, each run in a fresh process: the ratios come back
-    r = bench(tmp_path, "projector", "--events", "5000", "--rebuild", "5000",
-              "--baseline", sys.executable)
+    r = bench(
+        tmp_path, "projector", "--events", "5000", "--rebuild", "5000", "--baseline", sys.executable
+    )
     assert len(r["runs"]) == 1 and len(r["baseline"]["runs"]) == 1
     assert r["baseline"]["sustained_events_per_s"]["ratio_median"] > 0
     assert r["baseline"]["peak_rss_mb"]["baseline_median"] > 0

@@ -32,7 +32,9 @@ def all_command_paths() -> list[tuple[str, ...]]:
 
 
 def render_help(path: tuple[str, ...]) -> str:
-    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH), "TERMINAL_WIDTH": str(WIDTH)})
+    result = runner.invoke(
+        app, [*path, "--help"], env={"COLUMNS": str(WIDTH), "TERMINAL_WIDTH": str(WIDTH)}
+    )
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -77,9 +79,31 @@ def premature_breaks(text: str) -> list[str]:
 
 def test_every_command_is_reachable_and_the_tree_is_complete():
     names = {" ".join(p) for p in all_command_paths()}
-    for expected in ["up", "submit", "cancel", "status", "simulate", "check", "schema", "why", "jobs",
-                     "sql", "tenants", "project", "nodes", "nodes discover", "export", "verify",
-                     "replay", "compare", "import alibaba-openb", "bench openb", "demo", "run", "apply"]:
+    for expected in [
+        "up",
+        "submit",
+        "cancel",
+        "status",
+        "simulate",
+        "check",
+        "schema",
+        "why",
+        "jobs",
+        "sql",
+        "tenants",
+        "project",
+        "nodes",
+        "nodes discover",
+        "export",
+        "verify",
+        "replay",
+        "compare",
+        "import alibaba-openb",
+        "bench openb",
+        "demo",
+        "run",
+        "apply",
+    ]:
         assert expected in names
 
 
@@ -109,7 +133,10 @@ def test_the_check_sees_a_docstring_broken_mid_sentence():
 
 def test_reflow_joins_the_lines_of_a_paragraph_and_keeps_paragraphs_and_list_items():
     doc = "Summary line\ncontinued.\n\nSecond paragraph\nwraps here.\n- item one\n- item two\n"
-    assert reflow(doc) == "Summary line continued.\n\nSecond paragraph wraps here.\n- item one\n- item two"
+    assert (
+        reflow(doc)
+        == "Summary line continued.\n\nSecond paragraph wraps here.\n- item one\n- item two"
+    )
 
 
 def test_version_prints_the_installed_distribution_version():

@@ -25,12 +25,18 @@ DOCS = ROOT / "docs" / "metrics.md"
 
 def test_docs_metrics_md_is_generated_from_the_code():
     assert DOCS.read_text() == render_docs(), (
-        "docs/metrics.md is stale: run `gpuledger metrics --docs > docs/metrics.md`")
+        "docs/metrics.md is stale: run `gpuledger metrics --docs > docs/metrics.md`"
+    )
 
 
 def test_the_cli_prints_the_same_docs():
-    out = subprocess.run([sys.executable, "-m", "gpuledger.services.cli", "metrics", "--docs"],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuledger.services.cli", "metrics", "--docs"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert out.stdout == DOCS.read_text()
 
 
@@ -71,8 +77,15 @@ def test_rules_and_dashboard_name_only_documented_metrics():
 def test_the_alerts_the_seeds_ask_for_exist():
     doc = yaml.safe_load((PROM / "rules.yaml").read_text())
     alerts = {r["alert"] for g in doc["groups"] for r in g["rules"]}
-    assert {"InferencePending", "HighPreemptionRate", "IdleAllocatedGPUs", "QuotaReclaimStarved",
-            "EvictionBudgetExhausted", "DeadLetters", "FoldLag"} <= alerts
+    assert {
+        "InferencePending",
+        "HighPreemptionRate",
+        "IdleAllocatedGPUs",
+        "QuotaReclaimStarved",
+        "EvictionBudgetExhausted",
+        "DeadLetters",
+        "FoldLag",
+    } <= alerts
     tests = yaml.safe_load((PROM / "rules_test.yaml").read_text())["tests"]
     for alert in alerts:  # a firing and a non-firing case for each
         cases = [c for t in tests for c in t["alert_rule_test"] if c["alertname"] == alert]
@@ -86,13 +99,16 @@ def test_promtool_passes_the_rule_unit_tests():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("promtool is missing in CI: .ci/run installs Debian's `prometheus` package")
         pytest.skip("promtool not installed (apt-get install prometheus); CI runs this test")
-    check = subprocess.run([promtool, "check", "rules", "rules.yaml"], cwd=PROM,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [promtool, "check", "rules", "rules.yaml"], cwd=PROM, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    run = subprocess.run([promtool, "test", "rules", "rules_test.yaml"], cwd=PROM,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [promtool, "test", "rules", "rules_test.yaml"], cwd=PROM, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS" in run.stdout + run.stderr
-    config = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=PROM,
-                            capture_output=True, text=True)  # the compose scrape configuration
+    config = subprocess.run(
+        [promtool, "check", "config", "prometheus.yml"], cwd=PROM, capture_output=True, text=True
+    )  # the compose scrape configuration
     assert config.returncode == 0, config.stdout + config.stderr

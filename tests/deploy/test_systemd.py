@@ -40,8 +40,9 @@ def exec_start(u: configparser.ConfigParser) -> list[str]:
     return shlex.split(u["Service"]["ExecStart"])
 
 
-@pytest.mark.parametrize("name", ["gpuledger@.service", "gpuledger-projector.service",
-                                  "gpuledger-node-agent.service"])
+@pytest.mark.parametrize(
+    "name", ["gpuledger@.service", "gpuledger-projector.service", "gpuledger-node-agent.service"]
+)
 def test_every_unit_runs_a_real_gpuledger_command_and_restarts(name):
     u = unit(name)
     assert u["Unit"]["Description"]
@@ -94,24 +95,36 @@ def test_stopping_the_node_agent_leaves_its_members_running():
 
 
 def test_the_environment_file_names_the_nats_servers():
-    env = dict(line.split("=", 1) for line in (UNITS / "gpuledger.env").read_text().splitlines()
-               if line and not line.startswith("#"))
+    env = dict(
+        line.split("=", 1)
+        for line in (UNITS / "gpuledger.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert env["GPULEDGER_NATS_URL"].startswith("nats://")
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
-@pytest.mark.parametrize("name, as_name", [
-    ("gpuledger@.service", "gpuledger@scheduler.service"),
-    ("gpuledger-projector.service", "gpuledger-projector.service"),
-    ("gpuledger-node-agent.service", "gpuledger-node-agent.service"),
-])
+@pytest.mark.parametrize(
+    "name, as_name",
+    [
+        ("gpuledger@.service", "gpuledger@scheduler.service"),
+        ("gpuledger-projector.service", "gpuledger-projector.service"),
+        ("gpuledger-node-agent.service", "gpuledger-node-agent.service"),
+    ],
+)
 def test_systemd_analyze_verifies_each_unit(tmp_path, name, as_name):
     # the installed console script stands in for /usr/local/bin/gpuledger (verify checks
     # that the command is executable)
-    binary = shutil.which("gpuledger") or str(Path(__import__("sys").executable).with_name("gpuledger"))
+    binary = shutil.which("gpuledger") or str(
+        Path(__import__("sys").executable).with_name("gpuledger")
+    )
     assert Path(binary).exists()
     text = (UNITS / name).read_text().replace(BINARY, binary)
     (tmp_path / as_name).write_text(text)
-    out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / as_name)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / as_name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

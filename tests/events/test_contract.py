@@ -16,7 +16,9 @@ CURRENT_TAGS = sorted(c.__struct_config__.tag for c in e.ALL_EVENTS)
 def contains(new, old) -> bool:
     """`new` carries every field of `old` with the same value (additive changes allowed)."""
     if isinstance(old, dict):
-        return isinstance(new, dict) and all(k in new and contains(new[k], v) for k, v in old.items())
+        return isinstance(new, dict) and all(
+            k in new and contains(new[k], v) for k, v in old.items()
+        )
     if isinstance(old, list):
         return isinstance(new, list) and len(new) == len(old) and all(map(contains, new, old))
     return new == old
@@ -81,14 +83,26 @@ def test_ids_that_would_break_a_subject_are_refused(bad):
 def test_subjects_name_the_producer_role_and_carry_tenant_and_job():
     job = e.JobSpec(job_id="j1", tenant="org/team-a")
     assert e.subject_for(e.JobSubmitted(job=job)) == "gl.submit.org/team-a.j1"
-    assert e.subject_for(e.GangPlaced(job_id="j1", allocation_id="j1#1", tenant="t", members=())) == "gl.sched.j1.GangPlaced"
-    assert e.subject_for(e.MemberStarted(job_id="j1", allocation_id="j1#1", rank=0, node="n1")) == "gl.node.n1.MemberStarted"
+    assert (
+        e.subject_for(e.GangPlaced(job_id="j1", allocation_id="j1#1", tenant="t", members=()))
+        == "gl.sched.j1.GangPlaced"
+    )
+    assert (
+        e.subject_for(e.MemberStarted(job_id="j1", allocation_id="j1#1", rank=0, node="n1"))
+        == "gl.node.n1.MemberStarted"
+    )
     with pytest.raises(e.InvalidId):
         e.subject_for(e.JobSubmitted(job=e.JobSpec(job_id="j.1", tenant="t")))
 
 
 def test_client_schema_covers_submission_cancel_and_configuration():
     schema = json.dumps(client_schema())
-    for name in ("JobSubmitted", "JobCancelled", "TenantConfigured", "PriorityClassConfigured", "PolicyConfigured"):
+    for name in (
+        "JobSubmitted",
+        "JobCancelled",
+        "TenantConfigured",
+        "PriorityClassConfigured",
+        "PolicyConfigured",
+    ):
         assert name in schema
     assert "GangPlaced" not in schema

@@ -13,7 +13,10 @@ from gpuledger.events.specs import MAX_COUNT
 
 
 def submission(**resources: object) -> dict:
-    return {"type": "JobSubmitted.v1", "job": {"job_id": "j1", "tenant": "org/a", "resources": resources}}
+    return {
+        "type": "JobSubmitted.v1",
+        "job": {"job_id": "j1", "tenant": "org/a", "resources": resources},
+    }
 
 
 def raw(doc: dict) -> bytes:
@@ -36,8 +39,14 @@ def test_nesting_just_under_the_limit_is_not_refused_for_its_depth() -> None:
     details: object = 1
     for _ in range(MAX_DEPTH - 2):
         details = [details]
-    doc = {"type": "JobRejected.v1", "job_id": "j", "tenant": "t", "reason": "InvalidSpec",
-           "message": "m", "details": {"d": details}}
+    doc = {
+        "type": "JobRejected.v1",
+        "job_id": "j",
+        "tenant": "t",
+        "reason": "InvalidSpec",
+        "message": "m",
+        "details": {"d": details},
+    }
     event = ev.decode(raw(doc))
     assert isinstance(event, ev.JobRejected)
 
@@ -50,7 +59,10 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
 
 @pytest.mark.parametrize("gpus", ["1e30", "1" + "0" * 30, "-" + "9" * 40, "1" * 5000])
 def test_numbers_beyond_the_integer_range_are_refused_with_where(gpus: str) -> None:
-    data = b'{"type":"JobSubmitted.v1","job":{"job_id":"j1","tenant":"t","resources":{"gpus":%s}}}' % gpus.encode()
+    data = (
+        b'{"type":"JobSubmitted.v1","job":{"job_id":"j1","tenant":"t","resources":{"gpus":%s}}}'
+        % gpus.encode()
+    )
     why = reason(data)
     assert "gpus" in why or "out of range" in why or "float" in why
 
@@ -75,7 +87,9 @@ def test_job_counts_have_magnitude_bounds_but_negative_values_reach_admission() 
 
 
 def test_oversized_payloads_are_refused_before_parsing() -> None:
-    assert reason(b" " * (MAX_PAYLOAD_BYTES + 1)).startswith(f"payload of {MAX_PAYLOAD_BYTES + 1} bytes")
+    assert reason(b" " * (MAX_PAYLOAD_BYTES + 1)).startswith(
+        f"payload of {MAX_PAYLOAD_BYTES + 1} bytes"
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,7 +103,7 @@ def test_oversized_payloads_are_refused_before_parsing() -> None:
         b'{"type":"NoSuchEvent.v9"}',
         b"[]",
         b"NaN",
-        "{\"type\": \"JobCancelled.v1\", \"job_id\": \"\ud800\"}",
+        '{"type": "JobCancelled.v1", "job_id": "\ud800"}',
     ],
 )
 def test_garbage_of_every_kind_is_undecodable_with_a_reason(data: bytes | str) -> None:

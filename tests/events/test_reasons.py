@@ -10,8 +10,13 @@ from gpuledger.events.reasons import DeclineReason, ExclusionReason, JobState, P
 
 
 def declined(reason, code):
-    return ev.PreemptionDeclined(job_id="j", reason=reason, message="m",
-                                 details={"excluded": [{"job": "v", "reason": code}]}, event_id="e")
+    return ev.PreemptionDeclined(
+        job_id="j",
+        reason=reason,
+        message="m",
+        details={"excluded": [{"job": "v", "reason": code}]},
+        event_id="e",
+    )
 
 
 def test_an_event_with_enum_codes_encodes_to_the_same_bytes_as_with_strings():
@@ -24,8 +29,14 @@ def test_an_event_with_enum_codes_encodes_to_the_same_bytes_as_with_strings():
 
 
 def test_every_code_is_its_own_name_and_the_vocabularies_are_closed():
-    for enum in (reasons.PendingReason, reasons.PreemptionReason, reasons.ExclusionReason,
-                 reasons.DeclineReason, reasons.RejectReason, reasons.JobState):
+    for enum in (
+        reasons.PendingReason,
+        reasons.PreemptionReason,
+        reasons.ExclusionReason,
+        reasons.DeclineReason,
+        reasons.RejectReason,
+        reasons.JobState,
+    ):
         assert issubclass(enum, StrEnum)
         assert all(m.value == m.name for m in enum), enum
     assert f"{PendingReason.Resources}" == "Resources" and str(JobState.pending) == "pending"

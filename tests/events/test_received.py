@@ -21,15 +21,24 @@ SPEC = ev.JobSpec(job_id="ci-7", tenant="team-a")
     ],
 )
 def test_a_client_time_is_kept_only_when_present_and_near_the_receive_time(client_ms, folded_ms):
-    for event in (ev.JobSubmitted(job=SPEC, occurred_at_ms=client_ms),
-                  ev.JobCancelled(job_id="ci-7", tenant="team-a", occurred_at_ms=client_ms),
-                  ev.TenantConfigured(tenant="team-a", occurred_at_ms=client_ms)):
+    for event in (
+        ev.JobSubmitted(job=SPEC, occurred_at_ms=client_ms),
+        ev.JobCancelled(job_id="ci-7", tenant="team-a", occurred_at_ms=client_ms),
+        ev.TenantConfigured(tenant="team-a", occurred_at_ms=client_ms),
+    ):
         assert ev.at_receipt(event, RECEIVED).occurred_at_ms == folded_ms
 
 
 def test_services_own_events_and_reads_without_a_receive_time_are_unchanged():
-    decision = ev.JobAdmitted(job_id="j", tenant="t", priority_class="train", priority=50,
-                              preemptible=True, slo_class="batch", occurred_at_ms=5)
+    decision = ev.JobAdmitted(
+        job_id="j",
+        tenant="t",
+        priority_class="train",
+        priority=50,
+        preemptible=True,
+        slo_class="batch",
+        occurred_at_ms=5,
+    )
     assert ev.at_receipt(decision, RECEIVED) is decision
     submitted = ev.JobSubmitted(job=SPEC)
     assert ev.at_receipt(submitted, 0) is submitted  # a file or the simulator: no stream time

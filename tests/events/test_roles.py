@@ -10,10 +10,22 @@ from gpuledger.events.subjects import OPERATOR_INPUTS, producer_problem, role_of
 from gpuledger.services.roles import ROLES
 
 # the subject prefix each role may publish on (events/subjects.py)
-PREFIX = {"admission": "gl.admission.", "quota": "gl.quota.", "scheduler": "gl.sched.",
-          "preemption": "gl.preempt.", "node-agent": "gl.node."}
-NODE_FACTS = (ev.NodeRegistered, ev.NodeHeartbeat, ev.MemberStarted, ev.MemberCheckpointed,
-              ev.MemberExited, ev.GpuMetricsReported, ev.MigReconfigured)
+PREFIX = {
+    "admission": "gl.admission.",
+    "quota": "gl.quota.",
+    "scheduler": "gl.sched.",
+    "preemption": "gl.preempt.",
+    "node-agent": "gl.node.",
+}
+NODE_FACTS = (
+    ev.NodeRegistered,
+    ev.NodeHeartbeat,
+    ev.MemberStarted,
+    ev.MemberCheckpointed,
+    ev.MemberExited,
+    ev.GpuMetricsReported,
+    ev.MigReconfigured,
+)
 
 
 def test_every_decision_and_node_fact_has_one_role_of_a_real_service():
@@ -25,25 +37,44 @@ def test_every_decision_and_node_fact_has_one_role_of_a_real_service():
             assert role is None, cls.__name__
 
 
-@pytest.mark.parametrize("cls, role", [
-    (ev.JobAdmitted, "admission"), (ev.JobRejected, "admission"), (ev.RequestRefused, "admission"),
-    (ev.FairShareUpdated, "quota"), (ev.GangPlaced, "scheduler"), (ev.NodeLost, "scheduler"),
-    (ev.PendingReasonChanged, "scheduler"), (ev.GangEvicted, "scheduler"),
-    (ev.PreemptionRequested, "preemption"), (ev.PreemptionDeclined, "preemption"),
-    (ev.ConsolidationPlanned, "preemption"), (ev.MigReconfigurationRequested, "preemption"),
-    (ev.MigReconfigured, "node-agent"),
-    (ev.MemberExited, "node-agent"), (ev.NodeRegistered, "node-agent"),
-    (ev.JobSubmitted, None), (ev.JobCancelled, None), (ev.PolicyConfigured, None),
-    (ev.DeadLettered, None),
-])
+@pytest.mark.parametrize(
+    "cls, role",
+    [
+        (ev.JobAdmitted, "admission"),
+        (ev.JobRejected, "admission"),
+        (ev.RequestRefused, "admission"),
+        (ev.FairShareUpdated, "quota"),
+        (ev.GangPlaced, "scheduler"),
+        (ev.NodeLost, "scheduler"),
+        (ev.PendingReasonChanged, "scheduler"),
+        (ev.GangEvicted, "scheduler"),
+        (ev.PreemptionRequested, "preemption"),
+        (ev.PreemptionDeclined, "preemption"),
+        (ev.ConsolidationPlanned, "preemption"),
+        (ev.MigReconfigurationRequested, "preemption"),
+        (ev.MigReconfigured, "node-agent"),
+        (ev.MemberExited, "node-agent"),
+        (ev.NodeRegistered, "node-agent"),
+        (ev.JobSubmitted, None),
+        (ev.JobCancelled, None),
+        (ev.PolicyConfigured, None),
+        (ev.DeadLettered, None),
+    ],
+)
 def test_the_role_is_the_one_the_subject_grammar_names(cls, role):
     assert role_of(cls) == role
 
 
 def test_a_role_publishes_only_on_its_own_subject_prefix():
     samples = [
-        ev.JobAdmitted(job_id="j", tenant="t", priority_class="c", priority=1, preemptible=True,
-                       slo_class="batch"),
+        ev.JobAdmitted(
+            job_id="j",
+            tenant="t",
+            priority_class="c",
+            priority=1,
+            preemptible=True,
+            slo_class="batch",
+        ),
         ev.FairShareUpdated(shares=()),
         ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t", members=()),
         ev.NodeLost(node="n1"),

@@ -23,7 +23,13 @@ def test_a_valid_id_keeps_its_own_subject() -> None:
 
 
 def test_other_events_about_an_unroutable_id_are_refused() -> None:
-    admitted = ev.JobAdmitted(job_id="a.b*c >d", tenant="t", priority_class="train", priority=50,
-                              preemptible=True, slo_class="batch")
+    admitted = ev.JobAdmitted(
+        job_id="a.b*c >d",
+        tenant="t",
+        priority_class="train",
+        priority=50,
+        preemptible=True,
+        slo_class="batch",
+    )
     with pytest.raises(ev.InvalidId):
         subject_for(admitted)

@@ -12,11 +12,17 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def cli(*args: str, check: bool = False, timeout: float = 60, stdin: str | None = None,
-        cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, check: bool = False, timeout: float = 60, stdin: str | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gpuledger.services.cli", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, check=check, input=stdin,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+        input=stdin,
     )
 
 
@@ -29,8 +35,13 @@ class Processes(ServiceProcesses):
         self.server = None if isinstance(server, str) else server
         super().__init__(url_or_access, config=config, log_dir=log_dir)
 
-    def start(self, role: str, node: str | None = None, *args: str,  # type: ignore[override]
-              name: str | None = None):
+    def start(
+        self,
+        role: str,
+        node: str | None = None,
+        *args: str,  # type: ignore[override]
+        name: str | None = None,
+    ):
         """`role` (named `name`, default the role or node: give replicas distinct names)."""
         if node is None:
             return super().start(role, *args, name=name)

@@ -51,14 +51,20 @@ DEEP = Case(
 UNROUTABLE_ID = Case(
     "job id that is no subject token",
     "gl.submit.team-a.x",
-    json.dumps({"type": "JobSubmitted.v1", "event_id": "sub-bad-id",
-                "job": {"job_id": "a.b*c >d", "tenant": "team-a", "resources": {"gpus": 1}}}).encode(),
+    json.dumps(
+        {
+            "type": "JobSubmitted.v1",
+            "event_id": "sub-bad-id",
+            "job": {"job_id": "a.b*c >d", "tenant": "team-a", "resources": {"gpus": 1}},
+        }
+    ).encode(),
 )
 HUGE_NUMBER = Case(
     "gpus beyond any integer column",
     "gl.submit.team-a.huge",
     b'{"type":"JobSubmitted.v1","job":{"job_id":"huge","tenant":"team-a","resources":{"gpus":1'
-    + b"0" * 30 + b"}}}",
+    + b"0" * 30
+    + b"}}}",
 )
 
 
@@ -123,7 +129,9 @@ async def dead_letters(bus: Bus) -> list[ev.DeadLettered]:
 
 
 @pytest.mark.parametrize("case", [DEEP, UNROUTABLE_ID, HUGE_NUMBER], ids=lambda c: c.name)
-async def test_one_bad_message_stops_nothing(case: Case, server, bus, procs, tmp_path: Path) -> None:
+async def test_one_bad_message_stops_nothing(
+    case: Case, server, bus, procs, tmp_path: Path
+) -> None:
     scenario = load(THREE)
     nodes = [n.name for n in scenario.nodes]
     data = tmp_path / "data"
@@ -145,13 +153,17 @@ async def test_one_bad_message_stops_nothing(case: Case, server, bus, procs, tmp
         # the body names another job than its subject: refused by the acceptance rules, and
         # admission answers for the job its subject names
         assert dead[0].reason.startswith("Refused: ") and "a.b*c >d" in dead[0].reason
-        (rejected,) = [(s, e) for _, s, e in log if isinstance(e, ev.JobRejected) and e.job_id == "x"]
+        (rejected,) = [
+            (s, e) for _, s, e in log if isinstance(e, ev.JobRejected) and e.job_id == "x"
+        ]
         assert rejected[0] == "gl.admission.x.JobRejected"
         assert rejected[1].reason == "InvalidSpec"
         assert "a.b*c >d" in rejected[1].message
     else:
-        expected = {DEEP.name: "JSON nested deeper than 64 levels",
-                    HUGE_NUMBER.name: "at `$.job.resources.gpus`"}[case.name]
+        expected = {
+            DEEP.name: "JSON nested deeper than 64 levels",
+            HUGE_NUMBER.name: "at `$.job.resources.gpus`",
+        }[case.name]
         assert dead[0].reason.startswith("UndecodableEvent: ") and expected in dead[0].reason
     assert await projector_acked(server.url, bad), procs.logs()  # the projector is past it too
     assert alive(procs) == {}, procs.logs()
@@ -169,10 +181,14 @@ async def test_one_bad_message_stops_nothing(case: Case, server, bus, procs, tmp
     assert await projector_acked(server.url, last), procs.logs()
     assert alive(procs) == {}, procs.logs()
 
-    procs.stop("projector")  # read the file once the single writer is gone (readers: issue 11 case 4)
+    procs.stop(
+        "projector"
+    )  # read the file once the single writer is gone (readers: issue 11 case 4)
     con = connect_readonly(data / "projection.duckdb")
     try:
-        row = con.execute("SELECT type, payload->>'error' FROM events WHERE seq = ?", [bad]).fetchone()
+        row = con.execute(
+            "SELECT type, payload->>'error' FROM events WHERE seq = ?", [bad]
+        ).fetchone()
         states = dict(con.execute("SELECT job_id, state FROM jobs").fetchall())
     finally:
         con.close()

@@ -14,16 +14,33 @@ pytestmark = pytest.mark.integration
 
 def test_a_two_minute_soak_with_twenty_faults_keeps_every_invariant(tmp_path):
     out = tmp_path / "chaos.json"
-    run = cli("chaos", "--duration", "120", "--seed", "1", "--nats-cluster", "3",
-              "--json", str(out), "--data", str(tmp_path / "data"), timeout=480)
-    logs = "\n".join(p.read_text()[-1500:] for p in sorted((tmp_path / "data" / "logs").glob("*.log")))
+    run = cli(
+        "chaos",
+        "--duration",
+        "120",
+        "--seed",
+        "1",
+        "--nats-cluster",
+        "3",
+        "--json",
+        str(out),
+        "--data",
+        str(tmp_path / "data"),
+        timeout=480,
+    )
+    logs = "\n".join(
+        p.read_text()[-1500:] for p in sorted((tmp_path / "data" / "logs").glob("*.log"))
+    )
     assert run.returncode == 0 and out.exists(), run.stdout[-4000:] + run.stderr[-4000:] + logs
     report = json.loads(out.read_text())
 
     # every invariant was checked and holds
     assert report["invariants"] == {
-        "no_lost_job": True, "no_double_allocation": True, "no_partial_gang": True,
-        "running_members_placed": True, "projection_equals_rebuild": True,
+        "no_lost_job": True,
+        "no_double_allocation": True,
+        "no_partial_gang": True,
+        "running_members_placed": True,
+        "projection_equals_rebuild": True,
         "verify_zero_mismatches": True,
     }
     # at least 20 faults landed, of every kind, on every kind of process
@@ -43,8 +60,9 @@ def test_a_two_minute_soak_with_twenty_faults_keeps_every_invariant(tmp_path):
     pj = d["projection_equals_rebuild"]
     assert 0 < pj["settled_seq"] <= pj["last_seq"] <= pj["log_last_seq"], pj
     # and the supervisor brought back what the faults killed
-    assert sum(report["restarts"].values()) >= sum(f["kind"] in ("kill9", "restart")
-                                                   for f in done if f["target_kind"] != "nats")
+    assert sum(report["restarts"].values()) >= sum(
+        f["kind"] in ("kill9", "restart") for f in done if f["target_kind"] != "nats"
+    )
     # nothing died that a fault did not kill (a NATS node's death or pause crashes no process)
     assert report["unplanned_restarts"] == {}, report["restarts"]
     # what it printed: each fault and each invariant's verdict

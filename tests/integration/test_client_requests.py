@@ -43,12 +43,18 @@ async def log_until(bus, done, procs, timeout_s: float = 20.0):
 
 
 def of_type(log, cls, job_id: str | None = None):
-    return [e for _, _, e in log if isinstance(e, cls) and (job_id is None or getattr(e, "job_id", None) == job_id)]
+    return [
+        e
+        for _, _, e in log
+        if isinstance(e, cls) and (job_id is None or getattr(e, "job_id", None) == job_id)
+    ]
 
 
 def project(url: str, db) -> None:
     """Project the whole stream into `db` (the projector a `gpuledger up` runs)."""
-    asyncio.run(run_projector(url, db, connect_options=natsauth.options(), follow=False, fetch_timeout=0.5))
+    asyncio.run(
+        run_projector(url, db, connect_options=natsauth.options(), follow=False, fetch_timeout=0.5)
+    )
 
 
 # ---------------------------------------------------------------- case 9: one job id, one job
@@ -57,14 +63,18 @@ def project(url: str, db) -> None:
 async def test_a_plain_client_resubmitting_a_job_id_with_other_content_is_refused_and_why_says_so(
     server, bus, admission, tmp_path
 ):
-    first = await bus.publish_raw("gl.submit.team-a.train-45", README_CI_PAYLOAD % b"train-45",
-                                  msg_id="ci-1:train-45")
+    first = await bus.publish_raw(
+        "gl.submit.team-a.train-45", README_CI_PAYLOAD % b"train-45", msg_id="ci-1:train-45"
+    )
     other = README_CI_PAYLOAD.replace(b'"gpus":1', b'"gpus":8') % b"train-45"
     second = await bus.publish_raw("gl.submit.team-a.train-45", other, msg_id="ci-2:train-45")
     ledger, log = await log_until(bus, lambda log: of_type(log, ev.RequestRefused), admission)
     (refused,) = of_type(log, ev.RequestRefused)
     assert (refused.reason, refused.request_seq, refused.details["existing_seq"]) == (
-        "JobIdConflict", second, first)
+        "JobIdConflict",
+        second,
+        first,
+    )
     assert "resources.gpus: stored 1, new 8" in refused.message
     assert ledger.jobs["train-45"].spec.resources.gpus == 1  # the first job stands
     assert len(of_type(log, ev.JobAdmitted)) == 1
@@ -76,26 +86,39 @@ async def test_a_plain_client_resubmitting_a_job_id_with_other_content_is_refuse
     assert f"Refused:   JobSubmitted at seq {second} from team-a: JobIdConflict" in why.stdout
 
 
-async def test_jetstream_tells_a_plain_publisher_about_a_reused_msg_id_or_a_taken_job_id(bus, admission):
+async def test_jetstream_tells_a_plain_publisher_about_a_reused_msg_id_or_a_taken_job_id(
+    bus, admission
+):
     """What a `nats pub` client can see in the ack: a reused Nats-Msg-Id is a duplicate
     (nothing stored, whatever the content); with the expected-last-subject-sequence headers
     the schema documents, a second submission of a job id is an error."""
     payload = README_CI_PAYLOAD % b"ci-9"
-    ack = await bus.js.publish("gl.submit.team-a.ci-9", payload, headers={"Nats-Msg-Id": "run-1:ci-9"})
-    again = await bus.js.publish("gl.submit.team-a.ci-9", payload.replace(b'"gpus":1', b'"gpus":2'),
-                                 headers={"Nats-Msg-Id": "run-1:ci-9"})
+    ack = await bus.js.publish(
+        "gl.submit.team-a.ci-9", payload, headers={"Nats-Msg-Id": "run-1:ci-9"}
+    )
+    again = await bus.js.publish(
+        "gl.submit.team-a.ci-9",
+        payload.replace(b'"gpus":1', b'"gpus":2'),
+        headers={"Nats-Msg-Id": "run-1:ci-9"},
+    )
     assert again.duplicate and again.seq == ack.seq
-    create = {"Nats-Expected-Last-Subject-Sequence": "0",
-              "Nats-Expected-Last-Subject-Sequence-Subject": "gl.submit.*.ci-9"}
+    create = {
+        "Nats-Expected-Last-Subject-Sequence": "0",
+        "Nats-Expected-Last-Subject-Sequence-Subject": "gl.submit.*.ci-9",
+    }
     with pytest.raises(nats.js.errors.APIError) as refused:
-        await bus.js.publish("gl.submit.team-b.ci-9", payload, headers={**create, "Nats-Msg-Id": "run-2:ci-9"})
+        await bus.js.publish(
+            "gl.submit.team-b.ci-9", payload, headers={**create, "Nats-Msg-Id": "run-2:ci-9"}
+        )
     assert refused.value.err_code == 10071
 
 
 async def test_gpuledger_submit_is_idempotent_over_a_plain_submission_and_refuses_another_tenant(
     server, bus, admission, tmp_path
 ):
-    await bus.publish_raw("gl.submit.team-a.ci-3", README_CI_PAYLOAD % b"ci-3", msg_id="ci-run:ci-3")
+    await bus.publish_raw(
+        "gl.submit.team-a.ci-3", README_CI_PAYLOAD % b"ci-3", msg_id="ci-run:ci-3"
+    )
     job = tmp_path / "job.yaml"
     job.write_text("id: ci-3\ntenant: team-a\ngpus: 1\nduration: 3600\n")
     same = cli("submit", str(job), "--nats-url", server.url, "--wait")
@@ -114,7 +137,9 @@ async def test_a_submission_with_a_typo_is_rejected_with_the_decode_error_for_it
 ):
     typo = b'{"type":"JobSubmitted.v1","job":{"job_id":"train-46","tenant":"team-a","gpu":8}}'
     seq = await bus.publish_raw("gl.submit.team-a.train-46", typo, msg_id="ci-1:train-46")
-    ledger, log = await log_until(bus, lambda log: of_type(log, ev.JobRejected, "train-46"), admission)
+    ledger, log = await log_until(
+        bus, lambda log: of_type(log, ev.JobRejected, "train-46"), admission
+    )
     (rejected,) = of_type(log, ev.JobRejected, "train-46")
     assert (rejected.tenant, rejected.reason) == ("team-a", "InvalidSpec")
     assert f"seq {seq}" in rejected.message and "gpu" in rejected.message
@@ -146,8 +171,7 @@ async def test_a_job_without_a_client_time_or_with_a_wrong_clock_is_stamped_when
     await bus.publish_raw("gl.submit.team-a.sane-clock", json.dumps(sane).encode())
     after = time.time_ns() // 1_000_000
     jobs = ("no-clock", "fast-clock", "sane-clock")
-    ledger, _ = await log_until(
-        bus, lambda log: len(of_type(log, ev.JobAdmitted)) == 3, admission)
+    ledger, _ = await log_until(bus, lambda log: len(of_type(log, ev.JobAdmitted)) == 3, admission)
     assert before <= ledger.jobs["no-clock"].submitted_ms <= after
     assert before <= ledger.jobs["fast-clock"].submitted_ms <= after
     assert ledger.jobs["sane-clock"].submitted_ms == before - 2_000
@@ -156,10 +180,12 @@ async def test_a_job_without_a_client_time_or_with_a_wrong_clock_is_stamped_when
     await asyncio.to_thread(project, server.url, db)
     con = connect_readonly(db)
     try:
-        stamped = dict(con.execute(
-            "SELECT job_id, submitted_at_ms FROM jobs WHERE job_id IN (?, ?, ?)", list(jobs)).fetchall())
-        wait_p99_s = con.execute(
-            "SELECT max(admission_wait_p99_s) FROM slo").fetchone()[0]
+        stamped = dict(
+            con.execute(
+                "SELECT job_id, submitted_at_ms FROM jobs WHERE job_id IN (?, ?, ?)", list(jobs)
+            ).fetchall()
+        )
+        wait_p99_s = con.execute("SELECT max(admission_wait_p99_s) FROM slo").fetchone()[0]
     finally:
         con.close()
     assert stamped == {j: ledger.jobs[j].submitted_ms for j in jobs}  # one effective time
@@ -173,7 +199,9 @@ async def test_a_job_without_a_client_time_or_with_a_wrong_clock_is_stamped_when
 # ---------------------------------------------------------------- case 13: cancel
 
 
-async def test_cancelling_an_unknown_job_is_refused_and_creates_nothing(server, bus, admission, tmp_path):
+async def test_cancelling_an_unknown_job_is_refused_and_creates_nothing(
+    server, bus, admission, tmp_path
+):
     last = await bus.last_seq()
     out = cli("cancel", "no-such-job", "--nats-url", server.url)
     assert out.returncode == 1
@@ -184,22 +212,34 @@ async def test_cancelling_an_unknown_job_is_refused_and_creates_nothing(server, 
     seq = await bus.publish_raw("gl.cancel.team-a.no-such-job", ev.encode(raw))
     ledger, log = await log_until(bus, lambda log: of_type(log, ev.RequestRefused), admission)
     (refused,) = of_type(log, ev.RequestRefused)
-    assert (refused.reason, refused.request, refused.request_seq) == ("UnknownJob", "JobCancelled", seq)
+    assert (refused.reason, refused.request, refused.request_seq) == (
+        "UnknownJob",
+        "JobCancelled",
+        seq,
+    )
     assert "no-such-job" not in ledger.jobs
 
     db = tmp_path / "projection.duckdb"
     await asyncio.to_thread(project, server.url, db)
     con = connect_readonly(db)
     try:
-        assert con.execute("SELECT count(*) FROM jobs WHERE job_id = 'no-such-job'").fetchone()[0] == 0
+        assert (
+            con.execute("SELECT count(*) FROM jobs WHERE job_id = 'no-such-job'").fetchone()[0] == 0
+        )
     finally:
         con.close()
     why = cli("why", "no-such-job", "--db", str(db))
     assert why.returncode == 1
-    assert "no job 'no-such-job'" in why.stderr and "JobCancelled" in why.stderr and "UnknownJob" in why.stderr
+    assert (
+        "no job 'no-such-job'" in why.stderr
+        and "JobCancelled" in why.stderr
+        and "UnknownJob" in why.stderr
+    )
 
 
-async def test_a_cancel_names_the_tenant_that_submitted_the_job_or_is_refused(server, bus, admission, tmp_path):
+async def test_a_cancel_names_the_tenant_that_submitted_the_job_or_is_refused(
+    server, bus, admission, tmp_path
+):
     job = tmp_path / "job.yaml"
     job.write_text("id: mine\ntenant: team-a\ngpus: 1\nduration: 3600\n")
     assert cli("submit", str(job), "--nats-url", server.url, "--wait").returncode == 0

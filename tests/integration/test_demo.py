@@ -22,7 +22,12 @@ def test_the_demo_shows_the_preemption_and_leaves_a_queryable_projection(tmp_pat
     assert "rejected    bad-job: UnknownTenant" in out
     summary = out.split("SUMMARY", 1)[1]
     states = {line.split()[0]: line.split()[3] for line in summary.splitlines()[2:6]}
-    assert states == {"bad-job": "rejected", "notebook": "completed", "pretrain": "completed", "serve": "completed"}
+    assert states == {
+        "bad-job": "rejected",
+        "notebook": "completed",
+        "pretrain": "completed",
+        "serve": "completed",
+    }
     assert elapsed < 60
 
     why = cli("why", "pretrain", "--data", str(data))

@@ -31,8 +31,14 @@ TTL = 2.0
 
 def submitted(job_id: str, gpus: int = 1, duration: str = "60s") -> ev.JobSubmitted:
     spec = job_spec({"id": job_id, "tenant": "team-a", "gpus": gpus, "duration": duration})
-    return stamp(ev.JobSubmitted, key=job_id, producer="test", now_ms=time.time_ns() // 1_000_000,
-                 correlation_id=job_id, job=spec)
+    return stamp(
+        ev.JobSubmitted,
+        key=job_id,
+        producer="test",
+        now_ms=time.time_ns() // 1_000_000,
+        correlation_id=job_id,
+        job=spec,
+    )
 
 
 async def fold_log(bus) -> tuple[Ledger, list[tuple[int, ev.Event, object]]]:
@@ -69,8 +75,14 @@ async def wait_until(pred, timeout_s: float, what: str, poll_s: float = 0.05):
 async def placed_by(bus, job_id: str, producer: str | None = None):
     """The accepted GangPlaced of `job_id` (by `producer`), else None."""
     _, log = await fold_log(bus)
-    return next((e for _, e, r in placements(log)
-                 if e.job_id == job_id and r is None and producer in (None, e.producer)), None)
+    return next(
+        (
+            e
+            for _, e, r in placements(log)
+            if e.job_id == job_id and r is None and producer in (None, e.producer)
+        ),
+        None,
+    )
 
 
 def start_plane(procs, *schedulers: str) -> None:
@@ -133,41 +145,60 @@ async def test_two_schedulers_side_by_side_only_one_decides(bus, procs, tmp_path
 
 
 async def test_a_paused_leader_past_its_ttl_is_fenced_after_the_standby_takes_over(
-        bus, procs, tmp_path):
+    bus, procs, tmp_path
+):
     await live_player.publish_config(bus, load(THREE))
     start_plane(procs, "a")
     assert await live_player.wait_for_nodes(bus, ["n1", "n2"], 30), procs.logs()
     await bus.create_once(submitted("before"))
     first = await wait_until(lambda: placed_by(bus, "before", "scheduler/a"), 30, "a's placement")
-    procs.start("scheduler", None, "--leader-lease", str(TTL), "--instance", "b", name="scheduler-b")
+    procs.start(
+        "scheduler", None, "--leader-lease", str(TTL), "--instance", "b", name="scheduler-b"
+    )
     await wait_until(lambda: _logged(tmp_path, "scheduler-b", "host.folded"), 30, "b caught up")
 
     old = procs.procs["scheduler-a"]
     old.send_signal(signal.SIGSTOP)
     try:
         await bus.create_once(submitted("during"))  # a sees it only when resumed
-        taken = await wait_until(lambda: placed_by(bus, "during", "scheduler/b"), TTL * 10,
-                                 "the standby's placement")
+        taken = await wait_until(
+            lambda: placed_by(bus, "during", "scheduler/b"), TTL * 10, "the standby's placement"
+        )
         assert taken.leader_epoch > first.leader_epoch
         # work a resumed ex-leader would decide on at once, from its stale view
         await bus.create_once(submitted("after", gpus=2))
     finally:
         old.send_signal(signal.SIGCONT)
-    await wait_until(lambda: _logged(tmp_path, "scheduler-a", "lease.lost"), 30, "a to see its loss")
+    await wait_until(
+        lambda: _logged(tmp_path, "scheduler-a", "lease.lost"), 30, "a to see its loss"
+    )
     await bus.create_once(submitted("later"))
     later = await wait_until(lambda: placed_by(bus, "later"), 30, "a placement after the resume")
     assert later.producer == "scheduler/b" and later.leader_epoch == taken.leader_epoch
     assert old.poll() is None  # the ex-leader lives on as a standby
 
     _, log = await fold_log(bus)
-    new_starts = min(seq for seq, e, _ in log
-                     if e.producer.startswith("scheduler/") and e.leader_epoch == taken.leader_epoch)
-    late = [(seq, e, r) for seq, e, r in log if seq > new_starts
-            and e.producer.startswith("scheduler/") and e.leader_epoch < taken.leader_epoch]
+    new_starts = min(
+        seq
+        for seq, e, _ in log
+        if e.producer.startswith("scheduler/") and e.leader_epoch == taken.leader_epoch
+    )
+    late = [
+        (seq, e, r)
+        for seq, e, r in log
+        if seq > new_starts
+        and e.producer.startswith("scheduler/")
+        and e.leader_epoch < taken.leader_epoch
+    ]
     # no decision of the old epoch is folded after the new epoch started: each one is refused
-    assert all(r is not None and getattr(r, "code", "") == "StaleLeaderEpoch" for _, _, r in late), late
-    accepted = [e for seq, e, r in log if seq > new_starts and r is None
-                and e.producer.startswith("scheduler/")]
+    assert all(
+        r is not None and getattr(r, "code", "") == "StaleLeaderEpoch" for _, _, r in late
+    ), late
+    accepted = [
+        e
+        for seq, e, r in log
+        if seq > new_starts and r is None and e.producer.startswith("scheduler/")
+    ]
     assert accepted and {e.leader_epoch for e in accepted} == {taken.leader_epoch}
     print(f"late publishes of the paused leader refused: {len(late)}")
 
@@ -175,8 +206,12 @@ async def test_a_paused_leader_past_its_ttl_is_fenced_after_the_standby_takes_ov
     # publish of the old epoch (as it would be sent) is deterministically refused by the fold.
     import msgspec
 
-    stale = msgspec.structs.replace(taken, leader_epoch=first.leader_epoch, producer="scheduler/a",
-                                    event_id=ev.derive_event_id("GangPlaced", "late-during"))
+    stale = msgspec.structs.replace(
+        taken,
+        leader_epoch=first.leader_epoch,
+        producer="scheduler/a",
+        event_id=ev.derive_event_id("GangPlaced", "late-during"),
+    )
     seq = await bus.publish(stale)
     _, log = await fold_log(bus)
     refusal = next(r for s, _, r in log if s == seq)
@@ -191,20 +226,30 @@ async def test_a_standby_decides_within_the_ttl_plus_one_second_of_a_kill_9(bus,
     first = await wait_until(lambda: placed_by(bus, "before"), 30, "the leader's placement")
     leader = first.producer.split("/")[1]
     standby = "b" if leader == "a" else "a"
-    await wait_until(lambda: _logged(tmp_path, f"scheduler-{standby}", "host.folded"), 30,
-                     "the standby caught up")
+    await wait_until(
+        lambda: _logged(tmp_path, f"scheduler-{standby}", "host.folded"),
+        30,
+        "the standby caught up",
+    )
 
     killed_at = time.time()
     os.kill(procs.procs[f"scheduler-{leader}"].pid, signal.SIGKILL)
     await bus.create_once(submitted("after"))  # admitted at once; waits for a scheduler
-    holder = await wait_until(lambda: _held_by(bus, f"scheduler/{standby}/"), TTL * 10,
-                              "the takeover", poll_s=0.02)
+    holder = await wait_until(
+        lambda: _held_by(bus, f"scheduler/{standby}/"), TTL * 10, "the takeover", poll_s=0.02
+    )
     takeover_s = time.time() - killed_at
-    placed = await wait_until(lambda: placed_by(bus, "after", f"scheduler/{standby}"), TTL * 10,
-                              "the standby's decision", poll_s=0.02)
+    placed = await wait_until(
+        lambda: placed_by(bus, "after", f"scheduler/{standby}"),
+        TTL * 10,
+        "the standby's decision",
+        poll_s=0.02,
+    )
     decided_s = placed.occurred_at_ms / 1000 - killed_at
-    print(f"kill -9 -> lease taken over {takeover_s:.2f}s, first decision {decided_s:.2f}s "
-          f"(TTL {TTL}s, epoch {first.leader_epoch} -> {placed.leader_epoch}, holder {holder})")
+    print(
+        f"kill -9 -> lease taken over {takeover_s:.2f}s, first decision {decided_s:.2f}s "
+        f"(TTL {TTL}s, epoch {first.leader_epoch} -> {placed.leader_epoch}, holder {holder})"
+    )
     assert placed.leader_epoch > first.leader_epoch
     assert takeover_s <= TTL + 1.0
     assert decided_s <= TTL + 1.0

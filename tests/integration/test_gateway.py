@@ -27,7 +27,9 @@ async def gateway(server, admission, tmp_path):
     """(base URL, {tenant: token}): the gateway on a free loopback port."""
     path = tmp_path / "tokens.yaml"
     tokens = {t: add_token(path, t) for t in ("team-a", "team-b")}
-    srv = http_server(create_app(Gateway(Tokens(path), access=server.access("gateway"))), "127.0.0.1", 0)
+    srv = http_server(
+        create_app(Gateway(Tokens(path), access=server.access("gateway"))), "127.0.0.1", 0
+    )
     task = asyncio.create_task(srv.serve())
     for _ in range(200):
         if srv.started or task.done():
@@ -51,8 +53,9 @@ async def test_submit_wait_admitted_then_status_then_retry_is_idempotent_and_oth
     async with httpx.AsyncClient(base_url=url, headers=auth(tokens["team-a"]), timeout=60) as http:
         assert (await http.get("/healthz")).json()["ok"] is True
         body = JOB.format(id="gw-1", tenant="team-a", gpus=1)
-        r = await http.post("/v1/tenants/team-a/jobs", params={"wait": "true", "timeout": "30"},
-                            content=body)
+        r = await http.post(
+            "/v1/tenants/team-a/jobs", params={"wait": "true", "timeout": "30"}, content=body
+        )
         assert r.status_code == 200, r.text
         assert r.json()["state"] == "admitted" and isinstance(r.json()["priority"], int)
 
@@ -67,18 +70,27 @@ async def test_submit_wait_admitted_then_status_then_retry_is_idempotent_and_oth
         retry_json = await http.post("/v1/tenants/team-a/jobs", json=as_json)  # same job, as JSON
         assert retry_json.status_code == 200 and retry_json.json()["state"] == "already_submitted"
 
-        other = await http.post("/v1/tenants/team-a/jobs", content=JOB.format(id="gw-1", tenant="team-a", gpus=2))
+        other = await http.post(
+            "/v1/tenants/team-a/jobs", content=JOB.format(id="gw-1", tenant="team-a", gpus=2)
+        )
         assert other.status_code == 409, other.text
         assert other.json()["reason"] == "JobIdConflict"
         assert "resources.gpus" in other.json()["message"]
 
-        new = await http.post("/v1/tenants/team-a/jobs", content=JOB.format(id="gw-2", tenant="team-a", gpus=1))
-        assert new.status_code == 202 and new.json()["state"] == "submitted" and new.json()["seq"] > 0
+        new = await http.post(
+            "/v1/tenants/team-a/jobs", content=JOB.format(id="gw-2", tenant="team-a", gpus=1)
+        )
+        assert (
+            new.status_code == 202 and new.json()["state"] == "submitted" and new.json()["seq"] > 0
+        )
 
         # team-b holds a token but is not a configured tenant: admission rejects its job
-        unknown = await http.post("/v1/tenants/team-b/jobs", params={"wait": "true"},
-                                  headers=auth(tokens["team-b"]),
-                                  content=JOB.format(id="gw-b", tenant="team-b", gpus=1))
+        unknown = await http.post(
+            "/v1/tenants/team-b/jobs",
+            params={"wait": "true"},
+            headers=auth(tokens["team-b"]),
+            content=JOB.format(id="gw-b", tenant="team-b", gpus=1),
+        )
         assert unknown.status_code == 422, unknown.text
         assert unknown.json()["reason"] and unknown.json()["message"]
 
@@ -94,28 +106,41 @@ async def test_tokens_act_only_within_their_tenant(gateway, bus):
         last = await bus.last_seq()
         missing = await http.post("/v1/tenants/team-a/jobs", content=body)
         assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
-        wrong = await http.post("/v1/tenants/team-a/jobs", content=body, headers=auth("not-a-token"))
+        wrong = await http.post(
+            "/v1/tenants/team-a/jobs", content=body, headers=auth("not-a-token")
+        )
         assert wrong.status_code == 401 and wrong.json()["reason"] == "Unauthorized"
-        other_path = await http.post("/v1/tenants/team-a/jobs", content=body, headers=auth(tokens["team-b"]))
+        other_path = await http.post(
+            "/v1/tenants/team-a/jobs", content=body, headers=auth(tokens["team-b"])
+        )
         assert other_path.status_code == 403, other_path.text
-        other_body = await http.post("/v1/tenants/team-b/jobs", content=body, headers=auth(tokens["team-b"]))
+        other_body = await http.post(
+            "/v1/tenants/team-b/jobs", content=body, headers=auth(tokens["team-b"])
+        )
         assert other_body.status_code == 403 and "tenant" in other_body.json()["message"]
-        assert (await http.get("/v1/tenants/team-a/jobs/gw-3", headers=auth(tokens["team-b"]))).status_code == 403
+        assert (
+            await http.get("/v1/tenants/team-a/jobs/gw-3", headers=auth(tokens["team-b"]))
+        ).status_code == 403
         assert await bus.last_seq() == last  # nothing published
 
-        invalid = await http.post("/v1/tenants/team-a/jobs", headers=auth(tokens["team-a"]),
-                                  content="id: gw-4\ntenant: team-a\ngpu: 8\n")
+        invalid = await http.post(
+            "/v1/tenants/team-a/jobs",
+            headers=auth(tokens["team-a"]),
+            content="id: gw-4\ntenant: team-a\ngpu: 8\n",
+        )
         assert invalid.status_code == 400, invalid.text
         assert invalid.json()["reason"] == "InvalidSpec"
         assert invalid.json()["message"].startswith("body: gpu")
         assert all("\n" not in line for line in invalid.json()["errors"])
         bad_id = await http.get("/v1/tenants/team-a/jobs/a.b*", headers=auth(tokens["team-a"]))
         assert bad_id.status_code == 400
-        huge = await http.post("/v1/tenants/team-a/jobs", headers=auth(tokens["team-a"]),
-                               content=b"x" * (1 << 20 | 1))
+        huge = await http.post(
+            "/v1/tenants/team-a/jobs", headers=auth(tokens["team-a"]), content=b"x" * (1 << 20 | 1)
+        )
         assert huge.status_code == 413
-        alias = await http.post("/v1/tenants/team-a/jobs", headers=auth(tokens["team-a"]),
-                                content="a: &x [1]\nb: *x\n")
+        alias = await http.post(
+            "/v1/tenants/team-a/jobs", headers=auth(tokens["team-a"]), content="a: &x [1]\nb: *x\n"
+        )
         assert alias.status_code == 400 and "aliases" in alias.json()["message"]
         assert await bus.last_seq() == last
 
@@ -123,8 +148,11 @@ async def test_tokens_act_only_within_their_tenant(gateway, bus):
 async def test_cancel_own_job_and_not_another_tenants(gateway, bus):
     url, tokens = gateway
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        r = await http.post("/v1/tenants/team-a/jobs?wait=true", headers=auth(tokens["team-a"]),
-                            content=json.dumps({"id": "gw-5", "tenant": "team-a", "gpus": 1, "duration": 3600}))
+        r = await http.post(
+            "/v1/tenants/team-a/jobs?wait=true",
+            headers=auth(tokens["team-a"]),
+            content=json.dumps({"id": "gw-5", "tenant": "team-a", "gpus": 1, "duration": 3600}),
+        )
         assert r.status_code == 200, r.text
         last = await bus.last_seq()
         theirs = await http.delete("/v1/tenants/team-b/jobs/gw-5", headers=auth(tokens["team-b"]))
@@ -136,7 +164,9 @@ async def test_cancel_own_job_and_not_another_tenants(gateway, bus):
         assert mine.status_code == 202, mine.text
         assert mine.json()["state"] == "cancel_requested"
         for _ in range(100):
-            st = (await http.get("/v1/tenants/team-a/jobs/gw-5", headers=auth(tokens["team-a"]))).json()
+            st = (
+                await http.get("/v1/tenants/team-a/jobs/gw-5", headers=auth(tokens["team-a"]))
+            ).json()
             if st["state"] == "cancelled":
                 break
             await asyncio.sleep(0.1)
@@ -156,5 +186,8 @@ def test_gateway_token_and_a_strictly_checked_tokens_file(tmp_path):
     refused = cli("gateway", "--tokens", str(bad), "--nats-url", "nats://127.0.0.1:1")
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
-    assert lines[0].startswith(f"error: {bad}: team-a[0]: expected 'sha256:'") and token not in refused.stderr
+    assert (
+        lines[0].startswith(f"error: {bad}: team-a[0]: expected 'sha256:'")
+        and token not in refused.stderr
+    )
     assert lines[1].startswith(f"error: {bad}: team-b: expected a list")

@@ -39,8 +39,14 @@ def live_doc(name: str) -> dict:
     for item in doc["timeline"]:
         cmd = item.get("submit", {}).get("command")
         if cmd:
-            item["submit"]["command"] = [sys.executable if c == "python3" else
-                                         str(ROOT / c) if c.startswith("examples/") else c for c in cmd]
+            item["submit"]["command"] = [
+                sys.executable
+                if c == "python3"
+                else str(ROOT / c)
+                if c.startswith("examples/")
+                else c
+                for c in cmd
+            ]
     return doc
 
 
@@ -57,13 +63,19 @@ class LiveCluster:
 
     def spawn(self, key: str, role: str, *args: str) -> None:
         if self.procs is None:
-            self.procs = ServiceProcesses(self.server.access(), config=self.config, log_dir=self.tmp,
-                                          env={"PYTHONPATH": str(ROOT)})
+            self.procs = ServiceProcesses(
+                self.server.access(),
+                config=self.config,
+                log_dir=self.tmp,
+                env={"PYTHONPATH": str(ROOT)},
+            )
         self.procs.start(role, *args, name=key)
 
     def agent(self, node: str) -> None:
         self.server.add_principals(f"node:{node}")
-        self.spawn(f"agent-{node}", "node-agent", "--real", "--node", node, "--work-dir", str(self.work))
+        self.spawn(
+            f"agent-{node}", "node-agent", "--real", "--node", node, "--work-dir", str(self.work)
+        )
 
     def stop(self, key: str) -> None:
         self.procs.stop(key)
@@ -120,16 +132,22 @@ async def run_scenario(c: LiveCluster, timeout_s: float = 40.0):
 def member_log(c: LiveCluster, alloc: str, rank: int) -> str:
     from gpuledger.services.node_agent.agent import executor_id
 
-    return "".join(p.read_text() for p in c.work.glob(f"*/logs/{executor_id(alloc)}-rank{rank}.log"))
+    return "".join(
+        p.read_text() for p in c.work.glob(f"*/logs/{executor_id(alloc)}-rank{rank}.log")
+    )
 
 
-def check_checkpointed_and_resumed(c: LiveCluster, ledger, log, victim: str, winner: str, reason: str):
+def check_checkpointed_and_resumed(
+    c: LiveCluster, ledger, log, victim: str, winner: str, reason: str
+):
     jobs = ledger.jobs
     assert jobs[victim].state == "completed", (jobs[victim].state, c.logs())
     assert jobs[winner].state == "completed", (jobs[winner].state, c.logs())
     (pre,) = jobs[victim].preemptions
     assert pre.reason == reason and pre.by == winner and pre.checkpointed
-    acks = [e for e in log if isinstance(e, ev.MemberCheckpointed) and e.allocation_id == f"{victim}#1"]
+    acks = [
+        e for e in log if isinstance(e, ev.MemberCheckpointed) and e.allocation_id == f"{victim}#1"
+    ]
     exits = [e for e in log if isinstance(e, ev.MemberExited) and e.allocation_id == f"{victim}#1"]
     assert sorted(e.rank for e in exits) == [0, 1]
     assert all(e.outcome == "preempted" and e.exit_code == 75 for e in exits)
@@ -143,8 +161,12 @@ def check_checkpointed_and_resumed(c: LiveCluster, ledger, log, victim: str, win
         assert "starting at step 0" not in text and "done at step 250" in text, text
     order = [type(e).__name__ for e in log if getattr(e, "job_id", None) in (victim, winner)]
     assert order.index("PreemptionRequested") < order.index("MemberCheckpointed")
-    winner_placed = next(i for i, e in enumerate(log) if isinstance(e, ev.GangPlaced) and e.job_id == winner)
-    victim_evicted = next(i for i, e in enumerate(log) if isinstance(e, ev.GangEvicted) and e.job_id == victim)
+    winner_placed = next(
+        i for i, e in enumerate(log) if isinstance(e, ev.GangPlaced) and e.job_id == winner
+    )
+    victim_evicted = next(
+        i for i, e in enumerate(log) if isinstance(e, ev.GangEvicted) and e.job_id == victim
+    )
     assert victim_evicted < winner_placed  # never two gangs on the same GPUs
 
 
@@ -199,7 +221,10 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
     assert ledger.jobs["batch-job"].state == "completed", c.logs()
     events = [e for _, _, e in log]
     starts = [e for e in events if isinstance(e, ev.MemberStarted)]
-    assert sorted((e.allocation_id, e.rank) for e in starts) == [("batch-job#1", 0), ("batch-job#1", 1)]
+    assert sorted((e.allocation_id, e.rank) for e in starts) == [
+        ("batch-job#1", 0),
+        ("batch-job#1", 1),
+    ]
     text = member_log(c, "batch-job#1", 0) + member_log(c, "batch-job#1", 1)
     assert text.count("starting at step") == 2  # one process per rank, never a second start
     assert not [e for e in events if isinstance(e, ev.NodeLost)]

@@ -22,7 +22,9 @@ async def test_a_fragmented_job_gets_a_small_job_migrated_out_of_its_way(live): 
     ledger, log = await run_scenario(c, timeout_s=45)
     jobs = ledger.jobs
     assert all(j.state == "completed" for j in jobs.values()), (
-        {k: (j.state, j.reason) for k, j in jobs.items()}, c.logs())
+        {k: (j.state, j.reason) for k, j in jobs.items()},
+        c.logs(),
+    )
     (planned,) = [e for e in log if isinstance(e, ev.ConsolidationPlanned)]
     assert planned.job_id == "wide" and [m.job_id for m in planned.moves] == ["p2"]
     assert [(m.from_nodes, m.to_nodes) for m in planned.moves] == [(("n1",), ("n2",))]
@@ -40,6 +42,8 @@ async def test_a_fragmented_job_gets_a_small_job_migrated_out_of_its_way(live): 
     assert {m.node for m in wide.members} == {"n1"}
     order = [e for e in log if isinstance(e, (ev.GangEvicted, ev.GangPlaced))]
     assert order.index(next(e for e in order if isinstance(e, ev.GangEvicted))) < order.index(wide)
-    reasons = [e.reason for e in log if isinstance(e, ev.PendingReasonChanged) and e.job_id == "wide"]
+    reasons = [
+        e.reason for e in log if isinstance(e, ev.PendingReasonChanged) and e.job_id == "wide"
+    ]
     assert "WaitingForConsolidation" in reasons
     assert time.monotonic() - started < 60

@@ -18,8 +18,17 @@ pytestmark = pytest.mark.integration
 
 DOC = {
     "name": "live-mig-regeometry",
-    "cluster": {"nodes": [{"name": "m1", "gpus": 2, "model": "H100-80GB", "sharing": "mig",
-                           "mig_layout": ["1g.10gb"] * 7}]},
+    "cluster": {
+        "nodes": [
+            {
+                "name": "m1",
+                "gpus": 2,
+                "model": "H100-80GB",
+                "sharing": "mig",
+                "mig_layout": ["1g.10gb"] * 7,
+            }
+        ]
+    },
     "tenants": [{"name": "serving", "guaranteed": 2}],
     "policy": {"mig_regeometry": True, "mig_regeometry_window_s": 3600},
     "timeline": [
@@ -38,14 +47,24 @@ async def test_an_idle_gpu_is_repartitioned_live_and_the_job_runs(server, bus, t
     finally:
         procs.stop()
     events = [e for _, _, e in log]
-    assert ledger.jobs["big"].state == "completed" and ledger.jobs["r1"].state == "completed", procs.logs()
+    assert ledger.jobs["big"].state == "completed" and ledger.jobs["r1"].state == "completed", (
+        procs.logs()
+    )
     (req,) = [e for e in events if isinstance(e, ev.MigReconfigurationRequested)]
     (done,) = [e for e in events if isinstance(e, ev.MigReconfigured)]
-    assert (req.job_id, req.node) == ("big", "m1") and req.gpu_index != ledger.allocations["r1#1"].members[0].gpus[0]
+    assert (req.job_id, req.node) == ("big", "m1") and req.gpu_index != ledger.allocations[
+        "r1#1"
+    ].members[0].gpus[0]
     assert (done.node, done.gpu_index, done.layout, done.causation_id) == (
-        "m1", req.gpu_index, req.layout, req.event_id)
+        "m1",
+        req.gpu_index,
+        req.layout,
+        req.event_id,
+    )
     assert done.producer.startswith("node-agent")
     (placed,) = [e for e in events if isinstance(e, ev.GangPlaced) and e.job_id == "big"]
-    assert [(m.node, m.gpus, m.mig_profile) for m in placed.members] == [("m1", (req.gpu_index,), "3g.40gb")]
+    assert [(m.node, m.gpus, m.mig_profile) for m in placed.members] == [
+        ("m1", (req.gpu_index,), "3g.40gb")
+    ]
     assert events.index(done) < events.index(placed)
     assert_exports_and_verifies(server.url, tmp_path / "log.jsonl")

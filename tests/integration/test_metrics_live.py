@@ -47,8 +47,11 @@ def scrape(url: str) -> dict:
 
 
 def matching(samples: dict, name: str, **labels) -> list[float]:
-    return [v for (n, ls), v in samples.items()
-            if n == name and all(dict(ls).get(k) == x for k, x in labels.items())]
+    return [
+        v
+        for (n, ls), v in samples.items()
+        if n == name and all(dict(ls).get(k) == x for k, x in labels.items())
+    ]
 
 
 def eventually(fn, timeout_s: float = 60, what: str = ""):
@@ -69,8 +72,17 @@ def test_up_serves_aggregate_and_service_metrics(tmp_path, processes):
     port = free_ports(12)
     args = ["up", "--config", str(EXAMPLES / "three-jobs.yaml"), "--metrics-port", str(port)]
     up = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", *args, *(["--processes"] if processes else [])],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gpuledger.services.cli",
+            *args,
+            *(["--processes"] if processes else []),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
     )
     try:
@@ -79,20 +91,31 @@ def test_up_serves_aggregate_and_service_metrics(tmp_path, processes):
             line = up.stderr.readline()
             assert line, "up exited: " + "".join(lines)
             lines.append(line)
-            if line.startswith("metrics: ") and "aggregate" not in line and (
-                not processes or "projector" in line):
+            if (
+                line.startswith("metrics: ")
+                and "aggregate" not in line
+                and (not processes or "projector" in line)
+            ):
                 break
         endpoints = dict(re.findall(r"^metrics: (\S+) (\S+)$", "".join(lines), re.M))
         assert endpoints["aggregate"] == f"http://127.0.0.1:{port}/metrics"
         if processes:  # one port per child: the control plane, each node, the projector
-            assert {"admission", "quota", "scheduler", "preemption", "n1", "n2",
-                    "projector"} <= set(endpoints)
+            assert {
+                "admission",
+                "quota",
+                "scheduler",
+                "preemption",
+                "n1",
+                "n2",
+                "projector",
+            } <= set(endpoints)
             assert endpoints["admission"] == f"http://127.0.0.1:{port + 1}/metrics"
         else:
             assert endpoints["services"] == f"http://127.0.0.1:{port + 1}/metrics"
 
         (tmp_path / "hold.yaml").write_text(
-            "id: hold\ntenant: team-a\ngpus: 4\nreplicas: 2\nduration: 600\n")
+            "id: hold\ntenant: team-a\ngpus: 4\nreplicas: 2\nduration: 600\n"
+        )
         (tmp_path / "wait.yaml").write_text("id: wait\ntenant: team-a\ngpus: 4\nduration: 1\n")
         for f in ("hold.yaml", "wait.yaml"):
             r = cli("submit", f, "--wait", cwd=tmp_path)
@@ -112,8 +135,9 @@ def test_up_serves_aggregate_and_service_metrics(tmp_path, processes):
         assert sum(matching(s, "gpuledger_gpus", modelName="A100-80GB")) == 8
         assert matching(s, "gpuledger_tenant_quota_used_gpus", tenant="team-a") == [8]
         assert matching(s, "gpuledger_tenant_quota_nominal_gpus", tenant="team-a") == [8]
-        assert matching(s, "gpuledger_pending_workloads", tenant="team-a",
-                        reason="Resources") == [1]
+        assert matching(s, "gpuledger_pending_workloads", tenant="team-a", reason="Resources") == [
+            1
+        ]
         assert not any(v == "hold" or v == "wait" for _, ls in s for _, v in ls)
 
         service_urls = [u for n, u in endpoints.items() if n != "aggregate"]
@@ -133,9 +157,13 @@ def test_up_serves_aggregate_and_service_metrics(tmp_path, processes):
 
         rows = eventually(caught_up, what="every service's fold lag 0")
         _, svc = rows[("admission", "")]
-        assert matching(svc, "gpuledger_service_events_published_total", service="admission")[0] >= 2
-        assert matching(svc, "gpuledger_service_decide_duration_seconds_count",
-                        service="admission")[0] >= 1
+        assert (
+            matching(svc, "gpuledger_service_events_published_total", service="admission")[0] >= 2
+        )
+        assert (
+            matching(svc, "gpuledger_service_decide_duration_seconds_count", service="admission")[0]
+            >= 1
+        )
         assert matching(svc, "gpuledger_service_leader", service="admission") == [1]
         _, sched = rows[("scheduler", "")]
         assert matching(sched, "gpuledger_service_decisions_total", service="scheduler")[0] >= 1

@@ -25,10 +25,22 @@ pytestmark = pytest.mark.integration
 DOC = {
     "tenants": [{"name": "inference", "guaranteed": 0}, {"name": "training", "guaranteed": 8}],
     "schedules": [
-        {"name": "day", "cron": "0 8 * * *",
-         "tenants": [{"name": "inference", "guaranteed": 6}, {"name": "training", "guaranteed": 2}]},
-        {"name": "night", "cron": "0 20 * * *",
-         "tenants": [{"name": "inference", "guaranteed": 0}, {"name": "training", "guaranteed": 8}]},
+        {
+            "name": "day",
+            "cron": "0 8 * * *",
+            "tenants": [
+                {"name": "inference", "guaranteed": 6},
+                {"name": "training", "guaranteed": 2},
+            ],
+        },
+        {
+            "name": "night",
+            "cron": "0 20 * * *",
+            "tenants": [
+                {"name": "inference", "guaranteed": 0},
+                {"name": "training", "guaranteed": 8},
+            ],
+        },
     ],
 }
 
@@ -41,7 +53,10 @@ async def test_quota_publishes_the_schedule_in_force_live(server, bus, tmp_path)
     day_fire = sched.last_fire_ms("0 8 * * *", "UTC", now_ms)
     night_fire = sched.last_fire_ms("0 20 * * *", "UTC", now_ms)
     latest = "day" if day_fire > night_fire else "night"
-    want = {"day": {"inference": 6000, "training": 2000}, "night": {"inference": 0, "training": 8000}}[latest]
+    want = {
+        "day": {"inference": 6000, "training": 2000},
+        "night": {"inference": 0, "training": 8000},
+    }[latest]
 
     procs = Processes(server, config, tmp_path)
     try:
@@ -49,8 +64,11 @@ async def test_quota_publishes_the_schedule_in_force_live(server, bus, tmp_path)
         deadline = time.monotonic() + 30
         while True:
             ledger, log = await live_player.fold(bus)
-            changes = [(subject, e) for _, subject, e in log if isinstance(e, ev.TenantConfigured)
-                       and e.correlation_id.startswith("schedule:")]
+            changes = [
+                (subject, e)
+                for _, subject, e in log
+                if isinstance(e, ev.TenantConfigured) and e.correlation_id.startswith("schedule:")
+            ]
             if len(changes) >= 4:
                 break
             assert time.monotonic() < deadline, procs.logs()
@@ -60,6 +78,8 @@ async def test_quota_publishes_the_schedule_in_force_live(server, bus, tmp_path)
 
     # one change per tenant per schedule, the latest schedule's last, from quota, on admin subjects
     assert [e.correlation_id for _, e in changes][-2:] == [f"schedule:{latest}"] * 2
-    assert all(s == "gl.admin.TenantConfigured" and e.producer.startswith("quota/") for s, e in changes)
+    assert all(
+        s == "gl.admin.TenantConfigured" and e.producer.startswith("quota/") for s, e in changes
+    )
     assert {t: ledger.config.tenants[t].guaranteed_gpu_milli for t in want} == want
     assert not [e for _, _, e in log if isinstance(e, ev.DeadLettered)]

@@ -69,14 +69,23 @@ DECISIONS = (
 STREAM_ADMIN = (
     ("delete the stream", f"$JS.API.STREAM.DELETE.{STREAM}", lambda js: js.delete_stream(STREAM)),
     ("purge the stream", f"$JS.API.STREAM.PURGE.{STREAM}", lambda js: js.purge_stream(STREAM)),
-    ("update the stream", f"$JS.API.STREAM.UPDATE.{STREAM}",
-     lambda js: js.update_stream(api.StreamConfig(name=STREAM, subjects=["gl.>"], deny_purge=False))),
-    ("create a stream", "$JS.API.STREAM.CREATE.SHADOW",
-     lambda js: js.add_stream(api.StreamConfig(name="SHADOW", subjects=["shadow.>"]))),
+    (
+        "update the stream",
+        f"$JS.API.STREAM.UPDATE.{STREAM}",
+        lambda js: js.update_stream(
+            api.StreamConfig(name=STREAM, subjects=["gl.>"], deny_purge=False)
+        ),
+    ),
+    (
+        "create a stream",
+        "$JS.API.STREAM.CREATE.SHADOW",
+        lambda js: js.add_stream(api.StreamConfig(name="SHADOW", subjects=["shadow.>"])),
+    ),
 )
 
 
 # ---------------------------------------------------------------------- helpers
+
 
 async def until(cond, timeout_s: float = 10.0, what: str = "condition"):
     deadline = time.monotonic() + timeout_s
@@ -106,8 +115,13 @@ class Client:
         async def error_cb(err: Exception) -> None:
             errors.append(str(err))
 
-        nc = await nats.connect(server.url, error_cb=error_cb, allow_reconnect=False, connect_timeout=3,
-                                **{**server.client_options(principal), **options})
+        nc = await nats.connect(
+            server.url,
+            error_cb=error_cb,
+            allow_reconnect=False,
+            connect_timeout=3,
+            **{**server.client_options(principal), **options},
+        )
         return cls(nc, errors)
 
     async def refused(self, call, subject: str) -> None:
@@ -115,7 +129,9 @@ class Client:
         with pytest.raises((nats.errors.Error, TimeoutError, asyncio.TimeoutError)):
             await call
         want = f'permissions violation for publish to "{subject}"'.lower()
-        await until(lambda: any(want in e.lower() for e in self.errors), 5, f"{want!r} in {self.errors}")
+        await until(
+            lambda: any(want in e.lower() for e in self.errors), 5, f"{want!r} in {self.errors}"
+        )
         assert self.nc.is_connected  # a refusal, not a dropped connection
 
     async def close(self) -> None:
@@ -128,13 +144,29 @@ async def stored(bus: Bus, subject: str) -> bool:
 
 
 def submission(job_id: str, tenant: str) -> bytes:
-    return json.dumps({"type": "JobSubmitted.v1", "event_id": f"sub-{job_id}",
-                       "job": {"job_id": job_id, "tenant": tenant, "resources": {"gpus": 1}, "duration_s": 3600}}).encode()
+    return json.dumps(
+        {
+            "type": "JobSubmitted.v1",
+            "event_id": f"sub-{job_id}",
+            "job": {
+                "job_id": job_id,
+                "tenant": tenant,
+                "resources": {"gpus": 1},
+                "duration_s": 3600,
+            },
+        }
+    ).encode()
 
 
 def cancellation(job_id: str, tenant: str) -> bytes:
-    return json.dumps({"type": "JobCancelled.v1", "event_id": f"cancel-{job_id}",
-                       "job_id": job_id, "tenant": tenant}).encode()
+    return json.dumps(
+        {
+            "type": "JobCancelled.v1",
+            "event_id": f"cancel-{job_id}",
+            "job_id": job_id,
+            "tenant": tenant,
+        }
+    ).encode()
 
 
 @pytest.fixture
@@ -165,7 +197,9 @@ async def test_anonymous_and_unknown_identities_are_refused(server, tmp_path):
     stranger = tmp_path / "stranger.nk"
     stranger.write_bytes(new_seed() + b"\n")
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await nats.connect(server.url, allow_reconnect=False, connect_timeout=3, **client_options(stranger))
+        await nats.connect(
+            server.url, allow_reconnect=False, connect_timeout=3, **client_options(stranger)
+        )
     admin = await Client.connect(server, "admin")  # control: a known identity connects
     assert admin.nc.is_connected
     await admin.close()
@@ -178,7 +212,9 @@ async def test_ci_cannot_submit_or_cancel_as_another_tenant(ids, bus):
     ci = await Client.connect(ids, f"ci:{A}")
     try:
         await ci.refused(ci.js.publish(f"gl.submit.{B}.x", submission("x", B)), f"gl.submit.{B}.x")
-        await ci.refused(ci.js.publish(f"gl.cancel.{B}.y", cancellation("y", B)), f"gl.cancel.{B}.y")
+        await ci.refused(
+            ci.js.publish(f"gl.cancel.{B}.y", cancellation("y", B)), f"gl.cancel.{B}.y"
+        )
         assert not await stored(bus, f"gl.submit.{B}.x")
         assert not await stored(bus, f"gl.cancel.{B}.y")
         # control: its own tenant's subjects take the same messages
@@ -203,7 +239,9 @@ async def test_ci_reads_only_its_own_jobs_status(ids, bus, admission):
     seq = await bus.publish_raw(f"gl.submit.{B}.b-job", submission("b-job", B))
     ci_a, ci_b = await Client.connect(ids, f"ci:{A}"), await Client.connect(ids, f"ci:{B}")
     try:
-        await ci_a.refused(ci_a.nc.request(f"glq.job.{B}.b-job", b"", timeout=2), f"glq.job.{B}.b-job")
+        await ci_a.refused(
+            ci_a.nc.request(f"glq.job.{B}.b-job", b"", timeout=2), f"glq.job.{B}.b-job"
+        )
 
         async def status(client, tenant) -> JobStatus | None:
             reply = await client.nc.request(f"glq.job.{tenant}.b-job", b"", timeout=5)
@@ -227,10 +265,14 @@ async def test_ci_cannot_read_the_stream(ids, bus):
     try:
         await ci.refused(ci.js.stream_info(STREAM), f"$JS.API.STREAM.INFO.{STREAM}")
         await ci.refused(ci.jsm.get_msg(STREAM, 1), f"$JS.API.STREAM.MSG.GET.{STREAM}")
-        await ci.refused(ci.jsm.add_consumer(STREAM, api.ConsumerConfig(durable_name="peek")),
-                         f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.peek")
-        await ci.refused(ci.js.subscribe("gl.>", stream=STREAM, ordered_consumer=True),
-                         f"$JS.API.CONSUMER.CREATE.{STREAM}")
+        await ci.refused(
+            ci.jsm.add_consumer(STREAM, api.ConsumerConfig(durable_name="peek")),
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.peek",
+        )
+        await ci.refused(
+            ci.js.subscribe("gl.>", stream=STREAM, ordered_consumer=True),
+            f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        )
         assert [c async for c in _consumers(bus)] == []  # nothing was created on its behalf
     finally:
         await ci.close()
@@ -241,7 +283,9 @@ async def _consumers(bus: Bus):
         yield info.name
 
 
-@pytest.mark.parametrize("principal", [f"ci:{A}", "scheduler", "auditor", "node:node-1", "projector"])
+@pytest.mark.parametrize(
+    "principal", [f"ci:{A}", "scheduler", "auditor", "node:node-1", "projector"]
+)
 async def test_only_the_operator_manages_the_stream(ids, bus, principal):
     for i in range(3):
         await bus.publish_raw(f"gl.submit.{A}.j{i}", submission(f"j{i}", A))
@@ -262,15 +306,26 @@ async def test_a_reader_cannot_touch_the_projectors_consumer(ids, bus, principal
     """Readers follow the log with ephemeral ordered consumers; the projector's durable
     consumer (its position in the log) is the projector's alone."""
     await bus.publish_raw(f"gl.submit.{A}.j", submission("j", A))
-    await bus.nc.jsm().add_consumer(STREAM, api.ConsumerConfig(durable_name=DURABLE, ack_policy=api.AckPolicy.ALL))
+    await bus.nc.jsm().add_consumer(
+        STREAM, api.ConsumerConfig(durable_name=DURABLE, ack_policy=api.AckPolicy.ALL)
+    )
     reader = await Client.connect(ids, principal)
     try:
-        await reader.refused(reader.jsm.delete_consumer(STREAM, DURABLE), f"$JS.API.CONSUMER.DELETE.{STREAM}.{DURABLE}")
-        await reader.refused(reader.jsm.add_consumer(STREAM, api.ConsumerConfig(name=DURABLE, durable_name=DURABLE)),
-                             f"$JS.API.CONSUMER.CREATE.{STREAM}.{DURABLE}")
-        await reader.refused(reader.jsm.add_consumer(STREAM, api.ConsumerConfig(name="mine", durable_name="mine")),
-                             f"$JS.API.CONSUMER.CREATE.{STREAM}.mine")
-        assert [r.seq async for r in Bus(reader.nc).read_all()] == [1]  # control: it still reads the log
+        await reader.refused(
+            reader.jsm.delete_consumer(STREAM, DURABLE),
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.{DURABLE}",
+        )
+        await reader.refused(
+            reader.jsm.add_consumer(STREAM, api.ConsumerConfig(name=DURABLE, durable_name=DURABLE)),
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{DURABLE}",
+        )
+        await reader.refused(
+            reader.jsm.add_consumer(STREAM, api.ConsumerConfig(name="mine", durable_name="mine")),
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.mine",
+        )
+        assert [r.seq async for r in Bus(reader.nc).read_all()] == [
+            1
+        ]  # control: it still reads the log
     finally:
         await reader.close()
     names = [c async for c in _consumers(bus)]  # (and the reader's ephemeral ordered consumer)
@@ -283,9 +338,13 @@ async def test_a_reader_cannot_touch_the_projectors_consumer(ids, bus, principal
 async def test_a_node_agent_speaks_only_for_its_own_node(ids, bus):
     node = await Client.connect(ids, "node:node-1")
     try:
-        await node.refused(node.js.publish("gl.node.node-2.NodeHeartbeat", b"{}"), "gl.node.node-2.NodeHeartbeat")
+        await node.refused(
+            node.js.publish("gl.node.node-2.NodeHeartbeat", b"{}"), "gl.node.node-2.NodeHeartbeat"
+        )
         assert not await stored(bus, "gl.node.node-2.NodeHeartbeat")
-        await node.refused(node.js.publish("gl.sched.node-1.NodeDrained", b"{}"), "gl.sched.node-1.NodeDrained")
+        await node.refused(
+            node.js.publish("gl.sched.node-1.NodeDrained", b"{}"), "gl.sched.node-1.NodeDrained"
+        )
         await node.js.publish("gl.node.node-1.NodeHeartbeat", b"{}")  # control: its own node
         assert await stored(bus, "gl.node.node-1.NodeHeartbeat")
     finally:
@@ -304,8 +363,16 @@ async def test_the_auditor_reads_everything_and_publishes_nothing(ids, bus, tmp_
     finally:
         await auditor.close()
     out = tmp_path / "log.jsonl"
-    done = await asyncio.to_thread(cli, "export", "--out", str(out), "--nats-url", ids.url,
-                                   "--creds", str(ids.creds("auditor")))
+    done = await asyncio.to_thread(
+        cli,
+        "export",
+        "--out",
+        str(out),
+        "--nats-url",
+        ids.url,
+        "--creds",
+        str(ids.creds("auditor")),
+    )
     assert done.returncode == 0, done.stderr
     assert len(out.read_text().splitlines()) >= len(seqs)
 
@@ -313,8 +380,13 @@ async def test_the_auditor_reads_everything_and_publishes_nothing(ids, bus, tmp_
 async def test_the_scheduler_cannot_admit(ids, bus):
     sched = await Client.connect(ids, "scheduler")
     try:
-        for subject in ("gl.admission.victim.JobAdmitted", "gl.preempt.victim.PreemptionRequested",
-                        "gl.quota.TenantUsageDecayed", "gl.node.node-1.NodeLost", f"gl.submit.{A}.x"):
+        for subject in (
+            "gl.admission.victim.JobAdmitted",
+            "gl.preempt.victim.PreemptionRequested",
+            "gl.quota.TenantUsageDecayed",
+            "gl.node.node-1.NodeLost",
+            f"gl.submit.{A}.x",
+        ):
             await sched.refused(sched.js.publish(subject, b"{}"), subject)
             assert not await stored(bus, subject)
         await sched.js.publish("gl.sched.victim.GangPlaced", b"{}")  # control: its own subjects
@@ -355,8 +427,9 @@ async def test_ci_submits_and_cancels_under_least_privilege(ids, bus, tmp_path):
         assert done.returncode == 0, (done.stdout, done.stderr, procs.logs())
         assert "admitted mine" in done.stdout
 
-        done = await asyncio.to_thread(gl, "submit", str(job_file(tmp_path, "theirs", B)), "--wait",
-                                       "--timeout", "5")
+        done = await asyncio.to_thread(
+            gl, "submit", str(job_file(tmp_path, "theirs", B)), "--wait", "--timeout", "5"
+        )
         assert done.returncode != 0
         assert "theirs" in one_line_error(done)
         assert not await stored(bus, "gl.submit.*.theirs")
@@ -395,9 +468,14 @@ def pki(tmp_path_factory):
 
 
 def tls_files(pki: Path, *, verify_clients: bool = False, client: bool = False) -> TlsFiles:
-    return TlsFiles(ca=str(pki / "ca.pem"), server_cert=str(pki / "server.pem"), server_key=str(pki / "server.key"),
-                    client_cert=str(pki / "client.pem") if client else None,
-                    client_key=str(pki / "client.key") if client else None, verify_clients=verify_clients)
+    return TlsFiles(
+        ca=str(pki / "ca.pem"),
+        server_cert=str(pki / "server.pem"),
+        server_key=str(pki / "server.key"),
+        client_cert=str(pki / "client.pem") if client else None,
+        client_key=str(pki / "client.key") if client else None,
+        verify_clients=verify_clients,
+    )
 
 
 def plain_connect_refused(port: int) -> str:
@@ -422,7 +500,9 @@ def plain_connect_refused(port: int) -> str:
 
 async def test_tls_required_refuses_plain_connections(pki, monkeypatch):
     with EmbeddedNats(tls=tls_files(pki)) as server:
-        bus = await Bus.connect(server.url, connect_attempts=1, quiet=True, **server.client_options())
+        bus = await Bus.connect(
+            server.url, connect_attempts=1, quiet=True, **server.client_options()
+        )
         try:
             await bus.ensure_stream()
             assert await bus.publish_raw(f"gl.submit.{A}.over-tls", submission("over-tls", A)) == 1
@@ -430,27 +510,45 @@ async def test_tls_required_refuses_plain_connections(pki, monkeypatch):
             await bus.close()
         # GPULEDGER_TLS_CA is how a process is told whom to trust
         monkeypatch.setenv(TLS_ENV["ca"], str(pki / "ca.pem"))
-        nc = await nats.connect(server.url, allow_reconnect=False,
-                                **client_options(server.creds("auditor"), tls_from_env()))
+        nc = await nats.connect(
+            server.url,
+            allow_reconnect=False,
+            **client_options(server.creds("auditor"), tls_from_env()),
+        )
         assert (await nc.jetstream().stream_info(STREAM)).state.messages == 1
         await nc.close()
 
         assert plain_connect_refused(server.port) == ""  # closed without a word, no PONG
         with pytest.raises(ssl.SSLCertVerificationError):  # the right identity, no trust in the CA
-            await nats.connect(server.url, allow_reconnect=False, connect_timeout=3,
-                               **client_options(server.creds("admin")))
+            await nats.connect(
+                server.url,
+                allow_reconnect=False,
+                connect_timeout=3,
+                **client_options(server.creds("admin")),
+            )
 
 
 async def test_tls_verify_clients_requires_a_client_certificate(pki):
     with EmbeddedNats(tls=tls_files(pki, verify_clients=True)) as server:
         ca_only = TlsFiles(ca=str(pki / "ca.pem"))
         with pytest.raises(OSError):  # the server ends the handshake: certificate required
-            await nats.connect(server.url, allow_reconnect=False, connect_timeout=3,
-                               **client_options(server.creds("admin"), ca_only))
-        with_cert = TlsFiles(ca=str(pki / "ca.pem"), client_cert=str(pki / "client.pem"),
-                             client_key=str(pki / "client.key"))
-        nc = await nats.connect(server.url, allow_reconnect=False, connect_timeout=3,
-                                **client_options(server.creds("admin"), with_cert))
+            await nats.connect(
+                server.url,
+                allow_reconnect=False,
+                connect_timeout=3,
+                **client_options(server.creds("admin"), ca_only),
+            )
+        with_cert = TlsFiles(
+            ca=str(pki / "ca.pem"),
+            client_cert=str(pki / "client.pem"),
+            client_key=str(pki / "client.key"),
+        )
+        nc = await nats.connect(
+            server.url,
+            allow_reconnect=False,
+            connect_timeout=3,
+            **client_options(server.creds("admin"), with_cert),
+        )
         assert nc.is_connected
         await nc.close()
 
@@ -465,15 +563,24 @@ async def test_a_service_reaches_a_tls_server_from_its_environment(pki, tmp_path
         env = {k: v for k, v in os.environ.items() if k not in (CREDS_ENV, *TLS_ENV.values())}
         env.update({CREDS_ENV: str(server.creds("admission")), TLS_ENV["ca"]: str(pki / "ca.pem")})
         log = open(tmp_path / "admission.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(run_command("admission", server.url), cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            run_command("admission", server.url),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             seq = await bus.publish_raw(f"gl.submit.{A}.tls-job", submission("tls-job", A))
 
             async def admitted() -> bool:
                 return await stored(bus, "gl.admission.tls-job.JobAdmitted")
 
-            await until(admitted, 30, f"admission over TLS: {(tmp_path / 'admission.log').read_text()[-2000:]}")
+            await until(
+                admitted,
+                30,
+                f"admission over TLS: {(tmp_path / 'admission.log').read_text()[-2000:]}",
+            )
             assert seq > 0 and proc.poll() is None
         finally:
             proc.terminate()

@@ -31,11 +31,16 @@ async def log_until(bus, done, procs, timeout_s: float = 40.0):
 
 
 def running(ledger, prefix):
-    return sorted(j.job_id for j in ledger.jobs.values()
-                  if j.job_id.startswith(prefix) and j.state == "running")
+    return sorted(
+        j.job_id
+        for j in ledger.jobs.values()
+        if j.job_id.startswith(prefix) and j.state == "running"
+    )
 
 
-async def test_scaling_a_service_from_the_cli_places_its_replicas_and_evicts_training(server, bus, tmp_path):
+async def test_scaling_a_service_from_the_cli_places_its_replicas_and_evicts_training(
+    server, bus, tmp_path
+):
     doc = yaml.safe_load(SCALE.read_text())
     doc["policy"] = {**doc["policy"], "min_runtime_s": 0}  # live, training is seconds old
     config = tmp_path / "inference-scale.yaml"
@@ -47,29 +52,59 @@ async def test_scaling_a_service_from_the_cli_places_its_replicas_and_evicts_tra
         jobs = [e["submit"] for e in doc["timeline"] if "submit" in e]
         for i, job in enumerate(jobs):
             path = tmp_path / f"job{i}.yaml"
-            path.write_text(yaml.safe_dump({**job, "checkpoint": {"interval": "10m", "save": "1s"}}
-                                           if "resnet" in job["id"] else job))
+            path.write_text(
+                yaml.safe_dump(
+                    {**job, "checkpoint": {"interval": "10m", "save": "1s"}}
+                    if "resnet" in job["id"]
+                    else job
+                )
+            )
             r = cli("submit", str(path), "--nats-url", server.url)
             assert r.returncode == 0, r.stderr
         svc = "bert-sentiment-inference"
-        await log_until(bus, lambda led, log: len(running(led, svc + "~")) == 3
-                        and len(running(led, "resnet")) == 5, procs)
+        await log_until(
+            bus,
+            lambda led, log: len(running(led, svc + "~")) == 3 and len(running(led, "resnet")) == 5,
+            procs,
+        )
 
         server.add_principals("ci:ml-inference")
-        r = cli("scale", svc, "--replicas", "6", "--nats-url", server.url,
-                "--creds", str(server.creds("ci:ml-inference")))
+        r = cli(
+            "scale",
+            svc,
+            "--replicas",
+            "6",
+            "--nats-url",
+            server.url,
+            "--creds",
+            str(server.creds("ci:ml-inference")),
+        )
         assert r.returncode == 0, r.stderr
         assert "scale of bert-sentiment-inference to 6 replicas requested" in r.stdout
-        ledger, log = await log_until(bus, lambda led, log: len(running(led, svc + "~")) == 6, procs)
+        ledger, log = await log_until(
+            bus, lambda led, log: len(running(led, svc + "~")) == 6, procs
+        )
         assert running(ledger, svc + "~") == [f"{svc}~{i}" for i in range(6)]
         evicted = [e for _, _, e in log if isinstance(e, ev.GangEvicted)]
-        assert len(evicted) == 3 and all(e.job_id.startswith("resnet") and e.checkpointed for e in evicted)
+        assert len(evicted) == 3 and all(
+            e.job_id.startswith("resnet") and e.checkpointed for e in evicted
+        )
         assert len(running(ledger, "resnet")) == 2
 
         # another tenant's CI identity may not scale it: the server refuses the publish
         server.add_principals("ci:ml-training")
-        r = cli("scale", svc, "--replicas", "1", "--tenant", "ml-inference", "--nats-url", server.url,
-                "--creds", str(server.creds("ci:ml-training")))
+        r = cli(
+            "scale",
+            svc,
+            "--replicas",
+            "1",
+            "--tenant",
+            "ml-inference",
+            "--nats-url",
+            server.url,
+            "--creds",
+            str(server.creds("ci:ml-training")),
+        )
         assert r.returncode != 0
     finally:
         procs.stop()

@@ -18,8 +18,17 @@ pytestmark = pytest.mark.integration
 
 def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
     up = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", "--config", str(EXAMPLES / "three-jobs.yaml")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "gpuledger.services.cli",
+            "up",
+            "--config",
+            str(EXAMPLES / "three-jobs.yaml"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
     )
     url_file = tmp_path / ".gpuledger" / "nats-url"
@@ -48,12 +57,17 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         why = cli("why", "second", cwd=tmp_path)
         assert why.returncode == 0 and "UnknownTenant" in why.stdout
 
-        watcher = subprocess.Popen([sys.executable, "-m", "gpuledger.services.cli", "jobs", "-w", "--interval", "0.3"],
-                                   cwd=tmp_path, stdout=subprocess.PIPE, text=True,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "gpuledger.services.cli", "jobs", "-w", "--interval", "0.3"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         seen: list[str] = []
-        reader = threading.Thread(target=lambda: seen.extend(iter(watcher.stdout.readline, "")),
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: seen.extend(iter(watcher.stdout.readline, "")), daemon=True
+        )
         reader.start()
 
         def watched_until(predicate, timeout_s: float = 30) -> bool:
@@ -69,15 +83,20 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         assert watched_until(lambda lines: any(line.startswith("second") for line in lines))
         (tmp_path / "third.yaml").write_text("id: third\ntenant: team-a\ngpus: 2\nduration: 1\n")
         assert cli("submit", "third.yaml", "--wait", cwd=tmp_path).returncode == 0
-        assert watched_until(lambda lines: any(
-            line.startswith("third") and line.split()[3] == "completed" for line in lines)), seen
+        assert watched_until(
+            lambda lines: any(
+                line.startswith("third") and line.split()[3] == "completed" for line in lines
+            )
+        ), seen
         watcher.send_signal(signal.SIGINT)
         watcher.wait(10)
         reader.join(5)
         watched = "".join(seen)
         first_table, _, changes = watched.partition("second")
         assert "NAME" in first_table and "third" not in first_table
-        assert [line.split()[3] for line in changes.splitlines() if line.startswith("third")][-1] == "completed"
+        assert [line.split()[3] for line in changes.splitlines() if line.startswith("third")][
+            -1
+        ] == "completed"
     finally:
         up.send_signal(signal.SIGTERM)
         code = up.wait(30)

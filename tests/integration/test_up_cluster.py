@@ -28,9 +28,19 @@ async def stream_info(url: str, creds):
 
 def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path):
     up = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", "--nats-cluster", "3",
-         "--config", str(EXAMPLES / "three-jobs.yaml")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "gpuledger.services.cli",
+            "up",
+            "--nats-cluster",
+            "3",
+            "--config",
+            str(EXAMPLES / "three-jobs.yaml"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
     )
     data = tmp_path / ".gpuledger"
@@ -42,7 +52,11 @@ def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path
         assert url_file.exists(), up.stdout.read().decode() if up.poll() is not None else "no URL"
         urls = url_file.read_text().strip().split(",")
         assert len(urls) == 3 and all(u.startswith("nats://127.0.0.1:") for u in urls)
-        assert sorted(p.name for p in (data / "nats-cluster").iterdir()) == ["node-1", "node-2", "node-3"]
+        assert sorted(p.name for p in (data / "nats-cluster").iterdir()) == [
+            "node-1",
+            "node-2",
+            "node-3",
+        ]
 
         (tmp_path / "job.yaml").write_text("id: first\ntenant: team-a\ngpus: 4\nduration: 1\n")
         ok = cli("submit", "job.yaml", "--wait", cwd=tmp_path)  # finds the cluster by itself
@@ -73,7 +87,9 @@ def test_apply_with_replicas_creates_the_stream_at_three_on_a_cluster(monkeypatc
 
     with EmbeddedNatsCluster(3, tmp_path / "nats", start_timeout_s=60) as c:
         as_admin(monkeypatch, c)
-        out = cli("apply", str(EXAMPLES / "three-jobs.yaml"), "--replicas", "3", "--nats-url", c.url)
+        out = cli(
+            "apply", str(EXAMPLES / "three-jobs.yaml"), "--replicas", "3", "--nats-url", c.url
+        )
         assert out.returncode == 0, out.stderr
         info = asyncio.run(stream_info(c.urls[2], c.creds("admin")))
         assert info.config.num_replicas == 3 and info.state.messages > 0

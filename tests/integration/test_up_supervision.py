@@ -25,8 +25,11 @@ JOB = "id: {id}\ntenant: team-a\ngpus: 2\nduration: 1\n"
 
 def start_up(cwd: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", *args], cwd=cwd,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
     )
 
@@ -82,7 +85,9 @@ def test_a_reader_holding_the_projection_delays_the_projector_which_then_catches
         held_at = time.monotonic()
         (tmp_path / "job.yaml").write_text(JOB.format(id="during-hold"))
         assert cli("submit", "job.yaml", "--wait", cwd=tmp_path).returncode == 0
-        blocked = wait_for(lambda: _projector_blocked(tmp_path), 15, "the projector to report blocked")
+        blocked = wait_for(
+            lambda: _projector_blocked(tmp_path), 15, "the projector to report blocked"
+        )
         assert f"PID {os.getpid()}" in blocked["detail"]
         # other readers share the read-only file meanwhile, and once the projector has missed
         # events for more than 3 s they are told they read behind it
@@ -109,7 +114,12 @@ def test_a_reader_holding_the_projection_delays_the_projector_which_then_catches
         for i in range(6):
             (tmp_path / "job.yaml").write_text(JOB.format(id=f"read-{i}"))
             cli("submit", "job.yaml", cwd=tmp_path)
-            for args in (("jobs",), ("nodes",), ("why", f"read-{i}"), ("sql", "SELECT count(*) FROM events")):
+            for args in (
+                ("jobs",),
+                ("nodes",),
+                ("why", f"read-{i}"),
+                ("sql", "SELECT count(*) FROM events"),
+            ):
                 codes.append(cli(*args, cwd=tmp_path).returncode)
         assert set(codes) <= {0, 1}  # `why` may not see a job submitted a moment ago
         assert codes.count(0) >= len(codes) - 6
@@ -159,7 +169,16 @@ def test_up_processes_with_a_relative_config_restarts_a_killed_child(tmp_path):
         table = cli("status", cwd=tmp_path)
         assert table.returncode == 0
         assert table.stdout.splitlines()[0].split() == [
-            "NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LEASE", "LAST-ERROR"]
+            "NAME",
+            "STATE",
+            "PID",
+            "RESTARTS",
+            "SEQ",
+            "LAG",
+            "AGE",
+            "LEASE",
+            "LAST-ERROR",
+        ]
 
         victim = service(doc, "scheduler")["pid"]
         os.kill(victim, signal.SIGKILL)
@@ -175,12 +194,15 @@ def test_up_processes_with_a_relative_config_restarts_a_killed_child(tmp_path):
         # the restarted scheduler places work again
         (tmp_path / "job.yaml").write_text(JOB.format(id="after-restart"))
         assert cli("submit", "job.yaml", "--wait", cwd=tmp_path).returncode == 0
-        wait_for(lambda: _job_state(tmp_path, "after-restart") == "completed", 60, "the job to complete")
+        wait_for(
+            lambda: _job_state(tmp_path, "after-restart") == "completed", 60, "the job to complete"
+        )
     finally:
         out = stop_up(up)
     crashes = [json.loads(x) for x in out.splitlines() if '"service.crashed"' in x]
     assert [(c["service"], c["exit"], c["restart"]) for c in crashes] == [
-        ("scheduler", "killed by SIGKILL", 1)]
+        ("scheduler", "killed by SIGKILL", 1)
+    ]
 
 
 def _restarted(cwd: Path, name: str) -> dict | None:
@@ -209,7 +231,9 @@ def test_up_processes_fails_fast_with_the_childs_error(tmp_path):
     assert time.monotonic() - started < 45
     errors = [x for x in out.splitlines() if x.startswith("error:")]
     assert len(errors) == 1, out[-3000:]
-    assert errors[0].startswith("error: gpuledger up: projector failed to start: exited with code 1: ")
+    assert errors[0].startswith(
+        "error: gpuledger up: projector failed to start: exited with code 1: "
+    )
     assert "not a valid DuckDB database file" in errors[0]
     doc = json.loads((data / "status.json").read_text())
     assert not any(_alive(s["pid"]) for s in doc["services"] if s["pid"])

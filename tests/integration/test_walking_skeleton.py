@@ -59,7 +59,12 @@ async def test_three_jobs_complete_live_and_match_the_simulator(bus, procs):
     scenario = load(THREE)
     ledger, log = await run_scenario(bus, procs, scenario)
     states = {j: r.state for j, r in ledger.jobs.items()}
-    assert states == {"job-1": "completed", "job-2": "completed", "job-3": "completed", "job-bad": "rejected"}, procs.logs()
+    assert states == {
+        "job-1": "completed",
+        "job-2": "completed",
+        "job-3": "completed",
+        "job-bad": "rejected",
+    }, procs.logs()
     assert ledger.jobs["job-bad"].reason == "TopologyUnsatisfiable"
     assert "9 GPUs in one NVLink clique" in ledger.jobs["job-bad"].message
     sim = simulate(scenario)
@@ -73,7 +78,10 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, p
         "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
         "tenants": [{"name": "t", "guaranteed": 8}],
         "timeline": [
-            {"at": i * 0.2, "submit": {"id": f"j{i}", "tenant": "t", "gpus": 1 + i % 4, "duration": 1}}
+            {
+                "at": i * 0.2,
+                "submit": {"id": f"j{i}", "tenant": "t", "gpus": 1 + i % 4, "duration": 1},
+            }
             for i in range(16)
         ],
     }
@@ -131,12 +139,16 @@ async def test_a_rejected_submission_exits_non_zero_with_the_reason(server, bus,
     assert "UnknownTenant" in out.stderr
 
 
-async def test_a_malformed_message_is_dead_lettered_once_and_services_keep_working(server, bus, procs, tmp_path):
+async def test_a_malformed_message_is_dead_lettered_once_and_services_keep_working(
+    server, bus, procs, tmp_path
+):
     await live_player.publish_config(bus, load(THREE))
     procs.start("admission")
     procs.start("scheduler")
     await bus.publish_raw("gl.submit.team-a.garbage", b"{not json")
-    await bus.publish_raw("gl.submit.team-a.wrong", b'{"type": "JobSubmitted.v1", "job": {"job_id": 1}}')
+    await bus.publish_raw(
+        "gl.submit.team-a.wrong", b'{"type": "JobSubmitted.v1", "job": {"job_id": 1}}'
+    )
     job = tmp_path / "job.yaml"
     job.write_text("id: after-garbage\ntenant: team-a\ngpus: 1\n")
     out = cli("submit", str(job), "--nats-url", server.url, "--wait")

@@ -94,24 +94,49 @@ def err(code: int) -> pynvml.NVMLError:
 
 class FakeNvml:
     FUNCTIONS = (
-        "nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion",
-        "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetCount",
-        "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetUUID",
-        "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMigMode",
-        "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-        "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
-        "nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstanceById",
-        "nvmlGpuInstanceGetInfo", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetGpuFabricInfoV",
-        "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetUtilizationRates",
-        "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree",
-        "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet",
-        "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceRegisterEvents",
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlSystemGetDriverVersion",
+        "nvmlSystemGetCudaDriverVersion_v2",
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetHandleByUUID",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetGpuInstanceProfileInfo",
+        "nvmlDeviceGetGpuInstanceById",
+        "nvmlGpuInstanceGetInfo",
+        "nvmlDeviceGetP2PStatus",
+        "nvmlDeviceGetGpuFabricInfoV",
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlGpmQueryDeviceSupport",
+        "nvmlGpmSampleAlloc",
+        "nvmlGpmSampleFree",
+        "nvmlGpmSampleGet",
+        "nvmlGpmMigSampleGet",
+        "nvmlGpmMetricsGet",
+        "nvmlEventSetCreate",
+        "nvmlEventSetFree",
+        "nvmlDeviceRegisterEvents",
         "nvmlEventSetWait_v2",
     )
 
-    def __init__(self, gpus: list[FakeGpu], nvlink: set[frozenset[int]] | None = None,
-                 *, driver: str = "550.54.15", cuda: int = 12040,
-                 init_error: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        nvlink: set[frozenset[int]] | None = None,
+        *,
+        driver: str = "550.54.15",
+        cuda: int = 12040,
+        init_error: int | None = None,
+    ) -> None:
         self.gpus = gpus
         self.nvlink = nvlink or set()
         self.driver = driver
@@ -275,7 +300,10 @@ class FakeNvml:
         if gpu.fabric is None:
             raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         info = ref._obj  # the struct passed by ctypes.byref
-        if not isinstance(info, pynvml.c_nvmlGpuFabricInfo_v2_t) or info.version != pynvml.nvmlGpuFabricInfo_v2:
+        if (
+            not isinstance(info, pynvml.c_nvmlGpuFabricInfo_v2_t)
+            or info.version != pynvml.nvmlGpuFabricInfo_v2
+        ):
             raise err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         ctypes.memmove(info.clusterUuid, gpu.fabric.cluster_uuid, 16)
         info.cliqueId = gpu.fabric.clique_id
@@ -287,8 +315,10 @@ class FakeNvml:
         gpu = self._gpu(handle, "nvmlDeviceGetTotalEccErrors")
         if not gpu.ecc_supported:
             raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        if (error_type, counter) == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                     pynvml.NVML_VOLATILE_ECC):
+        if (error_type, counter) == (
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        ):
             return gpu.ecc_uncorrected_volatile
         return 0
 
@@ -361,7 +391,6 @@ class FakeNvml:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return request
 
-
     # -- events (XID) -----------------------------------------------------------------
     # nvmlEventSetWait_v2 returns a c_nvmlEventData_t whose ``device`` is a C pointer; the
     # fake returns an object with the same field names whose ``device`` is a fake handle.
@@ -404,8 +433,16 @@ def _uuid(kind: str, n: int) -> str:
 
 def h100_node(islands: list[list[int]] | None = None) -> FakeNvml:
     """8 x "NVIDIA H100 80GB HBM3" (81559 MiB, GPM); NVLink by default all-to-all."""
-    gpus = [FakeGpu(uuid=_uuid("h100", i), name="NVIDIA H100 80GB HBM3", memory_mib=81559,
-                    gpm_supported=True, max_mig_devices=7) for i in range(8)]
+    gpus = [
+        FakeGpu(
+            uuid=_uuid("h100", i),
+            name="NVIDIA H100 80GB HBM3",
+            memory_mib=81559,
+            gpm_supported=True,
+            max_mig_devices=7,
+        )
+        for i in range(8)
+    ]
     islands = islands if islands is not None else [list(range(8))]
     pairs = {frozenset({a, b}) for isl in islands for a in isl for b in isl if a != b}
     return FakeNvml(gpus, pairs)
@@ -413,25 +450,56 @@ def h100_node(islands: list[list[int]] | None = None) -> FakeNvml:
 
 def a100_mig_node() -> FakeNvml:
     """One "NVIDIA A100-SXM4-40GB" in MIG mode with seven 1g.5gb instances (profile id 19)."""
-    migs = [FakeMig(uuid=f"MIG-a100{i:04d}-0000-0000-0000-000000000000",
-                    gpu_instance_id=7 + i, compute_instance_id=0, profile_id=19,
-                    start=i, size=1) for i in range(7)]
-    gpu = FakeGpu(uuid=_uuid("a100", 0), name="NVIDIA A100-SXM4-40GB", memory_mib=40960,
-                  mig_enabled=True, migs=migs, max_mig_devices=7, profiles=A100_40GB_PROFILES,
-                  gpu_util_pct=100)
+    migs = [
+        FakeMig(
+            uuid=f"MIG-a100{i:04d}-0000-0000-0000-000000000000",
+            gpu_instance_id=7 + i,
+            compute_instance_id=0,
+            profile_id=19,
+            start=i,
+            size=1,
+        )
+        for i in range(7)
+    ]
+    gpu = FakeGpu(
+        uuid=_uuid("a100", 0),
+        name="NVIDIA A100-SXM4-40GB",
+        memory_mib=40960,
+        mig_enabled=True,
+        migs=migs,
+        max_mig_devices=7,
+        profiles=A100_40GB_PROFILES,
+        gpu_util_pct=100,
+    )
     return FakeNvml([gpu])
 
 
 def h200_node() -> FakeNvml:
     """One "NVIDIA H200" (143771 MiB, GPM supported)."""
-    return FakeNvml([FakeGpu(uuid=_uuid("h200", 0), name="NVIDIA H200", memory_mib=143771,
-                             gpm_supported=True, max_mig_devices=7)])
+    return FakeNvml(
+        [
+            FakeGpu(
+                uuid=_uuid("h200", 0),
+                name="NVIDIA H200",
+                memory_mib=143771,
+                gpm_supported=True,
+                max_mig_devices=7,
+            )
+        ]
+    )
 
 
 def fabric_node(cluster_uuid: bytes, clique_id: int, n: int = 4) -> FakeNvml:
     """n GB200-like GPUs that report the same fabric cluster UUID and clique id."""
-    gpus = [FakeGpu(uuid=_uuid("gb20", i), name="NVIDIA GB200", memory_mib=189471,
-                    gpm_supported=True, fabric=FakeFabric(cluster_uuid, clique_id))
-            for i in range(n)]
+    gpus = [
+        FakeGpu(
+            uuid=_uuid("gb20", i),
+            name="NVIDIA GB200",
+            memory_mib=189471,
+            gpm_supported=True,
+            fabric=FakeFabric(cluster_uuid, clique_id),
+        )
+        for i in range(n)
+    ]
     pairs = {frozenset({a, b}) for a in range(n) for b in range(n) if a != b}
     return FakeNvml(gpus, pairs)

@@ -35,26 +35,57 @@ def e(cls, key: str, at: int = 0, **fields):
 
 
 def admitted(job_id: str, at: int = 0) -> ev.JobAdmitted:
-    return e(ev.JobAdmitted, job_id, at, job_id=job_id, tenant="t", priority_class="train",
-             priority=50, preemptible=True, slo_class="batch")
+    return e(
+        ev.JobAdmitted,
+        job_id,
+        at,
+        job_id=job_id,
+        tenant="t",
+        priority_class="train",
+        priority=50,
+        preemptible=True,
+        slo_class="batch",
+    )
 
 
 def placed(job_id: str, attempt: int = 1, at: int = 0, resume_step=None, nodes=("n1", "n2")):
     members = tuple(MemberPlacement(rank=r, node=n, gpus=(0, 1, 2, 3)) for r, n in enumerate(nodes))
-    return e(ev.GangPlaced, f"{job_id}#{attempt}", at, job_id=job_id, allocation_id=f"{job_id}#{attempt}",
-             tenant="t", members=members, resume_step=resume_step)
+    return e(
+        ev.GangPlaced,
+        f"{job_id}#{attempt}",
+        at,
+        job_id=job_id,
+        allocation_id=f"{job_id}#{attempt}",
+        tenant="t",
+        members=members,
+        resume_step=resume_step,
+    )
 
 
 def preempt(job_id: str, attempt: int = 1, at: int = 0, deadline: int = 5000):
-    return e(ev.PreemptionRequested, f"p-{job_id}#{attempt}", at, job_id=job_id,
-             allocation_id=f"{job_id}#{attempt}", beneficiary="other", reason="Priority",
-             deadline_ms=deadline)
+    return e(
+        ev.PreemptionRequested,
+        f"p-{job_id}#{attempt}",
+        at,
+        job_id=job_id,
+        allocation_id=f"{job_id}#{attempt}",
+        beneficiary="other",
+        reason="Priority",
+        deadline_ms=deadline,
+    )
 
 
-def job(job_id: str = "j1", steps: int = 100000, step_time: float = 0.01, replicas: int = 2, **extra):
-    return submitted(id=job_id, tenant="t", gpus=4, replicas=replicas,
-                     command=[sys.executable, TRAIN, "--steps", str(steps), "--step-time", str(step_time)],
-                     **extra)
+def job(
+    job_id: str = "j1", steps: int = 100000, step_time: float = 0.01, replicas: int = 2, **extra
+):
+    return submitted(
+        id=job_id,
+        tenant="t",
+        gpus=4,
+        replicas=replicas,
+        command=[sys.executable, TRAIN, "--steps", str(steps), "--step-time", str(step_time)],
+        **extra,
+    )
 
 
 def fold(service, state, events):
@@ -108,7 +139,9 @@ def test_preemption_signals_then_kills_at_the_deadline():
 def test_ack_and_outcome_become_events_in_order():
     core = AgentDecider("n1")
     state = base(core, job(), admitted("j1"), placed("j1"), preempt("j1", at=1000))
-    state.members[("j1#1", 0)] = Observed(started=True, ack_step=42, outcome="preempted", exit_code=75)
+    state.members[("j1#1", 0)] = Observed(
+        started=True, ack_step=42, outcome="preempted", exit_code=75
+    )
     out = core.decide(state, 1500)
     kinds = [type(x).__name__ for x in out]
     assert kinds == ["MemberStarted", "MemberCheckpointed", "MemberExited"]
@@ -123,8 +156,12 @@ def test_members_never_started_exit_without_running():
     assert core.plan(state, 20) == []
     out = core.decide(state, 20)
     assert [(type(x).__name__, x.outcome) for x in out] == [("MemberExited", "preempted")]
-    state = base(core, submitted(id="nocmd", tenant="t", gpus=4), admitted("nocmd"),
-                 placed("nocmd", nodes=("n1",)))
+    state = base(
+        core,
+        submitted(id="nocmd", tenant="t", gpus=4),
+        admitted("nocmd"),
+        placed("nocmd", nodes=("n1",)),
+    )
     assert [x.outcome for x in core.decide(state, 5)] == ["failed"]
 
 
@@ -215,12 +252,30 @@ def test_real_member_checkpoints_on_preemption_and_resumes_from_its_step(agents,
     exited = [x for x in seen if isinstance(x, ev.MemberExited)][0]
     assert exited.outcome == "preempted" and exited.exit_code == 75 and ck.step > 10
     # the scheduler's side: evict, requeue at the step, place again with resume
-    state = fold(agent, state, [
-        e(ev.GangEvicted, "j1#1", clock(), job_id="j1", allocation_id="j1#1", reason="Priority",
-          checkpointed=True),
-        e(ev.GangRequeued, "j1#1", clock(), job_id="j1", after_allocation_id="j1#1", resume_step=ck.step),
-        placed("j1", attempt=2, at=clock(), resume_step=ck.step, nodes=("n1",)),
-    ])
+    state = fold(
+        agent,
+        state,
+        [
+            e(
+                ev.GangEvicted,
+                "j1#1",
+                clock(),
+                job_id="j1",
+                allocation_id="j1#1",
+                reason="Priority",
+                checkpointed=True,
+            ),
+            e(
+                ev.GangRequeued,
+                "j1#1",
+                clock(),
+                job_id="j1",
+                after_allocation_id="j1#1",
+                resume_step=ck.step,
+            ),
+            placed("j1", attempt=2, at=clock(), resume_step=ck.step, nodes=("n1",)),
+        ],
+    )
     state, seen = run_until(agent, state, clock, lambda s: "MemberStarted" in kinds(s))
     log = tmp_path / "work" / "n1" / "logs" / f"{executor_id('j1#2')}-rank0.log"
     deadline = time.monotonic() + 5
@@ -232,8 +287,20 @@ def test_real_member_checkpoints_on_preemption_and_resumes_from_its_step(agents,
 
 def test_deadline_kill_of_a_member_that_ignores_the_signal(agents, tmp_path):
     agent = real_agent(agents, tmp_path)
-    spec = submitted(id="stubborn", tenant="t", gpus=4, command=[
-        sys.executable, TRAIN, "--steps", "100000", "--step-time", "0.01", "--ignore-sigterm"])
+    spec = submitted(
+        id="stubborn",
+        tenant="t",
+        gpus=4,
+        command=[
+            sys.executable,
+            TRAIN,
+            "--steps",
+            "100000",
+            "--step-time",
+            "0.01",
+            "--ignore-sigterm",
+        ],
+    )
     state = base(agent, spec, admitted("stubborn"), placed("stubborn", nodes=("n1",)))
     state, _ = run_until(agent, state, clock, lambda s: "MemberStarted" in kinds(s))
     now = clock()
@@ -246,7 +313,12 @@ def test_deadline_kill_of_a_member_that_ignores_the_signal(agents, tmp_path):
 
 def test_agent_restart_adopts_running_members_without_starting_twice(agents, tmp_path):
     first = real_agent(agents, tmp_path)
-    history = [*cluster(*DOC["cluster"]["nodes"]), job(replicas=1), admitted("j1"), placed("j1", nodes=("n1",))]
+    history = [
+        *cluster(*DOC["cluster"]["nodes"]),
+        job(replicas=1),
+        admitted("j1"),
+        placed("j1", nodes=("n1",)),
+    ]
     state = fold(first, first.initial_state(), history)
     state, seen = run_until(first, state, clock, lambda s: "MemberStarted" in kinds(s))
     history += seen

@@ -14,8 +14,24 @@ from tests.node_agent.test_agent import _NoNvml
 def test_discover_prints_the_inventory_as_json_and_table(monkeypatch):
     from gpuledger.services.node_agent.nvml_discovery import DiscoveredGpu, HostInventory
 
-    inv = HostInventory("550.54", "12.4", (DiscoveredGpu(0, "GPU-x", "NVIDIA H100 80GB HBM3", "H100-80GB",
-                                                         81559, False, (), "h-nvl0", True, None),))
+    inv = HostInventory(
+        "550.54",
+        "12.4",
+        (
+            DiscoveredGpu(
+                0,
+                "GPU-x",
+                "NVIDIA H100 80GB HBM3",
+                "H100-80GB",
+                81559,
+                False,
+                (),
+                "h-nvl0",
+                True,
+                None,
+            ),
+        ),
+    )
     monkeypatch.setattr(nvml_discovery, "discover", lambda nvml=None, host=None: inv)
     out = CliRunner().invoke(app, ["nodes", "discover", "-o", "json"])
     assert out.exit_code == 0, out.output
@@ -26,6 +42,8 @@ def test_discover_prints_the_inventory_as_json_and_table(monkeypatch):
 
 def test_discover_without_nvml_fails_with_the_reason(monkeypatch):
     real = nvml_discovery.discover
-    monkeypatch.setattr(nvml_discovery, "discover", lambda nvml=None, host=None: real(_NoNvml(), host=host))
+    monkeypatch.setattr(
+        nvml_discovery, "discover", lambda nvml=None, host=None: real(_NoNvml(), host=host)
+    )
     out = CliRunner().invoke(app, ["nodes", "discover"])
     assert out.exit_code == 3 and "NVML could not be initialised" in out.output

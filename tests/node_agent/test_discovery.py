@@ -166,8 +166,13 @@ def test_uncorrected_ecc_errors_make_a_gpu_unhealthy(monkeypatch):
 
 
 def test_gpus_without_ecc_are_healthy(monkeypatch):
-    fake = FakeNvml([FakeGpu(uuid="GPU-x", name="NVIDIA GeForce RTX 4090", memory_mib=24564,
-                             ecc_supported=False)])
+    fake = FakeNvml(
+        [
+            FakeGpu(
+                uuid="GPU-x", name="NVIDIA GeForce RTX 4090", memory_mib=24564, ecc_supported=False
+            )
+        ]
+    )
     fake.install(monkeypatch)
     (gpu,) = discover(pynvml, host="n").gpus
     assert gpu.healthy and gpu.model == "RTX4090-24GB"

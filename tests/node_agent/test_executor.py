@@ -30,13 +30,25 @@ TRAIN = ROOT / "examples" / "train_tiny.py"
 LONG = ("--steps", "100000", "--step-time", "0.01")
 
 
-def launch(tmp_path: Path, *args: str, alloc: str = "alloc-1", rank: int = 0,
-           resume: bool = False, command: list[str] | str | None = None) -> MemberLaunch:
+def launch(
+    tmp_path: Path,
+    *args: str,
+    alloc: str = "alloc-1",
+    rank: int = 0,
+    resume: bool = False,
+    command: list[str] | str | None = None,
+) -> MemberLaunch:
     return MemberLaunch(
-        allocation_id=alloc, job_id="job-1", rank=rank, world_size=2,
+        allocation_id=alloc,
+        job_id="job-1",
+        rank=rank,
+        world_size=2,
         command=command if command is not None else [sys.executable, str(TRAIN), *args],
-        visible_devices=("GPU-aaaa", "MIG-bbbb"), checkpoint_dir=tmp_path / "ckpt",
-        resume=resume, log_dir=tmp_path / "logs", env={"PYTHONPATH": str(ROOT)},
+        visible_devices=("GPU-aaaa", "MIG-bbbb"),
+        checkpoint_dir=tmp_path / "ckpt",
+        resume=resume,
+        log_dir=tmp_path / "logs",
+        env={"PYTHONPATH": str(ROOT)},
     )
 
 
@@ -76,18 +88,31 @@ async def test_a_member_that_runs_to_the_end_is_completed(tmp_path, state_dir):
 
 
 async def test_the_member_environment_names_its_devices_rank_and_checkpoint(tmp_path, state_dir):
-    names = ["CUDA_VISIBLE_DEVICES", "GPULEDGER_JOB_ID", "GPULEDGER_ALLOCATION_ID", "RANK",
-             "WORLD_SIZE", "GPULEDGER_CHECKPOINT_DIR", "GPULEDGER_RESUME", "PYTHONPATH"]
+    names = [
+        "CUDA_VISIBLE_DEVICES",
+        "GPULEDGER_JOB_ID",
+        "GPULEDGER_ALLOCATION_ID",
+        "RANK",
+        "WORLD_SIZE",
+        "GPULEDGER_CHECKPOINT_DIR",
+        "GPULEDGER_RESUME",
+        "PYTHONPATH",
+    ]
     code = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
     ex = Executor(state_dir)
-    ex.start(launch(tmp_path, alloc="env-1", rank=1, resume=True,
-                    command=[sys.executable, "-c", code]))
+    ex.start(
+        launch(tmp_path, alloc="env-1", rank=1, resume=True, command=[sys.executable, "-c", code])
+    )
     assert (await ex.wait("env-1", 1, timeout=5)).outcome == "completed"
     env = json.loads(log_of(tmp_path, "env-1", 1))
     assert env == {
-        "CUDA_VISIBLE_DEVICES": "GPU-aaaa,MIG-bbbb", "GPULEDGER_JOB_ID": "job-1",
-        "GPULEDGER_ALLOCATION_ID": "env-1", "RANK": "1", "WORLD_SIZE": "2",
-        "GPULEDGER_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "GPULEDGER_RESUME": "1",
+        "CUDA_VISIBLE_DEVICES": "GPU-aaaa,MIG-bbbb",
+        "GPULEDGER_JOB_ID": "job-1",
+        "GPULEDGER_ALLOCATION_ID": "env-1",
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "GPULEDGER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "GPULEDGER_RESUME": "1",
         "PYTHONPATH": str(ROOT),
     }
 
@@ -129,7 +154,8 @@ async def test_periodic_acknowledgements_are_reported_while_running(tmp_path, st
 
 
 async def test_a_job_that_ignores_sigterm_is_killed_at_the_deadline_and_loses_work(
-        tmp_path, state_dir):
+    tmp_path, state_dir
+):
     # Given a job that ignores SIGTERM
     ex = Executor(state_dir)
     ex.start(launch(tmp_path, *LONG, "--ignore-sigterm"))
@@ -151,7 +177,8 @@ async def test_a_failing_command_is_failed(tmp_path, state_dir):
     ex.start(launch(tmp_path, alloc="missing", command=["/nonexistent/trainer"]))
     ex.start(launch(tmp_path, alloc="shell", command="exit 3"))
     assert await ex.wait("alloc-1", 0, timeout=5) == MemberOutcome(
-        "alloc-1", 0, 1, None, "failed", None)
+        "alloc-1", 0, 1, None, "failed", None
+    )
     assert (await ex.wait("missing", 0, timeout=5)).exit_code == 127
     assert (await ex.wait("shell", 0, timeout=5)).exit_code == 3
 
@@ -185,10 +212,15 @@ AGENT = textwrap.dedent("""
 
 
 async def test_a_restarted_agent_adopts_a_running_member_and_does_not_start_it_twice(
-        tmp_path, state_dir):
+    tmp_path, state_dir
+):
     # Given an agent process that started a member and then died
-    subprocess.run([sys.executable, "-c", AGENT, str(tmp_path), str(TRAIN), str(ROOT)],
-                   cwd=ROOT, check=True, timeout=10)
+    subprocess.run(
+        [sys.executable, "-c", AGENT, str(tmp_path), str(TRAIN), str(ROOT)],
+        cwd=ROOT,
+        check=True,
+        timeout=10,
+    )
     wait_until(lambda: "starting at step 0" in log_of(tmp_path))
     # When a new agent adopts the state directory
     ex = Executor(state_dir)
@@ -206,7 +238,8 @@ async def test_a_restarted_agent_adopts_a_running_member_and_does_not_start_it_t
 
 
 async def test_a_member_that_ended_while_no_agent_watched_is_reported_on_adoption(
-        tmp_path, state_dir):
+    tmp_path, state_dir
+):
     ex = Executor(state_dir)
     ex.start(launch(tmp_path, "--steps", "3", "--step-time", "0.001"))
     await ex.wait("alloc-1", 0, timeout=5)
@@ -216,12 +249,20 @@ async def test_a_member_that_ended_while_no_agent_watched_is_reported_on_adoptio
 
 
 def test_a_start_interrupted_before_the_process_existed_is_failed_not_restarted(
-        tmp_path, state_dir):
+    tmp_path, state_dir
+):
     # Given a record written just before an agent crash, with no process behind it
     state_dir.mkdir(parents=True)
-    record = MemberRecord("alloc-9", "job-9", 0, 1, str(tmp_path / "ckpt"),
-                          str(tmp_path / "logs" / "alloc-9-rank0.log"),
-                          str(state_dir / "alloc-9-rank0.exit"), started_at=1.0)
+    record = MemberRecord(
+        "alloc-9",
+        "job-9",
+        0,
+        1,
+        str(tmp_path / "ckpt"),
+        str(tmp_path / "logs" / "alloc-9-rank0.log"),
+        str(state_dir / "alloc-9-rank0.exit"),
+        started_at=1.0,
+    )
     (state_dir / "alloc-9-rank0.json").write_bytes(msgspec.json.encode(record))
     # When a new agent adopts and is asked to start that member again
     ex = Executor(state_dir)
@@ -243,8 +284,11 @@ async def test_a_resumed_member_continues_from_its_checkpoint(tmp_path, state_di
     k = (await ex.wait("alloc-1", 0, timeout=5)).checkpoint_step
     assert k
     # When the job is placed again (new allocation) with resume=1
-    ex.start(launch(tmp_path, "--steps", str(k + 3), "--step-time", "0.001",
-                    alloc="alloc-2", resume=True))
+    ex.start(
+        launch(
+            tmp_path, "--steps", str(k + 3), "--step-time", "0.001", alloc="alloc-2", resume=True
+        )
+    )
     outcome = await ex.wait("alloc-2", 0, timeout=5)
     # Then it starts at step k and completes 3 steps later
     assert f"starting at step {k}" in log_of(tmp_path, "alloc-2")

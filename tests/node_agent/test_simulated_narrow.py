@@ -12,8 +12,10 @@ from gpuledger.replay.simulator import Simulator, standard_services
 from gpuledger.services.node_agent.simulated import SimulatedAgent
 
 
-@pytest.mark.parametrize("path", ["replay/scenarios/demo.yaml", "examples/backfill.yaml",
-                                  "examples/inference-burst.yaml"])
+@pytest.mark.parametrize(
+    "path",
+    ["replay/scenarios/demo.yaml", "examples/backfill.yaml", "examples/inference-burst.yaml"],
+)
 def test_an_agent_of_one_node_decides_its_share_of_the_whole(path):
     scenario = load(path)
     whole = SimulatedAgent(tuple(scenario.nodes))
@@ -28,8 +30,10 @@ def test_an_agent_of_one_node_decides_its_share_of_the_whole(path):
         expected = whole.uncached().decide(sim.ledger, now)
         parts = [e for agent in singles for e in checked_decide(agent.uncached(), sim.ledger, now)]
         assert sorted(e.event_id for e in parts) == sorted(e.event_id for e in expected), seq
-        assert min((t for a in singles if (t := a.next_wakeup_ms(sim.ledger, now)) is not None),
-                   default=None) == whole.next_wakeup_ms(sim.ledger, now), seq
+        assert min(
+            (t for a in singles if (t := a.next_wakeup_ms(sim.ledger, now)) is not None),
+            default=None,
+        ) == whole.next_wakeup_ms(sim.ledger, now), seq
 
     sim.on_event = compare
     for event in scenario.config:

@@ -78,10 +78,24 @@ def test_mig_instances_on_gpm_gpus_report_their_own_sm_activity(monkeypatch):
     fake.gpus = fake.gpus[:1]
     fake.gpus[0].mig_enabled = True
     fake.gpus[0].migs = [
-        FakeMig("MIG-a", gpu_instance_id=1, compute_instance_id=0, profile_id=9, start=0,
-                size=4, sm_util_pct=80.0),
-        FakeMig("MIG-b", gpu_instance_id=2, compute_instance_id=0, profile_id=9, start=4,
-                size=4, sm_util_pct=10.0),
+        FakeMig(
+            "MIG-a",
+            gpu_instance_id=1,
+            compute_instance_id=0,
+            profile_id=9,
+            start=0,
+            size=4,
+            sm_util_pct=80.0,
+        ),
+        FakeMig(
+            "MIG-b",
+            gpu_instance_id=2,
+            compute_instance_id=0,
+            profile_id=9,
+            start=4,
+            size=4,
+            sm_util_pct=10.0,
+        ),
     ]
     fake.gpus[0].sm_util_pct = 45.0
     gpus = _discovered(fake, monkeypatch)
@@ -90,7 +104,9 @@ def test_mig_instances_on_gpm_gpus_report_their_own_sm_activity(monkeypatch):
         sampler.sample(gpus)
         rows = sampler.sample(gpus)
     assert [(r.mig_uuid, r.sm_active, r.util_source) for r in rows] == [
-        (None, 0.45, "gpm"), ("MIG-a", 0.8, "gpm"), ("MIG-b", 0.1, "gpm")
+        (None, 0.45, "gpm"),
+        ("MIG-a", 0.8, "gpm"),
+        ("MIG-b", 0.1, "gpm"),
     ]
     assert [m.profile_name for m in gpus[0].mig_instances] == ["3g.40gb", "3g.40gb"]
 

@@ -52,7 +52,9 @@ def test_xids_on_mig_instances_carry_the_instance_and_fault_the_gpu(monkeypatch)
     watcher = XidWatcher(pynvml)
     watcher.register([gpu.uuid])
     fake.raise_xid(0, 94, gi=9, ci=0)
-    assert watcher.poll() == (XidEvent(gpu.uuid, 94, 9, 0, "critical XID 94 reported by the driver"),)
+    assert watcher.poll() == (
+        XidEvent(gpu.uuid, 94, 9, 0, "critical XID 94 reported by the driver"),
+    )
     rows = Sampler(pynvml).sample([gpu], known_faults=watcher.faults)
     assert not any(r.healthy for r in rows)
 

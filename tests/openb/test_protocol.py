@@ -24,7 +24,10 @@ def test_seed_run_metrics_are_consistent_and_deterministic(sliced):
     r = run_seed(nodes, tasks, "fgd", 42, 1.3)
     again = run_seed(nodes, tasks, "fgd", 42, 1.3)
     assert (again.unallocated_at_100, again.curve, again.placements) == (
-        r.unallocated_at_100, r.curve, r.placements)
+        r.unallocated_at_100,
+        r.curve,
+        r.placements,
+    )
     assert len(r.curve) == CURVE_POINTS
     assert r.curve[0] == pytest.approx(100.0, abs=1.0)  # nothing allocated yet
     assert r.curve[100] == r.unallocated_at_100
@@ -34,8 +37,10 @@ def test_seed_run_metrics_are_consistent_and_deterministic(sliced):
 
 def test_policies_rank_on_the_slice(sliced):
     nodes, tasks = sliced
-    heads = {p: run(nodes, tasks, p, [42, 43], 1.3).unallocated_at_100["mean"]
-             for p in ("bestfit", "fgd", "default")}
+    heads = {
+        p: run(nodes, tasks, p, [42, 43], 1.3).unallocated_at_100["mean"]
+        for p in ("bestfit", "fgd", "default")
+    }
     assert heads["fgd"] < heads["bestfit"]
     assert heads["default"] <= heads["fgd"]
 
@@ -44,14 +49,37 @@ def test_cli_openb_writes_the_json_contract(openb_dir, tmp_path, sliced):
     nodes_csv = openb_dir / "openb_node_list_gpu_node.csv"
     pods_csv = openb_dir / "openb_pod_list_default.csv"
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(bench_app, ["openb", "--pods", str(pods_csv), "--nodes", str(nodes_csv),
-                                         "--policy", "fgd", "--seeds", "42-43", "--json", str(out),
-                                         "--workers", "1"])
+    res = CliRunner().invoke(
+        bench_app,
+        [
+            "openb",
+            "--pods",
+            str(pods_csv),
+            "--nodes",
+            str(nodes_csv),
+            "--policy",
+            "fgd",
+            "--seeds",
+            "42-43",
+            "--json",
+            str(out),
+            "--workers",
+            "1",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "fgd" in res.output and "MEAN" in res.output
     report = json.loads(out.read_text())
-    assert {"policy", "pods_file", "seeds", "unallocated_at_100", "curve", "placements",
-            "wall_s", "placements_per_s"} <= set(report)
+    assert {
+        "policy",
+        "pods_file",
+        "seeds",
+        "unallocated_at_100",
+        "curve",
+        "placements",
+        "wall_s",
+        "placements_per_s",
+    } <= set(report)
     assert report["seeds"] == [42, 43]
     assert set(report["unallocated_at_100"]) == {"mean", "sd", "median"}
     assert len(report["curve"]) == CURVE_POINTS and report["curve"][130][0] == 130.0
@@ -60,15 +88,31 @@ def test_cli_openb_writes_the_json_contract(openb_dir, tmp_path, sliced):
 
 def test_bench_reads_the_trace_folder_given_by_trace(openb_dir, tmp_path):
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(bench_app, ["openb", "--trace", str(openb_dir), "--policy", "bestfit",
-                                         "--seeds", "42", "--json", str(out), "--workers", "1"])
+    res = CliRunner().invoke(
+        bench_app,
+        [
+            "openb",
+            "--trace",
+            str(openb_dir),
+            "--policy",
+            "bestfit",
+            "--seeds",
+            "42",
+            "--json",
+            str(out),
+            "--workers",
+            "1",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["pods_file"] == str(openb_dir / "openb_pod_list_default.csv")
 
 
-@pytest.mark.parametrize("args", [[], ["--trace", "{missing}"], ["--pods", "{missing}/p.csv",
-                                                                   "--nodes", "{missing}/n.csv"]],
-                         ids=["nothing", "trace-folder", "files"])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--trace", "{missing}"], ["--pods", "{missing}/p.csv", "--nodes", "{missing}/n.csv"]],
+    ids=["nothing", "trace-folder", "files"],
+)
 def test_bench_without_the_full_trace_says_where_to_get_it(tmp_path, monkeypatch, args):
     monkeypatch.delenv("GPULEDGER_OPENB_DIR", raising=False)
     missing = tmp_path / "no-trace"

@@ -60,9 +60,12 @@ def test_pod_list_variant_without_optional_columns(openb_dir, tmp_path):
 
 def test_gpu_spec_restricts_models(tmp_path):
     f = tmp_path / "spec.csv"
-    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-                 "p,1000,10,1,1000,V100M16|V100M32\nq,1000,10,2,1000,\n")
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        "p,1000,10,1,1000,V100M16|V100M32\nq,1000,10,2,1000,\n"
+    )
     p, q = load_tasks(f)
-    assert p.member() == MemberRequest(gpus=1, cpu_milli=1000, memory_mib=10,
-                                       gpu_models=("V100M16", "V100M32"))
+    assert p.member() == MemberRequest(
+        gpus=1, cpu_milli=1000, memory_mib=10, gpu_models=("V100M16", "V100M32")
+    )
     assert q.member().gpus == 2 and q.member().gpu_models == ()

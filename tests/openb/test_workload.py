@@ -45,7 +45,11 @@ def test_typical_tasks_cover_95_percent(tasks):
     # 680 pods (>= 646 = 95 %); the most frequent is 11300 mCPU x 1 whole GPU, 88 pods
     assert len(typical) == 33
     assert (typical[0].cpu_milli, typical[0].num_gpu, typical[0].gpu_milli, typical[0].weight) == (
-        11300, 1, 1000, 88)
+        11300,
+        1,
+        1000,
+        88,
+    )
     assert sum(t.weight for t in typical) == 647
     covered = sum(t.weight for t in typical)
     assert covered >= 0.95 * len(tasks) > covered - typical[-1].weight

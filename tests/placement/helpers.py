@@ -23,7 +23,12 @@ def node(
     return NodeSpec(name, cpu, mem, specs, leaf_switch=leaf)
 
 
-def gang(job: str, tenant: str = "t", replicas: int = 1, min_members: int | None = None,
-         allow_timeslice: bool = False, **member) -> GangRequest:
-    return GangRequest(job, tenant, MemberRequest(**member), replicas, min_members,
-                       allow_timeslice)
+def gang(
+    job: str,
+    tenant: str = "t",
+    replicas: int = 1,
+    min_members: int | None = None,
+    allow_timeslice: bool = False,
+    **member,
+) -> GangRequest:
+    return GangRequest(job, tenant, MemberRequest(**member), replicas, min_members, allow_timeslice)

@@ -38,11 +38,24 @@ def node_specs(draw, i, gen=0):
     clique = draw(st.sampled_from([1, 2, 4, 8]))
     sharing = draw(st.sampled_from(["exclusive", "mps", "timeslice", "mig"]))
     model = draw(st.sampled_from(MODELS))
-    gpus = tuple(GpuSpec(g, f"n{i}-{gen}-{g}", model, draw(st.sampled_from([40_960, 81_920])),
-                         f"n{i}/c{g // clique}", sharing)
-                 for g in range(n_gpus))
-    return NodeSpec(f"n{i}", draw(st.sampled_from([8_000, 32_000, 64_000])),
-                    draw(st.sampled_from([16_384, 262_144])), gpus, leaf_switch=f"leaf{i % 2}")
+    gpus = tuple(
+        GpuSpec(
+            g,
+            f"n{i}-{gen}-{g}",
+            model,
+            draw(st.sampled_from([40_960, 81_920])),
+            f"n{i}/c{g // clique}",
+            sharing,
+        )
+        for g in range(n_gpus)
+    )
+    return NodeSpec(
+        f"n{i}",
+        draw(st.sampled_from([8_000, 32_000, 64_000])),
+        draw(st.sampled_from([16_384, 262_144])),
+        gpus,
+        leaf_switch=f"leaf{i % 2}",
+    )
 
 
 @st.composite
@@ -53,11 +66,20 @@ def members(draw):
     models = draw(st.sampled_from([(), ("H100",), ("A100-40GB",)]))
     gmem = draw(st.sampled_from([0, 0, 81_920]))
     if kind == "whole":
-        return MemberRequest(gpus=draw(st.integers(1, 8)), cpu_milli=cpu, memory_mib=mem,
-                             gpu_models=models, min_gpu_memory_mib=gmem)
+        return MemberRequest(
+            gpus=draw(st.integers(1, 8)),
+            cpu_milli=cpu,
+            memory_mib=mem,
+            gpu_models=models,
+            min_gpu_memory_mib=gmem,
+        )
     if kind == "milli":
-        return MemberRequest(gpu_milli=draw(st.sampled_from([100, 250, 500, 999])),
-                             cpu_milli=cpu, memory_mib=mem, gpu_models=models)
+        return MemberRequest(
+            gpu_milli=draw(st.sampled_from([100, 250, 500, 999])),
+            cpu_milli=cpu,
+            memory_mib=mem,
+            gpu_models=models,
+        )
     if kind == "mig":
         return MemberRequest(mig_profile=draw(st.sampled_from(MIG_NAMES)), cpu_milli=cpu)
     return MemberRequest(cpu_milli=cpu, memory_mib=mem)
@@ -67,14 +89,21 @@ def members(draw):
 def gangs(draw, k):
     replicas = draw(st.integers(1, 4))
     return GangRequest(
-        f"j{k}", draw(st.sampled_from(["a", "b", "c"])), draw(members()), replicas,
-        draw(st.one_of(st.none(), st.integers(1, replicas))), draw(st.booleans()),
+        f"j{k}",
+        draw(st.sampled_from(["a", "b", "c"])),
+        draw(members()),
+        replicas,
+        draw(st.one_of(st.none(), st.integers(1, replicas))),
+        draw(st.booleans()),
     )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 7), data=st.data(),
-       policy=st.sampled_from(["bestfit", "packing", "fgd", "default"]))
+@given(
+    n=st.integers(1, 7),
+    data=st.data(),
+    policy=st.sampled_from(["bestfit", "packing", "fgd", "default"]),
+)
 def test_incremental_explanations_equal_the_walk(n, data, policy):
     specs = [data.draw(node_specs(i)) for i in range(n)]
     fleet, walk = Fleet(specs), WalkingFleet(specs)
@@ -109,8 +138,11 @@ def test_incremental_explanations_equal_the_walk(n, data, policy):
             continue
         g = data.draw(gangs(k))
         exclude = data.draw(st.lists(st.sampled_from(names), max_size=2))
-        released = data.draw(st.lists(st.sampled_from(fleet.allocation_ids()), max_size=2)
-                             if fleet.allocation_ids() and op == 3 else st.just([]))
+        released = data.draw(
+            st.lists(st.sampled_from(fleet.allocation_ids()), max_size=2)
+            if fleet.allocation_ids() and op == 3
+            else st.just([])
+        )
         got = fleet.place(g, policy, exclude=exclude, assume_released=released)
         want = walk.place(g, policy, exclude=exclude, assume_released=released)
         assert got == want
@@ -124,15 +156,22 @@ def test_incremental_explanations_equal_the_walk(n, data, policy):
             assert sum(got.details["nodes"].values()) == len(fleet.node_names())
             # the trial view answers from the same counts
             view = fleet.trial()
-            assert view.place(g, policy, exclude=exclude) == walk.trial().place(g, policy, exclude=exclude)
+            assert view.place(g, policy, exclude=exclude) == walk.trial().place(
+                g, policy, exclude=exclude
+            )
 
 
 def test_explanation_counts_follow_a_large_fleet_without_walking():
     """500 nodes, a failing 8-GPU request after every node lost one GPU: the histogram says
     so, and after a release it moves one node from one reason to "fits"."""
-    gpus = lambda i: tuple(GpuSpec(g, f"n{i}-{g}", "H100", 81_920, f"n{i}/nv", "exclusive")  # noqa: E731
-                           for g in range(8))
-    specs = [NodeSpec(f"n{i:03d}", 64_000, 262_144, gpus(i), leaf_switch=f"l{i // 16}") for i in range(500)]
+    gpus = lambda i: tuple(
+        GpuSpec(g, f"n{i}-{g}", "H100", 81_920, f"n{i}/nv", "exclusive")  # noqa: E731
+        for g in range(8)
+    )
+    specs = [
+        NodeSpec(f"n{i:03d}", 64_000, 262_144, gpus(i), leaf_switch=f"l{i // 16}")
+        for i in range(500)
+    ]
     fleet = Fleet(specs)
     one = GangRequest("one", "a", MemberRequest(gpus=1, cpu_milli=1000))
     for i in range(500):

@@ -26,7 +26,8 @@ def bind(f, alloc_id, g, policy="bestfit", **kw):
 def snapshot(f):
     return [
         (n, s.free_cpu, s.free_mem, list(s.gpu_free), list(s.mps_tenant), list(s.mig))
-        for n in f.node_names() for s in [f.node_state(n)]
+        for n in f.node_names()
+        for s in [f.node_state(n)]
     ]
 
 
@@ -71,10 +72,16 @@ def test_allocation_rules_checked_on_bind():
     with pytest.raises(PlacementConflict, match="cliques"):
         f.allocate("x", "t", Placement((MemberAssignment(0, "a", (3, 4)),)), g)
     with pytest.raises(PlacementConflict, match="exclusive"):
-        f.allocate("y", "t", Placement((MemberAssignment(0, "a", (0,), 500),)), gang("y", gpu_milli=500))
+        f.allocate(
+            "y", "t", Placement((MemberAssignment(0, "a", (0,), 500),)), gang("y", gpu_milli=500)
+        )
     with pytest.raises(PlacementConflict):
-        f.allocate("z", "t", Placement((MemberAssignment(0, "m", (0,), None, "3g.40gb", 2),)),
-                   gang("z", mig_profile="3g.40gb"))
+        f.allocate(
+            "z",
+            "t",
+            Placement((MemberAssignment(0, "m", (0,), None, "3g.40gb", 2),)),
+            gang("z", mig_profile="3g.40gb"),
+        )
     with pytest.raises(PlacementConflict, match="members placed"):
         f.allocate("w", "t", Placement(()), g)
     assert f.free_gpus() == 9

@@ -15,12 +15,15 @@ def test_names_resolve_per_family():
     assert family("NVIDIA H100 80GB HBM3") == "H100-80GB"
 
 
-@pytest.mark.parametrize("layout", [
-    [("4g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)],
-    [("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)],
-    [("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)],
-    [("1g.10gb", s) for s in range(7)],
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        [("4g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)],
+        [("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)],
+        [("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)],
+        [("1g.10gb", s) for s in range(7)],
+    ],
+)
 def test_documented_full_layouts_are_valid(layout):
     slots = MigSlots()
     for name, start in layout:
@@ -38,8 +41,11 @@ def test_invalid_starts_overlap_compute_and_me_rules():
     s = MigSlots().with_instance(h["4g.40gb"], 0)
     assert s.fits(h["3g.40gb"], 4)  # 4 + 3 = 7 compute slices, memory [4, 8) free
     assert not s.with_instance(h["3g.40gb"], 4).fits(h["1g.10gb"], 6)  # memory full
-    assert not s.with_instance(h["2g.20gb"], 4).with_instance(h["1g.10gb"], 6).fits(
-        h["1g.10gb"], 7 - 1)  # slice 6 taken
+    assert (
+        not s.with_instance(h["2g.20gb"], 4)
+        .with_instance(h["1g.10gb"], 6)
+        .fits(h["1g.10gb"], 7 - 1)
+    )  # slice 6 taken
     s2 = MigSlots().with_instance(h["3g.40gb"], 0).with_instance(h["3g.40gb"], 4)
     assert s2.compute == 6 and s2.mask == 0xFF
     me = MigSlots().with_instance(h["1g.10gb+me"], 0)

@@ -27,11 +27,17 @@ def node_specs(draw, i):
     clique = draw(st.sampled_from([1, 2, 4, 8]))
     sharing = draw(st.sampled_from(["exclusive", "mps", "timeslice", "mig"]))
     model = draw(st.sampled_from(MODELS))
-    gpus = tuple(GpuSpec(g, f"n{i}-{g}", model, 40_960, f"n{i}/c{g // clique}", sharing)
-                 for g in range(n_gpus))
-    return NodeSpec(f"n{i}", draw(st.sampled_from([8_000, 32_000, 64_000])),
-                    draw(st.sampled_from([16_384, 262_144])), gpus,
-                    leaf_switch=f"leaf{i % 2}")
+    gpus = tuple(
+        GpuSpec(g, f"n{i}-{g}", model, 40_960, f"n{i}/c{g // clique}", sharing)
+        for g in range(n_gpus)
+    )
+    return NodeSpec(
+        f"n{i}",
+        draw(st.sampled_from([8_000, 32_000, 64_000])),
+        draw(st.sampled_from([16_384, 262_144])),
+        gpus,
+        leaf_switch=f"leaf{i % 2}",
+    )
 
 
 @st.composite
@@ -48,8 +54,11 @@ def members(draw):
     if kind == "whole":
         return MemberRequest(gpus=draw(st.integers(1, 8)), cpu_milli=cpu, memory_mib=mem)
     if kind == "milli":
-        return MemberRequest(gpu_milli=draw(st.sampled_from([100, 250, 500, 700, 999])),
-                             cpu_milli=cpu, memory_mib=mem)
+        return MemberRequest(
+            gpu_milli=draw(st.sampled_from([100, 250, 500, 700, 999])),
+            cpu_milli=cpu,
+            memory_mib=mem,
+        )
     if kind == "mig":
         return MemberRequest(mig_profile=draw(st.sampled_from(MIG_NAMES)), cpu_milli=cpu)
     return MemberRequest(cpu_milli=cpu, memory_mib=mem)
@@ -59,8 +68,12 @@ def members(draw):
 def gangs(draw, k):
     replicas = draw(st.integers(1, 4))
     return GangRequest(
-        f"j{k}", draw(st.sampled_from(["a", "b", "c"])), draw(members()), replicas,
-        draw(st.one_of(st.none(), st.integers(1, replicas))), draw(st.booleans()),
+        f"j{k}",
+        draw(st.sampled_from(["a", "b", "c"])),
+        draw(members()),
+        replicas,
+        draw(st.one_of(st.none(), st.integers(1, replicas))),
+        draw(st.booleans()),
     )
 
 
@@ -93,7 +106,9 @@ def check_invariants(fleet: Fleet) -> None:
                 idx, prof, start = d.mig
                 g = by_index[idx]
                 assert g.sharing == "mig" and profile_for(g.model, prof.name) == prof
-                mig[(m.node, idx)] = mig[(m.node, idx)].with_instance(prof, start)  # raises if invalid
+                mig[(m.node, idx)] = mig[(m.node, idx)].with_instance(
+                    prof, start
+                )  # raises if invalid
     for name in fleet.node_names():
         state = fleet.node_state(name)
         spec = state.spec
@@ -113,8 +128,11 @@ def check_invariants(fleet: Fleet) -> None:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cluster=clusters(), data=st.data(),
-       policy=st.sampled_from(["bestfit", "packing", "fgd", "default"]))
+@given(
+    cluster=clusters(),
+    data=st.data(),
+    policy=st.sampled_from(["bestfit", "packing", "fgd", "default"]),
+)
 def test_random_streams_keep_every_invariant(cluster, data, policy):
     fleet = Fleet(cluster)
     for k in range(data.draw(st.integers(1, 25))):
@@ -136,15 +154,23 @@ def test_random_streams_keep_every_invariant(cluster, data, policy):
         else:
             event(f"unplaceable {result.reason}")
             assert isinstance(result, Unplaceable)
-            assert result.reason in {"Resources", "TopologyUnsatisfiable", "MIGPlacementUnavailable",
-                                     "IsolationConflict", "GangIncomplete", "Unschedulable"}
+            assert result.reason in {
+                "Resources",
+                "TopologyUnsatisfiable",
+                "MIGPlacementUnavailable",
+                "IsolationConflict",
+                "GangIncomplete",
+                "Unschedulable",
+            }
             assert result.message and sum(result.details["nodes"].values()) == len(before)
         check_invariants(fleet)
 
 
 @settings(max_examples=40, deadline=None)
-@given(profiles=st.lists(st.sampled_from(MIG_NAMES), min_size=1, max_size=30),
-       releases=st.lists(st.integers(0, 29), max_size=10))
+@given(
+    profiles=st.lists(st.sampled_from(MIG_NAMES), min_size=1, max_size=30),
+    releases=st.lists(st.integers(0, 29), max_size=10),
+)
 def test_mig_streams_keep_layouts_valid(profiles, releases):
     gpus = tuple(GpuSpec(g, f"m-{g}", "H100", 81_920, "m/c", "mig") for g in range(2))
     fleet = Fleet([NodeSpec("m", 64_000, 262_144, gpus)])

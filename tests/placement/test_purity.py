@@ -6,7 +6,17 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "services" / "placement"
 ALLOWED_THIRD_PARTY = {"numpy", "msgspec"}
-FORBIDDEN_STDLIB = {"random", "time", "datetime", "logging", "os", "socket", "subprocess", "secrets", "uuid"}
+FORBIDDEN_STDLIB = {
+    "random",
+    "time",
+    "datetime",
+    "logging",
+    "os",
+    "socket",
+    "subprocess",
+    "secrets",
+    "uuid",
+}
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -25,5 +35,8 @@ def test_core_modules_import_only_pure_dependencies():
     for f in files:
         for root in imported_roots(f):
             assert root not in FORBIDDEN_STDLIB, f"{f.name} imports {root}"
-            assert root in sys.stdlib_module_names or root in ALLOWED_THIRD_PARTY or root == "__future__", (
-                f"{f.name} imports {root}")
+            assert (
+                root in sys.stdlib_module_names
+                or root in ALLOWED_THIRD_PARTY
+                or root == "__future__"
+            ), f"{f.name} imports {root}"

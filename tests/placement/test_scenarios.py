@@ -93,8 +93,15 @@ def test_mig_request_lands_on_a_free_slice_of_a_mig_gpu():
 def test_precreated_mig_layout_offers_only_its_instances():
     from gpuledger.services.placement import MigInstance
 
-    gpu = GpuSpec(0, "u0", "A100-80GB", 81920, "c", "mig",
-                  (MigInstance("3g.40gb", 0), MigInstance("2g.20gb", 4), MigInstance("1g.10gb", 6)))
+    gpu = GpuSpec(
+        0,
+        "u0",
+        "A100-80GB",
+        81920,
+        "c",
+        "mig",
+        (MigInstance("3g.40gb", 0), MigInstance("2g.20gb", 4), MigInstance("1g.10gb", 6)),
+    )
     f = Fleet([NodeSpec("n", 8000, 8000, (gpu,))])
     p = fleet_place(f, gang("a", mig_profile="3g.40gb"))
     assert p.members[0].mig_start == 0
@@ -114,17 +121,24 @@ def test_two_tenants_fractional_jobs_never_share_an_mps_gpu():
     assert pb.members[0].gpus != pa.members[0].gpus
     f.allocate("b", "bob", pb, b)
     # alice can still pack next to her own share; carol finds both GPUs held
-    assert fleet_place(f, gang("a2", tenant="alice", gpu_milli=500), "packing").members[0].gpus == pa.members[0].gpus
+    assert (
+        fleet_place(f, gang("a2", tenant="alice", gpu_milli=500), "packing").members[0].gpus
+        == pa.members[0].gpus
+    )
     why = f.place(gang("c", tenant="carol", gpu_milli=100))
     assert why.reason == "IsolationConflict"
     assert "mps GPUs busy with other tenants" in why.message
     # and the fleet refuses a hand-made double tenancy
     from gpuledger.services.placement import PlacementConflict
+
     bad = Placement((pa.members[0],))
     with pytest.raises(PlacementConflict):
         f.allocate("evil", "carol", bad, gang("evil", tenant="carol", gpu_milli=300))
     f.release("a")
-    assert fleet_place(f, gang("c", tenant="carol", gpu_milli=100)).members[0].gpus == pa.members[0].gpus
+    assert (
+        fleet_place(f, gang("c", tenant="carol", gpu_milli=100)).members[0].gpus
+        == pa.members[0].gpus
+    )
 
 
 def test_timeslice_gpus_only_for_gangs_that_allow_it():

@@ -13,10 +13,10 @@ from .helpers import gang, node
 def test_fragmentation_matches_the_definition_by_hand():
     # one 4-GPU node; free milli 1000, 500, 200, 0; free CPU 10 cores
     tasks = (
-        TypicalTask(0, 0, 0, weight=1),          # CPU-only: all idle GPU counts: 1700
-        TypicalTask(4000, 1, 600, weight=2),     # fits GPU 0; GPUs below 600: 500+200 = 700
-        TypicalTask(20_000, 1, 100, weight=1),   # not enough CPU: all idle: 1700
-        TypicalTask(1000, 2, 1000, weight=1),    # needs 2 whole GPUs, 1 free: 1700
+        TypicalTask(0, 0, 0, weight=1),  # CPU-only: all idle GPU counts: 1700
+        TypicalTask(4000, 1, 600, weight=2),  # fits GPU 0; GPUs below 600: 500+200 = 700
+        TypicalTask(20_000, 1, 100, weight=1),  # not enough CPU: all idle: 1700
+        TypicalTask(1000, 2, 1000, weight=1),  # needs 2 whole GPUs, 1 free: 1700
     )
     frag = Fragmentation(tasks)
     n = Fleet([node("n", gpus=4, sharing="mps", cpu=10_000)]).node_state("n")
@@ -37,25 +37,37 @@ def test_fgd_prefers_the_gpu_that_adds_least_fragmentation():
     # typical task: 500 milli shares. A 500 share on a half-used GPU fills it exactly;
     # on an empty GPU it leaves 500, still usable. A 300 share on the half-used GPU would
     # leave 200 (unusable for 500): fragmentation +200, so FGD puts it on the empty GPU.
-    f = Fleet([node("n", gpus=2, sharing="mps")],
-              typical_tasks=(TypicalTask(0, 1, 500, weight=1),))
+    f = Fleet([node("n", gpus=2, sharing="mps")], typical_tasks=(TypicalTask(0, 1, 500, weight=1),))
     half = gang("h", gpu_milli=500)
     p = f.place(half, "fgd")
     f.allocate("h", "t", p, half)
     used = p.members[0].gpus[0]
     assert f.place(gang("x", gpu_milli=300), "fgd").members[0].gpus != (used,)
     assert f.place(gang("y", gpu_milli=500), "fgd").members[0].gpus == (used,)
-    deltas = {opt[0]: d for d, _, opt in frag_delta_scores(
-        f._frag, f.node_state("n"), gang("x", gpu_milli=300).member, [((0,), None), ((1,), None)])}
+    deltas = {
+        opt[0]: d
+        for d, _, opt in frag_delta_scores(
+            f._frag,
+            f.node_state("n"),
+            gang("x", gpu_milli=300).member,
+            [((0,), None), ((1,), None)],
+        )
+    }
     assert deltas[(used,)] < deltas[(1 - used,)]
 
 
 def test_bestfit_takes_tightest_node_and_gpu():
-    f = Fleet([node("big", gpus=8, sharing="mps"), node("small", gpus=2, sharing="mps", cpu=16_000)])
+    f = Fleet(
+        [node("big", gpus=8, sharing="mps"), node("small", gpus=2, sharing="mps", cpu=16_000)]
+    )
     g = gang("g", gpu_milli=400, cpu_milli=1000)
     assert f.place(g, "bestfit").members[0].node == "small"
-    f.allocate("a", "t", Placement((f.place(gang("a", gpu_milli=700), "bestfit").members[0],)),
-               gang("a", gpu_milli=700))
+    f.allocate(
+        "a",
+        "t",
+        Placement((f.place(gang("a", gpu_milli=700), "bestfit").members[0],)),
+        gang("a", gpu_milli=700),
+    )
     # a 300 share now fits exactly on the 700-used GPU
     p = f.place(gang("b", gpu_milli=300), "bestfit")
     assert p.members[0].gpus == f.allocation("a").placement.members[0].gpus
@@ -66,9 +78,14 @@ def test_default_avoids_stranding_gpus_behind_exhausted_cpu():
     # of 12 cores leaves 4 cores on one node (its GPUs are stranded). Default sends it to
     # the node whose GPUs are already busy; FGD is indifferent (ties by node order).
     typical = (TypicalTask(8000, 1, 1000, weight=1),)
-    f = Fleet([node("idle", gpus=2, sharing="mps", cpu=16_000),
-               node("busy", gpus=2, sharing="mps", cpu=16_000)],
-              typical_tasks=typical, node_order=["idle", "busy"])
+    f = Fleet(
+        [
+            node("idle", gpus=2, sharing="mps", cpu=16_000),
+            node("busy", gpus=2, sharing="mps", cpu=16_000),
+        ],
+        typical_tasks=typical,
+        node_order=["idle", "busy"],
+    )
     busy = gang("b", gpus=2)
     f.allocate("b", "t", f.place(busy, "bestfit", exclude=["idle"]), busy)
     cpu_task = gang("c", cpu_milli=12_000)
@@ -80,8 +97,13 @@ def test_cached_scores_equal_fresh_scores(policy):
     # Same decisions from a long-lived fleet (incremental caches) and from a fleet
     # rebuilt from scratch before every query.
     specs = [node(f"n{i}", gpus=4, sharing="mps", cpu=32_000, clique_size=2) for i in range(5)]
-    shapes = [dict(gpu_milli=300, cpu_milli=2000), dict(gpus=2, cpu_milli=8000),
-              dict(gpu_milli=700, cpu_milli=6000), dict(cpu_milli=5000), dict(gpus=1)]
+    shapes = [
+        dict(gpu_milli=300, cpu_milli=2000),
+        dict(gpus=2, cpu_milli=8000),
+        dict(gpu_milli=700, cpu_milli=6000),
+        dict(cpu_milli=5000),
+        dict(gpus=1),
+    ]
     live = Fleet(specs)
     for k in range(30):
         g = gang(f"j{k}", **shapes[k % len(shapes)])
@@ -99,16 +121,20 @@ def test_cached_scores_equal_fresh_scores(policy):
 
 def test_stranding_demand_is_per_gpu_model_and_node_type():
     tasks = (
-        TypicalTask(12_000, 1, 1000, weight=3),                    # any model
-        TypicalTask(3_000, 1, 1000, ("P100",), weight=1),          # P100 only
-        TypicalTask(40_000, 8, 1000, weight=2),                    # 8 GPUs: not on 2-GPU nodes
-        TypicalTask(200_000, 1, 1000, weight=5),                   # more CPU than any node here
-        TypicalTask(8_000, 0, 0, weight=4),                        # CPU-only: no GPU demand
+        TypicalTask(12_000, 1, 1000, weight=3),  # any model
+        TypicalTask(3_000, 1, 1000, ("P100",), weight=1),  # P100 only
+        TypicalTask(40_000, 8, 1000, weight=2),  # 8 GPUs: not on 2-GPU nodes
+        TypicalTask(200_000, 1, 1000, weight=5),  # more CPU than any node here
+        TypicalTask(8_000, 0, 0, weight=4),  # CPU-only: no GPU demand
     )
     frag = Fragmentation(tasks)
-    f = Fleet([node("p100", gpus=2, model="P100", sharing="mps", cpu=16_000),
-               node("t4", gpus=2, model="T4", sharing="mps", cpu=104_000),
-               node("g2", gpus=8, model="G2", sharing="mps", cpu=96_000)])
+    f = Fleet(
+        [
+            node("p100", gpus=2, model="P100", sharing="mps", cpu=16_000),
+            node("t4", gpus=2, model="T4", sharing="mps", cpu=104_000),
+            node("g2", gpus=8, model="G2", sharing="mps", cpu=96_000),
+        ]
+    )
     layout = {n: f.node_state(n).frag_layout for n in ("p100", "t4", "g2")}
     # P100 2 x, 16 cores: tasks 1 and 2; their ratio 39,000/4 = 9,750 per GPU, capped at the
     # node's own 8,000 per GPU
@@ -125,19 +151,29 @@ def test_default_keeps_a_scarce_lean_model_for_the_tasks_that_need_it():
     # A 2-GPU P100 node with 16 cores (8 per GPU, leaner than the workload's 9.75) and an
     # 8-GPU G2 node. At a fleet-wide ratio the empty P100 node looked stranded, so a task
     # that may run anywhere went there first and a P100-only task found no room later.
-    typical = (TypicalTask(12_000, 1, 1000, weight=3), TypicalTask(3_000, 1, 1000, ("P100",), weight=1))
-    f = Fleet([node("p100", gpus=2, model="P100", sharing="mps", cpu=16_000),
-               node("g2", gpus=8, model="G2", sharing="mps", cpu=96_000)],
-              typical_tasks=typical, node_order=["p100", "g2"])
+    typical = (
+        TypicalTask(12_000, 1, 1000, weight=3),
+        TypicalTask(3_000, 1, 1000, ("P100",), weight=1),
+    )
+    f = Fleet(
+        [
+            node("p100", gpus=2, model="P100", sharing="mps", cpu=16_000),
+            node("g2", gpus=8, model="G2", sharing="mps", cpu=96_000),
+        ],
+        typical_tasks=typical,
+        node_order=["p100", "g2"],
+    )
     anywhere = gang("a", gpus=1, cpu_milli=4_000)
     assert f.place(anywhere, "default").members[0].node == "g2"
 
 
 def test_scarcity_weights_constrained_tasks_by_the_square_root_of_their_models_rarity():
-    tasks = (TypicalTask(1000, 1, 1000, weight=10),               # anywhere: unchanged
-             TypicalTask(1000, 1, 1000, ("T4",), weight=3),        # T4: 100 of 900 GPUs
-             TypicalTask(1000, 1, 1000, ("T4", "P100"), weight=2),  # 400 of 900
-             TypicalTask(1000, 1, 1000, ("A10",), weight=5))       # absent: unchanged
+    tasks = (
+        TypicalTask(1000, 1, 1000, weight=10),  # anywhere: unchanged
+        TypicalTask(1000, 1, 1000, ("T4",), weight=3),  # T4: 100 of 900 GPUs
+        TypicalTask(1000, 1, 1000, ("T4", "P100"), weight=2),  # 400 of 900
+        TypicalTask(1000, 1, 1000, ("A10",), weight=5),
+    )  # absent: unchanged
     frag = Fragmentation(tasks)
     scarce = frag.scarcity_weighted({"G2": 500, "P100": 300, "T4": 100})
     assert [t.weight for t in scarce.tasks] == [10, 3 * 3, 2 * 1500 // 1000, 5]
@@ -151,8 +187,11 @@ def test_default_leaves_the_scarce_model_to_the_tasks_that_can_only_run_there():
     # node order). T4 is the scarce model (2 of 8 GPUs): default keeps it for T4 work.
     t4 = node("t4", gpus=2, model="T4", sharing="mps", cpu=32_000)
     g2 = [node(f"g{i}", gpus=2, model="G2", sharing="mps", cpu=32_000) for i in range(3)]
-    typical = (TypicalTask(4_000, 1, 500, weight=2), TypicalTask(4_000, 1, 1000, ("T4",), weight=1),
-               TypicalTask(4_000, 1, 1000, ("G2",), weight=1))
+    typical = (
+        TypicalTask(4_000, 1, 500, weight=2),
+        TypicalTask(4_000, 1, 1000, ("T4",), weight=1),
+        TypicalTask(4_000, 1, 1000, ("G2",), weight=1),
+    )
     f = Fleet([t4, *g2], typical_tasks=typical, node_order=["t4", "g0", "g1", "g2"])
     assert [t.weight for t in f._ctx.frag_scarce.tasks] == [2, 2, 1]  # sqrt(8/2) = 2, sqrt(8/6) < 2
     anywhere = gang("a", gpu_milli=500, cpu_milli=4_000)

@@ -22,8 +22,11 @@ def fresh_view(fleet: Fleet, ops: list[tuple]) -> object:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 8), data=st.data(),
-       policy=st.sampled_from(["bestfit", "packing", "fgd", "default"]))
+@given(
+    n=st.integers(1, 8),
+    data=st.data(),
+    policy=st.sampled_from(["bestfit", "packing", "fgd", "default"]),
+)
 def test_a_long_lived_view_answers_as_a_fresh_one(n, data, policy):
     fleet = Fleet([data.draw(node_specs(i)) for i in range(n)])
     names = fleet.node_names()

@@ -14,14 +14,20 @@ from gpuledger.projections.store import Projector
 
 
 def submitted(job_id: str, gpus: int = 1) -> bytes:
-    return ev.encode(ev.JobSubmitted(
-        event_id=f"sub-{job_id}",
-        job=ev.JobSpec(job_id=job_id, tenant="t", resources=ev.Resources(gpus=gpus)),
-    ))
+    return ev.encode(
+        ev.JobSubmitted(
+            event_id=f"sub-{job_id}",
+            job=ev.JobSpec(job_id=job_id, tenant="t", resources=ev.Resources(gpus=gpus)),
+        )
+    )
 
 
 DEEP = b'{"type":"JobSubmitted.v1","x":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
-HUGE = b'{"type":"JobSubmitted.v1","occurred_at_ms":1' + b"0" * 30 + b',"job":{"job_id":"h","tenant":"t"}}'
+HUGE = (
+    b'{"type":"JobSubmitted.v1","occurred_at_ms":1'
+    + b"0" * 30
+    + b',"job":{"job_id":"h","tenant":"t"}}'
+)
 
 
 def test_undecodable_payloads_are_recorded_with_their_reason_and_the_batch_commits() -> None:
@@ -32,7 +38,9 @@ def test_undecodable_payloads_are_recorded_with_their_reason_and_the_batch_commi
         assert pj.apply_raw(4, "gl.submit.t.b", submitted("b"))
         assert pj.commit() == 4
         con = pj._store().con
-        rows = con.execute("SELECT seq, type, payload->>'error' FROM events ORDER BY seq").fetchall()
+        rows = con.execute(
+            "SELECT seq, type, payload->>'error' FROM events ORDER BY seq"
+        ).fetchall()
         jobs = [r[0] for r in con.execute("SELECT job_id FROM jobs ORDER BY job_id").fetchall()]
     assert rows[1] == (2, "Undecodable", "JSON nested deeper than 64 levels")
     assert rows[2][:2] == (3, "Undecodable") and "`$.occurred_at_ms` is outside" in rows[2][2]

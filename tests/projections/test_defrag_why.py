@@ -23,8 +23,17 @@ runner = CliRunner()
 def projected(tmp_path, name, until_ms=None):
     sim = simulate(load(EXAMPLES / name), until_ms=until_ms)
     write_log(tmp_path / "log.jsonl", sim.log)
-    r = runner.invoke(app, ["project", "--rebuild", "--log", str(tmp_path / "log.jsonl"),
-                            "--data", str(tmp_path / "data")])
+    r = runner.invoke(
+        app,
+        [
+            "project",
+            "--rebuild",
+            "--log",
+            str(tmp_path / "log.jsonl"),
+            "--data",
+            str(tmp_path / "data"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     return lambda *args: runner.invoke(app, [*args, "--data", str(tmp_path / "data")])
 
@@ -44,9 +53,16 @@ def test_why_the_blocked_job_waits_for_a_consolidation_and_the_mover_was_migrate
 def test_why_after_the_move_both_jobs_run_and_say_what_happened(tmp_path):
     run = projected(tmp_path, "consolidation.yaml", until_ms=1_000_000)
     r = run("why", "wide")
-    assert "State:     running" in r.output and "Migrated p2 (Consolidate, lost 0 GPU-seconds)" in r.output
+    assert (
+        "State:     running" in r.output
+        and "Migrated p2 (Consolidate, lost 0 GPU-seconds)" in r.output
+    )
     r = run("why", "p2")
-    assert "State:     running" in r.output and "outcome" in r.output and "checkpointed: yes" in r.output
+    assert (
+        "State:     running" in r.output
+        and "outcome" in r.output
+        and "checkpointed: yes" in r.output
+    )
 
 
 def test_why_a_mig_job_names_the_regeometry_made_for_it(tmp_path):

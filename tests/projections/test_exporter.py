@@ -30,33 +30,73 @@ def value(samples, name, **labels):
 
 def test_pending_workloads_by_tenant_class_and_reason(scraped):
     _, s = scraped
-    assert value(s, "gpuledger_pending_workloads", tenant="org/b", priority_class="train",
-                 slo_class="batch", reason="Resources") == 2
+    assert (
+        value(
+            s,
+            "gpuledger_pending_workloads",
+            tenant="org/b",
+            priority_class="train",
+            slo_class="batch",
+            reason="Resources",
+        )
+        == 2
+    )
     # big-b pending since 611 s; train-b requeued at 606 s; the projection's clock is 1260 s
-    assert value(s, "gpuledger_pending_workload_oldest_age_seconds", tenant="org/b",
-                 priority_class="train", slo_class="batch") == 654.0
-    assert not [k for k in s if k[0] == "gpuledger_pending_workloads"
-                and dict(k[1])["tenant"] == "org/a"]
+    assert (
+        value(
+            s,
+            "gpuledger_pending_workload_oldest_age_seconds",
+            tenant="org/b",
+            priority_class="train",
+            slo_class="batch",
+        )
+        == 654.0
+    )
+    assert not [
+        k for k in s if k[0] == "gpuledger_pending_workloads" and dict(k[1])["tenant"] == "org/a"
+    ]
 
 
 def test_admission_wait_histogram_by_class(scraped):
     _, s = scraped
     # batch waits 1, 2, 4 s (big-b never placed); latency-critical: infer-a 17 s
-    assert value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="1.0") == 1
-    assert value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="5.0") == 3
+    assert (
+        value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="1.0") == 1
+    )
+    assert (
+        value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="5.0") == 3
+    )
     assert value(s, "gpuledger_admission_wait_time_seconds_count", slo_class="batch") == 3
     assert value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="batch") == 7.0
-    assert value(s, "gpuledger_admission_wait_time_seconds_bucket",
-                 slo_class="latency-critical", le="10.0") == 0
-    assert value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="latency-critical") == 17.0
+    assert (
+        value(
+            s,
+            "gpuledger_admission_wait_time_seconds_bucket",
+            slo_class="latency-critical",
+            le="10.0",
+        )
+        == 0
+    )
+    assert (
+        value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="latency-critical") == 17.0
+    )
 
 
 def test_admitted_rejected_evicted_preempted_totals(scraped):
     _, s = scraped
-    assert value(s, "gpuledger_admitted_workloads_total", tenant="org/a", priority_class="inference") == 1
-    assert value(s, "gpuledger_admitted_workloads_total", tenant="org/b", priority_class="train") == 2
-    assert value(s, "gpuledger_rejected_workloads_total", tenant="org/a",
-                 reason="UnknownPriorityClass") == 1
+    assert (
+        value(s, "gpuledger_admitted_workloads_total", tenant="org/a", priority_class="inference")
+        == 1
+    )
+    assert (
+        value(s, "gpuledger_admitted_workloads_total", tenant="org/b", priority_class="train") == 2
+    )
+    assert (
+        value(
+            s, "gpuledger_rejected_workloads_total", tenant="org/a", reason="UnknownPriorityClass"
+        )
+        == 1
+    )
     labels = {"tenant": "org/b", "priority_class": "train", "reason": "Reclaim"}
     assert value(s, "gpuledger_evicted_workloads_total", **labels) == 1
     assert value(s, "gpuledger_preempted_workloads_total", **labels) == 1
@@ -105,7 +145,8 @@ def test_every_declared_metric_is_exported_and_no_job_id_label(scraped, messages
     names = {k[0] for k in s}
     for spec in AGGREGATE_METRICS:
         if spec.type in ("counter", "gauge") and spec.name not in (
-            "gpuledger_tenant_quota_limit_gpus", "gpuledger_refused_events_total",
+            "gpuledger_tenant_quota_limit_gpus",
+            "gpuledger_refused_events_total",
         ):
             assert spec.name in names or spec.name + "_total" in names, spec.name
     jobs = {"train-b", "infer-a", "small-a", "mig-a", "big-b", "bad-a"}

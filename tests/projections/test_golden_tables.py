@@ -39,8 +39,11 @@ def _with_refusals(n: int) -> list[tuple[int, str, ev.Event]]:
             last_placed = e
         if isinstance(e, ev.JobAdmitted) and last_placed is not None and i % 2 == 0:
             # a pending job placed on the GPUs the latest placement holds: PlacementConflict
-            out.append(msgspec.structs.replace(
-                last_placed, job_id=e.job_id, allocation_id=e.job_id + "#c", tenant=e.tenant))
+            out.append(
+                msgspec.structs.replace(
+                    last_placed, job_id=e.job_id, allocation_id=e.job_id + "#c", tenant=e.tenant
+                )
+            )
         if isinstance(e, ev.GangPlaced) and i % 3 == 0:  # the same GPUs again: PlacementConflict
             out.append(msgspec.structs.replace(e, allocation_id=e.allocation_id + "x"))
         if isinstance(e, ev.JobAdmitted) and i % 5 == 0:  # a deposed leader's decision

@@ -60,7 +60,11 @@ def test_allocation_intervals_per_gpu_share_and_mig(messages):
     assert all(r["ended_at_ms"] == 606_000 and r["end_reason"] == "preempted" for r in train)
     assert all(r["borrowing"] and r["gpu_uuid"] == f"GPU-n1-{r['gpu_index']}" for r in train)
     (share,) = [r for r in allocs if r["allocation_id"] == "small-a#1"]
-    assert (share["sharing"], share["gpu_milli"], share["end_reason"]) == ("milli", 500, "completed")
+    assert (share["sharing"], share["gpu_milli"], share["end_reason"]) == (
+        "milli",
+        500,
+        "completed",
+    )
     (mig,) = [r for r in allocs if r["allocation_id"] == "mig-a#1"]
     assert (mig["sharing"], mig["gpu_milli"], mig["ended_at_ms"]) == ("mig", 143, None)
     # one projection row per member, its GPU columns one value per GPU
@@ -129,7 +133,9 @@ def test_node_reregistration_drops_missing_gpus():
         e = produced(e)
         p.apply(seq, ev.subject_for(e), e)
     assert p.nodes["n"].status == "lost"
-    again = produced(ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2])))
+    again = produced(
+        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=gpus[:2]))
+    )
     p.apply(3, ev.subject_for(again), again)
     b = p.drain()
     assert b.upserts["gpus"][("n", 3)] is None and ("n", 1) in p.gpus
@@ -190,7 +196,10 @@ def test_a_json_column_encodes_each_value_on_append():
     col.append({"node": "gpu-é"})
     col.append(ev.JobCancelled(job_id="j", tenant="t"))
     assert len(col) == 2
-    assert list(col) == ['{"node":"gpu-é"}'.encode(), ev.encode(ev.JobCancelled(job_id="j", tenant="t"))]
+    assert list(col) == [
+        '{"node":"gpu-é"}'.encode(),
+        ev.encode(ev.JobCancelled(job_id="j", tenant="t")),
+    ]
 
 
 def test_batch_columns_and_frozen_snapshot(messages):
@@ -214,20 +223,42 @@ def test_a_decision_forged_in_another_roles_name_is_a_refusal_row_with_its_produ
     # given job j running on n, placed by the scheduler's leader of epoch 1
     spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
     gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c0")
-    msgs = [produced(e) for e in (
-        ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
-        ev.JobSubmitted(job=spec),
-        ev.JobAdmitted(job_id="j", tenant="t", priority_class="train", priority=1,
-                       preemptible=True, slo_class="batch"),
-        ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t", leader_epoch=1,
-                      members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),)),
-    )]
+    msgs = [
+        produced(e)
+        for e in (
+            ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
+            ev.JobSubmitted(job=spec),
+            ev.JobAdmitted(
+                job_id="j",
+                tenant="t",
+                priority_class="train",
+                priority=1,
+                preemptible=True,
+                slo_class="batch",
+            ),
+            ev.GangPlaced(
+                job_id="j",
+                allocation_id="j#1",
+                tenant="t",
+                leader_epoch=1,
+                members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),),
+            ),
+        )
+    ]
     # when a PreemptionRequested on its own subject claims the scheduler, at epoch 2**62,
     # and then the real scheduler (epoch 1) decides again
-    forged = ev.PreemptionRequested(job_id="j", allocation_id="j#1", beneficiary="x", reason="Priority",
-                                    deadline_ms=1, producer="scheduler/x", leader_epoch=2**62)
-    real = ev.PendingReasonChanged(job_id="j", reason="Resources", message="m", producer="scheduler/0",
-                                   leader_epoch=1)
+    forged = ev.PreemptionRequested(
+        job_id="j",
+        allocation_id="j#1",
+        beneficiary="x",
+        reason="Priority",
+        deadline_ms=1,
+        producer="scheduler/x",
+        leader_epoch=2**62,
+    )
+    real = ev.PendingReasonChanged(
+        job_id="j", reason="Resources", message="m", producer="scheduler/0", leader_epoch=1
+    )
     p = Projection()
     for seq, e in enumerate([*msgs, forged, real], 1):
         p.apply(seq, ev.subject_for(e), e)

@@ -88,7 +88,16 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
     con.close()
 
     # restarted: resumes from the database's last sequence, skips what it already holds
-    last = asyncio.run(run_projector(nats_url, db, connect_options=natsauth.options(), fetch_batch=30, fetch_timeout=0.5, follow=False))
+    last = asyncio.run(
+        run_projector(
+            nats_url,
+            db,
+            connect_options=natsauth.options(),
+            fetch_batch=30,
+            fetch_timeout=0.5,
+            follow=False,
+        )
+    )
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want
@@ -98,14 +107,22 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
     async def more():
         nc = await nats.connect(nats_url, **natsauth.options())
         js = nc.jetstream()
-        e = ev.NodeHeartbeat(event_id="late-hb", occurred_at_ms=2_000_000, node="n1",
-                            producer="node-agent/n1")
+        e = ev.NodeHeartbeat(
+            event_id="late-hb", occurred_at_ms=2_000_000, node="n1", producer="node-agent/n1"
+        )
         ack = await js.publish(ev.subject_for(e), ev.encode(e))
         await nc.drain()
         return ack.seq
 
     seq = asyncio.run(more())
-    assert asyncio.run(run_projector(nats_url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False)) == seq
+    assert (
+        asyncio.run(
+            run_projector(
+                nats_url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False
+            )
+        )
+        == seq
+    )
     con = connect_readonly(db)
     assert con.execute("SELECT last_heartbeat_ms FROM nodes WHERE node = 'n1'").fetchone() == (
         2_000_000,
@@ -147,7 +164,16 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
     # after the crash: redelivered, those messages are skipped by sequence)
     assert 25 <= acked[0] <= stored
 
-    last = asyncio.run(run_projector(nats_url, db, connect_options=natsauth.options(), fetch_batch=10, fetch_timeout=0.5, follow=False))
+    last = asyncio.run(
+        run_projector(
+            nats_url,
+            db,
+            connect_options=natsauth.options(),
+            fetch_batch=10,
+            fetch_timeout=0.5,
+            follow=False,
+        )
+    )
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want

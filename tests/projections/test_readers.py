@@ -17,8 +17,12 @@ HOLD = "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=sys.argv[2
 
 def hold(db, mode: str) -> subprocess.Popen:
     """Another process holding `db` (read-only or for writing) until its stdin closes."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(db), mode], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(db), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -64,5 +68,7 @@ def test_a_cli_read_of_a_file_another_writer_keeps_busy_fails_with_exit_4(tmp_pa
     finally:
         release(writer)
     assert out.returncode == 4
-    assert out.stderr.startswith(f"error: projection busy: {db} is held by another process (PID {writer.pid})")
+    assert out.stderr.startswith(
+        f"error: projection busy: {db} is held by another process (PID {writer.pid})"
+    )
     assert cli("jobs", "--db", str(db)).returncode == 0

@@ -39,19 +39,30 @@ class Observer(LedgerService):
 
 
 def the_log() -> list[ev.Event]:
-    node = ev.NodeInfo(name="n1", cpu_milli=64000, memory_mib=512000,
-                       gpus=tuple(gpu(i) for i in range(8)))
+    node = ev.NodeInfo(
+        name="n1", cpu_milli=64000, memory_mib=512000, gpus=tuple(gpu(i) for i in range(8))
+    )
     return [
         ev.NodeRegistered(event_id="reg", node=node, heartbeat_s=5, producer="node-agent/n1"),
-        *job("a"), placed("a"),
-        *job("b"), placed("b"),  # b on a's 8 busy GPUs: refused
+        *job("a"),
+        placed("a"),
+        *job("b"),
+        placed("b"),  # b on a's 8 busy GPUs: refused
         # on its own subject, in the scheduler's name, at an epoch no leader reaches (the
         # largest the decoder takes; 2**62 is already undecodable): refused
-        ev.PreemptionRequested(event_id="forged", job_id="a", allocation_id="a#1", beneficiary="b",
-                               reason="Priority", deadline_ms=1, producer="scheduler/x",
-                               leader_epoch=2**53 - 1),
-        ev.NodeLost(event_id="lost", node="n1", message="silent 30s", producer="scheduler/0",
-                    leader_epoch=1),  # the real scheduler: still folded
+        ev.PreemptionRequested(
+            event_id="forged",
+            job_id="a",
+            allocation_id="a#1",
+            beneficiary="b",
+            reason="Priority",
+            deadline_ms=1,
+            producer="scheduler/x",
+            leader_epoch=2**53 - 1,
+        ),
+        ev.NodeLost(
+            event_id="lost", node="n1", message="silent 30s", producer="scheduler/0", leader_epoch=1
+        ),  # the real scheduler: still folded
         ev.NodeHeartbeat(event_id="hb", node="n1", running=("a#1/0",), producer="node-agent/n1"),
     ]
 
@@ -92,7 +103,11 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_pat
         assert host.state.jobs["b"].state == "pending"
         assert not host.state.nodes["n1"].lost  # back after its heartbeat
         db = tmp_path / "projection.duckdb"
-        asyncio.run(run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False))
+        asyncio.run(
+            run_projector(
+                server.url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False
+            )
+        )
 
     con = connect_readonly(db)
     try:
@@ -103,7 +118,9 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_pat
         assert n1["status"] == "ready" and n1["lost_at_ms"] is None
         assert n1["allocated_milli"] == 8000 and n1["free_milli"] == 0  # never -8
         assert con.execute("SELECT count(*) FROM allocations WHERE job_id = 'b'").fetchone() == (0,)
-        refusals = con.execute("SELECT type, job_id, producer, code FROM refusals ORDER BY seq").fetchall()
+        refusals = con.execute(
+            "SELECT type, job_id, producer, code FROM refusals ORDER BY seq"
+        ).fetchall()
         # the projection also holds the DeadLettered record the host published (a fact)
         assert refusals == [
             ("GangPlaced", "b", "scheduler/0", "PlacementConflict"),
@@ -113,12 +130,18 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_pat
         assert "sneaky" not in jobs
         dead = con.execute("SELECT count(*) FROM events WHERE type = 'DeadLettered'").fetchone()
         assert dead == (3,)
-        reasons = [r for (r,) in con.execute(
-            "SELECT json_extract_string(payload, '$.reason') FROM events WHERE type = 'DeadLettered'"
-        ).fetchall()]
+        reasons = [
+            r
+            for (r,) in con.execute(
+                "SELECT json_extract_string(payload, '$.reason') FROM events WHERE type = 'DeadLettered'"
+            ).fetchall()
+        ]
         assert any(r.startswith("Refused: WrongProducer: PreemptionRequested") for r in reasons)
         forged = render_why(why_report(con, "a"))
-        assert "Refused:   PreemptionRequested" in forged and "from scheduler/x): WrongProducer" in forged
+        assert (
+            "Refused:   PreemptionRequested" in forged
+            and "from scheduler/x): WrongProducer" in forged
+        )
         report = why_report(con, "b")
         assert [x["code"] for x in report["refusals"]] == ["PlacementConflict"]
         text = render_why(report)

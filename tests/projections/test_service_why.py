@@ -23,8 +23,17 @@ runner = CliRunner()
 def projected(tmp_path, until_ms):
     sim = simulate(load(EXAMPLES / "service-budget.yaml"), until_ms=until_ms)
     write_log(tmp_path / "log.jsonl", sim.log)
-    r = runner.invoke(app, ["project", "--rebuild", "--log", str(tmp_path / "log.jsonl"),
-                            "--data", str(tmp_path / "data")])
+    r = runner.invoke(
+        app,
+        [
+            "project",
+            "--rebuild",
+            "--log",
+            str(tmp_path / "log.jsonl"),
+            "--data",
+            str(tmp_path / "data"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     return lambda *args: runner.invoke(app, [*args, "--data", str(tmp_path / "data")])
 
@@ -34,8 +43,10 @@ def test_why_a_service_shows_its_replicas_and_budget(tmp_path):
     r = run("why", "svc")
     assert r.exit_code == 0, r.output
     assert "Replicas:  3 running, 0 being preempted, 1 pending of 4 wanted" in r.output
-    assert "Budget:    min_available 3: at most 0 down at once by preemption; 0 more may be evicted now" \
+    assert (
+        "Budget:    min_available 3: at most 0 down at once by preemption; 0 more may be evicted now"
         in r.output
+    )
     assert "svc~0: pending" in r.output
     doc = json.loads(run("why", "svc", "-o", "json").output)["service"]
     assert (doc["running"], doc["pending"], doc["min_available"]) == (3, 1, 3)
@@ -43,4 +54,6 @@ def test_why_a_service_shows_its_replicas_and_budget(tmp_path):
     assert "DisruptionBudget" in r.output
     r = run("jobs", "--no-headers")
     states = {line.split()[0]: line.split()[3] for line in r.output.splitlines()}
-    assert states["svc"] == "running" and states["svc~0"] == "pending" and states["svc~3"] == "running"
+    assert (
+        states["svc"] == "running" and states["svc~0"] == "pending" and states["svc~3"] == "running"
+    )

@@ -226,8 +226,13 @@ def test_the_payload_array_shares_the_json_column_which_then_refuses_to_grow():
 def test_stored_payloads_decode_to_the_folded_events(tmp_path, messages):
     """`events.payload` is each event's JSON, byte for byte what the codec encodes, whatever
     the text holds (non-ASCII included) and however the batches fall."""
-    extra = ev.PendingReasonChanged(job_id="job-u", reason="Quota", message="wartet auf GPU ✓ — 2/3",
-                                    producer="scheduler/0", occurred_at_ms=9)
+    extra = ev.PendingReasonChanged(
+        job_id="job-u",
+        reason="Quota",
+        message="wartet auf GPU ✓ — 2/3",
+        producer="scheduler/0",
+        occurred_at_ms=9,
+    )
     log = [*messages, (len(messages) + 1, ev.subject_for(extra), extra)]
     db = tmp_path / "p.duckdb"
     with Projector(db, batch_size=7, pipeline=True) as pj:
@@ -266,8 +271,9 @@ def test_memory_capped_writer_writes_the_same_tables(tmp_path):
 
     msgs = list(synthetic_log(12_000, nodes=16))
     capped, free = tmp_path / "capped.duckdb", tmp_path / "free.duckdb"
-    with Projector(capped, batch_size=997, checkpoint_threshold="256KB", memory_limit="32MB",
-                   pipeline=True) as pj:
+    with Projector(
+        capped, batch_size=997, checkpoint_threshold="256KB", memory_limit="32MB", pipeline=True
+    ) as pj:
         pj.run(msgs)
     with Projector(free, batch_size=5000, checkpoint_threshold="64GB", memory_limit=None) as pj:
         pj.run(msgs)
@@ -278,7 +284,9 @@ def test_memory_capped_writer_writes_the_same_tables(tmp_path):
     assert a["events"] and a["allocations"] and a["gpu_metrics"]
 
 
-def test_a_rebuild_frees_its_folded_state_before_the_collector_resumes(tmp_path, messages, monkeypatch):
+def test_a_rebuild_frees_its_folded_state_before_the_collector_resumes(
+    tmp_path, messages, monkeypatch
+):
     """Every object made while the collector is paused sits in its youngest generation: state
     still held when it resumes would all be walked once, for nothing (about 1 s after 1 M
     events). So the rebuild's projection is gone by then."""

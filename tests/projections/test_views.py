@@ -92,8 +92,10 @@ def test_fragmentation_free_gpus_usable_by_a_small_pending_job(tmp_path, message
         ),
     ]
     n = len(messages)
-    extra = [msgspec.structs.replace(e, producer="admission/0") if isinstance(e, ev.JobAdmitted) else e
-             for e in extra]
+    extra = [
+        msgspec.structs.replace(e, producer="admission/0") if isinstance(e, ev.JobAdmitted) else e
+        for e in extra
+    ]
     msgs = messages + [(n + i + 1, ev.subject_for(e), e) for i, e in enumerate(extra)]
     rebuild(msgs, tmp_path / "f.duckdb")
     c = connect_readonly(tmp_path / "f.duckdb")

@@ -51,8 +51,12 @@ TAGS = sorted({d["type"] for d in GOLDEN_DOCS})
 def _setup_events() -> list[ev.Event]:
     """A configured cluster with registered nodes and one submitted job: the fold goes deep."""
     out = config_events(DOC)
-    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}", producer="node-agent/sim")
-            for n in node_infos(DOC)]
+    out += [
+        ev.NodeRegistered(
+            node=n, simulated=True, event_id=f"reg-{n.name}", producer="node-agent/sim"
+        )
+        for n in node_infos(DOC)
+    ]
     spec = job_spec({"id": "j1", "tenant": "research", "class": "train", "gpus": 8, "replicas": 2})
     out.append(submission(spec, now_ms=1_000, producer="test"))
     return out
@@ -63,14 +67,39 @@ SETUP = [ev.encode(e) for e in _setup_events()]
 # ------------------------------------------------------------------ payload strategies
 
 DEEP = "__DEEP__"
-ADVERSARIAL = st.sampled_from([
-    10**30, -(10**30), 2**63, 2**64 + 1, 2**53, -1, 0, 1e308, -1e308, float("nan"), float("inf"),
-    "a.b*c >d", "", "x" * 200_000, "\u0000", "é" * 1000, None, True, [], {}, [[[[]]]], DEEP,
-    {"type": "JobSubmitted.v1"}, "GangPlaced.v1",
-])
+ADVERSARIAL = st.sampled_from(
+    [
+        10**30,
+        -(10**30),
+        2**63,
+        2**64 + 1,
+        2**53,
+        -1,
+        0,
+        1e308,
+        -1e308,
+        float("nan"),
+        float("inf"),
+        "a.b*c >d",
+        "",
+        "x" * 200_000,
+        "\u0000",
+        "é" * 1000,
+        None,
+        True,
+        [],
+        {},
+        [[[[]]]],
+        DEEP,
+        {"type": "JobSubmitted.v1"},
+        "GangPlaced.v1",
+    ]
+)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -142,7 +171,11 @@ deep_raw = st.sampled_from([65, 1_000, 50_000]).map(
     lambda n: b'{"type":"JobSubmitted.v1","x":' + b"[" * n + b"]" * n + b"}"
 )
 payloads = st.one_of(
-    st.binary(max_size=300), mutated_golden(), tagged_garbage(), corrupted_bytes(), deep_raw,
+    st.binary(max_size=300),
+    mutated_golden(),
+    tagged_garbage(),
+    corrupted_bytes(),
+    deep_raw,
     st.binary(min_size=1, max_size=300).map(lambda b: b"\xff" + b),
 )
 
@@ -177,8 +210,11 @@ def _quiet_logs() -> io.StringIO:
     return buf
 
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                      HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @FUZZ

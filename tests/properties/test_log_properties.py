@@ -75,7 +75,9 @@ def test_random_logs_fold_to_the_live_state_verify_and_move_legally(jobs, pol, e
     doc = scenario(jobs, pol)
     for kind, what, at_min in events_:
         if kind == "cancel" and what < len(jobs):
-            doc["timeline"].append({"at": at_min * 60, "cancel": f"j{what}", "tenant": jobs[what]["tenant"]})
+            doc["timeline"].append(
+                {"at": at_min * 60, "cancel": f"j{what}", "tenant": jobs[what]["tenant"]}
+            )
         elif kind == "node_down":
             doc["timeline"].append({"at": at_min * 60, "node_down": what})
     sim = simulate(from_document(doc))

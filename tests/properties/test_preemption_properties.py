@@ -20,24 +20,28 @@ CLASSES = ["best-effort", "train", "interactive", "inference", "build"]
 HOUR_MS = 3_600_000
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-job = st.fixed_dictionaries({
-    "tenant": st.sampled_from(["a", "b", "c"]),
-    "class": st.sampled_from(CLASSES),
-    "gpus": st.integers(1, 4),
-    "duration_min": st.integers(1, 90),
-    "at_min": st.integers(0, 120),
-    "interval_min": st.sampled_from([0, 5, 15]),
-    "save_s": st.sampled_from([5, 20, 90]),
-})
-policy = st.fixed_dictionaries({
-    "preemption_scope": st.sampled_from(["tenant", "cluster"]),
-    "min_runtime_s": st.sampled_from([0, 120, 600]),
-    "eviction_budget_per_hour": st.integers(1, 3),
-    "aging_after_preemptions": st.integers(0, 2),
-    "aging_after_wait_s": st.sampled_from([0, 1800]),
-    "default_grace_s": st.sampled_from([30, 60]),
-    "usage_half_life_s": st.sampled_from([0, 1800]),
-})
+job = st.fixed_dictionaries(
+    {
+        "tenant": st.sampled_from(["a", "b", "c"]),
+        "class": st.sampled_from(CLASSES),
+        "gpus": st.integers(1, 4),
+        "duration_min": st.integers(1, 90),
+        "at_min": st.integers(0, 120),
+        "interval_min": st.sampled_from([0, 5, 15]),
+        "save_s": st.sampled_from([5, 20, 90]),
+    }
+)
+policy = st.fixed_dictionaries(
+    {
+        "preemption_scope": st.sampled_from(["tenant", "cluster"]),
+        "min_runtime_s": st.sampled_from([0, 120, 600]),
+        "eviction_budget_per_hour": st.integers(1, 3),
+        "aging_after_preemptions": st.integers(0, 2),
+        "aging_after_wait_s": st.sampled_from([0, 1800]),
+        "default_grace_s": st.sampled_from([30, 60]),
+        "usage_half_life_s": st.sampled_from([0, 1800]),
+    }
+)
 
 
 def scenario(jobs, pol, guarantees=(4, 2, 2)):
@@ -47,10 +51,17 @@ def scenario(jobs, pol, guarantees=(4, 2, 2)):
         "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
         "policy": pol,
         "timeline": [
-            {"at": j["at_min"] * 60, "submit": {
-                "id": f"j{i}", "tenant": j["tenant"], "class": j["class"], "gpus": j["gpus"],
-                "duration": j["duration_min"] * 60,
-                "checkpoint": {"interval": j["interval_min"] * 60, "save": j["save_s"]}}}
+            {
+                "at": j["at_min"] * 60,
+                "submit": {
+                    "id": f"j{i}",
+                    "tenant": j["tenant"],
+                    "class": j["class"],
+                    "gpus": j["gpus"],
+                    "duration": j["duration_min"] * 60,
+                    "checkpoint": {"interval": j["interval_min"] * 60, "save": j["save_s"]},
+                },
+            }
             for i, j in enumerate(jobs)
         ],
     }
@@ -71,15 +82,24 @@ def guarantees_taken_by_priority(log) -> list[tuple]:
             tenant = folded.allocations[e.allocation_id].tenant
             if tenant == e.details["beneficiary"]["tenant"]:
                 continue
-            net = folded.tenant_gpu_milli.get(tenant, 0) - releasing_by_tenant(folded).get(tenant, 0)
+            net = folded.tenant_gpu_milli.get(tenant, 0) - releasing_by_tenant(folded).get(
+                tenant, 0
+            )
             if net < folded.config.tenants[tenant].guaranteed_gpu_milli:
                 out.append((e.occurred_at_ms, e.job_id, e.beneficiary, tenant, net))
     return out
 
 
 def _job(tenant="a", cls="best-effort", gpus=1, duration_min=1, at_min=0):
-    return {"tenant": tenant, "class": cls, "gpus": gpus, "duration_min": duration_min,
-            "at_min": at_min, "interval_min": 0, "save_s": 5}
+    return {
+        "tenant": tenant,
+        "class": cls,
+        "gpus": gpus,
+        "duration_min": duration_min,
+        "at_min": at_min,
+        "interval_min": 0,
+        "save_s": 5,
+    }
 
 
 @SETTINGS
@@ -88,11 +108,22 @@ def _job(tenant="a", cls="best-effort", gpus=1, duration_min=1, at_min=0):
 # priority while a borrowed only 3, a's next job reclaimed it at once, and an hour later it
 # took a's 4-GPU job the same way (a from 5 GPUs to 1 of its 4): a and b took turns
 @example(
-    jobs=[_job()] * 8 + [_job(at_min=62), _job(gpus=4, duration_min=61),
-                         _job(tenant="b", cls="train", gpus=4), _job(tenant="c", duration_min=63)],
-    pol={"preemption_scope": "cluster", "min_runtime_s": 0, "eviction_budget_per_hour": 3,
-         "aging_after_preemptions": 0, "aging_after_wait_s": 0, "default_grace_s": 30,
-         "usage_half_life_s": 0},
+    jobs=[_job()] * 8
+    + [
+        _job(at_min=62),
+        _job(gpus=4, duration_min=61),
+        _job(tenant="b", cls="train", gpus=4),
+        _job(tenant="c", duration_min=63),
+    ],
+    pol={
+        "preemption_scope": "cluster",
+        "min_runtime_s": 0,
+        "eviction_budget_per_hour": 3,
+        "aging_after_preemptions": 0,
+        "aging_after_wait_s": 0,
+        "default_grace_s": 30,
+        "usage_half_life_s": 0,
+    },
 )
 def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
     sim = simulate(from_document(scenario(jobs, pol)))
@@ -108,7 +139,10 @@ def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
             live[e.allocation_id] = (e.tenant, milli)
             fixed[e.tenant] += milli
             assert fixed[e.tenant] <= guarantee[e.tenant], e
-        elif isinstance(e, (ev.GangCompleted, ev.GangEvicted, ev.GangFailed)) and e.allocation_id in live:
+        elif (
+            isinstance(e, (ev.GangCompleted, ev.GangEvicted, ev.GangFailed))
+            and e.allocation_id in live
+        ):
             tenant, milli = live.pop(e.allocation_id)
             fixed[tenant] -= milli
 
@@ -136,7 +170,10 @@ def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
         for t in ts:
             assert not any(t <= u < t + HOUR_MS for u in evicted_at.get((b, a), ())), (a, b, t)
     # every eviction explained, and every job ends or waits with a reason
-    assert all(r.reason in ("Priority", "Reclaim", "Defragment") and r.message and "victims" in r.details for r in requests)
+    assert all(
+        r.reason in ("Priority", "Reclaim", "Defragment") and r.message and "victims" in r.details
+        for r in requests
+    )
     for d in events(sim, ev.PreemptionDeclined):
         assert d.reason and d.message
     for j in ledger.jobs.values():
@@ -144,40 +181,78 @@ def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
 
 
 flood = st.lists(
-    st.fixed_dictionaries({
-        "gpus": st.integers(1, 4), "class": st.sampled_from(["best-effort", "train", "interactive"]),
-        "duration_min": st.integers(30, 600), "at_min": st.integers(0, 30),
-        "interval_min": st.sampled_from([0, 10]), "save_s": st.sampled_from([5, 20]),
-    }),
-    min_size=2, max_size=8,
+    st.fixed_dictionaries(
+        {
+            "gpus": st.integers(1, 4),
+            "class": st.sampled_from(["best-effort", "train", "interactive"]),
+            "duration_min": st.integers(30, 600),
+            "at_min": st.integers(0, 30),
+            "interval_min": st.sampled_from([0, 10]),
+            "save_s": st.sampled_from([5, 20]),
+        }
+    ),
+    min_size=2,
+    max_size=8,
 )
 
 
 @SETTINGS
-@given(flood, st.integers(1, 4), st.sampled_from(["train", "interactive", "inference"]),
-       st.integers(31, 120), st.sampled_from([0, 120]))
+@given(
+    flood,
+    st.integers(1, 4),
+    st.sampled_from(["train", "interactive", "inference"]),
+    st.integers(31, 120),
+    st.sampled_from([0, 120]),
+)
 # found with --hypothesis-seed=2: at 31 min b holds exactly its guarantee as four 1-GPU jobs,
 # two per node; a's 4-GPU job needs two moves (one used to be the most: it waited 65 s here,
 # and as long as b's jobs ran when they ran longer)
 @example(
-    borrowers=[{"gpus": 1, "class": "best-effort", "duration_min": d, "at_min": at, "interval_min": 0,
-                "save_s": 5} for d, at in ((30, 0), (30, 0), (30, 2), (30, 3), (31, 2), (30, 2))],
-    gpus=4, cls="train", at_min=31, min_runtime_s=0,
+    borrowers=[
+        {
+            "gpus": 1,
+            "class": "best-effort",
+            "duration_min": d,
+            "at_min": at,
+            "interval_min": 0,
+            "save_s": 5,
+        }
+        for d, at in ((30, 0), (30, 0), (30, 2), (30, 3), (31, 2), (30, 2))
+    ],
+    gpus=4,
+    cls="train",
+    at_min=31,
+    min_runtime_s=0,
 )
 # found with --hypothesis-seed=7: b's two 2-GPU `train` jobs (the job's own priority) split
 # the free GPUs 2 + 2; they were no candidates at all, so nothing was moved
 @example(
-    borrowers=[{"gpus": g, "class": c, "duration_min": 30, "at_min": at, "interval_min": 0, "save_s": 5}
-               for g, c, at in ((1, "best-effort", 0), (2, "train", 3), (2, "train", 3))],
-    gpus=3, cls="train", at_min=31, min_runtime_s=0,
+    borrowers=[
+        {"gpus": g, "class": c, "duration_min": 30, "at_min": at, "interval_min": 0, "save_s": 5}
+        for g, c, at in ((1, "best-effort", 0), (2, "train", 3), (2, "train", 3))
+    ],
+    gpus=3,
+    cls="train",
+    at_min=31,
+    min_runtime_s=0,
 )
 # found with --hypothesis-seed=61: one of a's victims, requeued, became a beneficiary itself
 # (it evicted b's best-effort job on the other node) and landed on the node freed for a
 @example(
-    borrowers=[{"gpus": g, "class": c, "duration_min": 30, "at_min": at, "interval_min": 0, "save_s": sv}
-               for g, c, at, sv in ((1, "best-effort", 0, 5), (1, "best-effort", 2, 20), (1, "train", 2, 5),
-                                    (1, "train", 2, 5), (3, "best-effort", 2, 20))],
-    gpus=4, cls="train", at_min=31, min_runtime_s=0,
+    borrowers=[
+        {"gpus": g, "class": c, "duration_min": 30, "at_min": at, "interval_min": 0, "save_s": sv}
+        for g, c, at, sv in (
+            (1, "best-effort", 0, 5),
+            (1, "best-effort", 2, 20),
+            (1, "train", 2, 5),
+            (1, "train", 2, 5),
+            (3, "best-effort", 2, 20),
+        )
+    ],
+    gpus=4,
+    cls="train",
+    at_min=31,
+    min_runtime_s=0,
 )
 def test_a_tenant_within_its_guarantee_is_placed_in_bounded_time_by_reclaim(
     borrowers, gpus, cls, at_min, min_runtime_s
@@ -186,12 +261,26 @@ def test_a_tenant_within_its_guarantee_is_placed_in_bounded_time_by_reclaim(
     work; when a submits a job within its guarantee it starts within min runtime + grace +
     the victims' save time."""
     jobs = [{**b, "tenant": "b"} for b in borrowers]
-    jobs.append({"tenant": "a", "class": cls, "gpus": gpus, "duration_min": 10, "at_min": at_min,
-                 "interval_min": 0, "save_s": 5})
+    jobs.append(
+        {
+            "tenant": "a",
+            "class": cls,
+            "gpus": gpus,
+            "duration_min": 10,
+            "at_min": at_min,
+            "interval_min": 0,
+            "save_s": 5,
+        }
+    )
     # the bound is about minimum runtime; an eviction budget (and aging, which orders b's
     # queue) can hold a borrower longer, so they are off here as they were by default
-    pol = {"default_grace_s": 60, "min_runtime_s": min_runtime_s, "eviction_budget_per_hour": 0,
-           "aging_after_preemptions": 0, "aging_after_wait_s": 0}
+    pol = {
+        "default_grace_s": 60,
+        "min_runtime_s": min_runtime_s,
+        "eviction_budget_per_hour": 0,
+        "aging_after_preemptions": 0,
+        "aging_after_wait_s": 0,
+    }
     sim = simulate(from_document(scenario(jobs, pol, guarantees=(4, 4, 0))))
     mine = sim.ledger.jobs[f"j{len(jobs) - 1}"]
     assert mine.placements, (mine.state, mine.reason, mine.message)

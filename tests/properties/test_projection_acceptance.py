@@ -30,29 +30,55 @@ job_id = st.sampled_from([*JOBS[:40], "ghost"])
 node = st.sampled_from(NODES)
 member = st.builds(
     lambda rank, n, gpus: ev.MemberPlacement(rank=rank, node=n, gpus=tuple(sorted(gpus))),
-    st.integers(0, 3), node, st.sets(st.integers(0, 8), max_size=8),
+    st.integers(0, 3),
+    node,
+    st.sets(st.integers(0, 8), max_size=8),
 )
 bad_event = st.one_of(
     st.builds(
         lambda j, a, ms, epoch: ev.GangPlaced(
-            job_id=j, allocation_id=f"{j}#x{a}", tenant="org/t0", members=tuple(ms),
-            producer="scheduler/0", leader_epoch=epoch,
+            job_id=j,
+            allocation_id=f"{j}#x{a}",
+            tenant="org/t0",
+            members=tuple(ms),
+            producer="scheduler/0",
+            leader_epoch=epoch,
         ),
-        job_id, st.integers(0, 3), st.lists(member, min_size=1, max_size=3), st.integers(0, 2),
+        job_id,
+        st.integers(0, 3),
+        st.lists(member, min_size=1, max_size=3),
+        st.integers(0, 2),
     ),
     st.builds(lambda n: ev.NodeLost(node=n, producer="scheduler/0"), node),
     st.builds(lambda n: ev.NodeHeartbeat(node=n), node),
     st.builds(lambda j: ev.PendingReasonChanged(job_id=j, reason="Resources", message="m"), job_id),
     st.builds(
-        lambda j: ev.JobAdmitted(job_id=j, tenant="org/t0", priority_class="train", priority=1,
-                                 preemptible=True, slo_class="batch"),
+        lambda j: ev.JobAdmitted(
+            job_id=j,
+            tenant="org/t0",
+            priority_class="train",
+            priority=1,
+            preemptible=True,
+            slo_class="batch",
+        ),
         job_id,
     ),
     st.builds(lambda j: ev.JobCancelled(job_id=j, tenant="org/t0"), job_id),
 )
 # the real producer of each type most of the time, anyone's name (or none) otherwise
-claimed = st.sampled_from(["scheduler/0", "admission/0", "preemption/0", "quota/0", "node-agent/node0",
-                           "node-agent/sim", "", "scenario", "cli"])
+claimed = st.sampled_from(
+    [
+        "scheduler/0",
+        "admission/0",
+        "preemption/0",
+        "quota/0",
+        "node-agent/node0",
+        "node-agent/sim",
+        "",
+        "scenario",
+        "cli",
+    ]
+)
 epoch = st.sampled_from([0, 1, 2, 2**53 - 1])
 
 
@@ -66,8 +92,9 @@ def as_produced(event: ev.Event, producer: str | None, at_epoch: int) -> ev.Even
 
 forged = st.builds(as_produced, bad_event, st.one_of(st.none(), claimed), epoch)
 preempt = st.builds(
-    lambda j: ev.PreemptionRequested(job_id=j, allocation_id=f"{j}#1", beneficiary="ghost",
-                                     reason="Priority", deadline_ms=1),
+    lambda j: ev.PreemptionRequested(
+        job_id=j, allocation_id=f"{j}#1", beneficiary="ghost", reason="Priority", deadline_ms=1
+    ),
     job_id,
 )
 forged = st.one_of(forged, st.builds(as_produced, preempt, st.one_of(st.none(), claimed), epoch))
@@ -87,9 +114,12 @@ def test_the_projection_shows_only_what_the_ledger_accepted(splices):
     p = Projection()
     for seq, (subject, event) in enumerate(log, 1):
         p.apply(seq, subject, event)
-    wrong_role = {seq for seq, (_, e) in enumerate(log, 1)
-                  if role_of(type(e)) not in (None, e.producer.partition("/")[0])
-                  and not (isinstance(e, ev.NodeLost) and e.producer == "scenario" and not e.leader_epoch)}
+    wrong_role = {
+        seq
+        for seq, (_, e) in enumerate(log, 1)
+        if role_of(type(e)) not in (None, e.producer.partition("/")[0])
+        and not (isinstance(e, ev.NodeLost) and e.producer == "scenario" and not e.leader_epoch)
+    }
     ledger = p.ledger
     batch = p.drain()
 
@@ -107,10 +137,17 @@ def test_the_projection_shows_only_what_the_ledger_accepted(splices):
     refused = set(refusals)
     code = columns_of("refusals").index("code")
     assert wrong_role <= refused
-    assert all(refusals[s][code] in ("WrongProducer", "WrongSubject", "InvalidId") for s in wrong_role)
+    assert all(
+        refusals[s][code] in ("WrongProducer", "WrongSubject", "InvalidId") for s in wrong_role
+    )
     for role, seen in ledger.leader_epochs.items():  # raised only by that role's own decisions
-        assert seen <= max(e.leader_epoch for _, e in log if isinstance(e, ev.Decision)
-                           and role_of(type(e)) == role and e.producer.partition("/")[0] == role)
+        assert seen <= max(
+            e.leader_epoch
+            for _, e in log
+            if isinstance(e, ev.Decision)
+            and role_of(type(e)) == role
+            and e.producer.partition("/")[0] == role
+        )
     for table in ("job_transitions", "decisions", "pending_reasons"):
         assert not refused & {r[0] for r in batch.rows(table)}, table
     placed_seq = columns_of("allocations").index("placed_seq")

@@ -24,27 +24,34 @@ shape = st.one_of(
     st.builds(lambda m: {"gpu": m}, st.sampled_from(["250m", "500m"])),
     st.builds(lambda p: {"mig": p}, st.sampled_from(["1g.10gb", "3g.40gb"])),
 )
-job = st.fixed_dictionaries({
-    "tenant": st.sampled_from(["a", "b", "c"]),
-    "class": st.sampled_from(CLASSES),
-    "shape": shape,
-    "duration_s": st.integers(30, 3600),
-    "at_s": st.integers(0, 3600),
-})
-policy = st.fixed_dictionaries({
-    "preemption_scope": st.sampled_from(["tenant", "cluster"]),
-    "min_runtime_s": st.sampled_from([0, 300]),
-    "reservation_after_s": st.sampled_from([0, 600]),
-    "placement_policy": st.sampled_from(["default", "bestfit", "fgd"]),
-    "default_grace_s": st.sampled_from([30, 60]),
-    "consolidation": st.booleans(),
-    "mig_regeometry": st.booleans(),
-})
+job = st.fixed_dictionaries(
+    {
+        "tenant": st.sampled_from(["a", "b", "c"]),
+        "class": st.sampled_from(CLASSES),
+        "shape": shape,
+        "duration_s": st.integers(30, 3600),
+        "at_s": st.integers(0, 3600),
+    }
+)
+policy = st.fixed_dictionaries(
+    {
+        "preemption_scope": st.sampled_from(["tenant", "cluster"]),
+        "min_runtime_s": st.sampled_from([0, 300]),
+        "reservation_after_s": st.sampled_from([0, 600]),
+        "placement_policy": st.sampled_from(["default", "bestfit", "fgd"]),
+        "default_grace_s": st.sampled_from([30, 60]),
+        "consolidation": st.booleans(),
+        "mig_regeometry": st.booleans(),
+    }
+)
 disruption = st.lists(
     st.one_of(
         st.tuples(st.just("cancel"), st.integers(0, 11), st.integers(0, 3600)),
-        st.tuples(st.just("node_down"), st.sampled_from(["n1", "n2", "mig-1", "mps-1"]),
-                  st.integers(0, 3600)),
+        st.tuples(
+            st.just("node_down"),
+            st.sampled_from(["n1", "n2", "mig-1", "mps-1"]),
+            st.integers(0, 3600),
+        ),
     ),
     max_size=3,
 )
@@ -53,13 +60,26 @@ limits = st.tuples(st.sampled_from([None, 4, 6]), st.sampled_from([None, 3]))
 
 def document(jobs, pol, events_, lim) -> dict:
     doc = {
-        "cluster": {"nodes": [
-            {"name_prefix": "n", "count": 2, "gpus": 4},
-            {"name": "mig-1", "gpus": 2, "model": "H100-80GB", "sharing": "mig"},
-            {"name": "mig-2", "gpus": 1, "model": "H100-80GB", "sharing": "mig",
-             "mig_layout": ["1g.10gb"] * 7},
-            {"name": "mps-1", "gpus": 2, "model": "L40S", "gpu_memory": "48Gi", "sharing": "mps"},
-        ]},
+        "cluster": {
+            "nodes": [
+                {"name_prefix": "n", "count": 2, "gpus": 4},
+                {"name": "mig-1", "gpus": 2, "model": "H100-80GB", "sharing": "mig"},
+                {
+                    "name": "mig-2",
+                    "gpus": 1,
+                    "model": "H100-80GB",
+                    "sharing": "mig",
+                    "mig_layout": ["1g.10gb"] * 7,
+                },
+                {
+                    "name": "mps-1",
+                    "gpus": 2,
+                    "model": "L40S",
+                    "gpu_memory": "48Gi",
+                    "sharing": "mps",
+                },
+            ]
+        },
         "tenants": [
             {"name": "a", "guaranteed": 4, **({"limit": lim[0]} if lim[0] else {})},
             {"name": "b", "guaranteed": 2, **({"limit": lim[1]} if lim[1] else {})},
@@ -68,9 +88,17 @@ def document(jobs, pol, events_, lim) -> dict:
         "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
         "policy": pol,
         "timeline": [
-            {"at": j["at_s"], "submit": {"id": f"j{i}", "tenant": j["tenant"], "class": j["class"],
-                                         "duration": j["duration_s"], **j["shape"],
-                                         "checkpoint": {"interval": 300, "save": 5}}}
+            {
+                "at": j["at_s"],
+                "submit": {
+                    "id": f"j{i}",
+                    "tenant": j["tenant"],
+                    "class": j["class"],
+                    "duration": j["duration_s"],
+                    **j["shape"],
+                    "checkpoint": {"interval": 300, "save": 5},
+                },
+            }
             for i, j in enumerate(jobs)
         ],
     }
@@ -123,7 +151,9 @@ def fleet_node(i: int):
     from gpuledger.services.placement import GpuSpec, NodeSpec
 
     sharing = ("exclusive", "exclusive", "mps", "mig")[i % 4]
-    gpus = tuple(GpuSpec(g, f"n{i}-g{g}", "H100", 81_920, f"n{i}/c{g // 4}", sharing) for g in range(8))
+    gpus = tuple(
+        GpuSpec(g, f"n{i}-g{g}", "H100", 81_920, f"n{i}/c{g // 4}", sharing) for g in range(8)
+    )
     return NodeSpec(f"n{i}", 128_000, 1_000_000, gpus, leaf_switch=f"leaf-{i // 3}")
 
 
@@ -133,18 +163,28 @@ def fleet_request(k: int, kind: int, size: int, replicas: int):
     if kind == 0:
         member = MemberRequest(gpus=size, cpu_milli=8_000 * size, memory_mib=32_768 * size)
     elif kind == 1:
-        member = MemberRequest(gpu_milli=(250, 500, 750, 250)[size % 4], cpu_milli=2_000, memory_mib=8_192)
+        member = MemberRequest(
+            gpu_milli=(250, 500, 750, 250)[size % 4], cpu_milli=2_000, memory_mib=8_192
+        )
     elif kind == 2:
-        member = MemberRequest(mig_profile=("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")[size % 4],
-                               cpu_milli=2_000, memory_mib=8_192)
+        member = MemberRequest(
+            mig_profile=("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")[size % 4],
+            cpu_milli=2_000,
+            memory_mib=8_192,
+        )
     else:
         member = MemberRequest(cpu_milli=4_000 * size, memory_mib=4_096)
     return GangRequest(f"q{k}", f"t{k % 3}", member, replicas)
 
 
 fleet_op = st.one_of(
-    st.tuples(st.just("place"), st.integers(0, 3), st.sampled_from([1, 2, 4, 8]), st.integers(1, 4),
-              st.sampled_from(FLEET_POLICIES)),
+    st.tuples(
+        st.just("place"),
+        st.integers(0, 3),
+        st.sampled_from([1, 2, 4, 8]),
+        st.integers(1, 4),
+        st.sampled_from(FLEET_POLICIES),
+    ),
     st.tuples(st.just("release"), st.integers(0, 50)),
     st.tuples(st.just("schedulable"), st.integers(0, 5), st.booleans()),
     st.tuples(st.just("add"), st.integers(0, 7)),
@@ -179,9 +219,19 @@ def answers(fleet, queries, view: bool = False):
 
 
 @SETTINGS
-@given(st.lists(fleet_op, min_size=1, max_size=40), st.lists(
-    st.tuples(st.integers(0, 3), st.sampled_from([1, 2, 4, 8]), st.integers(1, 3),
-              st.sampled_from(FLEET_POLICIES)), min_size=1, max_size=6))
+@given(
+    st.lists(fleet_op, min_size=1, max_size=40),
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.sampled_from([1, 2, 4, 8]),
+            st.integers(1, 3),
+            st.sampled_from(FLEET_POLICIES),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
 def test_the_fleet_memo_never_changes_an_answer(ops, probes):
     from gpuledger.services.placement import Fleet, Placement
 
@@ -190,8 +240,10 @@ def test_the_fleet_memo_never_changes_an_answer(ops, probes):
     for i in range(6):
         fleet.add_node(fleet_node(i))
         folded.append(("add", fleet_node(i)))
-    queries = [(fleet_request(100 + j, kind, size, reps), policy)
-               for j, (kind, size, reps, policy) in enumerate(probes)]
+    queries = [
+        (fleet_request(100 + j, kind, size, reps), policy)
+        for j, (kind, size, reps, policy) in enumerate(probes)
+    ]
     for k, op in enumerate(ops):
         match op:
             case ("place", kind, size, reps, policy):
@@ -227,7 +279,10 @@ def test_the_fleet_memo_survives_the_change_log_being_cut():
     from gpuledger.services.placement import Placement
 
     fleet = refold([("add", fleet_node(i)) for i in range(6)])
-    queries = [(fleet_request(900 + j, j % 4, (1, 2, 4, 8)[j % 4], 1), FLEET_POLICIES[j % 4]) for j in range(8)]
+    queries = [
+        (fleet_request(900 + j, j % 4, (1, 2, 4, 8)[j % 4], 1), FLEET_POLICIES[j % 4])
+        for j in range(8)
+    ]
     answers(fleet, queries)  # warm every cache, then leave them behind
     bases = {sid: log.base for sid, log in fleet._slogs.items()}
     for k in range(3_000):
@@ -238,7 +293,9 @@ def test_the_fleet_memo_survives_the_change_log_being_cut():
         ids = fleet.allocation_ids()
         if len(ids) > 10:
             fleet.release(ids[k % len(ids)])
-    assert any(log.base > bases.get(sid, 0) for sid, log in fleet._slogs.items()), "no change log was cut"
+    assert any(log.base > bases.get(sid, 0) for sid, log in fleet._slogs.items()), (
+        "no change log was cut"
+    )
     cached = answers(fleet, queries)
     with fleet.caches_set_aside():
         assert answers(fleet, queries) == cached

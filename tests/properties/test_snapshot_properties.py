@@ -34,13 +34,31 @@ def round_trip(service, state, seq: int):
     raw = snapshots.dumps(fold)
     data, digest_ = snapshots.compress(raw)
     manifest = snapshots.Manifest(
-        format=snapshots.FORMAT, schema=snapshots.schema(), service=service.name,
-        instance=service.instance, seq=seq, stream_first_seq=1, stream_created="t",
-        config_digest=snapshots.config_digest(fold), raw_bytes=len(raw), bytes=len(data),
-        digest=digest_, slot="a", chunks=1, chunk_bytes=len(data), saved_ms=0)
+        format=snapshots.FORMAT,
+        schema=snapshots.schema(),
+        service=service.name,
+        instance=service.instance,
+        seq=seq,
+        stream_first_seq=1,
+        stream_created="t",
+        config_digest=snapshots.config_digest(fold),
+        raw_bytes=len(raw),
+        bytes=len(data),
+        digest=digest_,
+        slot="a",
+        chunks=1,
+        chunk_bytes=len(data),
+        saved_ms=0,
+    )
     manifest = msgspec.json.decode(msgspec.json.encode(manifest), type=snapshots.Manifest)
-    snapshots.check(manifest, name=service.name, instance=service.instance, first_seq=1,
-                    last_seq=seq, created="t")
+    snapshots.check(
+        manifest,
+        name=service.name,
+        instance=service.instance,
+        first_seq=1,
+        last_seq=seq,
+        created="t",
+    )
     restored = snapshots.loads(data, manifest)
     snapshots.check_state(manifest, restored)
     return service.from_fold(restored, service.initial_state())
@@ -51,9 +69,17 @@ def wire(out) -> list[bytes]:
 
 
 @SETTINGS
-@given(st.lists(job, min_size=1, max_size=12), policy, disruption, limits, st.floats(0, 1),
-       st.lists(st.integers(0, 4 * 3600 * 1000), min_size=1, max_size=3))
-def test_snapshot_plus_tail_is_the_full_fold_and_decides_alike(jobs, pol, events_, lim, where, instants):
+@given(
+    st.lists(job, min_size=1, max_size=12),
+    policy,
+    disruption,
+    limits,
+    st.floats(0, 1),
+    st.lists(st.integers(0, 4 * 3600 * 1000), min_size=1, max_size=3),
+)
+def test_snapshot_plus_tail_is_the_full_fold_and_decides_alike(
+    jobs, pol, events_, lim, where, instants
+):
     scenario = from_document(document(jobs, pol, events_, lim))
     plain = simulate(scenario).log
     cut = max(1, int(where * len(plain)))
@@ -80,8 +106,9 @@ def test_snapshot_plus_tail_is_the_full_fold_and_decides_alike(jobs, pol, events
         full.apply(seq, e)
     assert digest(restored) == digest(full) == digest(sim.ledger)
     for now_ms in [sim.now_ms, *instants]:
-        for a, b in zip(standard_services(scenario.nodes), standard_services(scenario.nodes),
-                        strict=True):
+        for a, b in zip(
+            standard_services(scenario.nodes), standard_services(scenario.nodes), strict=True
+        ):
             assert wire(a.decide(restored, now_ms)) == wire(b.decide(full, now_ms)), a.producer
 
 
@@ -102,7 +129,10 @@ def test_the_node_agents_fold_round_trips(jobs, pol, events_, lim, where):
         agent.evolve(restored, seq, e)
     assert digest(restored.ledger) == digest(full.ledger)
     assert (restored.ended_ms, restored.cancelled_ms, restored.last_metrics_ms) == (
-        full.ended_ms, full.cancelled_ms, full.last_metrics_ms)
+        full.ended_ms,
+        full.cancelled_ms,
+        full.last_metrics_ms,
+    )
     assert wire(agent.decide(restored, 10**7)) == wire(agent.decide(full, 10**7))
 
 
@@ -113,10 +143,22 @@ def test_an_incompatible_or_damaged_snapshot_is_unusable() -> None:
     raw = snapshots.dumps(ledger)
     data, digest_ = snapshots.compress(raw)
     good = snapshots.Manifest(
-        format=snapshots.FORMAT, schema=snapshots.schema(), service="scheduler", instance="0",
-        seq=5, stream_first_seq=1, stream_created="t", config_digest=ledger.config.digest,
-        raw_bytes=len(raw), bytes=len(data), digest=digest_, slot="a", chunks=1,
-        chunk_bytes=len(data), saved_ms=0)
+        format=snapshots.FORMAT,
+        schema=snapshots.schema(),
+        service="scheduler",
+        instance="0",
+        seq=5,
+        stream_first_seq=1,
+        stream_created="t",
+        config_digest=ledger.config.digest,
+        raw_bytes=len(raw),
+        bytes=len(data),
+        digest=digest_,
+        slot="a",
+        chunks=1,
+        chunk_bytes=len(data),
+        saved_ms=0,
+    )
     ok = {"name": "scheduler", "instance": "0", "first_seq": 1, "last_seq": 9, "created": "t"}
     snapshots.check(good, **ok)
     bad = [
@@ -141,22 +183,56 @@ def test_an_incompatible_or_damaged_snapshot_is_unusable() -> None:
 
 
 def test_the_forked_encoding_is_the_inline_one() -> None:
-    log = simulate(from_document(document(
-        [{"tenant": "a", "class": "train", "shape": {"gpus": 2, "replicas": 2}, "duration_s": 60,
-          "at_s": 0}], {"preemption_scope": "tenant", "min_runtime_s": 0, "reservation_after_s": 0,
-                        "placement_policy": "default", "default_grace_s": 30}, [], (None, None)))).log
+    log = simulate(
+        from_document(
+            document(
+                [
+                    {
+                        "tenant": "a",
+                        "class": "train",
+                        "shape": {"gpus": 2, "replicas": 2},
+                        "duration_s": 60,
+                        "at_s": 0,
+                    }
+                ],
+                {
+                    "preemption_scope": "tenant",
+                    "min_runtime_s": 0,
+                    "reservation_after_s": 0,
+                    "placement_policy": "default",
+                    "default_grace_s": 30,
+                },
+                [],
+                (None, None),
+            )
+        )
+    ).log
     ledger = Ledger()
     for seq, _, e in log:
         ledger.apply(seq, e)
     encoding = snapshots.Encoding(ledger)
-    late = ev.JobSubmitted(job=ev.JobSpec(job_id="late", tenant="a", resources=ev.Resources(gpus=1)))
+    late = ev.JobSubmitted(
+        job=ev.JobSpec(job_id="late", tenant="a", resources=ev.Resources(gpus=1))
+    )
     ledger.apply(len(log) + 1, late)  # what changes after the fork is not in the snapshot
     raw_bytes, data, digest_ = encoding.result()
     manifest = snapshots.Manifest(
-        format=snapshots.FORMAT, schema=snapshots.schema(), service="scheduler", instance="0",
-        seq=len(log), stream_first_seq=1, stream_created="t", config_digest="",
-        raw_bytes=raw_bytes, bytes=len(data), digest=digest_, slot="a", chunks=1,
-        chunk_bytes=len(data), saved_ms=0)
+        format=snapshots.FORMAT,
+        schema=snapshots.schema(),
+        service="scheduler",
+        instance="0",
+        seq=len(log),
+        stream_first_seq=1,
+        stream_created="t",
+        config_digest="",
+        raw_bytes=raw_bytes,
+        bytes=len(data),
+        digest=digest_,
+        slot="a",
+        chunks=1,
+        chunk_bytes=len(data),
+        saved_ms=0,
+    )
     restored = snapshots.loads(data, manifest)
     fresh = Ledger()
     for seq, _, e in log:
@@ -179,12 +255,37 @@ def test_a_fold_of_another_kind_does_not_fit() -> None:
 
 
 def _small_ledger() -> Ledger:
-    log = simulate(from_document(document(
-        [{"tenant": "a", "class": "train", "shape": {"gpus": 2, "replicas": 2}, "duration_s": 60,
-          "at_s": 0}, {"tenant": "b", "class": "train", "shape": {"gpus": 1, "replicas": 1},
-                       "duration_s": 30, "at_s": 5}],
-        {"preemption_scope": "tenant", "min_runtime_s": 0, "reservation_after_s": 0,
-         "placement_policy": "default", "default_grace_s": 30}, [], (None, None)))).log
+    log = simulate(
+        from_document(
+            document(
+                [
+                    {
+                        "tenant": "a",
+                        "class": "train",
+                        "shape": {"gpus": 2, "replicas": 2},
+                        "duration_s": 60,
+                        "at_s": 0,
+                    },
+                    {
+                        "tenant": "b",
+                        "class": "train",
+                        "shape": {"gpus": 1, "replicas": 1},
+                        "duration_s": 30,
+                        "at_s": 5,
+                    },
+                ],
+                {
+                    "preemption_scope": "tenant",
+                    "min_runtime_s": 0,
+                    "reservation_after_s": 0,
+                    "placement_policy": "default",
+                    "default_grace_s": 30,
+                },
+                [],
+                (None, None),
+            )
+        )
+    ).log
     ledger = Ledger()
     for seq, _, e in log:
         ledger.apply(seq, e)
@@ -194,9 +295,22 @@ def _small_ledger() -> Ledger:
 def _restore(raw: bytes):
     data, digest_ = snapshots.compress(raw)
     manifest = snapshots.Manifest(
-        format=snapshots.FORMAT, schema=snapshots.schema(), service="scheduler", instance="0",
-        seq=1, stream_first_seq=1, stream_created="t", config_digest="", raw_bytes=len(raw),
-        bytes=len(data), digest=digest_, slot="a", chunks=1, chunk_bytes=len(data), saved_ms=0)
+        format=snapshots.FORMAT,
+        schema=snapshots.schema(),
+        service="scheduler",
+        instance="0",
+        seq=1,
+        stream_first_seq=1,
+        stream_created="t",
+        config_digest="",
+        raw_bytes=len(raw),
+        bytes=len(data),
+        digest=digest_,
+        slot="a",
+        chunks=1,
+        chunk_bytes=len(data),
+        saved_ms=0,
+    )
     return snapshots.loads(data, manifest)
 
 

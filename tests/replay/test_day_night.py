@@ -57,16 +57,26 @@ def test_by_day_inference_holds_6_and_by_night_training_holds_8(snapshots):
 
 def test_the_configuration_changes_are_events_at_the_cron_times(snapshots):
     _, sim = snapshots
-    changes = [(e.occurred_at_ms, e.correlation_id, e.tenant, e.guaranteed_gpu_milli)
-               for _, _, e in sim.log if isinstance(e, ev.TenantConfigured) and e.producer.startswith("quota")]
+    changes = [
+        (e.occurred_at_ms, e.correlation_id, e.tenant, e.guaranteed_gpu_milli)
+        for _, _, e in sim.log
+        if isinstance(e, ev.TenantConfigured) and e.producer.startswith("quota")
+    ]
     fired = sorted({(t, c) for t, c, _, _ in changes})
     # t=0 catches up the last fire of each (yesterday 08:00, then 20:00: night in force)
-    assert fired == [(0, "schedule:business-hours"), (0, "schedule:night"),
-                     (8 * H, "schedule:business-hours"), (20 * H, "schedule:night"),
-                     (32 * H, "schedule:business-hours"), (44 * H, "schedule:night")]
+    assert fired == [
+        (0, "schedule:business-hours"),
+        (0, "schedule:night"),
+        (8 * H, "schedule:business-hours"),
+        (20 * H, "schedule:night"),
+        (32 * H, "schedule:business-hours"),
+        (44 * H, "schedule:night"),
+    ]
     day2 = [(g, tenant) for t, c, tenant, g in changes if t == 32 * H]
     assert day2 == [(6000, "inference"), (2000, "training")]
-    assert all(s.startswith("gl.admin.") for _, s, e in sim.log if isinstance(e, ev.TenantConfigured))
+    assert all(
+        s.startswith("gl.admin.") for _, s, e in sim.log if isinstance(e, ev.TenantConfigured)
+    )
 
 
 def test_the_example_runs_to_its_until_and_the_same_inputs_give_the_same_log():

@@ -21,9 +21,20 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 OPENB = ROOT / "tests" / "fixtures" / "openb"
 
-SCENARIOS = ["backfill", "consolidation", "day-night", "demo", "inference-burst",
-             "latency-critical", "mig-regeometry", "preempt-batch", "runai-reclaim",
-             "starving-gang", "thrashing", "usage-decay"]
+SCENARIOS = [
+    "backfill",
+    "consolidation",
+    "day-night",
+    "demo",
+    "inference-burst",
+    "latency-critical",
+    "mig-regeometry",
+    "preempt-batch",
+    "runai-reclaim",
+    "starving-gang",
+    "thrashing",
+    "usage-decay",
+]
 
 EXPECTED = {
     "scenario:backfill": "3f79a0b487f5e5d6aa7d996e76a6c088ab2b7b027d4e809080325d9d46e2474e",

@@ -29,8 +29,11 @@ def run(name: str, check: bool = False, **policy):
 
 
 def logged(sim, cls, **match):
-    return [e for _, _, e in sim.log if isinstance(e, cls)
-            and all(getattr(e, k) == v for k, v in match.items())]
+    return [
+        e
+        for _, _, e in sim.log
+        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
+    ]
 
 
 def nodes_of(placement) -> list[str]:
@@ -47,7 +50,8 @@ def test_consolidation_migrates_one_small_job_and_the_fragmented_job_lands():
     (planned,) = logged(sim, ev.ConsolidationPlanned)
     assert planned.job_id == "wide" and planned.target_nodes == ("n1",)
     assert [(m.job_id, m.from_nodes, m.to_nodes, m.gpu_milli) for m in planned.moves] == [
-        ("p2", ("n1",), ("n2",), 2000)]
+        ("p2", ("n1",), ("n2",), 2000)
+    ]
     assert planned.free_gpu_milli == 4000 and planned.occurred_at_ms == 900_000
     assert "4 are free, but fragmented" in planned.message
     # and the move is a checkpoint-then-evict preemption with reason Consolidate
@@ -56,11 +60,17 @@ def test_consolidation_migrates_one_small_job_and_the_fragmented_job_lands():
     assert req.details["migration"] == {"to_nodes": ["n2"], "for": "wide"}
     (evicted,) = logged(sim, ev.GangEvicted, job_id="p2")
     assert (evicted.reason, evicted.preempted_by, evicted.checkpointed, evicted.lost_gpu_ms) == (
-        "Consolidate", "wide", True, 0)
+        "Consolidate",
+        "wide",
+        True,
+        0,
+    )
     # then p2 is placed again on n2 at once (after its 20 s save), resuming from its checkpoint,
     # and wide lands on the 4 GPUs of n1 at the same instant
     assert [(p["at_s"], nodes_of(p)) for p in jobs["p2"]["placements"]] == [
-        (0.0, ["n1"]), (920.0, ["n2"])]
+        (0.0, ["n1"]),
+        (920.0, ["n2"]),
+    ]
     assert [(p["at_s"], nodes_of(p)) for p in jobs["wide"]["placements"]] == [(920.0, ["n1"])]
     (placed,) = logged(sim, ev.GangPlaced, job_id="p2", allocation_id="p2#2")
     assert placed.resume_step == 900
@@ -117,7 +127,8 @@ def test_consolidation_bad_config_is_one_line_with_a_suggestion():
     with pytest.raises(ConfigFileError) as info:
         from_document(doc)
     assert str(info.value).splitlines() == [
-        "policy.consolidation_max_move: unknown key (did you mean 'consolidation_max_moves'?)"]
+        "policy.consolidation_max_move: unknown key (did you mean 'consolidation_max_moves'?)"
+    ]
     doc["policy"] = {"consolidation_max_moves": 0}
     with pytest.raises(ConfigFileError) as info:
         from_document(doc)
@@ -131,27 +142,44 @@ def test_mig_regeometry_repartitions_an_idle_gpu_and_the_job_places():
     sim, jobs, _ = run("mig-regeometry.yaml", check=True)
     req_a, req_b = logged(sim, ev.MigReconfigurationRequested)
     # big-a at 60 s: GPU 1 is idle, GPU 0 holds the three 1g replicas
-    assert (req_a.job_id, req_a.node, req_a.gpu_index, req_a.occurred_at_ms) == ("big-a", "m1", 1, 60_000)
+    assert (req_a.job_id, req_a.node, req_a.gpu_index, req_a.occurred_at_ms) == (
+        "big-a",
+        "m1",
+        1,
+        60_000,
+    )
     assert req_a.previous_layout == tuple(f"1g.10gb@{i}" for i in range(7))
     assert req_a.layout == ("1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4")
     done_a, done_b = logged(sim, ev.MigReconfigured)
     assert (done_a.node, done_a.gpu_index, done_a.layout, done_a.causation_id) == (
-        "m1", 1, req_a.layout, req_a.event_id)
+        "m1",
+        1,
+        req_a.layout,
+        req_a.event_id,
+    )
     placed = jobs["big-a"]["placements"][0]
     assert placed["at_s"] == 60.0
-    assert [(m["node"], m["gpus"], m["mig_profile"]) for m in placed["members"]] == [("m1", [1], "3g.40gb")]
+    assert [(m["node"], m["gpus"], m["mig_profile"]) for m in placed["members"]] == [
+        ("m1", [1], "3g.40gb")
+    ]
     # big-b: GPU 1's only 3g slot is taken, GPU 0 busy until 3600 s, and the node's one
     # re-geometry per hour was spent at 60 s: GPU 0 is re-partitioned at 3660 s
     assert (req_b.job_id, req_b.gpu_index, req_b.occurred_at_ms) == ("big-b", 0, 3_660_000)
     assert req_b.details["node_regeometries_in_window"] == 1
     assert jobs["big-b"]["placements"][0]["at_s"] == 3660.0
     assert sim.ledger.nodes["m1"].info.gpus[0].mig_layout == req_b.layout
-    limited = [e for e in logged(sim, ev.PendingReasonChanged, job_id="big-b")
-               if "regeometry_rate_limited" in e.details]
-    assert [(e.occurred_at_ms, e.details["regeometry_rate_limited"]) for e in limited] == [(3_600_000, ["m1"])]
+    limited = [
+        e
+        for e in logged(sim, ev.PendingReasonChanged, job_id="big-b")
+        if "regeometry_rate_limited" in e.details
+    ]
+    assert [(e.occurred_at_ms, e.details["regeometry_rate_limited"]) for e in limited] == [
+        (3_600_000, ["m1"])
+    ]
     assert limited[0].message.endswith(
         "an idle GPU on m1 could be re-partitioned, but the node's re-geometries are limited to "
-        "1 per 3600s: next at t+1h1m")
+        "1 per 3600s: next at t+1h1m"
+    )
     first = logged(sim, ev.PendingReasonChanged, job_id="big-a")[0]
     assert first.reason == "MIGPlacementUnavailable" and "could be re-partitioned" in first.message
 
@@ -180,7 +208,8 @@ def test_a_bad_mig_layout_is_one_line():
     with pytest.raises(ConfigFileError) as info:
         from_document(doc)
     assert str(info.value).splitlines() == [
-        "cluster.nodes[0].mig_layout: '4g.40gb': no room left on the GPU for it"]
+        "cluster.nodes[0].mig_layout: '4g.40gb': no room left on the GPU for it"
+    ]
 
 
 def test_existing_scenarios_replay_unchanged_with_the_feature_off():
@@ -189,8 +218,11 @@ def test_existing_scenarios_replay_unchanged_with_the_feature_off():
     doc = yaml.safe_load((EXAMPLES / "inference-burst.yaml").read_text())
     doc["policy"] = {**(doc.get("policy") or {}), "consolidation": False, "mig_regeometry": False}
     off = simulate(from_document(doc))
-    strip = lambda log: [(type(e).__name__, e.event_id, getattr(e, "job_id", None))  # noqa: E731
-                         for _, _, e in log if not isinstance(e, ev.PolicyConfigured)]
+    strip = lambda log: [
+        (type(e).__name__, e.event_id, getattr(e, "job_id", None))  # noqa: E731
+        for _, _, e in log
+        if not isinstance(e, ev.PolicyConfigured)
+    ]
     assert strip(base.log) == strip(off.log)
 
 
@@ -211,8 +243,10 @@ def test_what_if_a_log_recorded_without_consolidation_replays_with_it():
 
     off, _, _ = run("consolidation.yaml", consolidation=False)
     assert logged(off, ev.ConsolidationPlanned) == []
-    doc = {"tenants": [{"name": "research", "guaranteed": 16}],
-           "policy": {"consolidation": True, "consolidation_max_moves": 2}}
+    doc = {
+        "tenants": [{"name": "research", "guaranteed": 16}],
+        "policy": {"consolidation": True, "consolidation_max_moves": 2},
+    }
     sim = replay(with_config(external_inputs(off.log), doc))
     (planned,) = logged(sim, ev.ConsolidationPlanned)
     assert planned.job_id == "wide" and [m.job_id for m in planned.moves] == ["p2"]

@@ -66,10 +66,15 @@ def _overlap(log):
     """Two live allocations at once and a whole GPU of the first one."""
     placed = {}
     for seq, _, e in log:
-        if isinstance(e, ev.GangPlaced) and not any(m.mig_profile or m.gpu_milli for m in e.members):
+        if isinstance(e, ev.GangPlaced) and not any(
+            m.mig_profile or m.gpu_milli for m in e.members
+        ):
             placed[e.allocation_id] = (seq, e)
-    ended = {e.allocation_id: seq for seq, _, e in log
-             if isinstance(e, (ev.GangEvicted, ev.GangCompleted, ev.GangFailed))}
+    ended = {
+        e.allocation_id: seq
+        for seq, _, e in log
+        if isinstance(e, (ev.GangEvicted, ev.GangCompleted, ev.GangFailed))
+    }
     for a_id, (seq, a) in placed.items():
         for seq_b, b in placed.values():
             if seq < seq_b < ended.get(a_id, 10**9) and a.job_id != b.job_id:
@@ -82,9 +87,15 @@ def _conflict(log):
     the moved placement's sequence, that GPU's node and index)."""
     seq_b, a, b = _overlap(log)
     first = a.members[0]
-    moved = msgspec.structs.replace(b.members[0], node=first.node, gpus=(first.gpus[0],) + b.members[0].gpus[1:])
+    moved = msgspec.structs.replace(
+        b.members[0], node=first.node, gpus=(first.gpus[0],) + b.members[0].gpus[1:]
+    )
     bad = msgspec.structs.replace(b, members=(moved,) + b.members[1:])
-    return [(s, subj, bad if s == seq_b else e) for s, subj, e in log], seq_b, (first.node, first.gpus[0])
+    return (
+        [(s, subj, bad if s == seq_b else e) for s, subj, e in log],
+        seq_b,
+        (first.node, first.gpus[0]),
+    )
 
 
 def test_a_double_allocation_is_reported(run):
@@ -102,9 +113,15 @@ def test_a_refused_conflict_on_the_record_is_not_an_allocation(run):
     # Given the same conflicting placement, which a service dead-lettered
     log2, seq, _ = _conflict(log)
     placed = log2[seq - 1][2]
-    dead = ev.DeadLettered(event_id="dl", occurred_at_ms=placed.occurred_at_ms, correlation_id=placed.job_id,
-                           producer="scheduler/0", stream_seq=seq, subject=log2[seq - 1][1],
-                           reason="Refused: PlacementConflict")
+    dead = ev.DeadLettered(
+        event_id="dl",
+        occurred_at_ms=placed.occurred_at_ms,
+        correlation_id=placed.job_id,
+        producer="scheduler/0",
+        stream_seq=seq,
+        subject=log2[seq - 1][1],
+        reason="Refused: PlacementConflict",
+    )
     refused = log2 + [(len(log2) + 1, "gl.dead.x", dead)]
     assert results(refused, acked)["no_double_allocation"] is True
     # and without the dead letter it stands as a double allocation
@@ -113,7 +130,9 @@ def test_a_refused_conflict_on_the_record_is_not_an_allocation(run):
 
 def test_a_partial_gang_is_reported(run):
     log, acked = run
-    seq, gang = next((s, e) for s, _, e in log if isinstance(e, ev.GangPlaced) and len(e.members) == 2)
+    seq, gang = next(
+        (s, e) for s, _, e in log if isinstance(e, ev.GangPlaced) and len(e.members) == 2
+    )
     half = msgspec.structs.replace(gang, members=gang.members[:1])
     got = results([(s, subj, half if s == seq else e) for s, subj, e in log], acked)
     assert got["no_partial_gang"] is False
@@ -122,9 +141,16 @@ def test_a_partial_gang_is_reported(run):
 def test_a_member_started_outside_its_gang_is_reported(run):
     log, acked = run
     seq, done = next((s, e) for s, _, e in log if isinstance(e, ev.GangCompleted))
-    late = ev.MemberStarted(event_id="late", occurred_at_ms=done.occurred_at_ms + 1, correlation_id=done.job_id,
-                            producer="node-agent/a1", job_id=done.job_id, allocation_id=done.allocation_id,
-                            rank=0, node="a1")
+    late = ev.MemberStarted(
+        event_id="late",
+        occurred_at_ms=done.occurred_at_ms + 1,
+        correlation_id=done.job_id,
+        producer="node-agent/a1",
+        job_id=done.job_id,
+        allocation_id=done.allocation_id,
+        rank=0,
+        node="a1",
+    )
     got = results(insert_after(log, seq, late), acked)
     assert got["no_partial_gang"] is False and got["running_members_placed"] is False
 
@@ -133,12 +159,22 @@ def test_a_lost_job_is_reported(run):
     log, acked = run
     # an acknowledged submission missing from the log
     job = next(e for _, _, e in log if isinstance(e, ev.JobSubmitted)).job.job_id
-    dropped = renumber([(s, subj, e) for s, subj, e in log
-                        if not (isinstance(e, ev.JobSubmitted) and e.job.job_id == job)])
+    dropped = renumber(
+        [
+            (s, subj, e)
+            for s, subj, e in log
+            if not (isinstance(e, ev.JobSubmitted) and e.job.job_id == job)
+        ]
+    )
     assert results(dropped, {job: acked[job]})["no_lost_job"] is False
     # an acknowledged job that admission never decided
-    undecided = renumber([(s, subj, e) for s, subj, e in log
-                          if not (isinstance(e, (ev.JobAdmitted, ev.JobRejected)) and e.job_id == job)])
+    undecided = renumber(
+        [
+            (s, subj, e)
+            for s, subj, e in log
+            if not (isinstance(e, (ev.JobAdmitted, ev.JobRejected)) and e.job_id == job)
+        ]
+    )
     new_acked = {e.job.job_id: s for s, _, e in undecided if isinstance(e, ev.JobSubmitted)}
     assert results(undecided, new_acked)["no_lost_job"] is False
     # and a job the client was told about at another sequence
@@ -152,7 +188,13 @@ def test_a_running_job_without_an_allocation_is_reported(run):
     cut = [(s, subj, e) for s, subj, e in log if s <= seq]
     assert results(cut, {})["running_members_placed"] is True
     # a running job whose allocation the checker never saw hold anything
-    evicted = ev.GangCompleted(event_id="x", occurred_at_ms=placed.occurred_at_ms, correlation_id=placed.job_id,
-                               producer="scheduler/0", job_id="someone-else", allocation_id=placed.allocation_id)
+    evicted = ev.GangCompleted(
+        event_id="x",
+        occurred_at_ms=placed.occurred_at_ms,
+        correlation_id=placed.job_id,
+        producer="scheduler/0",
+        job_id="someone-else",
+        allocation_id=placed.allocation_id,
+    )
     got = results(cut + [(seq + 1, ev.subject_for(evicted), evicted)], {})
     assert got["running_members_placed"] is False

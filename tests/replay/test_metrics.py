@@ -24,8 +24,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 NODE_LOSS = {
     "name": "node-loss",
-    "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4, "model": "A100-80GB",
-                           "cpu": 64, "memory": "512Gi"}]},
+    "cluster": {
+        "nodes": [
+            {
+                "name_prefix": "n",
+                "count": 2,
+                "gpus": 4,
+                "model": "A100-80GB",
+                "cpu": 64,
+                "memory": "512Gi",
+            }
+        ]
+    },
     "tenants": [{"name": "team-a", "guaranteed": 8}],
     "timeline": [
         {"at": 0, "submit": {"id": "job-1", "tenant": "team-a", "gpus": 4, "duration": "10s"}},
@@ -39,8 +49,13 @@ SCENARIOS = {  # name: (scenario, stop at ms or None)
     "demo stopped while serve waits": (lambda: load_scenario(ROOT / "examples/demo.yaml"), 4_500),
     "backfill": (lambda: load_scenario(ROOT / "examples/backfill.yaml"), None),
     "inference-burst (MIG, shares)": (
-        lambda: load_scenario(ROOT / "examples/inference-burst.yaml"), None),
-    "thrashing-mixed": (lambda: load_scenario(ROOT / "replay/scenarios/thrashing-mixed.yaml"), None),
+        lambda: load_scenario(ROOT / "examples/inference-burst.yaml"),
+        None,
+    ),
+    "thrashing-mixed": (
+        lambda: load_scenario(ROOT / "replay/scenarios/thrashing-mixed.yaml"),
+        None,
+    ),
     "node loss": (lambda: from_document(NODE_LOSS), None),
 }
 
@@ -59,7 +74,9 @@ def _three_ways(sim, tmp_path: Path):
         pj.run(sim.log)
         con = pj.store.con
         cols = [d[0] for d in con.execute("SELECT * FROM run_metrics").description]
-        projected = dict(zip(cols, con.execute("SELECT * FROM run_metrics").fetchone(), strict=True))
+        projected = dict(
+            zip(cols, con.execute("SELECT * FROM run_metrics").fetchone(), strict=True)
+        )
         waits = con.execute(
             "SELECT slo_class, never_placed, wait_s_p50, wait_s_p99 FROM wait_by_class ORDER BY 1"
         ).fetchall()
@@ -93,8 +110,11 @@ def test_simulate_report_compare_and_projection_agree(name, tmp_path):
         for c in sorted(m["never_placed_by_class"])
     ]
     # and the audit `slo` view's time to place is the same wait
-    assert slo == [(c, m["wait_s_p50_by_class"][c], m["wait_s_p99_by_class"][c])
-                   for c in sorted(m["wait_s_p50_by_class"]) if m["wait_s_p50_by_class"][c] is not None]
+    assert slo == [
+        (c, m["wait_s_p50_by_class"][c], m["wait_s_p99_by_class"][c])
+        for c in sorted(m["wait_s_p50_by_class"])
+        if m["wait_s_p50_by_class"][c] is not None
+    ]
 
 
 def test_allocation_counts_only_capacity_that_is_there(tmp_path):
@@ -134,26 +154,53 @@ def test_projector_mappers_derive_the_ledgers_job_lifecycle(name, tmp_path):
     expected = []
     for job_id in sorted(ledger.jobs):
         j = ledger.jobs[job_id]
-        expected.append((job_id, j.state, j.admitted_ms,
-                         j.placements[0][0] if j.placements else None, j.finished_ms,
-                         len(j.placements)))
+        expected.append(
+            (
+                job_id,
+                j.state,
+                j.admitted_ms,
+                j.placements[0][0] if j.placements else None,
+                j.finished_ms,
+                len(j.placements),
+            )
+        )
     assert rows == expected
 
 
 def test_capacity_follows_registration_loss_and_revival(tmp_path):
     # given a 4-GPU node registered at 0, registered again at 10 s, lost at 20 s and heard
     # from again at 30 s; a 2-GPU job runs from 0 to 15 s; the log ends at 40 s
-    node = ev.NodeInfo(name="n1", cpu_milli=64000, memory_mib=65536, gpus=tuple(
-        ev.GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="H100-80GB", memory_mib=81920, clique="c")
-        for i in range(4)))
-    spec = ev.JobSpec(job_id="j1", tenant="t", priority_class="train", resources=ev.Resources(gpus=2))
+    node = ev.NodeInfo(
+        name="n1",
+        cpu_milli=64000,
+        memory_mib=65536,
+        gpus=tuple(
+            ev.GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="H100-80GB", memory_mib=81920, clique="c")
+            for i in range(4)
+        ),
+    )
+    spec = ev.JobSpec(
+        job_id="j1", tenant="t", priority_class="train", resources=ev.Resources(gpus=2)
+    )
     log = [
         ev.NodeRegistered(event_id="r1", node=node, simulated=True),
         ev.JobSubmitted(event_id="s1", job=spec),
-        ev.JobAdmitted(event_id="a1", job_id="j1", tenant="t", priority_class="train", priority=50,
-                       preemptible=True, slo_class="batch"),
-        ev.GangPlaced(event_id="p1", job_id="j1", allocation_id="j1#1", tenant="t",
-                      members=(ev.MemberPlacement(rank=0, node="n1", gpus=(0, 1)),)),
+        ev.JobAdmitted(
+            event_id="a1",
+            job_id="j1",
+            tenant="t",
+            priority_class="train",
+            priority=50,
+            preemptible=True,
+            slo_class="batch",
+        ),
+        ev.GangPlaced(
+            event_id="p1",
+            job_id="j1",
+            allocation_id="j1#1",
+            tenant="t",
+            members=(ev.MemberPlacement(rank=0, node="n1", gpus=(0, 1)),),
+        ),
         ev.NodeRegistered(event_id="r2", occurred_at_ms=10_000, node=node, simulated=True),
         ev.GangCompleted(event_id="c1", occurred_at_ms=15_000, job_id="j1", allocation_id="j1#1"),
         ev.NodeLost(event_id="l1", occurred_at_ms=20_000, node="n1", message="silent"),

@@ -23,8 +23,16 @@ from gpuledger.services.domain.ledger import spec_differences
 from gpuledger.services.runtime.gctune import collector_paused
 from tests.replay.test_decisions_unchanged import openb_digest, scenario_digest
 
-EXAMPLES = ["backfill", "day-night", "mig-regeometry", "preempt-batch", "runai-reclaim",
-            "starving-gang", "thrashing", "usage-decay"]
+EXAMPLES = [
+    "backfill",
+    "day-night",
+    "mig-regeometry",
+    "preempt-batch",
+    "runai-reclaim",
+    "starving-gang",
+    "thrashing",
+    "usage-decay",
+]
 
 
 def _cycles_left_by(run) -> Counter:
@@ -41,8 +49,7 @@ def _cycles_left_by(run) -> Counter:
         run()
         gc.unfreeze()
         gc.collect()
-        found = Counter(
-            getattr(o, "__qualname__", None) or type(o).__name__ for o in gc.garbage)
+        found = Counter(getattr(o, "__qualname__", None) or type(o).__name__ for o in gc.garbage)
     finally:
         gc.set_debug(flags)
         gc.garbage.clear()
@@ -72,14 +79,20 @@ def test_the_check_can_fail() -> None:
 def test_the_check_finds_a_cycle_left_inside_a_run_that_freezes_its_survivors() -> None:
     def cyclic_in_a_run() -> None:
         with collector_paused(freeze_above=0):
+
             def again(n: int) -> int:
                 return n if n < 1 else again(n - 1)
 
             again(1)
 
     left = _cycles_left_by(cyclic_in_a_run)
-    assert left[f"{test_the_check_finds_a_cycle_left_inside_a_run_that_freezes_its_survivors.__name__}"
-                ".<locals>.cyclic_in_a_run.<locals>.again"] == 1
+    assert (
+        left[
+            f"{test_the_check_finds_a_cycle_left_inside_a_run_that_freezes_its_survivors.__name__}"
+            ".<locals>.cyclic_in_a_run.<locals>.again"
+        ]
+        == 1
+    )
 
 
 def test_a_run_freezes_what_it_leaves_alive_only_when_that_is_large() -> None:

@@ -6,13 +6,28 @@ from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 
-NO_PROTECTION = {"preemption_scope": "cluster", "min_runtime_s": 0, "eviction_budget_per_hour": 0,
-                 "aging_after_preemptions": 0, "aging_after_wait_s": 0, "default_grace_s": 30}
+NO_PROTECTION = {
+    "preemption_scope": "cluster",
+    "min_runtime_s": 0,
+    "eviction_budget_per_hour": 0,
+    "aging_after_preemptions": 0,
+    "aging_after_wait_s": 0,
+    "default_grace_s": 30,
+}
 
 
 def submit(at_s, job_id, tenant, cls, gpus, duration):
-    return {"at": at_s, "submit": {"id": job_id, "tenant": tenant, "class": cls, "gpus": gpus,
-                                   "duration": duration, "checkpoint": {"save": "5s"}}}
+    return {
+        "at": at_s,
+        "submit": {
+            "id": job_id,
+            "tenant": tenant,
+            "class": cls,
+            "gpus": gpus,
+            "duration": duration,
+            "checkpoint": {"save": "5s"},
+        },
+    }
 
 
 def test_priority_never_takes_a_borrowing_tenant_below_its_guarantee_so_it_cannot_reclaim_back():
@@ -26,16 +41,25 @@ def test_priority_never_takes_a_borrowing_tenant_below_its_guarantee_so_it_canno
     b's job placed and evicted at once, and it finished later than by waiting."""
     timeline = [submit(0, "c-1", "c", "best-effort", 1, "2h")]
     timeline += [submit(0, f"a-{i}", "a", "best-effort", 1, "30m") for i in range(7)]
-    timeline += [submit(30, "a-late", "a", "best-effort", 1, "30m"),
-                 submit(60, "b-train", "b", "train", 4, "10m")]
-    sim = simulate(from_document({
-        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 2},
-                    {"name": "c", "guaranteed": 2}],
-        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
-        "policy": NO_PROTECTION,
-        "timeline": timeline,
-    }))
+    timeline += [
+        submit(30, "a-late", "a", "best-effort", 1, "30m"),
+        submit(60, "b-train", "b", "train", 4, "10m"),
+    ]
+    sim = simulate(
+        from_document(
+            {
+                "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+                "tenants": [
+                    {"name": "a", "guaranteed": 4},
+                    {"name": "b", "guaranteed": 2},
+                    {"name": "c", "guaranteed": 2},
+                ],
+                "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+                "policy": NO_PROTECTION,
+                "timeline": timeline,
+            }
+        )
+    )
     log = [e for _, _, e in sim.log]
     assert [e for e in log if isinstance(e, (ev.PreemptionRequested, ev.GangEvicted))] == []
     (declined,) = [e for e in log if isinstance(e, ev.PreemptionDeclined) and e.job_id == "b-train"]
@@ -43,4 +67,3 @@ def test_priority_never_takes_a_borrowing_tenant_below_its_guarantee_so_it_canno
     b_train = sim.ledger.jobs["b-train"]
     assert b_train.state == "completed" and b_train.placements[0][0] == 1_800_000  # a's jobs end
     assert all(j.state == "completed" for j in sim.ledger.jobs.values())
-

@@ -13,8 +13,12 @@ from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-OLD_ANTI_THRASHING = {"min_runtime_s": 0, "eviction_budget_per_hour": 0,
-                      "aging_after_preemptions": 0, "aging_after_wait_s": 0}
+OLD_ANTI_THRASHING = {
+    "min_runtime_s": 0,
+    "eviction_budget_per_hour": 0,
+    "aging_after_preemptions": 0,
+    "aging_after_wait_s": 0,
+}
 """The anti-thrashing values before issue 11 made them default; tests about something else
 (reservations, usage decay) set them so their numbers keep meaning what they say."""
 
@@ -31,15 +35,23 @@ def run(name: str, **policy):
 
 
 def logged(sim, cls, **match):
-    return [e for _, _, e in sim.log if isinstance(e, cls)
-            and all(getattr(e, k) == v for k, v in match.items())]
+    return [
+        e
+        for _, _, e in sim.log
+        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
+    ]
 
 
 def test_preempt_batch_checkpoints_the_batch_job_and_starts_production():
     sim, jobs, metrics = run("preempt-batch.yaml")
     (pre,) = jobs["batch"]["preemptions"]
     assert (pre["at_s"], pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
-        1800.0, "prod-train", "Priority", True, 0.0)
+        1800.0,
+        "prod-train",
+        "Priority",
+        True,
+        0.0,
+    )
     assert jobs["prod-train"]["placements"][0]["at_s"] == 1820.0  # after the 20 s save
     assert [p["at_s"] for p in jobs["batch"]["placements"]] == [0.0, 1820.0 + 3600.0]
     # 1800 s saved; 5400 s left after resuming
@@ -61,7 +73,12 @@ def test_runai_reclaim_evicts_the_borrower_and_it_resumes_on_eight_gpus_from_its
     sim, jobs, metrics = run("runai-reclaim.yaml")
     (pre,) = jobs["train-a"]["preemptions"]
     assert (pre["at_s"], pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
-        3600.0, "notebook-b", "Reclaim", True, 0.0)
+        3600.0,
+        "notebook-b",
+        "Reclaim",
+        True,
+        0.0,
+    )
     assert jobs["notebook-b"]["placements"][0]["at_s"] == 3660.0  # after the 60 s save
     first, second = jobs["train-a"]["placements"]
     assert second["at_s"] == 3660.0 + 1800.0  # as soon as the notebook ends
@@ -93,7 +110,11 @@ def test_inference_burst_takes_only_the_smallest_sufficient_victims_and_spares_t
     sim, jobs, metrics = run("inference-burst.yaml")
     victims = sorted(j for j, row in jobs.items() if row["preemptions"])
     assert victims == ["ft-a", "gang-1", "gang-2"]
-    assert all(p["reason"] == "Reclaim" and p["checkpointed"] for j in victims for p in jobs[j]["preemptions"])
+    assert all(
+        p["reason"] == "Reclaim" and p["checkpointed"]
+        for j in victims
+        for p in jobs[j]["preemptions"]
+    )
     for big in ("gang-64", "gang-32", "gang-16", "gang-8", "gang-4"):
         assert jobs[big]["preemptions"] == [] and len(jobs[big]["placements"]) == 1
     # one MIG victim frees slices for both MIG replicas: the second one waits for it, no new victim
@@ -112,7 +133,11 @@ def test_inference_burst_takes_only_the_smallest_sufficient_victims_and_spares_t
 def test_thrashing_is_bounded_by_min_runtime_eviction_budget_and_aging_and_the_victim_completes():
     sim, jobs, metrics = run("thrashing.yaml")
     pre = jobs["scavenger"]["preemptions"]
-    assert [(p["at_s"], p["by"]) for p in pre] == [(900.0, "burst-1"), (1830.0, "burst-2"), (4500.0, "burst-3")]
+    assert [(p["at_s"], p["by"]) for p in pre] == [
+        (900.0, "burst-1"),
+        (1830.0, "burst-2"),
+        (4500.0, "burst-3"),
+    ]
     assert all(p["checkpointed"] and p["lost_gpu_s"] == 0 for p in pre)
     at = [p["at_s"] for p in pre]
     assert all(sum(1 for b in at if a - 3600 < b <= a) <= 2 for a in at), "budget of 2 per hour"
@@ -120,7 +145,9 @@ def test_thrashing_is_bounded_by_min_runtime_eviction_budget_and_aging_and_the_v
     assert {"MinRuntime", "EvictionBudget", "NoVictims"} <= set(reasons)
     (aged,) = logged(sim, ev.PreemptionDeclined, job_id="burst-6")
     assert [x["reason"] for x in aged.details["excluded"]] == ["Aged"]
-    assert jobs["scavenger"]["state"] == "completed" and jobs["scavenger"]["completed_at_s"] == 9090.0
+    assert (
+        jobs["scavenger"]["state"] == "completed" and jobs["scavenger"]["completed_at_s"] == 9090.0
+    )
     assert all(row["state"] == "completed" for row in jobs.values())
     assert metrics["preemptions"] == 3 and metrics["lost_gpu_hours"] == 0.0
 
@@ -130,7 +157,9 @@ def test_a_starving_gang_gets_a_reservation_and_small_jobs_backfill_around_it():
     sim, jobs, metrics = run("starving-gang.yaml", preemption=False)
     gang = jobs["gang-32"]
     assert gang["placements"][0]["at_s"] == 6240.0  # 2640 s after it arrived at 3600 s
-    reserved = [e for e in logged(sim, ev.PendingReasonChanged, job_id="gang-32") if "reserved" in e.message]
+    reserved = [
+        e for e in logged(sim, ev.PendingReasonChanged, job_id="gang-32") if "reserved" in e.message
+    ]
     assert reserved[0].occurred_at_ms == 3600_000 + 900_000  # after reservation_after_s of waiting
     nodes = set(reserved[0].details["reservation"]["nodes"])
     assert {m["node"] for m in gang["placements"][0]["members"]} == nodes
@@ -139,8 +168,10 @@ def test_a_starving_gang_gets_a_reservation_and_small_jobs_backfill_around_it():
     assert held and all("gang-32" in e.message for e in held if e.occurred_at_ms < 6240_000)
     # ... while others backfill the reserved nodes because they end before it
     backfilled = [
-        e for e in logged(sim, ev.GangPlaced)
-        if e.job_id.startswith("small") and 4500_000 <= e.occurred_at_ms < 6240_000
+        e
+        for e in logged(sim, ev.GangPlaced)
+        if e.job_id.startswith("small")
+        and 4500_000 <= e.occurred_at_ms < 6240_000
         and {m.node for m in e.members} & nodes
     ]
     assert backfilled
@@ -170,13 +201,24 @@ def test_backfill_scenario_small_preemptible_jobs_use_reserved_nodes_until_the_g
     from gpuledger.replay.verify import verify
 
     sim, jobs, metrics = run("backfill.yaml")
-    (reserved,) = [e for e in logged(sim, ev.PendingReasonChanged, job_id="gang-16")
-                   if e.details.get("reservation")][:1]
-    assert reserved.occurred_at_ms == 900_000 and reserved.details["reservation"]["expected_start_s"] == 7200.0
+    (reserved,) = [
+        e
+        for e in logged(sim, ev.PendingReasonChanged, job_id="gang-16")
+        if e.details.get("reservation")
+    ][:1]
+    assert (
+        reserved.occurred_at_ms == 900_000
+        and reserved.details["reservation"]["expected_start_s"] == 7200.0
+    )
     # small preemptible jobs ran on the reserved nodes meanwhile, marked as backfill
     marked = {e.job_id: e for e in logged(sim, ev.GangPlaced, backfill_for="gang-16")}
     assert sorted(marked) == ["small-1", "small-2", "small-3", "small-4"]
-    assert [e.occurred_at_ms for e in marked.values()] == [1_260_000, 1_320_000, 4_200_000, 4_260_000]
+    assert [e.occurred_at_ms for e in marked.values()] == [
+        1_260_000,
+        1_320_000,
+        4_200_000,
+        4_260_000,
+    ]
     # quick-1 ends before the start: plain backfill, never disturbed; pinned-1 cannot be evicted
     (quick,) = logged(sim, ev.GangPlaced, job_id="quick-1")
     assert quick.backfill_for is None and jobs["quick-1"]["preemptions"] == []
@@ -192,7 +234,11 @@ def test_backfill_scenario_small_preemptible_jobs_use_reserved_nodes_until_the_g
     for j in marked:
         (pre,) = jobs[j]["preemptions"]
         assert (pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
-            "gang-16", "Backfill", True, 0.0)
+            "gang-16",
+            "Backfill",
+            True,
+            0.0,
+        )
         assert logged(sim, ev.GangRequeued, job_id=j)[0].resume_step is not None
         assert jobs[j]["state"] == "completed"
     assert metrics["preemptions_by_reason"] == {"Backfill": 4}
@@ -229,17 +275,30 @@ def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead()
     from gpuledger.replay.verify import verify
 
     def job(i, tenant, cls, gpus, minutes, at):
-        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
-                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+        return {
+            "at": at,
+            "submit": {
+                "id": f"j{i}",
+                "tenant": tenant,
+                "class": cls,
+                "gpus": gpus,
+                "duration": minutes * 60,
+                "checkpoint": {"save": 5},
+            },
+        }
 
     doc = {
         "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
         "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
         "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
         "policy": {"default_grace_s": 60},
-        "timeline": [job(0, "b", "best-effort", 1, 30, 0), job(1, "b", "best-effort", 1, 30, 0),
-                     job(3, "b", "best-effort", 2, 30, 120), job(2, "b", "best-effort", 2, 30, 180),
-                     job(4, "a", "train", 4, 10, 1860)],
+        "timeline": [
+            job(0, "b", "best-effort", 1, 30, 0),
+            job(1, "b", "best-effort", 1, 30, 0),
+            job(3, "b", "best-effort", 2, 30, 120),
+            job(2, "b", "best-effort", 2, 30, 180),
+            job(4, "a", "train", 4, 10, 1860),
+        ],
     }
     sim = simulate(from_document(doc))
     (moved,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
@@ -261,27 +320,44 @@ def test_fragmentation_by_several_small_gangs_moves_as_many_as_it_takes():
     from gpuledger.replay.verify import verify
 
     def job(i, tenant, cls, gpus, minutes, at):
-        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
-                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
+        return {
+            "at": at,
+            "submit": {
+                "id": f"j{i}",
+                "tenant": tenant,
+                "class": cls,
+                "gpus": gpus,
+                "duration": minutes * 60,
+                "checkpoint": {"save": 5},
+            },
+        }
 
     doc = {
         "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
         "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
         "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
         "policy": {"default_grace_s": 60, "min_runtime_s": 0},
-        "timeline": [job(0, "b", "best-effort", 1, 30, 0), job(1, "b", "best-effort", 1, 30, 0),
-                     *(job(i, "b", "best-effort", 1, 600, 120) for i in (2, 3, 4, 5)),
-                     job(6, "a", "train", 4, 10, 1860)],
+        "timeline": [
+            job(0, "b", "best-effort", 1, 30, 0),
+            job(1, "b", "best-effort", 1, 30, 0),
+            *(job(i, "b", "best-effort", 1, 600, 120) for i in (2, 3, 4, 5)),
+            job(6, "a", "train", 4, 10, 1860),
+        ],
     }
     sim = simulate(from_document(doc))
     moves = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
     assert [(e.reason, e.beneficiary) for e in moves] == [("Defragment", "j6")] * 2
     assert moves[0].occurred_at_ms == moves[1].occurred_at_ms == 1860_000
     victims = [sim.ledger.jobs[e.job_id] for e in moves]
-    assert {v.placements[0][1][0].node for v in victims} == {sim.ledger.jobs["j6"].placements[0][1][0].node}
+    assert {v.placements[0][1][0].node for v in victims} == {
+        sim.ledger.jobs["j6"].placements[0][1][0].node
+    }
     for v in victims:
         assert v.preemptions[0].checkpointed and v.preemptions[0].lost_gpu_ms == 0
-        assert v.placements[1][0] == 1865_000 and v.placements[1][1][0].node != v.placements[0][1][0].node
+        assert (
+            v.placements[1][0] == 1865_000
+            and v.placements[1][1][0].node != v.placements[0][1][0].node
+        )
     assert sim.ledger.jobs["j6"].placements[0][0] == 1865_000  # 5 s checkpoint, not 10 h
     assert all(j.state == "completed" for j in sim.ledger.jobs.values())
     assert verify(sim.log).ok
@@ -293,17 +369,35 @@ def test_fragmentation_by_work_of_the_same_priority_is_moved_too():
     (b is not borrowing) nor priority (equal) makes b's jobs candidates, so nothing was moved
     and a waited for b's jobs to end. Moving one of them to the other node costs b nothing but
     a checkpoint: it is moved, and a's job starts after the 5 s save."""
-    def job(i, tenant, cls, gpus, minutes, at):
-        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
-                                     "duration": minutes * 60, "checkpoint": {"save": 5}}}
 
-    sim = simulate(from_document({
-        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
-        "policy": {"default_grace_s": 60, "min_runtime_s": 0},
-        "timeline": [job(0, "b", "train", 1, 30, 0), job(1, "b", "train", 2, 600, 180),
-                     job(2, "b", "train", 2, 600, 180), job(3, "a", "train", 3, 10, 1860)],
-    }))
+    def job(i, tenant, cls, gpus, minutes, at):
+        return {
+            "at": at,
+            "submit": {
+                "id": f"j{i}",
+                "tenant": tenant,
+                "class": cls,
+                "gpus": gpus,
+                "duration": minutes * 60,
+                "checkpoint": {"save": 5},
+            },
+        }
+
+    sim = simulate(
+        from_document(
+            {
+                "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+                "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+                "policy": {"default_grace_s": 60, "min_runtime_s": 0},
+                "timeline": [
+                    job(0, "b", "train", 1, 30, 0),
+                    job(1, "b", "train", 2, 600, 180),
+                    job(2, "b", "train", 2, 600, 180),
+                    job(3, "a", "train", 3, 10, 1860),
+                ],
+            }
+        )
+    )
     (moved,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
     assert (moved.reason, moved.beneficiary, moved.occurred_at_ms) == ("Defragment", "j3", 1860_000)
     victim = sim.ledger.jobs[moved.job_id]
@@ -318,23 +412,52 @@ def test_a_beneficiary_never_takes_another_beneficiarys_reclaimed_node():
     every nomination, so it landed on n1 in the capacity freed for a, and a waited for b's
     jobs to end. Now a beneficiary shares only the nodes where it has victims of its own:
     it waits for n2, and a starts when the last of its victims has saved (20 s)."""
-    def job(i, tenant, cls, gpus, at, save):
-        return {"at": at, "submit": {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus,
-                                     "duration": 1800, "checkpoint": {"save": save}}}
 
-    sim = simulate(from_document({
-        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
-        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
-        "policy": {"default_grace_s": 60, "min_runtime_s": 0, "eviction_budget_per_hour": 0,
-                   "aging_after_preemptions": 0, "aging_after_wait_s": 0},
-        "timeline": [job(0, "b", "best-effort", 1, 0, 5), job(1, "b", "best-effort", 1, 120, 20),
-                     job(2, "b", "train", 1, 120, 5), job(3, "b", "train", 1, 120, 5),
-                     job(4, "b", "best-effort", 3, 120, 20), job(5, "a", "train", 4, 1860, 5)],
-    }))
-    reclaimed = {e.job_id for _, _, e in sim.log
-                 if isinstance(e, ev.PreemptionRequested) and e.beneficiary == "j5"}
+    def job(i, tenant, cls, gpus, at, save):
+        return {
+            "at": at,
+            "submit": {
+                "id": f"j{i}",
+                "tenant": tenant,
+                "class": cls,
+                "gpus": gpus,
+                "duration": 1800,
+                "checkpoint": {"save": save},
+            },
+        }
+
+    sim = simulate(
+        from_document(
+            {
+                "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+                "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+                "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+                "policy": {
+                    "default_grace_s": 60,
+                    "min_runtime_s": 0,
+                    "eviction_budget_per_hour": 0,
+                    "aging_after_preemptions": 0,
+                    "aging_after_wait_s": 0,
+                },
+                "timeline": [
+                    job(0, "b", "best-effort", 1, 0, 5),
+                    job(1, "b", "best-effort", 1, 120, 20),
+                    job(2, "b", "train", 1, 120, 5),
+                    job(3, "b", "train", 1, 120, 5),
+                    job(4, "b", "best-effort", 3, 120, 20),
+                    job(5, "a", "train", 4, 1860, 5),
+                ],
+            }
+        )
+    )
+    reclaimed = {
+        e.job_id
+        for _, _, e in sim.log
+        if isinstance(e, ev.PreemptionRequested) and e.beneficiary == "j5"
+    }
     (node,) = {m.node for m in sim.ledger.jobs["j5"].placements[0][1]}
     assert sim.ledger.jobs["j5"].placements[0][0] == 1880_000  # j1's 20 s save, not 1925 s
     for j in reclaimed:  # none of a's victims came back onto a's node before a landed
-        assert all(at >= 1880_000 or m[0].node != node for at, m in sim.ledger.jobs[j].placements[1:])
+        assert all(
+            at >= 1880_000 or m[0].node != node for at, m in sim.ledger.jobs[j].placements[1:]
+        )

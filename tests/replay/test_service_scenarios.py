@@ -42,13 +42,22 @@ def test_seed_003_scaling_inference_to_6_replicas_evicts_training_with_checkpoin
     assert replicas_running(sim.ledger, svc) == [replica_id(svc, i) for i in range(6)]
     evicted = [e for _, _, e in sim.log if isinstance(e, ev.GangEvicted)]
     assert sorted(e.job_id for e in evicted) == ["resnet-1", "resnet-2", "resnet-3"]
-    assert all(e.checkpointed and e.lost_gpu_ms == 0 and e.preempted_by.startswith(svc + "~")
-               for e in evicted)
-    assert sum(j.state == "running" for j in sim.ledger.jobs.values() if j.job_id.startswith("resnet")) == 2
+    assert all(
+        e.checkpointed and e.lost_gpu_ms == 0 and e.preempted_by.startswith(svc + "~")
+        for e in evicted
+    )
+    assert (
+        sum(j.state == "running" for j in sim.ledger.jobs.values() if j.job_id.startswith("resnet"))
+        == 2
+    )
 
-    sim = simulate(load(EXAMPLES / "inference-scale.yaml"), check=True, until_ms=3 * 3_600_000 + 60_000)
+    sim = simulate(
+        load(EXAMPLES / "inference-scale.yaml"), check=True, until_ms=3 * 3_600_000 + 60_000
+    )
     assert replicas_running(sim.ledger, svc) == [replica_id(svc, i) for i in range(3)]
-    stopped = [e for _, _, e in sim.log if isinstance(e, ev.GangEvicted) and e.reason == "ScaledDown"]
+    stopped = [
+        e for _, _, e in sim.log if isinstance(e, ev.GangEvicted) and e.reason == "ScaledDown"
+    ]
     assert sorted(e.job_id for e in stopped) == [replica_id(svc, i) for i in (3, 4, 5)]
     resumed = [e for _, _, e in sim.log if isinstance(e, ev.GangPlaced) and e.resume_step]
     assert sorted(e.job_id for e in resumed) == ["resnet-1", "resnet-2", "resnet-3"]
@@ -61,8 +70,12 @@ def test_a_service_with_min_available_3_of_4_loses_one_replica_not_all_to_an_urg
     sim = simulate(load(EXAMPLES / "service-budget.yaml"), check=True)
     evicted = [e for _, _, e in sim.log if isinstance(e, ev.GangEvicted)]
     assert [e.job_id for e in evicted] == ["svc~0"]
-    declined = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionDeclined) and e.job_id == "urgent-2"]
-    assert declined and {x["reason"] for x in declined[0].details["excluded"]} == {"DisruptionBudget"}
+    declined = [
+        e for _, _, e in sim.log if isinstance(e, ev.PreemptionDeclined) and e.job_id == "urgent-2"
+    ]
+    assert declined and {x["reason"] for x in declined[0].details["excluded"]} == {
+        "DisruptionBudget"
+    }
     counts = running_replicas_over_time(sim.log, "svc")
     after_start = [n for t, n in counts if t > 0]
     assert min(after_start) == 3 and after_start[-1] == 4  # never below min_available
@@ -86,22 +99,44 @@ def test_a_time_of_day_policy_scales_a_service_and_training_gets_the_gpus_back_a
         if "resnet" in e["submit"]["id"]:
             e["submit"]["duration"] = "30h"
     doc["schedules"] = [
-        {"name": "peak", "cron": "0 8 * * *", "services": [{"job": "bert-sentiment-inference", "replicas": 6}]},
-        {"name": "off-peak", "cron": "0 20 * * *", "services": [{"job": "bert-sentiment-inference", "replicas": 3}]},
+        {
+            "name": "peak",
+            "cron": "0 8 * * *",
+            "services": [{"job": "bert-sentiment-inference", "replicas": 6}],
+        },
+        {
+            "name": "off-peak",
+            "cron": "0 20 * * *",
+            "services": [{"job": "bert-sentiment-inference", "replicas": 3}],
+        },
     ]
     svc, hour = "bert-sentiment-inference", 3_600_000
 
     day = simulate(from_document(doc), check=True, until_ms=14 * hour)
     scaled = [e for _, _, e in day.log if isinstance(e, ev.ServiceScaled)]
     assert [(e.occurred_at_ms, e.replicas, e.correlation_id, e.producer) for e in scaled] == [
-        (0, 6, "schedule:peak", "quota/0"), (0, 3, "schedule:off-peak", "quota/0"),
-        (8 * hour, 6, "schedule:peak", "quota/0")]
+        (0, 6, "schedule:peak", "quota/0"),
+        (0, 3, "schedule:off-peak", "quota/0"),
+        (8 * hour, 6, "schedule:peak", "quota/0"),
+    ]
     assert replicas_running(day.ledger, svc) == [replica_id(svc, i) for i in range(6)]
     evicted = [e for _, _, e in day.log if isinstance(e, ev.GangEvicted)]
     assert len(evicted) == 3 and all(e.checkpointed for e in evicted)
 
     night = simulate(from_document(doc), check=True, until_ms=22 * hour)
     scaled = [e for _, _, e in night.log if isinstance(e, ev.ServiceScaled)]
-    assert [(e.occurred_at_ms, e.replicas) for e in scaled] == [(0, 6), (0, 3), (8 * hour, 6), (20 * hour, 3)]
+    assert [(e.occurred_at_ms, e.replicas) for e in scaled] == [
+        (0, 6),
+        (0, 3),
+        (8 * hour, 6),
+        (20 * hour, 3),
+    ]
     assert replicas_running(night.ledger, svc) == [replica_id(svc, i) for i in range(3)]
-    assert sum(j.state == "running" for j in night.ledger.jobs.values() if j.job_id.startswith("resnet")) == 5
+    assert (
+        sum(
+            j.state == "running"
+            for j in night.ledger.jobs.values()
+            if j.job_id.startswith("resnet")
+        )
+        == 5
+    )

@@ -20,7 +20,10 @@ def test_three_jobs_complete_and_the_invalid_one_is_rejected_with_its_reason():
     sim = simulate(load(EXAMPLES / "three-jobs.yaml"))
     jobs = jobs_by_id(sim)
     assert {k: j["state"] for k, j in jobs.items()} == {
-        "job-1": "completed", "job-2": "completed", "job-3": "completed", "job-bad": "rejected",
+        "job-1": "completed",
+        "job-2": "completed",
+        "job-3": "completed",
+        "job-bad": "rejected",
     }
     assert jobs["job-bad"]["reason"] == "TopologyUnsatisfiable"
     # job-1 and job-2 fill both nodes at t=0; job-3 waits for job-2 (2 s) and runs 2 s
@@ -33,11 +36,18 @@ def test_the_demo_reclaims_with_a_checkpoint_and_the_victim_resumes():
     jobs = jobs_by_id(sim)
     (pre,) = jobs["pretrain"]["preemptions"]
     assert (pre["at_s"], pre["by"], pre["reason"], pre["checkpointed"], pre["lost_gpu_s"]) == (
-        4.0, "serve", "Reclaim", True, 0.0)
+        4.0,
+        "serve",
+        "Reclaim",
+        True,
+        0.0,
+    )
     assert [p["at_s"] for p in jobs["pretrain"]["placements"]] == [0.0, 13.0]
     # 4 s of work saved at the preemption; 16 s left after resuming when serve ends at 13 s
     assert jobs["pretrain"]["completed_at_s"] == 13.0 + 16.0
-    resumed = [e for _, _, e in sim.log if isinstance(e, ev.GangPlaced) and e.job_id == "pretrain"][-1]
+    resumed = [e for _, _, e in sim.log if isinstance(e, ev.GangPlaced) and e.job_id == "pretrain"][
+        -1
+    ]
     assert resumed.resume_step == 4
     assert jobs["serve"]["placements"][0]["at_s"] == 5.0  # after the 1 s checkpoint
     assert jobs["notebook"]["placements"][0]["members"][0]["gpu_milli"] == 500
@@ -50,15 +60,34 @@ def test_a_checkpoint_slower_than_the_grace_period_loses_the_work_since_the_last
         "tenants": [{"name": "t", "guaranteed": 8}],
         "policy": {"default_grace_s": 5},
         "timeline": [
-            {"at": 0, "submit": {"id": "batch", "tenant": "t", "gpus": 8, "duration": "1h",
-                                 "checkpoint": {"interval": "5m", "save": "60s"}}},
-            {"at": 400, "submit": {"id": "prod", "tenant": "t", "gpus": 8, "class": "inference", "duration": "1m"}},
+            {
+                "at": 0,
+                "submit": {
+                    "id": "batch",
+                    "tenant": "t",
+                    "gpus": 8,
+                    "duration": "1h",
+                    "checkpoint": {"interval": "5m", "save": "60s"},
+                },
+            },
+            {
+                "at": 400,
+                "submit": {
+                    "id": "prod",
+                    "tenant": "t",
+                    "gpus": 8,
+                    "class": "inference",
+                    "duration": "1m",
+                },
+            },
         ],
     }
     jobs = jobs_by_id(simulate(from_document(doc)))
     (pre,) = jobs["batch"]["preemptions"]
     assert pre["checkpointed"] is False
-    assert pre["lost_gpu_s"] == 8 * (405 - 300)  # killed at the 5 s deadline; last periodic checkpoint at 300 s
+    assert pre["lost_gpu_s"] == 8 * (
+        405 - 300
+    )  # killed at the 5 s deadline; last periodic checkpoint at 300 s
     assert jobs["prod"]["placements"][0]["at_s"] == 405
 
 
@@ -69,7 +98,16 @@ def test_with_preemption_disabled_the_high_priority_job_waits():
         "policy": {"preemption": False},
         "timeline": [
             {"at": 0, "submit": {"id": "batch", "tenant": "t", "gpus": 8, "duration": "1h"}},
-            {"at": 10, "submit": {"id": "prod", "tenant": "t", "gpus": 8, "class": "inference", "duration": "1m"}},
+            {
+                "at": 10,
+                "submit": {
+                    "id": "prod",
+                    "tenant": "t",
+                    "gpus": 8,
+                    "class": "inference",
+                    "duration": "1m",
+                },
+            },
         ],
     }
     jobs = jobs_by_id(simulate(from_document(doc)))

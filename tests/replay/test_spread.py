@@ -10,7 +10,11 @@ from gpuledger.services.domain.configfile import config_events, node_infos
 from gpuledger.services.domain.stamp import submission
 
 DOC = {
-    "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4, "model": "X", "cpu": 64, "memory": "256Gi"}]},
+    "cluster": {
+        "nodes": [
+            {"name_prefix": "n", "count": 2, "gpus": 4, "model": "X", "cpu": 64, "memory": "256Gi"}
+        ]
+    },
     "tenants": [{"name": "t", "guaranteed": 8}],
 }
 
@@ -26,7 +30,9 @@ def run(jobs):
 
 def spec(job_id, group=None, limit=1, gpus=1):
     spread = ev.Spread(group=group, max_per_node=limit) if group else msgspec.UNSET
-    return ev.JobSpec(job_id=job_id, tenant="t", resources=ev.Resources(gpus=gpus), duration_s=30, spread=spread)
+    return ev.JobSpec(
+        job_id=job_id, tenant="t", resources=ev.Resources(gpus=gpus), duration_s=30, spread=spread
+    )
 
 
 def nodes_of(sim, job_id):
@@ -34,12 +40,16 @@ def nodes_of(sim, job_id):
 
 
 def test_members_of_a_group_spread_over_nodes_up_to_the_limit():
-    sim = run([(0, spec("a", "web")), (0, spec("b", "web")), (0, spec("c", "web")), (0, spec("free"))])
+    sim = run(
+        [(0, spec("a", "web")), (0, spec("b", "web")), (0, spec("c", "web")), (0, spec("free"))]
+    )
     placed = {j: nodes_of(sim, j) for j in ("a", "b", "free")}
     assert placed["a"] != placed["b"]  # one per node
     assert len(sim.ledger.jobs["c"].placements) == 1  # placed only after a or b ended
     assert sim.ledger.jobs["c"].placements[0][0] == 30_000
-    reasons = [e for _, _, e in sim.log if isinstance(e, ev.PendingReasonChanged) and e.job_id == "c"]
+    reasons = [
+        e for _, _, e in sim.log if isinstance(e, ev.PendingReasonChanged) and e.job_id == "c"
+    ]
     assert reasons and "spread group 'web' allows at most 1 per node" in reasons[0].message
     assert reasons[0].details["spread"] == {"group": "web", "max_per_node": 1, "nodes_at_limit": 2}
     assert verify(sim.log).ok
@@ -57,8 +67,9 @@ def test_a_limit_of_two_and_jobs_without_a_group_are_unaffected():
 
 def test_unset_spread_encodes_as_before():
     plain = ev.JobSpec(job_id="x", tenant="t")
-    assert b"spread" not in ev.encode(ev.JobSubmitted(job=plain, event_id="e", occurred_at_ms=0,
-                                                      correlation_id="x", producer="p"))
+    assert b"spread" not in ev.encode(
+        ev.JobSubmitted(job=plain, event_id="e", occurred_at_ms=0, correlation_id="x", producer="p")
+    )
 
 
 def test_a_scenario_files_spread_key_reaches_the_scheduler():
@@ -69,8 +80,11 @@ def test_a_scenario_files_spread_key_reaches_the_scheduler():
     from gpuledger.replay.simulator import simulate
 
     web = {"tenant": "t", "gpus": 1, "duration": 30, "spread": {"group": "web", "max_per_node": 1}}
-    sim = simulate(from_document({**DOC, "timeline": [
-        {"at": 0, "submit": {"id": f"web-{i}", **web}} for i in (1, 2, 3)]}))
+    sim = simulate(
+        from_document(
+            {**DOC, "timeline": [{"at": 0, "submit": {"id": f"web-{i}", **web}} for i in (1, 2, 3)]}
+        )
+    )
     assert sim.ledger.jobs["web-1"].spec.spread == ev.Spread(group="web", max_per_node=1)
     assert nodes_of(sim, "web-1") != nodes_of(sim, "web-2")
     assert sim.ledger.jobs["web-3"].placements[0][0] == 30_000

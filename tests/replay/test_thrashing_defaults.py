@@ -18,13 +18,20 @@ from gpuledger.services.preemption.victims import plan, releasing_by_tenant
 
 SCENARIO = Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "thrashing-mixed.yaml"
 HOUR_MS = 3_600_000
-OLD_ZERO = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,
-            "aging_after_wait_s": 0}
+OLD_ZERO = {
+    "min_runtime_s": 0,
+    "eviction_budget_per_hour": 0,
+    "aging_after_preemptions": 0,
+    "aging_after_wait_s": 0,
+}
 
 
 def logged(sim, cls, **match):
-    return [e for _, _, e in sim.log if isinstance(e, cls)
-            and all(getattr(e, k) == v for k, v in match.items())]
+    return [
+        e
+        for _, _, e in sim.log
+        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
+    ]
 
 
 def evictions(sim) -> Counter:
@@ -77,20 +84,47 @@ def _aging_scenario(extra_timeline=()):
     """One 8-GPU node, one tenant. `blocker` (interactive, 75) runs 0-15 min; `patient`
     (train, 50) waits from t=1 s and ages one class step (to 75) after 10 min; `next-1`
     (interactive, 75) arrives at 12 min and queues behind it. Only aging is on."""
-    return from_document({
-        "cluster": {"nodes": [{"name": "gpu-1", "gpus": 8}]},
-        "tenants": [{"name": "lab", "guaranteed": 8}],
-        "policy": {**OLD_ZERO, "aging_after_wait_s": 600, "default_grace_s": 30},
-        "timeline": [
-            {"at": 0, "submit": {"id": "blocker", "tenant": "lab", "class": "interactive",
-                                 "gpus": 8, "duration": "15m"}},
-            {"at": 1, "submit": {"id": "patient", "tenant": "lab", "class": "train", "gpus": 8,
-                                 "duration": "20m", "checkpoint": {"interval": "5m", "save": "10s"}}},
-            {"at": "12m", "submit": {"id": "next-1", "tenant": "lab", "class": "interactive",
-                                     "gpus": 8, "duration": "5m"}},
-            *extra_timeline,
-        ],
-    })
+    return from_document(
+        {
+            "cluster": {"nodes": [{"name": "gpu-1", "gpus": 8}]},
+            "tenants": [{"name": "lab", "guaranteed": 8}],
+            "policy": {**OLD_ZERO, "aging_after_wait_s": 600, "default_grace_s": 30},
+            "timeline": [
+                {
+                    "at": 0,
+                    "submit": {
+                        "id": "blocker",
+                        "tenant": "lab",
+                        "class": "interactive",
+                        "gpus": 8,
+                        "duration": "15m",
+                    },
+                },
+                {
+                    "at": 1,
+                    "submit": {
+                        "id": "patient",
+                        "tenant": "lab",
+                        "class": "train",
+                        "gpus": 8,
+                        "duration": "20m",
+                        "checkpoint": {"interval": "5m", "save": "10s"},
+                    },
+                },
+                {
+                    "at": "12m",
+                    "submit": {
+                        "id": "next-1",
+                        "tenant": "lab",
+                        "class": "interactive",
+                        "gpus": 8,
+                        "duration": "5m",
+                    },
+                },
+                *extra_timeline,
+            ],
+        }
+    )
 
 
 def test_a_job_aging_placed_ahead_of_a_class_is_not_evicted_by_its_next_arrival():
@@ -118,13 +152,32 @@ def test_a_job_aging_placed_ahead_of_a_class_is_not_evicted_by_its_next_arrival(
 def test_aging_never_lifts_a_job_past_a_higher_class_arriving_later():
     # given: the same, plus a CI build (100, not preemptible) arriving at 20 min
     # when: it needs the node
-    sim = simulate(_aging_scenario([{"at": "20m", "submit": {
-        "id": "ci-build", "tenant": "lab", "class": "build", "gpus": 8, "duration": "5m"}}]))
+    sim = simulate(
+        _aging_scenario(
+            [
+                {
+                    "at": "20m",
+                    "submit": {
+                        "id": "ci-build",
+                        "tenant": "lab",
+                        "class": "build",
+                        "gpus": 8,
+                        "duration": "5m",
+                    },
+                }
+            ]
+        )
+    )
     jobs = sim.ledger.jobs
     # then: the build evicts the aged job (promotion stays below non-preemptible classes),
     # which checkpoints and later resumes; next-1 still never evicts it
     (pre,) = jobs["patient"].preemptions
-    assert (pre.at_ms, pre.by, pre.reason, pre.checkpointed) == (1_200_000, "ci-build", "Priority", True)
+    assert (pre.at_ms, pre.by, pre.reason, pre.checkpointed) == (
+        1_200_000,
+        "ci-build",
+        "Priority",
+        True,
+    )
     assert not logged(sim, ev.PreemptionRequested, beneficiary="next-1")
     assert jobs["patient"].state == "completed"
     assert verify(sim.log).ok
@@ -141,23 +194,58 @@ def test_reclaim_never_takes_a_tenant_to_its_guarantee_and_aging_alone_converges
     reclaim finds its victim's tenant still above its guarantee net of the capacity already
     being released from it: several beneficiaries never strip one tenant in one instant, so
     the tenants cannot take turns reclaiming from each other (the run converges)."""
-    timeline = [{"at": 0, "submit": {"id": f"bulk-{i}", "tenant": "research", "class": "train",
-                                     "gpus": 4, "duration": "2h",
-                                     "checkpoint": {"interval": "10m", "save": "30s"}}}
-                for i in range(4)]
-    timeline.append({"at": 60, "submit": {"id": "starved", "tenant": "product", "class": "train",
-                                          "gpus": 4, "duration": "30m",
-                                          "checkpoint": {"interval": "5m", "save": "30s"}}})
-    timeline += [{"at": 120 + k * 120, "submit": {"id": f"nb-{k:02d}", "tenant": "product",
-                                                  "class": "interactive", "gpus": 4,
-                                                  "duration": "5m", "checkpoint": {"save": "10s"}}}
-                 for k in range(60)]
-    scenario = from_document({
-        "cluster": {"nodes": [{"name_prefix": "node-", "count": 2, "gpus": 8}]},
-        "tenants": [{"name": "research", "guaranteed": 8}, {"name": "product", "guaranteed": 8}],
-        "policy": {**OLD_ZERO, "aging_after_wait_s": 1800, "default_grace_s": 30},
-        "timeline": timeline,
-    })
+    timeline = [
+        {
+            "at": 0,
+            "submit": {
+                "id": f"bulk-{i}",
+                "tenant": "research",
+                "class": "train",
+                "gpus": 4,
+                "duration": "2h",
+                "checkpoint": {"interval": "10m", "save": "30s"},
+            },
+        }
+        for i in range(4)
+    ]
+    timeline.append(
+        {
+            "at": 60,
+            "submit": {
+                "id": "starved",
+                "tenant": "product",
+                "class": "train",
+                "gpus": 4,
+                "duration": "30m",
+                "checkpoint": {"interval": "5m", "save": "30s"},
+            },
+        }
+    )
+    timeline += [
+        {
+            "at": 120 + k * 120,
+            "submit": {
+                "id": f"nb-{k:02d}",
+                "tenant": "product",
+                "class": "interactive",
+                "gpus": 4,
+                "duration": "5m",
+                "checkpoint": {"save": "10s"},
+            },
+        }
+        for k in range(60)
+    ]
+    scenario = from_document(
+        {
+            "cluster": {"nodes": [{"name_prefix": "node-", "count": 2, "gpus": 8}]},
+            "tenants": [
+                {"name": "research", "guaranteed": 8},
+                {"name": "product", "guaranteed": 8},
+            ],
+            "policy": {**OLD_ZERO, "aging_after_wait_s": 1800, "default_grace_s": 30},
+            "timeline": timeline,
+        }
+    )
 
     def runaway(seq, _subject, _event):
         if seq > 20_000:

@@ -28,8 +28,10 @@ def _timeline(origin_ms: int) -> list[str]:
     sim.on_event = lambda _s, _subj, e: lines.append(format_line(e, origin_ms) or "")
     for e in sc.config:
         sim.publish(msgspec.structs.replace(e, occurred_at_ms=e.occurred_at_ms + origin_ms))
-    sim.schedule((at + origin_ms, msgspec.structs.replace(e, occurred_at_ms=e.occurred_at_ms + origin_ms))
-                 for at, e in sc.inputs)
+    sim.schedule(
+        (at + origin_ms, msgspec.structs.replace(e, occurred_at_ms=e.occurred_at_ms + origin_ms))
+        for at, e in sc.inputs
+    )
     sim.run()
     return [line for line in lines if line]
 
@@ -49,10 +51,19 @@ def test_the_demo_on_a_wall_clock_prints_iso_dates_not_epoch_seconds():
     assert lines[0].lstrip().startswith("0.0s")
 
 
-@pytest.mark.parametrize(("ms", "text"), [
-    (0, "0s"), (500, "0.5s"), (9_000, "9s"), (59_999, "1m"), (3_500_000, "58m20s"),
-    (3_600_000, "1h"), (90_061_000, "1d1h1m1s"), (-5_000, "-5s"),
-])
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "0s"),
+        (500, "0.5s"),
+        (9_000, "9s"),
+        (59_999, "1m"),
+        (3_500_000, "58m20s"),
+        (3_600_000, "1h"),
+        (90_061_000, "1d1h1m1s"),
+        (-5_000, "-5s"),
+    ],
+)
 def test_durations_read_in_units(ms, text):
     assert duration(ms) == text
 
@@ -65,8 +76,13 @@ def test_instants_are_virtual_offsets_or_iso_dates():
 def test_iso_dates_match_the_standard_calendar():
     from datetime import UTC, datetime
 
-    for ms in (946_684_800_000, 951_782_400_000, 1_795_450_000_000, 4_102_444_800_000,
-               *range(946_684_800_000, 4_102_444_800_000, 86_399_999_937)):
+    for ms in (
+        946_684_800_000,
+        951_782_400_000,
+        1_795_450_000_000,
+        4_102_444_800_000,
+        *range(946_684_800_000, 4_102_444_800_000, 86_399_999_937),
+    ):
         assert instant(ms) == datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -46,7 +46,10 @@ def test_a_forged_placement_that_double_books_gpus_is_reported_not_crashed(demo_
     forged = msgspec.structs.replace(e, job_id="serve", allocation_id="serve#9", event_id="forged")
     log.insert(placed[0] + 1, (seq, subject, forged))
     report = verify(log)
-    assert any("cannot be applied" in m.explanation or m.event_type == "GangPlaced" for m in report.mismatches)
+    assert any(
+        "cannot be applied" in m.explanation or m.event_type == "GangPlaced"
+        for m in report.mismatches
+    )
 
 
 def test_replay_without_a_new_config_reproduces_the_recorded_outcomes(demo_log):
@@ -56,8 +59,10 @@ def test_replay_without_a_new_config_reproduces_the_recorded_outcomes(demo_log):
 
 
 def test_replay_under_a_policy_without_preemption_changes_the_outcome(demo_log):
-    doc = {"tenants": [{"name": "research", "guaranteed": 8}, {"name": "product", "guaranteed": 8}],
-           "policy": {"preemption": False}}
+    doc = {
+        "tenants": [{"name": "research", "guaranteed": 8}, {"name": "product", "guaranteed": 8}],
+        "policy": {"preemption": False},
+    }
     sim = replay(with_config(external_inputs(demo_log), doc))
     assert not any(isinstance(e, ev.PreemptionRequested) for _, _, e in sim.log)
     serve = sim.ledger.jobs["serve"]

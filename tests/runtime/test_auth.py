@@ -23,8 +23,12 @@ from gpuledger.services.runtime.auth import (
     principal_of_creds,
 )
 
-ROLE_SUBJECTS = {"admission": "gl.admission.>", "quota": "gl.quota.>", "scheduler": "gl.sched.>",
-                 "preemption": "gl.preempt.>"}
+ROLE_SUBJECTS = {
+    "admission": "gl.admission.>",
+    "quota": "gl.quota.>",
+    "scheduler": "gl.sched.>",
+    "preemption": "gl.preempt.>",
+}
 
 
 def pub(principal: str) -> list[str]:
@@ -43,7 +47,13 @@ def test_only_the_operator_has_no_limits():
         assert perms is not None, p
         granted = " ".join(perms["publish"])
         assert "gl.>" not in perms["publish"] and "$JS.API.>" not in granted, p
-        for forbidden in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.PURGE", "CONSUMER.DELETE.GPULEDGER.>"):
+        for forbidden in (
+            "STREAM.CREATE",
+            "STREAM.UPDATE",
+            "STREAM.DELETE",
+            "STREAM.PURGE",
+            "CONSUMER.DELETE.GPULEDGER.>",
+        ):
             assert forbidden not in granted, (p, forbidden)
 
 
@@ -55,13 +65,22 @@ def test_each_role_publishes_only_its_own_subjects():
         assert events_published(role) == {subject, "gl.dead.>", *extra}
     assert events_published("node:n-1") == {"gl.node.n-1.>", "gl.dead.>"}
     assert events_published("agents") == {"gl.node.>", "gl.dead.>"}
-    assert events_published("ci:team-a") == {"gl.submit.team-a.>", "gl.cancel.team-a.>", "gl.scale.team-a.>"}
+    assert events_published("ci:team-a") == {
+        "gl.submit.team-a.>",
+        "gl.cancel.team-a.>",
+        "gl.scale.team-a.>",
+    }
     assert events_published("auditor") == set() and events_published("projector") == set()
 
 
 def test_a_tenants_ci_identity_asks_only_about_its_own_jobs_and_cannot_read_the_log():
     perms = permissions("ci:team-a")
-    assert perms["publish"] == ["gl.submit.team-a.>", "gl.cancel.team-a.>", "gl.scale.team-a.>", "glq.job.team-a.>"]
+    assert perms["publish"] == [
+        "gl.submit.team-a.>",
+        "gl.cancel.team-a.>",
+        "gl.scale.team-a.>",
+        "glq.job.team-a.>",
+    ]
     assert perms["subscribe"] == []  # replies only, on its own inbox prefix (added by auth_conf)
 
 
@@ -95,7 +114,9 @@ def test_init_writes_secrets_0600_and_is_idempotent(tmp_path):
     init(tmp_path / "auth", tenants=["team-a", "team-b"], nodes=["n-1"])
     after = json.loads((d.path / CREDENTIALS).read_text())
     assert set(after) == {*entries, "ci:team-b"}
-    assert all((d.path / f).read_bytes() == seed for f, seed in before.items())  # existing keys kept
+    assert all(
+        (d.path / f).read_bytes() == seed for f, seed in before.items()
+    )  # existing keys kept
 
 
 def test_rotate_changes_the_key(tmp_path):
@@ -132,5 +153,7 @@ def test_a_bad_seed_file_is_a_one_line_auth_error(tmp_path, content):
 
 def test_tls_from_env():
     assert auth.tls_from_env({}) is None
-    tls = auth.tls_from_env({"GPULEDGER_TLS_CA": "ca.pem", "GPULEDGER_TLS_CERT": "c.pem", "GPULEDGER_TLS_KEY": "k.pem"})
+    tls = auth.tls_from_env(
+        {"GPULEDGER_TLS_CA": "ca.pem", "GPULEDGER_TLS_CERT": "c.pem", "GPULEDGER_TLS_KEY": "k.pem"}
+    )
     assert (tls.ca, tls.client_cert, tls.client_key) == ("ca.pem", "c.pem", "k.pem")

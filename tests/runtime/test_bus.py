@@ -103,11 +103,15 @@ async def test_durable_consumer_acks_and_resumes(bus: Bus) -> None:
     assert [m.metadata.sequence.stream for m in msgs] == [3]
 
 
-async def test_a_job_id_is_created_once_across_tenants_and_the_stored_creation_comes_back(bus: Bus) -> None:
+async def test_a_job_id_is_created_once_across_tenants_and_the_stored_creation_comes_back(
+    bus: Bus,
+) -> None:
     first = submitted("shared", event_id="s-1")
     seq = await bus.create_once(first)
     other_tenant = events.JobSubmitted(
-        event_id="s-2", job=events.JobSpec(job_id="shared", tenant="u", resources=events.Resources(gpus=1)))
+        event_id="s-2",
+        job=events.JobSpec(job_id="shared", tenant="u", resources=events.Resources(gpus=1)),
+    )
     with pytest.raises(AlreadyExists) as exists:
         await bus.create_once(other_tenant)
     stored = exists.value.existing
@@ -129,7 +133,9 @@ async def test_every_message_read_carries_the_streams_receive_time(bus: Bus) -> 
     assert again[0].received_ms == record.received_ms  # stored, not the read time
 
 
-async def test_a_follower_reads_a_backlog_larger_than_its_queue_in_order_once(bus, monkeypatch) -> None:
+async def test_a_follower_reads_a_backlog_larger_than_its_queue_in_order_once(
+    bus, monkeypatch
+) -> None:
     # A follower queues at most BUFFERED messages; past that the client's pending queue and
     # JetStream's flow control hold the rest back. Nothing is lost, repeated or reordered.
     from gpuledger.services.runtime.bus import Follower
@@ -137,7 +143,7 @@ async def test_a_follower_reads_a_backlog_larger_than_its_queue_in_order_once(bu
     monkeypatch.setattr(Follower, "BUFFERED", 8)
     batch = [submitted(f"j{i}", f"sub-j{i}") for i in range(600)]
     for i in range(0, len(batch), 100):
-        await bus.publish_many(batch[i:i + 100])
+        await bus.publish_many(batch[i : i + 100])
     follower = await bus.follower(after_seq=0)
     try:
         seen, most_queued = [], 0
@@ -201,7 +207,9 @@ def _pool(*netlocs: str) -> list[Server]:
 def test_a_client_that_lost_its_server_tries_every_other_one_at_once_and_the_lost_one_last():
     rotation = ServerRotation()
     rotation.connected("a:1")
-    pool = _pool("a:1", "b:2", "c:3")  # the order nats-py shuffled the pool into: the lost one first
+    pool = _pool(
+        "a:1", "b:2", "c:3"
+    )  # the order nats-py shuffled the pool into: the lost one first
     picks = [rotation(pool, {}) for _ in range(6)]
     assert [s.uri.netloc for s, _ in picks] == ["b:2", "c:3", "a:1", "b:2", "c:3", "a:1"]
     delays = [d for _, d in picks]
@@ -218,7 +226,9 @@ def test_a_reconnected_client_starts_its_next_outage_afresh():
         rotation(pool, {})
     rotation.connected("c:3")
     assert [(s.uri.netloc, d) for s, d in (rotation(pool, {}), rotation(pool, {}))] == [
-        ("a:1", 0.0), ("b:2", 0.0)]
+        ("a:1", 0.0),
+        ("b:2", 0.0),
+    ]
 
 
 def test_a_single_server_is_retried_with_the_backoff_from_the_first_attempt():

@@ -12,7 +12,9 @@ from tests.natsauth import as_admin
 from tests.runtime.test_host import Admitter, eventually, running, submitted
 
 
-async def test_host_continues_after_the_server_is_killed_and_restarted(monkeypatch, tmp_path: Path) -> None:
+async def test_host_continues_after_the_server_is_killed_and_restarted(
+    monkeypatch, tmp_path: Path
+) -> None:
     server = EmbeddedNats(tmp_path / "nats", sync_always=True)
     as_admin(monkeypatch, server)
     await asyncio.to_thread(server.start)

@@ -18,9 +18,16 @@ from gpuledger.services.runtime.chaos import (
     plan_faults,
 )
 
-TARGETS = [("admission", "service"), ("quota", "service"), ("scheduler", "service"),
-           ("preemption", "service"), ("a1", "node-agent"), ("a2", "node-agent"),
-           ("m1", "node-agent"), ("projector", "projector")]
+TARGETS = [
+    ("admission", "service"),
+    ("quota", "service"),
+    ("scheduler", "service"),
+    ("preemption", "service"),
+    ("a1", "node-agent"),
+    ("a2", "node-agent"),
+    ("m1", "node-agent"),
+    ("projector", "projector"),
+]
 
 
 def test_a_two_minute_plan_has_at_least_twenty_faults_inside_the_run():
@@ -51,18 +58,28 @@ def test_the_job_mix_is_valid_and_has_gangs_mig_shares_and_production_work():
     specs = [job_spec(job_doc(rng, i, "x")) for i in range(200)]
     assert len({s.job_id for s in specs}) == 200
     kinds = Counter(
-        "mig" if s.resources.mig_profile else "share" if s.resources.gpu_milli
-        else "prod" if s.priority_class == "prod" else "gang" if s.replicas > 1 else "single"
-        for s in specs)
+        "mig"
+        if s.resources.mig_profile
+        else "share"
+        if s.resources.gpu_milli
+        else "prod"
+        if s.priority_class == "prod"
+        else "gang"
+        if s.replicas > 1
+        else "single"
+        for s in specs
+    )
     assert set(kinds) == {"mig", "share", "prod", "gang", "single"} and min(kinds.values()) >= 20
     assert {s.tenant for s in specs} == {"research", "product"}
 
 
 def test_unplanned_restarts_are_those_no_fault_explains():
     r = SoakResult(seed=1, duration_s=60, nats_nodes=1)
-    r.faults = [Fault(5, "kill9", "scheduler", "service", outcome="done"),
-                Fault(9, "pause", "projector", "projector", 2.0, outcome="done"),
-                Fault(12, "restart", "a1", "node-agent", outcome="done")]
+    r.faults = [
+        Fault(5, "kill9", "scheduler", "service", outcome="done"),
+        Fault(9, "pause", "projector", "projector", 2.0, outcome="done"),
+        Fault(12, "restart", "a1", "node-agent", outcome="done"),
+    ]
     r.restarts = {"scheduler": 1, "projector": 1, "a1": 1, "quota": 0}
     assert r.unplanned_restarts == {"projector": 1}
     r.invariants = {"no_lost_job": True, "verify_zero_mismatches": False}

@@ -22,16 +22,22 @@ BAD_POLICY = b'{"type":"PolicyConfigured.v1","event_id":"bad-policy","policy":{"
 
 
 def job(job_id: str, at_ms: int) -> events.JobSubmitted:
-    return submission(events.JobSpec(job_id=job_id, tenant="a", resources=events.Resources(gpus=2)),
-                      now_ms=at_ms, producer="test")
+    return submission(
+        events.JobSpec(job_id=job_id, tenant="a", resources=events.Resources(gpus=2)),
+        now_ms=at_ms,
+        producer="test",
+    )
 
 
 async def test_a_raw_bad_policy_is_dead_lettered_and_the_scheduler_keeps_deciding(bus: Bus) -> None:
     for e in config_events(DOC):
         await bus.publish(e)
     for n in node_infos(DOC):
-        await bus.publish(events.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}",
-                                                producer=f"node-agent/{n.name}"))
+        await bus.publish(
+            events.NodeRegistered(
+                node=n, simulated=True, event_id=f"reg-{n.name}", producer=f"node-agent/{n.name}"
+            )
+        )
     hosts = [Host(build(role), bus) for role in ("admission", "quota", "scheduler")]
     async with running(hosts[0]), running(hosts[1]), running(hosts[2]):
         await bus.publish(job("before", 1))
@@ -40,7 +46,9 @@ async def test_a_raw_bad_policy_is_dead_lettered_and_the_scheduler_keeps_decidin
         await bus.publish(job("after", 2))
         await settle(*hosts, timeout=15)
         scheduler = hosts[2]
-        assert scheduler.state.config.policy.placement_policy == "bestfit", "the policy in force stays"
+        assert scheduler.state.config.policy.placement_policy == "bestfit", (
+            "the policy in force stays"
+        )
         assert scheduler.stats.decide_errors == 0
 
     evs = await stream_events(bus)

@@ -272,7 +272,13 @@ async def test_run_service_stops_gracefully_on_the_stop_event(
     stop = asyncio.Event()
     hosts: list[Host] = []
     task = asyncio.create_task(
-        run_service(Admitter(), nats_server.url, nats_options=natsauth.options(), stop=stop, on_host=hosts.append)
+        run_service(
+            Admitter(),
+            nats_server.url,
+            nats_options=natsauth.options(),
+            stop=stop,
+            on_host=hosts.append,
+        )
     )
     await bus.publish(submitted("j1"))
     await eventually(lambda: bool(hosts) and "j1" in hosts[0].state.admitted)
@@ -288,11 +294,25 @@ async def test_only_the_lease_holder_decides_and_a_standby_takes_over(
     stop_first, stop_second = asyncio.Event(), asyncio.Event()
     hosts: list[Host] = []
     t1 = asyncio.create_task(
-        run_service(first, nats_server.url, nats_options=natsauth.options(), stop=stop_first, lease_ttl_s=2, on_host=hosts.append)
+        run_service(
+            first,
+            nats_server.url,
+            nats_options=natsauth.options(),
+            stop=stop_first,
+            lease_ttl_s=2,
+            on_host=hosts.append,
+        )
     )
     await eventually(lambda: bool(hosts) and hosts[0].lease is not None and hosts[0].lease.held)
     t2 = asyncio.create_task(
-        run_service(second, nats_server.url, nats_options=natsauth.options(), stop=stop_second, lease_ttl_s=2, on_host=hosts.append)
+        run_service(
+            second,
+            nats_server.url,
+            nats_options=natsauth.options(),
+            stop=stop_second,
+            lease_ttl_s=2,
+            on_host=hosts.append,
+        )
     )
     await eventually(lambda: len(hosts) == 2)
     h1, h2 = hosts
@@ -321,9 +341,16 @@ async def test_a_service_waits_for_the_operator_to_create_the_lease_bucket_foldi
     stop = asyncio.Event()
     hosts: list[Host] = []
     admitter = Admitter()
-    task = asyncio.create_task(run_service(
-        admitter, nats_server.url, nats_options=natsauth.options(), stop=stop, lease_ttl_s=2,
-        on_host=hosts.append))
+    task = asyncio.create_task(
+        run_service(
+            admitter,
+            nats_server.url,
+            nats_options=natsauth.options(),
+            stop=stop,
+            lease_ttl_s=2,
+            on_host=hosts.append,
+        )
+    )
     await bus.publish(submitted("j1"))
     await eventually(lambda: bool(hosts) and hosts[0].folded_seq == 1)  # folds meanwhile
     await asyncio.sleep(2.5)  # a second attempt, still no bucket: no crash, no decision

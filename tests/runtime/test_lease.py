@@ -68,7 +68,9 @@ class FlakyKv:
         return revision
 
 
-async def test_a_renewal_the_server_misses_for_a_moment_is_retried_and_the_holder_keeps_leading(bus: Bus) -> None:
+async def test_a_renewal_the_server_misses_for_a_moment_is_retried_and_the_holder_keeps_leading(
+    bus: Bus,
+) -> None:
     kv = FlakyKv(await lease_bucket(bus, ttl_s=10), nats.js.errors.NoStreamResponseError(), fail=2)
     a = Lease(kv, "scheduler", holder="a", ttl_s=3, poll_s=0.2)  # renews every 1 s
     epoch = await a.acquire()

@@ -107,14 +107,33 @@ def test_a_closed_log_stream_does_not_raise(monkeypatch: pytest.MonkeyPatch) -> 
 def test_no_structlog_call_passes_a_reserved_keyword() -> None:
     """`event` is structlog's positional message; passing it as a keyword raised TypeError
     in `host.unpublishable` / `host.publish_failed` and killed admission."""
-    methods = {"debug", "info", "warning", "warn", "error", "exception", "critical", "msg", "fatal",
-               "log", "adebug", "ainfo", "awarning", "aerror", "aexception", "acritical"}
+    methods = {
+        "debug",
+        "info",
+        "warning",
+        "warn",
+        "error",
+        "exception",
+        "critical",
+        "msg",
+        "fatal",
+        "log",
+        "adebug",
+        "ainfo",
+        "awarning",
+        "aerror",
+        "aexception",
+        "acritical",
+    }
     offenders = []
     for pkg in ("services", "projections", "replay", "events"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in methods):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in methods
+                ):
                     bad = {k.arg for k in node.keywords} & {"event"}
                     if bad and (node.args or node.func.attr in ("log", "alog")):
                         offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {sorted(bad)}")
@@ -131,7 +150,9 @@ class Unroutable(Admitter):
 
     def decide(self, state: AdmitState, now_ms: int) -> list[events.Event]:
         out = super().decide(state, now_ms)
-        return [*out, admitted("a.b*c >d", f"{self.name}/{self.instance}")] if state.submitted else out
+        return (
+            [*out, admitted("a.b*c >d", f"{self.name}/{self.instance}")] if state.submitted else out
+        )
 
 
 async def test_host_unpublishable_is_logged_once_and_the_host_goes_on(
@@ -198,7 +219,10 @@ class Brittle(Admitter):
 async def test_host_failure_log_lines_run_and_the_host_survives(bus: Bus, json_logs: Lines) -> None:
     async with running(Host(Brittle(), bus, max_idle_s=0.2)) as host:
         await bus.publish(submitted("j1"))
-        bad = await bus.publish_raw("gl.submit.t.x", b'{"type":"JobSubmitted.v1","x":' + b"[" * 50_000 + b"]" * 50_000 + b"}")
+        bad = await bus.publish_raw(
+            "gl.submit.t.x",
+            b'{"type":"JobSubmitted.v1","x":' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+        )
         await bus.publish(submitted("j2"))
         await eventually(lambda: {"j1", "j2"} <= host.state.admitted)
         await settle(host)
@@ -206,7 +230,10 @@ async def test_host_failure_log_lines_run_and_the_host_survives(bus: Bus, json_l
     assert named(lines, "host.decide_failed")[0]["exception"].endswith("RuntimeError: decider bug")
     assert "RuntimeError: wakeup bug" in named(lines, "host.next_wakeup_failed")[0]["exception"]
     (dead,) = named(lines, "host.dead_letter")
-    assert dead["seq"] == bad and dead["reason"] == "UndecodableEvent: JSON nested deeper than 64 levels"
+    assert (
+        dead["seq"] == bad
+        and dead["reason"] == "UndecodableEvent: JSON nested deeper than 64 levels"
+    )
     assert named(lines, "host.dead_letter_recorded")[0]["seq"] == bad
     assert named(lines, "host.dead_letter_not_foldable")[0]["error"] == "cannot fold dead letters"
     assert named(lines, "host.decision")
@@ -219,8 +246,16 @@ async def test_host_start_and_stop_lines(nats_server: EmbeddedNats, json_logs: L
     try:
         stop = asyncio.Event()
         hosts: list[Host] = []
-        task = asyncio.create_task(run_service(Admitter(), nats_server.url, nats_options=natsauth.options(), stop=stop,
-                                               on_host=hosts.append, retry_backoff_s=0.05))
+        task = asyncio.create_task(
+            run_service(
+                Admitter(),
+                nats_server.url,
+                nats_options=natsauth.options(),
+                stop=stop,
+                on_host=hosts.append,
+                retry_backoff_s=0.05,
+            )
+        )
         await asyncio.sleep(0.3)  # no stream yet: the host waits for it
         await bus.ensure_stream()
         await bus.publish(submitted("j1"))

@@ -29,8 +29,10 @@ from gpuledger.services.runtime.host import run_service
 from gpuledger.services.runtime.nats_cluster import EmbeddedNatsCluster
 from tests.natsauth import as_admin
 
-CONFIG = {"cluster": {"nodes": [{"name_prefix": "n", "count": 1, "gpus": 8}]},
-          "tenants": [{"name": "team-a", "guaranteed": 8}]}
+CONFIG = {
+    "cluster": {"nodes": [{"name_prefix": "n", "count": 1, "gpus": 8}]},
+    "tenants": [{"name": "team-a", "guaranteed": 8}],
+}
 
 
 @pytest.fixture
@@ -109,12 +111,19 @@ async def test_kill_9_of_the_stream_leader_under_load_loses_no_acknowledged_even
     urls = ",".join([cluster.urls[victim]] + [u for j, u in enumerate(cluster.urls) if j != victim])
     stop = asyncio.Event()
     hosts: list = []
-    service = asyncio.create_task(run_service(
-        build("admission"), urls, stop=stop, on_host=hosts.append,
-        nats_options={**client_options(cluster.creds("admission")), "dont_randomize": True}))
+    service = asyncio.create_task(
+        run_service(
+            build("admission"),
+            urls,
+            stop=stop,
+            on_host=hosts.append,
+            nats_options={**client_options(cluster.creds("admission")), "dont_randomize": True},
+        )
+    )
 
-    load = await Bus.connect(urls, name="test-load", timeout_s=2.0, dont_randomize=True,
-                             **cluster.client_options())
+    load = await Bus.connect(
+        urls, name="test-load", timeout_s=2.0, dont_randomize=True, **cluster.client_options()
+    )
     acked: list[tuple[int, str, float]] = []  # (seq, job id, monotonic time of the ack)
     failed = 0
     stop_load = asyncio.Event()
@@ -139,38 +148,51 @@ async def test_kill_9_of_the_stream_leader_under_load_loses_no_acknowledged_even
 
     publisher = asyncio.create_task(publish_steadily())
     try:
-        await wait_for(lambda: _true(len(acked) >= 20 and hosts and hosts[-1].folded_seq > 0),
-                       30, "load and admission running")
+        await wait_for(
+            lambda: _true(len(acked) >= 20 and hosts and hosts[-1].folded_seq > 0),
+            30,
+            "load and admission running",
+        )
         killed_at = time.monotonic()
         cluster.kill(victim)
-        await wait_for(lambda: _true(acked_after(killed_at) >= 30), 60,
-                       "acknowledged publishes after the kill")
+        await wait_for(
+            lambda: _true(acked_after(killed_at) >= 30), 60, "acknowledged publishes after the kill"
+        )
 
         # admission reconnected (through another node) and decides the jobs submitted since
-        reader = await Bus.connect(cluster.urls[other], name="test-reader",
-                                   **cluster.client_options())
+        reader = await Bus.connect(
+            cluster.urls[other], name="test-reader", **cluster.client_options()
+        )
         try:
             after_kill = [job for _, job, at in acked if at > killed_at][:10]
 
             async def decided() -> bool:
                 subjects = {r.subject async for r in reader.read_all()}
-                return all(any(s.startswith(f"gl.admission.{job}.") for s in subjects)
-                           for job in after_kill)
+                return all(
+                    any(s.startswith(f"gl.admission.{job}.") for s in subjects)
+                    for job in after_kill
+                )
 
             await wait_for(decided, 60, f"admission decisions for {after_kill}", 0.5)
             assert hosts[-1].bus.nc.connected_url.port != cluster.client_ports[victim]
 
             restarted_at = time.monotonic()
             await asyncio.to_thread(cluster.restart, victim)
-            await wait_for(lambda: _true(acked_after(restarted_at) >= 10), 60,
-                           "acknowledged publishes after the restart")
+            await wait_for(
+                lambda: _true(acked_after(restarted_at) >= 10),
+                60,
+                "acknowledged publishes after the restart",
+            )
             stop_load.set()
             await publisher
 
             # no acknowledged event lost: each ack's sequence holds that very submission
             stored = {r.seq: r.subject async for r in reader.read_all()}
-            missing = [(seq, job) for seq, job, _ in acked
-                       if stored.get(seq) != ev.subject_for(submit_event_for(job))]
+            missing = [
+                (seq, job)
+                for seq, job, _ in acked
+                if stored.get(seq) != ev.subject_for(submit_event_for(job))
+            ]
             assert not missing, f"{len(missing)} acknowledged events lost: {missing[:5]}"
             assert len({seq for seq, _, _ in acked}) == len(acked)
 
@@ -183,10 +205,17 @@ async def test_kill_9_of_the_stream_leader_under_load_loses_no_acknowledged_even
                 if info.cluster.leader == cluster.server_name(victim):
                     return info.state.last_seq == last
                 peer = peers.get(cluster.server_name(victim))
-                return (info.state.last_seq == last and peer is not None and peer.current
-                        and not peer.offline and not peer.lag)
+                return (
+                    info.state.last_seq == last
+                    and peer is not None
+                    and peer.current
+                    and not peer.offline
+                    and not peer.lag
+                )
 
-            await wait_for(caught_up, 60, f"{cluster.server_name(victim)} catching up to seq {last}")
+            await wait_for(
+                caught_up, 60, f"{cluster.server_name(victim)} catching up to seq {last}"
+            )
         finally:
             await reader.close()
     finally:
@@ -199,8 +228,10 @@ async def test_kill_9_of_the_stream_leader_under_load_loses_no_acknowledged_even
     assert acked, "no publish was acknowledged"
     times = sorted(at for _, _, at in acked)
     stall = max(b - a for a, b in zip(times, times[1:], strict=False))
-    print(f"killed {cluster.server_name(victim)} (stream leader): {len(acked)} acknowledged, "
-          f"{failed} not acknowledged, longest gap between acks {stall:.2f}s")
+    print(
+        f"killed {cluster.server_name(victim)} (stream leader): {len(acked)} acknowledged, "
+        f"{failed} not acknowledged, longest gap between acks {stall:.2f}s"
+    )
 
 
 async def _true(value) -> bool:
@@ -220,13 +251,18 @@ async def test_a_new_identity_is_admitted_by_every_node(cluster) -> None:
     assert node_creds is None  # not there yet
     assert cluster.add_principals("node:late") == ["node:late"]
     for url in cluster.urls:  # each node reloaded the shared auth dir
-        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=5,
-                                **client_options(cluster.creds("node:late")))
+        nc = await nats.connect(
+            url,
+            allow_reconnect=False,
+            connect_timeout=5,
+            **client_options(cluster.creds("node:late")),
+        )
         await nc.close()
 
 
 async def test_a_client_whose_server_is_killed_reconnects_to_a_live_node_within_two_seconds(
-        cluster, monkeypatch) -> None:
+    cluster, monkeypatch
+) -> None:
     """nats-py shuffles its server pool before reconnecting; whichever server the shuffle puts
     first, the one that died included (forced here: the pool is ordered victim first), a client
     of every node must be on a live one within about a second, not retry the dead one alone
@@ -235,16 +271,21 @@ async def test_a_client_whose_server_is_killed_reconnects_to_a_live_node_within_
 
     victim = 1
     port = cluster.client_ports[victim]
-    monkeypatch.setattr(nats.aio.client, "shuffle",
-                        lambda pool: pool.sort(key=lambda s: s.uri.port != port))
+    monkeypatch.setattr(
+        nats.aio.client, "shuffle", lambda pool: pool.sort(key=lambda s: s.uri.port != port)
+    )
     bus = await Bus.connect(cluster.url, name="test-failover", **cluster.client_options())
     try:
         assert bus.nc.connected_url.port == port  # the victim, first in the pool
         with structlog.testing.capture_logs() as logs:
             killed_at = time.monotonic()
             cluster.kill(victim)
-            await wait_for(lambda: _true(bus.nc.is_connected and bus.nc.connected_url.port != port),
-                           2.0, "a connection to a live node", interval_s=0.02)
+            await wait_for(
+                lambda: _true(bus.nc.is_connected and bus.nc.connected_url.port != port),
+                2.0,
+                "a connection to a live node",
+                interval_s=0.02,
+            )
             took = time.monotonic() - killed_at
             await bus.nc.flush(timeout=2)  # a round trip through the live node
         refused = [r for r in logs if r["event"] == "bus.reconnect_failed"]
@@ -267,17 +308,27 @@ async def test_a_client_whose_server_is_paused_moves_to_a_live_node(cluster, mon
 
     victim = 2
     port = cluster.client_ports[victim]
-    monkeypatch.setattr(nats.aio.client, "shuffle",
-                        lambda pool: pool.sort(key=lambda s: s.uri.port != port))
-    bus = await Bus.connect(cluster.url, name="test-paused", ping_interval=0.3,
-                            max_outstanding_pings=2, **cluster.client_options())
+    monkeypatch.setattr(
+        nats.aio.client, "shuffle", lambda pool: pool.sort(key=lambda s: s.uri.port != port)
+    )
+    bus = await Bus.connect(
+        cluster.url,
+        name="test-paused",
+        ping_interval=0.3,
+        max_outstanding_pings=2,
+        **cluster.client_options(),
+    )
     pid = cluster.nodes[victim]._proc.pid  # noqa: SLF001 - the server's own child
     try:
         assert bus.nc.connected_url.port == port
         os.kill(pid, signal.SIGSTOP)
         try:
-            await wait_for(lambda: _true(bus.nc.is_connected and bus.nc.connected_url.port != port),
-                           5.0, "a connection to a live node", interval_s=0.05)
+            await wait_for(
+                lambda: _true(bus.nc.is_connected and bus.nc.connected_url.port != port),
+                5.0,
+                "a connection to a live node",
+                interval_s=0.05,
+            )
             await bus.nc.flush(timeout=2)  # a round trip through the live node
         finally:
             os.kill(pid, signal.SIGCONT)
@@ -286,7 +337,8 @@ async def test_a_client_whose_server_is_paused_moves_to_a_live_node(cluster, mon
 
 
 async def test_clients_ping_their_server_often_enough_to_leave_a_hung_one_within_20_s(
-        cluster) -> None:
+    cluster,
+) -> None:
     bus = await Bus.connect(cluster.url, name="test-defaults", **cluster.client_options())
     try:
         assert bus.nc.options["ping_interval"] == PING_INTERVAL_S == 5

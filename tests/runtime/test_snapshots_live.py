@@ -68,7 +68,8 @@ async def admin_bus(nats_server):
 
 
 async def test_a_restart_loads_the_snapshot_folds_the_tail_and_decides_as_a_refold(
-        nats_server, admin_bus, demo_log) -> None:
+    nats_server, admin_bus, demo_log
+) -> None:
     half = len(demo_log) // 2
     await publish(admin_bus, demo_log[:half])
     host, bus = await scheduler_host(nats_server)
@@ -82,7 +83,9 @@ async def test_a_restart_loads_the_snapshot_folds_the_tail_and_decides_as_a_refo
     await publish(admin_bus, demo_log[half:])
     total = await admin_bus.last_seq()
     assert total > saved_at
-    restarted, bus = await scheduler_host(nats_server, SnapshotPolicy(enabled=True, every_events=10**9))
+    restarted, bus = await scheduler_host(
+        nats_server, SnapshotPolicy(enabled=True, every_events=10**9)
+    )
     with capture_logs() as logs:
         async with running(restarted):
             await settle(restarted)
@@ -97,13 +100,17 @@ async def test_a_restart_loads_the_snapshot_folds_the_tail_and_decides_as_a_refo
     await bus.close()
 
 
-@pytest.mark.parametrize(("damage", "reason"), [
-    (lambda chunk: chunk[::-1], "digest mismatch"),
-    (lambda chunk: chunk[: len(chunk) // 2], "truncated"),
-    (lambda chunk: b"", "truncated"),
-])
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda chunk: chunk[::-1], "digest mismatch"),
+        (lambda chunk: chunk[: len(chunk) // 2], "truncated"),
+        (lambda chunk: b"", "truncated"),
+    ],
+)
 async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
-        nats_server, admin_bus, demo_log, damage, reason) -> None:
+    nats_server, admin_bus, demo_log, damage, reason
+) -> None:
     await publish(admin_bus, demo_log)
     host, bus = await scheduler_host(nats_server)
     async with running(host):
@@ -128,13 +135,17 @@ async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
     await bus.close()
 
 
-@pytest.mark.parametrize(("principal", "own", "other"), [
-    ("scheduler", "scheduler", "quota"),
-    ("node:n1", "node-agent.n1", "node-agent.n2"),
-    ("agents", "node-agent.sim", "scheduler"),
-])
+@pytest.mark.parametrize(
+    ("principal", "own", "other"),
+    [
+        ("scheduler", "scheduler", "quota"),
+        ("node:n1", "node-agent.n1", "node-agent.n2"),
+        ("agents", "node-agent.sim", "scheduler"),
+    ],
+)
 async def test_a_service_writes_and_reads_only_its_own_snapshot(
-        nats_server, admin_bus, principal, own, other) -> None:
+    nats_server, admin_bus, principal, own, other
+) -> None:
     if principal.startswith("node:"):
         nats_server.add_principals(principal)
     kv_admin = await snapshot_bucket(admin_bus)
@@ -157,7 +168,8 @@ async def test_a_service_writes_and_reads_only_its_own_snapshot(
 
 
 async def test_a_service_that_could_not_open_its_snapshot_bucket_saves_once_it_answers(
-        nats_server, demo_log, monkeypatch) -> None:
+    nats_server, demo_log, monkeypatch
+) -> None:
     """Started while the bucket does not answer (here: not created yet), a service folds the
     whole log and says so once; it keeps trying in the background, and once the bucket is
     there it saves its fold, so its next restart does not refold everything."""
@@ -169,9 +181,17 @@ async def test_a_service_that_could_not_open_its_snapshot_bucket_saves_once_it_a
     hosts: list[Host] = []
     stop = asyncio.Event()
     with capture_logs() as logs:
-        task = asyncio.create_task(host_module.run_service(
-            Scheduler(), nats_server.url, stop=stop, clock=lambda: NOW_MS, on_host=hosts.append,
-            nats_options=nats_server.client_options("scheduler"), snapshot_policy=OFTEN))
+        task = asyncio.create_task(
+            host_module.run_service(
+                Scheduler(),
+                nats_server.url,
+                stop=stop,
+                clock=lambda: NOW_MS,
+                on_host=hosts.append,
+                nats_options=nats_server.client_options("scheduler"),
+                snapshot_policy=OFTEN,
+            )
+        )
         try:
             await eventually(lambda: bool(hosts))
             await settle(hosts[0], timeout=10)
@@ -198,5 +218,6 @@ def test_the_restart_bench_times_a_full_refold_only_when_asked() -> None:
         assert out["restored_seq"] == 1_800 and out["folded_after_start"] == 200, name
         assert 0 < out["restore_s"] < out["ready_s"], name
     alone = run_restart_bench(2_000, full_refold=False)["services"]
-    assert all(out["ready_s_full_refold"] is None and out["ratio"] is None
-               for out in alone.values())
+    assert all(
+        out["ready_s_full_refold"] is None and out["ratio"] is None for out in alone.values()
+    )

@@ -155,7 +155,9 @@ async def _provision(url: str, jobs: int) -> None:
     try:
         await bus.ensure_stream()
         for chunk in range(0, jobs, 500):
-            await bus.publish_many([submitted(f"j{i}") for i in range(chunk, min(jobs, chunk + 500))])
+            await bus.publish_many(
+                [submitted(f"j{i}") for i in range(chunk, min(jobs, chunk + 500))]
+            )
     finally:
         await bus.close()
 
@@ -168,8 +170,10 @@ def test_services_stop_after_the_server_they_follow_is_killed(monkeypatch, tmp_p
     services: list[Service] = []
     try:
         asyncio.run(_provision(server.url, 50))
-        services = [Service("scheduler", "--nats-url", server.url),
-                    Service("projector", "--data", str(tmp_path), "--nats-url", server.url)]
+        services = [
+            Service("scheduler", "--nats-url", server.url),
+            Service("projector", "--data", str(tmp_path), "--nats-url", server.url),
+        ]
         for svc in services:
             svc.wait_for("bus.connected")
         services[0].wait_for("host.folded")
@@ -184,7 +188,9 @@ def test_services_stop_after_the_server_they_follow_is_killed(monkeypatch, tmp_p
     for records in results:
         events_ = [r["event"] for r in records]
         assert "bus.disconnected" in events_
-        assert all(r.get("attempt", 1) >= 1 for r in records if r["event"] == "bus.reconnect_failed")
+        assert all(
+            r.get("attempt", 1) >= 1 for r in records if r["event"] == "bus.reconnect_failed"
+        )
 
 
 def test_a_service_stops_while_folding_a_long_log(monkeypatch, tmp_path):
@@ -293,4 +299,3 @@ def test_nats_py_log_records_come_out_as_one_structlog_json_line(monkeypatch):
     assert "exception" not in nats_rec and "timestamp" in nats_rec
     assert projector_rec["event"] == "projector: 3 events" and projector_rec["level"] == "info"
     assert host_rec == {**host_rec, "event": "host.folded", "seq": 1, "level": "info"}
-

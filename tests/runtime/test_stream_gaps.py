@@ -31,10 +31,15 @@ def heartbeats(seconds: int) -> list[ev.Event]:
     """Node n1 registers (heartbeat every 5 s) and heartbeats every second for `seconds`."""
     gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c")
     node = ev.NodeInfo(name="n1", cpu_milli=8000, memory_mib=64000, gpus=(gpu,))
-    out: list[ev.Event] = [ev.NodeRegistered(event_id="reg", node=node, heartbeat_s=5,
-                                             producer="node-agent/n1")]
-    out += [ev.NodeHeartbeat(event_id=f"hb{t}", occurred_at_ms=t * S, node="n1", producer="node-agent/n1")
-            for t in range(1, seconds + 1)]
+    out: list[ev.Event] = [
+        ev.NodeRegistered(event_id="reg", node=node, heartbeat_s=5, producer="node-agent/n1")
+    ]
+    out += [
+        ev.NodeHeartbeat(
+            event_id=f"hb{t}", occurred_at_ms=t * S, node="n1", producer="node-agent/n1"
+        )
+        for t in range(1, seconds + 1)
+    ]
     return out
 
 
@@ -57,10 +62,16 @@ async def refusal_of(bus: Bus, clock_ms: int, wait_s: float = 5.0) -> Host:
 
 async def loose_stream(bus: Bus) -> None:
     """A stream that allows delete and purge (the production stream denies both)."""
-    await bus.js.add_stream(api.StreamConfig(
-        name="GPULEDGER", subjects=["gl.>"], storage=api.StorageType.FILE,
-        deny_delete=False, deny_purge=False, allow_direct=True,
-    ))
+    await bus.js.add_stream(
+        api.StreamConfig(
+            name="GPULEDGER",
+            subjects=["gl.>"],
+            storage=api.StorageType.FILE,
+            deny_delete=False,
+            deny_purge=False,
+            allow_direct=True,
+        )
+    )
 
 
 def test_a_hole_in_the_stream_is_refused_not_skipped(monkeypatch, capsys):
@@ -166,9 +177,13 @@ def test_the_projector_stops_before_a_hole_and_says_so(monkeypatch, tmp_path):
             await loose_stream(bus)
             for e in heartbeats(10):
                 await bus.publish(e)
-            first = await run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False)
+            first = await run_projector(
+                server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False
+            )
             for t in range(11, 16):
-                await bus.publish(ev.NodeHeartbeat(event_id=f"hb{t}", node="n1", producer="node-agent/n1"))
+                await bus.publish(
+                    ev.NodeHeartbeat(event_id=f"hb{t}", node="n1", producer="node-agent/n1")
+                )
             await bus.js.delete_msg("GPULEDGER", 13)
             # as a service (`stop` given): one report, then it waits to be stopped; no raise,
             # so a supervisor has nothing to restart into the same hole
@@ -180,11 +195,25 @@ def test_the_projector_stops_before_a_hole_and_says_so(monkeypatch, tmp_path):
                 stop.set()
 
             second = await asyncio.wait_for(
-                run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, stop=stop, on_gap=on_gap), 10
+                run_projector(
+                    server.url,
+                    db,
+                    connect_options=natsauth.options(),
+                    fetch_timeout=0.3,
+                    stop=stop,
+                    on_gap=on_gap,
+                ),
+                10,
             )
             # as a one-shot command: the gap is an error (the CLI exits 3)
             with pytest.raises(SequenceGap, match="missing between sequences 1 and 16"):
-                await run_projector(server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False)
+                await run_projector(
+                    server.url,
+                    db,
+                    connect_options=natsauth.options(),
+                    fetch_timeout=0.3,
+                    follow=False,
+                )
             await bus.close()
             return first, second, reasons
 

@@ -61,9 +61,17 @@ def test_backoff_doubles_up_to_its_cap_and_resets_after_a_stable_run():
 
 def test_the_childs_own_error_line_is_found_in_its_output():
     assert last_error_line("info\nerror: cfg.yaml: no such file\n") == "cfg.yaml: no such file"
-    record = json.dumps({"event": "host.crashed", "level": "error",
-                         "exception": "Traceback...\nValueError: bad gpus"})
-    assert last_error_line(f'{{"event": "x", "level": "info"}}\n{record}\n') == "host.crashed: ValueError: bad gpus"
+    record = json.dumps(
+        {
+            "event": "host.crashed",
+            "level": "error",
+            "exception": "Traceback...\nValueError: bad gpus",
+        }
+    )
+    assert (
+        last_error_line(f'{{"event": "x", "level": "info"}}\n{record}\n')
+        == "host.crashed: ValueError: bad gpus"
+    )
     tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nOverflowError: int too big\n'
     assert last_error_line(tb) == "OverflowError: int too big"
     assert last_error_line('{"event": "host.folded", "level": "info"}\n') is None
@@ -71,17 +79,29 @@ def test_the_childs_own_error_line_is_found_in_its_output():
 
 
 def _status(stream: int, state: str, behind_since_ms: int | None, now: int) -> dict:
-    return {"updated_at_ms": now, "up_pid": os.getpid(), "stream_last_seq": stream,
-            "services": [{"name": "projector", "role": "projector", "state": state,
-                          "behind_since_ms": behind_since_ms,
-                          "detail": "db held by PID 7 for 8s" if state == "blocked" else None}]}
+    return {
+        "updated_at_ms": now,
+        "up_pid": os.getpid(),
+        "stream_last_seq": stream,
+        "services": [
+            {
+                "name": "projector",
+                "role": "projector",
+                "state": state,
+                "behind_since_ms": behind_since_ms,
+                "detail": "db held by PID 7 for 8s" if state == "blocked" else None,
+            }
+        ],
+    }
 
 
 def test_a_read_behind_a_blocked_projector_says_it_is_stale():
     now = 1_000_000
     warning = staleness(_status(340, "blocked", now - 8000, now), 120, now=now)
-    assert warning == ("projection is stale: at seq 120, the stream is at 340 (220 events behind "
-                       "for 8s; projector blocked: db held by PID 7 for 8s)")
+    assert warning == (
+        "projection is stale: at seq 120, the stream is at 340 (220 events behind "
+        "for 8s; projector blocked: db held by PID 7 for 8s)"
+    )
 
 
 def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
@@ -99,7 +119,9 @@ def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
 @pytest.mark.integration
 async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_server, tmp_path):
     board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    procs = ServiceProcesses(nats_server.access(), config=tmp_path / "missing.yaml", log_dir=tmp_path)
+    procs = ServiceProcesses(
+        nats_server.access(), config=tmp_path / "missing.yaml", log_dir=tmp_path
+    )
     sup = ProcessSupervisor(procs, board, tmp_path / "hb", ready_timeout_s=30)
     sup.add("admission")
     started = time.monotonic()
@@ -117,7 +139,9 @@ async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_serv
 @pytest.mark.integration
 async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, tmp_path):
     board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    sup = ProcessSupervisor(ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb")
+    sup = ProcessSupervisor(
+        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
+    )
     sup.add("quota")
     await sup.start()
     try:
@@ -140,9 +164,13 @@ async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, t
 
 
 @pytest.mark.integration
-async def test_a_killed_leader_restarted_by_its_supervisor_leads_again_before_its_ttl(nats_server, bus, tmp_path):
+async def test_a_killed_leader_restarted_by_its_supervisor_leads_again_before_its_ttl(
+    nats_server, bus, tmp_path
+):
     board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    sup = ProcessSupervisor(ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb")
+    sup = ProcessSupervisor(
+        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
+    )
     sup.add("quota")  # leader lease always on, TTL 10 s
     await sup.start()
     try:

@@ -12,12 +12,20 @@ from gpuledger.services.domain.stamp import submission
 
 
 def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]:
-    doc = {"cluster": {"nodes": list(nodes)}, "tenants": list(tenants), "priority_classes": list(classes)}
+    doc = {
+        "cluster": {"nodes": list(nodes)},
+        "tenants": list(tenants),
+        "priority_classes": list(classes),
+    }
     if policy is not None:
         doc["policy"] = policy
     out = config_events(doc)
-    out += [ev.NodeRegistered(node=n, simulated=True, event_id=f"reg-{n.name}",
-                              producer="node-agent/sim") for n in node_infos(doc)]
+    out += [
+        ev.NodeRegistered(
+            node=n, simulated=True, event_id=f"reg-{n.name}", producer="node-agent/sim"
+        )
+        for n in node_infos(doc)
+    ]
     return out
 
 

@@ -19,24 +19,34 @@ def job(job_id: str) -> list[ev.Event]:
     spec = ev.JobSpec(job_id=job_id, tenant="org/a", resources=ev.Resources(gpus=8))
     return [
         ev.JobSubmitted(event_id=f"s-{job_id}", job=spec),
-        ev.JobAdmitted(job_id=job_id, tenant="org/a", priority_class="train", priority=50,
-                       preemptible=True, slo_class="batch", producer="admission/0"),
+        ev.JobAdmitted(
+            job_id=job_id,
+            tenant="org/a",
+            priority_class="train",
+            priority=50,
+            preemptible=True,
+            slo_class="batch",
+            producer="admission/0",
+        ),
     ]
 
 
 def placed(job_id: str, **kw) -> ev.GangPlaced:
     member = ev.MemberPlacement(rank=0, node="n1", gpus=tuple(range(8)))
     kw.setdefault("producer", "scheduler/0")
-    return ev.GangPlaced(job_id=job_id, allocation_id=f"{job_id}#1", tenant="org/a",
-                         members=(member,), **kw)
+    return ev.GangPlaced(
+        job_id=job_id, allocation_id=f"{job_id}#1", tenant="org/a", members=(member,), **kw
+    )
 
 
 def folded(*evs: ev.Event) -> Ledger:
     ledger = Ledger()
-    node = ev.NodeInfo(name="n1", cpu_milli=64000, memory_mib=512000,
-                       gpus=tuple(gpu(i) for i in range(8)))
-    for seq, e in enumerate([ev.NodeRegistered(node=node, heartbeat_s=5, producer="node-agent/n1"),
-                             *evs], 1):
+    node = ev.NodeInfo(
+        name="n1", cpu_milli=64000, memory_mib=512000, gpus=tuple(gpu(i) for i in range(8))
+    )
+    for seq, e in enumerate(
+        [ev.NodeRegistered(node=node, heartbeat_s=5, producer="node-agent/n1"), *evs], 1
+    ):
         ledger.apply(seq, e)
     return ledger
 
@@ -92,7 +102,9 @@ def test_an_event_must_travel_on_its_own_subject():
     sub = ev.JobSubmitted(job=spec)
     assert subject_refusal("gl.submit.org/b.x", sub) is None
     wrong = subject_refusal("gl.submit.org/a.x", sub)
-    assert wrong is not None and wrong.code == "WrongSubject" and "gl.submit.org/b.x" in wrong.message
+    assert (
+        wrong is not None and wrong.code == "WrongSubject" and "gl.submit.org/b.x" in wrong.message
+    )
     ledger = Ledger()
     assert admit(ledger, 1, sub, "gl.submit.org/a.x").code == "WrongSubject"
     assert "x" not in ledger.jobs
@@ -102,13 +114,20 @@ def test_an_event_must_travel_on_its_own_subject():
 
 
 def preempt(job_id: str, **kw) -> ev.PreemptionRequested:
-    return ev.PreemptionRequested(job_id=job_id, allocation_id=f"{job_id}#1", beneficiary="b",
-                                  reason="Priority", deadline_ms=60_000, **kw)
+    return ev.PreemptionRequested(
+        job_id=job_id,
+        allocation_id=f"{job_id}#1",
+        beneficiary="b",
+        reason="Priority",
+        deadline_ms=60_000,
+        **kw,
+    )
 
 
 def pending(job_id: str, **kw) -> ev.PendingReasonChanged:
-    return ev.PendingReasonChanged(job_id=job_id, reason="Resources", message="8 GPUs busy",
-                                   producer="scheduler/0", **kw)
+    return ev.PendingReasonChanged(
+        job_id=job_id, reason="Resources", message="8 GPUs busy", producer="scheduler/0", **kw
+    )
 
 
 def test_a_forged_decision_of_another_role_cannot_depose_the_real_leader():
@@ -167,9 +186,13 @@ def test_a_node_fact_must_come_from_a_node_agent_and_a_decision_must_name_its_pr
 def test_clients_and_configuration_name_any_producer():
     ledger = Ledger()
     spec = ev.JobSpec(job_id="x", tenant="org/a", resources=ev.Resources(gpus=1))
-    assert admit(ledger, 1, ev.JobSubmitted(job=spec, producer="my-ci"), "gl.submit.org/a.x") is None
+    assert (
+        admit(ledger, 1, ev.JobSubmitted(job=spec, producer="my-ci"), "gl.submit.org/a.x") is None
+    )
     assert admit(ledger, 2, ev.TenantConfigured(tenant="org/a", producer="")) is None
-    assert admit(ledger, 3, ev.JobCancelled(job_id="x", tenant="org/a", producer="anything")) is None
+    assert (
+        admit(ledger, 3, ev.JobCancelled(job_id="x", tenant="org/a", producer="anything")) is None
+    )
 
 
 def test_operator_inputs_of_scenarios_and_imports_replay_but_carry_no_epoch():

@@ -14,14 +14,24 @@ HOUR = 3_600_000
 
 def reserved(policy):
     ledger = given(
-        *cluster({"name": "n1", "gpus": 8}, tenants=[{"name": "t", "guaranteed": 8}],
-                 policy={"reservation_after_s": 60, **policy}),
+        *cluster(
+            {"name": "n1", "gpus": 8},
+            tenants=[{"name": "t", "guaranteed": 8}],
+            policy={"reservation_after_s": 60, **policy},
+        ),
         submitted(id="long", tenant="t", gpus=6, duration="1h"),
         submitted(id="gang", tenant="t", gpus=8, duration="1h", at_ms=1),
     )
     fold(ledger, Admission().decide(ledger, 0))
     fold(ledger, Scheduler().decide(ledger, 0))
-    fold(ledger, [stamped(ev.MemberStarted, "s", 0, job_id="long", allocation_id="long#1", rank=0, node="n1")])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberStarted, "s", 0, job_id="long", allocation_id="long#1", rank=0, node="n1"
+            )
+        ],
+    )
     fold(ledger, [submitted(id="small", tenant="t", gpus=2, duration="3h", at_ms=100_000)])
     fold(ledger, Admission().decide(ledger, 100_000))
     return ledger
@@ -38,8 +48,21 @@ def test_a_preemptible_job_backfills_the_reservation_and_leaves_when_the_gang_ca
     assert ledger.backfills == {"gang": {"small#1"}}
     # while `long` runs, evicting the backfill would not let the gang land: no request
     assert of_type(Preemption().decide(ledger, 100_000), ev.PreemptionRequested) == []
-    fold(ledger, [stamped(ev.MemberExited, "x", HOUR, job_id="long", allocation_id="long#1", rank=0,
-                          node="n1", outcome="completed")])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberExited,
+                "x",
+                HOUR,
+                job_id="long",
+                allocation_id="long#1",
+                rank=0,
+                node="n1",
+                outcome="completed",
+            )
+        ],
+    )
     fold(ledger, Scheduler().decide(ledger, HOUR))  # GangCompleted
     fold(ledger, Scheduler().decide(ledger, HOUR))  # the gang still does not fit
     (req,) = of_type(Preemption().decide(ledger, HOUR), ev.PreemptionRequested)

@@ -8,7 +8,10 @@ from gpuledger.services.admission.decider import Admission
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
-NODES = ({"name": "a100", "gpus": 4, "model": "A100-80GB"}, {"name": "h100", "gpus": 4, "model": "H100-80GB"})
+NODES = (
+    {"name": "a100", "gpus": 4, "model": "A100-80GB"},
+    {"name": "h100", "gpus": 4, "model": "H100-80GB"},
+)
 TENANTS = [{"name": "serve", "guaranteed": 8, "guaranteed_by_model": {"A100-80GB": 2}}]
 
 
@@ -27,7 +30,9 @@ def test_the_configuration_carries_per_model_guarantees_in_milli_gpus():
 def test_non_preemptible_work_on_a_model_stays_within_that_models_guarantee():
     ledger, out = decided(
         submitted(id="i1", tenant="serve", gpus=2, models=["A100-80GB"], **{"class": "inference"}),
-        submitted(id="i2", tenant="serve", gpus=2, models=["A100-80GB"], at_ms=1, **{"class": "inference"}),
+        submitted(
+            id="i2", tenant="serve", gpus=2, models=["A100-80GB"], at_ms=1, **{"class": "inference"}
+        ),
         submitted(id="i3", tenant="serve", gpus=2, at_ms=2, **{"class": "inference"}),
     )
     placed = {p.job_id: {m.node for m in p.members} for p in of_type(out, ev.GangPlaced)}
@@ -36,13 +41,32 @@ def test_non_preemptible_work_on_a_model_stays_within_that_models_guarantee():
     assert wait.reason == "NonPreemptibleOverQuota"
     assert "runs 2 non-preemptible of 2 guaranteed A100-80GB GPUs, job needs 2" in wait.message
     assert wait.details["models_over_guarantee"] == [
-        {"model": "A100-80GB", "non_preemptible_gpus": 2.0, "guaranteed_gpus": 2.0}]
+        {"model": "A100-80GB", "non_preemptible_gpus": 2.0, "guaranteed_gpus": 2.0}
+    ]
     fold(ledger, out)
-    assert ledger.tenant_fixed_by_model == {("serve", "A100-80GB"): 2000, ("serve", "H100-80GB"): 2000}
+    assert ledger.tenant_fixed_by_model == {
+        ("serve", "A100-80GB"): 2000,
+        ("serve", "H100-80GB"): 2000,
+    }
     # when i1 ends, its A100 guarantee is free again and i2 starts
-    fold(ledger, [stamped(ev.MemberStarted, "s", 0, job_id="i1", allocation_id="i1#1", rank=0, node="a100"),
-                  stamped(ev.MemberExited, "x", 10, job_id="i1", allocation_id="i1#1", rank=0, node="a100",
-                          outcome="completed")])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberStarted, "s", 0, job_id="i1", allocation_id="i1#1", rank=0, node="a100"
+            ),
+            stamped(
+                ev.MemberExited,
+                "x",
+                10,
+                job_id="i1",
+                allocation_id="i1#1",
+                rank=0,
+                node="a100",
+                outcome="completed",
+            ),
+        ],
+    )
     fold(ledger, Scheduler().decide(ledger, 10))
     assert ledger.tenant_fixed_by_model[("serve", "A100-80GB")] == 0
     (p,) = of_type(Scheduler().decide(ledger, 10), ev.GangPlaced)

@@ -18,8 +18,12 @@ from gpuledger.services.scheduler.decider import Scheduler
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
-QUIET = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,
-         "aging_after_wait_s": 0}
+QUIET = {
+    "min_runtime_s": 0,
+    "eviction_budget_per_hour": 0,
+    "aging_after_preemptions": 0,
+    "aging_after_wait_s": 0,
+}
 
 
 def scheduled(cfg, *waves):
@@ -48,25 +52,36 @@ N8 = {"name": "n1", "gpus": 8}
 
 
 def test_resources_no_node_has_the_free_gpus():
-    _, out = scheduled(fleet(N8), [{"id": "big", "tenant": "a", "gpus": 8}],
-                       [{"id": "j", "tenant": "a", "gpus": 4}])
+    _, out = scheduled(
+        fleet(N8),
+        [{"id": "big", "tenant": "a", "gpus": 8}],
+        [{"id": "j", "tenant": "a", "gpus": 4}],
+    )
     e = why(out, "j")
     assert e.reason == PendingReason.Resources
     assert e.message.startswith("needs 4 GPUs") and "0/1 nodes" in e.message
 
 
 def test_gang_incomplete_fewer_members_than_min_members_fit():
-    _, out = scheduled(fleet({"name_prefix": "n", "count": 2, "gpus": 8}, tenants=[{"name": "a", "guaranteed": 24}]),
-                       [{"id": "big", "tenant": "a", "gpus": 8}],
-                       [{"id": "j", "tenant": "a", "gpus": 8, "replicas": 2}])
+    _, out = scheduled(
+        fleet(
+            {"name_prefix": "n", "count": 2, "gpus": 8}, tenants=[{"name": "a", "guaranteed": 24}]
+        ),
+        [{"id": "big", "tenant": "a", "gpus": 8}],
+        [{"id": "j", "tenant": "a", "gpus": 8, "replicas": 2}],
+    )
     e = why(out, "j")
     assert e.reason == PendingReason.GangIncomplete and "only 1 of 2 members fit" in e.message
 
 
 def test_topology_unsatisfiable_free_gpus_are_split_across_cliques():
     node = {"name": "n1", "gpus": 8, "cliques": 2}
-    _, out = scheduled(fleet(node), [{"id": "x", "tenant": "a", "gpus": 3}],
-                       [{"id": "y", "tenant": "a", "gpus": 3}], [{"id": "j", "tenant": "a", "gpus": 2}])
+    _, out = scheduled(
+        fleet(node),
+        [{"id": "x", "tenant": "a", "gpus": 3}],
+        [{"id": "y", "tenant": "a", "gpus": 3}],
+        [{"id": "j", "tenant": "a", "gpus": 2}],
+    )
     e = why(out, "j")
     assert e.reason == PendingReason.TopologyUnsatisfiable
     assert "needs 2 GPUs in one NVLink clique; largest free clique has 1" in e.message
@@ -77,16 +92,25 @@ def test_mig_placement_unavailable_no_gpu_has_a_free_slot():
     jobs = [{"id": f"m{i}", "tenant": "a", "mig": "3g.40gb"} for i in range(2)]
     _, out = scheduled(fleet(node), jobs, [{"id": "j", "tenant": "a", "mig": "3g.40gb"}])
     e = why(out, "j")
-    assert e.reason == PendingReason.MIGPlacementUnavailable and "MIG 3g.40gb: no GPU with a free" in e.message
+    assert (
+        e.reason == PendingReason.MIGPlacementUnavailable
+        and "MIG 3g.40gb: no GPU with a free" in e.message
+    )
 
 
 def test_isolation_conflict_an_mps_gpu_held_by_another_tenant():
     node = {"name": "n1", "gpus": 1, "sharing": "mps"}
     tenants = [{"name": "a", "guaranteed": 1}, {"name": "b", "guaranteed": 0}]
-    _, out = scheduled(fleet(node, tenants=tenants), [{"id": "x", "tenant": "a", "gpu": "300m"}],
-                       [{"id": "j", "tenant": "b", "gpu": "100m"}])
+    _, out = scheduled(
+        fleet(node, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpu": "300m"}],
+        [{"id": "j", "tenant": "b", "gpu": "100m"}],
+    )
     e = why(out, "j")
-    assert e.reason == PendingReason.IsolationConflict and "mps GPUs busy with other tenants" in e.message
+    assert (
+        e.reason == PendingReason.IsolationConflict
+        and "mps GPUs busy with other tenants" in e.message
+    )
 
 
 def test_unschedulable_the_fleet_shrank_below_what_the_job_needs():
@@ -95,13 +119,18 @@ def test_unschedulable_the_fleet_shrank_below_what_the_job_needs():
     smaller = next(e for e in fleet({"name": "n1", "gpus": 4}) if isinstance(e, ev.NodeRegistered))
     fold(ledger, [stamped(ev.NodeRegistered, "re-register", 10, node=smaller.node, simulated=True)])
     e = why(Scheduler().decide(ledger, 10), "j")
-    assert e.reason == PendingReason.Unschedulable and "no node can ever host this member" in e.message
+    assert (
+        e.reason == PendingReason.Unschedulable and "no node can ever host this member" in e.message
+    )
 
 
 def test_exceeds_limit_the_tenant_would_pass_its_limit():
     tenants = [{"name": "a", "guaranteed": 4, "limit": 6}]
-    _, out = scheduled(fleet(N8, tenants=tenants), [{"id": "x", "tenant": "a", "gpus": 4}],
-                       [{"id": "j", "tenant": "a", "gpus": 4}])
+    _, out = scheduled(
+        fleet(N8, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpus": 4}],
+        [{"id": "j", "tenant": "a", "gpus": 4}],
+    )
     e = why(out, "j")
     assert e.reason == PendingReason.ExceedsLimit
     assert e.message == "tenant a uses 4 of its 6-GPU limit, job needs 4"
@@ -109,8 +138,11 @@ def test_exceeds_limit_the_tenant_would_pass_its_limit():
 
 def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible_work():
     tenants = [{"name": "a", "guaranteed": 4}]
-    _, out = scheduled(fleet(N8, tenants=tenants), [{"id": "x", "tenant": "a", "gpus": 4, "class": "build"}],
-                       [{"id": "j", "tenant": "a", "gpus": 2, "class": "build"}])
+    _, out = scheduled(
+        fleet(N8, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpus": 4, "class": "build"}],
+        [{"id": "j", "tenant": "a", "gpus": 2, "class": "build"}],
+    )
     e = why(out, "j")
     assert e.reason == PendingReason.NonPreemptibleOverQuota
     assert "runs 4 non-preemptible of 4 guaranteed GPUs, job needs 2" in e.message
@@ -118,7 +150,9 @@ def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible
 
 def test_reserved_the_only_room_is_reserved_for_a_starving_gang():
     ledger = given(
-        *fleet(N8, tenants=[{"name": "t", "guaranteed": 8}], reservation_after_s=60, preemption=False),
+        *fleet(
+            N8, tenants=[{"name": "t", "guaranteed": 8}], reservation_after_s=60, preemption=False
+        ),
         submitted(id="long", tenant="t", gpus=6, duration="1h"),
         submitted(id="gang", tenant="t", gpus=8, duration="1h", at_ms=1),
     )
@@ -132,8 +166,11 @@ def test_reserved_the_only_room_is_reserved_for_a_starving_gang():
 
 
 def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
-    ledger, _ = scheduled(fleet(N8), [{"id": "low", "tenant": "a", "gpus": 8}],
-                          [{"id": "high", "tenant": "a", "gpus": 8, "class": "interactive"}])
+    ledger, _ = scheduled(
+        fleet(N8),
+        [{"id": "low", "tenant": "a", "gpus": 8}],
+        [{"id": "high", "tenant": "a", "gpus": 8, "class": "interactive"}],
+    )
     (req,) = of_type(Preemption().decide(ledger, 5), ev.PreemptionRequested)
     fold(ledger, [req])
     e = why(Scheduler().decide(ledger, 6), "high")
@@ -143,12 +180,18 @@ def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
 
 def test_waiting_for_consolidation_a_small_job_migrates_out_of_its_way():
     nodes = ({"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4})
-    ledger, _ = scheduled(fleet(*nodes, consolidation=True),
-                          [{"id": f"s{i}", "tenant": "a", "gpus": 1} for i in range(1, 9)])
+    ledger, _ = scheduled(
+        fleet(*nodes, consolidation=True),
+        [{"id": f"s{i}", "tenant": "a", "gpus": 1} for i in range(1, 9)],
+    )
     # one job ends on each node: 1 + 1 GPUs free, none of the nodes has 2
-    ends = [min(a for a in ledger.active if ledger.allocations[a].nodes() == (n,)) for n in ("n1", "n2")]
-    fold(ledger, [stamped(ev.GangCompleted, a, at=2, job_id=a.split("#")[0], allocation_id=a)
-                  for a in ends])
+    ends = [
+        min(a for a in ledger.active if ledger.allocations[a].nodes() == (n,)) for n in ("n1", "n2")
+    ]
+    fold(
+        ledger,
+        [stamped(ev.GangCompleted, a, at=2, job_id=a.split("#")[0], allocation_id=a) for a in ends],
+    )
     fold(ledger, [submitted(at_ms=3, id="wide", tenant="a", gpus=2)])
     fold(ledger, Admission().decide(ledger, 3))
     fold(ledger, Scheduler().decide(ledger, 3))
@@ -159,15 +202,20 @@ def test_waiting_for_consolidation_a_small_job_migrates_out_of_its_way():
     e = why(Scheduler().decide(ledger, 6), "wide")
     assert e.reason == PendingReason.WaitingForConsolidation
     (move,) = planned.moves
-    assert e.message.startswith(f"waiting for a consolidation: {move.job_id} migrating off "
-                                f"{move.from_nodes[0]} to {move.to_nodes[0]}")
+    assert e.message.startswith(
+        f"waiting for a consolidation: {move.job_id} migrating off "
+        f"{move.from_nodes[0]} to {move.to_nodes[0]}"
+    )
 
 
 def test_waiting_for_mig_reconfiguration_an_idle_gpu_changes_layout_for_it():
     layout = ["1g.10gb"] * 7
     ledger, out = scheduled(
-        fleet({"name": "m1", "gpus": 1, "sharing": "mig", "mig_layout": layout}, mig_regeometry=True),
-        [{"id": "big", "tenant": "a", "mig": "3g.40gb"}])
+        fleet(
+            {"name": "m1", "gpus": 1, "sharing": "mig", "mig_layout": layout}, mig_regeometry=True
+        ),
+        [{"id": "big", "tenant": "a", "mig": "3g.40gb"}],
+    )
     assert why(out, "big").reason == PendingReason.MIGPlacementUnavailable
     (req,) = of_type(Preemption().decide(ledger, 5), ev.MigReconfigurationRequested)
     fold(ledger, [req])
@@ -186,15 +234,25 @@ def test_every_pending_reason_has_a_row_and_a_test():
     for r in PENDING:
         assert any(n.startswith(f"test_{_snake(r.code)}_") for n in names), r.code
         assert r.doc and r.source in ("placement", "quota", "scheduler")
-    placement_rules = " ".join(inspect.getdoc(rule) or "" for rule in (*UNPLACEABLE, gang_incomplete))
+    placement_rules = " ".join(
+        inspect.getdoc(rule) or "" for rule in (*UNPLACEABLE, gang_incomplete)
+    )
     for r in PENDING:
         if r.source == "placement":
             assert f"`{r.code}`" in placement_rules, f"no rule of UNPLACEABLE gives {r.code}"
 
 
 def test_the_derived_sets_are_what_reservations_and_preemption_act_on():
-    assert PREEMPTION_MAY_HELP == {"Resources", "GangIncomplete", "TopologyUnsatisfiable",
-                                   "MIGPlacementUnavailable", "IsolationConflict"}
+    assert PREEMPTION_MAY_HELP == {
+        "Resources",
+        "GangIncomplete",
+        "TopologyUnsatisfiable",
+        "MIGPlacementUnavailable",
+        "IsolationConflict",
+    }
     assert CAPACITY_REASONS == PREEMPTION_MAY_HELP | {
-        "Reserved", "WaitingForPreemptedWorkloads", "WaitingForConsolidation",
-        "WaitingForMigReconfiguration"}
+        "Reserved",
+        "WaitingForPreemptedWorkloads",
+        "WaitingForConsolidation",
+        "WaitingForMigReconfiguration",
+    }

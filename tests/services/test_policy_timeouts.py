@@ -14,19 +14,49 @@ def preempted_for_a_ghost(policy):
     """`victim` runs on the only node, is preempted for `ghost` (a beneficiary that never
     comes) and exits at 10 s; `other` waits."""
     ledger = given(
-        *cluster({"name": "n1", "gpus": 4}, tenants=[{"name": "t", "guaranteed": 4}], policy=policy),
-        submitted(id="victim", tenant="t", gpus=4), submitted(id="other", tenant="t", gpus=4, at_ms=1),
+        *cluster(
+            {"name": "n1", "gpus": 4}, tenants=[{"name": "t", "guaranteed": 4}], policy=policy
+        ),
+        submitted(id="victim", tenant="t", gpus=4),
+        submitted(id="other", tenant="t", gpus=4, at_ms=1),
     )
     fold(ledger, Admission().decide(ledger, 0))
     fold(ledger, Scheduler().decide(ledger, 0))
     assert ledger.jobs["victim"].state == "running"
-    fold(ledger, [
-        stamped(ev.MemberStarted, "s", 0, job_id="victim", allocation_id="victim#1", rank=0, node="n1"),
-        stamped(ev.PreemptionRequested, "p", 5_000, job_id="victim", allocation_id="victim#1",
-                beneficiary="ghost", reason="Priority", deadline_ms=35_000),
-        stamped(ev.MemberExited, "x", 10_000, job_id="victim", allocation_id="victim#1", rank=0,
-                node="n1", outcome="preempted"),
-    ])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberStarted,
+                "s",
+                0,
+                job_id="victim",
+                allocation_id="victim#1",
+                rank=0,
+                node="n1",
+            ),
+            stamped(
+                ev.PreemptionRequested,
+                "p",
+                5_000,
+                job_id="victim",
+                allocation_id="victim#1",
+                beneficiary="ghost",
+                reason="Priority",
+                deadline_ms=35_000,
+            ),
+            stamped(
+                ev.MemberExited,
+                "x",
+                10_000,
+                job_id="victim",
+                allocation_id="victim#1",
+                rank=0,
+                node="n1",
+                outcome="preempted",
+            ),
+        ],
+    )
     fold(ledger, Scheduler().decide(ledger, 10_000))  # evicted and requeued
     assert ledger.jobs["victim"].state == "pending"
     return ledger
@@ -50,9 +80,13 @@ def test_the_start_timeout_defaults_to_two_minutes_and_zero_turns_it_off():
     assert ev.Policy().start_timeout_s == 120 and ev.Policy().nomination_ttl_s == 300
 
     def real(policy):
-        out = cluster({"name": "n1", "gpus": 4}, tenants=[{"name": "t", "guaranteed": 4}], policy=policy)
-        out = [msgspec.structs.replace(x, simulated=False) if isinstance(x, ev.NodeRegistered) else x
-               for x in out]
+        out = cluster(
+            {"name": "n1", "gpus": 4}, tenants=[{"name": "t", "guaranteed": 4}], policy=policy
+        )
+        out = [
+            msgspec.structs.replace(x, simulated=False) if isinstance(x, ev.NodeRegistered) else x
+            for x in out
+        ]
         ledger = given(*out, submitted(id="j", tenant="t", gpus=4))
         fold(ledger, Admission().decide(ledger, 0))
         fold(ledger, Scheduler().decide(ledger, 0))
@@ -61,7 +95,9 @@ def test_the_start_timeout_defaults_to_two_minutes_and_zero_turns_it_off():
     ledger = real(None)
     assert Scheduler().next_wakeup_ms(ledger, 0) == 120_000
     assert Scheduler().decide(ledger, 119_999) == []
-    assert [x.reason for x in of_type(Scheduler().decide(ledger, 120_000), ev.GangEvicted)] == ["StartTimeout"]
+    assert [x.reason for x in of_type(Scheduler().decide(ledger, 120_000), ev.GangEvicted)] == [
+        "StartTimeout"
+    ]
     ledger = real({"start_timeout_s": 0})
     assert Scheduler().next_wakeup_ms(ledger, 0) is None
     assert Scheduler().decide(ledger, 10_000_000) == []

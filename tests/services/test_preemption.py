@@ -19,16 +19,21 @@ from gpuledger.services.preemption.victims import Exclusion, candidates
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
-QUIET = {"min_runtime_s": 0, "eviction_budget_per_hour": 0, "aging_after_preemptions": 0,
-         "aging_after_wait_s": 0}
+QUIET = {
+    "min_runtime_s": 0,
+    "eviction_budget_per_hour": 0,
+    "aging_after_preemptions": 0,
+    "aging_after_wait_s": 0,
+}
 """Every time-based protection off: each test switches on only the rule it is about."""
 NODE = {"name_prefix": "n", "count": 1, "gpus": 8, "model": "H100-80GB"}
 CLASSES = [{"name": "urgent", "value": 200}, {"name": "scavenger", "value": 10}]
 
 
 def fleet(tenants=({"name": "a", "guaranteed": 8},), nodes=1, **policy):
-    return cluster({**NODE, "count": nodes}, tenants=list(tenants), classes=CLASSES,
-                   policy={**QUIET, **policy})
+    return cluster(
+        {**NODE, "count": nodes}, tenants=list(tenants), classes=CLASSES, policy={**QUIET, **policy}
+    )
 
 
 def step(ledger, at, *deciders):
@@ -46,15 +51,41 @@ def start(ledger, at, job_id=None):
     for alloc_id in sorted(ledger.awaiting_start):
         rec = ledger.allocations[alloc_id]
         if job_id is None or rec.job_id == job_id:
-            fold(ledger, [stamped(ev.MemberStarted, f"start-{alloc_id}-{m.rank}", at, job_id=rec.job_id,
-                                  allocation_id=alloc_id, rank=m.rank, node=m.node) for m in rec.members])
+            fold(
+                ledger,
+                [
+                    stamped(
+                        ev.MemberStarted,
+                        f"start-{alloc_id}-{m.rank}",
+                        at,
+                        job_id=rec.job_id,
+                        allocation_id=alloc_id,
+                        rank=m.rank,
+                        node=m.node,
+                    )
+                    for m in rec.members
+                ],
+            )
 
 
 def exit_all(ledger, job_id, outcome, at):
     rec = ledger.allocations[ledger.jobs[job_id].allocation_id]
-    fold(ledger, [stamped(ev.MemberExited, f"exit-{rec.allocation_id}-{m.rank}", at, job_id=job_id,
-                          allocation_id=rec.allocation_id, rank=m.rank, node=m.node, outcome=outcome)
-                  for m in rec.members])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberExited,
+                f"exit-{rec.allocation_id}-{m.rank}",
+                at,
+                job_id=job_id,
+                allocation_id=rec.allocation_id,
+                rank=m.rank,
+                node=m.node,
+                outcome=outcome,
+            )
+            for m in rec.members
+        ],
+    )
 
 
 def running(cfg, *jobs, at=0):
@@ -88,8 +119,10 @@ def excluded(d):
 
 def test_priority_a_lower_priority_job_of_the_tenant_is_evicted():
     ledger = running(fleet(), submitted(id="low", tenant="a", gpus=8))
-    (req,) = of_type(blocked(ledger, 10, id="high", tenant="a", gpus=8, **{"class": "interactive"}),
-                     ev.PreemptionRequested)
+    (req,) = of_type(
+        blocked(ledger, 10, id="high", tenant="a", gpus=8, **{"class": "interactive"}),
+        ev.PreemptionRequested,
+    )
     assert (req.job_id, req.beneficiary, req.reason) == ("low", "high", PreemptionReason.Priority)
 
 
@@ -117,7 +150,9 @@ def test_aged_a_job_aging_lifted_to_the_blocked_jobs_class_is_not_evicted_by_it(
     step(ledger, 0, Admission())
     step(ledger, 120_000, Scheduler())  # placed after 120 s queued: one step, train -> interactive
     start(ledger, 120_000)
-    d = declined(blocked(ledger, 130_000, id="next", tenant="a", gpus=8, **{"class": "interactive"}))
+    d = declined(
+        blocked(ledger, 130_000, id="next", tenant="a", gpus=8, **{"class": "interactive"})
+    )
     assert excluded(d) == [("patient", ExclusionReason.Aged)]
     assert "aged from priority 50 to 75" in d.details["excluded"][0]["message"]
 
@@ -126,8 +161,10 @@ def test_preemption_loop_a_job_never_evicts_the_job_that_evicted_it_within_the_h
     tenants = [{"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 0}]
     ledger = running(fleet(tenants=tenants), submitted(id="first", tenant="a", gpus=8))
     # b's interactive job evicts a's borrowing train job across tenants (scope cluster)
-    (req,) = of_type(blocked(ledger, 10, id="second", tenant="b", gpus=8, **{"class": "interactive"}),
-                     ev.PreemptionRequested)
+    (req,) = of_type(
+        blocked(ledger, 10, id="second", tenant="b", gpus=8, **{"class": "interactive"}),
+        ev.PreemptionRequested,
+    )
     fold(ledger, [req])
     exit_all(ledger, "first", "preempted", 20)
     step(ledger, 20, Scheduler())  # evicted and requeued
@@ -141,7 +178,10 @@ def test_preemption_loop_a_job_never_evicts_the_job_that_evicted_it_within_the_h
     step(ledger, 40, Scheduler())
     d = declined(Preemption().decide(ledger, 40))
     assert excluded(d) == [("second", ExclusionReason.PreemptionLoop)]
-    assert "second evicted first within the last hour" in d.message + d.details["excluded"][0]["message"]
+    assert (
+        "second evicted first within the last hour"
+        in d.message + d.details["excluded"][0]["message"]
+    )
 
 
 def test_min_runtime_work_younger_than_the_minimum_keeps_running_until_it_lapses():
@@ -155,8 +195,10 @@ def test_min_runtime_work_younger_than_the_minimum_keeps_running_until_it_lapses
 
 def test_eviction_budget_a_job_evicted_as_often_as_the_budget_allows_is_spared():
     ledger = running(fleet(eviction_budget_per_hour=1), submitted(id="low", tenant="a", gpus=8))
-    (req,) = of_type(blocked(ledger, 1000, id="hi1", tenant="a", gpus=8, **{"class": "interactive"}),
-                     ev.PreemptionRequested)
+    (req,) = of_type(
+        blocked(ledger, 1000, id="hi1", tenant="a", gpus=8, **{"class": "interactive"}),
+        ev.PreemptionRequested,
+    )
     fold(ledger, [req])
     exit_all(ledger, "low", "preempted", 2000)
     step(ledger, 2000, Scheduler())
@@ -195,19 +237,24 @@ def test_disruption_budget_a_service_loses_at_most_running_minus_min_available_r
     when an urgent 2-GPU job and then a second one are blocked, then one replica is evicted
     for the first and the second is declined with `DisruptionBudget` (the replica being
     preempted counts against the budget)."""
-    ledger = running(fleet(), submitted(id="svc", tenant="a", gpus=2, replicas=4, min_available=3,
-                                        kind="service"))
+    ledger = running(
+        fleet(),
+        submitted(id="svc", tenant="a", gpus=2, replicas=4, min_available=3, kind="service"),
+    )
     assert [r.state for r in ledger.replicas_of("svc")] == ["running"] * 4
     out = blocked(ledger, 10, id="hot", tenant="a", gpus=2, **{"class": "urgent"})
     (req,) = of_type(out, ev.PreemptionRequested)
     assert req.job_id.startswith("svc~")
     assert [x["job"] for x in req.details["excluded"]] and all(
-        x["reason"] == ExclusionReason.DisruptionBudget for x in req.details["excluded"])
+        x["reason"] == ExclusionReason.DisruptionBudget for x in req.details["excluded"]
+    )
     fold(ledger, out)
     d = declined(blocked(ledger, 20, id="hot2", tenant="a", gpus=2, **{"class": "urgent"}))
     assert sorted(r for _, r in excluded(d)) == [ExclusionReason.DisruptionBudget] * 3
-    assert "service svc runs 4 replicas (1 being preempted), min_available 3: at most 1 may be down " \
-           "at once" in d.details["excluded"][0]["message"]
+    assert (
+        "service svc runs 4 replicas (1 being preempted), min_available 3: at most 1 may be down "
+        "at once" in d.details["excluded"][0]["message"]
+    )
 
 
 def test_within_guarantee_priority_never_takes_another_tenants_guarantee():
@@ -227,26 +274,36 @@ def test_within_guarantee_priority_takes_only_what_another_tenant_borrows():
     tenants = [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 0}]
     six = [submitted(id=f"a{i}", tenant="a", gpus=1) for i in range(6)]
     ledger = running(fleet(tenants=tenants), *six)
-    reqs = of_type(blocked(ledger, 10, id="hi4", tenant="b", gpus=4, **{"class": "interactive"}),
-                   ev.PreemptionRequested)
+    reqs = of_type(
+        blocked(ledger, 10, id="hi4", tenant="b", gpus=4, **{"class": "interactive"}),
+        ev.PreemptionRequested,
+    )
     assert sorted(r.job_id for r in reqs) == ["a0", "a1"]  # all alike: allocation id order
     assert {r.reason for r in reqs} == {PreemptionReason.Priority}
     assert [(x["job"], x["reason"]) for x in reqs[0].details["excluded"]] == [
-        (f"a{i}", ExclusionReason.WithinGuarantee) for i in range(2, 6)]
+        (f"a{i}", ExclusionReason.WithinGuarantee) for i in range(2, 6)
+    ]
 
     ledger = running(fleet(tenants=tenants), *six)
     d = declined(blocked(ledger, 10, id="hi5", tenant="b", gpus=5, **{"class": "interactive"}))
     assert d.reason == DeclineReason.NoVictims
     assert [r for _, r in excluded(d)] == [ExclusionReason.WithinGuarantee] * 4
-    assert ("tenant a uses 6 of 4 guaranteed GPUs (0 being released); evicting its 1 GPUs would "
-            "take it below its guarantee: priority may take 0 more") in d.details["excluded"][0]["message"]
+    assert (
+        "tenant a uses 6 of 4 guaranteed GPUs (0 being released); evicting its 1 GPUs would "
+        "take it below its guarantee: priority may take 0 more"
+    ) in d.details["excluded"][0]["message"]
 
 
 def test_the_first_rule_that_holds_is_the_reason_given():
     """A young non-preemptible job is reported NonPreemptible (it never lapses), not MinRuntime."""
-    ledger = running(fleet(min_runtime_s=300), submitted(id="builder", tenant="a", gpus=8, **{"class": "build"}))
+    ledger = running(
+        fleet(min_runtime_s=300), submitted(id="builder", tenant="a", gpus=8, **{"class": "build"})
+    )
     d = declined(blocked(ledger, 10, id="hot", tenant="a", gpus=8, **{"class": "urgent"}))
-    assert (d.reason, excluded(d)) == (DeclineReason.NoVictims, [("builder", ExclusionReason.NonPreemptible)])
+    assert (d.reason, excluded(d)) == (
+        DeclineReason.NoVictims,
+        [("builder", ExclusionReason.NonPreemptible)],
+    )
 
 
 # ---------------------------------------------------------------- order
@@ -267,34 +324,54 @@ def pending_high(ledger, at, tenant="a"):
 
 def test_order_borrowing_first():
     cfg = fleet(tenants=[{"name": "a", "guaranteed": 16}, {"name": "b", "guaranteed": 0}], nodes=2)
-    ledger = pending_high(running(cfg, submitted(id="x", tenant="a", gpus=8),
-                                  submitted(id="y", tenant="b", gpus=8)), 0)
+    ledger = pending_high(
+        running(cfg, submitted(id="x", tenant="a", gpus=8), submitted(id="y", tenant="b", gpus=8)),
+        0,
+    )
     assert order(ledger, "high", 0) == ["y", "x"]
 
 
 def test_order_lowest_priority():
-    ledger = pending_high(running(fleet(nodes=2), submitted(id="x", tenant="a", gpus=8),
-                                  submitted(id="y", tenant="a", gpus=8, **{"class": "scavenger"})), 0)
+    ledger = pending_high(
+        running(
+            fleet(nodes=2),
+            submitted(id="x", tenant="a", gpus=8),
+            submitted(id="y", tenant="a", gpus=8, **{"class": "scavenger"}),
+        ),
+        0,
+    )
     assert order(ledger, "high", 0) == ["y", "x"]
 
 
 def test_order_least_work_at_risk():
-    ledger = running(fleet(nodes=2), submitted(id="x", tenant="a", gpus=8),
-                     submitted(id="y", tenant="a", gpus=8, checkpoint={"interval": 60}))
+    ledger = running(
+        fleet(nodes=2),
+        submitted(id="x", tenant="a", gpus=8),
+        submitted(id="y", tenant="a", gpus=8, checkpoint={"interval": 60}),
+    )
     pending_high(ledger, 90_000)  # x risks 90 s of work, y 30 s since its checkpoint
     assert order(ledger, "high", 90_000) == ["y", "x"]
 
 
 def test_order_smallest_gang():
-    ledger = pending_high(running(fleet(nodes=2), submitted(id="x", tenant="a", gpus=8),
-                                  submitted(id="y", tenant="a", gpus=4)), 0)
+    ledger = pending_high(
+        running(
+            fleet(nodes=2),
+            submitted(id="x", tenant="a", gpus=8),
+            submitted(id="y", tenant="a", gpus=4),
+        ),
+        0,
+    )
     assert order(ledger, "high", 0) == ["y", "x"]
 
 
 def test_order_most_recently_started():
     cfg = fleet(nodes=2)
-    ledger = given(*cfg, submitted(id="x", tenant="a", gpus=8, checkpoint={"interval": 10}),
-                   submitted(id="y", tenant="a", gpus=8, checkpoint={"interval": 10}))
+    ledger = given(
+        *cfg,
+        submitted(id="x", tenant="a", gpus=8, checkpoint={"interval": 10}),
+        submitted(id="y", tenant="a", gpus=8, checkpoint={"interval": 10}),
+    )
     step(ledger, 0, Admission(), Scheduler())
     start(ledger, 0, "x")
     start(ledger, 10_000, "y")
@@ -303,8 +380,14 @@ def test_order_most_recently_started():
 
 
 def test_order_allocation_id_breaks_every_tie():
-    ledger = pending_high(running(fleet(nodes=2), submitted(id="y", tenant="a", gpus=8),
-                                  submitted(id="x", tenant="a", gpus=8)), 0)
+    ledger = pending_high(
+        running(
+            fleet(nodes=2),
+            submitted(id="y", tenant="a", gpus=8),
+            submitted(id="x", tenant="a", gpus=8),
+        ),
+        0,
+    )
     assert order(ledger, "high", 0) == ["x", "y"]
 
 
@@ -321,7 +404,8 @@ def test_every_rule_has_a_test():
         assert any(n.startswith(f"test_{r.name}_") for n in names), r.code
     for k in rules.ORDER:
         assert f"test_order_{k.name}" in names or any(
-            n.startswith(f"test_order_{k.name}") for n in names), k.name
+            n.startswith(f"test_order_{k.name}") for n in names
+        ), k.name
 
 
 def test_every_rule_says_what_it_protects_and_codes_are_unique():

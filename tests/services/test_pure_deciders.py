@@ -30,9 +30,18 @@ def b2_then_j() -> dict:
         "cluster": {"nodes": [{"name": "n1", "gpus": 8}]},
         "tenants": [{"name": "t", "guaranteed": 6, "limit": 6}, {"name": "u", "guaranteed": 2}],
         "timeline": [
-            {"at": 0, "submit": {"id": "x", "tenant": "u", "class": "train", "gpus": 4, "duration": 600}},
-            {"at": 1, "submit": {"id": "j", "tenant": "t", "class": "train", "gpus": 5, "duration": 60}},
-            {"at": 2, "submit": {"id": "b2", "tenant": "t", "class": "train", "gpus": 2, "duration": 600}},
+            {
+                "at": 0,
+                "submit": {"id": "x", "tenant": "u", "class": "train", "gpus": 4, "duration": 600},
+            },
+            {
+                "at": 1,
+                "submit": {"id": "j", "tenant": "t", "class": "train", "gpus": 5, "duration": 60},
+            },
+            {
+                "at": 2,
+                "submit": {"id": "b2", "tenant": "t", "class": "train", "gpus": 2, "duration": 600},
+            },
         ],
     }
 
@@ -49,7 +58,9 @@ def test_a_job_whose_tenant_reaches_its_limit_says_exceeds_limit_as_a_fresh_deci
     fresh = Ledger()
     for seq, _, e in sim.log:
         fresh.apply(seq, e)
-    assert [e for e in Scheduler().decide(fresh, sim.now_ms) if isinstance(e, PendingReasonChanged)] == []
+    assert [
+        e for e in Scheduler().decide(fresh, sim.now_ms) if isinstance(e, PendingReasonChanged)
+    ] == []
 
 
 def test_the_b2_j_scenario_passes_checking_mode():
@@ -136,7 +147,10 @@ def started(services) -> Simulator:
 def test_checking_mode_names_the_decide_that_wrote_to_the_state():
     sim = started(standard_services(from_document(b2_then_j()).nodes))
     sim.run(until_ms=3_000)
-    with pytest.raises(DecideDrift, match=r"scheduler/0 decide after seq \d+ at t=3s wrote to the folded state \(jobs\)"):
+    with pytest.raises(
+        DecideDrift,
+        match=r"scheduler/0 decide after seq \d+ at t=3s wrote to the folded state \(jobs\)",
+    ):
         checked_decide(WritesToState(), sim.ledger, 3_000)
 
 
@@ -159,7 +173,9 @@ def test_simulate_and_verify_check_the_demo_with_zero_mismatches(tmp_path):
 
     runner = CliRunner()
     log = tmp_path / "demo.jsonl"
-    sim = runner.invoke(app, ["simulate", "replay/scenarios/demo.yaml", "-q", "--check", "--log", str(log)])
+    sim = runner.invoke(
+        app, ["simulate", "replay/scenarios/demo.yaml", "-q", "--check", "--log", str(log)]
+    )
     assert sim.exit_code == 0, sim.output
     out = runner.invoke(app, ["verify", str(log), "--check"])
     assert out.exit_code == 0, out.output
@@ -179,5 +195,7 @@ def test_verify_check_stops_at_a_decide_that_writes_with_one_line_and_exit_1(tmp
     out = CliRunner().invoke(app, ["verify", str(log), "--check"])
     assert out.exit_code == 1
     lines = out.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: check: scheduler/0 decide after seq "), lines
+    assert len(lines) == 1 and lines[0].startswith("error: check: scheduler/0 decide after seq "), (
+        lines
+    )
     assert "wrote to the folded state (jobs)" in lines[0]

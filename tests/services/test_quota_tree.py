@@ -7,9 +7,15 @@ from gpuledger.services.domain.quota import fair_shares
 
 
 def tenants(*rows):
-    return {t: TenantConfigured(tenant=t, guaranteed_gpu_milli=g * 1000,
-                                limit_gpu_milli=None if lim is None else lim * 1000,
-                                over_quota_weight=w) for t, g, lim, w in rows}
+    return {
+        t: TenantConfigured(
+            tenant=t,
+            guaranteed_gpu_milli=g * 1000,
+            limit_gpu_milli=None if lim is None else lim * 1000,
+            over_quota_weight=w,
+        )
+        for t, g, lim, w in rows
+    }
 
 
 def shares(tree, capacity, demand):
@@ -31,7 +37,9 @@ def test_idle_guarantees_are_lent_to_those_with_demand():
 
 
 def test_a_subtree_splits_its_own_share_recursively():
-    tree = tenants(("org", 8, None, 1), ("org/x", 6, None, 1), ("org/y", 2, None, 1), ("other", 8, None, 1))
+    tree = tenants(
+        ("org", 8, None, 1), ("org/x", 6, None, 1), ("org/y", 2, None, 1), ("other", 8, None, 1)
+    )
     got = shares(tree, 16, {"org/x": 10, "org/y": 10, "other": 8})
     assert got["org"] == 8 and got["other"] == 8
     assert (got["org/x"], got["org/y"]) == (6, 2)

@@ -49,29 +49,50 @@ def first(d):
 
 WRITES = {
     "assigns a field of a job": (
-        lambda s: setattr(first(s.jobs), "message", "x"), r"assignment to state\.jobs\['\w+'\]\.message"),
+        lambda s: setattr(first(s.jobs), "message", "x"),
+        r"assignment to state\.jobs\['\w+'\]\.message",
+    ),
     "mutates a job's details dict": (
-        lambda s: first(s.jobs).details.update(x=1), r"update of state\.jobs\['\w+'\]\.details"),
+        lambda s: first(s.jobs).details.update(x=1),
+        r"update of state\.jobs\['\w+'\]\.details",
+    ),
     "sets a dict item": (
-        lambda s: s.tenant_gpu_milli.__setitem__("a", 0), r"assignment to state\.tenant_gpu_milli\['a'\]"),
-    "adds to an index set": (
-        lambda s: s.pending.add("zzz"), r"add to state\.pending"),
+        lambda s: s.tenant_gpu_milli.__setitem__("a", 0),
+        r"assignment to state\.tenant_gpu_milli\['a'\]",
+    ),
+    "adds to an index set": (lambda s: s.pending.add("zzz"), r"add to state\.pending"),
     "extends a list": (
-        lambda s: first(s.jobs).placements.append(None), r"append to state\.jobs\['\w+'\]\.placements"),
+        lambda s: first(s.jobs).placements.append(None),
+        r"append to state\.jobs\['\w+'\]\.placements",
+    ),
     "assigns a top-level field": (
-        lambda s: setattr(s, "nodes_version", 0), r"assignment to state\.nodes_version"),
+        lambda s: setattr(s, "nodes_version", 0),
+        r"assignment to state\.nodes_version",
+    ),
     "writes a fleet node record": (
-        lambda s: setattr(s.fleet.node_state("n1"), "free_cpu", 0), r"assignment to state\.fleet\..*free_cpu"),
+        lambda s: setattr(s.fleet.node_state("n1"), "free_cpu", 0),
+        r"assignment to state\.fleet\..*free_cpu",
+    ),
     "writes a node's GPU list": (
-        lambda s: s.fleet.node_state("n1").gpu_free.__setitem__(0, 0), r"assignment to state\.fleet\..*gpu_free\[0\]"),
+        lambda s: s.fleet.node_state("n1").gpu_free.__setitem__(0, 0),
+        r"assignment to state\.fleet\..*gpu_free\[0\]",
+    ),
     "allocates on the folded fleet": (
-        lambda s: s.fleet.release(sorted(s.fleet.allocation_ids())[0]), r"state\.fleet"),
+        lambda s: s.fleet.release(sorted(s.fleet.allocation_ids())[0]),
+        r"state\.fleet",
+    ),
     "deletes from allocations": (
-        lambda s: s.allocations.pop(sorted(s.allocations)[0]), r"pop from state\.allocations\['"),
+        lambda s: s.allocations.pop(sorted(s.allocations)[0]),
+        r"pop from state\.allocations\['",
+    ),
     "changes the configuration": (
-        lambda s: s.config.tenants.clear(), r"clear of state\.config\.tenants"),
+        lambda s: s.config.tenants.clear(),
+        r"clear of state\.config\.tenants",
+    ),
     "writes through __dict__": (
-        lambda s: first(s.allocations).__dict__.__setitem__("ended", True), r"assignment to state\.allocations.*ended"),
+        lambda s: first(s.allocations).__dict__.__setitem__("ended", True),
+        r"assignment to state\.allocations.*ended",
+    ),
 }
 
 
@@ -88,9 +109,14 @@ def test_checking_mode_stops_an_impure_decider_before_it_changes_anything(name):
     write, path = WRITES[name]
     sim = running()
     field = path.split(r"state\.")[1].split("\\")[0].split(".")[0]
-    with pytest.raises(DecideDrift, match=rf"scheduler/0 decide after seq \d+ at t=3s wrote to the folded state \({field}\): .*{path}"):
+    with pytest.raises(
+        DecideDrift,
+        match=rf"scheduler/0 decide after seq \d+ at t=3s wrote to the folded state \({field}\): .*{path}",
+    ):
         checked_decide(Impure(write), sim.ledger, 3_000)
-    assert simulate(from_document(b2_then_j())).log[: len(sim.log)] == sim.log  # nothing was written
+    assert (
+        simulate(from_document(b2_then_j())).log[: len(sim.log)] == sim.log
+    )  # nothing was written
 
 
 def test_an_event_holding_a_piece_of_the_state_is_refused():
@@ -139,15 +165,24 @@ def test_a_compiled_method_runs_on_the_view_and_its_write_raises():
 def test_reads_answer_as_the_ledger_does():
     ledger = running().ledger
     view = read_only(ledger)
-    assert isinstance(view, Ledger) and isinstance(view.jobs, dict) and isinstance(first(view.jobs), JobRecord)
+    assert (
+        isinstance(view, Ledger)
+        and isinstance(view.jobs, dict)
+        and isinstance(first(view.jobs), JobRecord)
+    )
     assert sorted(view.jobs) == sorted(ledger.jobs) and len(view.pending) == len(ledger.pending)
     assert view.jobs == ledger.jobs and dict(view.tenant_gpu_milli) == ledger.tenant_gpu_milli
-    assert view.pending | {"x"} == ledger.pending | {"x"} and {"x"} | view.pending == {"x"} | ledger.pending
+    assert (
+        view.pending | {"x"} == ledger.pending | {"x"}
+        and {"x"} | view.pending == {"x"} | ledger.pending
+    )
     assert view.nominated_nodes() == ledger.nominated_nodes()
     assert view.fleet.node_names() == ledger.fleet.node_names()
     job = first(ledger.jobs)
     assert view.gang_request(first(view.jobs)) == ledger.gang_request(job)
-    assert view.fleet.place(ledger.gang_request(job)) == ledger.fleet.place(ledger.gang_request(job))
+    assert view.fleet.place(ledger.gang_request(job)) == ledger.fleet.place(
+        ledger.gang_request(job)
+    )
     copied = view.jobs.copy()
     copied["new"] = None  # a copy is the decider's own
     assert "new" not in ledger.jobs
@@ -159,7 +194,11 @@ def test_the_transparent_memos_are_exactly_the_documented_ones():
     assert transparent_memos(Fragmentation) == {"_memo"}
     with open("docs/deciders.md") as f:
         doc = f.read()
-    for names in (transparent_memos(Fleet), transparent_memos(NodeState), transparent_memos(Fragmentation)):
+    for names in (
+        transparent_memos(Fleet),
+        transparent_memos(NodeState),
+        transparent_memos(Fragmentation),
+    ):
         for name in names:
             assert f"`{name}`" in doc, name
 
@@ -172,8 +211,14 @@ def test_a_placement_through_the_view_fills_only_the_memos():
         assert read_only(ledger).fleet.trial().place(request) == ledger.fleet.trial().place(request)
 
 
-SCENARIOS = ["replay/scenarios/demo.yaml", "examples/backfill.yaml", "examples/preempt-batch.yaml",
-             "examples/inference-burst.yaml", "examples/latency-critical.yaml", "examples/usage-decay.yaml"]
+SCENARIOS = [
+    "replay/scenarios/demo.yaml",
+    "examples/backfill.yaml",
+    "examples/preempt-batch.yaml",
+    "examples/inference-burst.yaml",
+    "examples/latency-critical.yaml",
+    "examples/usage-decay.yaml",
+]
 
 
 @pytest.mark.parametrize("path", SCENARIOS)

@@ -18,7 +18,10 @@ def admitted(*jobs):
 
 
 def test_gangs_are_placed_whole_and_never_share_a_gpu():
-    ledger = admitted(submitted(id="g1", tenant="a", gpus=4, replicas=3), submitted(id="g2", tenant="a", gpus=2, replicas=2))
+    ledger = admitted(
+        submitted(id="g1", tenant="a", gpus=4, replicas=3),
+        submitted(id="g2", tenant="a", gpus=2, replicas=2),
+    )
     out = Scheduler().decide(ledger, 10)
     placed = of_type(out, ev.GangPlaced)
     assert [p.job_id for p in placed] == ["g1", "g2"]
@@ -57,7 +60,9 @@ def test_a_tenant_limit_keeps_a_job_pending_with_exceeds_limit():
 
 
 def test_placement_beyond_the_guarantee_is_marked_borrowing():
-    ledger = admitted(submitted(id="j1", tenant="a", gpus=8), submitted(id="j2", tenant="a", gpus=4, at_ms=1))
+    ledger = admitted(
+        submitted(id="j1", tenant="a", gpus=8), submitted(id="j2", tenant="a", gpus=4, at_ms=1)
+    )
     placed = of_type(Scheduler().decide(ledger, 10), ev.GangPlaced)
     assert [(p.job_id, p.borrowing) for p in placed] == [("j1", False), ("j2", True)]
 
@@ -65,11 +70,34 @@ def test_placement_beyond_the_guarantee_is_marked_borrowing():
 def test_when_every_member_completed_the_gang_completes_and_frees_its_gpus():
     ledger = admitted(submitted(id="j", tenant="a", gpus=8))
     fold(ledger, Scheduler().decide(ledger, 10))
-    fold(ledger, [ev.MemberStarted(job_id="j", allocation_id="j#1", rank=0, node="n1", event_id="s",
-                                          producer="node-agent/n1")])
+    fold(
+        ledger,
+        [
+            ev.MemberStarted(
+                job_id="j",
+                allocation_id="j#1",
+                rank=0,
+                node="n1",
+                event_id="s",
+                producer="node-agent/n1",
+            )
+        ],
+    )
     assert ledger.fleet.free_gpus() == 8
-    fold(ledger, [ev.MemberExited(job_id="j", allocation_id="j#1", rank=0, node="n1", outcome="completed", event_id="x",
-                                         producer="node-agent/n1")])
+    fold(
+        ledger,
+        [
+            ev.MemberExited(
+                job_id="j",
+                allocation_id="j#1",
+                rank=0,
+                node="n1",
+                outcome="completed",
+                event_id="x",
+                producer="node-agent/n1",
+            )
+        ],
+    )
     (done,) = Scheduler().decide(ledger, 20)
     assert isinstance(done, ev.GangCompleted)
     fold(ledger, [done])
@@ -79,8 +107,18 @@ def test_when_every_member_completed_the_gang_completes_and_frees_its_gpus():
 def test_a_silent_node_is_declared_lost_and_its_gang_requeued_whole():
     ledger = admitted(submitted(id="j", tenant="a", gpus=8, replicas=2))
     n1 = ledger.nodes["n1"].info  # n1 promises heartbeats; n2 does not (never lost for silence)
-    fold(ledger, [ev.NodeRegistered(node=n1, heartbeat_s=5, event_id="reg-hb", occurred_at_ms=0,
-                                        producer="node-agent/n1")])
+    fold(
+        ledger,
+        [
+            ev.NodeRegistered(
+                node=n1,
+                heartbeat_s=5,
+                event_id="reg-hb",
+                occurred_at_ms=0,
+                producer="node-agent/n1",
+            )
+        ],
+    )
     fold(ledger, Scheduler().decide(ledger, 10))
     assert ledger.jobs["j"].state == "running"
     (lost,) = Scheduler().decide(ledger, 31_000)
@@ -99,8 +137,9 @@ def test_a_decision_from_a_deposed_leader_is_ignored():
     old_leader = Scheduler(leader_epoch=3)
     (placed,) = new_leader.decide(ledger, 10)
     fold(ledger, [placed])
-    stale = ev.GangCompleted(job_id="j", allocation_id="j#1", producer="scheduler/1", leader_epoch=3,
-                             event_id="stale")
+    stale = ev.GangCompleted(
+        job_id="j", allocation_id="j#1", producer="scheduler/1", leader_epoch=3, event_id="stale"
+    )
     assert old_leader.leader_epoch < placed.leader_epoch
     fold(ledger, [stale])
     assert ledger.jobs["j"].state == "running" and ledger.stale_decisions == 1

@@ -27,11 +27,25 @@ def doc(cron_day="0 8 * * *", cron_night="0 20 * * *", tz="UTC"):
         "tenants": [{"name": "inference", "guaranteed": 0}, {"name": "training", "guaranteed": 8}],
         "priority_classes": [{"name": "research", "value": 40}],
         "schedules": [
-            {"name": "day", "cron": cron_day, "timezone": tz,
-             "tenants": [{"name": "inference", "guaranteed": 6}, {"name": "training", "guaranteed": 2}],
-             "priority_classes": [{"name": "research", "value": 30}]},
-            {"name": "night", "cron": cron_night, "timezone": tz,
-             "tenants": [{"name": "inference", "guaranteed": 0}, {"name": "training", "guaranteed": 8}]},
+            {
+                "name": "day",
+                "cron": cron_day,
+                "timezone": tz,
+                "tenants": [
+                    {"name": "inference", "guaranteed": 6},
+                    {"name": "training", "guaranteed": 2},
+                ],
+                "priority_classes": [{"name": "research", "value": 30}],
+            },
+            {
+                "name": "night",
+                "cron": cron_night,
+                "timezone": tz,
+                "tenants": [
+                    {"name": "inference", "guaranteed": 0},
+                    {"name": "training", "guaranteed": 8},
+                ],
+            },
         ],
     }
 
@@ -56,7 +70,9 @@ def test_given_a_new_schedule_when_quota_decides_then_the_latest_fire_is_caught_
     assert ledger.config.tenants["inference"].guaranteed_gpu_milli == 6000
     assert ledger.config.tenants["training"].guaranteed_gpu_milli == 2000
     assert ledger.config.classes["research"].value == 30
-    assert all(e.producer == "quota/0" and e.occurred_at_ms == ms("2026-06-01T10:00:00+00:00") for e in out)
+    assert all(
+        e.producer == "quota/0" and e.occurred_at_ms == ms("2026-06-01T10:00:00+00:00") for e in out
+    )
 
 
 def test_it_fires_once_per_cron_time_and_wakes_at_the_next():
@@ -70,7 +86,9 @@ def test_it_fires_once_per_cron_time_and_wakes_at_the_next():
     assert [e.tenant for e in night] == ["inference", "training"]
     assert ledger.config.tenants["training"].guaranteed_gpu_milli == 8000
     assert schedule_events(q.decide(ledger, ms("2026-06-01T23:59:00+00:00"))) == []
-    assert q.next_wakeup_ms(ledger, ms("2026-06-01T20:00:00+00:00")) == ms("2026-06-02T08:00:00+00:00")
+    assert q.next_wakeup_ms(ledger, ms("2026-06-01T20:00:00+00:00")) == ms(
+        "2026-06-02T08:00:00+00:00"
+    )
 
 
 def test_ids_are_deterministic_and_a_refold_after_restart_does_not_fire_again():
@@ -99,8 +117,10 @@ def test_missed_fires_catch_up_only_the_latest_of_each_schedule():
     out = schedule_events(run(ledger, ms("2026-06-04T09:00:00+00:00")))  # down for 3 days
     names = [e.correlation_id for e in out]
     assert names == ["schedule:night"] * 2 + ["schedule:day"] * 3
-    assert {e.causation_id for e in out} == {"night@" + str(ms("2026-06-03T20:00:00+00:00")),
-                                            "day@" + str(ms("2026-06-04T08:00:00+00:00"))}
+    assert {e.causation_id for e in out} == {
+        "night@" + str(ms("2026-06-03T20:00:00+00:00")),
+        "day@" + str(ms("2026-06-04T08:00:00+00:00")),
+    }
 
 
 def test_a_changed_schedule_puts_its_new_values_in_force_at_once():
@@ -119,8 +139,12 @@ def test_a_changed_schedule_puts_its_new_values_in_force_at_once():
 def test_daylight_saving_fire_times_follow_the_zone():
     tz = "Europe/Berlin"
     # 08:00 in Berlin is 07:00 UTC in winter and 06:00 UTC in summer (change on 2026-03-29)
-    assert sched.next_fire_ms("0 8 * * *", tz, ms("2026-03-28T09:00:00+01:00")) == ms("2026-03-29T08:00:00+02:00")
-    assert sched.next_fire_ms("0 8 * * *", tz, ms("2026-03-28T00:00:00+01:00")) == ms("2026-03-28T07:00:00+00:00")
+    assert sched.next_fire_ms("0 8 * * *", tz, ms("2026-03-28T09:00:00+01:00")) == ms(
+        "2026-03-29T08:00:00+02:00"
+    )
+    assert sched.next_fire_ms("0 8 * * *", tz, ms("2026-03-28T00:00:00+01:00")) == ms(
+        "2026-03-28T07:00:00+00:00"
+    )
     # 02:30 does not exist on 2026-03-29: it fires once, right after the gap (03:00 CEST)
     spring = sched.next_fire_ms("30 2 * * *", tz, ms("2026-03-29T00:00:00+01:00"))
     assert spring == ms("2026-03-29T03:00:00+02:00")
@@ -130,8 +154,12 @@ def test_daylight_saving_fire_times_follow_the_zone():
     assert first == ms("2026-10-25T02:30:00+02:00")
     assert sched.next_fire_ms("30 2 * * *", tz, first) == ms("2026-10-26T02:30:00+01:00")
     # the last fire at or before an instant
-    assert sched.last_fire_ms("0 8 * * *", tz, ms("2026-03-29T06:00:00+00:00")) == ms("2026-03-29T06:00:00+00:00")
-    assert sched.last_fire_ms("0 8 * * *", tz, ms("2026-03-29T05:59:59+00:00")) == ms("2026-03-28T07:00:00+00:00")
+    assert sched.last_fire_ms("0 8 * * *", tz, ms("2026-03-29T06:00:00+00:00")) == ms(
+        "2026-03-29T06:00:00+00:00"
+    )
+    assert sched.last_fire_ms("0 8 * * *", tz, ms("2026-03-29T05:59:59+00:00")) == ms(
+        "2026-03-28T07:00:00+00:00"
+    )
 
 
 def test_the_decider_fires_at_the_zone_local_time_across_a_dst_change():
@@ -144,41 +172,79 @@ def test_the_decider_fires_at_the_zone_local_time_across_a_dst_change():
         t = q.next_wakeup_ms(ledger, t)
         fires.append(t)
         assert schedule_events(run(ledger, t))
-    assert fires == [ms("2026-03-28T20:00:00+01:00"), ms("2026-03-29T08:00:00+02:00"),
-                     ms("2026-03-29T20:00:00+02:00"), ms("2026-03-30T08:00:00+02:00")]
+    assert fires == [
+        ms("2026-03-28T20:00:00+01:00"),
+        ms("2026-03-29T08:00:00+02:00"),
+        ms("2026-03-29T20:00:00+02:00"),
+        ms("2026-03-30T08:00:00+02:00"),
+    ]
 
 
 def test_the_fold_refuses_a_schedule_with_a_bad_cron_or_zone():
-    bad = ev.ScheduleConfigured(name="x", cron="0 8 * *", tenants=(ev.TenantChange(tenant="a", guaranteed_gpu_milli=1),))
+    bad = ev.ScheduleConfigured(
+        name="x", cron="0 8 * *", tenants=(ev.TenantChange(tenant="a", guaranteed_gpu_milli=1),)
+    )
     zone = ev.ScheduleConfigured(name="y", cron="0 8 * * *", timezone="Mars/Olympus")
     ledger = given(bad, zone)
     assert ledger.config.schedules == {}
 
 
-@pytest.mark.parametrize("schedule, line", [
-    ({"name": "a", "cron": "0 25 * * *", "tenants": [{"name": "training", "guaranteed": 1}]},
-     "schedules[0].cron: cannot read cron expression '0 25 * * *': Bad hour"),
-    ({"name": "a", "cron": "0 8 * * *", "timezone": "Europe/Berln", "tenants": [{"name": "training", "limit": 1}]},
-     "schedules[0].timezone: unknown time zone 'Europe/Berln' (an IANA name such as Europe/Berlin) "
-     "(did you mean 'Europe/Berlin'?)"),
-    ({"name": "a", "cron": "0 8 * * *", "tenants": [{"name": "trainng", "guaranteed": 1}]},
-     "schedules[0].tenants[0].name: tenant 'trainng' is not configured (did you mean 'training'?)"),
-    ({"name": "a", "cron": "0 8 * * *", "priority_classes": [{"name": "reserch", "value": 1}]},
-     "schedules[0].priority_classes[0].name: priority class 'reserch' is not configured (did you mean 'research'?)"),
-    ({"name": "a", "cron": "0 8 * * *", "tenants": [{"name": "training", "guarantee": 1}]},
-     "schedules[0].tenants[0].guarantee: unknown key (did you mean 'guaranteed'?)"),
-    ({"name": "a", "cron": "0 8 * * *", "replicas": {"svc": 6}},
-     "schedules[0].replicas: unknown key (known keys: name, cron, timezone, description, tenants, priority_classes, "
-     "services)"),
-    ({"name": "a", "cron": "0 8 * * *", "services": [{"job": "svc", "replica": 6}]},
-     ["schedules[0].services[0].replica: unknown key (did you mean 'replicas'?)",
-      "schedules[0].services[0]: missing required key 'replicas'"]),
-    ({"name": "a", "cron": "0 8 * * *", "services": [{"job": "a.b", "replicas": 6}]},
-     "schedules[0].services[0].job: invalid job id 'a.b': only letters, digits and _-:+@=,~ are allowed "
-     "(no '.', '*', '>', spaces)"),
-    ({"name": "a", "cron": "0 8 * * *", "services": [{"job": "svc", "replicas": -1}]},
-     "schedules[0].services[0].replicas: must be >= 0 (got -1)"),
-])
+@pytest.mark.parametrize(
+    "schedule, line",
+    [
+        (
+            {"name": "a", "cron": "0 25 * * *", "tenants": [{"name": "training", "guaranteed": 1}]},
+            "schedules[0].cron: cannot read cron expression '0 25 * * *': Bad hour",
+        ),
+        (
+            {
+                "name": "a",
+                "cron": "0 8 * * *",
+                "timezone": "Europe/Berln",
+                "tenants": [{"name": "training", "limit": 1}],
+            },
+            "schedules[0].timezone: unknown time zone 'Europe/Berln' (an IANA name such as Europe/Berlin) "
+            "(did you mean 'Europe/Berlin'?)",
+        ),
+        (
+            {"name": "a", "cron": "0 8 * * *", "tenants": [{"name": "trainng", "guaranteed": 1}]},
+            "schedules[0].tenants[0].name: tenant 'trainng' is not configured (did you mean 'training'?)",
+        ),
+        (
+            {
+                "name": "a",
+                "cron": "0 8 * * *",
+                "priority_classes": [{"name": "reserch", "value": 1}],
+            },
+            "schedules[0].priority_classes[0].name: priority class 'reserch' is not configured (did you mean 'research'?)",
+        ),
+        (
+            {"name": "a", "cron": "0 8 * * *", "tenants": [{"name": "training", "guarantee": 1}]},
+            "schedules[0].tenants[0].guarantee: unknown key (did you mean 'guaranteed'?)",
+        ),
+        (
+            {"name": "a", "cron": "0 8 * * *", "replicas": {"svc": 6}},
+            "schedules[0].replicas: unknown key (known keys: name, cron, timezone, description, tenants, priority_classes, "
+            "services)",
+        ),
+        (
+            {"name": "a", "cron": "0 8 * * *", "services": [{"job": "svc", "replica": 6}]},
+            [
+                "schedules[0].services[0].replica: unknown key (did you mean 'replicas'?)",
+                "schedules[0].services[0]: missing required key 'replicas'",
+            ],
+        ),
+        (
+            {"name": "a", "cron": "0 8 * * *", "services": [{"job": "a.b", "replicas": 6}]},
+            "schedules[0].services[0].job: invalid job id 'a.b': only letters, digits and _-:+@=,~ are allowed "
+            "(no '.', '*', '>', spaces)",
+        ),
+        (
+            {"name": "a", "cron": "0 8 * * *", "services": [{"job": "svc", "replicas": -1}]},
+            "schedules[0].services[0].replicas: must be >= 0 (got -1)",
+        ),
+    ],
+)
 def test_a_bad_schedule_is_one_line_with_its_key_path(schedule, line):
     d = doc()
     d["schedules"] = [schedule]
@@ -208,7 +274,9 @@ def test_gpuledger_schedules_lists_name_when_change(tmp_path):
     from gpuledger.services.cli.main import app
 
     example = Path(__file__).resolve().parents[2] / "examples" / "day-night.yaml"
-    r = CliRunner().invoke(app, ["schedules", "--config", str(example), "--at", "1970-01-01T12:00:00Z", "-n", "1"])
+    r = CliRunner().invoke(
+        app, ["schedules", "--config", str(example), "--at", "1970-01-01T12:00:00Z", "-n", "1"]
+    )
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].split() == ["NAME", "WHEN", "CHANGE"]

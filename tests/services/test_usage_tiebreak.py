@@ -27,21 +27,42 @@ def test_usage_one_half_life_old_counts_half_and_folding_in_pieces_changes_nothi
 def history(half_life_s):
     """Tenant a ran 8 GPUs from 0 to 1 h; then a and b each queue an 8-GPU job (a's first)."""
     ledger = given(
-        *cluster({"name": "n1", "gpus": 8}, tenants=[{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
-                 policy={"usage_half_life_s": half_life_s}),
+        *cluster(
+            {"name": "n1", "gpus": 8},
+            tenants=[{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+            policy={"usage_half_life_s": half_life_s},
+        ),
         submitted(id="a-old", tenant="a", gpus=8),
     )
     fold(ledger, Admission().decide(ledger, 0))
     fold(ledger, Scheduler().decide(ledger, 0))
-    fold(ledger, [
-        stamped(ev.MemberStarted, "s", 0, job_id="a-old", allocation_id="a-old#1", rank=0, node="n1"),
-        stamped(ev.MemberExited, "x", HOUR, job_id="a-old", allocation_id="a-old#1", rank=0, node="n1",
-                outcome="completed"),
-    ])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberStarted, "s", 0, job_id="a-old", allocation_id="a-old#1", rank=0, node="n1"
+            ),
+            stamped(
+                ev.MemberExited,
+                "x",
+                HOUR,
+                job_id="a-old",
+                allocation_id="a-old#1",
+                rank=0,
+                node="n1",
+                outcome="completed",
+            ),
+        ],
+    )
     fold(ledger, Scheduler().decide(ledger, HOUR))
     assert ledger.jobs["a-old"].state == "completed"
-    fold(ledger, [submitted(id="a-new", tenant="a", gpus=8, at_ms=HOUR + 1),
-                  submitted(id="b-new", tenant="b", gpus=8, at_ms=HOUR + 2)])
+    fold(
+        ledger,
+        [
+            submitted(id="a-new", tenant="a", gpus=8, at_ms=HOUR + 1),
+            submitted(id="b-new", tenant="b", gpus=8, at_ms=HOUR + 2),
+        ],
+    )
     fold(ledger, Admission().decide(ledger, HOUR + 2))
     fold(ledger, Quota().decide(ledger, HOUR + 2))
     shares = ledger.fair_shares
@@ -68,8 +89,20 @@ def test_without_a_half_life_submit_time_breaks_the_tie():
 def test_decayed_usage_never_outranks_the_distance_below_fair_share():
     ledger = history(3600)
     # b now holds 8 GPUs (above its share of 4): a's job goes first despite a's past usage
-    fold(ledger, [stamped(ev.GangPlaced, "bx", HOUR + 2, job_id="b-new", allocation_id="b-new#1", tenant="b",
-                          members=(ev.MemberPlacement(rank=0, node="n1", gpus=tuple(range(8))),))])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.GangPlaced,
+                "bx",
+                HOUR + 2,
+                job_id="b-new",
+                allocation_id="b-new#1",
+                tenant="b",
+                members=(ev.MemberPlacement(rank=0, node="n1", gpus=tuple(range(8))),),
+            )
+        ],
+    )
     fold(ledger, [submitted(id="b-more", tenant="b", gpus=8, at_ms=HOUR + 3)])
     fold(ledger, Admission().decide(ledger, HOUR + 3))
     assert [j.job_id for j in ordered_pending(ledger, HOUR + 3)] == ["a-new", "b-more"]
@@ -77,7 +110,10 @@ def test_decayed_usage_never_outranks_the_distance_below_fair_share():
 
 def test_switching_the_half_life_on_mid_log_starts_everyone_at_zero_and_off_forgets():
     ledger = history(0)
-    fold(ledger, [stamped(ev.PolicyConfigured, "p1", HOUR + 10, policy=ev.Policy(usage_half_life_s=600))])
+    fold(
+        ledger,
+        [stamped(ev.PolicyConfigured, "p1", HOUR + 10, policy=ev.Policy(usage_half_life_s=600))],
+    )
     assert ledger.decayed_usage == {"a": (0, HOUR + 10)}  # b never ran: 0 until it does
     assert ledger.usage_at("a", 2 * HOUR) == ledger.usage_at("b", 2 * HOUR) == 0
     fold(ledger, [stamped(ev.PolicyConfigured, "p2", HOUR + 20, policy=ev.Policy())])

@@ -42,8 +42,10 @@ def test_pages_answer_with_security_headers_and_only_to_get(db):
         assert "script-src 'self'" in r.headers["content-security-policy"]
         assert r.headers["x-content-type-options"] == "nosniff"
     assert c.post("/queue").status_code == 405
-    assert "<script src=\"/static/ui.js\">" in c.get("/cluster").text
-    assert "http" not in c.get("/cluster").text.split("<main", 1)[0].replace("http-equiv", "")  # no CDN
+    assert '<script src="/static/ui.js">' in c.get("/cluster").text
+    assert "http" not in c.get("/cluster").text.split("<main", 1)[0].replace(
+        "http-equiv", ""
+    )  # no CDN
 
 
 def test_another_host_header_is_refused(db):
@@ -71,11 +73,16 @@ def test_whatif_opens_only_files_of_its_folder(db):
     c = client(db, whatif_dir=db / "logs")
     assert c.get("/whatif").status_code == 200
     r = c.get("/whatif", params={"a": "a.jsonl", "b": "../secret.jsonl"})
-    assert r.status_code == 400 and "no log &#x27;../secret.jsonl&#x27; in the what-if folder" in r.text
+    assert (
+        r.status_code == 400
+        and "no log &#x27;../secret.jsonl&#x27; in the what-if folder" in r.text
+    )
 
 
 def test_a_missing_projection_is_a_clear_503(tmp_path):
-    r = TestClient(create_app(tmp_path / "none.duckdb"), base_url="http://127.0.0.1").get("/cluster")
+    r = TestClient(create_app(tmp_path / "none.duckdb"), base_url="http://127.0.0.1").get(
+        "/cluster"
+    )
     assert r.status_code == 503 and "no projection at" in r.text
 
 
@@ -93,12 +100,15 @@ def test_the_live_feed_opens_the_file_only_when_it_changed(db):
         assert pj.last_seq == first
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--port", "0"], "error: --port: 0 is not a TCP port"),
-    (["--tenant", "a b"], "error: --tenant: "),
-    (["--whatif-dir", "/nonexistent"], "error: --whatif-dir: /nonexistent is not a folder"),
-    (["--data", "/nonexistent"], "error: no projection at /nonexistent/projection.duckdb"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "0"], "error: --port: 0 is not a TCP port"),
+        (["--tenant", "a b"], "error: --tenant: "),
+        (["--whatif-dir", "/nonexistent"], "error: --whatif-dir: /nonexistent is not a folder"),
+        (["--data", "/nonexistent"], "error: no projection at /nonexistent/projection.duckdb"),
+    ],
+)
 def test_bad_options_get_one_line(args, message):
     r = CliRunner().invoke(cli, ["ui", *args])
     assert r.exit_code == 2
@@ -127,8 +137,16 @@ def test_while_another_process_holds_the_file_the_page_is_a_503_that_retries(db,
     held = tmp_path / "held.duckdb"
     shutil.copy(db / "projection.duckdb", held)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
-         "print('ready', flush=True); time.sleep(30)", str(held)], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+            "print('ready', flush=True); time.sleep(30)",
+            str(held),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         r = TestClient(create_app(held, read_wait_s=0.3), base_url="http://127.0.0.1").get("/queue")

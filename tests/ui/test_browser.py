@@ -29,7 +29,8 @@ CHROMEDRIVER = shutil.which("chromedriver")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     not (CHROMEDRIVER and CHROMIUM) and not os.environ.get("CI"),  # in CI a missing browser fails
-    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+)
 
 
 def _port() -> int:
@@ -44,8 +45,9 @@ def serving(app):
     import uvicorn
 
     port = _port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
     while not server.started:
@@ -90,8 +92,13 @@ def browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1280,900"):
+    for a in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
         opts.add_argument(a)
     drv = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     drv.implicitly_wait(3)
@@ -107,8 +114,10 @@ def test_cluster_heatmap_counts_and_fragmentation(site, browser):
     url, _ = site
     browser.get(url + "/")
     assert browser.current_url.endswith("/cluster")
-    count = {el.get_attribute("data-count"): el.text
-             for el in browser.find_elements(By.CSS_SELECTOR, "[data-count]")}
+    count = {
+        el.get_attribute("data-count"): el.text
+        for el in browser.find_elements(By.CSS_SELECTOR, "[data-count]")
+    }
     # n1: 8 GPUs held by infer-a at 20 % SM activity; n3: one MIG slice of mig-a; n2: free
     assert count["gpus"] == "17" and count["allocated"] == "8" and count["partial"] == "1"
     assert count["idle"] == "8" and count["free"] == "8" and count["active"] == "0"
@@ -119,7 +128,9 @@ def test_cluster_heatmap_counts_and_fragmentation(site, browser):
     # the MIG GPU draws one slice of seven
     mig = browser.find_element(By.CSS_SELECTOR, 'g.gpu[data-node="n3"]')
     assert len(mig.find_elements(By.CSS_SELECTOR, "rect.part")) == 1
-    assert "mig-a (org/a): 1g.10gb" in mig.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+    assert "mig-a (org/a): 1g.10gb" in mig.find_element(By.TAG_NAME, "title").get_attribute(
+        "textContent"
+    )
     assert "leaf switch leaf-1" in text(browser)
     browser.find_element(By.CSS_SELECTOR, 'g.gpu[data-node="n3"] a').click()  # a part opens its job
     assert browser.find_element(By.ID, "job-name").text == "mig-a"
@@ -149,9 +160,15 @@ def test_click_from_a_pending_job_to_the_job_that_preempted_it(site, browser):
     assert "Preempted #1 by infer-a" in page
     assert "lost work: 40 GPU-seconds" in page
     life = browser.find_element(By.ID, "life").text
-    for fact in ("submitted", "admitted: class train, priority 50", "placed as train-b#1 on n1",
-                 "checkpoint: member 0 saved step 1200", "evicted (Reclaim) for infer-a",
-                 "requeued, resumes from step 1200", "pending: Resources"):
+    for fact in (
+        "submitted",
+        "admitted: class train, priority 50",
+        "placed as train-b#1 on n1",
+        "checkpoint: member 0 saved step 1200",
+        "evicted (Reclaim) for infer-a",
+        "requeued, resumes from step 1200",
+        "pending: Resources",
+    ):
         assert fact in life, fact
     assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline rect")) >= 3
     browser.find_element(By.CSS_SELECTOR, ".card.preempted a.job").click()
@@ -162,8 +179,12 @@ def test_click_from_a_pending_job_to_the_job_that_preempted_it(site, browser):
 def test_tenants_page(site, browser):
     url, _ = site
     browser.get(url + "/tenants")
-    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: [td.text for td in r.find_elements(By.TAG_NAME, "td")]
-            for r in browser.find_elements(By.CSS_SELECTOR, "#tenants tbody tr")}
+    rows = {
+        r.find_elements(By.TAG_NAME, "td")[0].text: [
+            td.text for td in r.find_elements(By.TAG_NAME, "td")
+        ]
+        for r in browser.find_elements(By.CSS_SELECTOR, "#tenants tbody tr")
+    }
     assert rows["org/b"][1:4] == ["4", "16", "8"]  # guaranteed, limit, fair share
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
     assert "1970-01-01" in browser.find_element(By.ID, "daily").text
@@ -193,12 +214,23 @@ def test_a_tenant_view_shows_only_that_tenant(site, browser):
 def test_the_demo_scenario_page_by_page(demo, browser):
     demo, demo_db = demo
     browser.get(demo + "/cluster")
-    count = {el.get_attribute("data-count"): el.text
-             for el in browser.find_elements(By.CSS_SELECTOR, "[data-count]")}
-    assert (count["gpus"], count["allocated"], count["partial"], count["free"]) == ("18", "4", "1", "13")
+    count = {
+        el.get_attribute("data-count"): el.text
+        for el in browser.find_elements(By.CSS_SELECTOR, "[data-count]")
+    }
+    assert (count["gpus"], count["allocated"], count["partial"], count["free"]) == (
+        "18",
+        "4",
+        "1",
+        "13",
+    )
     shared = browser.find_element(By.CSS_SELECTOR, 'g.gpu[data-node="shared-1"][data-gpu="0"]')
-    assert "notebook (product): 0.5 GPU" in shared.find_element(By.TAG_NAME, "title").get_attribute("textContent")
-    assert float(shared.find_element(By.CSS_SELECTOR, "rect.part").get_attribute("width")) == 12.0  # half of a 24-px cell
+    assert "notebook (product): 0.5 GPU" in shared.find_element(By.TAG_NAME, "title").get_attribute(
+        "textContent"
+    )
+    assert (
+        float(shared.find_element(By.CSS_SELECTOR, "rect.part").get_attribute("width")) == 12.0
+    )  # half of a 24-px cell
     browser.get(demo + "/queue")
     row = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr td")]
     assert row[1] == "pretrain" and row[6] == "GangIncomplete" and row[9] == "serve"
@@ -213,7 +245,9 @@ def test_the_demo_scenario_page_by_page(demo, browser):
         assert "Preempted #1 by a job of another tenant" in page and "another tenant's job" in page
         assert "serve" not in browser.page_source
     browser.get(demo + "/tenants")
-    assert {"research", "product"} <= {td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tenants td b")}
+    assert {"research", "product"} <= {
+        td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tenants td b")
+    }
 
 
 def test_the_page_follows_the_projector_live(site, browser):
@@ -224,8 +258,13 @@ def test_the_page_follows_the_projector_live(site, browser):
     browser.get(url + "/queue")
     assert browser.find_element(By.ID, "pending-count").text == "2"
     seq = int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-seq"))
-    cancel = ev.JobCancelled(job_id="big-b", tenant="org/b", occurred_at_ms=1_261_000,
-                             event_id="live-cancel", producer="cli")
+    cancel = ev.JobCancelled(
+        job_id="big-b",
+        tenant="org/b",
+        occurred_at_ms=1_261_000,
+        event_id="live-cancel",
+        producer="cli",
+    )
     with Projector(d / "projection.duckdb") as pj:  # the projector writes while the page is open
         pj.apply(seq + 1, ev.subject_for(cancel), cancel)
         pj.commit()
@@ -239,7 +278,8 @@ def _text(browser, element_id: str) -> str:
     """An element's text read in one script call: a live page may replace the element between
     a `find_element` and a read of it (StaleElementReferenceException)."""
     return browser.execute_script(
-        "return document.getElementById(arguments[0]).innerText.trim()", element_id)
+        "return document.getElementById(arguments[0]).innerText.trim()", element_id
+    )
 
 
 def test_screenshot_writes_a_png_of_each_page(site, tmp_path):
@@ -248,8 +288,18 @@ def test_screenshot_writes_a_png_of_each_page(site, tmp_path):
     from gpuledger.services.cli.main import app
 
     _, d = site
-    r = CliRunner().invoke(app, ["ui", "--data", str(d), "--whatif-dir", str(d / "logs"),
-                                 "--screenshot", str(tmp_path / "shots")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "ui",
+            "--data",
+            str(d),
+            "--whatif-dir",
+            str(d / "logs"),
+            "--screenshot",
+            str(tmp_path / "shots"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in (tmp_path / "shots").iterdir())
     assert names == ["cluster.png", "job.png", "queue.png", "tenants.png", "whatif.png"]

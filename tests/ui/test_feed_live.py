@@ -30,8 +30,15 @@ async def test_the_feed_reads_as_the_auditor_and_matches_a_rebuild(tmp_path, mon
         stop = asyncio.Event()
         commits: list[int] = []
         db = tmp_path / "ui.duckdb"
-        task = asyncio.create_task(feed(server.url, db, connect_options=server.client_options("auditor"),
-                                        stop=stop, on_commit=commits.append))
+        task = asyncio.create_task(
+            feed(
+                server.url,
+                db,
+                connect_options=server.client_options("auditor"),
+                stop=stop,
+                on_commit=commits.append,
+            )
+        )
         for _ in range(200):
             if commits and commits[-1] == 50:
                 break
@@ -42,7 +49,9 @@ async def test_the_feed_reads_as_the_auditor_and_matches_a_rebuild(tmp_path, mon
         nc_bus = await Bus.connect(server.url, **natsauth.options())
         try:  # more events arrive while the dashboard runs
             for _seq, subject, event in messages[50:]:
-                await nc_bus.js.publish(subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id})
+                await nc_bus.js.publish(
+                    subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id}
+                )
             for _ in range(200):
                 if commits[-1] == len(messages):
                     break

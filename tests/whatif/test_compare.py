@@ -25,18 +25,31 @@ from tests.services.given import produced
 
 S = 1000  # ms per second
 
-NODE = NodeInfo(name="n1", cpu_milli=64000, memory_mib=65536, gpus=tuple(
-    GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="H100-80GB", memory_mib=81920, clique="n1-nvl0")
-    for i in range(4)))
+NODE = NodeInfo(
+    name="n1",
+    cpu_milli=64000,
+    memory_mib=65536,
+    gpus=tuple(
+        GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="H100-80GB", memory_mib=81920, clique="n1-nvl0")
+        for i in range(4)
+    ),
+)
 
 
 def _job(job_id: str, tenant: str, gpus: int) -> JobSpec:
-    return JobSpec(job_id=job_id, tenant=tenant, priority_class="train", resources=Resources(gpus=gpus))
+    return JobSpec(
+        job_id=job_id, tenant=tenant, priority_class="train", resources=Resources(gpus=gpus)
+    )
 
 
 def _share(tenant: str, fair: int) -> TenantShare:
-    return TenantShare(tenant=tenant, guaranteed_gpu_milli=2000, fair_share_gpu_milli=fair,
-                       allocated_gpu_milli=0, demand_gpu_milli=0)
+    return TenantShare(
+        tenant=tenant,
+        guaranteed_gpu_milli=2000,
+        fair_share_gpu_milli=fair,
+        allocated_gpu_milli=0,
+        demand_gpu_milli=0,
+    )
 
 
 def _entries(evts: list[ev.Event]) -> list[tuple[int, str, ev.Event]]:
@@ -44,14 +57,27 @@ def _entries(evts: list[ev.Event]) -> list[tuple[int, str, ev.Event]]:
 
 
 def _admit(job_id: str, tenant: str, at: int, slo: str = "batch") -> ev.JobAdmitted:
-    return ev.JobAdmitted(event_id=f"adm-{job_id}", occurred_at_ms=at, job_id=job_id, tenant=tenant,
-                          priority_class="train", priority=50, preemptible=True, slo_class=slo)
+    return ev.JobAdmitted(
+        event_id=f"adm-{job_id}",
+        occurred_at_ms=at,
+        job_id=job_id,
+        tenant=tenant,
+        priority_class="train",
+        priority=50,
+        preemptible=True,
+        slo_class=slo,
+    )
 
 
 def _place(job_id: str, tenant: str, at: int, gpus: tuple[int, ...]) -> ev.GangPlaced:
-    return ev.GangPlaced(event_id=f"pl-{job_id}-{at}", occurred_at_ms=at, job_id=job_id,
-                         allocation_id=f"{job_id}#1", tenant=tenant,
-                         members=(MemberPlacement(rank=0, node="n1", gpus=gpus),))
+    return ev.GangPlaced(
+        event_id=f"pl-{job_id}-{at}",
+        occurred_at_ms=at,
+        job_id=job_id,
+        allocation_id=f"{job_id}#1",
+        tenant=tenant,
+        members=(MemberPlacement(rank=0, node="n1", gpus=gpus),),
+    )
 
 
 def log_a() -> list[ev.Event]:
@@ -67,18 +93,41 @@ def log_a() -> list[ev.Event]:
         ev.JobSubmitted(event_id="s2", job=_job("j2", "org/b", 1)),
         _admit("j1", "org/a", 0),
         _admit("j2", "org/b", 0),
-        ev.FairShareUpdated(event_id="f1", shares=(_share("org", 4000), _share("org/a", 2000),
-                                                   _share("org/b", 2000))),
+        ev.FairShareUpdated(
+            event_id="f1",
+            shares=(_share("org", 4000), _share("org/a", 2000), _share("org/b", 2000)),
+        ),
         _place("j1", "org/a", 10 * S, (0, 1)),
-        ev.GpuMetricsReported(event_id="m1", occurred_at_ms=20 * S, node="n1", samples=(
-            GpuSample(uuid="GPU-n1-0", sm_active=0.5), GpuSample(uuid="GPU-n1-1", sm_active=0.3))),
-        ev.GpuMetricsReported(event_id="m2", occurred_at_ms=40 * S, node="n1", samples=(
-            GpuSample(uuid="GPU-n1-0", sm_active=0.7), GpuSample(uuid="GPU-n1-2"))),
+        ev.GpuMetricsReported(
+            event_id="m1",
+            occurred_at_ms=20 * S,
+            node="n1",
+            samples=(
+                GpuSample(uuid="GPU-n1-0", sm_active=0.5),
+                GpuSample(uuid="GPU-n1-1", sm_active=0.3),
+            ),
+        ),
+        ev.GpuMetricsReported(
+            event_id="m2",
+            occurred_at_ms=40 * S,
+            node="n1",
+            samples=(GpuSample(uuid="GPU-n1-0", sm_active=0.7), GpuSample(uuid="GPU-n1-2")),
+        ),
         _place("j2", "org/b", 50 * S, (2,)),
-        ev.GangEvicted(event_id="e2", occurred_at_ms=100 * S, job_id="j2", allocation_id="j2#1",
-                       reason="Priority", preempted_by="x", lost_gpu_ms=30 * S),
-        ev.FairShareUpdated(event_id="f2", occurred_at_ms=100 * S, shares=(
-            _share("org", 2000), _share("org/a", 2000), _share("org/b", 0))),
+        ev.GangEvicted(
+            event_id="e2",
+            occurred_at_ms=100 * S,
+            job_id="j2",
+            allocation_id="j2#1",
+            reason="Priority",
+            preempted_by="x",
+            lost_gpu_ms=30 * S,
+        ),
+        ev.FairShareUpdated(
+            event_id="f2",
+            occurred_at_ms=100 * S,
+            shares=(_share("org", 2000), _share("org/a", 2000), _share("org/b", 0)),
+        ),
         ev.GangCompleted(event_id="c1", occurred_at_ms=110 * S, job_id="j1", allocation_id="j1#1"),
         ev.NodeHeartbeat(event_id="h", occurred_at_ms=200 * S, node="n1"),
     ]
@@ -122,8 +171,14 @@ def test_metrics_of_a_known_log():
     assert m["fairness_jain"] == pytest.approx(0.75**2 / (2 * (0.25 + 0.0625)))
     assert m["jobs_completed"] == 1
     assert m["jct_s_mean"] == m["jct_s_p50"] == m["jct_s_p99"] == 110.0
-    assert m["jobs"] == {"submitted": 2, "completed": 1, "failed": 0, "rejected": 0,
-                         "cancelled": 0, "unfinished": 1}
+    assert m["jobs"] == {
+        "submitted": 2,
+        "completed": 1,
+        "failed": 0,
+        "rejected": 0,
+        "cancelled": 0,
+        "unfinished": 1,
+    }
     assert (m["start_s"], m["end_s"], m["events"]) == (0.0, 200.0, len(log_a()))
 
 
@@ -172,8 +227,9 @@ def test_cli_table_json_and_plots(tmp_path):
     write_log(pa, _entries(log_a()))
     write_log(pb, _entries(log_b()))
     out = tmp_path / "cmp.json"
-    res = CliRunner().invoke(app, ["compare", str(pa), str(pb), "--json", str(out),
-                                   "--plots", str(tmp_path / "plots")])
+    res = CliRunner().invoke(
+        app, ["compare", str(pa), str(pb), "--json", str(out), "--plots", str(tmp_path / "plots")]
+    )
     assert res.exit_code == 0, res.output
     assert "METRIC" in res.output and "DELTA" in res.output and "wait p99 batch" in res.output
     data = json.loads(out.read_text())
@@ -216,16 +272,22 @@ def test_load_reads_files(tmp_path):
 def test_cli_import(tmp_path):
     pods = tmp_path / "pods.csv"
     nodes = tmp_path / "nodes.csv"
-    pods.write_text("name,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time\n"
-                    "p1,1,500,LS,0,10,0\n")
+    pods.write_text(
+        "name,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time\n"
+        "p1,1,500,LS,0,10,0\n"
+    )
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,8000,8192,2,T4\n")
     out = tmp_path / "log.jsonl"
-    res = CliRunner().invoke(app, ["import", "alibaba-openb", "--pods", str(pods), "--nodes",
-                                   str(nodes), "--out", str(out)])
+    res = CliRunner().invoke(
+        app,
+        ["import", "alibaba-openb", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     assert "wrote 8 events" in res.output
     assert len(out.read_text().splitlines()) == 8
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,8000,8192,2,T9\n")
-    res = CliRunner().invoke(app, ["import", "alibaba-openb", "--pods", str(pods), "--nodes",
-                                   str(nodes), "--out", str(out)])
+    res = CliRunner().invoke(
+        app,
+        ["import", "alibaba-openb", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out)],
+    )
     assert res.exit_code == 2 and "nodes.csv:2: unknown GPU model 'T9'" in res.output

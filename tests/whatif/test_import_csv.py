@@ -26,10 +26,13 @@ FIX = ROOT / "tests" / "fixtures" / "csv"
 OPENB_MAP = ROOT / "examples" / "openb-mapping.yaml"
 
 
-@pytest.mark.parametrize("pods, nodes", [
-    ("openb_pod_list_default.csv", "openb_node_list_gpu_node.csv"),
-    ("openb_pod_list_gpuspec25.csv", "openb_node_list_all_node.csv"),
-])
+@pytest.mark.parametrize(
+    "pods, nodes",
+    [
+        ("openb_pod_list_default.csv", "openb_node_list_gpu_node.csv"),
+        ("openb_pod_list_gpuspec25.csv", "openb_node_list_all_node.csv"),
+    ],
+)
 def test_the_openb_mapping_gives_the_dedicated_importers_log(tmp_path, pods, nodes):
     pods, nodes = OPENB_FIXTURES / pods, OPENB_FIXTURES / nodes
     a, b = tmp_path / "csv.jsonl", tmp_path / "openb.jsonl"
@@ -41,9 +44,15 @@ def test_the_openb_mapping_gives_the_dedicated_importers_log(tmp_path, pods, nod
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     out = tmp_path_factory.mktemp("csv") / "c.jsonl"
-    result = import_csv(FIX / "jobs.csv", out, mapping=FIX / "mapping.yaml", nodes_file=FIX / "nodes.yaml")
+    result = import_csv(
+        FIX / "jobs.csv", out, mapping=FIX / "mapping.yaml", nodes_file=FIX / "nodes.yaml"
+    )
     log = list(read_log(out))
-    return result.summary, log, {e.job.job_id: e for _, _, e in log if isinstance(e, ev.JobSubmitted)}
+    return (
+        result.summary,
+        log,
+        {e.job.job_id: e for _, _, e in log if isinstance(e, ev.JobSubmitted)},
+    )
 
 
 T0 = 1714550400000  # 2024-05-01T08:00:00Z, the mapping's epoch
@@ -54,7 +63,11 @@ def test_dates_value_maps_units_and_gangs(imported):
     j1 = jobs["j-0001"]
     assert j1.occurred_at_ms == T0 and j1.job.duration_s == 7200
     assert j1.job.tenant == "research/vision" and j1.job.priority_class == "inference"
-    assert (j1.job.resources.gpus, j1.job.resources.cpu_milli, j1.job.resources.memory_mib) == (8, 32000, 256 * 1024)
+    assert (j1.job.resources.gpus, j1.job.resources.cpu_milli, j1.job.resources.memory_mib) == (
+        8,
+        32000,
+        256 * 1024,
+    )
     share = jobs["j-0002"].job.resources
     assert (share.gpu_milli, share.gpu_models) == (500, ("A100", "H100"))
     gang = jobs["train-7"].job  # two adjacent rows of task_group train-7
@@ -96,27 +109,54 @@ def test_the_imported_log_replays_without_rejections(imported):
     assert sim.ledger.jobs["train-7"].state == "completed"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("trace: x\njobs: {id: job_id, sumbit: submitted}\n", "jobs.sumbit: unknown key (did you mean 'submit'?)"),
-    ("jobs: {id: job_id, cpu: {column: cpu_cores, unit: kores}}\n", "jobs.cpu.unit: 'kores' is not one of cores, milli (did you mean 'cores'?)"),
-    ("jobs: {id: job_id}\ntime: {unit: days}\n", "time.unit: 'days' is not one of"),
-    ("jobs: {id: job_id}\ntime: {epoch: yesterday}\n", "time.epoch: cannot read 'yesterday'"),
-    ("jobs: {id: job_id}\npolicy: {preemptoin: false}\n", "policy.preemptoin: unknown key (did you mean 'preemption'?)"),
-    ("jobs: {id: jobid}\n", "jobs.id: no column 'jobid' (did you mean 'job_id'?)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "trace: x\njobs: {id: job_id, sumbit: submitted}\n",
+            "jobs.sumbit: unknown key (did you mean 'submit'?)",
+        ),
+        (
+            "jobs: {id: job_id, cpu: {column: cpu_cores, unit: kores}}\n",
+            "jobs.cpu.unit: 'kores' is not one of cores, milli (did you mean 'cores'?)",
+        ),
+        ("jobs: {id: job_id}\ntime: {unit: days}\n", "time.unit: 'days' is not one of"),
+        ("jobs: {id: job_id}\ntime: {epoch: yesterday}\n", "time.epoch: cannot read 'yesterday'"),
+        (
+            "jobs: {id: job_id}\npolicy: {preemptoin: false}\n",
+            "policy.preemptoin: unknown key (did you mean 'preemption'?)",
+        ),
+        ("jobs: {id: jobid}\n", "jobs.id: no column 'jobid' (did you mean 'job_id'?)"),
+    ],
+)
 def test_mapping_errors_are_one_line_each(tmp_path, text, message):
     mapping = tmp_path / "m.yaml"
     mapping.write_text(text)
     with pytest.raises(TraceImportError) as err:
-        import_csv(FIX / "jobs.csv", tmp_path / "o.jsonl", mapping=mapping, nodes_file=FIX / "nodes.yaml")
+        import_csv(
+            FIX / "jobs.csv", tmp_path / "o.jsonl", mapping=mapping, nodes_file=FIX / "nodes.yaml"
+        )
     assert message in str(err.value)
 
 
 def test_cli_summary_and_skipped_file(tmp_path):
     skipped = tmp_path / "skipped.txt"
-    r = CliRunner().invoke(app, ["import", "csv", str(FIX / "jobs.csv"), "--mapping", str(FIX / "mapping.yaml"),
-                                 "--config-nodes", str(FIX / "nodes.yaml"), "--out", str(tmp_path / "o.jsonl"),
-                                 "--skipped", str(skipped)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "csv",
+            str(FIX / "jobs.csv"),
+            "--mapping",
+            str(FIX / "mapping.yaml"),
+            "--config-nodes",
+            str(FIX / "nodes.yaml"),
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--skipped",
+            str(skipped),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "jobs 8 (1 gangs, 9 members), 4 tenants" in r.output and "skipped 5 rows:" in r.output
     assert len(skipped.read_text().splitlines()) == 5
@@ -124,15 +164,17 @@ def test_cli_summary_and_skipped_file(tmp_path):
 
 # ---------------------------------------------------------------------------- property
 
-row = st.fixed_dictionaries({
-    "gpus": st.sampled_from(["0", "1", "2", "8", "", "nan"]),
-    "share": st.sampled_from(["", "250", "500", "1000"]),
-    "submit": st.one_of(st.integers(0, 5000).map(str), st.sampled_from(["", "nan"])),
-    "ran": st.one_of(st.none(), st.tuples(st.integers(0, 500), st.integers(0, 5000))),
-    "cancel_after": st.one_of(st.none(), st.integers(0, 900)),
-    "qos": st.sampled_from(["hi", "lo", "", "HI"]),
-    "tenant": st.sampled_from(["a", "b", "c/d"]),
-})
+row = st.fixed_dictionaries(
+    {
+        "gpus": st.sampled_from(["0", "1", "2", "8", "", "nan"]),
+        "share": st.sampled_from(["", "250", "500", "1000"]),
+        "submit": st.one_of(st.integers(0, 5000).map(str), st.sampled_from(["", "nan"])),
+        "ran": st.one_of(st.none(), st.tuples(st.integers(0, 500), st.integers(0, 5000))),
+        "cancel_after": st.one_of(st.none(), st.integers(0, 900)),
+        "qos": st.sampled_from(["hi", "lo", "", "HI"]),
+        "tenant": st.sampled_from(["a", "b", "c/d"]),
+    }
+)
 
 PROP_MAP = """
 time: {unit: s}
@@ -143,7 +185,9 @@ priority_classes: [{name: hi, value: 100}, {name: lo, value: 10}]
 PROP_NODES = "cluster: {nodes: [{name_prefix: n, count: 3, gpus: 8, model: X, sharing: [mps, mps, mps, mps, mps, mps, mps, mps]}]}\n"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(rows=st.lists(row, min_size=1, max_size=30))
 def test_import_replay_export_keeps_every_job(tmp_path, rows):
     trace, mapping, nodes = tmp_path / "t.csv", tmp_path / "m.yaml", tmp_path / "n.yaml"
@@ -161,7 +205,9 @@ def test_import_replay_export_keeps_every_job(tmp_path, rows):
                 start, end = "", str(base + r["cancel_after"])
             else:
                 start, end = "", ""
-            w.writerow([f"job-{i}", r["tenant"], sub, start, end, r["gpus"], r["share"], "500", r["qos"]])
+            w.writerow(
+                [f"job-{i}", r["tenant"], sub, start, end, r["gpus"], r["share"], "500", r["qos"]]
+            )
     out = tmp_path / "o.jsonl"
     summary = import_csv(trace, out, mapping=mapping, nodes_file=nodes, run_size=7).summary
     assert summary["jobs"] + summary["skipped_rows"] == len(rows)
@@ -183,8 +229,9 @@ def test_import_replay_export_keeps_every_job(tmp_path, rows):
 
 def test_a_per_group_per_node_limit_becomes_a_spread_constraint_that_why_explains(tmp_path):
     out = tmp_path / "apps.jsonl"
-    summary = import_csv(FIX / "apps.csv", out, mapping=FIX / "apps-mapping.yaml",
-                         nodes_file=FIX / "apps-nodes.yaml").summary
+    summary = import_csv(
+        FIX / "apps.csv", out, mapping=FIX / "apps-mapping.yaml", nodes_file=FIX / "apps-nodes.yaml"
+    ).summary
     assert summary["spread_limited"] == 6  # batch rows: empty limit, and 0 (no limit)
     jobs = {e.job.job_id: e.job for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)}
     assert jobs["web-1"].spread == ev.Spread(group="web", max_per_node=1)
@@ -205,13 +252,21 @@ def test_a_per_group_per_node_limit_becomes_a_spread_constraint_that_why_explain
     assert sim.ledger.jobs["web-3"].placements[0][0] == 600_000  # waited for web-1/web-2
     # `why` of a job the limit keeps out
     trace = tmp_path / "pending.csv"
-    trace.write_text((FIX / "apps.csv").read_text().replace("web-1,web,1,0,600", "web-1,web,1,0,")
-                     .replace("web-2,web,1,0,600", "web-2,web,1,0,"))
+    trace.write_text(
+        (FIX / "apps.csv")
+        .read_text()
+        .replace("web-1,web,1,0,600", "web-1,web,1,0,")
+        .replace("web-2,web,1,0,600", "web-2,web,1,0,")
+    )
     import_csv(trace, out, mapping=FIX / "apps-mapping.yaml", nodes_file=FIX / "apps-nodes.yaml")
     db = tmp_path / "p.duckdb"
-    r = CliRunner().invoke(app, ["replay", str(out), "--out", str(tmp_path / "r.jsonl"), "--duckdb", str(db)])
+    r = CliRunner().invoke(
+        app, ["replay", str(out), "--out", str(tmp_path / "r.jsonl"), "--duckdb", str(db)]
+    )
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, ["why", "web-3", "--db", str(db)])
     assert r.exit_code == 0, r.output
-    assert ("spread group 'web' allows at most 1 per node; the nodes where it would fit are at "
-            "that limit (node-1, node-2)") in r.output
+    assert (
+        "spread group 'web' allows at most 1 per node; the nodes where it would fit are at "
+        "that limit (node-1, node-2)"
+    ) in r.output

@@ -20,10 +20,20 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes"
 
 def run(tmp_path, **kw):
     out = tmp_path / "k.jsonl"
-    result = import_kubernetes(FIX / "pods.json", out, nodes=FIX / "nodes.json", events=FIX / "events.json",
-                               workloads=FIX / "workloads.json", **kw)
+    result = import_kubernetes(
+        FIX / "pods.json",
+        out,
+        nodes=FIX / "nodes.json",
+        events=FIX / "events.json",
+        workloads=FIX / "workloads.json",
+        **kw,
+    )
     log = list(read_log(out))
-    return result.summary, log, {e.job.job_id: e for _, _, e in log if isinstance(e, ev.JobSubmitted)}
+    return (
+        result.summary,
+        log,
+        {e.job.job_id: e for _, _, e in log if isinstance(e, ev.JobSubmitted)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +55,17 @@ def test_resources_gpu_mig_cpu_memory_and_init_containers(imported):
     nb = jobs["notebook-7f9c6d5b8-q2w4x"].job.resources
     assert (nb.gpus, nb.cpu_milli, nb.memory_mib) == (1, 4000, 32 * 1024)
     assert jobs["mig-infer-5d8f7c9b6-abcde"].job.resources.mig_profile == "3g.40gb"
-    web = jobs["web-with-init-1a2b3"].job.resources  # max(600m of containers, 2 of the init container)
+    web = jobs[
+        "web-with-init-1a2b3"
+    ].job.resources  # max(600m of containers, 2 of the init container)
     assert (web.gpus, web.cpu_milli, web.memory_mib) == (0, 2000, 1024)
 
 
 def test_times_pending_deleted_evicted_preempted(imported):
     summary, log, jobs = imported
-    assert jobs["train"].job.duration_s == 4 * 3600 - 1  # last member started 09:05:11, ended 13:05:10
+    assert (
+        jobs["train"].job.duration_s == 4 * 3600 - 1
+    )  # last member started 09:05:11, ended 13:05:10
     assert jobs["eval-pending-9xk2m"].job.duration_s is None
     assert jobs["notebook-7f9c6d5b8-q2w4x"].job.duration_s is None
     cancels = [e for _, _, e in log if isinstance(e, ev.JobCancelled)]
@@ -70,7 +84,10 @@ def test_classes_tenants_and_nodes(imported, tmp_path):
     assert classes["default"].value == 0
     assert jobs["train"].job.tenant == "team-a"
     nodes = {e.node.name: e.node for _, _, e in log if isinstance(e, ev.NodeRegistered)}
-    assert len(nodes["gpu-node-1"].gpus) == 8 and nodes["gpu-node-1"].gpus[0].model == "NVIDIA-A100-SXM4-80GB"
+    assert (
+        len(nodes["gpu-node-1"].gpus) == 8
+        and nodes["gpu-node-1"].gpus[0].model == "NVIDIA-A100-SXM4-80GB"
+    )
     assert nodes["gpu-node-1"].gpus[0].memory_mib == 81920
     assert [g.sharing for g in nodes["mig-node-1"].gpus] == ["mig"]
     assert nodes["cpu-node-1"].gpus == () and nodes["cpu-node-1"].cpu_milli == 64000
@@ -88,7 +105,9 @@ def test_skipped_items_are_reported(imported):
     summary, _, _ = imported
     assert summary["skipped_rows"] == 3
     reasons = summary["skipped"]
-    assert reasons["DaemonSet pod (runs on every node, not scheduled)"]["first"] == [f"{FIX / 'pods.json'}:4"]
+    assert reasons["DaemonSet pod (runs on every node, not scheduled)"]["first"] == [
+        f"{FIX / 'pods.json'}:4"
+    ]
     assert any("cannot read quantity '4GB'" in r for r in reasons)
 
 
@@ -108,10 +127,10 @@ def test_stream_reader_errors_and_quantities(tmp_path):
     bad.write_text('{"apiVersion": "v1", "items": [{"a": 1}, {"b": ]}')
     with pytest.raises(TraceImportError, match="pods.json:1: not JSON"):
         list(iter_items(bad))
-    bad.write_text('[]')
+    bad.write_text("[]")
     with pytest.raises(TraceImportError, match="expected a JSON object"):
         list(iter_items(bad))
-    assert quantity("500m") == 0.5 and quantity("4Gi") == 4 * 2 ** 30 and quantity("1e3") == 1000
+    assert quantity("500m") == 0.5 and quantity("4Gi") == 4 * 2**30 and quantity("1e3") == 1000
     from gpuledger.replay.importers import jsonstream
 
     big = tmp_path / "big.json"
@@ -129,10 +148,34 @@ def test_stream_reader_errors_and_quantities(tmp_path):
 
 
 def test_cli(tmp_path):
-    r = CliRunner().invoke(app, ["import", "kubernetes", "--pods", str(FIX / "pods.json"), "--nodes",
-                                 str(FIX / "nodes.json"), "--events", str(FIX / "events.json"),
-                                 "--workloads", str(FIX / "workloads.json"), "--out", str(tmp_path / "k.jsonl")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "kubernetes",
+            "--pods",
+            str(FIX / "pods.json"),
+            "--nodes",
+            str(FIX / "nodes.json"),
+            "--events",
+            str(FIX / "events.json"),
+            "--workloads",
+            str(FIX / "workloads.json"),
+            "--out",
+            str(tmp_path / "k.jsonl"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "jobs 11 (2 gangs, 13 members)" in r.output
-    r = CliRunner().invoke(app, ["import", "kubernetes", "--pods", str(FIX / "pods.json"), "--out", str(tmp_path / "k.jsonl")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "kubernetes",
+            "--pods",
+            str(FIX / "pods.json"),
+            "--out",
+            str(tmp_path / "k.jsonl"),
+        ],
+    )
     assert r.exit_code == 2 and "exactly one of --nodes FILE" in r.output

@@ -28,8 +28,25 @@ def imported(tmp_path_factory):
 
 def test_steps_fold_into_their_job_and_arrays_and_het_jobs_become_jobs(imported):
     summary, _, jobs = imported
-    assert sorted(jobs) == ["1001", "1002", "1003", "1004", "1005", "1006", "1010_1", "1010_2", "1010_3",
-                            "1010_4", "1010_5", "1020", "1022+0", "1022+1", "1030", "1031", "1032"]
+    assert sorted(jobs) == [
+        "1001",
+        "1002",
+        "1003",
+        "1004",
+        "1005",
+        "1006",
+        "1010_1",
+        "1010_2",
+        "1010_3",
+        "1010_4",
+        "1010_5",
+        "1020",
+        "1022+0",
+        "1022+1",
+        "1030",
+        "1031",
+        "1032",
+    ]
     assert summary["steps_folded"] == 8
     assert summary["jobs"] == 17 and summary["gangs"] == 3
 
@@ -71,7 +88,10 @@ def test_qos_and_account_become_classes_and_tenants(imported):
     classes = {e.name: e for _, _, e in log if isinstance(e, ev.PriorityClassConfigured)}
     assert classes["high"].value == 100 and classes["scavenger"].value == 10
     assert classes["debug"].slo_class == "interactive"
-    assert {e.tenant for _, _, e in log if isinstance(e, ev.TenantConfigured)} == {"chem", "physics"}
+    assert {e.tenant for _, _, e in log if isinstance(e, ev.TenantConfigured)} == {
+        "chem",
+        "physics",
+    }
 
 
 def test_bad_rows_are_reported_with_line_numbers(imported):
@@ -97,13 +117,20 @@ def test_helpers():
     assert expand_tasks("[5-9%2]") == ["5", "6", "7", "8", "9"]
     assert expand_tasks("[1,3,5-6]") == ["1", "3", "5", "6"]
     res, total = tres_resources(parse_tres("cpu=8,gres/gpu:a100=2,gres/gpu:h100=2,mem=1T"), 2)
-    assert total == 4 and res.gpus == 2 and res.gpu_models == ("a100", "h100") and res.memory_mib == 512 * 1024
+    assert (
+        total == 4
+        and res.gpus == 2
+        and res.gpu_models == ("a100", "h100")
+        and res.memory_mib == 512 * 1024
+    )
 
 
 def test_missing_columns_and_nodes_are_errors(tmp_path):
     bad = tmp_path / "sacct.txt"
     bad.write_text("JobID|State\n1|COMPLETED\n")
-    with pytest.raises(TraceImportError, match=r"sacct.txt:1: missing column\(s\) Account, QOS, Submit"):
+    with pytest.raises(
+        TraceImportError, match=r"sacct.txt:1: missing column\(s\) Account, QOS, Submit"
+    ):
         import_slurm(bad, tmp_path / "o.jsonl", sinfo=FIX / "sinfo.txt")
     with pytest.raises(TraceImportError, match="exactly one of --sinfo FILE or --nodes FILE"):
         import_slurm(FIX / "sacct.txt", tmp_path / "o.jsonl")
@@ -111,9 +138,11 @@ def test_missing_columns_and_nodes_are_errors(tmp_path):
 
 def test_mapping_overrides_classes_and_tenants(tmp_path):
     mapping = tmp_path / "map.yaml"
-    mapping.write_text("tenant_from: account/user\nclasses: {high: urgent}\n"
-                       "priority_classes: [{name: urgent, value: 300, preemptible: false}]\n"
-                       "quotas: [{name: chem/bob, guaranteed: 16}]\n")
+    mapping.write_text(
+        "tenant_from: account/user\nclasses: {high: urgent}\n"
+        "priority_classes: [{name: urgent, value: 300, preemptible: false}]\n"
+        "quotas: [{name: chem/bob, guaranteed: 16}]\n"
+    )
     out = tmp_path / "o.jsonl"
     import_slurm(FIX / "sacct.txt", out, sinfo=FIX / "sinfo.txt", mapping=mapping)
     log = list(read_log(out))
@@ -122,7 +151,10 @@ def test_mapping_overrides_classes_and_tenants(tmp_path):
     tenants = {e.tenant: e for _, _, e in log if isinstance(e, ev.TenantConfigured)}
     assert tenants["chem/bob"].guaranteed_gpu_milli == 16000
     mapping.write_text("tenant_form: user\n")
-    with pytest.raises(TraceImportError, match=r"map.yaml: tenant_form: unknown key \(did you mean 'tenant_from'\?\)"):
+    with pytest.raises(
+        TraceImportError,
+        match=r"map.yaml: tenant_form: unknown key \(did you mean 'tenant_from'\?\)",
+    ):
         import_slurm(FIX / "sacct.txt", out, sinfo=FIX / "sinfo.txt", mapping=mapping)
 
 
@@ -134,10 +166,23 @@ def test_small_runs_spill_to_disk_and_give_the_same_log(tmp_path):
 
 
 def test_cli_summary(tmp_path):
-    r = CliRunner().invoke(app, ["import", "slurm", "--sacct", str(FIX / "sacct.txt"), "--sinfo",
-                                 str(FIX / "sinfo.txt"), "--out", str(tmp_path / "o.jsonl")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "slurm",
+            "--sacct",
+            str(FIX / "sacct.txt"),
+            "--sinfo",
+            str(FIX / "sinfo.txt"),
+            "--out",
+            str(tmp_path / "o.jsonl"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "jobs 17 (3 gangs, 22 members), 2 tenants, observed 429.5 GPU-hours" in r.output
     assert "1 x no Submit time:" in r.output
-    r = CliRunner().invoke(app, ["replay", str(tmp_path / "o.jsonl"), "--out", str(tmp_path / "r.jsonl")])
+    r = CliRunner().invoke(
+        app, ["replay", str(tmp_path / "o.jsonl"), "--out", str(tmp_path / "r.jsonl")]
+    )
     assert r.exit_code == 0, r.output

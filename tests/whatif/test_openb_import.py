@@ -46,13 +46,20 @@ def test_configuration_then_nodes_then_inputs_in_time_order(small):
     entries = small.entries()
     assert [s for s, _, _ in entries] == list(range(1, len(entries) + 1))
     kinds = [type(e).__name__ for _, _, e in entries]
-    assert kinds[:6] == ["TenantConfigured"] + ["PriorityClassConfigured"] * 4 + ["PolicyConfigured"]
+    assert kinds[:6] == ["TenantConfigured"] + ["PriorityClassConfigured"] * 4 + [
+        "PolicyConfigured"
+    ]
     assert kinds[6:9] == ["NodeRegistered"] * 3
     assert kinds[9:] == ["JobSubmitted"] * 5 + ["JobCancelled"]
     times = [e.occurred_at_ms for _, _, e in entries]
     assert times == sorted(times)
     assert [e.job.job_id for _, _, e in entries if isinstance(e, ev.JobSubmitted)] == [
-        "p-ls", "p-whole", "p-cpu", "p-pend", "p-be8"]
+        "p-ls",
+        "p-whole",
+        "p-cpu",
+        "p-pend",
+        "p-be8",
+    ]
     for _, subject, e in entries:
         assert subject == ev.subject_for(e)
     tenant = entries[0][2]
@@ -64,10 +71,20 @@ def test_qos_mapping(small):
     assert not classes["ls"].preemptible and classes["ls"].slo_class == "latency-critical"
     assert classes["guaranteed"].slo_class == classes["burstable"].slo_class == "interactive"
     assert classes["be"].preemptible and classes["be"].slo_class == "batch"
-    assert classes["ls"].value > classes["guaranteed"].value > classes["burstable"].value > classes["be"].value
+    assert (
+        classes["ls"].value
+        > classes["guaranteed"].value
+        > classes["burstable"].value
+        > classes["be"].value
+    )
     jobs = {e.job.job_id: e.job for e in small.events if isinstance(e, ev.JobSubmitted)}
     assert {j: s.priority_class for j, s in jobs.items()} == {
-        "p-ls": "ls", "p-be8": "be", "p-cpu": "burstable", "p-pend": "guaranteed", "p-whole": "be"}
+        "p-ls": "ls",
+        "p-be8": "be",
+        "p-cpu": "burstable",
+        "p-pend": "guaranteed",
+        "p-whole": "be",
+    }
 
 
 def test_nodes(small):
@@ -96,17 +113,25 @@ def test_resources_durations_and_cancels(small):
     assert jobs["p-whole"].job.resources.gpus == 1 and jobs["p-whole"].job.duration_s == 20
     assert jobs["p-pend"].job.duration_s is None
     cancels = [e for e in small.events if isinstance(e, ev.JobCancelled)]
-    assert [(c.job_id, c.occurred_at_ms, c.tenant) for c in cancels] == [("p-pend", 90_000, "openb")]
+    assert [(c.job_id, c.occurred_at_ms, c.tenant) for c in cancels] == [
+        ("p-pend", 90_000, "openb")
+    ]
     assert small.summary()["by_shape"] == {"1gpu": 2, "8gpu": 1, "cpu": 1, "share": 1}
 
 
 def test_pods_without_optional_columns(tmp_path):
-    pods = write(tmp_path, "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx1,1000,100,1,500\nx2,1000,100,2,1000\n")
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx1,1000,100,1,500\nx2,1000,100,2,1000\n",
+    )
     nodes = write(tmp_path, "nodes.csv", NODES)
     imp = import_openb(pods, nodes)
     subs = [e for e in imp.events if isinstance(e, ev.JobSubmitted)]
     assert [(s.occurred_at_ms, s.job.duration_s, s.job.priority_class) for s in subs] == [
-        (0, None, "burstable"), (0, None, "burstable")]
+        (0, None, "burstable"),
+        (0, None, "burstable"),
+    ]
     assert not any(isinstance(e, ev.JobCancelled) for e in imp.events)
     imp = import_openb(pods, nodes, default_duration_s=600)
     assert {e.job.duration_s for e in imp.events if isinstance(e, ev.JobSubmitted)} == {600}
@@ -120,11 +145,17 @@ def test_pods_without_optional_columns(tmp_path):
         ("name,num_gpu,cpu_milli\nok,1,abc\n", NODES, "pods.csv:2: cpu_milli: not a number: 'abc'"),
         ("name,cpu_milli\nok,1\n", NODES, "pods.csv:1: missing column(s) num_gpu"),
         ("name,num_gpu\nsame,1\nsame,1\n", NODES, "pods.csv:3: duplicate pod name 'same'"),
-        ("name,num_gpu,creation_time,scheduled_time,deletion_time\nx,1,5,10,8\n", NODES,
-         "pods.csv:2: deletion_time 8 is before scheduled_time 10"),
+        (
+            "name,num_gpu,creation_time,scheduled_time,deletion_time\nx,1,5,10,8\n",
+            NODES,
+            "pods.csv:2: deletion_time 8 is before scheduled_time 10",
+        ),
         ("name,num_gpu,creation_time\nx,1,\n", NODES, "pods.csv:2: creation_time is empty"),
-        ("name,num_gpu\nx,1\n", "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,2,H900\n",
-         "nodes.csv:2: unknown GPU model 'H900'"),
+        (
+            "name,num_gpu\nx,1\n",
+            "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,2,H900\n",
+            "nodes.csv:2: unknown GPU model 'H900'",
+        ),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, pods, nodes, message):
@@ -139,14 +170,25 @@ def test_cli_import_of_a_missing_trace_says_where_to_get_it(tmp_path):
 
     from gpuledger.services.cli.main import app
 
-    res = CliRunner().invoke(app, ["import", "alibaba-openb", "--pods", str(tmp_path / "p.csv"),
-                                   "--nodes", str(write(tmp_path, "nodes.csv", NODES)),
-                                   "--out", str(tmp_path / "log.jsonl")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "alibaba-openb",
+            "--pods",
+            str(tmp_path / "p.csv"),
+            "--nodes",
+            str(write(tmp_path, "nodes.csv", NODES)),
+            "--out",
+            str(tmp_path / "log.jsonl"),
+        ],
+    )
     assert res.exit_code == 2
     assert res.output.strip() == (
         f"error: openb trace not found at {tmp_path / 'p.csv'}; get it from "
         "https://github.com/alibaba/clusterdata/tree/master/cluster-trace-gpu-v2023/csv "
-        "or pass its files with --pods and --nodes")
+        "or pass its files with --pods and --nodes"
+    )
     assert not (tmp_path / "log.jsonl").exists()
 
 
@@ -162,7 +204,11 @@ def test_the_trace_slice_imports_every_pod_node_and_cancel():
     assert imp.cancels == 82  # the pods with no scheduled_time: deleted, never scheduled
     assert len(imp.events) == 6 + 102 + 680 + 82
     assert Counter(e.job.priority_class for e in imp.events if isinstance(e, ev.JobSubmitted)) == {
-        "ls": 383, "be": 289, "burstable": 6, "guaranteed": 2}
+        "ls": 383,
+        "be": 289,
+        "burstable": 6,
+        "guaranteed": 2,
+    }
 
 
 def test_a_full_size_trace_imports_in_seconds(tmp_path):
@@ -196,17 +242,25 @@ def _replay(imp):
 
 
 def test_replay_of_shares_and_cpu_pods_keeps_observed_run_times(tmp_path):
-    pods = write(tmp_path, "pods.csv", """name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        """name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time
 s1,1000,1024,1,460,LS,0,100,0
 s2,1000,1024,1,500,BE,10,70,12
 c1,1000,1024,0,0,Burstable,20,50,20
 pend,1000,1024,1,300,BE,30,90,
-""")
+""",
+    )
     imp = import_openb(pods, write(tmp_path, "nodes.csv", NODES))
     sim = _replay(imp)
     jobs = sim.ledger.jobs
     assert {j: r.state for j, r in jobs.items()} == {
-        "s1": "completed", "s2": "completed", "c1": "completed", "pend": "cancelled"}
+        "s1": "completed",
+        "s2": "completed",
+        "c1": "completed",
+        "pend": "cancelled",
+    }
     assert jobs["s1"].finished_ms == 100_000
     assert jobs["s2"].finished_ms == 10_000 + 58_000  # placed at submission, runs its observed 58 s
     assert jobs["c1"].finished_ms == 50_000

@@ -46,29 +46,51 @@ def recorded_tenants(log):
 def test_a_policy_only_file_overlays_instead_of_replacing(demo_log, tmp_path):
     nopre = tmp_path / "nopre.yaml"
     nopre.write_text("policy: {preemption: false}\n")
-    inputs, _ = apply_overlays(external_inputs(demo_log), files=[(str(nopre), {"policy": {"preemption": False}})])
+    inputs, _ = apply_overlays(
+        external_inputs(demo_log), files=[(str(nopre), {"policy": {"preemption": False}})]
+    )
     sim = replay(inputs)
     assert rejected(sim.log) == ["bad-job"]  # the demo's deliberate unknown tenant only
     assert sim.ledger.jobs["serve"].placements[0][0] == 20_000  # waits instead of preempting
 
 
 def test_set_tenant_and_class_keys(demo_log):
-    inputs, _ = apply_overlays(external_inputs(demo_log), [
-        "tenants.research.guaranteed=2", "priority_classes.train.value=60"])
+    inputs, _ = apply_overlays(
+        external_inputs(demo_log),
+        ["tenants.research.guaranteed=2", "priority_classes.train.value=60"],
+    )
     sim = replay(inputs)
     assert sim.ledger.config.tenants["research"].guaranteed_gpu_milli == 2000
     assert sim.ledger.config.classes["train"].value == 60
 
 
-@pytest.mark.parametrize("item, message", [
-    ("policy.preemptoin=false", "--set policy.preemptoin=false: policy.preemptoin: unknown key (did you mean 'preemption'?)"),
-    ("polcy.preemption=false", "--set polcy.preemption=false: 'polcy': unknown key (did you mean 'policy'?)"),
-    ("policy.preemption_scope=galaxy", "policy.preemption_scope: 'galaxy' is not one of cluster, tenant"),
-    ("policy.min_runtime_s=-3", "policy.min_runtime_s: must be >= 0"),
-    ("tenants.reserch.guaranteed=1", "no tenant 'reserch' in the recorded configuration (did you mean 'research'?)"),
-    ("tenants.research.guarantee=1", "tenants.research.guarantee: unknown key (did you mean 'guaranteed'?)"),
-    ("policy.preemption", "expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        (
+            "policy.preemptoin=false",
+            "--set policy.preemptoin=false: policy.preemptoin: unknown key (did you mean 'preemption'?)",
+        ),
+        (
+            "polcy.preemption=false",
+            "--set polcy.preemption=false: 'polcy': unknown key (did you mean 'policy'?)",
+        ),
+        (
+            "policy.preemption_scope=galaxy",
+            "policy.preemption_scope: 'galaxy' is not one of cluster, tenant",
+        ),
+        ("policy.min_runtime_s=-3", "policy.min_runtime_s: must be >= 0"),
+        (
+            "tenants.reserch.guaranteed=1",
+            "no tenant 'reserch' in the recorded configuration (did you mean 'research'?)",
+        ),
+        (
+            "tenants.research.guarantee=1",
+            "tenants.research.guarantee: unknown key (did you mean 'guaranteed'?)",
+        ),
+        ("policy.preemption", "expected KEY=VALUE"),
+    ],
+)
 def test_bad_set_items_are_one_clear_line(demo_log, item, message):
     with pytest.raises(OverlayError) as err:
         apply_overlays(external_inputs(demo_log), [item])
@@ -77,8 +99,12 @@ def test_bad_set_items_are_one_clear_line(demo_log, item, message):
 
 
 def test_policy_file_unknown_keys_and_timelines_are_refused(demo_log):
-    with pytest.raises(OverlayError, match=r"f.yaml: policy.preemptio: unknown key \(did you mean 'preemption'\?\)"):
-        apply_overlays(external_inputs(demo_log), files=[("f.yaml", {"policy": {"preemptio": False}})])
+    with pytest.raises(
+        OverlayError, match=r"f.yaml: policy.preemptio: unknown key \(did you mean 'preemption'\?\)"
+    ):
+        apply_overlays(
+            external_inputs(demo_log), files=[("f.yaml", {"policy": {"preemptio": False}})]
+        )
     with pytest.raises(OverlayError, match="cannot hold a timeline"):
         apply_overlays(external_inputs(demo_log), files=[("f.yaml", {"timeline": []})])
     with pytest.raises(OverlayError, match="polcy: unknown key"):
@@ -90,12 +116,20 @@ def test_cli_replay_with_set_and_policy(demo_log, tmp_path):
     write_log(log, demo_log)
     nopre = tmp_path / "nopre.yaml"
     nopre.write_text("policy: {preemption: false}\n")
-    r = CliRunner().invoke(app, ["replay", str(log), "--policy", str(nopre), "--out", str(tmp_path / "b.jsonl")])
+    r = CliRunner().invoke(
+        app, ["replay", str(log), "--policy", str(nopre), "--out", str(tmp_path / "b.jsonl")]
+    )
     assert r.exit_code == 0, r.output
     assert "'rejected': 1" in r.output and "preemptions 0" in r.output
-    r = CliRunner().invoke(app, ["replay", str(log), "--set", "policy.preemtion=false", "--out", str(tmp_path / "c.jsonl")])
+    r = CliRunner().invoke(
+        app,
+        ["replay", str(log), "--set", "policy.preemtion=false", "--out", str(tmp_path / "c.jsonl")],
+    )
     assert r.exit_code == 2
-    assert "error: --set policy.preemtion=false: policy.preemtion: unknown key (did you mean 'preemption'?)" in r.output
+    assert (
+        "error: --set policy.preemtion=false: policy.preemtion: unknown key (did you mean 'preemption'?)"
+        in r.output
+    )
 
 
 def test_a_policy_only_config_warns_and_points_to_policy(demo_log, tmp_path):
@@ -103,7 +137,9 @@ def test_a_policy_only_config_warns_and_points_to_policy(demo_log, tmp_path):
     write_log(log, demo_log)
     nopre = tmp_path / "nopre.yaml"
     nopre.write_text("policy: {preemption: false}\n")
-    r = CliRunner().invoke(app, ["replay", str(log), "--config", str(nopre), "--out", str(tmp_path / "b.jsonl")])
+    r = CliRunner().invoke(
+        app, ["replay", str(log), "--config", str(nopre), "--out", str(tmp_path / "b.jsonl")]
+    )
     assert r.exit_code == 0, r.output
     assert "defines no tenants: every job will be rejected (UnknownTenant)" in r.output
     assert f"use --policy {nopre}" in r.output

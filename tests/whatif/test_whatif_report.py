@@ -21,13 +21,32 @@ def test_whatif_writes_an_offline_report_with_every_section(tmp_path):
     nopre = tmp_path / "nopre.yaml"
     nopre.write_text("policy: {preemption: false}\n")
     out, js = tmp_path / "report.html", tmp_path / "m.json"
-    r = CliRunner().invoke(app, ["whatif", str(log), "--policy", str(nopre), "--variant",
-                                 "small-research: tenants.research.guaranteed=2", "--out", str(out),
-                                 "--json", str(js), "--logs", str(tmp_path / "logs")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "whatif",
+            str(log),
+            "--policy",
+            str(nopre),
+            "--variant",
+            "small-research: tenants.research.guaranteed=2",
+            "--out",
+            str(out),
+            "--json",
+            str(js),
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     page = out.read_text()
-    for heading in ("Comparison", "Queue wait by SLO class", "GPU allocation over time",
-                    "Preemptions and lost work", "Per-tenant fairness"):
+    for heading in (
+        "Comparison",
+        "Queue wait by SLO class",
+        "GPU allocation over time",
+        "Preemptions and lost work",
+        "Per-tenant fairness",
+    ):
         assert f"<h2>{heading}</h2>" in page
     assert page.count("<svg") == 4
     assert "<script" not in page and not re.search(r"(src|href)=\"https?://", page)
@@ -36,13 +55,27 @@ def test_whatif_writes_an_offline_report_with_every_section(tmp_path):
     assert list(metrics) == ["recorded", "nopre", "small-research"]
     assert metrics["recorded"]["metrics"]["preemptions"] >= 1
     assert metrics["nopre"]["metrics"]["preemptions"] == 0
-    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["nopre.jsonl", "recorded.jsonl", "small-research.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
+        "nopre.jsonl",
+        "recorded.jsonl",
+        "small-research.jsonl",
+    ]
     assert "preemptions" in r.output and "wrote" in r.output
 
 
 def test_whatif_bad_variant_is_one_line(tmp_path):
     log = tmp_path / "live.jsonl"
     write_log(log, simulate(load(EXAMPLES / "demo.yaml")).log)
-    r = CliRunner().invoke(app, ["whatif", str(log), "--variant", "policy.preemtion=false", "--out", str(tmp_path / "r.html")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "whatif",
+            str(log),
+            "--variant",
+            "policy.preemtion=false",
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+    )
     assert r.exit_code == 2
     assert "policy.preemtion: unknown key (did you mean 'preemption'?)" in r.output
