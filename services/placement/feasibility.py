@@ -23,6 +23,7 @@ Option = tuple[tuple[int, ...], int | None]
 
 REJECTIONS: dict[str, str] = {
     "excluded": "excluded",
+    "selector": "not matching the node selector",
     "unschedulable": "unschedulable",
     "cpu_capacity": "CPU capacity too small",
     "memory_capacity": "memory capacity too small",
@@ -43,6 +44,7 @@ REJECTIONS: dict[str, str] = {
 }
 STATIC = frozenset(
     {
+        "selector",
         "cpu_capacity",
         "memory_capacity",
         "wrong_model",

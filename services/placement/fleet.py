@@ -105,6 +105,7 @@ class _ShapeCache:
         "spos",
         "live",
         "live_n",
+        "selector",
     )
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
@@ -112,6 +113,9 @@ class _ShapeCache:
         self.member = member
         self.tenant = tenant
         self.allow_ts = allow_ts
+        # The member's node selector: nodes without its labels get the key "selector" before
+        # anything else is looked at (never scored, whatever their shape or state).
+        self.selector = member.node_selector
         # seq -> (score, option) of the node's last scoring, if feasible: current while that
         # node's `seen` version is its version and its key is "fits" (the tuple is shared by
         # the nodes of one state: the memo's)
@@ -693,10 +697,22 @@ class Fleet:
         by_seq = self._by_seq
         static = cache.static
         seen, keys, hist = cache.seen, cache.keys, cache.hist
+        selector = cache.selector
         for sid, seqs in self._shape_nodes.items():
             if not seqs:
                 continue
             states = [by_seq[q] for q in seqs]
+            if selector:
+                outside = [st.seq for st in states if not st.selected(selector)]
+                if outside:
+                    for q in outside:
+                        seen[q] = by_seq[q].version
+                    keys.update(dict.fromkeys(outside, "selector"))
+                    hist["selector"] = hist.get("selector", 0) + len(outside)
+                    states = [st for st in states if st.selected(selector)]
+                    if not states:
+                        continue
+                    seqs = [st.seq for st in states]  # type: ignore[assignment]
             fixed = static.get(sid, _MISS)
             if fixed is _MISS:
                 fixed = self._static_key(cache, states[0])
@@ -814,12 +830,18 @@ class Fleet:
         static = cache.static
         keys = cache.keys
         whole, wstat = cache.whole, cache.wstat
+        selector = cache.selector
         for state in states:
             seq = state.seq
             version = state.version
             if seen.get(seq) == version:
                 continue
             seen[seq] = version
+            if selector and not state.selected(selector):
+                if keys.get(seq) != "selector":
+                    count(seq, "selector", NO_WHOLE)
+                entries.pop(seq, None)
+                continue
             fixed = static.get(state.shape_id, _MISS)
             if fixed is _MISS:
                 fixed = self._static_key(cache, state)
@@ -1213,6 +1235,7 @@ class _SideScores:
         spec = state.spec
         if (
             not state.schedulable
+            or not state.selected(member.node_selector)
             or spec.cpu_milli < member.cpu_milli
             or spec.memory_mib < member.memory_mib
             or name not in self.fleet._nodes

@@ -62,6 +62,7 @@ class NodeState:
         "frag_memo",
         "shape_id",
         "state_key_memo",
+        "labels",
     )
 
     __transparent_memos__ = ("eligible", "frag_memo", "state_key_memo")
@@ -101,6 +102,12 @@ class NodeState:
         """The node's `shape` (a `Fleet` replaces it by a small interned int)."""
         self.state_key_memo: tuple[int, int] | None = None
         """(version, id of `state_key` at that version), kept by `Fleet`."""
+        self.labels: frozenset[tuple[str, str]] = frozenset(spec.labels)
+        """The node's (key, value) label pairs: a member's `node_selector` must be a subset."""
+
+    def selected(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        """Whether the node carries every label pair of ``selector`` (empty: every node)."""
+        return not selector or self.labels.issuperset(selector)
 
     def shape(self) -> tuple:
         """Everything of the spec that placement depends on, without names and UUIDs: two
@@ -142,6 +149,7 @@ class NodeState:
             self.frag_layout,
         )
         new.eligible, new.rank, new.shape_id = self.eligible, self.rank, self.shape_id
+        new.labels = self.labels
         new.gpu_free = list(self.gpu_free)
         new.mps_tenant = list(self.mps_tenant)
         new.mps_users = list(self.mps_users)
