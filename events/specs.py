@@ -21,6 +21,14 @@ MAX_QUANTITY = 1 << 40
 """Bound on quantities and durations: milli-units, MiB, seconds (about 10**12)."""
 Count = Annotated[int, msgspec.Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
 Quantity = Annotated[int, msgspec.Meta(ge=-MAX_QUANTITY, le=MAX_QUANTITY)]
+LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+"""A node label's key (`partition`, `nvidia.com/gpu.product`): 1..256 characters."""
+LabelValue = Annotated[str, msgspec.Meta(max_length=256)]
+"""A node label's value: at most 256 characters (may be empty)."""
+MAX_SELECTOR = 32
+"""Most label pairs one node selector may name."""
+NodeSelector = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_SELECTOR)]
+"""Labels a node must carry, each key with exactly that value."""
 
 
 class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -121,6 +129,18 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     spread: Spread | msgspec.UnsetType = msgspec.UNSET
     """Spread constraint (`Spread`); unset (left out of the JSON): none. Added after v1 without
     a new tag: unset encodes as before."""
+    node_selector: NodeSelector | msgspec.UnsetType = msgspec.UNSET
+    """Node labels every member's node must carry (`{partition: a100}`: only nodes labelled
+    `partition=a100`), each key with exactly that value, like a Kubernetes `nodeSelector`; at
+    most 32 pairs, keys 1..256 and values up to 256 characters. Unset (left out of the JSON) or
+    empty: any node. A selector no node matches leaves the job pending `Unschedulable` ("0/120
+    nodes: 120 not in partition=a100"). Added after v1 without a new tag: unset encodes as
+    before."""
+
+    def selector(self) -> tuple[tuple[str, str], ...]:
+        """The node selector as sorted (key, value) pairs (empty: any node)."""
+        sel = self.node_selector
+        return tuple(sorted(sel.items())) if sel else ()
 
     @property
     def is_service(self) -> bool:

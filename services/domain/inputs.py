@@ -24,7 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
-from gpuledger.events.specs import MAX_COUNT
+from gpuledger.events.specs import MAX_COUNT, MAX_SELECTOR, LabelKey, LabelValue
 from gpuledger.services.domain.config import DEFAULT_CLASSES
 from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 
@@ -75,7 +75,9 @@ class NodeDoc(Strict, kw_only=True):
     """One value for every GPU, or one per GPU."""
     leaf_switch: str = ""
     pool: str = "default"
-    labels: dict[str, str] = {}
+    labels: dict[LabelKey, LabelValue] = {}
+    """Node labels (`{partition: a100, zone: eu}`): a job's `node_selector` takes only nodes
+    carrying every selected label with exactly that value."""
     mig_layout: list[str] = []
     """Fixed MIG layout of every `mig` GPU of the node (`[3g.40gb, 3g.40gb]`, or with starts
     `[3g.40gb@0, 3g.40gb@4]`); empty: partitioned on demand. Changed later only by a MIG
@@ -229,6 +231,9 @@ class JobDoc(Strict, kw_only=True):
     prefer_same_leaf: bool = True
     spread: SpreadDoc | None = None
     """`{group, max_per_node}`: at most `max_per_node` members of the group's jobs per node."""
+    node_selector: dict[LabelKey, LabelValue] | None = None
+    """`{key: value, ...}`: only nodes carrying every one of these labels (config `labels:`,
+    importers' `partition` / pool labels) take the job's members."""
     kind: Literal["gang", "service"] = "gang"
     """`service`: `replicas` independent replicas (placed, evicted, requeued one at a time;
     `gpuledger scale` changes their number); `gang` (default): all members together."""
@@ -417,6 +422,14 @@ def _item_of(typ: Any) -> Any:
     return None
 
 
+def _dict_of(typ: Any) -> Any:
+    """`dict[K, V]` in `typ` (`dict[K, V]` or `dict[K, V] | None`), else None."""
+    for t in (typ, *getattr(typ, "__args__", ())):
+        if getattr(t, "__origin__", None) is dict:
+            return t
+    return None
+
+
 @functools.cache
 def _fields(struct: type[msgspec.Struct]) -> dict[str, Any]:
     return {f.encode_name: f for f in msgspec.structs.fields(struct)}
@@ -446,9 +459,9 @@ def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
     elif item is not None and isinstance(raw, list):
         for i, v in enumerate(raw):
             collect(v, item, f"{base}[{i}]", problems)
-    elif getattr(typ, "__origin__", None) is dict and isinstance(raw, dict):
+    elif (mapping := _dict_of(typ)) is not None and isinstance(raw, dict):
         for k, v in raw.items():
-            collect(v, typ.__args__[1], _p(base, str(k)), problems)
+            collect(v, mapping.__args__[1], _p(base, str(k)), problems)
     if len(problems) > before:
         return None
     return convert(raw, typ, base, problems)
@@ -525,6 +538,11 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     ]
     if len(forms) > 1:
         problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
+    if job.node_selector is not None and len(job.node_selector) > MAX_SELECTOR:
+        problems.append(
+            f"{_p(base, 'node_selector')}: at most {MAX_SELECTOR} labels "
+            f"(got {len(job.node_selector)})"
+        )
     if job.kind == "service" and job.min_members is not None:
         problems.append(
             f"{_p(base, 'min_members')}: a service's replicas are independent; "
@@ -764,6 +782,7 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
             problems.append(
                 f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}"
             )
+    _check_selector(j, jp, f, problems)
     mig = j.mig or j.mig_profile
     if mig and models and not any(profile_for(m, mig) for m in mig_models):
         offered = sorted({p for m in mig_models for p in profiles_of(m)})
@@ -774,6 +793,28 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
             f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
             f"GPU of the cluster{hint}"
         )
+
+
+def _check_selector(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:
+    """A job's `node_selector` against the configuration's nodes (no nodes: not checked): some
+    node must carry every selected label, else the job could never run."""
+    if not j.node_selector or not f.cluster.nodes:
+        return
+    if any(all(n.labels.get(k) == v for k, v in j.node_selector.items()) for n in f.cluster.nodes):
+        return
+    seen = sorted({f"{k}={v}" for n in f.cluster.nodes for k, v in n.labels.items()})
+    wanted = ",".join(f"{k}={v}" for k, v in sorted(j.node_selector.items()))
+    absent = [
+        f"{k}={v}"
+        for k, v in sorted(j.node_selector.items())
+        if not any(n.labels.get(k) == v for n in f.cluster.nodes)
+    ]
+    missing = absent[0] if absent else None
+    hint = _suggest(missing, seen) if missing else ""
+    problems.append(
+        f"{_p(jp, 'node_selector')}: no node of the cluster carries {wanted}{hint}"
+        + (f" (node labels: {', '.join(seen)})" if seen and not hint else "")
+    )
 
 
 def file_schema() -> dict[str, Any]:

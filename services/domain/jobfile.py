@@ -5,7 +5,7 @@ Accepted keys (snake_case): `id` (or `job_id`), `tenant`, `class` (or `priority_
 (or `mig_profile`), `cpu` (cores, `500m`) or `cpu_milli`, `memory` (`36Gi`) or `memory_mib`,
 `models` (or `gpu_models`), `min_gpu_memory`, `duration` (`2h`), `checkpoint: {interval,
 grace, save}`, `command`, `min_available`, `prefer_same_leaf`, `spread: {group,
-max_per_node}`, `kind` (`gang` or `service`).
+max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`).
 The schema is
 `services.domain.inputs.JobDoc`: unknown keys, bad units and negative values are errors.
 """
@@ -74,4 +74,5 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
             else {}
         ),
         **({"kind": "service"} if j.kind == "service" else {}),
+        **({"node_selector": dict(sorted(j.node_selector.items()))} if j.node_selector else {}),
     )

@@ -80,6 +80,7 @@ def gang_request_for(spec: JobSpec, allow_timeslice: bool = False) -> GangReques
             memory_mib=r.memory_mib,
             gpu_models=r.gpu_models,
             min_gpu_memory_mib=r.min_gpu_memory_mib,
+            node_selector=spec.selector(),
         ),
         replicas=spec.replicas,
         min_members=spec.min_members,
