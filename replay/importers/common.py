@@ -71,6 +71,8 @@ class ObservedJob:
     line: int = 0
     requeued: int = 0
     spread: ev.Spread | None = None
+    node_selector: dict[str, str] | None = None
+    """Node labels the job's members need (its partition / node pool), None: any node."""
 
 
 @dataclass
@@ -132,6 +134,7 @@ class ImportLog:
         self.by_shape: dict[str, int] = {}
         self.duplicates = 0
         self.spread = 0
+        self.selected = 0
 
     # ------------------------------------------------------------------ adding
     def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
@@ -183,6 +186,9 @@ class ImportLog:
             resources=job.resources,
             duration_s=duration,
             spread=job.spread if job.spread is not None else msgspec.UNSET,
+            node_selector=dict(sorted(job.node_selector.items()))
+            if job.node_selector
+            else msgspec.UNSET,
         )
         self._push(
             job.submit_ms,
@@ -218,6 +224,8 @@ class ImportLog:
             self.gangs += 1
         if job.spread is not None:
             self.spread += 1
+        if job.node_selector:
+            self.selected += 1
         self.requeued += 1 if job.requeued else 0
         if duration is not None:
             self.gpu_hours += job.replicas * job.resources.gpu_milli_total() * duration / 3.6e6
@@ -302,6 +310,8 @@ class ImportLog:
         self.members -= spec.replicas
         if spec.replicas > 1:
             self.gangs -= 1
+        if spec.node_selector:
+            self.selected -= 1
         if spec.duration_s is not None:
             self.gpu_hours -= (
                 spec.replicas * spec.resources.gpu_milli_total() * spec.duration_s / 3.6e6
@@ -320,6 +330,7 @@ class ImportLog:
             "running_at_end": self.running,
             "requeued": self.requeued,
             "spread_limited": self.spread,
+            **({"node_selected": self.selected} if self.selected else {}),
             "by_class": dict(sorted(self.by_class.items())),
             "tenants": len(self.by_tenant),
             "by_shape": dict(sorted(self.by_shape.items())),

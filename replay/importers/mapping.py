@@ -25,6 +25,7 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -125,6 +126,9 @@ class Naming:
         self.tenants: set[str] = set()
         self.auto: set[str] = set()
         """Classes made up from a source name (not in the mapping, not built in)."""
+        self.partition: Callable[[str], dict[str, str] | None] = lambda _: None
+        """A source partition / pool -> the node selector of its jobs (an importer sets it,
+        e.g. `labels.PartitionSelectors`); by default none."""
 
     def class_for(self, priority: str) -> str:
         priority = priority.strip() or self.default_priority

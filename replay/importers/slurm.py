@@ -6,9 +6,10 @@ The dump (one `|`-separated row per job allocation and per step, header first):
       --format=JobID,JobIDRaw,JobName,User,Account,Partition,QOS,Priority,Submit,Eligible,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES \\
       > sacct.txt
 
-Nodes (`--sinfo`): `sinfo --Node --noheader --format='%N|%c|%m|%G' > sinfo.txt` (node, CPUs,
-memory MB, GRES such as `gpu:a100:8(S:0-1)`; a node listed once per partition is kept once),
-or `--nodes FILE`: a gpuledger configuration file's `cluster.nodes`.
+Nodes (`--sinfo`): `sinfo --Node --noheader --format='%N|%c|%m|%G|%P' > sinfo.txt` (node, CPUs,
+memory MB, GRES such as `gpu:a100:8(S:0-1)`, partition; a node listed once per partition is
+kept once, labelled with its partitions: `replay.importers.labels`; the partition column may
+be left out: no labels), or `--nodes FILE`: a gpuledger configuration file's `cluster.nodes`.
 
 Rules (every row either becomes part of a job or is skipped with its line and reason):
 
@@ -28,7 +29,9 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   no time. No Submit: skipped. Started and ended: run time End - Start. Never started and
   ended (cancelled while pending): cancelled at End. Pending or running at the dump: submitted
   with no run time;
-- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable).
+- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
+- Partition -> node selector of the partition's node label, when the nodes carry partition
+  labels (`replay.importers.labels`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+import msgspec
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.common import (
@@ -51,6 +56,7 @@ from gpuledger.replay.importers.common import (
     head_events,
     read_yaml,
 )
+from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
 
 PRODUCER = "import/slurm"
@@ -134,8 +140,10 @@ def expand_tasks(spec: str) -> list[str]:
 
 
 def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
-    """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G'`."""
+    """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` (the partition column
+    optional), labelled with their partitions."""
     out: dict[str, ev.NodeInfo] = {}
+    partitions: dict[str, list[str]] = {}
     try:
         f = open(path)
     except OSError as exc:
@@ -151,6 +159,8 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                     f"{path}:{line}: expected NODE|CPUS|MEMORY|GRES, got {text!r}"
                 )
             name, cpus, mem, gres = (p.strip() for p in parts[:4])
+            if len(parts) > 4 and parts[4].strip().rstrip("*"):
+                partitions.setdefault(name, []).append(parts[4].strip().rstrip("*"))
             if name in out:
                 continue  # the same node under another partition
             try:
@@ -190,7 +200,11 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
             out[name] = ev.NodeInfo(
                 name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus)
             )
-    return tuple(out.values())
+    labels = partition_labels(partitions)
+    return tuple(
+        msgspec.structs.replace(n, labels=labels[n.name]) if labels.get(n.name) else n
+        for n in out.values()
+    )
 
 
 def read_nodes_file(path: str | Path) -> tuple[ev.NodeInfo, ...]:
@@ -227,6 +241,7 @@ def import_slurm(
     nodes = read_sinfo(sinfo) if sinfo is not None else read_nodes_file(nodes_file)
     m = load_mapping(mapping, "slurm")
     naming = Naming(m, "normal")
+    naming.partition = PartitionSelectors(nodes)
     tenant_from = m.tenant_from or "account"
     try:
         tz = ZoneInfo(timezone)
@@ -311,6 +326,7 @@ def import_slurm(
         "gpus": sum(len(x.gpus) for x in nodes),
         "steps_folded": steps,
         **log.summary(),
+        **naming.partition.summary(),
     }
     return SlurmImport(summary=summary, events=n)
 
@@ -464,5 +480,6 @@ def _job(
         end_ms=end,
         line=last.line,
         requeued=len(records) - 1,
+        node_selector=naming.partition(row.get("Partition", "")),
     )
     log.add_job(job, where(last.line))
