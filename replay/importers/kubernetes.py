@@ -32,7 +32,13 @@ Rules:
 - nodes: `status.capacity` (`cpu`, `memory`, `nvidia.com/gpu`, `nvidia.com/mig-*`), model
   from the `nvidia.com/gpu.product` label, GPU memory from `nvidia.com/gpu.memory` (MiB) or
   the model table; a node with `nvidia.com/mig-*` capacity has its GPUs in `mig` mode (count:
-  `nvidia.com/gpu.count` label). Unschedulable nodes are kept.
+  `nvidia.com/gpu.count` label). Unschedulable nodes are kept. A node keeps the labels whose
+  keys some pod selects on (below), no others.
+- node selection: a pod's `spec.nodeSelector` and its required node affinity (one term of
+  `In` expressions with one value each; the rest is left out and counted as
+  `node_affinity_ignored`: `replay.importers.labels.pod_selector`) become the job's
+  `node_selector`; jobs whose selector no node carries are counted as
+  `node_selector_unmatched`.
 - events: `Preempted` and `Evicted` (pods) are counted in the summary (what the recorded
   scheduler did; the replay decides afresh) and date the end of pods they ended.
 
@@ -60,6 +66,7 @@ from gpuledger.replay.importers.common import (
     head_events,
 )
 from gpuledger.replay.importers.jsonstream import iter_items
+from gpuledger.replay.importers.labels import SelectedKeys, pod_selector
 from gpuledger.replay.importers.mapping import Naming, load_mapping, token
 
 PRODUCER = "import/kubernetes"
@@ -164,6 +171,9 @@ def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
         mig = any(k.startswith(MIG_PREFIX) and quantity(v) > 0 for k, v in cap.items())
         if mig:
             gpus = int(labels.get("nvidia.com/gpu.count") or gpus or 1)
+        kept = {
+            str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
+        }
         model = labels.get("nvidia.com/gpu.product", "gpu")
         memory = int(labels.get("nvidia.com/gpu.memory") or 0) or gpu_memory_mib(model)
         out.append(
@@ -182,6 +192,7 @@ def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
                     )
                     for i in range(gpus)
                 ),
+                labels=kept,
             )
         )
     return tuple(out)
@@ -199,6 +210,7 @@ class _Member:
     start: int | None
     end: int | None
     cancel: int | None
+    selector: dict[str, str] | None = None
 
 
 @dataclass
@@ -211,6 +223,7 @@ class _Context:
     gangs_seen: int = 0
     ended_by_event: dict[str, int] = field(default_factory=dict)
     workloads: dict[str, tuple[str, str]] = field(default_factory=dict)
+    selected: SelectedKeys = field(default_factory=SelectedKeys)
 
 
 def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
@@ -334,7 +347,9 @@ def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | 
         ctx.log.skips.skip(where, f"pod {ns}/{name}: no creationTimestamp")
         return None
     cancel = deleted if start is None and deleted is not None else None
-    return _Member(line, name, ns, tenant, cls, res, submit, start, end, cancel)
+    selector, ignored = pod_selector(spec)
+    ctx.selected.pod(selector, ignored)
+    return _Member(line, name, ns, tenant, cls, res, submit, start, end, cancel, selector or None)
 
 
 def _job_id(ns: str, name: str, namespaced: bool) -> str:
@@ -362,15 +377,17 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
             start_ms=start,
             end_ms=end,
             line=first.line,
+            node_selector=first.selector,
         ),
         ctx.where(first.line),
     )
+    ctx.selected.job(first.selector)
 
 
 def _flush(gangs: dict[tuple[str, str], list[_Member]], ctx: _Context) -> None:
     for (ns, gang), members in gangs.items():
         ctx.gangs_seen += 1
-        if len({(m.res, m.tenant, m.cls) for m in members}) == 1:
+        if len({(m.res, m.tenant, m.cls, str(m.selector)) for m in members}) == 1:
             _add(members, _job_id(ns, gang, ctx.namespaced), ctx)
         else:
             ctx.split += 1
@@ -438,6 +455,8 @@ def import_kubernetes(
         else:
             gangs.setdefault((ns, gang), []).append(member)
     _flush(gangs, ctx)
+    if nodes is not None:
+        node_infos = ctx.selected.nodes(node_infos)
     doc = naming.document(sum(len(n.gpus) for n in node_infos))
     from gpuledger.services.domain.configfile import ConfigFileError
 
@@ -455,6 +474,7 @@ def import_kubernetes(
         "gangs_split": ctx.split,
         **counts,
         **log.summary(),
+        **ctx.selected.summary(node_infos),
     }
     return KubernetesImport(summary=summary, events=n)
 
