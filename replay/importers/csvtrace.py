@@ -20,6 +20,7 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
       cpu: {column: cpu, unit: cores}                  # cores (default) or milli
       memory: {column: mem, unit: Gi}                  # B, Ki, Mi (default), Gi, Ti, KB, MB, GB, TB
       priority: {column: qos, values: {LS: ls, BE: be}, default: be}
+      node_selector: {pool: {column: role, values: {cpu: cpu-pool}}}   # label -> column spec
     nodes:                            # for --nodes NODES.csv
       name: node
       cpu: {column: cpu_milli, unit: milli}
@@ -28,6 +29,7 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
       gpu_model: model
       gpu_memory: {V100M16: 16Gi, A10: 24Gi}   # by model; a GPU model not listed is an error
       sharing: mps                    # exclusive (default), mps or timeslice
+      labels: {pool: node_pool}       # label -> column spec (an empty cell: no label)
     tenants: [{name: shared, guaranteed: all}]  # the config file's tenants; `all` = every GPU
     priority_classes: [{name: ls, value: 125, preemptible: false, slo_class: latency-critical}]
     policy: {}
@@ -46,7 +48,10 @@ Rules (documented in the README; every skipped row is reported with its line):
 - `gpus` 0 and `gpu_milli` 0: a CPU-only member (`rules.cpu_only: keep`, or `skip`);
   `gpus` 1 with `gpu_milli` 1..999: a share of one GPU; `gpus` N: N whole GPUs (gpu_milli
   1000 or empty); gpu_milli above 1000 is a skipped row;
-- a job id must be a subject token; a repeated id is skipped (the first in time order is kept).
+- a job id must be a subject token; a repeated id is skipped (the first in time order is kept);
+- `jobs.node_selector` / `nodes.labels` (label key -> a column spec): a job goes only to nodes
+  carrying every label its row selects (exact match); an empty cell selects nothing for that
+  key. Nodes read from `--config-nodes` carry that file's `labels:`.
 """
 
 from __future__ import annotations
@@ -120,6 +125,8 @@ class JobColumns(Strict, kw_only=True):
     """Spread group: jobs of one group share `per_node_limit`."""
     per_node_limit: Spec | None = None
     """At most this many instances of the row's group on one node (empty: no limit)."""
+    node_selector: dict[str, Spec] = {}
+    """Node label key -> the column (spec) holding the value the row's job selects."""
 
 
 class NodeColumns(Strict, kw_only=True):
@@ -130,6 +137,8 @@ class NodeColumns(Strict, kw_only=True):
     gpu_model: Spec | None = None
     gpu_memory: dict[str, str | int] = {}
     sharing: Literal["exclusive", "mps", "timeslice"] = "exclusive"
+    labels: dict[str, Spec] = {}
+    """Node label key -> the column (spec) holding the node's value."""
 
 
 class Rules(Strict, kw_only=True):
@@ -189,6 +198,15 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
                             f"{group}.{name}.unit: {f.unit!r} is not one of "
                             f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}"
                         )
+        for group, labels in (
+            ("jobs.node_selector", m.jobs.node_selector),
+            ("nodes.labels", m.nodes.labels if m.nodes is not None else {}),
+        ):
+            for key, f in labels.items():
+                if not 0 < len(key) <= 256:
+                    problems.append(f"{group}: a label key must be 1..256 characters ({key!r})")
+                if isinstance(f, Field) and (f.column is None) == (f.value is None):
+                    problems.append(f"{group}.{key}: give exactly one of column or value")
         if m.jobs.per_node_limit is not None and m.jobs.group is None:
             problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
         try:
@@ -220,7 +238,7 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
     return m
 
 
-NOT_COLUMNS = ("gpu_memory", "sharing")
+NOT_COLUMNS = ("gpu_memory", "sharing", "node_selector", "labels")
 
 
 class _Skip(Exception):
@@ -294,6 +312,32 @@ class _Reader:
         return tuple(p.strip() for p in parts if p.strip())
 
 
+class _Labels(_Reader):
+    """Label key -> value of one row, from a mapping's `{label: column spec}`."""
+
+    def __init__(self, specs: dict[str, Spec], group: str, header: list[str], path: str) -> None:
+        self.specs = {}
+        for key, spec in sorted(specs.items()):
+            if isinstance(spec, str):
+                spec = Field(column=spec)
+            if spec.column is not None and spec.column not in header:
+                raise TraceImportError(
+                    f"{path}:1: {group}.{key}: no column {spec.column!r}"
+                    f"{_suggest(spec.column, header)} (header: {','.join(header)})"
+                )
+            self.specs[key] = spec
+
+    def labels(self, row: dict[str, str]) -> dict[str, str] | None:
+        out = {}
+        for key in self.specs:
+            value = self.text(row, key)
+            if value:
+                if len(value) > 256:
+                    raise _Skip(f"{key}: a label value is at most 256 characters")
+                out[key] = value
+        return out or None
+
+
 class _Clock:
     def __init__(self, spec: TimeSpec) -> None:
         self.spec = spec
@@ -350,6 +394,7 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
     with f:
         reader = csv.DictReader(f)
         cols = _Reader(m.nodes, "nodes", reader.fieldnames or [], str(path))
+        node_labels = _Labels(m.nodes.labels, "nodes.labels", reader.fieldnames or [], str(path))
         for row in reader:
             line = reader.line_num
             try:
@@ -359,6 +404,7 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
                 mem = cols.scaled(row, "memory", "Mi") or 0
                 n = int(cols.number(row, "gpus") or 0) if cols.has("gpus") else 0
                 model = cols.text(row, "gpu_model") or ""
+                labels = node_labels.labels(row) or {}
             except (_Skip, ev.InvalidId) as exc:
                 raise TraceImportError(f"{path}:{line}: {exc}") from None
             if name in seen:
@@ -382,7 +428,9 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
                     )
                     for i in range(n)
                 )
-            out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus))
+            out.append(
+                ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus, labels=labels)
+            )
     return tuple(out)
 
 
@@ -472,7 +520,15 @@ def import_csv(
         if not gang_rows:
             return
         first = gang_rows[0]
-        if len({(j.resources, j.tenant, j.priority_class, j.spread) for j in gang_rows}) != 1:
+        if (
+            len(
+                {
+                    (j.resources, j.tenant, j.priority_class, j.spread, str(j.node_selector))
+                    for j in gang_rows
+                }
+            )
+            != 1
+        ):
             for j in gang_rows:
                 log.add_job(j, where(j.line))
         else:
@@ -494,6 +550,7 @@ def import_csv(
                     resources=first.resources,
                     replicas=len(gang_rows),
                     spread=first.spread,
+                    node_selector=first.node_selector,
                     submit_ms=min(j.submit_ms for j in gang_rows),
                     start_ms=start,
                     end_ms=end,
@@ -508,6 +565,7 @@ def import_csv(
         bar = Progress(f, progress)
         reader = csv.DictReader(f)
         cols = _Reader(m.jobs, "jobs", reader.fieldnames or [], path)
+        selects = _Labels(m.jobs.node_selector, "jobs.node_selector", reader.fieldnames or [], path)
         for row in reader:
             line = reader.line_num
             bar.tick(line)
@@ -524,6 +582,7 @@ def import_csv(
                 end = clock.ms(cols, row, "end") if cols.has("end") else None
                 gang = cols.text(row, "gang") if cols.has("gang") else None
                 spread = _spread(cols, row)
+                selector = selects.labels(row)
             except _Skip as exc:
                 log.skips.skip(where(line), str(exc))
                 continue
@@ -551,6 +610,7 @@ def import_csv(
                 end_ms=end,
                 line=line,
                 spread=spread,
+                node_selector=selector,
             )
             if gang is not None and gang != "":
                 if gang != gang_key:
