@@ -32,6 +32,7 @@ import yaml
 from gpuledger import events as ev
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.gpu_models import resolve
 from gpuledger.services.domain.inputs import (
     ClassDoc,
     InputError,
@@ -186,7 +187,8 @@ class Overlay:
         if sub:
             if top != "guaranteed_by_model":
                 raise OverlayError(f"{where}: {root}.{name}.{top}: has no sub-keys")
-            entry[top] = {**entry[top], sub: value}
+            # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
+            entry[top] = {**entry[top], resolve(sub): value}
         else:
             entry[top] = value
         problems: list[str] = []

@@ -34,6 +34,7 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
     priority_classes: [{name: ls, value: 125, preemptible: false, slo_class: latency-critical}]
     policy: {}
     rules: {missing_submit: trace_start, cpu_only: keep}
+    gpu_models: {G2: A10-24GB}        # site names -> canonical GPU models; or `verbatim`
 
 Rules (documented in the README; every skipped row is reported with its line):
 
@@ -49,6 +50,12 @@ Rules (documented in the README; every skipped row is reported with its line):
   `gpus` 1 with `gpu_milli` 1..999: a share of one GPU; `gpus` N: N whole GPUs (gpu_milli
   1000 or empty); gpu_milli above 1000 is a skipped row;
 - a job id must be a subject token; a repeated id is skipped (the first in time order is kept);
+- GPU model names (jobs' and nodes' `gpu_model`) go through the GPU model vocabulary
+  (`services.domain.gpu_models`: `T4` -> `T4-16GB`, `V100M32` -> `V100-32GB`; a job's family
+  name such as `A100` allows every A100), after the mapping's `gpu_models` aliases; names the
+  vocabulary does not know are kept verbatim and listed in one warning. `gpu_models:
+  verbatim` keeps every name as the trace writes it (examples/openb-mapping.yaml does, so
+  that its log equals `import alibaba-openb`'s);
 - `jobs.node_selector` / `nodes.labels` (label key -> a column spec): a job goes only to nodes
   carrying every label its row selects (exact match); an empty cell selects nothing for that
   key. Nodes read from `--config-nodes` carry that file's `labels:`.
@@ -77,6 +84,7 @@ from gpuledger.replay.importers.common import (
     head_events,
     read_yaml,
 )
+from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.inputs import (
     ClassDoc,
     InputError,
@@ -155,6 +163,8 @@ class CsvMapping(Strict, kw_only=True):
     priority_classes: list[ClassDoc] = []
     policy: dict[str, Any] | None = None
     rules: Rules = Rules()
+    gpu_models: dict[str, str] | Literal["verbatim"] = {}
+    """Site GPU model names -> canonical names (before the vocabulary), or `verbatim`."""
 
 
 UNITS = {
@@ -379,7 +389,7 @@ class _Clock:
         return max(value, self.epoch_ms) if self.explicit_epoch else value
 
 
-def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
+def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[ev.NodeInfo, ...]:
     if m.nodes is None:
         raise TraceImportError("the mapping has no nodes: section (how to read --nodes)")
     try:
@@ -403,7 +413,8 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
                 cpu = cols.scaled(row, "cpu", "cores") or 0
                 mem = cols.scaled(row, "memory", "Mi") or 0
                 n = int(cols.number(row, "gpus") or 0) if cols.has("gpus") else 0
-                model = cols.text(row, "gpu_model") or ""
+                raw_model = cols.text(row, "gpu_model") or ""
+                model = raw_model
                 labels = node_labels.labels(row) or {}
             except (_Skip, ev.InvalidId) as exc:
                 raise TraceImportError(f"{path}:{line}: {exc}") from None
@@ -417,12 +428,14 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
                         f"{path}:{line}: GPU model {model!r} has no nodes.gpu_memory entry"
                         f"{_suggest(model, memory_by_model)} (known: {', '.join(memory_by_model)})"
                     )
+                if vocab is not None:
+                    model = vocab.node(raw_model, memory_by_model[raw_model])
                 gpus = tuple(
                     ev.GpuInfo(
                         index=i,
                         uuid=f"GPU-{name}-{i}",
                         model=model,
-                        memory_mib=memory_by_model[model],
+                        memory_mib=memory_by_model[raw_model],
                         clique=f"{name}-nvl0",
                         sharing=m.nodes.sharing,
                     )
@@ -489,13 +502,14 @@ def import_csv(
     run_size: int = 200_000,
 ) -> CsvImport:
     m = load_csv_mapping(mapping)
+    vocab = None if m.gpu_models == "verbatim" else Vocabulary(m.gpu_models)
     if (nodes is None) == (nodes_file is None):
         raise TraceImportError(
             "give the nodes with exactly one of --nodes NODES.csv (read with the mapping's "
             "nodes: section) or --config-nodes FILE (a gpuledger configuration)"
         )
     if nodes is not None:
-        node_infos = _nodes(nodes, m)
+        node_infos = _nodes(nodes, m, vocab)
     else:
         from gpuledger.replay.importers.slurm import read_nodes_file
 
@@ -577,6 +591,8 @@ def import_csv(
                 cls = cols.text(row, "priority") if cols.has("priority") else None
                 cls = cls or "train"
                 res = _resources(cols, row)
+                if vocab is not None and res.gpu_models:
+                    res = msgspec.structs.replace(res, gpu_models=vocab.job(res.gpu_models))
                 submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
                 start = clock.ms(cols, row, "start") if cols.has("start") else None
                 end = clock.ms(cols, row, "end") if cols.has("end") else None
@@ -640,6 +656,9 @@ def import_csv(
         raise TraceImportError("\n".join(f"{mapping}: {p}" for p in exc.problems)) from None
     n = log.write(out, head, where)
     summary = {"events": n, "nodes": len(node_infos), "gpus": total_gpus, **log.summary()}
+    warning = vocab.warning() if vocab is not None else None
+    if warning:
+        summary["warnings"] = [warning]
     return CsvImport(summary=summary, events=n)
 
 

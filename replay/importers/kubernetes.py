@@ -68,6 +68,8 @@ from gpuledger.replay.importers.common import (
 from gpuledger.replay.importers.jsonstream import iter_items
 from gpuledger.replay.importers.labels import SelectedKeys, pod_selector
 from gpuledger.replay.importers.mapping import Naming, load_mapping, token
+from gpuledger.services.domain.gpu_models import Vocabulary
+from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
 
 PRODUCER = "import/kubernetes"
 GPU = "nvidia.com/gpu"
@@ -154,7 +156,9 @@ def pod_resources(spec: dict) -> ev.Resources:
     )
 
 
-def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
+def read_nodes(
+    path: str | Path, progress=None, vocab: Vocabulary | None = None
+) -> tuple[ev.NodeInfo, ...]:
     out: list[ev.NodeInfo] = []
     for line, item in iter_items(path, progress):
         meta = item.get("metadata") or {}
@@ -174,8 +178,13 @@ def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
         kept = {
             str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
         }
-        model = labels.get("nvidia.com/gpu.product", "gpu")
-        memory = int(labels.get("nvidia.com/gpu.memory") or 0) or gpu_memory_mib(model)
+        product = labels.get("nvidia.com/gpu.product", "gpu")
+        memory = (
+            int(labels.get("nvidia.com/gpu.memory") or 0)
+            or model_memory_mib(product)
+            or gpu_memory_mib(product)
+        )
+        model = vocab.node(product, memory) if vocab is not None and gpus else product
         out.append(
             ev.NodeInfo(
                 name=name,
@@ -421,14 +430,14 @@ def import_kubernetes(
             "give the nodes with exactly one of --nodes FILE (kubectl get nodes -o json) "
             "or --config-nodes FILE (a gpuledger configuration)"
         )
+    m = load_mapping(mapping, "kubernetes")
+    naming = Naming(m, "default")
     if nodes is not None:
-        node_infos = read_nodes(nodes)
+        node_infos = read_nodes(nodes, vocab=naming.gpu)
     else:
         from gpuledger.replay.importers.slurm import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
-    m = load_mapping(mapping, "kubernetes")
-    naming = Naming(m, "default")
     log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
     path = str(pods)
     ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids)
@@ -475,6 +484,7 @@ def import_kubernetes(
         **counts,
         **log.summary(),
         **ctx.selected.summary(node_infos),
+        **naming.warnings(),
     }
     return KubernetesImport(summary=summary, events=n)
 

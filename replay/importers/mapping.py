@@ -20,6 +20,7 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
     quotas:                                    # tenant quotas (the config file's tenants:)
       - {name: science/physics, guaranteed: 16}
     policy: {preemption: true}                 # the recorded policy (config file's policy:)
+    gpu_models: {a100: A100-80GB}              # site GPU names -> canonical (services.domain.gpu_models)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.inputs import (
     ClassDoc,
     InputError,
@@ -69,6 +71,9 @@ class Mapping(Strict, kw_only=True):
     quotas: list[TenantDoc] = []
     policy: dict[str, Any] = {}
     default_class: str | None = None
+    gpu_models: dict[str, str] = {}
+    """Site GPU model names (Slurm gres types, product labels) -> canonical names, applied
+    before the GPU model vocabulary (`services.domain.gpu_models`)."""
 
 
 TENANT_FROM = {
@@ -126,6 +131,8 @@ class Naming:
         self.tenants: set[str] = set()
         self.auto: set[str] = set()
         """Classes made up from a source name (not in the mapping, not built in)."""
+        self.gpu = Vocabulary(mapping.gpu_models)
+        """GPU model names of the source -> the vocabulary (unknown ones listed once)."""
         self.partition: Callable[[str], dict[str, str] | None] = lambda _: None
         """A source partition / pool -> the node selector of its jobs (an importer sets it,
         e.g. `labels.PartitionSelectors`); by default none."""
@@ -158,6 +165,11 @@ class Naming:
         )
         self.tenants.add(tenant)
         return tenant
+
+    def warnings(self) -> dict[str, list[str]]:
+        """`{warnings: [line, ...]}` for the import summary (empty when there is none)."""
+        line = self.gpu.warning()
+        return {"warnings": [line]} if line else {}
 
     def document(self, total_gpus: int) -> dict[str, Any]:
         """The configuration the import records: every tenant seen (guarantee 0, weight 1,

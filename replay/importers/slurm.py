@@ -58,6 +58,8 @@ from gpuledger.replay.importers.common import (
 )
 from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
+from gpuledger.services.domain.gpu_models import Vocabulary
+from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
 
 PRODUCER = "import/slurm"
 REQUIRED = ("JobID", "Account", "QOS", "Submit", "Start", "End", "State", "NNodes")
@@ -139,7 +141,7 @@ def expand_tasks(spec: str) -> list[str]:
     return out
 
 
-def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
+def read_sinfo(path: str | Path, vocab: Vocabulary | None = None) -> tuple[ev.NodeInfo, ...]:
     """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` (the partition column
     optional), labelled with their partitions."""
     out: dict[str, ev.NodeInfo] = {}
@@ -179,7 +181,8 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                 bits = g.split(":")
                 if bits[0] != "gpu" or len(bits) < 2:
                     continue  # (null), shard:..., mps:...
-                model = bits[1] if len(bits) >= 3 else "gpu"
+                raw_model = bits[1] if len(bits) >= 3 else "gpu"
+                model = vocab(raw_model) if vocab is not None and len(bits) >= 3 else raw_model
                 try:
                     count = int(bits[-1])
                 except ValueError:
@@ -193,7 +196,7 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                             index=i,
                             uuid=f"GPU-{name}-{i}",
                             model=model,
-                            memory_mib=gpu_memory_mib(model),
+                            memory_mib=model_memory_mib(model) or gpu_memory_mib(raw_model),
                             clique=f"{name}-nvl0",
                         )
                     )
@@ -238,9 +241,9 @@ def import_slurm(
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
-    nodes = read_sinfo(sinfo) if sinfo is not None else read_nodes_file(nodes_file)
     m = load_mapping(mapping, "slurm")
     naming = Naming(m, "normal")
+    nodes = read_sinfo(sinfo, naming.gpu) if sinfo is not None else read_nodes_file(nodes_file)
     naming.partition = PartitionSelectors(nodes)
     tenant_from = m.tenant_from or "account"
     try:
@@ -327,6 +330,7 @@ def import_slurm(
         "steps_folded": steps,
         **log.summary(),
         **naming.partition.summary(),
+        **naming.warnings(),
     }
     return SlurmImport(summary=summary, events=n)
 
@@ -473,7 +477,9 @@ def _job(
         job_id=job_id,
         tenant=naming.tenant_for(_owner(row, tenant_from), "default"),
         priority_class=naming.class_for(row.get("QOS", "")),
-        resources=res,
+        resources=msgspec.structs.replace(res, gpu_models=naming.gpu.job(res.gpu_models))
+        if res.gpu_models
+        else res,
         replicas=nodes,
         submit_ms=submit,
         start_ms=start,

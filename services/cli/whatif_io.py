@@ -114,6 +114,8 @@ def _run_import(out: Path, output: str, skipped_out: Path | None, work) -> None:
         if handle is not None:
             handle.close()
     summary = {"out": str(out), **summary, "wall_s": round(time.perf_counter() - started, 3)}
+    for line in summary.get("warnings", ()):
+        typer.echo(f"warning: {line}", err=True)
     if output == "json":
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -151,6 +153,10 @@ EXTRA_COUNTS = (
     "preempted_events",
     "evicted_events",
     "workload_evictions",
+    "node_selected",
+    "partition_unmatched",
+    "node_selector_unmatched",
+    "node_affinity_ignored",
 )
 
 

@@ -38,6 +38,7 @@ from gpuledger.events import (
     derive_event_id,
     encode,
 )
+from gpuledger.services.domain.gpu_models import resolve, resolve_node
 from gpuledger.services.domain.inputs import (
     FileDoc,
     InputError,
@@ -69,12 +70,13 @@ def _gpus(name: str, n: NodeDoc) -> tuple[GpuInfo, ...]:
     per = max(1, -(-count // n.cliques))
     memory = mebibytes("gpu_memory", n.gpu_memory)
     shares = n.sharing_of()
-    layout = layout_text(parse_layout(n.model, n.mig_layout)) if n.mig_layout else ()
+    model = resolve_node(n.model, memory)
+    layout = layout_text(parse_layout(model, n.mig_layout)) if n.mig_layout else ()
     return tuple(
         GpuInfo(
             index=i,
             uuid=f"GPU-{name}-{i}",
-            model=n.model,
+            model=model,
             memory_mib=memory,
             clique=f"{name}-nvl{i // per}",
             sharing=shares[i],
@@ -142,10 +144,12 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                 guaranteed_gpu_milli=milli("guaranteed", t.guaranteed),
                 limit_gpu_milli=None if t.limit is None else milli("limit", t.limit),
                 over_quota_weight=1 if weight is None else weight,
-                guaranteed_by_model={
-                    m: milli(f"guaranteed_by_model.{m}", v)
-                    for m, v in sorted(t.guaranteed_by_model.items())
-                },
+                guaranteed_by_model=dict(
+                    sorted(
+                        (resolve(m), milli(f"guaranteed_by_model.{m}", v))
+                        for m, v in t.guaranteed_by_model.items()
+                    )
+                ),
             )
         )
     for c in f.priority_classes:

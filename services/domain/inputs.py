@@ -26,6 +26,7 @@ from msgspec import Meta
 from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
 from gpuledger.events.specs import MAX_COUNT, MAX_SELECTOR, LabelKey, LabelValue
 from gpuledger.services.domain.config import DEFAULT_CLASSES
+from gpuledger.services.domain.gpu_models import job_models, resolve_node
 from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 
 # ------------------------------------------------------------------ quantities
@@ -604,9 +605,9 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 problems,
             )
         if n.gpus:
-            models.add(n.model)
+            models.add(_node_model(n))
             if "mig" in n.sharing_of():
-                mig_models.add(n.model)
+                mig_models.add(_node_model(n))
         if n.mig_layout:
             if "mig" not in n.sharing_of():
                 problems.append(f"{path}.mig_layout: the node has no GPU with sharing 'mig'")
@@ -635,7 +636,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
             )
         for m in t.guaranteed_by_model:
-            if models and m not in models:
+            if models and not set(job_models((m,))) & models:
                 problems.append(
                     f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
                     f"{_suggest(m, models)}"
@@ -764,8 +765,8 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
 
     tenants = {t.name for t in f.tenants}
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
-    models = {n.model for n in f.cluster.nodes if n.gpus}
-    mig_models = {n.model for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
+    models = {_node_model(n) for n in f.cluster.nodes if n.gpus}
+    mig_models = {_node_model(n) for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
     if tenants and j.tenant not in tenants:
         problems.append(
             f"{_p(jp, 'tenant')}: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}"
@@ -777,7 +778,7 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
             f"{_p(jp, key)}: priority class {cls!r} is not configured{_suggest(cls, classes)}"
         )
     for m in j.models or j.gpu_models or []:
-        if models and m not in models:
+        if models and not set(job_models((m,))) & models:
             key = "models" if j.models else "gpu_models"
             problems.append(
                 f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}"
@@ -793,6 +794,17 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
             f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
             f"GPU of the cluster{hint}"
         )
+
+
+def _node_model(n: NodeDoc) -> str:
+    """A declared node's GPU model in the vocabulary (`gpu_models.resolve_node`)."""
+    from gpuledger.services.domain.quantities import mebibytes
+
+    try:
+        memory = mebibytes("gpu_memory", n.gpu_memory)
+    except ValueError:
+        memory = 0
+    return resolve_node(n.model, memory)
 
 
 def _check_selector(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:

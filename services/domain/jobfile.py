@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuledger.events import CheckpointPolicy, JobSpec, Resources, Spread
+from gpuledger.services.domain.gpu_models import job_models
 from gpuledger.services.domain.inputs import InputError, JobDoc, validate_job
 from gpuledger.services.domain.quantities import mebibytes, milli, seconds
 
@@ -56,7 +57,9 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
             memory_mib=mebibytes("memory", j.memory)
             if j.memory is not None
             else (j.memory_mib or 0),
-            gpu_models=tuple(j.models if j.models is not None else (j.gpu_models or ())),
+            gpu_models=job_models(
+                tuple(j.models if j.models is not None else (j.gpu_models or ()))
+            ),
             min_gpu_memory_mib=mebibytes("min_gpu_memory", j.min_gpu_memory),
         ),
         checkpoint=CheckpointPolicy(

@@ -183,8 +183,9 @@ CASES = [
     ),
     (
         "unknown-model",
-        scenario(timeline=[entry(models=["H100-80G"])]),
-        "timeline[0].submit.models: no GPU of model 'H100-80G' in the cluster (did you mean 'H100-80GB'?)",
+        # (`H100-80G` is an alias of H100-80GB in the GPU model vocabulary: accepted)
+        scenario(timeline=[entry(models=["H100-40GB"])]),
+        "timeline[0].submit.models: no GPU of model 'H100-40GB' in the cluster (did you mean 'H100-80GB'?)",
     ),
     (
         "spread-zero-per-node",

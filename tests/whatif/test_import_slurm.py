@@ -54,7 +54,12 @@ def test_steps_fold_into_their_job_and_arrays_and_het_jobs_become_jobs(imported)
 def test_tres_gpus_typed_and_untyped_and_gangs(imported):
     _, _, jobs = imported
     j1001 = jobs["1001"].job
-    assert (j1001.replicas, j1001.resources.gpus, j1001.resources.gpu_models) == (1, 8, ("a100",))
+    # gres type `a100` through the GPU model vocabulary: the A100 family (size not known)
+    assert (j1001.replicas, j1001.resources.gpus, j1001.resources.gpu_models) == (
+        1,
+        8,
+        ("A100", "A100-40GB", "A100-80GB"),
+    )
     assert j1001.resources.cpu_milli == 32000 and j1001.resources.memory_mib == 256 * 1024
     j1002 = jobs["1002"].job  # 2 nodes, gres/gpu:a100=16 -> 2 members of 8
     assert (j1002.replicas, j1002.resources.gpus, j1002.resources.memory_mib) == (2, 8, 500 * 1024)
@@ -110,7 +115,7 @@ def test_log_is_in_time_order_with_config_and_nodes_first(imported):
     assert times == sorted(times)
     nodes = [e.node for _, _, e in log if isinstance(e, ev.NodeRegistered)]
     assert [n.name for n in nodes] == ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-v01", "cpu-01"]
-    assert [g.model for g in nodes[0].gpus] == ["a100"] * 8 and nodes[0].gpus[0].memory_mib == 40960
+    assert [g.model for g in nodes[0].gpus] == ["A100"] * 8 and nodes[0].gpus[0].memory_mib == 40960
 
 
 def test_helpers():
