@@ -31,8 +31,10 @@ Rules:
   class is not defined by the mapping, preemptible. Pods without a class get `default` (0).
 - nodes: `status.capacity` (`cpu`, `memory`, `nvidia.com/gpu`, `nvidia.com/mig-*`), model
   from the `nvidia.com/gpu.product` label, GPU memory from `nvidia.com/gpu.memory` (MiB) or
-  the model table; a node with `nvidia.com/mig-*` capacity has its GPUs in `mig` mode (count:
-  `nvidia.com/gpu.count` label). Unschedulable nodes are kept. A node keeps the labels whose
+  the model table; MIG instances (`nvidia.com/mig-<profile>.count` labels of GPU feature
+  discovery's mixed strategy, else the `nvidia.com/mig-<profile>` capacity) become MIG GPUs
+  with fixed layouts (`replay.importers.migmap`; `nvidia.com/gpu.count` less the whole GPUs is
+  the number of MIG GPUs the layouts must fit in, else a warning and on-demand GPUs). Unschedulable nodes are kept. A node keeps the labels whose
   keys some pod selects on (below), no others.
 - node selection: a pod's `spec.nodeSelector` and its required node affinity (one term of
   `In` expressions with one value each; the rest is left out and counted as
@@ -68,6 +70,7 @@ from gpuledger.replay.importers.common import (
 from gpuledger.replay.importers.jsonstream import iter_items
 from gpuledger.replay.importers.labels import SelectedKeys, pod_selector
 from gpuledger.replay.importers.mapping import Naming, load_mapping, token
+from gpuledger.replay.importers.migmap import is_profile, mig_gpus
 from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
 
@@ -157,7 +160,10 @@ def pod_resources(spec: dict) -> ev.Resources:
 
 
 def read_nodes(
-    path: str | Path, progress=None, vocab: Vocabulary | None = None
+    path: str | Path,
+    progress=None,
+    vocab: Vocabulary | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[ev.NodeInfo, ...]:
     out: list[ev.NodeInfo] = []
     for line, item in iter_items(path, progress):
@@ -172,9 +178,10 @@ def read_nodes(
             gpus = int(quantity(cap.get(GPU, 0)))
         except (ev.InvalidId, ValueError) as exc:
             raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
-        mig = any(k.startswith(MIG_PREFIX) and quantity(v) > 0 for k, v in cap.items())
-        if mig:
-            gpus = int(labels.get("nvidia.com/gpu.count") or gpus or 1)
+        try:
+            mig = mig_counts(labels, cap)
+        except ValueError as exc:
+            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
         kept = {
             str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
         }
@@ -184,27 +191,49 @@ def read_nodes(
             or model_memory_mib(product)
             or gpu_memory_mib(product)
         )
-        model = vocab.node(product, memory) if vocab is not None and gpus else product
-        out.append(
-            ev.NodeInfo(
-                name=name,
-                cpu_milli=cpu,
-                memory_mib=mem,
-                gpus=tuple(
-                    ev.GpuInfo(
-                        index=i,
-                        uuid=f"GPU-{name}-{i}",
-                        model=model,
-                        memory_mib=memory,
-                        clique=f"{name}-nvl0",
-                        sharing="mig" if mig else "exclusive",
-                    )
-                    for i in range(gpus)
-                ),
-                labels=kept,
+        model = vocab.node(product, memory) if vocab is not None and (gpus or mig) else product
+        whole = tuple(
+            ev.GpuInfo(
+                index=i,
+                uuid=f"GPU-{name}-{i}",
+                model=model,
+                memory_mib=memory,
+                clique=f"{name}-nvl0",
+                sharing="exclusive",
             )
+            for i in range(gpus)
         )
+        if mig:  # GFD mixed strategy: MIG instances per profile -> MIG GPUs with their layouts
+            physical = int(labels.get("nvidia.com/gpu.count") or 0) - gpus
+            whole += mig_gpus(
+                name,
+                mig,
+                gpus,
+                notes if notes is not None else [],
+                model=None if product == "gpu" else product,
+                physical=physical if physical > 0 else None,
+                where=f"{path}:{line}",
+            )
+        out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept))
     return tuple(out)
+
+
+def mig_counts(labels: dict, capacity: dict) -> dict[str, int]:
+    """MIG instances per profile of a node: GPU feature discovery's
+    `nvidia.com/mig-<profile>.count` labels, else the `nvidia.com/mig-<profile>` capacity."""
+    out: dict[str, int] = {}
+    for k, v in labels.items():
+        if (
+            k.startswith(MIG_PREFIX)
+            and k.endswith(".count")
+            and is_profile(k[len(MIG_PREFIX) : -6])
+        ):
+            out[k[len(MIG_PREFIX) : -6]] = int(quantity(v))
+    if not out:
+        for k, v in capacity.items():
+            if k.startswith(MIG_PREFIX) and is_profile(k[len(MIG_PREFIX) :]):
+                out[k[len(MIG_PREFIX) :]] = int(quantity(v))
+    return {p: n for p, n in sorted(out.items()) if n > 0}
 
 
 @dataclass
@@ -433,7 +462,7 @@ def import_kubernetes(
     m = load_mapping(mapping, "kubernetes")
     naming = Naming(m, "default")
     if nodes is not None:
-        node_infos = read_nodes(nodes, vocab=naming.gpu)
+        node_infos = read_nodes(nodes, vocab=naming.gpu, notes=naming.notes)
     else:
         from gpuledger.replay.importers.slurm import read_nodes_file
 

@@ -21,6 +21,7 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
       - {name: science/physics, guaranteed: 16}
     policy: {preemption: true}                 # the recorded policy (config file's policy:)
     gpu_models: {a100: A100-80GB}              # site GPU names -> canonical (services.domain.gpu_models)
+    mig_model: H100-80GB                       # slurm: the GPUs of MIG-typed gres (default: by profiles)
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class Mapping(Strict, kw_only=True):
     quotas: list[TenantDoc] = []
     policy: dict[str, Any] = {}
     default_class: str | None = None
+    mig_model: str | None = None
+    """The GPU model of MIG instances a Slurm node lists by profile only (`H100-80GB`);
+    unset: the first MIG family offering every profile (`replay.importers.migmap`)."""
     gpu_models: dict[str, str] = {}
     """Site GPU model names (Slurm gres types, product labels) -> canonical names, applied
     before the GPU model vocabulary (`services.domain.gpu_models`)."""
@@ -133,6 +137,8 @@ class Naming:
         """Classes made up from a source name (not in the mapping, not built in)."""
         self.gpu = Vocabulary(mapping.gpu_models)
         """GPU model names of the source -> the vocabulary (unknown ones listed once)."""
+        self.notes: list[str] = []
+        """Warnings an importer collected (MIG geometry), one line each."""
         self.partition: Callable[[str], dict[str, str] | None] = lambda _: None
         """A source partition / pool -> the node selector of its jobs (an importer sets it,
         e.g. `labels.PartitionSelectors`); by default none."""
@@ -169,7 +175,8 @@ class Naming:
     def warnings(self) -> dict[str, list[str]]:
         """`{warnings: [line, ...]}` for the import summary (empty when there is none)."""
         line = self.gpu.warning()
-        return {"warnings": [line]} if line else {}
+        lines = [*self.notes, *([line] if line else [])]
+        return {"warnings": lines} if lines else {}
 
     def document(self, total_gpus: int) -> dict[str, Any]:
         """The configuration the import records: every tenant seen (guarantee 0, weight 1,

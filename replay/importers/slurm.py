@@ -58,6 +58,7 @@ from gpuledger.replay.importers.common import (
 )
 from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
+from gpuledger.replay.importers.migmap import is_profile, mig_gpus
 from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
 
@@ -119,6 +120,20 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
     total = max(untyped, sum(typed.values()))
     cpu = float(tres.get("cpu", "0") or 0)
     mem = mem_mib(tres["mem"]) if tres.get("mem") else 0
+    mig = sorted(t for t in typed if is_profile(t))
+    if mig:  # `gres/gpu:1g.10gb=2`: one member per MIG instance (replay.importers.migmap)
+        if len(typed) > 1:
+            raise ValueError(
+                "asks for MIG instances of several profiles, or whole GPUs beside them "
+                f"({', '.join(sorted(typed))}): a member holds one MIG instance"
+            )
+        count = typed[mig[0]]
+        n = max(1, nodes, count)
+        return ev.Resources(
+            mig_profile=mig[0].lower(),
+            cpu_milli=int(-(-cpu * 1000 // n)),
+            memory_mib=-(-mem // n),
+        ), count
     n = max(1, nodes)
     return ev.Resources(
         gpus=-(-total // n),
@@ -141,7 +156,12 @@ def expand_tasks(spec: str) -> list[str]:
     return out
 
 
-def read_sinfo(path: str | Path, vocab: Vocabulary | None = None) -> tuple[ev.NodeInfo, ...]:
+def read_sinfo(
+    path: str | Path,
+    vocab: Vocabulary | None = None,
+    notes: list[str] | None = None,
+    mig_model: str | None = None,
+) -> tuple[ev.NodeInfo, ...]:
     """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` (the partition column
     optional), labelled with their partitions."""
     out: dict[str, ev.NodeInfo] = {}
@@ -176,19 +196,23 @@ def read_sinfo(path: str | Path, vocab: Vocabulary | None = None) -> tuple[ev.No
                     f"{path}:{line}: CPUS and MEMORY must be numbers, got {cpus!r}, {mem!r}"
                 ) from None
             gpus: list[ev.GpuInfo] = []
+            mig: dict[str, int] = {}
             for g in gres.split(","):
                 g = g.split("(", 1)[0].strip()
                 bits = g.split(":")
                 if bits[0] != "gpu" or len(bits) < 2:
                     continue  # (null), shard:..., mps:...
                 raw_model = bits[1] if len(bits) >= 3 else "gpu"
-                model = vocab(raw_model) if vocab is not None and len(bits) >= 3 else raw_model
                 try:
                     count = int(bits[-1])
                 except ValueError:
                     raise TraceImportError(
                         f"{path}:{line}: cannot read GRES {g!r} (expected gpu:N or gpu:TYPE:N)"
                     ) from None
+                if len(bits) >= 3 and is_profile(raw_model):
+                    mig[raw_model.lower()] = mig.get(raw_model.lower(), 0) + count
+                    continue  # MIG instances: GPUs rebuilt below (replay.importers.migmap)
+                model = vocab(raw_model) if vocab is not None and len(bits) >= 3 else raw_model
                 for _ in range(count):
                     i = len(gpus)
                     gpus.append(
@@ -200,6 +224,15 @@ def read_sinfo(path: str | Path, vocab: Vocabulary | None = None) -> tuple[ev.No
                             clique=f"{name}-nvl0",
                         )
                     )
+            if mig:
+                gpus += mig_gpus(
+                    name,
+                    mig,
+                    len(gpus),
+                    notes if notes is not None else [],
+                    model=mig_model,
+                    where=f"{path}:{line}",
+                )
             out[name] = ev.NodeInfo(
                 name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus)
             )
@@ -243,7 +276,11 @@ def import_slurm(
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
     m = load_mapping(mapping, "slurm")
     naming = Naming(m, "normal")
-    nodes = read_sinfo(sinfo, naming.gpu) if sinfo is not None else read_nodes_file(nodes_file)
+    nodes = (
+        read_sinfo(sinfo, naming.gpu, naming.notes, m.mig_model)
+        if sinfo is not None
+        else read_nodes_file(nodes_file)
+    )
     naming.partition = PartitionSelectors(nodes)
     tenant_from = m.tenant_from or "account"
     try:
@@ -359,6 +396,8 @@ def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resource
     except ValueError as exc:
         log.skips.skip(where, f"cannot read TRES {tres_text!r}: {exc}")
         return None
+    if res.mig_profile:
+        nodes = max(nodes, total)  # one member per MIG instance
     return res, nodes, total
 
 
