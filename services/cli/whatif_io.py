@@ -169,7 +169,9 @@ def import_slurm_cmd(
     ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
     sinfo: Path | None = typer.Option(
-        None, "--sinfo", help="`sinfo --Node --noheader --format='%N|%c|%m|%G'` output."
+        None,
+        "--sinfo",
+        help="`sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` output (%P: partitions, optional).",
     ),
     nodes: Path | None = typer.Option(
         None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."
