@@ -184,3 +184,45 @@ def test_a_selector_no_node_matches_waits_unschedulable():
     pending = [e for _, _, e in sim.log if isinstance(e, ev.PendingReasonChanged)]
     assert pending[-1].reason == "Unschedulable"
     assert "0/3 nodes: 3 not in partition=v100" in pending[-1].message
+
+
+def test_preemption_frees_capacity_inside_the_selected_partition():
+    """Given both partitions full of preemptible `train` jobs, when an `inference` job (higher,
+    non-preemptible) selects partition a100, then the victim is the job on the a100 node (the
+    job on an h100 node would not help), and the inference job runs there."""
+    low = {"tenant": "org/a", "gpus": 8, "duration": 3600}
+    doc = {
+        "cluster": {
+            "nodes": [
+                {"name": "h1", "gpus": 8, "labels": {"partition": "h100"}},
+                {"name": "a1", "gpus": 8, "model": "A100-80GB", "labels": {"partition": "a100"}},
+            ]
+        },
+        "tenants": [{"name": "org/a", "guaranteed": 16}],
+        "policy": {"min_runtime_s": 0},
+        "timeline": [
+            # low-a runs longer (more lost work): without the selector, low-h is the victim
+            {"at": 0, "submit": {"id": "low-a", **low, "node_selector": {"partition": "a100"}}},
+            {"at": 30, "submit": {"id": "low-h", **low, "node_selector": {"partition": "h100"}}},
+            {
+                "at": 60,
+                "submit": {
+                    "id": "serve",
+                    "tenant": "org/a",
+                    "class": "inference",
+                    "gpus": 8,
+                    "duration": 600,
+                    "node_selector": {"partition": "a100"},
+                },
+            },
+        ],
+        "until": "2h",
+    }
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.replay.simulator import simulate
+
+    sim = simulate(from_document(doc))
+    jobs = sim.ledger.jobs
+    victims = [e.job_id for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert victims == ["low-a"]
+    assert [m.node for _, ms in jobs["serve"].placements for m in ms] == ["a1"]
