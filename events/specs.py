@@ -191,7 +191,8 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     leaf_switch: str = ""
     """Leaf switch the node hangs off (members of a gang prefer one switch)."""
     labels: dict[str, str] = {}
-    """Free-form labels."""
+    """Node labels (`partition: a100`, `pool: cpu`): a job's `node_selector` takes only nodes
+    carrying every selected label with exactly that value (docs/node-labels.md)."""
 
 
 class MemberPlacement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

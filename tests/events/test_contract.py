@@ -106,3 +106,12 @@ def test_client_schema_covers_submission_cancel_and_configuration():
     ):
         assert name in schema
     assert "GangPlaced" not in schema
+
+
+def test_a_job_with_a_node_selector_keeps_its_published_form():
+    """`JobSpec.node_selector` (added after v1 without a new tag): the golden payload with it
+    decodes to the selector and encodes back to the same JSON."""
+    raw = (GOLDEN / "JobSubmitted.v1+node_selector.json").read_bytes()
+    event = e.decode(raw)
+    assert event.job.node_selector == {"partition": "a100", "zone": "eu"}
+    assert json.loads(e.encode(event)) == json.loads(raw)
