@@ -106,6 +106,8 @@ class _ShapeCache:
         "live",
         "live_n",
         "selector",
+        "sel_pair",
+        "lpos",
     )
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
@@ -116,6 +118,11 @@ class _ShapeCache:
         # The member's node selector: nodes without its labels get the key "selector" before
         # anything else is looked at (never scored, whatever their shape or state).
         self.selector = member.node_selector
+        # For a selector: the label pair whose change log `_refresh` reads instead of the
+        # shapes' logs (every selected node carries it; chosen by `Fleet._cache`, the rarest
+        # pair then), and the position read in it (None: not read yet).
+        self.sel_pair: tuple[str, str] | None = None
+        self.lpos: int | None = None
         # seq -> (score, option) of the node's last scoring, if feasible: current while that
         # node's `seen` version is its version and its key is "fits" (the tuple is shared by
         # the nodes of one state: the memo's)
@@ -219,11 +226,12 @@ class _Log:
     """The capacity change log of the nodes of one shape (entries: node seqs); ``base`` is
     the absolute position of ``entries[0]`` (the log is cut when long)."""
 
-    __slots__ = ("entries", "base")
+    __slots__ = ("entries", "base", "limit")
 
     def __init__(self) -> None:
         self.entries: list[int] = []
         self.base = 0
+        self.limit = 1024  # cut beyond this many entries (label logs: 4 x nodes + 1024)
 
     @property
     def end(self) -> int:
@@ -253,6 +261,11 @@ class Fleet:
         self._log_base = 0
         self._slogs: dict[Any, _Log] = {}  # shape id -> capacity changes of its nodes
         self._shape_nodes: dict[Any, dict[int, None]] = {}  # shape id -> seqs of its nodes
+        # The label index: (key, value) -> seqs of the nodes carrying it, and the capacity
+        # change log of those nodes (what a node-selector query reads: `_refresh`).
+        self._label_nodes: dict[tuple[str, str], dict[int, None]] = {}
+        self._llogs: dict[tuple[str, str], _Log] = {}
+        self._llogs_of: dict[int, tuple[_Log, ...]] = {}  # seq -> its labels' change logs
         self._caches: dict[tuple, _ShapeCache] = {}
         self._shape_ids: dict[tuple, int] = {}
         self._state_ids: dict[tuple, int] = {}  # NodeState.state_key -> id (never reused)
@@ -353,6 +366,15 @@ class Fleet:
         self._nodes[spec.name] = state
         self._by_seq[state.seq] = state
         self._shape_nodes.setdefault(state.shape_id, {})[state.seq] = None
+        if spec.labels:
+            for pair in spec.labels:
+                nodes = self._label_nodes.setdefault(pair, {})
+                nodes[state.seq] = None
+                llog = self._llogs.get(pair)
+                if llog is None:
+                    llog = self._llogs[pair] = _Log()
+                llog.limit = 4 * len(nodes) + 1024
+            self._llogs_of[state.seq] = tuple(self._llogs[p] for p in spec.labels)
         self._frag.remember_profile(state.frag_layout, spec.cpu_milli)
         if state.shape_id not in self._slogs:
             self._slogs[state.shape_id] = _Log()
@@ -368,6 +390,10 @@ class Fleet:
         del self._nodes[state.name]
         del self._by_seq[state.seq]
         del self._shape_nodes[state.shape_id][state.seq]
+        for pair in state.spec.labels:
+            del self._label_nodes[pair][state.seq]
+            self._llogs[pair].limit = 4 * len(self._label_nodes[pair]) + 1024
+        self._llogs_of.pop(state.seq, None)
         for g in state.spec.gpus:
             self._models[g.model] -= 1
         self._leaf[state.spec.leaf_switch].remove(state.seq)
@@ -613,6 +639,11 @@ class Fleet:
             if len(self._caches) >= 512:
                 del self._caches[next(iter(self._caches))]
             cache = self._caches[key] = _ShapeCache(scorer, member, tenant, gang.allow_timeslice)
+            if member.node_selector:
+                label_nodes = self._label_nodes
+                cache.sel_pair = min(
+                    member.node_selector, key=lambda p: (len(label_nodes.get(p, ())), p)
+                )
         self._refresh(cache)
         return cache
 
@@ -640,6 +671,9 @@ class Fleet:
                 self._rescore(cache, self._nodes.values(), True)
             for sid, slog in self._slogs.items():
                 cache.spos[sid] = slog.end
+            if cache.sel_pair is not None:
+                llog = self._llogs.get(cache.sel_pair)
+                cache.lpos = None if llog is None else llog.end
             cache.live = None  # the static keys are known now
         else:
             changed: list[NodeState] = []
@@ -652,7 +686,9 @@ class Fleet:
                         cache.forget(seq)
             static = cache.static
             spos = cache.spos
-            for sid, slog in self._live_logs(cache):
+            if cache.sel_pair is not None:  # the label index: only nodes carrying the pair
+                changed += self._label_changes(cache)
+            for sid, slog in () if cache.sel_pair is not None else self._live_logs(cache):
                 entries = slog.entries
                 end = slog.base + len(entries)  # `slog.end`, inline (hot loop)
                 at = spos.get(sid)
@@ -675,6 +711,25 @@ class Fleet:
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
+
+    def _label_changes(self, cache: _ShapeCache) -> list[NodeState]:
+        """Nodes carrying the cache's selector pair whose capacity changed since the cache last
+        read that pair's change log (all of them when it never did or fell behind the log's
+        start): the nodes outside the selector are never read."""
+        pair = cache.sel_pair
+        llog = self._llogs.get(pair)  # type: ignore[arg-type]
+        if llog is None:
+            return []
+        entries = llog.entries
+        end = llog.base + len(entries)
+        at = cache.lpos
+        if at == end:
+            return []
+        cache.lpos = end
+        by_seq = self._by_seq
+        if at is None or at < llog.base:
+            return [by_seq[q] for q in self._label_nodes.get(pair, ())]  # type: ignore[arg-type]
+        return [st for q in dict.fromkeys(entries[at - llog.base :]) if (st := by_seq.get(q))]
 
     def _live_logs(self, cache: _ShapeCache) -> list[tuple[Any, _Log]]:
         """The change logs `_refresh` reads for a cache: those of the node shapes not known to
@@ -795,6 +850,15 @@ class Fleet:
     def _touched(self, state: NodeState) -> None:
         """Append a capacity change of a node to its shape's log (fold only); a long log is
         cut, and a cache behind its start compares that shape's node versions."""
+        llogs = self._llogs_of.get(state.seq)
+        if llogs is not None:  # the label index (`_label_changes`)
+            for llog in llogs:
+                le = llog.entries
+                le.append(state.seq)
+                if len(le) > llog.limit:
+                    keep = (llog.limit - 1024) // 2 + 512
+                    llog.base += len(le) - keep
+                    llog.entries = le[-keep:]
         slog = self._slogs[state.shape_id]
         entries = slog.entries
         entries.append(state.seq)

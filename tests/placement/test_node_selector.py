@@ -111,3 +111,41 @@ def test_a_selector_must_be_sorted_unique_pairs():
 
     with pytest.raises(ValueError, match="node_selector"):
         MemberRequest(node_selector=(("b", "1"), ("a", "1")))
+
+
+def _walk_equal(fleet: Fleet, gang: GangRequest) -> Unplaceable | Placement:
+    got = fleet.place(gang)
+    nodes = [fleet.node_state(n) for n in fleet.node_names()]
+    if isinstance(got, Unplaceable):
+        walk = member_unplaceable(nodes, gang.member, "", False, frozenset())
+        assert (got.reason, got.message) == (walk.reason, walk.message)
+    return got
+
+
+def test_the_label_index_follows_long_runs_of_changes_and_late_nodes():
+    """A selector query reads only its label's change log: after more changes than the log
+    keeps (it is cut), and for a label no node carried when the query was first asked, the
+    answers still equal the walk over every node."""
+    fleet = Fleet([labelled("a1", gpus=2, partition="a"), labelled("b1", gpus=2, partition="b")])
+    sel_a = job("qa", gpus=2, partition="a")
+    sel_c = job("qc", gpus=2, partition="c")
+    assert isinstance(_walk_equal(fleet, sel_a), Placement)
+    assert _walk_equal(fleet, sel_c).reason == "Unschedulable"
+    hold = job("hold", gpus=2, partition="a")
+    for i in range(1500):  # > the label log's 4 x 1 + 1024 entries: the log is cut
+        g = job(f"x{i}", gpus=1)
+        fleet.allocate(g.job_id, "t", Placement((MemberAssignment(0, "a1", (0,)),)), g)
+        fleet.release(g.job_id)
+    fleet.allocate("hold", "t", fleet.place(hold), hold)
+    assert _walk_equal(fleet, sel_a).reason == "Resources"
+    fleet.release("hold")
+    assert [m.node for m in _walk_equal(fleet, sel_a).members] == ["a1"]
+    # a node of partition c arrives; a gang fills it; the c query (cached while no node had
+    # the label) sees both
+    fleet.add_node(labelled("c1", gpus=2, partition="c"))
+    assert [m.node for m in _walk_equal(fleet, sel_c).members] == ["c1"]
+    fill = job("fill", gpus=2, partition="c")
+    fleet.allocate("fill", "t", fleet.place(fill), fill)
+    assert _walk_equal(fleet, sel_c).reason == "Resources"
+    fleet.remove_node("c1")
+    assert _walk_equal(fleet, sel_c).reason == "Unschedulable"
