@@ -34,7 +34,10 @@ Rules:
   the model table; MIG instances (`nvidia.com/mig-<profile>.count` labels of GPU feature
   discovery's mixed strategy, else the `nvidia.com/mig-<profile>` capacity) become MIG GPUs
   with fixed layouts (`replay.importers.migmap`; `nvidia.com/gpu.count` less the whole GPUs is
-  the number of MIG GPUs the layouts must fit in, else a warning and on-demand GPUs). Unschedulable nodes are kept. A node keeps the labels whose
+  the number of MIG GPUs the layouts must fit in, else a warning and on-demand GPUs). Under
+  the single strategy (`nvidia.com/mig.strategy: single`, product `<GPU>-MIG-<profile>`) the
+  node's `nvidia.com/gpu` are instances of that profile, and so are the GPUs requested by
+  pods placed on it (`spec.nodeName`; one per pod, else a skipped row). Unschedulable nodes are kept. A node keeps the labels whose
   keys some pod selects on (below), no others.
 - node selection: a pod's `spec.nodeSelector` and its required node affinity (one term of
   `In` expressions with one value each; the rest is left out and counted as
@@ -57,6 +60,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.common import (
@@ -164,6 +169,7 @@ def read_nodes(
     progress=None,
     vocab: Vocabulary | None = None,
     notes: list[str] | None = None,
+    single_nodes: dict[str, str] | None = None,
 ) -> tuple[ev.NodeInfo, ...]:
     out: list[ev.NodeInfo] = []
     for line, item in iter_items(path, progress):
@@ -182,6 +188,11 @@ def read_nodes(
             mig = mig_counts(labels, cap)
         except ValueError as exc:
             raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
+        single = single_profile(labels)
+        if single is not None and gpus:  # MIG single strategy: `nvidia.com/gpu` are instances
+            mig, gpus = {single: gpus}, 0
+            if single_nodes is not None:
+                single_nodes[name] = single
         kept = {
             str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
         }
@@ -216,6 +227,15 @@ def read_nodes(
             )
         out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept))
     return tuple(out)
+
+
+def single_profile(labels: dict) -> str | None:
+    """The MIG profile of a node under GPU feature discovery's single strategy (every GPU in
+    one profile, exposed as `nvidia.com/gpu`, product `<GPU>-MIG-<profile>`), else None."""
+    if labels.get("nvidia.com/mig.strategy") != "single":
+        return None
+    m = re.search(r"-MIG-([^-]+)$", labels.get("nvidia.com/gpu.product", ""))
+    return m.group(1).lower() if m and is_profile(m.group(1)) else None
 
 
 def mig_counts(labels: dict, capacity: dict) -> dict[str, int]:
@@ -262,6 +282,8 @@ class _Context:
     ended_by_event: dict[str, int] = field(default_factory=dict)
     workloads: dict[str, tuple[str, str]] = field(default_factory=dict)
     selected: SelectedKeys = field(default_factory=SelectedKeys)
+    single: dict[str, str] = field(default_factory=dict)
+    """Nodes under MIG single strategy -> their profile (their pods' GPUs are instances)."""
 
 
 def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
@@ -332,6 +354,14 @@ def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | 
         return None
     try:
         res = pod_resources(spec)
+        profile = ctx.single.get(spec.get("nodeName") or "")
+        if profile is not None and res.gpus:  # MIG single strategy: a GPU is an instance
+            if res.gpus > 1:
+                raise ValueError(
+                    f"asks for {res.gpus} MIG {profile} instances on node {spec['nodeName']} "
+                    "(single strategy): a member holds one"
+                )
+            res = msgspec.structs.replace(res, gpus=0, mig_profile=profile)
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: {exc}")
         return None
@@ -461,15 +491,16 @@ def import_kubernetes(
         )
     m = load_mapping(mapping, "kubernetes")
     naming = Naming(m, "default")
+    single: dict[str, str] = {}
     if nodes is not None:
-        node_infos = read_nodes(nodes, vocab=naming.gpu, notes=naming.notes)
+        node_infos = read_nodes(nodes, vocab=naming.gpu, notes=naming.notes, single_nodes=single)
     else:
         from gpuledger.replay.importers.slurm import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
     log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
     path = str(pods)
-    ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids)
+    ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids, single=single)
     counts: dict[str, int] = {}
     if events is not None:
         _events(events, ctx, counts)

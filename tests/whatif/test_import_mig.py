@@ -170,3 +170,47 @@ def test_kubernetes_mig_labels_become_layouts_and_an_impossible_count_is_warned(
         f"{tmp_path / 'nodes.json'}:1: node mig-b: MIG instances 3 x 7g.80gb need 3 H100-80GB "
         "GPUs, the node has 2; its GPUs are partitioned on demand instead"
     ]
+
+
+def test_kubernetes_single_strategy_nodes_and_their_pods_are_mig(tmp_path):
+    """Under GFD's single strategy a node's `nvidia.com/gpu` are MIG instances of the profile
+    in its product label; a pod placed there asking for one GPU asks for one instance."""
+    node = _k8s_node(
+        "single-1",
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/gpu.count": "1",
+        },
+        {"nvidia.com/gpu": "7"},
+    )
+
+    def pod(name: str, gpus: str, node_name: str | None) -> dict:
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": "ml",
+                "creationTimestamp": "2024-03-01T09:00:00Z",
+            },
+            "spec": {
+                **({"nodeName": node_name} if node_name else {}),
+                "containers": [{"resources": {"requests": {"nvidia.com/gpu": gpus}}}],
+            },
+            "status": {"phase": "Pending"},
+        }
+
+    (tmp_path / "nodes.json").write_text(json.dumps({"items": [node]}))
+    pods = [pod("on-it", "1", "single-1"), pod("two", "2", "single-1"), pod("unbound", "1", None)]
+    (tmp_path / "pods.json").write_text(json.dumps({"items": pods}))
+    out = tmp_path / "k.jsonl"
+    summary = import_kubernetes(tmp_path / "pods.json", out, nodes=tmp_path / "nodes.json").summary
+    log = list(read_log(out))
+    (registered,) = [e.node for _, _, e in log if isinstance(e, ev.NodeRegistered)]
+    assert [(g.model, g.mig_layout) for g in registered.gpus] == [
+        ("A100-80GB", tuple(f"1g.10gb@{s}" for s in range(7)))
+    ]
+    jobs = {e.job.job_id: e.job.resources for _, _, e in log if isinstance(e, ev.JobSubmitted)}
+    assert (jobs["on-it"].mig_profile, jobs["on-it"].gpus) == ("1g.10gb", 0)
+    assert jobs["unbound"].gpus == 1  # not bound to a node: its GPU stays a whole GPU
+    assert summary["skipped_rows"] == 1
+    assert "asks for 2 MIG 1g.10gb instances on node single-1" in next(iter(summary["skipped"]))
