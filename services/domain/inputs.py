@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+import typing
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -424,9 +425,12 @@ def _item_of(typ: Any) -> Any:
 
 
 def _dict_of(typ: Any) -> Any:
-    """`dict[K, V]` in `typ` (`dict[K, V]` or `dict[K, V] | None`), else None."""
+    """`dict[K, V]` in `typ` (`dict[K, V]`, `dict[K, V] | None`, either `Annotated`), else
+    None."""
     for t in (typ, *getattr(typ, "__args__", ())):
-        if getattr(t, "__origin__", None) is dict:
+        while typing.get_origin(t) is Annotated:
+            t = typing.get_args(t)[0]
+        if typing.get_origin(t) is dict:
             return t
     return None
 
@@ -461,8 +465,14 @@ def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
         for i, v in enumerate(raw):
             collect(v, item, f"{base}[{i}]", problems)
     elif (mapping := _dict_of(typ)) is not None and isinstance(raw, dict):
+        key_type, value_type = typing.get_args(mapping)
         for k, v in raw.items():
-            collect(v, mapping.__args__[1], _p(base, str(k)), problems)
+            bad_key: list[str] = []
+            convert(k, key_type, "", bad_key)
+            problems += [
+                f"{base or '(top level)'}: key {k!r}: {p.split(': ', 1)[1]}" for p in bad_key
+            ]
+            collect(v, value_type, _p(base, str(k)), problems)
     if len(problems) > before:
         return None
     return convert(raw, typ, base, problems)

@@ -129,6 +129,7 @@ def test_check_refuses_labels_together_only_on_different_nodes(tmp_path):
     [
         ("a100", "node_selector: expected `object | null`, got `str` (got 'a100')"),
         ({"partition": 3}, "node_selector.partition: expected `str`, got `int` (got 3)"),
+        ({"": "a100"}, "node_selector: key '': expected `str` of length >= 1 (got '')"),
     ],
 )
 def test_a_malformed_selector_is_one_line(tmp_path, selector, expected):
@@ -226,3 +227,15 @@ def test_preemption_frees_capacity_inside_the_selected_partition():
     victims = [e.job_id for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
     assert victims == ["low-a"]
     assert [m.node for _, ms in jobs["serve"].placements for m in ms] == ["a1"]
+
+
+def test_check_reads_a_raw_ci_event_with_a_bad_selector_in_one_line(tmp_path):
+    event = {
+        "type": "JobSubmitted.v1",
+        "job": {"job_id": "j", "tenant": "org/a", "node_selector": {"partition": 3}},
+    }
+    (path,), result = _check(tmp_path, event)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {path}: job.node_selector.partition: expected `str`, got `int` (got 3)"
+    )
