@@ -639,11 +639,13 @@ class Fleet:
             if len(self._caches) >= 512:
                 del self._caches[next(iter(self._caches))]
             cache = self._caches[key] = _ShapeCache(scorer, member, tenant, gang.allow_timeslice)
-            if member.node_selector:
-                label_nodes = self._label_nodes
-                cache.sel_pair = min(
-                    member.node_selector, key=lambda p: (len(label_nodes.get(p, ())), p)
-                )
+            if member.node_selector:  # the rarest pair (fewest nodes, then by name)
+                rarest = None
+                for pair in member.node_selector:
+                    n = len(self._label_nodes.get(pair, ()))
+                    if rarest is None or (n, pair) < rarest:
+                        rarest = (n, pair)
+                cache.sel_pair = rarest[1]  # type: ignore[index]
         self._refresh(cache)
         return cache
 
