@@ -149,3 +149,69 @@ def test_the_label_index_follows_long_runs_of_changes_and_late_nodes():
     assert _walk_equal(fleet, sel_c).reason == "Resources"
     fleet.remove_node("c1")
     assert _walk_equal(fleet, sel_c).reason == "Unschedulable"
+
+
+def test_selector_queries_decide_as_a_fresh_fleet_over_long_streams():
+    """Selector queries read only their label's change log: over a long random stream (label
+    logs truncated, nodes re-added, unschedulable, released) every sampled answer equals a
+    fleet rebuilt from scratch before the query."""
+    import random
+
+    from .helpers import gang
+
+    def specs():
+        out = []
+        for i in range(10):
+            spec = node(f"n{i}", gpus=4, cpu=32_000, clique_size=2)
+            labels = (("partition", "a" if i < 5 else "b"),) + ((("rack", "r1"),) if i % 2 else ())
+            out.append(
+                NodeSpec(spec.name, spec.cpu_milli, spec.memory_mib, spec.gpus, labels=labels)
+            )
+        return out
+
+    def rebuilt(live: Fleet, nodes, unschedulable):
+        fresh = Fleet(nodes, node_order=[n.name for n in nodes])
+        for a in live.allocation_ids():
+            al = live.allocation(a)
+            fresh.allocate(a, al.tenant, al.placement, al.request)
+        for name in sorted(unschedulable):
+            fresh.set_schedulable(name, False)
+        return fresh
+
+    rnd = random.Random("selectors")
+    nodes = specs()
+    live = Fleet(nodes, node_order=[n.name for n in nodes])
+    unschedulable: set[str] = set()
+    selectors = [
+        (),
+        (("partition", "a"),),
+        (("partition", "b"),),
+        (("partition", "a"), ("rack", "r1")),
+    ]
+    for k in range(6000):
+        roll = rnd.random()
+        if roll < 0.03:
+            name = rnd.choice(nodes).name
+            flag = name in unschedulable
+            live.set_schedulable(name, flag)
+            (unschedulable.discard if flag else unschedulable.add)(name)
+            continue
+        if roll < 0.05:
+            live.add_node(rnd.choice(nodes))
+            continue
+        if live.allocation_ids() and roll < 0.35:
+            live.release(rnd.choice(live.allocation_ids()))
+            continue
+        g = gang(
+            f"j{k}",
+            replicas=rnd.choice([1, 1, 2]),
+            gpus=rnd.choice([1, 2, 4]),
+            cpu_milli=1000,
+            node_selector=rnd.choice(selectors),
+        )
+        p = live.place(g, "default", explain=False)
+        if k % 25 == 0 or k > 5900:
+            assert rebuilt(live, nodes, unschedulable).place(g, "default", explain=False) == p, k
+        if isinstance(p, Placement):
+            live.allocate(g.job_id, g.tenant, p, g)
+    assert live._llogs[("partition", "a")].base > 0  # the label log was truncated
