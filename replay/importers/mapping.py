@@ -20,6 +20,8 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
     quotas:                                    # tenant quotas (the config file's tenants:)
       - {name: science/physics, guaranteed: 16}
     policy: {preemption: true}                 # the recorded policy (config file's policy:)
+    checkpoint: none                           # or {interval: 30m, save: 60s}, or by
+                                               # classes/partitions/values (importers.checkpoint)
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ class Mapping(Strict, kw_only=True):
     quotas: list[TenantDoc] = []
     policy: dict[str, Any] = {}
     default_class: str | None = None
+    checkpoint: Any = None
+    """`none` (default), `{interval: 30m, save: 60s}`, or by class / partition / source
+    value (replay.importers.checkpoint)."""
+
+    @property
+    def checkpoint_rules(self):
+        from gpuledger.replay.importers.checkpoint import parse
+
+        return parse(self.checkpoint)
 
 
 TENANT_FROM = {
@@ -98,6 +109,12 @@ def load_mapping(path, source: Literal["slurm", "kubernetes"]) -> Mapping:
                 validate_file({"policy": m.policy})
             except InputError as exc:
                 problems += exc.problems
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(m.checkpoint)
+        except CheckpointError as exc:
+            problems += str(exc).splitlines()
     if problems:
         raise TraceImportError("\n".join(f"{path}: {p}" for p in problems))
     return m

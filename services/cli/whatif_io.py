@@ -134,6 +134,14 @@ def summary_text(s: dict) -> str:
         f"running at the end {s['running_at_end']}, requeued {s['requeued']}"
         + "".join(f", {k.replace('_', ' ')} {v}" for k, v in s.items() if k in EXTRA_COUNTS and v),
     ]
+    if s.get("final_states"):
+        lines.append(
+            "  final states: " + ", ".join(f"{k} {v}" for k, v in s["final_states"].items())
+        )
+    if s.get("checkpoint"):
+        lines.append(f"  checkpoint assumed: {s['checkpoint']}")
+    if s.get("observed"):
+        lines.append(f"  observed (what happened) in {s['observed']}")
     if s["skipped_rows"]:
         lines.append(f"  skipped {s['skipped_rows']} rows:")
         for reason, d in s["skipped"].items():
@@ -174,6 +182,11 @@ def import_slurm_cmd(
     timezone: str = typer.Option(
         "UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."
     ),
+    columns: str | None = typer.Option(
+        None,
+        "--columns",
+        help="The column names of a headerless dump (sacct --noheader), comma-separated, in its --format order.",
+    ),
     skipped_out: Path | None = typer.Option(
         None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."
     ),
@@ -197,6 +210,7 @@ def import_slurm_cmd(
                 timezone=timezone,
                 progress=progress,
                 skips=skips,
+                columns=columns,
             ).summary
         ),
     )

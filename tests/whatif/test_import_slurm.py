@@ -100,7 +100,7 @@ def test_bad_rows_are_reported_with_line_numbers(imported):
     assert summary["skipped_rows"] == 3
     assert skipped["no Submit time"]["first"] == [f"{FIX / 'sacct.txt'}:27"]
     assert skipped["7 fields, header has 20"]["first"] == [f"{FIX / 'sacct.txt'}:28"]
-    assert skipped["step row without its job row before it"]["first"] == [f"{FIX / 'sacct.txt'}:29"]
+    assert skipped["step row without its job row"]["first"] == [f"{FIX / 'sacct.txt'}:29"]
 
 
 def test_log_is_in_time_order_with_config_and_nodes_first(imported):
@@ -129,7 +129,7 @@ def test_missing_columns_and_nodes_are_errors(tmp_path):
     bad = tmp_path / "sacct.txt"
     bad.write_text("JobID|State\n1|COMPLETED\n")
     with pytest.raises(
-        TraceImportError, match=r"sacct.txt:1: missing column\(s\) Account, QOS, Submit"
+        TraceImportError, match=r"sacct.txt:1: missing column\(s\) Submit, Start, End, NNodes"
     ):
         import_slurm(bad, tmp_path / "o.jsonl", sinfo=FIX / "sinfo.txt")
     with pytest.raises(TraceImportError, match="exactly one of --sinfo FILE or --nodes FILE"):
