@@ -211,9 +211,7 @@ class ImportLog:
                 self.skips.skip(where, "end time before submit time")
                 return False
             cancel_at = end
-        checkpoint = self.checkpoint.policy(
-            job.priority_class, job.partition, job.source_priority
-        )
+        checkpoint = self.checkpoint.policy(job.priority_class, job.partition, job.source_priority)
         spec = ev.JobSpec(
             job_id=job.job_id,
             tenant=job.tenant,
