@@ -20,6 +20,8 @@ Mapping key (every importer's mapping file, and a what-if overlay's `--policy` f
 
 The most specific wins: values, then partitions, then classes, then default. `interval` and
 `save` take `90`, `90s`, `30m`, `2h`; `grace` (optional) overrides the class's grace period.
+`interval` left out: no periodic checkpoint; `save` left out: the job cannot save when it is
+evicted (only its periodic checkpoints count).
 """
 
 from __future__ import annotations
@@ -89,11 +91,8 @@ def _form(raw: Any, where: str, problems: list[str]) -> ev.CheckpointPolicy | No
         return None
     try:
         interval = seconds(f"{where}.interval", raw.get("interval", 0) or 0)
-        save = (
-            seconds(f"{where}.save", raw["save"])
-            if raw.get("save") is not None
-            else ev.CheckpointPolicy().save_s
-        )
+        # no `save`: the job only checkpoints periodically and cannot save when evicted
+        save = seconds(f"{where}.save", raw["save"]) if raw.get("save") is not None else NO_SAVE_S
         grace = seconds(f"{where}.grace", raw["grace"]) if raw.get("grace") is not None else None
     except (TypeError, ValueError) as exc:  # QuantityError is a ValueError naming the key
         problems.append(str(exc))

@@ -204,6 +204,16 @@ def replay(
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
     data = build_report(sim.ledger, sim.log, sim.now_ms)
+    from gpuledger.replay.compare import CompareError, observed
+    from gpuledger.replay.observed import copy_beside
+
+    try:
+        seen = observed(log)
+    except CompareError as exc:
+        fail(str(exc), 2)
+    if seen is not None:
+        data["observed"] = seen.metrics  # what the source recorded, same definitions
+        copy_beside(log, out)  # `compare` of replays finds it
     if json_out is not None:
         json_out.write_text(json.dumps(data, indent=2))
     if duckdb is not None:
@@ -218,6 +228,14 @@ def replay(
         f"allocation {pct_text(m['gpu_allocation_pct'])}, preemptions {m['preemptions']}, "
         f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
     )
+    if seen is not None:
+        o = seen.metrics
+        typer.echo(
+            f"observed ({obs_name(log)}): jobs {o['jobs']}; allocation "
+            f"{pct_text(o['gpu_allocation_pct'])}, {o['gpu_hours']:.1f} GPU-h, preemptions "
+            f"{o['preemptions']}, lost {o['lost_gpu_hours']:.2f} GPU-h; replayed "
+            f"{m['gpu_hours']:.1f} GPU-h"
+        )
 
 
 @app.command()

@@ -326,16 +326,26 @@ def compare_cmd(
     output: str = typer.Option("table", "-o", "--output", help="table or json (on stdout)."),
 ) -> None:
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO
-    class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A."""
-    from gpuledger.replay.compare import CompareError, compare, load, rows
+    class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A.
+    When A (else B) has an observation file (an import's OUT.observed.jsonl, copied beside a
+    replay's --out), an OBSERVED column shows what the source recorded."""
+    from gpuledger.replay.compare import CompareError, compare, load, observed, rows
+    from gpuledger.replay.observed import find
 
     if output not in ("table", "json"):
         fail(f"-o must be table or json, not {output!r}", 2)
     try:
         sa, sb = load(a), load(b)
+        seen, seen_of = observed(a), a
+        if seen is None:
+            seen, seen_of = observed(b), b
     except CompareError as exc:
         fail(str(exc), 2)
     result = compare(sa, sb)
+    observed_col: dict[str, str] = {}
+    if seen is not None:
+        result["observed"] = {"log": str(find(seen_of)), "metrics": seen.metrics}
+        observed_col = {label: value for label, value, _, _ in rows(compare(seen, sa))}
     written: list[Path] = []
     if plots is not None:
         from gpuledger.replay.plots import write_plots
@@ -359,10 +369,14 @@ def compare_cmd(
 
     table = Table(title=f"A = {a}   B = {b}", title_justify="left")
     table.add_column("METRIC")
+    if observed_col:
+        table.add_column("OBSERVED", justify="right")
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("DELTA", justify="right")
     for row in rows(result):
+        if observed_col:
+            row = (row[0], observed_col.get(row[0], ""), *row[1:])
         table.add_row(*row)
     console = Console()
     console.print(table)
