@@ -53,11 +53,13 @@ def import_alibaba_openb(
         fail(str(exc), 2)
     try:
         write_log(out, result.entries())
+        observed_path = result.write_observed(out)
     except OSError as exc:
         fail(f"{out}: {exc}", 2)
     summary = {
         "out": str(out),
         **result.summary(),
+        "observed": str(observed_path),
         "wall_s": round(time.perf_counter() - started, 3),
     }
     if output == "json":
