@@ -284,3 +284,60 @@ def test_a_bad_checkpoint_mapping_names_the_key(tmp_path, text, problem):
     mapping.write_text(text)
     with pytest.raises(TraceImportError, match="m.yaml: " + re.escape(problem)):
         import_slurm(SLURM / "sacct.txt", tmp_path / "s.jsonl", sinfo=SINFO, mapping=mapping)
+
+
+# ---------------------------------------------------------------------------- csv missing start
+
+CSV_ROWS = """id,submit,start,end,gpus
+a,0,,100,1
+b,10,,50,1
+c,0,5,20,1
+d,-50,-40,30,1
+"""
+
+
+def _csv(tmp_path: Path, rule: str | None):
+    trace, mapping = tmp_path / "t.csv", tmp_path / "m.yaml"
+    trace.write_text(CSV_ROWS)
+    mapping.write_text(
+        "time: {unit: s, epoch: 0}\n"
+        "jobs: {id: id, submit: submit, start: start, end: end, gpus: gpus}\n"
+        + (f"rules: {{missing_start: {rule}}}\n" if rule else "")
+    )
+    log = tmp_path / "t.jsonl"
+    summary = import_csv(
+        trace, log, mapping=mapping, nodes_file=ROOT / "tests/fixtures/csv/nodes.yaml"
+    ).summary
+    header, items = obs.read(obs.sidecar(log))
+    return summary, _jobs(log), {o.job: o for o in items}, header
+
+
+def test_csv_missing_start_defaults_to_running_when_the_trace_began(tmp_path):
+    from gpuledger.replay.metrics import measure_observed
+
+    summary, jobs, seen, header = _csv(tmp_path, None)
+    # a: no start, submitted at the trace start -> ran from the trace start to its end
+    assert jobs["a"].duration_s == 100 and seen["a"].started_before
+    # b: submitted after the trace start, so it cannot have started before it: cancelled
+    assert jobs["b"].duration_s is None and seen["b"].state == "CANCELLED"
+    # d: started before the trace start (moved to it): excluded from waits
+    assert seen["d"].started_before and jobs["d"].duration_s == 30
+    assert summary["cancelled_before_start"] == 1
+    m = measure_observed(header, seen.values()).metrics
+    assert m["wait_s_p50_by_class"] == {"batch": 5.0}  # c only
+    assert m["never_placed_by_class"] == {"batch": 1}  # b
+    assert m["gpu_hours"] == pytest.approx((100 + 15 + 30) / 3600)
+
+
+def test_csv_missing_start_never_and_skip(tmp_path):
+    summary, jobs, seen, _ = _csv(tmp_path, "never")
+    assert jobs["a"].duration_s is None and seen["a"].state == "CANCELLED"
+    assert summary["cancelled_before_start"] == 2
+    summary, jobs, _, _ = _csv(tmp_path, "skip")
+    assert set(jobs) == {"c", "d"}
+    assert summary["skipped"]["empty start time (rules.missing_start: skip)"]["rows"] == 2
+
+
+def test_csv_missing_start_bad_value_names_the_key(tmp_path):
+    with pytest.raises(TraceImportError, match=r"rules.missing_start"):
+        _csv(tmp_path, "maybe")
