@@ -201,9 +201,15 @@ def test_every_importer_writes_a_sidecar(tmp_path):
         fix / "kubernetes" / "pods.json",
         k8s_log,
         nodes=fix / "kubernetes" / "nodes.json",
+        events=fix / "kubernetes" / "events.json",
     ).summary
     _, items = obs.read(obs.sidecar(k8s_log))
-    assert len(list(items)) == k["jobs"]
+    pods = {o.job: o for o in items}
+    assert len(pods) == k["jobs"]
+    # a pod with a Preempted event ended PREEMPTED; a gang's nodes are its members' nodes
+    assert pods["preempted-batch-8s9d0"].state == "PREEMPTED"
+    assert pods["train"].nodes == ("gpu-node-1", "gpu-node-2")
+    assert k["final_states"]["PREEMPTED"] == 1
 
 
 def test_a_corrupt_sidecar_is_one_line_exit_2(tmp_path):
