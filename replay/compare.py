@@ -188,7 +188,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         na, nb = a["never_placed_by_class"].get(c, 0), b["never_placed_by_class"].get(c, 0)
         num(f"never placed {c}", na, nb, nb - na, "d")
     num("preemptions", a["preemptions"], b["preemptions"], d["preemptions"], "d")
-    num("GPU-hours", a.get("gpu_hours"), b.get("gpu_hours"), d.get("gpu_hours"), ".1f")
+    num("GPU-hours", a.get("gpu_hours"), b.get("gpu_hours"), d.get("gpu_hours"), ".2f")
     num("lost GPU-hours", a["lost_gpu_hours"], b["lost_gpu_hours"], d["lost_gpu_hours"], ".3f")
     num(
         "fairness (Jain, share attainment)",

@@ -46,7 +46,7 @@ def table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
             if i:
                 cells[label][i] = (
                     b
-                    if d in ("n/a", "+0", "+0.0", "+0.000", "+0.0s") or b == "n/a"
+                    if d in ("n/a", "+0", "+0.0", "+0.00", "+0.000", "+0.0s") or b == "n/a"
                     else f"{b} ({d})"
                 )
     header = ["metric", *(DISPLAY.get(v.label, v.label) for v in variants)]
