@@ -14,8 +14,10 @@ Rules (every row either becomes part of a job or is skipped with its line and re
 
 - step rows (`123.batch`, `123.extern`, `123.0`, `123_4.batch`, `123+0.0`) are folded into the
   job row before them (a step without its job row is skipped);
-- consecutive rows with the same JobID (`--duplicates`: a requeued job's earlier runs) are one
-  job: submitted at the first row's Submit, run time of the last row (`requeued` counts them);
+- rows with the same JobID (`--duplicates`: a requeued job's runs), wherever they stand in the
+  file, are one job: rows are sorted by job id in bounded memory (an external merge sort);
+  submitted at the first row's Submit, run time of the last row (`requeued` counts the earlier
+  ones, kept as runs in the observation sidecar with their states);
 - array tasks (`123_4`) are jobs `123_4`; a pending array record `123_[5-9%2]` becomes one
   pending job per task (`123_5` ... `123_9`);
 - heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
@@ -26,8 +28,10 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   `gres/gpu:a100=8` (typed -> `gpu_models`), `cpu=`, `mem=` (K/M/G/T);
 - times `YYYY-MM-DDTHH:MM:SS` in `--timezone` (default UTC); `Unknown`, `None` and empty are
   no time. No Submit: skipped. Started and ended: run time End - Start. Never started and
-  ended (cancelled while pending): cancelled at End. Pending or running at the dump: submitted
-  with no run time;
+  ended (cancelled while pending): cancelled at End; a CANCELLED row with `NodeList` `None
+  assigned` and no AllocTRES never started whatever its Start says (Slurm writes Start = End = the cancel
+  time for a job cancelled before its first record reached slurmdbd). Pending or running at
+  the dump: submitted with no run time;
 - QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable).
 """
 
@@ -392,6 +396,18 @@ def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
             os.unlink(name)
 
 
+def never_ran(row: dict[str, str]) -> bool:
+    """A `CANCELLED` row of a job that was never given nodes: `NodeList` `None assigned` (and
+    no AllocTRES where the dump has the column). Slurm 22.05 writes Start = End = the cancel
+    time for a job cancelled (held, future --begin) before its first record reached slurmdbd."""
+    if not (row.get("State") or "").strip().upper().startswith("CANCELLED"):
+        return False
+    nodes = row.get("NodeList")
+    if nodes is None or not nodes.strip().lower().startswith("none"):
+        return False
+    return not (row.get("AllocTRES") or "").strip()
+
+
 def _owner(row: dict[str, str], tenant_from: str) -> str:
     if tenant_from == "account/user":
         return f"{row.get('Account', '')}/{row.get('User', '')}"
@@ -571,6 +587,8 @@ def _job(
         log.skips.skip(where(last.line), "no Submit time")
         return
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
+    if never_ran(row):
+        start = None  # Start = End = the cancel time of a job that was never given nodes
     if (
         state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
         and end is not None
@@ -582,7 +600,7 @@ def _job(
         try:
             runs.append(
                 Run(
-                    parse_time(r.fields["Start"], tz),
+                    None if never_ran(r.fields) else parse_time(r.fields["Start"], tz),
                     parse_time(r.fields["End"], tz),
                     r.fields["State"].split()[0].upper() if r.fields["State"].strip() else "",
                 )

@@ -66,6 +66,14 @@ def independent(path: Path) -> dict:
     gpu_ms = 0
     for rows in jobs.values():
         cls = slo[rows[0]["QOS"]]
+        # a cancelled row never given nodes never started, whatever its Start says (Slurm 22.05
+        # writes Start = End = the cancel time of a held job cancelled early)
+        rows = [
+            dict(r, Start="None")
+            if r["NodeList"] == "None assigned" and r["State"].startswith("CANCELLED")
+            else r
+            for r in rows
+        ]
         starts = [_t(r["Start"]) for r in rows if _t(r["Start"]) is not None]
         if starts:
             waits.setdefault(cls, []).append((starts[0] - _t(rows[0]["Submit"])) / 1000)
@@ -73,7 +81,7 @@ def independent(path: Path) -> dict:
             never[cls] = never.get(cls, 0) + 1
         for r in rows:
             tres = r["AllocTRES"] or r["ReqTRES"]
-            gpus = int(dict(p.split("=") for p in tres.split(","))["gres/gpu"])
+            gpus = int(dict(p.split("=") for p in tres.split(",")).get("gres/gpu", 0))
             start, end = _t(r["Start"]), _t(r["End"])
             if start is None:
                 continue
@@ -184,6 +192,33 @@ def test_a_log_without_a_sidecar_has_no_observed_column(tmp_path):
         app, ["whatif", str(log), "--out", str(tmp_path / "r.html"), "--json", str(out)]
     )
     assert r.exit_code == 0 and list(json.loads(out.read_text())) == ["recorded"]
+
+
+REAL = ROOT / "tests" / "fixtures" / "slurm-real"
+
+
+def test_a_real_slurm_dump_imports_with_its_counts_and_observed_times(tmp_path):
+    """The dump a real Slurm 22.05 wrote (tests/fixtures/slurm-real/, from branch h36c: its
+    README lists the 14 jobs and 16 runs)."""
+    if not (REAL / "sacct.txt").is_file():
+        pytest.skip("tests/fixtures/slurm-real/ (the real Slurm dump) comes from branch h36c")
+    log = tmp_path / "real.jsonl"
+    s = import_slurm(REAL / "sacct.txt", log, sinfo=REAL / "sinfo.txt").summary
+    assert s["jobs"] == 14 and s["skipped_rows"] == 0
+    assert s["requeued"] == 2  # job 7 (scontrol requeue) and job 13 (preempted, requeued)
+    assert s["cancelled_before_start"] == 2  # 8 (held) and 9 (future --begin)
+    assert s["final_states"] == {"CANCELLED": 3, "COMPLETED": 10, "FAILED": 1}
+    out = tmp_path / "w.json"
+    r = runner.invoke(
+        app, ["whatif", str(log), "--out", str(tmp_path / "w.html"), "--json", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    m = json.loads(out.read_text())["observed"]["metrics"]
+    want = independent(REAL / "sacct.txt")
+    assert m["wait_s_p50_by_class"] == pytest.approx(want["p50"])
+    assert m["wait_s_p99_by_class"] == pytest.approx(want["p99"])
+    assert m["gpu_hours"] == pytest.approx(want["gpu_hours"], rel=0.01)
+    assert m["preemptions"] == 1  # job 13's first run
 
 
 def test_every_importer_writes_a_sidecar(tmp_path):
