@@ -382,3 +382,33 @@ def test_csv_missing_start_never_and_skip(tmp_path):
 def test_csv_missing_start_bad_value_names_the_key(tmp_path):
     with pytest.raises(TraceImportError, match=r"rules.missing_start"):
         _csv(tmp_path, "maybe")
+
+
+def test_the_openb_import_writes_a_sidecar_with_pod_phases(tmp_path):
+    fix = ROOT / "tests" / "fixtures" / "openb"
+    out = tmp_path / "o.jsonl"
+    r = runner.invoke(
+        app,
+        [
+            "import",
+            "alibaba-openb",
+            "--pods",
+            str(fix / "openb_pod_list_default.csv"),
+            "--nodes",
+            str(fix / "openb_node_list_gpu_node.csv"),
+            "--out",
+            str(out),
+            "-o",
+            "json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)
+    header, items = obs.read(obs.sidecar(out))
+    pods = list(items)
+    assert len(pods) == summary["jobs"] and summary["observed"] == str(obs.sidecar(out))
+    with open(fix / "openb_pod_list_default.csv", newline="") as f:
+        phases = {row["name"]: row["pod_phase"] for row in csv.DictReader(f)}
+    want = {"Succeeded": "COMPLETED", "Failed": "FAILED", "Running": "RUNNING"}
+    assert all(o.state == want.get(phases[o.job], o.state) for o in pods)
+    assert header.checkpoint.startswith("none") and header.capacity_gpu_milli > 0
