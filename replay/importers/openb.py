@@ -181,7 +181,22 @@ class OpenbImport:
 
 
 PHASES = {"succeeded": "COMPLETED", "failed": "FAILED", "running": "RUNNING", "pending": "PENDING"}
-"""The trace's `pod_phase` -> the observed final state (a pod without one: from its times)."""
+"""The trace's `pod_phase` (its last phase) -> the observed final state."""
+
+
+def _observed_state(phase: str, scheduled: int | None, deleted: int | None) -> str:
+    """A pod deleted before it was scheduled, or deleted while its last phase was Running or
+    Pending, was ended by its deletion: CANCELLED. Otherwise the phase (Succeeded ->
+    COMPLETED, Failed -> FAILED, Running -> RUNNING, Pending -> PENDING); a pod without a
+    phase: from its times."""
+    if deleted is not None and (scheduled is None or phase in ("running", "pending")):
+        return "CANCELLED"
+    if phase in PHASES:
+        return PHASES[phase]
+    if scheduled is None:
+        return "PENDING"
+    return "COMPLETED" if deleted is not None else "RUNNING"
+
 
 # ---------------------------------------------------------------------------- reading
 
@@ -394,12 +409,7 @@ def import_openb(
                 submit_ms=created * 1000,
                 start_ms=None if scheduled is None else scheduled * 1000,
                 end_ms=None if deleted is None else deleted * 1000,
-                state=PHASES.get(phase)
-                or (
-                    ("COMPLETED" if deleted is not None else "RUNNING")
-                    if scheduled is not None
-                    else ("CANCELLED" if deleted is not None else "PENDING")
-                ),
+                state=_observed_state(phase, scheduled, deleted),
                 checkpoint_s=0,
                 line=line,
             )

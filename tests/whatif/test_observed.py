@@ -408,7 +408,15 @@ def test_the_openb_import_writes_a_sidecar_with_pod_phases(tmp_path):
     pods = list(items)
     assert len(pods) == summary["jobs"] and summary["observed"] == str(obs.sidecar(out))
     with open(fix / "openb_pod_list_default.csv", newline="") as f:
-        phases = {row["name"]: row["pod_phase"] for row in csv.DictReader(f)}
-    want = {"Succeeded": "COMPLETED", "Failed": "FAILED", "Running": "RUNNING"}
-    assert all(o.state == want.get(phases[o.job], o.state) for o in pods)
+        rows = {row["name"]: row for row in csv.DictReader(f)}
+
+    def want(row) -> str:  # deleted while Running / Pending, or never scheduled: cancelled
+        if row["deletion_time"] and (
+            row["pod_phase"] in ("Running", "Pending") or not row["scheduled_time"]
+        ):
+            return "CANCELLED"
+        return {"Succeeded": "COMPLETED", "Failed": "FAILED"}[row["pod_phase"]]
+
+    assert {o.job: o.state for o in pods} == {name: want(row) for name, row in rows.items()}
+    assert {o.state for o in pods} == {"CANCELLED", "COMPLETED", "FAILED"}
     assert header.checkpoint.startswith("none") and header.capacity_gpu_milli > 0
