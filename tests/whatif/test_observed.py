@@ -420,3 +420,23 @@ def test_the_openb_import_writes_a_sidecar_with_pod_phases(tmp_path):
     assert {o.job: o.state for o in pods} == {name: want(row) for name, row in rows.items()}
     assert {o.state for o in pods} == {"CANCELLED", "COMPLETED", "FAILED"}
     assert header.checkpoint.startswith("none") and header.capacity_gpu_milli > 0
+
+
+def test_a_csv_mapping_takes_checkpoint_by_class_and_source_value(tmp_path):
+    trace, mapping = tmp_path / "t.csv", tmp_path / "m.yaml"
+    trace.write_text("id,submit,start,end,gpus,q\nx,0,1,9,1,LS\ny,0,1,9,1,BE\nz,0,1,9,1,BE\n")
+    mapping.write_text(
+        "time: {unit: s, epoch: 0}\n"
+        "jobs:\n"
+        "  {id: id, submit: submit, start: start, end: end, gpus: gpus,\n"
+        "   priority: {column: q, values: {LS: train, BE: train}}}\n"
+        "checkpoint: {default: {interval: 10m}, values: {LS: {save: 30s}}}\n"
+    )
+    log = tmp_path / "t.jsonl"
+    import_csv(trace, log, mapping=mapping, nodes_file=ROOT / "tests/fixtures/csv/nodes.yaml")
+    jobs = _jobs(log)
+    assert (jobs["x"].checkpoint.interval_s, jobs["x"].checkpoint.save_s) == (0, 30)
+    assert jobs["y"].checkpoint.interval_s == 600 and jobs["y"].checkpoint.save_s > 10**9
+    mapping.write_text(mapping.read_text().replace("default:", "defualt:"))
+    with pytest.raises(TraceImportError, match=r"m.yaml: checkpoint.defualt: unknown key"):
+        import_csv(trace, log, mapping=mapping, nodes_file=ROOT / "tests/fixtures/csv/nodes.yaml")
