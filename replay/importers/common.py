@@ -13,6 +13,12 @@ of them, the openb importer's:
   `JobCancelled` (reason `DeletedBeforeScheduled`) at the end time;
 - never started, not ended (pending at the dump): submitted, no duration, never cancelled.
 
+Every submission carries the import's checkpoint assumption (`replay.importers.checkpoint`:
+none unless the mapping says otherwise). What the source recorded of each job (times, final
+state, nodes, earlier runs) is written, one line per job, to the observation sidecar
+`OUT.observed.jsonl` (`replay.observed`), streamed to a temporary file while the source is
+read and written beside the log by `write`.
+
 Memory stays bounded however long the source: timed events are kept in sorted runs of
 `run_size` events, spilled to temporary files, and merged in time order when the log is
 written (an external merge sort). The only per-job state kept is an 8-byte hash of each job
