@@ -354,6 +354,7 @@ def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
     spill to temporary files and are merged (an external merge sort)."""
     buf: list[tuple[int, str, int, str]] = []
     runs: list[str] = []
+    jobid_at = header.index("JobID")
 
     def spill() -> None:
         buf.sort()
@@ -380,7 +381,7 @@ def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
             if len(values) != len(header):
                 log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
                 continue
-            job_id = values[header.index("JobID")]
+            job_id = values[jobid_at]
             if not _JOBID.match(job_id.strip()):
                 log.skips.skip(where(line), f"cannot read JobID {job_id!r}")
                 continue
