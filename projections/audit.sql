@@ -558,6 +558,7 @@ COMMENT ON COLUMN run_metrics.end_s IS 'Last event, seconds since the epoch.';
 COMMENT ON COLUMN run_metrics.gpu_allocation_pct IS '100 x integral of allocated / integral of capacity, percent.';
 COMMENT ON COLUMN run_metrics.preemptions IS 'Preemptions (count).';
 COMMENT ON COLUMN run_metrics.lost_gpu_hours IS 'Work lost to preemptions, GPU-hours.';
+COMMENT ON COLUMN run_metrics.gpu_hours IS 'GPU time the allocations held over the window, GPU-hours (integral of allocated GPUs dt).';
 COMMENT ON COLUMN run_metrics.submitted IS 'Jobs (count).';
 COMMENT ON COLUMN run_metrics.completed IS 'Completed (count).';
 COMMENT ON COLUMN run_metrics.failed IS 'Failed (count).';

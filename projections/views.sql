@@ -327,6 +327,7 @@ WITH alloc AS (
 SELECT w.events, w.start_ms / 1000.0 AS start_s, w.end_ms / 1000.0 AS end_s,
        100.0 * alloc.area / nullif(cap.area, 0) AS gpu_allocation_pct,
        pre.preemptions, pre.lost_gpu_hours,
+       alloc.area / 1000.0 / 3600000.0 AS gpu_hours,
        j.submitted, j.completed, j.failed, j.rejected, j.cancelled, j.unfinished, j.jct_s_mean
 FROM run_window w, alloc, cap, pre, j;
 

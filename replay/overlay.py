@@ -16,6 +16,13 @@ only the keys it names:
   name, whose `schedules:` are added, and whose `cluster.nodes`, when given, replace the
   recorded nodes. A `timeline:` is refused (it is a scenario, not a policy).
 
+The checkpoint assumption of the replayed jobs ("what if we had checkpointing"): `--set
+checkpoint=none`, `--set checkpoint.interval=30m`, `--set checkpoint.save=60s` (`.grace`
+too), or a `--policy` file's `checkpoint:` key (the forms of an import mapping:
+`none`, `{interval: 30m, save: 60s}`, or `{default: ..., classes: {NAME: ...}}`; a job's
+partition and source value are not in the log, so `partitions:`/`values:` match nothing).
+It replaces the checkpoint policy of every submitted job (of the named classes).
+
 Overlays are applied in command-line order: every `--policy` file, then every `--set`. The
 result is appended to the recorded configuration as configuration events at the start of the
 replay, so the recorded ones are folded first and the overlay wins.
@@ -43,8 +50,9 @@ from gpuledger.services.domain.inputs import (
     validate_file,
 )
 
-ROOTS = ("policy", "tenants", "priority_classes")
+ROOTS = ("policy", "tenants", "priority_classes", "checkpoint")
 _OVERLAY_KEYS = (
+    "checkpoint",
     "policy",
     "tenants",
     "priority_classes",
@@ -132,6 +140,8 @@ class Overlay:
         self.schedules: list[dict[str, Any]] = []
         self.nodes: tuple[ev.NodeInfo, ...] | None = None
         self.changes: list[str] = []
+        self.checkpoint: Any = None
+        self.checkpoint_set = False
 
     # ---------------------------------------------------------------- --set KEY=VALUE
     def set(self, item: str) -> None:
@@ -146,6 +156,10 @@ class Overlay:
             raise OverlayError(
                 f"{where}: {root!r}: unknown key{_suggest(root, ROOTS) or ' (known: ' + ', '.join(ROOTS) + ')'}"
             )
+        if root == "checkpoint":
+            self._set_checkpoint(where, rest, value)
+            self.changes.append(f"{key}={value!r}")
+            return
         if root == "policy":
             if not rest or "." in rest:
                 raise OverlayError(
@@ -200,6 +214,32 @@ class Overlay:
             changed.append(name)
         self.changes.append(f"{key}={value!r}")
 
+    def _set_checkpoint(self, where: str, rest: str, value: Any) -> None:
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        if not rest:
+            new: Any = value
+        else:
+            if rest not in ("interval", "save", "grace"):
+                hint = _suggest(rest, ("interval", "save", "grace"))
+                raise OverlayError(
+                    f"{where}: checkpoint.{rest}: unknown key{hint or ' (known: interval, save, grace)'}"
+                )
+            new = dict(self.checkpoint) if isinstance(self.checkpoint, dict) else {}
+            new[rest] = value
+        try:
+            parse(new, "checkpoint")
+        except CheckpointError as exc:
+            raise OverlayError([f"{where}: {p}" for p in str(exc).splitlines()]) from None
+        self.checkpoint = new
+        self.checkpoint_set = True
+
+    def checkpoint_rules(self):
+        """The overlaid checkpoint rules, or None when no overlay names a checkpoint."""
+        from gpuledger.replay.importers.checkpoint import parse
+
+        return parse(self.checkpoint) if self.checkpoint_set else None
+
     # ---------------------------------------------------------------- --policy FILE
     def add_file(self, doc: Any, file: str) -> None:
         if not isinstance(doc, dict):
@@ -218,6 +258,16 @@ class Overlay:
             )
         # classes named like a recorded one replace it: no `override` needed for those
         raw = dict(doc)
+        if "checkpoint" in raw:
+            from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+            try:
+                parse(raw["checkpoint"], "checkpoint")
+            except CheckpointError as exc:
+                raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
+            self.checkpoint = raw.pop("checkpoint")
+            self.checkpoint_set = True
+            self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
         raw_classes = [
             dict(c, override=True)
             if isinstance(c, dict) and c.get("name") in self.classes and "override" not in c
@@ -292,4 +342,24 @@ def apply_overlays(inputs, sets: list[str] = (), files: list[tuple[str, Any]] = 
         overlay.set(item)
     extra = overlay.events(inputs.start_ms)
     nodes = overlay.nodes if overlay.nodes is not None else inputs.nodes
-    return dc_replace(inputs, config=[*inputs.config, *extra], nodes=nodes), overlay.changes
+    timeline = inputs.timeline
+    rules = overlay.checkpoint_rules()
+    if rules is not None:
+        timeline = [
+            (
+                t,
+                msgspec.structs.replace(
+                    e,
+                    job=msgspec.structs.replace(
+                        e.job, checkpoint=rules.policy(e.job.priority_class)
+                    ),
+                ),
+            )
+            if isinstance(e, ev.JobSubmitted)
+            else (t, e)
+            for t, e in timeline
+        ]
+    return (
+        dc_replace(inputs, config=[*inputs.config, *extra], nodes=nodes, timeline=timeline),
+        overlay.changes,
+    )

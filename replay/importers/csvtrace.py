@@ -152,6 +152,11 @@ class NodeColumns(Strict, kw_only=True):
 class Rules(Strict, kw_only=True):
     missing_submit: Literal["trace_start", "skip"] = "trace_start"
     cpu_only: Literal["keep", "skip"] = "keep"
+    missing_start: Literal["running", "never", "skip"] = "running"
+    """An empty start cell: `running` = the job was running when the trace began (started at
+    the trace start; a job submitted after the trace start cannot have, and reads as never
+    started), `never` = it never started (cancelled at its end, or pending), `skip` = skip the
+    row."""
 
 
 class CsvMapping(Strict, kw_only=True):
@@ -165,6 +170,9 @@ class CsvMapping(Strict, kw_only=True):
     rules: Rules = Rules()
     gpu_models: dict[str, str] | Literal["verbatim"] = {}
     """Site GPU model names -> canonical names (before the vocabulary), or `verbatim`."""
+    checkpoint: Any = None
+    """`none` (default), `{interval: 30m, save: 60s}`, or by class / source value
+    (replay.importers.checkpoint)."""
 
 
 UNITS = {
@@ -219,6 +227,12 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
                     problems.append(f"{group}.{key}: give exactly one of column or value")
         if m.jobs.per_node_limit is not None and m.jobs.group is None:
             problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(m.checkpoint)
+        except CheckpointError as exc:
+            problems += str(exc).splitlines()
         try:
             _Clock(m.time)
         except ValueError:
@@ -275,6 +289,14 @@ class _Reader:
 
     def has(self, name: str) -> bool:
         return name in self.specs
+
+    def raw(self, row: dict[str, str], name: str) -> str | None:
+        """The cell as written (before `values` and `default`), None when empty."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return None
+        raw = str(spec.value) if spec.column is None else (row.get(spec.column) or "").strip()
+        return raw or None
 
     def text(self, row: dict[str, str], name: str) -> str | None:
         spec = self.specs.get(name)
@@ -360,6 +382,8 @@ class _Clock:
             epoch_ms = int(epoch * 1000)
         self.epoch_ms = epoch_ms
         self.explicit_epoch = not (spec.unit == "date" and spec.epoch == 0)
+        self.clamped = False
+        """The last `ms` was before the trace start (and was moved to it)."""
 
     def _date(self, text: str) -> int:
         if self.spec.format:
@@ -386,6 +410,7 @@ class _Clock:
             if num is None:
                 return None
             value = self.epoch_ms + int(round(num * TIME_MS[self.spec.unit]))
+        self.clamped = self.explicit_epoch and value < self.epoch_ms
         return max(value, self.epoch_ms) if self.explicit_epoch else value
 
 
@@ -516,7 +541,9 @@ def import_csv(
         node_infos = read_nodes_file(nodes_file)
     total_gpus = sum(len(n.gpus) for n in node_infos)
     producer = f"import/{m.trace}"
-    log = ImportLog(producer, skips=skips, run_size=run_size)
+    from gpuledger.replay.importers.checkpoint import parse
+
+    log = ImportLog(producer, skips=skips, run_size=run_size, checkpoint=parse(m.checkpoint))
     clock = _Clock(m.time)
     path = str(trace)
     where = lambda line: f"{path}:{line}"  # noqa: E731
@@ -569,6 +596,8 @@ def import_csv(
                     start_ms=start,
                     end_ms=end,
                     line=first.line,
+                    started_before=start is not None and all(j.started_before for j in gang_rows),
+                    source_priority=first.source_priority,
                 ),
                 where(first.line),
             )
@@ -590,11 +619,13 @@ def import_csv(
                     tenant = "default"
                 cls = cols.text(row, "priority") if cols.has("priority") else None
                 cls = cls or "train"
+                cls_raw = cols.raw(row, "priority") if cols.has("priority") else None
                 res = _resources(cols, row)
                 if vocab is not None and res.gpu_models:
                     res = msgspec.structs.replace(res, gpu_models=vocab.job(res.gpu_models))
                 submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
                 start = clock.ms(cols, row, "start") if cols.has("start") else None
+                started_before = start is not None and clock.clamped
                 end = clock.ms(cols, row, "end") if cols.has("end") else None
                 gang = cols.text(row, "gang") if cols.has("gang") else None
                 spread = _spread(cols, row)
@@ -613,6 +644,12 @@ def import_csv(
                 else:
                     log.skips.skip(where(line), "empty submit time (rules.missing_submit: skip)")
                     continue
+            if start is None and cols.has("start") and m.rules.missing_start != "never":
+                if m.rules.missing_start == "skip":
+                    log.skips.skip(where(line), "empty start time (rules.missing_start: skip)")
+                    continue
+                if clock.explicit_epoch and submit <= clock.epoch_ms:
+                    start, started_before = clock.epoch_ms, True  # running when the trace began
             if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
                 log.skips.skip(where(line), "CPU-only row (rules.cpu_only: skip)")
                 continue
@@ -627,6 +664,8 @@ def import_csv(
                 line=line,
                 spread=spread,
                 node_selector=selector,
+                started_before=started_before,
+                source_priority=cls_raw,
             )
             if gang is not None and gang != "":
                 if gang != gang_key:

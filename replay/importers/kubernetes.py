@@ -269,6 +269,10 @@ class _Member:
     end: int | None
     cancel: int | None
     selector: dict[str, str] | None = None
+    phase: str = ""
+    node: str = ""
+    priority: str = ""
+    preempted: bool = False
 
 
 @dataclass
@@ -280,6 +284,8 @@ class _Context:
     split: int = 0
     gangs_seen: int = 0
     ended_by_event: dict[str, int] = field(default_factory=dict)
+    preempted: set[str] = field(default_factory=set)
+    """`namespace/name` of pods with a `Preempted` / `EvictedDueToPreempted` event."""
     workloads: dict[str, tuple[str, str]] = field(default_factory=dict)
     selected: SelectedKeys = field(default_factory=SelectedKeys)
     single: dict[str, str] = field(default_factory=dict)
@@ -301,8 +307,10 @@ def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
             or item.get("firstTimestamp")
             or (item.get("metadata") or {}).get("creationTimestamp")
         )
+        key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
+        if reason in ("Preempted", "EvictedDueToPreempted"):
+            ctx.preempted.add(key)
         if at is not None:
-            key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
             ctx.ended_by_event[key] = min(at, ctx.ended_by_event.get(key, at))
 
 
@@ -417,7 +425,23 @@ def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | 
     cancel = deleted if start is None and deleted is not None else None
     selector, ignored = pod_selector(spec)
     ctx.selected.pod(selector, ignored)
-    return _Member(line, name, ns, tenant, cls, res, submit, start, end, cancel, selector or None)
+    return _Member(
+        line,
+        name,
+        ns,
+        tenant,
+        cls,
+        res,
+        submit,
+        start,
+        end,
+        cancel,
+        selector or None,
+        phase=str(status.get("phase") or ""),
+        node=str(spec.get("nodeName") or ""),
+        priority=cls_name,
+        preempted=f"{ns}/{name}" in ctx.preempted or status.get("reason") == "Preempted",
+    )
 
 
 def _job_id(ns: str, name: str, namespaced: bool) -> str:
@@ -446,10 +470,35 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
             end_ms=end,
             line=first.line,
             node_selector=first.selector,
+            state=_state(members, start, end),
+            nodes=tuple(sorted({m.node for m in members if m.node})),
+            source_priority=first.priority or None,
         ),
         ctx.where(first.line),
     )
     ctx.selected.job(first.selector)
+
+
+_PHASE_STATE = {"Succeeded": "COMPLETED", "Failed": "FAILED", "Running": "RUNNING"}
+
+
+def _state(members: list[_Member], start: int | None, end: int | None) -> str:
+    """The observed final state of a pod or gang: PREEMPTED when a member ended preempted (its
+    `Preempted` event or status reason), FAILED when a member failed, COMPLETED when
+    every member succeeded, RUNNING while one runs; a pod deleted before it started is
+    CANCELLED; else derived from the times ('')."""
+    phases = {m.phase for m in members}
+    if start is None:
+        return "CANCELLED" if end is not None else ("PENDING" if phases else "")
+    if end is not None and any(m.preempted for m in members):
+        return "PREEMPTED"
+    if "Failed" in phases:
+        return "FAILED"
+    if phases == {"Succeeded"}:
+        return "COMPLETED"
+    if "Running" in phases and end is None:
+        return "RUNNING"
+    return ""
 
 
 def _flush(gangs: dict[tuple[str, str], list[_Member]], ctx: _Context) -> None:
@@ -498,7 +547,7 @@ def import_kubernetes(
         from gpuledger.replay.importers.slurm import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
-    log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
+    log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)
     path = str(pods)
     ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids, single=single)
     counts: dict[str, int] = {}

@@ -22,6 +22,8 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
     policy: {preemption: true}                 # the recorded policy (config file's policy:)
     gpu_models: {a100: A100-80GB}              # site GPU names -> canonical (services.domain.gpu_models)
     mig_model: H100-80GB                       # slurm: the GPUs of MIG-typed gres (default: by profiles)
+    checkpoint: none                           # or {interval: 30m, save: 60s}, or by
+                                               # classes/partitions/values (importers.checkpoint)
 """
 
 from __future__ import annotations
@@ -78,6 +80,15 @@ class Mapping(Strict, kw_only=True):
     gpu_models: dict[str, str] = {}
     """Site GPU model names (Slurm gres types, product labels) -> canonical names, applied
     before the GPU model vocabulary (`services.domain.gpu_models`)."""
+    checkpoint: Any = None
+    """`none` (default), `{interval: 30m, save: 60s}`, or by class / partition / source
+    value (replay.importers.checkpoint)."""
+
+    @property
+    def checkpoint_rules(self):
+        from gpuledger.replay.importers.checkpoint import parse
+
+        return parse(self.checkpoint)
 
 
 TENANT_FROM = {
@@ -108,6 +119,12 @@ def load_mapping(path, source: Literal["slurm", "kubernetes"]) -> Mapping:
                 validate_file({"policy": m.policy})
             except InputError as exc:
                 problems += exc.problems
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(m.checkpoint)
+        except CheckpointError as exc:
+            problems += str(exc).splitlines()
     if problems:
         raise TraceImportError("\n".join(f"{path}: {p}" for p in problems))
     return m

@@ -15,8 +15,10 @@ Rules (every row either becomes part of a job or is skipped with its line and re
 
 - step rows (`123.batch`, `123.extern`, `123.0`, `123_4.batch`, `123+0.0`) are folded into the
   job row before them (a step without its job row is skipped);
-- consecutive rows with the same JobID (`--duplicates`: a requeued job's earlier runs) are one
-  job: submitted at the first row's Submit, run time of the last row (`requeued` counts them);
+- rows with the same JobID (`--duplicates`: a requeued job's runs), wherever they stand in the
+  file, are one job: rows are sorted by job id in bounded memory (an external merge sort);
+  submitted at the first row's Submit, run time of the last row (`requeued` counts the earlier
+  ones, kept as runs in the observation sidecar with their states);
 - array tasks (`123_4`) are jobs `123_4`; a pending array record `123_[5-9%2]` becomes one
   pending job per task (`123_5` ... `123_9`);
 - heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
@@ -27,8 +29,10 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   `gres/gpu:a100=8` (typed -> `gpu_models`), `cpu=`, `mem=` (K/M/G/T);
 - times `YYYY-MM-DDTHH:MM:SS` in `--timezone` (default UTC); `Unknown`, `None` and empty are
   no time. No Submit: skipped. Started and ended: run time End - Start. Never started and
-  ended (cancelled while pending): cancelled at End. Pending or running at the dump: submitted
-  with no run time;
+  ended (cancelled while pending): cancelled at End; a CANCELLED row with `NodeList` `None
+  assigned` and no AllocTRES never started whatever its Start says (Slurm writes Start = End = the cancel
+  time for a job cancelled before its first record reached slurmdbd). Pending or running at
+  the dump: submitted with no run time;
 - QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
 - Partition -> node selector of the partition's node label, when the nodes carry partition
   labels (`replay.importers.labels`).
@@ -36,7 +40,10 @@ Rules (every row either becomes part of a job or is skipped with its line and re
 
 from __future__ import annotations
 
+import heapq
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,11 +66,15 @@ from gpuledger.replay.importers.common import (
 from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
 from gpuledger.replay.importers.migmap import is_profile, mig_gpus
+from gpuledger.replay.observed import Run
 from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
 
 PRODUCER = "import/slurm"
-REQUIRED = ("JobID", "Account", "QOS", "Submit", "Start", "End", "State", "NNodes")
+REQUIRED = ("JobID", "Submit", "Start", "End", "State", "NNodes")
+"""Columns a dump must have; `Account` (-> tenant `default`) and `QOS` (-> class `normal`)
+may be missing."""
+GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
 NO_TIME = {"", "unknown", "none", "n/a"}
 
 _JOBID = re.compile(
@@ -271,6 +282,7 @@ def import_slurm(
     progress: Callable[[int, int], None] | None = None,
     skips: SkipLog | None = None,
     run_size: int = 200_000,
+    columns: str | None = None,
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
@@ -289,7 +301,7 @@ def import_slurm(
         raise TraceImportError(
             f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
         ) from None
-    log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
+    log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
     try:
@@ -298,18 +310,7 @@ def import_slurm(
         raise TraceImportError(f"{sacct}: {exc.strerror or exc}") from exc
     with f:
         bar = Progress(f, progress)
-        header_line = f.readline()
-        header = header_line.rstrip("\r\n").split("|")
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise TraceImportError(
-                f"{path}:1: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
-                f"and the --format of `gpuledger import slurm --help`?)"
-            )
-        if "ReqTRES" not in header and "AllocTRES" not in header:
-            raise TraceImportError(
-                f"{path}:1: missing column ReqTRES or AllocTRES (GPUs come from TRES)"
-            )
+        header = _header(f, path, columns)
         group: list[_Row] = []
         steps = 0
 
@@ -318,20 +319,9 @@ def import_slurm(
                 _emit(group, log, naming, tenant_from, tz, where)
                 group.clear()
 
-        for line, text in enumerate(f, 2):
-            bar.tick(line)
-            text = text.rstrip("\r\n")
-            if not text:
-                continue
-            values = text.split("|")
-            if len(values) != len(header):
-                log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
-                continue
+        for line, values in _rows_by_job(f, header, bar, log, where, run_size):
             row = dict(zip(header, values, strict=True))
             mid = _JOBID.match(row["JobID"].strip())
-            if not mid:
-                log.skips.skip(where(line), f"cannot read JobID {row['JobID']!r}")
-                continue
             base, task, het, step = (
                 mid.group("base"),
                 mid.group("task"),
@@ -342,7 +332,7 @@ def import_slurm(
                 if group and group[0].base == base and group[-1].task == task:
                     steps += 1  # folded into its job
                 else:
-                    log.skips.skip(where(line), "step row without its job row before it")
+                    log.skips.skip(where(line), "step row without its job row")
                 continue
             if group and (group[0].base != base or group[0].task != task):
                 flush()
@@ -372,6 +362,110 @@ def import_slurm(
     return SlurmImport(summary=summary, events=n)
 
 
+def _header(f, path: str, columns: str | None) -> list[str]:
+    """The column names: the file's first line, or `--columns` (a headerless dump)."""
+    if columns is not None:
+        header = [c.strip() for c in columns.split(",") if c.strip()]
+        where = "--columns"
+        pos = f.tell()
+        first = f.readline()
+        if first.rstrip("\r\n").split("|") != header and not _looks_like_header(first):
+            f.seek(pos)  # the file has no header: its first line is data
+    else:
+        first = f.readline()
+        header = first.rstrip("\r\n").split("|")
+        where = f"{path}:1"
+        if first.strip() and not _looks_like_header(first):
+            raise TraceImportError(
+                f"{path}:1: the first line is not a header ({first.strip()[:40]!r}...): the dump "
+                "was written with --noheader; pass its columns in the --format order with "
+                "--columns JobID,JobIDRaw,...,AllocTRES, or write it again without --noheader"
+            )
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise TraceImportError(
+            f"{where}: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
+            f"and the --format of `gpuledger import slurm --help`?)"
+        )
+    if not any(c in header for c in GPU_COLUMNS):
+        raise TraceImportError(
+            f"{where}: missing column ReqTRES, AllocTRES, AllocGRES or ReqGRES (GPUs come from "
+            "TRES or GRES)"
+        )
+    return header
+
+
+def _looks_like_header(text: str) -> bool:
+    return "JobID" in text.split("|")
+
+
+def _job_key(job_id: str) -> tuple[int, str]:
+    m = _JOBID.match(job_id.strip())
+    return (int(m.group("base")), m.group("task") or "") if m else (-1, "")
+
+
+def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
+    """(line, values) of every readable row, grouped by job: sorted by (job id, task, line),
+    so the rows of one job (its requeued runs, its steps) come together wherever they stood in
+    the file, in file order within the job. Bounded memory: sorted runs of `run_size` rows
+    spill to temporary files and are merged (an external merge sort)."""
+    buf: list[tuple[int, str, int, str]] = []
+    runs: list[str] = []
+    jobid_at = header.index("JobID")
+
+    def spill() -> None:
+        buf.sort()
+        fd, name = tempfile.mkstemp(prefix="gpuledger-sacct-", suffix=".run")
+        with os.fdopen(fd, "w") as out:
+            for base, task, line, text in buf:
+                out.write(f"{base} {task} {line} {text}\n")
+        runs.append(name)
+        buf.clear()
+
+    def read(name: str):
+        with open(name) as r:
+            for raw in r:
+                base, task, line, text = raw.rstrip("\n").split(" ", 3)
+                yield int(base), task, int(line), text
+
+    try:
+        for line, text in enumerate(f, 1 if f.tell() == 0 else 2):
+            bar.tick(line)
+            text = text.rstrip("\r\n")
+            if not text:
+                continue
+            values = text.split("|")
+            if len(values) != len(header):
+                log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
+                continue
+            job_id = values[jobid_at]
+            if not _JOBID.match(job_id.strip()):
+                log.skips.skip(where(line), f"cannot read JobID {job_id!r}")
+                continue
+            base, task = _job_key(job_id)
+            buf.append((base, task, line, text))
+            if len(buf) >= run_size:
+                spill()
+        buf.sort()
+        for _, _, line, text in heapq.merge(iter(buf), *(read(n) for n in runs)):
+            yield line, text.split("|")
+    finally:
+        for name in runs:
+            os.unlink(name)
+
+
+def never_ran(row: dict[str, str]) -> bool:
+    """A `CANCELLED` row of a job that was never given nodes: `NodeList` `None assigned` (and
+    no AllocTRES where the dump has the column). Slurm 22.05 writes Start = End = the cancel
+    time for a job cancelled (held, future --begin) before its first record reached slurmdbd."""
+    if not (row.get("State") or "").strip().upper().startswith("CANCELLED"):
+        return False
+    nodes = row.get("NodeList")
+    if nodes is None or not nodes.strip().lower().startswith("none"):
+        return False
+    return not (row.get("AllocTRES") or "").strip()
+
+
 def _owner(row: dict[str, str], tenant_from: str) -> str:
     if tenant_from == "account/user":
         return f"{row.get('Account', '')}/{row.get('User', '')}"
@@ -381,24 +475,71 @@ def _owner(row: dict[str, str], tenant_from: str) -> str:
 
 
 def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resources, int, int] | None:
-    try:
-        nodes = (
-            int(re.match(r"\d+", row["NNodes"].strip() or "1").group(0))
-            if row["NNodes"].strip()
-            else 1
-        )
-    except AttributeError:
+    text = (row.get("NNodes") or "").strip()
+    m = re.match(r"\d+", text) if text else None
+    if text and m is None:
         log.skips.skip(where, f"cannot read NNodes {row['NNodes']!r}")
         return None
+    # NNodes 0 (a job that ended before it was given nodes) is one member, not a gang of none
+    nodes = max(1, int(m.group(0))) if m else 1
     tres_text = (row.get("AllocTRES") or "").strip() or (row.get("ReqTRES") or "").strip()
     try:
-        res, total = tres_resources(parse_tres(tres_text), nodes)
+        tres = parse_tres(tres_text)
+        if not any(k == "gres/gpu" or k.startswith("gres/gpu:") for k in tres):
+            # clusters without AccountingStorageTRES=gres/gpu record GPUs only as GRES
+            gres = (row.get("AllocGRES") or "").strip() or (row.get("ReqGRES") or "").strip()
+            tres.update(gres_tres(gres))
+        res, total = tres_resources(tres, nodes)
     except ValueError as exc:
         log.skips.skip(where, f"cannot read TRES {tres_text!r}: {exc}")
         return None
     if res.mig_profile:
         nodes = max(nodes, total)  # one member per MIG instance
     return res, nodes, total
+
+
+def gres_tres(text: str) -> dict[str, str]:
+    """`gpu:a100:2(IDX:0-1)`, `gpu:2`, `gres:gpu:2` (AllocGRES / ReqGRES) -> TRES entries
+    (`gres/gpu:a100=2`, `gres/gpu=2`)."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        bits = part.split("(", 1)[0].strip().split(":")
+        if bits and bits[0] == "gres":
+            bits = bits[1:]
+        if len(bits) < 2 or bits[0] != "gpu":
+            continue
+        count = bits[-1]
+        if not count.isdigit():
+            raise ValueError(f"cannot read GRES {part!r}")
+        key = "gres/gpu" if len(bits) == 2 else f"gres/gpu:{bits[1]}"
+        out[key] = str(int(out.get(key, "0")) + int(count))
+    return out
+
+
+_HOSTS = re.compile(r"([^,\[]+)(?:\[([^\]]*)\])?")
+
+
+def expand_nodelist(text: str) -> tuple[str, ...]:
+    """`gpu-a[01-02,05],cpu-01` -> ('gpu-a01', 'gpu-a02', 'gpu-a05', 'cpu-01'); `None
+    assigned` and empty -> ()."""
+    text = text.strip()
+    if not text or text.lower().startswith("none"):
+        return ()
+    out: list[str] = []
+    for m in _HOSTS.finditer(text):
+        prefix, ranges = m.group(1).strip(","), m.group(2)
+        if not prefix:
+            continue
+        if ranges is None:
+            out.append(prefix)
+            continue
+        for r in ranges.split(","):
+            a, sep, b = r.partition("-")
+            if sep and a.isdigit() and b.isdigit():
+                out += [f"{prefix}{i:0{len(a)}d}" for i in range(int(a), int(b) + 1)]
+            else:
+                out.append(f"{prefix}{a}")
+    return tuple(out)
 
 
 def _emit(
@@ -506,16 +647,31 @@ def _job(
         log.skips.skip(where(last.line), "no Submit time")
         return
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
+    if never_ran(row):
+        start = None  # Start = End = the cancel time of a job that was never given nodes
     if (
         state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
         and end is not None
         and start is None
     ):
         end = None  # sacct prints End=Unknown for these; never a cancel
+    runs: list[Run] = []
+    for r in records[:-1]:  # earlier runs of a requeued job (`--duplicates`), in file order
+        try:
+            runs.append(
+                Run(
+                    None if never_ran(r.fields) else parse_time(r.fields["Start"], tz),
+                    parse_time(r.fields["End"], tz),
+                    r.fields["State"].split()[0].upper() if r.fields["State"].strip() else "",
+                )
+            )
+        except ValueError:
+            runs.append(Run(None, None, ""))
+    qos = row.get("QOS", "")
     job = ObservedJob(
         job_id=job_id,
         tenant=naming.tenant_for(_owner(row, tenant_from), "default"),
-        priority_class=naming.class_for(row.get("QOS", "")),
+        priority_class=naming.class_for(qos),
         resources=msgspec.structs.replace(res, gpu_models=naming.gpu.job(res.gpu_models))
         if res.gpu_models
         else res,
@@ -526,5 +682,10 @@ def _job(
         line=last.line,
         requeued=len(records) - 1,
         node_selector=naming.partition(row.get("Partition", "")),
+        state=state,
+        nodes=expand_nodelist(row.get("NodeList", "")),
+        runs=tuple(runs),
+        partition=row.get("Partition", "").strip() or None,
+        source_priority=qos.strip() or None,
     )
     log.add_job(job, where(last.line))

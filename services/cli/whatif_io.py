@@ -53,11 +53,13 @@ def import_alibaba_openb(
         fail(str(exc), 2)
     try:
         write_log(out, result.entries())
+        observed_path = result.write_observed(out)
     except OSError as exc:
         fail(f"{out}: {exc}", 2)
     summary = {
         "out": str(out),
         **result.summary(),
+        "observed": str(observed_path),
         "wall_s": round(time.perf_counter() - started, 3),
     }
     if output == "json":
@@ -136,6 +138,14 @@ def summary_text(s: dict) -> str:
         f"running at the end {s['running_at_end']}, requeued {s['requeued']}"
         + "".join(f", {k.replace('_', ' ')} {v}" for k, v in s.items() if k in EXTRA_COUNTS and v),
     ]
+    if s.get("final_states"):
+        lines.append(
+            "  final states: " + ", ".join(f"{k} {v}" for k, v in s["final_states"].items())
+        )
+    if s.get("checkpoint"):
+        lines.append(f"  checkpoint assumed: {s['checkpoint']}")
+    if s.get("observed"):
+        lines.append(f"  observed (what happened) in {s['observed']}")
     if s["skipped_rows"]:
         lines.append(f"  skipped {s['skipped_rows']} rows:")
         for reason, d in s["skipped"].items():
@@ -182,6 +192,11 @@ def import_slurm_cmd(
     timezone: str = typer.Option(
         "UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."
     ),
+    columns: str | None = typer.Option(
+        None,
+        "--columns",
+        help="The column names of a headerless dump (sacct --noheader), comma-separated, in its --format order.",
+    ),
     skipped_out: Path | None = typer.Option(
         None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."
     ),
@@ -205,6 +220,7 @@ def import_slurm_cmd(
                 timezone=timezone,
                 progress=progress,
                 skips=skips,
+                columns=columns,
             ).summary
         ),
     )
@@ -320,16 +336,26 @@ def compare_cmd(
     output: str = typer.Option("table", "-o", "--output", help="table or json (on stdout)."),
 ) -> None:
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO
-    class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A."""
-    from gpuledger.replay.compare import CompareError, compare, load, rows
+    class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A.
+    When A (else B) has an observation file (an import's OUT.observed.jsonl, copied beside a
+    replay's --out), an OBSERVED column shows what the source recorded."""
+    from gpuledger.replay.compare import CompareError, compare, load, observed, rows
+    from gpuledger.replay.observed import find
 
     if output not in ("table", "json"):
         fail(f"-o must be table or json, not {output!r}", 2)
     try:
         sa, sb = load(a), load(b)
+        seen, seen_of = observed(a), a
+        if seen is None:
+            seen, seen_of = observed(b), b
     except CompareError as exc:
         fail(str(exc), 2)
     result = compare(sa, sb)
+    observed_col: dict[str, str] = {}
+    if seen is not None:
+        result["observed"] = {"log": str(find(seen_of)), "metrics": seen.metrics}
+        observed_col = {label: value for label, value, _, _ in rows(compare(seen, sa))}
     written: list[Path] = []
     if plots is not None:
         from gpuledger.replay.plots import write_plots
@@ -353,10 +379,14 @@ def compare_cmd(
 
     table = Table(title=f"A = {a}   B = {b}", title_justify="left")
     table.add_column("METRIC")
+    if observed_col:
+        table.add_column("OBSERVED", justify="right")
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("DELTA", justify="right")
     for row in rows(result):
+        if observed_col:
+            row = (row[0], observed_col.get(row[0], ""), *row[1:])
         table.add_row(*row)
     console = Console()
     console.print(table)

@@ -216,6 +216,9 @@ class Ledger:
     tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
     """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
     guarantees); a member counts under the model of its first GPU."""
+    spread_nodes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per spread group (`JobSpec.spread`), members of its active allocations per node (no
+    zero entries): the scheduler's spread limit reads it instead of scanning allocations."""
     pending_gpu_milli: dict[str, int] = field(default_factory=dict)
     """Per tenant, GPU capacity its pending jobs wait for."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
@@ -662,6 +665,10 @@ class Ledger:
         self.awaiting_start.add(e.allocation_id)
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        if job.spec.spread:
+            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            for m in e.members:
+                per_node[m.node] = per_node.get(m.node, 0) + 1
         self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
@@ -813,6 +820,18 @@ class Ledger:
         self.fleet.release(allocation_id)
         self._accrue(rec.tenant, now_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
+        job = self.jobs.get(rec.job_id)
+        if job is not None and job.spec.spread:
+            group = job.spec.spread.group
+            per_node = self.spread_nodes.get(group, {})
+            for m in rec.members:
+                left = per_node.get(m.node, 0) - 1
+                if left > 0:
+                    per_node[m.node] = left
+                else:
+                    per_node.pop(m.node, None)
+            if not per_node:
+                self.spread_nodes.pop(group, None)
         job = self.jobs.get(rec.job_id)
         if job is not None and not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli

@@ -1405,6 +1405,13 @@ class TrialFleet:
     def allocation_ids(self) -> tuple[str, ...]:
         return tuple(sorted((set(self.base._allocs) - self._released) | set(self._added)))
 
+    def changes(self) -> tuple[dict[str, Allocation], tuple[str, ...]]:
+        """What this view changed of its base: the allocations it added (id -> allocation),
+        and the ids of base allocations it no longer holds as they are (released, or added
+        again), sorted."""
+        gone = self._released | (self._added.keys() & self.base._allocs.keys())
+        return self._added, tuple(sorted(gone))
+
     def _own(self, name: str) -> NodeState | None:
         if name in self._owned:
             return self.overlay[name]

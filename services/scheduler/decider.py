@@ -58,9 +58,9 @@ class _Round:
     fixed_model: dict[tuple[str, str], int]
     placed: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
-    spread: dict[str, dict[str, int]] | None = None
-    """Members per node of each spread group (`JobSpec.spread`), tentative allocations
-    included; built when the first job with a spread constraint is tried."""
+    spread: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Members per node of spread groups (`JobSpec.spread`), tentative allocations included;
+    a group's entry is built when the first job of that group is tried."""
 
     unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
     """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
@@ -406,7 +406,7 @@ class Scheduler(LedgerService):
         self._reservation_limits(state, now_ms, rnd, job, lim)
         spread = job.spec.spread
         if spread:
-            counts = self._spread_counts(state, rnd).get(spread.group, {})
+            counts = self._spread_counts(state, rnd, spread.group)
             lim.spread_full = frozenset(n for n, c in counts.items() if c >= spread.max_per_node)
             lim.exclude = lim.exclude | lim.spread_full
         lim.unrestricted = lim.exclude
@@ -419,16 +419,24 @@ class Scheduler(LedgerService):
         return lim
 
     @staticmethod
-    def _spread_counts(state: Ledger, rnd: _Round) -> dict[str, dict[str, int]]:
-        """Members per node of every spread group, from the round's (tentative) allocations."""
-        if rnd.spread is None:
-            rnd.spread = {}
-            for alloc_id in rnd.trial.allocation_ids():
-                alloc = rnd.trial.allocation(alloc_id)
+    def _spread_counts(state: Ledger, rnd: _Round, group: str) -> dict[str, int]:
+        """Members per node of spread group `group`: the folded index (`Ledger.spread_nodes`,
+        the active allocations) corrected by this decide's tentative changes to the fleet."""
+        counts = rnd.spread.get(group)
+        if counts is None:
+            counts = dict(state.spread_nodes.get(group, {}))
+            view = rnd.trial  # books this decide's placements first
+            added, gone = view.changes()
+            for _id, sign, alloc in [
+                *((a, -1, view.base.allocation(a)) for a in gone),
+                *((a, 1, added[a]) for a in sorted(added)),
+            ]:
                 job = state.jobs.get(alloc.request.job_id)
-                if job is not None and job.spec.spread:
-                    _count_spread(rnd.spread, job.spec.spread.group, alloc.placement.members)
-        return rnd.spread
+                if job is not None and job.spec.spread and job.spec.spread.group == group:
+                    for m in alloc.placement.members:
+                        counts[m.node] = counts.get(m.node, 0) + sign
+            rnd.spread[group] = counts
+        return counts
 
     @staticmethod
     def _reservation_limits(
@@ -487,7 +495,7 @@ class Scheduler(LedgerService):
         alloc_id = f"{job.job_id}#{job.attempts + 1}"
         rnd.unbooked.append((alloc_id, job, result))
         rnd.placed.add(job.job_id)
-        if job.spec.spread and rnd.spread is not None:
+        if job.spec.spread and job.spec.spread.group in rnd.spread:
             _count_spread(rnd.spread, job.spec.spread.group, result.members)
         members = to_members(result)
         gpu_milli = job.spec.resources.gpu_milli_total() * len(members)

@@ -143,3 +143,49 @@ def test_a_policy_only_config_warns_and_points_to_policy(demo_log, tmp_path):
     assert r.exit_code == 0, r.output
     assert "defines no tenants: every job will be rejected (UnknownTenant)" in r.output
     assert f"use --policy {nopre}" in r.output
+
+
+def _checkpoints(inputs) -> dict[str, ev.CheckpointPolicy]:
+    return {
+        e.job.job_id: e.job.checkpoint for _, e in inputs.timeline if isinstance(e, ev.JobSubmitted)
+    }
+
+
+def test_an_overlay_can_assume_checkpointing_for_every_job_or_by_class(demo_log):
+    from gpuledger.replay.importers.checkpoint import NO_SAVE_S
+
+    base = external_inputs(demo_log)
+    # --set: every job checkpoints every 30 min and saves in 60 s when evicted
+    inputs, changes = apply_overlays(base, ["checkpoint.interval=30m", "checkpoint.save=60s"])
+    assert {(c.interval_s, c.save_s) for c in _checkpoints(inputs).values()} == {(1800, 60)}
+    assert changes == ["checkpoint.interval='30m'", "checkpoint.save='60s'"]
+    # --set checkpoint=none: no job can save
+    inputs, _ = apply_overlays(base, ["checkpoint=none"])
+    assert {c.save_s for c in _checkpoints(inputs).values()} == {NO_SAVE_S}
+    # a --policy file: by class, the rest none
+    classes = {e.job.priority_class for _, e in base.timeline if isinstance(e, ev.JobSubmitted)}
+    cls = sorted(classes)[0]
+    doc = {"checkpoint": {"default": "none", "classes": {cls: {"interval": "1h", "save": "2m"}}}}
+    inputs, changes = apply_overlays(base, files=[("ck.yaml", doc)])
+    by_class = {
+        e.job.priority_class: e.job.checkpoint
+        for _, e in inputs.timeline
+        if isinstance(e, ev.JobSubmitted)
+    }
+    assert (by_class[cls].interval_s, by_class[cls].save_s) == (3600, 120)
+    assert all(c.save_s == NO_SAVE_S for k, c in by_class.items() if k != cls)
+    assert changes[0].startswith("checkpoint: none")
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("checkpoint.intervl=30m", "checkpoint.intervl: unknown key (did you mean 'interval'?)"),
+        ("checkpoint.save=soon", "checkpoint.save: cannot read 'soon'"),
+        ("checkpoint=sometimes", "checkpoint: expected none or {interval: 30m, save: 60s}"),
+    ],
+)
+def test_bad_checkpoint_overlays_are_one_clear_line(demo_log, item, message):
+    with pytest.raises(OverlayError) as err:
+        apply_overlays(external_inputs(demo_log), [item])
+    assert message in str(err.value) and len(err.value.problems) == 1
