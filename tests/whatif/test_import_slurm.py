@@ -259,7 +259,10 @@ def test_gpus_recorded_only_as_gres_are_read(tmp_path):
         "2|2024-03-01T08:00:00|Unknown|Unknown|PENDING|1|||gpu:4\n"
     )
     _, jobs, _ = _import(tmp_path, sacct)
-    assert (jobs["1"].resources.gpus, jobs["1"].resources.gpu_models) == (2, ("a100",))
+    assert (jobs["1"].resources.gpus, jobs["1"].resources.gpu_models) == (
+        2,
+        ("A100", "A100-40GB", "A100-80GB"),
+    )
     assert jobs["2"].resources.gpus == 4
 
 
