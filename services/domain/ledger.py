@@ -910,7 +910,28 @@ class Ledger:
     def _config(self, e: Any) -> None:
         if isinstance(e, ev.PolicyConfigured):
             self._usage_policy(e.policy.usage_half_life_s, e.occurred_at_ms)
+        before = (
+            self.config.classes.get(e.name) if isinstance(e, ev.PriorityClassConfigured) else None
+        )
         self.config.apply(e)
+        if before is not None:
+            self._class_preemptibility(e.name, before.preemptible)
+
+    def _class_preemptibility(self, name: str, was: bool) -> None:
+        """A class whose preemptibility changed (a schedule, or an operator): work of it
+        that has not started (pending jobs and replicas, services' later replicas) takes the
+        new value; what runs keeps the one it was placed with."""
+        now = self.config.classes[name].preemptible
+        if now == was:
+            return
+        for job_id in sorted(self.pending):
+            job = self.jobs[job_id]
+            if job.spec.priority_class == name:
+                job.preemptible = now
+        for job in self.jobs.values():
+            if job.spec.is_service and job.state not in TERMINAL_STATES:
+                if job.spec.priority_class == name:
+                    job.preemptible = now
 
     def _usage_policy(self, half_life_s: int, at_ms: int) -> None:
         """Before a new half-life takes effect: fold usage so far under the old one; start
