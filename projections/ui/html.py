@@ -89,10 +89,12 @@ def table(headers: list[str], rows: list[list[str]], *, cls: str = "", id_: str 
     )
 
 
-def badge(state: str | None) -> str:
+def badge(state: str | None, text: str | None = None) -> str:
+    """The state as a coloured badge; `text` shows instead of the state (a service's
+    `running 2/3`, as `gpuledger jobs` and `why` write it)."""
     return (
         f'<span class="badge" style="background:{STATE_COLORS.get(state or "", "#999")}">'
-        f"{e(state)}</span>"
+        f"{e(text or state)}</span>"
     )
 
 
@@ -362,7 +364,7 @@ def _life_text(it: dict[str, Any]) -> str:
 def job_page(d: dict[str, Any]) -> str:
     r = d["report"]
     head = (
-        f'<h1>Job <span id="job-name">{e(r["job"])}</span> {badge(r["state"])}</h1>'
+        f'<h1>Job <span id="job-name">{e(r["job"])}</span> {badge(r["state"], r.get("state_text"))}</h1>'
         f'<p class="facts">tenant <b>{e(r["tenant"])}</b> · class <b>{e(r["priority_class"])}</b>'
         f" · priority <b>{e(r['priority'])}</b> · <b>{e(r['gpus'])}</b> GPUs · attempts "
         f"{e(r['attempts'])}</p>"

@@ -19,6 +19,7 @@ import typer
 from gpuledger.projections.queries import (
     UnknownJob,
     gpus_text,
+    job_state_text,
     jobs_rows,
     nodes_rows,
     tenants_rows,
@@ -237,7 +238,7 @@ def _why_header(r: dict[str, Any]) -> list[str]:
     lines = [
         f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
         f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
-        f"State:     {r['state']}"
+        f"State:     {r.get('state_text') or r['state']}"
         + (
             f" for {humanize_ms((r['age_s'] or 0) * 1000)} since submission"
             if r.get("age_s") is not None
@@ -448,7 +449,7 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
             r["job_id"],
             r["tenant"],
             r["priority_class"],
-            r["state"],
+            job_state_text(r),
             gl,
             humanize_ms(age),
             r["reason"] or "",

@@ -31,6 +31,8 @@ from gpuledger.services.domain.usage import advance, step_ms
 from gpuledger.services.placement import Fleet, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
+_UP = frozenset({JobState.running, JobState.preempting})
+"""States of a placed job (it holds an allocation)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,9 @@ class JobRecord:
     """For a service: the replicas wanted now (its spec's `replicas`, then `ServiceScaled`)."""
     replicas_created: int = 0
     """For a service: replica records created so far (indexes 0 .. this - 1)."""
+    replicas_up: int = 0
+    """For a service: its replicas placed now (running or being preempted). The service is
+    `running` while this is at least 1, else `pending` (`Ledger._service_state`)."""
 
     @property
     def job_id(self) -> str:
@@ -302,9 +307,24 @@ class Ledger:
                 )
             self.leader_epochs[role] = event.leader_epoch
         handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            return handler(self, event)
-        return None
+        if handler is None:
+            return None
+        job_id = getattr(event, "job_id", None)
+        job = self.jobs.get(job_id) if job_id is not None else None
+        was_up = job is not None and job.state in _UP
+        refusal = handler(self, event)
+        if job is not None and job.service is not None and (job.state in _UP) != was_up:
+            svc = self.jobs.get(job.service)
+            if svc is not None:
+                svc.replicas_up += 1 if not was_up else -1
+                self._service_state(svc)
+        return refusal
+
+    def _service_state(self, svc: JobRecord) -> None:
+        """A service is `running` while at least one replica is placed, else `pending`
+        (admitted, every replica waiting); submitted and terminal states are its own."""
+        if svc.state not in TERMINAL and svc.state != JobState.submitted:
+            svc.state = JobState.running if svc.replicas_up > 0 else JobState.pending
 
     # ------------------------------------------------------------------ queries
 
@@ -490,8 +510,7 @@ class Ledger:
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
         if job.spec.is_service:  # the service runs as its replicas: they are queued
-            job.state = JobState.running
-            self._reconcile(job, e.occurred_at_ms)
+            self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
             return None
         self._enqueue(e.job_id)
 
