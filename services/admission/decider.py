@@ -22,8 +22,8 @@ from gpuledger.events import (
     JobAdmitted,
     JobRejected,
     RequestRefused,
+    validate_job_id,
     validate_tenant,
-    validate_token,
 )
 from gpuledger.events import catalog as _ev
 from gpuledger.events.reasons import RejectReason
@@ -171,7 +171,7 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
     admitted and waits with `QuotaScheduled`), or a stretch in which a schedule makes its
     class preemptible. Without `now_ms`, only the configuration in force counts."""
     try:
-        validate_token("job id", spec.job_id)
+        validate_job_id(spec.job_id)  # no `~`: replicas' ids are `<service>~<i>`
         validate_tenant(spec.tenant)
     except InvalidId as exc:
         raise Rejection("InvalidSpec", str(exc)) from exc

@@ -107,6 +107,7 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
         if isinstance(event, ev.JobSubmitted):
             try:
                 ev.subject_for(event)
+                ev.validate_job_id(event.job.job_id)
             except ev.InvalidId as exc:
                 raise InputError(f"job: {exc}") from None
             problem = _form_problem(event.job)

@@ -20,6 +20,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
+from gpuledger.events.ids import REPLICA_SEPARATOR
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
 from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
@@ -56,7 +57,7 @@ class RequestRefusal:
 
 def replica_id(service_id: str, index: int) -> str:
     """The job id of a service's replica: `<service>~<index>`."""
-    return f"{service_id}~{index}"
+    return f"{service_id}{REPLICA_SEPARATOR}{index}"
 
 
 def replica_spec(spec: JobSpec, index: int) -> JobSpec:
@@ -444,6 +445,16 @@ class Ledger:
 
     def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
+        if REPLICA_SEPARATOR in job_id:  # `~` names replicas: no record, the id stays theirs
+            try:
+                ev.validate_job_id(job_id)
+            except ev.InvalidId as exc:  # (an unroutable id is admission's to reject)
+                if exc.reason.startswith(repr(REPLICA_SEPARATOR)):
+                    message = str(exc)
+                    self._refuse(
+                        "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
+                    )
+                    return Refusal("InvalidSpec", message)
         first = self.jobs.get(job_id)
         if first is not None:
             if e.job != first.spec:  # same content = a retry: first one wins, silently
