@@ -48,7 +48,7 @@ EXPECTED = {
     "scenario:runai-reclaim": "15456128aab2e05b3dba8b2e106b12a179f47186d69de04dae5f1390302dce52",
     "scenario:starving-gang": "07c01db53d9e53f67560258f80554667c0423400509bd143196f6b33f7eb372c",
     "scenario:thrashing": "8276bd2d8a4b5f261e2dceec3baa65ee0777b2e44bfd6b2c7796901e0555df88",
-    "scenario:usage-decay": "291e0707fe879384e33a6bb588cf2a03470e0532bd47195359f3178c140d85e6",
+    "scenario:usage-decay": "6be700978e5bea08ebe57fa58b6304cae3b5e40a63f0a48b51a320ccffffa930",
     "openb:all": "f62d89db188775e79764b235acc1190256e041d0826a1e80d7367dd00f4ee2f8",
     "openb:6": "f150748d562f7d244653104706ad61d1cb2a99fb22a84150b4b581af17c22f45",
 }
