@@ -89,6 +89,24 @@ def acceptance_refusals(con, job_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def preemption_outlook(pending: dict[str, Any]) -> list[str]:
+    """What `gpuledger why` says about preemption for a waiting job (its `pending` block, or
+    a `why_pending` row): whether preemption would help where the scheduler said, and the
+    latest refusal with its reason and message, which names the excluded victims by reason
+    (`Preemption declined: NoVictims: no eligible victims; excluded: 3 WithinGuarantee`). The
+    UI's job and Queue pages print these same lines; nothing known is no line."""
+    help_ = pending.get("preemption_would_help")
+    declined = pending.get("preemption_declined")
+    if declined is None and pending.get("declined_reason"):
+        declined = {"reason": pending["declined_reason"], "message": pending["declined_message"]}
+    lines = []
+    if help_ is not None:
+        lines.append(f"Preemption would help: {'yes' if help_ else 'no'}")
+    if declined:
+        lines.append(f"Preemption declined: {declined['reason']}: {declined['message']}")
+    return lines
+
+
 def why_report(con, job_id: str) -> dict[str, Any]:
     """Everything the projection knows about why `job_id` is where it is."""
     cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])

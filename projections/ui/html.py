@@ -7,7 +7,7 @@ import html
 from typing import Any
 from urllib.parse import quote
 
-from gpuledger.projections.queries import gpus_text
+from gpuledger.projections.queries import gpus_text, preemption_outlook
 from gpuledger.services.domain.timefmt import duration
 
 STATE_COLORS = {
@@ -259,7 +259,8 @@ def queue_page(
 ) -> str:
     rows = []
     for r in d["rows"]:
-        help_ = {True: "yes", False: "no", None: "-"}[r["preemption_would_help"]]
+        outlook = preemption_outlook(r)  # as `gpuledger why` words it
+        help_ = "<br>".join(e(x) for x in outlook) if outlook else '<span class="muted">-</span>'
         by = (
             job_link(r["last_preemptor"])
             if r["last_preemptor"]
@@ -275,7 +276,7 @@ def queue_page(
                 e(dur((r["waiting_s"] or 0) * 1000)),
                 f'<span class="reason">{e(r["reason"])}</span>',
                 e(r["message"]),
-                e(help_),
+                help_,
                 by,
             ]
         )
@@ -297,7 +298,7 @@ def queue_page(
                 "waiting",
                 "reason",
                 "message",
-                "preemption would help",
+                "preemption",
                 "preempted by",
             ],
             rows,
@@ -376,16 +377,12 @@ def job_page(d: dict[str, Any]) -> str:
         )
     p = r.get("pending")
     if p:
-        help_ = {True: "yes", False: "no", None: "unknown"}[p["preemption_would_help"]]
         head += (
             f"<p>Waiting {e(dur(p['waiting_s'] * 1000))}; queue position "
-            f"<b>{e(p['queue_position'])}</b>; preemption would help: <b>{help_}</b></p>"
+            f"<b>{e(p['queue_position'])}</b></p>"
         )
-        if p["preemption_declined"]:
-            head += (
-                f"<p>Preemption declined: {e(p['preemption_declined']['reason'])}: "
-                f"{e(p['preemption_declined']['message'])}</p>"
-            )
+        # the preemption outlook exactly as `gpuledger why` words it
+        head += "".join(f'<p class="preemption">{e(x)}</p>' for x in preemption_outlook(p))
         if isinstance(p["node_histogram"], dict) and p["node_histogram"]:
             head += (
                 "<p>Nodes: "

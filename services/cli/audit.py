@@ -22,6 +22,7 @@ from gpuledger.projections.queries import (
     job_state_text,
     jobs_rows,
     nodes_rows,
+    preemption_outlook,
     tenants_rows,
     why_report,
 )
@@ -279,11 +280,7 @@ def _why_pending(p: dict[str, Any] | None) -> list[str]:
     lines = [
         f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"
     ]
-    if p["preemption_would_help"] is not None:
-        lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
-    if p["preemption_declined"]:
-        d = p["preemption_declined"]
-        lines.append(f"Preemption declined: {d['reason']}: {d['message']}")
+    lines += preemption_outlook(p)
     if p["node_histogram"]:
         hist = p["node_histogram"]
         if isinstance(hist, dict):
