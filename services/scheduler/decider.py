@@ -63,6 +63,10 @@ class _Round:
     """Members per node of each spread group (`JobSpec.spread`), tentative allocations
     included; built when the first job with a spread constraint is tried."""
 
+    outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
+    """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
+    computed once however many of its jobs wait."""
+
     unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
     """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
     booked when the view is next read, so the last one of a decide never is."""
@@ -382,7 +386,7 @@ class Scheduler(LedgerService):
         if block is not None:
             details: dict = {"queue_position": position}
             if block[0] == PendingReason.NonPreemptibleOverQuota and state.config.schedules:
-                block = self._scheduled_quota(state, now_ms, job, rnd.fixed, lim, block, details)
+                block = self._scheduled_quota(state, now_ms, job, rnd, lim, block, details)
             return self._pending(state, now_ms, job, block[0], block[1], details)
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
@@ -810,7 +814,7 @@ class Scheduler(LedgerService):
         state: Ledger,
         now_ms: int,
         job: JobRecord,
-        fixed_usage: dict[str, int],
+        rnd: _Round,
         lim: _Limits,
         block: tuple[str, str],
         details: dict,
@@ -818,8 +822,11 @@ class Scheduler(LedgerService):
         """`QuotaScheduled` when a schedule in force gives the tenant's non-preemptible work
         room for the job later within the horizon (or makes its class preemptible), with the
         first such fire time; else the `NonPreemptibleOverQuota` the quota check found."""
-        need, fixed = lim.need, fixed_usage.get(job.tenant, 0)
-        stretches = sched.outlook(state.config, job.tenant, job.spec.priority_class, now_ms)
+        need, fixed = lim.need, rnd.fixed.get(job.tenant, 0)
+        key = (job.tenant, job.spec.priority_class)
+        stretches = rnd.outlooks.get(key)
+        if stretches is None:
+            stretches = rnd.outlooks[key] = sched.outlook(state.config, *key, now_ms)
         fit = sched.first_fit(stretches[1:], fixed + need)
         if fit is None:
             return block
