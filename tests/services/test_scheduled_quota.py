@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
+from gpuledger.replay.verify import verify
 from gpuledger.services.admission.decider import Admission
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.configfile import config_events, node_infos
@@ -281,3 +282,4 @@ def test_seed_003_a_serving_job_submitted_at_0200_under_the_night_schedule_start
     (placed,) = of_type(log, ev.GangPlaced)
     assert 8 * H <= placed.occurred_at_ms <= 8 * H + 30_000  # within the victims' grace
     assert sim.ledger.jobs["serve"].state == "running"
+    assert verify(sim.log).ok, "re-deciding from the log reproduces every decision"
