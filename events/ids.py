@@ -49,6 +49,25 @@ def validate_token(kind: str, value: str) -> str:
     return value
 
 
+REPLICA_SEPARATOR = "~"
+"""Joins a service's job id and a replica index into the replica's job id (`svc~0`)."""
+
+
+def validate_job_id(value: str) -> str:
+    """Return `value` if it may name a job a client submits: a subject token
+    (`validate_token`) without `~`, which only replica ids `<service>~<i>` hold, so a user's
+    job can never take a replica's id. Else raise InvalidId."""
+    validate_token("job id", value)
+    if REPLICA_SEPARATOR in value:
+        raise InvalidId(
+            "job id",
+            value,
+            f"{REPLICA_SEPARATOR!r} is reserved for the replicas of services "
+            f"(<service>{REPLICA_SEPARATOR}<index>); use another character",
+        )
+    return value
+
+
 def validate_tenant(value: str) -> str:
     """Tenant paths are `/`-separated segments (`org/team/project`) of safe characters."""
     if type(value) is str and value in _VALID_TENANTS:

@@ -581,7 +581,20 @@ class Projection:
         handler = _HANDLERS.get(cls)
         if handler is not None:
             handler(self, seq, event)
+            job_id = getattr(event, "job_id", None)
+            rec = self.ledger.jobs.get(job_id) if job_id is not None else None
+            if rec is not None and rec.service is not None:
+                self._service_row(rec.service, seq, event)
         return True
+
+    def _service_row(self, service_id: str, seq: int, e: ev.Event) -> None:
+        """A service's row after an event about one of its replicas: its state is the fold's
+        (`running` while a replica is placed, else `pending`)."""
+        row = self.jobs.get(service_id)
+        svc = self.ledger.jobs.get(service_id)
+        if row is not None and svc is not None and row.state != svc.state:
+            self._transition(row, str(svc.state), seq, e, None)
+            self._touch(row, seq, e.occurred_at_ms)
 
     def apply_undecodable(self, seq: int, subject: str, error: str, head: str) -> bool:
         """Record a message that is not a valid event (the runtime dead-letters it)."""
@@ -630,6 +643,12 @@ class Projection:
         self._up_jobs[(job.job_id,)] = job
 
     def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
+        """Move the row to the state the services' fold has for the job after `e` (one state
+        machine: `services.domain.ledger`); `to` only where the fold does not know the job (a
+        log that starts after its submission)."""
+        rec = self.ledger.jobs.get(job.job_id)
+        if rec is not None:
+            to = str(rec.state)
         if job.state != to:
             self._add_transition(
                 seq,
@@ -704,14 +723,11 @@ class Projection:
         job.preemptible = e.preemptible
         job.slo_class = e.slo_class
         job.admitted_at_ms = job.pending_since_ms = e.occurred_at_ms
-        svc = self.ledger.jobs.get(e.job_id)
-        if svc is not None and svc.spec.is_service:  # it runs as its replicas
-            self._transition(job, "running", seq, e, None)
-            self._touch(job, seq, e.occurred_at_ms)
-            self._sync_replicas(e.job_id, seq, e)
-            return
         self._transition(job, "pending", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
+        svc = self.ledger.jobs.get(e.job_id)
+        if svc is not None and svc.spec.is_service:  # it runs as its replicas
+            self._sync_replicas(e.job_id, seq, e)
 
     def _scaled(self, seq: int, e: ev.ServiceScaled) -> None:
         job = self.jobs.get(e.job_id)

@@ -18,6 +18,10 @@ WITH last_reason AS (
 ), declined AS (
     SELECT job_id, arg_max(reason, seq) AS declined_reason, arg_max(message, seq) AS declined_message
     FROM decisions WHERE type = 'PreemptionDeclined' GROUP BY job_id
+), services AS (
+    -- a service (`kind: service`) waits as its replicas `<service>~<i>`: they are listed, not it
+    SELECT DISTINCT regexp_extract(job_id, '^(.+)~[0-9]+$', 1) AS job_id
+    FROM jobs WHERE regexp_matches(job_id, '~[0-9]+$')
 )
 SELECT j.job_id, j.tenant, j.priority_class, j.priority, j.state,
        j.gpu_milli / 1000.0 AS gpus,
@@ -36,7 +40,7 @@ FROM jobs j
 CROSS JOIN clock c
 LEFT JOIN last_reason r USING (job_id)
 LEFT JOIN declined d USING (job_id)
-WHERE j.state IN ('submitted', 'pending');
+WHERE j.state IN ('submitted', 'pending') AND j.job_id NOT IN (SELECT job_id FROM services);
 
 -- Who preempted whom, why, and what it cost. One row per PreemptionRequested.
 CREATE OR REPLACE VIEW who_preempted AS
@@ -135,6 +139,12 @@ WITH q AS (
 ), gained AS (
     SELECT coalesce(p.beneficiary_tenant, b.tenant) AS tenant, count(*) AS preemptions_caused
     FROM preemptions p LEFT JOIN jobs b ON b.job_id = p.beneficiary GROUP BY 1
+), held AS (
+    -- what the tenant's placements hold now (the fold's allocations; the `tenants` row's
+    -- allocated_gpu_milli is as of the last FairShareUpdated, which allocation alone does not
+    -- republish)
+    SELECT tenant, sum(gpu_milli) / 1000.0 AS gpus FROM allocations
+    WHERE ended_at_ms IS NULL GROUP BY tenant
 ), names AS (
     SELECT tenant FROM tenants UNION SELECT tenant FROM alloc UNION SELECT tenant FROM borrowed
 )
@@ -142,7 +152,7 @@ SELECT n.tenant,
        t.guaranteed_gpu_milli / 1000.0 AS guaranteed_gpus,
        t.limit_gpu_milli / 1000.0 AS limit_gpus,
        t.fair_share_gpu_milli / 1000.0 AS fair_share_gpus,
-       t.allocated_gpu_milli / 1000.0 AS allocated_gpus_now,
+       coalesce(h.gpus, 0) AS allocated_gpus_now,
        coalesce(a.allocated_gpu_hours, 0) AS allocated_gpu_hours,
        coalesce(a.used_gpu_hours, 0) AS used_gpu_hours,
        a.used_gpu_hours / nullif(a.measured_gpu_hours, 0) AS sm_active_avg,
@@ -156,7 +166,8 @@ LEFT JOIN tenants t USING (tenant)
 LEFT JOIN alloc a USING (tenant)
 LEFT JOIN borrowed b USING (tenant)
 LEFT JOIN lost l USING (tenant)
-LEFT JOIN gained g USING (tenant);
+LEFT JOIN gained g USING (tenant)
+LEFT JOIN held h USING (tenant);
 
 -- Free capacity per GPU right now (ready nodes, healthy GPUs).
 CREATE OR REPLACE VIEW gpu_free AS

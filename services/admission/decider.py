@@ -22,12 +22,14 @@ from gpuledger.events import (
     JobAdmitted,
     JobRejected,
     RequestRefused,
+    validate_job_id,
     validate_tenant,
-    validate_token,
 )
 from gpuledger.events import catalog as _ev
+from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain import job_status
+from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.job_status import QUERY_SUBJECTS
 from gpuledger.services.domain.ledger import Ledger, replica_spec
@@ -63,7 +65,9 @@ class Admission(LedgerService):
             _ev.NodeHeartbeat,
         }
     )
-    quiet_until_wakeup = True  # never reads the clock
+    # reads the clock only to judge a submission against the schedules; with none to judge,
+    # a quiet answer stays quiet
+    quiet_until_wakeup = True
     """Job status queries from tenant CI identities (services/domain/job_status.py)."""
 
     @staticmethod
@@ -94,7 +98,7 @@ class Admission(LedgerService):
                 tenant=job.tenant,
             )
             try:
-                cls = check(state, job.spec, self.fleet_summary(state))
+                cls = check(state, job.spec, self.fleet_summary(state), now_ms)
             except Rejection as r:
                 out.append(
                     self.emit(
@@ -159,10 +163,15 @@ class Admission(LedgerService):
         return out
 
 
-def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
-    """Return the job's priority class if admissible, else raise Rejection."""
+def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None = None):
+    """Return the job's priority class if admissible, else raise Rejection.
+
+    Non-preemptible work must fit its tenant's guarantee: the largest one the schedules in
+    force give within `schedules.HORIZON_MS` of `now_ms` (a job that fits only later is
+    admitted and waits with `QuotaScheduled`), or a stretch in which a schedule makes its
+    class preemptible. Without `now_ms`, only the configuration in force counts."""
     try:
-        validate_token("job id", spec.job_id)
+        validate_job_id(spec.job_id)  # no `~`: replicas' ids are `<service>~<i>`
         validate_tenant(spec.tenant)
     except InvalidId as exc:
         raise Rejection("InvalidSpec", str(exc)) from exc
@@ -202,11 +211,24 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
             spec.replicas if spec.is_service else spec.members_min()
         )
         if need > guaranteed:
-            raise Rejection(
-                "NonPreemptibleOverQuota",
-                f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
-                f"{spec.tenant} is guaranteed {guaranteed / 1000:g}",
-                need_gpu_milli=need,
-                guaranteed_gpu_milli=guaranteed,
+            stretches = (
+                sched.outlook(config, spec.tenant, cls.name, now_ms)
+                if now_ms is not None and config.schedules
+                else []
             )
+            if sched.first_fit(stretches, need) is None:
+                most = max((s.guaranteed_gpu_milli for s in stretches), default=guaranteed)
+                later = (
+                    f" (and at most {most / 1000:g} under its schedules in the next "
+                    f"{sched.HORIZON_MS // 86_400_000} days)"
+                    if len(stretches) > 1
+                    else ""
+                )
+                raise Rejection(
+                    RejectReason.NonPreemptibleOverQuota,
+                    f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
+                    f"{spec.tenant} is guaranteed {guaranteed / 1000:g}{later}",
+                    need_gpu_milli=need,
+                    guaranteed_gpu_milli=guaranteed,
+                )
     return cls

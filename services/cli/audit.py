@@ -19,8 +19,10 @@ import typer
 from gpuledger.projections.queries import (
     UnknownJob,
     gpus_text,
+    job_state_text,
     jobs_rows,
     nodes_rows,
+    preemption_outlook,
     tenants_rows,
     why_report,
 )
@@ -237,7 +239,7 @@ def _why_header(r: dict[str, Any]) -> list[str]:
     lines = [
         f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
         f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
-        f"State:     {r['state']}"
+        f"State:     {r.get('state_text') or r['state']}"
         + (
             f" for {humanize_ms((r['age_s'] or 0) * 1000)} since submission"
             if r.get("age_s") is not None
@@ -278,11 +280,7 @@ def _why_pending(p: dict[str, Any] | None) -> list[str]:
     lines = [
         f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"
     ]
-    if p["preemption_would_help"] is not None:
-        lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
-    if p["preemption_declined"]:
-        d = p["preemption_declined"]
-        lines.append(f"Preemption declined: {d['reason']}: {d['message']}")
+    lines += preemption_outlook(p)
     if p["node_histogram"]:
         hist = p["node_histogram"]
         if isinstance(hist, dict):
@@ -448,7 +446,7 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
             r["job_id"],
             r["tenant"],
             r["priority_class"],
-            r["state"],
+            job_state_text(r),
             gl,
             humanize_ms(age),
             r["reason"] or "",

@@ -78,6 +78,9 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
             check_references(validate_job(doc), "", config, problems)
             if problems:
                 raise InputError(problems)
+            rejection = admission_rejection(job_spec(doc), config)
+            if rejection is not None:
+                raise InputError(rejection)
     else:
         from gpuledger.services.domain.inputs import collect
 
@@ -104,11 +107,43 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
         if isinstance(event, ev.JobSubmitted):
             try:
                 ev.subject_for(event)
+                ev.validate_job_id(event.job.job_id)
             except ev.InvalidId as exc:
                 raise InputError(f"job: {exc}") from None
             problem = _form_problem(event.job)
             if problem is not None:
                 raise InputError(f"job: {problem[1]}")
+
+
+def admission_rejection(spec: ev.JobSpec, config: Any, now_ms: int | None = None) -> str | None:
+    """What admission would answer `spec` on a cluster of exactly `config` (its tenants,
+    classes, policy, schedules and declared nodes) at `now_ms` (default: now), as
+    `Reason: message` (what `submit --wait` prints after `rejected JOB:`); None if admitted.
+    The same decider code runs: `services.admission.decider.check`."""
+    import time
+
+    from gpuledger.services.admission.decider import Admission, Rejection
+    from gpuledger.services.admission.decider import check as admission_check
+    from gpuledger.services.domain.configfile import config_events, node_infos
+    from gpuledger.services.domain.ledger import Ledger
+
+    at = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    ledger = Ledger()
+    events = config_events(config, at_ms=at)
+    events += [
+        ev.NodeRegistered(
+            node=n, simulated=True, event_id=f"check:{n.name}", producer="node-agent/check"
+        )
+        for n in node_infos(config)
+    ]
+    for seq, e in enumerate(events, 1):
+        ledger.apply(seq, e)
+    admission = Admission()
+    try:
+        admission_check(ledger, spec, admission.fleet_summary(ledger), at)
+    except Rejection as r:
+        return f"{r.reason}: {r.message}"
+    return None
 
 
 @app.command()
@@ -126,7 +161,10 @@ def check(
     """Validate cluster configurations, scenarios, job files and client events without running
     anything. Prints `ok FILE (kind)` per good file and one `error: FILE: key.path: problem`
     line per problem. Job files after a configuration are also checked against it (tenant,
-    class, GPU models, MIG profile). Exit codes: 0 all valid, 2 a problem in any file."""
+    class, GPU models, MIG profile), and judged as admission would judge them on a cluster
+    of exactly that configuration: a job it would reject (`Unschedulable`: more members than
+    the declared nodes can ever hold, `NonPreemptibleOverQuota`, ...) is one error line with
+    admission's reason and message. Exit codes: 0 all valid, 2 a problem in any file."""
     bad = False
     config = None
     for path in files:

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
+from gpuledger.events import InvalidId, Policy, validate_job_id, validate_tenant, validate_token
 from gpuledger.events.specs import MAX_COUNT, MAX_SELECTOR, LabelKey, LabelValue
 from gpuledger.services.domain.config import DEFAULT_CLASSES
 from gpuledger.services.domain.gpu_models import job_models, resolve_node
@@ -534,7 +534,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     else:
         _valid_id(
             _p(base, "id" if job.id else "job_id"),
-            lambda: validate_token("job id", job.id or job.job_id),
+            lambda: validate_job_id(job.id or job.job_id),
             problems,
         )
     _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)

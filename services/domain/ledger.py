@@ -20,6 +20,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
+from gpuledger.events.ids import REPLICA_SEPARATOR
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
 from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
@@ -31,6 +32,8 @@ from gpuledger.services.domain.usage import advance, step_ms
 from gpuledger.services.placement import Fleet, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
+_UP = frozenset({JobState.running, JobState.preempting})
+"""States of a placed job (it holds an allocation)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class RequestRefusal:
 
 def replica_id(service_id: str, index: int) -> str:
     """The job id of a service's replica: `<service>~<index>`."""
-    return f"{service_id}~{index}"
+    return f"{service_id}{REPLICA_SEPARATOR}{index}"
 
 
 def replica_spec(spec: JobSpec, index: int) -> JobSpec:
@@ -145,6 +148,9 @@ class JobRecord:
     """For a service: the replicas wanted now (its spec's `replicas`, then `ServiceScaled`)."""
     replicas_created: int = 0
     """For a service: replica records created so far (indexes 0 .. this - 1)."""
+    replicas_up: int = 0
+    """For a service: its replicas placed now (running or being preempted). The service is
+    `running` while this is at least 1, else `pending` (`Ledger._service_state`)."""
 
     @property
     def job_id(self) -> str:
@@ -305,9 +311,24 @@ class Ledger:
                 )
             self.leader_epochs[role] = event.leader_epoch
         handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            return handler(self, event)
-        return None
+        if handler is None:
+            return None
+        job_id = getattr(event, "job_id", None)
+        job = self.jobs.get(job_id) if job_id is not None else None
+        was_up = job is not None and job.state in _UP
+        refusal = handler(self, event)
+        if job is not None and job.service is not None and (job.state in _UP) != was_up:
+            svc = self.jobs.get(job.service)
+            if svc is not None:
+                svc.replicas_up += 1 if not was_up else -1
+                self._service_state(svc)
+        return refusal
+
+    def _service_state(self, svc: JobRecord) -> None:
+        """A service is `running` while at least one replica is placed, else `pending`
+        (admitted, every replica waiting); submitted and terminal states are its own."""
+        if svc.state not in TERMINAL and svc.state != JobState.submitted:
+            svc.state = JobState.running if svc.replicas_up > 0 else JobState.pending
 
     # ------------------------------------------------------------------ queries
 
@@ -427,6 +448,16 @@ class Ledger:
 
     def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
+        if REPLICA_SEPARATOR in job_id:  # `~` names replicas: no record, the id stays theirs
+            try:
+                ev.validate_job_id(job_id)
+            except ev.InvalidId as exc:  # (an unroutable id is admission's to reject)
+                if exc.reason.startswith(repr(REPLICA_SEPARATOR)):
+                    message = str(exc)
+                    self._refuse(
+                        "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
+                    )
+                    return Refusal("InvalidSpec", message)
         first = self.jobs.get(job_id)
         if first is not None:
             if e.job != first.spec:  # same content = a retry: first one wins, silently
@@ -493,8 +524,7 @@ class Ledger:
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
         if job.spec.is_service:  # the service runs as its replicas: they are queued
-            job.state = JobState.running
-            self._reconcile(job, e.occurred_at_ms)
+            self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
             return None
         self._enqueue(e.job_id)
 
@@ -929,7 +959,28 @@ class Ledger:
     def _config(self, e: Any) -> None:
         if isinstance(e, ev.PolicyConfigured):
             self._usage_policy(e.policy.usage_half_life_s, e.occurred_at_ms)
+        before = (
+            self.config.classes.get(e.name) if isinstance(e, ev.PriorityClassConfigured) else None
+        )
         self.config.apply(e)
+        if before is not None:
+            self._class_preemptibility(e.name, before.preemptible)
+
+    def _class_preemptibility(self, name: str, was: bool) -> None:
+        """A class whose preemptibility changed (a schedule, or an operator): work of it
+        that has not started (pending jobs and replicas, services' later replicas) takes the
+        new value; what runs keeps the one it was placed with."""
+        now = self.config.classes[name].preemptible
+        if now == was:
+            return
+        for job_id in sorted(self.pending):
+            job = self.jobs[job_id]
+            if job.spec.priority_class == name:
+                job.preemptible = now
+        for job in self.jobs.values():
+            if job.spec.is_service and job.state not in TERMINAL_STATES:
+                if job.spec.priority_class == name:
+                    job.preemptible = now
 
     def _usage_policy(self, half_life_s: int, at_ms: int) -> None:
         """Before a new half-life takes effect: fold usage so far under the old one; start

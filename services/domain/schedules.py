@@ -13,6 +13,7 @@ therefore the same event in every shell that decides it (live, simulator, what-i
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -184,3 +185,94 @@ def describe(s: ScheduleConfigured) -> str:
 
 def _gpus(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+HORIZON_MS = 7 * 86_400_000
+"""How far ahead admission and the scheduler look at the schedules (7 days): a job that fits
+only under a schedule firing later than that is judged as if it never fires."""
+
+_MAX_FIRES = 2_016
+"""At most this many fire times per schedule inside the horizon (one every 5 minutes for 7
+days); a schedule firing more often is followed only that far."""
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """From `at_ms` on (until the next stretch), what a tenant is guaranteed and whether a
+    priority class is preemptible, under the schedules in force."""
+
+    at_ms: int
+    guaranteed_gpu_milli: int
+    preemptible: bool
+    schedule: str = ""
+    """The schedule whose fire time starts the stretch ("" for the configuration in force)."""
+    timezone: str = "UTC"
+
+
+def outlook(config, tenant: str, class_name: str, now_ms: int) -> list[Stretch]:
+    """The guarantee of `tenant` and the preemptibility of `class_name` from `now_ms` to the
+    end of the horizon (`HORIZON_MS`), as stretches in time order: the first is what is in
+    force now (with any change due but not yet published applied), each next one starts at a
+    schedule's fire time that changes either. `config` is the folded `ConfigState`. Pure and
+    deterministic (changes fold in order of fire time, then schedule name, as the quota
+    service publishes them)."""
+    t = config.tenants.get(tenant)
+    c = config.classes.get(class_name)
+    g = t.guaranteed_gpu_milli if t is not None else 0
+    p = c.preemptible if c is not None else True
+    relevant = {
+        name: s
+        for name, s in config.schedules.items()
+        if not s.removed
+        and (
+            any(x.tenant == tenant for x in s.tenants)
+            or any(x.name == class_name for x in s.priority_classes)
+        )
+    }
+    if not relevant:
+        return [Stretch(now_ms, g, p)]
+    for _, name in due(relevant, config.fired, now_ms):
+        g, p = _changed(relevant[name], tenant, class_name, g, p)
+    out = [Stretch(now_ms, g, p)]
+    fires: list[tuple[int, str]] = []
+    end = now_ms + HORIZON_MS
+    for name in sorted(relevant):
+        s, at = relevant[name], now_ms
+        for _ in range(_MAX_FIRES):
+            at = next_fire_ms(s.cron, s.timezone, at)
+            if at is None or at > end:
+                break
+            fires.append((at, name))
+    fires.sort()
+    for at, name in fires:
+        g, p = _changed(relevant[name], tenant, class_name, g, p)
+        if (g, p) != (out[-1].guaranteed_gpu_milli, out[-1].preemptible):
+            out.append(Stretch(at, g, p, name, relevant[name].timezone))
+    return out
+
+
+def _changed(s: ScheduleConfigured, tenant: str, class_name: str, g: int, p: bool):
+    for x in s.tenants:
+        if x.tenant == tenant and x.guaranteed_gpu_milli is not None:
+            g = x.guaranteed_gpu_milli
+    for x in s.priority_classes:
+        if x.name == class_name and x.preemptible is not None:
+            p = x.preemptible
+    return g, p
+
+
+def first_fit(stretches: list[Stretch], need_milli: int) -> Stretch | None:
+    """The first stretch in which work of `need_milli` milli-GPUs of the class may run as far
+    as quota goes (the class is preemptible then, or the guarantee covers it), or None."""
+    for s in stretches:
+        if s.preemptible or need_milli <= s.guaranteed_gpu_milli:
+            return s
+    return None
+
+
+def local_time(at_ms: int, tz: str, since_ms: int) -> str:
+    """`08:00 Asia/Kolkata` (the wall clock of the zone), with the date in front
+    (`2026-06-03 08:00 Asia/Kolkata`) when `at_ms` is a day or more after `since_ms`."""
+    dt = _dt(at_ms, zone(tz))
+    clock = f"{dt:%H:%M} {tz}"
+    return clock if at_ms - since_ms < 86_400_000 else f"{dt:%Y-%m-%d} {clock}"

@@ -24,6 +24,7 @@ from gpuledger.events import (
 )
 from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
@@ -61,6 +62,10 @@ class _Round:
     spread: dict[str, dict[str, int]] = field(default_factory=dict)
     """Members per node of spread groups (`JobSpec.spread`), tentative allocations included;
     a group's entry is built when the first job of that group is tried."""
+
+    outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
+    """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
+    computed once however many of its jobs wait."""
 
     unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
     """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
@@ -379,9 +384,10 @@ class Scheduler(LedgerService):
         lim = self._limits(state, now_ms, rnd, job)
         block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need)
         if block is not None:
-            return self._pending(
-                state, now_ms, job, block[0], block[1], {"queue_position": position}
-            )
+            details: dict = {"queue_position": position}
+            if block[0] == PendingReason.NonPreemptibleOverQuota and state.config.schedules:
+                block = self._scheduled_quota(state, now_ms, job, rnd, lim, block, details)
+            return self._pending(state, now_ms, job, block[0], block[1], details)
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
             return [self._bind(state, now_ms, rnd, job, result, lim.backfill_for)]
@@ -810,6 +816,49 @@ class Scheduler(LedgerService):
                     return block
             t = parent_of(t)
         return None
+
+    @staticmethod
+    def _scheduled_quota(
+        state: Ledger,
+        now_ms: int,
+        job: JobRecord,
+        rnd: _Round,
+        lim: _Limits,
+        block: tuple[str, str],
+        details: dict,
+    ) -> tuple[str, str]:
+        """`QuotaScheduled` when a schedule in force gives the tenant's non-preemptible work
+        room for the job later within the horizon (or makes its class preemptible), with the
+        first such fire time; else the `NonPreemptibleOverQuota` the quota check found."""
+        need, fixed = lim.need, rnd.fixed.get(job.tenant, 0)
+        key = (job.tenant, job.spec.priority_class)
+        stretches = rnd.outlooks.get(key)
+        if stretches is None:
+            stretches = rnd.outlooks[key] = sched.outlook(state.config, *key, now_ms)
+        fit = sched.first_fit(stretches[1:], fixed + need)
+        if fit is None:
+            return block
+        now = stretches[0].guaranteed_gpu_milli
+        when = sched.local_time(fit.at_ms, fit.timezone, job.pending_since_ms)
+        then = (
+            f"{fit.guaranteed_gpu_milli / 1000:g} from {when}"
+            if fixed + need <= fit.guaranteed_gpu_milli
+            else f"class {job.spec.priority_class} preemptible from {when}"
+        )
+        details.update(
+            starts_at_ms=fit.at_ms,
+            schedule=fit.schedule,
+            guaranteed_gpu_milli=now,
+            scheduled_gpu_milli=fit.guaranteed_gpu_milli,
+            need_gpu_milli=need,
+            non_preemptible_gpu_milli=fixed,
+        )
+        return (
+            PendingReason.QuotaScheduled,
+            f"tenant {job.tenant} is guaranteed {now / 1000:g} now, {then}"
+            + (f" (runs {fixed / 1000:g} non-preemptible)" if fixed else "")
+            + f"; job needs {need / 1000:g}",
+        )
 
     def _pending(
         self, state: Ledger, now_ms: int, job: JobRecord, reason: str, message: str, details: dict

@@ -60,6 +60,15 @@ PENDING: tuple[PendingRule, ...] = (
         "model where `guaranteed_by_model` is set): runs X non-preemptible of Y",
     ),
     PendingRule(
+        PendingReason.QuotaScheduled,
+        "quota",
+        False,
+        False,
+        "non-preemptible work beyond its tenant's guarantee now, within a guarantee a "
+        "schedule puts in force later (or a stretch in which a schedule makes its class "
+        "preemptible): guaranteed X now, Y from HH:MM ZONE; it starts at that fire time",
+    ),
+    PendingRule(
         PendingReason.Unschedulable,
         "placement",
         False,

@@ -148,6 +148,31 @@ def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible
     assert "runs 4 non-preemptible of 4 guaranteed GPUs, job needs 2" in e.message
 
 
+def test_quota_scheduled_non_preemptible_work_that_fits_a_guarantee_a_schedule_gives_later():
+    from gpuledger.services.domain.configfile import config_events
+
+    day = {
+        "name": "day",
+        "cron": "0 8 * * *",
+        "timezone": "UTC",
+        "tenants": [{"name": "a", "guaranteed": 4}],
+    }
+    night = {**day, "name": "night", "cron": "0 20 * * *"}
+    night["tenants"] = [{"name": "a", "guaranteed": 0}]
+    schedules = config_events(
+        {"tenants": [{"name": "a", "guaranteed": 0}], "schedules": [day, night]}
+    )
+    # 00:00 on the simulator's first day: the night (0 guaranteed) is in force
+    _, out = scheduled(
+        [*fleet(N8, tenants=[{"name": "a", "guaranteed": 0}]), *schedules],
+        [{"id": "j", "tenant": "a", "gpus": 2, "class": "build"}],
+    )
+    e = why(out, "j")
+    assert e.reason == PendingReason.QuotaScheduled
+    assert e.message == "tenant a is guaranteed 0 now, 4 from 08:00 UTC; job needs 2"
+    assert e.details["starts_at_ms"] == 8 * 3_600_000
+
+
 def test_reserved_the_only_room_is_reserved_for_a_starving_gang():
     ledger = given(
         *fleet(
