@@ -164,10 +164,12 @@ def test_incremental_explanations_equal_the_walk(n, data, policy):
 def test_explanation_counts_follow_a_large_fleet_without_walking():
     """500 nodes, a failing 8-GPU request after every node lost one GPU: the histogram says
     so, and after a release it moves one node from one reason to "fits"."""
-    gpus = lambda i: tuple(
-        GpuSpec(g, f"n{i}-{g}", "H100", 81_920, f"n{i}/nv", "exclusive")  # noqa: E731
-        for g in range(8)
-    )
+
+    def gpus(i):
+        return tuple(
+            GpuSpec(g, f"n{i}-{g}", "H100", 81_920, f"n{i}/nv", "exclusive") for g in range(8)
+        )
+
     specs = [
         NodeSpec(f"n{i:03d}", 64_000, 262_144, gpus(i), leaf_switch=f"l{i // 16}")
         for i in range(500)
