@@ -18,7 +18,8 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from msgspec import Meta
@@ -58,7 +59,7 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
 # ------------------------------------------------------------------ cluster configuration
 
 
-class NodeDoc(Strict, kw_only=True):
+class NodeDoc(Strict, kw_only=True, frozen=True):
     """One node, or `count` nodes named `<name_prefix>1..N`."""
 
     name: str | None = None
@@ -90,11 +91,11 @@ class NodeDoc(Strict, kw_only=True):
         return list(self.sharing) if isinstance(self.sharing, list) else [self.sharing] * self.gpus
 
 
-class ClusterDoc(Strict, kw_only=True):
+class ClusterDoc(Strict, kw_only=True, frozen=True):
     nodes: list[NodeDoc] = []
 
 
-class TenantDoc(Strict, kw_only=True):
+class TenantDoc(Strict, kw_only=True, frozen=True):
     """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
 
     name: str
@@ -105,7 +106,7 @@ class TenantDoc(Strict, kw_only=True):
     guaranteed_by_model: dict[str, Cores] = {}
 
 
-class ClassDoc(Strict, kw_only=True):
+class ClassDoc(Strict, kw_only=True, frozen=True):
     """A priority class; `override: true` is required to redefine a built-in one."""
 
     name: str
@@ -118,7 +119,7 @@ class ClassDoc(Strict, kw_only=True):
     override: bool = False
 
 
-class TenantChangeDoc(Strict, kw_only=True):
+class TenantChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a configured tenant; keys left out keep the value in force."""
 
     name: str
@@ -127,7 +128,7 @@ class TenantChangeDoc(Strict, kw_only=True):
     weight: NonNegInt | None = None
 
 
-class ClassChangeDoc(Strict, kw_only=True):
+class ClassChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a priority class (built-in or configured)."""
 
     name: str
@@ -135,14 +136,14 @@ class ClassChangeDoc(Strict, kw_only=True):
     preemptible: bool | None = None
 
 
-class ServiceChangeDoc(Strict, kw_only=True):
+class ServiceChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a service (`kind: service`): its replica count."""
 
     job: str
     replicas: NonNegInt
 
 
-class ScheduleDoc(Strict, kw_only=True):
+class ScheduleDoc(Strict, kw_only=True, frozen=True):
     """A time-of-day policy: at every time `cron` names in `timezone`, the changes are put in
     force (published by the quota service as ordinary configuration events)."""
 
@@ -178,7 +179,7 @@ PolicyDoc = _policy_doc()
 # ------------------------------------------------------------------ jobs
 
 
-class CheckpointDoc(Strict, kw_only=True):
+class CheckpointDoc(Strict, kw_only=True, frozen=True):
     interval: Duration = 0
     """The job checkpoints on its own every `interval` of run time (0 = never)."""
     grace: Duration | None = None
@@ -187,7 +188,7 @@ class CheckpointDoc(Strict, kw_only=True):
     """How long a save takes (simulated agents)."""
 
 
-class SpreadDoc(Strict, kw_only=True):
+class SpreadDoc(Strict, kw_only=True, frozen=True):
     """Keep the job off every node where running members of jobs of the same `group`
     already number `max_per_node` (`JobSpec.spread`; binds between jobs, not within a gang)."""
 
@@ -197,7 +198,7 @@ class SpreadDoc(Strict, kw_only=True):
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
-class JobDoc(Strict, kw_only=True):
+class JobDoc(Strict, kw_only=True, frozen=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
 
@@ -250,7 +251,7 @@ _ALTERNATIVES = (
 # ------------------------------------------------------------------ scenarios
 
 
-class EntryDoc(Strict, kw_only=True):
+class EntryDoc(Strict, kw_only=True, frozen=True):
     """One timeline entry: exactly one of `submit`, `cancel`, `scale`, `node_down`, at time `at`."""
 
     at: Duration = 0
@@ -268,7 +269,7 @@ class EntryDoc(Strict, kw_only=True):
     a rejection), so its tenant / class / model / MIG references are not checked here."""
 
 
-class FileDoc(Strict, kw_only=True):
+class FileDoc(Strict, kw_only=True, frozen=True):
     """A cluster configuration; with a `timeline` it is a scenario."""
 
     name: str | None = None
@@ -276,7 +277,7 @@ class FileDoc(Strict, kw_only=True):
     cluster: ClusterDoc = ClusterDoc()
     tenants: list[TenantDoc] = []
     priority_classes: list[ClassDoc] = []
-    policy: PolicyDoc | None = None  # type: ignore[valid-type]
+    policy: PolicyDoc | None = None  # type: ignore[valid-type]  # built by defstruct from Policy
     schedules: list[ScheduleDoc] = []
     """Time-of-day policies (cron + zone) that change tenants and priority classes."""
     timeline: list[EntryDoc] | None = None
@@ -307,7 +308,7 @@ _AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
 _TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
-def _suggest(word: str, known) -> str:
+def _suggest(word: str, known: Iterable[object]) -> str:
     close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -325,7 +326,7 @@ def _join(base: str, tokens: list[str | int]) -> str:
     return out
 
 
-def _flat(t):
+def _flat(t: Any) -> list[Any]:
     """A msgspec.inspect type with Metadata and unions opened up, as a list."""
     mi = msgspec.inspect
     if isinstance(t, mi.Metadata):
@@ -335,11 +336,11 @@ def _flat(t):
     return [t]
 
 
-def _type_at(typ: Any, tokens: list[str | int]):
+def _type_at(typ: Any, tokens: list[str | int]) -> list[Any]:
     mi = msgspec.inspect
     cur = [mi.type_info(typ)]
     for tok in tokens:
-        nxt = []
+        nxt: list[Any] = []
         for t in (x for c in cur for x in _flat(c)):
             if isinstance(tok, int) and isinstance(t, (mi.ListType, mi.VarTupleType)):
                 nxt.append(t.item_type)
@@ -480,7 +481,7 @@ def validate_file(doc: Any) -> FileDoc:
         _check_file(parsed, problems)
     if problems:
         raise InputError(problems)
-    return parsed
+    return cast(FileDoc, parsed)
 
 
 def validate_job(doc: Any, base: str = "") -> JobDoc:
@@ -493,7 +494,7 @@ def validate_job(doc: Any, base: str = "") -> JobDoc:
         _check_job(job, base, problems)
     if problems:
         raise InputError(problems)
-    return job
+    return cast(JobDoc, job)
 
 
 def _p(base: str, key: str) -> str:
@@ -510,7 +511,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     else:
         _valid_id(
             _p(base, "id" if job.id else "job_id"),
-            lambda: validate_token("job id", job.id or job.job_id),
+            lambda: validate_token("job id", job.id or job.job_id or ""),
             problems,
         )
     _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
@@ -550,7 +551,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             )
 
 
-def _valid_id(path: str, check, problems: list[str]) -> None:
+def _valid_id(path: str, check: Callable[[], object], problems: list[str]) -> None:
     try:
         check()
     except InvalidId as exc:
@@ -582,7 +583,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
         for name in n.names()[:1]:
             _valid_id(
                 f"{path}.{'name' if n.name is not None else 'name_prefix'}",
-                lambda name=name: validate_token("node name", name),
+                functools.partial(validate_token, "node name", name),
                 problems,
             )
         if n.gpus:
@@ -611,7 +612,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name"
             )
     for i, t in enumerate(f.tenants):
-        _valid_id(f"tenants[{i}].name", lambda t=t: validate_tenant(t.name), problems)
+        _valid_id(f"tenants[{i}].name", functools.partial(validate_tenant, t.name), problems)
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
@@ -691,7 +692,9 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
     for i, s in enumerate(f.schedules):
         path = f"schedules[{i}]"
-        _valid_id(f"{path}.name", lambda s=s: validate_token("schedule name", s.name), problems)
+        _valid_id(
+            f"{path}.name", functools.partial(validate_token, "schedule name", s.name), problems
+        )
         try:
             zone(s.timezone)
         except ValueError:

@@ -42,6 +42,11 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         duration: int | None = seconds("duration", j.duration)
     else:
         duration = j.duration_s
+    optional: dict[str, Any] = {}  # fields left out unless set: old payloads keep their bytes
+    if j.spread is not None:
+        optional["spread"] = Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)
+    if j.kind == "service":
+        optional["kind"] = "service"
     return JobSpec(
         job_id=j.id if j.id is not None else (j.job_id or ""),
         tenant=j.tenant,
@@ -68,10 +73,5 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         command=tuple(str(c) for c in command),
         min_available=j.min_available,
         prefer_same_leaf=j.prefer_same_leaf,
-        **(
-            {"spread": Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)}
-            if j.spread is not None
-            else {}
-        ),
-        **({"kind": "service"} if j.kind == "service" else {}),
+        **optional,
     )

@@ -12,9 +12,9 @@ allocations.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -28,7 +28,7 @@ from gpuledger.services.domain.placement_adapter import gang_request, node_spec,
 from gpuledger.services.domain.refusals import Refusal, Refused
 from gpuledger.services.domain.timeindex import TimeIndex
 from gpuledger.services.domain.usage import advance, step_ms
-from gpuledger.services.placement import Fleet, PlacementConflict
+from gpuledger.services.placement import Fleet, GangRequest, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
 
@@ -303,12 +303,12 @@ class Ledger:
             self.leader_epochs[role] = event.leader_epoch
         handler = _HANDLERS.get(type(event))
         if handler is not None:
-            return handler(self, event)
+            return cast("Refusal | None", handler(self, event))
         return None
 
     # ------------------------------------------------------------------ queries
 
-    def gang_request(self, job: JobRecord):
+    def gang_request(self, job: JobRecord) -> GangRequest:
         """The placement request of a job (time-slicing allowed by its class)."""
         cls = self.config.classes.get(job.spec.priority_class)
         return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
@@ -364,7 +364,9 @@ class Ledger:
         ids = (replica_id(service_id, i) for i in range(svc.replicas_created))
         return [r for r in map(self.jobs.get, ids) if r is not None and r.service == service_id]
 
-    def member_models(self, members, per_member_milli: int) -> dict[str, int]:
+    def member_models(
+        self, members: Iterable[MemberPlacement], per_member_milli: int
+    ) -> dict[str, int]:
         """GPU capacity of `members` per GPU model (a member counts under the model of its
         first GPU; unknown nodes are skipped)."""
         out: dict[str, int] = {}
@@ -453,6 +455,7 @@ class Ledger:
             desired_replicas=e.job.replicas if e.job.is_service else 0,
         )
         self.submitted.add(job_id)
+        return None
 
     def _refuse_conflict(self, e: ev.JobSubmitted, first: JobRecord) -> None:
         job_id = e.job.job_id
@@ -494,6 +497,7 @@ class Ledger:
             self._reconcile(job, e.occurred_at_ms)
             return None
         self._enqueue(e.job_id)
+        return None
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         invalid = self.invalid_submissions.pop(e.job_id, None)
@@ -516,6 +520,7 @@ class Ledger:
         )
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
+        return None
 
     def _cancelled(self, e: ev.JobCancelled) -> Refusal | None:
         job = self.jobs.get(e.job_id)
@@ -550,6 +555,7 @@ class Ledger:
             self.submitted.discard(e.job_id)
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
+        return None
 
     def _scaled(self, e: ev.ServiceScaled) -> Refusal | None:
         self.config.note_fired(e)  # a time-of-day policy's replica change

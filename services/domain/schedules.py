@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -25,6 +26,8 @@ from gpuledger.events import (
     TenantChange,
     TenantConfigured,
 )
+
+T = TypeVar("T")
 
 SCHEDULE_PREFIX = CORRELATION_PREFIX = "schedule:"
 """Configuration events a schedule publishes carry `correlation_id = schedule:<name>`."""
@@ -153,7 +156,7 @@ def changed_class(
     )
 
 
-def _keep(new, old):
+def _keep(new: T | None, old: T) -> T:
     return old if new is None else new
 
 

@@ -106,3 +106,14 @@ def test_client_schema_covers_submission_cancel_and_configuration():
     ):
         assert name in schema
     assert "GangPlaced" not in schema
+
+
+def test_the_package_re_exports_every_event_type_by_a_literal_all():
+    """`events.catalog.__all__` is written out (type checkers read it); it must name every
+    event type, so `from gpuledger.events import <Type>` works for each of them."""
+    from gpuledger import events
+    from gpuledger.events import catalog
+
+    missing = {c.__name__ for c in catalog.ALL_EVENTS} - set(catalog.__all__)
+    assert missing == set()
+    assert all(hasattr(events, name) for name in catalog.__all__)
