@@ -173,7 +173,8 @@ SYBIL = Sybil(
 
 
 def _with_commands(path: Path) -> bool:
-    return "```console" in path.read_text() or "invisible-code-block" in path.read_text()
+    text = path.read_text()
+    return re.search(r"^```console", text, re.MULTILINE) is not None or "invisible-code-block" in text
 
 
 @pytest.mark.parametrize(
