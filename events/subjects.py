@@ -179,7 +179,7 @@ def subject_for(event: Event) -> str:
         return f"gl.admin.{name}"
     if rule == "admission":
         try:
-            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]
+            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]  # admission's events all name a job
         except InvalidId:
             if not isinstance(event, c.JobRejected):
                 raise
@@ -188,12 +188,12 @@ def subject_for(event: Event) -> str:
     if rule == "quota":
         return f"gl.quota.{name}"
     if rule == "preempt":
-        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]
+        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]  # preemption's events all name a job
     if rule == "sched-node":
-        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]  # this rule's events name a node
     if rule == "registered":
-        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]
-    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]
+        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]  # NodeRegistered carries its NodeInfo
+    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]  # the last rule is DeadLettered's
 
 
 def create_filter(event: Event) -> str:

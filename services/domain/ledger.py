@@ -328,7 +328,7 @@ class Ledger:
                 now_ms is not None
                 and self.nomination_expires_ms(beneficiary) is not None
                 and (
-                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]
+                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]  # not None: checked just above
                 )
             ):
                 continue

