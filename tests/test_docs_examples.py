@@ -174,7 +174,9 @@ SYBIL = Sybil(
 
 def _with_commands(path: Path) -> bool:
     text = path.read_text()
-    return re.search(r"^```console", text, re.MULTILINE) is not None or "invisible-code-block" in text
+    return (
+        re.search(r"^```console", text, re.MULTILINE) is not None or "invisible-code-block" in text
+    )
 
 
 @pytest.mark.parametrize(
