@@ -63,20 +63,31 @@ class NodeDoc(Strict, kw_only=True, frozen=True):
     """One node, or `count` nodes named `<name_prefix>1..N`."""
 
     name: str | None = None
+    """The node's name (give `name`, or `name_prefix` with `count`)."""
     name_prefix: str | None = None
+    """Prefix of `count` nodes named `<prefix>1..N`."""
     count: PositiveInt = 1
+    """How many nodes this entry declares (with `name_prefix`)."""
     gpus: NonNegInt = 0
+    """GPUs per node."""
     model: str = "H100-80GB"
+    """GPU model (`H100-80GB`, `A100-40GB`, `L40S`, ...); jobs may restrict `models`."""
     gpu_memory: Size = "80Gi"
+    """Memory of each GPU."""
     cpu: Cores = 64
+    """CPU cores of the node."""
     memory: Size = "512Gi"
+    """Memory of the node."""
     cliques: PositiveInt = 1
     """NVLink cliques the GPUs split into (evenly)."""
     sharing: Sharing | list[Sharing] = "exclusive"
     """One value for every GPU, or one per GPU."""
     leaf_switch: str = ""
+    """Network leaf switch: a gang's members prefer nodes under one switch."""
     pool: str = "default"
+    """Node pool name (informational)."""
     labels: dict[str, str] = {}
+    """Free-form labels (informational)."""
     mig_layout: list[str] = []
     """Fixed MIG layout of every `mig` GPU of the node (`[3g.40gb, 3g.40gb]`, or with starts
     `[3g.40gb@0, 3g.40gb@4]`); empty: partitioned on demand. Changed later only by a MIG
@@ -93,30 +104,45 @@ class NodeDoc(Strict, kw_only=True, frozen=True):
 
 class ClusterDoc(Strict, kw_only=True, frozen=True):
     nodes: list[NodeDoc] = []
+    """The nodes of the fleet (simulated agents register these; real agents report their own GPUs)."""
 
 
 class TenantDoc(Strict, kw_only=True, frozen=True):
     """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
 
     name: str
+    """Tenant path `org/team/project` (any depth); parents are optional."""
     guaranteed: Cores = 0
+    """GPUs guaranteed to the tenant (Kueue `nominalQuota`); non-preemptible work runs only within it."""
     limit: Cores | None = None
+    """Most GPUs the tenant may use, borrowing included (unset: no cap)."""
     weight: NonNegInt | None = None
+    """Share of idle surplus when borrowing (default 1); same as `over_quota_weight`."""
     over_quota_weight: NonNegInt | None = None
+    """Alternative spelling of `weight` (KAI)."""
     guaranteed_by_model: dict[str, Cores] = {}
+    """Per GPU model guarantees binding non-preemptible work on that model (`{H100-80GB: 4}`)."""
 
 
 class ClassDoc(Strict, kw_only=True, frozen=True):
     """A priority class; `override: true` is required to redefine a built-in one."""
 
     name: str
+    """Class name, used as a job's `class`."""
     value: int
+    """Priority: higher is scheduled first and may preempt lower preemptible work."""
     preemptible: bool = True
+    """Whether work of this class may be preempted (kept separate from `value`)."""
     slo_class: str = "batch"
+    """SLO class for waits and alerts (`batch`, `interactive`, `latency-critical`)."""
     description: str = ""
+    """Free text."""
     grace_s: NonNegInt | None = None
+    """Checkpoint grace period of the class (unset: the policy's `default_grace_s`)."""
     allow_timeslice: bool = False
+    """Whether the class's shares may go to time-sliced GPUs (interactive/dev work)."""
     override: bool = False
+    """Required to redefine a built-in class (`train`, `interactive`, `build`, `inference`)."""
 
 
 class TenantChangeDoc(Strict, kw_only=True, frozen=True):
@@ -203,31 +229,55 @@ class JobDoc(Strict, kw_only=True, frozen=True):
     alternatives: give one of each pair."""
 
     id: str | None = None
+    """Job id, unique across tenants (a subject token: no `.`, `*`, `>`, whitespace)."""
     job_id: str | None = None
+    """Alternative spelling of `id`."""
     tenant: str
+    """Tenant path the job runs under."""
     klass: str | None = msgspec.field(default=None, name="class")
+    """Priority class (`train`, `interactive`, `build`, `inference` or a configured one)."""
     priority_class: str | None = None
+    """Priority class (`class` is the short spelling; default `train`)."""
     replicas: PositiveInt = 1
+    """Gang members (or, with `kind: service`, replicas)."""
     min_members: PositiveInt | None = None
+    """Members that must be placed together (default: `replicas`)."""
     gpus: NonNegInt = 0
+    """Whole GPUs per member, all in one NVLink clique."""
     gpu: Cores | None = None
     """A share of one GPU (`500m`, `0.5`)."""
     gpu_milli: Annotated[int, Meta(ge=0, le=999)] | None = None
+    """A share of one GPU in milli-units (alternative spelling of `gpu`)."""
     mig: str | None = None
+    """One MIG instance per member (`3g.40gb`)."""
     mig_profile: str | None = None
+    """Alternative spelling of `mig`."""
     cpu: Cores | None = None
+    """CPU cores per member (`32`, `500m`)."""
     cpu_milli: NonNegInt | None = None
+    """Alternative spelling of `cpu`, in milli-cores."""
     memory: Size | None = None
+    """Memory per member (`256Gi`)."""
     memory_mib: NonNegInt | None = None
+    """Alternative spelling of `memory`, in MiB."""
     models: list[str] | None = None
+    """Allowed GPU models (unset: any)."""
     gpu_models: list[str] | None = None
+    """Alternative spelling of `models`."""
     min_gpu_memory: Size = 0
+    """Least memory per GPU."""
     duration: Duration | None = None
+    """Run-time hint (simulated agents run this long; reservations use it)."""
     duration_s: NonNegInt | None = None
+    """Alternative spelling of `duration`, in seconds."""
     checkpoint: CheckpointDoc = CheckpointDoc()
+    """Checkpoint policy of the job."""
     command: str | list[str] = []
+    """Command a real node agent runs for each member."""
     min_available: NonNegInt = 0
+    """Disruption budget: replicas of a service that stay running during preemption."""
     prefer_same_leaf: bool = True
+    """Prefer placing the gang's members under one leaf switch."""
     spread: SpreadDoc | None = None
     """`{group, max_per_node}`: at most `max_per_node` members of the group's jobs per node."""
     kind: Literal["gang", "service"] = "gang"
