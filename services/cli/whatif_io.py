@@ -169,7 +169,9 @@ def import_slurm_cmd(
         None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."
     ),
     mapping: Path | None = typer.Option(
-        None, "--mapping", help="YAML overriding QOS -> class and account -> tenant (see docs/whatif.md)."
+        None,
+        "--mapping",
+        help="YAML overriding QOS -> class and account -> tenant (see docs/whatif.md).",
     ),
     timezone: str = typer.Option(
         "UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."
