@@ -166,7 +166,7 @@ async def test_kill_9_of_the_stream_leader_under_load_loses_no_acknowledged_even
                     for job in after_kill
                 )
 
-            await wait_for(decided, 60, f"admission decisions for {after_kill}", 0.5)
+            await wait_for(decided, 60, f"admission decisions for {after_kill}", interval_s=0.5)
             assert hosts[-1].bus.nc.connected_url.port != cluster.client_ports[victim]
 
             restarted_at = time.monotonic()
