@@ -96,7 +96,12 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, p
     procs.start_all(["n1", "n2"])
     assert await live_player.wait_for_nodes(bus, ["n1", "n2"], 30), procs.logs()
     player = asyncio.create_task(live_player.play(bus, scenario))
-    await asyncio.sleep(1.5)
+
+    async def placing() -> bool:  # kill the scheduler mid-run: after its first placement
+        _, log = await live_player.fold(bus)
+        return any(isinstance(e, ev.GangPlaced) for _, _, e in log)
+
+    await eventually_async(placing, 30, "the scheduler's first placement", interval_s=0.2)
     procs.kill9("scheduler")
     await asyncio.sleep(1.0)
     procs.start("scheduler")
