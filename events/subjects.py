@@ -160,30 +160,26 @@ def subject_for(event: Event) -> str:
     rule = _RULE_OF.get(cls) or _rule_of(cls)
     name = cls.__name__
     if rule == "job":
-        job_id = getattr(event, "job_id", None)
+        job_id: str | None = getattr(event, "job_id", None)
         if job_id is None:
             raise ValueError(f"no subject rule for {name}")
         return f"gl.sched.{validate_token('job id', job_id)}.{name}"
     if rule == "node":
-        return f"gl.node.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+        node: str = event.node  # type: ignore[attr-defined]  # only node facts carry it
+        return f"gl.node.{validate_token('node', node)}.{name}"
     if rule == "submit":
-        job = event.job  # type: ignore[attr-defined]
+        job = event.job  # type: ignore[attr-defined]  # only submissions carry a JobSpec
         return f"gl.submit.{validate_tenant(job.tenant)}.{validate_token('job id', job.job_id)}"
-    if rule == "scale":
-        return (
-            f"gl.scale.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
-            f"{validate_token('job id', event.job_id)}"
-        )  # type: ignore[attr-defined]
-    if rule == "cancel":
-        return (
-            f"gl.cancel.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
-            f"{validate_token('job id', event.job_id)}"
-        )  # type: ignore[attr-defined]
+    if rule in ("scale", "cancel"):
+        # the types under these rules (ServiceScaled, JobCancelled) carry tenant and job_id
+        tenant: str = event.tenant  # type: ignore[attr-defined]  # not on every Event
+        job_id = event.job_id  # type: ignore[attr-defined]  # not on every Event
+        return f"gl.{rule}.{validate_tenant(tenant)}.{validate_token('job id', job_id)}"
     if rule == "admin":
         return f"gl.admin.{name}"
     if rule == "admission":
         try:
-            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]
+            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]  # admission's events all name a job
         except InvalidId:
             if not isinstance(event, c.JobRejected):
                 raise
@@ -192,12 +188,12 @@ def subject_for(event: Event) -> str:
     if rule == "quota":
         return f"gl.quota.{name}"
     if rule == "preempt":
-        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]
+        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]  # preemption's events all name a job
     if rule == "sched-node":
-        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]  # this rule's events name a node
     if rule == "registered":
-        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]
-    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]
+        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]  # NodeRegistered carries its NodeInfo
+    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]  # the last rule is DeadLettered's
 
 
 def create_filter(event: Event) -> str:

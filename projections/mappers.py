@@ -122,7 +122,7 @@ class Row:
         return row
 
     def astuple(self) -> tuple:
-        return self._get(self)  # type: ignore[attr-defined]
+        return self._get(self)  # type: ignore[attr-defined]  # generated per row class
 
     @classmethod
     def table_rows(cls, values: tuple) -> list[tuple]:
@@ -159,7 +159,7 @@ class Row:
         return out
 
     def key(self) -> tuple:
-        return self._key(self)  # type: ignore[attr-defined]
+        return self._key(self)  # type: ignore[attr-defined]  # generated per row class
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(zip(self.COLUMNS, self.astuple(), strict=True))})"
@@ -386,7 +386,7 @@ class Batch:
                     cls = ROW_CLASSES[t]
                     keys = [list(c) for c in zip(*ups, strict=True)]
                     rows = [r for r in ups.values() if r is not None]
-                    frozen[t] = (keys, cls._columns(rows))  # type: ignore[attr-defined]
+                    frozen[t] = (keys, cls._columns(rows))  # type: ignore[attr-defined]  # generated per row class
             self.frozen = frozen
         return self
 

@@ -177,7 +177,7 @@ def _run_policy(
         else:
             reasons[result.reason] += 1
         if k % 100 == 0:
-            load.append(100 * sum(fleet.tenant_gpu_milli().values()) / capacity)  # type: ignore[union-attr]
+            load.append(100 * sum(fleet.tenant_gpu_milli().values()) / capacity)  # type: ignore[union-attr]  # the bench's fleet tracks tenants
             if k >= warm:
                 steady.append(load[-1])
     total = sum(times)

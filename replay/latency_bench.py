@@ -231,7 +231,7 @@ async def _bench(
             try:
                 await watcher
             except asyncio.CancelledError:  # the watcher's, or this run's own (its time bound)
-                timed_out = asyncio.current_task().cancelling() > 0  # type: ignore[union-attr]
+                timed_out = asyncio.current_task().cancelling() > 0  # type: ignore[union-attr]  # always inside a task here
             try:
                 await follower.close()
                 await bus.close()

@@ -175,7 +175,7 @@ def import_slurm_cmd(
     sacct: Path = typer.Option(
         ...,
         "--sacct",
-        help="`sacct --parsable2 --allusers --duplicates --format=...` output (see README).",
+        help="`sacct --parsable2 --allusers --duplicates --format=...` output (see docs/whatif.md).",
     ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
     sinfo: Path | None = typer.Option(
@@ -187,7 +187,9 @@ def import_slurm_cmd(
         None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."
     ),
     mapping: Path | None = typer.Option(
-        None, "--mapping", help="YAML overriding QOS -> class and account -> tenant (see README)."
+        None,
+        "--mapping",
+        help="YAML overriding QOS -> class and account -> tenant (see docs/whatif.md).",
     ),
     timezone: str = typer.Option(
         "UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."
@@ -288,7 +290,7 @@ def import_csv_cmd(
     mapping: Path = typer.Option(
         ...,
         "--mapping",
-        help="YAML naming the column of each field (see README, examples/openb-mapping.yaml).",
+        help="YAML naming the column of each field (see docs/whatif.md, examples/openb-mapping.yaml).",
     ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
     nodes: Path | None = typer.Option(

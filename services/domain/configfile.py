@@ -19,7 +19,7 @@ One document shape serves `gpuledger up --config`, scenario files and compose:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -80,7 +80,7 @@ def _gpus(name: str, n: NodeDoc) -> tuple[GpuInfo, ...]:
             memory_mib=memory,
             clique=f"{name}-nvl{i // per}",
             sharing=shares[i],
-            **({"mig_layout": layout} if layout and shares[i] == "mig" else {}),
+            **cast(dict[str, Any], {"mig_layout": layout} if layout and shares[i] == "mig" else {}),
         )
         for i in range(count)
     )
@@ -157,7 +157,8 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
         del fields["override"]
         out.append(PriorityClassConfigured(**fields))
     if f.policy is not None:
-        out.append(PolicyConfigured(policy=Policy(**msgspec.structs.asdict(f.policy))))
+        policy = msgspec.structs.asdict(f.policy)  # type: ignore[unreachable]  # PolicyDoc: defstruct
+        out.append(PolicyConfigured(policy=Policy(**policy)))
     for s in f.schedules:
         out.append(schedule_event(s))
     stamped = []

@@ -19,7 +19,8 @@ import difflib
 import functools
 import re
 import typing
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from msgspec import Meta
@@ -60,23 +61,33 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
 # ------------------------------------------------------------------ cluster configuration
 
 
-class NodeDoc(Strict, kw_only=True):
+class NodeDoc(Strict, kw_only=True, frozen=True):
     """One node, or `count` nodes named `<name_prefix>1..N`."""
 
     name: str | None = None
+    """The node's name (give `name`, or `name_prefix` with `count`)."""
     name_prefix: str | None = None
+    """Prefix of `count` nodes named `<prefix>1..N`."""
     count: PositiveInt = 1
+    """How many nodes this entry declares (with `name_prefix`)."""
     gpus: NonNegInt = 0
+    """GPUs per node."""
     model: str = "H100-80GB"
+    """GPU model (`H100-80GB`, `A100-40GB`, `L40S`, ...); jobs may restrict `models`."""
     gpu_memory: Size = "80Gi"
+    """Memory of each GPU."""
     cpu: Cores = 64
+    """CPU cores of the node."""
     memory: Size = "512Gi"
+    """Memory of the node."""
     cliques: PositiveInt = 1
     """NVLink cliques the GPUs split into (evenly)."""
     sharing: Sharing | list[Sharing] = "exclusive"
     """One value for every GPU, or one per GPU."""
     leaf_switch: str = ""
+    """Network leaf switch: a gang's members prefer nodes under one switch."""
     pool: str = "default"
+    """Node pool name (informational)."""
     labels: dict[LabelKey, LabelValue] = {}
     """Node labels (`{partition: a100, zone: eu}`): a job's `node_selector` takes only nodes
     carrying every selected label with exactly that value."""
@@ -94,35 +105,50 @@ class NodeDoc(Strict, kw_only=True):
         return list(self.sharing) if isinstance(self.sharing, list) else [self.sharing] * self.gpus
 
 
-class ClusterDoc(Strict, kw_only=True):
+class ClusterDoc(Strict, kw_only=True, frozen=True):
     nodes: list[NodeDoc] = []
+    """The nodes of the fleet (simulated agents register these; real agents report their own GPUs)."""
 
 
-class TenantDoc(Strict, kw_only=True):
+class TenantDoc(Strict, kw_only=True, frozen=True):
     """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
 
     name: str
+    """Tenant path `org/team/project` (any depth); parents are optional."""
     guaranteed: Cores = 0
+    """GPUs guaranteed to the tenant (Kueue `nominalQuota`); non-preemptible work runs only within it."""
     limit: Cores | None = None
+    """Most GPUs the tenant may use, borrowing included (unset: no cap)."""
     weight: NonNegInt | None = None
+    """Share of idle surplus when borrowing (default 1); same as `over_quota_weight`."""
     over_quota_weight: NonNegInt | None = None
+    """Alternative spelling of `weight` (KAI)."""
     guaranteed_by_model: dict[str, Cores] = {}
+    """Per GPU model guarantees binding non-preemptible work on that model (`{H100-80GB: 4}`)."""
 
 
-class ClassDoc(Strict, kw_only=True):
+class ClassDoc(Strict, kw_only=True, frozen=True):
     """A priority class; `override: true` is required to redefine a built-in one."""
 
     name: str
+    """Class name, used as a job's `class`."""
     value: int
+    """Priority: higher is scheduled first and may preempt lower preemptible work."""
     preemptible: bool = True
+    """Whether work of this class may be preempted (kept separate from `value`)."""
     slo_class: str = "batch"
+    """SLO class for waits and alerts (`batch`, `interactive`, `latency-critical`)."""
     description: str = ""
+    """Free text."""
     grace_s: NonNegInt | None = None
+    """Checkpoint grace period of the class (unset: the policy's `default_grace_s`)."""
     allow_timeslice: bool = False
+    """Whether the class's shares may go to time-sliced GPUs (interactive/dev work)."""
     override: bool = False
+    """Required to redefine a built-in class (`train`, `interactive`, `build`, `inference`)."""
 
 
-class TenantChangeDoc(Strict, kw_only=True):
+class TenantChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a configured tenant; keys left out keep the value in force."""
 
     name: str
@@ -131,7 +157,7 @@ class TenantChangeDoc(Strict, kw_only=True):
     weight: NonNegInt | None = None
 
 
-class ClassChangeDoc(Strict, kw_only=True):
+class ClassChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a priority class (built-in or configured)."""
 
     name: str
@@ -139,14 +165,14 @@ class ClassChangeDoc(Strict, kw_only=True):
     preemptible: bool | None = None
 
 
-class ServiceChangeDoc(Strict, kw_only=True):
+class ServiceChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a service (`kind: service`): its replica count."""
 
     job: str
     replicas: NonNegInt
 
 
-class ScheduleDoc(Strict, kw_only=True):
+class ScheduleDoc(Strict, kw_only=True, frozen=True):
     """A time-of-day policy: at every time `cron` names in `timezone`, the changes are put in
     force (published by the quota service as ordinary configuration events)."""
 
@@ -182,7 +208,7 @@ PolicyDoc = _policy_doc()
 # ------------------------------------------------------------------ jobs
 
 
-class CheckpointDoc(Strict, kw_only=True):
+class CheckpointDoc(Strict, kw_only=True, frozen=True):
     interval: Duration = 0
     """The job checkpoints on its own every `interval` of run time (0 = never)."""
     grace: Duration | None = None
@@ -191,7 +217,7 @@ class CheckpointDoc(Strict, kw_only=True):
     """How long a save takes (simulated agents)."""
 
 
-class SpreadDoc(Strict, kw_only=True):
+class SpreadDoc(Strict, kw_only=True, frozen=True):
     """Keep the job off every node where running members of jobs of the same `group`
     already number `max_per_node` (`JobSpec.spread`; binds between jobs, not within a gang)."""
 
@@ -201,36 +227,60 @@ class SpreadDoc(Strict, kw_only=True):
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
-class JobDoc(Strict, kw_only=True):
+class JobDoc(Strict, kw_only=True, frozen=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
 
     id: str | None = None
+    """Job id, unique across tenants (a subject token: no `.`, `*`, `>`, whitespace)."""
     job_id: str | None = None
+    """Alternative spelling of `id`."""
     tenant: str
+    """Tenant path the job runs under."""
     klass: str | None = msgspec.field(default=None, name="class")
+    """Priority class (`train`, `interactive`, `build`, `inference` or a configured one)."""
     priority_class: str | None = None
+    """Priority class (`class` is the short spelling; default `train`)."""
     replicas: PositiveInt = 1
+    """Gang members (or, with `kind: service`, replicas)."""
     min_members: PositiveInt | None = None
+    """Members that must be placed together (default: `replicas`)."""
     gpus: NonNegInt = 0
+    """Whole GPUs per member, all in one NVLink clique."""
     gpu: Cores | None = None
     """A share of one GPU (`500m`, `0.5`)."""
     gpu_milli: Annotated[int, Meta(ge=0, le=999)] | None = None
+    """A share of one GPU in milli-units (alternative spelling of `gpu`)."""
     mig: str | None = None
+    """One MIG instance per member (`3g.40gb`)."""
     mig_profile: str | None = None
+    """Alternative spelling of `mig`."""
     cpu: Cores | None = None
+    """CPU cores per member (`32`, `500m`)."""
     cpu_milli: NonNegInt | None = None
+    """Alternative spelling of `cpu`, in milli-cores."""
     memory: Size | None = None
+    """Memory per member (`256Gi`)."""
     memory_mib: NonNegInt | None = None
+    """Alternative spelling of `memory`, in MiB."""
     models: list[str] | None = None
+    """Allowed GPU models (unset: any)."""
     gpu_models: list[str] | None = None
+    """Alternative spelling of `models`."""
     min_gpu_memory: Size = 0
+    """Least memory per GPU."""
     duration: Duration | None = None
+    """Run-time hint (simulated agents run this long; reservations use it)."""
     duration_s: NonNegInt | None = None
+    """Alternative spelling of `duration`, in seconds."""
     checkpoint: CheckpointDoc = CheckpointDoc()
+    """Checkpoint policy of the job."""
     command: str | list[str] = []
+    """Command a real node agent runs for each member."""
     min_available: NonNegInt = 0
+    """Disruption budget: replicas of a service that stay running during preemption."""
     prefer_same_leaf: bool = True
+    """Prefer placing the gang's members under one leaf switch."""
     spread: SpreadDoc | None = None
     """`{group, max_per_node}`: at most `max_per_node` members of the group's jobs per node."""
     node_selector: dict[LabelKey, LabelValue] | None = None
@@ -257,7 +307,7 @@ _ALTERNATIVES = (
 # ------------------------------------------------------------------ scenarios
 
 
-class EntryDoc(Strict, kw_only=True):
+class EntryDoc(Strict, kw_only=True, frozen=True):
     """One timeline entry: exactly one of `submit`, `cancel`, `scale`, `node_down`, at time `at`."""
 
     at: Duration = 0
@@ -275,7 +325,7 @@ class EntryDoc(Strict, kw_only=True):
     a rejection), so its tenant / class / model / MIG references are not checked here."""
 
 
-class FileDoc(Strict, kw_only=True):
+class FileDoc(Strict, kw_only=True, frozen=True):
     """A cluster configuration; with a `timeline` it is a scenario."""
 
     name: str | None = None
@@ -283,7 +333,7 @@ class FileDoc(Strict, kw_only=True):
     cluster: ClusterDoc = ClusterDoc()
     tenants: list[TenantDoc] = []
     priority_classes: list[ClassDoc] = []
-    policy: PolicyDoc | None = None  # type: ignore[valid-type]
+    policy: PolicyDoc | None = None  # type: ignore[valid-type]  # built by defstruct from Policy
     schedules: list[ScheduleDoc] = []
     """Time-of-day policies (cron + zone) that change tenants and priority classes."""
     timeline: list[EntryDoc] | None = None
@@ -314,7 +364,7 @@ _AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
 _TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
-def _suggest(word: str, known) -> str:
+def _suggest(word: str, known: Iterable[object]) -> str:
     close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -332,7 +382,7 @@ def _join(base: str, tokens: list[str | int]) -> str:
     return out
 
 
-def _flat(t):
+def _flat(t: Any) -> list[Any]:
     """A msgspec.inspect type with Metadata and unions opened up, as a list."""
     mi = msgspec.inspect
     if isinstance(t, mi.Metadata):
@@ -342,11 +392,11 @@ def _flat(t):
     return [t]
 
 
-def _type_at(typ: Any, tokens: list[str | int]):
+def _type_at(typ: Any, tokens: list[str | int]) -> list[Any]:
     mi = msgspec.inspect
     cur = [mi.type_info(typ)]
     for tok in tokens:
-        nxt = []
+        nxt: list[Any] = []
         for t in (x for c in cur for x in _flat(c)):
             if isinstance(tok, int) and isinstance(t, (mi.ListType, mi.VarTupleType)):
                 nxt.append(t.item_type)
@@ -504,7 +554,7 @@ def validate_file(doc: Any) -> FileDoc:
         _check_file(parsed, problems)
     if problems:
         raise InputError(problems)
-    return parsed
+    return cast(FileDoc, parsed)
 
 
 def validate_job(doc: Any, base: str = "") -> JobDoc:
@@ -517,7 +567,7 @@ def validate_job(doc: Any, base: str = "") -> JobDoc:
         _check_job(job, base, problems)
     if problems:
         raise InputError(problems)
-    return job
+    return cast(JobDoc, job)
 
 
 def _p(base: str, key: str) -> str:
@@ -579,7 +629,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             )
 
 
-def _valid_id(path: str, check, problems: list[str]) -> None:
+def _valid_id(path: str, check: Callable[[], object], problems: list[str]) -> None:
     try:
         check()
     except InvalidId as exc:
@@ -611,7 +661,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
         for name in n.names()[:1]:
             _valid_id(
                 f"{path}.{'name' if n.name is not None else 'name_prefix'}",
-                lambda name=name: validate_token("node name", name),
+                functools.partial(validate_token, "node name", name),
                 problems,
             )
         if n.gpus:
@@ -640,7 +690,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name"
             )
     for i, t in enumerate(f.tenants):
-        _valid_id(f"tenants[{i}].name", lambda t=t: validate_tenant(t.name), problems)
+        _valid_id(f"tenants[{i}].name", functools.partial(validate_tenant, t.name), problems)
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
@@ -720,7 +770,9 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
     for i, s in enumerate(f.schedules):
         path = f"schedules[{i}]"
-        _valid_id(f"{path}.name", lambda s=s: validate_token("schedule name", s.name), problems)
+        _valid_id(
+            f"{path}.name", functools.partial(validate_token, "schedule name", s.name), problems
+        )
         try:
             zone(s.timezone)
         except ValueError:

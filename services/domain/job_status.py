@@ -8,7 +8,7 @@ a query reveals nothing about other tenants. Pure: reads the ledger, never write
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -89,5 +89,5 @@ def answer(ledger: Ledger, subject: str) -> bytes:
 def decode(data: bytes) -> JobStatus | dict[str, Any]:
     """A reply as a JobStatus (or the error object the service sent)."""
     if data.startswith(b'{"error"'):
-        return msgspec.json.decode(data)
+        return cast(dict[str, Any], msgspec.json.decode(data))
     return msgspec.json.decode(data, type=JobStatus)

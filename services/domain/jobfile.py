@@ -43,6 +43,13 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         duration: int | None = seconds("duration", j.duration)
     else:
         duration = j.duration_s
+    optional: dict[str, Any] = {}  # fields left out unless set: old payloads keep their bytes
+    if j.spread is not None:
+        optional["spread"] = Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)
+    if j.kind == "service":
+        optional["kind"] = "service"
+    if j.node_selector:
+        optional["node_selector"] = dict(sorted(j.node_selector.items()))
     return JobSpec(
         job_id=j.id if j.id is not None else (j.job_id or ""),
         tenant=j.tenant,
@@ -71,11 +78,5 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         command=tuple(str(c) for c in command),
         min_available=j.min_available,
         prefer_same_leaf=j.prefer_same_leaf,
-        **(
-            {"spread": Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)}
-            if j.spread is not None
-            else {}
-        ),
-        **({"kind": "service"} if j.kind == "service" else {}),
-        **({"node_selector": dict(sorted(j.node_selector.items()))} if j.node_selector else {}),
+        **optional,
     )

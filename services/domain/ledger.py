@@ -12,9 +12,9 @@ allocations.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -29,7 +29,7 @@ from gpuledger.services.domain.placement_adapter import gang_request, node_spec,
 from gpuledger.services.domain.refusals import Refusal, Refused
 from gpuledger.services.domain.timeindex import TimeIndex
 from gpuledger.services.domain.usage import advance, step_ms
-from gpuledger.services.placement import Fleet, PlacementConflict
+from gpuledger.services.placement import Fleet, GangRequest, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
 _UP = frozenset({JobState.running, JobState.preempting})
@@ -316,7 +316,7 @@ class Ledger:
         job_id = getattr(event, "job_id", None)
         job = self.jobs.get(job_id) if job_id is not None else None
         was_up = job is not None and job.state in _UP
-        refusal = handler(self, event)
+        refusal = cast("Refusal | None", handler(self, event))
         if job is not None and job.service is not None and (job.state in _UP) != was_up:
             svc = self.jobs.get(job.service)
             if svc is not None:
@@ -332,7 +332,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ queries
 
-    def gang_request(self, job: JobRecord):
+    def gang_request(self, job: JobRecord) -> GangRequest:
         """The placement request of a job (time-slicing allowed by its class)."""
         cls = self.config.classes.get(job.spec.priority_class)
         return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
@@ -352,7 +352,7 @@ class Ledger:
                 now_ms is not None
                 and self.nomination_expires_ms(beneficiary) is not None
                 and (
-                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]
+                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]  # not None: checked just above
                 )
             ):
                 continue
@@ -388,7 +388,9 @@ class Ledger:
         ids = (replica_id(service_id, i) for i in range(svc.replicas_created))
         return [r for r in map(self.jobs.get, ids) if r is not None and r.service == service_id]
 
-    def member_models(self, members, per_member_milli: int) -> dict[str, int]:
+    def member_models(
+        self, members: Iterable[MemberPlacement], per_member_milli: int
+    ) -> dict[str, int]:
         """GPU capacity of `members` per GPU model (a member counts under the model of its
         first GPU; unknown nodes are skipped)."""
         out: dict[str, int] = {}
@@ -487,6 +489,7 @@ class Ledger:
             desired_replicas=e.job.replicas if e.job.is_service else 0,
         )
         self.submitted.add(job_id)
+        return None
 
     def _refuse_conflict(self, e: ev.JobSubmitted, first: JobRecord) -> None:
         job_id = e.job.job_id
@@ -527,6 +530,7 @@ class Ledger:
             self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
             return None
         self._enqueue(e.job_id)
+        return None
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         invalid = self.invalid_submissions.pop(e.job_id, None)
@@ -549,6 +553,7 @@ class Ledger:
         )
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
+        return None
 
     def _cancelled(self, e: ev.JobCancelled) -> Refusal | None:
         job = self.jobs.get(e.job_id)
@@ -583,6 +588,7 @@ class Ledger:
             self.submitted.discard(e.job_id)
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
+        return None
 
     def _scaled(self, e: ev.ServiceScaled) -> Refusal | None:
         self.config.note_fired(e)  # a time-of-day policy's replica change

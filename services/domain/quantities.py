@@ -22,14 +22,14 @@ class QuantityError(ValueError):
     """A quantity that cannot be parsed; the message names the field and the value."""
 
 
-def _num(field: str, value, pattern: str) -> re.Match:
+def _num(field: str, value: object, pattern: str) -> re.Match[str]:
     m = re.fullmatch(pattern, str(value).strip(), re.IGNORECASE)
     if m is None:
         raise QuantityError(f"{field}: cannot read {value!r}")
     return m
 
 
-def milli(field: str, value) -> int:
+def milli(field: str, value: object) -> int:
     """`4` -> 4000, `500m` -> 500, `0.5` -> 500 (CPU cores or GPUs to milli-units)."""
     if isinstance(value, bool):
         raise QuantityError(f"{field}: cannot read {value!r}")
@@ -39,7 +39,7 @@ def milli(field: str, value) -> int:
     return int(m.group(1)) if m.group(2) else round(float(m.group(1)) * 1000)
 
 
-def mebibytes(field: str, value) -> int:
+def mebibytes(field: str, value: object) -> int:
     """`36Gi` -> 36864, `512Mi` -> 512, a bare integer is MiB."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -47,7 +47,7 @@ def mebibytes(field: str, value) -> int:
     return round(float(m.group(1)) * _MEM[(m.group(2) or "mi").lower()])
 
 
-def seconds(field: str, value) -> int:
+def seconds(field: str, value: object) -> int:
     """`90`, `90s`, `10m`, `2h`, `1d` -> seconds."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value

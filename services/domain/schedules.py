@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -26,6 +27,8 @@ from gpuledger.events import (
     TenantChange,
     TenantConfigured,
 )
+
+T = TypeVar("T")
 
 SCHEDULE_PREFIX = CORRELATION_PREFIX = "schedule:"
 """Configuration events a schedule publishes carry `correlation_id = schedule:<name>`."""
@@ -154,7 +157,7 @@ def changed_class(
     )
 
 
-def _keep(new, old):
+def _keep(new: T | None, old: T) -> T:
     return old if new is None else new
 
 

@@ -157,10 +157,10 @@ class AgentDecider(LedgerService):
 
     # ------------------------------------------------------------------ fold
 
-    def initial_state(self) -> AgentState:  # type: ignore[override]
+    def initial_state(self) -> AgentState:  # type: ignore[override]  # a narrower state type than Service's
         return AgentState()
 
-    def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:  # type: ignore[override]
+    def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:  # type: ignore[override]  # a narrower state type than Service's
         state.ledger.apply(seq, event)
         if isinstance(event, (GangEvicted, GangCompleted, GangFailed)):
             rec = state.ledger.allocations.get(event.allocation_id)
@@ -174,12 +174,12 @@ class AgentDecider(LedgerService):
             state.last_metrics_ms = max(state.last_metrics_ms or 0, event.occurred_at_ms)
         return state
 
-    def fold_of(self, state: AgentState) -> AgentFold:  # type: ignore[override]
+    def fold_of(self, state: AgentState) -> AgentFold:  # type: ignore[override]  # a narrower state type than Service's
         """What the agent folded from the log (the rest of `AgentState` is local: the
         inventory, what the executor reported, telemetry samples)."""
         return AgentFold(state.ledger, state.ended_ms, state.cancelled_ms, state.last_metrics_ms)
 
-    def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]
+    def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]  # a narrower state type than Service's
         if not isinstance(fold, AgentFold) or not isinstance(fold.ledger, Ledger):
             raise TypeError(f"a {type(fold).__name__}, not an AgentFold")  # before any change
         state.ledger, state.ended_ms, state.cancelled_ms = (
@@ -271,7 +271,7 @@ class AgentDecider(LedgerService):
 
     # ------------------------------------------------------------------ events
 
-    def decide(self, state: AgentState, now_ms: int) -> list[Event]:  # type: ignore[override]
+    def decide(self, state: AgentState, now_ms: int) -> list[Event]:  # type: ignore[override]  # a narrower state type than Service's
         out = self._node_events(state, now_ms)
         ledger = state.ledger
         for rec, job, m in self._mine(state):
@@ -407,7 +407,7 @@ class AgentDecider(LedgerService):
 
     # ------------------------------------------------------------------ wakeups
 
-    def next_wakeup_ms(self, state: AgentState, now_ms: int) -> int | None:  # type: ignore[override]
+    def next_wakeup_ms(self, state: AgentState, now_ms: int) -> int | None:  # type: ignore[override]  # a narrower state type than Service's
         times: list[int] = []
         node = state.node
         known = state.ledger.nodes.get(node.name) if node is not None else None

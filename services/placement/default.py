@@ -57,7 +57,7 @@ class DefaultScorer:
             score = frag.score(delta + bonus)
             if best is None or score > best[0]:
                 best = (score, opt)
-        score, opt = best  # type: ignore[misc]
+        score, opt = best  # type: ignore[misc]  # opts is never empty here
         return score * _TIE - strand_after, opt
 
 

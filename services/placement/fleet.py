@@ -354,7 +354,7 @@ class Fleet:
         self._seq += 1
         state = NodeState(spec, self._seq)
         state.rank = self._rank(spec.name)
-        state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]
+        state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]  # a spec shape is its key until interned
         if old is not None:
             state.schedulable = old.schedulable
         for alloc_id in self._allocs_on.get(spec.name, {}):
@@ -782,7 +782,7 @@ class Fleet:
             for st in states:
                 seen[st.seq] = st.version
             keys.update(dict.fromkeys(seqs, fixed))
-            hist[fixed] = hist.get(fixed, 0) + len(seqs)  # type: ignore[index]
+            hist[fixed] = hist.get(fixed, 0) + len(seqs)  # type: ignore[index]  # histogram keys mix str and tuples
             for st in states:
                 if not st.schedulable:
                     cache.count(st.seq, "unschedulable", NO_WHOLE)
@@ -826,10 +826,10 @@ class Fleet:
             else:
                 key = "fits"
                 entries.update(dict.fromkeys(seqs, found))
-                neg = -found[0]  # type: ignore[index]
+                neg = -found[0]  # type: ignore[index]  # found is a score tuple on this branch
                 heap += [(neg, st.rank, st.seq, st.version) for st in group]
             keys.update(dict.fromkeys(seqs, key))
-            hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
+            hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]  # histogram keys mix str and tuples
             if cache.whole and ws != NO_WHOLE:
                 cache.wstat.update(dict.fromkeys(seqs, ws))
                 cache._whole_delta(ws, len(seqs))
@@ -914,7 +914,7 @@ class Fleet:
             if fixed is not None:
                 key = fixed if state.schedulable else "unschedulable"
                 if keys.get(seq) != key:
-                    count(seq, key, NO_WHOLE)  # type: ignore[arg-type]
+                    count(seq, key, NO_WHOLE)  # type: ignore[arg-type]  # histogram keys mix str and tuples
                 continue
             if not state.schedulable:  # (CPU and memory capacity pass: the static key is None)
                 count(seq, "unschedulable", NO_WHOLE)
@@ -930,15 +930,15 @@ class Fleet:
                 found, ws = hit if hit is not None else self._memo_score(cache, memo, sid, state)
             if found.__class__ is str:
                 if keys.get(seq) != found or (whole and wstat.get(seq, NO_WHOLE) != ws):
-                    count(seq, found, ws)  # type: ignore[arg-type]
+                    count(seq, found, ws)  # type: ignore[arg-type]  # histogram keys mix str and tuples
                 continue
             if keys.get(seq) != "fits" or (whole and wstat.get(seq, NO_WHOLE) != ws):
                 count(seq, "fits", ws)
-            entries[seq] = found  # type: ignore[assignment]
+            entries[seq] = found  # type: ignore[assignment]  # a score tuple on this branch
             if push:
-                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]
+                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]  # found is a score tuple on this branch
             else:
-                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]
+                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]  # found is a score tuple on this branch
 
     @staticmethod
     def _static_key(cache: _ShapeCache, state: NodeState) -> str | None:
@@ -1085,7 +1085,7 @@ class Fleet:
             for seq in self._leaf.get(leaf, ()):
                 base = self._by_seq.get(seq)
                 if base is not None and base.name in shadowed:
-                    v = side.valid(base.name)  # type: ignore[union-attr]
+                    v = side.valid(base.name)  # type: ignore[union-attr]  # side exists when shadowed is not empty
                 else:
                     v = self._valid(cache, seq)
                 if v is None or v[0].name in excluded:
@@ -1245,7 +1245,7 @@ class Fleet:
                 member.memory_mib,
                 (),
                 (indices[0], prof, mig_start),
-            )  # type: ignore[arg-type]
+            )  # type: ignore[arg-type]  # a MIG option: the start is known
             return delta, MemberAssignment(
                 rank, state.name, indices, None, member.mig_profile, mig_start
             )

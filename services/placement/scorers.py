@@ -70,11 +70,11 @@ def _mig_score(node: NodeState, member: MemberRequest, opts: list[Option]) -> tu
         pos = opt[0][0]
         g = node.spec.gpus[pos]
         prof = profile_for(g.model, member.mig_profile or "")
-        left = node.mig[pos].free_memory_slices - prof.memory_slices  # type: ignore[union-attr]
+        left = node.mig[pos].free_memory_slices - prof.memory_slices  # type: ignore[union-attr]  # a MIG GPU has its slots
         score = -left
         if best is None or score > best[0]:
             best = (score, opt)
-    return best  # type: ignore[return-value]
+    return best  # type: ignore[return-value]  # callers pass at least one option
 
 
 class BestFit:

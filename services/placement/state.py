@@ -168,7 +168,7 @@ class NodeState:
         n = 0
         for pos, g in enumerate(self.spec.gpus):
             if g.sharing == "mig":
-                n += self.mig[pos].empty  # type: ignore[union-attr]
+                n += self.mig[pos].empty  # type: ignore[union-attr]  # a MIG GPU has its slots
             else:
                 n += self.gpu_free[pos] == GPU_MILLI
         return n
@@ -210,7 +210,7 @@ class NodeState:
             slots = None if pos is None else self.mig[pos]
             if slots is None or not slots.fits(profile, start):
                 raise PlacementConflict(f"{self.name}: MIG {profile.name}@{start} on GPU {index}")
-            layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]
+            layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]  # set for MIG GPUs
             if layout and not any(i.profile == profile.name and i.start == start for i in layout):
                 raise PlacementConflict(f"{self.name}: GPU {index} has no {profile.name}@{start}")
 
@@ -228,7 +228,7 @@ class NodeState:
         if d.mig is not None:
             index, profile, start = d.mig
             pos = self.pos_of_index[index]
-            self.mig[pos] = self.mig[pos].with_instance(profile, start)  # type: ignore[union-attr]
+            self.mig[pos] = self.mig[pos].with_instance(profile, start)  # type: ignore[union-attr]  # a MIG GPU has its slots
         self.version += 1
 
     def revert(self, d: MemberDelta) -> None:

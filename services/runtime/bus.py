@@ -54,7 +54,7 @@ def connect_backoff() -> tenacity.wait.wait_base:
 
 def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
     """The delay `wait` gives before attempt number `attempt` (1-based) of a retry loop."""
-    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]  # a bare call state: no retrying object
     state.attempt_number = attempt
     return wait(state)
 
@@ -488,13 +488,32 @@ class Bus:
             allow_direct=True,
         )
         if existing is None:
-            info = await self.js.add_stream(config)
+            info = await self._add_stream(config)
         else:
             info = await self.js.update_stream(config)
         from gpuledger.services.runtime.lease import lease_bucket
 
         await lease_bucket(self, replicas=replicas)  # the control plane's leader leases
         return info
+
+    async def _add_stream(self, config: api.StreamConfig, within_s: float = 30.0) -> api.StreamInfo:
+        """Create the stream. Just after a cluster forms, its meta leader may not yet know
+        enough JetStream peers for the replicas asked (`no suitable peers for placement`,
+        error 10005, seen on a loaded machine): that answer is retried for `within_s`."""
+
+        def no_peers_yet(exc: BaseException) -> bool:
+            return isinstance(exc, nats.js.errors.BadRequestError) and exc.err_code == 10005
+
+        retrying = tenacity.AsyncRetrying(
+            wait=tenacity.wait_fixed(0.25),
+            stop=tenacity.stop_before_delay(within_s),
+            retry=tenacity.retry_if_exception(no_peers_yet),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self.js.add_stream(config)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def stream_info(self) -> api.StreamInfo:
         return await self.js.stream_info(self.stream)
@@ -540,7 +559,7 @@ class Bus:
             log.warning(
                 "bus.publish_retry",
                 event_type=type(event).__name__,
-                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]
+                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]  # outcome is set once an attempt failed
                 attempt=state.attempt_number,
                 retry_in_s=round(state.upcoming_sleep, 2),
             )

@@ -90,7 +90,7 @@ def outcome_body(outcome: cr.Outcome) -> tuple[int, dict[str, Any]]:
 class _NoAliasLoader(yaml.SafeLoader):
     """SafeLoader without anchors/aliases: a request body cannot expand into a huge document."""
 
-    def compose_node(self, parent, index):  # type: ignore[override]
+    def compose_node(self, parent, index):  # type: ignore[override]  # PyYAML's untyped signature
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(

@@ -224,7 +224,7 @@ class EmbeddedNats:
     def _wait_ready(self) -> None:
         assert self._proc is not None and self._workdir is not None
         deadline = time.monotonic() + self.start_timeout_s
-        binary_name = Path(str(self._proc.args[0])).name  # type: ignore[index]
+        binary_name = Path(str(self._proc.args[0])).name  # type: ignore[index]  # Popen.args is our own argv list
         ports_file = self._workdir / f"{binary_name}_{self._proc.pid}.ports"
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

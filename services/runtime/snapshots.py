@@ -255,7 +255,7 @@ def _codec() -> _Codec:
         types: list[Any] = []
         for cls, names in zip(records, fields, strict=True):
             hints = typing.get_type_hints(cls, vars(ledger))
-            types.append(list[tuple[tuple(hints[n] for n in names)]])  # type: ignore[misc]
+            types.append(list[tuple[tuple(hints[n] for n in names)]])  # type: ignore[misc]  # a tuple type built at run time
         types.extend(list[k] for k in structs)
         _CODEC = _Codec(
             kinds,
@@ -299,7 +299,7 @@ def _pickle_around(part: Any) -> tuple[bytes, bytes]:
 
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=5)
-    pickler.persistent_id = persistent_id  # type: ignore[method-assign]
+    pickler.persistent_id = persistent_id  # type: ignore[method-assign]  # the documented pickle hook
     pickler.dump(part)
     for k in range(codec.records):
         width, get = len(codec.fields[k]), codec.getters[k]
@@ -349,7 +349,7 @@ def _decode(raw: bytes) -> Any:
     nexts = [iter(objs).__next__ for objs in by_kind]
     objects = [nexts[k]() for k in order]  # back in the order of their indexes
     unpickler = pickle.Unpickler(io.BytesIO(body))
-    unpickler.persistent_load = objects.__getitem__  # type: ignore[assignment]
+    unpickler.persistent_load = objects.__getitem__  # type: ignore[assignment]  # the documented unpickle hook
     return unpickler.load()
 
 

@@ -482,7 +482,7 @@ class Scheduler(LedgerService):
                 lim.backfill_for is not None
                 and isinstance(result, Placement)
                 and not (
-                    {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]
+                    {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]  # set whenever backfill_for is
                 )
             ):
                 lim.backfill_for = None
@@ -593,7 +593,7 @@ class Scheduler(LedgerService):
             rnd.trial.place(
                 state.gang_request(job),
                 rnd.policy,
-                exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]
+                exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]  # held back only by a reservation
                 explain=False,
             ),
             Placement,

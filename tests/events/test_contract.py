@@ -115,3 +115,14 @@ def test_a_job_with_a_node_selector_keeps_its_published_form():
     event = e.decode(raw)
     assert event.job.node_selector == {"partition": "a100", "zone": "eu"}
     assert json.loads(e.encode(event)) == json.loads(raw)
+
+
+def test_the_package_re_exports_every_event_type_by_a_literal_all():
+    """`events.catalog.__all__` is written out (type checkers read it); it must name every
+    event type, so `from gpuledger.events import <Type>` works for each of them."""
+    from gpuledger import events
+    from gpuledger.events import catalog
+
+    missing = {c.__name__ for c in catalog.ALL_EVENTS} - set(catalog.__all__)
+    assert missing == set()
+    assert all(hasattr(events, name) for name in catalog.__all__)

@@ -2,17 +2,18 @@
 and the aggregate exporter (P) and the services' own endpoints (P+1...) answer `urllib` GETs
 with the real numbers."""
 
+import functools
 import os
 import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import waiting
 from tests.integration.cluster import EXAMPLES, ROOT, cli
 
 pytestmark = pytest.mark.integration
@@ -54,17 +55,8 @@ def matching(samples: dict, name: str, **labels) -> list[float]:
     ]
 
 
-def eventually(fn, timeout_s: float = 60, what: str = ""):
-    deadline, last = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except OSError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: last {last!r}")
+# a scrape of an endpoint that is not up yet is "not yet"
+eventually = functools.partial(waiting.eventually, ignoring=(OSError,), interval_s=0.5)
 
 
 @pytest.mark.parametrize("processes", [False, True], ids=["in-process", "processes"])

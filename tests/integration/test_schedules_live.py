@@ -8,7 +8,6 @@ tests/replay/test_day_night.py; live, the wall clock decides which schedule fire
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -19,6 +18,7 @@ from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
 from gpuledger.services.domain import schedules as sched
 from tests.integration.cluster import Processes
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -61,18 +61,19 @@ async def test_quota_publishes_the_schedule_in_force_live(server, bus, tmp_path)
     procs = Processes(server, config, tmp_path)
     try:
         procs.start("quota")
-        deadline = time.monotonic() + 30
-        while True:
+
+        async def four_changes():
             ledger, log = await live_player.fold(bus)
-            changes = [
+            found = [
                 (subject, e)
                 for _, subject, e in log
                 if isinstance(e, ev.TenantConfigured) and e.correlation_id.startswith("schedule:")
             ]
-            if len(changes) >= 4:
-                break
-            assert time.monotonic() < deadline, procs.logs()
-            await asyncio.sleep(0.3)
+            return (ledger, log, found) if len(found) >= 4 else None
+
+        ledger, log, changes = await eventually_async(
+            four_changes, 30, "four scheduled changes", interval_s=0.3
+        )
     finally:
         procs.stop()
 

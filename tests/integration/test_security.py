@@ -23,7 +23,6 @@ import os
 import socket
 import ssl
 import subprocess
-import time
 from pathlib import Path
 
 import msgspec
@@ -48,6 +47,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.runtime.processes import ROOT, run_command
 from tests.integration.cluster import Processes, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -87,16 +87,7 @@ STREAM_ADMIN = (
 # ---------------------------------------------------------------------- helpers
 
 
-async def until(cond, timeout_s: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
+until = eventually_async
 
 
 class Client:

@@ -23,6 +23,7 @@ from gpuledger.services.node_agent.decider import (
     Start,
 )
 from tests.services.given import cluster, stamped, submitted
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "examples" / "train_tiny.py")
@@ -206,15 +207,19 @@ def test_executor_ids_are_file_safe_and_reversible():
 def run_until(agent, state, now, pred, timeout=8.0):
     """Decide and fold (as the host does) until `pred(all events so far)` holds."""
     seen: list[ev.Event] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = agent.decide(state, now())
-        state = fold(agent, state, out)
-        seen += out
-        if pred(seen):
-            return state, seen
-        time.sleep(0.05)
-    raise AssertionError(f"not reached; events: {[type(x).__name__ for x in seen]}")
+    box = [state]
+
+    def step() -> bool:
+        out = agent.decide(box[0], now())
+        box[0] = fold(agent, box[0], out)
+        seen.extend(out)
+        return pred(seen)
+
+    try:
+        eventually(step, timeout, "the agent's events")
+    except AssertionError as exc:
+        raise AssertionError(f"not reached; events: {[type(x).__name__ for x in seen]}") from exc
+    return box[0], seen
 
 
 def clock():
@@ -278,10 +283,11 @@ def test_real_member_checkpoints_on_preemption_and_resumes_from_its_step(agents,
     )
     state, seen = run_until(agent, state, clock, lambda s: "MemberStarted" in kinds(s))
     log = tmp_path / "work" / "n1" / "logs" / f"{executor_id('j1#2')}-rank0.log"
-    deadline = time.monotonic() + 5
-    while f"starting at step {ck.step}" not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
-        time.sleep(0.05)
+    eventually(
+        lambda: f"starting at step {ck.step}" in (log.read_text() if log.exists() else ""),
+        5,
+        f"the member's log to say it resumes at step {ck.step}",
+    )
     assert ("j1#1", 0) not in state.members  # forgotten once its exit was folded
 
 

@@ -23,7 +23,8 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, open_snapshots
 from gpuledger.services.runtime.snapshots import SnapshotPolicy, SnapshotStore, snapshot_bucket
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.runtime.test_host import eventually, running, settle
+from tests.runtime.test_host import running, settle
+from tests.waiting import eventually_async as eventually
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 NOW_MS = 10**13  # a fixed clock: both decides compared below see the same time
@@ -199,7 +200,7 @@ async def test_a_service_that_could_not_open_its_snapshot_bucket_saves_once_it_a
             await snapshot_bucket(admin, create=True)
             await eventually(lambda: hosts[0].snapshots is not None)
             await publish(admin, demo_log[half:])
-            await eventually(lambda: hosts[0].stats.snapshots_saved >= 1, timeout=10)
+            await eventually(lambda: hosts[0].stats.snapshots_saved >= 1, timeout_s=10)
         finally:
             stop.set()
             await task

@@ -374,7 +374,7 @@ def test_the_fold_refuses_a_policy_outside_its_closed_sets():
     state = ConfigState()
     state.apply(ev.PolicyConfigured(policy=ev.Policy(placement_policy="packing")))
     before = state.digest
-    state.apply(ev.PolicyConfigured(policy=ev.Policy(placement_policy="bestfitt")))  # type: ignore[arg-type]
+    state.apply(ev.PolicyConfigured(policy=ev.Policy(placement_policy="bestfitt")))  # type: ignore[arg-type]  # a bad value on purpose
     assert state.policy.placement_policy == "packing" and state.digest == before
     state.apply(ev.TenantConfigured(tenant="org/a", guaranteed_gpu_milli=4000))
     state.apply(ev.TenantConfigured(tenant="org/a", guaranteed_gpu_milli=-1000))
