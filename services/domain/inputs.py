@@ -584,7 +584,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     else:
         _valid_id(
             _p(base, "id" if job.id else "job_id"),
-            lambda: validate_job_id(job.id or job.job_id),
+            lambda: validate_job_id(job.id or job.job_id or ""),
             problems,
         )
     _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)

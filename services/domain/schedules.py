@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -212,7 +212,7 @@ class Stretch:
     timezone: str = "UTC"
 
 
-def outlook(config, tenant: str, class_name: str, now_ms: int) -> list[Stretch]:
+def outlook(config: Any, tenant: str, class_name: str, now_ms: int) -> list[Stretch]:
     """The guarantee of `tenant` and the preemptibility of `class_name` from `now_ms` to the
     end of the horizon (`HORIZON_MS`), as stretches in time order: the first is what is in
     force now (with any change due but not yet published applied), each next one starts at a
@@ -242,9 +242,10 @@ def outlook(config, tenant: str, class_name: str, now_ms: int) -> list[Stretch]:
     for name in sorted(relevant):
         s, at = relevant[name], now_ms
         for _ in range(_MAX_FIRES):
-            at = next_fire_ms(s.cron, s.timezone, at)
-            if at is None or at > end:
+            fire = next_fire_ms(s.cron, s.timezone, at)
+            if fire is None or fire > end:
                 break
+            at = fire
             fires.append((at, name))
     fires.sort()
     for at, name in fires:
@@ -254,13 +255,15 @@ def outlook(config, tenant: str, class_name: str, now_ms: int) -> list[Stretch]:
     return out
 
 
-def _changed(s: ScheduleConfigured, tenant: str, class_name: str, g: int, p: bool):
-    for x in s.tenants:
-        if x.tenant == tenant and x.guaranteed_gpu_milli is not None:
-            g = x.guaranteed_gpu_milli
-    for x in s.priority_classes:
-        if x.name == class_name and x.preemptible is not None:
-            p = x.preemptible
+def _changed(
+    s: ScheduleConfigured, tenant: str, class_name: str, g: int, p: bool
+) -> tuple[int, bool]:
+    for t in s.tenants:
+        if t.tenant == tenant and t.guaranteed_gpu_milli is not None:
+            g = t.guaranteed_gpu_milli
+    for c in s.priority_classes:
+        if c.name == class_name and c.preemptible is not None:
+            p = c.preemptible
     return g, p
 
 
