@@ -119,15 +119,58 @@ def run_gpuledger(command: str, cwd: Path) -> str:
     return done.stdout
 
 
+UPDATE = os.environ.get("GPULEDGER_UPDATE_DOCS") == "1"
+"""`GPULEDGER_UPDATE_DOCS=1 pytest tests/test_docs_examples.py` writes what each command printed
+into its page instead of failing (blocks holding a `...` line are never rewritten): review the
+diff with git before committing it."""
+
+
 def evaluate_console(example: Example) -> str | None:
     cwd = example.namespace["cwd"]
+    failures, rewritten = [], []
     for command, expected in split_session(example.parsed):
         actual = run_gpuledger(command, cwd)
         want, got = normalise("\n".join(expected)), normalise(actual)
         if not matches(want, got):
             diff = "\n".join(difflib.unified_diff(want, got, "documented", "printed", lineterm=""))
-            return f"$ {command}\n{diff}"
-    return None
+            failures.append(f"$ {command}\n{diff}")
+        rewritten.append((expected, _keep_documented(expected, actual)))
+    if failures and UPDATE and all("..." not in e for e, _ in rewritten):
+        _rewrite_block(Path(example.path), example.parsed, rewritten)
+        return None
+    return failures[0] if failures else None
+
+
+def _keep_documented(expected: list[str], actual: str) -> list[str]:
+    """The printed lines, except that a line equal to a documented one once normalised keeps
+    the documented text (its times and rates do not churn)."""
+    printed = [line.rstrip() for line in actual.rstrip().splitlines()]
+    want, got = normalise("\n".join(expected)), normalise("\n".join(printed))
+    out = list(printed)
+    matcher = difflib.SequenceMatcher(a=want, b=got, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            out[block.b + k] = expected[block.a + k].rstrip()
+    return out
+
+
+def _rewrite_block(path: Path, source: str, outputs: list[tuple[list[str], list[str]]]) -> None:
+    """Replace each step's documented output in `source` (one block of `path`) by what it
+    printed, keeping the command lines as written."""
+    lines, out, step = source.splitlines(), [], -1
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("$ "):
+            step += 1
+            out.append(lines[i])
+            while lines[i].endswith("\\") and i + 1 < len(lines):
+                i += 1
+                out.append(lines[i])
+            out.extend(outputs[step][1])
+        i += 1
+    text = path.read_text()
+    assert text.count(source) >= 1, f"{path}: block not found for rewriting"
+    path.write_text(text.replace(source, "\n".join(out) + "\n", 1))
 
 
 def evaluate_yaml(example: Example) -> None:
@@ -222,7 +265,10 @@ def test_the_guard_sees_a_shown_command_outside_console_blocks() -> None:
     assert shown_outside_console(text) == ["$ gpuledger jobs"]
 
 
-def test_a_console_block_fails_when_the_output_differs(tmp_path: Path) -> None:
+def test_a_console_block_fails_when_the_output_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "UPDATE", False)
     page = tmp_path / "page.md"
     page.write_text("```console\n$ gpuledger check nothing.yaml\nok nothing.yaml (config)\n```\n")
     document = SYBIL.parse(page)
