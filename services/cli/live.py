@@ -670,16 +670,51 @@ def up(
 
 @app.command()
 def status(
+    job: str | None = typer.Argument(
+        None,
+        help="A job id: its status from the admission service over NATS (what a CI step "
+        "needs) instead of the services of `gpuledger up`.",
+        show_default=False,
+    ),
     data: Path = typer.Option(
         DEFAULT_DATA, "--data", help="The data directory `gpuledger up` runs in."
     ),
     output: str = typer.Option("table", "-o", "--output", help="table, json or yaml."),
     no_headers: bool = typer.Option(False, "--no-headers", help="Leave out the header line."),
+    wait_for: str | None = typer.Option(
+        None,
+        "--wait-for",
+        help="With JOB: wait until it is `running` (placed, or already past it) or `finished` "
+        "(completed); a failed, rejected or cancelled job ends the wait with exit 1.",
+        show_default=False,
+    ),
+    timeout: float = typer.Option(30.0, "--timeout", help="With JOB: seconds to wait."),
+    tenant: str | None = typer.Option(
+        None,
+        "--tenant",
+        help="With JOB: the job's tenant (default: the tenant of a CI credential, else the "
+        "tenant that submitted it).",
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
     failed, stopped), pid, restarts, folded sequence, lag behind the stream, leader lease
     (leader, standby; - for node agents and the projector), last error.
-    Exit 1 when `up` is not running or a service is not running."""
+    Exit 1 when `up` is not running or a service is not running.
+
+    With JOB: the job's state, reason and priority, asked of the admission service over NATS
+    (a tenant's CI credential may ask about its own jobs; nothing is read from disk). Exit
+    codes: 0 known and not failed (with --wait-for: reached), 1 failed, rejected, cancelled or
+    unknown (reason on stderr), 2 invalid input, 3 NATS or the admission service
+    unreachable, 4 not reached within --timeout."""
+    if job is not None:
+        _job_status(job, tenant, nats_url, creds, data, output, no_headers, wait_for, timeout)
+        return
+    if wait_for is not None:
+        fail("--wait-for needs a JOB: `gpuledger status JOB --wait-for running|finished`", 2)
     from gpuledger.services.cli.audit import humanize_ms, render_table
     from gpuledger.services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
 
@@ -733,6 +768,87 @@ def status(
         raise typer.Exit(1)
     if any(r["state"] != "running" for r in rows):
         raise typer.Exit(1)
+
+
+def _job_status(
+    job_id: str,
+    tenant: str | None,
+    nats_url: str | None,
+    creds: Path | None,
+    data: Path,
+    output: str,
+    no_headers: bool,
+    wait_for: str | None,
+    timeout: float,
+) -> None:
+    """`gpuledger status JOB`: one job's status from the admission service (exit codes in
+    `client_requests.job_status_outcome`)."""
+    from gpuledger.services.runtime.client_requests import (
+        WAIT_FOR,
+        StatusQueryError,
+        job_owner,
+        job_status_outcome,
+    )
+
+    if wait_for is not None and wait_for not in WAIT_FOR:
+        fail(f"--wait-for: expected one of {', '.join(WAIT_FOR)}, got {wait_for!r}", 2)
+    if output not in ("table", "json", "yaml"):
+        fail(f"-o: expected table, json or yaml, got {output!r}", 2)
+    if not timeout > 0:
+        fail(f"--timeout: expected a positive number of seconds, got {timeout:g}", 2)
+    access, tenant = job_request_target(job_id, tenant, nats_url, creds, data)
+    show_changes = wait_for is not None and output == "table"
+
+    def changed(st) -> None:
+        if show_changes:
+            what = st.state if st.known else "unknown (not folded yet, or not this tenant's)"
+            reason = f" {st.reason}: {st.message}" if st.reason else ""
+            typer.echo(f"{job_id}: {what}{reason}", err=True)
+
+    async def main(track):
+        bus = await cli_bus(access, ensure=False)
+        track(bus)
+        try:
+            owner = tenant
+            if owner is None:  # not a CI credential: whichever tenant submitted the job
+                owner = await job_owner(bus, None, job_id, read_log=True)
+                if owner is None:
+                    fail(f"no job {job_id!r}: nothing was submitted under this id (UnknownJob)", 1)
+            return await job_status_outcome(
+                bus, owner, job_id, wait_for=wait_for, timeout=timeout, on_change=changed
+            )
+        except StatusQueryError as exc:
+            fail(str(exc), 2)
+        finally:
+            await bus.close()
+
+    outcome = run_on_bus(main, timeout + 10)
+    st = outcome.job_status
+    if st is not None and st.known and outcome.status not in ("timeout",):
+        if output in ("json", "yaml"):
+            import msgspec
+
+            from gpuledger.services.cli.audit import _emit_structured
+
+            doc = msgspec.to_builtins(st)
+            doc.pop("spec", None)
+            _emit_structured(doc, output)
+        else:
+            from gpuledger.services.cli.audit import render_table
+
+            row = [st.job_id, st.tenant, st.state, st.priority, st.reason or "", st.message]
+            typer.echo(
+                render_table(
+                    ["NAME", "TENANT", "STATE", "PRIORITY", "REASON", "MESSAGE"],
+                    [row],
+                    no_headers=no_headers,
+                )
+            )
+    if outcome.code == 1 and st is not None and st.known:
+        fail(f"job {outcome.text}", 1)  # failed, rejected or cancelled: the reason on stderr
+    if outcome.error:
+        fail(outcome.text, outcome.code)
+    raise typer.Exit(outcome.code)
 
 
 def _echo_outcome(outcome) -> int:
@@ -796,7 +912,13 @@ def submit(
     raise typer.Exit(run_on_bus(main, timeout + 10))
 
 
-def job_request_target(job_id: str, tenant: str | None, nats_url: str | None, creds: Path | None):
+def job_request_target(
+    job_id: str,
+    tenant: str | None,
+    nats_url: str | None,
+    creds: Path | None,
+    data: Path = DEFAULT_DATA,
+):
     """`(access, tenant)` of a request about one job (cancel, scale): the job id and tenant
     validated (exit 2), and without `--tenant` the tenant of a tenant's CI credential (None
     for other identities: the tenant that submitted the job)."""
@@ -806,7 +928,7 @@ def job_request_target(job_id: str, tenant: str | None, nats_url: str | None, cr
             ev.validate_tenant(tenant)
     except ev.InvalidId as exc:
         fail(str(exc), 2)
-    access = resolve_access(nats_url, creds)
+    access = resolve_access(nats_url, creds, data)
     if tenant is None and access.creds is not None:
         from gpuledger.services.runtime.auth import principal_of_creds
 
