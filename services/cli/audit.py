@@ -60,7 +60,7 @@ def _connect(path: Path):
     """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
     with who holds the file when it stays busy; a warning on stderr when the projection is
     behind the stream (per `gpuledger up`'s status file next to it)."""
-    from gpuledger.projections.store import ProjectionBusy, ProjectionError, connect_readonly
+    from gpuledger.projections.reading import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
         con = connect_readonly(path)
@@ -77,7 +77,7 @@ def _connect(path: Path):
 
 
 def _warn_if_stale(con, path: Path) -> None:
-    from gpuledger.services.runtime.supervisor import STATUS_FILE, read_json, staleness
+    from gpuledger.services.runtime.status_file import STATUS_FILE, read_json, staleness
 
     try:
         db_seq = con.execute("SELECT last_seq FROM projector_meta WHERE id = 1").fetchone()[0]
@@ -433,7 +433,7 @@ def why_command(
 
 
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
-    from gpuledger.projections.mappers import gpus_label
+    from gpuledger.projections.queries import gpus_label
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
     if wide:

@@ -6,7 +6,6 @@ through the runtime's host loop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -15,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
-from gpuledger import events as ev
 from gpuledger.services.cli.common import fail, fail_input
 from gpuledger.services.cli.connect import (
     CREDS_HELP,
@@ -39,6 +36,8 @@ app = typer.Typer()
 def read_doc(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
+    import yaml
+
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
         doc = yaml.safe_load(text) or {}
@@ -89,6 +88,8 @@ class Cluster:
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
     ) -> None:
+        import asyncio
+
         self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
         self.metrics_port, self.metrics_addr = metrics_port, metrics_addr
         """With a metrics port: the aggregate exporter (a `gpuledger metrics` child process,
@@ -109,6 +110,8 @@ class Cluster:
     async def start(self) -> None:
         """Start every service; with processes, wait until each is ready (StartFailed with
         the child's own error when one exits or hangs at start)."""
+        import asyncio
+
         from gpuledger.services.roles import CONTROL_PLANE, build
         from gpuledger.services.runtime.host import run_service
         from gpuledger.services.runtime.supervisor import STATUS_FILE, StatusBoard, supervise_task
@@ -213,6 +216,8 @@ class Cluster:
     async def _report(self, interval_s: float = 1.0) -> None:
         """Once a second: supervise children, sample the stream's last sequence, write the
         status file."""
+        import asyncio
+
         from gpuledger.services.runtime.bus import Bus
 
         bus = None
@@ -281,6 +286,8 @@ class Cluster:
         return [n.name for n in node_infos(self.doc)]
 
     async def close(self) -> None:
+        import asyncio
+
         self.stop.set()
         for t in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -478,6 +485,8 @@ def _heartbeat_host(host) -> None:
 def serve_projector(access, data: Path, collector=None) -> None:
     """The single-writer projector as a process: stops within a few seconds on SIGTERM /
     SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
+    import asyncio
+
     from gpuledger.projections.nats_source import run_projector
     from gpuledger.services.runtime.logging import configure_logging
     from gpuledger.services.runtime.stopping import run_until_signalled
@@ -595,6 +604,8 @@ def up(
     With --processes, children log to <data>/logs/NAME.log and must start within 30 s: one
     that cannot makes `up` exit at once with the child's own error (exit 2 when the child
     found its input invalid, else 1)."""
+    import asyncio
+
     from gpuledger.services.domain.configfile import ConfigFileError, parse
     from gpuledger.services.runtime.logging import configure_logging
 
@@ -716,7 +727,7 @@ def status(
     if wait_for is not None:
         fail("--wait-for needs a JOB: `gpuledger status JOB --wait-for running|finished`", 2)
     from gpuledger.services.cli.audit import humanize_ms, render_table
-    from gpuledger.services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
+    from gpuledger.services.runtime.status_file import STATUS_FILE, now_ms, pid_alive, read_json
 
     path = data / STATUS_FILE
     doc = read_json(path)
@@ -876,6 +887,7 @@ def submit(
     1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
     admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
     4 no decision within --timeout."""
+    from gpuledger import events as ev
     from gpuledger.services.domain.jobfile import JobFileError, job_spec
     from gpuledger.services.domain.stamp import submission
     from gpuledger.services.runtime.client_requests import StatusQueryError, submit_job
@@ -922,6 +934,8 @@ def job_request_target(
     """`(access, tenant)` of a request about one job (cancel, scale): the job id and tenant
     validated (exit 2), and without `--tenant` the tenant of a tenant's CI credential (None
     for other identities: the tenant that submitted the job)."""
+    from gpuledger import events as ev
+
     try:
         ev.subjects.submit_filter(job_id)  # validates the job id
         if tenant is not None:
@@ -983,6 +997,7 @@ def scale(
     highest replicas stop first when scaling down. A job id nobody submitted is refused:
     exit 1 with `UnknownJob`, and nothing is published; a job that is not a service is
     refused by admission (`RequestRefused`, `InvalidSpec`)."""
+    from gpuledger import events as ev
     from gpuledger.services.domain.stamp import stamp
 
     access, tenant = job_request_target(job_id, tenant, nats_url, creds)
@@ -1057,6 +1072,9 @@ def demo(
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
     a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
     projection in --data (a previous demo's data there is replaced)."""
+    import asyncio
+
+    from gpuledger import events as ev
     from gpuledger.projections.store import wait_for_projection
     from gpuledger.replay import live_player
     from gpuledger.replay.report import job_rows

@@ -30,12 +30,9 @@ from gpuledger.services.cli.helptext import reflow_tree
 def _version(value: bool) -> None:
     """Eager `--version`: print `gpuledger VERSION` (the installed distribution's) and exit."""
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from gpuledger.services.cli.version import version_text
 
-        try:
-            typer.echo(f"gpuledger {version('gpuledger')}")
-        except PackageNotFoundError:
-            typer.echo("gpuledger (not installed)")
+        typer.echo(version_text())
         raise typer.Exit()
 
 

@@ -34,31 +34,19 @@ from typing import Any
 import structlog
 
 from gpuledger.services.runtime.lease import HOLDER_ENV
+from gpuledger.services.runtime.status_file import (  # noqa: F401 - re-exported
+    STATUS_FILE,
+    now_ms,
+    pid_alive,
+    read_json,
+    staleness,
+    write_json_atomic,
+)
 
-STATUS_FILE = "status.json"
 HEARTBEAT_ENV = "GPULEDGER_HEARTBEAT_FILE"
 BACKOFF_S = (1.0, 30.0)
 
 log = structlog.get_logger("gpuledger.supervisor")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """Readers see the old or the new document, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 # ---------------------------------------------------------------------- status board
@@ -147,18 +135,6 @@ def lag(stream_last_seq: int | None, folded_seq: int | None) -> int | None:
     if stream_last_seq is None or folded_seq is None:
         return None
     return max(0, stream_last_seq - folded_seq)
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------- child errors
@@ -461,34 +437,3 @@ class ProcessSupervisor:
 
 
 # ---------------------------------------------------------------------- stale reads
-
-
-def staleness(
-    status: dict[str, Any] | None, db_seq: int, *, now: int | None = None, grace_ms: int = 3000
-) -> str | None:
-    """A warning when a projection read at `db_seq` is stale: `up` is running (its status
-    file is fresh), the stream is further, and the projector is not running (crashed,
-    restarting) or has missed events the stream held more than `grace_ms` ago (blocked by a
-    reader, or catching up). None when the read is current (or unknowable)."""
-    if not status:
-        return None
-    now = now_ms() if now is None else now
-    stream = status.get("stream_last_seq")
-    if stream is None or db_seq >= stream or now - status.get("updated_at_ms", 0) > 15_000:
-        return None
-    if not pid_alive(status.get("up_pid")):
-        return None
-    pj = next((r for r in status.get("services", []) if r.get("role") == "projector"), None)
-    if pj is None:
-        return None
-    since = pj.get("behind_since_ms")
-    if pj.get("state") in ("running", "blocked") and (since is None or now - since < grace_ms):
-        return None
-    why = pj.get("state", "?")
-    if pj.get("detail") or pj.get("last_error"):
-        why += f": {pj.get('detail') or pj.get('last_error')}"
-    age = "" if since is None else f" for {(now - since) / 1000:.0f}s"
-    return (
-        f"projection is stale: at seq {db_seq}, the stream is at {stream} "
-        f"({stream - db_seq} events behind{age}; projector {why})"
-    )

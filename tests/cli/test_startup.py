@@ -1,0 +1,107 @@
+"""Issue 32: the command line starts without importing what the command does not use.
+
+Given the installed command line, when `gpuledger --version`, `gpuledger --help` or
+`gpuledger jobs` runs in a fresh interpreter, then the modules it imported (read from
+`sys.modules` as the process exits) hold nothing heavy: `--version` not even typer, the
+command tree no database, dataframe, plotting, web or NATS library, and `jobs` only duckdb
+(no pyarrow, numpy, the projector's writer or the scheduler's model). The import graph is the
+specification; how long it takes is measured by `gpuledger bench cli`, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuledger.projections.store import rebuild
+from gpuledger.replay.scenario import load
+from gpuledger.replay.simulator import simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HEAVY = (
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "nats",
+    "structlog",
+    "prometheus_client",
+)
+"""Third-party libraries no command loads before it runs (each costs tens of ms or more)."""
+OWN_HEAVY = (
+    "gpuledger.projections.store",  # the projector's writer (pyarrow)
+    "gpuledger.projections.mappers",
+    "gpuledger.services.domain.ledger",  # the scheduler's model
+    "gpuledger.services.placement",
+    "gpuledger.services.runtime.supervisor",
+    "gpuledger.services.runtime.bus",
+)
+
+
+def modules_after(*argv: str) -> tuple[set[str], subprocess.CompletedProcess]:
+    """The modules a fresh interpreter holds when `gpuledger ARGV` exits, and its result."""
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules))))\n"
+        f"sys.argv = ['gpuledger', *{list(argv)!r}]\n"
+        "from gpuledger.services.cli.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    head, sep, listed = done.stderr.rpartition("\nMODULES ")
+    assert sep, done.stderr
+    return set(json.loads(listed)), done
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if n in modules or any(m.startswith(n + ".") for m in modules))
+
+
+def test_version_is_answered_before_typer_or_any_command_is_imported():
+    modules, done = modules_after("--version")
+    assert done.returncode == 0 and done.stdout.startswith("gpuledger "), done.stderr
+    assert loaded(modules, ("typer", "click", "rich", "msgspec", "yaml", "asyncio")) == []
+    ours = {m for m in modules if m.startswith("gpuledger.")}
+    assert ours == {
+        "gpuledger.services",
+        "gpuledger.services.cli",
+        "gpuledger.services.cli.entry",
+        "gpuledger.services.cli.version",
+    }
+
+
+def test_the_command_tree_imports_nothing_heavy():
+    modules, done = modules_after("--help")
+    assert done.returncode == 0 and "jobs" in done.stdout, done.stderr
+    assert loaded(modules, HEAVY) == []
+    assert loaded(modules, OWN_HEAVY) == []
+    assert loaded(modules, ("gpuledger.events", "yaml", "asyncio")) == []
+
+
+@pytest.fixture(scope="module")
+def projection(tmp_path_factory) -> Path:
+    """examples/three-jobs.yaml simulated and projected."""
+    sim = simulate(load(ROOT / "examples" / "three-jobs.yaml"))
+    db = tmp_path_factory.mktemp("startup") / "projection.duckdb"
+    rebuild(sim.log, db)
+    return db
+
+
+def test_jobs_imports_duckdb_and_the_read_side_only(projection):
+    modules, done = modules_after("jobs", "--db", str(projection))
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) > 1  # the header and the scenario's jobs
+    assert loaded(modules, HEAVY) == ["duckdb"]
+    assert loaded(modules, OWN_HEAVY) == []
+    assert "gpuledger.projections.reading" in modules
