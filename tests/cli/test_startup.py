@@ -105,3 +105,20 @@ def test_jobs_imports_duckdb_and_the_read_side_only(projection):
     assert loaded(modules, HEAVY) == ["duckdb"]
     assert loaded(modules, OWN_HEAVY) == []
     assert "gpuledger.projections.reading" in modules
+
+
+def test_bench_cli_reports_the_two_start_up_figures_next_to_the_interpreter(projection):
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuledger.services.cli", "bench", "cli", "--runs", "1"]
+        + ["--db", str(projection), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr  # 1: a goal missed on a busy machine
+    result = json.loads(done.stdout)
+    assert set(result["median_s"]) == {"python", "version", "jobs"}
+    assert result["goal_s"] == {"version": 0.150, "jobs": 0.300}
+    assert result["exit_codes"] == {"python": [0], "version": [0], "jobs": [0]}
+    assert done.returncode == (0 if all(result["within_goal"].values()) else 1)
