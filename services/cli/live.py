@@ -152,6 +152,7 @@ class Cluster:
             except BaseException:
                 sup.stop()
                 raise
+            self._write_targets()
             self.tasks.append(asyncio.create_task(self._report()))
             return
         collector = None
@@ -211,7 +212,17 @@ class Cluster:
                 )
             )
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
+        self._write_targets()
         self.tasks.append(asyncio.create_task(self._report()))
+
+    def _write_targets(self) -> None:
+        """`<data>/prometheus-targets.json`: every metrics endpoint as a Prometheus file_sd
+        target group (docs/operations.md), written atomically; removed by close()."""
+        if self.data is None or not self.endpoints:
+            return
+        from gpuledger.services.runtime.status_file import write_json_atomic
+
+        write_json_atomic(self.data / TARGETS_FILE, prometheus_targets(self.endpoints))
 
     async def _report(self, interval_s: float = 1.0) -> None:
         """Once a second: supervise children, sample the stream's last sequence, write the
@@ -300,10 +311,40 @@ class Cluster:
                 self._exporter.wait(10)
             except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
                 self._exporter.kill()
+        if self.data is not None:
+            (self.data / TARGETS_FILE).unlink(missing_ok=True)  # no endpoint is left to scrape
         if self.board is not None:
             for st in self.board.services.values():
                 st.state = "stopped"
             self.board.write()
+
+
+TARGETS_FILE = "prometheus-targets.json"
+"""The Prometheus file_sd target file `gpuledger up --metrics-port` writes into its data dir."""
+
+
+def prometheus_targets(endpoints: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """File_sd target groups of `up`'s metrics endpoints (`(name, http://host:port/metrics)`):
+    the aggregate exporter as job `gpuledger-cluster`, every other endpoint as job
+    `gpuledger-services` (the jobs of deploy/prometheus/prometheus.yml and of the alert rules),
+    each labelled `gpuledger_endpoint` with its name (a role, a node, `projector`, `services`)."""
+    from urllib.parse import urlsplit
+
+    groups = []
+    for name, url in endpoints:
+        parts = urlsplit(url)
+        job = "gpuledger-cluster" if name == "aggregate" else "gpuledger-services"
+        groups.append(
+            {
+                "targets": [parts.netloc],
+                "labels": {
+                    "job": job,
+                    "gpuledger_endpoint": name,
+                    "__metrics_path__": parts.path or "/metrics",
+                },
+            }
+        )
+    return groups
 
 
 def _sample_host(st, hosts: list) -> None:
@@ -586,7 +627,7 @@ def up(
     metrics_port: int | None = typer.Option(
         None,
         "--metrics-port",
-        help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start.",
+        help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start and listed in <data>/prometheus-targets.json, a Prometheus file_sd target file (removed when `up` stops).",
     ),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
     nats_cluster: int | None = typer.Option(
