@@ -230,6 +230,7 @@ class Cluster:
         import asyncio
 
         from gpuledger.services.runtime.bus import Bus
+        from gpuledger.services.runtime.status_file import nats_nodes
 
         bus = None
         try:
@@ -248,10 +249,16 @@ class Cluster:
                             quiet=True,
                             **self._options("auditor"),
                         )
-                    self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
+                    info = await asyncio.wait_for(bus.stream_info(), 5)
+                    self.board.saw_stream(info.state.last_seq)
+                    self.board.nats_nodes = nats_nodes(
+                        info.cluster,
+                        bus.nc._server_info.get("server_name"),  # noqa: SLF001
+                    )
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
                     self.board.stream_error = f"{type(exc).__name__}: {exc}"[:300]
+                    self.board.nats_nodes = []
                 self.board.write()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), interval_s)
@@ -754,8 +761,10 @@ def status(
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
     failed, stopped), pid, restarts, folded sequence, lag behind the stream, leader lease
-    (leader, standby; - for node agents and the projector), last error.
-    Exit 1 when `up` is not running or a service is not running.
+    (leader, standby; - for node agents and the projector), last error; then each NATS node
+    that holds the stream: leader or replica, current, behind or offline, its lag, when last
+    heard from. Exit 1 when `up` is not running, a service is not running, a NATS node is
+    offline or the stream has no leader.
 
     With JOB: the job's state, reason and priority, asked of the admission service over NATS
     (a tenant's CI credential may ask about its own jobs; nothing is read from disk). Exit
@@ -803,6 +812,27 @@ def status(
                 no_headers=no_headers,
             )
         )
+        nodes = doc.get("nats_nodes") or []
+        if nodes:
+            typer.echo("")
+            typer.echo(
+                render_table(
+                    ["NATS-NODE", "ROLE", "STATE", "LAG", "LAST-SEEN"],
+                    [
+                        [
+                            n["name"],
+                            n["role"],
+                            n["state"],
+                            "-" if n.get("lag") is None else n["lag"],
+                            "-"
+                            if n.get("seen_ms_ago") is None
+                            else humanize_ms(n["seen_ms_ago"]) + " ago",
+                        ]
+                        for n in nodes
+                    ],
+                    no_headers=no_headers,
+                )
+            )
         stream = doc.get("stream_last_seq")
         typer.echo(
             f"stream at seq {stream if stream is not None else '?'}"
@@ -819,6 +849,8 @@ def status(
         )
         raise typer.Exit(1)
     if any(r["state"] != "running" for r in rows):
+        raise typer.Exit(1)
+    if any(n["state"] in ("offline", "no-leader") for n in doc.get("nats_nodes") or []):
         raise typer.Exit(1)
 
 

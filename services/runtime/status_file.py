@@ -75,3 +75,56 @@ def staleness(
         f"projection is stale: at seq {db_seq}, the stream is at {stream} "
         f"({stream - db_seq} events behind{age}; projector {why})"
     )
+
+
+def nats_nodes(cluster: Any, server_name: str | None) -> list[dict[str, Any]]:
+    """The NATS nodes that hold the stream, as `gpuledger status` shows them, from a JetStream
+    stream info's `cluster` (`nats.js.api.ClusterInfo`: the leader, and each other replica's
+    `current`, `offline`, `active` (ns since last heard) and `lag` (operations behind)).
+
+    One row per node: `name`, `role` (`leader` | `replica`), `state` (`current` | `behind` |
+    `offline`), `lag`, `seen_ms_ago`. A stream without a cluster (one server) is one row, the
+    leader: `server_name`, the server the status was asked of. No leader (an election, or too
+    few nodes for a quorum) is a row named `-` in state `no-leader`."""
+    if cluster is None:
+        return [
+            {
+                "name": server_name or "-",
+                "role": "leader",
+                "state": "current",
+                "lag": 0,
+                "seen_ms_ago": 0,
+            }
+        ]
+    rows = []
+    if cluster.leader:
+        rows.append(
+            {
+                "name": cluster.leader,
+                "role": "leader",
+                "state": "current",
+                "lag": 0,
+                "seen_ms_ago": 0,
+            }
+        )
+    else:
+        rows.append(
+            {"name": "-", "role": "leader", "state": "no-leader", "lag": None, "seen_ms_ago": None}
+        )
+    for peer in sorted(cluster.replicas or [], key=lambda p: p.name or ""):
+        if peer.offline:
+            state = "offline"
+        elif peer.current:
+            state = "current"
+        else:
+            state = "behind"
+        rows.append(
+            {
+                "name": peer.name or "?",
+                "role": "replica",
+                "state": state,
+                "lag": peer.lag or 0,
+                "seen_ms_ago": None if peer.active is None else peer.active // 1_000_000,
+            }
+        )
+    return rows

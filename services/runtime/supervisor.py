@@ -1,9 +1,11 @@
 """Supervision for `gpuledger up`: every service is started, checked, restarted and reported.
 
 - In-process services (asyncio tasks) and child processes (`up --processes`) are supervised
-  the same way: a crash is reported in one log line (`service.crashed`: name, exit, last
+  the same way: a crash is reported in one error line (`service.crashed`: name, exit, last
   error, restart number, back-off) and the service is restarted after an exponential
-  back-off (1 s doubling to 30 s; reset once it ran `stable_s`).
+  back-off (1 s doubling to 30 s; reset once it ran `stable_s`). A child that exits with code
+  0 (a planned stop: SIGTERM) is restarted after the first back-off step and reported in one
+  info line (`service.restarting`), its last error kept as it was.
 - Children are started with absolute paths and must become ready (they write their first
   heartbeat once connected) within `ready_timeout_s`; one that exits or hangs at start makes
   `up` fail fast with the child's own error line (`StartFailed`).
@@ -86,6 +88,8 @@ class StatusBoard:
     services: dict[str, ServiceState] = field(default_factory=dict)
     stream_last_seq: int | None = None
     stream_error: str | None = None
+    nats_nodes: list[dict[str, Any]] = field(default_factory=list)
+    """The NATS nodes holding the stream (`status_file.nats_nodes`), as last asked."""
     samples: deque = field(default_factory=lambda: deque(maxlen=3600))
     """(time ms, stream last seq) each time the stream's last sequence grew."""
 
@@ -120,6 +124,7 @@ class StatusBoard:
             "mode": self.mode,
             "stream_last_seq": self.stream_last_seq,
             "stream_error": self.stream_error,
+            "nats_nodes": self.nats_nodes,
             "services": rows,
         }
 
@@ -245,6 +250,19 @@ async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
     return stop.is_set()
+
+
+def report_planned_restart(st: ServiceState, how: str, retry_in_s: float) -> None:
+    """The one line a planned stop produces: a child that exited with code 0 while the cluster
+    runs was asked to stop (SIGTERM: an operator's `kill`, a deploy) and stopped cleanly, so it
+    is restarted promptly and logged at info, not as a crash."""
+    log.info(
+        "service.restarting",
+        service=st.name,
+        exit=how,
+        restart=st.restarts + 1,
+        retry_in_s=retry_in_s,
+    )
 
 
 def report_crash(st: ServiceState, how: str, retry_in_s: float) -> None:
@@ -424,10 +442,14 @@ class ProcessSupervisor:
             if code is None:
                 self._refresh(c)
                 continue
-            c.st.last_error = self._child_error(c, code)
             c.st.last_exit_at_ms = now_ms()
-            delay = c.backoff.after_run(now - c.started)
-            report_crash(c.st, exit_text(code), delay)
+            if code == 0:  # a planned stop (SIGTERM, exit 0): no error, no back-off growth
+                delay = c.backoff.first_s
+                report_planned_restart(c.st, exit_text(code), delay)
+            else:
+                c.st.last_error = self._child_error(c, code)
+                delay = c.backoff.after_run(now - c.started)
+                report_crash(c.st, exit_text(code), delay)
             c.st.state, c.st.pid, c.restart_at = "restarting", None, now + delay
 
     def stop(self) -> None:
