@@ -27,7 +27,13 @@ KIND_COLORS = {
     "unmeasured": "#5c7cfa",
     "unavailable": "#555",
 }
-PAGES = [("cluster", "Cluster"), ("queue", "Queue"), ("tenants", "Tenants"), ("whatif", "What-if")]
+PAGES = [
+    ("cluster", "Cluster"),
+    ("queue", "Queue"),
+    ("jobs", "Jobs"),  # projections/ui/jobs.py (a Jinja2 template)
+    ("tenants", "Tenants"),
+    ("whatif", "What-if"),
+]
 
 
 def e(v: Any) -> str:
