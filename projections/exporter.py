@@ -237,7 +237,8 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_stranded_gpus",
         "gauge",
         ("hostname", "clique"),
-        "Free GPU equivalents per NVLink clique that no pending job can use (fragmentation).",
+        "Free GPU equivalents per NVLink clique that pending jobs cannot use (fragmentation); "
+        "0 while no job is pending (nothing is stranded without pending work).",
         "view fragmentation",
     ),
     _spec(
@@ -464,7 +465,8 @@ def read_metrics(con) -> dict[str, list]:
     ):
         out["gpuledger_idle_allocated_gpus"].append(([node, model], float(idle)))
     for node, clique, free, stranded in rows(
-        "SELECT node, coalesce(clique, ''), free_gpus, stranded_gpu_equiv FROM fragmentation"
+        "SELECT node, coalesce(clique, ''), free_gpus,"
+        " CASE WHEN pending_jobs > 0 THEN stranded_gpu_equiv ELSE 0 END FROM fragmentation"
         " WHERE node <> '*' ORDER BY ALL"
     ):
         out["gpuledger_free_gpus"].append(([node, clique], free))
