@@ -122,3 +122,23 @@ def test_bench_cli_reports_the_two_start_up_figures_next_to_the_interpreter(proj
     assert result["goal_s"] == {"version": 0.150, "jobs": 0.300}
     assert result["exit_codes"] == {"python": [0], "version": [0], "jobs": [0]}
     assert done.returncode == (0 if all(result["within_goal"].values()) else 1)
+
+
+def test_what_a_ci_step_runs_imports_no_database_dataframe_plot_or_web_library():
+    # submit, status JOB, cancel, scale: the command tree plus the client side of the bus
+    code = (
+        "import json, sys\n"
+        "import gpuledger.services.cli.main\n"
+        "from gpuledger.services.domain.jobfile import job_spec\n"
+        "from gpuledger.services.domain.stamp import submission\n"
+        "from gpuledger.services.runtime import client_requests, bus, auth\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    modules = set(json.loads(done.stdout))
+    assert "nats" in modules  # it does talk to NATS
+    assert loaded(modules, tuple(m for m in HEAVY if m not in ("nats", "structlog"))) == []
+    assert loaded(modules, OWN_HEAVY[:4]) == []  # no projector, no scheduler model
