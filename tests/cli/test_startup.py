@@ -20,6 +20,7 @@ import pytest
 from gpuledger.projections.store import rebuild
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
+from gpuledger.services.cli.entry import LIGHT, light_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +106,26 @@ def test_jobs_imports_duckdb_and_the_read_side_only(projection):
     assert loaded(modules, HEAVY) == ["duckdb"]
     assert loaded(modules, OWN_HEAVY) == []
     assert "gpuledger.projections.reading" in modules
+    # started as a one-command app (entry.LIGHT): the rest of the tree is not even imported
+    assert loaded(modules, ("gpuledger.services.cli.main", "gpuledger.services.cli.live")) == []
+
+
+@pytest.mark.parametrize("name", sorted(LIGHT))
+def test_a_light_command_is_the_same_command_as_in_the_tree(name):
+    import typer
+
+    from gpuledger.services.cli.main import app
+
+    def shape(cmd) -> list[tuple]:
+        return [
+            (p.name, tuple(p.opts), p.default, p.required, getattr(p, "help", None))
+            for p in cmd.params
+        ]
+
+    full = typer.main.get_command(app).commands[name]
+    light = typer.main.get_command(light_app(name)).commands[name]
+    assert light.callback is not None and shape(light) == shape(full)
+    assert light.help == full.help
 
 
 def test_bench_cli_reports_the_two_start_up_figures_next_to_the_interpreter(projection):
