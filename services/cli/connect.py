@@ -131,11 +131,12 @@ def denial_hint(denied: str) -> str:
 
 
 async def guard_denials(main, buses: list | None = None):
-    """Run `main(track)`; every bus it `track`s (collected in `buses` when given) reports its permission violations here, and
-    the first one ends the run at once with PermissionDenied (nats-py reports a denied
-    publish or request asynchronously, through the error callback; the call itself would only
-    time out)."""
+    """Run `main(track)`; every bus it `track`s (collected in `buses` when given) reports its
+    permission violations here, and the first one ends the run at once with PermissionDenied
+    (nats-py reports a denied publish or request asynchronously, through the error callback;
+    the call itself would only time out)."""
     import asyncio
+    import contextlib
 
     first: list[str] = []
     denied = asyncio.Event()
@@ -160,10 +161,8 @@ async def guard_denials(main, buses: list | None = None):
     if task.done():
         return task.result()
     task.cancel()
-    try:
-        await task
-    except BaseException:  # noqa: BLE001 - the run is abandoned: its own error is not the news
-        pass
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task  # the run is abandoned: its own error (a time-out to come) is not the news
     raise PermissionDenied(first[0])
 
 
