@@ -251,10 +251,8 @@ class Cluster:
                         )
                     info = await asyncio.wait_for(bus.stream_info(), 5)
                     self.board.saw_stream(info.state.last_seq)
-                    self.board.nats_nodes = nats_nodes(
-                        info.cluster,
-                        bus.nc._server_info.get("server_name"),  # noqa: SLF001
-                    )
+                    label, aliases = _server_label(bus.nc)
+                    self.board.nats_nodes = nats_nodes(info.cluster, label, aliases)
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
                     self.board.stream_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -324,6 +322,17 @@ class Cluster:
             for st in self.board.services.values():
                 st.state = "stopped"
             self.board.write()
+
+
+def _server_label(nc) -> tuple[str | None, dict[str, str]]:
+    """The connected NATS server's name, and a rename of its id to its address when it has no
+    name of its own (a server without `server_name` calls itself by its 56-character id)."""
+    info = nc._server_info or {}  # noqa: SLF001 - nats-py keeps the server's INFO here
+    name, sid = info.get("server_name"), info.get("server_id")
+    if name and name != sid or nc.connected_url is None:
+        return name, {}
+    address = nc.connected_url.netloc
+    return address, ({sid: address} if sid else {})
 
 
 TARGETS_FILE = "prometheus-targets.json"

@@ -77,7 +77,9 @@ def staleness(
     )
 
 
-def nats_nodes(cluster: Any, server_name: str | None) -> list[dict[str, Any]]:
+def nats_nodes(
+    cluster: Any, server_name: str | None, aliases: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The NATS nodes that hold the stream, as `gpuledger status` shows them, from a JetStream
     stream info's `cluster` (`nats.js.api.ClusterInfo`: the leader, and each other replica's
     `current`, `offline`, `active` (ns since last heard) and `lag` (operations behind)).
@@ -85,7 +87,16 @@ def nats_nodes(cluster: Any, server_name: str | None) -> list[dict[str, Any]]:
     One row per node: `name`, `role` (`leader` | `replica`), `state` (`current` | `behind` |
     `offline`), `lag`, `seen_ms_ago`. A stream without a cluster (one server) is one row, the
     leader: `server_name`, the server the status was asked of. No leader (an election, or too
-    few nodes for a quorum) is a row named `-` in state `no-leader`."""
+    few nodes for a quorum) is a row named `-` in state `no-leader`. `aliases` renames nodes (a
+    server without a `server_name` of its own is called by its 56-character id: its address
+    reads better)."""
+    rows = _node_rows(cluster, server_name)
+    for row in rows:
+        row["name"] = (aliases or {}).get(row["name"], row["name"])
+    return rows
+
+
+def _node_rows(cluster: Any, server_name: str | None) -> list[dict[str, Any]]:
     if cluster is None:
         return [
             {

@@ -98,3 +98,11 @@ def test_status_lists_the_nats_nodes_and_exits_1_when_one_is_offline(tmp_path):
     assert ["n2", "replica", "offline", "3", "90s", "ago"] in [
         ln.split() for ln in done.stdout.splitlines()
     ]
+
+
+def test_a_server_known_only_by_its_id_is_shown_by_its_address():
+    sid = "N" + "A" * 55
+    rows = nats_nodes(
+        ClusterInfo(leader=sid, replicas=[]), "127.0.0.1:4222", {sid: "127.0.0.1:4222"}
+    )
+    assert [r["name"] for r in rows] == ["127.0.0.1:4222"]
