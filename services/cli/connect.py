@@ -98,6 +98,7 @@ async def cli_bus(access, ensure: bool = True, replicas: int | None = None):
                     "right: connect with the admin credential)",
                     1,
                 )
+            await bus.close(timeout_s=0)  # the caller may retry: leave no connection behind
             raise
     return bus
 

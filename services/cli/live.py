@@ -617,6 +617,31 @@ def apply(
     typer.echo(f"published {n} configuration events")
 
 
+NO_SUITABLE_PEERS = 10005
+"""JetStream's `no suitable peers for placement`: a cluster that has just elected its meta
+leader may not know every node's JetStream yet, so a replicated stream cannot be placed."""
+
+
+async def publish_config_when_placeable(
+    access, doc: dict[str, Any], replicas: int | None, timeout_s: float = 30.0
+) -> int:
+    """`publish_config`, retried every 0.5 s for up to `timeout_s` while a NATS cluster that
+    `up` has just started cannot place the stream on enough nodes yet (nothing is published
+    before the stream exists, so a retry repeats nothing)."""
+    import asyncio
+
+    import nats.js.errors
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await publish_config(access, doc, replicas=replicas)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != NO_SUITABLE_PEERS or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 @app.command()
 def up(
     config: Path | None = typer.Option(None, "--config", help="Cluster configuration YAML."),
@@ -706,7 +731,7 @@ def up(
             err=True,
         )
         try:
-            await publish_config(access, doc, replicas=nats_cluster)
+            await publish_config_when_placeable(access, doc, nats_cluster)
             cluster = Cluster(
                 access,
                 config,
