@@ -71,8 +71,18 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_admission_wait_time_seconds",
         "histogram",
         ("slo_class",),
+        "Time from submission to the admission decision (JobAdmitted) of admitted jobs, by "
+        "SLO class (the slo view's admission_wait_p50_s). Earlier releases used this name for "
+        "the time to first placement, now gpuledger_placement_wait_time_seconds "
+        "(docs/everyday-operation.md, 'Metric names').",
+        "table jobs (admitted_at_ms - submitted_at_ms)",
+    ),
+    _spec(
+        "gpuledger_placement_wait_time_seconds",
+        "histogram",
+        ("slo_class",),
         "Time from submission to first placement of admitted jobs, by SLO class (the wait "
-        "replay/metrics.py reports as wait_s_p50_by_class).",
+        "replay/metrics.py reports as wait_s_p50_by_class); jobs never placed are not counted.",
         "view job_waits",
     ),
     _spec(
@@ -227,7 +237,8 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_stranded_gpus",
         "gauge",
         ("hostname", "clique"),
-        "Free GPU equivalents per NVLink clique that no pending job can use (fragmentation).",
+        "Free GPU equivalents per NVLink clique that pending jobs cannot use (fragmentation); "
+        "0 while no job is pending (nothing is stranded without pending work).",
         "view fragmentation",
     ),
     _spec(
@@ -294,6 +305,14 @@ SPECS = {s.name: s for s in AGGREGATE_METRICS}
 _PREEMPTION_SQL = ", ".join(f"'{r}'" for r in sorted(PREEMPTION_REASONS))
 
 
+ADMISSION_WAITS = (
+    "(SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,"
+    " (admitted_at_ms - submitted_at_ms) / 1000.0 AS wait_s"
+    " FROM jobs WHERE admitted_at_ms IS NOT NULL)"
+)
+"""Submission to admission per admitted job (the relation of the admission wait histogram)."""
+
+
 def _histogram_sql(
     source: str, value: str, groups: tuple[str, ...], bounds: tuple[float, ...]
 ) -> str:
@@ -352,6 +371,12 @@ def read_metrics(con) -> dict[str, list]:
         )
     hist(
         "gpuledger_admission_wait_time_seconds",
+        _histogram_sql(ADMISSION_WAITS, "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
+        1,
+        ADMISSION_WAIT_BUCKETS,
+    )
+    hist(
+        "gpuledger_placement_wait_time_seconds",
         _histogram_sql("job_waits", "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
         1,
         ADMISSION_WAIT_BUCKETS,
@@ -440,7 +465,8 @@ def read_metrics(con) -> dict[str, list]:
     ):
         out["gpuledger_idle_allocated_gpus"].append(([node, model], float(idle)))
     for node, clique, free, stranded in rows(
-        "SELECT node, coalesce(clique, ''), free_gpus, stranded_gpu_equiv FROM fragmentation"
+        "SELECT node, coalesce(clique, ''), free_gpus,"
+        " CASE WHEN pending_jobs > 0 THEN stranded_gpu_equiv ELSE 0 END FROM fragmentation"
         " WHERE node <> '*' ORDER BY ALL"
     ):
         out["gpuledger_free_gpus"].append(([node, clique], free))

@@ -32,6 +32,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
 
@@ -418,19 +419,6 @@ _APPENDERS = {n: _appender_factory(n) for n in {len(c) for c in APPEND_COLUMNS.v
 
 
 # ---------------------------------------------------------------- the projection
-
-
-def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
-    """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
-    if gpus:
-        per = str(gpus)
-    elif milli:
-        per = f"{milli}m"
-    elif mig:
-        per = mig
-    else:
-        per = "0"
-    return per if not replicas or replicas == 1 else f"{replicas}x{per}"
 
 
 def _mig_milli(profile: str) -> int:

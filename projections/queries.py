@@ -8,6 +8,19 @@ import json
 from typing import Any
 
 
+def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
+    """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
+    if gpus:
+        per = str(gpus)
+    elif milli:
+        per = f"{milli}m"
+    elif mig:
+        per = mig
+    else:
+        per = "0"
+    return per if not replicas or replicas == 1 else f"{replicas}x{per}"
+
+
 def gpus_text(milli: int | float | None) -> str:
     """Milli-GPUs as a short count: `8`, `0.5`, `-` when unknown."""
     if milli is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import sys
 import time
 from collections import deque
@@ -23,7 +22,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from gpuledger import events as ev
@@ -36,6 +34,13 @@ from gpuledger.projections.mappers import (
     Projection,
     SequenceGap,
     columns_of,
+)
+from gpuledger.projections.reading import (  # noqa: F401 - re-exported: the read side
+    ProjectionBusy,
+    ProjectionError,
+    connect_locked,
+    connect_readonly,
+    lock_holder,
 )
 from gpuledger.services.runtime.gctune import collector_paused
 
@@ -96,63 +101,6 @@ class Prepared:
     last_at_ms: int | None
     tables: dict[str, pa.Table]
     sql: list[str]
-
-
-class ProjectionError(RuntimeError):
-    """The projection database cannot be used as it is (schema mismatch, locked, ...)."""
-
-
-class ProjectionBusy(ProjectionError):
-    """Another process holds the projection file's lock (DuckDB allows one writing process,
-    or any number of read-only ones, per file). `holder` names it as DuckDB reports it."""
-
-    def __init__(self, path: str | Path, holder: str) -> None:
-        self.path, self.holder = str(path), holder
-        super().__init__(f"{path} is held by another process ({holder})")
-
-
-def lock_holder(exc: BaseException) -> str | None:
-    """`PID 1234` (or DuckDB's whole message) when `exc` is DuckDB's file-lock conflict,
-    else None."""
-    text = str(exc)
-    if not isinstance(exc, duckdb.IOException) or "lock" not in text.lower():
-        return None
-    m = re.search(r"\(PID (\d+)\)", text)
-    return f"PID {m.group(1)}" if m else text.splitlines()[0]
-
-
-def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """`duckdb.connect`, raising ProjectionBusy (instead of DuckDB's IOException) when another
-    process holds the file."""
-    try:
-        return duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
-        holder = lock_holder(exc)
-        if holder is None:
-            raise
-        raise ProjectionBusy(path, holder) from exc
-
-
-def connect_readonly(
-    path: str | Path, *, wait_s: float = 10.0, poll_s: float = 0.05
-) -> duckdb.DuckDBPyConnection:
-    """Open a projection for reading. A live projector holds the file only while it writes
-    and opens a read window at least every few seconds when caught up; retry every `poll_s`
-    for up to `wait_s` seconds, then raise ProjectionBusy (it may be catching up a backlog,
-    or another process holds the file)."""
-    path = Path(path)
-    if not path.exists():
-        raise ProjectionError(
-            f"no projection at {path}: run `gpuledger project --log FILE` or `gpuledger up` first"
-        )
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return connect_locked(path, read_only=True)
-        except ProjectionBusy:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(poll_s)
 
 
 async def wait_for_projection(db_path, seq: int, timeout_s: float, poll_s: float = 0.3) -> bool:

@@ -27,7 +27,13 @@ KIND_COLORS = {
     "unmeasured": "#5c7cfa",
     "unavailable": "#555",
 }
-PAGES = [("cluster", "Cluster"), ("queue", "Queue"), ("tenants", "Tenants"), ("whatif", "What-if")]
+PAGES = [
+    ("cluster", "Cluster"),
+    ("queue", "Queue"),
+    ("jobs", "Jobs"),  # projections/ui/jobs.py (a Jinja2 template)
+    ("tenants", "Tenants"),
+    ("whatif", "What-if"),
+]
 
 
 def e(v: Any) -> str:
@@ -214,8 +220,7 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
                 else "-"
             ),
             e(f["partial_gpus"]),
-            e(f["stranded_gpus"]),
-            e(f"{f['stranded_ratio']:.0%}" if f["stranded_ratio"] is not None else "-"),
+            *_stranded_cells(f),
             e(f["pending_jobs"]),
         ]
         for f in d["fragmentation"]
@@ -238,9 +243,19 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
     return (
         f"<h1>Cluster</h1>{summary}<div class=legend>{legend}</div>"
         f'<div id="heatmap">{"".join(blocks) or "<p class=muted>no nodes registered</p>"}</div>'
-        f"<h2>Fragmentation per NVLink clique</h2><p class=muted>Stranded: free capacity no "
-        f"pending job can use (model, memory, clique size, share or MIG size).</p>{frag}"
+        f"<h2>Fragmentation per NVLink clique</h2><p class=muted>Stranded: free capacity that "
+        f"pending jobs exist for but cannot use (model, memory, clique size, share or MIG size); "
+        f"with no pending job nothing is stranded.</p>{frag}"
     )
+
+
+def _stranded_cells(f: dict[str, Any]) -> list[str]:
+    """The stranded GPUs and share of a fragmentation row: defined against pending work, so
+    with no pending job they read `no pending work` (the view counts every free GPU then)."""
+    if not f["pending_jobs"]:
+        return ['<span class="muted">no pending work</span>', '<span class="muted">-</span>']
+    share = f"{f['stranded_ratio']:.0%}" if f["stranded_ratio"] is not None else "-"
+    return [e(f["stranded_gpus"]), e(share)]
 
 
 # ---------------------------------------------------------------- queue

@@ -43,6 +43,7 @@ class SqlFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
+    parquet = "parquet"
 
 
 class WhyOutput(StrEnum):
@@ -62,7 +63,7 @@ def _connect(path: Path):
     """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
     with who holds the file when it stays busy; a warning on stderr when the projection is
     behind the stream (per `gpuledger up`'s status file next to it)."""
-    from gpuledger.projections.store import ProjectionBusy, ProjectionError, connect_readonly
+    from gpuledger.projections.reading import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
         con = connect_readonly(path)
@@ -79,7 +80,7 @@ def _connect(path: Path):
 
 
 def _warn_if_stale(con, path: Path) -> None:
-    from gpuledger.services.runtime.supervisor import STATUS_FILE, read_json, staleness
+    from gpuledger.services.runtime.status_file import STATUS_FILE, read_json, staleness
 
     try:
         db_seq = con.execute("SELECT last_seq FROM projector_meta WHERE id = 1").fetchone()[0]
@@ -119,15 +120,32 @@ def humanize_ms(ms: int | float | None) -> str:
 def render_table(
     headers: list[str], rows: list[list[Any]], *, no_headers: bool = False, upper: bool = True
 ) -> str:
-    """Plain aligned columns with upper-case headers, like kubectl."""
-    cells = [["<none>" if v is None else str(v) for v in r] for r in rows]
+    """Aligned columns with upper-case headers, like kubectl: rendered by rich (no box, three
+    spaces between columns, cells as plain text, never markup; never wrapped, whatever the
+    terminal's width), trailing spaces removed."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     head = [h.upper() for h in headers] if upper else list(headers)
-    widths = [max([len(head[i])] + [len(r[i]) for r in cells]) for i in range(len(headers))]
-    lines = [] if no_headers else [head]
-    lines += cells
-    return "\n".join(
-        "   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    table = Table(
+        box=None,
+        show_header=not no_headers,
+        header_style="",
+        pad_edge=False,
+        padding=(0, 3, 0, 0),
+        show_edge=False,
     )
+    for h in head:
+        table.add_column(Text(h), no_wrap=True, overflow="ignore")
+    for r in rows:
+        table.add_row(*(Text("<none>" if v is None else str(v)) for v in r))
+    console = Console(
+        width=1_000_000, color_system=None, force_terminal=False, highlight=False, soft_wrap=True
+    )
+    with console.capture() as captured:
+        console.print(table)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
 
 
 def _json_default(o: Any) -> Any:
@@ -161,11 +179,57 @@ def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
         con.close()
 
 
+def iso_ms(ms: int) -> str:
+    """An epoch-ms point in time as ISO 8601 UTC with milliseconds: `2026-11-27T09:03:57.120Z`."""
+    import datetime as dt
+
+    at = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
+def readable_rows(cols: list[str], rows: list[tuple]) -> list[list[Any]]:
+    """Rows with every point in time in ISO 8601 UTC: epoch-ms integer columns named `*_ms`
+    (not durations: projections/catalog.py `is_time_column`) and TIMESTAMP values."""
+    import datetime as dt
+
+    from gpuledger.projections.catalog import is_time_column
+
+    times = [is_time_column(c) for c in cols]
+    out = []
+    for r in rows:
+        row = []
+        for v, is_time in zip(r, times, strict=True):
+            if is_time and isinstance(v, int) and not isinstance(v, bool):
+                v = iso_ms(v)
+            elif isinstance(v, dt.datetime):
+                v = (v if v.tzinfo else v.replace(tzinfo=dt.UTC)).isoformat().replace("+00:00", "Z")
+            row.append(v)
+        out.append(row)
+    return out
+
+
 def sql_command(
     query: Annotated[str, typer.Argument(help="A DuckDB SQL query over the projection.")],
     format: Annotated[
-        SqlFormat, typer.Option("--format", "-f", help="table, csv or json.")
+        SqlFormat,
+        typer.Option(
+            "--output",
+            "-o",
+            "--format",
+            "-f",
+            help="table (and the row count), csv, json, or parquet (typed columns, to --to FILE "
+            "or a redirected stdout).",
+        ),
     ] = SqlFormat.table,
+    to: Annotated[
+        Path | None, typer.Option("--to", help="Write the result to FILE instead of stdout.")
+    ] = None,
+    epoch_ms: Annotated[
+        bool,
+        typer.Option(
+            "--epoch-ms", help="Print `*_ms` points in time as the stored integers, not ISO 8601."
+        ),
+    ] = False,
     db: Annotated[
         Path | None,
         typer.Option("--db", help="Projection database (default <data>/projection.duckdb)."),
@@ -175,29 +239,66 @@ def sql_command(
     """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
     ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo,
     gpu_hours_daily, job_wait_total, longest_waiters, preemptions_daily, job_accounting, and
-    <table>_ts with TIMESTAMP columns; `gpuledger schema --projection` lists every column)."""
+    <table>_ts with TIMESTAMP columns; `gpuledger schema --projection` lists every column).
+    Points in time (`*_ms` columns, TIMESTAMPs) print as ISO 8601 UTC (`--epoch-ms`: as
+    stored). The table ends with its row count, on stdout like the rows; csv, json and parquet
+    carry the rows only. Exit codes: 1 the query failed, 2 invalid options, 4 projection
+    busy."""
     import duckdb
 
+    if format == SqlFormat.parquet:
+        _sql_parquet(db_path(db, data), query, to)
+        return
     try:
         cols, rows = run_sql(db_path(db, data), query)
     except duckdb.Error as exc:
-        fail(f"query failed: {exc}")
+        fail("query failed: " + " ".join(str(exc).split()))
+    shown = [list(r) for r in rows] if epoch_ms else readable_rows(cols, rows)
     if format == SqlFormat.json:
-        typer.echo(
-            json.dumps(
-                [dict(zip(cols, r, strict=True)) for r in rows], indent=2, default=_json_default
-            )
+        text = json.dumps(
+            [dict(zip(cols, r, strict=True)) for r in shown], indent=2, default=_json_default
         )
     elif format == SqlFormat.csv:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
-        w.writerows(rows)
-        typer.echo(buf.getvalue().rstrip("\n"))
+        w.writerows(shown)
+        text = buf.getvalue().rstrip("\n")
     else:
-        if cols:
-            typer.echo(render_table(cols, [list(r) for r in rows], upper=False))
-        typer.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", err=True)
+        table = render_table(cols, shown, upper=False) + "\n" if cols else ""
+        text = f"{table}({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    if to is None:
+        typer.echo(text)
+        return
+    try:
+        to.write_text(text + "\n")
+    except OSError as exc:
+        fail(f"{to}: cannot write: {exc.strerror}", 2)
+
+
+def _sql_parquet(path: Path, query: str, to: Path | None) -> None:
+    """`sql -o parquet`: the query's rows with their own column types, written by DuckDB."""
+    import tempfile
+
+    import duckdb
+
+    if to is None and sys.stdout.isatty():
+        fail("-o parquet is binary: pass --to FILE, or redirect stdout to a file or a pipe", 2)
+    con = _connect(path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuledger-sql-") as tmp:
+            target = Path(tmp) / "result.parquet" if to is None else to
+            quoted = str(target).replace("'", "''")
+            try:
+                con.execute(f"COPY ({query.rstrip().rstrip(';')}) TO '{quoted}' (FORMAT parquet)")
+            except duckdb.Error as exc:
+                fail("query failed: " + " ".join(str(exc).split()))
+            if to is None:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(target.read_bytes())
+                sys.stdout.buffer.flush()
+    finally:
+        con.close()
 
 
 # ---------------------------------------------------------------- why
@@ -431,7 +532,7 @@ def why_command(
 
 
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
-    from gpuledger.projections.mappers import gpus_label
+    from gpuledger.projections.queries import gpus_label
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
     if wide:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import msgspec
 import typer
-from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 bench_app = typer.Typer(
     help="Benchmarks, each with --json: openb placement (FGD paper protocol), fleet-scale placement, live latency, replay, projector and restart.",
@@ -20,6 +20,8 @@ POLICIES = ["bestfit", "packing", "fgd", "default"]
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
@@ -99,6 +101,9 @@ def openb(
     file stops with one line saying where to get it, exit status 2. ``--all-traces`` runs
     every pod list of the folder and prints (``--markdown``: writes) one table, e.g.
     ``--all-traces --policy fgd,default --seeds 42-51 --markdown table.md``."""
+    import msgspec
+    from rich.table import Table
+
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
@@ -165,6 +170,8 @@ def _all_traces(
     workers: int,
     markdown: Path | None,
 ) -> None:
+    import msgspec
+
     from gpuledger.replay.openb import table
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
@@ -222,6 +229,9 @@ def fleet(
 ) -> None:
     """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100 (job lifetimes
     scale with the fleet, so every size runs at about the same occupancy)."""
+    import msgspec
+    from rich.table import Table
+
     from gpuledger.replay.fleet_bench import run
 
     console = _console()
@@ -451,6 +461,50 @@ def restart_bench(
     if json_out is not None:
         json_out.write_text(text)
     typer.echo(text)
+
+
+@bench_app.command("cli")
+def cli_bench(
+    runs: int = typer.Option(15, "--runs", min=1, help="Runs of each command (medians)."),
+    db: Path | None = typer.Option(
+        None, "--db", help="Projection for `jobs` (default: the demo scenario, projected first)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON only."),
+) -> None:
+    """Start-up of the command line, as a user meets it: the median wall time of `gpuledger
+    --version` (goal: <= 150 ms) and `gpuledger jobs` (goal: <= 300 ms), each a fresh process,
+    next to `python -c pass` measured in the same run. Exit 1 when a goal is missed."""
+    import json
+
+    from rich.table import Table
+
+    from gpuledger.replay.cli_bench import measure
+
+    if db is not None and not db.is_file():
+        raise typer.BadParameter(f"{db}: no such projection", param_hint="--db")
+    quiet = json_out or not sys.stderr.isatty()
+    result = measure(runs, db, progress=None if quiet else lambda m: typer.echo(m, err=True))
+    if json_out:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        table = Table("COMMAND", "MEDIAN", "MIN", "OVER PYTHON", "GOAL", "OK")
+        for name in ("python", "version", "jobs"):
+            goal = result["goal_s"].get(name)
+            table.add_row(
+                {"python": "python -c pass", "version": "gpuledger --version"}.get(
+                    name, "gpuledger jobs"
+                ),
+                f"{result['median_s'][name] * 1000:.0f} ms",
+                f"{result['min_s'][name] * 1000:.0f} ms",
+                "-" if name == "python" else f"{result['over_python_s'][name] * 1000:.0f} ms",
+                "-" if goal is None else f"<= {goal * 1000:.0f} ms",
+                "-" if goal is None else ("yes" if result["within_goal"][name] else "no"),
+            )
+        _console().print(table)
+        load = result["machine"]["load_avg_1_5_15"]
+        typer.echo(f"{result['runs']} runs each; load average {load}", err=True)
+    if not all(result["within_goal"].values()):
+        raise typer.Exit(1)
 
 
 def _mount_latency() -> None:

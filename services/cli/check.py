@@ -7,12 +7,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import typer
-import yaml
 
-from gpuledger import events as ev
-from gpuledger.services.domain.inputs import InputError
+# The file schemas (services/domain/inputs.py pulls in the placement model), YAML and the
+# event contract are imported when a file is checked, not when the CLI starts.
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -31,6 +29,10 @@ class Kind(StrEnum):
 def read_any(path: Path) -> Any:
     """YAML or JSON (JSON is YAML) from a file or `-`; InputError when unreadable."""
     import sys
+
+    import yaml
+
+    from gpuledger.services.domain.inputs import InputError
 
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
@@ -55,7 +57,11 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     """Raise InputError with every problem found in `doc` read as `kind`; a job is also
     checked against `config` (a validated FileDoc) when one is given. Returns the FileDoc of
     a configuration or scenario."""
+    import msgspec
+
+    from gpuledger import events as ev
     from gpuledger.replay.scenario import from_document
+    from gpuledger.services.domain.inputs import InputError
     from gpuledger.services.domain.jobfile import job_spec
     from gpuledger.services.domain.shapes import _form_problem
 
@@ -165,6 +171,8 @@ def check(
     of exactly that configuration: a job it would reject (`Unschedulable`: more members than
     the declared nodes can ever hold, `NonPreemptibleOverQuota`, ...) is one error line with
     admission's reason and message. Exit codes: 0 all valid, 2 a problem in any file."""
+    from gpuledger.services.domain.inputs import InputError
+
     bad = False
     config = None
     for path in files:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -73,6 +72,8 @@ def export(
     ),
 ) -> None:
     """Export the live stream to a log file."""
+    import asyncio
+
     from gpuledger.replay.export import stream_entries, write_any
 
     skipped: list[int] = []

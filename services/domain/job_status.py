@@ -8,12 +8,14 @@ a query reveals nothing about other tenants. Pure: reads the ledger, never write
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
 from gpuledger.events.specs import JobSpec
-from gpuledger.services.domain.ledger import Ledger
+
+if TYPE_CHECKING:  # the ledger is only read: importing its module is the caller's business
+    from gpuledger.services.domain.ledger import Ledger
 
 QUERY_PREFIX = "glq.job"
 """Job status queries (request/reply, outside the `gl.>` stream): `glq.job.<tenant>.<job>`."""

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuledger.events.ids import validate_tenant, validate_token
-from gpuledger.events.subjects import STREAM
-from gpuledger.services.domain.job_status import QUERY_PREFIX
+# The event contract (its package imports every event type) and the status-query prefix are
+# imported by the functions that name subjects: the CLI reads LEASE_TTL_S when it starts.
 
 CREDENTIALS = "credentials.json"
 AUTH_CONF = "auth.conf"
@@ -80,6 +79,8 @@ def _stream_reader() -> list[str]:
     stream info, single-message and direct gets. Only unnamed (ephemeral) consumers: a
     reader can neither create a named or durable consumer nor delete one, so none can move
     or remove the projector's durable position in the log."""
+    from gpuledger.events.subjects import STREAM
+
     return [
         f"$JS.API.STREAM.INFO.{STREAM}",
         f"$JS.API.CONSUMER.CREATE.{STREAM}",
@@ -118,6 +119,9 @@ def _snapshot_user(key: str) -> list[str]:
 
 def permissions(principal: str) -> dict[str, Any] | None:
     """The server-side permissions of `principal` (None: everything, the operator)."""
+    from gpuledger.events.subjects import STREAM
+    from gpuledger.services.domain.job_status import QUERY_PREFIX
+
     kind, _, name = principal.partition(":")
     reader = _stream_reader()
     if principal == "admin":
@@ -182,6 +186,8 @@ def permissions(principal: str) -> dict[str, Any] | None:
 
 def check_principal(principal: str) -> str:
     """`principal` if it is well formed (node and tenant names are valid subject tokens)."""
+    from gpuledger.events.ids import validate_tenant, validate_token
+
     kind, sep, name = principal.partition(":")
     try:
         if sep and kind == "node":

@@ -318,6 +318,10 @@ class Bus:
         self.denied: list[str] = []
         """The server's permission violations on this connection (newest last): a denied
         publish or request only times out on the client, this says why."""
+        self.denied_listeners: list[Callable[[str], None]] = []
+        """Called with each permission violation as the server reports it (asynchronously,
+        milliseconds after the denied publish): a one-shot command stops waiting at once
+        instead of timing out (services/cli/connect.py `run_on_bus`)."""
 
     @classmethod
     async def connect(
@@ -353,11 +357,14 @@ class Bus:
         connected = asyncio.Event()
         holder: list[NATS] = []
         denied: list[str] = []
+        denied_listeners: list[Callable[[str], None]] = []
 
         async def error_cb(err: Exception) -> None:
             last_error[:] = [err]
             if "permissions violation" in str(err).lower():
                 denied.append(str(err).removeprefix("nats: ").strip().strip("'")[:300])
+                for listener in list(denied_listeners):
+                    listener(denied[-1])
             if quiet or not connected.is_set():
                 return  # first connection: reported once per attempt by `before_sleep`
             nc = holder[0] if holder else None
@@ -443,6 +450,7 @@ class Bus:
             log.info("bus.connected", server=nc.connected_url.netloc if nc.connected_url else None)
         bus = cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
         bus.denied = denied
+        bus.denied_listeners = denied_listeners
         return bus
 
     async def close(self, timeout_s: float = 2.0) -> None:

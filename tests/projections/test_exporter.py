@@ -57,29 +57,41 @@ def test_pending_workloads_by_tenant_class_and_reason(scraped):
     ]
 
 
-def test_admission_wait_histogram_by_class(scraped):
+def test_placement_wait_histogram_by_class(scraped):
     _, s = scraped
     # batch waits 1, 2, 4 s (big-b never placed); latency-critical: infer-a 17 s
     assert (
-        value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="1.0") == 1
+        value(s, "gpuledger_placement_wait_time_seconds_bucket", slo_class="batch", le="1.0") == 1
     )
     assert (
-        value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="5.0") == 3
+        value(s, "gpuledger_placement_wait_time_seconds_bucket", slo_class="batch", le="5.0") == 3
     )
-    assert value(s, "gpuledger_admission_wait_time_seconds_count", slo_class="batch") == 3
-    assert value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="batch") == 7.0
+    assert value(s, "gpuledger_placement_wait_time_seconds_count", slo_class="batch") == 3
+    assert value(s, "gpuledger_placement_wait_time_seconds_sum", slo_class="batch") == 7.0
     assert (
         value(
             s,
-            "gpuledger_admission_wait_time_seconds_bucket",
+            "gpuledger_placement_wait_time_seconds_bucket",
             slo_class="latency-critical",
             le="10.0",
         )
         == 0
     )
     assert (
-        value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="latency-critical") == 17.0
+        value(s, "gpuledger_placement_wait_time_seconds_sum", slo_class="latency-critical") == 17.0
     )
+
+
+def test_admission_wait_histogram_measures_submission_to_admission_not_to_placement(scraped):
+    _, s = scraped
+    # batch admitted after 0, 0.1, 1, 1 s (big-b too: admitted, never placed);
+    # latency-critical: infer-a admitted at once (placed only after 17 s)
+    name = "gpuledger_admission_wait_time_seconds"
+    assert value(s, f"{name}_count", slo_class="batch") == 4
+    assert value(s, f"{name}_bucket", slo_class="batch", le="1.0") == 4
+    assert value(s, f"{name}_sum", slo_class="batch") == pytest.approx(2.1)
+    assert value(s, f"{name}_bucket", slo_class="latency-critical", le="1.0") == 1
+    assert value(s, f"{name}_sum", slo_class="latency-critical") == 0.0
 
 
 def test_admitted_rejected_evicted_preempted_totals(scraped):

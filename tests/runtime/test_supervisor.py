@@ -164,6 +164,36 @@ async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, t
 
 
 @pytest.mark.integration
+async def test_a_child_stopped_with_sigterm_is_a_planned_restart_logged_at_info(
+    nats_server, bus, tmp_path
+):
+    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
+    sup = ProcessSupervisor(
+        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
+    )
+    sup.add("quota")
+    await sup.start()
+    try:
+        first = sup.children["quota"].proc
+        first.terminate()  # SIGTERM: the service stops cleanly, exit 0
+        assert first.wait(15) == 0
+        with capture_logs() as logs:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                sup.poll()
+                st = board.services["quota"]
+                if st.restarts == 1 and st.state == "running":
+                    break
+                await asyncio.sleep(0.1)
+        assert (st.state, st.restarts, st.last_error) == ("running", 1, None)
+        assert [(e["event"], e["log_level"], e["exit"]) for e in logs if "service" in e] == [
+            ("service.restarting", "info", "exited with code 0")
+        ]
+    finally:
+        sup.stop()
+
+
+@pytest.mark.integration
 async def test_a_killed_leader_restarted_by_its_supervisor_leads_again_before_its_ttl(
     nats_server, bus, tmp_path
 ):
