@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from gpuledger import events as ev
 
 # The file schemas (services/domain/inputs.py pulls in the placement model), YAML and the
 # event contract are imported when a file is checked, not when the CLI starts.
@@ -128,6 +131,7 @@ def admission_rejection(spec: ev.JobSpec, config: Any, now_ms: int | None = None
     The same decider code runs: `services.admission.decider.check`."""
     import time
 
+    from gpuledger import events as ev
     from gpuledger.services.admission.decider import Admission, Rejection
     from gpuledger.services.admission.decider import check as admission_check
     from gpuledger.services.domain.configfile import config_events, node_infos
