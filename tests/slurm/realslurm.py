@@ -207,7 +207,41 @@ class RealSlurm:
             self.stop()
             raise
 
+    @property
+    def jobs_dir(self) -> Path:
+        """Working directory of every job (`sbatch --chdir`): cleanup finds leftovers by it."""
+        assert self.root is not None
+        return self.root / "jobs"
+
+    def _steps_running(self) -> list[Path]:
+        """slurmd's per-step sockets (`<node>_<job>.<step>`): one per live slurmstepd."""
+        assert self.root is not None
+        return [p for p in (self.root / "spool").glob("*/*_*.*") if p.is_socket()]
+
+    def _leftovers(self) -> list[int]:
+        """PIDs of processes working in this cluster's directory (stray slurmstepd, jobs)."""
+        assert self.root is not None
+        mine = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cwd = os.readlink(proc / "cwd")
+            except OSError:
+                continue
+            if cwd == str(self.root) or cwd.startswith(f"{self.root}/"):
+                mine.append(int(proc.name))
+        return mine
+
     def stop(self) -> None:
+        if self.root is not None and any(d.name.startswith("slurmd") for d in self.daemons):
+            # let every job step finish reporting before its slurmd goes away (a slurmstepd
+            # whose slurmd is gone retries for minutes)
+            try:
+                self.run("scancel", "--full", "--user=root", check=False)
+                poll(lambda: not self._steps_running(), "job steps to end", timeout_s=20)
+            except SlurmFailed:
+                pass  # the leftovers are killed below
         for d in reversed(self.daemons):
             if d.proc.poll() is None:
                 d.proc.send_signal(signal.SIGTERM)
@@ -218,6 +252,12 @@ class RealSlurm:
                 d.proc.kill()
                 d.proc.wait(timeout=10)
         self.daemons.clear()
+        if self.root is not None:
+            for pid in self._leftovers():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         if self._own_root and self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
@@ -250,7 +290,7 @@ class RealSlurm:
     def _layout(self) -> None:
         r = self.root
         assert r is not None
-        for sub in ("etc", "log", "state", "spool", "dev", "munge", "run"):
+        for sub in ("etc", "log", "state", "spool", "dev", "munge", "run", "jobs"):
             (r / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(r, 0o755)
         self.ports = {

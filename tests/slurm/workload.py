@@ -79,9 +79,20 @@ class Workload:
 
 def sbatch(s: RealSlurm, name: str, *args: str, wrap: str) -> str:
     out = s.run(
-        "sbatch", "--parsable", f"--job-name={name}", "--output=/dev/null", *args, f"--wrap={wrap}"
+        "sbatch",
+        "--parsable",
+        f"--job-name={name}",
+        "--output=/dev/null",
+        f"--chdir={s.jobs_dir}",
+        *args,
+        f"--wrap={wrap}",
     )
     return out.strip().split(";")[0]
+
+
+def in_sacct(s: RealSlurm, *jobs: str) -> bool:
+    out = s.run("sacct", "--noheader", "--parsable2", f"--jobs={','.join(jobs)}", "--format=JobID")
+    return set(jobs) <= set(out.split())
 
 
 def squeue_states(s: RealSlurm) -> dict[str, str]:
@@ -175,6 +186,9 @@ def run_workload(s: RealSlurm, start: str) -> Workload:
     j["later"] = sbatch(s, "later", *gpu1, "--begin=now+3600", wrap="sleep 1")
     wait_state(s, j["cancelled"], "RUNNING")
     s.run("scancel", j["cancelled"])
+    # cancel them once slurmdbd has their pending record: sacct then shows Start=None (cancelled
+    # before slurmctld sent that record, the same jobs show Start = End = the cancel time)
+    poll(lambda: in_sacct(s, j["held"], j["later"]), "the held and --begin jobs in sacct")
     s.run("scancel", j["held"], j["later"])
     wait_state(s, j["requeued"], "RUNNING")
     s.run("scontrol", "requeue", j["requeued"])
