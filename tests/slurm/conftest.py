@@ -19,13 +19,15 @@ import pytest
 from tests.slurm.realslurm import RealSlurm
 from tests.slurm.workload import export, run_workload
 
+COMMITTED = Path(__file__).parents[1] / "fixtures" / "slurm-real"
+
 
 @dataclass(frozen=True)
 class SlurmDump:
     dir: Path
-    jobs: dict[str, str]  # job id by workload name
-    commands: dict[str, list[str]]  # the command line that wrote each file
+    jobs: dict[str, str]  # job id by workload name (an array: its base id)
     version: str
+    live: bool  # written by this session's cluster (else the committed dump)
 
     @property
     def sacct(self) -> Path:
@@ -62,4 +64,26 @@ def slurm_dump(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Slur
                 raise
             meta.write_text(json.dumps({"jobs": w.jobs, "commands": commands, "version": version}))
     d = json.loads(meta.read_text())
-    return SlurmDump(out, d["jobs"], d["commands"], d["version"])
+    return SlurmDump(out, d["jobs"], d["version"], live=True)
+
+
+def committed_dump() -> SlurmDump:
+    """`tests/fixtures/slurm-real/`, written by an earlier run of the same workload (before it
+    gained the job `dep`); job ids by name from its JobName column."""
+    lines = (COMMITTED / "sacct.txt").read_text().splitlines()
+    header = lines[0].split("|")
+    jobs = {}
+    for text in lines[1:]:
+        row = dict(zip(header, text.split("|"), strict=True))
+        if "." not in row["JobID"]:
+            jobs.setdefault(row["JobName"], row["JobID"].split("_")[0])
+    return SlurmDump(COMMITTED, jobs, "slurm-wlm 22.05.8", live=False)
+
+
+@pytest.fixture(scope="module", params=[pytest.param("live", marks=pytest.mark.slurm), "committed"])
+def dump(request: pytest.FixtureRequest) -> SlurmDump:
+    """The live dump of this session (marker `slurm`), then the committed one (no Slurm
+    needed: runs on every machine)."""
+    if request.param == "live":
+        return request.getfixturevalue("slurm_dump")
+    return committed_dump()

@@ -10,6 +10,7 @@ phase 1, all at once:
 - `cancelled`: one GPU, cancelled by `scancel` once it runs (CANCELLED after a start);
 - `requeued`: one GPU, requeued by `scontrol requeue` once it runs, then completes (a requeued
   job is held back 120 s by Slurm; `scontrol update jobid=N StartTime=now` releases it);
+- `dep`: `--dependency=afterok:<fail>`, cancelled once Slurm says DependencyNeverSatisfied;
 - `held`: submitted `--hold`, cancelled while held (never eligible);
 - `later`: submitted `--begin=now+1hour`, cancelled before it was eligible;
 - `mig3g`: one `gpu:3g.40gb` GPU;
@@ -93,6 +94,11 @@ def sbatch(s: RealSlurm, name: str, *args: str, wrap: str) -> str:
 def in_sacct(s: RealSlurm, *jobs: str) -> bool:
     out = s.run("sacct", "--noheader", "--parsable2", f"--jobs={','.join(jobs)}", "--format=JobID")
     return set(jobs) <= set(out.split())
+
+
+def squeue_reasons(s: RealSlurm) -> dict[str, str]:
+    out = s.run("squeue", "--noheader", "--array", "--format=%i|%r")
+    return dict(line.split("|", 1) for line in out.split() if "|" in line)
 
 
 def squeue_states(s: RealSlurm) -> dict[str, str]:
@@ -180,6 +186,7 @@ def run_workload(s: RealSlurm, start: str) -> Workload:
         s, "cpuonly", "--partition=low", "--account=physics", "--cpus-per-task=2", wrap="sleep 1"
     )
     j["fail"] = sbatch(s, "fail", *gpu1, wrap="sleep 1; exit 3")
+    j["dep"] = sbatch(s, "dep", *gpu1, f"--dependency=afterok:{j['fail']}", wrap="sleep 1")
     j["cancelled"] = sbatch(s, "cancelled", *gpu1, wrap="sleep 300")
     j["requeued"] = sbatch(s, "requeued", *gpu1, wrap="sleep 4")
     j["held"] = sbatch(s, "held", *gpu1, "--hold", wrap="sleep 1")
@@ -193,6 +200,13 @@ def run_workload(s: RealSlurm, start: str) -> Workload:
     wait_state(s, j["requeued"], "RUNNING")
     s.run("scontrol", "requeue", j["requeued"])
     release_requeued(s, j["requeued"])
+    # `fail` failed: `dep` can never start; cancel it
+    poll(
+        lambda: squeue_reasons(s).get(j["dep"]) == "DependencyNeverSatisfied",
+        "the dependent job to be DependencyNeverSatisfied",
+    )
+    poll(lambda: in_sacct(s, j["dep"]), "the dependent job in sacct")
+    s.run("scancel", j["dep"])
     wait_drained(s, start, list(j.values()))
     # phase 2: a partition-tier preemption
     j["victim"] = sbatch(
