@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +37,16 @@ class SlurmDump:
     @property
     def sinfo(self) -> Path:
         return self.dir / "sinfo.txt"
+
+
+@pytest.fixture(scope="session")
+def real_slurm() -> Iterator[RealSlurm]:
+    """A started cluster for this session (this worker); every daemon stopped at the end."""
+    reason = RealSlurm.unavailable()
+    if reason:
+        pytest.skip(reason)
+    with RealSlurm() as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

@@ -85,7 +85,7 @@ def free_port() -> int:
 def poll(
     fn: Callable[[], T],
     what: str,
-    timeout_s: float = 30.0,
+    timeout_s: float = 60.0,
     every_s: float = 0.2,
     details: Callable[[], str] = lambda: "",
 ) -> T:
@@ -234,13 +234,14 @@ class RealSlurm:
         return mine
 
     def stop(self) -> None:
+        stray: SlurmFailed | None = None
         if self.root is not None and any(d.name.startswith("slurmd") for d in self.daemons):
             # let every job step finish reporting before its slurmd goes away (a slurmstepd
             # whose slurmd is gone retries for minutes)
             try:
                 self.run("scancel", "--full", "--user=root", check=False)
                 poll(lambda: not self._steps_running(), "job steps to end", timeout_s=20)
-            except SlurmFailed:
+            except (SlurmFailed, subprocess.SubprocessError, OSError):
                 pass  # the leftovers are killed below
         for d in reversed(self.daemons):
             if d.proc.poll() is None:
@@ -258,9 +259,15 @@ class RealSlurm:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+            try:
+                poll(lambda: not self._leftovers(), "stray job processes to exit", timeout_s=10)
+            except SlurmFailed as exc:
+                stray = exc
         if self._own_root and self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
+        if stray is not None:
+            raise stray
 
     def _spawn(self, name: str, argv: list[str]) -> Daemon:
         assert self.root is not None
