@@ -8,8 +8,9 @@ phase 1, all at once:
 - `arr`: an array `--array=0-3`, each task one MIG-named GPU `--gres=gpu:1g.10gb:1`;
 - `fail`: exits with code 3 (FAILED);
 - `cancelled`: one GPU, cancelled by `scancel` once it runs (CANCELLED after a start);
-- `requeued`: one GPU, requeued by `scontrol requeue` once it runs, then completes (a requeued
-  job is held back 120 s by Slurm; `scontrol update jobid=N StartTime=now` releases it);
+- `requeued`: one GPU, requeued by `scontrol requeue` once it runs, then completes (its first
+  run would sleep 300 s, a run after a restart 4 s, so the requeue cannot race the job's end;
+  a requeued job is held back 120 s by Slurm: `scontrol update jobid=N StartTime=now`);
 - `dep`: `--dependency=afterok:<fail>`, cancelled once Slurm says DependencyNeverSatisfied;
 - `held`: submitted `--hold`, cancelled while held (never eligible);
 - `later`: submitted `--begin=now+1hour`, cancelled before it was eligible;
@@ -17,7 +18,7 @@ phase 1, all at once:
 - `cpuonly`: no GPU, 2 CPUs;
 
 phase 2, once phase 1 has finished:
-- `victim`: partition `low`, all 4 GPUs of node n1; once it runs,
+- `victim`: partition `low`, all 4 GPUs of node n1 (300 s, 8 s once restarted); once it runs,
 - `urgent`: partition `high` (PriorityTier 10 over 1), all 4 GPUs of n1: preempts `victim`
   (PreemptMode=REQUEUE: the victim's run ends PREEMPTED, the job is requeued and runs again).
 """
@@ -41,6 +42,11 @@ SACCT_STATES = "CA,CD,DL,F,NF,OOM,PD,PR,R,RQ,RS,RV,S,TO"
 SINFO_NODES = "%N|%c|%m|%G"
 SINFO_PARTITIONS = "%N|%c|%m|%G|%P"
 
+# a job that runs until it is requeued or preempted (Slurm counts restarts in
+# SLURM_RESTART_COUNT), then, run again, for {again} seconds: the requeue never races the end
+UNTIL_REQUEUED = (
+    'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then sleep {again}; else sleep 300; fi'
+)
 TERMINAL = {
     "COMPLETED",
     "CANCELLED",
@@ -188,7 +194,7 @@ def run_workload(s: RealSlurm, start: str) -> Workload:
     j["fail"] = sbatch(s, "fail", *gpu1, wrap="sleep 1; exit 3")
     j["dep"] = sbatch(s, "dep", *gpu1, f"--dependency=afterok:{j['fail']}", wrap="sleep 1")
     j["cancelled"] = sbatch(s, "cancelled", *gpu1, wrap="sleep 300")
-    j["requeued"] = sbatch(s, "requeued", *gpu1, wrap="sleep 4")
+    j["requeued"] = sbatch(s, "requeued", *gpu1, wrap=UNTIL_REQUEUED.format(again=4))
     j["held"] = sbatch(s, "held", *gpu1, "--hold", wrap="sleep 1")
     j["later"] = sbatch(s, "later", *gpu1, "--begin=now+3600", wrap="sleep 1")
     wait_state(s, j["cancelled"], "RUNNING")
@@ -216,7 +222,7 @@ def run_workload(s: RealSlurm, start: str) -> Workload:
         "--account=physics",
         "--nodelist=n1",
         "--gres=gpu:4",
-        wrap="sleep 8",
+        wrap=UNTIL_REQUEUED.format(again=8),
     )
     wait_state(s, j["victim"], "RUNNING")
     j["urgent"] = sbatch(
