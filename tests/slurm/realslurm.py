@@ -18,7 +18,7 @@ stopped by its PID. Everything the cluster needs lives under one directory:
 binary missing, mknod refused), so a test can skip with that reason. Readiness is polled
 (`sacctmgr`, `sinfo`), never slept for.
 
-Run `python -m tests.slurm.realslurm OUTDIR` (as root) to start a cluster, run the workload
+Run `python -m tests.slurm.workload OUTDIR` (as root) to start a cluster, run the workload
 of `workload.py` and write a dump like `tests/fixtures/slurm-real/`.
 """
 
