@@ -19,6 +19,7 @@ lands, and the marker is then removed.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -70,6 +71,14 @@ class Run:
     @property
     def gpus(self) -> int:
         return self.tres().get("gres/gpu", 0)
+
+    @property
+    def gpu_capacity(self) -> float:
+        """GPUs of capacity the run held: a MIG-typed request (in AllocTRES or ReqTRES) holds
+        one instance per GPU, its compute slices out of 7 (as the metrics module counts)."""
+        both = self.fields["AllocTRES"] + "," + self.fields["ReqTRES"]
+        mig = re.search(r"gres/gpu:(\d)g\.\d+gb=", both)
+        return self.gpus * (-(-int(mig.group(1)) * 1000 // 7) / 1000 if mig else 1)
 
     @property
     def typed(self) -> dict[str, int]:
@@ -217,15 +226,8 @@ def test_jobs_cancelled_while_pending_are_cancelled_before_start(dump, runs, imp
     """Given jobs cancelled while pending (held, future --begin, impossible dependency), then
     the importer cancels them before they start."""
     never = [dump.jobs[n] for n in NEVER_STARTED if n in dump.jobs]
-    if any(runs[job][0].time("Start") is not None for job in never):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="issue 36 §8: a job cancelled while pending before slurmdbd had its record "
-                "shows Start = End = the cancel time (NodeList 'None assigned', empty AllocTRES); "
-                "import slurm reads it as a 0-second run",
-            )
-        )
+    # (a job cancelled before slurmdbd had its record shows Start = End = the cancel time with
+    # NodeList 'None assigned' and no AllocTRES: it never started)
     assert imported.summary["cancelled_before_start"] == len(never)
 
 
@@ -254,22 +256,12 @@ def test_headerless_dump_is_refused_in_one_line(dump, tmp_path):
 # -- what issue 36 asks for and today's importer does not do ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 §8: import slurm groups only consecutive rows of one JobID; a requeued "
-    "job's re-run printed lines later by `sacct --duplicates` is skipped as a duplicate id",
-)
 def test_requeued_and_preempted_runs_are_kept(dump, imported):
     s = imported.summary
     assert s["skipped_rows"] == 0, s["skipped"]
     assert s["requeued"] == 2  # job `requeued` (scontrol requeue) and `victim` (preempted)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 §3: MIG-typed gres (sinfo gpu:1g.10gb:4, sacct gres/gpu:1g.10gb=1) are "
-    "imported as whole exclusive GPUs of model '1g.10gb', not MIG instances and MIG requests",
-)
 def test_mig_gres_become_mig_instances_and_requests(dump, runs, imported):
     nodes = imported.nodes()
     n2 = nodes["n2"]["gpus"]
@@ -299,21 +291,22 @@ def test_jobs_never_eligible_are_never_placed_in_replay(dump, imported, tmp_path
         assert job["state"] == "cancelled" and not job["placements"], job
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 §7: sacct's Partition is not mapped to a node selector",
-)
-def test_partition_becomes_a_node_selector(dump, imported):
+def test_partition_becomes_a_node_selector(dump, tmp_path):
+    """Given sinfo with partitions (`%P`: low and high share n1 and n2), when imported, then
+    each job selects its partition's nodes (shared partitions: `partition.<name>=true`)."""
+    log = tmp_path / "p.jsonl"
+    gl(
+        "import", "slurm", "--sacct", dump.sacct,
+        "--sinfo", dump.dir / "sinfo-partitions.txt", "--out", log,
+    )  # fmt: skip
+    imported = Imported({}, log, [json.loads(x)["event"] for x in log.read_text().splitlines()])
     jobs = imported.submitted()
-    assert jobs[dump.jobs["urgent"]].get("node_selector") == {"partition": "high"}
-    assert jobs[dump.jobs["victim"]].get("node_selector") == {"partition": "low"}
+    assert jobs[dump.jobs["urgent"]].get("node_selector") == {"partition.high": "true"}
+    assert jobs[dump.jobs["victim"]].get("node_selector") == {"partition.low": "true"}
+    labels = {n: node.get("labels") for n, node in imported.nodes().items()}
+    assert labels == {n: {"partition.high": "true", "partition.low": "true"} for n in ("n1", "n2")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 §5: a `sacct --noheader` dump (the archive form) is refused with "
-    "'missing column(s) JobID, ...' without saying that the header is missing or how to give one",
-)
 def test_headerless_dump_says_the_header_is_missing(dump, imported, tmp_path):
     headerless = dump.dir / "sacct-noheader.txt"
     p = gl(
@@ -330,7 +323,7 @@ def observed_expectations(runs: dict[str, list[Run]]) -> dict:
     """The observed metrics computed straight from sacct, by issue 36's rules: wait = first
     start - first submit over jobs that started; GPU-hours = sum of gres/gpu x (End - Start)
     over every run (a preempted or requeued run included), clipped to [first time seen, last
-    time seen] in the file (a MIG slice counts as sacct counts it: one gres/gpu)."""
+    time seen] in the file (a MIG instance counts its compute slices out of 7)."""
     seen = [
         t
         for rs in runs.values()
@@ -347,7 +340,7 @@ def observed_expectations(runs: dict[str, list[Run]]) -> dict:
             waits.append(started[0].time("Start") - rs[0].time("Submit"))
         for r in started:
             start, end = max(lo, r.time("Start")), min(hi, r.time("End") or hi)
-            gpu_s += r.gpus * max(0.0, end - start)
+            gpu_s += r.gpu_capacity * max(0.0, end - start)
     return {
         "jobs": len(runs),
         "never_placed": sum(1 for rs in runs.values() if not any(r.started for r in rs)),
@@ -359,11 +352,6 @@ def observed_expectations(runs: dict[str, list[Run]]) -> dict:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36: no observed baseline yet; `whatif --json` has no `observed` entry and no "
-    "`gpu_hours`",
-)
 def test_observed_column_equals_what_sacct_says(dump, runs, whatif):
     want = observed_expectations(runs)
     assert want["never_placed"] == sum(n in dump.jobs for n in NEVER_STARTED)

@@ -82,6 +82,10 @@ def independent(path: Path) -> dict:
         for r in rows:
             tres = r["AllocTRES"] or r["ReqTRES"]
             gpus = int(dict(p.split("=") for p in tres.split(",")).get("gres/gpu", 0))
+            # a MIG-typed request: each GPU is one instance, its compute slices out of 7
+            mig = re.search(r"gres/gpu:(\d)g\.\d+gb=", r["AllocTRES"] + "," + r["ReqTRES"])
+            if mig:
+                gpus = gpus * -(-int(mig.group(1)) * 1000 // 7) / 1000
             start, end = _t(r["Start"]), _t(r["End"])
             if start is None:
                 continue
