@@ -20,7 +20,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
-from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.events.reasons import TERMINAL_STATES, FoldRefusal, JobState
 from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
@@ -685,8 +685,36 @@ class Ledger:
         self._end_nomination(e.job_id)
         return None
 
-    def _member_started(self, e: ev.MemberStarted) -> None:
+    def _member_refusal(
+        self, e: ev.MemberStarted | ev.MemberCheckpointed | ev.MemberExited
+    ) -> tuple[AllocationRecord | None, Refusal | None]:
+        """The allocation a node's member fact is about, or why the fact is refused: a node
+        reports only on members placed on it (`WrongNode`: another node's member, or a rank
+        the allocation does not have), under the allocation's own job (`WrongJob`). A fact
+        about an allocation the log does not hold changes nothing (a late or replayed fact)."""
         rec = self.allocations.get(e.allocation_id)
+        if rec is None:
+            return None, None
+        member = next((m for m in rec.members if m.rank == e.rank), None)
+        if member is None or member.node != e.node:
+            where = "no such rank" if member is None else f"it runs on {member.node!r}"
+            return None, Refusal(
+                FoldRefusal.WrongNode,
+                f"{type(e).__name__} from node {e.node!r} for member {e.rank} of allocation "
+                f"{e.allocation_id!r}: {where}",
+            )
+        if e.job_id != rec.job_id:
+            return None, Refusal(
+                FoldRefusal.WrongJob,
+                f"{type(e).__name__} names job {e.job_id!r}; allocation {e.allocation_id!r} "
+                f"is job {rec.job_id!r}",
+            )
+        return rec, None
+
+    def _member_started(self, e: ev.MemberStarted) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
+        if refusal is not None:
+            return refusal
         if rec is not None and not rec.ended:
             rec.started.setdefault(e.rank, e.occurred_at_ms)
             if len(rec.started) == len(rec.members):
@@ -695,18 +723,21 @@ class Ledger:
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
                     self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+        return None
 
-    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
-        rec = self.allocations.get(e.allocation_id)
+    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
         if rec is not None:
             rec.checkpoints[e.rank] = (e.step, e.progress_ms, e.occurred_at_ms)
+        return refusal
 
-    def _member_exited(self, e: ev.MemberExited) -> None:
-        rec = self.allocations.get(e.allocation_id)
+    def _member_exited(self, e: ev.MemberExited) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
         if rec is not None:
             rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
                 self.settle_ready.add(e.allocation_id)
+        return refusal
 
     def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
