@@ -60,9 +60,11 @@ SERVICE_SUBJECTS = {
     "scheduler": "gl.sched.>",
     "preemption": "gl.preempt.>",
 }
-SCHEDULE_SUBJECTS = ["gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured", "gl.scale.>"]
-"""What the quota role publishes for time-of-day policies (schedules); not the rest of `gl.admin.>`
-(policy, schedules themselves), which stays the operator's."""
+SCHEDULE_SUBJECTS: list[str] = []
+"""What the quota role publishes for time-of-day policies (schedules) beyond `gl.quota.>`:
+nothing since issue 30. Their changes (`TenantConfigured`, `PriorityClassConfigured`,
+`ServiceScaled`) go to `gl.quota.<type>`, where the fold takes them only as what a schedule in
+force produces (`NotScheduled`); `gl.admin.>` and `gl.scale.>` are not the quota's."""
 FIXED = (*CONTROL_PLANE, "projector", "auditor", "admin", "gateway", "agents")
 """Principals every cluster has. `agents` is the simulated fleet (`gpuledger up`, demos):
 one process that speaks for every node; a real node agent uses `node:<name>`."""
@@ -133,8 +135,6 @@ def permissions(principal: str) -> dict[str, Any] | None:
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
-        if principal == "quota":
-            pub += SCHEDULE_SUBJECTS  # time-of-day policies: only the two config events they change
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
         return {

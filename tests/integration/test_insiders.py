@@ -11,6 +11,7 @@ same fact from the owner is folded (a positive control in every test)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import nats
 import pytest
@@ -177,3 +178,68 @@ def test_a_node_key_cannot_claim_another_nodes_name(cluster, tmp_path):
     # then it is refused for its subject, and a's member has not exited
     assert refusals(db) == [("MemberExited", "node-agent/node-2", "WrongSubject")]
     assert evidence(db, "MemberExited") is None
+
+
+# ---------------------------------------------------------------------- the quota role
+
+
+def test_the_quota_key_cannot_set_a_guarantee_no_schedule_sets(monkeypatch, tmp_path):
+    """Given the day/night schedules in force, when the quota key publishes on its own subject
+    a guarantee of 1,000,000 GPUs for a tenant, then it is stored and refused `NotScheduled`,
+    and on the operator's subject it is not even stored; the changes quota's own decide makes
+    at that time are folded (control)."""
+    from gpuledger.services.domain.configfile import config_events
+    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.quota.decider import Quota
+    from tests.integration.test_security import Client
+    from tests.services.test_schedules import doc
+
+    now = int(time.time() * 1000)
+    config = config_events(doc(), at_ms=now - 1000)
+    with EmbeddedNats() as server:
+        natsauth.as_admin(monkeypatch, server)
+
+        async def scenario() -> None:
+            from gpuledger.services.runtime.bus import Bus
+
+            bus = await Bus.connect(server.url, **natsauth.options())
+            await bus.ensure_stream()
+            await bus.close()
+            await publish_as(server, "admin", *config)
+            forged = ev.TenantConfigured(
+                event_id="forged",
+                tenant="inference",
+                guaranteed_gpu_milli=1_000_000 * 1000,
+                producer="quota/0",
+                occurred_at_ms=now,
+                correlation_id="schedule:day",
+            )
+            await publish_as(server, "quota", forged)
+            quota = await Client.connect(server, "quota")
+            try:
+                await quota.refused(
+                    quota.js.publish("gl.admin.TenantConfigured", ev.encode(forged)),
+                    "gl.admin.TenantConfigured",
+                )
+            finally:
+                await quota.close()
+            ledger = Ledger()
+            for seq, e in enumerate(config, 1):
+                ledger.apply(seq, e)
+            await publish_as(server, "quota", *Quota().decide(ledger, now))
+
+        asyncio.run(scenario())
+        db = tmp_path / "p.duckdb"
+        project(server, db)
+
+    assert refusals(db) == [("TenantConfigured", "quota/0", FoldRefusal.NotScheduled)]
+    con = connect_readonly(db)
+    try:
+        rows = dict(con.execute("SELECT tenant, guaranteed_gpu_milli FROM tenants").fetchall())
+        stored = con.execute(
+            "SELECT count(*) FROM events WHERE subject = 'gl.admin.TenantConfigured'"
+        ).fetchone()
+    finally:
+        con.close()
+    assert rows["inference"] in (0, 6000) and rows["training"] in (2000, 8000)  # as scheduled
+    assert stored == (len([e for e in config if isinstance(e, ev.TenantConfigured)]),)
