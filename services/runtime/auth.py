@@ -79,18 +79,29 @@ class AuthError(ValueError):
 
 def _stream_reader() -> list[str]:
     """JetStream API calls of a reader of the log: ordered consumers (with flow control),
-    stream info, single-message and direct gets. Only unnamed (ephemeral) consumers: a
-    reader can neither create a named or durable consumer nor delete one, so none can move
-    or remove the projector's durable position in the log."""
+    stream info, single-message and direct gets. Consumers only by the name-carrying create
+    (`$JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>]`, where the server checks the name
+    in the request against the subject), never the bare `$JS.API.CONSUMER.CREATE.<stream>`,
+    whose request may name any consumer: with it a reader replaced the projector's durable
+    with its own filter (issue 30). The projector's name is denied (`_READER_DENY`); readers
+    name theirs at random (services/runtime/bus.py), cannot list consumers, nor delete one."""
     return [
         f"$JS.API.STREAM.INFO.{STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
         f"$JS.API.CONSUMER.INFO.{STREAM}.>",
         f"$JS.API.STREAM.MSG.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}.>",
         f"$JS.FC.{STREAM}.>",
     ]
+
+
+_READER_DENY = [
+    f"$JS.API.CONSUMER.CREATE.{STREAM}.{PROJECTOR_DURABLE}",
+    f"$JS.API.CONSUMER.CREATE.{STREAM}.{PROJECTOR_DURABLE}.>",
+]
+"""What no reader but the projector may publish: a create (or update) of the projector's
+durable consumer."""
 
 
 def _lease_user(role: str) -> list[str]:
@@ -119,7 +130,17 @@ def _snapshot_user(key: str) -> list[str]:
 
 
 def permissions(principal: str) -> dict[str, Any] | None:
-    """The server-side permissions of `principal` (None: everything, the operator)."""
+    """The server-side permissions of `principal` (None: everything, the operator):
+    `publish` (allowed), `deny_publish` (refused even where `publish` allows it),
+    `subscribe`, `responses`."""
+    perms = _permissions(principal)
+    if perms is not None and principal != "projector":
+        reader = f"$JS.API.CONSUMER.CREATE.{STREAM}.>"
+        perms["deny_publish"] = list(_READER_DENY) if reader in perms["publish"] else []
+    return perms
+
+
+def _permissions(principal: str) -> dict[str, Any] | None:
     kind, _, name = principal.partition(":")
     reader = _stream_reader()
     if principal == "admin":
@@ -370,7 +391,11 @@ def _user_block(p: Principal) -> str:
     if perms is not None:
         sub = [*perms["subscribe"], f"{inbox_prefix(p.public_key)}.>"]
         lines.append("      permissions: {")
-        lines.append(f"        publish: {{ allow: {json.dumps(perms['publish'])} }}")
+        deny = perms.get("deny_publish") or []
+        publish = f"allow: {json.dumps(perms['publish'])}"
+        if deny:
+            publish += f", deny: {json.dumps(deny)}"
+        lines.append(f"        publish: {{ {publish} }}")
         lines.append(f"        subscribe: {{ allow: {json.dumps(sub)} }}")
         if perms.get("responses"):
             lines.append("        allow_responses: true")

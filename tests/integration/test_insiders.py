@@ -11,15 +11,17 @@ same fact from the owner is folded (a positive control in every test)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import nats
 import pytest
+from structlog.testing import capture_logs
 
 from gpuledger import events as ev
 from gpuledger.events import subject_for
 from gpuledger.events.reasons import FoldRefusal
-from gpuledger.projections.nats_source import run_projector
+from gpuledger.projections.nats_source import DURABLE, ProjectorStatus, run_projector
 from gpuledger.projections.queries import jobs_rows
 from gpuledger.projections.store import connect_readonly
 from gpuledger.services.runtime.nats_server import EmbeddedNats
@@ -243,3 +245,115 @@ def test_the_quota_key_cannot_set_a_guarantee_no_schedule_sets(monkeypatch, tmp_
         con.close()
     assert rows["inference"] in (0, 6000) and rows["training"] in (2000, 8000)  # as scheduled
     assert stored == (len([e for e in config if isinstance(e, ev.TenantConfigured)]),)
+
+
+# ---------------------------------------------------------------------- the projector's consumer
+
+
+HIJACK = {  # what a reader could send before issue 30: an "ephemeral" create naming the durable
+    "stream_name": "GPULEDGER",
+    "config": {"name": DURABLE, "filter_subject": "gl.dead.>", "ack_policy": "all"},
+}
+
+
+async def replace_projector_consumer(server: EmbeddedNats) -> None:
+    """Replace the projector's durable with a `gl.dead.>` one, as the operator (the one
+    identity still allowed to)."""
+    nc = await nats.connect(server.url, **server.client_options("admin"))
+    try:
+        reply = await nc.request(
+            "$JS.API.CONSUMER.CREATE.GPULEDGER", json.dumps(HIJACK).encode(), timeout=5
+        )
+        assert b'"filter_subject":"gl.dead.' in reply.data, reply.data
+    finally:
+        await nc.close()
+
+
+def submissions(*ids: str) -> list[ev.Event]:
+    return [
+        ev.JobSubmitted(
+            event_id=f"s-{i}",
+            job=ev.JobSpec(job_id=i, tenant="org/a", resources=ev.Resources(gpus=1)),
+        )
+        for i in ids
+    ]
+
+
+def projected_events(db) -> int:
+    con = connect_readonly(db)
+    try:
+        return con.execute("SELECT count(*) FROM events").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_the_projector_recreates_a_replaced_consumer_on_start(cluster, tmp_path):
+    db = tmp_path / "p.duckdb"
+    project(cluster, db)
+    before = projected_events(db)
+    asyncio.run(replace_projector_consumer(cluster))
+    asyncio.run(publish_as(cluster, "admin", *submissions("x", "y")))
+    with capture_logs() as logs:
+        project(cluster, db)
+    replaced = [e for e in logs if e["event"] == "projector.consumer_replaced"]
+    assert len(replaced) == 1 and "gl.dead.>" in replaced[0]["differs"], logs
+    assert projected_events(db) == before + 2
+
+
+async def test_a_running_projector_recovers_when_its_consumer_is_replaced(cluster, tmp_path):
+    db = tmp_path / "p.duckdb"
+    status = ProjectorStatus()
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_projector(
+            cluster.url,
+            db,
+            connect_options=natsauth.options(),
+            fetch_timeout=0.2,
+            follow=True,
+            stop=stop,
+            status=status,
+        )
+    )
+    try:
+        await until(lambda: status.committed_seq == 5, what="the first 5 events projected")
+        await replace_projector_consumer(cluster)
+        await publish_as(cluster, "admin", *submissions("x", "y"))
+        await until(lambda: status.committed_seq == 7, what="the 2 new events projected")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def until(cond, timeout_s: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_readers_ordered_consumer_is_renamed_when_nats_py_recreates_it(cluster):
+    """Readers name their ordered consumers (the only create they may use); when nats-py
+    recreates one (its consumer vanished, heartbeats missed) it gets a fresh name and the
+    reader goes on where it was, under its own least-privilege identity."""
+    from gpuledger.services.runtime.bus import Bus
+
+    reader = await Bus.connect(
+        cluster.url, idle_heartbeat_s=0.3, **cluster.client_options("auditor")
+    )
+    admin = await Bus.connect(cluster.url, **cluster.client_options("admin"))
+    follower = await reader.follower()
+    try:
+        first = [(await follower.next(5)).seq for _ in range(5)]
+        named = {c.name for c in await admin.nc.jsm().consumers_info("GPULEDGER")}
+        for name in named:
+            await admin.nc.jsm().delete_consumer("GPULEDGER", name)
+        await publish_as(cluster, "admin", *submissions("z"))
+        after = await follower.next(15)
+        assert first == [1, 2, 3, 4, 5] and after is not None and after.seq == 6
+        now = {c.name for c in await admin.nc.jsm().consumers_info("GPULEDGER")}
+        assert now and not now & named and reader.denied == []
+    finally:
+        await follower.close()
+        await reader.close()
+        await admin.close()
