@@ -46,14 +46,14 @@ class TraceImportError(ValueError):
 def read_yaml(path: str | Path) -> Any:
     """A side file of an import (mapping, nodes): its YAML document ({} when empty), or
     TraceImportError in one line naming the file when it is unreadable or not YAML."""
-    import yaml
+    from gpuledger.services.runtime.documents import DocumentError, load_document
 
     try:
-        return yaml.safe_load(Path(path).read_text()) or {}
+        return load_document(Path(path).read_text()) or {}
     except OSError as exc:
         raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    except (UnicodeDecodeError, DocumentError) as exc:
+        raise TraceImportError(f"{path}: {exc}") from None
 
 
 @dataclass

@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 import typer
-import yaml
 
 from gpuledger import events as ev
 from gpuledger.services.domain.inputs import InputError
+from gpuledger.services.runtime.documents import DocumentError, load_document
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -34,13 +34,13 @@ def read_any(path: Path) -> Any:
 
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
-        return yaml.safe_load(text)
+        return load_document(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(
             f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}"
         ) from None
-    except yaml.YAMLError as exc:
-        raise InputError(" ".join(f"not YAML/JSON: {exc}".split())) from None
+    except DocumentError as exc:
+        raise InputError(str(exc)) from None
 
 
 def detect(doc: Any) -> Kind:
@@ -140,6 +140,11 @@ def check(
             bad = True
             for line in exc.lines(str(path)):
                 typer.echo(line, err=True)
+            continue
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # whatever the validation did not foresee is still one line, never a traceback
+            bad = True
+            typer.echo(f"error: {path}: {' '.join(str(exc).split())[:300]}", err=True)
             continue
         typer.echo(f"ok {path} ({k.value})")
     if bad:

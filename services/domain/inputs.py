@@ -24,7 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
-from gpuledger.events.specs import MAX_COUNT
+from gpuledger.events.specs import MAX_COUNT, MAX_QUANTITY
 from gpuledger.services.domain.config import DEFAULT_CLASSES
 from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 
@@ -39,14 +39,40 @@ _HINTS = {
     _TIME_RE: "use seconds or a duration like 90s, 10m, 2h, 1d",
 }
 
-NonNegInt = Annotated[int, Meta(ge=0)]
-PositiveInt = Annotated[int, Meta(ge=1)]
-Cores = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_CORES_RE)]
+# Upper bounds on every quantity a user document gives (docs/inputs.md), checked when the
+# document is validated, before anything proportional to them (a node's GPUs, a gang's
+# members) is built: a config node of a billion GPUs is one error line, not a memory error.
+MAX_GPUS_PER_NODE = 1024
+"""GPUs of one node, and whole GPUs of one member (a member runs on one node)."""
+MAX_NODES = 100_000
+"""Nodes of one configuration (`count` of a node entry, and all entries together)."""
+MAX_FLEET_GPUS = 1 << 17
+"""GPUs of one configuration, all nodes together: 131,072 (the seeds' envelope is 4,000)."""
+MAX_REPLICAS = MAX_COUNT
+"""Replicas (members) of one job: 1,048,576."""
+MAX_SECONDS = 10 * 366 * 86_400
+"""Durations (`duration`, checkpoint times, timeline `at`): ten years."""
+MAX_FRIENDLY = MAX_QUANTITY
+"""Any other quantity in its event unit (milli-cores, MiB): 2**40."""
+
+NonNegInt = Annotated[int, Meta(ge=0, le=MAX_QUANTITY)]
+PositiveInt = Annotated[int, Meta(ge=1, le=MAX_QUANTITY)]
+Replicas = Annotated[int, Meta(ge=1, le=MAX_REPLICAS)]
+GpuCount = Annotated[int, Meta(ge=0, le=MAX_GPUS_PER_NODE)]
+Seconds = Annotated[int, Meta(ge=0, le=MAX_SECONDS)]
+_Number = (
+    Annotated[int, Meta(ge=0, le=MAX_QUANTITY)] | Annotated[float, Meta(ge=0, le=MAX_QUANTITY)]
+)
+Cores = _Number | Annotated[str, Meta(pattern=_CORES_RE, max_length=64)]
 """CPU cores or GPUs: `4`, `0.5`, `500m` (milli)."""
-Size = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_SIZE_RE)]
+Size = _Number | Annotated[str, Meta(pattern=_SIZE_RE, max_length=64)]
 """Memory: `36Gi`, `512Mi`, `1Ti`; a bare number is MiB."""
-Duration = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_TIME_RE)]
-"""Seconds, or `90s`, `10m`, `2h`, `1d`."""
+Duration = (
+    Seconds
+    | Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
+    | Annotated[str, Meta(pattern=_TIME_RE, max_length=64)]
+)
+"""Seconds, or `90s`, `10m`, `2h`, `1d` (at most `MAX_SECONDS`)."""
 Sharing = Literal["exclusive", "mig", "mps", "timeslice"]
 """How a GPU is shared: whole (`exclusive`), MIG instances, MPS or time-sliced fractions."""
 
@@ -63,13 +89,13 @@ class NodeDoc(Strict, kw_only=True):
 
     name: str | None = None
     name_prefix: str | None = None
-    count: PositiveInt = 1
-    gpus: NonNegInt = 0
+    count: Annotated[int, Meta(ge=1, le=MAX_NODES)] = 1
+    gpus: GpuCount = 0
     model: str = "H100-80GB"
     gpu_memory: Size = "80Gi"
     cpu: Cores = 64
     memory: Size = "512Gi"
-    cliques: PositiveInt = 1
+    cliques: Annotated[int, Meta(ge=1, le=MAX_GPUS_PER_NODE)] = 1
     """NVLink cliques the GPUs split into (evenly)."""
     sharing: Sharing | list[Sharing] = "exclusive"
     """One value for every GPU, or one per GPU."""
@@ -139,7 +165,7 @@ class ServiceChangeDoc(Strict, kw_only=True):
     """What a schedule changes on a service (`kind: service`): its replica count."""
 
     job: str
-    replicas: NonNegInt
+    replicas: Annotated[int, Meta(ge=0, le=MAX_REPLICAS)]
 
 
 class ScheduleDoc(Strict, kw_only=True):
@@ -206,9 +232,9 @@ class JobDoc(Strict, kw_only=True):
     tenant: str
     klass: str | None = msgspec.field(default=None, name="class")
     priority_class: str | None = None
-    replicas: PositiveInt = 1
-    min_members: PositiveInt | None = None
-    gpus: NonNegInt = 0
+    replicas: Replicas = 1
+    min_members: Replicas | None = None
+    gpus: GpuCount = 0
     gpu: Cores | None = None
     """A share of one GPU (`500m`, `0.5`)."""
     gpu_milli: Annotated[int, Meta(ge=0, le=999)] | None = None
@@ -222,10 +248,10 @@ class JobDoc(Strict, kw_only=True):
     gpu_models: list[str] | None = None
     min_gpu_memory: Size = 0
     duration: Duration | None = None
-    duration_s: NonNegInt | None = None
+    duration_s: Seconds | None = None
     checkpoint: CheckpointDoc = CheckpointDoc()
     command: str | list[str] = []
-    min_available: NonNegInt = 0
+    min_available: Annotated[int, Meta(ge=0, le=MAX_REPLICAS)] = 0
     prefer_same_leaf: bool = True
     spread: SpreadDoc | None = None
     """`{group, max_per_node}`: at most `max_per_node` members of the group's jobs per node."""
@@ -567,6 +593,14 @@ def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
 
 
 def _check_file(f: FileDoc, problems: list[str]) -> None:
+    nodes = sum(n.count if n.name_prefix is not None else 1 for n in f.cluster.nodes)
+    gpus = sum((n.count if n.name_prefix is not None else 1) * n.gpus for n in f.cluster.nodes)
+    if nodes > MAX_NODES or gpus > MAX_FLEET_GPUS:  # checked before any node is built
+        problems.append(
+            f"cluster.nodes: {nodes:,} nodes with {gpus:,} GPUs; at most {MAX_NODES:,} nodes"
+            f" and {MAX_FLEET_GPUS:,} GPUs (docs/inputs.md)"
+        )
+        return
     node_names: list[tuple[str, str]] = []
     models: set[str] = set()
     mig_models: set[str] = set()
