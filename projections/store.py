@@ -121,16 +121,53 @@ def lock_holder(exc: BaseException) -> str | None:
     return f"PID {m.group(1)}" if m else text.splitlines()[0]
 
 
+def damaged(path: str | Path, reason: str) -> ProjectionError:
+    """The error for a projection file DuckDB cannot read whole (truncated, overwritten): one
+    line naming the file and the way out. The projection is only a fold of the log, so
+    rebuilding it loses nothing."""
+    reason = " ".join(str(reason).split())[:200]
+    return ProjectionError(
+        f"{path}: not a readable projection ({reason}); rebuild it from the log with "
+        f"`gpuledger project --rebuild --db {path}` (with `--log FILE`, or from NATS)"
+    )
+
+
+def check_intact(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+    """ProjectionError (`damaged`) if the file is shorter than the blocks DuckDB's header says
+    it holds: a truncated file otherwise opens and fails only at the first query that reads a
+    missing block."""
+    try:
+        row = con.execute("PRAGMA database_size").fetchone()
+    except duckdb.Error as exc:
+        raise damaged(path, str(exc)) from None
+    block_size, total_blocks = int(row[2]), int(row[3])
+    size = Path(path).stat().st_size
+    if size < block_size * total_blocks:
+        raise damaged(
+            path, f"{size:,} bytes on disk, its header names {block_size * total_blocks:,}"
+        )
+
+
 def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect`, raising ProjectionBusy (instead of DuckDB's IOException) when another
-    process holds the file."""
+    process holds the file, and ProjectionError (`damaged`) for a file DuckDB cannot read
+    whole (not a database, truncated)."""
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.IOException as exc:
         holder = lock_holder(exc)
         if holder is None:
-            raise
+            raise damaged(path, str(exc).removeprefix("IO Error: ")) from None
         raise ProjectionBusy(path, holder) from exc
+    except (duckdb.SerializationException, duckdb.InternalException) as exc:
+        raise damaged(path, str(exc)) from None
+    if Path(path).exists():
+        try:
+            check_intact(con, path)
+        except ProjectionError:
+            con.close()
+            raise
+    return con
 
 
 def connect_readonly(
