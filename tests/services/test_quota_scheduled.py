@@ -100,3 +100,33 @@ def test_the_operator_changes_configuration_as_before():
     mine = ev.TenantConfigured(tenant="inference", guaranteed_gpu_milli=10**6, producer="cli")
     assert admit(ledger, 99, mine, "gl.admin.TenantConfigured") is None
     assert ledger.config.tenants["inference"].guaranteed_gpu_milli == 10**6
+
+
+def test_a_service_scaled_by_quota_must_be_the_schedules_replicas():
+    """Given the inference service scaled by schedules (tests/replay/test_service_scenarios.py),
+    when the quota role scales it to another count, or scales another tenant's job, then the
+    fold refuses it; the schedule's own scaling is folded (the scenario ran with it)."""
+    import yaml
+
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.replay.simulator import simulate
+    from tests.replay.test_service_scenarios import EXAMPLES
+
+    doc = yaml.safe_load((EXAMPLES / "inference-scale.yaml").read_text())
+    doc["timeline"] = [e for e in doc["timeline"] if "scale" not in e]
+    doc["schedules"] = [
+        {"name": "peak", "cron": "0 8 * * *", "services": [{"job": "bert-sentiment-inference", "replicas": 6}]}
+    ]  # fmt: skip
+    run = simulate(from_document(doc), until_ms=9 * 3_600_000)
+    scaled = [e for _, _, e in run.log if isinstance(e, ev.ServiceScaled)]
+    assert scaled and all(e.producer.startswith("quota/") for e in scaled)
+    ledger, last = run.ledger, scaled[-1]
+    for forge, why in (
+        (dict(replicas=1000), "sets bert-sentiment-inference to 6 replicas, not 1000"),
+        (dict(job_id="resnet-1"), "scales no service 'resnet-1'"),
+        (dict(tenant="someone/else"), "scales no service"),
+    ):
+        forged = msgspec.structs.replace(last, event_id=f"forged-{len(why)}", **forge)
+        refusal = admit(ledger, ledger.last_seq + 1, forged)
+        assert refusal is not None and refusal.code == FoldRefusal.NotScheduled, forge
+        assert why in refusal.message, refusal.message
