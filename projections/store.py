@@ -132,26 +132,10 @@ def damaged(path: str | Path, reason: str) -> ProjectionError:
     )
 
 
-def check_intact(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
-    """ProjectionError (`damaged`) if the file is shorter than the blocks DuckDB's header says
-    it holds: a truncated file otherwise opens and fails only at the first query that reads a
-    missing block."""
-    try:
-        row = con.execute("PRAGMA database_size").fetchone()
-    except duckdb.Error as exc:
-        raise damaged(path, str(exc)) from None
-    block_size, total_blocks = int(row[2]), int(row[3])
-    size = Path(path).stat().st_size
-    if size < block_size * total_blocks:
-        raise damaged(
-            path, f"{size:,} bytes on disk, its header names {block_size * total_blocks:,}"
-        )
-
-
 def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect`, raising ProjectionBusy (instead of DuckDB's IOException) when another
-    process holds the file, and ProjectionError (`damaged`) for a file DuckDB cannot read
-    whole (not a database, truncated)."""
+    process holds the file, and ProjectionError (`damaged`) for a file that is not a DuckDB
+    database or whose header cannot be read."""
     try:
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.IOException as exc:
@@ -161,13 +145,19 @@ def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckD
         raise ProjectionBusy(path, holder) from exc
     except (duckdb.SerializationException, duckdb.InternalException) as exc:
         raise damaged(path, str(exc)) from None
-    if Path(path).exists():
-        try:
-            check_intact(con, path)
-        except ProjectionError:
-            con.close()
-            raise
     return con
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a DuckDB error from a query says the file is missing a part or garbled (a
+    truncated file opens fine: its header is whole; only reading a missing block fails).
+    Readers turn it into `damaged`."""
+    if isinstance(exc, duckdb.SerializationException | duckdb.InternalException):
+        return True
+    text = str(exc)
+    return isinstance(exc, duckdb.IOException) and (
+        "Could not read enough bytes" in text or "not a valid DuckDB database" in text
+    )
 
 
 def connect_readonly(
@@ -235,7 +225,13 @@ class Store:
             # since the start: most of a rebuild's resident memory. The writer only appends
             # and replaces keyed rows; a small pool suffices (DuckDB evicts or spills).
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
-        self._ensure_schema()
+        try:
+            self._ensure_schema()
+        except duckdb.Error as exc:  # a truncated file: its header opened, its tables do not
+            if not is_damage(exc):
+                raise
+            self.con.close()
+            raise damaged(self.path, str(exc).removeprefix("IO Error: ")) from None
         self._types = {t: self._arrow_schema(t) for t in APPEND_COLUMNS.keys() | ROW_CLASSES.keys()}
         self._key_types = {
             t: pa.schema([self._types[t].field(k) for k in cls.KEY])
