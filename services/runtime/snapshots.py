@@ -286,7 +286,6 @@ def _classes() -> _Classes:
     enums of the modules whose state a service folds (the same ones `schema()` covers)."""
     global _CLASSES
     if _CLASSES is None:
-
         from gpuledger import events as ev
         from gpuledger.events import reasons
         from gpuledger.services.domain import config, ledger, timeindex
