@@ -346,13 +346,16 @@ async def run_projector(
                         pj.release()  # let `gpuledger sql` open the file while we wait
                     if not follow:
                         break
-                    if await _consumer_went_astray(js, stream, durable, pj.last_seq):
+                    # everything folded is committed here; `pj` may have released the file
+                    # (touching it would reopen it under a reader's lock): use the status
+                    committed = status.committed_seq
+                    if await _consumer_went_astray(js, stream, durable, committed):
                         # the stream moved, nothing came: recreate the consumer from the
                         # database's checkpoint and bind again
                         with contextlib.suppress(nats.errors.Error):
                             await sub.unsubscribe()
                         sub = await unless_stopped(
-                            _bind_consumer(js, stream, durable, pj.last_seq), stop
+                            _bind_consumer(js, stream, durable, committed), stop
                         )
                         if sub is None:
                             break
