@@ -450,7 +450,8 @@ def _decode_graph(raw: bytes | memoryview) -> Any:
             made.append(out)
             items = node[1:]
             for i in range(0, len(items), 2):
-                out[dec(items[i])] = dec(items[i + 1])
+                key = dec(items[i])  # first: `d[k] = v` would decode the value first, and
+                out[key] = dec(items[i + 1])  # objects are numbered in encoding order
             return out
         if tag == _SET:
             out = set()

@@ -334,6 +334,15 @@ def test_the_codec_keeps_what_is_shared_shared_and_every_attribute() -> None:
     assert _restore(snapshots.dumps(ledger)).jobs[job_id].stray == 1
 
 
+def test_objects_in_dict_keys_and_values_keep_their_identity() -> None:
+    key, value = ev.Resources(gpus=1), [ev.Resources(gpus=2)]
+    restored, key_again, value_again = snapshots._decode(
+        snapshots.dumps(({key: value}, key, value))
+    )
+    assert list(restored) == [key] and next(iter(restored)) is key_again
+    assert restored[key_again] is value_again and value_again == value
+
+
 class _Runs:
     """What a pickle payload would run on load."""
 
