@@ -102,3 +102,13 @@ TERMINAL_STATES = frozenset(
     {JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled}
 )
 """States a job never leaves."""
+
+
+class FoldRefusal(StrEnum):
+    """Why the acceptance rules refused an event from a principal entitled to publish it
+    (`Refusal.code`, the projection's `refusals.code`): it reports on something it does not
+    own, or decides what nothing in force produces (docs/security.md has the table)."""
+
+    WrongNode = "WrongNode"  # a node's fact about a member placed on another node (or none)
+    WrongJob = "WrongJob"  # a node's fact naming another job than the allocation's
+    NotScheduled = "NotScheduled"  # quota's config change that no schedule in force produces

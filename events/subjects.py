@@ -5,7 +5,7 @@
     gl.scale.<tenant>.<job>         ServiceScaled           (clients / CI: a service's replicas)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
-    gl.quota.<event>                fair shares
+    gl.quota.<event>                fair shares, and schedules' changes (config, scaling)
     gl.sched.<job|node>.<event>     scheduler decisions
     gl.preempt.<job>.<event>        preemption decisions
     gl.node.<node>.<event>          node agents
@@ -154,8 +154,33 @@ def producer_problem(event: Event) -> str | None:
     return f"{name} is produced by {role}, not by {producer!r}"
 
 
+SCHEDULED_TYPES = (c.TenantConfigured, c.PriorityClassConfigured, c.ServiceScaled)
+"""What quota publishes for time-of-day policies (schedules), on its own subjects
+(`gl.quota.<type>`): the fold accepts them only as what a schedule in force produces
+(`NotScheduled` otherwise, services/domain/ledger.py)."""
+
+
+def scheduled_by_quota(event: Event) -> bool:
+    """Whether `event` is a schedule's change published by the quota role (its producer's
+    role is `quota`)."""
+    return isinstance(event, SCHEDULED_TYPES) and event.producer.partition("/")[0] == "quota"
+
+
+def legacy_subject(event: Event) -> str | None:
+    """The subject a schedule's change was published on before quota had its own (`gl.admin.
+    <type>`, `gl.scale.<tenant>.<job>`), which only the operator may publish on now: older logs
+    replay with it. None for any other event."""
+    return _subject_by_rule(event) if scheduled_by_quota(event) else None
+
+
 def subject_for(event: Event) -> str:
     """The subject an event is published on (ids validated)."""
+    if scheduled_by_quota(event):
+        return f"gl.quota.{type(event).__name__}"
+    return _subject_by_rule(event)
+
+
+def _subject_by_rule(event: Event) -> str:
     cls = type(event)
     rule = _RULE_OF.get(cls) or _rule_of(cls)
     name = cls.__name__

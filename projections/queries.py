@@ -292,8 +292,8 @@ def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> li
         where.append("j.state = ?")
         args.append(state)
     if tenant:
-        where.append("(j.tenant = ? OR j.tenant LIKE ?)")
-        args += [tenant, tenant.rstrip("/") + "/%"]
+        where.append("(j.tenant = ? OR starts_with(j.tenant, ?))")  # no LIKE: `_` is literal
+        args += [tenant, tenant.rstrip("/") + "/"]
     q = (
         f"WITH {REPLICAS_UP} "
         "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
@@ -353,8 +353,8 @@ def acct_rows(
         where.append("submitted_at_ms <= ?")
         args.append(end_ms)
     if tenant:
-        where.append("(tenant = ? OR tenant LIKE ?)")
-        args += [tenant, tenant.rstrip("/") + "/%"]
+        where.append("(tenant = ? OR starts_with(tenant, ?))")  # no LIKE: `_` is literal
+        args += [tenant, tenant.rstrip("/") + "/"]
     if state:
         where.append("state = ?")
         args.append(state)

@@ -36,16 +36,43 @@ def lock_holder(exc: BaseException) -> str | None:
     return f"PID {m.group(1)}" if m else text.splitlines()[0]
 
 
+def damaged(path: str | Path, reason: str) -> ProjectionError:
+    """The error for a projection file DuckDB cannot read whole (truncated, overwritten): one
+    line naming the file and the way out. The projection is only a fold of the log, so
+    rebuilding it loses nothing."""
+    reason = " ".join(str(reason).split())[:200]
+    return ProjectionError(
+        f"{path}: not a readable projection ({reason}); rebuild it from the log with "
+        f"`gpuledger project --rebuild --db {path}` (with `--log FILE`, or from NATS)"
+    )
+
+
 def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect`, raising ProjectionBusy (instead of DuckDB's IOException) when another
-    process holds the file."""
+    process holds the file, and ProjectionError (`damaged`) for a file that is not a DuckDB
+    database or whose header cannot be read."""
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.IOException as exc:
         holder = lock_holder(exc)
         if holder is None:
-            raise
+            raise damaged(path, str(exc).removeprefix("IO Error: ")) from None
         raise ProjectionBusy(path, holder) from exc
+    except (duckdb.SerializationException, duckdb.InternalException) as exc:
+        raise damaged(path, str(exc)) from None
+    return con
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a DuckDB error from a query says the file is missing a part or garbled (a
+    truncated file opens fine: its header is whole; only reading a missing block fails).
+    Readers turn it into `damaged`."""
+    if isinstance(exc, duckdb.SerializationException | duckdb.InternalException):
+        return True
+    text = str(exc)
+    return isinstance(exc, duckdb.IOException) and (
+        "Could not read enough bytes" in text or "not a valid DuckDB database" in text
+    )
 
 
 def connect_readonly(

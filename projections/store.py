@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from gpuledger import events as ev
@@ -40,6 +41,8 @@ from gpuledger.projections.reading import (  # noqa: F401 - re-exported: the rea
     ProjectionError,
     connect_locked,
     connect_readonly,
+    damaged,
+    is_damage,
     lock_holder,
 )
 from gpuledger.services.runtime.gctune import collector_paused
@@ -146,7 +149,13 @@ class Store:
             # since the start: most of a rebuild's resident memory. The writer only appends
             # and replaces keyed rows; a small pool suffices (DuckDB evicts or spills).
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
-        self._ensure_schema()
+        try:
+            self._ensure_schema()
+        except duckdb.Error as exc:  # a truncated file: its header opened, its tables do not
+            if not is_damage(exc):
+                raise
+            self.con.close()
+            raise damaged(self.path, str(exc).removeprefix("IO Error: ")) from None
         self._types = {t: self._arrow_schema(t) for t in APPEND_COLUMNS.keys() | ROW_CLASSES.keys()}
         self._key_types = {
             t: pa.schema([self._types[t].field(k) for k in cls.KEY])

@@ -18,10 +18,12 @@ def natural_key(name: str) -> list:
 
 
 def tenant_clause(column: str, tenant: str | None) -> tuple[str, list[Any]]:
-    """SQL restricting `column` to `tenant` and its children (TRUE for no tenant)."""
+    """SQL restricting `column` to `tenant` and its children (TRUE for no tenant): equality or
+    an exact prefix (`starts_with`), never `LIKE`, where `_` and `%` in a tenant name would
+    match other tenants."""
     if not tenant:
         return "TRUE", []
-    return f"({column} = ? OR {column} LIKE ?)", [tenant, tenant.rstrip("/") + "/%"]
+    return f"({column} = ? OR starts_with({column}, ?))", [tenant, tenant.rstrip("/") + "/"]
 
 
 def in_tenant(value: str | None, tenant: str | None) -> bool:

@@ -54,17 +54,50 @@ class TraceImportError(ValueError):
     """A trace file that cannot be imported; the message names the file and line."""
 
 
+MAX_FIELD = 65_536
+"""Longest field (characters) an importer reads in a row; a longer one skips the row."""
+_CSV_LIMIT = 1 << 24  # the csv module's own limit, raised so a long field is a skip, not an error
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """A trace file as text for row-by-row reading: UTF-8 with undecodable bytes kept as
+    surrogates (`row_problem` then skips the rows they are in, instead of the whole file
+    failing at the first binary byte), universal newlines left to the csv module."""
+    import csv
+
+    if csv.field_size_limit() < _CSV_LIMIT:
+        csv.field_size_limit(_CSV_LIMIT)
+    return open(path, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def row_problem(values: Any) -> str | None:
+    """Why a row (its text, or its field values) cannot be imported, else None: bytes that
+    are not UTF-8 (binary), a NUL, or a field longer than `MAX_FIELD` characters."""
+    for value in values if not isinstance(values, str) else (values,):
+        if not isinstance(value, str):
+            continue
+        if len(value) > MAX_FIELD:
+            return f"a field of {len(value):,} characters (at most {MAX_FIELD:,})"
+        if "\x00" in value:
+            return "a NUL byte (binary data?)"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "bytes that are not UTF-8 text (binary data?)"
+    return None
+
+
 def read_yaml(path: str | Path) -> Any:
     """A side file of an import (mapping, nodes): its YAML document ({} when empty), or
     TraceImportError in one line naming the file when it is unreadable or not YAML."""
-    import yaml
+    from gpuledger.services.runtime.documents import DocumentError, load_document
 
     try:
-        return yaml.safe_load(Path(path).read_text()) or {}
+        return load_document(Path(path).read_text()) or {}
     except OSError as exc:
         raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    except (UnicodeDecodeError, DocumentError) as exc:
+        raise TraceImportError(f"{path}: {exc}") from None
 
 
 @dataclass

@@ -82,7 +82,9 @@ from gpuledger.replay.importers.common import (
     SkipLog,
     TraceImportError,
     head_events,
+    open_text,
     read_yaml,
+    row_problem,
 )
 from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.inputs import (
@@ -418,7 +420,7 @@ def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[e
     if m.nodes is None:
         raise TraceImportError("the mapping has no nodes: section (how to read --nodes)")
     try:
-        f = open(path, newline="")
+        f = open_text(path)
     except OSError as exc:
         raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
     memory_by_model = {
@@ -432,6 +434,9 @@ def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[e
         node_labels = _Labels(m.nodes.labels, "nodes.labels", reader.fieldnames or [], str(path))
         for row in reader:
             line = reader.line_num
+            problem = row_problem([*row.values(), *(row.get(None) or ())])
+            if problem is not None:
+                raise TraceImportError(f"{path}:{line}: {problem}")
             try:
                 name = cols.text(row, "name") or ""
                 ev.validate_token("node", name)
@@ -550,7 +555,7 @@ def import_csv(
     tenants_seen: set[str] = set()
     classes_seen: set[str] = set()
     try:
-        f = open(trace, newline="")
+        f = open_text(trace)
     except OSError as exc:
         raise TraceImportError(f"{trace}: {exc.strerror or exc}") from exc
     gang_rows: list[ObservedJob] = []
@@ -612,6 +617,10 @@ def import_csv(
         for row in reader:
             line = reader.line_num
             bar.tick(line)
+            problem = row_problem([*row.values(), *(row.get(None) or ())])
+            if problem is not None:
+                log.skips.skip(where(line), problem)
+                continue
             try:
                 job_id = cols.text(row, "id") or ""
                 tenant = cols.text(row, "tenant") if cols.has("tenant") else None

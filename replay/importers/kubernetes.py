@@ -351,6 +351,23 @@ def _owner_name(meta: dict) -> str:
 
 
 def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | None:
+    """The pod as a member, or None (skipped with its line): also a pod nested deeper than a
+    user document may be (services/runtime/documents.py) or of a shape no Kubernetes pod
+    has (a list where a mapping belongs, a number where a name belongs)."""
+    from gpuledger.services.runtime.documents import DocumentError, check_bounds
+
+    where = ctx.where(line)
+    try:
+        check_bounds(pod)
+        return _read_member(line, pod, ctx, tenant_from)
+    except DocumentError as exc:
+        ctx.log.skips.skip(where, str(exc).removeprefix("not YAML/JSON: "))
+    except (AttributeError, TypeError, KeyError, ValueError, OverflowError) as exc:
+        ctx.log.skips.skip(where, f"not a pod: {type(exc).__name__}: {str(exc)[:200]}")
+    return None
+
+
+def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | None:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     where = ctx.where(line)
     name, ns = meta.get("name", ""), meta.get("namespace", "default")

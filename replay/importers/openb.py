@@ -61,7 +61,7 @@ from gpuledger.events import (
     validate_token,
 )
 from gpuledger.replay.importers.checkpoint import NO_CHECKPOINT, describe
-from gpuledger.replay.importers.common import TraceImportError
+from gpuledger.replay.importers.common import TraceImportError, open_text, row_problem
 from gpuledger.replay.observed import Observation
 from gpuledger.services.domain.configfile import config_events
 from gpuledger.services.domain.stamp import stamp, submission
@@ -207,7 +207,7 @@ class _Rows:
     def __init__(self, path: str | Path, required: tuple[str, ...]) -> None:
         self.path = str(path)
         try:
-            self._f = open(path, newline="")
+            self._f = open_text(path)
         except OSError as exc:
             raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
         self.reader = csv.DictReader(self._f)
@@ -223,6 +223,9 @@ class _Rows:
     def __iter__(self):
         with self._f:
             for row in self.reader:
+                problem = row_problem([*row.values(), *(row.get(None) or ())])
+                if problem is not None:
+                    raise self.error(self.reader.line_num, problem)
                 yield self.reader.line_num, row
 
     def unique_id(

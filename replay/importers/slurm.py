@@ -61,7 +61,9 @@ from gpuledger.replay.importers.common import (
     TraceImportError,
     gpu_memory_mib,
     head_events,
+    open_text,
     read_yaml,
+    row_problem,
 )
 from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
@@ -69,6 +71,8 @@ from gpuledger.replay.importers.migmap import is_profile, mig_gpus
 from gpuledger.replay.observed import Run
 from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
+from gpuledger.services.domain.inputs import MAX_GPUS_PER_NODE, MAX_NODES
+from gpuledger.services.domain.quantities import MAX_VALUE
 
 PRODUCER = "import/slurm"
 REQUIRED = ("JobID", "Submit", "Start", "End", "State", "NNodes")
@@ -116,7 +120,10 @@ def mem_mib(text: str) -> int:
     m = _MEM.match(text.strip())
     if not m:
         raise ValueError(f"cannot read memory {text!r}")
-    return int(-(-float(m.group(1)) * _MEM_MIB[m.group(2).upper()] // 1))
+    mib = float(m.group(1)) * _MEM_MIB[m.group(2).upper()]
+    if not 0 <= mib <= MAX_VALUE:
+        raise ValueError(f"memory {text!r} out of range")
+    return int(-(-mib // 1))
 
 
 def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]:
@@ -146,6 +153,14 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
             memory_mib=-(-mem // n),
         ), count
     n = max(1, nodes)
+    if n > MAX_NODES:
+        raise ValueError(f"{nodes} nodes: at most {MAX_NODES:,}")
+    if not 0 <= total <= MAX_GPUS_PER_NODE * n or -(-total // n) > MAX_GPUS_PER_NODE:
+        raise ValueError(
+            f"{total} GPUs on {n} node(s): at most {MAX_GPUS_PER_NODE} per node (docs/inputs.md)"
+        )
+    if not 0 <= cpu <= MAX_VALUE / 1000 or not 0 <= mem <= MAX_VALUE:  # also NaN, inf
+        raise ValueError(f"cpu={tres.get('cpu')!r} or mem={tres.get('mem')!r} out of range")
     return ev.Resources(
         gpus=-(-total // n),
         cpu_milli=int(-(-cpu * 1000 // n)),
@@ -178,12 +193,15 @@ def read_sinfo(
     out: dict[str, ev.NodeInfo] = {}
     partitions: dict[str, list[str]] = {}
     try:
-        f = open(path)
+        f = open_text(path)
     except OSError as exc:
         raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
     with f:
         for line, text in enumerate(f, 1):
             text = text.strip()
+            problem = row_problem(text)
+            if problem is not None:
+                raise TraceImportError(f"{path}:{line}: {problem}")
             if not text or text.upper().startswith(("NODELIST", "HOSTNAMES", "NODE_NAME")):
                 continue
             parts = text.split("|")
@@ -223,6 +241,11 @@ def read_sinfo(
                 if len(bits) >= 3 and is_profile(raw_model):
                     mig[raw_model.lower()] = mig.get(raw_model.lower(), 0) + count
                     continue  # MIG instances: GPUs rebuilt below (replay.importers.migmap)
+                if not 0 <= len(gpus) + count <= MAX_GPUS_PER_NODE:
+                    raise TraceImportError(
+                        f"{path}:{line}: GRES {g!r}: more than {MAX_GPUS_PER_NODE} GPUs on one"
+                        " node (docs/inputs.md)"
+                    )
                 model = vocab(raw_model) if vocab is not None and len(bits) >= 3 else raw_model
                 for _ in range(count):
                     i = len(gpus)
@@ -305,7 +328,7 @@ def import_slurm(
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
     try:
-        f = open(sacct, newline="")
+        f = open_text(sacct)
     except OSError as exc:
         raise TraceImportError(f"{sacct}: {exc.strerror or exc}") from exc
     with f:
@@ -433,6 +456,10 @@ def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
             bar.tick(line)
             text = text.rstrip("\r\n")
             if not text:
+                continue
+            problem = row_problem(text)
+            if problem is not None:
+                log.skips.skip(where(line), problem)
                 continue
             values = text.split("|")
             if len(values) != len(header):

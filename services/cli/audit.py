@@ -5,6 +5,7 @@ answers (`why_report`, `jobs_rows`, ...) are usable without typer.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -94,11 +95,28 @@ def _warn_if_stale(con, path: Path) -> None:
 # ---------------------------------------------------------------- formatting helpers
 
 
+@contextlib.contextmanager
+def _undamaged(path: Path):
+    """A query over a truncated or garbled projection file ends the command with one line
+    naming the file and `gpuledger project --rebuild`, never a traceback."""
+    import duckdb
+
+    from gpuledger.projections.reading import damaged, is_damage
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        if not is_damage(exc):
+            raise
+        fail(str(damaged(path, str(exc).removeprefix("IO Error: "))))
+
+
 def _query(path: Path, rows_fn, **filters: Any) -> list[dict[str, Any]]:
     """Rows from one read-only connection to the projection."""
     con = _connect(path)
     try:
-        return rows_fn(con, **filters)
+        with _undamaged(path):
+            return rows_fn(con, **filters)
     finally:
         con.close()
 
@@ -171,10 +189,11 @@ def _emit_structured(data: Any, fmt: str) -> None:
 def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
     con = _connect(path)
     try:
-        cur = con.execute(query)
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
+        with _undamaged(path):
+            cur = con.execute(query)
+            if cur.description is None:
+                return [], []
+            return [d[0] for d in cur.description], cur.fetchall()
     finally:
         con.close()
 
@@ -512,7 +531,8 @@ def why_command(
     path = db_path(db, data)
     con = _connect(path)
     try:
-        report = why_report(con, job)
+        with _undamaged(path):
+            report = why_report(con, job)
     except UnknownJob as unknown:
         typer.echo(f"error: no job {job!r} in the projection at {path}", err=True)
         for line in refused_lines(unknown.refused):  # e.g. a refused cancel of this id

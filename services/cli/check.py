@@ -33,19 +33,18 @@ def read_any(path: Path) -> Any:
     """YAML or JSON (JSON is YAML) from a file or `-`; InputError when unreadable."""
     import sys
 
-    import yaml
-
     from gpuledger.services.domain.inputs import InputError
+    from gpuledger.services.runtime.documents import DocumentError, load_document
 
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
-        return yaml.safe_load(text)
+        return load_document(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(
             f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}"
         ) from None
-    except yaml.YAMLError as exc:
-        raise InputError(" ".join(f"not YAML/JSON: {exc}".split())) from None
+    except DocumentError as exc:
+        raise InputError(str(exc)) from None
 
 
 def detect(doc: Any) -> Kind:
@@ -190,6 +189,11 @@ def check(
             bad = True
             for line in exc.lines(str(path)):
                 typer.echo(line, err=True)
+            continue
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # whatever the validation did not foresee is still one line, never a traceback
+            bad = True
+            typer.echo(f"error: {path}: {' '.join(str(exc).split())[:300]}", err=True)
             continue
         typer.echo(f"ok {path} ({k.value})")
     if bad:

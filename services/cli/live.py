@@ -28,6 +28,7 @@ from gpuledger.services.cli.connect import (
 )
 from gpuledger.services.cli.metrics import METRICS_ADDR_HELP, start_service_metrics
 from gpuledger.services.runtime.auth import LEASE_TTL_S as DEFAULT_LEASE_S
+from gpuledger.services.runtime.documents import DocumentError, load_document
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -36,15 +37,16 @@ app = typer.Typer()
 def read_doc(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    import yaml
 
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
-        doc = yaml.safe_load(text) or {}
+        doc = load_document(text) or {}
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror}", 2)
-    except yaml.YAMLError as exc:
-        fail(" ".join(f"{path}: not YAML/JSON: {exc}".split()), 2)
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: cannot read: {exc}", 2)
+    except DocumentError as exc:
+        fail(f"{path}: {exc}", 2)
     if not isinstance(doc, dict):
         fail(f"{path}: (top level): expected a mapping of keys, got {type(doc).__name__}", 2)
     return doc
@@ -1007,6 +1009,8 @@ def submit(
         fail_input(exc, file)
     except ev.InvalidId as exc:
         fail(f"{file}: {exc}", 2)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        fail(f"{file}: {' '.join(str(exc).split())[:300]}", 2)  # never a traceback
 
     access = resolve_access(nats_url, creds)
 

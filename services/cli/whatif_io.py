@@ -112,6 +112,9 @@ def _run_import(out: Path, output: str, skipped_out: Path | None, work) -> None:
         raise typer.Exit(2) from None
     except OSError as exc:
         fail(f"{out}: {exc.strerror or exc}", 2)
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        # what no importer foresaw is still one line, never a traceback
+        fail(f"import: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", 2)
     finally:
         if handle is not None:
             handle.close()

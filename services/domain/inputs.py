@@ -26,7 +26,7 @@ import msgspec
 from msgspec import Meta
 
 from gpuledger.events import InvalidId, Policy, validate_job_id, validate_tenant, validate_token
-from gpuledger.events.specs import MAX_COUNT, MAX_SELECTOR, LabelKey, LabelValue
+from gpuledger.events.specs import MAX_COUNT, MAX_QUANTITY, MAX_SELECTOR, LabelKey, LabelValue
 from gpuledger.services.domain.config import DEFAULT_CLASSES
 from gpuledger.services.domain.gpu_models import job_models, resolve_node
 from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
@@ -42,14 +42,40 @@ _HINTS = {
     _TIME_RE: "use seconds or a duration like 90s, 10m, 2h, 1d",
 }
 
-NonNegInt = Annotated[int, Meta(ge=0)]
-PositiveInt = Annotated[int, Meta(ge=1)]
-Cores = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_CORES_RE)]
+# Upper bounds on every quantity a user document gives (docs/inputs.md), checked when the
+# document is validated, before anything proportional to them (a node's GPUs, a gang's
+# members) is built: a config node of a billion GPUs is one error line, not a memory error.
+MAX_GPUS_PER_NODE = 1024
+"""GPUs of one node, and whole GPUs of one member (a member runs on one node)."""
+MAX_NODES = 100_000
+"""Nodes of one configuration (`count` of a node entry, and all entries together)."""
+MAX_FLEET_GPUS = 1 << 17
+"""GPUs of one configuration, all nodes together: 131,072 (the seeds' envelope is 4,000)."""
+MAX_REPLICAS = MAX_COUNT
+"""Replicas (members) of one job: 1,048,576."""
+MAX_SECONDS = 10 * 366 * 86_400
+"""Durations (`duration`, checkpoint times, timeline `at`): ten years."""
+MAX_FRIENDLY = MAX_QUANTITY
+"""Any other quantity in its event unit (milli-cores, MiB): 2**40."""
+
+NonNegInt = Annotated[int, Meta(ge=0, le=MAX_QUANTITY)]
+PositiveInt = Annotated[int, Meta(ge=1, le=MAX_QUANTITY)]
+Replicas = Annotated[int, Meta(ge=1, le=MAX_REPLICAS)]
+GpuCount = Annotated[int, Meta(ge=0, le=MAX_GPUS_PER_NODE)]
+Seconds = Annotated[int, Meta(ge=0, le=MAX_SECONDS)]
+_Number = (
+    Annotated[int, Meta(ge=0, le=MAX_QUANTITY)] | Annotated[float, Meta(ge=0, le=MAX_QUANTITY)]
+)
+Cores = _Number | Annotated[str, Meta(pattern=_CORES_RE, max_length=64)]
 """CPU cores or GPUs: `4`, `0.5`, `500m` (milli)."""
-Size = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_SIZE_RE)]
+Size = _Number | Annotated[str, Meta(pattern=_SIZE_RE, max_length=64)]
 """Memory: `36Gi`, `512Mi`, `1Ti`; a bare number is MiB."""
-Duration = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_TIME_RE)]
-"""Seconds, or `90s`, `10m`, `2h`, `1d`."""
+Duration = (
+    Seconds
+    | Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
+    | Annotated[str, Meta(pattern=_TIME_RE, max_length=64)]
+)
+"""Seconds, or `90s`, `10m`, `2h`, `1d` (at most `MAX_SECONDS`)."""
 Sharing = Literal["exclusive", "mig", "mps", "timeslice"]
 """How a GPU is shared: whole (`exclusive`), MIG instances, MPS or time-sliced fractions."""
 
@@ -68,9 +94,9 @@ class NodeDoc(Strict, kw_only=True, frozen=True):
     """The node's name (give `name`, or `name_prefix` with `count`)."""
     name_prefix: str | None = None
     """Prefix of `count` nodes named `<prefix>1..N`."""
-    count: PositiveInt = 1
+    count: Annotated[int, Meta(ge=1, le=MAX_NODES)] = 1
     """How many nodes this entry declares (with `name_prefix`)."""
-    gpus: NonNegInt = 0
+    gpus: GpuCount = 0
     """GPUs per node."""
     model: str = "H100-80GB"
     """GPU model (`H100-80GB`, `A100-40GB`, `L40S`, ...); jobs may restrict `models`."""
@@ -80,7 +106,7 @@ class NodeDoc(Strict, kw_only=True, frozen=True):
     """CPU cores of the node."""
     memory: Size = "512Gi"
     """Memory of the node."""
-    cliques: PositiveInt = 1
+    cliques: Annotated[int, Meta(ge=1, le=MAX_GPUS_PER_NODE)] = 1
     """NVLink cliques the GPUs split into (evenly)."""
     sharing: Sharing | list[Sharing] = "exclusive"
     """One value for every GPU, or one per GPU."""
@@ -169,7 +195,7 @@ class ServiceChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a service (`kind: service`): its replica count."""
 
     job: str
-    replicas: NonNegInt
+    replicas: Annotated[int, Meta(ge=0, le=MAX_REPLICAS)]
 
 
 class ScheduleDoc(Strict, kw_only=True, frozen=True):
@@ -241,11 +267,11 @@ class JobDoc(Strict, kw_only=True, frozen=True):
     """Priority class (`train`, `interactive`, `build`, `inference` or a configured one)."""
     priority_class: str | None = None
     """Priority class (`class` is the short spelling; default `train`)."""
-    replicas: PositiveInt = 1
+    replicas: Replicas = 1
     """Gang members (or, with `kind: service`, replicas)."""
-    min_members: PositiveInt | None = None
+    min_members: Replicas | None = None
     """Members that must be placed together (default: `replicas`)."""
-    gpus: NonNegInt = 0
+    gpus: GpuCount = 0
     """Whole GPUs per member, all in one NVLink clique."""
     gpu: Cores | None = None
     """A share of one GPU (`500m`, `0.5`)."""
@@ -271,13 +297,13 @@ class JobDoc(Strict, kw_only=True, frozen=True):
     """Least memory per GPU."""
     duration: Duration | None = None
     """Run-time hint (simulated agents run this long; reservations use it)."""
-    duration_s: NonNegInt | None = None
+    duration_s: Seconds | None = None
     """Alternative spelling of `duration`, in seconds."""
     checkpoint: CheckpointDoc = CheckpointDoc()
     """Checkpoint policy of the job."""
     command: str | list[str] = []
     """Command a real node agent runs for each member."""
-    min_available: NonNegInt = 0
+    min_available: Annotated[int, Meta(ge=0, le=MAX_REPLICAS)] = 0
     """Disruption budget: replicas of a service that stay running during preemption."""
     prefer_same_leaf: bool = True
     """Prefer placing the gang's members under one leaf switch."""
@@ -646,6 +672,14 @@ def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
 
 
 def _check_file(f: FileDoc, problems: list[str]) -> None:
+    declared = sum(n.count if n.name_prefix is not None else 1 for n in f.cluster.nodes)
+    gpus = sum((n.count if n.name_prefix is not None else 1) * n.gpus for n in f.cluster.nodes)
+    if declared > MAX_NODES or gpus > MAX_FLEET_GPUS:  # checked before any node is built
+        problems.append(
+            f"cluster.nodes: {declared:,} nodes with {gpus:,} GPUs; at most {MAX_NODES:,} nodes"
+            f" and {MAX_FLEET_GPUS:,} GPUs (docs/inputs.md)"
+        )
+        return
     node_names: list[tuple[str, str]] = []
     models: set[str] = set()
     mig_models: set[str] = set()

@@ -16,8 +16,8 @@ from typing import Any
 
 from gpuledger.events import CheckpointPolicy, JobSpec, Resources, Spread
 from gpuledger.services.domain.gpu_models import job_models
-from gpuledger.services.domain.inputs import InputError, JobDoc, validate_job
-from gpuledger.services.domain.quantities import mebibytes, milli, seconds
+from gpuledger.services.domain.inputs import MAX_SECONDS, InputError, JobDoc, validate_job
+from gpuledger.services.domain.quantities import QuantityError, mebibytes, milli, seconds
 
 
 class JobFileError(InputError):
@@ -27,6 +27,14 @@ class JobFileError(InputError):
 def job_spec(doc: Any, base: str = "") -> JobSpec:
     """The JobSpec of a job document; raises JobFileError. `base` prefixes key paths
     (`timeline[3].submit`)."""
+    try:
+        return _job_spec(doc, base)
+    except QuantityError as exc:  # a friendly quantity beyond its bound, inf, nan
+        prefix = f"{base}." if base else ""
+        raise JobFileError([f"{prefix}{exc}"]) from None
+
+
+def _job_spec(doc: Any, base: str) -> JobSpec:
     if isinstance(doc, JobDoc):
         j = doc
     else:
@@ -41,6 +49,10 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
     gpu_milli = milli("gpu", j.gpu) if j.gpu is not None else (j.gpu_milli or 0)
     if j.duration is not None:
         duration: int | None = seconds("duration", j.duration)
+        if duration is not None and duration > MAX_SECONDS:
+            raise QuantityError(
+                f"duration: {j.duration!r} is more than {MAX_SECONDS:,} s (ten years)"
+            )
     else:
         duration = j.duration_s
     optional: dict[str, Any] = {}  # fields left out unless set: old payloads keep their bytes

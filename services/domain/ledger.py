@@ -21,12 +21,18 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.ids import REPLICA_SEPARATOR
-from gpuledger.events.reasons import TERMINAL_STATES, JobState
-from gpuledger.events.subjects import producer_problem, role_of
+from gpuledger.events.reasons import TERMINAL_STATES, FoldRefusal, JobState
+from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
 from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
 from gpuledger.services.domain.refusals import Refusal, Refused
+from gpuledger.services.domain.schedules import (
+    SCHEDULE_PREFIX,
+    changed_class,
+    changed_tenant,
+    last_fire_ms,
+)
 from gpuledger.services.domain.timeindex import TimeIndex
 from gpuledger.services.domain.usage import advance, step_ms
 from gpuledger.services.placement import Fleet, GangRequest, PlacementConflict
@@ -310,6 +316,12 @@ class Ledger:
                     f"{role} decision of epoch {event.leader_epoch}; epoch {seen} already decided",
                 )
             self.leader_epochs[role] = event.leader_epoch
+        if scheduled_by_quota(event):
+            refusal = self._not_scheduled(
+                cast("ev.TenantConfigured | ev.PriorityClassConfigured | ev.ServiceScaled", event)
+            )
+            if refusal is not None:
+                return refusal
         handler = _HANDLERS.get(type(event))
         if handler is None:
             return None
@@ -329,6 +341,65 @@ class Ledger:
         (admitted, every replica waiting); submitted and terminal states are its own."""
         if svc.state not in TERMINAL and svc.state != JobState.submitted:
             svc.state = JobState.running if svc.replicas_up > 0 else JobState.pending
+
+    def _not_scheduled(
+        self, e: ev.TenantConfigured | ev.PriorityClassConfigured | ev.ServiceScaled
+    ) -> Refusal | None:
+        """None if the quota role's change `e` is what a schedule in force produces at its
+        time (services/quota/decider.py `_scheduled`), else why not (`NotScheduled`): it names
+        a schedule in force (`correlation_id` `schedule:<name>`), the schedule's latest fire
+        time at the event's time (`causation_id` `<name>@<fire ms>`), and carries exactly that
+        schedule's change applied to what is in force (a tenant's or class's other fields
+        unchanged; a service's replicas as scheduled)."""
+        what = f"{type(e).__name__} from {e.producer[:100]!r}"
+
+        def refused(why: str) -> Refusal:
+            return Refusal(FoldRefusal.NotScheduled, f"{what}: {why}")
+
+        corr = e.correlation_id
+        if not corr.startswith(SCHEDULE_PREFIX):
+            return refused(f"correlation id {corr[:100]!r} names no schedule")
+        name = corr[len(SCHEDULE_PREFIX) :]
+        s = self.config.schedules.get(name)
+        if s is None or s.removed:
+            return refused(f"no schedule {name[:100]!r} in force")
+        cause, _, fire = e.causation_id.rpartition("@")
+        if cause != name or not fire.removeprefix("-").isdigit() or len(fire) > 20:
+            return refused(f"causation id {e.causation_id[:100]!r} is not '{name}@<fire ms>'")
+        latest = last_fire_ms(s.cron, s.timezone, e.occurred_at_ms)
+        if latest is None or int(fire) != latest:
+            return refused(
+                f"schedule {name!r} last fired at {latest} ms by {e.occurred_at_ms}, not {fire}"
+            )
+        if isinstance(e, ev.ServiceScaled):
+            change = next((c for c in s.services if c.job_id == e.job_id), None)
+            job = self.jobs.get(e.job_id)
+            if change is None or job is None or job.tenant != e.tenant:
+                return refused(f"schedule {name!r} scales no service {e.job_id!r} of {e.tenant!r}")
+            if e.replicas != change.replicas:
+                return refused(
+                    f"schedule {name!r} sets {e.job_id} to {change.replicas} replicas, "
+                    f"not {e.replicas}"
+                )
+            return None
+        if isinstance(e, ev.TenantConfigured):
+            t_change = next((c for c in s.tenants if c.tenant == e.tenant), None)
+            if t_change is None:
+                return refused(f"schedule {name!r} does not change tenant {e.tenant!r}")
+            want: Any = changed_tenant(self.config.tenants.get(e.tenant), t_change)
+        else:
+            c_change = next((c for c in s.priority_classes if c.name == e.name), None)
+            if c_change is None:
+                return refused(f"schedule {name!r} does not change class {e.name!r}")
+            want = changed_class(self.config.classes.get(e.name), c_change)
+        differ = [
+            f"{f}={getattr(e, f)!r} (scheduled {getattr(want, f)!r})"
+            for f in type(e).__struct_fields__
+            if f not in _ENVELOPE and getattr(e, f) != getattr(want, f)
+        ]
+        if differ:
+            return refused(f"not what schedule {name!r} sets: {'; '.join(differ)[:300]}")
+        return None
 
     # ------------------------------------------------------------------ queries
 
@@ -728,8 +799,36 @@ class Ledger:
         self._end_nomination(e.job_id)
         return None
 
-    def _member_started(self, e: ev.MemberStarted) -> None:
+    def _member_refusal(
+        self, e: ev.MemberStarted | ev.MemberCheckpointed | ev.MemberExited
+    ) -> tuple[AllocationRecord | None, Refusal | None]:
+        """The allocation a node's member fact is about, or why the fact is refused: a node
+        reports only on members placed on it (`WrongNode`: another node's member, or a rank
+        the allocation does not have), under the allocation's own job (`WrongJob`). A fact
+        about an allocation the log does not hold changes nothing (a late or replayed fact)."""
         rec = self.allocations.get(e.allocation_id)
+        if rec is None:
+            return None, None
+        member = next((m for m in rec.members if m.rank == e.rank), None)
+        if member is None or member.node != e.node:
+            where = "no such rank" if member is None else f"it runs on {member.node!r}"
+            return None, Refusal(
+                FoldRefusal.WrongNode,
+                f"{type(e).__name__} from node {e.node!r} for member {e.rank} of allocation "
+                f"{e.allocation_id!r}: {where}",
+            )
+        if e.job_id != rec.job_id:
+            return None, Refusal(
+                FoldRefusal.WrongJob,
+                f"{type(e).__name__} names job {e.job_id!r}; allocation {e.allocation_id!r} "
+                f"is job {rec.job_id!r}",
+            )
+        return rec, None
+
+    def _member_started(self, e: ev.MemberStarted) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
+        if refusal is not None:
+            return refusal
         if rec is not None and not rec.ended:
             rec.started.setdefault(e.rank, e.occurred_at_ms)
             if len(rec.started) == len(rec.members):
@@ -738,18 +837,21 @@ class Ledger:
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
                     self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+        return None
 
-    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
-        rec = self.allocations.get(e.allocation_id)
+    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
         if rec is not None:
             rec.checkpoints[e.rank] = (e.step, e.progress_ms, e.occurred_at_ms)
+        return refusal
 
-    def _member_exited(self, e: ev.MemberExited) -> None:
-        rec = self.allocations.get(e.allocation_id)
+    def _member_exited(self, e: ev.MemberExited) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
         if rec is not None:
             rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
                 self.settle_ready.add(e.allocation_id)
+        return refusal
 
     def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
@@ -1050,6 +1152,8 @@ class Ledger:
 
 
 MIG_HISTORY = 16
+_ENVELOPE = frozenset(ev.Event.__struct_fields__)
+"""Fields every event has (ids, time, producer): not part of what a schedule sets."""
 """Re-geometry request times kept per node (the rate limit allows at most 16 per window)."""
 
 

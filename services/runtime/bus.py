@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -203,6 +204,30 @@ def received_ms(msg: Msg) -> int:
         return ack_position(msg)[2]
     except (nats.errors.Error, IndexError, ValueError, TypeError):
         return 0
+
+
+def reader_name() -> str:
+    """A fresh random name for a reader's ephemeral ordered consumer. Readers may create
+    consumers only by the name-carrying API subject (services/runtime/auth.py
+    `_stream_reader`), so every ordered consumer is named, and at random: no reader can guess
+    another's, and none may take the projector's."""
+    return "r" + secrets.token_hex(11)
+
+
+def _rename_on_reset(sub: Any) -> None:
+    """nats-py recreates an ordered consumer (after missed heartbeats or a delivery gap) with
+    the request it first sent: with a name, that is an update of the consumer it just left
+    (refused: its start cannot change), so each recreation gets a fresh name."""
+    jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)  # nats-py keeps it on the inner one
+    recreate = getattr(jsi, "recreate_consumer", None)
+    if recreate is None or getattr(jsi, "_ccreq", None) is None:
+        return
+
+    async def recreate_renamed() -> None:
+        jsi._ccreq.name = reader_name()
+        await recreate()
+
+    jsi.recreate_consumer = recreate_renamed
 
 
 class Follower:
@@ -685,11 +710,11 @@ class Bus:
     ) -> nats.js.JetStreamContext.PushSubscription:
         if after_seq > 0:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
-            config = api.ConsumerConfig(opt_start_seq=after_seq + 1)
+            config = api.ConsumerConfig(opt_start_seq=after_seq + 1, name=reader_name())
         else:
             policy = api.DeliverPolicy.ALL
-            config = api.ConsumerConfig()
-        return await self.js.subscribe(
+            config = api.ConsumerConfig(name=reader_name())
+        sub = await self.js.subscribe(
             ALL,
             stream=self.stream,
             ordered_consumer=True,
@@ -698,6 +723,8 @@ class Bus:
             idle_heartbeat=self.idle_heartbeat_s,
             cb=cb,
         )
+        _rename_on_reset(sub)
+        return sub
 
     async def read_all(self, after_seq: int = 0) -> AsyncIterator[Record]:
         """Every message with seq > `after_seq` up to the stream's last seq at call time."""

@@ -2,7 +2,7 @@
 quota service as its own process under its own identity. Given the seed 003 day/night
 schedules (inference 6 of 8 GPUs from 08:00, training all 8 from 20:00, UTC), when quota
 starts, then it catches up the fires of the last day: it publishes the configuration changes
-(allowed to the quota identity: `gl.admin.TenantConfigured` only) and, after the latest fire,
+(on the quota identity's own `gl.quota.TenantConfigured`, folded as what the schedule produces) and, after the latest fire,
 the guarantees in force are that schedule's. The simulated 48 hours are in
 tests/replay/test_day_night.py; live, the wall clock decides which schedule fired last."""
 
@@ -77,10 +77,10 @@ async def test_quota_publishes_the_schedule_in_force_live(server, bus, tmp_path)
     finally:
         procs.stop()
 
-    # one change per tenant per schedule, the latest schedule's last, from quota, on admin subjects
+    # one change per tenant per schedule, the latest schedule's last, from quota, on its subjects
     assert [e.correlation_id for _, e in changes][-2:] == [f"schedule:{latest}"] * 2
     assert all(
-        s == "gl.admin.TenantConfigured" and e.producer.startswith("quota/") for s, e in changes
+        s == "gl.quota.TenantConfigured" and e.producer.startswith("quota/") for s, e in changes
     )
     assert {t: ledger.config.tenants[t].guaranteed_gpu_milli for t in want} == want
     assert not [e for _, _, e in log if isinstance(e, ev.DeadLettered)]
