@@ -28,7 +28,6 @@ from gpuledger.services.cli.connect import (
 )
 from gpuledger.services.cli.metrics import METRICS_ADDR_HELP, start_service_metrics
 from gpuledger.services.runtime.auth import LEASE_TTL_S as DEFAULT_LEASE_S
-from gpuledger.services.runtime.documents import DocumentError, load_document
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -37,6 +36,7 @@ app = typer.Typer()
 def read_doc(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
+    from gpuledger.services.runtime.documents import DocumentError, load_document
 
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
