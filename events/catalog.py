@@ -104,6 +104,13 @@ class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityCla
     """Checkpoint grace period for victims of this class; None = the policy default."""
     allow_timeslice: bool = False
     """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
+    default_time_limit_s: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Time limit (seconds) of a job of this class that sets none (Slurm partition
+    `DefaultTime`); unset: none. Added after v1 without a new tag: unset encodes as before."""
+    max_time_limit_s: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Longest time limit a job of this class may ask for (Slurm partition `MaxTime`): a longer
+    one is rejected at admission (`TimeLimitTooLong`), and a job without one gets this one
+    when no default is set. Unset: no maximum. Added after v1 without a new tag."""
 
 
 MaxMoves = Annotated[int, msgspec.Meta(ge=1, le=16)]
@@ -282,6 +289,9 @@ class JobAdmitted(Decision, frozen=True, kw_only=True, tag="JobAdmitted.v1"):
     """Resolved preemptibility."""
     slo_class: str
     """Resolved SLO class."""
+    time_limit_s: int | msgspec.UnsetType = msgspec.UNSET
+    """Resolved time limit in seconds: the job's own, else its class's default (or maximum);
+    unset (left out of the JSON): none. Added after v1 without a new tag."""
 
 
 class JobRejected(Decision, frozen=True, kw_only=True, tag="JobRejected.v1"):
@@ -335,6 +345,26 @@ class FairShareUpdated(Decision, frozen=True, kw_only=True, tag="FairShareUpdate
 
 
 # ---------------------------------------------------------------- scheduler
+
+
+class TimeLimitReached(Decision, frozen=True, kw_only=True, tag="TimeLimitReached.v1"):
+    """A run of a job reached its time limit (`JobAdmitted.time_limit_s`): its members are
+    asked to checkpoint now and are stopped at `deadline_ms` (now + the class's grace); the
+    job then ends `timeout` (`GangFailed` with reason `TimeLimit`), unless every member
+    completes before. Published by the scheduler on `gl.sched.<job>.TimeLimitReached`."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The run (allocation) that reached its limit."""
+    time_limit_s: int
+    """The limit, seconds of run time."""
+    started_ms: int
+    """When the run started (its last member started): the limit counts from here."""
+    deadline_ms: int
+    """Kill time (decision time + grace)."""
+    message: str = ""
+    """Quantitative explanation."""
 
 
 class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
@@ -418,7 +448,8 @@ class GangFailed(Decision, frozen=True, kw_only=True, tag="GangFailed.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`MemberFailed`, `StartTimeout`."""
+    """`MemberFailed`, `StartTimeout`, or `TimeLimit` (the run reached its time limit,
+    `TimeLimitReached`: the job ends `timeout`, not `failed`)."""
     message: str = ""
     """Explanation (which rank, exit code)."""
 
@@ -686,6 +717,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     DeadLettered,
     ServiceScaled,
     MigReconfigured,
+    TimeLimitReached,
 )
 
 

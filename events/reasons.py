@@ -83,6 +83,15 @@ class RejectReason(StrEnum):
     MIGProfileUnavailable = "MIGProfileUnavailable"
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"
     TopologyUnsatisfiable = "TopologyUnsatisfiable"
+    TimeLimitTooLong = "TimeLimitTooLong"  # longer than its class's `max_time_limit_s`
+
+
+class EndReason(StrEnum):
+    """Why a run ended without completing (`GangFailed.reason`)."""
+
+    MemberFailed = "MemberFailed"  # a member exited with an error
+    StartTimeout = "StartTimeout"  # a member did not start in time
+    TimeLimit = "TimeLimit"  # the run reached its time limit (the job ends `timeout`)
 
 
 class JobState(StrEnum):
@@ -96,9 +105,16 @@ class JobState(StrEnum):
     failed = "failed"
     rejected = "rejected"
     cancelled = "cancelled"
+    timeout = "timeout"  # stopped at its time limit (Slurm `TIMEOUT`)
 
 
 TERMINAL_STATES = frozenset(
-    {JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled}
+    {
+        JobState.completed,
+        JobState.failed,
+        JobState.rejected,
+        JobState.cancelled,
+        JobState.timeout,
+    }
 )
 """States a job never leaves."""

@@ -137,6 +137,14 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     nodes: 120 not in partition=a100"). Added after v1 without a new tag: unset encodes as
     before."""
 
+    time_limit_s: Quantity | msgspec.UnsetType = msgspec.UNSET
+    """Run time limit of each run, in seconds (Slurm `--time`, Kubernetes
+    `activeDeadlineSeconds`): when a run has lasted this long, its members are asked to
+    checkpoint and are stopped after the class's grace; the job ends `timeout` (reason
+    `TimeLimit`). Unlike `duration_s` (a hint), backfill and reservations may rely on it.
+    Unset (left out of the JSON): the class's default limit, or none. Added after v1 without a
+    new tag: unset encodes as before."""
+
     def selector(self) -> tuple[tuple[str, str], ...]:
         """The node selector as sorted (key, value) pairs (empty: any node)."""
         sel = self.node_selector

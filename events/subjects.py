@@ -97,6 +97,7 @@ _ROLE_OF: dict[type, str] = {
             c.GangCompleted,
             c.GangFailed,
             c.NodeLost,
+            c.TimeLimitReached,
         ),
         "scheduler",
     ),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     InvalidId,
@@ -34,6 +36,7 @@ from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.job_status import QUERY_SUBJECTS
 from gpuledger.services.domain.ledger import Ledger, replica_spec
 from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
+from gpuledger.services.domain.time_limits import TimeLimitProblem, resolved_time_limit
 
 
 class Rejection(Exception):
@@ -121,6 +124,7 @@ class Admission(LedgerService):
                     priority=cls.value,
                     preemptible=cls.preemptible,
                     slo_class=cls.slo_class,
+                    **_time_limit_field(job.spec, cls),
                     **common,
                 )
             )
@@ -163,6 +167,15 @@ class Admission(LedgerService):
         return out
 
 
+def _time_limit_field(spec: JobSpec, cls) -> dict:
+    """`{time_limit_s: ...}` for a job with a limit (its own or its class's), else nothing:
+    an admission without one encodes as before the field existed."""
+    if spec.is_service:
+        return {}
+    limit = resolved_time_limit(spec, cls)  # checked by `check` already
+    return {} if limit is None else {"time_limit_s": limit}
+
+
 def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None = None):
     """Return the job's priority class if admissible, else raise Rejection.
 
@@ -200,6 +213,22 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
                 "InvalidSpec",
                 f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
             )
+    if spec.is_service and spec.time_limit_s is not msgspec.UNSET:
+        raise Rejection(
+            "InvalidSpec",
+            "time_limit_s: a service runs until it is scaled down; leave time_limit_s out",
+        )
+    if not spec.is_service:
+        try:
+            resolved_time_limit(spec, cls)
+        except TimeLimitProblem as exc:
+            reason = RejectReason.TimeLimitTooLong if exc.too_long else RejectReason.InvalidSpec
+            raise Rejection(
+                reason,
+                str(exc),
+                time_limit_s=spec.time_limit_s,
+                max_time_limit_s=cls.max_time_limit_s or None,
+            ) from exc
     shape = replica_spec(spec, 0) if spec.is_service else spec  # a service: one replica's shape
     problem = shape_problem(shape, fleet, cls.allow_timeslice)
     if problem is not None:

@@ -119,6 +119,11 @@ class ClassDoc(Strict, kw_only=True):
     description: str = ""
     grace_s: NonNegInt | None = None
     allow_timeslice: bool = False
+    default_time_limit: Duration | None = None
+    """Time limit of its jobs that set none (`4h`; Slurm partition `DefaultTime`)."""
+    max_time_limit: Duration | None = None
+    """Longest time limit its jobs may ask for (`1d`; Slurm partition `MaxTime`): a longer
+    one is rejected at admission (`TimeLimitTooLong`)."""
     override: bool = False
 
 
@@ -227,6 +232,10 @@ class JobDoc(Strict, kw_only=True):
     min_gpu_memory: Size = 0
     duration: Duration | None = None
     duration_s: NonNegInt | None = None
+    time_limit: Duration | None = None
+    """Run time limit (`2h`, `90m`; Slurm `--time`): the job is asked to checkpoint and is
+    stopped when a run has lasted this long, and ends `timeout`."""
+    time_limit_s: PositiveInt | None = None
     checkpoint: CheckpointDoc = CheckpointDoc()
     command: str | list[str] = []
     min_available: NonNegInt = 0
@@ -250,6 +259,7 @@ _ALTERNATIVES = (
     ("memory", "memory_mib"),
     ("models", "gpu_models"),
     ("duration", "duration_s"),
+    ("time_limit", "time_limit_s"),
     ("weight", "over_quota_weight"),
 )
 

@@ -4,7 +4,8 @@ Accepted keys (snake_case): `id` (or `job_id`), `tenant`, `class` (or `priority_
 `replicas`, `min_members`, `gpus`, `gpu` (a share like `500m`) or `gpu_milli`, `mig`
 (or `mig_profile`), `cpu` (cores, `500m`) or `cpu_milli`, `memory` (`36Gi`) or `memory_mib`,
 `models` (or `gpu_models`), `min_gpu_memory`, `duration` (`2h`), `checkpoint: {interval,
-grace, save}`, `command`, `min_available`, `prefer_same_leaf`, `spread: {group,
+grace, save}`, `command`, `time_limit` (`2h`, Slurm `--time`) or `time_limit_s`,
+`min_available`, `prefer_same_leaf`, `spread: {group,
 max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`).
 The schema is
 `services.domain.inputs.JobDoc`: unknown keys, bad units and negative values are errors.
@@ -43,6 +44,12 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         duration: int | None = seconds("duration", j.duration)
     else:
         duration = j.duration_s
+    if j.time_limit is not None:
+        limit: int | None = seconds("time_limit", j.time_limit)
+        if limit <= 0:
+            raise JobFileError([f"{base + '.' if base else ''}time_limit: must be > 0"])
+    else:
+        limit = j.time_limit_s
     return JobSpec(
         job_id=j.id if j.id is not None else (j.job_id or ""),
         tenant=j.tenant,
@@ -77,5 +84,6 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
             else {}
         ),
         **({"kind": "service"} if j.kind == "service" else {}),
+        **({"time_limit_s": limit} if limit is not None else {}),
         **({"node_selector": dict(sorted(j.node_selector.items()))} if j.node_selector else {}),
     )

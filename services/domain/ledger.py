@@ -21,7 +21,7 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.ids import REPLICA_SEPARATOR
-from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.events.reasons import TERMINAL_STATES, EndReason, JobState
 from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
@@ -151,6 +151,9 @@ class JobRecord:
     replicas_up: int = 0
     """For a service: its replicas placed now (running or being preempted). The service is
     `running` while this is at least 1, else `pending` (`Ledger._service_state`)."""
+    time_limit_s: int | None = None
+    """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
+    lasted this long; None = none."""
 
     @property
     def job_id(self) -> str:
@@ -183,6 +186,8 @@ class AllocationRecord:
     exited: dict[int, tuple[str, int]] = field(default_factory=dict)
     checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     preemption: ev.PreemptionRequested | None = None
+    time_limit: ev.TimeLimitReached | None = None
+    """Set when the run reached its job's time limit: its members are being stopped."""
     backfill_for: str | None = None
     """The reserving job whose reserved capacity this allocation borrows as preemptible
     backfill (evicted when that job lands)."""
@@ -260,6 +265,9 @@ class Ledger:
     expected: TimeIndex = field(default_factory=TimeIndex)
     """Per active allocation: expected end (duration hint), checkpoint completion and
     deadline of a requested preemption."""
+    time_limits: TimeIndex = field(default_factory=TimeIndex)
+    """Per running allocation of a job with a time limit: when the limit is reached (kind
+    `limit`); cleared when `TimeLimitReached` is folded or the allocation ends."""
     nodes_version: int = 0
     """Bumped whenever a node registers, is lost or comes back."""
     last_seq: int = 0
@@ -522,6 +530,8 @@ class Ledger:
             e.slo_class,
         )
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
+        if e.time_limit_s is not msgspec.UNSET:
+            job.time_limit_s = e.time_limit_s
         self.submitted.discard(e.job_id)
         if job.spec.is_service:  # the service runs as its replicas: they are queued
             self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
@@ -732,6 +742,12 @@ class Ledger:
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
                     self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+                if job is not None and job.time_limit_s is not None:
+                    self.time_limits.set(
+                        e.allocation_id,
+                        "limit",
+                        max(rec.started.values()) + job.time_limit_s * 1000,
+                    )
 
     def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
         rec = self.allocations.get(e.allocation_id)
@@ -765,6 +781,28 @@ class Ledger:
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
+        return None
+
+    def _time_limit_reached(self, e: ev.TimeLimitReached) -> Refusal | None:
+        rec = self.allocations.get(e.allocation_id)
+        job = self.jobs.get(e.job_id)
+        if rec is None or rec.ended or job is None or rec.time_limit is not None:
+            what = (
+                "unknown"
+                if rec is None
+                else "ended"
+                if rec.ended
+                else "already stopping at its time limit"
+                if rec.time_limit is not None
+                else "of no job"
+            )
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        rec.time_limit = e
+        self.time_limits.clear(e.allocation_id)
+        if rec.preemption is None:  # else the preemption's instants stand (they come first)
+            saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
+            self.expected.set(e.allocation_id, "checkpoint", saved_at)
+            self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         return None
 
     def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
@@ -839,6 +877,7 @@ class Ledger:
         self.settle_ready.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
+        self.time_limits.clear(allocation_id)
         if rec.backfill_for is not None:
             backfilled = self.backfills.get(rec.backfill_for)
             if backfilled is not None:
@@ -916,7 +955,7 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                JobState.failed,
+                JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed,
                 e.occurred_at_ms,
                 e.reason,
                 e.message,
@@ -1073,6 +1112,7 @@ _HANDLERS: dict[type, Any] = {
     ev.GangRequeued: Ledger._requeued,
     ev.GangCompleted: Ledger._completed,
     ev.GangFailed: Ledger._failed,
+    ev.TimeLimitReached: Ledger._time_limit_reached,
     ev.NodeRegistered: Ledger._node_registered,
     ev.NodeHeartbeat: Ledger._heartbeat,
     ev.NodeLost: Ledger._node_lost,

@@ -23,7 +23,7 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
@@ -32,7 +32,7 @@ from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
 from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
-from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.domain.timefmt import duration, instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
@@ -179,6 +179,9 @@ class Scheduler(LedgerService):
         start_timeout = policy.start_timeout_s * 1000
         if start_timeout and state.awaiting_start:
             times += [rec.placed_ms + start_timeout for rec in self._awaiting_start(state)]
+        limit = state.time_limits.next_after(now_ms)
+        if limit is not None:
+            times.append(limit)
         return min(times, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
@@ -235,6 +238,9 @@ class Scheduler(LedgerService):
                     out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
             if out:
                 return out
+        out = self._time_limits(state, now_ms)
+        if out:
+            return out
         for alloc_id in sorted(state.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
@@ -243,6 +249,9 @@ class Scheduler(LedgerService):
             ]
             if lost:
                 out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
+            elif rec.time_limit is not None and not job.cancel_requested:
+                if rec.all_exited():  # the limit wins over a preemption: the run is over
+                    out.append(self._timed_out(state, now_ms, rec, job))
             elif any(outcome == "failed" for outcome, _ in rec.exited.values()):
                 rank = min(r for r, (o, _) in rec.exited.items() if o == "failed")
                 out.append(
@@ -291,6 +300,81 @@ class Scheduler(LedgerService):
                         )
                     )
         return out
+
+    def _time_limits(self, state: Ledger, now_ms: int) -> list[Event]:
+        """`TimeLimitReached` for every run whose time limit has come: its members are asked
+        to checkpoint and stopped after the grace. A run being preempted or cancelled is
+        left to that (its next run starts a fresh limit)."""
+        out: list[Event] = []
+        for _at, alloc_id, _kind in state.time_limits.due(now_ms):
+            rec = state.allocations.get(alloc_id)
+            if rec is None or rec.ended or rec.time_limit is not None or rec.preemption:
+                continue
+            job = state.jobs[rec.job_id]
+            if job.cancel_requested or job.time_limit_s is None:
+                continue
+            started = max(rec.started.values(), default=rec.placed_ms)
+            grace = state.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
+            limit_ms = job.time_limit_s * 1000
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    ev.TimeLimitReached,
+                    key=alloc_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    allocation_id=alloc_id,
+                    time_limit_s=job.time_limit_s,
+                    started_ms=started,
+                    deadline_ms=now_ms + grace,
+                    message=(
+                        f"ran {duration(now_ms - started)} since {instant(started)}, its time "
+                        f"limit is {duration(limit_ms)}: asked to checkpoint, stopped at "
+                        f"{instant(now_ms + grace)} (grace {duration(grace)})"
+                    ),
+                )
+            )
+        return out
+
+    def _timed_out(
+        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord
+    ) -> Event:
+        """The end of a run stopped at its time limit: `GangCompleted` if every member still
+        completed within the grace, else `GangFailed` (`TimeLimit`; the job ends `timeout`)
+        with the work saved and lost."""
+        if all(o == "completed" for o, _ in rec.exited.values()):
+            return self.emit(
+                state,
+                now_ms,
+                GangCompleted,
+                key=rec.allocation_id,
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                allocation_id=rec.allocation_id,
+            )
+        work = work_outcome(rec, job.spec.checkpoint)
+        limit = rec.time_limit
+        assert limit is not None
+        saved = (
+            f"checkpointed at step {work.resume_step}"
+            if work.checkpointed
+            else f"no checkpoint in time: {work.lost_gpu_ms / 3_600_000:.2f} GPU-h lost"
+        )
+        return self.emit(
+            state,
+            now_ms,
+            GangFailed,
+            key=rec.allocation_id,
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            reason=EndReason.TimeLimit,
+            message=(
+                f"time limit {duration(limit.time_limit_s * 1000)} reached at "
+                f"{instant(limit.occurred_at_ms)}; {saved}"
+            ),
+        )
 
     def _evict(
         self,
@@ -455,7 +539,7 @@ class Scheduler(LedgerService):
         """Keep a job off the reserved nodes unless it may backfill them (by duration or as
         preemptible backfill)."""
         reservation = rnd.reservation
-        if reservation is None or may_backfill(job, now_ms, reservation):
+        if reservation is None or may_backfill(job, now_ms, reservation, state.config):
             return
         if may_backfill_preemptibly(state, job, reservation):
             lim.backfill_for = reservation.job_id  # on reserved nodes only if need be
