@@ -552,6 +552,15 @@ COMMENT ON COLUMN evictions.reason IS 'Eviction reason.';
 COMMENT ON COLUMN evictions.lost_gpu_ms IS 'Work lost, GPU-milliseconds.';
 COMMENT ON COLUMN evictions.preemption IS 'A preemption (Priority, Reclaim, Backfill, Defragment), not a failure or node loss.';
 
+COMMENT ON VIEW timeouts IS 'One row per run that reached its time limit (TimeLimitReached), with how it ended.';
+COMMENT ON COLUMN timeouts.seq IS 'Stream sequence of the TimeLimitReached.';
+COMMENT ON COLUMN timeouts.at_ms IS 'When the limit was reached (checkpoint requested), epoch ms.';
+COMMENT ON COLUMN timeouts.time_limit_s IS 'The time limit of each run, seconds.';
+COMMENT ON COLUMN timeouts.started_at_ms IS 'When the run started (its last member started), epoch ms.';
+COMMENT ON COLUMN timeouts.deadline_ms IS 'When its members are killed if still running, epoch ms.';
+COMMENT ON COLUMN timeouts.ended_at_ms IS 'When the run ended (NULL while it is stopping), epoch ms.';
+COMMENT ON COLUMN timeouts.outcome IS 'timeout (stopped at the limit), completed (finished within the grace), or the eviction reason that ended it first.';
+
 COMMENT ON COLUMN run_metrics.events IS 'Decodable events (count).';
 COMMENT ON COLUMN run_metrics.start_s IS 'First event, seconds since the epoch.';
 COMMENT ON COLUMN run_metrics.end_s IS 'Last event, seconds since the epoch.';

@@ -35,7 +35,7 @@ from gpuledger.events.catalog import ALL_EVENTS
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
 
-TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
 JOB_STATES = (
     "submitted",
     "pending",
@@ -45,6 +45,7 @@ JOB_STATES = (
     "failed",
     "rejected",
     "cancelled",
+    "timeout",
 )
 
 _json = msgspec.json.Encoder()
@@ -991,7 +992,7 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.finished_at_ms = e.occurred_at_ms
-        if to == "failed":
+        if to in ("failed", "timeout"):
             job.reason, job.message = e.reason, e.message
         else:
             job.reason = job.message = job.details = None
@@ -1002,7 +1003,7 @@ class Projection:
         self._ended(seq, e, "completed")
 
     def _failed(self, seq: int, e: ev.GangFailed) -> None:
-        self._ended(seq, e, "failed")
+        self._ended(seq, e, "timeout" if e.reason == "TimeLimit" else "failed")
 
     # -------------------------------------------------------------- handlers: config, quota
 

@@ -314,6 +314,28 @@ SELECT e.seq, e.occurred_at_ms AS at_ms, e.payload ->> 'job_id' AS job_id, j.ten
 FROM events e LEFT JOIN jobs j ON j.job_id = e.payload ->> 'job_id'
 WHERE e.type = 'GangEvicted';
 
+-- One row per run that reached its time limit (`TimeLimitReached`): the limit, when the run
+-- started, the kill deadline, and how it ended: `timeout` (GangFailed, reason TimeLimit; the
+-- message says whether it checkpointed), `completed` (it finished within the grace), or the
+-- eviction reason when something else ended it first; NULL while it is still stopping.
+CREATE OR REPLACE VIEW timeouts AS
+SELECT t.seq, t.occurred_at_ms AS at_ms, t.payload ->> 'job_id' AS job_id, j.tenant,
+       j.priority_class, t.payload ->> 'allocation_id' AS allocation_id,
+       CAST(t.payload ->> 'time_limit_s' AS BIGINT) AS time_limit_s,
+       CAST(t.payload ->> 'started_ms' AS BIGINT) AS started_at_ms,
+       CAST(t.payload ->> 'deadline_ms' AS BIGINT) AS deadline_ms,
+       f.occurred_at_ms AS ended_at_ms,
+       CASE f.type WHEN 'GangFailed' THEN (CASE WHEN f.payload ->> 'reason' = 'TimeLimit'
+                                                THEN 'timeout' ELSE 'failed' END)
+                   WHEN 'GangCompleted' THEN 'completed'
+                   WHEN 'GangEvicted' THEN f.payload ->> 'reason' END AS outcome,
+       f.payload ->> 'message' AS message
+FROM events t
+LEFT JOIN jobs j ON j.job_id = t.payload ->> 'job_id'
+LEFT JOIN events f ON f.type IN ('GangFailed', 'GangCompleted', 'GangEvicted')
+                  AND f.payload ->> 'allocation_id' = t.payload ->> 'allocation_id'
+WHERE t.type = 'TimeLimitReached';
+
 CREATE OR REPLACE VIEW run_metrics AS
 WITH alloc AS (
     SELECT sum(a.gpu_milli * (coalesce(a.ended_at_ms, w.end_ms) - a.placed_at_ms)) AS area
