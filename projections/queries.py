@@ -268,7 +268,14 @@ def job_state_text(row: dict[str, Any]) -> str:
     """A job's STATE as tables show it; a live service adds its replicas placed of those
     wanted (`running 2/3`, `pending 0/3`), from `jobs_rows`' `replicas_up`."""
     state, up = row["state"], row.get("replicas_up")
-    if up is None or state in ("submitted", "completed", "failed", "rejected", "cancelled"):
+    if up is None or state in (
+        "submitted",
+        "completed",
+        "failed",
+        "rejected",
+        "cancelled",
+        "timeout",
+    ):
         return state
     return f"{state} {up}/{row.get('replicas') or 0}"
 

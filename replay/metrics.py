@@ -74,6 +74,9 @@ PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment",
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""
 
 FINISHED_STATES = ("completed", "failed", "rejected", "cancelled")
+COUNTED_AS = {"timeout": "failed"}
+"""Final states counted under another: a job stopped at its time limit counts as failed, as
+the observed column counts Slurm's `TIMEOUT` (`_FAILED_STATES`)."""
 
 _ALLOC_EVENTS = (ev.GangPlaced, ev.GangCompleted, ev.GangFailed, ev.GangEvicted)
 _NODE_EVENTS = (ev.NodeRegistered, ev.NodeLost, ev.NodeHeartbeat)
@@ -266,7 +269,7 @@ def job_counts(ledger: Ledger) -> dict[str, int]:
     """Jobs by final state, as the ledger's fold left them."""
     states: dict[str, int] = defaultdict(int)
     for job in ledger.jobs.values():
-        states[job.state] += 1
+        states[COUNTED_AS.get(job.state, job.state)] += 1
     return {
         "submitted": len(ledger.jobs),
         **{s: states.get(s, 0) for s in FINISHED_STATES},

@@ -312,7 +312,7 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
     trans = report["transitions"]
     for i, t in enumerate(trans):
         end = trans[i + 1]["at_ms"] if i + 1 < len(trans) else None
-        if end is None and t["to"] in ("completed", "failed", "rejected", "cancelled"):
+        if end is None and t["to"] in ("completed", "failed", "rejected", "cancelled", "timeout"):
             continue
         spans.append(
             {

@@ -182,3 +182,17 @@ def test_sql_shows_timeouts_and_the_timeout_state(tmp_path):
     ]
     assert states["long-run"] == states["defaulted"] == "timeout"
     assert states["quick"] == "completed" and reasons["long-run"] == "TimeLimit"
+
+
+def test_metrics_count_timeouts_per_tenant_and_class(tmp_path):
+    from gpuledger.projections.exporter import read_metrics
+    from gpuledger.projections.store import connect_readonly, rebuild
+
+    sim = simulate(load(EXAMPLES / "time-limits.yaml"))
+    rebuild(sim.log, tmp_path / "p.duckdb")
+    con = connect_readonly(tmp_path / "p.duckdb")
+    try:
+        samples = read_metrics(con)
+    finally:
+        con.close()
+    assert samples["gpuledger_timed_out_workloads_total"] == [(["ml", "train"], 2)]
