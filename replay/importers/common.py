@@ -94,6 +94,9 @@ class ObservedJob:
     partition: str | None = None
     source_priority: str | None = None
     """The source's priority value (QOS, PriorityClass...), for `checkpoint.values`."""
+    time_limit_s: int | None = None
+    """The job's time limit as the source recorded it (Slurm `Timelimit`, Kubernetes
+    `activeDeadlineSeconds`), None: none."""
 
 
 @dataclass
@@ -233,6 +236,7 @@ class ImportLog:
             node_selector=dict(sorted(job.node_selector.items()))
             if job.node_selector
             else msgspec.UNSET,
+            time_limit_s=job.time_limit_s if job.time_limit_s else msgspec.UNSET,
         )
         self._push(
             job.submit_ms,

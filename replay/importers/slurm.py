@@ -33,6 +33,9 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   assigned` and no AllocTRES never started whatever its Start says (Slurm writes Start = End = the cancel
   time for a job cancelled before its first record reached slurmdbd). Pending or running at
   the dump: submitted with no run time;
+- `Timelimit` (`[D-]HH:MM:SS`, `MM:SS`, `MM`, `D-HH[:MM]`) -> `time_limit_s`;
+  `UNLIMITED`, `Partition_Limit`, empty or unreadable -> no limit (the run time still says
+  how long it ran: a TIMEOUT row replays as a run stopped at its limit);
 - QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
 - Partition -> node selector of the partition's node label, when the nodes carry partition
   labels (`replay.importers.labels`).
@@ -152,6 +155,25 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
         memory_mib=-(-mem // n),
         gpu_models=tuple(sorted(typed)),
     ), total
+
+
+def parse_timelimit(text: str) -> int | None:
+    """Seconds of a Slurm time limit (`1-00:00:00`, `02:00:00`, `90`, `30:00`, `2-12`), or
+    None for `UNLIMITED`, `Partition_Limit`, `INVALID`, empty or anything unreadable."""
+    text = text.strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if m is None:
+        return None
+    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:  # H:M:S
+        seconds = a * 3600 + b * 60 + c
+    elif b is not None:  # M:S
+        seconds = a * 60 + b
+    else:  # M
+        seconds = a * 60
+    return seconds or None
 
 
 def expand_tasks(spec: str) -> list[str]:
@@ -687,5 +709,6 @@ def _job(
         runs=tuple(runs),
         partition=row.get("Partition", "").strip() or None,
         source_priority=qos.strip() or None,
+        time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
     )
     log.add_job(job, where(last.line))

@@ -320,9 +320,15 @@ def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, s
         end = started_ms + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
     p = _stop_request(rec)
     if p is None:
+        if end is not None and job.time_limit_s is not None and rec.started:
+            limit_at = max(rec.started.values()) + job.time_limit_s * 1000
+            if end >= limit_at:  # its work outlasts its limit: the scheduler stops it then
+                return None
         return None if end is None else (end, "end")
     saved_at = p.occurred_at_ms + job.spec.checkpoint.save_s * 1000
     stop = (saved_at, "checkpoint") if saved_at <= p.deadline_ms else (p.deadline_ms, "killed")
+    if p is rec.time_limit:  # a run at its limit is stopped, whatever work it had left
+        return stop
     if end is not None and end <= stop[0]:
         return (end, "end")
     return stop

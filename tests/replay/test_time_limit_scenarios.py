@@ -91,24 +91,27 @@ def test_a_run_that_cannot_save_within_the_grace_is_killed_at_the_deadline_and_l
     assert str(sim.ledger.jobs["slow-saver"].state) == "timeout"
 
 
-def test_a_run_that_completes_within_the_grace_ends_completed():
-    sim = scenario(
-        {
-            "at": 0,
-            "submit": {
-                "id": "just-over",
-                "tenant": "ml",
-                "gpus": 1,
-                "duration": "1810s",
-                "time_limit": "30m",
-                "checkpoint": {"grace": "1m", "save": "30s"},
-            },
-        }
-    )
-    assert len(logged(sim, ev.TimeLimitReached)) == 1
-    assert logged(sim, ev.GangFailed) == []
-    assert logged(sim, ev.GangCompleted)[0].occurred_at_ms == 1_810_000
-    assert str(sim.ledger.jobs["just-over"].state) == "completed"
+def test_a_run_whose_work_reaches_its_limit_is_stopped_at_the_limit_like_slurm_timeout():
+    """Simulated work of exactly the limit (an imported Slurm TIMEOUT row), or more, does not
+    complete at the limit: it is stopped there and ends `timeout`."""
+    for duration in ("30m", "1810s"):
+        sim = scenario(
+            {
+                "at": 0,
+                "submit": {
+                    "id": "at-limit",
+                    "tenant": "ml",
+                    "gpus": 1,
+                    "duration": duration,
+                    "time_limit": "30m",
+                    "checkpoint": {"grace": "1m", "save": "30s"},
+                },
+            }
+        )
+        assert logged(sim, ev.GangCompleted) == []
+        (ended,) = logged(sim, ev.GangFailed)
+        assert (ended.occurred_at_ms, ended.reason) == (1_830_000, "TimeLimit")
+        assert str(sim.ledger.jobs["at-limit"].state) == "timeout"
 
 
 def test_a_preempted_run_starts_a_fresh_limit_when_it_resumes():
