@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from gpuledger import events as ev
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.node_agent.agent import executor_id
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.node_agent.test_agent import (  # noqa: F401 - `agents` is a fixture
+from tests.node_agent.test_agent import (
     DOC,
     admitted,
-    agents,
     base,
     clock,
     e,
@@ -25,6 +26,16 @@ from tests.node_agent.test_agent import (  # noqa: F401 - `agents` is a fixture
     run_until,
 )
 from tests.services.given import cluster
+
+
+@pytest.fixture
+def agents():
+    made = []
+    yield made
+    for a in made:  # stop what a failing test left running
+        for m in a.executor.members():
+            if m.running:
+                a.executor.kill(m.allocation_id, m.rank)
 
 
 def test_a_real_member_checkpoints_at_its_time_limit_and_the_job_ends_timeout(agents, tmp_path):
