@@ -164,3 +164,46 @@ def test_a_stopped_run_ends_timeout_unless_every_member_completed():
         job = ledger.jobs["j1"]
         assert (str(job.state), job.reason) == (state, reason)
         assert ledger.allocations["j1#1"].ended and not ledger.active
+
+
+def test_check_refuses_a_limit_above_the_class_maximum_in_one_line(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from gpuledger.services.cli.main import app
+
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"nodes": [{"name": "n1", "gpus": 8, "model": "H100-80GB"}]},
+                "tenants": [{"name": "org/a", "guaranteed": 8}],
+                "priority_classes": CLASSES,
+            }
+        )
+    )
+    runner = CliRunner()
+    results = {}
+    for name, limit in (("ok", "12h"), ("long", "2d"), ("bad", "soon")):
+        path = tmp_path / f"{name}.yaml"
+        job = {"id": name, "tenant": "org/a", "class": "capped", "gpus": 1, "time_limit": limit}
+        path.write_text(yaml.safe_dump(job))
+        results[name] = (path, runner.invoke(app, ["check", str(config), str(path)]))
+    path, ok = results["ok"]
+    assert ok.exit_code == 0 and ok.stdout.splitlines()[-1] == f"ok {path} (job)"
+    path, long = results["long"]
+    assert long.exit_code == 2
+    assert long.stderr.strip() == (
+        f"error: {path}: TimeLimitTooLong: time_limit_s: 2d is longer than class 'capped' "
+        "allows (max_time_limit_s 1d)"
+    )
+    path, bad = results["bad"]
+    assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.stderr.startswith(f"error: {path}: time_limit") and "Traceback" not in bad.output
+
+
+def test_the_http_gateway_takes_the_job_file_spelling():
+    from gpuledger.services.runtime.gateway import job_event
+
+    event = job_event({"id": "j", "tenant": "org/a", "gpus": 1, "time_limit": "2h"}, "org/a")
+    assert event.job.time_limit_s == 7200
