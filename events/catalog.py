@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.envelope import Decision, Event
-from gpuledger.events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantShare
+from gpuledger.events.specs import (
+    Dependency,
+    GpuSample,
+    JobSpec,
+    MemberPlacement,
+    NodeInfo,
+    TenantShare,
+)
 
 # ---------------------------------------------------------------- clients (CLI / CI)
 
@@ -122,6 +129,8 @@ PreemptionScope = Literal["tenant", "cluster"]
 """Closed: a PolicyConfigured with another value does not decode (it is dead-lettered)."""
 PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
 """Closed: the placement scorers that exist."""
+DependencyPolicy = Literal["cancel", "pend"]
+"""Closed: what becomes of a job whose dependency can no longer be met."""
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -204,6 +213,12 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Rate-limit window of re-geometries per node, seconds (default 3600)."""
     mig_regeometry_per_window: Positive = 1
     """Most re-geometries of one node per window (default 1)."""
+    dependency_never_satisfied: DependencyPolicy | msgspec.UnsetType = msgspec.UNSET
+    """A pending job with a dependency that can no longer be met (it waits for a job to
+    succeed and that job failed): `cancel` (unset means this; `JobWithdrawn`, reason
+    `DependencyNeverSatisfied`, like Slurm's `kill_invalid_depend`) or `pend` (it stays
+    pending with reason `DependencyNeverSatisfied` until cancelled). Unset, it is left out of
+    the JSON and the digest, so logs written before it existed keep their bytes."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
@@ -365,6 +380,21 @@ class TimeLimitReached(Decision, frozen=True, kw_only=True, tag="TimeLimitReache
     """Kill time (decision time + grace)."""
     message: str = ""
     """Quantitative explanation."""
+
+
+class JobWithdrawn(Decision, frozen=True, kw_only=True, tag="JobWithdrawn.v1"):
+    """The scheduler ended a pending job that can never run: a dependency that can no longer
+    be met (`DependencyNeverSatisfied`: the job it waits for ended otherwise). The job ends
+    `cancelled` with that reason. Published on `gl.sched.<job>.JobWithdrawn`."""
+
+    job_id: str
+    """The job."""
+    reason: str
+    """CamelCase code: `DependencyNeverSatisfied`."""
+    message: str = ""
+    """Quantitative explanation (which dependency, how the job it names ended)."""
+    details: dict[str, Any] = {}
+    """Structured details (the dependency and the state of the job it names)."""
 
 
 class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
@@ -718,6 +748,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     ServiceScaled,
     MigReconfigured,
     TimeLimitReached,
+    JobWithdrawn,
 )
 
 
@@ -727,6 +758,7 @@ __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "ClassChange",
     "ServiceChange",
     "ConsolidationMove",
+    "Dependency",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

@@ -94,6 +94,23 @@ class Spread(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
+DependencyCondition = Literal["succeeded", "failed", "finished", "started"]
+"""When a dependency is met (Slurm `afterok`, `afternotok`, `afterany`, `after`): the job it
+names `succeeded` (completed), `failed` (failed, timed out or was cancelled after it started),
+`finished` (any end) or `started` (placed and started running, or ended after running)."""
+MAX_DEPENDENCIES = 64
+"""Most dependencies one job may name."""
+
+
+class Dependency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One dependency of a job on another job of its tenant."""
+
+    job: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    """The job waited for (same tenant, submitted before)."""
+    on: DependencyCondition = "succeeded"
+    """What it must do: `succeeded`, `failed`, `finished` or `started`."""
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A job as submitted: a gang of `replicas` identical members, or (`kind: service`) a
     long-running service of `replicas` independent replicas."""
@@ -137,6 +154,15 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     nodes: 120 not in partition=a100"). Added after v1 without a new tag: unset encodes as
     before."""
 
+    depends_on: (
+        Annotated[tuple[Dependency, ...], msgspec.Meta(max_length=MAX_DEPENDENCIES)]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
+    """Jobs this one waits for (Slurm `--dependency`): it stays pending (`Dependency`) until
+    every one is met; one that can no longer be met (`succeeded` of a job that failed) cancels
+    it (`DependencyNeverSatisfied`), or leaves it pending where the policy says
+    `dependency_never_satisfied: pend`. At most 64. Unset (left out of the JSON): none. Added
+    after v1 without a new tag."""
     time_limit_s: Quantity | msgspec.UnsetType = msgspec.UNSET
     """Run time limit of each run, in seconds (Slurm `--time`, Kubernetes
     `activeDeadlineSeconds`): when a run has lasted this long, its members are asked to

@@ -98,6 +98,7 @@ _ROLE_OF: dict[type, str] = {
             c.GangFailed,
             c.NodeLost,
             c.TimeLimitReached,
+            c.JobWithdrawn,
         ),
         "scheduler",
     ),

@@ -801,6 +801,15 @@ class Projection:
         self._touch(job, seq, e.occurred_at_ms)
         self._sync_replicas(e.job_id, seq, e)
 
+    def _withdrawn(self, seq: int, e: ev.JobWithdrawn) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "pending":
+            return  # refused as the ledger refuses it
+        job.reason, job.message, job.details = e.reason, e.message, _dumps(e.details or {})
+        job.finished_at_ms = e.occurred_at_ms
+        self._transition(job, "cancelled", seq, e, e.reason)
+        self._touch(job, seq, e.occurred_at_ms)
+
     def _pending_reason(self, seq: int, e: ev.PendingReasonChanged) -> None:
         job = self._job(e.job_id)
         details = e.details or {}
@@ -1133,6 +1142,7 @@ _HANDLERS = {
     ev.JobAdmitted: Projection._admitted,
     ev.JobRejected: Projection._rejected,
     ev.JobCancelled: Projection._cancelled,
+    ev.JobWithdrawn: Projection._withdrawn,
     ev.ServiceScaled: Projection._scaled,
     ev.PendingReasonChanged: Projection._pending_reason,
     ev.GangPlaced: Projection._placed,

@@ -33,6 +33,7 @@ from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain import job_status
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.dependencies import admission_problem
 from gpuledger.services.domain.job_status import QUERY_SUBJECTS
 from gpuledger.services.domain.ledger import Ledger, replica_spec
 from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
@@ -102,6 +103,9 @@ class Admission(LedgerService):
             )
             try:
                 cls = check(state, job.spec, self.fleet_summary(state), now_ms)
+                problem = admission_problem(state.jobs, job.spec)
+                if problem is not None:
+                    raise Rejection(problem[0], problem[1], **problem[2])
             except Rejection as r:
                 out.append(
                     self.emit(
@@ -213,6 +217,11 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
                 "InvalidSpec",
                 f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
             )
+    if spec.is_service and spec.depends_on:
+        raise Rejection(
+            "InvalidSpec",
+            "depends_on: a service's replicas start when it is submitted; leave depends_on out",
+        )
     if spec.is_service and spec.time_limit_s is not msgspec.UNSET:
         raise Rejection(
             "InvalidSpec",

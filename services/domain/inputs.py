@@ -206,6 +206,14 @@ class SpreadDoc(Strict, kw_only=True):
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
+class DependencyDoc(Strict, kw_only=True):
+    """`{job: ID, on: succeeded | failed | finished | started}` (Slurm `afterok`,
+    `afternotok`, `afterany`, `after`); `on` defaults to `succeeded`."""
+
+    job: Annotated[str, Meta(min_length=1, max_length=256)]
+    on: Literal["succeeded", "failed", "finished", "started"] = "succeeded"
+
+
 class JobDoc(Strict, kw_only=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
@@ -236,6 +244,8 @@ class JobDoc(Strict, kw_only=True):
     """Run time limit (`2h`, `90m`; Slurm `--time`): the job is asked to checkpoint and is
     stopped when a run has lasted this long, and ends `timeout`."""
     time_limit_s: PositiveInt | None = None
+    depends_on: Annotated[list[DependencyDoc], Meta(max_length=64)] | None = None
+    """Jobs of the same tenant this one waits for: `[{job: prep-1, on: succeeded}]`."""
     checkpoint: CheckpointDoc = CheckpointDoc()
     command: str | list[str] = []
     min_available: NonNegInt = 0
@@ -504,11 +514,33 @@ def kind_of(doc: Any) -> str:
     return "config"
 
 
+def yaml_on(doc: Any) -> Any:
+    """`doc` with the key `on` of every `depends_on` entry restored: YAML 1.1 (PyYAML) reads
+    a bare `on:` key as the boolean True, so `{job: a, on: failed}` arrives as
+    `{'job': 'a', True: 'failed'}`. Nothing else changes."""
+    if isinstance(doc, list):
+        return [yaml_on(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {}
+    for k, v in doc.items():
+        if k == "depends_on" and isinstance(v, list):
+            v = [
+                {("on" if key is True and "on" not in d else key): x for key, x in d.items()}
+                if isinstance(d, dict)
+                else d
+                for d in v
+            ]
+        out[k] = yaml_on(v) if isinstance(v, dict | list) else v
+    return out
+
+
 def validate_file(doc: Any) -> FileDoc:
     """A cluster configuration or scenario, fully checked; raises InputError."""
     problems: list[str] = []
     if doc is not None and not isinstance(doc, dict):
         raise InputError(f"(top level): expected a mapping of keys, got {type(doc).__name__}")
+    doc = yaml_on(doc)
     parsed = collect({} if doc is None else doc, FileDoc, "", problems)
     if parsed is not None:
         _check_file(parsed, problems)
@@ -522,7 +554,7 @@ def validate_job(doc: Any, base: str = "") -> JobDoc:
     problems: list[str] = []
     if not isinstance(doc, dict):
         raise InputError(f"{base or '(top level)'}: a job must be a mapping of fields")
-    job = collect(doc, JobDoc, base, problems)
+    job = collect(yaml_on(doc), JobDoc, base, problems)
     if job is not None:
         _check_job(job, base, problems)
     if problems:

@@ -4,7 +4,7 @@ Accepted keys (snake_case): `id` (or `job_id`), `tenant`, `class` (or `priority_
 `replicas`, `min_members`, `gpus`, `gpu` (a share like `500m`) or `gpu_milli`, `mig`
 (or `mig_profile`), `cpu` (cores, `500m`) or `cpu_milli`, `memory` (`36Gi`) or `memory_mib`,
 `models` (or `gpu_models`), `min_gpu_memory`, `duration` (`2h`), `checkpoint: {interval,
-grace, save}`, `command`, `time_limit` (`2h`, Slurm `--time`) or `time_limit_s`,
+grace, save}`, `command`, `time_limit` (`2h`, Slurm `--time`) or `time_limit_s`, `depends_on: [{job, on}]`,
 `min_available`, `prefer_same_leaf`, `spread: {group,
 max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`).
 The schema is
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuledger.events import CheckpointPolicy, JobSpec, Resources, Spread
+from gpuledger.events import CheckpointPolicy, Dependency, JobSpec, Resources, Spread
 from gpuledger.services.domain.gpu_models import job_models
 from gpuledger.services.domain.inputs import InputError, JobDoc, validate_job
 from gpuledger.services.domain.quantities import mebibytes, milli, seconds
@@ -85,5 +85,10 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         ),
         **({"kind": "service"} if j.kind == "service" else {}),
         **({"time_limit_s": limit} if limit is not None else {}),
+        **(
+            {"depends_on": tuple(Dependency(job=d.job, on=d.on) for d in j.depends_on)}
+            if j.depends_on
+            else {}
+        ),
         **({"node_selector": dict(sorted(j.node_selector.items()))} if j.node_selector else {}),
     )

@@ -783,6 +783,16 @@ class Ledger:
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         return None
 
+    def _withdrawn(self, e: ev.JobWithdrawn) -> Refusal | None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != JobState.pending or job.service is not None:
+            return _not_in_state(e.job_id, job, "pending")
+        job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
+        job.reason, job.message, job.details = e.reason, e.message, e.details
+        self._dequeue(e.job_id)
+        self._end_nomination(e.job_id)
+        return None
+
     def _time_limit_reached(self, e: ev.TimeLimitReached) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
@@ -1113,6 +1123,7 @@ _HANDLERS: dict[type, Any] = {
     ev.GangCompleted: Ledger._completed,
     ev.GangFailed: Ledger._failed,
     ev.TimeLimitReached: Ledger._time_limit_reached,
+    ev.JobWithdrawn: Ledger._withdrawn,
     ev.NodeRegistered: Ledger._node_registered,
     ev.NodeHeartbeat: Ledger._heartbeat,
     ev.NodeLost: Ledger._node_lost,

@@ -24,6 +24,7 @@ from gpuledger.events import (
 )
 from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason
+from gpuledger.services.domain import dependencies as deps
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
@@ -452,9 +453,73 @@ class Scheduler(LedgerService):
             return out  # nothing to place: no trial view, no queue
         rnd = _Round.start(state)
         for position, job in enumerate(ordered_pending(state, now_ms)):
-            if not job.cancel_requested:
-                out += self._place_one(state, now_ms, rnd, position, job)
+            if job.cancel_requested:
+                continue
+            if job.spec.depends_on:
+                waiting = self._dependencies(state, now_ms, position, job)
+                if waiting is not None:
+                    out += waiting
+                    continue
+            out += self._place_one(state, now_ms, rnd, position, job)
         return out
+
+    def _dependencies(
+        self, state: Ledger, now_ms: int, position: int, job: JobRecord
+    ) -> list[Event] | None:
+        """None when every dependency of `job` is met; else why it waits (`Dependency`), or,
+        when one can never be met, its withdrawal (`JobWithdrawn`) or, under the policy
+        `dependency_never_satisfied: pend`, the pending reason `DependencyNeverSatisfied`."""
+        waiting, never = [], []
+        for d in deps.dependencies(job.spec):
+            other = state.jobs.get(d.job)
+            st = deps.status(other, d.on) if other is not None else "never"
+            what = {"job": d.job, "on": d.on, "state": str(other.state) if other else None}
+            if st == "waiting":
+                waiting.append(what)
+            elif st == "never":
+                never.append(what)
+        if never:
+            message = "; ".join(
+                f"waits for {w['job']} {deps.verb(w['on'])}, which can no longer happen "
+                f"({w['job']} is {w['state']})"
+                for w in never
+            )
+            details = {"never": never, "waiting": waiting, "queue_position": position}
+            if state.config.policy.dependency_never_satisfied == "pend":
+                return self._pending(
+                    state,
+                    now_ms,
+                    job,
+                    PendingReason.DependencyNeverSatisfied,
+                    message,
+                    details,
+                )
+            return [
+                self.emit(
+                    state,
+                    now_ms,
+                    ev.JobWithdrawn,
+                    key=job.job_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    reason=EndReason.DependencyNeverSatisfied,
+                    message=message,
+                    details={"never": never},
+                )
+            ]
+        if not waiting:
+            return None
+        message = "waits for " + ", ".join(
+            f"{w['job']} {deps.verb(w['on'])} ({w['job']} is {w['state']})" for w in waiting
+        )
+        return self._pending(
+            state,
+            now_ms,
+            job,
+            PendingReason.Dependency,
+            message,
+            {"waiting_for": waiting, "queue_position": position},
+        )
 
     def _place_one(
         self,
