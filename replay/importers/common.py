@@ -97,6 +97,8 @@ class ObservedJob:
     time_limit_s: int | None = None
     """The job's time limit as the source recorded it (Slurm `Timelimit`, Kubernetes
     `activeDeadlineSeconds`), None: none."""
+    depends_on: tuple[ev.Dependency, ...] = ()
+    """Jobs of the dump it waited for (Slurm `Dependency`)."""
 
 
 @dataclass
@@ -237,6 +239,7 @@ class ImportLog:
             if job.node_selector
             else msgspec.UNSET,
             time_limit_s=job.time_limit_s if job.time_limit_s else msgspec.UNSET,
+            depends_on=job.depends_on if job.depends_on else msgspec.UNSET,
         )
         self._push(
             job.submit_ms,

@@ -12,7 +12,7 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.kubernetes import import_kubernetes
-from gpuledger.replay.importers.slurm import import_slurm, parse_timelimit
+from gpuledger.replay.importers.slurm import import_slurm, parse_dependency, parse_timelimit
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.whatif import external_inputs, replay
 
@@ -74,3 +74,58 @@ def test_kubernetes_active_deadline_seconds_is_the_time_limit(tmp_path):
     jobs = {e.job.job_id: e.job for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)}
     assert jobs["train"].time_limit_s == 3600  # a gang of two pods: the shorter deadline
     assert jobs["llm"].time_limit_s is msgspec.UNSET
+
+
+DEPENDENCIES = {
+    "1030": "afterok:1001",
+    "1032": "afterany:1010_*",
+    "1031": "afternotok:1030(unfulfilled),singleton",
+    "1002": "afterok:9999",
+    "1005": "after:1001+10?afterok:1002",
+}
+
+
+@pytest.mark.parametrize(
+    "text, deps, dropped",
+    [
+        ("afterok:12:13", [("12", "succeeded"), ("13", "succeeded")], []),
+        ("afternotok:12,afterany:13_4", [("12", "failed"), ("13_4", "finished")], []),
+        ("after:12+30(unfulfilled)", [("12", "started")], []),
+        ("singleton,afterok:7", [("7", "succeeded")], ["singleton"]),
+        ("afterok:1?afterok:2", [], ["afterok:1?afterok:2 (OR-list)"]),
+        ("(null)", [], []),
+    ],
+)
+def test_slurm_dependency_expressions(text, deps, dropped):
+    assert parse_dependency(text) == (deps, dropped)
+
+
+def test_slurm_dependencies_of_the_dump_are_kept_and_replayed(tmp_path):
+    lines = (FIXTURES / "slurm" / "sacct.txt").read_text().splitlines()
+    out_lines = [lines[0] + "|Dependency"]
+    for line in lines[1:]:
+        job = line.split("|", 1)[0]
+        out_lines.append(line + "|" + DEPENDENCIES.get(job, "") if line.strip() else line)
+    dump = tmp_path / "sacct.txt"
+    dump.write_text("\n".join(out_lines) + "\n")
+    out = tmp_path / "slurm.jsonl"
+    result = import_slurm(dump, out, sinfo=FIXTURES / "slurm" / "sinfo.txt")
+    log = list(read_log(out))
+    jobs = {e.job.job_id: e.job for _, _, e in log if isinstance(e, ev.JobSubmitted)}
+
+    def deps(job_id):
+        return [(d.job, d.on) for d in jobs[job_id].depends_on or ()]
+
+    assert deps("1030") == [("1001", "succeeded")]
+    # an array job stands for each of its tasks
+    assert deps("1032") == [(f"1010_{t}", "finished") for t in range(1, 6)]
+    assert deps("1031") == [("1030", "failed")]  # `singleton` dropped
+    assert deps("1002") == []  # 9999 is not in the dump
+    assert deps("1005") == []  # an OR-list is not kept
+    assert result.summary["dependencies_dropped"] == 3
+    assert jobs["1001"].depends_on is msgspec.UNSET
+    # the replay honours them: 1030 starts when 1001 has completed, not at its recorded start
+    sim = replay(external_inputs(log))
+    done = {e.job_id: e.occurred_at_ms for _, _, e in sim.log if isinstance(e, ev.GangCompleted)}
+    placed = {e.job_id: e.occurred_at_ms for _, _, e in sim.log if isinstance(e, ev.GangPlaced)}
+    assert placed["1030"] == done["1001"]
