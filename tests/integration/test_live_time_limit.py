@@ -6,7 +6,6 @@ members save and exit 75, and the job ends `timeout` (reason `TimeLimit`) at its
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +54,6 @@ def cluster(tmp_path):
 
 
 async def test_a_live_gang_is_checkpointed_and_stopped_at_its_time_limit(cluster):
-    started = time.monotonic()
     ledger, log = await run_scenario(cluster)
     job = ledger.jobs["capped"]
     assert (str(job.state), job.reason) == ("timeout", "TimeLimit"), cluster.logs()
@@ -72,4 +70,3 @@ async def test_a_live_gang_is_checkpointed_and_stopped_at_its_time_limit(cluster
     (failed,) = [e for e in log if isinstance(e, ev.GangFailed)]
     assert failed.reason == "TimeLimit" and f"checkpointed at step {step}" in failed.message
     assert step < 2000  # stopped long before its 40 s of steps
-    assert time.monotonic() - started < 60
