@@ -13,6 +13,7 @@ import msgspec
 
 from gpuledger.events.envelope import Decision, Event
 from gpuledger.events.specs import (
+    ArraySpec,
     Dependency,
     GpuSample,
     JobSpec,
@@ -759,6 +760,7 @@ __all__ = [c.__name__ for c in ALL_EVENTS] + [
     "ServiceChange",
     "ConsolidationMove",
     "Dependency",
+    "ArraySpec",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

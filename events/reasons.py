@@ -36,6 +36,7 @@ class PendingReason(StrEnum):
         "WaitingForMigReconfiguration"  # an idle GPU's MIG layout changing for it
     )
     Dependency = "Dependency"  # a job it depends on (`depends_on`) has not done what it waits for
+    ArrayTaskLimit = "ArrayTaskLimit"  # its array runs `max_running` tasks already
     DependencyNeverSatisfied = (
         "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
     )

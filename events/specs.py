@@ -98,6 +98,8 @@ DependencyCondition = Literal["succeeded", "failed", "finished", "started"]
 """When a dependency is met (Slurm `afterok`, `afternotok`, `afterany`, `after`): the job it
 names `succeeded` (completed), `failed` (failed, timed out or was cancelled after it started),
 `finished` (any end) or `started` (placed and started running, or ended after running)."""
+MAX_ARRAY = 100_000
+"""Most tasks one array job may have."""
 MAX_DEPENDENCIES = 64
 """Most dependencies one job may name."""
 
@@ -109,6 +111,18 @@ class Dependency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """The job waited for (same tenant, submitted before)."""
     on: DependencyCondition = "succeeded"
     """What it must do: `succeeded`, `failed`, `finished` or `started`."""
+
+
+class ArraySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An array job (Slurm `--array=0-99%8`): `count` tasks, each a job of its own with the
+    array's shape, ids `<array>@<index>` for index `first` .. `first + count - 1`."""
+
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY)]
+    """Tasks (1 .. 100,000)."""
+    max_running: Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY)] | None = None
+    """At most this many tasks placed at once (Slurm `%N`); None: no cap."""
+    first: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
+    """Index of the first task (Slurm `--array=1-10`: 1)."""
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -163,6 +177,12 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     it (`DependencyNeverSatisfied`), or leaves it pending where the policy says
     `dependency_never_satisfied: pend`. At most 64. Unset (left out of the JSON): none. Added
     after v1 without a new tag."""
+    array: ArraySpec | msgspec.UnsetType = msgspec.UNSET
+    """An array job (`ArraySpec`): the job is the parent of `count` tasks, jobs `<id>@<i>` of
+    the same shape, placed, run and ended each on its own, at most `max_running` at once
+    (pending reason `ArrayTaskLimit`); the parent is pending until a task is placed, running
+    while any is, and ends when every task has ended. Unset (left out of the JSON): a single
+    job. Added after v1 without a new tag."""
     time_limit_s: Quantity | msgspec.UnsetType = msgspec.UNSET
     """Run time limit of each run, in seconds (Slurm `--time`, Kubernetes
     `activeDeadlineSeconds`): when a run has lasted this long, its members are asked to

@@ -26,8 +26,10 @@ from gpuledger.events import (
     RequestRefused,
     validate_job_id,
     validate_tenant,
+    validate_token,
 )
 from gpuledger.events import catalog as _ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain import job_status
@@ -217,6 +219,16 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
                 "InvalidSpec",
                 f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
             )
+    if spec.array:
+        if spec.is_service:
+            raise Rejection(
+                "InvalidSpec", "array: a service has replicas, not tasks; leave array out"
+            )
+        last = spec.array.first + spec.array.count - 1
+        try:
+            validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")
+        except InvalidId as exc:
+            raise Rejection("InvalidSpec", f"array: {exc}") from exc
     if spec.is_service and spec.depends_on:
         raise Rejection(
             "InvalidSpec",

@@ -214,6 +214,19 @@ class DependencyDoc(Strict, kw_only=True):
     on: Literal["succeeded", "failed", "finished", "started"] = "succeeded"
 
 
+class ArrayDoc(Strict, kw_only=True):
+    """`{count: 100, max_running: 8}` (tasks `<id>@0` .. `<id>@99`, at most 8 at once);
+    `first` shifts the indexes (`first: 1`: `@1` .. `@100`)."""
+
+    count: Annotated[int, Meta(ge=1, le=100_000)]
+    max_running: PositiveInt | None = None
+    first: NonNegInt = 0
+
+
+ARRAY_RE = r"^\d+(-\d+)?(%\d+)?$"
+"""Slurm's `--array` spelling: `0-99%8`, `1-10`, `7`."""
+
+
 class JobDoc(Strict, kw_only=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
@@ -245,6 +258,8 @@ class JobDoc(Strict, kw_only=True):
     stopped when a run has lasted this long, and ends `timeout`."""
     time_limit_s: PositiveInt | None = None
     depends_on: Annotated[list[DependencyDoc], Meta(max_length=64)] | None = None
+    array: ArrayDoc | Annotated[str, Meta(pattern=ARRAY_RE)] | None = None
+    """An array job: `{count: 100, max_running: 8}` or Slurm's `0-99%8`."""
     """Jobs of the same tenant this one waits for: `[{job: prep-1, on: succeeded}]`."""
     checkpoint: CheckpointDoc = CheckpointDoc()
     command: str | list[str] = []
@@ -697,6 +712,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
     services: set[str] = set()
+    arrays: set[str] = set()
     for i, e in enumerate(f.timeline or []):
         path = f"timeline[{i}]"
         actions = [
@@ -733,10 +749,16 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             submitted.setdefault(job_id, jp)
             if j.kind == "service":
                 services.add(job_id)
+            if j.array is not None:
+                arrays.add(job_id)
             if e.expect == "rejected":
                 continue
             check_references(j, jp, f, problems)
-        elif e.cancel is not None and e.cancel not in submitted:
+        elif (
+            e.cancel is not None
+            and e.cancel not in submitted
+            and e.cancel.rpartition("@")[0] not in arrays  # a task of an array
+        ):
             problems.append(
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"

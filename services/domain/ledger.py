@@ -20,7 +20,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
-from gpuledger.events.ids import REPLICA_SEPARATOR
+from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
 from gpuledger.events.reasons import TERMINAL_STATES, EndReason, JobState
 from gpuledger.events.subjects import producer_problem, role_of
 from gpuledger.services.domain.config import ConfigState
@@ -70,6 +70,18 @@ def replica_spec(spec: JobSpec, index: int) -> JobSpec:
         min_available=0,
         kind=msgspec.UNSET,
     )
+    return JobSpec(**fields)
+
+
+def task_id(array_id: str, index: int) -> str:
+    """The job id of an array job's task: `<array>@<index>`."""
+    return f"{array_id}{ARRAY_SEPARATOR}{index}"
+
+
+def task_spec(spec: JobSpec, index: int) -> JobSpec:
+    """The spec of one task of an array job: the array's shape under the task's id."""
+    fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
+    fields.update(job_id=task_id(spec.job_id, index), array=msgspec.UNSET)
     return JobSpec(**fields)
 
 
@@ -151,6 +163,12 @@ class JobRecord:
     replicas_up: int = 0
     """For a service: its replicas placed now (running or being preempted). The service is
     `running` while this is at least 1, else `pending` (`Ledger._service_state`)."""
+    array_parent: str | None = None
+    """For a task of an array job: the array's job id (the task is `<array>@<index>`)."""
+    tasks_up: int = 0
+    """For an array job: its tasks placed now (running or being preempted)."""
+    tasks_ended: dict[str, int] = field(default_factory=dict)
+    """For an array job: its ended tasks by final state."""
     time_limit_s: int | None = None
     """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
     lasted this long; None = none."""
@@ -324,13 +342,63 @@ class Ledger:
         job_id = getattr(event, "job_id", None)
         job = self.jobs.get(job_id) if job_id is not None else None
         was_up = job is not None and job.state in _UP
+        was_over = job is not None and job.state in TERMINAL
         refusal = handler(self, event)
+        if job is not None and job.array_parent is not None:
+            self._task_changed(job, was_up, was_over, event.occurred_at_ms)
         if job is not None and job.service is not None and (job.state in _UP) != was_up:
             svc = self.jobs.get(job.service)
             if svc is not None:
                 svc.replicas_up += 1 if not was_up else -1
                 self._service_state(svc)
         return refusal
+
+    def _task_changed(self, task: JobRecord, was_up: bool, was_over: bool, at_ms: int) -> None:
+        """An array's counts and state after an event about one of its tasks."""
+        parent = self.jobs.get(task.array_parent or "")
+        if parent is None:
+            return
+        up = task.state in _UP
+        if up != was_up:
+            parent.tasks_up += 1 if up else -1
+        if task.state in TERMINAL and not was_over:
+            state = str(task.state)
+            parent.tasks_ended[state] = parent.tasks_ended.get(state, 0) + 1
+        self._array_state(parent, at_ms)
+
+    def _array_state(self, parent: JobRecord, at_ms: int) -> None:
+        """An array job is `pending` until a task is placed, `running` while one is, and ends
+        when every task has: `completed` if all completed, `failed` if one failed or timed
+        out, else `cancelled`. Its message counts its tasks by state."""
+        if parent.state in TERMINAL or parent.state == JobState.submitted:
+            return
+        count = parent.spec.array.count  # type: ignore[union-attr]
+        ended = parent.tasks_ended
+        done = sum(ended.values())
+        waiting = count - done - parent.tasks_up
+        parts = [f"{parent.tasks_up} running", f"{waiting} pending"] + [
+            f"{n} {s}" for s, n in sorted(ended.items())
+        ]
+        parent.message = f"{count} tasks: " + ", ".join(parts)
+        if done >= count:
+            if ended.get(JobState.completed, 0) == count:
+                parent.state = JobState.completed
+            elif ended.get(JobState.failed, 0) or ended.get(JobState.timeout, 0):
+                parent.state = JobState.failed
+            else:
+                parent.state = JobState.cancelled
+            parent.finished_ms = at_ms
+        else:
+            parent.state = JobState.running if parent.tasks_up else JobState.pending
+
+    def tasks_of(self, array_id: str) -> list[JobRecord]:
+        """The task records of an array job, by index."""
+        parent = self.jobs.get(array_id)
+        if parent is None or not parent.spec.array:
+            return []
+        first, count = parent.spec.array.first, parent.spec.array.count
+        ids = (task_id(array_id, first + i) for i in range(count))
+        return [r for r in map(self.jobs.get, ids) if r is not None and r.array_parent == array_id]
 
     def _service_state(self, svc: JobRecord) -> None:
         """A service is `running` while at least one replica is placed, else `pending`
@@ -456,11 +524,12 @@ class Ledger:
 
     def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
-        if REPLICA_SEPARATOR in job_id:  # `~` names replicas: no record, the id stays theirs
+        if REPLICA_SEPARATOR in job_id or ARRAY_SEPARATOR in job_id:
+            # `~` names replicas, `@` array tasks: no record, the id stays theirs
             try:
                 ev.validate_job_id(job_id)
             except ev.InvalidId as exc:  # (an unroutable id is admission's to reject)
-                if exc.reason.startswith(repr(REPLICA_SEPARATOR)):
+                if exc.reason.startswith((repr(REPLICA_SEPARATOR), repr(ARRAY_SEPARATOR))):
                     message = str(exc)
                     self._refuse(
                         "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
@@ -536,7 +605,33 @@ class Ledger:
         if job.spec.is_service:  # the service runs as its replicas: they are queued
             self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
             return None
+        if job.spec.array:  # an array runs as its tasks: they are queued
+            self._create_tasks(job, e.occurred_at_ms)
+            return None
         self._enqueue(e.job_id)
+
+    def _create_tasks(self, parent: JobRecord, at_ms: int) -> None:
+        arr = parent.spec.array
+        for i in range(arr.first, arr.first + arr.count):  # type: ignore[union-attr]
+            tid = task_id(parent.job_id, i)
+            if tid in self.jobs:  # cannot happen: `@` is refused in submitted ids
+                continue
+            self.jobs[tid] = JobRecord(
+                spec=task_spec(parent.spec, i),
+                submitted_ms=at_ms,
+                submit_event_id=parent.submit_event_id,
+                state=JobState.pending,
+                priority=parent.priority,
+                preemptible=parent.preemptible,
+                slo_class=parent.slo_class,
+                admitted_ms=at_ms,
+                pending_since_ms=at_ms,
+                submit_seq=parent.submit_seq,
+                array_parent=parent.job_id,
+                time_limit_s=parent.time_limit_s,
+            )
+            self._enqueue(tid)
+        self._array_state(parent, at_ms)
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         invalid = self.invalid_submissions.pop(e.job_id, None)
@@ -577,6 +672,20 @@ class Ledger:
             return Refusal("InvalidSpec", message)
         job.cancel_requested = True
         job.reason = e.reason
+        if job.spec.array and job.state != JobState.submitted:  # its tasks stop; it ends after
+            for task in self.tasks_of(job.job_id):
+                if task.state in TERMINAL or task.cancel_requested:
+                    continue
+                task.cancel_requested, task.reason = True, e.reason
+                if task.allocation_id is not None:
+                    self.cancelling.add(task.allocation_id)
+                else:
+                    task.state, task.finished_ms = JobState.cancelled, e.occurred_at_ms
+                    self._dequeue(task.job_id)
+                    self._end_nomination(task.job_id)
+                    job.tasks_ended["cancelled"] = job.tasks_ended.get("cancelled", 0) + 1
+            self._array_state(job, e.occurred_at_ms)
+            return None
         if job.spec.is_service:  # every replica stops; the service ends now
             job.state, job.finished_ms, job.desired_replicas = (
                 JobState.cancelled,

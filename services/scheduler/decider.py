@@ -64,6 +64,9 @@ class _Round:
     """Members per node of spread groups (`JobSpec.spread`), tentative allocations included;
     a group's entry is built when the first job of that group is tried."""
 
+    array_placed: dict[str, int] = field(default_factory=dict)
+    """Per array job, its tasks placed in this decide."""
+
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
     computed once however many of its jobs wait."""
@@ -460,8 +463,37 @@ class Scheduler(LedgerService):
                 if waiting is not None:
                     out += waiting
                     continue
-            out += self._place_one(state, now_ms, rnd, position, job)
+            if job.array_parent is not None:
+                capped = self._array_cap(state, now_ms, rnd, position, job)
+                if capped is not None:
+                    out += capped
+                    continue
+            placed = self._place_one(state, now_ms, rnd, position, job)
+            if job.array_parent is not None and job.job_id in rnd.placed:
+                rnd.array_placed[job.array_parent] = rnd.array_placed.get(job.array_parent, 0) + 1
+            out += placed
         return out
+
+    def _array_cap(
+        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord
+    ) -> list[Event] | None:
+        """`ArrayTaskLimit` for a task whose array already runs `max_running` tasks (those
+        placed in this decide included); None when it may be placed."""
+        parent = state.jobs.get(job.array_parent or "")
+        arr = parent.spec.array if parent is not None else None
+        if not arr or arr.max_running is None:
+            return None
+        running = parent.tasks_up + rnd.array_placed.get(parent.job_id, 0)
+        if running < arr.max_running:
+            return None
+        return self._pending(
+            state,
+            now_ms,
+            job,
+            PendingReason.ArrayTaskLimit,
+            f"array {parent.job_id} runs at most {arr.max_running} tasks at once (max_running)",
+            {"array": parent.job_id, "max_running": arr.max_running, "queue_position": position},
+        )
 
     def _dependencies(
         self, state: Ledger, now_ms: int, position: int, job: JobRecord

@@ -149,6 +149,14 @@ PENDING: tuple[PendingRule, ...] = (
         "what it must do and its state now (checked before quota and placement)",
     ),
     PendingRule(
+        PendingReason.ArrayTaskLimit,
+        "scheduler",
+        False,
+        False,
+        "its array job already runs `max_running` tasks (Slurm `JobArrayTaskLimit`): the "
+        "array and its cap",
+    ),
+    PendingRule(
         PendingReason.DependencyNeverSatisfied,
         "scheduler",
         False,

@@ -280,6 +280,18 @@ def test_dependency_never_satisfied_pends_under_the_pend_policy_and_is_withdrawn
         )
 
 
+def test_array_task_limit_tasks_beyond_max_running_wait():
+    _, out = scheduled(
+        fleet(N8),
+        [{"id": "sweep", "tenant": "a", "gpus": 1, "array": {"count": 5, "max_running": 2}}],
+    )
+    placed = sorted(e.job_id for e in of_type(out, ev.GangPlaced))
+    assert placed == ["sweep@0", "sweep@1"]  # 6 GPUs stay free: the cap holds the rest
+    e = why(out, "sweep@2")
+    assert e.reason == PendingReason.ArrayTaskLimit
+    assert e.message == "array sweep runs at most 2 tasks at once (max_running)"
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 
