@@ -129,3 +129,25 @@ def test_slurm_dependencies_of_the_dump_are_kept_and_replayed(tmp_path):
     done = {e.job_id: e.occurred_at_ms for _, _, e in sim.log if isinstance(e, ev.GangCompleted)}
     placed = {e.job_id: e.occurred_at_ms for _, _, e in sim.log if isinstance(e, ev.GangPlaced)}
     assert placed["1030"] == done["1001"]
+
+
+def test_a_what_if_overlay_keeps_the_recorded_time_limits_and_dependency_policy():
+    from gpuledger.replay.overlay import apply_overlays
+
+    sim_log = replay_example("time-limits.yaml")
+    inputs, _ = apply_overlays(external_inputs(sim_log), ["policy.default_grace_s=10"])
+    again = replay(inputs)
+    cls = again.ledger.config.classes["train"]
+    assert (cls.default_time_limit_s, cls.max_time_limit_s) == (7200, 86400)
+    assert str(again.ledger.jobs["long-run"].state) == "timeout"
+    (reached,) = [
+        e for _, _, e in again.log if isinstance(e, ev.TimeLimitReached) and e.job_id == "long-run"
+    ]
+    assert reached.deadline_ms - reached.occurred_at_ms == 10_000  # the overlaid grace
+
+
+def replay_example(name: str):
+    from gpuledger.replay.scenario import load
+    from gpuledger.replay.simulator import simulate
+
+    return simulate(load(FIXTURES.parent.parent / "examples" / name)).log
