@@ -604,6 +604,8 @@ class Projection:
         if row is not None and svc is not None and row.state != svc.state:
             if str(svc.state) in TERMINAL:
                 row.finished_at_ms = e.occurred_at_ms
+            if svc.spec.array and svc.tasks_started and row.first_placed_at_ms is None:
+                row.first_placed_at_ms = e.occurred_at_ms  # its first task placed
             self._transition(row, str(svc.state), seq, e, None)
             self._touch(row, seq, e.occurred_at_ms)
 

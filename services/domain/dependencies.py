@@ -6,7 +6,7 @@ awaited, or can never be met, from the folded state of the job it names. Pure.
 | `succeeded` | completed                                            | ended otherwise                            |
 | `failed`    | failed, timed out, or was cancelled after it started | completed, or ended without ever starting  |
 | `finished`  | ended in any way (rejected and cancelled included)   | -                                          |
-| `started`   | was placed at least once                             | ended without ever being placed            |
+| `started`   | was placed at least once (an array: one of its tasks) | ended without ever being placed           |
 
 Admission refuses (`UnknownDependency`) a dependency on a job id its tenant has not
 submitted (another tenant's job included) and (`DependencyCycle`) one whose chain leads back
@@ -39,7 +39,7 @@ def dependencies(spec: JobSpec) -> tuple[Dependency, ...]:
 def status(dep_job, on: str) -> Status:
     """Whether a dependency `on` of the job record `dep_job` is met now."""
     state = dep_job.state
-    ran = dep_job.attempts > 0
+    ran = dep_job.attempts > 0 or dep_job.tasks_started  # an array: one of its tasks ran
     ended = state in TERMINAL_STATES
     if on == "finished":
         return "met" if ended else "waiting"

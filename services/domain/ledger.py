@@ -169,6 +169,8 @@ class JobRecord:
     """For an array job: its tasks placed now (running or being preempted)."""
     tasks_ended: dict[str, int] = field(default_factory=dict)
     """For an array job: its ended tasks by final state."""
+    tasks_started: bool = False
+    """For an array job: whether any of its tasks was ever placed."""
     time_limit_s: int | None = None
     """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
     lasted this long; None = none."""
@@ -361,6 +363,7 @@ class Ledger:
         up = task.state in _UP
         if up != was_up:
             parent.tasks_up += 1 if up else -1
+            parent.tasks_started = True
         if task.state in TERMINAL and not was_over:
             state = str(task.state)
             parent.tasks_ended[state] = parent.tasks_ended.get(state, 0) + 1

@@ -123,3 +123,20 @@ def test_jobs_shows_an_array_as_one_line_with_its_tasks_counted(tmp_path):
     assert "sweep@9" in all_rows
     ledger = sim.ledger.jobs
     assert {j: str(r.state) for j, r in ledger.items()} == states  # one state machine
+
+
+def test_a_job_may_depend_on_an_array_or_on_one_task():
+    sim = scenario(
+        {"at": 0, "submit": {"id": "a", "tenant": "ml", "gpus": 2, "duration": "10m",
+                             "array": {"count": 4, "max_running": 2}}},
+        {"at": "1m", "submit": {"id": "after-all", "tenant": "ml", "gpus": 1, "duration": "1m",
+                                "depends_on": [{"job": "a"}]}},
+        {"at": "1m", "submit": {"id": "after-one", "tenant": "ml", "gpus": 1, "duration": "1m",
+                                "depends_on": [{"job": "a@0", "on": "finished"}]}},
+        {"at": "1m", "submit": {"id": "with-it", "tenant": "ml", "gpus": 1, "duration": "1m",
+                                "depends_on": [{"job": "a", "on": "started"}]}},
+    )  # fmt: skip
+    placed = {e.job_id: e.occurred_at_ms for e in logged(sim, ev.GangPlaced)}
+    assert placed["after-all"] == 1_200_000  # the array's last task ended at 20 min
+    assert placed["after-one"] == 600_000  # a@0 ended at 10 min
+    assert placed["with-it"] == 60_000  # its tasks were running when it came
