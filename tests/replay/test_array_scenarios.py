@@ -140,3 +140,20 @@ def test_a_job_may_depend_on_an_array_or_on_one_task():
     assert placed["after-all"] == 1_200_000  # the array's last task ended at 20 min
     assert placed["after-one"] == 600_000  # a@0 ended at 10 min
     assert placed["with-it"] == 60_000  # its tasks were running when it came
+
+
+def test_the_ui_queue_shows_an_array_as_one_line(tmp_path):
+    from gpuledger.projections.store import connect_readonly, rebuild
+    from gpuledger.projections.ui.data import queue
+
+    sim = simulate(load(EXAMPLES / "arrays.yaml"), until_ms=700_000)
+    rebuild(sim.log, tmp_path / "p.duckdb")
+    con = connect_readonly(tmp_path / "p.duckdb")
+    try:
+        rows = queue(con, None)["rows"]
+    finally:
+        con.close()
+    lines = {r["job_id"]: r for r in rows}
+    assert sorted(lines) == ["grid", "sweep"]
+    assert lines["sweep"]["tasks_waiting"] == 4 and lines["sweep"]["reason"] == "ArrayTaskLimit"
+    assert lines["sweep"]["message"].startswith("4 tasks waiting; sweep@6: array sweep runs")
