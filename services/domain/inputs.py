@@ -35,7 +35,10 @@ from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 _CORES_RE = r"^\d+(\.\d+)?m?$"
 _SIZE_RE = r"^\d+(\.\d+)?\s*([KkMmGgTt]i?)?[Bb]?$"
 _TIME_RE = r"^\d+(\.\d+)?\s*[smhdSMHD]?$"
+ARRAY_RE = r"^\d+(-\d+)?(%\d+)?$"
+"""Slurm's `--array` spelling: `0-99%8`, `1-10`, `7`."""
 _HINTS = {
+    ARRAY_RE: "use a range like 0-99%8 (at most 8 at once) or {count: 100, max_running: 8}",
     _CORES_RE: "use a count like 4, 0.5 or 500m",
     _SIZE_RE: "use a size like 512Mi, 36Gi or 1Ti (a bare number is MiB)",
     _TIME_RE: "use seconds or a duration like 90s, 10m, 2h, 1d",
@@ -223,8 +226,6 @@ class ArrayDoc(Strict, kw_only=True):
     first: NonNegInt = 0
 
 
-ARRAY_RE = r"^\d+(-\d+)?(%\d+)?$"
-"""Slurm's `--array` spelling: `0-99%8`, `1-10`, `7`."""
 
 
 class JobDoc(Strict, kw_only=True):
