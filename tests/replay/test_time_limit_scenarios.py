@@ -5,9 +5,11 @@ reservations trust limits over duration hints; the checking mode agrees with eve
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpuledger import events as ev
+from gpuledger.events.reasons import TERMINAL_STATES
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
 
@@ -199,3 +201,13 @@ def test_metrics_count_timeouts_per_tenant_and_class(tmp_path):
     finally:
         con.close()
     assert samples["gpuledger_timed_out_workloads_total"] == [(["ml", "train"], 2)]
+
+
+@pytest.mark.parametrize("name", ["time-limits", "dependencies", "arrays"])
+def test_the_issue_31_examples_keep_every_invariant(name):
+    from gpuledger.replay.invariants import check_log
+
+    sim = simulate(load(EXAMPLES / f"{name}.yaml"), check=True)
+    findings = check_log(sim.log)
+    assert findings and all(f.violations == [] for f in findings), findings
+    assert all(str(j.state) in TERMINAL_STATES for j in sim.ledger.jobs.values())
