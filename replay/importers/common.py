@@ -42,6 +42,7 @@ from typing import IO, Any
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.replay import observed as obs
 from gpuledger.replay.importers.checkpoint import CheckpointRules
 from gpuledger.replay.observed import Run
@@ -209,6 +210,8 @@ class ImportLog:
         try:
             ev.validate_token("job id", job.job_id)
             ev.validate_tenant(job.tenant)
+            if ARRAY_SEPARATOR in job.job_id:  # the ledger would refuse it: say so here
+                ev.validate_job_id(job.job_id)
         except ev.InvalidId as exc:
             self.skips.skip(where, str(exc))
             return False

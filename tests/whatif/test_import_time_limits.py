@@ -151,3 +151,16 @@ def replay_example(name: str):
     from gpuledger.replay.simulator import simulate
 
     return simulate(load(FIXTURES.parent.parent / "examples" / name)).log
+
+
+def test_an_imported_id_holding_the_task_separator_is_skipped_with_its_reason():
+    from gpuledger.replay.importers.common import ImportLog, ObservedJob
+
+    log = ImportLog("import/test")
+    job = ObservedJob(
+        job_id="user@host-1", tenant="t", priority_class="normal",
+        resources=ev.Resources(gpus=1), submit_ms=0,
+    )  # fmt: skip
+    assert log.add_job(job, "trace.csv:2") is False
+    (reason,) = log.skips.counts
+    assert "'@' is reserved for the tasks of array jobs" in reason
