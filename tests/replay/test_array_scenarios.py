@@ -157,3 +157,12 @@ def test_the_ui_queue_shows_an_array_as_one_line(tmp_path):
     assert sorted(lines) == ["grid", "sweep"]
     assert lines["sweep"]["tasks_waiting"] == 4 and lines["sweep"]["reason"] == "ArrayTaskLimit"
     assert lines["sweep"]["message"].startswith("4 tasks waiting; sweep@6: array sweep runs")
+
+
+def test_run_metrics_count_an_array_as_its_tasks():
+    from gpuledger.replay.metrics import measure
+
+    sim = simulate(load(EXAMPLES / "arrays.yaml"))
+    m = measure(sim.log).metrics
+    assert m["jobs"]["submitted"] == m["jobs"]["completed"] == 14  # 10 + 4 tasks
+    assert m["never_placed_by_class"] == {"batch": 0}
