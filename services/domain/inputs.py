@@ -226,8 +226,6 @@ class ArrayDoc(Strict, kw_only=True):
     first: NonNegInt = 0
 
 
-
-
 class JobDoc(Strict, kw_only=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
