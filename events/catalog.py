@@ -12,7 +12,15 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.envelope import Decision, Event
-from gpuledger.events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantShare
+from gpuledger.events.specs import (
+    ArraySpec,
+    Dependency,
+    GpuSample,
+    JobSpec,
+    MemberPlacement,
+    NodeInfo,
+    TenantShare,
+)
 
 # ---------------------------------------------------------------- clients (CLI / CI)
 
@@ -104,6 +112,13 @@ class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityCla
     """Checkpoint grace period for victims of this class; None = the policy default."""
     allow_timeslice: bool = False
     """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
+    default_time_limit_s: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Time limit (seconds) of a job of this class that sets none (Slurm partition
+    `DefaultTime`); unset: none. Added after v1 without a new tag: unset encodes as before."""
+    max_time_limit_s: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Longest time limit a job of this class may ask for (Slurm partition `MaxTime`): a longer
+    one is rejected at admission (`TimeLimitTooLong`), and a job without one gets this one
+    when no default is set. Unset: no maximum. Added after v1 without a new tag."""
 
 
 MaxMoves = Annotated[int, msgspec.Meta(ge=1, le=16)]
@@ -115,6 +130,8 @@ PreemptionScope = Literal["tenant", "cluster"]
 """Closed: a PolicyConfigured with another value does not decode (it is dead-lettered)."""
 PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
 """Closed: the placement scorers that exist."""
+DependencyPolicy = Literal["cancel", "pend"]
+"""Closed: what becomes of a job whose dependency can no longer be met."""
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -197,6 +214,12 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Rate-limit window of re-geometries per node, seconds (default 3600)."""
     mig_regeometry_per_window: Positive = 1
     """Most re-geometries of one node per window (default 1)."""
+    dependency_never_satisfied: DependencyPolicy | msgspec.UnsetType = msgspec.UNSET
+    """A pending job with a dependency that can no longer be met (it waits for a job to
+    succeed and that job failed): `cancel` (unset means this; `JobWithdrawn`, reason
+    `DependencyNeverSatisfied`, like Slurm's `kill_invalid_depend`) or `pend` (it stays
+    pending with reason `DependencyNeverSatisfied` until cancelled). Unset, it is left out of
+    the JSON and the digest, so logs written before it existed keep their bytes."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
@@ -282,6 +305,9 @@ class JobAdmitted(Decision, frozen=True, kw_only=True, tag="JobAdmitted.v1"):
     """Resolved preemptibility."""
     slo_class: str
     """Resolved SLO class."""
+    time_limit_s: int | msgspec.UnsetType = msgspec.UNSET
+    """Resolved time limit in seconds: the job's own, else its class's default (or maximum);
+    unset (left out of the JSON): none. Added after v1 without a new tag."""
 
 
 class JobRejected(Decision, frozen=True, kw_only=True, tag="JobRejected.v1"):
@@ -335,6 +361,41 @@ class FairShareUpdated(Decision, frozen=True, kw_only=True, tag="FairShareUpdate
 
 
 # ---------------------------------------------------------------- scheduler
+
+
+class TimeLimitReached(Decision, frozen=True, kw_only=True, tag="TimeLimitReached.v1"):
+    """A run of a job reached its time limit (`JobAdmitted.time_limit_s`): its members are
+    asked to checkpoint now and are stopped at `deadline_ms` (now + the class's grace); the
+    job then ends `timeout` (`GangFailed` with reason `TimeLimit`), unless every member
+    completes before. Published by the scheduler on `gl.sched.<job>.TimeLimitReached`."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The run (allocation) that reached its limit."""
+    time_limit_s: int
+    """The limit, seconds of run time."""
+    started_ms: int
+    """When the run started (its last member started): the limit counts from here."""
+    deadline_ms: int
+    """Kill time (decision time + grace)."""
+    message: str = ""
+    """Quantitative explanation."""
+
+
+class JobWithdrawn(Decision, frozen=True, kw_only=True, tag="JobWithdrawn.v1"):
+    """The scheduler ended a pending job that can never run: a dependency that can no longer
+    be met (`DependencyNeverSatisfied`: the job it waits for ended otherwise). The job ends
+    `cancelled` with that reason. Published on `gl.sched.<job>.JobWithdrawn`."""
+
+    job_id: str
+    """The job."""
+    reason: str
+    """CamelCase code: `DependencyNeverSatisfied`."""
+    message: str = ""
+    """Quantitative explanation (which dependency, how the job it names ended)."""
+    details: dict[str, Any] = {}
+    """Structured details (the dependency and the state of the job it names)."""
 
 
 class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
@@ -418,7 +479,8 @@ class GangFailed(Decision, frozen=True, kw_only=True, tag="GangFailed.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`MemberFailed`, `StartTimeout`."""
+    """`MemberFailed`, `StartTimeout`, or `TimeLimit` (the run reached its time limit,
+    `TimeLimitReached`: the job ends `timeout`, not `failed`)."""
     message: str = ""
     """Explanation (which rank, exit code)."""
 
@@ -686,6 +748,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     DeadLettered,
     ServiceScaled,
     MigReconfigured,
+    TimeLimitReached,
+    JobWithdrawn,
 )
 
 
@@ -693,6 +757,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 # names every class of ALL_EVENTS.
 __all__ = [
     "JobSubmitted",
+    "JobWithdrawn",
+    "TimeLimitReached",
     "JobCancelled",
     "TenantConfigured",
     "PriorityClassConfigured",
@@ -727,6 +793,8 @@ __all__ = [
     "ClassChange",
     "ServiceChange",
     "ConsolidationMove",
+    "Dependency",
+    "ArraySpec",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

@@ -35,6 +35,11 @@ class PendingReason(StrEnum):
     WaitingForMigReconfiguration = (
         "WaitingForMigReconfiguration"  # an idle GPU's MIG layout changing for it
     )
+    Dependency = "Dependency"  # a job it depends on (`depends_on`) has not done what it waits for
+    ArrayTaskLimit = "ArrayTaskLimit"  # its array runs `max_running` tasks already
+    DependencyNeverSatisfied = (
+        "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
+    )
 
 
 class PreemptionReason(StrEnum):
@@ -83,6 +88,19 @@ class RejectReason(StrEnum):
     MIGProfileUnavailable = "MIGProfileUnavailable"
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"
     TopologyUnsatisfiable = "TopologyUnsatisfiable"
+    TimeLimitTooLong = "TimeLimitTooLong"  # longer than its class's `max_time_limit_s`
+    UnknownDependency = "UnknownDependency"  # depends on no job of its tenant by that id
+    DependencyCycle = "DependencyCycle"  # its dependencies lead back to itself
+
+
+class EndReason(StrEnum):
+    """Why a run or a job ended without completing (`GangFailed.reason`,
+    `JobWithdrawn.reason`)."""
+
+    MemberFailed = "MemberFailed"  # a member exited with an error
+    StartTimeout = "StartTimeout"  # a member did not start in time
+    TimeLimit = "TimeLimit"  # the run reached its time limit (the job ends `timeout`)
+    DependencyNeverSatisfied = "DependencyNeverSatisfied"  # withdrawn: a dependency cannot be met
 
 
 class JobState(StrEnum):
@@ -96,10 +114,17 @@ class JobState(StrEnum):
     failed = "failed"
     rejected = "rejected"
     cancelled = "cancelled"
+    timeout = "timeout"  # stopped at its time limit (Slurm `TIMEOUT`)
 
 
 TERMINAL_STATES = frozenset(
-    {JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled}
+    {
+        JobState.completed,
+        JobState.failed,
+        JobState.rejected,
+        JobState.cancelled,
+        JobState.timeout,
+    }
 )
 """States a job never leaves."""
 

@@ -94,6 +94,37 @@ class Spread(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
+DependencyCondition = Literal["succeeded", "failed", "finished", "started"]
+"""When a dependency is met (Slurm `afterok`, `afternotok`, `afterany`, `after`): the job it
+names `succeeded` (completed), `failed` (failed, timed out or was cancelled after it started),
+`finished` (any end) or `started` (placed and started running, or ended after running)."""
+MAX_ARRAY = 100_000
+"""Most tasks one array job may have."""
+MAX_DEPENDENCIES = 64
+"""Most dependencies one job may name."""
+
+
+class Dependency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One dependency of a job on another job of its tenant."""
+
+    job: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    """The job waited for (same tenant, submitted before)."""
+    on: DependencyCondition = "succeeded"
+    """What it must do: `succeeded`, `failed`, `finished` or `started`."""
+
+
+class ArraySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An array job (Slurm `--array=0-99%8`): `count` tasks, each a job of its own with the
+    array's shape, ids `<array>@<index>` for index `first` .. `first + count - 1`."""
+
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY)]
+    """Tasks (1 .. 100,000)."""
+    max_running: Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY)] | None = None
+    """At most this many tasks placed at once (Slurm `%N`); None: no cap."""
+    first: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
+    """Index of the first task (Slurm `--array=1-10`: 1)."""
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A job as submitted: a gang of `replicas` identical members, or (`kind: service`) a
     long-running service of `replicas` independent replicas."""
@@ -136,6 +167,29 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     empty: any node. A selector no node matches leaves the job pending `Unschedulable` ("0/120
     nodes: 120 not in partition=a100"). Added after v1 without a new tag: unset encodes as
     before."""
+
+    depends_on: (
+        Annotated[tuple[Dependency, ...], msgspec.Meta(max_length=MAX_DEPENDENCIES)]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
+    """Jobs this one waits for (Slurm `--dependency`): it stays pending (`Dependency`) until
+    every one is met; one that can no longer be met (`succeeded` of a job that failed) cancels
+    it (`DependencyNeverSatisfied`), or leaves it pending where the policy says
+    `dependency_never_satisfied: pend`. At most 64. Unset (left out of the JSON): none. Added
+    after v1 without a new tag."""
+    array: ArraySpec | msgspec.UnsetType = msgspec.UNSET
+    """An array job (`ArraySpec`): the job is the parent of `count` tasks, jobs `<id>@<i>` of
+    the same shape, placed, run and ended each on its own, at most `max_running` at once
+    (pending reason `ArrayTaskLimit`); the parent is pending until a task is placed, running
+    while any is, and ends when every task has ended. Unset (left out of the JSON): a single
+    job. Added after v1 without a new tag."""
+    time_limit_s: Quantity | msgspec.UnsetType = msgspec.UNSET
+    """Run time limit of each run, in seconds (Slurm `--time`, Kubernetes
+    `activeDeadlineSeconds`): when a run has lasted this long, its members are asked to
+    checkpoint and are stopped after the class's grace; the job ends `timeout` (reason
+    `TimeLimit`). Unlike `duration_s` (a hint), backfill and reservations may rely on it.
+    Unset (left out of the JSON): the class's default limit, or none. Added after v1 without a
+    new tag: unset encodes as before."""
 
     def selector(self) -> tuple[tuple[str, str], ...]:
         """The node selector as sorted (key, value) pairs (empty: any node)."""

@@ -97,6 +97,8 @@ _ROLE_OF: dict[type, str] = {
             c.GangCompleted,
             c.GangFailed,
             c.NodeLost,
+            c.TimeLimitReached,
+            c.JobWithdrawn,
         ),
         "scheduler",
     ),

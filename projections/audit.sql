@@ -552,6 +552,23 @@ COMMENT ON COLUMN evictions.reason IS 'Eviction reason.';
 COMMENT ON COLUMN evictions.lost_gpu_ms IS 'Work lost, GPU-milliseconds.';
 COMMENT ON COLUMN evictions.preemption IS 'A preemption (Priority, Reclaim, Backfill, Defragment), not a failure or node loss.';
 
+COMMENT ON VIEW timeouts IS 'One row per run that reached its time limit (TimeLimitReached), with how it ended.';
+COMMENT ON COLUMN timeouts.seq IS 'Stream sequence of the TimeLimitReached.';
+COMMENT ON COLUMN timeouts.at_ms IS 'When the limit was reached (checkpoint requested), epoch ms.';
+COMMENT ON COLUMN timeouts.time_limit_s IS 'The time limit of each run, seconds.';
+COMMENT ON COLUMN timeouts.started_at_ms IS 'When the run started (its last member started), epoch ms.';
+COMMENT ON COLUMN timeouts.deadline_ms IS 'When its members are killed if still running, epoch ms.';
+COMMENT ON COLUMN timeouts.ended_at_ms IS 'When the run ended (NULL while it is stopping), epoch ms.';
+COMMENT ON COLUMN timeouts.outcome IS 'timeout (stopped at the limit), completed (finished within the grace), or the eviction reason that ended it first.';
+
+COMMENT ON VIEW dependency_waits IS 'One row per dependency (depends_on) of a job: what it waits for, the named job''s state, met / waiting / never.';
+COMMENT ON COLUMN dependency_waits.position IS 'Index of the dependency in depends_on (0-based).';
+COMMENT ON COLUMN dependency_waits.depends_on IS 'The job waited for (same tenant).';
+COMMENT ON COLUMN dependency_waits."on" IS 'What it must do: succeeded, failed, finished or started.';
+COMMENT ON COLUMN dependency_waits.dependency_state IS 'State of the job waited for now (NULL: no such job in the tenant).';
+COMMENT ON COLUMN dependency_waits.status IS 'met, waiting, or never (can no longer be met: the job is withdrawn or pends per dependency_never_satisfied).';
+COMMENT ON COLUMN dependency_waits.state IS 'State of the waiting job.';
+
 COMMENT ON COLUMN run_metrics.events IS 'Decodable events (count).';
 COMMENT ON COLUMN run_metrics.start_s IS 'First event, seconds since the epoch.';
 COMMENT ON COLUMN run_metrics.end_s IS 'Last event, seconds since the epoch.';

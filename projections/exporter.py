@@ -107,6 +107,13 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "view evictions",
     ),
     _spec(
+        "gpuledger_timed_out_workloads_total",
+        "counter",
+        ("tenant", "priority_class"),
+        "Runs stopped at their time limit that ended the job `timeout` (reason TimeLimit).",
+        "view timeouts (outcome timeout)",
+    ),
+    _spec(
         "gpuledger_preempted_workloads_total",
         "counter",
         ("tenant", "priority_class", "reason"),
@@ -400,6 +407,11 @@ def read_metrics(con) -> dict[str, list]:
         if pre:
             out["gpuledger_preempted_workloads_total"].append(([t, pc, r], n))
             out["gpuledger_preemption_lost_gpu_seconds_total"].append(([t, pc, r], lost / 1000))
+    for t, pc, n in rows(
+        "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), count(*) FROM timeouts"
+        " WHERE outcome = 'timeout' GROUP BY ALL ORDER BY ALL"
+    ):
+        out["gpuledger_timed_out_workloads_total"].append(([t, pc], n))
     for r, n in rows(
         "SELECT coalesce(reason, ''), count(*) FROM decisions"
         " WHERE type = 'PreemptionDeclined' GROUP BY ALL ORDER BY ALL"

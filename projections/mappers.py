@@ -36,7 +36,7 @@ from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
 
-TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
 JOB_STATES = (
     "submitted",
     "pending",
@@ -46,6 +46,7 @@ JOB_STATES = (
     "failed",
     "rejected",
     "cancelled",
+    "timeout",
 )
 
 _json = msgspec.json.Encoder()
@@ -573,6 +574,11 @@ class Projection:
             rec = self.ledger.jobs.get(job_id) if job_id is not None else None
             if rec is not None and rec.service is not None:
                 self._service_row(rec.service, seq, event)
+            if rec is not None and rec.array_parent is not None:
+                self._service_row(rec.array_parent, seq, event)
+            if rec is not None and rec.spec.array and isinstance(event, ev.JobCancelled):
+                self._sync_replicas(rec.job_id, seq, event)  # its pending tasks stop at once
+                self._service_row(rec.job_id, seq, event)
         return True
 
     def _service_row(self, service_id: str, seq: int, e: ev.Event) -> None:
@@ -580,7 +586,14 @@ class Projection:
         (`running` while a replica is placed, else `pending`)."""
         row = self.jobs.get(service_id)
         svc = self.ledger.jobs.get(service_id)
+        if row is not None and svc is not None and svc.spec.array and row.message != svc.message:
+            row.message = svc.message  # an array's tasks counted by state
+            self._touch(row, seq, e.occurred_at_ms)
         if row is not None and svc is not None and row.state != svc.state:
+            if str(svc.state) in TERMINAL:
+                row.finished_at_ms = e.occurred_at_ms
+            if svc.spec.array and svc.tasks_started and row.first_placed_at_ms is None:
+                row.first_placed_at_ms = e.occurred_at_ms  # its first task placed
             self._transition(row, str(svc.state), seq, e, None)
             self._touch(row, seq, e.occurred_at_ms)
 
@@ -714,8 +727,8 @@ class Projection:
         self._transition(job, "pending", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
         svc = self.ledger.jobs.get(e.job_id)
-        if svc is not None and svc.spec.is_service:  # it runs as its replicas
-            self._sync_replicas(e.job_id, seq, e)
+        if svc is not None and (svc.spec.is_service or svc.spec.array):  # runs as its replicas
+            self._sync_replicas(e.job_id, seq, e)  # (or tasks)
 
     def _scaled(self, seq: int, e: ev.ServiceScaled) -> None:
         job = self.jobs.get(e.job_id)
@@ -726,9 +739,16 @@ class Projection:
         self._sync_replicas(e.job_id, seq, e)
 
     def _sync_replicas(self, service_id: str, seq: int, e: ev.Event) -> None:
-        """Rows of a service's replicas as the services' fold has them after `e`: created when
-        queued, queued again or cancelled when the service is scaled (or cancelled)."""
-        for rec in self.ledger.replicas_of(service_id):
+        """Rows of a service's replicas (or an array job's tasks) as the services' fold has
+        them after `e`: created when queued, queued again or cancelled when the service is
+        scaled (or the service or array cancelled)."""
+        parent = self.ledger.jobs.get(service_id)
+        records = (
+            self.ledger.tasks_of(service_id)
+            if parent is not None and parent.spec.array
+            else self.ledger.replicas_of(service_id)
+        )
+        for rec in records:
             row = self.jobs.get(rec.job_id)
             if row is None:
                 spec, res = rec.spec, rec.spec.resources
@@ -787,6 +807,15 @@ class Projection:
             self._transition(job, "cancelled", seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
         self._sync_replicas(e.job_id, seq, e)
+
+    def _withdrawn(self, seq: int, e: ev.JobWithdrawn) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "pending":
+            return  # refused as the ledger refuses it
+        job.reason, job.message, job.details = e.reason, e.message, _dumps(e.details or {})
+        job.finished_at_ms = e.occurred_at_ms
+        self._transition(job, "cancelled", seq, e, e.reason)
+        self._touch(job, seq, e.occurred_at_ms)
 
     def _pending_reason(self, seq: int, e: ev.PendingReasonChanged) -> None:
         job = self._job(e.job_id)
@@ -979,7 +1008,7 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.finished_at_ms = e.occurred_at_ms
-        if to == "failed":
+        if to in ("failed", "timeout"):
             job.reason, job.message = e.reason, e.message
         else:
             job.reason = job.message = job.details = None
@@ -990,7 +1019,7 @@ class Projection:
         self._ended(seq, e, "completed")
 
     def _failed(self, seq: int, e: ev.GangFailed) -> None:
-        self._ended(seq, e, "failed")
+        self._ended(seq, e, "timeout" if e.reason == "TimeLimit" else "failed")
 
     # -------------------------------------------------------------- handlers: config, quota
 
@@ -1120,6 +1149,7 @@ _HANDLERS = {
     ev.JobAdmitted: Projection._admitted,
     ev.JobRejected: Projection._rejected,
     ev.JobCancelled: Projection._cancelled,
+    ev.JobWithdrawn: Projection._withdrawn,
     ev.ServiceScaled: Projection._scaled,
     ev.PendingReasonChanged: Projection._pending_reason,
     ev.GangPlaced: Projection._placed,

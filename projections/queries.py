@@ -277,17 +277,48 @@ job ids may not hold `~`), its replicas placed now. The service's own `state` is
 `running` while this is at least 1, else `pending`."""
 
 
+ARRAY_TASKS = """arrays AS (
+    SELECT regexp_extract(job_id, '^(.+)@[0-9]+$', 1) AS job_id, count(*) AS tasks,
+           count(*) FILTER (WHERE state IN ('running', 'preempting')) AS tasks_running,
+           count(*) FILTER (WHERE state = 'completed') AS tasks_completed,
+           count(*) FILTER (WHERE state IN ('failed', 'timeout')) AS tasks_failed,
+           count(*) FILTER (WHERE state = 'cancelled') AS tasks_cancelled
+    FROM jobs WHERE regexp_matches(job_id, '@[0-9]+$') GROUP BY 1)"""
+"""A CTE `arrays`: per array job (whose tasks are `<array>@<i>`; user job ids may not hold
+`@`), its tasks counted by state."""
+
+
 def job_state_text(row: dict[str, Any]) -> str:
     """A job's STATE as tables show it; a live service adds its replicas placed of those
-    wanted (`running 2/3`, `pending 0/3`), from `jobs_rows`' `replicas_up`."""
+    wanted (`running 2/3`, `pending 0/3`), from `jobs_rows`' `replicas_up`; an array job its
+    tasks (`running 3/10 done 4`: 3 of its 10 tasks running, 4 ended)."""
+    if row.get("tasks"):
+        done = (
+            (row.get("tasks_completed") or 0)
+            + (row.get("tasks_failed") or 0)
+            + (row.get("tasks_cancelled") or 0)
+        )
+        return f"{row['state']} {row.get('tasks_running') or 0}/{row['tasks']} done {done}"
     state, up = row["state"], row.get("replicas_up")
-    if up is None or state in ("submitted", "completed", "failed", "rejected", "cancelled"):
+    if up is None or state in (
+        "submitted",
+        "completed",
+        "failed",
+        "rejected",
+        "cancelled",
+        "timeout",
+    ):
         return state
     return f"{state} {up}/{row.get('replicas') or 0}"
 
 
-def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+def jobs_rows(
+    con, *, state: str | None = None, tenant: str | None = None, tasks: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of `jobs` (an array job once, its tasks counted, unless `tasks`)."""
     where, args = [], []
+    if not tasks:
+        where.append("NOT regexp_matches(j.job_id, '@[0-9]+$')")
     if state:
         where.append("j.state = ?")
         args.append(state)
@@ -295,10 +326,12 @@ def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> li
         where.append("(j.tenant = ? OR starts_with(j.tenant, ?))")  # no LIKE: `_` is literal
         args += [tenant, tenant.rstrip("/") + "/"]
     q = (
-        f"WITH {REPLICAS_UP} "
+        f"WITH {REPLICAS_UP}, {ARRAY_TASKS} "
         "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
         "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
-        " AS nodes, s.replicas_up FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
+        " AS nodes, s.replicas_up, r.tasks, r.tasks_running, r.tasks_completed, r.tasks_failed,"
+        " r.tasks_cancelled FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
+        " LEFT JOIN arrays r USING (job_id)"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
     )

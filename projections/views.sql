@@ -314,6 +314,69 @@ SELECT e.seq, e.occurred_at_ms AS at_ms, e.payload ->> 'job_id' AS job_id, j.ten
 FROM events e LEFT JOIN jobs j ON j.job_id = e.payload ->> 'job_id'
 WHERE e.type = 'GangEvicted';
 
+-- One row per run that reached its time limit (`TimeLimitReached`): the limit, when the run
+-- started, the kill deadline, and how it ended: `timeout` (GangFailed, reason TimeLimit; the
+-- message says whether it checkpointed), `completed` (it finished within the grace), or the
+-- eviction reason when something else ended it first; NULL while it is still stopping.
+CREATE OR REPLACE VIEW timeouts AS
+SELECT t.seq, t.occurred_at_ms AS at_ms, t.payload ->> 'job_id' AS job_id, j.tenant,
+       j.priority_class, t.payload ->> 'allocation_id' AS allocation_id,
+       CAST(t.payload ->> 'time_limit_s' AS BIGINT) AS time_limit_s,
+       CAST(t.payload ->> 'started_ms' AS BIGINT) AS started_at_ms,
+       CAST(t.payload ->> 'deadline_ms' AS BIGINT) AS deadline_ms,
+       f.occurred_at_ms AS ended_at_ms,
+       CASE f.type WHEN 'GangFailed' THEN (CASE WHEN f.payload ->> 'reason' = 'TimeLimit'
+                                                THEN 'timeout' ELSE 'failed' END)
+                   WHEN 'GangCompleted' THEN 'completed'
+                   WHEN 'GangEvicted' THEN f.payload ->> 'reason' END AS outcome,
+       f.payload ->> 'message' AS message
+FROM events t
+LEFT JOIN jobs j ON j.job_id = t.payload ->> 'job_id'
+LEFT JOIN events f ON f.type IN ('GangFailed', 'GangCompleted', 'GangEvicted')
+                  AND f.payload ->> 'allocation_id' = t.payload ->> 'allocation_id'
+WHERE t.type = 'TimeLimitReached';
+
+-- One row per dependency of a job (`depends_on` of its accepted submission): what it waits
+-- for, the state of the job it names now, and whether it is met, still awaited, or can no
+-- longer be met (services/domain/dependencies.py); with the waiting job's state and reason.
+CREATE OR REPLACE VIEW dependency_waits AS
+WITH deps AS (
+    SELECT DISTINCT s.payload -> 'job' ->> 'job_id' AS job_id,
+           s.payload -> 'job' ->> 'tenant' AS tenant,
+           d.ordinal AS position, d.dep.job AS depends_on, coalesce(d.dep."on", 'succeeded') AS "on"
+    FROM events s,
+         unnest(from_json(s.payload -> 'job' -> 'depends_on',
+                          '[{"job": "VARCHAR", "on": "VARCHAR"}]'))
+             WITH ORDINALITY AS d(dep, ordinal)
+    WHERE s.type = 'JobSubmitted' AND s.seq NOT IN (SELECT seq FROM refusals)
+)
+SELECT deps.job_id, j.tenant, deps.position - 1 AS position, deps.depends_on, deps."on",
+       o.state AS dependency_state,
+       CASE
+           WHEN o.state IS NULL THEN 'never'
+           WHEN deps."on" = 'finished' THEN
+               CASE WHEN o.state IN ('completed', 'failed', 'rejected', 'cancelled', 'timeout')
+                    THEN 'met' ELSE 'waiting' END
+           WHEN deps."on" = 'started' THEN
+               CASE WHEN o.first_placed_at_ms IS NOT NULL THEN 'met'
+                    WHEN o.state IN ('completed', 'failed', 'rejected', 'cancelled', 'timeout')
+                    THEN 'never' ELSE 'waiting' END
+           WHEN deps."on" = 'succeeded' THEN
+               CASE WHEN o.state = 'completed' THEN 'met'
+                    WHEN o.state IN ('failed', 'rejected', 'cancelled', 'timeout') THEN 'never'
+                    ELSE 'waiting' END
+           ELSE
+               CASE WHEN o.state IN ('failed', 'timeout')
+                         OR (o.state = 'cancelled' AND o.first_placed_at_ms IS NOT NULL)
+                    THEN 'met'
+                    WHEN o.state IN ('completed', 'rejected', 'cancelled') THEN 'never'
+                    ELSE 'waiting' END
+       END AS status,
+       j.state, j.reason, j.message
+FROM deps
+JOIN jobs j ON j.job_id = deps.job_id AND j.tenant = deps.tenant
+LEFT JOIN jobs o ON o.job_id = deps.depends_on AND o.tenant = deps.tenant;
+
 CREATE OR REPLACE VIEW run_metrics AS
 WITH alloc AS (
     SELECT sum(a.gpu_milli * (coalesce(a.ended_at_ms, w.end_ms) - a.placed_at_ms)) AS area

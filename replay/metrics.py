@@ -74,6 +74,9 @@ PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment",
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""
 
 FINISHED_STATES = ("completed", "failed", "rejected", "cancelled")
+COUNTED_AS = {"timeout": "failed"}
+"""Final states counted under another: a job stopped at its time limit counts as failed, as
+the observed column counts Slurm's `TIMEOUT` (`_FAILED_STATES`)."""
 
 _ALLOC_EVENTS = (ev.GangPlaced, ev.GangCompleted, ev.GangFailed, ev.GangEvicted)
 _NODE_EVENTS = (ev.NodeRegistered, ev.NodeLost, ev.NodeHeartbeat)
@@ -262,13 +265,20 @@ def slo_class(job) -> str:
     return job.slo_class or job.spec.priority_class
 
 
+def counted_jobs(ledger: Ledger):
+    """The jobs metrics count: an array job counts as its tasks (each a job, as sacct lists
+    them), not once more."""
+    return [job for job in ledger.jobs.values() if not job.spec.array]
+
+
 def job_counts(ledger: Ledger) -> dict[str, int]:
     """Jobs by final state, as the ledger's fold left them."""
     states: dict[str, int] = defaultdict(int)
-    for job in ledger.jobs.values():
-        states[job.state] += 1
+    jobs = counted_jobs(ledger)
+    for job in jobs:
+        states[COUNTED_AS.get(job.state, job.state)] += 1
     return {
-        "submitted": len(ledger.jobs),
+        "submitted": len(jobs),
         **{s: states.get(s, 0) for s in FINISHED_STATES},
         "unfinished": sum(v for k, v in states.items() if k not in FINISHED_STATES),
     }
@@ -279,7 +289,7 @@ def waits_by_class(ledger: Ledger) -> tuple[dict[str, list[float]], dict[str, in
     admitted jobs."""
     waits: dict[str, list[float]] = defaultdict(list)
     never: dict[str, int] = defaultdict(int)
-    for job in ledger.jobs.values():
+    for job in counted_jobs(ledger):
         if job.admitted_ms is None:
             continue
         if job.placements:
@@ -295,7 +305,7 @@ def completion_times(ledger: Ledger) -> list[float]:
     """Completion - submission, in seconds, of every completed job."""
     return [
         (job.finished_ms - job.submitted_ms) / 1000
-        for job in ledger.jobs.values()
+        for job in counted_jobs(ledger)
         if job.state == "completed" and job.finished_ms is not None
     ]
 

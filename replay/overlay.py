@@ -108,12 +108,23 @@ def _class_doc(c: ev.PriorityClassConfigured) -> dict[str, Any]:
         "description": c.description,
         "grace_s": c.grace_s,
         "allow_timeslice": c.allow_timeslice,
+        **(
+            {"default_time_limit": c.default_time_limit_s}
+            if c.default_time_limit_s is not msgspec.UNSET
+            else {}
+        ),
+        **(
+            {"max_time_limit": c.max_time_limit_s}
+            if c.max_time_limit_s is not msgspec.UNSET
+            else {}
+        ),
         "override": True,
     }
 
 
 def _policy_dict(p: ev.Policy) -> dict[str, Any]:
-    return msgspec.structs.asdict(p)
+    """The policy's fields, those left unset (added after v1) left out."""
+    return {k: v for k, v in msgspec.structs.asdict(p).items() if v is not msgspec.UNSET}
 
 
 def _check_policy(doc: dict[str, Any], where: str) -> ev.Policy:

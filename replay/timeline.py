@@ -82,8 +82,14 @@ def describe(event: ev.Event) -> str | None:
             return f"requeued    {j}"
         case ev.GangCompleted(job_id=j):
             return f"completed   {j}"
+        case ev.GangFailed(job_id=j, reason="TimeLimit", message=m):
+            return f"timeout     {j}: TimeLimit {m}"
         case ev.GangFailed(job_id=j, reason=r, message=m):
             return f"failed      {j}: {r} {m}"
+        case ev.JobWithdrawn(job_id=j, reason=r, message=m):
+            return f"withdrawn   {j}: {r} - {m}"
+        case ev.TimeLimitReached(job_id=j, time_limit_s=lim, deadline_ms=d, occurred_at_ms=t):
+            return f"time limit  {j} reached {lim}s, checkpoint within {(d - t) / 1000:.0f}s"
         case ev.JobCancelled(job_id=j):
             return f"cancelled   {j}"
         case ev.ServiceScaled(job_id=j, replicas=n):

@@ -19,6 +19,7 @@ STATE_COLORS = {
     "failed": "#7a1f1f",
     "rejected": "#7a1f1f",
     "cancelled": "#8a8a8a",
+    "timeout": "#9c5b1a",
 }
 KIND_COLORS = {
     "free": "#e9edf2",

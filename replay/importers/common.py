@@ -42,6 +42,7 @@ from typing import IO, Any
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.replay import observed as obs
 from gpuledger.replay.importers.checkpoint import CheckpointRules
 from gpuledger.replay.observed import Run
@@ -127,6 +128,11 @@ class ObservedJob:
     partition: str | None = None
     source_priority: str | None = None
     """The source's priority value (QOS, PriorityClass...), for `checkpoint.values`."""
+    time_limit_s: int | None = None
+    """The job's time limit as the source recorded it (Slurm `Timelimit`, Kubernetes
+    `activeDeadlineSeconds`), None: none."""
+    depends_on: tuple[ev.Dependency, ...] = ()
+    """Jobs of the dump it waited for (Slurm `Dependency`)."""
 
 
 @dataclass
@@ -237,6 +243,8 @@ class ImportLog:
         try:
             ev.validate_token("job id", job.job_id)
             ev.validate_tenant(job.tenant)
+            if ARRAY_SEPARATOR in job.job_id:  # the ledger would refuse it: say so here
+                ev.validate_job_id(job.job_id)
         except ev.InvalidId as exc:
             self.skips.skip(where, str(exc))
             return False
@@ -266,6 +274,8 @@ class ImportLog:
             node_selector=dict(sorted(job.node_selector.items()))
             if job.node_selector
             else msgspec.UNSET,
+            time_limit_s=job.time_limit_s if job.time_limit_s else msgspec.UNSET,
+            depends_on=job.depends_on if job.depends_on else msgspec.UNSET,
         )
         self._push(
             job.submit_ms,

@@ -273,6 +273,8 @@ class _Member:
     node: str = ""
     priority: str = ""
     preempted: bool = False
+    deadline_s: int | None = None
+    """`spec.activeDeadlineSeconds`: the pod's time limit."""
 
 
 @dataclass
@@ -458,7 +460,15 @@ def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Memb
         node=str(spec.get("nodeName") or ""),
         priority=cls_name,
         preempted=f"{ns}/{name}" in ctx.preempted or status.get("reason") == "Preempted",
+        deadline_s=_deadline(spec.get("activeDeadlineSeconds")),
     )
+
+
+def _deadline(value) -> int | None:
+    """`activeDeadlineSeconds` (a positive integer) as a time limit, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
 
 
 def _job_id(ns: str, name: str, namespaced: bool) -> str:
@@ -490,6 +500,9 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
             state=_state(members, start, end),
             nodes=tuple(sorted({m.node for m in members if m.node})),
             source_priority=first.priority or None,
+            time_limit_s=min(
+                (m.deadline_s for m in members if m.deadline_s is not None), default=None
+            ),
         ),
         ctx.where(first.line),
     )

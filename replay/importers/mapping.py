@@ -156,6 +156,10 @@ class Naming:
         """GPU model names of the source -> the vocabulary (unknown ones listed once)."""
         self.notes: list[str] = []
         """Warnings an importer collected (MIG geometry), one line each."""
+        self.known_jobs: dict[str, list[tuple[str, str]]] = {}
+        """Job ids a dump imports by base id, with their tenants (Slurm `Dependency`)."""
+        self.dependencies_dropped = 0
+        """Source dependencies an importer could not keep."""
         self.partition: Callable[[str], dict[str, str] | None] = lambda _: None
         """A source partition / pool -> the node selector of its jobs (an importer sets it,
         e.g. `labels.PartitionSelectors`); by default none."""

@@ -33,6 +33,15 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   assigned` and no AllocTRES never started whatever its Start says (Slurm writes Start = End = the cancel
   time for a job cancelled before its first record reached slurmdbd). Pending or running at
   the dump: submitted with no run time;
+- `Timelimit` (`[D-]HH:MM:SS`, `MM:SS`, `MM`, `D-HH[:MM]`) -> `time_limit_s`;
+  `UNLIMITED`, `Partition_Limit`, empty or unreadable -> no limit (the run time still says
+  how long it ran: a TIMEOUT row replays as a run stopped at its limit);
+- an optional `Dependency` column (as `squeue -o %E` / `scontrol show job` print it:
+  `afterok:123,afterany:124:125_3(unfulfilled)`) -> `depends_on`: `afterok` succeeded,
+  `afternotok` failed, `afterany` finished, `after` started (a `+minutes` delay is dropped);
+  a dependency on an array job names each of its imported tasks; one on a job outside the
+  dump or of another tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
+  are dropped and counted in the summary's `dependencies_dropped`;
 - QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
 - Partition -> node selector of the partition's node label, when the nodes carry partition
   labels (`replay.importers.labels`).
@@ -167,6 +176,86 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
         memory_mib=-(-mem // n),
         gpu_models=tuple(sorted(typed)),
     ), total
+
+
+def parse_timelimit(text: str) -> int | None:
+    """Seconds of a Slurm time limit (`1-00:00:00`, `02:00:00`, `90`, `30:00`, `2-12`), or
+    None for `UNLIMITED`, `Partition_Limit`, `INVALID`, empty or anything unreadable."""
+    text = text.strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if m is None:
+        return None
+    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:  # H:M:S
+        seconds = a * 3600 + b * 60 + c
+    elif b is not None:  # M:S
+        seconds = a * 60 + b
+    else:  # M
+        seconds = a * 60
+    return seconds or None
+
+
+_DEP_KINDS = {
+    "afterok": "succeeded",
+    "afternotok": "failed",
+    "afterany": "finished",
+    "after": "started",
+}
+
+
+def parse_dependency(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """Slurm's dependency expression -> ([(job id, on), ...], [dropped parts]). Job ids keep
+    an array task (`123_4`); `123_*` names every task of array 123 (returned as `123`)."""
+    text = text.strip()
+    if not text or text.lower() in ("(null)", "none"):
+        return [], []
+    if "?" in text:
+        return [], [f"{text} (OR-list)"]
+    out: list[tuple[str, str]] = []
+    dropped: list[str] = []
+    for part in text.split(","):
+        part = part.split("(", 1)[0].strip()
+        kind, _, ids = part.partition(":")
+        on = _DEP_KINDS.get(kind.lower())
+        if on is None or not ids:
+            dropped.append(part)
+            continue
+        for job in ids.split(":"):
+            job = job.split("+", 1)[0].strip().removesuffix("_*")
+            if job:
+                out.append((job, on))
+    return out, dropped
+
+
+def _known_jobs(
+    path: str, header: list[str], columns: str | None, owner: Callable[[dict[str, str]], str]
+) -> dict[str, list[tuple[str, str]]]:
+    """Job ids the dump imports with their tenants, by base id: `{'123': [('123', 'a')],
+    '124': [('124_1', 'a'), ('124_2', 'a')]}` (a first pass over the file, made only when it
+    has a `Dependency` column)."""
+    at = header.index("JobID")
+    known: dict[str, set[tuple[str, str]]] = {}
+    with open(path, newline="") as f:
+        for n, text in enumerate(f):
+            values = text.rstrip("\r\n").split("|")
+            if n == 0 and columns is None or len(values) != len(header):
+                continue
+            m = _JOBID.match(values[at].strip())
+            if m is None or m.group("step") is not None:
+                continue
+            base, task = m.group("base"), m.group("task")
+            if task is not None and task.startswith("["):
+                try:
+                    ids = [f"{base}_{t}" for t in expand_tasks(task)]
+                except ValueError:
+                    continue
+            else:
+                ids = [base if task is None else f"{base}_{task}"]
+            tenant = owner(dict(zip(header, values, strict=True)))
+            known.setdefault(base, set()).update((i, tenant) for i in ids)
+    return {b: sorted(v) for b, v in known.items()}
 
 
 def expand_tasks(spec: str) -> list[str]:
@@ -334,6 +423,13 @@ def import_slurm(
     with f:
         bar = Progress(f, progress)
         header = _header(f, path, columns)
+        if "Dependency" in header:
+            naming.known_jobs = _known_jobs(
+                path,
+                header,
+                columns,
+                lambda row: naming.tenant_for(_owner(row, tenant_from), "default"),
+            )
         group: list[_Row] = []
         steps = 0
 
@@ -381,6 +477,7 @@ def import_slurm(
         **log.summary(),
         **naming.partition.summary(),
         **naming.warnings(),
+        **({"dependencies_dropped": naming.dependencies_dropped} if "Dependency" in header else {}),
     }
     return SlurmImport(summary=summary, events=n)
 
@@ -650,6 +747,23 @@ def _emit(
     _job(job_id, last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
 
 
+def _depends_on(text: str, job_id: str, tenant: str, naming: Naming) -> tuple[ev.Dependency, ...]:
+    """`depends_on` of a job from its `Dependency` cell: jobs of the dump and of its tenant
+    only (an array job stands for each of its tasks); the rest is counted as dropped."""
+    deps, dropped = parse_dependency(text)
+    out: list[ev.Dependency] = []
+    for job, on in deps:
+        base = job.split("_", 1)[0]
+        tasks = [i for i, t in naming.known_jobs.get(base, []) if t == tenant]
+        names = [job] if job in tasks else (tasks if job == base else [])
+        names = [n for n in names if n != job_id]
+        if not names:
+            dropped.append(f"{job} (not a job of the dump in tenant {tenant})")
+        out += [ev.Dependency(job=n, on=on) for n in names]
+    naming.dependencies_dropped += len(dropped)
+    return tuple(dict.fromkeys(out))
+
+
 def _job(
     job_id: str,
     last: _Row,
@@ -695,9 +809,10 @@ def _job(
         except ValueError:
             runs.append(Run(None, None, ""))
     qos = row.get("QOS", "")
+    tenant = naming.tenant_for(_owner(row, tenant_from), "default")
     job = ObservedJob(
         job_id=job_id,
-        tenant=naming.tenant_for(_owner(row, tenant_from), "default"),
+        tenant=tenant,
         priority_class=naming.class_for(qos),
         resources=msgspec.structs.replace(res, gpu_models=naming.gpu.job(res.gpu_models))
         if res.gpu_models
@@ -714,5 +829,7 @@ def _job(
         runs=tuple(runs),
         partition=row.get("Partition", "").strip() or None,
         source_priority=qos.strip() or None,
+        time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
+        depends_on=_depends_on(row.get("Dependency") or "", job_id, tenant, naming),
     )
     log.add_job(job, where(last.line))

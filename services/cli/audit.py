@@ -611,6 +611,12 @@ def jobs_command(
     ] = None,
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    tasks: Annotated[
+        bool,
+        typer.Option(
+            "--tasks", help="Also list array tasks (<array>@<i>), not only their array's line."
+        ),
+    ] = False,
     watch: Annotated[
         bool,
         typer.Option(
@@ -627,7 +633,7 @@ def jobs_command(
     path = db_path(db, data)
 
     def fetch() -> list[dict[str, Any]]:
-        return _query(path, jobs_rows, state=state, tenant=tenant)
+        return _query(path, jobs_rows, state=state, tenant=tenant, tasks=tasks)
 
     rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)

@@ -47,7 +47,7 @@ from gpuledger.services.domain.inputs import (
     validate_file,
 )
 from gpuledger.services.domain.mig_layouts import layout_text, parse_layout
-from gpuledger.services.domain.quantities import mebibytes, milli
+from gpuledger.services.domain.quantities import mebibytes, milli, seconds
 
 
 class ConfigFileError(InputError):
@@ -155,6 +155,10 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
     for c in f.priority_classes:
         fields = msgspec.structs.asdict(c)
         del fields["override"]
+        for key in ("default_time_limit", "max_time_limit"):  # friendly durations -> seconds
+            value = fields.pop(key)
+            if value is not None:
+                fields[f"{key}_s"] = seconds(key, value)
         out.append(PriorityClassConfigured(**fields))
     if f.policy is not None:
         policy = msgspec.structs.asdict(f.policy)  # type: ignore[unreachable]  # PolicyDoc: defstruct

@@ -36,7 +36,10 @@ from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 _CORES_RE = r"^\d+(\.\d+)?m?$"
 _SIZE_RE = r"^\d+(\.\d+)?\s*([KkMmGgTt]i?)?[Bb]?$"
 _TIME_RE = r"^\d+(\.\d+)?\s*[smhdSMHD]?$"
+ARRAY_RE = r"^\d+(-\d+)?(%\d+)?$"
+"""Slurm's `--array` spelling: `0-99%8`, `1-10`, `7`."""
 _HINTS = {
+    ARRAY_RE: "use a range like 0-99%8 (at most 8 at once) or {count: 100, max_running: 8}",
     _CORES_RE: "use a count like 4, 0.5 or 500m",
     _SIZE_RE: "use a size like 512Mi, 36Gi or 1Ti (a bare number is MiB)",
     _TIME_RE: "use seconds or a duration like 90s, 10m, 2h, 1d",
@@ -170,6 +173,11 @@ class ClassDoc(Strict, kw_only=True, frozen=True):
     """Checkpoint grace period of the class (unset: the policy's `default_grace_s`)."""
     allow_timeslice: bool = False
     """Whether the class's shares may go to time-sliced GPUs (interactive/dev work)."""
+    default_time_limit: Duration | None = None
+    """Time limit of its jobs that set none (`4h`; Slurm partition `DefaultTime`)."""
+    max_time_limit: Duration | None = None
+    """Longest time limit its jobs may ask for (`1d`; Slurm partition `MaxTime`): a longer
+    one is rejected at admission (`TimeLimitTooLong`)."""
     override: bool = False
     """Required to redefine a built-in class (`train`, `interactive`, `build`, `inference`)."""
 
@@ -253,6 +261,23 @@ class SpreadDoc(Strict, kw_only=True, frozen=True):
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
+class DependencyDoc(Strict, kw_only=True, frozen=True):
+    """`{job: ID, on: succeeded | failed | finished | started}` (Slurm `afterok`,
+    `afternotok`, `afterany`, `after`); `on` defaults to `succeeded`."""
+
+    job: Annotated[str, Meta(min_length=1, max_length=256)]
+    on: Literal["succeeded", "failed", "finished", "started"] = "succeeded"
+
+
+class ArrayDoc(Strict, kw_only=True, frozen=True):
+    """`{count: 100, max_running: 8}` (tasks `<id>@0` .. `<id>@99`, at most 8 at once);
+    `first` shifts the indexes (`first: 1`: `@1` .. `@100`)."""
+
+    count: Annotated[int, Meta(ge=1, le=100_000)]
+    max_running: PositiveInt | None = None
+    first: NonNegInt = 0
+
+
 class JobDoc(Strict, kw_only=True, frozen=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
@@ -299,6 +324,15 @@ class JobDoc(Strict, kw_only=True, frozen=True):
     """Run-time hint (simulated agents run this long; reservations use it)."""
     duration_s: Seconds | None = None
     """Alternative spelling of `duration`, in seconds."""
+    time_limit: Duration | None = None
+    """Run time limit (`2h`, `90m`; Slurm `--time`): the job is asked to checkpoint and is
+    stopped when a run has lasted this long, and ends `timeout`."""
+    time_limit_s: PositiveInt | None = None
+    """Alternative spelling of `time_limit`, in seconds."""
+    depends_on: Annotated[list[DependencyDoc], Meta(max_length=64)] | None = None
+    """Jobs of the same tenant this one waits for: `[{job: prep-1, on: succeeded}]`."""
+    array: ArrayDoc | Annotated[str, Meta(pattern=ARRAY_RE)] | None = None
+    """An array job: `{count: 100, max_running: 8}` or Slurm's `0-99%8`."""
     checkpoint: CheckpointDoc = CheckpointDoc()
     """Checkpoint policy of the job."""
     command: str | list[str] = []
@@ -326,6 +360,7 @@ _ALTERNATIVES = (
     ("memory", "memory_mib"),
     ("models", "gpu_models"),
     ("duration", "duration_s"),
+    ("time_limit", "time_limit_s"),
     ("weight", "over_quota_weight"),
 )
 
@@ -570,11 +605,33 @@ def kind_of(doc: Any) -> str:
     return "config"
 
 
+def yaml_on(doc: Any) -> Any:
+    """`doc` with the key `on` of every `depends_on` entry restored: YAML 1.1 (PyYAML) reads
+    a bare `on:` key as the boolean True, so `{job: a, on: failed}` arrives as
+    `{'job': 'a', True: 'failed'}`. Nothing else changes."""
+    if isinstance(doc, list):
+        return [yaml_on(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {}
+    for k, v in doc.items():
+        if k == "depends_on" and isinstance(v, list):
+            v = [
+                {("on" if key is True and "on" not in d else key): x for key, x in d.items()}
+                if isinstance(d, dict)
+                else d
+                for d in v
+            ]
+        out[k] = yaml_on(v) if isinstance(v, dict | list) else v
+    return out
+
+
 def validate_file(doc: Any) -> FileDoc:
     """A cluster configuration or scenario, fully checked; raises InputError."""
     problems: list[str] = []
     if doc is not None and not isinstance(doc, dict):
         raise InputError(f"(top level): expected a mapping of keys, got {type(doc).__name__}")
+    doc = yaml_on(doc)
     parsed = collect({} if doc is None else doc, FileDoc, "", problems)
     if parsed is not None:
         _check_file(parsed, problems)
@@ -588,7 +645,7 @@ def validate_job(doc: Any, base: str = "") -> JobDoc:
     problems: list[str] = []
     if not isinstance(doc, dict):
         raise InputError(f"{base or '(top level)'}: a job must be a mapping of fields")
-    job = collect(doc, JobDoc, base, problems)
+    job = collect(yaml_on(doc), JobDoc, base, problems)
     if job is not None:
         _check_job(job, base, problems)
     if problems:
@@ -739,6 +796,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
     services: set[str] = set()
+    arrays: set[str] = set()
     for i, e in enumerate(f.timeline or []):
         path = f"timeline[{i}]"
         actions = [
@@ -775,10 +833,16 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             submitted.setdefault(job_id, jp)
             if j.kind == "service":
                 services.add(job_id)
+            if j.array is not None:
+                arrays.add(job_id)
             if e.expect == "rejected":
                 continue
             check_references(j, jp, f, problems)
-        elif e.cancel is not None and e.cancel not in submitted:
+        elif (
+            e.cancel is not None
+            and e.cancel not in submitted
+            and e.cancel.rpartition("@")[0] not in arrays  # a task of an array
+        ):
             problems.append(
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"

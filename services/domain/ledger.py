@@ -20,8 +20,8 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
-from gpuledger.events.ids import REPLICA_SEPARATOR
-from gpuledger.events.reasons import TERMINAL_STATES, FoldRefusal, JobState
+from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
+from gpuledger.events.reasons import TERMINAL_STATES, EndReason, FoldRefusal, JobState
 from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
@@ -76,6 +76,18 @@ def replica_spec(spec: JobSpec, index: int) -> JobSpec:
         min_available=0,
         kind=msgspec.UNSET,
     )
+    return JobSpec(**fields)
+
+
+def task_id(array_id: str, index: int) -> str:
+    """The job id of an array job's task: `<array>@<index>`."""
+    return f"{array_id}{ARRAY_SEPARATOR}{index}"
+
+
+def task_spec(spec: JobSpec, index: int) -> JobSpec:
+    """The spec of one task of an array job: the array's shape under the task's id."""
+    fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
+    fields.update(job_id=task_id(spec.job_id, index), array=msgspec.UNSET)
     return JobSpec(**fields)
 
 
@@ -157,6 +169,17 @@ class JobRecord:
     replicas_up: int = 0
     """For a service: its replicas placed now (running or being preempted). The service is
     `running` while this is at least 1, else `pending` (`Ledger._service_state`)."""
+    array_parent: str | None = None
+    """For a task of an array job: the array's job id (the task is `<array>@<index>`)."""
+    tasks_up: int = 0
+    """For an array job: its tasks placed now (running or being preempted)."""
+    tasks_ended: dict[str, int] = field(default_factory=dict)
+    """For an array job: its ended tasks by final state."""
+    tasks_started: bool = False
+    """For an array job: whether any of its tasks was ever placed."""
+    time_limit_s: int | None = None
+    """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
+    lasted this long; None = none."""
 
     @property
     def job_id(self) -> str:
@@ -189,6 +212,8 @@ class AllocationRecord:
     exited: dict[int, tuple[str, int]] = field(default_factory=dict)
     checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     preemption: ev.PreemptionRequested | None = None
+    time_limit: ev.TimeLimitReached | None = None
+    """Set when the run reached its job's time limit: its members are being stopped."""
     backfill_for: str | None = None
     """The reserving job whose reserved capacity this allocation borrows as preemptible
     backfill (evicted when that job lands)."""
@@ -266,6 +291,9 @@ class Ledger:
     expected: TimeIndex = field(default_factory=TimeIndex)
     """Per active allocation: expected end (duration hint), checkpoint completion and
     deadline of a requested preemption."""
+    time_limits: TimeIndex = field(default_factory=TimeIndex)
+    """Per running allocation of a job with a time limit: when the limit is reached (kind
+    `limit`); cleared when `TimeLimitReached` is folded or the allocation ends."""
     nodes_version: int = 0
     """Bumped whenever a node registers, is lost or comes back."""
     last_seq: int = 0
@@ -328,13 +356,64 @@ class Ledger:
         job_id = getattr(event, "job_id", None)
         job = self.jobs.get(job_id) if job_id is not None else None
         was_up = job is not None and job.state in _UP
+        was_over = job is not None and job.state in TERMINAL
         refusal = cast("Refusal | None", handler(self, event))
+        if job is not None and job.array_parent is not None:
+            self._task_changed(job, was_up, was_over, event.occurred_at_ms)
         if job is not None and job.service is not None and (job.state in _UP) != was_up:
             svc = self.jobs.get(job.service)
             if svc is not None:
                 svc.replicas_up += 1 if not was_up else -1
                 self._service_state(svc)
         return refusal
+
+    def _task_changed(self, task: JobRecord, was_up: bool, was_over: bool, at_ms: int) -> None:
+        """An array's counts and state after an event about one of its tasks."""
+        parent = self.jobs.get(task.array_parent or "")
+        if parent is None:
+            return
+        up = task.state in _UP
+        if up != was_up:
+            parent.tasks_up += 1 if up else -1
+            parent.tasks_started = True
+        if task.state in TERMINAL and not was_over:
+            state = str(task.state)
+            parent.tasks_ended[state] = parent.tasks_ended.get(state, 0) + 1
+        self._array_state(parent, at_ms)
+
+    def _array_state(self, parent: JobRecord, at_ms: int) -> None:
+        """An array job is `pending` until a task is placed, `running` while one is, and ends
+        when every task has: `completed` if all completed, `failed` if one failed or timed
+        out, else `cancelled`. Its message counts its tasks by state."""
+        if parent.state in TERMINAL or parent.state == JobState.submitted:
+            return
+        count = parent.spec.array.count  # type: ignore[union-attr]
+        ended = parent.tasks_ended
+        done = sum(ended.values())
+        waiting = count - done - parent.tasks_up
+        parts = [f"{parent.tasks_up} running", f"{waiting} pending"] + [
+            f"{n} {s}" for s, n in sorted(ended.items())
+        ]
+        parent.message = f"{count} tasks: " + ", ".join(parts)
+        if done >= count:
+            if ended.get(JobState.completed, 0) == count:
+                parent.state = JobState.completed
+            elif ended.get(JobState.failed, 0) or ended.get(JobState.timeout, 0):
+                parent.state = JobState.failed
+            else:
+                parent.state = JobState.cancelled
+            parent.finished_ms = at_ms
+        else:
+            parent.state = JobState.running if parent.tasks_up else JobState.pending
+
+    def tasks_of(self, array_id: str) -> list[JobRecord]:
+        """The task records of an array job, by index."""
+        parent = self.jobs.get(array_id)
+        if parent is None or not parent.spec.array:
+            return []
+        first, count = parent.spec.array.first, parent.spec.array.count
+        ids = (task_id(array_id, first + i) for i in range(count))
+        return [r for r in map(self.jobs.get, ids) if r is not None and r.array_parent == array_id]
 
     def _service_state(self, svc: JobRecord) -> None:
         """A service is `running` while at least one replica is placed, else `pending`
@@ -521,11 +600,12 @@ class Ledger:
 
     def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
-        if REPLICA_SEPARATOR in job_id:  # `~` names replicas: no record, the id stays theirs
+        if REPLICA_SEPARATOR in job_id or ARRAY_SEPARATOR in job_id:
+            # `~` names replicas, `@` array tasks: no record, the id stays theirs
             try:
                 ev.validate_job_id(job_id)
             except ev.InvalidId as exc:  # (an unroutable id is admission's to reject)
-                if exc.reason.startswith(repr(REPLICA_SEPARATOR)):
+                if exc.reason.startswith((repr(REPLICA_SEPARATOR), repr(ARRAY_SEPARATOR))):
                     message = str(exc)
                     self._refuse(
                         "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
@@ -596,12 +676,40 @@ class Ledger:
             e.slo_class,
         )
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
+        if e.time_limit_s is not msgspec.UNSET:
+            job.time_limit_s = e.time_limit_s
         self.submitted.discard(e.job_id)
         if job.spec.is_service:  # the service runs as its replicas: they are queued
             self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
             return None
+        if job.spec.array:  # an array runs as its tasks: they are queued
+            self._create_tasks(job, e.occurred_at_ms)
+            return None
         self._enqueue(e.job_id)
         return None
+
+    def _create_tasks(self, parent: JobRecord, at_ms: int) -> None:
+        arr = parent.spec.array
+        for i in range(arr.first, arr.first + arr.count):  # type: ignore[union-attr]
+            tid = task_id(parent.job_id, i)
+            if tid in self.jobs:  # cannot happen: `@` is refused in submitted ids
+                continue
+            self.jobs[tid] = JobRecord(
+                spec=task_spec(parent.spec, i),
+                submitted_ms=at_ms,
+                submit_event_id=parent.submit_event_id,
+                state=JobState.pending,
+                priority=parent.priority,
+                preemptible=parent.preemptible,
+                slo_class=parent.slo_class,
+                admitted_ms=at_ms,
+                pending_since_ms=at_ms,
+                submit_seq=parent.submit_seq,
+                array_parent=parent.job_id,
+                time_limit_s=parent.time_limit_s,
+            )
+            self._enqueue(tid)
+        self._array_state(parent, at_ms)
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         invalid = self.invalid_submissions.pop(e.job_id, None)
@@ -643,6 +751,20 @@ class Ledger:
             return Refusal("InvalidSpec", message)
         job.cancel_requested = True
         job.reason = e.reason
+        if job.spec.array and job.state != JobState.submitted:  # its tasks stop; it ends after
+            for task in self.tasks_of(job.job_id):
+                if task.state in TERMINAL or task.cancel_requested:
+                    continue
+                task.cancel_requested, task.reason = True, e.reason
+                if task.allocation_id is not None:
+                    self.cancelling.add(task.allocation_id)
+                else:
+                    task.state, task.finished_ms = JobState.cancelled, e.occurred_at_ms
+                    self._dequeue(task.job_id)
+                    self._end_nomination(task.job_id)
+                    job.tasks_ended["cancelled"] = job.tasks_ended.get("cancelled", 0) + 1
+            self._array_state(job, e.occurred_at_ms)
+            return None
         if job.spec.is_service:  # every replica stops; the service ends now
             job.state, job.finished_ms, job.desired_replicas = (
                 JobState.cancelled,
@@ -837,6 +959,12 @@ class Ledger:
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
                     self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+                if job is not None and job.time_limit_s is not None:
+                    self.time_limits.set(
+                        e.allocation_id,
+                        "limit",
+                        max(rec.started.values()) + job.time_limit_s * 1000,
+                    )
         return None
 
     def _member_checkpointed(self, e: ev.MemberCheckpointed) -> Refusal | None:
@@ -873,6 +1001,38 @@ class Ledger:
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
+        return None
+
+    def _withdrawn(self, e: ev.JobWithdrawn) -> Refusal | None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != JobState.pending or job.service is not None:
+            return _not_in_state(e.job_id, job, "pending")
+        job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
+        job.reason, job.message, job.details = e.reason, e.message, e.details
+        self._dequeue(e.job_id)
+        self._end_nomination(e.job_id)
+        return None
+
+    def _time_limit_reached(self, e: ev.TimeLimitReached) -> Refusal | None:
+        rec = self.allocations.get(e.allocation_id)
+        job = self.jobs.get(e.job_id)
+        if rec is None or rec.ended or job is None or rec.time_limit is not None:
+            what = (
+                "unknown"
+                if rec is None
+                else "ended"
+                if rec.ended
+                else "already stopping at its time limit"
+                if rec.time_limit is not None
+                else "of no job"
+            )
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        rec.time_limit = e
+        self.time_limits.clear(e.allocation_id)
+        if rec.preemption is None:  # else the preemption's instants stand (they come first)
+            saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
+            self.expected.set(e.allocation_id, "checkpoint", saved_at)
+            self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         return None
 
     def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
@@ -947,6 +1107,7 @@ class Ledger:
         self.settle_ready.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
+        self.time_limits.clear(allocation_id)
         if rec.backfill_for is not None:
             backfilled = self.backfills.get(rec.backfill_for)
             if backfilled is not None:
@@ -1024,7 +1185,7 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                JobState.failed,
+                JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed,
                 e.occurred_at_ms,
                 e.reason,
                 e.message,
@@ -1183,6 +1344,8 @@ _HANDLERS: dict[type, Any] = {
     ev.GangRequeued: Ledger._requeued,
     ev.GangCompleted: Ledger._completed,
     ev.GangFailed: Ledger._failed,
+    ev.TimeLimitReached: Ledger._time_limit_reached,
+    ev.JobWithdrawn: Ledger._withdrawn,
     ev.NodeRegistered: Ledger._node_registered,
     ev.NodeHeartbeat: Ledger._heartbeat,
     ev.NodeLost: Ledger._node_lost,

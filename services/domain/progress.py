@@ -39,7 +39,8 @@ def work_outcome(rec: AllocationRecord, policy: CheckpointPolicy) -> WorkOutcome
 
     ranks = [m.rank for m in rec.members]
     all_ckpt = bool(ranks) and all(r in rec.checkpoints for r in ranks)
-    requested_at = rec.preemption.occurred_at_ms if rec.preemption is not None else None
+    stop = rec.preemption if rec.preemption is not None else getattr(rec, "time_limit", None)
+    requested_at = stop.occurred_at_ms if stop is not None else None
     if (
         all_ckpt
         and requested_at is not None

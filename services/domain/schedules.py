@@ -154,6 +154,8 @@ def changed_class(
         description=base.description,
         grace_s=base.grace_s,
         allow_timeslice=base.allow_timeslice,
+        default_time_limit_s=base.default_time_limit_s,
+        max_time_limit_s=base.max_time_limit_s,
     )
 
 

@@ -21,6 +21,8 @@ Rules:
 - start a member of an active allocation placed here, unless it is being preempted or
   cancelled (then it exits `preempted` / `cancelled` without ever starting);
 - on `PreemptionRequested`: checkpoint signal now, SIGKILL at `deadline_ms`;
+- on `TimeLimitReached` (the run reached its job's time limit): the same, killed at its
+  `deadline_ms`;
 - on `JobCancelled`: the same, with the job's grace period from the cancellation;
 - a member still running for an allocation the log has *ended* (evicted because another
   member's node was lost, start timeout, ...) gets the same treatment from the end: a gang
@@ -222,6 +224,8 @@ class AgentDecider(LedgerService):
             return None if at is None else at + self._grace_ms(state, job)
         if rec.preemption is not None:
             return rec.preemption.deadline_ms
+        if rec.time_limit is not None:
+            return rec.time_limit.deadline_ms
         return None
 
     # ------------------------------------------------------------------ effects
@@ -233,7 +237,9 @@ class AgentDecider(LedgerService):
             key = (rec.allocation_id, m.rank)
             if m.rank in rec.exited or key in state.members:
                 continue
-            stopping = job.cancel_requested or rec.preemption is not None
+            stopping = (
+                job.cancel_requested or rec.preemption is not None or rec.time_limit is not None
+            )
             if not stopping and job.spec.command:
                 out.append(
                     Start(
@@ -279,7 +285,7 @@ class AgentDecider(LedgerService):
                 continue
             if job.cancel_requested:
                 out.append(self._exited(state, now_ms, rec, m.rank, "cancelled", None))
-            elif rec.preemption is not None:
+            elif rec.preemption is not None or rec.time_limit is not None:
                 out.append(self._exited(state, now_ms, rec, m.rank, "preempted", None))
             elif not job.spec.command:
                 out.append(self._exited(state, now_ms, rec, m.rank, "failed", None))

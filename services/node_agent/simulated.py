@@ -3,8 +3,8 @@
 Per member on one of its nodes: start when placed; exit `completed` when the remaining work
 (duration minus the progress the allocation resumed from) is done; on a preemption request,
 save a checkpoint taking the job's `save_s` and exit `preempted` — or, when saving would
-overrun the deadline, exit at the deadline with no checkpoint (work lost); exit `cancelled`
-when the job is cancelled. Registers its nodes, and heartbeats when asked to (live mode).
+overrun the deadline, exit at the deadline with no checkpoint (work lost); the same when the
+run reaches its time limit (`TimeLimitReached`); exit `cancelled` when the job is cancelled. Registers its nodes, and heartbeats when asked to (live mode).
 The agent never stops a member on its own for any other reason.
 """
 
@@ -253,7 +253,9 @@ class SimulatedAgent(LedgerService):
             return []
         _, what = due
         if what == "checkpoint":
-            progress = rec.start_progress_ms + (rec.preemption.occurred_at_ms - started)
+            stop = _stop_request(rec)
+            assert stop is not None
+            progress = rec.start_progress_ms + (stop.occurred_at_ms - started)
             return [
                 self.emit(
                     state,
@@ -305,17 +307,28 @@ def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
     )
 
 
+def _stop_request(rec: AllocationRecord):
+    """What asks the members to checkpoint and exit: a preemption, else the time limit."""
+    return rec.preemption if rec.preemption is not None else rec.time_limit
+
+
 def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, str] | None:
     """The next thing a running member does on its own, and when: `end`, `checkpoint`
     (checkpoint then exit) or `killed` (deadline reached before the checkpoint)."""
     end = None
     if job.spec.duration_s is not None:
         end = started_ms + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-    p = rec.preemption
+    p = _stop_request(rec)
     if p is None:
+        if end is not None and job.time_limit_s is not None and rec.started:
+            limit_at = max(rec.started.values()) + job.time_limit_s * 1000
+            if end >= limit_at:  # its work outlasts its limit: the scheduler stops it then
+                return None
         return None if end is None else (end, "end")
     saved_at = p.occurred_at_ms + job.spec.checkpoint.save_s * 1000
     stop = (saved_at, "checkpoint") if saved_at <= p.deadline_ms else (p.deadline_ms, "killed")
+    if p is rec.time_limit:  # a run at its limit is stopped, whatever work it had left
+        return stop
     if end is not None and end <= stop[0]:
         return (end, "end")
     return stop

@@ -23,7 +23,8 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason
+from gpuledger.services.domain import dependencies as deps
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
@@ -32,7 +33,7 @@ from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
 from gpuledger.services.domain.quota import parent_of, quota_block
 from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
-from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.domain.timefmt import duration, instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
@@ -62,6 +63,9 @@ class _Round:
     spread: dict[str, dict[str, int]] = field(default_factory=dict)
     """Members per node of spread groups (`JobSpec.spread`), tentative allocations included;
     a group's entry is built when the first job of that group is tried."""
+
+    array_placed: dict[str, int] = field(default_factory=dict)
+    """Per array job, its tasks placed in this decide."""
 
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
@@ -179,6 +183,9 @@ class Scheduler(LedgerService):
         start_timeout = policy.start_timeout_s * 1000
         if start_timeout and state.awaiting_start:
             times += [rec.placed_ms + start_timeout for rec in self._awaiting_start(state)]
+        limit = state.time_limits.next_after(now_ms)
+        if limit is not None:
+            times.append(limit)
         return min(times, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
@@ -235,6 +242,9 @@ class Scheduler(LedgerService):
                     out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
             if out:
                 return out
+        out = self._time_limits(state, now_ms)
+        if out:
+            return out
         for alloc_id in sorted(state.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
@@ -243,6 +253,9 @@ class Scheduler(LedgerService):
             ]
             if lost:
                 out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
+            elif rec.time_limit is not None and not job.cancel_requested:
+                if rec.all_exited():  # the limit wins over a preemption: the run is over
+                    out.append(self._timed_out(state, now_ms, rec, job))
             elif any(outcome == "failed" for outcome, _ in rec.exited.values()):
                 rank = min(r for r, (o, _) in rec.exited.items() if o == "failed")
                 out.append(
@@ -291,6 +304,81 @@ class Scheduler(LedgerService):
                         )
                     )
         return out
+
+    def _time_limits(self, state: Ledger, now_ms: int) -> list[Event]:
+        """`TimeLimitReached` for every run whose time limit has come: its members are asked
+        to checkpoint and stopped after the grace. A run being preempted or cancelled is
+        left to that (its next run starts a fresh limit)."""
+        out: list[Event] = []
+        for _at, alloc_id, _kind in state.time_limits.due(now_ms):
+            rec = state.allocations.get(alloc_id)
+            if rec is None or rec.ended or rec.time_limit is not None or rec.preemption:
+                continue
+            job = state.jobs[rec.job_id]
+            if job.cancel_requested or job.time_limit_s is None:
+                continue
+            started = max(rec.started.values(), default=rec.placed_ms)
+            grace = state.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
+            limit_ms = job.time_limit_s * 1000
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    ev.TimeLimitReached,
+                    key=alloc_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    allocation_id=alloc_id,
+                    time_limit_s=job.time_limit_s,
+                    started_ms=started,
+                    deadline_ms=now_ms + grace,
+                    message=(
+                        f"ran {duration(now_ms - started)} since {instant(started)}, its time "
+                        f"limit is {duration(limit_ms)}: asked to checkpoint, stopped at "
+                        f"{instant(now_ms + grace)} (grace {duration(grace)})"
+                    ),
+                )
+            )
+        return out
+
+    def _timed_out(
+        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord
+    ) -> Event:
+        """The end of a run stopped at its time limit: `GangCompleted` if every member still
+        completed within the grace, else `GangFailed` (`TimeLimit`; the job ends `timeout`)
+        with the work saved and lost."""
+        if all(o == "completed" for o, _ in rec.exited.values()):
+            return self.emit(
+                state,
+                now_ms,
+                GangCompleted,
+                key=rec.allocation_id,
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                allocation_id=rec.allocation_id,
+            )
+        work = work_outcome(rec, job.spec.checkpoint)
+        limit = rec.time_limit
+        assert limit is not None
+        saved = (
+            f"checkpointed at step {work.resume_step}"
+            if work.checkpointed
+            else f"no checkpoint in time: {work.lost_gpu_ms / 3_600_000:.2f} GPU-h lost"
+        )
+        return self.emit(
+            state,
+            now_ms,
+            GangFailed,
+            key=rec.allocation_id,
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            reason=EndReason.TimeLimit,
+            message=(
+                f"time limit {duration(limit.time_limit_s * 1000)} reached at "
+                f"{instant(limit.occurred_at_ms)}; {saved}"
+            ),
+        )
 
     def _evict(
         self,
@@ -368,9 +456,102 @@ class Scheduler(LedgerService):
             return out  # nothing to place: no trial view, no queue
         rnd = _Round.start(state)
         for position, job in enumerate(ordered_pending(state, now_ms)):
-            if not job.cancel_requested:
-                out += self._place_one(state, now_ms, rnd, position, job)
+            if job.cancel_requested:
+                continue
+            if job.spec.depends_on:
+                waiting = self._dependencies(state, now_ms, position, job)
+                if waiting is not None:
+                    out += waiting
+                    continue
+            if job.array_parent is not None:
+                capped = self._array_cap(state, now_ms, rnd, position, job)
+                if capped is not None:
+                    out += capped
+                    continue
+            placed = self._place_one(state, now_ms, rnd, position, job)
+            if job.array_parent is not None and job.job_id in rnd.placed:
+                rnd.array_placed[job.array_parent] = rnd.array_placed.get(job.array_parent, 0) + 1
+            out += placed
         return out
+
+    def _array_cap(
+        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord
+    ) -> list[Event] | None:
+        """`ArrayTaskLimit` for a task whose array already runs `max_running` tasks (those
+        placed in this decide included); None when it may be placed."""
+        parent = state.jobs.get(job.array_parent or "")
+        arr = parent.spec.array if parent is not None else None
+        if not arr or arr.max_running is None:
+            return None
+        running = parent.tasks_up + rnd.array_placed.get(parent.job_id, 0)
+        if running < arr.max_running:
+            return None
+        return self._pending(
+            state,
+            now_ms,
+            job,
+            PendingReason.ArrayTaskLimit,
+            f"array {parent.job_id} runs at most {arr.max_running} tasks at once (max_running)",
+            {"array": parent.job_id, "max_running": arr.max_running, "queue_position": position},
+        )
+
+    def _dependencies(
+        self, state: Ledger, now_ms: int, position: int, job: JobRecord
+    ) -> list[Event] | None:
+        """None when every dependency of `job` is met; else why it waits (`Dependency`), or,
+        when one can never be met, its withdrawal (`JobWithdrawn`) or, under the policy
+        `dependency_never_satisfied: pend`, the pending reason `DependencyNeverSatisfied`."""
+        waiting, never = [], []
+        for d in deps.dependencies(job.spec):
+            other = state.jobs.get(d.job)
+            st = deps.status(other, d.on) if other is not None else "never"
+            what = {"job": d.job, "on": d.on, "state": str(other.state) if other else None}
+            if st == "waiting":
+                waiting.append(what)
+            elif st == "never":
+                never.append(what)
+        if never:
+            message = "; ".join(
+                f"waits for {w['job']} {deps.verb(w['on'])}, which can no longer happen "
+                f"({w['job']} is {w['state']})"
+                for w in never
+            )
+            details = {"never": never, "waiting": waiting, "queue_position": position}
+            if state.config.policy.dependency_never_satisfied == "pend":
+                return self._pending(
+                    state,
+                    now_ms,
+                    job,
+                    PendingReason.DependencyNeverSatisfied,
+                    message,
+                    details,
+                )
+            return [
+                self.emit(
+                    state,
+                    now_ms,
+                    ev.JobWithdrawn,
+                    key=job.job_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    reason=EndReason.DependencyNeverSatisfied,
+                    message=message,
+                    details={"never": never},
+                )
+            ]
+        if not waiting:
+            return None
+        message = "waits for " + ", ".join(
+            f"{w['job']} {deps.verb(w['on'])} ({w['job']} is {w['state']})" for w in waiting
+        )
+        return self._pending(
+            state,
+            now_ms,
+            job,
+            PendingReason.Dependency,
+            message,
+            {"waiting_for": waiting, "queue_position": position},
+        )
 
     def _place_one(
         self,
@@ -455,7 +636,7 @@ class Scheduler(LedgerService):
         """Keep a job off the reserved nodes unless it may backfill them (by duration or as
         preemptible backfill)."""
         reservation = rnd.reservation
-        if reservation is None or may_backfill(job, now_ms, reservation):
+        if reservation is None or may_backfill(job, now_ms, reservation, state.config):
             return
         if may_backfill_preemptibly(state, job, reservation):
             lim.backfill_for = reservation.job_id  # on reserved nodes only if need be

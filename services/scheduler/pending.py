@@ -140,6 +140,31 @@ PENDING: tuple[PendingRule, ...] = (
         "an idle MIG GPU is being given a layout with its profile (policy "
         "`mig_regeometry`): node, GPU, the layout asked for",
     ),
+    PendingRule(
+        PendingReason.Dependency,
+        "scheduler",
+        False,
+        False,
+        "a job it depends on (`depends_on`) has not done what it waits for: each such job, "
+        "what it must do and its state now (checked before quota and placement)",
+    ),
+    PendingRule(
+        PendingReason.ArrayTaskLimit,
+        "scheduler",
+        False,
+        False,
+        "its array job already runs `max_running` tasks (Slurm `JobArrayTaskLimit`): the "
+        "array and its cap",
+    ),
+    PendingRule(
+        PendingReason.DependencyNeverSatisfied,
+        "scheduler",
+        False,
+        False,
+        "a dependency can no longer be met and the policy `dependency_never_satisfied` is "
+        "`pend` (under `cancel`, the default, the job is withdrawn instead): which one, and "
+        "how the job it names ended",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

@@ -249,6 +249,49 @@ def test_waiting_for_mig_reconfiguration_an_idle_gpu_changes_layout_for_it():
     assert e.message.startswith("waiting for GPU 0 of m1 to be re-partitioned for 3g.40gb")
 
 
+def test_dependency_a_job_waits_for_the_job_it_depends_on_and_says_its_state():
+    ledger, out = scheduled(
+        fleet(N8),
+        [{"id": "prep", "tenant": "a", "gpus": 2}],
+        [{"id": "train", "tenant": "a", "gpus": 2, "depends_on": [{"job": "prep"}]}],
+    )
+    e = why(out, "train")  # capacity is free: only the dependency holds it
+    assert e.reason == PendingReason.Dependency
+    assert e.message == "waits for prep to succeed (prep is running)"
+    assert e.details["waiting_for"] == [{"job": "prep", "on": "succeeded", "state": "running"}]
+    assert not of_type(out, ev.GangPlaced)
+
+
+def test_dependency_never_satisfied_pends_under_the_pend_policy_and_is_withdrawn_by_default():
+    for policy, expected in (("pend", ev.PendingReasonChanged), (None, ev.JobWithdrawn)):
+        extra = {"dependency_never_satisfied": policy} if policy else {}
+        ledger, _ = scheduled(
+            fleet(N8, **extra),
+            [{"id": "big", "tenant": "a", "gpus": 8}],
+            [{"id": "prep", "tenant": "a", "gpus": 2}],  # waits for big's GPUs
+            [{"id": "after", "tenant": "a", "gpus": 2, "depends_on": [{"job": "prep"}]}],
+        )
+        fold(ledger, [stamped(ev.JobCancelled, "c-prep", 5, job_id="prep", tenant="a")])
+        out = Scheduler().decide(ledger, 6)
+        (e,) = [x for x in of_type(out, expected) if x.job_id == "after"]
+        assert e.reason == PendingReason.DependencyNeverSatisfied
+        assert e.message == (
+            "waits for prep to succeed, which can no longer happen (prep is cancelled)"
+        )
+
+
+def test_array_task_limit_tasks_beyond_max_running_wait():
+    _, out = scheduled(
+        fleet(N8),
+        [{"id": "sweep", "tenant": "a", "gpus": 1, "array": {"count": 5, "max_running": 2}}],
+    )
+    placed = sorted(e.job_id for e in of_type(out, ev.GangPlaced))
+    assert placed == ["sweep@0", "sweep@1"]  # 6 GPUs stay free: the cap holds the rest
+    e = why(out, "sweep@2")
+    assert e.reason == PendingReason.ArrayTaskLimit
+    assert e.message == "array sweep runs at most 2 tasks at once (max_running)"
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 
