@@ -70,7 +70,8 @@ not decode (it is dead-lettered with the reason) and the configuration in force 
 class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v1"):
     """A tenant (a node of the org/team/project tree) and its quota.
 
-    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit.
+    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
+    `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit.
     """
 
     tenant: str
@@ -85,6 +86,13 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     """Optional per-GPU-model guarantees in milli-GPUs: non-preemptible work of the tenant on
     a model listed here stays within that model's guarantee (as well as within
     `guaranteed_gpu_milli`); models not listed are bound by the overall guarantee only."""
+    borrowing_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Kueue `borrowingLimit`: the most the tenant (its subtree) may use above its guarantee,
+    milli-GPUs; absent = no cap beyond `limit_gpu_milli` (absent fields are left out of the
+    JSON, so a tenant without it encodes as before the field existed)."""
+    lending_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Kueue `lendingLimit`: the most of the tenant's unused guarantee that other tenants may
+    borrow, milli-GPUs; the rest stays idle for it. Absent = all of it may be lent."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):

@@ -27,6 +27,7 @@ class PendingReason(StrEnum):
     )
     Unschedulable = "Unschedulable"  # no node could host a member even when empty
     ExceedsLimit = "ExceedsLimit"  # the tenant (or an ancestor) would exceed its limit
+    LendingLimit = "LendingLimit"  # would borrow capacity other tenants keep back (lending_limit)
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"  # non-preemptible work beyond a guarantee
     QuotaScheduled = "QuotaScheduled"  # beyond its guarantee now; a schedule gives enough later
     Reserved = "Reserved"  # the capacity that fits it is reserved for a starving gang

@@ -265,6 +265,8 @@ COMMENT ON COLUMN tenants.tenant IS 'Tenant path (org/team/project).';
 COMMENT ON COLUMN tenants.parent IS 'Parent tenant in the quota tree.';
 COMMENT ON COLUMN tenants.guaranteed_gpu_milli IS 'Guaranteed quota, milli-GPUs (Kueue nominalQuota).';
 COMMENT ON COLUMN tenants.limit_gpu_milli IS 'Cap, milli-GPUs (NULL = no cap).';
+COMMENT ON COLUMN tenants.borrowing_limit_gpu_milli IS 'Most the tenant may use above its guarantee, milli-GPUs (Kueue borrowingLimit; NULL = no cap).';
+COMMENT ON COLUMN tenants.lending_limit_gpu_milli IS 'Most of its unused guarantee others may borrow, milli-GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenants.over_quota_weight IS 'Weight of the tenant in the idle surplus split.';
 COMMENT ON COLUMN tenants.fair_share_gpu_milli IS 'Last fair share, milli-GPUs.';
 COMMENT ON COLUMN tenants.allocated_gpu_milli IS 'Last allocated, milli-GPUs.';
@@ -490,6 +492,8 @@ COMMENT ON COLUMN utilisation.unmeasured_gpu_hours IS 'Allocated without SM samp
 
 COMMENT ON COLUMN tenant_usage.guaranteed_gpus IS 'Guaranteed quota, GPUs.';
 COMMENT ON COLUMN tenant_usage.limit_gpus IS 'Cap, GPUs (NULL = none).';
+COMMENT ON COLUMN tenant_usage.borrowing_limit_gpus IS 'Most it may use above its guarantee, GPUs (Kueue borrowingLimit; NULL = no cap).';
+COMMENT ON COLUMN tenant_usage.lending_limit_gpus IS 'Most of its unused guarantee others may borrow, GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenant_usage.fair_share_gpus IS 'Last fair share, GPUs.';
 COMMENT ON COLUMN tenant_usage.allocated_gpus_now IS 'Allocated now, GPUs.';
 COMMENT ON COLUMN tenant_usage.allocated_gpu_hours IS 'GPU-hours allocated.';

@@ -34,6 +34,7 @@ from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
 JOB_STATES = (
@@ -269,7 +270,8 @@ TenantRow = _row_class(
     "TenantRow",
     "tenants",
     """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
-    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms""",
+    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms
+    borrowing_limit_gpu_milli lending_limit_gpu_milli""",
     "tenant",
 )
 
@@ -1012,6 +1014,8 @@ class Projection:
         t.guaranteed_gpu_milli = e.guaranteed_gpu_milli
         t.limit_gpu_milli = e.limit_gpu_milli
         t.over_quota_weight = e.over_quota_weight
+        t.borrowing_limit_gpu_milli = borrowing_limit(e)
+        t.lending_limit_gpu_milli = lending_limit(e)
         t.configured_at_ms = e.occurred_at_ms
         t.updated_at_ms = e.occurred_at_ms
         self.tenants[e.tenant] = t

@@ -39,7 +39,7 @@ from gpuledger.projections.mappers import (
 )
 from gpuledger.services.runtime.gctune import collector_paused
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _log = logging.getLogger("gpuledger.projector")
 
 _ARROW_TYPES = {

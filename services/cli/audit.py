@@ -581,6 +581,8 @@ def _tenant_table(rows, wide):
         "NAME",
         "GUARANTEED",
         "LIMIT",
+        "BORROW-LIMIT",
+        "LEND-LIMIT",
         "FAIR-SHARE",
         "ALLOCATED",
         "BORROWED-H",
@@ -596,6 +598,8 @@ def _tenant_table(rows, wide):
             r["tenant"],
             _num(r["guaranteed_gpus"]),
             _num(r["limit_gpus"]),
+            _num(r.get("borrowing_limit_gpus")),
+            _num(r.get("lending_limit_gpus")),
             _num(r["fair_share_gpus"]),
             _num(alloc_now),
             _num(r["borrowed_gpu_hours"], 2),
@@ -627,7 +631,8 @@ def tenants_command(
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
-    """List tenants: quota (GPUs), current allocation, borrowed GPU-hours, jobs."""
+    """List tenants: quota (GPUs: guaranteed, limit, borrowing and lending limits), current
+    allocation, borrowed GPU-hours, jobs."""
     _print_rows(_query(db_path(db, data), tenants_rows), _tenant_table, output, no_headers)
 
 

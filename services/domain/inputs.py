@@ -99,7 +99,8 @@ class ClusterDoc(Strict, kw_only=True):
 
 
 class TenantDoc(Strict, kw_only=True):
-    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
+    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
+    `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit)."""
 
     name: str
     guaranteed: Cores = 0
@@ -107,6 +108,8 @@ class TenantDoc(Strict, kw_only=True):
     weight: NonNegInt | None = None
     over_quota_weight: NonNegInt | None = None
     guaranteed_by_model: dict[str, Cores] = {}
+    borrowing_limit: Cores | None = None
+    lending_limit: Cores | None = None
 
 
 class ClassDoc(Strict, kw_only=True):
@@ -579,6 +582,12 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             )
 
 
+def _milli(value) -> int:
+    from gpuledger.services.domain.quantities import milli
+
+    return milli("gpus", value)
+
+
 def _valid_id(path: str, check, problems: list[str]) -> None:
     try:
         check()
@@ -644,6 +653,11 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
+            )
+        if t.lending_limit is not None and _milli(t.lending_limit) > _milli(t.guaranteed):
+            problems.append(
+                f"tenants[{i}].lending_limit: {t.lending_limit} GPUs is more than the tenant's "
+                f"guarantee ({t.guaranteed}); a tenant lends at most its unused guarantee"
             )
         for m in t.guaranteed_by_model:
             if models and not set(job_models((m,))) & models:

@@ -30,7 +30,7 @@ from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
-from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.quota import lending_block, lends_limited, parent_of, quota_block
 from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
 from gpuledger.services.domain.timefmt import instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
@@ -387,6 +387,8 @@ class Scheduler(LedgerService):
             details: dict = {"queue_position": position}
             if block[0] == PendingReason.NonPreemptibleOverQuota and state.config.schedules:
                 block = self._scheduled_quota(state, now_ms, job, rnd, lim, block, details)
+            if len(block) > 2:
+                details.update(block[2])
             return self._pending(state, now_ms, job, block[0], block[1], details)
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
@@ -815,6 +817,9 @@ class Scheduler(LedgerService):
                 if block is not None:
                     return block
             t = parent_of(t)
+        if lends_limited(tenants):
+            capacity = state.fleet.capacity_gpus() * 1000
+            return lending_block(tenants, usage, capacity, job.tenant, need)
         return None
 
     @staticmethod
