@@ -211,16 +211,17 @@ class AgentDecider(LedgerService):
         return state.ledger.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
 
     def _stop_deadline(
-        self, state: AgentState, rec: AllocationRecord, job: JobRecord | None
+        self, state: AgentState, rec: AllocationRecord, job: JobRecord | None, rank: int
     ) -> int | None:
-        """When a running member of `rec` must be dead, or None if it may run on."""
+        """When running member `rank` of `rec` must be dead, or None if it may run on (a
+        partial preemption of an elastic gang stops only the members it names)."""
         if rec.ended:
             ended = state.ended_ms.get(rec.allocation_id)
             return None if ended is None else ended + self._grace_ms(state, job)
         if job is not None and job.cancel_requested:
             at = state.cancelled_ms.get(job.job_id)
             return None if at is None else at + self._grace_ms(state, job)
-        if rec.preemption is not None:
+        if rec.stops(rank):
             return rec.preemption.deadline_ms
         return None
 
@@ -233,7 +234,7 @@ class AgentDecider(LedgerService):
             key = (rec.allocation_id, m.rank)
             if m.rank in rec.exited or key in state.members:
                 continue
-            stopping = job.cancel_requested or rec.preemption is not None
+            stopping = job.cancel_requested or rec.stops(m.rank)
             if not stopping and job.spec.command:
                 out.append(
                     Start(
@@ -260,7 +261,7 @@ class AgentDecider(LedgerService):
             if not obs.running:
                 continue
             job = ledger.jobs.get(rec.job_id)
-            deadline = self._stop_deadline(state, rec, job)
+            deadline = self._stop_deadline(state, rec, job, rank)
             if deadline is None:
                 continue
             if not obs.checkpoint_requested:
@@ -279,7 +280,7 @@ class AgentDecider(LedgerService):
                 continue
             if job.cancel_requested:
                 out.append(self._exited(state, now_ms, rec, m.rank, "cancelled", None))
-            elif rec.preemption is not None:
+            elif rec.stops(m.rank):
                 out.append(self._exited(state, now_ms, rec, m.rank, "preempted", None))
             elif not job.spec.command:
                 out.append(self._exited(state, now_ms, rec, m.rank, "failed", None))

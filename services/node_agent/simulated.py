@@ -243,12 +243,12 @@ class SimulatedAgent(LedgerService):
         if job.cancel_requested:
             return [self.emit(state, now_ms, MemberExited, key=key, outcome="cancelled", **common)]
         if started is None:
-            if rec.preemption is not None:  # never started: nothing to save
+            if rec.stops(rank):  # never started: nothing to save
                 return [
                     self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", **common)
                 ]
             return [self.emit(state, now_ms, MemberStarted, key=key, **common)]
-        due = _due(rec, job, started)
+        due = _due(rec, job, started, rank)
         if due is None or due[0] > now_ms:
             return []
         _, what = due
@@ -305,13 +305,15 @@ def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
     )
 
 
-def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, str] | None:
-    """The next thing a running member does on its own, and when: `end`, `checkpoint`
+def _due(
+    rec: AllocationRecord, job: JobRecord, started_ms: int, rank: int
+) -> tuple[int, str] | None:
+    """The next thing running member `rank` does on its own, and when: `end`, `checkpoint`
     (checkpoint then exit) or `killed` (deadline reached before the checkpoint)."""
     end = None
     if job.spec.duration_s is not None:
         end = started_ms + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-    p = rec.preemption
+    p = rec.preemption if rec.stops(rank) else None
     if p is None:
         return None if end is None else (end, "end")
     saved_at = p.occurred_at_ms + job.spec.checkpoint.save_s * 1000

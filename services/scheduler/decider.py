@@ -19,6 +19,7 @@ from gpuledger.events import (
     GangFailed,
     GangPlaced,
     GangRequeued,
+    GangResized,
     NodeLost,
     PendingReasonChanged,
 )
@@ -258,9 +259,12 @@ class Scheduler(LedgerService):
                         message=f"member rank {rank} failed",
                     )
                 )
+            elif rec.leaving() is not None and not rec.all_exited():
+                out.append(self._shrunk(state, now_ms, rec, job))
             elif rec.all_exited():
-                outcomes = {o for o, _ in rec.exited.values()}
-                if rec.preemption is not None or "preempted" in outcomes:
+                leaving = rec.leaving() or ()
+                outcomes = {o for r, (o, _) in rec.exited.items() if r not in leaving}
+                if (rec.preemption is not None and not leaving) or "preempted" in outcomes:
                     p = rec.preemption
                     out += self._evict(
                         state,
@@ -291,6 +295,42 @@ class Scheduler(LedgerService):
                         )
                     )
         return out
+
+    def _shrunk(self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord) -> Event:
+        """The members a partial preemption asked to leave have all exited: the elastic
+        gang runs on with the others (`GangResized`), the work the leavers lost counted."""
+        leaving = rec.leaving() or ()
+        gone = tuple(m for m in rec.members if m.rank in leaving)
+        kept = tuple(m for m in rec.members if m.rank not in leaving)
+        per_member = rec.gpu_milli // len(rec.members)
+        part = AllocationRecord(
+            **{
+                **rec.__dict__,
+                "members": gone,
+                "gpu_milli": per_member * len(gone),
+                "started": {r: t for r, t in rec.started.items() if r in leaving},
+                "exited": {r: x for r, x in rec.exited.items() if r in leaving},
+                "checkpoints": {r: c for r, c in rec.checkpoints.items() if r in leaving},
+            }
+        )
+        work = work_outcome(part, job.spec.checkpoint)
+        p = rec.preemption
+        return self.emit(
+            state,
+            now_ms,
+            GangResized,
+            key=f"{rec.allocation_id}:{len(rec.members)}-{len(kept)}:{p.event_id if p else ''}",
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            members=kept,
+            from_members=len(rec.members),
+            to_members=len(kept),
+            reason=p.reason if p is not None else "Preempted",
+            preempted_by=p.beneficiary if p is not None else None,
+            checkpointed=work.checkpointed,
+            lost_gpu_ms=work.lost_gpu_ms,
+        )
 
     def _evict(
         self,
