@@ -236,7 +236,7 @@ COMMENT ON COLUMN preemptions.evicted_at_ms IS 'Eviction time, epoch ms.';
 COMMENT ON COLUMN preemptions.eviction_reason IS 'Reason recorded on the GangEvicted.';
 COMMENT ON COLUMN preemptions.lost_gpu_ms IS 'Work lost since the last checkpoint, GPU-milliseconds (a quantity, not a time).';
 COMMENT ON COLUMN preemptions.progress_ms IS 'Checkpointed progress the job resumes from, ms of run time (a duration).';
-COMMENT ON COLUMN preemptions.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN preemptions.outcome IS 'requested, evicted, shrunk (an elastic gang gave up members, details.resized), completed or failed.';
 COMMENT ON COLUMN preemptions.ended_at_ms IS 'When the outcome was known, epoch ms.';
 
 COMMENT ON TABLE pending_reasons IS 'Every PendingReasonChanged (emitted only when the reason changes).';
@@ -462,7 +462,7 @@ COMMENT ON COLUMN who_preempted.deadline_ms IS 'Checkpoint deadline, epoch ms.';
 COMMENT ON COLUMN who_preempted.checkpointed_at_ms IS 'First member checkpoint after the request, epoch ms.';
 COMMENT ON COLUMN who_preempted.checkpointed IS 'Every member checkpointed before it exited.';
 COMMENT ON COLUMN who_preempted.evicted_at_ms IS 'Eviction time, epoch ms.';
-COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, shrunk (an elastic gang gave up members, details.resized), completed or failed.';
 COMMENT ON COLUMN who_preempted.lost_gpu_seconds IS 'Work lost since the last checkpoint, GPU-seconds.';
 COMMENT ON COLUMN who_preempted.lost_gpu_hours IS 'The same, GPU-hours.';
 COMMENT ON COLUMN who_preempted.saved_progress_s IS 'Checkpointed progress it resumes from, seconds of run time.';

@@ -930,8 +930,28 @@ class Projection:
         )
         self.open_preemptions[e.allocation_id] = p
         self.batch.upsert(p)
+        if isinstance(e.ranks, tuple):
+            return  # an elastic gang giving up members keeps running
         if job.state == "running" and job.allocation_id == e.allocation_id:
             self._transition(job, "preempting", seq, e, e.reason)
+            self._touch(job, seq, e.occurred_at_ms)
+
+    def _resized(self, seq: int, e: ev.GangResized) -> None:
+        """An elastic gang shrank: its partial preemption ends with outcome `shrunk` (the
+        leavers' allocation rows were closed by their `MemberExited`)."""
+        p = self.open_preemptions.pop(e.allocation_id, None)
+        if p is not None:
+            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
+            p.eviction_reason = e.reason
+            p.checkpointed = e.checkpointed
+            p.lost_gpu_ms = e.lost_gpu_ms
+            p.outcome = "shrunk"
+            details = msgspec.json.decode(p.details) if p.details else {}
+            details["resized"] = {"from": e.from_members, "to": e.to_members}
+            p.details = _dumps(details)
+            self.batch.upsert(p)
+        job = self.jobs.get(e.job_id)
+        if job is not None:
             self._touch(job, seq, e.occurred_at_ms)
 
     def _release(self, job: Row | None, allocation_id: str) -> None:
@@ -1144,6 +1164,7 @@ _HANDLERS = {
     ev.MemberExited: Projection._member_exited,
     ev.PreemptionRequested: Projection._preemption_requested,
     ev.GangEvicted: Projection._evicted,
+    ev.GangResized: Projection._resized,
     ev.GangRequeued: Projection._requeued,
     ev.GangCompleted: Projection._completed,
     ev.GangFailed: Projection._failed,

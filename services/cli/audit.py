@@ -328,9 +328,12 @@ def _alternative_lines(alts: Any) -> list[str]:
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
     lost = x["lost_gpu_seconds"]
+    resized = (x.get("details") or {}).get("resized") if x["outcome"] == "shrunk" else None
     what = (
         f"Migrated #{i}: for {x['by']}"
         if x["reason"] == "Consolidate"
+        else f"Shrunk #{i}: from {resized['from']} to {resized['to']} members by {x['by']}"
+        if resized
         else f"Preempted #{i}: by {x['by']}"
     )
     lines = [

@@ -1,0 +1,50 @@
+"""An elastic gang shrunk instead of evicted, as the projection and `why` tell it: given the
+elastic-shrink example simulated and projected, then the gang stayed `running` (never
+`preempting`), its preemption row's outcome is `shrunk`, and `why` says "shrunk from 6 to 4
+members" with the lost work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuledger.projections.store import connect_readonly, rebuild
+from gpuledger.replay.scenario import load
+from gpuledger.replay.simulator import simulate
+from gpuledger.services.cli.audit import register
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
+    import typer
+
+    sim = simulate(load(EXAMPLES / "elastic-shrink.yaml"), check=True, until_ms=3_600_000)
+    rebuild(sim.log, tmp_path / "data" / "projection.duckdb")
+    con = connect_readonly(tmp_path / "data" / "projection.duckdb")
+    try:
+        states = [
+            r[0]
+            for r in con.execute(
+                "SELECT to_state FROM job_transitions WHERE job_id = 'pretrain' ORDER BY seq"
+            ).fetchall()
+        ]
+        outcome, reason, lost = con.execute(
+            "SELECT outcome, eviction_reason, lost_gpu_ms FROM preemptions"
+            " WHERE victim_job_id = 'pretrain'"
+        ).fetchone()
+        held = con.execute(
+            "SELECT count(*) FROM allocations WHERE job_id = 'pretrain' AND ended_at_ms IS NULL"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    assert "preempting" not in states and states[-1] == "running"
+    assert (outcome, reason, lost) == ("shrunk", "Priority", 0)
+    assert held == 4  # four members hold a GPU each after the shrink
+    app = typer.Typer()
+    register(app)
+    r = CliRunner().invoke(app, ["why", "pretrain", "--data", str(tmp_path / "data")])
+    assert r.exit_code == 0, r.output
+    assert "Shrunk #1: from 6 to 4 members by notebook" in r.output
+    assert "lost work:    0 GPU-seconds" in r.output
