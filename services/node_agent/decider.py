@@ -67,6 +67,9 @@ class Observed:
     checkpoint_requested: bool = False
     killed: bool = False
     job_id: str = ""
+    world_size: int | None = None
+    """The world size the member was last told (at start, then by `Resize`); None when
+    unknown (adopted after a restart without its record)."""
 
 
 @dataclass
@@ -138,7 +141,17 @@ class Forget:
     rank: int
 
 
-Effect = Start | Checkpoint | Kill | Forget
+@dataclass(frozen=True)
+class Resize:
+    """Tell a running member of an elastic gang its new world size (the gang shrank)."""
+
+    allocation_id: str
+    job_id: str
+    rank: int
+    world_size: int
+
+
+Effect = Start | Checkpoint | Kill | Forget | Resize
 
 
 class AgentDecider(LedgerService):
@@ -254,6 +267,10 @@ class AgentDecider(LedgerService):
             rec = ledger.allocations.get(alloc_id)
             if rec is None:
                 continue  # the log does not know it (yet): leave it alone
+            if _left(rec, rank):  # an elastic gang shrank without it: reported already
+                if obs.outcome is not None:
+                    out.append(Forget(alloc_id, rank))
+                continue
             if obs.outcome is not None:
                 if rank in rec.exited:
                     out.append(Forget(alloc_id, rank))
@@ -263,6 +280,13 @@ class AgentDecider(LedgerService):
             job = ledger.jobs.get(rec.job_id)
             deadline = self._stop_deadline(state, rec, job, rank)
             if deadline is None:
+                size = len(rec.members)
+                told = obs.world_size
+                if not rec.ended and (
+                    (told is not None and told != size)
+                    or (told is None and rec.shrunk_ms is not None)  # adopted after a restart
+                ):
+                    out.append(Resize(alloc_id, rec.job_id, rank, size))
                 continue
             if not obs.checkpoint_requested:
                 out.append(Checkpoint(alloc_id, rank))
@@ -288,7 +312,7 @@ class AgentDecider(LedgerService):
             obs = state.members[key]
             alloc_id, rank = key
             rec = ledger.allocations.get(alloc_id)
-            if rec is None:
+            if rec is None or _left(rec, rank):
                 continue
             if obs.started and not rec.ended and rank not in rec.started:
                 out.append(
@@ -420,3 +444,9 @@ class AgentDecider(LedgerService):
         if busy or any(True for _ in self._mine(state)):
             times.append(now_ms + self.poll_ms)
         return min(times, default=None)
+
+
+def _left(rec: AllocationRecord, rank: int) -> bool:
+    """Whether member `rank` left the allocation when its elastic gang shrank (`GangResized`
+    keeps only the members that stay)."""
+    return rec.shrunk_ms is not None and all(m.rank != rank for m in rec.members)
