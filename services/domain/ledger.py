@@ -188,7 +188,7 @@ class AllocationRecord:
     backfill (evicted when that job lands)."""
     ended: bool = False
     ended_ms: int | None = None
-    shrunk_ms: int | None = None
+    resized_ms: int | None = None
     """When the allocation last shrank (`GangResized`): a nomination of the capacity it gave
     up lapses from then, as from `ended_ms` for an evicted one."""
 
@@ -392,7 +392,7 @@ class Ledger:
             rec = self.allocations.get(a)
             if rec is None:
                 continue
-            end = rec.ended_ms if rec.ended_ms is not None else rec.shrunk_ms
+            end = rec.ended_ms if rec.ended_ms is not None else rec.resized_ms
             if end is None or (rec.ended_ms is None and rec.preemption is not None):
                 return None
             ends.append(end)
@@ -866,7 +866,7 @@ class Ledger:
             rec.exited.pop(r, None)
             rec.checkpoints.pop(r, None)
         rec.preemption = None
-        rec.shrunk_ms = e.occurred_at_ms
+        rec.resized_ms = e.occurred_at_ms
         self.settle_ready.discard(e.allocation_id)
         self.expected.clear(e.allocation_id)
         if len(rec.started) == len(rec.members):

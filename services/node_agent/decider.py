@@ -284,7 +284,7 @@ class AgentDecider(LedgerService):
                 told = obs.world_size
                 if not rec.ended and (
                     (told is not None and told != size)
-                    or (told is None and rec.shrunk_ms is not None)  # adopted after a restart
+                    or (told is None and rec.resized_ms is not None)  # adopted after a restart
                 ):
                     out.append(Resize(alloc_id, rec.job_id, rank, size))
                 continue
@@ -449,4 +449,4 @@ class AgentDecider(LedgerService):
 def _left(rec: AllocationRecord, rank: int) -> bool:
     """Whether member `rank` left the allocation when its elastic gang shrank (`GangResized`
     keeps only the members that stay)."""
-    return rec.shrunk_ms is not None and all(m.rank != rank for m in rec.members)
+    return rec.resized_ms is not None and all(m.rank != rank for m in rec.members)
