@@ -50,6 +50,13 @@ class PreemptionReason(StrEnum):
     )
 
 
+class ResizeReason(StrEnum):
+    """Why an elastic gang was resized (`GangResized.reason`) other than a preemption (a
+    shrink carries the `PreemptionReason` of its partial preemption)."""
+
+    Grow = "Grow"  # capacity was free and nothing queued waited for it
+
+
 class ExclusionReason(StrEnum):
     """Why a candidate victim is protected (`details.excluded[].reason` of preemption events)."""
 

@@ -233,7 +233,7 @@ AllocationRow = _row_class(
     """allocation_id job_id tenant attempt rank node gpu_index gpu_uuid gpu_model clique
     sharing gpu_milli mig_profile mig_start borrowing placed_seq placed_at_ms started_at_ms
     ended_at_ms end_reason""",
-    "allocation_id rank",
+    "allocation_id rank placed_seq",  # placed_seq: a rank an elastic gang gave up and grew back
     expanded="gpu_index gpu_uuid gpu_model clique",
 )
 """One gang member: the table has a row per GPU (`gpu_index` -1 for a member without one), the
@@ -672,7 +672,7 @@ class Projection:
             if r.ended_at_ms is None:
                 r.ended_at_ms = at_ms
                 r.end_reason = reason
-                self._up_allocs[(r.allocation_id, r.rank)] = r
+                self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -835,11 +835,37 @@ class Projection:
         job.reason = job.message = job.details = None
         attempt_s = e.allocation_id.rpartition("#")[2]
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
-        alloc_id, job_id, at = e.allocation_id, e.job_id, e.occurred_at_ms
-        tenant, borrowing = e.tenant or job.tenant, e.borrowing
-        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
         ranks: dict[int, Row] = {}
-        for m in e.members:
+        self._member_rows(
+            seq,
+            e.allocation_id,
+            e.job_id,
+            e.tenant or job.tenant,
+            attempt,
+            e.borrowing,
+            e.members,
+            e.occurred_at_ms,
+            ranks,
+        )
+        self.open_allocs[e.allocation_id] = ranks
+        self._transition(job, "running", seq, e, None)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _member_rows(
+        self,
+        seq: int,
+        alloc_id: str,
+        job_id: str,
+        tenant: str,
+        attempt: int,
+        borrowing: bool,
+        members,
+        at: int,
+        ranks: dict[int, Row],
+    ) -> None:
+        """One allocation row per member of `members` (per GPU index), into `ranks`."""
+        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
+        for m in members:
             rank, node, mig = m.rank, m.node, m.mig_profile
             if not m.gpus:
                 sharing, milli, indices = "none", 0, (-1,)
@@ -852,7 +878,7 @@ class Projection:
             found = [gpus.get((node, idx)) for idx in indices]
             if None in found:  # GPUs the projection has not seen registered
                 found = [g or _NO_GPU for g in found]
-            ranks[rank] = ups[(alloc_id, rank)] = new_row(  # AllocationRow.COLUMNS, in order
+            ranks[rank] = ups[(alloc_id, rank, seq)] = new_row(  # AllocationRow.COLUMNS, in order
                 alloc_id,
                 job_id,
                 tenant,
@@ -874,16 +900,13 @@ class Projection:
                 None,  # ended_at_ms
                 None,  # end_reason
             )
-        self.open_allocs[alloc_id] = ranks
-        self._transition(job, "running", seq, e, None)
-        self._touch(job, seq, e.occurred_at_ms)
 
     def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
         ranks = self.open_allocs.get(e.allocation_id)
         r = ranks.get(e.rank) if ranks else None
         if r is not None and r.started_at_ms is None:
             r.started_at_ms = e.occurred_at_ms
-            self._up_allocs[(r.allocation_id, r.rank)] = r
+            self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
 
     def _member_checkpointed(self, seq: int, e: ev.MemberCheckpointed) -> None:
         p = self.open_preemptions.get(e.allocation_id)
@@ -903,7 +926,7 @@ class Projection:
         if r is not None and r.ended_at_ms is None:
             r.ended_at_ms = e.occurred_at_ms
             r.end_reason = e.outcome
-            self._up_allocs[(r.allocation_id, r.rank)] = r
+            self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
         if not ranks:
             del self.open_allocs[e.allocation_id]
 
@@ -939,6 +962,28 @@ class Projection:
     def _resized(self, seq: int, e: ev.GangResized) -> None:
         """An elastic gang shrank: its partial preemption ends with outcome `shrunk` (the
         leavers' allocation rows were closed by their `MemberExited`)."""
+        job = self.jobs.get(e.job_id)
+        if e.to_members > e.from_members:  # a grow: rows for the members added
+            ranks = self.open_allocs.get(e.allocation_id)
+            if ranks is None or job is None:
+                return
+            first = next(iter(ranks.values()), None)
+            attempt = first.attempt if first is not None else (job.attempts or 1)
+            borrowing = bool(first.borrowing) if first is not None else False
+            added = e.members[e.from_members :]
+            self._member_rows(
+                seq,
+                e.allocation_id,
+                e.job_id,
+                job.tenant,
+                attempt,
+                borrowing,
+                added,
+                e.occurred_at_ms,
+                ranks,
+            )
+            self._touch(job, seq, e.occurred_at_ms)
+            return
         p = self.open_preemptions.pop(e.allocation_id, None)
         if p is not None:
             p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
@@ -950,7 +995,6 @@ class Projection:
             details["resized"] = {"from": e.from_members, "to": e.to_members}
             p.details = _dumps(details)
             self.batch.upsert(p)
-        job = self.jobs.get(e.job_id)
         if job is not None:
             self._touch(job, seq, e.occurred_at_ms)
 

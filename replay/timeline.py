@@ -88,6 +88,8 @@ def describe(event: ev.Event) -> str | None:
             checkpointed=c,
             lost_gpu_ms=lost,
         ):
+            if b > a:
+                return f"resized     {j} grew from {a} to {b} members"
             who = f" by {by}" if by else ""
             return (
                 f"resized     {j} shrunk from {a} to {b} members ({r}{who}), "

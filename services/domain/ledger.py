@@ -198,6 +198,13 @@ class AllocationRecord:
     def all_exited(self) -> bool:
         return len(self.exited) == len(self.members)
 
+    def member_key(self, rank: int) -> str:
+        """The id key of a member's events (`MemberStarted`, ...): `alloc/rank`, and once the
+        gang was resized `alloc/rank~<resize time>`, so a rank that left and came back with a
+        grow reports afresh (its first events' ids are taken)."""
+        key = f"{self.allocation_id}/{rank}"
+        return key if self.resized_ms is None else f"{key}~{self.resized_ms}"
+
     def leaving(self) -> tuple[int, ...] | None:
         """The ranks a partial preemption (an elastic gang shrinking) asks to leave, or None
         (no preemption, or one of the whole gang)."""
@@ -270,6 +277,9 @@ class Ledger:
     settle_ready: set[str] = field(default_factory=set)
     """Active allocations the scheduler must settle: every member exited, a member failed,
     or a node of theirs was lost."""
+    growable: set[str] = field(default_factory=set)
+    """Active allocations of elastic gangs (`min_members < replicas`, not services) holding
+    fewer members than `replicas`: the scheduler's grow pass reads only these."""
     cancelling: set[str] = field(default_factory=set)
     """Active allocations of cancelled jobs."""
     node_allocations: dict[str, set[str]] = field(default_factory=dict)
@@ -713,6 +723,8 @@ class Ledger:
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
         self.awaiting_start.add(e.allocation_id)
+        if _elastic(job) and len(e.members) < job.spec.replicas:
+            self.growable.add(e.allocation_id)
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
         if job.spec.spread:
@@ -751,7 +763,11 @@ class Ledger:
                 job = self.jobs.get(rec.job_id)
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-                    self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+                    # members added by a grow end with those started first (simulated agents)
+                    began = min if rec.resized_ms is not None else max
+                    self.expected.set(
+                        e.allocation_id, "end", began(rec.started.values()) + remaining
+                    )
 
     def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
         rec = self.allocations.get(e.allocation_id)
@@ -817,6 +833,8 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if rec is None or rec.ended or job is None or rec.job_id != e.job_id:
             return Refusal("NotRunning", f"allocation {e.allocation_id!r} is not running")
+        if e.to_members > e.from_members:
+            return self._grown(e, rec, job)
         leaving = rec.leaving()
         if leaving is None or not all(r in rec.exited for r in leaving):
             return Refusal(
@@ -867,13 +885,15 @@ class Ledger:
             rec.checkpoints.pop(r, None)
         rec.preemption = None
         rec.resized_ms = e.occurred_at_ms
+        if _elastic(job):
+            self.growable.add(e.allocation_id)
         self.settle_ready.discard(e.allocation_id)
         self.expected.clear(e.allocation_id)
         if len(rec.started) == len(rec.members):
             self.awaiting_start.discard(e.allocation_id)
             if job.spec.duration_s is not None:
                 remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-                self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+                self.expected.set(e.allocation_id, "end", min(rec.started.values()) + remaining)
         if rec.all_exited() or any(o == "failed" for o, _ in rec.exited.values()):
             self.settle_ready.add(e.allocation_id)
         job.preemptions.append(
@@ -886,6 +906,58 @@ class Ledger:
                 lost_gpu_ms=e.lost_gpu_ms,
             )
         )
+        return None
+
+    def _grown(self, e: ev.GangResized, rec: AllocationRecord, job: JobRecord) -> Refusal | None:
+        """An elastic gang grew: the new members (the next ranks) are bound on top of the
+        running ones, atomically; they start like a placement's members."""
+        n = len(rec.members)
+        if rec.preemption is not None:
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is being preempted")
+        added = e.members[n:]
+        if (
+            (e.from_members, e.to_members) != (n, len(e.members))
+            or e.members[:n] != rec.members
+            or [m.rank for m in added] != list(range(n, len(e.members)))
+            or len(e.members) > job.spec.replicas
+            or not _elastic(job)
+        ):
+            raise Refused(
+                "InvalidResize",
+                f"{e.allocation_id}: a grow keeps the {n} members and adds the next ranks, up "
+                f"to {job.spec.replicas}",
+            )
+        old = self.fleet.allocation(e.allocation_id)
+        self.fleet.release(e.allocation_id)
+        try:
+            self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(e.members), old.request)
+        except (PlacementConflict, ValueError) as err:
+            self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+        per_member = rec.gpu_milli // n
+        more = per_member * len(added)
+        self._accrue(rec.tenant, e.occurred_at_ms)
+        self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) + more
+        if not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[rec.tenant] = fixed.get(rec.tenant, 0) + more
+            for model, milli in self.member_models(added, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
+        if job.spec.spread:
+            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            for m in added:
+                per_node[m.node] = per_node.get(m.node, 0) + 1
+        rec.members = e.members
+        rec.node_names = tuple(sorted({m.node for m in e.members}))
+        for node in rec.nodes():
+            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        rec.gpu_milli = per_member * len(e.members)
+        rec.resized_ms = e.occurred_at_ms
+        self.awaiting_start.add(e.allocation_id)
+        self.expected.clear(e.allocation_id)  # the end is set again once the new ones start
+        if len(e.members) >= job.spec.replicas:
+            self.growable.discard(e.allocation_id)
         return None
 
     def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
@@ -958,6 +1030,7 @@ class Ledger:
         self.active.discard(allocation_id)
         self.awaiting_start.discard(allocation_id)
         self.settle_ready.discard(allocation_id)
+        self.growable.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
         if rec.backfill_for is not None:
@@ -1162,6 +1235,12 @@ class Ledger:
     def _end_nomination(self, job_id: str) -> None:
         self.nominations.pop(job_id, None)
         self.consolidations.pop(job_id, None)
+
+
+def _elastic(job: JobRecord) -> bool:
+    """Whether the job's gang may run with fewer members than `replicas` and grow back."""
+    spec = job.spec
+    return job.service is None and spec.min_members is not None and spec.min_members < spec.replicas
 
 
 MIG_HISTORY = 16

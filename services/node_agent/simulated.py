@@ -231,7 +231,7 @@ class SimulatedAgent(LedgerService):
         rank: int,
         node: str,
     ) -> list[Event]:
-        key = f"{rec.allocation_id}/{rank}"
+        key = rec.member_key(rank)
         common = dict(
             correlation_id=job.job_id,
             job_id=job.job_id,
@@ -312,7 +312,10 @@ def _due(
     (checkpoint then exit) or `killed` (deadline reached before the checkpoint)."""
     end = None
     if job.spec.duration_s is not None:
-        end = started_ms + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+        # the gang's work ends together: a member added when an elastic gang grew ends with
+        # the members started first (all members of a placement start at the same instant)
+        first = min(rec.started.values(), default=started_ms)
+        end = min(started_ms, first) + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
     p = rec.preemption if rec.stops(rank) else None
     if p is None:
         return None if end is None else (end, "end")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -24,7 +26,7 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.events.reasons import PendingReason, PreemptionReason, ResizeReason
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
@@ -119,6 +121,8 @@ class _Limits:
     """A reservation keeps it off nodes it could otherwise use."""
     backfill_for: str | None = None
     over_models: list[tuple[str, int, int]] = field(default_factory=list)
+    max_members: int | None = None
+    """An elastic gang: the most members its tenant's quota allows (None: `replicas`)."""
 
 
 @dataclass
@@ -153,7 +157,10 @@ class Scheduler(LedgerService):
         out = self._settle(state, now_ms)
         if out:
             return out
-        return self._place(state, now_ms)
+        out = self._place(state, now_ms)
+        if out:
+            return out
+        return self._grow(state, now_ms)
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         # asked at every instant: each source is read only when it has entries
@@ -177,9 +184,17 @@ class Scheduler(LedgerService):
             times += [
                 t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
+        if state.growable and policy.min_runtime_s:  # a grow's cooldown ends
+            cooldown = policy.min_runtime_s * 1000
+            times += [
+                t
+                for a in sorted(state.growable)
+                if (r := state.allocations[a].resized_ms) is not None
+                and (t := r + cooldown) > now_ms
+            ]
         start_timeout = policy.start_timeout_s * 1000
         if start_timeout and state.awaiting_start:
-            times += [rec.placed_ms + start_timeout for rec in self._awaiting_start(state)]
+            times += [_bound_ms(rec) + start_timeout for rec in self._awaiting_start(state)]
         return min(times, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
@@ -232,7 +247,7 @@ class Scheduler(LedgerService):
         if timeout and state.awaiting_start:
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
-                if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
+                if now_ms - _bound_ms(rec) >= timeout and not job.cancel_requested:
                     out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
             if out:
                 return out
@@ -399,6 +414,70 @@ class Scheduler(LedgerService):
             )
         return out
 
+    # ------------------------------------------------------------ elastic gangs
+
+    def _grow(self, state: Ledger, now_ms: int) -> list[Event]:
+        """Elastic gangs below `replicas` take capacity that is free once the queue has
+        nothing waiting for capacity (queued work first): each, in allocation order, gets as
+        many more members as fit and as its tenant's quota allows (`GangResized` up), unless
+        it is starting, being preempted, or was resized less than `policy.min_runtime_s`
+        ago (the anti-thrash cooldown)."""
+        if not state.growable:
+            return []
+        for j in state.pending:
+            job = state.jobs[j]
+            if not job.cancel_requested and (job.reason is None or job.reason in CAPACITY_REASONS):
+                return []
+        cooldown = state.config.policy.min_runtime_s * 1000
+        rnd = _Round.start(state)
+        exclude = state.nominated_nodes(now_ms=now_ms)
+        out: list[Event] = []
+        for alloc_id in sorted(state.growable):
+            rec = state.allocations[alloc_id]
+            job = state.jobs[rec.job_id]
+            if rec.preemption is not None or job.cancel_requested:
+                continue
+            if len(rec.started) < len(rec.members) or rec.exited:
+                continue
+            if rec.resized_ms is not None and now_ms < rec.resized_ms + cooldown:
+                continue
+            n = len(rec.members)
+            per = job.spec.resources.gpu_milli_total()
+            k = job.spec.replicas - n
+            while k > 0 and self._quota_block(state, job, rnd.usage, rnd.fixed, k * per):
+                k -= 1
+            if k <= 0:
+                continue
+            request = msgspec.structs.replace(state.gang_request(job), replicas=k, min_members=1)
+            view = rnd.trial
+            placed = view.place(request, rnd.policy, exclude=exclude, explain=False)
+            if not isinstance(placed, Placement):
+                continue
+            view.allocate(f"{alloc_id}~grow", job.tenant, placed, request)
+            added = tuple(
+                msgspec.structs.replace(m, rank=n + i) for i, m in enumerate(to_members(placed))
+            )
+            rnd.usage[job.tenant] = rnd.usage.get(job.tenant, 0) + per * len(added)
+            if not job.preemptible:
+                rnd.fixed[job.tenant] = rnd.fixed.get(job.tenant, 0) + per * len(added)
+            since = rec.resized_ms if rec.resized_ms is not None else rec.placed_ms
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    GangResized,
+                    key=f"{alloc_id}:grow:{n}-{n + len(added)}:{since}",
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    allocation_id=alloc_id,
+                    members=rec.members + added,
+                    from_members=n,
+                    to_members=n + len(added),
+                    reason=ResizeReason.Grow,
+                )
+            )
+        return out
+
     # ------------------------------------------------------------ placement
 
     def _place(self, state: Ledger, now_ms: int) -> list[Event]:
@@ -430,6 +509,15 @@ class Scheduler(LedgerService):
             if len(block) > 2:
                 details.update(block[2])
             return self._pending(state, now_ms, job, block[0], block[1], details)
+        spec = job.spec
+        if spec.min_members is not None and spec.min_members < spec.replicas:
+            # members above the minimum only as far as the tenant's quota allows
+            per, k = spec.resources.gpu_milli_total(), spec.replicas
+            while k > spec.min_members and self._quota_block(
+                state, job, rnd.usage, rnd.fixed, k * per
+            ):
+                k -= 1
+            lim.max_members = k
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
             return [self._bind(state, now_ms, rnd, job, result, lim.backfill_for)]
@@ -510,6 +598,8 @@ class Scheduler(LedgerService):
         """The trial placement: preemptible backfill off the reserved nodes first, if it fits
         there (then it is no backfill); clears `lim.backfill_for` when not on them."""
         request = state.gang_request(job)
+        if lim.max_members is not None and lim.max_members < request.replicas:
+            request = msgspec.structs.replace(request, replicas=lim.max_members)
         result = None
         if lim.backfill_for is not None:  # off the reserved nodes when it fits there
             assert rnd.reservation is not None
@@ -929,3 +1019,9 @@ def _count_spread(counts: dict[str, dict[str, int]], group: str, members) -> Non
     per_node = counts.setdefault(group, {})
     for m in members:
         per_node[m.node] = per_node.get(m.node, 0) + 1
+
+
+def _bound_ms(rec: AllocationRecord) -> int:
+    """When the allocation's newest members were bound: its placement, or its last resize
+    (members added by a grow start from then)."""
+    return rec.placed_ms if rec.resized_ms is None else max(rec.placed_ms, rec.resized_ms)

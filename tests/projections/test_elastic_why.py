@@ -48,3 +48,25 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
     assert r.exit_code == 0, r.output
     assert "Shrunk #1: from 6 to 4 members by notebook" in r.output
     assert "lost work:    0 GPU-seconds" in r.output
+
+
+def test_a_rank_given_up_and_grown_back_keeps_both_intervals(tmp_path):
+    sim = simulate(load(EXAMPLES / "elastic-shrink.yaml"), check=True)
+    rebuild(sim.log, tmp_path / "p.duckdb")
+    con = connect_readonly(tmp_path / "p.duckdb")
+    try:
+        rows = con.execute(
+            "SELECT placed_at_ms, started_at_ms, ended_at_ms, end_reason FROM allocations"
+            " WHERE job_id = 'pretrain' AND rank = 4 ORDER BY placed_seq"
+        ).fetchall()
+        gpu_ms = con.execute(
+            "SELECT sum(allocated_gpu_ms) FROM allocation_usage WHERE job_id = 'pretrain'"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    assert rows == [
+        (0, 0, 1_820_000, "preempted"),
+        (3_620_000, 3_620_000, 7_200_000, "completed"),
+    ]
+    # 4 GPUs for 2 h, plus ranks 4 and 5 for 1820 s and again for 3580 s
+    assert gpu_ms == (4 * 7200 + 2 * 1820 + 2 * 3580) * 1000

@@ -9,11 +9,12 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import PreemptionReason
+from gpuledger.services.admission.decider import Admission
 from gpuledger.services.domain.refusals import Refused
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import fold, of_type, stamped, submitted
-from tests.services.test_preemption import blocked, fleet, running, step
+from tests.services.given import fold, given, of_type, stamped, submitted
+from tests.services.test_preemption import QUIET, blocked, fleet, running, start, step
 
 ELASTIC = {"id": "elastic", "tenant": "a", "gpus": 1, "replicas": 6, "min_members": 4}
 URGENT = {"class": "interactive"}
@@ -177,3 +178,104 @@ def test_the_preemption_service_does_not_act_twice_while_a_gang_shrinks():
     fold(ledger, out)
     step(ledger, 11, Scheduler())
     assert of_type(Preemption().decide(ledger, 12), ev.PreemptionRequested) == []
+
+
+# ---------------------------------------------------------------- grow
+
+
+def shrunk_to_4(policy=None, at=20):
+    """A 6-member elastic gang shrunk to 4 for an urgent 3-GPU job; returns the ledger."""
+    ledger = running(
+        fleet(**(policy or {})), submitted(**ELASTIC), submitted(id="other", tenant="a", gpus=1)
+    )
+    (req,) = of_type(
+        blocked(ledger, 10, id="urgent", tenant="a", gpus=3, **URGENT), ev.PreemptionRequested
+    )
+    fold(ledger, [req])
+    leave(ledger, req, at)
+    step(ledger, at, Scheduler())
+    step(ledger, at, Scheduler())
+    start(ledger, at)
+    assert len(ledger.allocations["elastic#1"].members) == 4
+    return ledger
+
+
+def finish(ledger, job_id, at):
+    rec = ledger.allocations[ledger.jobs[job_id].allocation_id]
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberExited,
+                f"done-{job_id}-{m.rank}",
+                at,
+                job_id=job_id,
+                allocation_id=rec.allocation_id,
+                rank=m.rank,
+                node=m.node,
+                outcome="completed",
+            )
+            for m in rec.members
+        ],
+    )
+    step(ledger, at, Scheduler())
+
+
+def test_a_gang_below_replicas_grows_when_capacity_frees_and_nothing_waits():
+    ledger = shrunk_to_4()
+    # when the urgent job ends (3 GPUs free, nothing queued)
+    finish(ledger, "urgent", 100)
+    out = step(ledger, 100, Scheduler())
+    # then the gang grows back to its 6 replicas with the next ranks
+    (grown,) = of_type(out, ev.GangResized)
+    assert (grown.from_members, grown.to_members, grown.reason) == (4, 6, "Grow")
+    assert [m.rank for m in grown.members] == [0, 1, 2, 3, 4, 5]
+    rec = ledger.allocations["elastic#1"]
+    assert (len(rec.members), rec.gpu_milli, ledger.tenant_gpu_milli["a"]) == (6, 6000, 7000)
+    assert "elastic#1" not in ledger.growable and "elastic#1" in ledger.awaiting_start
+    assert step(ledger, 100, Scheduler()) == []  # full: nothing more
+
+
+def test_a_gang_does_not_grow_while_a_job_waits_for_capacity():
+    ledger = shrunk_to_4()
+    finish(ledger, "urgent", 100)
+    fold(ledger, [submitted(at_ms=100, id="big", tenant="a", gpus=8)])
+    out = step(ledger, 100, Admission(), Scheduler())
+    assert of_type(out, ev.PendingReasonChanged)[0].job_id == "big"
+    assert of_type(step(ledger, 101, Scheduler()), ev.GangResized) == []
+
+
+def test_a_shrunk_gang_does_not_grow_back_within_the_minimum_runtime():
+    # given the policy's minimum runtime is 600 s and the gang shrank at 20 ms
+    ledger = shrunk_to_4()
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.PolicyConfigured, "mr", 30, policy=ev.Policy(**{**QUIET, "min_runtime_s": 600})
+            )
+        ],
+    )
+    finish(ledger, "urgent", 100)
+    # then it does not grow before 600 s after the shrink, and the scheduler wakes then
+    assert of_type(step(ledger, 100, Scheduler()), ev.GangResized) == []
+    assert Scheduler().next_wakeup_ms(ledger, 100) == 20 + 600_000
+    (grown,) = of_type(step(ledger, 20 + 600_000, Scheduler()), ev.GangResized)
+    assert grown.to_members == 6
+
+
+def test_a_gang_grows_only_as_far_as_its_tenants_quota_allows():
+    cfg = fleet(
+        tenants=[
+            {"name": "a", "guaranteed": 4, "borrowing_limit": 1},
+            {"name": "b", "guaranteed": 4},
+        ]
+    )
+    ledger = given(*cfg, submitted(**ELASTIC))
+    # when it is placed: with as many members as its quota allows, 5 (4 + 1 borrowed)
+    step(ledger, 0, Admission(), Scheduler())
+    start(ledger, 0)
+    assert len(ledger.allocations["elastic#1"].members) == 5
+    # and it never grows past its borrowing limit, though 3 GPUs stay free
+    assert of_type(step(ledger, 10, Scheduler()), ev.GangResized) == []
+    assert ledger.tenant_gpu_milli["a"] == 5000
