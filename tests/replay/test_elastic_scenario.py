@@ -8,6 +8,7 @@ grows back to 6 (`GangResized`, reason Grow) and still finishes at 2 h."""
 from pathlib import Path
 
 from gpuledger import events as ev
+from gpuledger.replay.invariants import check_log
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 
@@ -53,3 +54,5 @@ def test_an_elastic_gang_shrinks_from_6_to_4_instead_of_being_evicted_then_grows
         "eval": "completed",
         "notebook": "completed",
     }
+    # and the whole-system invariants hold (no GPU held twice across the shrink and the grow)
+    assert {f.name: f.as_dict()["examples"] for f in check_log(log) if not f.ok} == {}
