@@ -164,7 +164,11 @@ class Preemption(LedgerService):
         self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]
     ) -> list[Event]:
         """`PreemptionRequested` for every victim of plan `p` (one explanation, shared details)."""
-        outlook.land(job, [c.rec.allocation_id for c in p.victims])
+        outlook.land(
+            job,
+            [c.rec.allocation_id for c in p.victims],
+            {c.rec.allocation_id: c.ranks for c in p.victims if c.ranks is not None},
+        )
         details = p.details()
         details["beneficiary"] = {
             "job": job.job_id,

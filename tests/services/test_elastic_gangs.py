@@ -279,3 +279,24 @@ def test_a_gang_grows_only_as_far_as_its_tenants_quota_allows():
     # and it never grows past its borrowing limit, though 3 GPUs stay free
     assert of_type(step(ledger, 10, Scheduler()), ev.GangResized) == []
     assert ledger.tenant_gpu_milli["a"] == 5000
+
+
+def test_the_next_blocked_job_counts_only_the_members_that_leave():
+    # given the gang (6, min 4) and a 1-GPU job fill 7 of 8 GPUs; two urgent jobs arrive
+    ledger = running(fleet(), submitted(**ELASTIC), submitted(id="other", tenant="a", gpus=1))
+    fold(
+        ledger,
+        [
+            submitted(at_ms=10, id="urgent-1", tenant="a", gpus=3, **URGENT),
+            submitted(at_ms=11, id="urgent-2", tenant="a", gpus=4, **URGENT),
+        ],
+    )
+    step(ledger, 12, Admission(), Scheduler())
+    # when preemption plans for both in one decide
+    out = Preemption().decide(ledger, 12)
+    # then the first takes the gang's 2 spare members; the second does not count on the
+    # gang's other 4 GPUs (they stay): it must find victims of its own, and finds none
+    reqs = of_type(out, ev.PreemptionRequested)
+    assert [(r.job_id, r.beneficiary, r.ranks) for r in reqs] == [("elastic", "urgent-1", (4, 5))]
+    (declined,) = of_type(out, ev.PreemptionDeclined)
+    assert declined.job_id == "urgent-2"
