@@ -347,13 +347,19 @@ class RealAgent:
                     rank=effect.rank,
                     error=repr(err),
                 )
-                state.members[key] = Observed(started=False, outcome="failed", job_id=effect.job_id)
+                state.members[key] = Observed(
+                    started=False,
+                    outcome="failed",
+                    job_id=effect.job_id,
+                    incarnation=effect.incarnation,
+                )
                 return
             state.members[key] = Observed(
                 started=True,
                 running=member.running,
                 job_id=effect.job_id,
                 world_size=effect.world_size,
+                incarnation=effect.incarnation,
             )
             self.log.info(
                 "agent.member_started",

@@ -70,6 +70,9 @@ class Observed:
     world_size: int | None = None
     """The world size the member was last told (at start, then by `Resize`); None when
     unknown (adopted after a restart without its record)."""
+    incarnation: int | None = None
+    """The allocation's `resized_ms` when this member was started: a rank an elastic gang
+    gave up and grew back is a new member (the old observation is forgotten unreported)."""
 
 
 @dataclass
@@ -121,6 +124,8 @@ class Start:
     gpus: tuple[int, ...]
     mig_start: int | None
     resume: bool
+    incarnation: int | None = None
+    """The allocation's `resized_ms` at the start (see `Observed.incarnation`)."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,7 @@ class AgentDecider(LedgerService):
                         gpus=m.gpus,
                         mig_start=m.mig_start,
                         resume=job.resume_step is not None,
+                        incarnation=rec.resized_ms,
                     )
                 )
         for key in sorted(state.members):
@@ -267,7 +273,7 @@ class AgentDecider(LedgerService):
             rec = ledger.allocations.get(alloc_id)
             if rec is None:
                 continue  # the log does not know it (yet): leave it alone
-            if _left(rec, rank):  # an elastic gang shrank without it: reported already
+            if _left(rec, rank) or _stale(obs, rec, rank):  # gave up by an elastic gang
                 if obs.outcome is not None:
                     out.append(Forget(alloc_id, rank))
                 continue
@@ -312,7 +318,7 @@ class AgentDecider(LedgerService):
             obs = state.members[key]
             alloc_id, rank = key
             rec = ledger.allocations.get(alloc_id)
-            if rec is None or _left(rec, rank):
+            if rec is None or _left(rec, rank) or _stale(obs, rec, rank):
                 continue
             if obs.started and not rec.ended and rank not in rec.started:
                 out.append(
@@ -450,3 +456,14 @@ def _left(rec: AllocationRecord, rank: int) -> bool:
     """Whether member `rank` left the allocation when its elastic gang shrank (`GangResized`
     keeps only the members that stay)."""
     return rec.resized_ms is not None and all(m.rank != rank for m in rec.members)
+
+
+def _stale(obs: Observed, rec: AllocationRecord, rank: int) -> bool:
+    """Whether the observation is of an earlier member of this rank: the elastic gang gave
+    it up and grew the rank back since (reported already; the new member starts afresh)."""
+    return (
+        obs.outcome is not None
+        and obs.incarnation != rec.resized_ms
+        and rank not in rec.started
+        and rank not in rec.exited
+    )

@@ -484,3 +484,45 @@ def test_real_members_of_a_shrunk_gang_learn_their_world_size_and_run_on(agents,
     ckdir = agent.checkpoint_root / "el"
     assert (ckdir / "rank0" / "gpuledger-world-size").read_text() == "2\n"
     assert {m.rank for m in agent.executor.members() if m.running} == {0, 1}
+
+
+def test_a_rank_grown_back_before_its_old_exit_was_forgotten_starts_afresh():
+    from gpuledger.services.node_agent.decider import Forget, Resize
+
+    core = AgentDecider("n1")
+    state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
+    for r in range(3):
+        state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
+    exited = e(
+        ev.MemberExited,
+        "x2",
+        1500,
+        job_id="el",
+        allocation_id="el#1",
+        rank=2,
+        node="n1",
+        outcome="preempted",
+    )
+    # rank 2 exited (observed), the gang shrank to 2 and grew back to 3 before a Forget
+    state.members[("el#1", 2)] = Observed(started=True, outcome="preempted", world_size=3)
+    grown = e(
+        ev.GangResized,
+        "g-el",
+        2000,
+        job_id="el",
+        allocation_id="el#1",
+        members=tuple(MemberPlacement(rank=r, node="n1", gpus=(r,)) for r in range(3)),
+        from_members=2,
+        to_members=3,
+        reason="Grow",
+    )
+    state = fold(core, state, [exited, resized(at=1600), grown])
+    # then the old observation is forgotten, never reported again
+    assert [x for x in core.decide(state, 2100) if getattr(x, "rank", None) == 2] == []
+    assert core.plan(state, 2100) == [Forget("el#1", 2)]
+    del state.members[("el#1", 2)]
+    # and the new rank 2 starts with world size 3, the others are told 3
+    effects = core.plan(state, 2200)
+    (start,) = [x for x in effects if isinstance(x, Start)]
+    assert (start.rank, start.world_size, start.incarnation) == (2, 3, 2000)
+    assert [x for x in effects if isinstance(x, Resize)] == []  # ranks 0, 1 were told 3
