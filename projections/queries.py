@@ -285,7 +285,9 @@ def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> li
         f"WITH {REPLICAS_UP} "
         "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
         "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
-        " AS nodes, s.replicas_up FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
+        " AS nodes, (SELECT count(DISTINCT a.rank) FROM allocations a"
+        " WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL) AS members_up,"
+        " s.replicas_up FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
     )

@@ -445,6 +445,12 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
         gl = gpus_label(
             r["replicas"], r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"]
         )
+        up = r.get("members_up")
+        if up and r["replicas"] and up != r["replicas"]:  # a gang running with fewer members
+            gl = (
+                gpus_label(up, r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"])
+                + f"/{r['replicas']}"
+            )
         line = [
             r["job_id"],
             r["tenant"],

@@ -48,6 +48,10 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
     assert r.exit_code == 0, r.output
     assert "Shrunk #1: from 6 to 4 members by notebook" in r.output
     assert "lost work:    0 GPU-seconds" in r.output
+    # and `jobs` shows the gang running with 4 of its 6 members
+    r = CliRunner().invoke(app, ["jobs", "--data", str(tmp_path / "data")])
+    line = next(x for x in r.output.splitlines() if x.startswith("pretrain"))
+    assert line.split()[3:5] == ["running", "4x1/6"]
 
 
 def test_a_rank_given_up_and_grown_back_keeps_both_intervals(tmp_path):
