@@ -332,7 +332,7 @@ def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     what = (
         f"Migrated #{i}: for {x['by']}"
         if x["reason"] == "Consolidate"
-        else f"Shrunk #{i}: from {resized['from']} to {resized['to']} members by {x['by']}"
+        else f"Preempted #{i}: shrunk from {resized['from']} to {resized['to']} members by {x['by']}"
         if resized
         else f"Preempted #{i}: by {x['by']}"
     )

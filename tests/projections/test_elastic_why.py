@@ -46,7 +46,7 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
     register(app)
     r = CliRunner().invoke(app, ["why", "pretrain", "--data", str(tmp_path / "data")])
     assert r.exit_code == 0, r.output
-    assert "Shrunk #1: from 6 to 4 members by notebook" in r.output
+    assert "Preempted #1: shrunk from 6 to 4 members by notebook" in r.output
     assert "lost work:    0 GPU-seconds" in r.output
     # and `jobs` shows the gang running with 4 of its 6 members
     r = CliRunner().invoke(app, ["jobs", "--data", str(tmp_path / "data")])
