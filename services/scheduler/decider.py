@@ -66,6 +66,9 @@ class _Round:
     """Members per node of spread groups (`JobSpec.spread`), tentative allocations included;
     a group's entry is built when the first job of that group is tried."""
 
+    lending: bool = False
+    """Some tenant sets a `lending_limit` (checked once per decide, not per job)."""
+
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
     computed once however many of its jobs wait."""
@@ -83,6 +86,7 @@ class _Round:
             dict(state.tenant_gpu_milli),
             dict(state.tenant_fixed_gpu_milli),
             dict(state.tenant_fixed_by_model),
+            lending=lends_limited(state.config.tenants),
         )
 
     @property
@@ -444,7 +448,9 @@ class Scheduler(LedgerService):
             n = len(rec.members)
             per = job.spec.resources.gpu_milli_total()
             k = job.spec.replicas - n
-            while k > 0 and self._quota_block(state, job, rnd.usage, rnd.fixed, k * per):
+            while k > 0 and self._quota_block(
+                state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
+            ):
                 k -= 1
             if k <= 0:
                 continue
@@ -501,7 +507,7 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """One job: limits, quota, trial placement, then GangPlaced or a pending reason."""
         lim = self._limits(state, now_ms, rnd, job)
-        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need)
+        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need, rnd.lending)
         if block is not None:
             details: dict = {"queue_position": position}
             if block[0] == PendingReason.NonPreemptibleOverQuota and state.config.schedules:
@@ -514,7 +520,7 @@ class Scheduler(LedgerService):
             # members above the minimum only as far as the tenant's quota allows
             per, k = spec.resources.gpu_milli_total(), spec.replicas
             while k > spec.min_members and self._quota_block(
-                state, job, rnd.usage, rnd.fixed, k * per
+                state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
             ):
                 k -= 1
             lim.max_members = k
@@ -933,6 +939,7 @@ class Scheduler(LedgerService):
         usage: dict[str, int],
         fixed_usage: dict[str, int],
         need: int,
+        lending: bool | None = None,
     ):
         tenants = state.config.tenants
         t = job.tenant
@@ -947,7 +954,7 @@ class Scheduler(LedgerService):
                 if block is not None:
                     return block
             t = parent_of(t)
-        if lends_limited(tenants):
+        if lends_limited(tenants) if lending is None else lending:
             capacity = state.fleet.capacity_gpus() * 1000
             return lending_block(tenants, usage, capacity, job.tenant, need)
         return None
