@@ -78,7 +78,8 @@ not decode (it is dead-lettered with the reason) and the configuration in force 
 class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v1"):
     """A tenant (a node of the org/team/project tree) and its quota.
 
-    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit.
+    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
+    `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit.
     """
 
     tenant: str
@@ -93,6 +94,13 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     """Optional per-GPU-model guarantees in milli-GPUs: non-preemptible work of the tenant on
     a model listed here stays within that model's guarantee (as well as within
     `guaranteed_gpu_milli`); models not listed are bound by the overall guarantee only."""
+    borrowing_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Kueue `borrowingLimit`: the most the tenant (its subtree) may use above its guarantee,
+    milli-GPUs; absent = no cap beyond `limit_gpu_milli` (absent fields are left out of the
+    JSON, so a tenant without it encodes as before the field existed)."""
+    lending_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Kueue `lendingLimit`: the most of the tenant's unused guarantee that other tenants may
+    borrow, milli-GPUs; the rest stays idle for it. Absent = all of it may be lent."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):
@@ -451,6 +459,32 @@ class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
     """Work saved so far (run time the job resumes from)."""
 
 
+class GangResized(Decision, frozen=True, kw_only=True, tag="GangResized.v1"):
+    """An elastic gang (`min_members < replicas`) runs on with another number of members: the
+    members a partial `PreemptionRequested` (its `ranks`) asked to leave have exited, and
+    their capacity is released (`from_members` > `to_members`). The others keep running;
+    the member wrapper tells them their new world size."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation; it stays the job's allocation."""
+    members: tuple[MemberPlacement, ...]
+    """Every member of the allocation after the resize."""
+    from_members: int
+    """Members before."""
+    to_members: int
+    """Members after (never below the job's `min_members`)."""
+    reason: str
+    """Why: the preemption's reason (`Priority`, `Reclaim`, ...)."""
+    preempted_by: str | None = None
+    """The beneficiary job the released capacity is nominated for."""
+    checkpointed: bool = False
+    """Whether every leaving member acknowledged a checkpoint before exiting."""
+    lost_gpu_ms: int = 0
+    """GPU-milliseconds of work the leaving members lost since their last checkpoint."""
+
+
 class GangRequeued(Decision, frozen=True, kw_only=True, tag="GangRequeued.v1"):
     """An evicted job is queued again and will resume from its checkpoint."""
 
@@ -517,6 +551,10 @@ class PreemptionRequested(Decision, frozen=True, kw_only=True, tag="PreemptionRe
     """Quantitative explanation."""
     details: dict[str, Any] = {}
     """Victims chosen, alternatives considered and why they were rejected."""
+    ranks: tuple[int, ...] | msgspec.UnsetType = msgspec.UNSET
+    """Elastic gangs (`min_members < replicas`): only these members (the highest ranks, never
+    below `min_members`) checkpoint and exit, and the gang shrinks (`GangResized`) instead of
+    being evicted. Absent (left out of the JSON): the whole gang."""
 
 
 class PreemptionDeclined(Decision, frozen=True, kw_only=True, tag="PreemptionDeclined.v1"):
@@ -732,6 +770,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     PendingReasonChanged,
     GangEvicted,
     GangRequeued,
+    GangResized,
     GangCompleted,
     GangFailed,
     NodeLost,
@@ -757,6 +796,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 # names every class of ALL_EVENTS.
 __all__ = [
     "JobSubmitted",
+    "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",
     "JobCancelled",

@@ -27,6 +27,7 @@ class PendingReason(StrEnum):
     )
     Unschedulable = "Unschedulable"  # no node could host a member even when empty
     ExceedsLimit = "ExceedsLimit"  # the tenant (or an ancestor) would exceed its limit
+    LendingLimit = "LendingLimit"  # would borrow capacity other tenants keep back (lending_limit)
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"  # non-preemptible work beyond a guarantee
     QuotaScheduled = "QuotaScheduled"  # beyond its guarantee now; a schedule gives enough later
     Reserved = "Reserved"  # the capacity that fits it is reserved for a starving gang
@@ -52,6 +53,13 @@ class PreemptionReason(StrEnum):
     Consolidate = (
         "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
     )
+
+
+class ResizeReason(StrEnum):
+    """Why an elastic gang was resized (`GangResized.reason`) other than a preemption (a
+    shrink carries the `PreemptionReason` of its partial preemption)."""
+
+    Grow = "Grow"  # capacity was free and nothing queued waited for it
 
 
 class ExclusionReason(StrEnum):

@@ -94,6 +94,7 @@ _ROLE_OF: dict[type, str] = {
             c.PendingReasonChanged,
             c.GangEvicted,
             c.GangRequeued,
+            c.GangResized,
             c.GangCompleted,
             c.GangFailed,
             c.NodeLost,

@@ -236,7 +236,7 @@ COMMENT ON COLUMN preemptions.evicted_at_ms IS 'Eviction time, epoch ms.';
 COMMENT ON COLUMN preemptions.eviction_reason IS 'Reason recorded on the GangEvicted.';
 COMMENT ON COLUMN preemptions.lost_gpu_ms IS 'Work lost since the last checkpoint, GPU-milliseconds (a quantity, not a time).';
 COMMENT ON COLUMN preemptions.progress_ms IS 'Checkpointed progress the job resumes from, ms of run time (a duration).';
-COMMENT ON COLUMN preemptions.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN preemptions.outcome IS 'requested, evicted, shrunk (an elastic gang gave up members, details.resized), completed or failed.';
 COMMENT ON COLUMN preemptions.ended_at_ms IS 'When the outcome was known, epoch ms.';
 
 COMMENT ON TABLE pending_reasons IS 'Every PendingReasonChanged (emitted only when the reason changes).';
@@ -265,6 +265,8 @@ COMMENT ON COLUMN tenants.tenant IS 'Tenant path (org/team/project).';
 COMMENT ON COLUMN tenants.parent IS 'Parent tenant in the quota tree.';
 COMMENT ON COLUMN tenants.guaranteed_gpu_milli IS 'Guaranteed quota, milli-GPUs (Kueue nominalQuota).';
 COMMENT ON COLUMN tenants.limit_gpu_milli IS 'Cap, milli-GPUs (NULL = no cap).';
+COMMENT ON COLUMN tenants.borrowing_limit_gpu_milli IS 'Most the tenant may use above its guarantee, milli-GPUs (Kueue borrowingLimit; NULL = no cap).';
+COMMENT ON COLUMN tenants.lending_limit_gpu_milli IS 'Most of its unused guarantee others may borrow, milli-GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenants.over_quota_weight IS 'Weight of the tenant in the idle surplus split.';
 COMMENT ON COLUMN tenants.fair_share_gpu_milli IS 'Last fair share, milli-GPUs.';
 COMMENT ON COLUMN tenants.allocated_gpu_milli IS 'Last allocated, milli-GPUs.';
@@ -460,7 +462,7 @@ COMMENT ON COLUMN who_preempted.deadline_ms IS 'Checkpoint deadline, epoch ms.';
 COMMENT ON COLUMN who_preempted.checkpointed_at_ms IS 'First member checkpoint after the request, epoch ms.';
 COMMENT ON COLUMN who_preempted.checkpointed IS 'Every member checkpointed before it exited.';
 COMMENT ON COLUMN who_preempted.evicted_at_ms IS 'Eviction time, epoch ms.';
-COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, shrunk (an elastic gang gave up members, details.resized), completed or failed.';
 COMMENT ON COLUMN who_preempted.lost_gpu_seconds IS 'Work lost since the last checkpoint, GPU-seconds.';
 COMMENT ON COLUMN who_preempted.lost_gpu_hours IS 'The same, GPU-hours.';
 COMMENT ON COLUMN who_preempted.saved_progress_s IS 'Checkpointed progress it resumes from, seconds of run time.';
@@ -490,6 +492,8 @@ COMMENT ON COLUMN utilisation.unmeasured_gpu_hours IS 'Allocated without SM samp
 
 COMMENT ON COLUMN tenant_usage.guaranteed_gpus IS 'Guaranteed quota, GPUs.';
 COMMENT ON COLUMN tenant_usage.limit_gpus IS 'Cap, GPUs (NULL = none).';
+COMMENT ON COLUMN tenant_usage.borrowing_limit_gpus IS 'Most it may use above its guarantee, GPUs (Kueue borrowingLimit; NULL = no cap).';
+COMMENT ON COLUMN tenant_usage.lending_limit_gpus IS 'Most of its unused guarantee others may borrow, GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenant_usage.fair_share_gpus IS 'Last fair share, GPUs.';
 COMMENT ON COLUMN tenant_usage.allocated_gpus_now IS 'Allocated now, GPUs.';
 COMMENT ON COLUMN tenant_usage.allocated_gpu_hours IS 'GPU-hours allocated.';

@@ -167,6 +167,22 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "table tenants",
     ),
     _spec(
+        "gpuledger_tenant_quota_borrowing_limit_gpus",
+        "gauge",
+        ("tenant",),
+        "The most the tenant may use above its guarantee, GPUs (Kueue: borrowingLimit; absent "
+        "when unset).",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_lending_limit_gpus",
+        "gauge",
+        ("tenant",),
+        "The most of the tenant's unused guarantee others may borrow, GPUs (Kueue: "
+        "lendingLimit; absent when unset).",
+        "table tenants",
+    ),
+    _spec(
         "gpuledger_tenant_fair_share_gpus",
         "gauge",
         ("tenant",),
@@ -441,14 +457,19 @@ def read_metrics(con) -> dict[str, list]:
     )
     tenants = rows(
         "SELECT tenant, guaranteed_gpu_milli, limit_gpu_milli, fair_share_gpu_milli,"
-        " demand_gpu_milli FROM tenants ORDER BY tenant"
+        " demand_gpu_milli, borrowing_limit_gpu_milli, lending_limit_gpu_milli"
+        " FROM tenants ORDER BY tenant"
     )
     known = {t for t, *_ in tenants}
-    for t, guaranteed, limit, fair, demand in tenants:
+    for t, guaranteed, limit, fair, demand, borrowing, lending in tenants:
         u = used.get(t) or 0
         out["gpuledger_tenant_quota_nominal_gpus"].append(([t], (guaranteed or 0) / 1000))
         if limit is not None:
             out["gpuledger_tenant_quota_limit_gpus"].append(([t], limit / 1000))
+        if borrowing is not None:
+            out["gpuledger_tenant_quota_borrowing_limit_gpus"].append(([t], borrowing / 1000))
+        if lending is not None:
+            out["gpuledger_tenant_quota_lending_limit_gpus"].append(([t], lending / 1000))
         if fair is not None:
             out["gpuledger_tenant_fair_share_gpus"].append(([t], fair / 1000))
         if demand is not None:

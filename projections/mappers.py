@@ -35,6 +35,7 @@ from gpuledger.events.catalog import ALL_EVENTS
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
 JOB_STATES = (
@@ -234,7 +235,7 @@ AllocationRow = _row_class(
     """allocation_id job_id tenant attempt rank node gpu_index gpu_uuid gpu_model clique
     sharing gpu_milli mig_profile mig_start borrowing placed_seq placed_at_ms started_at_ms
     ended_at_ms end_reason""",
-    "allocation_id rank",
+    "allocation_id rank placed_seq",  # placed_seq: a rank an elastic gang gave up and grew back
     expanded="gpu_index gpu_uuid gpu_model clique",
 )
 """One gang member: the table has a row per GPU (`gpu_index` -1 for a member without one), the
@@ -271,7 +272,8 @@ TenantRow = _row_class(
     "TenantRow",
     "tenants",
     """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
-    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms""",
+    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms
+    borrowing_limit_gpu_milli lending_limit_gpu_milli""",
     "tenant",
 )
 
@@ -671,7 +673,7 @@ class Projection:
             if r.ended_at_ms is None:
                 r.ended_at_ms = at_ms
                 r.end_reason = reason
-                self._up_allocs[(r.allocation_id, r.rank)] = r
+                self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -850,11 +852,37 @@ class Projection:
         job.reason = job.message = job.details = None
         attempt_s = e.allocation_id.rpartition("#")[2]
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
-        alloc_id, job_id, at = e.allocation_id, e.job_id, e.occurred_at_ms
-        tenant, borrowing = e.tenant or job.tenant, e.borrowing
-        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
         ranks: dict[int, Row] = {}
-        for m in e.members:
+        self._member_rows(
+            seq,
+            e.allocation_id,
+            e.job_id,
+            e.tenant or job.tenant,
+            attempt,
+            e.borrowing,
+            e.members,
+            e.occurred_at_ms,
+            ranks,
+        )
+        self.open_allocs[e.allocation_id] = ranks
+        self._transition(job, "running", seq, e, None)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _member_rows(
+        self,
+        seq: int,
+        alloc_id: str,
+        job_id: str,
+        tenant: str,
+        attempt: int,
+        borrowing: bool,
+        members,
+        at: int,
+        ranks: dict[int, Row],
+    ) -> None:
+        """One allocation row per member of `members` (per GPU index), into `ranks`."""
+        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
+        for m in members:
             rank, node, mig = m.rank, m.node, m.mig_profile
             if not m.gpus:
                 sharing, milli, indices = "none", 0, (-1,)
@@ -867,7 +895,7 @@ class Projection:
             found = [gpus.get((node, idx)) for idx in indices]
             if None in found:  # GPUs the projection has not seen registered
                 found = [g or _NO_GPU for g in found]
-            ranks[rank] = ups[(alloc_id, rank)] = new_row(  # AllocationRow.COLUMNS, in order
+            ranks[rank] = ups[(alloc_id, rank, seq)] = new_row(  # AllocationRow.COLUMNS, in order
                 alloc_id,
                 job_id,
                 tenant,
@@ -889,16 +917,13 @@ class Projection:
                 None,  # ended_at_ms
                 None,  # end_reason
             )
-        self.open_allocs[alloc_id] = ranks
-        self._transition(job, "running", seq, e, None)
-        self._touch(job, seq, e.occurred_at_ms)
 
     def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
         ranks = self.open_allocs.get(e.allocation_id)
         r = ranks.get(e.rank) if ranks else None
         if r is not None and r.started_at_ms is None:
             r.started_at_ms = e.occurred_at_ms
-            self._up_allocs[(r.allocation_id, r.rank)] = r
+            self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
 
     def _member_checkpointed(self, seq: int, e: ev.MemberCheckpointed) -> None:
         p = self.open_preemptions.get(e.allocation_id)
@@ -918,7 +943,7 @@ class Projection:
         if r is not None and r.ended_at_ms is None:
             r.ended_at_ms = e.occurred_at_ms
             r.end_reason = e.outcome
-            self._up_allocs[(r.allocation_id, r.rank)] = r
+            self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
         if not ranks:
             del self.open_allocs[e.allocation_id]
 
@@ -945,8 +970,49 @@ class Projection:
         )
         self.open_preemptions[e.allocation_id] = p
         self.batch.upsert(p)
+        if isinstance(e.ranks, tuple):
+            return  # an elastic gang giving up members keeps running
         if job.state == "running" and job.allocation_id == e.allocation_id:
             self._transition(job, "preempting", seq, e, e.reason)
+            self._touch(job, seq, e.occurred_at_ms)
+
+    def _resized(self, seq: int, e: ev.GangResized) -> None:
+        """An elastic gang shrank: its partial preemption ends with outcome `shrunk` (the
+        leavers' allocation rows were closed by their `MemberExited`)."""
+        job = self.jobs.get(e.job_id)
+        if e.to_members > e.from_members:  # a grow: rows for the members added
+            ranks = self.open_allocs.get(e.allocation_id)
+            if ranks is None or job is None:
+                return
+            first = next(iter(ranks.values()), None)
+            attempt = first.attempt if first is not None else (job.attempts or 1)
+            borrowing = bool(first.borrowing) if first is not None else False
+            added = e.members[e.from_members :]
+            self._member_rows(
+                seq,
+                e.allocation_id,
+                e.job_id,
+                job.tenant,
+                attempt,
+                borrowing,
+                added,
+                e.occurred_at_ms,
+                ranks,
+            )
+            self._touch(job, seq, e.occurred_at_ms)
+            return
+        p = self.open_preemptions.pop(e.allocation_id, None)
+        if p is not None:
+            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
+            p.eviction_reason = e.reason
+            p.checkpointed = e.checkpointed
+            p.lost_gpu_ms = e.lost_gpu_ms
+            p.outcome = "shrunk"
+            details = msgspec.json.decode(p.details) if p.details else {}
+            details["resized"] = {"from": e.from_members, "to": e.to_members}
+            p.details = _dumps(details)
+            self.batch.upsert(p)
+        if job is not None:
             self._touch(job, seq, e.occurred_at_ms)
 
     def _release(self, job: Row | None, allocation_id: str) -> None:
@@ -1029,6 +1095,8 @@ class Projection:
         t.guaranteed_gpu_milli = e.guaranteed_gpu_milli
         t.limit_gpu_milli = e.limit_gpu_milli
         t.over_quota_weight = e.over_quota_weight
+        t.borrowing_limit_gpu_milli = borrowing_limit(e)
+        t.lending_limit_gpu_milli = lending_limit(e)
         t.configured_at_ms = e.occurred_at_ms
         t.updated_at_ms = e.occurred_at_ms
         self.tenants[e.tenant] = t
@@ -1158,6 +1226,7 @@ _HANDLERS = {
     ev.MemberExited: Projection._member_exited,
     ev.PreemptionRequested: Projection._preemption_requested,
     ev.GangEvicted: Projection._evicted,
+    ev.GangResized: Projection._resized,
     ev.GangRequeued: Projection._requeued,
     ev.GangCompleted: Projection._completed,
     ev.GangFailed: Projection._failed,

@@ -329,7 +329,9 @@ def jobs_rows(
         f"WITH {REPLICAS_UP}, {ARRAY_TASKS} "
         "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
         "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
-        " AS nodes, s.replicas_up, r.tasks, r.tasks_running, r.tasks_completed, r.tasks_failed,"
+        " AS nodes, (SELECT count(DISTINCT a.rank) FROM allocations a"
+        " WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL) AS members_up,"
+        " s.replicas_up, r.tasks, r.tasks_running, r.tasks_completed, r.tasks_failed,"
         " r.tasks_cancelled FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
         " LEFT JOIN arrays r USING (job_id)"
         + (" WHERE " + " AND ".join(where) if where else "")

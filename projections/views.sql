@@ -151,6 +151,8 @@ WITH q AS (
 SELECT n.tenant,
        t.guaranteed_gpu_milli / 1000.0 AS guaranteed_gpus,
        t.limit_gpu_milli / 1000.0 AS limit_gpus,
+       t.borrowing_limit_gpu_milli / 1000.0 AS borrowing_limit_gpus,
+       t.lending_limit_gpu_milli / 1000.0 AS lending_limit_gpus,
        t.fair_share_gpu_milli / 1000.0 AS fair_share_gpus,
        coalesce(h.gpus, 0) AS allocated_gpus_now,
        coalesce(a.allocated_gpu_hours, 0) AS allocated_gpu_hours,

@@ -6,7 +6,8 @@ only the keys it names:
 
 - `--set KEY=VALUE`: one key path, checked strictly (unknown keys get a did-you-mean):
   `policy.<field>=V` (any `policy:` key of a configuration file), `tenants.<name>.<field>=V`
-  (`guaranteed`, `limit`, `weight`, `guaranteed_by_model.<model>`) and
+  (`guaranteed`, `limit`, `weight`, `guaranteed_by_model.<model>`, `borrowing_limit`,
+  `lending_limit`) and
   `priority_classes.<name>.<field>=V` (`value`, `preemptible`, `slo_class`, `grace_s`,
   `allow_timeslice`, `description`) of a tenant or class the log configured. VALUE is read
   as a YAML scalar (`false`, `30`, `2h`, `none` -> null for `limit`/`max_lost_gpu_hours`).
@@ -49,6 +50,7 @@ from gpuledger.services.domain.inputs import (
     collect,
     validate_file,
 )
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit
 
 ROOTS = ("policy", "tenants", "priority_classes", "checkpoint")
 _OVERLAY_KEYS = (
@@ -96,6 +98,8 @@ def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
         "limit": _milli_text(t.limit_gpu_milli),
         "weight": t.over_quota_weight,
         "guaranteed_by_model": {m: _milli_text(v) for m, v in t.guaranteed_by_model.items()},
+        "borrowing_limit": _milli_text(borrowing_limit(t)),
+        "lending_limit": _milli_text(lending_limit(t)),
     }
 
 

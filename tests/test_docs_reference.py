@@ -25,7 +25,9 @@ def test_configuration_reference_names_every_key_of_every_input_shape() -> None:
         for field in shape.__struct_fields__:
             key = "class" if field == "klass" else field
             assert f"| `{key}` |" in text, f"{shape.__name__}.{key} missing"
-    assert "| `min_runtime_s` | integer ≥ 0, ≤ 1099511627776 | `300` |" in text  # policy keys, with defaults
+    assert (
+        "| `min_runtime_s` | integer ≥ 0, ≤ 1099511627776 | `300` |" in text
+    )  # policy keys, with defaults
 
 
 def test_cli_reference_lists_every_command_and_option() -> None:

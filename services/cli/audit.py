@@ -448,9 +448,12 @@ def _alternative_lines(alts: Any) -> list[str]:
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
     lost = x["lost_gpu_seconds"]
+    resized = (x.get("details") or {}).get("resized") if x["outcome"] == "shrunk" else None
     what = (
         f"Migrated #{i}: for {x['by']}"
         if x["reason"] == "Consolidate"
+        else f"Preempted #{i}: shrunk from {resized['from']} to {resized['to']} members by {x['by']}"
+        if resized
         else f"Preempted #{i}: by {x['by']}"
     )
     lines = [
@@ -563,6 +566,12 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
         gl = gpus_label(
             r["replicas"], r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"]
         )
+        up = r.get("members_up")
+        if up and r["replicas"] and up != r["replicas"]:  # a gang running with fewer members
+            gl = (
+                gpus_label(up, r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"])
+                + f"/{r['replicas']}"
+            )
         line = [
             r["job_id"],
             r["tenant"],
@@ -708,6 +717,8 @@ def _tenant_table(rows, wide):
         "NAME",
         "GUARANTEED",
         "LIMIT",
+        "BORROW-LIMIT",
+        "LEND-LIMIT",
         "FAIR-SHARE",
         "ALLOCATED",
         "BORROWED-H",
@@ -723,6 +734,8 @@ def _tenant_table(rows, wide):
             r["tenant"],
             _num(r["guaranteed_gpus"]),
             _num(r["limit_gpus"]),
+            _num(r.get("borrowing_limit_gpus")),
+            _num(r.get("lending_limit_gpus")),
             _num(r["fair_share_gpus"]),
             _num(alloc_now),
             _num(r["borrowed_gpu_hours"], 2),
@@ -754,7 +767,8 @@ def tenants_command(
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
-    """List tenants: quota (GPUs), current allocation, borrowed GPU-hours, jobs."""
+    """List tenants: quota (GPUs: guaranteed, limit, borrowing and lending limits), current
+    allocation, borrowed GPU-hours, jobs."""
     _print_rows(_query(db_path(db, data), tenants_rows), _tenant_table, output, no_headers)
 
 

@@ -150,6 +150,12 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                         for m, v in t.guaranteed_by_model.items()
                     )
                 ),
+                borrowing_limit_gpu_milli=msgspec.UNSET
+                if t.borrowing_limit is None
+                else milli("borrowing_limit", t.borrowing_limit),
+                lending_limit_gpu_milli=msgspec.UNSET
+                if t.lending_limit is None
+                else milli("lending_limit", t.lending_limit),
             )
         )
     for c in f.priority_classes:

@@ -140,7 +140,8 @@ class ClusterDoc(Strict, kw_only=True, frozen=True):
 
 
 class TenantDoc(Strict, kw_only=True, frozen=True):
-    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
+    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
+    `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit)."""
 
     name: str
     """Tenant path `org/team/project` (any depth); parents are optional."""
@@ -154,6 +155,10 @@ class TenantDoc(Strict, kw_only=True, frozen=True):
     """Alternative spelling of `weight` (KAI)."""
     guaranteed_by_model: dict[str, Cores] = {}
     """Per GPU model guarantees binding non-preemptible work on that model (`{H100-80GB: 4}`)."""
+    borrowing_limit: Cores | None = None
+    """GPUs it may use beyond its guarantee at most (Kueue borrowingLimit); unset: no cap."""
+    lending_limit: Cores | None = None
+    """GPUs of its idle guarantee others may borrow at most (Kueue lendingLimit); unset: all."""
 
 
 class ClassDoc(Strict, kw_only=True, frozen=True):
@@ -712,6 +717,12 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             )
 
 
+def _milli(value: Any) -> int:
+    from gpuledger.services.domain.quantities import milli
+
+    return milli("gpus", value)
+
+
 def _valid_id(path: str, check: Callable[[], object], problems: list[str]) -> None:
     try:
         check()
@@ -785,6 +796,11 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
+            )
+        if t.lending_limit is not None and _milli(t.lending_limit) > _milli(t.guaranteed):
+            problems.append(
+                f"tenants[{i}].lending_limit: {t.lending_limit} GPUs is more than the tenant's "
+                f"guarantee ({t.guaranteed}); a tenant lends at most its unused guarantee"
             )
         for m in t.guaranteed_by_model:
             if models and not set(job_models((m,))) & models:

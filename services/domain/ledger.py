@@ -219,12 +219,43 @@ class AllocationRecord:
     backfill (evicted when that job lands)."""
     ended: bool = False
     ended_ms: int | None = None
+    resized_ms: int | None = None
+    """When the allocation last shrank (`GangResized`): a nomination of the capacity it gave
+    up lapses from then, as from `ended_ms` for an evicted one."""
 
     def nodes(self) -> tuple[str, ...]:
         return self.node_names
 
     def all_exited(self) -> bool:
         return len(self.exited) == len(self.members)
+
+    def member_key(self, rank: int) -> str:
+        """The id key of a member's events (`MemberStarted`, ...): `alloc/rank`, and once the
+        gang was resized `alloc/rank~<resize time>`, so a rank that left and came back with a
+        grow reports afresh (its first events' ids are taken)."""
+        key = f"{self.allocation_id}/{rank}"
+        return key if self.resized_ms is None else f"{key}~{self.resized_ms}"
+
+    def leaving(self) -> tuple[int, ...] | None:
+        """The ranks a partial preemption (an elastic gang shrinking) asks to leave, or None
+        (no preemption, or one of the whole gang)."""
+        p = self.preemption
+        if p is None or not isinstance(p.ranks, tuple):
+            return None
+        return p.ranks
+
+    def stops(self, rank: int) -> bool:
+        """Whether member `rank` is asked to checkpoint and exit: the run reached its time
+        limit, the whole gang is being preempted, or a partial preemption names it."""
+        return self.time_limit is not None or self.preempts(rank)
+
+    def preempts(self, rank: int) -> bool:
+        """Whether a preemption asks member `rank` to leave (the whole gang's, or a partial
+        one naming it)."""
+        if self.preemption is None:
+            return False
+        ranks = self.leaving()
+        return ranks is None or rank in ranks
 
 
 @dataclass
@@ -282,6 +313,9 @@ class Ledger:
     settle_ready: set[str] = field(default_factory=set)
     """Active allocations the scheduler must settle: every member exited, a member failed,
     or a node of theirs was lost."""
+    growable: set[str] = field(default_factory=set)
+    """Active allocations of elastic gangs (`min_members < replicas`, not services) holding
+    fewer members than `replicas`: the scheduler's grow pass reads only these."""
     cancelling: set[str] = field(default_factory=set)
     """Active allocations of cancelled jobs."""
     node_allocations: dict[str, set[str]] = field(default_factory=dict)
@@ -523,9 +557,10 @@ class Ledger:
             rec = self.allocations.get(a)
             if rec is None:
                 continue
-            if rec.ended_ms is None:
+            end = rec.ended_ms if rec.ended_ms is not None else rec.resized_ms
+            if end is None or (rec.ended_ms is None and rec.preemption is not None):
                 return None
-            ends.append(rec.ended_ms)
+            ends.append(end)
         if not ends:
             return None
         return max(ends) + self.config.policy.nomination_ttl_s * 1000
@@ -892,6 +927,8 @@ class Ledger:
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
         self.awaiting_start.add(e.allocation_id)
+        if _elastic(job) and len(e.members) < job.spec.replicas:
+            self.growable.add(e.allocation_id)
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
         if job.spec.spread:
@@ -958,7 +995,11 @@ class Ledger:
                 job = self.jobs.get(rec.job_id)
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-                    self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+                    # members added by a grow end with those started first (simulated agents)
+                    began = min if rec.resized_ms is not None else max
+                    self.expected.set(
+                        e.allocation_id, "end", began(rec.started.values()) + remaining
+                    )
                 if job is not None and job.time_limit_s is not None:
                     self.time_limits.set(
                         e.allocation_id,
@@ -979,6 +1020,9 @@ class Ledger:
             rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
                 self.settle_ready.add(e.allocation_id)
+            leaving = rec.leaving()
+            if not rec.ended and leaving is not None and all(r in rec.exited for r in leaving):
+                self.settle_ready.add(e.allocation_id)  # a shrink to settle (`GangResized`)
         return refusal
 
     def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
@@ -995,8 +1039,11 @@ class Ledger:
                 else "of no job"
             )
             return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        if isinstance(e.ranks, tuple):
+            self._check_shrink(e, rec, job)
         rec.preemption = e
-        job.state = JobState.preempting
+        if not isinstance(e.ranks, tuple):  # a shrinking gang keeps running
+            job.state = JobState.preempting
         saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
@@ -1033,6 +1080,158 @@ class Ledger:
             saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
             self.expected.set(e.allocation_id, "checkpoint", saved_at)
             self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
+        return None
+
+    @staticmethod
+    def _check_shrink(e: ev.PreemptionRequested, rec: AllocationRecord, job: JobRecord) -> None:
+        """A partial preemption names distinct members of the allocation, not all of them,
+        and leaves at least `min_members`; else `InvalidResize`."""
+        ranks = {m.rank for m in rec.members}
+        named = e.ranks if isinstance(e.ranks, tuple) else ()
+        left = len(rec.members) - len(set(named))
+        if not named or len(set(named)) != len(named) or not set(named) <= ranks:
+            raise Refused(
+                "InvalidResize",
+                f"ranks {list(named)} are not distinct members of {e.allocation_id}",
+            )
+        if left < job.spec.members_min() or job.service is not None:
+            raise Refused(
+                "InvalidResize",
+                f"{e.job_id} would keep {left} members, below its minimum {job.spec.members_min()}",
+            )
+
+    def _resized(self, e: ev.GangResized) -> Refusal | None:
+        """An elastic gang shrank: the members that left give their capacity back; the
+        allocation keeps running with the others (checked first, changed atomically)."""
+        rec = self.allocations.get(e.allocation_id)
+        job = self.jobs.get(e.job_id)
+        if rec is None or rec.ended or job is None or rec.job_id != e.job_id:
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is not running")
+        if e.to_members > e.from_members:
+            return self._grown(e, rec, job)
+        leaving = rec.leaving()
+        if leaving is None or not all(r in rec.exited for r in leaving):
+            return Refusal(
+                "NotShrinking", f"allocation {e.allocation_id!r} has no members that left"
+            )
+        kept = tuple(m for m in rec.members if m.rank not in leaving)
+        if e.members != kept or (e.from_members, e.to_members) != (len(rec.members), len(kept)):
+            raise Refused(
+                "InvalidResize",
+                f"{e.allocation_id}: members after the resize must be those that stay",
+            )
+        old = self.fleet.allocation(e.allocation_id)
+        self.fleet.release(e.allocation_id)
+        try:
+            self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(kept), old.request)
+        except (PlacementConflict, ValueError) as err:
+            self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+        gone = tuple(m for m in rec.members if m.rank in leaving)
+        per_member = rec.gpu_milli // len(rec.members)
+        freed = per_member * len(gone)
+        self._accrue(rec.tenant, e.occurred_at_ms)
+        self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - freed
+        if not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[rec.tenant] = fixed.get(rec.tenant, 0) - freed
+            for model, milli in self.member_models(gone, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
+        if job.spec.spread:
+            per_node = self.spread_nodes.get(job.spec.spread.group, {})
+            for m in gone:
+                left = per_node.get(m.node, 0) - 1
+                if left > 0:
+                    per_node[m.node] = left
+                else:
+                    per_node.pop(m.node, None)
+        for node in rec.nodes():
+            self.node_allocations.get(node, set()).discard(e.allocation_id)
+        rec.members = kept
+        rec.node_names = tuple(sorted({m.node for m in kept}))
+        for node in rec.nodes():
+            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        rec.gpu_milli = per_member * len(kept)
+        for r in leaving:
+            rec.started.pop(r, None)
+            rec.exited.pop(r, None)
+            rec.checkpoints.pop(r, None)
+        rec.preemption = None
+        rec.resized_ms = e.occurred_at_ms
+        if _elastic(job):
+            self.growable.add(e.allocation_id)
+        self.settle_ready.discard(e.allocation_id)
+        self.expected.clear(e.allocation_id)
+        if len(rec.started) == len(rec.members):
+            self.awaiting_start.discard(e.allocation_id)
+            if job.spec.duration_s is not None:
+                remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+                self.expected.set(e.allocation_id, "end", min(rec.started.values()) + remaining)
+        if rec.all_exited() or any(o == "failed" for o, _ in rec.exited.values()):
+            self.settle_ready.add(e.allocation_id)
+        job.preemptions.append(
+            PreemptionRecord(
+                at_ms=e.occurred_at_ms,
+                by=e.preempted_by,
+                reason=e.reason,
+                allocation_id=e.allocation_id,
+                checkpointed=e.checkpointed,
+                lost_gpu_ms=e.lost_gpu_ms,
+            )
+        )
+        return None
+
+    def _grown(self, e: ev.GangResized, rec: AllocationRecord, job: JobRecord) -> Refusal | None:
+        """An elastic gang grew: the new members (the next ranks) are bound on top of the
+        running ones, atomically; they start like a placement's members."""
+        n = len(rec.members)
+        if rec.preemption is not None:
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is being preempted")
+        added = e.members[n:]
+        if (
+            (e.from_members, e.to_members) != (n, len(e.members))
+            or e.members[:n] != rec.members
+            or [m.rank for m in added] != list(range(n, len(e.members)))
+            or len(e.members) > job.spec.replicas
+            or not _elastic(job)
+        ):
+            raise Refused(
+                "InvalidResize",
+                f"{e.allocation_id}: a grow keeps the {n} members and adds the next ranks, up "
+                f"to {job.spec.replicas}",
+            )
+        old = self.fleet.allocation(e.allocation_id)
+        self.fleet.release(e.allocation_id)
+        try:
+            self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(e.members), old.request)
+        except (PlacementConflict, ValueError) as err:
+            self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+        per_member = rec.gpu_milli // n
+        more = per_member * len(added)
+        self._accrue(rec.tenant, e.occurred_at_ms)
+        self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) + more
+        if not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[rec.tenant] = fixed.get(rec.tenant, 0) + more
+            for model, milli in self.member_models(added, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
+        if job.spec.spread:
+            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            for m in added:
+                per_node[m.node] = per_node.get(m.node, 0) + 1
+        rec.members = e.members
+        rec.node_names = tuple(sorted({m.node for m in e.members}))
+        for node in rec.nodes():
+            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        rec.gpu_milli = per_member * len(e.members)
+        rec.resized_ms = e.occurred_at_ms
+        self.awaiting_start.add(e.allocation_id)
+        self.expected.clear(e.allocation_id)  # the end is set again once the new ones start
+        if len(e.members) >= job.spec.replicas:
+            self.growable.discard(e.allocation_id)
         return None
 
     def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
@@ -1105,6 +1304,7 @@ class Ledger:
         self.active.discard(allocation_id)
         self.awaiting_start.discard(allocation_id)
         self.settle_ready.discard(allocation_id)
+        self.growable.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
         self.time_limits.clear(allocation_id)
@@ -1312,6 +1512,12 @@ class Ledger:
         self.consolidations.pop(job_id, None)
 
 
+def _elastic(job: JobRecord) -> bool:
+    """Whether the job's gang may run with fewer members than `replicas` and grow back."""
+    spec = job.spec
+    return job.service is None and spec.min_members is not None and spec.min_members < spec.replicas
+
+
 MIG_HISTORY = 16
 _ENVELOPE = frozenset(ev.Event.__struct_fields__)
 """Fields every event has (ids, time, producer): not part of what a schedule sets."""
@@ -1342,6 +1548,7 @@ _HANDLERS: dict[type, Any] = {
     ev.MigReconfigured: Ledger._mig_reconfigured,
     ev.GangEvicted: Ledger._evicted,
     ev.GangRequeued: Ledger._requeued,
+    ev.GangResized: Ledger._resized,
     ev.GangCompleted: Ledger._completed,
     ev.GangFailed: Ledger._failed,
     ev.TimeLimitReached: Ledger._time_limit_reached,

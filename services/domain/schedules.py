@@ -27,6 +27,7 @@ from gpuledger.events import (
     TenantChange,
     TenantConfigured,
 )
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit, unset_if_none
 
 T = TypeVar("T")
 
@@ -138,6 +139,8 @@ def changed_tenant(current: TenantConfigured | None, change: TenantChange) -> Te
         limit_gpu_milli=_keep(change.limit_gpu_milli, base.limit_gpu_milli),
         over_quota_weight=_keep(change.over_quota_weight, base.over_quota_weight),
         guaranteed_by_model=dict(base.guaranteed_by_model),
+        borrowing_limit_gpu_milli=unset_if_none(borrowing_limit(base)),
+        lending_limit_gpu_milli=unset_if_none(lending_limit(base)),
     )
 
 

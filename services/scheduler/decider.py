@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -19,11 +21,12 @@ from gpuledger.events import (
     GangFailed,
     GangPlaced,
     GangRequeued,
+    GangResized,
     NodeLost,
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason
+from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason, ResizeReason
 from gpuledger.services.domain import dependencies as deps
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
@@ -31,7 +34,7 @@ from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
-from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.quota import lending_block, lends_limited, parent_of, quota_block
 from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
 from gpuledger.services.domain.timefmt import duration, instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
@@ -66,6 +69,8 @@ class _Round:
 
     array_placed: dict[str, int] = field(default_factory=dict)
     """Per array job, its tasks placed in this decide."""
+    lending: bool = False
+    """Some tenant sets a `lending_limit` (checked once per decide, not per job)."""
 
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
@@ -84,6 +89,7 @@ class _Round:
             dict(state.tenant_gpu_milli),
             dict(state.tenant_fixed_gpu_milli),
             dict(state.tenant_fixed_by_model),
+            lending=lends_limited(state.config.tenants),
         )
 
     @property
@@ -122,6 +128,8 @@ class _Limits:
     """A reservation keeps it off nodes it could otherwise use."""
     backfill_for: str | None = None
     over_models: list[tuple[str, int, int]] = field(default_factory=list)
+    max_members: int | None = None
+    """An elastic gang: the most members its tenant's quota allows (None: `replicas`)."""
 
 
 @dataclass
@@ -156,7 +164,10 @@ class Scheduler(LedgerService):
         out = self._settle(state, now_ms)
         if out:
             return out
-        return self._place(state, now_ms)
+        out = self._place(state, now_ms)
+        if out:
+            return out
+        return self._grow(state, now_ms)
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         # asked at every instant: each source is read only when it has entries
@@ -180,9 +191,17 @@ class Scheduler(LedgerService):
             times += [
                 t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
+        if state.growable and policy.min_runtime_s:  # a grow's cooldown ends
+            cooldown = policy.min_runtime_s * 1000
+            times += [
+                t
+                for a in sorted(state.growable)
+                if (r := state.allocations[a].resized_ms) is not None
+                and (t := r + cooldown) > now_ms
+            ]
         start_timeout = policy.start_timeout_s * 1000
         if start_timeout and state.awaiting_start:
-            times += [rec.placed_ms + start_timeout for rec in self._awaiting_start(state)]
+            times += [_bound_ms(rec) + start_timeout for rec in self._awaiting_start(state)]
         limit = state.time_limits.next_after(now_ms)
         if limit is not None:
             times.append(limit)
@@ -238,7 +257,7 @@ class Scheduler(LedgerService):
         if timeout and state.awaiting_start:
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
-                if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
+                if now_ms - _bound_ms(rec) >= timeout and not job.cancel_requested:
                     out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
             if out:
                 return out
@@ -271,9 +290,12 @@ class Scheduler(LedgerService):
                         message=f"member rank {rank} failed",
                     )
                 )
+            elif rec.leaving() is not None and not rec.all_exited():
+                out.append(self._shrunk(state, now_ms, rec, job))
             elif rec.all_exited():
-                outcomes = {o for o, _ in rec.exited.values()}
-                if rec.preemption is not None or "preempted" in outcomes:
+                leaving = rec.leaving() or ()
+                outcomes = {o for r, (o, _) in rec.exited.items() if r not in leaving}
+                if (rec.preemption is not None and not leaving) or "preempted" in outcomes:
                     p = rec.preemption
                     out += self._evict(
                         state,
@@ -380,6 +402,42 @@ class Scheduler(LedgerService):
             ),
         )
 
+    def _shrunk(self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord) -> Event:
+        """The members a partial preemption asked to leave have all exited: the elastic
+        gang runs on with the others (`GangResized`), the work the leavers lost counted."""
+        leaving = rec.leaving() or ()
+        gone = tuple(m for m in rec.members if m.rank in leaving)
+        kept = tuple(m for m in rec.members if m.rank not in leaving)
+        per_member = rec.gpu_milli // len(rec.members)
+        part = AllocationRecord(
+            **{
+                **rec.__dict__,
+                "members": gone,
+                "gpu_milli": per_member * len(gone),
+                "started": {r: t for r, t in rec.started.items() if r in leaving},
+                "exited": {r: x for r, x in rec.exited.items() if r in leaving},
+                "checkpoints": {r: c for r, c in rec.checkpoints.items() if r in leaving},
+            }
+        )
+        work = work_outcome(part, job.spec.checkpoint)
+        p = rec.preemption
+        return self.emit(
+            state,
+            now_ms,
+            GangResized,
+            key=f"{rec.allocation_id}:{len(rec.members)}-{len(kept)}:{p.event_id if p else ''}",
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            members=kept,
+            from_members=len(rec.members),
+            to_members=len(kept),
+            reason=p.reason if p is not None else "Preempted",
+            preempted_by=p.beneficiary if p is not None else None,
+            checkpointed=work.checkpointed,
+            lost_gpu_ms=work.lost_gpu_ms,
+        )
+
     def _evict(
         self,
         state: Ledger,
@@ -443,6 +501,72 @@ class Scheduler(LedgerService):
                     job_id=job.job_id,
                     after_allocation_id=rec.allocation_id,
                     resume_step=step if step is not None else job.resume_step,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------ elastic gangs
+
+    def _grow(self, state: Ledger, now_ms: int) -> list[Event]:
+        """Elastic gangs below `replicas` take capacity that is free once the queue has
+        nothing waiting for capacity (queued work first): each, in allocation order, gets as
+        many more members as fit and as its tenant's quota allows (`GangResized` up), unless
+        it is starting, being preempted, or was resized less than `policy.min_runtime_s`
+        ago (the anti-thrash cooldown)."""
+        if not state.growable:
+            return []
+        for j in state.pending:
+            job = state.jobs[j]
+            if not job.cancel_requested and (job.reason is None or job.reason in CAPACITY_REASONS):
+                return []
+        cooldown = state.config.policy.min_runtime_s * 1000
+        rnd = _Round.start(state)
+        exclude = state.nominated_nodes(now_ms=now_ms)
+        out: list[Event] = []
+        for alloc_id in sorted(state.growable):
+            rec = state.allocations[alloc_id]
+            job = state.jobs[rec.job_id]
+            if rec.preemption is not None or job.cancel_requested:
+                continue
+            if len(rec.started) < len(rec.members) or rec.exited:
+                continue
+            if rec.resized_ms is not None and now_ms < rec.resized_ms + cooldown:
+                continue
+            n = len(rec.members)
+            per = job.spec.resources.gpu_milli_total()
+            k = job.spec.replicas - n
+            while k > 0 and self._quota_block(
+                state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
+            ):
+                k -= 1
+            if k <= 0:
+                continue
+            request = msgspec.structs.replace(state.gang_request(job), replicas=k, min_members=1)
+            view = rnd.trial
+            placed = view.place(request, rnd.policy, exclude=exclude, explain=False)
+            if not isinstance(placed, Placement):
+                continue
+            view.allocate(f"{alloc_id}~grow", job.tenant, placed, request)
+            added = tuple(
+                msgspec.structs.replace(m, rank=n + i) for i, m in enumerate(to_members(placed))
+            )
+            rnd.usage[job.tenant] = rnd.usage.get(job.tenant, 0) + per * len(added)
+            if not job.preemptible:
+                rnd.fixed[job.tenant] = rnd.fixed.get(job.tenant, 0) + per * len(added)
+            since = rec.resized_ms if rec.resized_ms is not None else rec.placed_ms
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    GangResized,
+                    key=f"{alloc_id}:grow:{n}-{n + len(added)}:{since}",
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    allocation_id=alloc_id,
+                    members=rec.members + added,
+                    from_members=n,
+                    to_members=n + len(added),
+                    reason=ResizeReason.Grow,
                 )
             )
         return out
@@ -563,12 +687,23 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """One job: limits, quota, trial placement, then GangPlaced or a pending reason."""
         lim = self._limits(state, now_ms, rnd, job)
-        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need)
+        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need, rnd.lending)
         if block is not None:
             details: dict = {"queue_position": position}
             if block[0] == PendingReason.NonPreemptibleOverQuota and state.config.schedules:
                 block = self._scheduled_quota(state, now_ms, job, rnd, lim, block, details)
+            if len(block) > 2:
+                details.update(block[2])
             return self._pending(state, now_ms, job, block[0], block[1], details)
+        spec = job.spec
+        if spec.min_members is not None and spec.min_members < spec.replicas:
+            # members above the minimum only as far as the tenant's quota allows
+            per, k = spec.resources.gpu_milli_total(), spec.replicas
+            while k > spec.min_members and self._quota_block(
+                state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
+            ):
+                k -= 1
+            lim.max_members = k
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
             return [self._bind(state, now_ms, rnd, job, result, lim.backfill_for)]
@@ -649,6 +784,8 @@ class Scheduler(LedgerService):
         """The trial placement: preemptible backfill off the reserved nodes first, if it fits
         there (then it is no backfill); clears `lim.backfill_for` when not on them."""
         request = state.gang_request(job)
+        if lim.max_members is not None and lim.max_members < request.replicas:
+            request = msgspec.structs.replace(request, replicas=lim.max_members)
         result = None
         if lim.backfill_for is not None:  # off the reserved nodes when it fits there
             assert rnd.reservation is not None
@@ -982,6 +1119,7 @@ class Scheduler(LedgerService):
         usage: dict[str, int],
         fixed_usage: dict[str, int],
         need: int,
+        lending: bool | None = None,
     ):
         tenants = state.config.tenants
         t = job.tenant
@@ -996,6 +1134,9 @@ class Scheduler(LedgerService):
                 if block is not None:
                     return block
             t = parent_of(t)
+        if lends_limited(tenants) if lending is None else lending:
+            capacity = state.fleet.capacity_gpus() * 1000
+            return lending_block(tenants, usage, capacity, job.tenant, need)
         return None
 
     @staticmethod
@@ -1065,3 +1206,9 @@ def _count_spread(counts: dict[str, dict[str, int]], group: str, members) -> Non
     per_node = counts.setdefault(group, {})
     for m in members:
         per_node[m.node] = per_node.get(m.node, 0) + 1
+
+
+def _bound_ms(rec: AllocationRecord) -> int:
+    """When the allocation's newest members were bound: its placement, or its last resize
+    (members added by a grow start from then)."""
+    return rec.placed_ms if rec.resized_ms is None else max(rec.placed_ms, rec.resized_ms)

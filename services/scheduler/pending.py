@@ -49,7 +49,16 @@ PENDING: tuple[PendingRule, ...] = (
         "quota",
         False,
         False,
-        "the tenant or an ancestor would exceed its `limit`: uses X of its Y-GPU limit",
+        "the tenant or an ancestor would exceed its `limit` (uses X of its Y-GPU limit) or "
+        "its `borrowing_limit` (borrows X of its Y-GPU borrowing_limit)",
+    ),
+    PendingRule(
+        PendingReason.LendingLimit,
+        "quota",
+        False,
+        False,
+        "the job would borrow, and the free capacity is unused guarantee that other tenants "
+        "do not lend (`lending_limit`): X of the Y free GPUs are not lent, naming who keeps them",
     ),
     PendingRule(
         PendingReason.NonPreemptibleOverQuota,

@@ -224,3 +224,29 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
     assert text.count("starting at step") == 2  # one process per rank, never a second start
     assert not [e for e in events if isinstance(e, ev.NodeLost)]
     assert "agent.adopted" in (tmp_path / "agent-n1.log").read_text()
+
+
+async def test_an_elastic_gang_shrinks_for_a_job_then_grows_back_live(live):
+    """examples/live-elastic.yaml: given a 4-member elastic gang (min 2) of real processes,
+    when a production job needs 2 GPUs, then only ranks 2 and 3 checkpoint and exit, the gang
+    runs on with 2 whose members read world size 2; after the job it grows back to 4."""
+    c = live("live-elastic.yaml")
+    ledger, log = await run_scenario(c, timeout_s=50)
+    jobs = ledger.jobs
+    assert jobs["elastic"].state == "completed", (jobs["elastic"].state, c.logs())
+    assert jobs["prod"].state == "completed", (jobs["prod"].state, c.logs())
+    assert not [e for e in log if isinstance(e, ev.GangEvicted)]
+    (req,) = [e for e in log if isinstance(e, ev.PreemptionRequested)]
+    assert (req.job_id, req.ranks) == ("elastic", (2, 3))
+    resized = [(e.from_members, e.to_members) for e in log if isinstance(e, ev.GangResized)]
+    assert resized == [(4, 2), (2, 4)], c.logs()
+    left = [
+        e
+        for e in log
+        if isinstance(e, ev.MemberExited) and e.job_id == "elastic" and e.outcome == "preempted"
+    ]
+    assert sorted((e.rank, e.exit_code) for e in left) == [(2, 75), (3, 75)]
+    for rank in (0, 1):
+        text = member_log(c, "elastic#1", rank)
+        assert "world size now 2" in text and "done at step 500" in text, text
+        assert text.index("world size now 2") < text.index("world size now 4"), text

@@ -161,3 +161,35 @@ def test_sql_writes_typed_parquet_for_scripts(data, tmp_path):
     bad = run("sql", "SELECT * FROM nope", "-o", "parquet", "--to", str(out), data=data)
     assert bad.exit_code == 1 and "query failed" in bad.output
     assert len(bad.output.strip().splitlines()) == 1  # one line, not DuckDB's caret block
+
+
+def test_tenants_show_borrowing_and_lending_limits(tmp_path):
+    # given tenants configured with a borrowing limit, a lending limit, and neither
+    from gpuledger.events import subject_for
+    from gpuledger.services.domain.configfile import config_events
+
+    doc = {
+        "tenants": [
+            {"name": "a", "guaranteed": 4, "borrowing_limit": 2},
+            {"name": "b", "guaranteed": 8, "lending_limit": "1500m"},
+            {"name": "c", "guaranteed": 1},
+        ]
+    }
+    log = [(i, subject_for(e), e) for i, e in enumerate(config_events(doc), 1)]
+    write_log(tmp_path / "log.jsonl", log)
+    r = run("project", "--rebuild", "--log", str(tmp_path / "log.jsonl"), data=tmp_path)
+    assert r.exit_code == 0, r.output
+    # when `tenants` lists them, then the table and the JSON carry both limits in GPUs
+    lines = run("tenants", data=tmp_path).output.splitlines()
+    assert lines[0].split()[:5] == ["NAME", "GUARANTEED", "LIMIT", "BORROW-LIMIT", "LEND-LIMIT"]
+    rows = {line.split()[0]: line.split()[1:5] for line in lines[1:]}
+    assert rows == {
+        "a": ["4", "-", "2", "-"],
+        "b": ["8", "-", "-", "1.5"],
+        "c": ["1", "-", "-", "-"],
+    }
+    got = {
+        t["tenant"]: (t["borrowing_limit_gpus"], t["lending_limit_gpus"])
+        for t in json.loads(run("tenants", "-o", "json", data=tmp_path).output)
+    }
+    assert got == {"a": (2, None), "b": (None, 1.5), "c": (None, None)}

@@ -136,6 +136,36 @@ def test_exceeds_limit_the_tenant_would_pass_its_limit():
     assert e.message == "tenant a uses 4 of its 6-GPU limit, job needs 4"
 
 
+def test_exceeds_limit_the_tenant_would_pass_its_borrowing_limit():
+    tenants = [{"name": "a", "guaranteed": 2, "borrowing_limit": 3}]
+    _, out = scheduled(
+        fleet(N8, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpus": 4}],
+        [{"id": "j", "tenant": "a", "gpus": 2}],
+    )
+    e = why(out, "j")
+    assert e.reason == PendingReason.ExceedsLimit
+    assert e.message == (
+        "tenant a borrows 2 of its 3-GPU borrowing_limit (uses 4, guaranteed 2), job needs 2"
+    )
+
+
+def test_lending_limit_the_free_gpus_are_a_guarantee_its_tenant_does_not_lend():
+    tenants = [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 4, "lending_limit": 1}]
+    _, out = scheduled(
+        fleet(N8, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpus": 4}],
+        [{"id": "j", "tenant": "a", "gpus": 2}],
+    )
+    e = why(out, "j")
+    assert e.reason == PendingReason.LendingLimit
+    assert e.message == (
+        "tenant a would borrow; 3 of the 4 free GPUs are unused guarantee not lent: b keeps 3 "
+        "(lends 1 of 4 guaranteed, uses 0); job needs 2"
+    )
+    assert (e.details["free_gpu_milli"], e.details["held_gpu_milli"]) == (4000, 3000)
+
+
 def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible_work():
     tenants = [{"name": "a", "guaranteed": 4}]
     _, out = scheduled(

@@ -64,6 +64,24 @@ def test_set_tenant_and_class_keys(demo_log):
     assert sim.ledger.config.classes["train"].value == 60
 
 
+def test_an_overlay_sets_lending_and_borrowing_limits_and_keeps_recorded_ones():
+    # given a log whose prod tenant lends at most 2 of its 8
+    log = simulate(load(EXAMPLES / "lending-limits.yaml")).log
+    # when a what-if changes prod's guarantee and sets research's lending limit
+    inputs, _ = apply_overlays(
+        external_inputs(log),
+        ["tenants.prod.guaranteed=6", "tenants.research.lending_limit=1"],
+    )
+    tenants = replay(inputs).ledger.config.tenants
+    # then prod keeps its recorded lending limit, and the new limit is in force
+    assert (tenants["prod"].guaranteed_gpu_milli, tenants["prod"].lending_limit_gpu_milli) == (
+        6000,
+        2000,
+    )
+    assert tenants["research"].borrowing_limit_gpu_milli == 4000
+    assert tenants["research"].lending_limit_gpu_milli == 1000
+
+
 @pytest.mark.parametrize(
     "item, message",
     [
