@@ -241,7 +241,7 @@ class AgentDecider(LedgerService):
         if job is not None and job.cancel_requested:
             at = state.cancelled_ms.get(job.job_id)
             return None if at is None else at + self._grace_ms(state, job)
-        if rec.stops(rank):
+        if rec.preemption is not None and rec.preempts(rank):
             return rec.preemption.deadline_ms
         if rec.time_limit is not None:
             return rec.time_limit.deadline_ms

@@ -255,7 +255,7 @@ class SimulatedAgent(LedgerService):
             return []
         _, what = due
         if what == "checkpoint":
-            stop = _stop_request(rec)
+            stop = _stop_request(rec, rank)
             assert stop is not None
             progress = rec.start_progress_ms + (stop.occurred_at_ms - started)
             return [
