@@ -48,9 +48,18 @@ class DefaultScorer:
         frag = ctx.frag_scarce or base
         idle = free_gpu_milli(node)
         taken = 0 if member.kind == "cpu" else (member.gpu_milli or GPU_MILLI * member.gpus)
-        weight, ratio = base.strand_profile(node.frag_layout, node.spec.cpu_milli)
-        strand_before = frag.stranded(ratio, idle, node.free_cpu)
-        strand_after = frag.stranded(ratio, idle - taken, node.free_cpu - member.cpu_milli)
+        spec = node.spec
+        weight, ratio, mem_ratio = frag.base.strand_profile(
+            node.frag_layout, spec.cpu_milli, spec.memory_mib
+        )
+        strand_before = frag.stranded(ratio, idle, node.free_cpu, mem_ratio, node.free_mem)
+        strand_after = frag.stranded(
+            ratio,
+            idle - taken,
+            node.free_cpu - member.cpu_milli,
+            mem_ratio,
+            node.free_mem - member.memory_mib,
+        )
         bonus = weight * (strand_before - strand_after)
         best: tuple[int, Option] | None = None
         for delta, _, opt in frag_delta_scores(frag, node, member, opts):

@@ -276,7 +276,8 @@ class Fleet:
         self._models: dict[str, int] = {}  # GPU model -> GPUs of that model on known nodes
         self._memo_cap = 4096  # states memoised per shape cache: max(4096, 2 x nodes)
         self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
-        self._scarce = self._frag  # typical tasks weighted by model scarcity (`_rescarce`)
+        self._dfrag = self._memory_frag(self._frag)
+        self._scarce = self._dfrag  # `default`'s, weighted by model scarcity (`_rescarce`)
         self._ctx = ScoreContext(frag=self._frag, frag_scarce=self._scarce)
         if node_order is not None:
             self.set_node_order(node_order)
@@ -288,9 +289,12 @@ class Fleet:
     def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
         """The workload fragmentation-aware scorers optimise for (drops score caches)."""
         self._frag = Fragmentation(tasks)
+        self._dfrag = self._memory_frag(self._frag)
         for state in self._nodes.values():
-            self._frag.remember_profile(state.frag_layout, state.spec.cpu_milli)
-        self._scarce = self._frag.scarcity_weighted(self._supply())
+            self._dfrag.remember_profile(
+                state.frag_layout, state.spec.cpu_milli, state.spec.memory_mib
+            )
+        self._scarce = self._dfrag.scarcity_weighted(self._supply())
         self._refresh_context(force=True)
 
     def set_node_order(self, names: Iterable[str]) -> None:
@@ -332,13 +336,20 @@ class Fleet:
             self._ctx = ctx
             self._caches.clear()
 
+    @staticmethod
+    def _memory_frag(frag: Fragmentation) -> Fragmentation:
+        """`default`'s measure: FGD's plus host memory (the same object when no typical
+        task asks memory, so its memo is shared)."""
+        with_memory = Fragmentation(frag.tasks, memory=True)
+        return with_memory if with_memory.memory else frag
+
     def _supply(self) -> dict[str, int]:
         return {m: n for m, n in sorted(self._models.items()) if n}
 
     def _rescarce(self) -> None:
         """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed
         (score caches are dropped only if a weight changed)."""
-        scarce = self._frag.scarcity_weighted(self._supply())
+        scarce = self._dfrag.scarcity_weighted(self._supply())
         if scarce.tasks != self._scarce.tasks:
             self._scarce = scarce
             c = self._ctx
@@ -375,7 +386,7 @@ class Fleet:
                     llog = self._llogs[pair] = _Log()
                 llog.limit = 4 * len(nodes) + 1024
             self._llogs_of[state.seq] = tuple(self._llogs[p] for p in spec.labels)
-        self._frag.remember_profile(state.frag_layout, spec.cpu_milli)
+        self._dfrag.remember_profile(state.frag_layout, spec.cpu_milli, spec.memory_mib)
         if state.shape_id not in self._slogs:
             self._slogs[state.shape_id] = _Log()
         self._memo_cap = max(self._memo_cap, 2 * len(self._nodes))
@@ -449,6 +460,19 @@ class Fleet:
             for n in self._nodes.values()
             if n.schedulable
         )
+
+    def idle_breakdown(self) -> tuple[int, int, int]:
+        """Idle milli over non-MIG GPUs of schedulable nodes as (usable, fragmented,
+        stranded) for the fleet's typical tasks (`Fragmentation.idle_breakdown`, host
+        memory counted when the tasks ask memory): *stranded* is idle GPU that some typical
+        task could use but whose node lacks the CPU or memory for every such task."""
+        frag = self._dfrag
+        usable = fragmented = stranded = 0
+        for n in self._nodes.values():
+            if n.schedulable:
+                u, f, s = frag.idle_breakdown(n.frag_layout, n.free_cpu, n.free_mem, n.gpu_free)
+                usable, fragmented, stranded = usable + u, fragmented + f, stranded + s
+        return usable, fragmented, stranded
 
     def allocation(self, allocation_id: str) -> Allocation:
         a = self._allocs.get(allocation_id)

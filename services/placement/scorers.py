@@ -133,9 +133,10 @@ def frag_delta_scores(
     if memo is not None and memo[0] == node.version and memo[1] is frag:
         before = memo[2]
     else:
-        before = frag.node_frag(layout, node.free_cpu, free)
+        before = frag.node_frag(layout, node.free_cpu, free, node.free_mem)
         node.frag_memo = (node.version, frag, before)
     cpu_after = node.free_cpu - member.cpu_milli
+    mem_after = node.free_mem - member.memory_mib
     taken = gpu_milli_taken(member)
     out = []
     seen: dict[int | tuple[int, ...], int] = {}
@@ -147,7 +148,7 @@ def frag_delta_scores(
             after_free = list(free)
             for p in positions:
                 after_free[p] -= taken
-            delta = before - frag.node_frag(layout, cpu_after, after_free)
+            delta = before - frag.node_frag(layout, cpu_after, after_free, mem_after)
             seen[sig] = delta
         out.append((delta, frag.score(delta), opt))
     return out
