@@ -52,6 +52,12 @@ def _policies(policy: str) -> list[str]:
 
 @bench_app.command()
 def openb(
+    folder: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[DIR]", help="trace folder (the same as --trace DIR)", show_default=False
+        ),
+    ] = None,
     pods: Annotated[
         Path | None,
         typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
@@ -82,7 +88,8 @@ def openb(
     all_traces: Annotated[
         bool,
         typer.Option(
-            "--all-traces", help="every openb_pod_list_*.csv in --trace DIR, one table row each"
+            "--all-traces",
+            help="every openb_pod_list_*.csv in DIR (or --trace DIR), one table row each",
         ),
     ] = False,
     markdown: Annotated[
@@ -96,12 +103,14 @@ def openb(
     """Replay the openb trace under the FGD paper's protocol; unallocated GPU % at 100%.
 
     Needs the full trace (not shipped; tests/fixtures/openb has small slices): a missing
-    file stops with one line saying where to get it, exit status 2. ``--all-traces`` runs
-    every pod list of the folder and prints (``--markdown``: writes) one table, e.g.
-    ``--all-traces --policy fgd,default --seeds 42-51 --markdown table.md``."""
+    file stops with one line saying where to get it, exit status 2. ``--all-traces DIR`` runs
+    every pod list of DIR and prints (``--markdown``: writes) one table, e.g.
+    ``--all-traces DIR --policy fgd,default --seeds 42-51 --markdown table.md``."""
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    if folder is not None:
+        trace = folder
     if all_traces:
         _all_traces(trace, nodes, policy, seeds, inflate, json_out, workers, markdown)
         return
@@ -169,8 +178,12 @@ def _all_traces(
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    lists = table.pod_lists(trace) if trace is not None else []
+    if trace is not None and trace.is_dir() and not lists:
+        typer.echo(f"error: {trace}: no openb_pod_list_*.csv in this folder", err=True)
+        raise typer.Exit(2)
     try:
-        _, nodes = trace_files(trace, None, nodes)
+        _, nodes = trace_files(trace, lists[0] if lists else None, nodes)
     except TraceNotFound as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -179,7 +192,7 @@ def _all_traces(
     seed_list = parse_seeds(seeds)
     node_list = load_nodes(nodes)
     rows = []
-    for pods in table.pod_lists(trace):
+    for pods in lists:
         tasks = load_tasks(pods)
         reports = [
             run(node_list, tasks, name, seed_list, inflate, str(pods), None, workers)
@@ -193,7 +206,7 @@ def _all_traces(
                 err=True,
             )
     command = (
-        f"gpuledger bench openb --trace {trace} --all-traces --policy {policy} "
+        f"gpuledger bench openb --all-traces {trace} --policy {policy} "
         f"--seeds {seeds} --inflate {inflate}"
     )
     text = table.markdown(rows, seed_list, inflate, command)
