@@ -223,7 +223,13 @@ def fleet(
     policy: Annotated[
         str, typer.Option("--policy", help="scorer name, comma list, or 'all'")
     ] = "all",
-    nodes: Annotated[int, typer.Option("--nodes", help="8-GPU H100 nodes")] = 500,
+    nodes: Annotated[
+        int, typer.Option("--nodes", help="nodes (8-GPU H100, or the openb mix)")
+    ] = 500,
+    mix: Annotated[
+        str,
+        typer.Option("--mix", help="h100 (8 x H100 per node) or openb (openb node types repeated)"),
+    ] = "h100",
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", help="queued jobs, one decision each (default: 20 per node)"),
@@ -233,8 +239,9 @@ def fleet(
         Path | None, typer.Option("--json", help="write the report as JSON")
     ] = None,
 ) -> None:
-    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100 (job lifetimes
-    scale with the fleet, so every size runs at about the same occupancy)."""
+    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100, or NODES of the
+    openb node mix (``--mix openb``); job lifetimes scale with the fleet's GPUs, so every
+    size runs at about the same occupancy."""
     from gpuledger.replay.fleet_bench import run
 
     console = _console()
@@ -244,8 +251,14 @@ def fleet(
         if chatty:
             console.print(f"[dim]{r.policy}: {r.decisions_per_s:,.0f} decisions/s[/dim]")
 
-    report = run(_policies(policy), nodes, jobs, seed, progress)
-    table = Table(title=f"fleet: {report.nodes} nodes, {report.gpus} GPUs, {report.jobs} jobs")
+    if mix not in ("h100", "openb"):
+        typer.echo(f"error: --mix {mix}: unknown node mix; known: h100, openb", err=True)
+        raise typer.Exit(2)
+    report = run(_policies(policy), nodes, jobs, seed, progress, mix)
+    table = Table(
+        title=f"fleet ({report.mix}): {report.nodes} nodes, {report.gpus} GPUs, "
+        f"{report.jobs} jobs, peak RSS {report.max_rss_mib:,.0f} MiB"
+    )
     for col in (
         "POLICY",
         "DECISIONS/S",
