@@ -274,6 +274,7 @@ class Fleet:
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
         self._models: dict[str, int] = {}  # GPU model -> GPUs of that model on known nodes
+        self._host_total = [0, 0]  # CPU milli, memory MiB of known nodes
         self._memo_cap = 4096  # states memoised per shape cache: max(4096, 2 x nodes)
         self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
         self._dfrag = self._memory_frag(self._frag)
@@ -322,6 +323,7 @@ class Fleet:
                     max(self._ctx.max_node_gpu_milli, gpu_milli),
                     self._frag,
                     self._scarce,
+                    self._ctx.host_bound,
                 )
                 self._caches.clear()
                 return
@@ -331,6 +333,7 @@ class Fleet:
             max_node_gpu_milli=max((GPU_MILLI * len(n.spec.gpus) for n in nodes), default=1) or 1,
             frag=self._frag,
             frag_scarce=self._scarce,
+            host_bound=self._host_bound(),
         )
         if force or ctx != self._ctx:
             self._ctx = ctx
@@ -346,14 +349,22 @@ class Fleet:
     def _supply(self) -> dict[str, int]:
         return {m: n for m, n in sorted(self._models.items()) if n}
 
+    def _host_bound(self) -> bool:
+        gpu_milli = GPU_MILLI * sum(self._models.values())
+        return self._dfrag.host_bound(self._host_total[0], self._host_total[1], gpu_milli)
+
     def _rescarce(self) -> None:
-        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed
-        (score caches are dropped only if a weight changed)."""
+        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed,
+        and re-check whether they are host-bound after its capacity changed (score caches
+        are dropped only if a weight or that answer changed)."""
         scarce = self._dfrag.scarcity_weighted(self._supply())
-        if scarce.tasks != self._scarce.tasks:
+        bound = self._host_bound()
+        if scarce.tasks != self._scarce.tasks or bound != self._ctx.host_bound:
             self._scarce = scarce
             c = self._ctx
-            self._ctx = ScoreContext(c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce)
+            self._ctx = ScoreContext(
+                c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce, bound
+            )
             self._caches.clear()
 
     # -- nodes -------------------------------------------------------------------------
@@ -392,6 +403,8 @@ class Fleet:
         self._memo_cap = max(self._memo_cap, 2 * len(self._nodes))
         for g in spec.gpus:
             self._models[g.model] = self._models.get(g.model, 0) + 1
+        self._host_total[0] += spec.cpu_milli
+        self._host_total[1] += spec.memory_mib
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
         self._logged(state.seq)
         self._refresh_context(added=None if old is not None else spec)
@@ -407,6 +420,8 @@ class Fleet:
         self._llogs_of.pop(state.seq, None)
         for g in state.spec.gpus:
             self._models[g.model] -= 1
+        self._host_total[0] -= state.spec.cpu_milli
+        self._host_total[1] -= state.spec.memory_mib
         self._leaf[state.spec.leaf_switch].remove(state.seq)
         self._logged(state.seq)
 

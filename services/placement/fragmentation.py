@@ -120,6 +120,19 @@ class Fragmentation:
         weighted.base = self.base
         return weighted
 
+    def host_bound(self, cpu_total: int, memory_total: int, gpu_milli_total: int) -> bool:
+        """Whether the typical tasks ask as much CPU per GPU as the fleet has, or (when memory
+        counts) as much memory per GPU: host resources, not GPUs, then run out first.
+        Count-weighted over the typical GPU and CPU-only tasks; ``*_total``: the fleet's."""
+        gpu_w = sum(t.weight * t.num_gpu * t.per_gpu_milli for t in self.tasks)
+        if not gpu_w or not gpu_milli_total:
+            return False
+        cpu_w = sum(t.weight * t.cpu_milli for t in self.tasks)
+        if cpu_w * gpu_milli_total >= cpu_total * gpu_w:
+            return True
+        mem_w = sum(t.weight * t.memory_mib for t in self.tasks)
+        return self.memory and mem_w * gpu_milli_total >= memory_total * gpu_w
+
     def strand_profile(
         self, layout: Layout, cpu_capacity: int, memory_capacity: int = 0
     ) -> tuple[int, int, int]:

@@ -28,17 +28,27 @@ from .state import NodeState
 
 class ScoreContext(msgspec.Struct, frozen=True):
     """Fleet-wide inputs of scorers: largest node capacities (normalisation), the workload's
-    typical tasks (fragmentation) and the same tasks weighted by the scarcity of the GPU
-    models they require in this fleet (`Fragmentation.scarcity_weighted`, for `default`)."""
+    typical tasks (fragmentation), the same tasks weighted by the scarcity of the GPU
+    models they require in this fleet (`Fragmentation.scarcity_weighted`, for `default`),
+    and whether they would run the fleet out of CPU or memory before GPUs."""
 
     max_node_cpu: int = 1
     max_node_gpu_milli: int = 1
     frag: Fragmentation | None = None
     frag_scarce: Fragmentation | None = None
+    host_bound: bool = False
+    """The typical tasks ask at least the fleet's CPU (or memory) per GPU
+    (`Fragmentation.host_bound`; read by `default`)."""
 
     def __hash__(self) -> int:  # frag is compared by identity
         return hash(
-            (self.max_node_cpu, self.max_node_gpu_milli, id(self.frag), id(self.frag_scarce))
+            (
+                self.max_node_cpu,
+                self.max_node_gpu_milli,
+                id(self.frag),
+                id(self.frag_scarce),
+                self.host_bound,
+            )
         )
 
 

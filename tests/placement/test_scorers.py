@@ -288,3 +288,43 @@ def test_default_avoids_stranding_gpus_behind_exhausted_memory():
     big = gang("c", cpu_milli=4000, memory_mib=204_800)
     assert f.place(big, "default").members[0].node == "busy"
     assert f.place(big, "fgd").members[0].node == "idle"
+
+
+def test_host_bound_when_typical_tasks_ask_the_fleets_cpu_per_gpu():
+    # 2 tasks: 12 cores per GPU and a CPU-only one of 8 cores: 20 cores per GPU asked
+    tasks = (TypicalTask(12_000, 1, 1000, weight=1), TypicalTask(8_000, 0, 0, weight=1))
+    frag = Fragmentation(tasks)
+    assert frag.host_bound(cpu_total=20_000, memory_total=10**6, gpu_milli_total=1000)
+    assert not frag.host_bound(cpu_total=20_001, memory_total=10**6, gpu_milli_total=1000)
+    # memory counts only in the memory-aware measure
+    heavy = (TypicalTask(1000, 1, 1000, weight=1, memory_mib=100_000),)
+    assert Fragmentation(heavy, memory=True).host_bound(10**6, 100_000, 1000)
+    assert not Fragmentation(heavy).host_bound(10**6, 100_000, 1000)
+    assert not Fragmentation((TypicalTask(8_000, 0, 0),)).host_bound(1, 1, 1000)  # no GPU task
+
+
+def test_fleet_rechecks_host_bound_when_its_capacity_changes():
+    tasks = (TypicalTask(12_000, 1, 1000, weight=1),)
+    lean = node("lean", gpus=2, sharing="mps", cpu=16_000)  # 8 cores per GPU
+    rich = node("rich", gpus=2, sharing="mps", cpu=64_000)
+    f = Fleet([lean], typical_tasks=tasks)
+    assert f._ctx.host_bound
+    f.add_node(rich)  # 80 cores for 4 GPUs: 20 per GPU
+    assert not f._ctx.host_bound
+    f.remove_node("rich")
+    assert f._ctx.host_bound
+
+
+def test_the_cpu_scarce_openb_slice_is_host_bound_and_the_default_one_is_not():
+    from pathlib import Path
+
+    from gpuledger.replay.openb.trace import load_nodes, load_tasks
+    from gpuledger.replay.openb.workload import typical_tasks
+
+    openb = Path(__file__).resolve().parents[1] / "fixtures" / "openb"
+    specs = [n.spec() for n in load_nodes(openb / "openb_node_list_gpu_node.csv")]
+    bound = {
+        name: Fleet(specs, typical_tasks=typical_tasks(load_tasks(openb / name)))._ctx.host_bound
+        for name in ("openb_pod_list_cpu300.csv", "openb_pod_list_default.csv")
+    }
+    assert bound == {"openb_pod_list_cpu300.csv": True, "openb_pod_list_default.csv": False}
