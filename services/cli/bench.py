@@ -54,6 +54,12 @@ def _policies(policy: str) -> list[str]:
 
 @bench_app.command()
 def openb(
+    folder: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[DIR]", help="trace folder (the same as --trace DIR)", show_default=False
+        ),
+    ] = None,
     pods: Annotated[
         Path | None,
         typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
@@ -84,7 +90,8 @@ def openb(
     all_traces: Annotated[
         bool,
         typer.Option(
-            "--all-traces", help="every openb_pod_list_*.csv in --trace DIR, one table row each"
+            "--all-traces",
+            help="every openb_pod_list_*.csv in DIR (or --trace DIR), one table row each",
         ),
     ] = False,
     markdown: Annotated[
@@ -98,15 +105,17 @@ def openb(
     """Replay the openb trace under the FGD paper's protocol; unallocated GPU % at 100%.
 
     Needs the full trace (not shipped; tests/fixtures/openb has small slices): a missing
-    file stops with one line saying where to get it, exit status 2. ``--all-traces`` runs
-    every pod list of the folder and prints (``--markdown``: writes) one table, e.g.
-    ``--all-traces --policy fgd,default --seeds 42-51 --markdown table.md``."""
+    file stops with one line saying where to get it, exit status 2. ``--all-traces DIR`` runs
+    every pod list of DIR and prints (``--markdown``: writes) one table, e.g.
+    ``--all-traces DIR --policy fgd,default --seeds 42-51 --markdown table.md``."""
     import msgspec
     from rich.table import Table
 
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    if folder is not None:
+        trace = folder
     if all_traces:
         _all_traces(trace, nodes, policy, seeds, inflate, json_out, workers, markdown)
         return
@@ -176,8 +185,12 @@ def _all_traces(
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    lists = table.pod_lists(trace) if trace is not None else []
+    if trace is not None and trace.is_dir() and not lists:
+        typer.echo(f"error: {trace}: no openb_pod_list_*.csv in this folder", err=True)
+        raise typer.Exit(2)
     try:
-        _, nodes = trace_files(trace, None, nodes)
+        _, nodes = trace_files(trace, lists[0] if lists else None, nodes)
     except TraceNotFound as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -186,7 +199,7 @@ def _all_traces(
     seed_list = parse_seeds(seeds)
     node_list = load_nodes(nodes)
     rows = []
-    for pods in table.pod_lists(trace):
+    for pods in lists:
         tasks = load_tasks(pods)
         reports = [
             run(node_list, tasks, name, seed_list, inflate, str(pods), None, workers)
@@ -200,7 +213,7 @@ def _all_traces(
                 err=True,
             )
     command = (
-        f"gpuledger bench openb --trace {trace} --all-traces --policy {policy} "
+        f"gpuledger bench openb --all-traces {trace} --policy {policy} "
         f"--seeds {seeds} --inflate {inflate}"
     )
     text = table.markdown(rows, seed_list, inflate, command)
@@ -217,7 +230,13 @@ def fleet(
     policy: Annotated[
         str, typer.Option("--policy", help="scorer name, comma list, or 'all'")
     ] = "all",
-    nodes: Annotated[int, typer.Option("--nodes", help="8-GPU H100 nodes")] = 500,
+    nodes: Annotated[
+        int, typer.Option("--nodes", help="nodes (8-GPU H100, or the openb mix)")
+    ] = 500,
+    mix: Annotated[
+        str,
+        typer.Option("--mix", help="h100 (8 x H100 per node) or openb (openb node types repeated)"),
+    ] = "h100",
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", help="queued jobs, one decision each (default: 20 per node)"),
@@ -227,8 +246,9 @@ def fleet(
         Path | None, typer.Option("--json", help="write the report as JSON")
     ] = None,
 ) -> None:
-    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100 (job lifetimes
-    scale with the fleet, so every size runs at about the same occupancy)."""
+    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100, or NODES of the
+    openb node mix (``--mix openb``); job lifetimes scale with the fleet's GPUs, so every
+    size runs at about the same occupancy."""
     import msgspec
     from rich.table import Table
 
@@ -241,8 +261,14 @@ def fleet(
         if chatty:
             console.print(f"[dim]{r.policy}: {r.decisions_per_s:,.0f} decisions/s[/dim]")
 
-    report = run(_policies(policy), nodes, jobs, seed, progress)
-    table = Table(title=f"fleet: {report.nodes} nodes, {report.gpus} GPUs, {report.jobs} jobs")
+    if mix not in ("h100", "openb"):
+        typer.echo(f"error: --mix {mix}: unknown node mix; known: h100, openb", err=True)
+        raise typer.Exit(2)
+    report = run(_policies(policy), nodes, jobs, seed, progress, mix)
+    table = Table(
+        title=f"fleet ({report.mix}): {report.nodes} nodes, {report.gpus} GPUs, "
+        f"{report.jobs} jobs, peak RSS {report.max_rss_mib:,.0f} MiB"
+    )
     for col in (
         "POLICY",
         "DECISIONS/S",

@@ -274,9 +274,11 @@ class Fleet:
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
         self._models: dict[str, int] = {}  # GPU model -> GPUs of that model on known nodes
+        self._host_total = [0, 0]  # CPU milli, memory MiB of known nodes
         self._memo_cap = 4096  # states memoised per shape cache: max(4096, 2 x nodes)
         self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
-        self._scarce = self._frag  # typical tasks weighted by model scarcity (`_rescarce`)
+        self._dfrag = self._memory_frag(self._frag)
+        self._scarce = self._dfrag  # `default`'s, weighted by model scarcity (`_rescarce`)
         self._ctx = ScoreContext(frag=self._frag, frag_scarce=self._scarce)
         if node_order is not None:
             self.set_node_order(node_order)
@@ -288,9 +290,12 @@ class Fleet:
     def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
         """The workload fragmentation-aware scorers optimise for (drops score caches)."""
         self._frag = Fragmentation(tasks)
+        self._dfrag = self._memory_frag(self._frag)
         for state in self._nodes.values():
-            self._frag.remember_profile(state.frag_layout, state.spec.cpu_milli)
-        self._scarce = self._frag.scarcity_weighted(self._supply())
+            self._dfrag.remember_profile(
+                state.frag_layout, state.spec.cpu_milli, state.spec.memory_mib
+            )
+        self._scarce = self._dfrag.scarcity_weighted(self._supply())
         self._refresh_context(force=True)
 
     def set_node_order(self, names: Iterable[str]) -> None:
@@ -318,6 +323,7 @@ class Fleet:
                     max(self._ctx.max_node_gpu_milli, gpu_milli),
                     self._frag,
                     self._scarce,
+                    self._ctx.host_bound,
                 )
                 self._caches.clear()
                 return
@@ -327,22 +333,38 @@ class Fleet:
             max_node_gpu_milli=max((GPU_MILLI * len(n.spec.gpus) for n in nodes), default=1) or 1,
             frag=self._frag,
             frag_scarce=self._scarce,
+            host_bound=self._host_bound(),
         )
         if force or ctx != self._ctx:
             self._ctx = ctx
             self._caches.clear()
 
+    @staticmethod
+    def _memory_frag(frag: Fragmentation) -> Fragmentation:
+        """`default`'s measure: FGD's plus host memory (the same object when no typical
+        task asks memory, so its memo is shared)."""
+        with_memory = Fragmentation(frag.tasks, memory=True)
+        return with_memory if with_memory.memory else frag
+
     def _supply(self) -> dict[str, int]:
         return {m: n for m, n in sorted(self._models.items()) if n}
 
+    def _host_bound(self) -> bool:
+        gpu_milli = GPU_MILLI * sum(self._models.values())
+        return self._dfrag.host_bound(self._host_total[0], self._host_total[1], gpu_milli)
+
     def _rescarce(self) -> None:
-        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed
-        (score caches are dropped only if a weight changed)."""
-        scarce = self._frag.scarcity_weighted(self._supply())
-        if scarce.tasks != self._scarce.tasks:
+        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed,
+        and re-check whether they are host-bound after its capacity changed (score caches
+        are dropped only if a weight or that answer changed)."""
+        scarce = self._dfrag.scarcity_weighted(self._supply())
+        bound = self._host_bound()
+        if scarce.tasks != self._scarce.tasks or bound != self._ctx.host_bound:
             self._scarce = scarce
             c = self._ctx
-            self._ctx = ScoreContext(c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce)
+            self._ctx = ScoreContext(
+                c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce, bound
+            )
             self._caches.clear()
 
     # -- nodes -------------------------------------------------------------------------
@@ -375,12 +397,14 @@ class Fleet:
                     llog = self._llogs[pair] = _Log()
                 llog.limit = 4 * len(nodes) + 1024
             self._llogs_of[state.seq] = tuple(self._llogs[p] for p in spec.labels)
-        self._frag.remember_profile(state.frag_layout, spec.cpu_milli)
+        self._dfrag.remember_profile(state.frag_layout, spec.cpu_milli, spec.memory_mib)
         if state.shape_id not in self._slogs:
             self._slogs[state.shape_id] = _Log()
         self._memo_cap = max(self._memo_cap, 2 * len(self._nodes))
         for g in spec.gpus:
             self._models[g.model] = self._models.get(g.model, 0) + 1
+        self._host_total[0] += spec.cpu_milli
+        self._host_total[1] += spec.memory_mib
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
         self._logged(state.seq)
         self._refresh_context(added=None if old is not None else spec)
@@ -396,6 +420,8 @@ class Fleet:
         self._llogs_of.pop(state.seq, None)
         for g in state.spec.gpus:
             self._models[g.model] -= 1
+        self._host_total[0] -= state.spec.cpu_milli
+        self._host_total[1] -= state.spec.memory_mib
         self._leaf[state.spec.leaf_switch].remove(state.seq)
         self._logged(state.seq)
 
@@ -449,6 +475,19 @@ class Fleet:
             for n in self._nodes.values()
             if n.schedulable
         )
+
+    def idle_breakdown(self) -> tuple[int, int, int]:
+        """Idle milli over non-MIG GPUs of schedulable nodes as (usable, fragmented,
+        stranded) for the fleet's typical tasks (`Fragmentation.idle_breakdown`, host
+        memory counted when the tasks ask memory): *stranded* is idle GPU that some typical
+        task could use but whose node lacks the CPU or memory for every such task."""
+        frag = self._dfrag
+        usable = fragmented = stranded = 0
+        for n in self._nodes.values():
+            if n.schedulable:
+                u, f, s = frag.idle_breakdown(n.frag_layout, n.free_cpu, n.free_mem, n.gpu_free)
+                usable, fragmented, stranded = usable + u, fragmented + f, stranded + s
+        return usable, fragmented, stranded
 
     def allocation(self, allocation_id: str) -> Allocation:
         a = self._allocs.get(allocation_id)
