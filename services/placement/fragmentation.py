@@ -86,12 +86,17 @@ class Fragmentation:
         w = self.total_weight
         self._thresholds = [-math.log(100 / k - 1) * 1000 * w for k in range(1, 100)]
         self._memo: dict[tuple, int] = {}
-        self.base = self
-        """The same tasks before `scarcity_weighted` (stranding demand counts tasks, not
-        scarcity weights)."""
+        self._base: Fragmentation | None = None
+        """The measure `scarcity_weighted` made this one from (None: this is it)."""
         self._profiles: dict[tuple, tuple[int, int, int]] = {}
         """(demand weight, CPU per GPU) per node type (`strand_profile`), filled by the fold
         (`remember_profile`), only read inside a decision."""
+
+    @property
+    def base(self) -> Fragmentation:
+        """The same tasks before `scarcity_weighted` (stranding demand counts tasks, not
+        scarcity weights). Not a reference to itself: that would be a reference cycle."""
+        return self if self._base is None else self._base
 
     def scarcity_weighted(self, supply: dict[str, int]) -> Fragmentation:
         """The same typical tasks, each model-constrained one weighted up by how scarce its
@@ -117,7 +122,7 @@ class Fragmentation:
         if all(a is b for a, b in zip(tasks, self.tasks, strict=True)):
             return self
         weighted = Fragmentation(tuple(tasks), self.memory)
-        weighted.base = self.base
+        weighted._base = self.base
         return weighted
 
     def host_bound(self, cpu_total: int, memory_total: int, gpu_milli_total: int) -> bool:
