@@ -39,10 +39,14 @@ from gpuledger.services.domain.regeometry import (
 )
 from gpuledger.services.placement import Placement
 from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
+from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.outlook import Outlook
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
 from gpuledger.services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
 from gpuledger.services.scheduler.queue import effective_priority, ordered_pending
+
+MOVES = frozenset({PreemptionReason.Defragment, PreemptionReason.Consolidate})
+"""Victims of these reasons are placed again at once: a move takes nobody's capacity."""
 
 
 class Preemption(LedgerService):
@@ -120,7 +124,12 @@ class Preemption(LedgerService):
                 state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet
             )
             if backfill is not None:
-                out += self._request(state, now_ms, job, backfill, outlook, taken)
+                cycle = self._would_cycle(state, now_ms, job, backfill, outlook, out)
+                out += (
+                    cycle
+                    if cycle is not None
+                    else self._request(state, now_ms, job, backfill, outlook, taken)
+                )
                 continue
             consolidation = None
             if defrag.consolidation:
@@ -144,8 +153,51 @@ class Preemption(LedgerService):
                         self.retry_at[job.job_id] = min(retry, p.retry_at_ms or retry)
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], details)
                 continue
+            cycle = self._would_cycle(state, now_ms, job, p, outlook, out)
+            if cycle is not None:
+                out += cycle
+                continue
             out += self._request(state, now_ms, job, p, outlook, taken)
         return out
+
+    def _would_cycle(
+        self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, out: list[Event]
+    ) -> list[Event] | None:
+        """A `WouldCycle` refusal (or [] when already said) when evicting the plan's victims
+        for `job` would not strictly raise the standing (`services.preemption.measure`); None
+        when it would, or when the plan only moves work (the victims are placed again at
+        once, so only the beneficiary is added)."""
+        evicted = [c for c in p.victims if c.reason not in MOVES]
+        if not evicted:
+            return None
+        decided = {
+            e.allocation_id: (e.reason, e.beneficiary)
+            for e in out
+            if isinstance(e, PreemptionRequested) and e.reason not in MOVES
+        }
+        v = verdict(
+            state,
+            job,
+            [(c.rec.allocation_id, c.victim.tenant, c.reason) for c in evicted],
+            decided,
+            outlook.held,
+        )
+        if v.improves:
+            return None
+        details = p.details()
+        details["measure"] = v.details()
+        self.retry_at[job.job_id] = None
+        return self._decline(
+            state,
+            now_ms,
+            job,
+            DeclineReason.WouldCycle,
+            f"evicting {', '.join(c.victim.job_id for c in evicted)} for {job.job_id} would not "
+            f"strictly raise the standing (guaranteed GPUs in use, then GPUs by priority), "
+            f"which every preemption must, so that no two jobs take turns: "
+            f"{v.message()}",
+            details,
+        )
 
     def _request(
         self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]
