@@ -416,16 +416,18 @@ def plan(
     taken: set[str],
     exclude: frozenset[str] | None = None,
     fleet=None,
+    spare: frozenset[str] = frozenset(),
 ) -> Plan:
     """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
     off limits (default: every node nominated to another job); `fleet`: the trial view to
-    plan on (default: a fresh view of the folded fleet, which is only read)."""
+    plan on (default: a fresh view of the folded fleet, which is only read); `spare`:
+    allocations not to offer (a set that would not raise the standing had them)."""
     fleet = state.fleet.trial() if fleet is None else fleet
     result = Plan()
     cands = [
         c
         for c in candidates(state, job, now_ms, result.exclusions, taken)
-        if c.rec.allocation_id not in taken
+        if c.rec.allocation_id not in taken and c.rec.allocation_id not in spare
     ]
     result.considered = len(cands)
     request = state.gang_request(job)

@@ -306,6 +306,56 @@ def test_the_first_rule_that_holds_is_the_reason_given():
     )
 
 
+# ---------------------------------------------------------------- the measure (WouldCycle)
+
+
+def test_would_cycle_a_reclaim_that_costs_the_borrower_what_it_gives_is_declined():
+    """Given b (guaranteed 6) running two 4-GPU train jobs on the 8-GPU node (borrowing 2),
+    when a (guaranteed 2) needs 2 GPUs at the same priority, then evicting a whole 4-GPU job
+    would give a 2 guaranteed GPUs and take 2 of b's (guaranteed GPUs in use 6 -> 6) while
+    less would run at priority 50 (8 -> 6): the standing would not rise, so it is declined
+    `WouldCycle`, with the measure in its message and details."""
+    tenants = [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 6}]
+    ledger = running(
+        fleet(tenants=tenants),
+        submitted(id="b1", tenant="b", gpus=4),
+        submitted(id="b2", tenant="b", gpus=4),
+    )
+    d = declined(blocked(ledger, 10, id="a1", tenant="a", gpus=2))
+    assert d.reason == DeclineReason.WouldCycle
+    assert "guaranteed GPUs in use 6 -> 6 (tenant b 6 -> 4)" in d.message
+    assert "then GPUs running at priority 50: 8 -> 6" in d.message
+    measure = d.details["measure"]
+    assert measure["improves"] is False
+    assert measure["by_tenant"] == {"a": {"before": 0, "after": 2}, "b": {"before": 6, "after": 4}}
+
+
+def test_would_cycle_the_same_reclaim_goes_ahead_when_it_gives_more_than_it_takes():
+    """As above, but a needs 4 GPUs: a gains 4 guaranteed GPUs, b loses 2 (6 -> 8 in use):
+    the standing rises, and the borrower's job is evicted (`Reclaim`)."""
+    tenants = [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 6}]
+    ledger = running(
+        fleet(tenants=tenants),
+        submitted(id="b1", tenant="b", gpus=4),
+        submitted(id="b2", tenant="b", gpus=4),
+    )
+    (req,) = of_type(blocked(ledger, 10, id="a1", tenant="a", gpus=4), ev.PreemptionRequested)
+    assert (req.beneficiary, req.reason) == ("a1", PreemptionReason.Reclaim)
+
+
+def test_would_cycle_a_tenant_reordering_its_own_work_keeps_its_guarantee():
+    """Given a (guaranteed 8) running one 8-GPU job, when its 1-GPU interactive job arrives,
+    then the 8-GPU job is evicted (`Priority`) although a then runs 1 GPU of its 8: the
+    evicted job is credited to a's guarantee while its evictor runs, and more runs at a higher
+    priority, so the standing rises."""
+    ledger = running(fleet(), submitted(id="low", tenant="a", gpus=8))
+    (req,) = of_type(
+        blocked(ledger, 10, id="high", tenant="a", gpus=1, **{"class": "interactive"}),
+        ev.PreemptionRequested,
+    )
+    assert (req.job_id, req.reason) == ("low", PreemptionReason.Priority)
+
+
 # ---------------------------------------------------------------- order
 
 
