@@ -7,19 +7,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuledger import events as ev
+from gpuledger.events.reasons import DeclineReason
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.victims import releasing_by_tenant
+from tests.properties.profiles import examples
 
 CLASSES = ["best-effort", "train", "interactive", "inference", "build"]
 HOUR_MS = 3_600_000
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = examples(40, ci_random=300)
 
 job = st.fixed_dictionaries(
     {
@@ -387,3 +389,60 @@ def test_a_tenant_within_its_guarantee_is_placed_in_bounded_time_by_reclaim(
     assert mine.placements, (mine.state, mine.reason, mine.message)
     waited = mine.placements[0][0] - at_min * 60_000
     assert waited <= (min_runtime_s + 60) * 1000
+
+
+mine = st.lists(
+    st.fixed_dictionaries(
+        {"gpus": st.integers(1, 4), "class": st.sampled_from(["train", "interactive", "inference"])}
+    ),
+    min_size=1,
+    max_size=4,
+).filter(lambda js: sum(j["gpus"] for j in js) <= 4)
+
+
+def reclaim_bound_s(pol: dict) -> int:
+    """The reclaim bound (docs/deciders.md): the minimum runtime, then the victims' grace."""
+    return pol["min_runtime_s"] + pol["default_grace_s"]
+
+
+@SETTINGS
+@given(flood, mine, st.integers(31, 120), st.sampled_from([0, 120]))
+def test_several_jobs_of_a_tenant_within_its_guarantee_all_start_within_the_reclaim_bound(
+    borrowers, mine, at_min, min_runtime_s
+):
+    """Tenant a (guaranteed 4 of 8 GPUs) is idle while b floods the cluster; a submits
+    several jobs at once, together within its guarantee (several beneficiaries in one
+    decision; b's victims requeue and may evict b's own lower-priority work). Every one of
+    a's jobs starts within min runtime + grace, unless preemption declined `WouldCycle` for
+    it (every set of b's whole gangs that would make room costs b at least as much of its
+    guarantee as a gains, and runs no more: it then waits for b's work to end)."""
+    jobs = [{**b, "tenant": "b"} for b in borrowers]
+    first = len(jobs)
+    jobs += [
+        {
+            "tenant": "a",
+            "class": j["class"],
+            "gpus": j["gpus"],
+            "duration_min": 10,
+            "at_min": at_min,
+            "interval_min": 0,
+            "save_s": 5,
+        }
+        for j in mine
+    ]
+    pol = {
+        "default_grace_s": 60,
+        "min_runtime_s": min_runtime_s,
+        "eviction_budget_per_hour": 0,
+        "aging_after_preemptions": 0,
+        "aging_after_wait_s": 0,
+    }
+    sim = simulate(from_document(scenario(jobs, pol, guarantees=(4, 4, 0))))
+    cycle = {
+        e.job_id for e in events(sim, ev.PreemptionDeclined) if e.reason == DeclineReason.WouldCycle
+    }
+    for i in range(first, len(jobs)):
+        j = sim.ledger.jobs[f"j{i}"]
+        assert j.placements, (j.job_id, j.state, j.reason, j.message)
+        waited = j.placements[0][0] - at_min * 60_000
+        assert j.job_id in cycle or waited <= reclaim_bound_s(pol) * 1000, (j.job_id, waited)
