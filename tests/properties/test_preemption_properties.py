@@ -21,7 +21,9 @@ from tests.properties.profiles import examples
 
 CLASSES = ["best-effort", "train", "interactive", "inference", "build"]
 HOUR_MS = 3_600_000
-SETTINGS = examples(40, ci_random=300)
+SETTINGS = examples(40)
+PREEMPTION = examples(40, ci_random=300)
+"""This module's properties: cheap, so the randomized CI pass runs more of them."""
 
 job = st.fixed_dictionaries(
     {
@@ -185,7 +187,7 @@ def _job(tenant="a", cls="best-effort", gpus=1, duration_min=1, at_min=0):
     }
 
 
-@SETTINGS
+@PREEMPTION
 @given(st.lists(job, min_size=1, max_size=12), policy)
 # found with --hypothesis-seed=23 (and 21): b's 4-GPU train job took four of a's 1-GPU jobs by
 # priority while a borrowed only 3, a's next job reclaimed it at once, and an hour later it
@@ -299,7 +301,7 @@ flood = st.lists(
 )
 
 
-@SETTINGS
+@PREEMPTION
 @given(
     flood,
     st.integers(1, 4),
@@ -405,7 +407,7 @@ def reclaim_bound_s(pol: dict) -> int:
     return pol["min_runtime_s"] + pol["default_grace_s"]
 
 
-@SETTINGS
+@PREEMPTION
 @given(flood, mine, st.integers(31, 120), st.sampled_from([0, 120]))
 def test_several_jobs_of_a_tenant_within_its_guarantee_all_start_within_the_reclaim_bound(
     borrowers, mine, at_min, min_runtime_s
