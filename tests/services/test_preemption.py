@@ -193,6 +193,33 @@ def test_min_runtime_work_younger_than_the_minimum_keeps_running_until_it_lapses
     assert "ran 60s of the 300s minimum" in d.message
 
 
+def test_min_runtime_does_not_protect_a_borrower_that_started_while_the_reclaimer_waited():
+    """Given b (guaranteed 0) running two 4-GPU jobs since 0 and a (guaranteed 8) waiting
+    since 10 s for the whole node (both victims protected until 300 s), when one of b's jobs
+    ends at 100 s and b's next 4-GPU job takes its place, then at 300 s a reclaims both: the
+    newcomer started borrowing while a waited, so its minimum runtime (until 400 s) does not
+    count against a — the reclaim bound counts only work that ran before a arrived."""
+    tenants = [{"name": "a", "guaranteed": 8}, {"name": "b", "guaranteed": 0}]
+    ledger = running(
+        fleet(tenants=tenants, min_runtime_s=300),
+        submitted(id="old1", tenant="b", gpus=4),
+        submitted(id="old2", tenant="b", gpus=4),
+    )
+    d = declined(blocked(ledger, 10_000, id="owner", tenant="a", gpus=8))
+    assert d.reason == DeclineReason.MinRuntime
+    exit_all(ledger, "old1", "completed", 100_000)
+    fold(ledger, [submitted(at_ms=100_000, id="late", tenant="b", gpus=4)])
+    step(ledger, 100_000, Admission(), Scheduler())  # admits late, settles old1
+    step(ledger, 100_000, Scheduler())  # a's 8 GPUs do not fit in 4; b's next job does
+    start(ledger, 100_000, "late")
+    assert ledger.jobs["late"].state == "running" and ledger.jobs["owner"].state == "pending"
+    reqs = of_type(Preemption().decide(ledger, 300_000), ev.PreemptionRequested)
+    assert sorted((r.job_id, r.reason) for r in reqs) == [
+        ("late", PreemptionReason.Reclaim),
+        ("old2", PreemptionReason.Reclaim),
+    ]
+
+
 def test_eviction_budget_a_job_evicted_as_often_as_the_budget_allows_is_spared():
     ledger = running(fleet(eviction_budget_per_hour=1), submitted(id="low", tenant="a", gpus=8))
     (req,) = of_type(
