@@ -459,7 +459,12 @@ def plan(
         if move:
             result.victims = move
             return result
-        result.declined = no_room(cands, result.exclusions, fits)
+        result.declined = no_room(
+            [c for c in cands if held_in(fleet, c.rec.allocation_id)],
+            result.exclusions,
+            fits,
+            fleet,
+        )
         return result
     tier = size_tier(cands, fits, result.rejected_tiers)
     chosen = smallest_sufficient(tier, fits, result.pruned)
@@ -468,7 +473,19 @@ def plan(
     return result
 
 
-def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[str, str]:
+def held_in(fleet, alloc_id: str) -> bool:
+    """Whether the trial fleet still holds the allocation (the outlook releases the victims of
+    preemptions under way)."""
+    try:
+        fleet.allocation(alloc_id)
+    except UnknownAllocation:
+        return False
+    return True
+
+
+def no_room(
+    cands: list[Candidate], exclusions: list[Exclusion], fits, fleet=None
+) -> tuple[str, str]:
     """Why no victim set makes room: `NoVictims` with the exclusions counted by code, or the
     code of the lapsing exclusion (`MinRuntime`, `EvictionBudget`) that lapses first when
     evicting its victim too would make room."""
@@ -482,7 +499,12 @@ def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[
         for x in exclusions:
             counts[x.code] = counts.get(x.code, 0) + 1
         why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
-    lapsing = [x for x in exclusions if x.until_ms is not None]
+    lapsing = [
+        x
+        for x in exclusions
+        if x.until_ms is not None
+        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
+    ]  # one already released in the outlook (a victim of a preemption under way) frees nothing
     if lapsing and fits(cands + [x.candidate for x in lapsing]):
         # room exists, but only behind exclusions that lapse with time: say which
         first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
