@@ -7,7 +7,13 @@ from gpuledger.events.catalog import *  # noqa: F403
 from gpuledger.events.catalog import ALL_EVENTS, CLIENT_EVENTS, CONFIG_EVENTS, Policy
 from gpuledger.events.codec import UndecodableEvent, decode, encode, from_builtins, to_builtins
 from gpuledger.events.envelope import Decision, Event
-from gpuledger.events.ids import InvalidId, derive_event_id, validate_tenant, validate_token
+from gpuledger.events.ids import (
+    InvalidId,
+    derive_event_id,
+    validate_job_id,
+    validate_tenant,
+    validate_token,
+)
 from gpuledger.events.received import MAX_CLIENT_SKEW_MS, at_receipt
 from gpuledger.events.specs import (
     CheckpointPolicy,
@@ -48,6 +54,7 @@ __all__ = [
     "from_builtins",
     "subject_for",
     "to_builtins",
+    "validate_job_id",
     "validate_tenant",
     "validate_token",
 ]

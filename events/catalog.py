@@ -12,7 +12,15 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.envelope import Decision, Event
-from gpuledger.events.specs import GpuSample, JobSpec, MemberPlacement, NodeInfo, TenantShare
+from gpuledger.events.specs import (
+    ArraySpec,
+    Dependency,
+    GpuSample,
+    JobSpec,
+    MemberPlacement,
+    NodeInfo,
+    TenantShare,
+)
 
 # ---------------------------------------------------------------- clients (CLI / CI)
 
@@ -70,7 +78,8 @@ not decode (it is dead-lettered with the reason) and the configuration in force 
 class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v1"):
     """A tenant (a node of the org/team/project tree) and its quota.
 
-    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit.
+    Kueue equivalents: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
+    `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit.
     """
 
     tenant: str
@@ -85,6 +94,13 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     """Optional per-GPU-model guarantees in milli-GPUs: non-preemptible work of the tenant on
     a model listed here stays within that model's guarantee (as well as within
     `guaranteed_gpu_milli`); models not listed are bound by the overall guarantee only."""
+    borrowing_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Kueue `borrowingLimit`: the most the tenant (its subtree) may use above its guarantee,
+    milli-GPUs; absent = no cap beyond `limit_gpu_milli` (absent fields are left out of the
+    JSON, so a tenant without it encodes as before the field existed)."""
+    lending_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Kueue `lendingLimit`: the most of the tenant's unused guarantee that other tenants may
+    borrow, milli-GPUs; the rest stays idle for it. Absent = all of it may be lent."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):
@@ -104,6 +120,13 @@ class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityCla
     """Checkpoint grace period for victims of this class; None = the policy default."""
     allow_timeslice: bool = False
     """Whether this class may use time-sliced GPUs (interactive / dev work only)."""
+    default_time_limit_s: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Time limit (seconds) of a job of this class that sets none (Slurm partition
+    `DefaultTime`); unset: none. Added after v1 without a new tag: unset encodes as before."""
+    max_time_limit_s: NonNegative | msgspec.UnsetType = msgspec.UNSET
+    """Longest time limit a job of this class may ask for (Slurm partition `MaxTime`): a longer
+    one is rejected at admission (`TimeLimitTooLong`), and a job without one gets this one
+    when no default is set. Unset: no maximum. Added after v1 without a new tag."""
 
 
 MaxMoves = Annotated[int, msgspec.Meta(ge=1, le=16)]
@@ -115,6 +138,8 @@ PreemptionScope = Literal["tenant", "cluster"]
 """Closed: a PolicyConfigured with another value does not decode (it is dead-lettered)."""
 PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
 """Closed: the placement scorers that exist."""
+DependencyPolicy = Literal["cancel", "pend"]
+"""Closed: what becomes of a job whose dependency can no longer be met."""
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -198,6 +223,12 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Rate-limit window of re-geometries per node, seconds (default 3600)."""
     mig_regeometry_per_window: Positive = 1
     """Most re-geometries of one node per window (default 1)."""
+    dependency_never_satisfied: DependencyPolicy | msgspec.UnsetType = msgspec.UNSET
+    """A pending job with a dependency that can no longer be met (it waits for a job to
+    succeed and that job failed): `cancel` (unset means this; `JobWithdrawn`, reason
+    `DependencyNeverSatisfied`, like Slurm's `kill_invalid_depend`) or `pend` (it stays
+    pending with reason `DependencyNeverSatisfied` until cancelled). Unset, it is left out of
+    the JSON and the digest, so logs written before it existed keep their bytes."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
@@ -283,6 +314,9 @@ class JobAdmitted(Decision, frozen=True, kw_only=True, tag="JobAdmitted.v1"):
     """Resolved preemptibility."""
     slo_class: str
     """Resolved SLO class."""
+    time_limit_s: int | msgspec.UnsetType = msgspec.UNSET
+    """Resolved time limit in seconds: the job's own, else its class's default (or maximum);
+    unset (left out of the JSON): none. Added after v1 without a new tag."""
 
 
 class JobRejected(Decision, frozen=True, kw_only=True, tag="JobRejected.v1"):
@@ -338,6 +372,41 @@ class FairShareUpdated(Decision, frozen=True, kw_only=True, tag="FairShareUpdate
 # ---------------------------------------------------------------- scheduler
 
 
+class TimeLimitReached(Decision, frozen=True, kw_only=True, tag="TimeLimitReached.v1"):
+    """A run of a job reached its time limit (`JobAdmitted.time_limit_s`): its members are
+    asked to checkpoint now and are stopped at `deadline_ms` (now + the class's grace); the
+    job then ends `timeout` (`GangFailed` with reason `TimeLimit`), unless every member
+    completes before. Published by the scheduler on `gl.sched.<job>.TimeLimitReached`."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The run (allocation) that reached its limit."""
+    time_limit_s: int
+    """The limit, seconds of run time."""
+    started_ms: int
+    """When the run started (its last member started): the limit counts from here."""
+    deadline_ms: int
+    """Kill time (decision time + grace)."""
+    message: str = ""
+    """Quantitative explanation."""
+
+
+class JobWithdrawn(Decision, frozen=True, kw_only=True, tag="JobWithdrawn.v1"):
+    """The scheduler ended a pending job that can never run: a dependency that can no longer
+    be met (`DependencyNeverSatisfied`: the job it waits for ended otherwise). The job ends
+    `cancelled` with that reason. Published on `gl.sched.<job>.JobWithdrawn`."""
+
+    job_id: str
+    """The job."""
+    reason: str
+    """CamelCase code: `DependencyNeverSatisfied`."""
+    message: str = ""
+    """Quantitative explanation (which dependency, how the job it names ended)."""
+    details: dict[str, Any] = {}
+    """Structured details (the dependency and the state of the job it names)."""
+
+
 class GangPlaced(Decision, frozen=True, kw_only=True, tag="GangPlaced.v1"):
     """A gang was placed atomically: every listed member has its capacity."""
 
@@ -391,6 +460,32 @@ class GangEvicted(Decision, frozen=True, kw_only=True, tag="GangEvicted.v1"):
     """Work saved so far (run time the job resumes from)."""
 
 
+class GangResized(Decision, frozen=True, kw_only=True, tag="GangResized.v1"):
+    """An elastic gang (`min_members < replicas`) runs on with another number of members: the
+    members a partial `PreemptionRequested` (its `ranks`) asked to leave have exited, and
+    their capacity is released (`from_members` > `to_members`). The others keep running;
+    the member wrapper tells them their new world size."""
+
+    job_id: str
+    """The job."""
+    allocation_id: str
+    """The allocation; it stays the job's allocation."""
+    members: tuple[MemberPlacement, ...]
+    """Every member of the allocation after the resize."""
+    from_members: int
+    """Members before."""
+    to_members: int
+    """Members after (never below the job's `min_members`)."""
+    reason: str
+    """Why: the preemption's reason (`Priority`, `Reclaim`, ...)."""
+    preempted_by: str | None = None
+    """The beneficiary job the released capacity is nominated for."""
+    checkpointed: bool = False
+    """Whether every leaving member acknowledged a checkpoint before exiting."""
+    lost_gpu_ms: int = 0
+    """GPU-milliseconds of work the leaving members lost since their last checkpoint."""
+
+
 class GangRequeued(Decision, frozen=True, kw_only=True, tag="GangRequeued.v1"):
     """An evicted job is queued again and will resume from its checkpoint."""
 
@@ -419,7 +514,8 @@ class GangFailed(Decision, frozen=True, kw_only=True, tag="GangFailed.v1"):
     allocation_id: str
     """The allocation."""
     reason: str
-    """`MemberFailed`, `StartTimeout`."""
+    """`MemberFailed`, `StartTimeout`, or `TimeLimit` (the run reached its time limit,
+    `TimeLimitReached`: the job ends `timeout`, not `failed`)."""
     message: str = ""
     """Explanation (which rank, exit code)."""
 
@@ -456,6 +552,10 @@ class PreemptionRequested(Decision, frozen=True, kw_only=True, tag="PreemptionRe
     """Quantitative explanation."""
     details: dict[str, Any] = {}
     """Victims chosen, alternatives considered and why they were rejected."""
+    ranks: tuple[int, ...] | msgspec.UnsetType = msgspec.UNSET
+    """Elastic gangs (`min_members < replicas`): only these members (the highest ranks, never
+    below `min_members`) checkpoint and exit, and the gang shrinks (`GangResized`) instead of
+    being evicted. Absent (left out of the JSON): the whole gang."""
 
 
 class PreemptionDeclined(Decision, frozen=True, kw_only=True, tag="PreemptionDeclined.v1"):
@@ -671,6 +771,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     PendingReasonChanged,
     GangEvicted,
     GangRequeued,
+    GangResized,
     GangCompleted,
     GangFailed,
     NodeLost,
@@ -687,15 +788,54 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     DeadLettered,
     ServiceScaled,
     MigReconfigured,
+    TimeLimitReached,
+    JobWithdrawn,
 )
 
 
-__all__ = [c.__name__ for c in ALL_EVENTS] + [
+# A literal list, so type checkers see what `gpuledger.events` re-exports; a test checks it
+# names every class of ALL_EVENTS.
+__all__ = [
+    "JobSubmitted",
+    "GangResized",
+    "JobWithdrawn",
+    "TimeLimitReached",
+    "JobCancelled",
+    "TenantConfigured",
+    "PriorityClassConfigured",
+    "PolicyConfigured",
+    "ScheduleConfigured",
+    "JobAdmitted",
+    "JobRejected",
+    "RequestRefused",
+    "FairShareUpdated",
+    "GangPlaced",
+    "PendingReasonChanged",
+    "GangEvicted",
+    "GangRequeued",
+    "GangCompleted",
+    "GangFailed",
+    "NodeLost",
+    "PreemptionRequested",
+    "PreemptionDeclined",
+    "ConsolidationPlanned",
+    "MigReconfigurationRequested",
+    "NodeRegistered",
+    "NodeHeartbeat",
+    "MemberStarted",
+    "MemberCheckpointed",
+    "MemberExited",
+    "GpuMetricsReported",
+    "DeadLettered",
+    "ServiceScaled",
+    "MigReconfigured",
     "Policy",
     "TenantChange",
     "ClassChange",
     "ServiceChange",
     "ConsolidationMove",
+    "Dependency",
+    "ArraySpec",
     "PreemptionScope",
     "PlacementPolicyName",
     "CLIENT_EVENTS",

@@ -8,7 +8,7 @@ and never stops its reader.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import msgspec
 
@@ -29,8 +29,8 @@ class UndecodableEvent(ValueError):
     the decoding limits (`events.limits`); the message says why."""
 
 
-def encode(event: Event) -> bytes:
-    """Canonical JSON bytes of an event (field order as declared)."""
+def encode(event: msgspec.Struct) -> bytes:
+    """Canonical JSON bytes of an event or one of its parts (field order as declared)."""
     return _encoder.encode(event)
 
 
@@ -54,7 +54,7 @@ def decode(data: bytes | str) -> Event:
     try:
         shape = check_raw(raw)
         try:
-            event = _decoder.decode(raw)
+            event: Event = _decoder.decode(raw)
         except msgspec.ValidationError as first:
             obj = msgspec.json.decode(raw)
             if not isinstance(obj, dict) or obj.get("type") not in UPCASTERS:
@@ -84,7 +84,7 @@ def from_builtins(obj: dict[str, Any]) -> Event:
             if upcast is None:
                 break
             obj = upcast(obj)
-        return msgspec.convert(obj, AnyEvent)
+        return cast(Event, msgspec.convert(obj, AnyEvent))
     except msgspec.ValidationError as exc:
         raise UndecodableEvent(str(exc)) from exc
     except LimitExceeded as exc:
@@ -95,6 +95,6 @@ def from_builtins(obj: dict[str, Any]) -> Event:
         raise UndecodableEvent(f"{type(exc).__name__}: {exc}") from exc
 
 
-def to_builtins(event: Event) -> dict[str, Any]:
-    """The event as a JSON-ready dict (with its `type` tag)."""
-    return msgspec.to_builtins(event)
+def to_builtins(event: msgspec.Struct) -> dict[str, Any]:
+    """The event (or one of its parts) as a JSON-ready dict (an event with its `type` tag)."""
+    return cast(dict[str, Any], msgspec.to_builtins(event))

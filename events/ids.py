@@ -49,6 +49,35 @@ def validate_token(kind: str, value: str) -> str:
     return value
 
 
+REPLICA_SEPARATOR = "~"
+"""Joins a service's job id and a replica index into the replica's job id (`svc~0`)."""
+ARRAY_SEPARATOR = "@"
+"""Joins an array job's id and a task index into the task's job id (`sweep@7`)."""
+
+
+def validate_job_id(value: str) -> str:
+    """Return `value` if it may name a job a client submits: a subject token
+    (`validate_token`) without `~`, which only replica ids `<service>~<i>` hold, and without
+    `@`, which only array task ids `<array>@<i>` hold, so a user's job can never take a
+    replica's or a task's id. Else raise InvalidId."""
+    validate_token("job id", value)
+    if REPLICA_SEPARATOR in value:
+        raise InvalidId(
+            "job id",
+            value,
+            f"{REPLICA_SEPARATOR!r} is reserved for the replicas of services "
+            f"(<service>{REPLICA_SEPARATOR}<index>); use another character",
+        )
+    if ARRAY_SEPARATOR in value:
+        raise InvalidId(
+            "job id",
+            value,
+            f"{ARRAY_SEPARATOR!r} is reserved for the tasks of array jobs "
+            f"(<array>{ARRAY_SEPARATOR}<index>); use another character",
+        )
+    return value
+
+
 def validate_tenant(value: str) -> str:
     """Tenant paths are `/`-separated segments (`org/team/project`) of safe characters."""
     if type(value) is str and value in _VALID_TENANTS:

@@ -27,12 +27,19 @@ class PendingReason(StrEnum):
     )
     Unschedulable = "Unschedulable"  # no node could host a member even when empty
     ExceedsLimit = "ExceedsLimit"  # the tenant (or an ancestor) would exceed its limit
+    LendingLimit = "LendingLimit"  # would borrow capacity other tenants keep back (lending_limit)
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"  # non-preemptible work beyond a guarantee
+    QuotaScheduled = "QuotaScheduled"  # beyond its guarantee now; a schedule gives enough later
     Reserved = "Reserved"  # the capacity that fits it is reserved for a starving gang
     WaitingForPreemptedWorkloads = "WaitingForPreemptedWorkloads"  # victims still checkpointing
     WaitingForConsolidation = "WaitingForConsolidation"  # allocations migrating out of its way
     WaitingForMigReconfiguration = (
         "WaitingForMigReconfiguration"  # an idle GPU's MIG layout changing for it
+    )
+    Dependency = "Dependency"  # a job it depends on (`depends_on`) has not done what it waits for
+    ArrayTaskLimit = "ArrayTaskLimit"  # its array runs `max_running` tasks already
+    DependencyNeverSatisfied = (
+        "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
     )
 
 
@@ -46,6 +53,13 @@ class PreemptionReason(StrEnum):
     Consolidate = (
         "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
     )
+
+
+class ResizeReason(StrEnum):
+    """Why an elastic gang was resized (`GangResized.reason`) other than a preemption (a
+    shrink carries the `PreemptionReason` of its partial preemption)."""
+
+    Grow = "Grow"  # capacity was free and nothing queued waited for it
 
 
 class ExclusionReason(StrEnum):
@@ -83,6 +97,19 @@ class RejectReason(StrEnum):
     MIGProfileUnavailable = "MIGProfileUnavailable"
     NonPreemptibleOverQuota = "NonPreemptibleOverQuota"
     TopologyUnsatisfiable = "TopologyUnsatisfiable"
+    TimeLimitTooLong = "TimeLimitTooLong"  # longer than its class's `max_time_limit_s`
+    UnknownDependency = "UnknownDependency"  # depends on no job of its tenant by that id
+    DependencyCycle = "DependencyCycle"  # its dependencies lead back to itself
+
+
+class EndReason(StrEnum):
+    """Why a run or a job ended without completing (`GangFailed.reason`,
+    `JobWithdrawn.reason`)."""
+
+    MemberFailed = "MemberFailed"  # a member exited with an error
+    StartTimeout = "StartTimeout"  # a member did not start in time
+    TimeLimit = "TimeLimit"  # the run reached its time limit (the job ends `timeout`)
+    DependencyNeverSatisfied = "DependencyNeverSatisfied"  # withdrawn: a dependency cannot be met
 
 
 class JobState(StrEnum):
@@ -96,9 +123,26 @@ class JobState(StrEnum):
     failed = "failed"
     rejected = "rejected"
     cancelled = "cancelled"
+    timeout = "timeout"  # stopped at its time limit (Slurm `TIMEOUT`)
 
 
 TERMINAL_STATES = frozenset(
-    {JobState.completed, JobState.failed, JobState.rejected, JobState.cancelled}
+    {
+        JobState.completed,
+        JobState.failed,
+        JobState.rejected,
+        JobState.cancelled,
+        JobState.timeout,
+    }
 )
 """States a job never leaves."""
+
+
+class FoldRefusal(StrEnum):
+    """Why the acceptance rules refused an event from a principal entitled to publish it
+    (`Refusal.code`, the projection's `refusals.code`): it reports on something it does not
+    own, or decides what nothing in force produces (docs/security.md has the table)."""
+
+    WrongNode = "WrongNode"  # a node's fact about a member placed on another node (or none)
+    WrongJob = "WrongJob"  # a node's fact naming another job than the allocation's
+    NotScheduled = "NotScheduled"  # quota's config change that no schedule in force produces

@@ -21,6 +21,14 @@ MAX_QUANTITY = 1 << 40
 """Bound on quantities and durations: milli-units, MiB, seconds (about 10**12)."""
 Count = Annotated[int, msgspec.Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
 Quantity = Annotated[int, msgspec.Meta(ge=-MAX_QUANTITY, le=MAX_QUANTITY)]
+LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+"""A node label's key (`partition`, `nvidia.com/gpu.product`): 1..256 characters."""
+LabelValue = Annotated[str, msgspec.Meta(max_length=256)]
+"""A node label's value: at most 256 characters (may be empty)."""
+MAX_SELECTOR = 32
+"""Most label pairs one node selector may name."""
+NodeSelector = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_SELECTOR)]
+"""Labels a node must carry, each key with exactly that value."""
 
 
 class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +94,37 @@ class Spread(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
+DependencyCondition = Literal["succeeded", "failed", "finished", "started"]
+"""When a dependency is met (Slurm `afterok`, `afternotok`, `afterany`, `after`): the job it
+names `succeeded` (completed), `failed` (failed, timed out or was cancelled after it started),
+`finished` (any end) or `started` (placed and started running, or ended after running)."""
+MAX_ARRAY = 100_000
+"""Most tasks one array job may have."""
+MAX_DEPENDENCIES = 64
+"""Most dependencies one job may name."""
+
+
+class Dependency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One dependency of a job on another job of its tenant."""
+
+    job: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    """The job waited for (same tenant, submitted before)."""
+    on: DependencyCondition = "succeeded"
+    """What it must do: `succeeded`, `failed`, `finished` or `started`."""
+
+
+class ArraySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An array job (Slurm `--array=0-99%8`): `count` tasks, each a job of its own with the
+    array's shape, ids `<array>@<index>` for index `first` .. `first + count - 1`."""
+
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY)]
+    """Tasks (1 .. 100,000)."""
+    max_running: Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY)] | None = None
+    """At most this many tasks placed at once (Slurm `%N`); None: no cap."""
+    first: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
+    """Index of the first task (Slurm `--array=1-10`: 1)."""
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A job as submitted: a gang of `replicas` identical members, or (`kind: service`) a
     long-running service of `replicas` independent replicas."""
@@ -121,6 +160,41 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     spread: Spread | msgspec.UnsetType = msgspec.UNSET
     """Spread constraint (`Spread`); unset (left out of the JSON): none. Added after v1 without
     a new tag: unset encodes as before."""
+    node_selector: NodeSelector | msgspec.UnsetType = msgspec.UNSET
+    """Node labels every member's node must carry (`{partition: a100}`: only nodes labelled
+    `partition=a100`), each key with exactly that value, like a Kubernetes `nodeSelector`; at
+    most 32 pairs, keys 1..256 and values up to 256 characters. Unset (left out of the JSON) or
+    empty: any node. A selector no node matches leaves the job pending `Unschedulable` ("0/120
+    nodes: 120 not in partition=a100"). Added after v1 without a new tag: unset encodes as
+    before."""
+
+    depends_on: (
+        Annotated[tuple[Dependency, ...], msgspec.Meta(max_length=MAX_DEPENDENCIES)]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
+    """Jobs this one waits for (Slurm `--dependency`): it stays pending (`Dependency`) until
+    every one is met; one that can no longer be met (`succeeded` of a job that failed) cancels
+    it (`DependencyNeverSatisfied`), or leaves it pending where the policy says
+    `dependency_never_satisfied: pend`. At most 64. Unset (left out of the JSON): none. Added
+    after v1 without a new tag."""
+    array: ArraySpec | msgspec.UnsetType = msgspec.UNSET
+    """An array job (`ArraySpec`): the job is the parent of `count` tasks, jobs `<id>@<i>` of
+    the same shape, placed, run and ended each on its own, at most `max_running` at once
+    (pending reason `ArrayTaskLimit`); the parent is pending until a task is placed, running
+    while any is, and ends when every task has ended. Unset (left out of the JSON): a single
+    job. Added after v1 without a new tag."""
+    time_limit_s: Quantity | msgspec.UnsetType = msgspec.UNSET
+    """Run time limit of each run, in seconds (Slurm `--time`, Kubernetes
+    `activeDeadlineSeconds`): when a run has lasted this long, its members are asked to
+    checkpoint and are stopped after the class's grace; the job ends `timeout` (reason
+    `TimeLimit`). Unlike `duration_s` (a hint), backfill and reservations may rely on it.
+    Unset (left out of the JSON): the class's default limit, or none. Added after v1 without a
+    new tag: unset encodes as before."""
+
+    def selector(self) -> tuple[tuple[str, str], ...]:
+        """The node selector as sorted (key, value) pairs (empty: any node)."""
+        sel = self.node_selector
+        return tuple(sorted(sel.items())) if sel else ()
 
     @property
     def is_service(self) -> bool:
@@ -171,7 +245,8 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     leaf_switch: str = ""
     """Leaf switch the node hangs off (members of a gang prefer one switch)."""
     labels: dict[str, str] = {}
-    """Free-form labels."""
+    """Node labels (`partition: a100`, `pool: cpu`): a job's `node_selector` takes only nodes
+    carrying every selected label with exactly that value (docs/node-labels.md)."""
 
 
 class MemberPlacement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -5,7 +5,7 @@
     gl.scale.<tenant>.<job>         ServiceScaled           (clients / CI: a service's replicas)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
-    gl.quota.<event>                fair shares
+    gl.quota.<event>                fair shares, and schedules' changes (config, scaling)
     gl.sched.<job|node>.<event>     scheduler decisions
     gl.preempt.<job>.<event>        preemption decisions
     gl.node.<node>.<event>          node agents
@@ -94,9 +94,12 @@ _ROLE_OF: dict[type, str] = {
             c.PendingReasonChanged,
             c.GangEvicted,
             c.GangRequeued,
+            c.GangResized,
             c.GangCompleted,
             c.GangFailed,
             c.NodeLost,
+            c.TimeLimitReached,
+            c.JobWithdrawn,
         ),
         "scheduler",
     ),
@@ -154,36 +157,57 @@ def producer_problem(event: Event) -> str | None:
     return f"{name} is produced by {role}, not by {producer!r}"
 
 
+SCHEDULED_TYPES = (c.TenantConfigured, c.PriorityClassConfigured, c.ServiceScaled)
+"""What quota publishes for time-of-day policies (schedules), on its own subjects
+(`gl.quota.<type>`): the fold accepts them only as what a schedule in force produces
+(`NotScheduled` otherwise, services/domain/ledger.py)."""
+
+
+def scheduled_by_quota(event: Event) -> bool:
+    """Whether `event` is a schedule's change published by the quota role (its producer's
+    role is `quota`)."""
+    return isinstance(event, SCHEDULED_TYPES) and event.producer.partition("/")[0] == "quota"
+
+
+def legacy_subject(event: Event) -> str | None:
+    """The subject a schedule's change was published on before quota had its own (`gl.admin.
+    <type>`, `gl.scale.<tenant>.<job>`), which only the operator may publish on now: older logs
+    replay with it. None for any other event."""
+    return _subject_by_rule(event) if scheduled_by_quota(event) else None
+
+
 def subject_for(event: Event) -> str:
     """The subject an event is published on (ids validated)."""
+    if scheduled_by_quota(event):
+        return f"gl.quota.{type(event).__name__}"
+    return _subject_by_rule(event)
+
+
+def _subject_by_rule(event: Event) -> str:
     cls = type(event)
     rule = _RULE_OF.get(cls) or _rule_of(cls)
     name = cls.__name__
     if rule == "job":
-        job_id = getattr(event, "job_id", None)
+        job_id: str | None = getattr(event, "job_id", None)
         if job_id is None:
             raise ValueError(f"no subject rule for {name}")
         return f"gl.sched.{validate_token('job id', job_id)}.{name}"
     if rule == "node":
-        return f"gl.node.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+        node: str = event.node  # type: ignore[attr-defined]  # only node facts carry it
+        return f"gl.node.{validate_token('node', node)}.{name}"
     if rule == "submit":
-        job = event.job  # type: ignore[attr-defined]
+        job = event.job  # type: ignore[attr-defined]  # only submissions carry a JobSpec
         return f"gl.submit.{validate_tenant(job.tenant)}.{validate_token('job id', job.job_id)}"
-    if rule == "scale":
-        return (
-            f"gl.scale.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
-            f"{validate_token('job id', event.job_id)}"
-        )  # type: ignore[attr-defined]
-    if rule == "cancel":
-        return (
-            f"gl.cancel.{validate_tenant(event.tenant)}."  # type: ignore[attr-defined]
-            f"{validate_token('job id', event.job_id)}"
-        )  # type: ignore[attr-defined]
+    if rule in ("scale", "cancel"):
+        # the types under these rules (ServiceScaled, JobCancelled) carry tenant and job_id
+        tenant: str = event.tenant  # type: ignore[attr-defined]  # not on every Event
+        job_id = event.job_id  # type: ignore[attr-defined]  # not on every Event
+        return f"gl.{rule}.{validate_tenant(tenant)}.{validate_token('job id', job_id)}"
     if rule == "admin":
         return f"gl.admin.{name}"
     if rule == "admission":
         try:
-            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]
+            token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]  # admission's events all name a job
         except InvalidId:
             if not isinstance(event, c.JobRejected):
                 raise
@@ -192,12 +216,12 @@ def subject_for(event: Event) -> str:
     if rule == "quota":
         return f"gl.quota.{name}"
     if rule == "preempt":
-        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]
+        return f"gl.preempt.{validate_token('job id', event.job_id)}.{name}"  # type: ignore[attr-defined]  # preemption's events all name a job
     if rule == "sched-node":
-        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]
+        return f"gl.sched.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]  # this rule's events name a node
     if rule == "registered":
-        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]
-    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]
+        return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]  # NodeRegistered carries its NodeInfo
+    return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]  # the last rule is DeadLettered's
 
 
 def create_filter(event: Event) -> str:

@@ -5,6 +5,8 @@ and when SIGTERM arrives, it saves its step to ``train_tiny-rank<R>.json`` in
 ``$GPULEDGER_CHECKPOINT_DIR`` and acknowledges it with
 ``services.node_agent.checkpoint.acknowledge``; after SIGTERM it exits with 75
 (EXIT_CHECKPOINTED). Started with ``GPULEDGER_RESUME=1`` it continues from its checkpoint.
+A member of an elastic gang notices every 10 steps when the gang was resized
+(``checkpoint.world_size()``) and says so in its log.
 
     python examples/train_tiny.py --steps 100 --step-time 0.01 --save-every 10
 """
@@ -77,6 +79,7 @@ def main() -> int:
     else:
         checkpoint.install_sigterm_handler(on_sigterm)
     print(f"train_tiny: rank {rank} starting at step {step}", flush=True)
+    world = checkpoint.world_size()
 
     while step < args.steps:
         time.sleep(args.step_time)
@@ -84,6 +87,9 @@ def main() -> int:
         if step == args.fail_at_step:
             print(f"train_tiny: failing at step {step}", flush=True)
             return 1
+        if step % 10 == 0 and checkpoint.world_size() != world:
+            world = checkpoint.world_size()  # an elastic gang was resized: re-form here
+            print(f"train_tiny: rank {rank} world size now {world}", flush=True)
         if stop or (args.save_every and step % args.save_every == 0):
             checkpoint.acknowledge(step, str(save(directory, rank, step)))
         if stop:

@@ -236,7 +236,7 @@ COMMENT ON COLUMN preemptions.evicted_at_ms IS 'Eviction time, epoch ms.';
 COMMENT ON COLUMN preemptions.eviction_reason IS 'Reason recorded on the GangEvicted.';
 COMMENT ON COLUMN preemptions.lost_gpu_ms IS 'Work lost since the last checkpoint, GPU-milliseconds (a quantity, not a time).';
 COMMENT ON COLUMN preemptions.progress_ms IS 'Checkpointed progress the job resumes from, ms of run time (a duration).';
-COMMENT ON COLUMN preemptions.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN preemptions.outcome IS 'requested, evicted, shrunk (an elastic gang gave up members, details.resized), completed or failed.';
 COMMENT ON COLUMN preemptions.ended_at_ms IS 'When the outcome was known, epoch ms.';
 
 COMMENT ON TABLE pending_reasons IS 'Every PendingReasonChanged (emitted only when the reason changes).';
@@ -265,6 +265,8 @@ COMMENT ON COLUMN tenants.tenant IS 'Tenant path (org/team/project).';
 COMMENT ON COLUMN tenants.parent IS 'Parent tenant in the quota tree.';
 COMMENT ON COLUMN tenants.guaranteed_gpu_milli IS 'Guaranteed quota, milli-GPUs (Kueue nominalQuota).';
 COMMENT ON COLUMN tenants.limit_gpu_milli IS 'Cap, milli-GPUs (NULL = no cap).';
+COMMENT ON COLUMN tenants.borrowing_limit_gpu_milli IS 'Most the tenant may use above its guarantee, milli-GPUs (Kueue borrowingLimit; NULL = no cap).';
+COMMENT ON COLUMN tenants.lending_limit_gpu_milli IS 'Most of its unused guarantee others may borrow, milli-GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenants.over_quota_weight IS 'Weight of the tenant in the idle surplus split.';
 COMMENT ON COLUMN tenants.fair_share_gpu_milli IS 'Last fair share, milli-GPUs.';
 COMMENT ON COLUMN tenants.allocated_gpu_milli IS 'Last allocated, milli-GPUs.';
@@ -460,7 +462,7 @@ COMMENT ON COLUMN who_preempted.deadline_ms IS 'Checkpoint deadline, epoch ms.';
 COMMENT ON COLUMN who_preempted.checkpointed_at_ms IS 'First member checkpoint after the request, epoch ms.';
 COMMENT ON COLUMN who_preempted.checkpointed IS 'Every member checkpointed before it exited.';
 COMMENT ON COLUMN who_preempted.evicted_at_ms IS 'Eviction time, epoch ms.';
-COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, completed or failed.';
+COMMENT ON COLUMN who_preempted.outcome IS 'requested, evicted, shrunk (an elastic gang gave up members, details.resized), completed or failed.';
 COMMENT ON COLUMN who_preempted.lost_gpu_seconds IS 'Work lost since the last checkpoint, GPU-seconds.';
 COMMENT ON COLUMN who_preempted.lost_gpu_hours IS 'The same, GPU-hours.';
 COMMENT ON COLUMN who_preempted.saved_progress_s IS 'Checkpointed progress it resumes from, seconds of run time.';
@@ -490,6 +492,8 @@ COMMENT ON COLUMN utilisation.unmeasured_gpu_hours IS 'Allocated without SM samp
 
 COMMENT ON COLUMN tenant_usage.guaranteed_gpus IS 'Guaranteed quota, GPUs.';
 COMMENT ON COLUMN tenant_usage.limit_gpus IS 'Cap, GPUs (NULL = none).';
+COMMENT ON COLUMN tenant_usage.borrowing_limit_gpus IS 'Most it may use above its guarantee, GPUs (Kueue borrowingLimit; NULL = no cap).';
+COMMENT ON COLUMN tenant_usage.lending_limit_gpus IS 'Most of its unused guarantee others may borrow, GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenant_usage.fair_share_gpus IS 'Last fair share, GPUs.';
 COMMENT ON COLUMN tenant_usage.allocated_gpus_now IS 'Allocated now, GPUs.';
 COMMENT ON COLUMN tenant_usage.allocated_gpu_hours IS 'GPU-hours allocated.';
@@ -552,12 +556,30 @@ COMMENT ON COLUMN evictions.reason IS 'Eviction reason.';
 COMMENT ON COLUMN evictions.lost_gpu_ms IS 'Work lost, GPU-milliseconds.';
 COMMENT ON COLUMN evictions.preemption IS 'A preemption (Priority, Reclaim, Backfill, Defragment), not a failure or node loss.';
 
+COMMENT ON VIEW timeouts IS 'One row per run that reached its time limit (TimeLimitReached), with how it ended.';
+COMMENT ON COLUMN timeouts.seq IS 'Stream sequence of the TimeLimitReached.';
+COMMENT ON COLUMN timeouts.at_ms IS 'When the limit was reached (checkpoint requested), epoch ms.';
+COMMENT ON COLUMN timeouts.time_limit_s IS 'The time limit of each run, seconds.';
+COMMENT ON COLUMN timeouts.started_at_ms IS 'When the run started (its last member started), epoch ms.';
+COMMENT ON COLUMN timeouts.deadline_ms IS 'When its members are killed if still running, epoch ms.';
+COMMENT ON COLUMN timeouts.ended_at_ms IS 'When the run ended (NULL while it is stopping), epoch ms.';
+COMMENT ON COLUMN timeouts.outcome IS 'timeout (stopped at the limit), completed (finished within the grace), or the eviction reason that ended it first.';
+
+COMMENT ON VIEW dependency_waits IS 'One row per dependency (depends_on) of a job: what it waits for, the named job''s state, met / waiting / never.';
+COMMENT ON COLUMN dependency_waits.position IS 'Index of the dependency in depends_on (0-based).';
+COMMENT ON COLUMN dependency_waits.depends_on IS 'The job waited for (same tenant).';
+COMMENT ON COLUMN dependency_waits."on" IS 'What it must do: succeeded, failed, finished or started.';
+COMMENT ON COLUMN dependency_waits.dependency_state IS 'State of the job waited for now (NULL: no such job in the tenant).';
+COMMENT ON COLUMN dependency_waits.status IS 'met, waiting, or never (can no longer be met: the job is withdrawn or pends per dependency_never_satisfied).';
+COMMENT ON COLUMN dependency_waits.state IS 'State of the waiting job.';
+
 COMMENT ON COLUMN run_metrics.events IS 'Decodable events (count).';
 COMMENT ON COLUMN run_metrics.start_s IS 'First event, seconds since the epoch.';
 COMMENT ON COLUMN run_metrics.end_s IS 'Last event, seconds since the epoch.';
 COMMENT ON COLUMN run_metrics.gpu_allocation_pct IS '100 x integral of allocated / integral of capacity, percent.';
 COMMENT ON COLUMN run_metrics.preemptions IS 'Preemptions (count).';
 COMMENT ON COLUMN run_metrics.lost_gpu_hours IS 'Work lost to preemptions, GPU-hours.';
+COMMENT ON COLUMN run_metrics.gpu_hours IS 'GPU time the allocations held over the window, GPU-hours (integral of allocated GPUs dt).';
 COMMENT ON COLUMN run_metrics.submitted IS 'Jobs (count).';
 COMMENT ON COLUMN run_metrics.completed IS 'Completed (count).';
 COMMENT ON COLUMN run_metrics.failed IS 'Failed (count).';

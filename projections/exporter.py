@@ -71,8 +71,18 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_admission_wait_time_seconds",
         "histogram",
         ("slo_class",),
+        "Time from submission to the admission decision (JobAdmitted) of admitted jobs, by "
+        "SLO class (the slo view's admission_wait_p50_s). Earlier releases used this name for "
+        "the time to first placement, now gpuledger_placement_wait_time_seconds "
+        "(docs/everyday-operation.md, 'Metric names').",
+        "table jobs (admitted_at_ms - submitted_at_ms)",
+    ),
+    _spec(
+        "gpuledger_placement_wait_time_seconds",
+        "histogram",
+        ("slo_class",),
         "Time from submission to first placement of admitted jobs, by SLO class (the wait "
-        "replay/metrics.py reports as wait_s_p50_by_class).",
+        "replay/metrics.py reports as wait_s_p50_by_class); jobs never placed are not counted.",
         "view job_waits",
     ),
     _spec(
@@ -95,6 +105,13 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         ("tenant", "priority_class", "reason"),
         "Gang evictions (GangEvicted) by reason: preemptions, cancels, node loss, ...",
         "view evictions",
+    ),
+    _spec(
+        "gpuledger_timed_out_workloads_total",
+        "counter",
+        ("tenant", "priority_class"),
+        "Runs stopped at their time limit that ended the job `timeout` (reason TimeLimit).",
+        "view timeouts (outcome timeout)",
     ),
     _spec(
         "gpuledger_preempted_workloads_total",
@@ -147,6 +164,22 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         ("tenant",),
         "The tenant's limit in GPUs (absent when unlimited).",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_borrowing_limit_gpus",
+        "gauge",
+        ("tenant",),
+        "The most the tenant may use above its guarantee, GPUs (Kueue: borrowingLimit; absent "
+        "when unset).",
+        "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_quota_lending_limit_gpus",
+        "gauge",
+        ("tenant",),
+        "The most of the tenant's unused guarantee others may borrow, GPUs (Kueue: "
+        "lendingLimit; absent when unset).",
         "table tenants",
     ),
     _spec(
@@ -227,7 +260,8 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_stranded_gpus",
         "gauge",
         ("hostname", "clique"),
-        "Free GPU equivalents per NVLink clique that no pending job can use (fragmentation).",
+        "Free GPU equivalents per NVLink clique that pending jobs cannot use (fragmentation); "
+        "0 while no job is pending (nothing is stranded without pending work).",
         "view fragmentation",
     ),
     _spec(
@@ -294,6 +328,14 @@ SPECS = {s.name: s for s in AGGREGATE_METRICS}
 _PREEMPTION_SQL = ", ".join(f"'{r}'" for r in sorted(PREEMPTION_REASONS))
 
 
+ADMISSION_WAITS = (
+    "(SELECT coalesce(nullif(slo_class, ''), priority_class) AS slo_class,"
+    " (admitted_at_ms - submitted_at_ms) / 1000.0 AS wait_s"
+    " FROM jobs WHERE admitted_at_ms IS NOT NULL)"
+)
+"""Submission to admission per admitted job (the relation of the admission wait histogram)."""
+
+
 def _histogram_sql(
     source: str, value: str, groups: tuple[str, ...], bounds: tuple[float, ...]
 ) -> str:
@@ -352,6 +394,12 @@ def read_metrics(con) -> dict[str, list]:
         )
     hist(
         "gpuledger_admission_wait_time_seconds",
+        _histogram_sql(ADMISSION_WAITS, "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
+        1,
+        ADMISSION_WAIT_BUCKETS,
+    )
+    hist(
+        "gpuledger_placement_wait_time_seconds",
         _histogram_sql("job_waits", "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
         1,
         ADMISSION_WAIT_BUCKETS,
@@ -375,6 +423,11 @@ def read_metrics(con) -> dict[str, list]:
         if pre:
             out["gpuledger_preempted_workloads_total"].append(([t, pc, r], n))
             out["gpuledger_preemption_lost_gpu_seconds_total"].append(([t, pc, r], lost / 1000))
+    for t, pc, n in rows(
+        "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), count(*) FROM timeouts"
+        " WHERE outcome = 'timeout' GROUP BY ALL ORDER BY ALL"
+    ):
+        out["gpuledger_timed_out_workloads_total"].append(([t, pc], n))
     for r, n in rows(
         "SELECT coalesce(reason, ''), count(*) FROM decisions"
         " WHERE type = 'PreemptionDeclined' GROUP BY ALL ORDER BY ALL"
@@ -404,14 +457,19 @@ def read_metrics(con) -> dict[str, list]:
     )
     tenants = rows(
         "SELECT tenant, guaranteed_gpu_milli, limit_gpu_milli, fair_share_gpu_milli,"
-        " demand_gpu_milli FROM tenants ORDER BY tenant"
+        " demand_gpu_milli, borrowing_limit_gpu_milli, lending_limit_gpu_milli"
+        " FROM tenants ORDER BY tenant"
     )
     known = {t for t, *_ in tenants}
-    for t, guaranteed, limit, fair, demand in tenants:
+    for t, guaranteed, limit, fair, demand, borrowing, lending in tenants:
         u = used.get(t) or 0
         out["gpuledger_tenant_quota_nominal_gpus"].append(([t], (guaranteed or 0) / 1000))
         if limit is not None:
             out["gpuledger_tenant_quota_limit_gpus"].append(([t], limit / 1000))
+        if borrowing is not None:
+            out["gpuledger_tenant_quota_borrowing_limit_gpus"].append(([t], borrowing / 1000))
+        if lending is not None:
+            out["gpuledger_tenant_quota_lending_limit_gpus"].append(([t], lending / 1000))
         if fair is not None:
             out["gpuledger_tenant_fair_share_gpus"].append(([t], fair / 1000))
         if demand is not None:
@@ -440,7 +498,8 @@ def read_metrics(con) -> dict[str, list]:
     ):
         out["gpuledger_idle_allocated_gpus"].append(([node, model], float(idle)))
     for node, clique, free, stranded in rows(
-        "SELECT node, coalesce(clique, ''), free_gpus, stranded_gpu_equiv FROM fragmentation"
+        "SELECT node, coalesce(clique, ''), free_gpus,"
+        " CASE WHEN pending_jobs > 0 THEN stranded_gpu_equiv ELSE 0 END FROM fragmentation"
         " WHERE node <> '*' ORDER BY ALL"
     ):
         out["gpuledger_free_gpus"].append(([node, clique], free))

@@ -32,10 +32,12 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit
 
-TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled"})
+TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
 JOB_STATES = (
     "submitted",
     "pending",
@@ -45,6 +47,7 @@ JOB_STATES = (
     "failed",
     "rejected",
     "cancelled",
+    "timeout",
 )
 
 _json = msgspec.json.Encoder()
@@ -122,7 +125,7 @@ class Row:
         return row
 
     def astuple(self) -> tuple:
-        return self._get(self)  # type: ignore[attr-defined]
+        return self._get(self)  # type: ignore[attr-defined]  # generated per row class
 
     @classmethod
     def table_rows(cls, values: tuple) -> list[tuple]:
@@ -159,7 +162,7 @@ class Row:
         return out
 
     def key(self) -> tuple:
-        return self._key(self)  # type: ignore[attr-defined]
+        return self._key(self)  # type: ignore[attr-defined]  # generated per row class
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(zip(self.COLUMNS, self.astuple(), strict=True))})"
@@ -232,7 +235,7 @@ AllocationRow = _row_class(
     """allocation_id job_id tenant attempt rank node gpu_index gpu_uuid gpu_model clique
     sharing gpu_milli mig_profile mig_start borrowing placed_seq placed_at_ms started_at_ms
     ended_at_ms end_reason""",
-    "allocation_id rank",
+    "allocation_id rank placed_seq",  # placed_seq: a rank an elastic gang gave up and grew back
     expanded="gpu_index gpu_uuid gpu_model clique",
 )
 """One gang member: the table has a row per GPU (`gpu_index` -1 for a member without one), the
@@ -269,7 +272,8 @@ TenantRow = _row_class(
     "TenantRow",
     "tenants",
     """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
-    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms""",
+    fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms
+    borrowing_limit_gpu_milli lending_limit_gpu_milli""",
     "tenant",
 )
 
@@ -386,7 +390,7 @@ class Batch:
                     cls = ROW_CLASSES[t]
                     keys = [list(c) for c in zip(*ups, strict=True)]
                     rows = [r for r in ups.values() if r is not None]
-                    frozen[t] = (keys, cls._columns(rows))  # type: ignore[attr-defined]
+                    frozen[t] = (keys, cls._columns(rows))  # type: ignore[attr-defined]  # generated per row class
             self.frozen = frozen
         return self
 
@@ -418,19 +422,6 @@ _APPENDERS = {n: _appender_factory(n) for n in {len(c) for c in APPEND_COLUMNS.v
 
 
 # ---------------------------------------------------------------- the projection
-
-
-def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
-    """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
-    if gpus:
-        per = str(gpus)
-    elif milli:
-        per = f"{milli}m"
-    elif mig:
-        per = mig
-    else:
-        per = "0"
-    return per if not replicas or replicas == 1 else f"{replicas}x{per}"
 
 
 def _mig_milli(profile: str) -> int:
@@ -581,7 +572,32 @@ class Projection:
         handler = _HANDLERS.get(cls)
         if handler is not None:
             handler(self, seq, event)
+            job_id = getattr(event, "job_id", None)
+            rec = self.ledger.jobs.get(job_id) if job_id is not None else None
+            if rec is not None and rec.service is not None:
+                self._service_row(rec.service, seq, event)
+            if rec is not None and rec.array_parent is not None:
+                self._service_row(rec.array_parent, seq, event)
+            if rec is not None and rec.spec.array and isinstance(event, ev.JobCancelled):
+                self._sync_replicas(rec.job_id, seq, event)  # its pending tasks stop at once
+                self._service_row(rec.job_id, seq, event)
         return True
+
+    def _service_row(self, service_id: str, seq: int, e: ev.Event) -> None:
+        """A service's row after an event about one of its replicas: its state is the fold's
+        (`running` while a replica is placed, else `pending`)."""
+        row = self.jobs.get(service_id)
+        svc = self.ledger.jobs.get(service_id)
+        if row is not None and svc is not None and svc.spec.array and row.message != svc.message:
+            row.message = svc.message  # an array's tasks counted by state
+            self._touch(row, seq, e.occurred_at_ms)
+        if row is not None and svc is not None and row.state != svc.state:
+            if str(svc.state) in TERMINAL:
+                row.finished_at_ms = e.occurred_at_ms
+            if svc.spec.array and svc.tasks_started and row.first_placed_at_ms is None:
+                row.first_placed_at_ms = e.occurred_at_ms  # its first task placed
+            self._transition(row, str(svc.state), seq, e, None)
+            self._touch(row, seq, e.occurred_at_ms)
 
     def apply_undecodable(self, seq: int, subject: str, error: str, head: str) -> bool:
         """Record a message that is not a valid event (the runtime dead-letters it)."""
@@ -630,6 +646,12 @@ class Projection:
         self._up_jobs[(job.job_id,)] = job
 
     def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
+        """Move the row to the state the services' fold has for the job after `e` (one state
+        machine: `services.domain.ledger`); `to` only where the fold does not know the job (a
+        log that starts after its submission)."""
+        rec = self.ledger.jobs.get(job.job_id)
+        if rec is not None:
+            to = str(rec.state)
         if job.state != to:
             self._add_transition(
                 seq,
@@ -651,7 +673,7 @@ class Projection:
             if r.ended_at_ms is None:
                 r.ended_at_ms = at_ms
                 r.end_reason = reason
-                self._up_allocs[(r.allocation_id, r.rank)] = r
+                self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
 
     def _end_preemption(self, allocation_id: str, at_ms: int, outcome: str) -> None:
         p = self.open_preemptions.pop(allocation_id, None)
@@ -704,14 +726,11 @@ class Projection:
         job.preemptible = e.preemptible
         job.slo_class = e.slo_class
         job.admitted_at_ms = job.pending_since_ms = e.occurred_at_ms
-        svc = self.ledger.jobs.get(e.job_id)
-        if svc is not None and svc.spec.is_service:  # it runs as its replicas
-            self._transition(job, "running", seq, e, None)
-            self._touch(job, seq, e.occurred_at_ms)
-            self._sync_replicas(e.job_id, seq, e)
-            return
         self._transition(job, "pending", seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
+        svc = self.ledger.jobs.get(e.job_id)
+        if svc is not None and (svc.spec.is_service or svc.spec.array):  # runs as its replicas
+            self._sync_replicas(e.job_id, seq, e)  # (or tasks)
 
     def _scaled(self, seq: int, e: ev.ServiceScaled) -> None:
         job = self.jobs.get(e.job_id)
@@ -722,9 +741,16 @@ class Projection:
         self._sync_replicas(e.job_id, seq, e)
 
     def _sync_replicas(self, service_id: str, seq: int, e: ev.Event) -> None:
-        """Rows of a service's replicas as the services' fold has them after `e`: created when
-        queued, queued again or cancelled when the service is scaled (or cancelled)."""
-        for rec in self.ledger.replicas_of(service_id):
+        """Rows of a service's replicas (or an array job's tasks) as the services' fold has
+        them after `e`: created when queued, queued again or cancelled when the service is
+        scaled (or the service or array cancelled)."""
+        parent = self.ledger.jobs.get(service_id)
+        records = (
+            self.ledger.tasks_of(service_id)
+            if parent is not None and parent.spec.array
+            else self.ledger.replicas_of(service_id)
+        )
+        for rec in records:
             row = self.jobs.get(rec.job_id)
             if row is None:
                 spec, res = rec.spec, rec.spec.resources
@@ -784,6 +810,15 @@ class Projection:
         self._touch(job, seq, e.occurred_at_ms)
         self._sync_replicas(e.job_id, seq, e)
 
+    def _withdrawn(self, seq: int, e: ev.JobWithdrawn) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != "pending":
+            return  # refused as the ledger refuses it
+        job.reason, job.message, job.details = e.reason, e.message, _dumps(e.details or {})
+        job.finished_at_ms = e.occurred_at_ms
+        self._transition(job, "cancelled", seq, e, e.reason)
+        self._touch(job, seq, e.occurred_at_ms)
+
     def _pending_reason(self, seq: int, e: ev.PendingReasonChanged) -> None:
         job = self._job(e.job_id)
         details = e.details or {}
@@ -817,11 +852,37 @@ class Projection:
         job.reason = job.message = job.details = None
         attempt_s = e.allocation_id.rpartition("#")[2]
         attempt = int(attempt_s) if attempt_s.isdigit() else job.attempts
-        alloc_id, job_id, at = e.allocation_id, e.job_id, e.occurred_at_ms
-        tenant, borrowing = e.tenant or job.tenant, e.borrowing
-        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
         ranks: dict[int, Row] = {}
-        for m in e.members:
+        self._member_rows(
+            seq,
+            e.allocation_id,
+            e.job_id,
+            e.tenant or job.tenant,
+            attempt,
+            e.borrowing,
+            e.members,
+            e.occurred_at_ms,
+            ranks,
+        )
+        self.open_allocs[e.allocation_id] = ranks
+        self._transition(job, "running", seq, e, None)
+        self._touch(job, seq, e.occurred_at_ms)
+
+    def _member_rows(
+        self,
+        seq: int,
+        alloc_id: str,
+        job_id: str,
+        tenant: str,
+        attempt: int,
+        borrowing: bool,
+        members,
+        at: int,
+        ranks: dict[int, Row],
+    ) -> None:
+        """One allocation row per member of `members` (per GPU index), into `ranks`."""
+        gpus, ups, new_row = self.gpus, self._up_allocs, AllocationRow.new
+        for m in members:
             rank, node, mig = m.rank, m.node, m.mig_profile
             if not m.gpus:
                 sharing, milli, indices = "none", 0, (-1,)
@@ -834,7 +895,7 @@ class Projection:
             found = [gpus.get((node, idx)) for idx in indices]
             if None in found:  # GPUs the projection has not seen registered
                 found = [g or _NO_GPU for g in found]
-            ranks[rank] = ups[(alloc_id, rank)] = new_row(  # AllocationRow.COLUMNS, in order
+            ranks[rank] = ups[(alloc_id, rank, seq)] = new_row(  # AllocationRow.COLUMNS, in order
                 alloc_id,
                 job_id,
                 tenant,
@@ -856,16 +917,13 @@ class Projection:
                 None,  # ended_at_ms
                 None,  # end_reason
             )
-        self.open_allocs[alloc_id] = ranks
-        self._transition(job, "running", seq, e, None)
-        self._touch(job, seq, e.occurred_at_ms)
 
     def _member_started(self, seq: int, e: ev.MemberStarted) -> None:
         ranks = self.open_allocs.get(e.allocation_id)
         r = ranks.get(e.rank) if ranks else None
         if r is not None and r.started_at_ms is None:
             r.started_at_ms = e.occurred_at_ms
-            self._up_allocs[(r.allocation_id, r.rank)] = r
+            self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
 
     def _member_checkpointed(self, seq: int, e: ev.MemberCheckpointed) -> None:
         p = self.open_preemptions.get(e.allocation_id)
@@ -885,7 +943,7 @@ class Projection:
         if r is not None and r.ended_at_ms is None:
             r.ended_at_ms = e.occurred_at_ms
             r.end_reason = e.outcome
-            self._up_allocs[(r.allocation_id, r.rank)] = r
+            self._up_allocs[(r.allocation_id, r.rank, r.placed_seq)] = r
         if not ranks:
             del self.open_allocs[e.allocation_id]
 
@@ -912,8 +970,49 @@ class Projection:
         )
         self.open_preemptions[e.allocation_id] = p
         self.batch.upsert(p)
+        if isinstance(e.ranks, tuple):
+            return  # an elastic gang giving up members keeps running
         if job.state == "running" and job.allocation_id == e.allocation_id:
             self._transition(job, "preempting", seq, e, e.reason)
+            self._touch(job, seq, e.occurred_at_ms)
+
+    def _resized(self, seq: int, e: ev.GangResized) -> None:
+        """An elastic gang shrank: its partial preemption ends with outcome `shrunk` (the
+        leavers' allocation rows were closed by their `MemberExited`)."""
+        job = self.jobs.get(e.job_id)
+        if e.to_members > e.from_members:  # a grow: rows for the members added
+            ranks = self.open_allocs.get(e.allocation_id)
+            if ranks is None or job is None:
+                return
+            first = next(iter(ranks.values()), None)
+            attempt = first.attempt if first is not None else (job.attempts or 1)
+            borrowing = bool(first.borrowing) if first is not None else False
+            added = e.members[e.from_members :]
+            self._member_rows(
+                seq,
+                e.allocation_id,
+                e.job_id,
+                job.tenant,
+                attempt,
+                borrowing,
+                added,
+                e.occurred_at_ms,
+                ranks,
+            )
+            self._touch(job, seq, e.occurred_at_ms)
+            return
+        p = self.open_preemptions.pop(e.allocation_id, None)
+        if p is not None:
+            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
+            p.eviction_reason = e.reason
+            p.checkpointed = e.checkpointed
+            p.lost_gpu_ms = e.lost_gpu_ms
+            p.outcome = "shrunk"
+            details = msgspec.json.decode(p.details) if p.details else {}
+            details["resized"] = {"from": e.from_members, "to": e.to_members}
+            p.details = _dumps(details)
+            self.batch.upsert(p)
+        if job is not None:
             self._touch(job, seq, e.occurred_at_ms)
 
     def _release(self, job: Row | None, allocation_id: str) -> None:
@@ -975,7 +1074,7 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.finished_at_ms = e.occurred_at_ms
-        if to == "failed":
+        if to in ("failed", "timeout"):
             job.reason, job.message = e.reason, e.message
         else:
             job.reason = job.message = job.details = None
@@ -986,7 +1085,7 @@ class Projection:
         self._ended(seq, e, "completed")
 
     def _failed(self, seq: int, e: ev.GangFailed) -> None:
-        self._ended(seq, e, "failed")
+        self._ended(seq, e, "timeout" if e.reason == "TimeLimit" else "failed")
 
     # -------------------------------------------------------------- handlers: config, quota
 
@@ -996,6 +1095,8 @@ class Projection:
         t.guaranteed_gpu_milli = e.guaranteed_gpu_milli
         t.limit_gpu_milli = e.limit_gpu_milli
         t.over_quota_weight = e.over_quota_weight
+        t.borrowing_limit_gpu_milli = borrowing_limit(e)
+        t.lending_limit_gpu_milli = lending_limit(e)
         t.configured_at_ms = e.occurred_at_ms
         t.updated_at_ms = e.occurred_at_ms
         self.tenants[e.tenant] = t
@@ -1116,6 +1217,7 @@ _HANDLERS = {
     ev.JobAdmitted: Projection._admitted,
     ev.JobRejected: Projection._rejected,
     ev.JobCancelled: Projection._cancelled,
+    ev.JobWithdrawn: Projection._withdrawn,
     ev.ServiceScaled: Projection._scaled,
     ev.PendingReasonChanged: Projection._pending_reason,
     ev.GangPlaced: Projection._placed,
@@ -1124,6 +1226,7 @@ _HANDLERS = {
     ev.MemberExited: Projection._member_exited,
     ev.PreemptionRequested: Projection._preemption_requested,
     ev.GangEvicted: Projection._evicted,
+    ev.GangResized: Projection._resized,
     ev.GangRequeued: Projection._requeued,
     ev.GangCompleted: Projection._completed,
     ev.GangFailed: Projection._failed,

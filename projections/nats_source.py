@@ -25,6 +25,7 @@ it would only meet the same hole again); otherwise it raises.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -119,11 +120,39 @@ STREAM = "GPULEDGER"
 DURABLE = "projector"
 
 
+def consumer_problem(info: api.ConsumerInfo, durable: str) -> str | None:
+    """None if the consumer `info` describes is the projector's as it creates it (durable,
+    pull, every subject, AckAll), else what differs: someone else created, replaced or updated
+    it (issue 30: a reader re-created it with a `gl.dead.>` filter and the projection froze)."""
+    cfg = info.config
+    problems = []
+    if cfg.durable_name != durable:
+        problems.append(f"durable_name={cfg.durable_name!r}")
+    if cfg.filter_subject not in (None, "", ">", "gl.>") or cfg.filter_subjects:
+        problems.append(f"filter={cfg.filter_subjects or cfg.filter_subject!r}")
+    if cfg.ack_policy != api.AckPolicy.ALL:
+        problems.append(f"ack_policy={cfg.ack_policy}")
+    if cfg.deliver_subject:
+        problems.append("a push consumer")
+    return ", ".join(problems) or None
+
+
 async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> None:
-    """Make the durable consumer deliver from `last_seq + 1`."""
+    """Make the durable consumer deliver from `last_seq + 1` (recreating it from the
+    database's checkpoint if it is not the projector's as created: `consumer_problem`)."""
     try:
         info = await js.consumer_info(stream, durable)
     except NotFoundError:
+        info = None
+    problem = None if info is None else consumer_problem(info, durable)
+    if info is not None and problem is not None:
+        slog.warning(
+            "projector.consumer_replaced",
+            consumer=durable,
+            differs=problem,
+            action=f"recreating it from the database's last sequence {last_seq}",
+        )
+        await js.delete_consumer(stream, durable)
         info = None
     if info is not None:
         delivered = info.delivered.stream_seq if info.delivered else 0
@@ -152,6 +181,35 @@ async def _position_consumer(js, stream: str, durable: str, last_seq: int) -> No
         opt_start_seq=None if last_seq == 0 else last_seq + 1,
     )
     await js.add_consumer(stream, cfg)
+
+
+async def _consumer_went_astray(js, stream: str, durable: str, last_seq: int) -> bool:
+    """After a fetch that returned nothing: whether the stream holds messages beyond
+    `last_seq` while the durable consumer is missing or not the projector's
+    (`consumer_problem`; one warning line says what differs). False when NATS does not
+    answer (the next fetch retries)."""
+    try:
+        state = (await js.stream_info(stream)).state
+        if state.last_seq <= last_seq:
+            return False
+        try:
+            info = await js.consumer_info(stream, durable)
+        except NotFoundError:
+            slog.warning("projector.consumer_replaced", consumer=durable, differs="missing")
+            return True
+    except (nats.errors.Error, TimeoutError, OSError):
+        return False
+    problem = consumer_problem(info, durable)
+    if problem is None:
+        return False
+    slog.warning(
+        "projector.consumer_replaced",
+        consumer=durable,
+        differs=problem,
+        stream_last_seq=state.last_seq,
+        folded_seq=last_seq,
+    )
+    return True
 
 
 async def _bind_consumer(js, stream: str, durable: str, last_seq: int):
@@ -288,6 +346,20 @@ async def run_projector(
                         pj.release()  # let `gpuledger sql` open the file while we wait
                     if not follow:
                         break
+                    # everything folded is committed here; `pj` may have released the file
+                    # (touching it would reopen it under a reader's lock): use the status
+                    committed = status.committed_seq
+                    if await _consumer_went_astray(js, stream, durable, committed):
+                        # the stream moved, nothing came: recreate the consumer from the
+                        # database's checkpoint and bind again
+                        with contextlib.suppress(nats.errors.Error):
+                            await sub.unsubscribe()
+                        sub = await unless_stopped(
+                            _bind_consumer(js, stream, durable, committed), stop
+                        )
+                        if sub is None:
+                            break
+                        unacked.clear()
                     continue
                 except (
                     ServiceUnavailableError,

@@ -8,6 +8,19 @@ import json
 from typing import Any
 
 
+def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
+    """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
+    if gpus:
+        per = str(gpus)
+    elif milli:
+        per = f"{milli}m"
+    elif mig:
+        per = mig
+    else:
+        per = "0"
+    return per if not replicas or replicas == 1 else f"{replicas}x{per}"
+
+
 def gpus_text(milli: int | float | None) -> str:
     """Milli-GPUs as a short count: `8`, `0.5`, `-` when unknown."""
     if milli is None:
@@ -87,6 +100,24 @@ def acceptance_refusals(con, job_id: str) -> list[dict[str, Any]]:
             [job_id],
         ).fetchall()
     ]
+
+
+def preemption_outlook(pending: dict[str, Any]) -> list[str]:
+    """What `gpuledger why` says about preemption for a waiting job (its `pending` block, or
+    a `why_pending` row): whether preemption would help where the scheduler said, and the
+    latest refusal with its reason and message, which names the excluded victims by reason
+    (`Preemption declined: NoVictims: no eligible victims; excluded: 3 WithinGuarantee`). The
+    UI's job and Queue pages print these same lines; nothing known is no line."""
+    help_ = pending.get("preemption_would_help")
+    declined = pending.get("preemption_declined")
+    if declined is None and pending.get("declined_reason"):
+        declined = {"reason": pending["declined_reason"], "message": pending["declined_message"]}
+    lines = []
+    if help_ is not None:
+        lines.append(f"Preemption would help: {'yes' if help_ else 'no'}")
+    if declined:
+        lines.append(f"Preemption declined: {declined['reason']}: {declined['message']}")
+    return lines
 
 
 def why_report(con, job_id: str) -> dict[str, Any]:
@@ -179,6 +210,8 @@ def why_report(con, job_id: str) -> dict[str, Any]:
     service = service_report(con, job_id, job)
     if service is not None:
         out["service"] = service
+    up = service["running"] + service["preempting"] if service is not None else None
+    out["state_text"] = job_state_text({**job, "replicas_up": up})
     out["refused"] = refused_requests(con, job_id)
     out["refusals"] = acceptance_refusals(con, job_id)
     out["transitions"] = [
@@ -235,18 +268,72 @@ def service_report(con, job_id: str, job: dict[str, Any]) -> dict[str, Any] | No
     }
 
 
-def jobs_rows(con, *, state: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+REPLICAS_UP = """services AS (
+    SELECT regexp_extract(job_id, '^(.+)~[0-9]+$', 1) AS job_id,
+           count(*) FILTER (WHERE state IN ('running', 'preempting')) AS replicas_up
+    FROM jobs WHERE regexp_matches(job_id, '~[0-9]+$') GROUP BY 1)"""
+"""A CTE `services`: per service (`kind: service`, whose replicas are `<service>~<i>`; user
+job ids may not hold `~`), its replicas placed now. The service's own `state` is the fold's:
+`running` while this is at least 1, else `pending`."""
+
+
+ARRAY_TASKS = """arrays AS (
+    SELECT regexp_extract(job_id, '^(.+)@[0-9]+$', 1) AS job_id, count(*) AS tasks,
+           count(*) FILTER (WHERE state IN ('running', 'preempting')) AS tasks_running,
+           count(*) FILTER (WHERE state = 'completed') AS tasks_completed,
+           count(*) FILTER (WHERE state IN ('failed', 'timeout')) AS tasks_failed,
+           count(*) FILTER (WHERE state = 'cancelled') AS tasks_cancelled
+    FROM jobs WHERE regexp_matches(job_id, '@[0-9]+$') GROUP BY 1)"""
+"""A CTE `arrays`: per array job (whose tasks are `<array>@<i>`; user job ids may not hold
+`@`), its tasks counted by state."""
+
+
+def job_state_text(row: dict[str, Any]) -> str:
+    """A job's STATE as tables show it; a live service adds its replicas placed of those
+    wanted (`running 2/3`, `pending 0/3`), from `jobs_rows`' `replicas_up`; an array job its
+    tasks (`running 3/10 done 4`: 3 of its 10 tasks running, 4 ended)."""
+    if row.get("tasks"):
+        done = (
+            (row.get("tasks_completed") or 0)
+            + (row.get("tasks_failed") or 0)
+            + (row.get("tasks_cancelled") or 0)
+        )
+        return f"{row['state']} {row.get('tasks_running') or 0}/{row['tasks']} done {done}"
+    state, up = row["state"], row.get("replicas_up")
+    if up is None or state in (
+        "submitted",
+        "completed",
+        "failed",
+        "rejected",
+        "cancelled",
+        "timeout",
+    ):
+        return state
+    return f"{state} {up}/{row.get('replicas') or 0}"
+
+
+def jobs_rows(
+    con, *, state: str | None = None, tenant: str | None = None, tasks: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of `jobs` (an array job once, its tasks counted, unless `tasks`)."""
     where, args = [], []
+    if not tasks:
+        where.append("NOT regexp_matches(j.job_id, '@[0-9]+$')")
     if state:
         where.append("j.state = ?")
         args.append(state)
     if tenant:
-        where.append("(j.tenant = ? OR j.tenant LIKE ?)")
-        args += [tenant, tenant.rstrip("/") + "/%"]
+        where.append("(j.tenant = ? OR starts_with(j.tenant, ?))")  # no LIKE: `_` is literal
+        args += [tenant, tenant.rstrip("/") + "/"]
     q = (
+        f"WITH {REPLICAS_UP}, {ARRAY_TASKS} "
         "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
         "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
-        " AS nodes FROM jobs j CROSS JOIN clock c"
+        " AS nodes, (SELECT count(DISTINCT a.rank) FROM allocations a"
+        " WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL) AS members_up,"
+        " s.replicas_up, r.tasks, r.tasks_running, r.tasks_completed, r.tasks_failed,"
+        " r.tasks_cancelled FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
+        " LEFT JOIN arrays r USING (job_id)"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
     )
@@ -269,12 +356,16 @@ def nodes_rows(con) -> list[dict[str, Any]]:
 
 
 def tenants_rows(con) -> list[dict[str, Any]]:
-    q = """
+    # jobs as they hold or wait for GPUs: a service counts as its replicas, not once more
+    q = f"""
+        WITH {REPLICAS_UP}
         SELECT u.*, t.demand_gpu_milli / 1000.0 AS demand_gpus, t.over_quota_weight,
                (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
-                 AND j.state IN ('running', 'preempting')) AS running_jobs,
+                 AND j.state IN ('running', 'preempting')
+                 AND j.job_id NOT IN (SELECT job_id FROM services)) AS running_jobs,
                (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
-                 AND j.state IN ('submitted', 'pending')) AS pending_jobs
+                 AND j.state IN ('submitted', 'pending')
+                 AND j.job_id NOT IN (SELECT job_id FROM services)) AS pending_jobs
         FROM tenant_usage u LEFT JOIN tenants t USING (tenant) ORDER BY u.tenant"""
     return records(con.execute(q))
 
@@ -297,8 +388,8 @@ def acct_rows(
         where.append("submitted_at_ms <= ?")
         args.append(end_ms)
     if tenant:
-        where.append("(tenant = ? OR tenant LIKE ?)")
-        args += [tenant, tenant.rstrip("/") + "/%"]
+        where.append("(tenant = ? OR starts_with(tenant, ?))")  # no LIKE: `_` is literal
+        args += [tenant, tenant.rstrip("/") + "/"]
     if state:
         where.append("state = ?")
         args.append(state)

@@ -171,7 +171,9 @@ CREATE TABLE IF NOT EXISTS tenants (
     allocated_gpu_milli  BIGINT,
     demand_gpu_milli     BIGINT,
     configured_at_ms     BIGINT,
-    updated_at_ms        BIGINT
+    updated_at_ms        BIGINT,
+    borrowing_limit_gpu_milli BIGINT,
+    lending_limit_gpu_milli   BIGINT
 );
 
 CREATE TABLE IF NOT EXISTS priority_classes (

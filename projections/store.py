@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import sys
 import time
 from collections import deque
@@ -37,9 +36,18 @@ from gpuledger.projections.mappers import (
     SequenceGap,
     columns_of,
 )
+from gpuledger.projections.reading import (  # noqa: F401 - re-exported: the read side
+    ProjectionBusy,
+    ProjectionError,
+    connect_locked,
+    connect_readonly,
+    damaged,
+    is_damage,
+    lock_holder,
+)
 from gpuledger.services.runtime.gctune import collector_paused
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _log = logging.getLogger("gpuledger.projector")
 
 _ARROW_TYPES = {
@@ -98,63 +106,6 @@ class Prepared:
     sql: list[str]
 
 
-class ProjectionError(RuntimeError):
-    """The projection database cannot be used as it is (schema mismatch, locked, ...)."""
-
-
-class ProjectionBusy(ProjectionError):
-    """Another process holds the projection file's lock (DuckDB allows one writing process,
-    or any number of read-only ones, per file). `holder` names it as DuckDB reports it."""
-
-    def __init__(self, path: str | Path, holder: str) -> None:
-        self.path, self.holder = str(path), holder
-        super().__init__(f"{path} is held by another process ({holder})")
-
-
-def lock_holder(exc: BaseException) -> str | None:
-    """`PID 1234` (or DuckDB's whole message) when `exc` is DuckDB's file-lock conflict,
-    else None."""
-    text = str(exc)
-    if not isinstance(exc, duckdb.IOException) or "lock" not in text.lower():
-        return None
-    m = re.search(r"\(PID (\d+)\)", text)
-    return f"PID {m.group(1)}" if m else text.splitlines()[0]
-
-
-def connect_locked(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """`duckdb.connect`, raising ProjectionBusy (instead of DuckDB's IOException) when another
-    process holds the file."""
-    try:
-        return duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
-        holder = lock_holder(exc)
-        if holder is None:
-            raise
-        raise ProjectionBusy(path, holder) from exc
-
-
-def connect_readonly(
-    path: str | Path, *, wait_s: float = 10.0, poll_s: float = 0.05
-) -> duckdb.DuckDBPyConnection:
-    """Open a projection for reading. A live projector holds the file only while it writes
-    and opens a read window at least every few seconds when caught up; retry every `poll_s`
-    for up to `wait_s` seconds, then raise ProjectionBusy (it may be catching up a backlog,
-    or another process holds the file)."""
-    path = Path(path)
-    if not path.exists():
-        raise ProjectionError(
-            f"no projection at {path}: run `gpuledger project --log FILE` or `gpuledger up` first"
-        )
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return connect_locked(path, read_only=True)
-        except ProjectionBusy:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(poll_s)
-
-
 async def wait_for_projection(db_path, seq: int, timeout_s: float, poll_s: float = 0.3) -> bool:
     """Until the projection at `db_path` has applied `seq` (the projector commits in batches)."""
     deadline = time.monotonic() + timeout_s
@@ -198,7 +149,13 @@ class Store:
             # since the start: most of a rebuild's resident memory. The writer only appends
             # and replaces keyed rows; a small pool suffices (DuckDB evicts or spills).
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
-        self._ensure_schema()
+        try:
+            self._ensure_schema()
+        except duckdb.Error as exc:  # a truncated file: its header opened, its tables do not
+            if not is_damage(exc):
+                raise
+            self.con.close()
+            raise damaged(self.path, str(exc).removeprefix("IO Error: ")) from None
         self._types = {t: self._arrow_schema(t) for t in APPEND_COLUMNS.keys() | ROW_CLASSES.keys()}
         self._key_types = {
             t: pa.schema([self._types[t].field(k) for k in cls.KEY])

@@ -18,6 +18,10 @@ WITH last_reason AS (
 ), declined AS (
     SELECT job_id, arg_max(reason, seq) AS declined_reason, arg_max(message, seq) AS declined_message
     FROM decisions WHERE type = 'PreemptionDeclined' GROUP BY job_id
+), services AS (
+    -- a service (`kind: service`) waits as its replicas `<service>~<i>`: they are listed, not it
+    SELECT DISTINCT regexp_extract(job_id, '^(.+)~[0-9]+$', 1) AS job_id
+    FROM jobs WHERE regexp_matches(job_id, '~[0-9]+$')
 )
 SELECT j.job_id, j.tenant, j.priority_class, j.priority, j.state,
        j.gpu_milli / 1000.0 AS gpus,
@@ -36,7 +40,7 @@ FROM jobs j
 CROSS JOIN clock c
 LEFT JOIN last_reason r USING (job_id)
 LEFT JOIN declined d USING (job_id)
-WHERE j.state IN ('submitted', 'pending');
+WHERE j.state IN ('submitted', 'pending') AND j.job_id NOT IN (SELECT job_id FROM services);
 
 -- Who preempted whom, why, and what it cost. One row per PreemptionRequested.
 CREATE OR REPLACE VIEW who_preempted AS
@@ -135,14 +139,22 @@ WITH q AS (
 ), gained AS (
     SELECT coalesce(p.beneficiary_tenant, b.tenant) AS tenant, count(*) AS preemptions_caused
     FROM preemptions p LEFT JOIN jobs b ON b.job_id = p.beneficiary GROUP BY 1
+), held AS (
+    -- what the tenant's placements hold now (the fold's allocations; the `tenants` row's
+    -- allocated_gpu_milli is as of the last FairShareUpdated, which allocation alone does not
+    -- republish)
+    SELECT tenant, sum(gpu_milli) / 1000.0 AS gpus FROM allocations
+    WHERE ended_at_ms IS NULL GROUP BY tenant
 ), names AS (
     SELECT tenant FROM tenants UNION SELECT tenant FROM alloc UNION SELECT tenant FROM borrowed
 )
 SELECT n.tenant,
        t.guaranteed_gpu_milli / 1000.0 AS guaranteed_gpus,
        t.limit_gpu_milli / 1000.0 AS limit_gpus,
+       t.borrowing_limit_gpu_milli / 1000.0 AS borrowing_limit_gpus,
+       t.lending_limit_gpu_milli / 1000.0 AS lending_limit_gpus,
        t.fair_share_gpu_milli / 1000.0 AS fair_share_gpus,
-       t.allocated_gpu_milli / 1000.0 AS allocated_gpus_now,
+       coalesce(h.gpus, 0) AS allocated_gpus_now,
        coalesce(a.allocated_gpu_hours, 0) AS allocated_gpu_hours,
        coalesce(a.used_gpu_hours, 0) AS used_gpu_hours,
        a.used_gpu_hours / nullif(a.measured_gpu_hours, 0) AS sm_active_avg,
@@ -156,7 +168,8 @@ LEFT JOIN tenants t USING (tenant)
 LEFT JOIN alloc a USING (tenant)
 LEFT JOIN borrowed b USING (tenant)
 LEFT JOIN lost l USING (tenant)
-LEFT JOIN gained g USING (tenant);
+LEFT JOIN gained g USING (tenant)
+LEFT JOIN held h USING (tenant);
 
 -- Free capacity per GPU right now (ready nodes, healthy GPUs).
 CREATE OR REPLACE VIEW gpu_free AS
@@ -303,6 +316,69 @@ SELECT e.seq, e.occurred_at_ms AS at_ms, e.payload ->> 'job_id' AS job_id, j.ten
 FROM events e LEFT JOIN jobs j ON j.job_id = e.payload ->> 'job_id'
 WHERE e.type = 'GangEvicted';
 
+-- One row per run that reached its time limit (`TimeLimitReached`): the limit, when the run
+-- started, the kill deadline, and how it ended: `timeout` (GangFailed, reason TimeLimit; the
+-- message says whether it checkpointed), `completed` (it finished within the grace), or the
+-- eviction reason when something else ended it first; NULL while it is still stopping.
+CREATE OR REPLACE VIEW timeouts AS
+SELECT t.seq, t.occurred_at_ms AS at_ms, t.payload ->> 'job_id' AS job_id, j.tenant,
+       j.priority_class, t.payload ->> 'allocation_id' AS allocation_id,
+       CAST(t.payload ->> 'time_limit_s' AS BIGINT) AS time_limit_s,
+       CAST(t.payload ->> 'started_ms' AS BIGINT) AS started_at_ms,
+       CAST(t.payload ->> 'deadline_ms' AS BIGINT) AS deadline_ms,
+       f.occurred_at_ms AS ended_at_ms,
+       CASE f.type WHEN 'GangFailed' THEN (CASE WHEN f.payload ->> 'reason' = 'TimeLimit'
+                                                THEN 'timeout' ELSE 'failed' END)
+                   WHEN 'GangCompleted' THEN 'completed'
+                   WHEN 'GangEvicted' THEN f.payload ->> 'reason' END AS outcome,
+       f.payload ->> 'message' AS message
+FROM events t
+LEFT JOIN jobs j ON j.job_id = t.payload ->> 'job_id'
+LEFT JOIN events f ON f.type IN ('GangFailed', 'GangCompleted', 'GangEvicted')
+                  AND f.payload ->> 'allocation_id' = t.payload ->> 'allocation_id'
+WHERE t.type = 'TimeLimitReached';
+
+-- One row per dependency of a job (`depends_on` of its accepted submission): what it waits
+-- for, the state of the job it names now, and whether it is met, still awaited, or can no
+-- longer be met (services/domain/dependencies.py); with the waiting job's state and reason.
+CREATE OR REPLACE VIEW dependency_waits AS
+WITH deps AS (
+    SELECT DISTINCT s.payload -> 'job' ->> 'job_id' AS job_id,
+           s.payload -> 'job' ->> 'tenant' AS tenant,
+           d.ordinal AS position, d.dep.job AS depends_on, coalesce(d.dep."on", 'succeeded') AS "on"
+    FROM events s,
+         unnest(from_json(s.payload -> 'job' -> 'depends_on',
+                          '[{"job": "VARCHAR", "on": "VARCHAR"}]'))
+             WITH ORDINALITY AS d(dep, ordinal)
+    WHERE s.type = 'JobSubmitted' AND s.seq NOT IN (SELECT seq FROM refusals)
+)
+SELECT deps.job_id, j.tenant, deps.position - 1 AS position, deps.depends_on, deps."on",
+       o.state AS dependency_state,
+       CASE
+           WHEN o.state IS NULL THEN 'never'
+           WHEN deps."on" = 'finished' THEN
+               CASE WHEN o.state IN ('completed', 'failed', 'rejected', 'cancelled', 'timeout')
+                    THEN 'met' ELSE 'waiting' END
+           WHEN deps."on" = 'started' THEN
+               CASE WHEN o.first_placed_at_ms IS NOT NULL THEN 'met'
+                    WHEN o.state IN ('completed', 'failed', 'rejected', 'cancelled', 'timeout')
+                    THEN 'never' ELSE 'waiting' END
+           WHEN deps."on" = 'succeeded' THEN
+               CASE WHEN o.state = 'completed' THEN 'met'
+                    WHEN o.state IN ('failed', 'rejected', 'cancelled', 'timeout') THEN 'never'
+                    ELSE 'waiting' END
+           ELSE
+               CASE WHEN o.state IN ('failed', 'timeout')
+                         OR (o.state = 'cancelled' AND o.first_placed_at_ms IS NOT NULL)
+                    THEN 'met'
+                    WHEN o.state IN ('completed', 'rejected', 'cancelled') THEN 'never'
+                    ELSE 'waiting' END
+       END AS status,
+       j.state, j.reason, j.message
+FROM deps
+JOIN jobs j ON j.job_id = deps.job_id AND j.tenant = deps.tenant
+LEFT JOIN jobs o ON o.job_id = deps.depends_on AND o.tenant = deps.tenant;
+
 CREATE OR REPLACE VIEW run_metrics AS
 WITH alloc AS (
     SELECT sum(a.gpu_milli * (coalesce(a.ended_at_ms, w.end_ms) - a.placed_at_ms)) AS area
@@ -327,6 +403,7 @@ WITH alloc AS (
 SELECT w.events, w.start_ms / 1000.0 AS start_s, w.end_ms / 1000.0 AS end_s,
        100.0 * alloc.area / nullif(cap.area, 0) AS gpu_allocation_pct,
        pre.preemptions, pre.lost_gpu_hours,
+       alloc.area / 1000.0 / 3600000.0 AS gpu_hours,
        j.submitted, j.completed, j.failed, j.rejected, j.cancelled, j.unfinished, j.jct_s_mean
 FROM run_window w, alloc, cap, pre, j;
 

@@ -18,7 +18,17 @@ from gpuledger import events as ev
 from gpuledger.events import Event
 from gpuledger.replay.metrics import jain, measure, percentile
 
-__all__ = ["CompareError", "Summary", "compare", "jain", "load", "percentile", "rows", "summarize"]
+__all__ = [
+    "CompareError",
+    "Summary",
+    "compare",
+    "jain",
+    "load",
+    "observed",
+    "percentile",
+    "rows",
+    "summarize",
+]
 
 
 class CompareError(ValueError):
@@ -49,6 +59,23 @@ def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summ
         utilisation=m.utilisation,
         waits=m.waits,
     )
+
+
+def observed(log: str | Path) -> Summary | None:
+    """The observed column of `log`: its observation sidecar (`replay.observed`) measured by
+    `replay.metrics.measure_observed`; None when the log has no sidecar."""
+    from gpuledger.replay import observed as obs
+    from gpuledger.replay.metrics import measure_observed
+
+    path = obs.find(log)
+    if path is None:
+        return None
+    try:
+        header, items = obs.read(path)
+        m = measure_observed(header, items)
+    except obs.ObservedError as exc:
+        raise CompareError(str(exc)) from None
+    return Summary(name="observed", metrics=m.metrics, allocation=m.allocation, waits=m.waits)
 
 
 def load(path: str | Path) -> Summary:
@@ -161,6 +188,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         na, nb = a["never_placed_by_class"].get(c, 0), b["never_placed_by_class"].get(c, 0)
         num(f"never placed {c}", na, nb, nb - na, "d")
     num("preemptions", a["preemptions"], b["preemptions"], d["preemptions"], "d")
+    num("GPU-hours", a.get("gpu_hours"), b.get("gpu_hours"), d.get("gpu_hours"), ".2f")
     num("lost GPU-hours", a["lost_gpu_hours"], b["lost_gpu_hours"], d["lost_gpu_hours"], ".3f")
     num(
         "fairness (Jain, share attainment)",

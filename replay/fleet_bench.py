@@ -8,6 +8,13 @@ tenants, MIG slices, CPU-only tasks and gangs of 2-32 members. Each job is one d
 placed, ``Fleet.allocate``. Placed jobs leave after a random number of later decisions, so
 the fleet runs at a realistic steady load with a mix of successes and failures. Release
 time is not counted (it is event folding, not deciding).
+
+``mix="openb"``: the nodes of the openb trace's GPU node list (1,213 nodes of 15 types,
+`OPENB_NODE_MIX`) repeated to the size asked, every GPU of a node one clique, 1 node in 10
+`mps`, the rest exclusive; MIG draws of the queue become GPU shares and whole-GPU members
+ask 8 cores and 32 GiB per GPU (an openb G2 node has 12 cores and 48 GiB per GPU), so the
+job stream is otherwise the same. Lifetimes scale with the fleet's GPUs (``gpus / 4000``,
+equal to ``nodes / 500`` for the H100 fleet), so both mixes run near the same occupancy.
 """
 
 from __future__ import annotations
@@ -63,7 +70,68 @@ class FleetBenchReport(msgspec.Struct):
     seed: int
     results: list[PolicyResult]
     lifetime_scale: float = 1.0
-    """Job lifetimes (in decisions) relative to the 500-node run: nodes / 500."""
+    """Job lifetimes (in decisions) relative to the 500-node run: GPUs / 4000."""
+    mix: str = "h100"
+    max_rss_mib: float = 0.0
+    """Peak resident memory of this process at the end of the run (``getrusage``)."""
+
+
+OPENB_NODE_MIX: tuple[tuple[int, int, int, int, str], ...] = (
+    (549, 96_000, 393_216, 8, "G2"),
+    (387, 104_000, 524_288, 2, "T4"),
+    (107, 16_000, 122_880, 2, "P100"),
+    (39, 128_000, 786_432, 8, "G3"),
+    (28, 32_000, 131_072, 4, "V100M16"),
+    (22, 64_000, 262_144, 2, "P100"),
+    (21, 96_000, 786_432, 8, "V100M32"),
+    (19, 8_000, 32_768, 1, "V100M16"),
+    (17, 96_000, 393_216, 4, "T4"),
+    (9, 48_000, 376_832, 4, "V100M32"),
+    (7, 64_000, 262_144, 8, "V100M16"),
+    (3, 8_000, 61_440, 1, "P100"),
+    (2, 8_000, 61_440, 2, "P100"),
+    (2, 128_000, 1_048_576, 1, "A10"),
+    (1, 82_000, 344_064, 8, "V100M16"),
+)
+"""(count, cpu_milli, memory_mib, GPUs, model) of the openb GPU node list
+(``openb_node_list_gpu_node.csv``: 1,213 nodes, 6,212 GPUs), counted from the CSV."""
+
+
+def openb_nodes(n_nodes: int, per_leaf: int = 16) -> list[NodeSpec]:
+    """``n_nodes`` nodes of the openb mix: the 1,213 types in proportion (each type spread
+    evenly over the cycle, largest first), repeated; 1 node in 10 `mps`."""
+    cycle: list[tuple[float, int, tuple[int, int, int, int, str]]] = []
+    for t, row in enumerate(OPENB_NODE_MIX):
+        count = row[0]
+        cycle.extend(((k + 0.5) / count, t, row) for k in range(count))
+    cycle.sort(key=lambda c: (c[0], c[1]))
+    out = []
+    for i in range(n_nodes):
+        _, cpu, mem, n, model = cycle[i % len(cycle)][2]
+        name = f"node-{i:05d}"
+        sharing = "mps" if i % 10 == 8 else "exclusive"
+        gpus = tuple(
+            GpuSpec(g, f"{name}-gpu{g}", model, 32_768, f"{name}/nvlink", sharing) for g in range(n)
+        )
+        out.append(NodeSpec(name, cpu, mem, gpus, leaf_switch=f"leaf-{i // per_leaf:04d}"))
+    return out
+
+
+def openb_queue(queue: list[tuple[GangRequest, int]], seed: int) -> list[tuple[GangRequest, int]]:
+    """The same stream for the openb mix: MIG members become shares, whole-GPU members ask
+    8 cores and 32 GiB per GPU."""
+    rng = random.Random(f"openb-{seed}")
+    out = []
+    for g, life in queue:
+        m = g.member
+        if m.kind == "mig":
+            m = MemberRequest(
+                gpu_milli=rng.choice((250, 500, 750)), cpu_milli=4_000, memory_mib=16_384
+            )
+        elif m.kind == "whole":
+            m = MemberRequest(gpus=m.gpus, cpu_milli=8_000 * m.gpus, memory_mib=32_768 * m.gpus)
+        out.append((GangRequest(g.job_id, g.tenant, m, g.replicas), life))
+    return out
 
 
 def fleet_nodes(n_nodes: int = 500, per_leaf: int = 16) -> list[NodeSpec]:
@@ -177,7 +245,7 @@ def _run_policy(
         else:
             reasons[result.reason] += 1
         if k % 100 == 0:
-            load.append(100 * sum(fleet.tenant_gpu_milli().values()) / capacity)  # type: ignore[union-attr]
+            load.append(100 * sum(fleet.tenant_gpu_milli().values()) / capacity)  # type: ignore[union-attr]  # the bench's fleet tracks tenants
             if k >= warm:
                 steady.append(load[-1])
     total = sum(times)
@@ -208,16 +276,31 @@ def run(
     n_jobs: int | None = None,
     seed: int = 7,
     progress: Callable[[PolicyResult], None] | None = None,
+    mix: str = "h100",
 ) -> FleetBenchReport:
-    """``n_jobs`` defaults to 20 per node; lifetimes scale with ``n_nodes / 500``."""
-    nodes = fleet_nodes(n_nodes)
-    scale = n_nodes / 500
+    """``n_jobs`` defaults to 20 per node; lifetimes scale with the fleet's GPUs / 4000
+    (``mix``: ``h100`` or ``openb``; anything else raises ValueError)."""
+    if mix not in ("h100", "openb"):
+        raise ValueError(f"unknown node mix {mix!r}; known: h100, openb")
+    nodes = fleet_nodes(n_nodes) if mix == "h100" else openb_nodes(n_nodes)
+    gpus = sum(len(n.gpus) for n in nodes)
+    scale = gpus / 4000
     if n_jobs is None:
         n_jobs = 20 * n_nodes
     queue = job_queue(n_jobs, seed, scale)
+    if mix == "openb":
+        queue = openb_queue(queue, seed)
     results = []
     for p in policies:
         results.append(run_policy(p, nodes, queue))
         if progress:
             progress(results[-1])
-    return FleetBenchReport(n_nodes, 8 * n_nodes, n_jobs, seed, results, scale)
+    return FleetBenchReport(n_nodes, gpus, n_jobs, seed, results, scale, mix, _max_rss_mib())
+
+
+def _max_rss_mib() -> float:
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -22,7 +22,8 @@ memory-slice ranges), independent of the placement code it checks:
   allocation while a share or slice of it belongs to another.
 - `no_partial_gang`: every placement holds at least the gang's required members (`min_members`,
   else `replicas`), no more than `replicas`, each rank once, each member with its full shape; no
-  member starts outside a live allocation of its gang.
+  member starts outside a live allocation of its gang. An elastic gang's `GangResized` is
+  checked the same way (its allocation holds the resized members from then on).
 - `running_members_placed`: every member that starts does so on the node its placement names for
   its rank; at the end every running or preempting job has a live allocation.
 """
@@ -138,6 +139,8 @@ class _Checker:
                 self.place(seq, event, spec)
             elif isinstance(event, (ev.GangEvicted, ev.GangCompleted, ev.GangFailed)):
                 self.release(event.allocation_id)
+            elif isinstance(event, ev.GangResized):
+                self.resize(seq, event)
             elif isinstance(event, ev.MemberStarted):
                 self.started(seq, event)
             elif isinstance(event, (ev.JobAdmitted, ev.JobRejected)):
@@ -242,6 +245,19 @@ class _Checker:
                 gpu.whole = None
             gpu.milli.pop(allocation_id, None)
             gpu.mig.pop(allocation_id, None)
+
+    def resize(self, seq: int, e: ev.GangResized) -> None:
+        """An elastic gang shrank or grew: its allocation holds exactly `e.members` from now
+        on, checked like a placement (shape, no GPU held twice)."""
+        if e.allocation_id not in self.live:
+            return
+        job = self.ledger.jobs.get(e.job_id)
+        self.release(e.allocation_id)
+        self.ended.discard(e.allocation_id)
+        again = ev.GangPlaced(
+            job_id=e.job_id, allocation_id=e.allocation_id, tenant="", members=e.members
+        )
+        self.place(seq, again, None if job is None else job.spec)
 
     def started(self, seq: int, e: ev.MemberStarted) -> None:
         self.placed.checked += 1

@@ -25,7 +25,6 @@ Goals (issue 15, `GOALS`): p99 <= 20 ms at 100 jobs/s and a drain >= 2,000 place
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tempfile
 import time
@@ -33,11 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
-from gpuledger import events as ev
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.stamp import stamp
+# The CLI mounts `latency` when it starts: the event contract, job files and YAML are imported
+# when the benchmark runs, not for `gpuledger --help` (tests/cli/test_startup.py).
 
 TENANT = "bench"
 SHARE = "250m"
@@ -83,7 +80,11 @@ def percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def _job(job_id: str, duration_s: int | None) -> ev.JobSubmitted:
+def _job(job_id: str, duration_s: int | None):
+    from gpuledger import events as ev
+    from gpuledger.services.domain.jobfile import job_spec
+    from gpuledger.services.domain.stamp import stamp
+
     doc: dict[str, Any] = {"id": job_id, "tenant": TENANT, "class": "train", "gpu": SHARE}
     if duration_s is not None:
         doc["duration"] = duration_s
@@ -107,6 +108,11 @@ async def _bench(
     profile_dir: Path | None,
     progress,
 ) -> dict[str, Any]:
+    import asyncio
+
+    import yaml
+
+    from gpuledger import events as ev
     from gpuledger.replay.live_player import publish_config
     from gpuledger.replay.scenario import from_document
     from gpuledger.services.roles import CONTROL_PLANE
@@ -186,7 +192,7 @@ async def _bench(
             b0 = time.perf_counter()
             sem = asyncio.Semaphore(256)
 
-            async def submit(job: ev.JobSubmitted) -> None:
+            async def submit(job) -> None:
                 async with sem:
                     await bus.create_once(job)
 
@@ -231,7 +237,7 @@ async def _bench(
             try:
                 await watcher
             except asyncio.CancelledError:  # the watcher's, or this run's own (its time bound)
-                timed_out = asyncio.current_task().cancelling() > 0  # type: ignore[union-attr]
+                timed_out = asyncio.current_task().cancelling() > 0  # type: ignore[union-attr]  # always inside a task here
             try:
                 await follower.close()
                 await bus.close()
@@ -262,6 +268,8 @@ def run_latency_bench(
     """Run both phases on a fresh embedded NATS and every service as a process; returns
     `p50_ms`, `p99_ms`, `drain_per_s`, `submitted`, `placed` and more (see module doc).
     TimeoutError past `timeout_s` (default `time_bound_s`)."""
+    import asyncio
+
     from gpuledger.replay.benchinfo import machine
 
     prof = Path(profile_dir) if profile_dir is not None else None

@@ -30,10 +30,32 @@ Definitions (the JSON keys are a contract: add, never rename):
 - `jobs`: jobs by final state (`unfinished` = neither completed, failed, rejected nor
   cancelled); `jobs_completed`, `jct_s_mean` / `jct_s_p50` / `jct_s_p99`: completion time =
   completion - submission over completed jobs.
+- `gpu_hours`: integral(allocated milli-GPU dt) / 1000 / 3.6e6 over the window (the GPU
+  time the allocations held).
 - `fairness_jain`: Jain's index (sum x)^2 / (n sum x^2) over the share attainment x of every
   leaf tenant (no sub-tenant in the fair-share updates) with a positive entitlement; share
   attainment = integral(its allocated milli-GPU dt) / integral(its latest `FairShareUpdated`
   fair share dt). None when no fair-share update gives a positive share.
+
+The **observed** column (`measure_observed`) reads an import's observation sidecar
+(`replay.observed`) with the same keys and definitions, over what the source recorded:
+
+- window: [first time seen, last time seen] of the source (the sidecar header);
+- wait = first observed start - submit, per SLO class, over jobs that started in the window;
+  a job with no start is never placed; a job running when the trace began (start before the
+  window) is left out of waits and of never-placed;
+- `gpu_hours` = the sum over every run of the job's GPUs x (end - start), clipped to the
+  window; a missing start (started before the window) is the window start, a missing end
+  (running at the end) is the window end; `gpu_allocation_pct` = that GPU time over the
+  imported nodes' capacity x the window;
+- `preemptions`: runs the source recorded as `PREEMPTED` (earlier runs and final states);
+  `lost_gpu_hours`: their GPU time since the last checkpoint under the import's checkpoint
+  assumption (the whole run when there is none, else the run time modulo the interval);
+- `jobs`: final states (COMPLETED -> completed; FAILED, TIMEOUT, NODE_FAIL, PREEMPTED,
+  OUT_OF_MEMORY, BOOT_FAIL, DEADLINE -> failed; CANCELLED -> cancelled; else unfinished);
+  completion time = end - submit of completed jobs;
+- `events`, `sm_activity_pct`, `fairness_jain`: None (the source records none of these);
+  `preemptions_declined_by_reason`, `share_attainment_by_tenant`: empty.
 """
 
 from __future__ import annotations
@@ -52,6 +74,9 @@ PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment",
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""
 
 FINISHED_STATES = ("completed", "failed", "rejected", "cancelled")
+COUNTED_AS = {"timeout": "failed"}
+"""Final states counted under another: a job stopped at its time limit counts as failed, as
+the observed column counts Slurm's `TIMEOUT` (`_FAILED_STATES`)."""
 
 _ALLOC_EVENTS = (ev.GangPlaced, ev.GangCompleted, ev.GangFailed, ev.GangEvicted)
 _NODE_EVENTS = (ev.NodeRegistered, ev.NodeLost, ev.NodeHeartbeat)
@@ -85,7 +110,7 @@ class Measured:
     `compare` plots draw."""
 
     metrics: dict[str, Any]
-    ledger: Ledger
+    ledger: Ledger | None
     allocation: list[tuple[float, float]] = field(default_factory=list)
     """(t_s, allocation %) after every change."""
     utilisation: list[tuple[float, float]] = field(default_factory=list)
@@ -240,13 +265,20 @@ def slo_class(job) -> str:
     return job.slo_class or job.spec.priority_class
 
 
+def counted_jobs(ledger: Ledger):
+    """The jobs metrics count: an array job counts as its tasks (each a job, as sacct lists
+    them), not once more."""
+    return [job for job in ledger.jobs.values() if not job.spec.array]
+
+
 def job_counts(ledger: Ledger) -> dict[str, int]:
     """Jobs by final state, as the ledger's fold left them."""
     states: dict[str, int] = defaultdict(int)
-    for job in ledger.jobs.values():
-        states[job.state] += 1
+    jobs = counted_jobs(ledger)
+    for job in jobs:
+        states[COUNTED_AS.get(job.state, job.state)] += 1
     return {
-        "submitted": len(ledger.jobs),
+        "submitted": len(jobs),
         **{s: states.get(s, 0) for s in FINISHED_STATES},
         "unfinished": sum(v for k, v in states.items() if k not in FINISHED_STATES),
     }
@@ -257,7 +289,7 @@ def waits_by_class(ledger: Ledger) -> tuple[dict[str, list[float]], dict[str, in
     admitted jobs."""
     waits: dict[str, list[float]] = defaultdict(list)
     never: dict[str, int] = defaultdict(int)
-    for job in ledger.jobs.values():
+    for job in counted_jobs(ledger):
         if job.admitted_ms is None:
             continue
         if job.placements:
@@ -273,7 +305,7 @@ def completion_times(ledger: Ledger) -> list[float]:
     """Completion - submission, in seconds, of every completed job."""
     return [
         (job.finished_ms - job.submitted_ms) / 1000
-        for job in ledger.jobs.values()
+        for job in counted_jobs(ledger)
         if job.state == "completed" and job.finished_ms is not None
     ]
 
@@ -301,6 +333,7 @@ def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = N
         "preemptions_by_reason": dict(sorted(acc.preempted.items())),
         "preemptions_declined_by_reason": dict(sorted(acc.declined.items())),
         "lost_gpu_hours": acc.lost_ms / 3_600_000,
+        "gpu_hours": acc.area / 1000 / 3_600_000,
         "fairness_jain": jain(attainment.values()),
         "share_attainment_by_tenant": attainment,
         "jobs_completed": len(jct),
@@ -315,3 +348,118 @@ def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = N
         utilisation=acc.util_series,
         waits=waits,
     )
+
+
+# ---------------------------------------------------------------------------- observed
+
+_FAILED_STATES = frozenset(
+    {"FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+)
+
+
+def _state(state: str) -> str:
+    """`CANCELLED by 0` -> `CANCELLED`."""
+    return state.split()[0].upper() if state.strip() else ""
+
+
+def observed_outcome(state: str) -> str:
+    """The job count a source's final state falls under (see the module docstring)."""
+    s = _state(state)
+    if s == "COMPLETED":
+        return "completed"
+    if s in _FAILED_STATES:
+        return "failed"
+    if s == "CANCELLED":
+        return "cancelled"
+    return "unfinished"
+
+
+def measure_observed(header, observations: Iterable) -> Measured:
+    """The observed column: `header` and `observations` of an observation sidecar
+    (`replay.observed.read`), measured with this module's definitions (docstring above)."""
+    w0, w1 = header.window_ms
+    states: dict[str, int] = defaultdict(int)
+    waits: dict[str, list[float]] = defaultdict(list)
+    never: dict[str, int] = defaultdict(int)
+    jct: list[float] = []
+    deltas: list[tuple[int, int]] = []
+    gpu_ms = 0
+    lost_gpu_ms = 0
+    preempted = 0
+    submitted = 0
+
+    def clipped(gpu_milli: int, start: int | None, end: int | None) -> int:
+        nonlocal gpu_ms
+        a = w0 if start is None else max(w0, start)
+        b = w1 if end is None else min(w1, end)
+        if b <= a or not gpu_milli:
+            return 0
+        gpu_ms += gpu_milli * (b - a)  # milli-GPU ms
+        deltas.append((a, gpu_milli))
+        deltas.append((b, -gpu_milli))
+        return b - a
+
+    for o in observations:
+        submitted += 1
+        outcome = observed_outcome(o.state)
+        states[outcome] += 1
+        cls = header.slo_classes.get(o.priority_class, o.priority_class)
+        first = o.first_start
+        if o.started_before:
+            pass  # started before the window: no wait to measure
+        elif first is None:
+            never[cls] += 1
+        else:
+            waits[cls].append((first - o.submit_ms) / 1000)
+        interval = o.checkpoint_s * 1000
+        ran = [(r.start_ms, r.end_ms, r.state) for r in o.runs if r.start_ms is not None]
+        if o.start_ms is not None or o.started_before:
+            ran.append((o.start_ms, o.end_ms, o.state))  # no start: the window start
+        for start, end, state in ran:
+            span = clipped(o.gpu_milli, start, end)
+            if _state(state) == "PREEMPTED":
+                preempted += 1
+                lost_gpu_ms += o.gpu_milli * (span % interval if interval > 0 else span)
+        if outcome == "completed" and o.end_ms is not None:
+            jct.append((o.end_ms - o.submit_ms) / 1000)
+    for v in waits.values():
+        v.sort()
+    classes = sorted(set(waits) | set(never))
+    span_ms = max(0, w1 - w0)
+    cap_area = header.capacity_gpu_milli * span_ms
+    series: list[tuple[float, float]] = []
+    if header.capacity_gpu_milli:
+        deltas.sort()
+        level = 0
+        for i, (t, d) in enumerate(deltas):
+            level += d
+            if i + 1 == len(deltas) or deltas[i + 1][0] != t:
+                series.append((t / 1000, 100 * level / header.capacity_gpu_milli))
+    jct.sort()
+    metrics: dict[str, Any] = {
+        "events": None,
+        "start_s": w0 / 1000,
+        "end_s": w1 / 1000,
+        "jobs": {
+            "submitted": submitted,
+            **{s: states.get(s, 0) for s in FINISHED_STATES},
+            "unfinished": states.get("unfinished", 0),
+        },
+        "gpu_allocation_pct": 100 * gpu_ms / cap_area if cap_area else None,
+        "sm_activity_pct": None,
+        "wait_s_p50_by_class": {c: percentile(waits.get(c, []), 0.5) for c in classes},
+        "wait_s_p99_by_class": {c: percentile(waits.get(c, []), 0.99) for c in classes},
+        "never_placed_by_class": {c: never.get(c, 0) for c in classes},
+        "preemptions": preempted,
+        "preemptions_by_reason": {"PREEMPTED": preempted} if preempted else {},
+        "preemptions_declined_by_reason": {},
+        "lost_gpu_hours": lost_gpu_ms / 1000 / 3_600_000,
+        "gpu_hours": gpu_ms / 1000 / 3_600_000,
+        "fairness_jain": None,
+        "share_attainment_by_tenant": {},
+        "jobs_completed": len(jct),
+        "jct_s_mean": sum(jct) / len(jct) if jct else None,
+        "jct_s_p50": percentile(jct, 0.5),
+        "jct_s_p99": percentile(jct, 0.99),
+    }
+    return Measured(metrics=metrics, ledger=None, allocation=series, waits=dict(waits))

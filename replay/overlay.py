@@ -6,7 +6,8 @@ only the keys it names:
 
 - `--set KEY=VALUE`: one key path, checked strictly (unknown keys get a did-you-mean):
   `policy.<field>=V` (any `policy:` key of a configuration file), `tenants.<name>.<field>=V`
-  (`guaranteed`, `limit`, `weight`, `guaranteed_by_model.<model>`) and
+  (`guaranteed`, `limit`, `weight`, `guaranteed_by_model.<model>`, `borrowing_limit`,
+  `lending_limit`) and
   `priority_classes.<name>.<field>=V` (`value`, `preemptible`, `slo_class`, `grace_s`,
   `allow_timeslice`, `description`) of a tenant or class the log configured. VALUE is read
   as a YAML scalar (`false`, `30`, `2h`, `none` -> null for `limit`/`max_lost_gpu_hours`).
@@ -15,6 +16,13 @@ only the keys it names:
   values), whose `tenants:` and `priority_classes:` entries add or replace those of the same
   name, whose `schedules:` are added, and whose `cluster.nodes`, when given, replace the
   recorded nodes. A `timeline:` is refused (it is a scenario, not a policy).
+
+The checkpoint assumption of the replayed jobs ("what if we had checkpointing"): `--set
+checkpoint=none`, `--set checkpoint.interval=30m`, `--set checkpoint.save=60s` (`.grace`
+too), or a `--policy` file's `checkpoint:` key (the forms of an import mapping:
+`none`, `{interval: 30m, save: 60s}`, or `{default: ..., classes: {NAME: ...}}`; a job's
+partition and source value are not in the log, so `partitions:`/`values:` match nothing).
+It replaces the checkpoint policy of every submitted job (of the named classes).
 
 Overlays are applied in command-line order: every `--policy` file, then every `--set`. The
 result is appended to the recorded configuration as configuration events at the start of the
@@ -32,6 +40,7 @@ import yaml
 from gpuledger import events as ev
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.gpu_models import resolve
 from gpuledger.services.domain.inputs import (
     ClassDoc,
     InputError,
@@ -41,9 +50,11 @@ from gpuledger.services.domain.inputs import (
     collect,
     validate_file,
 )
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit
 
-ROOTS = ("policy", "tenants", "priority_classes")
+ROOTS = ("policy", "tenants", "priority_classes", "checkpoint")
 _OVERLAY_KEYS = (
+    "checkpoint",
     "policy",
     "tenants",
     "priority_classes",
@@ -87,6 +98,8 @@ def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
         "limit": _milli_text(t.limit_gpu_milli),
         "weight": t.over_quota_weight,
         "guaranteed_by_model": {m: _milli_text(v) for m, v in t.guaranteed_by_model.items()},
+        "borrowing_limit": _milli_text(borrowing_limit(t)),
+        "lending_limit": _milli_text(lending_limit(t)),
     }
 
 
@@ -99,12 +112,23 @@ def _class_doc(c: ev.PriorityClassConfigured) -> dict[str, Any]:
         "description": c.description,
         "grace_s": c.grace_s,
         "allow_timeslice": c.allow_timeslice,
+        **(
+            {"default_time_limit": c.default_time_limit_s}
+            if c.default_time_limit_s is not msgspec.UNSET
+            else {}
+        ),
+        **(
+            {"max_time_limit": c.max_time_limit_s}
+            if c.max_time_limit_s is not msgspec.UNSET
+            else {}
+        ),
         "override": True,
     }
 
 
 def _policy_dict(p: ev.Policy) -> dict[str, Any]:
-    return msgspec.structs.asdict(p)
+    """The policy's fields, those left unset (added after v1) left out."""
+    return {k: v for k, v in msgspec.structs.asdict(p).items() if v is not msgspec.UNSET}
 
 
 def _check_policy(doc: dict[str, Any], where: str) -> ev.Policy:
@@ -131,6 +155,8 @@ class Overlay:
         self.schedules: list[dict[str, Any]] = []
         self.nodes: tuple[ev.NodeInfo, ...] | None = None
         self.changes: list[str] = []
+        self.checkpoint: Any = None
+        self.checkpoint_set = False
 
     # ---------------------------------------------------------------- --set KEY=VALUE
     def set(self, item: str) -> None:
@@ -145,6 +171,10 @@ class Overlay:
             raise OverlayError(
                 f"{where}: {root!r}: unknown key{_suggest(root, ROOTS) or ' (known: ' + ', '.join(ROOTS) + ')'}"
             )
+        if root == "checkpoint":
+            self._set_checkpoint(where, rest, value)
+            self.changes.append(f"{key}={value!r}")
+            return
         if root == "policy":
             if not rest or "." in rest:
                 raise OverlayError(
@@ -186,7 +216,8 @@ class Overlay:
         if sub:
             if top != "guaranteed_by_model":
                 raise OverlayError(f"{where}: {root}.{name}.{top}: has no sub-keys")
-            entry[top] = {**entry[top], sub: value}
+            # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
+            entry[top] = {**entry[top], resolve(sub): value}
         else:
             entry[top] = value
         problems: list[str] = []
@@ -197,6 +228,32 @@ class Overlay:
         if name not in changed:
             changed.append(name)
         self.changes.append(f"{key}={value!r}")
+
+    def _set_checkpoint(self, where: str, rest: str, value: Any) -> None:
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        if not rest:
+            new: Any = value
+        else:
+            if rest not in ("interval", "save", "grace"):
+                hint = _suggest(rest, ("interval", "save", "grace"))
+                raise OverlayError(
+                    f"{where}: checkpoint.{rest}: unknown key{hint or ' (known: interval, save, grace)'}"
+                )
+            new = dict(self.checkpoint) if isinstance(self.checkpoint, dict) else {}
+            new[rest] = value
+        try:
+            parse(new, "checkpoint")
+        except CheckpointError as exc:
+            raise OverlayError([f"{where}: {p}" for p in str(exc).splitlines()]) from None
+        self.checkpoint = new
+        self.checkpoint_set = True
+
+    def checkpoint_rules(self):
+        """The overlaid checkpoint rules, or None when no overlay names a checkpoint."""
+        from gpuledger.replay.importers.checkpoint import parse
+
+        return parse(self.checkpoint) if self.checkpoint_set else None
 
     # ---------------------------------------------------------------- --policy FILE
     def add_file(self, doc: Any, file: str) -> None:
@@ -216,6 +273,16 @@ class Overlay:
             )
         # classes named like a recorded one replace it: no `override` needed for those
         raw = dict(doc)
+        if "checkpoint" in raw:
+            from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+            try:
+                parse(raw["checkpoint"], "checkpoint")
+            except CheckpointError as exc:
+                raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
+            self.checkpoint = raw.pop("checkpoint")
+            self.checkpoint_set = True
+            self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
         raw_classes = [
             dict(c, override=True)
             if isinstance(c, dict) and c.get("name") in self.classes and "override" not in c
@@ -290,4 +357,24 @@ def apply_overlays(inputs, sets: list[str] = (), files: list[tuple[str, Any]] = 
         overlay.set(item)
     extra = overlay.events(inputs.start_ms)
     nodes = overlay.nodes if overlay.nodes is not None else inputs.nodes
-    return dc_replace(inputs, config=[*inputs.config, *extra], nodes=nodes), overlay.changes
+    timeline = inputs.timeline
+    rules = overlay.checkpoint_rules()
+    if rules is not None:
+        timeline = [
+            (
+                t,
+                msgspec.structs.replace(
+                    e,
+                    job=msgspec.structs.replace(
+                        e.job, checkpoint=rules.policy(e.job.priority_class)
+                    ),
+                ),
+            )
+            if isinstance(e, ev.JobSubmitted)
+            else (t, e)
+            for t, e in timeline
+        ]
+    return (
+        dc_replace(inputs, config=[*inputs.config, *extra], nodes=nodes, timeline=timeline),
+        overlay.changes,
+    )

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost, ServiceScaled
 from gpuledger.services.domain.configfile import ConfigFileError, config_events, node_infos, parse
 from gpuledger.services.domain.inputs import EntryDoc, InputError
 from gpuledger.services.domain.jobfile import job_spec
 from gpuledger.services.domain.quantities import seconds
 from gpuledger.services.domain.stamp import stamp, submission
+from gpuledger.services.runtime.documents import DocumentError, load_document
 
 
 class ScenarioError(InputError):
@@ -48,11 +47,13 @@ class Scenario:
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; ScenarioError names the file and every problem."""
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = load_document(Path(path).read_text())
     except OSError as exc:
         raise ScenarioError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(" ".join(f"not YAML/JSON: {exc}".split()), file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"cannot read: {exc}", file=str(path)) from None
+    except DocumentError as exc:
+        raise ScenarioError(str(exc), file=str(path)) from None
     try:
         return from_document(doc or {}, name=Path(path).stem)
     except ScenarioError as exc:

@@ -57,9 +57,10 @@ def describe(event: ev.Event) -> str | None:
         case ev.PendingReasonChanged(job_id=j, reason=r, message=m):
             return f"pending     {j}: {r} - {m}"
         case ev.PreemptionRequested(
-            job_id=j, beneficiary=b, reason=r, deadline_ms=d, occurred_at_ms=t
+            job_id=j, beneficiary=b, reason=r, deadline_ms=d, occurred_at_ms=t, ranks=ranks
         ):
-            return f"preempt     {j} for {b} ({r}), checkpoint within {(d - t) / 1000:.0f}s"
+            part = f" members {', '.join(map(str, ranks))}" if isinstance(ranks, tuple) else ""
+            return f"preempt     {j}{part} for {b} ({r}), checkpoint within {(d - t) / 1000:.0f}s"
         case ev.ConsolidationPlanned(job_id=j, moves=ms, target_nodes=t):
             moved = ", ".join(
                 f"{m.job_id} {'+'.join(m.from_nodes)}->{'+'.join(m.to_nodes)}" for m in ms
@@ -78,12 +79,34 @@ def describe(event: ev.Event) -> str | None:
         case ev.GangEvicted(job_id=j, reason=r, checkpointed=c, lost_gpu_ms=lost, preempted_by=by):
             who = f" by {by}" if by else ""
             return f"evicted     {j} ({r}{who}), {'checkpointed' if c else 'NOT checkpointed'}, lost {lost / 1000:.0f} GPU-s"
+        case ev.GangResized(
+            job_id=j,
+            from_members=a,
+            to_members=b,
+            reason=r,
+            preempted_by=by,
+            checkpointed=c,
+            lost_gpu_ms=lost,
+        ):
+            if b > a:
+                return f"resized     {j} grew from {a} to {b} members"
+            who = f" by {by}" if by else ""
+            return (
+                f"resized     {j} shrunk from {a} to {b} members ({r}{who}), "
+                f"{'checkpointed' if c else 'NOT checkpointed'}, lost {lost / 1000:.0f} GPU-s"
+            )
         case ev.GangRequeued(job_id=j):
             return f"requeued    {j}"
         case ev.GangCompleted(job_id=j):
             return f"completed   {j}"
+        case ev.GangFailed(job_id=j, reason="TimeLimit", message=m):
+            return f"timeout     {j}: TimeLimit {m}"
         case ev.GangFailed(job_id=j, reason=r, message=m):
             return f"failed      {j}: {r} {m}"
+        case ev.JobWithdrawn(job_id=j, reason=r, message=m):
+            return f"withdrawn   {j}: {r} - {m}"
+        case ev.TimeLimitReached(job_id=j, time_limit_s=lim, deadline_ms=d, occurred_at_ms=t):
+            return f"time limit  {j} reached {lim}s, checkpoint within {(d - t) / 1000:.0f}s"
         case ev.JobCancelled(job_id=j):
             return f"cancelled   {j}"
         case ev.ServiceScaled(job_id=j, replicas=n):

@@ -27,6 +27,10 @@ class Variant:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+DISPLAY = {"recorded": "gpuledger (recorded config)"}
+"""Column titles of variants whose label (the `--json` key) is terse."""
+
+
 def table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: METRIC, the first variant's value, then value (delta) of each other."""
     base = variants[0].summary
@@ -42,11 +46,15 @@ def table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
             if i:
                 cells[label][i] = (
                     b
-                    if d in ("n/a", "+0", "+0.0", "+0.000", "+0.0s") or b == "n/a"
+                    if d in ("n/a", "+0", "+0.0", "+0.00", "+0.000", "+0.0s") or b == "n/a"
                     else f"{b} ({d})"
                 )
-    header = ["metric", *(v.label for v in variants)]
+    header = ["metric", *(DISPLAY.get(v.label, v.label) for v in variants)]
     return header, [[label, *cells[label]] for label in order]
+
+
+def _count(n: int | None) -> str:
+    return "n/a" if n is None else f"{n:,}"
 
 
 def _svg(chart, runs, labels, **kw) -> str:
@@ -76,7 +84,11 @@ tr.group td{background:#fafafa;font-weight:600;text-align:left}
 
 
 def render(
-    log_name: str, variants: list[Variant], recorded_events: int, title: str | None = None
+    log_name: str,
+    variants: list[Variant],
+    recorded_events: int,
+    title: str | None = None,
+    checkpoint: str | None = None,
 ) -> str:
     """The report as one HTML document."""
     from gpuledger.replay.plots import (
@@ -88,7 +100,7 @@ def render(
     )
 
     runs = [v.summary for v in variants]
-    labels = [v.label for v in variants]
+    labels = [DISPLAY.get(v.label, v.label) for v in variants]
     e = html.escape
     base = runs[0].metrics
     span_days = (base["end_s"] - base["start_s"]) / 86400
@@ -100,16 +112,29 @@ def render(
         f"<p class=sub>Log <code>{e(log_name)}</code>: {recorded_events:,} recorded events, "
         f"{base['jobs']['submitted']:,} jobs, {span_days:.1f} days replayed under {len(variants)} "
         "configurations with the same deciders on a virtual clock. Each job keeps its observed run time; "
-        "when and where it runs, and who is preempted, are decided afresh.</p>",
+        "when and where it runs, and who is preempted, are decided afresh."
+        + (
+            " The <b>observed</b> column is what the source recorded (its observation file), "
+            "measured with the same definitions."
+            if any(v.label == "observed" for v in variants)
+            else ""
+        )
+        + "</p>",
+        *(
+            [f"<p class=sub><b>Checkpoint assumption</b> (recorded jobs): {e(checkpoint)}.</p>"]
+            if checkpoint
+            else []
+        ),
         "<h2>Variants</h2><table><thead><tr><th>variant</th><th style='text-align:left'>changes to the recorded configuration</th>"
         "<th>events</th><th>replay log</th></tr></thead><tbody>",
     ]
     for i, v in enumerate(variants):
         sw = f"<span class=sw style='background:{COLORS[i % len(COLORS)]}'></span>"
+        v_label = labels[i]
         changes = "; ".join(v.changes) or "none (the recorded configuration)"
         out.append(
-            f"<tr><td>{sw}{e(v.label)}</td><td style='text-align:left;white-space:normal'>{e(changes)}</td>"
-            f"<td>{v.summary.metrics['events']:,}</td><td>{e(v.log_path or '')}</td></tr>"
+            f"<tr><td>{sw}{e(v_label)}</td><td style='text-align:left;white-space:normal'>{e(changes)}</td>"
+            f"<td>{_count(v.summary.metrics['events'])}</td><td>{e(v.log_path or '')}</td></tr>"
         )
     out.append("</tbody></table>")
     out.append(
@@ -127,7 +152,8 @@ def render(
             wait_cdf_chart,
             {"max_cols": 2},
             "Fraction of placed jobs that waited at most x seconds from submission to first placement, "
-            "per SLO class (symmetric-log axis above 1 s). A curve further left is better.",
+            "per SLO class (symmetric-log axis above 1 s). A curve further left is better. The observed "
+            "curve, when there is one, is submission to the first recorded start.",
         ),
         (
             "GPU allocation over time",

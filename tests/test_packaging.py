@@ -64,7 +64,7 @@ def test_the_wheel_has_no_other_top_level_name(wheel_files):
 
 def test_the_console_script_enters_through_the_namespace(wheel_files):
     entry = next(n for n in wheel_files if n.endswith(".dist-info/entry_points.txt"))
-    assert "gpuledger = gpuledger.services.cli.main:app" in wheel_files[entry].decode()
+    assert "gpuledger = gpuledger.services.cli.entry:main" in wheel_files[entry].decode()
 
 
 def test_the_installed_names_resolve_to_the_repository_folders_and_the_old_ones_do_not(tmp_path):

@@ -220,6 +220,30 @@ def create_app(
 
         return await page(request, "Queue", "queue", build)
 
+    async def jobs_list(request: Request) -> Response:
+        from gpuledger.projections.ui import jobs as jobs_ui
+
+        try:
+            q = jobs_ui.JobsQuery.parse(request.query_params)
+        except jobs_ui.BadFilter as exc:
+            return HTMLResponse(
+                html.layout(
+                    "Jobs",
+                    "jobs",
+                    html.error_page("Bad filter", str(exc)),
+                    seq=None,
+                    tenant=None,
+                    live=False,
+                ),
+                400,
+            )
+
+        def build(con, who):
+            d = jobs_ui.jobs(con, who, q)
+            return jobs_ui.jobs_page(d, q, who), data.clock(con)["last_seq"], 200
+
+        return await page(request, "Jobs", "jobs", build)
+
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
 
@@ -316,6 +340,7 @@ def create_app(
         Route("/", root),
         Route("/cluster", cluster),
         Route("/queue", queue),
+        Route("/jobs", jobs_list),
         Route("/jobs/{job_id}", job),
         Route("/tenants", tenants),
         Route("/whatif", whatif_view),

@@ -18,10 +18,12 @@ def natural_key(name: str) -> list:
 
 
 def tenant_clause(column: str, tenant: str | None) -> tuple[str, list[Any]]:
-    """SQL restricting `column` to `tenant` and its children (TRUE for no tenant)."""
+    """SQL restricting `column` to `tenant` and its children (TRUE for no tenant): equality or
+    an exact prefix (`starts_with`), never `LIKE`, where `_` and `%` in a tenant name would
+    match other tenants."""
     if not tenant:
         return "TRUE", []
-    return f"({column} = ? OR {column} LIKE ?)", [tenant, tenant.rstrip("/") + "/%"]
+    return f"({column} = ? OR starts_with({column}, ?))", [tenant, tenant.rstrip("/") + "/"]
 
 
 def in_tenant(value: str | None, tenant: str | None) -> bool:
@@ -128,6 +130,7 @@ def queue(
     for r in rows:
         if r["last_preemptor"] and not in_tenant(r["last_preemptor_tenant"], tenant):
             r["last_preemptor"] = None
+    rows = _arrays_as_one_line(rows)
     scope, sargs = tenant_clause("tenant", tenant)
     tenants = [
         t
@@ -145,6 +148,29 @@ def queue(
         ).fetchall()
     ]
     return {"rows": rows, "tenants": tenants, "classes": classes}
+
+
+def _arrays_as_one_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Waiting tasks of one array job (`<array>@<i>`) as one line, at the place of its first
+    task in the queue: the array's id, and the first task's reason with the count waiting."""
+    out: list[dict[str, Any]] = []
+    lines: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        array, sep, index = str(r["job_id"]).rpartition("@")
+        if not sep or not index.isdigit():
+            out.append(r)
+            continue
+        line = lines.get(array)
+        if line is None:
+            line = lines[array] = {**r, "job_id": array, "tasks_waiting": 0, "first": r}
+            out.append(line)
+        line["tasks_waiting"] += 1
+    for line in lines.values():
+        first = line.pop("first")
+        line["message"] = (
+            f"{line['tasks_waiting']} tasks waiting; {first['job_id']}: {first['message'] or ''}"
+        )
+    return out
 
 
 # ---------------------------------------------------------------- job
@@ -312,7 +338,7 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
     trans = report["transitions"]
     for i, t in enumerate(trans):
         end = trans[i + 1]["at_ms"] if i + 1 < len(trans) else None
-        if end is None and t["to"] in ("completed", "failed", "rejected", "cancelled"):
+        if end is None and t["to"] in ("completed", "failed", "rejected", "cancelled", "timeout"):
             continue
         spans.append(
             {

@@ -7,7 +7,7 @@ import html
 from typing import Any
 from urllib.parse import quote
 
-from gpuledger.projections.queries import gpus_text
+from gpuledger.projections.queries import gpus_text, preemption_outlook
 from gpuledger.services.domain.timefmt import duration
 
 STATE_COLORS = {
@@ -19,6 +19,7 @@ STATE_COLORS = {
     "failed": "#7a1f1f",
     "rejected": "#7a1f1f",
     "cancelled": "#8a8a8a",
+    "timeout": "#9c5b1a",
 }
 KIND_COLORS = {
     "free": "#e9edf2",
@@ -27,7 +28,13 @@ KIND_COLORS = {
     "unmeasured": "#5c7cfa",
     "unavailable": "#555",
 }
-PAGES = [("cluster", "Cluster"), ("queue", "Queue"), ("tenants", "Tenants"), ("whatif", "What-if")]
+PAGES = [
+    ("cluster", "Cluster"),
+    ("queue", "Queue"),
+    ("jobs", "Jobs"),  # projections/ui/jobs.py (a Jinja2 template)
+    ("tenants", "Tenants"),
+    ("whatif", "What-if"),
+]
 
 
 def e(v: Any) -> str:
@@ -89,10 +96,12 @@ def table(headers: list[str], rows: list[list[str]], *, cls: str = "", id_: str 
     )
 
 
-def badge(state: str | None) -> str:
+def badge(state: str | None, text: str | None = None) -> str:
+    """The state as a coloured badge; `text` shows instead of the state (a service's
+    `running 2/3`, as `gpuledger jobs` and `why` write it)."""
     return (
         f'<span class="badge" style="background:{STATE_COLORS.get(state or "", "#999")}">'
-        f"{e(state)}</span>"
+        f"{e(text or state)}</span>"
     )
 
 
@@ -212,8 +221,7 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
                 else "-"
             ),
             e(f["partial_gpus"]),
-            e(f["stranded_gpus"]),
-            e(f"{f['stranded_ratio']:.0%}" if f["stranded_ratio"] is not None else "-"),
+            *_stranded_cells(f),
             e(f["pending_jobs"]),
         ]
         for f in d["fragmentation"]
@@ -236,9 +244,19 @@ def cluster_page(d: dict[str, Any], tenant: str | None) -> str:
     return (
         f"<h1>Cluster</h1>{summary}<div class=legend>{legend}</div>"
         f'<div id="heatmap">{"".join(blocks) or "<p class=muted>no nodes registered</p>"}</div>'
-        f"<h2>Fragmentation per NVLink clique</h2><p class=muted>Stranded: free capacity no "
-        f"pending job can use (model, memory, clique size, share or MIG size).</p>{frag}"
+        f"<h2>Fragmentation per NVLink clique</h2><p class=muted>Stranded: free capacity that "
+        f"pending jobs exist for but cannot use (model, memory, clique size, share or MIG size); "
+        f"with no pending job nothing is stranded.</p>{frag}"
     )
+
+
+def _stranded_cells(f: dict[str, Any]) -> list[str]:
+    """The stranded GPUs and share of a fragmentation row: defined against pending work, so
+    with no pending job they read `no pending work` (the view counts every free GPU then)."""
+    if not f["pending_jobs"]:
+        return ['<span class="muted">no pending work</span>', '<span class="muted">-</span>']
+    share = f"{f['stranded_ratio']:.0%}" if f["stranded_ratio"] is not None else "-"
+    return [e(f["stranded_gpus"]), e(share)]
 
 
 # ---------------------------------------------------------------- queue
@@ -257,7 +275,8 @@ def queue_page(
 ) -> str:
     rows = []
     for r in d["rows"]:
-        help_ = {True: "yes", False: "no", None: "-"}[r["preemption_would_help"]]
+        outlook = preemption_outlook(r)  # as `gpuledger why` words it
+        help_ = "<br>".join(e(x) for x in outlook) if outlook else '<span class="muted">-</span>'
         by = (
             job_link(r["last_preemptor"])
             if r["last_preemptor"]
@@ -273,7 +292,7 @@ def queue_page(
                 e(dur((r["waiting_s"] or 0) * 1000)),
                 f'<span class="reason">{e(r["reason"])}</span>',
                 e(r["message"]),
-                e(help_),
+                help_,
                 by,
             ]
         )
@@ -295,7 +314,7 @@ def queue_page(
                 "waiting",
                 "reason",
                 "message",
-                "preemption would help",
+                "preemption",
                 "preempted by",
             ],
             rows,
@@ -362,7 +381,7 @@ def _life_text(it: dict[str, Any]) -> str:
 def job_page(d: dict[str, Any]) -> str:
     r = d["report"]
     head = (
-        f'<h1>Job <span id="job-name">{e(r["job"])}</span> {badge(r["state"])}</h1>'
+        f'<h1>Job <span id="job-name">{e(r["job"])}</span> {badge(r["state"], r.get("state_text"))}</h1>'
         f'<p class="facts">tenant <b>{e(r["tenant"])}</b> · class <b>{e(r["priority_class"])}</b>'
         f" · priority <b>{e(r['priority'])}</b> · <b>{e(r['gpus'])}</b> GPUs · attempts "
         f"{e(r['attempts'])}</p>"
@@ -374,16 +393,12 @@ def job_page(d: dict[str, Any]) -> str:
         )
     p = r.get("pending")
     if p:
-        help_ = {True: "yes", False: "no", None: "unknown"}[p["preemption_would_help"]]
         head += (
             f"<p>Waiting {e(dur(p['waiting_s'] * 1000))}; queue position "
-            f"<b>{e(p['queue_position'])}</b>; preemption would help: <b>{help_}</b></p>"
+            f"<b>{e(p['queue_position'])}</b></p>"
         )
-        if p["preemption_declined"]:
-            head += (
-                f"<p>Preemption declined: {e(p['preemption_declined']['reason'])}: "
-                f"{e(p['preemption_declined']['message'])}</p>"
-            )
+        # the preemption outlook exactly as `gpuledger why` words it
+        head += "".join(f'<p class="preemption">{e(x)}</p>' for x in preemption_outlook(p))
         if isinstance(p["node_histogram"], dict) and p["node_histogram"]:
             head += (
                 "<p>Nodes: "

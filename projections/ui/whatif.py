@@ -14,11 +14,18 @@ _cache: dict[tuple, dict[str, Any]] = {}
 _lock = threading.Lock()
 
 
+OBSERVED_SUFFIX = ".observed.jsonl"
+"""An import's observation file (replay/observed.py) beside its log: not a log itself."""
+
+
 def list_logs(directory: Path) -> list[str]:
     return sorted(
         p.name
         for p in directory.iterdir()
-        if p.is_file() and p.suffix in LOG_SUFFIXES and not p.name.startswith(".")
+        if p.is_file()
+        and p.suffix in LOG_SUFFIXES
+        and not p.name.startswith(".")
+        and not p.name.endswith(OBSERVED_SUFFIX)
     )
 
 

@@ -13,6 +13,12 @@ of them, the openb importer's:
   `JobCancelled` (reason `DeletedBeforeScheduled`) at the end time;
 - never started, not ended (pending at the dump): submitted, no duration, never cancelled.
 
+Every submission carries the import's checkpoint assumption (`replay.importers.checkpoint`:
+none unless the mapping says otherwise). What the source recorded of each job (times, final
+state, nodes, earlier runs) is written, one line per job, to the observation sidecar
+`OUT.observed.jsonl` (`replay.observed`), streamed to a temporary file while the source is
+read and written beside the log by `write`.
+
 Memory stays bounded however long the source: timed events are kept in sorted runs of
 `run_size` events, spilled to temporary files, and merged in time order when the log is
 written (an external merge sort). The only per-job state kept is an 8-byte hash of each job
@@ -26,6 +32,7 @@ import hashlib
 import heapq
 import os
 import tempfile
+import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +42,11 @@ from typing import IO, Any
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
+from gpuledger.replay import observed as obs
+from gpuledger.replay.importers.checkpoint import CheckpointRules
+from gpuledger.replay.observed import Run
+from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.configfile import config_events
 from gpuledger.services.domain.stamp import stamp, submission
 
@@ -43,17 +55,50 @@ class TraceImportError(ValueError):
     """A trace file that cannot be imported; the message names the file and line."""
 
 
+MAX_FIELD = 65_536
+"""Longest field (characters) an importer reads in a row; a longer one skips the row."""
+_CSV_LIMIT = 1 << 24  # the csv module's own limit, raised so a long field is a skip, not an error
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """A trace file as text for row-by-row reading: UTF-8 with undecodable bytes kept as
+    surrogates (`row_problem` then skips the rows they are in, instead of the whole file
+    failing at the first binary byte), universal newlines left to the csv module."""
+    import csv
+
+    if csv.field_size_limit() < _CSV_LIMIT:
+        csv.field_size_limit(_CSV_LIMIT)
+    return open(path, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def row_problem(values: Any) -> str | None:
+    """Why a row (its text, or its field values) cannot be imported, else None: bytes that
+    are not UTF-8 (binary), a NUL, or a field longer than `MAX_FIELD` characters."""
+    for value in values if not isinstance(values, str) else (values,):
+        if not isinstance(value, str):
+            continue
+        if len(value) > MAX_FIELD:
+            return f"a field of {len(value):,} characters (at most {MAX_FIELD:,})"
+        if "\x00" in value:
+            return "a NUL byte (binary data?)"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "bytes that are not UTF-8 text (binary data?)"
+    return None
+
+
 def read_yaml(path: str | Path) -> Any:
     """A side file of an import (mapping, nodes): its YAML document ({} when empty), or
     TraceImportError in one line naming the file when it is unreadable or not YAML."""
-    import yaml
+    from gpuledger.services.runtime.documents import DocumentError, load_document
 
     try:
-        return yaml.safe_load(Path(path).read_text()) or {}
+        return load_document(Path(path).read_text()) or {}
     except OSError as exc:
         raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceImportError(" ".join(f"{path}: not YAML: {exc}".split())) from None
+    except (UnicodeDecodeError, DocumentError) as exc:
+        raise TraceImportError(f"{path}: {exc}") from None
 
 
 @dataclass
@@ -71,6 +116,23 @@ class ObservedJob:
     line: int = 0
     requeued: int = 0
     spread: ev.Spread | None = None
+    node_selector: dict[str, str] | None = None
+    """Node labels the job's members need (its partition / node pool), None: any node."""
+    state: str = ""
+    """Final state as the source wrote it ('' = derive it from the times)."""
+    nodes: tuple[str, ...] = ()
+    runs: tuple[Run, ...] = ()
+    """Earlier runs (requeues, preemptions), oldest first."""
+    started_before: bool = False
+    """Running when the trace began (its `start_ms` is the trace start, for the replay)."""
+    partition: str | None = None
+    source_priority: str | None = None
+    """The source's priority value (QOS, PriorityClass...), for `checkpoint.values`."""
+    time_limit_s: int | None = None
+    """The job's time limit as the source recorded it (Slurm `Timelimit`, Kubernetes
+    `activeDeadlineSeconds`), None: none."""
+    depends_on: tuple[ev.Dependency, ...] = ()
+    """Jobs of the dump it waited for (Slurm `Dependency`)."""
 
 
 @dataclass
@@ -98,6 +160,14 @@ class SkipLog:
         return {r: {"rows": n, "first": self.lines[r]} for r, n in sorted(self.counts.items())}
 
 
+def _remove(f: IO[bytes], name: str) -> None:
+    f.close()
+    try:
+        os.unlink(name)
+    except FileNotFoundError:
+        pass
+
+
 def _hash(job_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8).digest(), "little")
 
@@ -109,11 +179,24 @@ class ImportLog:
     """Collects an import's events in bounded memory and writes the log `replay` reads."""
 
     def __init__(
-        self, producer: str, *, run_size: int = 200_000, skips: SkipLog | None = None
+        self,
+        producer: str,
+        *,
+        run_size: int = 200_000,
+        skips: SkipLog | None = None,
+        checkpoint: CheckpointRules | None = None,
     ) -> None:
         self.producer = producer
         self.run_size = run_size
         self.skips = skips or SkipLog()
+        self.checkpoint = checkpoint or CheckpointRules()
+        fd, self._obs_name = tempfile.mkstemp(prefix="gpuledger-import-", suffix=".observed")
+        self._obs = os.fdopen(fd, "wb")
+        # an import stopped by an error leaves no temporary observation file behind
+        weakref.finalize(self, _remove, self._obs, self._obs_name)
+        self.window: list[int] | None = None
+        self.final_states: dict[str, int] = {}
+        self.observed_path: Path | None = None
         self._buf: list[tuple[int, int, int, int, bytes, bytes]] = []
         self._runs: list[str] = []
         self._counter = 0
@@ -132,6 +215,7 @@ class ImportLog:
         self.by_shape: dict[str, int] = {}
         self.duplicates = 0
         self.spread = 0
+        self.selected = 0
 
     # ------------------------------------------------------------------ adding
     def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
@@ -159,6 +243,8 @@ class ImportLog:
         try:
             ev.validate_token("job id", job.job_id)
             ev.validate_tenant(job.tenant)
+            if ARRAY_SEPARATOR in job.job_id:  # the ledger would refuse it: say so here
+                ev.validate_job_id(job.job_id)
         except ev.InvalidId as exc:
             self.skips.skip(where, str(exc))
             return False
@@ -175,14 +261,21 @@ class ImportLog:
                 self.skips.skip(where, "end time before submit time")
                 return False
             cancel_at = end
+        checkpoint = self.checkpoint.policy(job.priority_class, job.partition, job.source_priority)
         spec = ev.JobSpec(
             job_id=job.job_id,
             tenant=job.tenant,
             priority_class=job.priority_class,
             replicas=job.replicas,
             resources=job.resources,
+            checkpoint=checkpoint,
             duration_s=duration,
             spread=job.spread if job.spread is not None else msgspec.UNSET,
+            node_selector=dict(sorted(job.node_selector.items()))
+            if job.node_selector
+            else msgspec.UNSET,
+            time_limit_s=job.time_limit_s if job.time_limit_s else msgspec.UNSET,
+            depends_on=job.depends_on if job.depends_on else msgspec.UNSET,
         )
         self._push(
             job.submit_ms,
@@ -218,6 +311,8 @@ class ImportLog:
             self.gangs += 1
         if job.spread is not None:
             self.spread += 1
+        if job.node_selector:
+            self.selected += 1
         self.requeued += 1 if job.requeued else 0
         if duration is not None:
             self.gpu_hours += job.replicas * job.resources.gpu_milli_total() * duration / 3.6e6
@@ -225,7 +320,43 @@ class ImportLog:
         self.by_tenant[job.tenant] = self.by_tenant.get(job.tenant, 0) + 1
         shape = shape_of(job.resources)
         self.by_shape[shape] = self.by_shape.get(shape, 0) + 1
+        self._observe(job, checkpoint)
         return True
+
+    def _observe(self, job: ObservedJob, checkpoint: ev.CheckpointPolicy) -> None:
+        """Write what the source recorded of `job` to the observation sidecar."""
+        start = None if job.started_before else job.start_ms
+        state = job.state or (
+            ("COMPLETED" if job.end_ms is not None else "RUNNING")
+            if job.start_ms is not None
+            else ("CANCELLED" if job.end_ms is not None else "PENDING")
+        )
+        o = obs.Observation(
+            job=job.job_id,
+            tenant=job.tenant,
+            priority_class=job.priority_class,
+            gpu_milli=job.replicas * job.resources.gpu_milli_total(),
+            submit_ms=job.submit_ms,
+            start_ms=start,
+            end_ms=job.end_ms,
+            started_before=job.started_before,
+            state=state,
+            nodes=job.nodes,
+            runs=job.runs,
+            checkpoint_s=checkpoint.interval_s,
+            line=job.line,
+        )
+        key = state.split()[0].upper() if state.strip() else state
+        self.final_states[key] = self.final_states.get(key, 0) + 1
+        times = [job.submit_ms, start, job.end_ms]
+        times += [t for r in job.runs for t in (r.start_ms, r.end_ms)]
+        seen = [t for t in times if t is not None]
+        if self.window is None:
+            self.window = [min(seen), max(seen)]
+        else:
+            self.window[0] = min(self.window[0], *seen)
+            self.window[1] = max(self.window[1], *seen)
+        self._obs.write(obs.encode(o) + b"\n")
 
     # ------------------------------------------------------------------ writing
     def _merged(self) -> Iterator[tuple[int, int, int, int, bytes, bytes]]:
@@ -262,6 +393,7 @@ class ImportLog:
         skipped and reported (`where(line)` names the row). Returns the events written."""
         dups = self._duplicate_hashes()
         kept: dict[str, int] = {}
+        dropped: set[tuple[str, int]] = set()
         n = 0
         buf = bytearray()
         with open(path, "wb") as f:
@@ -280,6 +412,7 @@ class ImportLog:
                         first = kept.setdefault(job_id, line)
                         if first != line:
                             if order == 0:
+                                dropped.add((job_id, line))
                                 self.skips.skip(
                                     where(line),
                                     f"duplicate job id {job_id!r} (kept {where(first)})",
@@ -294,7 +427,49 @@ class ImportLog:
                     f.write(buf)
                     buf.clear()
             f.write(buf)
+        self._write_observed(path, head, dropped)
         return n
+
+    def _write_observed(
+        self, path: str | Path, head: list[ev.Event], dropped: set[tuple[str, int]]
+    ) -> None:
+        """The observation sidecar next to the log (`replay.observed`): the header (window,
+        capacity, SLO class of each priority class, checkpoint assumption) and one line per
+        job the log kept (a skipped duplicate's observation is left out)."""
+        self._obs.close()
+        cfg = ConfigState()
+        capacity = 0
+        for e in head:
+            if isinstance(e, ev.TenantConfigured | ev.PriorityClassConfigured):
+                cfg.apply(e)
+            elif isinstance(e, ev.NodeRegistered):
+                capacity += 1000 * len(e.node.gpus)
+        header = obs.Header(
+            source=str(path),
+            window_ms=tuple(self.window) if self.window else (0, 0),
+            capacity_gpu_milli=capacity,
+            slo_classes={n: c.slo_class for n, c in sorted(cfg.classes.items())},
+            checkpoint=self.checkpoint.summary(),
+        )
+        body = Path(self._obs_name)
+        if dropped:
+            fd, name = tempfile.mkstemp(prefix="gpuledger-import-", suffix=".observed")
+            dec = msgspec.json.Decoder(obs.Observation)
+            with os.fdopen(fd, "wb") as out, open(body, "rb") as f:
+                for raw in f:
+                    o = dec.decode(raw)
+                    if (o.job, o.line) in dropped:
+                        key = o.state.split()[0].upper() if o.state.strip() else o.state
+                        self.final_states[key] -= 1
+                        continue
+                    out.write(raw)
+            os.unlink(body)
+            body = Path(name)
+        self.observed_path = obs.sidecar(path)
+        try:
+            obs.write(self.observed_path, header, body)
+        finally:
+            os.unlink(body)
 
     def _uncount(self, spec: ev.JobSpec) -> None:
         self.duplicates += 1
@@ -302,6 +477,8 @@ class ImportLog:
         self.members -= spec.replicas
         if spec.replicas > 1:
             self.gangs -= 1
+        if spec.node_selector:
+            self.selected -= 1
         if spec.duration_s is not None:
             self.gpu_hours -= (
                 spec.replicas * spec.resources.gpu_milli_total() * spec.duration_s / 3.6e6
@@ -319,7 +496,11 @@ class ImportLog:
             "pending_at_end": self.pending,
             "running_at_end": self.running,
             "requeued": self.requeued,
+            "final_states": dict(sorted((k, v) for k, v in self.final_states.items() if v)),
+            "checkpoint": self.checkpoint.summary(),
+            "observed": None if self.observed_path is None else str(self.observed_path),
             "spread_limited": self.spread,
+            **({"node_selected": self.selected} if self.selected else {}),
             "by_class": dict(sorted(self.by_class.items())),
             "tenants": len(self.by_tenant),
             "by_shape": dict(sorted(self.by_shape.items())),

@@ -20,6 +20,7 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
       cpu: {column: cpu, unit: cores}                  # cores (default) or milli
       memory: {column: mem, unit: Gi}                  # B, Ki, Mi (default), Gi, Ti, KB, MB, GB, TB
       priority: {column: qos, values: {LS: ls, BE: be}, default: be}
+      node_selector: {pool: {column: role, values: {cpu: cpu-pool}}}   # label -> column spec
     nodes:                            # for --nodes NODES.csv
       name: node
       cpu: {column: cpu_milli, unit: milli}
@@ -28,10 +29,12 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
       gpu_model: model
       gpu_memory: {V100M16: 16Gi, A10: 24Gi}   # by model; a GPU model not listed is an error
       sharing: mps                    # exclusive (default), mps or timeslice
+      labels: {pool: node_pool}       # label -> column spec (an empty cell: no label)
     tenants: [{name: shared, guaranteed: all}]  # the config file's tenants; `all` = every GPU
     priority_classes: [{name: ls, value: 125, preemptible: false, slo_class: latency-critical}]
     policy: {}
     rules: {missing_submit: trace_start, cpu_only: keep}
+    gpu_models: {G2: A10-24GB}        # site names -> canonical GPU models; or `verbatim`
 
 Rules (documented in the README; every skipped row is reported with its line):
 
@@ -46,7 +49,16 @@ Rules (documented in the README; every skipped row is reported with its line):
 - `gpus` 0 and `gpu_milli` 0: a CPU-only member (`rules.cpu_only: keep`, or `skip`);
   `gpus` 1 with `gpu_milli` 1..999: a share of one GPU; `gpus` N: N whole GPUs (gpu_milli
   1000 or empty); gpu_milli above 1000 is a skipped row;
-- a job id must be a subject token; a repeated id is skipped (the first in time order is kept).
+- a job id must be a subject token; a repeated id is skipped (the first in time order is kept);
+- GPU model names (jobs' and nodes' `gpu_model`) go through the GPU model vocabulary
+  (`services.domain.gpu_models`: `T4` -> `T4-16GB`, `V100M32` -> `V100-32GB`; a job's family
+  name such as `A100` allows every A100), after the mapping's `gpu_models` aliases; names the
+  vocabulary does not know are kept verbatim and listed in one warning. `gpu_models:
+  verbatim` keeps every name as the trace writes it (examples/openb-mapping.yaml does, so
+  that its log equals `import alibaba-openb`'s);
+- `jobs.node_selector` / `nodes.labels` (label key -> a column spec): a job goes only to nodes
+  carrying every label its row selects (exact match); an empty cell selects nothing for that
+  key. Nodes read from `--config-nodes` carry that file's `labels:`.
 """
 
 from __future__ import annotations
@@ -70,8 +82,11 @@ from gpuledger.replay.importers.common import (
     SkipLog,
     TraceImportError,
     head_events,
+    open_text,
     read_yaml,
+    row_problem,
 )
+from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.inputs import (
     ClassDoc,
     InputError,
@@ -120,6 +135,8 @@ class JobColumns(Strict, kw_only=True):
     """Spread group: jobs of one group share `per_node_limit`."""
     per_node_limit: Spec | None = None
     """At most this many instances of the row's group on one node (empty: no limit)."""
+    node_selector: dict[str, Spec] = {}
+    """Node label key -> the column (spec) holding the value the row's job selects."""
 
 
 class NodeColumns(Strict, kw_only=True):
@@ -130,11 +147,18 @@ class NodeColumns(Strict, kw_only=True):
     gpu_model: Spec | None = None
     gpu_memory: dict[str, str | int] = {}
     sharing: Literal["exclusive", "mps", "timeslice"] = "exclusive"
+    labels: dict[str, Spec] = {}
+    """Node label key -> the column (spec) holding the node's value."""
 
 
 class Rules(Strict, kw_only=True):
     missing_submit: Literal["trace_start", "skip"] = "trace_start"
     cpu_only: Literal["keep", "skip"] = "keep"
+    missing_start: Literal["running", "never", "skip"] = "running"
+    """An empty start cell: `running` = the job was running when the trace began (started at
+    the trace start; a job submitted after the trace start cannot have, and reads as never
+    started), `never` = it never started (cancelled at its end, or pending), `skip` = skip the
+    row."""
 
 
 class CsvMapping(Strict, kw_only=True):
@@ -146,6 +170,11 @@ class CsvMapping(Strict, kw_only=True):
     priority_classes: list[ClassDoc] = []
     policy: dict[str, Any] | None = None
     rules: Rules = Rules()
+    gpu_models: dict[str, str] | Literal["verbatim"] = {}
+    """Site GPU model names -> canonical names (before the vocabulary), or `verbatim`."""
+    checkpoint: Any = None
+    """`none` (default), `{interval: 30m, save: 60s}`, or by class / source value
+    (replay.importers.checkpoint)."""
 
 
 UNITS = {
@@ -189,8 +218,23 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
                             f"{group}.{name}.unit: {f.unit!r} is not one of "
                             f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}"
                         )
+        for group, labels in (
+            ("jobs.node_selector", m.jobs.node_selector),
+            ("nodes.labels", m.nodes.labels if m.nodes is not None else {}),
+        ):
+            for key, f in labels.items():
+                if not 0 < len(key) <= 256:
+                    problems.append(f"{group}: a label key must be 1..256 characters ({key!r})")
+                if isinstance(f, Field) and (f.column is None) == (f.value is None):
+                    problems.append(f"{group}.{key}: give exactly one of column or value")
         if m.jobs.per_node_limit is not None and m.jobs.group is None:
             problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(m.checkpoint)
+        except CheckpointError as exc:
+            problems += str(exc).splitlines()
         try:
             _Clock(m.time)
         except ValueError:
@@ -220,7 +264,7 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
     return m
 
 
-NOT_COLUMNS = ("gpu_memory", "sharing")
+NOT_COLUMNS = ("gpu_memory", "sharing", "node_selector", "labels")
 
 
 class _Skip(Exception):
@@ -247,6 +291,14 @@ class _Reader:
 
     def has(self, name: str) -> bool:
         return name in self.specs
+
+    def raw(self, row: dict[str, str], name: str) -> str | None:
+        """The cell as written (before `values` and `default`), None when empty."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return None
+        raw = str(spec.value) if spec.column is None else (row.get(spec.column) or "").strip()
+        return raw or None
 
     def text(self, row: dict[str, str], name: str) -> str | None:
         spec = self.specs.get(name)
@@ -294,6 +346,32 @@ class _Reader:
         return tuple(p.strip() for p in parts if p.strip())
 
 
+class _Labels(_Reader):
+    """Label key -> value of one row, from a mapping's `{label: column spec}`."""
+
+    def __init__(self, specs: dict[str, Spec], group: str, header: list[str], path: str) -> None:
+        self.specs = {}
+        for key, spec in sorted(specs.items()):
+            if isinstance(spec, str):
+                spec = Field(column=spec)
+            if spec.column is not None and spec.column not in header:
+                raise TraceImportError(
+                    f"{path}:1: {group}.{key}: no column {spec.column!r}"
+                    f"{_suggest(spec.column, header)} (header: {','.join(header)})"
+                )
+            self.specs[key] = spec
+
+    def labels(self, row: dict[str, str]) -> dict[str, str] | None:
+        out = {}
+        for key in self.specs:
+            value = self.text(row, key)
+            if value:
+                if len(value) > 256:
+                    raise _Skip(f"{key}: a label value is at most 256 characters")
+                out[key] = value
+        return out or None
+
+
 class _Clock:
     def __init__(self, spec: TimeSpec) -> None:
         self.spec = spec
@@ -306,6 +384,8 @@ class _Clock:
             epoch_ms = int(epoch * 1000)
         self.epoch_ms = epoch_ms
         self.explicit_epoch = not (spec.unit == "date" and spec.epoch == 0)
+        self.clamped = False
+        """The last `ms` was before the trace start (and was moved to it)."""
 
     def _date(self, text: str) -> int:
         if self.spec.format:
@@ -332,14 +412,15 @@ class _Clock:
             if num is None:
                 return None
             value = self.epoch_ms + int(round(num * TIME_MS[self.spec.unit]))
+        self.clamped = self.explicit_epoch and value < self.epoch_ms
         return max(value, self.epoch_ms) if self.explicit_epoch else value
 
 
-def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
+def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[ev.NodeInfo, ...]:
     if m.nodes is None:
         raise TraceImportError("the mapping has no nodes: section (how to read --nodes)")
     try:
-        f = open(path, newline="")
+        f = open_text(path)
     except OSError as exc:
         raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
     memory_by_model = {
@@ -350,15 +431,21 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
     with f:
         reader = csv.DictReader(f)
         cols = _Reader(m.nodes, "nodes", reader.fieldnames or [], str(path))
+        node_labels = _Labels(m.nodes.labels, "nodes.labels", reader.fieldnames or [], str(path))
         for row in reader:
             line = reader.line_num
+            problem = row_problem([*row.values(), *(row.get(None) or ())])
+            if problem is not None:
+                raise TraceImportError(f"{path}:{line}: {problem}")
             try:
                 name = cols.text(row, "name") or ""
                 ev.validate_token("node", name)
                 cpu = cols.scaled(row, "cpu", "cores") or 0
                 mem = cols.scaled(row, "memory", "Mi") or 0
                 n = int(cols.number(row, "gpus") or 0) if cols.has("gpus") else 0
-                model = cols.text(row, "gpu_model") or ""
+                raw_model = cols.text(row, "gpu_model") or ""
+                model = raw_model
+                labels = node_labels.labels(row) or {}
             except (_Skip, ev.InvalidId) as exc:
                 raise TraceImportError(f"{path}:{line}: {exc}") from None
             if name in seen:
@@ -371,18 +458,22 @@ def _nodes(path: str | Path, m: CsvMapping) -> tuple[ev.NodeInfo, ...]:
                         f"{path}:{line}: GPU model {model!r} has no nodes.gpu_memory entry"
                         f"{_suggest(model, memory_by_model)} (known: {', '.join(memory_by_model)})"
                     )
+                if vocab is not None:
+                    model = vocab.node(raw_model, memory_by_model[raw_model])
                 gpus = tuple(
                     ev.GpuInfo(
                         index=i,
                         uuid=f"GPU-{name}-{i}",
                         model=model,
-                        memory_mib=memory_by_model[model],
+                        memory_mib=memory_by_model[raw_model],
                         clique=f"{name}-nvl0",
                         sharing=m.nodes.sharing,
                     )
                     for i in range(n)
                 )
-            out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus))
+            out.append(
+                ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=gpus, labels=labels)
+            )
     return tuple(out)
 
 
@@ -441,27 +532,30 @@ def import_csv(
     run_size: int = 200_000,
 ) -> CsvImport:
     m = load_csv_mapping(mapping)
+    vocab = None if m.gpu_models == "verbatim" else Vocabulary(m.gpu_models)
     if (nodes is None) == (nodes_file is None):
         raise TraceImportError(
             "give the nodes with exactly one of --nodes NODES.csv (read with the mapping's "
             "nodes: section) or --config-nodes FILE (a gpuledger configuration)"
         )
     if nodes is not None:
-        node_infos = _nodes(nodes, m)
+        node_infos = _nodes(nodes, m, vocab)
     else:
         from gpuledger.replay.importers.slurm import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
     total_gpus = sum(len(n.gpus) for n in node_infos)
     producer = f"import/{m.trace}"
-    log = ImportLog(producer, skips=skips, run_size=run_size)
+    from gpuledger.replay.importers.checkpoint import parse
+
+    log = ImportLog(producer, skips=skips, run_size=run_size, checkpoint=parse(m.checkpoint))
     clock = _Clock(m.time)
     path = str(trace)
     where = lambda line: f"{path}:{line}"  # noqa: E731
     tenants_seen: set[str] = set()
     classes_seen: set[str] = set()
     try:
-        f = open(trace, newline="")
+        f = open_text(trace)
     except OSError as exc:
         raise TraceImportError(f"{trace}: {exc.strerror or exc}") from exc
     gang_rows: list[ObservedJob] = []
@@ -472,7 +566,15 @@ def import_csv(
         if not gang_rows:
             return
         first = gang_rows[0]
-        if len({(j.resources, j.tenant, j.priority_class, j.spread) for j in gang_rows}) != 1:
+        if (
+            len(
+                {
+                    (j.resources, j.tenant, j.priority_class, j.spread, str(j.node_selector))
+                    for j in gang_rows
+                }
+            )
+            != 1
+        ):
             for j in gang_rows:
                 log.add_job(j, where(j.line))
         else:
@@ -494,10 +596,13 @@ def import_csv(
                     resources=first.resources,
                     replicas=len(gang_rows),
                     spread=first.spread,
+                    node_selector=first.node_selector,
                     submit_ms=min(j.submit_ms for j in gang_rows),
                     start_ms=start,
                     end_ms=end,
                     line=first.line,
+                    started_before=start is not None and all(j.started_before for j in gang_rows),
+                    source_priority=first.source_priority,
                 ),
                 where(first.line),
             )
@@ -508,9 +613,14 @@ def import_csv(
         bar = Progress(f, progress)
         reader = csv.DictReader(f)
         cols = _Reader(m.jobs, "jobs", reader.fieldnames or [], path)
+        selects = _Labels(m.jobs.node_selector, "jobs.node_selector", reader.fieldnames or [], path)
         for row in reader:
             line = reader.line_num
             bar.tick(line)
+            problem = row_problem([*row.values(), *(row.get(None) or ())])
+            if problem is not None:
+                log.skips.skip(where(line), problem)
+                continue
             try:
                 job_id = cols.text(row, "id") or ""
                 tenant = cols.text(row, "tenant") if cols.has("tenant") else None
@@ -518,12 +628,17 @@ def import_csv(
                     tenant = "default"
                 cls = cols.text(row, "priority") if cols.has("priority") else None
                 cls = cls or "train"
+                cls_raw = cols.raw(row, "priority") if cols.has("priority") else None
                 res = _resources(cols, row)
+                if vocab is not None and res.gpu_models:
+                    res = msgspec.structs.replace(res, gpu_models=vocab.job(res.gpu_models))
                 submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
                 start = clock.ms(cols, row, "start") if cols.has("start") else None
+                started_before = start is not None and clock.clamped
                 end = clock.ms(cols, row, "end") if cols.has("end") else None
                 gang = cols.text(row, "gang") if cols.has("gang") else None
                 spread = _spread(cols, row)
+                selector = selects.labels(row)
             except _Skip as exc:
                 log.skips.skip(where(line), str(exc))
                 continue
@@ -538,6 +653,12 @@ def import_csv(
                 else:
                     log.skips.skip(where(line), "empty submit time (rules.missing_submit: skip)")
                     continue
+            if start is None and cols.has("start") and m.rules.missing_start != "never":
+                if m.rules.missing_start == "skip":
+                    log.skips.skip(where(line), "empty start time (rules.missing_start: skip)")
+                    continue
+                if clock.explicit_epoch and submit <= clock.epoch_ms:
+                    start, started_before = clock.epoch_ms, True  # running when the trace began
             if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
                 log.skips.skip(where(line), "CPU-only row (rules.cpu_only: skip)")
                 continue
@@ -551,6 +672,9 @@ def import_csv(
                 end_ms=end,
                 line=line,
                 spread=spread,
+                node_selector=selector,
+                started_before=started_before,
+                source_priority=cls_raw,
             )
             if gang is not None and gang != "":
                 if gang != gang_key:
@@ -580,6 +704,9 @@ def import_csv(
         raise TraceImportError("\n".join(f"{mapping}: {p}" for p in exc.problems)) from None
     n = log.write(out, head, where)
     summary = {"events": n, "nodes": len(node_infos), "gpus": total_gpus, **log.summary()}
+    warning = vocab.warning() if vocab is not None else None
+    if warning:
+        summary["warnings"] = [warning]
     return CsvImport(summary=summary, events=n)
 
 

@@ -35,7 +35,13 @@ class _Reader:
     def more(self) -> bool:
         if self.eof:
             return False
-        chunk = self.f.read(CHUNK)
+        try:
+            chunk = self.f.read(CHUNK)
+        except UnicodeDecodeError as exc:
+            raise TraceImportError(
+                f"{self.f.name}:{self.line_base + self.buf.count(chr(10))}+: not UTF-8 text"
+                f" (binary data?): {exc.reason}"
+            ) from None
         if not chunk:
             self.eof = True
             return False
@@ -70,6 +76,10 @@ class _Reader:
         while True:
             try:
                 value, end = _dec.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise TraceImportError(
+                    f"{path}:{self.line()}: not JSON this importer reads: nested too deeply"
+                ) from None
             except json.JSONDecodeError as exc:
                 if self.more():
                     continue

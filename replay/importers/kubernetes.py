@@ -31,8 +31,19 @@ Rules:
   class is not defined by the mapping, preemptible. Pods without a class get `default` (0).
 - nodes: `status.capacity` (`cpu`, `memory`, `nvidia.com/gpu`, `nvidia.com/mig-*`), model
   from the `nvidia.com/gpu.product` label, GPU memory from `nvidia.com/gpu.memory` (MiB) or
-  the model table; a node with `nvidia.com/mig-*` capacity has its GPUs in `mig` mode (count:
-  `nvidia.com/gpu.count` label). Unschedulable nodes are kept.
+  the model table; MIG instances (`nvidia.com/mig-<profile>.count` labels of GPU feature
+  discovery's mixed strategy, else the `nvidia.com/mig-<profile>` capacity) become MIG GPUs
+  with fixed layouts (`replay.importers.migmap`; `nvidia.com/gpu.count` less the whole GPUs is
+  the number of MIG GPUs the layouts must fit in, else a warning and on-demand GPUs). Under
+  the single strategy (`nvidia.com/mig.strategy: single`, product `<GPU>-MIG-<profile>`) the
+  node's `nvidia.com/gpu` are instances of that profile, and so are the GPUs requested by
+  pods placed on it (`spec.nodeName`; one per pod, else a skipped row). Unschedulable nodes are kept. A node keeps the labels whose
+  keys some pod selects on (below), no others.
+- node selection: a pod's `spec.nodeSelector` and its required node affinity (one term of
+  `In` expressions with one value each; the rest is left out and counted as
+  `node_affinity_ignored`: `replay.importers.labels.pod_selector`) become the job's
+  `node_selector`; jobs whose selector no node carries are counted as
+  `node_selector_unmatched`.
 - events: `Preempted` and `Evicted` (pods) are counted in the summary (what the recorded
   scheduler did; the replay decides afresh) and date the end of pods they ended.
 
@@ -50,6 +61,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpuledger import events as ev
 from gpuledger.replay.importers.common import (
     ImportLog,
@@ -60,7 +73,11 @@ from gpuledger.replay.importers.common import (
     head_events,
 )
 from gpuledger.replay.importers.jsonstream import iter_items
+from gpuledger.replay.importers.labels import SelectedKeys, pod_selector
 from gpuledger.replay.importers.mapping import Naming, load_mapping, token
+from gpuledger.replay.importers.migmap import is_profile, mig_gpus
+from gpuledger.services.domain.gpu_models import Vocabulary
+from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
 
 PRODUCER = "import/kubernetes"
 GPU = "nvidia.com/gpu"
@@ -147,7 +164,13 @@ def pod_resources(spec: dict) -> ev.Resources:
     )
 
 
-def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
+def read_nodes(
+    path: str | Path,
+    progress=None,
+    vocab: Vocabulary | None = None,
+    notes: list[str] | None = None,
+    single_nodes: dict[str, str] | None = None,
+) -> tuple[ev.NodeInfo, ...]:
     out: list[ev.NodeInfo] = []
     for line, item in iter_items(path, progress):
         meta = item.get("metadata") or {}
@@ -161,30 +184,76 @@ def read_nodes(path: str | Path, progress=None) -> tuple[ev.NodeInfo, ...]:
             gpus = int(quantity(cap.get(GPU, 0)))
         except (ev.InvalidId, ValueError) as exc:
             raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
-        mig = any(k.startswith(MIG_PREFIX) and quantity(v) > 0 for k, v in cap.items())
-        if mig:
-            gpus = int(labels.get("nvidia.com/gpu.count") or gpus or 1)
-        model = labels.get("nvidia.com/gpu.product", "gpu")
-        memory = int(labels.get("nvidia.com/gpu.memory") or 0) or gpu_memory_mib(model)
-        out.append(
-            ev.NodeInfo(
-                name=name,
-                cpu_milli=cpu,
-                memory_mib=mem,
-                gpus=tuple(
-                    ev.GpuInfo(
-                        index=i,
-                        uuid=f"GPU-{name}-{i}",
-                        model=model,
-                        memory_mib=memory,
-                        clique=f"{name}-nvl0",
-                        sharing="mig" if mig else "exclusive",
-                    )
-                    for i in range(gpus)
-                ),
-            )
+        try:
+            mig = mig_counts(labels, cap)
+        except ValueError as exc:
+            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
+        single = single_profile(labels)
+        if single is not None and gpus:  # MIG single strategy: `nvidia.com/gpu` are instances
+            mig, gpus = {single: gpus}, 0
+            if single_nodes is not None:
+                single_nodes[name] = single
+        kept = {
+            str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
+        }
+        product = labels.get("nvidia.com/gpu.product", "gpu")
+        memory = (
+            int(labels.get("nvidia.com/gpu.memory") or 0)
+            or model_memory_mib(product)
+            or gpu_memory_mib(product)
         )
+        model = vocab.node(product, memory) if vocab is not None and (gpus or mig) else product
+        whole = tuple(
+            ev.GpuInfo(
+                index=i,
+                uuid=f"GPU-{name}-{i}",
+                model=model,
+                memory_mib=memory,
+                clique=f"{name}-nvl0",
+                sharing="exclusive",
+            )
+            for i in range(gpus)
+        )
+        if mig:  # GFD mixed strategy: MIG instances per profile -> MIG GPUs with their layouts
+            physical = int(labels.get("nvidia.com/gpu.count") or 0) - gpus
+            whole += mig_gpus(
+                name,
+                mig,
+                gpus,
+                notes if notes is not None else [],
+                model=None if product == "gpu" else product,
+                physical=physical if physical > 0 else None,
+                where=f"{path}:{line}",
+            )
+        out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept))
     return tuple(out)
+
+
+def single_profile(labels: dict) -> str | None:
+    """The MIG profile of a node under GPU feature discovery's single strategy (every GPU in
+    one profile, exposed as `nvidia.com/gpu`, product `<GPU>-MIG-<profile>`), else None."""
+    if labels.get("nvidia.com/mig.strategy") != "single":
+        return None
+    m = re.search(r"-MIG-([^-]+)$", labels.get("nvidia.com/gpu.product", ""))
+    return m.group(1).lower() if m and is_profile(m.group(1)) else None
+
+
+def mig_counts(labels: dict, capacity: dict) -> dict[str, int]:
+    """MIG instances per profile of a node: GPU feature discovery's
+    `nvidia.com/mig-<profile>.count` labels, else the `nvidia.com/mig-<profile>` capacity."""
+    out: dict[str, int] = {}
+    for k, v in labels.items():
+        if (
+            k.startswith(MIG_PREFIX)
+            and k.endswith(".count")
+            and is_profile(k[len(MIG_PREFIX) : -6])
+        ):
+            out[k[len(MIG_PREFIX) : -6]] = int(quantity(v))
+    if not out:
+        for k, v in capacity.items():
+            if k.startswith(MIG_PREFIX) and is_profile(k[len(MIG_PREFIX) :]):
+                out[k[len(MIG_PREFIX) :]] = int(quantity(v))
+    return {p: n for p, n in sorted(out.items()) if n > 0}
 
 
 @dataclass
@@ -199,6 +268,13 @@ class _Member:
     start: int | None
     end: int | None
     cancel: int | None
+    selector: dict[str, str] | None = None
+    phase: str = ""
+    node: str = ""
+    priority: str = ""
+    preempted: bool = False
+    deadline_s: int | None = None
+    """`spec.activeDeadlineSeconds`: the pod's time limit."""
 
 
 @dataclass
@@ -210,7 +286,12 @@ class _Context:
     split: int = 0
     gangs_seen: int = 0
     ended_by_event: dict[str, int] = field(default_factory=dict)
+    preempted: set[str] = field(default_factory=set)
+    """`namespace/name` of pods with a `Preempted` / `EvictedDueToPreempted` event."""
     workloads: dict[str, tuple[str, str]] = field(default_factory=dict)
+    selected: SelectedKeys = field(default_factory=SelectedKeys)
+    single: dict[str, str] = field(default_factory=dict)
+    """Nodes under MIG single strategy -> their profile (their pods' GPUs are instances)."""
 
 
 def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
@@ -228,8 +309,10 @@ def _events(path, ctx: _Context, counts: dict[str, int]) -> None:
             or item.get("firstTimestamp")
             or (item.get("metadata") or {}).get("creationTimestamp")
         )
+        key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
+        if reason in ("Preempted", "EvictedDueToPreempted"):
+            ctx.preempted.add(key)
         if at is not None:
-            key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
             ctx.ended_by_event[key] = min(at, ctx.ended_by_event.get(key, at))
 
 
@@ -270,6 +353,23 @@ def _owner_name(meta: dict) -> str:
 
 
 def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | None:
+    """The pod as a member, or None (skipped with its line): also a pod nested deeper than a
+    user document may be (services/runtime/documents.py) or of a shape no Kubernetes pod
+    has (a list where a mapping belongs, a number where a name belongs)."""
+    from gpuledger.services.runtime.documents import DocumentError, check_bounds
+
+    where = ctx.where(line)
+    try:
+        check_bounds(pod)
+        return _read_member(line, pod, ctx, tenant_from)
+    except DocumentError as exc:
+        ctx.log.skips.skip(where, str(exc).removeprefix("not YAML/JSON: "))
+    except (AttributeError, TypeError, KeyError, ValueError, OverflowError) as exc:
+        ctx.log.skips.skip(where, f"not a pod: {type(exc).__name__}: {str(exc)[:200]}")
+    return None
+
+
+def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | None:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     where = ctx.where(line)
     name, ns = meta.get("name", ""), meta.get("namespace", "default")
@@ -281,6 +381,14 @@ def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | 
         return None
     try:
         res = pod_resources(spec)
+        profile = ctx.single.get(spec.get("nodeName") or "")
+        if profile is not None and res.gpus:  # MIG single strategy: a GPU is an instance
+            if res.gpus > 1:
+                raise ValueError(
+                    f"asks for {res.gpus} MIG {profile} instances on node {spec['nodeName']} "
+                    "(single strategy): a member holds one"
+                )
+            res = msgspec.structs.replace(res, gpus=0, mig_profile=profile)
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: {exc}")
         return None
@@ -334,7 +442,33 @@ def _member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Member | 
         ctx.log.skips.skip(where, f"pod {ns}/{name}: no creationTimestamp")
         return None
     cancel = deleted if start is None and deleted is not None else None
-    return _Member(line, name, ns, tenant, cls, res, submit, start, end, cancel)
+    selector, ignored = pod_selector(spec)
+    ctx.selected.pod(selector, ignored)
+    return _Member(
+        line,
+        name,
+        ns,
+        tenant,
+        cls,
+        res,
+        submit,
+        start,
+        end,
+        cancel,
+        selector or None,
+        phase=str(status.get("phase") or ""),
+        node=str(spec.get("nodeName") or ""),
+        priority=cls_name,
+        preempted=f"{ns}/{name}" in ctx.preempted or status.get("reason") == "Preempted",
+        deadline_s=_deadline(spec.get("activeDeadlineSeconds")),
+    )
+
+
+def _deadline(value) -> int | None:
+    """`activeDeadlineSeconds` (a positive integer) as a time limit, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
 
 
 def _job_id(ns: str, name: str, namespaced: bool) -> str:
@@ -362,15 +496,45 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
             start_ms=start,
             end_ms=end,
             line=first.line,
+            node_selector=first.selector,
+            state=_state(members, start, end),
+            nodes=tuple(sorted({m.node for m in members if m.node})),
+            source_priority=first.priority or None,
+            time_limit_s=min(
+                (m.deadline_s for m in members if m.deadline_s is not None), default=None
+            ),
         ),
         ctx.where(first.line),
     )
+    ctx.selected.job(first.selector)
+
+
+_PHASE_STATE = {"Succeeded": "COMPLETED", "Failed": "FAILED", "Running": "RUNNING"}
+
+
+def _state(members: list[_Member], start: int | None, end: int | None) -> str:
+    """The observed final state of a pod or gang: PREEMPTED when a member ended preempted (its
+    `Preempted` event or status reason), FAILED when a member failed, COMPLETED when
+    every member succeeded, RUNNING while one runs; a pod deleted before it started is
+    CANCELLED; else derived from the times ('')."""
+    phases = {m.phase for m in members}
+    if start is None:
+        return "CANCELLED" if end is not None else ("PENDING" if phases else "")
+    if end is not None and any(m.preempted for m in members):
+        return "PREEMPTED"
+    if "Failed" in phases:
+        return "FAILED"
+    if phases == {"Succeeded"}:
+        return "COMPLETED"
+    if "Running" in phases and end is None:
+        return "RUNNING"
+    return ""
 
 
 def _flush(gangs: dict[tuple[str, str], list[_Member]], ctx: _Context) -> None:
     for (ns, gang), members in gangs.items():
         ctx.gangs_seen += 1
-        if len({(m.res, m.tenant, m.cls) for m in members}) == 1:
+        if len({(m.res, m.tenant, m.cls, str(m.selector)) for m in members}) == 1:
             _add(members, _job_id(ns, gang, ctx.namespaced), ctx)
         else:
             ctx.split += 1
@@ -404,17 +568,18 @@ def import_kubernetes(
             "give the nodes with exactly one of --nodes FILE (kubectl get nodes -o json) "
             "or --config-nodes FILE (a gpuledger configuration)"
         )
+    m = load_mapping(mapping, "kubernetes")
+    naming = Naming(m, "default")
+    single: dict[str, str] = {}
     if nodes is not None:
-        node_infos = read_nodes(nodes)
+        node_infos = read_nodes(nodes, vocab=naming.gpu, notes=naming.notes, single_nodes=single)
     else:
         from gpuledger.replay.importers.slurm import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
-    m = load_mapping(mapping, "kubernetes")
-    naming = Naming(m, "default")
-    log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
+    log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)
     path = str(pods)
-    ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids)
+    ctx = _Context(log, naming, lambda line: f"{path}:{line}", namespaced_ids, single=single)
     counts: dict[str, int] = {}
     if events is not None:
         _events(events, ctx, counts)
@@ -438,6 +603,8 @@ def import_kubernetes(
         else:
             gangs.setdefault((ns, gang), []).append(member)
     _flush(gangs, ctx)
+    if nodes is not None:
+        node_infos = ctx.selected.nodes(node_infos)
     doc = naming.document(sum(len(n.gpus) for n in node_infos))
     from gpuledger.services.domain.configfile import ConfigFileError
 
@@ -455,6 +622,8 @@ def import_kubernetes(
         "gangs_split": ctx.split,
         **counts,
         **log.summary(),
+        **ctx.selected.summary(node_infos),
+        **naming.warnings(),
     }
     return KubernetesImport(summary=summary, events=n)
 

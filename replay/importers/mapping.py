@@ -20,15 +20,21 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
     quotas:                                    # tenant quotas (the config file's tenants:)
       - {name: science/physics, guaranteed: 16}
     policy: {preemption: true}                 # the recorded policy (config file's policy:)
+    gpu_models: {a100: A100-80GB}              # site GPU names -> canonical (services.domain.gpu_models)
+    mig_model: H100-80GB                       # slurm: the GPUs of MIG-typed gres (default: by profiles)
+    checkpoint: none                           # or {interval: 30m, save: 60s}, or by
+                                               # classes/partitions/values (importers.checkpoint)
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
 
+from gpuledger.services.domain.gpu_models import Vocabulary
 from gpuledger.services.domain.inputs import (
     ClassDoc,
     InputError,
@@ -68,6 +74,21 @@ class Mapping(Strict, kw_only=True):
     quotas: list[TenantDoc] = []
     policy: dict[str, Any] = {}
     default_class: str | None = None
+    mig_model: str | None = None
+    """The GPU model of MIG instances a Slurm node lists by profile only (`H100-80GB`);
+    unset: the first MIG family offering every profile (`replay.importers.migmap`)."""
+    gpu_models: dict[str, str] = {}
+    """Site GPU model names (Slurm gres types, product labels) -> canonical names, applied
+    before the GPU model vocabulary (`services.domain.gpu_models`)."""
+    checkpoint: Any = None
+    """`none` (default), `{interval: 30m, save: 60s}`, or by class / partition / source
+    value (replay.importers.checkpoint)."""
+
+    @property
+    def checkpoint_rules(self):
+        from gpuledger.replay.importers.checkpoint import parse
+
+        return parse(self.checkpoint)
 
 
 TENANT_FROM = {
@@ -98,6 +119,12 @@ def load_mapping(path, source: Literal["slurm", "kubernetes"]) -> Mapping:
                 validate_file({"policy": m.policy})
             except InputError as exc:
                 problems += exc.problems
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(m.checkpoint)
+        except CheckpointError as exc:
+            problems += str(exc).splitlines()
     if problems:
         raise TraceImportError("\n".join(f"{path}: {p}" for p in problems))
     return m
@@ -125,6 +152,17 @@ class Naming:
         self.tenants: set[str] = set()
         self.auto: set[str] = set()
         """Classes made up from a source name (not in the mapping, not built in)."""
+        self.gpu = Vocabulary(mapping.gpu_models)
+        """GPU model names of the source -> the vocabulary (unknown ones listed once)."""
+        self.notes: list[str] = []
+        """Warnings an importer collected (MIG geometry), one line each."""
+        self.known_jobs: dict[str, list[tuple[str, str]]] = {}
+        """Job ids a dump imports by base id, with their tenants (Slurm `Dependency`)."""
+        self.dependencies_dropped = 0
+        """Source dependencies an importer could not keep."""
+        self.partition: Callable[[str], dict[str, str] | None] = lambda _: None
+        """A source partition / pool -> the node selector of its jobs (an importer sets it,
+        e.g. `labels.PartitionSelectors`); by default none."""
 
     def class_for(self, priority: str) -> str:
         priority = priority.strip() or self.default_priority
@@ -154,6 +192,12 @@ class Naming:
         )
         self.tenants.add(tenant)
         return tenant
+
+    def warnings(self) -> dict[str, list[str]]:
+        """`{warnings: [line, ...]}` for the import summary (empty when there is none)."""
+        line = self.gpu.warning()
+        lines = [*self.notes, *([line] if line else [])]
+        return {"warnings": lines} if lines else {}
 
     def document(self, total_gpus: int) -> dict[str, Any]:
         """The configuration the import records: every tenant seen (guarantee 0, weight 1,

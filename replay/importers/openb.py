@@ -25,6 +25,10 @@ Resources: `num_gpu == 1 and 0 < gpu_milli < 1000` -> a `gpu_milli` share of one
 `num_gpu >= 1` otherwise -> `num_gpu` whole GPUs in one clique; `num_gpu == 0` -> CPU-only.
 `gpu_spec` `A|B` -> `gpu_models = (A, B)` (the trace's model codes, as on the nodes).
 
+Checkpoints: none (the trace does not say a pod can save its work): an evicted pod loses its
+work back to its start (replay.importers.checkpoint). What the trace recorded of each pod
+(creation, scheduling, deletion, phase) is kept beside the log (`write_observed`).
+
 Run time: `duration_s = deletion_time - scheduled_time` (the observed run time, what the
 simulated agents run and what a replay keeps per job). A pod with no `scheduled_time` (never
 ran) has no duration (it would run until cancelled) and is cancelled at `deletion_time`. A pod
@@ -51,11 +55,14 @@ from gpuledger.events import (
     JobSpec,
     NodeInfo,
     NodeRegistered,
+    PriorityClassConfigured,
     Resources,
     subject_for,
     validate_token,
 )
-from gpuledger.replay.importers.common import TraceImportError
+from gpuledger.replay.importers.checkpoint import NO_CHECKPOINT, describe
+from gpuledger.replay.importers.common import TraceImportError, open_text, row_problem
+from gpuledger.replay.observed import Observation
 from gpuledger.services.domain.configfile import config_events
 from gpuledger.services.domain.stamp import stamp, submission
 
@@ -112,6 +119,42 @@ class OpenbImport:
     cancels: int
     by_class: dict[str, int] = field(default_factory=dict)
     by_shape: dict[str, int] = field(default_factory=dict)
+    observations: list[Observation] = field(default_factory=list)
+    """What the trace recorded of each pod (creation, scheduling, deletion, phase)."""
+
+    def write_observed(self, log: str | Path) -> Path:
+        """The observation sidecar of `log` (`replay.observed`); returns its path."""
+        import tempfile
+
+        from gpuledger.replay import observed as obs
+        from gpuledger.services.domain.config import ConfigState
+
+        cfg = ConfigState()
+        for e in self.events:
+            if isinstance(e, PriorityClassConfigured):
+                cfg.apply(e)
+        times = [
+            t
+            for o in self.observations
+            for t in (o.submit_ms, o.start_ms, o.end_ms)
+            if t is not None
+        ]
+        header = obs.Header(
+            source=str(log),
+            window_ms=(min(times), max(times)) if times else (0, 0),
+            capacity_gpu_milli=1000 * self.gpus,
+            slo_classes={n: c.slo_class for n, c in sorted(cfg.classes.items())},
+            checkpoint=describe(NO_CHECKPOINT),
+        )
+        path = obs.sidecar(log)
+        with tempfile.NamedTemporaryFile("wb", delete=False, suffix=".observed") as body:
+            for o in self.observations:
+                body.write(obs.encode(o) + b"\n")
+        try:
+            obs.write(path, header, Path(body.name))
+        finally:
+            Path(body.name).unlink()
+        return path
 
     def entries(self) -> list[tuple[int, str, Event]]:
         """`(seq, subject, event)` with `seq` 1..N gap-free."""
@@ -137,6 +180,24 @@ class OpenbImport:
         }
 
 
+PHASES = {"succeeded": "COMPLETED", "failed": "FAILED", "running": "RUNNING", "pending": "PENDING"}
+"""The trace's `pod_phase` (its last phase) -> the observed final state."""
+
+
+def _observed_state(phase: str, scheduled: int | None, deleted: int | None) -> str:
+    """A pod deleted before it was scheduled, or deleted while its last phase was Running or
+    Pending, was ended by its deletion: CANCELLED. Otherwise the phase (Succeeded ->
+    COMPLETED, Failed -> FAILED, Running -> RUNNING, Pending -> PENDING); a pod without a
+    phase: from its times."""
+    if deleted is not None and (scheduled is None or phase in ("running", "pending")):
+        return "CANCELLED"
+    if phase in PHASES:
+        return PHASES[phase]
+    if scheduled is None:
+        return "PENDING"
+    return "COMPLETED" if deleted is not None else "RUNNING"
+
+
 # ---------------------------------------------------------------------------- reading
 
 
@@ -146,7 +207,7 @@ class _Rows:
     def __init__(self, path: str | Path, required: tuple[str, ...]) -> None:
         self.path = str(path)
         try:
-            self._f = open(path, newline="")
+            self._f = open_text(path)
         except OSError as exc:
             raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
         self.reader = csv.DictReader(self._f)
@@ -162,6 +223,9 @@ class _Rows:
     def __iter__(self):
         with self._f:
             for row in self.reader:
+                problem = row_problem([*row.values(), *(row.get(None) or ())])
+                if problem is not None:
+                    raise self.error(self.reader.line_num, problem)
                 yield self.reader.line_num, row
 
     def unique_id(
@@ -300,6 +364,7 @@ def import_openb(
     seen: set[str] = set()
     by_class: dict[str, int] = {}
     by_shape: dict[str, int] = {}
+    observations: list[Observation] = []
     cancels = 0
     for index, (line, row) in enumerate(rows):
         if limit is not None and index >= limit:
@@ -334,7 +399,23 @@ def import_openb(
             tenant=TENANT,
             priority_class=cls.name,
             resources=resources,
+            checkpoint=NO_CHECKPOINT,
             duration_s=duration,
+        )
+        phase = (row.get("pod_phase") or "").strip().lower()
+        observations.append(
+            Observation(
+                job=name,
+                tenant=TENANT,
+                priority_class=cls.name,
+                gpu_milli=resources.gpu_milli_total(),
+                submit_ms=created * 1000,
+                start_ms=None if scheduled is None else scheduled * 1000,
+                end_ms=None if deleted is None else deleted * 1000,
+                state=_observed_state(phase, scheduled, deleted),
+                checkpoint_s=0,
+                line=line,
+            )
         )
         at_ms = created * 1000
         timed.append((at_ms, 0, index, submission(spec, now_ms=at_ms, producer=PRODUCER)))
@@ -369,4 +450,5 @@ def import_openb(
         cancels=cancels,
         by_class=by_class,
         by_shape=by_shape,
+        observations=observations,
     )

@@ -6,16 +6,19 @@ The dump (one `|`-separated row per job allocation and per step, header first):
       --format=JobID,JobIDRaw,JobName,User,Account,Partition,QOS,Priority,Submit,Eligible,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES \\
       > sacct.txt
 
-Nodes (`--sinfo`): `sinfo --Node --noheader --format='%N|%c|%m|%G' > sinfo.txt` (node, CPUs,
-memory MB, GRES such as `gpu:a100:8(S:0-1)`; a node listed once per partition is kept once),
-or `--nodes FILE`: a gpuledger configuration file's `cluster.nodes`.
+Nodes (`--sinfo`): `sinfo --Node --noheader --format='%N|%c|%m|%G|%P' > sinfo.txt` (node, CPUs,
+memory MB, GRES such as `gpu:a100:8(S:0-1)`, partition; a node listed once per partition is
+kept once, labelled with its partitions: `replay.importers.labels`; the partition column may
+be left out: no labels), or `--nodes FILE`: a gpuledger configuration file's `cluster.nodes`.
 
 Rules (every row either becomes part of a job or is skipped with its line and reason):
 
 - step rows (`123.batch`, `123.extern`, `123.0`, `123_4.batch`, `123+0.0`) are folded into the
   job row before them (a step without its job row is skipped);
-- consecutive rows with the same JobID (`--duplicates`: a requeued job's earlier runs) are one
-  job: submitted at the first row's Submit, run time of the last row (`requeued` counts them);
+- rows with the same JobID (`--duplicates`: a requeued job's runs), wherever they stand in the
+  file, are one job: rows are sorted by job id in bounded memory (an external merge sort);
+  submitted at the first row's Submit, run time of the last row (`requeued` counts the earlier
+  ones, kept as runs in the observation sidecar with their states);
 - array tasks (`123_4`) are jobs `123_4`; a pending array record `123_[5-9%2]` becomes one
   pending job per task (`123_5` ... `123_9`);
 - heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
@@ -26,19 +29,37 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   `gres/gpu:a100=8` (typed -> `gpu_models`), `cpu=`, `mem=` (K/M/G/T);
 - times `YYYY-MM-DDTHH:MM:SS` in `--timezone` (default UTC); `Unknown`, `None` and empty are
   no time. No Submit: skipped. Started and ended: run time End - Start. Never started and
-  ended (cancelled while pending): cancelled at End. Pending or running at the dump: submitted
-  with no run time;
-- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable).
+  ended (cancelled while pending): cancelled at End; a CANCELLED row with `NodeList` `None
+  assigned` and no AllocTRES never started whatever its Start says (Slurm writes Start = End = the cancel
+  time for a job cancelled before its first record reached slurmdbd). Pending or running at
+  the dump: submitted with no run time;
+- `Timelimit` (`[D-]HH:MM:SS`, `MM:SS`, `MM`, `D-HH[:MM]`) -> `time_limit_s`;
+  `UNLIMITED`, `Partition_Limit`, empty or unreadable -> no limit (the run time still says
+  how long it ran: a TIMEOUT row replays as a run stopped at its limit);
+- an optional `Dependency` column (as `squeue -o %E` / `scontrol show job` print it:
+  `afterok:123,afterany:124:125_3(unfulfilled)`) -> `depends_on`: `afterok` succeeded,
+  `afternotok` failed, `afterany` finished, `after` started (a `+minutes` delay is dropped);
+  a dependency on an array job names each of its imported tasks; one on a job outside the
+  dump or of another tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
+  are dropped and counted in the summary's `dependencies_dropped`;
+- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
+- Partition -> node selector of the partition's node label, when the nodes carry partition
+  labels (`replay.importers.labels`).
 """
 
 from __future__ import annotations
 
+import heapq
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+import msgspec
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.common import (
@@ -49,12 +70,24 @@ from gpuledger.replay.importers.common import (
     TraceImportError,
     gpu_memory_mib,
     head_events,
+    open_text,
     read_yaml,
+    row_problem,
 )
+from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
+from gpuledger.replay.importers.migmap import is_profile, mig_gpus
+from gpuledger.replay.observed import Run
+from gpuledger.services.domain.gpu_models import Vocabulary
+from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
+from gpuledger.services.domain.inputs import MAX_GPUS_PER_NODE, MAX_NODES
+from gpuledger.services.domain.quantities import MAX_VALUE
 
 PRODUCER = "import/slurm"
-REQUIRED = ("JobID", "Account", "QOS", "Submit", "Start", "End", "State", "NNodes")
+REQUIRED = ("JobID", "Submit", "Start", "End", "State", "NNodes")
+"""Columns a dump must have; `Account` (-> tenant `default`) and `QOS` (-> class `normal`)
+may be missing."""
+GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
 NO_TIME = {"", "unknown", "none", "n/a"}
 
 _JOBID = re.compile(
@@ -96,7 +129,10 @@ def mem_mib(text: str) -> int:
     m = _MEM.match(text.strip())
     if not m:
         raise ValueError(f"cannot read memory {text!r}")
-    return int(-(-float(m.group(1)) * _MEM_MIB[m.group(2).upper()] // 1))
+    mib = float(m.group(1)) * _MEM_MIB[m.group(2).upper()]
+    if not 0 <= mib <= MAX_VALUE:
+        raise ValueError(f"memory {text!r} out of range")
+    return int(-(-mib // 1))
 
 
 def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]:
@@ -111,13 +147,115 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
     total = max(untyped, sum(typed.values()))
     cpu = float(tres.get("cpu", "0") or 0)
     mem = mem_mib(tres["mem"]) if tres.get("mem") else 0
+    mig = sorted(t for t in typed if is_profile(t))
+    if mig:  # `gres/gpu:1g.10gb=2`: one member per MIG instance (replay.importers.migmap)
+        if len(typed) > 1:
+            raise ValueError(
+                "asks for MIG instances of several profiles, or whole GPUs beside them "
+                f"({', '.join(sorted(typed))}): a member holds one MIG instance"
+            )
+        count = typed[mig[0]]
+        n = max(1, nodes, count)
+        return ev.Resources(
+            mig_profile=mig[0].lower(),
+            cpu_milli=int(-(-cpu * 1000 // n)),
+            memory_mib=-(-mem // n),
+        ), count
     n = max(1, nodes)
+    if n > MAX_NODES:
+        raise ValueError(f"{nodes} nodes: at most {MAX_NODES:,}")
+    if not 0 <= total <= MAX_GPUS_PER_NODE * n or -(-total // n) > MAX_GPUS_PER_NODE:
+        raise ValueError(
+            f"{total} GPUs on {n} node(s): at most {MAX_GPUS_PER_NODE} per node (docs/inputs.md)"
+        )
+    if not 0 <= cpu <= MAX_VALUE / 1000 or not 0 <= mem <= MAX_VALUE:  # also NaN, inf
+        raise ValueError(f"cpu={tres.get('cpu')!r} or mem={tres.get('mem')!r} out of range")
     return ev.Resources(
         gpus=-(-total // n),
         cpu_milli=int(-(-cpu * 1000 // n)),
         memory_mib=-(-mem // n),
         gpu_models=tuple(sorted(typed)),
     ), total
+
+
+def parse_timelimit(text: str) -> int | None:
+    """Seconds of a Slurm time limit (`1-00:00:00`, `02:00:00`, `90`, `30:00`, `2-12`), or
+    None for `UNLIMITED`, `Partition_Limit`, `INVALID`, empty or anything unreadable."""
+    text = text.strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if m is None:
+        return None
+    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:  # H:M:S
+        seconds = a * 3600 + b * 60 + c
+    elif b is not None:  # M:S
+        seconds = a * 60 + b
+    else:  # M
+        seconds = a * 60
+    return seconds or None
+
+
+_DEP_KINDS = {
+    "afterok": "succeeded",
+    "afternotok": "failed",
+    "afterany": "finished",
+    "after": "started",
+}
+
+
+def parse_dependency(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """Slurm's dependency expression -> ([(job id, on), ...], [dropped parts]). Job ids keep
+    an array task (`123_4`); `123_*` names every task of array 123 (returned as `123`)."""
+    text = text.strip()
+    if not text or text.lower() in ("(null)", "none"):
+        return [], []
+    if "?" in text:
+        return [], [f"{text} (OR-list)"]
+    out: list[tuple[str, str]] = []
+    dropped: list[str] = []
+    for part in text.split(","):
+        part = part.split("(", 1)[0].strip()
+        kind, _, ids = part.partition(":")
+        on = _DEP_KINDS.get(kind.lower())
+        if on is None or not ids:
+            dropped.append(part)
+            continue
+        for job in ids.split(":"):
+            job = job.split("+", 1)[0].strip().removesuffix("_*")
+            if job:
+                out.append((job, on))
+    return out, dropped
+
+
+def _known_jobs(
+    path: str, header: list[str], columns: str | None, owner: Callable[[dict[str, str]], str]
+) -> dict[str, list[tuple[str, str]]]:
+    """Job ids the dump imports with their tenants, by base id: `{'123': [('123', 'a')],
+    '124': [('124_1', 'a'), ('124_2', 'a')]}` (a first pass over the file, made only when it
+    has a `Dependency` column)."""
+    at = header.index("JobID")
+    known: dict[str, set[tuple[str, str]]] = {}
+    with open(path, newline="") as f:
+        for n, text in enumerate(f):
+            values = text.rstrip("\r\n").split("|")
+            if n == 0 and columns is None or len(values) != len(header):
+                continue
+            m = _JOBID.match(values[at].strip())
+            if m is None or m.group("step") is not None:
+                continue
+            base, task = m.group("base"), m.group("task")
+            if task is not None and task.startswith("["):
+                try:
+                    ids = [f"{base}_{t}" for t in expand_tasks(task)]
+                except ValueError:
+                    continue
+            else:
+                ids = [base if task is None else f"{base}_{task}"]
+            tenant = owner(dict(zip(header, values, strict=True)))
+            known.setdefault(base, set()).update((i, tenant) for i in ids)
+    return {b: sorted(v) for b, v in known.items()}
 
 
 def expand_tasks(spec: str) -> list[str]:
@@ -133,16 +271,26 @@ def expand_tasks(spec: str) -> list[str]:
     return out
 
 
-def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
-    """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G'`."""
+def read_sinfo(
+    path: str | Path,
+    vocab: Vocabulary | None = None,
+    notes: list[str] | None = None,
+    mig_model: str | None = None,
+) -> tuple[ev.NodeInfo, ...]:
+    """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` (the partition column
+    optional), labelled with their partitions."""
     out: dict[str, ev.NodeInfo] = {}
+    partitions: dict[str, list[str]] = {}
     try:
-        f = open(path)
+        f = open_text(path)
     except OSError as exc:
         raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
     with f:
         for line, text in enumerate(f, 1):
             text = text.strip()
+            problem = row_problem(text)
+            if problem is not None:
+                raise TraceImportError(f"{path}:{line}: {problem}")
             if not text or text.upper().startswith(("NODELIST", "HOSTNAMES", "NODE_NAME")):
                 continue
             parts = text.split("|")
@@ -151,6 +299,8 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                     f"{path}:{line}: expected NODE|CPUS|MEMORY|GRES, got {text!r}"
                 )
             name, cpus, mem, gres = (p.strip() for p in parts[:4])
+            if len(parts) > 4 and parts[4].strip().rstrip("*"):
+                partitions.setdefault(name, []).append(parts[4].strip().rstrip("*"))
             if name in out:
                 continue  # the same node under another partition
             try:
@@ -164,18 +314,28 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                     f"{path}:{line}: CPUS and MEMORY must be numbers, got {cpus!r}, {mem!r}"
                 ) from None
             gpus: list[ev.GpuInfo] = []
+            mig: dict[str, int] = {}
             for g in gres.split(","):
                 g = g.split("(", 1)[0].strip()
                 bits = g.split(":")
                 if bits[0] != "gpu" or len(bits) < 2:
                     continue  # (null), shard:..., mps:...
-                model = bits[1] if len(bits) >= 3 else "gpu"
+                raw_model = bits[1] if len(bits) >= 3 else "gpu"
                 try:
                     count = int(bits[-1])
                 except ValueError:
                     raise TraceImportError(
                         f"{path}:{line}: cannot read GRES {g!r} (expected gpu:N or gpu:TYPE:N)"
                     ) from None
+                if len(bits) >= 3 and is_profile(raw_model):
+                    mig[raw_model.lower()] = mig.get(raw_model.lower(), 0) + count
+                    continue  # MIG instances: GPUs rebuilt below (replay.importers.migmap)
+                if not 0 <= len(gpus) + count <= MAX_GPUS_PER_NODE:
+                    raise TraceImportError(
+                        f"{path}:{line}: GRES {g!r}: more than {MAX_GPUS_PER_NODE} GPUs on one"
+                        " node (docs/inputs.md)"
+                    )
+                model = vocab(raw_model) if vocab is not None and len(bits) >= 3 else raw_model
                 for _ in range(count):
                     i = len(gpus)
                     gpus.append(
@@ -183,14 +343,27 @@ def read_sinfo(path: str | Path) -> tuple[ev.NodeInfo, ...]:
                             index=i,
                             uuid=f"GPU-{name}-{i}",
                             model=model,
-                            memory_mib=gpu_memory_mib(model),
+                            memory_mib=model_memory_mib(model) or gpu_memory_mib(raw_model),
                             clique=f"{name}-nvl0",
                         )
                     )
+            if mig:
+                gpus += mig_gpus(
+                    name,
+                    mig,
+                    len(gpus),
+                    notes if notes is not None else [],
+                    model=mig_model,
+                    where=f"{path}:{line}",
+                )
             out[name] = ev.NodeInfo(
                 name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus)
             )
-    return tuple(out.values())
+    labels = partition_labels(partitions)
+    return tuple(
+        msgspec.structs.replace(n, labels=labels[n.name]) if labels.get(n.name) else n
+        for n in out.values()
+    )
 
 
 def read_nodes_file(path: str | Path) -> tuple[ev.NodeInfo, ...]:
@@ -221,12 +394,18 @@ def import_slurm(
     progress: Callable[[int, int], None] | None = None,
     skips: SkipLog | None = None,
     run_size: int = 200_000,
+    columns: str | None = None,
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
-    nodes = read_sinfo(sinfo) if sinfo is not None else read_nodes_file(nodes_file)
     m = load_mapping(mapping, "slurm")
     naming = Naming(m, "normal")
+    nodes = (
+        read_sinfo(sinfo, naming.gpu, naming.notes, m.mig_model)
+        if sinfo is not None
+        else read_nodes_file(nodes_file)
+    )
+    naming.partition = PartitionSelectors(nodes)
     tenant_from = m.tenant_from or "account"
     try:
         tz = ZoneInfo(timezone)
@@ -234,26 +413,22 @@ def import_slurm(
         raise TraceImportError(
             f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
         ) from None
-    log = ImportLog(PRODUCER, skips=skips, run_size=run_size)
+    log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
     try:
-        f = open(sacct, newline="")
+        f = open_text(sacct)
     except OSError as exc:
         raise TraceImportError(f"{sacct}: {exc.strerror or exc}") from exc
     with f:
         bar = Progress(f, progress)
-        header_line = f.readline()
-        header = header_line.rstrip("\r\n").split("|")
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise TraceImportError(
-                f"{path}:1: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
-                f"and the --format of `gpuledger import slurm --help`?)"
-            )
-        if "ReqTRES" not in header and "AllocTRES" not in header:
-            raise TraceImportError(
-                f"{path}:1: missing column ReqTRES or AllocTRES (GPUs come from TRES)"
+        header = _header(f, path, columns)
+        if "Dependency" in header:
+            naming.known_jobs = _known_jobs(
+                path,
+                header,
+                columns,
+                lambda row: naming.tenant_for(_owner(row, tenant_from), "default"),
             )
         group: list[_Row] = []
         steps = 0
@@ -263,20 +438,9 @@ def import_slurm(
                 _emit(group, log, naming, tenant_from, tz, where)
                 group.clear()
 
-        for line, text in enumerate(f, 2):
-            bar.tick(line)
-            text = text.rstrip("\r\n")
-            if not text:
-                continue
-            values = text.split("|")
-            if len(values) != len(header):
-                log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
-                continue
+        for line, values in _rows_by_job(f, header, bar, log, where, run_size):
             row = dict(zip(header, values, strict=True))
             mid = _JOBID.match(row["JobID"].strip())
-            if not mid:
-                log.skips.skip(where(line), f"cannot read JobID {row['JobID']!r}")
-                continue
             base, task, het, step = (
                 mid.group("base"),
                 mid.group("task"),
@@ -287,7 +451,7 @@ def import_slurm(
                 if group and group[0].base == base and group[-1].task == task:
                     steps += 1  # folded into its job
                 else:
-                    log.skips.skip(where(line), "step row without its job row before it")
+                    log.skips.skip(where(line), "step row without its job row")
                 continue
             if group and (group[0].base != base or group[0].task != task):
                 flush()
@@ -311,8 +475,119 @@ def import_slurm(
         "gpus": sum(len(x.gpus) for x in nodes),
         "steps_folded": steps,
         **log.summary(),
+        **naming.partition.summary(),
+        **naming.warnings(),
+        **({"dependencies_dropped": naming.dependencies_dropped} if "Dependency" in header else {}),
     }
     return SlurmImport(summary=summary, events=n)
+
+
+def _header(f, path: str, columns: str | None) -> list[str]:
+    """The column names: the file's first line, or `--columns` (a headerless dump)."""
+    if columns is not None:
+        header = [c.strip() for c in columns.split(",") if c.strip()]
+        where = "--columns"
+        pos = f.tell()
+        first = f.readline()
+        if first.rstrip("\r\n").split("|") != header and not _looks_like_header(first):
+            f.seek(pos)  # the file has no header: its first line is data
+    else:
+        first = f.readline()
+        header = first.rstrip("\r\n").split("|")
+        where = f"{path}:1"
+        if first.strip() and not _looks_like_header(first):
+            raise TraceImportError(
+                f"{path}:1: the first line is not a header ({first.strip()[:40]!r}...): the dump "
+                "was written with --noheader; pass its columns in the --format order with "
+                "--columns JobID,JobIDRaw,...,AllocTRES, or write it again without --noheader"
+            )
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise TraceImportError(
+            f"{where}: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
+            f"and the --format of `gpuledger import slurm --help`?)"
+        )
+    if not any(c in header for c in GPU_COLUMNS):
+        raise TraceImportError(
+            f"{where}: missing column ReqTRES, AllocTRES, AllocGRES or ReqGRES (GPUs come from "
+            "TRES or GRES)"
+        )
+    return header
+
+
+def _looks_like_header(text: str) -> bool:
+    return "JobID" in text.split("|")
+
+
+def _job_key(job_id: str) -> tuple[int, str]:
+    m = _JOBID.match(job_id.strip())
+    return (int(m.group("base")), m.group("task") or "") if m else (-1, "")
+
+
+def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
+    """(line, values) of every readable row, grouped by job: sorted by (job id, task, line),
+    so the rows of one job (its requeued runs, its steps) come together wherever they stood in
+    the file, in file order within the job. Bounded memory: sorted runs of `run_size` rows
+    spill to temporary files and are merged (an external merge sort)."""
+    buf: list[tuple[int, str, int, str]] = []
+    runs: list[str] = []
+    jobid_at = header.index("JobID")
+
+    def spill() -> None:
+        buf.sort()
+        fd, name = tempfile.mkstemp(prefix="gpuledger-sacct-", suffix=".run")
+        with os.fdopen(fd, "w") as out:
+            for base, task, line, text in buf:
+                out.write(f"{base} {task} {line} {text}\n")
+        runs.append(name)
+        buf.clear()
+
+    def read(name: str):
+        with open(name) as r:
+            for raw in r:
+                base, task, line, text = raw.rstrip("\n").split(" ", 3)
+                yield int(base), task, int(line), text
+
+    try:
+        for line, text in enumerate(f, 1 if f.tell() == 0 else 2):
+            bar.tick(line)
+            text = text.rstrip("\r\n")
+            if not text:
+                continue
+            problem = row_problem(text)
+            if problem is not None:
+                log.skips.skip(where(line), problem)
+                continue
+            values = text.split("|")
+            if len(values) != len(header):
+                log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
+                continue
+            job_id = values[jobid_at]
+            if not _JOBID.match(job_id.strip()):
+                log.skips.skip(where(line), f"cannot read JobID {job_id!r}")
+                continue
+            base, task = _job_key(job_id)
+            buf.append((base, task, line, text))
+            if len(buf) >= run_size:
+                spill()
+        buf.sort()
+        for _, _, line, text in heapq.merge(iter(buf), *(read(n) for n in runs)):
+            yield line, text.split("|")
+    finally:
+        for name in runs:
+            os.unlink(name)
+
+
+def never_ran(row: dict[str, str]) -> bool:
+    """A `CANCELLED` row of a job that was never given nodes: `NodeList` `None assigned` (and
+    no AllocTRES where the dump has the column). Slurm 22.05 writes Start = End = the cancel
+    time for a job cancelled (held, future --begin) before its first record reached slurmdbd."""
+    if not (row.get("State") or "").strip().upper().startswith("CANCELLED"):
+        return False
+    nodes = row.get("NodeList")
+    if nodes is None or not nodes.strip().lower().startswith("none"):
+        return False
+    return not (row.get("AllocTRES") or "").strip()
 
 
 def _owner(row: dict[str, str], tenant_from: str) -> str:
@@ -324,22 +599,71 @@ def _owner(row: dict[str, str], tenant_from: str) -> str:
 
 
 def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resources, int, int] | None:
-    try:
-        nodes = (
-            int(re.match(r"\d+", row["NNodes"].strip() or "1").group(0))
-            if row["NNodes"].strip()
-            else 1
-        )
-    except AttributeError:
+    text = (row.get("NNodes") or "").strip()
+    m = re.match(r"\d+", text) if text else None
+    if text and m is None:
         log.skips.skip(where, f"cannot read NNodes {row['NNodes']!r}")
         return None
+    # NNodes 0 (a job that ended before it was given nodes) is one member, not a gang of none
+    nodes = max(1, int(m.group(0))) if m else 1
     tres_text = (row.get("AllocTRES") or "").strip() or (row.get("ReqTRES") or "").strip()
     try:
-        res, total = tres_resources(parse_tres(tres_text), nodes)
+        tres = parse_tres(tres_text)
+        if not any(k == "gres/gpu" or k.startswith("gres/gpu:") for k in tres):
+            # clusters without AccountingStorageTRES=gres/gpu record GPUs only as GRES
+            gres = (row.get("AllocGRES") or "").strip() or (row.get("ReqGRES") or "").strip()
+            tres.update(gres_tres(gres))
+        res, total = tres_resources(tres, nodes)
     except ValueError as exc:
         log.skips.skip(where, f"cannot read TRES {tres_text!r}: {exc}")
         return None
+    if res.mig_profile:
+        nodes = max(nodes, total)  # one member per MIG instance
     return res, nodes, total
+
+
+def gres_tres(text: str) -> dict[str, str]:
+    """`gpu:a100:2(IDX:0-1)`, `gpu:2`, `gres:gpu:2` (AllocGRES / ReqGRES) -> TRES entries
+    (`gres/gpu:a100=2`, `gres/gpu=2`)."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        bits = part.split("(", 1)[0].strip().split(":")
+        if bits and bits[0] == "gres":
+            bits = bits[1:]
+        if len(bits) < 2 or bits[0] != "gpu":
+            continue
+        count = bits[-1]
+        if not count.isdigit():
+            raise ValueError(f"cannot read GRES {part!r}")
+        key = "gres/gpu" if len(bits) == 2 else f"gres/gpu:{bits[1]}"
+        out[key] = str(int(out.get(key, "0")) + int(count))
+    return out
+
+
+_HOSTS = re.compile(r"([^,\[]+)(?:\[([^\]]*)\])?")
+
+
+def expand_nodelist(text: str) -> tuple[str, ...]:
+    """`gpu-a[01-02,05],cpu-01` -> ('gpu-a01', 'gpu-a02', 'gpu-a05', 'cpu-01'); `None
+    assigned` and empty -> ()."""
+    text = text.strip()
+    if not text or text.lower().startswith("none"):
+        return ()
+    out: list[str] = []
+    for m in _HOSTS.finditer(text):
+        prefix, ranges = m.group(1).strip(","), m.group(2)
+        if not prefix:
+            continue
+        if ranges is None:
+            out.append(prefix)
+            continue
+        for r in ranges.split(","):
+            a, sep, b = r.partition("-")
+            if sep and a.isdigit() and b.isdigit():
+                out += [f"{prefix}{i:0{len(a)}d}" for i in range(int(a), int(b) + 1)]
+            else:
+                out.append(f"{prefix}{a}")
+    return tuple(out)
 
 
 def _emit(
@@ -423,6 +747,23 @@ def _emit(
     _job(job_id, last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
 
 
+def _depends_on(text: str, job_id: str, tenant: str, naming: Naming) -> tuple[ev.Dependency, ...]:
+    """`depends_on` of a job from its `Dependency` cell: jobs of the dump and of its tenant
+    only (an array job stands for each of its tasks); the rest is counted as dropped."""
+    deps, dropped = parse_dependency(text)
+    out: list[ev.Dependency] = []
+    for job, on in deps:
+        base = job.split("_", 1)[0]
+        tasks = [i for i, t in naming.known_jobs.get(base, []) if t == tenant]
+        names = [job] if job in tasks else (tasks if job == base else [])
+        names = [n for n in names if n != job_id]
+        if not names:
+            dropped.append(f"{job} (not a job of the dump in tenant {tenant})")
+        out += [ev.Dependency(job=n, on=on) for n in names]
+    naming.dependencies_dropped += len(dropped)
+    return tuple(dict.fromkeys(out))
+
+
 def _job(
     job_id: str,
     last: _Row,
@@ -447,22 +788,48 @@ def _job(
         log.skips.skip(where(last.line), "no Submit time")
         return
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
+    if never_ran(row):
+        start = None  # Start = End = the cancel time of a job that was never given nodes
     if (
         state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
         and end is not None
         and start is None
     ):
         end = None  # sacct prints End=Unknown for these; never a cancel
+    runs: list[Run] = []
+    for r in records[:-1]:  # earlier runs of a requeued job (`--duplicates`), in file order
+        try:
+            runs.append(
+                Run(
+                    None if never_ran(r.fields) else parse_time(r.fields["Start"], tz),
+                    parse_time(r.fields["End"], tz),
+                    r.fields["State"].split()[0].upper() if r.fields["State"].strip() else "",
+                )
+            )
+        except ValueError:
+            runs.append(Run(None, None, ""))
+    qos = row.get("QOS", "")
+    tenant = naming.tenant_for(_owner(row, tenant_from), "default")
     job = ObservedJob(
         job_id=job_id,
-        tenant=naming.tenant_for(_owner(row, tenant_from), "default"),
-        priority_class=naming.class_for(row.get("QOS", "")),
-        resources=res,
+        tenant=tenant,
+        priority_class=naming.class_for(qos),
+        resources=msgspec.structs.replace(res, gpu_models=naming.gpu.job(res.gpu_models))
+        if res.gpu_models
+        else res,
         replicas=nodes,
         submit_ms=submit,
         start_ms=start,
         end_ms=end,
         line=last.line,
         requeued=len(records) - 1,
+        node_selector=naming.partition(row.get("Partition", "")),
+        state=state,
+        nodes=expand_nodelist(row.get("NodeList", "")),
+        runs=tuple(runs),
+        partition=row.get("Partition", "").strip() or None,
+        source_priority=qos.strip() or None,
+        time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
+        depends_on=_depends_on(row.get("Dependency") or "", job_id, tenant, naming),
     )
     log.add_job(job, where(last.line))

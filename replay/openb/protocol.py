@@ -4,7 +4,9 @@ Per seed: inflate and shuffle the tasks, draw one random node order (the tie ord
 policies), then try each task once in order; a task that does not fit fails for good, and
 tasks never depart. After each task: arrived % = requested GPU of all tasks tried so far /
 capacity, allocated % = allocated GPU / capacity. Headline: unallocated % = 100 -
-allocated % at the first task where arrived % reaches 100.
+allocated % at the first task where arrived % reaches 100. At that point the idle GPU is
+also split (`Fleet.idle_breakdown`): stranded % = idle GPU whose node lacks the CPU or
+memory for every typical task that could use it, in % of capacity.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class SeedResult(msgspec.Struct, frozen=True):
     placements: int
     tasks: int
     wall_s: float
+    stranded_at_100: float = 0.0  # % of capacity idle for lack of CPU/memory on its node
 
 
 class Report(msgspec.Struct):
@@ -44,6 +47,7 @@ class Report(msgspec.Struct):
     wall_s: float
     placements_per_s: float
     per_seed: list[SeedResult] = []
+    stranded_at_100: dict[str, float] = {}  # mean, sd of SeedResult.stranded_at_100
 
 
 def run_seed(
@@ -67,6 +71,7 @@ def _run_seed(
     arrived = allocated = placements = 0
     curve: list[float | None] = [None] * CURVE_POINTS
     at_100: float | None = None
+    stranded: float | None = None
     for k, task in enumerate(stream):
         gang = task.gang(f"{task.name}#{k}")
         arrived += task.gpu_request_milli
@@ -83,7 +88,10 @@ def _run_seed(
             curve[p] = unalloc
         if at_100 is None and arrived >= capacity:
             at_100 = unalloc
+            stranded = 100.0 * fleet.idle_breakdown()[2] / capacity
     final = 100.0 - 100.0 * allocated / capacity
+    if stranded is None:
+        stranded = 100.0 * fleet.idle_breakdown()[2] / capacity
     filled = [final if v is None else v for v in curve]
     return SeedResult(
         seed,
@@ -92,6 +100,7 @@ def _run_seed(
         placements,
         len(stream),
         time.perf_counter() - started,
+        stranded,
     )
 
 
@@ -125,6 +134,7 @@ def run(
                 progress(results[-1])
     wall = time.perf_counter() - started
     heads = [r.unallocated_at_100 for r in results]
+    strands = [r.stranded_at_100 for r in results]
     curve = [
         [float(p), statistics.median(r.curve[p] for r in results)] for p in range(CURVE_POINTS)
     ]
@@ -144,4 +154,8 @@ def run(
         wall_s=wall,
         placements_per_s=placements / busy if busy else 0.0,
         per_seed=results,
+        stranded_at_100={
+            "mean": statistics.fmean(strands),
+            "sd": statistics.stdev(strands) if len(strands) > 1 else 0.0,
+        },
     )

@@ -1,9 +1,10 @@
 """Every openb pod list of a trace folder under several policies: one markdown table.
 
-`gpuledger bench openb --all-traces --markdown FILE` writes it (and prints it): one row per
+`gpuledger bench openb --all-traces DIR --markdown FILE` writes it (and prints it): one row per
 ``openb_pod_list_*.csv`` found (the FGD artifact ships 17; a folder may hold fewer, and the
 caption says how many were found), the mean ± sd of unallocated GPU % at 100 % arrived per
-policy over the seeds, the per-seed comparison of the first two policies, and the
+policy over the seeds, the mean % of capacity stranded by CPU or memory at that point
+(`Fleet.idle_breakdown`), the per-seed comparison of the first two policies, and the
 published FGD figure where this module knows it. The caption records the command, the UTC
 date and the machine, so a table pasted into the docs says where it came from.
 """
@@ -53,6 +54,7 @@ def markdown(
     now = now or datetime.now(UTC)
     policies = [r.policy for r in rows[0][2]] if rows else []
     head = ["pod list", "tasks"] + [f"`{p}` mean ± sd" for p in policies]
+    head += [f"`{p}` stranded" for p in policies]
     pair = len(policies) >= 2
     if pair:
         a, b = policies[1], policies[0]
@@ -71,6 +73,8 @@ def markdown(
         for r in reports:
             u = r.unallocated_at_100
             cells.append(f"{u['mean']:.2f} ± {u['sd']:.2f}")
+        for r in reports:
+            cells.append(f"{r.stranded_at_100.get('mean', 0.0):.2f}")
         if pair:
             first, second = reports[0], reports[1]
             diff = second.unallocated_at_100["mean"] - first.unallocated_at_100["mean"]

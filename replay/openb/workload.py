@@ -9,6 +9,7 @@ from ``random.Random(seed)`` in this replay layer, never from the engine.
 from __future__ import annotations
 
 import random
+import statistics
 from collections import Counter
 
 from gpuledger.services.placement import TypicalTask
@@ -40,8 +41,15 @@ def inflate(tasks: list[Task], capacity_milli: int, factor: float, seed: int) ->
 def typical_tasks(tasks: list[Task], coverage: float = 0.95) -> tuple[TypicalTask, ...]:
     """Distinct (cpu_milli, num_gpu, gpu_milli, gpu_spec) shapes, memory excluded and
     CPU-only tasks included, most frequent first (ties: the larger shape first), taken
-    until their cumulative count reaches ``coverage`` (including the crossing shape)."""
+    until their cumulative count reaches ``coverage`` (including the crossing shape).
+    Each shape's ``memory_mib`` is the lower median of its tasks' memory (FGD's measure
+    ignores it; `default`'s counts it)."""
     counts = Counter((t.cpu_milli, t.num_gpu, t.gpu_milli, t.gpu_spec) for t in tasks)
+    memories: dict[tuple, list[int]] = {}
+    for t in tasks:
+        memories.setdefault((t.cpu_milli, t.num_gpu, t.gpu_milli, t.gpu_spec), []).append(
+            t.memory_mib
+        )
     ranked = sorted(
         counts.items(),
         key=lambda kv: (-kv[1], -kv[0][1] * max(kv[0][2], 1), -kv[0][2], -kv[0][0], kv[0][3]),
@@ -50,7 +58,8 @@ def typical_tasks(tasks: list[Task], coverage: float = 0.95) -> tuple[TypicalTas
     out: list[TypicalTask] = []
     acc = 0
     for (cpu, n, milli, spec), c in ranked:
-        out.append(TypicalTask(cpu, n, milli, spec, c))
+        memory = statistics.median_low(memories[(cpu, n, milli, spec)])
+        out.append(TypicalTask(cpu, n, milli, spec, c, memory))
         acc += c
         if acc >= coverage * total:
             break

@@ -16,22 +16,30 @@ from __future__ import annotations
 
 import copy
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     InvalidId,
     JobAdmitted,
     JobRejected,
     RequestRefused,
+    validate_job_id,
     validate_tenant,
     validate_token,
 )
 from gpuledger.events import catalog as _ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
+from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain import job_status
+from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.dependencies import admission_problem
 from gpuledger.services.domain.job_status import QUERY_SUBJECTS
 from gpuledger.services.domain.ledger import Ledger, replica_spec
 from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
+from gpuledger.services.domain.time_limits import TimeLimitProblem, resolved_time_limit
 
 
 class Rejection(Exception):
@@ -63,7 +71,9 @@ class Admission(LedgerService):
             _ev.NodeHeartbeat,
         }
     )
-    quiet_until_wakeup = True  # never reads the clock
+    # reads the clock only to judge a submission against the schedules; with none to judge,
+    # a quiet answer stays quiet
+    quiet_until_wakeup = True
     """Job status queries from tenant CI identities (services/domain/job_status.py)."""
 
     @staticmethod
@@ -94,7 +104,10 @@ class Admission(LedgerService):
                 tenant=job.tenant,
             )
             try:
-                cls = check(state, job.spec, self.fleet_summary(state))
+                cls = check(state, job.spec, self.fleet_summary(state), now_ms)
+                problem = admission_problem(state.jobs, job.spec)
+                if problem is not None:
+                    raise Rejection(problem[0], problem[1], **problem[2])
             except Rejection as r:
                 out.append(
                     self.emit(
@@ -117,6 +130,7 @@ class Admission(LedgerService):
                     priority=cls.value,
                     preemptible=cls.preemptible,
                     slo_class=cls.slo_class,
+                    **_time_limit_field(job.spec, cls),
                     **common,
                 )
             )
@@ -159,10 +173,24 @@ class Admission(LedgerService):
         return out
 
 
-def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
-    """Return the job's priority class if admissible, else raise Rejection."""
+def _time_limit_field(spec: JobSpec, cls) -> dict:
+    """`{time_limit_s: ...}` for a job with a limit (its own or its class's), else nothing:
+    an admission without one encodes as before the field existed."""
+    if spec.is_service:
+        return {}
+    limit = resolved_time_limit(spec, cls)  # checked by `check` already
+    return {} if limit is None else {"time_limit_s": limit}
+
+
+def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None = None):
+    """Return the job's priority class if admissible, else raise Rejection.
+
+    Non-preemptible work must fit its tenant's guarantee: the largest one the schedules in
+    force give within `schedules.HORIZON_MS` of `now_ms` (a job that fits only later is
+    admitted and waits with `QuotaScheduled`), or a stretch in which a schedule makes its
+    class preemptible. Without `now_ms`, only the configuration in force counts."""
     try:
-        validate_token("job id", spec.job_id)
+        validate_job_id(spec.job_id)  # no `~`: replicas' ids are `<service>~<i>`
         validate_tenant(spec.tenant)
     except InvalidId as exc:
         raise Rejection("InvalidSpec", str(exc)) from exc
@@ -191,6 +219,37 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
                 "InvalidSpec",
                 f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
             )
+    if spec.array:
+        if spec.is_service:
+            raise Rejection(
+                "InvalidSpec", "array: a service has replicas, not tasks; leave array out"
+            )
+        last = spec.array.first + spec.array.count - 1
+        try:
+            validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")
+        except InvalidId as exc:
+            raise Rejection("InvalidSpec", f"array: {exc}") from exc
+    if spec.is_service and spec.depends_on:
+        raise Rejection(
+            "InvalidSpec",
+            "depends_on: a service's replicas start when it is submitted; leave depends_on out",
+        )
+    if spec.is_service and spec.time_limit_s is not msgspec.UNSET:
+        raise Rejection(
+            "InvalidSpec",
+            "time_limit_s: a service runs until it is scaled down; leave time_limit_s out",
+        )
+    if not spec.is_service:
+        try:
+            resolved_time_limit(spec, cls)
+        except TimeLimitProblem as exc:
+            reason = RejectReason.TimeLimitTooLong if exc.too_long else RejectReason.InvalidSpec
+            raise Rejection(
+                reason,
+                str(exc),
+                time_limit_s=spec.time_limit_s,
+                max_time_limit_s=cls.max_time_limit_s or None,
+            ) from exc
     shape = replica_spec(spec, 0) if spec.is_service else spec  # a service: one replica's shape
     problem = shape_problem(shape, fleet, cls.allow_timeslice)
     if problem is not None:
@@ -202,11 +261,24 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary):
             spec.replicas if spec.is_service else spec.members_min()
         )
         if need > guaranteed:
-            raise Rejection(
-                "NonPreemptibleOverQuota",
-                f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
-                f"{spec.tenant} is guaranteed {guaranteed / 1000:g}",
-                need_gpu_milli=need,
-                guaranteed_gpu_milli=guaranteed,
+            stretches = (
+                sched.outlook(config, spec.tenant, cls.name, now_ms)
+                if now_ms is not None and config.schedules
+                else []
             )
+            if sched.first_fit(stretches, need) is None:
+                most = max((s.guaranteed_gpu_milli for s in stretches), default=guaranteed)
+                later = (
+                    f" (and at most {most / 1000:g} under its schedules in the next "
+                    f"{sched.HORIZON_MS // 86_400_000} days)"
+                    if len(stretches) > 1
+                    else ""
+                )
+                raise Rejection(
+                    RejectReason.NonPreemptibleOverQuota,
+                    f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
+                    f"{spec.tenant} is guaranteed {guaranteed / 1000:g}{later}",
+                    need_gpu_milli=need,
+                    guaranteed_gpu_milli=guaranteed,
+                )
     return cls

@@ -1,3 +1,3 @@
-from gpuledger.services.cli.main import app
+from gpuledger.services.cli.entry import main
 
-app()
+main()

@@ -5,6 +5,7 @@ answers (`why_report`, `jobs_rows`, ...) are usable without typer.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -19,8 +20,10 @@ import typer
 from gpuledger.projections.queries import (
     UnknownJob,
     gpus_text,
+    job_state_text,
     jobs_rows,
     nodes_rows,
+    preemption_outlook,
     tenants_rows,
     why_report,
 )
@@ -41,6 +44,7 @@ class SqlFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
+    parquet = "parquet"
 
 
 class WhyOutput(StrEnum):
@@ -60,7 +64,7 @@ def _connect(path: Path):
     """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
     with who holds the file when it stays busy; a warning on stderr when the projection is
     behind the stream (per `gpuledger up`'s status file next to it)."""
-    from gpuledger.projections.store import ProjectionBusy, ProjectionError, connect_readonly
+    from gpuledger.projections.reading import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
         con = connect_readonly(path)
@@ -77,7 +81,7 @@ def _connect(path: Path):
 
 
 def _warn_if_stale(con, path: Path) -> None:
-    from gpuledger.services.runtime.supervisor import STATUS_FILE, read_json, staleness
+    from gpuledger.services.runtime.status_file import STATUS_FILE, read_json, staleness
 
     try:
         db_seq = con.execute("SELECT last_seq FROM projector_meta WHERE id = 1").fetchone()[0]
@@ -91,11 +95,28 @@ def _warn_if_stale(con, path: Path) -> None:
 # ---------------------------------------------------------------- formatting helpers
 
 
+@contextlib.contextmanager
+def _undamaged(path: Path):
+    """A query over a truncated or garbled projection file ends the command with one line
+    naming the file and `gpuledger project --rebuild`, never a traceback."""
+    import duckdb
+
+    from gpuledger.projections.reading import damaged, is_damage
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        if not is_damage(exc):
+            raise
+        fail(str(damaged(path, str(exc).removeprefix("IO Error: "))))
+
+
 def _query(path: Path, rows_fn, **filters: Any) -> list[dict[str, Any]]:
     """Rows from one read-only connection to the projection."""
     con = _connect(path)
     try:
-        return rows_fn(con, **filters)
+        with _undamaged(path):
+            return rows_fn(con, **filters)
     finally:
         con.close()
 
@@ -117,15 +138,32 @@ def humanize_ms(ms: int | float | None) -> str:
 def render_table(
     headers: list[str], rows: list[list[Any]], *, no_headers: bool = False, upper: bool = True
 ) -> str:
-    """Plain aligned columns with upper-case headers, like kubectl."""
-    cells = [["<none>" if v is None else str(v) for v in r] for r in rows]
+    """Aligned columns with upper-case headers, like kubectl: rendered by rich (no box, three
+    spaces between columns, cells as plain text, never markup; never wrapped, whatever the
+    terminal's width), trailing spaces removed."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     head = [h.upper() for h in headers] if upper else list(headers)
-    widths = [max([len(head[i])] + [len(r[i]) for r in cells]) for i in range(len(headers))]
-    lines = [] if no_headers else [head]
-    lines += cells
-    return "\n".join(
-        "   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    table = Table(
+        box=None,
+        show_header=not no_headers,
+        header_style="",
+        pad_edge=False,
+        padding=(0, 3, 0, 0),
+        show_edge=False,
     )
+    for h in head:
+        table.add_column(Text(h), no_wrap=True, overflow="ignore")
+    for r in rows:
+        table.add_row(*(Text("<none>" if v is None else str(v)) for v in r))
+    console = Console(
+        width=1_000_000, color_system=None, force_terminal=False, highlight=False, soft_wrap=True
+    )
+    with console.capture() as captured:
+        console.print(table)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
 
 
 def _json_default(o: Any) -> Any:
@@ -151,19 +189,66 @@ def _emit_structured(data: Any, fmt: str) -> None:
 def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
     con = _connect(path)
     try:
-        cur = con.execute(query)
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
+        with _undamaged(path):
+            cur = con.execute(query)
+            if cur.description is None:
+                return [], []
+            return [d[0] for d in cur.description], cur.fetchall()
     finally:
         con.close()
+
+
+def iso_ms(ms: int) -> str:
+    """An epoch-ms point in time as ISO 8601 UTC with milliseconds: `2026-11-27T09:03:57.120Z`."""
+    import datetime as dt
+
+    at = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
+def readable_rows(cols: list[str], rows: list[tuple]) -> list[list[Any]]:
+    """Rows with every point in time in ISO 8601 UTC: epoch-ms integer columns named `*_ms`
+    (not durations: projections/catalog.py `is_time_column`) and TIMESTAMP values."""
+    import datetime as dt
+
+    from gpuledger.projections.catalog import is_time_column
+
+    times = [is_time_column(c) for c in cols]
+    out = []
+    for r in rows:
+        row = []
+        for v, is_time in zip(r, times, strict=True):
+            if is_time and isinstance(v, int) and not isinstance(v, bool):
+                v = iso_ms(v)
+            elif isinstance(v, dt.datetime):
+                v = (v if v.tzinfo else v.replace(tzinfo=dt.UTC)).isoformat().replace("+00:00", "Z")
+            row.append(v)
+        out.append(row)
+    return out
 
 
 def sql_command(
     query: Annotated[str, typer.Argument(help="A DuckDB SQL query over the projection.")],
     format: Annotated[
-        SqlFormat, typer.Option("--format", "-f", help="table, csv or json.")
+        SqlFormat,
+        typer.Option(
+            "--output",
+            "-o",
+            "--format",
+            "-f",
+            help="table (and the row count), csv, json, or parquet (typed columns, to --to FILE "
+            "or a redirected stdout).",
+        ),
     ] = SqlFormat.table,
+    to: Annotated[
+        Path | None, typer.Option("--to", help="Write the result to FILE instead of stdout.")
+    ] = None,
+    epoch_ms: Annotated[
+        bool,
+        typer.Option(
+            "--epoch-ms", help="Print `*_ms` points in time as the stored integers, not ISO 8601."
+        ),
+    ] = False,
     db: Annotated[
         Path | None,
         typer.Option("--db", help="Projection database (default <data>/projection.duckdb)."),
@@ -173,29 +258,66 @@ def sql_command(
     """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
     ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo,
     gpu_hours_daily, job_wait_total, longest_waiters, preemptions_daily, job_accounting, and
-    <table>_ts with TIMESTAMP columns; `gpuledger schema --projection` lists every column)."""
+    <table>_ts with TIMESTAMP columns; `gpuledger schema --projection` lists every column).
+    Points in time (`*_ms` columns, TIMESTAMPs) print as ISO 8601 UTC (`--epoch-ms`: as
+    stored). The table ends with its row count, on stdout like the rows; csv, json and parquet
+    carry the rows only. Exit codes: 1 the query failed, 2 invalid options, 4 projection
+    busy."""
     import duckdb
 
+    if format == SqlFormat.parquet:
+        _sql_parquet(db_path(db, data), query, to)
+        return
     try:
         cols, rows = run_sql(db_path(db, data), query)
     except duckdb.Error as exc:
-        fail(f"query failed: {exc}")
+        fail("query failed: " + " ".join(str(exc).split()))
+    shown = [list(r) for r in rows] if epoch_ms else readable_rows(cols, rows)
     if format == SqlFormat.json:
-        typer.echo(
-            json.dumps(
-                [dict(zip(cols, r, strict=True)) for r in rows], indent=2, default=_json_default
-            )
+        text = json.dumps(
+            [dict(zip(cols, r, strict=True)) for r in shown], indent=2, default=_json_default
         )
     elif format == SqlFormat.csv:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
-        w.writerows(rows)
-        typer.echo(buf.getvalue().rstrip("\n"))
+        w.writerows(shown)
+        text = buf.getvalue().rstrip("\n")
     else:
-        if cols:
-            typer.echo(render_table(cols, [list(r) for r in rows], upper=False))
-        typer.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", err=True)
+        table = render_table(cols, shown, upper=False) + "\n" if cols else ""
+        text = f"{table}({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    if to is None:
+        typer.echo(text)
+        return
+    try:
+        to.write_text(text + "\n")
+    except OSError as exc:
+        fail(f"{to}: cannot write: {exc.strerror}", 2)
+
+
+def _sql_parquet(path: Path, query: str, to: Path | None) -> None:
+    """`sql -o parquet`: the query's rows with their own column types, written by DuckDB."""
+    import tempfile
+
+    import duckdb
+
+    if to is None and sys.stdout.isatty():
+        fail("-o parquet is binary: pass --to FILE, or redirect stdout to a file or a pipe", 2)
+    con = _connect(path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuledger-sql-") as tmp:
+            target = Path(tmp) / "result.parquet" if to is None else to
+            quoted = str(target).replace("'", "''")
+            try:
+                con.execute(f"COPY ({query.rstrip().rstrip(';')}) TO '{quoted}' (FORMAT parquet)")
+            except duckdb.Error as exc:
+                fail("query failed: " + " ".join(str(exc).split()))
+            if to is None:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(target.read_bytes())
+                sys.stdout.buffer.flush()
+    finally:
+        con.close()
 
 
 # ---------------------------------------------------------------- why
@@ -237,7 +359,7 @@ def _why_header(r: dict[str, Any]) -> list[str]:
     lines = [
         f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
         f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
-        f"State:     {r['state']}"
+        f"State:     {r.get('state_text') or r['state']}"
         + (
             f" for {humanize_ms((r['age_s'] or 0) * 1000)} since submission"
             if r.get("age_s") is not None
@@ -278,11 +400,7 @@ def _why_pending(p: dict[str, Any] | None) -> list[str]:
     lines = [
         f"Waiting:   {humanize_ms(p['waiting_s'] * 1000)}; queue position {p['queue_position']}"
     ]
-    if p["preemption_would_help"] is not None:
-        lines.append(f"Preemption would help: {'yes' if p['preemption_would_help'] else 'no'}")
-    if p["preemption_declined"]:
-        d = p["preemption_declined"]
-        lines.append(f"Preemption declined: {d['reason']}: {d['message']}")
+    lines += preemption_outlook(p)
     if p["node_histogram"]:
         hist = p["node_histogram"]
         if isinstance(hist, dict):
@@ -330,9 +448,12 @@ def _alternative_lines(alts: Any) -> list[str]:
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
     lost = x["lost_gpu_seconds"]
+    resized = (x.get("details") or {}).get("resized") if x["outcome"] == "shrunk" else None
     what = (
         f"Migrated #{i}: for {x['by']}"
         if x["reason"] == "Consolidate"
+        else f"Preempted #{i}: shrunk from {resized['from']} to {resized['to']} members by {x['by']}"
+        if resized
         else f"Preempted #{i}: by {x['by']}"
     )
     lines = [
@@ -413,7 +534,8 @@ def why_command(
     path = db_path(db, data)
     con = _connect(path)
     try:
-        report = why_report(con, job)
+        with _undamaged(path):
+            report = why_report(con, job)
     except UnknownJob as unknown:
         typer.echo(f"error: no job {job!r} in the projection at {path}", err=True)
         for line in refused_lines(unknown.refused):  # e.g. a refused cancel of this id
@@ -433,7 +555,7 @@ def why_command(
 
 
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
-    from gpuledger.projections.mappers import gpus_label
+    from gpuledger.projections.queries import gpus_label
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
     if wide:
@@ -444,11 +566,17 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
         gl = gpus_label(
             r["replicas"], r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"]
         )
+        up = r.get("members_up")
+        if up and r["replicas"] and up != r["replicas"]:  # a gang running with fewer members
+            gl = (
+                gpus_label(up, r["member_gpus"], r["member_gpu_milli"], r["member_mig_profile"])
+                + f"/{r['replicas']}"
+            )
         line = [
             r["job_id"],
             r["tenant"],
             r["priority_class"],
-            r["state"],
+            job_state_text(r),
             gl,
             humanize_ms(age),
             r["reason"] or "",
@@ -492,6 +620,12 @@ def jobs_command(
     ] = None,
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    tasks: Annotated[
+        bool,
+        typer.Option(
+            "--tasks", help="Also list array tasks (<array>@<i>), not only their array's line."
+        ),
+    ] = False,
     watch: Annotated[
         bool,
         typer.Option(
@@ -508,7 +642,7 @@ def jobs_command(
     path = db_path(db, data)
 
     def fetch() -> list[dict[str, Any]]:
-        return _query(path, jobs_rows, state=state, tenant=tenant)
+        return _query(path, jobs_rows, state=state, tenant=tenant, tasks=tasks)
 
     rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)
@@ -583,6 +717,8 @@ def _tenant_table(rows, wide):
         "NAME",
         "GUARANTEED",
         "LIMIT",
+        "BORROW-LIMIT",
+        "LEND-LIMIT",
         "FAIR-SHARE",
         "ALLOCATED",
         "BORROWED-H",
@@ -598,6 +734,8 @@ def _tenant_table(rows, wide):
             r["tenant"],
             _num(r["guaranteed_gpus"]),
             _num(r["limit_gpus"]),
+            _num(r.get("borrowing_limit_gpus")),
+            _num(r.get("lending_limit_gpus")),
             _num(r["fair_share_gpus"]),
             _num(alloc_now),
             _num(r["borrowed_gpu_hours"], 2),
@@ -629,7 +767,8 @@ def tenants_command(
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
 ) -> None:
-    """List tenants: quota (GPUs), current allocation, borrowed GPU-hours, jobs."""
+    """List tenants: quota (GPUs: guaranteed, limit, borrowing and lending limits), current
+    allocation, borrowed GPU-hours, jobs."""
     _print_rows(_query(db_path(db, data), tenants_rows), _tenant_table, output, no_headers)
 
 

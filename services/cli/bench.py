@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import msgspec
 import typer
-from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 bench_app = typer.Typer(
     help="Benchmarks, each with --json: openb placement (FGD paper protocol), fleet-scale placement, live latency, replay, projector and restart.",
@@ -20,6 +20,8 @@ POLICIES = ["bestfit", "packing", "fgd", "default"]
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
@@ -52,6 +54,12 @@ def _policies(policy: str) -> list[str]:
 
 @bench_app.command()
 def openb(
+    folder: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[DIR]", help="trace folder (the same as --trace DIR)", show_default=False
+        ),
+    ] = None,
     pods: Annotated[
         Path | None,
         typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
@@ -82,7 +90,8 @@ def openb(
     all_traces: Annotated[
         bool,
         typer.Option(
-            "--all-traces", help="every openb_pod_list_*.csv in --trace DIR, one table row each"
+            "--all-traces",
+            help="every openb_pod_list_*.csv in DIR (or --trace DIR), one table row each",
         ),
     ] = False,
     markdown: Annotated[
@@ -96,12 +105,17 @@ def openb(
     """Replay the openb trace under the FGD paper's protocol; unallocated GPU % at 100%.
 
     Needs the full trace (not shipped; tests/fixtures/openb has small slices): a missing
-    file stops with one line saying where to get it, exit status 2. ``--all-traces`` runs
-    every pod list of the folder and prints (``--markdown``: writes) one table, e.g.
-    ``--all-traces --policy fgd,default --seeds 42-51 --markdown table.md``."""
+    file stops with one line saying where to get it, exit status 2. ``--all-traces DIR`` runs
+    every pod list of DIR and prints (``--markdown``: writes) one table, e.g.
+    ``--all-traces DIR --policy fgd,default --seeds 42-51 --markdown table.md``."""
+    import msgspec
+    from rich.table import Table
+
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    if folder is not None:
+        trace = folder
     if all_traces:
         _all_traces(trace, nodes, policy, seeds, inflate, json_out, workers, markdown)
         return
@@ -165,12 +179,18 @@ def _all_traces(
     workers: int,
     markdown: Path | None,
 ) -> None:
+    import msgspec
+
     from gpuledger.replay.openb import table
     from gpuledger.replay.openb.protocol import run
     from gpuledger.replay.openb.trace import TraceNotFound, load_nodes, load_tasks, trace_files
 
+    lists = table.pod_lists(trace) if trace is not None else []
+    if trace is not None and trace.is_dir() and not lists:
+        typer.echo(f"error: {trace}: no openb_pod_list_*.csv in this folder", err=True)
+        raise typer.Exit(2)
     try:
-        _, nodes = trace_files(trace, None, nodes)
+        _, nodes = trace_files(trace, lists[0] if lists else None, nodes)
     except TraceNotFound as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -179,7 +199,7 @@ def _all_traces(
     seed_list = parse_seeds(seeds)
     node_list = load_nodes(nodes)
     rows = []
-    for pods in table.pod_lists(trace):
+    for pods in lists:
         tasks = load_tasks(pods)
         reports = [
             run(node_list, tasks, name, seed_list, inflate, str(pods), None, workers)
@@ -193,7 +213,7 @@ def _all_traces(
                 err=True,
             )
     command = (
-        f"gpuledger bench openb --trace {trace} --all-traces --policy {policy} "
+        f"gpuledger bench openb --all-traces {trace} --policy {policy} "
         f"--seeds {seeds} --inflate {inflate}"
     )
     text = table.markdown(rows, seed_list, inflate, command)
@@ -210,7 +230,13 @@ def fleet(
     policy: Annotated[
         str, typer.Option("--policy", help="scorer name, comma list, or 'all'")
     ] = "all",
-    nodes: Annotated[int, typer.Option("--nodes", help="8-GPU H100 nodes")] = 500,
+    nodes: Annotated[
+        int, typer.Option("--nodes", help="nodes (8-GPU H100, or the openb mix)")
+    ] = 500,
+    mix: Annotated[
+        str,
+        typer.Option("--mix", help="h100 (8 x H100 per node) or openb (openb node types repeated)"),
+    ] = "h100",
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", help="queued jobs, one decision each (default: 20 per node)"),
@@ -220,8 +246,12 @@ def fleet(
         Path | None, typer.Option("--json", help="write the report as JSON")
     ] = None,
 ) -> None:
-    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100 (job lifetimes
-    scale with the fleet, so every size runs at about the same occupancy)."""
+    """Fleet-scale speed: decisions/s and p99 per decision on NODES x 8 H100, or NODES of the
+    openb node mix (``--mix openb``); job lifetimes scale with the fleet's GPUs, so every
+    size runs at about the same occupancy."""
+    import msgspec
+    from rich.table import Table
+
     from gpuledger.replay.fleet_bench import run
 
     console = _console()
@@ -231,8 +261,14 @@ def fleet(
         if chatty:
             console.print(f"[dim]{r.policy}: {r.decisions_per_s:,.0f} decisions/s[/dim]")
 
-    report = run(_policies(policy), nodes, jobs, seed, progress)
-    table = Table(title=f"fleet: {report.nodes} nodes, {report.gpus} GPUs, {report.jobs} jobs")
+    if mix not in ("h100", "openb"):
+        typer.echo(f"error: --mix {mix}: unknown node mix; known: h100, openb", err=True)
+        raise typer.Exit(2)
+    report = run(_policies(policy), nodes, jobs, seed, progress, mix)
+    table = Table(
+        title=f"fleet ({report.mix}): {report.nodes} nodes, {report.gpus} GPUs, "
+        f"{report.jobs} jobs, peak RSS {report.max_rss_mib:,.0f} MiB"
+    )
     for col in (
         "POLICY",
         "DECISIONS/S",
@@ -451,6 +487,50 @@ def restart_bench(
     if json_out is not None:
         json_out.write_text(text)
     typer.echo(text)
+
+
+@bench_app.command("cli")
+def cli_bench(
+    runs: int = typer.Option(15, "--runs", min=1, help="Runs of each command (medians)."),
+    db: Path | None = typer.Option(
+        None, "--db", help="Projection for `jobs` (default: the demo scenario, projected first)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON only."),
+) -> None:
+    """Start-up of the command line, as a user meets it: the median wall time of `gpuledger
+    --version` (goal: <= 150 ms) and `gpuledger jobs` (goal: <= 300 ms), each a fresh process,
+    next to `python -c pass` measured in the same run. Exit 1 when a goal is missed."""
+    import json
+
+    from rich.table import Table
+
+    from gpuledger.replay.cli_bench import measure
+
+    if db is not None and not db.is_file():
+        raise typer.BadParameter(f"{db}: no such projection", param_hint="--db")
+    quiet = json_out or not sys.stderr.isatty()
+    result = measure(runs, db, progress=None if quiet else lambda m: typer.echo(m, err=True))
+    if json_out:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        table = Table("COMMAND", "MEDIAN", "MIN", "OVER PYTHON", "GOAL", "OK")
+        for name in ("python", "version", "jobs"):
+            goal = result["goal_s"].get(name)
+            table.add_row(
+                {"python": "python -c pass", "version": "gpuledger --version"}.get(
+                    name, "gpuledger jobs"
+                ),
+                f"{result['median_s'][name] * 1000:.0f} ms",
+                f"{result['min_s'][name] * 1000:.0f} ms",
+                "-" if name == "python" else f"{result['over_python_s'][name] * 1000:.0f} ms",
+                "-" if goal is None else f"<= {goal * 1000:.0f} ms",
+                "-" if goal is None else ("yes" if result["within_goal"][name] else "no"),
+            )
+        _console().print(table)
+        load = result["machine"]["load_avg_1_5_15"]
+        typer.echo(f"{result['runs']} runs each; load average {load}", err=True)
+    if not all(result["within_goal"].values()):
+        raise typer.Exit(1)
 
 
 def _mount_latency() -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import typer
-import yaml
 
-from gpuledger import events as ev
-from gpuledger.services.domain.inputs import InputError
+if TYPE_CHECKING:
+    from gpuledger import events as ev
+
+# The file schemas (services/domain/inputs.py pulls in the placement model), YAML and the
+# event contract are imported when a file is checked, not when the CLI starts.
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -32,15 +33,18 @@ def read_any(path: Path) -> Any:
     """YAML or JSON (JSON is YAML) from a file or `-`; InputError when unreadable."""
     import sys
 
+    from gpuledger.services.domain.inputs import InputError
+    from gpuledger.services.runtime.documents import DocumentError, load_document
+
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
-        return yaml.safe_load(text)
+        return load_document(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(
             f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}"
         ) from None
-    except yaml.YAMLError as exc:
-        raise InputError(" ".join(f"not YAML/JSON: {exc}".split())) from None
+    except DocumentError as exc:
+        raise InputError(str(exc)) from None
 
 
 def detect(doc: Any) -> Kind:
@@ -55,7 +59,11 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     """Raise InputError with every problem found in `doc` read as `kind`; a job is also
     checked against `config` (a validated FileDoc) when one is given. Returns the FileDoc of
     a configuration or scenario."""
+    import msgspec
+
+    from gpuledger import events as ev
     from gpuledger.replay.scenario import from_document
+    from gpuledger.services.domain.inputs import InputError
     from gpuledger.services.domain.jobfile import job_spec
     from gpuledger.services.domain.shapes import _form_problem
 
@@ -78,6 +86,9 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
             check_references(validate_job(doc), "", config, problems)
             if problems:
                 raise InputError(problems)
+            rejection = admission_rejection(job_spec(doc), config)
+            if rejection is not None:
+                raise InputError(rejection)
     else:
         from gpuledger.services.domain.inputs import collect
 
@@ -104,11 +115,44 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
         if isinstance(event, ev.JobSubmitted):
             try:
                 ev.subject_for(event)
+                ev.validate_job_id(event.job.job_id)
             except ev.InvalidId as exc:
                 raise InputError(f"job: {exc}") from None
             problem = _form_problem(event.job)
             if problem is not None:
                 raise InputError(f"job: {problem[1]}")
+
+
+def admission_rejection(spec: ev.JobSpec, config: Any, now_ms: int | None = None) -> str | None:
+    """What admission would answer `spec` on a cluster of exactly `config` (its tenants,
+    classes, policy, schedules and declared nodes) at `now_ms` (default: now), as
+    `Reason: message` (what `submit --wait` prints after `rejected JOB:`); None if admitted.
+    The same decider code runs: `services.admission.decider.check`."""
+    import time
+
+    from gpuledger import events as ev
+    from gpuledger.services.admission.decider import Admission, Rejection
+    from gpuledger.services.admission.decider import check as admission_check
+    from gpuledger.services.domain.configfile import config_events, node_infos
+    from gpuledger.services.domain.ledger import Ledger
+
+    at = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    ledger = Ledger()
+    events = config_events(config, at_ms=at)
+    events += [
+        ev.NodeRegistered(
+            node=n, simulated=True, event_id=f"check:{n.name}", producer="node-agent/check"
+        )
+        for n in node_infos(config)
+    ]
+    for seq, e in enumerate(events, 1):
+        ledger.apply(seq, e)
+    admission = Admission()
+    try:
+        admission_check(ledger, spec, admission.fleet_summary(ledger), at)
+    except Rejection as r:
+        return f"{r.reason}: {r.message}"
+    return None
 
 
 @app.command()
@@ -126,7 +170,12 @@ def check(
     """Validate cluster configurations, scenarios, job files and client events without running
     anything. Prints `ok FILE (kind)` per good file and one `error: FILE: key.path: problem`
     line per problem. Job files after a configuration are also checked against it (tenant,
-    class, GPU models, MIG profile). Exit codes: 0 all valid, 2 a problem in any file."""
+    class, GPU models, MIG profile), and judged as admission would judge them on a cluster
+    of exactly that configuration: a job it would reject (`Unschedulable`: more members than
+    the declared nodes can ever hold, `NonPreemptibleOverQuota`, ...) is one error line with
+    admission's reason and message. Exit codes: 0 all valid, 2 a problem in any file."""
+    from gpuledger.services.domain.inputs import InputError
+
     bad = False
     config = None
     for path in files:
@@ -140,6 +189,11 @@ def check(
             bad = True
             for line in exc.lines(str(path)):
                 typer.echo(line, err=True)
+            continue
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # whatever the validation did not foresee is still one line, never a traceback
+            bad = True
+            typer.echo(f"error: {path}: {' '.join(str(exc).split())[:300]}", err=True)
             continue
         typer.echo(f"ok {path} ({k.value})")
     if bad:

@@ -98,6 +98,7 @@ async def cli_bus(access, ensure: bool = True, replicas: int | None = None):
                     "right: connect with the admin credential)",
                     1,
                 )
+            await bus.close(timeout_s=0)  # the caller may retry: leave no connection behind
             raise
     return bus
 
@@ -113,9 +114,63 @@ def may_read_log(access) -> bool:
     return not principal.startswith(("ci:", "gateway"))
 
 
+class PermissionDenied(Exception):
+    """The server refused one of this command's publishes or requests (its identity's
+    permissions): reported the moment the server says so, not when the wait times out."""
+
+
+def denial_hint(denied: str) -> str:
+    """What a person can do about a permission violation `denied` (the server's text)."""
+    if "$JS.API.STREAM." in denied:
+        return "managing the stream is the operator's right: connect with the admin credential"
+    if any(f'"{p}.' in denied for p in ("gl.submit", "gl.cancel", "gl.scale", "glq.job")):
+        return "a tenant's CI credential acts on its own tenant's jobs only"
+    return (
+        "the identity connected does not have this right; see `gpuledger auth` and "
+        "docs/operations.md"
+    )
+
+
+async def guard_denials(main, buses: list | None = None):
+    """Run `main(track)`; every bus it `track`s (collected in `buses` when given) reports its
+    permission violations here, and the first one ends the run at once with PermissionDenied
+    (nats-py reports a denied publish or request asynchronously, through the error callback;
+    the call itself would only time out)."""
+    import asyncio
+    import contextlib
+
+    first: list[str] = []
+    denied = asyncio.Event()
+
+    def on_denied(text: str) -> None:
+        first.append(text)
+        denied.set()
+
+    def track(bus) -> None:
+        if buses is not None:
+            buses.append(bus)
+        bus.denied_listeners.append(on_denied)
+        if bus.denied:
+            on_denied(bus.denied[-1])
+
+    task = asyncio.ensure_future(main(track))
+    waiter = asyncio.ensure_future(denied.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task  # the run is abandoned: its own error (a time-out to come) is not the news
+    raise PermissionDenied(first[0])
+
+
 def run_on_bus(main, timeout_s: float | None = None):
     """Run a command's coroutine; a request the server denied (this identity's permissions)
-    or that timed out ends in one line, not a traceback: exit 1 for a denial, 4 for a time-out."""
+    or that timed out ends in one line, not a traceback: exit 1 for a denial (as soon as the
+    server reports it), 4 for a time-out."""
     import asyncio
 
     import nats.errors
@@ -123,8 +178,10 @@ def run_on_bus(main, timeout_s: float | None = None):
 
     buses: list = []
     try:
-        coro = main(buses.append)
+        coro = guard_denials(main, buses)
         return asyncio.run(coro if timeout_s is None else asyncio.wait_for(coro, timeout_s))
+    except PermissionDenied as exc:
+        fail(f"not permitted: {exc} ({denial_hint(str(exc))})", 1)
     except nats.js.errors.NoStreamResponseError:
         # Nothing answered for the stream: the server cannot tell a missing stream from one
         # without a reachable leader (a cluster electing one after a node died), nor can we.
@@ -137,9 +194,5 @@ def run_on_bus(main, timeout_s: float | None = None):
     except (TimeoutError, nats.errors.TimeoutError, nats.errors.Error) as exc:
         denied = next((b.denied[-1] for b in buses if b.denied), None)
         if denied:
-            fail(
-                f"not permitted: {denied} (the identity connected does not have this right; "
-                "see `gpuledger auth` and README 'Securing a cluster')",
-                1,
-            )
+            fail(f"not permitted: {denied} ({denial_hint(denied)})", 1)
         fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip(), 4)

@@ -6,7 +6,6 @@ through the runtime's host loop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -15,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
-from gpuledger import events as ev
 from gpuledger.services.cli.common import fail, fail_input
 from gpuledger.services.cli.connect import (
     CREDS_HELP,
@@ -39,13 +36,17 @@ app = typer.Typer()
 def read_doc(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
+    from gpuledger.services.runtime.documents import DocumentError, load_document
+
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
-        doc = yaml.safe_load(text) or {}
+        doc = load_document(text) or {}
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror}", 2)
-    except yaml.YAMLError as exc:
-        fail(" ".join(f"{path}: not YAML/JSON: {exc}".split()), 2)
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: cannot read: {exc}", 2)
+    except DocumentError as exc:
+        fail(f"{path}: {exc}", 2)
     if not isinstance(doc, dict):
         fail(f"{path}: (top level): expected a mapping of keys, got {type(doc).__name__}", 2)
     return doc
@@ -89,6 +90,8 @@ class Cluster:
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
     ) -> None:
+        import asyncio
+
         self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
         self.metrics_port, self.metrics_addr = metrics_port, metrics_addr
         """With a metrics port: the aggregate exporter (a `gpuledger metrics` child process,
@@ -109,6 +112,8 @@ class Cluster:
     async def start(self) -> None:
         """Start every service; with processes, wait until each is ready (StartFailed with
         the child's own error when one exits or hangs at start)."""
+        import asyncio
+
         from gpuledger.services.roles import CONTROL_PLANE, build
         from gpuledger.services.runtime.host import run_service
         from gpuledger.services.runtime.supervisor import STATUS_FILE, StatusBoard, supervise_task
@@ -149,6 +154,7 @@ class Cluster:
             except BaseException:
                 sup.stop()
                 raise
+            self._write_targets()
             self.tasks.append(asyncio.create_task(self._report()))
             return
         collector = None
@@ -208,12 +214,25 @@ class Cluster:
                 )
             )
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
+        self._write_targets()
         self.tasks.append(asyncio.create_task(self._report()))
+
+    def _write_targets(self) -> None:
+        """`<data>/prometheus-targets.json`: every metrics endpoint as a Prometheus file_sd
+        target group (docs/operations.md), written atomically; removed by close()."""
+        if self.data is None or not self.endpoints:
+            return
+        from gpuledger.services.runtime.status_file import write_json_atomic
+
+        write_json_atomic(self.data / TARGETS_FILE, prometheus_targets(self.endpoints))
 
     async def _report(self, interval_s: float = 1.0) -> None:
         """Once a second: supervise children, sample the stream's last sequence, write the
         status file."""
+        import asyncio
+
         from gpuledger.services.runtime.bus import Bus
+        from gpuledger.services.runtime.status_file import nats_nodes
 
         bus = None
         try:
@@ -232,10 +251,14 @@ class Cluster:
                             quiet=True,
                             **self._options("auditor"),
                         )
-                    self.board.saw_stream(await asyncio.wait_for(bus.last_seq(), 5))
+                    info = await asyncio.wait_for(bus.stream_info(), 5)
+                    self.board.saw_stream(info.state.last_seq)
+                    label, aliases = _server_label(bus.nc)
+                    self.board.nats_nodes = nats_nodes(info.cluster, label, aliases)
                     self.board.stream_error = None
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
                     self.board.stream_error = f"{type(exc).__name__}: {exc}"[:300]
+                    self.board.nats_nodes = []
                 self.board.write()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), interval_s)
@@ -281,6 +304,8 @@ class Cluster:
         return [n.name for n in node_infos(self.doc)]
 
     async def close(self) -> None:
+        import asyncio
+
         self.stop.set()
         for t in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -293,10 +318,51 @@ class Cluster:
                 self._exporter.wait(10)
             except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
                 self._exporter.kill()
+        if self.data is not None:
+            (self.data / TARGETS_FILE).unlink(missing_ok=True)  # no endpoint is left to scrape
         if self.board is not None:
             for st in self.board.services.values():
                 st.state = "stopped"
             self.board.write()
+
+
+def _server_label(nc) -> tuple[str | None, dict[str, str]]:
+    """The connected NATS server's name, and a rename of its id to its address when it has no
+    name of its own (a server without `server_name` calls itself by its 56-character id)."""
+    info = nc._server_info or {}  # noqa: SLF001 - nats-py keeps the server's INFO here
+    name, sid = info.get("server_name"), info.get("server_id")
+    if name and name != sid or nc.connected_url is None:
+        return name, {}
+    address = nc.connected_url.netloc
+    return address, ({sid: address} if sid else {})
+
+
+TARGETS_FILE = "prometheus-targets.json"
+"""The Prometheus file_sd target file `gpuledger up --metrics-port` writes into its data dir."""
+
+
+def prometheus_targets(endpoints: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """File_sd target groups of `up`'s metrics endpoints (`(name, http://host:port/metrics)`):
+    the aggregate exporter as job `gpuledger-cluster`, every other endpoint as job
+    `gpuledger-services` (the jobs of deploy/prometheus/prometheus.yml and of the alert rules),
+    each labelled `gpuledger_endpoint` with its name (a role, a node, `projector`, `services`)."""
+    from urllib.parse import urlsplit
+
+    groups = []
+    for name, url in endpoints:
+        parts = urlsplit(url)
+        job = "gpuledger-cluster" if name == "aggregate" else "gpuledger-services"
+        groups.append(
+            {
+                "targets": [parts.netloc],
+                "labels": {
+                    "job": job,
+                    "gpuledger_endpoint": name,
+                    "__metrics_path__": parts.path or "/metrics",
+                },
+            }
+        )
+    return groups
 
 
 def _sample_host(st, hosts: list) -> None:
@@ -478,6 +544,8 @@ def _heartbeat_host(host) -> None:
 def serve_projector(access, data: Path, collector=None) -> None:
     """The single-writer projector as a process: stops within a few seconds on SIGTERM /
     SIGINT in any state (connecting, catching up, NATS down), exit status 0."""
+    import asyncio
+
     from gpuledger.projections.nats_source import run_projector
     from gpuledger.services.runtime.logging import configure_logging
     from gpuledger.services.runtime.stopping import run_until_signalled
@@ -551,6 +619,31 @@ def apply(
     typer.echo(f"published {n} configuration events")
 
 
+NO_SUITABLE_PEERS = 10005
+"""JetStream's `no suitable peers for placement`: a cluster that has just elected its meta
+leader may not know every node's JetStream yet, so a replicated stream cannot be placed."""
+
+
+async def publish_config_when_placeable(
+    access, doc: dict[str, Any], replicas: int | None, timeout_s: float = 30.0
+) -> int:
+    """`publish_config`, retried every 0.5 s for up to `timeout_s` while a NATS cluster that
+    `up` has just started cannot place the stream on enough nodes yet (nothing is published
+    before the stream exists, so a retry repeats nothing)."""
+    import asyncio
+
+    import nats.js.errors
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await publish_config(access, doc, replicas=replicas)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != NO_SUITABLE_PEERS or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 @app.command()
 def up(
     config: Path | None = typer.Option(None, "--config", help="Cluster configuration YAML."),
@@ -577,7 +670,7 @@ def up(
     metrics_port: int | None = typer.Option(
         None,
         "--metrics-port",
-        help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start.",
+        help="Serve the aggregate Prometheus exporter on PORT and the services' own metrics on PORT+1 (in-process: one endpoint with a `service` label) or PORT+1, PORT+2, ... (one per child with --processes); each endpoint is printed at start and listed in <data>/prometheus-targets.json, a Prometheus file_sd target file (removed when `up` stops).",
     ),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help=METRICS_ADDR_HELP),
     nats_cluster: int | None = typer.Option(
@@ -595,6 +688,8 @@ def up(
     With --processes, children log to <data>/logs/NAME.log and must start within 30 s: one
     that cannot makes `up` exit at once with the child's own error (exit 2 when the child
     found its input invalid, else 1)."""
+    import asyncio
+
     from gpuledger.services.domain.configfile import ConfigFileError, parse
     from gpuledger.services.runtime.logging import configure_logging
 
@@ -638,7 +733,7 @@ def up(
             err=True,
         )
         try:
-            await publish_config(access, doc, replicas=nats_cluster)
+            await publish_config_when_placeable(access, doc, nats_cluster)
             cluster = Cluster(
                 access,
                 config,
@@ -670,18 +765,55 @@ def up(
 
 @app.command()
 def status(
+    job: str | None = typer.Argument(
+        None,
+        help="A job id: its status from the admission service over NATS (what a CI step "
+        "needs) instead of the services of `gpuledger up`.",
+        show_default=False,
+    ),
     data: Path = typer.Option(
         DEFAULT_DATA, "--data", help="The data directory `gpuledger up` runs in."
     ),
     output: str = typer.Option("table", "-o", "--output", help="table, json or yaml."),
     no_headers: bool = typer.Option(False, "--no-headers", help="Leave out the header line."),
+    wait_for: str | None = typer.Option(
+        None,
+        "--wait-for",
+        help="With JOB: wait until it is `running` (placed, or already past it) or `finished` "
+        "(completed); a failed, rejected or cancelled job ends the wait with exit 1.",
+        show_default=False,
+    ),
+    timeout: float = typer.Option(30.0, "--timeout", help="With JOB: seconds to wait."),
+    tenant: str | None = typer.Option(
+        None,
+        "--tenant",
+        help="With JOB: the job's tenant (default: the tenant of a CI credential, else the "
+        "tenant that submitted it).",
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
     failed, stopped), pid, restarts, folded sequence, lag behind the stream, leader lease
-    (leader, standby; - for node agents and the projector), last error.
-    Exit 1 when `up` is not running or a service is not running."""
+    (leader, standby; - for node agents and the projector), last error; then each NATS node
+    that holds the stream: leader or replica, current, behind or offline, its lag, when last
+    heard from. Exit 1 when `up` is not running, a service is not running, a NATS node is
+    offline or the stream has no leader.
+
+    With JOB: the job's state, reason and priority, asked of the admission service over NATS
+    (a tenant's CI credential may ask about its own jobs; nothing is read from disk). Exit
+    codes: 0 known and not failed (with --wait-for: reached), 1 failed, rejected, cancelled or
+    unknown (reason on stderr), 2 invalid input, 3 NATS or the admission service
+    unreachable, 4 not reached within --timeout."""
+    if job is not None:
+        _job_status(job, tenant, nats_url, creds, data, output, no_headers, wait_for, timeout)
+        return
+    if wait_for is not None:
+        fail("--wait-for needs a JOB: `gpuledger status JOB --wait-for running|finished`", 2)
     from gpuledger.services.cli.audit import humanize_ms, render_table
-    from gpuledger.services.runtime.supervisor import STATUS_FILE, now_ms, pid_alive, read_json
+    from gpuledger.services.runtime.status_file import STATUS_FILE, now_ms, pid_alive, read_json
 
     path = data / STATUS_FILE
     doc = read_json(path)
@@ -716,6 +848,27 @@ def status(
                 no_headers=no_headers,
             )
         )
+        nodes = doc.get("nats_nodes") or []
+        if nodes:
+            typer.echo("")
+            typer.echo(
+                render_table(
+                    ["NATS-NODE", "ROLE", "STATE", "LAG", "LAST-SEEN"],
+                    [
+                        [
+                            n["name"],
+                            n["role"],
+                            n["state"],
+                            "-" if n.get("lag") is None else n["lag"],
+                            "-"
+                            if n.get("seen_ms_ago") is None
+                            else humanize_ms(n["seen_ms_ago"]) + " ago",
+                        ]
+                        for n in nodes
+                    ],
+                    no_headers=no_headers,
+                )
+            )
         stream = doc.get("stream_last_seq")
         typer.echo(
             f"stream at seq {stream if stream is not None else '?'}"
@@ -733,6 +886,89 @@ def status(
         raise typer.Exit(1)
     if any(r["state"] != "running" for r in rows):
         raise typer.Exit(1)
+    if any(n["state"] in ("offline", "no-leader") for n in doc.get("nats_nodes") or []):
+        raise typer.Exit(1)
+
+
+def _job_status(
+    job_id: str,
+    tenant: str | None,
+    nats_url: str | None,
+    creds: Path | None,
+    data: Path,
+    output: str,
+    no_headers: bool,
+    wait_for: str | None,
+    timeout: float,
+) -> None:
+    """`gpuledger status JOB`: one job's status from the admission service (exit codes in
+    `client_requests.job_status_outcome`)."""
+    from gpuledger.services.runtime.client_requests import (
+        WAIT_FOR,
+        StatusQueryError,
+        job_owner,
+        job_status_outcome,
+    )
+
+    if wait_for is not None and wait_for not in WAIT_FOR:
+        fail(f"--wait-for: expected one of {', '.join(WAIT_FOR)}, got {wait_for!r}", 2)
+    if output not in ("table", "json", "yaml"):
+        fail(f"-o: expected table, json or yaml, got {output!r}", 2)
+    if not timeout > 0:
+        fail(f"--timeout: expected a positive number of seconds, got {timeout:g}", 2)
+    access, tenant = job_request_target(job_id, tenant, nats_url, creds, data)
+    show_changes = wait_for is not None and output == "table"
+
+    def changed(st) -> None:
+        if show_changes:
+            what = st.state if st.known else "unknown (not folded yet, or not this tenant's)"
+            reason = f" {st.reason}: {st.message}" if st.reason else ""
+            typer.echo(f"{job_id}: {what}{reason}", err=True)
+
+    async def main(track):
+        bus = await cli_bus(access, ensure=False)
+        track(bus)
+        try:
+            owner = tenant
+            if owner is None:  # not a CI credential: whichever tenant submitted the job
+                owner = await job_owner(bus, None, job_id, read_log=True)
+                if owner is None:
+                    fail(f"no job {job_id!r}: nothing was submitted under this id (UnknownJob)", 1)
+            return await job_status_outcome(
+                bus, owner, job_id, wait_for=wait_for, timeout=timeout, on_change=changed
+            )
+        except StatusQueryError as exc:
+            fail(str(exc), 2)
+        finally:
+            await bus.close()
+
+    outcome = run_on_bus(main, timeout + 10)
+    st = outcome.job_status
+    if st is not None and st.known and outcome.status not in ("timeout",):
+        if output in ("json", "yaml"):
+            import msgspec
+
+            from gpuledger.services.cli.audit import _emit_structured
+
+            doc = msgspec.to_builtins(st)
+            doc.pop("spec", None)
+            _emit_structured(doc, output)
+        else:
+            from gpuledger.services.cli.audit import render_table
+
+            row = [st.job_id, st.tenant, st.state, st.priority, st.reason or "", st.message]
+            typer.echo(
+                render_table(
+                    ["NAME", "TENANT", "STATE", "PRIORITY", "REASON", "MESSAGE"],
+                    [row],
+                    no_headers=no_headers,
+                )
+            )
+    if outcome.code == 1 and st is not None and st.known:
+        fail(f"job {outcome.text}", 1)  # failed, rejected or cancelled: the reason on stderr
+    if outcome.error:
+        fail(outcome.text, outcome.code)
+    raise typer.Exit(outcome.code)
 
 
 def _echo_outcome(outcome) -> int:
@@ -760,6 +996,7 @@ def submit(
     1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
     admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
     4 no decision within --timeout."""
+    from gpuledger import events as ev
     from gpuledger.services.domain.jobfile import JobFileError, job_spec
     from gpuledger.services.domain.stamp import submission
     from gpuledger.services.runtime.client_requests import StatusQueryError, submit_job
@@ -772,6 +1009,8 @@ def submit(
         fail_input(exc, file)
     except ev.InvalidId as exc:
         fail(f"{file}: {exc}", 2)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        fail(f"{file}: {' '.join(str(exc).split())[:300]}", 2)  # never a traceback
 
     access = resolve_access(nats_url, creds)
 
@@ -796,17 +1035,25 @@ def submit(
     raise typer.Exit(run_on_bus(main, timeout + 10))
 
 
-def job_request_target(job_id: str, tenant: str | None, nats_url: str | None, creds: Path | None):
+def job_request_target(
+    job_id: str,
+    tenant: str | None,
+    nats_url: str | None,
+    creds: Path | None,
+    data: Path = DEFAULT_DATA,
+):
     """`(access, tenant)` of a request about one job (cancel, scale): the job id and tenant
     validated (exit 2), and without `--tenant` the tenant of a tenant's CI credential (None
     for other identities: the tenant that submitted the job)."""
+    from gpuledger import events as ev
+
     try:
         ev.subjects.submit_filter(job_id)  # validates the job id
         if tenant is not None:
             ev.validate_tenant(tenant)
     except ev.InvalidId as exc:
         fail(str(exc), 2)
-    access = resolve_access(nats_url, creds)
+    access = resolve_access(nats_url, creds, data)
     if tenant is None and access.creds is not None:
         from gpuledger.services.runtime.auth import principal_of_creds
 
@@ -861,6 +1108,7 @@ def scale(
     highest replicas stop first when scaling down. A job id nobody submitted is refused:
     exit 1 with `UnknownJob`, and nothing is published; a job that is not a service is
     refused by admission (`RequestRefused`, `InvalidSpec`)."""
+    from gpuledger import events as ev
     from gpuledger.services.domain.stamp import stamp
 
     access, tenant = job_request_target(job_id, tenant, nats_url, creds)
@@ -935,6 +1183,9 @@ def demo(
     """Embedded NATS, a small simulated cluster, a scripted scenario with a preemption, and
     a readable timeline at the end. Afterwards `gpuledger why`, `jobs` and `sql` read its
     projection in --data (a previous demo's data there is replaced)."""
+    import asyncio
+
+    from gpuledger import events as ev
     from gpuledger.projections.store import wait_for_projection
     from gpuledger.replay import live_player
     from gpuledger.replay.report import job_rows

@@ -30,12 +30,9 @@ from gpuledger.services.cli.helptext import reflow_tree
 def _version(value: bool) -> None:
     """Eager `--version`: print `gpuledger VERSION` (the installed distribution's) and exit."""
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from gpuledger.services.cli.version import version_text
 
-        try:
-            typer.echo(f"gpuledger {version('gpuledger')}")
-        except PackageNotFoundError:
-            typer.echo("gpuledger (not installed)")
+        typer.echo(version_text())
         raise typer.Exit()
 
 
@@ -192,4 +189,41 @@ app.add_typer(whatif_io.import_app, name="import")
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(auth.auth_app, name="auth")
 app.add_typer(gateway.gateway_app, name="gateway")
+
+PANELS: dict[str, tuple[str, ...]] = {
+    "Run": ("up", "run", "demo", "ui", "gateway", "metrics"),
+    "Submit": ("submit", "cancel", "scale", "check", "schema"),
+    "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct"),
+    "Replay": ("simulate", "replay", "whatif", "compare", "export", "import", "verify"),
+    "Operate": ("status", "apply", "schedules", "auth", "project", "bench", "chaos"),
+}
+"""`gpuledger --help` groups the commands under these panels (tests/cli/test_help.py checks
+that every command has exactly one)."""
+
+
+def group_commands(app: typer.Typer, panels: dict[str, tuple[str, ...]]) -> None:
+    """Set each top-level command's `rich_help_panel` from `panels`, and list the commands in
+    the panels' order (help shows the panels in the order of their first command). Sub-apps
+    mounted without a name are flattened: their commands are top-level commands."""
+    panel_of = {name: panel for panel, names in panels.items() for name in names}
+    order = {name: i for i, name in enumerate(n for names in panels.values() for n in names)}
+
+    def command_name(info) -> str:
+        return info.name or info.callback.__name__.replace("_", "-")
+
+    commands = list(app.registered_commands)
+    groups = []
+    for group in app.registered_groups:
+        if isinstance(group.name, str):
+            group.rich_help_panel = panel_of.get(group.name)
+            groups.append(group)
+        else:  # mounted without a name: its commands sit at the top level
+            commands += group.typer_instance.registered_commands
+    for info in commands:
+        info.rich_help_panel = panel_of.get(command_name(info))
+    commands.sort(key=lambda info: order.get(command_name(info), len(order)))
+    app.registered_commands, app.registered_groups = commands, groups
+
+
+group_commands(app, PANELS)
 reflow_tree(app)

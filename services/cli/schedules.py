@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,6 +66,8 @@ def upcoming(config, at_ms: int, count: int) -> list[dict]:
 
 
 def _live_config(nats_url: str | None, creds: Path | None):
+    import asyncio
+
     from gpuledger.events import CONFIG_EVENTS
     from gpuledger.replay.export import stream_entries
     from gpuledger.services.cli.connect import cli_bus, resolve_access

@@ -140,7 +140,7 @@ def ui(
         path, tenant=tenant, tenant_header=tenant_header, whatif_dir=whatif_dir, allowed_hosts=hosts
     )
     if screenshot is not None:
-        from gpuledger.projections.store import ProjectionError, connect_readonly
+        from gpuledger.projections.reading import ProjectionError, connect_readonly
         from gpuledger.projections.ui.screenshot import NoBrowser, pages_to_show, shoot
 
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -73,6 +72,8 @@ def export(
     ),
 ) -> None:
     """Export the live stream to a log file."""
+    import asyncio
+
     from gpuledger.replay.export import stream_entries, write_any
 
     skipped: list[int] = []
@@ -204,6 +205,16 @@ def replay(
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
     data = build_report(sim.ledger, sim.log, sim.now_ms)
+    from gpuledger.replay.compare import CompareError, observed
+    from gpuledger.replay.observed import copy_beside
+
+    try:
+        seen = observed(log)
+    except CompareError as exc:
+        fail(str(exc), 2)
+    if seen is not None:
+        data["observed"] = seen.metrics  # what the source recorded, same definitions
+        copy_beside(log, out)  # `compare` of replays finds it
     if json_out is not None:
         json_out.write_text(json.dumps(data, indent=2))
     if duckdb is not None:
@@ -218,6 +229,14 @@ def replay(
         f"allocation {pct_text(m['gpu_allocation_pct'])}, preemptions {m['preemptions']}, "
         f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
     )
+    if seen is not None:
+        o = seen.metrics
+        typer.echo(
+            f"observed ({obs_name(log)}): jobs {o['jobs']}; allocation "
+            f"{pct_text(o['gpu_allocation_pct'])}, {o['gpu_hours']:.1f} GPU-h, preemptions "
+            f"{o['preemptions']}, lost {o['lost_gpu_hours']:.2f} GPU-h; replayed "
+            f"{m['gpu_hours']:.1f} GPU-h"
+        )
 
 
 @app.command()
@@ -248,7 +267,7 @@ def whatif(
     """Replay LOG under the recorded configuration and under each --policy / --variant, and
     write one offline HTML report: comparison table, queue wait by class, utilisation over
     time, preemptions and lost GPU-hours, per-tenant fairness."""
-    from gpuledger.replay.compare import summarize
+    from gpuledger.replay.compare import CompareError, observed, summarize
     from gpuledger.replay.export import write_any
     from gpuledger.replay.overlay import OverlayError, apply_overlays
     from gpuledger.replay.whatif import external_inputs
@@ -277,6 +296,12 @@ def whatif(
     entries = _read(log)
     base_inputs = external_inputs(entries)
     variants = []
+    try:
+        seen = observed(log)
+    except CompareError as exc:
+        fail(str(exc), 2)
+    if seen is not None:
+        variants.append(Variant("observed", [f"what {obs_name(log)} records"], seen))
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
     for name, sets, files in specs:
@@ -300,7 +325,9 @@ def whatif(
             f"preemptions {m['preemptions']}",
             err=True,
         )
-    out.write_text(render(str(log), variants, len(entries), title))
+    out.write_text(
+        render(str(log), variants, len(entries), title, checkpoint=assumption(base_inputs))
+    )
     if json_out is not None:
         json_out.write_text(
             json.dumps(
@@ -321,6 +348,25 @@ def whatif(
     console = Console()
     console.print(t)
     console.print(f"wrote {out}")
+
+
+def obs_name(log: Path) -> str:
+    from gpuledger.replay.observed import sidecar
+
+    return sidecar(log).name
+
+
+def assumption(inputs) -> str:
+    """The checkpoint assumption of the replayed jobs, in words: `N jobs: none (...)`."""
+    from gpuledger import events as ev
+    from gpuledger.replay.importers.checkpoint import describe
+
+    counts: dict[str, int] = {}
+    for _, e in inputs.timeline:
+        if isinstance(e, ev.JobSubmitted):
+            text = describe(e.job.checkpoint)
+            counts[text] = counts.get(text, 0) + 1
+    return "; ".join(f"{n} jobs {text}" for text, n in sorted(counts.items())) or "no jobs"
 
 
 def overlaid(inputs, policy_files: list[Path], sets: list[str]):

@@ -53,11 +53,13 @@ def import_alibaba_openb(
         fail(str(exc), 2)
     try:
         write_log(out, result.entries())
+        observed_path = result.write_observed(out)
     except OSError as exc:
         fail(f"{out}: {exc}", 2)
     summary = {
         "out": str(out),
         **result.summary(),
+        "observed": str(observed_path),
         "wall_s": round(time.perf_counter() - started, 3),
     }
     if output == "json":
@@ -110,10 +112,15 @@ def _run_import(out: Path, output: str, skipped_out: Path | None, work) -> None:
         raise typer.Exit(2) from None
     except OSError as exc:
         fail(f"{out}: {exc.strerror or exc}", 2)
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        # what no importer foresaw is still one line, never a traceback
+        fail(f"import: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", 2)
     finally:
         if handle is not None:
             handle.close()
     summary = {"out": str(out), **summary, "wall_s": round(time.perf_counter() - started, 3)}
+    for line in summary.get("warnings", ()):
+        typer.echo(f"warning: {line}", err=True)
     if output == "json":
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -134,6 +141,14 @@ def summary_text(s: dict) -> str:
         f"running at the end {s['running_at_end']}, requeued {s['requeued']}"
         + "".join(f", {k.replace('_', ' ')} {v}" for k, v in s.items() if k in EXTRA_COUNTS and v),
     ]
+    if s.get("final_states"):
+        lines.append(
+            "  final states: " + ", ".join(f"{k} {v}" for k, v in s["final_states"].items())
+        )
+    if s.get("checkpoint"):
+        lines.append(f"  checkpoint assumed: {s['checkpoint']}")
+    if s.get("observed"):
+        lines.append(f"  observed (what happened) in {s['observed']}")
     if s["skipped_rows"]:
         lines.append(f"  skipped {s['skipped_rows']} rows:")
         for reason, d in s["skipped"].items():
@@ -151,6 +166,10 @@ EXTRA_COUNTS = (
     "preempted_events",
     "evicted_events",
     "workload_evictions",
+    "node_selected",
+    "partition_unmatched",
+    "node_selector_unmatched",
+    "node_affinity_ignored",
 )
 
 
@@ -159,20 +178,29 @@ def import_slurm_cmd(
     sacct: Path = typer.Option(
         ...,
         "--sacct",
-        help="`sacct --parsable2 --allusers --duplicates --format=...` output (see README).",
+        help="`sacct --parsable2 --allusers --duplicates --format=...` output (see docs/whatif.md).",
     ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
     sinfo: Path | None = typer.Option(
-        None, "--sinfo", help="`sinfo --Node --noheader --format='%N|%c|%m|%G'` output."
+        None,
+        "--sinfo",
+        help="`sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` output (%P: partitions, optional).",
     ),
     nodes: Path | None = typer.Option(
         None, "--nodes", help="A gpuledger configuration file whose cluster.nodes are the nodes."
     ),
     mapping: Path | None = typer.Option(
-        None, "--mapping", help="YAML overriding QOS -> class and account -> tenant (see README)."
+        None,
+        "--mapping",
+        help="YAML overriding QOS -> class and account -> tenant (see docs/whatif.md).",
     ),
     timezone: str = typer.Option(
         "UTC", "--timezone", help="Time zone of sacct's times (the cluster's local time)."
+    ),
+    columns: str | None = typer.Option(
+        None,
+        "--columns",
+        help="The column names of a headerless dump (sacct --noheader), comma-separated, in its --format order.",
     ),
     skipped_out: Path | None = typer.Option(
         None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."
@@ -197,6 +225,7 @@ def import_slurm_cmd(
                 timezone=timezone,
                 progress=progress,
                 skips=skips,
+                columns=columns,
             ).summary
         ),
     )
@@ -264,7 +293,7 @@ def import_csv_cmd(
     mapping: Path = typer.Option(
         ...,
         "--mapping",
-        help="YAML naming the column of each field (see README, examples/openb-mapping.yaml).",
+        help="YAML naming the column of each field (see docs/whatif.md, examples/openb-mapping.yaml).",
     ),
     out: Path = typer.Option(..., "--out", help="Log to write (JSONL)."),
     nodes: Path | None = typer.Option(
@@ -312,16 +341,26 @@ def compare_cmd(
     output: str = typer.Option("table", "-o", "--output", help="table or json (on stdout)."),
 ) -> None:
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO
-    class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A."""
-    from gpuledger.replay.compare import CompareError, compare, load, rows
+    class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A.
+    When A (else B) has an observation file (an import's OUT.observed.jsonl, copied beside a
+    replay's --out), an OBSERVED column shows what the source recorded."""
+    from gpuledger.replay.compare import CompareError, compare, load, observed, rows
+    from gpuledger.replay.observed import find
 
     if output not in ("table", "json"):
         fail(f"-o must be table or json, not {output!r}", 2)
     try:
         sa, sb = load(a), load(b)
+        seen, seen_of = observed(a), a
+        if seen is None:
+            seen, seen_of = observed(b), b
     except CompareError as exc:
         fail(str(exc), 2)
     result = compare(sa, sb)
+    observed_col: dict[str, str] = {}
+    if seen is not None:
+        result["observed"] = {"log": str(find(seen_of)), "metrics": seen.metrics}
+        observed_col = {label: value for label, value, _, _ in rows(compare(seen, sa))}
     written: list[Path] = []
     if plots is not None:
         from gpuledger.replay.plots import write_plots
@@ -345,10 +384,14 @@ def compare_cmd(
 
     table = Table(title=f"A = {a}   B = {b}", title_justify="left")
     table.add_column("METRIC")
+    if observed_col:
+        table.add_column("OBSERVED", justify="right")
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("DELTA", justify="right")
     for row in rows(result):
+        if observed_col:
+            row = (row[0], observed_col.get(row[0], ""), *row[1:])
         table.add_row(*row)
     console = Console()
     console.print(table)

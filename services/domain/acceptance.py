@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuledger.events import subject_for
+from gpuledger.events.subjects import legacy_subject
 from gpuledger.services.domain.refusals import Refusal, Refused
 
 __all__ = ["Refusal", "Refused", "admit", "subject_refusal"]
@@ -53,7 +54,7 @@ def subject_refusal(subject: str, event: Event) -> Refusal | None:
         want = subject_for(event)
     except ValueError as err:  # InvalidId: not even routable
         return Refusal("InvalidId", str(err)[:300])
-    if subject != want:
+    if subject != want and subject != legacy_subject(event):
         return Refusal(
             "WrongSubject", f"{type(event).__name__} belongs on {want!r}, not {subject[:300]!r}"
         )

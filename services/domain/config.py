@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 
 from gpuledger.events import (
+    Event,
     Policy,
     PolicyConfigured,
     PriorityClassConfigured,
@@ -20,6 +22,8 @@ from gpuledger.events import (
     TenantConfigured,
 )
 from gpuledger.services.domain.schedules import SCHEDULE_PREFIX, cron_problem
+
+_E = TypeVar("_E", bound=Event)
 
 DEFAULT_CLASSES: tuple[PriorityClassConfigured, ...] = (
     PriorityClassConfigured(
@@ -105,7 +109,7 @@ class ConfigState:
             self.note_fired(event)
         self.digest = self._digest()
 
-    def note_fired(self, event) -> None:
+    def note_fired(self, event: Event) -> None:
         """Record that a schedule published `event` (a configuration change or a service's
         `ServiceScaled`, correlation id `schedule:<name>`), so it does not fire again for the
         same time."""
@@ -153,7 +157,7 @@ def config_problem(
     return None
 
 
-def _strip(event):
+def _strip(event: _E) -> _E:
     """Configuration content without its envelope, so the digest depends on content only."""
     return msgspec.structs.replace(
         event, event_id="", occurred_at_ms=0, causation_id="", correlation_id="", producer=""

@@ -19,7 +19,7 @@ One document shape serves `gpuledger up --config`, scenario files and compose:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -38,6 +38,7 @@ from gpuledger.events import (
     derive_event_id,
     encode,
 )
+from gpuledger.services.domain.gpu_models import resolve, resolve_node
 from gpuledger.services.domain.inputs import (
     FileDoc,
     InputError,
@@ -46,7 +47,7 @@ from gpuledger.services.domain.inputs import (
     validate_file,
 )
 from gpuledger.services.domain.mig_layouts import layout_text, parse_layout
-from gpuledger.services.domain.quantities import mebibytes, milli
+from gpuledger.services.domain.quantities import mebibytes, milli, seconds
 
 
 class ConfigFileError(InputError):
@@ -69,16 +70,17 @@ def _gpus(name: str, n: NodeDoc) -> tuple[GpuInfo, ...]:
     per = max(1, -(-count // n.cliques))
     memory = mebibytes("gpu_memory", n.gpu_memory)
     shares = n.sharing_of()
-    layout = layout_text(parse_layout(n.model, n.mig_layout)) if n.mig_layout else ()
+    model = resolve_node(n.model, memory)
+    layout = layout_text(parse_layout(model, n.mig_layout)) if n.mig_layout else ()
     return tuple(
         GpuInfo(
             index=i,
             uuid=f"GPU-{name}-{i}",
-            model=n.model,
+            model=model,
             memory_mib=memory,
             clique=f"{name}-nvl{i // per}",
             sharing=shares[i],
-            **({"mig_layout": layout} if layout and shares[i] == "mig" else {}),
+            **cast(dict[str, Any], {"mig_layout": layout} if layout and shares[i] == "mig" else {}),
         )
         for i in range(count)
     )
@@ -142,18 +144,31 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                 guaranteed_gpu_milli=milli("guaranteed", t.guaranteed),
                 limit_gpu_milli=None if t.limit is None else milli("limit", t.limit),
                 over_quota_weight=1 if weight is None else weight,
-                guaranteed_by_model={
-                    m: milli(f"guaranteed_by_model.{m}", v)
-                    for m, v in sorted(t.guaranteed_by_model.items())
-                },
+                guaranteed_by_model=dict(
+                    sorted(
+                        (resolve(m), milli(f"guaranteed_by_model.{m}", v))
+                        for m, v in t.guaranteed_by_model.items()
+                    )
+                ),
+                borrowing_limit_gpu_milli=msgspec.UNSET
+                if t.borrowing_limit is None
+                else milli("borrowing_limit", t.borrowing_limit),
+                lending_limit_gpu_milli=msgspec.UNSET
+                if t.lending_limit is None
+                else milli("lending_limit", t.lending_limit),
             )
         )
     for c in f.priority_classes:
         fields = msgspec.structs.asdict(c)
         del fields["override"]
+        for key in ("default_time_limit", "max_time_limit"):  # friendly durations -> seconds
+            value = fields.pop(key)
+            if value is not None:
+                fields[f"{key}_s"] = seconds(key, value)
         out.append(PriorityClassConfigured(**fields))
     if f.policy is not None:
-        out.append(PolicyConfigured(policy=Policy(**msgspec.structs.asdict(f.policy))))
+        policy = msgspec.structs.asdict(f.policy)  # type: ignore[unreachable]  # PolicyDoc: defstruct
+        out.append(PolicyConfigured(policy=Policy(**policy)))
     for s in f.schedules:
         out.append(schedule_event(s))
     stamped = []

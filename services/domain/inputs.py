@@ -18,14 +18,17 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from typing import Annotated, Any, Literal
+import typing
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from msgspec import Meta
 
-from gpuledger.events import InvalidId, Policy, validate_tenant, validate_token
-from gpuledger.events.specs import MAX_COUNT
+from gpuledger.events import InvalidId, Policy, validate_job_id, validate_tenant, validate_token
+from gpuledger.events.specs import MAX_COUNT, MAX_QUANTITY, MAX_SELECTOR, LabelKey, LabelValue
 from gpuledger.services.domain.config import DEFAULT_CLASSES
+from gpuledger.services.domain.gpu_models import job_models, resolve_node
 from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 
 # ------------------------------------------------------------------ quantities
@@ -33,20 +36,49 @@ from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
 _CORES_RE = r"^\d+(\.\d+)?m?$"
 _SIZE_RE = r"^\d+(\.\d+)?\s*([KkMmGgTt]i?)?[Bb]?$"
 _TIME_RE = r"^\d+(\.\d+)?\s*[smhdSMHD]?$"
+ARRAY_RE = r"^\d+(-\d+)?(%\d+)?$"
+"""Slurm's `--array` spelling: `0-99%8`, `1-10`, `7`."""
 _HINTS = {
+    ARRAY_RE: "use a range like 0-99%8 (at most 8 at once) or {count: 100, max_running: 8}",
     _CORES_RE: "use a count like 4, 0.5 or 500m",
     _SIZE_RE: "use a size like 512Mi, 36Gi or 1Ti (a bare number is MiB)",
     _TIME_RE: "use seconds or a duration like 90s, 10m, 2h, 1d",
 }
 
-NonNegInt = Annotated[int, Meta(ge=0)]
-PositiveInt = Annotated[int, Meta(ge=1)]
-Cores = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_CORES_RE)]
+# Upper bounds on every quantity a user document gives (docs/inputs.md), checked when the
+# document is validated, before anything proportional to them (a node's GPUs, a gang's
+# members) is built: a config node of a billion GPUs is one error line, not a memory error.
+MAX_GPUS_PER_NODE = 1024
+"""GPUs of one node, and whole GPUs of one member (a member runs on one node)."""
+MAX_NODES = 100_000
+"""Nodes of one configuration (`count` of a node entry, and all entries together)."""
+MAX_FLEET_GPUS = 1 << 17
+"""GPUs of one configuration, all nodes together: 131,072 (the seeds' envelope is 4,000)."""
+MAX_REPLICAS = MAX_COUNT
+"""Replicas (members) of one job: 1,048,576."""
+MAX_SECONDS = 10 * 366 * 86_400
+"""Durations (`duration`, checkpoint times, timeline `at`): ten years."""
+MAX_FRIENDLY = MAX_QUANTITY
+"""Any other quantity in its event unit (milli-cores, MiB): 2**40."""
+
+NonNegInt = Annotated[int, Meta(ge=0, le=MAX_QUANTITY)]
+PositiveInt = Annotated[int, Meta(ge=1, le=MAX_QUANTITY)]
+Replicas = Annotated[int, Meta(ge=1, le=MAX_REPLICAS)]
+GpuCount = Annotated[int, Meta(ge=0, le=MAX_GPUS_PER_NODE)]
+Seconds = Annotated[int, Meta(ge=0, le=MAX_SECONDS)]
+_Number = (
+    Annotated[int, Meta(ge=0, le=MAX_QUANTITY)] | Annotated[float, Meta(ge=0, le=MAX_QUANTITY)]
+)
+Cores = _Number | Annotated[str, Meta(pattern=_CORES_RE, max_length=64)]
 """CPU cores or GPUs: `4`, `0.5`, `500m` (milli)."""
-Size = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_SIZE_RE)]
+Size = _Number | Annotated[str, Meta(pattern=_SIZE_RE, max_length=64)]
 """Memory: `36Gi`, `512Mi`, `1Ti`; a bare number is MiB."""
-Duration = NonNegInt | Annotated[float, Meta(ge=0)] | Annotated[str, Meta(pattern=_TIME_RE)]
-"""Seconds, or `90s`, `10m`, `2h`, `1d`."""
+Duration = (
+    Seconds
+    | Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
+    | Annotated[str, Meta(pattern=_TIME_RE, max_length=64)]
+)
+"""Seconds, or `90s`, `10m`, `2h`, `1d` (at most `MAX_SECONDS`)."""
 Sharing = Literal["exclusive", "mig", "mps", "timeslice"]
 """How a GPU is shared: whole (`exclusive`), MIG instances, MPS or time-sliced fractions."""
 
@@ -58,24 +90,36 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
 # ------------------------------------------------------------------ cluster configuration
 
 
-class NodeDoc(Strict, kw_only=True):
+class NodeDoc(Strict, kw_only=True, frozen=True):
     """One node, or `count` nodes named `<name_prefix>1..N`."""
 
     name: str | None = None
+    """The node's name (give `name`, or `name_prefix` with `count`)."""
     name_prefix: str | None = None
-    count: PositiveInt = 1
-    gpus: NonNegInt = 0
+    """Prefix of `count` nodes named `<prefix>1..N`."""
+    count: Annotated[int, Meta(ge=1, le=MAX_NODES)] = 1
+    """How many nodes this entry declares (with `name_prefix`)."""
+    gpus: GpuCount = 0
+    """GPUs per node."""
     model: str = "H100-80GB"
+    """GPU model (`H100-80GB`, `A100-40GB`, `L40S`, ...); jobs may restrict `models`."""
     gpu_memory: Size = "80Gi"
+    """Memory of each GPU."""
     cpu: Cores = 64
+    """CPU cores of the node."""
     memory: Size = "512Gi"
-    cliques: PositiveInt = 1
+    """Memory of the node."""
+    cliques: Annotated[int, Meta(ge=1, le=MAX_GPUS_PER_NODE)] = 1
     """NVLink cliques the GPUs split into (evenly)."""
     sharing: Sharing | list[Sharing] = "exclusive"
     """One value for every GPU, or one per GPU."""
     leaf_switch: str = ""
+    """Network leaf switch: a gang's members prefer nodes under one switch."""
     pool: str = "default"
-    labels: dict[str, str] = {}
+    """Node pool name (informational)."""
+    labels: dict[LabelKey, LabelValue] = {}
+    """Node labels (`{partition: a100, zone: eu}`): a job's `node_selector` takes only nodes
+    carrying every selected label with exactly that value."""
     mig_layout: list[str] = []
     """Fixed MIG layout of every `mig` GPU of the node (`[3g.40gb, 3g.40gb]`, or with starts
     `[3g.40gb@0, 3g.40gb@4]`); empty: partitioned on demand. Changed later only by a MIG
@@ -90,35 +134,60 @@ class NodeDoc(Strict, kw_only=True):
         return list(self.sharing) if isinstance(self.sharing, list) else [self.sharing] * self.gpus
 
 
-class ClusterDoc(Strict, kw_only=True):
+class ClusterDoc(Strict, kw_only=True, frozen=True):
     nodes: list[NodeDoc] = []
+    """The nodes of the fleet (simulated agents register these; real agents report their own GPUs)."""
 
 
-class TenantDoc(Strict, kw_only=True):
-    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit)."""
+class TenantDoc(Strict, kw_only=True, frozen=True):
+    """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
+    `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit)."""
 
     name: str
+    """Tenant path `org/team/project` (any depth); parents are optional."""
     guaranteed: Cores = 0
+    """GPUs guaranteed to the tenant (Kueue `nominalQuota`); non-preemptible work runs only within it."""
     limit: Cores | None = None
+    """Most GPUs the tenant may use, borrowing included (unset: no cap)."""
     weight: NonNegInt | None = None
+    """Share of idle surplus when borrowing (default 1); same as `over_quota_weight`."""
     over_quota_weight: NonNegInt | None = None
+    """Alternative spelling of `weight` (KAI)."""
     guaranteed_by_model: dict[str, Cores] = {}
+    """Per GPU model guarantees binding non-preemptible work on that model (`{H100-80GB: 4}`)."""
+    borrowing_limit: Cores | None = None
+    """GPUs it may use beyond its guarantee at most (Kueue borrowingLimit); unset: no cap."""
+    lending_limit: Cores | None = None
+    """GPUs of its idle guarantee others may borrow at most (Kueue lendingLimit); unset: all."""
 
 
-class ClassDoc(Strict, kw_only=True):
+class ClassDoc(Strict, kw_only=True, frozen=True):
     """A priority class; `override: true` is required to redefine a built-in one."""
 
     name: str
+    """Class name, used as a job's `class`."""
     value: int
+    """Priority: higher is scheduled first and may preempt lower preemptible work."""
     preemptible: bool = True
+    """Whether work of this class may be preempted (kept separate from `value`)."""
     slo_class: str = "batch"
+    """SLO class for waits and alerts (`batch`, `interactive`, `latency-critical`)."""
     description: str = ""
+    """Free text."""
     grace_s: NonNegInt | None = None
+    """Checkpoint grace period of the class (unset: the policy's `default_grace_s`)."""
     allow_timeslice: bool = False
+    """Whether the class's shares may go to time-sliced GPUs (interactive/dev work)."""
+    default_time_limit: Duration | None = None
+    """Time limit of its jobs that set none (`4h`; Slurm partition `DefaultTime`)."""
+    max_time_limit: Duration | None = None
+    """Longest time limit its jobs may ask for (`1d`; Slurm partition `MaxTime`): a longer
+    one is rejected at admission (`TimeLimitTooLong`)."""
     override: bool = False
+    """Required to redefine a built-in class (`train`, `interactive`, `build`, `inference`)."""
 
 
-class TenantChangeDoc(Strict, kw_only=True):
+class TenantChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a configured tenant; keys left out keep the value in force."""
 
     name: str
@@ -127,7 +196,7 @@ class TenantChangeDoc(Strict, kw_only=True):
     weight: NonNegInt | None = None
 
 
-class ClassChangeDoc(Strict, kw_only=True):
+class ClassChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a priority class (built-in or configured)."""
 
     name: str
@@ -135,14 +204,14 @@ class ClassChangeDoc(Strict, kw_only=True):
     preemptible: bool | None = None
 
 
-class ServiceChangeDoc(Strict, kw_only=True):
+class ServiceChangeDoc(Strict, kw_only=True, frozen=True):
     """What a schedule changes on a service (`kind: service`): its replica count."""
 
     job: str
-    replicas: NonNegInt
+    replicas: Annotated[int, Meta(ge=0, le=MAX_REPLICAS)]
 
 
-class ScheduleDoc(Strict, kw_only=True):
+class ScheduleDoc(Strict, kw_only=True, frozen=True):
     """A time-of-day policy: at every time `cron` names in `timezone`, the changes are put in
     force (published by the quota service as ordinary configuration events)."""
 
@@ -178,7 +247,7 @@ PolicyDoc = _policy_doc()
 # ------------------------------------------------------------------ jobs
 
 
-class CheckpointDoc(Strict, kw_only=True):
+class CheckpointDoc(Strict, kw_only=True, frozen=True):
     interval: Duration = 0
     """The job checkpoints on its own every `interval` of run time (0 = never)."""
     grace: Duration | None = None
@@ -187,7 +256,7 @@ class CheckpointDoc(Strict, kw_only=True):
     """How long a save takes (simulated agents)."""
 
 
-class SpreadDoc(Strict, kw_only=True):
+class SpreadDoc(Strict, kw_only=True, frozen=True):
     """Keep the job off every node where running members of jobs of the same `group`
     already number `max_per_node` (`JobSpec.spread`; binds between jobs, not within a gang)."""
 
@@ -197,38 +266,91 @@ class SpreadDoc(Strict, kw_only=True):
     """At most this many members of the group's jobs on one node (>= 1)."""
 
 
-class JobDoc(Strict, kw_only=True):
+class DependencyDoc(Strict, kw_only=True, frozen=True):
+    """`{job: ID, on: succeeded | failed | finished | started}` (Slurm `afterok`,
+    `afternotok`, `afterany`, `after`); `on` defaults to `succeeded`."""
+
+    job: Annotated[str, Meta(min_length=1, max_length=256)]
+    on: Literal["succeeded", "failed", "finished", "started"] = "succeeded"
+
+
+class ArrayDoc(Strict, kw_only=True, frozen=True):
+    """`{count: 100, max_running: 8}` (tasks `<id>@0` .. `<id>@99`, at most 8 at once);
+    `first` shifts the indexes (`first: 1`: `@1` .. `@100`)."""
+
+    count: Annotated[int, Meta(ge=1, le=100_000)]
+    max_running: PositiveInt | None = None
+    first: NonNegInt = 0
+
+
+class JobDoc(Strict, kw_only=True, frozen=True):
     """A job file. Pairs of spellings (`id`/`job_id`, `class`/`priority_class`, ...) are
     alternatives: give one of each pair."""
 
     id: str | None = None
+    """Job id, unique across tenants (a subject token: no `.`, `*`, `>`, whitespace)."""
     job_id: str | None = None
+    """Alternative spelling of `id`."""
     tenant: str
+    """Tenant path the job runs under."""
     klass: str | None = msgspec.field(default=None, name="class")
+    """Priority class (`train`, `interactive`, `build`, `inference` or a configured one)."""
     priority_class: str | None = None
-    replicas: PositiveInt = 1
-    min_members: PositiveInt | None = None
-    gpus: NonNegInt = 0
+    """Priority class (`class` is the short spelling; default `train`)."""
+    replicas: Replicas = 1
+    """Gang members (or, with `kind: service`, replicas)."""
+    min_members: Replicas | None = None
+    """Members that must be placed together (default: `replicas`)."""
+    gpus: GpuCount = 0
+    """Whole GPUs per member, all in one NVLink clique."""
     gpu: Cores | None = None
     """A share of one GPU (`500m`, `0.5`)."""
     gpu_milli: Annotated[int, Meta(ge=0, le=999)] | None = None
+    """A share of one GPU in milli-units (alternative spelling of `gpu`)."""
     mig: str | None = None
+    """One MIG instance per member (`3g.40gb`)."""
     mig_profile: str | None = None
+    """Alternative spelling of `mig`."""
     cpu: Cores | None = None
+    """CPU cores per member (`32`, `500m`)."""
     cpu_milli: NonNegInt | None = None
+    """Alternative spelling of `cpu`, in milli-cores."""
     memory: Size | None = None
+    """Memory per member (`256Gi`)."""
     memory_mib: NonNegInt | None = None
+    """Alternative spelling of `memory`, in MiB."""
     models: list[str] | None = None
+    """Allowed GPU models (unset: any)."""
     gpu_models: list[str] | None = None
+    """Alternative spelling of `models`."""
     min_gpu_memory: Size = 0
+    """Least memory per GPU."""
     duration: Duration | None = None
-    duration_s: NonNegInt | None = None
+    """Run-time hint (simulated agents run this long; reservations use it)."""
+    duration_s: Seconds | None = None
+    """Alternative spelling of `duration`, in seconds."""
+    time_limit: Duration | None = None
+    """Run time limit (`2h`, `90m`; Slurm `--time`): the job is asked to checkpoint and is
+    stopped when a run has lasted this long, and ends `timeout`."""
+    time_limit_s: PositiveInt | None = None
+    """Alternative spelling of `time_limit`, in seconds."""
+    depends_on: Annotated[list[DependencyDoc], Meta(max_length=64)] | None = None
+    """Jobs of the same tenant this one waits for: `[{job: prep-1, on: succeeded}]`."""
+    array: ArrayDoc | Annotated[str, Meta(pattern=ARRAY_RE)] | None = None
+    """An array job: `{count: 100, max_running: 8}` or Slurm's `0-99%8`."""
     checkpoint: CheckpointDoc = CheckpointDoc()
+    """Checkpoint policy of the job."""
     command: str | list[str] = []
-    min_available: NonNegInt = 0
+    """Command a real node agent runs for each member."""
+    min_available: Annotated[int, Meta(ge=0, le=MAX_REPLICAS)] = 0
+    """Disruption budget: replicas of a service that stay running during preemption."""
     prefer_same_leaf: bool = True
+    """Prefer placing the gang's members under one leaf switch."""
     spread: SpreadDoc | None = None
     """`{group, max_per_node}`: at most `max_per_node` members of the group's jobs per node."""
+    node_selector: dict[LabelKey, LabelValue] | None = None
+    """`{key: value, ...}`: only nodes carrying every one of these labels (config `labels:`,
+    importers' `partition` / pool labels) take the job's members."""
     kind: Literal["gang", "service"] = "gang"
     """`service`: `replicas` independent replicas (placed, evicted, requeued one at a time;
     `gpuledger scale` changes their number); `gang` (default): all members together."""
@@ -243,6 +365,7 @@ _ALTERNATIVES = (
     ("memory", "memory_mib"),
     ("models", "gpu_models"),
     ("duration", "duration_s"),
+    ("time_limit", "time_limit_s"),
     ("weight", "over_quota_weight"),
 )
 
@@ -250,7 +373,7 @@ _ALTERNATIVES = (
 # ------------------------------------------------------------------ scenarios
 
 
-class EntryDoc(Strict, kw_only=True):
+class EntryDoc(Strict, kw_only=True, frozen=True):
     """One timeline entry: exactly one of `submit`, `cancel`, `scale`, `node_down`, at time `at`."""
 
     at: Duration = 0
@@ -268,7 +391,7 @@ class EntryDoc(Strict, kw_only=True):
     a rejection), so its tenant / class / model / MIG references are not checked here."""
 
 
-class FileDoc(Strict, kw_only=True):
+class FileDoc(Strict, kw_only=True, frozen=True):
     """A cluster configuration; with a `timeline` it is a scenario."""
 
     name: str | None = None
@@ -276,7 +399,7 @@ class FileDoc(Strict, kw_only=True):
     cluster: ClusterDoc = ClusterDoc()
     tenants: list[TenantDoc] = []
     priority_classes: list[ClassDoc] = []
-    policy: PolicyDoc | None = None  # type: ignore[valid-type]
+    policy: PolicyDoc | None = None  # type: ignore[valid-type]  # built by defstruct from Policy
     schedules: list[ScheduleDoc] = []
     """Time-of-day policies (cron + zone) that change tenants and priority classes."""
     timeline: list[EntryDoc] | None = None
@@ -307,7 +430,7 @@ _AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
 _TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
-def _suggest(word: str, known) -> str:
+def _suggest(word: str, known: Iterable[object]) -> str:
     close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -325,7 +448,7 @@ def _join(base: str, tokens: list[str | int]) -> str:
     return out
 
 
-def _flat(t):
+def _flat(t: Any) -> list[Any]:
     """A msgspec.inspect type with Metadata and unions opened up, as a list."""
     mi = msgspec.inspect
     if isinstance(t, mi.Metadata):
@@ -335,11 +458,11 @@ def _flat(t):
     return [t]
 
 
-def _type_at(typ: Any, tokens: list[str | int]):
+def _type_at(typ: Any, tokens: list[str | int]) -> list[Any]:
     mi = msgspec.inspect
     cur = [mi.type_info(typ)]
     for tok in tokens:
-        nxt = []
+        nxt: list[Any] = []
         for t in (x for c in cur for x in _flat(c)):
             if isinstance(tok, int) and isinstance(t, (mi.ListType, mi.VarTupleType)):
                 nxt.append(t.item_type)
@@ -417,6 +540,17 @@ def _item_of(typ: Any) -> Any:
     return None
 
 
+def _dict_of(typ: Any) -> Any:
+    """`dict[K, V]` in `typ` (`dict[K, V]`, `dict[K, V] | None`, either `Annotated`), else
+    None."""
+    for t in (typ, *getattr(typ, "__args__", ())):
+        while typing.get_origin(t) is Annotated:
+            t = typing.get_args(t)[0]
+        if typing.get_origin(t) is dict:
+            return t
+    return None
+
+
 @functools.cache
 def _fields(struct: type[msgspec.Struct]) -> dict[str, Any]:
     return {f.encode_name: f for f in msgspec.structs.fields(struct)}
@@ -446,9 +580,15 @@ def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
     elif item is not None and isinstance(raw, list):
         for i, v in enumerate(raw):
             collect(v, item, f"{base}[{i}]", problems)
-    elif getattr(typ, "__origin__", None) is dict and isinstance(raw, dict):
+    elif (mapping := _dict_of(typ)) is not None and isinstance(raw, dict):
+        key_type, value_type = typing.get_args(mapping)
         for k, v in raw.items():
-            collect(v, typ.__args__[1], _p(base, str(k)), problems)
+            bad_key: list[str] = []
+            convert(k, key_type, "", bad_key)
+            problems += [
+                f"{base or '(top level)'}: key {k!r}: {p.split(': ', 1)[1]}" for p in bad_key
+            ]
+            collect(v, value_type, _p(base, str(k)), problems)
     if len(problems) > before:
         return None
     return convert(raw, typ, base, problems)
@@ -470,17 +610,39 @@ def kind_of(doc: Any) -> str:
     return "config"
 
 
+def yaml_on(doc: Any) -> Any:
+    """`doc` with the key `on` of every `depends_on` entry restored: YAML 1.1 (PyYAML) reads
+    a bare `on:` key as the boolean True, so `{job: a, on: failed}` arrives as
+    `{'job': 'a', True: 'failed'}`. Nothing else changes."""
+    if isinstance(doc, list):
+        return [yaml_on(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {}
+    for k, v in doc.items():
+        if k == "depends_on" and isinstance(v, list):
+            v = [
+                {("on" if key is True and "on" not in d else key): x for key, x in d.items()}
+                if isinstance(d, dict)
+                else d
+                for d in v
+            ]
+        out[k] = yaml_on(v) if isinstance(v, dict | list) else v
+    return out
+
+
 def validate_file(doc: Any) -> FileDoc:
     """A cluster configuration or scenario, fully checked; raises InputError."""
     problems: list[str] = []
     if doc is not None and not isinstance(doc, dict):
         raise InputError(f"(top level): expected a mapping of keys, got {type(doc).__name__}")
+    doc = yaml_on(doc)
     parsed = collect({} if doc is None else doc, FileDoc, "", problems)
     if parsed is not None:
         _check_file(parsed, problems)
     if problems:
         raise InputError(problems)
-    return parsed
+    return cast(FileDoc, parsed)
 
 
 def validate_job(doc: Any, base: str = "") -> JobDoc:
@@ -488,12 +650,12 @@ def validate_job(doc: Any, base: str = "") -> JobDoc:
     problems: list[str] = []
     if not isinstance(doc, dict):
         raise InputError(f"{base or '(top level)'}: a job must be a mapping of fields")
-    job = collect(doc, JobDoc, base, problems)
+    job = collect(yaml_on(doc), JobDoc, base, problems)
     if job is not None:
         _check_job(job, base, problems)
     if problems:
         raise InputError(problems)
-    return job
+    return cast(JobDoc, job)
 
 
 def _p(base: str, key: str) -> str:
@@ -510,7 +672,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     else:
         _valid_id(
             _p(base, "id" if job.id else "job_id"),
-            lambda: validate_token("job id", job.id or job.job_id),
+            lambda: validate_job_id(job.id or job.job_id or ""),
             problems,
         )
     _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
@@ -525,6 +687,11 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
     ]
     if len(forms) > 1:
         problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
+    if job.node_selector is not None and len(job.node_selector) > MAX_SELECTOR:
+        problems.append(
+            f"{_p(base, 'node_selector')}: at most {MAX_SELECTOR} labels "
+            f"(got {len(job.node_selector)})"
+        )
     if job.kind == "service" and job.min_members is not None:
         problems.append(
             f"{_p(base, 'min_members')}: a service's replicas are independent; "
@@ -550,7 +717,13 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             )
 
 
-def _valid_id(path: str, check, problems: list[str]) -> None:
+def _milli(value: Any) -> int:
+    from gpuledger.services.domain.quantities import milli
+
+    return milli("gpus", value)
+
+
+def _valid_id(path: str, check: Callable[[], object], problems: list[str]) -> None:
     try:
         check()
     except InvalidId as exc:
@@ -567,6 +740,14 @@ def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
 
 
 def _check_file(f: FileDoc, problems: list[str]) -> None:
+    declared = sum(n.count if n.name_prefix is not None else 1 for n in f.cluster.nodes)
+    gpus = sum((n.count if n.name_prefix is not None else 1) * n.gpus for n in f.cluster.nodes)
+    if declared > MAX_NODES or gpus > MAX_FLEET_GPUS:  # checked before any node is built
+        problems.append(
+            f"cluster.nodes: {declared:,} nodes with {gpus:,} GPUs; at most {MAX_NODES:,} nodes"
+            f" and {MAX_FLEET_GPUS:,} GPUs (docs/inputs.md)"
+        )
+        return
     node_names: list[tuple[str, str]] = []
     models: set[str] = set()
     mig_models: set[str] = set()
@@ -582,13 +763,13 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
         for name in n.names()[:1]:
             _valid_id(
                 f"{path}.{'name' if n.name is not None else 'name_prefix'}",
-                lambda name=name: validate_token("node name", name),
+                functools.partial(validate_token, "node name", name),
                 problems,
             )
         if n.gpus:
-            models.add(n.model)
+            models.add(_node_model(n))
             if "mig" in n.sharing_of():
-                mig_models.add(n.model)
+                mig_models.add(_node_model(n))
         if n.mig_layout:
             if "mig" not in n.sharing_of():
                 problems.append(f"{path}.mig_layout: the node has no GPU with sharing 'mig'")
@@ -611,13 +792,18 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name"
             )
     for i, t in enumerate(f.tenants):
-        _valid_id(f"tenants[{i}].name", lambda t=t: validate_tenant(t.name), problems)
+        _valid_id(f"tenants[{i}].name", functools.partial(validate_tenant, t.name), problems)
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"
             )
+        if t.lending_limit is not None and _milli(t.lending_limit) > _milli(t.guaranteed):
+            problems.append(
+                f"tenants[{i}].lending_limit: {t.lending_limit} GPUs is more than the tenant's "
+                f"guarantee ({t.guaranteed}); a tenant lends at most its unused guarantee"
+            )
         for m in t.guaranteed_by_model:
-            if models and m not in models:
+            if models and not set(job_models((m,))) & models:
                 problems.append(
                     f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
                     f"{_suggest(m, models)}"
@@ -626,6 +812,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
     nodes = {name for _, name in node_names}
     submitted: dict[str, str] = {}
     services: set[str] = set()
+    arrays: set[str] = set()
     for i, e in enumerate(f.timeline or []):
         path = f"timeline[{i}]"
         actions = [
@@ -662,10 +849,16 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             submitted.setdefault(job_id, jp)
             if j.kind == "service":
                 services.add(job_id)
+            if j.array is not None:
+                arrays.add(job_id)
             if e.expect == "rejected":
                 continue
             check_references(j, jp, f, problems)
-        elif e.cancel is not None and e.cancel not in submitted:
+        elif (
+            e.cancel is not None
+            and e.cancel not in submitted
+            and e.cancel.rpartition("@")[0] not in arrays  # a task of an array
+        ):
             problems.append(
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"
@@ -691,7 +884,9 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
     for i, s in enumerate(f.schedules):
         path = f"schedules[{i}]"
-        _valid_id(f"{path}.name", lambda s=s: validate_token("schedule name", s.name), problems)
+        _valid_id(
+            f"{path}.name", functools.partial(validate_token, "schedule name", s.name), problems
+        )
         try:
             zone(s.timezone)
         except ValueError:
@@ -746,8 +941,8 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
 
     tenants = {t.name for t in f.tenants}
     classes = {c.name for c in DEFAULT_CLASSES} | {c.name for c in f.priority_classes}
-    models = {n.model for n in f.cluster.nodes if n.gpus}
-    mig_models = {n.model for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
+    models = {_node_model(n) for n in f.cluster.nodes if n.gpus}
+    mig_models = {_node_model(n) for n in f.cluster.nodes if n.gpus and "mig" in n.sharing_of()}
     if tenants and j.tenant not in tenants:
         problems.append(
             f"{_p(jp, 'tenant')}: tenant {j.tenant!r} is not configured{_suggest(j.tenant, tenants)}"
@@ -759,11 +954,12 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
             f"{_p(jp, key)}: priority class {cls!r} is not configured{_suggest(cls, classes)}"
         )
     for m in j.models or j.gpu_models or []:
-        if models and m not in models:
+        if models and not set(job_models((m,))) & models:
             key = "models" if j.models else "gpu_models"
             problems.append(
                 f"{_p(jp, key)}: no GPU of model {m!r} in the cluster{_suggest(m, models)}"
             )
+    _check_selector(j, jp, f, problems)
     mig = j.mig or j.mig_profile
     if mig and models and not any(profile_for(m, mig) for m in mig_models):
         offered = sorted({p for m in mig_models for p in profiles_of(m)})
@@ -774,6 +970,39 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
             f"{_p(jp, 'mig' if j.mig else 'mig_profile')}: MIG profile {mig!r} is offered by no "
             f"GPU of the cluster{hint}"
         )
+
+
+def _node_model(n: NodeDoc) -> str:
+    """A declared node's GPU model in the vocabulary (`gpu_models.resolve_node`)."""
+    from gpuledger.services.domain.quantities import mebibytes
+
+    try:
+        memory = mebibytes("gpu_memory", n.gpu_memory)
+    except ValueError:
+        memory = 0
+    return resolve_node(n.model, memory)
+
+
+def _check_selector(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:
+    """A job's `node_selector` against the configuration's nodes (no nodes: not checked): some
+    node must carry every selected label, else the job could never run."""
+    if not j.node_selector or not f.cluster.nodes:
+        return
+    if any(all(n.labels.get(k) == v for k, v in j.node_selector.items()) for n in f.cluster.nodes):
+        return
+    seen = sorted({f"{k}={v}" for n in f.cluster.nodes for k, v in n.labels.items()})
+    wanted = ",".join(f"{k}={v}" for k, v in sorted(j.node_selector.items()))
+    absent = [
+        f"{k}={v}"
+        for k, v in sorted(j.node_selector.items())
+        if not any(n.labels.get(k) == v for n in f.cluster.nodes)
+    ]
+    missing = absent[0] if absent else None
+    hint = _suggest(missing, seen) if missing else ""
+    problems.append(
+        f"{_p(jp, 'node_selector')}: no node of the cluster carries {wanted}{hint}"
+        + (f" (node labels: {', '.join(seen)})" if seen and not hint else "")
+    )
 
 
 def file_schema() -> dict[str, Any]:

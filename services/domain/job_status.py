@@ -8,12 +8,14 @@ a query reveals nothing about other tenants. Pure: reads the ledger, never write
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
 from gpuledger.events.specs import JobSpec
-from gpuledger.services.domain.ledger import Ledger
+
+if TYPE_CHECKING:  # the ledger is only read: importing its module is the caller's business
+    from gpuledger.services.domain.ledger import Ledger
 
 QUERY_PREFIX = "glq.job"
 """Job status queries (request/reply, outside the `gl.>` stream): `glq.job.<tenant>.<job>`."""
@@ -89,5 +91,5 @@ def answer(ledger: Ledger, subject: str) -> bytes:
 def decode(data: bytes) -> JobStatus | dict[str, Any]:
     """A reply as a JobStatus (or the error object the service sent)."""
     if data.startswith(b'{"error"'):
-        return msgspec.json.decode(data)
+        return cast(dict[str, Any], msgspec.json.decode(data))
     return msgspec.json.decode(data, type=JobStatus)

@@ -4,8 +4,10 @@ Accepted keys (snake_case): `id` (or `job_id`), `tenant`, `class` (or `priority_
 `replicas`, `min_members`, `gpus`, `gpu` (a share like `500m`) or `gpu_milli`, `mig`
 (or `mig_profile`), `cpu` (cores, `500m`) or `cpu_milli`, `memory` (`36Gi`) or `memory_mib`,
 `models` (or `gpu_models`), `min_gpu_memory`, `duration` (`2h`), `checkpoint: {interval,
-grace, save}`, `command`, `min_available`, `prefer_same_leaf`, `spread: {group,
-max_per_node}`, `kind` (`gang` or `service`).
+grace, save}`, `command`, `time_limit` (`2h`, Slurm `--time`) or `time_limit_s`, `depends_on: [{job, on}]`,
+`array` (`{count, max_running, first}` or Slurm's `0-99%8`),
+`min_available`, `prefer_same_leaf`, `spread: {group,
+max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`).
 The schema is
 `services.domain.inputs.JobDoc`: unknown keys, bad units and negative values are errors.
 """
@@ -14,18 +16,45 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuledger.events import CheckpointPolicy, JobSpec, Resources, Spread
-from gpuledger.services.domain.inputs import InputError, JobDoc, validate_job
-from gpuledger.services.domain.quantities import mebibytes, milli, seconds
+from gpuledger.events import ArraySpec, CheckpointPolicy, Dependency, JobSpec, Resources, Spread
+from gpuledger.services.domain.gpu_models import job_models
+from gpuledger.services.domain.inputs import MAX_SECONDS, InputError, JobDoc, validate_job
+from gpuledger.services.domain.quantities import QuantityError, mebibytes, milli, seconds
 
 
 class JobFileError(InputError):
     """A job document that does not validate; one problem per line with its key path."""
 
 
+def array_spec(doc: Any, base: str = "") -> ArraySpec:
+    """`{count, max_running, first}` or Slurm's `A-B%N` / `A%N` / `A` -> ArraySpec."""
+    if not isinstance(doc, str):
+        return ArraySpec(count=doc.count, max_running=doc.max_running, first=doc.first)
+    where = f"{base + '.' if base else ''}array"
+    body, _, cap = doc.partition("%")
+    lo, _, hi = body.partition("-")
+    first, last = int(lo), int(hi) if hi else int(lo)
+    if last < first:
+        raise JobFileError([f"{where}: {doc!r}: the range ends before it starts"])
+    count = last - first + 1
+    if count > 100_000:
+        raise JobFileError([f"{where}: {doc!r}: {count} tasks, at most 100000"])
+    if cap and int(cap) < 1:
+        raise JobFileError([f"{where}: {doc!r}: %N must be at least 1"])
+    return ArraySpec(count=count, max_running=int(cap) if cap else None, first=first)
+
+
 def job_spec(doc: Any, base: str = "") -> JobSpec:
     """The JobSpec of a job document; raises JobFileError. `base` prefixes key paths
     (`timeline[3].submit`)."""
+    try:
+        return _job_spec(doc, base)
+    except QuantityError as exc:  # a friendly quantity beyond its bound, inf, nan
+        prefix = f"{base}." if base else ""
+        raise JobFileError([f"{prefix}{exc}"]) from None
+
+
+def _job_spec(doc: Any, base: str) -> JobSpec:
     if isinstance(doc, JobDoc):
         j = doc
     else:
@@ -40,8 +69,31 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
     gpu_milli = milli("gpu", j.gpu) if j.gpu is not None else (j.gpu_milli or 0)
     if j.duration is not None:
         duration: int | None = seconds("duration", j.duration)
+        if duration is not None and duration > MAX_SECONDS:
+            raise QuantityError(
+                f"duration: {j.duration!r} is more than {MAX_SECONDS:,} s (ten years)"
+            )
     else:
         duration = j.duration_s
+    optional: dict[str, Any] = {}  # fields left out unless set: old payloads keep their bytes
+    if j.spread is not None:
+        optional["spread"] = Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)
+    if j.kind == "service":
+        optional["kind"] = "service"
+    if j.node_selector:
+        optional["node_selector"] = dict(sorted(j.node_selector.items()))
+    if j.time_limit is not None:
+        limit: int | None = seconds("time_limit", j.time_limit)
+        if not limit or limit <= 0:
+            raise JobFileError([f"{base + '.' if base else ''}time_limit: must be > 0"])
+    else:
+        limit = j.time_limit_s
+    if limit is not None:
+        optional["time_limit_s"] = limit
+    if j.depends_on:
+        optional["depends_on"] = tuple(Dependency(job=d.job, on=d.on) for d in j.depends_on)
+    if j.array is not None:
+        optional["array"] = array_spec(j.array, base)
     return JobSpec(
         job_id=j.id if j.id is not None else (j.job_id or ""),
         tenant=j.tenant,
@@ -56,7 +108,9 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
             memory_mib=mebibytes("memory", j.memory)
             if j.memory is not None
             else (j.memory_mib or 0),
-            gpu_models=tuple(j.models if j.models is not None else (j.gpu_models or ())),
+            gpu_models=job_models(
+                tuple(j.models if j.models is not None else (j.gpu_models or ()))
+            ),
             min_gpu_memory_mib=mebibytes("min_gpu_memory", j.min_gpu_memory),
         ),
         checkpoint=CheckpointPolicy(
@@ -68,10 +122,5 @@ def job_spec(doc: Any, base: str = "") -> JobSpec:
         command=tuple(str(c) for c in command),
         min_available=j.min_available,
         prefer_same_leaf=j.prefer_same_leaf,
-        **(
-            {"spread": Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)}
-            if j.spread is not None
-            else {}
-        ),
-        **({"kind": "service"} if j.kind == "service" else {}),
+        **optional,
     )

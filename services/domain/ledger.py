@@ -12,25 +12,34 @@ allocations.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
-from gpuledger.events.reasons import TERMINAL_STATES, JobState
-from gpuledger.events.subjects import producer_problem, role_of
+from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
+from gpuledger.events.reasons import TERMINAL_STATES, EndReason, FoldRefusal, JobState
+from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
 from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
 from gpuledger.services.domain.refusals import Refusal, Refused
+from gpuledger.services.domain.schedules import (
+    SCHEDULE_PREFIX,
+    changed_class,
+    changed_tenant,
+    last_fire_ms,
+)
 from gpuledger.services.domain.timeindex import TimeIndex
 from gpuledger.services.domain.usage import advance, step_ms
-from gpuledger.services.placement import Fleet, PlacementConflict
+from gpuledger.services.placement import Fleet, GangRequest, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
+_UP = frozenset({JobState.running, JobState.preempting})
+"""States of a placed job (it holds an allocation)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,7 @@ class RequestRefusal:
 
 def replica_id(service_id: str, index: int) -> str:
     """The job id of a service's replica: `<service>~<index>`."""
-    return f"{service_id}~{index}"
+    return f"{service_id}{REPLICA_SEPARATOR}{index}"
 
 
 def replica_spec(spec: JobSpec, index: int) -> JobSpec:
@@ -67,6 +76,18 @@ def replica_spec(spec: JobSpec, index: int) -> JobSpec:
         min_available=0,
         kind=msgspec.UNSET,
     )
+    return JobSpec(**fields)
+
+
+def task_id(array_id: str, index: int) -> str:
+    """The job id of an array job's task: `<array>@<index>`."""
+    return f"{array_id}{ARRAY_SEPARATOR}{index}"
+
+
+def task_spec(spec: JobSpec, index: int) -> JobSpec:
+    """The spec of one task of an array job: the array's shape under the task's id."""
+    fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
+    fields.update(job_id=task_id(spec.job_id, index), array=msgspec.UNSET)
     return JobSpec(**fields)
 
 
@@ -145,6 +166,20 @@ class JobRecord:
     """For a service: the replicas wanted now (its spec's `replicas`, then `ServiceScaled`)."""
     replicas_created: int = 0
     """For a service: replica records created so far (indexes 0 .. this - 1)."""
+    replicas_up: int = 0
+    """For a service: its replicas placed now (running or being preempted). The service is
+    `running` while this is at least 1, else `pending` (`Ledger._service_state`)."""
+    array_parent: str | None = None
+    """For a task of an array job: the array's job id (the task is `<array>@<index>`)."""
+    tasks_up: int = 0
+    """For an array job: its tasks placed now (running or being preempted)."""
+    tasks_ended: dict[str, int] = field(default_factory=dict)
+    """For an array job: its ended tasks by final state."""
+    tasks_started: bool = False
+    """For an array job: whether any of its tasks was ever placed."""
+    time_limit_s: int | None = None
+    """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
+    lasted this long; None = none."""
 
     @property
     def job_id(self) -> str:
@@ -177,17 +212,50 @@ class AllocationRecord:
     exited: dict[int, tuple[str, int]] = field(default_factory=dict)
     checkpoints: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     preemption: ev.PreemptionRequested | None = None
+    time_limit: ev.TimeLimitReached | None = None
+    """Set when the run reached its job's time limit: its members are being stopped."""
     backfill_for: str | None = None
     """The reserving job whose reserved capacity this allocation borrows as preemptible
     backfill (evicted when that job lands)."""
     ended: bool = False
     ended_ms: int | None = None
+    resized_ms: int | None = None
+    """When the allocation last shrank (`GangResized`): a nomination of the capacity it gave
+    up lapses from then, as from `ended_ms` for an evicted one."""
 
     def nodes(self) -> tuple[str, ...]:
         return self.node_names
 
     def all_exited(self) -> bool:
         return len(self.exited) == len(self.members)
+
+    def member_key(self, rank: int) -> str:
+        """The id key of a member's events (`MemberStarted`, ...): `alloc/rank`, and once the
+        gang was resized `alloc/rank~<resize time>`, so a rank that left and came back with a
+        grow reports afresh (its first events' ids are taken)."""
+        key = f"{self.allocation_id}/{rank}"
+        return key if self.resized_ms is None else f"{key}~{self.resized_ms}"
+
+    def leaving(self) -> tuple[int, ...] | None:
+        """The ranks a partial preemption (an elastic gang shrinking) asks to leave, or None
+        (no preemption, or one of the whole gang)."""
+        p = self.preemption
+        if p is None or not isinstance(p.ranks, tuple):
+            return None
+        return p.ranks
+
+    def stops(self, rank: int) -> bool:
+        """Whether member `rank` is asked to checkpoint and exit: the run reached its time
+        limit, the whole gang is being preempted, or a partial preemption names it."""
+        return self.time_limit is not None or self.preempts(rank)
+
+    def preempts(self, rank: int) -> bool:
+        """Whether a preemption asks member `rank` to leave (the whole gang's, or a partial
+        one naming it)."""
+        if self.preemption is None:
+            return False
+        ranks = self.leaving()
+        return ranks is None or rank in ranks
 
 
 @dataclass
@@ -216,6 +284,9 @@ class Ledger:
     tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
     """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
     guarantees); a member counts under the model of its first GPU."""
+    spread_nodes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per spread group (`JobSpec.spread`), members of its active allocations per node (no
+    zero entries): the scheduler's spread limit reads it instead of scanning allocations."""
     pending_gpu_milli: dict[str, int] = field(default_factory=dict)
     """Per tenant, GPU capacity its pending jobs wait for."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
@@ -242,6 +313,9 @@ class Ledger:
     settle_ready: set[str] = field(default_factory=set)
     """Active allocations the scheduler must settle: every member exited, a member failed,
     or a node of theirs was lost."""
+    growable: set[str] = field(default_factory=set)
+    """Active allocations of elastic gangs (`min_members < replicas`, not services) holding
+    fewer members than `replicas`: the scheduler's grow pass reads only these."""
     cancelling: set[str] = field(default_factory=set)
     """Active allocations of cancelled jobs."""
     node_allocations: dict[str, set[str]] = field(default_factory=dict)
@@ -251,6 +325,9 @@ class Ledger:
     expected: TimeIndex = field(default_factory=TimeIndex)
     """Per active allocation: expected end (duration hint), checkpoint completion and
     deadline of a requested preemption."""
+    time_limits: TimeIndex = field(default_factory=TimeIndex)
+    """Per running allocation of a job with a time limit: when the limit is reached (kind
+    `limit`); cleared when `TimeLimitReached` is folded or the allocation ends."""
     nodes_version: int = 0
     """Bumped whenever a node registers, is lost or comes back."""
     last_seq: int = 0
@@ -301,14 +378,145 @@ class Ledger:
                     f"{role} decision of epoch {event.leader_epoch}; epoch {seen} already decided",
                 )
             self.leader_epochs[role] = event.leader_epoch
+        if scheduled_by_quota(event):
+            refusal = self._not_scheduled(
+                cast("ev.TenantConfigured | ev.PriorityClassConfigured | ev.ServiceScaled", event)
+            )
+            if refusal is not None:
+                return refusal
         handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            return handler(self, event)
+        if handler is None:
+            return None
+        job_id = getattr(event, "job_id", None)
+        job = self.jobs.get(job_id) if job_id is not None else None
+        was_up = job is not None and job.state in _UP
+        was_over = job is not None and job.state in TERMINAL
+        refusal = cast("Refusal | None", handler(self, event))
+        if job is not None and job.array_parent is not None:
+            self._task_changed(job, was_up, was_over, event.occurred_at_ms)
+        if job is not None and job.service is not None and (job.state in _UP) != was_up:
+            svc = self.jobs.get(job.service)
+            if svc is not None:
+                svc.replicas_up += 1 if not was_up else -1
+                self._service_state(svc)
+        return refusal
+
+    def _task_changed(self, task: JobRecord, was_up: bool, was_over: bool, at_ms: int) -> None:
+        """An array's counts and state after an event about one of its tasks."""
+        parent = self.jobs.get(task.array_parent or "")
+        if parent is None:
+            return
+        up = task.state in _UP
+        if up != was_up:
+            parent.tasks_up += 1 if up else -1
+            parent.tasks_started = True
+        if task.state in TERMINAL and not was_over:
+            state = str(task.state)
+            parent.tasks_ended[state] = parent.tasks_ended.get(state, 0) + 1
+        self._array_state(parent, at_ms)
+
+    def _array_state(self, parent: JobRecord, at_ms: int) -> None:
+        """An array job is `pending` until a task is placed, `running` while one is, and ends
+        when every task has: `completed` if all completed, `failed` if one failed or timed
+        out, else `cancelled`. Its message counts its tasks by state."""
+        if parent.state in TERMINAL or parent.state == JobState.submitted:
+            return
+        count = parent.spec.array.count  # type: ignore[union-attr]
+        ended = parent.tasks_ended
+        done = sum(ended.values())
+        waiting = count - done - parent.tasks_up
+        parts = [f"{parent.tasks_up} running", f"{waiting} pending"] + [
+            f"{n} {s}" for s, n in sorted(ended.items())
+        ]
+        parent.message = f"{count} tasks: " + ", ".join(parts)
+        if done >= count:
+            if ended.get(JobState.completed, 0) == count:
+                parent.state = JobState.completed
+            elif ended.get(JobState.failed, 0) or ended.get(JobState.timeout, 0):
+                parent.state = JobState.failed
+            else:
+                parent.state = JobState.cancelled
+            parent.finished_ms = at_ms
+        else:
+            parent.state = JobState.running if parent.tasks_up else JobState.pending
+
+    def tasks_of(self, array_id: str) -> list[JobRecord]:
+        """The task records of an array job, by index."""
+        parent = self.jobs.get(array_id)
+        if parent is None or not parent.spec.array:
+            return []
+        first, count = parent.spec.array.first, parent.spec.array.count
+        ids = (task_id(array_id, first + i) for i in range(count))
+        return [r for r in map(self.jobs.get, ids) if r is not None and r.array_parent == array_id]
+
+    def _service_state(self, svc: JobRecord) -> None:
+        """A service is `running` while at least one replica is placed, else `pending`
+        (admitted, every replica waiting); submitted and terminal states are its own."""
+        if svc.state not in TERMINAL and svc.state != JobState.submitted:
+            svc.state = JobState.running if svc.replicas_up > 0 else JobState.pending
+
+    def _not_scheduled(
+        self, e: ev.TenantConfigured | ev.PriorityClassConfigured | ev.ServiceScaled
+    ) -> Refusal | None:
+        """None if the quota role's change `e` is what a schedule in force produces at its
+        time (services/quota/decider.py `_scheduled`), else why not (`NotScheduled`): it names
+        a schedule in force (`correlation_id` `schedule:<name>`), the schedule's latest fire
+        time at the event's time (`causation_id` `<name>@<fire ms>`), and carries exactly that
+        schedule's change applied to what is in force (a tenant's or class's other fields
+        unchanged; a service's replicas as scheduled)."""
+        what = f"{type(e).__name__} from {e.producer[:100]!r}"
+
+        def refused(why: str) -> Refusal:
+            return Refusal(FoldRefusal.NotScheduled, f"{what}: {why}")
+
+        corr = e.correlation_id
+        if not corr.startswith(SCHEDULE_PREFIX):
+            return refused(f"correlation id {corr[:100]!r} names no schedule")
+        name = corr[len(SCHEDULE_PREFIX) :]
+        s = self.config.schedules.get(name)
+        if s is None or s.removed:
+            return refused(f"no schedule {name[:100]!r} in force")
+        cause, _, fire = e.causation_id.rpartition("@")
+        if cause != name or not fire.removeprefix("-").isdigit() or len(fire) > 20:
+            return refused(f"causation id {e.causation_id[:100]!r} is not '{name}@<fire ms>'")
+        latest = last_fire_ms(s.cron, s.timezone, e.occurred_at_ms)
+        if latest is None or int(fire) != latest:
+            return refused(
+                f"schedule {name!r} last fired at {latest} ms by {e.occurred_at_ms}, not {fire}"
+            )
+        if isinstance(e, ev.ServiceScaled):
+            change = next((c for c in s.services if c.job_id == e.job_id), None)
+            job = self.jobs.get(e.job_id)
+            if change is None or job is None or job.tenant != e.tenant:
+                return refused(f"schedule {name!r} scales no service {e.job_id!r} of {e.tenant!r}")
+            if e.replicas != change.replicas:
+                return refused(
+                    f"schedule {name!r} sets {e.job_id} to {change.replicas} replicas, "
+                    f"not {e.replicas}"
+                )
+            return None
+        if isinstance(e, ev.TenantConfigured):
+            t_change = next((c for c in s.tenants if c.tenant == e.tenant), None)
+            if t_change is None:
+                return refused(f"schedule {name!r} does not change tenant {e.tenant!r}")
+            want: Any = changed_tenant(self.config.tenants.get(e.tenant), t_change)
+        else:
+            c_change = next((c for c in s.priority_classes if c.name == e.name), None)
+            if c_change is None:
+                return refused(f"schedule {name!r} does not change class {e.name!r}")
+            want = changed_class(self.config.classes.get(e.name), c_change)
+        differ = [
+            f"{f}={getattr(e, f)!r} (scheduled {getattr(want, f)!r})"
+            for f in type(e).__struct_fields__
+            if f not in _ENVELOPE and getattr(e, f) != getattr(want, f)
+        ]
+        if differ:
+            return refused(f"not what schedule {name!r} sets: {'; '.join(differ)[:300]}")
         return None
 
     # ------------------------------------------------------------------ queries
 
-    def gang_request(self, job: JobRecord):
+    def gang_request(self, job: JobRecord) -> GangRequest:
         """The placement request of a job (time-slicing allowed by its class)."""
         cls = self.config.classes.get(job.spec.priority_class)
         return gang_request(job, allow_timeslice=cls is not None and cls.allow_timeslice)
@@ -328,7 +536,7 @@ class Ledger:
                 now_ms is not None
                 and self.nomination_expires_ms(beneficiary) is not None
                 and (
-                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]
+                    now_ms >= self.nomination_expires_ms(beneficiary)  # type: ignore[operator]  # not None: checked just above
                 )
             ):
                 continue
@@ -349,9 +557,10 @@ class Ledger:
             rec = self.allocations.get(a)
             if rec is None:
                 continue
-            if rec.ended_ms is None:
+            end = rec.ended_ms if rec.ended_ms is not None else rec.resized_ms
+            if end is None or (rec.ended_ms is None and rec.preemption is not None):
                 return None
-            ends.append(rec.ended_ms)
+            ends.append(end)
         if not ends:
             return None
         return max(ends) + self.config.policy.nomination_ttl_s * 1000
@@ -364,7 +573,9 @@ class Ledger:
         ids = (replica_id(service_id, i) for i in range(svc.replicas_created))
         return [r for r in map(self.jobs.get, ids) if r is not None and r.service == service_id]
 
-    def member_models(self, members, per_member_milli: int) -> dict[str, int]:
+    def member_models(
+        self, members: Iterable[MemberPlacement], per_member_milli: int
+    ) -> dict[str, int]:
         """GPU capacity of `members` per GPU model (a member counts under the model of its
         first GPU; unknown nodes are skipped)."""
         out: dict[str, int] = {}
@@ -424,6 +635,17 @@ class Ledger:
 
     def _submitted(self, e: ev.JobSubmitted) -> Refusal | None:
         job_id = e.job.job_id
+        if REPLICA_SEPARATOR in job_id or ARRAY_SEPARATOR in job_id:
+            # `~` names replicas, `@` array tasks: no record, the id stays theirs
+            try:
+                ev.validate_job_id(job_id)
+            except ev.InvalidId as exc:  # (an unroutable id is admission's to reject)
+                if exc.reason.startswith((repr(REPLICA_SEPARATOR), repr(ARRAY_SEPARATOR))):
+                    message = str(exc)
+                    self._refuse(
+                        "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
+                    )
+                    return Refusal("InvalidSpec", message)
         first = self.jobs.get(job_id)
         if first is not None:
             if e.job != first.spec:  # same content = a retry: first one wins, silently
@@ -453,6 +675,7 @@ class Ledger:
             desired_replicas=e.job.replicas if e.job.is_service else 0,
         )
         self.submitted.add(job_id)
+        return None
 
     def _refuse_conflict(self, e: ev.JobSubmitted, first: JobRecord) -> None:
         job_id = e.job.job_id
@@ -488,12 +711,40 @@ class Ledger:
             e.slo_class,
         )
         job.admitted_ms = job.pending_since_ms = e.occurred_at_ms
+        if e.time_limit_s is not msgspec.UNSET:
+            job.time_limit_s = e.time_limit_s
         self.submitted.discard(e.job_id)
         if job.spec.is_service:  # the service runs as its replicas: they are queued
-            job.state = JobState.running
-            self._reconcile(job, e.occurred_at_ms)
+            self._reconcile(job, e.occurred_at_ms)  # pending until a replica is placed
+            return None
+        if job.spec.array:  # an array runs as its tasks: they are queued
+            self._create_tasks(job, e.occurred_at_ms)
             return None
         self._enqueue(e.job_id)
+        return None
+
+    def _create_tasks(self, parent: JobRecord, at_ms: int) -> None:
+        arr = parent.spec.array
+        for i in range(arr.first, arr.first + arr.count):  # type: ignore[union-attr]
+            tid = task_id(parent.job_id, i)
+            if tid in self.jobs:  # cannot happen: `@` is refused in submitted ids
+                continue
+            self.jobs[tid] = JobRecord(
+                spec=task_spec(parent.spec, i),
+                submitted_ms=at_ms,
+                submit_event_id=parent.submit_event_id,
+                state=JobState.pending,
+                priority=parent.priority,
+                preemptible=parent.preemptible,
+                slo_class=parent.slo_class,
+                admitted_ms=at_ms,
+                pending_since_ms=at_ms,
+                submit_seq=parent.submit_seq,
+                array_parent=parent.job_id,
+                time_limit_s=parent.time_limit_s,
+            )
+            self._enqueue(tid)
+        self._array_state(parent, at_ms)
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
         invalid = self.invalid_submissions.pop(e.job_id, None)
@@ -516,6 +767,7 @@ class Ledger:
         )
         job.finished_ms = e.occurred_at_ms
         self.submitted.discard(e.job_id)
+        return None
 
     def _cancelled(self, e: ev.JobCancelled) -> Refusal | None:
         job = self.jobs.get(e.job_id)
@@ -534,6 +786,20 @@ class Ledger:
             return Refusal("InvalidSpec", message)
         job.cancel_requested = True
         job.reason = e.reason
+        if job.spec.array and job.state != JobState.submitted:  # its tasks stop; it ends after
+            for task in self.tasks_of(job.job_id):
+                if task.state in TERMINAL or task.cancel_requested:
+                    continue
+                task.cancel_requested, task.reason = True, e.reason
+                if task.allocation_id is not None:
+                    self.cancelling.add(task.allocation_id)
+                else:
+                    task.state, task.finished_ms = JobState.cancelled, e.occurred_at_ms
+                    self._dequeue(task.job_id)
+                    self._end_nomination(task.job_id)
+                    job.tasks_ended["cancelled"] = job.tasks_ended.get("cancelled", 0) + 1
+            self._array_state(job, e.occurred_at_ms)
+            return None
         if job.spec.is_service:  # every replica stops; the service ends now
             job.state, job.finished_ms, job.desired_replicas = (
                 JobState.cancelled,
@@ -550,6 +816,7 @@ class Ledger:
             self.submitted.discard(e.job_id)
             self._dequeue(e.job_id)
             self._end_nomination(e.job_id)
+        return None
 
     def _scaled(self, e: ev.ServiceScaled) -> Refusal | None:
         self.config.note_fired(e)  # a time-of-day policy's replica change
@@ -660,8 +927,14 @@ class Ledger:
         self.allocations[e.allocation_id] = rec
         self.active.add(e.allocation_id)
         self.awaiting_start.add(e.allocation_id)
+        if _elastic(job) and len(e.members) < job.spec.replicas:
+            self.growable.add(e.allocation_id)
         for node in rec.nodes():
             self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        if job.spec.spread:
+            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            for m in e.members:
+                per_node[m.node] = per_node.get(m.node, 0) + 1
         self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
@@ -685,8 +958,36 @@ class Ledger:
         self._end_nomination(e.job_id)
         return None
 
-    def _member_started(self, e: ev.MemberStarted) -> None:
+    def _member_refusal(
+        self, e: ev.MemberStarted | ev.MemberCheckpointed | ev.MemberExited
+    ) -> tuple[AllocationRecord | None, Refusal | None]:
+        """The allocation a node's member fact is about, or why the fact is refused: a node
+        reports only on members placed on it (`WrongNode`: another node's member, or a rank
+        the allocation does not have), under the allocation's own job (`WrongJob`). A fact
+        about an allocation the log does not hold changes nothing (a late or replayed fact)."""
         rec = self.allocations.get(e.allocation_id)
+        if rec is None:
+            return None, None
+        member = next((m for m in rec.members if m.rank == e.rank), None)
+        if member is None or member.node != e.node:
+            where = "no such rank" if member is None else f"it runs on {member.node!r}"
+            return None, Refusal(
+                FoldRefusal.WrongNode,
+                f"{type(e).__name__} from node {e.node!r} for member {e.rank} of allocation "
+                f"{e.allocation_id!r}: {where}",
+            )
+        if e.job_id != rec.job_id:
+            return None, Refusal(
+                FoldRefusal.WrongJob,
+                f"{type(e).__name__} names job {e.job_id!r}; allocation {e.allocation_id!r} "
+                f"is job {rec.job_id!r}",
+            )
+        return rec, None
+
+    def _member_started(self, e: ev.MemberStarted) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
+        if refusal is not None:
+            return refusal
         if rec is not None and not rec.ended:
             rec.started.setdefault(e.rank, e.occurred_at_ms)
             if len(rec.started) == len(rec.members):
@@ -694,19 +995,35 @@ class Ledger:
                 job = self.jobs.get(rec.job_id)
                 if job is not None and job.spec.duration_s is not None:
                     remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-                    self.expected.set(e.allocation_id, "end", max(rec.started.values()) + remaining)
+                    # members added by a grow end with those started first (simulated agents)
+                    began = min if rec.resized_ms is not None else max
+                    self.expected.set(
+                        e.allocation_id, "end", began(rec.started.values()) + remaining
+                    )
+                if job is not None and job.time_limit_s is not None:
+                    self.time_limits.set(
+                        e.allocation_id,
+                        "limit",
+                        max(rec.started.values()) + job.time_limit_s * 1000,
+                    )
+        return None
 
-    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> None:
-        rec = self.allocations.get(e.allocation_id)
+    def _member_checkpointed(self, e: ev.MemberCheckpointed) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
         if rec is not None:
             rec.checkpoints[e.rank] = (e.step, e.progress_ms, e.occurred_at_ms)
+        return refusal
 
-    def _member_exited(self, e: ev.MemberExited) -> None:
-        rec = self.allocations.get(e.allocation_id)
+    def _member_exited(self, e: ev.MemberExited) -> Refusal | None:
+        rec, refusal = self._member_refusal(e)
         if rec is not None:
             rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
                 self.settle_ready.add(e.allocation_id)
+            leaving = rec.leaving()
+            if not rec.ended and leaving is not None and all(r in rec.exited for r in leaving):
+                self.settle_ready.add(e.allocation_id)  # a shrink to settle (`GangResized`)
+        return refusal
 
     def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
@@ -722,12 +1039,199 @@ class Ledger:
                 else "of no job"
             )
             return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        if isinstance(e.ranks, tuple):
+            self._check_shrink(e, rec, job)
         rec.preemption = e
-        job.state = JobState.preempting
+        if not isinstance(e.ranks, tuple):  # a shrinking gang keeps running
+            job.state = JobState.preempting
         saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
         self.expected.set(e.allocation_id, "checkpoint", saved_at)
         self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
+        return None
+
+    def _withdrawn(self, e: ev.JobWithdrawn) -> Refusal | None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != JobState.pending or job.service is not None:
+            return _not_in_state(e.job_id, job, "pending")
+        job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
+        job.reason, job.message, job.details = e.reason, e.message, e.details
+        self._dequeue(e.job_id)
+        self._end_nomination(e.job_id)
+        return None
+
+    def _time_limit_reached(self, e: ev.TimeLimitReached) -> Refusal | None:
+        rec = self.allocations.get(e.allocation_id)
+        job = self.jobs.get(e.job_id)
+        if rec is None or rec.ended or job is None or rec.time_limit is not None:
+            what = (
+                "unknown"
+                if rec is None
+                else "ended"
+                if rec.ended
+                else "already stopping at its time limit"
+                if rec.time_limit is not None
+                else "of no job"
+            )
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        rec.time_limit = e
+        self.time_limits.clear(e.allocation_id)
+        if rec.preemption is None:  # else the preemption's instants stand (they come first)
+            saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
+            self.expected.set(e.allocation_id, "checkpoint", saved_at)
+            self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
+        return None
+
+    @staticmethod
+    def _check_shrink(e: ev.PreemptionRequested, rec: AllocationRecord, job: JobRecord) -> None:
+        """A partial preemption names distinct members of the allocation, not all of them,
+        and leaves at least `min_members`; else `InvalidResize`."""
+        ranks = {m.rank for m in rec.members}
+        named = e.ranks if isinstance(e.ranks, tuple) else ()
+        left = len(rec.members) - len(set(named))
+        if not named or len(set(named)) != len(named) or not set(named) <= ranks:
+            raise Refused(
+                "InvalidResize",
+                f"ranks {list(named)} are not distinct members of {e.allocation_id}",
+            )
+        if left < job.spec.members_min() or job.service is not None:
+            raise Refused(
+                "InvalidResize",
+                f"{e.job_id} would keep {left} members, below its minimum {job.spec.members_min()}",
+            )
+
+    def _resized(self, e: ev.GangResized) -> Refusal | None:
+        """An elastic gang shrank: the members that left give their capacity back; the
+        allocation keeps running with the others (checked first, changed atomically)."""
+        rec = self.allocations.get(e.allocation_id)
+        job = self.jobs.get(e.job_id)
+        if rec is None or rec.ended or job is None or rec.job_id != e.job_id:
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is not running")
+        if e.to_members > e.from_members:
+            return self._grown(e, rec, job)
+        leaving = rec.leaving()
+        if leaving is None or not all(r in rec.exited for r in leaving):
+            return Refusal(
+                "NotShrinking", f"allocation {e.allocation_id!r} has no members that left"
+            )
+        kept = tuple(m for m in rec.members if m.rank not in leaving)
+        if e.members != kept or (e.from_members, e.to_members) != (len(rec.members), len(kept)):
+            raise Refused(
+                "InvalidResize",
+                f"{e.allocation_id}: members after the resize must be those that stay",
+            )
+        old = self.fleet.allocation(e.allocation_id)
+        self.fleet.release(e.allocation_id)
+        try:
+            self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(kept), old.request)
+        except (PlacementConflict, ValueError) as err:
+            self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+        gone = tuple(m for m in rec.members if m.rank in leaving)
+        per_member = rec.gpu_milli // len(rec.members)
+        freed = per_member * len(gone)
+        self._accrue(rec.tenant, e.occurred_at_ms)
+        self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - freed
+        if not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[rec.tenant] = fixed.get(rec.tenant, 0) - freed
+            for model, milli in self.member_models(gone, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
+        if job.spec.spread:
+            per_node = self.spread_nodes.get(job.spec.spread.group, {})
+            for m in gone:
+                left = per_node.get(m.node, 0) - 1
+                if left > 0:
+                    per_node[m.node] = left
+                else:
+                    per_node.pop(m.node, None)
+        for node in rec.nodes():
+            self.node_allocations.get(node, set()).discard(e.allocation_id)
+        rec.members = kept
+        rec.node_names = tuple(sorted({m.node for m in kept}))
+        for node in rec.nodes():
+            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        rec.gpu_milli = per_member * len(kept)
+        for r in leaving:
+            rec.started.pop(r, None)
+            rec.exited.pop(r, None)
+            rec.checkpoints.pop(r, None)
+        rec.preemption = None
+        rec.resized_ms = e.occurred_at_ms
+        if _elastic(job):
+            self.growable.add(e.allocation_id)
+        self.settle_ready.discard(e.allocation_id)
+        self.expected.clear(e.allocation_id)
+        if len(rec.started) == len(rec.members):
+            self.awaiting_start.discard(e.allocation_id)
+            if job.spec.duration_s is not None:
+                remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+                self.expected.set(e.allocation_id, "end", min(rec.started.values()) + remaining)
+        if rec.all_exited() or any(o == "failed" for o, _ in rec.exited.values()):
+            self.settle_ready.add(e.allocation_id)
+        job.preemptions.append(
+            PreemptionRecord(
+                at_ms=e.occurred_at_ms,
+                by=e.preempted_by,
+                reason=e.reason,
+                allocation_id=e.allocation_id,
+                checkpointed=e.checkpointed,
+                lost_gpu_ms=e.lost_gpu_ms,
+            )
+        )
+        return None
+
+    def _grown(self, e: ev.GangResized, rec: AllocationRecord, job: JobRecord) -> Refusal | None:
+        """An elastic gang grew: the new members (the next ranks) are bound on top of the
+        running ones, atomically; they start like a placement's members."""
+        n = len(rec.members)
+        if rec.preemption is not None:
+            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is being preempted")
+        added = e.members[n:]
+        if (
+            (e.from_members, e.to_members) != (n, len(e.members))
+            or e.members[:n] != rec.members
+            or [m.rank for m in added] != list(range(n, len(e.members)))
+            or len(e.members) > job.spec.replicas
+            or not _elastic(job)
+        ):
+            raise Refused(
+                "InvalidResize",
+                f"{e.allocation_id}: a grow keeps the {n} members and adds the next ranks, up "
+                f"to {job.spec.replicas}",
+            )
+        old = self.fleet.allocation(e.allocation_id)
+        self.fleet.release(e.allocation_id)
+        try:
+            self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(e.members), old.request)
+        except (PlacementConflict, ValueError) as err:
+            self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
+            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+        per_member = rec.gpu_milli // n
+        more = per_member * len(added)
+        self._accrue(rec.tenant, e.occurred_at_ms)
+        self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) + more
+        if not job.preemptible:
+            fixed = self.tenant_fixed_gpu_milli
+            fixed[rec.tenant] = fixed.get(rec.tenant, 0) + more
+            for model, milli in self.member_models(added, per_member).items():
+                key = (rec.tenant, model)
+                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
+        if job.spec.spread:
+            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            for m in added:
+                per_node[m.node] = per_node.get(m.node, 0) + 1
+        rec.members = e.members
+        rec.node_names = tuple(sorted({m.node for m in e.members}))
+        for node in rec.nodes():
+            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+        rec.gpu_milli = per_member * len(e.members)
+        rec.resized_ms = e.occurred_at_ms
+        self.awaiting_start.add(e.allocation_id)
+        self.expected.clear(e.allocation_id)  # the end is set again once the new ones start
+        if len(e.members) >= job.spec.replicas:
+            self.growable.discard(e.allocation_id)
         return None
 
     def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
@@ -800,8 +1304,10 @@ class Ledger:
         self.active.discard(allocation_id)
         self.awaiting_start.discard(allocation_id)
         self.settle_ready.discard(allocation_id)
+        self.growable.discard(allocation_id)
         self.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
+        self.time_limits.clear(allocation_id)
         if rec.backfill_for is not None:
             backfilled = self.backfills.get(rec.backfill_for)
             if backfilled is not None:
@@ -813,6 +1319,18 @@ class Ledger:
         self.fleet.release(allocation_id)
         self._accrue(rec.tenant, now_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
+        job = self.jobs.get(rec.job_id)
+        if job is not None and job.spec.spread:
+            group = job.spec.spread.group
+            per_node = self.spread_nodes.get(group, {})
+            for m in rec.members:
+                left = per_node.get(m.node, 0) - 1
+                if left > 0:
+                    per_node[m.node] = left
+                else:
+                    per_node.pop(m.node, None)
+            if not per_node:
+                self.spread_nodes.pop(group, None)
         job = self.jobs.get(rec.job_id)
         if job is not None and not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
@@ -867,7 +1385,7 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                JobState.failed,
+                JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed,
                 e.occurred_at_ms,
                 e.reason,
                 e.message,
@@ -910,7 +1428,28 @@ class Ledger:
     def _config(self, e: Any) -> None:
         if isinstance(e, ev.PolicyConfigured):
             self._usage_policy(e.policy.usage_half_life_s, e.occurred_at_ms)
+        before = (
+            self.config.classes.get(e.name) if isinstance(e, ev.PriorityClassConfigured) else None
+        )
         self.config.apply(e)
+        if before is not None:
+            self._class_preemptibility(e.name, before.preemptible)
+
+    def _class_preemptibility(self, name: str, was: bool) -> None:
+        """A class whose preemptibility changed (a schedule, or an operator): work of it
+        that has not started (pending jobs and replicas, services' later replicas) takes the
+        new value; what runs keeps the one it was placed with."""
+        now = self.config.classes[name].preemptible
+        if now == was:
+            return
+        for job_id in sorted(self.pending):
+            job = self.jobs[job_id]
+            if job.spec.priority_class == name:
+                job.preemptible = now
+        for job in self.jobs.values():
+            if job.spec.is_service and job.state not in TERMINAL_STATES:
+                if job.spec.priority_class == name:
+                    job.preemptible = now
 
     def _usage_policy(self, half_life_s: int, at_ms: int) -> None:
         """Before a new half-life takes effect: fold usage so far under the old one; start
@@ -973,7 +1512,15 @@ class Ledger:
         self.consolidations.pop(job_id, None)
 
 
+def _elastic(job: JobRecord) -> bool:
+    """Whether the job's gang may run with fewer members than `replicas` and grow back."""
+    spec = job.spec
+    return job.service is None and spec.min_members is not None and spec.min_members < spec.replicas
+
+
 MIG_HISTORY = 16
+_ENVELOPE = frozenset(ev.Event.__struct_fields__)
+"""Fields every event has (ids, time, producer): not part of what a schedule sets."""
 """Re-geometry request times kept per node (the rate limit allows at most 16 per window)."""
 
 
@@ -1001,8 +1548,11 @@ _HANDLERS: dict[type, Any] = {
     ev.MigReconfigured: Ledger._mig_reconfigured,
     ev.GangEvicted: Ledger._evicted,
     ev.GangRequeued: Ledger._requeued,
+    ev.GangResized: Ledger._resized,
     ev.GangCompleted: Ledger._completed,
     ev.GangFailed: Ledger._failed,
+    ev.TimeLimitReached: Ledger._time_limit_reached,
+    ev.JobWithdrawn: Ledger._withdrawn,
     ev.NodeRegistered: Ledger._node_registered,
     ev.NodeHeartbeat: Ledger._heartbeat,
     ev.NodeLost: Ledger._node_lost,

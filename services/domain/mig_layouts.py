@@ -8,6 +8,8 @@ valid start still free, in file order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gpuledger.services.placement import MigInstance, MigSlots, profile_for
 from gpuledger.services.placement.mig import best_start
 
@@ -16,7 +18,7 @@ class LayoutError(ValueError):
     """A layout that is not valid for the GPU model (one line, naming the entry)."""
 
 
-def parse_layout(model: str, entries) -> tuple[MigInstance, ...]:
+def parse_layout(model: str, entries: Iterable[str]) -> tuple[MigInstance, ...]:
     """The instances of `entries` on a GPU of `model`, sorted by start; raises LayoutError."""
     slots = MigSlots()
     out: list[MigInstance] = []
@@ -43,7 +45,7 @@ def parse_layout(model: str, entries) -> tuple[MigInstance, ...]:
     return tuple(sorted(out, key=lambda i: (i.start, i.profile)))
 
 
-def layout_text(instances) -> tuple[str, ...]:
+def layout_text(instances: Iterable[MigInstance]) -> tuple[str, ...]:
     """`<profile>@<start>` entries, sorted by start."""
     return tuple(
         f"{i.profile}@{i.start}" for i in sorted(instances, key=lambda i: (i.start, i.profile))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuledger.events import JobSpec, MemberPlacement, NodeInfo
+from gpuledger.events import GpuInfo, JobSpec, MemberPlacement, NodeInfo
 from gpuledger.services.placement import (
     GangRequest,
     GpuSpec,
@@ -49,7 +49,7 @@ def node_spec(info: NodeInfo) -> NodeSpec:
     )
 
 
-def _layout(g) -> tuple[MigInstance, ...]:
+def _layout(g: GpuInfo) -> tuple[MigInstance, ...]:
     """A GPU's fixed MIG layout as placement instances (empty: partitioned on demand; a
     layout that does not parse is treated as on demand, admission never sees it)."""
     if not g.mig_layout or g.sharing != "mig":
@@ -80,6 +80,7 @@ def gang_request_for(spec: JobSpec, allow_timeslice: bool = False) -> GangReques
             memory_mib=r.memory_mib,
             gpu_models=r.gpu_models,
             min_gpu_memory_mib=r.min_gpu_memory_mib,
+            node_selector=spec.selector(),
         ),
         replicas=spec.replicas,
         min_members=spec.min_members,

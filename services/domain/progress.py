@@ -10,8 +10,12 @@ GPUs, in whole-GPU milliseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuledger.events.specs import CheckpointPolicy
+
+if TYPE_CHECKING:  # the ledger imports this module
+    from gpuledger.services.domain.ledger import AllocationRecord
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class WorkOutcome:
     resume_step: int | None
 
 
-def work_outcome(rec, policy: CheckpointPolicy) -> WorkOutcome:
+def work_outcome(rec: AllocationRecord, policy: CheckpointPolicy) -> WorkOutcome:
     """`rec` is an AllocationRecord whose members have all exited."""
     exit_ms = max((t for _, t in rec.exited.values()), default=rec.placed_ms)
     start_ms = min(rec.started.values(), default=exit_ms)
@@ -35,15 +39,16 @@ def work_outcome(rec, policy: CheckpointPolicy) -> WorkOutcome:
 
     ranks = [m.rank for m in rec.members]
     all_ckpt = bool(ranks) and all(r in rec.checkpoints for r in ranks)
-    requested_at = rec.preemption.occurred_at_ms if rec.preemption is not None else None
+    stop = rec.preemption if rec.preemption is not None else getattr(rec, "time_limit", None)
+    requested_at = stop.occurred_at_ms if stop is not None else None
     if (
         all_ckpt
         and requested_at is not None
         and all(rec.checkpoints[r][2] >= requested_at for r in ranks)
     ):
         progress = min(saved_by(rec.checkpoints[r]) for r in ranks)
-        step = min(rec.checkpoints[r][0] for r in ranks)
-        return WorkOutcome(True, progress, 0, step)
+        first = min(rec.checkpoints[r][0] for r in ranks)
+        return WorkOutcome(True, progress, 0, first)
     saved, step = rec.start_progress_ms, None
     if all_ckpt:
         ck = min(saved_by(rec.checkpoints[r]) for r in ranks)

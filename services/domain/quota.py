@@ -11,12 +11,57 @@ are integer milli-GPUs; remainders go to children in path order, so results are 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+from msgspec import UNSET
 
 from gpuledger.events import TenantConfigured, TenantShare
+from gpuledger.events.reasons import PendingReason
 
 
 def parent_of(tenant: str) -> str:
     return tenant.rsplit("/", 1)[0] if "/" in tenant else ""
+
+
+def cap_of(t: TenantConfigured) -> int | None:
+    """The most the tenant's subtree may use: its `limit`, and its guarantee plus its
+    `borrowing_limit` (Kueue nominalQuota + borrowingLimit), whichever is lower; None = no
+    cap."""
+    caps = [c for c in (t.limit_gpu_milli, _borrow_cap(t)) if c is not None]
+    return min(caps) if caps else None
+
+
+def borrowing_limit(t: TenantConfigured) -> int | None:
+    """The tenant's `borrowing_limit` in milli-GPUs, None where it has none (the field is
+    `UNSET` then, which a read-only view of the state hands out wrapped: hence the type
+    test)."""
+    b = t.borrowing_limit_gpu_milli
+    return b if isinstance(b, int) else None
+
+
+def lending_limit(t: TenantConfigured) -> int | None:
+    """The tenant's `lending_limit` in milli-GPUs, None where it has none."""
+    v = t.lending_limit_gpu_milli
+    return v if isinstance(v, int) else None
+
+
+def unset_if_none(v: int | None) -> Any:
+    """`UNSET` for None (an absent limit in a `TenantConfigured`), else the value."""
+    return UNSET if v is None else v
+
+
+def _borrow_cap(t: TenantConfigured) -> int | None:
+    b = borrowing_limit(t)
+    return None if b is None else t.guaranteed_gpu_milli + b
+
+
+def unlent(t: TenantConfigured, used: int) -> int:
+    """The part of the tenant's unused guarantee that others may not borrow: what is unused
+    beyond its `lending_limit` (Kueue lendingLimit); 0 without a lending limit."""
+    lend = lending_limit(t)
+    if lend is None:
+        return 0
+    return max(0, t.guaranteed_gpu_milli - used - lend)
 
 
 def fair_shares(
@@ -80,7 +125,7 @@ def _split(
         (
             k,
             tenants[k].guaranteed_gpu_milli,
-            tenants[k].limit_gpu_milli,
+            cap_of(tenants[k]),
             tenants[k].over_quota_weight,
             subtree_demand[k],
         )
@@ -93,7 +138,9 @@ def _split(
     if granted > capacity:  # guarantees oversubscribed: scale down by guarantee
         scaled = {n: give[n] * capacity // granted for n in give}
         give, granted = scaled, sum(scaled.values())
-    surplus = capacity - granted
+    # the unused guarantee a kid does not lend (`lending_limit`) stays out of the surplus
+    held = sum(unlent(tenants[k], give[k]) for k in kids)
+    surplus = max(0, capacity - granted - held)
     while surplus > 0:
         wanting = [
             (n, w, min(d, lim if lim is not None else d) - give[n])
@@ -153,4 +200,114 @@ def quota_block(
             f"tenant {name} uses {allocated / 1000:g} of its {tenant.limit_gpu_milli / 1000:g}-GPU "
             f"limit, job needs {need / 1000:g}",
         )
+    cap = _borrow_cap(tenant)
+    if cap is not None and allocated + need > cap:
+        borrowed = max(0, allocated - tenant.guaranteed_gpu_milli)
+        return (
+            PendingReason.ExceedsLimit,
+            f"tenant {name} borrows {borrowed / 1000:g} of its "
+            f"{(borrowing_limit(tenant) or 0) / 1000:g}-GPU borrowing_limit (uses "
+            f"{allocated / 1000:g}, guaranteed {tenant.guaranteed_gpu_milli / 1000:g}), "
+            f"job needs {need / 1000:g}",
+        )
     return None
+
+
+def lends_limited(tenants: Mapping[str, TenantConfigured]) -> bool:
+    """Whether any tenant sets a lending limit (else `lending_block` never blocks)."""
+    return any(lending_limit(t) is not None for t in tenants.values())
+
+
+def lending_block(
+    tenants: Mapping[str, TenantConfigured],
+    usage: Mapping[str, int],
+    capacity_milli: int,
+    tenant: str,
+    need: int,
+) -> tuple[str, str, dict[str, Any]] | None:
+    """Why a job of `tenant` needing `need` milli-GPUs may not borrow them now, or None.
+
+    A job borrows when its tenant's own use would go above its guarantee. The borrowed
+    capacity must not come from the unused guarantee that other tenants keep back with
+    `lending_limit`: after the placement, everything in use plus what the others keep back
+    fits the capacity. Tenants on the job's own line (its ancestors, whose guarantee covers
+    it, and its descendants, whose guarantee is its own) do not count; for nested tenants the
+    larger of a tenant's own hold and its children's together counts once. Counted in
+    milli-GPUs over the whole fleet, as Kueue counts quota (not per node or model).
+    """
+    conf = tenants.get(tenant)
+    if conf is None:
+        return None
+    sub = _subtree_usage(tenants, usage)
+    if sub.get(tenant, 0) + need <= conf.guaranteed_gpu_milli:
+        return None  # within its own guarantee: not borrowing
+    children: dict[str, list[str]] = {}
+    for t in sorted(tenants):
+        p = parent_of(t)
+        while p and p not in tenants:
+            p = parent_of(p)
+        children.setdefault(p, []).append(t)
+    holders: list[tuple[str, int]] = []
+    held = sum(_held_out(r, tenant, tenants, children, sub, holders) for r in children.get("", []))
+    if held == 0:
+        return None
+    used = sum(usage.values())
+    free = capacity_milli - used
+    if used + need + held <= capacity_milli:
+        return None
+    names = ", ".join(
+        f"{t} keeps {h / 1000:g} (lends {(lending_limit(tenants[t]) or 0) / 1000:g} of "
+        f"{tenants[t].guaranteed_gpu_milli / 1000:g} guaranteed, uses {sub.get(t, 0) / 1000:g})"
+        for t, h in holders
+    )
+    return (
+        PendingReason.LendingLimit,
+        f"tenant {tenant} would borrow; {min(free, held) / 1000:g} of the {max(free, 0) / 1000:g} "
+        f"free GPUs are unused guarantee not lent: {names}; job needs {need / 1000:g}",
+        {
+            "need_gpu_milli": need,
+            "free_gpu_milli": free,
+            "held_gpu_milli": held,
+            "held_by": {t: h for t, h in holders},
+        },
+    )
+
+
+def _subtree_usage(
+    tenants: Mapping[str, TenantConfigured], usage: Mapping[str, int]
+) -> dict[str, int]:
+    """Per configured tenant: use of its whole subtree (own work included)."""
+    out: dict[str, int] = {}
+    for k in sorted(usage):
+        v = usage[k]
+        t = k
+        while t:
+            if t in tenants:
+                out[t] = out.get(t, 0) + v
+            t = parent_of(t)
+    return out
+
+
+def _held_out(
+    t: str,
+    job_tenant: str,
+    tenants: Mapping[str, TenantConfigured],
+    children: Mapping[str, list[str]],
+    sub: Mapping[str, int],
+    holders: list[tuple[str, int]],
+) -> int:
+    """Capacity the subtree of `t` keeps back from the job's tenant (see `lending_block`);
+    the tenants that keep some back are appended to `holders` in path order."""
+    if t == job_tenant or t.startswith(job_tenant + "/"):
+        return 0  # the job's tenant and its descendants: its own guarantee
+    mark = len(holders)
+    kids = sum(
+        _held_out(c, job_tenant, tenants, children, sub, holders) for c in children.get(t, [])
+    )
+    if job_tenant.startswith(t + "/"):
+        return kids  # an ancestor: its guarantee covers the job
+    own = unlent(tenants[t], sub.get(t, 0))
+    if own > kids:  # its own hold covers its children's: named alone
+        del holders[mark:]
+        holders.append((t, own))
+    return max(own, kids)

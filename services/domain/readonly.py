@@ -78,6 +78,7 @@ def _classify(tp: type) -> int:
             type,
             types.BuiltinFunctionType,
             types.MethodType,
+            msgspec.UnsetType,  # the immutable singleton `UNSET` (fields left out of the JSON)
         ),
     ) or tp is type(None):
         return _RAW

@@ -50,7 +50,7 @@ def in_window(state: Ledger, node: str, now_ms: int, window_ms: int) -> int:
 
 
 def regeometry_for(
-    state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str], fleet
+    state: Ledger, job: JobRecord, now_ms: int, exclude: frozenset[str], fleet: Any
 ) -> Regeometry:
     """The idle GPU to re-partition for `job` (node empty when there is none)."""
     settings = defrag_settings(state.config.policy)

@@ -13,7 +13,9 @@ therefore the same event in every shell that decides it (live, simulator, what-i
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -25,6 +27,9 @@ from gpuledger.events import (
     TenantChange,
     TenantConfigured,
 )
+from gpuledger.services.domain.quota import borrowing_limit, lending_limit, unset_if_none
+
+T = TypeVar("T")
 
 SCHEDULE_PREFIX = CORRELATION_PREFIX = "schedule:"
 """Configuration events a schedule publishes carry `correlation_id = schedule:<name>`."""
@@ -134,6 +139,8 @@ def changed_tenant(current: TenantConfigured | None, change: TenantChange) -> Te
         limit_gpu_milli=_keep(change.limit_gpu_milli, base.limit_gpu_milli),
         over_quota_weight=_keep(change.over_quota_weight, base.over_quota_weight),
         guaranteed_by_model=dict(base.guaranteed_by_model),
+        borrowing_limit_gpu_milli=unset_if_none(borrowing_limit(base)),
+        lending_limit_gpu_milli=unset_if_none(lending_limit(base)),
     )
 
 
@@ -150,10 +157,12 @@ def changed_class(
         description=base.description,
         grace_s=base.grace_s,
         allow_timeslice=base.allow_timeslice,
+        default_time_limit_s=base.default_time_limit_s,
+        max_time_limit_s=base.max_time_limit_s,
     )
 
 
-def _keep(new, old):
+def _keep(new: T | None, old: T) -> T:
     return old if new is None else new
 
 
@@ -184,3 +193,97 @@ def describe(s: ScheduleConfigured) -> str:
 
 def _gpus(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+HORIZON_MS = 7 * 86_400_000
+"""How far ahead admission and the scheduler look at the schedules (7 days): a job that fits
+only under a schedule firing later than that is judged as if it never fires."""
+
+_MAX_FIRES = 2_016
+"""At most this many fire times per schedule inside the horizon (one every 5 minutes for 7
+days); a schedule firing more often is followed only that far."""
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """From `at_ms` on (until the next stretch), what a tenant is guaranteed and whether a
+    priority class is preemptible, under the schedules in force."""
+
+    at_ms: int
+    guaranteed_gpu_milli: int
+    preemptible: bool
+    schedule: str = ""
+    """The schedule whose fire time starts the stretch ("" for the configuration in force)."""
+    timezone: str = "UTC"
+
+
+def outlook(config: Any, tenant: str, class_name: str, now_ms: int) -> list[Stretch]:
+    """The guarantee of `tenant` and the preemptibility of `class_name` from `now_ms` to the
+    end of the horizon (`HORIZON_MS`), as stretches in time order: the first is what is in
+    force now (with any change due but not yet published applied), each next one starts at a
+    schedule's fire time that changes either. `config` is the folded `ConfigState`. Pure and
+    deterministic (changes fold in order of fire time, then schedule name, as the quota
+    service publishes them)."""
+    t = config.tenants.get(tenant)
+    c = config.classes.get(class_name)
+    g = t.guaranteed_gpu_milli if t is not None else 0
+    p = c.preemptible if c is not None else True
+    relevant = {
+        name: s
+        for name, s in config.schedules.items()
+        if not s.removed
+        and (
+            any(x.tenant == tenant for x in s.tenants)
+            or any(x.name == class_name for x in s.priority_classes)
+        )
+    }
+    if not relevant:
+        return [Stretch(now_ms, g, p)]
+    for _, name in due(relevant, config.fired, now_ms):
+        g, p = _changed(relevant[name], tenant, class_name, g, p)
+    out = [Stretch(now_ms, g, p)]
+    fires: list[tuple[int, str]] = []
+    end = now_ms + HORIZON_MS
+    for name in sorted(relevant):
+        s, at = relevant[name], now_ms
+        for _ in range(_MAX_FIRES):
+            fire = next_fire_ms(s.cron, s.timezone, at)
+            if fire is None or fire > end:
+                break
+            at = fire
+            fires.append((at, name))
+    fires.sort()
+    for at, name in fires:
+        g, p = _changed(relevant[name], tenant, class_name, g, p)
+        if (g, p) != (out[-1].guaranteed_gpu_milli, out[-1].preemptible):
+            out.append(Stretch(at, g, p, name, relevant[name].timezone))
+    return out
+
+
+def _changed(
+    s: ScheduleConfigured, tenant: str, class_name: str, g: int, p: bool
+) -> tuple[int, bool]:
+    for t in s.tenants:
+        if t.tenant == tenant and t.guaranteed_gpu_milli is not None:
+            g = t.guaranteed_gpu_milli
+    for c in s.priority_classes:
+        if c.name == class_name and c.preemptible is not None:
+            p = c.preemptible
+    return g, p
+
+
+def first_fit(stretches: list[Stretch], need_milli: int) -> Stretch | None:
+    """The first stretch in which work of `need_milli` milli-GPUs of the class may run as far
+    as quota goes (the class is preemptible then, or the guarantee covers it), or None."""
+    for s in stretches:
+        if s.preemptible or need_milli <= s.guaranteed_gpu_milli:
+            return s
+    return None
+
+
+def local_time(at_ms: int, tz: str, since_ms: int) -> str:
+    """`08:00 Asia/Kolkata` (the wall clock of the zone), with the date in front
+    (`2026-06-03 08:00 Asia/Kolkata`) when `at_ms` is a day or more after `since_ms`."""
+    dt = _dt(at_ms, zone(tz))
+    clock = f"{dt:%H:%M} {tz}"
+    return clock if at_ms - since_ms < 86_400_000 else f"{dt:%Y-%m-%d} {clock}"

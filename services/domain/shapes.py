@@ -36,13 +36,13 @@ class FleetSummary:
     cliques: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     """(model, GPU memory) -> sizes of every non-MIG NVLink clique of that kind (largest first):
     how many whole-GPU members the fleet could ever hold at once."""
-    memo: dict = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     """`_fleet_problem` answers per (resources, allow_timeslice): a pure function of them."""
 
 
 def summarize(nodes: Iterable[Any]) -> FleetSummary:
     nodes = [n for n in nodes if not n.lost]
-    cliques: Counter = Counter()
+    cliques: Counter[tuple[str, int, str, str]] = Counter()
     mig: set[tuple[str, int]] = set()
     shared: set[tuple[str, int, str]] = set()
     for n in nodes:
@@ -85,7 +85,7 @@ def shape_problem(
         found = fleet.memo[key] = _fleet_problem(spec, fleet, allow_timeslice)
     if found is None:
         return None
-    reason, message, details = found  # type: ignore[misc]
+    reason, message, details = found
     return (reason, message, dict(details))  # callers get their own details
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, TypeVar
 
-from gpuledger.events import Decision, Event, JobSubmitted, derive_event_id, encode
+from gpuledger.events import Decision, Event, JobSpec, JobSubmitted, derive_event_id, encode
 
 E = TypeVar("E", bound=Event)
 
@@ -77,7 +77,7 @@ def enveloped(
     )
 
 
-def submission(spec, *, now_ms: int, producer: str):
+def submission(spec: JobSpec, *, now_ms: int, producer: str) -> JobSubmitted:
     """A `JobSubmitted` whose id derives from the job id AND its content: a retry of the same
     submission deduplicates, a different job under a reused id does not pass as a retry."""
     digest = hashlib.blake2b(encode(spec), digest_size=8).hexdigest()

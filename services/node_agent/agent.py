@@ -38,6 +38,7 @@ import structlog
 
 from gpuledger import events as ev
 from gpuledger.events import Event, GpuInfo, NodeInfo
+from gpuledger.services.node_agent import checkpoint
 from gpuledger.services.node_agent.decider import (
     AgentDecider,
     AgentState,
@@ -46,6 +47,7 @@ from gpuledger.services.node_agent.decider import (
     Forget,
     Kill,
     Observed,
+    Resize,
     Start,
 )
 from gpuledger.services.node_agent.executor import (
@@ -345,10 +347,19 @@ class RealAgent:
                     rank=effect.rank,
                     error=repr(err),
                 )
-                state.members[key] = Observed(started=False, outcome="failed", job_id=effect.job_id)
+                state.members[key] = Observed(
+                    started=False,
+                    outcome="failed",
+                    job_id=effect.job_id,
+                    incarnation=effect.incarnation,
+                )
                 return
             state.members[key] = Observed(
-                started=True, running=member.running, job_id=effect.job_id
+                started=True,
+                running=member.running,
+                job_id=effect.job_id,
+                world_size=effect.world_size,
+                incarnation=effect.incarnation,
             )
             self.log.info(
                 "agent.member_started",
@@ -375,6 +386,22 @@ class RealAgent:
                 allocation=effect.allocation_id,
                 rank=effect.rank,
                 delivered=sent,
+            )
+        elif isinstance(effect, Resize):
+            directory = self.checkpoint_root / effect.job_id / f"rank{effect.rank}"
+            try:
+                checkpoint.write_world_size(directory, effect.world_size)
+            except OSError as err:
+                self.log.error(
+                    "agent.resize_failed", allocation=effect.allocation_id, error=repr(err)
+                )
+                return
+            state.members[key].world_size = effect.world_size
+            self.log.info(
+                "agent.member_resized",
+                allocation=effect.allocation_id,
+                rank=effect.rank,
+                world_size=effect.world_size,
             )
         elif isinstance(effect, Forget):
             try:

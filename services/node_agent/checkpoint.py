@@ -12,6 +12,10 @@ Protocol, as a training job sees it:
    ``acknowledge(step)`` and exits with ``EXIT_CHECKPOINTED`` (75, EX_TEMPFAIL) or 0.
    At the deadline the agent sends SIGKILL: work since the last acknowledged step is lost.
 4. A resumed job (``resuming()``) finds its last acknowledged step with ``latest()``.
+5. Elastic gangs (``min_members < replicas``): when the gang shrinks, the agent atomically
+   writes the new member count to ``gpuledger-world-size`` in each staying rank's checkpoint
+   directory; ``world_size()`` reads it (``WORLD_SIZE`` until then). Poll it between steps
+   (or at each checkpoint) and re-form the process group with that many ranks.
 
 Invariant: a marker on disk is always complete (write to a temporary file, fsync,
 ``os.replace``, fsync the directory), so a reader never sees a torn marker.
@@ -60,6 +64,35 @@ def resuming() -> bool:
 
 def rank() -> int:
     return int(os.environ.get(ENV_RANK, "0"))
+
+
+WORLD_SIZE_FILE = "gpuledger-world-size"
+"""Where the agent writes an elastic gang's member count after a resize (one integer)."""
+
+
+def world_size() -> int:
+    """How many members the gang has now: the agent's latest word after a resize (the
+    ``gpuledger-world-size`` file in this rank's checkpoint directory), else ``WORLD_SIZE``."""
+    directory = os.environ.get(ENV_CHECKPOINT_DIR)
+    if directory:
+        try:
+            text = (Path(directory) / WORLD_SIZE_FILE).read_text(encoding="ascii").strip()
+            if text.isdigit() and int(text) > 0:
+                return int(text)
+        except OSError:
+            pass
+    return int(os.environ.get(ENV_WORLD_SIZE, "1"))
+
+
+def write_world_size(directory: str | os.PathLike[str], size: int) -> Path:
+    """Agent side: tell the member whose checkpoint directory this is its new world size
+    (atomically: a reader sees the old number or the new one)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"world size must be a positive int, got {size!r}")
+    path = Path(directory) / WORLD_SIZE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(path, f"{size}\n".encode("ascii"))
+    return path
 
 
 def read_marker(path: str | os.PathLike[str]) -> dict[str, Any] | None:

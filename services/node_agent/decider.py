@@ -21,6 +21,8 @@ Rules:
 - start a member of an active allocation placed here, unless it is being preempted or
   cancelled (then it exits `preempted` / `cancelled` without ever starting);
 - on `PreemptionRequested`: checkpoint signal now, SIGKILL at `deadline_ms`;
+- on `TimeLimitReached` (the run reached its job's time limit): the same, killed at its
+  `deadline_ms`;
 - on `JobCancelled`: the same, with the job's grace period from the cancellation;
 - a member still running for an allocation the log has *ended* (evicted because another
   member's node was lost, start timeout, ...) gets the same treatment from the end: a gang
@@ -67,6 +69,12 @@ class Observed:
     checkpoint_requested: bool = False
     killed: bool = False
     job_id: str = ""
+    world_size: int | None = None
+    """The world size the member was last told (at start, then by `Resize`); None when
+    unknown (adopted after a restart without its record)."""
+    incarnation: int | None = None
+    """The allocation's `resized_ms` when this member was started: a rank an elastic gang
+    gave up and grew back is a new member (the old observation is forgotten unreported)."""
 
 
 @dataclass
@@ -118,6 +126,8 @@ class Start:
     gpus: tuple[int, ...]
     mig_start: int | None
     resume: bool
+    incarnation: int | None = None
+    """The allocation's `resized_ms` at the start (see `Observed.incarnation`)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +148,17 @@ class Forget:
     rank: int
 
 
-Effect = Start | Checkpoint | Kill | Forget
+@dataclass(frozen=True)
+class Resize:
+    """Tell a running member of an elastic gang its new world size (the gang shrank)."""
+
+    allocation_id: str
+    job_id: str
+    rank: int
+    world_size: int
+
+
+Effect = Start | Checkpoint | Kill | Forget | Resize
 
 
 class AgentDecider(LedgerService):
@@ -157,10 +177,10 @@ class AgentDecider(LedgerService):
 
     # ------------------------------------------------------------------ fold
 
-    def initial_state(self) -> AgentState:  # type: ignore[override]
+    def initial_state(self) -> AgentState:  # type: ignore[override]  # a narrower state type than Service's
         return AgentState()
 
-    def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:  # type: ignore[override]
+    def evolve(self, state: AgentState, seq: int, event: Event) -> AgentState:  # type: ignore[override]  # a narrower state type than Service's
         state.ledger.apply(seq, event)
         if isinstance(event, (GangEvicted, GangCompleted, GangFailed)):
             rec = state.ledger.allocations.get(event.allocation_id)
@@ -174,12 +194,12 @@ class AgentDecider(LedgerService):
             state.last_metrics_ms = max(state.last_metrics_ms or 0, event.occurred_at_ms)
         return state
 
-    def fold_of(self, state: AgentState) -> AgentFold:  # type: ignore[override]
+    def fold_of(self, state: AgentState) -> AgentFold:  # type: ignore[override]  # a narrower state type than Service's
         """What the agent folded from the log (the rest of `AgentState` is local: the
         inventory, what the executor reported, telemetry samples)."""
         return AgentFold(state.ledger, state.ended_ms, state.cancelled_ms, state.last_metrics_ms)
 
-    def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]
+    def from_fold(self, fold: AgentFold, state: AgentState) -> AgentState:  # type: ignore[override]  # a narrower state type than Service's
         if not isinstance(fold, AgentFold) or not isinstance(fold.ledger, Ledger):
             raise TypeError(f"a {type(fold).__name__}, not an AgentFold")  # before any change
         state.ledger, state.ended_ms, state.cancelled_ms = (
@@ -211,17 +231,20 @@ class AgentDecider(LedgerService):
         return state.ledger.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
 
     def _stop_deadline(
-        self, state: AgentState, rec: AllocationRecord, job: JobRecord | None
+        self, state: AgentState, rec: AllocationRecord, job: JobRecord | None, rank: int
     ) -> int | None:
-        """When a running member of `rec` must be dead, or None if it may run on."""
+        """When running member `rank` of `rec` must be dead, or None if it may run on (a
+        partial preemption of an elastic gang stops only the members it names)."""
         if rec.ended:
             ended = state.ended_ms.get(rec.allocation_id)
             return None if ended is None else ended + self._grace_ms(state, job)
         if job is not None and job.cancel_requested:
             at = state.cancelled_ms.get(job.job_id)
             return None if at is None else at + self._grace_ms(state, job)
-        if rec.preemption is not None:
+        if rec.preemption is not None and rec.preempts(rank):
             return rec.preemption.deadline_ms
+        if rec.time_limit is not None:
+            return rec.time_limit.deadline_ms
         return None
 
     # ------------------------------------------------------------------ effects
@@ -233,7 +256,7 @@ class AgentDecider(LedgerService):
             key = (rec.allocation_id, m.rank)
             if m.rank in rec.exited or key in state.members:
                 continue
-            stopping = job.cancel_requested or rec.preemption is not None
+            stopping = job.cancel_requested or rec.stops(m.rank)
             if not stopping and job.spec.command:
                 out.append(
                     Start(
@@ -245,6 +268,7 @@ class AgentDecider(LedgerService):
                         gpus=m.gpus,
                         mig_start=m.mig_start,
                         resume=job.resume_step is not None,
+                        incarnation=rec.resized_ms,
                     )
                 )
         for key in sorted(state.members):
@@ -253,6 +277,10 @@ class AgentDecider(LedgerService):
             rec = ledger.allocations.get(alloc_id)
             if rec is None:
                 continue  # the log does not know it (yet): leave it alone
+            if _left(rec, rank) or _stale(obs, rec, rank):  # gave up by an elastic gang
+                if obs.outcome is not None:
+                    out.append(Forget(alloc_id, rank))
+                continue
             if obs.outcome is not None:
                 if rank in rec.exited:
                     out.append(Forget(alloc_id, rank))
@@ -260,8 +288,15 @@ class AgentDecider(LedgerService):
             if not obs.running:
                 continue
             job = ledger.jobs.get(rec.job_id)
-            deadline = self._stop_deadline(state, rec, job)
+            deadline = self._stop_deadline(state, rec, job, rank)
             if deadline is None:
+                size = len(rec.members)
+                told = obs.world_size
+                if not rec.ended and (
+                    (told is not None and told != size)
+                    or (told is None and rec.resized_ms is not None)  # adopted after a restart
+                ):
+                    out.append(Resize(alloc_id, rec.job_id, rank, size))
                 continue
             if not obs.checkpoint_requested:
                 out.append(Checkpoint(alloc_id, rank))
@@ -271,7 +306,7 @@ class AgentDecider(LedgerService):
 
     # ------------------------------------------------------------------ events
 
-    def decide(self, state: AgentState, now_ms: int) -> list[Event]:  # type: ignore[override]
+    def decide(self, state: AgentState, now_ms: int) -> list[Event]:  # type: ignore[override]  # a narrower state type than Service's
         out = self._node_events(state, now_ms)
         ledger = state.ledger
         for rec, job, m in self._mine(state):
@@ -279,7 +314,7 @@ class AgentDecider(LedgerService):
                 continue
             if job.cancel_requested:
                 out.append(self._exited(state, now_ms, rec, m.rank, "cancelled", None))
-            elif rec.preemption is not None:
+            elif rec.stops(m.rank):
                 out.append(self._exited(state, now_ms, rec, m.rank, "preempted", None))
             elif not job.spec.command:
                 out.append(self._exited(state, now_ms, rec, m.rank, "failed", None))
@@ -287,7 +322,7 @@ class AgentDecider(LedgerService):
             obs = state.members[key]
             alloc_id, rank = key
             rec = ledger.allocations.get(alloc_id)
-            if rec is None:
+            if rec is None or _left(rec, rank) or _stale(obs, rec, rank):
                 continue
             if obs.started and not rec.ended and rank not in rec.started:
                 out.append(
@@ -295,7 +330,7 @@ class AgentDecider(LedgerService):
                         state.ledger,
                         now_ms,
                         MemberStarted,
-                        key=f"{alloc_id}/{rank}",
+                        key=rec.member_key(rank),
                         correlation_id=rec.job_id,
                         job_id=rec.job_id,
                         allocation_id=alloc_id,
@@ -310,7 +345,7 @@ class AgentDecider(LedgerService):
                         state.ledger,
                         now_ms,
                         MemberCheckpointed,
-                        key=f"{alloc_id}/{rank}/{obs.ack_step}",
+                        key=f"{rec.member_key(rank)}/{obs.ack_step}",
                         correlation_id=rec.job_id,
                         job_id=rec.job_id,
                         allocation_id=alloc_id,
@@ -341,7 +376,7 @@ class AgentDecider(LedgerService):
             state.ledger,
             now_ms,
             MemberExited,
-            key=f"{rec.allocation_id}/{rank}",
+            key=rec.member_key(rank),
             correlation_id=rec.job_id,
             job_id=rec.job_id,
             allocation_id=rec.allocation_id,
@@ -407,7 +442,7 @@ class AgentDecider(LedgerService):
 
     # ------------------------------------------------------------------ wakeups
 
-    def next_wakeup_ms(self, state: AgentState, now_ms: int) -> int | None:  # type: ignore[override]
+    def next_wakeup_ms(self, state: AgentState, now_ms: int) -> int | None:  # type: ignore[override]  # a narrower state type than Service's
         times: list[int] = []
         node = state.node
         known = state.ledger.nodes.get(node.name) if node is not None else None
@@ -419,3 +454,20 @@ class AgentDecider(LedgerService):
         if busy or any(True for _ in self._mine(state)):
             times.append(now_ms + self.poll_ms)
         return min(times, default=None)
+
+
+def _left(rec: AllocationRecord, rank: int) -> bool:
+    """Whether member `rank` left the allocation when its elastic gang shrank (`GangResized`
+    keeps only the members that stay)."""
+    return rec.resized_ms is not None and all(m.rank != rank for m in rec.members)
+
+
+def _stale(obs: Observed, rec: AllocationRecord, rank: int) -> bool:
+    """Whether the observation is of an earlier member of this rank: the elastic gang gave
+    it up and grew the rank back since (reported already; the new member starts afresh)."""
+    return (
+        obs.outcome is not None
+        and obs.incarnation != rec.resized_ms
+        and rank not in rec.started
+        and rank not in rec.exited
+    )

@@ -3,12 +3,14 @@
 Per member on one of its nodes: start when placed; exit `completed` when the remaining work
 (duration minus the progress the allocation resumed from) is done; on a preemption request,
 save a checkpoint taking the job's `save_s` and exit `preempted` — or, when saving would
-overrun the deadline, exit at the deadline with no checkpoint (work lost); exit `cancelled`
-when the job is cancelled. Registers its nodes, and heartbeats when asked to (live mode).
+overrun the deadline, exit at the deadline with no checkpoint (work lost); the same when the
+run reaches its time limit (`TimeLimitReached`); exit `cancelled` when the job is cancelled. Registers its nodes, and heartbeats when asked to (live mode).
 The agent never stops a member on its own for any other reason.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 
@@ -231,7 +233,7 @@ class SimulatedAgent(LedgerService):
         rank: int,
         node: str,
     ) -> list[Event]:
-        key = f"{rec.allocation_id}/{rank}"
+        key = rec.member_key(rank)
         common = dict(
             correlation_id=job.job_id,
             job_id=job.job_id,
@@ -243,17 +245,19 @@ class SimulatedAgent(LedgerService):
         if job.cancel_requested:
             return [self.emit(state, now_ms, MemberExited, key=key, outcome="cancelled", **common)]
         if started is None:
-            if rec.preemption is not None:  # never started: nothing to save
+            if rec.stops(rank):  # never started: nothing to save
                 return [
                     self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", **common)
                 ]
             return [self.emit(state, now_ms, MemberStarted, key=key, **common)]
-        due = _due(rec, job, started)
+        due = _due(rec, job, started, rank)
         if due is None or due[0] > now_ms:
             return []
         _, what = due
         if what == "checkpoint":
-            progress = rec.start_progress_ms + (rec.preemption.occurred_at_ms - started)
+            stop = _stop_request(rec, rank)
+            assert stop is not None
+            progress = rec.start_progress_ms + (stop.occurred_at_ms - started)
             return [
                 self.emit(
                     state,
@@ -305,17 +309,34 @@ def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
     )
 
 
-def _due(rec: AllocationRecord, job: JobRecord, started_ms: int) -> tuple[int, str] | None:
-    """The next thing a running member does on its own, and when: `end`, `checkpoint`
+def _stop_request(rec: AllocationRecord, rank: int) -> Any:
+    """What asks member `rank` to checkpoint and exit: a preemption that names it, else the
+    time limit (None: nothing)."""
+    return rec.preemption if rec.preempts(rank) else rec.time_limit
+
+
+def _due(
+    rec: AllocationRecord, job: JobRecord, started_ms: int, rank: int
+) -> tuple[int, str] | None:
+    """The next thing running member `rank` does on its own, and when: `end`, `checkpoint`
     (checkpoint then exit) or `killed` (deadline reached before the checkpoint)."""
     end = None
     if job.spec.duration_s is not None:
-        end = started_ms + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-    p = rec.preemption
+        # the gang's work ends together: a member added when an elastic gang grew ends with
+        # the members started first (all members of a placement start at the same instant)
+        first = min(rec.started.values(), default=started_ms)
+        end = min(started_ms, first) + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+    p = _stop_request(rec, rank)
     if p is None:
+        if end is not None and job.time_limit_s is not None and rec.started:
+            limit_at = max(rec.started.values()) + job.time_limit_s * 1000
+            if end >= limit_at:  # its work outlasts its limit: the scheduler stops it then
+                return None
         return None if end is None else (end, "end")
     saved_at = p.occurred_at_ms + job.spec.checkpoint.save_s * 1000
     stop = (saved_at, "checkpoint") if saved_at <= p.deadline_ms else (p.deadline_ms, "killed")
+    if p is rec.time_limit:  # a run at its limit is stopped, whatever work it had left
+        return stop
     if end is not None and end <= stop[0]:
         return (end, "end")
     return stop

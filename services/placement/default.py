@@ -17,10 +17,27 @@ a scarce model usable for the tasks that can only run there outweighs filling it
 that could run anywhere; on a fleet of one model, or a workload without model constraints,
 F is FGD's.
 
+F also counts host memory when the typical tasks ask memory (a node without the memory for
+a task cannot host it, like one without its CPU), and S is fed by the node's CPU and its
+memory (`Fragmentation.strand_profile`, `Fragmentation.stranded`).
+
 Score: FGD's integer sigmoid score of ``d(F) + w d(S)`` (S weighted by its demand ``w``,
-F by the scarcity-weighted typical tasks), then (tie) less S after the placement,
-then the fleet's node order (an implicit consolidation, as in FGD). MIG members use MIG
-packing. Gang members are kept under one leaf switch by the engine.
+F by the scarcity-weighted typical tasks), then (tie) less S after the placement, then the
+fleet's node order (an implicit consolidation, as in FGD). Two cases score by
+``d(F) + w d(S)`` itself instead (the sigmoid is monotone, so only ties inside its integer
+bands change: 0 below -4.6 GPUs' worth, 99 above +4.6, 40 milli wide near 0):
+
+- a CPU-only member: it adds no GPU, so on every node it can only make F and S worse, and
+  the bands tied every node it would damage by more than 4.6 GPUs' worth, leaving the
+  choice to the tie order;
+- every member when the workload is *host-bound* (`ScoreContext.host_bound`: the typical
+  tasks ask at least the fleet's CPU, or memory, per GPU): then F and S move by several
+  GPUs' worth per placement, and packing the first nodes of the tie order runs their CPU
+  out under GPUs still idle. Where the workload is not host-bound the bands' ties are
+  what consolidates (scoring every member without them lost 0.5 points on the default
+  openb pod list, seeds 42-43).
+
+MIG members use MIG packing. Gang members are kept under one leaf switch by the engine.
 """
 
 from __future__ import annotations
@@ -48,16 +65,26 @@ class DefaultScorer:
         frag = ctx.frag_scarce or base
         idle = free_gpu_milli(node)
         taken = 0 if member.kind == "cpu" else (member.gpu_milli or GPU_MILLI * member.gpus)
-        weight, ratio = base.strand_profile(node.frag_layout, node.spec.cpu_milli)
-        strand_before = frag.stranded(ratio, idle, node.free_cpu)
-        strand_after = frag.stranded(ratio, idle - taken, node.free_cpu - member.cpu_milli)
+        spec = node.spec
+        weight, ratio, mem_ratio = frag.base.strand_profile(
+            node.frag_layout, spec.cpu_milli, spec.memory_mib
+        )
+        strand_before = frag.stranded(ratio, idle, node.free_cpu, mem_ratio, node.free_mem)
+        strand_after = frag.stranded(
+            ratio,
+            idle - taken,
+            node.free_cpu - member.cpu_milli,
+            mem_ratio,
+            node.free_mem - member.memory_mib,
+        )
         bonus = weight * (strand_before - strand_after)
         best: tuple[int, Option] | None = None
+        raw = ctx.host_bound or member.kind == "cpu"
         for delta, _, opt in frag_delta_scores(frag, node, member, opts):
-            score = frag.score(delta + bonus)
+            score = delta + bonus if raw else frag.score(delta + bonus)
             if best is None or score > best[0]:
                 best = (score, opt)
-        score, opt = best  # type: ignore[misc]
+        score, opt = best  # type: ignore[misc]  # opts is never empty here
         return score * _TIE - strand_after, opt
 
 

@@ -23,6 +23,7 @@ Option = tuple[tuple[int, ...], int | None]
 
 REJECTIONS: dict[str, str] = {
     "excluded": "excluded",
+    "selector": "not matching the node selector",
     "unschedulable": "unschedulable",
     "cpu_capacity": "CPU capacity too small",
     "memory_capacity": "memory capacity too small",
@@ -43,6 +44,7 @@ REJECTIONS: dict[str, str] = {
 }
 STATIC = frozenset(
     {
+        "selector",
         "cpu_capacity",
         "memory_capacity",
         "wrong_model",
@@ -150,8 +152,8 @@ def options(
             prof = profile_for(g.model, member.mig_profile or "")
             allowed = None
             if g.mig_layout:
-                allowed = tuple(i.start for i in g.mig_layout if i.profile == prof.name)  # type: ignore[union-attr]
-            start = best_start(node.mig[p], prof, g.model, allowed)  # type: ignore[arg-type]
+                allowed = tuple(i.start for i in g.mig_layout if i.profile == prof.name)  # type: ignore[union-attr]  # MIG GPUs carry a layout tuple
+            start = best_start(node.mig[p], prof, g.model, allowed)  # type: ignore[arg-type]  # a MIG GPU has its slots
             if start is not None:
                 out.append(((p,), start))
         if not out:

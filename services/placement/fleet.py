@@ -105,6 +105,9 @@ class _ShapeCache:
         "spos",
         "live",
         "live_n",
+        "selector",
+        "sel_pair",
+        "lpos",
     )
 
     def __init__(self, scorer: Scorer, member: MemberRequest, tenant: str, allow_ts: bool) -> None:
@@ -112,6 +115,14 @@ class _ShapeCache:
         self.member = member
         self.tenant = tenant
         self.allow_ts = allow_ts
+        # The member's node selector: nodes without its labels get the key "selector" before
+        # anything else is looked at (never scored, whatever their shape or state).
+        self.selector = member.node_selector
+        # For a selector: the label pair whose change log `_refresh` reads instead of the
+        # shapes' logs (every selected node carries it; chosen by `Fleet._cache`, the rarest
+        # pair then), and the position read in it (None: not read yet).
+        self.sel_pair: tuple[str, str] | None = None
+        self.lpos: int | None = None
         # seq -> (score, option) of the node's last scoring, if feasible: current while that
         # node's `seen` version is its version and its key is "fits" (the tuple is shared by
         # the nodes of one state: the memo's)
@@ -215,11 +226,12 @@ class _Log:
     """The capacity change log of the nodes of one shape (entries: node seqs); ``base`` is
     the absolute position of ``entries[0]`` (the log is cut when long)."""
 
-    __slots__ = ("entries", "base")
+    __slots__ = ("entries", "base", "limit")
 
     def __init__(self) -> None:
         self.entries: list[int] = []
         self.base = 0
+        self.limit = 1024  # cut beyond this many entries (label logs: 4 x nodes + 1024)
 
     @property
     def end(self) -> int:
@@ -249,6 +261,11 @@ class Fleet:
         self._log_base = 0
         self._slogs: dict[Any, _Log] = {}  # shape id -> capacity changes of its nodes
         self._shape_nodes: dict[Any, dict[int, None]] = {}  # shape id -> seqs of its nodes
+        # The label index: (key, value) -> seqs of the nodes carrying it, and the capacity
+        # change log of those nodes (what a node-selector query reads: `_refresh`).
+        self._label_nodes: dict[tuple[str, str], dict[int, None]] = {}
+        self._llogs: dict[tuple[str, str], _Log] = {}
+        self._llogs_of: dict[int, tuple[_Log, ...]] = {}  # seq -> its labels' change logs
         self._caches: dict[tuple, _ShapeCache] = {}
         self._shape_ids: dict[tuple, int] = {}
         self._state_ids: dict[tuple, int] = {}  # NodeState.state_key -> id (never reused)
@@ -257,9 +274,11 @@ class Fleet:
         self._allocs_on: dict[str, dict[str, None]] = {}
         self._tenant_milli: dict[str, int] = {}
         self._models: dict[str, int] = {}  # GPU model -> GPUs of that model on known nodes
+        self._host_total = [0, 0]  # CPU milli, memory MiB of known nodes
         self._memo_cap = 4096  # states memoised per shape cache: max(4096, 2 x nodes)
         self._frag = Fragmentation(typical_tasks or DEFAULT_TYPICAL_TASKS)
-        self._scarce = self._frag  # typical tasks weighted by model scarcity (`_rescarce`)
+        self._dfrag = self._memory_frag(self._frag)
+        self._scarce = self._dfrag  # `default`'s, weighted by model scarcity (`_rescarce`)
         self._ctx = ScoreContext(frag=self._frag, frag_scarce=self._scarce)
         if node_order is not None:
             self.set_node_order(node_order)
@@ -271,9 +290,12 @@ class Fleet:
     def set_typical_tasks(self, tasks: tuple[TypicalTask, ...]) -> None:
         """The workload fragmentation-aware scorers optimise for (drops score caches)."""
         self._frag = Fragmentation(tasks)
+        self._dfrag = self._memory_frag(self._frag)
         for state in self._nodes.values():
-            self._frag.remember_profile(state.frag_layout, state.spec.cpu_milli)
-        self._scarce = self._frag.scarcity_weighted(self._supply())
+            self._dfrag.remember_profile(
+                state.frag_layout, state.spec.cpu_milli, state.spec.memory_mib
+            )
+        self._scarce = self._dfrag.scarcity_weighted(self._supply())
         self._refresh_context(force=True)
 
     def set_node_order(self, names: Iterable[str]) -> None:
@@ -301,6 +323,7 @@ class Fleet:
                     max(self._ctx.max_node_gpu_milli, gpu_milli),
                     self._frag,
                     self._scarce,
+                    self._ctx.host_bound,
                 )
                 self._caches.clear()
                 return
@@ -310,22 +333,38 @@ class Fleet:
             max_node_gpu_milli=max((GPU_MILLI * len(n.spec.gpus) for n in nodes), default=1) or 1,
             frag=self._frag,
             frag_scarce=self._scarce,
+            host_bound=self._host_bound(),
         )
         if force or ctx != self._ctx:
             self._ctx = ctx
             self._caches.clear()
 
+    @staticmethod
+    def _memory_frag(frag: Fragmentation) -> Fragmentation:
+        """`default`'s measure: FGD's plus host memory (the same object when no typical
+        task asks memory, so its memo is shared)."""
+        with_memory = Fragmentation(frag.tasks, memory=True)
+        return with_memory if with_memory.memory else frag
+
     def _supply(self) -> dict[str, int]:
         return {m: n for m, n in sorted(self._models.items()) if n}
 
+    def _host_bound(self) -> bool:
+        gpu_milli = GPU_MILLI * sum(self._models.values())
+        return self._dfrag.host_bound(self._host_total[0], self._host_total[1], gpu_milli)
+
     def _rescarce(self) -> None:
-        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed
-        (score caches are dropped only if a weight changed)."""
-        scarce = self._frag.scarcity_weighted(self._supply())
-        if scarce.tasks != self._scarce.tasks:
+        """Re-weigh the typical tasks by model scarcity after the fleet's GPU models changed,
+        and re-check whether they are host-bound after its capacity changed (score caches
+        are dropped only if a weight or that answer changed)."""
+        scarce = self._dfrag.scarcity_weighted(self._supply())
+        bound = self._host_bound()
+        if scarce.tasks != self._scarce.tasks or bound != self._ctx.host_bound:
             self._scarce = scarce
             c = self._ctx
-            self._ctx = ScoreContext(c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce)
+            self._ctx = ScoreContext(
+                c.max_node_cpu, c.max_node_gpu_milli, self._frag, scarce, bound
+            )
             self._caches.clear()
 
     # -- nodes -------------------------------------------------------------------------
@@ -337,7 +376,7 @@ class Fleet:
         self._seq += 1
         state = NodeState(spec, self._seq)
         state.rank = self._rank(spec.name)
-        state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]
+        state.shape_id = self._shape_ids.setdefault(state.shape_id, len(self._shape_ids))  # type: ignore[arg-type]  # a spec shape is its key until interned
         if old is not None:
             state.schedulable = old.schedulable
         for alloc_id in self._allocs_on.get(spec.name, {}):
@@ -349,12 +388,23 @@ class Fleet:
         self._nodes[spec.name] = state
         self._by_seq[state.seq] = state
         self._shape_nodes.setdefault(state.shape_id, {})[state.seq] = None
-        self._frag.remember_profile(state.frag_layout, spec.cpu_milli)
+        if spec.labels:
+            for pair in spec.labels:
+                nodes = self._label_nodes.setdefault(pair, {})
+                nodes[state.seq] = None
+                llog = self._llogs.get(pair)
+                if llog is None:
+                    llog = self._llogs[pair] = _Log()
+                llog.limit = 4 * len(nodes) + 1024
+            self._llogs_of[state.seq] = tuple(self._llogs[p] for p in spec.labels)
+        self._dfrag.remember_profile(state.frag_layout, spec.cpu_milli, spec.memory_mib)
         if state.shape_id not in self._slogs:
             self._slogs[state.shape_id] = _Log()
         self._memo_cap = max(self._memo_cap, 2 * len(self._nodes))
         for g in spec.gpus:
             self._models[g.model] = self._models.get(g.model, 0) + 1
+        self._host_total[0] += spec.cpu_milli
+        self._host_total[1] += spec.memory_mib
         self._leaf.setdefault(spec.leaf_switch, []).append(state.seq)
         self._logged(state.seq)
         self._refresh_context(added=None if old is not None else spec)
@@ -364,8 +414,14 @@ class Fleet:
         del self._nodes[state.name]
         del self._by_seq[state.seq]
         del self._shape_nodes[state.shape_id][state.seq]
+        for pair in state.spec.labels:
+            del self._label_nodes[pair][state.seq]
+            self._llogs[pair].limit = 4 * len(self._label_nodes[pair]) + 1024
+        self._llogs_of.pop(state.seq, None)
         for g in state.spec.gpus:
             self._models[g.model] -= 1
+        self._host_total[0] -= state.spec.cpu_milli
+        self._host_total[1] -= state.spec.memory_mib
         self._leaf[state.spec.leaf_switch].remove(state.seq)
         self._logged(state.seq)
 
@@ -419,6 +475,19 @@ class Fleet:
             for n in self._nodes.values()
             if n.schedulable
         )
+
+    def idle_breakdown(self) -> tuple[int, int, int]:
+        """Idle milli over non-MIG GPUs of schedulable nodes as (usable, fragmented,
+        stranded) for the fleet's typical tasks (`Fragmentation.idle_breakdown`, host
+        memory counted when the tasks ask memory): *stranded* is idle GPU that some typical
+        task could use but whose node lacks the CPU or memory for every such task."""
+        frag = self._dfrag
+        usable = fragmented = stranded = 0
+        for n in self._nodes.values():
+            if n.schedulable:
+                u, f, s = frag.idle_breakdown(n.frag_layout, n.free_cpu, n.free_mem, n.gpu_free)
+                usable, fragmented, stranded = usable + u, fragmented + f, stranded + s
+        return usable, fragmented, stranded
 
     def allocation(self, allocation_id: str) -> Allocation:
         a = self._allocs.get(allocation_id)
@@ -609,6 +678,13 @@ class Fleet:
             if len(self._caches) >= 512:
                 del self._caches[next(iter(self._caches))]
             cache = self._caches[key] = _ShapeCache(scorer, member, tenant, gang.allow_timeslice)
+            if member.node_selector:  # the rarest pair (fewest nodes, then by name)
+                rarest = None
+                for pair in member.node_selector:
+                    n = len(self._label_nodes.get(pair, ()))
+                    if rarest is None or (n, pair) < rarest:
+                        rarest = (n, pair)
+                cache.sel_pair = rarest[1]  # type: ignore[index]
         self._refresh(cache)
         return cache
 
@@ -636,6 +712,9 @@ class Fleet:
                 self._rescore(cache, self._nodes.values(), True)
             for sid, slog in self._slogs.items():
                 cache.spos[sid] = slog.end
+            if cache.sel_pair is not None:
+                llog = self._llogs.get(cache.sel_pair)
+                cache.lpos = None if llog is None else llog.end
             cache.live = None  # the static keys are known now
         else:
             changed: list[NodeState] = []
@@ -648,7 +727,9 @@ class Fleet:
                         cache.forget(seq)
             static = cache.static
             spos = cache.spos
-            for sid, slog in self._live_logs(cache):
+            if cache.sel_pair is not None:  # the label index: only nodes carrying the pair
+                changed += self._label_changes(cache)
+            for sid, slog in () if cache.sel_pair is not None else self._live_logs(cache):
                 entries = slog.entries
                 end = slog.base + len(entries)  # `slog.end`, inline (hot loop)
                 at = spos.get(sid)
@@ -672,6 +753,25 @@ class Fleet:
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
 
+    def _label_changes(self, cache: _ShapeCache) -> list[NodeState]:
+        """Nodes carrying the cache's selector pair whose capacity changed since the cache last
+        read that pair's change log (all of them when it never did or fell behind the log's
+        start): the nodes outside the selector are never read."""
+        pair = cache.sel_pair
+        llog = self._llogs.get(pair)  # type: ignore[arg-type]
+        if llog is None:
+            return []
+        entries = llog.entries
+        end = llog.base + len(entries)
+        at = cache.lpos
+        if at == end:
+            return []
+        cache.lpos = end
+        by_seq = self._by_seq
+        if at is None or at < llog.base:
+            return [by_seq[q] for q in self._label_nodes.get(pair, ())]  # type: ignore[arg-type]
+        return [st for q in dict.fromkeys(entries[at - llog.base :]) if (st := by_seq.get(q))]
+
     def _live_logs(self, cache: _ShapeCache) -> list[tuple[Any, _Log]]:
         """The change logs `_refresh` reads for a cache: those of the node shapes not known to
         be unable to host its member (its static keys), kept on the cache until a shape is
@@ -693,10 +793,22 @@ class Fleet:
         by_seq = self._by_seq
         static = cache.static
         seen, keys, hist = cache.seen, cache.keys, cache.hist
+        selector = cache.selector
         for sid, seqs in self._shape_nodes.items():
             if not seqs:
                 continue
             states = [by_seq[q] for q in seqs]
+            if selector:
+                outside = [st.seq for st in states if not st.selected(selector)]
+                if outside:
+                    for q in outside:
+                        seen[q] = by_seq[q].version
+                    keys.update(dict.fromkeys(outside, "selector"))
+                    hist["selector"] = hist.get("selector", 0) + len(outside)
+                    states = [st for st in states if st.selected(selector)]
+                    if not states:
+                        continue
+                    seqs = [st.seq for st in states]  # type: ignore[assignment]
             fixed = static.get(sid, _MISS)
             if fixed is _MISS:
                 fixed = self._static_key(cache, states[0])
@@ -709,7 +821,7 @@ class Fleet:
             for st in states:
                 seen[st.seq] = st.version
             keys.update(dict.fromkeys(seqs, fixed))
-            hist[fixed] = hist.get(fixed, 0) + len(seqs)  # type: ignore[index]
+            hist[fixed] = hist.get(fixed, 0) + len(seqs)  # type: ignore[index]  # histogram keys mix str and tuples
             for st in states:
                 if not st.schedulable:
                     cache.count(st.seq, "unschedulable", NO_WHOLE)
@@ -753,10 +865,10 @@ class Fleet:
             else:
                 key = "fits"
                 entries.update(dict.fromkeys(seqs, found))
-                neg = -found[0]  # type: ignore[index]
+                neg = -found[0]  # type: ignore[index]  # found is a score tuple on this branch
                 heap += [(neg, st.rank, st.seq, st.version) for st in group]
             keys.update(dict.fromkeys(seqs, key))
-            hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]
+            hist[key] = hist.get(key, 0) + len(seqs)  # type: ignore[index]  # histogram keys mix str and tuples
             if cache.whole and ws != NO_WHOLE:
                 cache.wstat.update(dict.fromkeys(seqs, ws))
                 cache._whole_delta(ws, len(seqs))
@@ -779,6 +891,15 @@ class Fleet:
     def _touched(self, state: NodeState) -> None:
         """Append a capacity change of a node to its shape's log (fold only); a long log is
         cut, and a cache behind its start compares that shape's node versions."""
+        llogs = self._llogs_of.get(state.seq)
+        if llogs is not None:  # the label index (`_label_changes`)
+            for llog in llogs:
+                le = llog.entries
+                le.append(state.seq)
+                if len(le) > llog.limit:
+                    keep = (llog.limit - 1024) // 2 + 512
+                    llog.base += len(le) - keep
+                    llog.entries = le[-keep:]
         slog = self._slogs[state.shape_id]
         entries = slog.entries
         entries.append(state.seq)
@@ -814,19 +935,25 @@ class Fleet:
         static = cache.static
         keys = cache.keys
         whole, wstat = cache.whole, cache.wstat
+        selector = cache.selector
         for state in states:
             seq = state.seq
             version = state.version
             if seen.get(seq) == version:
                 continue
             seen[seq] = version
+            if selector and not state.selected(selector):
+                if keys.get(seq) != "selector":
+                    count(seq, "selector", NO_WHOLE)
+                entries.pop(seq, None)
+                continue
             fixed = static.get(state.shape_id, _MISS)
             if fixed is _MISS:
                 fixed = self._static_key(cache, state)
             if fixed is not None:
                 key = fixed if state.schedulable else "unschedulable"
                 if keys.get(seq) != key:
-                    count(seq, key, NO_WHOLE)  # type: ignore[arg-type]
+                    count(seq, key, NO_WHOLE)  # type: ignore[arg-type]  # histogram keys mix str and tuples
                 continue
             if not state.schedulable:  # (CPU and memory capacity pass: the static key is None)
                 count(seq, "unschedulable", NO_WHOLE)
@@ -842,15 +969,15 @@ class Fleet:
                 found, ws = hit if hit is not None else self._memo_score(cache, memo, sid, state)
             if found.__class__ is str:
                 if keys.get(seq) != found or (whole and wstat.get(seq, NO_WHOLE) != ws):
-                    count(seq, found, ws)  # type: ignore[arg-type]
+                    count(seq, found, ws)  # type: ignore[arg-type]  # histogram keys mix str and tuples
                 continue
             if keys.get(seq) != "fits" or (whole and wstat.get(seq, NO_WHOLE) != ws):
                 count(seq, "fits", ws)
-            entries[seq] = found  # type: ignore[assignment]
+            entries[seq] = found  # type: ignore[assignment]  # a score tuple on this branch
             if push:
-                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]
+                heapq.heappush(heap, (-found[0], state.rank, seq, version))  # type: ignore[index]  # found is a score tuple on this branch
             else:
-                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]
+                heap.append((-found[0], state.rank, seq, version))  # type: ignore[index]  # found is a score tuple on this branch
 
     @staticmethod
     def _static_key(cache: _ShapeCache, state: NodeState) -> str | None:
@@ -997,7 +1124,7 @@ class Fleet:
             for seq in self._leaf.get(leaf, ()):
                 base = self._by_seq.get(seq)
                 if base is not None and base.name in shadowed:
-                    v = side.valid(base.name)  # type: ignore[union-attr]
+                    v = side.valid(base.name)  # type: ignore[union-attr]  # side exists when shadowed is not empty
                 else:
                     v = self._valid(cache, seq)
                 if v is None or v[0].name in excluded:
@@ -1157,7 +1284,7 @@ class Fleet:
                 member.memory_mib,
                 (),
                 (indices[0], prof, mig_start),
-            )  # type: ignore[arg-type]
+            )  # type: ignore[arg-type]  # a MIG option: the start is known
             return delta, MemberAssignment(
                 rank, state.name, indices, None, member.mig_profile, mig_start
             )
@@ -1213,6 +1340,7 @@ class _SideScores:
         spec = state.spec
         if (
             not state.schedulable
+            or not state.selected(member.node_selector)
             or spec.cpu_milli < member.cpu_milli
             or spec.memory_mib < member.memory_mib
             or name not in self.fleet._nodes
@@ -1315,6 +1443,13 @@ class TrialFleet:
 
     def allocation_ids(self) -> tuple[str, ...]:
         return tuple(sorted((set(self.base._allocs) - self._released) | set(self._added)))
+
+    def changes(self) -> tuple[dict[str, Allocation], tuple[str, ...]]:
+        """What this view changed of its base: the allocations it added (id -> allocation),
+        and the ids of base allocations it no longer holds as they are (released, or added
+        again), sorted."""
+        gone = self._released | (self._added.keys() & self.base._allocs.keys())
+        return self._added, tuple(sorted(gone))
 
     def _own(self, name: str) -> NodeState | None:
         if name in self._owned:

@@ -86,7 +86,9 @@ class MemberRequest(msgspec.Struct, frozen=True):
     - ``0 < gpu_milli < 1000``: a share of one GPU (``mps`` or ``timeslice`` GPU);
     - ``mig_profile``: one MIG instance, e.g. ``1g.10gb`` (names as in mig-profiles.md).
 
-    ``gpu_models`` restricts GPU models (empty: any); ``min_gpu_memory_mib`` the GPU memory.
+    ``gpu_models`` restricts GPU models (empty: any); ``min_gpu_memory_mib`` the GPU memory;
+    ``node_selector`` restricts nodes to those carrying every (key, value) label pair (exact
+    match, like a Kubernetes ``nodeSelector``; empty: any node).
     """
 
     gpus: int = 0
@@ -96,8 +98,11 @@ class MemberRequest(msgspec.Struct, frozen=True):
     memory_mib: int = 0
     gpu_models: tuple[str, ...] = ()
     min_gpu_memory_mib: int = 0
+    node_selector: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if list(self.node_selector) != sorted(dict(self.node_selector).items()):
+            raise ValueError("node_selector must be sorted (key, value) pairs, one per key")
         if min(self.gpus, self.gpu_milli, self.cpu_milli, self.memory_mib) < 0:
             raise ValueError("negative request")
         if self.min_gpu_memory_mib < 0:

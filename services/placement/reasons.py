@@ -20,7 +20,10 @@ from .state import NodeState
 
 
 def node_key(node: NodeState, member: MemberRequest, tenant: str, allow_timeslice: bool) -> str:
-    """One node's rejection key for the member ("fits" if it would fit), excluded aside."""
+    """One node's rejection key for the member ("fits" if it would fit), excluded aside. A
+    node outside the member's `node_selector` is "selector" whatever its state."""
+    if not node.selected(member.node_selector):
+        return "selector"
     if not node.schedulable:
         return "unschedulable"
     elig = eligible_gpus(node, member, allow_timeslice)
@@ -48,11 +51,24 @@ def node_rejections(
     return hist
 
 
-def histogram_text(hist: dict[str, int], total: int) -> str:
-    """``0/64 nodes: 40 insufficient free GPUs, 20 wrong model`` (largest count first)."""
+def selector_text(selector: tuple[tuple[str, str], ...]) -> str:
+    """``not in partition=a100`` (pairs joined by commas): the phrase of the "selector" key."""
+    return "not in " + ",".join(f"{k}={v}" for k, v in selector)
+
+
+def phrase(key: str, member: MemberRequest | None = None) -> str:
+    """The words of one rejection key (the selector's own for "selector")."""
+    if key == "selector" and member is not None and member.node_selector:
+        return selector_text(member.node_selector)
+    return REJECTIONS.get(key, key)
+
+
+def histogram_text(hist: dict[str, int], total: int, member: MemberRequest | None = None) -> str:
+    """``0/64 nodes: 40 insufficient free GPUs, 20 wrong model`` (largest count first);
+    nodes outside a member's node selector read ``120 not in partition=a100``."""
     fits = hist.get("fits", 0)
     parts = sorted(
-        ((n, REJECTIONS.get(k, k)) for k, n in hist.items() if k != "fits"),
+        ((n, phrase(k, member)) for k, n in hist.items() if k != "fits"),
         key=lambda x: (-x[0], x[1]),
     )
     return f"{fits}/{total} nodes: " + ", ".join(f"{n} {phrase}" for n, phrase in parts)
@@ -79,6 +95,7 @@ def whole_stat(
     of allowed models and memory (``eligible``: `eligible_gpus` of `whole_probe`, if known)."""
     if (
         not node.schedulable
+        or not node.selected(member.node_selector)
         or node.free_cpu < member.cpu_milli
         or node.free_mem < member.memory_mib
     ):
@@ -242,10 +259,12 @@ def explain(
     left out), ``total`` nodes, the fleet's GPU ``models`` and, for whole-GPU members,
     (largest free clique, free GPUs) from `whole_stat` over the nodes."""
     details: dict[str, Any] = {
-        "nodes": {REJECTIONS.get(k, k): n for k, n in sorted(hist.items())},
+        "nodes": {phrase(k, member): n for k, n in sorted(hist.items())},
         "total_nodes": total,
     }
-    e = Evidence(total, models, member, hist, histogram_text(hist, total), details)
+    if member.node_selector:
+        details["node_selector"] = dict(member.node_selector)
+    e = Evidence(total, models, member, hist, histogram_text(hist, total, member), details)
     if total and e.dynamic and member.kind == "whole":
         details["largest_free_clique"], details["free_gpus"] = free_whole or NO_WHOLE
     for rule in UNPLACEABLE:
@@ -263,7 +282,10 @@ def _need_text(member: MemberRequest) -> str:
         "mig": f"MIG {member.mig_profile}",
         "cpu": "no GPU",
     }[kind]
-    return f"{gpu}, {member.cpu_milli} CPU milli, {member.memory_mib} MiB per member"
+    where = ""
+    if member.node_selector:
+        where = " on nodes with " + ",".join(f"{k}={v}" for k, v in member.node_selector)
+    return f"{gpu}, {member.cpu_milli} CPU milli, {member.memory_mib} MiB per member{where}"
 
 
 def gang_incomplete(gang: GangRequest, fitted: int, why_next: Unplaceable) -> Unplaceable:

@@ -28,17 +28,27 @@ from .state import NodeState
 
 class ScoreContext(msgspec.Struct, frozen=True):
     """Fleet-wide inputs of scorers: largest node capacities (normalisation), the workload's
-    typical tasks (fragmentation) and the same tasks weighted by the scarcity of the GPU
-    models they require in this fleet (`Fragmentation.scarcity_weighted`, for `default`)."""
+    typical tasks (fragmentation), the same tasks weighted by the scarcity of the GPU
+    models they require in this fleet (`Fragmentation.scarcity_weighted`, for `default`),
+    and whether they would run the fleet out of CPU or memory before GPUs."""
 
     max_node_cpu: int = 1
     max_node_gpu_milli: int = 1
     frag: Fragmentation | None = None
     frag_scarce: Fragmentation | None = None
+    host_bound: bool = False
+    """The typical tasks ask at least the fleet's CPU (or memory) per GPU
+    (`Fragmentation.host_bound`; read by `default`)."""
 
     def __hash__(self) -> int:  # frag is compared by identity
         return hash(
-            (self.max_node_cpu, self.max_node_gpu_milli, id(self.frag), id(self.frag_scarce))
+            (
+                self.max_node_cpu,
+                self.max_node_gpu_milli,
+                id(self.frag),
+                id(self.frag_scarce),
+                self.host_bound,
+            )
         )
 
 
@@ -70,11 +80,11 @@ def _mig_score(node: NodeState, member: MemberRequest, opts: list[Option]) -> tu
         pos = opt[0][0]
         g = node.spec.gpus[pos]
         prof = profile_for(g.model, member.mig_profile or "")
-        left = node.mig[pos].free_memory_slices - prof.memory_slices  # type: ignore[union-attr]
+        left = node.mig[pos].free_memory_slices - prof.memory_slices  # type: ignore[union-attr]  # a MIG GPU has its slots
         score = -left
         if best is None or score > best[0]:
             best = (score, opt)
-    return best  # type: ignore[return-value]
+    return best  # type: ignore[return-value]  # callers pass at least one option
 
 
 class BestFit:
@@ -133,9 +143,10 @@ def frag_delta_scores(
     if memo is not None and memo[0] == node.version and memo[1] is frag:
         before = memo[2]
     else:
-        before = frag.node_frag(layout, node.free_cpu, free)
+        before = frag.node_frag(layout, node.free_cpu, free, node.free_mem)
         node.frag_memo = (node.version, frag, before)
     cpu_after = node.free_cpu - member.cpu_milli
+    mem_after = node.free_mem - member.memory_mib
     taken = gpu_milli_taken(member)
     out = []
     seen: dict[int | tuple[int, ...], int] = {}
@@ -147,7 +158,7 @@ def frag_delta_scores(
             after_free = list(free)
             for p in positions:
                 after_free[p] -= taken
-            delta = before - frag.node_frag(layout, cpu_after, after_free)
+            delta = before - frag.node_frag(layout, cpu_after, after_free, mem_after)
             seen[sig] = delta
         out.append((delta, frag.score(delta), opt))
     return out

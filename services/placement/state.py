@@ -62,6 +62,7 @@ class NodeState:
         "frag_memo",
         "shape_id",
         "state_key_memo",
+        "labels",
     )
 
     __transparent_memos__ = ("eligible", "frag_memo", "state_key_memo")
@@ -101,6 +102,12 @@ class NodeState:
         """The node's `shape` (a `Fleet` replaces it by a small interned int)."""
         self.state_key_memo: tuple[int, int] | None = None
         """(version, id of `state_key` at that version), kept by `Fleet`."""
+        self.labels: frozenset[tuple[str, str]] = frozenset(spec.labels)
+        """The node's (key, value) label pairs: a member's `node_selector` must be a subset."""
+
+    def selected(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        """Whether the node carries every label pair of ``selector`` (empty: every node)."""
+        return not selector or self.labels.issuperset(selector)
 
     def shape(self) -> tuple:
         """Everything of the spec that placement depends on, without names and UUIDs: two
@@ -142,6 +149,7 @@ class NodeState:
             self.frag_layout,
         )
         new.eligible, new.rank, new.shape_id = self.eligible, self.rank, self.shape_id
+        new.labels = self.labels
         new.gpu_free = list(self.gpu_free)
         new.mps_tenant = list(self.mps_tenant)
         new.mps_users = list(self.mps_users)
@@ -160,7 +168,7 @@ class NodeState:
         n = 0
         for pos, g in enumerate(self.spec.gpus):
             if g.sharing == "mig":
-                n += self.mig[pos].empty  # type: ignore[union-attr]
+                n += self.mig[pos].empty  # type: ignore[union-attr]  # a MIG GPU has its slots
             else:
                 n += self.gpu_free[pos] == GPU_MILLI
         return n
@@ -202,7 +210,7 @@ class NodeState:
             slots = None if pos is None else self.mig[pos]
             if slots is None or not slots.fits(profile, start):
                 raise PlacementConflict(f"{self.name}: MIG {profile.name}@{start} on GPU {index}")
-            layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]
+            layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]  # set for MIG GPUs
             if layout and not any(i.profile == profile.name and i.start == start for i in layout):
                 raise PlacementConflict(f"{self.name}: GPU {index} has no {profile.name}@{start}")
 
@@ -220,7 +228,7 @@ class NodeState:
         if d.mig is not None:
             index, profile, start = d.mig
             pos = self.pos_of_index[index]
-            self.mig[pos] = self.mig[pos].with_instance(profile, start)  # type: ignore[union-attr]
+            self.mig[pos] = self.mig[pos].with_instance(profile, start)  # type: ignore[union-attr]  # a MIG GPU has its slots
         self.version += 1
 
     def revert(self, d: MemberDelta) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 
+from msgspec import UNSET
+
 from gpuledger.events import (
     ConsolidationMove,
     ConsolidationPlanned,
@@ -61,6 +63,17 @@ def spoilers(p: Plan, v) -> set[str]:
     return {c.rec.allocation_id for c in evicted if c.victim.tenant in losing} or {
         c.rec.allocation_id for c in evicted
     }
+
+
+def _freed_milli(c) -> int:
+    """GPU capacity a victim gives up: the whole gang, or its members that leave."""
+    if c.ranks is None:
+        return c.rec.gpu_milli
+    return c.rec.gpu_milli * len(c.ranks) // len(c.rec.members)
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
 
 
 class Preemption(LedgerService):
@@ -197,17 +210,19 @@ class Preemption(LedgerService):
         evicted = [c for c in p.victims if c.reason not in MOVES]
         if not evicted:
             return None
-        decided = {
-            e.allocation_id: (e.reason, e.beneficiary)
-            for e in out
-            if isinstance(e, PreemptionRequested) and e.reason not in MOVES
+        requested = [e for e in out if isinstance(e, PreemptionRequested) and e.reason not in MOVES]
+        decided = {e.allocation_id: (e.reason, e.beneficiary) for e in requested}
+        leaving = {
+            e.allocation_id: e.ranks for e in requested if isinstance(e.ranks, tuple) and e.ranks
         }
+        leaving.update({c.rec.allocation_id: c.ranks for c in evicted if c.ranks})
         return verdict(
             state,
             job,
             [(c.rec.allocation_id, c.victim.tenant, c.reason) for c in evicted],
             decided,
             outlook.held,
+            leaving,
         )
 
     def _would_cycle(self, state: Ledger, now_ms: int, job, p: Plan, v) -> list[Event]:
@@ -233,7 +248,11 @@ class Preemption(LedgerService):
         self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]
     ) -> list[Event]:
         """`PreemptionRequested` for every victim of plan `p` (one explanation, shared details)."""
-        outlook.land(job, [c.rec.allocation_id for c in p.victims])
+        outlook.land(
+            job,
+            [c.rec.allocation_id for c in p.victims],
+            {c.rec.allocation_id: c.ranks for c in p.victims if c.ranks is not None},
+        )
         details = p.details()
         details["beneficiary"] = {
             "job": job.job_id,
@@ -242,8 +261,14 @@ class Preemption(LedgerService):
             "effective_priority": effective_priority(state, job, now_ms),
             "gpus": job.gpu_milli() / 1000,
         }
-        victims = ", ".join(c.victim.job_id for c in p.victims)
-        freed = sum(c.rec.gpu_milli for c in p.victims) / 1000
+        victims = ", ".join(
+            c.victim.job_id
+            if c.ranks is None
+            else f"{c.victim.job_id} members {_ranks(c.ranks)} (shrinks from "
+            f"{len(c.rec.members)} to {len(c.rec.members) - len(c.ranks)} members)"
+            for c in p.victims
+        )
+        freed = sum(_freed_milli(c) for c in p.victims) / 1000
         at_risk = sum(c.at_risk_gpu_ms for c in p.victims) / 1000
         reservation = job.details.get("reservation") or {}
         if any(c.reason == PreemptionReason.Backfill for c in p.victims):
@@ -280,6 +305,7 @@ class Preemption(LedgerService):
                     beneficiary=job.job_id,
                     reason=c.reason,
                     deadline_ms=now_ms + grace,
+                    ranks=UNSET if c.ranks is None else c.ranks,
                     message=(
                         f"{c.reason}: {job.job_id} (priority {job.priority}, tenant {job.tenant}) "
                         f"needs {job.gpu_milli() / 1000:g} GPUs ({why}); evicting {victims} frees "

@@ -127,11 +127,15 @@ def standing(
     tenants: Iterable[str],
     gone: dict[str, tuple[str, str]] | None = None,
     placed: Iterable[JobRecord] = (),
+    leaving: dict[str, tuple[int, ...]] | None = None,
 ) -> Standing:
     """The standing of `tenants`' work; `gone`: allocations that stop running, each with the
     (reason, beneficiary) of its eviction; `placed`: waiting jobs that run in addition (each
-    its whole gang at its base priority)."""
+    its whole gang at its base priority); `leaving`: of the allocations in `gone`, those that
+    only shrink (an elastic gang gives up these ranks and runs on with the others). A
+    partial preemption under way counts the same way (`AllocationRecord.leaving`)."""
     gone = gone or {}
+    leaving = leaving or {}
     tenants = sorted(set(tenants))
     limit = {t: _guarantee(state, t) for t in tenants}
     holds = dict.fromkeys(tenants, 0)
@@ -143,18 +147,24 @@ def standing(
         if rec.tenant not in holds:
             continue
         job = state.jobs[rec.job_id]
+        stays = rec.gpu_milli
         if rec.preemption is not None or alloc_id in gone:
             reason, by = (
                 gone[alloc_id]
                 if alloc_id in gone
                 else (rec.preemption.reason, rec.preemption.beneficiary)
             )
-            evicted.append((job, rec.gpu_milli, reason, by))
-            continue
+            ranks = leaving.get(alloc_id) if alloc_id in gone else rec.leaving()
+            if not ranks:
+                evicted.append((job, rec.gpu_milli, reason, by))
+                continue
+            out = rec.gpu_milli * len(ranks) // len(rec.members)
+            evicted.append((job, out, reason, by))
+            stays -= out  # the members that stay run on at the gang's priority
         running.add(job.job_id)
-        profile[job.priority] = profile.get(job.priority, 0) + rec.gpu_milli
-        if rec.gpu_milli <= limit[rec.tenant]:
-            holds[rec.tenant] += rec.gpu_milli
+        profile[job.priority] = profile.get(job.priority, 0) + stays
+        if stays <= limit[rec.tenant]:
+            holds[rec.tenant] += stays
     landing = {j.job_id: j for j in placed if j.tenant in holds}
     for job_id in sorted(landing):
         job = landing[job_id]
@@ -193,19 +203,21 @@ def verdict(
     victims: Iterable[tuple[str, str, str]],
     decided: dict[str, tuple[str, str]] | None = None,
     landing: Iterable[str] = (),
+    leaving: dict[str, tuple[int, ...]] | None = None,
 ) -> Verdict:
     """How evicting `victims` ((allocation id, tenant, preemption reason) each) for `job`
     and running `job` changes the standing, preemptions under way counted as landed: the
     victims of `decided` ((reason, beneficiary) per allocation: chosen earlier in this
-    decision) gone, the beneficiaries `landing` (placed in the outlook) running."""
+    decision) gone, the beneficiaries `landing` (placed in the outlook) running. `leaving`:
+    the victims (of `victims` or `decided`) that only shrink, with the ranks that leave."""
     victims = sorted(victims)
     tenants = {job.tenant} | {t for _, t, _ in victims}
     decided = dict(decided or {})
     landed = [state.jobs[j] for j in sorted(set(landing)) if j in state.pending]
     landed = [j for j in landed if j.job_id != job.job_id]
-    before = standing(state, tenants, gone=decided, placed=landed)
+    before = standing(state, tenants, gone=decided, placed=landed, leaving=leaving)
     gone = {**decided, **{a: (reason, job.job_id) for a, _, reason in victims}}
-    after = standing(state, tenants, gone=gone, placed=[*landed, job])
+    after = standing(state, tenants, gone=gone, placed=[*landed, job], leaving=leaving)
     if after.g != before.g:
         return Verdict(after.g > before.g, before, after, None)
     for level in sorted(set(before.profile) | set(after.profile), reverse=True):

@@ -38,9 +38,14 @@ class Outlook:
             victims = sorted(
                 a
                 for a in state.nominations[job.job_id]
-                if a in state.allocations and not state.allocations[a].ended
+                if a in state.allocations
+                and not state.allocations[a].ended
+                and not _resized_since(state.allocations[a])
             )
-            if self.land(job, victims) is None:
+            partial = {
+                a: ranks for a in victims if (ranks := state.allocations[a].leaving()) is not None
+            }
+            if self.land(job, victims, partial) is None:
                 self._unmodelled.add(job.job_id)
 
     def exclude(self) -> frozenset[str]:
@@ -62,14 +67,25 @@ class Outlook:
         )
         return isinstance(placed, Placement)
 
-    def land(self, job: JobRecord, victims: list[str]) -> Placement | None:
-        """Release `victims` and place `job` in the outlook; None (and nothing changed) when
-        the job would still not fit."""
+    def land(
+        self,
+        job: JobRecord,
+        victims: list[str],
+        partial: dict[str, tuple[int, ...]] | None = None,
+    ) -> Placement | None:
+        """Release `victims` (of an elastic gang in `partial`, only the members it names) and
+        place `job` in the outlook; None (and nothing changed) when the job would still not
+        fit."""
         fleet = self.fleet.fork()  # kept only if the job fits
         present = set(fleet.allocation_ids())
         for a in victims:
             if a in present:
-                fleet.release(a)
+                held = fleet.release(a)
+                ranks = (partial or {}).get(a)
+                if ranks is not None:  # the members that stay keep their capacity
+                    keep = len(held.placement.members) - len(ranks)
+                    kept = Placement(members=held.placement.members[:keep])
+                    fleet.allocate(a, held.tenant, kept, held.request)
         request = self.state.gang_request(job)
         placed = fleet.place(
             request,
@@ -83,3 +99,9 @@ class Outlook:
         self.fleet = fleet
         self.held.add(job.job_id)
         return placed
+
+
+def _resized_since(rec) -> bool:
+    """An elastic gang that already gave up its members (resized, no preemption under way):
+    the capacity its nomination names is free already, nothing more leaves."""
+    return rec.resized_ms is not None and rec.preemption is None

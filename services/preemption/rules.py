@@ -91,12 +91,15 @@ class Candidate:
     borrowing: bool
     """Its tenant runs above its guarantee (capacity already being released not counted)."""
     started_ms: int
+    ranks: tuple[int, ...] | None = None
+    """Elastic gangs: only these members (above `min_members`) are taken and the gang
+    shrinks; None = the whole gang."""
 
     def sort_key(self) -> tuple:
         return tuple(k.key(self) for k in ORDER)
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "job": self.victim.job_id,
             "allocation": self.rec.allocation_id,
             "tenant": self.victim.tenant,
@@ -106,6 +109,11 @@ class Candidate:
             "at_risk_gpu_s": self.at_risk_gpu_ms / 1000,
             "reason": self.reason,
         }
+        if self.ranks is not None:
+            n = len(self.rec.members)
+            out["gpus"] = self.rec.gpu_milli * len(self.ranks) // n / 1000
+            out["shrink"] = {"from": n, "to": n - len(self.ranks), "ranks": list(self.ranks)}
+        return out
 
 
 # ---------------------------------------------------------------- grounds

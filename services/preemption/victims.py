@@ -117,7 +117,11 @@ def releasing_by_tenant(
     for alloc_id in sorted(state.active):
         rec = state.allocations[alloc_id]
         if rec.preemption is not None or alloc_id in taken:
-            out[rec.tenant] = out.get(rec.tenant, 0) + rec.gpu_milli
+            leaving = rec.leaving() if alloc_id not in taken else None
+            milli = rec.gpu_milli
+            if leaving is not None:  # an elastic gang shrinking gives up only those members
+                milli = milli * len(leaving) // len(rec.members)
+            out[rec.tenant] = out.get(rec.tenant, 0) + milli
     return out
 
 
@@ -445,6 +449,11 @@ def plan(
         )
         return isinstance(placed, Placement)
 
+    shrink = shrink_plan(cands, request, placement_policy, exclude, fleet, result.pruned)
+    if shrink:
+        result.victims = shrink
+        result.declined = lost_work_bound(state, shrink)
+        return result
     if not cands or not fits(cands):
         move = relocation(
             state,
@@ -481,6 +490,77 @@ def held_in(fleet, alloc_id: str) -> bool:
     except UnknownAllocation:
         return False
     return True
+
+
+def above_minimum(c: Candidate) -> tuple[int, ...]:
+    """Ranks of an elastic gang's members above its `min_members`, highest first (a
+    service replica or a gang at its minimum has none)."""
+    victim, rec = c.victim, c.rec
+    spare = len(rec.members) - victim.spec.members_min()
+    if victim.service is not None or spare <= 0:
+        return ()
+    return tuple(sorted((m.rank for m in rec.members), reverse=True)[:spare])
+
+
+def shrink_plan(
+    cands: list[Candidate],
+    request,
+    placement_policy: str,
+    exclude: frozenset[str],
+    fleet,
+    pruned: list[dict[str, Any]],
+) -> list[Candidate]:
+    """Members above the minimum of elastic gangs, before any whole gang: in victim order,
+    each gang gives up as few of its spare members (highest ranks first) as make the job
+    placeable, or all of them and the next gang is asked too; then every gang the others
+    make unnecessary is left whole (recorded in `pruned`). [] when all the spare members
+    together do not make room (whole gangs are then chosen as before)."""
+    spare = [(c, above_minimum(c)) for c in cands]
+    spare = [(c, x) for c, x in spare if x]
+    if not spare:
+        return []
+
+    def fits(chosen: list[tuple[Candidate, tuple[int, ...]]]) -> bool:
+        view = fleet.fork()
+        for c, ranks in chosen:
+            try:
+                held = view.allocation(c.rec.allocation_id)
+            except UnknownAllocation:
+                return False  # released already in the outlook of preemptions under way
+            keep = len(held.placement.members) - len(ranks)
+            view.release(c.rec.allocation_id)
+            kept = Placement(members=held.placement.members[:keep])
+            view.allocate(c.rec.allocation_id, held.tenant, kept, held.request)
+        placed = view.place(request, placement_policy, exclude=exclude, explain=False)
+        return isinstance(placed, Placement)
+
+    chosen: list[tuple[Candidate, tuple[int, ...]]] = []
+    found = False
+    for c, extra in spare:
+        for n in range(1, len(extra) + 1):
+            if fits([*chosen, (c, extra[:n])]):
+                chosen.append((c, extra[:n]))
+                found = True
+                break
+        if found:
+            break
+        chosen.append((c, extra))
+    if not found:
+        return []
+    for x in reversed(chosen[:-1]):
+        trial = [y for y in chosen if y is not x]
+        if fits(trial):
+            chosen = trial
+            pruned.append({**x[0].describe(), "why": "not needed once the others shrink"})
+    out = []
+    for c, ranks in chosen:
+        share = len(ranks) / len(c.rec.members)
+        out.append(
+            dataclasses.replace(
+                c, ranks=tuple(sorted(ranks)), at_risk_gpu_ms=int(c.at_risk_gpu_ms * share)
+            )
+        )
+    return out
 
 
 def no_room(

@@ -7,9 +7,11 @@ tenants and priority classes as ordinary `TenantConfigured` / `PriorityClassConf
 events, and `next_wakeup_ms` is the next fire time. Why here and not in a sixth role: a
 schedule changes guarantees, limits and class values, which are exactly the quota service's
 inputs; running them here costs no new process, lease, identity or deciding slot, and the
-fair shares that follow are computed by the same service right after. The one extra
-permission this gives the quota role is publishing `gl.admin.TenantConfigured` and
-`gl.admin.PriorityClassConfigured` (services/runtime/auth.py), not the rest of `gl.admin.>`.
+fair shares that follow are computed by the same service right after. These changes travel on
+quota's own subjects (`gl.quota.TenantConfigured`, `gl.quota.PriorityClassConfigured`,
+`gl.quota.ServiceScaled`; the quota role has no permission on `gl.admin.>` or `gl.scale.>`),
+and the fold takes them only as what a schedule in force produces at their time (anything
+else is refused `NotScheduled`: services/domain/ledger.py, docs/security.md).
 
 No clock: the time comes from the shell; a change's id derives from the schedule's name,
 its content and the fire time, and the fold records when each schedule last published

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuledger.events.ids import validate_tenant, validate_token
-from gpuledger.events.subjects import STREAM
-from gpuledger.services.domain.job_status import QUERY_PREFIX
+# The event contract (its package imports every event type) and the status-query prefix are
+# imported by the functions that name subjects: the CLI reads LEASE_TTL_S when it starts.
 
 CREDENTIALS = "credentials.json"
 AUTH_CONF = "auth.conf"
@@ -60,9 +59,11 @@ SERVICE_SUBJECTS = {
     "scheduler": "gl.sched.>",
     "preemption": "gl.preempt.>",
 }
-SCHEDULE_SUBJECTS = ["gl.admin.TenantConfigured", "gl.admin.PriorityClassConfigured", "gl.scale.>"]
-"""What the quota role publishes for time-of-day policies (schedules); not the rest of `gl.admin.>`
-(policy, schedules themselves), which stays the operator's."""
+SCHEDULE_SUBJECTS: list[str] = []
+"""What the quota role publishes for time-of-day policies (schedules) beyond `gl.quota.>`:
+nothing since issue 30. Their changes (`TenantConfigured`, `PriorityClassConfigured`,
+`ServiceScaled`) go to `gl.quota.<type>`, where the fold takes them only as what a schedule in
+force produces (`NotScheduled`); `gl.admin.>` and `gl.scale.>` are not the quota's."""
 FIXED = (*CONTROL_PLANE, "projector", "auditor", "admin", "gateway", "agents")
 """Principals every cluster has. `agents` is the simulated fleet (`gpuledger up`, demos):
 one process that speaks for every node; a real node agent uses `node:<name>`."""
@@ -77,17 +78,33 @@ class AuthError(ValueError):
 
 def _stream_reader() -> list[str]:
     """JetStream API calls of a reader of the log: ordered consumers (with flow control),
-    stream info, single-message and direct gets. Only unnamed (ephemeral) consumers: a
-    reader can neither create a named or durable consumer nor delete one, so none can move
-    or remove the projector's durable position in the log."""
+    stream info, single-message and direct gets. Consumers only by the name-carrying create
+    (`$JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>]`, where the server checks the name
+    in the request against the subject), never the bare `$JS.API.CONSUMER.CREATE.<stream>`,
+    whose request may name any consumer: with it a reader replaced the projector's durable
+    with its own filter. The projector's name is denied (`_reader_deny`); readers
+    name theirs at random (services/runtime/bus.py), cannot list consumers, nor delete one."""
+    from gpuledger.events.subjects import STREAM
+
     return [
         f"$JS.API.STREAM.INFO.{STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
         f"$JS.API.CONSUMER.INFO.{STREAM}.>",
         f"$JS.API.STREAM.MSG.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}.>",
         f"$JS.FC.{STREAM}.>",
+    ]
+
+
+def _reader_deny() -> list[str]:
+    """What no reader but the projector may publish: a create (or update) of the projector's
+    durable consumer."""
+    from gpuledger.events.subjects import STREAM
+
+    return [
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.{PROJECTOR_DURABLE}",
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.{PROJECTOR_DURABLE}.>",
     ]
 
 
@@ -117,7 +134,22 @@ def _snapshot_user(key: str) -> list[str]:
 
 
 def permissions(principal: str) -> dict[str, Any] | None:
-    """The server-side permissions of `principal` (None: everything, the operator)."""
+    """The server-side permissions of `principal` (None: everything, the operator):
+    `publish` (allowed), `deny_publish` (refused even where `publish` allows it),
+    `subscribe`, `responses`."""
+    from gpuledger.events.subjects import STREAM
+
+    perms = _permissions(principal)
+    if perms is not None and principal != "projector":
+        reader = f"$JS.API.CONSUMER.CREATE.{STREAM}.>"
+        perms["deny_publish"] = _reader_deny() if reader in perms["publish"] else []
+    return perms
+
+
+def _permissions(principal: str) -> dict[str, Any] | None:
+    from gpuledger.events.subjects import STREAM
+    from gpuledger.services.domain.job_status import QUERY_PREFIX
+
     kind, _, name = principal.partition(":")
     reader = _stream_reader()
     if principal == "admin":
@@ -133,8 +165,6 @@ def permissions(principal: str) -> dict[str, Any] | None:
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
-        if principal == "quota":
-            pub += SCHEDULE_SUBJECTS  # time-of-day policies: only the two config events they change
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
         return {
@@ -182,6 +212,8 @@ def permissions(principal: str) -> dict[str, Any] | None:
 
 def check_principal(principal: str) -> str:
     """`principal` if it is well formed (node and tenant names are valid subject tokens)."""
+    from gpuledger.events.ids import validate_tenant, validate_token
+
     kind, sep, name = principal.partition(":")
     try:
         if sep and kind == "node":
@@ -370,7 +402,11 @@ def _user_block(p: Principal) -> str:
     if perms is not None:
         sub = [*perms["subscribe"], f"{inbox_prefix(p.public_key)}.>"]
         lines.append("      permissions: {")
-        lines.append(f"        publish: {{ allow: {json.dumps(perms['publish'])} }}")
+        deny = perms.get("deny_publish") or []
+        publish = f"allow: {json.dumps(perms['publish'])}"
+        if deny:
+            publish += f", deny: {json.dumps(deny)}"
+        lines.append(f"        publish: {{ {publish} }}")
         lines.append(f"        subscribe: {{ allow: {json.dumps(sub)} }}")
         if perms.get("responses"):
             lines.append("        allow_responses: true")

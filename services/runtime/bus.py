@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -54,7 +55,7 @@ def connect_backoff() -> tenacity.wait.wait_base:
 
 def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
     """The delay `wait` gives before attempt number `attempt` (1-based) of a retry loop."""
-    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]  # a bare call state: no retrying object
     state.attempt_number = attempt
     return wait(state)
 
@@ -205,6 +206,30 @@ def received_ms(msg: Msg) -> int:
         return 0
 
 
+def reader_name() -> str:
+    """A fresh random name for a reader's ephemeral ordered consumer. Readers may create
+    consumers only by the name-carrying API subject (services/runtime/auth.py
+    `_stream_reader`), so every ordered consumer is named, and at random: no reader can guess
+    another's, and none may take the projector's."""
+    return "r" + secrets.token_hex(11)
+
+
+def _rename_on_reset(sub: Any) -> None:
+    """nats-py recreates an ordered consumer (after missed heartbeats or a delivery gap) with
+    the request it first sent: with a name, that is an update of the consumer it just left
+    (refused: its start cannot change), so each recreation gets a fresh name."""
+    jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)  # nats-py keeps it on the inner one
+    recreate = getattr(jsi, "recreate_consumer", None)
+    if recreate is None or getattr(jsi, "_ccreq", None) is None:
+        return
+
+    async def recreate_renamed() -> None:
+        jsi._ccreq.name = reader_name()
+        await recreate()
+
+    jsi.recreate_consumer = recreate_renamed
+
+
 class Follower:
     """An ordered push consumer over `gl.>` starting after a sequence.
 
@@ -318,6 +343,10 @@ class Bus:
         self.denied: list[str] = []
         """The server's permission violations on this connection (newest last): a denied
         publish or request only times out on the client, this says why."""
+        self.denied_listeners: list[Callable[[str], None]] = []
+        """Called with each permission violation as the server reports it (asynchronously,
+        milliseconds after the denied publish): a one-shot command stops waiting at once
+        instead of timing out (services/cli/connect.py `run_on_bus`)."""
 
     @classmethod
     async def connect(
@@ -353,11 +382,14 @@ class Bus:
         connected = asyncio.Event()
         holder: list[NATS] = []
         denied: list[str] = []
+        denied_listeners: list[Callable[[str], None]] = []
 
         async def error_cb(err: Exception) -> None:
             last_error[:] = [err]
             if "permissions violation" in str(err).lower():
                 denied.append(str(err).removeprefix("nats: ").strip().strip("'")[:300])
+                for listener in list(denied_listeners):
+                    listener(denied[-1])
             if quiet or not connected.is_set():
                 return  # first connection: reported once per attempt by `before_sleep`
             nc = holder[0] if holder else None
@@ -443,6 +475,7 @@ class Bus:
             log.info("bus.connected", server=nc.connected_url.netloc if nc.connected_url else None)
         bus = cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
         bus.denied = denied
+        bus.denied_listeners = denied_listeners
         return bus
 
     async def close(self, timeout_s: float = 2.0) -> None:
@@ -488,13 +521,32 @@ class Bus:
             allow_direct=True,
         )
         if existing is None:
-            info = await self.js.add_stream(config)
+            info = await self._add_stream(config)
         else:
             info = await self.js.update_stream(config)
         from gpuledger.services.runtime.lease import lease_bucket
 
         await lease_bucket(self, replicas=replicas)  # the control plane's leader leases
         return info
+
+    async def _add_stream(self, config: api.StreamConfig, within_s: float = 30.0) -> api.StreamInfo:
+        """Create the stream. Just after a cluster forms, its meta leader may not yet know
+        enough JetStream peers for the replicas asked (`no suitable peers for placement`,
+        error 10005, seen on a loaded machine): that answer is retried for `within_s`."""
+
+        def no_peers_yet(exc: BaseException) -> bool:
+            return isinstance(exc, nats.js.errors.BadRequestError) and exc.err_code == 10005
+
+        retrying = tenacity.AsyncRetrying(
+            wait=tenacity.wait_fixed(0.25),
+            stop=tenacity.stop_before_delay(within_s),
+            retry=tenacity.retry_if_exception(no_peers_yet),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self.js.add_stream(config)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def stream_info(self) -> api.StreamInfo:
         return await self.js.stream_info(self.stream)
@@ -540,7 +592,7 @@ class Bus:
             log.warning(
                 "bus.publish_retry",
                 event_type=type(event).__name__,
-                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]
+                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]  # outcome is set once an attempt failed
                 attempt=state.attempt_number,
                 retry_in_s=round(state.upcoming_sleep, 2),
             )
@@ -658,11 +710,11 @@ class Bus:
     ) -> nats.js.JetStreamContext.PushSubscription:
         if after_seq > 0:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
-            config = api.ConsumerConfig(opt_start_seq=after_seq + 1)
+            config = api.ConsumerConfig(opt_start_seq=after_seq + 1, name=reader_name())
         else:
             policy = api.DeliverPolicy.ALL
-            config = api.ConsumerConfig()
-        return await self.js.subscribe(
+            config = api.ConsumerConfig(name=reader_name())
+        sub = await self.js.subscribe(
             ALL,
             stream=self.stream,
             ordered_consumer=True,
@@ -671,6 +723,8 @@ class Bus:
             idle_heartbeat=self.idle_heartbeat_s,
             cb=cb,
         )
+        _rename_on_reset(sub)
+        return sub
 
     async def read_all(self, after_seq: int = 0) -> AsyncIterator[Record]:
         """Every message with seq > `after_seq` up to the stream's last seq at call time."""

@@ -56,6 +56,8 @@ class Outcome:
     priority: int | None = None
     error: bool = False
     """The CLI shows it as `error: TEXT`."""
+    job_status: Any = None
+    """The admission service's last answer about the job (a JobStatus), where one came."""
 
     @property
     def ok(self) -> bool:
@@ -75,6 +77,7 @@ async def ask_status(
     timeout: float = 10.0,
     until: Callable[[Any], bool] | None = None,
     wait_for_service: bool = False,
+    poll_s: float = 0.1,
 ):
     """Ask the admission service for `tenant`'s job `job_id` (`glq.job.<tenant>.<job>`, which a
     tenant's CI identity may do) until an answer has folded `after_seq` and satisfies `until`.
@@ -106,7 +109,7 @@ async def ask_status(
                 return st
         if time.monotonic() > deadline:
             raise TimeoutError(f"no answer about {job_id!r} within {timeout:g}s")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(poll_s)
 
 
 def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None:
@@ -369,3 +372,120 @@ async def cancel_job(
     )
     seq = await bus.publish(event)
     return Outcome(CANCEL_REQUESTED, job_id, f"cancel requested for {job_id}", 0, seq=seq)
+
+
+WAIT_FOR = ("running", "finished")
+"""What `gpuledger status JOB --wait-for` waits for."""
+REACHED, ENDED = "reached", "ended"
+
+
+def _goal_states(wait_for: str | None):
+    """(states that reach the goal, states that end the wait without reaching it)."""
+    from gpuledger.events.reasons import JobState
+
+    lost = frozenset({JobState.failed, JobState.rejected, JobState.cancelled})
+    if wait_for == "running":  # placed: running, or past it (asked to checkpoint, completed)
+        return frozenset({JobState.running, JobState.preempting, JobState.completed}), lost
+    if wait_for == "finished":
+        return frozenset({JobState.completed}), lost
+    if wait_for is None:
+        return None, lost
+    raise ValueError(f"--wait-for: expected one of {', '.join(WAIT_FOR)}, got {wait_for!r}")
+
+
+def _status_text(st) -> str:
+    text = f"{st.job_id} {st.state}"
+    if st.reason:
+        text += f" ({st.reason}{': ' + st.message if st.message else ''})"
+    return text
+
+
+async def job_status_outcome(
+    bus,
+    tenant: str,
+    job_id: str,
+    *,
+    wait_for: str | None = None,
+    timeout: float = 10.0,
+    on_change: Callable[[Any], None] | None = None,
+    poll_s: float = 0.5,
+) -> Outcome:
+    """What `tenant`'s job `job_id` is, asked of the admission service (`glq.job.<tenant>.<job>`,
+    which the tenant's CI identity may do), and with `wait_for` (`running` | `finished`) once it
+    got there. Exit codes (`Outcome.code`), for a CI script to branch on:
+
+    - 0: the job is known and not failed (no `wait_for`), or it reached `wait_for`
+      (`running`: placed, also when already past it; `finished`: completed);
+    - 1: the job failed, was rejected or cancelled (before reaching `wait_for`), or nothing
+      of this tenant's has this id (`UnknownJob`; with `wait_for` an unknown job is waited for,
+      as one just submitted may not be folded yet);
+    - 3: no admission service answers (with `wait_for`: none did within `timeout`);
+    - 4: `wait_for` not reached within `timeout`.
+
+    `on_change` sees every answer whose state or reason differs from the one before."""
+    goal, lost = _goal_states(wait_for)
+    seen: list[Any] = []
+
+    def settled(st) -> bool:
+        if on_change is not None and (
+            not seen
+            or (seen[-1].known, seen[-1].state, seen[-1].reason) != (st.known, st.state, st.reason)
+        ):
+            on_change(st)
+        seen[:] = [st]
+        if goal is None:
+            return True
+        return st.known and (st.state in goal or st.state in lost)
+
+    try:
+        st = await ask_status(
+            bus,
+            tenant,
+            job_id,
+            timeout=timeout,
+            until=settled,
+            wait_for_service=wait_for is not None,
+            poll_s=poll_s,
+        )
+    except TimeoutError:
+        last = seen[-1] if seen else None
+        if last is None:
+            return Outcome(
+                TIMEOUT, job_id, f"no answer about {job_id!r} within {timeout:g}s", 4, error=True
+            )
+        now = _status_text(last) if last.known else f"{job_id} unknown to tenant {tenant!r}"
+        return Outcome(
+            TIMEOUT,
+            job_id,
+            f"{job_id} not {wait_for} within {timeout:g}s: {now}",
+            4,
+            reason=last.reason,
+            message=last.message,
+            error=True,
+            job_status=last,
+        )
+    if st is None:
+        return _no_admission(job_id)
+    if not st.known:
+        return Outcome(
+            UNKNOWN_JOB,
+            job_id,
+            f"no job {job_id!r} in tenant {tenant!r} (UnknownJob)",
+            1,
+            reason="UnknownJob",
+            error=True,
+            job_status=st,
+        )
+    failed = st.state in lost
+    status = ENDED if failed else (REACHED if goal is not None else "state")
+    return Outcome(
+        status,
+        job_id,
+        _status_text(st),
+        1 if failed else 0,
+        seq=st.submit_seq,
+        reason=st.reason,
+        message=st.message,
+        priority=st.priority,
+        job_status=st,
+    )

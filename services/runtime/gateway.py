@@ -22,13 +22,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 import msgspec
 import structlog
-import yaml
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -38,6 +36,7 @@ from starlette.routing import Route
 
 from gpuledger import events as ev
 from gpuledger.services.runtime import client_requests as cr
+from gpuledger.services.runtime.documents import DocumentError, load_document
 from gpuledger.services.runtime.gateway_tokens import TokenFileError, Tokens
 
 log = structlog.get_logger("gpuledger.gateway")
@@ -87,34 +86,17 @@ def outcome_body(outcome: cr.Outcome) -> tuple[int, dict[str, Any]]:
     return HTTP_STATUS[outcome.status], body
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader without anchors/aliases: a request body cannot expand into a huge document."""
-
-    def compose_node(self, parent, index):  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "aliases are not allowed in a request body", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
 def parse_body(data: bytes) -> Any:
-    """A request body (JSON or YAML) as a document; HttpError 400."""
+    """A request body (JSON or YAML, no aliases, bounded nesting) as a document; HttpError
+    400."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise HttpError(400, "InvalidSpec", "body: not UTF-8") from None
     try:
-        return (
-            json.loads(text)
-            if text.lstrip().startswith(("{", "["))
-            else yaml.load(text, _NoAliasLoader)
-        )
-    except (ValueError, yaml.YAMLError) as exc:
-        raise HttpError(
-            400, "InvalidSpec", " ".join(f"body: not JSON/YAML: {exc}".split())
-        ) from None
+        return load_document(text, aliases=False)
+    except DocumentError as exc:
+        raise HttpError(400, "InvalidSpec", f"body: {exc}") from None
 
 
 def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
@@ -144,6 +126,9 @@ def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
         raise HttpError(400, "InvalidSpec", lines[0], errors=lines) from None
     except ev.InvalidId as exc:
         raise HttpError(400, "InvalidSpec", f"body: {exc}") from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # whatever validation did not foresee is still a 400 with a reason, never a 500
+        raise HttpError(400, "InvalidSpec", f"body: {' '.join(str(exc).split())[:300]}") from None
     if spec.tenant != tenant:
         raise HttpError(
             403,

@@ -36,7 +36,7 @@ service's snapshot, checks it against the stream (one `host.snapshot_ignored` li
 refold if anything is wrong) and folds only the messages after its sequence. Once caught up,
 with no dead letter pending, right after a decide's events were published (the leader only,
 where a lease is used), it saves one when `SnapshotPolicy` says so (its cost kept to a small share of a core): a
-forked child pickles and compresses the fold as it was at the fork (copy-on-write; the loop
+forked child encodes (msgspec graph codec) and compresses the fold as it was at the fork (copy-on-write; the loop
 pauses only for `fork()`), and the chunks are written in the background, one snapshot at a
 time; deciding goes on. A failed write is logged and retried at the next due point. A service offers snapshots by having
 `fold_of(state)` / `from_fold(fold, state)` (services/domain/deciding.py).
@@ -72,6 +72,7 @@ from gpuledger.services.runtime.snapshots import (
     SnapshotStore,
     Unusable,
     config_digest,
+    connection_mac_key,
     loads,
     snapshot_bucket,
     snapshot_key,
@@ -294,7 +295,7 @@ class Host:
         fold = self.service.fold_of(self.state)
         try:
             encoding = Encoding(fold)  # a forked child encodes; the loop pauses for the fork
-        except Exception as err:  # noqa: BLE001 - no fork, or a state that does not pickle
+        except Exception as err:  # noqa: BLE001 - no fork, or a state that does not encode
             self.stats.snapshot_errors += 1
             self.log.error("host.snapshot_failed", seq=self.folded_seq, error=_text(err))
             self._snapshot_at = time.monotonic()
@@ -745,12 +746,19 @@ async def open_snapshots(bus: Bus, service: Service, log: Any) -> SnapshotStore 
     except _BUS_ERRORS as err:
         log.warning("host.snapshots_off", reason=f"cannot open the snapshot bucket: {_text(err)}")
         return None
-    return _snapshot_store(bus, service, kv)
+    key = connection_mac_key(bus.nc)
+    if key is None:
+        log.warning(
+            "host.snapshots_off",
+            reason="no nkey seed to sign snapshots with (connect with a credential)",
+        )
+        return None
+    return _snapshot_store(bus, service, kv, key)
 
 
-def _snapshot_store(bus: Bus, service: Service, kv: Any) -> SnapshotStore:
+def _snapshot_store(bus: Bus, service: Service, kv: Any, key: bytes) -> SnapshotStore:
     chunk = (bus.nc.max_payload or 1 << 20) - 4096
-    return SnapshotStore(kv, snapshot_key(service.name, service.instance), chunk)
+    return SnapshotStore(kv, snapshot_key(service.name, service.instance), chunk, key)
 
 
 SNAPSHOT_REOPEN_S = (1.0, 30.0)
@@ -765,6 +773,13 @@ async def keep_opening_snapshots(bus: Bus, service: Service, host: Host, log: An
     never saved one, and every later restart of it refolded the whole log. The fold it
     started with is not restored (it is already being built from the log). One log line,
     `host.snapshots_on`, when it works."""
+    key = connection_mac_key(bus.nc)
+    if key is None:
+        log.warning(
+            "host.snapshots_off",
+            reason="no nkey seed to sign snapshots with (connect with a credential)",
+        )
+        return
     first, longest = SNAPSHOT_REOPEN_S
     await asyncio.sleep(first)
     retrying = tenacity.AsyncRetrying(  # waits 2 x first, 4 x first, ... up to longest
@@ -772,7 +787,7 @@ async def keep_opening_snapshots(bus: Bus, service: Service, host: Host, log: An
         retry=tenacity.retry_if_exception_type(_BUS_ERRORS),
     )  # BucketNotFoundError included
     kv = await retrying(snapshot_bucket, bus)
-    host.snapshots = _snapshot_store(bus, service, kv)
+    host.snapshots = _snapshot_store(bus, service, kv, key)
     log.info("host.snapshots_on", key=host.snapshots.key)
 
 

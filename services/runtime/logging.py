@@ -117,7 +117,7 @@ class _StderrHandler(logging.StreamHandler):
     """A stream handler writing to whatever `sys.stderr` is at the time of each record (test
     runners and CLI runners swap it; a handler bound to a closed stream would fail)."""
 
-    @property  # type: ignore[override]
+    @property  # type: ignore[override]  # a property over logging's attribute
     def stream(self) -> Any:
         return sys.stderr
 

@@ -19,6 +19,7 @@ import subprocess
 import sysconfig
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -93,6 +94,7 @@ class EmbeddedNats:
         """Appended to the generated config (a cluster node's `cluster {...}` block)."""
         self._auth_path = Path(auth) if auth is not None else None
         self._auth_tmp: Path | None = None
+        self._auth_finalizer: weakref.finalize | None = None
         self.tls = tls
         self._given_store = Path(store_dir) if store_dir is not None else None
         self._port = port
@@ -131,6 +133,10 @@ class EmbeddedNats:
         `<store_dir>/../auth` for a kept store, else a private temporary directory)."""
         if self._auth_path is None:
             self._auth_path, self._auth_tmp = auth_location(self._given_store)
+            if self._auth_tmp is not None:  # removed by `stop`, or when this object goes
+                self._auth_finalizer = weakref.finalize(
+                    self, shutil.rmtree, str(self._auth_tmp), True
+                )
         return open_auth(self._auth_path)
 
     def creds(self, principal: str = "admin") -> Path:
@@ -224,7 +230,7 @@ class EmbeddedNats:
     def _wait_ready(self) -> None:
         assert self._proc is not None and self._workdir is not None
         deadline = time.monotonic() + self.start_timeout_s
-        binary_name = Path(str(self._proc.args[0])).name  # type: ignore[index]
+        binary_name = Path(str(self._proc.args[0])).name  # type: ignore[index]  # Popen.args is our own argv list
         ports_file = self._workdir / f"{binary_name}_{self._proc.pid}.ports"
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -269,7 +275,10 @@ class EmbeddedNats:
             return ""
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Terminate (SIGTERM, lets JetStream flush), then kill after `timeout_s`."""
+        """Terminate (SIGTERM, lets JetStream flush), then kill after `timeout_s`. A temporary
+        auth directory (no store given: the identities die with the server's temporary store)
+        is removed too, key seeds and all; a later `start` makes new identities. `kill` keeps
+        it, for a restart with the same identities."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -279,6 +288,9 @@ class EmbeddedNats:
                 proc.kill()
                 proc.wait()
         self._cleanup()
+        if self._auth_tmp is not None:
+            self._auth_finalizer()
+            self._auth_path = self._auth_tmp = None
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); keeps a given store dir for a restart."""

@@ -1,51 +1,44 @@
 """Snapshots of a service's folded state in JetStream, so a restart folds only the log's tail.
 
 A snapshot is the host's folded state at stream sequence `seq` (every message up to `seq`
-folded, nothing after), with a `Manifest`: state schema, service, sequence, the stream's first
-sequence and creation time, the configuration digest in force, sizes and a BLAKE2b digest.
-`Host` saves one from time to time once caught up (`SnapshotPolicy`) and, on start, loads
-the newest one that checks out and folds only the messages after `seq`. Anything wrong with
-it (another schema, a digest mismatch, a missing or short chunk, a payload that does not
-unpickle, a sequence beyond the stream's last one, a stream whose first sequence or creation
+folded, nothing after), with a `Manifest`: format, state schema, service, sequence, the
+stream's first sequence and creation time, the configuration digest in force, sizes, a
+BLAKE2b digest of the payload, and a keyed MAC. `Host` saves one from time to time once
+caught up (`SnapshotPolicy`) and, on start, loads the newest one that checks out and folds
+only the messages after `seq`. Anything wrong with it (a MAC that is not the service's, another
+format or schema, a digest mismatch, a missing or short chunk, a payload that does not
+decode, a sequence beyond the stream's last one, a stream whose first sequence or creation
 time changed, a state that disagrees with its manifest) is `Unusable`: the host logs one
-line and refolds the whole log, exactly as before snapshots existed.
+`host.snapshot_ignored` line with the reason and refolds the whole log, exactly as before
+snapshots existed.
 
-Encoding (`FORMAT`): the fold is pickled (protocol 5), except its bulk, the job and
-allocation records and every event or spec struct, which pickle only references by index and
-msgspec encodes, by class, as msgpack (records as tuples of their fields); then zlib level 1
-and BLAKE2b-256 over the compressed bytes. Pickle alone rebuilt those ~40,000 objects per
-100,000 events one call at a time, which was most of a restart at 1 M events: there,
-decompressing and decoding take 0.78 s instead of 3.3 s (a bare process, 2-core machine at
-load 2.4), and encoding a quarter of the time (`_pickle_around`). The rest stays pickle: the
-fold is a graph of mutable dataclasses, sets, tuple-keyed dicts and the placement index
-(`Fleet`: slotted `NodeState`s, a change log, per-node memos, a `TimeIndex`), none of which
-msgspec can decode back without a parallel schema for every class and a hand-written rebuild
-of the fleet, which would itself be a second fold to keep in step. Pickle restores the exact
-object graph (insertion orders included; an indexed object met twice is restored once and
-shared), so a restored state is the folded one, memos and all. Should msgspec refuse
-something in a fold, the whole fold is pickled (the payload says so), never a lost snapshot.
-What pickle does not protect against, the digest and the schema check do: the schema
-fingerprint (`schema()`) covers a version number bumped by hand plus the field names of
-every dataclass, slotted class and msgspec struct the fold holds, so a changed class makes
-old snapshots incompatible rather than half-loaded. Pickle executes code from what it loads:
-the bucket is written only by the services themselves, each confined by NATS permissions to
-its own keys (services/runtime/auth.py), and created by the operator; an identity that can
-write there could equally publish forged decisions. The fleet's score caches
-(`Fleet._caches`, transparent memos of queries, docs/deciders.md) are left out and refill on
-the next query; everything the fold owns is kept.
+Snapshots carry no code (issue 30). Encoding (`FORMAT`): a graph codec over msgspec msgpack
+(`_encode_graph`), never pickle: a value is a scalar or a tagged list; classes are named and
+must be on a fixed list of the fold's data classes (`_classes`); an object is restored without
+calling its class and its fields are set directly; an event or spec struct is msgpack-decoded
+as its type, so msgspec validates it. Nothing a stored byte says is imported, called or
+evaluated. Shared objects stay shared (back references), insertion orders are kept, so a
+restored state is the folded one, memos and all; the schema fingerprint (`schema()`: a
+version bumped by hand plus the field names of every class the fold holds) makes old
+snapshots incompatible rather than half-loaded. Then zlib level 1 and BLAKE2b-256 over the
+compressed bytes, and HMAC-SHA256 over the manifest (which holds that digest) under a key
+derived from the service's own nkey seed (`mac_key`; the secret kept with its credentials):
+the bucket is created by the operator and each service is confined by NATS permissions to its
+own keys (services/runtime/auth.py), but the operator's key (or a rotated-out service key)
+can write any key; what it writes is refused as "forged or foreign". Measured on the synthetic
+log of 100,000 events (2-core machine, shared): encode 0.68 s, decode 0.47 s, 11.7 MB -> 1.3 MB
+after zlib; the earlier pickle-based codec took 0.31 s / 0.16 s for 7.8 MB. The fleet's score
+caches (`Fleet._caches`, transparent memos of queries, docs/deciders.md) are left out and
+refill on the next query; everything the fold owns is kept.
 
 Encoding runs in a forked child (`Encoding`, the way Redis's BGSAVE does it): the child sees
 the fold as it was at `fork()` and encodes it while the parent's event loop goes on folding
-and deciding; the parent only pauses for the fork. Pickling 1 M events' fold (59 MB) in the
-loop paused it 5-6.6 s on a loaded 2-core machine (before msgspec took the records), far too
-long for the decision path.
+and deciding; the parent only pauses for the fork (encoding 1 M events' fold in the loop
+would pause it for seconds).
 
 Storage: the KV bucket `gpuledger-snapshots` (created by the operator,
-`cli_bus(ensure=True)`). Measured sizes (encoded -> zlib 1, with pickle alone): the replayed
-openb fixture slice (5,440 events) 0.52 MB -> 0.09 MB, the synthetic log of 100,000 events
-5.3 MB -> 1.1 MB, of 1,000,000 events about ten times that; with the msgpack part, 200,000
-events 15.2 MB -> 2.3 MB and 1,000,000 events 75.9 MB -> 11.1 MB (pickle alone 12.6 -> 2.2
-and 62.0 -> 10.3): beyond one KV value (the server's max payload, 1 MiB by default). Not the
+`cli_bus(ensure=True)`). A fold of 100,000 events is about 1.3 MB after zlib, ten times that
+at 1 M events: beyond one KV value (the server's max payload, 1 MiB by default). Not the
 object store: its chunks go to random subjects and replacing an object purges through the
 stream's bucket-wide purge API, so a service could not be confined to its own snapshot.
 Instead the payload is cut into chunks under the service's own key prefix, `KEY.<slot>.<i>`
@@ -65,9 +58,8 @@ import asyncio
 import dataclasses
 import gc
 import hashlib
-import io
+import hmac
 import os
-import pickle
 import signal
 import struct
 import time
@@ -85,7 +77,7 @@ from nats.js.kv import KeyValue
 BUCKET = "gpuledger-snapshots"
 SCHEMA_VERSION = 1
 """Bump by hand when the meaning of the folded state changes without its shape changing."""
-FORMAT = "gls2+msgpack+pickle5+zlib1+blake2b256"
+FORMAT = "gls3+msgpack-graph+zlib1+blake2b256+hmac-sha256"
 
 
 class Unusable(Exception):
@@ -128,6 +120,57 @@ class Manifest(msgspec.Struct, frozen=True):
     chunks: int
     chunk_bytes: int
     saved_ms: int
+    mac: str = ""
+    """HMAC-SHA256, under the service's snapshot key (`mac_key`), of the manifest with this
+    field empty: it covers the payload through `digest`."""
+
+
+MAC_CONTEXT = b"gpuledger snapshot mac v1"
+
+
+def mac_key(seed: bytes) -> bytes:
+    """The key a service signs its snapshots with, derived from its own nkey seed (the secret
+    kept with its credentials): HMAC-SHA256(seed, context). Whoever does not hold the seed
+    (another service, a node agent, the operator's own key) cannot write a snapshot the
+    service accepts, even with write access to the bucket."""
+    return hmac.new(seed.strip(), MAC_CONTEXT, hashlib.sha256).digest()
+
+
+def seed_of_creds(path: str | os.PathLike[str]) -> bytes | None:
+    """The nkey user seed (`SU...`) in a credential file, None if there is none."""
+    try:
+        data = open(path, "rb").read()  # noqa: SIM115 - a small file, read once
+    except OSError:
+        return None
+    return next((ln.strip() for ln in data.splitlines() if ln.strip().startswith(b"SU")), None)
+
+
+def connection_mac_key(nc: Any) -> bytes | None:
+    """`mac_key` of the seed a nats-py connection authenticated with (its `nkeys_seed` file
+    or `nkeys_seed_str`), None for a connection without one."""
+    path = getattr(nc, "_nkeys_seed", None)
+    seed = seed_of_creds(path) if path else None
+    if seed is None and getattr(nc, "_nkeys_seed_str", None):
+        seed = str(nc._nkeys_seed_str).encode()  # noqa: SLF001 - nats-py keeps it there
+    return None if not seed else mac_key(seed)
+
+
+def sign(manifest: Manifest, key: bytes) -> Manifest:
+    unsigned = msgspec.structs.replace(manifest, mac="")
+    mac = hmac.new(key, msgspec.json.encode(unsigned), hashlib.sha256).hexdigest()
+    return msgspec.structs.replace(manifest, mac=mac)
+
+
+def verify(manifest: Manifest, key: bytes) -> None:
+    """`Unusable` unless `manifest` was signed with `key`."""
+    if not manifest.mac:
+        raise Unusable("forged or foreign: the manifest carries no MAC")
+    want = sign(manifest, key).mac
+    if not hmac.compare_digest(want, manifest.mac):
+        raise Unusable(
+            "forged or foreign: its MAC does not match this service's key (not written by"
+            " this service's credential)"
+        )
 
 
 def snapshot_key(name: str, instance: str) -> str:
@@ -204,7 +247,7 @@ def config_digest(part: Any) -> str:
 
 @contextmanager
 def _quiet_gc() -> Iterator[None]:
-    """No collector passes while millions of objects are pickled or created."""
+    """No collector passes while millions of objects are encoded or created."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -214,143 +257,273 @@ def _quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
+# The graph codec: a fold as one msgpack tree (msgspec), never pickle. A value is a plain
+# msgpack scalar, or a list whose first item says what it is. Containers and objects get an
+# index in the order they are first met (implicitly: the decoder creates them in the same
+# order), and an object met again is `[REF, index]`, so shared objects stay shared and cycles
+# through mutable objects restore. Classes are named, from a fixed list of data classes of the
+# fold (`_classes`): a name not on it makes the snapshot unusable. Restoring an object creates
+# it without calling its class (`object.__new__`) and sets its fields directly (its
+# `__dict__`, or the slot descriptors of names its class declares); an event or spec struct is
+# msgpack decoded *as its type* (msgspec validates every field). Nothing a stored byte says
+# is called, imported or evaluated.
+_REF, _LIST, _TUPLE, _DICT, _SET, _FROZENSET, _OBJECT, _STRUCT, _ENUM, _UNSET, _FIELDS = range(11)
+
+
 @dataclasses.dataclass(frozen=True)
-class _Codec:
-    kinds: tuple[type, ...]
-    """The classes msgspec encodes: the ledger's job and allocation records (as tuples of
-    their fields, `records` of them), then every event and spec struct."""
-    records: int
-    index: dict[type, int]
-    fields: tuple[tuple[str, ...], ...]
-    getters: tuple[Any, ...]
-    decoder: msgspec.msgpack.Decoder
+class _Classes:
+    by_name: dict[str, type]
+    name_of: dict[type, str]
+    slots: dict[type, frozenset[str]]
+    decoders: dict[type, msgspec.msgpack.Decoder]
 
 
-_CODEC: _Codec | None = None
+_CLASSES: _Classes | None = None
 
 
-def _codec() -> _Codec:
-    global _CODEC
-    if _CODEC is None:
-        import operator
-        import typing
-
+def _classes() -> _Classes:
+    """The classes a fold may hold: the data classes, slotted classes, msgspec structs and
+    enums of the modules whose state a service folds (the same ones `schema()` covers)."""
+    global _CLASSES
+    if _CLASSES is None:
         from gpuledger import events as ev
-        from gpuledger.services.domain import ledger
-
-        records = (ledger.JobRecord, ledger.AllocationRecord)
-        structs = [
-            obj
-            for _, obj in sorted(vars(ev).items())
-            if isinstance(obj, type)
-            and issubclass(obj, msgspec.Struct)
-            and obj.__struct_config__.frozen
-        ]
-        kinds = (*records, *structs)
-        assert len(kinds) <= 256, "a kind is one byte"
-        for r in records:  # restored as `cls(*fields)`: that must set the fields and only them
-            if not all(f.init for f in dataclasses.fields(r)) or hasattr(r, "__post_init__"):
-                raise TypeError(f"{r.__name__} cannot be rebuilt from its fields' values")
-        fields = tuple(tuple(f.name for f in dataclasses.fields(r)) for r in records)
-        types: list[Any] = []
-        for cls, names in zip(records, fields, strict=True):
-            hints = typing.get_type_hints(cls, vars(ledger))
-            types.append(list[tuple[tuple(hints[n] for n in names)]])  # type: ignore[misc]
-        types.extend(list[k] for k in structs)
-        _CODEC = _Codec(
-            kinds,
-            len(records),
-            {k: i for i, k in enumerate(kinds)},
-            fields,
-            tuple(operator.attrgetter(*names) for names in fields),
-            msgspec.msgpack.Decoder(tuple[bytes, tuple[tuple(types)]]),
+        from gpuledger.events import reasons
+        from gpuledger.services.domain import config, ledger, timeindex
+        from gpuledger.services.node_agent import decider as agent
+        from gpuledger.services.placement import (
+            fleet,
+            fragmentation,
+            mig,
+            model,
+            scorers,
+            state,
         )
-    return _CODEC
+
+        found: dict[str, type] = {}
+        for module in (
+            ev,
+            reasons,
+            ledger,
+            config,
+            timeindex,
+            agent,
+            fleet,
+            fragmentation,
+            mig,
+            model,
+            scorers,
+            state,
+        ):
+            for obj in vars(module).values():
+                if (
+                    isinstance(obj, type)
+                    and obj.__module__.startswith("gpuledger.")
+                    and not issubclass(obj, BaseException)
+                ):
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+        slots: dict[type, frozenset[str]] = {}
+        decoders: dict[type, msgspec.msgpack.Decoder] = {}
+        for cls in found.values():
+            names: set[str] = set()
+            for klass in cls.__mro__:
+                declared = vars(klass).get("__slots__", ())
+                names.update((declared,) if isinstance(declared, str) else declared)
+            slots[cls] = frozenset(names)
+            if issubclass(cls, msgspec.Struct):
+                decoders[cls] = msgspec.msgpack.Decoder(cls)
+        _CLASSES = _Classes(found, {c: n for n, c in found.items()}, slots, decoders)
+    return _CLASSES
 
 
-_HEAD = struct.Struct(">4sQQ")
-_MAGIC = b"GLS2"
+_SCALARS = (str, int, float, bool, bytes, type(None))
 
 
-def _pickle_around(part: Any) -> tuple[bytes, bytes]:
-    """(pickle of `part` in which every job and allocation record and every event or spec
-    struct is only an index, msgpack of those objects by class, records as tuples of their
-    fields, rebuilt as `cls(*fields)`): several times as fast as pickle building them one
-    at a time (a struct by calling its class, a record from a dict of named fields), both
-    ways. An object met twice gets one index, so it is restored once and shared as before
-    (what a record holds is encoded inline: frozen structs and containers only that record
-    holds). TypeError for a record with attributes beyond its fields (they would be lost)."""
-    codec = _codec()
-    by_kind: list[list[Any]] = [[] for _ in codec.kinds]
-    seen: dict[int, int] = {}
-    order = bytearray()
-    index = codec.index
+def _encode_graph(root: Any) -> bytes:
+    """The msgpack tree of `root` (see the codec's comment above). TypeError for a value of
+    a type the codec does not know (a snapshot is then not written: the host logs it)."""
+    import enum
 
-    def persistent_id(obj: Any) -> int | None:
-        k = index.get(type(obj))
-        if k is None:
-            return None
-        pid = seen.get(id(obj))
-        if pid is None:  # the objects are referenced by the fold meanwhile: ids stay unique
-            pid = seen[id(obj)] = len(order)
-            order.append(k)
-            by_kind[k].append(obj)
-        return pid
+    classes = _classes()
+    name_of, names, name_index = classes.name_of, [], {}
+    memo: dict[int, int] = {}
+    keep: list[Any] = []  # what memo's ids refer to stays alive while encoding
+    struct_encoder = msgspec.msgpack.Encoder()
+    by_fields: set[type] = set()
 
-    out = io.BytesIO()
-    pickler = pickle.Pickler(out, protocol=5)
-    pickler.persistent_id = persistent_id  # type: ignore[method-assign]
-    pickler.dump(part)
-    for k in range(codec.records):
-        width, get = len(codec.fields[k]), codec.getters[k]
-        if any(len(vars(r)) != width for r in by_kind[k]):
-            raise TypeError(f"a {codec.kinds[k].__name__} with attributes beyond its fields")
-        by_kind[k] = [get(r) for r in by_kind[k]]
-    return out.getvalue(), msgspec.msgpack.encode((bytes(order), by_kind))
+    def class_ref(cls: type) -> int:
+        name = name_of.get(cls)
+        if name is None:
+            raise TypeError(f"a {cls.__module__}.{cls.__qualname__} is not a snapshot class")
+        i = name_index.get(name)
+        if i is None:
+            i = name_index[name] = len(names)
+            names.append(name)
+        return i
+
+    def enc(obj: Any) -> Any:
+        t = type(obj)
+        if t in _SCALARS:
+            return obj
+        if isinstance(obj, enum.Enum):
+            return [_ENUM, class_ref(t), obj.value]
+        if obj is msgspec.UNSET:
+            return [_UNSET]
+        if t is tuple:
+            return [_TUPLE, *map(enc, obj)]
+        if t is frozenset:
+            return [_FROZENSET, *map(enc, obj)]
+        seen = memo.get(id(obj))
+        if seen is not None:
+            return [_REF, seen]
+        memo[id(obj)] = len(memo)
+        keep.append(obj)
+        if t is list:
+            return [_LIST, *map(enc, obj)]
+        if t is dict:
+            out = [_DICT]
+            for k, v in obj.items():
+                out.append(enc(k))
+                out.append(enc(v))
+            return out
+        if t is set:
+            return [_SET, *map(enc, obj)]
+        if isinstance(obj, msgspec.Struct):
+            if t not in by_fields:
+                try:
+                    return [_STRUCT, class_ref(t), struct_encoder.encode(obj)]
+                except TypeError:  # it holds a non-struct object (a placement index)
+                    by_fields.add(t)
+            del memo[id(obj)]  # numbered after its fields: the decoder makes it after them
+            out = [_FIELDS, class_ref(t)]
+            out.extend(enc(getattr(obj, f)) for f in t.__struct_fields__)
+            memo[id(obj)] = len(memo)
+            return out
+        out = [_OBJECT, class_ref(t)]
+        for slot in sorted(classes.slots[t]):
+            if slot != "__dict__" and slot != "__weakref__" and hasattr(obj, slot):
+                out.append(slot)
+                out.append(enc(getattr(obj, slot)))
+        for k, v in getattr(obj, "__dict__", {}).items():
+            out.append(k)
+            out.append(enc(v))
+        return out
+
+    tree = enc(root)
+    return msgspec.msgpack.encode((GRAPH_VERSION, names, tree))
+
+
+def _decode_graph(raw: bytes | memoryview) -> Any:
+    """The fold a `_encode_graph` tree holds; ValueError for anything that is not one."""
+    classes = _classes()
+    version, names, tree = msgspec.msgpack.decode(raw, type=tuple[int, list[str], Any])
+    if version != GRAPH_VERSION:
+        raise ValueError(f"graph version {version}, this build reads {GRAPH_VERSION}")
+    known = []
+    for name in names:
+        cls = classes.by_name.get(name)
+        if cls is None:
+            raise ValueError(f"names {name[:100]!r}, not a snapshot class")
+        known.append(cls)
+    made: list[Any] = []
+
+    def dec(node: Any) -> Any:
+        if type(node) is not list:
+            return node
+        tag = node[0]
+        if tag == _REF:
+            return made[node[1]]
+        if tag == _TUPLE:
+            return tuple(map(dec, node[1:]))
+        if tag == _FROZENSET:
+            return frozenset(map(dec, node[1:]))
+        if tag == _ENUM:
+            return known[node[1]](node[2])
+        if tag == _UNSET:
+            return msgspec.UNSET
+        if tag == _LIST:
+            out: Any = []
+            made.append(out)
+            out.extend(map(dec, node[1:]))
+            return out
+        if tag == _DICT:
+            out = {}
+            made.append(out)
+            items = node[1:]
+            for i in range(0, len(items), 2):
+                key = dec(items[i])  # first: `d[k] = v` would decode the value first, and
+                out[key] = dec(items[i + 1])  # objects are numbered in encoding order
+            return out
+        if tag == _SET:
+            out = set()
+            made.append(out)
+            out.update(map(dec, node[1:]))
+            return out
+        if tag == _STRUCT:
+            cls = known[node[1]]
+            decoder = classes.decoders.get(cls)
+            if decoder is None:
+                raise ValueError(f"{cls.__qualname__} is not a struct")
+            out = decoder.decode(node[2])
+            made.append(out)
+            return out
+        if tag == _FIELDS:
+            cls = known[node[1]]
+            if cls not in classes.decoders:
+                raise ValueError(f"{cls.__qualname__} is not a struct")
+            names = cls.__struct_fields__
+            if len(node) - 2 != len(names):
+                raise ValueError(f"{cls.__qualname__} has {len(names)} fields")
+            out = cls(**dict(zip(names, map(dec, node[2:]), strict=True)))
+            made.append(out)
+            return out
+        if tag == _OBJECT:
+            cls = known[node[1]]
+            if issubclass(cls, msgspec.Struct) or cls in classes.decoders:
+                raise ValueError(f"{cls.__qualname__} is a struct")
+            out = object.__new__(cls)
+            made.append(out)
+            slots, attrs = classes.slots[cls], getattr(out, "__dict__", None)
+            fields = node[2:]
+            for i in range(0, len(fields), 2):
+                name, value = fields[i], dec(fields[i + 1])
+                if type(name) is not str:
+                    raise ValueError("a field name that is not a string")
+                if name in slots and name not in ("__dict__", "__weakref__"):
+                    getattr(cls, name).__set__(out, value)  # the slot's member descriptor
+                elif attrs is not None:
+                    attrs[name] = value
+                else:
+                    raise ValueError(f"{cls.__qualname__} has no field {name[:100]!r}")
+            return out
+        raise ValueError(f"unknown tag {tag!r}")
+
+    return dec(tree)
+
+
+GRAPH_VERSION = 1
+"""The graph codec's own version (inside the payload); `FORMAT` names the whole encoding."""
 
 
 def dumps(part: Any) -> bytes:
     """Encode a fold (synchronously: the caller must not let it change meanwhile), the
-    fleets' score caches set aside: `GLS2`, the two lengths, the msgpack of the records and
-    structs, the pickle of the rest (`_pickle_around`). Should msgspec refuse something, the
-    whole fold is pickled (no msgpack part), so a snapshot is never lost to the codec."""
+    fleets' score caches set aside (`_encode_graph`)."""
     fleets = _fleets(part)
     kept = [f._caches for f in fleets]
     for f in fleets:
         f._caches = {}
     try:
         with _quiet_gc():
-            try:
-                body, structs = _pickle_around(part)
-            except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
-                body, structs = pickle.dumps(part, protocol=5), b""
-            return _HEAD.pack(_MAGIC, len(structs), len(body)) + structs + body
+            return _encode_graph(part)
     finally:
         for f, caches in zip(fleets, kept, strict=True):
             f._caches = caches
 
 
 def _decode(raw: bytes) -> Any:
-    magic, structs_len, body_len = _HEAD.unpack_from(raw)
-    if magic != _MAGIC or _HEAD.size + structs_len + body_len != len(raw):
-        raise ValueError("not a GLS2 payload")
-    view = memoryview(raw)
-    body = view[_HEAD.size + structs_len :]
-    if not structs_len:
-        return pickle.loads(body)
-    codec = _codec()
-    order, decoded = codec.decoder.decode(view[_HEAD.size : _HEAD.size + structs_len])
-    by_kind = list(decoded)
-    if len(order) != sum(map(len, by_kind)):
-        raise ValueError("the struct index does not match the structs")
-    for k in range(codec.records):  # every field is an __init__ argument, nothing else runs
-        cls = codec.kinds[k]
-        by_kind[k] = [cls(*values) for values in by_kind[k]]
-    nexts = [iter(objs).__next__ for objs in by_kind]
-    objects = [nexts[k]() for k in order]  # back in the order of their indexes
-    unpickler = pickle.Unpickler(io.BytesIO(body))
-    unpickler.persistent_load = objects.__getitem__  # type: ignore[assignment]
-    return unpickler.load()
+    fold = _decode_graph(raw)
+    for f in _fleets(fold):
+        f._caches = {}
+    return fold
 
 
 def compress(raw: bytes) -> tuple[bytes, str]:
@@ -397,7 +570,7 @@ class Encoding:
         self.pid, self._read = pid, read
 
     def result(self) -> tuple[int, bytes, str]:
-        """(pickled size, payload, digest); RuntimeError if the child failed."""
+        """(encoded size, payload, digest); RuntimeError if the child failed."""
         if self._done is not None:
             return self._done
         chunks = []
@@ -448,7 +621,7 @@ def loads(data: bytes, manifest: Manifest) -> Any:
                 gc.freeze()
             return fold
     except Exception as err:  # noqa: BLE001 - any failure means: refold
-        raise Unusable(f"does not unpickle: {type(err).__name__}: {str(err)[:200]}") from None
+        raise Unusable(f"does not decode: {type(err).__name__}: {str(err)[:200]}") from None
 
 
 def check(
@@ -503,21 +676,26 @@ async def snapshot_bucket(bus: Any, *, create: bool = False, replicas: int = 1) 
 class SnapshotStore:
     """One service's snapshot in the bucket (`KEY` = manifest, `KEY.<slot>.<i>` = chunks)."""
 
-    def __init__(self, kv: KeyValue, key: str, chunk_bytes: int) -> None:
+    def __init__(self, kv: KeyValue, key: str, chunk_bytes: int, mac_key: bytes) -> None:
         self.kv = kv
         self.key = key
         self.chunk_bytes = max(1024, chunk_bytes)
+        self.mac_key = mac_key
 
-    async def manifest(self) -> Manifest | None:
-        """The stored manifest, None if there is none; `Unusable` if it does not decode."""
+    async def manifest(self, *, verified: bool = True) -> Manifest | None:
+        """The stored manifest, None if there is none; `Unusable` if it does not decode or
+        (unless `verified=False`) was not signed with this store's key."""
         try:
             entry = await self.kv.get(self.key)
         except nats.js.errors.KeyNotFoundError:
             return None
         try:
-            return msgspec.json.decode(entry.value or b"", type=Manifest)
+            manifest = msgspec.json.decode(entry.value or b"", type=Manifest)
         except msgspec.DecodeError as err:
             raise Unusable(f"manifest does not decode: {str(err)[:200]}") from None
+        if verified:
+            verify(manifest, self.mac_key)
+        return manifest
 
     async def payload(self, manifest: Manifest) -> bytes:
         async def chunk(i: int) -> bytes:
@@ -558,6 +736,7 @@ class SnapshotStore:
             saved_ms=time.time_ns() // 1_000_000,
             **fields,
         )
+        manifest = sign(manifest, self.mac_key)
         await self.kv.put(self.key, msgspec.json.encode(manifest))
         i = len(chunks)
         while True:  # chunks of this slot left by an earlier, longer snapshot

@@ -1,9 +1,11 @@
 """Supervision for `gpuledger up`: every service is started, checked, restarted and reported.
 
 - In-process services (asyncio tasks) and child processes (`up --processes`) are supervised
-  the same way: a crash is reported in one log line (`service.crashed`: name, exit, last
+  the same way: a crash is reported in one error line (`service.crashed`: name, exit, last
   error, restart number, back-off) and the service is restarted after an exponential
-  back-off (1 s doubling to 30 s; reset once it ran `stable_s`).
+  back-off (1 s doubling to 30 s; reset once it ran `stable_s`). A child that exits with code
+  0 (a planned stop: SIGTERM) is restarted after the first back-off step and reported in one
+  info line (`service.restarting`), its last error kept as it was.
 - Children are started with absolute paths and must become ready (they write their first
   heartbeat once connected) within `ready_timeout_s`; one that exits or hangs at start makes
   `up` fail fast with the child's own error line (`StartFailed`).
@@ -34,31 +36,19 @@ from typing import Any
 import structlog
 
 from gpuledger.services.runtime.lease import HOLDER_ENV
+from gpuledger.services.runtime.status_file import (  # noqa: F401 - re-exported
+    STATUS_FILE,
+    now_ms,
+    pid_alive,
+    read_json,
+    staleness,
+    write_json_atomic,
+)
 
-STATUS_FILE = "status.json"
 HEARTBEAT_ENV = "GPULEDGER_HEARTBEAT_FILE"
 BACKOFF_S = (1.0, 30.0)
 
 log = structlog.get_logger("gpuledger.supervisor")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """Readers see the old or the new document, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 # ---------------------------------------------------------------------- status board
@@ -98,6 +88,8 @@ class StatusBoard:
     services: dict[str, ServiceState] = field(default_factory=dict)
     stream_last_seq: int | None = None
     stream_error: str | None = None
+    nats_nodes: list[dict[str, Any]] = field(default_factory=list)
+    """The NATS nodes holding the stream (`status_file.nats_nodes`), as last asked."""
     samples: deque = field(default_factory=lambda: deque(maxlen=3600))
     """(time ms, stream last seq) each time the stream's last sequence grew."""
 
@@ -132,6 +124,7 @@ class StatusBoard:
             "mode": self.mode,
             "stream_last_seq": self.stream_last_seq,
             "stream_error": self.stream_error,
+            "nats_nodes": self.nats_nodes,
             "services": rows,
         }
 
@@ -147,18 +140,6 @@ def lag(stream_last_seq: int | None, folded_seq: int | None) -> int | None:
     if stream_last_seq is None or folded_seq is None:
         return None
     return max(0, stream_last_seq - folded_seq)
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------- child errors
@@ -269,6 +250,19 @@ async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
     return stop.is_set()
+
+
+def report_planned_restart(st: ServiceState, how: str, retry_in_s: float) -> None:
+    """The one line a planned stop produces: a child that exited with code 0 while the cluster
+    runs was asked to stop (SIGTERM: an operator's `kill`, a deploy) and stopped cleanly, so it
+    is restarted promptly and logged at info, not as a crash."""
+    log.info(
+        "service.restarting",
+        service=st.name,
+        exit=how,
+        restart=st.restarts + 1,
+        retry_in_s=retry_in_s,
+    )
 
 
 def report_crash(st: ServiceState, how: str, retry_in_s: float) -> None:
@@ -448,10 +442,14 @@ class ProcessSupervisor:
             if code is None:
                 self._refresh(c)
                 continue
-            c.st.last_error = self._child_error(c, code)
             c.st.last_exit_at_ms = now_ms()
-            delay = c.backoff.after_run(now - c.started)
-            report_crash(c.st, exit_text(code), delay)
+            if code == 0:  # a planned stop (SIGTERM, exit 0): no error, no back-off growth
+                delay = c.backoff.first_s
+                report_planned_restart(c.st, exit_text(code), delay)
+            else:
+                c.st.last_error = self._child_error(c, code)
+                delay = c.backoff.after_run(now - c.started)
+                report_crash(c.st, exit_text(code), delay)
             c.st.state, c.st.pid, c.restart_at = "restarting", None, now + delay
 
     def stop(self) -> None:
@@ -461,34 +459,3 @@ class ProcessSupervisor:
 
 
 # ---------------------------------------------------------------------- stale reads
-
-
-def staleness(
-    status: dict[str, Any] | None, db_seq: int, *, now: int | None = None, grace_ms: int = 3000
-) -> str | None:
-    """A warning when a projection read at `db_seq` is stale: `up` is running (its status
-    file is fresh), the stream is further, and the projector is not running (crashed,
-    restarting) or has missed events the stream held more than `grace_ms` ago (blocked by a
-    reader, or catching up). None when the read is current (or unknowable)."""
-    if not status:
-        return None
-    now = now_ms() if now is None else now
-    stream = status.get("stream_last_seq")
-    if stream is None or db_seq >= stream or now - status.get("updated_at_ms", 0) > 15_000:
-        return None
-    if not pid_alive(status.get("up_pid")):
-        return None
-    pj = next((r for r in status.get("services", []) if r.get("role") == "projector"), None)
-    if pj is None:
-        return None
-    since = pj.get("behind_since_ms")
-    if pj.get("state") in ("running", "blocked") and (since is None or now - since < grace_ms):
-        return None
-    why = pj.get("state", "?")
-    if pj.get("detail") or pj.get("last_error"):
-        why += f": {pj.get('detail') or pj.get('last_error')}"
-    age = "" if since is None else f" for {(now - since) / 1000:.0f}s"
-    return (
-        f"projection is stale: at seq {db_seq}, the stream is at {stream} "
-        f"({stream - db_seq} events behind{age}; projector {why})"
-    )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -19,19 +21,22 @@ from gpuledger.events import (
     GangFailed,
     GangPlaced,
     GangRequeued,
+    GangResized,
     NodeLost,
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import PendingReason, PreemptionReason
+from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason, ResizeReason
+from gpuledger.services.domain import dependencies as deps
+from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.config import defrag_settings
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.placement_adapter import to_members
 from gpuledger.services.domain.progress import work_outcome
-from gpuledger.services.domain.quota import parent_of, quota_block
+from gpuledger.services.domain.quota import lending_block, lends_limited, parent_of, quota_block
 from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
-from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.domain.timefmt import duration, instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
 from gpuledger.services.scheduler.pending import CAPACITY_REASONS
 from gpuledger.services.scheduler.queue import ordered_pending
@@ -58,9 +63,18 @@ class _Round:
     fixed_model: dict[tuple[str, str], int]
     placed: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
-    spread: dict[str, dict[str, int]] | None = None
-    """Members per node of each spread group (`JobSpec.spread`), tentative allocations
-    included; built when the first job with a spread constraint is tried."""
+    spread: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Members per node of spread groups (`JobSpec.spread`), tentative allocations included;
+    a group's entry is built when the first job of that group is tried."""
+
+    array_placed: dict[str, int] = field(default_factory=dict)
+    """Per array job, its tasks placed in this decide."""
+    lending: bool = False
+    """Some tenant sets a `lending_limit` (checked once per decide, not per job)."""
+
+    outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
+    """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
+    computed once however many of its jobs wait."""
 
     unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
     """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
@@ -75,6 +89,7 @@ class _Round:
             dict(state.tenant_gpu_milli),
             dict(state.tenant_fixed_gpu_milli),
             dict(state.tenant_fixed_by_model),
+            lending=lends_limited(state.config.tenants),
         )
 
     @property
@@ -113,6 +128,8 @@ class _Limits:
     """A reservation keeps it off nodes it could otherwise use."""
     backfill_for: str | None = None
     over_models: list[tuple[str, int, int]] = field(default_factory=list)
+    max_members: int | None = None
+    """An elastic gang: the most members its tenant's quota allows (None: `replicas`)."""
 
 
 @dataclass
@@ -147,7 +164,10 @@ class Scheduler(LedgerService):
         out = self._settle(state, now_ms)
         if out:
             return out
-        return self._place(state, now_ms)
+        out = self._place(state, now_ms)
+        if out:
+            return out
+        return self._grow(state, now_ms)
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         # asked at every instant: each source is read only when it has entries
@@ -171,9 +191,20 @@ class Scheduler(LedgerService):
             times += [
                 t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
+        if state.growable and policy.min_runtime_s:  # a grow's cooldown ends
+            cooldown = policy.min_runtime_s * 1000
+            times += [
+                t
+                for a in sorted(state.growable)
+                if (r := state.allocations[a].resized_ms) is not None
+                and (t := r + cooldown) > now_ms
+            ]
         start_timeout = policy.start_timeout_s * 1000
         if start_timeout and state.awaiting_start:
-            times += [rec.placed_ms + start_timeout for rec in self._awaiting_start(state)]
+            times += [_bound_ms(rec) + start_timeout for rec in self._awaiting_start(state)]
+        limit = state.time_limits.next_after(now_ms)
+        if limit is not None:
+            times.append(limit)
         return min(times, default=None)
 
     def _awaiting_start(self, state: Ledger) -> list[AllocationRecord]:
@@ -226,10 +257,13 @@ class Scheduler(LedgerService):
         if timeout and state.awaiting_start:
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
-                if now_ms - rec.placed_ms >= timeout and not job.cancel_requested:
+                if now_ms - _bound_ms(rec) >= timeout and not job.cancel_requested:
                     out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
             if out:
                 return out
+        out = self._time_limits(state, now_ms)
+        if out:
+            return out
         for alloc_id in sorted(state.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
@@ -238,6 +272,9 @@ class Scheduler(LedgerService):
             ]
             if lost:
                 out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
+            elif rec.time_limit is not None and not job.cancel_requested:
+                if rec.all_exited():  # the limit wins over a preemption: the run is over
+                    out.append(self._timed_out(state, now_ms, rec, job))
             elif any(outcome == "failed" for outcome, _ in rec.exited.values()):
                 rank = min(r for r, (o, _) in rec.exited.items() if o == "failed")
                 out.append(
@@ -253,9 +290,12 @@ class Scheduler(LedgerService):
                         message=f"member rank {rank} failed",
                     )
                 )
+            elif rec.leaving() is not None and not rec.all_exited():
+                out.append(self._shrunk(state, now_ms, rec, job))
             elif rec.all_exited():
-                outcomes = {o for o, _ in rec.exited.values()}
-                if rec.preemption is not None or "preempted" in outcomes:
+                leaving = rec.leaving() or ()
+                outcomes = {o for r, (o, _) in rec.exited.items() if r not in leaving}
+                if (rec.preemption is not None and not leaving) or "preempted" in outcomes:
                     p = rec.preemption
                     out += self._evict(
                         state,
@@ -286,6 +326,117 @@ class Scheduler(LedgerService):
                         )
                     )
         return out
+
+    def _time_limits(self, state: Ledger, now_ms: int) -> list[Event]:
+        """`TimeLimitReached` for every run whose time limit has come: its members are asked
+        to checkpoint and stopped after the grace. A run being preempted or cancelled is
+        left to that (its next run starts a fresh limit)."""
+        out: list[Event] = []
+        for _at, alloc_id, _kind in state.time_limits.due(now_ms):
+            rec = state.allocations.get(alloc_id)
+            if rec is None or rec.ended or rec.time_limit is not None or rec.preemption:
+                continue
+            job = state.jobs[rec.job_id]
+            if job.cancel_requested or job.time_limit_s is None:
+                continue
+            started = max(rec.started.values(), default=rec.placed_ms)
+            grace = state.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
+            limit_ms = job.time_limit_s * 1000
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    ev.TimeLimitReached,
+                    key=alloc_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    allocation_id=alloc_id,
+                    time_limit_s=job.time_limit_s,
+                    started_ms=started,
+                    deadline_ms=now_ms + grace,
+                    message=(
+                        f"ran {duration(now_ms - started)} since {instant(started)}, its time "
+                        f"limit is {duration(limit_ms)}: asked to checkpoint, stopped at "
+                        f"{instant(now_ms + grace)} (grace {duration(grace)})"
+                    ),
+                )
+            )
+        return out
+
+    def _timed_out(
+        self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord
+    ) -> Event:
+        """The end of a run stopped at its time limit: `GangCompleted` if every member still
+        completed within the grace, else `GangFailed` (`TimeLimit`; the job ends `timeout`)
+        with the work saved and lost."""
+        if all(o == "completed" for o, _ in rec.exited.values()):
+            return self.emit(
+                state,
+                now_ms,
+                GangCompleted,
+                key=rec.allocation_id,
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                allocation_id=rec.allocation_id,
+            )
+        work = work_outcome(rec, job.spec.checkpoint)
+        limit = rec.time_limit
+        assert limit is not None
+        saved = (
+            f"checkpointed at step {work.resume_step}"
+            if work.checkpointed
+            else f"no checkpoint in time: {work.lost_gpu_ms / 3_600_000:.2f} GPU-h lost"
+        )
+        return self.emit(
+            state,
+            now_ms,
+            GangFailed,
+            key=rec.allocation_id,
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            reason=EndReason.TimeLimit,
+            message=(
+                f"time limit {duration(limit.time_limit_s * 1000)} reached at "
+                f"{instant(limit.occurred_at_ms)}; {saved}"
+            ),
+        )
+
+    def _shrunk(self, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord) -> Event:
+        """The members a partial preemption asked to leave have all exited: the elastic
+        gang runs on with the others (`GangResized`), the work the leavers lost counted."""
+        leaving = rec.leaving() or ()
+        gone = tuple(m for m in rec.members if m.rank in leaving)
+        kept = tuple(m for m in rec.members if m.rank not in leaving)
+        per_member = rec.gpu_milli // len(rec.members)
+        part = AllocationRecord(
+            **{
+                **rec.__dict__,
+                "members": gone,
+                "gpu_milli": per_member * len(gone),
+                "started": {r: t for r, t in rec.started.items() if r in leaving},
+                "exited": {r: x for r, x in rec.exited.items() if r in leaving},
+                "checkpoints": {r: c for r, c in rec.checkpoints.items() if r in leaving},
+            }
+        )
+        work = work_outcome(part, job.spec.checkpoint)
+        p = rec.preemption
+        return self.emit(
+            state,
+            now_ms,
+            GangResized,
+            key=f"{rec.allocation_id}:{len(rec.members)}-{len(kept)}:{p.event_id if p else ''}",
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            allocation_id=rec.allocation_id,
+            members=kept,
+            from_members=len(rec.members),
+            to_members=len(kept),
+            reason=p.reason if p is not None else "Preempted",
+            preempted_by=p.beneficiary if p is not None else None,
+            checkpointed=work.checkpointed,
+            lost_gpu_ms=work.lost_gpu_ms,
+        )
 
     def _evict(
         self,
@@ -354,6 +505,72 @@ class Scheduler(LedgerService):
             )
         return out
 
+    # ------------------------------------------------------------ elastic gangs
+
+    def _grow(self, state: Ledger, now_ms: int) -> list[Event]:
+        """Elastic gangs below `replicas` take capacity that is free once the queue has
+        nothing waiting for capacity (queued work first): each, in allocation order, gets as
+        many more members as fit and as its tenant's quota allows (`GangResized` up), unless
+        it is starting, being preempted, or was resized less than `policy.min_runtime_s`
+        ago (the anti-thrash cooldown)."""
+        if not state.growable:
+            return []
+        for j in state.pending:
+            job = state.jobs[j]
+            if not job.cancel_requested and (job.reason is None or job.reason in CAPACITY_REASONS):
+                return []
+        cooldown = state.config.policy.min_runtime_s * 1000
+        rnd = _Round.start(state)
+        exclude = state.nominated_nodes(now_ms=now_ms)
+        out: list[Event] = []
+        for alloc_id in sorted(state.growable):
+            rec = state.allocations[alloc_id]
+            job = state.jobs[rec.job_id]
+            if rec.preemption is not None or job.cancel_requested:
+                continue
+            if len(rec.started) < len(rec.members) or rec.exited:
+                continue
+            if rec.resized_ms is not None and now_ms < rec.resized_ms + cooldown:
+                continue
+            n = len(rec.members)
+            per = job.spec.resources.gpu_milli_total()
+            k = job.spec.replicas - n
+            while k > 0 and self._quota_block(
+                state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
+            ):
+                k -= 1
+            if k <= 0:
+                continue
+            request = msgspec.structs.replace(state.gang_request(job), replicas=k, min_members=1)
+            view = rnd.trial
+            placed = view.place(request, rnd.policy, exclude=exclude, explain=False)
+            if not isinstance(placed, Placement):
+                continue
+            view.allocate(f"{alloc_id}~grow", job.tenant, placed, request)
+            added = tuple(
+                msgspec.structs.replace(m, rank=n + i) for i, m in enumerate(to_members(placed))
+            )
+            rnd.usage[job.tenant] = rnd.usage.get(job.tenant, 0) + per * len(added)
+            if not job.preemptible:
+                rnd.fixed[job.tenant] = rnd.fixed.get(job.tenant, 0) + per * len(added)
+            since = rec.resized_ms if rec.resized_ms is not None else rec.placed_ms
+            out.append(
+                self.emit(
+                    state,
+                    now_ms,
+                    GangResized,
+                    key=f"{alloc_id}:grow:{n}-{n + len(added)}:{since}",
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    allocation_id=alloc_id,
+                    members=rec.members + added,
+                    from_members=n,
+                    to_members=n + len(added),
+                    reason=ResizeReason.Grow,
+                )
+            )
+        return out
+
     # ------------------------------------------------------------ placement
 
     def _place(self, state: Ledger, now_ms: int) -> list[Event]:
@@ -363,9 +580,102 @@ class Scheduler(LedgerService):
             return out  # nothing to place: no trial view, no queue
         rnd = _Round.start(state)
         for position, job in enumerate(ordered_pending(state, now_ms)):
-            if not job.cancel_requested:
-                out += self._place_one(state, now_ms, rnd, position, job)
+            if job.cancel_requested:
+                continue
+            if job.spec.depends_on:
+                waiting = self._dependencies(state, now_ms, position, job)
+                if waiting is not None:
+                    out += waiting
+                    continue
+            if job.array_parent is not None:
+                capped = self._array_cap(state, now_ms, rnd, position, job)
+                if capped is not None:
+                    out += capped
+                    continue
+            placed = self._place_one(state, now_ms, rnd, position, job)
+            if job.array_parent is not None and job.job_id in rnd.placed:
+                rnd.array_placed[job.array_parent] = rnd.array_placed.get(job.array_parent, 0) + 1
+            out += placed
         return out
+
+    def _array_cap(
+        self, state: Ledger, now_ms: int, rnd: _Round, position: int, job: JobRecord
+    ) -> list[Event] | None:
+        """`ArrayTaskLimit` for a task whose array already runs `max_running` tasks (those
+        placed in this decide included); None when it may be placed."""
+        parent = state.jobs.get(job.array_parent or "")
+        arr = parent.spec.array if parent is not None else None
+        if not arr or arr.max_running is None:
+            return None
+        running = parent.tasks_up + rnd.array_placed.get(parent.job_id, 0)
+        if running < arr.max_running:
+            return None
+        return self._pending(
+            state,
+            now_ms,
+            job,
+            PendingReason.ArrayTaskLimit,
+            f"array {parent.job_id} runs at most {arr.max_running} tasks at once (max_running)",
+            {"array": parent.job_id, "max_running": arr.max_running, "queue_position": position},
+        )
+
+    def _dependencies(
+        self, state: Ledger, now_ms: int, position: int, job: JobRecord
+    ) -> list[Event] | None:
+        """None when every dependency of `job` is met; else why it waits (`Dependency`), or,
+        when one can never be met, its withdrawal (`JobWithdrawn`) or, under the policy
+        `dependency_never_satisfied: pend`, the pending reason `DependencyNeverSatisfied`."""
+        waiting, never = [], []
+        for d in deps.dependencies(job.spec):
+            other = state.jobs.get(d.job)
+            st = deps.status(other, d.on) if other is not None else "never"
+            what = {"job": d.job, "on": d.on, "state": str(other.state) if other else None}
+            if st == "waiting":
+                waiting.append(what)
+            elif st == "never":
+                never.append(what)
+        if never:
+            message = "; ".join(
+                f"waits for {w['job']} {deps.verb(w['on'])}, which can no longer happen "
+                f"({w['job']} is {w['state']})"
+                for w in never
+            )
+            details = {"never": never, "waiting": waiting, "queue_position": position}
+            if state.config.policy.dependency_never_satisfied == "pend":
+                return self._pending(
+                    state,
+                    now_ms,
+                    job,
+                    PendingReason.DependencyNeverSatisfied,
+                    message,
+                    details,
+                )
+            return [
+                self.emit(
+                    state,
+                    now_ms,
+                    ev.JobWithdrawn,
+                    key=job.job_id,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    reason=EndReason.DependencyNeverSatisfied,
+                    message=message,
+                    details={"never": never},
+                )
+            ]
+        if not waiting:
+            return None
+        message = "waits for " + ", ".join(
+            f"{w['job']} {deps.verb(w['on'])} ({w['job']} is {w['state']})" for w in waiting
+        )
+        return self._pending(
+            state,
+            now_ms,
+            job,
+            PendingReason.Dependency,
+            message,
+            {"waiting_for": waiting, "queue_position": position},
+        )
 
     def _place_one(
         self,
@@ -377,11 +687,23 @@ class Scheduler(LedgerService):
     ) -> list[Event]:
         """One job: limits, quota, trial placement, then GangPlaced or a pending reason."""
         lim = self._limits(state, now_ms, rnd, job)
-        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need)
+        block = self._quota_block(state, job, rnd.usage, rnd.fixed, lim.need, rnd.lending)
         if block is not None:
-            return self._pending(
-                state, now_ms, job, block[0], block[1], {"queue_position": position}
-            )
+            details: dict = {"queue_position": position}
+            if block[0] == PendingReason.NonPreemptibleOverQuota and state.config.schedules:
+                block = self._scheduled_quota(state, now_ms, job, rnd, lim, block, details)
+            if len(block) > 2:
+                details.update(block[2])
+            return self._pending(state, now_ms, job, block[0], block[1], details)
+        spec = job.spec
+        if spec.min_members is not None and spec.min_members < spec.replicas:
+            # members above the minimum only as far as the tenant's quota allows
+            per, k = spec.resources.gpu_milli_total(), spec.replicas
+            while k > spec.min_members and self._quota_block(
+                state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
+            ):
+                k -= 1
+            lim.max_members = k
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
             return [self._bind(state, now_ms, rnd, job, result, lim.backfill_for)]
@@ -406,7 +728,7 @@ class Scheduler(LedgerService):
         self._reservation_limits(state, now_ms, rnd, job, lim)
         spread = job.spec.spread
         if spread:
-            counts = self._spread_counts(state, rnd).get(spread.group, {})
+            counts = self._spread_counts(state, rnd, spread.group)
             lim.spread_full = frozenset(n for n, c in counts.items() if c >= spread.max_per_node)
             lim.exclude = lim.exclude | lim.spread_full
         lim.unrestricted = lim.exclude
@@ -419,16 +741,24 @@ class Scheduler(LedgerService):
         return lim
 
     @staticmethod
-    def _spread_counts(state: Ledger, rnd: _Round) -> dict[str, dict[str, int]]:
-        """Members per node of every spread group, from the round's (tentative) allocations."""
-        if rnd.spread is None:
-            rnd.spread = {}
-            for alloc_id in rnd.trial.allocation_ids():
-                alloc = rnd.trial.allocation(alloc_id)
+    def _spread_counts(state: Ledger, rnd: _Round, group: str) -> dict[str, int]:
+        """Members per node of spread group `group`: the folded index (`Ledger.spread_nodes`,
+        the active allocations) corrected by this decide's tentative changes to the fleet."""
+        counts = rnd.spread.get(group)
+        if counts is None:
+            counts = dict(state.spread_nodes.get(group, {}))
+            view = rnd.trial  # books this decide's placements first
+            added, gone = view.changes()
+            for _id, sign, alloc in [
+                *((a, -1, view.base.allocation(a)) for a in gone),
+                *((a, 1, added[a]) for a in sorted(added)),
+            ]:
                 job = state.jobs.get(alloc.request.job_id)
-                if job is not None and job.spec.spread:
-                    _count_spread(rnd.spread, job.spec.spread.group, alloc.placement.members)
-        return rnd.spread
+                if job is not None and job.spec.spread and job.spec.spread.group == group:
+                    for m in alloc.placement.members:
+                        counts[m.node] = counts.get(m.node, 0) + sign
+            rnd.spread[group] = counts
+        return counts
 
     @staticmethod
     def _reservation_limits(
@@ -441,7 +771,7 @@ class Scheduler(LedgerService):
         """Keep a job off the reserved nodes unless it may backfill them (by duration or as
         preemptible backfill)."""
         reservation = rnd.reservation
-        if reservation is None or may_backfill(job, now_ms, reservation):
+        if reservation is None or may_backfill(job, now_ms, reservation, state.config):
             return
         if may_backfill_preemptibly(state, job, reservation):
             lim.backfill_for = reservation.job_id  # on reserved nodes only if need be
@@ -454,6 +784,8 @@ class Scheduler(LedgerService):
         """The trial placement: preemptible backfill off the reserved nodes first, if it fits
         there (then it is no backfill); clears `lim.backfill_for` when not on them."""
         request = state.gang_request(job)
+        if lim.max_members is not None and lim.max_members < request.replicas:
+            request = msgspec.structs.replace(request, replicas=lim.max_members)
         result = None
         if lim.backfill_for is not None:  # off the reserved nodes when it fits there
             assert rnd.reservation is not None
@@ -468,7 +800,7 @@ class Scheduler(LedgerService):
                 lim.backfill_for is not None
                 and isinstance(result, Placement)
                 and not (
-                    {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]
+                    {m.node for m in result.members} & rnd.reservation.nodes  # type: ignore[union-attr]  # set whenever backfill_for is
                 )
             ):
                 lim.backfill_for = None
@@ -487,7 +819,7 @@ class Scheduler(LedgerService):
         alloc_id = f"{job.job_id}#{job.attempts + 1}"
         rnd.unbooked.append((alloc_id, job, result))
         rnd.placed.add(job.job_id)
-        if job.spec.spread and rnd.spread is not None:
+        if job.spec.spread and job.spec.spread.group in rnd.spread:
             _count_spread(rnd.spread, job.spec.spread.group, result.members)
         members = to_members(result)
         gpu_milli = job.spec.resources.gpu_milli_total() * len(members)
@@ -579,7 +911,7 @@ class Scheduler(LedgerService):
             rnd.trial.place(
                 state.gang_request(job),
                 rnd.policy,
-                exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]
+                exclude=lim.exclude - reservation.nodes,  # type: ignore[union-attr]  # held back only by a reservation
                 explain=False,
             ),
             Placement,
@@ -787,6 +1119,7 @@ class Scheduler(LedgerService):
         usage: dict[str, int],
         fixed_usage: dict[str, int],
         need: int,
+        lending: bool | None = None,
     ):
         tenants = state.config.tenants
         t = job.tenant
@@ -801,7 +1134,53 @@ class Scheduler(LedgerService):
                 if block is not None:
                     return block
             t = parent_of(t)
+        if lends_limited(tenants) if lending is None else lending:
+            capacity = state.fleet.capacity_gpus() * 1000
+            return lending_block(tenants, usage, capacity, job.tenant, need)
         return None
+
+    @staticmethod
+    def _scheduled_quota(
+        state: Ledger,
+        now_ms: int,
+        job: JobRecord,
+        rnd: _Round,
+        lim: _Limits,
+        block: tuple[str, str],
+        details: dict,
+    ) -> tuple[str, str]:
+        """`QuotaScheduled` when a schedule in force gives the tenant's non-preemptible work
+        room for the job later within the horizon (or makes its class preemptible), with the
+        first such fire time; else the `NonPreemptibleOverQuota` the quota check found."""
+        need, fixed = lim.need, rnd.fixed.get(job.tenant, 0)
+        key = (job.tenant, job.spec.priority_class)
+        stretches = rnd.outlooks.get(key)
+        if stretches is None:
+            stretches = rnd.outlooks[key] = sched.outlook(state.config, *key, now_ms)
+        fit = sched.first_fit(stretches[1:], fixed + need)
+        if fit is None:
+            return block
+        now = stretches[0].guaranteed_gpu_milli
+        when = sched.local_time(fit.at_ms, fit.timezone, job.pending_since_ms)
+        then = (
+            f"{fit.guaranteed_gpu_milli / 1000:g} from {when}"
+            if fixed + need <= fit.guaranteed_gpu_milli
+            else f"class {job.spec.priority_class} preemptible from {when}"
+        )
+        details.update(
+            starts_at_ms=fit.at_ms,
+            schedule=fit.schedule,
+            guaranteed_gpu_milli=now,
+            scheduled_gpu_milli=fit.guaranteed_gpu_milli,
+            need_gpu_milli=need,
+            non_preemptible_gpu_milli=fixed,
+        )
+        return (
+            PendingReason.QuotaScheduled,
+            f"tenant {job.tenant} is guaranteed {now / 1000:g} now, {then}"
+            + (f" (runs {fixed / 1000:g} non-preemptible)" if fixed else "")
+            + f"; job needs {need / 1000:g}",
+        )
 
     def _pending(
         self, state: Ledger, now_ms: int, job: JobRecord, reason: str, message: str, details: dict
@@ -827,3 +1206,9 @@ def _count_spread(counts: dict[str, dict[str, int]], group: str, members) -> Non
     per_node = counts.setdefault(group, {})
     for m in members:
         per_node[m.node] = per_node.get(m.node, 0) + 1
+
+
+def _bound_ms(rec: AllocationRecord) -> int:
+    """When the allocation's newest members were bound: its placement, or its last resize
+    (members added by a grow start from then)."""
+    return rec.placed_ms if rec.resized_ms is None else max(rec.placed_ms, rec.resized_ms)

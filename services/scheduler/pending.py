@@ -49,7 +49,16 @@ PENDING: tuple[PendingRule, ...] = (
         "quota",
         False,
         False,
-        "the tenant or an ancestor would exceed its `limit`: uses X of its Y-GPU limit",
+        "the tenant or an ancestor would exceed its `limit` (uses X of its Y-GPU limit) or "
+        "its `borrowing_limit` (borrows X of its Y-GPU borrowing_limit)",
+    ),
+    PendingRule(
+        PendingReason.LendingLimit,
+        "quota",
+        False,
+        False,
+        "the job would borrow, and the free capacity is unused guarantee that other tenants "
+        "do not lend (`lending_limit`): X of the Y free GPUs are not lent, naming who keeps them",
     ),
     PendingRule(
         PendingReason.NonPreemptibleOverQuota,
@@ -58,6 +67,15 @@ PENDING: tuple[PendingRule, ...] = (
         False,
         "non-preemptible work may only use guaranteed quota (tenant-wide, or per GPU "
         "model where `guaranteed_by_model` is set): runs X non-preemptible of Y",
+    ),
+    PendingRule(
+        PendingReason.QuotaScheduled,
+        "quota",
+        False,
+        False,
+        "non-preemptible work beyond its tenant's guarantee now, within a guarantee a "
+        "schedule puts in force later (or a stretch in which a schedule makes its class "
+        "preemptible): guaranteed X now, Y from HH:MM ZONE; it starts at that fire time",
     ),
     PendingRule(
         PendingReason.Unschedulable,
@@ -130,6 +148,31 @@ PENDING: tuple[PendingRule, ...] = (
         False,
         "an idle MIG GPU is being given a layout with its profile (policy "
         "`mig_regeometry`): node, GPU, the layout asked for",
+    ),
+    PendingRule(
+        PendingReason.Dependency,
+        "scheduler",
+        False,
+        False,
+        "a job it depends on (`depends_on`) has not done what it waits for: each such job, "
+        "what it must do and its state now (checked before quota and placement)",
+    ),
+    PendingRule(
+        PendingReason.ArrayTaskLimit,
+        "scheduler",
+        False,
+        False,
+        "its array job already runs `max_running` tasks (Slurm `JobArrayTaskLimit`): the "
+        "array and its cap",
+    ),
+    PendingRule(
+        PendingReason.DependencyNeverSatisfied,
+        "scheduler",
+        False,
+        False,
+        "a dependency can no longer be met and the policy `dependency_never_satisfied` is "
+        "`pend` (under `cancel`, the default, the job is withdrawn instead): which one, and "
+        "how the job it names ended",
     ),
 )
 

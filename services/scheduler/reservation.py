@@ -46,7 +46,21 @@ class Reservation:
         }
 
 
-def expected_end_ms(rec: AllocationRecord, job: JobRecord) -> int | None:
+def _grace_ms(job: JobRecord, config) -> int:
+    if config is None:
+        return 0
+    return config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
+
+
+def expected_end_ms(rec: AllocationRecord, job: JobRecord, config=None) -> int | None:
+    """When the run ends at the latest: its time limit where it has one (a bound the
+    scheduler enforces: the start of the run plus the limit, plus the grace once the limit
+    was reached), else its duration hint; None when neither is known."""
+    if rec.time_limit is not None:
+        return rec.time_limit.deadline_ms
+    if job.time_limit_s is not None:
+        started = max(rec.started.values(), default=rec.placed_ms)
+        return started + job.time_limit_s * 1000 + _grace_ms(job, config)
     if job.spec.duration_s is None:
         return None
     started = min(rec.started.values(), default=rec.placed_ms)
@@ -75,7 +89,7 @@ def reserve(
         if rec.backfill_for == job.job_id:
             ending.append((now_ms, alloc_id, rec.job_id))  # evicted on demand: never a delay
             continue
-        end = expected_end_ms(rec, state.jobs[rec.job_id])
+        end = expected_end_ms(rec, state.jobs[rec.job_id], state.config)
         if end is not None:
             ending.append((max(end, now_ms), alloc_id, rec.job_id))
     ending.sort()
@@ -132,8 +146,12 @@ def may_backfill_preemptibly(state: Ledger, job: JobRecord, reservation: Reserva
     )
 
 
-def may_backfill(job: JobRecord, now_ms: int, reservation: Reservation) -> bool:
-    """Whether `job` would end (by its duration hint) before the reserved start."""
+def may_backfill(job: JobRecord, now_ms: int, reservation: Reservation, config=None) -> bool:
+    """Whether `job` would end before the reserved start: by its time limit where it has
+    one (it is stopped then), else by its duration hint."""
+    if job.time_limit_s is not None:
+        end = now_ms + job.time_limit_s * 1000 + _grace_ms(job, config)
+        return end <= reservation.expected_start_ms
     if job.spec.duration_s is None:
         return False
     return now_ms + job.spec.duration_s * 1000 - job.progress_ms <= reservation.expected_start_ms

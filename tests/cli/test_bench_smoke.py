@@ -1,9 +1,9 @@
 """CI smoke runs of every `gpuledger bench` subcommand at small sizes (seconds each).
 
-Each writes its JSON (`--json`), which carries the machine, and is held to a loose floor: about
-a tenth of what the same small size gives on a 2-core machine shared with other work, so only
-a regression of the order of 10x fails, never a noisy machine. The real figures come from the
-full-size commands (README, "Speed")."""
+Each writes its JSON (`--json`), which carries the machine; the tests check that every bench
+runs to the end and reports what it measured (positive rates, the goals it compares them
+with), never how fast it was: a speed depends on the machine and its load, and belongs to the
+bench's own JSON (`goals_met`) and docs/benchmarks.md, not to a pass/fail of the suite."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +38,7 @@ def bench(tmp_path: Path, *args: str, timeout: float = 300) -> dict:
 def test_replay_smoke(tmp_path):
     r = bench(tmp_path, "replay", "--trace", str(OPENB), "--runs", "1")
     assert r["events"] > 5000 and r["deterministic"]
-    assert r["events_per_s"]["median"] >= 2_000  # ~20-30k on a shared 2-core machine
+    assert r["events_per_s"]["median"] > 0
 
 
 def test_replay_smoke_with_a_baseline(tmp_path):
@@ -52,7 +51,7 @@ def test_replay_smoke_with_a_baseline(tmp_path):
 
 def test_fleet_smoke(tmp_path):
     r = bench(tmp_path, "fleet", "--nodes", "40", "--jobs", "400", "--policy", "default")
-    assert r["results"][0]["decisions_per_s"] >= 300  # ~3,000-6,000
+    assert r["results"][0]["decisions_per_s"] > 0
 
 
 def test_openb_smoke(tmp_path):
@@ -68,13 +67,12 @@ def test_openb_smoke(tmp_path):
         "--workers",
         "1",
     )
-    assert r["placements"] > 0 and r["placements_per_s"] >= 200
+    assert r["placements"] > 0 and r["placements_per_s"] > 0
 
 
 def test_projector_smoke(tmp_path):
     r = bench(tmp_path, "projector", "--events", "20000", "--rebuild", "20000")
-    assert r["sustained_events_per_s"] >= 4_000  # ~40-70k
-    assert r["rebuild_events_per_s"] >= 4_000
+    assert r["sustained_events_per_s"] > 0 and r["rebuild_events_per_s"] > 0
     assert 0 < r["peak_rss_mb"] < 2_000
 
 
@@ -95,7 +93,7 @@ def test_latency_smoke(tmp_path):
         "240",
     )
     assert r["placed"] == r["submitted"] and r["burst_placed"] == 200
-    assert r["p99_ms"] <= 1_000 and r["drain_per_s"] >= 100  # ~10-60 ms, ~2,000-7,000/s
+    assert r["p99_ms"] > 0 and r["drain_per_s"] > 0
     assert r["goals"] == {"p99_ms": 20.0, "drain_per_s": 2_000.0}
     assert r["goals_met"]["p99_ms"] == (r["p99_ms"] <= 20)
     assert r["goals_met"]["drain_per_s"] == (r["drain_per_s"] >= 2_000)
@@ -127,7 +125,6 @@ def test_latency_profile_ends(tmp_path):
 def test_latency_past_its_time_bound_stops_with_exit_4_and_leaves_no_process(tmp_path):
     # Given a run that cannot end within its bound (60 s of steady load, 6 s allowed)
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # its services' files live under tmp_path
-    started = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -157,7 +154,6 @@ def test_latency_past_its_time_bound_stops_with_exit_4_and_leaves_no_process(tmp
     assert (
         done.stderr.strip().splitlines()[-1] == "error: the latency bench timed out (see --timeout)"
     )
-    assert time.monotonic() - started < 60
     left = [p for p in Path("/proc").glob("[0-9]*") if str(tmp_path) in _cmdline(p)]
     assert left == []
 

@@ -148,3 +148,18 @@ def test_version_prints_the_installed_distribution_version():
 def test_shell_completion_is_offered():
     text = render_help(())
     assert "--install-completion" in text and "--show-completion" in text
+
+
+def test_every_command_sits_in_one_help_panel_and_the_panels_come_in_order():
+    # issue 32: 31 commands grouped as run, submit, inspect, replay, operate
+    root = typer.main.get_command(app)
+    panels = {name: cmd.rich_help_panel for name, cmd in root.commands.items()}
+    assert set(panels.values()) == {"Run", "Submit", "Inspect", "Replay", "Operate"}, {
+        n: p for n, p in panels.items() if p is None
+    }
+    assert panels["submit"] == "Submit" and panels["jobs"] == "Inspect"
+    assert panels["status"] == "Operate" and panels["up"] == "Run"
+    assert panels["bench"] == "Operate" and panels["import"] == "Replay"  # groups too
+    text = render_help(())
+    titles = re.findall(r"^╭─ (\w+) ", text, re.M)
+    assert titles == ["Options", "Run", "Submit", "Inspect", "Replay", "Operate"]

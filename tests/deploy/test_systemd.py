@@ -5,6 +5,7 @@ subcommand with flags that command has; `systemd-analyze verify` accepts it wher
 from __future__ import annotations
 
 import configparser
+import re
 import shlex
 import shutil
 import subprocess
@@ -94,13 +95,73 @@ def test_stopping_the_node_agent_leaves_its_members_running():
     assert "KillMode=process" in (ROOT / "docs" / "node-agent.md").read_text()
 
 
-def test_the_environment_file_names_the_nats_servers():
-    env = dict(
+def environment() -> dict[str, str]:
+    return dict(
         line.split("=", 1)
         for line in (UNITS / "gpuledger.env").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert env["GPULEDGER_NATS_URL"].startswith("nats://")
+
+
+def test_the_environment_file_names_the_nats_servers():
+    assert environment()["GPULEDGER_NATS_URL"].startswith("nats://")
+
+
+def expand(arg: str, instance: str) -> str:
+    """An ExecStart argument as systemd runs it: `%i` (the instance), then `${VAR}` from the
+    environment file (KeyError when the file does not define it)."""
+    env = environment()
+    arg = arg.replace("%i", instance)
+    return re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], arg)
+
+
+RUN_UNITS = [
+    *((f"gpuledger@{role}", "gpuledger@.service", role) for role in CONTROL_PLANE),
+    ("gpuledger-projector", "gpuledger-projector.service", ""),
+    ("gpuledger-node-agent", "gpuledger-node-agent.service", ""),
+]
+
+
+def test_every_service_unit_serves_its_metrics_on_a_port_of_its_own():
+    ports = {}
+    for name, file, instance in RUN_UNITS:
+        argv = [expand(a, instance) for a in exec_start(unit(file))]
+        assert "--metrics-port" in argv and "--metrics-addr" in argv, name
+        ports[name] = int(argv[argv.index("--metrics-port") + 1])
+        assert argv[argv.index("--metrics-addr") + 1] == environment()["GPULEDGER_METRICS_ADDR"]
+    exporter = [expand(a, "") for a in exec_start(unit("gpuledger-exporter.service"))]
+    ports["gpuledger-exporter"] = int(exporter[exporter.index("--port") + 1])
+    assert len(set(ports.values())) == len(ports), ports  # one host may run them all
+    assert ports["gpuledger-exporter"] == 9400  # deploy/prometheus/prometheus.yml's port
+
+
+@pytest.mark.parametrize(
+    "name, command, creds",
+    [
+        ("gpuledger-exporter.service", ["metrics"], None),
+        ("gpuledger-ui.service", ["ui"], None),
+        ("gpuledger-gateway.service", ["gateway"], "/etc/gpuledger/auth/gateway.nk"),
+    ],
+)
+def test_the_exporter_ui_and_gateway_units_run_their_command_like_the_services(
+    name, command, creds
+):
+    u = unit(name)
+    assert u["Unit"]["Description"]
+    svc = u["Service"]
+    assert svc["Restart"] == "always" and float(svc["RestartSec"]) > 0
+    assert svc["User"] == "gpuledger"
+    assert svc["EnvironmentFile"] == "/etc/gpuledger/gpuledger.env"
+    assert u["Install"]["WantedBy"] == "multi-user.target"
+    argv = [expand(a, "") for a in exec_start(u)]
+    assert argv[0] == BINARY and argv[1 : 1 + len(command)] == command
+    options = command_options(*command)
+    flags = [a for a in argv[1 + len(command) :] if a.startswith("--")]
+    assert flags and set(flags) <= options, set(flags) - options
+    if creds is not None:
+        assert argv[argv.index("--creds") + 1] == creds
+    if "--data" in argv:  # the projection the projector writes
+        assert argv[argv.index("--data") + 1] == "/var/lib/gpuledger"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
@@ -110,6 +171,9 @@ def test_the_environment_file_names_the_nats_servers():
         ("gpuledger@.service", "gpuledger@scheduler.service"),
         ("gpuledger-projector.service", "gpuledger-projector.service"),
         ("gpuledger-node-agent.service", "gpuledger-node-agent.service"),
+        ("gpuledger-exporter.service", "gpuledger-exporter.service"),
+        ("gpuledger-ui.service", "gpuledger-ui.service"),
+        ("gpuledger-gateway.service", "gpuledger-gateway.service"),
     ],
 )
 def test_systemd_analyze_verifies_each_unit(tmp_path, name, as_name):

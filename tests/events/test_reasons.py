@@ -35,9 +35,10 @@ def test_every_code_is_its_own_name_and_the_vocabularies_are_closed():
         reasons.ExclusionReason,
         reasons.DeclineReason,
         reasons.RejectReason,
+        reasons.EndReason,
         reasons.JobState,
     ):
         assert issubclass(enum, StrEnum)
         assert all(m.value == m.name for m in enum), enum
     assert f"{PendingReason.Resources}" == "Resources" and str(JobState.pending) == "pending"
-    assert reasons.TERMINAL_STATES == {"completed", "failed", "rejected", "cancelled"}
+    assert reasons.TERMINAL_STATES == {"completed", "failed", "rejected", "cancelled", "timeout"}

@@ -39,7 +39,7 @@ class Processes(ServiceProcesses):
         self,
         role: str,
         node: str | None = None,
-        *args: str,  # type: ignore[override]
+        *args: str,  # type: ignore[override]  # adds the node argument
         name: str | None = None,
     ):
         """`role` (named `name`, default the role or node: give replicas distinct names)."""

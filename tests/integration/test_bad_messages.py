@@ -10,7 +10,6 @@ the stream completes and verifies.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.processes import ServiceProcesses
 from tests import natsauth
 from tests.integration.cluster import EXAMPLES, Processes, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
@@ -87,12 +87,11 @@ async def submit(bus: Bus, job_id: str) -> None:
 
 
 async def events_until(bus: Bus, pred, timeout: float = 30.0) -> list[tuple[int, str, ev.Event]]:
-    deadline = time.monotonic() + timeout
-    while True:
+    async def log_if_done():
         _, log = await live_player.fold(bus)
-        if pred(log) or time.monotonic() > deadline:
-            return log
-        await asyncio.sleep(0.3)
+        return log if pred(log) else None
+
+    return await eventually_async(log_if_done, timeout, "the log to hold it", interval_s=0.3)
 
 
 def placed(log, job_id: str) -> bool:
@@ -103,17 +102,20 @@ async def projector_acked(url: str, seq: int, timeout: float = 30.0) -> bool:
     """Until the live projector has committed and acknowledged `seq` (asked of JetStream, so
     that no reader touches its database while it runs)."""
     nc = await nats.connect(url, **natsauth.options())
+    js = nc.jetstream()
+
+    async def acked() -> bool:
+        info = await js.consumer_info("GPULEDGER", "projector")
+        return info.ack_floor is not None and info.ack_floor.stream_seq >= seq
+
     try:
-        js, deadline = nc.jetstream(), time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                info = await js.consumer_info("GPULEDGER", "projector")
-                if info.ack_floor is not None and info.ack_floor.stream_seq >= seq:
-                    return True
-            except nats.js.errors.NotFoundError:
-                pass
-            await asyncio.sleep(0.3)
-        return False
+        return await eventually_async(
+            acked,
+            timeout,
+            f"the projector to acknowledge seq {seq}",
+            interval_s=0.3,
+            ignoring=(nats.js.errors.NotFoundError,),
+        )
     finally:
         await nc.close()
 

@@ -22,6 +22,7 @@ from gpuledger.projections.store import connect_readonly
 from gpuledger.replay import live_player
 from tests import natsauth
 from tests.integration.cluster import EXAMPLES, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
@@ -33,13 +34,15 @@ README_CI_PAYLOAD = (
 
 async def log_until(bus, done, procs, timeout_s: float = 20.0):
     """Fold the stream until `done(log)` holds; returns (ledger, log)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    async def folded():
         ledger, log = await live_player.fold(bus)
-        if done(log):
-            return ledger, log
-        assert time.monotonic() < deadline, procs.logs()
-        await asyncio.sleep(0.2)
+        return (ledger, log) if done(log) else None
+
+    try:
+        return await eventually_async(folded, timeout_s, "the log to hold it", interval_s=0.2)
+    except AssertionError as exc:
+        raise AssertionError(procs.logs()) from exc
 
 
 def of_type(log, cls, job_id: str | None = None):

@@ -4,7 +4,6 @@ folded, and a standby takes over from a killed leader within the lease TTL (+ 1 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.domain.stamp import stamp
 from gpuledger.services.runtime.lease import BUCKET
 from tests.integration.cluster import EXAMPLES
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
@@ -61,15 +61,7 @@ def placements(log) -> list[tuple[int, ev.GangPlaced, object]]:
     return [(seq, e, r) for seq, e, r in log if isinstance(e, ev.GangPlaced)]
 
 
-async def wait_until(pred, timeout_s: float, what: str, poll_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = await pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(poll_s)
+wait_until = eventually_async
 
 
 async def placed_by(bus, job_id: str, producer: str | None = None):
@@ -236,14 +228,14 @@ async def test_a_standby_decides_within_the_ttl_plus_one_second_of_a_kill_9(bus,
     os.kill(procs.procs[f"scheduler-{leader}"].pid, signal.SIGKILL)
     await bus.create_once(submitted("after"))  # admitted at once; waits for a scheduler
     holder = await wait_until(
-        lambda: _held_by(bus, f"scheduler/{standby}/"), TTL * 10, "the takeover", poll_s=0.02
+        lambda: _held_by(bus, f"scheduler/{standby}/"), TTL * 10, "the takeover", interval_s=0.02
     )
     takeover_s = time.time() - killed_at
     placed = await wait_until(
         lambda: placed_by(bus, "after", f"scheduler/{standby}"),
         TTL * 10,
         "the standby's decision",
-        poll_s=0.02,
+        interval_s=0.02,
     )
     decided_s = placed.occurred_at_ms / 1000 - killed_at
     print(

@@ -13,7 +13,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import msgspec
@@ -28,6 +27,7 @@ from gpuledger.services.roles import CONTROL_PLANE
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.runtime.processes import ServiceProcesses
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,18 +172,14 @@ def check_checkpointed_and_resumed(
 
 async def test_scenario_1_batch_job_is_checkpointed_evicted_and_resumes(live):
     c = live("live-preemption.yaml")
-    started = time.monotonic()
     ledger, log = await run_scenario(c)
     check_checkpointed_and_resumed(c, ledger, log, "batch-job", "prod-train", "Priority")
-    assert time.monotonic() - started < 60
 
 
 async def test_scenario_2_reclaim_then_resume_on_8_gpus_from_the_checkpoint(live):
     c = live("live-reclaim.yaml")
-    started = time.monotonic()
     ledger, log = await run_scenario(c)
     check_checkpointed_and_resumed(c, ledger, log, "a-train", "b-notebook", "Reclaim")
-    assert time.monotonic() - started < 60
 
 
 async def test_agent_restart_readopts_running_members_without_starting_twice(live, tmp_path):
@@ -203,14 +199,13 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
             c.agent(n.name)
         assert await live_player.wait_for_nodes(bus, ["n1", "n2"], 30), c.logs()
         await live_player.play(bus, sc)
-        deadline = time.monotonic() + 20
-        while True:
+
+        async def both_members_started() -> bool:
             ledger, _ = await live_player.fold(bus)
             rec = ledger.allocations.get("batch-job#1")
-            if rec is not None and len(rec.started) == 2:
-                break
-            assert time.monotonic() < deadline, c.logs()
-            await asyncio.sleep(0.2)
+            return rec is not None and len(rec.started) == 2
+
+        await eventually_async(both_members_started, 20, "both members to start", interval_s=0.2)
         c.stop("agent-n1")  # the agent dies; its member keeps running
         await asyncio.sleep(0.5)
         c.agent("n1")
@@ -229,3 +224,29 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
     assert text.count("starting at step") == 2  # one process per rank, never a second start
     assert not [e for e in events if isinstance(e, ev.NodeLost)]
     assert "agent.adopted" in (tmp_path / "agent-n1.log").read_text()
+
+
+async def test_an_elastic_gang_shrinks_for_a_job_then_grows_back_live(live):
+    """examples/live-elastic.yaml: given a 4-member elastic gang (min 2) of real processes,
+    when a production job needs 2 GPUs, then only ranks 2 and 3 checkpoint and exit, the gang
+    runs on with 2 whose members read world size 2; after the job it grows back to 4."""
+    c = live("live-elastic.yaml")
+    ledger, log = await run_scenario(c, timeout_s=50)
+    jobs = ledger.jobs
+    assert jobs["elastic"].state == "completed", (jobs["elastic"].state, c.logs())
+    assert jobs["prod"].state == "completed", (jobs["prod"].state, c.logs())
+    assert not [e for e in log if isinstance(e, ev.GangEvicted)]
+    (req,) = [e for e in log if isinstance(e, ev.PreemptionRequested)]
+    assert (req.job_id, req.ranks) == ("elastic", (2, 3))
+    resized = [(e.from_members, e.to_members) for e in log if isinstance(e, ev.GangResized)]
+    assert resized == [(4, 2), (2, 4)], c.logs()
+    left = [
+        e
+        for e in log
+        if isinstance(e, ev.MemberExited) and e.job_id == "elastic" and e.outcome == "preempted"
+    ]
+    assert sorted((e.rank, e.exit_code) for e in left) == [(2, 75), (3, 75)]
+    for rank in (0, 1):
+        text = member_log(c, "elastic#1", rank)
+        assert "world size now 2" in text and "done at step 500" in text, text
+        assert text.index("world size now 2") < text.index("world size now 4"), text

@@ -6,8 +6,6 @@ from its saved step; the blocked job runs on the GPUs that frees (examples/live-
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpuledger import events as ev
@@ -18,7 +16,6 @@ pytestmark = pytest.mark.integration
 
 async def test_a_fragmented_job_gets_a_small_job_migrated_out_of_its_way(live):  # noqa: F811
     c = live("live-consolidation.yaml")
-    started = time.monotonic()
     ledger, log = await run_scenario(c, timeout_s=45)
     jobs = ledger.jobs
     assert all(j.state == "completed" for j in jobs.values()), (
@@ -46,4 +43,3 @@ async def test_a_fragmented_job_gets_a_small_job_migrated_out_of_its_way(live): 
         e.reason for e in log if isinstance(e, ev.PendingReasonChanged) and e.job_id == "wide"
     ]
     assert "WaitingForConsolidation" in reasons
-    assert time.monotonic() - started < 60

@@ -2,17 +2,20 @@
 and the aggregate exporter (P) and the services' own endpoints (P+1...) answer `urllib` GETs
 with the real numbers."""
 
+import functools
+import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import waiting
 from tests.integration.cluster import EXAMPLES, ROOT, cli
 
 pytestmark = pytest.mark.integration
@@ -54,17 +57,8 @@ def matching(samples: dict, name: str, **labels) -> list[float]:
     ]
 
 
-def eventually(fn, timeout_s: float = 60, what: str = ""):
-    deadline, last = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except OSError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: last {last!r}")
+# a scrape of an endpoint that is not up yet is "not yet"
+eventually = functools.partial(waiting.eventually, ignoring=(OSError,), interval_s=0.5)
 
 
 @pytest.mark.parametrize("processes", [False, True], ids=["in-process", "processes"])
@@ -112,6 +106,15 @@ def test_up_serves_aggregate_and_service_metrics(tmp_path, processes):
             assert endpoints["admission"] == f"http://127.0.0.1:{port + 1}/metrics"
         else:
             assert endpoints["services"] == f"http://127.0.0.1:{port + 1}/metrics"
+        # and every endpoint is a Prometheus file_sd target in the data dir (issue 32)
+        targets = json.loads((tmp_path / ".gpuledger" / "prometheus-targets.json").read_text())
+        listed = {g["labels"]["gpuledger_endpoint"]: g for g in targets}
+        assert set(listed) == set(endpoints)
+        for name, url in endpoints.items():
+            assert f"http://{listed[name]['targets'][0]}/metrics" == url
+            job = "gpuledger-cluster" if name == "aggregate" else "gpuledger-services"
+            assert listed[name]["labels"]["job"] == job
+        promtool_accepts_file_sd(tmp_path / ".gpuledger" / "prometheus-targets.json", tmp_path)
 
         (tmp_path / "hold.yaml").write_text(
             "id: hold\ntenant: team-a\ngpus: 4\nreplicas: 2\nduration: 600\n"
@@ -175,3 +178,23 @@ def test_up_serves_aggregate_and_service_metrics(tmp_path, processes):
         except subprocess.TimeoutExpired:
             up.kill()
     assert up.returncode == 0
+    assert not (tmp_path / ".gpuledger" / "prometheus-targets.json").exists()  # nothing to scrape
+
+
+def promtool_accepts_file_sd(targets, tmp_path) -> None:
+    """`promtool check config` of a configuration whose only job reads `targets` (file_sd);
+    promtool reads and validates the target file too."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return  # tests/deploy/test_observability.py fails CI without promtool
+    config = tmp_path / "prometheus-file-sd.yml"
+    config.write_text(
+        "scrape_configs:\n"
+        "  - job_name: gpuledger\n"
+        f"    file_sd_configs: [{{files: ['{targets}']}}]\n"
+    )
+    done = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout + done.stderr

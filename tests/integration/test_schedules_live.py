@@ -2,13 +2,12 @@
 quota service as its own process under its own identity. Given the seed 003 day/night
 schedules (inference 6 of 8 GPUs from 08:00, training all 8 from 20:00, UTC), when quota
 starts, then it catches up the fires of the last day: it publishes the configuration changes
-(allowed to the quota identity: `gl.admin.TenantConfigured` only) and, after the latest fire,
+(on the quota identity's own `gl.quota.TenantConfigured`, folded as what the schedule produces) and, after the latest fire,
 the guarantees in force are that schedule's. The simulated 48 hours are in
 tests/replay/test_day_night.py; live, the wall clock decides which schedule fired last."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -19,6 +18,7 @@ from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
 from gpuledger.services.domain import schedules as sched
 from tests.integration.cluster import Processes
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -61,25 +61,26 @@ async def test_quota_publishes_the_schedule_in_force_live(server, bus, tmp_path)
     procs = Processes(server, config, tmp_path)
     try:
         procs.start("quota")
-        deadline = time.monotonic() + 30
-        while True:
+
+        async def four_changes():
             ledger, log = await live_player.fold(bus)
-            changes = [
+            found = [
                 (subject, e)
                 for _, subject, e in log
                 if isinstance(e, ev.TenantConfigured) and e.correlation_id.startswith("schedule:")
             ]
-            if len(changes) >= 4:
-                break
-            assert time.monotonic() < deadline, procs.logs()
-            await asyncio.sleep(0.3)
+            return (ledger, log, found) if len(found) >= 4 else None
+
+        ledger, log, changes = await eventually_async(
+            four_changes, 30, "four scheduled changes", interval_s=0.3
+        )
     finally:
         procs.stop()
 
-    # one change per tenant per schedule, the latest schedule's last, from quota, on admin subjects
+    # one change per tenant per schedule, the latest schedule's last, from quota, on its subjects
     assert [e.correlation_id for _, e in changes][-2:] == [f"schedule:{latest}"] * 2
     assert all(
-        s == "gl.admin.TenantConfigured" and e.producer.startswith("quota/") for s, e in changes
+        s == "gl.quota.TenantConfigured" and e.producer.startswith("quota/") for s, e in changes
     )
     assert {t: ledger.config.tenants[t].guaranteed_gpu_milli for t in want} == want
     assert not [e for _, _, e in log if isinstance(e, ev.DeadLettered)]

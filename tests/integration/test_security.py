@@ -23,7 +23,6 @@ import os
 import socket
 import ssl
 import subprocess
-import time
 from pathlib import Path
 
 import msgspec
@@ -48,6 +47,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.runtime.processes import ROOT, run_command
 from tests.integration.cluster import Processes, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -87,16 +87,7 @@ STREAM_ADMIN = (
 # ---------------------------------------------------------------------- helpers
 
 
-async def until(cond, timeout_s: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
+until = eventually_async
 
 
 class Client:
@@ -244,7 +235,10 @@ async def test_ci_reads_only_its_own_jobs_status(ids, bus, admission):
         )
 
         async def status(client, tenant) -> JobStatus | None:
-            reply = await client.nc.request(f"glq.job.{tenant}.b-job", b"", timeout=5)
+            try:
+                reply = await client.nc.request(f"glq.job.{tenant}.b-job", b"", timeout=5)
+            except nats.errors.NoRespondersError:
+                return None  # admission has not subscribed to its queries yet
             st = msgspec.json.decode(reply.data, type=JobStatus)
             return st if st.folded_seq >= seq else None
 
@@ -303,8 +297,9 @@ async def test_only_the_operator_manages_the_stream(ids, bus, principal):
 
 @pytest.mark.parametrize("principal", ["auditor", "scheduler", "node:node-1"])
 async def test_a_reader_cannot_touch_the_projectors_consumer(ids, bus, principal):
-    """Readers follow the log with ephemeral ordered consumers; the projector's durable
-    consumer (its position in the log) is the projector's alone."""
+    """Readers follow the log with ordered consumers they name at random; the projector's
+    durable consumer (its position in the log) is the projector's alone (issue 30: by the
+    bare create API, whose request names the consumer, a reader replaced it)."""
     await bus.publish_raw(f"gl.submit.{A}.j", submission("j", A))
     await bus.nc.jsm().add_consumer(
         STREAM, api.ConsumerConfig(durable_name=DURABLE, ack_policy=api.AckPolicy.ALL)
@@ -320,16 +315,31 @@ async def test_a_reader_cannot_touch_the_projectors_consumer(ids, bus, principal
             f"$JS.API.CONSUMER.CREATE.{STREAM}.{DURABLE}",
         )
         await reader.refused(
-            reader.jsm.add_consumer(STREAM, api.ConsumerConfig(name="mine", durable_name="mine")),
-            f"$JS.API.CONSUMER.CREATE.{STREAM}.mine",
+            reader.jsm.add_consumer(
+                STREAM, api.ConsumerConfig(name=DURABLE, filter_subject="gl.dead.>")
+            ),
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{DURABLE}.gl.dead.>",
         )
-        assert [r.seq async for r in Bus(reader.nc).read_all()] == [
-            1
-        ]  # control: it still reads the log
+        await reader.refused(
+            reader.jsm.add_consumer(STREAM, api.ConsumerConfig(durable_name=DURABLE)),
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{DURABLE}",
+        )
+        hijack = {  # the request that replaced it: an "ephemeral" create naming it
+            "stream_name": STREAM,
+            "config": {"name": DURABLE, "filter_subject": "gl.dead.>", "ack_policy": "all"},
+        }
+        await reader.refused(
+            reader.nc.request(
+                f"$JS.API.CONSUMER.CREATE.{STREAM}", json.dumps(hijack).encode(), timeout=1
+            ),
+            f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        )
+        # control: it still reads the log (an ordered consumer it names at random)
+        assert [r.seq async for r in Bus(reader.nc).read_all()] == [1]
     finally:
         await reader.close()
-    names = [c async for c in _consumers(bus)]  # (and the reader's ephemeral ordered consumer)
-    assert DURABLE in names and "mine" not in names
+    info = await bus.nc.jsm().consumer_info(STREAM, DURABLE)
+    assert info.config.durable_name == DURABLE and info.config.filter_subject in (None, "")
 
 
 # ---------------------------------------------------------------------- roles

@@ -5,9 +5,6 @@ them (seed 003: "scale inference to 6 replicas, training is evicted")."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 import yaml
 
@@ -15,19 +12,22 @@ from gpuledger import events as ev
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
 from tests.integration.cluster import EXAMPLES, Processes, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 SCALE = EXAMPLES / "inference-scale.yaml"
 
 
 async def log_until(bus, done, procs, timeout_s: float = 40.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    async def folded():
         ledger, log = await live_player.fold(bus)
-        if done(ledger, log):
-            return ledger, log
-        assert time.monotonic() < deadline, procs.logs()
-        await asyncio.sleep(0.3)
+        return (ledger, log) if done(ledger, log) else None
+
+    try:
+        return await eventually_async(folded, timeout_s, "the log to hold it", interval_s=0.2)
+    except AssertionError as exc:
+        raise AssertionError(procs.logs()) from exc
 
 
 def running(ledger, prefix):

@@ -7,11 +7,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -33,10 +33,7 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
     )
     url_file = tmp_path / ".gpuledger" / "nats-url"
     try:
-        deadline = time.monotonic() + 30
-        while not url_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert url_file.exists(), "up did not record its NATS URL"
+        eventually(url_file.exists, 30, "up to record its NATS URL", interval_s=0.2)
         (tmp_path / "job.yaml").write_text("id: first\ntenant: team-a\ngpus: 4\nduration: 1\n")
         (tmp_path / "bad.yaml").write_text("id: second\ntenant: team-z\ngpus: 1\n")
         ok = cli("submit", "job.yaml", "--wait", cwd=tmp_path)
@@ -44,15 +41,14 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         assert ok.returncode == 0 and "admitted first" in ok.stdout, ok.stderr
         assert bad.returncode == 1 and "UnknownTenant" in bad.stderr
 
-        rows: dict = {}
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def jobs() -> dict | None:
             out = cli("jobs", "-o", "json", cwd=tmp_path)
-            if out.returncode == 0:
-                rows = {j["job_id"]: j["state"] for j in json.loads(out.stdout)}
-                if rows.get("first") == "completed":
-                    break
-            time.sleep(0.5)
+            if out.returncode != 0:
+                return None
+            rows = {j["job_id"]: j["state"] for j in json.loads(out.stdout)}
+            return rows if rows.get("first") == "completed" else None
+
+        rows = eventually(jobs, 30, "first to complete", interval_s=0.5)
         assert rows == {"first": "completed", "second": "rejected"}
         why = cli("why", "second", cwd=tmp_path)
         assert why.returncode == 0 and "UnknownTenant" in why.stdout
@@ -71,12 +67,7 @@ def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
         reader.start()
 
         def watched_until(predicate, timeout_s: float = 30) -> bool:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                if predicate(list(seen)):
-                    return True
-                time.sleep(0.1)
-            return False
+            return eventually(lambda: predicate(list(seen)), timeout_s, "the watched table")
 
         # the first table is on screen before the third job exists (no fixed sleeps: a loaded
         # machine only makes this slower)

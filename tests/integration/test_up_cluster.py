@@ -2,6 +2,7 @@
 (loopback, authentication on, routes authenticated), the stream at 3 replicas."""
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -65,6 +66,22 @@ def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path
         info = asyncio.run(stream_info(urls[1], data / "auth" / "admin.nk"))
         assert info.config.num_replicas == 3
         assert info.cluster is not None and len(info.cluster.replicas or []) == 2
+
+        # `gpuledger status` shows each NATS node: one leader, two current replicas (issue 32)
+        def nats_rows():
+            done = cli("status", "-o", "json", cwd=tmp_path)
+            rows = json.loads(done.stdout).get("nats_nodes") if done.stdout else None
+            states = sorted((r["role"], r["state"]) for r in rows or [])
+            if states == [("leader", "current"), ("replica", "current"), ("replica", "current")]:
+                return rows
+            return None
+
+        deadline = time.monotonic() + 30
+        while (rows := nats_rows()) is None:
+            assert time.monotonic() < deadline, cli("status", cwd=tmp_path).stdout
+            time.sleep(0.5)
+        assert sorted(r["name"] for r in rows) == ["gpuledger-1", "gpuledger-2", "gpuledger-3"]
+        assert all(r["lag"] == 0 for r in rows)
     finally:
         up.send_signal(signal.SIGINT)
         try:

@@ -5,6 +5,7 @@ a killed child is restarted and reported, and `gpuledger status` shows it all.""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import duckdb
 import pytest
 
 from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -43,14 +45,7 @@ def service(doc: dict, name: str) -> dict:
     return next(s for s in doc.get("services", []) if s["name"] == name)
 
 
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(eventually, interval_s=0.3)
 
 
 def all_running(cwd: Path) -> dict | None:
@@ -224,11 +219,9 @@ def test_up_processes_fails_fast_with_the_childs_error(tmp_path):
     data = tmp_path / ".gpuledger"
     data.mkdir()
     (data / "projection.duckdb").write_text("not a database\n")
-    started = time.monotonic()
     up = start_up(tmp_path, "--processes", "--config", str(EXAMPLES / "three-jobs.yaml"))
     out = up.communicate(timeout=90)[0]
     assert up.returncode == 1
-    assert time.monotonic() - started < 45
     errors = [x for x in out.splitlines() if x.startswith("error:")]
     assert len(errors) == 1, out[-3000:]
     assert errors[0].startswith(

@@ -14,6 +14,7 @@ from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
 from tests.integration.cluster import EXAMPLES, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
@@ -95,7 +96,12 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, p
     procs.start_all(["n1", "n2"])
     assert await live_player.wait_for_nodes(bus, ["n1", "n2"], 30), procs.logs()
     player = asyncio.create_task(live_player.play(bus, scenario))
-    await asyncio.sleep(1.5)
+
+    async def placing() -> bool:  # kill the scheduler mid-run: after its first placement
+        _, log = await live_player.fold(bus)
+        return any(isinstance(e, ev.GangPlaced) for _, _, e in log)
+
+    await eventually_async(placing, 30, "the scheduler's first placement", interval_s=0.2)
     procs.kill9("scheduler")
     await asyncio.sleep(1.0)
     procs.start("scheduler")
@@ -153,8 +159,18 @@ async def test_a_malformed_message_is_dead_lettered_once_and_services_keep_worki
     job.write_text("id: after-garbage\ntenant: team-a\ngpus: 1\n")
     out = cli("submit", str(job), "--nats-url", server.url, "--wait")
     assert out.returncode == 0, out.stderr + procs.logs()
-    await asyncio.sleep(1.0)
-    _, log = await live_player.fold(bus)
+
+    async def scheduler_past_the_bad_messages():
+        # the scheduler's first word on a job submitted after them: it has folded them too
+        _, log = await live_player.fold(bus)
+        later = [
+            e
+            for _, _, e in log
+            if getattr(e, "job_id", None) == "after-garbage" and e.producer.startswith("scheduler/")
+        ]
+        return log if later else None
+
+    log = await eventually_async(scheduler_past_the_bad_messages, 30, "the scheduler's decision")
     dead = [e for _, _, e in log if isinstance(e, ev.DeadLettered)]
     assert sorted(d.subject for d in dead) == ["gl.submit.team-a.garbage", "gl.submit.team-a.wrong"]
     assert all(p.poll() is None for p in procs.procs.values()), "a service died on a bad message"
@@ -168,10 +184,11 @@ async def test_a_ci_system_submits_plain_json_with_its_own_msg_id(server, bus, p
     first = await bus.publish_raw("gl.submit.team-a.ci-7", payload, msg_id="ci-run-1:ci-7")
     retry = await bus.publish_raw("gl.submit.team-a.ci-7", payload, msg_id="ci-run-1:ci-7")
     assert first == retry  # JetStream deduplicated the retried publish
-    deadline = asyncio.get_running_loop().time() + 20
-    while asyncio.get_running_loop().time() < deadline:
+
+    async def admitted():
         ledger, _ = await live_player.fold(bus)
-        if "ci-7" in ledger.jobs and ledger.jobs["ci-7"].state != "submitted":
-            break
-        await asyncio.sleep(0.2)
+        job = ledger.jobs.get("ci-7")
+        return ledger if job is not None and job.state != "submitted" else None
+
+    ledger = await eventually_async(admitted, 20, "admission's decision on ci-7", interval_s=0.2)
     assert ledger.jobs["ci-7"].state == "pending" and ledger.jobs["ci-7"].priority == 50

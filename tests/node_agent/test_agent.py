@@ -23,6 +23,7 @@ from gpuledger.services.node_agent.decider import (
     Start,
 )
 from tests.services.given import cluster, stamped, submitted
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "examples" / "train_tiny.py")
@@ -206,15 +207,19 @@ def test_executor_ids_are_file_safe_and_reversible():
 def run_until(agent, state, now, pred, timeout=8.0):
     """Decide and fold (as the host does) until `pred(all events so far)` holds."""
     seen: list[ev.Event] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = agent.decide(state, now())
-        state = fold(agent, state, out)
-        seen += out
-        if pred(seen):
-            return state, seen
-        time.sleep(0.05)
-    raise AssertionError(f"not reached; events: {[type(x).__name__ for x in seen]}")
+    box = [state]
+
+    def step() -> bool:
+        out = agent.decide(box[0], now())
+        box[0] = fold(agent, box[0], out)
+        seen.extend(out)
+        return pred(seen)
+
+    try:
+        eventually(step, timeout, "the agent's events")
+    except AssertionError as exc:
+        raise AssertionError(f"not reached; events: {[type(x).__name__ for x in seen]}") from exc
+    return box[0], seen
 
 
 def clock():
@@ -278,10 +283,11 @@ def test_real_member_checkpoints_on_preemption_and_resumes_from_its_step(agents,
     )
     state, seen = run_until(agent, state, clock, lambda s: "MemberStarted" in kinds(s))
     log = tmp_path / "work" / "n1" / "logs" / f"{executor_id('j1#2')}-rank0.log"
-    deadline = time.monotonic() + 5
-    while f"starting at step {ck.step}" not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
-        time.sleep(0.05)
+    eventually(
+        lambda: f"starting at step {ck.step}" in (log.read_text() if log.exists() else ""),
+        5,
+        f"the member's log to say it resumes at step {ck.step}",
+    )
     assert ("j1#1", 0) not in state.members  # forgotten once its exit was folded
 
 
@@ -365,3 +371,164 @@ class _NoNvml:
 
     def nvmlShutdown(self):  # noqa: N802
         pass
+
+
+# ---------------------------------------------------------------------- elastic gangs
+
+
+def elastic_placed(job_id="el", members=3):
+    ms = tuple(MemberPlacement(rank=r, node="n1", gpus=(r,)) for r in range(members))
+    return e(
+        ev.GangPlaced,
+        f"{job_id}#1",
+        0,
+        job_id=job_id,
+        allocation_id=f"{job_id}#1",
+        tenant="t",
+        members=ms,
+    )
+
+
+def elastic_job(job_id="el"):
+    return submitted(
+        id=job_id,
+        tenant="t",
+        gpus=1,
+        replicas=3,
+        min_members=2,
+        command=[sys.executable, TRAIN, "--steps", "100000", "--step-time", "0.01"],
+    )
+
+
+def shrink(job_id="el", ranks=(2,), at=0, deadline=5000):
+    return e(
+        ev.PreemptionRequested,
+        f"p-{job_id}",
+        at,
+        job_id=job_id,
+        allocation_id=f"{job_id}#1",
+        beneficiary="other",
+        reason="Priority",
+        deadline_ms=deadline,
+        ranks=ranks,
+    )
+
+
+def resized(job_id="el", at=0):
+    ms = tuple(MemberPlacement(rank=r, node="n1", gpus=(r,)) for r in range(2))
+    return e(
+        ev.GangResized,
+        f"r-{job_id}",
+        at,
+        job_id=job_id,
+        allocation_id=f"{job_id}#1",
+        members=ms,
+        from_members=3,
+        to_members=2,
+        reason="Priority",
+        preempted_by="other",
+        checkpointed=True,
+    )
+
+
+def test_a_partial_preemption_signals_only_the_members_it_names():
+    core = AgentDecider("n1")
+    state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
+    for r in range(3):
+        state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
+    assert core.plan(state, 1000) == [Checkpoint("el#1", 2)]
+
+
+def test_after_a_resize_the_staying_members_are_told_their_new_world_size():
+    from gpuledger.services.node_agent.decider import Resize
+
+    core = AgentDecider("n1")
+    state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
+    for r in range(3):
+        state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
+    exited = e(
+        ev.MemberExited,
+        "x2",
+        1500,
+        job_id="el",
+        allocation_id="el#1",
+        rank=2,
+        node="n1",
+        outcome="preempted",
+    )
+    state = fold(core, state, [exited, resized(at=1600)])
+    state.members.pop(("el#1", 2))
+    assert core.plan(state, 1700) == [Resize("el#1", "el", 0, 2), Resize("el#1", "el", 1, 2)]
+    for r in range(2):
+        state.members[("el#1", r)].world_size = 2
+    assert core.plan(state, 1800) == []
+
+
+def test_real_members_of_a_shrunk_gang_learn_their_world_size_and_run_on(agents, tmp_path):
+    # given a real 3-member elastic gang (min 2) running on n1
+    agent = real_agent(agents, tmp_path)
+    state = base(agent, elastic_job(), admitted("el"), elastic_placed())
+    state, _ = run_until(agent, state, clock, lambda s: kinds(s).count("MemberStarted") == 3)
+    time.sleep(0.5)  # let them install their SIGTERM handlers and make progress
+    # when rank 2 is asked to leave, then it alone checkpoints and exits
+    state = fold(agent, state, [shrink(at=clock(), deadline=clock() + 5000)])
+    state, seen = run_until(agent, state, clock, lambda s: "MemberExited" in kinds(s))
+    (exited,) = [x for x in seen if isinstance(x, ev.MemberExited)]
+    assert (exited.rank, exited.outcome, exited.exit_code) == (2, "preempted", 75)
+    # when the gang is resized to 2, then ranks 0 and 1 read world size 2 and keep running
+    state = fold(agent, state, [resized(at=clock())])
+    logs = tmp_path / "work" / "n1" / "logs"
+    deadline = time.monotonic() + 8
+    for r in (0, 1):
+        log = logs / f"{executor_id('el#1')}-rank{r}.log"
+        while f"rank {r} world size now 2" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+            out = agent.decide(state, clock())
+            state = fold(agent, state, out)
+            assert not [x for x in out if isinstance(x, ev.MemberExited)], out
+            time.sleep(0.05)
+    ckdir = agent.checkpoint_root / "el"
+    assert (ckdir / "rank0" / "gpuledger-world-size").read_text() == "2\n"
+    assert {m.rank for m in agent.executor.members() if m.running} == {0, 1}
+
+
+def test_a_rank_grown_back_before_its_old_exit_was_forgotten_starts_afresh():
+    from gpuledger.services.node_agent.decider import Forget, Resize
+
+    core = AgentDecider("n1")
+    state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
+    for r in range(3):
+        state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
+    exited = e(
+        ev.MemberExited,
+        "x2",
+        1500,
+        job_id="el",
+        allocation_id="el#1",
+        rank=2,
+        node="n1",
+        outcome="preempted",
+    )
+    # rank 2 exited (observed), the gang shrank to 2 and grew back to 3 before a Forget
+    state.members[("el#1", 2)] = Observed(started=True, outcome="preempted", world_size=3)
+    grown = e(
+        ev.GangResized,
+        "g-el",
+        2000,
+        job_id="el",
+        allocation_id="el#1",
+        members=tuple(MemberPlacement(rank=r, node="n1", gpus=(r,)) for r in range(3)),
+        from_members=2,
+        to_members=3,
+        reason="Grow",
+    )
+    state = fold(core, state, [exited, resized(at=1600), grown])
+    # then the old observation is forgotten, never reported again
+    assert [x for x in core.decide(state, 2100) if getattr(x, "rank", None) == 2] == []
+    assert core.plan(state, 2100) == [Forget("el#1", 2)]
+    del state.members[("el#1", 2)]
+    # and the new rank 2 starts with world size 3, the others are told 3
+    effects = core.plan(state, 2200)
+    (start,) = [x for x in effects if isinstance(x, Start)]
+    assert (start.rank, start.world_size, start.incarnation) == (2, 3, 2000)
+    assert [x for x in effects if isinstance(x, Resize)] == []  # ranks 0, 1 were told 3

@@ -24,6 +24,7 @@ from gpuledger.services.node_agent.executor import (
     member_key,
     process_start_time,
 )
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "train_tiny.py"
@@ -52,12 +53,7 @@ def launch(
     )
 
 
-def wait_until(predicate, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
+wait_until = eventually
 
 
 def log_of(tmp_path: Path, alloc: str = "alloc-1", rank: int = 0) -> str:

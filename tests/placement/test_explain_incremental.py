@@ -4,6 +4,7 @@ through `Fleet` and through a fleet that explains by walking every node (the bru
 `reasons.member_unplaceable`, the definition) and require identical answers: reason,
 message and details (the per-reason node histogram, free-clique figures)."""
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -54,12 +55,24 @@ def node_specs(draw, i, gen=0):
         draw(st.sampled_from([8_000, 32_000, 64_000])),
         draw(st.sampled_from([16_384, 262_144])),
         gpus,
+        labels=draw(st.sampled_from(LABELS)),
         leaf_switch=f"leaf{i % 2}",
     )
 
 
+LABELS = ((), (("partition", "a"),), (("partition", "b"),), (("partition", "a"), ("rack", "r1")))
+SELECTORS = ((), (), (("partition", "a"),), (("partition", "a"), ("rack", "r1")), (("pool", "x"),))
+
+
 @st.composite
 def members(draw):
+    return msgspec.structs.replace(
+        draw(plain_members()), node_selector=draw(st.sampled_from(SELECTORS))
+    )
+
+
+@st.composite
+def plain_members(draw):
     kind = draw(st.sampled_from(["whole", "whole", "milli", "mig", "cpu"]))
     cpu = draw(st.sampled_from([0, 1000, 4000, 16_000, 48_000]))
     mem = draw(st.sampled_from([0, 1024, 65_536]))
@@ -147,6 +160,9 @@ def test_incremental_explanations_equal_the_walk(n, data, policy):
         want = walk.place(g, policy, exclude=exclude, assume_released=released)
         assert got == want
         if isinstance(got, Placement):
+            for m in got.members:  # the node selector holds
+                labels = set(fleet.node_spec(m.node).labels)
+                assert labels.issuperset(g.member.node_selector)
             if not released and data.draw(st.booleans()):
                 fleet.allocate(g.job_id, g.tenant, got, g)
                 walk.allocate(g.job_id, g.tenant, got, g)
@@ -164,10 +180,12 @@ def test_incremental_explanations_equal_the_walk(n, data, policy):
 def test_explanation_counts_follow_a_large_fleet_without_walking():
     """500 nodes, a failing 8-GPU request after every node lost one GPU: the histogram says
     so, and after a release it moves one node from one reason to "fits"."""
-    gpus = lambda i: tuple(
-        GpuSpec(g, f"n{i}-{g}", "H100", 81_920, f"n{i}/nv", "exclusive")  # noqa: E731
-        for g in range(8)
-    )
+
+    def gpus(i):
+        return tuple(
+            GpuSpec(g, f"n{i}-{g}", "H100", 81_920, f"n{i}/nv", "exclusive") for g in range(8)
+        )
+
     specs = [
         NodeSpec(f"n{i:03d}", 64_000, 262_144, gpus(i), leaf_switch=f"l{i // 16}")
         for i in range(500)

@@ -138,11 +138,11 @@ def test_stranding_demand_is_per_gpu_model_and_node_type():
     layout = {n: f.node_state(n).frag_layout for n in ("p100", "t4", "g2")}
     # P100 2 x, 16 cores: tasks 1 and 2; their ratio 39,000/4 = 9,750 per GPU, capped at the
     # node's own 8,000 per GPU
-    assert frag.strand_profile(layout["p100"], 16_000) == (4, 8_000)
+    assert frag.strand_profile(layout["p100"], 16_000) == (4, 8_000, 0)
     # T4, 104 cores: only task 1 (task 2 wants P100): 12,000 per GPU
-    assert frag.strand_profile(layout["t4"], 104_000) == (3, 12_000)
+    assert frag.strand_profile(layout["t4"], 104_000) == (3, 12_000, 0)
     # G2 x 8, 96 cores: tasks 1 and 3: (36,000 + 80,000) CPU / 19 GPUs asked
-    assert frag.strand_profile(layout["g2"], 96_000) == (5, 116_000 * 1000 // 19_000)
+    assert frag.strand_profile(layout["g2"], 96_000) == (5, 116_000 * 1000 // 19_000, 0)
     assert frag.stranded(8_000, 2_000, 16_000) == 0  # an empty lean node strands nothing
     assert frag.stranded(8_000, 2_000, 4_000) == 1_500
 
@@ -201,3 +201,130 @@ def test_default_leaves_the_scarce_model_to_the_tasks_that_can_only_run_there():
     f.remove_node("g1")
     f.remove_node("g2")
     assert f._ctx.frag_scarce.tasks == typical  # a fleet of T4 only: nothing is scarce
+
+
+def test_memory_counts_in_defaults_measure_not_in_fgds():
+    # one 2-GPU node with 10 cores and 40 GiB free; a 1-GPU task asking 4 cores, 64 GiB.
+    # FGD's measure ignores memory: the task fits, nothing is fragmentation. With memory
+    # counted the node cannot host it: all 2,000 idle milli count.
+    task = (TypicalTask(4000, 1, 1000, weight=1, memory_mib=65_536),)
+    n = Fleet([node("n", gpus=2, sharing="mps", cpu=10_000)]).node_state("n")
+    free = [1000, 1000]
+    assert Fragmentation(task).node_frag(n.frag_layout, 10_000, free, 40_960) == 0
+    with_memory = Fragmentation(task, memory=True)
+    assert with_memory.node_frag(n.frag_layout, 10_000, free, 40_960) == 2000
+    assert with_memory.node_frag(n.frag_layout, 10_000, free, 65_536) == 0
+    # no task asks memory: memory=True changes nothing
+    assert not Fragmentation((TypicalTask(4000, 1, 1000),), memory=True).memory
+
+
+def test_idle_breakdown_splits_usable_fragmented_and_stranded():
+    tasks = (
+        TypicalTask(8000, 1, 500, weight=1, memory_mib=32_768),
+        TypicalTask(0, 0, 0, weight=5),  # CPU-only: no GPU demand, never makes a GPU usable
+    )
+    n = Fleet([node("n", gpus=4, sharing="mps", cpu=32_000)]).node_state("n")
+    free = [1000, 300, 600, 0]
+    frag = Fragmentation(tasks, memory=True)
+    # enough CPU and memory: GPUs 0 and 2 usable (1600); GPU 1 below 500 milli: fragmented
+    assert frag.idle_breakdown(n.frag_layout, 8000, 32_768, free) == (1600, 300, 0)
+    # 6 cores left: GPUs 0 and 2 could serve the task but the node cannot feed it
+    assert frag.idle_breakdown(n.frag_layout, 6000, 32_768, free) == (0, 300, 1600)
+    # memory short: stranded as well; FGD's measure (memory ignored) calls them usable
+    assert frag.idle_breakdown(n.frag_layout, 8000, 16_384, free) == (0, 300, 1600)
+    assert Fragmentation(tasks).idle_breakdown(n.frag_layout, 8000, 16_384, free) == (
+        1600,
+        300,
+        0,
+    )
+
+
+def test_fleet_idle_breakdown_sums_schedulable_nodes():
+    typical = (TypicalTask(8000, 1, 1000, weight=1, memory_mib=65_536),)
+    f = Fleet(
+        [
+            node("a", gpus=2, sharing="mps", cpu=16_000, mem=262_144),
+            node("b", gpus=2, sharing="mps", cpu=16_000, mem=262_144),
+            node("off", gpus=2, sharing="mps", cpu=16_000),
+        ],
+        typical_tasks=typical,
+    )
+    f.set_schedulable("off", False)
+    hog = gang("hog", cpu_milli=1000, memory_mib=230_000)  # leaves 32,144 MiB on its node
+    p = f.place(hog, "bestfit", exclude=["b"])
+    f.allocate("hog", "t", p, hog)
+    assert f.idle_breakdown() == (2000, 0, 2000)  # a's GPUs stranded by memory, b's usable
+
+
+def test_stranding_profile_counts_memory_when_tasks_ask_it():
+    tasks = (
+        TypicalTask(8_000, 1, 1000, weight=3, memory_mib=40_960),
+        TypicalTask(8_000, 1, 1000, weight=1, memory_mib=500_000),  # more than the node has
+    )
+    frag = Fragmentation(tasks, memory=True)
+    layout = Fleet([node("n", gpus=2, sharing="mps")]).node_state("n").frag_layout
+    # only the first task fits a 2-GPU node of 128 cores and 256 GiB: 8 cores and 40 GiB per GPU
+    assert frag.strand_profile(layout, 128_000, 262_144) == (3, 8_000, 40_960)
+    # 2 idle GPUs, CPU for both, memory for one: 1,000 milli stranded
+    assert frag.stranded(8_000, 2_000, 64_000, 40_960, 40_960) == 1_000
+    assert Fragmentation(tasks).strand_profile(layout, 128_000, 262_144) == (4, 8_000, 0)
+
+
+def test_default_avoids_stranding_gpus_behind_exhausted_memory():
+    # Two identical 2-GPU nodes with CPU to spare; the workload needs 64 GiB per GPU. A
+    # CPU-only task of 200 GiB on the idle node would strand its GPUs (56 GiB left): default
+    # sends it to the node whose GPUs are busy; FGD (memory ignored) takes the first node.
+    typical = (TypicalTask(4000, 1, 1000, weight=1, memory_mib=65_536),)
+    f = Fleet(
+        [
+            node("idle", gpus=2, sharing="mps", cpu=64_000, mem=262_144),
+            node("busy", gpus=2, sharing="mps", cpu=64_000, mem=262_144),
+        ],
+        typical_tasks=typical,
+        node_order=["idle", "busy"],
+    )
+    busy = gang("b", gpus=2)
+    f.allocate("b", "t", f.place(busy, "bestfit", exclude=["idle"]), busy)
+    big = gang("c", cpu_milli=4000, memory_mib=204_800)
+    assert f.place(big, "default").members[0].node == "busy"
+    assert f.place(big, "fgd").members[0].node == "idle"
+
+
+def test_host_bound_when_typical_tasks_ask_the_fleets_cpu_per_gpu():
+    # 2 tasks: 12 cores per GPU and a CPU-only one of 8 cores: 20 cores per GPU asked
+    tasks = (TypicalTask(12_000, 1, 1000, weight=1), TypicalTask(8_000, 0, 0, weight=1))
+    frag = Fragmentation(tasks)
+    assert frag.host_bound(cpu_total=20_000, memory_total=10**6, gpu_milli_total=1000)
+    assert not frag.host_bound(cpu_total=20_001, memory_total=10**6, gpu_milli_total=1000)
+    # memory counts only in the memory-aware measure
+    heavy = (TypicalTask(1000, 1, 1000, weight=1, memory_mib=100_000),)
+    assert Fragmentation(heavy, memory=True).host_bound(10**6, 100_000, 1000)
+    assert not Fragmentation(heavy).host_bound(10**6, 100_000, 1000)
+    assert not Fragmentation((TypicalTask(8_000, 0, 0),)).host_bound(1, 1, 1000)  # no GPU task
+
+
+def test_fleet_rechecks_host_bound_when_its_capacity_changes():
+    tasks = (TypicalTask(12_000, 1, 1000, weight=1),)
+    lean = node("lean", gpus=2, sharing="mps", cpu=16_000)  # 8 cores per GPU
+    rich = node("rich", gpus=2, sharing="mps", cpu=64_000)
+    f = Fleet([lean], typical_tasks=tasks)
+    assert f._ctx.host_bound
+    f.add_node(rich)  # 80 cores for 4 GPUs: 20 per GPU
+    assert not f._ctx.host_bound
+    f.remove_node("rich")
+    assert f._ctx.host_bound
+
+
+def test_the_cpu_scarce_openb_slice_is_host_bound_and_the_default_one_is_not():
+    from pathlib import Path
+
+    from gpuledger.replay.openb.trace import load_nodes, load_tasks
+    from gpuledger.replay.openb.workload import typical_tasks
+
+    openb = Path(__file__).resolve().parents[1] / "fixtures" / "openb"
+    specs = [n.spec() for n in load_nodes(openb / "openb_node_list_gpu_node.csv")]
+    bound = {
+        name: Fleet(specs, typical_tasks=typical_tasks(load_tasks(openb / name)))._ctx.host_bound
+        for name in ("openb_pod_list_cpu300.csv", "openb_pod_list_default.csv")
+    }
+    assert bound == {"openb_pod_list_cpu300.csv": True, "openb_pod_list_default.csv": False}

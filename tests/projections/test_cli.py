@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from gpuledger.replay.logio import write_log
-from gpuledger.services.cli.audit import humanize_ms, register
+from gpuledger.services.cli.audit import humanize_ms, iso_ms, register
 
 app = typer.Typer()
 register(app)
@@ -124,3 +124,72 @@ def test_humanize():
         "5d",
         "<unknown>",
     ]
+
+
+def test_sql_prints_points_in_time_in_iso_and_the_row_count_on_stdout(data):
+    # issue 32: `*_ms` points in time as ISO 8601 UTC; the count after the table, on stdout
+    q = "SELECT job_id, submitted_at_ms, first_placed_at_ms FROM jobs ORDER BY job_id LIMIT 2"
+    r = run("sql", q, data=data)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["job_id", "submitted_at_ms", "first_placed_at_ms"]
+    assert lines[-1] == "(2 rows)" and r.stderr == ""
+    stamps = [w for ln in lines[1:-1] for w in ln.split() if w[:4].isdigit()]
+    assert stamps and all(len(w) == 24 and w.endswith("Z") and w[10] == "T" for w in stamps), lines
+    raw = run("sql", q, "-o", "json", "--epoch-ms", data=data)
+    iso = run("sql", q, "-o", "json", data=data)
+    for a, b in zip(json.loads(raw.stdout), json.loads(iso.stdout), strict=True):
+        assert iso_ms(a["submitted_at_ms"]) == b["submitted_at_ms"]
+    assert "rows)" not in iso.stdout  # machine formats carry the rows only
+
+
+def test_iso_ms_is_utc_with_milliseconds():
+    assert iso_ms(0) == "1970-01-01T00:00:00.000Z"
+    assert iso_ms(1_795_771_441_369) == "2026-11-27T09:24:01.369Z"
+
+
+def test_sql_writes_typed_parquet_for_scripts(data, tmp_path):
+    import duckdb
+
+    out = tmp_path / "jobs.parquet"
+    q = "SELECT job_id, submitted_at_ms FROM jobs ORDER BY job_id"
+    r = run("sql", q, "-o", "parquet", "--to", str(out), data=data)
+    assert r.exit_code == 0, r.output
+    rows = duckdb.sql(f"SELECT * FROM '{out}'").fetchall()
+    jobs = run("sql", q, "-o", "json", "--epoch-ms", data=data)
+    assert rows == [(j["job_id"], j["submitted_at_ms"]) for j in json.loads(jobs.stdout)]
+    bad = run("sql", "SELECT * FROM nope", "-o", "parquet", "--to", str(out), data=data)
+    assert bad.exit_code == 1 and "query failed" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1  # one line, not DuckDB's caret block
+
+
+def test_tenants_show_borrowing_and_lending_limits(tmp_path):
+    # given tenants configured with a borrowing limit, a lending limit, and neither
+    from gpuledger.events import subject_for
+    from gpuledger.services.domain.configfile import config_events
+
+    doc = {
+        "tenants": [
+            {"name": "a", "guaranteed": 4, "borrowing_limit": 2},
+            {"name": "b", "guaranteed": 8, "lending_limit": "1500m"},
+            {"name": "c", "guaranteed": 1},
+        ]
+    }
+    log = [(i, subject_for(e), e) for i, e in enumerate(config_events(doc), 1)]
+    write_log(tmp_path / "log.jsonl", log)
+    r = run("project", "--rebuild", "--log", str(tmp_path / "log.jsonl"), data=tmp_path)
+    assert r.exit_code == 0, r.output
+    # when `tenants` lists them, then the table and the JSON carry both limits in GPUs
+    lines = run("tenants", data=tmp_path).output.splitlines()
+    assert lines[0].split()[:5] == ["NAME", "GUARANTEED", "LIMIT", "BORROW-LIMIT", "LEND-LIMIT"]
+    rows = {line.split()[0]: line.split()[1:5] for line in lines[1:]}
+    assert rows == {
+        "a": ["4", "-", "2", "-"],
+        "b": ["8", "-", "-", "1.5"],
+        "c": ["1", "-", "-", "-"],
+    }
+    got = {
+        t["tenant"]: (t["borrowing_limit_gpus"], t["lending_limit_gpus"])
+        for t in json.loads(run("tenants", "-o", "json", data=tmp_path).output)
+    }
+    assert got == {"a": (2, None), "b": (None, 1.5), "c": (None, None)}

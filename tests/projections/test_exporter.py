@@ -57,29 +57,41 @@ def test_pending_workloads_by_tenant_class_and_reason(scraped):
     ]
 
 
-def test_admission_wait_histogram_by_class(scraped):
+def test_placement_wait_histogram_by_class(scraped):
     _, s = scraped
     # batch waits 1, 2, 4 s (big-b never placed); latency-critical: infer-a 17 s
     assert (
-        value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="1.0") == 1
+        value(s, "gpuledger_placement_wait_time_seconds_bucket", slo_class="batch", le="1.0") == 1
     )
     assert (
-        value(s, "gpuledger_admission_wait_time_seconds_bucket", slo_class="batch", le="5.0") == 3
+        value(s, "gpuledger_placement_wait_time_seconds_bucket", slo_class="batch", le="5.0") == 3
     )
-    assert value(s, "gpuledger_admission_wait_time_seconds_count", slo_class="batch") == 3
-    assert value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="batch") == 7.0
+    assert value(s, "gpuledger_placement_wait_time_seconds_count", slo_class="batch") == 3
+    assert value(s, "gpuledger_placement_wait_time_seconds_sum", slo_class="batch") == 7.0
     assert (
         value(
             s,
-            "gpuledger_admission_wait_time_seconds_bucket",
+            "gpuledger_placement_wait_time_seconds_bucket",
             slo_class="latency-critical",
             le="10.0",
         )
         == 0
     )
     assert (
-        value(s, "gpuledger_admission_wait_time_seconds_sum", slo_class="latency-critical") == 17.0
+        value(s, "gpuledger_placement_wait_time_seconds_sum", slo_class="latency-critical") == 17.0
     )
+
+
+def test_admission_wait_histogram_measures_submission_to_admission_not_to_placement(scraped):
+    _, s = scraped
+    # batch admitted after 0, 0.1, 1, 1 s (big-b too: admitted, never placed);
+    # latency-critical: infer-a admitted at once (placed only after 17 s)
+    name = "gpuledger_admission_wait_time_seconds"
+    assert value(s, f"{name}_count", slo_class="batch") == 4
+    assert value(s, f"{name}_bucket", slo_class="batch", le="1.0") == 4
+    assert value(s, f"{name}_sum", slo_class="batch") == pytest.approx(2.1)
+    assert value(s, f"{name}_bucket", slo_class="latency-critical", le="1.0") == 1
+    assert value(s, f"{name}_sum", slo_class="latency-critical") == 0.0
 
 
 def test_admitted_rejected_evicted_preempted_totals(scraped):
@@ -146,7 +158,10 @@ def test_every_declared_metric_is_exported_and_no_job_id_label(scraped, messages
     for spec in AGGREGATE_METRICS:
         if spec.type in ("counter", "gauge") and spec.name not in (
             "gpuledger_tenant_quota_limit_gpus",
+            "gpuledger_tenant_quota_borrowing_limit_gpus",  # test_quota_limits_per_tenant
+            "gpuledger_tenant_quota_lending_limit_gpus",
             "gpuledger_refused_events_total",
+            "gpuledger_timed_out_workloads_total",  # no time limits here: see test_time_limit_*
         ):
             assert spec.name in names or spec.name + "_total" in names, spec.name
     jobs = {"train-b", "infer-a", "small-a", "mig-a", "big-b", "bad-a"}
@@ -161,3 +176,39 @@ def test_unreadable_projection_serves_up_zero(tmp_path):
     text = generate_latest(new_registry(c)).decode()
     assert "gpuledger_exporter_up 0.0" in text
     assert "gpuledger_exporter_read_errors_total 1.0" in text
+
+
+def test_quota_limits_per_tenant(tmp_path):
+    # given tenants with a borrowing limit, a lending limit, and neither
+    from gpuledger.events import subject_for
+    from gpuledger.services.domain.configfile import config_events
+
+    doc = {
+        "tenants": [
+            {"name": "a", "guaranteed": 4, "borrowing_limit": 2},
+            {"name": "b", "guaranteed": 8, "lending_limit": "1500m"},
+            {"name": "c", "guaranteed": 1},
+        ]
+    }
+    events = config_events(doc)
+    rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
+    text = generate_latest(new_registry(ProjectionCollector(tmp_path / "p.duckdb"))).decode()
+    s = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for fam in text_string_to_metric_families(text)
+        for x in fam.samples
+    }
+    # then each limit is a gauge in GPUs, absent where unset
+    assert value(s, "gpuledger_tenant_quota_borrowing_limit_gpus", tenant="a") == 2
+    assert value(s, "gpuledger_tenant_quota_lending_limit_gpus", tenant="b") == 1.5
+    got = {
+        (name, dict(labels)["tenant"])
+        for name, labels in s
+        if name.startswith("gpuledger_tenant_quota_")
+        and "_limit_gpus" in name
+        and "quota_limit" not in name
+    }
+    assert got == {
+        ("gpuledger_tenant_quota_borrowing_limit_gpus", "a"),
+        ("gpuledger_tenant_quota_lending_limit_gpus", "b"),
+    }

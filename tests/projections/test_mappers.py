@@ -68,7 +68,7 @@ def test_allocation_intervals_per_gpu_share_and_mig(messages):
     (mig,) = [r for r in allocs if r["allocation_id"] == "mig-a#1"]
     assert (mig["sharing"], mig["gpu_milli"], mig["ended_at_ms"]) == ("mig", 143, None)
     # one projection row per member, its GPU columns one value per GPU
-    (member,) = [r for k, r in b.upserts["allocations"].items() if k == ("train-b#1", 0)]
+    (member,) = [r for k, r in b.upserts["allocations"].items() if k[:2] == ("train-b#1", 0)]
     assert member.gpu_index == tuple(range(8)) and len(member.gpu_model) == 8
 
 

@@ -125,6 +125,11 @@ def standings_lowered(log) -> list[tuple]:
                     for e in evicted
                 ],
                 landing=landing,
+                leaving={
+                    e.allocation_id: e.ranks
+                    for e in evicted
+                    if isinstance(e.ranks, tuple) and e.ranks
+                },
             )
             if not v.improves:
                 out.append(

@@ -13,7 +13,10 @@ and the rest of the log folded into it. Then:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -29,7 +32,7 @@ from tests.properties.test_pure_decider_properties import disruption, document, 
 
 
 def round_trip(service, state, seq: int):
-    """What a host does: `fold_of`, pickle, compress, store, then load, check, `from_fold`."""
+    """What a host does: `fold_of`, encode, compress, store, then load, check, `from_fold`."""
     fold = service.fold_of(state)
     raw = snapshots.dumps(fold)
     data, digest_ = snapshots.compress(raw)
@@ -175,8 +178,8 @@ def test_an_incompatible_or_damaged_snapshot_is_unusable() -> None:
         snapshots.loads(data[:-1], good)
     with pytest.raises(snapshots.Unusable, match="digest"):
         snapshots.loads(data[::-1], good)
-    junk, junk_digest = snapshots.compress(b"not a pickle")
-    with pytest.raises(snapshots.Unusable, match="unpickle"):
+    junk, junk_digest = snapshots.compress(b"not a snapshot")
+    with pytest.raises(snapshots.Unusable, match="does not decode"):
         snapshots.loads(junk, msgspec.structs.replace(good, bytes=len(junk), digest=junk_digest))
     with pytest.raises(snapshots.Unusable, match="configuration digest"):
         snapshots.check_state(msgspec.structs.replace(good, config_digest="other"), ledger)
@@ -314,7 +317,7 @@ def _restore(raw: bytes):
     return snapshots.loads(data, manifest)
 
 
-def test_the_codec_keeps_what_is_shared_shared_and_falls_back_to_pickle() -> None:
+def test_the_codec_keeps_what_is_shared_shared_and_every_attribute() -> None:
     ledger = _small_ledger()
     job_id = next(iter(ledger.jobs))
     record, alloc = ledger.jobs[job_id], next(iter(ledger.allocations.values()))
@@ -322,15 +325,51 @@ def test_the_codec_keeps_what_is_shared_shared_and_falls_back_to_pickle() -> Non
     restored, again, alloc_again, spec = _restore(snapshots.dumps(fold))
     assert digest(restored) == digest(ledger)
     assert again is restored.jobs[job_id]
-    assert spec == again.spec  # what a record holds is its own copy (frozen structs only)
+    assert spec == again.spec and again.spec is spec  # shared structs stay shared
     assert alloc_again is restored.allocations[alloc.allocation_id]
     assert list(restored.jobs) == list(ledger.jobs) and vars(again) == vars(record)
     assert type(again.state) is type(record.state) and again.placements == record.placements
 
-    record.stray = 1  # an attribute msgspec would lose: the fold is pickled whole instead
-    raw = snapshots.dumps(ledger)
-    assert raw[:4] == b"GLS2" and int.from_bytes(raw[4:12], "big") == 0
-    assert _restore(raw).jobs[job_id].stray == 1
+    record.stray = 1  # an attribute beyond the record's fields is kept too
+    assert _restore(snapshots.dumps(ledger)).jobs[job_id].stray == 1
+
+
+def test_objects_in_dict_keys_and_values_keep_their_identity() -> None:
+    key, value = ev.Resources(gpus=1), [ev.Resources(gpus=2)]
+    restored, key_again, value_again = snapshots._decode(
+        snapshots.dumps(({key: value}, key, value))
+    )
+    assert list(restored) == [key] and next(iter(restored)) is key_again
+    assert restored[key_again] is value_again and value_again == value
+
+
+class _Runs:
+    """What a pickle payload would run on load."""
+
+    def __reduce__(self):
+        return (exec, ("import pathlib; pathlib.Path(__import__('os').environ['RAN']).touch()",))
+
+
+def test_a_snapshot_that_names_code_is_refused_and_nothing_runs(tmp_path, monkeypatch) -> None:
+    import pickle
+
+    ran = tmp_path / "ran"
+    monkeypatch.setenv("RAN", str(ran))
+    # a pickle (what snapshots were): not a graph, refused, not run
+    with pytest.raises(snapshots.Unusable, match="does not decode"):
+        _restore(pickle.dumps(_Runs()))
+    # a graph naming a class that is not a data class of the fold: refused by name
+    for name in ("builtins.exec", "os.system", "subprocess.Popen", "tests.x._Runs"):
+        raw = msgspec.msgpack.encode((snapshots.GRAPH_VERSION, [name], [6, 0, "a", 1]))
+        with pytest.raises(snapshots.Unusable, match="not a snapshot class"):
+            _restore(raw)
+    # a graph of another codec version: refused
+    raw = msgspec.msgpack.encode((snapshots.GRAPH_VERSION + 1, [], None))
+    with pytest.raises(snapshots.Unusable, match="graph version"):
+        _restore(raw)
+    assert not ran.exists()
+    source = Path(snapshots.__file__).read_text()
+    assert "import pickle" not in source and "pickle.load" not in source
 
 
 def test_the_restart_bench_tail_is_the_default_snapshot_interval() -> None:

@@ -74,9 +74,14 @@ def test_the_configuration_changes_are_events_at_the_cron_times(snapshots):
     ]
     day2 = [(g, tenant) for t, c, tenant, g in changes if t == 32 * H]
     assert day2 == [(6000, "inference"), (2000, "training")]
-    assert all(
-        s.startswith("gl.admin.") for _, s, e in sim.log if isinstance(e, ev.TenantConfigured)
-    )
+    # the operator's configuration on gl.admin, the schedules' changes on quota's own subjects
+    subjects = {
+        (e.producer.partition("/")[0], s)
+        for _, s, e in sim.log
+        if isinstance(e, ev.TenantConfigured)
+    }
+    assert {s for p, s in subjects if p == "quota"} == {"gl.quota.TenantConfigured"}
+    assert all(s == "gl.admin.TenantConfigured" for p, s in subjects if p != "quota")
 
 
 def test_the_example_runs_to_its_until_and_the_same_inputs_give_the_same_log():

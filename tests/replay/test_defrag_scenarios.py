@@ -218,11 +218,14 @@ def test_existing_scenarios_replay_unchanged_with_the_feature_off():
     doc = yaml.safe_load((EXAMPLES / "inference-burst.yaml").read_text())
     doc["policy"] = {**(doc.get("policy") or {}), "consolidation": False, "mig_regeometry": False}
     off = simulate(from_document(doc))
-    strip = lambda log: [
-        (type(e).__name__, e.event_id, getattr(e, "job_id", None))  # noqa: E731
-        for _, _, e in log
-        if not isinstance(e, ev.PolicyConfigured)
-    ]
+
+    def strip(log):
+        return [
+            (type(e).__name__, e.event_id, getattr(e, "job_id", None))
+            for _, _, e in log
+            if not isinstance(e, ev.PolicyConfigured)
+        ]
+
     assert strip(base.log) == strip(off.log)
 
 

@@ -141,15 +141,21 @@ def test_a_partial_gang_is_reported(run):
 def test_a_member_started_outside_its_gang_is_reported(run):
     log, acked = run
     seq, done = next((s, e) for s, _, e in log if isinstance(e, ev.GangCompleted))
+    placed = next(
+        e
+        for _, _, e in log
+        if isinstance(e, ev.GangPlaced) and e.allocation_id == done.allocation_id
+    )
+    node = placed.members[0].node  # its own node says so: a fact the fold accepts
     late = ev.MemberStarted(
         event_id="late",
         occurred_at_ms=done.occurred_at_ms + 1,
         correlation_id=done.job_id,
-        producer="node-agent/a1",
+        producer=f"node-agent/{node}",
         job_id=done.job_id,
         allocation_id=done.allocation_id,
         rank=0,
-        node="a1",
+        node=node,
     )
     got = results(insert_after(log, seq, late), acked)
     assert got["no_partial_gang"] is False and got["running_members_placed"] is False

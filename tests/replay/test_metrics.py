@@ -99,6 +99,7 @@ def test_simulate_report_compare_and_projection_agree(name, tmp_path):
     assert projected["gpu_allocation_pct"] == pytest.approx(m["gpu_allocation_pct"], rel=1e-12)
     assert projected["preemptions"] == m["preemptions"]
     assert projected["lost_gpu_hours"] == pytest.approx(m["lost_gpu_hours"], abs=1e-12)
+    assert projected["gpu_hours"] == pytest.approx(m["gpu_hours"], rel=1e-12)
     for k in ("submitted", "completed", "failed", "rejected", "cancelled", "unfinished"):
         assert projected[k] == m["jobs"][k], k
     assert projected["jct_s_mean"] == pytest.approx(m["jct_s_mean"])

@@ -197,6 +197,36 @@ def test_preemptible_small_jobs_backfill_the_reservation_and_are_evicted_when_th
     assert metrics["gpu_allocation_pct"] > 86
 
 
+def test_starving_gang_figures_under_the_default_policy():
+    """The figures quoted for examples/starving-gang.yaml, as it runs with the defaults
+    (anti-thrashing and aging on): the gang's reservation at 4500 s for 6240 s, 11 backfilled
+    jobs evicted for it at 6245 s, 17 evictions in all (later 4-GPU jobs that starve evict
+    1-GPU backfill), allocation 88.5 % (85.1 % with `preemption: false`), and 17940 s without
+    a reservation."""
+    sim, jobs, metrics = run("starving-gang.yaml")
+    (reserved, *_) = [
+        e
+        for e in logged(sim, ev.PendingReasonChanged, job_id="gang-32")
+        if e.details.get("reservation")
+    ]
+    assert reserved.occurred_at_ms == 4_500_000
+    assert reserved.details["reservation"]["expected_start_s"] == 6240.0
+    assert jobs["gang-32"]["placements"][0]["at_s"] == 6245.0
+    for_gang = logged(sim, ev.GangEvicted, reason="Backfill", preempted_by="gang-32")
+    assert len(for_gang) == 11 and {e.occurred_at_ms for e in for_gang} == {6_245_000}
+    assert all(e.checkpointed and e.lost_gpu_ms == 0 for e in for_gang)
+    assert len(logged(sim, ev.GangEvicted)) == metrics["preemptions"] == 17
+    assert metrics["preemptions_by_reason"] == {"Backfill": 17}
+    assert metrics["lost_gpu_hours"] == 0.0
+    assert round(metrics["gpu_allocation_pct"], 1) == 88.5
+    assert all(row["state"] == "completed" for row in jobs.values())
+    _, jobs, metrics = run("starving-gang.yaml", preemption=False)
+    assert round(metrics["gpu_allocation_pct"], 1) == 85.1 and metrics["preemptions"] == 0
+    assert jobs["gang-32"]["placements"][0]["at_s"] == 6240.0
+    _, jobs, _ = run("starving-gang.yaml", reservation_after_s=0)
+    assert jobs["gang-32"]["placements"][0]["at_s"] == 17940.0
+
+
 def test_backfill_scenario_small_preemptible_jobs_use_reserved_nodes_until_the_gang_lands():
     from gpuledger.replay.verify import verify
 
@@ -251,10 +281,11 @@ def test_without_a_reservation_the_gang_starves_until_the_stream_dries_up():
 
 
 def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
+    """examples/usage-decay.yaml under the default policy (anti-thrashing and aging on)."""
     from gpuledger.replay.verify import verify
 
-    sim, jobs, _ = run("usage-decay.yaml", **OLD_ANTI_THRASHING)
-    assert jobs["b-first"]["placements"][0]["at_s"] == 7200.0  # submitted 30 min after a-next
+    sim, jobs, _ = run("usage-decay.yaml")
+    assert jobs["b-first"]["placements"][0]["at_s"] == 7200.0  # submitted 10 min after a-next
     assert jobs["a-next"]["placements"][0]["at_s"] == 10800.0
     assert all(row["state"] == "completed" for row in jobs.values())
     assert verify(sim.log).ok, "re-deciding from the log reproduces every decision"
@@ -263,9 +294,27 @@ def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
         refolded.apply(seq, e)
     assert refolded.decayed_usage == sim.ledger.decayed_usage != {}
     # without the half-life, submit time breaks the tie: team-a runs again first
-    _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0, **OLD_ANTI_THRASHING)
+    _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0)
     assert jobs["a-next"]["placements"][0]["at_s"] == 7200.0
     assert jobs["b-first"]["placements"][0]["at_s"] == 10800.0
+
+
+def test_aging_ranks_before_past_usage_as_the_usage_decay_example_says():
+    """The example's note: had a-next queued at 1h and b-first at 1h30m, a-next would have
+    waited 2 aging steps (`aging_after_wait_s` 1800) and b-first 1 at 2h, so a-next runs
+    first despite its tenant's usage; with aging off, usage decides again."""
+    doc = yaml.safe_load((EXAMPLES / "usage-decay.yaml").read_text())
+    doc["timeline"][1]["at"], doc["timeline"][2]["at"] = "1h", "90m"
+
+    def first(**policy):
+        d = {**doc, "policy": {**doc["policy"], **policy}}
+        sim = simulate(from_document(d))
+        rep = report(sim.ledger, sim.log, sim.now_ms)
+        placed = {j["id"]: j["placements"][0]["at_s"] for j in rep["jobs"]}
+        return min(("a-next", "b-first"), key=placed.__getitem__)
+
+    assert first() == "a-next"
+    assert first(aging_after_wait_s=0) == "b-first"
 
 
 def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead():

@@ -88,3 +88,35 @@ def test_a_scenario_files_spread_key_reaches_the_scheduler():
     assert sim.ledger.jobs["web-1"].spec.spread == ev.Spread(group="web", max_per_node=1)
     assert nodes_of(sim, "web-1") != nodes_of(sim, "web-2")
     assert sim.ledger.jobs["web-3"].placements[0][0] == 30_000
+
+
+def _scanned(ledger) -> dict[str, dict[str, int]]:
+    """Members per node of each group, counted from the active allocations (what the
+    scheduler scanned every round before `Ledger.spread_nodes`)."""
+    out: dict[str, dict[str, int]] = {}
+    for alloc_id in ledger.active:
+        rec = ledger.allocations[alloc_id]
+        s = ledger.jobs[rec.job_id].spec.spread
+        if s:
+            for m in rec.members:
+                out.setdefault(s.group, {})[m.node] = out.setdefault(s.group, {}).get(m.node, 0) + 1
+    return out
+
+
+def test_the_folded_spread_index_equals_a_scan_of_the_active_allocations_at_every_step():
+    # given jobs of two groups that start, end and wait for one another
+    jobs = [(0, spec(f"a{i}", "a", limit=2)) for i in range(5)]
+    jobs += [(5_000, spec(f"b{i}", "b", limit=1, gpus=2)) for i in range(3)]
+    jobs += [(10_000, spec("free", gpus=1))]
+    sim = run(jobs)
+    # when the log is folded again one event at a time
+    from gpuledger.services.domain.acceptance import admit
+    from gpuledger.services.domain.ledger import Ledger
+
+    ledger, seen = Ledger(), 0
+    for seq, subject, e in sim.log:
+        admit(ledger, seq, e, subject)
+        # then the index is the scan, after every event (no zero entries left behind)
+        assert ledger.spread_nodes == _scanned(ledger)
+        seen += bool(ledger.spread_nodes)
+    assert seen and "a" not in ledger.spread_nodes  # group a ended: its entry is gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import nats.js.errors
@@ -247,7 +248,7 @@ async def test_a_follower_cancelled_as_its_message_arrives_stops_and_keeps_the_m
         follower = Follower(None, 0)  # type: ignore[arg-type]  # waiting reads only its queue
         waiting = asyncio.create_task(follower._take(5.0))
         await asyncio.sleep(0)
-        follower._queue.put_nowait("message")  # type: ignore[arg-type]
+        follower._queue.put_nowait("message")  # type: ignore[arg-type]  # any item unblocks the queue
         for _ in range(turns):
             await asyncio.sleep(0)
         if waiting.done():  # it took the message before the cancellation: nothing to lose
@@ -259,3 +260,36 @@ async def test_a_follower_cancelled_as_its_message_arrives_stops_and_keeps_the_m
         assert follower._queue.get_nowait() == "message"
         cancelled_waits += 1
     assert cancelled_waits >= 1
+
+
+class _FlakyJetStream:
+    """add_stream answers `errors` in turn, then succeeds."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors, self.calls = list(errors), 0
+
+    async def add_stream(self, config):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "created"
+
+
+def _bad_request(err_code: int, description: str) -> Exception:
+    return nats.js.errors.BadRequestError(code=400, err_code=err_code, description=description)
+
+
+async def test_creating_the_stream_waits_for_a_new_cluster_to_know_its_peers():
+    # Given a cluster whose meta leader does not know enough peers yet, twice
+    no_peers = _bad_request(10005, "no suitable peers for placement")
+    bus = SimpleNamespace(js=_FlakyJetStream(no_peers, no_peers))
+    # When the stream is created, then the third attempt creates it
+    assert await Bus._add_stream(bus, api.StreamConfig(name="GPULEDGER"), within_s=10) == "created"
+    assert bus.js.calls == 3
+
+
+async def test_any_other_refusal_to_create_the_stream_is_raised_at_once():
+    bus = SimpleNamespace(js=_FlakyJetStream(_bad_request(10052, "replicas > 1 not supported")))
+    with pytest.raises(nats.js.errors.BadRequestError):
+        await Bus._add_stream(bus, api.StreamConfig(name="GPULEDGER"), within_s=10)
+    assert bus.js.calls == 1

@@ -9,7 +9,8 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests.natsauth import as_admin
-from tests.runtime.test_host import Admitter, eventually, running, submitted
+from tests.runtime.test_host import Admitter, running, submitted
+from tests.waiting import eventually_async as eventually
 
 
 async def test_host_continues_after_the_server_is_killed_and_restarted(
@@ -29,9 +30,9 @@ async def test_host_continues_after_the_server_is_killed_and_restarted(
             await asyncio.to_thread(server.kill)
             await asyncio.sleep(0.3)
             await asyncio.to_thread(server.start)
-            await eventually(lambda: bus.nc.is_connected, timeout=10)
+            await eventually(lambda: bus.nc.is_connected, timeout_s=10)
             await bus.publish(submitted("after"))
-            await eventually(lambda: "after" in host.state.admitted, timeout=15)
+            await eventually(lambda: "after" in host.state.admitted, timeout_s=15)
         assert service.emitted.count(service.emitted[0]) == 1
         seqs = [r.seq async for r in bus.read_all()]
         assert seqs == [1, 2, 3, 4]

@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, run_service
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
+from tests.waiting import eventually_async as eventually
 
 
 def submitted(job_id: str) -> events.JobSubmitted:
@@ -98,14 +99,6 @@ async def running(host: Host) -> AsyncIterator[Host]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-async def eventually(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def settle(*hosts: Host, seq: int | None = None, timeout: float = 5.0) -> None:
@@ -260,7 +253,7 @@ async def test_next_wakeup_wakes_the_loop_without_a_message(bus: Bus) -> None:
         await eventually(lambda: host.idle.is_set())
         assert service.decided_at == [1_000_000]
         clock.now_ms += 200  # time passes; nothing is published
-        await eventually(lambda: "timer" in host.state, timeout=3)
+        await eventually(lambda: "timer" in host.state, timeout_s=3)
         await settle(host)
     assert service.decided_at[-1] == 1_000_200
     assert len(of_type(await stream_events(bus), events.JobAdmitted)) == 1
@@ -353,15 +346,21 @@ async def test_a_service_waits_for_the_operator_to_create_the_lease_bucket_foldi
     )
     await bus.publish(submitted("j1"))
     await eventually(lambda: bool(hosts) and hosts[0].folded_seq == 1)  # folds meanwhile
-    await asyncio.sleep(2.5)  # a second attempt, still no bucket: no crash, no decision
-    assert not task.done() and not hosts[0].may_decide and not admitter.emitted
+    seen: list[str] = []
+
+    def attempts() -> int:
+        out = capsys.readouterr()
+        seen.append(out.out + out.err)
+        return "".join(seen).count("lease.bucket_unavailable")
+
+    await eventually(lambda: attempts() >= 2, what="a second attempt to find the bucket")
+    assert not task.done() and not hosts[0].may_decide and not admitter.emitted  # no decision
     await lease_bucket(bus)  # the operator provisions it
-    await eventually(lambda: hosts[0].may_decide, timeout=10)
+    await eventually(lambda: hosts[0].may_decide, timeout_s=10)
     await eventually(lambda: bool(admitter.emitted))
     stop.set()
     await asyncio.wait_for(task, 5)
-    out = capsys.readouterr()
-    assert (out.out + out.err).count("lease.bucket_unavailable") >= 2
+    assert attempts() >= 2
 
 
 SERVE_SCRIPT = """
@@ -386,10 +385,11 @@ async def test_serve_stops_gracefully_on_sigterm(bus: Bus, nats_server: Embedded
     )
     try:
         await bus.publish(submitted("j1"))
-        deadline = asyncio.get_running_loop().time() + 10
-        while not of_type(await stream_events(bus), events.JobAdmitted):
-            assert asyncio.get_running_loop().time() < deadline, "service never decided"
-            await asyncio.sleep(0.05)
+
+        async def decided() -> bool:
+            return bool(of_type(await stream_events(bus), events.JobAdmitted))
+
+        await eventually(decided, 10, "the service's first decision")
         proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.wait_for(proc.communicate(), 10)
     finally:

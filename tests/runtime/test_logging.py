@@ -27,13 +27,13 @@ from tests.runtime.test_host import (
     AdmitState,
     Admitter,
     admitted,
-    eventually,
     of_type,
     running,
     settle,
     stream_events,
     submitted,
 )
+from tests.waiting import eventually_async as eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 Lines = Callable[[], list[dict]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pickle
 from pathlib import Path
 
 import nats.errors
@@ -19,11 +20,13 @@ from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
 from gpuledger.services.runtime import host as host_module
+from gpuledger.services.runtime import snapshots
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, open_snapshots
 from gpuledger.services.runtime.snapshots import SnapshotPolicy, SnapshotStore, snapshot_bucket
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.runtime.test_host import eventually, running, settle
+from tests.runtime.test_host import running, settle
+from tests.waiting import eventually_async as eventually
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 NOW_MS = 10**13  # a fixed clock: both decides compared below see the same time
@@ -118,7 +121,7 @@ async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
         await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
     await bus.close()
     kv = await snapshot_bucket(admin_bus)
-    manifest = await SnapshotStore(kv, "scheduler", 1 << 20).manifest()
+    manifest = await SnapshotStore(kv, "scheduler", 1 << 20, b"").manifest(verified=False)
     chunk = f"scheduler.{manifest.slot}.0"
     await kv.put(chunk, damage((await kv.get(chunk)).value))
 
@@ -132,6 +135,60 @@ async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
     assert again.stats.restored_seq == 0
     assert again.stats.folded == await admin_bus.last_seq()  # the whole log
     assert digest(again.state) == digest(await fresh_fold(admin_bus))
+    await bus.close()
+
+
+class _Runs:
+    """What a pickled payload would run on load (snapshots used to be unpickled)."""
+
+    def __reduce__(self):
+        return (exec, ("import pathlib; pathlib.Path(__import__('os').environ['RAN']).touch()",))
+
+
+@pytest.mark.parametrize("payload", ["pickle", "graph"])
+async def test_a_snapshot_written_with_the_admin_key_is_refused_and_nothing_runs(
+    nats_server, admin_bus, demo_log, tmp_path, monkeypatch, payload
+) -> None:
+    """Given the scheduler's own snapshot, when the operator (who may write any key of the
+    bucket) replaces it with one it signed with its own key, a pickle that would run code or
+    a well-formed fold of its own, then the restarted scheduler says why in one line, refolds
+    the whole log, and nothing in the payload ran."""
+    ran = tmp_path / "ran"
+    monkeypatch.setenv("RAN", str(ran))
+    await publish(admin_bus, demo_log)
+    host, bus = await scheduler_host(nats_server)
+    async with running(host):
+        await settle(host)
+        await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
+    await bus.close()
+
+    kv = await snapshot_bucket(admin_bus)
+    admin_key = snapshots.mac_key(snapshots.seed_of_creds(nats_server.creds("admin")))
+    store = SnapshotStore(kv, "scheduler", 1 << 20, admin_key)
+    genuine = await store.manifest(verified=False)
+    if payload == "pickle":
+        raw = pickle.dumps(_Runs())
+    else:  # a fold the operator made up: no job at all
+        raw = snapshots.dumps(Ledger(last_seq=genuine.seq))
+    data, digest_ = snapshots.compress(raw)
+    fields = {
+        f: getattr(genuine, f)
+        for f in ("service", "instance", "seq", "stream_first_seq", "stream_created")
+    }
+    await store.save({**fields, "config_digest": "", "raw_bytes": len(raw)}, data, digest_, genuine)
+
+    again, bus = await scheduler_host(nats_server)
+    with capture_logs() as logs:
+        async with running(again):
+            await settle(again)
+    ignored = [entry for entry in logs if entry["event"] == "host.snapshot_ignored"]
+    assert len(ignored) == 1, logs
+    assert "forged or foreign" in ignored[0]["reason"]
+    assert ignored[0]["action"] == "folding the whole log"
+    assert not [entry for entry in logs if entry["event"] == "host.snapshot_loaded"]
+    assert again.stats.restored_seq == 0 and again.stats.folded == await admin_bus.last_seq()
+    assert digest(again.state) == digest(await fresh_fold(admin_bus))
+    assert not ran.exists()
     await bus.close()
 
 
@@ -199,7 +256,7 @@ async def test_a_service_that_could_not_open_its_snapshot_bucket_saves_once_it_a
             await snapshot_bucket(admin, create=True)
             await eventually(lambda: hosts[0].snapshots is not None)
             await publish(admin, demo_log[half:])
-            await eventually(lambda: hosts[0].stats.snapshots_saved >= 1, timeout=10)
+            await eventually(lambda: hosts[0].stats.snapshots_saved >= 1, timeout_s=10)
         finally:
             stop.set()
             await task

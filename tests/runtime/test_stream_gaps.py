@@ -23,6 +23,7 @@ from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.scheduler.decider import Scheduler
 from tests import natsauth
 from tests.natsauth import as_admin
+from tests.waiting import eventually_async
 
 S = 1000
 
@@ -44,15 +45,15 @@ def heartbeats(seconds: int) -> list[ev.Event]:
 
 
 async def refusal_of(bus: Bus, clock_ms: int, wait_s: float = 5.0) -> Host:
-    """Run a scheduler host over the stream until it refuses (or `wait_s` passes)."""
+    """Run a scheduler host over the stream until it refuses, or until it decided and sits
+    idle (which the tests then catch). A refusing host never decides again (`Host._refuse`
+    waits to be stopped), so nothing can land after `gap` is set: no time to wait out."""
     host = Host(Scheduler(), bus, clock=lambda: clock_ms, max_idle_s=0.2, stall_log_s=0.3)
     task = asyncio.create_task(host.run())
     try:
-        for _ in range(int(wait_s / 0.01)):
-            if host.gap is not None or host.idle.is_set():
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # room for a (wrong) decision to land
+        await eventually_async(
+            lambda: host.gap is not None or host.idle.is_set(), wait_s, "a refusal or a decision"
+        )
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -136,6 +136,36 @@ def test_exceeds_limit_the_tenant_would_pass_its_limit():
     assert e.message == "tenant a uses 4 of its 6-GPU limit, job needs 4"
 
 
+def test_exceeds_limit_the_tenant_would_pass_its_borrowing_limit():
+    tenants = [{"name": "a", "guaranteed": 2, "borrowing_limit": 3}]
+    _, out = scheduled(
+        fleet(N8, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpus": 4}],
+        [{"id": "j", "tenant": "a", "gpus": 2}],
+    )
+    e = why(out, "j")
+    assert e.reason == PendingReason.ExceedsLimit
+    assert e.message == (
+        "tenant a borrows 2 of its 3-GPU borrowing_limit (uses 4, guaranteed 2), job needs 2"
+    )
+
+
+def test_lending_limit_the_free_gpus_are_a_guarantee_its_tenant_does_not_lend():
+    tenants = [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 4, "lending_limit": 1}]
+    _, out = scheduled(
+        fleet(N8, tenants=tenants),
+        [{"id": "x", "tenant": "a", "gpus": 4}],
+        [{"id": "j", "tenant": "a", "gpus": 2}],
+    )
+    e = why(out, "j")
+    assert e.reason == PendingReason.LendingLimit
+    assert e.message == (
+        "tenant a would borrow; 3 of the 4 free GPUs are unused guarantee not lent: b keeps 3 "
+        "(lends 1 of 4 guaranteed, uses 0); job needs 2"
+    )
+    assert (e.details["free_gpu_milli"], e.details["held_gpu_milli"]) == (4000, 3000)
+
+
 def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible_work():
     tenants = [{"name": "a", "guaranteed": 4}]
     _, out = scheduled(
@@ -146,6 +176,31 @@ def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible
     e = why(out, "j")
     assert e.reason == PendingReason.NonPreemptibleOverQuota
     assert "runs 4 non-preemptible of 4 guaranteed GPUs, job needs 2" in e.message
+
+
+def test_quota_scheduled_non_preemptible_work_that_fits_a_guarantee_a_schedule_gives_later():
+    from gpuledger.services.domain.configfile import config_events
+
+    day = {
+        "name": "day",
+        "cron": "0 8 * * *",
+        "timezone": "UTC",
+        "tenants": [{"name": "a", "guaranteed": 4}],
+    }
+    night = {**day, "name": "night", "cron": "0 20 * * *"}
+    night["tenants"] = [{"name": "a", "guaranteed": 0}]
+    schedules = config_events(
+        {"tenants": [{"name": "a", "guaranteed": 0}], "schedules": [day, night]}
+    )
+    # 00:00 on the simulator's first day: the night (0 guaranteed) is in force
+    _, out = scheduled(
+        [*fleet(N8, tenants=[{"name": "a", "guaranteed": 0}]), *schedules],
+        [{"id": "j", "tenant": "a", "gpus": 2, "class": "build"}],
+    )
+    e = why(out, "j")
+    assert e.reason == PendingReason.QuotaScheduled
+    assert e.message == "tenant a is guaranteed 0 now, 4 from 08:00 UTC; job needs 2"
+    assert e.details["starts_at_ms"] == 8 * 3_600_000
 
 
 def test_reserved_the_only_room_is_reserved_for_a_starving_gang():
@@ -222,6 +277,49 @@ def test_waiting_for_mig_reconfiguration_an_idle_gpu_changes_layout_for_it():
     e = why(Scheduler().decide(ledger, 6), "big")
     assert e.reason == PendingReason.WaitingForMigReconfiguration
     assert e.message.startswith("waiting for GPU 0 of m1 to be re-partitioned for 3g.40gb")
+
+
+def test_dependency_a_job_waits_for_the_job_it_depends_on_and_says_its_state():
+    ledger, out = scheduled(
+        fleet(N8),
+        [{"id": "prep", "tenant": "a", "gpus": 2}],
+        [{"id": "train", "tenant": "a", "gpus": 2, "depends_on": [{"job": "prep"}]}],
+    )
+    e = why(out, "train")  # capacity is free: only the dependency holds it
+    assert e.reason == PendingReason.Dependency
+    assert e.message == "waits for prep to succeed (prep is running)"
+    assert e.details["waiting_for"] == [{"job": "prep", "on": "succeeded", "state": "running"}]
+    assert not of_type(out, ev.GangPlaced)
+
+
+def test_dependency_never_satisfied_pends_under_the_pend_policy_and_is_withdrawn_by_default():
+    for policy, expected in (("pend", ev.PendingReasonChanged), (None, ev.JobWithdrawn)):
+        extra = {"dependency_never_satisfied": policy} if policy else {}
+        ledger, _ = scheduled(
+            fleet(N8, **extra),
+            [{"id": "big", "tenant": "a", "gpus": 8}],
+            [{"id": "prep", "tenant": "a", "gpus": 2}],  # waits for big's GPUs
+            [{"id": "after", "tenant": "a", "gpus": 2, "depends_on": [{"job": "prep"}]}],
+        )
+        fold(ledger, [stamped(ev.JobCancelled, "c-prep", 5, job_id="prep", tenant="a")])
+        out = Scheduler().decide(ledger, 6)
+        (e,) = [x for x in of_type(out, expected) if x.job_id == "after"]
+        assert e.reason == PendingReason.DependencyNeverSatisfied
+        assert e.message == (
+            "waits for prep to succeed, which can no longer happen (prep is cancelled)"
+        )
+
+
+def test_array_task_limit_tasks_beyond_max_running_wait():
+    _, out = scheduled(
+        fleet(N8),
+        [{"id": "sweep", "tenant": "a", "gpus": 1, "array": {"count": 5, "max_running": 2}}],
+    )
+    placed = sorted(e.job_id for e in of_type(out, ev.GangPlaced))
+    assert placed == ["sweep@0", "sweep@1"]  # 6 GPUs stay free: the cap holds the rest
+    e = why(out, "sweep@2")
+    assert e.reason == PendingReason.ArrayTaskLimit
+    assert e.message == "array sweep runs at most 2 tasks at once (max_running)"
 
 
 def _snake(code: str) -> str:

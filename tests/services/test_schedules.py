@@ -253,14 +253,18 @@ def test_a_bad_schedule_is_one_line_with_its_key_path(schedule, line):
     assert err.value.problems == (line if isinstance(line, list) else [line])
 
 
-def test_the_quota_role_may_publish_only_the_config_events_schedules_change():
+def test_the_quota_role_publishes_schedules_changes_only_on_its_own_subjects():
     from gpuledger.services.runtime.auth import permissions
 
     pub = permissions("quota")["publish"]
-    admin = sorted(s for s in pub if s.startswith("gl.admin"))
-    assert admin == ["gl.admin.PriorityClassConfigured", "gl.admin.TenantConfigured"]
+    # issue 30: schedules' changes go to quota's own subjects, never the operator's
+    assert not any(s.startswith(("gl.admin", "gl.scale")) for s in pub)
+    assert "gl.quota.>" in pub
     assert not any(s.startswith("gl.admin") for s in permissions("scheduler")["publish"])
-    # configuration events have no producing role: the fold accepts them from quota
+    change = ev.TenantConfigured(tenant="a", producer="quota/0")
+    assert ev.subject_for(change) == "gl.quota.TenantConfigured"
+    assert ev.subject_for(ev.TenantConfigured(tenant="a")) == "gl.admin.TenantConfigured"
+    # configuration events have no producing role: anyone may claim them on gl.admin
     assert ev.subjects.role_of(ev.TenantConfigured) is None
     assert ev.subjects.role_of(ev.ScheduleConfigured) is None
 

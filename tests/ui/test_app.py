@@ -155,3 +155,11 @@ def test_while_another_process_holds_the_file_the_page_is_a_503_that_retries(db,
         holder.wait()
     assert r.status_code == 503 and r.headers["retry-after"] == "2"
     assert "Projection busy" in r.text and 'data-retry="2"' in r.text
+
+
+def test_the_whatif_folder_lists_logs_not_their_observation_files(tmp_path):
+    from gpuledger.projections.ui.whatif import list_logs
+
+    for name in ("a.jsonl", "a.observed.jsonl", "b.parquet"):
+        (tmp_path / name).write_text("")
+    assert list_logs(tmp_path) == ["a.jsonl", "b.parquet"]

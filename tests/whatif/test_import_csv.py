@@ -69,7 +69,11 @@ def test_dates_value_maps_units_and_gangs(imported):
         256 * 1024,
     )
     share = jobs["j-0002"].job.resources
-    assert (share.gpu_milli, share.gpu_models) == (500, ("A100", "H100"))
+    # `A100|H100` in the trace: each family name allows the family's sizes (GPU model vocabulary)
+    assert (share.gpu_milli, share.gpu_models) == (
+        500,
+        ("A100", "A100-40GB", "A100-80GB", "H100", "H100-80GB", "H100-94GB", "H100-96GB"),
+    )
     gang = jobs["train-7"].job  # two adjacent rows of task_group train-7
     assert (gang.replicas, gang.resources.gpus) == (2, 8)
     assert gang.duration_s == 2 * 3600 - 1  # last member started 09:00:12, last ended 11:00:11

@@ -86,7 +86,7 @@ def test_classes_tenants_and_nodes(imported, tmp_path):
     nodes = {e.node.name: e.node for _, _, e in log if isinstance(e, ev.NodeRegistered)}
     assert (
         len(nodes["gpu-node-1"].gpus) == 8
-        and nodes["gpu-node-1"].gpus[0].model == "NVIDIA-A100-SXM4-80GB"
+        and nodes["gpu-node-1"].gpus[0].model == "A100-80GB"  # the GPU model vocabulary
     )
     assert nodes["gpu-node-1"].gpus[0].memory_mib == 81920
     assert [g.sharing for g in nodes["mig-node-1"].gpus] == ["mig"]

@@ -54,7 +54,12 @@ def test_steps_fold_into_their_job_and_arrays_and_het_jobs_become_jobs(imported)
 def test_tres_gpus_typed_and_untyped_and_gangs(imported):
     _, _, jobs = imported
     j1001 = jobs["1001"].job
-    assert (j1001.replicas, j1001.resources.gpus, j1001.resources.gpu_models) == (1, 8, ("a100",))
+    # gres type `a100` through the GPU model vocabulary: the A100 family (size not known)
+    assert (j1001.replicas, j1001.resources.gpus, j1001.resources.gpu_models) == (
+        1,
+        8,
+        ("A100", "A100-40GB", "A100-80GB"),
+    )
     assert j1001.resources.cpu_milli == 32000 and j1001.resources.memory_mib == 256 * 1024
     j1002 = jobs["1002"].job  # 2 nodes, gres/gpu:a100=16 -> 2 members of 8
     assert (j1002.replicas, j1002.resources.gpus, j1002.resources.memory_mib) == (2, 8, 500 * 1024)
@@ -100,7 +105,7 @@ def test_bad_rows_are_reported_with_line_numbers(imported):
     assert summary["skipped_rows"] == 3
     assert skipped["no Submit time"]["first"] == [f"{FIX / 'sacct.txt'}:27"]
     assert skipped["7 fields, header has 20"]["first"] == [f"{FIX / 'sacct.txt'}:28"]
-    assert skipped["step row without its job row before it"]["first"] == [f"{FIX / 'sacct.txt'}:29"]
+    assert skipped["step row without its job row"]["first"] == [f"{FIX / 'sacct.txt'}:29"]
 
 
 def test_log_is_in_time_order_with_config_and_nodes_first(imported):
@@ -110,7 +115,7 @@ def test_log_is_in_time_order_with_config_and_nodes_first(imported):
     assert times == sorted(times)
     nodes = [e.node for _, _, e in log if isinstance(e, ev.NodeRegistered)]
     assert [n.name for n in nodes] == ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-v01", "cpu-01"]
-    assert [g.model for g in nodes[0].gpus] == ["a100"] * 8 and nodes[0].gpus[0].memory_mib == 40960
+    assert [g.model for g in nodes[0].gpus] == ["A100"] * 8 and nodes[0].gpus[0].memory_mib == 40960
 
 
 def test_helpers():
@@ -129,7 +134,7 @@ def test_missing_columns_and_nodes_are_errors(tmp_path):
     bad = tmp_path / "sacct.txt"
     bad.write_text("JobID|State\n1|COMPLETED\n")
     with pytest.raises(
-        TraceImportError, match=r"sacct.txt:1: missing column\(s\) Account, QOS, Submit"
+        TraceImportError, match=r"sacct.txt:1: missing column\(s\) Submit, Start, End, NNodes"
     ):
         import_slurm(bad, tmp_path / "o.jsonl", sinfo=FIX / "sinfo.txt")
     with pytest.raises(TraceImportError, match="exactly one of --sinfo FILE or --nodes FILE"):
@@ -186,3 +191,93 @@ def test_cli_summary(tmp_path):
         app, ["replay", str(tmp_path / "o.jsonl"), "--out", str(tmp_path / "r.jsonl")]
     )
     assert r.exit_code == 0, r.output
+
+
+# ---------------------------------------------------------------------------- issue 36 fixes
+
+OBSERVED = FIX / "sacct-observed.txt"
+
+
+def _import(tmp_path, sacct, **kw):
+    out = tmp_path / "o.jsonl"
+    summary = import_slurm(sacct, out, sinfo=FIX / "sinfo.txt", **kw).summary
+    jobs = {e.job.job_id: e.job for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)}
+    return summary, jobs, out
+
+
+def test_rows_of_one_job_far_apart_are_one_job_with_its_requeued_run(tmp_path):
+    summary, jobs, _ = _import(tmp_path, OBSERVED, run_size=3)  # spilled, merged runs
+    # 2002's preempted run is on line 4, its re-run on line 13: one job, not a duplicate
+    assert summary["requeued"] == 1 and summary["skipped_rows"] == 0
+    assert jobs["2002"].duration_s == 2 * 3600  # the last run's time
+    assert summary["final_states"] == {
+        "CANCELLED": 1,
+        "COMPLETED": 3,
+        "FAILED": 1,
+        "NODE_FAIL": 1,
+        "PENDING": 1,
+        "PREEMPTED": 1,
+        "RUNNING": 1,
+        "TIMEOUT": 1,
+    }
+    assert summary["jobs"] == 10 and summary["steps_folded"] == 2
+
+
+def test_nnodes_zero_is_one_member_and_replays(tmp_path):
+    _, jobs, out = _import(tmp_path, OBSERVED)
+    assert (jobs["2003"].replicas, jobs["2003"].resources.gpus) == (1, 2)
+    r = CliRunner().invoke(app, ["replay", str(out), "--out", str(tmp_path / "r.jsonl")])
+    assert r.exit_code == 0, r.output
+    rejected = [
+        e.job_id for _, _, e in read_log(tmp_path / "r.jsonl") if isinstance(e, ev.JobRejected)
+    ]
+    assert rejected == []
+
+
+def _columns(src: Path, dst: Path, keep: list[str], rename: dict[str, str] | None = None) -> None:
+    lines = src.read_text().splitlines()
+    header = lines[0].split("|")
+    idx = [header.index(c) for c in keep]
+    names = [(rename or {}).get(c, c) for c in keep]
+    rows = ["|".join(names)] + ["|".join(line.split("|")[i] for i in idx) for line in lines[1:]]
+    dst.write_text("\n".join(rows) + "\n")
+
+
+def test_missing_account_and_qos_use_the_defaults(tmp_path):
+    keep = ["JobID", "Submit", "Start", "End", "State", "NNodes", "AllocTRES", "ReqTRES"]
+    _columns(OBSERVED, tmp_path / "s.txt", keep)
+    _, jobs, _ = _import(tmp_path, tmp_path / "s.txt")
+    assert {(j.tenant, j.priority_class) for j in jobs.values()} == {("default", "normal")}
+
+
+def test_gpus_recorded_only_as_gres_are_read(tmp_path):
+    sacct = tmp_path / "s.txt"
+    sacct.write_text(
+        "JobID|Submit|Start|End|State|NNodes|AllocTRES|AllocGRES|ReqGRES\n"
+        "1|2024-03-01T08:00:00|2024-03-01T08:00:01|2024-03-01T09:00:01|COMPLETED|1|"
+        "cpu=4,mem=16G,node=1|gpu:a100:2(IDX:0-1)|gpu:2\n"
+        "2|2024-03-01T08:00:00|Unknown|Unknown|PENDING|1|||gpu:4\n"
+    )
+    _, jobs, _ = _import(tmp_path, sacct)
+    assert (jobs["1"].resources.gpus, jobs["1"].resources.gpu_models) == (
+        2,
+        ("A100", "A100-40GB", "A100-80GB"),
+    )
+    assert jobs["2"].resources.gpus == 4
+
+
+def test_a_headerless_dump_says_so_and_columns_reads_it(tmp_path):
+    lines = OBSERVED.read_text().splitlines(keepends=True)
+    bare = tmp_path / "bare.txt"
+    bare.write_text("".join(lines[1:]))
+    args = ["import", "slurm", "--sacct", str(bare), "--sinfo", str(FIX / "sinfo.txt")]
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a.jsonl")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    err = r.output.strip().splitlines()
+    assert len(err) == 1 and f"{bare}:1: the first line is not a header" in err[0]
+    assert "--noheader" in err[0] and "--columns" in err[0]
+    columns = lines[0].strip().replace("|", ",")
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b.jsonl"), "--columns", columns])
+    assert r.exit_code == 0, r.output
+    _, _, with_header = _import(tmp_path, OBSERVED)
+    assert (tmp_path / "b.jsonl").read_bytes() == with_header.read_bytes()

@@ -64,6 +64,24 @@ def test_set_tenant_and_class_keys(demo_log):
     assert sim.ledger.config.classes["train"].value == 60
 
 
+def test_an_overlay_sets_lending_and_borrowing_limits_and_keeps_recorded_ones():
+    # given a log whose prod tenant lends at most 2 of its 8
+    log = simulate(load(EXAMPLES / "lending-limits.yaml")).log
+    # when a what-if changes prod's guarantee and sets research's lending limit
+    inputs, _ = apply_overlays(
+        external_inputs(log),
+        ["tenants.prod.guaranteed=6", "tenants.research.lending_limit=1"],
+    )
+    tenants = replay(inputs).ledger.config.tenants
+    # then prod keeps its recorded lending limit, and the new limit is in force
+    assert (tenants["prod"].guaranteed_gpu_milli, tenants["prod"].lending_limit_gpu_milli) == (
+        6000,
+        2000,
+    )
+    assert tenants["research"].borrowing_limit_gpu_milli == 4000
+    assert tenants["research"].lending_limit_gpu_milli == 1000
+
+
 @pytest.mark.parametrize(
     "item, message",
     [
@@ -143,3 +161,49 @@ def test_a_policy_only_config_warns_and_points_to_policy(demo_log, tmp_path):
     assert r.exit_code == 0, r.output
     assert "defines no tenants: every job will be rejected (UnknownTenant)" in r.output
     assert f"use --policy {nopre}" in r.output
+
+
+def _checkpoints(inputs) -> dict[str, ev.CheckpointPolicy]:
+    return {
+        e.job.job_id: e.job.checkpoint for _, e in inputs.timeline if isinstance(e, ev.JobSubmitted)
+    }
+
+
+def test_an_overlay_can_assume_checkpointing_for_every_job_or_by_class(demo_log):
+    from gpuledger.replay.importers.checkpoint import NO_SAVE_S
+
+    base = external_inputs(demo_log)
+    # --set: every job checkpoints every 30 min and saves in 60 s when evicted
+    inputs, changes = apply_overlays(base, ["checkpoint.interval=30m", "checkpoint.save=60s"])
+    assert {(c.interval_s, c.save_s) for c in _checkpoints(inputs).values()} == {(1800, 60)}
+    assert changes == ["checkpoint.interval='30m'", "checkpoint.save='60s'"]
+    # --set checkpoint=none: no job can save
+    inputs, _ = apply_overlays(base, ["checkpoint=none"])
+    assert {c.save_s for c in _checkpoints(inputs).values()} == {NO_SAVE_S}
+    # a --policy file: by class, the rest none
+    classes = {e.job.priority_class for _, e in base.timeline if isinstance(e, ev.JobSubmitted)}
+    cls = sorted(classes)[0]
+    doc = {"checkpoint": {"default": "none", "classes": {cls: {"interval": "1h", "save": "2m"}}}}
+    inputs, changes = apply_overlays(base, files=[("ck.yaml", doc)])
+    by_class = {
+        e.job.priority_class: e.job.checkpoint
+        for _, e in inputs.timeline
+        if isinstance(e, ev.JobSubmitted)
+    }
+    assert (by_class[cls].interval_s, by_class[cls].save_s) == (3600, 120)
+    assert all(c.save_s == NO_SAVE_S for k, c in by_class.items() if k != cls)
+    assert changes[0].startswith("checkpoint: none")
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("checkpoint.intervl=30m", "checkpoint.intervl: unknown key (did you mean 'interval'?)"),
+        ("checkpoint.save=soon", "checkpoint.save: cannot read 'soon'"),
+        ("checkpoint=sometimes", "checkpoint: expected none or {interval: 30m, save: 60s}"),
+    ],
+)
+def test_bad_checkpoint_overlays_are_one_clear_line(demo_log, item, message):
+    with pytest.raises(OverlayError) as err:
+        apply_overlays(external_inputs(demo_log), [item])
+    assert message in str(err.value) and len(err.value.problems) == 1

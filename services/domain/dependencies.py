@@ -1,0 +1,106 @@
+"""Job dependencies (`JobSpec.depends_on`, Slurm `--dependency`): whether each is met, still
+awaited, or can never be met, from the folded state of the job it names. Pure.
+
+| `on`        | met when the job it names...                         | never met when it...                      |
+|-------------|------------------------------------------------------|-------------------------------------------|
+| `succeeded` | completed                                            | ended otherwise                            |
+| `failed`    | failed, timed out, or was cancelled after it started | completed, or ended without ever starting  |
+| `finished`  | ended in any way (rejected and cancelled included)   | -                                          |
+| `started`   | was placed at least once (an array: one of its tasks) | ended without ever being placed           |
+
+Admission refuses (`UnknownDependency`) a dependency on a job id its tenant has not
+submitted (another tenant's job included) and (`DependencyCycle`) one whose chain leads back
+to the job itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.events.specs import Dependency, JobSpec
+
+Status = Literal["met", "waiting", "never"]
+
+_VERB = {
+    "succeeded": "to succeed",
+    "failed": "to fail",
+    "finished": "to finish",
+    "started": "to start",
+}
+
+
+def dependencies(spec: JobSpec) -> tuple[Dependency, ...]:
+    """The job's dependencies (empty when it names none)."""
+    deps = spec.depends_on
+    return tuple(deps) if deps else ()
+
+
+def status(dep_job: Any, on: str) -> Status:
+    """Whether a dependency `on` of the job record `dep_job` is met now."""
+    state = dep_job.state
+    ran = dep_job.attempts > 0 or dep_job.tasks_started  # an array: one of its tasks ran
+    ended = state in TERMINAL_STATES
+    if on == "finished":
+        return "met" if ended else "waiting"
+    if on == "started":
+        return "met" if ran else ("never" if ended else "waiting")
+    if on == "succeeded":
+        if state == JobState.completed:
+            return "met"
+        return "never" if ended else "waiting"
+    # failed
+    if state in (JobState.failed, JobState.timeout) or (state == JobState.cancelled and ran):
+        return "met"
+    return "never" if ended else "waiting"
+
+
+def verb(on: str) -> str:
+    """`to succeed`, `to fail`, `to finish`, `to start`."""
+    return _VERB.get(on, on)
+
+
+def admission_problem(
+    jobs: Mapping[str, Any], spec: JobSpec
+) -> tuple[str, str, dict[str, Any]] | None:
+    """(reason, message, details) refusing the dependencies of `spec` given the folded jobs,
+    or None: every named job exists in the same tenant and no chain leads back to `spec`."""
+    deps = dependencies(spec)
+    for i, d in enumerate(deps):
+        other = jobs.get(d.job)
+        if other is None or other.tenant != spec.tenant or other.unreadable:
+            return (
+                "UnknownDependency",
+                f"depends_on[{i}].job: tenant {spec.tenant} has no job {d.job!r}"
+                " (a dependency names a job of the same tenant submitted before)",
+                {"dependency": d.job},
+            )
+    path = _cycle(jobs, spec.job_id, deps)
+    if path is not None:
+        return (
+            "DependencyCycle",
+            "depends_on: the dependencies lead back to the job: " + " -> ".join(path),
+            {"cycle": path},
+        )
+    return None
+
+
+def _cycle(jobs: Mapping[str, Any], start: str, deps: tuple[Dependency, ...]) -> list[str] | None:
+    """A chain of dependencies from `start` back to itself (depth-first, in the order the
+    dependencies are listed), or None."""
+    seen: set[str] = set()
+    stack: list[tuple[str, list[str]]] = [(d.job, [start, d.job]) for d in reversed(deps)]
+    while stack:
+        job_id, path = stack.pop()
+        if job_id == start:
+            return path
+        if job_id in seen:
+            continue
+        seen.add(job_id)
+        rec = jobs.get(job_id)
+        if rec is None:
+            continue
+        for d in reversed(dependencies(rec.spec)):
+            stack.append((d.job, [*path, d.job]))
+    return None
