@@ -157,7 +157,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Checkpoint grace period when neither job nor class sets one."""
     min_runtime_s: int = 300
     """A job is not preempted (`Priority`, `Reclaim`, `Defragment`; `Backfill` ignores it)
-    before its current run has lasted this long (0 = off). Default 5 min: a checkpoint of a
+    before its current run has lasted this long (0 = off); against `Reclaim` only if the run
+    started before the reclaiming job began to wait (the reclaim bound, docs/deciders.md). Default 5 min: a checkpoint of a
     large model takes 30-120 s (seed 000), so a run of at least 300 s computes 2.5x the worst
     save before it can be asked to save again; with 0, a job can be killed, requeued,
     restarted and killed again before making progress (a mixed load saw 123 evictions in

@@ -84,6 +84,7 @@ class DeclineReason(StrEnum):
     LostWorkBound = "LostWorkBound"
     MinRuntime = "MinRuntime"
     EvictionBudget = "EvictionBudget"
+    WouldCycle = "WouldCycle"  # the eviction would not strictly raise the standing (measure.py)
 
 
 class RejectReason(StrEnum):

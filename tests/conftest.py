@@ -1,6 +1,11 @@
 """Test-wide settings: in CI (CI=true) hypothesis runs derandomized, so a run is
 reproducible and a red build always reproduces; locally it keeps exploring new examples.
 
+Two more profiles (`--hypothesis-profile=NAME`; counts per property in
+tests/properties/profiles.py): `deep` runs at least 2,000 examples of every property with
+a random seed; `ci-random` is the time-boxed randomized pass `.ci/run` runs after the main
+suite, with the seed printed (`--hypothesis-seed`). Failures print the reproducing blob.
+
 Tests clean up after themselves (issue 30): the run gets a temporary directory of its own
 (`TMPDIR`, inherited by xdist workers and every process a test starts; pytest's own `tmp_path`
 stays where it was), and when the run ends, a `gpuledger-*` file or directory left in it, or a
@@ -14,9 +19,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile(
+    "deep",
+    max_examples=2000,
+    derandomize=False,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("ci-random", derandomize=False, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 

@@ -41,10 +41,28 @@ from gpuledger.services.domain.regeometry import (
 )
 from gpuledger.services.placement import Placement
 from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
+from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.outlook import Outlook
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
 from gpuledger.services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
 from gpuledger.services.scheduler.queue import effective_priority, ordered_pending
+
+MOVES = frozenset({PreemptionReason.Defragment, PreemptionReason.Consolidate})
+"""Victims of these reasons are placed again at once: a move takes nobody's capacity."""
+
+
+RETRIES = 3
+"""Other victim sets tried when the first would not raise the standing."""
+
+
+def spoilers(p: Plan, v) -> set[str]:
+    """The victims of `p` whose tenants would hold less guaranteed capacity (all its
+    evicted victims when none would: the priority profile decided)."""
+    evicted = [c for c in p.victims if c.reason not in MOVES]
+    losing = {t for t, g in v.before.guaranteed.items() if v.after.guaranteed.get(t, 0) < g}
+    return {c.rec.allocation_id for c in evicted if c.victim.tenant in losing} or {
+        c.rec.allocation_id for c in evicted
+    }
 
 
 def _freed_milli(c) -> int:
@@ -133,7 +151,11 @@ class Preemption(LedgerService):
                 state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet
             )
             if backfill is not None:
-                out += self._request(state, now_ms, job, backfill, outlook, taken)
+                v = self._verdict(state, job, backfill, outlook, out)
+                if v is not None and not v.improves:
+                    out += self._would_cycle(state, now_ms, job, backfill, v)
+                else:
+                    out += self._request(state, now_ms, job, backfill, outlook, taken)
                 continue
             consolidation = None
             if defrag.consolidation:
@@ -157,8 +179,70 @@ class Preemption(LedgerService):
                         self.retry_at[job.job_id] = min(retry, p.retry_at_ms or retry)
                 out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], details)
                 continue
+            v = self._verdict(state, job, p, outlook, out)
+            first, spare = (p, v), set()
+            for _ in range(RETRIES):
+                if v is None or v.improves:
+                    break
+                spare |= spoilers(p, v)  # another set, without the victims that spoil this one
+                alt = plan(
+                    state,
+                    job,
+                    now_ms,
+                    taken,
+                    exclude=outlook.exclude(),
+                    fleet=outlook.fleet,
+                    spare=frozenset(spare),
+                )
+                if alt.declined is not None or not alt.victims:
+                    break
+                p, v = alt, self._verdict(state, job, alt, outlook, out)
+            if v is not None and not v.improves:
+                out += self._would_cycle(state, now_ms, job, *first)
+                continue
             out += self._request(state, now_ms, job, p, outlook, taken)
         return out
+
+    def _verdict(self, state: Ledger, job, p: Plan, outlook: Outlook, out: list[Event]):
+        """How evicting the plan's victims changes the standing (`services.preemption.measure`),
+        the preemptions decided so far counted as landed; None when the plan only moves work
+        (the victims are placed again at once, so only the beneficiary is added)."""
+        evicted = [c for c in p.victims if c.reason not in MOVES]
+        if not evicted:
+            return None
+        requested = [e for e in out if isinstance(e, PreemptionRequested) and e.reason not in MOVES]
+        decided = {e.allocation_id: (e.reason, e.beneficiary) for e in requested}
+        leaving = {
+            e.allocation_id: e.ranks for e in requested if isinstance(e.ranks, tuple) and e.ranks
+        }
+        leaving.update({c.rec.allocation_id: c.ranks for c in evicted if c.ranks})
+        return verdict(
+            state,
+            job,
+            [(c.rec.allocation_id, c.victim.tenant, c.reason) for c in evicted],
+            decided,
+            outlook.held,
+            leaving,
+        )
+
+    def _would_cycle(self, state: Ledger, now_ms: int, job, p: Plan, v) -> list[Event]:
+        """A `WouldCycle` refusal (or [] when already said): evicting the plan's victims for
+        `job` would not strictly raise the standing, and no other set tried would either."""
+        evicted = [c for c in p.victims if c.reason not in MOVES]
+        details = p.details()
+        details["measure"] = v.details()
+        self.retry_at[job.job_id] = None
+        return self._decline(
+            state,
+            now_ms,
+            job,
+            DeclineReason.WouldCycle,
+            f"evicting {', '.join(c.victim.job_id for c in evicted)} for {job.job_id} would not "
+            f"strictly raise the standing (guaranteed GPUs in use, then GPUs by priority), "
+            f"which every preemption must, so that no two jobs take turns: "
+            f"{v.message()}",
+            details,
+        )
 
     def _request(
         self, state: Ledger, now_ms: int, job, p: Plan, outlook: Outlook, taken: set[str]

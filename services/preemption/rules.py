@@ -208,10 +208,15 @@ def preemption_loop(s: Scene, c: Candidate) -> Protected | None:
 
 
 def min_runtime(s: Scene, c: Candidate) -> Protected | None:
-    """Work that started less than `policy.min_runtime_s` ago keeps running until then."""
+    """Work that started less than `policy.min_runtime_s` ago keeps running until then —
+    except against `Reclaim` by a job that was already waiting when it started: it started
+    borrowing while a tenant within its guarantee waited, so the reclaim bound (docs/deciders.md)
+    counts only the minimum runtime of work that ran before the job arrived."""
     minimum = s.state.config.policy.min_runtime_s
     ran = s.now_ms - c.started_ms
     if not minimum or ran >= minimum * 1000:
+        return None
+    if c.reason == PreemptionReason.Reclaim and c.started_ms > s.job.pending_since_ms:
         return None
     return Protected(
         f"ran {ran / 1000:.0f}s of the {minimum}s minimum", c.started_ms + minimum * 1000

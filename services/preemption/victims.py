@@ -420,16 +420,18 @@ def plan(
     taken: set[str],
     exclude: frozenset[str] | None = None,
     fleet=None,
+    spare: frozenset[str] = frozenset(),
 ) -> Plan:
     """The smallest sufficient victim set for `job`, or why there is none. `exclude`: nodes
     off limits (default: every node nominated to another job); `fleet`: the trial view to
-    plan on (default: a fresh view of the folded fleet, which is only read)."""
+    plan on (default: a fresh view of the folded fleet, which is only read); `spare`:
+    allocations not to offer (a set that would not raise the standing had them)."""
     fleet = state.fleet.trial() if fleet is None else fleet
     result = Plan()
     cands = [
         c
         for c in candidates(state, job, now_ms, result.exclusions, taken)
-        if c.rec.allocation_id not in taken
+        if c.rec.allocation_id not in taken and c.rec.allocation_id not in spare
     ]
     result.considered = len(cands)
     request = state.gang_request(job)
@@ -466,13 +468,28 @@ def plan(
         if move:
             result.victims = move
             return result
-        result.declined = no_room(cands, result.exclusions, fits)
+        result.declined = no_room(
+            [c for c in cands if held_in(fleet, c.rec.allocation_id)],
+            result.exclusions,
+            fits,
+            fleet,
+        )
         return result
     tier = size_tier(cands, fits, result.rejected_tiers)
     chosen = smallest_sufficient(tier, fits, result.pruned)
     result.victims = chosen
     result.declined = lost_work_bound(state, chosen)
     return result
+
+
+def held_in(fleet, alloc_id: str) -> bool:
+    """Whether the trial fleet still holds the allocation (the outlook releases the victims of
+    preemptions under way)."""
+    try:
+        fleet.allocation(alloc_id)
+    except UnknownAllocation:
+        return False
+    return True
 
 
 def above_minimum(c: Candidate) -> tuple[int, ...]:
@@ -546,7 +563,9 @@ def shrink_plan(
     return out
 
 
-def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[str, str]:
+def no_room(
+    cands: list[Candidate], exclusions: list[Exclusion], fits, fleet=None
+) -> tuple[str, str]:
     """Why no victim set makes room: `NoVictims` with the exclusions counted by code, or the
     code of the lapsing exclusion (`MinRuntime`, `EvictionBudget`) that lapses first when
     evicting its victim too would make room."""
@@ -560,7 +579,12 @@ def no_room(cands: list[Candidate], exclusions: list[Exclusion], fits) -> tuple[
         for x in exclusions:
             counts[x.code] = counts.get(x.code, 0) + 1
         why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
-    lapsing = [x for x in exclusions if x.until_ms is not None]
+    lapsing = [
+        x
+        for x in exclusions
+        if x.until_ms is not None
+        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
+    ]  # one already released in the outlook (a victim of a preemption under way) frees nothing
     if lapsing and fits(cands + [x.candidate for x in lapsing]):
         # room exists, but only behind exclusions that lapse with time: say which
         first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from gpuledger import events as ev
@@ -29,6 +29,7 @@ from gpuledger.services.roles import ROLES, build
 from gpuledger.services.runtime.bus import Delivery
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.logging import configure_logging
+from tests.properties.profiles import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
@@ -210,11 +211,7 @@ def _quiet_logs() -> io.StringIO:
     return buf
 
 
-FUZZ = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = examples(60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @FUZZ

@@ -7,18 +7,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuledger import events as ev
+from gpuledger.events.reasons import DeclineReason
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.victims import releasing_by_tenant
+from tests.properties.profiles import examples
 
 CLASSES = ["best-effort", "train", "interactive", "inference", "build"]
 HOUR_MS = 3_600_000
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = examples(40)
+PREEMPTION = examples(40, ci_random=300)
+"""This module's properties: cheap, so the randomized CI pass runs more of them."""
 
 job = st.fixed_dictionaries(
     {
@@ -90,6 +95,91 @@ def guarantees_taken_by_priority(log) -> list[tuple]:
     return out
 
 
+EXTERNAL = (ev.JobSubmitted, ev.JobCancelled, ev.GangCompleted, ev.GangFailed, ev.NodeLost)
+"""What may lower the standing: work arriving or leaving, a node lost (everything else the
+deciders do raises it or leaves it)."""
+MOVES = ("Defragment", "Consolidate")
+
+
+def standings_lowered(log) -> list[tuple]:
+    """Evictions that did not strictly raise the standing (services/preemption/measure.py),
+    judged on the fold of the log just before each decision's requests for one beneficiary:
+    the preemptions under way counted as landed."""
+    folded, out = Ledger(), []
+    batch: list = []
+
+    def judge():
+        first = batch[0]
+        evicted = [e for e in batch if e.reason not in MOVES]
+        if evicted:
+            landing = [
+                j
+                for j in sorted(folded.nominations)
+                if j in folded.pending and folded.nominations[j]
+            ]
+            v = verdict(
+                folded,
+                folded.jobs[first.beneficiary],
+                [
+                    (e.allocation_id, folded.allocations[e.allocation_id].tenant, e.reason)
+                    for e in evicted
+                ],
+                landing=landing,
+                leaving={
+                    e.allocation_id: e.ranks
+                    for e in evicted
+                    if isinstance(e.ranks, tuple) and e.ranks
+                },
+            )
+            if not v.improves:
+                out.append(
+                    (
+                        first.occurred_at_ms,
+                        first.beneficiary,
+                        [e.job_id for e in evicted],
+                        v.message(),
+                    )
+                )
+
+    pending: list = []
+    for seq, _, e in log:
+        if isinstance(e, ev.PreemptionRequested) and (
+            not batch
+            or (e.beneficiary, e.occurred_at_ms, e.input_seq)
+            == (batch[0].beneficiary, batch[0].occurred_at_ms, batch[0].input_seq)
+        ):
+            batch.append(e)
+            pending.append((seq, e))
+            continue
+        if batch:
+            judge()
+            for s_, b in pending:
+                folded.apply(s_, b)
+            batch, pending = [], []
+        if isinstance(e, ev.PreemptionRequested):
+            batch.append(e)
+            pending.append((seq, e))
+            continue
+        folded.apply(seq, e)
+    if batch:
+        judge()
+    return out
+
+
+def turns_taken(log) -> list[tuple]:
+    """Pairs of jobs that evicted each other with nothing arriving or leaving in between
+    (between two external events the standing only rises, so none can)."""
+    out, epoch, seen = [], 0, {}
+    for _, _, e in log:
+        if isinstance(e, EXTERNAL):
+            epoch += 1
+        elif isinstance(e, ev.PreemptionRequested) and e.reason not in MOVES:
+            seen[(e.beneficiary, e.job_id)] = epoch
+            if seen.get((e.job_id, e.beneficiary)) == epoch:
+                out.append((e.occurred_at_ms, e.beneficiary, e.job_id))
+    return out
+
+
 def _job(tenant="a", cls="best-effort", gpus=1, duration_min=1, at_min=0):
     return {
         "tenant": tenant,
@@ -102,7 +192,7 @@ def _job(tenant="a", cls="best-effort", gpus=1, duration_min=1, at_min=0):
     }
 
 
-@SETTINGS
+@PREEMPTION
 @given(st.lists(job, min_size=1, max_size=12), policy)
 # found with --hypothesis-seed=23 (and 21): b's 4-GPU train job took four of a's 1-GPU jobs by
 # priority while a borrowed only 3, a's next job reclaimed it at once, and an hour later it
@@ -119,6 +209,22 @@ def _job(tenant="a", cls="best-effort", gpus=1, duration_min=1, at_min=0):
         "preemption_scope": "cluster",
         "min_runtime_s": 0,
         "eviction_budget_per_hour": 3,
+        "aging_after_preemptions": 0,
+        "aging_after_wait_s": 0,
+        "default_grace_s": 30,
+        "usage_half_life_s": 0,
+    },
+)
+# found randomized with the standing check switched off (issue 29): a's 2-GPU job reclaimed
+# b's 2-GPU job, b's only work within its guarantee (its 4-GPU job is larger than it), so a
+# gained what b lost and the same ran (the standing did not rise); now b's 4-GPU job goes
+@example(
+    jobs=[_job(), _job(), _job(at_min=1), _job(gpus=2, at_min=1)]
+    + [_job(tenant="b", gpus=2, at_min=1), _job(tenant="b", gpus=4, at_min=1)],
+    pol={
+        "preemption_scope": "tenant",
+        "min_runtime_s": 0,
+        "eviction_budget_per_hour": 1,
         "aging_after_preemptions": 0,
         "aging_after_wait_s": 0,
         "default_grace_s": 30,
@@ -148,6 +254,10 @@ def test_random_workloads_keep_every_preemption_invariant(jobs, pol):
 
     # priority never takes another tenant below its guarantee (else it reclaims right back)
     assert guarantees_taken_by_priority(sim.log) == []
+    # no preemption cycle, by construction: every eviction strictly raised the standing, and
+    # no two jobs evicted each other with nothing arriving or leaving in between
+    assert standings_lowered(sim.log) == []
+    assert turns_taken(sim.log) == []
 
     requests = events(sim, ev.PreemptionRequested)
     # never a non-preemptible victim
@@ -196,7 +306,7 @@ flood = st.lists(
 )
 
 
-@SETTINGS
+@PREEMPTION
 @given(
     flood,
     st.integers(1, 4),
@@ -286,3 +396,60 @@ def test_a_tenant_within_its_guarantee_is_placed_in_bounded_time_by_reclaim(
     assert mine.placements, (mine.state, mine.reason, mine.message)
     waited = mine.placements[0][0] - at_min * 60_000
     assert waited <= (min_runtime_s + 60) * 1000
+
+
+mine = st.lists(
+    st.fixed_dictionaries(
+        {"gpus": st.integers(1, 4), "class": st.sampled_from(["train", "interactive", "inference"])}
+    ),
+    min_size=1,
+    max_size=4,
+).filter(lambda js: sum(j["gpus"] for j in js) <= 4)
+
+
+def reclaim_bound_s(pol: dict) -> int:
+    """The reclaim bound (docs/deciders.md): the minimum runtime, then the victims' grace."""
+    return pol["min_runtime_s"] + pol["default_grace_s"]
+
+
+@PREEMPTION
+@given(flood, mine, st.integers(31, 120), st.sampled_from([0, 120]))
+def test_several_jobs_of_a_tenant_within_its_guarantee_all_start_within_the_reclaim_bound(
+    borrowers, mine, at_min, min_runtime_s
+):
+    """Tenant a (guaranteed 4 of 8 GPUs) is idle while b floods the cluster; a submits
+    several jobs at once, together within its guarantee (several beneficiaries in one
+    decision; b's victims requeue and may evict b's own lower-priority work). Every one of
+    a's jobs starts within min runtime + grace, unless preemption declined `WouldCycle` for
+    it (every set of b's whole gangs that would make room costs b at least as much of its
+    guarantee as a gains, and runs no more: it then waits for b's work to end)."""
+    jobs = [{**b, "tenant": "b"} for b in borrowers]
+    first = len(jobs)
+    jobs += [
+        {
+            "tenant": "a",
+            "class": j["class"],
+            "gpus": j["gpus"],
+            "duration_min": 10,
+            "at_min": at_min,
+            "interval_min": 0,
+            "save_s": 5,
+        }
+        for j in mine
+    ]
+    pol = {
+        "default_grace_s": 60,
+        "min_runtime_s": min_runtime_s,
+        "eviction_budget_per_hour": 0,
+        "aging_after_preemptions": 0,
+        "aging_after_wait_s": 0,
+    }
+    sim = simulate(from_document(scenario(jobs, pol, guarantees=(4, 4, 0))))
+    cycle = {
+        e.job_id for e in events(sim, ev.PreemptionDeclined) if e.reason == DeclineReason.WouldCycle
+    }
+    for i in range(first, len(jobs)):
+        j = sim.ledger.jobs[f"j{i}"]
+        assert j.placements, (j.job_id, j.state, j.reason, j.message)
+        waited = j.placements[0][0] - at_min * 60_000
+        assert j.job_id in cycle or waited <= reclaim_bound_s(pol) * 1000, (j.job_id, waited)

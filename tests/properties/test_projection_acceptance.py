@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 import msgspec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuledger import events as ev
 from gpuledger.events.subjects import role_of
 from gpuledger.projections.bench import synthetic_log
 from gpuledger.projections.mappers import Projection, columns_of
+from tests.properties.profiles import examples
 
 BASE = list(synthetic_log(1500, nodes=4))
 JOBS = sorted({e.job.job_id for _, _, e in BASE if isinstance(e, ev.JobSubmitted)})
@@ -101,7 +102,7 @@ forged = st.one_of(forged, st.builds(as_produced, preempt, st.one_of(st.none(), 
 splice = st.tuples(st.integers(0, len(BASE)), forged, st.booleans())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(60)
 @given(st.lists(splice, max_size=25))
 def test_the_projection_shows_only_what_the_ledger_accepted(splices):
     log: list[tuple[str, ev.Event]] = [(s, e) for _, s, e in BASE]

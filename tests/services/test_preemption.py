@@ -193,6 +193,33 @@ def test_min_runtime_work_younger_than_the_minimum_keeps_running_until_it_lapses
     assert "ran 60s of the 300s minimum" in d.message
 
 
+def test_min_runtime_does_not_protect_a_borrower_that_started_while_the_reclaimer_waited():
+    """Given b (guaranteed 0) running two 4-GPU jobs since 0 and a (guaranteed 8) waiting
+    since 10 s for the whole node (both victims protected until 300 s), when one of b's jobs
+    ends at 100 s and b's next 4-GPU job takes its place, then at 300 s a reclaims both: the
+    newcomer started borrowing while a waited, so its minimum runtime (until 400 s) does not
+    count against a — the reclaim bound counts only work that ran before a arrived."""
+    tenants = [{"name": "a", "guaranteed": 8}, {"name": "b", "guaranteed": 0}]
+    ledger = running(
+        fleet(tenants=tenants, min_runtime_s=300),
+        submitted(id="old1", tenant="b", gpus=4),
+        submitted(id="old2", tenant="b", gpus=4),
+    )
+    d = declined(blocked(ledger, 10_000, id="owner", tenant="a", gpus=8))
+    assert d.reason == DeclineReason.MinRuntime
+    exit_all(ledger, "old1", "completed", 100_000)
+    fold(ledger, [submitted(at_ms=100_000, id="late", tenant="b", gpus=4)])
+    step(ledger, 100_000, Admission(), Scheduler())  # admits late, settles old1
+    step(ledger, 100_000, Scheduler())  # a's 8 GPUs do not fit in 4; b's next job does
+    start(ledger, 100_000, "late")
+    assert ledger.jobs["late"].state == "running" and ledger.jobs["owner"].state == "pending"
+    reqs = of_type(Preemption().decide(ledger, 300_000), ev.PreemptionRequested)
+    assert sorted((r.job_id, r.reason) for r in reqs) == [
+        ("late", PreemptionReason.Reclaim),
+        ("old2", PreemptionReason.Reclaim),
+    ]
+
+
 def test_eviction_budget_a_job_evicted_as_often_as_the_budget_allows_is_spared():
     ledger = running(fleet(eviction_budget_per_hour=1), submitted(id="low", tenant="a", gpus=8))
     (req,) = of_type(
@@ -304,6 +331,56 @@ def test_the_first_rule_that_holds_is_the_reason_given():
         DeclineReason.NoVictims,
         [("builder", ExclusionReason.NonPreemptible)],
     )
+
+
+# ---------------------------------------------------------------- the measure (WouldCycle)
+
+
+def test_would_cycle_a_reclaim_that_costs_the_borrower_what_it_gives_is_declined():
+    """Given b (guaranteed 6) running two 4-GPU train jobs on the 8-GPU node (borrowing 2),
+    when a (guaranteed 2) needs 2 GPUs at the same priority, then evicting a whole 4-GPU job
+    would give a 2 guaranteed GPUs and take 2 of b's (guaranteed GPUs in use 6 -> 6) while
+    less would run at priority 50 (8 -> 6): the standing would not rise, so it is declined
+    `WouldCycle`, with the measure in its message and details."""
+    tenants = [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 6}]
+    ledger = running(
+        fleet(tenants=tenants),
+        submitted(id="b1", tenant="b", gpus=4),
+        submitted(id="b2", tenant="b", gpus=4),
+    )
+    d = declined(blocked(ledger, 10, id="a1", tenant="a", gpus=2))
+    assert d.reason == DeclineReason.WouldCycle
+    assert "guaranteed GPUs in use 6 -> 6 (tenant b 6 -> 4)" in d.message
+    assert "then GPUs running at priority 50: 8 -> 6" in d.message
+    measure = d.details["measure"]
+    assert measure["improves"] is False
+    assert measure["by_tenant"] == {"a": {"before": 0, "after": 2}, "b": {"before": 6, "after": 4}}
+
+
+def test_would_cycle_the_same_reclaim_goes_ahead_when_it_gives_more_than_it_takes():
+    """As above, but a needs 4 GPUs: a gains 4 guaranteed GPUs, b loses 2 (6 -> 8 in use):
+    the standing rises, and the borrower's job is evicted (`Reclaim`)."""
+    tenants = [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 6}]
+    ledger = running(
+        fleet(tenants=tenants),
+        submitted(id="b1", tenant="b", gpus=4),
+        submitted(id="b2", tenant="b", gpus=4),
+    )
+    (req,) = of_type(blocked(ledger, 10, id="a1", tenant="a", gpus=4), ev.PreemptionRequested)
+    assert (req.beneficiary, req.reason) == ("a1", PreemptionReason.Reclaim)
+
+
+def test_would_cycle_a_tenant_reordering_its_own_work_keeps_its_guarantee():
+    """Given a (guaranteed 8) running one 8-GPU job, when its 1-GPU interactive job arrives,
+    then the 8-GPU job is evicted (`Priority`) although a then runs 1 GPU of its 8: the
+    evicted job is credited to a's guarantee while its evictor runs, and more runs at a higher
+    priority, so the standing rises."""
+    ledger = running(fleet(), submitted(id="low", tenant="a", gpus=8))
+    (req,) = of_type(
+        blocked(ledger, 10, id="high", tenant="a", gpus=1, **{"class": "interactive"}),
+        ev.PreemptionRequested,
+    )
+    assert (req.job_id, req.reason) == ("low", PreemptionReason.Priority)
 
 
 # ---------------------------------------------------------------- order
