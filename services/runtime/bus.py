@@ -206,6 +206,39 @@ def received_ms(msg: Msg) -> int:
         return 0
 
 
+def reread_seed_on_reconnect(nc: NATS, path: str) -> None:
+    """Make every (re)connection of `nc` authenticate with the seed in `path` as it is then.
+
+    nats-py re-reads the seed file to sign the server's nonce but sends the public key it read
+    when it first connected: after `gpuledger auth rotate` the server (reloaded) drops the
+    connection, and every reconnect then failed with `Authorization Violation` for ever (new
+    signature, old key). Here the signature callback sets the key it signs with, so a rotated
+    service reconnects with its new seed. (Its reply prefix is kept across rotations:
+    services/runtime/auth.py `Principal.inbox`.) nats-py sends the key right after calling the
+    callback (`Client._connect_command`). A seed file that cannot be read or parsed raises a
+    `nats.errors.Error`, which nats-py's reconnect loop reports and retries."""
+    import base64
+
+    import nkeys
+
+    def sign(nonce: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                seed = bytearray(f.read().strip())
+            kp = nkeys.from_seed(seed)
+        except Exception as err:  # noqa: BLE001 - one retryable error for nats-py's reconnect loop
+            raise nats.errors.Error(
+                f"{path}: cannot read the nkey seed ({type(err).__name__})"
+            ) from None
+        try:
+            nc._public_nkey = kp.public_key.decode()  # noqa: SLF001 - see the docstring
+            return base64.b64encode(kp.sign(nonce.encode()))
+        finally:
+            kp.wipe()
+
+    nc._signature_cb = sign  # noqa: SLF001 - nats-py has no public hook for this
+
+
 def reader_name() -> str:
     """A fresh random name for a reader's ephemeral ordered consumer. Readers may create
     consumers only by the name-carrying API subject (services/runtime/auth.py
@@ -468,6 +501,8 @@ class Bus:
                     raise
         # Connected: from now on nats-py reconnects by itself (`rotation` picks and paces).
         nc.options["max_reconnect_attempts"] = max_reconnects
+        if options.get("nkeys_seed"):
+            reread_seed_on_reconnect(nc, str(options["nkeys_seed"]))
         rotation.connected(nc.connected_url.netloc if nc.connected_url else None)
         holder.append(nc)
         connected.set()

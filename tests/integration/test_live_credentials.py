@@ -1,0 +1,220 @@
+"""Issue 30, credential changes are live, against a real nats-server with real keys.
+
+Given a running server that serves an auth directory (as `gpuledger up` does: services/runtime/
+nats_server.py watches its auth.conf), when `gpuledger auth add-tenant | add-node | rotate |
+remove` edits that directory, then the server reloads by itself, without a restart: an added
+identity is admitted, a removed or rotated-out key is refused (a new connection with it fails
+with `Authorization Violation`), and a service whose key was rotated while it runs reconnects
+with its new seed and goes on deciding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+
+import nats
+import nats.errors
+import pytest
+
+from gpuledger.services.cli.live import publish_config
+from gpuledger.services.runtime.auth import CREDS_ENV, TLS_ENV, AuthDir, client_options
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.processes import ROOT, run_command
+from tests.integration.cluster import cli
+from tests.waiting import eventually_async
+
+pytestmark = pytest.mark.integration
+
+A = "team-a"
+CONFIG = {
+    "cluster": {"nodes": [{"name": "node-1", "gpus": 4, "model": "A100-80GB"}]},
+    "tenants": [{"name": A, "guaranteed": 4}, {"name": "team-new", "guaranteed": 4}],
+}
+RELOAD_S = 5.0
+"""The issue's bound for a credential change to take effect (scaled like every wait)."""
+
+
+def submission(job_id: str, tenant: str) -> bytes:
+    return json.dumps(
+        {
+            "type": "JobSubmitted.v1",
+            "event_id": f"sub-{job_id}",
+            "job": {
+                "job_id": job_id,
+                "tenant": tenant,
+                "resources": {"gpus": 1},
+                "duration_s": 3600,
+            },
+        }
+    ).encode()
+
+
+async def connect_with(server, seed_file) -> tuple[nats.NATS | None, list[str]]:
+    """A plain nats-py connection with the key in `seed_file` (None when the server refused
+    it), and the errors the server sent."""
+    errors: list[str] = []
+
+    async def error_cb(err: Exception) -> None:
+        errors.append(str(err))
+
+    try:
+        nc = await nats.connect(
+            server.url,
+            error_cb=error_cb,
+            allow_reconnect=False,
+            connect_timeout=3,
+            max_reconnect_attempts=0,
+            **client_options(seed_file),
+        )
+    except (nats.errors.Error, OSError, asyncio.TimeoutError) as err:
+        errors.append(str(err))
+        return None, errors
+    return nc, errors
+
+
+async def refused(server, seed_file) -> bool:
+    """The server refuses a new connection with this key, saying it is not authorized."""
+    nc, errors = await connect_with(server, seed_file)
+    if nc is not None:
+        await nc.close()
+        return False
+    return any("authorization" in e.lower() for e in errors)
+
+
+async def admitted(server, seed_file) -> bool:
+    nc, _ = await connect_with(server, seed_file)
+    if nc is None:
+        return False
+    await nc.close()
+    return True
+
+
+def auth(*args: str) -> subprocess.CompletedProcess:
+    done = cli("auth", *args)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+async def test_a_service_key_rotated_while_it_runs_is_refused_and_the_service_goes_on(
+    server, tmp_path
+):
+    # given: admission running as its own process with its own key, admitting jobs
+    server.add_principals(f"ci:{A}")
+    access = server.access("admin")
+    bus = await Bus.connect(server.url, connect_attempts=1, quiet=True, **access.options())
+    await bus.ensure_stream()
+    await publish_config(access, CONFIG)
+    old_seed = tmp_path / "old-admission.nk"
+    shutil.copy(server.creds("admission"), old_seed)
+    env = {k: v for k, v in os.environ.items() if k not in (CREDS_ENV, *TLS_ENV.values())}
+    env[CREDS_ENV] = str(server.creds("admission"))
+    log_path = tmp_path / "admission.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        run_command("admission", server.url), cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    try:
+        await bus.publish_raw(f"gl.submit.{A}.before", submission("before", A))
+        await eventually_async(
+            lambda: bus.last_message("gl.admission.before.JobAdmitted"), 30, "admitted before"
+        )
+
+        # when: its key is rotated while it runs
+        done = auth("rotate", str(server.auth.path), "admission")
+        assert "rotated admission" in done.stdout
+
+        # then: the old key is refused, with no restart of the server
+        await eventually_async(lambda: refused(server, old_seed), RELOAD_S, "old key refused")
+        assert await admitted(server, server.creds("admission"))  # the new key is not
+        # and the service was dropped, came back with its new seed and goes on admitting
+        await eventually_async(
+            lambda: b"bus.reconnected" in log_path.read_bytes(), 30, "admission reconnected"
+        )
+        await bus.publish_raw(f"gl.submit.{A}.after", submission("after", A))
+        await eventually_async(
+            lambda: bus.last_message("gl.admission.after.JobAdmitted"),
+            30,
+            f"admitted after the rotation: {log_path.read_text()[-2000:]}",
+        )
+        assert proc.poll() is None
+        assert b"Authorization Violation" not in log_path.read_bytes().split(
+            b"bus.reconnected"
+        )[-1]  # not refused again once it reconnected
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+        await bus.close()
+
+
+async def test_a_tenant_added_while_the_server_runs_can_submit(server, bus):
+    # given: a running server without the tenant
+    d = AuthDir(server.auth.path)
+    assert "ci:team-new" not in d.principals()
+
+    # when
+    done = auth("add-tenant", str(d.path), "team-new")
+    assert "added ci:team-new" in done.stdout
+
+    # then: its CI key connects and its submission is stored, without a restart
+    seed = d.creds("ci:team-new")
+    await eventually_async(lambda: admitted(server, seed), RELOAD_S, "tenant key admitted")
+    nc, errors = await connect_with(server, seed)
+    assert nc is not None, errors
+    try:
+        ack = await nc.jetstream(timeout=5).publish(
+            "gl.submit.team-new.first", submission("first", "team-new")
+        )
+        assert ack.seq > 0
+    finally:
+        await nc.close()
+    assert await bus.last_message("gl.submit.team-new.first") is not None
+
+
+async def test_a_removed_node_key_is_refused_and_its_connection_dropped(server):
+    # given: a node added while the server runs, connected with its key
+    auth("add-node", str(server.auth.path), "node-9")
+    seed = server.auth.creds("node:node-9")
+    kept = server.auth.path.parent / "kept-node-9.nk"  # what a removed node still holds
+    shutil.copy(seed, kept)
+    try:
+        await eventually_async(lambda: admitted(server, seed), RELOAD_S, "node key admitted")
+        nc, errors = await connect_with(server, seed)
+        assert nc is not None, errors
+
+        # when
+        done = auth("remove", str(server.auth.path), "node:node-9")
+        assert "removed node:node-9" in done.stdout
+
+        # then: its key file is gone, its live connection is closed, its key is refused
+        assert not seed.exists()
+        assert "node:node-9" not in server.auth.principals()
+        await eventually_async(lambda: not nc.is_connected, RELOAD_S, "connection dropped")
+        assert await refused(server, kept)
+        await nc.close()
+    finally:
+        kept.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("remove", "{d}", "admission"), "rotate its key instead"),
+        (("remove", "{d}", "node:ghost"), "no identity 'node:ghost' to remove"),
+        (("rotate", "{d}", "node:ghost"), "no identity 'node:ghost' to rotate"),
+        (("remove", "{d}", "node:a.b"), "principal 'node:a.b'"),
+    ],
+)
+def test_bad_credential_changes_are_one_line_and_change_nothing(tmp_path, args, says):
+    d = tmp_path / "auth"
+    auth("init", str(d), "--nodes", "node-1")
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    done = cli("auth", *(a.format(d=d) for a in args))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
