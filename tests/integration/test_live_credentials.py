@@ -10,7 +10,6 @@ with its new seed and goes on deciding.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -70,7 +69,7 @@ async def connect_with(server, seed_file) -> tuple[nats.NATS | None, list[str]]:
             max_reconnect_attempts=0,
             **client_options(seed_file),
         )
-    except (nats.errors.Error, OSError, asyncio.TimeoutError) as err:
+    except (TimeoutError, nats.errors.Error, OSError) as err:
         errors.append(str(err))
         return None, errors
     return nc, errors
@@ -141,9 +140,9 @@ async def test_a_service_key_rotated_while_it_runs_is_refused_and_the_service_go
             f"admitted after the rotation: {log_path.read_text()[-2000:]}",
         )
         assert proc.poll() is None
-        assert b"Authorization Violation" not in log_path.read_bytes().split(
-            b"bus.reconnected"
-        )[-1]  # not refused again once it reconnected
+        assert (
+            b"Authorization Violation" not in log_path.read_bytes().split(b"bus.reconnected")[-1]
+        )  # not refused again once it reconnected
     finally:
         proc.terminate()
         proc.wait(10)
