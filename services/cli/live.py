@@ -366,15 +366,14 @@ def prometheus_targets(endpoints: list[tuple[str, str]]) -> list[dict[str, Any]]
 
 
 def _sample_host(st, hosts: list) -> None:
-    from gpuledger.services.runtime.supervisor import lease_role
+    from gpuledger.services.runtime.supervisor import host_condition
 
     if hosts:
         host = hosts[-1]
         st.folded_seq = host.folded_seq
-        st.lease = lease_role(host)
-        if st.state in ("running", "refusing"):
-            st.state = "refusing" if host.gap else "running"
-        st.detail = host.gap
+        state, st.detail, st.lease = host_condition(host)
+        if st.state in ("running", "refusing", "unauthorized"):
+            st.state = state
 
 
 def _sample_projector(st, ps) -> None:
@@ -796,7 +795,8 @@ def status(
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
-    failed, stopped), pid, restarts, folded sequence, lag behind the stream, leader lease
+    failed, stopped; unauthorized: the server refuses its key, rotated or removed), pid,
+    restarts, folded sequence, lag behind the stream, leader lease
     (leader, standby; - for node agents and the projector), last error; then each NATS node
     that holds the stream: leader or replica, current, behind or offline, its lag, when last
     heard from. Exit 1 when `up` is not running, a service is not running, a NATS node is

@@ -377,6 +377,7 @@ class Bus:
         """The server's permission violations on this connection (newest last): a denied
         publish or request only times out on the client, this says why."""
         self.denied_listeners: list[Callable[[str], None]] = []
+        self._refused: list[str] = []
         """Called with each permission violation as the server reports it (asynchronously,
         milliseconds after the denied publish): a one-shot command stops waiting at once
         instead of timing out (services/cli/connect.py `run_on_bus`)."""
@@ -417,8 +418,14 @@ class Bus:
         denied: list[str] = []
         denied_listeners: list[Callable[[str], None]] = []
 
+        refused: list[str] = []  # the authorization failure the connection is stuck on
+
         async def error_cb(err: Exception) -> None:
             last_error[:] = [err]
+            if isinstance(err, nats.errors.AuthorizationError) or (
+                "authorization violation" in str(err).lower()
+            ):
+                refused[:] = ["Authorization Violation (key refused: rotated or removed?)"]
             if "permissions violation" in str(err).lower():
                 denied.append(str(err).removeprefix("nats: ").strip().strip("'")[:300])
                 for listener in list(denied_listeners):
@@ -449,6 +456,7 @@ class Bus:
                 return
             server = holder[0].connected_url.netloc if holder[0].connected_url else None
             rotation.connected(server)
+            refused.clear()
             if not quiet:
                 log.info("bus.reconnected", server=server)
 
@@ -511,7 +519,16 @@ class Bus:
         bus = cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
         bus.denied = denied
         bus.denied_listeners = denied_listeners
+        bus._refused = refused
         return bus
+
+    @property
+    def auth_failure(self) -> str | None:
+        """Why the server refuses this connection's reconnects (its key was rotated or removed
+        and the seed file does not hold a key it admits), None when it does not: set by an
+        `Authorization Violation`, cleared by the next successful reconnect. `gpuledger
+        status` shows a service in this state as `unauthorized`."""
+        return self._refused[0] if self._refused else None
 
     async def close(self, timeout_s: float = 2.0) -> None:
         """Drain (flush what is pending) within `timeout_s`, else just close: a connection to a

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import nats
 import nats.errors
@@ -23,6 +24,7 @@ from gpuledger.services.cli.live import publish_config
 from gpuledger.services.runtime.auth import CREDS_ENV, TLS_ENV, AuthDir, client_options
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.processes import ROOT, run_command
+from gpuledger.services.runtime.supervisor import host_condition
 from tests.integration.cluster import cli
 from tests.waiting import eventually_async
 
@@ -217,3 +219,31 @@ def test_bad_credential_changes_are_one_line_and_change_nothing(tmp_path, args, 
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+async def test_a_service_whose_key_the_server_refuses_shows_unauthorized_until_it_has_its_seed(
+    server, tmp_path
+):
+    # given: the scheduler's bus, its seed a copy held apart from the auth directory (a host
+    # whose seed file the operator did not update)
+    held = tmp_path / "scheduler.nk"
+    shutil.copy(server.creds("scheduler"), held)
+    bus = await Bus.connect(server.url, name="scheduler", **client_options(held))
+    host = SimpleNamespace(bus=bus, gap=None, lease=SimpleNamespace(held=True), folded_seq=0)
+    try:
+        assert host_condition(host) == ("running", None, "leader")
+
+        # when: its key is rotated on the server only
+        auth("rotate", str(server.auth.path), "scheduler")
+
+        # then: the server drops it and refuses every reconnect; status says so, not "leader"
+        await eventually_async(lambda: bus.auth_failure, RELOAD_S, "an authorization failure")
+        state, detail, lease = host_condition(host)
+        assert (state, lease) == ("unauthorized", None) and "Authorization Violation" in detail
+
+        # when: its seed file gets the new key, then: it reconnects with it by itself
+        shutil.copy(server.creds("scheduler"), held)
+        await eventually_async(lambda: bus.nc.is_connected and not bus.auth_failure, 30)
+        assert host_condition(host) == ("running", None, "leader")
+    finally:
+        await bus.close()
