@@ -174,6 +174,7 @@ async def test_a_tenant_added_while_the_server_runs_can_submit(server, bus):
     finally:
         await nc.close()
     assert await bus.last_message("gl.submit.team-new.first") is not None
+    assert bus.nc.stats["reconnects"] == 0  # the reload left other connections alone
 
 
 async def test_a_removed_node_key_is_refused_and_its_connection_dropped(server):
