@@ -10,10 +10,13 @@ with its new seed and goes on deciding.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from types import SimpleNamespace
 
 import nats
@@ -25,12 +28,13 @@ from gpuledger.services.runtime.auth import CREDS_ENV, TLS_ENV, AuthDir, client_
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.processes import ROOT, run_command
 from gpuledger.services.runtime.supervisor import host_condition
-from tests.integration.cluster import cli
-from tests.waiting import eventually_async
+from tests.integration.cluster import EXAMPLES, cli
+from tests.waiting import eventually, eventually_async
 
 pytestmark = pytest.mark.integration
 
 A = "team-a"
+THREE = EXAMPLES / "three-jobs.yaml"
 CONFIG = {
     "cluster": {"nodes": [{"name": "node-1", "gpus": 4, "model": "A100-80GB"}]},
     "tenants": [{"name": A, "guaranteed": 4}, {"name": "team-new", "guaranteed": 4}],
@@ -248,3 +252,64 @@ async def test_a_service_whose_key_the_server_refuses_shows_unauthorized_until_i
         assert host_condition(host) == ("running", None, "leader")
     finally:
         await bus.close()
+
+
+def test_credential_changes_against_a_running_up(tmp_path):
+    """The same on `gpuledger up` itself: its services run in-process, each with its own key
+    in `.gpuledger/auth`, and nothing is restarted."""
+    up = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger.services.cli", "up", "--config", str(THREE)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
+    )
+    data = tmp_path / ".gpuledger"
+    auth_dir = data / "auth"
+    try:
+        eventually((data / "nats-url").exists, 30, "up to record its NATS URL", interval_s=0.2)
+        server = SimpleNamespace(url=(data / "nats-url").read_text().strip())
+        old_scheduler = tmp_path / "old-scheduler.nk"
+        old_ci = tmp_path / "old-ci.nk"
+        shutil.copy(auth_dir / "scheduler.nk", old_scheduler)
+        shutil.copy(auth_dir / "ci-team-a.nk", old_ci)
+        (tmp_path / "one.yaml").write_text("id: one\ntenant: team-a\ngpus: 1\nduration: 1\n")
+        (tmp_path / "two.yaml").write_text("id: two\ntenant: team-a\ngpus: 1\nduration: 1\n")
+
+        # when: the scheduler's key is rotated, team-a's CI key removed and added anew
+        auth("rotate", str(auth_dir), "scheduler")
+        auth("remove", str(auth_dir), "ci:team-a")
+
+        # then: the old keys are refused ...
+        for seed in (old_scheduler, old_ci):
+            eventually(lambda seed=seed: asyncio.run(refused(server, seed)), RELOAD_S, str(seed))
+        gone = cli("submit", "one.yaml", "--wait", "--creds", str(old_ci), cwd=tmp_path)
+        assert gone.returncode != 0 and "uthorization" in gone.stderr, gone.stderr
+
+        # ... the tenant's new key submits, and the rotated scheduler still places its job
+        auth("add-tenant", str(auth_dir), "team-a")
+        new_ci = str(auth_dir / "ci-team-a.nk")
+        eventually(lambda: asyncio.run(admitted(server, new_ci)), RELOAD_S, "new CI key")
+        ok = cli("submit", "one.yaml", "--wait", "--creds", new_ci, cwd=tmp_path)
+        assert ok.returncode == 0 and "admitted one" in ok.stdout, ok.stderr
+
+        def completed() -> bool:
+            out = cli("jobs", "-o", "json", cwd=tmp_path)
+            rows = {j["job_id"]: j["state"] for j in json.loads(out.stdout or "[]")}
+            return rows.get("one") == "completed"
+
+        eventually(completed, 60, "one placed by the rotated scheduler, and completed")
+
+        def scheduler_row() -> dict | None:
+            out = cli("status", "-o", "json", cwd=tmp_path)
+            rows = {r["name"]: r for r in json.loads(out.stdout)["services"]}
+            return rows["scheduler"] if rows["scheduler"]["state"] == "running" else None
+
+        assert eventually(scheduler_row, 30, "the scheduler running in status")["lease"]
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(30)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
