@@ -184,10 +184,12 @@ class EmbeddedNats:
                 time.sleep(0.02)
 
     def _auth_changed(self) -> bool:
-        try:
-            text = (self.auth.path / AUTH_CONF).read_text()
+        if self._auth_path is None:
+            return False
+        try:  # the file itself, never `self.auth`: a deleted directory is not regenerated
+            text = (self._auth_path / AUTH_CONF).read_text()
         except OSError:
-            return False  # being replaced, or gone: keep serving what was loaded
+            return False  # gone: keep serving what was loaded
         return text != self._served_auth
 
     def _watch_auth(self) -> None:
