@@ -378,9 +378,11 @@ def _sample_host(st, hosts: list) -> None:
 
 def _sample_projector(st, ps) -> None:
     st.folded_seq = ps.committed_seq
-    if st.state in ("running", "blocked", "refusing"):
+    if st.state in ("running", "blocked", "refusing", "unauthorized"):
         st.state = ps.state if ps.state in ("blocked", "refusing") else "running"
-    st.detail = ps.detail
+        if ps.auth_failure:
+            st.state = "unauthorized"
+    st.detail = ps.auth_failure or ps.detail
 
 
 def embedded(data: Path | None, keep: bool, doc: dict[str, Any] | None = None):
@@ -562,6 +564,12 @@ def serve_projector(access, data: Path, collector=None) -> None:
     def sample() -> dict[str, Any] | None:
         if not status.ready and status.state != "blocked":
             return None  # not ready: `up` waits for the first beat
+        if status.auth_failure:
+            return {
+                "state": "unauthorized",
+                "folded_seq": status.committed_seq,
+                "detail": status.auth_failure,
+            }
         return {"state": status.state, "folded_seq": status.committed_seq, "detail": status.detail}
 
     async def main(stop: asyncio.Event) -> None:

@@ -23,7 +23,8 @@ import nats
 import nats.errors
 import pytest
 
-from gpuledger.services.cli.live import publish_config
+from gpuledger.projections.nats_source import ProjectorStatus, run_projector
+from gpuledger.services.cli.live import _sample_projector, publish_config
 from gpuledger.services.runtime.auth import CREDS_ENV, TLS_ENV, AuthDir, client_options
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.processes import ROOT, run_command
@@ -313,3 +314,33 @@ def test_credential_changes_against_a_running_up(tmp_path):
         except subprocess.TimeoutExpired:
             up.kill()
             up.wait()
+
+
+async def test_a_projector_whose_key_the_server_refuses_shows_unauthorized(server, tmp_path):
+    # given: the projector running with a seed held apart from the auth directory
+    held = tmp_path / "projector.nk"
+    shutil.copy(server.creds("projector"), held)
+    admin = await Bus.connect(server.url, quiet=True, **server.client_options("admin"))
+    await admin.ensure_stream()
+    stop, ps, st = asyncio.Event(), ProjectorStatus(), SimpleNamespace(state="running")
+    task = asyncio.create_task(
+        run_projector(
+            server.url,
+            tmp_path / "p.duckdb",
+            stop=stop,
+            status=ps,
+            connect_options=client_options(held),
+        )
+    )
+    try:
+        await eventually_async(lambda: ps.ready, 30, "the projector ready")
+        # when: its key is rotated on the server only
+        auth("rotate", str(server.auth.path), "projector")
+        # then: status shows it unauthorized, with the reason
+        await eventually_async(lambda: ps.auth_failure, RELOAD_S, "an authorization failure")
+        _sample_projector(st, ps)
+        assert st.state == "unauthorized" and "Authorization Violation" in st.detail
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await admin.close()
