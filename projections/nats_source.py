@@ -30,8 +30,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nats
 import nats.errors
@@ -66,6 +67,12 @@ class ProjectorStatus:
     stream_seq: int = 0
     """The stream's last sequence as last seen (a fetched message's sequence plus the messages
     pending after it): fold lag = stream_seq - committed_seq (services/runtime/metrics.py)."""
+    bus: Any = field(default=None, repr=False, compare=False)
+    """Its connection once connected (`Bus.auth_failure`: the server refuses its key)."""
+
+    @property
+    def auth_failure(self) -> str | None:
+        return getattr(self.bus, "auth_failure", None)
 
 
 async def _retry_busy(
@@ -275,6 +282,7 @@ async def run_projector(
         )
         if bus is None:
             return 0
+        status.bus = bus
         nc = bus.nc
         # Group commit: a batch is committed when `commit_events` are folded (in the background,
         # while the next fetches are folded), when a fetch comes back short (caught up), or when

@@ -15,8 +15,8 @@ auth_app = typer.Typer(
 )
 
 RELOAD = (
-    "reload the server to apply: `nats-server --signal reload` (or SIGHUP to its pid); "
-    "`gpuledger up` picks them up when it starts"
+    "a running `gpuledger up` serving this directory applies it within a second; a stand-alone "
+    "server applies it on `nats-server --signal reload` (or SIGHUP to its pid)"
 )
 
 
@@ -128,6 +128,27 @@ def rotate(
 ) -> None:
     """Replace the keys of these identities (the old key stops working once the server reloads)."""
     _add(directory, principals, rotate=True)
+
+
+@auth_app.command("remove")
+def remove(
+    directory: Path = typer.Argument(...),
+    principals: list[str] = typer.Argument(
+        ..., help="Node or tenant identities, e.g. node:node-1 ci:research."
+    ),
+) -> None:
+    """Delete these node or tenant identities and their key files (their keys are refused once
+    the server reloads; a role's key is rotated instead)."""
+    from gpuledger.services.runtime.auth import AuthDir
+
+    d = AuthDir(directory)
+    if not d.exists:
+        fail(
+            f"{directory}: no credentials.json here; run `gpuledger auth init {directory}` first", 2
+        )
+    for name in _run(lambda: d.remove(*principals)):
+        typer.echo(f"removed {name}")
+    typer.echo(RELOAD, err=True)
 
 
 @auth_app.command("list")

@@ -366,22 +366,23 @@ def prometheus_targets(endpoints: list[tuple[str, str]]) -> list[dict[str, Any]]
 
 
 def _sample_host(st, hosts: list) -> None:
-    from gpuledger.services.runtime.supervisor import lease_role
+    from gpuledger.services.runtime.supervisor import host_condition
 
     if hosts:
         host = hosts[-1]
         st.folded_seq = host.folded_seq
-        st.lease = lease_role(host)
-        if st.state in ("running", "refusing"):
-            st.state = "refusing" if host.gap else "running"
-        st.detail = host.gap
+        state, st.detail, st.lease = host_condition(host)
+        if st.state in ("running", "refusing", "unauthorized"):
+            st.state = state
 
 
 def _sample_projector(st, ps) -> None:
     st.folded_seq = ps.committed_seq
-    if st.state in ("running", "blocked", "refusing"):
+    if st.state in ("running", "blocked", "refusing", "unauthorized"):
         st.state = ps.state if ps.state in ("blocked", "refusing") else "running"
-    st.detail = ps.detail
+        if ps.auth_failure:
+            st.state = "unauthorized"
+    st.detail = ps.auth_failure or ps.detail
 
 
 def embedded(data: Path | None, keep: bool, doc: dict[str, Any] | None = None):
@@ -563,6 +564,12 @@ def serve_projector(access, data: Path, collector=None) -> None:
     def sample() -> dict[str, Any] | None:
         if not status.ready and status.state != "blocked":
             return None  # not ready: `up` waits for the first beat
+        if status.auth_failure:
+            return {
+                "state": "unauthorized",
+                "folded_seq": status.committed_seq,
+                "detail": status.auth_failure,
+            }
         return {"state": status.state, "folded_seq": status.committed_seq, "detail": status.detail}
 
     async def main(stop: asyncio.Event) -> None:
@@ -796,7 +803,8 @@ def status(
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
-    failed, stopped), pid, restarts, folded sequence, lag behind the stream, leader lease
+    failed, stopped; unauthorized: the server refuses its key, rotated or removed), pid,
+    restarts, folded sequence, lag behind the stream, leader lease
     (leader, standby; - for node agents and the projector), last error; then each NATS node
     that holds the stream: leader or replica, current, behind or offline, its lag, when last
     heard from. Exit 1 when `up` is not running, a service is not running, a NATS node is

@@ -17,8 +17,9 @@ Invariants:
 - a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>`,
   `gl.scale.<tenant>.>` (its services' replica counts) and asks `glq.job.<tenant>.>` (its own
   jobs' status); it cannot read the stream; scaling is otherwise the admin's;
-- every principal receives replies only on its own inbox prefix, `_INBOX_<public key>`, so no
-  principal can read another's consumer deliveries or replies;
+- every principal receives replies only on its own inbox prefix, `_INBOX_<public key>` (of its
+  first key: kept across rotations, with the current key's too), so no principal can read
+  another's consumer deliveries or replies;
 - secrets are written 0600 and never overwritten by `add_*` (rotation replaces one on purpose).
 """
 
@@ -258,10 +259,14 @@ def file_name(principal: str) -> str:
 
 
 def _write_secret(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write `data` 0600, atomically (a running service re-reads its seed on reconnect and
+    must never see half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data + b"\n")
-    os.chmod(path, 0o600)
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------- the directory
@@ -272,13 +277,27 @@ class Principal:
     name: str
     file: str
     public_key: str
+    inbox: str = ""
+    """The principal's reply prefix: `_INBOX_<its first public key>`, kept when its key is
+    rotated, so that a running service that re-reads its seed on reconnect still receives its
+    replies and consumer deliveries (its subscriptions outlive the old key)."""
+
+    @property
+    def inbox_prefix(self) -> str:
+        return self.inbox or inbox_prefix(self.public_key)
+
+    def inboxes(self) -> list[str]:
+        """The reply prefixes this principal may subscribe to: its kept one and, after a
+        rotation, the one of its current key (a process that has only the new seed file)."""
+        current = inbox_prefix(self.public_key)
+        return [self.inbox_prefix] + ([current] if current != self.inbox_prefix else [])
 
     def entry(self) -> dict[str, str]:
         return {
             "file": self.file,
             "kind": "nkey",
             "public_key": self.public_key,
-            "inbox_prefix": inbox_prefix(self.public_key),
+            "inbox_prefix": self.inbox_prefix,
         }
 
 
@@ -299,7 +318,10 @@ class AuthDir:
             raise AuthError(f"{self.path / CREDENTIALS}: cannot read: {err.strerror}") from None
         except ValueError as err:
             raise AuthError(f"{self.path / CREDENTIALS}: not JSON: {err}") from None
-        return {name: Principal(name, e["file"], e["public_key"]) for name, e in doc.items()}
+        return {
+            name: Principal(name, e["file"], e["public_key"], e.get("inbox_prefix", ""))
+            for name, e in doc.items()
+        }
 
     def creds(self, principal: str) -> Path:
         """The seed file of `principal`."""
@@ -326,10 +348,32 @@ class AuthDir:
             seed = new_seed()
             fname = file_name(name)
             _write_secret(self.path / fname, seed)
-            known[name] = Principal(name, fname, public_key(seed))
+            kept = known[name].inbox_prefix if name in known else ""
+            known[name] = Principal(name, fname, public_key(seed), kept)
             changed.append(name)
         self._write(known)
         return changed
+
+    def remove(self, *principals: str) -> list[str]:
+        """Delete these identities (node agents and tenants' CI systems only: a role is
+        rotated, never removed): their entries, their key files, their users in auth.conf.
+        A server that reloads refuses their keys from then on. Returns the names removed;
+        an unknown name is an error and nothing is removed."""
+        known = self.principals()
+        for name in principals:
+            check_principal(name)
+            if name in FIXED:
+                raise AuthError(
+                    f"{name!r} is a role every cluster needs: rotate its key instead "
+                    f"(`gpuledger auth rotate {self.path} {name}`)"
+                )
+            if name not in known:
+                raise AuthError(f"{self.path}: no identity {name!r} to remove")
+        gone = [known.pop(name) for name in dict.fromkeys(principals)]
+        self._write(known)
+        for p in gone:
+            (self.path / p.file).unlink(missing_ok=True)
+        return [p.name for p in gone]
 
     def route_password(self) -> str:
         """The secret cluster nodes authenticate their routes with (generated once, 0600;
@@ -357,7 +401,10 @@ class AuthDir:
         tmp = self.path / (CREDENTIALS + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         tmp.replace(self.path / CREDENTIALS)
-        (self.path / AUTH_CONF).write_text(auth_conf(known.values()))
+        # Atomically: a running `gpuledger up` watches this file and reloads what it reads.
+        tmp = self.path / (AUTH_CONF + ".tmp")
+        tmp.write_text(auth_conf(known.values()))
+        tmp.replace(self.path / AUTH_CONF)
         conf = self.path / SERVER_CONF
         if not conf.exists():
             conf.write_text(server_conf())
@@ -400,7 +447,7 @@ def _user_block(p: Principal) -> str:
     perms = permissions(p.name)
     lines = [f"    # {p.name}", "    {", f"      nkey: {json.dumps(p.public_key)}"]
     if perms is not None:
-        sub = [*perms["subscribe"], f"{inbox_prefix(p.public_key)}.>"]
+        sub = [*perms["subscribe"], *(f"{inbox}.>" for inbox in p.inboxes())]
         lines.append("      permissions: {")
         deny = perms.get("deny_publish") or []
         publish = f"allow: {json.dumps(perms['publish'])}"
@@ -477,7 +524,7 @@ def client_options(
         except OSError as err:
             raise AuthError(f"{path}: cannot read credential file: {err.strerror}") from None
         options["nkeys_seed"] = str(path)
-        options["inbox_prefix"] = inbox_prefix(_seed_public_key(path, seed))
+        options["inbox_prefix"] = _kept_inbox(path) or inbox_prefix(_seed_public_key(path, seed))
     if tls is not None:
         import ssl
 
@@ -530,6 +577,21 @@ def principal_of_creds(creds: str | os.PathLike[str]) -> str | None:
     except (OSError, ValueError):
         return None
     return next((name for name, e in doc.items() if e.get("file") == path.name), None)
+
+
+def _kept_inbox(creds: Path) -> str | None:
+    """The reply prefix credentials.json beside `creds` keeps for it (stable across
+    rotations), if there is one."""
+    path = creds.absolute()
+    try:
+        doc = json.loads((path.parent / CREDENTIALS).read_text())
+    except (OSError, ValueError):
+        return None
+    for entry in doc.values() if isinstance(doc, dict) else ():
+        if isinstance(entry, dict) and entry.get("file") == path.name:
+            prefix = entry.get("inbox_prefix")
+            return prefix if isinstance(prefix, str) and prefix.startswith("_INBOX_") else None
+    return None
 
 
 def principal_of(role: str, node: str | None = None) -> str:

@@ -206,6 +206,39 @@ def received_ms(msg: Msg) -> int:
         return 0
 
 
+def reread_seed_on_reconnect(nc: NATS, path: str) -> None:
+    """Make every (re)connection of `nc` authenticate with the seed in `path` as it is then.
+
+    nats-py re-reads the seed file to sign the server's nonce but sends the public key it read
+    when it first connected: after `gpuledger auth rotate` the server (reloaded) drops the
+    connection, and every reconnect then failed with `Authorization Violation` for ever (new
+    signature, old key). Here the signature callback sets the key it signs with, so a rotated
+    service reconnects with its new seed. (Its reply prefix is kept across rotations:
+    services/runtime/auth.py `Principal.inbox`.) nats-py sends the key right after calling the
+    callback (`Client._connect_command`). A seed file that cannot be read or parsed raises a
+    `nats.errors.Error`, which nats-py's reconnect loop reports and retries."""
+    import base64
+
+    import nkeys
+
+    def sign(nonce: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                seed = bytearray(f.read().strip())
+            kp = nkeys.from_seed(seed)
+        except Exception as err:  # noqa: BLE001 - one retryable error for nats-py's reconnect loop
+            raise nats.errors.Error(
+                f"{path}: cannot read the nkey seed ({type(err).__name__})"
+            ) from None
+        try:
+            nc._public_nkey = kp.public_key.decode()  # noqa: SLF001 - see the docstring
+            return base64.b64encode(kp.sign(nonce.encode()))
+        finally:
+            kp.wipe()
+
+    nc._signature_cb = sign  # noqa: SLF001 - nats-py has no public hook for this
+
+
 def reader_name() -> str:
     """A fresh random name for a reader's ephemeral ordered consumer. Readers may create
     consumers only by the name-carrying API subject (services/runtime/auth.py
@@ -344,6 +377,7 @@ class Bus:
         """The server's permission violations on this connection (newest last): a denied
         publish or request only times out on the client, this says why."""
         self.denied_listeners: list[Callable[[str], None]] = []
+        self._refused: list[str] = []
         """Called with each permission violation as the server reports it (asynchronously,
         milliseconds after the denied publish): a one-shot command stops waiting at once
         instead of timing out (services/cli/connect.py `run_on_bus`)."""
@@ -384,8 +418,14 @@ class Bus:
         denied: list[str] = []
         denied_listeners: list[Callable[[str], None]] = []
 
+        refused: list[str] = []  # the authorization failure the connection is stuck on
+
         async def error_cb(err: Exception) -> None:
             last_error[:] = [err]
+            if isinstance(err, nats.errors.AuthorizationError) or (
+                "authorization violation" in str(err).lower()
+            ):
+                refused[:] = ["Authorization Violation (key refused: rotated or removed?)"]
             if "permissions violation" in str(err).lower():
                 denied.append(str(err).removeprefix("nats: ").strip().strip("'")[:300])
                 for listener in list(denied_listeners):
@@ -416,6 +456,7 @@ class Bus:
                 return
             server = holder[0].connected_url.netloc if holder[0].connected_url else None
             rotation.connected(server)
+            refused.clear()
             if not quiet:
                 log.info("bus.reconnected", server=server)
 
@@ -468,6 +509,8 @@ class Bus:
                     raise
         # Connected: from now on nats-py reconnects by itself (`rotation` picks and paces).
         nc.options["max_reconnect_attempts"] = max_reconnects
+        if options.get("nkeys_seed"):
+            reread_seed_on_reconnect(nc, str(options["nkeys_seed"]))
         rotation.connected(nc.connected_url.netloc if nc.connected_url else None)
         holder.append(nc)
         connected.set()
@@ -476,7 +519,16 @@ class Bus:
         bus = cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
         bus.denied = denied
         bus.denied_listeners = denied_listeners
+        bus._refused = refused
         return bus
+
+    @property
+    def auth_failure(self) -> str | None:
+        """Why the server refuses this connection's reconnects (its key was rotated or removed
+        and the seed file does not hold a key it admits), None when it does not: set by an
+        `Authorization Violation`, cleared by the next successful reconnect. `gpuledger
+        status` shows a service in this state as `unauthorized`."""
+        return self._refused[0] if self._refused else None
 
     async def close(self, timeout_s: float = 2.0) -> None:
         """Drain (flush what is pending) within `timeout_s`, else just close: a connection to a

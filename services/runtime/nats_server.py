@@ -4,7 +4,9 @@ Invariants: it binds to loopback only (127.0.0.1); `start()` returns only once t
 accepts client connections with JetStream enabled (or raises within `start_timeout_s`);
 `stop()` always leaves no child process behind (terminate, then kill). The store dir is a
 temporary dir removed on stop unless a `store_dir` is given (then it is kept, so the log
-survives restarts).
+survives restarts). While it runs, a watcher thread reloads the server (SIGHUP) within
+`AUTH_WATCH_S` of the auth directory's `auth.conf` changing (`gpuledger auth add-tenant |
+add-node | rotate | remove` edit that file): credential changes are live without a restart.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import socket
 import subprocess
 import sysconfig
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -25,6 +28,9 @@ from types import TracebackType
 
 from gpuledger.services.runtime.auth import AUTH_CONF, AuthDir, NatsAccess, TlsFiles
 from gpuledger.services.runtime.auth import init as auth_init
+
+AUTH_WATCH_S = 0.5
+"""How often a running embedded server looks for a changed auth.conf (then reloads)."""
 
 
 def auth_location(store: Path | None) -> tuple[Path, Path | None]:
@@ -103,6 +109,14 @@ class EmbeddedNats:
         self._proc: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._url: str | None = None
+        self._lock = threading.RLock()
+        """Held by a reload and by stop/kill: a reload never signals a stopped server."""
+        self._served_auth: str | None = None
+        """The auth.conf text the running server's config was last written with."""
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.reload_error: str | None = None
+        """Why the last reload the watcher tried failed (None: it did not, or none was needed)."""
 
     # ------------------------------------------------------------------ properties
 
@@ -154,17 +168,46 @@ class EmbeddedNats:
     def reload(self) -> None:
         """Rewrite the config (the auth dir's current identities) and make a running server
         reload it (SIGHUP); returns once it has. Nothing to do when it is not running."""
-        if not self.running or self._workdir is None:
-            return
-        assert self._proc is not None
-        (self._workdir / "nats.conf").write_text(self._config_text(self.store_dir))
-        before = self._log_tail(10**7).count("Reloaded server configuration")
-        self._proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + self.start_timeout_s
-        while self._log_tail(10**7).count("Reloaded server configuration") == before:
-            if time.monotonic() > deadline:
-                raise NatsServerFailed(f"nats-server did not reload its config: {self._log_tail()}")
-            time.sleep(0.02)
+        with self._lock:
+            if not self.running or self._workdir is None:
+                return
+            assert self._proc is not None
+            (self._workdir / "nats.conf").write_text(self._config_text(self.store_dir))
+            before = self._log_tail(10**7).count("Reloaded server configuration")
+            self._proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + self.start_timeout_s
+            while self._log_tail(10**7).count("Reloaded server configuration") == before:
+                if time.monotonic() > deadline or not self.running:
+                    raise NatsServerFailed(
+                        f"nats-server did not reload its config: {self._log_tail()}"
+                    )
+                time.sleep(0.02)
+
+    def _auth_changed(self) -> bool:
+        if self._auth_path is None:
+            return False
+        try:  # the file itself, never `self.auth`: a deleted directory is not regenerated
+            text = (self._auth_path / AUTH_CONF).read_text()
+        except OSError:
+            return False  # gone: keep serving what was loaded
+        return text != self._served_auth
+
+    def _watch_auth(self) -> None:
+        """The watcher thread: reload whenever auth.conf differs from what the server serves."""
+        while not self._watch_stop.wait(AUTH_WATCH_S):
+            if not self._auth_changed():
+                continue
+            try:
+                self.reload()
+                self.reload_error = None
+            except (NatsServerFailed, OSError) as err:
+                self.reload_error = str(err).splitlines()[0][:300]
+
+    def _stop_watcher(self) -> None:
+        self._watch_stop.set()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join()
 
     def access(self, principal: str = "admin") -> NatsAccess:
         """How `principal` reaches this server (URL, credential, TLS, and the identities to
@@ -204,6 +247,11 @@ class EmbeddedNats:
         except BaseException:
             self.stop()
             raise
+        self._watch_stop = threading.Event()
+        self._watcher = threading.Thread(
+            target=self._watch_auth, name="gpuledger-auth-watch", daemon=True
+        )
+        self._watcher.start()
         return self
 
     def _config_text(self, store: Path) -> str:
@@ -217,13 +265,14 @@ class EmbeddedNats:
                 f"  ca_file: {json.dumps(t.ca)}\n  verify: {'true' if t.verify_clients else 'false'}\n}}\n"
             )
         name = "" if self.server_name is None else f"server_name: {json.dumps(self.server_name)}\n"
+        self._served_auth = (self.auth.path / AUTH_CONF).read_text()
         return (
             'host: "127.0.0.1"\n'
             f"port: {port}\n"
             + name
             + f"jetstream {{\n  store_dir: {json.dumps(str(store))}{sync}\n}}\n"
             + tls
-            + (self.auth.path / AUTH_CONF).read_text()
+            + self._served_auth
             + self.extra_conf
         )
 
@@ -279,7 +328,9 @@ class EmbeddedNats:
         auth directory (no store given: the identities die with the server's temporary store)
         is removed too, key seeds and all; a later `start` makes new identities. `kill` keeps
         it, for a restart with the same identities."""
-        proc, self._proc = self._proc, None
+        self._stop_watcher()
+        with self._lock:
+            proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -294,7 +345,9 @@ class EmbeddedNats:
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); keeps a given store dir for a restart."""
-        proc, self._proc = self._proc, None
+        self._stop_watcher()
+        with self._lock:
+            proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -210,12 +210,22 @@ def heartbeat_task(
 
 def host_sample(host: Any) -> Callable[[], dict[str, Any]]:
     """Heartbeat fields of a runtime Host."""
-    return lambda: {
-        "state": "refusing" if host.gap else "running",
-        "folded_seq": host.folded_seq,
-        "detail": host.gap,
-        "lease": lease_role(host),
-    }
+
+    def sample() -> dict[str, Any]:
+        state, detail, lease = host_condition(host)
+        return {"state": state, "folded_seq": host.folded_seq, "detail": detail, "lease": lease}
+
+    return sample
+
+
+def host_condition(host: Any) -> tuple[str, str | None, str | None]:
+    """`(state, detail, lease)` of a runtime Host for `gpuledger status`: `unauthorized` (no
+    lease) while the server refuses its key, else `refusing` with the gap it is stuck on, else
+    `running`."""
+    refused = getattr(getattr(host, "bus", None), "auth_failure", None)
+    if refused:
+        return "unauthorized", refused, None
+    return ("refusing" if host.gap else "running"), host.gap, lease_role(host)
 
 
 def lease_role(host: Any) -> str | None:

@@ -125,8 +125,30 @@ def test_rotate_changes_the_key(tmp_path):
     assert new.public_key != old.public_key and new.file == old.file
     assert stat.S_IMODE((d.path / new.file).stat().st_mode) == 0o600
     conf = (d.path / "auth.conf").read_text()
-    assert new.public_key in conf and old.public_key not in conf
-    assert client_options(d.creds("ci:team-a"))["inbox_prefix"] == f"_INBOX_{new.public_key}"
+    assert f'nkey: "{new.public_key}"' in conf and f'nkey: "{old.public_key}"' not in conf
+    # the reply prefix is kept (a running client's subscriptions outlive its old key); a
+    # process holding only the new seed may use its own key's prefix too
+    kept = f"_INBOX_{old.public_key}"
+    assert client_options(d.creds("ci:team-a"))["inbox_prefix"] == kept
+    assert f"{kept}.>" in conf and f"_INBOX_{new.public_key}.>" in conf
+    d.add("ci:team-a", rotate=True)  # a second rotation keeps the first prefix
+    assert client_options(d.creds("ci:team-a"))["inbox_prefix"] == kept
+    assert d.principals()["ci:team-a"].inbox_prefix == kept
+    assert f"_INBOX_{new.public_key}" not in (d.path / "auth.conf").read_text()
+
+
+def test_remove_deletes_the_identity_and_its_key(tmp_path):
+    d = init(tmp_path, tenants=["team-a"], nodes=["n-1"])
+    key = d.creds("node:n-1")
+    public = d.principals()["node:n-1"].public_key
+    assert d.remove("node:n-1") == ["node:n-1"]
+    assert "node:n-1" not in d.principals() and not key.exists()
+    assert public not in (d.path / "auth.conf").read_text()
+    with pytest.raises(AuthError, match="rotate its key instead"):
+        d.remove("scheduler")
+    with pytest.raises(AuthError, match="no identity 'ci:team-b'"):
+        d.remove("ci:team-a", "ci:team-b")
+    assert "ci:team-a" in d.principals()  # nothing removed when one name is bad
 
 
 def test_principal_of_creds(tmp_path):
