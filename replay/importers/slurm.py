@@ -19,8 +19,12 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   file, are one job: rows are sorted by job id in bounded memory (an external merge sort);
   submitted at the first row's Submit, run time of the last row (`requeued` counts the earlier
   ones, kept as runs in the observation sidecar with their states);
-- array tasks (`123_4`) are jobs `123_4`; a pending array record `123_[5-9%2]` becomes one
-  pending job per task (`123_5` ... `123_9`);
+- array tasks (`123_4`) and pending array records `123_[5-9%2]` (one pending task each) are
+  one array job `123` (`JobSpec.array`: first index, count, `%N` -> max_running) of tasks
+  `123@4` ..., each with its own run time (`array.durations_s`), cancel and observation; the
+  array's shape is its allocated tasks' most common one (else the most common requested); a
+  task of another shape is a job of its own `123_4` (`array_tasks_split`); a hole in the
+  indexes starts another array `123_<first>-<last>` (`_emit_array`);
 - heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
   same per-node shape, else one job per component (`123+0`, ...);
 - `NNodes` > 1: a gang of that many members, each with 1/N of the job's GPUs, CPUs and
@@ -39,8 +43,9 @@ Rules (every row either becomes part of a job or is skipped with its line and re
 - an optional `Dependency` column (as `squeue -o %E` / `scontrol show job` print it:
   `afterok:123,afterany:124:125_3(unfulfilled)`) -> `depends_on`: `afterok` succeeded,
   `afternotok` failed, `afterany` finished, `after` started (a `+minutes` delay is dropped);
-  a dependency on an array job names each of its imported tasks; one on a job outside the
-  dump or of another tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
+  a dependency on an array job names the array (and its tasks imported as jobs of their
+  own), one on a task `123_4` the task `123@4`; one on a job outside the dump or of another
+  tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
   are dropped and counted in the summary's `dependencies_dropped`;
 - QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
 - Partition -> node selector of the partition's node label, when the nodes carry partition
