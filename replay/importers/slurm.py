@@ -834,6 +834,10 @@ def _emit_array(
         )
         if job is None:
             continue
+        if job.end_ms is not None and job.end_ms < (job.start_ms or job.submit_ms):
+            what = "start" if job.start_ms is not None else "submit"
+            log.skips.skip(where(last.line), f"end time before {what} time")
+            continue  # (checked here so that one task's times never drop its array)
         rest = (
             job.tenant,
             job.priority_class,

@@ -135,3 +135,23 @@ def test_an_array_whose_durations_do_not_match_its_tasks_is_refused(imported):
     (rejected,) = [e for _, _, e in sim.log if isinstance(e, ev.JobRejected) and e.job_id == "2000"]
     assert rejected.reason == "InvalidSpec"
     assert "array.durations_s: one per task (2), got 1" in rejected.message
+
+
+def test_a_task_with_impossible_times_is_skipped_alone_and_its_array_kept(tmp_path):
+    rows = [
+        row("3000_0", 3001, 60, 120, "COMPLETED"),
+        row("3000_1", 3002, 600, 300, "COMPLETED"),  # ends before it starts
+        row("3000_2", 3003, 60, 90, "COMPLETED"),
+    ]
+    sacct, sinfo, out = tmp_path / "sacct.txt", tmp_path / "sinfo.txt", tmp_path / "a.jsonl"
+    sacct.write_text("\n".join([HEADER, *rows]) + "\n")
+    sinfo.write_text("g1|64|1000000|gpu:8\n")
+    summary = import_slurm(sacct, out, sinfo=sinfo).summary
+    assert summary["skipped"]["end time before start time"]["first"] == [f"{sacct}:3"]
+    arrays = {
+        e.job.job_id: e.job.array for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)
+    }
+    assert arrays == {
+        "3000": ev.ArraySpec(count=1, first=0, durations_s=(60,)),
+        "3000_2-2": ev.ArraySpec(count=1, first=2, durations_s=(30,)),
+    }
