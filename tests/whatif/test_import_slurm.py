@@ -183,7 +183,10 @@ def test_cli_summary(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.output
-    assert "jobs 17 (3 gangs, 22 members), 2 tenants, observed 429.5 GPU-hours" in r.output
+    assert (
+        "jobs 17 (3 gangs, 22 members; 5 tasks in 1 arrays, 0 imported on their own), 2 tenants, "
+        "observed 429.5 GPU-hours"
+    ) in r.output
     assert "1 x no Submit time:" in r.output
     r = CliRunner().invoke(
         app, ["replay", str(tmp_path / "o.jsonl"), "--out", str(tmp_path / "r.jsonl")]
