@@ -121,6 +121,17 @@ def test_the_observed_baseline_keeps_each_task_under_the_replay_s_id(imported):
     assert done["2000@1"] - placed["2000@1"] == 300_000
     # 2011 waited for task 1 only, not for the whole array
     assert placed["2011"] == done["2000@1"]
+    # `%2`: two tasks at a time: 3 and 4 at once, 5 when 3 is cancelled (at its recorded
+    # End, 120 s), 6 when 4 is stopped at its 1 h limit + 30 s grace (pending tasks have no
+    # run time of their own)
+    at = {i: (placed[f"2000_3-6@{i}"] - T0_MS) // 1000 for i in range(3, 7)}
+    assert at == {3: 0, 4: 0, 5: 120, 6: 3630}
+    capped = [
+        e.reason
+        for _, _, e in sim.log
+        if isinstance(e, ev.PendingReasonChanged) and e.job_id == "2000_3-6@6"
+    ]
+    assert capped[-1] == "ArrayTaskLimit"
 
 
 def test_an_array_whose_durations_do_not_match_its_tasks_is_refused(imported):
