@@ -123,6 +123,13 @@ class ArraySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """At most this many tasks placed at once (Slurm `%N`); None: no cap."""
     first: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
     """Index of the first task (Slurm `--array=1-10`: 1)."""
+    durations_s: (
+        Annotated[tuple[Quantity | None, ...], msgspec.Meta(max_length=MAX_ARRAY)]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
+    """Each task's own duration hint, in index order (`count` entries; None: the task has
+    none), for imported arrays whose tasks ran for different times (`gpuledger import
+    slurm`); unset: every task takes the array's `duration_s`."""
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -18,7 +18,11 @@ to the replayed log, so `compare` of two replays finds it).
 
 First line: the header (`Header`): the trace window, the GPU capacity of the imported nodes,
 the SLO class of every priority class the import configured, the checkpoint assumption. Then
-one `Observation` per job, in the order the importer read them.
+one `Observation` per job, in the order the importer read them. An imported array job (Slurm
+`123_4`, `123_[5-9%2]`) has one observation per task, under the task id the replay gives it
+(`123@4`), with that task's own times and state, and none for the array itself, so the
+observed column counts the same jobs as the replay's metrics (which count an array as its
+tasks).
 """
 
 from __future__ import annotations

@@ -51,9 +51,24 @@ def job_rows(ledger: Ledger) -> list[dict[str, Any]]:
                     for p in job.preemptions
                 ],
                 "completed_at_s": job.finished_ms / 1000 if job.state == "completed" else None,
+                **({"tasks": job.spec.array.count} if job.spec.array else {}),
             }
         )
     return rows
+
+
+def jobs_text(rows: list[dict[str, Any]]) -> str:
+    """`N jobs (M arrays) {state: count}` of `job_rows`: an array's tasks are jobs, the array
+    itself is not counted once more (as `sacct` lists them, and as the run metrics count)."""
+    states: dict[str, int] = {}
+    arrays = 0
+    for j in rows:
+        if "tasks" in j:
+            arrays += 1
+            continue
+        states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
+    jobs = sum(states.values())
+    return f"{jobs} jobs" + (f" ({arrays} arrays)" if arrays else "") + f" {states}"
 
 
 def metrics(log: list[tuple[int, str, Event]]) -> dict[str, Any]:

@@ -216,6 +216,9 @@ class ImportLog:
         self.duplicates = 0
         self.spread = 0
         self.selected = 0
+        self.arrays = 0
+        self.array_tasks = 0
+        self.array_tasks_split = 0
 
     # ------------------------------------------------------------------ adding
     def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
@@ -248,19 +251,10 @@ class ImportLog:
         except ev.InvalidId as exc:
             self.skips.skip(where, str(exc))
             return False
-        start, end = job.start_ms, job.end_ms
-        duration = None
-        cancel_at = None
-        if start is not None and end is not None:
-            if end < start:
-                self.skips.skip(where, "end time before start time")
-                return False
-            duration = -(-(end - start) // 1000)
-        elif start is None and end is not None:
-            if end < job.submit_ms:
-                self.skips.skip(where, "end time before submit time")
-                return False
-            cancel_at = end
+        timing = self._timing(job, where)
+        if timing is None:
+            return False
+        duration, cancel_at = timing
         checkpoint = self.checkpoint.policy(job.priority_class, job.partition, job.source_priority)
         spec = ev.JobSpec(
             job_id=job.job_id,
@@ -283,28 +277,115 @@ class ImportLog:
             job.line,
             submission(spec, now_ms=job.submit_ms, producer=self.producer),
         )
-        if cancel_at is not None:
-            self._push(
-                cancel_at,
-                1,
-                job.line,
-                stamp(
-                    ev.JobCancelled,
-                    key=job.job_id,
-                    producer=self.producer,
-                    now_ms=cancel_at,
-                    correlation_id=job.job_id,
-                    job_id=job.job_id,
-                    tenant=job.tenant,
-                    reason="DeletedBeforeScheduled",
-                ),
-            )
-            self.cancels += 1
-        elif start is None:
-            self.pending += 1
-        elif end is None:
-            self.running += 1
         self._ids.append(_hash(job.job_id))
+        self._count(job, duration, cancel_at)
+        self._observe(job, checkpoint)
+        return True
+
+    def _timing(self, job: ObservedJob, where: str) -> tuple[int | None, int | None] | None:
+        """(duration_s, cancel time) of a job from its observed times; None (and the row
+        skipped with its reason) when they contradict each other."""
+        start, end = job.start_ms, job.end_ms
+        if start is not None and end is not None:
+            if end < start:
+                self.skips.skip(where, "end time before start time")
+                return None
+            return -(-(end - start) // 1000), None
+        if start is None and end is not None:
+            if end < job.submit_ms:
+                self.skips.skip(where, "end time before submit time")
+                return None
+            return None, end
+        return None, None
+
+    def _cancel(self, job: ObservedJob, cancel_at: int) -> None:
+        self._push(
+            cancel_at,
+            1,
+            job.line,
+            stamp(
+                ev.JobCancelled,
+                key=job.job_id,
+                producer=self.producer,
+                now_ms=cancel_at,
+                correlation_id=job.job_id,
+                job_id=job.job_id,
+                tenant=job.tenant,
+                reason="DeletedBeforeScheduled",
+            ),
+        )
+
+    def add_array(
+        self,
+        array_id: str,
+        tasks: list[tuple[int, ObservedJob]],
+        max_running: int | None,
+        where: str,
+        resources: ev.Resources | None = None,
+    ) -> bool:
+        """Add one array job of the tasks `(index, job)` (contiguous indexes, one shape: the
+        first task's resources, class, selector, time limit and dependencies; job ids
+        `<array>@<index>`): one submission at the earliest task's submit time whose
+        `array.durations_s` carries each task's own run time, a `JobCancelled` for each task
+        cancelled before it started, and one observation per task. False (and the rows
+        skipped) when the array id or a task's times cannot be imported."""
+        try:
+            ev.validate_job_id(array_id)
+            ev.validate_token("task id", tasks[-1][1].job_id)
+        except ev.InvalidId as exc:
+            self.skips.skip(where, str(exc))
+            return False
+        timings = []
+        for _, job in tasks:
+            timing = self._timing(job, f"{where} ({job.job_id})")
+            if timing is None:
+                return False
+            timings.append(timing)
+        head = tasks[0][1]
+        submit = min(job.submit_ms for _, job in tasks)
+        checkpoint = self.checkpoint.policy(
+            head.priority_class, head.partition, head.source_priority
+        )
+        known = [d for d, _ in timings if d is not None]
+        spec = ev.JobSpec(
+            job_id=array_id,
+            tenant=head.tenant,
+            priority_class=head.priority_class,
+            replicas=head.replicas,
+            resources=resources if resources is not None else head.resources,
+            checkpoint=checkpoint,
+            duration_s=max(known) if known else None,
+            spread=head.spread if head.spread is not None else msgspec.UNSET,
+            node_selector=dict(sorted(head.node_selector.items()))
+            if head.node_selector
+            else msgspec.UNSET,
+            time_limit_s=head.time_limit_s if head.time_limit_s else msgspec.UNSET,
+            depends_on=head.depends_on if head.depends_on else msgspec.UNSET,
+            array=ev.ArraySpec(
+                count=len(tasks),
+                max_running=max_running,
+                first=tasks[0][0],
+                durations_s=tuple(d for d, _ in timings),
+            ),
+        )
+        self._push(submit, 0, head.line, submission(spec, now_ms=submit, producer=self.producer))
+        self._ids.append(_hash(array_id))
+        self.arrays += 1
+        for (_, job), (duration, cancel_at) in zip(tasks, timings, strict=True):
+            self._count(job, duration, cancel_at)
+            self._observe(job, checkpoint)
+        self.array_tasks += len(tasks)
+        return True
+
+    def _count(self, job: ObservedJob, duration: int | None, cancel_at: int | None) -> None:
+        """Count one job (or one array task) in the summary; push its cancel."""
+        if cancel_at is not None:
+            self._cancel(job, cancel_at)
+            self.cancels += 1
+        elif job.start_ms is None:
+            self.pending += 1
+        elif job.end_ms is None:
+            self.running += 1
         self.jobs += 1
         self.members += job.replicas
         if job.replicas > 1:
@@ -320,8 +401,6 @@ class ImportLog:
         self.by_tenant[job.tenant] = self.by_tenant.get(job.tenant, 0) + 1
         shape = shape_of(job.resources)
         self.by_shape[shape] = self.by_shape.get(shape, 0) + 1
-        self._observe(job, checkpoint)
-        return True
 
     def _observe(self, job: ObservedJob, checkpoint: ev.CheckpointPolicy) -> None:
         """Write what the source recorded of `job` to the observation sidecar."""
@@ -500,6 +579,15 @@ class ImportLog:
             "checkpoint": self.checkpoint.summary(),
             "observed": None if self.observed_path is None else str(self.observed_path),
             "spread_limited": self.spread,
+            **(
+                {
+                    "arrays": self.arrays,
+                    "array_tasks": self.array_tasks,
+                    "array_tasks_split": self.array_tasks_split,
+                }
+                if self.arrays or self.array_tasks_split
+                else {}
+            ),
             **({"node_selected": self.selected} if self.selected else {}),
             "by_class": dict(sorted(self.by_class.items())),
             "tenants": len(self.by_tenant),

@@ -158,6 +158,9 @@ class Naming:
         """Warnings an importer collected (MIG geometry), one line each."""
         self.known_jobs: dict[str, list[tuple[str, str]]] = {}
         """Job ids a dump imports by base id, with their tenants (Slurm `Dependency`)."""
+        self.arrays: dict[str, dict[str, tuple[str, str]]] = {}
+        """Slurm array tasks imported so far, by base id: `{'123': {'123_4': ('123@4', '123'),
+        '123_9': ('123_9', '123_9')}}` (its imported id; the job it is in)."""
         self.dependencies_dropped = 0
         """Source dependencies an importer could not keep."""
         self.partition: Callable[[str], dict[str, str] | None] = lambda _: None

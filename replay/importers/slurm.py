@@ -19,8 +19,12 @@ Rules (every row either becomes part of a job or is skipped with its line and re
   file, are one job: rows are sorted by job id in bounded memory (an external merge sort);
   submitted at the first row's Submit, run time of the last row (`requeued` counts the earlier
   ones, kept as runs in the observation sidecar with their states);
-- array tasks (`123_4`) are jobs `123_4`; a pending array record `123_[5-9%2]` becomes one
-  pending job per task (`123_5` ... `123_9`);
+- array tasks (`123_4`) and pending array records `123_[5-9%2]` (one pending task each) are
+  one array job `123` (`JobSpec.array`: first index, count, `%N` -> max_running) of tasks
+  `123@4` ..., each with its own run time (`array.durations_s`), cancel and observation; the
+  array's shape is its allocated tasks' most common one (else the most common requested); a
+  task of another shape is a job of its own `123_4` (`array_tasks_split`); a hole in the
+  indexes starts another array `123_<first>-<last>` (`_emit_array`);
 - heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
   same per-node shape, else one job per component (`123+0`, ...);
 - `NNodes` > 1: a gang of that many members, each with 1/N of the job's GPUs, CPUs and
@@ -39,8 +43,9 @@ Rules (every row either becomes part of a job or is skipped with its line and re
 - an optional `Dependency` column (as `squeue -o %E` / `scontrol show job` print it:
   `afterok:123,afterany:124:125_3(unfulfilled)`) -> `depends_on`: `afterok` succeeded,
   `afternotok` failed, `afterany` finished, `after` started (a `+minutes` delay is dropped);
-  a dependency on an array job names each of its imported tasks; one on a job outside the
-  dump or of another tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
+  a dependency on an array job names the array (and its tasks imported as jobs of their
+  own), one on a task `123_4` the task `123@4`; one on a job outside the dump or of another
+  tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
   are dropped and counted in the summary's `dependencies_dropped`;
 - QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
 - Partition -> node selector of the partition's node label, when the nodes carry partition
@@ -49,6 +54,7 @@ Rules (every row either becomes part of a job or is skipped with its line and re
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import os
 import re
@@ -62,6 +68,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.replay.importers.common import (
     ImportLog,
     ObservedJob,
@@ -433,10 +440,20 @@ def import_slurm(
         group: list[_Row] = []
         steps = 0
 
+        array: list[list[_Row]] = []  # the task rows of one array (all its tasks at once)
+
         def flush() -> None:
             if group:
-                _emit(group, log, naming, tenant_from, tz, where)
+                if group[0].task is not None and all(r.het is None for r in group):
+                    array.append(list(group))
+                else:
+                    _emit(group, log, naming, tenant_from, tz, where)
                 group.clear()
+
+        def flush_array() -> None:
+            if array:
+                _emit_array(array[0][0].base, array, log, naming, tenant_from, tz, where)
+                array.clear()
 
         for line, values in _rows_by_job(f, header, bar, log, where, run_size):
             row = dict(zip(header, values, strict=True))
@@ -455,8 +472,11 @@ def import_slurm(
                 continue
             if group and (group[0].base != base or group[0].task != task):
                 flush()
+            if array and array[0][0].base != base:
+                flush_array()
             group.append(_Row(line, base, task, None if het is None else int(het), row))
         flush()
+        flush_array()
         bar.done()
     doc = naming.document(sum(len(n.gpus) for n in nodes))
     at_ms = log.first_ms or 0
@@ -715,30 +735,6 @@ def _emit(
                 )
         return
     task = first.task
-    if task is not None and task.startswith("["):
-        last = group[-1]
-        shape = _shape(last.fields, where(last.line), log)
-        if shape is None:
-            return
-        try:
-            tasks = expand_tasks(task)
-        except ValueError:
-            log.skips.skip(where(last.line), f"cannot read array range {task!r}")
-            return
-        for t in tasks:
-            _job(
-                f"{first.base}_{t}",
-                last,
-                group,
-                shape[0],
-                shape[1],
-                log,
-                naming,
-                tenant_from,
-                tz,
-                where,
-            )
-        return
     last = group[-1]
     shape = _shape(last.fields, where(last.line), log)
     if shape is None:
@@ -747,15 +743,182 @@ def _emit(
     _job(job_id, last, group, shape[0], shape[1], log, naming, tenant_from, tz, where)
 
 
+class _Quiet:
+    """An import log that forgets its skips (a second reading of a row already read)."""
+
+    class skips:  # noqa: N801 - quacks like ImportLog.skips
+        @staticmethod
+        def skip(where: str, reason: str) -> None:
+            pass
+
+
+@dataclass
+class _Task:
+    index: int
+    job: ObservedJob
+    allocated: bool
+    key: tuple
+    """Its shape as allocated (as requested when never allocated) and what else an array's
+    tasks share: tenant, class, partition, selector, time limit, dependencies."""
+    requested: tuple
+    """Its shape as requested, with the same rest."""
+
+
+def _emit_array(
+    base: str,
+    groups: list[list[_Row]],
+    log: ImportLog,
+    naming: Naming,
+    tenant_from: str,
+    tz: ZoneInfo,
+    where: Callable[[int], str],
+) -> None:
+    """The rows of array `base` (tasks `base_4`, pending records `base_[5-9%2]`) as an array
+    job `base` (docs/importers.md, "Arrays"): its shape is the most common among its
+    allocated tasks (as allocated; ties: the lowest index), or among all its tasks (as
+    requested) when none was allocated; a task that was allocated another shape, or never
+    allocated and requested another, is imported as a job of its own `base_<index>`
+    (counted in the summary's `array_tasks_split`). The tasks of that shape form one array
+    per run of consecutive indexes: `base` for the first, `base_<first>-<last>` after a hole
+    (a task of another shape, or one the dump does not hold)."""
+    entries: dict[int, list[_Row]] = {}
+    max_running = None
+    for group in groups:
+        last, spec = group[-1], group[0].task or ""
+        try:
+            indexes = [int(t) for t in expand_tasks(spec)] if spec.startswith("[") else [int(spec)]
+        except ValueError:
+            log.skips.skip(where(last.line), f"cannot read array range {spec!r}")
+            continue
+        limit = spec.strip("[]").partition("%")[2]
+        if limit.isdigit() and int(limit) > 0:
+            max_running = int(limit)  # Slurm `%N`
+        for i in indexes:
+            if i in entries:
+                log.skips.skip(where(last.line), f"array task {base}_{i} listed twice")
+            else:
+                entries[i] = group
+    deps: dict[tuple[str, str], tuple[ev.Dependency, ...]] = {}
+
+    def dependency(text: str, tenant: str) -> tuple[ev.Dependency, ...]:
+        if (text, tenant) not in deps:  # once per array (its dropped ones counted once)
+            deps[text, tenant] = _depends_on(text, base, tenant, naming)
+        return deps[text, tenant]
+
+    shapes: dict[int, tuple] = {}
+    tasks: list[_Task] = []
+    for i in sorted(entries):
+        group = entries[i]
+        last = group[-1]
+        if id(group) not in shapes:
+            requested = {**last.fields, "AllocTRES": "", "AllocGRES": ""}
+            shapes[id(group)] = (
+                _shape(last.fields, where(last.line), log),
+                _shape(requested, where(last.line), _Quiet),  # type: ignore[arg-type]
+            )
+        shape, requested = shapes[id(group)]
+        if shape is None:
+            continue  # skipped with its reason
+        job = _observed(
+            f"{base}{ARRAY_SEPARATOR}{i}",
+            last,
+            group,
+            shape[0],
+            shape[1],
+            log,
+            naming,
+            tenant_from,
+            tz,
+            where,
+            dependency,
+        )
+        if job is None:
+            continue
+        if job.end_ms is not None and job.end_ms < (job.start_ms or job.submit_ms):
+            what = "start" if job.start_ms is not None else "submit"
+            log.skips.skip(where(last.line), f"end time before {what} time")
+            continue  # (checked here so that one task's times never drop its array)
+        rest = (
+            job.tenant,
+            job.priority_class,
+            job.partition,
+            tuple(sorted((job.node_selector or {}).items())),
+            job.time_limit_s,
+            job.depends_on,
+        )
+        allocated = any((last.fields.get(c) or "").strip() for c in ("AllocTRES", "AllocGRES"))
+        asked = (requested or shape)[:2]
+        tasks.append(_Task(i, job, allocated, (*shape[:2], *rest), (*asked, *rest)))
+    if not tasks:
+        return
+    pool = [t for t in tasks if t.allocated] or tasks
+    counts: dict[tuple, int] = {}
+    for t in pool:
+        counts[t.key] = counts.get(t.key, 0) + 1
+    best = max(pool, key=lambda t: (counts[t.key], -t.index))  # first of the most common
+    fits = [
+        t for t in tasks if (t.key == best.key if t.allocated else t.requested == best.requested)
+    ]
+    runs: list[list[_Task]] = []
+    for t in fits:  # runs of consecutive indexes
+        if runs and runs[-1][-1].index == t.index - 1:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    placed = naming.arrays.setdefault(base, {})
+    fit = {t.index for t in fits}
+    for n, run in enumerate(runs):
+        # the first run is the array `base`; one after a hole `base_<first>-<last>`
+        array_id = base if n == 0 else f"{base}_{run[0].index}-{run[-1].index}"
+        members = [
+            (t.index, dataclasses.replace(t.job, job_id=f"{array_id}{ARRAY_SEPARATOR}{t.index}"))
+            for t in run
+        ]
+        if log.add_array(
+            array_id, members, max_running, where(run[0].job.line), resources=best.job.resources
+        ):
+            for i, job in members:
+                placed[f"{base}_{i}"] = (job.job_id, array_id)
+    for t in tasks:
+        if t.index not in fit:
+            own = dataclasses.replace(t.job, job_id=f"{base}_{t.index}")
+            if log.add_job(own, where(t.job.line)):
+                placed[own.job_id] = (own.job_id, own.job_id)
+                log.array_tasks_split += 1
+
+
+def _imported_ids(names: list[str], whole: bool, base: str, naming: Naming) -> list[str]:
+    """The imported ids of Slurm job ids `names` of job `base`: an array task `123_4` is
+    `123@4` (`123_7-9@8` in an array after a hole, `123_4` when imported as a job of its
+    own); with `whole` (a dependency on the whole job `123`) each task is the job it is in
+    (the array `123`, `123_7-9`, or itself)."""
+    placed = naming.arrays.get(base)
+    out: list[str] = []
+    for n in names:
+        if "_" not in n:
+            out.append(n)
+            continue
+        if placed is None:  # an array later in the dump: its tasks assumed in the array
+            imported, job = f"{base}{ARRAY_SEPARATOR}{n.split('_', 1)[1]}", base
+        elif n in placed:
+            imported, job = placed[n]
+        else:
+            continue  # a task the import skipped
+        out.append(job if whole else imported)
+    return list(dict.fromkeys(out))
+
+
 def _depends_on(text: str, job_id: str, tenant: str, naming: Naming) -> tuple[ev.Dependency, ...]:
     """`depends_on` of a job from its `Dependency` cell: jobs of the dump and of its tenant
-    only (an array job stands for each of its tasks); the rest is counted as dropped."""
+    only (a dependency on an array names the array, one on a task names the task
+    `123@4`); the rest is counted as dropped."""
     deps, dropped = parse_dependency(text)
     out: list[ev.Dependency] = []
     for job, on in deps:
         base = job.split("_", 1)[0]
         tasks = [i for i, t in naming.known_jobs.get(base, []) if t == tenant]
         names = [job] if job in tasks else (tasks if job == base else [])
+        names = _imported_ids(names, job == base, base, naming)
         names = [n for n in names if n != job_id]
         if not names:
             dropped.append(f"{job} (not a job of the dump in tenant {tenant})")
@@ -776,6 +939,26 @@ def _job(
     tz: ZoneInfo,
     where: Callable[[int], str],
 ) -> None:
+    job = _observed(job_id, last, records, res, nodes, log, naming, tenant_from, tz, where)
+    if job is not None:
+        log.add_job(job, where(last.line))
+
+
+def _observed(
+    job_id: str,
+    last: _Row,
+    records: list[_Row],
+    res: ev.Resources,
+    nodes: int,
+    log: ImportLog,
+    naming: Naming,
+    tenant_from: str,
+    tz: ZoneInfo,
+    where: Callable[[int], str],
+    dependency: Callable[[str, str], tuple[ev.Dependency, ...]] | None = None,
+) -> ObservedJob | None:
+    """The job a group of rows records (its last row's shape and times, its first row's
+    Submit, the earlier rows as runs), or None (and the row skipped) when unreadable."""
     row = last.fields
     try:
         submit = parse_time(records[0].fields["Submit"], tz)
@@ -783,10 +966,10 @@ def _job(
         end = parse_time(row["End"], tz)
     except ValueError as exc:
         log.skips.skip(where(last.line), f"cannot read a time: {exc}")
-        return
+        return None
     if submit is None:
         log.skips.skip(where(last.line), "no Submit time")
-        return
+        return None
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
     if never_ran(row):
         start = None  # Start = End = the cancel time of a job that was never given nodes
@@ -830,6 +1013,8 @@ def _job(
         partition=row.get("Partition", "").strip() or None,
         source_priority=qos.strip() or None,
         time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
-        depends_on=_depends_on(row.get("Dependency") or "", job_id, tenant, naming),
+        depends_on=(dependency or (lambda t, _: _depends_on(t, job_id, tenant, naming)))(
+            row.get("Dependency") or "", tenant
+        ),
     )
-    log.add_job(job, where(last.line))
+    return job

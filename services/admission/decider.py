@@ -224,6 +224,12 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
             raise Rejection(
                 "InvalidSpec", "array: a service has replicas, not tasks; leave array out"
             )
+        durations = spec.array.durations_s
+        if durations is not msgspec.UNSET and len(durations) != spec.array.count:
+            raise Rejection(
+                "InvalidSpec",
+                f"array.durations_s: one per task ({spec.array.count}), got {len(durations)}",
+            )
         last = spec.array.first + spec.array.count - 1
         try:
             validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")

@@ -160,12 +160,11 @@ def simulate(
         else:
             json_out.write_text(text)
     if show:
+        from gpuledger.replay.report import jobs_text
+
         m = data["metrics"]
-        states: dict[str, int] = {}
-        for j in data["jobs"]:
-            states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
         typer.echo(
-            f"\n{len(data['jobs'])} jobs {states}; {data['events']} events; t={data['final_time_s']:.0f}s; "
+            f"\n{jobs_text(data['jobs'])}; {data['events']} events; t={data['final_time_s']:.0f}s; "
             f"preemptions {m['preemptions']}, lost {m['lost_gpu_hours']:.3f} GPU-h, "
             f"allocation {pct_text(m['gpu_allocation_pct'])}"
         )

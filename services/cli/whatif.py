@@ -219,13 +219,12 @@ def replay(
         json_out.write_text(json.dumps(data, indent=2))
     if duckdb is not None:
         _project(out, duckdb)
-    states: dict[str, int] = {}
-    for j in data["jobs"]:
-        states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
+    from gpuledger.replay.report import jobs_text
+
     m = data["metrics"]
     typer.echo(
         f"replayed {len(entries)} recorded events -> {len(sim.log)} events in {elapsed:.2f}s "
-        f"({len(sim.log) / max(elapsed, 1e-9):,.0f} events/s); jobs {states}; "
+        f"({len(sim.log) / max(elapsed, 1e-9):,.0f} events/s); {jobs_text(data['jobs'])}; "
         f"allocation {pct_text(m['gpu_allocation_pct'])}, preemptions {m['preemptions']}, "
         f"lost {m['lost_gpu_hours']:.2f} GPU-h; wrote {out}"
     )

@@ -133,7 +133,14 @@ def summary_text(s: dict) -> str:
     shapes = ", ".join(f"{k} {v}" for k, v in s["by_shape"].items()) or "none"
     lines = [
         f"wrote {s['events']} events to {s['out']} in {s['wall_s']:.2f}s: {s['nodes']} nodes ({s['gpus']} GPUs)",
-        f"  jobs {s['jobs']} ({s['gangs']} gangs, {s['members']} members), {s['tenants']} tenants, "
+        f"  jobs {s['jobs']} ({s['gangs']} gangs, {s['members']} members"
+        + (
+            f"; {s['array_tasks']} tasks in {s['arrays']} arrays, "
+            f"{s['array_tasks_split']} imported on their own"
+            if s.get("arrays") or s.get("array_tasks_split")
+            else ""
+        )
+        + f"), {s['tenants']} tenants, "
         f"observed {s['gpu_hours']:,.1f} GPU-hours",
         f"  classes: {classes}",
         f"  shapes: {shapes}",

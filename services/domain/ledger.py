@@ -88,6 +88,13 @@ def task_spec(spec: JobSpec, index: int) -> JobSpec:
     """The spec of one task of an array job: the array's shape under the task's id."""
     fields = {f: getattr(spec, f) for f in JobSpec.__struct_fields__}  # also of a read-only view
     fields.update(job_id=task_id(spec.job_id, index), array=msgspec.UNSET)
+    arr = spec.array
+    if (
+        arr
+        and arr.durations_s is not msgspec.UNSET
+        and 0 <= index - arr.first < len(arr.durations_s)
+    ):
+        fields.update(duration_s=arr.durations_s[index - arr.first])  # its own (imported)
     return JobSpec(**fields)
 
 

@@ -166,3 +166,15 @@ def test_run_metrics_count_an_array_as_its_tasks():
     m = measure(sim.log).metrics
     assert m["jobs"]["submitted"] == m["jobs"]["completed"] == 14  # 10 + 4 tasks
     assert m["never_placed_by_class"] == {"batch": 0}
+
+
+def test_the_simulate_summary_counts_an_array_s_tasks_as_the_jobs():
+    """Given examples/arrays.yaml (sweep: 10 tasks, grid: 4), when simulated, then the summary
+    line counts 14 jobs in 2 arrays, not 16 (the arrays are not jobs once more)."""
+    from typer.testing import CliRunner
+
+    from gpuledger.services.cli.main import app
+
+    result = CliRunner().invoke(app, ["simulate", str(EXAMPLES / "arrays.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "\n14 jobs (2 arrays) {'completed': 14};" in result.output

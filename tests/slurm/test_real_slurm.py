@@ -98,6 +98,16 @@ def sacct_runs(path: Path) -> dict[str, list[Run]]:
     return jobs
 
 
+def task_id(job: str) -> str:
+    """The gpuledger id of a sacct job id: an array task `2_3` is task `2@3` of array `2`."""
+    return job.replace("_", "@", 1)
+
+
+def submission(job: str) -> str:
+    """The submission a sacct job id is imported as: the array `2` for task `2_3`."""
+    return job.split("_", 1)[0]
+
+
 def nearest_rank(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[round(q * (len(s) - 1))]
@@ -199,19 +209,21 @@ def test_sacct_records_the_workload(dump, runs):
 
 
 def test_import_has_every_job_and_the_gpus_sacct_gives_whole_gpu_jobs(dump, runs, imported):
-    """When the dump is imported, then there is one job per sacct job id, and each job that
-    asked for untyped GPUs has as many GPUs (members x GPUs per member) as sacct's gres/gpu."""
+    """When the dump is imported, then there is one job per sacct job id (an array's tasks
+    are the tasks of one array submission), and each job that asked for untyped GPUs has as
+    many GPUs (members x GPUs per member) as sacct's gres/gpu."""
     j = dump.jobs
     jobs = imported.submitted()
     assert imported.summary["jobs"] == len(runs) == (15 if dump.live else 14)
-    assert sorted(jobs) == sorted(runs)
+    assert sorted(jobs) == sorted({submission(job) for job in runs})
+    assert (imported.summary["arrays"], imported.summary["array_tasks"]) == (1, 4)
     whole = [job for job, rs in runs.items() if not rs[-1].typed]
     assert sorted(whole) == sorted(
         j[n] for n in ("cpuonly", "fail", "cancelled", "requeued", "victim", "urgent", *NEVER_STARTED)
         if n in j
     )  # fmt: skip
     for job in whole:
-        spec = jobs[job]
+        spec = jobs[submission(job)]
         assert spec["resources"]["gpus"] * spec["replicas"] == runs[job][-1].gpus, job
     assert jobs[j["victim"]]["resources"]["gpus"] == 4
     assert jobs[j["mpi"]]["replicas"] == 2  # NNodes=2: a gang of two members
@@ -236,7 +248,8 @@ def test_replay_and_whatif_run_every_job(runs, imported, whatif, tmp_path):
     out = tmp_path / "replayed.jsonl"
     gl("replay", imported.log, "--out", out, "--json", tmp_path / "replay.json")
     report = json.loads((tmp_path / "replay.json").read_text())
-    assert sorted(job["id"] for job in report["jobs"]) == sorted(runs)
+    tasks = [job["id"] for job in report["jobs"] if "tasks" not in job]  # not the array's row
+    assert sorted(tasks) == sorted(task_id(job) for job in runs)
     for name in ("recorded", "no-preemption"):
         assert whatif[name]["metrics"]["jobs"]["submitted"] == len(runs)
 
@@ -274,8 +287,31 @@ def test_mig_gres_become_mig_instances_and_requests(dump, runs, imported):
     for job, rs in runs.items():
         if len(rs[-1].typed) == 1 and rs[-1].fields["NNodes"] == "1":
             (profile,) = rs[-1].typed
-            assert jobs[job]["resources"]["mig_profile"] == profile, job
-            assert jobs[job]["resources"]["gpus"] == 0, job
+            assert jobs[submission(job)]["resources"]["mig_profile"] == profile, job
+            assert jobs[submission(job)]["resources"]["gpus"] == 0, job
+
+
+def test_the_array_is_one_array_job_whose_tasks_keep_their_own_times(dump, runs, imported):
+    """Given the array `--array=0-3` (task 3 waited for a free MIG slice), when imported, then
+    it is one array job of 4 tasks each with its own run time, and the observed baseline has
+    one record per task under the id the replay gives it (`2@3`), with sacct's times."""
+    from gpuledger.replay import observed as obs
+
+    arr = dump.jobs["arr"]
+    spec = imported.submitted()[arr]
+    tasks = sorted((k for k in runs if k.startswith(f"{arr}_")), key=lambda k: int(k.split("_")[1]))
+    durations = [int(runs[t][-1].time("End") - runs[t][-1].time("Start")) for t in tasks]
+    assert spec["array"] == {"count": 4, "max_running": None, "first": 0, "durations_s": durations}
+    _, items = obs.read(obs.sidecar(imported.log))
+    seen = {o.job: o for o in items}
+    assert not any(k == arr for k in seen)  # the array itself was never a job of sacct's
+    for t in tasks:
+        o, r = seen[task_id(t)], runs[t][-1]
+        assert (o.start_ms, o.end_ms, o.state) == (
+            r.time("Start") * 1000,
+            r.time("End") * 1000,
+            r.state,
+        )
 
 
 @pytest.mark.xfail(

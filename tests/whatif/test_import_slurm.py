@@ -35,11 +35,7 @@ def test_steps_fold_into_their_job_and_arrays_and_het_jobs_become_jobs(imported)
         "1004",
         "1005",
         "1006",
-        "1010_1",
-        "1010_2",
-        "1010_3",
-        "1010_4",
-        "1010_5",
+        "1010",  # the array: 1010_1, 1010_2 and the pending record 1010_[3-5%2]
         "1020",
         "1022+0",
         "1022+1",
@@ -48,7 +44,9 @@ def test_steps_fold_into_their_job_and_arrays_and_het_jobs_become_jobs(imported)
         "1032",
     ]
     assert summary["steps_folded"] == 8
+    # jobs count an array's tasks (as sacct lists them): 13 submissions, 17 jobs
     assert summary["jobs"] == 17 and summary["gangs"] == 3
+    assert (summary["arrays"], summary["array_tasks"], summary["array_tasks_split"]) == (1, 5, 0)
 
 
 def test_tres_gpus_typed_and_untyped_and_gangs(imported):
@@ -185,7 +183,10 @@ def test_cli_summary(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.output
-    assert "jobs 17 (3 gangs, 22 members), 2 tenants, observed 429.5 GPU-hours" in r.output
+    assert (
+        "jobs 17 (3 gangs, 22 members; 5 tasks in 1 arrays, 0 imported on their own), 2 tenants, "
+        "observed 429.5 GPU-hours"
+    ) in r.output
     assert "1 x no Submit time:" in r.output
     r = CliRunner().invoke(
         app, ["replay", str(tmp_path / "o.jsonl"), "--out", str(tmp_path / "r.jsonl")]

@@ -45,7 +45,7 @@ def test_slurm_rows_keep_their_limits_and_a_timeout_replays_as_one(tmp_path):
     log = list(read_log(out))
     jobs = {e.job.job_id: e.job for _, _, e in log if isinstance(e, ev.JobSubmitted)}
     assert jobs["1001"].time_limit_s == 86400  # 1-00:00:00
-    assert jobs["1010_4"].time_limit_s == 3600  # a pending array task keeps its record's
+    assert jobs["1010"].time_limit_s == 3600  # the array (and its pending tasks) keep theirs
     assert (jobs["1031"].time_limit_s, jobs["1031"].duration_s) == (7200, 7200)  # TIMEOUT
     # the replay: 1031 runs its 2 h and is stopped at its limit
     sim = replay(external_inputs(log))
@@ -117,8 +117,8 @@ def test_slurm_dependencies_of_the_dump_are_kept_and_replayed(tmp_path):
         return [(d.job, d.on) for d in jobs[job_id].depends_on or ()]
 
     assert deps("1030") == [("1001", "succeeded")]
-    # an array job stands for each of its tasks
-    assert deps("1032") == [(f"1010_{t}", "finished") for t in range(1, 6)]
+    # a dependency on an array job (`1010_*`) names the array
+    assert deps("1032") == [("1010", "finished")]
     assert deps("1031") == [("1030", "failed")]  # `singleton` dropped
     assert deps("1002") == []  # 9999 is not in the dump
     assert deps("1005") == []  # an OR-list is not kept
