@@ -1035,27 +1035,25 @@ class Ledger:
     def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
-        if rec is None or rec.ended or job is None or rec.preemption is not None:
-            what = (
-                "unknown"
-                if rec is None
-                else "ended"
-                if rec.ended
-                else "already being preempted"
-                if rec.preemption is not None
-                else "of no job"
-            )
-            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        busy = None if rec is None or rec.preemption is None else "already being preempted"
+        refusal = _not_running(e.allocation_id, rec, job, busy)
+        if refusal is not None:
+            return refusal
+        assert rec is not None and job is not None
         if isinstance(e.ranks, tuple):
             self._check_shrink(e, rec, job)
         rec.preemption = e
         if not isinstance(e.ranks, tuple):  # a shrinking gang keeps running
             job.state = JobState.preempting
-        saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
-        self.expected.set(e.allocation_id, "checkpoint", saved_at)
-        self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
+        self._expect_stop(e.allocation_id, job, e.occurred_at_ms, e.deadline_ms)
         self.nominations.setdefault(e.beneficiary, set()).add(e.allocation_id)
         return None
+
+    def _expect_stop(self, alloc_id: str, job: JobRecord, asked_ms: int, deadline_ms: int) -> None:
+        """When the members asked at `asked_ms` to checkpoint and exit should have saved, and
+        when they must be gone (a preemption's or a time limit's deadline)."""
+        self.expected.set(alloc_id, "checkpoint", asked_ms + job.spec.checkpoint.save_s * 1000)
+        self.expected.set(alloc_id, "deadline", deadline_ms)
 
     def _withdrawn(self, e: ev.JobWithdrawn) -> Refusal | None:
         job = self.jobs.get(e.job_id)
@@ -1070,23 +1068,17 @@ class Ledger:
     def _time_limit_reached(self, e: ev.TimeLimitReached) -> Refusal | None:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
-        if rec is None or rec.ended or job is None or rec.time_limit is not None:
-            what = (
-                "unknown"
-                if rec is None
-                else "ended"
-                if rec.ended
-                else "already stopping at its time limit"
-                if rec.time_limit is not None
-                else "of no job"
-            )
-            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is {what}")
+        busy = (
+            None if rec is None or rec.time_limit is None else "already stopping at its time limit"
+        )
+        refusal = _not_running(e.allocation_id, rec, job, busy)
+        if refusal is not None:
+            return refusal
+        assert rec is not None and job is not None
         rec.time_limit = e
         self.time_limits.clear(e.allocation_id)
         if rec.preemption is None:  # else the preemption's instants stand (they come first)
-            saved_at = e.occurred_at_ms + job.spec.checkpoint.save_s * 1000
-            self.expected.set(e.allocation_id, "checkpoint", saved_at)
-            self.expected.set(e.allocation_id, "deadline", e.deadline_ms)
+            self._expect_stop(e.allocation_id, job, e.occurred_at_ms, e.deadline_ms)
         return None
 
     @staticmethod
@@ -1529,6 +1521,24 @@ MIG_HISTORY = 16
 _ENVELOPE = frozenset(ev.Event.__struct_fields__)
 """Fields every event has (ids, time, producer): not part of what a schedule sets."""
 """Re-geometry request times kept per node (the rate limit allows at most 16 per window)."""
+
+
+def _not_running(
+    alloc_id: str, rec: AllocationRecord | None, job: JobRecord | None, busy: str | None
+) -> Refusal | None:
+    """`NotRunning` unless allocation `rec` of `job` runs and is not `busy` with an earlier
+    stop request (`busy` says which), else None."""
+    if rec is None:
+        what = "unknown"
+    elif rec.ended:
+        what = "ended"
+    elif busy is not None:
+        what = busy
+    elif job is None:
+        what = "of no job"
+    else:
+        return None
+    return Refusal("NotRunning", f"allocation {alloc_id!r} is {what}")
 
 
 def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
