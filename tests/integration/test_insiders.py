@@ -26,6 +26,7 @@ from gpuledger.projections.queries import jobs_rows
 from gpuledger.projections.store import connect_readonly
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -326,10 +327,7 @@ async def test_a_running_projector_recovers_when_its_consumer_is_replaced(cluste
 
 
 async def until(cond, timeout_s: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
+    await eventually_async(cond, timeout_s, what)
 
 
 async def test_a_readers_ordered_consumer_is_renamed_when_nats_py_recreates_it(cluster):

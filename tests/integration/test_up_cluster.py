@@ -15,6 +15,7 @@ import pytest
 from gpuledger.services.runtime.auth import client_options
 from gpuledger.services.runtime.bus import Bus
 from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -76,10 +77,7 @@ def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path
                 return rows
             return None
 
-        deadline = time.monotonic() + 30
-        while (rows := nats_rows()) is None:
-            assert time.monotonic() < deadline, cli("status", cwd=tmp_path).stdout
-            time.sleep(0.5)
+        rows = eventually(nats_rows, 30, "3 NATS nodes current in status", interval_s=0.5)
         assert sorted(r["name"] for r in rows) == ["gpuledger-1", "gpuledger-2", "gpuledger-3"]
         assert all(r["lag"] == 0 for r in rows)
     finally:
