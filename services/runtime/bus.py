@@ -60,6 +60,35 @@ def backoff_delay(wait: tenacity.wait.wait_base, attempt: int) -> float:
     return wait(state)
 
 
+def _retrying(
+    event_type: str, retried: tuple[type[BaseException], ...], within_s: float
+) -> tenacity.AsyncRetrying:
+    """Attempts of one publish: the errors in `retried` are retried with `connect_backoff`
+    for up to `within_s` (one warning line per retry), then the last error is raised."""
+    log = structlog.get_logger("gpuledger.bus")
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        log.warning(
+            "bus.publish_retry",
+            event_type=event_type,
+            error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]  # outcome is set once an attempt failed
+            attempt=state.attempt_number,
+            retry_in_s=round(state.upcoming_sleep, 2),
+        )
+
+    return tenacity.AsyncRetrying(
+        wait=connect_backoff(),
+        stop=tenacity.stop_before_delay(within_s),
+        retry=tenacity.retry_if_exception_type(retried),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+ELECTION_S = 15.0
+"""How long a create waits while the stream does not answer (no responders): a replicated
+stream elects a leader within a few seconds of `up` starting or of a NATS node dying."""
+
 PING_INTERVAL_S = 5
 MAX_OUTSTANDING_PINGS = 3
 """A client pings its server every `PING_INTERVAL_S` and drops a server that has not answered
@@ -527,8 +556,12 @@ class Bus:
         """Why the server refuses this connection's reconnects (its key was rotated or removed
         and the seed file does not hold a key it admits), None when it does not: set by an
         `Authorization Violation`, cleared by the next successful reconnect. `gpuledger
-        status` shows a service in this state as `unauthorized`."""
-        return self._refused[0] if self._refused else None
+        status` shows a service in this state as `unauthorized`. A connected client is admitted
+        by definition, so a refusal reported late (the error callback of a failed attempt run
+        after the reconnect that succeeded) never outlives the connection."""
+        if not self._refused or self.nc.is_connected:
+            return None
+        return self._refused[0]
 
     async def close(self, timeout_s: float = 2.0) -> None:
         """Drain (flush what is pending) within `timeout_s`, else just close: a connection to a
@@ -638,27 +671,8 @@ class Bus:
         retried (JetStream deduplicates the retry by it); one without is published once."""
         if not event.event_id:
             return await self.publish(event)
-        log = structlog.get_logger("gpuledger.bus")
-
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            log.warning(
-                "bus.publish_retry",
-                event_type=type(event).__name__,
-                error=repr(state.outcome.exception())[:200],  # type: ignore[union-attr]  # outcome is set once an attempt failed
-                attempt=state.attempt_number,
-                retry_in_s=round(state.upcoming_sleep, 2),
-            )
-
-        retrying = tenacity.AsyncRetrying(
-            wait=connect_backoff(),
-            stop=tenacity.stop_before_delay(within_s),
-            retry=tenacity.retry_if_exception_type(
-                (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError, TimeoutError)
-            ),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
-        async for attempt in retrying:
+        retried = (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError, TimeoutError)
+        async for attempt in _retrying(type(event).__name__, retried, within_s):
             with attempt:
                 seq = await self.publish(event)
         return seq
@@ -723,7 +737,13 @@ class Bus:
         if event.event_id:
             headers[MSG_ID] = event.event_id
         try:
-            ack = await self.js.publish(subject, events.encode(event), headers=headers)
+            # retried only while nothing answers (a leader being elected: nothing was stored);
+            # a time-out may have stored it, and the caller's retry is recognised by its id
+            async for attempt in _retrying(
+                type(event).__name__, (nats.js.errors.NoStreamResponseError,), ELECTION_S
+            ):
+                with attempt:
+                    ack = await self.js.publish(subject, events.encode(event), headers=headers)
         except nats.js.errors.APIError as err:
             if err.err_code not in WRONG_LAST_SEQUENCE_CODES:
                 raise

@@ -307,7 +307,10 @@ def test_credential_changes_against_a_running_up(tmp_path):
         def scheduler_row() -> dict | None:
             out = cli("status", "-o", "json", cwd=tmp_path)
             rows = {r["name"]: r for r in json.loads(out.stdout)["services"]}
-            return rows["scheduler"] if rows["scheduler"]["state"] == "running" else None
+            assert rows["scheduler"]["state"] == "running", rows[
+                "scheduler"
+            ]  # shown if it times out
+            return rows["scheduler"]
 
         assert eventually(scheduler_row, 30, "the scheduler running in status")["lease"]
     finally:

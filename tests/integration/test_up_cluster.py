@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -48,9 +47,7 @@ def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path
     data = tmp_path / ".gpuledger"
     url_file = data / "nats-url"
     try:
-        deadline = time.monotonic() + 60
-        while not url_file.exists() and time.monotonic() < deadline and up.poll() is None:
-            time.sleep(0.2)
+        eventually(lambda: url_file.exists() or up.poll() is not None, 60, "up's URL file")
         assert url_file.exists(), up.stdout.read().decode() if up.poll() is not None else "no URL"
         urls = url_file.read_text().strip().split(",")
         assert len(urls) == 3 and all(u.startswith("nats://127.0.0.1:") for u in urls)
