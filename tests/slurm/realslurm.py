@@ -30,11 +30,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from tests.waiting import NotReached, eventually
 
 T = TypeVar("T")
 
@@ -89,20 +90,18 @@ def poll(
     every_s: float = 0.2,
     details: Callable[[], str] = lambda: "",
 ) -> T:
-    """Call fn until it returns something truthy; SlurmFailed naming `what` after timeout_s."""
-    deadline, last = time.monotonic() + timeout_s, None
-    while True:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (OSError, subprocess.SubprocessError, NotReady) as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise SlurmFailed(
-                f"timed out after {timeout_s:.0f}s waiting for {what}: last {last!r}\n{details()}"
-            )
-        time.sleep(every_s)
+    """Call fn until it returns something truthy (the suite's `eventually`, so its limits
+    scale on a loaded machine); SlurmFailed naming `what` and the daemons' `details()` after."""
+    try:
+        return eventually(
+            fn,
+            timeout_s,
+            what,
+            interval_s=every_s,
+            ignoring=(OSError, subprocess.SubprocessError, NotReady),
+        )
+    except NotReached as exc:
+        raise SlurmFailed(f"{exc}\n{details()}") from None
 
 
 @dataclass
