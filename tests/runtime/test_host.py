@@ -102,17 +102,18 @@ async def running(host: Host) -> AsyncIterator[Host]:
 
 
 async def settle(*hosts: Host, seq: int | None = None, timeout: float = 5.0) -> None:
-    """Wait until every host folded the whole log and sits idle."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    """Wait until every host folded the whole log and sits idle, twice in a row with the
+    stream's last seq unchanged between the two looks (a late message would have moved it)."""
+    seen: list[int] = []
+
+    async def settled() -> bool:
         last = await hosts[0].bus.last_seq() if seq is None else seq
-        if all(h.idle.is_set() and h.folded_seq >= last for h in hosts):
-            await asyncio.sleep(0.05)  # give a late message the chance to arrive
-            if all(h.idle.is_set() for h in hosts) and last == await hosts[0].bus.last_seq():
-                return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("hosts did not settle")
-        await asyncio.sleep(0.01)
+        folded = all(h.idle.is_set() and h.folded_seq >= last for h in hosts)
+        steady = folded and seen[-1:] == [last]
+        seen[:] = [last] if folded else []
+        return steady
+
+    await eventually(settled, timeout, "hosts to settle", interval_s=0.05)
 
 
 async def stream_events(bus: Bus) -> list[tuple[int, events.Event | None]]:

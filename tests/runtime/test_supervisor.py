@@ -177,14 +177,14 @@ async def test_a_child_stopped_with_sigterm_is_a_planned_restart_logged_at_info(
         first = sup.children["quota"].proc
         first.terminate()  # SIGTERM: the service stops cleanly, exit 0
         assert first.wait(15) == 0
+
+        def restarted():
+            sup.poll()
+            st = board.services["quota"]
+            return st if (st.restarts, st.state) == (1, "running") else None
+
         with capture_logs() as logs:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                sup.poll()
-                st = board.services["quota"]
-                if st.restarts == 1 and st.state == "running":
-                    break
-                await asyncio.sleep(0.1)
+            st = await eventually_async(restarted, 20, "quota restarted", interval_s=0.1)
         assert (st.state, st.restarts, st.last_error) == ("running", 1, None)
         assert [(e["event"], e["log_level"], e["exit"]) for e in logs if "service" in e] == [
             ("service.restarting", "info", "exited with code 0")

@@ -19,6 +19,7 @@ from gpuledger.projections.store import rebuild
 from gpuledger.projections.ui.app import create_app
 from gpuledger.replay.logio import write_log
 from tests.projections import scenario
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -269,10 +270,7 @@ def test_the_page_follows_the_projector_live(site, browser):
     with Projector(d / "projection.duckdb") as pj:  # the projector writes while the page is open
         pj.apply(seq + 1, ev.subject_for(cancel), cancel)
         pj.commit()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _text(browser, "pending-count") == "2":
-        time.sleep(0.2)
-    assert _text(browser, "pending-count") == "1"
+    eventually(lambda: _text(browser, "pending-count") == "1", 10, "the page to show 1 pending")
 
 
 def _text(browser, element_id: str) -> str:
