@@ -60,10 +60,9 @@ NEEDS: dict[str, str] = {
 """Commands checked before they run: command -> the extra all of whose modules it needs."""
 
 MAY_NEED: dict[str, str] = {
-    "export": "analysis",  # Parquet and DuckDB outputs
+    "export": "analysis",  # Parquet and DuckDB logs
     "replay": "analysis",
     "verify": "analysis",
-    "simulate": "analysis",
     "schema": "server",  # --projection
     "schedules": "server",
 }

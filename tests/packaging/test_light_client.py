@@ -238,3 +238,13 @@ async def test_the_light_client_submits_and_follows_a_job_on_a_cluster_of_the_fu
             )
         finally:
             procs.stop()
+
+
+def test_the_what_if_page_shows_its_table_without_the_analysis_extra(monkeypatch):
+    # Given a server without Matplotlib: its import is refused
+    monkeypatch.delitem(sys.modules, "gpuledger.replay.plots", raising=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    from gpuledger.projections.ui.whatif import plots
+
+    # then the page's charts are left out, and nothing else fails
+    assert plots(None, None, ("a.jsonl", "b.jsonl")) == []
