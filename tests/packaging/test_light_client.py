@@ -195,7 +195,7 @@ def test_the_light_client_answers_help_and_names_the_extra_of_up(light, tmp_path
 
 @pytest.mark.light_client
 @pytest.mark.integration
-async def test_the_light_client_submits_and_follows_a_job_on_a_cluster_of_the_full_install(
+async def test_the_light_client_submits_follows_and_cancels_jobs_on_a_cluster_of_the_full_install(
     light, tmp_path, monkeypatch
 ):
     import asyncio
@@ -235,6 +235,25 @@ async def test_the_light_client_submits_and_follows_a_job_on_a_cluster_of_the_fu
                 "ci-step",
                 TENANT,
                 "completed",
+            )
+
+            # and a long job it submits, it cancels: the wait for its end says so (exit 1)
+            long = tmp_path / "long.yaml"
+            long.write_text(
+                json.dumps({"id": "ci-long", "tenant": TENANT, "gpus": 1, "duration": "1h"})
+            )
+            done = await asyncio.to_thread(gl, "submit", str(long), "--wait", "--timeout", "60")
+            assert done.returncode == 0, (done.stdout, done.stderr, procs.logs())
+            done = await asyncio.to_thread(gl, "cancel", "ci-long")
+            assert done.returncode == 0, (done.stdout, done.stderr, procs.logs())
+            done = await asyncio.to_thread(
+                gl, "status", "ci-long", "--wait-for", "finished", "--timeout", "60"
+            )
+            assert done.returncode == 1, (done.stdout, done.stderr, procs.logs())
+            assert "Traceback" not in done.stderr, done.stderr
+            assert (
+                done.stderr.strip().splitlines()[-1]
+                == "error: job ci-long cancelled (UserRequested)"
             )
         finally:
             procs.stop()
