@@ -13,9 +13,10 @@ COPY replay ./replay
 RUN GPULEDGER_COMPILE=${GPULEDGER_COMPILE} pip wheel --no-cache-dir --no-deps -w /wheels .
 
 FROM python:3.12-slim
+# the services need the server extra (the base install is the light client: docs/install.md)
 WORKDIR /app
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels && useradd --system gpuledger \
+RUN pip install --no-cache-dir "$(echo /wheels/gpuledger-*.whl)[server]" && rm -rf /wheels && useradd --system gpuledger \
  && mkdir -p /var/lib/gpuledger && chown gpuledger /var/lib/gpuledger
 # The projector's data directory (compose mounts the `projection` volume here): a new named
 # volume takes this directory's owner, so the container user can write the projection.

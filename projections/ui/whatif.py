@@ -46,15 +46,24 @@ def compare_logs(a: Path, b: Path) -> dict[str, Any]:
             return _cache[key]
         sa, sb = cmp.load(a), cmp.load(b)  # CompareError: unreadable log
         rows = cmp.rows(cmp.compare(sa, sb))
-        from gpuledger.replay.plots import write_plots
-
-        with tempfile.TemporaryDirectory() as tmp:
-            plots = [
-                (p.stem, base64.b64encode(p.read_bytes()).decode())
-                for p in write_plots(sa, sb, tmp, labels=(a.name, b.name))
-            ]
-        result = {"rows": rows, "plots": plots}
+        result = {"rows": rows, "plots": plots(sa, sb, (a.name, b.name))}
         if len(_cache) > 8:
             _cache.clear()
         _cache[key] = result
         return result
+
+
+def plots(sa, sb, labels: tuple[str, str]) -> list[tuple[str, str]]:
+    """The comparison's charts as (name, base64 PNG); none on a server installed without the
+    analysis extra (Matplotlib, NumPy), where the page shows the table alone."""
+    try:
+        from gpuledger.replay.plots import write_plots
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ("matplotlib", "numpy"):
+            raise
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        return [
+            (p.stem, base64.b64encode(p.read_bytes()).decode())
+            for p in write_plots(sa, sb, tmp, labels=labels)
+        ]

@@ -10,6 +10,10 @@ The read commands people run most (`jobs`, `why`, `sql`, `tenants`) start throug
 app built from the same function (`LIGHT`), skipping the import of every other command module
 and typer's conversion of the whole tree; tests/cli/test_startup.py checks that each has the
 same parameters either way.
+
+A command whose install extra is missing (`gpuledger up` on the light client) exits with one
+line naming the extra to install (services/cli/extras.py), checked before the command runs or
+at the import that fails.
 """
 
 from __future__ import annotations
@@ -56,9 +60,22 @@ def main(argv: list[str] | None = None) -> None:
     if args == ["--version"]:
         sys.stdout.write(version_text() + "\n")
         return
-    if args and args[0] in LIGHT and COMPLETE_ENV not in os.environ:
-        light_app(args[0])(args=args, prog_name="gpuledger")
-        return
-    from gpuledger.services.cli.main import app
+    from gpuledger.services.cli import extras
 
-    app(args=args)
+    refusal = extras.check_before(args)
+    if refusal is not None:
+        sys.stderr.write(f"error: {refusal}\n")
+        raise SystemExit(extras.EXIT_MISSING_EXTRA)
+    try:
+        if args and args[0] in LIGHT and COMPLETE_ENV not in os.environ:
+            light_app(args[0])(args=args, prog_name="gpuledger")
+            return
+        from gpuledger.services.cli.main import app
+
+        app(args=args)
+    except ModuleNotFoundError as exc:
+        refusal = extras.missing_extra(args, exc)
+        if refusal is None:
+            raise
+        sys.stderr.write(f"error: {refusal}\n")
+        raise SystemExit(extras.EXIT_MISSING_EXTRA) from None
