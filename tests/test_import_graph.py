@@ -110,8 +110,11 @@ def test_there_is_no_import_cycle_among_gpuledger_modules():
 
 
 def subsystem(module: str) -> str:
-    """events, projections, replay, or services.<package> (services/roles.py is its own)."""
+    """events, projections, replay, replay.bench, or services.<package> (services/roles.py is
+    its own). The benchmark harnesses (replay.bench) sit above every layer, projections included."""
     parts = module.split(".")
+    if parts[:2] == ["replay", "bench"]:
+        return "replay.bench"
     return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
 
 

@@ -367,7 +367,7 @@ def run(
     # the whole process's peak (both phases): the larger of the two phases' peaks
     result["peak_rss_mb"] = max(_peak_rss_mb(), result.get("sustained_peak_rss_mb", 0.0))
     result["loadavg_1m"] = round(os.getloadavg()[0], 2)
-    from gpuledger.replay.benchinfo import machine
+    from gpuledger.replay.bench.info import machine
 
     result["machine"] = machine()
     return result
@@ -393,7 +393,7 @@ def _peak_rss_mb() -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
-if __name__ == "__main__":  # python -m projections.bench
+if __name__ == "__main__":  # python -m gpuledger.replay.bench.projector
     import json
     import sys
 
