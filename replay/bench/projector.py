@@ -32,64 +32,98 @@ from gpuledger.services.runtime.gctune import fewer_gc_passes
 
 def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[int, str, ev.Event]]:
     """Yield `n` messages `(seq, subject, event)` of a plausible cluster's life."""
-    rnd = random.Random(seed)
-    seq = 0
-    now = 0
-    tenants = [f"org/t{i}" for i in range(8)]
+    cluster = _SyntheticCluster(nodes, seed)
+    out = [cluster.emit(e) for e in cluster.setup()]
+    yield from out[:n]
+    if cluster.seq >= n:
+        return
+    while True:
+        for e in cluster.step():  # a step's events are made before any of them is numbered
+            yield cluster.emit(e)
+            if cluster.seq >= n:
+                return
 
-    def emit(e: ev.Event):
-        nonlocal seq
-        seq += 1
+
+class _SyntheticCluster:
+    """The state of `synthetic_log`'s cluster: one seeded random stream drawn in a fixed
+    order (the log is a pure function of `n`, `nodes` and `seed`), the running gangs and each
+    node's free GPU indices."""
+
+    def __init__(self, nodes: int, seed: int) -> None:
+        self.rnd = random.Random(seed)
+        self.nodes = nodes
+        self.seq = 0
+        self.now = 0
+        self.job = 0
+        self.tenants = [f"org/t{i}" for i in range(8)]
+        # job, alloc, members ((node, gpus) per rank), GPUs per member, attempt
+        self.running: list[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...], int, int]] = []
+        self.free = {f"node{i}": list(range(8)) for i in range(nodes)}  # free GPU indices
+
+    def emit(self, e: ev.Event) -> tuple[int, str, ev.Event]:
+        self.seq += 1
         role = role_of(type(e))  # produced by the role that produces its type, as live
         if role is not None and not e.producer:
             e = msgspec.structs.replace(e, producer=f"{role}/0")
-        return seq, ev.subject_for(e), e
+        return self.seq, ev.subject_for(e), e
 
-    out: list[tuple[int, str, ev.Event]] = []
-    for t in tenants:
-        out.append(
-            emit(
+    def setup(self) -> list[ev.Event]:
+        """Tenants, two priority classes and the nodes, at time 0."""
+        out: list[ev.Event] = []
+        now, nodes, tenants = self.now, self.nodes, self.tenants
+        for t in tenants:
+            out.append(
                 ev.TenantConfigured(occurred_at_ms=now, tenant=t, guaranteed_gpu_milli=nodes * 1000)
             )
-        )
-    for name, value, pre in (("train", 50, True), ("inference", 125, False)):
-        out.append(
-            emit(
+        for name, value, pre in (("train", 50, True), ("inference", 125, False)):
+            out.append(
                 ev.PriorityClassConfigured(
                     occurred_at_ms=now, name=name, value=value, preemptible=pre
                 )
             )
-        )
-    for i in range(nodes):
-        info = ev.NodeInfo(
-            name=f"node{i}",
-            cpu_milli=128000,
-            memory_mib=1 << 20,
-            leaf_switch=f"leaf{i // 16}",
-            gpus=tuple(
-                ev.GpuInfo(
-                    index=g,
-                    uuid=f"GPU-{i}-{g}",
-                    model="H100-80GB",
-                    memory_mib=81920,
-                    clique=f"node{i}-nvl",
+        for i in range(nodes):
+            info = ev.NodeInfo(
+                name=f"node{i}",
+                cpu_milli=128000,
+                memory_mib=1 << 20,
+                leaf_switch=f"leaf{i // 16}",
+                gpus=tuple(
+                    ev.GpuInfo(
+                        index=g,
+                        uuid=f"GPU-{i}-{g}",
+                        model="H100-80GB",
+                        memory_mib=81920,
+                        clique=f"node{i}-nvl",
+                    )
+                    for g in range(8)
+                ),
+            )
+            out.append(ev.NodeRegistered(occurred_at_ms=now, node=info, simulated=True))
+        return out
+
+    def step(self) -> list[ev.Event]:
+        """The next moment's events: a submission (always when nothing runs), an ending,
+        GPU metrics, a heartbeat or a fair-share update."""
+        self.now += self.rnd.randint(50, 500)
+        r = self.rnd.random()
+        if r < 0.30 or not self.running:
+            return self.submit()
+        if r < 0.55:
+            return self.end_one()
+        if r < 0.75:
+            return self.metrics()
+        if r < 0.95:
+            return [
+                ev.NodeHeartbeat(
+                    occurred_at_ms=self.now, node=f"node{self.rnd.randrange(self.nodes)}"
                 )
-                for g in range(8)
-            ),
-        )
-        out.append(emit(ev.NodeRegistered(occurred_at_ms=now, node=info, simulated=True)))
-    yield from out[:n]
-    if seq >= n:
-        return
+            ]
+        return self.fair_share()
 
-    job = 0
-    # job, alloc, members ((node, gpus) per rank), GPUs per member, attempt
-    running: list[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...], int, int]] = []
-    free = {f"node{i}": list(range(8)) for i in range(nodes)}  # free GPU indices per node
-
-    def place(replicas: int, gpus: int):
+    def place(self, replicas: int, gpus: int) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
         """Free GPUs for every member (the services refuse a placement over busy GPUs)."""
-        start = rnd.randrange(nodes)
+        nodes, free = self.nodes, self.free
+        start = self.rnd.randrange(nodes)
         taken: list[tuple[str, tuple[int, ...]]] = []
         for k in range(nodes):
             node = f"node{(start + k) % nodes}"
@@ -103,17 +137,18 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
             free[node] = sorted(free[node] + list(got))
         return None
 
-    def release(members) -> None:
+    def release(self, members) -> None:
         for node, got in members:
-            free[node] = sorted(free[node] + list(got))
+            self.free[node] = sorted(self.free[node] + list(got))
 
+    @staticmethod
     def placements(members) -> tuple[ev.MemberPlacement, ...]:
         return tuple(ev.MemberPlacement(rank=k, node=n, gpus=g) for k, (n, g) in enumerate(members))
 
-    def finish(entry, at: int) -> list[ev.Event]:
+    def finish(self, entry, at: int) -> list[ev.Event]:
         """Every member exits; the gang completes (or, 5 %, fails); its GPUs are free."""
         jid, alloc, members, _, _ = entry
-        outcome = "failed" if rnd.random() < 0.05 else "completed"
+        outcome = "failed" if self.rnd.random() < 0.05 else "completed"
         out: list[ev.Event] = [
             ev.MemberExited(
                 occurred_at_ms=at, job_id=jid, allocation_id=alloc, rank=k, node=n, outcome=outcome
@@ -128,189 +163,198 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                     occurred_at_ms=at, job_id=jid, allocation_id=alloc, reason="MemberFailed"
                 )
             )
-        release(members)
+        self.release(members)
         return out
 
-    while True:
-        now += rnd.randint(50, 500)
+    def submit(self) -> list[ev.Event]:
+        """A new job, admitted, maybe pending a moment, placed (finishing running gangs when
+        the cluster is full)."""
         batch: list[ev.Event] = []
-        r = rnd.random()
-        if r < 0.30 or not running:
-            job += 1
-            jid = f"job{job}"
-            tenant = tenants[job % len(tenants)]
-            replicas = rnd.choice((1, 1, 1, 2, 4))
-            gpus = rnd.choice((1, 2, 4, 8))
-            spec = ev.JobSpec(
+        self.job += 1
+        jid = f"job{self.job}"
+        tenant = self.tenants[self.job % len(self.tenants)]
+        replicas = self.rnd.choice((1, 1, 1, 2, 4))
+        gpus = self.rnd.choice((1, 2, 4, 8))
+        spec = ev.JobSpec(
+            job_id=jid,
+            tenant=tenant,
+            priority_class="train",
+            replicas=replicas,
+            resources=ev.Resources(gpus=gpus),
+            duration_s=3600,
+        )
+        batch.append(ev.JobSubmitted(occurred_at_ms=self.now, event_id=f"s{jid}", job=spec))
+        batch.append(
+            ev.JobAdmitted(
+                occurred_at_ms=self.now + 5,
                 job_id=jid,
                 tenant=tenant,
                 priority_class="train",
-                replicas=replicas,
-                resources=ev.Resources(gpus=gpus),
-                duration_s=3600,
+                priority=50,
+                preemptible=True,
+                slo_class="batch",
+                input_seq=self.seq,
             )
-            batch.append(ev.JobSubmitted(occurred_at_ms=now, event_id=f"s{jid}", job=spec))
+        )
+        if self.rnd.random() < 0.5:
             batch.append(
-                ev.JobAdmitted(
-                    occurred_at_ms=now + 5,
+                ev.PendingReasonChanged(
+                    occurred_at_ms=self.now + 10,
                     job_id=jid,
-                    tenant=tenant,
-                    priority_class="train",
-                    priority=50,
-                    preemptible=True,
-                    slo_class="batch",
-                    input_seq=seq,
+                    reason="Resources",
+                    message=f"needs {gpus} GPUs in one NVLink clique; largest free clique has 2",
+                    details={
+                        "queue_position": self.rnd.randint(1, 50),
+                        "preemption_would_help": False,
+                        "nodes": {"insufficient free GPUs": self.nodes},
+                    },
                 )
             )
-            if rnd.random() < 0.5:
-                batch.append(
-                    ev.PendingReasonChanged(
-                        occurred_at_ms=now + 10,
-                        job_id=jid,
-                        reason="Resources",
-                        message=f"needs {gpus} GPUs in one NVLink clique; largest free clique has 2",
-                        details={
-                            "queue_position": rnd.randint(1, 50),
-                            "preemption_would_help": False,
-                            "nodes": {"insufficient free GPUs": nodes},
-                        },
-                    )
+        alloc = f"{jid}#1"
+        members = self.place(replicas, gpus)
+        while members is None and self.running:  # full: finish running work first
+            batch.extend(
+                self.finish(self.running.pop(self.rnd.randrange(len(self.running))), self.now + 15)
+            )
+            members = self.place(replicas, gpus)
+        if members is not None:
+            batch.append(
+                ev.GangPlaced(
+                    occurred_at_ms=self.now + 20,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    tenant=tenant,
+                    borrowing=self.rnd.random() < 0.3,
+                    input_seq=self.seq,
+                    members=self.placements(members),
                 )
-            alloc = f"{jid}#1"
-            members = place(replicas, gpus)
-            while members is None and running:  # full: finish running work first
-                batch.extend(finish(running.pop(rnd.randrange(len(running))), now + 15))
-                members = place(replicas, gpus)
+            )
+            batch.extend(
+                ev.MemberStarted(
+                    occurred_at_ms=self.now + 30, job_id=jid, allocation_id=alloc, rank=k, node=n
+                )
+                for k, (n, _) in enumerate(members)
+            )
+            self.running.append((jid, alloc, members, gpus, 1))
+        return batch
+
+    def end_one(self) -> list[ev.Event]:
+        """A running gang ends: 15 % preempted (checkpointed, evicted, requeued, placed again),
+        else finished."""
+        batch: list[ev.Event] = []
+        jid, alloc, members, gpus, attempt = self.running.pop(self.rnd.randrange(len(self.running)))
+        if self.rnd.random() < 0.15:  # preempted, then placed again
+            batch.append(
+                ev.PreemptionRequested(
+                    occurred_at_ms=self.now,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    beneficiary=f"job{self.job}",
+                    reason="Priority",
+                    deadline_ms=self.now + 30000,
+                    input_seq=self.seq,
+                    details={"alternatives": [{"victims": ["x"], "rejected": "MinRuntime"}]},
+                )
+            )
+            batch.extend(
+                ev.MemberCheckpointed(
+                    occurred_at_ms=self.now + 1000,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    rank=k,
+                    node=n,
+                    step=attempt * 100,
+                )
+                for k, (n, _) in enumerate(members)
+            )
+            batch.extend(
+                ev.MemberExited(
+                    occurred_at_ms=self.now + 2000,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    rank=k,
+                    node=n,
+                    outcome="preempted",
+                )
+                for k, (n, _) in enumerate(members)
+            )
+            batch.append(
+                ev.GangEvicted(
+                    occurred_at_ms=self.now + 2000,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    reason="Priority",
+                    preempted_by=f"job{self.job}",
+                    checkpointed=True,
+                    lost_gpu_ms=self.rnd.randint(0, 60000),
+                )
+            )
+            self.release(members)
+            batch.append(
+                ev.GangRequeued(
+                    occurred_at_ms=self.now + 2000, job_id=jid, after_allocation_id=alloc
+                )
+            )
+            attempt += 1
+            alloc = f"{jid}#{attempt}"
+            members = self.place(len(members), gpus)
             if members is not None:
                 batch.append(
                     ev.GangPlaced(
-                        occurred_at_ms=now + 20,
+                        occurred_at_ms=self.now + 3000,
                         job_id=jid,
                         allocation_id=alloc,
-                        tenant=tenant,
-                        borrowing=rnd.random() < 0.3,
-                        input_seq=seq,
-                        members=placements(members),
+                        tenant="",
+                        input_seq=self.seq,
+                        members=self.placements(members),
                     )
                 )
-                batch.extend(
-                    ev.MemberStarted(
-                        occurred_at_ms=now + 30, job_id=jid, allocation_id=alloc, rank=k, node=n
-                    )
-                    for k, (n, _) in enumerate(members)
-                )
-                running.append((jid, alloc, members, gpus, 1))
-        elif r < 0.55:
-            jid, alloc, members, gpus, attempt = running.pop(rnd.randrange(len(running)))
-            if rnd.random() < 0.15:  # preempted, then placed again
-                batch.append(
-                    ev.PreemptionRequested(
-                        occurred_at_ms=now,
-                        job_id=jid,
-                        allocation_id=alloc,
-                        beneficiary=f"job{job}",
-                        reason="Priority",
-                        deadline_ms=now + 30000,
-                        input_seq=seq,
-                        details={"alternatives": [{"victims": ["x"], "rejected": "MinRuntime"}]},
-                    )
-                )
-                batch.extend(
-                    ev.MemberCheckpointed(
-                        occurred_at_ms=now + 1000,
-                        job_id=jid,
-                        allocation_id=alloc,
-                        rank=k,
-                        node=n,
-                        step=attempt * 100,
-                    )
-                    for k, (n, _) in enumerate(members)
-                )
-                batch.extend(
-                    ev.MemberExited(
-                        occurred_at_ms=now + 2000,
-                        job_id=jid,
-                        allocation_id=alloc,
-                        rank=k,
-                        node=n,
-                        outcome="preempted",
-                    )
-                    for k, (n, _) in enumerate(members)
-                )
-                batch.append(
-                    ev.GangEvicted(
-                        occurred_at_ms=now + 2000,
-                        job_id=jid,
-                        allocation_id=alloc,
-                        reason="Priority",
-                        preempted_by=f"job{job}",
-                        checkpointed=True,
-                        lost_gpu_ms=rnd.randint(0, 60000),
-                    )
-                )
-                release(members)
-                batch.append(
-                    ev.GangRequeued(
-                        occurred_at_ms=now + 2000, job_id=jid, after_allocation_id=alloc
-                    )
-                )
-                attempt += 1
-                alloc = f"{jid}#{attempt}"
-                members = place(len(members), gpus)
-                if members is not None:
-                    batch.append(
-                        ev.GangPlaced(
-                            occurred_at_ms=now + 3000,
-                            job_id=jid,
-                            allocation_id=alloc,
-                            tenant="",
-                            input_seq=seq,
-                            members=placements(members),
-                        )
-                    )
-                    running.append((jid, alloc, members, gpus, attempt))
-            else:
-                batch.extend(finish((jid, alloc, members, gpus, attempt), now))
-        elif r < 0.75:
-            i = rnd.randrange(nodes)
-            batch.append(
-                ev.GpuMetricsReported(
-                    occurred_at_ms=now,
-                    node=f"node{i}",
-                    samples=tuple(
-                        ev.GpuSample(
-                            uuid=f"GPU-{i}-{g}",
-                            sm_active=rnd.random(),
-                            util_source="gpm",
-                            memory_used_mib=40000,
-                        )
-                        for g in range(8)
-                    ),
-                )
-            )
-        elif r < 0.95:
-            batch.append(ev.NodeHeartbeat(occurred_at_ms=now, node=f"node{rnd.randrange(nodes)}"))
+                self.running.append((jid, alloc, members, gpus, attempt))
         else:
-            batch.append(
-                ev.FairShareUpdated(
-                    occurred_at_ms=now,
-                    input_seq=seq,
-                    shares=tuple(
-                        ev.TenantShare(
-                            tenant=t,
-                            guaranteed_gpu_milli=nodes * 1000,
-                            fair_share_gpu_milli=nodes * 1000,
-                            allocated_gpu_milli=rnd.randint(0, nodes * 2000),
-                            demand_gpu_milli=nodes * 2000,
-                        )
-                        for t in tenants
-                    ),
-                )
+            batch.extend(self.finish((jid, alloc, members, gpus, attempt), self.now))
+        return batch
+
+    def metrics(self) -> list[ev.Event]:
+        """One node's GPU samples."""
+        batch: list[ev.Event] = []
+        i = self.rnd.randrange(self.nodes)
+        batch.append(
+            ev.GpuMetricsReported(
+                occurred_at_ms=self.now,
+                node=f"node{i}",
+                samples=tuple(
+                    ev.GpuSample(
+                        uuid=f"GPU-{i}-{g}",
+                        sm_active=self.rnd.random(),
+                        util_source="gpm",
+                        memory_used_mib=40000,
+                    )
+                    for g in range(8)
+                ),
             )
-        for e in batch:
-            yield emit(e)
-            if seq >= n:
-                return
+        )
+        return batch
+
+    def fair_share(self) -> list[ev.Event]:
+        """Every tenant's share."""
+        batch: list[ev.Event] = []
+        batch.append(
+            ev.FairShareUpdated(
+                occurred_at_ms=self.now,
+                input_seq=self.seq,
+                shares=tuple(
+                    ev.TenantShare(
+                        tenant=t,
+                        guaranteed_gpu_milli=self.nodes * 1000,
+                        fair_share_gpu_milli=self.nodes * 1000,
+                        allocated_gpu_milli=self.rnd.randint(0, self.nodes * 2000),
+                        demand_gpu_milli=self.nodes * 2000,
+                    )
+                    for t in self.tenants
+                ),
+            )
+        )
+        return batch
 
 
 def run(
