@@ -205,10 +205,10 @@ def schema() -> str:
     from gpuledger import events as ev
     from gpuledger.services.domain import config, ledger, timeindex
     from gpuledger.services.node_agent import decider as agent
-    from gpuledger.services.placement import fleet, fragmentation, mig, model, state
+    from gpuledger.services.placement import fleet, fragmentation, index, memo, mig, model, state
 
     parts: list[str] = []
-    for module in (ev, ledger, config, agent, fleet, fragmentation, mig, model, state):
+    for module in (ev, ledger, config, agent, fleet, index, memo, fragmentation, mig, model, state):
         for name, obj in sorted(vars(module).items()):
             if (
                 isinstance(obj, type)
@@ -294,6 +294,8 @@ def _classes() -> _Classes:
         from gpuledger.services.placement import (
             fleet,
             fragmentation,
+            index,
+            memo,
             mig,
             model,
             scorers,
@@ -309,6 +311,8 @@ def _classes() -> _Classes:
             timeindex,
             agent,
             fleet,
+            index,
+            memo,
             fragmentation,
             mig,
             model,
