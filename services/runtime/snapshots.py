@@ -447,64 +447,66 @@ def _decode_graph(raw: bytes | memoryview) -> Any:
         if cls is None:
             raise ValueError(f"names {name[:100]!r}, not a snapshot class")
         known.append(cls)
-    return _GraphDecoder(classes, known).dec(tree)
+    made: list[Any] = []
+    rare = _RareNodes(classes, known, made)
 
-
-class _GraphDecoder:
-    """One decoding: `made` holds every numbered object in the order the encoder numbered
-    them (a `_REF` indexes it); one method per tag."""
-
-    def __init__(self, classes: _Classes, known: list[type]) -> None:
-        self.classes = classes
-        self.known = known
-        self.made: list[Any] = []
-        self.by_tag: dict[Any, Callable[[list[Any]], Any]] = {
-            _REF: lambda node: self.made[node[1]],
-            _TUPLE: lambda node: tuple(map(self.dec, node[1:])),
-            _FROZENSET: lambda node: frozenset(map(self.dec, node[1:])),
-            _ENUM: lambda node: self.known[node[1]](node[2]),
-            _UNSET: lambda node: msgspec.UNSET,
-            _LIST: self.dec_list,
-            _DICT: self.dec_dict,
-            _SET: self.dec_set,
-            _STRUCT: self.dec_struct,
-            _FIELDS: self.dec_fields,
-            _OBJECT: self.dec_object,
-        }
-
-    def dec(self, node: Any) -> Any:
+    def dec(node: Any) -> Any:
+        """The common nodes inline (the hot path of a restart); structs, objects, enums and
+        UNSET through `rare`."""
         if type(node) is not list:
             return node
         tag = node[0]
-        try:
-            handler = self.by_tag.get(tag)
-        except TypeError:  # an unhashable tag
-            handler = None
-        if handler is None:
-            raise ValueError(f"unknown tag {tag!r}")
-        return handler(node)
+        if tag == _REF:
+            return made[node[1]]
+        if tag == _TUPLE:
+            return tuple(map(dec, node[1:]))
+        if tag == _FROZENSET:
+            return frozenset(map(dec, node[1:]))
+        if tag == _LIST:
+            out: Any = []
+            made.append(out)
+            out.extend(map(dec, node[1:]))
+            return out
+        if tag == _DICT:
+            out = {}
+            made.append(out)
+            items = node[1:]
+            for i in range(0, len(items), 2):
+                key = dec(items[i])  # first: `d[k] = v` would decode the value first, and
+                out[key] = dec(items[i + 1])  # objects are numbered in encoding order
+            return out
+        if tag == _SET:
+            out = set()
+            made.append(out)
+            out.update(map(dec, node[1:]))
+            return out
+        return rare.dec(tag, node, dec)
 
-    def dec_list(self, node: list[Any]) -> list[Any]:
-        out: list[Any] = []
-        self.made.append(out)
-        out.extend(map(self.dec, node[1:]))
-        return out
+    return dec(tree)
 
-    def dec_dict(self, node: list[Any]) -> dict[Any, Any]:
-        out: dict[Any, Any] = {}
-        self.made.append(out)
-        items = node[1:]
-        dec = self.dec
-        for i in range(0, len(items), 2):
-            key = dec(items[i])  # first: `d[k] = v` would decode the value first, and
-            out[key] = dec(items[i + 1])  # objects are numbered in encoding order
-        return out
 
-    def dec_set(self, node: list[Any]) -> set[Any]:
-        out: set[Any] = set()
-        self.made.append(out)
-        out.update(map(self.dec, node[1:]))
-        return out
+class _RareNodes:
+    """The decoder's nodes other than containers and references: an enum member, UNSET, a
+    struct (msgspec's encoding or field by field) and a plain object. `made` holds every
+    numbered object in the order the encoder numbered them."""
+
+    def __init__(self, classes: _Classes, known: list[type], made: list[Any]) -> None:
+        self.classes = classes
+        self.known = known
+        self.made = made
+
+    def dec(self, tag: Any, node: list[Any], dec: Callable[[Any], Any]) -> Any:
+        if tag == _ENUM:
+            return self.known[node[1]](node[2])
+        if tag == _UNSET:
+            return msgspec.UNSET
+        if tag == _STRUCT:
+            return self.dec_struct(node)
+        if tag == _FIELDS:
+            return self.dec_fields(node, dec)
+        if tag == _OBJECT:
+            return self.dec_object(node, dec)
+        raise ValueError(f"unknown tag {tag!r}")
 
     def dec_struct(self, node: list[Any]) -> Any:
         cls = self.known[node[1]]
@@ -515,18 +517,18 @@ class _GraphDecoder:
         self.made.append(out)
         return out
 
-    def dec_fields(self, node: list[Any]) -> Any:
+    def dec_fields(self, node: list[Any], dec: Callable[[Any], Any]) -> Any:
         cls = self.known[node[1]]
         if cls not in self.classes.decoders:
             raise ValueError(f"{cls.__qualname__} is not a struct")
         names = cls.__struct_fields__  # type: ignore[attr-defined]
         if len(node) - 2 != len(names):
             raise ValueError(f"{cls.__qualname__} has {len(names)} fields")
-        out = cls(**dict(zip(names, map(self.dec, node[2:]), strict=True)))
+        out = cls(**dict(zip(names, map(dec, node[2:]), strict=True)))
         self.made.append(out)
         return out
 
-    def dec_object(self, node: list[Any]) -> Any:
+    def dec_object(self, node: list[Any], dec: Callable[[Any], Any]) -> Any:
         cls = self.known[node[1]]
         if issubclass(cls, msgspec.Struct) or cls in self.classes.decoders:
             raise ValueError(f"{cls.__qualname__} is a struct")
@@ -535,7 +537,7 @@ class _GraphDecoder:
         slots, attrs = self.classes.slots[cls], getattr(out, "__dict__", None)
         fields = node[2:]
         for i in range(0, len(fields), 2):
-            name, value = fields[i], self.dec(fields[i + 1])
+            name, value = fields[i], dec(fields[i + 1])
             if type(name) is not str:
                 raise ValueError("a field name that is not a string")
             if name in slots and name not in ("__dict__", "__weakref__"):
