@@ -362,19 +362,34 @@ class Sample:
 def read_metrics(con) -> dict[str, list]:
     """Every aggregate metric's samples from a (read-only) projection connection."""
     out: dict[str, list] = {name: [] for name in SPECS}
+    read = _Reader(con, out)
+    for section in (_workloads, _preemptions, _tenants, _gpus_and_nodes, _bus_and_clock):
+        section(read, con, out)
+    return out
 
-    def rows(sql: str) -> list[tuple]:
-        return con.execute(sql).fetchall()
 
-    def hist(name: str, sql: str, groups: int, bounds: tuple[float, ...]) -> None:
-        for r in rows(sql):
+class _Reader:
+    """The query helpers shared by `read_metrics`' sections: rows of a query, and a histogram
+    metric from `_histogram_sql`'s cumulative columns."""
+
+    def __init__(self, con, out: dict[str, list]) -> None:
+        self.con, self.out = con, out
+
+    def __call__(self, sql: str) -> list[tuple]:
+        return self.con.execute(sql).fetchall()
+
+    def hist(self, name: str, sql: str, groups: int, bounds: tuple[float, ...]) -> None:
+        for r in self(sql):
             labels = [str(x) for x in r[:groups]]
             counts = r[groups : groups + len(bounds)]
             total, s = r[groups + len(bounds)], r[groups + len(bounds) + 1]
             buckets = [(repr(float(b)), c) for b, c in zip(bounds, counts, strict=True)]
-            out[name].append((labels, [*buckets, ("+Inf", total)], float(s)))
+            self.out[name].append((labels, [*buckets, ("+Inf", total)], float(s)))
 
-    for t, pc, slo, reason, n in rows(
+
+def _workloads(read: _Reader, con, out: dict[str, list]) -> None:
+    """Pending, admitted, rejected, evicted, timed-out workloads and their waits."""
+    for t, pc, slo, reason, n in read(
         "SELECT coalesce(tenant, ''), coalesce(priority_class, ''),"
         " coalesce(nullif(j.slo_class, ''), priority_class, ''),"
         " coalesce(reason, CASE state WHEN 'submitted' THEN 'Submitted' ELSE 'Queued' END),"
@@ -383,7 +398,7 @@ def read_metrics(con) -> dict[str, list]:
         " GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_pending_workloads"].append(([t, pc, slo, reason], n))
-    for t, pc, slo, oldest in rows(
+    for t, pc, slo, oldest in read(
         "SELECT coalesce(tenant, ''), coalesce(priority_class, ''),"
         " coalesce(nullif(j.slo_class, ''), priority_class, ''), max(waiting_s)"
         " FROM why_pending JOIN (SELECT job_id, slo_class FROM jobs) j USING (job_id)"
@@ -392,29 +407,29 @@ def read_metrics(con) -> dict[str, list]:
         out["gpuledger_pending_workload_oldest_age_seconds"].append(
             ([t, pc, slo], max(0.0, float(oldest or 0)))
         )
-    hist(
+    read.hist(
         "gpuledger_admission_wait_time_seconds",
         _histogram_sql(ADMISSION_WAITS, "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
         1,
         ADMISSION_WAIT_BUCKETS,
     )
-    hist(
+    read.hist(
         "gpuledger_placement_wait_time_seconds",
         _histogram_sql("job_waits", "wait_s", ("slo_class",), ADMISSION_WAIT_BUCKETS),
         1,
         ADMISSION_WAIT_BUCKETS,
     )
-    for t, pc, n in rows(
+    for t, pc, n in read(
         "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), count(*)"
         " FROM jobs WHERE admitted_at_ms IS NOT NULL GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_admitted_workloads_total"].append(([t, pc], n))
-    for t, r, n in rows(
+    for t, r, n in read(
         "SELECT coalesce(tenant, ''), coalesce(reason, ''), count(*) FROM jobs"
         " WHERE state = 'rejected' GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_rejected_workloads_total"].append(([t, r], n))
-    for t, pc, r, n, pre, lost in rows(
+    for t, pc, r, n, pre, lost in read(
         "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), coalesce(reason, ''),"
         " count(*), bool_or(preemption), coalesce(sum(lost_gpu_ms), 0)"
         " FROM evictions GROUP BY 1, 2, 3 ORDER BY ALL"
@@ -423,17 +438,21 @@ def read_metrics(con) -> dict[str, list]:
         if pre:
             out["gpuledger_preempted_workloads_total"].append(([t, pc, r], n))
             out["gpuledger_preemption_lost_gpu_seconds_total"].append(([t, pc, r], lost / 1000))
-    for t, pc, n in rows(
+    for t, pc, n in read(
         "SELECT coalesce(tenant, ''), coalesce(priority_class, ''), count(*) FROM timeouts"
         " WHERE outcome = 'timeout' GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_timed_out_workloads_total"].append(([t, pc], n))
-    for r, n in rows(
+    for r, n in read(
         "SELECT coalesce(reason, ''), count(*) FROM decisions"
         " WHERE type = 'PreemptionDeclined' GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_preemptions_declined_total"].append(([r], n))
-    hist(
+
+
+def _preemptions(read: _Reader, con, out: dict[str, list]) -> None:
+    """Checkpoint durations and evictions without a checkpoint."""
+    read.hist(
         "gpuledger_checkpoint_duration_seconds",
         _histogram_sql(
             "(SELECT (checkpointed_at_ms - requested_at_ms) / 1000.0 AS s FROM preemptions)",
@@ -449,13 +468,17 @@ def read_metrics(con) -> dict[str, list]:
         " AND NOT coalesce(checkpointed, false)"
     ).fetchone()
     out["gpuledger_preemptions_uncheckpointed_total"].append(([], unck))
+
+
+def _tenants(read: _Reader, con, out: dict[str, list]) -> None:
+    """Each tenant's quota, fair share, demand, use and idle allocated GPUs."""
     used = dict(
-        rows(
+        read(
             "SELECT tenant, sum(gpu_milli) FROM allocations"
             " WHERE ended_at_ms IS NULL AND gpu_index >= 0 GROUP BY tenant"
         )
     )
-    tenants = rows(
+    tenants = read(
         "SELECT tenant, guaranteed_gpu_milli, limit_gpu_milli, fair_share_gpu_milli,"
         " demand_gpu_milli, borrowing_limit_gpu_milli, lending_limit_gpu_milli"
         " FROM tenants ORDER BY tenant"
@@ -480,42 +503,49 @@ def read_metrics(con) -> dict[str, list]:
         )
     for t in sorted(set(used) - known):  # allocations of a tenant no longer configured
         out["gpuledger_tenant_quota_used_gpus"].append(([t or ""], (used[t] or 0) / 1000))
-    for t, idle in rows(
+    for t, idle in read(
         "SELECT coalesce(tenant, ''), coalesce(sum(idle_gpus), 0)"
         " FROM allocation_now GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_tenant_idle_allocated_gpus"].append(([t], float(idle)))
-    for node, model, n, alloc, active in rows(
+
+
+def _gpus_and_nodes(read: _Reader, con, out: dict[str, list]) -> None:
+    """GPUs per node and model, idle, free and stranded GPUs, nodes by status."""
+    for node, model, n, alloc, active in read(
         "SELECT node, coalesce(model, ''), count(*), sum(allocated_milli) / 1000.0,"
         " coalesce(sum(sm_active), 0) FROM gpu_now GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_gpus"].append(([node, model], n))
         out["gpuledger_gpus_allocated"].append(([node, model], float(alloc)))
         out["gpuledger_gpus_sm_active"].append(([node, model], float(active)))
-    for node, model, idle in rows(
+    for node, model, idle in read(
         "SELECT node, coalesce(model, ''), coalesce(sum(idle_gpus), 0)"
         " FROM allocation_now GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_idle_allocated_gpus"].append(([node, model], float(idle)))
-    for node, clique, free, stranded in rows(
+    for node, clique, free, stranded in read(
         "SELECT node, coalesce(clique, ''), free_gpus,"
         " CASE WHEN pending_jobs > 0 THEN stranded_gpu_equiv ELSE 0 END FROM fragmentation"
         " WHERE node <> '*' ORDER BY ALL"
     ):
         out["gpuledger_free_gpus"].append(([node, clique], free))
         out["gpuledger_stranded_gpus"].append(([node, clique], float(stranded)))
-    for status, n in rows(
+    for status, n in read(
         "SELECT coalesce(status, ''), count(*) FROM nodes GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_nodes"].append(([status], n))
+
+
+def _bus_and_clock(read: _Reader, con, out: dict[str, list]) -> None:
+    """Dead letters, refused events, and the projection's position and clock."""
     (dead,) = con.execute("SELECT count(*) FROM events WHERE type = 'DeadLettered'").fetchone()
     out["gpuledger_dead_letters_total"].append(([], dead))
-    for code, n in rows("SELECT code, count(*) FROM refusals GROUP BY ALL ORDER BY ALL"):
+    for code, n in read("SELECT code, count(*) FROM refusals GROUP BY ALL ORDER BY ALL"):
         out["gpuledger_refused_events_total"].append(([code], n))
     meta = con.execute("SELECT last_seq, now_ms FROM clock").fetchone() or (0, 0)
     out["gpuledger_projection_last_seq"].append(([], meta[0]))
     out["gpuledger_projection_clock_seconds"].append(([], meta[1] / 1000))
-    return out
 
 
 class ProjectionCollector:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuledger.replay.benchinfo import compiled_modules, machine
+from gpuledger.replay.bench.info import compiled_modules, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("events", "services", "replay", "projections")

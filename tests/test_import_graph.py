@@ -110,8 +110,11 @@ def test_there_is_no_import_cycle_among_gpuledger_modules():
 
 
 def subsystem(module: str) -> str:
-    """events, projections, replay, or services.<package> (services/roles.py is its own)."""
+    """events, projections, replay, replay.bench, or services.<package> (services/roles.py is
+    its own). The benchmark harnesses (replay.bench) sit above every layer, projections included."""
     parts = module.split(".")
+    if parts[:2] == ["replay", "bench"]:
+        return "replay.bench"
     return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
 
 
@@ -156,3 +159,24 @@ def test_a_cycle_between_subsystems_is_found_even_without_a_module_cycle(tmp_pat
     g = graph(tmp_path)
     assert cycles(g) == []
     assert cycles(subsystem_graph(g)) == [["projections", "replay"]]
+
+
+def test_only_the_bench_command_imports_the_benchmark_harnesses():
+    """The harnesses (replay.bench) sit above every layer: no core, projection or replay module
+    imports them, only the `gpuledger bench` command (and the harnesses each other)."""
+    importers = {
+        m
+        for m, deps in graph().items()
+        if not m.startswith("replay.bench") and any(d.startswith("replay.bench") for d in deps)
+    }
+    assert importers == {"services.cli.bench"}
+
+
+def test_the_fleet_layers_import_downward_only():
+    """index <- memo <- search <- trial <- fleet: each layer of the placement fleet imports
+    only the layers below it."""
+    layers = ["index", "memo", "search", "trial", "fleet"]
+    g = graph()
+    for i, layer in enumerate(layers):
+        above = {f"services.placement.{m}" for m in layers[i + 1 :]}
+        assert not g[f"services.placement.{layer}"] & above, layer

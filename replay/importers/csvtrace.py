@@ -558,57 +558,7 @@ def import_csv(
         f = open_text(trace)
     except OSError as exc:
         raise TraceImportError(f"{trace}: {exc.strerror or exc}") from exc
-    gang_rows: list[ObservedJob] = []
-    gang_key: str | None = None
-
-    def flush() -> None:
-        nonlocal gang_key
-        if not gang_rows:
-            return
-        first = gang_rows[0]
-        if (
-            len(
-                {
-                    (j.resources, j.tenant, j.priority_class, j.spread, str(j.node_selector))
-                    for j in gang_rows
-                }
-            )
-            != 1
-        ):
-            for j in gang_rows:
-                log.add_job(j, where(j.line))
-        else:
-            starts = [j.start_ms for j in gang_rows]
-            start = max(starts) if all(s is not None for s in starts) else None
-            ends = [j.end_ms for j in gang_rows]
-            end = (
-                max(ends)
-                if start is not None and all(e is not None for e in ends)
-                else (
-                    min((e for e in ends if e is not None), default=None) if start is None else None
-                )
-            )
-            log.add_job(
-                ObservedJob(
-                    job_id=gang_key or first.job_id,
-                    tenant=first.tenant,
-                    priority_class=first.priority_class,
-                    resources=first.resources,
-                    replicas=len(gang_rows),
-                    spread=first.spread,
-                    node_selector=first.node_selector,
-                    submit_ms=min(j.submit_ms for j in gang_rows),
-                    start_ms=start,
-                    end_ms=end,
-                    line=first.line,
-                    started_before=start is not None and all(j.started_before for j in gang_rows),
-                    source_priority=first.source_priority,
-                ),
-                where(first.line),
-            )
-        gang_rows.clear()
-        gang_key = None
-
+    gangs = _Gangs(log, where)
     with f:
         bar = Progress(f, progress)
         reader = csv.DictReader(f)
@@ -622,71 +572,14 @@ def import_csv(
                 log.skips.skip(where(line), problem)
                 continue
             try:
-                job_id = cols.text(row, "id") or ""
-                tenant = cols.text(row, "tenant") if cols.has("tenant") else None
-                if tenant is None:
-                    tenant = "default"
-                cls = cols.text(row, "priority") if cols.has("priority") else None
-                cls = cls or "train"
-                cls_raw = cols.raw(row, "priority") if cols.has("priority") else None
-                res = _resources(cols, row)
-                if vocab is not None and res.gpu_models:
-                    res = msgspec.structs.replace(res, gpu_models=vocab.job(res.gpu_models))
-                submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
-                start = clock.ms(cols, row, "start") if cols.has("start") else None
-                started_before = start is not None and clock.clamped
-                end = clock.ms(cols, row, "end") if cols.has("end") else None
-                gang = cols.text(row, "gang") if cols.has("gang") else None
-                spread = _spread(cols, row)
-                selector = selects.labels(row)
+                job, gang = _row_job(m, cols, selects, clock, vocab, row, line)
             except _Skip as exc:
                 log.skips.skip(where(line), str(exc))
                 continue
-            if submit is None:
-                if not cols.has("submit") or m.rules.missing_submit == "trace_start":
-                    if m.time.unit == "date" and not clock.explicit_epoch:
-                        log.skips.skip(
-                            where(line), "empty submit time and no time.epoch in the mapping"
-                        )
-                        continue
-                    submit = clock.epoch_ms
-                else:
-                    log.skips.skip(where(line), "empty submit time (rules.missing_submit: skip)")
-                    continue
-            if start is None and cols.has("start") and m.rules.missing_start != "never":
-                if m.rules.missing_start == "skip":
-                    log.skips.skip(where(line), "empty start time (rules.missing_start: skip)")
-                    continue
-                if clock.explicit_epoch and submit <= clock.epoch_ms:
-                    start, started_before = clock.epoch_ms, True  # running when the trace began
-            if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
-                log.skips.skip(where(line), "CPU-only row (rules.cpu_only: skip)")
-                continue
-            job = ObservedJob(
-                job_id=job_id,
-                tenant=tenant,
-                priority_class=cls,
-                resources=res,
-                submit_ms=submit,
-                start_ms=start,
-                end_ms=end,
-                line=line,
-                spread=spread,
-                node_selector=selector,
-                started_before=started_before,
-                source_priority=cls_raw,
-            )
-            if gang is not None and gang != "":
-                if gang != gang_key:
-                    flush()
-                    gang_key = gang
-                gang_rows.append(job)
-            else:
-                flush()
-                log.add_job(job, where(line))
-            tenants_seen.add(tenant)
-            classes_seen.add(cls)
-        flush()
+            gangs.add(job, gang)
+            tenants_seen.add(job.tenant)
+            classes_seen.add(job.priority_class)
+        gangs.flush()
         bar.done()
     doc = _document(m, total_gpus, tenants_seen)
     from gpuledger.services.domain.configfile import ConfigFileError
@@ -708,6 +601,139 @@ def import_csv(
     if warning:
         summary["warnings"] = [warning]
     return CsvImport(summary=summary, events=n)
+
+
+def _row_job(
+    m: CsvMapping,
+    cols: _Reader,
+    selects: _Labels,
+    clock: _Clock,
+    vocab: Vocabulary | None,
+    row: dict,
+    line: int,
+) -> tuple[ObservedJob, str | None]:
+    """One jobs row as an observed job and its gang key (None or empty: no gang); _Skip with
+    the skip reason for a row the mapping's rules leave out."""
+    job_id = cols.text(row, "id") or ""
+    tenant = cols.text(row, "tenant") if cols.has("tenant") else None
+    if tenant is None:
+        tenant = "default"
+    cls = cols.text(row, "priority") if cols.has("priority") else None
+    cls = cls or "train"
+    cls_raw = cols.raw(row, "priority") if cols.has("priority") else None
+    res = _resources(cols, row)
+    if vocab is not None and res.gpu_models:
+        res = msgspec.structs.replace(res, gpu_models=vocab.job(res.gpu_models))
+    submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
+    start = clock.ms(cols, row, "start") if cols.has("start") else None
+    started_before = start is not None and clock.clamped
+    end = clock.ms(cols, row, "end") if cols.has("end") else None
+    gang = cols.text(row, "gang") if cols.has("gang") else None
+    spread = _spread(cols, row)
+    selector = selects.labels(row)
+    if submit is None:
+        submit = _missing_submit(m, cols, clock)
+    if start is None and cols.has("start") and m.rules.missing_start != "never":
+        if m.rules.missing_start == "skip":
+            raise _Skip("empty start time (rules.missing_start: skip)")
+        if clock.explicit_epoch and submit <= clock.epoch_ms:
+            start, started_before = clock.epoch_ms, True  # running when the trace began
+    if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
+        raise _Skip("CPU-only row (rules.cpu_only: skip)")
+    job = ObservedJob(
+        job_id=job_id,
+        tenant=tenant,
+        priority_class=cls,
+        resources=res,
+        submit_ms=submit,
+        start_ms=start,
+        end_ms=end,
+        line=line,
+        spread=spread,
+        node_selector=selector,
+        started_before=started_before,
+        source_priority=cls_raw,
+    )
+    return job, gang
+
+
+def _missing_submit(m: CsvMapping, cols: _Reader, clock: _Clock) -> int:
+    """The submit time of a row without one (the trace's start), or _Skip by the rules."""
+    if cols.has("submit") and m.rules.missing_submit != "trace_start":
+        raise _Skip("empty submit time (rules.missing_submit: skip)")
+    if m.time.unit == "date" and not clock.explicit_epoch:
+        raise _Skip("empty submit time and no time.epoch in the mapping")
+    return clock.epoch_ms
+
+
+class _Gangs:
+    """Consecutive rows with one gang key become one job of that many replicas (when they
+    agree on resources, tenant, class, spread and selector; else each row stays a job)."""
+
+    def __init__(self, log: ImportLog, where: Callable[[int], str]) -> None:
+        self.log, self.where = log, where
+        self.rows: list[ObservedJob] = []
+        self.key: str | None = None
+
+    def add(self, job: ObservedJob, gang: str | None) -> None:
+        if gang is not None and gang != "":
+            if gang != self.key:
+                self.flush()
+                self.key = gang
+            self.rows.append(job)
+        else:
+            self.flush()
+            self.log.add_job(job, self.where(job.line))
+
+    def flush(self) -> None:
+        rows, log, where = self.rows, self.log, self.where
+        if not rows:
+            return
+        first = rows[0]
+        if (
+            len(
+                {
+                    (j.resources, j.tenant, j.priority_class, j.spread, str(j.node_selector))
+                    for j in rows
+                }
+            )
+            != 1
+        ):
+            for j in rows:
+                log.add_job(j, where(j.line))
+        else:
+            log.add_job(_gang_job(rows, self.key or first.job_id), where(first.line))
+        rows.clear()
+        self.key = None
+
+
+def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
+    """One job for a gang's rows: started when the last member started (if all did), ended
+    when the last ended (if all did), else the first end of a gang that never started."""
+    first = rows[0]
+    starts = [j.start_ms for j in rows]
+    start = max(starts) if all(s is not None for s in starts) else None
+    ends = [j.end_ms for j in rows]
+    end = (
+        max(ends)
+        if start is not None and all(e is not None for e in ends)
+        else (min((e for e in ends if e is not None), default=None) if start is None else None)
+    )
+    return ObservedJob(
+        job_id=job_id,
+        tenant=first.tenant,
+        priority_class=first.priority_class,
+        resources=first.resources,
+        replicas=len(rows),
+        spread=first.spread,
+        node_selector=first.node_selector,
+        submit_ms=min(j.submit_ms for j in rows),
+        start_ms=start,
+        end_ms=end,
+        line=first.line,
+        started_before=start is not None and all(j.started_before for j in rows),
+        source_priority=first.source_priority,
+    )
 
 
 def _document(m: CsvMapping, total_gpus: int, tenants_seen: set[str]) -> dict[str, Any]:

@@ -781,6 +781,17 @@ def _emit_array(
     (counted in the summary's `array_tasks_split`). The tasks of that shape form one array
     per run of consecutive indexes: `base` for the first, `base_<first>-<last>` after a hole
     (a task of another shape, or one the dump does not hold)."""
+    entries, max_running = _array_entries(base, groups, log, where)
+    tasks = _array_tasks(base, entries, log, naming, tenant_from, tz, where)
+    if tasks:
+        _add_array_runs(base, tasks, max_running, log, naming, where)
+
+
+def _array_entries(
+    base: str, groups: list[list[_Row]], log: ImportLog, where: Callable[[int], str]
+) -> tuple[dict[int, list[_Row]], int | None]:
+    """Each task index of array `base` with its rows (an index listed twice is skipped), and
+    the array's `%N` limit of running tasks (None: none given)."""
     entries: dict[int, list[_Row]] = {}
     max_running = None
     for group in groups:
@@ -798,6 +809,19 @@ def _emit_array(
                 log.skips.skip(where(last.line), f"array task {base}_{i} listed twice")
             else:
                 entries[i] = group
+    return entries, max_running
+
+
+def _array_tasks(
+    base: str,
+    entries: dict[int, list[_Row]],
+    log: ImportLog,
+    naming: Naming,
+    tenant_from: str,
+    tz: ZoneInfo,
+    where: Callable[[int], str],
+) -> list[_Task]:
+    """The importable tasks, by index, each with its shape as allocated and as requested."""
     deps: dict[tuple[str, str], tuple[ev.Dependency, ...]] = {}
 
     def dependency(text: str, tenant: str) -> tuple[ev.Dependency, ...]:
@@ -849,8 +873,19 @@ def _emit_array(
         allocated = any((last.fields.get(c) or "").strip() for c in ("AllocTRES", "AllocGRES"))
         asked = (requested or shape)[:2]
         tasks.append(_Task(i, job, allocated, (*shape[:2], *rest), (*asked, *rest)))
-    if not tasks:
-        return
+    return tasks
+
+
+def _add_array_runs(
+    base: str,
+    tasks: list[_Task],
+    max_running: int | None,
+    log: ImportLog,
+    naming: Naming,
+    where: Callable[[int], str],
+) -> None:
+    """The tasks of the most common shape as arrays, one per run of consecutive indexes; the
+    others as jobs of their own."""
     pool = [t for t in tasks if t.allocated] or tasks
     counts: dict[tuple, int] = {}
     for t in pool:

@@ -1,4 +1,4 @@
-"""`gpuledger bench ...`: thin CLI over the placement benchmarks in `replay/`."""
+"""`gpuledger bench ...`: thin CLI over the benchmark harnesses in `replay/bench/`."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def openb(
         )
     console.print(table)
     if json_out is not None:
-        from gpuledger.replay.benchinfo import machine
+        from gpuledger.replay.bench.info import machine
 
         payload = msgspec.to_builtins(reports[0] if len(reports) == 1 else reports)
         for r in payload if isinstance(payload, list) else [payload]:
@@ -252,7 +252,7 @@ def fleet(
     import msgspec
     from rich.table import Table
 
-    from gpuledger.replay.fleet_bench import run
+    from gpuledger.replay.bench.fleet import run
 
     console = _console()
     chatty = sys.stdout.isatty() and json_out is None
@@ -300,7 +300,7 @@ def fleet(
         )
     console.print(table)
     if json_out is not None:
-        from gpuledger.replay.benchinfo import machine
+        from gpuledger.replay.bench.info import machine
 
         payload = msgspec.to_builtins(report)
         payload["machine"] = machine()
@@ -334,8 +334,8 @@ def projector_bench(
     import json
     import sys
 
-    from gpuledger.projections.bench import run
-    from gpuledger.replay.benchinfo import baseline_run, paired
+    from gpuledger.replay.bench.info import baseline_run, paired
+    from gpuledger.replay.bench.projector import run
 
     say = (lambda m: None) if json_out else (lambda m: typer.echo(m, err=True))
     args = ["--events", str(events), "--rebuild", str(rebuild)]
@@ -433,8 +433,8 @@ def replay_bench(
     the sha256 of its output so that a changed decision shows."""
     import json
 
+    from gpuledger.replay.bench.replay import profile_once, run
     from gpuledger.replay.openb.trace import TraceNotFound, trace_files
-    from gpuledger.replay.replay_bench import profile_once, run
 
     try:
         pods, nodes = trace_files(trace, pods, nodes)
@@ -478,7 +478,7 @@ def restart_bench(
     N events, with a snapshot and by a full refold, in the same run (goal: <= 3 s at 1 M)."""
     import json
 
-    from gpuledger.projections.restart_bench import run_restart_bench
+    from gpuledger.replay.bench.restart import run_restart_bench
 
     result = run_restart_bench(
         events, tail, progress=lambda m: typer.echo(m, err=True), full_refold=full_refold
@@ -504,7 +504,7 @@ def cli_bench(
 
     from rich.table import Table
 
-    from gpuledger.replay.cli_bench import measure
+    from gpuledger.replay.bench.cli import measure
 
     if db is not None and not db.is_file():
         raise typer.BadParameter(f"{db}: no such projection", param_hint="--db")
@@ -534,7 +534,7 @@ def cli_bench(
 
 
 def _mount_latency() -> None:
-    from gpuledger.replay.latency_bench import latency
+    from gpuledger.replay.bench.latency import latency
 
     bench_app.command("latency")(latency)
 

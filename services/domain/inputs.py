@@ -740,6 +740,26 @@ def _dups(names: list[tuple[str, str]], what: str, problems: list[str]) -> None:
 
 
 def _check_file(f: FileDoc, problems: list[str]) -> None:
+    """Cross-field checks of a configuration or scenario, section by section in file order
+    (the order of `problems` is part of the message a user reads)."""
+    if not _check_fleet_size(f, problems):
+        return
+    node_names, models = _check_nodes(f, problems)
+    _dups(node_names, "node name", problems)
+    _dups([(f"tenants[{i}].name", t.name) for i, t in enumerate(f.tenants)], "tenant", problems)
+    _dups(
+        [(f"priority_classes[{i}].name", c.name) for i, c in enumerate(f.priority_classes)],
+        "priority class",
+        problems,
+    )
+    _check_classes(f, problems)
+    _check_tenants(f, models, problems)
+    _check_schedules(f, problems)
+    _check_timeline(f, {name for _, name in node_names}, problems)
+
+
+def _check_fleet_size(f: FileDoc, problems: list[str]) -> bool:
+    """False (with a problem) when the declared fleet is too large to build at all."""
     declared = sum(n.count if n.name_prefix is not None else 1 for n in f.cluster.nodes)
     gpus = sum((n.count if n.name_prefix is not None else 1) * n.gpus for n in f.cluster.nodes)
     if declared > MAX_NODES or gpus > MAX_FLEET_GPUS:  # checked before any node is built
@@ -747,10 +767,15 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             f"cluster.nodes: {declared:,} nodes with {gpus:,} GPUs; at most {MAX_NODES:,} nodes"
             f" and {MAX_FLEET_GPUS:,} GPUs (docs/inputs.md)"
         )
-        return
+        return False
+    return True
+
+
+def _check_nodes(f: FileDoc, problems: list[str]) -> tuple[list[tuple[str, str]], set[str]]:
+    """`cluster.nodes`: each entry's own rules; returns (path, name) of every node and the GPU
+    models present."""
     node_names: list[tuple[str, str]] = []
     models: set[str] = set()
-    mig_models: set[str] = set()
     for i, n in enumerate(f.cluster.nodes):
         path = f"cluster.nodes[{i}]"
         if (n.name is None) == (n.name_prefix is None):
@@ -768,8 +793,6 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             )
         if n.gpus:
             models.add(_node_model(n))
-            if "mig" in n.sharing_of():
-                mig_models.add(_node_model(n))
         if n.mig_layout:
             if "mig" not in n.sharing_of():
                 problems.append(f"{path}.mig_layout: the node has no GPU with sharing 'mig'")
@@ -777,13 +800,11 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 parse_layout(n.model, n.mig_layout)
             except LayoutError as err:
                 problems.append(f"{path}.mig_layout: {err}")
-    _dups(node_names, "node name", problems)
-    _dups([(f"tenants[{i}].name", t.name) for i, t in enumerate(f.tenants)], "tenant", problems)
-    _dups(
-        [(f"priority_classes[{i}].name", c.name) for i, c in enumerate(f.priority_classes)],
-        "priority class",
-        problems,
-    )
+    return node_names, models
+
+
+def _check_classes(f: FileDoc, problems: list[str]) -> None:
+    """`priority_classes`: a built-in name is redefined only with `override: true`."""
     builtin = {c.name: c for c in DEFAULT_CLASSES}
     for i, c in enumerate(f.priority_classes):
         if c.name in builtin and not c.override:
@@ -791,6 +812,10 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                 f"priority_classes[{i}].name: {c.name!r} is a built-in priority class (value "
                 f"{builtin[c.name].value}); add `override: true` to redefine it, or choose another name"
             )
+
+
+def _check_tenants(f: FileDoc, models: set[str], problems: list[str]) -> None:
+    """`tenants`: names, weights, lending limits, and per-model guarantees of present models."""
     for i, t in enumerate(f.tenants):
         _valid_id(f"tenants[{i}].name", functools.partial(validate_tenant, t.name), problems)
         if t.weight is not None and t.over_quota_weight is not None:
@@ -808,52 +833,21 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
                     f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
                     f"{_suggest(m, models)}"
                 )
-    _check_schedules(f, problems)
-    nodes = {name for _, name in node_names}
+
+
+def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
+    """`timeline`: each entry's shape, then what it names (a job submitted earlier, a service,
+    a node of the cluster)."""
     submitted: dict[str, str] = {}
     services: set[str] = set()
     arrays: set[str] = set()
     for i, e in enumerate(f.timeline or []):
         path = f"timeline[{i}]"
-        actions = [
-            k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None
-        ]
-        if len(actions) != 1:
-            problems.append(
-                f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
-                + (f" (got {', '.join(actions)})" if actions else "")
-            )
+        if not _check_entry_shape(e, path, problems):
             continue
-        if e.expect is not None and e.submit is None:
-            problems.append(f"{path}.expect: 'expect: rejected' belongs to a submit entry")
-        if e.tenant is not None and e.cancel is None:
-            problems.append(
-                f"{path}.tenant: 'tenant' belongs to a cancel entry (a job names its tenant inside submit)"
-            )
-        if (e.replicas is None) != (e.scale is None):
-            problems.append(
-                f"{path}.{'replicas' if e.scale is None else 'scale'}: 'scale' and "
-                "'replicas' go together (scale: SERVICE, replicas: N)"
-            )
         if e.submit is not None:
-            j, jp = e.submit, f"{path}.submit"
-            before = len(problems)
-            _check_job(j, jp, problems)
-            if len(problems) > before:
-                continue
-            job_id = j.id or j.job_id or ""
-            if job_id in submitted:
-                problems.append(
-                    f"{jp}.id: duplicate job id {job_id!r} (first at {submitted[job_id]})"
-                )
-            submitted.setdefault(job_id, jp)
-            if j.kind == "service":
-                services.add(job_id)
-            if j.array is not None:
-                arrays.add(job_id)
-            if e.expect == "rejected":
-                continue
-            check_references(j, jp, f, problems)
+            seen = (submitted, services, arrays)
+            _check_submit(e.submit, e.expect, f"{path}.submit", f, seen, problems)
         elif (
             e.cancel is not None
             and e.cancel not in submitted
@@ -872,6 +866,57 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
             problems.append(
                 f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}"
             )
+
+
+def _check_entry_shape(e: EntryDoc, path: str, problems: list[str]) -> bool:
+    """One timeline entry's keys belong together; False when it has not exactly one action
+    (nothing more is checked of it then)."""
+    actions = [k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None]
+    if len(actions) != 1:
+        problems.append(
+            f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
+            + (f" (got {', '.join(actions)})" if actions else "")
+        )
+        return False
+    if e.expect is not None and e.submit is None:
+        problems.append(f"{path}.expect: 'expect: rejected' belongs to a submit entry")
+    if e.tenant is not None and e.cancel is None:
+        problems.append(
+            f"{path}.tenant: 'tenant' belongs to a cancel entry (a job names its tenant inside submit)"
+        )
+    if (e.replicas is None) != (e.scale is None):
+        problems.append(
+            f"{path}.{'replicas' if e.scale is None else 'scale'}: 'scale' and "
+            "'replicas' go together (scale: SERVICE, replicas: N)"
+        )
+    return True
+
+
+def _check_submit(
+    j: JobDoc,
+    expect: str | None,
+    jp: str,
+    f: FileDoc,
+    seen: tuple[dict[str, str], set[str], set[str]],
+    problems: list[str],
+) -> None:
+    """A submit entry: the job on its own, its id unique, then (unless it expects a rejection)
+    its references to the configuration. Records it in `seen` (submitted, services, arrays)."""
+    submitted, services, arrays = seen
+    before = len(problems)
+    _check_job(j, jp, problems)
+    if len(problems) > before:
+        return
+    job_id = j.id or j.job_id or ""
+    if job_id in submitted:
+        problems.append(f"{jp}.id: duplicate job id {job_id!r} (first at {submitted[job_id]})")
+    submitted.setdefault(job_id, jp)
+    if j.kind == "service":
+        services.add(job_id)
+    if j.array is not None:
+        arrays.add(job_id)
+    if expect != "rejected":
+        check_references(j, jp, f, problems)
 
 
 def _check_schedules(f: FileDoc, problems: list[str]) -> None:

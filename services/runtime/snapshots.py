@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import gc
 import hashlib
 import hmac
@@ -64,7 +65,7 @@ import signal
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -204,10 +205,10 @@ def schema() -> str:
     from gpuledger import events as ev
     from gpuledger.services.domain import config, ledger, timeindex
     from gpuledger.services.node_agent import decider as agent
-    from gpuledger.services.placement import fleet, fragmentation, mig, model, state
+    from gpuledger.services.placement import fleet, fragmentation, index, memo, mig, model, state
 
     parts: list[str] = []
-    for module in (ev, ledger, config, agent, fleet, fragmentation, mig, model, state):
+    for module in (ev, ledger, config, agent, fleet, index, memo, fragmentation, mig, model, state):
         for name, obj in sorted(vars(module).items()):
             if (
                 isinstance(obj, type)
@@ -293,6 +294,8 @@ def _classes() -> _Classes:
         from gpuledger.services.placement import (
             fleet,
             fragmentation,
+            index,
+            memo,
             mig,
             model,
             scorers,
@@ -308,6 +311,8 @@ def _classes() -> _Classes:
             timeindex,
             agent,
             fleet,
+            index,
+            memo,
             fragmentation,
             mig,
             model,
@@ -341,42 +346,53 @@ _SCALARS = (str, int, float, bool, bytes, type(None))
 def _encode_graph(root: Any) -> bytes:
     """The msgpack tree of `root` (see the codec's comment above). TypeError for a value of
     a type the codec does not know (a snapshot is then not written: the host logs it)."""
-    import enum
+    encoder = _GraphEncoder(_classes())
+    tree = encoder.enc(root)
+    return msgspec.msgpack.encode((GRAPH_VERSION, encoder.names, tree))
 
-    classes = _classes()
-    name_of, names, name_index = classes.name_of, [], {}
-    memo: dict[int, int] = {}
-    keep: list[Any] = []  # what memo's ids refer to stays alive while encoding
-    struct_encoder = msgspec.msgpack.Encoder()
-    by_fields: set[type] = set()
 
-    def class_ref(cls: type) -> int:
-        name = name_of.get(cls)
+class _GraphEncoder:
+    """One encoding: class names in first-use order, and every shared mutable object (list,
+    dict, set, struct, object) numbered once, in encoding order, so a second use is a `_REF`."""
+
+    def __init__(self, classes: _Classes) -> None:
+        self.classes = classes
+        self.names: list[str] = []
+        self.name_index: dict[str, int] = {}
+        self.memo: dict[int, int] = {}
+        self.keep: list[Any] = []  # what memo's ids refer to stays alive while encoding
+        self.struct_encoder = msgspec.msgpack.Encoder()
+        self.by_fields: set[type] = set()
+
+    def class_ref(self, cls: type) -> int:
+        name = self.classes.name_of.get(cls)
         if name is None:
             raise TypeError(f"a {cls.__module__}.{cls.__qualname__} is not a snapshot class")
-        i = name_index.get(name)
+        i = self.name_index.get(name)
         if i is None:
-            i = name_index[name] = len(names)
-            names.append(name)
+            i = self.name_index[name] = len(self.names)
+            self.names.append(name)
         return i
 
-    def enc(obj: Any) -> Any:
+    def enc(self, obj: Any) -> Any:
         t = type(obj)
         if t in _SCALARS:
             return obj
         if isinstance(obj, enum.Enum):
-            return [_ENUM, class_ref(t), obj.value]
+            return [_ENUM, self.class_ref(t), obj.value]
         if obj is msgspec.UNSET:
             return [_UNSET]
+        enc = self.enc
         if t is tuple:
             return [_TUPLE, *map(enc, obj)]
         if t is frozenset:
             return [_FROZENSET, *map(enc, obj)]
+        memo = self.memo
         seen = memo.get(id(obj))
         if seen is not None:
             return [_REF, seen]
         memo[id(obj)] = len(memo)
-        keep.append(obj)
+        self.keep.append(obj)
         if t is list:
             return [_LIST, *map(enc, obj)]
         if t is dict:
@@ -388,28 +404,35 @@ def _encode_graph(root: Any) -> bytes:
         if t is set:
             return [_SET, *map(enc, obj)]
         if isinstance(obj, msgspec.Struct):
-            if t not in by_fields:
-                try:
-                    return [_STRUCT, class_ref(t), struct_encoder.encode(obj)]
-                except TypeError:  # it holds a non-struct object (a placement index)
-                    by_fields.add(t)
-            del memo[id(obj)]  # numbered after its fields: the decoder makes it after them
-            out = [_FIELDS, class_ref(t)]
-            out.extend(enc(getattr(obj, f)) for f in t.__struct_fields__)
-            memo[id(obj)] = len(memo)
-            return out
-        out = [_OBJECT, class_ref(t)]
-        for slot in sorted(classes.slots[t]):
-            if slot != "__dict__" and slot != "__weakref__" and hasattr(obj, slot):
-                out.append(slot)
-                out.append(enc(getattr(obj, slot)))
-        for k, v in getattr(obj, "__dict__", {}).items():
-            out.append(k)
-            out.append(enc(v))
+            return self.enc_struct(obj, t)
+        return self.enc_object(obj, t)
+
+    def enc_struct(self, obj: Any, t: type) -> list[Any]:
+        """msgspec's own encoding when the struct holds only what msgspec encodes, else field
+        by field (a placement index inside)."""
+        if t not in self.by_fields:
+            try:
+                return [_STRUCT, self.class_ref(t), self.struct_encoder.encode(obj)]
+            except TypeError:  # it holds a non-struct object (a placement index)
+                self.by_fields.add(t)
+        memo = self.memo
+        del memo[id(obj)]  # numbered after its fields: the decoder makes it after them
+        out = [_FIELDS, self.class_ref(t)]
+        out.extend(self.enc(getattr(obj, f)) for f in t.__struct_fields__)  # type: ignore[attr-defined]
+        memo[id(obj)] = len(memo)
         return out
 
-    tree = enc(root)
-    return msgspec.msgpack.encode((GRAPH_VERSION, names, tree))
+    def enc_object(self, obj: Any, t: type) -> list[Any]:
+        """A plain object: its slots (sorted), then its `__dict__`, as name/value pairs."""
+        out = [_OBJECT, self.class_ref(t)]
+        for slot in sorted(self.classes.slots[t]):
+            if slot != "__dict__" and slot != "__weakref__" and hasattr(obj, slot):
+                out.append(slot)
+                out.append(self.enc(getattr(obj, slot)))
+        for k, v in getattr(obj, "__dict__", {}).items():
+            out.append(k)
+            out.append(self.enc(v))
+        return out
 
 
 def _decode_graph(raw: bytes | memoryview) -> Any:
@@ -425,8 +448,11 @@ def _decode_graph(raw: bytes | memoryview) -> Any:
             raise ValueError(f"names {name[:100]!r}, not a snapshot class")
         known.append(cls)
     made: list[Any] = []
+    rare = _RareNodes(classes, known, made)
 
     def dec(node: Any) -> Any:
+        """The common nodes inline (the hot path of a restart); structs, objects, enums and
+        UNSET through `rare`."""
         if type(node) is not list:
             return node
         tag = node[0]
@@ -436,10 +462,6 @@ def _decode_graph(raw: bytes | memoryview) -> Any:
             return tuple(map(dec, node[1:]))
         if tag == _FROZENSET:
             return frozenset(map(dec, node[1:]))
-        if tag == _ENUM:
-            return known[node[1]](node[2])
-        if tag == _UNSET:
-            return msgspec.UNSET
         if tag == _LIST:
             out: Any = []
             made.append(out)
@@ -458,46 +480,73 @@ def _decode_graph(raw: bytes | memoryview) -> Any:
             made.append(out)
             out.update(map(dec, node[1:]))
             return out
-        if tag == _STRUCT:
-            cls = known[node[1]]
-            decoder = classes.decoders.get(cls)
-            if decoder is None:
-                raise ValueError(f"{cls.__qualname__} is not a struct")
-            out = decoder.decode(node[2])
-            made.append(out)
-            return out
-        if tag == _FIELDS:
-            cls = known[node[1]]
-            if cls not in classes.decoders:
-                raise ValueError(f"{cls.__qualname__} is not a struct")
-            names = cls.__struct_fields__
-            if len(node) - 2 != len(names):
-                raise ValueError(f"{cls.__qualname__} has {len(names)} fields")
-            out = cls(**dict(zip(names, map(dec, node[2:]), strict=True)))
-            made.append(out)
-            return out
-        if tag == _OBJECT:
-            cls = known[node[1]]
-            if issubclass(cls, msgspec.Struct) or cls in classes.decoders:
-                raise ValueError(f"{cls.__qualname__} is a struct")
-            out = object.__new__(cls)
-            made.append(out)
-            slots, attrs = classes.slots[cls], getattr(out, "__dict__", None)
-            fields = node[2:]
-            for i in range(0, len(fields), 2):
-                name, value = fields[i], dec(fields[i + 1])
-                if type(name) is not str:
-                    raise ValueError("a field name that is not a string")
-                if name in slots and name not in ("__dict__", "__weakref__"):
-                    getattr(cls, name).__set__(out, value)  # the slot's member descriptor
-                elif attrs is not None:
-                    attrs[name] = value
-                else:
-                    raise ValueError(f"{cls.__qualname__} has no field {name[:100]!r}")
-            return out
-        raise ValueError(f"unknown tag {tag!r}")
+        return rare.dec(tag, node, dec)
 
     return dec(tree)
+
+
+class _RareNodes:
+    """The decoder's nodes other than containers and references: an enum member, UNSET, a
+    struct (msgspec's encoding or field by field) and a plain object. `made` holds every
+    numbered object in the order the encoder numbered them."""
+
+    def __init__(self, classes: _Classes, known: list[type], made: list[Any]) -> None:
+        self.classes = classes
+        self.known = known
+        self.made = made
+
+    def dec(self, tag: Any, node: list[Any], dec: Callable[[Any], Any]) -> Any:
+        if tag == _ENUM:
+            return self.known[node[1]](node[2])
+        if tag == _UNSET:
+            return msgspec.UNSET
+        if tag == _STRUCT:
+            return self.dec_struct(node)
+        if tag == _FIELDS:
+            return self.dec_fields(node, dec)
+        if tag == _OBJECT:
+            return self.dec_object(node, dec)
+        raise ValueError(f"unknown tag {tag!r}")
+
+    def dec_struct(self, node: list[Any]) -> Any:
+        cls = self.known[node[1]]
+        decoder = self.classes.decoders.get(cls)
+        if decoder is None:
+            raise ValueError(f"{cls.__qualname__} is not a struct")
+        out = decoder.decode(node[2])
+        self.made.append(out)
+        return out
+
+    def dec_fields(self, node: list[Any], dec: Callable[[Any], Any]) -> Any:
+        cls = self.known[node[1]]
+        if cls not in self.classes.decoders:
+            raise ValueError(f"{cls.__qualname__} is not a struct")
+        names = cls.__struct_fields__  # type: ignore[attr-defined]
+        if len(node) - 2 != len(names):
+            raise ValueError(f"{cls.__qualname__} has {len(names)} fields")
+        out = cls(**dict(zip(names, map(dec, node[2:]), strict=True)))
+        self.made.append(out)
+        return out
+
+    def dec_object(self, node: list[Any], dec: Callable[[Any], Any]) -> Any:
+        cls = self.known[node[1]]
+        if issubclass(cls, msgspec.Struct) or cls in self.classes.decoders:
+            raise ValueError(f"{cls.__qualname__} is a struct")
+        out = object.__new__(cls)
+        self.made.append(out)
+        slots, attrs = self.classes.slots[cls], getattr(out, "__dict__", None)
+        fields = node[2:]
+        for i in range(0, len(fields), 2):
+            name, value = fields[i], dec(fields[i + 1])
+            if type(name) is not str:
+                raise ValueError("a field name that is not a string")
+            if name in slots and name not in ("__dict__", "__weakref__"):
+                getattr(cls, name).__set__(out, value)  # the slot's member descriptor
+            elif attrs is not None:
+                attrs[name] = value
+            else:
+                raise ValueError(f"{cls.__qualname__} has no field {name[:100]!r}")
+        return out
 
 
 GRAPH_VERSION = 1

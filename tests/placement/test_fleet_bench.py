@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from gpuledger.replay.fleet_bench import (
+from gpuledger.replay.bench.fleet import (
     OPENB_NODE_MIX,
     fleet_nodes,
     job_queue,

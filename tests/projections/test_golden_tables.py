@@ -20,9 +20,9 @@ from pathlib import Path
 import msgspec
 
 from gpuledger import events as ev
-from gpuledger.projections.bench import synthetic_log
 from gpuledger.projections.mappers import ALL_TABLES
 from gpuledger.projections.store import connect_readonly, rebuild
+from gpuledger.replay.bench.projector import synthetic_log
 
 GOLDEN = Path(__file__).with_name("golden_tables.json")
 

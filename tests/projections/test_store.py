@@ -267,7 +267,7 @@ def test_relaxed_gc_restores_thresholds():
 def test_memory_capped_writer_writes_the_same_tables(tmp_path):
     # The writer caps DuckDB's buffer pool and checkpoints often; with DuckDB's defaults
     # (no cap, no checkpoint until close, as before) the projection is the same, table by table.
-    from gpuledger.projections.bench import synthetic_log
+    from gpuledger.replay.bench.projector import synthetic_log
 
     msgs = list(synthetic_log(12_000, nodes=16))
     capped, free = tmp_path / "capped.duckdb", tmp_path / "free.duckdb"

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from gpuledger import events as ev
 from gpuledger.events.subjects import role_of
-from gpuledger.projections.bench import synthetic_log
 from gpuledger.projections.mappers import Projection, columns_of
+from gpuledger.replay.bench.projector import synthetic_log
 from tests.properties.profiles import examples
 
 BASE = list(synthetic_log(1500, nodes=4))

@@ -373,7 +373,7 @@ def test_a_snapshot_that_names_code_is_refused_and_nothing_runs(tmp_path, monkey
 
 
 def test_the_restart_bench_tail_is_the_default_snapshot_interval() -> None:
-    from gpuledger.projections.restart_bench import DEFAULT_TAIL
+    from gpuledger.replay.bench.restart import DEFAULT_TAIL
 
     assert DEFAULT_TAIL == snapshots.SnapshotPolicy().every_events
 

@@ -1,7 +1,7 @@
 """The live latency bench judges its figures against issue 15's goals: p99 at most 20 ms, a
 burst drain of at least 2,000 placements/s (boundaries included)."""
 
-from gpuledger.replay.latency_bench import goals_met
+from gpuledger.replay.bench.latency import goals_met
 
 
 def test_at_the_boundaries_both_goals_are_met():

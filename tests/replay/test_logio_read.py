@@ -9,7 +9,7 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.limits import MAX_DEPTH, MAX_INT
-from gpuledger.projections.bench import synthetic_log
+from gpuledger.replay.bench.projector import synthetic_log
 from gpuledger.replay.logio import LogFormatError, read_log, write_log
 
 

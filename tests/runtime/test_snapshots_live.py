@@ -267,7 +267,7 @@ async def test_a_service_that_could_not_open_its_snapshot_bucket_saves_once_it_a
 
 
 def test_the_restart_bench_times_a_full_refold_only_when_asked() -> None:
-    from gpuledger.projections.restart_bench import run_restart_bench
+    from gpuledger.replay.bench.restart import run_restart_bench
 
     both = run_restart_bench(2_000, full_refold=True)["services"]
     for name, out in both.items():

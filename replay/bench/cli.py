@@ -33,7 +33,7 @@ def cli_command() -> list[str]:
 
 def demo_projection(work: Path) -> Path:
     """The demo scenario simulated and projected into `work/projection.duckdb`."""
-    scenario = Path(__file__).resolve().parent / "scenarios" / "demo.yaml"
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "demo.yaml"
     log, db = work / "demo.jsonl", work / "projection.duckdb"
     for args in (
         ["simulate", str(scenario), "--log", str(log), "--quiet"],
@@ -55,7 +55,7 @@ def measure(
     runs: int = 15, db: Path | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """Median start-up times (seconds) of the interpreter, `--version` and `jobs`."""
-    from gpuledger.replay.benchinfo import machine, median
+    from gpuledger.replay.bench.info import machine, median
 
     with tempfile.TemporaryDirectory(prefix="gpuledger-bench-cli-") as tmp:
         if db is None:

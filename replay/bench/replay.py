@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuledger.replay.benchinfo import machine, median
+from gpuledger.replay.bench.info import machine, median
 
 MEASURE = r"""
 import hashlib, json, sys, tempfile, time

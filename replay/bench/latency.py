@@ -270,7 +270,7 @@ def run_latency_bench(
     TimeoutError past `timeout_s` (default `time_bound_s`)."""
     import asyncio
 
-    from gpuledger.replay.benchinfo import machine
+    from gpuledger.replay.bench.info import machine
 
     prof = Path(profile_dir) if profile_dir is not None else None
     if prof is not None:
@@ -320,7 +320,7 @@ def latency(
     placements/s with 500 nodes)."""
     quiet = json_out is not None and str(json_out) == "-"
     say = (lambda m: None) if quiet else (lambda m: typer.echo(m, err=True))
-    from gpuledger.replay.benchinfo import baseline_run, median, paired
+    from gpuledger.replay.bench.info import baseline_run, median, paired
 
     mine: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """Restart benchmark (`gpuledger bench restart --events N --json OUT`): each service's time to
 ready after N events, from a snapshot and by a full refold, measured in the same run.
 
-A fresh embedded nats-server gets the synthetic log of `projections.bench.synthetic_log` (a
+A fresh embedded nats-server gets the synthetic log of `bench.projector.synthetic_log` (a
 realistic job-lifecycle mix over 64 eight-GPU nodes) in two parts: the first N - T events,
 then the tail of T = min(N // 10, the default snapshot interval) events, the most a service
 folds after its last snapshot under the default `SnapshotPolicy`. For each service (admission,
@@ -20,7 +20,7 @@ quota, scheduler, preemption, the simulated node agent), in one process, one aft
 
 Ready = connect + load + fold + first `decide` returned. The measured decides return nothing
 (their output is discarded), so every measurement sees the same log. `ratio` is
-`ready_s_full_refold / ready_s`. (It lives next to `projections/bench.py`, whose synthetic
+`ready_s_full_refold / ready_s`. (It lives next to `replay/bench/projector.py`, whose synthetic
 log it replays: replay/ may not import projections/, which imports replay/.)
 """
 
@@ -128,7 +128,7 @@ async def _bench(
     n: int, tail: int, work: Path, progress, full_refold: bool = True
 ) -> dict[str, Any]:
     from gpuledger import events as ev
-    from gpuledger.projections.bench import synthetic_log
+    from gpuledger.replay.bench.projector import synthetic_log
     from gpuledger.services.runtime.bus import Bus
     from gpuledger.services.runtime.host import Host, open_snapshots
     from gpuledger.services.runtime.nats_server import EmbeddedNats
