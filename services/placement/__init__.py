@@ -12,8 +12,9 @@ from .errors import (
     UnknownNode,
     UnknownPolicy,
 )
-from .fleet import Allocation, Fleet, TrialFleet
+from .fleet import Fleet
 from .fragmentation import Fragmentation, TypicalTask
+from .index import Allocation
 from .mig import PROFILES, MigProfile, MigSlots, profile_for
 from .model import (
     GPU_MILLI,
@@ -28,6 +29,7 @@ from .model import (
     Unplaceable,
 )
 from .scorers import SCORERS, BestFit, Fgd, Packing, ScoreContext, Scorer
+from .trial import TrialFleet
 
 __all__ = [
     "GPU_MILLI",

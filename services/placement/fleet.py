@@ -21,23 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .fragmentation import TypicalTask
-from .index import Allocation, ChangeLog, FleetIndex, held_milli
-from .memo import ScoreMemos
 from .model import GangRequest, NodeSpec, Placement, Unplaceable
 from .scorers import Scorer
 from .search import GangSearch
 from .trial import TrialFleet
-
-__all__ = [
-    "Allocation",
-    "ChangeLog",
-    "Fleet",
-    "FleetIndex",
-    "GangSearch",
-    "ScoreMemos",
-    "TrialFleet",
-    "held_milli",
-]
 
 
 class Fleet(GangSearch):
