@@ -31,6 +31,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import msgspec
 
@@ -116,13 +117,13 @@ def encode(obj: msgspec.Struct) -> bytes:
     return _enc.encode(obj)
 
 
-def write(path: str | Path, header: Header, body: Path | None) -> None:
-    """Write the header then the observation lines of `body` (a file of encoded lines)."""
+def write(path: str | Path, header: Header, body: IO[bytes] | None) -> None:
+    """Write the header then the observation lines read from `body` (a binary file of
+    encoded lines, read from where it stands)."""
     with open(path, "wb") as out:
         out.write(_enc.encode(header) + b"\n")
         if body is not None:
-            with open(body, "rb") as f:
-                shutil.copyfileobj(f, out)
+            shutil.copyfileobj(body, out)
 
 
 def read(path: str | Path) -> tuple[Header, Iterator[Observation]]:

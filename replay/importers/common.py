@@ -32,7 +32,6 @@ import hashlib
 import heapq
 import os
 import tempfile
-import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -160,14 +159,6 @@ class SkipLog:
         return {r: {"rows": n, "first": self.lines[r]} for r, n in sorted(self.counts.items())}
 
 
-def _remove(f: IO[bytes], name: str) -> None:
-    f.close()
-    try:
-        os.unlink(name)
-    except FileNotFoundError:
-        pass
-
-
 def _hash(job_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8).digest(), "little")
 
@@ -190,10 +181,8 @@ class ImportLog:
         self.run_size = run_size
         self.skips = skips or SkipLog()
         self.checkpoint = checkpoint or CheckpointRules()
-        fd, self._obs_name = tempfile.mkstemp(prefix="gpuledger-import-", suffix=".observed")
-        self._obs = os.fdopen(fd, "wb")
-        # an import stopped by an error leaves no temporary observation file behind
-        weakref.finalize(self, _remove, self._obs, self._obs_name)
+        # anonymous (no name on disk): an import stopped by an error leaves nothing behind
+        self._obs: IO[bytes] = tempfile.TemporaryFile()
         self.window: list[int] | None = None
         self.final_states: dict[str, int] = {}
         self.observed_path: Path | None = None
@@ -515,7 +504,6 @@ class ImportLog:
         """The observation sidecar next to the log (`replay.observed`): the header (window,
         capacity, SLO class of each priority class, checkpoint assumption) and one line per
         job the log kept (a skipped duplicate's observation is left out)."""
-        self._obs.close()
         cfg = ConfigState()
         capacity = 0
         for e in head:
@@ -530,25 +518,24 @@ class ImportLog:
             slo_classes={n: c.slo_class for n, c in sorted(cfg.classes.items())},
             checkpoint=self.checkpoint.summary(),
         )
-        body = Path(self._obs_name)
+        body, self._obs = self._obs, tempfile.TemporaryFile()
+        body.seek(0)
         if dropped:
-            fd, name = tempfile.mkstemp(prefix="gpuledger-import-", suffix=".observed")
+            kept: IO[bytes] = tempfile.TemporaryFile()
             dec = msgspec.json.Decoder(obs.Observation)
-            with os.fdopen(fd, "wb") as out, open(body, "rb") as f:
-                for raw in f:
+            with body:
+                for raw in body:
                     o = dec.decode(raw)
                     if (o.job, o.line) in dropped:
                         key = o.state.split()[0].upper() if o.state.strip() else o.state
                         self.final_states[key] -= 1
                         continue
-                    out.write(raw)
-            os.unlink(body)
-            body = Path(name)
+                    kept.write(raw)
+            body = kept
+            body.seek(0)
         self.observed_path = obs.sidecar(path)
-        try:
+        with body:
             obs.write(self.observed_path, header, body)
-        finally:
-            os.unlink(body)
 
     def _uncount(self, spec: ev.JobSpec) -> None:
         self.duplicates += 1

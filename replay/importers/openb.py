@@ -147,13 +147,11 @@ class OpenbImport:
             checkpoint=describe(NO_CHECKPOINT),
         )
         path = obs.sidecar(log)
-        with tempfile.NamedTemporaryFile("wb", delete=False, suffix=".observed") as body:
+        with tempfile.TemporaryFile() as body:
             for o in self.observations:
                 body.write(obs.encode(o) + b"\n")
-        try:
-            obs.write(path, header, Path(body.name))
-        finally:
-            Path(body.name).unlink()
+            body.seek(0)
+            obs.write(path, header, body)
         return path
 
     def entries(self) -> list[tuple[int, str, Event]]:
