@@ -1194,11 +1194,11 @@ def demo(
     import asyncio
 
     from gpuledger import events as ev
+    from gpuledger.events.sentences import timeline_line
     from gpuledger.projections.store import wait_for_projection
     from gpuledger.replay import live_player
     from gpuledger.replay.report import job_rows
     from gpuledger.replay.scenario import ScenarioError, load
-    from gpuledger.events.sentences import timeline_line
     from gpuledger.services.runtime.logging import configure_logging
 
     os.environ.setdefault("GPULEDGER_LOG_LEVEL", "warning")

@@ -121,12 +121,12 @@ def simulate(
     ),
 ) -> None:
     """Run a scenario through the deciders on a virtual clock."""
+    from gpuledger.events.sentences import timeline_line
     from gpuledger.replay.logio import write_log
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report
     from gpuledger.replay.scenario import ScenarioError, load
     from gpuledger.replay.simulator import simulate as run_sim
-    from gpuledger.events.sentences import timeline_line
 
     try:
         sc = load(scenario)

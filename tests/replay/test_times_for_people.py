@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from gpuledger.events.sentences import timeline_line
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import Simulator, standard_services
-from gpuledger.events.sentences import timeline_line
 from gpuledger.services.domain.timefmt import duration, instant
 
 ROOT = Path(__file__).resolve().parents[2]
