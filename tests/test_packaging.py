@@ -54,11 +54,13 @@ def test_every_module_of_the_repository_is_in_the_wheel_under_gpuledger(wheel_fi
         "gpuledger/projections/ui/static/ui.css",
         "gpuledger/projections/ui/static/ui.js",
     } <= set(wheel_files)
-    templates = {  # every page is a template
+    templates = {  # every dashboard page and the what-if report are templates
         f"gpuledger/{p.relative_to(ROOT).as_posix()}"
-        for p in (ROOT / "projections" / "ui" / "templates").glob("*.html")
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("templates/*.html")
     }
     assert "gpuledger/projections/ui/templates/base.html" in templates
+    assert "gpuledger/replay/templates/whatif_report.html" in templates
     assert templates - set(wheel_files) == set()
 
 
