@@ -177,7 +177,7 @@ def _arrays_as_one_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- job
 
 
-def _life_item(at: int | None, type_name: str, payload: str, job_id: str) -> dict[str, Any]:
+def life_entry(at: int | None, type_name: str, payload: str, job_id: str) -> dict[str, Any]:
     """One event of the job's life as the shared sentence renderer words it, seen from the job's
     page: `parts` are text and `JobRef`s (links, or "this job"), `kind` styles the line."""
     try:
@@ -222,7 +222,7 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
         ORDER BY seq LIMIT 2000""",
         [job_id, job_id, job_id, job_id],
     ).fetchall()
-    life = [_life_item(at, t, payload, job_id) for _seq, at, t, payload in rows]
+    life = [life_entry(at, t, payload, job_id) for _seq, at, t, payload in rows]
     if tenant:  # a tenant view names no job of another tenant: not as a link, not in a message
         _hide_other_tenants(con, report, life, tenant)
     c = clock(con)

@@ -11,7 +11,7 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.sentences import SENTENCES, JobRef, describe, timeline_line
-from gpuledger.projections.ui.data import _life_item, life_text
+from gpuledger.projections.ui.data import life_entry, life_text
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 WORDED_GENERICALLY = {
@@ -63,7 +63,7 @@ def test_the_timeline_and_the_job_page_word_an_event_alike():
     )
     line = "evicted     pretrain (Reclaim by serve), checkpointed, lost 64 GPU-s"
     assert timeline_line(evicted) == f"     12.0s  {line}"
-    item = _life_item(12_000, "GangEvicted", ev.encode(evicted).decode(), "pretrain")
+    item = life_entry(12_000, "GangEvicted", ev.encode(evicted).decode(), "pretrain")
     assert item["kind"] == "evicted" and JobRef("serve") in item["parts"]
     assert life_text(item["parts"], "pretrain") == (
         "evicted (Reclaim by serve), checkpointed, lost 64 GPU-s"
@@ -74,12 +74,12 @@ def test_a_preemption_from_the_victim_and_from_the_beneficiary():
     s = describe(_preempt())
     assert s.line() == "preempt     pretrain for serve (Reclaim), checkpoint within 5s"
     raw = ev.encode(_preempt()).decode()
-    victim = _life_item(10_000, "PreemptionRequested", raw, "pretrain")
+    victim = life_entry(10_000, "PreemptionRequested", raw, "pretrain")
     assert victim["kind"] == "preempted"
     assert life_text(victim["parts"], "pretrain") == (
         "preempt for serve (Reclaim), checkpoint within 5s"
     )
-    beneficiary = _life_item(10_000, "PreemptionRequested", raw, "serve")
+    beneficiary = life_entry(10_000, "PreemptionRequested", raw, "serve")
     assert beneficiary["kind"] == "preemptor"
     assert life_text(beneficiary["parts"], "serve") == (
         "preempt pretrain for this job (Reclaim), checkpoint within 5s"
@@ -95,5 +95,5 @@ def test_member_events_are_for_the_job_page_only():
 def test_an_event_without_a_sentence_and_an_undecodable_payload_are_still_worded():
     heartbeat = describe(ev.NodeHeartbeat(node="n1"))
     assert heartbeat.verb == "NodeHeartbeat" and not heartbeat.notable
-    item = _life_item(None, "Mystery", json.dumps({"type": "Mystery.v9"}), "a")
+    item = life_entry(None, "Mystery", json.dumps({"type": "Mystery.v9"}), "a")
     assert item["kind"] == "other" and life_text(item["parts"], "a") == "Mystery"
