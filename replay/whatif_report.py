@@ -10,9 +10,10 @@ per-tenant fairness (share attainment, Jain's index). Metric definitions are tho
 
 from __future__ import annotations
 
-import html
 import io
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from gpuledger.replay.compare import Summary, compare, rows
@@ -26,6 +27,8 @@ class Variant:
     log_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+
+TEMPLATES = Path(__file__).with_name("templates")
 
 DISPLAY = {"recorded": "gpuledger (recorded config)"}
 """Column titles of variants whose label (the `--json` key) is terse."""
@@ -101,88 +104,75 @@ def render(
 
     runs = [v.summary for v in variants]
     labels = [DISPLAY.get(v.label, v.label) for v in variants]
-    e = html.escape
     base = runs[0].metrics
-    span_days = (base["end_s"] - base["start_s"]) / 86400
     header, body = table(variants)
-    out: list[str] = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f"<title>{e(title or 'What-if report: ' + log_name)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{e(title or 'What-if report')}</h1>",
-        f"<p class=sub>Log <code>{e(log_name)}</code>: {recorded_events:,} recorded events, "
-        f"{base['jobs']['submitted']:,} jobs, {span_days:.1f} days replayed under {len(variants)} "
-        "configurations with the same deciders on a virtual clock. Each job keeps its observed run time; "
-        "when and where it runs, and who is preempted, are decided afresh."
-        + (
-            " The <b>observed</b> column is what the source recorded (its observation file), "
-            "measured with the same definitions."
-            if any(v.label == "observed" for v in variants)
-            else ""
-        )
-        + "</p>",
-        *(
-            [f"<p class=sub><b>Checkpoint assumption</b> (recorded jobs): {e(checkpoint)}.</p>"]
-            if checkpoint
-            else []
-        ),
-        "<h2>Variants</h2><table><thead><tr><th>variant</th><th style='text-align:left'>changes to the recorded configuration</th>"
-        "<th>events</th><th>replay log</th></tr></thead><tbody>",
-    ]
-    for i, v in enumerate(variants):
-        sw = f"<span class=sw style='background:{COLORS[i % len(COLORS)]}'></span>"
-        v_label = labels[i]
-        changes = "; ".join(v.changes) or "none (the recorded configuration)"
-        out.append(
-            f"<tr><td>{sw}{e(v_label)}</td><td style='text-align:left;white-space:normal'>{e(changes)}</td>"
-            f"<td>{_count(v.summary.metrics['events'])}</td><td>{e(v.log_path or '')}</td></tr>"
-        )
-    out.append("</tbody></table>")
-    out.append(
-        "<h2>Comparison</h2><p class=note>Values of each variant, with the difference to "
-        f"<b>{e(labels[0])}</b> in brackets where there is one.</p><table><thead><tr>"
-    )
-    out += [f"<th>{e(h)}</th>" for h in header]
-    out.append("</tr></thead><tbody>")
-    for r in body:
-        out.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>")
-    out.append("</tbody></table>")
     sections = [
         (
             "Queue wait by SLO class",
-            wait_cdf_chart,
-            {"max_cols": 2},
             "Fraction of placed jobs that waited at most x seconds from submission to first placement, "
             "per SLO class (symmetric-log axis above 1 s). A curve further left is better. The observed "
             "curve, when there is one, is submission to the first recorded start.",
+            _svg(wait_cdf_chart, runs, labels, max_cols=2),
         ),
         (
             "GPU allocation over time",
-            allocation_chart,
-            {},
             "Allocated share of registered GPU capacity (time-weighted bin means on long runs).",
+            _svg(allocation_chart, runs, labels),
         ),
         (
             "Preemptions and lost work",
-            preemption_chart,
-            {},
             "Gangs evicted for a higher-priority job or a quota reclaim, and the GPU-hours of work since "
             "their last checkpoint that were lost.",
+            _svg(preemption_chart, runs, labels),
         ),
         (
             "Per-tenant fairness",
-            fairness_chart,
-            {},
             "Share attainment: GPU time a tenant received divided by its fair share while it had demand "
             "(1.0 = all it was entitled to). Jain's index over tenants: 1.0 = equal attainment.",
+            _svg(fairness_chart, runs, labels),
         ),
     ]
-    for heading, chart, kw, note in sections:
-        out.append(f"<h2>{e(heading)}</h2><p class=note>{e(note)}</p><div class=chart>")
-        out.append(_svg(chart, runs, labels, **kw))
-        out.append("</div>")
-    out.append(
-        "<p class=note>Made by <code>gpuledger whatif</code>. Metric definitions: "
-        "docs/whatif-import-compare.md. No scripts, no external resources: this file is all there is.</p>"
+    rows_ = [
+        {
+            "label": labels[i],
+            "color": COLORS[i % len(COLORS)],
+            "changes": "; ".join(v.changes) or "none (the recorded configuration)",
+            "events": v.summary.metrics["events"],
+            "log_path": v.log_path or "",
+        }
+        for i, v in enumerate(variants)
+    ]
+    return (
+        _environment()
+        .get_template("whatif_report.html")
+        .render(
+            title=title,
+            log_name=log_name,
+            css=CSS,
+            count=_count,
+            recorded_events=recorded_events,
+            jobs=base["jobs"]["submitted"],
+            span_days=(base["end_s"] - base["start_s"]) / 86400,
+            observed=any(v.label == "observed" for v in variants),
+            checkpoint=checkpoint,
+            variants=rows_,
+            header=header,
+            body=body,
+            sections=sections,
+        )
     )
-    out.append("</body></html>")
-    return "\n".join(out)
+
+
+@cache
+def _environment():
+    """The report's Jinja2 environment: autoescape on for every template, undefined names an
+    error."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )

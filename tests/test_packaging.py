@@ -54,6 +54,14 @@ def test_every_module_of_the_repository_is_in_the_wheel_under_gpuledger(wheel_fi
         "gpuledger/projections/ui/static/ui.css",
         "gpuledger/projections/ui/static/ui.js",
     } <= set(wheel_files)
+    templates = {  # every dashboard page and the what-if report are templates
+        f"gpuledger/{p.relative_to(ROOT).as_posix()}"
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("templates/*.html")
+    }
+    assert "gpuledger/projections/ui/templates/base.html" in templates
+    assert "gpuledger/replay/templates/whatif_report.html" in templates
+    assert templates - set(wheel_files) == set()
 
 
 def test_the_wheel_has_no_other_top_level_name(wheel_files):

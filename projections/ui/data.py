@@ -3,10 +3,11 @@ takes a read-only connection and the tenant the viewer is confined to (None = al
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
+from gpuledger import events as ev
+from gpuledger.events import sentences
 from gpuledger.projections.queries import UnknownJob, records, why_report
 
 IDLE_SM_ACTIVE = 0.25
@@ -176,112 +177,32 @@ def _arrays_as_one_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- job
 
 
-def _item(
-    at: int | None, kind: str, text: str, links: dict[str, str] | None = None
-) -> dict[str, Any]:
-    return {"at_ms": at, "kind": kind, "text": text, "links": links or {}}
+def life_entry(at: int | None, type_name: str, payload: str, job_id: str) -> dict[str, Any]:
+    """One event of the job's life as the shared sentence renderer words it, seen from the job's
+    page: `parts` are text and `JobRef`s (links, or "this job"), `kind` styles the line."""
+    try:
+        s = sentences.describe(ev.decode(payload))
+    except ev.UndecodableEvent:
+        s = sentences.generic(type_name)
+    parts = list(s.about(job_id))
+    kind = s.kind
+    if kind == "preempted" and s.parts and s.parts[0] != sentences.JobRef(job_id):
+        kind = "preemptor"  # this job asked another to make room
+    return {"at_ms": at, "kind": kind, "parts": parts}
 
 
-def _life_item(t: str, at: int | None, p: dict[str, Any], job_id: str) -> dict[str, Any] | None:
-    """One event of the job's life, as a sentence; `{name}` placeholders become links."""
-    if t == "JobSubmitted":
-        return _item(at, "submitted", "submitted")
-    if t == "JobAdmitted":
-        return _item(
-            at,
-            "admitted",
-            f"admitted: class {p.get('priority_class')}, priority {p.get('priority')}",
-        )
-    if t == "JobRejected":
-        return _item(at, "rejected", f"rejected: {p.get('reason')}: {p.get('message') or ''}")
-    if t == "PendingReasonChanged":
-        d = p.get("details") or {}
-        extra = []
-        if "queue_position" in d:
-            extra.append(f"queue position {d['queue_position']}")
-        if "preemption_would_help" in d:
-            extra.append(
-                "preemption would help"
-                if d["preemption_would_help"]
-                else "preemption would not help"
-            )
-        return _item(
-            at,
-            "pending",
-            f"pending: {p.get('reason')}: {p.get('message') or ''}"
-            + (f" ({'; '.join(extra)})" if extra else ""),
-        )
-    if t == "GangPlaced":
-        nodes = sorted({m.get("node") for m in p.get("members") or []})
-        return _item(
-            at,
-            "placed",
-            f"placed as {p.get('allocation_id')} on {', '.join(nodes)}"
-            + (" (borrowing above the guarantee)" if p.get("borrowing") else ""),
-        )
-    if t == "MemberStarted":
-        return _item(at, "started", f"member {p.get('rank')} started on {p.get('node')}")
-    if t == "MemberCheckpointed":
-        return _item(
-            at,
-            "checkpoint",
-            f"checkpoint: member {p.get('rank')} saved step {p.get('step')}"
-            f" ({(p.get('progress_ms') or 0) / 1000:.0f}s of progress)",
-        )
-    if t == "PreemptionRequested":
-        if p.get("job_id") == job_id:
-            return _item(
-                at,
-                "preempted",
-                f"preemption requested for {{by}} ({p.get('reason')}): {p.get('message') or ''}",
-                {"by": p.get("beneficiary") or "?"},
-            )
-        return _item(
-            at,
-            "preemptor",
-            f"asked {{victim}} to make room ({p.get('reason')}): {p.get('message') or ''}",
-            {"victim": p.get("job_id") or "?"},
-        )
-    if t == "GangEvicted":
-        lost = (p.get("lost_gpu_ms") or 0) / 1000
-        by = p.get("preempted_by")
-        text = (
-            f"evicted ({p.get('reason')})"
-            + (" for {by}" if by else "")
-            + f": lost {lost:.0f} GPU-seconds; "
-            + ("checkpointed" if p.get("checkpointed") else "not checkpointed")
-        )
-        return _item(at, "evicted", text, {"by": by} if by else {})
-    if t == "GangRequeued":
-        return _item(
-            at,
-            "requeued",
-            "requeued"
-            + (
-                f", resumes from step {p['resume_step']}"
-                if p.get("resume_step") is not None
-                else ""
-            ),
-        )
-    if t == "MemberExited":
-        return _item(at, "exited", f"member {p.get('rank')} exited ({p.get('outcome')})")
-    if t in ("JobCompleted", "JobFailed", "JobCancelled", "GangCompleted", "GangFailed"):
-        return _item(
-            at,
-            "finished",
-            t.removeprefix("Job").removeprefix("Gang").lower()
-            + (f": {p['reason']}" if p.get("reason") else ""),
-        )
-    if t == "PreemptionDeclined":
-        return _item(
-            at, "declined", f"preemption declined: {p.get('reason')}: {p.get('message') or ''}"
-        )
-    reason = p.get("reason")
-    return _item(
-        at,
-        "other",
-        t + (f": {reason}" if reason else "") + (f": {p['message']}" if p.get("message") else ""),
-    )
+def life_text(parts: list[Any], job_id: str) -> str:
+    """A life item's words as plain text (tooltips, tests): other jobs by id, this one as
+    "this job", a hidden one as "another tenant's job"."""
+    out = []
+    for p in parts:
+        if isinstance(p, sentences.JobRef):
+            out.append("this job" if p.job_id == job_id else p.job_id)
+        elif p is None:
+            out.append("another tenant's job")
+        else:
+            out.append(p)
+    return "".join(out)
 
 
 def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
@@ -301,37 +222,9 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
         ORDER BY seq LIMIT 2000""",
         [job_id, job_id, job_id, job_id],
     ).fetchall()
-    life = []
-    for _seq, at, t, payload in rows:
-        item = _life_item(t, at, json.loads(payload), job_id)
-        if item is not None:
-            life.append(item)
+    life = [life_entry(at, t, payload, job_id) for _seq, at, t, payload in rows]
     if tenant:  # a tenant view names no job of another tenant: not as a link, not in a message
-        hidden: set[str] = set()
-        for it in life:
-            for k, other in list(it["links"].items()):
-                if not in_tenant(_tenant_of(con, other), tenant):
-                    it["links"][k] = None
-                    hidden.add(other)
-        for p in report["preempted"]:
-            if not in_tenant(p["by_tenant"], tenant):
-                hidden.add(p["by"])
-                p["by"] = None
-            for alt in p["alternatives"] if isinstance(p["alternatives"], list) else []:
-                if isinstance(alt, dict):
-                    alt["victims"] = [
-                        v if in_tenant(_tenant_of(con, v), tenant) else "another tenant's job"
-                        for v in alt.get("victims") or []
-                    ]
-        report["preempted_others"] = [
-            x for x in report["preempted_others"] if in_tenant(_tenant_of(con, x["victim"]), tenant)
-        ]
-        hidden.discard(None)
-        for it in life:
-            it["text"] = redact(it["text"], hidden)
-        for p in report["preempted"]:
-            p["message"] = redact(p["message"], hidden)
-        report["message"] = redact(report["message"], hidden)
+        _hide_other_tenants(con, report, life, tenant)
     c = clock(con)
     start = next((it["at_ms"] for it in life if it["at_ms"] is not None), c["now_ms"])
     spans = []
@@ -348,6 +241,7 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
             }
         )
     return {
+        "job_id": job_id,
         "report": report,
         "life": life,
         "spans": spans,
@@ -355,6 +249,40 @@ def job(con, job_id: str, tenant: str | None) -> dict[str, Any]:
         "end_ms": max([c["now_ms"]] + [s["to_ms"] for s in spans if s["to_ms"] is not None]),
         **c,
     }
+
+
+def _hide_other_tenants(
+    con, report: dict[str, Any], life: list[dict[str, Any]], tenant: str
+) -> None:
+    """Every job of another tenant out of `report` and `life`: a link becomes None (shown as
+    "another tenant's job"), an id in a message is replaced by those words."""
+    hidden: set[str] = set()
+    for it in life:
+        for i, part in enumerate(it["parts"]):
+            if isinstance(part, sentences.JobRef) and not in_tenant(
+                _tenant_of(con, part.job_id), tenant
+            ):
+                it["parts"][i] = None
+                hidden.add(part.job_id)
+    for p in report["preempted"]:
+        if not in_tenant(p["by_tenant"], tenant):
+            hidden.add(p["by"])
+            p["by"] = None
+        for alt in p["alternatives"] if isinstance(p["alternatives"], list) else []:
+            if isinstance(alt, dict):
+                alt["victims"] = [
+                    v if in_tenant(_tenant_of(con, v), tenant) else "another tenant's job"
+                    for v in alt.get("victims") or []
+                ]
+    report["preempted_others"] = [
+        x for x in report["preempted_others"] if in_tenant(_tenant_of(con, x["victim"]), tenant)
+    ]
+    hidden.discard(None)
+    for it in life:
+        it["parts"] = [redact(p, hidden) if isinstance(p, str) else p for p in it["parts"]]
+    for p in report["preempted"]:
+        p["message"] = redact(p["message"], hidden)
+    report["message"] = redact(report["message"], hidden)
 
 
 def redact(text: str | None, job_ids: set[str]) -> str | None:

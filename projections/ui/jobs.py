@@ -2,23 +2,19 @@
 view), filtered by tenant, class and state, sorted by any column, each linking to its page.
 
 Rendered by a Jinja2 template (`templates/jobs.html`) with autoescaping on for every value, so
-nothing here builds HTML by hand; the page sits inside the shared layout (projections/ui/html.py)
+nothing here builds HTML by hand; the page extends the shared layout (`templates/base.html`)
 and follows the projector live like the others. Reads only (one read-only connection).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from gpuledger.events.reasons import JobState
 from gpuledger.projections.queries import gpus_label, records
 from gpuledger.projections.ui.data import tenant_clause
-
-TEMPLATES = Path(__file__).with_name("templates")
 
 SORTS: dict[str, str] = {
     "job": "j.job_id",
@@ -147,24 +143,9 @@ def jobs(con, who: str | None, q: JobsQuery) -> dict[str, Any]:
     }
 
 
-@cache
-def environment():
-    """The Jinja2 environment of the dashboard's templates: autoescape on for every template
-    (not only by file extension), undefined names an error, never a silent blank."""
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-def jobs_page(d: dict[str, Any], q: JobsQuery, who: str | None) -> str:
-    """The page body (the layout wraps it)."""
-    from gpuledger.projections.ui.html import STATE_COLORS, dur
+def jobs_page(d: dict[str, Any], q: JobsQuery, **layout: Any) -> str:
+    """The whole page (`layout`: views.render_page's seq and tenant)."""
+    from gpuledger.projections.ui.views import render_page
 
     columns = [
         ("job", "job"),
@@ -175,15 +156,13 @@ def jobs_page(d: dict[str, Any], q: JobsQuery, who: str | None) -> str:
         ("age", "age"),
         ("reason", "reason"),
     ]
-    return (
-        environment()
-        .get_template("jobs.html")
-        .render(d=d, q=q, who=who, columns=columns, dur=dur, job_href=job_href, colors=STATE_COLORS)
+    return render_page(
+        "jobs.html",
+        title="Jobs",
+        active="jobs",
+        d=d,
+        q=q,
+        who=layout.get("tenant"),
+        columns=columns,
+        **layout,
     )
-
-
-def job_href(job_id: str) -> str:
-    """The job page's path (the id percent-encoded: ids may hold any character but `.`)."""
-    from urllib.parse import quote
-
-    return "/jobs/" + quote(job_id, safe="")

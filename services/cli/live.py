@@ -1194,11 +1194,11 @@ def demo(
     import asyncio
 
     from gpuledger import events as ev
+    from gpuledger.events.sentences import timeline_line
     from gpuledger.projections.store import wait_for_projection
     from gpuledger.replay import live_player
     from gpuledger.replay.report import job_rows
     from gpuledger.replay.scenario import ScenarioError, load
-    from gpuledger.replay.timeline import format_line
     from gpuledger.services.runtime.logging import configure_logging
 
     os.environ.setdefault("GPULEDGER_LOG_LEVEL", "warning")
@@ -1237,7 +1237,7 @@ def demo(
                 )
                 typer.echo("\nTIMELINE")
                 for _, _, e in log:
-                    line = format_line(e, origin)
+                    line = timeline_line(e, origin)
                     if line is not None:
                         typer.echo(line)
                 typer.echo("\nSUMMARY")

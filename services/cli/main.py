@@ -121,12 +121,12 @@ def simulate(
     ),
 ) -> None:
     """Run a scenario through the deciders on a virtual clock."""
+    from gpuledger.events.sentences import timeline_line
     from gpuledger.replay.logio import write_log
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report
     from gpuledger.replay.scenario import ScenarioError, load
     from gpuledger.replay.simulator import simulate as run_sim
-    from gpuledger.replay.timeline import format_line
 
     try:
         sc = load(scenario)
@@ -135,7 +135,7 @@ def simulate(
     show = not quiet and str(json_out) != "-"
 
     def echo(seq, subject, event) -> None:
-        line = format_line(event)
+        line = timeline_line(event)
         if line is not None:
             typer.echo(line)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from gpuledger.events.sentences import timeline_line
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import Simulator, standard_services
-from gpuledger.replay.timeline import format_line
 from gpuledger.services.domain.timefmt import duration, instant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def _timeline(origin_ms: int) -> list[str]:
     sim = Simulator(standard_services(sc.nodes))
     sim.now_ms = origin_ms
     lines: list[str] = []
-    sim.on_event = lambda _s, _subj, e: lines.append(format_line(e, origin_ms) or "")
+    sim.on_event = lambda _s, _subj, e: lines.append(timeline_line(e, origin_ms) or "")
     for e in sc.config:
         sim.publish(msgspec.structs.replace(e, occurred_at_ms=e.occurred_at_ms + origin_ms))
     sim.schedule(

@@ -74,8 +74,7 @@ def test_whatif_opens_only_files_of_its_folder(db):
     assert c.get("/whatif").status_code == 200
     r = c.get("/whatif", params={"a": "a.jsonl", "b": "../secret.jsonl"})
     assert (
-        r.status_code == 400
-        and "no log &#x27;../secret.jsonl&#x27; in the what-if folder" in r.text
+        r.status_code == 400 and "no log &#39;../secret.jsonl&#39; in the what-if folder" in r.text
     )
 
 

@@ -162,16 +162,18 @@ def test_click_from_a_pending_job_to_the_job_that_preempted_it(site, browser):
     assert "Preempted #1 by infer-a" in page
     assert "lost work: 40 GPU-seconds" in page
     life = browser.find_element(By.ID, "life").text
-    for fact in (
-        "submitted",
-        "admitted: class train, priority 50",
-        "placed as train-b#1 on n1",
-        "checkpoint: member 0 saved step 1200",
-        "evicted (Reclaim) for infer-a",
+    for fact in (  # the sentences of `gpuledger simulate`'s timeline, seen from this job
+        "submitted (org/b, train, 1x 8 GPU)",
+        "admitted (train, priority 50, preemptible)",
+        "placed on n1[0,1,2,3,4,5,6,7]",
+        "checkpoint rank 0 saved step 1200",
+        "preempt for infer-a (Reclaim), checkpoint within",
+        "evicted (Reclaim by infer-a), checkpointed, lost 40 GPU-s",
         "requeued, resumes from step 1200",
-        "pending: Resources",
+        "pending: Resources - needs 8 GPUs",
     ):
         assert fact in life, fact
+    assert browser.find_element(By.CSS_SELECTOR, "#life .life-evicted a.job").text == "infer-a"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline rect")) >= 3
     browser.find_element(By.CSS_SELECTOR, ".card.preempted a.job").click()
     assert browser.find_element(By.ID, "job-name").text == "infer-a"

@@ -79,3 +79,17 @@ def test_whatif_bad_variant_is_one_line(tmp_path):
     )
     assert r.exit_code == 2
     assert "policy.preemtion: unknown key (did you mean 'preemption'?)" in r.output
+
+
+def test_the_report_is_a_template_that_escapes_every_name(tmp_path):
+    """A log named with tags and quotes shows as text (Jinja2, autoescape on); the style sheet
+    keeps its quotes (it is the template's own, not a value)."""
+    log = tmp_path / "a<script>x'\".jsonl"
+    write_log(log, simulate(load(EXAMPLES / "demo.yaml")).log)
+    out = tmp_path / "report.html"
+    r = CliRunner().invoke(app, ["whatif", str(log), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "<script" not in page and "x'\"" not in page
+    assert "a&lt;script&gt;x&#39;&#34;.jsonl" in page
+    assert "'Segoe UI'" in page.split("</style>", 1)[0]
