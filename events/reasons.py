@@ -7,7 +7,7 @@ unchanged, and a code added later does not break an older reader); deciders emit
 readers may compare decoded strings with members directly.
 
 Adding a code: add the member here with a one-line comment, then the rule that produces it
-(see `services/preemption/rules.py` and `services/scheduler/pending.py`) and its test.
+(see `services/preemption/rules.py` and `services/domain/policy/pending.py`) and its test.
 """
 
 from __future__ import annotations

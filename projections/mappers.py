@@ -11,7 +11,7 @@ must be written to each table in a `Batch`:
   mapped to None is a delete.
 
 Only accepted events become facts: every event is first folded into the services' own
-`Ledger` under the shared acceptance rules (`services.domain.acceptance.admit`); a refused
+`Ledger` under the shared acceptance rules (`services.domain.fold.acceptance.admit`); a refused
 one is kept in `events` and recorded in `refusals` (code, message) and changes nothing else,
 so the projection never shows what the services refused.
 
@@ -33,9 +33,9 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.quota import borrowing_limit, lending_limit
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.policy.quota import borrowing_limit, lending_limit
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
 JOB_STATES = (
@@ -647,7 +647,7 @@ class Projection:
 
     def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
         """Move the row to the state the services' fold has for the job after `e` (one state
-        machine: `services.domain.ledger`); `to` only where the fold does not know the job (a
+        machine: `services.domain.fold.ledger`); `to` only where the fold does not know the job (a
         log that starts after its submission)."""
         rec = self.ledger.jobs.get(job.job_id)
         if rec is not None:

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuledger.projections.queries import gpus_text, preemption_outlook
-from gpuledger.services.domain.timefmt import duration
+from gpuledger.services.domain.tooling.timefmt import duration
 
 STATE_COLORS = {
     "submitted": "#b0b7c3",

@@ -32,14 +32,14 @@ from gpuledger.events import catalog as _ev
 from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
-from gpuledger.services.domain import job_status
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.dependencies import admission_problem
-from gpuledger.services.domain.job_status import QUERY_SUBJECTS
-from gpuledger.services.domain.ledger import Ledger, replica_spec
-from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
-from gpuledger.services.domain.time_limits import TimeLimitProblem, resolved_time_limit
+from gpuledger.services.domain.fold import job_status
+from gpuledger.services.domain.fold.job_status import QUERY_SUBJECTS
+from gpuledger.services.domain.fold.ledger import Ledger, replica_spec
+from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.policy.dependencies import admission_problem
+from gpuledger.services.domain.policy.shapes import FleetSummary, shape_problem, summarize
+from gpuledger.services.domain.policy.time_limits import TimeLimitProblem, resolved_time_limit
+from gpuledger.services.domain.tooling.deciding import LedgerService
 
 
 class Rejection(Exception):
@@ -74,7 +74,7 @@ class Admission(LedgerService):
     # reads the clock only to judge a submission against the schedules; with none to judge,
     # a quiet answer stays quiet
     quiet_until_wakeup = True
-    """Job status queries from tenant CI identities (services/domain/job_status.py)."""
+    """Job status queries from tenant CI identities (services/domain/fold/job_status.py)."""
 
     @staticmethod
     def answer(state: Ledger, subject: str) -> bytes:

@@ -50,8 +50,8 @@ from gpuledger.events import (
     NodeInfo,
     NodeRegistered,
 )
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.tooling.deciding import LedgerService
 
 MemberKey = tuple[str, int]
 

@@ -25,8 +25,8 @@ from gpuledger.events import (
     NodeRegistered,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.tooling.deciding import LedgerService
 
 
 class SimulatedAgent(LedgerService):

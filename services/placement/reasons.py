@@ -227,7 +227,7 @@ UNPLACEABLE: tuple[Callable[[Evidence], Unplaceable | None], ...] = (
     resources,
 )
 """Why one member fits nowhere: the first rule that answers gives the code (the order is the
-precedence; `resources` always answers). See services/scheduler/pending.py for the table of
+precedence; `resources` always answers). See services/domain/policy/pending.py for the table of
 every pending reason."""
 
 

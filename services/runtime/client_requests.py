@@ -86,7 +86,7 @@ async def ask_status(
     StatusQueryError for an error answer."""
     import nats.errors
 
-    from gpuledger.services.domain.job_status import QUERY_PREFIX, JobStatus, decode
+    from gpuledger.services.domain.fold.job_status import QUERY_PREFIX, JobStatus, decode
 
     deadline = time.monotonic() + timeout
     while True:
@@ -115,7 +115,7 @@ async def ask_status(
 def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None:
     """Compare the stored creation of a job id with a new submission: None when it holds
     the same job (an idempotent retry), else (`JobIdConflict`, what differs)."""
-    from gpuledger.services.domain.ledger import spec_differences
+    from gpuledger.services.domain.fold.ledger import spec_differences
 
     if stored is None:
         return "JobIdConflict", "its stored submission could not be read"
@@ -152,7 +152,7 @@ async def publish_submission(
     """Create the job of `event` once: `submitted` (new), `duplicate` (the same content was
     submitted before: a retry), `conflict` (the id holds other content or another tenant's job),
     or `timeout` (the id is taken and nobody said by what in time)."""
-    from gpuledger.services.domain.ledger import spec_differences
+    from gpuledger.services.domain.fold.ledger import spec_differences
     from gpuledger.services.runtime.bus import AlreadyExists
 
     spec = event.job
@@ -342,7 +342,7 @@ async def cancel_job(
 ) -> Outcome:
     """Publish JobCancelled for a job `tenant` has (None: whichever tenant submitted it):
     `cancel_requested`, `unknown_job` (nothing published), `timeout`, `unavailable`."""
-    from gpuledger.services.domain.stamp import stamp
+    from gpuledger.services.domain.tooling.stamp import stamp
 
     try:
         owner = await job_owner(bus, tenant, job_id, read_log=read_log)

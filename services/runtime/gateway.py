@@ -101,8 +101,8 @@ def parse_body(data: bytes) -> Any:
 
 def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
     """The submission of a job document posted for `tenant`; HttpError 400 / 403."""
-    from gpuledger.services.domain.jobfile import JobFileError, job_spec
-    from gpuledger.services.domain.stamp import submission
+    from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
+    from gpuledger.services.domain.tooling.stamp import submission
 
     if not isinstance(doc, dict):
         raise HttpError(

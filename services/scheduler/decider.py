@@ -27,19 +27,24 @@ from gpuledger.events import (
 )
 from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason, ResizeReason
-from gpuledger.services.domain import dependencies as deps
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.config import defrag_settings
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from gpuledger.services.domain.placement_adapter import to_members
-from gpuledger.services.domain.progress import work_outcome
-from gpuledger.services.domain.quota import lending_block, lends_limited, parent_of, quota_block
-from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
-from gpuledger.services.domain.timefmt import duration, instant
+from gpuledger.services.domain.fold.config import defrag_settings
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.progress import work_outcome
+from gpuledger.services.domain.policy import dependencies as deps
+from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.policy.pending import CAPACITY_REASONS
+from gpuledger.services.domain.policy.queue import ordered_pending
+from gpuledger.services.domain.policy.quota import (
+    lending_block,
+    lends_limited,
+    parent_of,
+    quota_block,
+)
+from gpuledger.services.domain.policy.regeometry import rate_limit_lapses_ms, regeometry_for
+from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.placement_adapter import to_members
+from gpuledger.services.domain.tooling.timefmt import duration, instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
-from gpuledger.services.scheduler.pending import CAPACITY_REASONS
-from gpuledger.services.scheduler.queue import ordered_pending
 from gpuledger.services.scheduler.reservation import (
     Reservation,
     may_backfill,

@@ -10,7 +10,7 @@ from gpuledger import events as ev
 from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OLD_ANTI_THRASHING = {

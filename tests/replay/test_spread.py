@@ -6,8 +6,8 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.replay.simulator import Simulator, standard_services
 from gpuledger.replay.verify import verify
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.tooling.stamp import submission
 
 DOC = {
     "cluster": {
@@ -110,8 +110,8 @@ def test_the_folded_spread_index_equals_a_scan_of_the_active_allocations_at_ever
     jobs += [(10_000, spec("free", gpus=1))]
     sim = run(jobs)
     # when the log is folded again one event at a time
-    from gpuledger.services.domain.acceptance import admit
-    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.domain.fold.acceptance import admit
+    from gpuledger.services.domain.fold.ledger import Ledger
 
     ledger, seen = Ledger(), 0
     for seq, subject, e in sim.log:

@@ -20,9 +20,9 @@ import pytest
 import structlog
 
 from gpuledger import events as ev
-from gpuledger.services.domain.configfile import config_events
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.configfile import config_events
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.tooling.stamp import submission
 from gpuledger.services.roles import build
 from gpuledger.services.runtime.auth import client_options
 from gpuledger.services.runtime.bus import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, Bus

@@ -1,4 +1,4 @@
-"""The one acceptance rule set (services/domain/acceptance.py): what the ledger refuses, it
+"""The one acceptance rule set (services/domain/fold/acceptance.py): what the ledger refuses, it
 refuses whole, with a reason; services and the projector fold through it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import msgspec
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.services.domain.acceptance import Refused, admit, subject_refusal
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.acceptance import Refused, admit, subject_refusal
+from gpuledger.services.domain.fold.ledger import Ledger
 
 
 def gpu(i: int) -> ev.GpuInfo:

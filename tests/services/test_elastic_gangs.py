@@ -10,7 +10,7 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.events.reasons import PreemptionReason
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.refusals import Refused
+from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import fold, given, of_type, stamped, submitted

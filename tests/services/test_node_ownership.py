@@ -11,8 +11,8 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger
 from tests.services.test_acceptance import gpu, job
 
 

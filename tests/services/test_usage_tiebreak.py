@@ -5,10 +5,10 @@ event times (identical on every refold)."""
 
 from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.usage import advance, decay, step_ms
+from gpuledger.services.domain.policy.queue import ordered_pending
+from gpuledger.services.domain.policy.usage import advance, decay, step_ms
 from gpuledger.services.quota.decider import Quota
 from gpuledger.services.scheduler.decider import Scheduler
-from gpuledger.services.scheduler.queue import ordered_pending
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 HOUR = 3_600_000

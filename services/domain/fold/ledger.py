@@ -23,18 +23,22 @@ from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
 from gpuledger.events.reasons import TERMINAL_STATES, EndReason, FoldRefusal, JobState
 from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
-from gpuledger.services.domain.config import ConfigState
-from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
-from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
-from gpuledger.services.domain.refusals import Refusal, Refused
-from gpuledger.services.domain.schedules import (
+from gpuledger.services.domain.fold.config import ConfigState
+from gpuledger.services.domain.fold.refusals import Refusal, Refused
+from gpuledger.services.domain.fold.timeindex import TimeIndex
+from gpuledger.services.domain.inputs.mig_layouts import LayoutError, layout_text, parse_layout
+from gpuledger.services.domain.policy.schedules import (
     SCHEDULE_PREFIX,
     changed_class,
     changed_tenant,
     last_fire_ms,
 )
-from gpuledger.services.domain.timeindex import TimeIndex
-from gpuledger.services.domain.usage import advance, step_ms
+from gpuledger.services.domain.policy.usage import advance, step_ms
+from gpuledger.services.domain.tooling.placement_adapter import (
+    gang_request,
+    node_spec,
+    to_placement,
+)
 from gpuledger.services.placement import Fleet, GangRequest, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
@@ -300,7 +304,7 @@ class Ledger:
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
     decayed_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
-    was folded up to (`services.domain.usage`); kept only while `policy.usage_half_life_s`
+    was folded up to (`services.domain.policy.usage`); kept only while `policy.usage_half_life_s`
     is set."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
     consolidations: dict[str, ev.ConsolidationPlanned] = field(default_factory=dict)
@@ -363,7 +367,7 @@ class Ledger:
         return self
 
     def fold(self, seq: int, event: ev.Event) -> Refusal | None:
-        """Fold one event under the acceptance rules (services/domain/acceptance.py): None if
+        """Fold one event under the acceptance rules (services/domain/fold/acceptance.py): None if
         it was accepted, else why it changed nothing. A decision or node fact whose producer is
         not of the role that produces its type (`events.subjects.role_of`) raises
         `Refused` (`WrongProducer`). A decision carrying a leader epoch older than one already

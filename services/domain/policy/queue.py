@@ -5,7 +5,7 @@ first), then submit time, then job id (a total order)."""
 from __future__ import annotations
 
 from gpuledger.events.reasons import JobState
-from gpuledger.services.domain.ledger import JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
@@ -54,7 +54,7 @@ def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
 
 def queue_key(
     state: Ledger, job: JobRecord, now_ms: int, usage: dict[str, int] | None = None
-) -> tuple:
+) -> tuple[int, int, int, int, str]:
     """The job's sort key; `usage` memoises decayed usage per tenant within one ordering."""
     share = state.fair_shares.get(job.tenant)
     allocated = state.tenant_gpu_milli.get(job.tenant, 0)

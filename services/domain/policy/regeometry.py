@@ -5,7 +5,7 @@ changing the layout drains the GPU, so it is done only on a GPU with no instance
 most `mig_regeometry_per_window` times per node per `mig_regeometry_window_s`, one request
 per node at a time, and only when the job is waiting with `MIGPlacementUnavailable`. The new
 layout keeps as much of the old one as still fits around one instance of the profile
-(`services.domain.mig_layouts.target_layout`). GPUs are tried in node then index order.
+(`services.domain.inputs.mig_layouts.target_layout`). GPUs are tried in node then index order.
 
 Only simulated agents apply layouts today (the NVML agent has no create/destroy path yet), so
 only simulated nodes are candidates. Pure: reads the ledger and the trial fleet only.
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuledger.services.domain.config import defrag_settings
-from gpuledger.services.domain.ledger import JobRecord, Ledger
-from gpuledger.services.domain.mig_layouts import offers, target_layout
+from gpuledger.services.domain.fold.config import defrag_settings
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.inputs.mig_layouts import offers, target_layout
 from gpuledger.services.placement import UnknownNode, profile_for
 
 
