@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.reasons import EndReason, ExclusionReason, PendingReason, PreemptionReason
 from gpuledger.events.subjects import role_of
 from gpuledger.projections.store import Projector, rebuild
 from gpuledger.replay.logio import write_log
@@ -125,7 +126,10 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
         else:
             out.append(
                 ev.GangFailed(
-                    occurred_at_ms=at, job_id=jid, allocation_id=alloc, reason="MemberFailed"
+                    occurred_at_ms=at,
+                    job_id=jid,
+                    allocation_id=alloc,
+                    reason=EndReason.MemberFailed,
                 )
             )
         release(members)
@@ -167,7 +171,7 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                     ev.PendingReasonChanged(
                         occurred_at_ms=now + 10,
                         job_id=jid,
-                        reason="Resources",
+                        reason=PendingReason.Resources,
                         message=f"needs {gpus} GPUs in one NVLink clique; largest free clique has 2",
                         details={
                             "queue_position": rnd.randint(1, 50),
@@ -209,10 +213,14 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                         job_id=jid,
                         allocation_id=alloc,
                         beneficiary=f"job{job}",
-                        reason="Priority",
+                        reason=PreemptionReason.Priority,
                         deadline_ms=now + 30000,
                         input_seq=seq,
-                        details={"alternatives": [{"victims": ["x"], "rejected": "MinRuntime"}]},
+                        details={
+                            "alternatives": [
+                                {"victims": ["x"], "rejected": ExclusionReason.MinRuntime}
+                            ]
+                        },
                     )
                 )
                 batch.extend(
@@ -242,7 +250,7 @@ def synthetic_log(n: int, *, nodes: int = 64, seed: int = 7) -> Iterator[tuple[i
                         occurred_at_ms=now + 2000,
                         job_id=jid,
                         allocation_id=alloc,
-                        reason="Priority",
+                        reason=PreemptionReason.Priority,
                         preempted_by=f"job{job}",
                         checkpointed=True,
                         lost_gpu_ms=rnd.randint(0, 60000),

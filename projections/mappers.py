@@ -32,6 +32,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.events.reasons import EndReason, EvictReason
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.fold.acceptance import admit
 from gpuledger.services.domain.fold.ledger import Ledger
@@ -1037,7 +1038,7 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.progress_ms = e.progress_ms
-        if e.reason in ("Cancelled", "ScaledDown") or job.cancel_requested:
+        if e.reason in (EvictReason.Cancelled, EvictReason.ScaledDown) or job.cancel_requested:
             job.finished_at_ms = e.occurred_at_ms
             self._transition(job, "cancelled", seq, e, e.reason)
         else:
@@ -1085,7 +1086,7 @@ class Projection:
         self._ended(seq, e, "completed")
 
     def _failed(self, seq: int, e: ev.GangFailed) -> None:
-        self._ended(seq, e, "timeout" if e.reason == "TimeLimit" else "failed")
+        self._ended(seq, e, "timeout" if e.reason == EndReason.TimeLimit else "failed")
 
     # -------------------------------------------------------------- handlers: config, quota
 

@@ -146,7 +146,7 @@ class Admission(LedgerService):
                     causation_id=bad.cause,
                     job_id=job_id,
                     tenant=bad.tenant,
-                    reason="InvalidSpec",
+                    reason=RejectReason.InvalidSpec,
                     message=bad.message,
                     details=copy.deepcopy(bad.details),
                 )  # the event's own, not the state's
@@ -193,56 +193,57 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
         validate_job_id(spec.job_id)  # no `~`: replicas' ids are `<service>~<i>`
         validate_tenant(spec.tenant)
     except InvalidId as exc:
-        raise Rejection("InvalidSpec", str(exc)) from exc
+        raise Rejection(RejectReason.InvalidSpec, str(exc)) from exc
     config = state.config
     if spec.tenant not in config.tenants:
         known = ", ".join(sorted(config.tenants)) or "none"
         raise Rejection(
-            "UnknownTenant", f"tenant {spec.tenant!r} is not configured (known: {known})"
+            RejectReason.UnknownTenant, f"tenant {spec.tenant!r} is not configured (known: {known})"
         )
     cls = config.classes.get(spec.priority_class)
     if cls is None:
         known = ", ".join(sorted(config.classes))
         raise Rejection(
-            "UnknownPriorityClass",
+            RejectReason.UnknownPriorityClass,
             f"priority class {spec.priority_class!r} is not configured (known: {known})",
         )
     if spec.is_service:
         if spec.min_members is not None:
             raise Rejection(
-                "InvalidSpec",
+                RejectReason.InvalidSpec,
                 "min_members: a service's replicas are independent "
                 "(placed one at a time); leave min_members out",
             )
         if spec.min_available > spec.replicas:
             raise Rejection(
-                "InvalidSpec",
+                RejectReason.InvalidSpec,
                 f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
             )
     if spec.array:
         if spec.is_service:
             raise Rejection(
-                "InvalidSpec", "array: a service has replicas, not tasks; leave array out"
+                RejectReason.InvalidSpec,
+                "array: a service has replicas, not tasks; leave array out",
             )
         durations = spec.array.durations_s
         if durations is not msgspec.UNSET and len(durations) != spec.array.count:
             raise Rejection(
-                "InvalidSpec",
+                RejectReason.InvalidSpec,
                 f"array.durations_s: one per task ({spec.array.count}), got {len(durations)}",
             )
         last = spec.array.first + spec.array.count - 1
         try:
             validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")
         except InvalidId as exc:
-            raise Rejection("InvalidSpec", f"array: {exc}") from exc
+            raise Rejection(RejectReason.InvalidSpec, f"array: {exc}") from exc
     if spec.is_service and spec.depends_on:
         raise Rejection(
-            "InvalidSpec",
+            RejectReason.InvalidSpec,
             "depends_on: a service's replicas start when it is submitted; leave depends_on out",
         )
     if spec.is_service and spec.time_limit_s is not msgspec.UNSET:
         raise Rejection(
-            "InvalidSpec",
+            RejectReason.InvalidSpec,
             "time_limit_s: a service runs until it is scaled down; leave time_limit_s out",
         )
     if not spec.is_service:

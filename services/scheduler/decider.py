@@ -26,7 +26,13 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason, ResizeReason
+from gpuledger.events.reasons import (
+    EndReason,
+    EvictReason,
+    PendingReason,
+    PreemptionReason,
+    ResizeReason,
+)
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.fold.progress import work_outcome
@@ -263,7 +269,9 @@ class Scheduler(LedgerService):
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
                 if now_ms - _bound_ms(rec) >= timeout and not job.cancel_requested:
-                    out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
+                    out += self._evict(
+                        state, now_ms, rec, job, EndReason.StartTimeout, None, exited=False
+                    )
             if out:
                 return out
         out = self._time_limits(state, now_ms)
@@ -276,7 +284,9 @@ class Scheduler(LedgerService):
                 n for n in rec.nodes() if state.nodes.get(n) is not None and state.nodes[n].lost
             ]
             if lost:
-                out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
+                out += self._evict(
+                    state, now_ms, rec, job, EvictReason.NodeLost, None, exited=False
+                )
             elif rec.time_limit is not None and not job.cancel_requested:
                 if rec.all_exited():  # the limit wins over a preemption: the run is over
                     out.append(self._timed_out(state, now_ms, rec, job))
@@ -291,7 +301,7 @@ class Scheduler(LedgerService):
                         correlation_id=job.job_id,
                         job_id=job.job_id,
                         allocation_id=alloc_id,
-                        reason="MemberFailed",
+                        reason=EndReason.MemberFailed,
                         message=f"member rank {rank} failed",
                     )
                 )
@@ -307,15 +317,15 @@ class Scheduler(LedgerService):
                         now_ms,
                         rec,
                         job,
-                        p.reason if p else "Preempted",
+                        p.reason if p else EvictReason.Preempted,
                         p.beneficiary if p else None,
                         exited=True,
                     )
                 elif job.cancel_requested or "cancelled" in outcomes:
                     why = (
-                        "ScaledDown"
-                        if job.service is not None and job.reason == "ScaledDown"
-                        else "Cancelled"
+                        EvictReason.ScaledDown
+                        if job.service is not None and job.reason == EvictReason.ScaledDown
+                        else EvictReason.Cancelled
                     )
                     out += self._evict(state, now_ms, rec, job, why, None, exited=True)
                 else:
@@ -437,7 +447,7 @@ class Scheduler(LedgerService):
             members=kept,
             from_members=len(rec.members),
             to_members=len(kept),
-            reason=p.reason if p is not None else "Preempted",
+            reason=p.reason if p is not None else EvictReason.Preempted,
             preempted_by=p.beneficiary if p is not None else None,
             checkpointed=work.checkpointed,
             lost_gpu_ms=work.lost_gpu_ms,
@@ -477,7 +487,7 @@ class Scheduler(LedgerService):
                 work.lost_gpu_ms,
                 work.resume_step,
             )
-        if reason == "ScaledDown":  # a service replica holds no work to lose
+        if reason == EvictReason.ScaledDown:  # a service replica holds no work to lose
             checkpointed, lost = False, 0
         out: list[Event] = [
             self.emit(
@@ -495,7 +505,10 @@ class Scheduler(LedgerService):
                 progress_ms=progress,
             )
         ]
-        if not job.cancel_requested and reason not in ("Cancelled", "ScaledDown"):
+        if not job.cancel_requested and reason not in (
+            EvictReason.Cancelled,
+            EvictReason.ScaledDown,
+        ):
             out.append(
                 self.emit(
                     state,

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuledger.events import subject_for
+from gpuledger.events.reasons import FoldRefusal
 from gpuledger.events.subjects import legacy_subject
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
 
@@ -53,10 +54,11 @@ def subject_refusal(subject: str, event: Event) -> Refusal | None:
     try:
         want = subject_for(event)
     except ValueError as err:  # InvalidId: not even routable
-        return Refusal("InvalidId", str(err)[:300])
+        return Refusal(FoldRefusal.InvalidId, str(err)[:300])
     if subject != want and subject != legacy_subject(event):
         return Refusal(
-            "WrongSubject", f"{type(event).__name__} belongs on {want!r}, not {subject[:300]!r}"
+            FoldRefusal.WrongSubject,
+            f"{type(event).__name__} belongs on {want!r}, not {subject[:300]!r}",
         )
     return None
 

@@ -21,7 +21,14 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
-from gpuledger.events.reasons import TERMINAL_STATES, EndReason, FoldRefusal, JobState
+from gpuledger.events.reasons import (
+    TERMINAL_STATES,
+    EndReason,
+    EvictReason,
+    FoldRefusal,
+    JobState,
+    RequestReason,
+)
 from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
 from gpuledger.services.domain.fold.config import ConfigState
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
@@ -378,14 +385,14 @@ class Ledger:
         self.folding_seq = seq
         wrong = producer_problem(event)
         if wrong is not None:  # a forgery or a bug: raised, so the host dead-letters it
-            raise Refused("WrongProducer", wrong)
+            raise Refused(FoldRefusal.WrongProducer, wrong)
         if getattr(event, "leader_epoch", 0) and isinstance(event, ev.Decision):
             role = role_of(type(event)) or event.producer.partition("/")[0]
             seen = self.leader_epochs.get(role, 0)
             if event.leader_epoch < seen:
                 self.stale_decisions += 1
                 return Refusal(
-                    "StaleLeaderEpoch",
+                    FoldRefusal.StaleLeaderEpoch,
                     f"{role} decision of epoch {event.leader_epoch}; epoch {seen} already decided",
                 )
             self.leader_epochs[role] = event.leader_epoch
@@ -654,21 +661,26 @@ class Ledger:
                 if exc.reason.startswith((repr(REPLICA_SEPARATOR), repr(ARRAY_SEPARATOR))):
                     message = str(exc)
                     self._refuse(
-                        "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
+                        "JobSubmitted",
+                        job_id,
+                        e.job.tenant,
+                        RequestReason.InvalidSpec,
+                        message,
+                        e.event_id,
                     )
-                    return Refusal("InvalidSpec", message)
+                    return Refusal(FoldRefusal.InvalidSpec, message)
         first = self.jobs.get(job_id)
         if first is not None:
             if e.job != first.spec:  # same content = a retry: first one wins, silently
                 self._refuse_conflict(e, first)
-            return Refusal("DuplicateJob", f"job {job_id!r} was already submitted")
+            return Refusal(FoldRefusal.DuplicateJob, f"job {job_id!r} was already submitted")
         unreadable = self.invalid_submissions.get(job_id)
         if unreadable is not None:  # the id's first submission could not be read
             self._refuse(
                 "JobSubmitted",
                 job_id,
                 e.job.tenant,
-                "JobIdConflict",
+                RequestReason.JobIdConflict,
                 f"job id {job_id!r} is already taken by an unreadable submission at seq "
                 f"{unreadable.request_seq} (rejected, InvalidSpec); this submission was "
                 "ignored: submit under a new job id",
@@ -676,7 +688,7 @@ class Ledger:
                 existing_seq=unreadable.request_seq,
             )
             return Refusal(
-                "DuplicateJob", f"job id {job_id!r} is taken by an unreadable submission"
+                FoldRefusal.DuplicateJob, f"job id {job_id!r} is taken by an unreadable submission"
             )
         self.jobs[job_id] = JobRecord(
             spec=e.job,
@@ -703,7 +715,7 @@ class Ledger:
             "JobSubmitted",
             job_id,
             e.job.tenant,
-            "JobIdConflict",
+            RequestReason.JobIdConflict,
             f"job id {job_id!r} is already taken {what} at seq {first.submit_seq}; this "
             "submission was ignored: submit under a new job id",
             e.event_id,
@@ -784,8 +796,10 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if job is None or job.tenant != e.tenant:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to cancel"
-            self._refuse("JobCancelled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
-            return Refusal("UnknownJob", message)
+            self._refuse(
+                "JobCancelled", e.job_id, e.tenant, RequestReason.UnknownJob, message, e.event_id
+            )
+            return Refusal(FoldRefusal.UnknownJob, message)
         if job.state in TERMINAL:
             return _not_in_state(e.job_id, job, "not finished")
         if job.service is not None:
@@ -793,8 +807,10 @@ class Ledger:
                 f"{e.job_id!r} is replica {job.replica} of service {job.service!r}: "
                 "scale the service (or cancel it) instead"
             )
-            self._refuse("JobCancelled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
-            return Refusal("InvalidSpec", message)
+            self._refuse(
+                "JobCancelled", e.job_id, e.tenant, RequestReason.InvalidSpec, message, e.event_id
+            )
+            return Refusal(FoldRefusal.InvalidSpec, message)
         job.cancel_requested = True
         job.reason = e.reason
         if job.spec.array and job.state != JobState.submitted:  # its tasks stop; it ends after
@@ -834,8 +850,10 @@ class Ledger:
         svc = self.jobs.get(e.job_id)
         if svc is None or svc.tenant != e.tenant:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to scale"
-            self._refuse("ServiceScaled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
-            return Refusal("UnknownJob", message)
+            self._refuse(
+                "ServiceScaled", e.job_id, e.tenant, RequestReason.UnknownJob, message, e.event_id
+            )
+            return Refusal(FoldRefusal.UnknownJob, message)
         problem = (
             "is not a service (submit it with kind: service)"
             if not svc.spec.is_service
@@ -845,8 +863,10 @@ class Ledger:
         )
         if problem is not None:
             message = f"job {e.job_id!r} {problem}: nothing to scale"
-            self._refuse("ServiceScaled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
-            return Refusal("InvalidSpec", message)
+            self._refuse(
+                "ServiceScaled", e.job_id, e.tenant, RequestReason.InvalidSpec, message, e.event_id
+            )
+            return Refusal(FoldRefusal.InvalidSpec, message)
         svc.desired_replicas = e.replicas
         if svc.state != JobState.submitted:  # before admission: admission creates them
             self._reconcile(svc, e.occurred_at_ms)
@@ -892,7 +912,7 @@ class Ledger:
                 or rec.cancel_requested
             ):
                 continue
-            rec.cancel_requested, rec.reason = True, "ScaledDown"
+            rec.cancel_requested, rec.reason = True, EvictReason.ScaledDown
             if rec.allocation_id is not None:
                 self.cancelling.add(rec.allocation_id)
             else:
@@ -913,13 +933,15 @@ class Ledger:
         if job is None or job.state != JobState.pending:
             return _not_in_state(e.job_id, job, "pending")
         if e.allocation_id in self.allocations:
-            return Refusal("DuplicateAllocation", f"allocation {e.allocation_id!r} exists")
+            return Refusal(
+                FoldRefusal.DuplicateAllocation, f"allocation {e.allocation_id!r} exists"
+            )
         try:  # first, and atomic: a conflict changes nothing
             self.fleet.allocate(
                 e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job)
             )
         except (PlacementConflict, ValueError) as err:
-            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.allocation_id}: {err}") from err
         per_member = job.spec.resources.gpu_milli_total()
         rec = AllocationRecord(
             allocation_id=e.allocation_id,
@@ -1094,12 +1116,12 @@ class Ledger:
         left = len(rec.members) - len(set(named))
         if not named or len(set(named)) != len(named) or not set(named) <= ranks:
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"ranks {list(named)} are not distinct members of {e.allocation_id}",
             )
         if left < job.spec.members_min() or job.service is not None:
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"{e.job_id} would keep {left} members, below its minimum {job.spec.members_min()}",
             )
 
@@ -1109,18 +1131,18 @@ class Ledger:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
         if rec is None or rec.ended or job is None or rec.job_id != e.job_id:
-            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is not running")
+            return Refusal(FoldRefusal.NotRunning, f"allocation {e.allocation_id!r} is not running")
         if e.to_members > e.from_members:
             return self._grown(e, rec, job)
         leaving = rec.leaving()
         if leaving is None or not all(r in rec.exited for r in leaving):
             return Refusal(
-                "NotShrinking", f"allocation {e.allocation_id!r} has no members that left"
+                FoldRefusal.NotShrinking, f"allocation {e.allocation_id!r} has no members that left"
             )
         kept = tuple(m for m in rec.members if m.rank not in leaving)
         if e.members != kept or (e.from_members, e.to_members) != (len(rec.members), len(kept)):
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"{e.allocation_id}: members after the resize must be those that stay",
             )
         old = self.fleet.allocation(e.allocation_id)
@@ -1129,7 +1151,7 @@ class Ledger:
             self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(kept), old.request)
         except (PlacementConflict, ValueError) as err:
             self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
-            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.allocation_id}: {err}") from err
         gone = tuple(m for m in rec.members if m.rank in leaving)
         per_member = rec.gpu_milli // len(rec.members)
         freed = per_member * len(gone)
@@ -1190,7 +1212,9 @@ class Ledger:
         running ones, atomically; they start like a placement's members."""
         n = len(rec.members)
         if rec.preemption is not None:
-            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is being preempted")
+            return Refusal(
+                FoldRefusal.NotRunning, f"allocation {e.allocation_id!r} is being preempted"
+            )
         added = e.members[n:]
         if (
             (e.from_members, e.to_members) != (n, len(e.members))
@@ -1200,7 +1224,7 @@ class Ledger:
             or not _elastic(job)
         ):
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"{e.allocation_id}: a grow keeps the {n} members and adds the next ranks, up "
                 f"to {job.spec.replicas}",
             )
@@ -1210,7 +1234,7 @@ class Ledger:
             self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(e.members), old.request)
         except (PlacementConflict, ValueError) as err:
             self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
-            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.allocation_id}: {err}") from err
         per_member = rec.gpu_milli // n
         more = per_member * len(added)
         self._accrue(rec.tenant, e.occurred_at_ms)
@@ -1247,10 +1271,10 @@ class Ledger:
     def _mig_requested(self, e: ev.MigReconfigurationRequested) -> Refusal | None:
         node = self.nodes.get(e.node)
         if node is None:
-            return Refusal("UnknownNode", f"no node {e.node!r}")
+            return Refusal(FoldRefusal.UnknownNode, f"no node {e.node!r}")
         if e.node in self.mig_requests:
             return Refusal(
-                "MigReconfigurationPending",
+                FoldRefusal.MigReconfigurationPending,
                 f"node {e.node} already has a MIG re-geometry under way",
             )
         history = self.mig_history.setdefault(e.node, [])
@@ -1262,20 +1286,21 @@ class Ledger:
     def _mig_reconfigured(self, e: ev.MigReconfigured) -> None:
         node = self.nodes.get(e.node)
         if node is None:
-            raise Refused("UnknownNode", f"no node {e.node!r}")
+            raise Refused(FoldRefusal.UnknownNode, f"no node {e.node!r}")
         gpus = {g.index: g for g in node.info.gpus}
         gpu = gpus.get(e.gpu_index)
         if gpu is None or gpu.sharing != "mig":
-            raise Refused("NotMigGpu", f"node {e.node} has no MIG GPU {e.gpu_index}")
+            raise Refused(FoldRefusal.NotMigGpu, f"node {e.node} has no MIG GPU {e.gpu_index}")
         for a in sorted(self.node_allocations.get(e.node, ())):
             if any(m.node == e.node and e.gpu_index in m.gpus for m in self.allocations[a].members):
                 raise Refused(
-                    "MigInstanceInUse", f"GPU {e.gpu_index} of {e.node} holds an instance of {a}"
+                    FoldRefusal.MigInstanceInUse,
+                    f"GPU {e.gpu_index} of {e.node} holds an instance of {a}",
                 )
         try:
             layout = layout_text(parse_layout(gpu.model, e.layout))
         except LayoutError as err:
-            raise Refused("InvalidMigLayout", str(err)) from err
+            raise Refused(FoldRefusal.InvalidMigLayout, str(err)) from err
         info = msgspec.structs.replace(
             node.info,
             gpus=tuple(
@@ -1286,7 +1311,7 @@ class Ledger:
         try:
             self.fleet.add_node(node_spec(info))  # atomic: a conflict keeps the old spec
         except PlacementConflict as err:
-            raise Refused("PlacementConflict", f"{e.node}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.node}: {err}") from err
         node.info = info
         self.nodes_version += 1
         pending = self.mig_requests.get(e.node)
@@ -1353,7 +1378,7 @@ class Ledger:
         if rec is None or job is None:
             return
         job.progress_ms = e.progress_ms
-        if e.reason == "Cancelled" or job.cancel_requested:
+        if e.reason == EvictReason.Cancelled or job.cancel_requested:
             job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
             svc = self.jobs.get(job.service) if job.service is not None else None
             if svc is not None and svc.state not in TERMINAL:  # scaled up again meanwhile
@@ -1483,7 +1508,7 @@ class Ledger:
             request,
             job_id,
             tenant,
-            "InvalidSpec",
+            RequestReason.InvalidSpec,
             f"the {kind} message at seq {e.stream_seq} {problem}",
             {"stream_seq": e.stream_seq, "payload_head": e.payload_head},
             e.event_id,
@@ -1542,13 +1567,13 @@ def _not_running(
         what = "of no job"
     else:
         return None
-    return Refusal("NotRunning", f"allocation {alloc_id!r} is {what}")
+    return Refusal(FoldRefusal.NotRunning, f"allocation {alloc_id!r} is {what}")
 
 
 def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
     if job is None:
-        return Refusal("UnknownJob", f"no job {job_id!r}")
-    return Refusal("WrongState", f"job {job_id!r} is {job.state}, not {wanted}")
+        return Refusal(FoldRefusal.UnknownJob, f"no job {job_id!r}")
+    return Refusal(FoldRefusal.WrongState, f"job {job_id!r} is {job.state}, not {wanted}")
 
 
 _HANDLERS: dict[type, Any] = {

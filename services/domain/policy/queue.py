@@ -4,7 +4,7 @@ first), then submit time, then job id (a total order)."""
 
 from __future__ import annotations
 
-from gpuledger.events.reasons import JobState
+from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 
 
@@ -20,7 +20,7 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     steps = 0
     if policy.aging_after_preemptions > 0:
         # a migration (`Consolidate`) is not counted: the job is placed again at once
-        suffered = sum(1 for p in job.preemptions if p.reason != "Consolidate")
+        suffered = sum(1 for p in job.preemptions if p.reason != PreemptionReason.Consolidate)
         steps += suffered // policy.aging_after_preemptions
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
