@@ -1406,14 +1406,14 @@ class Ledger:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
-            job.state, job.finished_ms = JobState.completed, e.occurred_at_ms
+            job.state, job.finished_ms = run_end_state(e), e.occurred_at_ms
 
     def _failed(self, e: ev.GangFailed) -> None:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed,
+                run_end_state(e),
                 e.occurred_at_ms,
                 e.reason,
                 e.message,
@@ -1574,6 +1574,15 @@ def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
     if job is None:
         return Refusal(FoldRefusal.UnknownJob, f"no job {job_id!r}")
     return Refusal(FoldRefusal.WrongState, f"job {job_id!r} is {job.state}, not {wanted}")
+
+
+def run_end_state(e: ev.GangCompleted | ev.GangFailed) -> JobState:
+    """The state a run's end folds its job to (`completed`, `timeout` at its time limit,
+    else `failed`), unless the job ended already; also the outcome of the run's allocation
+    rows in the projection."""
+    if isinstance(e, ev.GangCompleted):
+        return JobState.completed
+    return JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed
 
 
 _HANDLERS: dict[type, Any] = {
