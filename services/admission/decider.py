@@ -134,8 +134,8 @@ class Admission(LedgerService):
                     **common,
                 )
             )
-        for job_id in sorted(state.invalid_submissions):
-            bad = state.invalid_submissions[job_id]
+        for job_id in sorted(state.intake.invalid_submissions):
+            bad = state.intake.invalid_submissions[job_id]
             out.append(
                 self.emit(
                     state,
@@ -151,8 +151,8 @@ class Admission(LedgerService):
                     details=copy.deepcopy(bad.details),
                 )  # the event's own, not the state's
             )
-        for seq in sorted(state.refusals):
-            r = state.refusals[seq]
+        for seq in sorted(state.intake.refusals):
+            r = state.intake.refusals[seq]
             out.append(
                 self.emit(
                     state,

@@ -323,7 +323,7 @@ class Preemption(LedgerService):
     ) -> tuple[bool, list[Event]]:
         """(handled, events): a MIG job whose profile no layout offers gets an idle GPU
         re-partitioned (before, and independently of, any preemption)."""
-        if any(r.job_id == job.job_id for r in state.mig_requests.values()):
+        if any(r.job_id == job.job_id for r in state.mig.mig_requests.values()):
             return True, []  # a layout is being changed for it
         exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms) | outlook.exclude()
         if isinstance(

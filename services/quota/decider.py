@@ -44,7 +44,7 @@ from gpuledger.services.domain.tooling.stamp import stamp
 def demand_by_tenant(state: Ledger) -> dict[str, int]:
     """Own demand per tenant: what it holds plus what it waits for."""
     demand = dict(state.tenant_gpu_milli)
-    for tenant, waiting in state.pending_gpu_milli.items():
+    for tenant, waiting in state.quota.pending_gpu_milli.items():
         demand[tenant] = demand.get(tenant, 0) + waiting
     return demand
 

@@ -98,8 +98,8 @@ class _Round:
             state.fleet.trial(),
             state.config.policy.placement_policy,
             dict(state.tenant_gpu_milli),
-            dict(state.tenant_fixed_gpu_milli),
-            dict(state.tenant_fixed_by_model),
+            dict(state.sched.tenant_fixed_gpu_milli),
+            dict(state.sched.tenant_fixed_by_model),
             lending=lends_limited(state.config.tenants),
         )
 
@@ -184,11 +184,11 @@ class Scheduler(LedgerService):
         # asked at every instant: each source is read only when it has entries
         policy = state.config.policy
         times: list[int] = []
-        if state.heartbeating:
+        if state.sched.heartbeating:
             timeout = policy.node_timeout_s * 1000
             times += [
                 n.last_heartbeat_ms + timeout
-                for n in (state.nodes[name] for name in state.heartbeating)
+                for n in (state.nodes[name] for name in state.sched.heartbeating)
                 if n.last_heartbeat_ms is not None and not n.lost
             ]
         if state.nominations:
@@ -202,11 +202,11 @@ class Scheduler(LedgerService):
             times += [
                 t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
-        if state.growable and policy.min_runtime_s:  # a grow's cooldown ends
+        if state.sched.growable and policy.min_runtime_s:  # a grow's cooldown ends
             cooldown = policy.min_runtime_s * 1000
             times += [
                 t
-                for a in sorted(state.growable)
+                for a in sorted(state.sched.growable)
                 if (r := state.allocations[a].resized_ms) is not None
                 and (t := r + cooldown) > now_ms
             ]
@@ -238,10 +238,10 @@ class Scheduler(LedgerService):
 
     def _lost_nodes(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
-        if not state.heartbeating:
+        if not state.sched.heartbeating:
             return out
         timeout = state.config.policy.node_timeout_s * 1000
-        for name in sorted(state.heartbeating):
+        for name in sorted(state.sched.heartbeating):
             node = state.nodes[name]
             if node.lost or node.last_heartbeat_ms is None:
                 continue
@@ -277,7 +277,7 @@ class Scheduler(LedgerService):
         out = self._time_limits(state, now_ms)
         if out:
             return out
-        for alloc_id in sorted(state.settle_ready):
+        for alloc_id in sorted(state.sched.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
             lost = [
@@ -531,7 +531,7 @@ class Scheduler(LedgerService):
         many more members as fit and as its tenant's quota allows (`GangResized` up), unless
         it is starting, being preempted, or was resized less than `policy.min_runtime_s`
         ago (the anti-thrash cooldown)."""
-        if not state.growable:
+        if not state.sched.growable:
             return []
         for j in state.pending:
             job = state.jobs[j]
@@ -541,7 +541,7 @@ class Scheduler(LedgerService):
         rnd = _Round.start(state)
         exclude = state.nominated_nodes(now_ms=now_ms)
         out: list[Event] = []
-        for alloc_id in sorted(state.growable):
+        for alloc_id in sorted(state.sched.growable):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
             if rec.preemption is not None or job.cancel_requested:
@@ -760,11 +760,11 @@ class Scheduler(LedgerService):
 
     @staticmethod
     def _spread_counts(state: Ledger, rnd: _Round, group: str) -> dict[str, int]:
-        """Members per node of spread group `group`: the folded index (`Ledger.spread_nodes`,
+        """Members per node of spread group `group`: the folded index (`Ledger.sched.spread_nodes`,
         the active allocations) corrected by this decide's tentative changes to the fleet."""
         counts = rnd.spread.get(group)
         if counts is None:
-            counts = dict(state.spread_nodes.get(group, {}))
+            counts = dict(state.sched.spread_nodes.get(group, {}))
             view = rnd.trial  # books this decide's placements first
             added, gone = view.changes()
             for _id, sign, alloc in [
@@ -1005,7 +1005,7 @@ class Scheduler(LedgerService):
         releasing = self._releasing(state, job)
         if not releasing:
             return
-        moving = state.consolidations.get(job.job_id)
+        moving = state.sched.consolidations.get(job.job_id)
         if moving is not None and all(
             r.preemption.reason == PreemptionReason.Consolidate for r in releasing
         ):
@@ -1070,7 +1070,7 @@ class Scheduler(LedgerService):
         while every idle GPU's node is at its re-geometry rate limit, when that lapses."""
         if (
             why.reason == PendingReason.MIGPlacementUnavailable
-            and job.job_id not in {r.job_id for r in state.mig_requests.values()}
+            and job.job_id not in {r.job_id for r in state.mig.mig_requests.values()}
             and defrag_settings(state.config.policy).mig_regeometry
         ):
             regeo = regeometry_for(state, job, now_ms, frozenset(), state.fleet)
@@ -1083,8 +1083,8 @@ class Scheduler(LedgerService):
                     f"{s.window_ms // 1000}s: next at {instant(lapses)}"
                 )
                 why.details["regeometry_rate_limited"] = list(regeo.rate_limited)
-        for node in sorted(state.mig_requests):
-            r = state.mig_requests[node]
+        for node in sorted(state.mig.mig_requests):
+            r = state.mig.mig_requests[node]
             if r.job_id != job.job_id:
                 continue
             why.reason = PendingReason.WaitingForMigReconfiguration

@@ -98,7 +98,7 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_pat
         # the placement, the forged preemption, and the job on a wrong subject
         assert host.stats.dead_letters == 3
         assert host.state.jobs["a"].state == "running"  # no forged preemption took hold
-        assert host.state.leader_epochs == {"scheduler": 1}
+        assert host.state.intake.leader_epochs == {"scheduler": 1}
         assert "sneaky" not in host.state.jobs
         assert host.state.jobs["b"].state == "pending"
         assert not host.state.nodes["n1"].lost  # back after its heartbeat

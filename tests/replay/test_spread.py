@@ -92,7 +92,7 @@ def test_a_scenario_files_spread_key_reaches_the_scheduler():
 
 def _scanned(ledger) -> dict[str, dict[str, int]]:
     """Members per node of each group, counted from the active allocations (what the
-    scheduler scanned every round before `Ledger.spread_nodes`)."""
+    scheduler scanned every round before `Ledger.sched.spread_nodes`)."""
     out: dict[str, dict[str, int]] = {}
     for alloc_id in ledger.active:
         rec = ledger.allocations[alloc_id]
@@ -117,6 +117,6 @@ def test_the_folded_spread_index_equals_a_scan_of_the_active_allocations_at_ever
     for seq, subject, e in sim.log:
         admit(ledger, seq, e, subject)
         # then the index is the scan, after every event (no zero entries left behind)
-        assert ledger.spread_nodes == _scanned(ledger)
-        seen += bool(ledger.spread_nodes)
-    assert seen and "a" not in ledger.spread_nodes  # group a ended: its entry is gone
+        assert ledger.sched.spread_nodes == _scanned(ledger)
+        seen += bool(ledger.sched.spread_nodes)
+    assert seen and "a" not in ledger.sched.spread_nodes  # group a ended: its entry is gone

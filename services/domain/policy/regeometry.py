@@ -46,7 +46,7 @@ class Regeometry:
 
 def in_window(state: Ledger, node: str, now_ms: int, window_ms: int) -> int:
     """Re-geometry requests of `node` in the window ending now."""
-    return sum(1 for t in state.mig_history.get(node, ()) if t > now_ms - window_ms)
+    return sum(1 for t in state.mig.mig_history.get(node, ()) if t > now_ms - window_ms)
 
 
 def regeometry_for(
@@ -61,7 +61,7 @@ def regeometry_for(
         return out
     for name in sorted(state.nodes):
         rec = state.nodes[name]
-        if rec.lost or not rec.simulated or name in exclude or name in state.mig_requests:
+        if rec.lost or not rec.simulated or name in exclude or name in state.mig.mig_requests:
             continue
         try:
             node = fleet.node_state(name)
@@ -105,7 +105,9 @@ def rate_limit_lapses_ms(state: Ledger, nodes: list[str], now_ms: int) -> int | 
     settings = defrag_settings(state.config.policy)
     times = []
     for n in nodes:
-        recent = sorted(t for t in state.mig_history.get(n, ()) if t > now_ms - settings.window_ms)
+        recent = sorted(
+            t for t in state.mig.mig_history.get(n, ()) if t > now_ms - settings.window_ms
+        )
         if len(recent) >= settings.per_window:
             times.append(recent[-settings.per_window] + settings.window_ms)
     return min(times, default=None)
