@@ -36,8 +36,8 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import JobState
-from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.placement.mig import MEMORY_SLICES, profile_for
 
 INVARIANTS = ("no_lost_job", "no_double_allocation", "no_partial_gang", "running_members_placed")
