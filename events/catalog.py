@@ -203,7 +203,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Half-life of the time-decayed past GPU usage that breaks queue-order ties between
     tenants equally far below their fair share: less recent usage goes first (0 = off)."""
     # Defragmentation (issue 16). At their defaults these fields are left out of the
-    # configuration digest (`services.domain.config.DIGEST_OPTIONAL`), so logs written before
+    # configuration digest (`services.domain.fold.config.DIGEST_OPTIONAL`), so logs written before
     # they existed keep their digests and every decision replays byte for byte.
     consolidation: bool = False
     """Consolidation pass (default off): a queued job blocked only by fragmentation (the free

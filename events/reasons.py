@@ -7,7 +7,7 @@ unchanged, and a code added later does not break an older reader); deciders emit
 readers may compare decoded strings with members directly.
 
 Adding a code: add the member here with a one-line comment, then the rule that produces it
-(see `services/preemption/rules.py` and `services/scheduler/pending.py`) and its test.
+(see `services/preemption/rules.py` and `services/domain/policy/pending.py`) and its test.
 """
 
 from __future__ import annotations
@@ -112,6 +112,17 @@ class EndReason(StrEnum):
     DependencyNeverSatisfied = "DependencyNeverSatisfied"  # withdrawn: a dependency cannot be met
 
 
+class EvictReason(StrEnum):
+    """Why a gang was evicted or requeued other than by a preemption's own code
+    (`GangEvicted.reason`, `GangResized.reason`; a preemption carries its `PreemptionReason`,
+    a start timeout `EndReason.StartTimeout`)."""
+
+    NodeLost = "NodeLost"  # a node under a member stopped reporting
+    Cancelled = "Cancelled"  # its job was cancelled
+    ScaledDown = "ScaledDown"  # a service replica removed by a scale-down
+    Preempted = "Preempted"  # members left for a preemption no longer on record
+
+
 class JobState(StrEnum):
     """A job's folded state (`JobRecord.state`; the STATE column of job tables)."""
 
@@ -139,10 +150,39 @@ TERMINAL_STATES = frozenset(
 
 
 class FoldRefusal(StrEnum):
-    """Why the acceptance rules refused an event from a principal entitled to publish it
-    (`Refusal.code`, the projection's `refusals.code`): it reports on something it does not
-    own, or decides what nothing in force produces (docs/security.md has the table)."""
+    """Why the fold did not take an event (`Refusal.code`, the projection's `refusals.code`,
+    and a dead letter's reason for a `Refused` one). The first three are the acceptance
+    rules' answers to a principal entitled to publish the event: it reports on something it
+    does not own, or decides what nothing in force produces (docs/security.md has the
+    table); the others name what the event contradicts or finds absent or already settled."""
 
     WrongNode = "WrongNode"  # a node's fact about a member placed on another node (or none)
     WrongJob = "WrongJob"  # a node's fact naming another job than the allocation's
     NotScheduled = "NotScheduled"  # quota's config change that no schedule in force produces
+    WrongSubject = "WrongSubject"  # the event arrived on a subject it does not belong on
+    WrongProducer = "WrongProducer"  # its producer's role may not publish that event
+    InvalidId = "InvalidId"  # an id that cannot be a subject token
+    StaleLeaderEpoch = "StaleLeaderEpoch"  # a decision of a deposed leader
+    InvalidSpec = "InvalidSpec"  # a job spec or scale request that cannot be folded
+    DuplicateJob = "DuplicateJob"  # the job id was submitted already
+    UnknownJob = "UnknownJob"  # no job by that id
+    WrongState = "WrongState"  # the job is not in the state the event needs
+    DuplicateAllocation = "DuplicateAllocation"  # the allocation id exists already
+    PlacementConflict = "PlacementConflict"  # the placement collides with capacity in use
+    NotRunning = "NotRunning"  # the allocation is not (or no longer) running
+    NotShrinking = "NotShrinking"  # a shrink of an allocation none of whose members left
+    InvalidResize = "InvalidResize"  # a resize the allocation's gang cannot take
+    UnknownNode = "UnknownNode"  # no registered node by that name
+    NotMigGpu = "NotMigGpu"  # a MIG reconfiguration of a GPU without MIG
+    MigInstanceInUse = "MigInstanceInUse"  # a MIG reconfiguration under a running member
+    MigReconfigurationPending = "MigReconfigurationPending"  # the GPU's layout is changing
+    InvalidMigLayout = "InvalidMigLayout"  # a MIG layout that does not parse or fit
+
+
+class RequestReason(StrEnum):
+    """Why a client request the log holds was refused (`RequestRefused.reason`, besides the
+    `RejectReason` of a rejected first submission)."""
+
+    JobIdConflict = "JobIdConflict"  # the job id is taken by another submission
+    UnknownJob = "UnknownJob"  # a cancel or scale of no job of the tenant
+    InvalidSpec = "InvalidSpec"  # a request that could not be decoded or applied

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from gpuledger.events import catalog as c
 from gpuledger.events.envelope import Event
+from gpuledger.events.reasons import EndReason
 from gpuledger.events.specs import MemberPlacement
 
 VERB_WIDTH = 11
@@ -261,7 +262,7 @@ def _completed(e: c.GangCompleted) -> Sentence:
 
 
 def _failed(e: c.GangFailed) -> Sentence:
-    if e.reason == "TimeLimit":
+    if e.reason == EndReason.TimeLimit:
         return Sentence("finished", "timeout", (JobRef(e.job_id), f": TimeLimit {e.message}"))
     return Sentence("finished", "failed", (JobRef(e.job_id), f": {e.reason} {e.message}"))
 

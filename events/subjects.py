@@ -160,7 +160,7 @@ def producer_problem(event: Event) -> str | None:
 SCHEDULED_TYPES = (c.TenantConfigured, c.PriorityClassConfigured, c.ServiceScaled)
 """What quota publishes for time-of-day policies (schedules), on its own subjects
 (`gl.quota.<type>`): the fold accepts them only as what a schedule in force produces
-(`NotScheduled` otherwise, services/domain/ledger.py)."""
+(`NotScheduled` otherwise, services/domain/fold/ledger.py)."""
 
 
 def scheduled_by_quota(event: Event) -> bool:

@@ -11,7 +11,7 @@ must be written to each table in a `Batch`:
   mapped to None is a delete.
 
 Only accepted events become facts: every event is first folded into the services' own
-`Ledger` under the shared acceptance rules (`services.domain.acceptance.admit`); a refused
+`Ledger` under the shared acceptance rules (`services.domain.fold.acceptance.admit`); a refused
 one is kept in `events` and recorded in `refusals` (code, message) and changes nothing else,
 so the projection never shows what the services refused.
 
@@ -32,23 +32,12 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.events.reasons import TERMINAL_STATES as TERMINAL
+from gpuledger.events.reasons import EvictReason, JobState
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.quota import borrowing_limit, lending_limit
-
-TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
-JOB_STATES = (
-    "submitted",
-    "pending",
-    "running",
-    "preempting",
-    "completed",
-    "failed",
-    "rejected",
-    "cancelled",
-    "timeout",
-)
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger, run_end_state
+from gpuledger.services.domain.policy.quota import borrowing_limit, lending_limit
 
 _json = msgspec.json.Encoder()
 
@@ -592,11 +581,11 @@ class Projection:
             row.message = svc.message  # an array's tasks counted by state
             self._touch(row, seq, e.occurred_at_ms)
         if row is not None and svc is not None and row.state != svc.state:
-            if str(svc.state) in TERMINAL:
+            if svc.state in TERMINAL:
                 row.finished_at_ms = e.occurred_at_ms
             if svc.spec.array and svc.tasks_started and row.first_placed_at_ms is None:
                 row.first_placed_at_ms = e.occurred_at_ms  # its first task placed
-            self._transition(row, str(svc.state), seq, e, None)
+            self._transition(row, seq, e, None)
             self._touch(row, seq, e.occurred_at_ms)
 
     def apply_undecodable(self, seq: int, subject: str, error: str, head: str) -> bool:
@@ -636,7 +625,7 @@ class Projection:
     def _job(self, job_id: str, tenant: str | None = None) -> Row:
         job = self.jobs.get(job_id)
         if job is None:  # a partial log: keep what we know
-            job = JobRow(job_id=job_id, tenant=tenant, state="submitted")
+            job = JobRow(job_id=job_id, tenant=tenant, state=JobState.submitted)
             self.jobs[job_id] = job
         return job
 
@@ -645,14 +634,19 @@ class Projection:
         job.updated_seq = seq
         self._up_jobs[(job.job_id,)] = job
 
-    def _transition(self, job: Row, to: str, seq: int, e: ev.Event, reason: str | None) -> None:
-        """Move the row to the state the services' fold has for the job after `e` (one state
-        machine: `services.domain.ledger`); `to` only where the fold does not know the job (a
-        log that starts after its submission)."""
-        rec = self.ledger.jobs.get(job.job_id)
-        if rec is not None:
-            to = str(rec.state)
-        if job.state != to:
+    def _folded(self, job_id: str) -> JobState | None:
+        """The job's state in the services' fold after the event being mapped (None for a
+        job the fold does not hold)."""
+        rec = self.ledger.jobs.get(job_id)
+        return rec.state if rec is not None else None
+
+    def _transition(self, job: Row, seq: int, e: ev.Event, reason: str | None) -> None:
+        """Move the row to the state the services' fold has for the job after `e`: one job
+        state machine (`services.domain.fold.ledger`), which this module never recomputes.
+        Every event mapped here was folded first, so the fold holds the job of every row it
+        moves; a row the fold does not hold keeps its state."""
+        to = self._folded(job.job_id)
+        if to is not None and job.state != to:
             self._add_transition(
                 seq,
                 e.occurred_at_ms,
@@ -690,7 +684,7 @@ class Projection:
         if existing is not None and existing.submitted_at_ms is not None:
             return  # a retried submission: first one wins
         res = spec.resources
-        job = existing or JobRow(job_id=spec.job_id, state="submitted")
+        job = existing or JobRow(job_id=spec.job_id, state=JobState.submitted)
         job.tenant = spec.tenant
         job.priority_class = spec.priority_class
         job.replicas = spec.replicas
@@ -711,7 +705,7 @@ class Projection:
                 job.job_id,
                 job.tenant,
                 None,
-                "submitted",
+                JobState.submitted,
                 "JobSubmitted",
                 None,
             )
@@ -719,14 +713,14 @@ class Projection:
 
     def _admitted(self, seq: int, e: ev.JobAdmitted) -> None:
         job = self._job(e.job_id, e.tenant)
-        if job.state != "submitted":
+        if job.state != JobState.submitted:
             return
         job.priority_class = e.priority_class
         job.priority = e.priority
         job.preemptible = e.preemptible
         job.slo_class = e.slo_class
         job.admitted_at_ms = job.pending_since_ms = e.occurred_at_ms
-        self._transition(job, "pending", seq, e, None)
+        self._transition(job, seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
         svc = self.ledger.jobs.get(e.job_id)
         if svc is not None and (svc.spec.is_service or svc.spec.array):  # runs as its replicas
@@ -757,7 +751,7 @@ class Projection:
                 row = JobRow(
                     job_id=rec.job_id,
                     tenant=rec.tenant,
-                    state="submitted",
+                    state=JobState.submitted,
                     priority_class=spec.priority_class,
                     priority=rec.priority,
                     preemptible=rec.preemptible,
@@ -775,15 +769,15 @@ class Projection:
                     admitted_at_ms=rec.admitted_ms,
                 )
                 self.jobs[rec.job_id] = row
-            state = str(rec.state)
-            if state in ("pending", "cancelled") and row.state != state:
-                if state == "pending":
+            state = rec.state
+            if state in (JobState.pending, JobState.cancelled) and row.state != state:
+                if state == JobState.pending:
                     row.pending_since_ms, row.finished_at_ms = rec.pending_since_ms, None
                     row.cancel_requested, row.reason, row.message = False, None, None
                 else:
                     row.finished_at_ms = e.occurred_at_ms
                     row.reason = rec.reason
-                self._transition(row, state, seq, e, rec.reason)
+                self._transition(row, seq, e, rec.reason)
                 self._touch(row, seq, e.occurred_at_ms)
             elif rec.cancel_requested and not row.cancel_requested:
                 row.cancel_requested, row.reason = True, rec.reason
@@ -795,7 +789,7 @@ class Projection:
             return
         job.reason, job.message, job.details = e.reason, e.message, _dumps(e.details)
         job.finished_at_ms = e.occurred_at_ms
-        self._transition(job, "rejected", seq, e, e.reason)
+        self._transition(job, seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
 
     def _cancelled(self, seq: int, e: ev.JobCancelled) -> None:
@@ -804,19 +798,19 @@ class Projection:
             return  # refused as the ledger refuses it (`RequestRefused`, UnknownJob): no row
         job.cancel_requested = True
         job.reason, job.message = e.reason, "cancelled by the client"
-        if job.allocation_id is None:
+        if job.allocation_id is None:  # nothing placed: it ends at once
             job.finished_at_ms = e.occurred_at_ms
-            self._transition(job, "cancelled", seq, e, e.reason)
+            self._transition(job, seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
         self._sync_replicas(e.job_id, seq, e)
 
     def _withdrawn(self, seq: int, e: ev.JobWithdrawn) -> None:
         job = self.jobs.get(e.job_id)
-        if job is None or job.state != "pending":
+        if job is None or job.state != JobState.pending:
             return  # refused as the ledger refuses it
         job.reason, job.message, job.details = e.reason, e.message, _dumps(e.details or {})
         job.finished_at_ms = e.occurred_at_ms
-        self._transition(job, "cancelled", seq, e, e.reason)
+        self._transition(job, seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
 
     def _pending_reason(self, seq: int, e: ev.PendingReasonChanged) -> None:
@@ -865,7 +859,7 @@ class Projection:
             ranks,
         )
         self.open_allocs[e.allocation_id] = ranks
-        self._transition(job, "running", seq, e, None)
+        self._transition(job, seq, e, None)
         self._touch(job, seq, e.occurred_at_ms)
 
     def _member_rows(
@@ -972,8 +966,8 @@ class Projection:
         self.batch.upsert(p)
         if isinstance(e.ranks, tuple):
             return  # an elastic gang giving up members keeps running
-        if job.state == "running" and job.allocation_id == e.allocation_id:
-            self._transition(job, "preempting", seq, e, e.reason)
+        if job.state == JobState.running and job.allocation_id == e.allocation_id:
+            self._transition(job, seq, e, e.reason)
             self._touch(job, seq, e.occurred_at_ms)
 
     def _resized(self, seq: int, e: ev.GangResized) -> None:
@@ -1037,9 +1031,9 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.progress_ms = e.progress_ms
-        if e.reason in ("Cancelled", "ScaledDown") or job.cancel_requested:
+        if e.reason in (EvictReason.Cancelled, EvictReason.ScaledDown) or job.cancel_requested:
             job.finished_at_ms = e.occurred_at_ms
-            self._transition(job, "cancelled", seq, e, e.reason)
+            self._transition(job, seq, e, e.reason)
         else:
             job.preemptions = (job.preemptions or 0) + 1
             job.reason = e.reason
@@ -1050,7 +1044,7 @@ class Projection:
             )
             job.details = None
             job.pending_since_ms = e.occurred_at_ms
-            self._transition(job, "pending", seq, e, e.reason)
+            self._transition(job, seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
         rec = self.ledger.jobs.get(e.job_id)
         if rec is not None and rec.service is not None:  # scaled up again while it stopped
@@ -1061,12 +1055,15 @@ class Projection:
         if job is None or job.state in TERMINAL or job.allocation_id is not None:
             return
         job.pending_since_ms = e.occurred_at_ms
-        self._transition(job, "pending", seq, e, "Requeued")
+        self._transition(job, seq, e, "Requeued")
         self._touch(job, seq, e.occurred_at_ms)
 
-    def _ended(self, seq: int, e: ev.GangCompleted | ev.GangFailed, to: str) -> None:
-        self._close_alloc(e.allocation_id, e.occurred_at_ms, to)
-        self._end_preemption(e.allocation_id, e.occurred_at_ms, to)
+    def _ended(self, seq: int, e: ev.GangCompleted | ev.GangFailed) -> None:
+        """A run ended: its allocation rows and open preemption close with the run's outcome
+        (the fold's `run_end_state`); the job moves to its folded state."""
+        outcome = run_end_state(e)
+        self._close_alloc(e.allocation_id, e.occurred_at_ms, outcome)
+        self._end_preemption(e.allocation_id, e.occurred_at_ms, outcome)
         job = self.jobs.get(e.job_id)
         if job is None:
             return
@@ -1074,18 +1071,12 @@ class Projection:
         if job.state in TERMINAL:
             return
         job.finished_at_ms = e.occurred_at_ms
-        if to in ("failed", "timeout"):
+        if isinstance(e, ev.GangFailed):
             job.reason, job.message = e.reason, e.message
         else:
             job.reason = job.message = job.details = None
-        self._transition(job, to, seq, e, getattr(e, "reason", None))
+        self._transition(job, seq, e, getattr(e, "reason", None))
         self._touch(job, seq, e.occurred_at_ms)
-
-    def _completed(self, seq: int, e: ev.GangCompleted) -> None:
-        self._ended(seq, e, "completed")
-
-    def _failed(self, seq: int, e: ev.GangFailed) -> None:
-        self._ended(seq, e, "timeout" if e.reason == "TimeLimit" else "failed")
 
     # -------------------------------------------------------------- handlers: config, quota
 
@@ -1228,8 +1219,8 @@ _HANDLERS = {
     ev.GangEvicted: Projection._evicted,
     ev.GangResized: Projection._resized,
     ev.GangRequeued: Projection._requeued,
-    ev.GangCompleted: Projection._completed,
-    ev.GangFailed: Projection._failed,
+    ev.GangCompleted: Projection._ended,
+    ev.GangFailed: Projection._ended,
     ev.TenantConfigured: Projection._tenant,
     ev.PriorityClassConfigured: Projection._priority_class,
     ev.FairShareUpdated: Projection._fair_share,

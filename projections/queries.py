@@ -91,7 +91,7 @@ def refused_requests(con, job_id: str) -> list[dict[str, Any]]:
 
 
 def acceptance_refusals(con, job_id: str) -> list[dict[str, Any]]:
-    """Events about `job_id` the acceptance rules refused (services/domain/acceptance.py)."""
+    """Events about `job_id` the acceptance rules refused (services/domain/fold/acceptance.py)."""
     return [
         {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
         for seq, at, t, prod, code, msg in con.execute(

@@ -227,7 +227,7 @@ CREATE TABLE IF NOT EXISTS gpu_metrics (
     memory_used_mib BIGINT
 );
 
--- Events the acceptance rules refused (services/domain/acceptance.py, the same fold every
+-- Events the acceptance rules refused (services/domain/fold/acceptance.py, the same fold every
 -- service runs): a decision of a deposed leader, a placement over GPUs already held, an
 -- admission of an unknown job... Nothing else in the projection comes from them; the
 -- services fold nothing from them either (and dead-letter the ones that contradict state).

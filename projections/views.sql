@@ -340,7 +340,7 @@ WHERE t.type = 'TimeLimitReached';
 
 -- One row per dependency of a job (`depends_on` of its accepted submission): what it waits
 -- for, the state of the job it names now, and whether it is met, still awaited, or can no
--- longer be met (services/domain/dependencies.py); with the waiting job's state and reason.
+-- longer be met (services/domain/policy/dependencies.py); with the waiting job's state and reason.
 CREATE OR REPLACE VIEW dependency_waits AS
 WITH deps AS (
     SELECT DISTINCT s.payload -> 'job' ->> 'job_id' AS job_id,

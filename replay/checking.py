@@ -1,7 +1,7 @@
 """Checking mode: every `decide` runs on a read-only view of the folded state and is re-run
 without caches (`gpuledger simulate --check`, `gpuledger verify --check`).
 
-`checked_decide` hands the decide `services.domain.readonly.read_only(ledger)`, so a write
+`checked_decide` hands the decide `replay.readonly.read_only(ledger)`, so a write
 raises at once, naming the path (only the transparent memos of docs/deciders.md are
 exempt); refuses events that hold a view; fingerprints the state before and after (a second
 line of defence for writes the view cannot see); then re-runs the decide, also on a view,
@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 
 from gpuledger.events import Event
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.readonly import StateWriteError, forget, read_only
+from gpuledger.replay.readonly import StateWriteError, forget, read_only
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.placement import Fleet
 
 
@@ -154,7 +154,7 @@ def _first_difference(a: list[Event], b: list[Event]) -> str:
 
 
 def _decide_read_only(service: Any, ledger: Ledger, now_ms: int, where: str) -> list[Event]:
-    """`service.decide` on a read-only view of the ledger (services/domain/readonly.py): a
+    """`service.decide` on a read-only view of the ledger (replay/readonly.py): a
     write raises at once, naming the path; an event that carries a piece of the state (a
     view) instead of a copy is refused too."""
     try:

@@ -5,7 +5,7 @@ Pure: `check_log(entries, acked)` reads `(seq, subject, event)` entries and the 
 client was acknowledged for, and returns one `Finding` per invariant. No I/O, no clock.
 
 What "took effect" means: an event the project's own acceptance rules fold
-(`services.domain.acceptance`, through `Ledger.fold`). An event the fold refuses without
+(`services.domain.fold.acceptance`, through `Ledger.fold`). An event the fold refuses without
 changing anything (a stale leader's decision, a placement of a job that is not pending) did not
 happen. An event the fold *raises* on (a placement over GPUs already held, a decision from the
 wrong role) is one the services must dead-letter; it did not happen only if the log records
@@ -36,8 +36,8 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import JobState
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.refusals import Refused
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.placement.mig import MEMORY_SLICES, profile_for
 
 INVARIANTS = ("no_lost_job", "no_double_allocation", "no_partial_gang", "running_members_placed")

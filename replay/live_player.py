@@ -14,8 +14,8 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.replay.scenario import Scenario
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.ledger import TERMINAL, Ledger
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import TERMINAL, Ledger
 
 
 def _now_ms() -> int:

@@ -5,7 +5,7 @@
 call `measure`, the views implement the same definitions in SQL, and
 tests/replay/test_metrics.py checks all three agree on the same log.
 
-The job lifecycle comes from one place: the log is folded with `services.domain.ledger.Ledger`
+The job lifecycle comes from one place: the log is folded with `services.domain.fold.ledger.Ledger`
 (`evolve`), and job states, placements and completions are read from its records.
 
 Window: [time of the log's first event, time of its last event]. Every metric is a function
@@ -67,8 +67,8 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events import Event
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger
 
 PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment", "Consolidate"})
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""

@@ -38,10 +38,10 @@ import msgspec
 import yaml
 
 from gpuledger import events as ev
-from gpuledger.services.domain.config import ConfigState
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.gpu_models import resolve
-from gpuledger.services.domain.inputs import (
+from gpuledger.services.domain.fold.config import ConfigState
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.inputs.gpu_models import resolve
+from gpuledger.services.domain.inputs.schema import (
     ClassDoc,
     InputError,
     PolicyDoc,
@@ -50,7 +50,7 @@ from gpuledger.services.domain.inputs import (
     collect,
     validate_file,
 )
-from gpuledger.services.domain.quota import borrowing_limit, lending_limit
+from gpuledger.services.domain.policy.quota import borrowing_limit, lending_limit
 
 ROOTS = ("policy", "tenants", "priority_classes", "checkpoint")
 _OVERLAY_KEYS = (

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuledger.events import Event
 from gpuledger.replay.metrics import measure
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 
 _STATE = {"submitted": "pending", "evicted": "pending", "preempting": "running"}
 

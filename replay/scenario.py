@@ -11,7 +11,7 @@
       - at: 900
         node_down: n3
 
-Everything else in the document is read by `services.domain.configfile`.
+Everything else in the document is read by `services.domain.inputs.configfile`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost, ServiceScaled
-from gpuledger.services.domain.configfile import ConfigFileError, config_events, node_infos, parse
-from gpuledger.services.domain.inputs import EntryDoc, InputError
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.quantities import seconds
-from gpuledger.services.domain.stamp import stamp, submission
+from gpuledger.services.domain.inputs.configfile import (
+    ConfigFileError,
+    config_events,
+    node_infos,
+    parse,
+)
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.inputs.quantities import seconds
+from gpuledger.services.domain.inputs.schema import EntryDoc, InputError
+from gpuledger.services.domain.tooling.stamp import stamp, submission
 from gpuledger.services.runtime.documents import DocumentError, load_document
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from gpuledger.events import Event, subject_for
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.node_agent.simulated import SimulatedAgent
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.quota.decider import Quota

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from gpuledger.events import DeadLettered, Decision, Event
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.roles import CONTROL_PLANE, build
 
 

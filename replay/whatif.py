@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 
 from gpuledger import events as ev
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.schedules import SCHEDULE_PREFIX
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.policy.schedules import SCHEDULE_PREFIX
 from gpuledger.services.runtime.gctune import collector_paused
 
 

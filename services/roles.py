@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.configfile import node_infos
+from gpuledger.services.domain.inputs.configfile import node_infos
 from gpuledger.services.node_agent.simulated import SimulatedAgent
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.quota.decider import Quota

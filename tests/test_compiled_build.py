@@ -41,7 +41,7 @@ def _setup(*args: str, flag: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_compiled_sources_are_synchronous_modules_of_the_package():
     sources = _compiled_sources()
-    assert "services/placement/fleet.py" in sources and "services/domain/ledger.py" in sources
+    assert "services/placement/fleet.py" in sources and "services/domain/fold/ledger.py" in sources
     for path in sources:
         text = (ROOT / path).read_text()
         assert path.split("/")[0] in PACKAGES, path

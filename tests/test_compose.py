@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuledger.services.domain.configfile import node_infos
+from gpuledger.services.domain.inputs.configfile import node_infos
 from gpuledger.services.roles import ROLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def test_the_example_job_compose_names_is_a_valid_job_the_compose_cluster_runs()
     from gpuledger import events as ev
     from gpuledger.replay.scenario import from_document
     from gpuledger.replay.simulator import simulate
-    from gpuledger.services.domain.jobfile import job_spec
+    from gpuledger.services.domain.inputs.jobfile import job_spec
 
     compose_text = (ROOT / "compose.yaml").read_text()
     assert "submit /config/job.yaml" in compose_text

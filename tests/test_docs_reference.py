@@ -18,7 +18,7 @@ def test_generated_page_is_current(page: str) -> None:
 
 
 def test_configuration_reference_names_every_key_of_every_input_shape() -> None:
-    from gpuledger.services.domain import inputs
+    from gpuledger.services.domain.inputs import schema as inputs
 
     text = docsref.configuration_md()
     for shape in (inputs.FileDoc, inputs.NodeDoc, inputs.TenantDoc, inputs.JobDoc):

@@ -13,7 +13,7 @@ from urllib.parse import quote
 from gpuledger.events.sentences import JobRef
 from gpuledger.projections.queries import gpus_text, preemption_outlook
 from gpuledger.projections.ui.data import life_text
-from gpuledger.services.domain.timefmt import duration
+from gpuledger.services.domain.tooling.timefmt import duration
 
 TEMPLATES = Path(__file__).with_name("templates")
 

@@ -82,8 +82,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def _job(job_id: str, duration_s: int | None):
     from gpuledger import events as ev
-    from gpuledger.services.domain.jobfile import job_spec
-    from gpuledger.services.domain.stamp import stamp
+    from gpuledger.services.domain.inputs.jobfile import job_spec
+    from gpuledger.services.domain.tooling.stamp import stamp
 
     doc: dict[str, Any] = {"id": job_id, "tenant": TENANT, "class": "train", "gpu": SHARE}
     if duration_s is not None:

@@ -5,7 +5,7 @@ An imported job therefore assumes **no checkpoint** unless the mapping says othe
 work is lost back to the job's start (or its last periodic checkpoint when an interval is
 given). In a `JobSpec` that is `CheckpointPolicy(interval_s=0, save_s=NO_SAVE_S)`: a save
 that can never finish before the kill deadline, so the simulated agent kills the job at the
-deadline and the lost work is everything since the last checkpoint (services/domain/progress),
+deadline and the lost work is everything since the last checkpoint (services/domain/fold/progress),
 and preemption treats it as not checkpointable (as for any job whose save outlasts its grace).
 
 Mapping key (every importer's mapping file, and a what-if overlay's `--policy` file):
@@ -74,8 +74,8 @@ def _dur(s: int) -> str:
 
 
 def _form(raw: Any, where: str, problems: list[str]) -> ev.CheckpointPolicy | None:
-    from gpuledger.services.domain.inputs import _suggest
-    from gpuledger.services.domain.quantities import seconds
+    from gpuledger.services.domain.inputs.quantities import seconds
+    from gpuledger.services.domain.inputs.schema import _suggest
 
     if raw is None or (isinstance(raw, str) and raw.strip().lower() == "none"):
         return NO_CHECKPOINT
@@ -136,7 +136,7 @@ class CheckpointRules:
 
 def parse(raw: Any, where: str = "checkpoint") -> CheckpointRules:
     """A mapping's `checkpoint:` value; CheckpointError listing every problem."""
-    from gpuledger.services.domain.inputs import _suggest
+    from gpuledger.services.domain.inputs.schema import _suggest
 
     problems: list[str] = []
     if isinstance(raw, dict) and any(k in _RULE_KEYS for k in raw):

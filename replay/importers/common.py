@@ -45,9 +45,9 @@ from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.replay import observed as obs
 from gpuledger.replay.importers.checkpoint import CheckpointRules
 from gpuledger.replay.observed import Run
-from gpuledger.services.domain.config import ConfigState
-from gpuledger.services.domain.configfile import config_events
-from gpuledger.services.domain.stamp import stamp, submission
+from gpuledger.services.domain.fold.config import ConfigState
+from gpuledger.services.domain.inputs.configfile import config_events
+from gpuledger.services.domain.tooling.stamp import stamp, submission
 
 
 class TraceImportError(ValueError):

@@ -51,7 +51,7 @@ Rules (documented in the README; every skipped row is reported with its line):
   1000 or empty); gpu_milli above 1000 is a skipped row;
 - a job id must be a subject token; a repeated id is skipped (the first in time order is kept);
 - GPU model names (jobs' and nodes' `gpu_model`) go through the GPU model vocabulary
-  (`services.domain.gpu_models`: `T4` -> `T4-16GB`, `V100M32` -> `V100-32GB`; a job's family
+  (`services.domain.inputs.gpu_models`: `T4` -> `T4-16GB`, `V100M32` -> `V100-32GB`; a job's family
   name such as `A100` allows every A100), after the mapping's `gpu_models` aliases; names the
   vocabulary does not know are kept verbatim and listed in one warning. `gpu_models:
   verbatim` keeps every name as the trace writes it (examples/openb-mapping.yaml does, so
@@ -86,8 +86,9 @@ from gpuledger.replay.importers.common import (
     read_yaml,
     row_problem,
 )
-from gpuledger.services.domain.gpu_models import Vocabulary
-from gpuledger.services.domain.inputs import (
+from gpuledger.services.domain.inputs.gpu_models import Vocabulary
+from gpuledger.services.domain.inputs.quantities import mebibytes
+from gpuledger.services.domain.inputs.schema import (
     ClassDoc,
     InputError,
     Strict,
@@ -95,7 +96,6 @@ from gpuledger.services.domain.inputs import (
     collect,
     validate_file,
 )
-from gpuledger.services.domain.quantities import mebibytes
 
 
 class Field(Strict, kw_only=True):
@@ -582,7 +582,7 @@ def import_csv(
         gangs.flush()
         bar.done()
     doc = _document(m, total_gpus, tenants_seen)
-    from gpuledger.services.domain.configfile import ConfigFileError
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
     try:
         head = head_events(

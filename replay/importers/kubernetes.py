@@ -76,8 +76,8 @@ from gpuledger.replay.importers.jsonstream import iter_items
 from gpuledger.replay.importers.labels import SelectedKeys, pod_selector
 from gpuledger.replay.importers.mapping import Naming, load_mapping, token
 from gpuledger.replay.importers.migmap import is_profile, mig_gpus
-from gpuledger.services.domain.gpu_models import Vocabulary
-from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
+from gpuledger.services.domain.inputs.gpu_models import Vocabulary
+from gpuledger.services.domain.inputs.gpu_models import gpu_memory_mib as model_memory_mib
 
 PRODUCER = "import/kubernetes"
 GPU = "nvidia.com/gpu"
@@ -606,7 +606,7 @@ def import_kubernetes(
     if nodes is not None:
         node_infos = ctx.selected.nodes(node_infos)
     doc = naming.document(sum(len(n.gpus) for n in node_infos))
-    from gpuledger.services.domain.configfile import ConfigFileError
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
     try:
         head = head_events(doc, node_infos, PRODUCER, log.first_ms or 0)

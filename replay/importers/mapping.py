@@ -20,7 +20,7 @@ Mapping file (YAML, strict: unknown keys are errors with a did-you-mean):
     quotas:                                    # tenant quotas (the config file's tenants:)
       - {name: science/physics, guaranteed: 16}
     policy: {preemption: true}                 # the recorded policy (config file's policy:)
-    gpu_models: {a100: A100-80GB}              # site GPU names -> canonical (services.domain.gpu_models)
+    gpu_models: {a100: A100-80GB}              # site GPU names -> canonical (services.domain.inputs.gpu_models)
     mig_model: H100-80GB                       # slurm: the GPUs of MIG-typed gres (default: by profiles)
     checkpoint: none                           # or {interval: 30m, save: 60s}, or by
                                                # classes/partitions/values (importers.checkpoint)
@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from gpuledger.services.domain.gpu_models import Vocabulary
-from gpuledger.services.domain.inputs import (
+from gpuledger.services.domain.inputs.gpu_models import Vocabulary
+from gpuledger.services.domain.inputs.schema import (
     ClassDoc,
     InputError,
     Strict,
@@ -79,7 +79,7 @@ class Mapping(Strict, kw_only=True):
     unset: the first MIG family offering every profile (`replay.importers.migmap`)."""
     gpu_models: dict[str, str] = {}
     """Site GPU model names (Slurm gres types, product labels) -> canonical names, applied
-    before the GPU model vocabulary (`services.domain.gpu_models`)."""
+    before the GPU model vocabulary (`services.domain.inputs.gpu_models`)."""
     checkpoint: Any = None
     """`none` (default), `{interval: 30m, save: 60s}`, or by class / partition / source
     value (replay.importers.checkpoint)."""
@@ -108,7 +108,7 @@ def load_mapping(path, source: Literal["slurm", "kubernetes"]) -> Mapping:
     if m is not None:
         allowed = TENANT_FROM[source]
         if m.tenant_from is not None and m.tenant_from not in allowed:
-            from gpuledger.services.domain.inputs import _suggest
+            from gpuledger.services.domain.inputs.schema import _suggest
 
             problems.append(
                 f"tenant_from: {m.tenant_from!r} is not one of {', '.join(allowed)}"

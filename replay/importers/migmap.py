@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from gpuledger import events as ev
-from gpuledger.services.domain.gpu_models import CANONICAL
+from gpuledger.services.domain.inputs.gpu_models import CANONICAL
 from gpuledger.services.placement.mig import FAMILIES, PROFILES, MigSlots, best_start
 
 MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")

@@ -63,8 +63,8 @@ from gpuledger.events import (
 from gpuledger.replay.importers.checkpoint import NO_CHECKPOINT, describe
 from gpuledger.replay.importers.common import TraceImportError, open_text, row_problem
 from gpuledger.replay.observed import Observation
-from gpuledger.services.domain.configfile import config_events
-from gpuledger.services.domain.stamp import stamp, submission
+from gpuledger.services.domain.inputs.configfile import config_events
+from gpuledger.services.domain.tooling.stamp import stamp, submission
 
 PRODUCER = "import/alibaba-openb"
 TENANT = "openb"
@@ -127,7 +127,7 @@ class OpenbImport:
         import tempfile
 
         from gpuledger.replay import observed as obs
-        from gpuledger.services.domain.config import ConfigState
+        from gpuledger.services.domain.fold.config import ConfigState
 
         cfg = ConfigState()
         for e in self.events:

@@ -85,10 +85,10 @@ from gpuledger.replay.importers.labels import PartitionSelectors, partition_labe
 from gpuledger.replay.importers.mapping import Naming, load_mapping
 from gpuledger.replay.importers.migmap import is_profile, mig_gpus
 from gpuledger.replay.observed import Run
-from gpuledger.services.domain.gpu_models import Vocabulary
-from gpuledger.services.domain.gpu_models import gpu_memory_mib as model_memory_mib
-from gpuledger.services.domain.inputs import MAX_GPUS_PER_NODE, MAX_NODES
-from gpuledger.services.domain.quantities import MAX_VALUE
+from gpuledger.services.domain.inputs.gpu_models import Vocabulary
+from gpuledger.services.domain.inputs.gpu_models import gpu_memory_mib as model_memory_mib
+from gpuledger.services.domain.inputs.quantities import MAX_VALUE
+from gpuledger.services.domain.inputs.schema import MAX_GPUS_PER_NODE, MAX_NODES
 
 PRODUCER = "import/slurm"
 REQUIRED = ("JobID", "Submit", "Start", "End", "State", "NNodes")
@@ -375,7 +375,7 @@ def read_sinfo(
 
 def read_nodes_file(path: str | Path) -> tuple[ev.NodeInfo, ...]:
     """`cluster.nodes` of a gpuledger configuration file."""
-    from gpuledger.services.domain.configfile import ConfigFileError, node_infos
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError, node_infos
 
     doc = read_yaml(path)
     try:
@@ -480,7 +480,7 @@ def import_slurm(
         bar.done()
     doc = naming.document(sum(len(n.gpus) for n in nodes))
     at_ms = log.first_ms or 0
-    from gpuledger.services.domain.configfile import ConfigFileError
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
     try:
         head = head_events(doc, nodes, PRODUCER, at_ms)

@@ -32,14 +32,14 @@ from gpuledger.events import catalog as _ev
 from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
-from gpuledger.services.domain import job_status
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.dependencies import admission_problem
-from gpuledger.services.domain.job_status import QUERY_SUBJECTS
-from gpuledger.services.domain.ledger import Ledger, replica_spec
-from gpuledger.services.domain.shapes import FleetSummary, shape_problem, summarize
-from gpuledger.services.domain.time_limits import TimeLimitProblem, resolved_time_limit
+from gpuledger.services.domain.fold import job_status
+from gpuledger.services.domain.fold.job_status import QUERY_SUBJECTS
+from gpuledger.services.domain.fold.ledger import Ledger, replica_spec
+from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.policy.dependencies import admission_problem
+from gpuledger.services.domain.policy.shapes import FleetSummary, shape_problem, summarize
+from gpuledger.services.domain.policy.time_limits import TimeLimitProblem, resolved_time_limit
+from gpuledger.services.domain.tooling.deciding import LedgerService
 
 
 class Rejection(Exception):
@@ -74,7 +74,7 @@ class Admission(LedgerService):
     # reads the clock only to judge a submission against the schedules; with none to judge,
     # a quiet answer stays quiet
     quiet_until_wakeup = True
-    """Job status queries from tenant CI identities (services/domain/job_status.py)."""
+    """Job status queries from tenant CI identities (services/domain/fold/job_status.py)."""
 
     @staticmethod
     def answer(state: Ledger, subject: str) -> bytes:
@@ -134,8 +134,8 @@ class Admission(LedgerService):
                     **common,
                 )
             )
-        for job_id in sorted(state.invalid_submissions):
-            bad = state.invalid_submissions[job_id]
+        for job_id in sorted(state.intake.invalid_submissions):
+            bad = state.intake.invalid_submissions[job_id]
             out.append(
                 self.emit(
                     state,
@@ -146,13 +146,13 @@ class Admission(LedgerService):
                     causation_id=bad.cause,
                     job_id=job_id,
                     tenant=bad.tenant,
-                    reason="InvalidSpec",
+                    reason=RejectReason.InvalidSpec,
                     message=bad.message,
                     details=copy.deepcopy(bad.details),
                 )  # the event's own, not the state's
             )
-        for seq in sorted(state.refusals):
-            r = state.refusals[seq]
+        for seq in sorted(state.intake.refusals):
+            r = state.intake.refusals[seq]
             out.append(
                 self.emit(
                     state,
@@ -193,56 +193,57 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
         validate_job_id(spec.job_id)  # no `~`: replicas' ids are `<service>~<i>`
         validate_tenant(spec.tenant)
     except InvalidId as exc:
-        raise Rejection("InvalidSpec", str(exc)) from exc
+        raise Rejection(RejectReason.InvalidSpec, str(exc)) from exc
     config = state.config
     if spec.tenant not in config.tenants:
         known = ", ".join(sorted(config.tenants)) or "none"
         raise Rejection(
-            "UnknownTenant", f"tenant {spec.tenant!r} is not configured (known: {known})"
+            RejectReason.UnknownTenant, f"tenant {spec.tenant!r} is not configured (known: {known})"
         )
     cls = config.classes.get(spec.priority_class)
     if cls is None:
         known = ", ".join(sorted(config.classes))
         raise Rejection(
-            "UnknownPriorityClass",
+            RejectReason.UnknownPriorityClass,
             f"priority class {spec.priority_class!r} is not configured (known: {known})",
         )
     if spec.is_service:
         if spec.min_members is not None:
             raise Rejection(
-                "InvalidSpec",
+                RejectReason.InvalidSpec,
                 "min_members: a service's replicas are independent "
                 "(placed one at a time); leave min_members out",
             )
         if spec.min_available > spec.replicas:
             raise Rejection(
-                "InvalidSpec",
+                RejectReason.InvalidSpec,
                 f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
             )
     if spec.array:
         if spec.is_service:
             raise Rejection(
-                "InvalidSpec", "array: a service has replicas, not tasks; leave array out"
+                RejectReason.InvalidSpec,
+                "array: a service has replicas, not tasks; leave array out",
             )
         durations = spec.array.durations_s
         if durations is not msgspec.UNSET and len(durations) != spec.array.count:
             raise Rejection(
-                "InvalidSpec",
+                RejectReason.InvalidSpec,
                 f"array.durations_s: one per task ({spec.array.count}), got {len(durations)}",
             )
         last = spec.array.first + spec.array.count - 1
         try:
             validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")
         except InvalidId as exc:
-            raise Rejection("InvalidSpec", f"array: {exc}") from exc
+            raise Rejection(RejectReason.InvalidSpec, f"array: {exc}") from exc
     if spec.is_service and spec.depends_on:
         raise Rejection(
-            "InvalidSpec",
+            RejectReason.InvalidSpec,
             "depends_on: a service's replicas start when it is submitted; leave depends_on out",
         )
     if spec.is_service and spec.time_limit_s is not msgspec.UNSET:
         raise Rejection(
-            "InvalidSpec",
+            RejectReason.InvalidSpec,
             "time_limit_s: a service runs until it is scaled down; leave time_limit_s out",
         )
     if not spec.is_service:

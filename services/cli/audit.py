@@ -447,11 +447,13 @@ def _alternative_lines(alts: Any) -> list[str]:
 
 def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
     """One preemption the job suffered: by whom, why, the lost work, the alternatives."""
+    from gpuledger.events.reasons import PreemptionReason
+
     lost = x["lost_gpu_seconds"]
     resized = (x.get("details") or {}).get("resized") if x["outcome"] == "shrunk" else None
     what = (
         f"Migrated #{i}: for {x['by']}"
-        if x["reason"] == "Consolidate"
+        if x["reason"] == PreemptionReason.Consolidate
         else f"Preempted #{i}: shrunk from {resized['from']} to {resized['to']} members by {x['by']}"
         if resized
         else f"Preempted #{i}: by {x['by']}"
@@ -476,11 +478,14 @@ def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
 
 def _why_preemptions(r: dict[str, Any]) -> list[str]:
     """Preemptions the job suffered, then the ones it caused."""
+    from gpuledger.events.reasons import PreemptionReason
+
     lines: list[str] = []
     for i, x in enumerate(r["preempted"], 1):
         lines += _preemption_lines(i, x)
     for x in r["preempted_others"]:
-        verb = "Migrated" if x["reason"] == "Consolidate" else "Preempted"
+        consolidated = x["reason"] == PreemptionReason.Consolidate
+        verb = "Migrated" if consolidated else "Preempted"  # prose, not a code
         lines.append(
             f"{verb} {x['victim']} ({x['reason']}, lost {x['lost_gpu_seconds']:.0f} GPU-seconds)"
         )

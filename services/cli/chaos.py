@@ -49,7 +49,7 @@ def chaos(
     Prints each fault and each invariant's result. Exit codes: 0 every invariant holds, 1 one
     does not, 2 invalid usage."""
     from gpuledger.services.cli.chaos_soak import run_soak
-    from gpuledger.services.domain.quantities import QuantityError, seconds
+    from gpuledger.services.domain.inputs.quantities import QuantityError, seconds
     from gpuledger.services.runtime.logging import configure_logging
 
     try:

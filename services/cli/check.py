@@ -12,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     from gpuledger import events as ev
 
-# The file schemas (services/domain/inputs.py pulls in the placement model), YAML and the
+# The file schemas (services/domain/inputs/schema.py pulls in the placement model), YAML and the
 # event contract are imported when a file is checked, not when the CLI starts.
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
@@ -33,7 +33,7 @@ def read_any(path: Path) -> Any:
     """YAML or JSON (JSON is YAML) from a file or `-`; InputError when unreadable."""
     import sys
 
-    from gpuledger.services.domain.inputs import InputError
+    from gpuledger.services.domain.inputs.schema import InputError
     from gpuledger.services.runtime.documents import DocumentError, load_document
 
     try:
@@ -48,7 +48,7 @@ def read_any(path: Path) -> Any:
 
 
 def detect(doc: Any) -> Kind:
-    from gpuledger.services.domain.inputs import kind_of
+    from gpuledger.services.domain.inputs.schema import kind_of
 
     if isinstance(doc, dict) and "type" in doc:
         return Kind.event
@@ -63,14 +63,14 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
 
     from gpuledger import events as ev
     from gpuledger.replay.scenario import from_document
-    from gpuledger.services.domain.inputs import InputError
-    from gpuledger.services.domain.jobfile import job_spec
-    from gpuledger.services.domain.shapes import _form_problem
+    from gpuledger.services.domain.inputs.jobfile import job_spec
+    from gpuledger.services.domain.inputs.schema import InputError
+    from gpuledger.services.domain.policy.shapes import _form_problem
 
     if kind in (Kind.config, Kind.scenario):
         if kind is Kind.scenario and not (isinstance(doc, dict) and doc.get("timeline")):
             raise InputError("timeline: a scenario needs a timeline (check it as a config?)")
-        from gpuledger.services.domain.configfile import ConfigFileError, parse
+        from gpuledger.services.domain.inputs.configfile import ConfigFileError, parse
 
         from_document(doc)
         try:
@@ -80,7 +80,7 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     elif kind is Kind.job:
         job_spec(doc)
         if config is not None:
-            from gpuledger.services.domain.inputs import check_references, validate_job
+            from gpuledger.services.domain.inputs.schema import check_references, validate_job
 
             problems: list[str] = []
             check_references(validate_job(doc), "", config, problems)
@@ -90,7 +90,7 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
             if rejection is not None:
                 raise InputError(rejection)
     else:
-        from gpuledger.services.domain.inputs import collect
+        from gpuledger.services.domain.inputs.schema import collect
 
         tags = {c.__struct_config__.tag: c for c in ev.ALL_EVENTS}
         cls = tags.get(doc.get("type"))
@@ -133,8 +133,8 @@ def admission_rejection(spec: ev.JobSpec, config: Any, now_ms: int | None = None
     from gpuledger import events as ev
     from gpuledger.services.admission.decider import Admission, Rejection
     from gpuledger.services.admission.decider import check as admission_check
-    from gpuledger.services.domain.configfile import config_events, node_infos
-    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.domain.fold.ledger import Ledger
+    from gpuledger.services.domain.inputs.configfile import config_events, node_infos
 
     at = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     ledger = Ledger()
@@ -174,7 +174,7 @@ def check(
     of exactly that configuration: a job it would reject (`Unschedulable`: more members than
     the declared nodes can ever hold, `NonPreemptibleOverQuota`, ...) is one error line with
     admission's reason and message. Exit codes: 0 all valid, 2 a problem in any file."""
-    from gpuledger.services.domain.inputs import InputError
+    from gpuledger.services.domain.inputs.schema import InputError
 
     bad = False
     config = None

@@ -57,7 +57,7 @@ async def publish_config(
 ) -> int:
     """Publish `doc`'s configuration events (creating the stream first, with `replicas` when
     given; an existing stream keeps its replica count otherwise)."""
-    from gpuledger.services.domain.configfile import config_events
+    from gpuledger.services.domain.inputs.configfile import config_events
 
     bus = await cli_bus(access, replicas=replicas)
     if track is not None:
@@ -299,7 +299,7 @@ class Cluster:
         return self.access.as_principal(principal).options()
 
     def _nodes(self) -> list[str]:
-        from gpuledger.services.domain.configfile import node_infos
+        from gpuledger.services.domain.inputs.configfile import node_infos
 
         return [n.name for n in node_infos(self.doc)]
 
@@ -415,7 +415,7 @@ def embedded_cluster(data: Path, nodes: int, doc: dict[str, Any] | None = None):
 
 def cluster_principals(doc: dict[str, Any]) -> list[str]:
     """The per-node and per-tenant identities a cluster configuration calls for."""
-    from gpuledger.services.domain.configfile import node_infos, parse
+    from gpuledger.services.domain.inputs.configfile import node_infos, parse
 
     return [f"node:{n.name}" for n in node_infos(doc)] + [
         f"ci:{t.name}" for t in parse(doc).tenants
@@ -493,7 +493,7 @@ def run(
         serve_projector(access, data, collector)
         return
 
-    from gpuledger.services.domain.inputs import InputError
+    from gpuledger.services.domain.inputs.schema import InputError
 
     doc = read_doc(config)  # (outside the try: its typer.Exit is a RuntimeError)
     try:
@@ -614,7 +614,7 @@ def apply(
     ),
 ) -> None:
     """Publish a configuration as events (what replays will see as in force from now)."""
-    from gpuledger.services.domain.configfile import ConfigFileError, parse
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError, parse
 
     doc = read_doc(config)
     try:
@@ -697,7 +697,7 @@ def up(
     found its input invalid, else 1)."""
     import asyncio
 
-    from gpuledger.services.domain.configfile import ConfigFileError, parse
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError, parse
     from gpuledger.services.runtime.logging import configure_logging
 
     doc = read_doc(config)
@@ -1005,8 +1005,8 @@ def submit(
     admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
     4 no decision within --timeout."""
     from gpuledger import events as ev
-    from gpuledger.services.domain.jobfile import JobFileError, job_spec
-    from gpuledger.services.domain.stamp import submission
+    from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
+    from gpuledger.services.domain.tooling.stamp import submission
     from gpuledger.services.runtime.client_requests import StatusQueryError, submit_job
 
     try:
@@ -1117,7 +1117,7 @@ def scale(
     exit 1 with `UnknownJob`, and nothing is published; a job that is not a service is
     refused by admission (`RequestRefused`, `InvalidSpec`)."""
     from gpuledger import events as ev
-    from gpuledger.services.domain.stamp import stamp
+    from gpuledger.services.domain.tooling.stamp import stamp
 
     access, tenant = job_request_target(job_id, tenant, nats_url, creds)
 

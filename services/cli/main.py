@@ -93,7 +93,7 @@ def schema(
         typer.echo(f"{update}: {'updated' if changed else 'already up to date'}", err=True)
         return
     if config:
-        from gpuledger.services.domain.inputs import file_schema
+        from gpuledger.services.domain.inputs.schema import file_schema
 
         typer.echo(json.dumps(file_schema(), indent=2, sort_keys=True))
         return

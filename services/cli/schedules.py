@@ -29,7 +29,7 @@ def _parse_at(at: str | None) -> int:
 
 
 def _iso(ms: int, tz: str) -> str:
-    from gpuledger.services.domain.schedules import zone
+    from gpuledger.services.domain.policy.schedules import zone
 
     return datetime.fromtimestamp(ms / 1000, tz=zone(tz)).isoformat()
 
@@ -37,7 +37,7 @@ def _iso(ms: int, tz: str) -> str:
 def upcoming(config, at_ms: int, count: int) -> list[dict]:
     """The next `count` fire times of every schedule after `at_ms`, soonest first, with the
     one that is in force (its last fire at or before `at_ms`)."""
-    from gpuledger.services.domain import schedules as sched
+    from gpuledger.services.domain.policy import schedules as sched
 
     rows = []
     for name in sorted(config.schedules):
@@ -71,7 +71,7 @@ def _live_config(nats_url: str | None, creds: Path | None):
     from gpuledger.events import CONFIG_EVENTS
     from gpuledger.replay.export import stream_entries
     from gpuledger.services.cli.connect import cli_bus, resolve_access
-    from gpuledger.services.domain.config import ConfigState
+    from gpuledger.services.domain.fold.config import ConfigState
 
     access = resolve_access(nats_url, creds)
     config = ConfigState()
@@ -114,8 +114,8 @@ def schedules(
 ) -> None:
     """List what the time-of-day policies (`schedules:`) change next: NAME WHEN CHANGE."""
     from gpuledger.services.cli.audit import _emit_structured, render_table
-    from gpuledger.services.domain.config import ConfigState
-    from gpuledger.services.domain.configfile import ConfigFileError, config_events
+    from gpuledger.services.domain.fold.config import ConfigState
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError, config_events
 
     if output not in ("table", "json", "yaml"):
         fail(f"-o: {output!r} is not one of table, json, yaml", 2)

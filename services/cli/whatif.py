@@ -182,7 +182,7 @@ def replay(
     from gpuledger.replay.whatif import external_inputs, with_config
     from gpuledger.replay.whatif import replay as run_replay
     from gpuledger.services.cli.live import read_doc
-    from gpuledger.services.domain.configfile import ConfigFileError
+    from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
     entries = _read(log)
     started = time.perf_counter()

@@ -50,8 +50,8 @@ from gpuledger.events import (
     NodeInfo,
     NodeRegistered,
 )
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.tooling.deciding import LedgerService
 
 MemberKey = tuple[str, int]
 
@@ -216,7 +216,7 @@ class AgentDecider(LedgerService):
         """(allocation record, job, member placement) of every active allocation here (read
         from the per-node index: the agent never walks the cluster's allocations)."""
         ledger = state.ledger
-        for alloc_id in sorted(ledger.node_allocations.get(self.node_name, ())):
+        for alloc_id in sorted(ledger.agents.node_allocations.get(self.node_name, ())):
             rec = ledger.allocations[alloc_id]
             job = ledger.jobs.get(rec.job_id)
             if job is None:

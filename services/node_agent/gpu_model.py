@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from gpuledger.services.domain.gpu_models import resolve_node
+from gpuledger.services.domain.inputs.gpu_models import resolve_node
 
 # Words that never identify a product family.
 _VENDOR_WORDS = frozenset({"NVIDIA", "TESLA", "GEFORCE", "QUADRO", "GENERATION"})
@@ -79,7 +79,7 @@ def memory_size_gb(raw_name: str, memory_mib: int) -> int:
 def normalise_model(raw_name: str, memory_mib: int) -> str:
     """``"NVIDIA A100-SXM4-40GB"``, 40960 MiB -> ``"A100-40GB"``; ``"NVIDIA H200"`` -> ``"H200-141GB"``.
 
-    The derived name goes through the GPU model vocabulary (`services.domain.gpu_models`), so
+    The derived name goes through the GPU model vocabulary (`services.domain.inputs.gpu_models`), so
     the agent registers the name importers and configurations use (a derived name the
     vocabulary does not know is kept as derived)."""
     derived = f"{model_family(raw_name)}-{memory_size_gb(raw_name, memory_mib)}GB"

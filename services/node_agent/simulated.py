@@ -25,8 +25,8 @@ from gpuledger.events import (
     NodeRegistered,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.tooling.deciding import LedgerService
 
 
 class SimulatedAgent(LedgerService):
@@ -129,7 +129,7 @@ class SimulatedAgent(LedgerService):
         """Active allocations with a member on one of this agent's nodes."""
         out: set[str] = set()
         for name in self.nodes:
-            out.update(state.node_allocations.get(name, ()))
+            out.update(state.agents.node_allocations.get(name, ()))
         return out
 
     def _attention(self, state: Ledger, now_ms: int) -> set[str]:
@@ -142,11 +142,11 @@ class SimulatedAgent(LedgerService):
                 a
                 for a in self._allocations_here(state)
                 if a in state.awaiting_start
-                or a in state.cancelling
+                or a in state.agents.cancelling
                 or any(t <= now_ms for t in state.expected.times(a))
             }
         due = {key for _, key, _ in state.expected.due(now_ms)}
-        return (state.awaiting_start | state.cancelling | due) & state.active
+        return (state.awaiting_start | state.agents.cancelling | due) & state.active
 
     # ------------------------------------------------------------------ parts
 
@@ -202,12 +202,12 @@ class SimulatedAgent(LedgerService):
         """Apply the MIG re-geometries requested for this agent's nodes at once (a simulated
         GPU has nothing to drain: the request is only made for an idle GPU) and report them."""
         out: list[Event] = []
-        if not state.mig_requests:
+        if not state.mig.mig_requests:
             return out
-        for name in sorted(state.mig_requests):
+        for name in sorted(state.mig.mig_requests):
             if name not in self.nodes:
                 continue
-            r = state.mig_requests[name]
+            r = state.mig.mig_requests[name]
             out.append(
                 self.emit(
                     state,

@@ -73,7 +73,7 @@ class Fragmentation:
     """F for a fixed set of typical tasks, memoised. Deterministic and free of I/O."""
 
     __transparent_memos__ = ("_memo",)
-    """F per (layout, free capacity): a memo of a pure function (services/domain/readonly.py)."""
+    """F per (layout, free capacity): a memo of a pure function (replay/readonly.py)."""
 
     def __init__(self, tasks: tuple[TypicalTask, ...], memory: bool = False) -> None:
         self.tasks = tasks

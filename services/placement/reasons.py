@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuledger.events.reasons import PendingReason
+
 from .feasibility import ISOLATION, REJECTIONS, STATIC, eligible_gpus, options
 from .mig import profile_for, slot_text
 from .model import GPU_MILLI, GangRequest, MemberRequest, Unplaceable
@@ -157,10 +159,10 @@ class Evidence:
 def never_hostable(e: Evidence) -> Unplaceable | None:
     """`Unschedulable`: no node could host the member even when empty (or there are no nodes)."""
     if not e.total:
-        return Unplaceable("Unschedulable", "the fleet has no nodes", e.details)
+        return Unplaceable(PendingReason.Unschedulable, "the fleet has no nodes", e.details)
     if not e.dynamic:
         return Unplaceable(
-            "Unschedulable", f"no node can ever host this member; {e.text}", e.details
+            PendingReason.Unschedulable, f"no node can ever host this member; {e.text}", e.details
         )
     return None
 
@@ -174,7 +176,7 @@ def topology(e: Evidence) -> Unplaceable | None:
     if not (e.hist.get("free_clique", 0) or free_total >= m.gpus):
         return None
     return Unplaceable(
-        "TopologyUnsatisfiable",
+        PendingReason.TopologyUnsatisfiable,
         f"needs {m.gpus} GPUs in one NVLink clique; largest free clique has {largest}; {e.text}",
         e.details,
     )
@@ -193,7 +195,7 @@ def mig_layout(e: Evidence) -> Unplaceable | None:
         }
     )
     return Unplaceable(
-        "MIGPlacementUnavailable",
+        PendingReason.MIGPlacementUnavailable,
         f"MIG {m.mig_profile}: no GPU with a free {' or '.join(slots)} slot; {e.text}",
         e.details,
     )
@@ -211,12 +213,14 @@ def isolation(e: Evidence) -> Unplaceable | None:
         if e.hist.get("mps_other_tenant")
         else "timeslice GPUs need allow_timeslice"
     )
-    return Unplaceable("IsolationConflict", f"{what}; {e.text}", e.details)
+    return Unplaceable(PendingReason.IsolationConflict, f"{what}; {e.text}", e.details)
 
 
 def resources(e: Evidence) -> Unplaceable | None:
     """`Resources`: not enough free capacity of the kind asked for (the default)."""
-    return Unplaceable("Resources", f"needs {_need_text(e.member)}; {e.text}", e.details)
+    return Unplaceable(
+        PendingReason.Resources, f"needs {_need_text(e.member)}; {e.text}", e.details
+    )
 
 
 UNPLACEABLE: tuple[Callable[[Evidence], Unplaceable | None], ...] = (
@@ -227,7 +231,7 @@ UNPLACEABLE: tuple[Callable[[Evidence], Unplaceable | None], ...] = (
     resources,
 )
 """Why one member fits nowhere: the first rule that answers gives the code (the order is the
-precedence; `resources` always answers). See services/scheduler/pending.py for the table of
+precedence; `resources` always answers). See services/domain/policy/pending.py for the table of
 every pending reason."""
 
 
@@ -301,7 +305,7 @@ def gang_incomplete(gang: GangRequest, fitted: int, why_next: Unplaceable) -> Un
         }
     )
     return Unplaceable(
-        "GangIncomplete",
+        PendingReason.GangIncomplete,
         f"only {fitted} of {gang.replicas} members fit (needs at least {need}); "
         f"member {fitted + 1}: {why_next.message}",
         details,

@@ -67,7 +67,7 @@ class NodeState:
 
     __transparent_memos__ = ("eligible", "frag_memo", "state_key_memo")
     """Memos of pure functions of this record (keyed by spec or version): a read-only view
-    (checking mode) lets a decide fill them (services/domain/readonly.py)."""
+    (checking mode) lets a decide fill them (replay/readonly.py)."""
 
     def __init__(self, spec: NodeSpec, seq: int) -> None:
         self.spec = spec

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
-from gpuledger.services.domain.config import defrag_settings
-from gpuledger.services.domain.ledger import JobRecord, Ledger
+from gpuledger.services.domain.fold.config import defrag_settings
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.policy.queue import effective_priority
 from gpuledger.services.placement import Placement, UnknownAllocation, UnknownNode
 from gpuledger.services.preemption.rules import EXCLUSIONS, Candidate, Scene
 from gpuledger.services.preemption.victims import (
@@ -36,7 +37,6 @@ from gpuledger.services.preemption.victims import (
     over_guarantee,
     scene,
 )
-from gpuledger.services.scheduler.queue import effective_priority
 
 MOVE_PROTECTIONS = frozenset(
     {

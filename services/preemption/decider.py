@@ -9,7 +9,7 @@ an eviction budget window) asks for a wake-up then.
 
 Defragmentation (issue 16, both off unless the policy sets them): a MIG job whose profile no
 fixed layout offers first gets an idle GPU re-partitioned (`MigReconfigurationRequested`,
-`services.domain.regeometry`, rate-limited per node); a job blocked only by fragmentation
+`services.domain.policy.regeometry`, rate-limited per node); a job blocked only by fragmentation
 gets a few allocations migrated out of its way (`ConsolidationPlanned` + `PreemptionRequested`
 with reason `Consolidate`, `services.preemption.consolidation`) before any victim is chosen.
 """
@@ -30,22 +30,22 @@ from gpuledger.events import (
 )
 from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
-from gpuledger.services.domain.config import defrag_settings
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.regeometry import (
+from gpuledger.services.domain.fold.config import defrag_settings
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.policy.pending import PREEMPTION_MAY_HELP as BLOCKED
+from gpuledger.services.domain.policy.queue import effective_priority, ordered_pending
+from gpuledger.services.domain.policy.regeometry import (
     Regeometry,
     in_window,
     rate_limit_lapses_ms,
     regeometry_for,
 )
+from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.placement import Placement
 from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
 from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.outlook import Outlook
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
-from gpuledger.services.scheduler.pending import PREEMPTION_MAY_HELP as BLOCKED
-from gpuledger.services.scheduler.queue import effective_priority, ordered_pending
 
 MOVES = frozenset({PreemptionReason.Defragment, PreemptionReason.Consolidate})
 """Victims of these reasons are placed again at once: a move takes nobody's capacity."""
@@ -323,7 +323,7 @@ class Preemption(LedgerService):
     ) -> tuple[bool, list[Event]]:
         """(handled, events): a MIG job whose profile no layout offers gets an idle GPU
         re-partitioned (before, and independently of, any preemption)."""
-        if any(r.job_id == job.job_id for r in state.mig_requests.values()):
+        if any(r.job_id == job.job_id for r in state.mig.mig_requests.values()):
             return True, []  # a layout is being changed for it
         exclude = state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms) | outlook.exclude()
         if isinstance(

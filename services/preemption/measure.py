@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuledger.events.reasons import PreemptionReason
-from gpuledger.services.domain.ledger import JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ outlook: the folded fleet is only read.
 
 from __future__ import annotations
 
-from gpuledger.services.domain.ledger import JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.placement import Placement, TrialFleet
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 
 HOUR_MS = 3_600_000
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuledger.events.reasons import DeclineReason, ExclusionReason, PreemptionReason
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.policy.queue import effective_priority
+from gpuledger.services.domain.tooling.timefmt import instant
 from gpuledger.services.placement import Placement, UnknownAllocation
 from gpuledger.services.preemption.rules import (
     EXCLUSIONS,
@@ -46,7 +47,6 @@ from gpuledger.services.preemption.rules import (
     backfill_key,
     evictions_last_hour,
 )
-from gpuledger.services.scheduler.queue import effective_priority
 
 __all__ = ["HOUR_MS", "LAPSING", "Candidate", "Exclusion", "Plan", "evictions_last_hour", "plan"]
 

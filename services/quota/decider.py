@@ -11,7 +11,7 @@ fair shares that follow are computed by the same service right after. These chan
 quota's own subjects (`gl.quota.TenantConfigured`, `gl.quota.PriorityClassConfigured`,
 `gl.quota.ServiceScaled`; the quota role has no permission on `gl.admin.>` or `gl.scale.>`),
 and the fold takes them only as what a schedule in force produces at their time (anything
-else is refused `NotScheduled`: services/domain/ledger.py, docs/security.md).
+else is refused `NotScheduled`: services/domain/fold/ledger.py, docs/security.md).
 
 No clock: the time comes from the shell; a change's id derives from the schedule's name,
 its content and the fire time, and the fold records when each schedule last published
@@ -34,17 +34,17 @@ from gpuledger.events import (
     encode,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.quota import fair_shares
-from gpuledger.services.domain.stamp import stamp
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.policy.quota import fair_shares
+from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.stamp import stamp
 
 
 def demand_by_tenant(state: Ledger) -> dict[str, int]:
     """Own demand per tenant: what it holds plus what it waits for."""
     demand = dict(state.tenant_gpu_milli)
-    for tenant, waiting in state.pending_gpu_milli.items():
+    for tenant, waiting in state.quota.pending_gpu_milli.items():
         demand[tenant] = demand.get(tenant, 0) + waiting
     return demand
 

@@ -149,7 +149,7 @@ def permissions(principal: str) -> dict[str, Any] | None:
 
 def _permissions(principal: str) -> dict[str, Any] | None:
     from gpuledger.events.subjects import STREAM
-    from gpuledger.services.domain.job_status import QUERY_PREFIX
+    from gpuledger.services.domain.fold.job_status import QUERY_PREFIX
 
     kind, _, name = principal.partition(":")
     reader = _stream_reader()

@@ -296,8 +296,8 @@ class Load:
         self.submitted = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        from gpuledger.services.domain.jobfile import job_spec
-        from gpuledger.services.domain.stamp import submission
+        from gpuledger.services.domain.inputs.jobfile import job_spec
+        from gpuledger.services.domain.tooling.stamp import submission
         from gpuledger.services.runtime.bus import AlreadyExists, Bus
 
         access = self.access

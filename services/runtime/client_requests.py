@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuledger import events as ev
+from gpuledger.events.reasons import RequestReason
 
 SUBMITTED, DUPLICATE, ADMITTED = "submitted", "duplicate", "admitted"
 REJECTED, REFUSED, CONFLICT = "rejected", "refused", "conflict"
@@ -86,7 +87,7 @@ async def ask_status(
     StatusQueryError for an error answer."""
     import nats.errors
 
-    from gpuledger.services.domain.job_status import QUERY_PREFIX, JobStatus, decode
+    from gpuledger.services.domain.fold.job_status import QUERY_PREFIX, JobStatus, decode
 
     deadline = time.monotonic() + timeout
     while True:
@@ -115,25 +116,27 @@ async def ask_status(
 def existing_submission(spec: ev.JobSpec, stored: Any) -> tuple[str, str] | None:
     """Compare the stored creation of a job id with a new submission: None when it holds
     the same job (an idempotent retry), else (`JobIdConflict`, what differs)."""
-    from gpuledger.services.domain.ledger import spec_differences
+    from gpuledger.services.domain.fold.ledger import spec_differences
 
     if stored is None:
-        return "JobIdConflict", "its stored submission could not be read"
+        return RequestReason.JobIdConflict, "its stored submission could not be read"
     target = ev.subjects.client_target(stored.subject)
     if target is not None and target[1] != spec.tenant:
-        return "JobIdConflict", "it belongs to another tenant"
+        return RequestReason.JobIdConflict, "it belongs to another tenant"
     try:
         first = ev.decode(stored.data or b"")
     except ev.UndecodableEvent as exc:
         return (
-            "JobIdConflict",
+            RequestReason.JobIdConflict,
             f"its first submission could not be decoded and was rejected (InvalidSpec: {exc})",
         )
     if not isinstance(first, ev.JobSubmitted):
-        return "JobIdConflict", f"its subject holds a {type(first).__name__}"
+        return RequestReason.JobIdConflict, f"its subject holds a {type(first).__name__}"
     if first.job == spec:
         return None
-    return "JobIdConflict", "other content: " + "; ".join(spec_differences(first.job, spec))
+    return RequestReason.JobIdConflict, "other content: " + "; ".join(
+        spec_differences(first.job, spec)
+    )
 
 
 def _no_admission(job_id: str) -> Outcome:
@@ -152,7 +155,7 @@ async def publish_submission(
     """Create the job of `event` once: `submitted` (new), `duplicate` (the same content was
     submitted before: a retry), `conflict` (the id holds other content or another tenant's job),
     or `timeout` (the id is taken and nobody said by what in time)."""
-    from gpuledger.services.domain.ledger import spec_differences
+    from gpuledger.services.domain.fold.ledger import spec_differences
     from gpuledger.services.runtime.bus import AlreadyExists
 
     spec = event.job
@@ -193,17 +196,20 @@ async def publish_submission(
             conflict = existing_submission(spec, stored)
             seq = None if stored is None else stored.seq
         elif not st.known:
-            conflict, seq = ("JobIdConflict", "it belongs to another tenant"), None
+            conflict, seq = (RequestReason.JobIdConflict, "it belongs to another tenant"), None
         elif st.spec is None:
             conflict, seq = (
-                ("JobIdConflict", "its first submission could not be decoded and was rejected"),
+                (
+                    RequestReason.JobIdConflict,
+                    "its first submission could not be decoded and was rejected",
+                ),
                 None,
             )
         elif st.submit_event_id == event.event_id or st.spec == spec:
             conflict, seq = None, st.submit_seq
         else:
             conflict = (
-                "JobIdConflict",
+                RequestReason.JobIdConflict,
                 "other content: " + "; ".join(spec_differences(st.spec, spec)),
             )
             seq = None
@@ -342,7 +348,7 @@ async def cancel_job(
 ) -> Outcome:
     """Publish JobCancelled for a job `tenant` has (None: whichever tenant submitted it):
     `cancel_requested`, `unknown_job` (nothing published), `timeout`, `unavailable`."""
-    from gpuledger.services.domain.stamp import stamp
+    from gpuledger.services.domain.tooling.stamp import stamp
 
     try:
         owner = await job_owner(bus, tenant, job_id, read_log=read_log)
@@ -358,7 +364,7 @@ async def cancel_job(
             f"no job {job_id!r}{where}: nothing was submitted under this id; "
             "nothing to cancel (UnknownJob)",
             1,
-            reason="UnknownJob",
+            reason=RequestReason.UnknownJob,
             error=True,
         )
     event = stamp(
@@ -472,7 +478,7 @@ async def job_status_outcome(
             job_id,
             f"no job {job_id!r} in tenant {tenant!r} (UnknownJob)",
             1,
-            reason="UnknownJob",
+            reason=RequestReason.UnknownJob,
             error=True,
             job_status=st,
         )

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gpuledger import events as ev
+from gpuledger.events.reasons import RequestReason
 from gpuledger.services.runtime import client_requests as cr
 from gpuledger.services.runtime.documents import DocumentError, load_document
 from gpuledger.services.runtime.gateway_tokens import TokenFileError, Tokens
@@ -92,22 +93,22 @@ def parse_body(data: bytes) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise HttpError(400, "InvalidSpec", "body: not UTF-8") from None
+        raise HttpError(400, RequestReason.InvalidSpec, "body: not UTF-8") from None
     try:
         return load_document(text, aliases=False)
     except DocumentError as exc:
-        raise HttpError(400, "InvalidSpec", f"body: {exc}") from None
+        raise HttpError(400, RequestReason.InvalidSpec, f"body: {exc}") from None
 
 
 def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
     """The submission of a job document posted for `tenant`; HttpError 400 / 403."""
-    from gpuledger.services.domain.jobfile import JobFileError, job_spec
-    from gpuledger.services.domain.stamp import submission
+    from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
+    from gpuledger.services.domain.tooling.stamp import submission
 
     if not isinstance(doc, dict):
         raise HttpError(
             400,
-            "InvalidSpec",
+            RequestReason.InvalidSpec,
             f"body: (top level): expected a mapping of keys, got {type(doc).__name__}",
         )
     claimed = doc.get("tenant")
@@ -123,12 +124,14 @@ def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
         ev.subject_for(event)
     except JobFileError as exc:
         lines = [line.removeprefix("error: ") for line in exc.lines("body")]
-        raise HttpError(400, "InvalidSpec", lines[0], errors=lines) from None
+        raise HttpError(400, RequestReason.InvalidSpec, lines[0], errors=lines) from None
     except ev.InvalidId as exc:
-        raise HttpError(400, "InvalidSpec", f"body: {exc}") from None
+        raise HttpError(400, RequestReason.InvalidSpec, f"body: {exc}") from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # whatever validation did not foresee is still a 400 with a reason, never a 500
-        raise HttpError(400, "InvalidSpec", f"body: {' '.join(str(exc).split())[:300]}") from None
+        raise HttpError(
+            400, RequestReason.InvalidSpec, f"body: {' '.join(str(exc).split())[:300]}"
+        ) from None
     if spec.tenant != tenant:
         raise HttpError(
             403,
@@ -231,7 +234,7 @@ class Gateway:
         if st is None:
             raise HttpError(503, "Unavailable", "no admission service answers status queries")
         if not st.known:
-            raise HttpError(404, "UnknownJob", f"no job {job!r} in tenant {tenant!r}")
+            raise HttpError(404, RequestReason.UnknownJob, f"no job {job!r} in tenant {tenant!r}")
         return JSONResponse(msgspec.to_builtins(st))
 
     async def healthz(self, request: Request) -> JSONResponse:

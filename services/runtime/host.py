@@ -1,4 +1,4 @@
-"""The one generic host loop that runs any `Service` (services/domain/service.py) live.
+"""The one generic host loop that runs any `Service` (services/domain/tooling/service.py) live.
 
 Cycle: fold the whole log on start, then forever: fold what is delivered; once caught up
 (no message immediately pending), call `decide(state, now_ms)`, publish its events with
@@ -39,7 +39,7 @@ where a lease is used), it saves one when `SnapshotPolicy` says so (its cost kep
 forked child encodes (msgspec graph codec) and compresses the fold as it was at the fork (copy-on-write; the loop
 pauses only for `fork()`), and the chunks are written in the background, one snapshot at a
 time; deciding goes on. A failed write is logged and retried at the next due point. A service offers snapshots by having
-`fold_of(state)` / `from_fold(fold, state)` (services/domain/deciding.py).
+`fold_of(state)` / `from_fold(fold, state)` (services/domain/tooling/deciding.py).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ import tenacity
 
 from gpuledger import events
 from gpuledger.events import DeadLettered, UndecodableEvent, derive_event_id
-from gpuledger.services.domain.acceptance import subject_refusal
-from gpuledger.services.domain.service import Service
+from gpuledger.services.domain.fold.acceptance import subject_refusal
+from gpuledger.services.domain.tooling.service import Service
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Delivery, Follower, StreamGap
 from gpuledger.services.runtime.gctune import LiveGc
 from gpuledger.services.runtime.lease import HOLDER_ENV, Lease

@@ -203,7 +203,7 @@ def schema() -> str:
     if _SCHEMA is not None:
         return _SCHEMA
     from gpuledger import events as ev
-    from gpuledger.services.domain import config, ledger, timeindex
+    from gpuledger.services.domain.fold import config, ledger, timeindex
     from gpuledger.services.node_agent import decider as agent
     from gpuledger.services.placement import fleet, fragmentation, index, memo, mig, model, state
 
@@ -289,7 +289,7 @@ def _classes() -> _Classes:
     if _CLASSES is None:
         from gpuledger import events as ev
         from gpuledger.events import reasons
-        from gpuledger.services.domain import config, ledger, timeindex
+        from gpuledger.services.domain.fold import config, ledger, timeindex
         from gpuledger.services.node_agent import decider as agent
         from gpuledger.services.placement import (
             fleet,

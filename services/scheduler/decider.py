@@ -26,20 +26,31 @@ from gpuledger.events import (
     PendingReasonChanged,
 )
 from gpuledger.events import catalog as ev
-from gpuledger.events.reasons import EndReason, PendingReason, PreemptionReason, ResizeReason
-from gpuledger.services.domain import dependencies as deps
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.config import defrag_settings
-from gpuledger.services.domain.deciding import LedgerService
-from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from gpuledger.services.domain.placement_adapter import to_members
-from gpuledger.services.domain.progress import work_outcome
-from gpuledger.services.domain.quota import lending_block, lends_limited, parent_of, quota_block
-from gpuledger.services.domain.regeometry import rate_limit_lapses_ms, regeometry_for
-from gpuledger.services.domain.timefmt import duration, instant
+from gpuledger.events.reasons import (
+    EndReason,
+    EvictReason,
+    PendingReason,
+    PreemptionReason,
+    ResizeReason,
+)
+from gpuledger.services.domain.fold.config import defrag_settings
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.fold.progress import work_outcome
+from gpuledger.services.domain.policy import dependencies as deps
+from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.policy.pending import CAPACITY_REASONS
+from gpuledger.services.domain.policy.queue import ordered_pending
+from gpuledger.services.domain.policy.quota import (
+    lending_block,
+    lends_limited,
+    parent_of,
+    quota_block,
+)
+from gpuledger.services.domain.policy.regeometry import rate_limit_lapses_ms, regeometry_for
+from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.placement_adapter import to_members
+from gpuledger.services.domain.tooling.timefmt import duration, instant
 from gpuledger.services.placement import Placement, TrialFleet, profile_for
-from gpuledger.services.scheduler.pending import CAPACITY_REASONS
-from gpuledger.services.scheduler.queue import ordered_pending
 from gpuledger.services.scheduler.reservation import (
     Reservation,
     may_backfill,
@@ -87,8 +98,8 @@ class _Round:
             state.fleet.trial(),
             state.config.policy.placement_policy,
             dict(state.tenant_gpu_milli),
-            dict(state.tenant_fixed_gpu_milli),
-            dict(state.tenant_fixed_by_model),
+            dict(state.sched.tenant_fixed_gpu_milli),
+            dict(state.sched.tenant_fixed_by_model),
             lending=lends_limited(state.config.tenants),
         )
 
@@ -173,11 +184,11 @@ class Scheduler(LedgerService):
         # asked at every instant: each source is read only when it has entries
         policy = state.config.policy
         times: list[int] = []
-        if state.heartbeating:
+        if state.sched.heartbeating:
             timeout = policy.node_timeout_s * 1000
             times += [
                 n.last_heartbeat_ms + timeout
-                for n in (state.nodes[name] for name in state.heartbeating)
+                for n in (state.nodes[name] for name in state.sched.heartbeating)
                 if n.last_heartbeat_ms is not None and not n.lost
             ]
         if state.nominations:
@@ -191,11 +202,11 @@ class Scheduler(LedgerService):
             times += [
                 t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
             ]
-        if state.growable and policy.min_runtime_s:  # a grow's cooldown ends
+        if state.sched.growable and policy.min_runtime_s:  # a grow's cooldown ends
             cooldown = policy.min_runtime_s * 1000
             times += [
                 t
-                for a in sorted(state.growable)
+                for a in sorted(state.sched.growable)
                 if (r := state.allocations[a].resized_ms) is not None
                 and (t := r + cooldown) > now_ms
             ]
@@ -227,10 +238,10 @@ class Scheduler(LedgerService):
 
     def _lost_nodes(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
-        if not state.heartbeating:
+        if not state.sched.heartbeating:
             return out
         timeout = state.config.policy.node_timeout_s * 1000
-        for name in sorted(state.heartbeating):
+        for name in sorted(state.sched.heartbeating):
             node = state.nodes[name]
             if node.lost or node.last_heartbeat_ms is None:
                 continue
@@ -258,20 +269,24 @@ class Scheduler(LedgerService):
             for rec in self._awaiting_start(state):
                 job = state.jobs[rec.job_id]
                 if now_ms - _bound_ms(rec) >= timeout and not job.cancel_requested:
-                    out += self._evict(state, now_ms, rec, job, "StartTimeout", None, exited=False)
+                    out += self._evict(
+                        state, now_ms, rec, job, EndReason.StartTimeout, None, exited=False
+                    )
             if out:
                 return out
         out = self._time_limits(state, now_ms)
         if out:
             return out
-        for alloc_id in sorted(state.settle_ready):
+        for alloc_id in sorted(state.sched.settle_ready):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
             lost = [
                 n for n in rec.nodes() if state.nodes.get(n) is not None and state.nodes[n].lost
             ]
             if lost:
-                out += self._evict(state, now_ms, rec, job, "NodeLost", None, exited=False)
+                out += self._evict(
+                    state, now_ms, rec, job, EvictReason.NodeLost, None, exited=False
+                )
             elif rec.time_limit is not None and not job.cancel_requested:
                 if rec.all_exited():  # the limit wins over a preemption: the run is over
                     out.append(self._timed_out(state, now_ms, rec, job))
@@ -286,7 +301,7 @@ class Scheduler(LedgerService):
                         correlation_id=job.job_id,
                         job_id=job.job_id,
                         allocation_id=alloc_id,
-                        reason="MemberFailed",
+                        reason=EndReason.MemberFailed,
                         message=f"member rank {rank} failed",
                     )
                 )
@@ -302,15 +317,15 @@ class Scheduler(LedgerService):
                         now_ms,
                         rec,
                         job,
-                        p.reason if p else "Preempted",
+                        p.reason if p else EvictReason.Preempted,
                         p.beneficiary if p else None,
                         exited=True,
                     )
                 elif job.cancel_requested or "cancelled" in outcomes:
                     why = (
-                        "ScaledDown"
-                        if job.service is not None and job.reason == "ScaledDown"
-                        else "Cancelled"
+                        EvictReason.ScaledDown
+                        if job.service is not None and job.reason == EvictReason.ScaledDown
+                        else EvictReason.Cancelled
                     )
                     out += self._evict(state, now_ms, rec, job, why, None, exited=True)
                 else:
@@ -432,7 +447,7 @@ class Scheduler(LedgerService):
             members=kept,
             from_members=len(rec.members),
             to_members=len(kept),
-            reason=p.reason if p is not None else "Preempted",
+            reason=p.reason if p is not None else EvictReason.Preempted,
             preempted_by=p.beneficiary if p is not None else None,
             checkpointed=work.checkpointed,
             lost_gpu_ms=work.lost_gpu_ms,
@@ -472,7 +487,7 @@ class Scheduler(LedgerService):
                 work.lost_gpu_ms,
                 work.resume_step,
             )
-        if reason == "ScaledDown":  # a service replica holds no work to lose
+        if reason == EvictReason.ScaledDown:  # a service replica holds no work to lose
             checkpointed, lost = False, 0
         out: list[Event] = [
             self.emit(
@@ -490,7 +505,10 @@ class Scheduler(LedgerService):
                 progress_ms=progress,
             )
         ]
-        if not job.cancel_requested and reason not in ("Cancelled", "ScaledDown"):
+        if not job.cancel_requested and reason not in (
+            EvictReason.Cancelled,
+            EvictReason.ScaledDown,
+        ):
             out.append(
                 self.emit(
                     state,
@@ -513,7 +531,7 @@ class Scheduler(LedgerService):
         many more members as fit and as its tenant's quota allows (`GangResized` up), unless
         it is starting, being preempted, or was resized less than `policy.min_runtime_s`
         ago (the anti-thrash cooldown)."""
-        if not state.growable:
+        if not state.sched.growable:
             return []
         for j in state.pending:
             job = state.jobs[j]
@@ -523,7 +541,7 @@ class Scheduler(LedgerService):
         rnd = _Round.start(state)
         exclude = state.nominated_nodes(now_ms=now_ms)
         out: list[Event] = []
-        for alloc_id in sorted(state.growable):
+        for alloc_id in sorted(state.sched.growable):
             rec = state.allocations[alloc_id]
             job = state.jobs[rec.job_id]
             if rec.preemption is not None or job.cancel_requested:
@@ -742,11 +760,11 @@ class Scheduler(LedgerService):
 
     @staticmethod
     def _spread_counts(state: Ledger, rnd: _Round, group: str) -> dict[str, int]:
-        """Members per node of spread group `group`: the folded index (`Ledger.spread_nodes`,
+        """Members per node of spread group `group`: the folded index (`Ledger.sched.spread_nodes`,
         the active allocations) corrected by this decide's tentative changes to the fleet."""
         counts = rnd.spread.get(group)
         if counts is None:
-            counts = dict(state.spread_nodes.get(group, {}))
+            counts = dict(state.sched.spread_nodes.get(group, {}))
             view = rnd.trial  # books this decide's placements first
             added, gone = view.changes()
             for _id, sign, alloc in [
@@ -987,7 +1005,7 @@ class Scheduler(LedgerService):
         releasing = self._releasing(state, job)
         if not releasing:
             return
-        moving = state.consolidations.get(job.job_id)
+        moving = state.sched.consolidations.get(job.job_id)
         if moving is not None and all(
             r.preemption.reason == PreemptionReason.Consolidate for r in releasing
         ):
@@ -1052,7 +1070,7 @@ class Scheduler(LedgerService):
         while every idle GPU's node is at its re-geometry rate limit, when that lapses."""
         if (
             why.reason == PendingReason.MIGPlacementUnavailable
-            and job.job_id not in {r.job_id for r in state.mig_requests.values()}
+            and job.job_id not in {r.job_id for r in state.mig.mig_requests.values()}
             and defrag_settings(state.config.policy).mig_regeometry
         ):
             regeo = regeometry_for(state, job, now_ms, frozenset(), state.fleet)
@@ -1065,8 +1083,8 @@ class Scheduler(LedgerService):
                     f"{s.window_ms // 1000}s: next at {instant(lapses)}"
                 )
                 why.details["regeometry_rate_limited"] = list(regeo.rate_limited)
-        for node in sorted(state.mig_requests):
-            r = state.mig_requests[node]
+        for node in sorted(state.mig.mig_requests):
+            r = state.mig.mig_requests[node]
             if r.job_id != job.job_id:
                 continue
             why.reason = PendingReason.WaitingForMigReconfiguration

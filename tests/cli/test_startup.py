@@ -41,7 +41,7 @@ HEAVY = (
 OWN_HEAVY = (
     "gpuledger.projections.store",  # the projector's writer (pyarrow)
     "gpuledger.projections.mappers",
-    "gpuledger.services.domain.ledger",  # the scheduler's model
+    "gpuledger.services.domain.fold.ledger",  # the scheduler's model
     "gpuledger.services.placement",
     "gpuledger.services.runtime.supervisor",
     "gpuledger.services.runtime.bus",
@@ -150,8 +150,8 @@ def test_what_a_ci_step_runs_imports_no_database_dataframe_plot_or_web_library()
     code = (
         "import json, sys\n"
         "import gpuledger.services.cli.main\n"
-        "from gpuledger.services.domain.jobfile import job_spec\n"
-        "from gpuledger.services.domain.stamp import submission\n"
+        "from gpuledger.services.domain.inputs.jobfile import job_spec\n"
+        "from gpuledger.services.domain.tooling.stamp import submission\n"
         "from gpuledger.services.runtime import client_requests, bus, auth\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )

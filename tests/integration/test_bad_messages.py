@@ -23,8 +23,8 @@ from gpuledger import events as ev
 from gpuledger.projections.store import connect_readonly
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.tooling.stamp import submission
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.processes import ServiceProcesses
 from tests import natsauth

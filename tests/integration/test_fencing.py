@@ -15,10 +15,10 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.stamp import stamp
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.tooling.stamp import stamp
 from gpuledger.services.runtime.lease import BUCKET
 from tests.integration.cluster import EXAMPLES
 from tests.waiting import eventually_async

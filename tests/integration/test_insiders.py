@@ -191,8 +191,8 @@ def test_the_quota_key_cannot_set_a_guarantee_no_schedule_sets(monkeypatch, tmp_
     a guarantee of 1,000,000 GPUs for a tenant, then it is stored and refused `NotScheduled`,
     and on the operator's subject it is not even stored; the changes quota's own decide makes
     at that time are folded (control)."""
-    from gpuledger.services.domain.configfile import config_events
-    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.domain.fold.ledger import Ledger
+    from gpuledger.services.domain.inputs.configfile import config_events
     from gpuledger.services.quota.decider import Quota
     from tests.integration.test_security import Client
     from tests.services.test_schedules import doc

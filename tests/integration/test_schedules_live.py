@@ -16,7 +16,7 @@ import yaml
 from gpuledger import events as ev
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
-from gpuledger.services.domain import schedules as sched
+from gpuledger.services.domain.policy import schedules as sched
 from tests.integration.cluster import Processes
 from tests.waiting import eventually_async
 

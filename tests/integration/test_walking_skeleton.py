@@ -12,7 +12,7 @@ from gpuledger import events as ev
 from gpuledger.replay import live_player
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from tests.integration.cluster import EXAMPLES, cli
 from tests.waiting import eventually_async
 

@@ -12,7 +12,7 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events import MemberPlacement
-from gpuledger.services.domain.configfile import node_infos
+from gpuledger.services.domain.inputs.configfile import node_infos
 from gpuledger.services.node_agent.agent import RealAgent, allocation_id_of, executor_id
 from gpuledger.services.node_agent.decider import (
     AgentDecider,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.node_agent.agent import executor_id
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.node_agent.test_agent import (

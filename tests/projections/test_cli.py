@@ -166,7 +166,7 @@ def test_sql_writes_typed_parquet_for_scripts(data, tmp_path):
 def test_tenants_show_borrowing_and_lending_limits(tmp_path):
     # given tenants configured with a borrowing limit, a lending limit, and neither
     from gpuledger.events import subject_for
-    from gpuledger.services.domain.configfile import config_events
+    from gpuledger.services.domain.inputs.configfile import config_events
 
     doc = {
         "tenants": [

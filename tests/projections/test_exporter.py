@@ -181,7 +181,7 @@ def test_unreadable_projection_serves_up_zero(tmp_path):
 def test_quota_limits_per_tenant(tmp_path):
     # given tenants with a borrowing limit, a lending limit, and neither
     from gpuledger.events import subject_for
-    from gpuledger.services.domain.configfile import config_events
+    from gpuledger.services.domain.inputs.configfile import config_events
 
     doc = {
         "tenants": [

@@ -273,4 +273,4 @@ def test_a_decision_forged_in_another_roles_name_is_a_refusal_row_with_its_produ
     assert p.jobs["j"].state == "running" and not b.upserts.get("preemptions")
     # and the real scheduler's later decision is folded, not stale
     assert {r[0] for r in b.rows("decisions")} >= {4, 6}
-    assert p.ledger.leader_epochs == {"scheduler": 1}
+    assert p.ledger.intake.leader_epochs == {"scheduler": 1}

@@ -18,7 +18,7 @@ from gpuledger.projections.nats_source import run_projector
 from gpuledger.projections.queries import jobs_rows, nodes_rows, why_report
 from gpuledger.projections.store import connect_readonly
 from gpuledger.services.cli.audit import register, render_why
-from gpuledger.services.domain.deciding import LedgerService
+from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.nats_server import EmbeddedNats
@@ -98,7 +98,7 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_pat
         # the placement, the forged preemption, and the job on a wrong subject
         assert host.stats.dead_letters == 3
         assert host.state.jobs["a"].state == "running"  # no forged preemption took hold
-        assert host.state.leader_epochs == {"scheduler": 1}
+        assert host.state.intake.leader_epochs == {"scheduler": 1}
         assert "sneaky" not in host.state.jobs
         assert host.state.jobs["b"].state == "pending"
         assert not host.state.nodes["n1"].lost  # back after its heartbeat

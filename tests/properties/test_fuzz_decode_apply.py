@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from gpuledger import events as ev
 from gpuledger.projections.store import Projector
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.tooling.stamp import submission
 from gpuledger.services.roles import ROLES, build
 from gpuledger.services.runtime.bus import Delivery
 from gpuledger.services.runtime.host import Host

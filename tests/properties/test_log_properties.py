@@ -11,7 +11,7 @@ from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.replay.verify import verify
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from tests.properties.test_preemption_properties import SETTINGS, job, policy, scenario
 
 LEGAL = {

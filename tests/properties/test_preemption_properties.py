@@ -14,7 +14,7 @@ from gpuledger import events as ev
 from gpuledger.events.reasons import DeclineReason
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.victims import releasing_by_tenant
 from tests.properties.profiles import examples

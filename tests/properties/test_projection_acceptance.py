@@ -141,7 +141,10 @@ def test_the_projection_shows_only_what_the_ledger_accepted(splices):
     assert all(
         refusals[s][code] in ("WrongProducer", "WrongSubject", "InvalidId") for s in wrong_role
     )
-    for role, seen in ledger.leader_epochs.items():  # raised only by that role's own decisions
+    for (
+        role,
+        seen,
+    ) in ledger.intake.leader_epochs.items():  # raised only by that role's own decisions
         assert seen <= max(
             e.leader_epoch
             for _, e in log

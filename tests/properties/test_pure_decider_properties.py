@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gpuledger.replay.checking import digest
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import Simulator, simulate, standard_services
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from tests.properties.test_preemption_properties import CLASSES, SETTINGS
 
 shape = st.one_of(
@@ -209,7 +209,7 @@ def refold(ops):
 
 
 def answers(fleet, queries, view: bool = False):
-    from gpuledger.services.domain.readonly import forget, read_only
+    from gpuledger.replay.readonly import forget, read_only
 
     target = read_only(fleet, "fleet") if view else fleet
     try:

@@ -14,7 +14,7 @@ from gpuledger import events as ev
 from gpuledger.replay.invariants import check_log
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from tests.properties.test_preemption_properties import SETTINGS
 from tests.properties.test_pure_decider_properties import disruption, document, job, limits, policy
 

@@ -24,7 +24,7 @@ from gpuledger import events as ev
 from gpuledger.replay.checking import digest
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import Simulator, simulate, standard_services
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.node_agent.decider import AgentDecider
 from gpuledger.services.runtime import snapshots
 from tests.properties.test_preemption_properties import SETTINGS

@@ -10,7 +10,7 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.jobfile import JobFileError, job_spec
+from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

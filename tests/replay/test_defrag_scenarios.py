@@ -14,7 +14,7 @@ from gpuledger import events as ev
 from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.inputs import InputError as ConfigFileError
+from gpuledger.services.domain.inputs.schema import InputError as ConfigFileError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -270,7 +270,7 @@ def test_what_if_mig_regeometry_replays_a_log_recorded_without_it():
 def test_the_defrag_keys_at_their_defaults_leave_the_config_digest_alone():
     from msgspec.structs import replace
 
-    from gpuledger.services.domain.config import DIGEST_OPTIONAL, ConfigState
+    from gpuledger.services.domain.fold.config import DIGEST_OPTIONAL, ConfigState
 
     def digest(**fields) -> str:
         state = ConfigState()

@@ -92,7 +92,7 @@ def test_the_pend_policy_leaves_a_job_whose_dependency_failed_pending():
 
 def test_a_yaml_on_key_is_read_as_on_not_as_true():
     """PyYAML reads a bare `on:` key as True (YAML 1.1): job files and scenarios get `on`."""
-    from gpuledger.services.domain.jobfile import job_spec
+    from gpuledger.services.domain.inputs.jobfile import job_spec
 
     doc = yaml.safe_load("{id: b, tenant: t, depends_on: [{job: a, on: started}]}")
     assert True in doc["depends_on"][0]

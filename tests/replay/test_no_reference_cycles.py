@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.services.domain.ledger import spec_differences
+from gpuledger.services.domain.fold.ledger import spec_differences
 from gpuledger.services.runtime.gctune import collector_paused
 from tests.replay.test_decisions_unchanged import openb_digest, scenario_digest
 

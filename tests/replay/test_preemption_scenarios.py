@@ -10,7 +10,7 @@ from gpuledger import events as ev
 from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OLD_ANTI_THRASHING = {
@@ -292,7 +292,7 @@ def test_usage_decay_lets_the_tenant_with_less_recent_usage_go_first_on_a_tie():
     refolded = Ledger()
     for seq, _, e in sim.log:
         refolded.apply(seq, e)
-    assert refolded.decayed_usage == sim.ledger.decayed_usage != {}
+    assert refolded.quota.decayed_usage == sim.ledger.quota.decayed_usage != {}
     # without the half-life, submit time breaks the tie: team-a runs again first
     _, jobs, _ = run("usage-decay.yaml", usage_half_life_s=0)
     assert jobs["a-next"]["placements"][0]["at_s"] == 7200.0

@@ -7,7 +7,7 @@ from pathlib import Path
 from gpuledger import events as ev
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import replica_id
+from gpuledger.services.domain.fold.ledger import replica_id
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

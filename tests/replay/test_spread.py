@@ -6,8 +6,8 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.replay.simulator import Simulator, standard_services
 from gpuledger.replay.verify import verify
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.tooling.stamp import submission
 
 DOC = {
     "cluster": {
@@ -92,7 +92,7 @@ def test_a_scenario_files_spread_key_reaches_the_scheduler():
 
 def _scanned(ledger) -> dict[str, dict[str, int]]:
     """Members per node of each group, counted from the active allocations (what the
-    scheduler scanned every round before `Ledger.spread_nodes`)."""
+    scheduler scanned every round before `Ledger.sched.spread_nodes`)."""
     out: dict[str, dict[str, int]] = {}
     for alloc_id in ledger.active:
         rec = ledger.allocations[alloc_id]
@@ -110,13 +110,13 @@ def test_the_folded_spread_index_equals_a_scan_of_the_active_allocations_at_ever
     jobs += [(10_000, spec("free", gpus=1))]
     sim = run(jobs)
     # when the log is folded again one event at a time
-    from gpuledger.services.domain.acceptance import admit
-    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.domain.fold.acceptance import admit
+    from gpuledger.services.domain.fold.ledger import Ledger
 
     ledger, seen = Ledger(), 0
     for seq, subject, e in sim.log:
         admit(ledger, seq, e, subject)
         # then the index is the scan, after every event (no zero entries left behind)
-        assert ledger.spread_nodes == _scanned(ledger)
-        seen += bool(ledger.spread_nodes)
-    assert seen and "a" not in ledger.spread_nodes  # group a ended: its entry is gone
+        assert ledger.sched.spread_nodes == _scanned(ledger)
+        seen += bool(ledger.sched.spread_nodes)
+    assert seen and "a" not in ledger.sched.spread_nodes  # group a ended: its entry is gone

@@ -13,7 +13,7 @@ from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
 from gpuledger.replay.verify import verify
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.preemption.victims import plan, releasing_by_tenant
 
 SCENARIO = Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "thrashing-mixed.yaml"

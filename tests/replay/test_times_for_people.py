@@ -12,7 +12,7 @@ import pytest
 from gpuledger.events.sentences import timeline_line
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import Simulator, standard_services
-from gpuledger.services.domain.timefmt import duration, instant
+from gpuledger.services.domain.tooling.timefmt import duration, instant
 
 ROOT = Path(__file__).resolve().parents[2]
 WALL = 1_795_450_000_000  # 2026-11-23T16:06:40Z, the kind of number the live demo printed

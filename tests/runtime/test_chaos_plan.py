@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from gpuledger.services.cli.chaos_soak import SoakResult
-from gpuledger.services.domain.jobfile import job_spec
+from gpuledger.services.domain.inputs.jobfile import job_spec
 from gpuledger.services.runtime.chaos import (
     COOLDOWN_S,
     WARMUP_S,

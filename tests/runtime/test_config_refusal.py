@@ -6,8 +6,8 @@ it is dead-lettered with its reason and the scheduler goes on placing jobs."""
 from __future__ import annotations
 
 from gpuledger import events
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.tooling.stamp import submission
 from gpuledger.services.roles import build
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpuledger.services.cli.main import app
-from gpuledger.services.domain.inputs import MAX_GPUS_PER_NODE, MAX_NODES
+from gpuledger.services.domain.inputs.schema import MAX_GPUS_PER_NODE, MAX_NODES
 from gpuledger.services.runtime.documents import MAX_DEPTH, DocumentError, load_document
 from gpuledger.services.runtime.gateway import Gateway, HttpError, create_app, job_event, parse_body
 from gpuledger.services.runtime.gateway_tokens import Tokens, add_token

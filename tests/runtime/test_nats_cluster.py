@@ -20,9 +20,9 @@ import pytest
 import structlog
 
 from gpuledger import events as ev
-from gpuledger.services.domain.configfile import config_events
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.inputs.configfile import config_events
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.tooling.stamp import submission
 from gpuledger.services.roles import build
 from gpuledger.services.runtime.auth import client_options
 from gpuledger.services.runtime.bus import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, Bus
@@ -134,7 +134,8 @@ async def test_kill_9_of_the_stream_leader_under_load_loses_no_acknowledged_even
                 await asyncio.sleep(0.05)
                 continue
             acked.append((seq, event.job.job_id, time.monotonic()))
-            await asyncio.sleep(0.02)  # a steady 50/s at most: load, not a flood admission cannot fold
+            # a steady 50/s at most: load, not a flood admission cannot fold
+            await asyncio.sleep(0.02)
 
     def acked_after(t: float) -> int:
         return sum(1 for _, _, at in acked if at > t)

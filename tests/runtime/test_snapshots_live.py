@@ -18,7 +18,7 @@ from gpuledger import events
 from gpuledger.replay.checking import digest
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.runtime import host as host_module
 from gpuledger.services.runtime import snapshots
 from gpuledger.services.runtime.bus import Bus

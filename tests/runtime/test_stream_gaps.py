@@ -16,7 +16,7 @@ from nats.js import api
 
 from gpuledger import events as ev
 from gpuledger.events.subjects import STREAM
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.runtime.bus import Bus, StreamGap
 from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.nats_server import EmbeddedNats

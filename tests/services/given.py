@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 
 from gpuledger import events as ev
-from gpuledger.services.domain.configfile import config_events, node_infos
-from gpuledger.services.domain.jobfile import job_spec
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.stamp import submission
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.inputs.jobfile import job_spec
+from gpuledger.services.domain.tooling.stamp import submission
 
 
 def cluster(*nodes: dict, tenants=(), classes=(), policy=None) -> list[ev.Event]:
@@ -61,7 +61,7 @@ def stamped(cls, key: str, at: int = 0, **fields) -> ev.Event:
     """An enveloped event at `at` ms with a deterministic id from `key`, produced by a test
     instance of the role that produces `cls` (`test` where any producer may)."""
     from gpuledger.events.subjects import role_of
-    from gpuledger.services.domain.stamp import stamp
+    from gpuledger.services.domain.tooling.stamp import stamp
 
     role = role_of(cls)
     producer = f"{role}/test" if role else "test"

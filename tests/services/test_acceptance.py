@@ -1,4 +1,4 @@
-"""The one acceptance rule set (services/domain/acceptance.py): what the ledger refuses, it
+"""The one acceptance rule set (services/domain/fold/acceptance.py): what the ledger refuses, it
 refuses whole, with a reason; services and the projector fold through it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import msgspec
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.services.domain.acceptance import Refused, admit, subject_refusal
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.acceptance import Refused, admit, subject_refusal
+from gpuledger.services.domain.fold.ledger import Ledger
 
 
 def gpu(i: int) -> ev.GpuInfo:
@@ -85,7 +85,7 @@ def test_a_decision_of_a_deposed_leader_is_refused():
     assert admit(ledger, 9, placed("a", leader_epoch=2)) is None
     refusal = admit(ledger, 10, placed("b", leader_epoch=1))
     assert refusal is not None and refusal.code == "StaleLeaderEpoch"
-    assert ledger.jobs["b"].state == "pending" and ledger.stale_decisions == 1
+    assert ledger.jobs["b"].state == "pending" and ledger.intake.stale_decisions == 1
 
 
 def test_a_lost_node_that_heartbeats_again_is_back():
@@ -140,10 +140,10 @@ def test_a_forged_decision_of_another_role_cannot_depose_the_real_leader():
     # then it is refused, naming both roles, and changes nothing
     assert refusal is not None and refusal.code == "WrongProducer"
     assert "preemption" in refusal.message and "scheduler/x" in refusal.message
-    assert ledger.jobs["a"].state == "running" and ledger.leader_epochs == {"scheduler": 1}
+    assert ledger.jobs["a"].state == "running" and ledger.intake.leader_epochs == {"scheduler": 1}
     # and the real scheduler's next decision is still folded
     assert admit(ledger, 10, pending("b", leader_epoch=1)) is None
-    assert ledger.stale_decisions == 0 and ledger.jobs["b"].reason == "Resources"
+    assert ledger.intake.stale_decisions == 0 and ledger.jobs["b"].reason == "Resources"
 
 
 def test_a_placement_by_a_node_agent_is_refused_and_raises_for_the_host():
@@ -164,9 +164,9 @@ def test_decisions_and_node_facts_of_the_right_role_are_accepted():
     assert admit(ledger, 10, preempt("a", producer="preemption/1", leader_epoch=7)) is None
     assert ledger.jobs["a"].state == "preempting"
     # epochs are per role of the event type: preemption's 7 does not make scheduler's 3 stale
-    assert ledger.leader_epochs == {"scheduler": 3, "preemption": 7}
+    assert ledger.intake.leader_epochs == {"scheduler": 3, "preemption": 7}
     assert admit(ledger, 11, pending("b", leader_epoch=3)) is None
-    assert ledger.stale_decisions == 0
+    assert ledger.intake.stale_decisions == 0
     started = ev.MemberStarted(job_id="a", allocation_id="a#1", rank=0, node="n1")
     for seq, producer in enumerate(("node-agent/n1", "node-agent/sim"), 12):
         assert admit(ledger, seq, msgspec.structs.replace(started, producer=producer)) is None
@@ -180,7 +180,7 @@ def test_a_node_fact_must_come_from_a_node_agent_and_a_decision_must_name_its_pr
         assert refusal is not None and refusal.code == "WrongProducer", producer
     anonymous = admit(ledger, 9, ev.NodeLost(node="n1", leader_epoch=2**62))
     assert anonymous is not None and anonymous.code == "WrongProducer"
-    assert not ledger.nodes["n1"].lost and ledger.leader_epochs == {}
+    assert not ledger.nodes["n1"].lost and ledger.intake.leader_epochs == {}
 
 
 def test_clients_and_configuration_name_any_producer():
@@ -205,4 +205,4 @@ def test_operator_inputs_of_scenarios_and_imports_replay_but_carry_no_epoch():
     assert ledger.nodes["n2"].lost
     forged = admit(ledger, 4, ev.NodeLost(node="n1", producer="scenario", leader_epoch=2**62))
     assert forged is not None and forged.code == "WrongProducer" and "epoch" in forged.message
-    assert not ledger.nodes["n1"].lost and ledger.leader_epochs == {}
+    assert not ledger.nodes["n1"].lost and ledger.intake.leader_epochs == {}

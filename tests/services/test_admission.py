@@ -54,7 +54,7 @@ def test_a_retried_submission_of_the_same_job_id_yields_one_job():
         submitted(id="j1", tenant="org/a", gpus=1),
         submitted(at_ms=9, id="j1", tenant="org/a", gpus=1),
     )
-    assert len(ledger.jobs) == 1 and ledger.refusals == {}
+    assert len(ledger.jobs) == 1 and ledger.intake.refusals == {}
     assert [type(e) for e in Admission().decide(ledger, 0)] == [ev.JobAdmitted]
 
 
@@ -153,7 +153,7 @@ def test_an_unreadable_second_submission_of_an_existing_job_is_refused_and_the_j
 )
 def test_a_dead_letter_whose_subject_names_no_valid_tenant_and_job_is_all_there_is(subject):
     ledger = given(*FLEET, dead_letter(40, subject))
-    assert Admission().decide(ledger, 1000) == [] and ledger.dead_letters == 1
+    assert Admission().decide(ledger, 1000) == [] and ledger.intake.dead_letters == 1
 
 
 def test_a_cancel_of_an_unknown_job_is_refused_and_creates_nothing():

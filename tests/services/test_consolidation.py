@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.ledger import PreemptionRecord
+from gpuledger.services.domain.fold.ledger import PreemptionRecord
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted

@@ -10,7 +10,7 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.events.reasons import PreemptionReason
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.refusals import Refused
+from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import fold, given, of_type, stamped, submitted
@@ -232,7 +232,7 @@ def test_a_gang_below_replicas_grows_when_capacity_frees_and_nothing_waits():
     assert [m.rank for m in grown.members] == [0, 1, 2, 3, 4, 5]
     rec = ledger.allocations["elastic#1"]
     assert (len(rec.members), rec.gpu_milli, ledger.tenant_gpu_milli["a"]) == (6, 6000, 7000)
-    assert "elastic#1" not in ledger.growable and "elastic#1" in ledger.awaiting_start
+    assert "elastic#1" not in ledger.sched.growable and "elastic#1" in ledger.awaiting_start
     assert step(ledger, 100, Scheduler()) == []  # full: nothing more
 
 

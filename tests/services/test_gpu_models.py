@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpuledger import events as ev
-from gpuledger.services.domain.gpu_models import (
+from gpuledger.services.domain.inputs.gpu_models import (
     CANONICAL,
     Vocabulary,
     canonical,
@@ -79,8 +79,8 @@ def test_unknown_names_are_kept_verbatim_and_warned_about_once():
 
 
 def test_a_configuration_and_a_job_file_use_the_vocabulary():
-    from gpuledger.services.domain.configfile import config_events, node_infos
-    from gpuledger.services.domain.jobfile import job_spec
+    from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+    from gpuledger.services.domain.inputs.jobfile import job_spec
 
     doc = {
         "cluster": {"nodes": [{"name": "n1", "gpus": 2, "model": "A100", "gpu_memory": "80Gi"}]},
@@ -96,7 +96,7 @@ def test_a_configuration_and_a_job_file_use_the_vocabulary():
 
 def test_an_overlay_naming_a_model_another_way_changes_the_recorded_key():
     from gpuledger.replay.overlay import Overlay
-    from gpuledger.services.domain.configfile import config_events
+    from gpuledger.services.domain.inputs.configfile import config_events
 
     recorded = config_events(
         {"tenants": [{"name": "t", "guaranteed": 4, "guaranteed_by_model": {"A100-80GB": 2}}]}

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpuledger import events as ev
 from gpuledger.services.cli.main import app
-from gpuledger.services.domain.config import ConfigState
+from gpuledger.services.domain.fold.config import ConfigState
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -256,7 +256,7 @@ def test_a_job_file_spread_becomes_the_jobs_spread_constraint_and_typos_are_refu
     """Given job files with `spread:`, when they are read (the path of `check` and `submit`),
     then a valid one carries `JobSpec.spread`, a file without it none, and a misspelled key
     inside it or of it is refused with a did-you-mean line."""
-    from gpuledger.services.domain.jobfile import JobFileError, job_spec
+    from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
 
     doc = {
         "id": "web-1",

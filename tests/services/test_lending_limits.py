@@ -13,9 +13,9 @@ from gpuledger import events as ev
 from gpuledger.events import TenantConfigured
 from gpuledger.events.reasons import PendingReason, PreemptionReason
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.configfile import config_events, parse
-from gpuledger.services.domain.inputs import InputError
-from gpuledger.services.domain.quota import borrowing_limit, fair_shares, lending_limit
+from gpuledger.services.domain.inputs.configfile import config_events, parse
+from gpuledger.services.domain.inputs.schema import InputError
+from gpuledger.services.domain.policy.quota import borrowing_limit, fair_shares, lending_limit
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type
 from tests.services.test_preemption import QUIET, blocked, running, step, submitted
@@ -231,7 +231,7 @@ def test_check_refuses_a_bad_limit_with_one_line_naming_it(tenant, problem):
 
 def test_a_schedule_changing_the_guarantee_keeps_both_limits():
     from gpuledger.events import TenantChange
-    from gpuledger.services.domain.schedules import changed_tenant
+    from gpuledger.services.domain.policy.schedules import changed_tenant
 
     base = conf("a", 4, borrowing=2, lending=1)
     after = changed_tenant(base, TenantChange(tenant="a", guaranteed_gpu_milli=6000))

@@ -44,7 +44,7 @@ def test_non_preemptible_work_on_a_model_stays_within_that_models_guarantee():
         {"model": "A100-80GB", "non_preemptible_gpus": 2.0, "guaranteed_gpus": 2.0}
     ]
     fold(ledger, out)
-    assert ledger.tenant_fixed_by_model == {
+    assert ledger.sched.tenant_fixed_by_model == {
         ("serve", "A100-80GB"): 2000,
         ("serve", "H100-80GB"): 2000,
     }
@@ -68,7 +68,7 @@ def test_non_preemptible_work_on_a_model_stays_within_that_models_guarantee():
         ],
     )
     fold(ledger, Scheduler().decide(ledger, 10))
-    assert ledger.tenant_fixed_by_model[("serve", "A100-80GB")] == 0
+    assert ledger.sched.tenant_fixed_by_model[("serve", "A100-80GB")] == 0
     (p,) = of_type(Scheduler().decide(ledger, 10), ev.GangPlaced)
     assert p.job_id == "i2"
 

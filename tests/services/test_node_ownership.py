@@ -11,8 +11,8 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.fold.ledger import Ledger
 from tests.services.test_acceptance import gpu, job
 
 
@@ -49,7 +49,12 @@ def fact(kind: str, node: str, *, rank: int = 0, job_id: str = "a", alloc: str =
 
 def member_state(ledger: Ledger):
     rec = ledger.allocations["a#1"]
-    return dict(rec.started), dict(rec.exited), dict(rec.checkpoints), set(ledger.settle_ready)
+    return (
+        dict(rec.started),
+        dict(rec.exited),
+        dict(rec.checkpoints),
+        set(ledger.sched.settle_ready),
+    )
 
 
 @pytest.mark.parametrize("kind", ["started", "checkpointed", "exited"])
@@ -88,7 +93,7 @@ def test_a_fact_naming_another_job_is_wrong_job():
     ledger = two_nodes_and_a_job_on_n2()
     refusal = admit(ledger, 10, fact("exited", "n2", job_id="b"))
     assert refusal is not None and refusal.code == FoldRefusal.WrongJob
-    assert ledger.allocations["a#1"].exited == {} and not ledger.settle_ready
+    assert ledger.allocations["a#1"].exited == {} and not ledger.sched.settle_ready
 
 
 def test_a_fact_about_an_unknown_allocation_changes_nothing():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpuledger import events as ev
 from gpuledger.services.cli.main import app
-from gpuledger.services.domain.jobfile import JobFileError, job_spec
+from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
 
 runner = CliRunner()
 
@@ -167,8 +167,8 @@ def test_a_selector_no_node_matches_waits_unschedulable():
     """Given a job published directly (no scenario check) selecting a partition no node is
     in, then it is admitted but waits `Unschedulable`, counting every node as not in it."""
     from gpuledger.replay.simulator import Simulator, standard_services
-    from gpuledger.services.domain.configfile import config_events, node_infos
-    from gpuledger.services.domain.stamp import submission
+    from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+    from gpuledger.services.domain.tooling.stamp import submission
 
     sim = Simulator(standard_services(node_infos(CLUSTER)))
     for e in config_events(CLUSTER):

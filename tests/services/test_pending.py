@@ -1,4 +1,4 @@
-"""Pending reasons, one per row of `services.scheduler.pending.PENDING`: given a fleet and
+"""Pending reasons, one per row of `services.domain.policy.pending.PENDING`: given a fleet and
 admitted work, when the scheduler decides, then the blocked job's `PendingReasonChanged`
 carries that code and a quantitative message. `test_every_pending_reason_has_a_test` keeps
 the table and the tests in step."""
@@ -12,10 +12,10 @@ import sys
 from gpuledger import events as ev
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.admission.decider import Admission
+from gpuledger.services.domain.policy.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
 from gpuledger.services.placement.reasons import UNPLACEABLE, gang_incomplete
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
-from gpuledger.services.scheduler.pending import CAPACITY_REASONS, PENDING, PREEMPTION_MAY_HELP
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 QUIET = {
@@ -179,7 +179,7 @@ def test_non_preemptible_over_quota_only_guaranteed_capacity_for_non_preemptible
 
 
 def test_quota_scheduled_non_preemptible_work_that_fits_a_guarantee_a_schedule_gives_later():
-    from gpuledger.services.domain.configfile import config_events
+    from gpuledger.services.domain.inputs.configfile import config_events
 
     day = {
         "name": "day",

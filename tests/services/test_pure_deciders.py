@@ -10,7 +10,7 @@ from gpuledger.events import PendingReasonChanged
 from gpuledger.replay.checking import DecideDrift, checked_decide, digest
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import Simulator, simulate, standard_services
-from gpuledger.services.domain.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.placement import (
     Fleet,
     GangRequest,

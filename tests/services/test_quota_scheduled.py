@@ -14,8 +14,8 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
-from gpuledger.services.domain.acceptance import admit
-from gpuledger.services.domain.configfile import config_events
+from gpuledger.services.domain.fold.acceptance import admit
+from gpuledger.services.domain.inputs.configfile import config_events
 from gpuledger.services.quota.decider import Quota
 from tests.services.given import given
 from tests.services.test_schedules import doc, ms

@@ -3,7 +3,7 @@ capacity is split by water-filling, then guarantees come first, idle surplus fol
 weights, limits and demand cap it, and each subtree splits its own share the same way."""
 
 from gpuledger.events import TenantConfigured
-from gpuledger.services.domain.quota import fair_shares
+from gpuledger.services.domain.policy.quota import fair_shares
 
 
 def tenants(*rows):

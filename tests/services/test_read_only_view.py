@@ -1,5 +1,5 @@
 """Checking mode hands every decide a read-only view of the folded state
-(services/domain/readonly.py): a write raises at once, naming the path; reads answer as the
+(replay/readonly.py): a write raises at once, naming the path; reads answer as the
 ledger does; the transparent memos (docs/deciders.md, "Caches") are the only exception."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import types
 import pytest
 
 from gpuledger.replay.checking import DecideDrift, checked_decide
+from gpuledger.replay.readonly import StateWriteError, read_only, transparent_memos
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import Simulator, simulate, standard_services
-from gpuledger.services.domain.ledger import JobRecord, Ledger
-from gpuledger.services.domain.readonly import StateWriteError, read_only, transparent_memos
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.placement import Fleet
 from gpuledger.services.placement.fragmentation import Fragmentation
 from gpuledger.services.placement.state import NodeState

@@ -12,8 +12,8 @@ from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.replay.verify import verify
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.configfile import config_events, node_infos
+from gpuledger.services.domain.inputs.configfile import config_events, node_infos
+from gpuledger.services.domain.policy import schedules as sched
 from gpuledger.services.quota.decider import Quota
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import fold, given, of_type, submitted

@@ -142,4 +142,4 @@ def test_a_decision_from_a_deposed_leader_is_ignored():
     )
     assert old_leader.leader_epoch < placed.leader_epoch
     fold(ledger, [stale])
-    assert ledger.jobs["j"].state == "running" and ledger.stale_decisions == 1
+    assert ledger.jobs["j"].state == "running" and ledger.intake.stale_decisions == 1

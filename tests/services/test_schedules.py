@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.services.domain import schedules as sched
-from gpuledger.services.domain.configfile import config_events
-from gpuledger.services.domain.inputs import InputError, validate_file
+from gpuledger.services.domain.inputs.configfile import config_events
+from gpuledger.services.domain.inputs.schema import InputError, validate_file
+from gpuledger.services.domain.policy import schedules as sched
 from gpuledger.services.quota.decider import Quota
 from tests.services.given import given
 

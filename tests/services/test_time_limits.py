@@ -9,7 +9,7 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.jobfile import JobFileError, job_spec
+from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
 from gpuledger.services.node_agent.decider import AgentDecider, Checkpoint, Kill, Observed
 from gpuledger.services.scheduler.decider import Scheduler
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted, submitted_json

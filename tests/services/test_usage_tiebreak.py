@@ -5,10 +5,10 @@ event times (identical on every refold)."""
 
 from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
-from gpuledger.services.domain.usage import advance, decay, step_ms
+from gpuledger.services.domain.policy.queue import ordered_pending
+from gpuledger.services.domain.policy.usage import advance, decay, step_ms
 from gpuledger.services.quota.decider import Quota
 from gpuledger.services.scheduler.decider import Scheduler
-from gpuledger.services.scheduler.queue import ordered_pending
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 HOUR = 3_600_000
@@ -81,7 +81,7 @@ def test_the_tenant_with_less_recent_usage_goes_first_when_both_are_equally_belo
 
 def test_without_a_half_life_submit_time_breaks_the_tie():
     ledger = history(0)
-    assert ledger.usage_at("a", HOUR + 2) == 0 and ledger.decayed_usage == {}
+    assert ledger.usage_at("a", HOUR + 2) == 0 and ledger.quota.decayed_usage == {}
     (placed,) = of_type(Scheduler().decide(ledger, HOUR + 2), ev.GangPlaced)
     assert placed.job_id == "a-new"
 
@@ -114,7 +114,7 @@ def test_switching_the_half_life_on_mid_log_starts_everyone_at_zero_and_off_forg
         ledger,
         [stamped(ev.PolicyConfigured, "p1", HOUR + 10, policy=ev.Policy(usage_half_life_s=600))],
     )
-    assert ledger.decayed_usage == {"a": (0, HOUR + 10)}  # b never ran: 0 until it does
+    assert ledger.quota.decayed_usage == {"a": (0, HOUR + 10)}  # b never ran: 0 until it does
     assert ledger.usage_at("a", 2 * HOUR) == ledger.usage_at("b", 2 * HOUR) == 0
     fold(ledger, [stamped(ev.PolicyConfigured, "p2", HOUR + 20, policy=ev.Policy())])
-    assert ledger.decayed_usage == {}
+    assert ledger.quota.decayed_usage == {}

@@ -16,7 +16,7 @@ from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.whatif import external_inputs, replay
 from gpuledger.services.cli.main import app
-from gpuledger.services.domain.mig_layouts import parse_layout
+from gpuledger.services.domain.inputs.mig_layouts import parse_layout
 
 HEADER = (
     "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|Elapsed|"

@@ -27,7 +27,7 @@ from gpuledger.events import (
     TenantChange,
     TenantConfigured,
 )
-from gpuledger.services.domain.quota import borrowing_limit, lending_limit, unset_if_none
+from gpuledger.services.domain.policy.quota import borrowing_limit, lending_limit, unset_if_none
 
 T = TypeVar("T")
 

@@ -38,21 +38,21 @@ from gpuledger.events import (
     derive_event_id,
     encode,
 )
-from gpuledger.services.domain.gpu_models import resolve, resolve_node
-from gpuledger.services.domain.inputs import (
+from gpuledger.services.domain.inputs.gpu_models import resolve, resolve_node
+from gpuledger.services.domain.inputs.mig_layouts import layout_text, parse_layout
+from gpuledger.services.domain.inputs.quantities import mebibytes, milli, seconds
+from gpuledger.services.domain.inputs.schema import (
     FileDoc,
     InputError,
     NodeDoc,
     ScheduleDoc,
     validate_file,
 )
-from gpuledger.services.domain.mig_layouts import layout_text, parse_layout
-from gpuledger.services.domain.quantities import mebibytes, milli, seconds
 
 
 class ConfigFileError(InputError):
     """A configuration document that does not validate; one problem per line, each with its
-    key path (see `services.domain.inputs`)."""
+    key path (see `services.domain.inputs.schema`)."""
 
 
 def parse(doc: Any) -> FileDoc:

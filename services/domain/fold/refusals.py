@@ -1,4 +1,4 @@
-"""What the fold says when it does not take an event (services/domain/acceptance.py has the
+"""What the fold says when it does not take an event (services/domain/fold/acceptance.py has the
 rules): a `Refusal` value for an event that changes nothing, a `Refused` error raised before
 any change for an event that contradicts the folded state. Pure data; its own module so the
 ledger and the acceptance rules can both use it without importing each other."""

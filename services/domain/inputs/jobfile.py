@@ -9,7 +9,7 @@ grace, save}`, `command`, `time_limit` (`2h`, Slurm `--time`) or `time_limit_s`,
 `min_available`, `prefer_same_leaf`, `spread: {group,
 max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`).
 The schema is
-`services.domain.inputs.JobDoc`: unknown keys, bad units and negative values are errors.
+`services.domain.inputs.schema.JobDoc`: unknown keys, bad units and negative values are errors.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuledger.events import ArraySpec, CheckpointPolicy, Dependency, JobSpec, Resources, Spread
-from gpuledger.services.domain.gpu_models import job_models
-from gpuledger.services.domain.inputs import MAX_SECONDS, InputError, JobDoc, validate_job
-from gpuledger.services.domain.quantities import QuantityError, mebibytes, milli, seconds
+from gpuledger.services.domain.inputs.gpu_models import job_models
+from gpuledger.services.domain.inputs.quantities import QuantityError, mebibytes, milli, seconds
+from gpuledger.services.domain.inputs.schema import MAX_SECONDS, InputError, JobDoc, validate_job
 
 
 class JobFileError(InputError):

@@ -4,8 +4,8 @@ first), then submit time, then job id (a total order)."""
 
 from __future__ import annotations
 
-from gpuledger.events.reasons import JobState
-from gpuledger.services.domain.ledger import JobRecord, Ledger
+from gpuledger.events.reasons import JobState, PreemptionReason
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
@@ -20,7 +20,7 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     steps = 0
     if policy.aging_after_preemptions > 0:
         # a migration (`Consolidate`) is not counted: the job is placed again at once
-        suffered = sum(1 for p in job.preemptions if p.reason != "Consolidate")
+        suffered = sum(1 for p in job.preemptions if p.reason != PreemptionReason.Consolidate)
         steps += suffered // policy.aging_after_preemptions
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
@@ -54,7 +54,7 @@ def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
 
 def queue_key(
     state: Ledger, job: JobRecord, now_ms: int, usage: dict[str, int] | None = None
-) -> tuple:
+) -> tuple[int, int, int, int, str]:
     """The job's sort key; `usage` memoises decayed usage per tenant within one ordering."""
     share = state.fair_shares.get(job.tenant)
     allocated = state.tenant_gpu_milli.get(job.tenant, 0)

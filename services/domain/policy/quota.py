@@ -189,14 +189,14 @@ def quota_block(
     name = tenant.tenant
     if fixed is not None and fixed + need > tenant.guaranteed_gpu_milli:
         return (
-            "NonPreemptibleOverQuota",
+            PendingReason.NonPreemptibleOverQuota,
             f"non-preemptible work may only use guaranteed quota: tenant {name} runs "
             f"{fixed / 1000:g} non-preemptible of {tenant.guaranteed_gpu_milli / 1000:g} "
             f"guaranteed GPUs, job needs {need / 1000:g}",
         )
     if tenant.limit_gpu_milli is not None and allocated + need > tenant.limit_gpu_milli:
         return (
-            "ExceedsLimit",
+            PendingReason.ExceedsLimit,
             f"tenant {name} uses {allocated / 1000:g} of its {tenant.limit_gpu_milli / 1000:g}-GPU "
             f"limit, job needs {need / 1000:g}",
         )

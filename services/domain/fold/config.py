@@ -21,7 +21,7 @@ from gpuledger.events import (
     ScheduleConfigured,
     TenantConfigured,
 )
-from gpuledger.services.domain.schedules import SCHEDULE_PREFIX, cron_problem
+from gpuledger.services.domain.policy.schedules import SCHEDULE_PREFIX, cron_problem
 
 _E = TypeVar("_E", bound=Event)
 
@@ -75,7 +75,7 @@ class ConfigState:
     )
     policy: Policy = field(default_factory=Policy)
     schedules: dict[str, ScheduleConfigured] = field(default_factory=dict)
-    """Time-of-day policies by name (services/domain/schedules.py)."""
+    """Time-of-day policies by name (services/domain/policy/schedules.py)."""
     fired: dict[str, int] = field(default_factory=dict)
     """Per schedule: when its last change was published (the `occurred_at_ms` of the last
     configuration event correlated `schedule:<name>`); a refold sees the same, so a schedule

@@ -5,7 +5,7 @@ changing the layout drains the GPU, so it is done only on a GPU with no instance
 most `mig_regeometry_per_window` times per node per `mig_regeometry_window_s`, one request
 per node at a time, and only when the job is waiting with `MIGPlacementUnavailable`. The new
 layout keeps as much of the old one as still fits around one instance of the profile
-(`services.domain.mig_layouts.target_layout`). GPUs are tried in node then index order.
+(`services.domain.inputs.mig_layouts.target_layout`). GPUs are tried in node then index order.
 
 Only simulated agents apply layouts today (the NVML agent has no create/destroy path yet), so
 only simulated nodes are candidates. Pure: reads the ledger and the trial fleet only.
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuledger.services.domain.config import defrag_settings
-from gpuledger.services.domain.ledger import JobRecord, Ledger
-from gpuledger.services.domain.mig_layouts import offers, target_layout
+from gpuledger.services.domain.fold.config import defrag_settings
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.inputs.mig_layouts import offers, target_layout
 from gpuledger.services.placement import UnknownNode, profile_for
 
 
@@ -46,7 +46,7 @@ class Regeometry:
 
 def in_window(state: Ledger, node: str, now_ms: int, window_ms: int) -> int:
     """Re-geometry requests of `node` in the window ending now."""
-    return sum(1 for t in state.mig_history.get(node, ()) if t > now_ms - window_ms)
+    return sum(1 for t in state.mig.mig_history.get(node, ()) if t > now_ms - window_ms)
 
 
 def regeometry_for(
@@ -61,7 +61,7 @@ def regeometry_for(
         return out
     for name in sorted(state.nodes):
         rec = state.nodes[name]
-        if rec.lost or not rec.simulated or name in exclude or name in state.mig_requests:
+        if rec.lost or not rec.simulated or name in exclude or name in state.mig.mig_requests:
             continue
         try:
             node = fleet.node_state(name)
@@ -105,7 +105,9 @@ def rate_limit_lapses_ms(state: Ledger, nodes: list[str], now_ms: int) -> int | 
     settings = defrag_settings(state.config.policy)
     times = []
     for n in nodes:
-        recent = sorted(t for t in state.mig_history.get(n, ()) if t > now_ms - settings.window_ms)
+        recent = sorted(
+            t for t in state.mig.mig_history.get(n, ()) if t > now_ms - settings.window_ms
+        )
         if len(recent) >= settings.per_window:
             times.append(recent[-settings.per_window] + settings.window_ms)
     return min(times, default=None)

@@ -13,7 +13,7 @@ import msgspec
 
 from gpuledger.events import PriorityClassConfigured
 from gpuledger.events.specs import JobSpec
-from gpuledger.services.domain.timefmt import duration
+from gpuledger.services.domain.tooling.timefmt import duration
 
 
 class TimeLimitProblem(ValueError):

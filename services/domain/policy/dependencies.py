@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.events.reasons import TERMINAL_STATES, JobState, RejectReason
 from gpuledger.events.specs import Dependency, JobSpec
 
 Status = Literal["met", "waiting", "never"]
@@ -71,7 +71,7 @@ def admission_problem(
         other = jobs.get(d.job)
         if other is None or other.tenant != spec.tenant or other.unreadable:
             return (
-                "UnknownDependency",
+                RejectReason.UnknownDependency,
                 f"depends_on[{i}].job: tenant {spec.tenant} has no job {d.job!r}"
                 " (a dependency names a job of the same tenant submitted before)",
                 {"dependency": d.job},
@@ -79,7 +79,7 @@ def admission_problem(
     path = _cycle(jobs, spec.job_id, deps)
     if path is not None:
         return (
-            "DependencyCycle",
+            RejectReason.DependencyCycle,
             "depends_on: the dependencies lead back to the job: " + " -> ".join(path),
             {"cycle": path},
         )

@@ -27,9 +27,9 @@ from msgspec import Meta
 
 from gpuledger.events import InvalidId, Policy, validate_job_id, validate_tenant, validate_token
 from gpuledger.events.specs import MAX_COUNT, MAX_QUANTITY, MAX_SELECTOR, LabelKey, LabelValue
-from gpuledger.services.domain.config import DEFAULT_CLASSES
-from gpuledger.services.domain.gpu_models import job_models, resolve_node
-from gpuledger.services.domain.mig_layouts import LayoutError, parse_layout
+from gpuledger.services.domain.fold.config import DEFAULT_CLASSES
+from gpuledger.services.domain.inputs.gpu_models import job_models, resolve_node
+from gpuledger.services.domain.inputs.mig_layouts import LayoutError, parse_layout
 
 # ------------------------------------------------------------------ quantities
 
@@ -707,7 +707,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}"
         )
     if job.gpu is not None:
-        from gpuledger.services.domain.quantities import milli
+        from gpuledger.services.domain.inputs.quantities import milli
 
         share = milli("gpu", job.gpu)
         if not 0 < share < 1000:
@@ -718,7 +718,7 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
 
 
 def _milli(value: Any) -> int:
-    from gpuledger.services.domain.quantities import milli
+    from gpuledger.services.domain.inputs.quantities import milli
 
     return milli("gpus", value)
 
@@ -920,7 +920,7 @@ def _check_submit(
 
 
 def _check_schedules(f: FileDoc, problems: list[str]) -> None:
-    from gpuledger.services.domain.schedules import cron_problem, zone
+    from gpuledger.services.domain.policy.schedules import cron_problem, zone
 
     _dups(
         [(f"schedules[{i}].name", s.name) for i, s in enumerate(f.schedules)], "schedule", problems
@@ -981,7 +981,7 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
 def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None:
     """A job's tenant, class, GPU models and MIG profile against a configuration `f` (its
     tenants, built-in and configured classes, and declared nodes; no nodes: not checked)."""
-    from gpuledger.services.domain.shapes import profiles_of
+    from gpuledger.services.domain.policy.shapes import profiles_of
     from gpuledger.services.placement.mig import profile_for
 
     tenants = {t.name for t in f.tenants}
@@ -1019,7 +1019,7 @@ def check_references(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> Non
 
 def _node_model(n: NodeDoc) -> str:
     """A declared node's GPU model in the vocabulary (`gpu_models.resolve_node`)."""
-    from gpuledger.services.domain.quantities import mebibytes
+    from gpuledger.services.domain.inputs.quantities import mebibytes
 
     try:
         memory = mebibytes("gpu_memory", n.gpu_memory)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
 from gpuledger.services.placement.mig import PROFILES, family, profile_for
 
@@ -109,7 +110,7 @@ def _form_problem(spec: JobSpec) -> Problem | None:
         message = "duration_s must be >= 0"
     else:
         return None
-    return ("InvalidSpec", message, {})
+    return (RejectReason.InvalidSpec, message, {})
 
 
 def _usable(kind: tuple[str, int], models: set[str], min_memory_mib: int) -> bool:
@@ -124,10 +125,10 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
     models = set(r.gpu_models)
     kinds = set(fleet.largest_clique) | fleet.mig
     if models and not any(model in models for model, _ in kinds):
-        return ("Unschedulable", f"no registered GPU of model {sorted(models)}", {})
+        return (RejectReason.Unschedulable, f"no registered GPU of model {sorted(models)}", {})
     if r.cpu_milli > fleet.max_cpu_milli or r.memory_mib > fleet.max_memory_mib:
         return (
-            "Unschedulable",
+            RejectReason.Unschedulable,
             f"member needs {r.cpu_milli}m CPU / {r.memory_mib} MiB; largest node has "
             f"{fleet.max_cpu_milli}m / {fleet.max_memory_mib} MiB",
             {},
@@ -140,7 +141,7 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
         )
         if r.gpus > largest:
             return (
-                "TopologyUnsatisfiable",
+                RejectReason.TopologyUnsatisfiable,
                 f"needs {r.gpus} GPUs in one NVLink clique; largest clique in the fleet has {largest}",
                 {"largest_clique": largest},
             )
@@ -149,7 +150,7 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
         fit = sum(size // r.gpus for size in cliques)
         if members > fit:
             return (
-                "Unschedulable",
+                RejectReason.Unschedulable,
                 f"gang needs {members} x {r.gpus} GPUs (each member in one NVLink clique); the whole "
                 f"fleet could hold at most {fit} such members ({sum(cliques)} GPUs in {len(cliques)} cliques)",
                 {
@@ -164,7 +165,7 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
         for model, memory, sharing in fleet.shared
     ):
         return (
-            "Unschedulable",
+            RejectReason.Unschedulable,
             f"a {r.gpu_milli}m GPU share needs an mps GPU"
             + (
                 " or a timeslice GPU"
@@ -176,20 +177,20 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
         )
     if r.mig_profile and not any(usable(kind) for kind in fleet.mig):
         return (
-            "MIGProfileUnavailable",
+            RejectReason.MIGProfileUnavailable,
             f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet",
             {},
         )
     if r.mig_profile and not any(usable(k) and profile_for(k[0], r.mig_profile) for k in fleet.mig):
         offered = sorted({p for k in fleet.mig if usable(k) for p in profiles_of(k[0])})
         return (
-            "MIGProfileUnavailable",
+            RejectReason.MIGProfileUnavailable,
             f"MIG {r.mig_profile}: no MIG GPU in the fleet offers this profile (offered: "
             f"{', '.join(offered) or 'none'})",
             {"offered": offered},
         )
     if (r.gpu_milli or r.gpus) and not any(usable(kind) for kind in kinds):
-        return ("Unschedulable", "no registered GPU matches the request", {})
+        return (RejectReason.Unschedulable, "no registered GPU matches the request", {})
     return None
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from gpuledger.events.specs import CheckpointPolicy
 
 if TYPE_CHECKING:  # the ledger imports this module
-    from gpuledger.services.domain.ledger import AllocationRecord
+    from gpuledger.services.domain.fold.ledger import AllocationRecord
 
 
 @dataclass(frozen=True)

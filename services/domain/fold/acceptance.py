@@ -1,6 +1,6 @@
 """The one acceptance rule set: which log events are folded, and why the others are not.
 
-Every service folds the log into a `Ledger` (services/domain/ledger.py) and the projector
+Every service folds the log into a `Ledger` (services/domain/fold/ledger.py) and the projector
 folds the same log into DuckDB rows; both must agree on which events count, or the
 projection shows what the services refused (a placement over busy GPUs as a running job,
 FREE -8 on a node). So there is one rule set, and it is the ledger's fold itself:
@@ -38,14 +38,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuledger.events import subject_for
+from gpuledger.events.reasons import FoldRefusal
 from gpuledger.events.subjects import legacy_subject
-from gpuledger.services.domain.refusals import Refusal, Refused
+from gpuledger.services.domain.fold.refusals import Refusal, Refused
 
 __all__ = ["Refusal", "Refused", "admit", "subject_refusal"]
 
 if TYPE_CHECKING:
     from gpuledger.events import Event
-    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.domain.fold.ledger import Ledger
 
 
 def subject_refusal(subject: str, event: Event) -> Refusal | None:
@@ -53,10 +54,11 @@ def subject_refusal(subject: str, event: Event) -> Refusal | None:
     try:
         want = subject_for(event)
     except ValueError as err:  # InvalidId: not even routable
-        return Refusal("InvalidId", str(err)[:300])
+        return Refusal(FoldRefusal.InvalidId, str(err)[:300])
     if subject != want and subject != legacy_subject(event):
         return Refusal(
-            "WrongSubject", f"{type(event).__name__} belongs on {want!r}, not {subject[:300]!r}"
+            FoldRefusal.WrongSubject,
+            f"{type(event).__name__} belongs on {want!r}, not {subject[:300]!r}",
         )
     return None
 

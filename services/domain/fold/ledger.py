@@ -21,20 +21,31 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
-from gpuledger.events.reasons import TERMINAL_STATES, EndReason, FoldRefusal, JobState
+from gpuledger.events.reasons import (
+    TERMINAL_STATES,
+    EndReason,
+    EvictReason,
+    FoldRefusal,
+    JobState,
+    RequestReason,
+)
 from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
-from gpuledger.services.domain.config import ConfigState
-from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
-from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
-from gpuledger.services.domain.refusals import Refusal, Refused
-from gpuledger.services.domain.schedules import (
+from gpuledger.services.domain.fold.config import ConfigState
+from gpuledger.services.domain.fold.refusals import Refusal, Refused
+from gpuledger.services.domain.fold.timeindex import TimeIndex
+from gpuledger.services.domain.inputs.mig_layouts import LayoutError, layout_text, parse_layout
+from gpuledger.services.domain.policy.schedules import (
     SCHEDULE_PREFIX,
     changed_class,
     changed_tenant,
     last_fire_ms,
 )
-from gpuledger.services.domain.timeindex import TimeIndex
-from gpuledger.services.domain.usage import advance, step_ms
+from gpuledger.services.domain.policy.usage import advance, step_ms
+from gpuledger.services.domain.tooling.placement_adapter import (
+    gang_request,
+    node_spec,
+    to_placement,
+)
 from gpuledger.services.placement import Fleet, GangRequest, PlacementConflict
 
 TERMINAL = TERMINAL_STATES
@@ -275,8 +286,97 @@ class NodeRecord:
 
 
 @dataclass
+class SchedulerIndexes:
+    """Indexes of the running work that only the scheduler reads (non-preemptible use for
+    guarantees, spread groups, consolidations under way, allocations to settle or grow, nodes
+    that can be declared lost). Folded by the `Ledger`; a decider never writes them."""
+
+    tenant_fixed_gpu_milli: dict[str, int] = field(default_factory=dict)
+    """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
+    tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
+    guarantees); a member counts under the model of its first GPU."""
+    spread_nodes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per spread group (`JobSpec.spread`), members of its active allocations per node (no
+    zero entries): the scheduler's spread limit reads it instead of scanning allocations."""
+    consolidations: dict[str, ev.ConsolidationPlanned] = field(default_factory=dict)
+    """Per blocked job, the consolidation under way for it (until it is placed, cancelled, or
+    its moved allocations have all ended and the nomination lapsed)."""
+    settle_ready: set[str] = field(default_factory=set)
+    """Active allocations the scheduler must settle: every member exited, a member failed,
+    or a node of theirs was lost."""
+    growable: set[str] = field(default_factory=set)
+    """Active allocations of elastic gangs (`min_members < replicas`, not services) holding
+    fewer members than `replicas`: the scheduler's grow pass reads only these."""
+    heartbeating: set[str] = field(default_factory=set)
+    """Nodes that promised heartbeats (and can be declared lost for silence)."""
+
+
+@dataclass
+class MigLedger:
+    """MIG re-geometry under way and its rate limit's history: written by the preemption
+    service's requests and the node agents' reports, read by the preemption and scheduler
+    deciders (`services.domain.policy.regeometry`) and the simulated agent."""
+
+    mig_requests: dict[str, ev.MigReconfigurationRequested] = field(default_factory=dict)
+    """Per node, the MIG re-geometry requested and not yet reported done (one at a time); the
+    node is nominated to the request's job meanwhile."""
+    mig_history: dict[str, list[int]] = field(default_factory=dict)
+    """Per node, times of its latest MIG re-geometry requests (the rate limit's window; at
+    most `MIG_HISTORY` kept)."""
+
+
+@dataclass
+class AgentIndexes:
+    """What the node agents read to act on their own node: the active allocations per node and
+    the ones whose job was cancelled."""
+
+    node_allocations: dict[str, set[str]] = field(default_factory=dict)
+    """Active allocations per node."""
+    cancelling: set[str] = field(default_factory=set)
+    """Active allocations of cancelled jobs."""
+
+
+@dataclass
+class QuotaLedger:
+    """What only the quota service reads: the capacity pending jobs wait for and the decayed
+    past usage behind `Ledger.usage_at` (the queue's usage tie-break)."""
+
+    pending_gpu_milli: dict[str, int] = field(default_factory=dict)
+    """Per tenant, GPU capacity its pending jobs wait for."""
+    decayed_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
+    was folded up to (`services.domain.policy.usage`); kept only while `policy.usage_half_life_s`
+    is set."""
+
+
+@dataclass
+class Intake:
+    """The acceptance bookkeeping: leader epochs seen, decisions ignored as stale, events
+    dead-lettered, and client requests waiting for admission's answer (`RequestRefused`,
+    `JobRejected`). Written by `Ledger.fold`'s acceptance step and the request handlers; read
+    by admission, the hosts' metrics and the projection's `why`."""
+
+    leader_epochs: dict[str, int] = field(default_factory=dict)
+    """Highest leader epoch seen per service role (the role of the event type, never the
+    producer's claim)."""
+    stale_decisions: int = 0
+    """Decisions ignored because a newer leader of their service had already decided."""
+    dead_letters: int = 0
+    """Events dead-lettered (`DeadLettered` folded)."""
+    refusals: dict[int, RequestRefusal] = field(default_factory=dict)
+    """Client requests to refuse, by stream sequence, until admission's `RequestRefused`
+    for them is folded: a second submission of a job id with other content, an unreadable
+    submission of an existing job, a cancel of a job its tenant does not have."""
+    invalid_submissions: dict[str, RequestRefusal] = field(default_factory=dict)
+    """Per job id never submitted before, its first submission that could not be decoded or
+    applied (dead-lettered): admission answers it with `JobRejected` (`InvalidSpec`)."""
+
+
+@dataclass
 class Ledger:
-    """Folded state of the whole log."""
+    """Folded state of the whole log: what every decider reads, plus named sub-records for
+    what one service (or the acceptance step) reads alone (each documents its readers)."""
 
     config: ConfigState = field(default_factory=ConfigState)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
@@ -287,48 +387,15 @@ class Ledger:
     pending: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
-    tenant_fixed_gpu_milli: dict[str, int] = field(default_factory=dict)
-    tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
-    """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
-    guarantees); a member counts under the model of its first GPU."""
-    spread_nodes: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Per spread group (`JobSpec.spread`), members of its active allocations per node (no
-    zero entries): the scheduler's spread limit reads it instead of scanning allocations."""
-    pending_gpu_milli: dict[str, int] = field(default_factory=dict)
-    """Per tenant, GPU capacity its pending jobs wait for."""
-    """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
-    decayed_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
-    was folded up to (`services.domain.usage`); kept only while `policy.usage_half_life_s`
-    is set."""
+    """Per tenant, its latest fair share (`FairShareUpdated`)."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
-    consolidations: dict[str, ev.ConsolidationPlanned] = field(default_factory=dict)
-    """Per blocked job, the consolidation under way for it (until it is placed, cancelled, or
-    its moved allocations have all ended and the nomination lapsed)."""
-    mig_requests: dict[str, ev.MigReconfigurationRequested] = field(default_factory=dict)
-    """Per node, the MIG re-geometry requested and not yet reported done (one at a time); the
-    node is nominated to the request's job meanwhile."""
-    mig_history: dict[str, list[int]] = field(default_factory=dict)
-    """Per node, times of its latest MIG re-geometry requests (the rate limit's window; at
-    most `MIG_HISTORY` kept)."""
+    """Per beneficiary job, the nodes nominated to it by a preemption or re-geometry."""
     backfills: dict[str, set[str]] = field(default_factory=dict)
     """Per reserving job, active allocations placed as preemptible backfill on its
     reservation."""
     awaiting_start: set[str] = field(default_factory=set)
     """Active allocations with members not yet started."""
-    settle_ready: set[str] = field(default_factory=set)
-    """Active allocations the scheduler must settle: every member exited, a member failed,
-    or a node of theirs was lost."""
-    growable: set[str] = field(default_factory=set)
-    """Active allocations of elastic gangs (`min_members < replicas`, not services) holding
-    fewer members than `replicas`: the scheduler's grow pass reads only these."""
-    cancelling: set[str] = field(default_factory=set)
-    """Active allocations of cancelled jobs."""
-    node_allocations: dict[str, set[str]] = field(default_factory=dict)
-    """Active allocations per node."""
-    heartbeating: set[str] = field(default_factory=set)
-    """Nodes that promised heartbeats (and can be declared lost for silence)."""
     expected: TimeIndex = field(default_factory=TimeIndex)
     """Per active allocation: expected end (duration hint), checkpoint completion and
     deadline of a requested preemption."""
@@ -340,19 +407,16 @@ class Ledger:
     last_seq: int = 0
     folding_seq: int = 0
     """Sequence of the event being folded (set by `apply`, for handlers)."""
-    leader_epochs: dict[str, int] = field(default_factory=dict)
-    """Highest leader epoch seen per service role (the role of the event type, never the
-    producer's claim)."""
-    stale_decisions: int = 0
-    """Decisions ignored because a newer leader of their service had already decided."""
-    dead_letters: int = 0
-    refusals: dict[int, RequestRefusal] = field(default_factory=dict)
-    """Client requests to refuse, by stream sequence, until admission's `RequestRefused`
-    for them is folded: a second submission of a job id with other content, an unreadable
-    submission of an existing job, a cancel of a job its tenant does not have."""
-    invalid_submissions: dict[str, RequestRefusal] = field(default_factory=dict)
-    """Per job id never submitted before, its first submission that could not be decoded or
-    applied (dead-lettered): admission answers it with `JobRejected` (`InvalidSpec`)."""
+    sched: SchedulerIndexes = field(default_factory=SchedulerIndexes)
+    """Read by the scheduler only."""
+    mig: MigLedger = field(default_factory=MigLedger)
+    """MIG re-geometry under way (preemption, scheduler, simulated agents)."""
+    agents: AgentIndexes = field(default_factory=AgentIndexes)
+    """Read by the node agents only."""
+    quota: QuotaLedger = field(default_factory=QuotaLedger)
+    """Read by the quota service only (and `usage_at`)."""
+    intake: Intake = field(default_factory=Intake)
+    """The acceptance step's bookkeeping (admission answers the refused requests)."""
 
     # ------------------------------------------------------------------ evolve
 
@@ -363,7 +427,7 @@ class Ledger:
         return self
 
     def fold(self, seq: int, event: ev.Event) -> Refusal | None:
-        """Fold one event under the acceptance rules (services/domain/acceptance.py): None if
+        """Fold one event under the acceptance rules (services/domain/fold/acceptance.py): None if
         it was accepted, else why it changed nothing. A decision or node fact whose producer is
         not of the role that produces its type (`events.subjects.role_of`) raises
         `Refused` (`WrongProducer`). A decision carrying a leader epoch older than one already
@@ -374,17 +438,17 @@ class Ledger:
         self.folding_seq = seq
         wrong = producer_problem(event)
         if wrong is not None:  # a forgery or a bug: raised, so the host dead-letters it
-            raise Refused("WrongProducer", wrong)
+            raise Refused(FoldRefusal.WrongProducer, wrong)
         if getattr(event, "leader_epoch", 0) and isinstance(event, ev.Decision):
             role = role_of(type(event)) or event.producer.partition("/")[0]
-            seen = self.leader_epochs.get(role, 0)
+            seen = self.intake.leader_epochs.get(role, 0)
             if event.leader_epoch < seen:
-                self.stale_decisions += 1
+                self.intake.stale_decisions += 1
                 return Refusal(
-                    "StaleLeaderEpoch",
+                    FoldRefusal.StaleLeaderEpoch,
                     f"{role} decision of epoch {event.leader_epoch}; epoch {seen} already decided",
                 )
-            self.leader_epochs[role] = event.leader_epoch
+            self.intake.leader_epochs[role] = event.leader_epoch
         if scheduled_by_quota(event):
             refusal = self._not_scheduled(
                 cast("ev.TenantConfigured | ev.PriorityClassConfigured | ev.ServiceScaled", event)
@@ -551,8 +615,8 @@ class Ledger:
                 rec = self.allocations.get(a)
                 if rec is not None:
                     out.update(rec.nodes())
-        for node in sorted(self.mig_requests):
-            if self.mig_requests[node].job_id not in except_jobs:
+        for node in sorted(self.mig.mig_requests):
+            if self.mig.mig_requests[node].job_id not in except_jobs:
                 out.add(node)
         return frozenset(out)
 
@@ -601,7 +665,7 @@ class Ledger:
         half_life = self.config.policy.usage_half_life_s
         if half_life <= 0:
             return 0
-        value, since = self.decayed_usage.get(tenant, (0, now_ms))
+        value, since = self.quota.decayed_usage.get(tenant, (0, now_ms))
         rate = self.tenant_gpu_milli.get(tenant, 0)
         return advance(value, since, rate, max(now_ms, since), step_ms(half_life))
 
@@ -611,10 +675,10 @@ class Ledger:
         half_life = self.config.policy.usage_half_life_s
         if half_life <= 0:
             return
-        value, since = self.decayed_usage.get(tenant, (0, at_ms))
+        value, since = self.quota.decayed_usage.get(tenant, (0, at_ms))
         at = max(at_ms, since)
         rate = self.tenant_gpu_milli.get(tenant, 0)
-        self.decayed_usage[tenant] = (advance(value, since, rate, at, step_ms(half_life)), at)
+        self.quota.decayed_usage[tenant] = (advance(value, since, rate, at, step_ms(half_life)), at)
 
     # ------------------------------------------------------------------ handlers
 
@@ -636,7 +700,7 @@ class Ledger:
         except ev.InvalidId:
             return
         seq = self.folding_seq
-        self.refusals[seq] = RequestRefusal(
+        self.intake.refusals[seq] = RequestRefusal(
             seq, request, job_id, tenant, reason, message, details, cause
         )
 
@@ -650,21 +714,26 @@ class Ledger:
                 if exc.reason.startswith((repr(REPLICA_SEPARATOR), repr(ARRAY_SEPARATOR))):
                     message = str(exc)
                     self._refuse(
-                        "JobSubmitted", job_id, e.job.tenant, "InvalidSpec", message, e.event_id
+                        "JobSubmitted",
+                        job_id,
+                        e.job.tenant,
+                        RequestReason.InvalidSpec,
+                        message,
+                        e.event_id,
                     )
-                    return Refusal("InvalidSpec", message)
+                    return Refusal(FoldRefusal.InvalidSpec, message)
         first = self.jobs.get(job_id)
         if first is not None:
             if e.job != first.spec:  # same content = a retry: first one wins, silently
                 self._refuse_conflict(e, first)
-            return Refusal("DuplicateJob", f"job {job_id!r} was already submitted")
-        unreadable = self.invalid_submissions.get(job_id)
+            return Refusal(FoldRefusal.DuplicateJob, f"job {job_id!r} was already submitted")
+        unreadable = self.intake.invalid_submissions.get(job_id)
         if unreadable is not None:  # the id's first submission could not be read
             self._refuse(
                 "JobSubmitted",
                 job_id,
                 e.job.tenant,
-                "JobIdConflict",
+                RequestReason.JobIdConflict,
                 f"job id {job_id!r} is already taken by an unreadable submission at seq "
                 f"{unreadable.request_seq} (rejected, InvalidSpec); this submission was "
                 "ignored: submit under a new job id",
@@ -672,7 +741,7 @@ class Ledger:
                 existing_seq=unreadable.request_seq,
             )
             return Refusal(
-                "DuplicateJob", f"job id {job_id!r} is taken by an unreadable submission"
+                FoldRefusal.DuplicateJob, f"job id {job_id!r} is taken by an unreadable submission"
             )
         self.jobs[job_id] = JobRecord(
             spec=e.job,
@@ -699,7 +768,7 @@ class Ledger:
             "JobSubmitted",
             job_id,
             e.job.tenant,
-            "JobIdConflict",
+            RequestReason.JobIdConflict,
             f"job id {job_id!r} is already taken {what} at seq {first.submit_seq}; this "
             "submission was ignored: submit under a new job id",
             e.event_id,
@@ -754,7 +823,7 @@ class Ledger:
         self._array_state(parent, at_ms)
 
     def _rejected(self, e: ev.JobRejected) -> Refusal | None:
-        invalid = self.invalid_submissions.pop(e.job_id, None)
+        invalid = self.intake.invalid_submissions.pop(e.job_id, None)
         job = self.jobs.get(e.job_id)
         if job is None and invalid is not None:  # its only submission could not be read
             job = self.jobs[e.job_id] = JobRecord(
@@ -780,8 +849,10 @@ class Ledger:
         job = self.jobs.get(e.job_id)
         if job is None or job.tenant != e.tenant:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to cancel"
-            self._refuse("JobCancelled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
-            return Refusal("UnknownJob", message)
+            self._refuse(
+                "JobCancelled", e.job_id, e.tenant, RequestReason.UnknownJob, message, e.event_id
+            )
+            return Refusal(FoldRefusal.UnknownJob, message)
         if job.state in TERMINAL:
             return _not_in_state(e.job_id, job, "not finished")
         if job.service is not None:
@@ -789,8 +860,10 @@ class Ledger:
                 f"{e.job_id!r} is replica {job.replica} of service {job.service!r}: "
                 "scale the service (or cancel it) instead"
             )
-            self._refuse("JobCancelled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
-            return Refusal("InvalidSpec", message)
+            self._refuse(
+                "JobCancelled", e.job_id, e.tenant, RequestReason.InvalidSpec, message, e.event_id
+            )
+            return Refusal(FoldRefusal.InvalidSpec, message)
         job.cancel_requested = True
         job.reason = e.reason
         if job.spec.array and job.state != JobState.submitted:  # its tasks stop; it ends after
@@ -799,7 +872,7 @@ class Ledger:
                     continue
                 task.cancel_requested, task.reason = True, e.reason
                 if task.allocation_id is not None:
-                    self.cancelling.add(task.allocation_id)
+                    self.agents.cancelling.add(task.allocation_id)
                 else:
                     task.state, task.finished_ms = JobState.cancelled, e.occurred_at_ms
                     self._dequeue(task.job_id)
@@ -817,7 +890,7 @@ class Ledger:
             self._reconcile(job, e.occurred_at_ms)
             return None
         if job.allocation_id is not None:
-            self.cancelling.add(job.allocation_id)
+            self.agents.cancelling.add(job.allocation_id)
         else:
             job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
             self.submitted.discard(e.job_id)
@@ -830,8 +903,10 @@ class Ledger:
         svc = self.jobs.get(e.job_id)
         if svc is None or svc.tenant != e.tenant:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to scale"
-            self._refuse("ServiceScaled", e.job_id, e.tenant, "UnknownJob", message, e.event_id)
-            return Refusal("UnknownJob", message)
+            self._refuse(
+                "ServiceScaled", e.job_id, e.tenant, RequestReason.UnknownJob, message, e.event_id
+            )
+            return Refusal(FoldRefusal.UnknownJob, message)
         problem = (
             "is not a service (submit it with kind: service)"
             if not svc.spec.is_service
@@ -841,8 +916,10 @@ class Ledger:
         )
         if problem is not None:
             message = f"job {e.job_id!r} {problem}: nothing to scale"
-            self._refuse("ServiceScaled", e.job_id, e.tenant, "InvalidSpec", message, e.event_id)
-            return Refusal("InvalidSpec", message)
+            self._refuse(
+                "ServiceScaled", e.job_id, e.tenant, RequestReason.InvalidSpec, message, e.event_id
+            )
+            return Refusal(FoldRefusal.InvalidSpec, message)
         svc.desired_replicas = e.replicas
         if svc.state != JobState.submitted:  # before admission: admission creates them
             self._reconcile(svc, e.occurred_at_ms)
@@ -888,9 +965,9 @@ class Ledger:
                 or rec.cancel_requested
             ):
                 continue
-            rec.cancel_requested, rec.reason = True, "ScaledDown"
+            rec.cancel_requested, rec.reason = True, EvictReason.ScaledDown
             if rec.allocation_id is not None:
-                self.cancelling.add(rec.allocation_id)
+                self.agents.cancelling.add(rec.allocation_id)
             else:
                 rec.state, rec.finished_ms = JobState.cancelled, at_ms
                 self._dequeue(rec.job_id)
@@ -909,13 +986,15 @@ class Ledger:
         if job is None or job.state != JobState.pending:
             return _not_in_state(e.job_id, job, "pending")
         if e.allocation_id in self.allocations:
-            return Refusal("DuplicateAllocation", f"allocation {e.allocation_id!r} exists")
+            return Refusal(
+                FoldRefusal.DuplicateAllocation, f"allocation {e.allocation_id!r} exists"
+            )
         try:  # first, and atomic: a conflict changes nothing
             self.fleet.allocate(
                 e.allocation_id, job.tenant, to_placement(e.members), self.gang_request(job)
             )
         except (PlacementConflict, ValueError) as err:
-            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.allocation_id}: {err}") from err
         per_member = job.spec.resources.gpu_milli_total()
         rec = AllocationRecord(
             allocation_id=e.allocation_id,
@@ -935,21 +1014,23 @@ class Ledger:
         self.active.add(e.allocation_id)
         self.awaiting_start.add(e.allocation_id)
         if _elastic(job) and len(e.members) < job.spec.replicas:
-            self.growable.add(e.allocation_id)
+            self.sched.growable.add(e.allocation_id)
         for node in rec.nodes():
-            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+            self.agents.node_allocations.setdefault(node, set()).add(e.allocation_id)
         if job.spec.spread:
-            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            per_node = self.sched.spread_nodes.setdefault(job.spec.spread.group, {})
             for m in e.members:
                 per_node[m.node] = per_node.get(m.node, 0) + 1
         self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
         if not job.preemptible:
-            fixed = self.tenant_fixed_gpu_milli
+            fixed = self.sched.tenant_fixed_gpu_milli
             fixed[job.tenant] = fixed.get(job.tenant, 0) + rec.gpu_milli
             for model, milli in self.member_models(e.members, per_member).items():
                 key = (job.tenant, model)
-                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
+                self.sched.tenant_fixed_by_model[key] = (
+                    self.sched.tenant_fixed_by_model.get(key, 0) + milli
+                )
         job.state, job.allocation_id, job.reason, job.message, job.details = (
             JobState.running,
             e.allocation_id,
@@ -1026,10 +1107,10 @@ class Ledger:
         if rec is not None:
             rec.exited.setdefault(e.rank, (e.outcome, e.occurred_at_ms))
             if not rec.ended and (e.outcome == "failed" or rec.all_exited()):
-                self.settle_ready.add(e.allocation_id)
+                self.sched.settle_ready.add(e.allocation_id)
             leaving = rec.leaving()
             if not rec.ended and leaving is not None and all(r in rec.exited for r in leaving):
-                self.settle_ready.add(e.allocation_id)  # a shrink to settle (`GangResized`)
+                self.sched.settle_ready.add(e.allocation_id)  # a shrink to settle (`GangResized`)
         return refusal
 
     def _preemption_requested(self, e: ev.PreemptionRequested) -> Refusal | None:
@@ -1090,12 +1171,12 @@ class Ledger:
         left = len(rec.members) - len(set(named))
         if not named or len(set(named)) != len(named) or not set(named) <= ranks:
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"ranks {list(named)} are not distinct members of {e.allocation_id}",
             )
         if left < job.spec.members_min() or job.service is not None:
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"{e.job_id} would keep {left} members, below its minimum {job.spec.members_min()}",
             )
 
@@ -1105,18 +1186,18 @@ class Ledger:
         rec = self.allocations.get(e.allocation_id)
         job = self.jobs.get(e.job_id)
         if rec is None or rec.ended or job is None or rec.job_id != e.job_id:
-            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is not running")
+            return Refusal(FoldRefusal.NotRunning, f"allocation {e.allocation_id!r} is not running")
         if e.to_members > e.from_members:
             return self._grown(e, rec, job)
         leaving = rec.leaving()
         if leaving is None or not all(r in rec.exited for r in leaving):
             return Refusal(
-                "NotShrinking", f"allocation {e.allocation_id!r} has no members that left"
+                FoldRefusal.NotShrinking, f"allocation {e.allocation_id!r} has no members that left"
             )
         kept = tuple(m for m in rec.members if m.rank not in leaving)
         if e.members != kept or (e.from_members, e.to_members) != (len(rec.members), len(kept)):
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"{e.allocation_id}: members after the resize must be those that stay",
             )
         old = self.fleet.allocation(e.allocation_id)
@@ -1125,20 +1206,22 @@ class Ledger:
             self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(kept), old.request)
         except (PlacementConflict, ValueError) as err:
             self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
-            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.allocation_id}: {err}") from err
         gone = tuple(m for m in rec.members if m.rank in leaving)
         per_member = rec.gpu_milli // len(rec.members)
         freed = per_member * len(gone)
         self._accrue(rec.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - freed
         if not job.preemptible:
-            fixed = self.tenant_fixed_gpu_milli
+            fixed = self.sched.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - freed
             for model, milli in self.member_models(gone, per_member).items():
                 key = (rec.tenant, model)
-                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
+                self.sched.tenant_fixed_by_model[key] = (
+                    self.sched.tenant_fixed_by_model.get(key, 0) - milli
+                )
         if job.spec.spread:
-            per_node = self.spread_nodes.get(job.spec.spread.group, {})
+            per_node = self.sched.spread_nodes.get(job.spec.spread.group, {})
             for m in gone:
                 left = per_node.get(m.node, 0) - 1
                 if left > 0:
@@ -1146,11 +1229,11 @@ class Ledger:
                 else:
                     per_node.pop(m.node, None)
         for node in rec.nodes():
-            self.node_allocations.get(node, set()).discard(e.allocation_id)
+            self.agents.node_allocations.get(node, set()).discard(e.allocation_id)
         rec.members = kept
         rec.node_names = tuple(sorted({m.node for m in kept}))
         for node in rec.nodes():
-            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+            self.agents.node_allocations.setdefault(node, set()).add(e.allocation_id)
         rec.gpu_milli = per_member * len(kept)
         for r in leaving:
             rec.started.pop(r, None)
@@ -1159,8 +1242,8 @@ class Ledger:
         rec.preemption = None
         rec.resized_ms = e.occurred_at_ms
         if _elastic(job):
-            self.growable.add(e.allocation_id)
-        self.settle_ready.discard(e.allocation_id)
+            self.sched.growable.add(e.allocation_id)
+        self.sched.settle_ready.discard(e.allocation_id)
         self.expected.clear(e.allocation_id)
         if len(rec.started) == len(rec.members):
             self.awaiting_start.discard(e.allocation_id)
@@ -1168,7 +1251,7 @@ class Ledger:
                 remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
                 self.expected.set(e.allocation_id, "end", min(rec.started.values()) + remaining)
         if rec.all_exited() or any(o == "failed" for o, _ in rec.exited.values()):
-            self.settle_ready.add(e.allocation_id)
+            self.sched.settle_ready.add(e.allocation_id)
         job.preemptions.append(
             PreemptionRecord(
                 at_ms=e.occurred_at_ms,
@@ -1186,7 +1269,9 @@ class Ledger:
         running ones, atomically; they start like a placement's members."""
         n = len(rec.members)
         if rec.preemption is not None:
-            return Refusal("NotRunning", f"allocation {e.allocation_id!r} is being preempted")
+            return Refusal(
+                FoldRefusal.NotRunning, f"allocation {e.allocation_id!r} is being preempted"
+            )
         added = e.members[n:]
         if (
             (e.from_members, e.to_members) != (n, len(e.members))
@@ -1196,7 +1281,7 @@ class Ledger:
             or not _elastic(job)
         ):
             raise Refused(
-                "InvalidResize",
+                FoldRefusal.InvalidResize,
                 f"{e.allocation_id}: a grow keeps the {n} members and adds the next ranks, up "
                 f"to {job.spec.replicas}",
             )
@@ -1206,72 +1291,75 @@ class Ledger:
             self.fleet.allocate(e.allocation_id, rec.tenant, to_placement(e.members), old.request)
         except (PlacementConflict, ValueError) as err:
             self.fleet.allocate(e.allocation_id, rec.tenant, old.placement, old.request)
-            raise Refused("PlacementConflict", f"{e.allocation_id}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.allocation_id}: {err}") from err
         per_member = rec.gpu_milli // n
         more = per_member * len(added)
         self._accrue(rec.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) + more
         if not job.preemptible:
-            fixed = self.tenant_fixed_gpu_milli
+            fixed = self.sched.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) + more
             for model, milli in self.member_models(added, per_member).items():
                 key = (rec.tenant, model)
-                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
+                self.sched.tenant_fixed_by_model[key] = (
+                    self.sched.tenant_fixed_by_model.get(key, 0) + milli
+                )
         if job.spec.spread:
-            per_node = self.spread_nodes.setdefault(job.spec.spread.group, {})
+            per_node = self.sched.spread_nodes.setdefault(job.spec.spread.group, {})
             for m in added:
                 per_node[m.node] = per_node.get(m.node, 0) + 1
         rec.members = e.members
         rec.node_names = tuple(sorted({m.node for m in e.members}))
         for node in rec.nodes():
-            self.node_allocations.setdefault(node, set()).add(e.allocation_id)
+            self.agents.node_allocations.setdefault(node, set()).add(e.allocation_id)
         rec.gpu_milli = per_member * len(e.members)
         rec.resized_ms = e.occurred_at_ms
         self.awaiting_start.add(e.allocation_id)
         self.expected.clear(e.allocation_id)  # the end is set again once the new ones start
         if len(e.members) >= job.spec.replicas:
-            self.growable.discard(e.allocation_id)
+            self.sched.growable.discard(e.allocation_id)
         return None
 
     def _consolidation_planned(self, e: ev.ConsolidationPlanned) -> Refusal | None:
         job = self.jobs.get(e.job_id)
         if job is None or job.state != JobState.pending:
             return _not_in_state(e.job_id, job, "pending")
-        self.consolidations[e.job_id] = e
+        self.sched.consolidations[e.job_id] = e
         return None
 
     def _mig_requested(self, e: ev.MigReconfigurationRequested) -> Refusal | None:
         node = self.nodes.get(e.node)
         if node is None:
-            return Refusal("UnknownNode", f"no node {e.node!r}")
-        if e.node in self.mig_requests:
+            return Refusal(FoldRefusal.UnknownNode, f"no node {e.node!r}")
+        if e.node in self.mig.mig_requests:
             return Refusal(
-                "MigReconfigurationPending",
+                FoldRefusal.MigReconfigurationPending,
                 f"node {e.node} already has a MIG re-geometry under way",
             )
-        history = self.mig_history.setdefault(e.node, [])
+        history = self.mig.mig_history.setdefault(e.node, [])
         history.append(e.occurred_at_ms)
         del history[:-MIG_HISTORY]
-        self.mig_requests[e.node] = e
+        self.mig.mig_requests[e.node] = e
         return None
 
     def _mig_reconfigured(self, e: ev.MigReconfigured) -> None:
         node = self.nodes.get(e.node)
         if node is None:
-            raise Refused("UnknownNode", f"no node {e.node!r}")
+            raise Refused(FoldRefusal.UnknownNode, f"no node {e.node!r}")
         gpus = {g.index: g for g in node.info.gpus}
         gpu = gpus.get(e.gpu_index)
         if gpu is None or gpu.sharing != "mig":
-            raise Refused("NotMigGpu", f"node {e.node} has no MIG GPU {e.gpu_index}")
-        for a in sorted(self.node_allocations.get(e.node, ())):
+            raise Refused(FoldRefusal.NotMigGpu, f"node {e.node} has no MIG GPU {e.gpu_index}")
+        for a in sorted(self.agents.node_allocations.get(e.node, ())):
             if any(m.node == e.node and e.gpu_index in m.gpus for m in self.allocations[a].members):
                 raise Refused(
-                    "MigInstanceInUse", f"GPU {e.gpu_index} of {e.node} holds an instance of {a}"
+                    FoldRefusal.MigInstanceInUse,
+                    f"GPU {e.gpu_index} of {e.node} holds an instance of {a}",
                 )
         try:
             layout = layout_text(parse_layout(gpu.model, e.layout))
         except LayoutError as err:
-            raise Refused("InvalidMigLayout", str(err)) from err
+            raise Refused(FoldRefusal.InvalidMigLayout, str(err)) from err
         info = msgspec.structs.replace(
             node.info,
             gpus=tuple(
@@ -1282,12 +1370,12 @@ class Ledger:
         try:
             self.fleet.add_node(node_spec(info))  # atomic: a conflict keeps the old spec
         except PlacementConflict as err:
-            raise Refused("PlacementConflict", f"{e.node}: {err}") from err
+            raise Refused(FoldRefusal.PlacementConflict, f"{e.node}: {err}") from err
         node.info = info
         self.nodes_version += 1
-        pending = self.mig_requests.get(e.node)
+        pending = self.mig.mig_requests.get(e.node)
         if pending is not None and pending.gpu_index == e.gpu_index:
-            del self.mig_requests[e.node]
+            del self.mig.mig_requests[e.node]
 
     def _preemption_declined(self, e: ev.PreemptionDeclined) -> None:
         job = self.jobs.get(e.job_id)
@@ -1302,9 +1390,9 @@ class Ledger:
         rec.ended_ms = now_ms
         self.active.discard(allocation_id)
         self.awaiting_start.discard(allocation_id)
-        self.settle_ready.discard(allocation_id)
-        self.growable.discard(allocation_id)
-        self.cancelling.discard(allocation_id)
+        self.sched.settle_ready.discard(allocation_id)
+        self.sched.growable.discard(allocation_id)
+        self.agents.cancelling.discard(allocation_id)
         self.expected.clear(allocation_id)
         self.time_limits.clear(allocation_id)
         if rec.backfill_for is not None:
@@ -1314,14 +1402,14 @@ class Ledger:
                 if not backfilled:
                     del self.backfills[rec.backfill_for]
         for node in rec.nodes():
-            self.node_allocations.get(node, set()).discard(allocation_id)
+            self.agents.node_allocations.get(node, set()).discard(allocation_id)
         self.fleet.release(allocation_id)
         self._accrue(rec.tenant, now_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - rec.gpu_milli
         job = self.jobs.get(rec.job_id)
         if job is not None and job.spec.spread:
             group = job.spec.spread.group
-            per_node = self.spread_nodes.get(group, {})
+            per_node = self.sched.spread_nodes.get(group, {})
             for m in rec.members:
                 left = per_node.get(m.node, 0) - 1
                 if left > 0:
@@ -1329,15 +1417,17 @@ class Ledger:
                 else:
                     per_node.pop(m.node, None)
             if not per_node:
-                self.spread_nodes.pop(group, None)
+                self.sched.spread_nodes.pop(group, None)
         job = self.jobs.get(rec.job_id)
         if job is not None and not job.preemptible:
-            fixed = self.tenant_fixed_gpu_milli
+            fixed = self.sched.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - rec.gpu_milli
             per_member = rec.gpu_milli // len(rec.members) if rec.members else 0
             for model, milli in self.member_models(rec.members, per_member).items():
                 key = (rec.tenant, model)
-                self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) - milli
+                self.sched.tenant_fixed_by_model[key] = (
+                    self.sched.tenant_fixed_by_model.get(key, 0) - milli
+                )
         job = self.jobs.get(rec.job_id)
         if job is not None and job.allocation_id == allocation_id:
             job.allocation_id = None
@@ -1349,7 +1439,7 @@ class Ledger:
         if rec is None or job is None:
             return
         job.progress_ms = e.progress_ms
-        if e.reason == "Cancelled" or job.cancel_requested:
+        if e.reason == EvictReason.Cancelled or job.cancel_requested:
             job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
             svc = self.jobs.get(job.service) if job.service is not None else None
             if svc is not None and svc.state not in TERMINAL:  # scaled up again meanwhile
@@ -1377,14 +1467,14 @@ class Ledger:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
-            job.state, job.finished_ms = JobState.completed, e.occurred_at_ms
+            job.state, job.finished_ms = run_end_state(e), e.occurred_at_ms
 
     def _failed(self, e: ev.GangFailed) -> None:
         self._release(e.allocation_id, e.occurred_at_ms)
         job = self.jobs.get(e.job_id)
         if job is not None and job.state not in TERMINAL:
             job.state, job.finished_ms, job.reason, job.message = (
-                JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed,
+                run_end_state(e),
                 e.occurred_at_ms,
                 e.reason,
                 e.message,
@@ -1398,9 +1488,9 @@ class Ledger:
             last_heartbeat_ms=e.occurred_at_ms if e.heartbeat_s > 0 else None,
         )
         if e.heartbeat_s > 0:
-            self.heartbeating.add(e.node.name)
+            self.sched.heartbeating.add(e.node.name)
         else:
-            self.heartbeating.discard(e.node.name)
+            self.sched.heartbeating.discard(e.node.name)
         self.fleet.add_node(node_spec(e.node))
         self.nodes_version += 1
 
@@ -1419,7 +1509,7 @@ class Ledger:
             node.lost = True
             self.fleet.set_schedulable(e.node, False)
             self.nodes_version += 1
-            self.settle_ready.update(self.node_allocations.get(e.node, ()))
+            self.sched.settle_ready.update(self.agents.node_allocations.get(e.node, ()))
 
     def _fair_share(self, e: ev.FairShareUpdated) -> None:
         self.fair_shares = {s.tenant: s for s in e.shares}
@@ -1456,18 +1546,18 @@ class Ledger:
         old = self.config.policy.usage_half_life_s
         if old == half_life_s:
             return
-        for tenant in sorted(self.decayed_usage):
+        for tenant in sorted(self.quota.decayed_usage):
             self._accrue(tenant, at_ms)
         if half_life_s <= 0:
-            self.decayed_usage.clear()
+            self.quota.decayed_usage.clear()
         elif old <= 0:
-            self.decayed_usage = {t: (0, at_ms) for t in sorted(self.tenant_gpu_milli)}
+            self.quota.decayed_usage = {t: (0, at_ms) for t in sorted(self.tenant_gpu_milli)}
 
     def _dead(self, e: ev.DeadLettered) -> None:
         """A dead-lettered client message whose subject names a valid tenant and job id is
         answered: the unreadable first submission of a job id is rejected (`InvalidSpec`),
         anything else for that id is refused."""
-        self.dead_letters += 1
+        self.intake.dead_letters += 1
         target = ev.subjects.client_target(e.subject)
         if target is None:
             return
@@ -1479,36 +1569,40 @@ class Ledger:
             request,
             job_id,
             tenant,
-            "InvalidSpec",
+            RequestReason.InvalidSpec,
             f"the {kind} message at seq {e.stream_seq} {problem}",
             {"stream_seq": e.stream_seq, "payload_head": e.payload_head},
             e.event_id,
         )
-        if kind == "submit" and job_id not in self.jobs and job_id not in self.invalid_submissions:
-            self.invalid_submissions[job_id] = refusal
-        elif e.stream_seq not in self.refusals:
-            self.refusals[e.stream_seq] = refusal
+        if (
+            kind == "submit"
+            and job_id not in self.jobs
+            and job_id not in self.intake.invalid_submissions
+        ):
+            self.intake.invalid_submissions[job_id] = refusal
+        elif e.stream_seq not in self.intake.refusals:
+            self.intake.refusals[e.stream_seq] = refusal
 
     def _request_refused(self, e: ev.RequestRefused) -> None:
-        self.refusals.pop(e.request_seq, None)
+        self.intake.refusals.pop(e.request_seq, None)
 
     def _enqueue(self, job_id: str) -> None:
         if job_id not in self.pending:
             self.pending.add(job_id)
             job = self.jobs[job_id]
-            self.pending_gpu_milli[job.tenant] = (
-                self.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
+            self.quota.pending_gpu_milli[job.tenant] = (
+                self.quota.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
             )
 
     def _dequeue(self, job_id: str) -> None:
         if job_id in self.pending:
             self.pending.discard(job_id)
             job = self.jobs[job_id]
-            self.pending_gpu_milli[job.tenant] -= job.gpu_milli()
+            self.quota.pending_gpu_milli[job.tenant] -= job.gpu_milli()
 
     def _end_nomination(self, job_id: str) -> None:
         self.nominations.pop(job_id, None)
-        self.consolidations.pop(job_id, None)
+        self.sched.consolidations.pop(job_id, None)
 
 
 def _elastic(job: JobRecord) -> bool:
@@ -1538,13 +1632,22 @@ def _not_running(
         what = "of no job"
     else:
         return None
-    return Refusal("NotRunning", f"allocation {alloc_id!r} is {what}")
+    return Refusal(FoldRefusal.NotRunning, f"allocation {alloc_id!r} is {what}")
 
 
 def _not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:
     if job is None:
-        return Refusal("UnknownJob", f"no job {job_id!r}")
-    return Refusal("WrongState", f"job {job_id!r} is {job.state}, not {wanted}")
+        return Refusal(FoldRefusal.UnknownJob, f"no job {job_id!r}")
+    return Refusal(FoldRefusal.WrongState, f"job {job_id!r} is {job.state}, not {wanted}")
+
+
+def run_end_state(e: ev.GangCompleted | ev.GangFailed) -> JobState:
+    """The state a run's end folds its job to (`completed`, `timeout` at its time limit,
+    else `failed`), unless the job ended already; also the outcome of the run's allocation
+    rows in the projection."""
+    if isinstance(e, ev.GangCompleted):
+        return JobState.completed
+    return JobState.timeout if e.reason == EndReason.TimeLimit else JobState.failed
 
 
 _HANDLERS: dict[type, Any] = {

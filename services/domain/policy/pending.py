@@ -11,7 +11,7 @@ derived from it and read by the services, so a reason's consequences are stated 
 
 Where each reason is found (`source`): `placement` = `services.placement.reasons.UNPLACEABLE`
 (the fleet cannot hold the gang now; one named rule per code, first answer wins), `quota` =
-`services.domain.quota.quota_block` (checked before placement, up the tenant tree), and
+`services.domain.policy.quota.quota_block` (checked before placement, up the tenant tree), and
 `scheduler` = `services.scheduler.decider` (refinements of a placement failure, in the order
 listed here: reserved capacity, per-model non-preemptible guarantee, victims still leaving).
 

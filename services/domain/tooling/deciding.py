@@ -11,8 +11,8 @@ import copy
 from typing import Any, TypeVar
 
 from gpuledger.events import Event
-from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.stamp import enveloped
+from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.tooling.stamp import enveloped
 
 E = TypeVar("E", bound=Event)
 

@@ -15,7 +15,7 @@ import msgspec
 from gpuledger.events.specs import JobSpec
 
 if TYPE_CHECKING:  # the ledger is only read: importing its module is the caller's business
-    from gpuledger.services.domain.ledger import Ledger
+    from gpuledger.services.domain.fold.ledger import Ledger
 
 QUERY_PREFIX = "glq.job"
 """Job status queries (request/reply, outside the `gl.>` stream): `glq.job.<tenant>.<job>`."""
