@@ -61,9 +61,17 @@ def db_path(db: Path | None, data: Path | None) -> Path:
 
 
 def _connect(path: Path):
-    """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
-    with who holds the file when it stays busy; a warning on stderr when the projection is
-    behind the stream (per `gpuledger up`'s status file next to it)."""
+    """A read-only connection: through the projector that writes `path` when one runs
+    (projections/served.py; duckdb is not even imported then), else the file opened
+    read-only (nobody writes it; waiting up to 10 s, then exit 4 naming who holds it). A
+    warning on stderr when the projection is behind the stream (per `gpuledger up`'s status
+    file next to it)."""
+    from gpuledger.projections.served import connect_served
+
+    served = connect_served(path)
+    if served is not None:
+        _warn_if_stale(served, path)
+        return served
     from gpuledger.projections.reading import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
@@ -99,13 +107,13 @@ def _warn_if_stale(con, path: Path) -> None:
 def _undamaged(path: Path):
     """A query over a truncated or garbled projection file ends the command with one line
     naming the file and `gpuledger project --rebuild`, never a traceback."""
-    import duckdb
-
-    from gpuledger.projections.reading import damaged, is_damage
-
     try:
         yield
-    except duckdb.Error as exc:
+    except Exception as exc:
+        if "duckdb" not in sys.modules:  # a read through the projector: no file was read here
+            raise
+        from gpuledger.projections.reading import damaged, is_damage
+
         if not is_damage(exc):
             raise
         fail(str(damaged(path, str(exc).removeprefix("IO Error: "))))
@@ -304,6 +312,9 @@ def _sql_parquet(path: Path, query: str, to: Path | None) -> None:
     if to is None and sys.stdout.isatty():
         fail("-o parquet is binary: pass --to FILE, or redirect stdout to a file or a pipe", 2)
     con = _connect(path)
+    if getattr(con, "served", False):
+        _served_parquet(con, query, to)
+        return
     try:
         with tempfile.TemporaryDirectory(prefix="gpuledger-sql-") as tmp:
             target = Path(tmp) / "result.parquet" if to is None else to
@@ -318,6 +329,28 @@ def _sql_parquet(path: Path, query: str, to: Path | None) -> None:
                 sys.stdout.buffer.flush()
     finally:
         con.close()
+
+
+def _served_parquet(con, query: str, to: Path | None) -> None:
+    """`sql -o parquet` through the projector: its Arrow answer written as Parquet here."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pa.ipc.open_stream(con.arrow_ipc(query.rstrip().rstrip(";"))).read_all()
+    except duckdb.Error as exc:
+        fail("query failed: " + " ".join(str(exc).split()))
+    finally:
+        con.close()
+    if to is not None:
+        pq.write_table(table, to)
+        return
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(sink.getvalue().to_pybytes())
+    sys.stdout.buffer.flush()
 
 
 # ---------------------------------------------------------------- why
@@ -851,6 +884,7 @@ def project_command(
                         path,
                         follow=follow,
                         connect_options={**once, **access.options()},
+                        serve_reads=follow,
                     )
                 )
             except KeyboardInterrupt:
