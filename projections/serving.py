@@ -301,3 +301,32 @@ def _handler(server: ReadServer) -> type[http.server.BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
     return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m gpuledger.projections.serving DB`: hold DB as its writer (as a projector
+    does, folding nothing) and serve reads of it until stdin closes or SIGTERM; prints
+    `serving <socket>` once ready. For benchmarks (`gpuledger bench cli`) and for reading a
+    projection that no projector follows through the same path as a live one."""
+    import signal
+    import sys
+
+    from gpuledger.projections.store import Projector
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        raise SystemExit("usage: python -m gpuledger.projections.serving DB")
+    signal.signal(signal.SIGTERM, lambda *_: sys.stdin.close())
+    with Projector(args[0]) as pj:
+        assert pj.store is not None
+        server = ReadServer(pj.store.con, args[0]).start()
+        try:
+            print(f"serving {server.socket_path}", flush=True)
+            with contextlib.suppress(ValueError, OSError):
+                sys.stdin.read()
+        finally:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,7 @@ from gpuledger.projections.queries import (
     UnknownJob,
     gpus_text,
     job_state_text,
+    jobs_count,
     jobs_rows,
     nodes_rows,
     preemption_outlook,
@@ -31,6 +32,8 @@ from gpuledger.services.cli.common import fail
 
 DEFAULT_DATA = Path(".gpuledger")
 DB_NAME = "projection.duckdb"
+JOBS_LIMIT = 1000
+"""`gpuledger jobs` lists at most this many jobs unless told otherwise (`--limit`)."""
 
 
 class Output(StrEnum):
@@ -670,15 +673,33 @@ def jobs_command(
     interval: Annotated[
         float, typer.Option("--interval", help="Seconds between polls with --watch.")
     ] = 1.0,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit",
+            min=0,
+            help="At most this many jobs, the most recently submitted (0: every job); a line "
+            "on stderr says how many were left out.",
+        ),
+    ] = JOBS_LIMIT,
 ) -> None:
-    """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON."""
+    """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON (oldest submission first)."""
     path = db_path(db, data)
+    filters: dict[str, Any] = {"state": state, "tenant": tenant, "tasks": tasks}
 
     def fetch() -> list[dict[str, Any]]:
-        return _query(path, jobs_rows, state=state, tenant=tenant, tasks=tasks)
+        return _query(path, jobs_rows, **filters, limit=limit or None)
 
     rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)
+    if limit and len(rows) >= limit:
+        total = _query(path, jobs_count, **filters)
+        if total > len(rows):
+            typer.echo(
+                f"(the {len(rows):,} most recently submitted of {total:,} jobs; "
+                "--limit 0 lists every job)",
+                err=True,
+            )
     if not watch:
         return
     seen = {r["job_id"]: (r["state"], r.get("reason")) for r in rows}
