@@ -311,21 +311,27 @@ def main(argv: list[str] | None = None) -> None:
     import signal
     import sys
 
-    from gpuledger.projections.store import Projector
+    from gpuledger.projections.store import Store
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         raise SystemExit("usage: python -m gpuledger.projections.serving DB")
-    signal.signal(signal.SIGTERM, lambda *_: sys.stdin.close())
-    with Projector(args[0]) as pj:
-        assert pj.store is not None
-        server = ReadServer(pj.store.con, args[0]).start()
+
+    def stop(*_: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    store = Store(args[0])  # the writer's lock and settings, without folding anything
+    try:
+        server = ReadServer(store.con, args[0]).start()
         try:
             print(f"serving {server.socket_path}", flush=True)
             with contextlib.suppress(ValueError, OSError):
                 sys.stdin.read()
         finally:
             server.close()
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ process each): `python -c pass` (the interpreter alone, the baseline measured in
 `gpuledger --version` (goal: <= 150 ms), `gpuledger jobs` on a small projection (goal:
 <= 300 ms) and `gpuledger jobs` on a projection of 100,000 jobs read through the process that
 holds it for writing, as through a running projector (`jobs_100k`, goal: <= 300 ms; its default
-`--limit` of 1,000 rows). The small projection is the demo scenario's log, simulated and
+`--limit` of 100 rows). The small projection is the demo scenario's log, simulated and
 projected into a temporary directory first (or `--db` names one); the large one is the
 projector benchmark's synthetic log folded until it holds that many jobs (or `--large-db`).
 Runs alternate between the commands, so a change of machine load touches each alike;

@@ -32,7 +32,7 @@ from gpuledger.services.cli.common import fail
 
 DEFAULT_DATA = Path(".gpuledger")
 DB_NAME = "projection.duckdb"
-JOBS_LIMIT = 1000
+JOBS_LIMIT = 100
 """`gpuledger jobs` lists at most this many jobs unless told otherwise (`--limit`)."""
 
 
@@ -152,11 +152,13 @@ def render_table(
     """Aligned columns with upper-case headers, like kubectl: rendered by rich (no box, three
     spaces between columns, cells as plain text, never markup; never wrapped, whatever the
     terminal's width), trailing spaces removed."""
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     head = [h.upper() for h in headers] if upper else list(headers)
+    cells = [["<none>" if v is None else str(v) for v in r] for r in rows]
     table = Table(
         box=None,
         show_header=not no_headers,
@@ -167,10 +169,19 @@ def render_table(
     )
     for h in head:
         table.add_column(Text(h), no_wrap=True, overflow="ignore")
-    for r in rows:
-        table.add_row(*(Text("<none>" if v is None else str(v)) for v in r))
+    for r in cells:
+        table.add_row(*(Text(v) for v in r))
+    # wide enough for every line (nothing wraps), and no wider: rich lays out every line to
+    # the console's width, which costs time with a few hundred rows
+    widths = [cell_len(h) for h in head]
+    for r in cells:
+        widths = [max(w, cell_len(v)) for w, v in zip(widths, r, strict=False)]
     console = Console(
-        width=1_000_000, color_system=None, force_terminal=False, highlight=False, soft_wrap=True
+        width=sum(widths) + 3 * len(widths) + 8,
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        soft_wrap=True,
     )
     with console.capture() as captured:
         console.print(table)
