@@ -51,21 +51,18 @@ def demo_projection(work: Path) -> Path:
 
 
 def large_projection(path: Path, jobs: int = 100_000) -> dict[str, Any]:
-    """Fold the projector benchmark's synthetic log into `path` until it holds `jobs` jobs."""
-    from gpuledger import events as ev
-    from gpuledger.projections.bench import synthetic_log
-    from gpuledger.projections.store import rebuild
+    """Fold the projector benchmark's synthetic log into `path` until it holds `jobs` jobs
+    (in a child process: `python -m gpuledger.projections.bench jobs PATH N`)."""
+    import json
 
-    def until_jobs() -> Any:
-        n = 0
-        for m in synthetic_log(10**9):
-            if isinstance(m[2], ev.JobSubmitted):
-                n += 1
-                if n > jobs:
-                    return
-            yield m
-
-    return rebuild(until_jobs(), path)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuledger.projections.bench", "jobs", str(path), str(jobs)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"building the large projection failed: {done.stderr[-800:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def serve(db: Path) -> subprocess.Popen:
