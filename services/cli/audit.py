@@ -713,19 +713,25 @@ def jobs_command(
     path = db_path(db, data)
     filters: dict[str, Any] = {"state": state, "tenant": tenant, "tasks": tasks}
 
+    total: list[int] = []
+
+    def rows_and_total(con, **kw: Any) -> list[dict[str, Any]]:
+        rows = jobs_rows(con, **kw, limit=limit or None)
+        if limit and len(rows) >= limit and not total:  # one connection for both
+            total.append(jobs_count(con, **kw))
+        return rows
+
     def fetch() -> list[dict[str, Any]]:
-        return _query(path, jobs_rows, **filters, limit=limit or None)
+        return _query(path, rows_and_total, **filters)
 
     rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)
-    if limit and len(rows) >= limit:
-        total = _query(path, jobs_count, **filters)
-        if total > len(rows):
-            typer.echo(
-                f"(the {len(rows):,} most recently submitted of {total:,} jobs; "
-                "--limit 0 lists every job)",
-                err=True,
-            )
+    if total and total[0] > len(rows):
+        typer.echo(
+            f"(the {len(rows):,} most recently submitted of {total[0]:,} jobs; "
+            "--limit 0 lists every job)",
+            err=True,
+        )
     if not watch:
         return
     seen = {r["job_id"]: (r["state"], r.get("reason")) for r in rows}
