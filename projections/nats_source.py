@@ -539,7 +539,11 @@ async def run_projector(
         reads = None
         try:
             if serve_reads:
-                reads = _serve_reads(pj, db_path)
+                try:
+                    reads = _serve_reads(pj, db_path)
+                except OSError as exc:  # no socket here: readers open the file (read windows)
+                    slog.warning("projector.reads_not_served", db=str(db_path), error=str(exc))
+                    opts.release_when_idle = release_when_idle
             return await _Run(opts, pj, db_path, status, stop, nc.jetstream()).run()
         except ProjectionBusy as exc:
             if stop is None or not stop.is_set():
