@@ -9,8 +9,10 @@ already holds; they are skipped by sequence. On start the consumer is (re)positi
 the database's last sequence, so the database, not the consumer, decides where to resume.
 
 Readers: DuckDB lets one process write a file, or any number open it read-only, never both.
-The projector closes the file when idle, and when caught up after holding it `hold_s`
-it closes it for a `read_window_s` pause, so `gpuledger jobs/why/sql` get in under load.
+With `serve_reads` (as `up`, `run projector` and `project --follow` run it) the projector
+keeps the file and answers reads itself on a local socket (projections/serving.py), so no
+reader opens the file. Without it, the projector closes the file when idle, and when caught
+up after holding it `hold_s` it closes it for a `read_window_s` pause, so readers get in.
 A reader that holds the file (a notebook's read-only connection) blocks the next commit:
 the projector keeps its folded state, stops fetching, logs one `projector.blocked` line per
 attempt, retries with backoff and catches up when the reader leaves; it never dies of it.

@@ -1,5 +1,6 @@
-"""The read side of a projection file: opening it read-only, and the errors that say why it
-cannot be opened. Light on purpose (duckdb and the standard library only): `gpuledger jobs`,
+"""The read side of a projection file: reading it through the projector that serves it
+(projections/served.py) or else opening it read-only, and the errors that say why it cannot
+be opened. Light on purpose (duckdb and the standard library only): `gpuledger jobs`,
 `why`, `sql` and the UI import this, not the projector's writer (projections/store.py, which
 pulls in pyarrow and the mappers); store.py re-exports every name here.
 """
