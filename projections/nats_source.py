@@ -9,8 +9,10 @@ already holds; they are skipped by sequence. On start the consumer is (re)positi
 the database's last sequence, so the database, not the consumer, decides where to resume.
 
 Readers: DuckDB lets one process write a file, or any number open it read-only, never both.
-The projector closes the file when idle, and when caught up after holding it `hold_s`
-it closes it for a `read_window_s` pause, so `gpuledger jobs/why/sql` get in under load.
+With `serve_reads` (as `up`, `run projector` and `project --follow` run it) the projector
+keeps the file and answers reads itself on a local socket (projections/serving.py), so no
+reader opens the file. Without it, the projector closes the file when idle, and when caught
+up after holding it `hold_s` it closes it for a `read_window_s` pause, so readers get in.
 A reader that holds the file (a notebook's read-only connection) blocks the next commit:
 the projector keeps its folded state, stops fetching, logs one `projector.blocked` line per
 attempt, retries with backoff and catches up when the reader leaves; it never dies of it.
@@ -242,6 +244,223 @@ async def _bind_consumer(js, stream: str, durable: str, last_seq: int):
     raise AssertionError("unreachable: tenacity retries for ever")
 
 
+@dataclass
+class _Options:
+    """run_projector's tuning and hooks (see its docstring)."""
+
+    stream: str
+    durable: str
+    fetch_batch: int
+    fetch_timeout: float
+    commit_events: int
+    max_commit_delay_s: float
+    follow: bool
+    release_when_idle: bool
+    on_commit: Callable[[int], None] | None
+    before_ack: Callable[[int], None] | None
+    hold_s: float
+    read_window_s: float
+    on_gap: Callable[[str], None] | None
+    fetch_unavailable_wait_s: float
+
+
+class _Run:
+    """One run of the projector once NATS is connected and the database open: the fetch,
+    fold, commit and acknowledge loop, in named steps. Messages are acknowledged (AckAll)
+    only up to what is committed."""
+
+    def __init__(self, o: _Options, pj: Projector, db_path, status, stop, js) -> None:
+        self.o, self.pj, self.db_path, self.status, self.stop, self.js = (
+            o,
+            pj,
+            db_path,
+            status,
+            stop,
+            js,
+        )
+        self.opened = time.monotonic()  # when the database file was (re)opened
+        self.unacked: deque = deque()  # last message of each fetch not acknowledged yet
+        self.oldest: float | None = None  # when the oldest uncommitted fetch was folded
+        self.sub: Any = None
+
+    async def commit(self) -> int:
+        """Commit everything folded (waiting for it; retried while a reader holds the file)."""
+        if self.pj.store is None:
+            self.opened = time.monotonic()
+        seq = await _retry_busy(self.pj.commit, self.db_path, self.status, self.stop)
+        self.status.committed_seq = seq
+        self.oldest = None
+        return seq
+
+    async def ack(self, committed: int) -> None:
+        """Acknowledge every fetched message up to `committed` (AckAll on the last one)."""
+        last = None
+        while self.unacked and self.unacked[0].metadata.sequence.stream <= committed:
+            last = self.unacked.popleft()
+        if last is None:
+            return
+        if self.o.on_commit is not None:
+            self.o.on_commit(committed)
+        if self.o.before_ack is not None:
+            self.o.before_ack(committed)
+        await last.ack()  # AckAll: everything up to it
+
+    async def refuse(self, gap: SequenceGap) -> None:
+        """A hole in the log: say so once, then wait to be stopped (or raise without `stop`)."""
+        log.error("projector refusing to fold past a hole in the log: %s", gap)
+        st = self.status
+        st.state, st.detail, st.ready = "refusing", str(gap), True
+        if self.o.on_gap is not None:
+            self.o.on_gap(str(gap))
+        if self.stop is None:
+            raise gap
+        await self.stop.wait()
+
+    async def bind(self, last_seq: int) -> bool:
+        """(Re)bind the durable consumer from `last_seq`; False when stopped meanwhile."""
+        o = self.o
+        self.sub = await unless_stopped(
+            _bind_consumer(self.js, o.stream, o.durable, last_seq), self.stop
+        )
+        return self.sub is not None
+
+    async def idle(self) -> bool:
+        """A fetch came back empty: commit, let readers in, and check that the consumer is
+        still the projector's. False: end the loop."""
+        await self.ack(await self.commit())
+        if self.o.release_when_idle:
+            self.pj.release()  # let `gpuledger sql` open the file while we wait
+        if not self.o.follow:
+            return False
+        # everything folded is committed here; `pj` may have released the file
+        # (touching it would reopen it under a reader's lock): use the status
+        committed = self.status.committed_seq
+        if await _consumer_went_astray(self.js, self.o.stream, self.o.durable, committed):
+            # the stream moved, nothing came: recreate the consumer from the
+            # database's checkpoint and bind again
+            with contextlib.suppress(nats.errors.Error):
+                await self.sub.unsubscribe()
+            if not await self.bind(committed):
+                return False
+            self.unacked.clear()
+        return True
+
+    async def unavailable(self, exc: BaseException) -> None:
+        """A NATS node went away (the consumer's leader is being elected, or the client is
+        reconnecting): keep what is folded, fetch again shortly. Unacknowledged messages
+        are acknowledged with the next fetch's."""
+        slog.warning("projector.fetch_unavailable", error=repr(exc))
+        await self.commit()
+        await asyncio.sleep(self.o.fetch_unavailable_wait_s)
+
+    def fold(self, msgs: list) -> SequenceGap | None:
+        """Fold fetched messages up to a hole (returned); note the stream's last sequence."""
+        gap: SequenceGap | None = None
+        last_msg = None
+        for msg in msgs:
+            try:
+                self.pj.apply_raw(
+                    msg.metadata.sequence.stream,
+                    msg.subject,
+                    msg.data,
+                    received_ms=received_ms(msg),
+                )
+            except SequenceGap as exc:
+                gap = exc
+                break
+            last_msg = msg
+        if last_msg is not None:
+            self.unacked.append(last_msg)
+            md = last_msg.metadata
+            self.status.stream_seq = max(
+                self.status.stream_seq, md.sequence.stream + (md.num_pending or 0)
+            )
+        return gap
+
+    async def settle(self, caught_up: bool, gap: SequenceGap | None) -> None:
+        """After a fold: commit when caught up, at a hole or when the oldest folded fetch has
+        waited `max_commit_delay_s` (else acknowledge what background commits completed);
+        open a read window when caught up after holding the file `hold_s`."""
+        now = time.monotonic()
+        self.oldest = now if self.oldest is None else self.oldest
+        if gap is not None or caught_up or now - self.oldest >= self.o.max_commit_delay_s:
+            committed = await self.commit()  # everything folded so far, waited for
+        else:
+            committed = self.pj.committed()  # what background commits have completed
+        await self.ack(committed)
+        if (
+            self.o.release_when_idle
+            and caught_up
+            and gap is None
+            and self.pj.store is not None
+            and time.monotonic() - self.opened >= self.o.hold_s
+        ):
+            self.pj.release()  # a read window under steady traffic
+            await asyncio.sleep(self.o.read_window_s)
+
+    async def loop(self) -> int:
+        """Fetch, fold, commit and acknowledge until stopped (or drained without `follow`)."""
+        o, stop = self.o, self.stop
+        while stop is None or not stop.is_set():
+            try:
+                msgs = await self.sub.fetch(o.fetch_batch, timeout=o.fetch_timeout)
+            except (TimeoutError, NatsTimeout):
+                if not await self.idle():
+                    break
+                continue
+            except (
+                ServiceUnavailableError,
+                nats.errors.NoRespondersError,
+                nats.errors.ConnectionReconnectingError,
+            ) as exc:
+                await self.unavailable(exc)
+                continue
+            gap = self.fold(msgs)
+            await self.settle(len(msgs) < o.fetch_batch, gap)
+            if gap is not None:
+                await self.refuse(gap)
+                break
+        await self.ack(await self.commit())
+        return self.status.committed_seq
+
+    async def run(self) -> int:
+        """Bind the consumer, refuse a damaged stream, then `loop`."""
+        pj, o = self.pj, self.o
+        self.status.committed_seq = pj.last_seq
+        if not await self.bind(pj.last_seq):
+            return pj.last_seq  # stopped while NATS (or the stream) was unavailable
+        damage = damage_of((await self.js.stream_info(o.stream)).state, pj.last_seq)
+        if damage is not None:
+            await self.refuse(SequenceGap(pj.last_seq + 1, 0, damage))
+            return pj.last_seq
+        self.status.state, self.status.ready = "running", True
+        return await self.loop()
+
+
+def _serve_reads(pj: Projector, db_path):
+    """Start serving reads of the projector's database (projections/serving.py)."""
+    from gpuledger.projections.serving import ReadServer
+
+    assert pj.store is not None  # just opened
+    return ReadServer(pj.store.con, db_path).start()
+
+
+async def _close_connection(nc, bus: Bus) -> None:
+    # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
+    # the acks are plain publishes, so flushing them is enough before closing.
+    # A server that is down must not hold up a stop: bounded, then closed regardless.
+    try:
+        await nc.flush(timeout=2)
+    except (nats.errors.Error, TimeoutError, OSError) as exc:
+        log.warning(
+            "projector: acks not flushed on close (%r); they are redelivered "
+            "and skipped by sequence on the next start",
+            exc,
+        )
+    finally:
+        await bus.close(timeout_s=0)
+
+
 async def run_projector(
     url: str,
     db_path: str | Path,
@@ -263,6 +482,7 @@ async def run_projector(
     on_gap: Callable[[str], None] | None = None,
     connect_options: dict | None = None,
     fetch_unavailable_wait_s: float = 0.5,
+    serve_reads: bool = False,
 ) -> int:
     """Project the stream into `db_path` until `stop` is set (or, with `follow=False`, until
     the stream is drained). Returns the last committed sequence (0 when stopped before NATS
@@ -270,10 +490,34 @@ async def run_projector(
     delays commits (retried with backoff), never ends the projector. `connect_options` go to
     `Bus.connect` (a one-shot command passes `connect_attempts`).
 
+    With `serve_reads` the projector keeps the file open for good (no read windows) and
+    serves reads of it on a local socket (projections/serving.py): readers never open the
+    file, so none blocks it.
+
+    Group commit: a batch is committed when `commit_events` are folded (in the background,
+    while the next fetches are folded), when a fetch comes back short (caught up), or when
+    folded events have waited `max_commit_delay_s`.
+
     On a hole in the log (see the module doc) it commits everything before it, logs one
     error line and calls `on_gap(reason)` (status, health); then, with `stop`, it waits for
     `stop`, else it raises SequenceGap."""
     status = status if status is not None else ProjectorStatus()
+    opts = _Options(
+        stream=stream,
+        durable=durable,
+        fetch_batch=fetch_batch,
+        fetch_timeout=fetch_timeout,
+        commit_events=commit_events,
+        max_commit_delay_s=max_commit_delay_s,
+        follow=follow,
+        release_when_idle=release_when_idle and not serve_reads,
+        on_commit=on_commit,
+        before_ack=before_ack,
+        hold_s=hold_s,
+        read_window_s=read_window_s,
+        on_gap=on_gap,
+        fetch_unavailable_wait_s=fetch_unavailable_wait_s,
+    )
     with fewer_gc_passes():  # the fold allocates a lot
         # Retries with backoff until NATS answers (one log line per attempt); a stop request
         # while NATS is unreachable returns at once, having projected nothing.
@@ -284,10 +528,6 @@ async def run_projector(
             return 0
         status.bus = bus
         nc = bus.nc
-        # Group commit: a batch is committed when `commit_events` are folded (in the background,
-        # while the next fetches are folded), when a fetch comes back short (caught up), or when
-        # folded events have waited `max_commit_delay_s`. Messages are acknowledged (AckAll) only
-        # up to what is committed.
         try:
             pj = await _retry_busy(
                 lambda: Projector(db_path, batch_size=commit_events, pipeline=True),
@@ -298,133 +538,15 @@ async def run_projector(
         except BaseException:
             await nc.close()
             raise
-        opened = time.monotonic()  # when the database file was (re)opened
-
-        async def commit() -> int:
-            nonlocal opened
-            if pj.store is None:
-                opened = time.monotonic()
-            seq = await _retry_busy(pj.commit, db_path, status, stop)
-            status.committed_seq = seq
-            return seq
-
+        reads = None
         try:
-            status.committed_seq = pj.last_seq
-            js = nc.jetstream()
-
-            async def refuse(gap: SequenceGap) -> None:
-                log.error("projector refusing to fold past a hole in the log: %s", gap)
-                status.state, status.detail, status.ready = "refusing", str(gap), True
-                if on_gap is not None:
-                    on_gap(str(gap))
-                if stop is None:
-                    raise gap
-                await stop.wait()
-
-            sub = await unless_stopped(_bind_consumer(js, stream, durable, pj.last_seq), stop)
-            if sub is None:
-                return pj.last_seq  # stopped while NATS (or the stream) was unavailable
-            damage = damage_of((await js.stream_info(stream)).state, pj.last_seq)
-            if damage is not None:
-                await refuse(SequenceGap(pj.last_seq + 1, 0, damage))
-                return pj.last_seq
-            status.state, status.ready = "running", True
-            unacked: deque = deque()  # last message of each fetch not acknowledged yet
-            oldest: float | None = None  # when the oldest uncommitted fetch was folded
-
-            async def ack(committed: int) -> None:
-                last = None
-                while unacked and unacked[0].metadata.sequence.stream <= committed:
-                    last = unacked.popleft()
-                if last is None:
-                    return
-                if on_commit is not None:
-                    on_commit(committed)
-                if before_ack is not None:
-                    before_ack(committed)
-                await last.ack()  # AckAll: everything up to it
-
-            while stop is None or not stop.is_set():
+            if serve_reads:
                 try:
-                    msgs = await sub.fetch(fetch_batch, timeout=fetch_timeout)
-                except (TimeoutError, NatsTimeout):
-                    await ack(await commit())
-                    oldest = None
-                    if release_when_idle:
-                        pj.release()  # let `gpuledger sql` open the file while we wait
-                    if not follow:
-                        break
-                    # everything folded is committed here; `pj` may have released the file
-                    # (touching it would reopen it under a reader's lock): use the status
-                    committed = status.committed_seq
-                    if await _consumer_went_astray(js, stream, durable, committed):
-                        # the stream moved, nothing came: recreate the consumer from the
-                        # database's checkpoint and bind again
-                        with contextlib.suppress(nats.errors.Error):
-                            await sub.unsubscribe()
-                        sub = await unless_stopped(
-                            _bind_consumer(js, stream, durable, committed), stop
-                        )
-                        if sub is None:
-                            break
-                        unacked.clear()
-                    continue
-                except (
-                    ServiceUnavailableError,
-                    nats.errors.NoRespondersError,
-                    nats.errors.ConnectionReconnectingError,
-                ) as exc:
-                    # A NATS node went away (the consumer's leader is being elected, or the
-                    # client is reconnecting): keep what is folded, fetch again shortly.
-                    # Unacknowledged messages are acknowledged with the next fetch's.
-                    slog.warning("projector.fetch_unavailable", error=repr(exc))
-                    await commit()
-                    oldest = None
-                    await asyncio.sleep(fetch_unavailable_wait_s)
-                    continue
-                gap: SequenceGap | None = None
-                last_msg = None
-                for msg in msgs:
-                    try:
-                        pj.apply_raw(
-                            msg.metadata.sequence.stream,
-                            msg.subject,
-                            msg.data,
-                            received_ms=received_ms(msg),
-                        )
-                    except SequenceGap as exc:
-                        gap = exc
-                        break
-                    last_msg = msg
-                if last_msg is not None:
-                    unacked.append(last_msg)
-                    md = last_msg.metadata
-                    status.stream_seq = max(
-                        status.stream_seq, md.sequence.stream + (md.num_pending or 0)
-                    )
-                now = time.monotonic()
-                oldest = now if oldest is None else oldest
-                caught_up = len(msgs) < fetch_batch
-                if gap is not None or caught_up or now - oldest >= max_commit_delay_s:
-                    committed = await commit()  # everything folded so far, waited for
-                    oldest = None
-                else:
-                    committed = pj.committed()  # what background commits have completed
-                await ack(committed)
-                if (
-                    release_when_idle
-                    and caught_up
-                    and gap is None
-                    and pj.store is not None
-                    and time.monotonic() - opened >= hold_s
-                ):
-                    pj.release()  # a read window under steady traffic
-                    await asyncio.sleep(read_window_s)
-                if gap is not None:
-                    await refuse(gap)
-                    break
-            await ack(await commit())
-            return status.committed_seq
+                    reads = _serve_reads(pj, db_path)
+                except OSError as exc:  # no socket here: readers open the file (read windows)
+                    slog.warning("projector.reads_not_served", db=str(db_path), error=str(exc))
+                    opts.release_when_idle = release_when_idle
+            return await _Run(opts, pj, db_path, status, stop, nc.jetstream()).run()
         except ProjectionBusy as exc:
             if stop is None or not stop.is_set():
                 raise
@@ -436,17 +558,7 @@ async def run_projector(
             return status.committed_seq
         finally:
             status.state = "stopped"
+            if reads is not None:
+                reads.close()
             pj.close()
-            # drain() waits for the pull subscription's outstanding fetch (up to its timeout);
-            # the acks are plain publishes, so flushing them is enough before closing.
-            # A server that is down must not hold up a stop: bounded, then closed regardless.
-            try:
-                await nc.flush(timeout=2)
-            except (nats.errors.Error, TimeoutError, OSError) as exc:
-                log.warning(
-                    "projector: acks not flushed on close (%r); they are redelivered "
-                    "and skipped by sequence on the next start",
-                    exc,
-                )
-            finally:
-                await bus.close(timeout_s=0)
+            await _close_connection(nc, bus)

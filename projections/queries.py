@@ -271,7 +271,7 @@ def service_report(con, job_id: str, job: dict[str, Any]) -> dict[str, Any] | No
 REPLICAS_UP = """services AS (
     SELECT regexp_extract(job_id, '^(.+)~[0-9]+$', 1) AS job_id,
            count(*) FILTER (WHERE state IN ('running', 'preempting')) AS replicas_up
-    FROM jobs WHERE regexp_matches(job_id, '~[0-9]+$') GROUP BY 1)"""
+    FROM jobs WHERE contains(job_id, '~') AND regexp_matches(job_id, '~[0-9]+$') GROUP BY 1)"""
 """A CTE `services`: per service (`kind: service`, whose replicas are `<service>~<i>`; user
 job ids may not hold `~`), its replicas placed now. The service's own `state` is the fold's:
 `running` while this is at least 1, else `pending`."""
@@ -283,7 +283,7 @@ ARRAY_TASKS = """arrays AS (
            count(*) FILTER (WHERE state = 'completed') AS tasks_completed,
            count(*) FILTER (WHERE state IN ('failed', 'timeout')) AS tasks_failed,
            count(*) FILTER (WHERE state = 'cancelled') AS tasks_cancelled
-    FROM jobs WHERE regexp_matches(job_id, '@[0-9]+$') GROUP BY 1)"""
+    FROM jobs WHERE contains(job_id, '@') AND regexp_matches(job_id, '@[0-9]+$') GROUP BY 1)"""
 """A CTE `arrays`: per array job (whose tasks are `<array>@<i>`; user job ids may not hold
 `@`), its tasks counted by state."""
 
@@ -312,32 +312,68 @@ def job_state_text(row: dict[str, Any]) -> str:
     return f"{state} {up}/{row.get('replicas') or 0}"
 
 
-def jobs_rows(
-    con, *, state: str | None = None, tenant: str | None = None, tasks: bool = False
-) -> list[dict[str, Any]]:
-    """Rows of `jobs` (an array job once, its tasks counted, unless `tasks`)."""
+def _jobs_where(
+    state: str | None, tenant: str | None, tasks: bool, prefix: str = ""
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (with its arguments) of `jobs_rows` and `jobs_count`."""
     where, args = [], []
     if not tasks:
-        where.append("NOT regexp_matches(j.job_id, '@[0-9]+$')")
+        # `contains` first: it is much cheaper than the regular expression on every id
+        where.append(
+            f"NOT (contains({prefix}job_id, '@') AND regexp_matches({prefix}job_id, '@[0-9]+$'))"
+        )
     if state:
-        where.append("j.state = ?")
+        where.append(f"{prefix}state = ?")
         args.append(state)
     if tenant:
-        where.append("(j.tenant = ? OR starts_with(j.tenant, ?))")  # no LIKE: `_` is literal
+        # no LIKE: `_` is literal
+        where.append(f"({prefix}tenant = ? OR starts_with({prefix}tenant, ?))")
         args += [tenant, tenant.rstrip("/") + "/"]
+    return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
+def jobs_rows(
+    con,
+    *,
+    state: str | None = None,
+    tenant: str | None = None,
+    tasks: bool = False,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of `jobs` (an array job once, its tasks counted, unless `tasks`), oldest
+    submission first; with `limit`, only the `limit` most recently submitted (same order: a
+    job not submitted yet counts as the newest)."""
+    where, args = _jobs_where(state, tenant, tasks, "j.")
+    chosen = "jobs"
+    if limit is not None:
+        chosen = (
+            f"(SELECT * FROM jobs j{where} ORDER BY j.submitted_at_ms DESC NULLS FIRST,"
+            f" j.job_id DESC LIMIT {int(limit)})"
+        )
+        args = args * 2
+    # members placed now, per allocation: only live allocations are aggregated (a join, not
+    # a subquery per job: the allocations table holds every allocation ever made)
     q = (
-        f"WITH {REPLICAS_UP}, {ARRAY_TASKS} "
-        "SELECT j.*, c.now_ms, (SELECT string_agg(DISTINCT a.node, ',' ORDER BY a.node) "
-        "FROM allocations a WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL)"
-        " AS nodes, (SELECT count(DISTINCT a.rank) FROM allocations a"
-        " WHERE a.allocation_id = j.allocation_id AND a.ended_at_ms IS NULL) AS members_up,"
+        f"WITH {REPLICAS_UP}, {ARRAY_TASKS}, live AS (SELECT allocation_id,"
+        " string_agg(DISTINCT node, ',' ORDER BY node) AS nodes,"
+        " count(DISTINCT rank) AS members_up FROM allocations WHERE ended_at_ms IS NULL"
+        " GROUP BY allocation_id) "
+        "SELECT j.*, c.now_ms, l.nodes, coalesce(l.members_up, 0) AS members_up,"
         " s.replicas_up, r.tasks, r.tasks_running, r.tasks_completed, r.tasks_failed,"
-        " r.tasks_cancelled FROM jobs j CROSS JOIN clock c LEFT JOIN services s USING (job_id)"
-        " LEFT JOIN arrays r USING (job_id)"
-        + (" WHERE " + " AND ".join(where) if where else "")
-        + " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
+        f" r.tasks_cancelled FROM {chosen} j CROSS JOIN clock c LEFT JOIN services s"
+        " USING (job_id) LEFT JOIN arrays r USING (job_id)"
+        f" LEFT JOIN live l ON l.allocation_id = j.allocation_id{where}"
+        " ORDER BY j.submitted_at_ms NULLS LAST, j.job_id"
     )
     return [parse_json_fields(r, "details") for r in records(con.execute(q, args))]
+
+
+def jobs_count(
+    con, *, state: str | None = None, tenant: str | None = None, tasks: bool = False
+) -> int:
+    """How many rows `jobs_rows` lists without a limit."""
+    where, args = _jobs_where(state, tenant, tasks)
+    return con.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
 
 
 def nodes_rows(con) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""The read side of a projection file: opening it read-only, and the errors that say why it
-cannot be opened. Light on purpose (duckdb and the standard library only): `gpuledger jobs`,
+"""The read side of a projection file: reading it through the projector that serves it
+(projections/served.py) or else opening it read-only, and the errors that say why it cannot
+be opened. Light on purpose (duckdb and the standard library only): `gpuledger jobs`,
 `why`, `sql` and the UI import this, not the projector's writer (projections/store.py, which
 pulls in pyarrow and the mappers); store.py re-exports every name here.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -76,13 +78,22 @@ def is_damage(exc: BaseException) -> bool:
 
 
 def connect_readonly(
-    path: str | Path, *, wait_s: float = 10.0, poll_s: float = 0.05
-) -> duckdb.DuckDBPyConnection:
-    """Open a projection for reading. A live projector holds the file only while it writes
-    and opens a read window at least every few seconds when caught up; retry every `poll_s`
-    for up to `wait_s` seconds, then raise ProjectionBusy (it may be catching up a backlog,
-    or another process holds the file)."""
+    path: str | Path, *, wait_s: float = 10.0, poll_s: float = 0.05, served: bool = True
+) -> Any:
+    """Open a projection for reading. When a projector writes `path` and serves reads of it
+    (projections/serving.py), a connection through it (`execute`, `close`: the queries'
+    subset of DuckDB's API; nothing opens the file). Otherwise the file read-only: a
+    projector that does not serve reads holds the file only while it writes and opens a read
+    window at least every few seconds when caught up; retry every `poll_s` for up to
+    `wait_s` seconds, then raise ProjectionBusy (it may be catching up a backlog, or another
+    process holds the file)."""
     path = Path(path)
+    if served:
+        from gpuledger.projections.served import connect_served
+
+        con = connect_served(path)
+        if con is not None:
+            return con
     if not path.exists():
         raise ProjectionError(
             f"no projection at {path}: run `gpuledger project --log FILE` or `gpuledger up` first"

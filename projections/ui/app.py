@@ -1,9 +1,10 @@
 """The dashboard's web app (Starlette): read-only pages over the DuckDB projection.
 
-Readers never disturb the projector: every page opens the file read-only, reads, and closes it
-at once (one connection at a time, waiting at most a few seconds for the projector's read
-window, else 503 and the page retries); the live feed (`/api/seq`, server-sent events) looks at
-the file's size and modification time and opens it only when they change."""
+Readers never disturb the projector: every page reads through the projector when one serves
+the file (projections/served.py), else opens the file read-only, reads, and closes it at once
+(one connection at a time, waiting at most a few seconds, else 503 and the page retries); the
+live feed (`/api/seq`, server-sent events) looks at the file's size and modification time and
+reads only when they change."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ CSP = (
 
 
 class Reader:
-    """Short read-only connections to one projection file, one at a time."""
+    """Short read-only connections to one projection file (through its projector when one
+    serves it), one at a time."""
 
     def __init__(self, path: str | Path, wait_s: float = 5.0) -> None:
         self.path = Path(path)

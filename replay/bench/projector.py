@@ -437,9 +437,30 @@ def _peak_rss_mb() -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
-if __name__ == "__main__":  # python -m gpuledger.replay.bench.projector
+def jobs_projection(path: str | Path, jobs: int = 100_000) -> dict[str, Any]:
+    """Fold `synthetic_log` into `path` until it holds `jobs` jobs (`gpuledger bench cli`'s
+    large projection); the rebuild's statistics."""
+
+    def until_jobs() -> Iterator[tuple[int, str, ev.Event]]:
+        n = 0
+        for m in synthetic_log(10**9):
+            if isinstance(m[2], ev.JobSubmitted):
+                n += 1
+                if n > jobs:
+                    return
+            yield m
+
+    return rebuild(until_jobs(), path)
+
+
+if __name__ == "__main__":
+    # python -m gpuledger.replay.bench.projector [EVENTS]: the projector benchmark;
+    # python -m gpuledger.replay.bench.projector jobs PATH N: a projection of N synthetic jobs
     import json
     import sys
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    print(json.dumps(run(rebuild_events=n), indent=2))
+    if sys.argv[1:2] == ["jobs"]:
+        print(json.dumps(jobs_projection(sys.argv[2], int(sys.argv[3]))))
+    else:
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+        print(json.dumps(run(rebuild_events=n), indent=2))

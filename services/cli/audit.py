@@ -21,6 +21,7 @@ from gpuledger.projections.queries import (
     UnknownJob,
     gpus_text,
     job_state_text,
+    jobs_count,
     jobs_rows,
     nodes_rows,
     preemption_outlook,
@@ -31,6 +32,8 @@ from gpuledger.services.cli.common import fail
 
 DEFAULT_DATA = Path(".gpuledger")
 DB_NAME = "projection.duckdb"
+JOBS_LIMIT = 100
+"""`gpuledger jobs` lists at most this many jobs unless told otherwise (`--limit`)."""
 
 
 class Output(StrEnum):
@@ -61,9 +64,17 @@ def db_path(db: Path | None, data: Path | None) -> Path:
 
 
 def _connect(path: Path):
-    """A read-only connection (waiting up to 10 s for the projector's read window); exit 4
-    with who holds the file when it stays busy; a warning on stderr when the projection is
-    behind the stream (per `gpuledger up`'s status file next to it)."""
+    """A read-only connection: through the projector that writes `path` when one runs
+    (projections/served.py; duckdb is not even imported then), else the file opened
+    read-only (nobody writes it; waiting up to 10 s, then exit 4 naming who holds it). A
+    warning on stderr when the projection is behind the stream (per `gpuledger up`'s status
+    file next to it)."""
+    from gpuledger.projections.served import connect_served
+
+    served = connect_served(path)
+    if served is not None:
+        _warn_if_stale(served, path)
+        return served
     from gpuledger.projections.reading import ProjectionBusy, ProjectionError, connect_readonly
 
     try:
@@ -99,13 +110,13 @@ def _warn_if_stale(con, path: Path) -> None:
 def _undamaged(path: Path):
     """A query over a truncated or garbled projection file ends the command with one line
     naming the file and `gpuledger project --rebuild`, never a traceback."""
-    import duckdb
-
-    from gpuledger.projections.reading import damaged, is_damage
-
     try:
         yield
-    except duckdb.Error as exc:
+    except Exception as exc:
+        if "duckdb" not in sys.modules:  # a read through the projector: no file was read here
+            raise
+        from gpuledger.projections.reading import damaged, is_damage
+
         if not is_damage(exc):
             raise
         fail(str(damaged(path, str(exc).removeprefix("IO Error: "))))
@@ -138,9 +149,35 @@ def humanize_ms(ms: int | float | None) -> str:
 def render_table(
     headers: list[str], rows: list[list[Any]], *, no_headers: bool = False, upper: bool = True
 ) -> str:
-    """Aligned columns with upper-case headers, like kubectl: rendered by rich (no box, three
-    spaces between columns, cells as plain text, never markup; never wrapped, whatever the
-    terminal's width), trailing spaces removed."""
+    """Aligned columns with upper-case headers, like kubectl: the layout of a rich table with
+    no box, three spaces between columns, cells as plain text (never markup) and never
+    wrapped, whatever the terminal's width; trailing spaces removed. Cell widths are rich's
+    (`cell_len`: wide characters count twice). Laid out here rather than by rich's Table,
+    which takes about a millisecond per row: `render_table_rich` is the specification, and a
+    test holds the two equal."""
+    from rich.cells import cell_len
+
+    head = [h.upper() for h in headers] if upper else list(headers)
+    lines = [] if no_headers else [head]
+    lines += [["<none>" if v is None else str(v) for v in r] for r in rows]
+    if not lines:
+        return ""
+    if any(not v.isprintable() for r in lines for v in r):
+        return render_table_rich(headers, rows, no_headers=no_headers, upper=upper)  # \n, \t
+    widths = [0] * len(head)
+    for r in lines:
+        widths = [max(w, cell_len(v)) for w, v in zip(widths, r, strict=True)]
+    out = []
+    for r in lines:
+        cells = [v + " " * (w - cell_len(v)) for v, w in zip(r, widths, strict=True)]
+        out.append("   ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def render_table_rich(
+    headers: list[str], rows: list[list[Any]], *, no_headers: bool = False, upper: bool = True
+) -> str:
+    """`render_table` as rich lays it out (the specification of its layout; slower)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -304,6 +341,9 @@ def _sql_parquet(path: Path, query: str, to: Path | None) -> None:
     if to is None and sys.stdout.isatty():
         fail("-o parquet is binary: pass --to FILE, or redirect stdout to a file or a pipe", 2)
     con = _connect(path)
+    if getattr(con, "served", False):
+        _served_parquet(con, query, to)
+        return
     try:
         with tempfile.TemporaryDirectory(prefix="gpuledger-sql-") as tmp:
             target = Path(tmp) / "result.parquet" if to is None else to
@@ -318,6 +358,28 @@ def _sql_parquet(path: Path, query: str, to: Path | None) -> None:
                 sys.stdout.buffer.flush()
     finally:
         con.close()
+
+
+def _served_parquet(con, query: str, to: Path | None) -> None:
+    """`sql -o parquet` through the projector: its Arrow answer written as Parquet here."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pa.ipc.open_stream(con.arrow_ipc(query.rstrip().rstrip(";"))).read_all()
+    except duckdb.Error as exc:
+        fail("query failed: " + " ".join(str(exc).split()))
+    finally:
+        con.close()
+    if to is not None:
+        pq.write_table(table, to)
+        return
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(sink.getvalue().to_pybytes())
+    sys.stdout.buffer.flush()
 
 
 # ---------------------------------------------------------------- why
@@ -642,15 +704,39 @@ def jobs_command(
     interval: Annotated[
         float, typer.Option("--interval", help="Seconds between polls with --watch.")
     ] = 1.0,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit",
+            min=0,
+            help="At most this many jobs, the most recently submitted (0: every job); a line "
+            "on stderr says how many were left out.",
+        ),
+    ] = JOBS_LIMIT,
 ) -> None:
-    """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON."""
+    """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON (oldest submission first)."""
     path = db_path(db, data)
+    filters: dict[str, Any] = {"state": state, "tenant": tenant, "tasks": tasks}
+
+    total: list[int] = []
+
+    def rows_and_total(con, **kw: Any) -> list[dict[str, Any]]:
+        rows = jobs_rows(con, **kw, limit=limit or None)
+        if limit and len(rows) >= limit and not total:  # one connection for both
+            total.append(jobs_count(con, **kw))
+        return rows
 
     def fetch() -> list[dict[str, Any]]:
-        return _query(path, jobs_rows, state=state, tenant=tenant, tasks=tasks)
+        return _query(path, rows_and_total, **filters)
 
     rows = fetch()
     _print_rows(rows, _job_table, output, no_headers)
+    if total and total[0] > len(rows):
+        typer.echo(
+            f"(the {len(rows):,} most recently submitted of {total[0]:,} jobs; "
+            "--limit 0 lists every job)",
+            err=True,
+        )
     if not watch:
         return
     seen = {r["job_id"]: (r["state"], r.get("reason")) for r in rows}
@@ -856,6 +942,7 @@ def project_command(
                         path,
                         follow=follow,
                         connect_options={**once, **access.options()},
+                        serve_reads=follow,
                     )
                 )
             except KeyboardInterrupt:

@@ -179,6 +179,7 @@ class Cluster:
                             stop=self.stop,
                             status=ps,
                             connect_options=self._options("projector"),
+                            serve_reads=True,
                         ),
                         self.stop,
                     )
@@ -581,6 +582,7 @@ def serve_projector(access, data: Path, collector=None) -> None:
                 stop=stop,
                 status=status,
                 connect_options=access.options(),
+                serve_reads=True,
             )
         finally:
             if beat is not None:

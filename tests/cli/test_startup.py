@@ -110,6 +110,27 @@ def test_jobs_imports_duckdb_and_the_read_side_only(projection):
     assert loaded(modules, ("gpuledger.services.cli.main", "gpuledger.services.cli.live")) == []
 
 
+def test_jobs_through_a_running_projector_imports_no_database_library(tmp_path):
+    from gpuledger.projections.serving import ReadServer
+    from gpuledger.projections.store import Projector
+
+    sim = simulate(load(ROOT / "examples" / "three-jobs.yaml"))
+    db = tmp_path / "projection.duckdb"
+    with Projector(db) as pj:
+        pj.run(sim.log)
+        server = ReadServer(pj.store.con, db).start()
+        try:
+            modules, done = modules_after("jobs", "--db", str(db))
+        finally:
+            server.close()
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) > 1
+    assert loaded(modules, HEAVY) == []
+    assert loaded(modules, OWN_HEAVY) == []
+    assert "gpuledger.projections.served" in modules
+    assert "gpuledger.projections.reading" not in modules
+
+
 @pytest.mark.parametrize("name", sorted(LIGHT))
 def test_a_light_command_is_the_same_command_as_in_the_tree(name):
     import typer
@@ -131,7 +152,7 @@ def test_a_light_command_is_the_same_command_as_in_the_tree(name):
 def test_bench_cli_reports_the_two_start_up_figures_next_to_the_interpreter(projection):
     done = subprocess.run(
         [sys.executable, "-m", "gpuledger.services.cli", "bench", "cli", "--runs", "1"]
-        + ["--db", str(projection), "--json"],
+        + ["--db", str(projection), "--large-jobs", "0", "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,

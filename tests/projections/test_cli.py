@@ -63,6 +63,18 @@ def test_jobs_table_and_formats(data):
     assert "MESSAGE" in r.output.splitlines()[0]
 
 
+def test_jobs_limit_keeps_the_newest_in_order_and_says_how_many_were_left_out(data):
+    every = json.loads(run("jobs", "-o", "json", "--limit", "0", data=data).output)
+    newest = sorted(every, key=lambda j: (j["submitted_at_ms"], j["job_id"]))[-2:]
+    r = runner.invoke(app, ["jobs", "-o", "json", "--limit", "2", "--data", str(data / "data")])
+    assert r.exit_code == 0
+    shown = json.loads(r.stdout)
+    assert [j["job_id"] for j in shown] == [j["job_id"] for j in newest]
+    assert f"the 2 most recently submitted of {len(every)} jobs" in r.stderr
+    r = runner.invoke(app, ["jobs", "--limit", str(len(every)), "--data", str(data / "data")])
+    assert r.exit_code == 0 and "most recently submitted" not in r.stderr
+
+
 def test_nodes_and_tenants(data):
     r = run("nodes", data=data)
     assert r.output.splitlines()[0].split()[:5] == ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE"]

@@ -1,0 +1,338 @@
+"""The projector serves reads of the database it writes (docs/reads.md).
+
+DuckDB lets one process hold a file for writing and no other process open it at the same
+time, so readers that open the file pause the writer. Instead the projector keeps its file
+open and answers queries on cursors of its own database: DuckDB's MVCC gives every read a
+consistent snapshot of what was committed before it started, and a read never takes a lock
+the writer needs. Reads go over HTTP/1.1 on a Unix domain socket, mode 0600 (the file
+system is the authentication: only the projector's user may connect), named with the
+server's pid in `<db>.reads.json` (written atomically, removed on close); the client is
+projections/served.py.
+
+Invariants: only read-only statements run (each statement of a query is classified by
+DuckDB's parser; SELECT, EXPLAIN without ANALYZE and a few inspection PRAGMAs pass, anything
+else is a 400 naming its type), inside a transaction that is always rolled back; parameters
+are bound, never formatted; at most `readers` reads run at once (one pooled cursor each; a
+further one waits `wait_s`, then 503), each is interrupted after `timeout_s` (504) and
+answers at most `max_rows` rows (413). Reads run in the server's threads, never in the
+projector's commit loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import logging
+import os
+import queue
+import re
+import shutil
+import socketserver
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+
+from gpuledger.projections.served import CONTENT_TYPE, PATH, descriptor_path
+
+log = logging.getLogger("gpuledger.projector.reads")
+
+ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+SAFE_PRAGMAS = re.compile(
+    r"\s*pragma\s+(table_info|show_tables|show_tables_expanded|show|version|database_size|"
+    r"storage_info|functions|platform)\b[^=;]*;?\s*$",
+    re.IGNORECASE,
+)
+EXPLAIN_ANALYZE = re.compile(r"\s*explain\s+analy[sz]e\b", re.IGNORECASE)
+MAX_SOCKET_PATH = 100
+"""AF_UNIX paths are limited to 108 bytes; a longer data dir gets its socket in a private
+temporary directory instead (named in the descriptor all the same)."""
+
+
+class Refused(ValueError):
+    """A statement that is not a read."""
+
+
+def check_read_only(sql: str) -> None:
+    """Raise Refused unless every statement of `sql` only reads (see the module doc)."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise Refused(" ".join(str(exc).split())) from None
+    if not statements:
+        raise Refused("no statement")
+    for st in statements:
+        text = st.query
+        if st.type == duckdb.StatementType.PRAGMA and SAFE_PRAGMAS.match(text):
+            continue
+        if st.type not in ALLOWED or EXPLAIN_ANALYZE.match(text):
+            kind = "EXPLAIN ANALYZE" if EXPLAIN_ANALYZE.match(text) else st.type.name
+            raise Refused(f"read-only: {kind} statements are not served (only queries)")
+
+
+def _enc_hook(v: Any) -> Any:
+    return str(v)
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+
+
+class _Answer(Exception):
+    def __init__(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None):
+        super().__init__(body.get("error"))
+        self.status, self.body, self.headers = status, body, headers or {}
+
+
+class ReadServer:
+    """Serve read-only queries on cursors of `con` (the projector's connection) until
+    `close()`. `start()` binds the socket and writes the descriptor."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        db_path: str | Path,
+        *,
+        readers: int = 2,
+        wait_s: float = 5.0,
+        timeout_s: float = 10.0,
+        max_rows: int = 1_000_000,
+    ) -> None:
+        self.db_path = Path(db_path)
+        self.wait_s, self.timeout_s, self.max_rows = wait_s, timeout_s, max_rows
+        self._cursors: queue.Queue = queue.Queue()
+        for _ in range(max(1, readers)):
+            self._cursors.put(con.cursor())
+        self._con = con
+        self._server: socketserver.UnixStreamServer | None = None
+        self._thread: threading.Thread | None = None
+        self._private_dir: str | None = None
+        self.socket_path = ""
+        self.served = 0
+        """Reads answered (any status)."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _bind_path(self) -> str:
+        own = str(self.db_path.with_name(self.db_path.name + ".sock"))
+        if len(os.fsencode(own)) <= MAX_SOCKET_PATH:
+            return own
+        self._private_dir = tempfile.mkdtemp(prefix="gpuledger-reads-")
+        return os.path.join(self._private_dir, "reads.sock")
+
+    def start(self) -> ReadServer:
+        path = self._bind_path()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a crashed projector's: this process holds the file's write lock
+        handler = _handler(self)
+        old = os.umask(0o177)
+        try:
+            server = _Server(path, handler)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._server, self.socket_path = server, path
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="projector-reads"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+        desc = descriptor_path(self.db_path)
+        tmp = desc.with_name(desc.name + ".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "socket": path,
+                    "pid": os.getpid(),
+                    "db": str(self.db_path.resolve()),
+                    "started_at_ms": int(time.time() * 1000),
+                }
+            )
+        )
+        os.replace(tmp, desc)
+        log.info("serving reads of %s on %s", self.db_path, path)
+        return self
+
+    def close(self) -> None:
+        """Stop answering (reads in progress finish first), remove the descriptor and the
+        socket, close the cursors. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        desc = descriptor_path(self.db_path)
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(desc.read_text()).get("socket") == self.socket_path:
+                desc.unlink()
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + 5)
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+        while True:
+            try:
+                cur = self._cursors.get_nowait()
+            except queue.Empty:
+                break
+            with contextlib.suppress(duckdb.Error):
+                cur.close()
+
+    # ------------------------------------------------------------------ one read
+
+    def answer(self, body: bytes) -> tuple[int, bytes, str, dict[str, str]]:
+        """One request body to (status, body, content type, headers)."""
+        try:
+            req = msgspec.msgpack.decode(body)
+            if not isinstance(req, dict) or not isinstance(req.get("sql"), str):
+                raise _Answer(400, {"error": "a request is {sql, params?, format?}"})
+            if self._server is None:
+                raise _Answer(503, {"error": "the projector is stopping"}, {"Retry-After": "1"})
+            sql, params = req["sql"], req.get("params") or []
+            if not isinstance(params, list):
+                raise _Answer(400, {"error": "params must be a list"})
+            try:
+                check_read_only(sql)
+            except Refused as exc:
+                raise _Answer(400, {"error": str(exc), "kind": "PermissionException"}) from None
+            return self._run(sql, params, arrow=req.get("format") == "arrow")
+        except _Answer as ans:
+            return ans.status, _encoder.encode(ans.body), CONTENT_TYPE, ans.headers
+        except msgspec.DecodeError:
+            return 400, _encoder.encode({"error": "not msgpack"}), CONTENT_TYPE, {}
+        finally:
+            self.served += 1
+
+    def _run(self, sql: str, params: list, *, arrow: bool) -> tuple[int, bytes, str, dict]:
+        try:
+            cur = self._cursors.get(timeout=self.wait_s)
+        except queue.Empty:
+            raise _Answer(
+                503, {"error": "the projector is busy with other reads"}, {"Retry-After": "1"}
+            ) from None
+        try:
+            return self._on(cur, sql, params, arrow=arrow)
+        finally:
+            self._cursors.put(cur)
+
+    def _on(self, cur, sql: str, params: list, *, arrow: bool) -> tuple[int, bytes, str, dict]:
+        timer = threading.Timer(self.timeout_s, cur.interrupt)
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            timer.start()
+            try:
+                if arrow:
+                    table = cur.sql(sql, params=params or None).to_arrow_table()
+                    return 200, _arrow_ipc(table), "application/x-arrow", {}
+                res = cur.execute(sql, params or None)
+                cols = [d[0] for d in res.description or []]
+                types = [str(d[1]) for d in res.description or []]
+                rows = res.fetchmany(self.max_rows + 1) if cols else []
+            finally:
+                timer.cancel()
+        except duckdb.InterruptException:
+            raise _Answer(
+                504, {"error": f"the read ran longer than {self.timeout_s:g}s and was stopped"}
+            ) from None
+        except duckdb.Error as exc:
+            raise _Answer(400, {"error": str(exc), "kind": type(exc).__name__}) from None
+        finally:
+            _rollback(cur)
+        if len(rows) > self.max_rows:
+            raise _Answer(413, {"error": f"more than {self.max_rows:,} rows: add a LIMIT"})
+        return 200, _encoder.encode({"cols": cols, "types": types, "rows": rows}), CONTENT_TYPE, {}
+
+
+def _rollback(cur) -> None:
+    """End the read's transaction (a read never commits anything); an interrupt that arrived
+    just as the read ended may hit the first ROLLBACK: try once more."""
+    for _ in range(2):
+        try:
+            cur.execute("ROLLBACK")
+            return
+        except duckdb.Error:
+            continue
+
+
+def _arrow_ipc(table) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+def _handler(server: ReadServer) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "gpuledger-projector"
+
+        def address_string(self) -> str:  # a Unix socket has no client address
+            return "local"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("read: " + format, *args)
+
+        def do_POST(self) -> None:
+            if self.path != PATH:
+                self._send(404, _encoder.encode({"error": f"no {self.path}"}), CONTENT_TYPE, {})
+                return
+            n = int(self.headers.get("Content-Length") or 0)
+            self._send(*server.answer(self.rfile.read(n)))
+
+        def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str]) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m gpuledger.projections.serving DB`: hold DB as its writer (as a projector
+    does, folding nothing) and serve reads of it until stdin closes or SIGTERM; prints
+    `serving <socket>` once ready. For benchmarks (`gpuledger bench cli`) and for reading a
+    projection that no projector follows through the same path as a live one."""
+    import signal
+    import sys
+
+    from gpuledger.projections.store import Store
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        raise SystemExit("usage: python -m gpuledger.projections.serving DB")
+
+    def stop(*_: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    store = Store(args[0])  # the writer's lock and settings, without folding anything
+    try:
+        server = ReadServer(store.con, args[0]).start()
+        try:
+            print(f"serving {server.socket_path}", flush=True)
+            with contextlib.suppress(ValueError, OSError):
+                sys.stdin.read()
+        finally:
+            server.close()
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()
