@@ -78,6 +78,7 @@ from gpuledger.services.runtime.snapshots import (
     snapshot_key,
 )
 from gpuledger.services.runtime.snapshots import check as check_snapshot
+from gpuledger.services.runtime.storefull import store_write_error
 from gpuledger.services.runtime.snapshots import check_state as check_snapshot_state
 
 Clock = Callable[[], int]
@@ -101,6 +102,9 @@ class HostStats:
     duplicates: int = 0
     dead_letters: int = 0
     publish_errors: int = 0
+    store_write_errors: int = 0
+    """Publishes the store refused because it is full (`storefull.store_write_error`) or did
+    not acknowledge in time while connected (a disk-full store latches; see storefull.py)."""
     decide_errors: int = 0
     dead_letters_published: int = 0
     """`DeadLettered` events this host recorded in the log (another host may record one first)."""
@@ -540,6 +544,16 @@ class Host:
 
     # ------------------------------------------------------------------ deciding
 
+    def _store_refused(self, err: BaseException) -> bool:
+        """Whether a failed publish was the store's doing: refused as full, or not acknowledged
+        although the connection is up."""
+        if store_write_error(err) is not None:
+            return True
+        nc = getattr(self.bus, "nc", None)
+        return isinstance(err, (TimeoutError, nats.errors.TimeoutError)) and bool(
+            getattr(nc, "is_connected", False)
+        )
+
     async def _decide_and_publish(self) -> bool | None:
         """Decide once; True if something new landed in the log, None on bus trouble."""
         now = self.clock()
@@ -578,6 +592,8 @@ class Host:
                 continue
             if isinstance(seq, BaseException):
                 self.stats.publish_errors += 1
+                if self._store_refused(seq):
+                    self.stats.store_write_errors += 1
                 self.log.warning(
                     "host.publish_failed", event_type=type(event).__name__, error=_text(seq)
                 )

@@ -1,0 +1,163 @@
+"""A full store never wedges the cluster, against a real embedded nats-server.
+
+Given `gpuledger up` with its store capped (`--nats-max-store`: JetStream's `max_file_store`,
+refused writes answered `insufficient resources`, as a full disk's are), when another stream
+fills the store, then a submit fails with one line saying the store is full (exit 5) and
+`gpuledger status` says `store full` (and never that `up` is not running); when the filler is
+deleted (space comes back), then with no restart of `up` a later submit is accepted and
+scheduled, and the job refused while full was never half-stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import nats.js.errors
+import pytest
+from nats.js import api
+
+from gpuledger.services.cli.connect import STORE_FULL_EXIT, resolve_access
+from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.storefull import store_write_error
+from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+JOB = "id: {id}\ntenant: team-a\ngpus: 1\nduration: 600\n"
+RECOVERY_S = 30.0
+"""The bound for the cluster to work again once space is back (scaled like every wait)."""
+wait_for = functools.partial(eventually, interval_s=0.3)
+
+
+def start_up(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
+    )
+
+
+def status(cwd: Path) -> dict:
+    out = cli("status", "-o", "json", cwd=cwd)
+    return json.loads(out.stdout) if out.stdout.strip() else {}
+
+
+def all_running(cwd: Path) -> dict | None:
+    doc = status(cwd)
+    rows = doc.get("services", [])
+    ok = rows and all(s["state"] == "running" for s in rows)
+    return doc if ok and (doc.get("store") or {}).get("state") == "ok" else None
+
+
+def submit(cwd: Path, job_id: str) -> subprocess.CompletedProcess:
+    path = cwd / f"{job_id}.yaml"
+    path.write_text(JOB.format(id=job_id))
+    return cli("submit", str(path), cwd=cwd)
+
+
+async def fill(data: Path) -> int:
+    """Fill the store with a filler stream (as the operator) until NATS refuses a write as
+    full; returns the messages stored."""
+    access = resolve_access(None, None, data)
+    bus = await Bus.connect(access.url, connect_attempts=1, quiet=True, **access.options())
+    try:
+        await bus.js.add_stream(
+            api.StreamConfig(name="FILLER", subjects=["filler.>"], storage=api.StorageType.FILE)
+        )
+        n = 0
+        while True:
+            try:
+                await bus.js.publish("filler.x", b"x" * 256 * 1024)
+            except nats.js.errors.APIError as err:
+                assert store_write_error(err) is not None, err
+                return n
+            n += 1
+    finally:
+        await bus.close()
+
+
+async def free(data: Path) -> None:
+    access = resolve_access(None, None, data)
+    bus = await Bus.connect(access.url, connect_attempts=1, quiet=True, **access.options())
+    try:
+        await bus.js.delete_stream("FILLER")
+    finally:
+        await bus.close()
+
+
+def stop_up(up: subprocess.Popen) -> str:
+    up.send_signal(signal.SIGTERM)
+    out = up.communicate(timeout=60)[0]
+    assert up.returncode == 0, out[-3000:]
+    return out
+
+
+def test_a_full_store_refuses_writes_clearly_and_the_cluster_recovers_by_itself(tmp_path):
+    up = start_up(
+        tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"), "--nats-max-store", "4MB"
+    )
+    out = ""
+    data = tmp_path / ".gpuledger"
+    try:
+        wait_for(lambda: all_running(tmp_path), 60, "every service running, the store ok")
+        done = submit(tmp_path, "before")
+        assert done.returncode == 0, done.stderr
+        running = cli("status", "before", "--wait-for", "running", "--timeout", "60", cwd=tmp_path)
+        assert running.returncode == 0, running.stderr
+
+        # when: another stream fills the store
+        assert asyncio.run(fill(data)) > 0
+
+        # then: a submit fails in one line, saying the store is full, and nothing is stored
+        refused = submit(tmp_path, "while-full")
+        assert refused.returncode == STORE_FULL_EXIT, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: the event store is full"), lines
+        # and `status` says so (and that `up` runs)
+        doc = wait_for(
+            lambda: (d := status(tmp_path)).get("store", {}).get("state") == "full" and d,
+            30,
+            "status says the store is full",
+        )
+        assert "insufficient resources" in doc["store"]["error"]
+        shown = cli("status", cwd=tmp_path)
+        assert shown.returncode == 1
+        assert "store full: the event store is full" in shown.stderr
+        assert "not running" not in shown.stderr
+
+        # when: space comes back
+        asyncio.run(free(data))
+
+        # then: with no restart of `up`, the store is writable and a later job is scheduled
+        wait_for(lambda: all_running(tmp_path), RECOVERY_S, "the store writable again")
+        done = wait_for(
+            lambda: (d := submit(tmp_path, "after")).returncode == 0 and d,
+            RECOVERY_S,
+            "a submit accepted",
+        )
+        running = cli(
+            "status", "after", "--wait-for", "running", "--timeout", str(RECOVERY_S), cwd=tmp_path
+        )
+        assert running.returncode == 0, running.stderr + running.stdout
+        # nothing lost, nothing half-stored: the refused job was never submitted
+        unknown = cli("status", "while-full", cwd=tmp_path)
+        assert unknown.returncode == 1 and "UnknownJob" in unknown.stderr, unknown.stderr
+        assert cli("status", "before", cwd=tmp_path).returncode == 0
+        assert up.poll() is None  # the same `up` throughout
+    finally:
+        if up.poll() is None:
+            out = stop_up(up)
+        else:
+            out = up.communicate()[0]
+    assert "store.full" in out and "store.writable" in out, out[-3000:]
