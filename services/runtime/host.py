@@ -78,8 +78,8 @@ from gpuledger.services.runtime.snapshots import (
     snapshot_key,
 )
 from gpuledger.services.runtime.snapshots import check as check_snapshot
-from gpuledger.services.runtime.storefull import store_write_error
 from gpuledger.services.runtime.snapshots import check_state as check_snapshot_state
+from gpuledger.services.runtime.storefull import store_write_error
 
 Clock = Callable[[], int]
 PAYLOAD_HEAD_CHARS = 200
