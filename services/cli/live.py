@@ -264,7 +264,9 @@ class Cluster:
                             "nats.restarted", reason=watch.error, restarts=watch.restarts
                         )
                 except Exception as exc:  # noqa: BLE001 - the probe never stops `up`
-                    structlog.get_logger("gpuledger.up").debug("store.probe_failed", error=repr(exc))
+                    structlog.get_logger("gpuledger.up").debug(
+                        "store.probe_failed", error=repr(exc)
+                    )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), interval_s)
         finally:
@@ -796,7 +798,10 @@ def up(
         from gpuledger.services.runtime.nats_server import storage_size
 
         if nats_url is not None or nats_cluster is not None:
-            fail("--nats-max-store caps the one embedded nats-server: leave out --nats-url and --nats-cluster", 2)
+            fail(
+                "--nats-max-store caps the one embedded nats-server: leave out --nats-url and --nats-cluster",
+                2,
+            )
         try:
             storage_size(nats_max_store)
         except ValueError as exc:

@@ -197,7 +197,8 @@ class EmbeddedNats:
                 if text.count(refused) > refused_before:
                     line = next(ln for ln in reversed(text.splitlines()) if refused in ln)
                     raise NatsServerFailed(
-                        "nats-server refused to reload its config: " + line.split(refused, 1)[1].lstrip(": ")
+                        "nats-server refused to reload its config: "
+                        + line.split(refused, 1)[1].lstrip(": ")
                     )
                 if time.monotonic() > deadline or not self.running:
                     raise NatsServerFailed(
@@ -219,7 +220,6 @@ class EmbeddedNats:
     def log_text(self) -> str:
         """The running server's log since it was (re)started."""
         return self._log_tail(10**7)
-
 
         if self._auth_path is None:
             return False
