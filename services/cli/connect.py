@@ -211,4 +211,9 @@ def run_on_bus(main, timeout_s: float | None = None):
         denied = next((b.denied[-1] for b in buses if b.denied), None)
         if denied:
             fail(f"not permitted: {denied} ({denial_hint(denied)})", 1)
-        fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip(), 4)
+        hint = ""
+        if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)):
+            hint = (
+                " (no answer in time: if `gpuledger status` says `store full`, NATS cannot write)"
+            )
+        fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip() + hint, 4)

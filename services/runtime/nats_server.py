@@ -221,6 +221,7 @@ class EmbeddedNats:
         """The running server's log since it was (re)started."""
         return self._log_tail(10**7)
 
+    def _auth_changed(self) -> bool:
         if self._auth_path is None:
             return False
         try:  # the file itself, never `self.auth`: a deleted directory is not regenerated

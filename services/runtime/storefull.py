@@ -13,7 +13,9 @@ NATS answers a write it cannot store in one of two ways:
 
 `store_write_error` classifies an exception as one of these (one line, or None). `StoreWatch`
 is `up`'s probe: it writes one tiny message to its own probe stream (`PROBE_STREAM`, one
-message kept) and reports `ok` or `full` with the reason; with the embedded server it restarts
+message kept) and reports `ok` or `full` with the reason; with the embedded server it also reads
+the server's log (a latched write error makes the store `full` although a small write to
+another stream may still fit); and it restarts
 the server in place (same port, store and identities; the services reconnect by themselves)
 when the log shows a latched write error and the store's file system has `ROOM_BYTES` free
 again. Nothing is lost: a write NATS did not acknowledge was not stored, and every writer
@@ -113,6 +115,10 @@ class StoreWatch:
         import nats.errors
         import nats.js.errors
 
+        latched = self._latched()
+        if latched is not None:  # the streams that latched it answer no write: full until restarted
+            self._full(f"the event store cannot write (NATS: {latched})")
+            return self.state
         if self._disabled:
             return self.state
         try:
@@ -123,10 +129,7 @@ class StoreWatch:
             self._probe_ready = False  # the probe stream is gone: made again next time
             return self.state
         except (nats.errors.TimeoutError, TimeoutError) as err:
-            latched = self._latched()
-            if latched is not None:
-                self._full(f"the event store cannot write (NATS: {latched})")
-            elif self.state == "full":
+            if self.state == "full":
                 self._full(self.error or f"the store did not acknowledge a write ({err})")
             return self.state
         except nats.js.errors.Error as err:
