@@ -915,8 +915,10 @@ def status(
     restarts, folded sequence, lag behind the stream, leader lease
     (leader, standby; - for node agents and the projector), last error; then each NATS node
     that holds the stream: leader or replica, current, behind or offline, its lag, when last
-    heard from. Exit 1 when `up` is not running, a service is not running, a NATS node is
-    offline or the stream has no leader.
+    heard from; `store full` while the event store refuses writes (its disk or its cap is
+    full), and a credential reload the embedded server refused. Exit 1 when `up` is not running,
+    a service is not running, a NATS node is offline, the stream has no leader, the store is
+    full or a credential reload was refused.
 
     With JOB: the job's state, reason and priority, asked of the admission service over NATS
     (a tenant's CI credential may ask about its own jobs; nothing is read from disk). Exit

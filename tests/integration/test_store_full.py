@@ -5,7 +5,8 @@ refused writes answered `insufficient resources`, as a full disk's are), when an
 fills the store, then a submit fails with one line saying the store is full (exit 5) and
 `gpuledger status` says `store full` (and never that `up` is not running); when the filler is
 deleted (space comes back), then with no restart of `up` a later submit is accepted and
-scheduled, and the job refused while full was never half-stored.
+scheduled, and the job refused while full was never half-stored. And a credential reload the
+server refuses is shown by `status`, not silently ignored.
 """
 
 from __future__ import annotations
@@ -161,3 +162,46 @@ def test_a_full_store_refuses_writes_clearly_and_the_cluster_recovers_by_itself(
         else:
             out = up.communicate()[0]
     assert "store.full" in out and "store.writable" in out, out[-3000:]
+
+
+def test_a_refused_credential_reload_is_shown_by_status_until_fixed(tmp_path):
+    """A broken auth.conf (the server refuses to reload it) is not silently ignored: `status`
+    names the failure and exits 1; the server keeps admitting what it loaded before; a fixed
+    file is reloaded and `status` is clean again."""
+    up = start_up(tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"))
+    conf = tmp_path / ".gpuledger" / "auth" / "auth.conf"
+    try:
+        wait_for(lambda: all_running(tmp_path), 60, "every service running")
+        good = conf.read_text()
+
+        # when: the auth file is broken (a half-edited user list)
+        conf.write_text(good.replace("users = [", "users = [ {", 1))
+
+        # then: status shows the refused reload, and exits 1
+        shown = wait_for(
+            lambda: (
+                (d := cli("status", cwd=tmp_path)).returncode == 1
+                and "NATS credential reload failed" in d.stderr
+                and d
+            ),
+            30,
+            "status showing the refused reload",
+        )
+        assert "nats-server refused to reload its config" in shown.stderr, shown.stderr
+        assert "not running" not in shown.stderr
+        assert status(tmp_path)["nats_reload_error"]
+        # the identities loaded before still work
+        done = submit(tmp_path, "during")
+        assert done.returncode == 0, done.stderr
+
+        # when: it is fixed, then the reload succeeds and status is clean
+        conf.write_text(good + "\n")
+        wait_for(
+            lambda: cli("status", cwd=tmp_path).returncode == 0, 30, "status clean after the fix"
+        )
+        assert status(tmp_path)["nats_reload_error"] is None
+    finally:
+        if up.poll() is None:
+            stop_up(up)
+        else:
+            up.communicate()
