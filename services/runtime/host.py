@@ -590,6 +590,12 @@ class Host:
         self.stats.decide_calls += 1
         if self.leader_epoch is not None and hasattr(self.service, "leader_epoch"):
             self.service.leader_epoch = self.leader_epoch  # stamped on every decision
+        effects = getattr(self.service, "effects", None)
+        if effects is not None:  # the service's I/O, before its pure decide (domain/service.py)
+            try:
+                effects(self.state, now)
+            except Exception:  # one failed effect round must not stop the service
+                self.log.exception("host.effects_failed", input_seq=self.folded_seq, now_ms=now)
         started = time.perf_counter()
         try:
             out = list(self.service.decide(self.state, now))
