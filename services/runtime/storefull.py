@@ -70,10 +70,10 @@ def latched_write_error(log_text: str) -> str | None:
     return None
 
 
-def has_room(path: Any, need: int = ROOM_BYTES) -> bool:
-    """Whether the file system holding `path` has `need` bytes free."""
+def has_room(path: Any, need: int | None = None) -> bool:
+    """Whether the file system holding `path` has `need` bytes free (`ROOM_BYTES`)."""
     try:
-        return shutil.disk_usage(path).free >= need
+        return shutil.disk_usage(path).free >= (ROOM_BYTES if need is None else need)
     except OSError:
         return False
 
