@@ -205,3 +205,84 @@ def test_a_refused_credential_reload_is_shown_by_status_until_fixed(tmp_path):
             stop_up(up)
         else:
             up.communicate()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs (root with the right to mount only; skipped elsewhere): a disk that
+    really fills up, so NATS latches its write error as on a production host."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill_disk(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"x" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_really_full_disk_latches_nats_and_up_recovers_when_space_is_back(small_disk, tmp_path):
+    up = start_up(small_disk, "--config", str(EXAMPLES / "three-jobs.yaml"))
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+
+    def submit_job(job_id: str) -> subprocess.CompletedProcess:
+        path = jobs / f"{job_id}.yaml"
+        path.write_text(JOB.format(id=job_id))
+        return cli("submit", str(path), cwd=small_disk)
+
+    try:
+        wait_for(lambda: all_running(small_disk), 60, "every service running, the store ok")
+        assert submit_job("before").returncode == 0
+        filler = fill_disk(small_disk)
+        # then: NATS latches a write error; `status` says store full (never `not running`)
+        tries = iter(range(1000))
+        doc = wait_for(
+            lambda: (
+                submit_job(f"while-{next(tries)}"),
+                (d := status(small_disk)).get("store", {}).get("state") == "full" and d,
+            )[1],
+            60,
+            "status saying the store is full",
+        )
+        assert "no space left on device" in doc["store"]["error"]
+        shown = cli("status", cwd=small_disk)
+        assert "store full:" in shown.stderr and "not running" not in shown.stderr
+        # when: space comes back, then with no restart of `up` a new job is scheduled
+        filler.unlink()
+        wait_for(lambda: all_running(small_disk), RECOVERY_S, "the store writable again")
+        wait_for(lambda: submit_job("after").returncode == 0, RECOVERY_S, "a submit accepted")
+        running = cli(
+            "status",
+            "after",
+            "--wait-for",
+            "running",
+            "--timeout",
+            str(RECOVERY_S),
+            cwd=small_disk,
+        )
+        assert running.returncode == 0, running.stderr + running.stdout
+        assert status(small_disk)["store"]["restarts"] >= 1  # the latch was cleared in place
+        assert up.poll() is None
+    finally:
+        if up.poll() is None:
+            stop_up(up)
+        else:
+            up.communicate()
