@@ -104,9 +104,10 @@ def stop_up(up: subprocess.Popen) -> str:
     return out
 
 
-def test_a_full_store_refuses_writes_clearly_and_the_cluster_recovers_by_itself(tmp_path):
+@pytest.mark.parametrize("mode", [(), ("--processes",)], ids=["in-process", "processes"])
+def test_a_full_store_refuses_writes_clearly_and_the_cluster_recovers_by_itself(tmp_path, mode):
     up = start_up(
-        tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"), "--nats-max-store", "4MB"
+        tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"), "--nats-max-store", "4MB", *mode
     )
     out = ""
     data = tmp_path / ".gpuledger"
