@@ -347,16 +347,6 @@ class Follower:
                 await asyncio.sleep(0)
             return Delivery(seq, msg.subject, msg.data, pending, received)
 
-    @property
-    def subscribed(self) -> bool:
-        return self._sub is not None
-
-    async def resubscribe(self) -> None:
-        """A new ordered consumer from the last sequence returned (the old one vanished: the
-        server restarted and nats-py's own recreation failed while it was away)."""
-        await self.close()
-        await self._subscribe()
-
     async def close(self) -> None:
         sub, self._sub = self._sub, None
         if sub is None:

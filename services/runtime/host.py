@@ -196,8 +196,6 @@ class Host:
         set changes, the lease changes, or its wake-up (or the idle timeout) comes."""
         self._quiet_at: tuple[Any, Any] = (None, None)  # (nodes_version, leader epoch) then
         self._wake_at: int | None = None
-        self._heard_at = time.monotonic()
-        """When a delivery last arrived, or the follower was last checked for a stall."""
         self.gap: str | None = None
         """Why the host refuses to decide (the log is incomplete), None while it is whole;
         for status and health checks."""
@@ -421,12 +419,10 @@ class Host:
                 # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
                 delivery = await self._sleep_until_message_or_wakeup(follower)
                 if delivery is None:
-                    await self._unstick(follower)
                     continue
             else:
                 delivery = await follower.next(timeout=self.stall_log_s)
                 if delivery is None:
-                    await self._unstick(follower)
                     if self.folded_seq < target and (damage := await self._damage()):
                         raise StreamGap(damage)  # the log ends before its last sequence
                     self.log.warning(
@@ -451,31 +447,6 @@ class Host:
                     events=self.stats.folded,
                     seconds=round(time.monotonic() - started, 3),
                 )
-
-    async def _unstick(self, follower: Follower) -> None:
-        """After `stall_log_s` without a delivery: if the stream holds messages the follower has
-        not delivered, its consumer is gone (the server restarted, e.g. to clear a store write
-        error of a full disk, and nats-py could not recreate it while the server was away):
-        resubscribe from the last folded sequence. Bus trouble: tried again later."""
-        if time.monotonic() - self._heard_at < self.stall_log_s:
-            return
-        self._heard_at = time.monotonic()
-        try:
-            last = await self.bus.last_seq()
-            self.stream_seq = max(self.stream_seq, last)
-            if last > follower.last_seq and follower.buffered == 0:
-                self.log.warning(
-                    "host.follower_stalled", folded_seq=follower.last_seq, stream_seq=last
-                )
-                await follower.close()
-        except _BUS_ERRORS as err:
-            self.log.warning("host.stream_unavailable", error=repr(err))
-        while not follower.subscribed:
-            try:
-                await follower.resubscribe()
-            except _BUS_ERRORS as err:
-                self.log.warning("host.stream_unavailable", error=repr(err))
-                await asyncio.sleep(self.retry_backoff_s)
 
     async def _last_seq(self) -> int:
         while True:
@@ -521,7 +492,6 @@ class Host:
     # ------------------------------------------------------------------ folding
 
     def _apply(self, d: Delivery) -> None:
-        self._heard_at = time.monotonic()
         self.folded_seq = d.seq
         self.stream_seq = max(self.stream_seq, d.seq + d.pending)
         self.stats.folded += 1

@@ -211,10 +211,13 @@ class EmbeddedNats:
         self.max_file_store = limit
         self.reload()
 
-    def restart(self) -> None:
-        """Stop and start again in place: the same port, store and identities (what clears a
-        store write error the server latched when its disk was full). Clients reconnect."""
-        self.stop()
+    def restart(self, timeout_s: float = 5.0) -> None:
+        """Stop (SIGTERM, then kill after `timeout_s`) and start again in place: the same port,
+        store and identities (what clears a store write error the server latched when its disk
+        was full). Clients reconnect. Needs a kept store (`store_dir`)."""
+        if self._given_store is None:
+            raise RuntimeError("restart in place needs a kept store (store_dir)")
+        self._terminate(timeout_s)
         self.start()
 
     def log_text(self) -> str:
@@ -368,6 +371,12 @@ class EmbeddedNats:
         auth directory (no store given: the identities die with the server's temporary store)
         is removed too, key seeds and all; a later `start` makes new identities. `kill` keeps
         it, for a restart with the same identities."""
+        self._terminate(timeout_s)
+        if self._auth_tmp is not None:
+            self._auth_finalizer()
+            self._auth_path = self._auth_tmp = None
+
+    def _terminate(self, timeout_s: float) -> None:
         self._stop_watcher()
         with self._lock:
             proc, self._proc = self._proc, None
@@ -379,9 +388,6 @@ class EmbeddedNats:
                 proc.kill()
                 proc.wait()
         self._cleanup()
-        if self._auth_tmp is not None:
-            self._auth_finalizer()
-            self._auth_path = self._auth_tmp = None
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); keeps a given store dir for a restart."""
