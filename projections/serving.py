@@ -21,6 +21,7 @@ projector's commit loop.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.server
 import json
 import logging
@@ -29,6 +30,7 @@ import queue
 import re
 import shutil
 import socketserver
+import stat
 import tempfile
 import threading
 import time
@@ -121,8 +123,17 @@ class ReadServer:
         own = str(self.db_path.with_name(self.db_path.name + ".sock"))
         if len(os.fsencode(own)) <= MAX_SOCKET_PATH:
             return own
-        self._private_dir = tempfile.mkdtemp(prefix="gpuledger-reads-")
-        return os.path.join(self._private_dir, "reads.sock")
+        # a path too long for a socket: a private directory named for the file, so a projector
+        # restarted after a crash reuses (and at its close removes) the one it left
+        digest = hashlib.blake2b(str(self.db_path.resolve()).encode(), digest_size=8).hexdigest()
+        private = os.path.join(tempfile.gettempdir(), f"gpuledger-reads-{digest}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(private, 0o700)
+        st = os.lstat(private)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise OSError(f"{private}: not a private directory of this user; remove it")
+        self._private_dir = private
+        return os.path.join(private, "reads.sock")
 
     def start(self) -> ReadServer:
         path = self._bind_path()

@@ -167,10 +167,15 @@ async def guard_denials(main, buses: list | None = None):
     raise PermissionDenied(first[0])
 
 
+STORE_FULL_EXIT = 5
+"""The exit code of a command whose write the event store refused because it is full."""
+
+
 def run_on_bus(main, timeout_s: float | None = None):
     """Run a command's coroutine; a request the server denied (this identity's permissions)
     or that timed out ends in one line, not a traceback: exit 1 for a denial (as soon as the
-    server reports it), 4 for a time-out."""
+    server reports it), 4 for a time-out, `STORE_FULL_EXIT` (5) for a write the store refused
+    because it is full."""
     import asyncio
 
     import nats.errors
@@ -191,8 +196,24 @@ def run_on_bus(main, timeout_s: float | None = None):
             "its leader is being elected or cannot be reached (retry in a few seconds)",
             1,
         )
+    except nats.js.errors.APIError as exc:
+        from gpuledger.services.runtime.storefull import store_write_error
+
+        full = store_write_error(exc)
+        if full is None:
+            fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip(), 4)
+        fail(
+            f"{full}: nothing was stored; free space on the NATS store (or raise its limit), "
+            "then retry (`gpuledger status` says `store full` meanwhile)",
+            STORE_FULL_EXIT,
+        )
     except (TimeoutError, nats.errors.TimeoutError, nats.errors.Error) as exc:
         denied = next((b.denied[-1] for b in buses if b.denied), None)
         if denied:
             fail(f"not permitted: {denied} ({denial_hint(denied)})", 1)
-        fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip(), 4)
+        hint = ""
+        if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)):
+            hint = (
+                " (no answer in time: if `gpuledger status` says `store full`, NATS cannot write)"
+            )
+        fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip() + hint, 4)

@@ -89,9 +89,17 @@ class Cluster:
         data: Path | None = None,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
+        store_watch: Any = None,
+        nats_server: Any = None,
     ) -> None:
         import asyncio
 
+        self.store_watch = store_watch
+        self.nats_server = nats_server
+        """The embedded server (or cluster) `up` started, whose failed credential reloads
+        `status` shows (None: an external NATS)."""
+        """A StoreWatch (services/runtime/storefull.py) probing the store once a second (None:
+        `up` runs on an external NATS it may not probe)."""
         self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
         self.metrics_port, self.metrics_addr = metrics_port, metrics_addr
         """With a metrics port: the aggregate exporter (a `gpuledger metrics` child process,
@@ -156,6 +164,7 @@ class Cluster:
                 raise
             self._write_targets()
             self.tasks.append(asyncio.create_task(self._report()))
+            self._watch_store()
             return
         collector = None
         if self.metrics_port is not None:
@@ -217,6 +226,54 @@ class Cluster:
             self._samplers.append(lambda st=st, hosts=hosts: _sample_host(st, hosts))
         self._write_targets()
         self.tasks.append(asyncio.create_task(self._report()))
+        self._watch_store()
+
+    def _watch_store(self) -> None:
+        if self.store_watch is not None:
+            import asyncio
+
+            self.tasks.append(asyncio.create_task(self._probe_store()))
+
+    async def _probe_store(self, interval_s: float = 1.0) -> None:
+        """Once a second: a probe write (is the store full?), and, with the embedded server,
+        its in-place restart when its store latched a write error and space is back."""
+        import asyncio
+
+        import structlog
+
+        from gpuledger.services.runtime.bus import Bus
+
+        watch, bus = self.store_watch, None
+        try:
+            while not self.stop.is_set():
+                try:
+                    if bus is None:
+                        bus = await Bus.connect(
+                            self.url,
+                            name="gpuledger-up-store",
+                            connect_timeout=2,
+                            connect_attempts=1,
+                            quiet=True,
+                            **self.access.options(),
+                        )
+                    before = watch.state
+                    await watch.probe(bus)
+                    if watch.state != before:
+                        _log_store(watch)
+                    if watch.state == "full" and await watch.recover():
+                        structlog.get_logger("gpuledger.up").warning(
+                            "nats.restarted", reason=watch.error, restarts=watch.restarts
+                        )
+                except Exception as exc:  # noqa: BLE001 - the probe never stops `up`
+                    structlog.get_logger("gpuledger.up").debug(
+                        "store.probe_failed", error=repr(exc)
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), interval_s)
+        finally:
+            if bus is not None:
+                with contextlib.suppress(Exception):
+                    await bus.close()
 
     def _write_targets(self) -> None:
         """`<data>/prometheus-targets.json`: every metrics endpoint as a Prometheus file_sd
@@ -260,6 +317,9 @@ class Cluster:
                 except Exception as exc:  # noqa: BLE001 - shown in `gpuledger status`
                     self.board.stream_error = f"{type(exc).__name__}: {exc}"[:300]
                     self.board.nats_nodes = []
+                if self.store_watch is not None:
+                    self.board.store = self.store_watch.document()
+                self.board.nats_reload_error = _reload_error(self.nats_server)
                 self.board.write()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), interval_s)
@@ -325,6 +385,28 @@ class Cluster:
             for st in self.board.services.values():
                 st.state = "stopped"
             self.board.write()
+
+
+def _reload_error(server) -> str | None:
+    """Why the embedded server (any node of an embedded cluster) refused its last credential
+    reload, or None."""
+    if server is None:
+        return None
+    for s in getattr(server, "nodes", None) or [server]:
+        err = getattr(s, "reload_error", None)
+        if err:
+            return err
+    return None
+
+
+def _log_store(watch) -> None:
+    import structlog
+
+    log = structlog.get_logger("gpuledger.up")
+    if watch.state == "full":
+        log.error("store.full", error=watch.error)
+    else:
+        log.info("store.writable", state=watch.state)
 
 
 def _server_label(nc) -> tuple[str | None, dict[str, str]]:
@@ -689,6 +771,11 @@ def up(
         max=5,
         help="Instead of one embedded nats-server, a cluster of N on loopback (3: the production profile; stores in <data>/nats-cluster, routes authenticated) with the stream at N replicas.",
     ),
+    nats_max_store: str | None = typer.Option(
+        None,
+        "--nats-max-store",
+        help="Cap the embedded server's store (JetStream max_file_store, e.g. 64MB): writes beyond it are refused as on a full disk (`gpuledger status` says `store full`).",
+    ),
 ) -> None:
     """Run the whole scheduler: embedded NATS (unless --nats-url), every service, simulated agents.
 
@@ -709,6 +796,18 @@ def up(
         fail_input(exc, config)
     if nats_cluster is not None and nats_url is not None:
         fail("--nats-cluster starts its own NATS cluster: leave out --nats-url", 2)
+    if nats_max_store is not None:
+        from gpuledger.services.runtime.nats_server import storage_size
+
+        if nats_url is not None or nats_cluster is not None:
+            fail(
+                "--nats-max-store caps the one embedded nats-server: leave out --nats-url and --nats-cluster",
+                2,
+            )
+        try:
+            storage_size(nats_max_store)
+        except ValueError as exc:
+            fail(f"--nats-max-store: {exc}", 2)
     configure_logging()
 
     async def main() -> None:
@@ -724,7 +823,9 @@ def up(
             access = server.access("admin")
             (data / URL_FILE).write_text(server.url + "\n")
         elif nats_url is None:
-            server = embedded(data, keep=True, doc=doc).start()
+            server = embedded(data, keep=True, doc=doc)
+            server.max_file_store = nats_max_store
+            server.start()
             access = server.access("admin")
             (data / URL_FILE).write_text(server.url + "\n")
         else:
@@ -742,6 +843,9 @@ def up(
             err=True,
         )
         try:
+            from gpuledger.services.runtime.nats_server import EmbeddedNats
+            from gpuledger.services.runtime.storefull import StoreWatch
+
             await publish_config_when_placeable(access, doc, nats_cluster)
             cluster = Cluster(
                 access,
@@ -751,6 +855,10 @@ def up(
                 data=data,
                 metrics_port=metrics_port,
                 metrics_addr=metrics_addr,
+                store_watch=None
+                if server is None
+                else StoreWatch(server if isinstance(server, EmbeddedNats) else None),
+                nats_server=server,
             )
             try:
                 await cluster.start()
@@ -809,8 +917,10 @@ def status(
     restarts, folded sequence, lag behind the stream, leader lease
     (leader, standby; - for node agents and the projector), last error; then each NATS node
     that holds the stream: leader or replica, current, behind or offline, its lag, when last
-    heard from. Exit 1 when `up` is not running, a service is not running, a NATS node is
-    offline or the stream has no leader.
+    heard from; `store full` while the event store refuses writes (its disk or its cap is
+    full), and a credential reload the embedded server refused. Exit 1 when `up` is not running,
+    a service is not running, a NATS node is offline, the stream has no leader, the store is
+    full or a credential reload was refused.
 
     With JOB: the job's state, reason and priority, asked of the admission service over NATS
     (a tenant's CI credential may ask about its own jobs; nothing is read from disk). Exit
@@ -887,12 +997,37 @@ def status(
             f"`gpuledger up` (pid {doc.get('up_pid')})",
             err=True,
         )
-    if not up_running:
+    store = doc.get("store") or {}
+    if up_running and store.get("state") == "full":
+        since = store.get("since_ms")
         typer.echo(
-            f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
-            f"is from {humanize_ms(now - doc.get('updated_at_ms', now))} ago",
+            f"store full: {store.get('error')}"
+            + ("" if since is None else f" (for {humanize_ms(now - since)})")
+            + "; writes are refused until space is freed, then everything resumes by itself",
             err=True,
         )
+    if up_running and doc.get("nats_reload_error"):
+        typer.echo(
+            f"NATS credential reload failed: {doc['nats_reload_error']} (the server still "
+            "admits the identities it loaded before; fix the auth directory)",
+            err=True,
+        )
+    if not up_running:
+        age = humanize_ms(now - doc.get("updated_at_ms", now))
+        if pid_alive(doc.get("up_pid")):
+            typer.echo(
+                f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is running but has not "
+                f"updated {path} for {age} (it cannot write there: is the disk full?)",
+                err=True,
+            )
+        else:
+            typer.echo(
+                f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
+                f"is from {age} ago",
+                err=True,
+            )
+        raise typer.Exit(1)
+    if store.get("state") == "full" or doc.get("nats_reload_error"):
         raise typer.Exit(1)
     if any(r["state"] != "running" for r in rows):
         raise typer.Exit(1)
@@ -1005,7 +1140,8 @@ def submit(
     same content is a no-op (safe CI retries); a job id already taken by other content exits
     1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
     admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
-    4 no decision within --timeout."""
+    4 no decision within --timeout, 5 the event store is full (nothing was stored; retry once
+    space is freed)."""
     from gpuledger import events as ev
     from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
     from gpuledger.services.domain.tooling.stamp import submission

@@ -1,18 +1,18 @@
 """The real node agent: a thin shell around `decider.AgentDecider`, the executor and NVML.
 
 `RealAgent` is a `Service` the generic host loop (`services/runtime/host.py`) runs. The host
-folds the log with `evolve` and calls `decide(state, now_ms)` when the log changes and at
-`next_wakeup_ms` (every `poll_ms` while members run here, so executor observations are
-picked up promptly). Each `decide` call:
+folds the log with `evolve` and, when the log changes and at `next_wakeup_ms` (every
+`poll_ms` while members run here, so executor observations are picked up promptly), runs the
+service's effects hook `effects(state, now_ms)` and then its pure `decide(state, now_ms)`:
 
-1. observes: folds the executor's news (`poll()`: checkpoint acknowledgements, outcomes)
-   and, when due, a telemetry sample (health updates the inventory) into the state as
-   local facts;
-2. asks the pure decider for effects (`plan`) and performs them: `Executor.start` (a
-   no-op for an allocation/rank started before, even by an earlier agent process),
+1. `effects` observes: folds the executor's news (`poll()`: checkpoint acknowledgements,
+   outcomes) and, when due, a telemetry sample (health updates the inventory) into the state
+   as local facts;
+2. `effects` asks the pure decider for effects (`plan`) and performs them: `Executor.start`
+   (a no-op for an allocation/rank started before, even by an earlier agent process),
    `request_checkpoint` (SIGTERM), `kill` (SIGKILL at the deadline), `forget` (once the
    member's `MemberExited` is folded); each performed effect is recorded as a local fact;
-3. returns the pure decider's events (`decide`), which the host publishes with
+3. `decide` (pure, no I/O) returns the pure decider's events, which the host publishes with
    deterministic ids (a repeat after a crash or a restart is deduplicated).
 
 Inventory: NVML discovery (`nvml_discovery.discover`) when NVML works; otherwise the GPUs
@@ -257,7 +257,10 @@ class RealAgent:
         """A restored fold on top of this node's local facts (inventory, adopted members)."""
         return self.core.from_fold(fold, state)
 
-    def decide(self, state: AgentState, now_ms: int) -> list[Event]:
+    def effects(self, state: AgentState, now_ms: int) -> None:
+        """The host's effects hook, run before every `decide`: observe the executor and
+        telemetry, perform the effects the pure decider plans (start, checkpoint signal, kill,
+        resize, forget), and record what was observed and done as local facts in `state`."""
         self._observe(state, now_ms)
         effects = self.core.plan(state, now_ms)
         for effect in effects:
@@ -267,6 +270,10 @@ class RealAgent:
                 self.log.error("agent.effect_failed", effect=repr(effect), error=repr(err))
         if effects:
             self._observe(state, now_ms)
+
+    def decide(self, state: AgentState, now_ms: int) -> list[Event]:
+        """Pure: the events the folded log and the local facts call for (no I/O here; the
+        host ran `effects` just before)."""
         return self.core.decide(state, now_ms)
 
     def next_wakeup_ms(self, state: AgentState, now_ms: int) -> int | None:

@@ -17,16 +17,13 @@ Shape (level-triggered, one node per agent):
   `GpuMetricsReported` when new samples exist, and per member `MemberStarted`,
   `MemberCheckpointed(step)` per newly acknowledged step, `MemberExited(outcome)`.
 
-Rules:
-- start a member of an active allocation placed here, unless it is being preempted or
-  cancelled (then it exits `preempted` / `cancelled` without ever starting);
-- on `PreemptionRequested`: checkpoint signal now, SIGKILL at `deadline_ms`;
-- on `TimeLimitReached` (the run reached its job's time limit): the same, killed at its
-  `deadline_ms`;
-- on `JobCancelled`: the same, with the job's grace period from the cancellation;
-- a member still running for an allocation the log has *ended* (evicted because another
-  member's node was lost, start timeout, ...) gets the same treatment from the end: a gang
-  is never left partially running;
+Rules (when and why a member stops is the rule shared with the simulated agent,
+services/domain/policy/member_stop.py):
+- start a member of an active allocation placed here, unless it is asked to stop (then it
+  exits with the stop's outcome, `preempted` / `cancelled`, without ever starting);
+- a running member asked to stop (its allocation ended, its job cancelled, a preemption naming
+  it, its time limit) gets the checkpoint signal (SIGTERM) at once and SIGKILL at the stop's
+  deadline: a gang is never left partially running;
 - nothing is ever stopped for any other reason: a silent control plane (no new events)
   changes nothing, and a member whose allocation the ledger does not know is left alone.
 """
@@ -51,6 +48,7 @@ from gpuledger.events import (
     NodeRegistered,
 )
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.policy.member_stop import member_stop
 from gpuledger.services.domain.tooling.deciding import LedgerService
 
 MemberKey = tuple[str, int]
@@ -225,27 +223,21 @@ class AgentDecider(LedgerService):
                 if m.node == self.node_name:
                     yield rec, job, m
 
-    def _grace_ms(self, state: AgentState, job: JobRecord | None) -> int:
-        if job is None:
-            return state.ledger.config.policy.default_grace_s * 1000
-        return state.ledger.config.grace_ms(job.spec.checkpoint.grace_s, job.spec.priority_class)
-
     def _stop_deadline(
         self, state: AgentState, rec: AllocationRecord, job: JobRecord | None, rank: int
     ) -> int | None:
-        """When running member `rank` of `rec` must be dead, or None if it may run on (a
-        partial preemption of an elastic gang stops only the members it names)."""
-        if rec.ended:
-            ended = state.ended_ms.get(rec.allocation_id)
-            return None if ended is None else ended + self._grace_ms(state, job)
-        if job is not None and job.cancel_requested:
-            at = state.cancelled_ms.get(job.job_id)
-            return None if at is None else at + self._grace_ms(state, job)
-        if rec.preemption is not None and rec.preempts(rank):
-            return rec.preemption.deadline_ms
-        if rec.time_limit is not None:
-            return rec.time_limit.deadline_ms
-        return None
+        """When running member `rank` of `rec` must be dead, or None if it may run on (the
+        shared rule, services/domain/policy/member_stop.py; a partial preemption of an elastic gang
+        stops only the members it names)."""
+        stop = member_stop(
+            state.ledger,
+            rec,
+            job,
+            rank,
+            ended_ms=state.ended_ms.get(rec.allocation_id),
+            cancelled_ms=None if job is None else state.cancelled_ms.get(job.job_id),
+        )
+        return None if stop is None else stop.deadline_ms
 
     # ------------------------------------------------------------------ effects
 
@@ -256,7 +248,7 @@ class AgentDecider(LedgerService):
             key = (rec.allocation_id, m.rank)
             if m.rank in rec.exited or key in state.members:
                 continue
-            stopping = job.cancel_requested or rec.stops(m.rank)
+            stopping = member_stop(state.ledger, rec, job, m.rank) is not None
             if not stopping and job.spec.command:
                 out.append(
                     Start(
@@ -312,10 +304,9 @@ class AgentDecider(LedgerService):
         for rec, job, m in self._mine(state):
             if m.rank in rec.exited or (rec.allocation_id, m.rank) in state.members:
                 continue
-            if job.cancel_requested:
-                out.append(self._exited(state, now_ms, rec, m.rank, "cancelled", None))
-            elif rec.stops(m.rank):
-                out.append(self._exited(state, now_ms, rec, m.rank, "preempted", None))
+            stop = member_stop(ledger, rec, job, m.rank)
+            if stop is not None:  # asked to stop before it started: it never starts
+                out.append(self._exited(state, now_ms, rec, m.rank, stop.outcome, None))
             elif not job.spec.command:
                 out.append(self._exited(state, now_ms, rec, m.rank, "failed", None))
         for key in sorted(state.members):

@@ -1,16 +1,17 @@
 """The simulated node agent's decider: members "run" for their job's duration hint.
 
 Per member on one of its nodes: start when placed; exit `completed` when the remaining work
-(duration minus the progress the allocation resumed from) is done; on a preemption request,
-save a checkpoint taking the job's `save_s` and exit `preempted` — or, when saving would
-overrun the deadline, exit at the deadline with no checkpoint (work lost); the same when the
-run reaches its time limit (`TimeLimitReached`); exit `cancelled` when the job is cancelled. Registers its nodes, and heartbeats when asked to (live mode).
-The agent never stops a member on its own for any other reason.
+(duration minus the progress the allocation resumed from) is done. When and why a member
+stops is the rule shared with the real agent (services/domain/policy/member_stop.py): on a
+preemption request or at its time limit (`TimeLimitReached`) it saves a checkpoint taking the
+job's `save_s` and exits `preempted` — or, when saving would overrun the deadline, exits at
+the deadline with no checkpoint (work lost); a cancelled member has nothing to save and exits
+`cancelled` at once; a member asked to stop before it started exits without starting.
+Registers its nodes, and heartbeats when asked to (live mode). The agent never stops a
+member on its own for any other reason.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import msgspec
 
@@ -26,6 +27,7 @@ from gpuledger.events import (
 )
 from gpuledger.events import catalog as ev
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.policy.member_stop import TIME_LIMIT, Stop, member_stop
 from gpuledger.services.domain.tooling.deciding import LedgerService
 
 
@@ -242,22 +244,19 @@ class SimulatedAgent(LedgerService):
             node=node,
         )
         started = rec.started.get(rank)
-        if job.cancel_requested:
-            return [self.emit(state, now_ms, MemberExited, key=key, outcome="cancelled", **common)]
+        stop = member_stop(state, rec, job, rank)
+        if stop is not None and (started is None or stop.asked_ms is None):
+            # asked before it started, or asked now (a cancel: nothing to save): exits now
+            return [self.emit(state, now_ms, MemberExited, key=key, outcome=stop.outcome, **common)]
         if started is None:
-            if rec.stops(rank):  # never started: nothing to save
-                return [
-                    self.emit(state, now_ms, MemberExited, key=key, outcome="preempted", **common)
-                ]
             return [self.emit(state, now_ms, MemberStarted, key=key, **common)]
-        due = _due(rec, job, started, rank)
+        due = _due(rec, job, started, stop)
         if due is None or due[0] > now_ms:
             return []
         _, what = due
         if what == "checkpoint":
-            stop = _stop_request(rec, rank)
-            assert stop is not None
-            progress = rec.start_progress_ms + (stop.occurred_at_ms - started)
+            assert stop is not None and stop.asked_ms is not None
+            progress = rec.start_progress_ms + (stop.asked_ms - started)
             return [
                 self.emit(
                     state,
@@ -309,34 +308,30 @@ def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:
     )
 
 
-def _stop_request(rec: AllocationRecord, rank: int) -> Any:
-    """What asks member `rank` to checkpoint and exit: a preemption that names it, else the
-    time limit (None: nothing)."""
-    return rec.preemption if rec.preempts(rank) else rec.time_limit
-
-
 def _due(
-    rec: AllocationRecord, job: JobRecord, started_ms: int, rank: int
+    rec: AllocationRecord, job: JobRecord, started_ms: int, stop: Stop | None
 ) -> tuple[int, str] | None:
     """The next thing running member `rank` does on its own, and when: `end`, `checkpoint`
-    (checkpoint then exit) or `killed` (deadline reached before the checkpoint)."""
+    (checkpoint then exit) or `killed` (deadline reached before the checkpoint). `stop`: the
+    shared stop rule's answer for the member (services/domain/policy/member_stop.py)."""
     end = None
     if job.spec.duration_s is not None:
         # the gang's work ends together: a member added when an elastic gang grew ends with
         # the members started first (all members of a placement start at the same instant)
         first = min(rec.started.values(), default=started_ms)
         end = min(started_ms, first) + max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-    p = _stop_request(rec, rank)
-    if p is None:
+    if stop is None or stop.asked_ms is None or stop.deadline_ms is None:
         if end is not None and job.time_limit_s is not None and rec.started:
             limit_at = max(rec.started.values()) + job.time_limit_s * 1000
             if end >= limit_at:  # its work outlasts its limit: the scheduler stops it then
                 return None
         return None if end is None else (end, "end")
-    saved_at = p.occurred_at_ms + job.spec.checkpoint.save_s * 1000
-    stop = (saved_at, "checkpoint") if saved_at <= p.deadline_ms else (p.deadline_ms, "killed")
-    if p is rec.time_limit:  # a run at its limit is stopped, whatever work it had left
-        return stop
-    if end is not None and end <= stop[0]:
+    saved_at = stop.asked_ms + stop.save_ms
+    done = (
+        (saved_at, "checkpoint") if saved_at <= stop.deadline_ms else (stop.deadline_ms, "killed")
+    )
+    if stop.kind == TIME_LIMIT:  # a run at its limit is stopped, whatever work it had left
+        return done
+    if end is not None and end <= done[0]:
         return (end, "end")
-    return stop
+    return done

@@ -679,8 +679,9 @@ class Bus:
 
     async def publish_many(self, batch: list[events.Event]) -> list[int | BaseException]:
         """Publish a decision's events back to back (written in order on one connection, so
-        the stream keeps their order) and then await every acknowledgement; per event its
-        stream seq (the original for a duplicate) or the error it met."""
+        the stream keeps their order) and then await every acknowledgement (all within
+        `timeout_s`); per event its stream seq (the original for a duplicate) or the error it
+        met (`nats.errors.TimeoutError` for an ack that did not come in time)."""
         futures: list[asyncio.Future | BaseException] = []
         for event in batch:
             try:
@@ -693,12 +694,18 @@ class Bus:
             except Exception as err:  # noqa: BLE001 - reported per event to the caller
                 futures.append(err)
         out: list[int | BaseException] = []
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         for f in futures:
             if isinstance(f, BaseException):
                 out.append(f)
                 continue
             try:
-                out.append((await f).seq)
+                # nats-py's ack future never resolves when no ack comes (a store that latched
+                # a write error of a full disk answers nothing): bounded like `publish`
+                left = max(0.0, deadline - asyncio.get_running_loop().time())
+                out.append((await asyncio.wait_for(f, left)).seq)
+            except TimeoutError:
+                out.append(nats.errors.TimeoutError())
             except Exception as err:  # noqa: BLE001
                 out.append(err)
         return out

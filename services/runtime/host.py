@@ -79,6 +79,7 @@ from gpuledger.services.runtime.snapshots import (
 )
 from gpuledger.services.runtime.snapshots import check as check_snapshot
 from gpuledger.services.runtime.snapshots import check_state as check_snapshot_state
+from gpuledger.services.runtime.storefull import store_write_error
 
 Clock = Callable[[], int]
 PAYLOAD_HEAD_CHARS = 200
@@ -101,6 +102,9 @@ class HostStats:
     duplicates: int = 0
     dead_letters: int = 0
     publish_errors: int = 0
+    store_write_errors: int = 0
+    """Publishes the store refused because it is full (`storefull.store_write_error`) or did
+    not acknowledge in time while connected (a disk-full store latches; see storefull.py)."""
     decide_errors: int = 0
     dead_letters_published: int = 0
     """`DeadLettered` events this host recorded in the log (another host may record one first)."""
@@ -540,12 +544,28 @@ class Host:
 
     # ------------------------------------------------------------------ deciding
 
+    def _store_refused(self, err: BaseException) -> bool:
+        """Whether a failed publish was the store's doing: refused as full, or not acknowledged
+        although the connection is up."""
+        if store_write_error(err) is not None:
+            return True
+        nc = getattr(self.bus, "nc", None)
+        return isinstance(err, (TimeoutError, nats.errors.TimeoutError)) and bool(
+            getattr(nc, "is_connected", False)
+        )
+
     async def _decide_and_publish(self) -> bool | None:
         """Decide once; True if something new landed in the log, None on bus trouble."""
         now = self.clock()
         self.stats.decide_calls += 1
         if self.leader_epoch is not None and hasattr(self.service, "leader_epoch"):
             self.service.leader_epoch = self.leader_epoch  # stamped on every decision
+        effects = getattr(self.service, "effects", None)
+        if effects is not None:  # the service's I/O, before its pure decide (domain/service.py)
+            try:
+                effects(self.state, now)
+            except Exception:  # one failed effect round must not stop the service
+                self.log.exception("host.effects_failed", input_seq=self.folded_seq, now_ms=now)
         started = time.perf_counter()
         try:
             out = list(self.service.decide(self.state, now))
@@ -578,6 +598,8 @@ class Host:
                 continue
             if isinstance(seq, BaseException):
                 self.stats.publish_errors += 1
+                if self._store_refused(seq):
+                    self.stats.store_write_errors += 1
                 self.log.warning(
                     "host.publish_failed", event_type=type(event).__name__, error=_text(seq)
                 )

@@ -195,6 +195,14 @@ SERVICE_METRICS: tuple[MetricSpec, ...] = (
         "HostStats.publish_errors",
     ),
     _spec(
+        "gpuledger_service_store_write_errors_total",
+        "counter",
+        _SVC,
+        "Decided events the event store refused because it is full (NATS `insufficient "
+        "resources`, a store write error) or did not acknowledge while connected.",
+        "HostStats.store_write_errors",
+    ),
+    _spec(
         "gpuledger_service_leader",
         "gauge",
         _SVC,
@@ -220,6 +228,7 @@ _COUNTERS = {
     "gpuledger_service_dead_letters_published_total": "dead_letters_published",
     "gpuledger_service_decide_errors_total": "decide_errors",
     "gpuledger_service_publish_errors_total": "publish_errors",
+    "gpuledger_service_store_write_errors_total": "store_write_errors",
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -49,6 +50,16 @@ def open_auth(path: Path) -> AuthDir:
     if not d.exists:
         auth_init(d.path)
     return d
+
+
+_SIZE = re.compile(r"[0-9]{1,15}([KMGT]B?)?")
+
+
+def storage_size(text: str) -> str:
+    """A NATS storage size (`2MB`, `64M`, `1048576`), checked; ValueError otherwise."""
+    if not _SIZE.fullmatch(text.strip().upper()):
+        raise ValueError(f"not a storage size: {text!r} (expected e.g. 64MB, 2GB or bytes)")
+    return text.strip().upper()
 
 
 class NatsServerNotFound(RuntimeError):
@@ -93,10 +104,14 @@ class EmbeddedNats:
         tls: TlsFiles | None = None,
         server_name: str | None = None,
         extra_conf: str = "",
+        max_file_store: str | None = None,
     ) -> None:
         self._binary = Path(binary) if binary else None
         self.server_name = server_name
         self.extra_conf = extra_conf
+        self.max_file_store = max_file_store
+        """JetStream's `max_file_store` (e.g. `64MB`; None: the disk's size): a server-wide cap
+        on stored bytes, refused writes answered `insufficient resources`, as on a full disk."""
         """Appended to the generated config (a cluster node's `cluster {...}` block)."""
         self._auth_path = Path(auth) if auth is not None else None
         self._auth_tmp: Path | None = None
@@ -173,15 +188,41 @@ class EmbeddedNats:
                 return
             assert self._proc is not None
             (self._workdir / "nats.conf").write_text(self._config_text(self.store_dir))
-            before = self._log_tail(10**7).count("Reloaded server configuration")
+            done, refused = "Reloaded server configuration", "Failed to reload server configuration"
+            text = self._log_tail(10**7)
+            before, refused_before = text.count(done), text.count(refused)
             self._proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + self.start_timeout_s
-            while self._log_tail(10**7).count("Reloaded server configuration") == before:
+            while (text := self._log_tail(10**7)).count(done) == before:
+                if text.count(refused) > refused_before:
+                    line = next(ln for ln in reversed(text.splitlines()) if refused in ln)
+                    raise NatsServerFailed(
+                        "nats-server refused to reload its config: "
+                        + line.split(refused, 1)[1].lstrip(": ")
+                    )
                 if time.monotonic() > deadline or not self.running:
                     raise NatsServerFailed(
                         f"nats-server did not reload its config: {self._log_tail()}"
                     )
                 time.sleep(0.02)
+
+    def set_max_file_store(self, limit: str | None) -> None:
+        """Change the store cap of a running server (a config reload, no restart)."""
+        self.max_file_store = limit
+        self.reload()
+
+    def restart(self, timeout_s: float = 5.0) -> None:
+        """Stop (SIGTERM, then kill after `timeout_s`) and start again in place: the same port,
+        store and identities (what clears a store write error the server latched when its disk
+        was full). Clients reconnect. Needs a kept store (`store_dir`)."""
+        if self._given_store is None:
+            raise RuntimeError("restart in place needs a kept store (store_dir)")
+        self._terminate(timeout_s)
+        self.start()
+
+    def log_text(self) -> str:
+        """The running server's log since it was (re)started."""
+        return self._log_tail(10**7)
 
     def _auth_changed(self) -> bool:
         if self._auth_path is None:
@@ -257,6 +298,8 @@ class EmbeddedNats:
     def _config_text(self, store: Path) -> str:
         port = -1 if self._port is None else self._port
         sync = "\n  sync_interval: always" if self.sync_always else ""
+        if self.max_file_store is not None:
+            sync += f"\n  max_file_store: {storage_size(self.max_file_store)}"
         tls = ""
         if self.tls is not None:
             t = self.tls
@@ -328,6 +371,12 @@ class EmbeddedNats:
         auth directory (no store given: the identities die with the server's temporary store)
         is removed too, key seeds and all; a later `start` makes new identities. `kill` keeps
         it, for a restart with the same identities."""
+        self._terminate(timeout_s)
+        if self._auth_tmp is not None:
+            self._auth_finalizer()
+            self._auth_path = self._auth_tmp = None
+
+    def _terminate(self, timeout_s: float) -> None:
         self._stop_watcher()
         with self._lock:
             proc, self._proc = self._proc, None
@@ -339,9 +388,6 @@ class EmbeddedNats:
                 proc.kill()
                 proc.wait()
         self._cleanup()
-        if self._auth_tmp is not None:
-            self._auth_finalizer()
-            self._auth_path = self._auth_tmp = None
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); keeps a given store dir for a restart."""

@@ -26,6 +26,20 @@ def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def write_json_keeping(path: Path, doc: dict[str, Any]) -> None:
+    """`write_json_atomic`, or, when the disk is too full for a new file, an overwrite of the
+    existing file in place (its blocks are already allocated: a document no longer than the
+    last one fits), so readers still see `up` alive on a full disk. OSError when neither can."""
+    try:
+        write_json_atomic(path, doc)
+    except OSError:
+        path.with_name(f".{path.name}.{os.getpid()}.tmp").unlink(missing_ok=True)
+        data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text())

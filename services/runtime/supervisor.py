@@ -43,6 +43,7 @@ from gpuledger.services.runtime.status_file import (  # noqa: F401 - re-exported
     read_json,
     staleness,
     write_json_atomic,
+    write_json_keeping,
 )
 
 HEARTBEAT_ENV = "GPULEDGER_HEARTBEAT_FILE"
@@ -90,6 +91,11 @@ class StatusBoard:
     stream_error: str | None = None
     nats_nodes: list[dict[str, Any]] = field(default_factory=list)
     """The NATS nodes holding the stream (`status_file.nats_nodes`), as last asked."""
+    store: dict[str, Any] | None = None
+    """The store's state as `up`'s probe last saw it (`StoreWatch.document`: `state` ok | full
+    | unknown, `error`, `since_ms`, `write_errors`, `restarts`); None: not probed."""
+    nats_reload_error: str | None = None
+    """Why the embedded server refused its last credential reload (None: it did not)."""
     samples: deque = field(default_factory=lambda: deque(maxlen=3600))
     """(time ms, stream last seq) each time the stream's last sequence grew."""
 
@@ -125,6 +131,8 @@ class StatusBoard:
             "stream_last_seq": self.stream_last_seq,
             "stream_error": self.stream_error,
             "nats_nodes": self.nats_nodes,
+            "store": self.store,
+            "nats_reload_error": self.nats_reload_error,
             "services": rows,
         }
 
@@ -132,7 +140,7 @@ class StatusBoard:
         if self.path is None:
             return
         with contextlib.suppress(OSError):
-            write_json_atomic(self.path, self.document())
+            write_json_keeping(self.path, self.document())
 
 
 def lag(stream_last_seq: int | None, folded_seq: int | None) -> int | None:

@@ -204,13 +204,19 @@ def test_executor_ids_are_file_safe_and_reversible():
 # ---------------------------------------------------------------------- shell, real processes
 
 
+def step_of(agent, state, now_ms):
+    """What the host does each time it decides: the effects hook, then the pure decide."""
+    agent.effects(state, now_ms)
+    return agent.decide(state, now_ms)
+
+
 def run_until(agent, state, now, pred, timeout=8.0):
     """Decide and fold (as the host does) until `pred(all events so far)` holds."""
     seen: list[ev.Event] = []
     box = [state]
 
     def step() -> bool:
-        out = agent.decide(box[0], now())
+        out = step_of(agent, box[0], now())
         box[0] = fold(agent, box[0], out)
         seen.extend(out)
         return pred(seen)
@@ -335,7 +341,7 @@ def test_agent_restart_adopts_running_members_without_starting_twice(agents, tmp
     assert second.core.plan(state2, clock()) == []
     members = second.executor.members()
     assert len(members) == 1 and members[0].pid == pid and members[0].adopted
-    out = second.decide(state2, clock())
+    out = step_of(second, state2, clock())
     assert not [x for x in out if isinstance(x, (ev.MemberStarted, ev.MemberExited))]
     # and it can still stop what it adopted
     now = clock()
@@ -488,7 +494,7 @@ def test_real_members_of_a_shrunk_gang_learn_their_world_size_and_run_on(agents,
 
     def world_size_two() -> bool:
         nonlocal state
-        out = agent.decide(state, clock())
+        out = step_of(agent, state, clock())
         state = fold(agent, state, out)
         others_exited.extend(x for x in out if isinstance(x, ev.MemberExited))
         return bool(others_exited) or all(f"rank {r} world size now 2" in log(r) for r in (0, 1))

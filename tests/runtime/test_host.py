@@ -439,3 +439,31 @@ async def test_a_host_started_before_the_stream_exists_waits_for_it(
             await eventually(lambda: "j1" in host.state.admitted)
     finally:
         await bus.close()
+
+
+async def test_a_host_folds_on_after_its_server_restarts_in_place(tmp_path, monkeypatch) -> None:
+    """`up` restarts its embedded server in place to clear a full disk's latched write error:
+    every host reconnects and goes on folding and deciding (its consumer, gone with the
+    restart, is made again)."""
+    from tests.natsauth import as_admin
+
+    with EmbeddedNats(tmp_path / "store") as server:
+        as_admin(monkeypatch, server)
+        bus = await Bus.connect(server.url, **server.client_options())
+        await bus.ensure_stream()
+        host_bus = await Bus.connect(server.url, **server.client_options())
+        svc = Admitter()
+        host = Host(svc, host_bus, stall_log_s=0.5)
+        task = asyncio.create_task(host.run())
+        try:
+            await bus.publish(submitted("a"))
+            await eventually(lambda: "a" in host.state.admitted, 30, "a admitted")
+            await asyncio.to_thread(server.restart)
+            await bus.publish_retrying(submitted("b"))
+            await eventually(lambda: "b" in host.state.admitted, 30, "b admitted after a restart")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await host_bus.close()
+            await bus.close()

@@ -49,7 +49,7 @@ def test_one_server_is_its_own_leader_and_a_lost_quorum_has_none():
     ]
 
 
-def status_of(data: Path, nodes: list[dict]) -> subprocess.CompletedProcess:
+def status_of(data: Path, nodes: list[dict], **fields) -> subprocess.CompletedProcess:
     doc = {
         "updated_at_ms": now_ms(),
         "up_pid": os.getpid(),  # a live process stands in for `up`
@@ -61,6 +61,7 @@ def status_of(data: Path, nodes: list[dict]) -> subprocess.CompletedProcess:
         "services": [
             {"name": "admission", "role": "admission", "state": "running", "folded_seq": 10}
         ],
+        **fields,
     }
     (data / STATUS_FILE).write_text(json.dumps(doc))
     return subprocess.run(
@@ -106,3 +107,34 @@ def test_a_server_known_only_by_its_id_is_shown_by_its_address():
         ClusterInfo(leader=sid, replicas=[]), "127.0.0.1:4222", {sid: "127.0.0.1:4222"}
     )
     assert [r["name"] for r in rows] == ["127.0.0.1:4222"]
+
+
+def test_an_up_that_cannot_write_its_status_is_never_called_not_running(tmp_path):
+    """On a full disk `up` may not manage to rewrite status.json: while its pid lives, status
+    says it runs but cannot update the file (exit 1), not that it stopped."""
+    done = status_of(tmp_path, nats_nodes(None, "solo"), updated_at_ms=now_ms() - 60_000)
+    assert done.returncode == 1
+    assert "is running but has not updated" in done.stderr
+    assert "is the disk full?" in done.stderr and "is not running" not in done.stderr
+
+
+def test_store_full_and_a_refused_reload_are_shown_and_exit_1(tmp_path):
+    store = {
+        "state": "full",
+        "error": "the event store is full (NATS: insufficient resources, 10023)",
+        "since_ms": now_ms() - 5000,
+        "write_errors": 3,
+        "restarts": 0,
+    }
+    done = status_of(tmp_path, nats_nodes(None, "solo"), store=store)
+    assert done.returncode == 1
+    assert "store full: the event store is full (NATS: insufficient resources" in done.stderr
+    done = status_of(
+        tmp_path,
+        nats_nodes(None, "solo"),
+        store={**store, "state": "ok", "error": None},
+        nats_reload_error="nats-server refused to reload its config: parse error",
+    )
+    assert done.returncode == 1
+    assert "NATS credential reload failed: nats-server refused" in done.stderr
+    assert "store full" not in done.stderr

@@ -9,7 +9,12 @@ A service is a pure decider over a folded state:
   have no placement yet?") and returns the events to publish, fully enveloped with
   deterministic ids; it does not change the state (the shell folds the published events back);
 - `next_wakeup_ms(state, now_ms)` says when `decide` must run again even if no event arrives
-  (a deadline, a job's end in simulated mode), or None.
+  (a deadline, a job's end in simulated mode), or None;
+- optionally, `effects(state, now_ms)`: the effects hook, the one place a service touches the
+  world (the real node agent starts, signals and kills processes and samples NVML there). The
+  live host calls it right before every `decide`; it may record what it observed and did in
+  the state as *local facts* (never published as such) that `decide` then turns into events.
+  So every `decide` is pure by name: no I/O, no clock, no randomness.
 
 The shell supplies `now_ms` and everything else external; a decider reads no clock.
 """
