@@ -518,7 +518,7 @@ COMMENT ON COLUMN fragmentation.stranded_gpus IS 'Wholly free GPUs no pending jo
 COMMENT ON COLUMN fragmentation.stranded_gpu_equiv IS 'Free capacity no pending job can use, GPU-equivalents.';
 COMMENT ON COLUMN fragmentation.stranded_ratio IS 'stranded / free capacity, ratio 0..1.';
 COMMENT ON COLUMN fragmentation.largest_free_clique IS 'Wholly free GPUs of the clique (overall: the largest clique''s), count.';
-COMMENT ON COLUMN fragmentation.pending_jobs IS 'Pending jobs now (count).';
+COMMENT ON COLUMN fragmentation.pending_jobs IS 'Pending jobs now that wait for capacity (count; jobs waiting for a dependency are not counted).';
 
 COMMENT ON COLUMN slo.slo_class IS 'SLO class (else the priority class).';
 COMMENT ON COLUMN slo.jobs IS 'Jobs (count).';

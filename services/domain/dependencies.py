@@ -56,6 +56,17 @@ def status(dep_job: Any, on: str) -> Status:
     return "never" if ended else "waiting"
 
 
+def unmet(jobs: Mapping[str, Any], spec: JobSpec) -> bool:
+    """Whether some dependency of `spec` is not met now (awaited, or never to be met): such a
+    pending job is not demand (fair share, reclaim, preemption, reservations, pending-work
+    figures) until all are met."""
+    for d in dependencies(spec):
+        other = jobs.get(d.job)
+        if other is None or status(other, d.on) != "met":
+            return True
+    return False
+
+
 def verb(on: str) -> str:
     """`to succeed`, `to fail`, `to finish`, `to start`."""
     return _VERB.get(on, on)

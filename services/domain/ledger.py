@@ -295,7 +295,10 @@ class Ledger:
     """Per spread group (`JobSpec.spread`), members of its active allocations per node (no
     zero entries): the scheduler's spread limit reads it instead of scanning allocations."""
     pending_gpu_milli: dict[str, int] = field(default_factory=dict)
-    """Per tenant, GPU capacity its pending jobs wait for."""
+    """Per tenant, GPU capacity its pending jobs wait for (those waiting on dependencies
+    included: `demand_by_tenant` takes them out while a dependency is unmet)."""
+    pending_dependent: set[str] = field(default_factory=set)
+    """The pending jobs that name dependencies (`JobSpec.depends_on`), met or not."""
     """Per tenant, the part of `tenant_gpu_milli` held by non-preemptible work."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
     decayed_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -1496,6 +1499,8 @@ class Ledger:
         if job_id not in self.pending:
             self.pending.add(job_id)
             job = self.jobs[job_id]
+            if job.spec.depends_on:
+                self.pending_dependent.add(job_id)
             self.pending_gpu_milli[job.tenant] = (
                 self.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
             )
@@ -1503,6 +1508,7 @@ class Ledger:
     def _dequeue(self, job_id: str) -> None:
         if job_id in self.pending:
             self.pending.discard(job_id)
+            self.pending_dependent.discard(job_id)
             job = self.jobs[job_id]
             self.pending_gpu_milli[job.tenant] -= job.gpu_milli()
 

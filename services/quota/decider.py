@@ -34,6 +34,7 @@ from gpuledger.events import (
     encode,
 )
 from gpuledger.events import catalog as ev
+from gpuledger.services.domain import dependencies as deps
 from gpuledger.services.domain import schedules as sched
 from gpuledger.services.domain.deciding import LedgerService
 from gpuledger.services.domain.ledger import Ledger
@@ -42,10 +43,15 @@ from gpuledger.services.domain.stamp import stamp
 
 
 def demand_by_tenant(state: Ledger) -> dict[str, int]:
-    """Own demand per tenant: what it holds plus what it waits for."""
+    """Own demand per tenant: what it holds plus what it waits for. A pending job with a
+    dependency not met yet is not demand: it could not run if it were given capacity."""
     demand = dict(state.tenant_gpu_milli)
     for tenant, waiting in state.pending_gpu_milli.items():
         demand[tenant] = demand.get(tenant, 0) + waiting
+    for job_id in sorted(state.pending_dependent):
+        job = state.jobs[job_id]
+        if deps.unmet(state.jobs, job.spec):
+            demand[job.tenant] -= job.gpu_milli()
     return demand
 
 

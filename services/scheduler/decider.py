@@ -509,7 +509,8 @@ class Scheduler(LedgerService):
 
     def _grow(self, state: Ledger, now_ms: int) -> list[Event]:
         """Elastic gangs below `replicas` take capacity that is free once the queue has
-        nothing waiting for capacity (queued work first): each, in allocation order, gets as
+        nothing waiting for capacity (queued work first; a job waiting for a dependency does
+        not wait for capacity): each, in allocation order, gets as
         many more members as fit and as its tenant's quota allows (`GangResized` up), unless
         it is starting, being preempted, or was resized less than `policy.min_runtime_s`
         ago (the anti-thrash cooldown)."""
@@ -517,8 +518,13 @@ class Scheduler(LedgerService):
             return []
         for j in state.pending:
             job = state.jobs[j]
-            if not job.cancel_requested and (job.reason is None or job.reason in CAPACITY_REASONS):
-                return []
+            if job.cancel_requested or (
+                job.reason is not None and job.reason not in CAPACITY_REASONS
+            ):
+                continue
+            if j in state.pending_dependent and deps.unmet(state.jobs, job.spec):
+                continue  # waits for a dependency, not for capacity
+            return []
         cooldown = state.config.policy.min_runtime_s * 1000
         rnd = _Round.start(state)
         exclude = state.nominated_nodes(now_ms=now_ms)
