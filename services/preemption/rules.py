@@ -32,7 +32,7 @@ from typing import Any
 
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
 from gpuledger.services.domain.ledger import AllocationRecord, JobRecord, Ledger
-from gpuledger.services.domain.timefmt import instant
+from gpuledger.services.domain.timefmt import duration, instant
 
 HOUR_MS = 3_600_000
 
@@ -205,15 +205,17 @@ def ends_at_time_limit(s: Scene, c: Candidate) -> Protected | None:
     stopping = c.rec.time_limit
     if stopping is not None:
         return Protected(
-            f"already stopping at its {c.victim.time_limit_s}s time limit: its GPUs are free "
+            f"already stopping at its {duration((c.victim.time_limit_s or 0) * 1000)} time "
+            f"limit: its GPUs are free "
             f"by {instant(stopping.deadline_ms)}"
         )
     due = time_limit_due_ms(s.state, c.rec, c.victim)
     if due is None or due > s.now_ms + grace:
         return None
     return Protected(
-        f"reaches its {c.victim.time_limit_s}s time limit at {instant(due)}, within the "
-        f"{grace // 1000}s grace an eviction would give it: it ends there by itself"
+        f"reaches its {duration((c.victim.time_limit_s or 0) * 1000)} time limit at "
+        f"{instant(due)}, within the {duration(grace)} grace an eviction would give it: it "
+        "ends there by itself"
     )
 
 

@@ -154,8 +154,8 @@ def test_ends_at_time_limit_a_run_reaching_its_limit_within_the_grace_is_not_evi
     # at 9 min its limit (10 min) comes before an eviction's deadline (9 + 2 min)
     assert d.reason == DeclineReason.EndsAtTimeLimit
     assert excluded(d) == [("ending", ExclusionReason.EndsAtTimeLimit)]
-    assert "reaches its 600s time limit at" in d.details["excluded"][0]["message"]
-    assert "within the 120s grace an eviction would give it" in d.message
+    assert "reaches its 10m time limit at t+10m" in d.details["excluded"][0]["message"]
+    assert "within the 2m grace an eviction would give it" in d.message
 
 
 def test_ends_at_time_limit_a_run_far_from_its_limit_is_evicted_as_before():
@@ -170,7 +170,7 @@ def test_ends_at_time_limit_a_run_already_stopping_at_its_limit_is_not_evicted()
     (reached,) = of_type(step(ledger, 600_000, Scheduler()), ev.TimeLimitReached)
     d = declined(blocked(ledger, 610_000, id="high", tenant="a", gpus=8, **{"class": "urgent"}))
     assert excluded(d) == [("ending", ExclusionReason.EndsAtTimeLimit)]
-    assert "already stopping at its 600s time limit" in d.details["excluded"][0]["message"]
+    assert "already stopping at its 10m time limit: its GPUs are free by t+12m" in d.details["excluded"][0]["message"]
     assert reached.deadline_ms == 720_000
 
 
