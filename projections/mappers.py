@@ -35,7 +35,12 @@ from gpuledger.events.catalog import ALL_EVENTS
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
-from gpuledger.services.domain.quota import borrowing_limit, lending_limit
+from gpuledger.services.domain.quota import (
+    borrowing_limit,
+    borrowing_limits_by_model,
+    lending_limit,
+    lending_limits_by_model,
+)
 
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "timeout"})
 JOB_STATES = (
@@ -273,7 +278,8 @@ TenantRow = _row_class(
     "tenants",
     """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
     fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms
-    borrowing_limit_gpu_milli lending_limit_gpu_milli""",
+    borrowing_limit_gpu_milli lending_limit_gpu_milli borrowing_limit_by_model
+    lending_limit_by_model""",
     "tenant",
 )
 
@@ -1097,6 +1103,8 @@ class Projection:
         t.over_quota_weight = e.over_quota_weight
         t.borrowing_limit_gpu_milli = borrowing_limit(e)
         t.lending_limit_gpu_milli = lending_limit(e)
+        t.borrowing_limit_by_model = _dumps(dict(borrowing_limits_by_model(e)) or None)
+        t.lending_limit_by_model = _dumps(dict(lending_limits_by_model(e)) or None)
         t.configured_at_ms = e.occurred_at_ms
         t.updated_at_ms = e.occurred_at_ms
         self.tenants[e.tenant] = t

@@ -291,6 +291,9 @@ class Ledger:
     tenant_fixed_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
     """Per (tenant, GPU model), non-preemptible GPU capacity in use (for per-model
     guarantees); a member counts under the model of its first GPU."""
+    tenant_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, GPU model), GPU capacity in use by all its work (for per-model lending
+    and borrowing limits); a member counts under the model of its first GPU."""
     spread_nodes: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per spread group (`JobSpec.spread`), members of its active allocations per node (no
     zero entries): the scheduler's spread limit reads it instead of scanning allocations."""
@@ -597,6 +600,17 @@ class Ledger:
             if model is not None:
                 out[model] = out.get(model, 0) + per_member_milli
         return out
+
+    def _count_models(self, tenant: str, by_model: dict[str, int], sign: int) -> None:
+        """Add (`sign` 1) or take away (-1) capacity per GPU model from `tenant_by_model`;
+        an entry that reaches 0 is dropped."""
+        for model in sorted(by_model):
+            key = (tenant, model)
+            left = self.tenant_by_model.get(key, 0) + sign * by_model[model]
+            if left:
+                self.tenant_by_model[key] = left
+            else:
+                self.tenant_by_model.pop(key, None)
 
     def usage_at(self, tenant: str, now_ms: int) -> int:
         """The tenant's time-decayed past usage (milli-GPU·ms) at `now_ms`; 0 when
@@ -947,10 +961,12 @@ class Ledger:
                 per_node[m.node] = per_node.get(m.node, 0) + 1
         self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
+        by_model = self.member_models(e.members, per_member)
+        self._count_models(job.tenant, by_model, 1)
         if not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[job.tenant] = fixed.get(job.tenant, 0) + rec.gpu_milli
-            for model, milli in self.member_models(e.members, per_member).items():
+            for model, milli in by_model.items():
                 key = (job.tenant, model)
                 self.tenant_fixed_by_model[key] = self.tenant_fixed_by_model.get(key, 0) + milli
         job.state, job.allocation_id, job.reason, job.message, job.details = (
@@ -1134,6 +1150,7 @@ class Ledger:
         freed = per_member * len(gone)
         self._accrue(rec.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - freed
+        self._count_models(rec.tenant, self.member_models(gone, per_member), -1)
         if not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - freed
@@ -1214,6 +1231,7 @@ class Ledger:
         more = per_member * len(added)
         self._accrue(rec.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) + more
+        self._count_models(rec.tenant, self.member_models(added, per_member), 1)
         if not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) + more
@@ -1334,6 +1352,9 @@ class Ledger:
             if not per_node:
                 self.spread_nodes.pop(group, None)
         job = self.jobs.get(rec.job_id)
+        if rec.members:
+            per = rec.gpu_milli // len(rec.members)
+            self._count_models(rec.tenant, self.member_models(rec.members, per), -1)
         if job is not None and not job.preemptible:
             fixed = self.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - rec.gpu_milli
