@@ -170,7 +170,10 @@ def test_ends_at_time_limit_a_run_already_stopping_at_its_limit_is_not_evicted()
     (reached,) = of_type(step(ledger, 600_000, Scheduler()), ev.TimeLimitReached)
     d = declined(blocked(ledger, 610_000, id="high", tenant="a", gpus=8, **{"class": "urgent"}))
     assert excluded(d) == [("ending", ExclusionReason.EndsAtTimeLimit)]
-    assert "already stopping at its 10m time limit: its GPUs are free by t+12m" in d.details["excluded"][0]["message"]
+    assert (
+        "already stopping at its 10m time limit: its GPUs are free by t+12m"
+        in d.details["excluded"][0]["message"]
+    )
     assert reached.deadline_ms == 720_000
 
 
