@@ -23,6 +23,7 @@ from gpuledger.events import JobSpec, MemberPlacement
 from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
 from gpuledger.events.reasons import TERMINAL_STATES, EndReason, FoldRefusal, JobState
 from gpuledger.events.subjects import producer_problem, role_of, scheduled_by_quota
+from gpuledger.services.domain import dependencies
 from gpuledger.services.domain.config import ConfigState
 from gpuledger.services.domain.mig_layouts import LayoutError, layout_text, parse_layout
 from gpuledger.services.domain.placement_adapter import gang_request, node_spec, to_placement
@@ -976,7 +977,10 @@ class Ledger:
             "",
             {},
         )
-        job.waited_ms += max(0, e.occurred_at_ms - job.pending_since_ms)
+        since = job.pending_since_ms
+        if job.spec.depends_on:  # the wait counts from when its dependencies were met
+            since = dependencies.queued_since_ms(self.jobs, job) or since
+        job.waited_ms += max(0, e.occurred_at_ms - since)
         job.attempts += 1
         job.declined = None
         job.placements.append((e.occurred_at_ms, e.members))

@@ -225,7 +225,10 @@ class Scheduler(LedgerService):
         after = policy.reservation_after_s * 1000
         if after and state.pending:
             times += [
-                t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
+                t
+                for j in state.pending
+                if (since := self._queued_since(state, state.jobs[j])) is not None
+                and (t := since + after) > now_ms
             ]
         if state.growable and policy.min_runtime_s:  # a grow's cooldown ends
             cooldown = policy.min_runtime_s * 1000
@@ -1184,6 +1187,12 @@ class Scheduler(LedgerService):
             if used + need > conf.guaranteed_by_model[model]:
                 out.append((model, used, conf.guaranteed_by_model[model]))
         return out
+
+    @staticmethod
+    def _queued_since(state: Ledger, job: JobRecord) -> int | None:
+        if not job.spec.depends_on:
+            return job.pending_since_ms
+        return deps.queued_since_ms(state.jobs, job)
 
     @staticmethod
     def _nodes_with_models(state: Ledger, models: set[str]) -> frozenset[str]:

@@ -133,3 +133,27 @@ def test_a_job_waiting_for_its_dependency_is_not_pending_work_in_sql(tmp_path):
     # train (6 GPUs) waits for prep: no pending work, so nothing is stranded by it
     assert row == (6, 6, 0)
     assert demand == 2000
+
+
+def test_its_queue_time_counts_from_when_its_dependencies_were_met():
+    """Aging and reservations count the wait for capacity, not the wait for a dependency."""
+    from gpuledger.services.scheduler.queue import aging_steps
+
+    doc = two_tenants(
+        [{"at": 60, "submit": {"id": "web-1", "tenant": "web", "gpus": 6, "duration": "3h"}}],
+        reservation_after_s=600,
+        aging_after_wait_s=1200,
+    )
+    sim = simulate(from_document(doc), until_ms=H + 5 * 60_000, check=True)
+    train = sim.ledger.jobs["train"]
+    assert str(train.state) == "pending"
+    # 65 min since submission, 5 min since prep succeeded: no aging step yet (one per 20 min)
+    assert aging_steps(sim.ledger, train, H + 5 * 60_000) == 0
+    sim = simulate(from_document(doc), until_ms=2 * H, check=True)
+    reserved = [
+        e.occurred_at_ms
+        for e in logged(sim, ev.PendingReasonChanged, job_id="train")
+        if "reservation" in e.details
+    ]
+    # starving 10 min after its dependency was met at 1 h, not 10 min after submission
+    assert reserved and reserved[0] == H + 10 * 60_000
