@@ -368,3 +368,53 @@ def test_given_a_victim_about_to_reach_its_time_limit_then_preemption_waits_for_
     assert 10 * M < placed.occurred_at_ms <= 12 * M
     out = why(sim, tmp_path, "train")
     assert "timeout" in out
+
+
+def test_given_an_array_half_way_then_jobs_and_why_show_it_as_one_line_with_counts(tmp_path):
+    from gpuledger.projections.store import rebuild
+    from gpuledger.services.cli.audit import register
+
+    doc = {
+        "cluster": cluster(),
+        "tenants": [{"name": "research", "guaranteed": 8}],
+        "timeline": [
+            {"at": 0, "submit": {"id": "sweep", "tenant": "research", "gpus": 1,
+                                 "duration": "10m", "array": {"count": 10, "max_running": 3}}},
+        ],
+    }  # fmt: skip
+    sim = run(doc, until_ms=15 * M)
+    data = tmp_path / "data"
+    rebuild(sim.log, data / "projection.duckdb")
+    app = typer.Typer()
+    register(app)
+    jobs = CliRunner().invoke(app, ["jobs", "--data", str(data)])
+    assert jobs.exit_code == 0, jobs.output
+    lines = [x for x in jobs.output.splitlines() if x.startswith("sweep")]
+    assert len(lines) == 1 and "running 3/10 done 3" in lines[0]
+    tasks = CliRunner().invoke(app, ["jobs", "--tasks", "--data", str(data)])
+    assert sum(x.startswith("sweep@") for x in tasks.output.splitlines()) == 10
+    assert "10 tasks: 3 running, 4 pending, 3 completed" in why(sim, tmp_path, "sweep")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"time_limit": "1h"}, "time_limit_s: a service runs until it is scaled down"),
+        ({"array": {"count": 2}}, "array: a service has replicas, not tasks"),
+        ({"depends_on": [{"job": "first"}]}, "depends_on: a service's replicas start when"),
+    ],
+)
+def test_given_a_service_with_job_only_semantics_then_admission_rejects_it(extra, message):
+    doc = {
+        "cluster": cluster(),
+        "tenants": [{"name": "ml", "guaranteed": 8}],
+        "timeline": [
+            {"at": 0, "submit": {"id": "first", "tenant": "ml", "gpus": 1, "duration": "1m"}},
+            {"at": 1, "submit": {"id": "svc", "tenant": "ml", "gpus": 1, "replicas": 1,
+                                 "kind": "service", **extra}},
+        ],
+    }  # fmt: skip
+    sim = run(doc, until_ms=10 * M)
+    (rejected,) = logged(sim, ev.JobRejected, job_id="svc")
+    assert rejected.reason == "InvalidSpec"
+    assert rejected.message.startswith(message)
