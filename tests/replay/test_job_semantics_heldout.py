@@ -368,6 +368,9 @@ def test_given_a_victim_about_to_reach_its_time_limit_then_preemption_waits_for_
     assert 10 * M < placed.occurred_at_ms <= 12 * M
     out = why(sim, tmp_path, "train")
     assert "timeout" in out
+    waiting = run(doc, until_ms=9 * M + 30_000)
+    out = why(waiting, tmp_path / "waiting", "notebook")
+    assert "Preemption declined: EndsAtTimeLimit: evicting would make room, but the runs in" in out
 
 
 def test_given_an_array_half_way_then_jobs_and_why_show_it_as_one_line_with_counts(tmp_path):
