@@ -101,6 +101,13 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     lending_limit_gpu_milli: NonNegative | msgspec.UnsetType = msgspec.UNSET
     """Kueue `lendingLimit`: the most of the tenant's unused guarantee that other tenants may
     borrow, milli-GPUs; the rest stays idle for it. Absent = all of it may be lent."""
+    borrowing_limit_by_model: dict[str, NonNegative] | msgspec.UnsetType = msgspec.UNSET
+    """Per GPU model (a key of `guaranteed_by_model`), the most the tenant (its subtree) may
+    use of that model above its guarantee for it, milli-GPUs; absent = no per-model cap
+    (left out of the JSON when absent)."""
+    lending_limit_by_model: dict[str, NonNegative] | msgspec.UnsetType = msgspec.UNSET
+    """Per GPU model (a key of `guaranteed_by_model`), the most of the tenant's unused
+    guarantee for that model that other tenants may borrow, milli-GPUs; absent = all of it."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):

@@ -66,6 +66,7 @@ class ExclusionReason(StrEnum):
     """Why a candidate victim is protected (`details.excluded[].reason` of preemption events)."""
 
     NonPreemptible = "NonPreemptible"
+    EndsAtTimeLimit = "EndsAtTimeLimit"  # its run reaches its time limit within its grace
     Aged = "Aged"
     PreemptionLoop = "PreemptionLoop"
     MinRuntime = "MinRuntime"
@@ -81,6 +82,7 @@ class DeclineReason(StrEnum):
     PreemptionDisabled = "PreemptionDisabled"
     WaitingForPreemptedWorkloads = "WaitingForPreemptedWorkloads"
     NoVictims = "NoVictims"
+    EndsAtTimeLimit = "EndsAtTimeLimit"  # room only behind runs that end at their limit soon
     LostWorkBound = "LostWorkBound"
     MinRuntime = "MinRuntime"
     EvictionBudget = "EvictionBudget"

@@ -267,6 +267,8 @@ COMMENT ON COLUMN tenants.guaranteed_gpu_milli IS 'Guaranteed quota, milli-GPUs 
 COMMENT ON COLUMN tenants.limit_gpu_milli IS 'Cap, milli-GPUs (NULL = no cap).';
 COMMENT ON COLUMN tenants.borrowing_limit_gpu_milli IS 'Most the tenant may use above its guarantee, milli-GPUs (Kueue borrowingLimit; NULL = no cap).';
 COMMENT ON COLUMN tenants.lending_limit_gpu_milli IS 'Most of its unused guarantee others may borrow, milli-GPUs (Kueue lendingLimit; NULL = all).';
+COMMENT ON COLUMN tenants.borrowing_limit_by_model IS 'Per GPU model of guaranteed_by_model: most it may use of that model above its guarantee for it, milli-GPUs ({"H100-80GB": 2000}; NULL = none).';
+COMMENT ON COLUMN tenants.lending_limit_by_model IS 'Per GPU model of guaranteed_by_model: most of its unused guarantee for that model others may borrow, milli-GPUs (NULL = all).';
 COMMENT ON COLUMN tenants.over_quota_weight IS 'Weight of the tenant in the idle surplus split.';
 COMMENT ON COLUMN tenants.fair_share_gpu_milli IS 'Last fair share, milli-GPUs.';
 COMMENT ON COLUMN tenants.allocated_gpu_milli IS 'Last allocated, milli-GPUs.';
@@ -518,7 +520,7 @@ COMMENT ON COLUMN fragmentation.stranded_gpus IS 'Wholly free GPUs no pending jo
 COMMENT ON COLUMN fragmentation.stranded_gpu_equiv IS 'Free capacity no pending job can use, GPU-equivalents.';
 COMMENT ON COLUMN fragmentation.stranded_ratio IS 'stranded / free capacity, ratio 0..1.';
 COMMENT ON COLUMN fragmentation.largest_free_clique IS 'Wholly free GPUs of the clique (overall: the largest clique''s), count.';
-COMMENT ON COLUMN fragmentation.pending_jobs IS 'Pending jobs now (count).';
+COMMENT ON COLUMN fragmentation.pending_jobs IS 'Pending jobs now that wait for capacity (count; jobs waiting for a dependency are not counted).';
 
 COMMENT ON COLUMN slo.slo_class IS 'SLO class (else the priority class).';
 COMMENT ON COLUMN slo.jobs IS 'Jobs (count).';

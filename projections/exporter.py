@@ -19,6 +19,7 @@ last applied event: `clock` view), so a simulated log reads in its own virtual t
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -181,6 +182,22 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "The most of the tenant's unused guarantee others may borrow, GPUs (Kueue: "
         "lendingLimit; absent when unset).",
         "table tenants",
+    ),
+    _spec(
+        "gpuledger_tenant_model_quota_borrowing_limit_gpus",
+        "gauge",
+        ("tenant", "modelName"),
+        "Per GPU model: the most the tenant may use of that model above its guarantee for it, "
+        "GPUs (Kueue: a flavor's borrowingLimit; absent when unset).",
+        "table tenants (borrowing_limit_by_model)",
+    ),
+    _spec(
+        "gpuledger_tenant_model_quota_lending_limit_gpus",
+        "gauge",
+        ("tenant", "modelName"),
+        "Per GPU model: the most of the tenant's unused guarantee for that model others may "
+        "borrow, GPUs (Kueue: a flavor's lendingLimit; absent when unset).",
+        "table tenants (lending_limit_by_model)",
     ),
     _spec(
         "gpuledger_tenant_fair_share_gpus",
@@ -480,11 +497,23 @@ def _tenants(read: _Reader, con, out: dict[str, list]) -> None:
     )
     tenants = read(
         "SELECT tenant, guaranteed_gpu_milli, limit_gpu_milli, fair_share_gpu_milli,"
-        " demand_gpu_milli, borrowing_limit_gpu_milli, lending_limit_gpu_milli"
+        " demand_gpu_milli, borrowing_limit_gpu_milli, lending_limit_gpu_milli,"
+        " borrowing_limit_by_model, lending_limit_by_model"
         " FROM tenants ORDER BY tenant"
     )
     known = {t for t, *_ in tenants}
-    for t, guaranteed, limit, fair, demand, borrowing, lending in tenants:
+    for row in tenants:
+        t, guaranteed, limit, fair, demand, borrowing, lending = row[:7]
+        for name, by_model in zip(
+            (
+                "gpuledger_tenant_model_quota_borrowing_limit_gpus",
+                "gpuledger_tenant_model_quota_lending_limit_gpus",
+            ),
+            row[7:],
+            strict=True,
+        ):
+            for model, milli in sorted(json.loads(by_model).items()) if by_model else ():
+                out[name].append(([t, model], milli / 1000))
         u = used.get(t) or 0
         out["gpuledger_tenant_quota_nominal_gpus"].append(([t], (guaranteed or 0) / 1000))
         if limit is not None:

@@ -37,7 +37,12 @@ from gpuledger.events.reasons import EvictReason, JobState
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.fold.acceptance import admit
 from gpuledger.services.domain.fold.ledger import Ledger, run_end_state
-from gpuledger.services.domain.policy.quota import borrowing_limit, lending_limit
+from gpuledger.services.domain.policy.quota import (
+    borrowing_limit,
+    borrowing_limits_by_model,
+    lending_limit,
+    lending_limits_by_model,
+)
 
 _json = msgspec.json.Encoder()
 
@@ -262,7 +267,8 @@ TenantRow = _row_class(
     "tenants",
     """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
     fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms
-    borrowing_limit_gpu_milli lending_limit_gpu_milli""",
+    borrowing_limit_gpu_milli lending_limit_gpu_milli borrowing_limit_by_model
+    lending_limit_by_model""",
     "tenant",
 )
 
@@ -1088,6 +1094,8 @@ class Projection:
         t.over_quota_weight = e.over_quota_weight
         t.borrowing_limit_gpu_milli = borrowing_limit(e)
         t.lending_limit_gpu_milli = lending_limit(e)
+        t.borrowing_limit_by_model = _dumps(dict(borrowing_limits_by_model(e)) or None)
+        t.lending_limit_by_model = _dumps(dict(lending_limits_by_model(e)) or None)
         t.configured_at_ms = e.occurred_at_ms
         t.updated_at_ms = e.occurred_at_ms
         self.tenants[e.tenant] = t

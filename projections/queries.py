@@ -396,6 +396,7 @@ def tenants_rows(con) -> list[dict[str, Any]]:
     q = f"""
         WITH {REPLICAS_UP}
         SELECT u.*, t.demand_gpu_milli / 1000.0 AS demand_gpus, t.over_quota_weight,
+               t.borrowing_limit_by_model, t.lending_limit_by_model,
                (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant
                  AND j.state IN ('running', 'preempting')
                  AND j.job_id NOT IN (SELECT job_id FROM services)) AS running_jobs,
@@ -403,7 +404,13 @@ def tenants_rows(con) -> list[dict[str, Any]]:
                  AND j.state IN ('submitted', 'pending')
                  AND j.job_id NOT IN (SELECT job_id FROM services)) AS pending_jobs
         FROM tenant_usage u LEFT JOIN tenants t USING (tenant) ORDER BY u.tenant"""
-    return records(con.execute(q))
+    out = []
+    for r in records(con.execute(q)):
+        for key in ("borrowing_limit_by_model", "lending_limit_by_model"):
+            milli = parse_json_fields(r, key).pop(key, None)
+            r[f"{key}_gpus"] = {m: v / 1000 for m, v in milli.items()} if milli else None
+        out.append(r)
+    return out
 
 
 def acct_rows(

@@ -173,7 +173,9 @@ CREATE TABLE IF NOT EXISTS tenants (
     configured_at_ms     BIGINT,
     updated_at_ms        BIGINT,
     borrowing_limit_gpu_milli BIGINT,
-    lending_limit_gpu_milli   BIGINT
+    lending_limit_gpu_milli   BIGINT,
+    borrowing_limit_by_model  JSON,
+    lending_limit_by_model    JSON
 );
 
 CREATE TABLE IF NOT EXISTS priority_classes (

@@ -182,7 +182,8 @@ LEFT JOIN allocations a
 WHERE g.healthy
 GROUP BY ALL;
 
--- Per free GPU: could any pending job use it? (whole GPUs: enough free GPUs in the same
+-- Per free GPU: could any pending job use it (a job waiting for a dependency is not pending
+-- work: it could not use it)? (whole GPUs: enough free GPUs in the same
 -- NVLink clique; shares: enough free milli; MIG: a MIG GPU with enough free slices; models
 -- and GPU memory must match).
 CREATE OR REPLACE VIEW gpu_usability AS
@@ -197,6 +198,7 @@ WITH f AS (
                CAST(ceil(TRY_CAST(split_part(member_mig_profile, 'g', 1) AS BIGINT) * 1000 / 7.0)
                     AS BIGINT) END AS mig_milli
     FROM jobs WHERE state = 'pending'
+      AND coalesce(reason, '') NOT IN ('Dependency', 'DependencyNeverSatisfied')
 )
 SELECT f.*,
        EXISTS (
@@ -222,7 +224,10 @@ WITH per_clique AS (
            coalesce(sum(free_milli) FILTER (WHERE NOT usable_by_pending), 0) AS stranded_milli,
            count(*) FILTER (WHERE free_milli < 1000) AS partial_gpus
     FROM gpu_usability GROUP BY node, clique
-), pending AS (SELECT count(*) AS pending_jobs FROM jobs WHERE state = 'pending')
+), pending AS (
+    SELECT count(*) AS pending_jobs FROM jobs WHERE state = 'pending'
+      AND coalesce(reason, '') NOT IN ('Dependency', 'DependencyNeverSatisfied')
+)
 SELECT c.node, c.clique, c.models, c.free_gpus, c.free_milli / 1000.0 AS free_gpu_equiv,
        c.partial_gpus, c.stranded_gpus, c.stranded_milli / 1000.0 AS stranded_gpu_equiv,
        c.stranded_milli / nullif(c.free_milli, 0) AS stranded_ratio,

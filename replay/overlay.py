@@ -7,7 +7,7 @@ only the keys it names:
 - `--set KEY=VALUE`: one key path, checked strictly (unknown keys get a did-you-mean):
   `policy.<field>=V` (any `policy:` key of a configuration file), `tenants.<name>.<field>=V`
   (`guaranteed`, `limit`, `weight`, `guaranteed_by_model.<model>`, `borrowing_limit`,
-  `lending_limit`) and
+  `lending_limit`, `borrowing_limit_by_model.<model>`, `lending_limit_by_model.<model>`) and
   `priority_classes.<name>.<field>=V` (`value`, `preemptible`, `slo_class`, `grace_s`,
   `allow_timeslice`, `description`) of a tenant or class the log configured. VALUE is read
   as a YAML scalar (`false`, `30`, `2h`, `none` -> null for `limit`/`max_lost_gpu_hours`).
@@ -50,7 +50,12 @@ from gpuledger.services.domain.inputs.schema import (
     collect,
     validate_file,
 )
-from gpuledger.services.domain.policy.quota import borrowing_limit, lending_limit
+from gpuledger.services.domain.policy.quota import (
+    borrowing_limit,
+    borrowing_limits_by_model,
+    lending_limit,
+    lending_limits_by_model,
+)
 
 ROOTS = ("policy", "tenants", "priority_classes", "checkpoint")
 _OVERLAY_KEYS = (
@@ -100,6 +105,12 @@ def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
         "guaranteed_by_model": {m: _milli_text(v) for m, v in t.guaranteed_by_model.items()},
         "borrowing_limit": _milli_text(borrowing_limit(t)),
         "lending_limit": _milli_text(lending_limit(t)),
+        "borrowing_limit_by_model": {
+            m: _milli_text(v) for m, v in borrowing_limits_by_model(t).items()
+        },
+        "lending_limit_by_model": {
+            m: _milli_text(v) for m, v in lending_limits_by_model(t).items()
+        },
     }
 
 
@@ -214,7 +225,11 @@ class Overlay:
             raise OverlayError(f"{where}: {root}.{name}.{top}: unknown key{hint}")
         entry = dict(table[name])
         if sub:
-            if top != "guaranteed_by_model":
+            if top not in (
+                "guaranteed_by_model",
+                "borrowing_limit_by_model",
+                "lending_limit_by_model",
+            ):
                 raise OverlayError(f"{where}: {root}.{name}.{top}: has no sub-keys")
             # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
             entry[top] = {**entry[top], resolve(sub): value}

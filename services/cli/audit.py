@@ -803,6 +803,14 @@ def _num(v: Any, digits: int = 1) -> str:
     return str(int(v)) if isinstance(v, float) else str(v)
 
 
+def _limit_text(gpus: Any, by_model: dict[str, float] | None) -> str:
+    """A lending or borrowing limit: `2`, per model `H100-80GB=2`, both `4,H100-80GB=2`,
+    `-` for none."""
+    parts = [] if gpus is None else [_num(gpus)]
+    parts += [f"{m}={_num(v)}" for m, v in sorted((by_model or {}).items())]
+    return ",".join(parts) or "-"
+
+
 def _tenant_table(rows, wide):
     headers = [
         "NAME",
@@ -825,8 +833,8 @@ def _tenant_table(rows, wide):
             r["tenant"],
             _num(r["guaranteed_gpus"]),
             _num(r["limit_gpus"]),
-            _num(r.get("borrowing_limit_gpus")),
-            _num(r.get("lending_limit_gpus")),
+            _limit_text(r.get("borrowing_limit_gpus"), r.get("borrowing_limit_by_model_gpus")),
+            _limit_text(r.get("lending_limit_gpus"), r.get("lending_limit_by_model_gpus")),
             _num(r["fair_share_gpus"]),
             _num(alloc_now),
             _num(r["borrowed_gpu_hours"], 2),

@@ -236,6 +236,14 @@ class FleetIndex:
         """GPUs on all known nodes."""
         return sum(len(n.spec.gpus) for n in self._nodes.values())
 
+    def capacity_by_model(self) -> dict[str, int]:
+        """Milli-GPUs on all known nodes per GPU model (as `capacity_gpus`, per model)."""
+        out: dict[str, int] = {}
+        for name in sorted(self._nodes):
+            for g in self._nodes[name].spec.gpus:
+                out[g.model] = out.get(g.model, 0) + 1000
+        return out
+
     def free_gpus(self) -> int:
         """Fully free GPUs (no share, no MIG instance) on schedulable nodes."""
         return sum(n.free_gpu_count() for n in self._nodes.values() if n.schedulable)

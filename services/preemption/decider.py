@@ -34,6 +34,7 @@ from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.domain.policy.pending import PREEMPTION_MAY_HELP as BLOCKED
 from gpuledger.services.domain.policy.queue import effective_priority, ordered_pending
+from gpuledger.services.domain.policy.quota import model_limit_blocks, model_limits_set
 from gpuledger.services.domain.policy.regeometry import (
     Regeometry,
     in_window,
@@ -147,9 +148,9 @@ class Preemption(LedgerService):
                     {},
                 )
                 continue
-            backfill = backfill_plan(
-                state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet
-            )
+            # never evict for capacity on GPU models its per-model limits close to it
+            off = outlook.exclude() | closed_models(state, job)
+            backfill = backfill_plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
             if backfill is not None:
                 v = self._verdict(state, job, backfill, outlook, out)
                 if v is not None and not v.improves:
@@ -159,13 +160,11 @@ class Preemption(LedgerService):
                 continue
             consolidation = None
             if defrag.consolidation:
-                consolidation = consolidation_plan(
-                    state, job, now_ms, taken, outlook.exclude(), outlook.fleet
-                )
+                consolidation = consolidation_plan(state, job, now_ms, taken, off, outlook.fleet)
                 if consolidation.moves:
                     out += self._consolidate(state, now_ms, job, consolidation, outlook, taken)
                     continue
-            p = plan(state, job, now_ms, taken, exclude=outlook.exclude(), fleet=outlook.fleet)
+            p = plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
             if p.declined is not None:
                 self.retry_at[job.job_id] = p.retry_at_ms  # a wake-up hint, never read by decide
                 details = p.details()
@@ -190,7 +189,7 @@ class Preemption(LedgerService):
                     job,
                     now_ms,
                     taken,
-                    exclude=outlook.exclude(),
+                    exclude=off,
                     fleet=outlook.fleet,
                     spare=frozenset(spare),
                 )
@@ -484,3 +483,23 @@ class Preemption(LedgerService):
                 details=details,
             )
         ]
+
+
+def closed_models(state: Ledger, job) -> frozenset[str]:
+    """Nodes with GPU models the job may not use under its tenant's (or others') per-model
+    lending and borrowing limits (`quota.model_limit_blocks`): preemption never frees
+    capacity there for it. Empty when no tenant sets per-model limits."""
+    tenants = state.config.tenants
+    if not model_limits_set(tenants):
+        return frozenset()
+    need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
+    blocked = model_limit_blocks(
+        tenants, state.tenant_by_model, state.fleet.capacity_by_model(), job.tenant, need
+    )
+    if not blocked:
+        return frozenset()
+    return frozenset(
+        name
+        for name in sorted(state.nodes)
+        if any(g.model in blocked for g in state.nodes[name].info.gpus)
+    )

@@ -32,6 +32,7 @@ from typing import Any
 
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.tooling.timefmt import duration, instant
 
 HOUR_MS = 3_600_000
 
@@ -187,6 +188,37 @@ def non_preemptible(s: Scene, c: Candidate) -> Protected | None:
     return Protected(f"class {c.victim.spec.priority_class} is not preemptible")
 
 
+def time_limit_due_ms(state: Ledger, rec: AllocationRecord, victim: JobRecord) -> int | None:
+    """When the run reaches its job's time limit (it counts from the start of its last
+    member), or None: no limit, or not every member has started yet."""
+    if victim.time_limit_s is None or len(rec.started) < len(rec.members):
+        return None
+    return max(rec.started.values()) + victim.time_limit_s * 1000
+
+
+def ends_at_time_limit(s: Scene, c: Candidate) -> Protected | None:
+    """A run that reaches its time limit before an eviction's deadline (now + the grace an
+    eviction would give it) is not evicted, nor one already stopping at its limit: it frees
+    its GPUs by itself at most one grace later than an eviction would, and ends there, where
+    an eviction would requeue it to run again (its next run starting a fresh limit)."""
+    grace = s.state.config.grace_ms(c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class)
+    stopping = c.rec.time_limit
+    if stopping is not None:
+        return Protected(
+            f"already stopping at its {duration((c.victim.time_limit_s or 0) * 1000)} time "
+            f"limit: its GPUs are free "
+            f"by {instant(stopping.deadline_ms)}"
+        )
+    due = time_limit_due_ms(s.state, c.rec, c.victim)
+    if due is None or due > s.now_ms + grace:
+        return None
+    return Protected(
+        f"reaches its {duration((c.victim.time_limit_s or 0) * 1000)} time limit at "
+        f"{instant(due)}, within the {duration(grace)} grace an eviction would give it: it "
+        "ends there by itself"
+    )
+
+
 def aged(s: Scene, c: Candidate) -> Protected | None:
     """A job whose aging lifted its effective priority to the blocked job's or above is not
     evicted by `Priority`: two jobs can never take turns evicting each other."""
@@ -293,6 +325,7 @@ def within_guarantee(s: Scene, c: Candidate) -> Protected | None:
 
 EXCLUSIONS: tuple[ExclusionRule, ...] = (
     ExclusionRule(ExclusionReason.NonPreemptible, non_preemptible),
+    ExclusionRule(ExclusionReason.EndsAtTimeLimit, ends_at_time_limit),
     ExclusionRule(ExclusionReason.Aged, aged),
     ExclusionRule(ExclusionReason.PreemptionLoop, preemption_loop),
     ExclusionRule(ExclusionReason.MinRuntime, min_runtime, lapses=True),

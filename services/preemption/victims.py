@@ -592,6 +592,19 @@ def no_room(
             f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
             f"{first.message}; eligible at {instant(first.until_ms)}"
         )
+    ending = [
+        x
+        for x in exclusions
+        if x.code == ExclusionReason.EndsAtTimeLimit
+        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
+    ]
+    if ending and fits(cands + [x.candidate for x in ending]):
+        # room comes anyway when runs reach their time limits: waiting is as quick
+        names = "; ".join(f"{x.candidate.victim.job_id} {x.message}" for x in ending[:3])
+        return DeclineReason.EndsAtTimeLimit, (
+            f"evicting would make room, but the runs in the way end at their time limits "
+            f"within an eviction's grace: {names}"
+        )
     return DeclineReason.NoVictims, why
 
 

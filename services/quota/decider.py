@@ -35,17 +35,23 @@ from gpuledger.events import (
 )
 from gpuledger.events import catalog as ev
 from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.policy import dependencies as deps
 from gpuledger.services.domain.policy import schedules as sched
-from gpuledger.services.domain.policy.quota import fair_shares
+from gpuledger.services.domain.policy.quota import fair_shares, model_limits_set
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.domain.tooling.stamp import stamp
 
 
 def demand_by_tenant(state: Ledger) -> dict[str, int]:
-    """Own demand per tenant: what it holds plus what it waits for."""
+    """Own demand per tenant: what it holds plus what it waits for. A pending job with a
+    dependency not met yet is not demand: it could not run if it were given capacity."""
     demand = dict(state.tenant_gpu_milli)
     for tenant, waiting in state.quota.pending_gpu_milli.items():
         demand[tenant] = demand.get(tenant, 0) + waiting
+    for job_id in sorted(state.pending_dependent):
+        job = state.jobs[job_id]
+        if deps.unmet(state.jobs, job.spec):
+            demand[job.tenant] -= job.gpu_milli()
     return demand
 
 
@@ -71,7 +77,7 @@ class Quota(LedgerService):
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
-        self._capacity = (-1, 0)  # memo: (nodes_version, capacity in milli-GPUs)
+        self._capacity: tuple = (-1, 0, {})  # memo: (nodes_version, milli-GPUs, per model)
         # memo: (capacity, config digest, demand) -> (shares, (guaranteed, fair) per tenant,
         # their digest): demands recur as jobs come and go
         self._shares: dict[tuple, tuple] = {}
@@ -80,7 +86,7 @@ class Quota(LedgerService):
         self._quiet: tuple = (None, None)
 
     def cache_defaults(self) -> dict:
-        return {"_capacity": (-1, 0), "_shares": {}, "_quiet": (None, None)}
+        return {"_capacity": (-1, 0, {}), "_shares": {}, "_quiet": (None, None)}
 
     def next_wakeup_ms(self, state: Ledger, now_ms: int) -> int | None:
         if not state.config.schedules:
@@ -95,16 +101,30 @@ class Quota(LedgerService):
         if not state.config.tenants:
             return []
         if self._capacity[0] != state.nodes_version:
-            self._capacity = (state.nodes_version, state.fleet.capacity_gpus() * 1000)
+            self._capacity = (
+                state.nodes_version,
+                state.fleet.capacity_gpus() * 1000,
+                state.fleet.capacity_by_model(),
+            )
         demand = demand_by_tenant(state)
         key = (self._capacity[1], state.config.digest, tuple(sorted(demand.items())))
+        per_model = model_limits_set(state.config.tenants)
+        if per_model:  # per-model limits: the use of each model counts too
+            key += (tuple(sorted(state.tenant_by_model.items())),)
         if self._quiet[1] is state.fair_shares and self._quiet[0] == key:
             return []
         memo = self._shares.get(key)
         if memo is None:  # fair shares depend on these alone
             if len(self._shares) >= 4096:
                 self._shares.clear()
-            shares = fair_shares(state.config.tenants, self._capacity[1], {}, demand)
+            shares = fair_shares(
+                state.config.tenants,
+                self._capacity[1],
+                {},
+                demand,
+                dict(state.tenant_by_model) if per_model else None,
+                self._capacity[2] if per_model else None,
+            )
             current = {
                 t: (s.guaranteed_gpu_milli, s.fair_share_gpu_milli) for t, s in shares.items()
             }

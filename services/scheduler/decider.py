@@ -43,6 +43,8 @@ from gpuledger.services.domain.policy.queue import ordered_pending
 from gpuledger.services.domain.policy.quota import (
     lending_block,
     lends_limited,
+    model_limit_blocks,
+    model_limits_set,
     parent_of,
     quota_block,
 )
@@ -82,6 +84,12 @@ class _Round:
     """Per array job, its tasks placed in this decide."""
     lending: bool = False
     """Some tenant sets a `lending_limit` (checked once per decide, not per job)."""
+    used_model: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, GPU model), capacity in use (`Ledger.tenant_by_model`) plus this
+    decide's placements; kept only while some tenant sets per-model limits."""
+    model_capacity: dict[str, int] | None = None
+    """Milli-GPUs per GPU model of the fleet, while some tenant sets per-model limits (else
+    None: per-model lending and borrowing limits are not checked)."""
 
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
@@ -101,6 +109,25 @@ class _Round:
             dict(state.sched.tenant_fixed_gpu_milli),
             dict(state.sched.tenant_fixed_by_model),
             lending=lends_limited(state.config.tenants),
+            **cls._per_model(state),
+        )
+
+    @staticmethod
+    def _per_model(state: Ledger) -> dict:
+        if not model_limits_set(state.config.tenants):
+            return {}
+        return {
+            "used_model": dict(state.tenant_by_model),
+            "model_capacity": state.fleet.capacity_by_model(),
+        }
+
+    def model_blocks(self, job: JobRecord, need: int) -> dict[str, tuple]:
+        """Per GPU model the job may not use now under per-model lending and borrowing
+        limits (`quota.model_limit_blocks`); empty when no tenant sets any."""
+        if self.model_capacity is None:
+            return {}
+        return model_limit_blocks(
+            self.state.config.tenants, self.used_model, self.model_capacity, job.tenant, need
         )
 
     @property
@@ -139,6 +166,10 @@ class _Limits:
     """A reservation keeps it off nodes it could otherwise use."""
     backfill_for: str | None = None
     over_models: list[tuple[str, int, int]] = field(default_factory=list)
+    model_blocks: dict[str, tuple] = field(default_factory=dict)
+    """GPU models the job may not use under per-model lending/borrowing limits, and why."""
+    before_model_limits: frozenset[str] = frozenset()
+    """`exclude` before the nodes of `model_blocks`."""
     max_members: int | None = None
     """An elastic gang: the most members its tenant's quota allows (None: `replicas`)."""
 
@@ -200,7 +231,10 @@ class Scheduler(LedgerService):
         after = policy.reservation_after_s * 1000
         if after and state.pending:
             times += [
-                t for j in state.pending if (t := state.jobs[j].pending_since_ms + after) > now_ms
+                t
+                for j in state.pending
+                if (since := self._queued_since(state, state.jobs[j])) is not None
+                and (t := since + after) > now_ms
             ]
         if state.sched.growable and policy.min_runtime_s:  # a grow's cooldown ends
             cooldown = policy.min_runtime_s * 1000
@@ -527,7 +561,8 @@ class Scheduler(LedgerService):
 
     def _grow(self, state: Ledger, now_ms: int) -> list[Event]:
         """Elastic gangs below `replicas` take capacity that is free once the queue has
-        nothing waiting for capacity (queued work first): each, in allocation order, gets as
+        nothing waiting for capacity (queued work first; a job waiting for a dependency does
+        not wait for capacity): each, in allocation order, gets as
         many more members as fit and as its tenant's quota allows (`GangResized` up), unless
         it is starting, being preempted, or was resized less than `policy.min_runtime_s`
         ago (the anti-thrash cooldown)."""
@@ -535,8 +570,13 @@ class Scheduler(LedgerService):
             return []
         for j in state.pending:
             job = state.jobs[j]
-            if not job.cancel_requested and (job.reason is None or job.reason in CAPACITY_REASONS):
-                return []
+            if job.cancel_requested or (
+                job.reason is not None and job.reason not in CAPACITY_REASONS
+            ):
+                continue
+            if j in state.pending_dependent and deps.unmet(state.jobs, job.spec):
+                continue  # waits for a dependency, not for capacity
+            return []
         cooldown = state.config.policy.min_runtime_s * 1000
         rnd = _Round.start(state)
         exclude = state.nominated_nodes(now_ms=now_ms)
@@ -560,8 +600,12 @@ class Scheduler(LedgerService):
             if k <= 0:
                 continue
             request = msgspec.structs.replace(state.gang_request(job), replicas=k, min_members=1)
+            off = exclude
+            blocked = rnd.model_blocks(job, k * per)  # per-model limits, as for a placement
+            if blocked:
+                off = exclude | self._nodes_with_models(state, set(blocked))
             view = rnd.trial
-            placed = view.place(request, rnd.policy, exclude=exclude, explain=False)
+            placed = view.place(request, rnd.policy, exclude=off, explain=False)
             if not isinstance(placed, Placement):
                 continue
             view.allocate(f"{alloc_id}~grow", job.tenant, placed, request)
@@ -569,6 +613,10 @@ class Scheduler(LedgerService):
                 msgspec.structs.replace(m, rank=n + i) for i, m in enumerate(to_members(placed))
             )
             rnd.usage[job.tenant] = rnd.usage.get(job.tenant, 0) + per * len(added)
+            if rnd.model_capacity is not None:
+                for model, milli in state.member_models(added, per).items():
+                    key = (job.tenant, model)
+                    rnd.used_model[key] = rnd.used_model.get(key, 0) + milli
             if not job.preemptible:
                 rnd.fixed[job.tenant] = rnd.fixed.get(job.tenant, 0) + per * len(added)
             since = rec.resized_ms if rec.resized_ms is not None else rec.placed_ms
@@ -721,6 +769,11 @@ class Scheduler(LedgerService):
                 state, job, rnd.usage, rnd.fixed, k * per, rnd.lending
             ):
                 k -= 1
+            # and as per-model limits allow on every model still open to it
+            while k > spec.min_members and set(rnd.model_blocks(job, k * per)) - set(
+                lim.model_blocks
+            ):
+                k -= 1
             lim.max_members = k
         result = self._try_place(state, rnd, job, lim)
         if isinstance(result, Placement):
@@ -756,6 +809,10 @@ class Scheduler(LedgerService):
                 lim.exclude = lim.exclude | self._nodes_with_models(
                     state, {m for m, _, _ in lim.over_models}
                 )
+        lim.before_model_limits = lim.exclude
+        lim.model_blocks = rnd.model_blocks(job, lim.need)
+        if lim.model_blocks:
+            lim.exclude = lim.exclude | self._nodes_with_models(state, set(lim.model_blocks))
         return lim
 
     @staticmethod
@@ -844,6 +901,11 @@ class Scheduler(LedgerService):
         tenant = state.config.tenants.get(job.tenant)
         used = rnd.usage.get(job.tenant, 0)
         rnd.usage[job.tenant] = used + gpu_milli
+        if rnd.model_capacity is not None:
+            per = job.spec.resources.gpu_milli_total()
+            for model, milli in state.member_models(members, per).items():
+                key = (job.tenant, model)
+                rnd.used_model[key] = rnd.used_model.get(key, 0) + milli
         if not job.preemptible:
             rnd.fixed[job.tenant] = rnd.fixed.get(job.tenant, 0) + gpu_milli
             per_member = job.spec.resources.gpu_milli_total()
@@ -881,6 +943,7 @@ class Scheduler(LedgerService):
         self._spread_reason(state, rnd, job, lim, why)
         self._reserved_reason(state, rnd, job, lim, why)
         self._over_model_reason(state, rnd, job, lim, why)
+        self._model_limit_reason(state, rnd, job, lim, why)
         self._maybe_reserve(state, now_ms, rnd, job, lim, why)
         self._releasing_reason(state, job, result, why)
         self._regeometry_reason(state, now_ms, job, result, why)
@@ -975,6 +1038,28 @@ class Scheduler(LedgerService):
             {"model": m, "non_preemptible_gpus": u / 1000, "guaranteed_gpus": g / 1000}
             for m, u, g in lim.over_models
         ]
+
+    @staticmethod
+    def _model_limit_reason(
+        state: Ledger, rnd: _Round, job: JobRecord, lim: _Limits, why: _Why
+    ) -> None:
+        """`ExceedsLimit` / `LendingLimit` when only per-model lending or borrowing limits
+        keep the job out (it would fit on the GPU models they close to it): the first
+        blocked model's reason, every blocked model's message."""
+        if not lim.model_blocks or not isinstance(
+            rnd.trial.place(
+                state.gang_request(job),
+                rnd.policy,
+                exclude=lim.before_model_limits,
+                explain=False,
+            ),
+            Placement,
+        ):
+            return
+        first = next(iter(lim.model_blocks.values()))
+        why.reason = first[0]
+        why.message = "; ".join(b[1] for b in lim.model_blocks.values())
+        why.details["model_limits"] = [{"reason": b[0], **b[2]} for b in lim.model_blocks.values()]
 
     @staticmethod
     def _maybe_reserve(
@@ -1115,6 +1200,12 @@ class Scheduler(LedgerService):
             if used + need > conf.guaranteed_by_model[model]:
                 out.append((model, used, conf.guaranteed_by_model[model]))
         return out
+
+    @staticmethod
+    def _queued_since(state: Ledger, job: JobRecord) -> int | None:
+        if not job.spec.depends_on:
+            return job.pending_since_ms
+        return deps.queued_since_ms(state.jobs, job)
 
     @staticmethod
     def _nodes_with_models(state: Ledger, models: set[str]) -> frozenset[str]:

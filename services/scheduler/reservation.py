@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.policy import dependencies as deps
 from gpuledger.services.placement import Placement
 
 
@@ -68,8 +69,13 @@ def expected_end_ms(rec: AllocationRecord, job: JobRecord, config=None) -> int |
 
 
 def starving(state: Ledger, job: JobRecord, now_ms: int) -> bool:
+    """The job has waited `policy.reservation_after_s` for capacity (a job with dependencies:
+    since they were met, `dependencies.queued_since_ms`)."""
     after = state.config.policy.reservation_after_s
-    return after > 0 and now_ms - job.pending_since_ms >= after * 1000
+    if after <= 0:
+        return False
+    since = deps.queued_since_ms(state.jobs, job) if job.spec.depends_on else job.pending_since_ms
+    return since is not None and now_ms - since >= after * 1000
 
 
 def reserve(

@@ -1,4 +1,5 @@
-"""The placement core imports only stdlib, numpy and msgspec, and no clock or randomness."""
+"""The placement core imports only stdlib, numpy, msgspec and the reason vocabulary
+(`gpuledger.events.reasons`, stdlib enums only), and no clock or randomness."""
 
 import ast
 import sys
@@ -6,6 +7,7 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "services" / "placement"
 ALLOWED_THIRD_PARTY = {"numpy", "msgspec"}
+ALLOWED_OWN = {"gpuledger.events.reasons"}
 FORBIDDEN_STDLIB = {
     "random",
     "time",
@@ -24,7 +26,7 @@ def imported_roots(path: Path) -> set[str]:
     for n in ast.walk(ast.parse(path.read_text())):
         if isinstance(n, ast.Import):
             roots.update(a.name.split(".")[0] for a in n.names)
-        elif isinstance(n, ast.ImportFrom) and n.level == 0:
+        elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module not in ALLOWED_OWN:
             roots.add(n.module.split(".")[0])
     return roots
 

@@ -205,3 +205,38 @@ def test_tenants_show_borrowing_and_lending_limits(tmp_path):
         for t in json.loads(run("tenants", "-o", "json", data=tmp_path).output)
     }
     assert got == {"a": (2, None), "b": (None, 1.5), "c": (None, None)}
+
+
+def test_tenants_show_per_model_limits_in_their_columns(tmp_path):
+    # given a tenant with a per-model lending limit and one with both kinds of borrowing limit
+    from gpuledger.events import subject_for
+    from gpuledger.services.domain.inputs.configfile import config_events
+
+    doc = {
+        "tenants": [
+            {"name": "p", "guaranteed": 8, "guaranteed_by_model": {"H100-80GB": 8},
+             "lending_limit_by_model": {"H100-80GB": 2}},
+            {"name": "r", "guaranteed": 4, "borrowing_limit": 4,
+             "guaranteed_by_model": {"H100-80GB": 2}, "borrowing_limit_by_model": {"H100-80GB": 1}},
+        ]
+    }  # fmt: skip
+    log = [(i, subject_for(e), e) for i, e in enumerate(config_events(doc), 1)]
+    write_log(tmp_path / "log.jsonl", log)
+    r = run("project", "--rebuild", "--log", str(tmp_path / "log.jsonl"), data=tmp_path)
+    assert r.exit_code == 0, r.output
+    # then the limit columns name the model, and JSON and SQL carry them
+    lines = run("tenants", data=tmp_path).output.splitlines()
+    rows = {line.split()[0]: line.split()[3:5] for line in lines[1:]}
+    assert rows == {"p": ["-", "H100-80GB=2"], "r": ["4,H100-80GB=1", "-"]}
+    got = {
+        t["tenant"]: (t["borrowing_limit_by_model_gpus"], t["lending_limit_by_model_gpus"])
+        for t in json.loads(run("tenants", "-o", "json", data=tmp_path).output)
+    }
+    assert got == {"p": (None, {"H100-80GB": 2.0}), "r": ({"H100-80GB": 1.0}, None)}
+    sql = run(
+        "sql",
+        "SELECT tenant, lending_limit_by_model->>'H100-80GB' FROM tenants ORDER BY tenant",
+        "-o", "json", data=tmp_path,
+    )  # fmt: skip
+    assert sql.exit_code == 0, sql.output
+    assert "2000" in sql.output

@@ -160,6 +160,8 @@ def test_every_declared_metric_is_exported_and_no_job_id_label(scraped, messages
             "gpuledger_tenant_quota_limit_gpus",
             "gpuledger_tenant_quota_borrowing_limit_gpus",  # test_quota_limits_per_tenant
             "gpuledger_tenant_quota_lending_limit_gpus",
+            "gpuledger_tenant_model_quota_borrowing_limit_gpus",  # test_quota_limits_per_model
+            "gpuledger_tenant_model_quota_lending_limit_gpus",
             "gpuledger_refused_events_total",
             "gpuledger_timed_out_workloads_total",  # no time limits here: see test_time_limit_*
         ):
@@ -211,4 +213,37 @@ def test_quota_limits_per_tenant(tmp_path):
     assert got == {
         ("gpuledger_tenant_quota_borrowing_limit_gpus", "a"),
         ("gpuledger_tenant_quota_lending_limit_gpus", "b"),
+    }
+
+
+def test_quota_limits_per_model(tmp_path):
+    # given a tenant with a per-model lending limit and one with a per-model borrowing limit
+    from gpuledger.events import subject_for
+    from gpuledger.services.domain.inputs.configfile import config_events
+
+    doc = {
+        "tenants": [
+            {"name": "p", "guaranteed": 8, "guaranteed_by_model": {"H100-80GB": 8},
+             "lending_limit_by_model": {"H100-80GB": 2}},
+            {"name": "r", "guaranteed": 2, "guaranteed_by_model": {"H100-80GB": 2},
+             "borrowing_limit_by_model": {"H100-80GB": "500m"}},
+        ]
+    }  # fmt: skip
+    events = config_events(doc)
+    rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
+    text = generate_latest(new_registry(ProjectionCollector(tmp_path / "p.duckdb"))).decode()
+    s = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for fam in text_string_to_metric_families(text)
+        for x in fam.samples
+    }
+    # then each is a gauge per tenant and modelName, in GPUs, absent where unset
+    got = {
+        (name, dict(labels)["tenant"], dict(labels)["modelName"]): v
+        for (name, labels), v in s.items()
+        if name.startswith("gpuledger_tenant_model_quota_")
+    }
+    assert got == {
+        ("gpuledger_tenant_model_quota_lending_limit_gpus", "p", "H100-80GB"): 2,
+        ("gpuledger_tenant_model_quota_borrowing_limit_gpus", "r", "H100-80GB"): 0.5,
     }

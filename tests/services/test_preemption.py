@@ -144,6 +144,57 @@ def test_non_preemptible_work_is_never_evicted():
     assert "class build is not preemptible" in d.details["excluded"][0]["message"]
 
 
+LIMITED = {"duration": "1h", "time_limit": "10m", "checkpoint": {"interval": "1m", "grace": "2m"}}
+"""A run stopped at its 10-minute time limit; an eviction would give it 2 minutes."""
+
+
+def test_ends_at_time_limit_a_run_reaching_its_limit_within_the_grace_is_not_evicted():
+    ledger = running(fleet(), submitted(id="ending", tenant="a", gpus=8, **LIMITED))
+    d = declined(blocked(ledger, 540_000, id="high", tenant="a", gpus=8, **{"class": "urgent"}))
+    # at 9 min its limit (10 min) comes before an eviction's deadline (9 + 2 min)
+    assert d.reason == DeclineReason.EndsAtTimeLimit
+    assert excluded(d) == [("ending", ExclusionReason.EndsAtTimeLimit)]
+    assert "reaches its 10m time limit at t+10m" in d.details["excluded"][0]["message"]
+    assert "within the 2m grace an eviction would give it" in d.message
+
+
+def test_ends_at_time_limit_a_run_far_from_its_limit_is_evicted_as_before():
+    ledger = running(fleet(), submitted(id="ending", tenant="a", gpus=8, **LIMITED))
+    out = blocked(ledger, 420_000, id="high", tenant="a", gpus=8, **{"class": "urgent"})
+    (req,) = of_type(out, ev.PreemptionRequested)  # at 7 min: 3 min left > 2 min grace
+    assert (req.job_id, req.reason) == ("ending", PreemptionReason.Priority)
+
+
+def test_ends_at_time_limit_a_run_already_stopping_at_its_limit_is_not_evicted():
+    ledger = running(fleet(), submitted(id="ending", tenant="a", gpus=8, **LIMITED))
+    (reached,) = of_type(step(ledger, 600_000, Scheduler()), ev.TimeLimitReached)
+    d = declined(blocked(ledger, 610_000, id="high", tenant="a", gpus=8, **{"class": "urgent"}))
+    assert excluded(d) == [("ending", ExclusionReason.EndsAtTimeLimit)]
+    assert (
+        "already stopping at its 10m time limit: its GPUs are free by t+12m"
+        in d.details["excluded"][0]["message"]
+    )
+    assert reached.deadline_ms == 720_000
+
+
+def test_ends_at_time_limit_victim_selection_takes_the_run_that_would_not_end_by_itself():
+    """Two 4-GPU runs of the same priority: the one ending at its limit has less work at risk
+    (it checkpointed more recently) and would go first by the victim order; it is spared and
+    the other is evicted."""
+    ledger = running(
+        fleet(),
+        submitted(id="ending", tenant="a", gpus=4, **LIMITED),
+        submitted(id="open", tenant="a", gpus=4, duration="1h",
+                  checkpoint={"interval": "1h", "grace": "2m"}),
+    )  # fmt: skip
+    out = blocked(ledger, 540_000, id="high", tenant="a", gpus=4, **{"class": "urgent"})
+    (req,) = of_type(out, ev.PreemptionRequested)
+    assert req.job_id == "open"
+    assert ("ending", ExclusionReason.EndsAtTimeLimit) in [
+        (x["job"], x["reason"]) for x in req.details["excluded"]
+    ]
+
+
 def test_aged_a_job_aging_lifted_to_the_blocked_jobs_class_is_not_evicted_by_it():
     cfg = fleet(aging_after_wait_s=100)
     ledger = given(*cfg, submitted(id="patient", tenant="a", gpus=8))

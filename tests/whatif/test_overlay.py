@@ -82,6 +82,26 @@ def test_an_overlay_sets_lending_and_borrowing_limits_and_keeps_recorded_ones():
     assert tenants["research"].lending_limit_gpu_milli == 1000
 
 
+def test_an_overlay_sets_a_per_model_lending_limit_and_keeps_the_recorded_ones():
+    # given a log whose prod tenant lends at most 2 of its 6 guaranteed H100s
+    log = simulate(load(EXAMPLES / "model-lending-limits.yaml")).log
+    # when a what-if lets prod lend none of them
+    inputs, _ = apply_overlays(
+        external_inputs(log), ["tenants.prod.lending_limit_by_model.H100-80GB=0"]
+    )
+    sim = replay(inputs)
+    tenants = sim.ledger.config.tenants
+    assert tenants["prod"].lending_limit_by_model == {"H100-80GB": 0}
+    assert tenants["research"].borrowing_limit_by_model == {"H100-80GB": 2000}
+    # then research's training may no longer borrow prod's H100s: it waits for them
+    reasons = [
+        e.reason
+        for _, _, e in sim.log
+        if isinstance(e, ev.PendingReasonChanged) and e.job_id == "research-train"
+    ]
+    assert reasons[0] == "LendingLimit"
+
+
 @pytest.mark.parametrize(
     "item, message",
     [

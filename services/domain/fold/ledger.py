@@ -34,6 +34,7 @@ from gpuledger.services.domain.fold.config import ConfigState
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
 from gpuledger.services.domain.fold.timeindex import TimeIndex
 from gpuledger.services.domain.inputs.mig_layouts import LayoutError, layout_text, parse_layout
+from gpuledger.services.domain.policy import dependencies
 from gpuledger.services.domain.policy.schedules import (
     SCHEDULE_PREFIX,
     changed_class,
@@ -387,6 +388,13 @@ class Ledger:
     pending: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
+    tenant_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, GPU model), GPU capacity in use by all its work (for per-model lending
+    and borrowing limits; read by the scheduler, preemption and quota); a member counts
+    under the model of its first GPU."""
+    pending_dependent: set[str] = field(default_factory=set)
+    """The pending jobs that name dependencies (`JobSpec.depends_on`), met or not (read by
+    the scheduler and quota: a job waiting on a dependency is not demand)."""
     fair_shares: dict[str, ev.TenantShare] = field(default_factory=dict)
     """Per tenant, its latest fair share (`FairShareUpdated`)."""
     nominations: dict[str, set[str]] = field(default_factory=dict)
@@ -658,6 +666,17 @@ class Ledger:
             if model is not None:
                 out[model] = out.get(model, 0) + per_member_milli
         return out
+
+    def _count_models(self, tenant: str, by_model: dict[str, int], sign: int) -> None:
+        """Add (`sign` 1) or take away (-1) capacity per GPU model from `tenant_by_model`;
+        an entry that reaches 0 is dropped."""
+        for model in sorted(by_model):
+            key = (tenant, model)
+            left = self.tenant_by_model.get(key, 0) + sign * by_model[model]
+            if left:
+                self.tenant_by_model[key] = left
+            else:
+                self.tenant_by_model.pop(key, None)
 
     def usage_at(self, tenant: str, now_ms: int) -> int:
         """The tenant's time-decayed past usage (milli-GPU·ms) at `now_ms`; 0 when
@@ -1023,10 +1042,12 @@ class Ledger:
                 per_node[m.node] = per_node.get(m.node, 0) + 1
         self._accrue(job.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[job.tenant] = self.tenant_gpu_milli.get(job.tenant, 0) + rec.gpu_milli
+        by_model = self.member_models(e.members, per_member)
+        self._count_models(job.tenant, by_model, 1)
         if not job.preemptible:
             fixed = self.sched.tenant_fixed_gpu_milli
             fixed[job.tenant] = fixed.get(job.tenant, 0) + rec.gpu_milli
-            for model, milli in self.member_models(e.members, per_member).items():
+            for model, milli in by_model.items():
                 key = (job.tenant, model)
                 self.sched.tenant_fixed_by_model[key] = (
                     self.sched.tenant_fixed_by_model.get(key, 0) + milli
@@ -1038,7 +1059,10 @@ class Ledger:
             "",
             {},
         )
-        job.waited_ms += max(0, e.occurred_at_ms - job.pending_since_ms)
+        since = job.pending_since_ms
+        if job.spec.depends_on:  # the wait counts from when its dependencies were met
+            since = dependencies.queued_since_ms(self.jobs, job) or since
+        job.waited_ms += max(0, e.occurred_at_ms - since)
         job.attempts += 1
         job.declined = None
         job.placements.append((e.occurred_at_ms, e.members))
@@ -1212,6 +1236,7 @@ class Ledger:
         freed = per_member * len(gone)
         self._accrue(rec.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) - freed
+        self._count_models(rec.tenant, self.member_models(gone, per_member), -1)
         if not job.preemptible:
             fixed = self.sched.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - freed
@@ -1296,6 +1321,7 @@ class Ledger:
         more = per_member * len(added)
         self._accrue(rec.tenant, e.occurred_at_ms)
         self.tenant_gpu_milli[rec.tenant] = self.tenant_gpu_milli.get(rec.tenant, 0) + more
+        self._count_models(rec.tenant, self.member_models(added, per_member), 1)
         if not job.preemptible:
             fixed = self.sched.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) + more
@@ -1419,6 +1445,9 @@ class Ledger:
             if not per_node:
                 self.sched.spread_nodes.pop(group, None)
         job = self.jobs.get(rec.job_id)
+        if rec.members:
+            per = rec.gpu_milli // len(rec.members)
+            self._count_models(rec.tenant, self.member_models(rec.members, per), -1)
         if job is not None and not job.preemptible:
             fixed = self.sched.tenant_fixed_gpu_milli
             fixed[rec.tenant] = fixed.get(rec.tenant, 0) - rec.gpu_milli
@@ -1590,6 +1619,8 @@ class Ledger:
         if job_id not in self.pending:
             self.pending.add(job_id)
             job = self.jobs[job_id]
+            if job.spec.depends_on:
+                self.pending_dependent.add(job_id)
             self.quota.pending_gpu_milli[job.tenant] = (
                 self.quota.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
             )
@@ -1597,6 +1628,7 @@ class Ledger:
     def _dequeue(self, job_id: str) -> None:
         if job_id in self.pending:
             self.pending.discard(job_id)
+            self.pending_dependent.discard(job_id)
             job = self.jobs[job_id]
             self.quota.pending_gpu_milli[job.tenant] -= job.gpu_milli()
 

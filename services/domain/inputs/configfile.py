@@ -131,6 +131,14 @@ def schedule_event(s: ScheduleDoc) -> ScheduleConfigured:
     )
 
 
+def _by_model(key: str, values: dict[str, Any]) -> Any:
+    """A per-model map of milli-GPUs, model names resolved and sorted; `UNSET` when empty
+    (left out of the JSON)."""
+    if not values:
+        return msgspec.UNSET
+    return dict(sorted((resolve(m), milli(f"{key}.{m}", v)) for m, v in values.items()))
+
+
 def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Event]:
     """Configuration events for the document, with content-derived ids (re-publishing the
     same configuration is deduplicated)."""
@@ -156,6 +164,12 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                 lending_limit_gpu_milli=msgspec.UNSET
                 if t.lending_limit is None
                 else milli("lending_limit", t.lending_limit),
+                borrowing_limit_by_model=_by_model(
+                    "borrowing_limit_by_model", t.borrowing_limit_by_model
+                ),
+                lending_limit_by_model=_by_model(
+                    "lending_limit_by_model", t.lending_limit_by_model
+                ),
             )
         )
     for c in f.priority_classes:

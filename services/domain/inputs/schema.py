@@ -159,6 +159,10 @@ class TenantDoc(Strict, kw_only=True, frozen=True):
     """GPUs it may use beyond its guarantee at most (Kueue borrowingLimit); unset: no cap."""
     lending_limit: Cores | None = None
     """GPUs of its idle guarantee others may borrow at most (Kueue lendingLimit); unset: all."""
+    borrowing_limit_by_model: dict[str, Cores] = {}
+    """Per GPU model of `guaranteed_by_model`: GPUs of that model it may use beyond its guarantee for it at most (`{H100-80GB: 2}`)."""
+    lending_limit_by_model: dict[str, Cores] = {}
+    """Per GPU model of `guaranteed_by_model`: GPUs of its idle guarantee for that model others may borrow at most (`{H100-80GB: 2}`)."""
 
 
 class ClassDoc(Strict, kw_only=True, frozen=True):
@@ -723,6 +727,33 @@ def _milli(value: Any) -> int:
     return milli("gpus", value)
 
 
+def _check_model_limits(i: int, t: TenantDoc, problems: list[str]) -> None:
+    """Per-model lending and borrowing limits name models the tenant has a per-model
+    guarantee for (the same model spelled another way counts), and a per-model lending limit
+    is at most that guarantee."""
+    from gpuledger.services.domain.inputs.gpu_models import resolve
+
+    guaranteed = {resolve(m): v for m, v in t.guaranteed_by_model.items()}
+    for key, limits in (
+        ("borrowing_limit_by_model", t.borrowing_limit_by_model),
+        ("lending_limit_by_model", t.lending_limit_by_model),
+    ):
+        for m, v in limits.items():
+            g = guaranteed.get(resolve(m))
+            if g is None:
+                known = sorted(guaranteed)
+                problems.append(
+                    f"tenants[{i}].{key}.{m}: per-model limits apply where guarantees are per "
+                    f"model: add {m} to guaranteed_by_model"
+                    + (f" (it has {', '.join(known)})" if known else "")
+                )
+            elif key == "lending_limit_by_model" and _milli(v) > _milli(g):
+                problems.append(
+                    f"tenants[{i}].{key}.{m}: {v} GPUs is more than the tenant's guarantee for "
+                    f"{m} ({g}); a tenant lends at most its unused guarantee"
+                )
+
+
 def _valid_id(path: str, check: Callable[[], object], problems: list[str]) -> None:
     try:
         check()
@@ -827,6 +858,7 @@ def _check_tenants(f: FileDoc, models: set[str], problems: list[str]) -> None:
                 f"tenants[{i}].lending_limit: {t.lending_limit} GPUs is more than the tenant's "
                 f"guarantee ({t.guaranteed}); a tenant lends at most its unused guarantee"
             )
+        _check_model_limits(i, t, problems)
         for m in t.guaranteed_by_model:
             if models and not set(job_models((m,))) & models:
                 problems.append(

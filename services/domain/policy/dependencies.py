@@ -56,6 +56,36 @@ def status(dep_job: Any, on: str) -> Status:
     return "never" if ended else "waiting"
 
 
+def unmet(jobs: Mapping[str, Any], spec: JobSpec) -> bool:
+    """Whether some dependency of `spec` is not met now (awaited, or never to be met): such a
+    pending job is not demand (fair share, reclaim, preemption, reservations, pending-work
+    figures) until all are met."""
+    for d in dependencies(spec):
+        other = jobs.get(d.job)
+        if other is None or status(other, d.on) != "met":
+            return True
+    return False
+
+
+def queued_since_ms(jobs: Mapping[str, Any], job: Any) -> int | None:
+    """Since when the pending `job` has waited for capacity, for aging and reservations: its
+    `pending_since_ms`, or, while waiting on dependencies for the first time, the moment the
+    last of them was met (the named job ended, or was first placed for `started`); None
+    while one is not met (its wait does not count yet)."""
+    since: int = job.pending_since_ms
+    for d in dependencies(job.spec):
+        other = jobs.get(d.job)
+        if other is None or status(other, d.on) != "met":
+            return None
+        if d.on == "started":
+            at = other.placements[0][0] if other.placements else None
+        else:
+            at = other.finished_ms
+        if at is not None and at > since:
+            since = at
+    return since
+
+
 def verb(on: str) -> str:
     """`to succeed`, `to fail`, `to finish`, `to start`."""
     return _VERB.get(on, on)

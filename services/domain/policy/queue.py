@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.policy import dependencies as deps
 
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     """Steps of promotion the job has earned: one per `aging_after_preemptions` preemptions
     suffered (migrations by the consolidation pass not counted), plus one per `aging_after_wait_s` of queue time in total (time banked by earlier
-    placements, `JobRecord.waited_ms`, plus the current wait while pending).
+    placements, `JobRecord.waited_ms`, plus the current wait while pending, counted from the
+    moment its dependencies were met: `dependencies.queued_since_ms`).
 
     A ratchet: both counts only grow over a job's life, so a promotion is kept once the job
     runs and after it is requeued; it is a function of folded event times, identical live,
@@ -25,7 +27,13 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
         if job.state == JobState.pending:
-            waited += max(0, now_ms - job.pending_since_ms)
+            since = (
+                deps.queued_since_ms(state.jobs, job)
+                if job.spec.depends_on
+                else job.pending_since_ms
+            )
+            if since is not None:  # a job waiting on a dependency does not age yet
+                waited += max(0, now_ms - since)
         steps += waited // (policy.aging_after_wait_s * 1000)
     return steps
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from gpuledger.events import TenantConfigured, TenantShare
 from gpuledger.events.reasons import PendingReason
@@ -45,6 +45,18 @@ def lending_limit(t: TenantConfigured) -> int | None:
     return v if isinstance(v, int) else None
 
 
+def borrowing_limits_by_model(t: TenantConfigured) -> Mapping[str, int]:
+    """The tenant's per-model borrowing limits (model -> milli-GPUs), empty when unset."""
+    v = t.borrowing_limit_by_model
+    return {} if isinstance(v, UnsetType) else v
+
+
+def lending_limits_by_model(t: TenantConfigured) -> Mapping[str, int]:
+    """The tenant's per-model lending limits (model -> milli-GPUs), empty when unset."""
+    v = t.lending_limit_by_model
+    return {} if isinstance(v, UnsetType) else v
+
+
 def unset_if_none(v: int | None) -> Any:
     """`UNSET` for None (an absent limit in a `TenantConfigured`), else the value."""
     return UNSET if v is None else v
@@ -69,9 +81,13 @@ def fair_shares(
     capacity_milli: int,
     allocated: Mapping[str, int],
     demand: Mapping[str, int],
+    used_by_model: Mapping[tuple[str, str], int] | None = None,
+    models: Mapping[str, int] | None = None,
 ) -> dict[str, TenantShare]:
     """Fair share of every configured tenant. `demand` and `allocated` are per tenant, own
-    work only; subtree totals are computed here."""
+    work only; subtree totals are computed here. Per-model limits count where given:
+    `used_by_model` (per (tenant, model), own work) for `lending_limit_by_model`, and the
+    fleet's GPU `models` for `borrowing_limit_by_model` (`model_held`, `model_cap`)."""
     children: dict[str, list[str]] = {}
     for t in sorted(tenants):
         p = parent_of(t)
@@ -83,8 +99,22 @@ def fair_shares(
     for root in children.get("", []):
         _total_demand(root, children, demand, subtree_demand)
     share: dict[str, int] = {}
+    per_model = _PerModel()
+    if model_limits_set(tenants):
+        sub = subtree_by_model(tenants, used_by_model or {})
+        for t in sorted(tenants):
+            per_model.used[t] = {m: v for (k, m), v in sorted(sub.items()) if k == t}
+            per_model.cap[t] = model_cap(tenants[t], models or {})
     _split(
-        capacity_milli, children.get("", []), 0, tenants, children, demand, subtree_demand, share
+        capacity_milli,
+        children.get("", []),
+        0,
+        tenants,
+        children,
+        demand,
+        subtree_demand,
+        share,
+        per_model,
     )
     return {
         t: TenantShare(
@@ -118,6 +148,7 @@ def _split(
     demand: Mapping[str, int],
     subtree_demand: Mapping[str, int],
     share: dict[str, int],
+    per_model: _PerModel,
 ) -> int:
     """Split `capacity` among `kids` (plus the parent's own work) and, recursively, each
     kid's part among its children, into `share`; returns what the parent's own work gets."""
@@ -125,7 +156,7 @@ def _split(
         (
             k,
             tenants[k].guaranteed_gpu_milli,
-            cap_of(tenants[k]),
+            _lower(cap_of(tenants[k]), per_model.cap.get(k)),
             tenants[k].over_quota_weight,
             subtree_demand[k],
         )
@@ -139,7 +170,14 @@ def _split(
         scaled = {n: give[n] * capacity // granted for n in give}
         give, granted = scaled, sum(scaled.values())
     # the unused guarantee a kid does not lend (`lending_limit`) stays out of the surplus
-    held = sum(unlent(tenants[k], give[k]) for k in kids)
+    # and so does its idle per-model guarantee it does not lend (`lending_limit_by_model`)
+    held = sum(
+        max(
+            unlent(tenants[k], give[k]),
+            model_held(tenants[k], per_model.used.get(k, {}), give[k]),
+        )
+        for k in kids
+    )
     surplus = max(0, capacity - granted - held)
     while surplus > 0:
         wanting = [
@@ -174,8 +212,27 @@ def _split(
             demand,
             subtree_demand,
             share,
+            per_model,
         )
     return give.get("", 0)
+
+
+class _PerModel:
+    """Per tenant, for `_split`: its subtree's use per GPU model, and the cap its per-model
+    borrowing limits put on it (`model_cap`); both empty without per-model limits."""
+
+    __slots__ = ("cap", "used")
+
+    def __init__(self) -> None:
+        self.used: dict[str, dict[str, int]] = {}
+        self.cap: dict[str, int | None] = {}
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    """The lower of two caps, None meaning none."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def quota_block(
@@ -295,19 +352,159 @@ def _held_out(
     children: Mapping[str, list[str]],
     sub: Mapping[str, int],
     holders: list[tuple[str, int]],
+    model: str | None = None,
 ) -> int:
-    """Capacity the subtree of `t` keeps back from the job's tenant (see `lending_block`);
+    """Capacity the subtree of `t` keeps back from the job's tenant (see `lending_block`;
+    with `model`, GPUs of that model under per-model lending limits, `model_limit_blocks`);
     the tenants that keep some back are appended to `holders` in path order."""
     if t == job_tenant or t.startswith(job_tenant + "/"):
         return 0  # the job's tenant and its descendants: its own guarantee
     mark = len(holders)
     kids = sum(
-        _held_out(c, job_tenant, tenants, children, sub, holders) for c in children.get(t, [])
+        _held_out(c, job_tenant, tenants, children, sub, holders, model)
+        for c in children.get(t, [])
     )
     if job_tenant.startswith(t + "/"):
         return kids  # an ancestor: its guarantee covers the job
-    own = unlent(tenants[t], sub.get(t, 0))
+    if model is None:
+        own = unlent(tenants[t], sub.get(t, 0))
+    else:
+        own = unlent_model(tenants[t], model, sub.get(t, 0))
     if own > kids:  # its own hold covers its children's: named alone
         del holders[mark:]
         holders.append((t, own))
     return max(own, kids)
+
+
+def unlent_model(t: TenantConfigured, model: str, used: int) -> int:
+    """The part of the tenant's unused guarantee for `model` (`guaranteed_by_model`) that
+    others may not borrow: what is unused beyond its per-model lending limit; 0 without one."""
+    lend = lending_limits_by_model(t).get(model)
+    if lend is None:
+        return 0
+    return max(0, t.guaranteed_by_model.get(model, 0) - used - lend)
+
+
+def model_held(t: TenantConfigured, used_by_model: Mapping[str, int], share: int) -> int:
+    """For fair share: the tenant's idle per-model guarantees it does not lend (each model's
+    guarantee less its use less its lending limit), at most its per-model guarantees with
+    lending limits less its `share` (a tenant that wants its guarantee keeps nothing idle)."""
+    limits = lending_limits_by_model(t)
+    if not limits:
+        return 0
+    held = sum(unlent_model(t, m, used_by_model.get(m, 0)) for m in sorted(limits))
+    guaranteed = sum(t.guaranteed_by_model.get(m, 0) for m in sorted(limits))
+    return min(held, max(0, guaranteed - share))
+
+
+def model_cap(t: TenantConfigured, models: Mapping[str, int]) -> int | None:
+    """For fair share: when the tenant has a per-model borrowing limit for every GPU model of
+    the fleet (`models`), it can use at most the sum of each model's guarantee plus limit;
+    else None (a model without a per-model cap leaves it uncapped here)."""
+    limits = borrowing_limits_by_model(t)
+    if not limits or not models or any(m not in limits for m in models):
+        return None
+    return sum(t.guaranteed_by_model.get(m, 0) + limits[m] for m in sorted(models))
+
+
+def subtree_by_model(
+    tenants: Mapping[str, TenantConfigured], used_by_model: Mapping[tuple[str, str], int]
+) -> dict[tuple[str, str], int]:
+    """Per (configured tenant, model): use of its whole subtree (own work included)."""
+    out: dict[tuple[str, str], int] = {}
+    for k in sorted(used_by_model):
+        tenant, model = k
+        t = tenant
+        while t:
+            if t in tenants:
+                out[(t, model)] = out.get((t, model), 0) + used_by_model[k]
+            t = parent_of(t)
+    return out
+
+
+def model_limits_set(tenants: Mapping[str, TenantConfigured]) -> bool:
+    """Whether any tenant sets a per-model borrowing or lending limit."""
+    return any(borrowing_limits_by_model(t) or lending_limits_by_model(t) for t in tenants.values())
+
+
+def model_limit_blocks(
+    tenants: Mapping[str, TenantConfigured],
+    used_by_model: Mapping[tuple[str, str], int],
+    capacity_by_model: Mapping[str, int],
+    tenant: str,
+    need: int,
+) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Per GPU model a job of `tenant` needing `need` milli-GPUs may not be placed on now:
+    (reason, message, details), in model order. A member counts under its GPU's model.
+
+    - `ExceedsLimit`: the tenant (or an ancestor) would use more of the model than its
+      guarantee for it plus its `borrowing_limit_by_model`.
+    - `LendingLimit`: the job would take GPUs of the model that other tenants keep back
+      (their unused per-model guarantee beyond `lending_limit_by_model`): everything of the
+      model in use + the job + what others keep back exceeds the model's GPUs. A job within
+      its own tenant's guarantee for the model is never held back; tenants on the job's own
+      line do not count (as for `lending_block`)."""
+    out: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    sub = subtree_by_model(tenants, used_by_model)
+    t = tenant
+    while t:
+        conf = tenants.get(t)
+        limits = borrowing_limits_by_model(conf) if conf is not None else {}
+        for model in sorted(limits):
+            if model in out or conf is None:
+                continue
+            g = conf.guaranteed_by_model.get(model, 0)
+            used = sub.get((t, model), 0)
+            if used + need > g + limits[model]:
+                out[model] = (
+                    PendingReason.ExceedsLimit,
+                    f"tenant {t} borrows {max(0, used - g) / 1000:g} of its "
+                    f"{limits[model] / 1000:g}-GPU borrowing_limit_by_model for {model} (uses "
+                    f"{used / 1000:g} {model}, guaranteed {g / 1000:g}), job needs {need / 1000:g}",
+                    {"model": model, "tenant": t, "used_gpu_milli": used},
+                )
+        t = parent_of(t)
+    lent = sorted({m for c in tenants.values() for m in lending_limits_by_model(c)})
+    if not lent:
+        return out
+    own = tenants.get(tenant)
+    children: dict[str, list[str]] = {}
+    for name in sorted(tenants):
+        p = parent_of(name)
+        while p and p not in tenants:
+            p = parent_of(p)
+        children.setdefault(p, []).append(name)
+    for model in lent:
+        if model in out or model not in capacity_by_model:
+            continue
+        if own is not None and model in own.guaranteed_by_model:
+            if sub.get((tenant, model), 0) + need <= own.guaranteed_by_model[model]:
+                continue  # within its own guarantee for the model
+        sub_m = {k[0]: v for k, v in sub.items() if k[1] == model}
+        holders: list[tuple[str, int]] = []
+        held = sum(
+            _held_out(r, tenant, tenants, children, sub_m, holders, model)
+            for r in children.get("", [])
+        )
+        if held == 0:
+            continue
+        used = sum(v for k, v in sorted(used_by_model.items()) if k[1] == model)
+        cap = capacity_by_model[model]
+        if used + need + held <= cap:
+            continue
+        free = cap - used
+        names = ", ".join(
+            f"{h} keeps {n / 1000:g} (lends "
+            f"{lending_limits_by_model(tenants[h]).get(model, 0) / 1000:g} of "
+            f"{tenants[h].guaranteed_by_model.get(model, 0) / 1000:g} guaranteed {model}, uses "
+            f"{sub_m.get(h, 0) / 1000:g})"
+            for h, n in holders
+        )
+        out[model] = (
+            PendingReason.LendingLimit,
+            f"tenant {tenant} would borrow {model} GPUs; {min(free, held) / 1000:g} of the "
+            f"{max(free, 0) / 1000:g} free {model} GPUs are unused guarantee not lent: {names}; "
+            f"job needs {need / 1000:g}",
+            {"model": model, "free_gpu_milli": free, "held_by": {h: n for h, n in holders}},
+        )
+    return dict(sorted(out.items()))

@@ -141,6 +141,8 @@ def changed_tenant(current: TenantConfigured | None, change: TenantChange) -> Te
         guaranteed_by_model=dict(base.guaranteed_by_model),
         borrowing_limit_gpu_milli=unset_if_none(borrowing_limit(base)),
         lending_limit_gpu_milli=unset_if_none(lending_limit(base)),
+        borrowing_limit_by_model=base.borrowing_limit_by_model,
+        lending_limit_by_model=base.lending_limit_by_model,
     )
 
 
