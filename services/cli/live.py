@@ -1139,7 +1139,7 @@ def scale(
             now = time.time_ns() // 1_000_000
             event = stamp(
                 ev.ServiceScaled,
-                key=f"{job_id}@{now}",
+                key=f"{owner}:{job_id}@{now}",  # ids are per tenant
                 producer="cli",
                 now_ms=now,
                 correlation_id=job_id,

@@ -61,14 +61,21 @@ def verb(on: str) -> str:
     return _VERB.get(on, on)
 
 
-def admission_problem(
-    jobs: Mapping[str, Any], spec: JobSpec
-) -> tuple[str, str, dict[str, Any]] | None:
-    """(reason, message, details) refusing the dependencies of `spec` given the folded jobs,
-    or None: every named job exists in the same tenant and no chain leads back to `spec`."""
+def dependency_key(ledger: Any, tenant: str, job: str) -> str:
+    """The fold's key of the job a dependency of a `tenant` job names: job ids are per
+    tenant, so `job` is resolved within `tenant` (`Ledger.job_key`); a name the tenant does
+    not have resolves to nothing (an empty key no job holds)."""
+    return ledger.job_key(tenant, job) or ""
+
+
+def admission_problem(ledger: Any, spec: JobSpec) -> tuple[str, str, dict[str, Any]] | None:
+    """(reason, message, details) refusing the dependencies of `spec` given the folded
+    ledger, or None: every named job exists in the same tenant and no chain leads back to
+    `spec`."""
+    jobs: Mapping[str, Any] = ledger.jobs
     deps = dependencies(spec)
     for i, d in enumerate(deps):
-        other = jobs.get(d.job)
+        other = jobs.get(dependency_key(ledger, spec.tenant, d.job))
         if other is None or other.tenant != spec.tenant or other.unreadable:
             return (
                 "UnknownDependency",
@@ -76,7 +83,7 @@ def admission_problem(
                 " (a dependency names a job of the same tenant submitted before)",
                 {"dependency": d.job},
             )
-    path = _cycle(jobs, spec.job_id, deps)
+    path = _cycle(ledger, spec, deps)
     if path is not None:
         return (
             "DependencyCycle",
@@ -86,21 +93,27 @@ def admission_problem(
     return None
 
 
-def _cycle(jobs: Mapping[str, Any], start: str, deps: tuple[Dependency, ...]) -> list[str] | None:
-    """A chain of dependencies from `start` back to itself (depth-first, in the order the
-    dependencies are listed), or None."""
+def _cycle(ledger: Any, spec: JobSpec, deps: tuple[Dependency, ...]) -> list[str] | None:
+    """A chain of dependencies from `spec`'s job back to itself (depth-first, in the order the
+    dependencies are listed; every name resolved within the job's tenant), or None. The
+    chain is given in the names the tenant submitted."""
+    start, tenant = spec.job_id, spec.tenant
+    name = ledger.jobs[start].name if start in ledger.jobs else None
+    shown = name or start
     seen: set[str] = set()
-    stack: list[tuple[str, list[str]]] = [(d.job, [start, d.job]) for d in reversed(deps)]
+    stack: list[tuple[str, list[str]]] = [
+        (dependency_key(ledger, tenant, d.job), [shown, d.job]) for d in reversed(deps)
+    ]
     while stack:
         job_id, path = stack.pop()
         if job_id == start:
             return path
-        if job_id in seen:
+        if job_id in seen or not job_id:
             continue
         seen.add(job_id)
-        rec = jobs.get(job_id)
+        rec = ledger.jobs.get(job_id)
         if rec is None:
             continue
         for d in reversed(dependencies(rec.spec)):
-            stack.append((d.job, [*path, d.job]))
+            stack.append((dependency_key(ledger, tenant, d.job), [*path, d.job]))
     return None

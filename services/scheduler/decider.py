@@ -627,7 +627,7 @@ class Scheduler(LedgerService):
         `dependency_never_satisfied: pend`, the pending reason `DependencyNeverSatisfied`."""
         waiting, never = [], []
         for d in deps.dependencies(job.spec):
-            other = state.jobs.get(d.job)
+            other = state.jobs.get(deps.dependency_key(state, job.tenant, d.job))
             st = deps.status(other, d.on) if other is not None else "never"
             what = {"job": d.job, "on": d.on, "state": str(other.state) if other else None}
             if st == "waiting":
