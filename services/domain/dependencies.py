@@ -8,8 +8,9 @@ awaited, or can never be met, from the folded state of the job it names. Pure.
 | `finished`  | ended in any way (rejected and cancelled included)   | -                                          |
 | `started`   | was placed at least once (an array: one of its tasks) | ended without ever being placed           |
 
-Admission refuses (`UnknownDependency`) a dependency on a job id its tenant has not
-submitted (another tenant's job included) and (`DependencyCycle`) one whose chain leads back
+A dependency names a job of the same tenant by the id that tenant submitted (job ids are per
+tenant). Admission refuses (`UnknownDependency`) a dependency on a job id its tenant has not
+submitted (another tenant's job of that id is no answer) and (`DependencyCycle`) one whose chain leads back
 to the job itself.
 """
 
