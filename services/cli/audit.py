@@ -95,7 +95,6 @@ def _warn_if_stale(con, path: Path) -> None:
 # ---------------------------------------------------------------- formatting helpers
 
 
-
 def tenant_key(con, tenant: str, job: str) -> str | None:
     """The projection's key of `tenant`'s job `job` (the id itself, or the tenant key of a
     later tenant's job of a taken id); None when the tenant has neither."""
@@ -106,6 +105,7 @@ def tenant_key(con, tenant: str, job: str) -> str | None:
         "SELECT job_id FROM jobs WHERE job_id IN (?, ?) AND tenant = ?", [*candidates, tenant]
     ).fetchall()
     return rows[0][0] if rows else None
+
 
 @contextlib.contextmanager
 def _undamaged(path: Path):
