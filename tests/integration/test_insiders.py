@@ -509,12 +509,15 @@ def test_live_id_squatting_two_tenants_own_the_same_job_id(live):
     assert rows[("team-b", "train-1")]["member_gpus"] == 2
 
     # each tenant's status of train-1 is its own job
-    for tenant, gpus in (("team-a", 1), ("team-b", 2)):
+    for tenant in ("team-a", "team-b"):
         st = live.cli("status", "train-1", "-o", "json", creds=f"ci:{tenant}")
         assert st.returncode == 0, st.stderr
         doc = json.loads(st.stdout)
-        assert doc["spec"]["resources"]["gpus"] == gpus and doc["spec"]["job_id"] == "train-1"
-        assert "~~" not in st.stdout
+        (submitted,) = live.sql(
+            f"SELECT seq FROM events WHERE subject = 'gl.submit.{tenant}.train-1'"
+        )
+        assert (doc["job_id"], doc["tenant"], doc["state"]) == ("train-1", tenant, "running")
+        assert doc["submit_seq"] == submitted["seq"] and "~~" not in st.stdout
 
     # B cannot tell A's id from one nobody has: status, cancel, a dependency, a submission
     def answer(*args: str) -> tuple[int, str]:
