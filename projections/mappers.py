@@ -32,6 +32,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.events.ids import tenant_job_key
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.acceptance import admit
 from gpuledger.services.domain.ledger import Ledger
@@ -745,6 +746,17 @@ class Projection:
         if svc is not None and (svc.spec.is_service or svc.spec.array):  # runs as its replicas
             self._sync_replicas(e.job_id, seq, e)  # (or tasks)
 
+    def _request_refused(self, seq: int, e: ev.RequestRefused) -> None:
+        """A submission refused while job ids were global created no job (the fold undid
+        it: `Ledger.refused_creation`): neither does its row."""
+        if e.request != "JobSubmitted" or e.reason != "JobIdConflict":
+            return
+        key = tenant_job_key(e.tenant, e.job_id)
+        row = self.jobs.get(key)
+        if row is not None and key not in self.ledger.jobs and row.state == "submitted":
+            del self.jobs[key]
+            self.batch.delete("jobs", (key,))
+
     def _scaled(self, seq: int, e: ev.ServiceScaled) -> None:
         key = self._key_of(e) or e.job_id
         job = self.jobs.get(key)
@@ -1228,6 +1240,7 @@ class Projection:
 
 
 _HANDLERS = {
+    ev.RequestRefused: Projection._request_refused,
     ev.JobSubmitted: Projection._submitted,
     ev.JobAdmitted: Projection._admitted,
     ev.JobRejected: Projection._rejected,

@@ -578,6 +578,7 @@ def why_command(
 
 
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
+    from gpuledger.events.ids import job_name
     from gpuledger.projections.queries import gpus_label
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
@@ -596,7 +597,7 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
                 + f"/{r['replicas']}"
             )
         line = [
-            r["job_id"],
+            job_name(r["job_id"]),  # the id its tenant submitted (ids are per tenant)
             r["tenant"],
             r["priority_class"],
             job_state_text(r),

@@ -1560,6 +1560,30 @@ class Ledger:
 
     def _request_refused(self, e: ev.RequestRefused) -> None:
         self.refusals.pop(e.request_seq, None)
+        undone = self.refused_creation(e)
+        if undone is not None:
+            del self.jobs[undone]
+            self.submitted.discard(undone)
+
+    def refused_creation(self, e: ev.RequestRefused) -> str | None:
+        """The key of the job that `e` says was never created, else None. A log written while
+        job ids were global holds, for a submission of another tenant's id, admission's
+        `RequestRefused` (`JobIdConflict`): that submission created no job then, so the job
+        its fold creates now (under its tenant key, still unanswered) is undone, and such a
+        log folds as it did. Admission never refuses a tenant's first submission of an id
+        now, so nothing else matches."""
+        if e.request != "JobSubmitted" or e.reason != "JobIdConflict":
+            return None
+        key = tenant_job_key(e.tenant, e.job_id)
+        job = self.jobs.get(key)
+        if (
+            job is None
+            or job.tenant != e.tenant
+            or job.submit_seq != e.request_seq
+            or job.state != JobState.submitted
+        ):
+            return None
+        return key
 
     def _enqueue(self, job_id: str) -> None:
         if job_id not in self.pending:

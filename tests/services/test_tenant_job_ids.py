@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from gpuledger import events as ev
+from gpuledger.events import subject_for
 from gpuledger.events.ids import job_name, tenant_job_key
 from gpuledger.events.reasons import JobState
 from gpuledger.services.admission.decider import Admission
@@ -183,3 +184,52 @@ def test_array_tasks_of_the_same_id_are_named_by_each_tenant_as_its_own():
     assert ledger.jobs[key].tenant == "org/b"
     assert job_status(ledger, "org/b", "sweep@1").known
     assert ledger.job_key("org/b", "sweep@7") is None
+
+
+def test_a_log_written_while_ids_were_global_folds_as_it_did():
+    """Given a log in which admission refused tenant B's submission of A's id
+    (`JobIdConflict`, as it did while job ids were global), when it is folded now, then B has
+    no such job (nothing to admit or run) and the projection has no row for it."""
+    from gpuledger.projections.mappers import Projection
+
+    ledger = two_j1s()
+    b_seq = ledger.jobs[B_KEY].submit_seq
+    old_answer = stamp(
+        ev.RequestRefused,
+        key=f"j1@{b_seq}",
+        producer="admission/0",
+        now_ms=10,
+        correlation_id="j1",
+        job_id="j1",
+        tenant="org/b",
+        request="JobSubmitted",
+        request_seq=b_seq,
+        reason="JobIdConflict",
+        message="job id 'j1' is already taken by another tenant's submission",
+    )
+    fold(ledger, [old_answer])
+    assert B_KEY not in ledger.jobs and ledger.submitted == {"j1"}
+    assert not job_status(ledger, "org/b", "j1").known
+    assert [e.job_id for e in Admission().decide(ledger, 100)] == ["j1"]  # A's only
+
+    projection = Projection()
+    log = [*FLEET, submitted(id="j1", tenant="org/a"), submitted(id="j1", tenant="org/b")]
+    for seq, e in enumerate([*log, old_answer], 1):
+        projection.apply(seq, subject_for(e), e)
+    assert set(projection.jobs) == {"j1"}
+
+
+def test_the_projection_keeps_one_row_per_tenants_job_and_a_cancel_moves_its_own():
+    from gpuledger.projections.mappers import Projection
+
+    projection = Projection()
+    log = [
+        *FLEET,
+        submitted(id="j1", tenant="org/a", gpus=1),
+        submitted(id="j1", tenant="org/b", gpus=2),
+        cancel("org/b", "j1"),
+    ]
+    for seq, e in enumerate(log, 1):
+        projection.apply(seq, subject_for(e), e)
+    rows = {k: (r.tenant, r.member_gpus, r.state) for k, r in projection.jobs.items()}
+    assert rows == {"j1": ("org/a", 1, "submitted"), B_KEY: ("org/b", 2, "cancelled")}
