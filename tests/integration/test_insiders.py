@@ -6,7 +6,11 @@ Given a log built with each role's own credential (nodes register with their nod
 admission and scheduler keys decide), when a principal publishes a fact about something it
 does not own, on a subject its credential allows, then the server stores it and the fold
 refuses it (the projection records the refusal with its code and changes nothing else); the
-same fact from the owner is folded (a positive control in every test)."""
+same fact from the owner is folded (a positive control in every test).
+
+The `test_live_*` tests are the held-out insider check on one live `gpuledger up
+--processes`: node forgery, consumer hijack, quota overreach, id squatting and snapshot
+forgery, each with the key file an insider would hold (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -666,11 +670,11 @@ def test_live_snapshot_forgery_is_refused_with_its_reason_and_the_scheduler_refo
         finally:
             await bus.close()
 
-    asyncio.run(forge())
     log = live.data / "logs" / "scheduler.log"
     doc = json.loads(live.cli("status", "-o", "json").stdout)
     pid = next(s["pid"] for s in doc["services"] if s["name"] == "scheduler")
-    os.kill(pid, signal.SIGKILL)
+    asyncio.run(forge())
+    os.kill(pid, signal.SIGKILL)  # at once: before it could save a snapshot of its own again
 
     def refused_line() -> str | None:
         text = log.read_text() if log.exists() else ""
