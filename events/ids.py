@@ -74,6 +74,11 @@ def tenant_job_key(tenant: str, job_id: str) -> str:
     return f"{job_id[:_KEY_ID_LEN]}{TENANT_KEY_SEPARATOR}{digest}"
 
 
+def without_keys(text: str) -> str:
+    """`text` (a decision's message) with every tenant key shown as the id it stands for."""
+    return _KEY_SUFFIX.sub("", text) if TENANT_KEY_SEPARATOR in text else text
+
+
 def job_name(key: str) -> str:
     """The job id a tenant submitted, for the fold's key of its job (or of a task or replica
     of it): `tenant_job_key`'s suffix removed (an id cut to 64 characters stays cut)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from gpuledger.events.ids import without_keys
 from gpuledger.events.specs import JobSpec
 
 if TYPE_CHECKING:  # the ledger is only read: importing its module is the caller's business
@@ -74,7 +75,7 @@ def job_status(ledger: Ledger, tenant: str, job_id: str) -> JobStatus:
         known=True,
         state=str(job.state),
         reason=job.reason,
-        message=job.message,
+        message=without_keys(job.message),  # decisions name the job by its key
         priority=job.priority if admitted else None,
         submit_seq=job.submit_seq,
         submit_event_id=job.submit_event_id,

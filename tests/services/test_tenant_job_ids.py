@@ -70,6 +70,8 @@ def test_each_tenant_sees_its_own_job_under_the_id_it_submitted():
     assert B_KEY not in msgspec.json.encode(b).decode()  # the key is never shown to B
     assert not job_status(ledger, "org/b", B_KEY).known  # a key is no name
     assert not job_status(ledger, "org/c", "j1").known
+    ledger.jobs[B_KEY].message = f"MIG re-geometry: {B_KEY} asks for 3g.40gb"
+    assert job_status(ledger, "org/b", "j1").message == "MIG re-geometry: j1 asks for 3g.40gb"
 
 
 def test_a_cancel_touches_only_the_cancelling_tenants_job():
