@@ -28,7 +28,8 @@ from gpuledger.events.specs import (
 class JobSubmitted(Event, frozen=True, kw_only=True, tag="JobSubmitted.v1"):
     """A client asked to run a job. Published on `gl.submit.<tenant>.<job>` exactly once per job.
 
-    A job id is created once, across tenants: a later submission with the same content is a
+    Job ids are per tenant: a job id is created once in its tenant (another tenant's job of
+    the same id is another job); a later submission of the tenant with the same content is a
     retry and changes nothing; one with other content is refused (`RequestRefused`,
     `JobIdConflict`) and the first job stands. A payload that does not decode is rejected
     (`JobRejected`, `InvalidSpec`). `occurred_at_ms` may be omitted: a missing value or one

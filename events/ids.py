@@ -55,6 +55,36 @@ ARRAY_SEPARATOR = "@"
 """Joins an array job's id and a task index into the task's job id (`sweep@7`)."""
 
 
+TENANT_KEY_SEPARATOR = "~~"
+"""Joins a job id and a digest of its tenant in the fold's key of a job whose id another
+tenant's job already holds (`tenant_job_key`). No submitted id holds `~`."""
+_KEY_SUFFIX = re.compile(r"~~[0-9a-f]{16}")
+_KEY_ID_LEN = 64
+
+
+def tenant_job_key(tenant: str, job_id: str) -> str:
+    """The key under which the fold keeps `tenant`'s job `job_id` when that id already names
+    another tenant's job: `<job id>~~<16 hex digits of blake2b(tenant, job id)>` (the id cut
+    to 64 characters, so replica, task and allocation ids built on the key stay valid
+    tokens). Job ids are per tenant: the first job of an id keeps the id itself as its key
+    (every log written before keeps its keys), later ones of other tenants get this one.
+    Decisions about the job carry the key as their `job_id`; clients never see it (a
+    tenant names its jobs by the id it submitted)."""
+    digest = hashlib.blake2b(f"{tenant}\x1f{job_id}".encode(), digest_size=8).hexdigest()
+    return f"{job_id[:_KEY_ID_LEN]}{TENANT_KEY_SEPARATOR}{digest}"
+
+
+def without_keys(text: str) -> str:
+    """`text` (a decision's message) with every tenant key shown as the id it stands for."""
+    return _KEY_SUFFIX.sub("", text) if TENANT_KEY_SEPARATOR in text else text
+
+
+def job_name(key: str) -> str:
+    """The job id a tenant submitted, for the fold's key of its job (or of a task or replica
+    of it): `tenant_job_key`'s suffix removed (an id cut to 64 characters stays cut)."""
+    return _KEY_SUFFIX.sub("", key, count=1) if TENANT_KEY_SEPARATOR in key else key
+
+
 def validate_job_id(value: str) -> str:
     """Return `value` if it may name a job a client submits: a subject token
     (`validate_token`) without `~`, which only replica ids `<service>~<i>` hold, and without

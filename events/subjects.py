@@ -226,15 +226,15 @@ def _subject_by_rule(event: Event) -> str:
 
 def create_filter(event: Event) -> str:
     """The subjects that must hold no message for `event` to be a creation (checked by the
-    server with `Nats-Expected-Last-Subject-Sequence: 0` over this filter). A job id is
-    unique across tenants: a submission is a creation only if no tenant submitted that id."""
-    if isinstance(event, c.JobSubmitted):
-        return f"gl.submit.*.{validate_token('job id', event.job.job_id)}"
+    server with `Nats-Expected-Last-Subject-Sequence: 0` over this filter). Job ids are per
+    tenant: a submission is a creation if its own tenant has not submitted that id (its own
+    subject holds nothing); another tenant's job of the id is neither a conflict nor a hint."""
     return subject_for(event)
 
 
 def submit_filter(job_id: str) -> str:
-    """Every tenant's submit subject of `job_id` (at most one of them holds a creation)."""
+    """Every tenant's submit subject of `job_id` (an operator's look-up of who submitted an
+    id; several tenants may have)."""
     return f"gl.submit.*.{validate_token('job id', job_id)}"
 
 

@@ -32,8 +32,9 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.catalog import ALL_EVENTS
+from gpuledger.events.ids import tenant_job_key
 from gpuledger.events.reasons import TERMINAL_STATES as TERMINAL
-from gpuledger.events.reasons import EvictReason, JobState
+from gpuledger.events.reasons import EvictReason, JobState, RequestReason
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.fold.acceptance import admit
 from gpuledger.services.domain.fold.ledger import Ledger, run_end_state
@@ -567,7 +568,7 @@ class Projection:
         handler = _HANDLERS.get(cls)
         if handler is not None:
             handler(self, seq, event)
-            job_id = getattr(event, "job_id", None)
+            job_id = self._key_of(event)
             rec = self.ledger.jobs.get(job_id) if job_id is not None else None
             if rec is not None and rec.service is not None:
                 self._service_row(rec.service, seq, event)
@@ -628,6 +629,18 @@ class Projection:
 
     # -------------------------------------------------------------- helpers
 
+    def _key_of(self, event: ev.Event) -> str | None:
+        """The fold's key of the job an event is about: a client event names the job by the
+        id its tenant submitted (`Ledger.job_key`: job ids are per tenant), a decision by
+        its key. Rows are keyed like the fold."""
+        if isinstance(event, ev.JobSubmitted):
+            name, tenant = event.job.job_id, event.job.tenant
+        elif isinstance(event, (ev.JobCancelled, ev.ServiceScaled)):
+            name, tenant = event.job_id, event.tenant
+        else:
+            return getattr(event, "job_id", None)
+        return self.ledger.job_key(tenant, name) or name
+
     def _job(self, job_id: str, tenant: str | None = None) -> Row:
         job = self.jobs.get(job_id)
         if job is None:  # a partial log: keep what we know
@@ -686,11 +699,12 @@ class Projection:
 
     def _submitted(self, seq: int, e: ev.JobSubmitted) -> None:
         spec = e.job
-        existing = self.jobs.get(spec.job_id)
+        key = self._key_of(e) or spec.job_id
+        existing = self.jobs.get(key)
         if existing is not None and existing.submitted_at_ms is not None:
             return  # a retried submission: first one wins
         res = spec.resources
-        job = existing or JobRow(job_id=spec.job_id, state=JobState.submitted)
+        job = existing or JobRow(job_id=key, state=JobState.submitted)
         job.tenant = spec.tenant
         job.priority_class = spec.priority_class
         job.replicas = spec.replicas
@@ -703,7 +717,7 @@ class Projection:
         job.gpu_milli = res.gpu_milli_total() * spec.replicas
         job.duration_s = spec.duration_s
         job.submitted_at_ms = e.occurred_at_ms
-        self.jobs[spec.job_id] = job
+        self.jobs[key] = job
         if existing is None:
             self._add_transition(
                 seq,
@@ -732,13 +746,25 @@ class Projection:
         if svc is not None and (svc.spec.is_service or svc.spec.array):  # runs as its replicas
             self._sync_replicas(e.job_id, seq, e)  # (or tasks)
 
+    def _request_refused(self, seq: int, e: ev.RequestRefused) -> None:
+        """A submission refused while job ids were global created no job (the fold undid
+        it: `Ledger.refused_creation`): neither does its row."""
+        if e.request != "JobSubmitted" or e.reason != RequestReason.JobIdConflict:
+            return
+        key = tenant_job_key(e.tenant, e.job_id)
+        row = self.jobs.get(key)
+        if row is not None and key not in self.ledger.jobs and row.state == JobState.submitted:
+            del self.jobs[key]
+            self.batch.delete("jobs", (key,))
+
     def _scaled(self, seq: int, e: ev.ServiceScaled) -> None:
-        job = self.jobs.get(e.job_id)
+        key = self._key_of(e) or e.job_id
+        job = self.jobs.get(key)
         if job is not None:
             job.replicas = e.replicas
-            job.gpu_milli = self.ledger.jobs[e.job_id].spec.resources.gpu_milli_total() * e.replicas
+            job.gpu_milli = self.ledger.jobs[key].spec.resources.gpu_milli_total() * e.replicas
             self._touch(job, seq, e.occurred_at_ms)
-        self._sync_replicas(e.job_id, seq, e)
+        self._sync_replicas(key, seq, e)
 
     def _sync_replicas(self, service_id: str, seq: int, e: ev.Event) -> None:
         """Rows of a service's replicas (or an array job's tasks) as the services' fold has
@@ -799,7 +825,8 @@ class Projection:
         self._touch(job, seq, e.occurred_at_ms)
 
     def _cancelled(self, seq: int, e: ev.JobCancelled) -> None:
-        job = self.jobs.get(e.job_id)
+        key = self._key_of(e) or e.job_id
+        job = self.jobs.get(key)
         if job is None or job.tenant != e.tenant or job.state in TERMINAL:
             return  # refused as the ledger refuses it (`RequestRefused`, UnknownJob): no row
         job.cancel_requested = True
@@ -808,7 +835,7 @@ class Projection:
             job.finished_at_ms = e.occurred_at_ms
             self._transition(job, seq, e, e.reason)
         self._touch(job, seq, e.occurred_at_ms)
-        self._sync_replicas(e.job_id, seq, e)
+        self._sync_replicas(key, seq, e)
 
     def _withdrawn(self, seq: int, e: ev.JobWithdrawn) -> None:
         job = self.jobs.get(e.job_id)
@@ -1212,6 +1239,7 @@ class Projection:
 
 
 _HANDLERS = {
+    ev.RequestRefused: Projection._request_refused,
     ev.JobSubmitted: Projection._submitted,
     ev.JobAdmitted: Projection._admitted,
     ev.JobRejected: Projection._rejected,

@@ -104,8 +104,8 @@ class Admission(LedgerService):
                 tenant=job.tenant,
             )
             try:
-                cls = check(state, job.spec, self.fleet_summary(state), now_ms)
-                problem = admission_problem(state.jobs, job.spec)
+                cls = check(state, job.client_spec, self.fleet_summary(state), now_ms)
+                problem = admission_problem(state, job.spec)
                 if problem is not None:
                     raise Rejection(problem[0], problem[1], **problem[2])
             except Rejection as r:

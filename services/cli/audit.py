@@ -106,6 +106,18 @@ def _warn_if_stale(con, path: Path) -> None:
 # ---------------------------------------------------------------- formatting helpers
 
 
+def tenant_key(con, tenant: str, job: str) -> str | None:
+    """The projection's key of `tenant`'s job `job` (the id itself, or the tenant key of a
+    later tenant's job of a taken id); None when the tenant has neither."""
+    from gpuledger.events.ids import tenant_job_key
+
+    candidates = (job, tenant_job_key(tenant, job))
+    rows = con.execute(
+        "SELECT job_id FROM jobs WHERE job_id IN (?, ?) AND tenant = ?", [*candidates, tenant]
+    ).fetchall()
+    return rows[0][0] if rows else None
+
+
 @contextlib.contextmanager
 def _undamaged(path: Path):
     """A query over a truncated or garbled projection file ends the command with one line
@@ -595,6 +607,14 @@ def why_command(
     ] = WhyOutput.text,
     db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
     data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            help="The job's tenant: JOB is then the id that tenant submitted (job ids are per "
+            "tenant; `jobs` shows a later tenant's job of a taken id under its key, ID~~DIGEST).",
+        ),
+    ] = None,
 ) -> None:
     """Why is JOB pending (reason, message, node histogram, queue position, whether
     preemption would help) or why was it preempted (by whom, why, lost work, alternatives)?"""
@@ -602,7 +622,10 @@ def why_command(
     con = _connect(path)
     try:
         with _undamaged(path):
-            report = why_report(con, job)
+            key = job if tenant is None else tenant_key(con, tenant, job)
+            if key is None:
+                fail(f"no job {job!r} of tenant {tenant!r} in the projection at {path}", 1)
+            report = why_report(con, key)
     except UnknownJob as unknown:
         typer.echo(f"error: no job {job!r} in the projection at {path}", err=True)
         for line in refused_lines(unknown.refused):  # e.g. a refused cancel of this id
@@ -622,6 +645,7 @@ def why_command(
 
 
 def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
+    from gpuledger.events.ids import job_name
     from gpuledger.projections.queries import gpus_label
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
@@ -640,7 +664,7 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
                 + f"/{r['replicas']}"
             )
         line = [
-            r["job_id"],
+            job_name(r["job_id"]),  # the id its tenant submitted (ids are per tenant)
             r["tenant"],
             r["priority_class"],
             job_state_text(r),

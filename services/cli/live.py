@@ -1136,9 +1136,9 @@ def submit(
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
-    """Publish JobSubmitted. A job id is created once, across tenants: re-submitting the
-    same content is a no-op (safe CI retries); a job id already taken by other content exits
-    1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
+    """Publish JobSubmitted. A job id is created once per tenant (another tenant may use the
+    same id): re-submitting the same content is a no-op (safe CI retries); a job id the
+    tenant already used for other content exits 1 with `JobIdConflict` and what differs. Exit codes: 0 submitted (and with --wait
     admitted), 1 rejected or refused (reason on stderr), 2 invalid input, 3 NATS unreachable,
     4 no decision within --timeout, 5 the event store is full (nothing was stored; retry once
     space is freed)."""
@@ -1219,8 +1219,10 @@ def cancel(
     ),
     creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
 ) -> None:
-    """Publish JobCancelled for a submitted job. A job id nobody submitted (or another
-    tenant's job) is refused: exit 1 with `UnknownJob`, and nothing is published."""
+    """Publish JobCancelled for a submitted job, named by the id its tenant submitted (ids
+    are per tenant: the operator passes --tenant where several tenants use the id). A job id
+    the tenant does not have (another tenant's job of that id included) is refused: exit 1
+    with `UnknownJob`, and nothing is published."""
     access, tenant = job_request_target(job_id, tenant, nats_url, creds)
     from gpuledger.services.runtime.client_requests import StatusQueryError, cancel_job
 
@@ -1277,7 +1279,7 @@ def scale(
             now = time.time_ns() // 1_000_000
             event = stamp(
                 ev.ServiceScaled,
-                key=f"{job_id}@{now}",
+                key=f"{owner}:{job_id}@{now}",  # ids are per tenant
                 producer="cli",
                 now_ms=now,
                 correlation_id=job_id,

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import msgspec
 
+from gpuledger.events.ids import job_name
 from gpuledger.services.node_agent import checkpoint
 from gpuledger.services.node_agent.outcome import Outcome, classify_exit
 
@@ -131,7 +132,7 @@ def member_env(launch: MemberLaunch, base: Mapping[str, str]) -> dict[str, str]:
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": ",".join(launch.visible_devices),
-            checkpoint.ENV_JOB_ID: launch.job_id,
+            checkpoint.ENV_JOB_ID: job_name(launch.job_id),  # the id its tenant submitted
             checkpoint.ENV_ALLOCATION_ID: launch.allocation_id,
             checkpoint.ENV_RANK: str(launch.rank),
             checkpoint.ENV_WORLD_SIZE: str(launch.world_size),

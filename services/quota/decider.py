@@ -50,7 +50,7 @@ def demand_by_tenant(state: Ledger) -> dict[str, int]:
         demand[tenant] = demand.get(tenant, 0) + waiting
     for job_id in sorted(state.pending_dependent):
         job = state.jobs[job_id]
-        if deps.unmet(state.jobs, job.spec):
+        if deps.unmet(state, job.spec):
             demand[job.tenant] -= job.gpu_milli()
     return demand
 

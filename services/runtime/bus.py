@@ -6,8 +6,8 @@ Invariants:
   re-decided publish inside the duplicate window is dropped by the server and returns the
   sequence of the original;
 - `create_once` publishes with `Nats-Expected-Last-Subject-Sequence: 0` over the event's
-  creation filter (`events.subjects.create_filter`: a job id across every tenant's submit
-  subject): an entity is created at most once (`AlreadyExists` otherwise, carrying the
+  creation filter (`events.subjects.create_filter`: a job id on its tenant's submit
+  subject; ids are per tenant): an entity is created at most once (`AlreadyExists` otherwise, carrying the
   stored creation), whatever the duplicate window;
 - every message read carries the stream's receive time (`received_ms`, the JetStream
   timestamp stored with it), which readers pass to `events.at_receipt` before folding;
@@ -727,7 +727,7 @@ class Bus:
         it stored within its duplicate window (a quick retry of the same create).
 
         Publish an event only if no message matches its creation filter yet (for a
-        submission: no tenant's submit subject of that job id), else raise AlreadyExists
+        submission: its tenant's submit subject of that job id is empty), else raise AlreadyExists
         with the stored creation attached.
 
         A retry of the same event (same non-empty `event_id` as the stored creation)

@@ -5,8 +5,9 @@ The CLI prints `Outcome.text` and exits with `Outcome.code`; the gateway maps `O
 to an HTTP status. Nothing here prints or exits.
 
 Invariants:
-- a job id is created once, across tenants (`Bus.create_once`): the same content again is a
+- a job id is created once per tenant (`Bus.create_once`): the same content again is a
   retry (`duplicate`), other content a `conflict` (`JobIdConflict`, naming what differs);
+  another tenant's job of the same id is no conflict and is never mentioned;
 - a client never needs to read the log: it asks the admission service (`glq.job.<tenant>.<job>`).
   Only with `read_log=True` (an identity that may read the stream) does it fall back to the log
   when no admission service answers; otherwise that is `unavailable`;
@@ -153,7 +154,7 @@ async def publish_submission(
     bus, event: ev.JobSubmitted, *, timeout: float = 30.0, read_log: bool = True
 ) -> Outcome:
     """Create the job of `event` once: `submitted` (new), `duplicate` (the same content was
-    submitted before: a retry), `conflict` (the id holds other content or another tenant's job),
+    submitted before: a retry), `conflict` (the tenant's job of that id holds other content),
     or `timeout` (the id is taken and nobody said by what in time)."""
     from gpuledger.services.domain.fold.ledger import spec_differences
     from gpuledger.services.runtime.bus import AlreadyExists
@@ -195,8 +196,8 @@ async def publish_submission(
             stored = await bus.last_message(ev.subjects.create_filter(event))
             conflict = existing_submission(spec, stored)
             seq = None if stored is None else stored.seq
-        elif not st.known:
-            conflict, seq = (RequestReason.JobIdConflict, "it belongs to another tenant"), None
+        elif not st.known:  # only a race: the creation is on the tenant's own subject
+            conflict, seq = (RequestReason.JobIdConflict, "its submission is not folded yet"), None
         elif st.spec is None:
             conflict, seq = (
                 (
@@ -369,7 +370,7 @@ async def cancel_job(
         )
     event = stamp(
         ev.JobCancelled,
-        key=job_id,
+        key=f"{owner}:{job_id}",  # ids are per tenant: another tenant's cancel is no retry
         producer=producer,
         now_ms=time.time_ns() // 1_000_000,
         correlation_id=job_id,

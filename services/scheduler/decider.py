@@ -574,7 +574,7 @@ class Scheduler(LedgerService):
                 job.reason is not None and job.reason not in CAPACITY_REASONS
             ):
                 continue
-            if j in state.pending_dependent and deps.unmet(state.jobs, job.spec):
+            if j in state.pending_dependent and deps.unmet(state, job.spec):
                 continue  # waits for a dependency, not for capacity
             return []
         cooldown = state.config.policy.min_runtime_s * 1000
@@ -693,7 +693,7 @@ class Scheduler(LedgerService):
         `dependency_never_satisfied: pend`, the pending reason `DependencyNeverSatisfied`."""
         waiting, never = [], []
         for d in deps.dependencies(job.spec):
-            other = state.jobs.get(d.job)
+            other = state.jobs.get(deps.dependency_key(state, job.tenant, d.job))
             st = deps.status(other, d.on) if other is not None else "never"
             what = {"job": d.job, "on": d.on, "state": str(other.state) if other else None}
             if st == "waiting":
@@ -1205,7 +1205,7 @@ class Scheduler(LedgerService):
     def _queued_since(state: Ledger, job: JobRecord) -> int | None:
         if not job.spec.depends_on:
             return job.pending_since_ms
-        return deps.queued_since_ms(state.jobs, job)
+        return deps.queued_since_ms(state, job)
 
     @staticmethod
     def _nodes_with_models(state: Ledger, models: set[str]) -> frozenset[str]:

@@ -74,7 +74,7 @@ def starving(state: Ledger, job: JobRecord, now_ms: int) -> bool:
     after = state.config.policy.reservation_after_s
     if after <= 0:
         return False
-    since = deps.queued_since_ms(state.jobs, job) if job.spec.depends_on else job.pending_since_ms
+    since = deps.queued_since_ms(state, job) if job.spec.depends_on else job.pending_since_ms
     return since is not None and now_ms - since >= after * 1000
 
 

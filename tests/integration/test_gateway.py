@@ -159,7 +159,22 @@ async def test_cancel_own_job_and_not_another_tenants(gateway, bus):
         assert theirs.status_code == 404 and theirs.json()["reason"] == "UnknownJob"
         unknown = await http.get("/v1/tenants/team-b/jobs/gw-5", headers=auth(tokens["team-b"]))
         assert unknown.status_code == 404
+
+        # job ids are per tenant: team-a's id is answered as an id nobody has
+        def seen(r: httpx.Response, job: str) -> tuple[int, str]:
+            return r.status_code, r.text.replace(job, "ID")
+
+        b = auth(tokens["team-b"])
+        for theirs_r, method in ((theirs, http.delete), (unknown, http.get)):
+            nobody = await method("/v1/tenants/team-b/jobs/gw-none", headers=b)
+            assert seen(theirs_r, "gw-5") == seen(nobody, "gw-none")
         assert await bus.last_seq() == last  # nothing published
+        own = await http.post(
+            "/v1/tenants/team-b/jobs",
+            headers=b,
+            content=JOB.format(id="gw-5", tenant="team-b", gpus=1),
+        )
+        assert own.status_code == 202 and own.json()["state"] == "submitted", own.text  # no 409
         mine = await http.delete("/v1/tenants/team-a/jobs/gw-5", headers=auth(tokens["team-a"]))
         assert mine.status_code == 202, mine.text
         assert mine.json()["state"] == "cancel_requested"

@@ -332,3 +332,15 @@ def test_our_variables_win_over_the_launch_env_and_the_base_env(tmp_path):
     env = member_env(spec, {"CUDA_VISIBLE_DEVICES": "all", "HOME": "/root", "RANK": "9"})
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa,MIG-bbbb"
     assert (env["RANK"], env["HOME"], env["EXTRA"]) == ("0", "/root", "yes")
+
+
+def test_a_member_sees_the_job_id_its_tenant_submitted(tmp_path):
+    """Job ids are per tenant: a later tenant's job of a taken id runs under its tenant key,
+    and its member still reads the id it submitted."""
+    from gpuledger.events.ids import tenant_job_key
+
+    key = tenant_job_key("team-b", "train-1")
+    import dataclasses
+
+    env = member_env(dataclasses.replace(launch(tmp_path), job_id=key), {})
+    assert env["GPULEDGER_JOB_ID"] == "train-1"

@@ -81,20 +81,6 @@ def test_a_second_submission_with_other_content_is_refused_and_the_first_job_sta
     assert Admission().decide(ledger, 2000) == []  # answered once
 
 
-def test_a_submission_of_a_job_id_another_tenant_holds_is_refused_without_its_content():
-    ledger = given(
-        *cluster(
-            {"name": "n1", "gpus": 8},
-            tenants=[{"name": "org/a", "guaranteed": 4}, {"name": "org/b"}],
-        ),
-        submitted(id="j1", tenant="org/a", gpus=1),
-        submitted(id="j1", tenant="org/b", gpus=1),
-    )
-    refused = of_type(Admission().decide(ledger, 1000), ev.RequestRefused)
-    assert [(r.tenant, r.reason) for r in refused] == [("org/b", "JobIdConflict")]
-    assert "another tenant" in refused[0].message and "gpus" not in refused[0].message
-
-
 def dead_letter(
     seq: int,
     subject: str,

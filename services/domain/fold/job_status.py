@@ -2,8 +2,9 @@
 
 Tenant CI identities cannot read the log (it holds every tenant's jobs); they ask
 `glq.job.<tenant>.<job>` instead, and the admission service answers from its folded ledger.
-A job of another tenant is answered exactly like a job nobody submitted (`known: false`), so
-a query reveals nothing about other tenants. Pure: reads the ledger, never writes it.
+Job ids are per tenant: a tenant names its jobs by the ids it submitted, and another
+tenant's job of the same id is answered exactly like a job nobody submitted (`known:
+false`), so a query reveals nothing about other tenants. Pure: reads the ledger, never writes it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from gpuledger.events.ids import without_keys
 from gpuledger.events.specs import JobSpec
 
 if TYPE_CHECKING:  # the ledger is only read: importing its module is the caller's business
@@ -61,8 +63,9 @@ def parse_subject(subject: str) -> tuple[str, str] | None:
 
 def job_status(ledger: Ledger, tenant: str, job_id: str) -> JobStatus:
     """What `tenant` may know of its job `job_id` in `ledger`."""
-    job = ledger.jobs.get(job_id)
-    if job is None or job.tenant != tenant:
+    key = ledger.job_key(tenant, job_id)  # ids are per tenant: only its own job answers
+    job = ledger.jobs.get(key) if key is not None else None
+    if job is None:
         return JobStatus(job_id, tenant, ledger.last_seq)
     admitted = job.admitted_ms is not None
     return JobStatus(
@@ -72,11 +75,11 @@ def job_status(ledger: Ledger, tenant: str, job_id: str) -> JobStatus:
         known=True,
         state=str(job.state),
         reason=job.reason,
-        message=job.message,
+        message=without_keys(job.message),  # decisions name the job by its key
         priority=job.priority if admitted else None,
         submit_seq=job.submit_seq,
         submit_event_id=job.submit_event_id,
-        spec=None if job.unreadable else job.spec,
+        spec=None if job.unreadable else job.client_spec,
     )
 
 

@@ -20,7 +20,13 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events import JobSpec, MemberPlacement
-from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR
+from gpuledger.events.ids import (
+    ARRAY_SEPARATOR,
+    REPLICA_SEPARATOR,
+    TENANT_KEY_SEPARATOR,
+    job_name,
+    tenant_job_key,
+)
 from gpuledger.events.reasons import (
     TERMINAL_STATES,
     EndReason,
@@ -199,10 +205,23 @@ class JobRecord:
     time_limit_s: int | None = None
     """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
     lasted this long; None = none."""
+    name: str | None = None
+    """The id its tenant submitted, when the fold keeps the job under another key
+    (`events.ids.tenant_job_key`: the id already named another tenant's job); None when the
+    key is the id itself (`spec.job_id` is always the key)."""
 
     @property
     def job_id(self) -> str:
         return self.spec.job_id
+
+    @property
+    def client_spec(self) -> JobSpec:
+        """The spec as its tenant submitted it (under the id it submitted, not the key)."""
+        if self.name is None:
+            return self.spec
+        fields = {f: getattr(self.spec, f) for f in JobSpec.__struct_fields__}  # (or a view's)
+        fields.update(job_id=self.name)
+        return JobSpec(**fields)
 
     @property
     def tenant(self) -> str:
@@ -467,6 +486,8 @@ class Ledger:
         if handler is None:
             return None
         job_id = getattr(event, "job_id", None)
+        if isinstance(event, (ev.JobCancelled, ev.ServiceScaled)):  # named by its tenant
+            job_id = self.job_key(event.tenant, event.job_id)
         job = self.jobs.get(job_id) if job_id is not None else None
         was_up = job is not None and job.state in _UP
         was_over = job is not None and job.state in TERMINAL
@@ -565,8 +586,9 @@ class Ledger:
             )
         if isinstance(e, ev.ServiceScaled):
             change = next((c for c in s.services if c.job_id == e.job_id), None)
-            job = self.jobs.get(e.job_id)
-            if change is None or job is None or job.tenant != e.tenant:
+            key = self.job_key(e.tenant, e.job_id)
+            job = self.jobs.get(key) if key is not None else None
+            if change is None or job is None:
                 return refused(f"schedule {name!r} scales no service {e.job_id!r} of {e.tenant!r}")
             if e.replicas != change.replicas:
                 return refused(
@@ -594,6 +616,44 @@ class Ledger:
         return None
 
     # ------------------------------------------------------------------ queries
+
+    def job_key(self, tenant: str, name: str) -> str | None:
+        """The key of `tenant`'s job named `name` (the id it submitted, or a task
+        `<array>@<i>` or replica `<service>~<i>` of one), None when the tenant has no such
+        job: another tenant's job of that id is no answer, so nothing a tenant asks reveals
+        another tenant's ids. A key (`~~`) is no name."""
+        if TENANT_KEY_SEPARATOR in name:
+            return None
+        base, suffix = name, ""
+        for sep in (ARRAY_SEPARATOR, REPLICA_SEPARATOR):
+            head, found, index = name.rpartition(sep)
+            if found and head and index.isdigit():
+                base, suffix = head, sep + index
+                break
+        for key in (base, tenant_job_key(tenant, base)):
+            rec = self.jobs.get(key)
+            if rec is not None and rec.tenant == tenant and rec.name in (None, base):
+                if rec.service is not None or rec.array_parent is not None:
+                    return None  # a task or replica is named through its job
+                full = key + suffix
+                got = self.jobs.get(full)
+                return full if got is not None and got.tenant == tenant else None
+        return None
+
+    def _new_key(self, tenant: str, name: str) -> str:
+        """The key of a new job of `tenant` named `name`: the id itself, unless another
+        tenant's job (or unreadable first submission) holds it."""
+        if name not in self.jobs and name not in self.intake.invalid_submissions:
+            return name
+        return tenant_job_key(tenant, name)
+
+    def _invalid_key(self, tenant: str, name: str) -> str | None:
+        """The key of `tenant`'s unreadable first submission of `name`, if it has one."""
+        for key in (name, tenant_job_key(tenant, name)):
+            bad = self.intake.invalid_submissions.get(key)
+            if bad is not None and bad.tenant == tenant:
+                return key
+        return None
 
     def gang_request(self, job: JobRecord) -> GangRequest:
         """The placement request of a job (time-slicing allowed by its class)."""
@@ -741,12 +801,15 @@ class Ledger:
                         e.event_id,
                     )
                     return Refusal(FoldRefusal.InvalidSpec, message)
-        first = self.jobs.get(job_id)
+        tenant = e.job.tenant
+        key = self.job_key(tenant, job_id)  # ids are per tenant: only its own job is a match
+        first = self.jobs.get(key) if key is not None else None
         if first is not None:
-            if e.job != first.spec:  # same content = a retry: first one wins, silently
+            if e.job != first.client_spec:  # same content = a retry: first one wins, silently
                 self._refuse_conflict(e, first)
             return Refusal(FoldRefusal.DuplicateJob, f"job {job_id!r} was already submitted")
-        unreadable = self.intake.invalid_submissions.get(job_id)
+        invalid = self._invalid_key(tenant, job_id)
+        unreadable = self.intake.invalid_submissions.get(invalid) if invalid is not None else None
         if unreadable is not None:  # the id's first submission could not be read
             self._refuse(
                 "JobSubmitted",
@@ -762,26 +825,25 @@ class Ledger:
             return Refusal(
                 FoldRefusal.DuplicateJob, f"job id {job_id!r} is taken by an unreadable submission"
             )
-        self.jobs[job_id] = JobRecord(
-            spec=e.job,
+        key = self._new_key(tenant, job_id)
+        self.jobs[key] = JobRecord(
+            spec=e.job if key == job_id else msgspec.structs.replace(e.job, job_id=key),
             submitted_ms=e.occurred_at_ms,
             submit_event_id=e.event_id,
             submit_seq=self.folding_seq,
             desired_replicas=e.job.replicas if e.job.is_service else 0,
+            name=None if key == job_id else job_id,
         )
-        self.submitted.add(job_id)
+        self.submitted.add(key)
         return None
 
     def _refuse_conflict(self, e: ev.JobSubmitted, first: JobRecord) -> None:
         job_id = e.job.job_id
-        if first.tenant != e.job.tenant:
-            what = "by another tenant's submission"
-            diffs: list[str] = []
-        elif first.unreadable:
+        if first.unreadable:
             what = f"by a submission that was rejected ({first.reason})"
-            diffs = []
+            diffs: list[str] = []
         else:
-            diffs = spec_differences(first.spec, e.job)
+            diffs = spec_differences(first.client_spec, e.job)
             what = "by a submission with other content (" + "; ".join(diffs) + ")"
         self._refuse(
             "JobSubmitted",
@@ -851,6 +913,7 @@ class Ledger:
                 submit_event_id=invalid.cause,
                 submit_seq=invalid.request_seq,
                 unreadable=True,
+                name=None if invalid.job_id == e.job_id else invalid.job_id,
             )
         if job is None or job.state != JobState.submitted:
             return _not_in_state(e.job_id, job, "submitted")
@@ -865,8 +928,9 @@ class Ledger:
         return None
 
     def _cancelled(self, e: ev.JobCancelled) -> Refusal | None:
-        job = self.jobs.get(e.job_id)
-        if job is None or job.tenant != e.tenant:
+        key = self.job_key(e.tenant, e.job_id)  # the tenant's own job of that id, or none
+        job = self.jobs.get(key) if key is not None else None
+        if job is None:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to cancel"
             self._refuse(
                 "JobCancelled", e.job_id, e.tenant, RequestReason.UnknownJob, message, e.event_id
@@ -876,7 +940,7 @@ class Ledger:
             return _not_in_state(e.job_id, job, "not finished")
         if job.service is not None:
             message = (
-                f"{e.job_id!r} is replica {job.replica} of service {job.service!r}: "
+                f"{e.job_id!r} is replica {job.replica} of service {job_name(job.service)!r}: "
                 "scale the service (or cancel it) instead"
             )
             self._refuse(
@@ -905,22 +969,23 @@ class Ledger:
                 e.occurred_at_ms,
                 0,
             )
-            self.submitted.discard(e.job_id)
+            self.submitted.discard(job.job_id)
             self._reconcile(job, e.occurred_at_ms)
             return None
         if job.allocation_id is not None:
             self.agents.cancelling.add(job.allocation_id)
         else:
             job.state, job.finished_ms = JobState.cancelled, e.occurred_at_ms
-            self.submitted.discard(e.job_id)
-            self._dequeue(e.job_id)
-            self._end_nomination(e.job_id)
+            self.submitted.discard(job.job_id)
+            self._dequeue(job.job_id)
+            self._end_nomination(job.job_id)
         return None
 
     def _scaled(self, e: ev.ServiceScaled) -> Refusal | None:
         self.config.note_fired(e)  # a time-of-day policy's replica change
-        svc = self.jobs.get(e.job_id)
-        if svc is None or svc.tenant != e.tenant:
+        key = self.job_key(e.tenant, e.job_id)
+        svc = self.jobs.get(key) if key is not None else None
+        if svc is None:
             message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to scale"
             self._refuse(
                 "ServiceScaled", e.job_id, e.tenant, RequestReason.UnknownJob, message, e.event_id
@@ -1061,7 +1126,7 @@ class Ledger:
         )
         since = job.pending_since_ms
         if job.spec.depends_on:  # the wait counts from when its dependencies were met
-            since = dependencies.queued_since_ms(self.jobs, job) or since
+            since = dependencies.queued_since_ms(self, job) or since
         job.waited_ms += max(0, e.occurred_at_ms - since)
         job.attempts += 1
         job.declined = None
@@ -1605,15 +1670,39 @@ class Ledger:
         )
         if (
             kind == "submit"
-            and job_id not in self.jobs
-            and job_id not in self.intake.invalid_submissions
-        ):
-            self.intake.invalid_submissions[job_id] = refusal
+            and self.job_key(tenant, job_id) is None
+            and self._invalid_key(tenant, job_id) is None
+        ):  # the tenant's first submission of the id
+            self.intake.invalid_submissions[self._new_key(tenant, job_id)] = refusal
         elif e.stream_seq not in self.intake.refusals:
             self.intake.refusals[e.stream_seq] = refusal
 
     def _request_refused(self, e: ev.RequestRefused) -> None:
         self.intake.refusals.pop(e.request_seq, None)
+        undone = self.refused_creation(e)
+        if undone is not None:
+            del self.jobs[undone]
+            self.submitted.discard(undone)
+
+    def refused_creation(self, e: ev.RequestRefused) -> str | None:
+        """The key of the job that `e` says was never created, else None. A log written while
+        job ids were global holds, for a submission of another tenant's id, admission's
+        `RequestRefused` (`JobIdConflict`): that submission created no job then, so the job
+        its fold creates now (under its tenant key, still unanswered) is undone, and such a
+        log folds as it did. Admission never refuses a tenant's first submission of an id
+        now, so nothing else matches."""
+        if e.request != "JobSubmitted" or e.reason != RequestReason.JobIdConflict:
+            return None
+        key = tenant_job_key(e.tenant, e.job_id)
+        job = self.jobs.get(key)
+        if (
+            job is None
+            or job.tenant != e.tenant
+            or job.submit_seq != e.request_seq
+            or job.state != JobState.submitted
+        ):
+            return None
+        return key
 
     def _enqueue(self, job_id: str) -> None:
         if job_id not in self.pending:

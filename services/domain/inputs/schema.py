@@ -292,7 +292,7 @@ class JobDoc(Strict, kw_only=True, frozen=True):
     alternatives: give one of each pair."""
 
     id: str | None = None
-    """Job id, unique across tenants (a subject token: no `.`, `*`, `>`, whitespace)."""
+    """Job id, unique within its tenant (a subject token: no `.`, `*`, `>`, whitespace)."""
     job_id: str | None = None
     """Alternative spelling of `id`."""
     tenant: str

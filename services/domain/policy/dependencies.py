@@ -8,8 +8,9 @@ awaited, or can never be met, from the folded state of the job it names. Pure.
 | `finished`  | ended in any way (rejected and cancelled included)   | -                                          |
 | `started`   | was placed at least once (an array: one of its tasks) | ended without ever being placed           |
 
-Admission refuses (`UnknownDependency`) a dependency on a job id its tenant has not
-submitted (another tenant's job included) and (`DependencyCycle`) one whose chain leads back
+A dependency names a job of the same tenant by the id that tenant submitted (job ids are per
+tenant). Admission refuses (`UnknownDependency`) a dependency on a job id its tenant has not
+submitted (another tenant's job of that id is no answer) and (`DependencyCycle`) one whose chain leads back
 to the job itself.
 """
 
@@ -56,25 +57,25 @@ def status(dep_job: Any, on: str) -> Status:
     return "never" if ended else "waiting"
 
 
-def unmet(jobs: Mapping[str, Any], spec: JobSpec) -> bool:
+def unmet(ledger: Any, spec: JobSpec) -> bool:
     """Whether some dependency of `spec` is not met now (awaited, or never to be met): such a
     pending job is not demand (fair share, reclaim, preemption, reservations, pending-work
-    figures) until all are met."""
+    figures) until all are met. Names resolve within the job's tenant (`dependency_key`)."""
     for d in dependencies(spec):
-        other = jobs.get(d.job)
+        other = ledger.jobs.get(dependency_key(ledger, spec.tenant, d.job))
         if other is None or status(other, d.on) != "met":
             return True
     return False
 
 
-def queued_since_ms(jobs: Mapping[str, Any], job: Any) -> int | None:
+def queued_since_ms(ledger: Any, job: Any) -> int | None:
     """Since when the pending `job` has waited for capacity, for aging and reservations: its
     `pending_since_ms`, or, while waiting on dependencies for the first time, the moment the
     last of them was met (the named job ended, or was first placed for `started`); None
     while one is not met (its wait does not count yet)."""
     since: int = job.pending_since_ms
     for d in dependencies(job.spec):
-        other = jobs.get(d.job)
+        other = ledger.jobs.get(dependency_key(ledger, job.spec.tenant, d.job))
         if other is None or status(other, d.on) != "met":
             return None
         if d.on == "started":
@@ -91,14 +92,21 @@ def verb(on: str) -> str:
     return _VERB.get(on, on)
 
 
-def admission_problem(
-    jobs: Mapping[str, Any], spec: JobSpec
-) -> tuple[str, str, dict[str, Any]] | None:
-    """(reason, message, details) refusing the dependencies of `spec` given the folded jobs,
-    or None: every named job exists in the same tenant and no chain leads back to `spec`."""
+def dependency_key(ledger: Any, tenant: str, job: str) -> str:
+    """The fold's key of the job a dependency of a `tenant` job names: job ids are per
+    tenant, so `job` is resolved within `tenant` (`Ledger.job_key`); a name the tenant does
+    not have resolves to nothing (an empty key no job holds)."""
+    return ledger.job_key(tenant, job) or ""
+
+
+def admission_problem(ledger: Any, spec: JobSpec) -> tuple[str, str, dict[str, Any]] | None:
+    """(reason, message, details) refusing the dependencies of `spec` given the folded
+    ledger, or None: every named job exists in the same tenant and no chain leads back to
+    `spec`."""
+    jobs: Mapping[str, Any] = ledger.jobs
     deps = dependencies(spec)
     for i, d in enumerate(deps):
-        other = jobs.get(d.job)
+        other = jobs.get(dependency_key(ledger, spec.tenant, d.job))
         if other is None or other.tenant != spec.tenant or other.unreadable:
             return (
                 RejectReason.UnknownDependency,
@@ -106,7 +114,7 @@ def admission_problem(
                 " (a dependency names a job of the same tenant submitted before)",
                 {"dependency": d.job},
             )
-    path = _cycle(jobs, spec.job_id, deps)
+    path = _cycle(ledger, spec, deps)
     if path is not None:
         return (
             RejectReason.DependencyCycle,
@@ -116,21 +124,27 @@ def admission_problem(
     return None
 
 
-def _cycle(jobs: Mapping[str, Any], start: str, deps: tuple[Dependency, ...]) -> list[str] | None:
-    """A chain of dependencies from `start` back to itself (depth-first, in the order the
-    dependencies are listed), or None."""
+def _cycle(ledger: Any, spec: JobSpec, deps: tuple[Dependency, ...]) -> list[str] | None:
+    """A chain of dependencies from `spec`'s job back to itself (depth-first, in the order the
+    dependencies are listed; every name resolved within the job's tenant), or None. The
+    chain is given in the names the tenant submitted."""
+    start, tenant = spec.job_id, spec.tenant
+    name = ledger.jobs[start].name if start in ledger.jobs else None
+    shown = name or start
     seen: set[str] = set()
-    stack: list[tuple[str, list[str]]] = [(d.job, [start, d.job]) for d in reversed(deps)]
+    stack: list[tuple[str, list[str]]] = [
+        (dependency_key(ledger, tenant, d.job), [shown, d.job]) for d in reversed(deps)
+    ]
     while stack:
         job_id, path = stack.pop()
         if job_id == start:
             return path
-        if job_id in seen:
+        if job_id in seen or not job_id:
             continue
         seen.add(job_id)
-        rec = jobs.get(job_id)
+        rec = ledger.jobs.get(job_id)
         if rec is None:
             continue
         for d in reversed(dependencies(rec.spec)):
-            stack.append((d.job, [*path, d.job]))
+            stack.append((dependency_key(ledger, tenant, d.job), [*path, d.job]))
     return None

@@ -28,9 +28,7 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
         waited = job.waited_ms
         if job.state == JobState.pending:
             since = (
-                deps.queued_since_ms(state.jobs, job)
-                if job.spec.depends_on
-                else job.pending_since_ms
+                deps.queued_since_ms(state, job) if job.spec.depends_on else job.pending_since_ms
             )
             if since is not None:  # a job waiting on a dependency does not age yet
                 waited += max(0, now_ms - since)
