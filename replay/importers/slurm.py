@@ -838,7 +838,7 @@ def _array_tasks(
             requested = {**last.fields, "AllocTRES": "", "AllocGRES": ""}
             shapes[id(group)] = (
                 _shape(last.fields, where(last.line), log),
-                _shape(requested, where(last.line), _Quiet),  # type: ignore[arg-type]
+                _shape(requested, where(last.line), _Quiet),  # type: ignore[arg-type]  # a class with the log's `skip`, no instance
             )
         shape, requested = shapes[id(group)]
         if shape is None:

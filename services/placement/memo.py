@@ -322,7 +322,7 @@ class ScoreMemos(FleetIndex):
                     n = len(self._label_nodes.get(pair, ()))
                     if rarest is None or (n, pair) < rarest:
                         rarest = (n, pair)
-                cache.sel_pair = rarest[1]  # type: ignore[index]
+                cache.sel_pair = rarest[1]  # type: ignore[index]  # a selector has at least one pair
         self._refresh(cache)
         return cache
 
@@ -396,7 +396,7 @@ class ScoreMemos(FleetIndex):
         read that pair's change log (all of them when it never did or fell behind the log's
         start): the nodes outside the selector are never read."""
         pair = cache.sel_pair
-        llog = self._llogs.get(pair)  # type: ignore[arg-type]
+        llog = self._llogs.get(pair)  # type: ignore[arg-type]  # set with the selector: never None here
         if llog is None:
             return []
         entries = llog.entries
@@ -407,7 +407,7 @@ class ScoreMemos(FleetIndex):
         cache.lpos = end
         by_seq = self._by_seq
         if at is None or at < llog.base:
-            return [by_seq[q] for q in self._label_nodes.get(pair, ())]  # type: ignore[arg-type]
+            return [by_seq[q] for q in self._label_nodes.get(pair, ())]  # type: ignore[arg-type]  # set with the selector: never None here
         return [st for q in dict.fromkeys(entries[at - llog.base :]) if (st := by_seq.get(q))]
 
     def _live_logs(self, cache: _ShapeCache) -> list[tuple[Any, ChangeLog]]:
@@ -446,7 +446,7 @@ class ScoreMemos(FleetIndex):
                     states = [st for st in states if st.selected(selector)]
                     if not states:
                         continue
-                    seqs = [st.seq for st in states]  # type: ignore[assignment]
+                    seqs = [st.seq for st in states]  # type: ignore[assignment]  # a list where the array is read only
             fixed = static.get(sid, _MISS)
             if fixed is _MISS:
                 fixed = self._static_key(cache, states[0])

@@ -35,7 +35,7 @@ class DocumentError(ValueError):
 class _NoAliasLoader(yaml.SafeLoader):
     """SafeLoader without anchors/aliases: a request body cannot expand into a huge document."""
 
-    def compose_node(self, parent, index):  # type: ignore[override]
+    def compose_node(self, parent, index):  # type: ignore[override]  # PyYAML's stubs type it narrower than it is called
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(

@@ -418,7 +418,7 @@ class _GraphEncoder:
         memo = self.memo
         del memo[id(obj)]  # numbered after its fields: the decoder makes it after them
         out = [_FIELDS, self.class_ref(t)]
-        out.extend(self.enc(getattr(obj, f)) for f in t.__struct_fields__)  # type: ignore[attr-defined]
+        out.extend(self.enc(getattr(obj, f)) for f in t.__struct_fields__)  # type: ignore[attr-defined]  # a msgspec Struct class (checked by the caller)
         memo[id(obj)] = len(memo)
         return out
 
@@ -521,7 +521,7 @@ class _RareNodes:
         cls = self.known[node[1]]
         if cls not in self.classes.decoders:
             raise ValueError(f"{cls.__qualname__} is not a struct")
-        names = cls.__struct_fields__  # type: ignore[attr-defined]
+        names = cls.__struct_fields__  # type: ignore[attr-defined]  # a msgspec Struct: checked just above
         if len(node) - 2 != len(names):
             raise ValueError(f"{cls.__qualname__} has {len(names)} fields")
         out = cls(**dict(zip(names, map(dec, node[2:]), strict=True)))

@@ -521,7 +521,8 @@ class Ledger:
         out, else `cancelled`. Its message counts its tasks by state."""
         if parent.state in TERMINAL or parent.state == JobState.submitted:
             return
-        count = parent.spec.array.count  # type: ignore[union-attr]
+        assert isinstance(parent.spec.array, ev.ArraySpec)  # called for array parents only
+        count = parent.spec.array.count
         ended = parent.tasks_ended
         done = sum(ended.values())
         waiting = count - done - parent.tasks_up
@@ -882,7 +883,8 @@ class Ledger:
 
     def _create_tasks(self, parent: JobRecord, at_ms: int) -> None:
         arr = parent.spec.array
-        for i in range(arr.first, arr.first + arr.count):  # type: ignore[union-attr]
+        assert isinstance(arr, ev.ArraySpec)  # called for array parents only
+        for i in range(arr.first, arr.first + arr.count):
             tid = task_id(parent.job_id, i)
             if tid in self.jobs:  # cannot happen: `@` is refused in submitted ids
                 continue
