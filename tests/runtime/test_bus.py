@@ -104,21 +104,24 @@ async def test_durable_consumer_acks_and_resumes(bus: Bus) -> None:
     assert [m.metadata.sequence.stream for m in msgs] == [3]
 
 
-async def test_a_job_id_is_created_once_across_tenants_and_the_stored_creation_comes_back(
+async def test_a_job_id_is_created_once_per_tenant_and_the_stored_creation_comes_back(
     bus: Bus,
 ) -> None:
     first = submitted("shared", event_id="s-1")
     seq = await bus.create_once(first)
+    again = submitted("shared", event_id="s-3")  # the same tenant, other content
+    with pytest.raises(AlreadyExists) as exists:
+        await bus.create_once(again)
+    stored = exists.value.existing
+    assert (stored.seq, stored.subject) == (seq, "gl.submit.t.shared")
+    assert events.decode(stored.data) == first
+    # job ids are per tenant: another tenant's creation of the same id is its own
     other_tenant = events.JobSubmitted(
         event_id="s-2",
         job=events.JobSpec(job_id="shared", tenant="u", resources=events.Resources(gpus=1)),
     )
-    with pytest.raises(AlreadyExists) as exists:
-        await bus.create_once(other_tenant)
-    stored = exists.value.existing
-    assert (stored.seq, stored.subject) == (seq, "gl.submit.t.shared")
-    assert events.decode(stored.data) == first
-    assert await bus.last_seq() == seq
+    assert await bus.create_once(other_tenant) == seq + 1
+    assert await bus.last_seq() == seq + 1
 
 
 async def test_every_message_read_carries_the_streams_receive_time(bus: Bus) -> None:
