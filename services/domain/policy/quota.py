@@ -19,6 +19,18 @@ from gpuledger.events import TenantConfigured, TenantShare
 from gpuledger.events.reasons import PendingReason
 
 
+def tenant_children(tenants: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The tenant tree: each configured tenant under its nearest configured ancestor ("" for
+    the roots), children in name order."""
+    children: dict[str, list[str]] = {}
+    for t in sorted(tenants):
+        p = parent_of(t)
+        while p and p not in tenants:
+            p = parent_of(p)
+        children.setdefault(p, []).append(t)
+    return children
+
+
 def parent_of(tenant: str) -> str:
     return tenant.rsplit("/", 1)[0] if "/" in tenant else ""
 
@@ -88,12 +100,7 @@ def fair_shares(
     work only; subtree totals are computed here. Per-model limits count where given:
     `used_by_model` (per (tenant, model), own work) for `lending_limit_by_model`, and the
     fleet's GPU `models` for `borrowing_limit_by_model` (`model_held`, `model_cap`)."""
-    children: dict[str, list[str]] = {}
-    for t in sorted(tenants):
-        p = parent_of(t)
-        while p and p not in tenants:
-            p = parent_of(p)
-        children.setdefault(p, []).append(t)
+    children = tenant_children(tenants)
 
     subtree_demand: dict[str, int] = {}
     for root in children.get("", []):
@@ -298,12 +305,7 @@ def lending_block(
     sub = _subtree_usage(tenants, usage)
     if sub.get(tenant, 0) + need <= conf.guaranteed_gpu_milli:
         return None  # within its own guarantee: not borrowing
-    children: dict[str, list[str]] = {}
-    for t in sorted(tenants):
-        p = parent_of(t)
-        while p and p not in tenants:
-            p = parent_of(p)
-        children.setdefault(p, []).append(t)
+    children = tenant_children(tenants)
     holders: list[tuple[str, int]] = []
     held = sum(_held_out(r, tenant, tenants, children, sub, holders) for r in children.get("", []))
     if held == 0:
@@ -468,12 +470,7 @@ def model_limit_blocks(
     if not lent:
         return out
     own = tenants.get(tenant)
-    children: dict[str, list[str]] = {}
-    for name in sorted(tenants):
-        p = parent_of(name)
-        while p and p not in tenants:
-            p = parent_of(p)
-        children.setdefault(p, []).append(name)
+    children = tenant_children(tenants)
     for model in lent:
         if model in out or model not in capacity_by_model:
             continue
