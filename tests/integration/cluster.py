@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,24 @@ def cli(
         check=check,
         input=stdin,
     )
+
+
+def start_up(cwd: Path, *args: str) -> subprocess.Popen:
+    """`gpuledger up ARGS` in `cwd`, its output (info lines) on one text pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
+    )
+
+
+def status(cwd: Path) -> dict:
+    """`gpuledger status -o json` in `cwd` ({} while it prints nothing)."""
+    out = cli("status", "-o", "json", cwd=cwd)
+    return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
 class Processes(ServiceProcesses):

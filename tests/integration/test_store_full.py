@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import nats.js.errors
@@ -27,7 +25,7 @@ from nats.js import api
 from gpuledger.services.cli.connect import STORE_FULL_EXIT, resolve_access
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.storefull import store_write_error
-from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.integration.cluster import EXAMPLES, cli, start_up, status
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -36,22 +34,6 @@ JOB = "id: {id}\ntenant: team-a\ngpus: 1\nduration: 600\n"
 RECOVERY_S = 30.0
 """The bound for the cluster to work again once space is back (scaled like every wait)."""
 wait_for = functools.partial(eventually, interval_s=0.3)
-
-
-def start_up(cwd: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
-    )
-
-
-def status(cwd: Path) -> dict:
-    out = cli("status", "-o", "json", cwd=cwd)
-    return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
 def all_running(cwd: Path) -> dict | None:

@@ -10,34 +10,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.integration.cluster import EXAMPLES, cli, start_up, status
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 JOB = "id: {id}\ntenant: team-a\ngpus: 2\nduration: 1\n"
-
-
-def start_up(cwd: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
-    )
-
-
-def status(cwd: Path) -> dict:
-    out = cli("status", "-o", "json", cwd=cwd)
-    return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
 def service(doc: dict, name: str) -> dict:
