@@ -241,21 +241,12 @@ class Cluster:
 
         import structlog
 
-        from gpuledger.services.runtime.bus import Bus
-
         watch, bus = self.store_watch, None
         try:
             while not self.stop.is_set():
                 try:
                     if bus is None:
-                        bus = await Bus.connect(
-                            self.url,
-                            name="gpuledger-up-store",
-                            connect_timeout=2,
-                            connect_attempts=1,
-                            quiet=True,
-                            **self.access.options(),
-                        )
+                        bus = await self._watch_bus("gpuledger-up-store", self.access.options())
                     before = watch.state
                     await watch.probe(bus)
                     if watch.state != before:
@@ -289,7 +280,6 @@ class Cluster:
         status file."""
         import asyncio
 
-        from gpuledger.services.runtime.bus import Bus
         from gpuledger.services.runtime.status_file import nats_nodes
 
         bus = None
@@ -301,14 +291,7 @@ class Cluster:
                     sample()
                 try:
                     if bus is None:
-                        bus = await Bus.connect(
-                            self.url,
-                            name="gpuledger-up-status",
-                            connect_timeout=2,
-                            connect_attempts=1,
-                            quiet=True,
-                            **self._options("auditor"),
-                        )
+                        bus = await self._watch_bus("gpuledger-up-status", self._options("auditor"))
                     info = await asyncio.wait_for(bus.stream_info(), 5)
                     self.board.saw_stream(info.state.last_seq)
                     label, aliases = _server_label(bus.nc)
@@ -354,6 +337,15 @@ class Cluster:
             stdout=subprocess.DEVNULL,
         )
         self.endpoints.insert(0, ("aggregate", self._url(self.metrics_port)))
+
+    async def _watch_bus(self, name: str, options: dict[str, Any]):
+        """One quiet connection attempt for `up`'s own watch loops (status, store probe): a
+        loop that fails retries on its next round instead of waiting here."""
+        from gpuledger.services.runtime.bus import Bus
+
+        return await Bus.connect(
+            self.url, name=name, connect_timeout=2, connect_attempts=1, quiet=True, **options
+        )
 
     def _options(self, principal: str) -> dict[str, Any]:
         """Connection options for an in-process service running as `principal`."""
