@@ -232,6 +232,25 @@ class JobRecord:
         return self.spec.resources.gpu_milli_total() * self.spec.replicas
 
 
+def child_record(parent: JobRecord, spec: JobSpec, at_ms: int, **own: Any) -> JobRecord:
+    """A job its parent creates when admitted or scaled (an array task, a service replica):
+    pending from `at_ms`, with the parent's submission, priority, preemptibility and SLO
+    class, plus the child's `own` fields."""
+    return JobRecord(
+        spec=spec,
+        submitted_ms=at_ms,
+        submit_event_id=parent.submit_event_id,
+        state=JobState.pending,
+        priority=parent.priority,
+        preemptible=parent.preemptible,
+        slo_class=parent.slo_class,
+        admitted_ms=at_ms,
+        pending_since_ms=at_ms,
+        submit_seq=parent.submit_seq,
+        **own,
+    )
+
+
 @dataclass
 class AllocationRecord:
     """One placement of a gang and what its members did."""
@@ -888,17 +907,10 @@ class Ledger:
             tid = task_id(parent.job_id, i)
             if tid in self.jobs:  # cannot happen: `@` is refused in submitted ids
                 continue
-            self.jobs[tid] = JobRecord(
-                spec=task_spec(parent.spec, i),
-                submitted_ms=at_ms,
-                submit_event_id=parent.submit_event_id,
-                state=JobState.pending,
-                priority=parent.priority,
-                preemptible=parent.preemptible,
-                slo_class=parent.slo_class,
-                admitted_ms=at_ms,
-                pending_since_ms=at_ms,
-                submit_seq=parent.submit_seq,
+            self.jobs[tid] = child_record(
+                parent,
+                task_spec(parent.spec, i),
+                at_ms,
                 array_parent=parent.job_id,
                 time_limit_s=parent.time_limit_s,
             )
@@ -1021,19 +1033,8 @@ class Ledger:
             if i >= svc.replicas_created:
                 if rec is not None:  # the id is another job's: the replica cannot exist
                     continue
-                self.jobs[rid] = JobRecord(
-                    spec=replica_spec(svc.spec, i),
-                    submitted_ms=at_ms,
-                    submit_event_id=svc.submit_event_id,
-                    state=JobState.pending,
-                    priority=svc.priority,
-                    preemptible=svc.preemptible,
-                    slo_class=svc.slo_class,
-                    admitted_ms=at_ms,
-                    pending_since_ms=at_ms,
-                    submit_seq=svc.submit_seq,
-                    service=svc.job_id,
-                    replica=i,
+                self.jobs[rid] = child_record(
+                    svc, replica_spec(svc.spec, i), at_ms, service=svc.job_id, replica=i
                 )
                 svc.replicas_created = i + 1
                 self._enqueue(rid)
