@@ -10,7 +10,11 @@ Tests clean up after themselves (issue 30): the run gets a temporary directory o
 (`TMPDIR`, inherited by xdist workers and every process a test starts; pytest's own `tmp_path`
 stays where it was), and when the run ends, a `gpuledger-*` file or directory left in it, or a
 nats-server still running from it, fails the run with one line per leftover (the server is
-killed, the leftovers removed). Key seeds in a leaked `gpuledger-auth-*` are what this is for."""
+killed, the leftovers removed). Key seeds in a leaked `gpuledger-auth-*` are what this is for.
+
+Tests marked `long` (a minute or more) and `slurm` (they share one real Slurm cluster) run
+first: xdist hands out tests in collection order, so a long test collected late would end the
+run alone on one worker while the others idle."""
 
 import os
 import shutil
@@ -48,6 +52,18 @@ def pytest_configure(config):
     if base:
         os.environ["TMPDIR"] = base
         tempfile.tempdir = base
+
+
+START_FIRST = ("long", "slurm")
+"""Markers of the tests moved to the front of the collection, in this order."""
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        marks = [i for i, name in enumerate(START_FIRST) if item.get_closest_marker(name)]
+        return marks[0] if marks else len(START_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each rank is pytest's
 
 
 def _servers_from(base: str) -> list[int]:

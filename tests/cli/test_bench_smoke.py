@@ -71,13 +71,13 @@ def test_openb_smoke(tmp_path):
 
 
 def test_projector_smoke(tmp_path):
-    r = bench(tmp_path, "projector", "--events", "20000", "--rebuild", "20000")
+    r = bench(tmp_path, "projector", "--events", "5000", "--rebuild", "5000")
     assert r["sustained_events_per_s"] > 0 and r["rebuild_events_per_s"] > 0
     assert 0 < r["peak_rss_mb"] < 2_000
 
 
 @pytest.mark.integration
-def test_latency_smoke(tmp_path):
+def test_latency_smoke_with_a_profile(tmp_path):
     r = bench(
         tmp_path,
         "latency",
@@ -91,33 +91,14 @@ def test_latency_smoke(tmp_path):
         "20",
         "--timeout",
         "240",
+        "--profile",
+        str(tmp_path / "prof"),
     )
     assert r["placed"] == r["submitted"] and r["burst_placed"] == 200
     assert r["p99_ms"] > 0 and r["drain_per_s"] > 0
     assert r["goals"] == {"p99_ms": 20.0, "drain_per_s": 2_000.0}
     assert r["goals_met"]["p99_ms"] == (r["p99_ms"] <= 20)
     assert r["goals_met"]["drain_per_s"] == (r["drain_per_s"] >= 2_000)
-
-
-@pytest.mark.integration
-def test_latency_profile_ends(tmp_path):
-    r = bench(
-        tmp_path,
-        "latency",
-        "--rate",
-        "50",
-        "--duration",
-        "1",
-        "--burst",
-        "50",
-        "--nodes",
-        "10",
-        "--timeout",
-        "240",
-        "--profile",
-        str(tmp_path / "prof"),
-    )
-    assert r["placed"] == r["submitted"]
     assert sorted(p.name for p in (tmp_path / "prof").glob("*.prof"))
 
 

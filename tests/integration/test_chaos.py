@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.cluster import cli
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_a_two_minute_soak_with_twenty_faults_keeps_every_invariant(tmp_path):

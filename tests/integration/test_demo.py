@@ -3,11 +3,13 @@ projection that `why` can read afterwards."""
 
 import pytest
 
+from gpuledger.services.cli.live import DEMO_MARK, prepare_demo_data
 from tests.integration.cluster import cli
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.long
 def test_the_demo_shows_the_preemption_and_leaves_a_queryable_projection(tmp_path):
     data = tmp_path / "data"
     demo = cli("demo", "--data", str(data), timeout=120)
@@ -29,8 +31,21 @@ def test_the_demo_shows_the_preemption_and_leaves_a_queryable_projection(tmp_pat
     assert why.returncode == 0, why.stderr
     assert "Preempted #1: by serve" in why.stdout and "checkpointed: yes" in why.stdout
 
-    again = cli("demo", "--data", str(data), timeout=120)  # a second run replaces the first's data
-    assert again.returncode == 0 and "preempt     pretrain for serve" in again.stdout
+
+def test_a_second_demo_starts_from_nothing_in_the_data_of_the_first(tmp_path):
+    """What a second run finds: the first's store and projection are removed, its mark kept
+    (the live run itself is the test above)."""
+    data = tmp_path / "data"
+    (data / "nats" / "jetstream").mkdir(parents=True)
+    (data / "nats" / "jetstream" / "msgs.blk").write_bytes(b"old events")
+    for name in ("projection.duckdb", "projection.duckdb.wal", DEMO_MARK):
+        (data / name).write_text("the first demo's")
+    (data / "auth").mkdir()  # what the embedded server keeps for the next run
+
+    prepare_demo_data(data)
+
+    assert sorted(p.name for p in data.iterdir()) == [DEMO_MARK, "auth"]
+    assert "the next demo run replaces" in (data / DEMO_MARK).read_text()
 
 
 def test_the_demo_refuses_a_data_directory_it_did_not_create(tmp_path):

@@ -88,6 +88,9 @@ STREAM_ADMIN = (
 
 
 until = eventually_async
+REFUSED_WAIT_S = 0.25
+"""How long a call expected to be refused waits for an answer: `Client.refused` asserts the
+server's permissions-violation error, which arrives whether the call timed out or not."""
 
 
 class Client:
@@ -96,8 +99,12 @@ class Client:
 
     def __init__(self, nc, errors: list[str]) -> None:
         self.nc, self.errors = nc, errors
-        self.js = nc.jetstream(timeout=1)
-        self.jsm = nc.jsm(timeout=1)
+        # for calls expected to be refused: the refusal is the server's error (awaited by
+        # `refused`), so the call itself need not wait long for an answer that never comes
+        self.js = nc.jetstream(timeout=REFUSED_WAIT_S)
+        self.jsm = nc.jsm(timeout=REFUSED_WAIT_S)
+        self.allowed = nc.jetstream(timeout=10)
+        """for calls expected to succeed (the controls)"""
 
     @classmethod
     async def connect(cls, server: EmbeddedNats, principal: str, **options) -> Client:
@@ -209,8 +216,8 @@ async def test_ci_cannot_submit_or_cancel_as_another_tenant(ids, bus):
         assert not await stored(bus, f"gl.submit.{B}.x")
         assert not await stored(bus, f"gl.cancel.{B}.y")
         # control: its own tenant's subjects take the same messages
-        await ci.js.publish(f"gl.submit.{A}.x", submission("x", A))
-        await ci.js.publish(f"gl.cancel.{A}.x", cancellation("x", A))
+        await ci.allowed.publish(f"gl.submit.{A}.x", submission("x", A))
+        await ci.allowed.publish(f"gl.cancel.{A}.x", cancellation("x", A))
         assert await stored(bus, f"gl.submit.{A}.x") and await stored(bus, f"gl.cancel.{A}.x")
     finally:
         await ci.close()
@@ -231,7 +238,7 @@ async def test_ci_reads_only_its_own_jobs_status(ids, bus, admission):
     ci_a, ci_b = await Client.connect(ids, f"ci:{A}"), await Client.connect(ids, f"ci:{B}")
     try:
         await ci_a.refused(
-            ci_a.nc.request(f"glq.job.{B}.b-job", b"", timeout=2), f"glq.job.{B}.b-job"
+            ci_a.nc.request(f"glq.job.{B}.b-job", b"", timeout=REFUSED_WAIT_S), f"glq.job.{B}.b-job"
         )
 
         async def status(client, tenant) -> JobStatus | None:
@@ -330,7 +337,9 @@ async def test_a_reader_cannot_touch_the_projectors_consumer(ids, bus, principal
         }
         await reader.refused(
             reader.nc.request(
-                f"$JS.API.CONSUMER.CREATE.{STREAM}", json.dumps(hijack).encode(), timeout=1
+                f"$JS.API.CONSUMER.CREATE.{STREAM}",
+                json.dumps(hijack).encode(),
+                timeout=REFUSED_WAIT_S,
             ),
             f"$JS.API.CONSUMER.CREATE.{STREAM}",
         )
@@ -355,7 +364,7 @@ async def test_a_node_agent_speaks_only_for_its_own_node(ids, bus):
         await node.refused(
             node.js.publish("gl.sched.node-1.NodeDrained", b"{}"), "gl.sched.node-1.NodeDrained"
         )
-        await node.js.publish("gl.node.node-1.NodeHeartbeat", b"{}")  # control: its own node
+        await node.allowed.publish("gl.node.node-1.NodeHeartbeat", b"{}")  # control: its own node
         assert await stored(bus, "gl.node.node-1.NodeHeartbeat")
     finally:
         await node.close()
@@ -399,7 +408,9 @@ async def test_the_scheduler_cannot_admit(ids, bus):
         ):
             await sched.refused(sched.js.publish(subject, b"{}"), subject)
             assert not await stored(bus, subject)
-        await sched.js.publish("gl.sched.victim.GangPlaced", b"{}")  # control: its own subjects
+        await sched.allowed.publish(
+            "gl.sched.victim.GangPlaced", b"{}"
+        )  # control: its own subjects
         assert await stored(bus, "gl.sched.victim.GangPlaced")
     finally:
         await sched.close()
