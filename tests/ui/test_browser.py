@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gpuledger.projections.store import rebuild
@@ -257,6 +258,7 @@ def test_the_demo_scenario_page_by_page(demo, browser):
 def test_the_page_follows_the_projector_live(site, browser):
     url, d = site
     from gpuledger import events as ev
+    from gpuledger.projections.reading import ProjectionBusy
     from gpuledger.projections.store import Projector
 
     browser.get(url + "/queue")
@@ -269,9 +271,21 @@ def test_the_page_follows_the_projector_live(site, browser):
         event_id="live-cancel",
         producer="cli",
     )
-    with Projector(d / "projection.duckdb") as pj:  # the projector writes while the page is open
-        pj.apply(seq + 1, ev.subject_for(cancel), cancel)
-        pj.commit()
+
+    def write_the_cancel() -> bool:  # the projector writes while the page is open
+        with Projector(d / "projection.duckdb") as pj:
+            pj.apply(seq + 1, ev.subject_for(cancel), cancel)
+            pj.commit()
+        return True
+
+    # the page's live reads open the file read-only in this process (the UI runs in a thread
+    # here), and DuckDB refuses a writer beside an open reader: write between two reads
+    eventually(
+        write_the_cancel,
+        10,
+        "a moment between the page's reads to write in",
+        ignoring=(duckdb.ConnectionException, ProjectionBusy),
+    )
     eventually(lambda: _text(browser, "pending-count") == "1", 10, "the page to show 1 pending")
 
 
