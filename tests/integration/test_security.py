@@ -103,8 +103,7 @@ class Client:
         # `refused`), so the call itself need not wait long for an answer that never comes
         self.js = nc.jetstream(timeout=REFUSED_WAIT_S)
         self.jsm = nc.jsm(timeout=REFUSED_WAIT_S)
-        self.allowed = nc.jetstream(timeout=10)
-        """for calls expected to succeed (the controls)"""
+        self.allowed = nc.jetstream(timeout=10)  # for calls expected to succeed (the controls)
 
     @classmethod
     async def connect(cls, server: EmbeddedNats, principal: str, **options) -> Client:
