@@ -60,8 +60,8 @@ START_FIRST = ("long", "slurm")
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
-        marks = [i for i, name in enumerate(START_FIRST) if item.get_closest_marker(name)]
-        return marks[0] if marks else len(START_FIRST)
+        first = (i for i, name in enumerate(START_FIRST) if item.get_closest_marker(name))
+        return next(first, len(START_FIRST))
 
     items.sort(key=rank)  # stable: the order within each rank is pytest's
 

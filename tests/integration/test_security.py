@@ -407,9 +407,8 @@ async def test_the_scheduler_cannot_admit(ids, bus):
         ):
             await sched.refused(sched.js.publish(subject, b"{}"), subject)
             assert not await stored(bus, subject)
-        await sched.allowed.publish(
-            "gl.sched.victim.GangPlaced", b"{}"
-        )  # control: its own subjects
+        # control: its own subjects
+        await sched.allowed.publish("gl.sched.victim.GangPlaced", b"{}")
         assert await stored(bus, "gl.sched.victim.GangPlaced")
     finally:
         await sched.close()
