@@ -24,7 +24,6 @@ from gpuledger.services.domain.fold import arrays, intake, keys, queue, replicas
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import (
     TERMINAL,
-    UP,
     AllocationRecord,
     JobRecord,
     PreemptionRecord,
@@ -326,21 +325,14 @@ def run_end_state(e: ev.GangCompleted | ev.GangFailed) -> JobState:
 
 
 def child_changed(
-    ledger: LedgerState, job: JobRecord | None, was_up: bool, was_over: bool, at_ms: int
+    ledger: LedgerState, job: JobRecord, was_up: bool, was_over: bool, at_ms: int
 ) -> None:
-    """After an event about `job` (its state before: placed `was_up`, ended `was_over`): an
-    array's or a service's counts and state follow its task's or replica's."""
-    if job is None:
-        return
+    """After an event about task or replica `job` (its state before: placed `was_up`, ended
+    `was_over`): its array's or service's counts and state follow it."""
     if job.array_parent is not None:
         arrays.task_changed(ledger, job, was_up, was_over, at_ms)
     if job.service is not None:
         replicas.replica_changed(ledger, job, was_up)
-
-
-def state_before(job: JobRecord | None) -> tuple[bool, bool]:
-    """(placed, ended) of `job` before an event: what `child_changed` compares with."""
-    return job is not None and job.state in UP, job is not None and job.state in TERMINAL
 
 
 def not_in_state(job_id: str, job: JobRecord | None, wanted: str) -> Refusal:

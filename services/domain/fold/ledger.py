@@ -11,7 +11,7 @@ The `Ledger` is the state and its query API; the folding is done by small per-ag
 elastic resizes), nodes, tenants (configuration, fair shares, capacity in use and usage), MIG
 and intake (the acceptance step and the requests to refuse). `fold` runs the acceptance step,
 then the one handler of the event's type, then lets an array or a service follow its task or
-replica.
+replica (`jobs.child_changed`).
 
 Invariants: an allocation is either active (its capacity booked in `fleet`) or ended; a job
 has at most one active allocation; `tenant_gpu_milli` equals the sum of the tenant's active
@@ -40,6 +40,7 @@ from gpuledger.services.domain.fold.arrays import task_id, task_spec
 from gpuledger.services.domain.fold.jobs import run_end_state, spec_differences
 from gpuledger.services.domain.fold.records import (
     TERMINAL,
+    UP,
     AgentIndexes,
     AllocationRecord,
     Intake,
@@ -124,7 +125,9 @@ class Ledger(LedgerState):
         if isinstance(event, (ev.JobCancelled, ev.ServiceScaled)):  # named by its tenant
             job_id = keys.job_key(self, event.tenant, event.job_id)
         job = self.jobs.get(job_id) if job_id is not None else None
-        was_up, was_over = jobs.state_before(job)
+        if job is None or (job.array_parent is None and job.service is None):
+            return handler(self, event)
+        was_up, was_over = job.state in UP, job.state in TERMINAL
         refusal = handler(self, event)
         jobs.child_changed(self, job, was_up, was_over, event.occurred_at_ms)
         return refusal
