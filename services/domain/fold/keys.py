@@ -1,0 +1,59 @@
+"""Job keys: which job a tenant's name means. Job ids are per tenant: a job is kept under
+the id its tenant submitted, or under `events.ids.tenant_job_key` when another tenant's job
+(or unreadable first submission) already holds that id. Reads only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuledger.events.ids import (
+    ARRAY_SEPARATOR,
+    REPLICA_SEPARATOR,
+    TENANT_KEY_SEPARATOR,
+    tenant_job_key,
+)
+
+if TYPE_CHECKING:
+    from gpuledger.services.domain.fold.records import LedgerState
+
+
+def job_key(ledger: LedgerState, tenant: str, name: str) -> str | None:
+    """The key of `tenant`'s job named `name` (the id it submitted, or a task
+    `<array>@<i>` or replica `<service>~<i>` of one), None when the tenant has no such
+    job: another tenant's job of that id is no answer, so nothing a tenant asks reveals
+    another tenant's ids. A key (`~~`) is no name."""
+    if TENANT_KEY_SEPARATOR in name:
+        return None
+    base, suffix = name, ""
+    for sep in (ARRAY_SEPARATOR, REPLICA_SEPARATOR):
+        head, found, index = name.rpartition(sep)
+        if found and head and index.isdigit():
+            base, suffix = head, sep + index
+            break
+    for key in (base, tenant_job_key(tenant, base)):
+        rec = ledger.jobs.get(key)
+        if rec is not None and rec.tenant == tenant and rec.name in (None, base):
+            if rec.service is not None or rec.array_parent is not None:
+                return None  # a task or replica is named through its job
+            full = key + suffix
+            got = ledger.jobs.get(full)
+            return full if got is not None and got.tenant == tenant else None
+    return None
+
+
+def new_key(ledger: LedgerState, tenant: str, name: str) -> str:
+    """The key of a new job of `tenant` named `name`: the id itself, unless another
+    tenant's job (or unreadable first submission) holds it."""
+    if name not in ledger.jobs and name not in ledger.intake.invalid_submissions:
+        return name
+    return tenant_job_key(tenant, name)
+
+
+def invalid_key(ledger: LedgerState, tenant: str, name: str) -> str | None:
+    """The key of `tenant`'s unreadable first submission of `name`, if it has one."""
+    for key in (name, tenant_job_key(tenant, name)):
+        bad = ledger.intake.invalid_submissions.get(key)
+        if bad is not None and bad.tenant == tenant:
+            return key
+    return None

@@ -1,0 +1,33 @@
+"""The nodes fold (services/domain/fold/nodes.py): registration, heartbeats, lost and back."""
+
+from __future__ import annotations
+
+from gpuledger import events as ev
+from gpuledger.services.domain.fold import nodes
+from tests.fold.story import admitted, given, node, placed, submitted, when
+
+
+def test_the_nodes_fold_handles_the_node_events():
+    assert set(nodes.FOLD.handlers) == {ev.NodeRegistered, ev.NodeHeartbeat, ev.NodeLost}
+
+
+def test_a_registered_node_is_in_the_fleet_and_promises_heartbeats():
+    ledger = given(node("n1"))
+    assert ledger.nodes["n1"].lost is False and ledger.nodes_version == 1
+    assert ledger.sched.heartbeating == {"n1"}
+    assert ledger.fleet.node_state("n1").schedulable
+
+
+def test_a_lost_node_is_unschedulable_its_gangs_settle_and_a_heartbeat_brings_it_back():
+    # given job a running on n1
+    ledger = given(node("n1"), submitted("a"), admitted("a"), placed("a"))
+    # when n1 is declared lost
+    when(ledger, ev.NodeLost(node="n1", producer="scheduler/0"))
+    # then it takes no work and its allocation is to be settled
+    assert ledger.nodes["n1"].lost and not ledger.fleet.node_state("n1").schedulable
+    assert ledger.sched.settle_ready == {"a#1"} and ledger.nodes_version == 2
+    # when it heartbeats again
+    when(ledger, ev.NodeHeartbeat(node="n1", producer="node-agent/n1", occurred_at_ms=9000))
+    # then it is back
+    assert not ledger.nodes["n1"].lost and ledger.fleet.node_state("n1").schedulable
+    assert ledger.nodes["n1"].last_heartbeat_ms == 9000 and ledger.nodes_version == 3
