@@ -84,6 +84,7 @@ from gpuledger.replay.importers.common import (
 from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
 from gpuledger.replay.importers.mapping import Naming, load_mapping
 from gpuledger.replay.importers.migmap import is_profile, mig_gpus
+from gpuledger.replay.importers.outcomes import never_runs
 from gpuledger.replay.observed import Run
 from gpuledger.services.domain.inputs.gpu_models import Vocabulary
 from gpuledger.services.domain.inputs.gpu_models import gpu_memory_mib as model_memory_mib
@@ -402,6 +403,7 @@ def import_slurm(
     skips: SkipLog | None = None,
     run_size: int = 200_000,
     columns: str | None = None,
+    over_time_limit_s: int = 0,
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
@@ -420,7 +422,15 @@ def import_slurm(
         raise TraceImportError(
             f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
         ) from None
-    log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)
+    # a run is stopped at its time limit as Slurm stops it: OverTimeLimit later (default 0);
+    # a preempted one at once (GraceTime, default 0)
+    log = ImportLog(
+        PRODUCER,
+        skips=skips,
+        run_size=run_size,
+        checkpoint=m.checkpoint_rules,
+        enforce_grace_s=over_time_limit_s,
+    )
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
     try:
@@ -885,14 +895,18 @@ def _add_array_runs(
     where: Callable[[int], str],
 ) -> None:
     """The tasks of the most common shape as arrays, one per run of consecutive indexes; the
-    others as jobs of their own."""
+    others, and the tasks that never ran (the replay cancels them as they are submitted),
+    as jobs of their own."""
     pool = [t for t in tasks if t.allocated] or tasks
     counts: dict[tuple, int] = {}
     for t in pool:
         counts[t.key] = counts.get(t.key, 0) + 1
     best = max(pool, key=lambda t: (counts[t.key], -t.index))  # first of the most common
     fits = [
-        t for t in tasks if (t.key == best.key if t.allocated else t.requested == best.requested)
+        t
+        for t in tasks
+        if (t.key == best.key if t.allocated else t.requested == best.requested)
+        and not never_runs(t.job.start_ms, t.job.end_ms, bool(t.job.depends_on))
     ]
     runs: list[list[_Task]] = []
     for t in fits:  # runs of consecutive indexes

@@ -314,12 +314,10 @@ def test_the_array_is_one_array_job_whose_tasks_keep_their_own_times(dump, runs,
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 §8: a job sacct shows never eligible (--hold: Eligible=Unknown; --begin "
-    "after its End) is submitted to the replay at its Submit time and placed before its cancel",
-)
 def test_jobs_never_eligible_are_never_placed_in_replay(dump, imported, tmp_path):
+    """Given jobs sacct shows never eligible (`--hold`: Eligible=Unknown; `--begin` after
+    their End), when replayed, then they are cancelled and never placed (issue 41: a job that
+    never ran is cancelled as it is submitted)."""
     gl("replay", imported.log, "--out", tmp_path / "r.jsonl", "--json", tmp_path / "r.json")
     report = {job["id"]: job for job in json.loads((tmp_path / "r.json").read_text())["jobs"]}
     for name in (n for n in NEVER_STARTED if n in dump.jobs):
