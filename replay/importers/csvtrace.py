@@ -548,7 +548,7 @@ def import_csv(
     if nodes is not None:
         node_infos = _nodes(nodes, m, vocab)
     else:
-        from gpuledger.replay.importers.slurm import read_nodes_file
+        from gpuledger.replay.importers.slurm_nodes import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
     total_gpus = sum(len(n.gpus) for n in node_infos)

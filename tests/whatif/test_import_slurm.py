@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.common import TraceImportError
-from gpuledger.replay.importers.slurm import expand_tasks, import_slurm, parse_tres, tres_resources
+from gpuledger.replay.importers.slurm import import_slurm
+from gpuledger.replay.importers.slurm_sacct import expand_tasks, parse_tres, tres_resources
 from gpuledger.replay.logio import read_log
 from gpuledger.services.cli.main import app
 
