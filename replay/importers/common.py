@@ -129,6 +129,15 @@ class ObservedJob:
     `activeDeadlineSeconds`), None: none."""
     depends_on: tuple[ev.Dependency, ...] = ()
     """Jobs of the dump it waited for (Slurm `Dependency`)."""
+    eligible_ms: int | None = None
+    """When it could first be placed, when later than its submission (Slurm `Eligible`: a
+    `--begin`, a released hold); the replay submits it then (there is no hold event), while
+    the observation keeps `submit_ms`. None: when submitted."""
+
+    @property
+    def replay_submit_ms(self) -> int:
+        """When the replay submits it: its submission, or its eligible time when later."""
+        return self.submit_ms if self.eligible_ms is None else max(self.submit_ms, self.eligible_ms)
 
 
 @dataclass
@@ -194,6 +203,7 @@ class ImportLog:
         self.members = 0
         self.cancels = 0
         self.cancelled_running = 0
+        self.eligible_later = 0
         self.pending = 0
         self.running = 0
         self.requeued = 0
@@ -265,12 +275,8 @@ class ImportLog:
             depends_on=job.depends_on if job.depends_on else msgspec.UNSET,
             ends=r.ends or msgspec.UNSET,
         )
-        self._push(
-            job.submit_ms,
-            0,
-            job.line,
-            submission(spec, now_ms=job.submit_ms, producer=self.producer),
-        )
+        at = job.replay_submit_ms
+        self._push(at, 0, job.line, submission(spec, now_ms=at, producer=self.producer))
         self._ids.append(_hash(job.job_id))
         self._count(job, r)
         self._observe(job, checkpoint)
@@ -298,7 +304,7 @@ class ImportLog:
         state = job.state or ("COMPLETED" if start is not None else "CANCELLED")
         return replayed(
             state,
-            job.submit_ms,
+            job.replay_submit_ms,
             start,
             end,
             job.time_limit_s,
@@ -350,7 +356,7 @@ class ImportLog:
                 return False
             timings.append(timing)
         head = tasks[0][1]
-        submit = min(job.submit_ms for _, job in tasks)
+        submit = min(job.replay_submit_ms for _, job in tasks)
         checkpoint = self._checkpoint(head)
         ends = tuple(r.ends for r in timings)
         known = [r.duration_s for r in timings if r.duration_s is not None]
@@ -407,6 +413,7 @@ class ImportLog:
         if job.node_selector:
             self.selected += 1
         self.requeued += 1 if job.requeued else 0
+        self.eligible_later += 1 if job.replay_submit_ms > job.submit_ms else 0
         if job.start_ms is not None and job.end_ms is not None:  # the recorded run time
             duration = -(-(job.end_ms - job.start_ms) // 1000)
             self.gpu_hours += job.replicas * job.resources.gpu_milli_total() * duration / 3.6e6

@@ -71,6 +71,7 @@ from gpuledger.replay.importers.slurm_sacct import (
     known_jobs_of,
     never_ran,
     parse_dependency,
+    parse_submit_line,
     parse_time,
     parse_timelimit,
     read_header,
@@ -137,7 +138,8 @@ def import_slurm(
     with f:
         bar = Progress(f, progress)
         header = read_header(f, path, columns)
-        if "Dependency" in header:
+        deps_read = "Dependency" in header or "SubmitLine" in header
+        if deps_read:
             naming.known_jobs = known_jobs_of(
                 path,
                 header,
@@ -204,7 +206,8 @@ def import_slurm(
         **log.summary(),
         **naming.partition.summary(),
         **naming.warnings(),
-        **({"dependencies_dropped": naming.dependencies_dropped} if "Dependency" in header else {}),
+        **({"dependencies_dropped": naming.dependencies_dropped} if deps_read else {}),
+        **({"eligible_later": log.eligible_later} if log.eligible_later else {}),
     }
     return SlurmImport(summary=summary, events=n)
 
@@ -322,7 +325,8 @@ def _array_entries(
     base: str, groups: list[list[Row]], log: ImportLog, where: Callable[[int], str]
 ) -> tuple[dict[int, list[Row]], int | None]:
     """Each task index of array `base` with its rows (an index listed twice is skipped), and
-    the array's `%N` limit of running tasks (None: none given)."""
+    the array's `%N` limit of running tasks: a pending record's (`123_[5-9%2]`), else its
+    submit line's (`--array=0-9%2`: a finished array's JobIDs have none); None: none given."""
     entries: dict[int, list[Row]] = {}
     max_running = None
     for group in groups:
@@ -335,6 +339,8 @@ def _array_entries(
         limit = spec.strip("[]").partition("%")[2]
         if limit.isdigit() and int(limit) > 0:
             max_running = int(limit)  # Slurm `%N`
+        elif max_running is None:
+            max_running = parse_submit_line(last.fields.get("SubmitLine") or "").array_limit
         for i in indexes:
             if i in entries:
                 log.skips.skip(where(last.line), f"array task {base}_{i} listed twice")
@@ -534,6 +540,7 @@ def _observed(
         submit = parse_time(records[0].fields["Submit"], tz)
         start = parse_time(row["Start"], tz)
         end = parse_time(row["End"], tz)
+        eligible = parse_time(records[0].fields.get("Eligible") or "", tz)
     except ValueError as exc:
         log.skips.skip(where(last.line), f"cannot read a time: {exc}")
         return None
@@ -584,7 +591,12 @@ def _observed(
         source_priority=qos.strip() or None,
         time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
         depends_on=(dependency or (lambda t, _: _depends_on(t, job_id, tenant, naming)))(
-            row.get("Dependency") or "", tenant
+            row.get("Dependency") or parse_submit_line(row.get("SubmitLine") or "").dependency,
+            tenant,
         ),
     )
+    if eligible is not None and eligible > submit and not job.depends_on:
+        # not placeable before it was eligible (`--begin`, a released hold, a dependency
+        # outside the dump): the replay submits it then (the replay's dependencies decide)
+        job.eligible_ms = eligible if start is None else min(eligible, start)
     return job

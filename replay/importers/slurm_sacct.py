@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -194,12 +195,12 @@ def known_jobs_of(
 ) -> dict[str, list[tuple[str, str]]]:
     """Job ids the dump imports with their tenants, by base id: `{'123': [('123', 'a')],
     '124': [('124_1', 'a'), ('124_2', 'a')]}` (a first pass over the file, made only when it
-    has a `Dependency` column)."""
+    has a `Dependency` or `SubmitLine` column)."""
     at = header.index("JobID")
     known: dict[str, set[tuple[str, str]]] = {}
     with open(path, newline="") as f:
         for n, text in enumerate(f):
-            values = text.rstrip("\r\n").split("|")
+            values = split_row(text.rstrip("\r\n"), header)
             if n == 0 and columns is None or len(values) != len(header):
                 continue
             m = JOB_ID.match(values[at].strip())
@@ -264,6 +265,15 @@ def read_header(f, path: str, columns: str | None) -> list[str]:
     return header
 
 
+def split_row(text: str, header: list[str]) -> list[str]:
+    """A row's cells. A `SubmitLine` in the last column may hold `|` itself (`--wrap="a | b"`):
+    the cells past the header's count are its own."""
+    values = text.split("|")
+    if len(values) > len(header) and header[-1] == "SubmitLine":
+        values[len(header) - 1 :] = ["|".join(values[len(header) - 1 :])]
+    return values
+
+
 def _looks_like_header(text: str) -> bool:
     return "JobID" in text.split("|")
 
@@ -307,7 +317,7 @@ def rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
             if problem is not None:
                 log.skips.skip(where(line), problem)
                 continue
-            values = text.split("|")
+            values = split_row(text, header)
             if len(values) != len(header):
                 log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
                 continue
@@ -321,7 +331,7 @@ def rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
                 spill()
         buf.sort()
         for _, _, line, text in heapq.merge(iter(buf), *(read(n) for n in runs)):
-            yield line, text.split("|")
+            yield line, split_row(text, header)
     finally:
         for name in runs:
             os.unlink(name)
@@ -407,3 +417,69 @@ def expand_nodelist(text: str) -> tuple[str, ...]:
             else:
                 out.append(f"{prefix}{a}")
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class SubmitLine:
+    """What a job's submit line (`sacct` `SubmitLine`: `sbatch --array=0-9%2 -d afterok:12
+    job.sh`) says that sacct 22.05 prints nowhere else: its dependency (sacct has no
+    `Dependency` column) and its array's `%N` (the JobID of a finished task has none)."""
+
+    dependency: str = ""
+    """The `--dependency` / `-d` expression, as `parse_dependency` reads it ('' = none)."""
+    array_limit: int | None = None
+    """The `%N` of `--array` / `-a` (None: none)."""
+    held: bool = False
+    """Submitted held (`--hold` / `-H`)."""
+
+
+_VALUE_SHORT = frozenset("aAbcCdDeFGiJLmMnNopqStwx")
+"""sbatch / srun / salloc short options that take a value (`-d X`, `-dX`)."""
+_FLAG_LONG = frozenset(
+    {
+        "contiguous", "exclusive", "get-user-env", "help", "hold", "ignore-pbs", "no-kill",
+        "no-requeue", "overcommit", "oversubscribe", "parsable", "quiet", "requeue",
+        "spread-job", "test-only", "usage", "use-min-nodes", "verbose", "version", "wait",
+    }
+)  # fmt: skip
+"""Long options that take no value (`--hold job.sh`: `job.sh` is the script)."""
+
+
+def parse_submit_line(text: str) -> SubmitLine:
+    """The dependency, array limit and hold of a submit line; the options end at the first
+    word that is neither an option nor an option's value (the script; its arguments are not
+    read). Slurm stores the line with its quotes gone, so the words after `--wrap=` up to the
+    next option are taken for the wrapped command."""
+    try:
+        words = shlex.split(text)
+    except ValueError:  # an unbalanced quote: the words as they stand
+        words = text.split()
+    options: dict[str, str] = {}
+    held = False
+    i = 1  # words[0]: sbatch / srun / salloc
+    while i < len(words):
+        w = words[i]
+        if w.startswith("--") and len(w) > 2:
+            name, eq, value = w[2:].partition("=")
+            if not eq and name not in _FLAG_LONG:
+                value, i = (words[i + 1] if i + 1 < len(words) else ""), i + 1
+            options.setdefault(name, value)
+            held |= name == "hold"
+        elif w.startswith("-") and len(w) > 1:
+            flag = w[1]
+            if flag in _VALUE_SHORT:
+                value = w[2:].lstrip("=")
+                if not value:
+                    value, i = (words[i + 1] if i + 1 < len(words) else ""), i + 1
+                options.setdefault({"a": "array", "d": "dependency"}.get(flag, flag), value)
+            else:  # flags, alone or together (`-H`, `-vH`)
+                held |= "H" in w[1:]
+        elif "wrap" not in options:
+            break  # the script
+        i += 1  # (after `--wrap=cmd`, its command's words until the next option)
+    limit = options.get("array", "").partition("%")[2]
+    return SubmitLine(
+        dependency=options.get("dependency", ""),
+        array_limit=int(limit) if limit.isdigit() and int(limit) > 0 else None,
+        held=held,
+    )

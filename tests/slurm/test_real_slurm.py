@@ -243,6 +243,27 @@ def test_jobs_cancelled_while_pending_are_cancelled_before_start(dump, runs, imp
     assert imported.summary["cancelled_before_start"] == len(never)
 
 
+def test_the_submit_line_gives_the_dependency_sacct_cannot_print(dump, imported, tmp_path):
+    """Given `dep`, submitted with `--dependency=afterok:<fail>` (sacct 22.05 has no
+    `Dependency` column; the live dump has `SubmitLine`), when imported and replayed, then it
+    depends on `fail` succeeding, and the replay withdraws it when `fail` fails as recorded."""
+    header = dump.sacct.read_text().splitlines()[0].split("|")
+    if "dep" not in dump.jobs:  # the committed dump predates `dep` and the SubmitLine column
+        assert "SubmitLine" not in header
+        return
+    assert "SubmitLine" in header
+    dep = imported.submitted()[dump.jobs["dep"]]
+    assert dep["depends_on"] == [{"job": dump.jobs["fail"], "on": "succeeded"}]
+    gl("replay", imported.log, "--out", tmp_path / "r.jsonl", "--json", tmp_path / "r.json")
+    report = {job["id"]: job for job in json.loads((tmp_path / "r.json").read_text())["jobs"]}
+    job = report[dump.jobs["dep"]]
+    assert (job["state"], job["reason"], job["placements"]) == (
+        "cancelled",
+        "DependencyNeverSatisfied",
+        [],
+    )
+
+
 def test_replay_and_whatif_run_every_job(runs, imported, whatif, tmp_path):
     """When the imported log is replayed and compared, then every sacct job is in both."""
     out = tmp_path / "replayed.jsonl"

@@ -34,7 +34,7 @@ from tests.slurm.realslurm import RealSlurm, SlurmFailed, poll
 # The sacct fields `gpuledger import slurm` reads (docs/slurm-testing.md, README).
 SACCT_FORMAT = (
     "JobID,JobIDRaw,JobName,User,Account,Partition,QOS,Priority,Submit,Eligible,Start,End,"
-    "Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES"
+    "Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES,SubmitLine"
 )
 # every job state sacct knows: with -s and -E, sacct lists jobs in any state during the window,
 # including jobs cancelled before they were ever eligible (held, future --begin)
