@@ -1,41 +1,29 @@
 """Import Slurm accounting (`sacct --parsable2`) as a log of external inputs: the mapping of
 a dump's jobs to submissions, cancels and observations.
 
-The dump (one `|`-separated row per job allocation and per step, header first; the columns
-and cells: `replay.importers.slurm_sacct`; the nodes: `replay.importers.slurm_nodes`):
-
-    sacct --parsable2 --allusers --duplicates --starttime 2024-03-01 --endtime now \\
-      --format=JobID,JobIDRaw,...,ReqTRES,AllocTRES,SubmitLine > sacct.txt
-
-Rules (every row either becomes part of a job or is skipped with its line and reason):
+The dump: one `|`-separated row per job allocation and per step, header first (the export
+command: docs/importers.md; its cells: `replay.importers.slurm_sacct`; the nodes:
+`replay.importers.slurm_nodes`). Rules (every row either becomes part of a job or is skipped with its line and reason):
 
 - step rows (`123.batch`, `123.extern`, `123.0`, `123_4.batch`, `123+0.0`) are folded into the
   job row before them (a step without its job row is skipped);
-- rows with the same JobID (a requeued job's runs) are one job, submitted at the first row's
-  Submit, run time of the last row (`requeued` counts the earlier ones, kept as runs in the
-  observation sidecar with their states);
+- rows with the same JobID (a requeued job's runs) are one job: the first row's Submit, the
+  last row's run; the earlier rows are runs in the observation sidecar (`requeued`);
 - array tasks (`123_4`) and pending array records `123_[5-9%2]` (one pending task each) are
-  one array job `123` (`JobSpec.array`: first index, count, `%N` -> max_running) of tasks
-  `123@4` ..., each with its own run time (`array.durations_s`), outcome, cancel and
-  observation; the array's shape is its allocated tasks' most common one (else the most
-  common requested); a task of another shape, or one that never ran, is a job of its own
-  `123_4` (`array_tasks_split`); a hole in the indexes starts another array
+  one array job `123` (`JobSpec.array`) of tasks `123@4` ..., each with its own run time,
+  outcome, cancel and observation; a task of another shape than the most common, or one
+  that never ran, is a job of its own `123_4`; a hole in the indexes starts another array
   `123_<first>-<last>` (`_emit_array`);
-- heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
-  same per-node shape, else one job per component (`123+0`, ...);
-- `NNodes` > 1: a gang of that many members, each with 1/N of the job's GPUs, CPUs and
-  memory (rounded up);
-- each job's recorded outcome (state and times) is what its replay does
-  (`replay.importers.outcomes`: failures after the same work, timeouts at the limit as Slurm
-  enforces it, cancels at their recorded time, jobs that never ran kept from running);
-- `Timelimit` -> `time_limit_s`;
-- `Dependency` -> `depends_on`: a dependency on an array job names the array (and its tasks
-  imported as jobs of their own), one on a task `123_4` the task `123@4`; one on a job
-  outside the dump or of another tenant, and the forms `parse_dependency` drops, are counted
-  in the summary's `dependencies_dropped`;
-- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
-- Partition -> node selector of the partition's node label, when the nodes carry partition
-  labels (`replay.importers.labels`).
+- het components `123+0`, `123+1` are one gang `123` when every component has the same
+  per-node shape, else one job per component; `NNodes` N > 1: a gang of N members, each with
+  1/N of the job's GPUs, CPUs and memory (rounded up);
+- a job's recorded outcome is what its replay does (`replay.importers.outcomes`);
+- `Timelimit` -> `time_limit_s`; `Dependency` (else `SubmitLine`'s) -> `depends_on`: on an
+  array, the array (and its tasks imported as jobs of their own); on a task `123_4`, `123@4`;
+  on a job outside the dump or of another tenant: dropped (`dependencies_dropped`);
+- QOS -> priority class, Account -> tenant (`replay.importers.mapping`); Partition -> node
+  selector, when the nodes carry partition labels (`replay.importers.labels`); the site's
+  files -> `OUT.site.json` and the recorded policy (`replay.importers.slurm_site`).
 """
 
 from __future__ import annotations
@@ -78,6 +66,7 @@ from gpuledger.replay.importers.slurm_sacct import (
     row_shape,
     rows_by_job,
 )
+from gpuledger.replay.importers.slurm_site import read_site, write_site
 from gpuledger.replay.observed import Run
 
 PRODUCER = "import/slurm"
@@ -101,7 +90,9 @@ def import_slurm(
     skips: SkipLog | None = None,
     run_size: int = 200_000,
     columns: str | None = None,
-    over_time_limit_s: int = 0,
+    slurm_conf: str | Path | None = None,
+    qos: str | Path | None = None,
+    assoc: str | Path | None = None,
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
@@ -120,6 +111,7 @@ def import_slurm(
         raise TraceImportError(
             f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
         ) from None
+    site = read_site(slurm_conf, qos, assoc)  # before the dump: a bad file costs no work
     # a run is stopped at its time limit as Slurm stops it: OverTimeLimit later (default 0);
     # a preempted one at once (GraceTime, default 0)
     log = ImportLog(
@@ -127,7 +119,7 @@ def import_slurm(
         skips=skips,
         run_size=run_size,
         checkpoint=m.checkpoint_rules,
-        enforce_grace_s=over_time_limit_s,
+        enforce_grace_s=site.over_time_limit_s if site is not None else 0,
     )
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
@@ -188,6 +180,8 @@ def import_slurm(
         flush_array()
         bar.done()
     doc = naming.document(sum(len(n.gpus) for n in nodes))
+    if site is not None and slurm_conf is not None:  # the site's policy, under the mapping's
+        doc["policy"] = {**site.policy(), **doc["policy"]}
     at_ms = log.first_ms or 0
     from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
@@ -198,6 +192,8 @@ def import_slurm(
             "\n".join(f"{mapping or 'mapping'}: {p}" for p in exc.problems)
         ) from None
     n = log.write(out, head, where)
+    if site is not None:
+        log_site = write_site(out, site)
     summary = {
         "events": n,
         "nodes": len(nodes),
@@ -208,6 +204,7 @@ def import_slurm(
         **naming.warnings(),
         **({"dependencies_dropped": naming.dependencies_dropped} if deps_read else {}),
         **({"eligible_later": log.eligible_later} if log.eligible_later else {}),
+        **({"site_policy": str(log_site)} if site is not None else {}),
     }
     return SlurmImport(summary=summary, events=n)
 

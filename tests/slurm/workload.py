@@ -248,9 +248,13 @@ def export(s: RealSlurm, start: str, out: Path) -> dict[str, list[str]]:
         "sacct-noheader.txt": sacct_command(start, header=False),
         "sinfo.txt": sinfo_command(),
         "sinfo-partitions.txt": sinfo_command(SINFO_PARTITIONS),
+        # the site's policy (`gpuledger import slurm --slurm-conf --qos --assoc`)
+        "qos.txt": ["sacctmgr", "show", "qos", "-P"],
+        "assoc.txt": ["sacctmgr", "show", "assoc", "-P"],
     }
     for name, argv in commands.items():
         (out / name).write_text(s.run(*argv))
+    (out / "slurm.conf").write_text(s.conf.read_text())
     return commands
 
 
