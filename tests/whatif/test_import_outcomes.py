@@ -7,29 +7,16 @@ observed column's."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import msgspec
 import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay import observed as obs
-from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.metrics import job_counts, measure_observed
 from gpuledger.replay.whatif import external_inputs, replay
-
-T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
-T0_MS = int(T0.timestamp() * 1000)
-HEADER = (
-    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|"
-    "Elapsed|Timelimit|State|ExitCode|NNodes|NodeList|ReqTRES|AllocTRES|Dependency"
-)
-ONE = "billing=1,cpu=4,gres/gpu=1,mem=16G,node=1"
-
-
-def _t(s: int | None) -> str:
-    return "Unknown" if s is None else (T0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
+from tests.whatif.sacct_dump import ONE, T0_MS, import_dump
+from tests.whatif.sacct_dump import at as _t
 
 
 def row(job, submit, start, end, state, limit="01:00:00", dep="", eligible=0):
@@ -58,11 +45,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    d = tmp_path_factory.mktemp("outcomes")
-    sacct, sinfo, out = d / "sacct.txt", d / "sinfo.txt", d / "outcomes.jsonl"
-    sacct.write_text("\n".join([HEADER, *ROWS]) + "\n")
-    sinfo.write_text("g1|64|1000000|gpu:8\ng2|64|1000000|gpu:8\n")
-    summary = import_slurm(sacct, out, sinfo=sinfo).summary
+    summary, out = import_dump(tmp_path_factory.mktemp("outcomes"), "Dependency", ROWS)
     log = list(read_log(out))
     sim = replay(external_inputs(log))
     return summary, log, sim, out

@@ -6,29 +6,17 @@ observed baseline names the tasks as the replay does, and dependencies name the 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import msgspec
 import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay import observed as obs
-from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.whatif import external_inputs, replay
+from tests.whatif.sacct_dump import ONE, T0_MS, import_dump
+from tests.whatif.sacct_dump import at as _t
 
-T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
-T0_MS = int(T0.timestamp() * 1000)
-HEADER = (
-    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|"
-    "Elapsed|Timelimit|State|ExitCode|NNodes|NodeList|ReqTRES|AllocTRES|Dependency"
-)
-ONE = "billing=1,cpu=4,gres/gpu=1,mem=16G,node=1"
 TWO = "billing=2,cpu=4,gres/gpu=2,mem=16G,node=1"
-
-
-def _t(s: int | None) -> str:
-    return "Unknown" if s is None else (T0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def row(job, raw, start, end, state, nodes="g1", req=ONE, alloc=ONE, dep="", submit=0):
@@ -54,11 +42,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    d = tmp_path_factory.mktemp("arrays")
-    sacct, sinfo, out = d / "sacct.txt", d / "sinfo.txt", d / "arrays.jsonl"
-    sacct.write_text("\n".join([HEADER, *ROWS]) + "\n")
-    sinfo.write_text("g1|64|1000000|gpu:8\ng2|64|1000000|gpu:8\n")
-    summary = import_slurm(sacct, out, sinfo=sinfo).summary
+    summary, out = import_dump(tmp_path_factory.mktemp("arrays"), "Dependency", ROWS)
     log = list(read_log(out))
     jobs = {e.job.job_id: e.job for _, _, e in log if isinstance(e, ev.JobSubmitted)}
     return summary, log, jobs, out
@@ -158,11 +142,8 @@ def test_a_task_with_impossible_times_is_skipped_alone_and_its_array_kept(tmp_pa
         row("3000_1", 3002, 600, 300, "COMPLETED"),  # ends before it starts
         row("3000_2", 3003, 60, 90, "COMPLETED"),
     ]
-    sacct, sinfo, out = tmp_path / "sacct.txt", tmp_path / "sinfo.txt", tmp_path / "a.jsonl"
-    sacct.write_text("\n".join([HEADER, *rows]) + "\n")
-    sinfo.write_text("g1|64|1000000|gpu:8\n")
-    summary = import_slurm(sacct, out, sinfo=sinfo).summary
-    assert summary["skipped"]["end time before start time"]["first"] == [f"{sacct}:3"]
+    summary, out = import_dump(tmp_path, "Dependency", rows)
+    assert summary["skipped"]["end time before start time"]["first"] == [f"{tmp_path}/sacct.txt:3"]
     arrays = {
         e.job.job_id: e.job.array for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)
     }

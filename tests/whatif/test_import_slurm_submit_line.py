@@ -6,27 +6,14 @@ throttle come from the submit lines, and no job is placed before its eligible ti
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.importers.slurm_sacct import SubmitLine, parse_submit_line
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.whatif import external_inputs, replay
-
-T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
-T0_MS = int(T0.timestamp() * 1000)
-HEADER = (
-    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|"
-    "Elapsed|Timelimit|State|ExitCode|NNodes|NodeList|ReqTRES|AllocTRES|SubmitLine"
-)
-ONE = "billing=1,cpu=4,gres/gpu=1,mem=16G,node=1"
-
-
-def _t(s: int | None) -> str:
-    return "Unknown" if s is None else (T0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
+from tests.whatif.sacct_dump import ONE, T0_MS, import_dump
+from tests.whatif.sacct_dump import at as _t
 
 
 def row(job, start, end, state, line, eligible=0, submit=0):
@@ -53,11 +40,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    d = tmp_path_factory.mktemp("submitline")
-    sacct, sinfo, out = d / "sacct.txt", d / "sinfo.txt", d / "s.jsonl"
-    sacct.write_text("\n".join([HEADER, *ROWS]) + "\n")
-    sinfo.write_text("g1|64|1000000|gpu:8\n")
-    summary = import_slurm(sacct, out, sinfo=sinfo).summary
+    summary, out = import_dump(tmp_path_factory.mktemp("submitline"), "SubmitLine", ROWS)
     log = list(read_log(out))
     return summary, log, replay(external_inputs(log))
 
