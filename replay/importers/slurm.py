@@ -595,5 +595,5 @@ def _observed(
     if eligible is not None and eligible > submit and not job.depends_on:
         # not placeable before it was eligible (`--begin`, a released hold, a dependency
         # outside the dump): the replay submits it then (the replay's dependencies decide)
-        job.eligible_ms = eligible if start is None else min(eligible, start)
+        job.eligible_ms = min(t for t in (eligible, start, end) if t is not None)
     return job

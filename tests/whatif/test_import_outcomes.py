@@ -7,13 +7,18 @@ observed column's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay import observed as obs
+from gpuledger.replay.importers.csvtrace import import_csv
+from gpuledger.replay.importers.kubernetes import import_kubernetes
+from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.logio import read_log
-from gpuledger.replay.metrics import job_counts, measure_observed
+from gpuledger.replay.metrics import COUNTED_AS, job_counts, measure_observed, observed_outcome
 from gpuledger.replay.whatif import external_inputs, replay
 from tests.whatif.sacct_dump import ONE, T0_MS, import_dump
 from tests.whatif.sacct_dump import at as _t
@@ -118,3 +123,53 @@ def test_the_baseline_counts_equal_the_observed_ones(imported):
         "ended before it started: cancelled at its submission in the replay": 1,
     }
     assert (summary["cancelled_before_start"], summary["cancelled_while_running"]) == (2, 1)
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _slurm(out: Path) -> None:
+    import_slurm(FIXTURES / "slurm" / "sacct.txt", out, sinfo=FIXTURES / "slurm" / "sinfo.txt")
+
+
+def _slurm_real(out: Path) -> None:
+    real = FIXTURES / "slurm-real"
+    import_slurm(real / "sacct.txt", out, sinfo=real / "sinfo.txt")
+
+
+def _kubernetes(out: Path) -> None:
+    k = FIXTURES / "kubernetes"
+    import_kubernetes(
+        k / "pods.json", out, events=k / "events.json", nodes=k / "nodes.json",
+        workloads=k / "workloads.json",
+    )  # fmt: skip
+
+
+def _csv(out: Path) -> None:
+    c = FIXTURES / "csv"
+    import_csv(c / "jobs.csv", out, mapping=c / "mapping.yaml", nodes_file=c / "nodes.yaml")
+
+
+def _openb_csv(out: Path) -> None:
+    import_csv(
+        FIXTURES / "openb" / "openb_pod_list_default.csv", out,
+        mapping=Path(__file__).resolve().parents[2] / "examples" / "openb-mapping.yaml",
+        nodes=FIXTURES / "openb" / "openb_node_list_gpu_node.csv",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("importer", [_slurm, _slurm_real, _kubernetes, _csv, _openb_csv])
+def test_every_importer_s_baseline_ends_each_job_as_it_ended(importer, tmp_path):
+    """Given each importer's committed fixture, when imported and replayed under the recorded
+    configuration, then every job that ended in reality ends the same way in the replay:
+    completed, failed (a timeout counts as failed) or cancelled. (A job running or pending
+    when the dump was taken has no recorded end to reproduce.)"""
+    out = tmp_path / "log.jsonl"
+    importer(out)
+    _, items = obs.read(obs.sidecar(out))
+    ended = {o.job: observed_outcome(o.state) for o in items}
+    ended = {j: o for j, o in ended.items() if o != "unfinished"}
+    ledger = replay(external_inputs(list(read_log(out)))).ledger
+    replayed = {j: COUNTED_AS.get(ledger.jobs[j].state, ledger.jobs[j].state) for j in ended}
+    assert replayed == ended
+    assert set(ended.values()) >= {"completed", "cancelled"}

@@ -33,6 +33,8 @@ ROWS = [
     *(row(f"310_{i}", 0, 200, "COMPLETED", ARRAY) for i in range(4)),
     row("320", 650, 700, "COMPLETED", "sbatch --begin=now+600 --gres=gpu:1 later.sh", 600),
     row("321", 400, 500, "COMPLETED", "sbatch -H --gres=gpu:1 held.sh", 300),
+    # cancelled at 200 s, before its --begin (eligible at 3600 s): never ran
+    row("322", None, 200, "CANCELLED by 0", "sbatch --begin=now+3600 x.sh", 3600),
     # the submit line is the last column: a `|` of its own is no column separator
     row("330", 0, 10, "COMPLETED", "sbatch -d afterany:300 --wrap=cat a | sort"),
 ]
@@ -109,4 +111,6 @@ def test_no_job_is_placed_before_it_was_eligible(imported):
     assert (placed["320"], placed["321"]) == (600_000, 300_000)
     # 302 waited on a dependency (Eligible 60 s): that dependency, not Eligible, decides
     assert submitted["302"] - T0_MS == 10_000
-    assert summary["eligible_later"] == 2
+    # cancelled before it was eligible: submitted and cancelled at its End, never placed
+    assert submitted["322"] - T0_MS == 200_000 and "322" not in placed
+    assert summary["eligible_later"] == 3
