@@ -1,7 +1,9 @@
 """The simulated node agent's decider: members "run" for their job's duration hint.
 
 Per member on one of its nodes: start when placed; exit `completed` when the remaining work
-(duration minus the progress the allocation resumed from) is done. When and why a member
+(duration minus the progress the allocation resumed from) is done, or `failed` (exit code 1)
+when the job recorded that its run failed after that work (`JobSpec.ends`, an imported
+history's outcome; `recorded_end`). When and why a member
 stops is the rule shared with the real agent (services/domain/policy/member_stop.py): on a
 preemption request or at its time limit (`TimeLimitReached`) it saves a checkpoint taking the
 job's `save_s` and exits `preempted` — or, when saving would overrun the deadline, exits at
