@@ -25,6 +25,8 @@ LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 """A node label's key (`partition`, `nvidia.com/gpu.product`): 1..256 characters."""
 LabelValue = Annotated[str, msgspec.Meta(max_length=256)]
 """A node label's value: at most 256 characters (may be empty)."""
+RecordedEnd = Literal["failed"]
+"""How an imported run ended other than completing, replayed by simulated agents."""
 MAX_SELECTOR = 32
 """Most label pairs one node selector may name."""
 NodeSelector = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_SELECTOR)]
@@ -130,6 +132,13 @@ class ArraySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Each task's own duration hint, in index order (`count` entries; None: the task has
     none), for imported arrays whose tasks ran for different times (`gpuledger import
     slurm`); unset: every task takes the array's `duration_s`."""
+    ends: (
+        Annotated[tuple[RecordedEnd | None, ...], msgspec.Meta(max_length=MAX_ARRAY)]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
+    """Each task's recorded end, in index order (`count` entries; None: completes), like
+    `JobSpec.ends` (imported arrays whose tasks failed); unset: every task takes the array's
+    `ends`."""
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -197,6 +206,12 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     `TimeLimit`). Unlike `duration_s` (a hint), backfill and reservations may rely on it.
     Unset (left out of the JSON): the class's default limit, or none. Added after v1 without a
     new tag: unset encodes as before."""
+    ends: RecordedEnd | msgspec.UnsetType = msgspec.UNSET
+    """How a simulated run of this job ends once its `duration_s` of work is done: `failed`
+    (imported history whose run failed after that much work: Slurm `FAILED`, `NODE_FAIL`,
+    `OUT_OF_MEMORY`, a Kubernetes or openb pod `Failed`; docs/importers.md). Only simulated
+    agents read it (a real agent runs the command); unset (left out of the JSON): the run
+    completes. Added after v1 without a new tag: unset encodes as before."""
 
     def selector(self) -> tuple[tuple[str, str], ...]:
         """The node selector as sorted (key, value) pairs (empty: any node)."""

@@ -5,13 +5,9 @@ Each importer reads its source row by row and turns each job into an `ObservedJo
 what shape, when submitted, started, ended). `ImportLog.add_job` applies one rule set to all
 of them, the openb importer's:
 
-- `JobSubmitted` at the submission time; `duration_s` = end - start when the job started and
-  ended (the observed run time the simulated agents run);
-- started and not ended (running when the dump was taken): no duration (runs until the
-  replay ends);
-- never started and ended (cancelled or deleted while pending): no duration, and a
-  `JobCancelled` (reason `DeletedBeforeScheduled`) at the end time;
-- never started, not ended (pending at the dump): submitted, no duration, never cancelled.
+- `JobSubmitted` at the submission time; what the replay does with each job's recorded
+  outcome (its run time, a failure after it, a time limit, a cancel at its recorded time, a
+  job that never ran kept from running) is `replay.importers.outcomes`' one rule.
 
 Every submission carries the import's checkpoint assumption (`replay.importers.checkpoint`:
 none unless the mapping says otherwise). What the source recorded of each job (times, final
@@ -44,6 +40,7 @@ from gpuledger import events as ev
 from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.replay import observed as obs
 from gpuledger.replay.importers.checkpoint import CheckpointRules
+from gpuledger.replay.importers.outcomes import Replayed, replayed
 from gpuledger.replay.observed import Run
 from gpuledger.services.domain.fold.config import ConfigState
 from gpuledger.services.domain.inputs.configfile import config_events
@@ -132,6 +129,15 @@ class ObservedJob:
     `activeDeadlineSeconds`), None: none."""
     depends_on: tuple[ev.Dependency, ...] = ()
     """Jobs of the dump it waited for (Slurm `Dependency`)."""
+    eligible_ms: int | None = None
+    """When it could first be placed, when later than its submission (Slurm `Eligible`: a
+    `--begin`, a released hold); the replay submits it then (there is no hold event), while
+    the observation keeps `submit_ms`. None: when submitted."""
+
+    @property
+    def replay_submit_ms(self) -> int:
+        """When the replay submits it: its submission, or its eligible time when later."""
+        return self.submit_ms if self.eligible_ms is None else max(self.submit_ms, self.eligible_ms)
 
 
 @dataclass
@@ -176,6 +182,7 @@ class ImportLog:
         run_size: int = 200_000,
         skips: SkipLog | None = None,
         checkpoint: CheckpointRules | None = None,
+        enforce_grace_s: int | None = None,
     ) -> None:
         self.producer = producer
         self.run_size = run_size
@@ -195,6 +202,8 @@ class ImportLog:
         self.gangs = 0
         self.members = 0
         self.cancels = 0
+        self.cancelled_running = 0
+        self.eligible_later = 0
         self.pending = 0
         self.running = 0
         self.requeued = 0
@@ -208,6 +217,12 @@ class ImportLog:
         self.arrays = 0
         self.array_tasks = 0
         self.array_tasks_split = 0
+        self.never_ran: dict[str, int] = {}
+        """Jobs that never ran in reality, by what the replay does with them."""
+        self.enforce_grace_s = enforce_grace_s
+        """The grace of every job whose checkpoint rules give none: how long after its time
+        limit (or a preemption) the site stops a run (Slurm: `OverTimeLimit`); None: the
+        class's grace."""
 
     # ------------------------------------------------------------------ adding
     def _push(self, at_ms: int, order: int, line: int, event: ev.Event) -> None:
@@ -240,11 +255,10 @@ class ImportLog:
         except ev.InvalidId as exc:
             self.skips.skip(where, str(exc))
             return False
-        timing = self._timing(job, where)
-        if timing is None:
+        r = self._timing(job, where)
+        if r is None:
             return False
-        duration, cancel_at = timing
-        checkpoint = self.checkpoint.policy(job.priority_class, job.partition, job.source_priority)
+        checkpoint = self._checkpoint(job)
         spec = ev.JobSpec(
             job_id=job.job_id,
             tenant=job.tenant,
@@ -252,42 +266,52 @@ class ImportLog:
             replicas=job.replicas,
             resources=job.resources,
             checkpoint=checkpoint,
-            duration_s=duration,
+            duration_s=r.duration_s,
             spread=job.spread if job.spread is not None else msgspec.UNSET,
             node_selector=dict(sorted(job.node_selector.items()))
             if job.node_selector
             else msgspec.UNSET,
-            time_limit_s=job.time_limit_s if job.time_limit_s else msgspec.UNSET,
+            time_limit_s=r.time_limit_s if r.time_limit_s else msgspec.UNSET,
             depends_on=job.depends_on if job.depends_on else msgspec.UNSET,
+            ends=r.ends or msgspec.UNSET,
         )
-        self._push(
-            job.submit_ms,
-            0,
-            job.line,
-            submission(spec, now_ms=job.submit_ms, producer=self.producer),
-        )
+        at = job.replay_submit_ms
+        self._push(at, 0, job.line, submission(spec, now_ms=at, producer=self.producer))
         self._ids.append(_hash(job.job_id))
-        self._count(job, duration, cancel_at)
+        self._count(job, r)
         self._observe(job, checkpoint)
         return True
 
-    def _timing(self, job: ObservedJob, where: str) -> tuple[int | None, int | None] | None:
-        """(duration_s, cancel time) of a job from its observed times; None (and the row
-        skipped with its reason) when they contradict each other."""
-        start, end = job.start_ms, job.end_ms
-        if start is not None and end is not None:
-            if end < start:
-                self.skips.skip(where, "end time before start time")
-                return None
-            return -(-(end - start) // 1000), None
-        if start is None and end is not None:
-            if end < job.submit_ms:
-                self.skips.skip(where, "end time before submit time")
-                return None
-            return None, end
-        return None, None
+    def _checkpoint(self, job: ObservedJob) -> ev.CheckpointPolicy:
+        """The job's checkpoint policy (the mapping's rules), its grace the site's
+        enforcement margin (`enforce_grace_s`) where the rules give none."""
+        policy = self.checkpoint.policy(job.priority_class, job.partition, job.source_priority)
+        if self.enforce_grace_s is not None and policy.grace_s is None:
+            policy = msgspec.structs.replace(policy, grace_s=self.enforce_grace_s)
+        return policy
 
-    def _cancel(self, job: ObservedJob, cancel_at: int) -> None:
+    def _timing(self, job: ObservedJob, where: str) -> Replayed | None:
+        """What the replay does with the job (`replay.importers.outcomes`), from its
+        observed times and final state; None (and the row skipped with its reason) when
+        they contradict each other."""
+        start, end = job.start_ms, job.end_ms
+        if start is not None and end is not None and end < start:
+            self.skips.skip(where, "end time before start time")
+            return None
+        if start is None and end is not None and end < job.submit_ms:
+            self.skips.skip(where, "end time before submit time")
+            return None
+        state = job.state or ("COMPLETED" if start is not None else "CANCELLED")
+        return replayed(
+            state,
+            job.replay_submit_ms,
+            start,
+            end,
+            job.time_limit_s,
+            waits_on_dependency=bool(job.depends_on),
+        )
+
+    def _cancel(self, job: ObservedJob, cancel_at: int, started: bool) -> None:
         self._push(
             cancel_at,
             1,
@@ -300,7 +324,7 @@ class ImportLog:
                 correlation_id=job.job_id,
                 job_id=job.job_id,
                 tenant=job.tenant,
-                reason="DeletedBeforeScheduled",
+                reason="CancelledWhileRunning" if started else "DeletedBeforeScheduled",
             ),
         )
 
@@ -316,7 +340,8 @@ class ImportLog:
         first task's resources, class, selector, time limit and dependencies; job ids
         `<array>@<index>`): one submission at the earliest task's submit time whose
         `array.durations_s` carries each task's own run time, a `JobCancelled` for each task
-        cancelled before it started, and one observation per task. False (and the rows
+        cancelled before it started, and one observation per task (a task that never ran
+        must be imported as a job of its own: `outcomes.never_runs`). False (and the rows
         skipped) when the array id or a task's times cannot be imported."""
         try:
             ev.validate_job_id(array_id)
@@ -331,11 +356,10 @@ class ImportLog:
                 return False
             timings.append(timing)
         head = tasks[0][1]
-        submit = min(job.submit_ms for _, job in tasks)
-        checkpoint = self.checkpoint.policy(
-            head.priority_class, head.partition, head.source_priority
-        )
-        known = [d for d, _ in timings if d is not None]
+        submit = min(job.replay_submit_ms for _, job in tasks)
+        checkpoint = self._checkpoint(head)
+        ends = tuple(r.ends for r in timings)
+        known = [r.duration_s for r in timings if r.duration_s is not None]
         spec = ev.JobSpec(
             job_id=array_id,
             tenant=head.tenant,
@@ -354,23 +378,28 @@ class ImportLog:
                 count=len(tasks),
                 max_running=max_running,
                 first=tasks[0][0],
-                durations_s=tuple(d for d, _ in timings),
+                durations_s=tuple(r.duration_s for r in timings),
+                ends=ends if any(ends) else msgspec.UNSET,
             ),
         )
         self._push(submit, 0, head.line, submission(spec, now_ms=submit, producer=self.producer))
         self._ids.append(_hash(array_id))
         self.arrays += 1
-        for (_, job), (duration, cancel_at) in zip(tasks, timings, strict=True):
-            self._count(job, duration, cancel_at)
+        for (_, job), r in zip(tasks, timings, strict=True):
+            self._count(job, r)
             self._observe(job, checkpoint)
         self.array_tasks += len(tasks)
         return True
 
-    def _count(self, job: ObservedJob, duration: int | None, cancel_at: int | None) -> None:
+    def _count(self, job: ObservedJob, r: Replayed) -> None:
         """Count one job (or one array task) in the summary; push its cancel."""
-        if cancel_at is not None:
-            self._cancel(job, cancel_at)
-            self.cancels += 1
+        if r.never_ran is not None:
+            self.never_ran[r.never_ran] = self.never_ran.get(r.never_ran, 0) + 1
+        if r.cancel_at_ms is not None:
+            started = job.start_ms is not None
+            self._cancel(job, r.cancel_at_ms, started)
+            self.cancels += 0 if started else 1
+            self.cancelled_running += 1 if started else 0
         elif job.start_ms is None:
             self.pending += 1
         elif job.end_ms is None:
@@ -384,7 +413,9 @@ class ImportLog:
         if job.node_selector:
             self.selected += 1
         self.requeued += 1 if job.requeued else 0
-        if duration is not None:
+        self.eligible_later += 1 if job.replay_submit_ms > job.submit_ms else 0
+        if job.start_ms is not None and job.end_ms is not None:  # the recorded run time
+            duration = -(-(job.end_ms - job.start_ms) // 1000)
             self.gpu_hours += job.replicas * job.resources.gpu_milli_total() * duration / 3.6e6
         self.by_class[job.priority_class] = self.by_class.get(job.priority_class, 0) + 1
         self.by_tenant[job.tenant] = self.by_tenant.get(job.tenant, 0) + 1
@@ -486,6 +517,8 @@ class ImportLog:
                                     f"duplicate job id {job_id!r} (kept {where(first)})",
                                 )
                                 self._uncount(e.job)
+                            elif e.reason == "CancelledWhileRunning":
+                                self.cancelled_running -= 1
                             else:
                                 self.cancels -= 1
                             continue
@@ -559,6 +592,7 @@ class ImportLog:
             "members": self.members,
             "gpu_hours": round(self.gpu_hours, 3),
             "cancelled_before_start": self.cancels,
+            "cancelled_while_running": self.cancelled_running,
             "pending_at_end": self.pending,
             "running_at_end": self.running,
             "requeued": self.requeued,
@@ -566,6 +600,7 @@ class ImportLog:
             "checkpoint": self.checkpoint.summary(),
             "observed": None if self.observed_path is None else str(self.observed_path),
             "spread_limited": self.spread,
+            "never_ran": dict(sorted(self.never_ran.items())),
             **(
                 {
                     "arrays": self.arrays,

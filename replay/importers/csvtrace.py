@@ -20,6 +20,7 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
       cpu: {column: cpu, unit: cores}                  # cores (default) or milli
       memory: {column: mem, unit: Gi}                  # B, Ki, Mi (default), Gi, Ti, KB, MB, GB, TB
       priority: {column: qos, values: {LS: ls, BE: be}, default: be}
+      state: {column: status, values: {ok: COMPLETED, error: FAILED, killed: CANCELLED}}
       node_selector: {pool: {column: role, values: {cpu: cpu-pool}}}   # label -> column spec
     nodes:                            # for --nodes NODES.csv
       name: node
@@ -43,9 +44,11 @@ Rules (documented in the README; every skipped row is reported with its line):
 - empty or `NaN` submit: the job existed before the trace began -> submitted at the trace
   start (`rules.missing_submit: trace_start`, the epoch) or skipped (`skip`);
 - times before the trace start (negative) are moved to the trace start;
-- started and ended: run time end - start; never started, ended: cancelled at the end time;
-  started, no end (outlived the trace): no run time (runs until the replay ends); neither:
-  pending at the end;
+- started and ended: run time end - start, then the run ends as `state` says (completed
+  without it; failed, timed out, or cancelled at its end time: replay.importers.outcomes);
+  never started, ended: cancelled as it is submitted (it never ran); started, no end
+  (outlived the trace): no run time (runs until the replay ends); neither: pending at the
+  end;
 - `gpus` 0 and `gpu_milli` 0: a CPU-only member (`rules.cpu_only: keep`, or `skip`);
   `gpus` 1 with `gpu_milli` 1..999: a share of one GPU; `gpus` N: N whole GPUs (gpu_milli
   1000 or empty); gpu_milli above 1000 is a skipped row;
@@ -131,6 +134,10 @@ class JobColumns(Strict, kw_only=True):
     cpu: Spec | None = None
     memory: Spec | None = None
     priority: Spec | None = None
+    state: Spec | None = None
+    """How a job that started and ended ended (`COMPLETED`, `FAILED`, `TIMEOUT`,
+    `CANCELLED`...: the recorded outcome the replay reproduces, replay.importers.outcomes);
+    None: from its times (completed)."""
     group: Spec | None = None
     """Spread group: jobs of one group share `per_node_limit`."""
     per_node_limit: Spec | None = None
@@ -541,7 +548,7 @@ def import_csv(
     if nodes is not None:
         node_infos = _nodes(nodes, m, vocab)
     else:
-        from gpuledger.replay.importers.slurm import read_nodes_file
+        from gpuledger.replay.importers.slurm_nodes import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
     total_gpus = sum(len(n.gpus) for n in node_infos)
@@ -629,6 +636,7 @@ def _row_job(
     started_before = start is not None and clock.clamped
     end = clock.ms(cols, row, "end") if cols.has("end") else None
     gang = cols.text(row, "gang") if cols.has("gang") else None
+    state = (cols.text(row, "state") or "").upper() if cols.has("state") else ""
     spread = _spread(cols, row)
     selector = selects.labels(row)
     if submit is None:
@@ -640,6 +648,8 @@ def _row_job(
             start, started_before = clock.epoch_ms, True  # running when the trace began
     if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
         raise _Skip("CPU-only row (rules.cpu_only: skip)")
+    if start is None or end is None:
+        state = ""  # a recorded outcome is one of a run: pending, running or never ran
     job = ObservedJob(
         job_id=job_id,
         tenant=tenant,
@@ -653,6 +663,7 @@ def _row_job(
         node_selector=selector,
         started_before=started_before,
         source_priority=cls_raw,
+        state=state,
     )
     return job, gang
 
@@ -733,6 +744,10 @@ def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
         line=first.line,
         started_before=start is not None and all(j.started_before for j in rows),
         source_priority=first.source_priority,
+        # the gang's outcome: its first member's that did not complete, else completed
+        state=""
+        if start is None or end is None
+        else next((j.state for j in rows if j.state not in ("", "COMPLETED")), first.state),
     )
 
 

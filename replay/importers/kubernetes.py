@@ -574,7 +574,7 @@ def import_kubernetes(
     if nodes is not None:
         node_infos = read_nodes(nodes, vocab=naming.gpu, notes=naming.notes, single_nodes=single)
     else:
-        from gpuledger.replay.importers.slurm import read_nodes_file
+        from gpuledger.replay.importers.slurm_nodes import read_nodes_file
 
         node_infos = read_nodes_file(nodes_file)
     log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)

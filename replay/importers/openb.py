@@ -47,6 +47,8 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from gpuledger.events import (
     Event,
     GpuInfo,
@@ -62,6 +64,7 @@ from gpuledger.events import (
 )
 from gpuledger.replay.importers.checkpoint import NO_CHECKPOINT, describe
 from gpuledger.replay.importers.common import TraceImportError, open_text, row_problem
+from gpuledger.replay.importers.outcomes import replayed
 from gpuledger.replay.observed import Observation
 from gpuledger.services.domain.inputs.configfile import config_events
 from gpuledger.services.domain.tooling.stamp import stamp, submission
@@ -121,6 +124,9 @@ class OpenbImport:
     by_shape: dict[str, int] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)
     """What the trace recorded of each pod (creation, scheduling, deletion, phase)."""
+    never_ran: dict[str, int] = field(default_factory=dict)
+    """Pods that were never scheduled, by what the replay does with them
+    (`replay.importers.outcomes`)."""
 
     def write_observed(self, log: str | Path) -> Path:
         """The observation sidecar of `log` (`replay.observed`); returns its path."""
@@ -173,6 +179,7 @@ class OpenbImport:
             "gpus": self.gpus,
             "jobs": self.jobs,
             "cancels": self.cancels,
+            "never_ran": dict(sorted(self.never_ran.items())),
             "by_class": dict(sorted(self.by_class.items())),
             "by_shape": dict(sorted(self.by_shape.items())),
         }
@@ -364,6 +371,7 @@ def import_openb(
     by_shape: dict[str, int] = {}
     observations: list[Observation] = []
     cancels = 0
+    never_ran: dict[str, int] = {}
     for index, (line, row) in enumerate(rows):
         if limit is not None and index >= limit:
             break
@@ -380,27 +388,31 @@ def import_openb(
             raise rows.error(line, "creation_time is empty")
         scheduled = rows.int(line, row, "scheduled_time")
         deleted = rows.int(line, row, "deletion_time")
-        duration = default_duration_s
-        cancel_at = None
-        if scheduled is not None and deleted is not None:
-            if deleted < scheduled:
-                raise rows.error(
-                    line, f"deletion_time {deleted} is before scheduled_time {scheduled}"
-                )
-            duration = deleted - scheduled
-        elif scheduled is None and deleted is not None:
-            if deleted < created:
-                raise rows.error(line, f"deletion_time {deleted} is before creation_time {created}")
-            duration, cancel_at = None, deleted
+        if scheduled is not None and deleted is not None and deleted < scheduled:
+            raise rows.error(line, f"deletion_time {deleted} is before scheduled_time {scheduled}")
+        if scheduled is None and deleted is not None and deleted < created:
+            raise rows.error(line, f"deletion_time {deleted} is before creation_time {created}")
+        phase = (row.get("pod_phase") or "").strip().lower()
+        state = _observed_state(phase, scheduled, deleted)
+        r = replayed(
+            state,
+            created * 1000,
+            None if scheduled is None else scheduled * 1000,
+            None if deleted is None else deleted * 1000,
+            None,
+        )
+        if r.never_ran is not None:
+            never_ran[r.never_ran] = never_ran.get(r.never_ran, 0) + 1
         spec = JobSpec(
             job_id=name,
             tenant=TENANT,
             priority_class=cls.name,
             resources=resources,
             checkpoint=NO_CHECKPOINT,
-            duration_s=duration,
+            # a pod that outlived the trace (or a trace without times) runs the default
+            duration_s=r.duration_s if deleted is not None else default_duration_s,
+            ends=r.ends or msgspec.UNSET,
         )
-        phase = (row.get("pod_phase") or "").strip().lower()
         observations.append(
             Observation(
                 job=name,
@@ -410,16 +422,16 @@ def import_openb(
                 submit_ms=created * 1000,
                 start_ms=None if scheduled is None else scheduled * 1000,
                 end_ms=None if deleted is None else deleted * 1000,
-                state=_observed_state(phase, scheduled, deleted),
+                state=state,
                 checkpoint_s=0,
                 line=line,
             )
         )
         at_ms = created * 1000
         timed.append((at_ms, 0, index, submission(spec, now_ms=at_ms, producer=PRODUCER)))
-        if cancel_at is not None:
+        if r.cancel_at_ms is not None:
             cancels += 1
-            c_ms = cancel_at * 1000
+            c_ms = r.cancel_at_ms
             timed.append(
                 (
                     c_ms,
@@ -433,7 +445,9 @@ def import_openb(
                         correlation_id=name,
                         job_id=name,
                         tenant=TENANT,
-                        reason="DeletedBeforeScheduled",
+                        reason="DeletedBeforeScheduled"
+                        if scheduled is None
+                        else "CancelledWhileRunning",
                     ),
                 )
             )
@@ -449,4 +463,5 @@ def import_openb(
         by_class=by_class,
         by_shape=by_shape,
         observations=observations,
+        never_ran=never_ran,
     )

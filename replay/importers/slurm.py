@@ -1,67 +1,36 @@
-"""Import Slurm accounting (`sacct --parsable2`) as a log of external inputs.
+"""Import Slurm accounting (`sacct --parsable2`) as a log of external inputs: the mapping of
+a dump's jobs to submissions, cancels and observations.
 
-The dump (one `|`-separated row per job allocation and per step, header first):
-
-    sacct --parsable2 --allusers --duplicates --starttime 2024-03-01 --endtime 2024-04-01 \\
-      --format=JobID,JobIDRaw,JobName,User,Account,Partition,QOS,Priority,Submit,Eligible,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES \\
-      > sacct.txt
-
-Nodes (`--sinfo`): `sinfo --Node --noheader --format='%N|%c|%m|%G|%P' > sinfo.txt` (node, CPUs,
-memory MB, GRES such as `gpu:a100:8(S:0-1)`, partition; a node listed once per partition is
-kept once, labelled with its partitions: `replay.importers.labels`; the partition column may
-be left out: no labels), or `--nodes FILE`: a gpuledger configuration file's `cluster.nodes`.
-
-Rules (every row either becomes part of a job or is skipped with its line and reason):
+The dump: one `|`-separated row per job allocation and per step, header first (the export
+command: docs/importers.md; its cells: `replay.importers.slurm_sacct`; the nodes:
+`replay.importers.slurm_nodes`). Rules (every row either becomes part of a job or is skipped with its line and reason):
 
 - step rows (`123.batch`, `123.extern`, `123.0`, `123_4.batch`, `123+0.0`) are folded into the
   job row before them (a step without its job row is skipped);
-- rows with the same JobID (`--duplicates`: a requeued job's runs), wherever they stand in the
-  file, are one job: rows are sorted by job id in bounded memory (an external merge sort);
-  submitted at the first row's Submit, run time of the last row (`requeued` counts the earlier
-  ones, kept as runs in the observation sidecar with their states);
+- rows with the same JobID (a requeued job's runs) are one job: the first row's Submit, the
+  last row's run; the earlier rows are runs in the observation sidecar (`requeued`);
 - array tasks (`123_4`) and pending array records `123_[5-9%2]` (one pending task each) are
-  one array job `123` (`JobSpec.array`: first index, count, `%N` -> max_running) of tasks
-  `123@4` ..., each with its own run time (`array.durations_s`), cancel and observation; the
-  array's shape is its allocated tasks' most common one (else the most common requested); a
-  task of another shape is a job of its own `123_4` (`array_tasks_split`); a hole in the
-  indexes starts another array `123_<first>-<last>` (`_emit_array`);
-- heterogeneous components `123+0`, `123+1` are one gang `123` when every component has the
-  same per-node shape, else one job per component (`123+0`, ...);
-- `NNodes` > 1: a gang of that many members, each with 1/N of the job's GPUs, CPUs and
-  memory (rounded up);
-- resources from AllocTRES when the job was allocated, else ReqTRES: `gres/gpu=8` or typed
-  `gres/gpu:a100=8` (typed -> `gpu_models`), `cpu=`, `mem=` (K/M/G/T);
-- times `YYYY-MM-DDTHH:MM:SS` in `--timezone` (default UTC); `Unknown`, `None` and empty are
-  no time. No Submit: skipped. Started and ended: run time End - Start. Never started and
-  ended (cancelled while pending): cancelled at End; a CANCELLED row with `NodeList` `None
-  assigned` and no AllocTRES never started whatever its Start says (Slurm writes Start = End = the cancel
-  time for a job cancelled before its first record reached slurmdbd). Pending or running at
-  the dump: submitted with no run time;
-- `Timelimit` (`[D-]HH:MM:SS`, `MM:SS`, `MM`, `D-HH[:MM]`) -> `time_limit_s`;
-  `UNLIMITED`, `Partition_Limit`, empty or unreadable -> no limit (the run time still says
-  how long it ran: a TIMEOUT row replays as a run stopped at its limit);
-- an optional `Dependency` column (as `squeue -o %E` / `scontrol show job` print it:
-  `afterok:123,afterany:124:125_3(unfulfilled)`) -> `depends_on`: `afterok` succeeded,
-  `afternotok` failed, `afterany` finished, `after` started (a `+minutes` delay is dropped);
-  a dependency on an array job names the array (and its tasks imported as jobs of their
-  own), one on a task `123_4` the task `123@4`; one on a job outside the dump or of another
-  tenant, OR-lists (`?`), `singleton`, `aftercorr` and `afterburstbuffer`
-  are dropped and counted in the summary's `dependencies_dropped`;
-- QOS -> priority class, Account -> tenant (`replay.importers.mapping`, overridable);
-- Partition -> node selector of the partition's node label, when the nodes carry partition
-  labels (`replay.importers.labels`).
+  one array job `123` (`JobSpec.array`) of tasks `123@4` ..., each with its own run time,
+  outcome, cancel and observation; a task of another shape than the most common, or one
+  that never ran, is a job of its own `123_4`; a hole in the indexes starts another array
+  `123_<first>-<last>` (`_emit_array`);
+- het components `123+0`, `123+1` are one gang `123` when every component has the same
+  per-node shape, else one job per component; `NNodes` N > 1: a gang of N members, each with
+  1/N of the job's GPUs, CPUs and memory (rounded up);
+- a job's recorded outcome is what its replay does (`replay.importers.outcomes`);
+- `Timelimit` -> `time_limit_s`; `Dependency` (else `SubmitLine`'s) -> `depends_on`: on an
+  array, the array (and its tasks imported as jobs of their own); on a task `123_4`, `123@4`;
+  on a job outside the dump or of another tenant: dropped (`dependencies_dropped`);
+- QOS -> priority class, Account -> tenant (`replay.importers.mapping`); Partition -> node
+  selector, when the nodes carry partition labels (`replay.importers.labels`); the site's
+  files -> `OUT.site.json` and the recorded policy (`replay.importers.slurm_site`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import os
-import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -75,313 +44,32 @@ from gpuledger.replay.importers.common import (
     Progress,
     SkipLog,
     TraceImportError,
-    gpu_memory_mib,
     head_events,
     open_text,
-    read_yaml,
-    row_problem,
 )
-from gpuledger.replay.importers.labels import PartitionSelectors, partition_labels
+from gpuledger.replay.importers.labels import PartitionSelectors
 from gpuledger.replay.importers.mapping import Naming, load_mapping
-from gpuledger.replay.importers.migmap import is_profile, mig_gpus
+from gpuledger.replay.importers.outcomes import never_runs
+from gpuledger.replay.importers.slurm_nodes import read_nodes_file, read_sinfo
+from gpuledger.replay.importers.slurm_sacct import (
+    JOB_ID,
+    Row,
+    expand_nodelist,
+    expand_tasks,
+    known_jobs_of,
+    never_ran,
+    parse_dependency,
+    parse_submit_line,
+    parse_time,
+    parse_timelimit,
+    read_header,
+    row_shape,
+    rows_by_job,
+)
+from gpuledger.replay.importers.slurm_site import read_site, write_site
 from gpuledger.replay.observed import Run
-from gpuledger.services.domain.inputs.gpu_models import Vocabulary
-from gpuledger.services.domain.inputs.gpu_models import gpu_memory_mib as model_memory_mib
-from gpuledger.services.domain.inputs.quantities import MAX_VALUE
-from gpuledger.services.domain.inputs.schema import MAX_GPUS_PER_NODE, MAX_NODES
 
 PRODUCER = "import/slurm"
-REQUIRED = ("JobID", "Submit", "Start", "End", "State", "NNodes")
-"""Columns a dump must have; `Account` (-> tenant `default`) and `QOS` (-> class `normal`)
-may be missing."""
-GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
-NO_TIME = {"", "unknown", "none", "n/a"}
-
-_JOBID = re.compile(
-    r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>.+))?$"
-)
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$", re.I)
-_MEM_MIB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
-
-
-@dataclass
-class _Row:
-    line: int
-    base: str
-    task: str | None
-    het: int | None
-    fields: dict[str, str]
-
-
-def parse_time(raw: str, tz: ZoneInfo) -> int | None:
-    text = raw.strip()
-    if text.lower() in NO_TIME:
-        return None
-    dt = datetime.fromisoformat(text)
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=tz)
-    return int(dt.timestamp() * 1000)
-
-
-def parse_tres(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        k, sep, v = part.partition("=")
-        if sep:
-            out[k.strip()] = v.strip()
-    return out
-
-
-def mem_mib(text: str) -> int:
-    m = _MEM.match(text.strip())
-    if not m:
-        raise ValueError(f"cannot read memory {text!r}")
-    mib = float(m.group(1)) * _MEM_MIB[m.group(2).upper()]
-    if not 0 <= mib <= MAX_VALUE:
-        raise ValueError(f"memory {text!r} out of range")
-    return int(-(-mib // 1))
-
-
-def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]:
-    """Per-member resources of a job of `nodes` members; and its total GPUs."""
-    untyped = 0
-    typed: dict[str, int] = {}
-    for k, v in tres.items():
-        if k == "gres/gpu":
-            untyped = int(v)
-        elif k.startswith("gres/gpu:"):
-            typed[k.split(":", 1)[1]] = typed.get(k.split(":", 1)[1], 0) + int(v)
-    total = max(untyped, sum(typed.values()))
-    cpu = float(tres.get("cpu", "0") or 0)
-    mem = mem_mib(tres["mem"]) if tres.get("mem") else 0
-    mig = sorted(t for t in typed if is_profile(t))
-    if mig:  # `gres/gpu:1g.10gb=2`: one member per MIG instance (replay.importers.migmap)
-        if len(typed) > 1:
-            raise ValueError(
-                "asks for MIG instances of several profiles, or whole GPUs beside them "
-                f"({', '.join(sorted(typed))}): a member holds one MIG instance"
-            )
-        count = typed[mig[0]]
-        n = max(1, nodes, count)
-        return ev.Resources(
-            mig_profile=mig[0].lower(),
-            cpu_milli=int(-(-cpu * 1000 // n)),
-            memory_mib=-(-mem // n),
-        ), count
-    n = max(1, nodes)
-    if n > MAX_NODES:
-        raise ValueError(f"{nodes} nodes: at most {MAX_NODES:,}")
-    if not 0 <= total <= MAX_GPUS_PER_NODE * n or -(-total // n) > MAX_GPUS_PER_NODE:
-        raise ValueError(
-            f"{total} GPUs on {n} node(s): at most {MAX_GPUS_PER_NODE} per node (docs/inputs.md)"
-        )
-    if not 0 <= cpu <= MAX_VALUE / 1000 or not 0 <= mem <= MAX_VALUE:  # also NaN, inf
-        raise ValueError(f"cpu={tres.get('cpu')!r} or mem={tres.get('mem')!r} out of range")
-    return ev.Resources(
-        gpus=-(-total // n),
-        cpu_milli=int(-(-cpu * 1000 // n)),
-        memory_mib=-(-mem // n),
-        gpu_models=tuple(sorted(typed)),
-    ), total
-
-
-def parse_timelimit(text: str) -> int | None:
-    """Seconds of a Slurm time limit (`1-00:00:00`, `02:00:00`, `90`, `30:00`, `2-12`), or
-    None for `UNLIMITED`, `Partition_Limit`, `INVALID`, empty or anything unreadable."""
-    text = text.strip()
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
-    if m is None:
-        return None
-    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
-    if days is not None:  # D-H, D-H:M, D-H:M:S
-        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
-    elif c is not None:  # H:M:S
-        seconds = a * 3600 + b * 60 + c
-    elif b is not None:  # M:S
-        seconds = a * 60 + b
-    else:  # M
-        seconds = a * 60
-    return seconds or None
-
-
-_DEP_KINDS = {
-    "afterok": "succeeded",
-    "afternotok": "failed",
-    "afterany": "finished",
-    "after": "started",
-}
-
-
-def parse_dependency(text: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """Slurm's dependency expression -> ([(job id, on), ...], [dropped parts]). Job ids keep
-    an array task (`123_4`); `123_*` names every task of array 123 (returned as `123`)."""
-    text = text.strip()
-    if not text or text.lower() in ("(null)", "none"):
-        return [], []
-    if "?" in text:
-        return [], [f"{text} (OR-list)"]
-    out: list[tuple[str, str]] = []
-    dropped: list[str] = []
-    for part in text.split(","):
-        part = part.split("(", 1)[0].strip()
-        kind, _, ids = part.partition(":")
-        on = _DEP_KINDS.get(kind.lower())
-        if on is None or not ids:
-            dropped.append(part)
-            continue
-        for job in ids.split(":"):
-            job = job.split("+", 1)[0].strip().removesuffix("_*")
-            if job:
-                out.append((job, on))
-    return out, dropped
-
-
-def _known_jobs(
-    path: str, header: list[str], columns: str | None, owner: Callable[[dict[str, str]], str]
-) -> dict[str, list[tuple[str, str]]]:
-    """Job ids the dump imports with their tenants, by base id: `{'123': [('123', 'a')],
-    '124': [('124_1', 'a'), ('124_2', 'a')]}` (a first pass over the file, made only when it
-    has a `Dependency` column)."""
-    at = header.index("JobID")
-    known: dict[str, set[tuple[str, str]]] = {}
-    with open(path, newline="") as f:
-        for n, text in enumerate(f):
-            values = text.rstrip("\r\n").split("|")
-            if n == 0 and columns is None or len(values) != len(header):
-                continue
-            m = _JOBID.match(values[at].strip())
-            if m is None or m.group("step") is not None:
-                continue
-            base, task = m.group("base"), m.group("task")
-            if task is not None and task.startswith("["):
-                try:
-                    ids = [f"{base}_{t}" for t in expand_tasks(task)]
-                except ValueError:
-                    continue
-            else:
-                ids = [base if task is None else f"{base}_{task}"]
-            tenant = owner(dict(zip(header, values, strict=True)))
-            known.setdefault(base, set()).update((i, tenant) for i in ids)
-    return {b: sorted(v) for b, v in known.items()}
-
-
-def expand_tasks(spec: str) -> list[str]:
-    """`[5-9%2]` / `[1,3,5-7]` -> task ids."""
-    body = spec.strip("[]").split("%", 1)[0]
-    out: list[str] = []
-    for part in body.split(","):
-        a, sep, b = part.partition("-")
-        if sep:
-            out += [str(i) for i in range(int(a), int(b) + 1)]
-        elif a:
-            out.append(a)
-    return out
-
-
-def read_sinfo(
-    path: str | Path,
-    vocab: Vocabulary | None = None,
-    notes: list[str] | None = None,
-    mig_model: str | None = None,
-) -> tuple[ev.NodeInfo, ...]:
-    """Nodes from `sinfo --Node --noheader --format='%N|%c|%m|%G|%P'` (the partition column
-    optional), labelled with their partitions."""
-    out: dict[str, ev.NodeInfo] = {}
-    partitions: dict[str, list[str]] = {}
-    try:
-        f = open_text(path)
-    except OSError as exc:
-        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
-    with f:
-        for line, text in enumerate(f, 1):
-            text = text.strip()
-            problem = row_problem(text)
-            if problem is not None:
-                raise TraceImportError(f"{path}:{line}: {problem}")
-            if not text or text.upper().startswith(("NODELIST", "HOSTNAMES", "NODE_NAME")):
-                continue
-            parts = text.split("|")
-            if len(parts) < 4:
-                raise TraceImportError(
-                    f"{path}:{line}: expected NODE|CPUS|MEMORY|GRES, got {text!r}"
-                )
-            name, cpus, mem, gres = (p.strip() for p in parts[:4])
-            if len(parts) > 4 and parts[4].strip().rstrip("*"):
-                partitions.setdefault(name, []).append(parts[4].strip().rstrip("*"))
-            if name in out:
-                continue  # the same node under another partition
-            try:
-                ev.validate_token("node", name)
-                cpu_milli = int(float(cpus.split("/")[-1]) * 1000)
-                memory = int(float(mem.rstrip("+")))
-            except ev.InvalidId as exc:
-                raise TraceImportError(f"{path}:{line}: {exc}") from None
-            except ValueError:
-                raise TraceImportError(
-                    f"{path}:{line}: CPUS and MEMORY must be numbers, got {cpus!r}, {mem!r}"
-                ) from None
-            gpus: list[ev.GpuInfo] = []
-            mig: dict[str, int] = {}
-            for g in gres.split(","):
-                g = g.split("(", 1)[0].strip()
-                bits = g.split(":")
-                if bits[0] != "gpu" or len(bits) < 2:
-                    continue  # (null), shard:..., mps:...
-                raw_model = bits[1] if len(bits) >= 3 else "gpu"
-                try:
-                    count = int(bits[-1])
-                except ValueError:
-                    raise TraceImportError(
-                        f"{path}:{line}: cannot read GRES {g!r} (expected gpu:N or gpu:TYPE:N)"
-                    ) from None
-                if len(bits) >= 3 and is_profile(raw_model):
-                    mig[raw_model.lower()] = mig.get(raw_model.lower(), 0) + count
-                    continue  # MIG instances: GPUs rebuilt below (replay.importers.migmap)
-                if not 0 <= len(gpus) + count <= MAX_GPUS_PER_NODE:
-                    raise TraceImportError(
-                        f"{path}:{line}: GRES {g!r}: more than {MAX_GPUS_PER_NODE} GPUs on one"
-                        " node (docs/inputs.md)"
-                    )
-                model = vocab(raw_model) if vocab is not None and len(bits) >= 3 else raw_model
-                for _ in range(count):
-                    i = len(gpus)
-                    gpus.append(
-                        ev.GpuInfo(
-                            index=i,
-                            uuid=f"GPU-{name}-{i}",
-                            model=model,
-                            memory_mib=model_memory_mib(model) or gpu_memory_mib(raw_model),
-                            clique=f"{name}-nvl0",
-                        )
-                    )
-            if mig:
-                gpus += mig_gpus(
-                    name,
-                    mig,
-                    len(gpus),
-                    notes if notes is not None else [],
-                    model=mig_model,
-                    where=f"{path}:{line}",
-                )
-            out[name] = ev.NodeInfo(
-                name=name, cpu_milli=cpu_milli, memory_mib=memory, gpus=tuple(gpus)
-            )
-    labels = partition_labels(partitions)
-    return tuple(
-        msgspec.structs.replace(n, labels=labels[n.name]) if labels.get(n.name) else n
-        for n in out.values()
-    )
-
-
-def read_nodes_file(path: str | Path) -> tuple[ev.NodeInfo, ...]:
-    """`cluster.nodes` of a gpuledger configuration file."""
-    from gpuledger.services.domain.inputs.configfile import ConfigFileError, node_infos
-
-    doc = read_yaml(path)
-    try:
-        return node_infos(doc)
-    except ConfigFileError as exc:
-        raise TraceImportError("\n".join(f"{path}: {p}" for p in exc.problems)) from None
 
 
 @dataclass
@@ -402,6 +90,9 @@ def import_slurm(
     skips: SkipLog | None = None,
     run_size: int = 200_000,
     columns: str | None = None,
+    slurm_conf: str | Path | None = None,
+    qos: str | Path | None = None,
+    assoc: str | Path | None = None,
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
@@ -420,7 +111,16 @@ def import_slurm(
         raise TraceImportError(
             f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
         ) from None
-    log = ImportLog(PRODUCER, skips=skips, run_size=run_size, checkpoint=m.checkpoint_rules)
+    site = read_site(slurm_conf, qos, assoc)  # before the dump: a bad file costs no work
+    # a run is stopped at its time limit as Slurm stops it: OverTimeLimit later (default 0);
+    # a preempted one at once (GraceTime, default 0)
+    log = ImportLog(
+        PRODUCER,
+        skips=skips,
+        run_size=run_size,
+        checkpoint=m.checkpoint_rules,
+        enforce_grace_s=site.over_time_limit_s if site is not None else 0,
+    )
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
     try:
@@ -429,18 +129,19 @@ def import_slurm(
         raise TraceImportError(f"{sacct}: {exc.strerror or exc}") from exc
     with f:
         bar = Progress(f, progress)
-        header = _header(f, path, columns)
-        if "Dependency" in header:
-            naming.known_jobs = _known_jobs(
+        header = read_header(f, path, columns)
+        deps_read = "Dependency" in header or "SubmitLine" in header
+        if deps_read:
+            naming.known_jobs = known_jobs_of(
                 path,
                 header,
                 columns,
                 lambda row: naming.tenant_for(_owner(row, tenant_from), "default"),
             )
-        group: list[_Row] = []
+        group: list[Row] = []
         steps = 0
 
-        array: list[list[_Row]] = []  # the task rows of one array (all its tasks at once)
+        array: list[list[Row]] = []  # the task rows of one array (all its tasks at once)
 
         def flush() -> None:
             if group:
@@ -455,9 +156,9 @@ def import_slurm(
                 _emit_array(array[0][0].base, array, log, naming, tenant_from, tz, where)
                 array.clear()
 
-        for line, values in _rows_by_job(f, header, bar, log, where, run_size):
+        for line, values in rows_by_job(f, header, bar, log, where, run_size):
             row = dict(zip(header, values, strict=True))
-            mid = _JOBID.match(row["JobID"].strip())
+            mid = JOB_ID.match(row["JobID"].strip())
             base, task, het, step = (
                 mid.group("base"),
                 mid.group("task"),
@@ -474,11 +175,13 @@ def import_slurm(
                 flush()
             if array and array[0][0].base != base:
                 flush_array()
-            group.append(_Row(line, base, task, None if het is None else int(het), row))
+            group.append(Row(line, base, task, None if het is None else int(het), row))
         flush()
         flush_array()
         bar.done()
     doc = naming.document(sum(len(n.gpus) for n in nodes))
+    if site is not None and slurm_conf is not None:  # the site's policy, under the mapping's
+        doc["policy"] = {**site.policy(), **doc["policy"]}
     at_ms = log.first_ms or 0
     from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
@@ -489,6 +192,8 @@ def import_slurm(
             "\n".join(f"{mapping or 'mapping'}: {p}" for p in exc.problems)
         ) from None
     n = log.write(out, head, where)
+    if site is not None:
+        log_site = write_site(out, site)
     summary = {
         "events": n,
         "nodes": len(nodes),
@@ -497,117 +202,11 @@ def import_slurm(
         **log.summary(),
         **naming.partition.summary(),
         **naming.warnings(),
-        **({"dependencies_dropped": naming.dependencies_dropped} if "Dependency" in header else {}),
+        **({"dependencies_dropped": naming.dependencies_dropped} if deps_read else {}),
+        **({"eligible_later": log.eligible_later} if log.eligible_later else {}),
+        **({"site_policy": str(log_site)} if site is not None else {}),
     }
     return SlurmImport(summary=summary, events=n)
-
-
-def _header(f, path: str, columns: str | None) -> list[str]:
-    """The column names: the file's first line, or `--columns` (a headerless dump)."""
-    if columns is not None:
-        header = [c.strip() for c in columns.split(",") if c.strip()]
-        where = "--columns"
-        pos = f.tell()
-        first = f.readline()
-        if first.rstrip("\r\n").split("|") != header and not _looks_like_header(first):
-            f.seek(pos)  # the file has no header: its first line is data
-    else:
-        first = f.readline()
-        header = first.rstrip("\r\n").split("|")
-        where = f"{path}:1"
-        if first.strip() and not _looks_like_header(first):
-            raise TraceImportError(
-                f"{path}:1: the first line is not a header ({first.strip()[:40]!r}...): the dump "
-                "was written with --noheader; pass its columns in the --format order with "
-                "--columns JobID,JobIDRaw,...,AllocTRES, or write it again without --noheader"
-            )
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise TraceImportError(
-            f"{where}: missing column(s) {', '.join(missing)} (was it written with --parsable2 "
-            f"and the --format of `gpuledger import slurm --help`?)"
-        )
-    if not any(c in header for c in GPU_COLUMNS):
-        raise TraceImportError(
-            f"{where}: missing column ReqTRES, AllocTRES, AllocGRES or ReqGRES (GPUs come from "
-            "TRES or GRES)"
-        )
-    return header
-
-
-def _looks_like_header(text: str) -> bool:
-    return "JobID" in text.split("|")
-
-
-def _job_key(job_id: str) -> tuple[int, str]:
-    m = _JOBID.match(job_id.strip())
-    return (int(m.group("base")), m.group("task") or "") if m else (-1, "")
-
-
-def _rows_by_job(f, header, bar, log: ImportLog, where, run_size: int):
-    """(line, values) of every readable row, grouped by job: sorted by (job id, task, line),
-    so the rows of one job (its requeued runs, its steps) come together wherever they stood in
-    the file, in file order within the job. Bounded memory: sorted runs of `run_size` rows
-    spill to temporary files and are merged (an external merge sort)."""
-    buf: list[tuple[int, str, int, str]] = []
-    runs: list[str] = []
-    jobid_at = header.index("JobID")
-
-    def spill() -> None:
-        buf.sort()
-        fd, name = tempfile.mkstemp(prefix="gpuledger-sacct-", suffix=".run")
-        with os.fdopen(fd, "w") as out:
-            for base, task, line, text in buf:
-                out.write(f"{base} {task} {line} {text}\n")
-        runs.append(name)
-        buf.clear()
-
-    def read(name: str):
-        with open(name) as r:
-            for raw in r:
-                base, task, line, text = raw.rstrip("\n").split(" ", 3)
-                yield int(base), task, int(line), text
-
-    try:
-        for line, text in enumerate(f, 1 if f.tell() == 0 else 2):
-            bar.tick(line)
-            text = text.rstrip("\r\n")
-            if not text:
-                continue
-            problem = row_problem(text)
-            if problem is not None:
-                log.skips.skip(where(line), problem)
-                continue
-            values = text.split("|")
-            if len(values) != len(header):
-                log.skips.skip(where(line), f"{len(values)} fields, header has {len(header)}")
-                continue
-            job_id = values[jobid_at]
-            if not _JOBID.match(job_id.strip()):
-                log.skips.skip(where(line), f"cannot read JobID {job_id!r}")
-                continue
-            base, task = _job_key(job_id)
-            buf.append((base, task, line, text))
-            if len(buf) >= run_size:
-                spill()
-        buf.sort()
-        for _, _, line, text in heapq.merge(iter(buf), *(read(n) for n in runs)):
-            yield line, text.split("|")
-    finally:
-        for name in runs:
-            os.unlink(name)
-
-
-def never_ran(row: dict[str, str]) -> bool:
-    """A `CANCELLED` row of a job that was never given nodes: `NodeList` `None assigned` (and
-    no AllocTRES where the dump has the column). Slurm 22.05 writes Start = End = the cancel
-    time for a job cancelled (held, future --begin) before its first record reached slurmdbd."""
-    if not (row.get("State") or "").strip().upper().startswith("CANCELLED"):
-        return False
-    nodes = row.get("NodeList")
-    if nodes is None or not nodes.strip().lower().startswith("none"):
-        return False
-    return not (row.get("AllocTRES") or "").strip()
 
 
 def _owner(row: dict[str, str], tenant_from: str) -> str:
@@ -618,76 +217,8 @@ def _owner(row: dict[str, str], tenant_from: str) -> str:
     )
 
 
-def _shape(row: dict[str, str], where: str, log: ImportLog) -> tuple[ev.Resources, int, int] | None:
-    text = (row.get("NNodes") or "").strip()
-    m = re.match(r"\d+", text) if text else None
-    if text and m is None:
-        log.skips.skip(where, f"cannot read NNodes {row['NNodes']!r}")
-        return None
-    # NNodes 0 (a job that ended before it was given nodes) is one member, not a gang of none
-    nodes = max(1, int(m.group(0))) if m else 1
-    tres_text = (row.get("AllocTRES") or "").strip() or (row.get("ReqTRES") or "").strip()
-    try:
-        tres = parse_tres(tres_text)
-        if not any(k == "gres/gpu" or k.startswith("gres/gpu:") for k in tres):
-            # clusters without AccountingStorageTRES=gres/gpu record GPUs only as GRES
-            gres = (row.get("AllocGRES") or "").strip() or (row.get("ReqGRES") or "").strip()
-            tres.update(gres_tres(gres))
-        res, total = tres_resources(tres, nodes)
-    except ValueError as exc:
-        log.skips.skip(where, f"cannot read TRES {tres_text!r}: {exc}")
-        return None
-    if res.mig_profile:
-        nodes = max(nodes, total)  # one member per MIG instance
-    return res, nodes, total
-
-
-def gres_tres(text: str) -> dict[str, str]:
-    """`gpu:a100:2(IDX:0-1)`, `gpu:2`, `gres:gpu:2` (AllocGRES / ReqGRES) -> TRES entries
-    (`gres/gpu:a100=2`, `gres/gpu=2`)."""
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        bits = part.split("(", 1)[0].strip().split(":")
-        if bits and bits[0] == "gres":
-            bits = bits[1:]
-        if len(bits) < 2 or bits[0] != "gpu":
-            continue
-        count = bits[-1]
-        if not count.isdigit():
-            raise ValueError(f"cannot read GRES {part!r}")
-        key = "gres/gpu" if len(bits) == 2 else f"gres/gpu:{bits[1]}"
-        out[key] = str(int(out.get(key, "0")) + int(count))
-    return out
-
-
-_HOSTS = re.compile(r"([^,\[]+)(?:\[([^\]]*)\])?")
-
-
-def expand_nodelist(text: str) -> tuple[str, ...]:
-    """`gpu-a[01-02,05],cpu-01` -> ('gpu-a01', 'gpu-a02', 'gpu-a05', 'cpu-01'); `None
-    assigned` and empty -> ()."""
-    text = text.strip()
-    if not text or text.lower().startswith("none"):
-        return ()
-    out: list[str] = []
-    for m in _HOSTS.finditer(text):
-        prefix, ranges = m.group(1).strip(","), m.group(2)
-        if not prefix:
-            continue
-        if ranges is None:
-            out.append(prefix)
-            continue
-        for r in ranges.split(","):
-            a, sep, b = r.partition("-")
-            if sep and a.isdigit() and b.isdigit():
-                out += [f"{prefix}{i:0{len(a)}d}" for i in range(int(a), int(b) + 1)]
-            else:
-                out.append(f"{prefix}{a}")
-    return tuple(out)
-
-
 def _emit(
-    group: list[_Row],
+    group: list[Row],
     log: ImportLog,
     naming: Naming,
     tenant_from: str,
@@ -700,7 +231,7 @@ def _emit(
         comps = {h: [r for r in group if r.het == h] for h in hets}
         shapes = {}
         for h, rows in comps.items():
-            s = _shape(rows[-1].fields, where(rows[-1].line), log)
+            s = row_shape(rows[-1].fields, where(rows[-1].line), log)
             if s is None:
                 return
             shapes[h] = s
@@ -736,7 +267,7 @@ def _emit(
         return
     task = first.task
     last = group[-1]
-    shape = _shape(last.fields, where(last.line), log)
+    shape = row_shape(last.fields, where(last.line), log)
     if shape is None:
         return
     job_id = first.base if task is None else f"{first.base}_{task}"
@@ -766,7 +297,7 @@ class _Task:
 
 def _emit_array(
     base: str,
-    groups: list[list[_Row]],
+    groups: list[list[Row]],
     log: ImportLog,
     naming: Naming,
     tenant_from: str,
@@ -788,11 +319,12 @@ def _emit_array(
 
 
 def _array_entries(
-    base: str, groups: list[list[_Row]], log: ImportLog, where: Callable[[int], str]
-) -> tuple[dict[int, list[_Row]], int | None]:
+    base: str, groups: list[list[Row]], log: ImportLog, where: Callable[[int], str]
+) -> tuple[dict[int, list[Row]], int | None]:
     """Each task index of array `base` with its rows (an index listed twice is skipped), and
-    the array's `%N` limit of running tasks (None: none given)."""
-    entries: dict[int, list[_Row]] = {}
+    the array's `%N` limit of running tasks: a pending record's (`123_[5-9%2]`), else its
+    submit line's (`--array=0-9%2`: a finished array's JobIDs have none); None: none given."""
+    entries: dict[int, list[Row]] = {}
     max_running = None
     for group in groups:
         last, spec = group[-1], group[0].task or ""
@@ -804,6 +336,8 @@ def _array_entries(
         limit = spec.strip("[]").partition("%")[2]
         if limit.isdigit() and int(limit) > 0:
             max_running = int(limit)  # Slurm `%N`
+        elif max_running is None:
+            max_running = parse_submit_line(last.fields.get("SubmitLine") or "").array_limit
         for i in indexes:
             if i in entries:
                 log.skips.skip(where(last.line), f"array task {base}_{i} listed twice")
@@ -814,7 +348,7 @@ def _array_entries(
 
 def _array_tasks(
     base: str,
-    entries: dict[int, list[_Row]],
+    entries: dict[int, list[Row]],
     log: ImportLog,
     naming: Naming,
     tenant_from: str,
@@ -837,8 +371,8 @@ def _array_tasks(
         if id(group) not in shapes:
             requested = {**last.fields, "AllocTRES": "", "AllocGRES": ""}
             shapes[id(group)] = (
-                _shape(last.fields, where(last.line), log),
-                _shape(requested, where(last.line), _Quiet),  # type: ignore[arg-type]  # a class with the log's `skip`, no instance
+                row_shape(last.fields, where(last.line), log),
+                row_shape(requested, where(last.line), _Quiet),  # type: ignore[arg-type]  # a class with the log's `skip`, no instance
             )
         shape, requested = shapes[id(group)]
         if shape is None:
@@ -885,14 +419,18 @@ def _add_array_runs(
     where: Callable[[int], str],
 ) -> None:
     """The tasks of the most common shape as arrays, one per run of consecutive indexes; the
-    others as jobs of their own."""
+    others, and the tasks that never ran (the replay cancels them as they are submitted),
+    as jobs of their own."""
     pool = [t for t in tasks if t.allocated] or tasks
     counts: dict[tuple, int] = {}
     for t in pool:
         counts[t.key] = counts.get(t.key, 0) + 1
     best = max(pool, key=lambda t: (counts[t.key], -t.index))  # first of the most common
     fits = [
-        t for t in tasks if (t.key == best.key if t.allocated else t.requested == best.requested)
+        t
+        for t in tasks
+        if (t.key == best.key if t.allocated else t.requested == best.requested)
+        and not never_runs(t.job.start_ms, t.job.end_ms, bool(t.job.depends_on))
     ]
     runs: list[list[_Task]] = []
     for t in fits:  # runs of consecutive indexes
@@ -964,8 +502,8 @@ def _depends_on(text: str, job_id: str, tenant: str, naming: Naming) -> tuple[ev
 
 def _job(
     job_id: str,
-    last: _Row,
-    records: list[_Row],
+    last: Row,
+    records: list[Row],
     res: ev.Resources,
     nodes: int,
     log: ImportLog,
@@ -981,8 +519,8 @@ def _job(
 
 def _observed(
     job_id: str,
-    last: _Row,
-    records: list[_Row],
+    last: Row,
+    records: list[Row],
     res: ev.Resources,
     nodes: int,
     log: ImportLog,
@@ -999,6 +537,7 @@ def _observed(
         submit = parse_time(records[0].fields["Submit"], tz)
         start = parse_time(row["Start"], tz)
         end = parse_time(row["End"], tz)
+        eligible = parse_time(records[0].fields.get("Eligible") or "", tz)
     except ValueError as exc:
         log.skips.skip(where(last.line), f"cannot read a time: {exc}")
         return None
@@ -1049,7 +588,12 @@ def _observed(
         source_priority=qos.strip() or None,
         time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
         depends_on=(dependency or (lambda t, _: _depends_on(t, job_id, tenant, naming)))(
-            row.get("Dependency") or "", tenant
+            row.get("Dependency") or parse_submit_line(row.get("SubmitLine") or "").dependency,
+            tenant,
         ),
     )
+    if eligible is not None and eligible > submit and not job.depends_on:
+        # not placeable before it was eligible (`--begin`, a released hold, a dependency
+        # outside the dump): the replay submits it then (the replay's dependencies decide)
+        job.eligible_ms = min(t for t in (eligible, start, end) if t is not None)
     return job

@@ -152,10 +152,16 @@ def summary_text(s: dict) -> str:
         lines.append(
             "  final states: " + ", ".join(f"{k} {v}" for k, v in s["final_states"].items())
         )
+    if s.get("never_ran"):
+        lines.append(
+            "  never ran in reality: " + "; ".join(f"{v} {k}" for k, v in s["never_ran"].items())
+        )
     if s.get("checkpoint"):
         lines.append(f"  checkpoint assumed: {s['checkpoint']}")
     if s.get("observed"):
         lines.append(f"  observed (what happened) in {s['observed']}")
+    if s.get("site_policy"):
+        lines.append(f"  the site's policy (slurm.conf, QOS, accounts) in {s['site_policy']}")
     if s["skipped_rows"]:
         lines.append(f"  skipped {s['skipped_rows']} rows:")
         for reason, d in s["skipped"].items():
@@ -167,6 +173,8 @@ def summary_text(s: dict) -> str:
 
 
 EXTRA_COUNTS = (
+    "cancelled_while_running",
+    "eligible_later",
     "spread_limited",
     "steps_folded",
     "gangs_split",
@@ -212,10 +220,16 @@ def import_slurm_cmd(
     skipped_out: Path | None = typer.Option(
         None, "--skipped", help="Also write every skipped row (FILE:LINE: reason) here."
     ),
+    slurm_conf: Path | None = typer.Option(
+        None, "--slurm-conf", help="The site's slurm.conf (partitions, priority, preemption)."
+    ),
+    qos: Path | None = typer.Option(None, "--qos", help="`sacctmgr show qos -P` output."),
+    assoc: Path | None = typer.Option(None, "--assoc", help="`sacctmgr show assoc -P` output."),
     output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
 ) -> None:
     """Slurm accounting -> JSONL log: jobs (steps folded, arrays, het jobs, requeues,
-    multi-node gangs), submissions, cancels of jobs cancelled while pending, nodes."""
+    multi-node gangs), submissions, cancels of jobs cancelled while pending, nodes; with the
+    site's files, its recorded policy (OUT.site.json, docs/importers.md)."""
     from gpuledger.replay.importers.slurm import import_slurm
 
     _run_import(
@@ -233,6 +247,9 @@ def import_slurm_cmd(
                 progress=progress,
                 skips=skips,
                 columns=columns,
+                slurm_conf=slurm_conf,
+                qos=qos,
+                assoc=assoc,
             ).summary
         ),
     )

@@ -1,7 +1,9 @@
 """The simulated node agent's decider: members "run" for their job's duration hint.
 
 Per member on one of its nodes: start when placed; exit `completed` when the remaining work
-(duration minus the progress the allocation resumed from) is done. When and why a member
+(duration minus the progress the allocation resumed from) is done, or `failed` (exit code 1)
+when the job recorded that its run failed after that work (`JobSpec.ends`, an imported
+history's outcome; `recorded_end`). When and why a member
 stops is the rule shared with the real agent (services/domain/policy/member_stop.py): on a
 preemption request or at its time limit (`TimeLimitReached`) it saves a checkpoint taking the
 job's `save_s` and exits `preempted` — or, when saving would overrun the deadline, exits at
@@ -26,6 +28,7 @@ from gpuledger.events import (
     NodeRegistered,
 )
 from gpuledger.events import catalog as ev
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.policy.member_stop import TIME_LIMIT, Stop, member_stop
 from gpuledger.services.domain.tooling.deciding import LedgerService
@@ -277,7 +280,7 @@ class SimulatedAgent(LedgerService):
                     **common,
                 ),
             ]
-        outcome = "completed" if what == "end" else "preempted"
+        outcome = recorded_end(state, job) if what == "end" else "preempted"
         return [
             self.emit(
                 state,
@@ -285,10 +288,29 @@ class SimulatedAgent(LedgerService):
                 MemberExited,
                 key=key,
                 outcome=outcome,
-                exit_code=0 if outcome == "completed" else None,
+                exit_code=EXIT_CODES.get(outcome),
                 **common,
             )
         ]
+
+
+EXIT_CODES = {"completed": 0, "failed": 1}
+"""A simulated member's exit code by outcome (None: stopped by a signal)."""
+
+
+def recorded_end(state: Ledger, job: JobRecord) -> str:
+    """How the job's run ends when its work is done: `completed`, or the end its spec
+    recorded (`JobSpec.ends`; a task of an array: its own entry in the array's
+    `ArraySpec.ends`, else the array's), e.g. `failed` for an imported run that failed."""
+    end = job.spec.ends
+    if job.array_parent is not None:
+        parent = state.jobs.get(job.array_parent)
+        arr = None if parent is None else parent.spec.array
+        if arr and arr.ends is not msgspec.UNSET:
+            i = int(job.spec.job_id.rpartition(ARRAY_SEPARATOR)[2]) - arr.first
+            if 0 <= i < len(arr.ends):
+                end = arr.ends[i]
+    return end or "completed"
 
 
 def with_layouts(info: NodeInfo, known: NodeInfo) -> NodeInfo:

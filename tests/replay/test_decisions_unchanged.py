@@ -58,8 +58,8 @@ EXPECTED = {
     "scenario:starving-gang": "07c01db53d9e53f67560258f80554667c0423400509bd143196f6b33f7eb372c",
     "scenario:thrashing": "8276bd2d8a4b5f261e2dceec3baa65ee0777b2e44bfd6b2c7796901e0555df88",
     "scenario:usage-decay": "6be700978e5bea08ebe57fa58b6304cae3b5e40a63f0a48b51a320ccffffa930",
-    "openb:all": "66632476e6e6180886905c76bb11449fbcd82e6d521168785517be45175297e1",
-    "openb:6": "4e740d09df42131e83004cf25133de77f4c658299b25ad6e13f4d0ae4d108115",
+    "openb:all": "98763159d94957e31e0f25ba68329e065d493ad64c288edf4294f5a5b6659fcb",
+    "openb:6": "024029badb4bbf5624caa7bc4801b4cdf5dba662a2142a1050d3f414aadd0e0a",
 }
 
 

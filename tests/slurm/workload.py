@@ -34,7 +34,7 @@ from tests.slurm.realslurm import RealSlurm, SlurmFailed, poll
 # The sacct fields `gpuledger import slurm` reads (docs/slurm-testing.md, README).
 SACCT_FORMAT = (
     "JobID,JobIDRaw,JobName,User,Account,Partition,QOS,Priority,Submit,Eligible,Start,End,"
-    "Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES"
+    "Elapsed,Timelimit,State,ExitCode,NNodes,NodeList,ReqTRES,AllocTRES,SubmitLine"
 )
 # every job state sacct knows: with -s and -E, sacct lists jobs in any state during the window,
 # including jobs cancelled before they were ever eligible (held, future --begin)
@@ -248,9 +248,13 @@ def export(s: RealSlurm, start: str, out: Path) -> dict[str, list[str]]:
         "sacct-noheader.txt": sacct_command(start, header=False),
         "sinfo.txt": sinfo_command(),
         "sinfo-partitions.txt": sinfo_command(SINFO_PARTITIONS),
+        # the site's policy (`gpuledger import slurm --slurm-conf --qos --assoc`)
+        "qos.txt": ["sacctmgr", "show", "qos", "-P"],
+        "assoc.txt": ["sacctmgr", "show", "assoc", "-P"],
     }
     for name, argv in commands.items():
         (out / name).write_text(s.run(*argv))
+    (out / "slurm.conf").write_text(s.conf.read_text())
     return commands
 
 

@@ -89,7 +89,9 @@ def test_rows_before_and_after_the_trace_window(imported, tmp_path):
     assert jobs["j-0004"].job.duration_s is None  # NaN end: outlived the trace
     assert jobs["j-0005"].job.duration_s is None  # never started, no end: pending at the end
     cancels = [e for _, _, e in log if isinstance(e, ev.JobCancelled)]
-    assert [(c.job_id, c.occurred_at_ms - T0) for c in cancels] == [("j-0006", 50 * 60 * 1000)]
+    # never started, ended at 50 min: it never ran, so it is cancelled as it is submitted
+    assert [(c.job_id, c.occurred_at_ms - T0) for c in cancels] == [("j-0006", 35 * 60 * 1000)]
+    assert cancels[0].occurred_at_ms == jobs["j-0006"].occurred_at_ms
     assert summary["pending_at_end"] == 1 and summary["running_at_end"] == 1
 
 

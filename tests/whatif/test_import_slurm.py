@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.common import TraceImportError
-from gpuledger.replay.importers.slurm import expand_tasks, import_slurm, parse_tres, tres_resources
+from gpuledger.replay.importers.slurm import import_slurm
+from gpuledger.replay.importers.slurm_sacct import expand_tasks, parse_tres, tres_resources
 from gpuledger.replay.logio import read_log
 from gpuledger.services.cli.main import app
 
@@ -76,7 +77,13 @@ def test_times_pending_cancelled_running_and_requeued(imported):
     assert jobs["1004"].job.duration_s is None  # pending at the dump
     cancels = [e for _, _, e in log if isinstance(e, ev.JobCancelled)]
     assert [c.job_id for c in cancels] == ["1003"]
-    assert cancels[0].occurred_at_ms - jobs["1003"].occurred_at_ms == 45 * 60 * 1000
+    # cancelled after 45 min pending: it never ran, so the replay cancels it as it is
+    # submitted (docs/importers.md, "Recorded outcomes")
+    assert cancels[0].occurred_at_ms == jobs["1003"].occurred_at_ms
+    assert summary["never_ran"] == {
+        "ended before it started: cancelled at its submission in the replay": 1,
+        "pending at the end of the trace: the replay may place it": 4,
+    }
     # requeued: submitted at the first record, run time of the last
     assert jobs["1006"].occurred_at_ms == jobs["1001"].occurred_at_ms + 5 * 60 * 1000
     assert jobs["1006"].job.duration_s == 2 * 3600

@@ -6,29 +6,17 @@ observed baseline names the tasks as the replay does, and dependencies name the 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import msgspec
 import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay import observed as obs
-from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.whatif import external_inputs, replay
+from tests.whatif.sacct_dump import ONE, T0_MS, import_dump
+from tests.whatif.sacct_dump import at as _t
 
-T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
-T0_MS = int(T0.timestamp() * 1000)
-HEADER = (
-    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|"
-    "Elapsed|Timelimit|State|ExitCode|NNodes|NodeList|ReqTRES|AllocTRES|Dependency"
-)
-ONE = "billing=1,cpu=4,gres/gpu=1,mem=16G,node=1"
 TWO = "billing=2,cpu=4,gres/gpu=2,mem=16G,node=1"
-
-
-def _t(s: int | None) -> str:
-    return "Unknown" if s is None else (T0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def row(job, raw, start, end, state, nodes="g1", req=ONE, alloc=ONE, dep="", submit=0):
@@ -54,11 +42,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    d = tmp_path_factory.mktemp("arrays")
-    sacct, sinfo, out = d / "sacct.txt", d / "sinfo.txt", d / "arrays.jsonl"
-    sacct.write_text("\n".join([HEADER, *ROWS]) + "\n")
-    sinfo.write_text("g1|64|1000000|gpu:8\ng2|64|1000000|gpu:8\n")
-    summary = import_slurm(sacct, out, sinfo=sinfo).summary
+    summary, out = import_dump(tmp_path_factory.mktemp("arrays"), "Dependency", ROWS)
     log = list(read_log(out))
     jobs = {e.job.job_id: e.job for _, _, e in log if isinstance(e, ev.JobSubmitted)}
     return summary, log, jobs, out
@@ -66,7 +50,7 @@ def imported(tmp_path_factory):
 
 def test_an_array_is_one_array_job_and_a_task_of_another_shape_a_job_of_its_own(imported):
     summary, log, jobs, _ = imported
-    assert sorted(jobs) == ["2000", "2000_2", "2000_3-6", "2010", "2011", "2012"]
+    assert sorted(jobs) == ["2000", "2000_2", "2000_3", "2000_4-6", "2010", "2011", "2012"]
     # the array's shape: its allocated tasks' (1 GPU); 2000_2 got 2 GPUs: a job of its own
     assert jobs["2000"].resources.gpus == 1 and jobs["2000_2"].resources.gpus == 2
     assert jobs["2000_2"].array is msgspec.UNSET and jobs["2000_2"].duration_s == 1200
@@ -74,17 +58,19 @@ def test_an_array_is_one_array_job_and_a_task_of_another_shape_a_job_of_its_own(
     assert jobs["2000"].array == ev.ArraySpec(
         count=2, max_running=2, first=0, durations_s=(600, 300)
     )
-    # after the hole at index 2, tasks 3 .. 6 (one cancelled, three pending) are array 2000_3-6
-    assert jobs["2000_3-6"].array == ev.ArraySpec(
-        count=4, max_running=2, first=3, durations_s=(None, None, None, None)
+    # 2000_3 was cancelled before it started: it never ran, so it is a job of its own that
+    # the replay cancels as it is submitted; the three pending tasks are array 2000_4-6
+    assert jobs["2000_3"].array is msgspec.UNSET
+    assert jobs["2000_4-6"].array == ev.ArraySpec(
+        count=3, max_running=2, first=4, durations_s=(None, None, None)
     )
     cancels = [
         (e.job_id, e.occurred_at_ms - T0_MS) for _, _, e in log if isinstance(e, ev.JobCancelled)
     ]
-    assert cancels == [("2000_3-6@3", 120_000)]  # cancelled while pending, at its End
+    assert cancels == [("2000_3", 0)]  # cancelled while pending (End 120 s), at its submission
     # jobs count the tasks, as sacct lists them: 6 in arrays + 2000_2 + 3 jobs
-    assert (summary["jobs"], summary["arrays"], summary["array_tasks"]) == (10, 2, 6)
-    assert summary["array_tasks_split"] == 1 and summary["skipped_rows"] == 0
+    assert (summary["jobs"], summary["arrays"], summary["array_tasks"]) == (10, 2, 5)
+    assert summary["array_tasks_split"] == 2 and summary["skipped_rows"] == 0
 
 
 def test_a_dependency_on_an_array_names_the_array_and_one_on_a_task_the_task(imported):
@@ -97,7 +83,8 @@ def test_a_dependency_on_an_array_names_the_array_and_one_on_a_task_the_task(imp
     assert deps("2010") == [
         ("2000", "succeeded"),
         ("2000_2", "succeeded"),
-        ("2000_3-6", "succeeded"),
+        ("2000_3", "succeeded"),
+        ("2000_4-6", "succeeded"),
     ]
     assert deps("2011") == [("2000@1", "finished")]
     assert deps("2012") == [("2000_2", "succeeded")]
@@ -113,7 +100,7 @@ def test_the_observed_baseline_keeps_each_task_under_the_replay_s_id(imported):
     assert set(seen) == replayed  # the observed column and the replay count the same jobs
     t1 = seen["2000@1"]
     assert (t1.start_ms - T0_MS, t1.end_ms - T0_MS, t1.state) == (60_000, 360_000, "COMPLETED")
-    assert (seen["2000_3-6@3"].state, seen["2000_3-6@5"].state) == ("CANCELLED", "PENDING")
+    assert (seen["2000_3"].state, seen["2000_4-6@5"].state) == ("CANCELLED", "PENDING")
     # in the replay each task runs its own recorded time
     placed = {e.job_id: e.occurred_at_ms for _, _, e in sim.log if isinstance(e, ev.GangPlaced)}
     done = {e.job_id: e.occurred_at_ms for _, _, e in sim.log if isinstance(e, ev.GangCompleted)}
@@ -121,15 +108,16 @@ def test_the_observed_baseline_keeps_each_task_under_the_replay_s_id(imported):
     assert done["2000@1"] - placed["2000@1"] == 300_000
     # 2011 waited for task 1 only, not for the whole array
     assert placed["2011"] == done["2000@1"]
-    # `%2`: two tasks at a time: 3 and 4 at once, 5 when 3 is cancelled (at its recorded
-    # End, 120 s), 6 when 4 is stopped at its 1 h limit + 30 s grace (pending tasks have no
-    # run time of their own)
-    at = {i: (placed[f"2000_3-6@{i}"] - T0_MS) // 1000 for i in range(3, 7)}
-    assert at == {3: 0, 4: 0, 5: 120, 6: 3630}
+    # `%2`: two tasks at a time: 3 never ran (cancelled with the submission), 4 and 5 at
+    # once, 6 when 4 is stopped at its 1 h limit, as Slurm stops it (OverTimeLimit 0;
+    # pending tasks have no run time of their own)
+    assert "2000_3" not in placed
+    at = {i: (placed[f"2000_4-6@{i}"] - T0_MS) // 1000 for i in range(4, 7)}
+    assert at == {4: 0, 5: 0, 6: 3600}
     capped = [
         e.reason
         for _, _, e in sim.log
-        if isinstance(e, ev.PendingReasonChanged) and e.job_id == "2000_3-6@6"
+        if isinstance(e, ev.PendingReasonChanged) and e.job_id == "2000_4-6@6"
     ]
     assert capped[-1] == "ArrayTaskLimit"
 
@@ -154,11 +142,8 @@ def test_a_task_with_impossible_times_is_skipped_alone_and_its_array_kept(tmp_pa
         row("3000_1", 3002, 600, 300, "COMPLETED"),  # ends before it starts
         row("3000_2", 3003, 60, 90, "COMPLETED"),
     ]
-    sacct, sinfo, out = tmp_path / "sacct.txt", tmp_path / "sinfo.txt", tmp_path / "a.jsonl"
-    sacct.write_text("\n".join([HEADER, *rows]) + "\n")
-    sinfo.write_text("g1|64|1000000|gpu:8\n")
-    summary = import_slurm(sacct, out, sinfo=sinfo).summary
-    assert summary["skipped"]["end time before start time"]["first"] == [f"{sacct}:3"]
+    summary, out = import_dump(tmp_path, "Dependency", rows)
+    assert summary["skipped"]["end time before start time"]["first"] == [f"{tmp_path}/sacct.txt:3"]
     arrays = {
         e.job.job_id: e.job.array for _, _, e in read_log(out) if isinstance(e, ev.JobSubmitted)
     }

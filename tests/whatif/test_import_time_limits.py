@@ -12,7 +12,8 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay.importers.kubernetes import import_kubernetes
-from gpuledger.replay.importers.slurm import import_slurm, parse_dependency, parse_timelimit
+from gpuledger.replay.importers.slurm import import_slurm
+from gpuledger.replay.importers.slurm_sacct import parse_dependency, parse_timelimit
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.whatif import external_inputs, replay
 

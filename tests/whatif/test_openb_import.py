@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuledger import events as ev
@@ -49,7 +50,11 @@ def test_configuration_then_nodes_then_inputs_in_time_order(small):
         "PolicyConfigured"
     ]
     assert kinds[6:9] == ["NodeRegistered"] * 3
-    assert kinds[9:] == ["JobSubmitted"] * 5 + ["JobCancelled"]
+    # p-pend never ran: cancelled as it is submitted (20 s); p-cpu and p-ls were deleted
+    # while Running: cancelled at their deletion (70 s, 100 s)
+    assert (
+        kinds[9:] == ["JobSubmitted"] * 4 + ["JobCancelled", "JobSubmitted"] + ["JobCancelled"] * 2
+    )
     times = [e.occurred_at_ms for _, _, e in entries]
     assert times == sorted(times)
     assert [e.job.job_id for _, _, e in entries if isinstance(e, ev.JobSubmitted)] == [
@@ -102,18 +107,23 @@ def test_nodes(small):
 def test_resources_durations_and_cancels(small):
     jobs = {e.job.job_id: e for e in small.events if isinstance(e, ev.JobSubmitted)}
     ls = jobs["p-ls"].job
-    assert ls.resources.gpu_milli == 460 and ls.resources.gpus == 0 and ls.duration_s == 100
+    # deleted while Running: no run time of its own, cancelled at its deletion
+    assert ls.resources.gpu_milli == 460 and ls.resources.gpus == 0 and ls.duration_s is None
     be8 = jobs["p-be8"]
     assert be8.occurred_at_ms == 30_000 and be8.job.duration_s == 490
     assert be8.job.resources.gpus == 8 and be8.job.resources.gpu_models == ("V100M16", "V100M32")
     assert be8.job.resources.cpu_milli == 88000 and be8.job.resources.memory_mib == 327680
     cpu = jobs["p-cpu"].job.resources
     assert cpu.gpus == 0 and cpu.gpu_milli == 0 and cpu.cpu_milli == 4000
-    assert jobs["p-whole"].job.resources.gpus == 1 and jobs["p-whole"].job.duration_s == 20
+    whole = jobs["p-whole"].job  # Failed after 20 s: replayed as a run that fails after 20 s
+    assert (whole.resources.gpus, whole.duration_s, whole.ends) == (1, 20, "failed")
+    assert be8.job.ends is msgspec.UNSET  # Succeeded: completes
     assert jobs["p-pend"].job.duration_s is None
     cancels = [e for e in small.events if isinstance(e, ev.JobCancelled)]
-    assert [(c.job_id, c.occurred_at_ms, c.tenant) for c in cancels] == [
-        ("p-pend", 90_000, "openb")
+    assert [(c.job_id, c.occurred_at_ms, c.reason) for c in cancels] == [
+        ("p-pend", 20_000, "DeletedBeforeScheduled"),  # never scheduled: as it is submitted
+        ("p-cpu", 70_000, "CancelledWhileRunning"),
+        ("p-ls", 100_000, "CancelledWhileRunning"),
     ]
     assert small.summary()["by_shape"] == {"1gpu": 2, "8gpu": 1, "cpu": 1, "share": 1}
 
@@ -200,8 +210,12 @@ def test_the_trace_slice_imports_every_pod_node_and_cancel():
     # Given the slice of the real trace (680 pods, 102 GPU nodes; numbers counted with awk)
     imp = import_openb(TRACE / "openb_pod_list_default.csv", TRACE / "openb_node_list_gpu_node.csv")
     assert imp.jobs == 680 and imp.gpus == 498 and len(imp.nodes) == 102
-    assert imp.cancels == 82  # the pods with no scheduled_time: deleted, never scheduled
-    assert len(imp.events) == 6 + 102 + 680 + 82
+    # 82 pods with no scheduled_time (deleted, never scheduled) and 426 deleted while Running
+    assert imp.cancels == 508
+    assert imp.never_ran == {
+        "ended before it started: cancelled at its submission in the replay": 82
+    }
+    assert len(imp.events) == 6 + 102 + 680 + 508
     assert Counter(e.job.priority_class for e in imp.events if isinstance(e, ev.JobSubmitted)) == {
         "ls": 383,
         "be": 289,
@@ -218,8 +232,8 @@ def test_a_full_size_trace_imports_every_pod(tmp_path):
     imp = import_openb(pods, TRACE / "openb_node_list_gpu_node.csv")
     out = tmp_path / "openb.jsonl"
     n = write_log(out, imp.entries())
-    assert imp.jobs == 8160 and imp.cancels == 12 * 82
-    assert n == len(imp.events) == 6 + 102 + 8160 + 12 * 82
+    assert imp.jobs == 8160 and imp.cancels == 12 * 508
+    assert n == len(imp.events) == 6 + 102 + 8160 + 12 * 508
     back = list(read_log(out))
     assert [s for s, _, _ in back] == list(range(1, n + 1))
     times = [e.occurred_at_ms for _, _, e in back]
@@ -260,11 +274,12 @@ pend,1000,1024,1,300,BE,30,90,
     assert jobs["s1"].finished_ms == 100_000
     assert jobs["s2"].finished_ms == 10_000 + 58_000  # placed at submission, runs its observed 58 s
     assert jobs["c1"].finished_ms == 50_000
-    assert jobs["pend"].finished_ms == 90_000  # ran from 30 s until the user deleted it
+    assert jobs["pend"].finished_ms == 30_000  # never scheduled: cancelled as it is submitted
+    assert not jobs["pend"].placements
 
 
 def test_replay_of_whole_gpu_pods_on_mps_gpus(tmp_path):
     imp = import_openb(write(tmp_path, "pods.csv", PODS), write(tmp_path, "nodes.csv", NODES))
     sim = _replay(imp)
-    assert sim.ledger.jobs["p-whole"].state == "completed"
+    assert sim.ledger.jobs["p-whole"].state == "failed"  # its recorded phase
     assert sim.ledger.jobs["p-be8"].state == "completed"
