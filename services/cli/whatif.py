@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from gpuledger.services.cli.common import fail, fail_input
+from gpuledger.services.cli.whatif_fidelity import calibrate_cmd
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -204,16 +205,24 @@ def replay(
     sim = run_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
-    data = build_report(sim.ledger, sim.log, sim.now_ms)
     from gpuledger.replay.compare import CompareError, observed
     from gpuledger.replay.observed import copy_beside
+    from gpuledger.services.cli.whatif_fidelity import specs_of
 
     try:
-        seen = observed(log)
+        seen = observed(log, specs_of(inputs.timeline))
     except CompareError as exc:
         fail(str(exc), 2)
+    from gpuledger.replay.compare import summarize
+    from gpuledger.replay.fidelity import fidelity
+
+    replayed = summarize(sim.log, groups=None if seen is None else seen.jobs.groups)
+    data = build_report(sim.ledger, sim.log, sim.now_ms, measured=replayed.metrics)
+    fid = None
     if seen is not None:
         data["observed"] = seen.metrics  # what the source recorded, same definitions
+        fid = fidelity(seen, replayed)
+        data["fidelity"] = fid.as_dict()
         copy_beside(log, out)  # `compare` of replays finds it
     if json_out is not None:
         json_out.write_text(json.dumps(data, indent=2))
@@ -236,6 +245,12 @@ def replay(
             f"{o['preemptions']}, lost {o['lost_gpu_hours']:.2f} GPU-h; replayed "
             f"{m['gpu_hours']:.1f} GPU-h"
         )
+    if fid is not None:
+        from gpuledger.services.cli.whatif_fidelity import print_fidelity
+
+        title = "baseline fidelity: this replay against what happened"
+        overlays = config is not None or policy or set_
+        print_fidelity(fid, title + (" (with your configuration changes)" if overlays else ""))
 
 
 @app.command()
@@ -295,12 +310,16 @@ def whatif(
     entries = _read(log)
     base_inputs = external_inputs(entries)
     variants = []
+    from gpuledger.services.cli.whatif_fidelity import specs_of
+
     try:
-        seen = observed(log)
+        seen = observed(log, specs_of(base_inputs.timeline))
     except CompareError as exc:
         fail(str(exc), 2)
+    groups = None
     if seen is not None:
         variants.append(Variant("observed", [f"what {obs_name(log)} records"], seen))
+        groups = seen.jobs.groups
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
     for name, sets, files in specs:
@@ -316,7 +335,7 @@ def whatif(
             safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
             path = logs / f"{safe}.jsonl"
             write_any(path, sim.log)
-        summary = summarize(sim.log, name=name)
+        summary = summarize(sim.log, name=name, groups=groups)
         variants.append(Variant(name, changes, summary, None if path is None else str(path)))
         m = summary.metrics
         typer.echo(
@@ -327,18 +346,18 @@ def whatif(
     out.write_text(
         render(str(log), variants, len(entries), title, checkpoint=assumption(base_inputs))
     )
+    from gpuledger.replay.whatif_report import fidelity_of
+    from gpuledger.services.cli.whatif_fidelity import print_fidelity, whatif_json
+
+    fid = fidelity_of(variants)
     if json_out is not None:
-        json_out.write_text(
-            json.dumps(
-                {v.label: {"changes": v.changes, "metrics": v.summary.metrics} for v in variants},
-                indent=2,
-            )
-            + "\n"
-        )
+        json_out.write_text(json.dumps(whatif_json(variants, fid), indent=2) + "\n")
     from rich.console import Console
     from rich.table import Table
 
-    header, body = table(variants)
+    if fid is not None:
+        print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
+    header, body = table(variants, fid)
     t = Table(title=f"what-if: {log}", title_justify="left")
     for i, h in enumerate(header):
         t.add_column(h, justify="left" if i == 0 else "right")
@@ -391,3 +410,7 @@ def _project(log: Path, db: Path) -> None:
     except ImportError:
         fail("projections are not available in this build", 2)
     rebuild(log, db)
+
+
+# `gpuledger calibrate` (services/cli/whatif_fidelity.py)
+app.command("calibrate")(calibrate_cmd)

@@ -363,11 +363,17 @@ def compare_cmd(
             seen, seen_of = observed(b), b
     except CompareError as exc:
         fail(str(exc), 2)
+    from gpuledger.services.cli.whatif_fidelity import compare_fidelity
+
     result = compare(sa, sb)
     observed_col: dict[str, str] = {}
+    fid, common = compare_fidelity(sa, sb, seen)
     if seen is not None:
         result["observed"] = {"log": str(find(seen_of)), "metrics": seen.metrics}
-        observed_col = {label: value for label, value, _, _ in rows(compare(seen, sa))}
+        result["fidelity"] = fid.as_dict()
+        observed_col = {
+            label: value for label, value, _, _ in rows(compare(seen, sa), common(seen, sa))
+        }
     written: list[Path] = []
     if plots is not None:
         from gpuledger.replay.plots import write_plots
@@ -389,6 +395,8 @@ def compare_cmd(
     from rich.console import Console
     from rich.table import Table
 
+    from gpuledger.services.cli.whatif_fidelity import effect_mark, print_fidelity
+
     table = Table(title=f"A = {a}   B = {b}", title_justify="left")
     table.add_column("METRIC")
     if observed_col:
@@ -396,11 +404,14 @@ def compare_cmd(
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("DELTA", justify="right")
-    for row in rows(result):
+    for row in rows(result, common(sa, sb)):
+        row = (*row[:3], row[3] + effect_mark(fid, row[0], sa, sb))
         if observed_col:
             row = (row[0], observed_col.get(row[0], ""), *row[1:])
         table.add_row(*row)
     console = Console()
+    if fid is not None:
+        print_fidelity(fid, f"baseline fidelity: A ({a.name}) against observed")
     console.print(table)
     for p in written:
         console.print(f"wrote {p}")
