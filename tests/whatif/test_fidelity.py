@@ -1,0 +1,276 @@
+"""Fidelity: the baseline's gap to what happened, every time a history is replayed.
+
+The history here is constructed so that every number is known: one 8-GPU node, two pairs of
+jobs (a `normal` job taking the node, then a `high` job that Slurm started at once by
+preempting it). The baseline keeps gpuledger's defaults (minimum runtime 300 s, grace 30 s),
+so each `high` job waits until its victim has run 300 s, plus the grace: 270 s and 240 s
+where Slurm had 0 s."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuledger.replay import observed as obs
+from gpuledger.replay.fidelity import Gap
+from gpuledger.replay.importers.slurm import import_slurm
+from gpuledger.services.cli.main import app
+
+runner = CliRunner()
+HEADER = (
+    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|"
+    "Elapsed|Timelimit|State|ExitCode|NNodes|NodeList|ReqTRES|AllocTRES"
+)
+
+
+def _row(job: int, user: str, qos: str, submit: str, start: str, end: str) -> str:
+    tres = "billing=1,cpu=4,gres/gpu=8,mem=16G,node=1"
+    day = "2024-03-01T"
+    return (
+        f"{job}|{job}|job{job}|{user}|physics|gpu|{qos}|100|{day}{submit}|{day}{submit}|"
+        f"{day}{start}|{day}{end}|00:00:00|1-00:00:00|COMPLETED|0:0|1|gpu-a01|{tres}|{tres}"
+    )
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Path:
+    """Given the constructed history, imported (log + observation file)."""
+    sacct, sinfo, log = tmp_path / "sacct.txt", tmp_path / "sinfo.txt", tmp_path / "h.jsonl"
+    rows = [
+        HEADER,
+        _row(1, "alice", "normal", "08:00:00", "08:00:00", "09:00:00"),
+        _row(2, "bob", "high", "08:01:00", "08:01:00", "08:11:00"),
+        _row(3, "alice", "normal", "12:00:00", "12:00:00", "13:00:00"),
+        _row(4, "bob", "high", "12:01:30", "12:01:30", "12:11:30"),
+    ]
+    sacct.write_text("\n".join(rows) + "\n")
+    sinfo.write_text("gpu-a01|64|1031000|gpu:a100:8(S:0-1)\n")
+    import_slurm(sacct, log, sinfo=sinfo)
+    return log
+
+
+def _with_users(log: Path) -> None:
+    """The observation file as an importer that records users writes it."""
+    path = obs.sidecar(log)
+    lines = path.read_text().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        o = json.loads(line)
+        o["user"] = "alice" if o["job"] in ("1", "3") else "bob"
+        out.append(json.dumps(o))
+    path.write_text("\n".join(out) + "\n")
+
+
+def _metric(fid: dict, label: str) -> dict:
+    return next(m for m in fid["metrics"] if m["metric"] == label)
+
+
+def test_replay_reports_the_gap_of_every_metric_with_known_numbers(history, tmp_path):
+    # when the history is replayed under its recorded configuration
+    out = tmp_path / "r.json"
+    r = runner.invoke(
+        app, ["replay", str(history), "--out", str(tmp_path / "r.jsonl"), "--json", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    fid = json.loads(out.read_text())["fidelity"]
+    # then states match exactly
+    for s in ("completed", "failed", "timeout", "cancelled", "never started"):
+        assert _metric(fid, f"jobs {s}")["gap"] == 0 and _metric(fid, f"jobs {s}")["within"]
+    # and the baseline preempts twice where Slurm's record shows none: outside ±1
+    pre = _metric(fid, "preemptions")
+    assert (pre["observed"], pre["baseline"], pre["within"]) == (0, 2, False)
+    # and the high jobs waited 270 s and 240 s instead of 0: p50 240 s, p99 270 s, outside
+    # max(30 %, 15 s)
+    for label, want in (("wait p50 (all jobs)", 240.0), ("wait p99 (all jobs)", 270.0)):
+        m = _metric(fid, label)
+        assert (m["observed"], m["baseline"], m["gap"], m["allowed"]) == (0.0, want, want, 15.0)
+        assert m["within"] is False
+    assert _metric(fid, "wait p99 tenant physics")["baseline"] == 270.0
+    # and the per-job wait error joins the four jobs: errors 0, 0, 240, 270
+    assert fid["wait_error"] == {
+        "jobs": 4,
+        "median_s": 240.0,
+        "mean_s": 127.5,
+        "started_only_in_baseline": 0,
+        "started_only_in_observed": 0,
+    }
+    assert "preemptions" in fid["outside_tolerance"]
+    assert "fidelity: 8 of 16 metrics outside tolerance" in r.output
+    assert "median 4.0m, mean 2.1m" in r.output
+
+
+@pytest.mark.parametrize(
+    ("group", "observed", "baseline", "within"),
+    [
+        ("states", 5, 5, True),
+        ("states", 5, 6, False),
+        ("preemptions", 7, 6, True),
+        ("preemptions", 7, 5, False),
+        ("gpu_hours", 100.0, 102.0, True),
+        ("gpu_hours", 100.0, 102.5, False),
+        ("waits", 100.0, 130.0, True),  # 30 % of 100 s
+        ("waits", 100.0, 131.0, False),
+        ("waits", 10.0, 25.0, True),  # 15 s floor
+        ("waits", 10.0, 26.0, False),
+        ("waits", None, 26.0, False),  # a group on one side only
+        ("waits", None, None, None),
+    ],
+)
+def test_tolerance_flags(group, observed, baseline, within):
+    # given a metric's observed and baseline values; then it is flagged by its tolerance
+    assert Gap("m", "count", group, observed, baseline).within is within
+
+
+def test_whatif_json_has_waits_by_tenant_partition_and_user_in_the_class_shape(history, tmp_path):
+    # given an observation file that records each job's user
+    _with_users(history)
+    out = tmp_path / "m.json"
+    r = runner.invoke(
+        app, ["whatif", str(history), "--out", str(tmp_path / "r.html"), "--json", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    for entry in ("observed", "recorded"):
+        m = data[entry]["metrics"]
+        # then every dimension has p50 and p99 keyed like `..._by_class`
+        for q in ("p50", "p99"):
+            assert set(m[f"wait_s_{q}_by_tenant"]) == {"physics"}
+            assert set(m[f"wait_s_{q}_by_user"]) == {"alice", "bob"}
+            assert m[f"wait_s_{q}_by_partition"] == {}  # sinfo without partitions
+            assert all(isinstance(v, float) for v in m[f"wait_s_{q}_by_user"].values())
+    # and the users' waits are the jobs' own: bob's high jobs waited 240 / 270 s in the baseline
+    assert data["recorded"]["metrics"]["wait_s_p99_by_user"] == {"alice": 0.0, "bob": 270.0}
+    assert data["observed"]["metrics"]["wait_s_p99_by_user"] == {"alice": 0.0, "bob": 0.0}
+    assert "wait p99 user bob" in data["recorded"]["fidelity"]["outside_tolerance"]
+
+
+def test_each_variant_shows_its_effect_against_the_baseline_and_observed(history, tmp_path):
+    out, html = tmp_path / "m.json", tmp_path / "r.html"
+    # when two variants are replayed: one that removes the cause, one that barely changes it
+    r = runner.invoke(
+        app,
+        [
+            "whatif",
+            str(history),
+            "--variant",
+            "fix: policy.min_runtime_s=0; policy.default_grace_s=0",
+            "--variant",
+            "grace20: policy.default_grace_s=20",
+            "--out",
+            str(html),
+            "--json",
+            str(out),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    fix = data["fix"]["effects"]["wait p99 (all jobs)"]
+    # then the fix's effect is -270 s against the baseline and 0 against observed
+    assert (fix["value"], fix["vs_baseline"], fix["vs_observed"]) == (0.0, -270.0, 0.0)
+    assert fix["below_baseline_error"] is False
+    # and a 10 s effect is smaller than the baseline's 270 s error: marked
+    small = data["grace20"]["effects"]["wait p99 (all jobs)"]
+    assert small["vs_baseline"] == -10.0 and small["below_baseline_error"] is True
+    page = html.read_text()
+    assert "-10.0s (&lt; error)" in page and "-4.5m (&lt; error)" not in page
+    # and the completion rows compare the same jobs (all four completed everywhere)
+    assert "completion time mean (4 jobs completed in all)" in page
+
+
+class _Headings(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h2: list[str] = []
+        self.tables: list[list[list[str]]] = []
+        self._in: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "h2":
+            self._in = "h2"
+            self.h2.append("")
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._in = "cell"
+            self.tables[-1][-1].append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("h2", "td", "th"):
+            self._in = None
+
+    def handle_data(self, data):
+        if self._in == "h2":
+            self.h2[-1] += data
+        elif self._in == "cell":
+            self.tables[-1][-1][-1] += data
+
+
+def test_the_html_report_leads_with_the_fidelity_table(history, tmp_path):
+    html = tmp_path / "r.html"
+    r = runner.invoke(app, ["whatif", str(history), "--out", str(html)])
+    assert r.exit_code == 0, r.output
+    page = _Headings()
+    page.feed(html.read_text())
+    # then the first section and the first table are the fidelity table
+    assert page.h2[0].startswith("Fidelity")
+    first = page.tables[0]
+    assert first[0] == ["metric", "observed", "baseline", "gap", "tolerance", "status"]
+    pre = next(row for row in first if row[0] == "preemptions")
+    assert pre == ["preemptions", "0", "2", "+2", "±1", "OUTSIDE"]
+
+
+def test_compare_of_two_replays_prints_the_baselines_fidelity(history, tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert runner.invoke(app, ["replay", str(history), "--out", str(a)]).exit_code == 0
+    args = ["replay", str(history), "--out", str(b), "--set", "policy.min_runtime_s=0"]
+    assert runner.invoke(app, args).exit_code == 0
+    out = tmp_path / "c.json"
+    r = runner.invoke(app, ["compare", str(a), str(b), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "baseline fidelity: A (a.jsonl) against observed" in r.output
+    fid = json.loads(out.read_text())["fidelity"]
+    assert _metric(fid, "wait p99 (all jobs)")["baseline"] == 270.0
+
+
+def test_calibrate_finds_the_knob_that_is_off_and_validates_it(history, tmp_path):
+    out = tmp_path / "cal.json"
+    # when the knobs are fitted on the first pair of jobs
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            str(history),
+            "--knob",
+            "min_runtime_s",
+            "--knob",
+            "default_grace_s",
+            "--json",
+            str(out),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    result = json.loads(out.read_text())
+    # then the minimum runtime that forbade Slurm's preemptions is lowered
+    assert result["knobs"]["min_runtime_s"] == {"recorded": 300, "fitted": 0}
+    assert result["knobs"]["default_grace_s"] == {"recorded": 30, "fitted": 0}
+    # and the per-job wait error falls on the fitting window and on the held-out one
+    err = result["wait_error"]
+    assert err["fit"]["before"]["mean_s"] == 135.0 and err["fit"]["after"]["mean_s"] == 0.0
+    assert err["validate"]["before"]["mean_s"] == 120.0
+    assert err["validate"]["after"]["mean_s"] == 0.0
+    assert result["windows"] == {"fit_jobs": 2, "validate_jobs": 2}
+    assert "use: --set policy.min_runtime_s=0 --set policy.default_grace_s=0" in r.output
+
+
+def test_calibrate_refuses_an_unknown_knob_and_a_log_without_observations(history, tmp_path):
+    r = runner.invoke(app, ["calibrate", str(history), "--knob", "sched_interval"])
+    assert r.exit_code == 2 and "unknown knob 'sched_interval'" in r.output
+    obs.sidecar(history).unlink()
+    r = runner.invoke(app, ["calibrate", str(history)])
+    assert r.exit_code == 2 and "no observation file (h.observed.jsonl)" in r.output
