@@ -86,10 +86,10 @@ def table(
     others = [v for v in variants if v is not ref and v is not seen]
     for v in others:
         name = DISPLAY.get(v.label, v.label)
-        header += [name, f"{name} vs {'baseline' if ref.label == 'recorded' else ref.label}"]
+        header += [name, "vs baseline" if ref.label == "recorded" else f"vs {ref.label}"]
         vs_obs = {} if seen is None else {r[0]: r[3] for r in pair(seen, v)}
         if seen is not None:
-            header.append(f"{name} vs observed")
+            header.append("vs observed")
         var_vals = metric_values(v.summary.metrics)
         for label, _, value, d in pair(ref, v):
             if label not in cells:

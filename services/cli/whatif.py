@@ -176,7 +176,9 @@ def replay(
     ),
 ) -> None:
     """Re-run a log's external inputs through the deciders, under the recorded configuration,
-    a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE)."""
+    a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE).
+    When LOG has an observation file (an import's), print the replay's fidelity: its gap to
+    what happened, per metric, against documented tolerances."""
     from gpuledger.replay.export import write_any
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report as build_report
@@ -274,13 +276,17 @@ def whatif(
         None, "--logs", help="Also write each variant's replayed log into this directory."
     ),
     json_out: Path | None = typer.Option(
-        None, "--json", help="Also write every variant's metrics as JSON here."
+        None,
+        "--json",
+        help="Also write every variant's metrics (the baseline's fidelity, the others' effects) as JSON here.",
     ),
     title: str | None = typer.Option(None, "--title", help="Report title."),
 ) -> None:
     """Replay LOG under the recorded configuration and under each --policy / --variant, and
-    write one offline HTML report: comparison table, queue wait by class, utilisation over
-    time, preemptions and lost GPU-hours, per-tenant fairness."""
+    write one offline HTML report: the baseline's fidelity (its gap to what LOG's observation
+    file records, per metric, against documented tolerances), comparison table (each
+    variant's effect against the baseline and observed), queue wait by class, utilisation
+    over time, preemptions and lost GPU-hours, per-tenant fairness."""
     from gpuledger.replay.compare import CompareError, observed, summarize
     from gpuledger.replay.export import write_any
     from gpuledger.replay.overlay import OverlayError, apply_overlays

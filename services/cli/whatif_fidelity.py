@@ -42,9 +42,8 @@ def print_fidelity(fid, title: str) -> None:
         t.add_column(h.upper(), justify="left" if i in (0, 5) else "right")
     for r in table_rows(fid, limit=CLI_GROUP_LIMIT):
         t.add_row(*r)
-    console = Console()
-    console.print(t)
-    console.print(summary_line(fid))
+    Console().print(t)
+    typer.echo(summary_line(fid))
 
 
 def compare_fidelity(sa, sb, seen):

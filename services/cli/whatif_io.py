@@ -350,7 +350,8 @@ def compare_cmd(
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO
     class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A.
     When A (else B) has an observation file (an import's OUT.observed.jsonl, copied beside a
-    replay's --out), an OBSERVED column shows what the source recorded."""
+    replay's --out), an OBSERVED column shows what the source recorded and A's fidelity (its
+    gap to observed per metric, against documented tolerances) is printed first."""
     from gpuledger.replay.compare import CompareError, compare, load, observed, rows
     from gpuledger.replay.observed import find
 

@@ -1,10 +1,10 @@
 """Fidelity: the baseline's gap to what happened, every time a history is replayed.
 
-The history here is constructed so that every number is known: one 8-GPU node, two pairs of
-jobs (a `normal` job taking the node, then a `high` job that Slurm started at once by
-preempting it). The baseline keeps gpuledger's defaults (minimum runtime 300 s, grace 30 s),
-so each `high` job waits until its victim has run 300 s, plus the grace: 270 s and 240 s
-where Slurm had 0 s."""
+The history (tests/fixtures/slurm-fidelity) is constructed so that every number is known: one
+8-GPU node, two pairs of jobs (a `normal` job taking the node, then a `high` job that Slurm
+started at once by preempting it). The recorded configuration keeps gpuledger's protections
+(minimum runtime 300 s, grace 30 s), so each `high` job waits until its victim has run 300 s,
+plus the grace: 270 s and 240 s where Slurm had 0 s."""
 
 from __future__ import annotations
 
@@ -21,35 +21,17 @@ from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.services.cli.main import app
 
 runner = CliRunner()
-HEADER = (
-    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|Priority|Submit|Eligible|Start|End|"
-    "Elapsed|Timelimit|State|ExitCode|NNodes|NodeList|ReqTRES|AllocTRES"
-)
-
-
-def _row(job: int, user: str, qos: str, submit: str, start: str, end: str) -> str:
-    tres = "billing=1,cpu=4,gres/gpu=8,mem=16G,node=1"
-    day = "2024-03-01T"
-    return (
-        f"{job}|{job}|job{job}|{user}|physics|gpu|{qos}|100|{day}{submit}|{day}{submit}|"
-        f"{day}{start}|{day}{end}|00:00:00|1-00:00:00|COMPLETED|0:0|1|gpu-a01|{tres}|{tres}"
-    )
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-fidelity"
 
 
 @pytest.fixture
 def history(tmp_path: Path) -> Path:
-    """Given the constructed history, imported (log + observation file)."""
-    sacct, sinfo, log = tmp_path / "sacct.txt", tmp_path / "sinfo.txt", tmp_path / "h.jsonl"
-    rows = [
-        HEADER,
-        _row(1, "alice", "normal", "08:00:00", "08:00:00", "09:00:00"),
-        _row(2, "bob", "high", "08:01:00", "08:01:00", "08:11:00"),
-        _row(3, "alice", "normal", "12:00:00", "12:00:00", "13:00:00"),
-        _row(4, "bob", "high", "12:01:30", "12:01:30", "12:11:30"),
-    ]
-    sacct.write_text("\n".join(rows) + "\n")
-    sinfo.write_text("gpu-a01|64|1031000|gpu:a100:8(S:0-1)\n")
-    import_slurm(sacct, log, sinfo=sinfo)
+    """Given the constructed history (tests/fixtures/slurm-fidelity), imported: log +
+    observation file."""
+    log = tmp_path / "h.jsonl"
+    import_slurm(
+        FIXTURE / "sacct.txt", log, sinfo=FIXTURE / "sinfo.txt", mapping=FIXTURE / "mapping.yaml"
+    )
     return log
 
 
@@ -99,8 +81,8 @@ def test_replay_reports_the_gap_of_every_metric_with_known_numbers(history, tmp_
         "started_only_in_observed": 0,
     }
     assert "preemptions" in fid["outside_tolerance"]
-    assert "fidelity: 8 of 16 metrics outside tolerance" in r.output
-    assert "median 4.0m, mean 2.1m" in r.output
+    assert "fidelity: 10 of 18 metrics outside tolerance" in r.output
+    assert "started in both: median 4.0m, mean 2.1m" in r.output
 
 
 @pytest.mark.parametrize(
@@ -140,7 +122,7 @@ def test_whatif_json_has_waits_by_tenant_partition_and_user_in_the_class_shape(h
         for q in ("p50", "p99"):
             assert set(m[f"wait_s_{q}_by_tenant"]) == {"physics"}
             assert set(m[f"wait_s_{q}_by_user"]) == {"alice", "bob"}
-            assert m[f"wait_s_{q}_by_partition"] == {}  # sinfo without partitions
+            assert set(m[f"wait_s_{q}_by_partition"]) == {"gpu"}
             assert all(isinstance(v, float) for v in m[f"wait_s_{q}_by_user"].values())
     # and the users' waits are the jobs' own: bob's high jobs waited 240 / 270 s in the baseline
     assert data["recorded"]["metrics"]["wait_s_p99_by_user"] == {"alice": 0.0, "bob": 270.0}
