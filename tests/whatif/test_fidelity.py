@@ -256,3 +256,78 @@ def test_calibrate_refuses_an_unknown_knob_and_a_log_without_observations(histor
     obs.sidecar(history).unlink()
     r = runner.invoke(app, ["calibrate", str(history)])
     assert r.exit_code == 2 and "no observation file (h.observed.jsonl)" in r.output
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+IMPORTS = {
+    "slurm": [
+        "slurm",
+        "--sacct",
+        str(FIXTURES / "slurm" / "sacct-observed.txt"),
+        "--sinfo",
+        str(FIXTURES / "slurm" / "sinfo.txt"),
+    ],
+    "slurm-real": [
+        "slurm",
+        "--sacct",
+        str(FIXTURES / "slurm-real" / "sacct.txt"),
+        "--sinfo",
+        str(FIXTURES / "slurm-real" / "sinfo-partitions.txt"),
+    ],
+    "openb": [
+        "alibaba-openb",
+        "--pods",
+        str(FIXTURES / "openb" / "openb_pod_list_default.csv"),
+        "--nodes",
+        str(FIXTURES / "openb" / "openb_node_list_gpu_node.csv"),
+    ],
+    "csv": [
+        "csv",
+        str(FIXTURES / "csv" / "jobs.csv"),
+        "--mapping",
+        str(FIXTURES / "csv" / "mapping.yaml"),
+        "--config-nodes",
+        str(FIXTURES / "csv" / "nodes.yaml"),
+    ],
+}
+
+
+@pytest.mark.parametrize("source", sorted(IMPORTS))
+def test_the_per_job_wait_error_joins_the_same_jobs_an_independent_join_finds(source, tmp_path):
+    # given each importer's fixture, imported and replayed under its recorded configuration
+    log, out = tmp_path / "in.jsonl", tmp_path / "r.json"
+    r = runner.invoke(app, ["import", *IMPORTS[source], "--out", str(log)])
+    assert r.exit_code == 0, r.output
+    args = ["replay", str(log), "--out", str(tmp_path / "r.jsonl"), "--json", str(out)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    fid = data["fidelity"]
+    # when the waits are joined here, from the observation file and the replay's job rows
+    _, items = obs.read(obs.sidecar(log))
+    seen = list(items)
+    observed = {
+        o.job: (o.first_start - o.submit_ms) / 1000
+        for o in seen
+        if not o.started_before and o.first_start is not None
+    }
+    replayed = {
+        j["id"]: j["placements"][0]["at_s"] - j["submitted_at_s"]
+        for j in data["jobs"]
+        if "tasks" not in j and j["placements"]
+    }
+    both = sorted(set(observed) & set(replayed))
+    errs = sorted(abs(replayed[j] - observed[j]) for j in both)
+    # then both sides count the same jobs, and the report's join is this join
+    submitted = _metric(fid, "jobs submitted")
+    assert submitted["observed"] == submitted["baseline"] == len(seen)
+    assert fid["wait_error"]["jobs"] == len(both) > 0
+    assert fid["wait_error"]["median_s"] == pytest.approx(errs[round(0.5 * (len(errs) - 1))])
+    assert fid["wait_error"]["mean_s"] == pytest.approx(sum(errs) / len(errs))
+    assert fid["wait_error"]["started_only_in_observed"] == len(set(observed) - set(replayed))
+    # and the waits per tenant are reported for the tenants whose jobs started
+    tenants = {o.tenant for o in seen if o.job in observed}
+    assert set(data["observed"]["wait_s_p50_by_tenant"]) == tenants
+    if source == "slurm-real":  # partitions from `sinfo ... %P`: the jobs' node selectors
+        assert set(data["observed"]["wait_s_p50_by_partition"]) == {"high", "low"}
+        assert set(data["metrics"]["wait_s_p50_by_partition"]) == {"high", "low"}
