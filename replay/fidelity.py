@@ -139,7 +139,7 @@ def wait_error(
     keep = set(ow) | set(bw) if jobs is None else set(jobs)
     both = sorted(j for j in keep if j in ow and j in bw)
     errs = [abs(bw[j] - ow[j]) for j in both]
-    known = set(observed.jobs.groups)  # jobs the source recorded
+    known = set(observed.jobs.groups) - observed.jobs.unmeasured  # recorded, wait measurable
     return WaitError(
         jobs=len(both),
         median_s=percentile(errs, 0.5),

@@ -136,6 +136,8 @@ class JobFacts:
     completion_s: dict[str, float] = field(default_factory=dict)
     groups: dict[str, dict[str, str]] = field(default_factory=dict)
     """Job -> {dimension: value} over `DIMENSIONS` (a dimension with no value is absent)."""
+    unmeasured: set[str] = field(default_factory=set)
+    """Jobs that started, but before the window: no wait to measure (observed only)."""
 
 
 DIMENSIONS = ("tenant", "partition", "user")
@@ -510,7 +512,7 @@ def measure_observed(
         facts.groups[o.job] = (groups or {}).get(o.job) or observed_groups(o)
         first = o.first_start
         if o.started_before:
-            pass  # started before the window: no wait to measure
+            facts.unmeasured.add(o.job)  # started before the window: no wait to measure
         elif first is None:
             never[cls] += 1
         else:
