@@ -27,8 +27,9 @@ Definitions (the JSON keys are a contract: add, never rename):
 - `wait_s_p50` / `wait_s_p99`: the same waits over every placed job; `wait_s_p50_by_tenant`,
   `..._by_partition`, `..._by_user` (and `p99`): the same per tenant, per partition / node pool
   (the job's `partition` node selector, or what the source recorded) and per user (only where
-  the source recorded one), in the shape of `..._by_class`; a job with no value for a
-  dimension is left out of it (`JobFacts.groups`, `spec_groups`).
+  the source recorded one), in the shape of `..._by_class` (None for a group none of whose
+  jobs was placed); a job with no value for a dimension is left out of it (`JobFacts.groups`,
+  `spec_groups`).
 - `preemptions`: `GangEvicted` events whose reason is one of `PREEMPTION_REASONS`;
   `preemptions_by_reason` splits them; `lost_gpu_hours` = the sum of their `lost_gpu_ms` /
   3.6e6; `preemptions_declined_by_reason` counts `PreemptionDeclined` by reason.
@@ -175,11 +176,13 @@ def wait_metrics(facts: JobFacts) -> dict[str, Any]:
         "wait_s_p99": percentile(all_waits, 0.99),
     }
     for dim in DIMENSIONS:
-        split: dict[str, list[float]] = defaultdict(list)
-        for job, w in facts.wait_s.items():
-            value = facts.groups.get(job, {}).get(dim)
-            if value is not None:
-                split[value].append(w)
+        split: dict[str, list[float]] = {}
+        for job, groups in facts.groups.items():
+            value = groups.get(dim)
+            if value is not None:  # a group none of whose jobs started: None, as by class
+                bucket = split.setdefault(value, [])
+                if job in facts.wait_s:
+                    bucket.append(facts.wait_s[job])
         for q, name in ((0.5, "p50"), (0.99, "p99")):
             out[f"wait_s_{name}_by_{dim}"] = {g: percentile(split[g], q) for g in sorted(split)}
     return out
@@ -377,13 +380,15 @@ def completion_times(ledger: Ledger) -> list[float]:
 
 
 def job_facts(ledger: Ledger, groups: Mapping[str, dict[str, str]] | None = None) -> JobFacts:
-    """Per counted job: wait, completion time, groups (`groups` when it names the job, the
-    source's record, else `spec_groups`)."""
+    """Per admitted counted job: wait, completion time, groups (`groups` when it names the
+    job, the source's record, else `spec_groups`)."""
     facts = JobFacts()
     for job in counted_jobs(ledger):
+        if job.admitted_ms is None:
+            continue  # rejected (or not yet admitted): no wait, as `waits_by_class`
         job_id = job.spec.job_id
         facts.groups[job_id] = (groups or {}).get(job_id) or spec_groups(job.spec)
-        if job.admitted_ms is not None and job.placements:
+        if job.placements:
             facts.wait_s[job_id] = (job.placements[0][0] - job.submitted_ms) / 1000
         if job.state == "completed" and job.finished_ms is not None:
             facts.completion_s[job_id] = (job.finished_ms - job.submitted_ms) / 1000

@@ -325,9 +325,11 @@ def test_the_per_job_wait_error_joins_the_same_jobs_an_independent_join_finds(so
     assert fid["wait_error"]["median_s"] == pytest.approx(errs[round(0.5 * (len(errs) - 1))])
     assert fid["wait_error"]["mean_s"] == pytest.approx(sum(errs) / len(errs))
     assert fid["wait_error"]["started_only_in_observed"] == len(set(observed) - set(replayed))
-    # and the waits per tenant are reported for the tenants whose jobs started
-    tenants = {o.tenant for o in seen if o.job in observed}
-    assert set(data["observed"]["wait_s_p50_by_tenant"]) == tenants
+    # and the waits per tenant are reported for every tenant, None where no job started
+    by_tenant = data["observed"]["wait_s_p50_by_tenant"]
+    assert set(by_tenant) == {o.tenant for o in seen}
+    started = {o.tenant for o in seen if o.job in observed}
+    assert {t for t, v in by_tenant.items() if v is not None} == started
     if source == "slurm-real":  # partitions from `sinfo ... %P`: the jobs' node selectors
         assert set(data["observed"]["wait_s_p50_by_partition"]) == {"high", "low"}
         assert set(data["metrics"]["wait_s_p50_by_partition"]) == {"high", "low"}
