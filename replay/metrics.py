@@ -341,13 +341,17 @@ def counted_jobs(ledger: Ledger):
 
 
 def job_counts(ledger: Ledger) -> dict[str, int]:
-    """Jobs by final state, as the ledger's fold left them."""
+    """Jobs by final state, as the ledger's fold left them. An array that never had tasks
+    (rejected, or cancelled before admission) counts as its tasks, in its state: the source
+    lists them, and so does the observed column."""
     states: dict[str, int] = defaultdict(int)
-    jobs = counted_jobs(ledger)
-    for job in jobs:
+    for job in counted_jobs(ledger):
         states[COUNTED_AS.get(job.state, job.state)] += 1
+    for job in ledger.jobs.values():
+        if job.spec.array and job.admitted_ms is None:
+            states[COUNTED_AS.get(job.state, job.state)] += job.spec.array.count
     return {
-        "submitted": len(jobs),
+        "submitted": sum(states.values()),
         **{s: states.get(s, 0) for s in FINISHED_STATES},
         "unfinished": sum(v for k, v in states.items() if k not in FINISHED_STATES),
     }

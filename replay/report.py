@@ -62,11 +62,15 @@ def jobs_text(rows: list[dict[str, Any]]) -> str:
     itself is not counted once more (as `sacct` lists them, and as the run metrics count)."""
     states: dict[str, int] = {}
     arrays = 0
+    parents = {str(j["id"]).split("@", 1)[0] for j in rows if "@" in str(j["id"])}
     for j in rows:
+        n = 1
         if "tasks" in j:
             arrays += 1
-            continue
-        states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
+            if j["id"] in parents:
+                continue
+            n = j["tasks"]  # never had tasks (rejected): its tasks, as `metrics.job_counts`
+        states[str(j["state"])] = states.get(str(j["state"]), 0) + n
     jobs = sum(states.values())
     return f"{jobs} jobs" + (f" ({arrays} arrays)" if arrays else "") + f" {states}"
 

@@ -333,3 +333,27 @@ def test_the_per_job_wait_error_joins_the_same_jobs_an_independent_join_finds(so
     if source == "slurm-real":  # partitions from `sinfo ... %P`: the jobs' node selectors
         assert set(data["observed"]["wait_s_p50_by_partition"]) == {"high", "low"}
         assert set(data["metrics"]["wait_s_p50_by_partition"]) == {"high", "low"}
+
+
+def test_an_array_that_never_had_tasks_counts_as_its_tasks_everywhere():
+    """The issue saw "48 jobs" beside "77 jobs": an array the replay rejects never gets task
+    records, and counted as nothing while the source lists each task."""
+    from gpuledger.replay.metrics import measure
+    from gpuledger.replay.report import jobs_text, report
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.replay.simulator import simulate
+
+    # given a 6-task array no node can hold (16 GPUs each on an 8-GPU node) and one job
+    big = {"id": "a", "tenant": "ml", "gpus": 16, "duration": "1h", "array": {"count": 6}}
+    small = {"id": "b", "tenant": "ml", "gpus": 1, "duration": "1h"}
+    doc = {
+        "cluster": {"nodes": [{"name": "gpu-1", "gpus": 8}]},
+        "tenants": [{"name": "ml", "guaranteed": 8}],
+        "timeline": [{"at": 0, "submit": big}, {"at": 0, "submit": small}],
+    }
+    sim = simulate(from_document(doc))
+    # then the metrics and the replay's summary line both count 7 jobs, 6 of them rejected
+    jobs = measure(sim.log).metrics["jobs"]
+    assert (jobs["submitted"], jobs["rejected"], jobs["completed"]) == (7, 6, 1)
+    text = jobs_text(report(sim.ledger, sim.log, sim.now_ms)["jobs"])
+    assert text == "7 jobs (1 arrays) {'rejected': 6, 'completed': 1}"
