@@ -327,15 +327,11 @@ def table_rows(f: Fidelity, limit: int | None = None) -> list[list[str]]:
     """METRIC, OBSERVED, BASELINE, GAP, TOLERANCE, STATUS rows. With `limit`, a dimension
     (tenant, partition, user) with more groups than that shows only its rows outside the
     tolerance, and one line says how many were left out (all are in `--json` and the report)."""
-    counts: dict[str, set[str]] = {}
-    for g in f.gaps:
-        dim = _dimension(g.label)
-        if dim:
-            counts.setdefault(dim, set()).add(g.label.split(" ", 3)[3])
+    counts = groups_by_dimension(g.label for g in f.gaps)
     out: list[list[str]] = []
     hidden: dict[str, int] = {}
     for g in f.gaps:
-        dim = _dimension(g.label)
+        dim = dimension_of(g.label)
         if limit is not None and dim and len(counts[dim]) > limit and g.within is not False:
             hidden[dim] = hidden.get(dim, 0) + 1
             continue
@@ -357,11 +353,34 @@ def table_rows(f: Fidelity, limit: int | None = None) -> list[list[str]]:
 FIDELITY_HEADER = ["metric", "observed", "baseline", "gap", "tolerance", "status"]
 
 
-def _dimension(label: str) -> str | None:
+def dimension_of(label: str) -> str | None:
+    """`tenant` for `wait p50 tenant physics` (a wait row of a dimension), else None."""
     words = label.split(" ", 3)
     if len(words) == 4 and words[0] == "wait" and words[2] in DIMENSIONS:
         return words[2]
     return None
+
+
+def groups_by_dimension(labels: Iterable[str]) -> dict[str, set[str]]:
+    """Dimension -> the groups its wait rows name, over row labels."""
+    out: dict[str, set[str]] = {}
+    for label in labels:
+        dim = dimension_of(label)
+        if dim:
+            out.setdefault(dim, set()).add(label.split(" ", 3)[3])
+    return out
+
+
+def trim_groups(rows: list[list[str]], limit: int) -> list[list[str]]:
+    """Table rows (label first) without the wait rows of a dimension that has more than
+    `limit` groups, and one line per dimension saying how many were left out."""
+    groups = groups_by_dimension(r[0] for r in rows)
+    wide = {d for d, g in groups.items() if len(g) > limit}
+    out = [r for r in rows if dimension_of(r[0]) not in wide]
+    for d in sorted(wide):
+        note = f"({len(groups[d])} {d}s: their wait rows are in --json and the report)"
+        out.append([note, *([""] * (len(rows[0]) - 1))])
+    return out
 
 
 def summary_line(f: Fidelity) -> str:

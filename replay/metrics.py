@@ -34,7 +34,8 @@ Definitions (the JSON keys are a contract: add, never rename):
   `preemptions_by_reason` splits them; `lost_gpu_hours` = the sum of their `lost_gpu_ms` /
   3.6e6; `preemptions_declined_by_reason` counts `PreemptionDeclined` by reason.
 - `jobs`: jobs by final state (`unfinished` = neither completed, failed, rejected nor
-  cancelled); `jobs_timeout`: those of `failed` stopped at their time limit; `jobs_completed`, `jct_s_mean` / `jct_s_p50` / `jct_s_p99`: completion time =
+  cancelled; an array counts as its tasks, one that never had any as its task count in its
+  own state); `jobs_timeout`: those of `failed` stopped at their time limit; `jobs_completed`, `jct_s_mean` / `jct_s_p50` / `jct_s_p99`: completion time =
   completion - submission over completed jobs.
 - `gpu_hours`: integral(allocated milli-GPU dt) / 1000 / 3.6e6 over the window (the GPU
   time the allocations held).

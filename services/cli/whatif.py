@@ -364,6 +364,10 @@ def whatif(
     if fid is not None:
         print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
     header, body = table(variants, fid)
+    from gpuledger.replay.fidelity import trim_groups
+    from gpuledger.services.cli.whatif_fidelity import CLI_GROUP_LIMIT
+
+    body = trim_groups(body, CLI_GROUP_LIMIT)
     t = Table(title=f"what-if: {log}", title_justify="left")
     for i, h in enumerate(header):
         t.add_column(h, justify="left" if i == 0 else "right")

@@ -405,8 +405,11 @@ def compare_cmd(
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("DELTA", justify="right")
-    for row in rows(result, common(sa, sb)):
-        row = (*row[:3], row[3] + effect_mark(fid, row[0], sa, sb))
+    from gpuledger.replay.fidelity import trim_groups
+    from gpuledger.services.cli.whatif_fidelity import CLI_GROUP_LIMIT
+
+    body = [[*r[:3], r[3] + effect_mark(fid, r[0], sa, sb)] for r in rows(result, common(sa, sb))]
+    for row in trim_groups(body, CLI_GROUP_LIMIT):
         if observed_col:
             row = (row[0], observed_col.get(row[0], ""), *row[1:])
         table.add_row(*row)

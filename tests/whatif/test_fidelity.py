@@ -357,3 +357,27 @@ def test_an_array_that_never_had_tasks_counts_as_its_tasks_everywhere():
     assert (jobs["submitted"], jobs["rejected"], jobs["completed"]) == (7, 6, 1)
     text = jobs_text(report(sim.ledger, sim.log, sim.now_ms)["jobs"])
     assert text == "7 jobs (1 arrays) {'rejected': 6, 'completed': 1}"
+
+
+def test_a_terminal_shows_a_crowded_dimension_only_where_it_is_outside_tolerance():
+    from gpuledger.replay.fidelity import Fidelity, WaitError, table_rows, trim_groups
+
+    # given 14 users, one of them outside its tolerance
+    gaps = [Gap("preemptions", "count", "preemptions", 1, 1)]
+    gaps += [Gap(f"wait p50 user u{i:02}", "seconds", "waits", 10.0, 10.0) for i in range(13)]
+    gaps.append(Gap("wait p50 user u13", "seconds", "waits", 10.0, 99.0))
+    f = Fidelity(gaps, WaitError(0, None, None, 0, 0))
+    # then the fidelity table keeps that user's row and counts the 13 others
+    labels = [r[0] for r in table_rows(f, limit=12)]
+    assert labels == [
+        "preemptions",
+        "wait p50 user u13",
+        "(13 wait rows by user within tolerance not shown)",
+    ]
+    assert len(table_rows(f)) == 15  # no limit: the report and --json have every row
+    # and the comparison table drops the dimension's rows, saying where they are
+    body = [[g.label, "x"] for g in gaps]
+    assert [r[0] for r in trim_groups(body, 12)] == [
+        "preemptions",
+        "(14 users: their wait rows are in --json and the report)",
+    ]
