@@ -207,23 +207,13 @@ def replay(
     sim = run_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
-    from gpuledger.replay.compare import CompareError, observed
     from gpuledger.replay.observed import copy_beside
-    from gpuledger.services.cli.whatif_fidelity import specs_of
+    from gpuledger.services.cli.whatif_fidelity import replay_fidelity
 
-    try:
-        seen = observed(log, specs_of(inputs.timeline))
-    except CompareError as exc:
-        fail(str(exc), 2)
-    from gpuledger.replay.compare import summarize
-    from gpuledger.replay.fidelity import fidelity
-
-    replayed = summarize(sim.log, groups=None if seen is None else seen.jobs.groups)
+    seen, replayed, fid = replay_fidelity(log, inputs.timeline, sim.log)
     data = build_report(sim.ledger, sim.log, sim.now_ms, measured=replayed.metrics)
-    fid = None
-    if seen is not None:
+    if seen is not None and fid is not None:
         data["observed"] = seen.metrics  # what the source recorded, same definitions
-        fid = fidelity(seen, replayed)
         data["fidelity"] = fid.as_dict()
         copy_beside(log, out)  # `compare` of replays finds it
     if json_out is not None:
@@ -287,12 +277,12 @@ def whatif(
     file records, per metric, against documented tolerances), comparison table (each
     variant's effect against the baseline and observed), queue wait by class, utilisation
     over time, preemptions and lost GPU-hours, per-tenant fairness."""
-    from gpuledger.replay.compare import CompareError, observed, summarize
+    from gpuledger.replay.compare import summarize
     from gpuledger.replay.export import write_any
     from gpuledger.replay.overlay import OverlayError, apply_overlays
     from gpuledger.replay.whatif import external_inputs
     from gpuledger.replay.whatif import replay as run_replay
-    from gpuledger.replay.whatif_report import Variant, render, table
+    from gpuledger.replay.whatif_report import Variant, render
     from gpuledger.services.cli.live import read_doc
 
     specs: list[tuple[str, list[str], list[tuple[str, object]]]] = []
@@ -316,16 +306,12 @@ def whatif(
     entries = _read(log)
     base_inputs = external_inputs(entries)
     variants = []
-    from gpuledger.services.cli.whatif_fidelity import specs_of
+    from gpuledger.services.cli.whatif_fidelity import observed_of
 
-    try:
-        seen = observed(log, specs_of(base_inputs.timeline))
-    except CompareError as exc:
-        fail(str(exc), 2)
-    groups = None
+    seen = observed_of(log, base_inputs.timeline)
+    groups = None if seen is None else seen.jobs.groups
     if seen is not None:
         variants.append(Variant("observed", [f"what {obs_name(log)} records"], seen))
-        groups = seen.jobs.groups
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
     for name, sets, files in specs:
@@ -352,30 +338,10 @@ def whatif(
     out.write_text(
         render(str(log), variants, len(entries), title, checkpoint=assumption(base_inputs))
     )
-    from gpuledger.replay.whatif_report import fidelity_of
-    from gpuledger.services.cli.whatif_fidelity import print_fidelity, whatif_json
+    from gpuledger.services.cli.whatif_fidelity import print_whatif
 
-    fid = fidelity_of(variants)
-    if json_out is not None:
-        json_out.write_text(json.dumps(whatif_json(variants, fid), indent=2) + "\n")
-    from rich.console import Console
-    from rich.table import Table
-
-    if fid is not None:
-        print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
-    header, body = table(variants, fid)
-    from gpuledger.replay.fidelity import trim_groups
-    from gpuledger.services.cli.whatif_fidelity import CLI_GROUP_LIMIT
-
-    body = trim_groups(body, CLI_GROUP_LIMIT)
-    t = Table(title=f"what-if: {log}", title_justify="left")
-    for i, h in enumerate(header):
-        t.add_column(h, justify="left" if i == 0 else "right")
-    for r in body:
-        t.add_row(*r)
-    console = Console()
-    console.print(t)
-    console.print(f"wrote {out}")
+    print_whatif(log, variants, json_out)
+    typer.echo(f"wrote {out}")
 
 
 def obs_name(log: Path) -> str:

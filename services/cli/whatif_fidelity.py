@@ -30,6 +30,49 @@ def specs_in(entries) -> list:
     return [e.job for _, _, e in entries if isinstance(e, ev.JobSubmitted)]
 
 
+def observed_of(log: Path, timeline):
+    """The observed column of `log` (None without an observation file); exit 2 on a bad one."""
+    from gpuledger.replay.compare import CompareError, observed
+
+    try:
+        return observed(log, specs_of(timeline))
+    except CompareError as exc:
+        fail(str(exc), 2)
+
+
+def replay_fidelity(log: Path, timeline, replayed_log):
+    """`replay`: (observed column or None, the replayed log's summary under the history's
+    groups, its fidelity or None)."""
+    from gpuledger.replay.compare import summarize
+    from gpuledger.replay.fidelity import fidelity
+
+    seen = observed_of(log, timeline)
+    replayed = summarize(replayed_log, groups=None if seen is None else seen.jobs.groups)
+    return seen, replayed, None if seen is None else fidelity(seen, replayed)
+
+
+def print_whatif(log: Path, variants, json_out: Path | None) -> None:
+    """`whatif`: the JSON (`whatif_json`), then the fidelity table and the comparison table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpuledger.replay.fidelity import trim_groups
+    from gpuledger.replay.whatif_report import fidelity_of, table
+
+    fid = fidelity_of(variants)
+    if json_out is not None:
+        json_out.write_text(json.dumps(whatif_json(variants, fid), indent=2) + "\n")
+    if fid is not None:
+        print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
+    header, body = table(variants, fid)
+    t = Table(title=f"what-if: {log}", title_justify="left")
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in trim_groups(body, CLI_GROUP_LIMIT):
+        t.add_row(*r)
+    Console().print(t)
+
+
 def print_fidelity(fid, title: str) -> None:
     """The fidelity table and its summary line, on stdout."""
     from rich.console import Console
@@ -119,7 +162,6 @@ def calibrate_cmd(
     of LOG's first window (by submit time) and validate on the second: the per-job wait error
     before and after on both. It fits timing knobs only and never closes a structural gap."""
     from gpuledger.replay.calibrate import CalibrationError, calibrate, parse_knobs
-    from gpuledger.replay.compare import CompareError, observed
     from gpuledger.replay.whatif import external_inputs
     from gpuledger.services.cli.whatif import _read
 
@@ -129,12 +171,8 @@ def calibrate_cmd(
         grid = parse_knobs(knob)
     except CalibrationError as exc:
         fail(str(exc), 2)
-    entries = _read(log)
-    inputs = external_inputs(entries)
-    try:
-        seen = observed(log, specs_of(inputs.timeline))
-    except CompareError as exc:
-        fail(str(exc), 2)
+    inputs = external_inputs(_read(log))
+    seen = observed_of(log, inputs.timeline)
     if seen is None:
         from gpuledger.replay.observed import sidecar
 
