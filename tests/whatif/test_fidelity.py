@@ -330,6 +330,12 @@ def test_the_per_job_wait_error_joins_the_same_jobs_an_independent_join_finds(so
     assert set(by_tenant) == {o.tenant for o in seen}
     started = {o.tenant for o in seen if o.job in observed}
     assert {t for t, v in by_tenant.items() if v is not None} == started
+    # and timeouts are counted alike: the source's TIMEOUT, the replay's `timeout` state
+    assert data["observed"]["jobs_timeout"] == sum(o.state.startswith("TIMEOUT") for o in seen)
+    assert data["metrics"]["jobs_timeout"] == sum(j["state"] == "timeout" for j in data["jobs"])
+    assert _metric(fid, "jobs timeout")["observed"] == data["observed"]["jobs_timeout"]
+    if source == "slurm":
+        assert data["observed"]["jobs_timeout"] == 1  # job 2005
     if source == "slurm-real":  # partitions from `sinfo ... %P`: the jobs' node selectors
         assert set(data["observed"]["wait_s_p50_by_partition"]) == {"high", "low"}
         assert set(data["metrics"]["wait_s_p50_by_partition"]) == {"high", "low"}
