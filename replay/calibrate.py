@@ -23,12 +23,15 @@ knob fitted around them fits noise, which the validation window shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuledger import events as ev
 from gpuledger.replay.compare import Summary, summarize
 from gpuledger.replay.compare import human_duration as hd
 from gpuledger.replay.fidelity import WaitError, wait_error
+
+if TYPE_CHECKING:
+    from gpuledger.replay.whatif import Inputs
 
 
 class CalibrationError(ValueError):
@@ -128,7 +131,7 @@ class Result:
         return out
 
 
-def _recorded(inputs) -> dict[str, Any]:
+def _recorded(inputs: Inputs) -> dict[str, Any]:
     policy = ev.Policy()
     for e in inputs.config:
         if isinstance(e, ev.PolicyConfigured):
@@ -136,7 +139,7 @@ def _recorded(inputs) -> dict[str, Any]:
     return {k: getattr(policy, k) for k in KNOBS}
 
 
-def windows(inputs, observed: Summary, split: float) -> tuple[set[str], set[str]]:
+def windows(inputs: Inputs, observed: Summary, split: float) -> tuple[set[str], set[str]]:
     """The observed jobs sorted by (submit time, id), split at `split`: (fit, validate)."""
     submit: dict[str, int] = {}
     for t, e in inputs.timeline:
@@ -150,7 +153,7 @@ def windows(inputs, observed: Summary, split: float) -> tuple[set[str], set[str]
     return set(jobs[:cut]), set(jobs[cut:])
 
 
-def _objective(e: WaitError) -> tuple:
+def _objective(e: WaitError) -> tuple[int, float, float]:
     big = float("inf")
     return (
         e.only_baseline + e.only_observed,
@@ -159,7 +162,9 @@ def _objective(e: WaitError) -> tuple:
     )
 
 
-def calibrate(inputs, observed: Summary, grid: dict[str, tuple[int, ...]], split: float) -> Result:
+def calibrate(
+    inputs: Inputs, observed: Summary, grid: dict[str, tuple[int, ...]], split: float
+) -> Result:
     """Fit `grid`'s knobs on the first window of `observed`'s jobs, validate on the second."""
     from gpuledger.replay.overlay import OverlayError, apply_overlays
     from gpuledger.replay.whatif import replay
@@ -170,7 +175,7 @@ def calibrate(inputs, observed: Summary, grid: dict[str, tuple[int, ...]], split
             f"{len(observed.jobs.groups)} observed jobs cannot be split into two windows"
         )
     recorded = _recorded(inputs)
-    cache: dict[tuple, Summary] = {}
+    cache: dict[tuple[tuple[str, int], ...], Summary] = {}
 
     def run(knobs: dict[str, int]) -> Summary:
         key = tuple(sorted(knobs.items()))

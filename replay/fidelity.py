@@ -194,7 +194,7 @@ def gaps(observed: dict[str, Any], baseline: dict[str, Any]) -> list[Gap]:
     return rows
 
 
-def _wait_order(label: str) -> tuple:
+def _wait_order(label: str) -> tuple[int, str, str]:
     """All jobs, then classes, tenants, partitions, users; p50 before p99 of each group."""
     words = label.split(" ", 2)
     rest = words[2]
