@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from gpuledger import events as ev
 from gpuledger.replay.compare import Summary, summarize
 from gpuledger.replay.compare import human_duration as hd
-from gpuledger.replay.fidelity import WaitError, wait_error
+from gpuledger.replay.fidelity import WaitError, fidelity, wait_error
 
 if TYPE_CHECKING:
     from gpuledger.replay.whatif import Inputs
@@ -84,6 +84,9 @@ class Result:
     before: tuple[WaitError, WaitError]
     after: tuple[WaitError, WaitError]
     tried: list[tuple[dict[str, int], WaitError]] = field(default_factory=list)
+    outside: tuple[list[str], list[str]] = ([], [])
+    """Fidelity metrics outside tolerance over the whole history, before and after."""
+    judged: int = 0
 
     def sets(self) -> list[str]:
         return [f"policy.{k}={v}" for k, v in self.fitted.items() if v != self.recorded[k]]
@@ -103,6 +106,7 @@ class Result:
                 },
             },
             "candidates": [{"knobs": k, "fit": e.as_dict()} for k, e in self.tried],
+            "outside_tolerance": {"before": self.outside[0], "after": self.outside[1]},
         }
 
     def lines(self) -> list[str]:
@@ -122,6 +126,12 @@ class Result:
         for i, name in enumerate(("fit", "validation")):
             out.append(f"  {name} window, per-job wait error before: {err(self.before[i])}")
             out.append(f"  {name} window, per-job wait error after:  {err(self.after[i])}")
+        left = ", ".join(self.outside[1][:6]) + (", ..." if len(self.outside[1]) > 6 else "")
+        out.append(
+            f"  whole history, fidelity metrics outside tolerance: before {len(self.outside[0])} "
+            f"of {self.judged}, after {len(self.outside[1])}"
+            + (f" (still: {left}; calibration does not close structural gaps)" if left else "")
+        )
         sets = self.sets()
         out.append(
             "  use: " + " ".join(f"--set {s}" for s in sets)
@@ -212,6 +222,7 @@ def calibrate(
         if not moved:
             break
     base, fitted = run(start), run(current)
+    f0, f1 = fidelity(observed, base), fidelity(observed, fitted)
     return Result(
         recorded=start,
         fitted=current,
@@ -219,4 +230,6 @@ def calibrate(
         before=(wait_error(observed, base, fit_jobs), wait_error(observed, base, val_jobs)),
         after=(wait_error(observed, fitted, fit_jobs), wait_error(observed, fitted, val_jobs)),
         tried=tried,
+        outside=([g.label for g in f0.outside], [g.label for g in f1.outside]),
+        judged=sum(1 for g in f0.gaps if g.within is not None),
     )

@@ -113,6 +113,8 @@ class WaitError:
     """Jobs that started in the baseline and never did in the observed history."""
     only_observed: int
     """Jobs that started in the observed history and never did in the baseline."""
+    examples: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    """The first `EXAMPLES` ids (sorted) of each of those two sets, to look them up."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +123,8 @@ class WaitError:
             "mean_s": self.mean_s,
             "started_only_in_baseline": self.only_baseline,
             "started_only_in_observed": self.only_observed,
+            "started_only_in_baseline_first": list(self.examples[0]),
+            "started_only_in_observed_first": list(self.examples[1]),
         }
 
     def text(self) -> str:
@@ -140,13 +144,20 @@ def wait_error(
     both = sorted(j for j in keep if j in ow and j in bw)
     errs = [abs(bw[j] - ow[j]) for j in both]
     known = set(observed.jobs.groups) - observed.jobs.unmeasured  # recorded, wait measurable
+    only_b = sorted(j for j in keep if j in bw and j not in ow and j in known)
+    only_o = sorted(j for j in keep if j in ow and j not in bw)
     return WaitError(
         jobs=len(both),
         median_s=percentile(errs, 0.5),
         mean_s=sum(errs) / len(errs) if errs else None,
-        only_baseline=sum(1 for j in keep if j in bw and j not in ow and j in known),
-        only_observed=sum(1 for j in keep if j in ow and j not in bw),
+        only_baseline=len(only_b),
+        only_observed=len(only_o),
+        examples=(tuple(only_b[:EXAMPLES]), tuple(only_o[:EXAMPLES])),
     )
+
+
+EXAMPLES = 20
+"""How many ids of the jobs started in one run only `--json` lists, per side."""
 
 
 def _values(m: dict[str, Any]) -> list[tuple[str, str, str, float | None]]:
