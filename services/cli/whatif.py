@@ -10,7 +10,6 @@ from pathlib import Path
 import typer
 
 from gpuledger.services.cli.common import fail, fail_input
-from gpuledger.services.cli.whatif_fidelity import calibrate_cmd
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.
 app = typer.Typer()
@@ -388,5 +387,24 @@ def _project(log: Path, db: Path) -> None:
     rebuild(log, db)
 
 
-# `gpuledger calibrate` (services/cli/whatif_fidelity.py)
-app.command("calibrate")(calibrate_cmd)
+@app.command()
+def calibrate(
+    log: Path = typer.Argument(..., help="An imported log with its observation file."),
+    knob: list[str] = typer.Option(
+        [],
+        "--knob",
+        help="Fit only these knobs, or give a knob its own grid: NAME or NAME=V1,V2,... (repeatable).",
+    ),
+    split: float = typer.Option(
+        0.5,
+        "--split",
+        help="Fraction of the jobs (by submit time) in the fitting window; the rest validate.",
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+) -> None:
+    """Fit a few documented policy knobs (docs/whatif.md, "Calibration") to the observed waits
+    of LOG's first window (by submit time) and validate on the second: the per-job wait error
+    before and after on both. It fits timing knobs only and never closes a structural gap."""
+    from gpuledger.services.cli.whatif_fidelity import calibrate_run
+
+    calibrate_run(log, _read(log), knob, split, json_out)

@@ -144,26 +144,12 @@ def whatif_json(variants, fid) -> dict[str, Any]:
     return out
 
 
-def calibrate_cmd(
-    log: Path = typer.Argument(..., help="An imported log with its observation file."),
-    knob: list[str] = typer.Option(
-        [],
-        "--knob",
-        help="Fit only these knobs, or give a knob its own grid: NAME or NAME=V1,V2,... (repeatable).",
-    ),
-    split: float = typer.Option(
-        0.5,
-        "--split",
-        help="Fraction of the jobs (by submit time) in the fitting window; the rest validate.",
-    ),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+def calibrate_run(
+    log: Path, entries: list, knob: list[str], split: float, json_out: Path | None
 ) -> None:
-    """Fit a few documented policy knobs (docs/whatif.md, "Calibration") to the observed waits
-    of LOG's first window (by submit time) and validate on the second: the per-job wait error
-    before and after on both. It fits timing knobs only and never closes a structural gap."""
+    """`gpuledger calibrate` (services/cli/whatif.py parses its arguments and reads LOG)."""
     from gpuledger.replay.calibrate import CalibrationError, calibrate, parse_knobs
     from gpuledger.replay.whatif import external_inputs
-    from gpuledger.services.cli.whatif import _read
 
     if not 0 < split < 1:
         fail(f"--split must be between 0 and 1, not {split}", 2)
@@ -171,7 +157,7 @@ def calibrate_cmd(
         grid = parse_knobs(knob)
     except CalibrationError as exc:
         fail(str(exc), 2)
-    inputs = external_inputs(_read(log))
+    inputs = external_inputs(entries)
     seen = observed_of(log, inputs.timeline)
     if seen is None:
         from gpuledger.replay.observed import sidecar
