@@ -261,6 +261,10 @@ def metric_values(m: dict[str, Any]) -> dict[str, tuple[str, float | None]]:
     return out
 
 
+ERROR_MARK = " (< error)"
+"""How a table marks an effect smaller than the baseline's error on its metric (`below_error`)."""
+
+
 def below_error(f: Fidelity | None, label: str, effect: float | None) -> bool | None:
     """Whether a non-zero effect on `label` is smaller than the baseline's error there
     (None: no error known, or no effect)."""

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.replay.compare import Summary, common_completion, compare, rows
-from gpuledger.replay.fidelity import Fidelity, below_error, fidelity, metric_values
+from gpuledger.replay.fidelity import (
+    ERROR_MARK,
+    Fidelity,
+    below_error,
+    fidelity,
+    metric_values,
+)
 
 
 @dataclass
@@ -99,7 +105,7 @@ def table(
             if label in var_vals and label in ref_vals:
                 a, b = ref_vals[label][1], var_vals[label][1]
                 effect = None if a is None or b is None else b - a
-            mark = " (< error)" if below_error(fid, label, effect) else ""
+            mark = ERROR_MARK if below_error(fid, label, effect) else ""
             cells[label] += [value, d + mark]
             if seen is not None:
                 cells[label].append(vs_obs.get(label, ""))

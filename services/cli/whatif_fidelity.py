@@ -71,6 +71,18 @@ def print_whatif(log: Path, variants, json_out: Path | None) -> None:
     for r in trim_groups(body, CLI_GROUP_LIMIT):
         t.add_row(*r)
     Console().print(t)
+    print_legend(body)
+
+
+def print_legend(body) -> None:
+    """One line saying what `(< error)` means, when a table shows it."""
+    from gpuledger.replay.fidelity import ERROR_MARK
+
+    if any(ERROR_MARK in cell for row in body for cell in row):
+        typer.echo(
+            f"{ERROR_MARK.strip()}: an effect smaller than the baseline's own error on that "
+            "metric (its gap to observed; for waits at least the per-job median wait error)"
+        )
 
 
 def print_fidelity(fid, title: str) -> None:
@@ -113,12 +125,12 @@ def compare_fidelity(sa, sb, seen):
 
 def effect_mark(fid, label: str, sa, sb) -> str:
     """` (< error)` when B - A on `label` is smaller than A's error there."""
-    from gpuledger.replay.fidelity import below_error, metric_values
+    from gpuledger.replay.fidelity import ERROR_MARK, below_error, metric_values
 
     va, vb = metric_values(sa.metrics).get(label), metric_values(sb.metrics).get(label)
     if fid is None or va is None or vb is None or va[1] is None or vb[1] is None:
         return ""
-    return " (< error)" if below_error(fid, label, vb[1] - va[1]) else ""
+    return ERROR_MARK if below_error(fid, label, vb[1] - va[1]) else ""
 
 
 def whatif_json(variants, fid) -> dict[str, Any]:

@@ -396,7 +396,7 @@ def compare_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from gpuledger.services.cli.whatif_fidelity import effect_mark, print_fidelity
+    from gpuledger.services.cli.whatif_fidelity import effect_mark, print_fidelity, print_legend
 
     table = Table(title=f"A = {a}   B = {b}", title_justify="left")
     table.add_column("METRIC")
@@ -417,5 +417,6 @@ def compare_cmd(
     if fid is not None:
         print_fidelity(fid, f"baseline fidelity: A ({a.name}) against observed")
     console.print(table)
+    print_legend(body)
     for p in written:
         console.print(f"wrote {p}")

@@ -162,6 +162,7 @@ def test_each_variant_shows_its_effect_against_the_baseline_and_observed(history
     # and a 10 s effect is smaller than the baseline's 270 s error: marked
     small = data["grace20"]["effects"]["wait p99 (all jobs)"]
     assert small["vs_baseline"] == -10.0 and small["below_baseline_error"] is True
+    assert "(< error): an effect smaller than the baseline's own error" in r.output
     page = html.read_text()
     assert "-10.0s (&lt; error)" in page and "-4.5m (&lt; error)" not in page
     # and the completion rows compare the same jobs (all four completed everywhere)
