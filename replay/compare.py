@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events import Event
-from gpuledger.replay.metrics import jain, measure, percentile
+from gpuledger.replay.metrics import DIMENSIONS, JobFacts, jain, measure, percentile
 
 __all__ = [
     "CompareError",
@@ -47,23 +47,34 @@ class Summary:
     """(t_s, mean SM activity % of the GPUs reported so far) at every metrics report."""
     waits: dict[str, list[float]] = field(default_factory=dict)
     """Per SLO class, every placed job's wait in seconds (sorted)."""
+    jobs: JobFacts = field(default_factory=JobFacts)
+    """Per job: wait, completion time, groups (what the fidelity report joins on)."""
 
 
-def summarize(entries: Iterable[tuple[int, str, Event]], name: str = "") -> Summary:
-    """Fold a log and compute its metrics (definitions in `replay.metrics`)."""
-    m = measure(entries)
+Groups = dict[str, dict[str, str]]
+
+
+def summarize(
+    entries: Iterable[tuple[int, str, Event]], name: str = "", groups: Groups | None = None
+) -> Summary:
+    """Fold a log and compute its metrics (definitions in `replay.metrics`); `groups`: each
+    job's groups as the source recorded them (`observed_groups`), else its spec's."""
+    m = measure(entries, groups=groups)
     return Summary(
         name=name,
         metrics=m.metrics,
         allocation=m.allocation,
         utilisation=m.utilisation,
         waits=m.waits,
+        jobs=m.jobs or JobFacts(),
     )
 
 
-def observed(log: str | Path) -> Summary | None:
+def observed(log: str | Path, specs: Iterable | None = None) -> Summary | None:
     """The observed column of `log`: its observation sidecar (`replay.observed`) measured by
-    `replay.metrics.measure_observed`; None when the log has no sidecar."""
+    `replay.metrics.measure_observed`; None when the log has no sidecar. `specs`: the
+    submitted jobs of the log, whose partition selectors complete what the sidecar records
+    (`observed_groups`)."""
     from gpuledger.replay import observed as obs
     from gpuledger.replay.metrics import measure_observed
 
@@ -72,13 +83,47 @@ def observed(log: str | Path) -> Summary | None:
         return None
     try:
         header, items = obs.read(path)
-        m = measure_observed(header, items)
+        seen = list(items)
+        m = measure_observed(header, seen, groups=source_groups(seen, specs or ()))
     except obs.ObservedError as exc:
         raise CompareError(str(exc)) from None
-    return Summary(name="observed", metrics=m.metrics, allocation=m.allocation, waits=m.waits)
+    return Summary(
+        name="observed",
+        metrics=m.metrics,
+        allocation=m.allocation,
+        waits=m.waits,
+        jobs=m.jobs or JobFacts(),
+    )
 
 
-def load(path: str | Path) -> Summary:
+def source_groups(observations: Iterable, specs: Iterable) -> Groups:
+    """Job -> its groups: what the source recorded (`observed_groups`), the partition from the
+    job's spec (`spec_groups`; an array task's from its array) where the source has none. One
+    mapping for the observed column and every replay of the same history."""
+    from gpuledger.replay.metrics import observed_groups, spec_groups
+
+    by_id = {s.job_id: s for s in specs}
+    out: Groups = {}
+    for o in observations:
+        spec = by_id.get(o.job) or by_id.get(o.job.split("@", 1)[0])
+        groups = spec_groups(spec) if spec is not None else {}
+        groups.update(observed_groups(o))
+        out[o.job] = groups
+    return out
+
+
+def regroup(summary: Summary, groups: Groups) -> None:
+    """Report `summary`'s waits under `groups` (job -> groups; jobs not named keep theirs):
+    its `JobFacts.groups` and the `wait_s_*_by_<dimension>` metrics are recomputed."""
+    from gpuledger.replay.metrics import wait_metrics
+
+    for job, g in groups.items():
+        if job in summary.jobs.groups or job in summary.jobs.wait_s:
+            summary.jobs.groups[job] = {**summary.jobs.groups.get(job, {}), **g}
+    summary.metrics.update(wait_metrics(summary.jobs))
+
+
+def load(path: str | Path, groups: Groups | None = None) -> Summary:
     """Summarize a log: JSONL, Parquet, or the log a DuckDB projection recorded."""
     import duckdb
 
@@ -89,7 +134,7 @@ def load(path: str | Path) -> Summary:
     if not p.is_file():
         raise CompareError(f"{p}: no such log file")
     try:
-        return summarize(read_any(p), name=str(p))
+        return summarize(read_any(p), name=str(p), groups=groups)
     except (LogFormatError, ev.UndecodableEvent) as exc:
         raise CompareError(str(exc)) from exc
     except (OSError, duckdb.Error) as exc:
@@ -144,8 +189,31 @@ def _signed(text: str, value: float | None) -> str:
     return text if value < 0 or text.startswith("-") else f"+{text}"
 
 
-def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(METRIC, A, B, DELTA) rows as text, in reading order."""
+def common_completion(summaries: list[Summary]) -> tuple[int, list[dict[str, float | None]]]:
+    """Completion times over the same jobs: those completed in every one of `summaries`.
+    Returns their number and, per summary, `jct_s_mean` / `jct_s_p50` / `jct_s_p99` over them."""
+    common = (
+        set.intersection(*(set(s.jobs.completion_s) for s in summaries)) if summaries else set()
+    )
+    out = []
+    for s in summaries:
+        vals = sorted(s.jobs.completion_s[j] for j in common)
+        out.append(
+            {
+                "jct_s_mean": sum(vals) / len(vals) if vals else None,
+                "jct_s_p50": percentile(vals, 0.5),
+                "jct_s_p99": percentile(vals, 0.99),
+            }
+        )
+    return len(common), out
+
+
+def rows(
+    result: dict[str, Any], common: tuple[int, dict, dict] | None = None
+) -> list[tuple[str, str, str, str]]:
+    """(METRIC, A, B, DELTA) rows as text, in reading order. `common`: (n, A's, B's completion
+    times over the same n jobs, `common_completion`) for the completion rows; else each side's
+    over its own completed jobs."""
     a, b, d = result["a"]["metrics"], result["b"]["metrics"], result["delta"]
     out: list[tuple[str, str, str, str]] = []
 
@@ -167,6 +235,9 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     )
     for k in ("submitted", "completed", "failed", "rejected", "cancelled", "unfinished"):
         num(f"jobs {k}", a["jobs"][k], b["jobs"][k], d["jobs"][k], "d")
+        if k == "failed" and ("jobs_timeout" in a or "jobs_timeout" in b):
+            ta, tb = a.get("jobs_timeout"), b.get("jobs_timeout")
+            num("jobs timeout", ta, tb, None if ta is None or tb is None else tb - ta, "d")
     num(
         "GPU allocation % (time-weighted)",
         a["gpu_allocation_pct"],
@@ -187,6 +258,18 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             dur(f"wait {q} {c}", a[key].get(c), b[key].get(c), d[key].get(c))
         na, nb = a["never_placed_by_class"].get(c, 0), b["never_placed_by_class"].get(c, 0)
         num(f"never placed {c}", na, nb, nb - na, "d")
+    for q in ("p50", "p99"):
+        key = f"wait_s_{q}"
+        if key in a or key in b:
+            dur(f"wait {q} (all jobs)", a.get(key), b.get(key), d.get(key))
+    for dim in DIMENSIONS:
+        ka, kb = a.get(f"wait_s_p50_by_{dim}") or {}, b.get(f"wait_s_p50_by_{dim}") or {}
+        for g in sorted(set(ka) | set(kb)):
+            for q in ("p50", "p99"):
+                key = f"wait_s_{q}_by_{dim}"
+                va, vb = (a.get(key) or {}).get(g), (b.get(key) or {}).get(g)
+                dv = None if va is None or vb is None else vb - va
+                dur(f"wait {q} {dim} {g}", va, vb, dv)
     num("preemptions", a["preemptions"], b["preemptions"], d["preemptions"], "d")
     num("GPU-hours", a.get("gpu_hours"), b.get("gpu_hours"), d.get("gpu_hours"), ".2f")
     num("lost GPU-hours", a["lost_gpu_hours"], b["lost_gpu_hours"], d["lost_gpu_hours"], ".3f")
@@ -197,7 +280,14 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         d["fairness_jain"],
         ".3f",
     )
-    dur("completion time mean", a["jct_s_mean"], b["jct_s_mean"], d["jct_s_mean"])
-    dur("completion time p50", a["jct_s_p50"], b["jct_s_p50"], d["jct_s_p50"])
-    dur("completion time p99", a["jct_s_p99"], b["jct_s_p99"], d["jct_s_p99"])
+    if common is None:
+        for q in ("mean", "p50", "p99"):
+            k = f"jct_s_{q}"
+            dur(f"completion time {q}", a[k], b[k], d[k])
+        return out
+    n, ca, cb = common
+    for q in ("mean", "p50", "p99"):
+        k = f"jct_s_{q}"
+        dv = None if ca[k] is None or cb[k] is None else cb[k] - ca[k]
+        dur(f"completion time {q} ({n} jobs completed in all)", ca[k], cb[k], dv)
     return out

@@ -24,11 +24,18 @@ Definitions (the JSON keys are a contract: add, never rename):
   class (the admitted class's `slo_class`, else the priority class), over admitted jobs placed
   at least once; `never_placed_by_class` counts admitted jobs never placed. Percentile q = the
   sorted values' element at index round(q x (n - 1)) (nearest rank, no interpolation).
+- `wait_s_p50` / `wait_s_p99`: the same waits over every placed job; `wait_s_p50_by_tenant`,
+  `..._by_partition`, `..._by_user` (and `p99`): the same per tenant, per partition / node pool
+  (the job's `partition` node selector, or what the source recorded) and per user (only where
+  the source recorded one), in the shape of `..._by_class` (None for a group none of whose
+  jobs was placed); a job with no value for a dimension is left out of it (`JobFacts.groups`,
+  `spec_groups`).
 - `preemptions`: `GangEvicted` events whose reason is one of `PREEMPTION_REASONS`;
   `preemptions_by_reason` splits them; `lost_gpu_hours` = the sum of their `lost_gpu_ms` /
   3.6e6; `preemptions_declined_by_reason` counts `PreemptionDeclined` by reason.
 - `jobs`: jobs by final state (`unfinished` = neither completed, failed, rejected nor
-  cancelled); `jobs_completed`, `jct_s_mean` / `jct_s_p50` / `jct_s_p99`: completion time =
+  cancelled; an array counts as its tasks, one that never had any as its task count in its
+  own state); `jobs_timeout`: those of `failed` stopped at their time limit; `jobs_completed`, `jct_s_mean` / `jct_s_p50` / `jct_s_p99`: completion time =
   completion - submission over completed jobs.
 - `gpu_hours`: integral(allocated milli-GPU dt) / 1000 / 3.6e6 over the window (the GPU
   time the allocations held).
@@ -53,6 +60,7 @@ The **observed** column (`measure_observed`) reads an import's observation sidec
   assumption (the whole run when there is none, else the run time modulo the interval);
 - `jobs`: final states (COMPLETED -> completed; FAILED, TIMEOUT, NODE_FAIL, PREEMPTED,
   OUT_OF_MEMORY, BOOT_FAIL, DEADLINE -> failed; CANCELLED -> cancelled; else unfinished);
+  `jobs_timeout`: TIMEOUT;
   completion time = end - submit of completed jobs;
 - `events`, `sm_activity_pct`, `fairness_jain`: None (the source records none of these);
   `preemptions_declined_by_reason`, `share_attainment_by_tenant`: empty.
@@ -61,7 +69,7 @@ The **observed** column (`measure_observed`) reads an import's observation sidec
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +125,68 @@ class Measured:
     """(t_s, mean SM activity % of the GPUs reported so far) at every metrics report."""
     waits: dict[str, list[float]] = field(default_factory=dict)
     """Per SLO class, every placed job's wait in seconds (sorted)."""
+    jobs: JobFacts | None = None
+    """Per job: what the fidelity report joins observed and replayed runs on."""
+
+
+@dataclass
+class JobFacts:
+    """Per job id (an array's tasks, not the array): its wait (placed jobs), its completion
+    time (completed jobs) and the groups its waits are reported under."""
+
+    wait_s: dict[str, float] = field(default_factory=dict)
+    completion_s: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Job -> {dimension: value} over `DIMENSIONS` (a dimension with no value is absent)."""
+    unmeasured: set[str] = field(default_factory=set)
+    """Jobs that started, but before the window: no wait to measure (observed only)."""
+
+
+DIMENSIONS = ("tenant", "partition", "user")
+"""The dimensions waits are reported by besides the SLO class (`wait_s_p50_by_<dimension>`)."""
+
+PARTITION_LABEL = "partition"
+"""The node label a partition / node pool selector uses (`{partition: a100}` or, for
+overlapping partitions, `{partition.debug: "true"}`: replay.importers.labels)."""
+
+
+def partition_of(selector) -> str | None:
+    """The partition a job's node selector names, or None."""
+    for k, v in sorted((selector or {}).items()):
+        if k == PARTITION_LABEL:
+            return v
+        if k.startswith(PARTITION_LABEL + ".") and v == "true":
+            return k.split(".", 1)[1]
+    return None
+
+
+def spec_groups(spec) -> dict[str, str]:
+    """The groups a submitted job's waits fall under, as its spec says: tenant, partition."""
+    out = {"tenant": spec.tenant}
+    partition = partition_of(spec.node_selector or None)
+    if partition is not None:
+        out["partition"] = partition
+    return out
+
+
+def wait_metrics(facts: JobFacts) -> dict[str, Any]:
+    """`wait_s_p50`, `wait_s_p99` and their `_by_<dimension>` splits over `facts`."""
+    all_waits = sorted(facts.wait_s.values())
+    out: dict[str, Any] = {
+        "wait_s_p50": percentile(all_waits, 0.5),
+        "wait_s_p99": percentile(all_waits, 0.99),
+    }
+    for dim in DIMENSIONS:
+        split: dict[str, list[float]] = {}
+        for job, groups in facts.groups.items():
+            value = groups.get(dim)
+            if value is not None:  # a group none of whose jobs started: None, as by class
+                bucket = split.setdefault(value, [])
+                if job in facts.wait_s:
+                    bucket.append(facts.wait_s[job])
+        for q, name in ((0.5, "p50"), (0.99, "p99")):
+            out[f"wait_s_{name}_by_{dim}"] = {g: percentile(split[g], q) for g in sorted(split)}
+    return out
 
 
 class _Integrals:
@@ -272,13 +342,17 @@ def counted_jobs(ledger: Ledger):
 
 
 def job_counts(ledger: Ledger) -> dict[str, int]:
-    """Jobs by final state, as the ledger's fold left them."""
+    """Jobs by final state, as the ledger's fold left them. An array that never had tasks
+    (rejected, or cancelled before admission) counts as its tasks, in its state: the source
+    lists them, and so does the observed column."""
     states: dict[str, int] = defaultdict(int)
-    jobs = counted_jobs(ledger)
-    for job in jobs:
+    for job in counted_jobs(ledger):
         states[COUNTED_AS.get(job.state, job.state)] += 1
+    for job in ledger.jobs.values():
+        if job.spec.array and job.admitted_ms is None:
+            states[COUNTED_AS.get(job.state, job.state)] += job.spec.array.count
     return {
-        "submitted": len(jobs),
+        "submitted": sum(states.values()),
         **{s: states.get(s, 0) for s in FINISHED_STATES},
         "unfinished": sum(v for k, v in states.items() if k not in FINISHED_STATES),
     }
@@ -310,10 +384,32 @@ def completion_times(ledger: Ledger) -> list[float]:
     ]
 
 
-def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = None) -> Measured:
-    """Fold a log (into `ledger`, a fresh one by default) and compute its metrics."""
+def job_facts(ledger: Ledger, groups: Mapping[str, dict[str, str]] | None = None) -> JobFacts:
+    """Per admitted counted job: wait, completion time, groups (`groups` when it names the
+    job, the source's record, else `spec_groups`)."""
+    facts = JobFacts()
+    for job in counted_jobs(ledger):
+        if job.admitted_ms is None:
+            continue  # rejected (or not yet admitted): no wait, as `waits_by_class`
+        job_id = job.spec.job_id
+        facts.groups[job_id] = (groups or {}).get(job_id) or spec_groups(job.spec)
+        if job.placements:
+            facts.wait_s[job_id] = (job.placements[0][0] - job.submitted_ms) / 1000
+        if job.state == "completed" and job.finished_ms is not None:
+            facts.completion_s[job_id] = (job.finished_ms - job.submitted_ms) / 1000
+    return facts
+
+
+def measure(
+    entries: Iterable[tuple[int, str, Event]],
+    ledger: Ledger | None = None,
+    groups: Mapping[str, dict[str, str]] | None = None,
+) -> Measured:
+    """Fold a log (into `ledger`, a fresh one by default) and compute its metrics; `groups`:
+    job -> its groups as the source recorded them (the observation sidecar), else the spec's."""
     ledger = Ledger() if ledger is None else ledger
     acc = _fold(entries, ledger)
+    facts = job_facts(ledger, groups)
     waits, never = waits_by_class(ledger)
     classes = sorted(set(waits) | set(never))
     jct = completion_times(ledger)
@@ -329,6 +425,8 @@ def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = N
         "wait_s_p50_by_class": {c: percentile(waits.get(c, []), 0.5) for c in classes},
         "wait_s_p99_by_class": {c: percentile(waits.get(c, []), 0.99) for c in classes},
         "never_placed_by_class": {c: never.get(c, 0) for c in classes},
+        **wait_metrics(facts),
+        "jobs_timeout": sum(1 for j in counted_jobs(ledger) if j.state == "timeout"),
         "preemptions": sum(acc.preempted.values()),
         "preemptions_by_reason": dict(sorted(acc.preempted.items())),
         "preemptions_declined_by_reason": dict(sorted(acc.declined.items())),
@@ -347,6 +445,7 @@ def measure(entries: Iterable[tuple[int, str, Event]], ledger: Ledger | None = N
         allocation=acc.alloc_series,
         utilisation=acc.util_series,
         waits=waits,
+        jobs=facts,
     )
 
 
@@ -374,11 +473,25 @@ def observed_outcome(state: str) -> str:
     return "unfinished"
 
 
-def measure_observed(header, observations: Iterable) -> Measured:
+def observed_groups(o) -> dict[str, str]:
+    """The groups an observation's waits fall under, as the source recorded them."""
+    out = {"tenant": o.tenant}
+    for dim in ("partition", "user"):
+        value = getattr(o, dim, None)
+        if value:
+            out[dim] = value
+    return out
+
+
+def measure_observed(
+    header, observations: Iterable, groups: Mapping[str, dict[str, str]] | None = None
+) -> Measured:
     """The observed column: `header` and `observations` of an observation sidecar
-    (`replay.observed.read`), measured with this module's definitions (docstring above)."""
+    (`replay.observed.read`), measured with this module's definitions (docstring above);
+    `groups`: job -> its groups (default: `observed_groups`)."""
     w0, w1 = header.window_ms
     states: dict[str, int] = defaultdict(int)
+    states_raw: dict[str, int] = defaultdict(int)
     waits: dict[str, list[float]] = defaultdict(list)
     never: dict[str, int] = defaultdict(int)
     jct: list[float] = []
@@ -387,6 +500,7 @@ def measure_observed(header, observations: Iterable) -> Measured:
     lost_gpu_ms = 0
     preempted = 0
     submitted = 0
+    facts = JobFacts()
 
     def clipped(gpu_milli: int, start: int | None, end: int | None) -> int:
         nonlocal gpu_ms
@@ -402,15 +516,18 @@ def measure_observed(header, observations: Iterable) -> Measured:
     for o in observations:
         submitted += 1
         outcome = observed_outcome(o.state)
+        states_raw[_state(o.state)] += 1
         states[outcome] += 1
         cls = header.slo_classes.get(o.priority_class, o.priority_class)
+        facts.groups[o.job] = (groups or {}).get(o.job) or observed_groups(o)
         first = o.first_start
         if o.started_before:
-            pass  # started before the window: no wait to measure
+            facts.unmeasured.add(o.job)  # started before the window: no wait to measure
         elif first is None:
             never[cls] += 1
         else:
             waits[cls].append((first - o.submit_ms) / 1000)
+            facts.wait_s[o.job] = (first - o.submit_ms) / 1000
         interval = o.checkpoint_s * 1000
         ran = [(r.start_ms, r.end_ms, r.state) for r in o.runs if r.start_ms is not None]
         if o.start_ms is not None or o.started_before:
@@ -422,6 +539,7 @@ def measure_observed(header, observations: Iterable) -> Measured:
                 lost_gpu_ms += o.gpu_milli * (span % interval if interval > 0 else span)
         if outcome == "completed" and o.end_ms is not None:
             jct.append((o.end_ms - o.submit_ms) / 1000)
+            facts.completion_s[o.job] = (o.end_ms - o.submit_ms) / 1000
     for v in waits.values():
         v.sort()
     classes = sorted(set(waits) | set(never))
@@ -450,6 +568,8 @@ def measure_observed(header, observations: Iterable) -> Measured:
         "wait_s_p50_by_class": {c: percentile(waits.get(c, []), 0.5) for c in classes},
         "wait_s_p99_by_class": {c: percentile(waits.get(c, []), 0.99) for c in classes},
         "never_placed_by_class": {c: never.get(c, 0) for c in classes},
+        **wait_metrics(facts),
+        "jobs_timeout": states_raw.get("TIMEOUT", 0),
         "preemptions": preempted,
         "preemptions_by_reason": {"PREEMPTED": preempted} if preempted else {},
         "preemptions_declined_by_reason": {},
@@ -462,4 +582,4 @@ def measure_observed(header, observations: Iterable) -> Measured:
         "jct_s_p50": percentile(jct, 0.5),
         "jct_s_p99": percentile(jct, 0.99),
     }
-    return Measured(metrics=metrics, ledger=None, allocation=series, waits=dict(waits))
+    return Measured(metrics=metrics, ledger=None, allocation=series, waits=dict(waits), jobs=facts)

@@ -74,6 +74,12 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     checkpoint_s: int = 0
     """The checkpoint interval assumed for this job (seconds of run time; 0 = none)."""
     line: int = 0
+    partition: str | None = None
+    """The partition / node pool the source ran it in, when it records one (else the fidelity
+    report reads the job's partition node selector from the log)."""
+    user: str | None = None
+    """The user who submitted it, when the source records one (the fidelity report's waits
+    per user); left out of the file when unknown."""
 
     @property
     def first_start(self) -> int | None:

@@ -62,11 +62,15 @@ def jobs_text(rows: list[dict[str, Any]]) -> str:
     itself is not counted once more (as `sacct` lists them, and as the run metrics count)."""
     states: dict[str, int] = {}
     arrays = 0
+    parents = {str(j["id"]).split("@", 1)[0] for j in rows if "@" in str(j["id"])}
     for j in rows:
+        n = 1
         if "tasks" in j:
             arrays += 1
-            continue
-        states[str(j["state"])] = states.get(str(j["state"]), 0) + 1
+            if j["id"] in parents:
+                continue
+            n = j["tasks"]  # never had tasks (rejected): its tasks, as `metrics.job_counts`
+        states[str(j["state"])] = states.get(str(j["state"]), 0) + n
     jobs = sum(states.values())
     return f"{jobs} jobs" + (f" ({arrays} arrays)" if arrays else "") + f" {states}"
 
@@ -76,10 +80,17 @@ def metrics(log: list[tuple[int, str, Event]]) -> dict[str, Any]:
     return measure(log).metrics
 
 
-def report(ledger: Ledger, log: list[tuple[int, str, Event]], final_ms: int) -> dict[str, Any]:
+def report(
+    ledger: Ledger,
+    log: list[tuple[int, str, Event]],
+    final_ms: int,
+    measured: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report; `measured`: the log's metrics when the caller already computed them
+    (`replay` measures once, with the observed history's groups)."""
     return {
         "final_time_s": final_ms / 1000,
         "events": len(log),
         "jobs": job_rows(ledger),
-        "metrics": metrics(log),
+        "metrics": metrics(log) if measured is None else measured,
     }

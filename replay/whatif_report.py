@@ -16,7 +16,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuledger.replay.compare import Summary, compare, rows
+from gpuledger.replay.compare import Summary, common_completion, compare, rows
+from gpuledger.replay.fidelity import (
+    ERROR_MARK,
+    Fidelity,
+    below_error,
+    fidelity,
+    metric_values,
+)
 
 
 @dataclass
@@ -34,25 +41,77 @@ DISPLAY = {"recorded": "gpuledger (recorded config)"}
 """Column titles of variants whose label (the `--json` key) is terse."""
 
 
-def table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: METRIC, the first variant's value, then value (delta) of each other."""
-    base = variants[0].summary
-    order: list[str] = []
-    cells: dict[str, list[str]] = {}
-    for i, v in enumerate(variants):
-        pair = rows(compare(base, v.summary))
-        for label, a, b, d in pair:
+def roles(variants: list[Variant]) -> tuple[Variant | None, Variant | None]:
+    """(observed, reference): the observed column when there is one; the baseline
+    (`recorded`) that effects are measured from, else the first replayed variant."""
+    seen = next((v for v in variants if v.label == "observed"), None)
+    replays = [v for v in variants if v.label != "observed"]
+    ref = next((v for v in replays if v.label == "recorded"), replays[0] if replays else None)
+    return seen, ref
+
+
+def fidelity_of(variants: list[Variant]) -> Fidelity | None:
+    """The baseline's fidelity, when there are an observed column and a baseline."""
+    seen, ref = roles(variants)
+    if seen is None or ref is None or ref.label != "recorded":
+        return None
+    return fidelity(seen.summary, ref.summary)
+
+
+def table(
+    variants: list[Variant], fid: Fidelity | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: METRIC, observed (if any), the reference (the baseline), then for
+    every other variant its value, its effect (variant - reference) and its difference to
+    observed. An effect smaller than the baseline's error on that metric (`fidelity`) is
+    marked `(< error)`. Completion times are over the jobs completed in every column."""
+    seen, ref = roles(variants)
+    if ref is None:  # only the observed column
+        ref = variants[0]
+    n, jct = common_completion([v.summary for v in variants])
+    jct_of = {id(v): c for v, c in zip(variants, jct, strict=True)}
+    ref_vals = metric_values(ref.summary.metrics)
+
+    def pair(a: Variant, b: Variant) -> list[tuple[str, str, str, str]]:
+        return rows(compare(a.summary, b.summary), (n, jct_of[id(a)], jct_of[id(b)]))
+
+    base_rows = pair(ref, ref)
+    order = [r[0] for r in base_rows]
+    cells: dict[str, list[str]] = {r[0]: [r[1]] for r in base_rows}
+    header = ["metric"]
+    if seen is not None:
+        for label, value, _, _ in pair(seen, ref):
+            cells.setdefault(label, [""]).insert(0, value)
+            if label not in order:
+                order.append(label)
+        header.append(DISPLAY.get(seen.label, seen.label))
+    header.append(DISPLAY.get(ref.label, ref.label))
+    width = len(header) - 1
+    for label in order:
+        cells[label] += [""] * (width - len(cells[label]))
+    others = [v for v in variants if v is not ref and v is not seen]
+    for v in others:
+        name = DISPLAY.get(v.label, v.label)
+        header += [name, "vs baseline" if ref.label == "recorded" else f"vs {ref.label}"]
+        vs_obs = {} if seen is None else {r[0]: r[3] for r in pair(seen, v)}
+        if seen is not None:
+            header.append("vs observed")
+        var_vals = metric_values(v.summary.metrics)
+        for label, _, value, d in pair(ref, v):
             if label not in cells:
                 order.append(label)
-                cells[label] = [""] * len(variants)
-                cells[label][0] = a
-            if i:
-                cells[label][i] = (
-                    b
-                    if d in ("n/a", "+0", "+0.0", "+0.00", "+0.000", "+0.0s") or b == "n/a"
-                    else f"{b} ({d})"
-                )
-    header = ["metric", *(DISPLAY.get(v.label, v.label) for v in variants)]
+                cells[label] = [""] * width
+            effect = None
+            if label in var_vals and label in ref_vals:
+                a, b = ref_vals[label][1], var_vals[label][1]
+                effect = None if a is None or b is None else b - a
+            mark = ERROR_MARK if below_error(fid, label, effect) else ""
+            cells[label] += [value, d + mark]
+            if seen is not None:
+                cells[label].append(vs_obs.get(label, ""))
+        width = len(header) - 1
+        for label in order:
+            cells[label] += [""] * (width - len(cells[label]))
     return header, [[label, *cells[label]] for label in order]
 
 
@@ -80,7 +139,7 @@ h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2.2rem;bo
 .sub{color:#555;margin-top:0}table{border-collapse:collapse;font-size:.9rem;margin:.6rem 0}
 th,td{padding:.25rem .7rem;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}thead th{background:#f4f4f6;position:sticky;top:0}
-tr.group td{background:#fafafa;font-weight:600;text-align:left}
+tr.group td{background:#fafafa;font-weight:600;text-align:left}tr.outside td{background:#fdecea;color:#8a1c12}
 .chart svg{width:100%;height:auto}code{background:#f4f4f6;padding:0 .25rem;border-radius:3px}
 .note{color:#555;font-size:.88rem}.sw{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin-right:.4rem;vertical-align:-1px}
 """
@@ -94,6 +153,7 @@ def render(
     checkpoint: str | None = None,
 ) -> str:
     """The report as one HTML document."""
+    from gpuledger.replay.fidelity import FIDELITY_HEADER, summary_line, table_rows
     from gpuledger.replay.plots import (
         COLORS,
         allocation_chart,
@@ -104,8 +164,10 @@ def render(
 
     runs = [v.summary for v in variants]
     labels = [DISPLAY.get(v.label, v.label) for v in variants]
-    base = runs[0].metrics
-    header, body = table(variants)
+    seen, ref = roles(variants)
+    base = (ref or variants[0]).summary.metrics
+    fid = fidelity_of(variants)
+    header, body = table(variants, fid)
     sections = [
         (
             "Queue wait by SLO class",
@@ -152,6 +214,16 @@ def render(
             count=_count,
             recorded_events=recorded_events,
             jobs=base["jobs"]["submitted"],
+            observed_jobs=None if seen is None else seen.summary.metrics["jobs"]["submitted"],
+            fidelity=None
+            if fid is None
+            else {
+                "header": FIDELITY_HEADER,
+                "rows": table_rows(fid),
+                "summary": summary_line(fid),
+                "outside": len(fid.outside),
+            },
+            reference=DISPLAY.get(ref.label, ref.label) if ref is not None else "",
             span_days=(base["end_s"] - base["start_s"]) / 86400,
             observed=any(v.label == "observed" for v in variants),
             checkpoint=checkpoint,

@@ -193,7 +193,16 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Run": ("up", "run", "demo", "ui", "gateway", "metrics"),
     "Submit": ("submit", "cancel", "scale", "check", "schema"),
     "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct"),
-    "Replay": ("simulate", "replay", "whatif", "compare", "export", "import", "verify"),
+    "Replay": (
+        "simulate",
+        "replay",
+        "whatif",
+        "calibrate",
+        "compare",
+        "export",
+        "import",
+        "verify",
+    ),
     "Operate": ("status", "apply", "schedules", "auth", "project", "bench", "chaos"),
 }
 """`gpuledger --help` groups the commands under these panels (tests/cli/test_help.py checks

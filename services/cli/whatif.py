@@ -175,7 +175,9 @@ def replay(
     ),
 ) -> None:
     """Re-run a log's external inputs through the deciders, under the recorded configuration,
-    a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE)."""
+    a replacement (--config) or overlays on the recorded one (--policy FILE, --set KEY=VALUE).
+    When LOG has an observation file (an import's), print the replay's fidelity: its gap to
+    what happened, per metric, against documented tolerances."""
     from gpuledger.replay.export import write_any
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report as build_report
@@ -204,16 +206,14 @@ def replay(
     sim = run_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
-    data = build_report(sim.ledger, sim.log, sim.now_ms)
-    from gpuledger.replay.compare import CompareError, observed
     from gpuledger.replay.observed import copy_beside
+    from gpuledger.services.cli.whatif_fidelity import replay_fidelity
 
-    try:
-        seen = observed(log)
-    except CompareError as exc:
-        fail(str(exc), 2)
-    if seen is not None:
+    seen, replayed, fid = replay_fidelity(log, inputs.timeline, sim.log)
+    data = build_report(sim.ledger, sim.log, sim.now_ms, measured=replayed.metrics)
+    if seen is not None and fid is not None:
         data["observed"] = seen.metrics  # what the source recorded, same definitions
+        data["fidelity"] = fid.as_dict()
         copy_beside(log, out)  # `compare` of replays finds it
     if json_out is not None:
         json_out.write_text(json.dumps(data, indent=2))
@@ -236,6 +236,12 @@ def replay(
             f"{o['preemptions']}, lost {o['lost_gpu_hours']:.2f} GPU-h; replayed "
             f"{m['gpu_hours']:.1f} GPU-h"
         )
+    if fid is not None:
+        from gpuledger.services.cli.whatif_fidelity import print_fidelity
+
+        title = "baseline fidelity: this replay against what happened"
+        overlays = config is not None or policy or set_
+        print_fidelity(fid, title + (" (with your configuration changes)" if overlays else ""))
 
 
 @app.command()
@@ -259,19 +265,23 @@ def whatif(
         None, "--logs", help="Also write each variant's replayed log into this directory."
     ),
     json_out: Path | None = typer.Option(
-        None, "--json", help="Also write every variant's metrics as JSON here."
+        None,
+        "--json",
+        help="Also write every variant's metrics (the baseline's fidelity, the others' effects) as JSON here.",
     ),
     title: str | None = typer.Option(None, "--title", help="Report title."),
 ) -> None:
     """Replay LOG under the recorded configuration and under each --policy / --variant, and
-    write one offline HTML report: comparison table, queue wait by class, utilisation over
-    time, preemptions and lost GPU-hours, per-tenant fairness."""
-    from gpuledger.replay.compare import CompareError, observed, summarize
+    write one offline HTML report: the baseline's fidelity (its gap to what LOG's observation
+    file records, per metric, against documented tolerances), comparison table (each
+    variant's effect against the baseline and observed), queue wait by class, utilisation
+    over time, preemptions and lost GPU-hours, per-tenant fairness."""
+    from gpuledger.replay.compare import summarize
     from gpuledger.replay.export import write_any
     from gpuledger.replay.overlay import OverlayError, apply_overlays
     from gpuledger.replay.whatif import external_inputs
     from gpuledger.replay.whatif import replay as run_replay
-    from gpuledger.replay.whatif_report import Variant, render, table
+    from gpuledger.replay.whatif_report import Variant, render
     from gpuledger.services.cli.live import read_doc
 
     specs: list[tuple[str, list[str], list[tuple[str, object]]]] = []
@@ -295,10 +305,10 @@ def whatif(
     entries = _read(log)
     base_inputs = external_inputs(entries)
     variants = []
-    try:
-        seen = observed(log)
-    except CompareError as exc:
-        fail(str(exc), 2)
+    from gpuledger.services.cli.whatif_fidelity import observed_of
+
+    seen = observed_of(log, base_inputs.timeline)
+    groups = None if seen is None else seen.jobs.groups
     if seen is not None:
         variants.append(Variant("observed", [f"what {obs_name(log)} records"], seen))
     if logs is not None:
@@ -316,7 +326,7 @@ def whatif(
             safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
             path = logs / f"{safe}.jsonl"
             write_any(path, sim.log)
-        summary = summarize(sim.log, name=name)
+        summary = summarize(sim.log, name=name, groups=groups)
         variants.append(Variant(name, changes, summary, None if path is None else str(path)))
         m = summary.metrics
         typer.echo(
@@ -327,26 +337,10 @@ def whatif(
     out.write_text(
         render(str(log), variants, len(entries), title, checkpoint=assumption(base_inputs))
     )
-    if json_out is not None:
-        json_out.write_text(
-            json.dumps(
-                {v.label: {"changes": v.changes, "metrics": v.summary.metrics} for v in variants},
-                indent=2,
-            )
-            + "\n"
-        )
-    from rich.console import Console
-    from rich.table import Table
+    from gpuledger.services.cli.whatif_fidelity import print_whatif
 
-    header, body = table(variants)
-    t = Table(title=f"what-if: {log}", title_justify="left")
-    for i, h in enumerate(header):
-        t.add_column(h, justify="left" if i == 0 else "right")
-    for r in body:
-        t.add_row(*r)
-    console = Console()
-    console.print(t)
-    console.print(f"wrote {out}")
+    print_whatif(log, variants, json_out)
+    typer.echo(f"wrote {out}")
 
 
 def obs_name(log: Path) -> str:
@@ -391,3 +385,26 @@ def _project(log: Path, db: Path) -> None:
     except ImportError:
         fail("projections are not available in this build", 2)
     rebuild(log, db)
+
+
+@app.command()
+def calibrate(
+    log: Path = typer.Argument(..., help="An imported log with its observation file."),
+    knob: list[str] = typer.Option(
+        [],
+        "--knob",
+        help="Fit only these knobs, or give a knob its own grid: NAME or NAME=V1,V2,... (repeatable).",
+    ),
+    split: float = typer.Option(
+        0.5,
+        "--split",
+        help="Fraction of the jobs (by submit time) in the fitting window; the rest validate.",
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+) -> None:
+    """Fit a few documented policy knobs (docs/whatif.md, "Calibration") to the observed waits
+    of LOG's first window (by submit time) and validate on the second: the per-job wait error
+    before and after on both. It fits timing knobs only and never closes a structural gap."""
+    from gpuledger.services.cli.whatif_fidelity import calibrate_run
+
+    calibrate_run(log, _read(log), knob, split, json_out)

@@ -367,7 +367,8 @@ def compare_cmd(
     """Side-by-side metrics of two logs: allocation and SM activity, wait p50/p99 per SLO
     class, preemptions and lost GPU-hours, fairness (Jain), completion times; DELTA = B - A.
     When A (else B) has an observation file (an import's OUT.observed.jsonl, copied beside a
-    replay's --out), an OBSERVED column shows what the source recorded."""
+    replay's --out), an OBSERVED column shows what the source recorded and A's fidelity (its
+    gap to observed per metric, against documented tolerances) is printed first."""
     from gpuledger.replay.compare import CompareError, compare, load, observed, rows
     from gpuledger.replay.observed import find
 
@@ -380,11 +381,17 @@ def compare_cmd(
             seen, seen_of = observed(b), b
     except CompareError as exc:
         fail(str(exc), 2)
+    from gpuledger.services.cli.whatif_fidelity import compare_fidelity
+
     result = compare(sa, sb)
     observed_col: dict[str, str] = {}
+    fid, common = compare_fidelity(sa, sb, seen)
     if seen is not None:
         result["observed"] = {"log": str(find(seen_of)), "metrics": seen.metrics}
-        observed_col = {label: value for label, value, _, _ in rows(compare(seen, sa))}
+        result["fidelity"] = fid.as_dict()
+        observed_col = {
+            label: value for label, value, _, _ in rows(compare(seen, sa), common(seen, sa))
+        }
     written: list[Path] = []
     if plots is not None:
         from gpuledger.replay.plots import write_plots
@@ -406,6 +413,8 @@ def compare_cmd(
     from rich.console import Console
     from rich.table import Table
 
+    from gpuledger.services.cli.whatif_fidelity import effect_mark, print_fidelity, print_legend
+
     table = Table(title=f"A = {a}   B = {b}", title_justify="left")
     table.add_column("METRIC")
     if observed_col:
@@ -413,11 +422,18 @@ def compare_cmd(
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("DELTA", justify="right")
-    for row in rows(result):
+    from gpuledger.replay.fidelity import trim_groups
+    from gpuledger.services.cli.whatif_fidelity import CLI_GROUP_LIMIT
+
+    body = [[*r[:3], r[3] + effect_mark(fid, r[0], sa, sb)] for r in rows(result, common(sa, sb))]
+    for row in trim_groups(body, CLI_GROUP_LIMIT):
         if observed_col:
             row = (row[0], observed_col.get(row[0], ""), *row[1:])
         table.add_row(*row)
     console = Console()
+    if fid is not None:
+        print_fidelity(fid, f"baseline fidelity: A ({a.name}) against observed")
     console.print(table)
+    print_legend(body)
     for p in written:
         console.print(f"wrote {p}")
