@@ -122,6 +122,9 @@ class ObservedJob:
     started_before: bool = False
     """Running when the trace began (its `start_ms` is the trace start, for the replay)."""
     partition: str | None = None
+    user: str | None = None
+    """Who submitted it, when the source records one (Slurm `User`); the fidelity report's
+    waits per user."""
     source_priority: str | None = None
     """The source's priority value (QOS, PriorityClass...), for `checkpoint.values`."""
     time_limit_s: int | None = None
@@ -444,6 +447,8 @@ class ImportLog:
             runs=job.runs,
             checkpoint_s=checkpoint.interval_s,
             line=job.line,
+            partition=job.partition,
+            user=job.user,
         )
         key = state.split()[0].upper() if state.strip() else state
         self.final_states[key] = self.final_states.get(key, 0) + 1

@@ -585,6 +585,7 @@ def _observed(
         nodes=expand_nodelist(row.get("NodeList", "")),
         runs=tuple(runs),
         partition=row.get("Partition", "").strip() or None,
+        user=row.get("User", "").strip() or None,
         source_priority=qos.strip() or None,
         time_limit_s=parse_timelimit(row.get("Timelimit") or ""),
         depends_on=(dependency or (lambda t, _: _depends_on(t, job_id, tenant, naming)))(

@@ -35,18 +35,6 @@ def history(tmp_path: Path) -> Path:
     return log
 
 
-def _with_users(log: Path) -> None:
-    """The observation file as an importer that records users writes it."""
-    path = obs.sidecar(log)
-    lines = path.read_text().splitlines()
-    out = [lines[0]]
-    for line in lines[1:]:
-        o = json.loads(line)
-        o["user"] = "alice" if o["job"] in ("1", "3") else "bob"
-        out.append(json.dumps(o))
-    path.write_text("\n".join(out) + "\n")
-
-
 def _metric(fid: dict, label: str) -> dict:
     return next(m for m in fid["metrics"] if m["metric"] == label)
 
@@ -62,32 +50,33 @@ def test_replay_reports_the_gap_of_every_metric_with_known_numbers(history, tmp_
     # then states match exactly
     for s in ("completed", "failed", "timeout", "cancelled", "never started"):
         assert _metric(fid, f"jobs {s}")["gap"] == 0 and _metric(fid, f"jobs {s}")["within"]
-    # and both preempt each `normal` job once, but the baseline later: each victim runs 5.5 min
-    # (lost, no checkpoint) where Slurm's ran 1 and 1.5 min: 8 GPUs x 8.5 min more, outside 2 %
+    # and both preempt each `normal` job once, but the baseline later: each victim runs 5 min
+    # (lost, no checkpoint; Slurm's GraceTime 0, the importer's grace) where Slurm's ran 1 and
+    # 1.5 min: 8 GPUs x 7.5 min more, outside 2 %
     pre = _metric(fid, "preemptions")
     assert (pre["observed"], pre["baseline"], pre["within"]) == (2, 2, True)
     gpu = _metric(fid, "GPU-hours")
-    assert gpu["gap"] == pytest.approx(8 * 8.5 / 60) and gpu["within"] is False
-    # and the high jobs waited 270 s and 240 s instead of 0: p50 240 s, p99 270 s, outside
+    assert gpu["gap"] == pytest.approx(8 * 7.5 / 60) and gpu["within"] is False
+    # and the high jobs waited 240 s and 210 s instead of 0: p50 210 s, p99 240 s, outside
     # max(30 %, 15 s)
-    for label, want in (("wait p50 (all jobs)", 240.0), ("wait p99 (all jobs)", 270.0)):
+    for label, want in (("wait p50 (all jobs)", 210.0), ("wait p99 (all jobs)", 240.0)):
         m = _metric(fid, label)
         assert (m["observed"], m["baseline"], m["gap"], m["allowed"]) == (0.0, want, want, 15.0)
         assert m["within"] is False
-    assert _metric(fid, "wait p99 tenant physics")["baseline"] == 270.0
-    # and the per-job wait error joins the four jobs: errors 0, 0, 240, 270
+    assert _metric(fid, "wait p99 tenant physics")["baseline"] == 240.0
+    # and the per-job wait error joins the four jobs: errors 0, 0, 210, 240
     assert fid["wait_error"] == {
         "jobs": 4,
-        "median_s": 240.0,
-        "mean_s": 127.5,
+        "median_s": 210.0,
+        "mean_s": 112.5,
         "started_only_in_baseline": 0,
         "started_only_in_observed": 0,
         "started_only_in_baseline_first": [],
         "started_only_in_observed_first": [],
     }
     assert "GPU-hours" in fid["outside_tolerance"]
-    assert "fidelity: 9 of 18 metrics outside tolerance" in r.output
-    assert "started in both: median 4.0m, mean 2.1m" in r.output
+    assert "fidelity: 11 of 22 metrics outside tolerance" in r.output
+    assert "started in both: median 3.5m, mean 1.9m" in r.output
 
 
 @pytest.mark.parametrize(
@@ -113,8 +102,10 @@ def test_tolerance_flags(group, observed, baseline, within):
 
 
 def test_whatif_json_has_waits_by_tenant_partition_and_user_in_the_class_shape(history, tmp_path):
-    # given an observation file that records each job's user
-    _with_users(history)
+    # given the Slurm importer, which keeps each job's sacct `User` and `Partition` in the
+    # observation file (alice submitted jobs 1 and 3, bob jobs 2 and 4)
+    users = {o.job: o.user for o in obs.read(obs.sidecar(history))[1]}
+    assert users == {"1": "alice", "2": "bob", "3": "alice", "4": "bob"}
     out = tmp_path / "m.json"
     r = runner.invoke(
         app, ["whatif", str(history), "--out", str(tmp_path / "r.html"), "--json", str(out)]
@@ -129,8 +120,8 @@ def test_whatif_json_has_waits_by_tenant_partition_and_user_in_the_class_shape(h
             assert set(m[f"wait_s_{q}_by_user"]) == {"alice", "bob"}
             assert set(m[f"wait_s_{q}_by_partition"]) == {"gpu"}
             assert all(isinstance(v, float) for v in m[f"wait_s_{q}_by_user"].values())
-    # and the users' waits are the jobs' own: bob's high jobs waited 240 / 270 s in the baseline
-    assert data["recorded"]["metrics"]["wait_s_p99_by_user"] == {"alice": 0.0, "bob": 270.0}
+    # and the users' waits are the jobs' own: bob's high jobs waited 210 / 240 s in the baseline
+    assert data["recorded"]["metrics"]["wait_s_p99_by_user"] == {"alice": 0.0, "bob": 240.0}
     assert data["observed"]["metrics"]["wait_s_p99_by_user"] == {"alice": 0.0, "bob": 0.0}
     assert "wait p99 user bob" in data["recorded"]["fidelity"]["outside_tolerance"]
 
@@ -144,9 +135,9 @@ def test_each_variant_shows_its_effect_against_the_baseline_and_observed(history
             "whatif",
             str(history),
             "--variant",
-            "fix: policy.min_runtime_s=0; policy.default_grace_s=0",
+            "fix: policy.min_runtime_s=0",
             "--variant",
-            "grace20: policy.default_grace_s=20",
+            "mr290: policy.min_runtime_s=290",
             "--out",
             str(html),
             "--json",
@@ -156,15 +147,15 @@ def test_each_variant_shows_its_effect_against_the_baseline_and_observed(history
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     fix = data["fix"]["effects"]["wait p99 (all jobs)"]
-    # then the fix's effect is -270 s against the baseline and 0 against observed
-    assert (fix["value"], fix["vs_baseline"], fix["vs_observed"]) == (0.0, -270.0, 0.0)
+    # then the fix's effect is -240 s against the baseline and 0 against observed
+    assert (fix["value"], fix["vs_baseline"], fix["vs_observed"]) == (0.0, -240.0, 0.0)
     assert fix["below_baseline_error"] is False
-    # and a 10 s effect is smaller than the baseline's 270 s error: marked
-    small = data["grace20"]["effects"]["wait p99 (all jobs)"]
+    # and a 10 s effect is smaller than the baseline's 240 s error: marked
+    small = data["mr290"]["effects"]["wait p99 (all jobs)"]
     assert small["vs_baseline"] == -10.0 and small["below_baseline_error"] is True
     assert "(< error): an effect smaller than the baseline's own error" in r.output
     page = html.read_text()
-    assert "-10.0s (&lt; error)" in page and "-4.5m (&lt; error)" not in page
+    assert "-10.0s (&lt; error)" in page and "-4.0m (&lt; error)" not in page
     # and the completion rows compare the same jobs (all four completed everywhere)
     assert "completion time mean (4 jobs completed in all)" in page
 
@@ -211,7 +202,7 @@ def test_the_html_report_leads_with_the_fidelity_table(history, tmp_path):
     assert first[0] == ["metric", "observed", "baseline", "gap", "tolerance", "status"]
     rows = {row[0]: row for row in first}
     assert rows["preemptions"] == ["preemptions", "2", "2", "+0", "±1", "ok"]
-    p99 = ["wait p99 (all jobs)", "0.0s", "4.5m", "+4.5m", "max(30 %, 15 s) = 15.0s", "OUTSIDE"]
+    p99 = ["wait p99 (all jobs)", "0.0s", "4.0m", "+4.0m", "max(30 %, 15 s) = 15.0s", "OUTSIDE"]
     assert rows["wait p99 (all jobs)"] == p99
 
 
@@ -225,7 +216,7 @@ def test_compare_of_two_replays_prints_the_baselines_fidelity(history, tmp_path)
     assert r.exit_code == 0, r.output
     assert "baseline fidelity: A (a.jsonl) against observed" in r.output
     fid = json.loads(out.read_text())["fidelity"]
-    assert _metric(fid, "wait p99 (all jobs)")["baseline"] == 270.0
+    assert _metric(fid, "wait p99 (all jobs)")["baseline"] == 240.0
 
 
 def test_calibrate_finds_the_knob_that_is_off_and_validates_it(history, tmp_path):
@@ -238,8 +229,6 @@ def test_calibrate_finds_the_knob_that_is_off_and_validates_it(history, tmp_path
             str(history),
             "--knob",
             "min_runtime_s",
-            "--knob",
-            "default_grace_s",
             "--json",
             str(out),
         ],
@@ -248,16 +237,15 @@ def test_calibrate_finds_the_knob_that_is_off_and_validates_it(history, tmp_path
     result = json.loads(out.read_text())
     # then the minimum runtime that forbade Slurm's preemptions is lowered
     assert result["knobs"]["min_runtime_s"] == {"recorded": 300, "fitted": 0}
-    assert result["knobs"]["default_grace_s"] == {"recorded": 30, "fitted": 0}
     # and the per-job wait error falls on the fitting window and on the held-out one
     err = result["wait_error"]
-    assert err["fit"]["before"]["mean_s"] == 135.0 and err["fit"]["after"]["mean_s"] == 0.0
-    assert err["validate"]["before"]["mean_s"] == 120.0
+    assert err["fit"]["before"]["mean_s"] == 120.0 and err["fit"]["after"]["mean_s"] == 0.0
+    assert err["validate"]["before"]["mean_s"] == 105.0
     assert err["validate"]["after"]["mean_s"] == 0.0
     assert result["windows"] == {"fit_jobs": 2, "validate_jobs": 2}
-    assert "use: --set policy.min_runtime_s=0 --set policy.default_grace_s=0" in r.output
+    assert "use: --set policy.min_runtime_s=0" in r.output
     # and over the whole history every fidelity metric is then inside its tolerance
-    assert len(result["outside_tolerance"]["before"]) == 9
+    assert len(result["outside_tolerance"]["before"]) == 11
     assert result["outside_tolerance"]["after"] == []
 
 
