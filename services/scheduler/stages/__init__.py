@@ -1,0 +1,48 @@
+"""The placement pass as data: `STAGES`, the ordered table of named stages (one module each,
+a `stage.Stage` record). Table order is what the stages do in turn (gates, caps, exclusions,
+explanations, bookkeeping) and so the reason precedence: a later stage's explanation
+overrides an earlier one's. See docs/deciders.md for how to add one."""
+
+from __future__ import annotations
+
+from gpuledger.services.scheduler.stage import Stage
+from gpuledger.services.scheduler.stages import (
+    array_cap,
+    dependencies,
+    mig_layout,
+    model_guarantee,
+    model_limits,
+    nominations,
+    quota,
+    regeometry,
+    releasing,
+    reservation,
+    reserve,
+    spread,
+)
+
+STAGES: tuple[Stage, ...] = (
+    dependencies.STAGE,
+    array_cap.STAGE,
+    quota.STAGE,
+    mig_layout.STAGE,
+    nominations.STAGE,
+    spread.STAGE,
+    reservation.STAGE,
+    model_guarantee.STAGE,
+    model_limits.STAGE,
+    reserve.STAGE,
+    releasing.STAGE,
+    regeometry.STAGE,
+)
+
+BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+OWNER: dict[str, str] = {code: s.name for s in STAGES for code in s.reasons}
+"""Per pending reason the scheduler finds, the stage that owns it."""
+
+
+def book(rnd, job, members: tuple) -> None:
+    """The one bookkeeping of a bind (a placement or a grow): every stage's tallies."""
+    for s in STAGES:
+        if s.book is not None:
+            s.book(rnd, job, members)
