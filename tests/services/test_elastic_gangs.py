@@ -300,3 +300,34 @@ def test_the_next_blocked_job_counts_only_the_members_that_leave():
     assert [(r.job_id, r.beneficiary, r.ranks) for r in reqs] == [("elastic", "urgent-1", (4, 5))]
     (declined,) = of_type(out, ev.PreemptionDeclined)
     assert declined.job_id == "urgent-2"
+
+
+def test_a_gang_shrunk_once_and_grown_back_can_be_preempted_again():
+    # given the gang shrank 6 -> 4 for an urgent job and grew back to 6 when it ended
+    ledger = running(fleet(), submitted(**ELASTIC), submitted(id="other", tenant="a", gpus=1))
+    (first,) = of_type(
+        blocked(ledger, 10, id="urgent", tenant="a", gpus=3, **URGENT), ev.PreemptionRequested
+    )
+    fold(ledger, [first])
+    leave(ledger, first, 20)
+    step(ledger, 20, Scheduler())
+    step(ledger, 20, Scheduler())
+    start(ledger, 20)
+    finish(ledger, "urgent", 100)
+    (grown,) = of_type(step(ledger, 100, Scheduler()), ev.GangResized)
+    assert grown.to_members == 6
+    start(ledger, 100)
+    # when a second urgent job needs 3 GPUs (1 free)
+    (req,) = of_type(
+        blocked(ledger, 5_400, id="urgent-2", tenant="a", gpus=3, **URGENT),
+        ev.PreemptionRequested,
+    )
+    assert (req.job_id, req.beneficiary, req.ranks) == ("elastic", "urgent-2", (4, 5))
+    # then it is a new decision, not a repeat of the first: its id differs (the bus, like
+    # JetStream, drops an event whose id it has seen, for the rest of the allocation)
+    assert req.event_id != first.event_id
+    # and the gang shrinks again for it
+    fold(ledger, [req])
+    leave(ledger, req, 5_500)
+    (resized,) = of_type(step(ledger, 5_500, Scheduler()), ev.GangResized)
+    assert (resized.from_members, resized.to_members, resized.preempted_by) == (6, 4, "urgent-2")
