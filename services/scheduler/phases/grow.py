@@ -2,8 +2,10 @@
 nothing waiting for capacity (queued work first; a job waiting for a dependency does not
 wait for capacity): each, in allocation order, gets as many more members as fit and as its
 tenant's quota allows (`GangResized` up), unless it is starting, being preempted, or was
-resized less than `policy.min_runtime_s` ago (the anti-thrash cooldown). Every grow is
-booked by every stage, as a placement is."""
+resized less than `policy.min_runtime_s` ago (the anti-thrash cooldown). A grow runs the
+stages that bind it (`Stage.binds_grow`: quota, nominations, spread, per-model guarantees
+and limits) as a placement does, its smallest step one member, and is booked by every
+stage."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from gpuledger.services.domain.tooling.placement_adapter import to_members
 from gpuledger.services.placement import Placement
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.round import Limits, Round
-from gpuledger.services.scheduler.stages import book, model_limits, quota
+from gpuledger.services.scheduler.stages import book, capped, exclusions
 
 
 def _queue_waits(state: Ledger) -> bool:
@@ -50,7 +52,6 @@ def run(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
         return []
     cooldown = state.config.policy.min_runtime_s * 1000
     rnd = Round.start(svc, state, now_ms)
-    exclude = state.nominated_nodes(now_ms=now_ms)
     out: list[Event] = []
     for alloc_id in sorted(state.sched.growable):
         rec = state.allocations[alloc_id]
@@ -59,17 +60,14 @@ def run(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
             continue
         n = len(rec.members)
         per = job.spec.resources.gpu_milli_total()
-        k = job.spec.replicas - n
-        lim = Limits(need=k * per)
-        while k > 0 and not quota.cap(rnd, job, lim, k):
-            k -= 1
+        lim = Limits(need=per)  # the smallest grow: one member
+        exclusions(rnd, job, lim, grow=True)
+        k = capped(rnd, job, lim, job.spec.replicas - n, 0, grow=True)
         if k <= 0:
             continue
-        lim.need = k * per
-        off = exclude | model_limits.exclude(rnd, job, lim)
         request = msgspec.structs.replace(state.gang_request(job), replicas=k, min_members=1)
         view = rnd.trial
-        placed = view.place(request, rnd.policy, exclude=off, explain=False)
+        placed = view.place(request, rnd.policy, exclude=lim.exclude, explain=False)
         if not isinstance(placed, Placement):
             continue
         view.allocate(f"{alloc_id}~grow", job.tenant, placed, request)

@@ -15,7 +15,7 @@ from gpuledger.services.domain.tooling.placement_adapter import to_members
 from gpuledger.services.placement import Placement
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.round import Limits, Round, Why
-from gpuledger.services.scheduler.stages import STAGES, book
+from gpuledger.services.scheduler.stages import STAGES, book, capped, exclusions
 
 
 def run(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
@@ -40,16 +40,10 @@ def place_one(rnd: Round, job: JobRecord, position: int) -> list[Event]:
             stop = s.gate(rnd, job, lim)
             if stop is not None:
                 return stop
-    for s in STAGES:
-        if s.exclude is not None:
-            lim.excluded[s.name] = s.exclude(rnd, job, lim)
+    exclusions(rnd, job, lim)
     if spec.min_members is not None and spec.min_members < spec.replicas:
         # members above the minimum only as far as every stage's cap allows
-        k = spec.replicas
-        for s in STAGES:
-            while s.cap is not None and k > spec.min_members and not s.cap(rnd, job, lim, k):
-                k -= 1
-        lim.max_members = k
+        lim.max_members = capped(rnd, job, lim, spec.replicas, spec.min_members)
     result = _try_place(rnd, job, lim)
     if isinstance(result, Placement):
         return [_bind(rnd, job, result, lim.backfill_for)]

@@ -5,6 +5,8 @@ overrides an earlier one's. See docs/deciders.md for how to add one."""
 
 from __future__ import annotations
 
+from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.scheduler.round import Limits, Round
 from gpuledger.services.scheduler.stage import Stage
 from gpuledger.services.scheduler.stages import (
     array_cap,
@@ -41,7 +43,27 @@ OWNER: dict[str, str] = {code: s.name for s in STAGES for code in s.reasons}
 """Per pending reason the scheduler finds, the stage that owns it."""
 
 
-def book(rnd, job, members: tuple) -> None:
+def exclusions(rnd: Round, job: JobRecord, lim: Limits, *, grow: bool = False) -> None:
+    """Fill `lim.excluded` with every stage's nodes, in table order (on a grow, of the
+    stages that bind it)."""
+    for s in STAGES:
+        if s.exclude is not None and (s.binds_grow or not grow):
+            lim.excluded[s.name] = s.exclude(rnd, job, lim)
+
+
+def capped(
+    rnd: Round, job: JobRecord, lim: Limits, k: int, floor: int, *, grow: bool = False
+) -> int:
+    """The most members, from `k` down to `floor`, that every stage's cap allows."""
+    for s in STAGES:
+        while s.cap is not None and (s.binds_grow or not grow) and k > floor:
+            if s.cap(rnd, job, lim, k):
+                break
+            k -= 1
+    return k
+
+
+def book(rnd: Round, job: JobRecord, members: tuple) -> None:
     """The one bookkeeping of a bind (a placement or a grow): every stage's tallies."""
     for s in STAGES:
         if s.book is not None:

@@ -2,7 +2,8 @@
 guarantee (`guaranteed_by_model`): a model whose guarantee the job would exceed is closed to
 it. When only that keeps the job out, `NonPreemptibleOverQuota` (a quota code) names each
 model, its non-preemptible use and its guarantee. Every non-preemptible bind adds to its
-tenant's non-preemptible use per model."""
+tenant's non-preemptible use per model; an elastic gang (and a grow) gets members only as
+far as no other model's guarantee would be passed."""
 
 from __future__ import annotations
 
@@ -42,6 +43,15 @@ def exclude(rnd: Round, job: JobRecord, lim: Limits) -> frozenset[str]:
     return nodes_with_models(rnd.state, {m for m, _, _ in lim.over_models})
 
 
+def cap(rnd: Round, job: JobRecord, lim: Limits, k: int) -> bool:
+    """Whether `k` members take no model past its guarantee beyond those already closed."""
+    if job.preemptible:
+        return True
+    need = k * job.spec.resources.gpu_milli_total()
+    closed = {m for m, _, _ in lim.over_models}
+    return not {m for m, _, _ in over_guarantee(rnd, job, need)} - closed
+
+
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     """`NonPreemptibleOverQuota` when only per-model guarantees keep the job out."""
     if not lim.over_models or not rnd.fits(job, lim.before(STAGE.name)):
@@ -71,6 +81,8 @@ STAGE = Stage(
     __doc__ or "",
     gives=(PendingReason.NonPreemptibleOverQuota,),
     exclude=exclude,
+    cap=cap,
     explain=explain,
     book=book,
+    binds_grow=True,
 )

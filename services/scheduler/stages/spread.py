@@ -74,6 +74,4 @@ def book(rnd: Round, job: JobRecord, members: tuple) -> None:
             per_node[m.node] = per_node.get(m.node, 0) + 1
 
 
-STAGE = Stage(
-    "spread", __doc__ or "", exclude=exclude, explain=explain, book=book, binds_grow=False
-)
+STAGE = Stage("spread", __doc__ or "", exclude=exclude, explain=explain, book=book, binds_grow=True)

@@ -1,7 +1,7 @@
 """Stage `model_guarantee`: given a tenant guaranteed 2 A100s, when a second non-preemptible
 2-GPU A100-only job is tried, then the A100 node is excluded for it and, since only that
 keeps it out, it is told `NonPreemptibleOverQuota` per model; preemptible work is not
-bound; a non-preemptible bind adds to the model's non-preemptible use."""
+bound; an elastic step past a model's guarantee is capped; a non-preemptible bind adds to the model's non-preemptible use."""
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import PendingReason
@@ -31,6 +31,10 @@ def test_non_preemptible_work_past_a_models_guarantee_is_kept_off_that_model():
     lim = Limits(need=2000)
     assert model_guarantee.exclude(rnd, ledger.jobs["i2"], lim) == {"a100"}
     assert lim.over_models == [("A100-80GB", 2000, 2000)]
+    # an elastic step past the guarantee of a model still open is capped (2 GPUs a member)
+    open_lim = Limits(need=1000)
+    assert model_guarantee.cap(round_at(ledger, 0), ledger.jobs["i2"], open_lim, 2) is False
+    assert model_guarantee.cap(round_at(ledger, 0), ledger.jobs["i2"], open_lim, 1) is True
 
 
 def test_preemptible_work_is_not_bound_by_a_models_guarantee():
