@@ -99,14 +99,30 @@ class Round:
         )
         return isinstance(placed, Placement)
 
+    def binds(self, job: JobRecord, lim: Limits, why: Why, name: str) -> bool:
+        """Whether stage `name` is the binding exclusion: the first in table order whose
+        nodes alone keep the job out (it would fit without them, every other stage in
+        force). The first such stage claims `why.binding`; later ones are not binding."""
+        if why.binding is not None or not lim.excluded.get(name):
+            return False
+        if not self.fits(job, lim.without(name)):
+            return False
+        why.binding = name
+        return True
+
     def model_blocks(self, job: JobRecord, need: int) -> dict[str, tuple]:
-        """Per GPU model the job may not use now under per-model lending and borrowing
-        limits (`quota.model_limit_blocks`); empty when no tenant sets any."""
+        """Per GPU model the job could use but may not now under per-model lending and
+        borrowing limits (`quota.model_limit_blocks`), in model order; models outside the
+        job's `gpu_models` are none of its business. Empty when no tenant sets any."""
         if self.model_capacity is None:
             return {}
-        return model_limit_blocks(
+        blocks = model_limit_blocks(
             self.state.config.tenants, self.used_model, self.model_capacity, job.tenant, need
         )
+        models = job.spec.resources.gpu_models
+        if not models:
+            return blocks
+        return {m: b for m, b in blocks.items() if m in models}
 
     def quota_block(self, job: JobRecord, need: int):
         """The first quota that `need` more GPU milli would break, up the tenant tree, then
@@ -187,14 +203,10 @@ class Limits:
         """Every node some stage excludes."""
         return frozenset().union(*self.excluded.values())
 
-    def before(self, name: str) -> frozenset[str]:
-        """The nodes excluded by the stages ahead of stage `name` in the table."""
-        out: frozenset[str] = frozenset()
-        for stage, nodes in self.excluded.items():
-            if stage == name:
-                break
-            out = out | nodes
-        return out
+    def without(self, name: str) -> frozenset[str]:
+        """The nodes every stage but `name` excludes: the "would it fit without this stage"
+        trial of the explanations."""
+        return frozenset().union(*(n for s, n in self.excluded.items() if s != name))
 
 
 @dataclass
@@ -205,6 +217,8 @@ class Why:
     message: str
     details: dict
     result: Any = None
+    binding: str | None = None
+    """The stage whose exclusion keeps the job out (`Round.binds`), once one claimed it."""
 
 
 def add_by_model(

@@ -8,9 +8,10 @@ The scheduler tries each pending job against `stages.STAGES`, in table order:
    shrunk towards `min_members` until every stage allows it).
 3. `exclude(rnd, job, lim)`: the nodes it keeps the job off (noting why in `lim`).
 4. the trial placement, then, if it failed, `explain(rnd, job, lim, why)` of every stage in
-   table order: a stage whose exclusion was the binding one (the job would fit without it)
-   says so; a later stage's explanation overrides an earlier one's, so table order is the
-   reason precedence.
+   table order: the first stage whose exclusion alone keeps the job out (`Round.binds`: it
+   would fit without that stage, every other in force) gives the reason; the refinements
+   after the exclusions (a reservation made, victims leaving, a layout changing) override
+   it. Table order is the reason precedence.
 5. after a bind (a placement or a grow), `book(rnd, job, members)` of every stage.
 
 `wakeup(state, now_ms)` gives the instants at which its answer may change by time alone;

@@ -1,7 +1,8 @@
 """The placement pass as data: `STAGES`, the ordered table of named stages (one module each,
 a `stage.Stage` record). Table order is what the stages do in turn (gates, caps, exclusions,
-explanations, bookkeeping) and so the reason precedence: a later stage's explanation
-overrides an earlier one's. See docs/deciders.md for how to add one."""
+explanations, bookkeeping) and so the reason precedence: the first exclusion that alone
+keeps a job out gives its reason, the refinements after it override. See docs/deciders.md
+for how to add one."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def cap(rnd: Round, job: JobRecord, lim: Limits, k: int) -> bool:
 
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     """`NonPreemptibleOverQuota` when only per-model guarantees keep the job out."""
-    if not lim.over_models or not rnd.fits(job, lim.before(STAGE.name)):
+    if not lim.over_models or not rnd.binds(job, lim, why, STAGE.name):
         return
     need = lim.need
     why.reason = PendingReason.NonPreemptibleOverQuota

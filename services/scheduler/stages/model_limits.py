@@ -36,7 +36,7 @@ def cap(rnd: Round, job: JobRecord, lim: Limits, k: int) -> bool:
 
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     """The blocked models' reason when only they keep the job out."""
-    if not lim.model_blocks or not rnd.fits(job, lim.before(STAGE.name)):
+    if not lim.model_blocks or not rnd.binds(job, lim, why, STAGE.name):
         return
     first = next(iter(lim.model_blocks.values()))
     why.reason = first[0]

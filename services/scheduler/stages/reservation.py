@@ -29,9 +29,7 @@ def exclude(rnd: Round, job: JobRecord, lim: Limits) -> frozenset[str]:
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     """`Reserved` when the job would fit but for the reservation it was kept off."""
     reservation = rnd.reservation
-    if not lim.held_back or reservation is None:
-        return
-    if not rnd.fits(job, lim.exclude - reservation.nodes):
+    if not lim.held_back or reservation is None or not rnd.binds(job, lim, why, STAGE.name):
         return
     why.reason = PendingReason.Reserved
     why.message = (

@@ -52,7 +52,7 @@ def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
         "max_per_node": spread.max_per_node,
         "nodes_at_limit": len(full),
     }
-    if not rnd.fits(job, lim.exclude - lim.spread_full):
+    if not rnd.binds(job, lim, why, STAGE.name):
         why.message += (
             f"; {len(full)} more nodes at the spread limit of group {spread.group!r} "
             f"({spread.max_per_node} per node)"
