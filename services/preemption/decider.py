@@ -470,12 +470,18 @@ class Preemption(LedgerService):
     ) -> list[Event]:
         if job.declined == reason:
             return []
+        # unique per decision: a decline that comes back after another one (NoVictims, then
+        # MinRuntime, then NoVictims again, the pending reason unchanged) is a new decision,
+        # not a repeat of the first, which the bus would drop while decide keeps returning it
+        key = f"{job.job_id}:{reason}:{job.pending_changes}:{len(job.preemptions)}"
+        if job.declined is not None:
+            key += f":after:{job.declined}@{now_ms}"
         return [
             self.emit(
                 state,
                 now_ms,
                 PreemptionDeclined,
-                key=f"{job.job_id}:{reason}:{job.pending_changes}:{len(job.preemptions)}",
+                key=key,
                 correlation_id=job.job_id,
                 job_id=job.job_id,
                 reason=reason,
