@@ -551,40 +551,21 @@ def test_a_decline_that_comes_back_after_another_is_a_new_decision():
     # when j5 has ended, its pending reason unchanged all along
     from gpuledger.replay.scenario import from_document
     from gpuledger.replay.simulator import simulate
+    from tests.properties.test_pure_decider_properties import document
 
-    def job(at, id_, tenant, duration, **shape):
-        return {
-            "at": at,
-            "submit": {"id": id_, "tenant": tenant, "class": "best-effort", "duration": duration,
-                       "checkpoint": {"interval": 300, "save": 5}, **shape},
-        }  # fmt: skip
+    def job(at_s, tenant, duration_s, **shape):
+        return {"at_s": at_s, "tenant": tenant, "class": "best-effort", "shape": shape,
+                "duration_s": duration_s}  # fmt: skip
 
-    doc = {
-        "cluster": {
-            "nodes": [
-                {"name_prefix": "n", "count": 2, "gpus": 4},
-                {"name": "mig-1", "gpus": 2, "model": "H100-80GB", "sharing": "mig"},
-                {
-                    "name": "mps-1",
-                    "gpus": 2,
-                    "model": "L40S",
-                    "gpu_memory": "48Gi",
-                    "sharing": "mps",
-                },
-            ]
-        },  # fmt: skip
-        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 2}],
-        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
-        "policy": {"preemption_scope": "tenant", "min_runtime_s": 300},
-        "timeline": [
-            *(job(0, f"j{i}", "a", 30, gpu="250m") for i in range(5)),
-            job(31, "j5", "a", 30, gpus=1, replicas=3),
-            job(30, "j6", "a", 45, gpus=1, replicas=2),
-            job(30, "j7", "b", 30, gpu="250m"),
-        ],
-    }
+    jobs = [
+        *(job(0, "a", 30, gpu="250m") for _ in range(5)),
+        job(31, "a", 30, gpus=1, replicas=3),
+        job(30, "a", 45, gpus=1, replicas=2),
+        job(30, "b", 30, gpu="250m"),
+    ]
+    policy = {"preemption_scope": "tenant", "min_runtime_s": 300}
     # when it is simulated in checking mode (every decide skipped as quiet is asked anyway)
-    sim = simulate(from_document(doc), check=True)
+    sim = simulate(from_document(document(jobs, policy, [], (None, None))), check=True)
     # then the decline at 61 s is published: its id is not the 30 s decline's
     declines = [(e.occurred_at_ms, e.reason) for _, _, e in sim.log
                 if isinstance(e, ev.PreemptionDeclined) and e.job_id == "j7"]  # fmt: skip

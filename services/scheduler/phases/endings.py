@@ -4,6 +4,8 @@ Each builds the events from the allocation's record; none decides whether it app
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuledger.events import (
     Event,
     GangCompleted,
@@ -17,6 +19,28 @@ from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, L
 from gpuledger.services.domain.fold.progress import work_outcome
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.domain.tooling.timefmt import duration, instant
+
+
+def run_event(
+    svc: LedgerService,
+    state: Ledger,
+    now_ms: int,
+    cls: type[Event],
+    rec: AllocationRecord,
+    job: JobRecord,
+    **fields: Any,
+) -> Event:
+    """An event about the run `rec` of `job`, keyed by its allocation (one per run)."""
+    return svc.emit(
+        state,
+        now_ms,
+        cls,
+        key=rec.allocation_id,
+        correlation_id=job.job_id,
+        job_id=job.job_id,
+        allocation_id=rec.allocation_id,
+        **fields,
+    )
 
 
 def evict(
@@ -50,14 +74,13 @@ def evict(
     if reason == EvictReason.ScaledDown:  # a service replica holds no work to lose
         checkpointed, lost = False, 0
     out: list[Event] = [
-        svc.emit(
+        run_event(
+            svc,
             state,
             now_ms,
             GangEvicted,
-            key=rec.allocation_id,
-            correlation_id=job.job_id,
-            job_id=job.job_id,
-            allocation_id=rec.allocation_id,
+            rec,
+            job,
             reason=reason,
             preempted_by=by,
             checkpointed=checkpointed,
@@ -124,15 +147,7 @@ def completed(
     svc: LedgerService, state: Ledger, now_ms: int, rec: AllocationRecord, job: JobRecord
 ) -> Event:
     """`GangCompleted`: every member of the run is done."""
-    return svc.emit(
-        state,
-        now_ms,
-        GangCompleted,
-        key=rec.allocation_id,
-        correlation_id=job.job_id,
-        job_id=job.job_id,
-        allocation_id=rec.allocation_id,
-    )
+    return run_event(svc, state, now_ms, GangCompleted, rec, job)
 
 
 def timed_out(
@@ -151,14 +166,13 @@ def timed_out(
         if work.checkpointed
         else f"no checkpoint in time: {work.lost_gpu_ms / 3_600_000:.2f} GPU-h lost"
     )
-    return svc.emit(
+    return run_event(
+        svc,
         state,
         now_ms,
         GangFailed,
-        key=rec.allocation_id,
-        correlation_id=job.job_id,
-        job_id=job.job_id,
-        allocation_id=rec.allocation_id,
+        rec,
+        job,
         reason=EndReason.TimeLimit,
         message=(
             f"time limit {duration(limit.time_limit_s * 1000)} reached at "

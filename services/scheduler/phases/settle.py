@@ -61,14 +61,13 @@ def _timed_out(svc, state, now_ms, rec, job) -> list[Event]:
 def _failed(svc, state, now_ms, rec, job) -> list[Event]:
     rank = min(r for r, (o, _) in rec.exited.items() if o == "failed")
     return [
-        svc.emit(
+        endings.run_event(
+            svc,
             state,
             now_ms,
             GangFailed,
-            key=rec.allocation_id,
-            correlation_id=job.job_id,
-            job_id=job.job_id,
-            allocation_id=rec.allocation_id,
+            rec,
+            job,
             reason=EndReason.MemberFailed,
             message=f"member rank {rank} failed",
         )
