@@ -15,7 +15,7 @@ from gpuledger.services.domain.tooling.placement_adapter import to_members
 from gpuledger.services.placement import Placement
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.round import Limits, Round, Why
-from gpuledger.services.scheduler.stages import STAGES, book, capped, exclusions
+from gpuledger.services.scheduler.stages import book, capped, exclusions, explained, gated
 
 
 def run(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
@@ -35,11 +35,9 @@ def place_one(rnd: Round, job: JobRecord, position: int) -> list[Event]:
     """One job through the stages: `GangPlaced`, or why not."""
     spec = job.spec
     lim = Limits(need=spec.resources.gpu_milli_total() * spec.members_min(), position=position)
-    for s in STAGES:
-        if s.gate is not None:
-            stop = s.gate(rnd, job, lim)
-            if stop is not None:
-                return stop
+    stop = gated(rnd, job, lim)
+    if stop is not None:
+        return stop
     exclusions(rnd, job, lim)
     if spec.min_members is not None and spec.min_members < spec.replicas:
         # members above the minimum only as far as every stage's cap allows
@@ -49,9 +47,7 @@ def place_one(rnd: Round, job: JobRecord, position: int) -> list[Event]:
         return [_bind(rnd, job, result, lim.backfill_for)]
     why = Why(result.reason, result.message, {**result.details, "queue_position": position})
     why.result = result
-    for s in STAGES:
-        if s.explain is not None:
-            s.explain(rnd, job, lim, why)
+    explained(rnd, job, lim, why)
     return rnd.pending(job, why.reason, why.message, why.details)
 
 
