@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from gpuledger.projections.queries import gpus_text, nodes_rows
 from gpuledger.services.cli.common import fail
+from gpuledger.services.cli.output import Output, _print_rows, humanize_ms
+from gpuledger.services.cli.reading import DEFAULT_DATA, _query, db_path
 
 nodes_app = typer.Typer(
     help="Nodes: the projected table (default) or this host's GPUs (discover).",
@@ -26,8 +30,6 @@ def nodes_table(
     """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpuledger.services.cli.audit import Output, nodes_command
-
     try:
         fmt = Output(output)
     except ValueError:
@@ -58,3 +60,46 @@ def discover(
         typer.echo(json.dumps(msgspec.to_builtins(inventory), indent=2))
     else:
         typer.echo(describe(inventory))
+
+
+def _node_table(rows, wide):
+    headers = ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
+    if wide:
+        headers += ["POOL", "LEAF", "CLIQUES", "RUNNING", "LAST-HEARTBEAT", "SIMULATED"]
+    out = []
+    for r in rows:
+        line = [
+            r["node"],
+            r["status"],
+            r["gpus"],
+            gpus_text(r["allocated_milli"]),
+            gpus_text(r["free_milli"] if r["status"] == "ready" else 0),
+            r["models"] or "",
+            humanize_ms(r["now_ms"] - r["registered_at_ms"]),
+        ]
+        if wide:
+            hb = r["last_heartbeat_ms"]
+            line += [
+                r["pool"],
+                r["leaf_switch"] or "",
+                r["cliques"],
+                r["running_members"],
+                humanize_ms(r["now_ms"] - hb) + " ago" if hb is not None else "<never>",
+                r["simulated"],
+            ]
+        out.append(line)
+    return headers, out
+
+
+def nodes_command(
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
+    ] = Output.table,
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Leave out the header line.")
+    ] = False,
+    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+) -> None:
+    """List nodes: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
+    _print_rows(_query(db_path(db, data), nodes_rows), _node_table, output, no_headers)

@@ -24,9 +24,10 @@ import nats.errors
 import pytest
 
 from gpuledger.projections.nats_source import ProjectorStatus, run_projector
-from gpuledger.services.cli.live import _sample_projector, publish_config
+from gpuledger.services.cli.apply import publish_config
 from gpuledger.services.runtime.auth import CREDS_ENV, TLS_ENV, AuthDir, client_options
 from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.cluster import _sample_projector
 from gpuledger.services.runtime.processes import ROOT, run_command
 from gpuledger.services.runtime.supervisor import host_condition
 from tests.integration.cluster import EXAMPLES, cli

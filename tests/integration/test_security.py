@@ -33,7 +33,7 @@ import pytest
 
 from gpuledger.events.subjects import STREAM
 from gpuledger.projections.nats_source import DURABLE
-from gpuledger.services.cli.live import publish_config
+from gpuledger.services.cli.apply import publish_config
 from gpuledger.services.domain.fold.job_status import JobStatus
 from gpuledger.services.runtime.auth import (
     CREDS_ENV,

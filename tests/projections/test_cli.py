@@ -9,7 +9,9 @@ import typer
 from typer.testing import CliRunner
 
 from gpuledger.replay.logio import write_log
-from gpuledger.services.cli.audit import humanize_ms, iso_ms, register
+from gpuledger.services.cli.audit import register
+from gpuledger.services.cli.output import humanize_ms
+from gpuledger.services.cli.sql import iso_ms
 
 app = typer.Typer()
 register(app)

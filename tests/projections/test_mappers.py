@@ -13,8 +13,8 @@ from gpuledger.projections.mappers import (
     Projection,
     SequenceGap,
     columns_of,
-    gpus_label,
 )
+from gpuledger.projections.queries import gpus_label
 from tests.services.given import produced
 
 
