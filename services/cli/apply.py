@@ -10,8 +10,8 @@ import typer
 
 from gpuledger.services.cli.common import fail_input, read_doc
 from gpuledger.services.cli.connect import (
-    CREDS_HELP,
-    NATS_URL_HELP,
+    CredsOption,
+    NatsUrlOption,
     cli_bus,
     resolve_access,
     run_on_bus,
@@ -46,10 +46,8 @@ def apply(
     config: Path = typer.Argument(
         ..., help="Configuration YAML (tenants, priority classes, policy)."
     ),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: NatsUrlOption = None,
+    creds: CredsOption = None,
     replicas: int | None = typer.Option(
         None,
         "--replicas",

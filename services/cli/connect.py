@@ -4,6 +4,9 @@ one-shot connection with clear errors. Shared by every command that talks to NAT
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from gpuledger.services.cli.common import fail
 from gpuledger.services.runtime.status_file import DEFAULT_DATA
@@ -15,6 +18,16 @@ CREDS_HELP = (
     "the operator's from ./.gpuledger/auth of `gpuledger up`). TLS: $GPULEDGER_TLS_CA "
     "(+ _CERT, _KEY)."
 )
+
+
+NatsUrlOption = Annotated[
+    str | None, typer.Option("--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP)
+]
+"""`--nats-url` as every command that talks to NATS takes it."""
+CredsOption = Annotated[
+    Path | None, typer.Option("--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP)
+]
+"""`--creds` as every command that talks to NATS takes it."""
 
 
 def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:

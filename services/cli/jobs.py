@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,12 +13,16 @@ from gpuledger.projections.queries import (
     jobs_rows,
 )
 from gpuledger.services.cli.output import (
+    NoHeadersOption,
     Output,
+    OutputOption,
     _print_rows,
     humanize_ms,
 )
 from gpuledger.services.cli.reading import (
     DEFAULT_DATA,
+    DataOption,
+    DbOption,
     _query,
     db_path,
 )
@@ -71,18 +74,14 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
 
 
 def jobs_command(
-    output: Annotated[
-        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
-    ] = Output.table,
-    no_headers: Annotated[
-        bool, typer.Option("--no-headers", help="Leave out the header line.")
-    ] = False,
+    output: OutputOption = Output.table,
+    no_headers: NoHeadersOption = False,
     state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state.")] = None,
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only this tenant (and its children).")
     ] = None,
-    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
-    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    db: DbOption = None,
+    data: DataOption = DEFAULT_DATA,
     tasks: Annotated[
         bool,
         typer.Option(

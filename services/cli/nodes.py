@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from gpuledger.projections.queries import gpus_text, nodes_rows
 from gpuledger.services.cli.common import fail
-from gpuledger.services.cli.output import Output, _print_rows, humanize_ms
-from gpuledger.services.cli.reading import DEFAULT_DATA, _query, db_path
+from gpuledger.services.cli.output import (
+    NoHeadersOption,
+    Output,
+    OutputOption,
+    _print_rows,
+    humanize_ms,
+)
+from gpuledger.services.cli.reading import DEFAULT_DATA, DataOption, DbOption, _query, db_path
 
 nodes_app = typer.Typer(
     help="Nodes: the projected table (default) or this host's GPUs (discover).",
@@ -25,7 +30,7 @@ def nodes_table(
     output: str = typer.Option("table", "-o", "--output", help="table, wide, json or yaml."),
     no_headers: bool = typer.Option(False, "--no-headers"),
     db: Path | None = typer.Option(None, "--db", help="Projection database."),
-    data: Path = typer.Option(Path(".gpuledger"), "--data", help="Data directory."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Data directory."),
 ) -> None:
     """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
     if ctx.invoked_subcommand is not None:
@@ -92,14 +97,10 @@ def _node_table(rows, wide):
 
 
 def nodes_command(
-    output: Annotated[
-        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
-    ] = Output.table,
-    no_headers: Annotated[
-        bool, typer.Option("--no-headers", help="Leave out the header line.")
-    ] = False,
-    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
-    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    output: OutputOption = Output.table,
+    no_headers: NoHeadersOption = False,
+    db: DbOption = None,
+    data: DataOption = DEFAULT_DATA,
 ) -> None:
     """List nodes: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
     _print_rows(_query(db_path(db, data), nodes_rows), _node_table, output, no_headers)

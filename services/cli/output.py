@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -14,6 +14,11 @@ class Output(StrEnum):
     wide = "wide"
     json = "json"
     yaml = "yaml"
+
+
+OutputOption = Annotated[Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")]
+"""`-o/--output` of the listing commands (`jobs`, `nodes`, `tenants`)."""
+NoHeadersOption = Annotated[bool, typer.Option("--no-headers", help="Leave out the header line.")]
 
 
 def humanize_ms(ms: int | float | None) -> str:

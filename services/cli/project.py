@@ -12,6 +12,8 @@ import typer
 from gpuledger.services.cli.common import fail
 from gpuledger.services.cli.reading import (
     DEFAULT_DATA,
+    DataOption,
+    DbOption,
     db_path,
 )
 
@@ -35,8 +37,8 @@ def project_command(
             help="With --nats-url: keep consuming (default) or stop when caught up.",
         ),
     ] = True,
-    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
-    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    db: DbOption = None,
+    data: DataOption = DEFAULT_DATA,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON only.")
     ] = False,

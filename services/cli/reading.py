@@ -7,14 +7,20 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from gpuledger.services.cli.common import fail
+from gpuledger.services.runtime.status_file import DEFAULT_DATA
 
-DEFAULT_DATA = Path(".gpuledger")
 DB_NAME = "projection.duckdb"
+
+
+DbOption = Annotated[Path | None, typer.Option("--db", help="Projection database.")]
+"""`--db` of the read commands (default: `--data`'s projection.duckdb)."""
+DataOption = Annotated[Path, typer.Option("--data", help="Data directory.")]
+"""`--data` of the read commands."""
 
 
 def db_path(db: Path | None, data: Path | None) -> Path:

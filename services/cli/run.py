@@ -8,9 +8,9 @@ import typer
 
 from gpuledger.services.cli.common import fail, fail_input, read_doc
 from gpuledger.services.cli.connect import (
-    CREDS_HELP,
     DEFAULT_DATA,
-    NATS_URL_HELP,
+    CredsOption,
+    NatsUrlOption,
     resolve_access,
 )
 from gpuledger.services.cli.metrics import METRICS_ADDR_HELP, start_service_metrics
@@ -25,9 +25,7 @@ def run(
     role: str = typer.Argument(
         ..., help="admission | quota | scheduler | preemption | node-agent | projector"
     ),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
+    nats_url: NatsUrlOption = None,
     config: Path | None = typer.Option(
         None, "--config", help="Cluster configuration (node agents read their nodes here)."
     ),
@@ -58,7 +56,7 @@ def run(
         "--instance",
         help="This replica's name in its decisions' producer (`scheduler/INSTANCE`; default: the node, else 0); name each replica differently to tell them apart.",
     ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    creds: CredsOption = None,
     metrics_port: int | None = typer.Option(
         None,
         "--metrics-port",

@@ -19,6 +19,7 @@ from gpuledger.services.cli.output import (
 )
 from gpuledger.services.cli.reading import (
     DEFAULT_DATA,
+    DataOption,
     _connect,
     _undamaged,
     db_path,
@@ -102,7 +103,7 @@ def sql_command(
         Path | None,
         typer.Option("--db", help="Projection database (default <data>/projection.duckdb)."),
     ] = None,
-    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    data: DataOption = DEFAULT_DATA,
 ) -> None:
     """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
     ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo,

@@ -9,9 +9,9 @@ import typer
 
 from gpuledger.services.cli.common import fail
 from gpuledger.services.cli.connect import (
-    CREDS_HELP,
     DEFAULT_DATA,
-    NATS_URL_HELP,
+    CredsOption,
+    NatsUrlOption,
     cli_bus,
     job_request_target,
     run_on_bus,
@@ -48,10 +48,8 @@ def status(
         help="With JOB: the job's tenant (default: the tenant of a CI credential, else the "
         "tenant that submitted it).",
     ),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: NatsUrlOption = None,
+    creds: CredsOption = None,
 ) -> None:
     """Each service `gpuledger up` supervises: state (starting, running, blocked, restarting,
     failed, stopped; unauthorized: the server refuses its key, rotated or removed), pid,

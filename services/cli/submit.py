@@ -9,8 +9,8 @@ import typer
 
 from gpuledger.services.cli.common import fail, fail_input, read_doc
 from gpuledger.services.cli.connect import (
-    CREDS_HELP,
-    NATS_URL_HELP,
+    CredsOption,
+    NatsUrlOption,
     cli_bus,
     job_request_target,
     may_read_log,
@@ -33,14 +33,12 @@ def _echo_outcome(outcome) -> int:
 @app.command()
 def submit(
     file: Path = typer.Argument(..., help="Job YAML/JSON file, or - for standard input."),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
+    nats_url: NatsUrlOption = None,
     wait: bool = typer.Option(
         False, "--wait", help="Wait for the admission decision; exit 1 on rejection."
     ),
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    creds: CredsOption = None,
 ) -> None:
     """Publish JobSubmitted. A job id is created once per tenant (another tenant may use the
     same id): re-submitting the same content is a no-op (safe CI retries); a job id the
@@ -93,10 +91,8 @@ def cancel(
     tenant: str | None = typer.Option(
         None, "--tenant", help="The job's tenant (default: the tenant that submitted it)."
     ),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: NatsUrlOption = None,
+    creds: CredsOption = None,
 ) -> None:
     """Publish JobCancelled for a submitted job, named by the id its tenant submitted (ids
     are per tenant: the operator passes --tenant where several tenants use the id). A job id
@@ -125,10 +121,8 @@ def scale(
     tenant: str | None = typer.Option(
         None, "--tenant", help="The service's tenant (default: the tenant that submitted it)."
     ),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: NatsUrlOption = None,
+    creds: CredsOption = None,
 ) -> None:
     """Publish ServiceScaled: a service's replica count from now on. New replicas are queued
     one at a time (a high-priority service may preempt lower-priority work for them); the

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from gpuledger.projections.queries import (
     tenants_rows,
 )
 from gpuledger.services.cli.output import (
+    NoHeadersOption,
     Output,
+    OutputOption,
     _print_rows,
 )
 from gpuledger.services.cli.reading import (
     DEFAULT_DATA,
+    DataOption,
+    DbOption,
     _query,
     db_path,
 )
@@ -83,14 +84,10 @@ def _tenant_table(rows, wide):
 
 
 def tenants_command(
-    output: Annotated[
-        Output, typer.Option("-o", "--output", help="table, wide, json or yaml.")
-    ] = Output.table,
-    no_headers: Annotated[
-        bool, typer.Option("--no-headers", help="Leave out the header line.")
-    ] = False,
-    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
-    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    output: OutputOption = Output.table,
+    no_headers: NoHeadersOption = False,
+    db: DbOption = None,
+    data: DataOption = DEFAULT_DATA,
 ) -> None:
     """List tenants: quota (GPUs: guaranteed, limit, borrowing and lending limits), current
     allocation, borrowed GPU-hours, jobs."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +21,8 @@ from gpuledger.services.cli.output import (
 )
 from gpuledger.services.cli.reading import (
     DEFAULT_DATA,
+    DataOption,
+    DbOption,
     _connect,
     _undamaged,
     db_path,
@@ -246,8 +247,8 @@ def why_command(
     output: Annotated[
         WhyOutput, typer.Option("-o", "--output", help="text, json or yaml.")
     ] = WhyOutput.text,
-    db: Annotated[Path | None, typer.Option("--db", help="Projection database.")] = None,
-    data: Annotated[Path, typer.Option("--data", help="Data directory.")] = DEFAULT_DATA,
+    db: DbOption = None,
+    data: DataOption = DEFAULT_DATA,
     tenant: Annotated[
         str | None,
         typer.Option(

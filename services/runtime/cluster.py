@@ -175,7 +175,6 @@ class Cluster:
     async def _probe_store(self, interval_s: float = 1.0) -> None:
         """Once a second: a probe write (is the store full?), and, with the embedded server,
         its in-place restart when its store latched a write error and space is back."""
-        import asyncio
 
         import structlog
 
@@ -197,12 +196,16 @@ class Cluster:
                     structlog.get_logger("gpuledger.up").debug(
                         "store.probe_failed", error=repr(exc)
                     )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), interval_s)
+                await self._pause(interval_s)
         finally:
-            if bus is not None:
-                with contextlib.suppress(Exception):
-                    await bus.close()
+            await _close_quietly(bus)
+
+    async def _pause(self, interval_s: float) -> None:
+        """Wait `interval_s`, or less when `up` is stopping (a watch loop's round)."""
+        import asyncio
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), interval_s)
 
     def _write_targets(self) -> None:
         """`<data>/prometheus-targets.json`: every metrics endpoint as a Prometheus file_sd
@@ -242,12 +245,9 @@ class Cluster:
                     self.board.store = self.store_watch.document()
                 self.board.nats_reload_error = _reload_error(self.nats_server)
                 self.board.write()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), interval_s)
+                await self._pause(interval_s)
         finally:
-            if bus is not None:
-                with contextlib.suppress(Exception):
-                    await bus.close()
+            await _close_quietly(bus)
 
     def _url(self, port: int) -> str:
         host = "127.0.0.1" if self.metrics_addr in ("0.0.0.0", "") else self.metrics_addr
@@ -315,6 +315,13 @@ class Cluster:
             for st in self.board.services.values():
                 st.state = "stopped"
             self.board.write()
+
+
+async def _close_quietly(bus) -> None:
+    """Close a watch loop's bus, if it ever connected; its errors do not stop `up`."""
+    if bus is not None:
+        with contextlib.suppress(Exception):
+            await bus.close()
 
 
 def _reload_error(server) -> str | None:
