@@ -201,6 +201,15 @@ class AllocationMappers(ProjectionState):
         if job is not None and job.allocation_id == allocation_id:
             job.allocation_id = None
 
+    def _stopped_run(self, e: ev.GangEvicted | ev.GangCompleted | ev.GangFailed) -> Row | None:
+        """The job of a run that stopped, its allocation released; None when there is no such
+        job or it has already finished (nothing more to show)."""
+        job = self.jobs.get(e.job_id)
+        if job is None:
+            return None
+        self._release(job, e.allocation_id)
+        return None if job.state in TERMINAL else job
+
     def _evicted(self, seq: int, e: ev.GangEvicted) -> None:
         self._close_alloc(e.allocation_id, e.occurred_at_ms, "evicted:" + e.reason)
         p = self.open_preemptions.pop(e.allocation_id, None)
@@ -212,11 +221,8 @@ class AllocationMappers(ProjectionState):
             p.progress_ms = e.progress_ms
             p.outcome = "evicted"
             self.batch.upsert(p)
-        job = self.jobs.get(e.job_id)
+        job = self._stopped_run(e)
         if job is None:
-            return
-        self._release(job, e.allocation_id)
-        if job.state in TERMINAL:
             return
         job.progress_ms = e.progress_ms
         if e.reason in (EvictReason.Cancelled, EvictReason.ScaledDown) or job.cancel_requested:
@@ -252,11 +258,8 @@ class AllocationMappers(ProjectionState):
         outcome = run_end_state(e)
         self._close_alloc(e.allocation_id, e.occurred_at_ms, outcome)
         self._end_preemption(e.allocation_id, e.occurred_at_ms, outcome)
-        job = self.jobs.get(e.job_id)
+        job = self._stopped_run(e)
         if job is None:
-            return
-        self._release(job, e.allocation_id)
-        if job.state in TERMINAL:
             return
         job.finished_at_ms = e.occurred_at_ms
         if isinstance(e, ev.GangFailed):

@@ -14,6 +14,22 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
+def submission(job_id: str, tenant: str) -> bytes:
+    """A raw JobSubmitted (1 GPU, 1 h) as a CI step publishes it on gl.submit.TENANT.JOB."""
+    return json.dumps(
+        {
+            "type": "JobSubmitted.v1",
+            "event_id": f"sub-{job_id}",
+            "job": {
+                "job_id": job_id,
+                "tenant": tenant,
+                "resources": {"gpus": 1},
+                "duration_s": 3600,
+            },
+        }
+    ).encode()
+
+
 def cli(
     *args: str, check: bool = False, timeout: float = 60, stdin: str | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess:

@@ -30,7 +30,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.cluster import _sample_projector
 from gpuledger.services.runtime.processes import ROOT, run_command
 from gpuledger.services.runtime.supervisor import host_condition
-from tests.integration.cluster import EXAMPLES, cli
+from tests.integration.cluster import EXAMPLES, cli, submission
 from tests.waiting import eventually, eventually_async
 
 pytestmark = pytest.mark.integration
@@ -43,21 +43,6 @@ CONFIG = {
 }
 RELOAD_S = 5.0
 """The issue's bound for a credential change to take effect (scaled like every wait)."""
-
-
-def submission(job_id: str, tenant: str) -> bytes:
-    return json.dumps(
-        {
-            "type": "JobSubmitted.v1",
-            "event_id": f"sub-{job_id}",
-            "job": {
-                "job_id": job_id,
-                "tenant": tenant,
-                "resources": {"gpus": 1},
-                "duration_s": 3600,
-            },
-        }
-    ).encode()
 
 
 async def connect_with(server, seed_file) -> tuple[nats.NATS | None, list[str]]:

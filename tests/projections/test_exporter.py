@@ -16,11 +16,18 @@ from gpuledger.services.runtime.metrics import new_registry
 def scraped(tmp_path_factory, messages):
     db = tmp_path_factory.mktemp("exporter") / "p.duckdb"
     rebuild(messages, db)
+    return scrape(db)
+
+
+def scrape(db):
+    """The exporter's scrape of the projection `db`: its text, and every sample's value by
+    (name, sorted labels)."""
     text = generate_latest(new_registry(ProjectionCollector(db))).decode()
-    samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
     return text, samples
 
 
@@ -194,12 +201,7 @@ def test_quota_limits_per_tenant(tmp_path):
     }
     events = config_events(doc)
     rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
-    text = generate_latest(new_registry(ProjectionCollector(tmp_path / "p.duckdb"))).decode()
-    s = {
-        (x.name, tuple(sorted(x.labels.items()))): x.value
-        for fam in text_string_to_metric_families(text)
-        for x in fam.samples
-    }
+    _, s = scrape(tmp_path / "p.duckdb")
     # then each limit is a gauge in GPUs, absent where unset
     assert value(s, "gpuledger_tenant_quota_borrowing_limit_gpus", tenant="a") == 2
     assert value(s, "gpuledger_tenant_quota_lending_limit_gpus", tenant="b") == 1.5
@@ -231,12 +233,7 @@ def test_quota_limits_per_model(tmp_path):
     }  # fmt: skip
     events = config_events(doc)
     rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
-    text = generate_latest(new_registry(ProjectionCollector(tmp_path / "p.duckdb"))).decode()
-    s = {
-        (x.name, tuple(sorted(x.labels.items()))): x.value
-        for fam in text_string_to_metric_families(text)
-        for x in fam.samples
-    }
+    _, s = scrape(tmp_path / "p.duckdb")
     # then each is a gauge per tenant and modelName, in GPUs, absent where unset
     got = {
         (name, dict(labels)["tenant"], dict(labels)["modelName"]): v
