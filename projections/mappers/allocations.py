@@ -183,19 +183,26 @@ class AllocationMappers(ProjectionState):
             )
             self._touch(job, seq, e.occurred_at_ms)
             return
-        p = self.open_preemptions.pop(e.allocation_id, None)
+        p = self._preemption_ended(e, "shrunk")
         if p is not None:
-            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
-            p.eviction_reason = e.reason
-            p.checkpointed = e.checkpointed
-            p.lost_gpu_ms = e.lost_gpu_ms
-            p.outcome = "shrunk"
             details = msgspec.json.decode(p.details) if p.details else {}
             details["resized"] = {"from": e.from_members, "to": e.to_members}
             p.details = _dumps(details)
             self.batch.upsert(p)
         if job is not None:
             self._touch(job, seq, e.occurred_at_ms)
+
+    def _preemption_ended(self, e: ev.GangEvicted | ev.GangResized, outcome: str) -> Row | None:
+        """The allocation's open preemption, closed by `e` with `outcome` (`evicted`,
+        `shrunk`) and not yet upserted; None when none was open."""
+        p = self.open_preemptions.pop(e.allocation_id, None)
+        if p is not None:
+            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
+            p.eviction_reason = e.reason
+            p.checkpointed = e.checkpointed
+            p.lost_gpu_ms = e.lost_gpu_ms
+            p.outcome = outcome
+        return p
 
     def _release(self, job: Row | None, allocation_id: str) -> None:
         if job is not None and job.allocation_id == allocation_id:
@@ -212,14 +219,9 @@ class AllocationMappers(ProjectionState):
 
     def _evicted(self, seq: int, e: ev.GangEvicted) -> None:
         self._close_alloc(e.allocation_id, e.occurred_at_ms, "evicted:" + e.reason)
-        p = self.open_preemptions.pop(e.allocation_id, None)
+        p = self._preemption_ended(e, "evicted")
         if p is not None:
-            p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
-            p.eviction_reason = e.reason
-            p.checkpointed = e.checkpointed
-            p.lost_gpu_ms = e.lost_gpu_ms
             p.progress_ms = e.progress_ms
-            p.outcome = "evicted"
             self.batch.upsert(p)
         job = self._stopped_run(e)
         if job is None:
