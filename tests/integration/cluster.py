@@ -44,15 +44,18 @@ def cli(
     )
 
 
-def start_up(cwd: Path, *args: str) -> subprocess.Popen:
-    """`gpuledger up ARGS` in `cwd`, its output (info lines) on one text pipe."""
+def start_up(
+    cwd: Path, *args: str, level: str = "info", text: bool = True, stdout=subprocess.PIPE
+) -> subprocess.Popen:
+    """`gpuledger up ARGS` in `cwd`, its output (`level` lines and up) on one pipe (text, or
+    bytes), or wherever `stdout` says."""
     return subprocess.Popen(
         [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
         cwd=cwd,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
+        text=text,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": level},
     )
 
 

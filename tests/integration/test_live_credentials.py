@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import nats
@@ -30,7 +29,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.cluster import _sample_projector
 from gpuledger.services.runtime.processes import ROOT, run_command
 from gpuledger.services.runtime.supervisor import host_condition
-from tests.integration.cluster import EXAMPLES, cli, submission
+from tests.integration.cluster import EXAMPLES, cli, start_up, submission
 from tests.waiting import eventually, eventually_async
 
 pytestmark = pytest.mark.integration
@@ -244,13 +243,7 @@ async def test_a_service_whose_key_the_server_refuses_shows_unauthorized_until_i
 def test_credential_changes_against_a_running_up(tmp_path):
     """The same on `gpuledger up` itself: its services run in-process, each with its own key
     in `.gpuledger/auth`, and nothing is restarted."""
-    up = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", "--config", str(THREE)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
-    )
+    up = start_up(tmp_path, "--config", str(THREE), level="warning", stdout=subprocess.DEVNULL)
     data = tmp_path / ".gpuledger"
     auth_dir = data / "auth"
     try:
