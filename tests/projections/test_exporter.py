@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuledger.projections.exporter import AGGREGATE_METRICS, ProjectionCollector
 from gpuledger.projections.store import rebuild
 from gpuledger.services.runtime.metrics import new_registry
+from tests.projections.givens import TENANTS_WITH_LIMITS, config_log
 
 
 @pytest.fixture(scope="module")
@@ -189,18 +190,7 @@ def test_unreadable_projection_serves_up_zero(tmp_path):
 
 def test_quota_limits_per_tenant(tmp_path):
     # given tenants with a borrowing limit, a lending limit, and neither
-    from gpuledger.events import subject_for
-    from gpuledger.services.domain.inputs.configfile import config_events
-
-    doc = {
-        "tenants": [
-            {"name": "a", "guaranteed": 4, "borrowing_limit": 2},
-            {"name": "b", "guaranteed": 8, "lending_limit": "1500m"},
-            {"name": "c", "guaranteed": 1},
-        ]
-    }
-    events = config_events(doc)
-    rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
+    rebuild(config_log(TENANTS_WITH_LIMITS), tmp_path / "p.duckdb")
     _, s = scrape(tmp_path / "p.duckdb")
     # then each limit is a gauge in GPUs, absent where unset
     assert value(s, "gpuledger_tenant_quota_borrowing_limit_gpus", tenant="a") == 2
@@ -220,9 +210,6 @@ def test_quota_limits_per_tenant(tmp_path):
 
 def test_quota_limits_per_model(tmp_path):
     # given a tenant with a per-model lending limit and one with a per-model borrowing limit
-    from gpuledger.events import subject_for
-    from gpuledger.services.domain.inputs.configfile import config_events
-
     doc = {
         "tenants": [
             {"name": "p", "guaranteed": 8, "guaranteed_by_model": {"H100-80GB": 8},
@@ -231,8 +218,7 @@ def test_quota_limits_per_model(tmp_path):
              "borrowing_limit_by_model": {"H100-80GB": "500m"}},
         ]
     }  # fmt: skip
-    events = config_events(doc)
-    rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
+    rebuild(config_log(doc), tmp_path / "p.duckdb")
     _, s = scrape(tmp_path / "p.duckdb")
     # then each is a gauge per tenant and modelName, in GPUs, absent where unset
     got = {
