@@ -135,7 +135,7 @@ def test_there_is_no_cycle_between_subsystems():
 def test_the_graph_sees_every_module_and_function_level_imports():
     g = graph()
     assert {"events.catalog", "services.cli.main", "replay.logio", "projections.store"} <= set(g)
-    assert "services.cli.live" in g["services.cli.main"]
+    assert "services.cli.up" in g["services.cli.main"]
 
 
 def test_a_cycle_through_a_function_level_import_is_found(tmp_path):

@@ -10,8 +10,8 @@ from typing import Any
 
 import typer
 
-from gpuledger.services.cli.audit import DEFAULT_DATA, _connect, db_path
 from gpuledger.services.cli.common import fail
+from gpuledger.services.cli.reading import DEFAULT_DATA, _connect, db_path
 
 
 def _time(v: dt.datetime | None) -> str:

@@ -52,6 +52,18 @@ def _policies(policy: str) -> list[str]:
     return names
 
 
+PodsOption = Annotated[
+    Path | None,
+    typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
+]
+"""`--pods` of the openb benchmarks."""
+NodesOption = Annotated[
+    Path | None,
+    typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)"),
+]
+"""`--nodes` of the openb benchmarks."""
+
+
 @bench_app.command()
 def openb(
     folder: Annotated[
@@ -60,14 +72,8 @@ def openb(
             metavar="[DIR]", help="trace folder (the same as --trace DIR)", show_default=False
         ),
     ] = None,
-    pods: Annotated[
-        Path | None,
-        typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
-    ] = None,
-    nodes: Annotated[
-        Path | None,
-        typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)"),
-    ] = None,
+    pods: PodsOption = None,
+    nodes: NodesOption = None,
     trace: Annotated[
         Path | None,
         typer.Option(
@@ -395,14 +401,8 @@ def projector_bench(
 
 @bench_app.command("replay")
 def replay_bench(
-    pods: Annotated[
-        Path | None,
-        typer.Option("--pods", help="pod list CSV (default: TRACE/openb_pod_list_default.csv)"),
-    ] = None,
-    nodes: Annotated[
-        Path | None,
-        typer.Option("--nodes", help="node list CSV (default: TRACE/openb_node_list_gpu_node.csv)"),
-    ] = None,
+    pods: PodsOption = None,
+    nodes: NodesOption = None,
     trace: Annotated[
         Path | None,
         typer.Option(

@@ -1,10 +1,10 @@
 """The chaos soak (`gpuledger chaos`): a live, authenticated cluster under a steady mixed job
 load while seeded random faults hit its processes; at the end, the whole system's invariants.
 
-The cluster is what `gpuledger up --processes` runs (live.py `Cluster` with its
-`ProcessSupervisor`: every service, each simulated node agent and the projector its own OS
-process, restarted with back-off when it dies) on an embedded nats-server or a loopback cluster
-of them (`--nats-cluster 3`). The faults and the load are services/runtime/chaos.py's. (This
+The cluster is what `gpuledger up --processes` runs (services/runtime/cluster.py `Cluster`
+with its `ProcessSupervisor`: every service, each simulated node agent and the projector its
+own OS process, restarted with back-off when it dies) on an embedded nats-server or a loopback
+cluster of them (`--nats-cluster 3`). The faults and the load are services/runtime/chaos.py's. (This
 module sits in the CLI layer because it drives the CLI's launcher and reads the log with
 replay/ and projections/, which the runtime may not import.)
 
@@ -117,7 +117,7 @@ class Soak:
         self.cluster: Any = None
 
     def _start_nats(self) -> Any:
-        from gpuledger.services.cli.live import embedded, embedded_cluster
+        from gpuledger.services.runtime.embedded import embedded, embedded_cluster
 
         self.data.mkdir(parents=True, exist_ok=True)
         if self.nats_nodes > 1:
@@ -203,7 +203,8 @@ class Soak:
 
     async def _soak(self) -> None:
         """Start the cluster, run the load and the faults for the duration, heal, settle."""
-        from gpuledger.services.cli.live import Cluster, publish_config
+        from gpuledger.services.cli.apply import publish_config
+        from gpuledger.services.runtime.cluster import Cluster
 
         access = self.server.access("admin")
         self.say(f"starting the cluster: NATS at {access.url}, data in {self.data}")

@@ -12,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     from gpuledger import events as ev
 
-# The file schemas (services/domain/inputs/schema.py pulls in the placement model), YAML and the
+# The file schemas (services/domain/inputs/schema/ pulls in the placement model), YAML and the
 # event contract are imported when a file is checked, not when the CLI starts.
 
 # This module's commands; services/cli/main.py mounts them on the `gpuledger` app.

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
 
 
@@ -16,3 +20,22 @@ def fail_input(exc, file: object = None) -> None:
     for line in exc.lines(None if file is None else str(file)):
         typer.echo(line, err=True)
     raise typer.Exit(2)
+
+
+def read_doc(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    from gpuledger.services.runtime.documents import DocumentError, load_document
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        doc = load_document(text) or {}
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror}", 2)
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: cannot read: {exc}", 2)
+    except DocumentError as exc:
+        fail(f"{path}: {exc}", 2)
+    if not isinstance(doc, dict):
+        fail(f"{path}: (top level): expected a mapping of keys, got {type(doc).__name__}", 2)
+    return doc

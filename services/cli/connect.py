@@ -4,10 +4,13 @@ one-shot connection with clear errors. Shared by every command that talks to NAT
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from gpuledger.services.cli.common import fail
+from gpuledger.services.runtime.status_file import DEFAULT_DATA
 
-DEFAULT_DATA = Path(".gpuledger")
 URL_FILE = "nats-url"
 NATS_URL_HELP = "NATS server URL (default: $GPULEDGER_NATS_URL, else the one `gpuledger up` runs in ./.gpuledger)."
 CREDS_HELP = (
@@ -15,6 +18,16 @@ CREDS_HELP = (
     "the operator's from ./.gpuledger/auth of `gpuledger up`). TLS: $GPULEDGER_TLS_CA "
     "(+ _CERT, _KEY)."
 )
+
+
+NatsUrlOption = Annotated[
+    str | None, typer.Option("--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP)
+]
+"""`--nats-url` as every command that talks to NATS takes it."""
+CredsOption = Annotated[
+    Path | None, typer.Option("--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP)
+]
+"""`--creds` as every command that talks to NATS takes it."""
 
 
 def resolve_url(url: str | None, data: Path = DEFAULT_DATA) -> str:
@@ -217,3 +230,30 @@ def run_on_bus(main, timeout_s: float | None = None):
                 " (no answer in time: if `gpuledger status` says `store full`, NATS cannot write)"
             )
         fail(f"NATS request failed: {type(exc).__name__} {exc}".rstrip() + hint, 4)
+
+
+def job_request_target(
+    job_id: str,
+    tenant: str | None,
+    nats_url: str | None,
+    creds: Path | None,
+    data: Path = DEFAULT_DATA,
+):
+    """`(access, tenant)` of a request about one job (cancel, scale): the job id and tenant
+    validated (exit 2), and without `--tenant` the tenant of a tenant's CI credential (None
+    for other identities: the tenant that submitted the job)."""
+    from gpuledger import events as ev
+
+    try:
+        ev.subjects.submit_filter(job_id)  # validates the job id
+        if tenant is not None:
+            ev.validate_tenant(tenant)
+    except ev.InvalidId as exc:
+        fail(str(exc), 2)
+    access = resolve_access(nats_url, creds, data)
+    if tenant is None and access.creds is not None:
+        from gpuledger.services.runtime.auth import principal_of_creds
+
+        kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
+        tenant = name if kind == "ci" else None
+    return access, tenant

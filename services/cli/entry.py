@@ -24,10 +24,10 @@ import sys
 from gpuledger.services.cli.version import version_text
 
 LIGHT: dict[str, tuple[str, str]] = {
-    "jobs": ("gpuledger.services.cli.audit", "jobs_command"),
-    "why": ("gpuledger.services.cli.audit", "why_command"),
-    "sql": ("gpuledger.services.cli.audit", "sql_command"),
-    "tenants": ("gpuledger.services.cli.audit", "tenants_command"),
+    "jobs": ("gpuledger.services.cli.jobs", "jobs_command"),
+    "why": ("gpuledger.services.cli.why", "why_command"),
+    "sql": ("gpuledger.services.cli.sql", "sql_command"),
+    "tenants": ("gpuledger.services.cli.tenants", "tenants_command"),
 }
 """Commands started without the rest of the tree: name -> (module, function), the function
 services/cli/main.py mounts under that name."""

@@ -9,17 +9,22 @@ import typer
 
 from gpuledger.services.cli import (
     acct,
+    apply,
     audit,
     auth,
     bench,
     chaos,
     check,
+    demo,
     gateway,
-    live,
     metrics,
     nodes,
+    run,
     schedules,
+    status,
+    submit,
     ui,
+    up,
     whatif,
     whatif_io,
 )
@@ -173,7 +178,12 @@ def simulate(
 # The whole command tree, mounted explicitly: a module never registers itself on import.
 app.add_typer(check.app)  # check
 app.add_typer(chaos.app)  # chaos
-app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
+app.add_typer(run.app)  # run
+app.add_typer(apply.app)  # apply
+app.add_typer(up.app)  # up
+app.add_typer(status.app)  # status
+app.add_typer(submit.app)  # submit, cancel, scale
+app.add_typer(demo.app)  # demo
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import typer
 
+from gpuledger.projections.queries import gpus_text, nodes_rows
 from gpuledger.services.cli.common import fail
+from gpuledger.services.cli.output import (
+    NoHeadersOption,
+    Output,
+    OutputOption,
+    _print_rows,
+    humanize_ms,
+)
+from gpuledger.services.cli.reading import DEFAULT_DATA, DataOption, DbOption, _query, db_path
 
 nodes_app = typer.Typer(
     help="Nodes: the projected table (default) or this host's GPUs (discover).",
@@ -21,13 +30,11 @@ def nodes_table(
     output: str = typer.Option("table", "-o", "--output", help="table, wide, json or yaml."),
     no_headers: bool = typer.Option(False, "--no-headers"),
     db: Path | None = typer.Option(None, "--db", help="Projection database."),
-    data: Path = typer.Option(Path(".gpuledger"), "--data", help="Data directory."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Data directory."),
 ) -> None:
     """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpuledger.services.cli.audit import Output, nodes_command
-
     try:
         fmt = Output(output)
     except ValueError:
@@ -58,3 +65,42 @@ def discover(
         typer.echo(json.dumps(msgspec.to_builtins(inventory), indent=2))
     else:
         typer.echo(describe(inventory))
+
+
+def _node_table(rows, wide):
+    headers = ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
+    if wide:
+        headers += ["POOL", "LEAF", "CLIQUES", "RUNNING", "LAST-HEARTBEAT", "SIMULATED"]
+    out = []
+    for r in rows:
+        line = [
+            r["node"],
+            r["status"],
+            r["gpus"],
+            gpus_text(r["allocated_milli"]),
+            gpus_text(r["free_milli"] if r["status"] == "ready" else 0),
+            r["models"] or "",
+            humanize_ms(r["now_ms"] - r["registered_at_ms"]),
+        ]
+        if wide:
+            hb = r["last_heartbeat_ms"]
+            line += [
+                r["pool"],
+                r["leaf_switch"] or "",
+                r["cliques"],
+                r["running_members"],
+                humanize_ms(r["now_ms"] - hb) + " ago" if hb is not None else "<never>",
+                r["simulated"],
+            ]
+        out.append(line)
+    return headers, out
+
+
+def nodes_command(
+    output: OutputOption = Output.table,
+    no_headers: NoHeadersOption = False,
+    db: DbOption = None,
+    data: DataOption = DEFAULT_DATA,
+) -> None:
+    """List nodes: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
+    _print_rows(_query(db_path(db, data), nodes_rows), _node_table, output, no_headers)

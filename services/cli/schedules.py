@@ -113,7 +113,7 @@ def schedules(
     ),
 ) -> None:
     """List what the time-of-day policies (`schedules:`) change next: NAME WHEN CHANGE."""
-    from gpuledger.services.cli.audit import _emit_structured, render_table
+    from gpuledger.services.cli.output import _emit_structured, render_table
     from gpuledger.services.domain.fold.config import ConfigState
     from gpuledger.services.domain.inputs.configfile import ConfigFileError, config_events
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
-from gpuledger.services.cli.audit import DEFAULT_DATA
 from gpuledger.services.cli.common import fail
+from gpuledger.services.cli.reading import DEFAULT_DATA
 
 UI_DB = "ui-projection.duckdb"
 

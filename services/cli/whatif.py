@@ -183,7 +183,7 @@ def replay(
     from gpuledger.replay.report import report as build_report
     from gpuledger.replay.whatif import external_inputs, with_config
     from gpuledger.replay.whatif import replay as run_replay
-    from gpuledger.services.cli.live import read_doc
+    from gpuledger.services.cli.common import read_doc
     from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
     entries = _read(log)
@@ -282,7 +282,7 @@ def whatif(
     from gpuledger.replay.whatif import external_inputs
     from gpuledger.replay.whatif import replay as run_replay
     from gpuledger.replay.whatif_report import Variant, render
-    from gpuledger.services.cli.live import read_doc
+    from gpuledger.services.cli.common import read_doc
 
     specs: list[tuple[str, list[str], list[tuple[str, object]]]] = []
     if not no_baseline:
@@ -367,7 +367,7 @@ def overlaid(inputs, policy_files: list[Path], sets: list[str]):
     if not policy_files and not sets:
         return inputs
     from gpuledger.replay.overlay import OverlayError, apply_overlays
-    from gpuledger.services.cli.live import read_doc
+    from gpuledger.services.cli.common import read_doc
 
     try:
         inputs, changes = apply_overlays(

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 STATUS_FILE = "status.json"
+DEFAULT_DATA = Path(".gpuledger")
+"""The data directory `gpuledger up` runs in, and every command reads, unless told otherwise."""
 
 
 def now_ms() -> int:

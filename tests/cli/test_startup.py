@@ -107,7 +107,7 @@ def test_jobs_imports_duckdb_and_the_read_side_only(projection):
     assert loaded(modules, OWN_HEAVY) == []
     assert "gpuledger.projections.reading" in modules
     # started as a one-command app (entry.LIGHT): the rest of the tree is not even imported
-    assert loaded(modules, ("gpuledger.services.cli.main", "gpuledger.services.cli.live")) == []
+    assert loaded(modules, ("gpuledger.services.cli.main", "gpuledger.services.cli.up")) == []
 
 
 def test_jobs_through_a_running_projector_imports_no_database_library(tmp_path):

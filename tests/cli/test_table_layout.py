@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuledger.services.cli.audit import render_table, render_table_rich
+from gpuledger.services.cli.output import render_table, render_table_rich
 
 CELL = st.text(
     alphabet=st.sampled_from(["a", "Z", "1", " ", "-", "é", "日", "本", "😀", "\n", "\t"]),

@@ -14,6 +14,22 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
+def submission(job_id: str, tenant: str) -> bytes:
+    """A raw JobSubmitted (1 GPU, 1 h) as a CI step publishes it on gl.submit.TENANT.JOB."""
+    return json.dumps(
+        {
+            "type": "JobSubmitted.v1",
+            "event_id": f"sub-{job_id}",
+            "job": {
+                "job_id": job_id,
+                "tenant": tenant,
+                "resources": {"gpus": 1},
+                "duration_s": 3600,
+            },
+        }
+    ).encode()
+
+
 def cli(
     *args: str, check: bool = False, timeout: float = 60, stdin: str | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess:
@@ -28,15 +44,18 @@ def cli(
     )
 
 
-def start_up(cwd: Path, *args: str) -> subprocess.Popen:
-    """`gpuledger up ARGS` in `cwd`, its output (info lines) on one text pipe."""
+def start_up(
+    cwd: Path, *args: str, level: str = "info", text: bool = True, stdout=subprocess.PIPE
+) -> subprocess.Popen:
+    """`gpuledger up ARGS` in `cwd`, its output (`level` lines and up) on one pipe (text, or
+    bytes), or wherever `stdout` says."""
     return subprocess.Popen(
         [sys.executable, "-m", "gpuledger.services.cli", "up", *args],
         cwd=cwd,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "info"},
+        text=text,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": level},
     )
 
 

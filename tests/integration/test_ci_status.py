@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.services.cli.live import publish_config
+from gpuledger.services.cli.apply import publish_config
 from tests.integration.cluster import Processes, cli
 
 pytestmark = pytest.mark.integration

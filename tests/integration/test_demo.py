@@ -3,7 +3,7 @@ projection that `why` can read afterwards."""
 
 import pytest
 
-from gpuledger.services.cli.live import DEMO_MARK, prepare_demo_data
+from gpuledger.services.cli.demo import DEMO_MARK, prepare_demo_data
 from tests.integration.cluster import cli
 
 pytestmark = pytest.mark.integration

@@ -109,16 +109,22 @@ def live(tmp_path):
         c.close()
 
 
+async def start_cluster(c: LiveCluster, bus: Bus, sc) -> None:
+    """Given the stream, `sc`'s configuration published, and the control plane and an agent
+    per node of `sc` running as processes."""
+    await bus.ensure_stream()
+    await live_player.publish_config(bus, sc)
+    for role in CONTROL_PLANE:
+        c.spawn(role, role)
+    for n in sc.nodes:
+        c.agent(n.name)
+
+
 async def run_scenario(c: LiveCluster, timeout_s: float = 40.0):
     sc = from_document(c.doc, name=c.doc.get("name", "live"))
     bus = await Bus.connect(c.server.url, **c.server.client_options())
     try:
-        await bus.ensure_stream()
-        await live_player.publish_config(bus, sc)
-        for role in CONTROL_PLANE:
-            c.spawn(role, role)
-        for n in sc.nodes:
-            c.agent(n.name)
+        await start_cluster(c, bus, sc)
         assert await live_player.wait_for_nodes(bus, [n.name for n in sc.nodes], 30), c.logs()
         await live_player.play(bus, sc)
         jobs = [e.job.job_id for _, e in sc.inputs if isinstance(e, ev.JobSubmitted)]
@@ -191,12 +197,7 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
     sc = from_document(doc)
     bus = await Bus.connect(c.server.url, **c.server.client_options())
     try:
-        await bus.ensure_stream()
-        await live_player.publish_config(bus, sc)
-        for role in CONTROL_PLANE:
-            c.spawn(role, role)
-        for n in sc.nodes:
-            c.agent(n.name)
+        await start_cluster(c, bus, sc)
         assert await live_player.wait_for_nodes(bus, ["n1", "n2"], 30), c.logs()
         await live_player.play(bus, sc)
 

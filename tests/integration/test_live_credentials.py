@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import nats
@@ -24,12 +23,13 @@ import nats.errors
 import pytest
 
 from gpuledger.projections.nats_source import ProjectorStatus, run_projector
-from gpuledger.services.cli.live import _sample_projector, publish_config
+from gpuledger.services.cli.apply import publish_config
 from gpuledger.services.runtime.auth import CREDS_ENV, TLS_ENV, AuthDir, client_options
 from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.cluster import _sample_projector
 from gpuledger.services.runtime.processes import ROOT, run_command
 from gpuledger.services.runtime.supervisor import host_condition
-from tests.integration.cluster import EXAMPLES, cli
+from tests.integration.cluster import EXAMPLES, cli, start_up, submission
 from tests.waiting import eventually, eventually_async
 
 pytestmark = pytest.mark.integration
@@ -42,21 +42,6 @@ CONFIG = {
 }
 RELOAD_S = 5.0
 """The issue's bound for a credential change to take effect (scaled like every wait)."""
-
-
-def submission(job_id: str, tenant: str) -> bytes:
-    return json.dumps(
-        {
-            "type": "JobSubmitted.v1",
-            "event_id": f"sub-{job_id}",
-            "job": {
-                "job_id": job_id,
-                "tenant": tenant,
-                "resources": {"gpus": 1},
-                "duration_s": 3600,
-            },
-        }
-    ).encode()
 
 
 async def connect_with(server, seed_file) -> tuple[nats.NATS | None, list[str]]:
@@ -258,13 +243,7 @@ async def test_a_service_whose_key_the_server_refuses_shows_unauthorized_until_i
 def test_credential_changes_against_a_running_up(tmp_path):
     """The same on `gpuledger up` itself: its services run in-process, each with its own key
     in `.gpuledger/auth`, and nothing is restarted."""
-    up = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger.services.cli", "up", "--config", str(THREE)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
-    )
+    up = start_up(tmp_path, "--config", str(THREE), level="warning", stdout=subprocess.DEVNULL)
     data = tmp_path / ".gpuledger"
     auth_dir = data / "auth"
     try:

@@ -33,7 +33,7 @@ import pytest
 
 from gpuledger.events.subjects import STREAM
 from gpuledger.projections.nats_source import DURABLE
-from gpuledger.services.cli.live import publish_config
+from gpuledger.services.cli.apply import publish_config
 from gpuledger.services.domain.fold.job_status import JobStatus
 from gpuledger.services.runtime.auth import (
     CREDS_ENV,
@@ -46,7 +46,7 @@ from gpuledger.services.runtime.auth import (
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.runtime.processes import ROOT, run_command
-from tests.integration.cluster import Processes, cli
+from tests.integration.cluster import Processes, cli, submission
 from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
@@ -138,21 +138,6 @@ class Client:
 async def stored(bus: Bus, subject: str) -> bool:
     """Whether the stream holds any message on `subject` (read as the operator)."""
     return await bus.last_message(subject) is not None
-
-
-def submission(job_id: str, tenant: str) -> bytes:
-    return json.dumps(
-        {
-            "type": "JobSubmitted.v1",
-            "event_id": f"sub-{job_id}",
-            "job": {
-                "job_id": job_id,
-                "tenant": tenant,
-                "resources": {"gpus": 1},
-                "duration_s": 3600,
-            },
-        }
-    ).encode()
 
 
 def cancellation(job_id: str, tenant: str) -> bytes:

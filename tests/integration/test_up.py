@@ -10,26 +10,15 @@ import threading
 
 import pytest
 
-from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.integration.cluster import EXAMPLES, ROOT, cli, start_up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 
 def test_up_then_submit_wait_jobs_and_a_clean_stop(tmp_path):
-    up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuledger.services.cli",
-            "up",
-            "--config",
-            str(EXAMPLES / "three-jobs.yaml"),
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
+    up = start_up(
+        tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"), level="warning", text=False
     )
     url_file = tmp_path / ".gpuledger" / "nats-url"
     try:

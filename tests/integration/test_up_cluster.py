@@ -3,17 +3,15 @@
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from gpuledger.services.runtime.auth import client_options
 from gpuledger.services.runtime.bus import Bus
-from tests.integration.cluster import EXAMPLES, ROOT, cli
+from tests.integration.cluster import EXAMPLES, cli, start_up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -28,21 +26,14 @@ async def stream_info(url: str, creds):
 
 
 def test_up_with_a_three_node_cluster_replicates_the_stream_and_decides(tmp_path):
-    up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuledger.services.cli",
-            "up",
-            "--nats-cluster",
-            "3",
-            "--config",
-            str(EXAMPLES / "three-jobs.yaml"),
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "GPULEDGER_LOG_LEVEL": "warning"},
+    up = start_up(
+        tmp_path,
+        "--nats-cluster",
+        "3",
+        "--config",
+        str(EXAMPLES / "three-jobs.yaml"),
+        level="warning",
+        text=False,
     )
     data = tmp_path / ".gpuledger"
     url_file = data / "nats-url"

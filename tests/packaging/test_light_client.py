@@ -200,7 +200,7 @@ async def test_the_light_client_submits_follows_and_cancels_jobs_on_a_cluster_of
 ):
     import asyncio
 
-    from gpuledger.services.cli.live import publish_config
+    from gpuledger.services.cli.apply import publish_config
     from gpuledger.services.runtime.nats_server import EmbeddedNats
     from tests.integration.cluster import Processes
     from tests.natsauth import as_admin

@@ -9,7 +9,10 @@ import typer
 from typer.testing import CliRunner
 
 from gpuledger.replay.logio import write_log
-from gpuledger.services.cli.audit import humanize_ms, iso_ms, register
+from gpuledger.services.cli.audit import register
+from gpuledger.services.cli.output import humanize_ms
+from gpuledger.services.cli.sql import iso_ms
+from tests.projections.givens import TENANTS_WITH_LIMITS, config_log
 
 app = typer.Typer()
 register(app)
@@ -177,18 +180,7 @@ def test_sql_writes_typed_parquet_for_scripts(data, tmp_path):
 
 def test_tenants_show_borrowing_and_lending_limits(tmp_path):
     # given tenants configured with a borrowing limit, a lending limit, and neither
-    from gpuledger.events import subject_for
-    from gpuledger.services.domain.inputs.configfile import config_events
-
-    doc = {
-        "tenants": [
-            {"name": "a", "guaranteed": 4, "borrowing_limit": 2},
-            {"name": "b", "guaranteed": 8, "lending_limit": "1500m"},
-            {"name": "c", "guaranteed": 1},
-        ]
-    }
-    log = [(i, subject_for(e), e) for i, e in enumerate(config_events(doc), 1)]
-    write_log(tmp_path / "log.jsonl", log)
+    write_log(tmp_path / "log.jsonl", config_log(TENANTS_WITH_LIMITS))
     r = run("project", "--rebuild", "--log", str(tmp_path / "log.jsonl"), data=tmp_path)
     assert r.exit_code == 0, r.output
     # when `tenants` lists them, then the table and the JSON carry both limits in GPUs
@@ -209,9 +201,6 @@ def test_tenants_show_borrowing_and_lending_limits(tmp_path):
 
 def test_tenants_show_per_model_limits_in_their_columns(tmp_path):
     # given a tenant with a per-model lending limit and one with both kinds of borrowing limit
-    from gpuledger.events import subject_for
-    from gpuledger.services.domain.inputs.configfile import config_events
-
     doc = {
         "tenants": [
             {"name": "p", "guaranteed": 8, "guaranteed_by_model": {"H100-80GB": 8},
@@ -220,8 +209,7 @@ def test_tenants_show_per_model_limits_in_their_columns(tmp_path):
              "guaranteed_by_model": {"H100-80GB": 2}, "borrowing_limit_by_model": {"H100-80GB": 1}},
         ]
     }  # fmt: skip
-    log = [(i, subject_for(e), e) for i, e in enumerate(config_events(doc), 1)]
-    write_log(tmp_path / "log.jsonl", log)
+    write_log(tmp_path / "log.jsonl", config_log(doc))
     r = run("project", "--rebuild", "--log", str(tmp_path / "log.jsonl"), data=tmp_path)
     assert r.exit_code == 0, r.output
     # then the limit columns name the model, and JSON and SQL carry them

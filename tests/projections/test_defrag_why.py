@@ -4,38 +4,13 @@ says it was migrated and for which job; a MIG job names the re-geometry made for
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import typer
-from typer.testing import CliRunner
-
-from gpuledger.replay.logio import write_log
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.cli.audit import register
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-app = typer.Typer()
-register(app)
-runner = CliRunner()
+from tests.projections.audit_cli import EXAMPLES, projected_log
 
 
 def projected(tmp_path, name, until_ms=None):
-    sim = simulate(load(EXAMPLES / name), until_ms=until_ms)
-    write_log(tmp_path / "log.jsonl", sim.log)
-    r = runner.invoke(
-        app,
-        [
-            "project",
-            "--rebuild",
-            "--log",
-            str(tmp_path / "log.jsonl"),
-            "--data",
-            str(tmp_path / "data"),
-        ],
-    )
-    assert r.exit_code == 0, r.output
-    return lambda *args: runner.invoke(app, [*args, "--data", str(tmp_path / "data")])
+    return projected_log(tmp_path, simulate(load(EXAMPLES / name), until_ms=until_ms).log)
 
 
 def test_why_the_blocked_job_waits_for_a_consolidation_and_the_mover_was_migrated(tmp_path):

@@ -10,17 +10,25 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuledger.projections.exporter import AGGREGATE_METRICS, ProjectionCollector
 from gpuledger.projections.store import rebuild
 from gpuledger.services.runtime.metrics import new_registry
+from tests.projections.givens import TENANTS_WITH_LIMITS, config_log
 
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory, messages):
     db = tmp_path_factory.mktemp("exporter") / "p.duckdb"
     rebuild(messages, db)
+    return scrape(db)
+
+
+def scrape(db):
+    """The exporter's scrape of the projection `db`: its text, and every sample's value by
+    (name, sorted labels)."""
     text = generate_latest(new_registry(ProjectionCollector(db))).decode()
-    samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
     return text, samples
 
 
@@ -182,24 +190,8 @@ def test_unreadable_projection_serves_up_zero(tmp_path):
 
 def test_quota_limits_per_tenant(tmp_path):
     # given tenants with a borrowing limit, a lending limit, and neither
-    from gpuledger.events import subject_for
-    from gpuledger.services.domain.inputs.configfile import config_events
-
-    doc = {
-        "tenants": [
-            {"name": "a", "guaranteed": 4, "borrowing_limit": 2},
-            {"name": "b", "guaranteed": 8, "lending_limit": "1500m"},
-            {"name": "c", "guaranteed": 1},
-        ]
-    }
-    events = config_events(doc)
-    rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
-    text = generate_latest(new_registry(ProjectionCollector(tmp_path / "p.duckdb"))).decode()
-    s = {
-        (x.name, tuple(sorted(x.labels.items()))): x.value
-        for fam in text_string_to_metric_families(text)
-        for x in fam.samples
-    }
+    rebuild(config_log(TENANTS_WITH_LIMITS), tmp_path / "p.duckdb")
+    _, s = scrape(tmp_path / "p.duckdb")
     # then each limit is a gauge in GPUs, absent where unset
     assert value(s, "gpuledger_tenant_quota_borrowing_limit_gpus", tenant="a") == 2
     assert value(s, "gpuledger_tenant_quota_lending_limit_gpus", tenant="b") == 1.5
@@ -218,9 +210,6 @@ def test_quota_limits_per_tenant(tmp_path):
 
 def test_quota_limits_per_model(tmp_path):
     # given a tenant with a per-model lending limit and one with a per-model borrowing limit
-    from gpuledger.events import subject_for
-    from gpuledger.services.domain.inputs.configfile import config_events
-
     doc = {
         "tenants": [
             {"name": "p", "guaranteed": 8, "guaranteed_by_model": {"H100-80GB": 8},
@@ -229,14 +218,8 @@ def test_quota_limits_per_model(tmp_path):
              "borrowing_limit_by_model": {"H100-80GB": "500m"}},
         ]
     }  # fmt: skip
-    events = config_events(doc)
-    rebuild([(i, subject_for(e), e) for i, e in enumerate(events, 1)], tmp_path / "p.duckdb")
-    text = generate_latest(new_registry(ProjectionCollector(tmp_path / "p.duckdb"))).decode()
-    s = {
-        (x.name, tuple(sorted(x.labels.items()))): x.value
-        for fam in text_string_to_metric_families(text)
-        for x in fam.samples
-    }
+    rebuild(config_log(doc), tmp_path / "p.duckdb")
+    _, s = scrape(tmp_path / "p.duckdb")
     # then each is a gauge per tenant and modelName, in GPUs, absent where unset
     got = {
         (name, dict(labels)["tenant"], dict(labels)["modelName"]): v

@@ -13,8 +13,8 @@ from gpuledger.projections.mappers import (
     Projection,
     SequenceGap,
     columns_of,
-    gpus_label,
 )
+from gpuledger.projections.queries import gpus_label
 from tests.services.given import produced
 
 
@@ -142,10 +142,12 @@ def test_node_reregistration_drops_missing_gpus():
     assert p.nodes["n"].status == "ready" and len(b.rows("gpus")) == 2
 
 
-def test_cancel_while_running_ends_cancelled():
+def job_j_placed_on_n(**placed) -> list[ev.Event]:
+    """Node n (one H100) registered, job j of tenant t (1 GPU) submitted, admitted and placed
+    on it (allocation j#1; `placed`: more fields of the GangPlaced)."""
     spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
     gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c0")
-    msgs = [
+    return [
         ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
         ev.JobSubmitted(job=spec),
         ev.JobAdmitted(
@@ -161,7 +163,14 @@ def test_cancel_while_running_ends_cancelled():
             allocation_id="j#1",
             tenant="t",
             members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),),
+            **placed,
         ),
+    ]
+
+
+def test_cancel_while_running_ends_cancelled():
+    msgs = [
+        *job_j_placed_on_n(),
         ev.JobCancelled(job_id="j", tenant="t"),
         ev.MemberExited(job_id="j", allocation_id="j#1", rank=0, node="n", outcome="cancelled"),
         ev.GangEvicted(job_id="j", allocation_id="j#1", reason="Cancelled"),
@@ -221,30 +230,7 @@ def test_batch_columns_and_frozen_snapshot(messages):
 
 def test_a_decision_forged_in_another_roles_name_is_a_refusal_row_with_its_producer():
     # given job j running on n, placed by the scheduler's leader of epoch 1
-    spec = ev.JobSpec(job_id="j", tenant="t", resources=ev.Resources(gpus=1))
-    gpu = ev.GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920, clique="c0")
-    msgs = [
-        produced(e)
-        for e in (
-            ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
-            ev.JobSubmitted(job=spec),
-            ev.JobAdmitted(
-                job_id="j",
-                tenant="t",
-                priority_class="train",
-                priority=1,
-                preemptible=True,
-                slo_class="batch",
-            ),
-            ev.GangPlaced(
-                job_id="j",
-                allocation_id="j#1",
-                tenant="t",
-                leader_epoch=1,
-                members=(ev.MemberPlacement(rank=0, node="n", gpus=(0,)),),
-            ),
-        )
-    ]
+    msgs = [produced(e) for e in job_j_placed_on_n(leader_epoch=1)]
     # when a PreemptionRequested on its own subject claims the scheduler, at epoch 2**62,
     # and then the real scheduler (epoch 1) decides again
     forged = ev.PreemptionRequested(

@@ -58,6 +58,21 @@ def _clean_rebuild(path, log):
         con.close()
 
 
+def caught_up(nats_url: str, db, **options) -> int:
+    """Run the projector on the test stream until it has caught up (`follow=False`); its last
+    sequence (`options`: more of `run_projector`'s)."""
+    return asyncio.run(
+        run_projector(
+            nats_url,
+            db,
+            connect_options=natsauth.options(),
+            fetch_timeout=0.5,
+            follow=False,
+            **options,
+        )
+    )
+
+
 class Killed(Exception):
     pass
 
@@ -71,33 +86,19 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
         raise Killed(f"killed after committing {seq}, before the ack")
 
     with pytest.raises(Killed):
-        asyncio.run(
-            run_projector(
-                nats_url,
-                db,
-                connect_options=natsauth.options(),
-                fetch_batch=30,
-                fetch_timeout=0.5,
-                follow=False,
-                before_ack=die,
-                max_commit_delay_s=0,  # commit every fetch
-            )
+        caught_up(
+            nats_url,
+            db,
+            fetch_batch=30,
+            before_ack=die,
+            max_commit_delay_s=0,  # commit every fetch
         )
     con = connect_readonly(db)
     assert con.execute("SELECT last_seq FROM projector_meta").fetchone() == (30,)
     con.close()
 
     # restarted: resumes from the database's last sequence, skips what it already holds
-    last = asyncio.run(
-        run_projector(
-            nats_url,
-            db,
-            connect_options=natsauth.options(),
-            fetch_batch=30,
-            fetch_timeout=0.5,
-            follow=False,
-        )
-    )
+    last = caught_up(nats_url, db, fetch_batch=30)
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want
@@ -115,14 +116,7 @@ def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, m
         return ack.seq
 
     seq = asyncio.run(more())
-    assert (
-        asyncio.run(
-            run_projector(
-                nats_url, db, connect_options=natsauth.options(), fetch_timeout=0.5, follow=False
-            )
-        )
-        == seq
-    )
+    assert caught_up(nats_url, db) == seq
     con = connect_readonly(db)
     assert con.execute("SELECT last_heartbeat_ms FROM nodes WHERE node = 'n1'").fetchone() == (
         2_000_000,
@@ -144,18 +138,13 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
         raise Killed(f"killed after committing {seq}, before the ack")
 
     with pytest.raises(Killed):
-        asyncio.run(
-            run_projector(
-                nats_url,
-                db,
-                connect_options=natsauth.options(),
-                fetch_batch=10,
-                fetch_timeout=0.5,
-                follow=False,
-                before_ack=die,
-                commit_events=25,
-                max_commit_delay_s=60,
-            )
+        caught_up(
+            nats_url,
+            db,
+            fetch_batch=10,
+            before_ack=die,
+            commit_events=25,
+            max_commit_delay_s=60,
         )
     con = connect_readonly(db)
     (stored,) = con.execute("SELECT last_seq FROM projector_meta").fetchone()
@@ -164,16 +153,7 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
     # after the crash: redelivered, those messages are skipped by sequence)
     assert 25 <= acked[0] <= stored
 
-    last = asyncio.run(
-        run_projector(
-            nats_url,
-            db,
-            connect_options=natsauth.options(),
-            fetch_batch=10,
-            fetch_timeout=0.5,
-            follow=False,
-        )
-    )
+    last = caught_up(nats_url, db, fetch_batch=10)
     assert last == len(messages)
     con = connect_readonly(db)
     assert dump(con) == want

@@ -17,7 +17,8 @@ from gpuledger import events as ev
 from gpuledger.projections.nats_source import run_projector
 from gpuledger.projections.queries import jobs_rows, nodes_rows, why_report
 from gpuledger.projections.store import connect_readonly
-from gpuledger.services.cli.audit import register, render_why
+from gpuledger.services.cli.audit import register
+from gpuledger.services.cli.why import render_why
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host

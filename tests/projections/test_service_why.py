@@ -4,38 +4,16 @@ projection of a simulated service scenario (examples/service-budget.yaml)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import typer
-from typer.testing import CliRunner
-
-from gpuledger.replay.logio import write_log
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.cli.audit import register
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-app = typer.Typer()
-register(app)
-runner = CliRunner()
+from tests.projections.audit_cli import EXAMPLES, projected_log
 
 
 def projected(tmp_path, until_ms):
-    sim = simulate(load(EXAMPLES / "service-budget.yaml"), until_ms=until_ms)
-    write_log(tmp_path / "log.jsonl", sim.log)
-    r = runner.invoke(
-        app,
-        [
-            "project",
-            "--rebuild",
-            "--log",
-            str(tmp_path / "log.jsonl"),
-            "--data",
-            str(tmp_path / "data"),
-        ],
+    return projected_log(
+        tmp_path, simulate(load(EXAMPLES / "service-budget.yaml"), until_ms=until_ms).log
     )
-    assert r.exit_code == 0, r.output
-    return lambda *args: runner.invoke(app, [*args, "--data", str(tmp_path / "data")])
 
 
 def test_why_a_service_shows_its_replicas_and_budget(tmp_path):

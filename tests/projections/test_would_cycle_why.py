@@ -4,17 +4,9 @@ simulated scenario)."""
 
 from __future__ import annotations
 
-import typer
-from typer.testing import CliRunner
-
-from gpuledger.replay.logio import write_log
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
-from gpuledger.services.cli.audit import register
-
-app = typer.Typer()
-register(app)
-runner = CliRunner()
+from tests.projections.audit_cli import projected_log
 
 QUIET = {
     "min_runtime_s": 0,
@@ -47,14 +39,8 @@ def test_why_a_reclaim_that_would_cost_the_borrower_what_it_gives_is_declined(tm
         "policy": QUIET,
         "timeline": [submit(0, "b1", "b", 4), submit(0, "b2", "b", 4), submit(60, "a1", "a", 2)],
     }
-    sim = simulate(from_document(doc), until_ms=120_000)
-    write_log(tmp_path / "log.jsonl", sim.log)
-    data = str(tmp_path / "data")
-    r = runner.invoke(
-        app, ["project", "--rebuild", "--log", str(tmp_path / "log.jsonl"), "--data", data]
-    )
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["why", "a1", "--data", data])
+    run = projected_log(tmp_path, simulate(from_document(doc), until_ms=120_000).log)
+    r = run("why", "a1")
     assert r.exit_code == 0, r.output
     assert "Preemption declined: WouldCycle: evicting b1 for a1 would not strictly raise" in (
         r.output

@@ -103,6 +103,17 @@ async def test_a_restart_loads_the_snapshot_folds_the_tail_and_decides_as_a_refo
     await bus.close()
 
 
+async def snapshot_saved(nats_server, admin_bus, demo_log) -> None:
+    """Given the demo log published and the scheduler's snapshot of it saved (by a scheduler
+    host that then stopped)."""
+    await publish(admin_bus, demo_log)
+    host, bus = await scheduler_host(nats_server)
+    async with running(host):
+        await settle(host)
+        await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
+    await bus.close()
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
@@ -114,12 +125,7 @@ async def test_a_restart_loads_the_snapshot_folds_the_tail_and_decides_as_a_refo
 async def test_a_corrupted_snapshot_gives_one_line_and_a_full_refold(
     nats_server, admin_bus, demo_log, damage, reason
 ) -> None:
-    await publish(admin_bus, demo_log)
-    host, bus = await scheduler_host(nats_server)
-    async with running(host):
-        await settle(host)
-        await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
-    await bus.close()
+    await snapshot_saved(nats_server, admin_bus, demo_log)
     kv = await snapshot_bucket(admin_bus)
     manifest = await SnapshotStore(kv, "scheduler", 1 << 20, b"").manifest(verified=False)
     chunk = f"scheduler.{manifest.slot}.0"
@@ -155,12 +161,7 @@ async def test_a_snapshot_written_with_the_admin_key_is_refused_and_nothing_runs
     the whole log, and nothing in the payload ran."""
     ran = tmp_path / "ran"
     monkeypatch.setenv("RAN", str(ran))
-    await publish(admin_bus, demo_log)
-    host, bus = await scheduler_host(nats_server)
-    async with running(host):
-        await settle(host)
-        await eventually(lambda: host.stats.last_snapshot_seq == host.folded_seq)
-    await bus.close()
+    await snapshot_saved(nats_server, admin_bus, demo_log)
 
     kv = await snapshot_bucket(admin_bus)
     admin_key = snapshots.mac_key(snapshots.seed_of_creds(nats_server.creds("admin")))

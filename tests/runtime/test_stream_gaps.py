@@ -75,14 +75,21 @@ async def loose_stream(bus: Bus) -> None:
     )
 
 
+async def ten_heartbeats_on(server: EmbeddedNats, monkeypatch) -> Bus:
+    """Given a loose stream on `server` holding a registration and ten heartbeats (seq 1-11),
+    the operator's bus on it."""
+    as_admin(monkeypatch, server)
+    bus = await Bus.connect(server.url, **server.client_options())
+    await loose_stream(bus)
+    for e in heartbeats(10):
+        await bus.publish(e)
+    return bus
+
+
 def test_a_hole_in_the_stream_is_refused_not_skipped(monkeypatch, capsys):
     async def scenario():
         with EmbeddedNats() as server:
-            as_admin(monkeypatch, server)
-            bus = await Bus.connect(server.url, **server.client_options())
-            await loose_stream(bus)
-            for e in heartbeats(10):
-                await bus.publish(e)
+            bus = await ten_heartbeats_on(server, monkeypatch)
             await bus.js.delete_msg("GPULEDGER", 5)
             # a reader that meets the hole raises, it does not resubscribe forever or skip it
             follower = await bus.follower(3)
@@ -107,11 +114,7 @@ def test_a_hole_in_the_stream_is_refused_not_skipped(monkeypatch, capsys):
 def test_a_stream_that_does_not_start_at_one_is_refused(monkeypatch):
     async def scenario():
         with EmbeddedNats() as server:
-            as_admin(monkeypatch, server)
-            bus = await Bus.connect(server.url, **server.client_options())
-            await loose_stream(bus)
-            for e in heartbeats(10):
-                await bus.publish(e)
+            bus = await ten_heartbeats_on(server, monkeypatch)
             await bus.js.purge_stream("GPULEDGER", keep=4)  # the head (registration) is gone
             host = await refusal_of(bus, clock_ms=3600 * S)
             last = await bus.last_seq()
@@ -173,11 +176,7 @@ def test_the_projector_stops_before_a_hole_and_says_so(monkeypatch, tmp_path):
 
     async def scenario():
         with EmbeddedNats() as server:
-            as_admin(monkeypatch, server)
-            bus = await Bus.connect(server.url, **server.client_options())
-            await loose_stream(bus)
-            for e in heartbeats(10):
-                await bus.publish(e)
+            bus = await ten_heartbeats_on(server, monkeypatch)
             first = await run_projector(
                 server.url, db, connect_options=natsauth.options(), fetch_timeout=0.3, follow=False
             )

@@ -117,6 +117,17 @@ def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
     assert staleness(old, 120, now=now) is None
 
 
+def quota_supervised(nats_server, tmp_path):
+    """Given the quota service as a supervised child process (not started yet): the status
+    board and the supervisor."""
+    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
+    sup = ProcessSupervisor(
+        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
+    )
+    sup.add("quota")  # leader lease always on, TTL 10 s
+    return board, sup
+
+
 @pytest.mark.integration
 async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_server, tmp_path):
     board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
@@ -138,11 +149,7 @@ async def test_a_child_with_a_bad_config_fails_fast_with_its_own_error(nats_serv
 
 @pytest.mark.integration
 async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, tmp_path):
-    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    sup = ProcessSupervisor(
-        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
-    )
-    sup.add("quota")
+    board, sup = quota_supervised(nats_server, tmp_path)
     await sup.start()
     try:
         first = sup.children["quota"].proc
@@ -167,11 +174,7 @@ async def test_a_killed_child_is_restarted_once_and_reported(nats_server, bus, t
 async def test_a_child_stopped_with_sigterm_is_a_planned_restart_logged_at_info(
     nats_server, bus, tmp_path
 ):
-    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    sup = ProcessSupervisor(
-        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
-    )
-    sup.add("quota")
+    board, sup = quota_supervised(nats_server, tmp_path)
     await sup.start()
     try:
         first = sup.children["quota"].proc
@@ -197,11 +200,7 @@ async def test_a_child_stopped_with_sigterm_is_a_planned_restart_logged_at_info(
 async def test_a_killed_leader_restarted_by_its_supervisor_leads_again_before_its_ttl(
     nats_server, bus, tmp_path
 ):
-    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
-    sup = ProcessSupervisor(
-        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
-    )
-    sup.add("quota")  # leader lease always on, TTL 10 s
+    board, sup = quota_supervised(nats_server, tmp_path)  # leader lease TTL 10 s
     await sup.start()
     try:
         st = board.services["quota"]

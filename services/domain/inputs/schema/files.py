@@ -1,0 +1,72 @@
+"""The whole-file shapes (a configuration, or with a `timeline` a scenario) and the JSON
+Schema of the files users write."""
+
+from typing import Any, Literal
+
+import msgspec
+
+from gpuledger.services.domain.inputs.schema.config import (
+    ClassDoc,
+    ClusterDoc,
+    PolicyDoc,
+    ScheduleDoc,
+    TenantDoc,
+)
+from gpuledger.services.domain.inputs.schema.job import JobDoc
+from gpuledger.services.domain.inputs.schema.units import (
+    Duration,
+    NonNegInt,
+    Strict,
+)
+
+# ------------------------------------------------------------------ scenarios
+
+
+class EntryDoc(Strict, kw_only=True, frozen=True):
+    """One timeline entry: exactly one of `submit`, `cancel`, `scale`, `node_down`, at time `at`."""
+
+    at: Duration = 0
+    submit: JobDoc | None = None
+    cancel: str | None = None
+    scale: str | None = None
+    """A service (submitted earlier with `kind: service`) whose replica count changes."""
+    replicas: NonNegInt | None = None
+    """The scaled service's replica count from now on."""
+    node_down: str | None = None
+    tenant: str | None = None
+    """The cancelled job's tenant."""
+    expect: Literal["rejected"] | None = None
+    """`rejected`: the submitted job is meant to be refused by admission (a scenario showing
+    a rejection), so its tenant / class / model / MIG references are not checked here."""
+
+
+class FileDoc(Strict, kw_only=True, frozen=True):
+    """A cluster configuration; with a `timeline` it is a scenario."""
+
+    name: str | None = None
+    description: str | None = None
+    cluster: ClusterDoc = ClusterDoc()
+    tenants: list[TenantDoc] = []
+    priority_classes: list[ClassDoc] = []
+    policy: PolicyDoc | None = None  # type: ignore[valid-type]  # built by defstruct from Policy
+    schedules: list[ScheduleDoc] = []
+    """Time-of-day policies (cron + zone) that change tenants and priority classes."""
+    timeline: list[EntryDoc] | None = None
+    until: Duration | None = None
+    """Scenarios: stop the simulation at this virtual time (a scenario with schedules would
+    otherwise wake at every fire time)."""
+
+
+def file_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of configuration/scenario files and of job files, for
+    editors (yaml-language-server: `# yaml-language-server: $schema=...`)."""
+    (file_s, job_s), defs = msgspec.json.schema_components(
+        [FileDoc, JobDoc], ref_template="#/$defs/{name}"
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "gpuledger input files",
+        "description": "A cluster configuration / scenario file, or a job file.",
+        "anyOf": [file_s, job_s],
+        "$defs": defs,
+    }

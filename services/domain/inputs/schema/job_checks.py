@@ -1,0 +1,77 @@
+"""The checks of a job on its own, beyond its shape (a job file, or a scenario's submission)."""
+
+from gpuledger.events import validate_job_id, validate_tenant
+from gpuledger.events.specs import MAX_SELECTOR
+from gpuledger.services.domain.inputs.schema.errors import (
+    _p,
+    _valid_id,
+)
+from gpuledger.services.domain.inputs.schema.job import JobDoc
+
+_ALTERNATIVES = (
+    ("id", "job_id"),
+    ("class", "priority_class"),
+    ("gpu", "gpu_milli"),
+    ("mig", "mig_profile"),
+    ("cpu", "cpu_milli"),
+    ("memory", "memory_mib"),
+    ("models", "gpu_models"),
+    ("duration", "duration_s"),
+    ("time_limit", "time_limit_s"),
+    ("weight", "over_quota_weight"),
+)
+
+
+def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
+    for a, b in _ALTERNATIVES:
+        fa, fb = ("klass" if a == "class" else a), b
+        if getattr(job, fa, None) is not None and getattr(job, fb, None) is not None:
+            problems.append(f"{_p(base, b)}: give either {a!r} or {b!r}, not both")
+    if (job.id or job.job_id) in (None, ""):
+        problems.append(f"{base or '(top level)'}: missing required key 'id'")
+    else:
+        _valid_id(
+            _p(base, "id" if job.id else "job_id"),
+            lambda: validate_job_id(job.id or job.job_id or ""),
+            problems,
+        )
+    _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
+    forms = [
+        k
+        for k, v in (
+            ("gpus", job.gpus),
+            ("gpu", job.gpu or job.gpu_milli),
+            ("mig", job.mig or job.mig_profile),
+        )
+        if v
+    ]
+    if len(forms) > 1:
+        problems.append(f"{_p(base, forms[1])}: use only one of gpus, gpu (a share) and mig")
+    if job.node_selector is not None and len(job.node_selector) > MAX_SELECTOR:
+        problems.append(
+            f"{_p(base, 'node_selector')}: at most {MAX_SELECTOR} labels "
+            f"(got {len(job.node_selector)})"
+        )
+    if job.kind == "service" and job.min_members is not None:
+        problems.append(
+            f"{_p(base, 'min_members')}: a service's replicas are independent; "
+            "leave min_members out (kind: service)"
+        )
+    if job.kind == "service" and job.min_available > job.replicas:
+        problems.append(
+            f"{_p(base, 'min_available')}: must be <= replicas ({job.replicas}), "
+            f"got {job.min_available}"
+        )
+    if job.min_members is not None and job.min_members > job.replicas:
+        problems.append(
+            f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}"
+        )
+    if job.gpu is not None:
+        from gpuledger.services.domain.inputs.quantities import milli
+
+        share = milli("gpu", job.gpu)
+        if not 0 < share < 1000:
+            problems.append(
+                f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {job.gpu!r}); "
+                "use `gpus` for whole GPUs"
+            )
