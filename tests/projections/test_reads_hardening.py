@@ -142,3 +142,28 @@ def test_the_projector_keeps_writing_its_file_after_the_refusals(served):
         after > before
         and pj.last_seq == con.execute("SELECT last_seq FROM projector_meta").fetchone()[0]
     )
+
+
+def test_sql_stopped_at_its_time_limit_prints_one_line_and_exits_4(tmp_path, messages):
+    """Given a projector whose reads stop after 1 s, when `gpuledger sql` runs a longer
+    query, then it prints one line naming the limit (no traceback) and exits 4; an answer
+    over the byte cap is one line and exit 1."""
+    from gpuledger.projections.store import Projector
+    from tests.integration.cluster import cli
+
+    db = tmp_path / "projection.duckdb"
+    with Projector(db) as pj:
+        pj.run(messages)
+        server = ReadServer(pj.store.con, db, timeout_s=1.0, max_bytes=1024 * 1024).start()
+        try:
+            slow = cli("sql", "SELECT count(*) FROM range(1000000000000) a", "--db", str(db))
+            big = cli("sql", "SELECT repeat('x', 4 * 1024 * 1024)", "--db", str(db))
+        finally:
+            server.close()
+    assert slow.returncode == 4, slow.stderr
+    assert slow.stderr.splitlines() == [
+        "error: query stopped: the read ran longer than 1s and was stopped;"
+        " narrow it (a WHERE, a LIMIT)"
+    ]
+    assert big.returncode == 1 and len(big.stderr.splitlines()) == 1, big.stderr
+    assert big.stderr.startswith("error: query failed: the answer is over 1,048,576 bytes")
