@@ -212,7 +212,11 @@ def why_report(con, job_id: str) -> dict[str, Any]:
         out["service"] = service
     up = service["running"] + service["preempting"] if service is not None else None
     out["state_text"] = job_state_text({**job, "replicas_up": up})
-    out["refused"] = refused_requests(con, job_id)
+    # a request of another tenant is never filed under this job (admission files it under
+    # its own tenant's key; a log written before may still name this job)
+    out["refused"] = [
+        r for r in refused_requests(con, job_id) if r["tenant"] in (None, job.get("tenant"))
+    ]
     out["refusals"] = acceptance_refusals(con, job_id)
     out["transitions"] = [
         {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
