@@ -77,19 +77,53 @@ class AuthError(ValueError):
 # ---------------------------------------------------------------------- permissions
 
 
+CONSUMER_SLOTS = 8
+"""How many consumers one identity may hold on the stream at once (ephemeral or not): its
+consumers can only carry the names `consumer_names` gives it."""
+
+
+def consumer_names(inbox: str, slots: int = CONSUMER_SLOTS) -> list[str]:
+    """The consumer names an identity whose reply prefix is `inbox` may create (and delete):
+    `q<16 hex of blake2b(inbox)><i>`. Unguessable without the identity's public key, the same
+    for a seed file copied out of its auth directory (the client derives them from its own
+    prefix, services/runtime/bus.py)."""
+    import hashlib
+
+    digest = hashlib.blake2b(inbox.encode(), digest_size=8).hexdigest()
+    return [f"q{digest}{i}" for i in range(slots)]
+
+
+def _consumer_slots(inboxes: list[str]) -> list[str]:
+    """The create and delete calls of an identity's own consumer names (`consumer_names` of
+    each of its reply prefixes): the server counts what it may hold by name, so no key can
+    hold more than CONSUMER_SLOTS consumers per prefix, durable or not."""
+    from gpuledger.events.subjects import STREAM
+
+    out: list[str] = []
+    for inbox in inboxes:
+        for name in consumer_names(inbox):
+            out += [
+                f"$JS.API.CONSUMER.CREATE.{STREAM}.{name}",
+                f"$JS.API.CONSUMER.CREATE.{STREAM}.{name}.>",
+                f"$JS.API.CONSUMER.DELETE.{STREAM}.{name}",
+            ]
+    return out
+
+
 def _stream_reader() -> list[str]:
-    """JetStream API calls of a reader of the log: ordered consumers (with flow control),
-    stream info, single-message and direct gets. Consumers only by the name-carrying create
+    """JetStream API calls of a reader of the log: stream info, consumer info, single-message
+    and direct gets, flow control. Consumers are created only under the reader's own names
+    (`_consumer_slots`, added per identity by `_user_block`), by the name-carrying create
     (`$JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>]`, where the server checks the name
-    in the request against the subject), never the bare `$JS.API.CONSUMER.CREATE.<stream>`,
-    whose request may name any consumer: with it a reader replaced the projector's durable
-    with its own filter. The projector's name is denied (`_reader_deny`); readers
-    name theirs at random (services/runtime/bus.py), cannot list consumers, nor delete one."""
+    in the request against the subject); never by the bare
+    `$JS.API.CONSUMER.CREATE.<stream>`, whose request may name any consumer: with it a
+    reader replaced the projector's durable with its own filter, and never under any other
+    name: with that a node key filled the stream's consumer limit (issue 44). Readers cannot
+    list consumers."""
     from gpuledger.events.subjects import STREAM
 
     return [
         f"$JS.API.STREAM.INFO.{STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
         f"$JS.API.CONSUMER.INFO.{STREAM}.>",
         f"$JS.API.STREAM.MSG.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}",
@@ -142,7 +176,7 @@ def permissions(principal: str) -> dict[str, Any] | None:
 
     perms = _permissions(principal)
     if perms is not None and principal != "projector":
-        reader = f"$JS.API.CONSUMER.CREATE.{STREAM}.>"
+        reader = f"$JS.API.STREAM.INFO.{STREAM}"  # a reader: never the projector's consumer
         perms["deny_publish"] = _reader_deny() if reader in perms["publish"] else []
     return perms
 
@@ -446,6 +480,8 @@ def cluster_conf(name: str, listen: str, routes: list[str], password: str) -> st
 def _user_block(p: Principal) -> str:
     perms = permissions(p.name)
     lines = [f"    # {p.name}", "    {", f"      nkey: {json.dumps(p.public_key)}"]
+    if perms is not None and f"$JS.API.STREAM.INFO.{_stream()}" in perms["publish"]:
+        perms["publish"] = [*perms["publish"], *_consumer_slots(p.inboxes())]  # a reader
     if perms is not None:
         sub = [*perms["subscribe"], *(f"{inbox}.>" for inbox in p.inboxes())]
         lines.append("      permissions: {")
@@ -460,6 +496,12 @@ def _user_block(p: Principal) -> str:
         lines.append("      }")
     lines.append("    }")
     return "\n".join(lines)
+
+
+def _stream() -> str:
+    from gpuledger.events.subjects import STREAM
+
+    return STREAM
 
 
 def auth_conf(principals) -> str:
@@ -592,6 +634,24 @@ def _kept_inbox(creds: Path) -> str | None:
             prefix = entry.get("inbox_prefix")
             return prefix if isinstance(prefix, str) and prefix.startswith("_INBOX_") else None
     return None
+
+
+def consumer_slots_of(options: Mapping[str, Any]) -> list[str] | None:
+    """The consumer names a client connecting with `options` (`client_options`) may create:
+    `consumer_names` of its reply prefix; None (any name) for the operator, whose entry in
+    credentials.json beside its seed says so, and for a client without a credential."""
+    seed, inbox = options.get("nkeys_seed"), options.get("inbox_prefix")
+    if not seed or not isinstance(inbox, str):
+        return None
+    path = Path(seed).absolute()
+    try:
+        doc = json.loads((path.parent / CREDENTIALS).read_text())
+    except (OSError, ValueError):
+        doc = {}
+    entry = doc.get("admin") if isinstance(doc, dict) else None
+    if isinstance(entry, dict) and entry.get("file") == path.name:
+        return None
+    return consumer_names(inbox)
 
 
 def principal_of(role: str, node: str | None = None) -> str:
