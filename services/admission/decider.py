@@ -51,6 +51,8 @@ class Rejection(Exception):
 class Admission(LedgerService):
     name = "admission"
     query_subjects = QUERY_SUBJECTS
+    serves_intake = True
+    """The admission process stores CI keys' client events (services/runtime/intake.py)."""
     # decides on submissions, invalid submissions, refused requests, configuration and the
     # fleet's shapes; what happens to admitted jobs never changes that
     unaffected_by = frozenset(

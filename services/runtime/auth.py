@@ -14,9 +14,10 @@ Invariants:
   or delete a stream (the log, the lease and snapshot buckets);
 - a service writes and reads only its own snapshot (`SNAPSHOT_BUCKET`, its key and the chunk
   keys under it: services/runtime/snapshots.py), by direct gets of those keys only;
-- a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>`,
-  `gl.scale.<tenant>.>` (its services' replica counts) and asks `glq.job.<tenant>.>` (its own
-  jobs' status); it cannot read the stream; scaling is otherwise the admin's;
+- a tenant's CI identity publishes nothing into the stream: it asks the intake
+  (`glr.submit.<tenant>.>`, `glr.cancel.<tenant>.>`, `glr.scale.<tenant>.>`, answered by the
+  admission service, which stores the event with headers of its own: services/runtime/
+  intake.py) and asks `glq.job.<tenant>.>` (its own jobs' status); it cannot read the stream;
 - every principal receives replies only on its own inbox prefix, `_INBOX_<public key>` (of its
   first key: kept across rotations, with the current key's too), so no principal can read
   another's consumer deliveries or replies;
@@ -200,6 +201,9 @@ def _permissions(principal: str) -> dict[str, Any] | None:
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
+            # stores CI keys' client events (services/runtime/intake.py)
+            sub.append("glr.>")
+            pub += ["gl.submit.>", "gl.cancel.>", "gl.scale.>"]
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
         return {
@@ -230,12 +234,12 @@ def _permissions(principal: str) -> dict[str, Any] | None:
             "publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"],
             "subscribe": [],
         }
-    if kind == "ci":
+    if kind == "ci":  # asks the intake: never the stream itself (services/runtime/intake.py)
         return {
             "publish": [
-                f"gl.submit.{name}.>",
-                f"gl.cancel.{name}.>",
-                f"gl.scale.{name}.>",
+                f"glr.submit.{name}.>",
+                f"glr.cancel.{name}.>",
+                f"glr.scale.{name}.>",
                 f"{QUERY_PREFIX}.{name}.>",
             ],
             "subscribe": [],

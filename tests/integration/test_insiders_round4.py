@@ -111,3 +111,149 @@ def test_live_consumer_exhaustion_a_reader_key_holds_only_its_own_few(live):
         "a job placed after the restarts",
         timeout_s=90,
     )
+
+
+async def _intake(live, principal: str, subject: str, body: bytes, headers=None) -> dict:
+    """`principal` asks the intake on `subject`, with any headers it likes; the answer."""
+    from gpuledger.services.runtime.auth import client_options
+
+    nc = await nats.connect(
+        live.url, allow_reconnect=False, **client_options(live.creds(principal))
+    )
+    try:
+        reply = await nc.request(subject, body, timeout=30, headers=headers)
+        return json.loads(reply.data)
+    finally:
+        await nc.close()
+
+
+async def _publish_raw(live, principal: str, subject: str, body: bytes, headers) -> list[str]:
+    """`principal` publishes straight into the stream; the server's errors."""
+    from gpuledger.services.runtime.auth import client_options
+
+    errors: list[str] = []
+
+    async def error_cb(err: Exception) -> None:
+        errors.append(str(err))
+
+    nc = await nats.connect(
+        live.url, allow_reconnect=False, error_cb=error_cb, **client_options(live.creds(principal))
+    )
+    try:
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            await nc.jetstream(timeout=2).publish(subject, body, headers=headers)
+        await test_insiders.until(lambda: errors, 10, "the server's answer")
+    finally:
+        await nc.close()
+    return errors
+
+
+def _job(job_id: str, tenant: str, event_id: str | None = None) -> tuple[bytes, str]:
+    """A submission as `gpuledger submit` builds it: (its bytes, its event id)."""
+    from gpuledger import events as ev
+    from gpuledger.services.domain.inputs.jobfile import job_spec
+    from gpuledger.services.domain.tooling.stamp import submission
+
+    event = submission(
+        job_spec({"id": job_id, "tenant": tenant, "gpus": 1, "duration": 3600}),
+        producer="cli",
+        now_ms=0,
+    )
+    if event_id is not None:
+        import msgspec
+
+        event = msgspec.structs.replace(event, event_id=event_id)
+    return ev.encode(event), event.event_id
+
+
+def test_live_header_oracle_a_ci_key_learns_nothing_of_another_tenants_subjects(live):
+    """team-a holds `secret-build-77`. team-b's CI key sends JetStream's expected-sequence
+    headers naming that subject: straight into the stream it is refused (a CI key publishes
+    into no subject of the stream), and through the intake the headers are ignored: the
+    answer about team-a's job equals the answer about a subject nobody has."""
+    assert live.submit("secret-build-77", "team-a").returncode == 0
+    probe = {"Nats-Expected-Last-Subject-Sequence": "999999999"}
+
+    def headers(subject: str) -> dict[str, str]:
+        return {**probe, "Nats-Expected-Last-Subject-Sequence-Subject": subject}
+
+    body, _ = _job("probe-1", "team-b")
+    errors = asyncio.run(
+        _publish_raw(
+            live, "ci:team-b", "gl.submit.team-b.probe-1", body, headers("gl.submit.team-a.>")
+        )
+    )
+    assert any("permissions violation" in e.lower() for e in errors), errors
+    answers = []
+    for i, target in enumerate(("gl.submit.team-a.secret-build-77", "gl.submit.team-a.nobody")):
+        body, _ = _job(f"probe-{i + 2}", "team-b")
+        answer = asyncio.run(
+            _intake(live, "ci:team-b", f"glr.submit.team-b.probe-{i + 2}", body, headers(target))
+        )
+        answers.append({k: v for k, v in answer.items() if k != "seq"})
+        assert answer["seq"] > 0, answer
+    assert answers[0] == answers[1] == {"duplicate": False}
+    wait(  # both stored, nothing of the raw publish
+        lambda: (
+            live.sql(
+                "SELECT count(*) AS n FROM events WHERE subject LIKE 'gl.submit.team-b.probe-%'"
+            )
+            == [{"n": 2}]
+        ),
+        "the two probes through the intake in the projection",
+    )
+
+
+def test_live_msg_id_collision_a_predicted_id_keeps_nobody_out(live):
+    """team-b sends, before team-a, a submission carrying the Msg-Id (and the event id)
+    team-a's `submit` will use for `release-9`; team-a's submit is admitted all the same, and
+    team-b's answer is that of content nobody submitted (no `duplicate`)."""
+    _, predicted = _job("release-9", "team-a")
+    body, _ = _job("decoy", "team-b", event_id=predicted)
+    first = asyncio.run(
+        _intake(live, "ci:team-b", "glr.submit.team-b.decoy", body, {"Nats-Msg-Id": predicted})
+    )
+    assert first["duplicate"] is False and first["seq"] > 0
+    a = live.submit("release-9", "team-a", wait=True)
+    assert a.returncode == 0 and "admitted release-9" in a.stdout, (a.stdout, a.stderr)
+    # the reverse: team-a's content submitted, team-b repeats its id: not told `duplicate`
+    again, _ = _job("decoy-2", "team-b", event_id=predicted)
+    reverse = asyncio.run(
+        _intake(live, "ci:team-b", "glr.submit.team-b.decoy-2", again, {"Nats-Msg-Id": predicted})
+    )
+    nobody, _ = _job("decoy-3", "team-b", event_id="nobody-has-this-id")
+    control = asyncio.run(_intake(live, "ci:team-b", "glr.submit.team-b.decoy-3", nobody))
+    assert (
+        {k: v for k, v in reverse.items() if k != "seq"}
+        == {k: v for k, v in control.items() if k != "seq"}
+        == {"duplicate": False}
+    )
+
+
+def test_live_a_refused_raw_submission_is_filed_under_its_own_tenant(live):
+    """team-b has `squat-1` first, so team-a's `squat-1` is kept as `squat-1~~<digest>`;
+    team-b then submits that key as an id (raw, through the intake): admission refuses it,
+    and the refusal is filed under team-b, never under team-a's job (`why`, the log)."""
+    from gpuledger.events.ids import tenant_job_key
+
+    assert live.submit("squat-1", "team-b").returncode == 0
+    assert live.submit("squat-1", "team-a").returncode == 0
+    key = tenant_job_key("team-a", "squat-1")
+    body = json.dumps(
+        {
+            "type": "JobSubmitted.v1",
+            "event_id": "squat-raw",
+            "job": {"job_id": key, "tenant": "team-b", "resources": {"gpus": 1}},
+        }
+    ).encode()
+    asyncio.run(_intake(live, "ci:team-b", f"glr.submit.team-b.{key}", body))
+    refused = wait(
+        lambda: live.sql(
+            "SELECT correlation_id, payload::VARCHAR AS p FROM events WHERE type = 'RequestRefused'"
+            f" AND payload->>'job_id' = '{key}'"
+        ),
+        "admission's refusal of the raw submission",
+    )
+    assert [r["correlation_id"] for r in refused] == [tenant_job_key("team-b", key)]
+    why = live.cli("why", "squat-1", "--tenant", "team-a")
+    assert why.returncode == 0 and "Refused" not in why.stdout + why.stderr, why.stdout
