@@ -257,3 +257,49 @@ def test_live_a_refused_raw_submission_is_filed_under_its_own_tenant(live):
     assert [r["correlation_id"] for r in refused] == [tenant_job_key("team-b", key)]
     why = live.cli("why", "squat-1", "--tenant", "team-a")
     assert why.returncode == 0 and "Refused" not in why.stdout + why.stderr, why.stdout
+
+
+def test_live_a_stuck_leader_is_stalled_not_running(live):
+    """Given the scheduler leading, when it is frozen (SIGSTOP) and a job is submitted, then
+    within a minute and a bit `status` shows it `stalled` (its lease still `leader`) with how
+    long and at which sequence; once it thaws it is `running` again and decides about the
+    job."""
+    import os
+    import signal
+
+    from gpuledger.services.runtime.supervisor import STALLED_AFTER_S
+
+    def scheduler() -> dict:
+        doc = json.loads(live.cli("status", "-o", "json").stdout)
+        return next(s for s in doc["services"] if s["name"] == "scheduler")
+
+    pid = scheduler()["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert live.submit("while-frozen", "team-b", wait=True).returncode == 0  # admission's
+        row = wait(
+            lambda: (r := scheduler())["state"] == "stalled" and r,
+            "status to call the frozen scheduler stalled",
+            timeout_s=STALLED_AFTER_S + 60,
+        )
+        assert row["lease"] == "leader" and row["lag"] > 0 and row["idle_s"] >= STALLED_AFTER_S
+        assert row["detail"].startswith(f"no progress for {row['idle_s']}s at seq ")
+        table = live.cli("status").stdout
+        assert any(ln.split()[:2] == ["scheduler", "stalled"] for ln in table.splitlines())
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait(  # the fleet is full by now: it catches up and decides (the job waits, Resources)
+        lambda: (r := scheduler())["state"] == "running" and r["lag"] == 0,
+        "the thawed scheduler running again, caught up",
+        timeout_s=90,
+    )
+    wait(  # placed, or pending with the scheduler's reason
+        lambda: any(
+            r["state"] == "running" or r["reason"]
+            for r in live.sql(
+                "SELECT state, reason FROM jobs WHERE job_id = 'while-frozen' AND tenant = 'team-b'"
+            )
+        ),
+        "the thawed scheduler's decision about the job",
+        timeout_s=60,
+    )
