@@ -90,16 +90,25 @@ def refused_requests(con, job_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def acceptance_refusals(con, job_id: str) -> list[dict[str, Any]]:
-    """Events about `job_id` the acceptance rules refused (services/domain/fold/acceptance.py)."""
-    return [
-        {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
-        for seq, at, t, prod, code, msg in con.execute(
-            "SELECT seq, at_ms, type, producer, code, message FROM refusals"
-            " WHERE job_id = ? ORDER BY seq",
-            [job_id],
-        ).fetchall()
-    ]
+def acceptance_refusals(con, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
+    """Events about `job_id` the acceptance rules refused (services/domain/fold/acceptance.py).
+    With `tenant`, a client message of another tenant (its subject says whose) is left out: a
+    raw submission naming this job's key is about its sender, not this job."""
+    from gpuledger.events.subjects import client_target
+
+    out = []
+    for seq, at, t, subject, prod, code, msg in con.execute(
+        "SELECT seq, at_ms, type, subject, producer, code, message FROM refusals"
+        " WHERE job_id = ? ORDER BY seq",
+        [job_id],
+    ).fetchall():
+        target = client_target(subject or "")
+        if tenant is not None and target is not None and target[1] != tenant:
+            continue
+        out.append(
+            {"seq": seq, "at_ms": at, "event": t, "producer": prod, "code": code, "message": msg}
+        )
+    return out
 
 
 def preemption_outlook(pending: dict[str, Any]) -> list[str]:
@@ -212,8 +221,12 @@ def why_report(con, job_id: str) -> dict[str, Any]:
         out["service"] = service
     up = service["running"] + service["preempting"] if service is not None else None
     out["state_text"] = job_state_text({**job, "replicas_up": up})
-    out["refused"] = refused_requests(con, job_id)
-    out["refusals"] = acceptance_refusals(con, job_id)
+    # a request of another tenant is never filed under this job (admission files it under
+    # its own tenant's key; a log written before may still name this job)
+    out["refused"] = [
+        r for r in refused_requests(con, job_id) if r["tenant"] in (None, job.get("tenant"))
+    ]
+    out["refusals"] = acceptance_refusals(con, job_id, job.get("tenant"))
     out["transitions"] = [
         {"at_ms": at, "from": f, "to": t, "event": e, "reason": r}
         for at, f, t, e, r in con.execute(

@@ -49,6 +49,25 @@ class ServedUnavailable(ServedError):
     """The projector's socket stopped answering (it stopped or restarted)."""
 
 
+EXIT_TIMED_OUT = 4
+"""The command line's exit code for a read stopped at its time limit, refused while the
+projector was busy, or left unanswered (CONVENTIONS: 4 timed out waiting)."""
+
+
+def failure(exc: ServedError) -> tuple[str, int]:
+    """What a command prints (one line, without `error: `) and its exit code when a read
+    through the projector fails: 4 when it ran out of time, found the projector busy or
+    stopped answering (retrying may help), 1 otherwise (the query itself)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, ServedUnavailable):
+        return f"{text}: retry (`gpuledger status` shows the projector)", EXIT_TIMED_OUT
+    if exc.status == 504:
+        return f"query stopped: {text}; narrow it (a WHERE, a LIMIT)", EXIT_TIMED_OUT
+    if exc.status == 503:
+        return f"query not run: {text}; retry", EXIT_TIMED_OUT
+    return f"query failed: {text}", 1
+
+
 _BOTH: dict[type, type] = {}
 
 

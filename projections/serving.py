@@ -14,8 +14,13 @@ DuckDB's parser; SELECT, EXPLAIN without ANALYZE and a few inspection PRAGMAs pa
 else is a 400 naming its type), inside a transaction that is always rolled back; parameters
 are bound, never formatted; at most `readers` reads run at once (one pooled cursor each; a
 further one waits `wait_s`, then 503), each is interrupted after `timeout_s` (504) and
-answers at most `max_rows` rows (413). Reads run in the server's threads, never in the
-projector's commit loop.
+answers at most `max_rows` rows and `max_bytes` bytes of values (413). Reads run in the
+server's threads, never in the projector's commit loop.
+
+Defence in depth (docs/security.md, "The reads socket"): serving locks the database down
+first (`harden`: no file or network access, no extension installed or loaded, the
+configuration locked), and a query naming a function that changes state or runs other SQL
+(`checkpoint()`, `query()`, `nextval`, ... `REFUSED_FUNCTIONS`) is refused before it runs.
 """
 
 from __future__ import annotations
@@ -51,6 +56,57 @@ SAFE_PRAGMAS = re.compile(
     re.IGNORECASE,
 )
 EXPLAIN_ANALYZE = re.compile(r"\s*explain\s+analy[sz]e\b", re.IGNORECASE)
+HARDENING = (
+    "SET enable_external_access = false",
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET allow_community_extensions = false",
+    "SET lock_configuration = true",
+)
+"""What `harden` sets on the database it serves, in order (the lock last: nothing after it
+may change a setting, a read's `SET` included)."""
+REFUSED_FUNCTIONS = frozenset(
+    {
+        # write or flush the database file
+        "checkpoint",
+        "force_checkpoint",
+        # run SQL given as a string, past the statement check
+        "query",
+        "json_execute_serialized_sql",
+        # change the database's or the session's state
+        "nextval",
+        "setval",
+        "setseed",
+        "enable_logging",
+        "disable_logging",
+        "truncate_duckdb_logs",
+        "enable_profiling",
+        "disable_profiling",
+        "add_grammar_extension",
+        "remove_grammar_extension",
+        "create_external_resource",
+        "register_external_resource",
+        "register_external_resource_type",
+        "deregister_external_resource",
+        "destroy_external_resource",
+        # scan memory named by a raw pointer (the Python client's own scans)
+        "arrow_scan",
+        "arrow_scan_dumb",
+        "python_arrow_scan",
+        "pandas_scan",
+        "python_map_function",
+        # credentials
+        "duckdb_secrets",
+        "which_secret",
+    }
+)
+"""Functions a served read may not name, wherever in the query (a table or scalar function,
+in a subquery or CTE). Files are closed by `enable_external_access = false` instead: every
+reader of a file (`read_text`, `read_csv`, `glob`, `parquet_metadata`, ...) is refused by
+DuckDB itself."""
+MAX_BYTES = 32 * 1024 * 1024
+"""Default byte cap of one answer (the sum of its values' sizes: a string's or blob's
+length, 8 for any other value)."""
 MAX_SOCKET_PATH = 100
 """AF_UNIX paths are limited to 108 bytes; a longer data dir gets its socket in a private
 temporary directory instead (named in the descriptor all the same)."""
@@ -75,6 +131,61 @@ def check_read_only(sql: str) -> None:
         if st.type not in ALLOWED or EXPLAIN_ANALYZE.match(text):
             kind = "EXPLAIN ANALYZE" if EXPLAIN_ANALYZE.match(text) else st.type.name
             raise Refused(f"read-only: {kind} statements are not served (only queries)")
+
+
+def harden(con: duckdb.DuckDBPyConnection) -> None:
+    """Lock down the database of `con` for serving reads (`HARDENING`). The settings are the
+    database's: its writer keeps writing its own file, but nobody on it (the writer
+    included) can read another file, install or load an extension, or change a setting
+    again. Idempotent."""
+    locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
+    if locked is not None and locked[0] is True:
+        return
+    for statement in HARDENING:
+        con.execute(statement)
+
+
+def _function_names(node: Any) -> set[str]:
+    """Every function named anywhere in a serialized statement (json_serialize_sql)."""
+    names: set[str] = set()
+    stack = [node]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            name = x.get("function_name")
+            if isinstance(name, str):
+                names.add(name.lower())
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return names
+
+
+def check_functions(cur: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise Refused when a query of `sql` names a function of `REFUSED_FUNCTIONS`. Each
+    SELECT is parsed by DuckDB (`json_serialize_sql`), not matched as text; EXPLAIN does not
+    run its query and PRAGMAs are the inspection ones `check_read_only` lets pass."""
+    for st in duckdb.extract_statements(sql):
+        if st.type != duckdb.StatementType.SELECT:
+            continue
+        row = cur.execute("SELECT json_serialize_sql(?)", [st.query]).fetchone()
+        tree = json.loads(row[0]) if row else {}
+        if tree.get("error"):
+            raise Refused(f"read-only: {tree.get('error_message') or 'cannot parse the query'}")
+        named = sorted(_function_names(tree) & REFUSED_FUNCTIONS)
+        if named:
+            raise Refused(f"read-only: {named[0]}() changes state or runs other SQL: not served")
+
+
+def _size(v: Any) -> int:
+    """The bytes `v` counts against an answer's cap (see MAX_BYTES)."""
+    if isinstance(v, str | bytes | bytearray):
+        return len(v)
+    if isinstance(v, list | tuple):
+        return 8 + sum(_size(x) for x in v)
+    if isinstance(v, dict):
+        return 8 + sum(_size(k) + _size(x) for k, x in v.items())
+    return 8
 
 
 def _enc_hook(v: Any) -> Any:
@@ -103,9 +214,12 @@ class ReadServer:
         wait_s: float = 5.0,
         timeout_s: float = 10.0,
         max_rows: int = 1_000_000,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         self.db_path = Path(db_path)
         self.wait_s, self.timeout_s, self.max_rows = wait_s, timeout_s, max_rows
+        self.max_bytes = max_bytes
+        harden(con)
         self._cursors: queue.Queue = queue.Queue()
         for _ in range(max(1, readers)):
             self._cursors.put(con.cursor())
@@ -231,19 +345,60 @@ class ReadServer:
         finally:
             self._cursors.put(cur)
 
+    def _too_big(self) -> _Answer:
+        return _Answer(
+            413,
+            {
+                "error": f"the answer is over {self.max_bytes:,} bytes or {self.max_rows:,}"
+                " rows: add a LIMIT or select fewer columns"
+            },
+        )
+
+    def _rows(self, res) -> list:
+        """The result's rows, fetched in chunks and counted against both caps."""
+        rows: list = []
+        size = 0
+        while True:
+            chunk = res.fetchmany(2048)
+            if not chunk:
+                return rows
+            rows.extend(chunk)
+            size += sum(_size(r) for r in chunk)
+            if size > self.max_bytes or len(rows) > self.max_rows:
+                raise self._too_big()
+
+    def _arrow(self, rel) -> bytes:
+        """The relation's rows as an Arrow IPC stream, batch by batch within both caps."""
+        import pyarrow as pa
+
+        reader = rel.to_arrow_reader(2048)
+        sink = pa.BufferOutputStream()
+        rows = 0
+        with pa.ipc.new_stream(sink, reader.schema) as w:
+            for batch in reader:
+                rows += batch.num_rows
+                if sink.tell() + batch.nbytes > self.max_bytes or rows > self.max_rows:
+                    raise self._too_big()
+                w.write_batch(batch)
+        return sink.getvalue().to_pybytes()
+
     def _on(self, cur, sql: str, params: list, *, arrow: bool) -> tuple[int, bytes, str, dict]:
+        try:
+            check_functions(cur, sql)
+        except Refused as exc:
+            raise _Answer(400, {"error": str(exc), "kind": "PermissionException"}) from None
         timer = threading.Timer(self.timeout_s, cur.interrupt)
         cur.execute("BEGIN TRANSACTION")
         try:
             timer.start()
             try:
                 if arrow:
-                    table = cur.sql(sql, params=params or None).to_arrow_table()
-                    return 200, _arrow_ipc(table), "application/x-arrow", {}
+                    body = self._arrow(cur.sql(sql, params=params or None))
+                    return 200, body, "application/x-arrow", {}
                 res = cur.execute(sql, params or None)
                 cols = [d[0] for d in res.description or []]
                 types = [str(d[1]) for d in res.description or []]
-                rows = res.fetchmany(self.max_rows + 1) if cols else []
+                rows = self._rows(res) if cols else []
             finally:
                 timer.cancel()
         except duckdb.InterruptException:
@@ -254,8 +409,6 @@ class ReadServer:
             raise _Answer(400, {"error": str(exc), "kind": type(exc).__name__}) from None
         finally:
             _rollback(cur)
-        if len(rows) > self.max_rows:
-            raise _Answer(413, {"error": f"more than {self.max_rows:,} rows: add a LIMIT"})
         return 200, _encoder.encode({"cols": cols, "types": types, "rows": rows}), CONTENT_TYPE, {}
 
 
@@ -268,15 +421,6 @@ def _rollback(cur) -> None:
             return
         except duckdb.Error:
             continue
-
-
-def _arrow_ipc(table) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -58,7 +58,7 @@ def detect(doc: Any) -> Kind:
 def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     """Raise InputError with every problem found in `doc` read as `kind`; a job is also
     checked against `config` (a validated FileDoc) when one is given. Returns the FileDoc of
-    a configuration or scenario."""
+    a configuration or scenario, and the JobWarnings of a job checked without one."""
     import msgspec
 
     from gpuledger import events as ev
@@ -79,6 +79,8 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
             raise
     elif kind is Kind.job:
         job_spec(doc)
+        if config is None:
+            return JobWarnings(model_warnings(doc))
         if config is not None:
             from gpuledger.services.domain.inputs.schema import check_references, validate_job
 
@@ -121,6 +123,22 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
             problem = _form_problem(event.job)
             if problem is not None:
                 raise InputError(f"job: {problem[1]}")
+
+
+class JobWarnings(list):
+    """What `validate` returns for a job checked without a configuration: warning lines
+    (without `warning: `) for what only the cluster can tell."""
+
+
+def model_warnings(doc: Any) -> list[str]:
+    """A warning per GPU model the job names that gpuledger's vocabulary does not know (the
+    cluster is not known here: `check CONFIG JOB` makes it an error with a did-you-mean)."""
+    from gpuledger.services.domain.inputs.model_names import unknown_models
+
+    names = doc.get("models") or doc.get("gpu_models") if isinstance(doc, dict) else None
+    if not isinstance(names, list):
+        return []
+    return unknown_models(n for n in names if isinstance(n, str))
 
 
 def admission_rejection(spec: ev.JobSpec, config: Any, now_ms: int | None = None) -> str | None:
@@ -169,7 +187,9 @@ def check(
 ) -> None:
     """Validate cluster configurations, scenarios, job files and client events without running
     anything. Prints `ok FILE (kind)` per good file and one `error: FILE: key.path: problem`
-    line per problem. Job files after a configuration are also checked against it (tenant,
+    line per problem. A job checked alone gets a `warning:` line per GPU model gpuledger does
+    not know (exit 0: only the cluster can tell). Job files after a configuration are also
+    checked against it (tenant,
     class, GPU models, MIG profile), and judged as admission would judge them on a cluster
     of exactly that configuration: a job it would reject (`Unschedulable`: more members than
     the declared nodes can ever hold, `NonPreemptibleOverQuota`, ...) is one error line with
@@ -183,7 +203,10 @@ def check(
             doc = read_any(path)
             k = detect(doc) if kind is Kind.auto else kind
             parsed = validate(doc, k, config)
-            if parsed is not None and config is None:
+            if isinstance(parsed, JobWarnings):
+                for line in parsed:
+                    typer.echo(f"warning: {path}: {line}", err=True)
+            elif parsed is not None and config is None:
                 config = parsed
         except InputError as exc:
             bad = True

@@ -136,7 +136,16 @@ def denial_hint(denied: str) -> str:
     """What a person can do about a permission violation `denied` (the server's text)."""
     if "$JS.API.STREAM." in denied:
         return "managing the stream is the operator's right: connect with the admin credential"
-    if any(f'"{p}.' in denied for p in ("gl.submit", "gl.cancel", "gl.scale", "glq.job")):
+    clients = (
+        "gl.submit",
+        "gl.cancel",
+        "gl.scale",
+        "glq.job",
+        "glr.submit",
+        "glr.cancel",
+        "glr.scale",
+    )
+    if any(f'"{p}.' in denied for p in clients):
         return "a tenant's CI credential acts on its own tenant's jobs only"
     return (
         "the identity connected does not have this right; see `gpuledger auth` and "

@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     if args == ["--version"]:
         sys.stdout.write(version_text() + "\n")
         return
+    from gpuledger.projections.served import ServedError
+    from gpuledger.projections.served import failure as served_failure
     from gpuledger.services.cli import extras
 
     refusal = extras.check_before(args)
@@ -73,6 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         from gpuledger.services.cli.main import app
 
         app(args=args)
+    except ServedError as exc:  # a read through the projector any command made (sql, jobs, why)
+        line, code = served_failure(exc)
+        sys.stderr.write(f"error: {line}\n")
+        raise SystemExit(code) from None
     except ModuleNotFoundError as exc:
         refusal = extras.missing_extra(args, exc)
         if refusal is None:

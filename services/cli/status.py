@@ -94,6 +94,7 @@ def status(
                 r.get("restarts", 0),
                 "-" if r.get("folded_seq") is None else r["folded_seq"],
                 "-" if r.get("lag") is None else r["lag"],
+                f"{r['idle_s']}s" if r.get("idle_s") else "-",  # no progress for (issue 44)
                 humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
                 r.get("lease") or "-",
                 r.get("last_error") or r.get("detail") or "",
@@ -102,7 +103,10 @@ def status(
         ]
         typer.echo(
             render_table(
-                ["NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "AGE", "LEASE", "LAST-ERROR"],
+                [
+                    *("NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "IDLE", "AGE", "LEASE"),
+                    "LAST-ERROR",
+                ],
                 lines,
                 no_headers=no_headers,
             )

@@ -160,7 +160,9 @@ def scale(
                 tenant=owner,
                 replicas=replicas,
             )
-            await bus.publish(event)
+            from gpuledger.services.runtime.intake import publish_client_event
+
+            await publish_client_event(bus, event)  # a CI key asks the intake (issue 44)
         finally:
             await bus.close()
 

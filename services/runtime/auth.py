@@ -14,9 +14,10 @@ Invariants:
   or delete a stream (the log, the lease and snapshot buckets);
 - a service writes and reads only its own snapshot (`SNAPSHOT_BUCKET`, its key and the chunk
   keys under it: services/runtime/snapshots.py), by direct gets of those keys only;
-- a tenant's CI identity publishes only `gl.submit.<tenant>.>`, `gl.cancel.<tenant>.>`,
-  `gl.scale.<tenant>.>` (its services' replica counts) and asks `glq.job.<tenant>.>` (its own
-  jobs' status); it cannot read the stream; scaling is otherwise the admin's;
+- a tenant's CI identity publishes nothing into the stream: it asks the intake
+  (`glr.submit.<tenant>.>`, `glr.cancel.<tenant>.>`, `glr.scale.<tenant>.>`, answered by the
+  admission service, which stores the event with headers of its own: services/runtime/
+  intake.py) and asks `glq.job.<tenant>.>` (its own jobs' status); it cannot read the stream;
 - every principal receives replies only on its own inbox prefix, `_INBOX_<public key>` (of its
   first key: kept across rotations, with the current key's too), so no principal can read
   another's consumer deliveries or replies;
@@ -77,19 +78,53 @@ class AuthError(ValueError):
 # ---------------------------------------------------------------------- permissions
 
 
+CONSUMER_SLOTS = 8
+"""How many consumers one identity may hold on the stream at once (ephemeral or not): its
+consumers can only carry the names `consumer_names` gives it."""
+
+
+def consumer_names(inbox: str, slots: int = CONSUMER_SLOTS) -> list[str]:
+    """The consumer names an identity whose reply prefix is `inbox` may create (and delete):
+    `q<16 hex of blake2b(inbox)><i>`. Unguessable without the identity's public key, the same
+    for a seed file copied out of its auth directory (the client derives them from its own
+    prefix, services/runtime/bus.py)."""
+    import hashlib
+
+    digest = hashlib.blake2b(inbox.encode(), digest_size=8).hexdigest()
+    return [f"q{digest}{i}" for i in range(slots)]
+
+
+def _consumer_slots(inboxes: list[str]) -> list[str]:
+    """The create and delete calls of an identity's own consumer names (`consumer_names` of
+    each of its reply prefixes): the server counts what it may hold by name, so no key can
+    hold more than CONSUMER_SLOTS consumers per prefix, durable or not."""
+    from gpuledger.events.subjects import STREAM
+
+    out: list[str] = []
+    for inbox in inboxes:
+        for name in consumer_names(inbox):
+            out += [
+                f"$JS.API.CONSUMER.CREATE.{STREAM}.{name}",
+                f"$JS.API.CONSUMER.CREATE.{STREAM}.{name}.>",
+                f"$JS.API.CONSUMER.DELETE.{STREAM}.{name}",
+            ]
+    return out
+
+
 def _stream_reader() -> list[str]:
-    """JetStream API calls of a reader of the log: ordered consumers (with flow control),
-    stream info, single-message and direct gets. Consumers only by the name-carrying create
+    """JetStream API calls of a reader of the log: stream info, consumer info, single-message
+    and direct gets, flow control. Consumers are created only under the reader's own names
+    (`_consumer_slots`, added per identity by `_user_block`), by the name-carrying create
     (`$JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>]`, where the server checks the name
-    in the request against the subject), never the bare `$JS.API.CONSUMER.CREATE.<stream>`,
-    whose request may name any consumer: with it a reader replaced the projector's durable
-    with its own filter. The projector's name is denied (`_reader_deny`); readers
-    name theirs at random (services/runtime/bus.py), cannot list consumers, nor delete one."""
+    in the request against the subject); never by the bare
+    `$JS.API.CONSUMER.CREATE.<stream>`, whose request may name any consumer: with it a
+    reader replaced the projector's durable with its own filter, and never under any other
+    name: with that a node key filled the stream's consumer limit (issue 44). Readers cannot
+    list consumers."""
     from gpuledger.events.subjects import STREAM
 
     return [
         f"$JS.API.STREAM.INFO.{STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
         f"$JS.API.CONSUMER.INFO.{STREAM}.>",
         f"$JS.API.STREAM.MSG.GET.{STREAM}",
         f"$JS.API.DIRECT.GET.{STREAM}",
@@ -142,7 +177,7 @@ def permissions(principal: str) -> dict[str, Any] | None:
 
     perms = _permissions(principal)
     if perms is not None and principal != "projector":
-        reader = f"$JS.API.CONSUMER.CREATE.{STREAM}.>"
+        reader = f"$JS.API.STREAM.INFO.{STREAM}"  # a reader: never the projector's consumer
         perms["deny_publish"] = _reader_deny() if reader in perms["publish"] else []
     return perms
 
@@ -166,6 +201,9 @@ def _permissions(principal: str) -> dict[str, Any] | None:
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
+            # stores CI keys' client events (services/runtime/intake.py)
+            sub.append("glr.>")
+            pub += ["gl.submit.>", "gl.cancel.>", "gl.scale.>"]
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
         return {
@@ -196,12 +234,12 @@ def _permissions(principal: str) -> dict[str, Any] | None:
             "publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"],
             "subscribe": [],
         }
-    if kind == "ci":
+    if kind == "ci":  # asks the intake: never the stream itself (services/runtime/intake.py)
         return {
             "publish": [
-                f"gl.submit.{name}.>",
-                f"gl.cancel.{name}.>",
-                f"gl.scale.{name}.>",
+                f"glr.submit.{name}.>",
+                f"glr.cancel.{name}.>",
+                f"glr.scale.{name}.>",
                 f"{QUERY_PREFIX}.{name}.>",
             ],
             "subscribe": [],
@@ -446,6 +484,8 @@ def cluster_conf(name: str, listen: str, routes: list[str], password: str) -> st
 def _user_block(p: Principal) -> str:
     perms = permissions(p.name)
     lines = [f"    # {p.name}", "    {", f"      nkey: {json.dumps(p.public_key)}"]
+    if perms is not None and f"$JS.API.STREAM.INFO.{_stream()}" in perms["publish"]:
+        perms["publish"] = [*perms["publish"], *_consumer_slots(p.inboxes())]  # a reader
     if perms is not None:
         sub = [*perms["subscribe"], *(f"{inbox}.>" for inbox in p.inboxes())]
         lines.append("      permissions: {")
@@ -460,6 +500,12 @@ def _user_block(p: Principal) -> str:
         lines.append("      }")
     lines.append("    }")
     return "\n".join(lines)
+
+
+def _stream() -> str:
+    from gpuledger.events.subjects import STREAM
+
+    return STREAM
 
 
 def auth_conf(principals) -> str:
@@ -592,6 +638,24 @@ def _kept_inbox(creds: Path) -> str | None:
             prefix = entry.get("inbox_prefix")
             return prefix if isinstance(prefix, str) and prefix.startswith("_INBOX_") else None
     return None
+
+
+def consumer_slots_of(options: Mapping[str, Any]) -> list[str] | None:
+    """The consumer names a client connecting with `options` (`client_options`) may create:
+    `consumer_names` of its reply prefix; None (any name) for the operator, whose entry in
+    credentials.json beside its seed says so, and for a client without a credential."""
+    seed, inbox = options.get("nkeys_seed"), options.get("inbox_prefix")
+    if not seed or not isinstance(inbox, str):
+        return None
+    path = Path(seed).absolute()
+    try:
+        doc = json.loads((path.parent / CREDENTIALS).read_text())
+    except (OSError, ValueError):
+        doc = {}
+    entry = doc.get("admin") if isinstance(doc, dict) else None
+    if isinstance(entry, dict) and entry.get("file") == path.name:
+        return None
+    return consumer_names(inbox)
 
 
 def principal_of(role: str, node: str | None = None) -> str:

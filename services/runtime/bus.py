@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -37,6 +36,7 @@ from nats.js import api
 
 from gpuledger import events
 from gpuledger.events.subjects import ALL, STREAM
+from gpuledger.services.runtime.readers import MAX_CONSUMERS, ReaderSlots, rename_on_reset
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -268,30 +268,6 @@ def reread_seed_on_reconnect(nc: NATS, path: str) -> None:
     nc._signature_cb = sign  # noqa: SLF001 - nats-py has no public hook for this
 
 
-def reader_name() -> str:
-    """A fresh random name for a reader's ephemeral ordered consumer. Readers may create
-    consumers only by the name-carrying API subject (services/runtime/auth.py
-    `_stream_reader`), so every ordered consumer is named, and at random: no reader can guess
-    another's, and none may take the projector's."""
-    return "r" + secrets.token_hex(11)
-
-
-def _rename_on_reset(sub: Any) -> None:
-    """nats-py recreates an ordered consumer (after missed heartbeats or a delivery gap) with
-    the request it first sent: with a name, that is an update of the consumer it just left
-    (refused: its start cannot change), so each recreation gets a fresh name."""
-    jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)  # nats-py keeps it on the inner one
-    recreate = getattr(jsi, "recreate_consumer", None)
-    if recreate is None or getattr(jsi, "_ccreq", None) is None:
-        return
-
-    async def recreate_renamed() -> None:
-        jsi._ccreq.name = reader_name()
-        await recreate()
-
-    jsi.recreate_consumer = recreate_renamed
-
-
 class Follower:
     """An ordered push consumer over `gl.>` starting after a sequence.
 
@@ -406,6 +382,8 @@ class Bus:
         """The server's permission violations on this connection (newest last): a denied
         publish or request only times out on the client, this says why."""
         self.denied_listeners: list[Callable[[str], None]] = []
+        self._slots = ReaderSlots.of(nc)
+        """The consumer names this identity may create (services/runtime/readers.py)."""
         self._refused: list[str] = []
         """Called with each permission violation as the server reports it (asynchronously,
         milliseconds after the denied publish): a one-shot command stops waiting at once
@@ -548,6 +526,7 @@ class Bus:
         bus = cls(nc, stream=stream, timeout_s=timeout_s, idle_heartbeat_s=idle_heartbeat_s)
         bus.denied = denied
         bus.denied_listeners = denied_listeners
+
         bus._refused = refused
         return bus
 
@@ -604,6 +583,7 @@ class Bus:
             deny_purge=True,
             num_replicas=replicas,
             allow_direct=True,
+            max_consumers=MAX_CONSUMERS,
         )
         if existing is None:
             info = await self._add_stream(config)
@@ -784,15 +764,20 @@ class Bus:
         await follower._subscribe()
         return follower
 
+    async def consumer_name(self) -> str:
+        """A name for a new ephemeral consumer of this connection (`ReaderSlots.take`)."""
+        return await self._slots.take(self.js, self.stream)
+
     async def _ordered_subscription(
         self, after_seq: int, cb: Callable[[Msg], Awaitable[None]]
     ) -> nats.js.JetStreamContext.PushSubscription:
+        name = await self.consumer_name()
         if after_seq > 0:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
-            config = api.ConsumerConfig(opt_start_seq=after_seq + 1, name=reader_name())
+            config = api.ConsumerConfig(opt_start_seq=after_seq + 1, name=name)
         else:
             policy = api.DeliverPolicy.ALL
-            config = api.ConsumerConfig(name=reader_name())
+            config = api.ConsumerConfig(name=name)
         sub = await self.js.subscribe(
             ALL,
             stream=self.stream,
@@ -802,7 +787,7 @@ class Bus:
             idle_heartbeat=self.idle_heartbeat_s,
             cb=cb,
         )
-        _rename_on_reset(sub)
+        rename_on_reset(sub, self.consumer_name)
         return sub
 
     async def read_all(self, after_seq: int = 0) -> AsyncIterator[Record]:

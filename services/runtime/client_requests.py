@@ -5,6 +5,8 @@ The CLI prints `Outcome.text` and exits with `Outcome.code`; the gateway maps `O
 to an HTTP status. Nothing here prints or exits.
 
 Invariants:
+- a tenant's CI identity puts its events in through the admission service's intake, never
+  into the stream itself (services/runtime/intake.py);
 - a job id is created once per tenant (`Bus.create_once`): the same content again is a
   retry (`duplicate`), other content a `conflict` (`JobIdConflict`, naming what differs);
   another tenant's job of the same id is no conflict and is never mentioned;
@@ -158,10 +160,11 @@ async def publish_submission(
     or `timeout` (the id is taken and nobody said by what in time)."""
     from gpuledger.services.domain.fold.ledger import spec_differences
     from gpuledger.services.runtime.bus import AlreadyExists
+    from gpuledger.services.runtime.intake import IntakeError, create_client_event
 
     spec = event.job
     try:
-        seq, duplicate = await bus.create_once_acked(event, read_existing=False)
+        seq, duplicate = await create_client_event(bus, event)
         if duplicate:  # a quick retry JetStream recognised by its event id
             return Outcome(
                 DUPLICATE,
@@ -171,6 +174,8 @@ async def publish_submission(
                 seq=seq,
             )
         return Outcome(SUBMITTED, spec.job_id, f"submitted {spec.job_id} (seq {seq})", 0, seq=seq)
+    except IntakeError as exc:
+        return Outcome(UNAVAILABLE, spec.job_id, f"not submitted: {exc}", 3, error=True)
     except AlreadyExists as exists:
         where = f" (seq {exists.last_seq})" if exists.last_seq else ""
         try:
@@ -377,7 +382,12 @@ async def cancel_job(
         job_id=job_id,
         tenant=owner,
     )
-    seq = await bus.publish(event)
+    from gpuledger.services.runtime.intake import IntakeError, publish_client_event
+
+    try:
+        seq = await publish_client_event(bus, event)
+    except IntakeError as exc:
+        return Outcome(UNAVAILABLE, job_id, f"not cancelled: {exc}", 3, error=True)
     return Outcome(CANCEL_REQUESTED, job_id, f"cancel requested for {job_id}", 0, seq=seq)
 
 

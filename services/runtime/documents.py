@@ -18,6 +18,7 @@ the file name.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import yaml
@@ -57,6 +58,12 @@ def load_document(text: str, *, aliases: bool = True) -> Any:
             doc = yaml.load(text, yaml.SafeLoader if aliases else _NoAliasLoader)
     except RecursionError:
         raise DocumentError(f"not YAML/JSON: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # an integer longer than Python converts (4,300 digits)
+        if "integer string conversion" not in str(exc):
+            raise
+        raise DocumentError(
+            f"not YAML/JSON: a number of more than {sys.get_int_max_str_digits():,} digits"
+        ) from None
     except yaml.YAMLError as exc:
         raise DocumentError(" ".join(f"not YAML/JSON: {exc}".split())[:500]) from None
     check_bounds(doc)

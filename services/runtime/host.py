@@ -737,6 +737,10 @@ async def _connect_and_run(
         if on_host is not None:
             on_host(host)
         await answer_queries(bus, host)
+        if getattr(service, "serves_intake", False):  # CI keys' submissions (runtime/intake.py)
+            from gpuledger.services.runtime.intake import serve_intake
+
+            await serve_intake(bus)
         await host.run()
     finally:
         cleaning_up.set()

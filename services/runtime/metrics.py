@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +124,16 @@ SERVICE_METRICS: tuple[MetricSpec, ...] = (
         "Stream messages the service has not folded yet: the stream's last sequence (as the "
         "host last saw it) minus the last sequence folded; 0 when caught up.",
         "Host.stream_seq - Host.folded_seq",
+    ),
+    _spec(
+        "gpuledger_service_stalled_seconds",
+        "gauge",
+        _SVC,
+        "Seconds since the service last folded a message while the stream held messages it had "
+        "not folded: how long it has made no progress (0 when caught up, or when its folded "
+        "sequence moved since the previous scrape). A leader stuck at one position shows here, "
+        "whatever its lease says.",
+        "Host.folded_seq, compared scrape to scrape",
     ),
     _spec(
         "gpuledger_service_folded_seq",
@@ -244,6 +255,17 @@ class ServiceCollector:
         self._lock = threading.Lock()
         self._hosts: dict[tuple[str, str], Any] = {}
         self._projectors: dict[str, tuple[Any, Callable[[], int | None]]] = {}
+        self._progress: dict[tuple[str, str], tuple[int, float]] = {}
+        """(folded seq, monotonic time it was first seen) per service, for the stall gauge."""
+
+    def _stalled_s(self, labels: tuple[str, str], folded: int, lag: int) -> float:
+        """Seconds `labels`' service has stood at `folded` with `lag` messages to fold."""
+        now = time.monotonic()
+        seen = self._progress.get(labels)
+        if seen is None or seen[0] != folded or lag <= 0:
+            self._progress[labels] = (folded, now)
+            return 0.0
+        return round(now - seen[1], 3)
 
     @staticmethod
     def labels_of(host: Any) -> tuple[str, str]:
@@ -287,6 +309,9 @@ class ServiceCollector:
             )
             folded, stream = host.folded_seq, max(host.stream_seq, host.folded_seq)
             fams["gpuledger_service_fold_lag_messages"].add_metric(lv, stream - folded)
+            fams["gpuledger_service_stalled_seconds"].add_metric(
+                lv, self._stalled_s(labels, folded, stream - folded)
+            )
             fams["gpuledger_service_folded_seq"].add_metric(lv, folded)
             fams["gpuledger_service_stream_last_seq"].add_metric(lv, stream)
             for name, attr in _COUNTERS.items():
@@ -306,6 +331,9 @@ class ServiceCollector:
                 stream = max(stream or 0, own, folded)
                 fams["gpuledger_service_stream_last_seq"].add_metric(lv, stream)
                 fams["gpuledger_service_fold_lag_messages"].add_metric(lv, stream - folded)
+                fams["gpuledger_service_stalled_seconds"].add_metric(
+                    lv, self._stalled_s((name, ""), folded, stream - folded)
+                )
             fams["gpuledger_service_refusing"].add_metric(
                 lv, 1 if status.state == "refusing" else 0
             )

@@ -77,6 +77,8 @@ class ServiceState:
     behind_since_ms: int | None = None
     """When `up` first saw the stream hold an event this service has not folded yet (None:
     it has folded everything `up` has seen): how stale what it serves is."""
+    progress_at_ms: int | None = None
+    """When `up` last saw this service's folded sequence move (or saw it caught up)."""
 
 
 @dataclass
@@ -110,6 +112,7 @@ class StatusBoard:
 
     def document(self) -> dict[str, Any]:
         rows = []
+        now = now_ms()
         for st in self.services.values():
             row = asdict(st)
             row["lag"] = lag(self.stream_last_seq, st.folded_seq)
@@ -122,6 +125,7 @@ class StatusBoard:
                 None,
             )
             row["behind_since_ms"] = st.behind_since_ms
+            row.update(progress(st, row["lag"], now))
             rows.append(row)
         return {
             "updated_at_ms": now_ms(),
@@ -141,6 +145,32 @@ class StatusBoard:
             return
         with contextlib.suppress(OSError):
             write_json_keeping(self.path, self.document())
+
+
+STALLED_AFTER_S = 60
+"""A running service that has folded nothing for this long while the stream holds messages it
+has not folded is shown `stalled`, not `running` (issue 44: a leader stuck at one position
+read `running ... leader` for minutes)."""
+
+
+def progress(st: ServiceState, behind: int | None, now: int) -> dict[str, Any]:
+    """The row fields that say whether `st` makes progress: `idle_s` (seconds since its folded
+    sequence last moved, or since the oldest message it has not folded arrived if later; 0
+    when caught up) and, past
+    STALLED_AFTER_S, `state: stalled` with a one-line `detail`."""
+    if not behind or st.progress_at_ms is None:
+        return {"idle_s": 0}
+    # nothing was there to fold before the oldest message it has not folded arrived
+    since = max(st.progress_at_ms, st.behind_since_ms or 0)
+    idle_s = max(0, now - since) // 1000
+    if st.state != "running" or idle_s < STALLED_AFTER_S:
+        return {"idle_s": idle_s}
+    return {
+        "idle_s": idle_s,
+        "state": "stalled",
+        "detail": f"no progress for {idle_s}s at seq {st.folded_seq} with {behind} to fold"
+        " (see its log; stopping it hands the lease to a standby)",
+    }
 
 
 def lag(stream_last_seq: int | None, folded_seq: int | None) -> int | None:
@@ -412,7 +442,10 @@ class ProcessSupervisor:
         hb = read_json(self._heartbeat(c))
         if hb is None or hb.get("pid") != c.proc.pid:
             return False
-        c.st.folded_seq = hb.get("folded_seq", c.st.folded_seq)
+        folded = hb.get("folded_seq", c.st.folded_seq)
+        if folded != c.st.folded_seq or c.st.progress_at_ms is None:
+            c.st.progress_at_ms = now_ms()
+        c.st.folded_seq = folded
         c.st.state = hb.get("state", "running")
         c.st.detail = hb.get("detail")
         c.st.lease = hb.get("lease")

@@ -190,19 +190,45 @@ async def test_anonymous_and_unknown_identities_are_refused(server, tmp_path):
 # ---------------------------------------------------------------------- a tenant's CI identity
 
 
-async def test_ci_cannot_submit_or_cancel_as_another_tenant(ids, bus):
+async def test_ci_cannot_submit_or_cancel_as_another_tenant(ids, bus, admission):
+    """A CI key publishes into no subject of the stream, its own tenant's included (its
+    headers could read other subjects and its Msg-Id sit in the one duplicate window: issue
+    44); it asks the admission service's intake on its own tenant's subjects only, and the
+    intake stores what it sends there."""
     ci = await Client.connect(ids, f"ci:{A}")
     try:
-        await ci.refused(ci.js.publish(f"gl.submit.{B}.x", submission("x", B)), f"gl.submit.{B}.x")
+        for subject, data in (
+            (f"gl.submit.{B}.x", submission("x", B)),
+            (f"gl.cancel.{B}.y", cancellation("y", B)),
+            (f"gl.submit.{A}.x", submission("x", A)),
+            (f"gl.cancel.{A}.x", cancellation("x", A)),
+        ):
+            await ci.refused(ci.js.publish(subject, data), subject)
+            assert not await stored(bus, subject)
         await ci.refused(
-            ci.js.publish(f"gl.cancel.{B}.y", cancellation("y", B)), f"gl.cancel.{B}.y"
+            ci.nc.request(f"glr.submit.{B}.x", submission("x", B), timeout=REFUSED_WAIT_S),
+            f"glr.submit.{B}.x",
         )
         assert not await stored(bus, f"gl.submit.{B}.x")
-        assert not await stored(bus, f"gl.cancel.{B}.y")
-        # control: its own tenant's subjects take the same messages
-        await ci.allowed.publish(f"gl.submit.{A}.x", submission("x", A))
-        await ci.allowed.publish(f"gl.cancel.{A}.x", cancellation("x", A))
+
+        # control: through the intake, on its own tenant's subjects
+        async def ask(subject: str, data: bytes) -> dict | None:
+            try:
+                reply = await ci.nc.request(subject, data, timeout=5)
+            except nats.errors.NoRespondersError:
+                return None  # admission has not subscribed yet
+            return json.loads(reply.data)
+
+        submitted = await until(
+            lambda: ask(f"glr.submit.{A}.x", submission("x", A)), 20, "the intake"
+        )
+        cancelled = await ask(f"glr.cancel.{A}.x", cancellation("x", A))
+        assert submitted["seq"] > 0 and cancelled["seq"] > submitted["seq"]
         assert await stored(bus, f"gl.submit.{A}.x") and await stored(bus, f"gl.cancel.{A}.x")
+        # the intake checks what it stores: a body of another tenant on its own subject
+        wrong = await ask(f"glr.submit.{A}.z", submission("z", B))
+        assert wrong["error"].startswith("a JobSubmitted of this content belongs on gl.submit.")
+        assert not await stored(bus, f"gl.submit.{B}.z")
     finally:
         await ci.close()
 

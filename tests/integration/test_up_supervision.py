@@ -112,6 +112,7 @@ def test_up_processes_with_a_relative_config_restarts_a_killed_child(tmp_path):
             "RESTARTS",
             "SEQ",
             "LAG",
+            "IDLE",
             "AGE",
             "LEASE",
             "LAST-ERROR",

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
+from gpuledger.services.domain.inputs.model_names import suggestion
 from gpuledger.services.placement.mig import PROFILES, family, profile_for
 
 MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")
@@ -125,7 +126,13 @@ def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) ->
     models = set(r.gpu_models)
     kinds = set(fleet.largest_clique) | fleet.mig
     if models and not any(model in models for model, _ in kinds):
-        return (RejectReason.Unschedulable, f"no registered GPU of model {sorted(models)}", {})
+        have = {model for model, _ in kinds}
+        hint = suggestion(min(models), have) if len(models) == 1 else ""
+        return (
+            RejectReason.Unschedulable,
+            f"no registered GPU of model {sorted(models)}{hint}",
+            {},
+        )
     if r.cpu_milli > fleet.max_cpu_milli or r.memory_mib > fleet.max_memory_mib:
         return (
             RejectReason.Unschedulable,

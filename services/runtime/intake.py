@@ -1,0 +1,219 @@
+"""The intake: how a tenant's CI identity puts a client event into the log (issue 44).
+
+A CI key may not publish into the stream: with its own submit subject it could still send
+the JetStream headers that read other subjects (`Nats-Expected-Last-Subject-Sequence-Subject`
+answers `wrong last sequence: N` for any subject) and choose a `Nats-Msg-Id` in the stream's
+one duplicate window (a predicted id of another tenant's job kept that job out of the log).
+Permissions cannot filter headers. So a CI key *asks*: a core NATS request on
+`glr.<kind>.<tenant>.<job>` (outside the stream's `gl.>`, its permissions allow only its own
+tenant), and the admission service (`serve_intake`, a queue group: any replica answers)
+checks and stores it:
+
+- the body must decode as the client event of that subject (`JobSubmitted`,
+  `JobCancelled`, `ServiceScaled`) whose own subject is exactly the request's, else one
+  line of error and nothing stored;
+- it is stored on its own subject with headers the intake writes, never the client's: the
+  `Nats-Msg-Id` is `msg_id(key, subject, event_id)`, a keyed digest of the tenant's subject
+  and the content (the key derives from the admission identity's seed), so two tenants'
+  ids never meet in the duplicate window; a submission is a creation on its tenant's own
+  subject (`Nats-Expected-Last-Subject-Sequence: 0`), so what an existing id answers is the
+  tenant's own job's sequence, never another's;
+- the answer is JSON: `{"seq": N, "duplicate": bool}`, `{"exists": N}` (the tenant's job of
+  that id exists at N), or `{"error": "..."}`.
+
+Clients (`submit`, `cancel`, `scale` with a CI credential) use `request_create` and
+`request_publish`; what they return matches `Bus.create_once_acked` and `Bus.publish`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import structlog
+
+from gpuledger import events as ev
+
+PREFIX = "glr"
+"""Intake subjects: `glr.<submit|cancel|scale>.<tenant>.<job>`."""
+SUBJECTS = f"{PREFIX}.>"
+QUEUE = "gpuledger-intake"
+CLIENT_EVENTS = (ev.JobSubmitted, ev.JobCancelled, ev.ServiceScaled)
+
+
+class IntakeError(RuntimeError):
+    """The intake refused a request (one line: why), or nobody answered it."""
+
+
+def intake_subject(subject: str) -> str:
+    """`glr.submit.t.j` for the log subject `gl.submit.t.j`."""
+    return PREFIX + subject.removeprefix("gl")
+
+
+def log_subject(subject: str) -> str:
+    """`gl.submit.t.j` for the intake subject `glr.submit.t.j`."""
+    return "gl" + subject.removeprefix(PREFIX)
+
+
+def msg_id(key: bytes, subject: str, event_id: str) -> str:
+    """The `Nats-Msg-Id` the intake stores a client event under: keyed by the admission
+    identity, over the tenant's subject and the event's content-derived id."""
+    mac = hmac.new(key, f"{subject}\n{event_id}".encode(), hashlib.blake2b).hexdigest()
+    return f"i-{mac[:40]}"
+
+
+def intake_key(nc: Any) -> bytes:
+    """The intake's Msg-Id key: from the nkey seed the connection `nc` authenticated with
+    (the admission identity's: the same for every admission replica), a fixed one without a
+    seed (the ids are tenant-scoped all the same)."""
+    from gpuledger.services.runtime.snapshots import seed_of_creds
+
+    path = getattr(nc, "_nkeys_seed", None)  # nats-py keeps the seed file it connected with
+    seed = (seed_of_creds(path) if path else None) or b"gpuledger intake without a credential"
+    return hmac.new(seed, b"gpuledger intake msg-id v1", hashlib.sha256).digest()
+
+
+def check_request(subject: str, data: bytes) -> tuple[str, ev.Event]:
+    """(log subject, event) of an intake request, or IntakeError saying why not."""
+    target = ev.subjects.client_target(log_subject(subject))
+    if target is None:
+        raise IntakeError(f"{subject}: not glr.<submit|cancel|scale>.<tenant>.<job>")
+    try:
+        event = ev.decode(data)
+    except ev.UndecodableEvent as exc:
+        raise IntakeError(f"not a client event: {' '.join(str(exc).split())[:300]}") from None
+    if not isinstance(event, CLIENT_EVENTS):
+        raise IntakeError(f"{type(event).__name__} is not a client event")
+    try:
+        own = ev.subject_for(event)
+    except ev.InvalidId as exc:
+        raise IntakeError(str(exc)) from None
+    if own != log_subject(subject):
+        raise IntakeError(f"a {type(event).__name__} of this content belongs on {own}")
+    return own, event
+
+
+async def store(bus, key: bytes, subject: str, event: ev.Event, data: bytes) -> dict[str, Any]:
+    """Store a checked client event (`data`, as the client sent it) on `subject` with the
+    intake's own headers; the answer."""
+    import nats.js.errors
+
+    from gpuledger.services.runtime.bus import (
+        EXPECTED_LAST_SUBJECT_SEQ,
+        EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
+        MSG_ID,
+        WRONG_LAST_SEQUENCE_CODES,
+    )
+
+    headers = {MSG_ID: msg_id(key, subject, event.event_id or "")}
+    if isinstance(event, ev.JobSubmitted):  # a creation on the tenant's own subject
+        headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+        scope = ev.subjects.create_filter(event)
+        if scope != subject:
+            headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = scope
+    try:
+        ack = await bus.js.publish(subject, data, headers=headers)
+    except nats.js.errors.APIError as err:
+        if err.err_code not in WRONG_LAST_SEQUENCE_CODES:
+            return {"error": f"not stored: {err.description or err}"}
+        found = (err.description or "").rsplit(":", 1)[-1].strip()
+        return {"exists": int(found) if found.isdigit() else 0}
+    return {"seq": ack.seq, "duplicate": bool(ack.duplicate)}
+
+
+async def serve_intake(bus) -> Any:
+    """Answer intake requests on this connection (the admission service's) until it closes."""
+    log = structlog.get_logger("gpuledger.intake")
+    key = intake_key(bus.nc)
+
+    async def handle(msg) -> None:
+        if not msg.reply:
+            return
+        try:
+            subject, event = check_request(msg.subject, msg.data)
+            answer = await store(bus, key, subject, event, msg.data)
+        except IntakeError as exc:
+            answer = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a request never stops the service
+            log.warning("intake.failed", subject=msg.subject[:200], error=repr(exc))
+            answer = {"error": f"not stored: {type(exc).__name__}"}
+        await msg.respond(json.dumps(answer).encode())
+
+    return await bus.nc.subscribe(SUBJECTS, queue=QUEUE, cb=handle)
+
+
+def asks_intake(nc: Any) -> bool:
+    """Whether a client connected as `nc` puts its client events in through the intake: a
+    tenant's CI identity, or a credential copied out of its auth directory (which does not
+    say whose it is); the operator, the gateway and a connection without a credential
+    publish into the stream themselves."""
+    from gpuledger.services.runtime.auth import principal_of_creds
+
+    path = getattr(nc, "_nkeys_seed", None)
+    if not path:
+        return False
+    principal = principal_of_creds(path)
+    return principal is None or principal.startswith("ci:")
+
+
+async def publish_client_event(bus, event: ev.Event) -> int:
+    """Publish a cancel or a scale (`JobCancelled`, `ServiceScaled`): through the intake
+    where `asks_intake`, else into the stream. The stored sequence."""
+    if asks_intake(bus.nc):
+        return await request_publish(bus, event)
+    return await bus.publish(event)
+
+
+async def create_client_event(bus, event: ev.Event) -> tuple[int, bool]:
+    """Create a job (`JobSubmitted`) once: through the intake where `asks_intake`, else
+    `Bus.create_once_acked(read_existing=False)`. (seq, duplicate) or AlreadyExists."""
+    if asks_intake(bus.nc):
+        return await request_create(bus, event)
+    return await bus.create_once_acked(event, read_existing=False)
+
+
+async def _ask(bus, event: ev.Event, timeout: float) -> dict[str, Any]:
+    """The intake's answer to `event`; while no admission service listens (one starting, a
+    standby taking over) the request is repeated for up to `timeout` seconds."""
+    import asyncio
+    import time
+
+    import nats.errors
+
+    subject = intake_subject(ev.subject_for(event))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = await bus.nc.request(subject, ev.encode(event), timeout=timeout)
+            break
+        except nats.errors.NoRespondersError:
+            if time.monotonic() >= deadline:
+                raise IntakeError(
+                    f"no admission service answered submissions (the intake) in {timeout:g}s"
+                ) from None
+            await asyncio.sleep(0.2)
+        except (nats.errors.TimeoutError, TimeoutError):
+            raise IntakeError(f"the intake did not answer in {timeout:g}s") from None
+    answer = json.loads(reply.data)
+    if "error" in answer:
+        raise IntakeError(answer["error"])
+    return answer
+
+
+async def request_create(bus, event: ev.Event, *, timeout: float = 30.0) -> tuple[int, bool]:
+    """`Bus.create_once_acked(event, read_existing=False)` through the intake: (seq,
+    duplicate), AlreadyExists naming the tenant's own job's sequence, IntakeError."""
+    from gpuledger.services.runtime.bus import AlreadyExists
+
+    answer = await _ask(bus, event, timeout)
+    if "exists" in answer:
+        subject = ev.subject_for(event)
+        raise AlreadyExists(subject, f"wrong last sequence: {answer['exists']}")
+    return int(answer["seq"]), bool(answer.get("duplicate"))
+
+
+async def request_publish(bus, event: ev.Event, *, timeout: float = 30.0) -> int:
+    """`Bus.publish(event)` through the intake: the stored sequence, or IntakeError."""
+    return int((await _ask(bus, event, timeout))["seq"])
