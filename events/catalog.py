@@ -150,6 +150,51 @@ DependencyPolicy = Literal["cancel", "pend"]
 """Closed: what becomes of a job whose dependency can no longer be met."""
 
 
+QueueProfile = Literal["native", "slurm"]
+"""Closed: how pending jobs are ordered and whom a blocked job may preempt."""
+SlurmPreempt = Literal["none", "partition_prio", "qos"]
+"""Closed: Slurm's `PreemptType` (`preempt/none`, `preempt/partition_prio`, `preempt/qos`)."""
+
+
+class SlurmPartitionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One Slurm partition as the `slurm` profile reads it."""
+
+    tier: int = 1
+    """`PriorityTier`: a higher tier's jobs are ordered first and (under `partition_prio`)
+    preempt running jobs of lower tiers."""
+    preemptable: bool = True
+    """Its jobs may be preempted (`PreemptMode` other than `OFF`)."""
+
+
+class SlurmQosPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One Slurm QOS (a priority class of the import) as the `slurm` profile reads it."""
+
+    priority: int = 0
+    """The QOS `Priority` (its multifactor factor is this over the largest QOS priority)."""
+    preempt: tuple[str, ...] = ()
+    """The classes (QOS) whose running jobs this one's pending jobs may preempt (`preempt/qos`)."""
+
+
+class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The site values of the `slurm` profile (`policy.profile: slurm`, docs/importers.md):
+    Slurm's `priority/multifactor` (or `basic`) queue order and its preemption."""
+
+    multifactor: bool = False
+    """`PriorityType=priority/multifactor`; False (`priority/basic`): first come, first served
+    within a partition tier."""
+    weights: dict[str, int] = {}
+    """`PriorityWeight*` by factor: `age`, `fairshare`, `jobsize`, `partition`, `qos`."""
+    max_age_s: int = 7 * 86_400
+    """`PriorityMaxAge`: the age factor reaches 1 after this long eligible."""
+    preempt: SlurmPreempt = "none"
+    partitions: dict[str, SlurmPartitionPolicy] = {}
+    """By partition name (a job's partition is read from its node selector, docs/node-labels.md)."""
+    default_partition: str = ""
+    """The partition of a job whose node selector names none."""
+    qos: dict[str, SlurmQosPolicy] = {}
+    """By priority class name."""
+
+
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Scheduling policy parameters (every field has a default)."""
 
@@ -237,6 +282,13 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     `DependencyNeverSatisfied`, like Slurm's `kill_invalid_depend`) or `pend` (it stays
     pending with reason `DependencyNeverSatisfied` until cancelled). Unset, it is left out of
     the JSON and the digest, so logs written before it existed keep their bytes."""
+    profile: QueueProfile | msgspec.UnsetType = msgspec.UNSET
+    """`native` (unset means this) or `slurm`: pending jobs ordered as Slurm's
+    multifactor priority within partition tiers, and preemption by partition tier or QOS
+    (`slurm`, its values in `slurm`; `services.domain.policy.slurm_priority`). Unset, it is
+    left out of the JSON and the digest."""
+    slurm: SlurmPolicy | msgspec.UnsetType = msgspec.UNSET
+    """The `slurm` profile's site values (written by `gpuledger import slurm --slurm-conf`)."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):
