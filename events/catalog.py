@@ -186,6 +186,9 @@ class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """`PriorityWeight*` by factor: `age`, `fairshare`, `jobsize`, `partition`, `qos`."""
     max_age_s: int = 7 * 86_400
     """`PriorityMaxAge`: the age factor reaches 1 after this long eligible."""
+    calc_period_s: int = 300
+    """`PriorityCalcPeriod`: Slurm recomputes job priorities (age, fair share) this often;
+    between recomputations they stay as they were (time in whole periods since the epoch)."""
     preempt: SlurmPreempt = "none"
     partitions: dict[str, SlurmPartitionPolicy] = {}
     """By partition name (a job's partition is read from its node selector, docs/node-labels.md)."""

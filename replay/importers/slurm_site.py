@@ -8,7 +8,7 @@ read here is a `SiteConfigError` naming the file and line):
 - `slurm.conf`: `PartitionName=` lines (`Nodes`, `PriorityTier`, `PreemptMode`, `MaxTime`,
   `GraceTime`, `Default`; `PartitionName=DEFAULT` sets the defaults of the lines after it),
   `PriorityType`, `PriorityWeight{Age,FairShare,JobSize,Partition,QOS,Assoc}`,
-  `PriorityMaxAge`, `PriorityDecayHalfLife`, `PreemptType`, `PreemptMode`,
+  `PriorityMaxAge`, `PriorityDecayHalfLife`, `PriorityCalcPeriod`, `PreemptType`, `PreemptMode`,
   `PreemptExemptTime`, `KillWait`, `OverTimeLimit`, `SchedulerParameters` (`sched_interval`,
   `bf_interval`, `kill_invalid_depend`). Keys are case-insensitive, `#` starts a comment, a
   trailing `\\` continues a line; `Include` lines are not followed;
@@ -80,6 +80,8 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
     """`PriorityWeight*` by factor (`age`, `fairshare`, `jobsize`, `partition`, `qos`, `assoc`)."""
     priority_max_age_s: int = 7 * 86_400
     priority_decay_half_life_s: int = 7 * 86_400
+    priority_calc_period_s: int = 300
+    """`PriorityCalcPeriod` (minutes in the file; default 5)."""
     preempt_type: str = "preempt/none"
     preempt_mode: str = "OFF"
     preempt_exempt_time_s: int = 0
@@ -157,6 +159,7 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
             "multifactor": self.multifactor,
             "weights": {k: v for k, v in sorted(self.weights.items()) if k != "assoc"},
             "max_age_s": self.priority_max_age_s,
+            "calc_period_s": self.priority_calc_period_s,
             "preempt": kind if kind in ("partition_prio", "qos") else "none",
             "partitions": partitions,
             "default_partition": default,
@@ -294,6 +297,7 @@ _DURATIONS = {
     "prioritymaxage": ("PriorityMaxAge", "priority_max_age_s"),
     "prioritydecayhalflife": ("PriorityDecayHalfLife", "priority_decay_half_life_s"),
     "preemptexempttime": ("PreemptExemptTime", "preempt_exempt_time_s"),
+    "prioritycalcperiod": ("PriorityCalcPeriod", "priority_calc_period_s"),
 }
 
 

@@ -79,6 +79,26 @@ def test_a_higher_tier_goes_first_then_submit_order_under_basic():
     assert order(ledger, 10) == ["late-high", "early-low", "late-low", "default"]
 
 
+def test_equal_priorities_and_submit_times_go_by_numeric_job_id():
+    ledger = queued(site())
+    fold(ledger, [submitted(at_ms=0, id=i, tenant="a", gpus=1) for i in ("15", "4", "27")])
+    fold(ledger, Admission().decide(ledger, 0))
+    # as Slurm's job ids: 4 before 15 before 27 (as text, 15 would sort first)
+    assert order(ledger, 10) == ["4", "15", "27"]
+    assert slurm_priority.id_key("4@0") < slurm_priority.id_key("4@1") < slurm_priority.id_key("15")
+
+
+def test_priorities_are_recomputed_once_per_calc_period():
+    # PriorityCalcPeriod=1 (minute): the age factor moves only at the period's start
+    cfg = site(slurm={"multifactor": True, "weights": {"age": 1000}, "max_age_s": 600,
+                      "calc_period_s": 60})  # fmt: skip
+    ledger = queued(cfg, {"id": "j", "tenant": "a", "gpus": 1})
+    prof, job = slurm_priority.profile(ledger), ledger.jobs["j"]
+    assert slurm_priority.job_priority(ledger, job, 59_000, prof, {}) == 0
+    assert slurm_priority.job_priority(ledger, job, 60_000, prof, {}) == 1000 * 100  # 60/600
+    assert slurm_priority.job_priority(ledger, job, 119_999, prof, {}) == 1000 * 100
+
+
 def test_native_order_is_unchanged_without_the_profile():
     cfg = cluster(
         NODE, tenants=[{"name": "a"}], classes=CLASSES, policy=dict(IMPORTED, profile="native")
@@ -100,6 +120,7 @@ def test_multifactor_priority_is_the_weighted_sum_of_its_factors():
             "multifactor": True,
             "weights": {"qos": 1000, "age": 100, "jobsize": 10},
             "max_age_s": 100,
+            "calc_period_s": 1,
             "qos": {"normal": {"priority": 0}, "big": {"priority": 100}},
         },
     )
@@ -133,7 +154,7 @@ def test_more_fair_share_goes_first_within_a_tier():
     cfg = site(
         tenants=[{"name": "a", "weight": 1}, {"name": "b", "weight": 1}],
         usage_half_life_s=3600,
-        slurm={"multifactor": True, "weights": {"fairshare": 1000}},
+        slurm={"multifactor": True, "weights": {"fairshare": 1000}, "calc_period_s": 60},
     )
     ledger = queued(
         cfg,

@@ -42,6 +42,7 @@ def test_the_production_like_site_selects_the_slurm_profile_with_its_values(tmp_
     assert policy.profile == "slurm"
     site = policy.slurm
     assert (site.multifactor, site.preempt, site.max_age_s) == (True, "qos", 7 * 86_400)
+    assert site.calc_period_s == 300  # PriorityCalcPeriod: Slurm's default, 5 minutes
     assert site.weights == {"age": 1000, "fairshare": 10000, "jobsize": 0, "partition": 2000,
                             "qos": 5000}  # fmt: skip
     assert site.partitions == {

@@ -2,7 +2,7 @@
 Slurm's `priority/multifactor` (or `priority/basic`) plugin and its schedulers order them.
 
 Order: the job's partition `PriorityTier` (higher first), then its job priority (higher
-first), then submit time, then job id (a total order). The job priority is, under
+first), then submit time, then job id in numeric order (Slurm's; a total order). The job priority is, under
 `multifactor`, the sum over factors of `PriorityWeight<factor> x factor`, each factor in
 [0, 1] (Slurm's formula; computed here in integer millis, so the result is exact):
 
@@ -16,6 +16,10 @@ first), then submit time, then job id (a total order). The job priority is, unde
   set, so every partition's factor is 1);
 - `qos`: the QOS priority over the largest QOS priority.
 
+Slurm recomputes priorities every `PriorityCalcPeriod` (`calc_period_s`), not
+continuously: the age and fair-share factors are taken at the start of the current period
+(whole periods since the epoch), so usage within a period does not reorder the queue.
+
 Under `basic` every job's priority is equal: tier, then submit order (Slurm's FIFO).
 
 A job's partition is read from its node selector (`partition: NAME` or
@@ -26,6 +30,7 @@ Pure: reads the ledger and `now_ms`, never a clock.
 from __future__ import annotations
 
 import math
+import re
 
 from msgspec import UNSET
 
@@ -35,6 +40,7 @@ from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 
 MILLI = 1000
+_DIGITS = re.compile(r"(\d+)")
 
 
 def profile(state: Ledger) -> SlurmPolicy | None:
@@ -114,6 +120,7 @@ def job_priority(
     `usage` holds every tenant's decayed usage at `now_ms`."""
     if not site.multifactor:
         return 0
+    now_ms = calc_time_ms(now_ms, site)
     w = site.weights
     return (
         w.get("age", 0) * age_milli(state, job, now_ms, site)
@@ -124,19 +131,34 @@ def job_priority(
     )
 
 
-def tenant_usage(state: Ledger, now_ms: int) -> dict[str, int]:
-    """Every configured tenant's decayed usage at `now_ms`."""
-    return {t: state.usage_at(t, now_ms) for t in sorted(state.config.tenants)}
+def calc_time_ms(now_ms: int, site: SlurmPolicy) -> int:
+    """When priorities were last recomputed: the start of the current `calc_period_s`."""
+    period = site.calc_period_s * 1000
+    return now_ms - now_ms % period if period > 0 else now_ms
+
+
+def tenant_usage(state: Ledger, now_ms: int, site: SlurmPolicy) -> dict[str, int]:
+    """Every configured tenant's decayed usage at the last priority recomputation."""
+    at = calc_time_ms(now_ms, site)
+    return {t: state.usage_at(t, at) for t in sorted(state.config.tenants)}
+
+
+def id_key(job_id: str) -> tuple[str | int, ...]:
+    """A job id in numeric order (`4@0` before `15`, as Slurm's job ids): its runs of digits
+    compared as numbers, the rest as text (the parts alternate, so the types line up)."""
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(job_id)))
 
 
 def queue_key(
     state: Ledger, job: JobRecord, now_ms: int, site: SlurmPolicy, usage: dict[str, int]
-) -> tuple[int, int, int, str]:
-    """The job's sort key: tier, priority (both higher first), submit time, job id."""
+) -> tuple[int, int, int, tuple[str | int, ...], str]:
+    """The job's sort key: tier, priority (both higher first), submit time, job id (numeric,
+    then as text: a total order)."""
     return (
         -tier(job, site),
         -job_priority(state, job, now_ms, site, usage),
         job.submitted_ms,
+        id_key(job.job_id),
         job.job_id,
     )
 
@@ -146,5 +168,5 @@ def ordered_pending(state: Ledger, now_ms: int, site: SlurmPolicy) -> list[JobRe
     jobs = [state.jobs[j] for j in state.pending]
     if len(jobs) < 2:
         return jobs
-    usage = tenant_usage(state, now_ms) if site.multifactor else {}
+    usage = tenant_usage(state, now_ms, site) if site.multifactor else {}
     return sorted(jobs, key=lambda j: queue_key(state, j, now_ms, site, usage))
