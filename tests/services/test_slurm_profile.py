@@ -79,6 +79,19 @@ def test_a_higher_tier_goes_first_then_submit_order_under_basic():
     assert order(ledger, 10) == ["late-high", "early-low", "late-low", "default"]
 
 
+def test_under_preempt_qos_jobs_that_can_preempt_go_first():
+    qos = {"big": {"priority": 1, "preempt": ["scav"]}, "normal": {"priority": 100}}
+    cfg = site(slurm={"preempt": "qos", "qos": qos, "multifactor": True,
+                      "weights": {"qos": 1000}, "calc_period_s": 1})  # fmt: skip
+    ledger = queued(
+        cfg,
+        {"id": "high-prio", "tenant": "a", "gpus": 1, "class": "normal"},
+        {"id": "preemptor", "tenant": "a", "gpus": 1, "class": "big"},
+    )
+    # a lower job priority, but its QOS may preempt: Slurm evaluates it first
+    assert order(ledger, 10) == ["preemptor", "high-prio"]
+
+
 def test_equal_priorities_and_submit_times_go_by_numeric_job_id():
     ledger = queued(site())
     fold(ledger, [submitted(at_ms=0, id=i, tenant="a", gpus=1) for i in ("15", "4", "27")])

@@ -1,7 +1,8 @@
 """The `slurm` queue-order profile (`policy.profile: slurm`): pending jobs ordered the way
 Slurm's `priority/multifactor` (or `priority/basic`) plugin and its schedulers order them.
 
-Order: the job's partition `PriorityTier` (higher first), then its job priority (higher
+Order, as Slurm's schedulers evaluate jobs: those that can preempt first (`can_preempt`),
+then the job's partition `PriorityTier` (higher first), then its job priority (higher
 first), then submit time, then job id in numeric order (Slurm's; a total order). The job priority is, under
 `multifactor`, the sum over factors of `PriorityWeight<factor> x factor`, each factor in
 [0, 1] (Slurm's formula; computed here in integer millis, so the result is exact):
@@ -66,6 +67,18 @@ def tier(job: JobRecord, site: SlurmPolicy) -> int:
     """The `PriorityTier` of the job's partition (1 when the profile does not know it)."""
     part = site.partitions.get(partition_of(job, site))
     return part.tier if part is not None else 1
+
+
+def can_preempt(job: JobRecord, site: SlurmPolicy) -> bool:
+    """Whether the job may preempt anyone: under `partition_prio`, some preemptable partition
+    has a lower tier than its own; under `qos`, its QOS lists another in `Preempt`."""
+    if site.preempt == "partition_prio":
+        mine = tier(job, site)
+        return any(p.preemptable and p.tier < mine for p in site.partitions.values())
+    if site.preempt == "qos":
+        qos = site.qos.get(job.spec.priority_class)
+        return qos is not None and bool(qos.preempt)
+    return False
 
 
 def age_milli(state: Ledger, job: JobRecord, now_ms: int, site: SlurmPolicy) -> int:
@@ -151,10 +164,11 @@ def id_key(job_id: str) -> tuple[str | int, ...]:
 
 def queue_key(
     state: Ledger, job: JobRecord, now_ms: int, site: SlurmPolicy, usage: dict[str, int]
-) -> tuple[int, int, int, tuple[str | int, ...], str]:
-    """The job's sort key: tier, priority (both higher first), submit time, job id (numeric,
-    then as text: a total order)."""
+) -> tuple[int, int, int, int, tuple[str | int, ...], str]:
+    """The job's sort key: may preempt (first), tier, priority (both higher first), submit
+    time, job id (numeric, then as text: a total order)."""
     return (
+        0 if can_preempt(job, site) else 1,
         -tier(job, site),
         -job_priority(state, job, now_ms, site, usage),
         job.submitted_ms,
