@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.envelope import Decision, Event
+from gpuledger.events.slurm_policy import QueueProfile, SlurmPolicy
 from gpuledger.events.specs import (
     ArraySpec,
     Dependency,
@@ -148,54 +149,6 @@ PlacementPolicyName = Literal["default", "bestfit", "packing", "fgd"]
 """Closed: the placement scorers that exist."""
 DependencyPolicy = Literal["cancel", "pend"]
 """Closed: what becomes of a job whose dependency can no longer be met."""
-
-
-QueueProfile = Literal["native", "slurm"]
-"""Closed: how pending jobs are ordered and whom a blocked job may preempt."""
-SlurmPreempt = Literal["none", "partition_prio", "qos"]
-"""Closed: Slurm's `PreemptType` (`preempt/none`, `preempt/partition_prio`, `preempt/qos`)."""
-
-
-class SlurmPartitionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One Slurm partition as the `slurm` profile reads it."""
-
-    tier: int = 1
-    """`PriorityTier`: a higher tier's jobs are ordered first and (under `partition_prio`)
-    preempt running jobs of lower tiers."""
-    preemptable: bool = True
-    """Its jobs may be preempted (`PreemptMode` other than `OFF`)."""
-
-
-class SlurmQosPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One Slurm QOS (a priority class of the import) as the `slurm` profile reads it."""
-
-    priority: int = 0
-    """The QOS `Priority` (its multifactor factor is this over the largest QOS priority)."""
-    preempt: tuple[str, ...] = ()
-    """The classes (QOS) whose running jobs this one's pending jobs may preempt (`preempt/qos`)."""
-
-
-class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The site values of the `slurm` profile (`policy.profile: slurm`, docs/importers.md):
-    Slurm's `priority/multifactor` (or `basic`) queue order and its preemption."""
-
-    multifactor: bool = False
-    """`PriorityType=priority/multifactor`; False (`priority/basic`): first come, first served
-    within a partition tier."""
-    weights: dict[str, int] = {}
-    """`PriorityWeight*` by factor: `age`, `fairshare`, `jobsize`, `partition`, `qos`."""
-    max_age_s: int = 7 * 86_400
-    """`PriorityMaxAge`: the age factor reaches 1 after this long eligible."""
-    calc_period_s: int = 300
-    """`PriorityCalcPeriod`: Slurm recomputes job priorities (age, fair share) this often;
-    between recomputations they stay as they were (time in whole periods since the epoch)."""
-    preempt: SlurmPreempt = "none"
-    partitions: dict[str, SlurmPartitionPolicy] = {}
-    """By partition name (a job's partition is read from its node selector, docs/node-labels.md)."""
-    default_partition: str = ""
-    """The partition of a job whose node selector names none."""
-    qos: dict[str, SlurmQosPolicy] = {}
-    """By priority class name."""
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.events.catalog import SlurmPartitionPolicy, SlurmQosPolicy
+from gpuledger.events.slurm_policy import SlurmPartitionPolicy, SlurmQosPolicy
 from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.importers.slurm_site import read_site
 from gpuledger.replay.logio import read_log

@@ -35,8 +35,8 @@ import re
 
 from msgspec import UNSET
 
-from gpuledger.events.catalog import SlurmPolicy
 from gpuledger.events.reasons import JobState
+from gpuledger.events.slurm_policy import SlurmPolicy
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 
