@@ -63,18 +63,25 @@ def waits(pairs: list[tuple[str, float]]) -> dict[str, list[float]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def gaps(dump: Path, work: Path) -> list[Gap]:
-    """Import `dump` (sacct.txt, sinfo-partitions.txt, slurm.conf, qos.txt, assoc.txt) into
-    `work`, replay it under the recorded configuration and measure the gap per metric."""
-    log = work / "slurm.jsonl"
+def import_with_site(
+    dump: Path, out: Path, sacct: str = "sacct.txt", sinfo: str = "sinfo-partitions.txt"
+) -> None:
+    """`gpuledger import slurm` of a dump folder with the site's slurm.conf, QOS and accounts."""
     import_slurm(
-        dump / "sacct.txt",
-        log,
-        sinfo=dump / "sinfo-partitions.txt",
+        dump / sacct,
+        out,
+        sinfo=dump / sinfo,
         slurm_conf=dump / "slurm.conf",
         qos=dump / "qos.txt",
         assoc=dump / "assoc.txt",
     )
+
+
+def gaps(dump: Path, work: Path) -> list[Gap]:
+    """Import `dump` (sacct.txt, sinfo-partitions.txt, slurm.conf, qos.txt, assoc.txt) into
+    `work`, replay it under the recorded configuration and measure the gap per metric."""
+    log = work / "slurm.jsonl"
+    import_with_site(dump, log)
     header, observations = obs.read(obs.sidecar(log))
     seen = list(observations)
     observed = measure_observed(header, iter(seen)).metrics

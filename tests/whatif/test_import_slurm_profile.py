@@ -13,11 +13,11 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.slurm_policy import SlurmPartitionPolicy, SlurmQosPolicy
-from gpuledger.replay.importers.slurm import import_slurm
 from gpuledger.replay.importers.slurm_site import read_site
 from gpuledger.replay.logio import read_log
 from gpuledger.replay.overlay import apply_overlays
 from gpuledger.replay.whatif import external_inputs, replay
+from tests.slurm.fidelity import import_with_site
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM = ROOT / "tests" / "fixtures" / "slurm"
@@ -30,14 +30,7 @@ def recorded_policy(log: Path) -> ev.Policy:
 
 def test_the_production_like_site_selects_the_slurm_profile_with_its_values(tmp_path):
     out = tmp_path / "prod.jsonl"
-    import_slurm(
-        SLURM / "sacct-dependencies.txt",
-        out,
-        sinfo=SLURM / "sinfo.txt",
-        slurm_conf=SLURM / "slurm.conf",
-        qos=SLURM / "qos.txt",
-        assoc=SLURM / "assoc.txt",
-    )
+    import_with_site(SLURM, out, sacct="sacct-dependencies.txt", sinfo="sinfo.txt")
     policy = recorded_policy(out)
     assert policy.profile == "slurm"
     site = policy.slurm
@@ -72,14 +65,7 @@ def test_accounts_shares_are_tenant_weights_parent_shares_its_parents():
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     out = tmp_path_factory.mktemp("real") / "real.jsonl"
-    import_slurm(
-        REAL / "sacct.txt",
-        out,
-        sinfo=REAL / "sinfo-partitions.txt",
-        slurm_conf=REAL / "slurm.conf",
-        qos=REAL / "qos.txt",
-        assoc=REAL / "assoc.txt",
-    )
+    import_with_site(REAL, out)
     return list(read_log(out))
 
 
