@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.envelope import Decision, Event
+from gpuledger.events.slurm_policy import QueueProfile, SlurmPolicy
 from gpuledger.events.specs import (
     ArraySpec,
     Dependency,
@@ -237,6 +238,13 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     `DependencyNeverSatisfied`, like Slurm's `kill_invalid_depend`) or `pend` (it stays
     pending with reason `DependencyNeverSatisfied` until cancelled). Unset, it is left out of
     the JSON and the digest, so logs written before it existed keep their bytes."""
+    profile: QueueProfile | msgspec.UnsetType = msgspec.UNSET
+    """`native` (unset means this) or `slurm`: pending jobs ordered as Slurm's
+    multifactor priority within partition tiers, and preemption by partition tier or QOS
+    (`slurm`, its values in `slurm`; `services.domain.policy.slurm_priority`). Unset, it is
+    left out of the JSON and the digest."""
+    slurm: SlurmPolicy | msgspec.UnsetType = msgspec.UNSET
+    """The `slurm` profile's site values (written by `gpuledger import slurm --slurm-conf`)."""
 
 
 class PolicyConfigured(Event, frozen=True, kw_only=True, tag="PolicyConfigured.v1"):

@@ -167,13 +167,18 @@ class Naming:
         """A source partition / pool -> the node selector of its jobs (an importer sets it,
         e.g. `labels.PartitionSelectors`); by default none."""
 
-    def class_for(self, priority: str) -> str:
+    def class_name(self, priority: str) -> str:
+        """The class a source priority maps to (without recording it)."""
         priority = priority.strip() or self.default_priority
-        name = (
+        return (
             self.mapping.classes.get(priority)
             or self.mapping.default_class
             or token(priority, self.default_priority)
         )
+
+    def class_for(self, priority: str) -> str:
+        priority = priority.strip() or self.default_priority
+        name = self.class_name(priority)
         if name not in self.classes and name not in BUILT_IN:
             key = name.lower()
             self.auto.add(name)

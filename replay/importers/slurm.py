@@ -66,7 +66,7 @@ from gpuledger.replay.importers.slurm_sacct import (
     row_shape,
     rows_by_job,
 )
-from gpuledger.replay.importers.slurm_site import read_site, write_site
+from gpuledger.replay.importers.slurm_site import SitePolicy, read_site, write_site
 from gpuledger.replay.observed import Run
 
 PRODUCER = "import/slurm"
@@ -180,8 +180,8 @@ def import_slurm(
         flush_array()
         bar.done()
     doc = naming.document(sum(len(n.gpus) for n in nodes))
-    if site is not None and slurm_conf is not None:  # the site's policy, under the mapping's
-        doc["policy"] = {**site.policy(), **doc["policy"]}
+    if site is not None:
+        _site_into(doc, site, naming, with_conf=slurm_conf is not None)
     at_ms = log.first_ms or 0
     from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
@@ -207,6 +207,18 @@ def import_slurm(
         **({"site_policy": str(log_site)} if site is not None else {}),
     }
     return SlurmImport(summary=summary, events=n)
+
+
+def _site_into(doc: dict, site: SitePolicy, naming: Naming, with_conf: bool) -> None:
+    """The site's policy into the recorded configuration `doc`, under the mapping's: with
+    its slurm.conf, the `slurm` profile and the site's protections; accounts' fair-share
+    shares as tenant weights (a tenant the mapping weighs keeps its weight)."""
+    if with_conf:
+        doc["policy"] = {**site.policy(naming.class_name), **doc["policy"]}
+    weights = site.tenant_weights(lambda a: naming.tenant_for(a, "default"))
+    for t in doc["tenants"]:
+        if t["name"] in weights and t.get("weight", 1) == 1:
+            t["weight"] = weights[t["name"]]
 
 
 def _owner(row: dict[str, str], tenant_from: str) -> str:

@@ -8,7 +8,7 @@ read here is a `SiteConfigError` naming the file and line):
 - `slurm.conf`: `PartitionName=` lines (`Nodes`, `PriorityTier`, `PreemptMode`, `MaxTime`,
   `GraceTime`, `Default`; `PartitionName=DEFAULT` sets the defaults of the lines after it),
   `PriorityType`, `PriorityWeight{Age,FairShare,JobSize,Partition,QOS,Assoc}`,
-  `PriorityMaxAge`, `PriorityDecayHalfLife`, `PreemptType`, `PreemptMode`,
+  `PriorityMaxAge`, `PriorityDecayHalfLife`, `PriorityCalcPeriod`, `PreemptType`, `PreemptMode`,
   `PreemptExemptTime`, `KillWait`, `OverTimeLimit`, `SchedulerParameters` (`sched_interval`,
   `bf_interval`, `kill_invalid_depend`). Keys are case-insensitive, `#` starts a comment, a
   trailing `\\` continues a line; `Include` lines are not followed;
@@ -26,6 +26,7 @@ protections the site had an equivalent of; an imported baseline turns the others
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -79,6 +80,8 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
     """`PriorityWeight*` by factor (`age`, `fairshare`, `jobsize`, `partition`, `qos`, `assoc`)."""
     priority_max_age_s: int = 7 * 86_400
     priority_decay_half_life_s: int = 7 * 86_400
+    priority_calc_period_s: int = 300
+    """`PriorityCalcPeriod` (minutes in the file; default 5)."""
     preempt_type: str = "preempt/none"
     preempt_mode: str = "OFF"
     preempt_exempt_time_s: int = 0
@@ -110,13 +113,70 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
             "aging_after_wait_s": 0,
         }
 
-    def policy(self) -> dict[str, object]:
-        """The recorded configuration's policy keys the site determines."""
+    def policy(self, class_of: Callable[[str], str] = str) -> dict[str, object]:
+        """The recorded configuration's policy keys the site determines: its protections, and
+        the `slurm` queue-order and preemption profile with the site's values (`class_of`:
+        a QOS name -> the priority class it was imported as)."""
         return {
             "preemption": self.preemption,
             **self.protections(),
             "dependency_never_satisfied": "cancel" if self.kill_invalid_depend else "pend",
+            # a preempted job stops after its partition's GraceTime (REQUEUE: at once)
+            "default_grace_s": max(
+                (p.grace_time_s for p in self.partitions if self.preemptable(p)), default=0
+            ),
+            **({"usage_half_life_s": self.priority_decay_half_life_s} if self.multifactor else {}),
+            "profile": "slurm",
+            "slurm": self.profile(class_of),
         }
+
+    @property
+    def multifactor(self) -> bool:
+        return self.priority_type.strip().lower() == "priority/multifactor"
+
+    def preemptable(self, p: SitePartition) -> bool:
+        """Whether the partition's jobs may be preempted: its `PreemptMode` (else the
+        cluster's) is not `OFF`."""
+        mode = p.preempt_mode.split(",")[0].strip() or self.preempt_mode.split(",")[0].strip()
+        return mode.upper() not in ("", "OFF")
+
+    def profile(self, class_of: Callable[[str], str] = str) -> dict[str, object]:
+        """The `policy.slurm` record (`events.catalog.SlurmPolicy`) of this site."""
+        kind = self.preempt_type.strip().lower().removeprefix("preempt/")
+        partitions = {
+            p.name: {"tier": p.priority_tier, "preemptable": self.preemptable(p)}
+            for p in self.partitions
+        }
+        qos = {
+            class_of(q.name): {
+                "priority": q.priority,
+                "preempt": sorted({class_of(v) for v in q.preempt}),
+            }
+            for q in self.qos
+        }
+        default = next((p.name for p in self.partitions if p.default), "")
+        return {
+            "multifactor": self.multifactor,
+            "weights": {k: v for k, v in sorted(self.weights.items()) if k != "assoc"},
+            "max_age_s": self.priority_max_age_s,
+            "calc_period_s": self.priority_calc_period_s,
+            "preempt": kind if kind in ("partition_prio", "qos") else "none",
+            "partitions": partitions,
+            "default_partition": default,
+            "qos": qos,
+        }
+
+    def tenant_weights(self, tenant_of: Callable[[str], str] = str) -> dict[str, int]:
+        """Accounts' fair-share shares as tenant weights (`parent`: the parent's shares)."""
+        by_name = {a.name: a for a in self.accounts}
+        out: dict[str, int] = {}
+        for a in self.accounts:
+            acct, seen = a, set()
+            while acct.shares is None and acct.parent in by_name and acct.name not in seen:
+                seen.add(acct.name)
+                acct = by_name[acct.parent]
+            out[tenant_of(a.name)] = acct.shares if acct.shares is not None else 1
+        return out
 
 
 _UNLIMITED = {"unlimited", "infinite"}
@@ -237,6 +297,7 @@ _DURATIONS = {
     "prioritymaxage": ("PriorityMaxAge", "priority_max_age_s"),
     "prioritydecayhalflife": ("PriorityDecayHalfLife", "priority_decay_half_life_s"),
     "preemptexempttime": ("PreemptExemptTime", "preempt_exempt_time_s"),
+    "prioritycalcperiod": ("PriorityCalcPeriod", "priority_calc_period_s"),
 }
 
 

@@ -110,7 +110,7 @@ def _cell(text: str) -> str:
 
 def configuration_md() -> str:
     """The configuration reference page, from `file_schema()` and the structs' docstrings."""
-    from gpuledger.events import Policy
+    from gpuledger.events import Policy, catalog, slurm_policy
     from gpuledger.services.domain.inputs import schema as inputs
 
     schema = inputs.file_schema()
@@ -133,7 +133,12 @@ def configuration_md() -> str:
     order += [n for n in defs if n not in order]
     for name in order:
         d = defs[name]
-        cls = getattr(inputs, name, None)
+        # shapes of the schema, or policy records it takes from the events
+        cls = (
+            getattr(inputs, name, None)
+            or getattr(catalog, name, None)
+            or getattr(slurm_policy, name, None)
+        )
         docs = _field_docs(Policy if name == "PolicyDoc" else cls) if cls is not None else {}
         if name == "PolicyDoc":
             docs = _field_docs(Policy)

@@ -205,9 +205,11 @@ class Preemption(LedgerService):
     def _verdict(self, state: Ledger, job, p: Plan, outlook: Outlook, out: list[Event]):
         """How evicting the plan's victims changes the standing (`services.preemption.measure`),
         the preemptions decided so far counted as landed; None when the plan only moves work
-        (the victims are placed again at once, so only the beneficiary is added)."""
+        (the victims are placed again at once, so only the beneficiary is added), and under
+        the `slurm` profile (its ground is a strict order of partition tiers or the site's
+        QOS preempt lists: the site's preemption, as Slurm does it, is not measured)."""
         evicted = [c for c in p.victims if c.reason not in MOVES]
-        if not evicted:
+        if not evicted or state.config.policy.profile == "slurm":
             return None
         requested = [e for e in out if isinstance(e, PreemptionRequested) and e.reason not in MOVES]
         decided = {e.allocation_id: (e.reason, e.beneficiary) for e in requested}

@@ -14,6 +14,13 @@ Three tables, read by `services.preemption.victims`:
 - `ORDER`: candidates are sorted by these keys in turn (the last is the allocation id, so the
   order is total).
 
+Under `policy.profile: slurm` the tables are `SLURM_GROUNDS` and `SLURM_EXCLUSIONS`
+(`grounds` / `exclusions` pick them): one ground, the site's (`site_preempts`: partition
+tier or QOS preempt list), and only the protections a Slurm site has or a variant turns on
+(`PreemptExemptTime` as the minimum runtime, the eviction budget when set, non-preemptible
+classes and disruption budgets); gpuledger's guarantees, aging, loop and time-limit rules
+do not apply there.
+
 Every unit is pure: it reads the `Scene` (the blocked job and facts computed once per plan)
 and one `Candidate`, never writes, never reads a clock.
 
@@ -32,6 +39,7 @@ from typing import Any
 
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.policy import slurm_priority
 from gpuledger.services.domain.tooling.timefmt import duration, instant
 
 HOUR_MS = 3_600_000
@@ -145,10 +153,31 @@ def priority(s: Scene, victim: JobRecord, borrowing: bool) -> bool:
     return victim.priority < s.priority and s.in_scope(victim)
 
 
+def site_preempts(s: Scene, victim: JobRecord, borrowing: bool) -> bool:
+    """`slurm` profile: the victim's partition may be preempted (its `PreemptMode` is not
+    `OFF`) and, under `preempt/partition_prio`, its `PriorityTier` is below the blocked job's
+    partition's; under `preempt/qos`, the blocked job's QOS lists the victim's in `Preempt`."""
+    site = slurm_priority.profile(s.state)
+    if site is None:
+        return False
+    part = site.partitions.get(slurm_priority.partition_of(victim, site))
+    if part is not None and not part.preemptable:
+        return False
+    if site.preempt == "partition_prio":
+        return slurm_priority.tier(victim, site) < slurm_priority.tier(s.job, site)
+    if site.preempt == "qos":
+        qos = site.qos.get(s.job.spec.priority_class)
+        return qos is not None and victim.spec.priority_class in qos.preempt
+    return False
+
+
 GROUNDS: tuple[Ground, ...] = (
     Ground(PreemptionReason.Reclaim, reclaim),
     Ground(PreemptionReason.Priority, priority),
 )
+
+SLURM_GROUNDS: tuple[Ground, ...] = (Ground(PreemptionReason.Priority, site_preempts),)
+"""The `slurm` profile's only ground: the site's preemption (reason `Priority`)."""
 
 
 # ---------------------------------------------------------------- exclusions
@@ -333,6 +362,31 @@ EXCLUSIONS: tuple[ExclusionRule, ...] = (
     ExclusionRule(ExclusionReason.DisruptionBudget, disruption_budget),
     ExclusionRule(ExclusionReason.WithinGuarantee, within_guarantee),  # last: see module doc
 )
+
+SLURM_EXCLUSIONS: tuple[ExclusionRule, ...] = tuple(
+    r
+    for r in EXCLUSIONS
+    if r.code
+    in (
+        ExclusionReason.NonPreemptible,
+        ExclusionReason.MinRuntime,
+        ExclusionReason.EvictionBudget,
+        ExclusionReason.DisruptionBudget,
+    )
+)
+"""The `slurm` profile's protections: `min_runtime_s` is the site's `PreemptExemptTime`,
+the eviction budget is 0 (off) in an imported baseline unless a variant sets it."""
+
+
+def grounds(state: Ledger) -> tuple[Ground, ...]:
+    """The grounds in force: `SLURM_GROUNDS` under the `slurm` profile, else `GROUNDS`."""
+    return SLURM_GROUNDS if slurm_priority.profile(state) is not None else GROUNDS
+
+
+def exclusions(state: Ledger) -> tuple[ExclusionRule, ...]:
+    """The exclusions in force: `SLURM_EXCLUSIONS` under the `slurm` profile, else `EXCLUSIONS`."""
+    return SLURM_EXCLUSIONS if slurm_priority.profile(state) is not None else EXCLUSIONS
+
 
 LAPSING = frozenset(r.code for r in EXCLUSIONS if r.lapses)
 """Exclusions that lapse with time (the others hold while the allocation runs)."""

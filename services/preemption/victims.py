@@ -34,18 +34,19 @@ from typing import Any
 
 from gpuledger.events.reasons import DeclineReason, ExclusionReason, PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.policy import slurm_priority
 from gpuledger.services.domain.policy.queue import effective_priority
 from gpuledger.services.domain.tooling.timefmt import instant
 from gpuledger.services.placement import Placement, UnknownAllocation
 from gpuledger.services.preemption.rules import (
-    EXCLUSIONS,
-    GROUNDS,
     HOUR_MS,
     LAPSING,
     Candidate,
     Scene,
     backfill_key,
     evictions_last_hour,
+    exclusions,
+    grounds,
 )
 
 __all__ = ["HOUR_MS", "LAPSING", "Candidate", "Exclusion", "Plan", "evictions_last_hour", "plan"]
@@ -187,7 +188,7 @@ def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
     if rec.preemption is not None or victim.job_id == s.job.job_id:
         return None
     borrowing = over_guarantee(state, victim.tenant, s.releasing)
-    ground = next((g for g in GROUNDS if g.holds(s, victim, borrowing)), None)
+    ground = next((g for g in grounds(state) if g.holds(s, victim, borrowing)), None)
     if ground is None:
         return None
     return Candidate(
@@ -203,7 +204,7 @@ def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
 
 def protection(s: Scene, cand: Candidate) -> Exclusion | None:
     """The first exclusion rule (`rules.EXCLUSIONS`) that protects the candidate, or None."""
-    for rule in EXCLUSIONS:
+    for rule in exclusions(s.state):
         verdict = rule.protects(s, cand)
         if verdict is not None:
             return Exclusion(cand, rule.code, verdict.message, verdict.until_ms)
@@ -284,7 +285,10 @@ def unrivalled(
 ) -> list[Candidate]:
     """Allocations of other tenants within their guarantees that no ground makes candidates
     (their priority is not below the job's) and no rule of `rules.EXCLUSIONS` protects: they
-    may not be evicted for the job, but they may be moved (`relocation`), in victim order."""
+    may not be evicted for the job, but they may be moved (`relocation`), in victim order.
+    None under the `slurm` profile: Slurm never moves running work."""
+    if slurm_priority.profile(state) is not None:
+        return []
     s = scene(state, job, now_ms, taken)
     out: list[Candidate] = []
     for alloc_id in sorted(state.active):
@@ -293,7 +297,7 @@ def unrivalled(
         if rec.preemption is not None or alloc_id in taken or victim.tenant == job.tenant:
             continue
         borrowing = over_guarantee(state, victim.tenant, s.releasing)
-        if borrowing or any(g.holds(s, victim, borrowing) for g in GROUNDS):
+        if borrowing or any(g.holds(s, victim, borrowing) for g in grounds(state)):
             continue  # a borrower, or a candidate judged by `candidates` already
         if victim.service is not None:
             count_replicas(s, victim.service, taken)

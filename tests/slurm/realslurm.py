@@ -65,6 +65,29 @@ NODES = (
 )
 
 
+# the production-like site (`RealSlurm(production=True)`): slurm.conf lines, sacctmgr commands
+PRODUCTION_CONF = """PriorityType=priority/multifactor
+PriorityWeightAge=1000
+PriorityWeightFairshare=2000
+PriorityWeightQOS=3000
+PriorityWeightJobSize=0
+PriorityWeightPartition=0
+PriorityMaxAge=00:10:00
+PriorityDecayHalfLife=00:10:00
+PriorityCalcPeriod=1
+"""
+PRODUCTION_ACCOUNTS = (
+    ("add", "qos", "high", "Priority=100"),
+    ("modify", "qos", "normal", "set", "Priority=10"),
+    ("add", "account", "ml", "Description=ml", "Organization=science"),
+    ("add", "user", "root", "Account=ml"),
+    ("modify", "account", "physics", "set", "Fairshare=50"),
+    ("modify", "account", "bio", "set", "Fairshare=30"),
+    ("modify", "account", "ml", "set", "Fairshare=20"),
+    ("modify", "user", "root", "set", "QOS=normal,high"),
+)
+
+
 class SlurmUnavailable(Exception):
     """A part of the real-Slurm harness cannot run on this machine (the message says which)."""
 
@@ -124,6 +147,10 @@ class RealSlurm:
     root: Path | None = None
     daemons: list[Daemon] = field(default_factory=list)
     _own_root: bool = False
+    production: bool = False
+    """The production-like site (`tests/slurm/production.py`): multifactor priority with
+    fair share, age and QOS weights, a third account `ml` and the
+    QOS `high`; the slurm.conf lines are `PRODUCTION_CONF`."""
 
     @staticmethod
     def unavailable() -> str | None:
@@ -367,7 +394,7 @@ KillWait=2
 InactiveLimit=0
 MessageTimeout=10
 DefMemPerCPU=1000
-{chr(10).join(node_lines)}
+{PRODUCTION_CONF if self.production else ""}{chr(10).join(node_lines)}
 PartitionName=low Nodes=n1,n2 Default=YES PriorityTier=1 PreemptMode=REQUEUE MaxTime=10
 PartitionName=high Nodes=n1,n2 PriorityTier=10 PreemptMode=OFF MaxTime=10
 """
@@ -500,6 +527,9 @@ StorageLoc=slurm_acct_db
             ("add", "user", "root", "Account=bio"),
         ):
             self.run("sacctmgr", "-i", *args)
+        if self.production:  # shares 50/30/20, and a QOS of higher priority
+            for args in PRODUCTION_ACCOUNTS:
+                self.run("sacctmgr", "-i", *args)
 
     def _start_slurmds(self) -> None:
         r = self.root

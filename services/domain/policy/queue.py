@@ -1,12 +1,14 @@
 """Queue order of pending jobs: effective priority, then how far the tenant sits below its
 fair share, then the tenant's time-decayed past usage (`policy.usage_half_life_s`; less
-first), then submit time, then job id (a total order)."""
+first), then submit time, then job id (a total order). Under `policy.profile: slurm` the
+order is Slurm's instead (`services.domain.policy.slurm_priority`)."""
 
 from __future__ import annotations
 
 from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
+from gpuledger.services.domain.policy import slurm_priority
 
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
@@ -75,6 +77,10 @@ def queue_key(
 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
+    """Pending jobs in queue order: the native key above, or the `slurm` profile's."""
+    site = slurm_priority.profile(state)
+    if site is not None:
+        return slurm_priority.ordered_pending(state, now_ms, site)
     jobs = [state.jobs[j] for j in state.pending]
     if len(jobs) < 2:
         return jobs  # one job is in order: no key to compute

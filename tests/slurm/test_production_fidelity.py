@@ -1,0 +1,78 @@
+"""The baseline reproduces what happened (issue 41, "Tested for real"): given the dump of a real
+Slurm 22.05 running the production-like workload of `tests/slurm/production.py` (committed in
+tests/fixtures/slurm-real/production/, so no Slurm is needed), when it is imported with the
+site's `slurm.conf`, QOS and accounts and replayed under that recorded configuration (the
+`slurm` profile), then the baseline is within the issue's tolerances of what sacct says:
+final states exact, preemptions within 1, GPU-hours within 2 %, waits p50/p99 overall and
+per account within max(30 %, 15 s) (`tests/slurm/fidelity.py`).
+
+A check the baseline does not meet yet is marked `xfail(strict=True)` with today's numbers
+(docs/whatif-import-compare.md, "Fidelity on a real Slurm"): the tolerance is the goal and
+is never loosened; the day a fix closes a gap the test XPASSes and the marker goes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.fidelity import Gap, gaps
+
+DUMP = Path(__file__).parents[1] / "fixtures" / "slurm-real" / "production"
+
+OPEN_GAPS = {
+    # metric: observed vs baseline today, and the cause as far as it is known
+    "preemptions": "observed 5, baseline 3: Slurm also preempted two jobs it had just started "
+    "(`report`, `chain`: runs of 0 s, preempted the second they started); the replay preempts 3",
+    "GPU-hours": "observed 0.0543, baseline 0.0679 (+25 %): +54 GPU-s from `cancelrun1..2`, "
+    "started 27 s earlier in the replay and cancelled at their recorded time; +12 GPU-s from a "
+    "different preemption victim (`mltrain3`); -17 GPU-s from the two timeouts, stopped at their "
+    "limit in the replay and about 16 s after it by Slurm (its time-limit check is periodic)",
+    "wait p50 bio (s)": "observed 32, baseline 8: bio's MIG array `bsweep` starts at once in the "
+    "replay; in Slurm the physics arrays' untyped GPU requests took the slices first",
+    "wait p99 bio (s)": "observed 50, baseline 28: as wait p50 bio",
+    "wait p99 physics (s)": "observed 34, baseline 50: the physics arrays wait behind bsweep in "
+    "the replay (the mirror of the bio gap)",
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict[str, Gap]:
+    return {g.metric: g for g in gaps(DUMP, tmp_path_factory.mktemp("fidelity"))}
+
+
+def metrics() -> list:
+    names = [
+        "jobs completed",
+        "jobs failed",
+        "jobs cancelled",
+        "preemptions",
+        "GPU-hours",
+        *(f"wait {q} {who} (s)" for who in ("all", "bio", "ml", "physics") for q in ("p50", "p99")),
+    ]
+    return [
+        pytest.param(
+            n,
+            marks=pytest.mark.xfail(strict=True, reason=OPEN_GAPS[n]) if n in OPEN_GAPS else (),
+        )
+        for n in names
+    ]
+
+
+@pytest.mark.parametrize("metric", metrics())
+def test_the_baseline_is_within_tolerance_of_what_happened(measured, metric):
+    gap = measured[metric]
+    assert gap.within, gap.row()
+
+
+def test_every_account_and_metric_is_measured(measured):
+    assert {m for m in measured if m.startswith("wait")} == {
+        f"wait {q} {who} (s)" for who in ("all", "bio", "ml", "physics") for q in ("p50", "p99")
+    }
+    assert (
+        measured["jobs completed"].observed
+        + measured["jobs failed"].observed
+        + measured["jobs cancelled"].observed
+        == 62
+    )  # every job of the workload, array tasks counted one by one
