@@ -55,7 +55,20 @@ def _parse_time(value: str | None) -> int | None:
 
 @app.command()
 def export(
-    out: Path = typer.Option(..., "--out", help="FILE.jsonl or FILE.parquet"),
+    dest: Path | None = typer.Argument(None, help="Where to write (the same as --out)."),
+    out: Path | None = typer.Option(None, "--out", help="FILE.jsonl or FILE.parquet"),
+    format_: str = typer.Option(
+        "file",
+        "--format",
+        help="file (by --out's suffix) or parquet: a Hive-partitioned directory, appended to "
+        "incrementally (docs/parquet.md).",
+    ),
+    from_log: Path | None = typer.Option(
+        None, "--from", help="Export this log (any format) instead of the live stream."
+    ),
+    no_tables: bool = typer.Option(
+        False, "--no-tables", help="parquet: leave out the projection's tables."
+    ),
     nats_url: str | None = typer.Option(
         None,
         "--nats-url",
@@ -71,11 +84,20 @@ def export(
         help="Credential file of the identity to read as (auditor or admin; default: the operator's of `gpuledger up` here).",
     ),
 ) -> None:
-    """Export the live stream to a log file."""
+    """Export the live stream (or --from LOG) to a log file, or append it to a partitioned
+    Parquet history (--format parquet DIR)."""
     import asyncio
 
     from gpuledger.replay.export import stream_entries, write_any
 
+    out = out or dest
+    if out is None or format_ not in ("file", "parquet"):
+        fail("give where to write (--out FILE or DIR) and --format file or parquet", 2)
+    if format_ == "parquet" or from_log is not None:
+        from gpuledger.services.cli.history import export_history
+
+        export_history(out, format_, from_log, nats_url, creds, since, until, not no_tables)
+        return
     skipped: list[int] = []
 
     from gpuledger.services.cli.connect import cli_bus, resolve_access
