@@ -284,10 +284,25 @@ def whatif(
         None, "--json", help="Also write every variant's metrics as JSON here."
     ),
     title: str | None = typer.Option(None, "--title", help="Report title."),
+    sweep: Path | None = typer.Option(
+        None, "--sweep", help="A sweep file: a list or grid of variants (docs/whatif.md, Sweeps)."
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", help="Run the variants on a local Dask pool of N worker processes."
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="Run the variants on the Dask cluster at tcp://HOST:PORT."
+    ),
+    rank: str | None = typer.Option(
+        None,
+        "--rank",
+        help="Rank the variants: METRIC[:CLASS],... e.g. wait_p99:interactive,gpu_hours",
+    ),
 ) -> None:
     """Replay LOG under the recorded configuration and under each --policy / --variant, and
     write one offline HTML report: comparison table, queue wait by class, utilisation over
-    time, preemptions and lost GPU-hours, per-tenant fairness."""
+    time, preemptions and lost GPU-hours, per-tenant fairness. With --sweep, --workers,
+    --scheduler or --rank, the variants run as a sweep (one task each; exit 1 if any failed)."""
     from gpuledger.replay.compare import CompareError, observed, summarize
     from gpuledger.replay.export import write_any
     from gpuledger.replay.overlay import OverlayError, apply_overlays
@@ -306,6 +321,12 @@ def whatif(
         if not sep or "=" in name:
             name, rest = f"variant {i}", text
         specs.append((name.strip(), [x.strip() for x in rest.split(";") if x.strip()], []))
+    if sweep is not None or workers is not None or scheduler is not None or rank is not None:
+        from gpuledger.services.cli.sweep import run_sweep_command
+
+        args = (sweep, workers, scheduler, rank, out, logs, json_out, title)
+        run_sweep_command(log, specs, *args)
+        return
     if not specs:
         fail("nothing to replay: give --policy FILE or --variant, or drop --no-baseline", 2)
     labels = [s[0] for s in specs]
