@@ -124,7 +124,7 @@ class DaskExecutor:
                 processes=True,
                 host="127.0.0.1",
                 scheduler_port=0,
-                dashboard_address=None,
+                dashboard_address="127.0.0.1:0",
                 silence_logs=logging.ERROR,
             )
             self._client = Client(self._cluster)

@@ -10,10 +10,8 @@ import typer
 from gpuledger.services.cli.common import fail
 
 
-def _entries_of(log: Path, since: int | None, until: int | None):
-    from gpuledger.services.cli.whatif import _read
-
-    for seq, subject, event in _read(log):
+def _within(entries, since: int | None, until: int | None):
+    for seq, subject, event in entries:
         if since is not None and event.occurred_at_ms < since:
             continue
         if until is not None and event.occurred_at_ms > until:
@@ -42,21 +40,21 @@ def _live(out: Path, nats_url, creds, since, until, after_seq: int) -> list:
 def export_history(
     out: Path,
     format_: str,
-    from_log: Path | None,
+    from_log: list | None,
     nats_url: str | None,
     creds: Path | None,
-    since: str | None,
-    until: str | None,
+    window: tuple[int | None, int | None],
     tables: bool,
 ) -> None:
+    """Write `from_log`'s entries (or, when None, the live stream's) within `window` (epoch ms,
+    either end open) to `out`: a log file (`format_` file) or a Parquet history."""
     from gpuledger.replay import parquet
-    from gpuledger.services.cli.whatif import _parse_time
 
-    since_ms, until_ms = _parse_time(since), _parse_time(until)
+    since_ms, until_ms = window
     if format_ == "file":
         from gpuledger.replay.export import write_any
 
-        n = write_any(out, list(_entries_of(from_log, since_ms, until_ms)))
+        n = write_any(out, list(_within(from_log or [], since_ms, until_ms)))
         typer.echo(f"exported {n} events to {out}")
         return
     if out.exists() and not out.is_dir():
@@ -64,7 +62,7 @@ def export_history(
     try:
         mark = parquet.read_manifest(out)["last_seq"]
         if from_log is not None:
-            entries = _entries_of(from_log, since_ms, until_ms)
+            entries = _within(from_log, since_ms, until_ms)
         else:
             entries = _live(out, nats_url, creds, since_ms, until_ms, mark)
         done = parquet.export_events(out, entries)

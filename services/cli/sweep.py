@@ -90,6 +90,7 @@ def _section(keys, references, ranked, result) -> str:
 
 def run_sweep_command(
     log: Path,
+    entries: list,
     specs,
     sweep: Path | None,
     workers: int | None,
@@ -99,7 +100,11 @@ def run_sweep_command(
     logs: Path | None,
     json_out: Path | None,
     title: str | None,
+    describe: tuple,
 ) -> None:
+    """The sweep of `log` (its `entries` read): the `--policy`/`--variant` `specs` and the
+    sweep file's variants. `describe`: (the observation sidecar's name, the function that
+    words the inputs' checkpoint assumption), as `whatif` words them."""
     from gpuledger.replay.compare import CompareError, observed
     from gpuledger.replay.overlay import OverlayError
     from gpuledger.replay.sweep import rank
@@ -107,7 +112,6 @@ def run_sweep_command(
     from gpuledger.replay.sweep.run import check, run_sweep
     from gpuledger.replay.whatif import external_inputs
     from gpuledger.replay.whatif_report import Variant, render
-    from gpuledger.services.cli.whatif import _read, assumption, obs_name
 
     if workers is not None and workers < 1:
         fail(f"--workers {workers}: give 1 or more", 2)
@@ -118,7 +122,7 @@ def run_sweep_command(
             keys = rank.parse(rank_text)
         except rank.RankError as exc:
             fail_input(exc)
-    entries = _read(log)
+    obs_name, assumption = describe
     inputs = external_inputs(entries)
     try:
         seen = observed(log)
@@ -153,7 +157,7 @@ def run_sweep_command(
         logs.mkdir(parents=True, exist_ok=True)
     shown = []
     if seen is not None:
-        shown.append(Variant("observed", [f"what {obs_name(log)} records"], seen))
+        shown.append(Variant("observed", [f"what {obs_name} records"], seen))
     for label in [*(["recorded"] if "recorded" in by_label else []), *order]:
         r = by_label[label]
         path = None

@@ -96,7 +96,9 @@ def export(
     if format_ == "parquet" or from_log is not None:
         from gpuledger.services.cli.history import export_history
 
-        export_history(out, format_, from_log, nats_url, creds, since, until, not no_tables)
+        entries = None if from_log is None else _read(from_log)
+        window = (_parse_time(since), _parse_time(until))
+        export_history(out, format_, entries, nats_url, creds, window, not no_tables)
         return
     skipped: list[int] = []
 
@@ -325,7 +327,7 @@ def whatif(
         from gpuledger.services.cli.sweep import run_sweep_command
 
         args = (sweep, workers, scheduler, rank, out, logs, json_out, title)
-        run_sweep_command(log, specs, *args)
+        run_sweep_command(log, _read(log), specs, *args, (obs_name(log), assumption))
         return
     if not specs:
         fail("nothing to replay: give --policy FILE or --variant, or drop --no-baseline", 2)
