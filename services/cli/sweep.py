@@ -209,7 +209,7 @@ def _print(keys, references, others, result, out: Path | None) -> None:
     digests = {r.label: r for r in result.results}
     header, rows = rank.table(keys, references, others)
     t = Table(
-        title=f"sweep: {len(digests)} variants on {result.executor} in {result.seconds:.1f}s",
+        title=f"sweep: {len(digests)} variants ({result.executor}) in {result.seconds:.1f}s",
         title_justify="left",
     )
     for h in [*header, "events", "sha256"]:
