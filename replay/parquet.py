@@ -156,40 +156,20 @@ def _orphans(out: Path, listed: set[str]) -> list[Path]:
     return found
 
 
-def export_events(out: str | Path, entries: Iterable[tuple[int, str, ev.Event]]) -> dict[str, Any]:
-    """Append every entry above the manifest's high-water mark; returns
-    `{"appended": n, "last_seq": s, "rows": total, "files": [new part files]}`.
+BATCH_ROWS = 200_000
+"""Rows held in memory before they are written (one part file per day in the batch)."""
 
-    Entries must come in increasing `seq` (a log's order). The manifest is renamed into place
-    after the part files, so an interruption leaves the previous manifest in force and the
-    next export removes the unlisted files and writes their rows again."""
+
+def _write_batch(
+    out: Path, rows_by_day: dict[str, list[tuple]], first: int, last: int
+) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = read_manifest(out)
-    listed = set(manifest["files"])
-    for stale in _orphans(out, listed):
-        stale.unlink()
-    mark = manifest["last_seq"]
-    by_day: dict[str, list[tuple]] = {}
-    first = last = None
-    for seq, subject, event in entries:
-        if seq <= mark:
-            continue
-        if last is not None and seq <= last:
-            raise ParquetHistoryError(f"seq {seq} after {last}: a log's entries come in order")
-        first = seq if first is None else first
-        last = seq
-        by_day.setdefault(day(event.occurred_at_ms), []).append(row(seq, subject, event))
-    if last is None:
-        return {"appended": 0, "last_seq": mark, "rows": manifest["rows"], "files": []}
     schema = _schema()
     written = []
-    appended = 0
-    for date in sorted(by_day):
-        rows = by_day[date]
+    for date in sorted(rows_by_day):
+        rows = rows_by_day[date]
         table = pa.Table.from_arrays(
             [pa.array(col, schema.field(i).type) for i, col in enumerate(zip(*rows, strict=True))],
             schema=schema,
@@ -200,7 +180,46 @@ def export_events(out: str | Path, entries: Iterable[tuple[int, str, ev.Event]])
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, out / rel)
         written.append(rel)
-        appended += len(rows)
+    return written
+
+
+def export_events(out: str | Path, entries: Iterable[tuple[int, str, ev.Event]]) -> dict[str, Any]:
+    """Append every entry above the manifest's high-water mark; returns
+    `{"appended": n, "last_seq": s, "rows": total, "files": [new part files]}`.
+
+    Entries must come in increasing `seq` (a log's order); they are written in batches of
+    `BATCH_ROWS` (bounded memory). The manifest is renamed into place after every part file,
+    so an interruption leaves the previous manifest in force and the next export removes the
+    unlisted files and writes their rows again."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(out)
+    listed = set(manifest["files"])
+    for stale in _orphans(out, listed):
+        stale.unlink()
+    mark = manifest["last_seq"]
+    written: list[str] = []
+    by_day: dict[str, list[tuple]] = {}
+    first = last = None
+    held = appended = 0
+    for seq, subject, event in entries:
+        if seq <= mark:
+            continue
+        if last is not None and seq <= last:
+            raise ParquetHistoryError(f"seq {seq} after {last}: a log's entries come in order")
+        first = seq if first is None else first
+        last = seq
+        by_day.setdefault(day(event.occurred_at_ms), []).append(row(seq, subject, event))
+        held += 1
+        if held >= BATCH_ROWS:
+            written += _write_batch(out, by_day, first, last)
+            appended += held
+            by_day, first, held = {}, None, 0
+    if by_day:
+        written += _write_batch(out, by_day, first, last)  # type: ignore[arg-type]
+        appended += held
+    if last is None:
+        return {"appended": 0, "last_seq": mark, "rows": manifest["rows"], "files": []}
     manifest = {
         "format": FORMAT,
         "last_seq": last,

@@ -138,3 +138,13 @@ def test_bad_targets_are_one_line_errors(demo_log, tmp_path):
     (bad / parquet.MANIFEST).write_text("{not json")
     r = gl("verify", bad)
     assert r.exit_code == 2 and "not a gpuledger Parquet manifest" in r.output
+
+
+def test_a_long_log_is_written_in_bounded_batches_and_reads_back_whole(
+    demo_log, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(parquet, "BATCH_ROWS", 10)
+    out = tmp_path / "history"
+    done = parquet.export_events(out, read_log(demo_log))
+    assert len(done["files"]) == 5  # 48 rows in batches of 10
+    assert b"".join(encode_lines(parquet.read_history(out))) == demo_log.read_bytes()
