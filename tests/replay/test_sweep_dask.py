@@ -149,3 +149,15 @@ def test_a_worker_killed_mid_task_loses_nothing(demo_log, cluster, tmp_path):
     assert result.failed == []
     assert digests(result) == expected
     assert next(r for r in result.results if r.label == "fgd/g2").worker != f"pid {pid}"
+
+
+def test_an_unreachable_scheduler_is_one_line_and_exit_3(demo_log, tmp_path):
+    r = CliRunner().invoke(
+        app,
+        ["whatif", str(demo_log), "--sweep", str(SWEEP), "--scheduler", "tcp://127.0.0.1:1",
+         "--out", str(tmp_path / "r.html")],
+    )  # fmt: skip
+    assert r.exit_code == 3
+    (line,) = r.output.strip().splitlines()
+    assert line.startswith("error: cannot reach the Dask scheduler tcp://127.0.0.1:1: ")
+    assert not (tmp_path / "r.html").exists()
