@@ -14,7 +14,9 @@ import typer
 from gpuledger.services.cli.common import fail, fail_input
 
 
-def _progress(total: int):
+def _progress():
+    """One bar over the sweep's tasks with its ETA, on stderr when that is a terminal."""
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -31,6 +33,7 @@ def _progress(total: int):
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
+        console=Console(stderr=True),
         disable=not sys.stderr.isatty(),
         transient=True,
     )
@@ -136,7 +139,7 @@ def run_sweep_command(
     except ExecutorError as exc:
         fail(str(exc), 3 if scheduler else 2)
     try:
-        with _progress(len(variants)) as progress:
+        with _progress() as progress:
             bar = progress.add_task("replaying variants", total=len(variants))
             result = run_sweep(
                 inputs,
