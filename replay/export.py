@@ -1,6 +1,6 @@
 """Logs as files: export the live stream to JSONL (the log format) or Parquet (one row per
-message, the event as JSON text plus its envelope columns); read any of them, or the log a
-DuckDB projection recorded."""
+message, the event as JSON text plus its envelope columns); read any of them, a partitioned
+Parquet history (`replay.parquet`: a directory), or the log a DuckDB projection recorded."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ async def stream_entries(
     since_ms: int | None = None,
     until_ms: int | None = None,
     on_skip: Callable[[int, str], None] | None = None,
+    after_seq: int = 0,
 ) -> AsyncIterator[tuple[int, str, ev.Event]]:
-    """Decoded `(seq, subject, event)` from the stream, optionally within a time window.
-    Undecodable messages are reported through `on_skip` (they are dead-lettered live)."""
-    async for rec in bus.read_all():
+    """Decoded `(seq, subject, event)` from the stream after `after_seq`, optionally within a
+    time window. Undecodable messages are reported through `on_skip` (they are dead-lettered
+    live)."""
+    async for rec in bus.read_all(after_seq):
         try:
             event = ev.at_receipt(ev.decode(rec.data), rec.received_ms)
         except Exception as exc:  # noqa: BLE001 - UndecodableEvent; no message stops an export
@@ -86,8 +88,11 @@ def write_any(path: str | Path, entries: list[tuple[int, str, ev.Event]]) -> int
 
 
 def read_any(path: str | Path):
+    from gpuledger.replay import parquet
     from gpuledger.replay.logio import read_log
 
+    if Path(path).is_dir():
+        return parquet.read_history(path)  # `export --format parquet`: a partitioned history
     if str(path).endswith(".parquet"):
         return read_parquet(path)
     if str(path).endswith(".duckdb"):

@@ -69,20 +69,34 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, ev.Event]]:
                 raise LogFormatError(f"{path}:{lineno}: {exc}") from exc
 
 
+def encode_lines(entries: Iterable[tuple[int, str, ev.Event]]) -> Iterator[bytes]:
+    """The log's bytes for `entries`, in chunks of about 1 MiB (what `write_log` writes: a
+    sweep hashes them, so a variant's sha256 is that of its written log)."""
+    buf = bytearray()
+    for seq, subject, event in entries:
+        buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (
+            seq,
+            _encoder.encode(subject),
+            ev.encode(event),
+        )
+        if len(buf) > 1 << 20:
+            yield bytes(buf)
+            buf.clear()
+    if buf:
+        yield bytes(buf)
+
+
 def write_log(path: str | Path, entries: Iterable[tuple[int, str, ev.Event]]) -> int:
     """Write `(seq, subject, event)` entries; returns the number written."""
     n = 0
-    buf = bytearray()
-    with open(path, "wb") as f:
-        for seq, subject, event in entries:
-            buf += b'{"seq":%d,"subject":%s,"event":%s}\n' % (
-                seq,
-                _encoder.encode(subject),
-                ev.encode(event),
-            )
+
+    def counted():
+        nonlocal n
+        for entry in entries:
             n += 1
-            if len(buf) > 1 << 20:
-                f.write(buf)
-                buf.clear()
-        f.write(buf)
+            yield entry
+
+    with open(path, "wb") as f:
+        for chunk in encode_lines(counted()):
+            f.write(chunk)
     return n

