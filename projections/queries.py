@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuledger.events.specs import DEFAULT_USER
+
 
 def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
     """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
@@ -131,6 +133,7 @@ def why_report(con, job_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "job": job_id,
         "tenant": job["tenant"],
+        "user": job["user"] or DEFAULT_USER,
         "state": job["state"],
         "priority_class": job["priority_class"],
         "priority": job["priority"],
