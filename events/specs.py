@@ -244,6 +244,38 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
         return self.replicas if self.min_members is None else self.min_members
 
 
+UserLimitValue = Annotated[int, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
+
+
+class UserLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Per-user bounds inside a tenant (Slurm `MaxJobsPerUser`, `MaxTRESPerUser=gres/gpu`);
+    None: no bound. Jobs that name no user (`DEFAULT_USER`) are not bound."""
+
+    running_jobs: UserLimitValue | None = None
+    """Jobs of the user placed at once (a service replica and an array task count each)."""
+    gpu_milli: UserLimitValue | None = None
+    """GPU capacity the user's placed jobs hold at once, milli-GPUs."""
+
+
+class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A tenant's per-user limits: `default` for each of its users, `overrides` per user
+    (a field an override leaves unset is the default's)."""
+
+    default: UserLimit = UserLimit()
+    overrides: dict[UserName, UserLimit] = {}
+
+    def of(self, user: str) -> UserLimit:
+        """The limits in force for `user`: its override, field by field over the default."""
+        o = self.overrides.get(user)
+        if o is None:
+            return self.default
+        d = self.default
+        return UserLimit(
+            running_jobs=d.running_jobs if o.running_jobs is None else o.running_jobs,
+            gpu_milli=d.gpu_milli if o.gpu_milli is None else o.gpu_milli,
+        )
+
+
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One GPU of a node as registered by its agent."""
 

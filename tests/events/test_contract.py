@@ -167,3 +167,21 @@ def test_a_payload_with_a_user_that_would_break_a_subject_is_refused(user):
     raw["job"]["user"] = user
     with pytest.raises(e.UndecodableEvent):
         e.decode(json.dumps(raw).encode())
+
+
+def test_tenant_user_limits_keep_their_published_form():
+    """`TenantConfigured.user_limits` (added after v1 without a new tag, left out of the JSON
+    when unset): the golden payload decodes to the limits, an override falls back to the
+    default field by field, and it encodes back to the same JSON."""
+    raw = (GOLDEN / "TenantConfigured.v1+user_limits.json").read_bytes()
+    t = e.decode(raw)
+    assert (t.user_limits.of("bob").running_jobs, t.user_limits.of("bob").gpu_milli) == (2, 4000)
+    assert (t.user_limits.of("alice").running_jobs, t.user_limits.of("alice").gpu_milli) == (
+        2,
+        8000,
+    )
+    assert json.loads(e.encode(t)) == json.loads(raw)
+    bad = json.loads(raw)
+    bad["user_limits"]["default"]["gpu_milli"] = -1
+    with pytest.raises(e.UndecodableEvent):
+        e.decode(json.dumps(bad).encode())
