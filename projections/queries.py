@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuledger.events.specs import DEFAULT_USER
-
 
 def gpus_label(replicas: int | None, gpus: int | None, milli: int | None, mig: str | None) -> str:
     """Human form of a job's GPU request: `8`, `2x8`, `500m`, `3g.40gb`, `0`."""
@@ -128,6 +126,8 @@ def why_report(con, job_id: str) -> dict[str, Any]:
     recs = records(cur)
     if not recs:
         raise UnknownJob(job_id, refused_requests(con, job_id), acceptance_refusals(con, job_id))
+    from gpuledger.events.specs import DEFAULT_USER  # (lazily: the CLI tree imports this module)
+
     job = parse_json_fields(recs[0], "details")
     now = now_ms(con)
     out: dict[str, Any] = {
