@@ -25,6 +25,8 @@ from gpuledger.events.specs import (
     Resources,
     Spread,
     TenantShare,
+    UserLimit,
+    UserLimits,
 )
 from gpuledger.events.subjects import subject_for
 
@@ -47,6 +49,8 @@ __all__ = [
     "Resources",
     "Spread",
     "TenantShare",
+    "UserLimit",
+    "UserLimits",
     "UndecodableEvent",
     "decode",
     "derive_event_id",

@@ -21,6 +21,7 @@ from gpuledger.events.specs import (
     MemberPlacement,
     NodeInfo,
     TenantShare,
+    UserLimits,
 )
 
 # ---------------------------------------------------------------- clients (CLI / CI)
@@ -110,6 +111,9 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     lending_limit_by_model: dict[str, NonNegative] | msgspec.UnsetType = msgspec.UNSET
     """Per GPU model (a key of `guaranteed_by_model`), the most of the tenant's unused
     guarantee for that model that other tenants may borrow, milli-GPUs; absent = all of it."""
+    user_limits: UserLimits | msgspec.UnsetType = msgspec.UNSET
+    """Per-user limits of the tenant's users (`UserLimits`: a default and overrides); absent
+    (left out of the JSON) = none. Added after v1 without a new tag."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):

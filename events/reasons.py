@@ -38,6 +38,7 @@ class PendingReason(StrEnum):
     )
     Dependency = "Dependency"  # a job it depends on (`depends_on`) has not done what it waits for
     ArrayTaskLimit = "ArrayTaskLimit"  # its array runs `max_running` tasks already
+    UserLimit = "UserLimit"  # its user is at a per-user limit of its tenant (`users:`)
     DependencyNeverSatisfied = (
         "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
     )

@@ -29,6 +29,15 @@ RecordedEnd = Literal["failed"]
 """How an imported run ended other than completing, replayed by simulated agents."""
 MAX_SELECTOR = 32
 """Most label pairs one node selector may name."""
+MAX_USER_LEN = 128
+UserName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_USER_LEN, pattern=r"^[A-Za-z0-9_\-:+@=,~]+$")
+]
+"""A user name inside a tenant: a subject token (no `.`, `*`, `>`, whitespace; 1..128)."""
+DEFAULT_USER = "-"
+"""The user of a job submitted without one (logs written before users existed, a tenant's CI
+identity that names nobody): shown as `-` in tables, `user = '-'` in SQL."""
+
 NodeSelector = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_SELECTOR)]
 """Labels a node must carry, each key with exactly that value."""
 
@@ -212,6 +221,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     `OUT_OF_MEMORY`, a Kubernetes or openb pod `Failed`; docs/importers.md). Only simulated
     agents read it (a real agent runs the command); unset (left out of the JSON): the run
     completes. Added after v1 without a new tag: unset encodes as before."""
+    user: UserName | msgspec.UnsetType = msgspec.UNSET
+    """Who submitted the job inside its tenant (Slurm's `User` under an account): a subject
+    token, at most 128 characters. Unset (left out of the JSON; old logs): `DEFAULT_USER`
+    (`-`), see `submitter`. Added after v1 without a new tag: unset encodes as before."""
 
     def selector(self) -> tuple[tuple[str, str], ...]:
         """The node selector as sorted (key, value) pairs (empty: any node)."""
@@ -219,11 +232,48 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
         return tuple(sorted(sel.items())) if sel else ()
 
     @property
+    def submitter(self) -> str:
+        """The job's user, `DEFAULT_USER` (`-`) when the spec names none."""
+        return self.user if isinstance(self.user, str) else DEFAULT_USER
+
+    @property
     def is_service(self) -> bool:
         return self.kind == "service"
 
     def members_min(self) -> int:
         return self.replicas if self.min_members is None else self.min_members
+
+
+UserLimitValue = Annotated[int, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
+
+
+class UserLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Per-user bounds inside a tenant (Slurm `MaxJobsPerUser`, `MaxTRESPerUser=gres/gpu`);
+    None: no bound. Jobs that name no user (`DEFAULT_USER`) are not bound."""
+
+    running_jobs: UserLimitValue | None = None
+    """Jobs of the user placed at once (a service replica and an array task count each)."""
+    gpu_milli: UserLimitValue | None = None
+    """GPU capacity the user's placed jobs hold at once, milli-GPUs."""
+
+
+class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A tenant's per-user limits: `default` for each of its users, `overrides` per user
+    (a field an override leaves unset is the default's)."""
+
+    default: UserLimit = UserLimit()
+    overrides: dict[UserName, UserLimit] = {}
+
+    def of(self, user: str) -> UserLimit:
+        """The limits in force for `user`: its override, field by field over the default."""
+        o = self.overrides.get(user)
+        if o is None:
+            return self.default
+        d = self.default
+        return UserLimit(
+            running_jobs=d.running_jobs if o.running_jobs is None else o.running_jobs,
+            gpu_milli=d.gpu_milli if o.gpu_milli is None else o.gpu_milli,
+        )
 
 
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -87,7 +87,7 @@ WITH g AS (
     SELECT t.job_id, sum(greatest(0, coalesce(t.next_ms, c.now_ms) - t.at_ms)) / 1000.0 AS run_s
     FROM t CROSS JOIN clock c WHERE t.to_state IN ('running', 'preempting') GROUP BY t.job_id
 )
-SELECT j.job_id, j.tenant, j.priority_class, j.slo_class, j.state, j.reason,
+SELECT j.job_id, j.tenant, j.user, j.priority_class, j.slo_class, j.state, j.reason,
        j.replicas, j.gpu_milli / 1000.0 AS gpus,
        epoch_ms(j.submitted_at_ms) AS submitted_at,
        epoch_ms(j.admitted_at_ms) AS admitted_at,
@@ -139,6 +139,7 @@ COMMENT ON COLUMN events.payload IS 'The event as canonical current-version JSON
 COMMENT ON TABLE jobs IS 'Current state of every job, one row per job.';
 COMMENT ON COLUMN jobs.job_id IS 'Job id (unique).';
 COMMENT ON COLUMN jobs.tenant IS 'Tenant path (org/team/project).';
+COMMENT ON COLUMN jobs.user IS 'Who submitted it inside its tenant (JobSpec.user); ''-'' when the job names none (logs written before users).';
 COMMENT ON COLUMN jobs.priority_class IS 'Priority class name (train, interactive, build, inference, ...).';
 COMMENT ON COLUMN jobs.priority IS 'Resolved priority value (higher wins; aging may raise it).';
 COMMENT ON COLUMN jobs.preemptible IS 'Whether the class lets the job be preempted.';
@@ -407,6 +408,7 @@ COMMENT ON COLUMN preemptions_daily.lost_gpu_hours IS 'Work lost since the last 
 COMMENT ON VIEW job_accounting IS 'One accounting row per job, like Slurm''s sacct (`gpuledger acct`).';
 COMMENT ON COLUMN job_accounting.job_id IS 'The job.';
 COMMENT ON COLUMN job_accounting.tenant IS 'Its tenant (sacct Account).';
+COMMENT ON COLUMN job_accounting.user IS 'Who submitted it (sacct User; ''-'': none named).';
 COMMENT ON COLUMN job_accounting.priority_class IS 'Priority class (sacct QOS).';
 COMMENT ON COLUMN job_accounting.slo_class IS 'SLO class.';
 COMMENT ON COLUMN job_accounting.state IS 'Current state.';

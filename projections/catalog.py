@@ -57,7 +57,8 @@ def _sql(name: str) -> str:
 
 
 def audit_sql() -> str:
-    return _sql("audit.sql")
+    """The audit views and every comment, then the report's (`report.sql`: `gpuledger report`)."""
+    return _sql("audit.sql") + "\n" + _sql("report.sql")
 
 
 def is_time_column(name: str) -> bool:

@@ -135,11 +135,14 @@ def why_report(con, job_id: str) -> dict[str, Any]:
     recs = records(cur)
     if not recs:
         raise UnknownJob(job_id, refused_requests(con, job_id), acceptance_refusals(con, job_id))
+    from gpuledger.events.specs import DEFAULT_USER  # (lazily: the CLI tree imports this module)
+
     job = parse_json_fields(recs[0], "details")
     now = now_ms(con)
     out: dict[str, Any] = {
         "job": job_id,
         "tenant": job["tenant"],
+        "user": job["user"] or DEFAULT_USER,
         "state": job["state"],
         "priority_class": job["priority_class"],
         "priority": job["priority"],

@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS jobs (
     job_id             VARCHAR NOT NULL,
     tenant             VARCHAR,
+    "user"             VARCHAR,          -- who submitted it inside the tenant ('-': none named)
     priority_class     VARCHAR,
     priority           BIGINT,
     preemptible        BOOLEAN,

@@ -47,7 +47,7 @@ from gpuledger.projections.reading import (  # noqa: F401 - re-exported: the rea
 )
 from gpuledger.services.runtime.gctune import collector_paused
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: jobs.user
 _log = logging.getLogger("gpuledger.projector")
 
 _ARROW_TYPES = {

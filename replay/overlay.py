@@ -111,6 +111,24 @@ def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
         "lending_limit_by_model": {
             m: _milli_text(v) for m, v in lending_limits_by_model(t).items()
         },
+        **_users_doc(t),
+    }
+
+
+def _users_doc(t: ev.TenantConfigured) -> dict[str, Any]:
+    """`{users: ...}` for a tenant with per-user limits (else nothing: its doc as before)."""
+    u = t.user_limits
+    if not isinstance(u, ev.UserLimits):
+        return {}
+
+    def one(x: ev.UserLimit) -> dict[str, Any]:
+        return {"running_jobs": x.running_jobs, "gpus": _milli_text(x.gpu_milli)}
+
+    return {
+        "users": {
+            "default": one(u.default),
+            "overrides": {k: one(v) for k, v in u.overrides.items()},
+        }
     }
 
 

@@ -28,6 +28,7 @@ class JobMappers(ProjectionState):
         res = spec.resources
         job = existing or JobRow(job_id=key, state=JobState.submitted)
         job.tenant = spec.tenant
+        job.user = spec.submitter
         job.priority_class = spec.priority_class
         job.replicas = spec.replicas
         job.min_members = spec.members_min()
@@ -105,6 +106,7 @@ class JobMappers(ProjectionState):
                 row = JobRow(
                     job_id=rec.job_id,
                     tenant=rec.tenant,
+                    user=spec.submitter,
                     state=JobState.submitted,
                     priority_class=spec.priority_class,
                     priority=rec.priority,

@@ -163,8 +163,8 @@ def _row_class(
 JobRow = _row_class(
     "JobRow",
     "jobs",
-    """job_id tenant priority_class priority preemptible slo_class state replicas min_members
-    member_gpus member_gpu_milli member_mig_profile gpu_models min_gpu_memory_mib gpu_milli
+    """job_id tenant user priority_class priority preemptible slo_class state replicas
+    min_members member_gpus member_gpu_milli member_mig_profile gpu_models min_gpu_memory_mib gpu_milli
     duration_s submitted_at_ms admitted_at_ms first_placed_at_ms placed_at_ms finished_at_ms
     pending_since_ms allocation_id attempts preemptions progress_ms cancel_requested reason
     message details updated_at_ms updated_seq""",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
+import re
 import tempfile
 from array import array
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.ids import ARRAY_SEPARATOR
+from gpuledger.events.specs import MAX_USER_LEN
 from gpuledger.replay import observed as obs
 from gpuledger.replay.importers.checkpoint import CheckpointRules
 from gpuledger.replay.importers.outcomes import Replayed, replayed
@@ -95,6 +97,18 @@ def read_yaml(path: str | Path) -> Any:
         raise TraceImportError(f"{path}: cannot read: {exc.strerror}") from None
     except (UnicodeDecodeError, DocumentError) as exc:
         raise TraceImportError(f"{path}: {exc}") from None
+
+
+_NOT_IN_USER = re.compile(r"[^A-Za-z0-9_\-:+@=,~]")
+
+
+def spec_user(name: str | None) -> str | msgspec.UnsetType:
+    """A source's user name as `JobSpec.user`: characters a subject token cannot hold (`.`,
+    spaces, ...) become `_` (`john.doe` -> `john_doe`), cut to 128; none (or empty): unset,
+    the job's user is then `-`."""
+    if not name:
+        return msgspec.UNSET
+    return _NOT_IN_USER.sub("_", name)[:MAX_USER_LEN]
 
 
 @dataclass
@@ -277,6 +291,7 @@ class ImportLog:
             time_limit_s=r.time_limit_s if r.time_limit_s else msgspec.UNSET,
             depends_on=job.depends_on if job.depends_on else msgspec.UNSET,
             ends=r.ends or msgspec.UNSET,
+            user=spec_user(job.user),
         )
         at = job.replay_submit_ms
         self._push(at, 0, job.line, submission(spec, now_ms=at, producer=self.producer))
@@ -377,6 +392,7 @@ class ImportLog:
             else msgspec.UNSET,
             time_limit_s=head.time_limit_s if head.time_limit_s else msgspec.UNSET,
             depends_on=head.depends_on if head.depends_on else msgspec.UNSET,
+            user=spec_user(head.user),
             array=ev.ArraySpec(
                 count=len(tasks),
                 max_running=max_running,

@@ -10,6 +10,7 @@ maps the Alibaba openb trace and gives the same log as `gpuledger import alibaba
     jobs:
       id: job_name                    # a column name, or {column, unit, values, default, separator}
       tenant: {column: user, values: {alice: research}, default: shared}   # or {value: constant}
+      user: user                      # optional: who submitted the job (else `-`)
       gang: task_group                # optional: adjacent rows with the same value are one gang
       submit: submit_time
       start: start_time
@@ -59,6 +60,8 @@ Rules (documented in the README; every skipped row is reported with its line):
   vocabulary does not know are kept verbatim and listed in one warning. `gpu_models:
   verbatim` keeps every name as the trace writes it (examples/openb-mapping.yaml does, so
   that its log equals `import alibaba-openb`'s);
+- `jobs.user`: who submitted the job (`JobSpec.user`; `.` and other characters a subject
+  token cannot hold become `_`); an empty cell or no column: `-`;
 - `jobs.node_selector` / `nodes.labels` (label key -> a column spec): a job goes only to nodes
   carrying every label its row selects (exact match); an empty cell selects nothing for that
   key. Nodes read from `--config-nodes` carry that file's `labels:`.
@@ -124,6 +127,9 @@ class TimeSpec(Strict, kw_only=True):
 class JobColumns(Strict, kw_only=True):
     id: Spec
     tenant: Spec | None = None
+    user: Spec | None = None
+    """Who submitted the job (characters a user name cannot hold become `_`); None or an
+    empty cell: `-`."""
     gang: Spec | None = None
     submit: Spec | None = None
     start: Spec | None = None
@@ -625,6 +631,7 @@ def _row_job(
     tenant = cols.text(row, "tenant") if cols.has("tenant") else None
     if tenant is None:
         tenant = "default"
+    user = cols.text(row, "user") if cols.has("user") else None
     cls = cols.text(row, "priority") if cols.has("priority") else None
     cls = cls or "train"
     cls_raw = cols.raw(row, "priority") if cols.has("priority") else None
@@ -664,6 +671,7 @@ def _row_job(
         started_before=started_before,
         source_priority=cls_raw,
         state=state,
+        user=user or None,
     )
     return job, gang
 
@@ -744,6 +752,7 @@ def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
         line=first.line,
         started_before=start is not None and all(j.started_before for j in rows),
         source_priority=first.source_priority,
+        user=first.user,
         # the gang's outcome: its first member's that did not complete, else completed
         state=""
         if start is None or end is None

@@ -29,6 +29,9 @@ Rules:
   `kueue.x-k8s.io/queue-name` label, else its Workload's `spec.queueName`); class =
   `spec.priorityClassName` (else the Workload's), value = the pod's `spec.priority` when the
   class is not defined by the mapping, preemptible. Pods without a class get `default` (0).
+- user = the pod's `gpuledger.io/user`, `runai/user` or `user` annotation (else label), the
+  first one set (a gang: its first member's); characters a user name cannot hold become `_`;
+  none: `-`.
 - nodes: `status.capacity` (`cpu`, `memory`, `nvidia.com/gpu`, `nvidia.com/mig-*`), model
   from the `nvidia.com/gpu.product` label, GPU memory from `nvidia.com/gpu.memory` (MiB) or
   the model table; MIG instances (`nvidia.com/mig-<profile>.count` labels of GPU feature
@@ -91,6 +94,9 @@ GANG_LABELS = (
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 INDEX_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index",)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+USER_KEYS = ("gpuledger.io/user", "runai/user", "user")
+"""Annotations (then labels) naming who submitted a pod, the first one set wins (a gang: its
+first member's); none: the job's user is `-`."""
 
 _QTY = re.compile(r"^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)([a-zA-Z]*)$")
 _BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -275,6 +281,8 @@ class _Member:
     preempted: bool = False
     deadline_s: int | None = None
     """`spec.activeDeadlineSeconds`: the pod's time limit."""
+    user: str | None = None
+    """Who submitted it (`USER_KEYS`), None: not recorded."""
 
 
 @dataclass
@@ -461,7 +469,18 @@ def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Memb
         priority=cls_name,
         preempted=f"{ns}/{name}" in ctx.preempted or status.get("reason") == "Preempted",
         deadline_s=_deadline(spec.get("activeDeadlineSeconds")),
+        user=_user_of(meta),
     )
+
+
+def _user_of(meta: dict) -> str | None:
+    """The pod's submitter: the first of `USER_KEYS` among its annotations, then labels."""
+    for where in (meta.get("annotations") or {}, meta.get("labels") or {}):
+        for key in USER_KEYS:
+            value = where.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+    return None
 
 
 def _deadline(value) -> int | None:
@@ -503,6 +522,7 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
             time_limit_s=min(
                 (m.deadline_s for m in members if m.deadline_s is not None), default=None
             ),
+            user=first.user,
         ),
         ctx.where(first.line),
     )

@@ -41,6 +41,7 @@ FIELDS: dict[str, tuple[int, Any]] = {
     "JobName": (16, lambda r: r["job_id"]),
     "Account": (12, lambda r: r["tenant"] or ""),
     "Tenant": (12, lambda r: r["tenant"] or ""),
+    "User": (10, lambda r: r.get("user") or "-"),
     "QOS": (11, lambda r: r["priority_class"] or ""),
     "Class": (11, lambda r: r["priority_class"] or ""),
     "State": (10, lambda r: r["state"].upper()),

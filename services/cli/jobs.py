@@ -38,7 +38,7 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
 
     headers = ["NAME", "TENANT", "PRIORITY", "STATE", "GPUS", "AGE", "REASON"]
     if wide:
-        headers += ["PRIO", "SLO", "ATTEMPTS", "PREEMPTED", "NODES", "MESSAGE"]
+        headers += ["USER", "PRIO", "SLO", "ATTEMPTS", "PREEMPTED", "NODES", "MESSAGE"]
     out = []
     for r in rows:
         age = r["now_ms"] - r["submitted_at_ms"] if r["submitted_at_ms"] is not None else None
@@ -62,6 +62,7 @@ def _job_table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[
         ]
         if wide:
             line += [
+                r.get("user") or "-",
                 r["priority"],
                 r["slo_class"],
                 r["attempts"],

@@ -19,6 +19,7 @@ from gpuledger.services.cli import (
     gateway,
     metrics,
     nodes,
+    report,
     run,
     schedules,
     status,
@@ -192,6 +193,7 @@ audit_app = typer.Typer()
 audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)
 app.command("acct")(acct.acct)
+app.command("report")(report.report_command)
 app.command("ui")(ui.ui)
 app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(whatif_io.import_app, name="import")
@@ -202,7 +204,7 @@ app.add_typer(gateway.gateway_app, name="gateway")
 PANELS: dict[str, tuple[str, ...]] = {
     "Run": ("up", "run", "demo", "ui", "gateway", "metrics"),
     "Submit": ("submit", "cancel", "scale", "check", "schema"),
-    "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct"),
+    "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct", "report"),
     "Replay": (
         "simulate",
         "replay",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import typer
 
 from gpuledger.services.cli.common import fail, fail_input, read_doc
@@ -39,6 +40,12 @@ def submit(
     ),
     timeout: float = typer.Option(30.0, help="Seconds to wait with --wait."),
     creds: CredsOption = None,
+    user: str | None = typer.Option(
+        None,
+        "--user",
+        help="Who submits the job inside its tenant (overrides the file's `user:`; a subject "
+        "token: no '.', '*', '>', whitespace, at most 128 characters).",
+    ),
 ) -> None:
     """Publish JobSubmitted. A job id is created once per tenant (another tenant may use the
     same id): re-submitting the same content is a no-op (safe CI retries); a job id the
@@ -51,8 +58,15 @@ def submit(
     from gpuledger.services.domain.tooling.stamp import submission
     from gpuledger.services.runtime.client_requests import StatusQueryError, submit_job
 
+    if user is not None:
+        try:
+            ev.validate_token("user", user)
+        except ev.InvalidId as exc:
+            fail(f"--user: {exc}", 2)
     try:
         spec = job_spec(read_doc(file))
+        if user is not None:
+            spec = msgspec.structs.replace(spec, user=user)
         event = submission(spec, producer="cli", now_ms=time.time_ns() // 1_000_000)
         ev.subject_for(event)
     except JobFileError as exc:

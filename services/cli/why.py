@@ -71,9 +71,9 @@ def refusal_text(x: dict[str, Any]) -> str:
 
 
 def _why_header(r: dict[str, Any]) -> list[str]:
-    """Job, tenant, class, priority, size; state and age; reason and message."""
+    """Job, tenant, user, class, priority, size; state and age; reason and message."""
     lines = [
-        f"Job:       {r['job']}  (tenant {r['tenant']}, class {r['priority_class'] or '-'}, "
+        f"Job:       {r['job']}  (tenant {r['tenant']}, user {r.get('user') or '-'}, class {r['priority_class'] or '-'}, "
         f"priority {'-' if r['priority'] is None else r['priority']}, {r['gpus']} GPUs)",
         f"State:     {r.get('state_text') or r['state']}"
         + (

@@ -58,6 +58,10 @@ class Round:
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
     computed once however many of its jobs wait."""
+    user_use: dict[tuple[str, str], list[int]] | None = None
+    """Per (tenant, user): [placed jobs, GPU milli they hold], active allocations plus this
+    decide's binds (stage `user_limits`); built when a job under per-user limits is first
+    tried (`user_in_use`)."""
     unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
     """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
     booked when the view is next read, so the last one of a decide never is."""
@@ -144,6 +148,21 @@ class Round:
             capacity = self.state.fleet.capacity_gpus() * 1000
             return lending_block(tenants, self.usage, capacity, job.tenant, need)
         return None
+
+    def user_in_use(self, tenant: str, user: str) -> list[int]:
+        """[placed jobs, GPU milli held] of `user` in `tenant` now (mutable: `book` adds)."""
+        if self.user_use is None:
+            use: dict[tuple[str, str], list[int]] = {}
+            for alloc_id in self.state.active:
+                rec = self.state.allocations[alloc_id]
+                owner = self.state.jobs.get(rec.job_id)
+                if owner is None or not isinstance(owner.spec.user, str):
+                    continue
+                u = use.setdefault((rec.tenant, owner.spec.user), [0, 0])
+                u[0] += 1
+                u[1] += rec.gpu_milli
+            self.user_use = use
+        return self.user_use.setdefault((tenant, user), [0, 0])
 
     def pending(self, job: JobRecord, reason: str, message: str, details: dict) -> list[Event]:
         """`PendingReasonChanged` when the job's reason or message changes, else nothing."""

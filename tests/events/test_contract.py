@@ -144,3 +144,44 @@ def test_tenant_limits_and_partial_preemptions_keep_their_published_form():
     for name in ("TenantConfigured.v1.json", "PreemptionRequested.v1.json"):
         raw = (GOLDEN / name).read_bytes()
         assert json.loads(e.encode(e.decode(raw))) == json.loads(raw), name
+
+
+def test_a_job_with_a_user_keeps_its_published_form_and_old_jobs_have_the_default_user():
+    """`JobSpec.user` (added after v1 without a new tag, left out of the JSON when unset):
+    the golden payload with it decodes to the user and encodes back to the same JSON; a
+    payload without one (every log written before users) still encodes without it, and its
+    job's user is the documented default `-`."""
+    raw = (GOLDEN / "JobSubmitted.v1+user.json").read_bytes()
+    event = e.decode(raw)
+    assert (event.job.user, event.job.submitter) == ("alice", "alice")
+    assert json.loads(e.encode(event)) == json.loads(raw)
+    old_raw = (GOLDEN / "JobSubmitted.v1.json").read_bytes()
+    old = e.decode(old_raw)
+    assert old.job.submitter == "-"
+    assert json.loads(e.encode(old)) == json.loads(old_raw)
+
+
+@pytest.mark.parametrize("user", ["a.b", "a*", "a>", "a b", "", "x" * 129])
+def test_a_payload_with_a_user_that_would_break_a_subject_is_refused(user):
+    raw = json.loads((GOLDEN / "JobSubmitted.v1+user.json").read_bytes())
+    raw["job"]["user"] = user
+    with pytest.raises(e.UndecodableEvent):
+        e.decode(json.dumps(raw).encode())
+
+
+def test_tenant_user_limits_keep_their_published_form():
+    """`TenantConfigured.user_limits` (added after v1 without a new tag, left out of the JSON
+    when unset): the golden payload decodes to the limits, an override falls back to the
+    default field by field, and it encodes back to the same JSON."""
+    raw = (GOLDEN / "TenantConfigured.v1+user_limits.json").read_bytes()
+    t = e.decode(raw)
+    assert (t.user_limits.of("bob").running_jobs, t.user_limits.of("bob").gpu_milli) == (2, 4000)
+    assert (t.user_limits.of("alice").running_jobs, t.user_limits.of("alice").gpu_milli) == (
+        2,
+        8000,
+    )
+    assert json.loads(e.encode(t)) == json.loads(raw)
+    bad = json.loads(raw)
+    bad["user_limits"]["default"]["gpu_milli"] = -1
+    with pytest.raises(e.UndecodableEvent):
+        e.decode(json.dumps(bad).encode())

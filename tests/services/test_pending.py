@@ -319,6 +319,18 @@ def test_array_task_limit_tasks_beyond_max_running_wait():
     assert e.message == "array sweep runs at most 2 tasks at once (max_running)"
 
 
+def test_user_limit_a_users_jobs_beyond_her_running_jobs_wait():
+    team = {"name": "a", "guaranteed": 8, "users": {"default": {"running_jobs": 1}}}
+    _, out = scheduled(
+        fleet(N8, tenants=[team]),
+        [{"id": f"s{i}", "tenant": "a", "user": "alice", "gpus": 1} for i in range(2)],
+    )
+    assert sorted(e.job_id for e in of_type(out, ev.GangPlaced)) == ["s0"]
+    e = why(out, "s1")
+    assert e.reason == PendingReason.UserLimit
+    assert e.message == "user alice of tenant a runs 1 jobs; at most 1 at once (running_jobs)"
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 

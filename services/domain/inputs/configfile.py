@@ -38,6 +38,7 @@ from gpuledger.events import (
     derive_event_id,
     encode,
 )
+from gpuledger.events.specs import UserLimit, UserLimits
 from gpuledger.services.domain.inputs.gpu_models import resolve, resolve_node
 from gpuledger.services.domain.inputs.mig_layouts import layout_text, parse_layout
 from gpuledger.services.domain.inputs.quantities import mebibytes, milli, seconds
@@ -139,6 +140,26 @@ def _by_model(key: str, values: dict[str, Any]) -> Any:
     return dict(sorted((resolve(m), milli(f"{key}.{m}", v)) for m, v in values.items()))
 
 
+def _user_limit(key: str, d: Any) -> UserLimit:
+    return UserLimit(
+        running_jobs=d.running_jobs,
+        gpu_milli=None if d.gpus is None else milli(f"{key}.gpus", d.gpus),
+    )
+
+
+def _user_limits(users: Any) -> Any:
+    """A tenant's `users:` as `UserLimits`; `UNSET` when not given (left out of the JSON)."""
+    if users is None:
+        return msgspec.UNSET
+    return UserLimits(
+        default=_user_limit("users.default", users.default),
+        overrides={
+            u: _user_limit(f"users.overrides.{u}", users.overrides[u])
+            for u in sorted(users.overrides)
+        },
+    )
+
+
 def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Event]:
     """Configuration events for the document, with content-derived ids (re-publishing the
     same configuration is deduplicated)."""
@@ -170,6 +191,7 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                 lending_limit_by_model=_by_model(
                     "lending_limit_by_model", t.lending_limit_by_model
                 ),
+                user_limits=_user_limits(t.users),
             )
         )
     for c in f.priority_classes:

@@ -7,7 +7,7 @@ Accepted keys (snake_case): `id` (or `job_id`), `tenant`, `class` (or `priority_
 grace, save}`, `command`, `time_limit` (`2h`, Slurm `--time`) or `time_limit_s`, `depends_on: [{job, on}]`,
 `array` (`{count, max_running, first}` or Slurm's `0-99%8`),
 `min_available`, `prefer_same_leaf`, `spread: {group,
-max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`).
+max_per_node}`, `kind` (`gang` or `service`), `node_selector` (`{partition: a100}`), `user` (who submits it).
 The schema is
 `services.domain.inputs.schema.JobDoc`: unknown keys, bad units and negative values are errors.
 """
@@ -94,6 +94,8 @@ def _job_spec(doc: Any, base: str) -> JobSpec:
         optional["depends_on"] = tuple(Dependency(job=d.job, on=d.on) for d in j.depends_on)
     if j.array is not None:
         optional["array"] = array_spec(j.array, base)
+    if j.user is not None:
+        optional["user"] = j.user
     return JobSpec(
         job_id=j.id if j.id is not None else (j.job_id or ""),
         tenant=j.tenant,

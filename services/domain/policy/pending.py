@@ -142,6 +142,13 @@ PENDING: tuple[PendingRule, ...] = (
         "what it must do and its state now (checked before quota and placement)",
     ),
     PendingRule(
+        PendingReason.UserLimit,
+        False,
+        False,
+        "its user is at a per-user limit of its tenant (`users:`; Slurm `MaxJobsPerUser`, "
+        "`MaxTRESPerUser`): the user, the limit and the use now (checked before quota)",
+    ),
+    PendingRule(
         PendingReason.ArrayTaskLimit,
         False,
         False,

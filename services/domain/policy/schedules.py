@@ -143,6 +143,7 @@ def changed_tenant(current: TenantConfigured | None, change: TenantChange) -> Te
         lending_limit_gpu_milli=unset_if_none(lending_limit(base)),
         borrowing_limit_by_model=base.borrowing_limit_by_model,
         lending_limit_by_model=base.lending_limit_by_model,
+        user_limits=base.user_limits,
     )
 
 

@@ -23,11 +23,13 @@ from gpuledger.services.scheduler.stages import (
     reservation,
     reserve,
     spread,
+    user_limits,
 )
 
 STAGES: tuple[Stage, ...] = (
     dependencies.STAGE,
     array_cap.STAGE,
+    user_limits.STAGE,
     quota.STAGE,
     mig_layout.STAGE,
     nominations.STAGE,

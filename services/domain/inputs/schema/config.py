@@ -73,6 +73,24 @@ class ClusterDoc(Strict, kw_only=True, frozen=True):
     """The nodes of the fleet (simulated agents register these; real agents report their own GPUs)."""
 
 
+class UserLimitDoc(Strict, kw_only=True, frozen=True):
+    """Per-user bounds (Slurm `MaxJobsPerUser`, `MaxTRESPerUser=gres/gpu`); unset: none."""
+
+    running_jobs: NonNegInt | None = None
+    """Jobs of one user placed at once (a service replica and an array task count each)."""
+    gpus: Cores | None = None
+    """GPUs one user's placed jobs hold at once (`2`, `500m`)."""
+
+
+class UsersDoc(Strict, kw_only=True, frozen=True):
+    """`{default: {running_jobs, gpus}, overrides: {alice: {...}}}`: limits of each user of
+    the tenant, and per user (a key an override leaves out is the default's). Jobs that name
+    no user are not bound."""
+
+    default: UserLimitDoc = UserLimitDoc()
+    overrides: dict[str, UserLimitDoc] = {}
+
+
 class TenantDoc(Strict, kw_only=True, frozen=True):
     """A tenant (Kueue: `guaranteed` ~ nominalQuota, `limit` ~ nominalQuota + borrowingLimit,
     `borrowing_limit` = borrowingLimit, `lending_limit` = lendingLimit)."""
@@ -97,6 +115,8 @@ class TenantDoc(Strict, kw_only=True, frozen=True):
     """Per GPU model of `guaranteed_by_model`: GPUs of that model it may use beyond its guarantee for it at most (`{H100-80GB: 2}`)."""
     lending_limit_by_model: dict[str, Cores] = {}
     """Per GPU model of `guaranteed_by_model`: GPUs of its idle guarantee for that model others may borrow at most (`{H100-80GB: 2}`)."""
+    users: UsersDoc | None = None
+    """Per-user limits: `{default: {running_jobs: 4, gpus: 8}, overrides: {alice: {gpus: 16}}}`."""
 
 
 class ClassDoc(Strict, kw_only=True, frozen=True):

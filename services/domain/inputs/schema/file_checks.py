@@ -142,6 +142,12 @@ def _check_tenants(f: FileDoc, models: set[str], problems: list[str]) -> None:
     """`tenants`: names, weights, lending limits, and per-model guarantees of present models."""
     for i, t in enumerate(f.tenants):
         _valid_id(f"tenants[{i}].name", functools.partial(validate_tenant, t.name), problems)
+        for user in t.users.overrides if t.users is not None else ():
+            _valid_id(
+                f"tenants[{i}].users.overrides",
+                functools.partial(validate_token, "user", user),
+                problems,
+            )
         if t.weight is not None and t.over_quota_weight is not None:
             problems.append(
                 f"tenants[{i}].over_quota_weight: give either 'weight' or 'over_quota_weight', not both"

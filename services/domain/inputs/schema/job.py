@@ -69,6 +69,9 @@ class JobDoc(Strict, kw_only=True, frozen=True):
     """Alternative spelling of `id`."""
     tenant: str
     """Tenant path the job runs under."""
+    user: str | None = None
+    """Who submits it inside the tenant (`alice`; a subject token: no `.`, `*`, `>`,
+    whitespace, at most 128 characters). Unset: `-` (no user named)."""
     klass: str | None = msgspec.field(default=None, name="class")
     """Priority class (`train`, `interactive`, `build`, `inference` or a configured one)."""
     priority_class: str | None = None

@@ -1,6 +1,6 @@
 """The checks of a job on its own, beyond its shape (a job file, or a scenario's submission)."""
 
-from gpuledger.events import validate_job_id, validate_tenant
+from gpuledger.events import validate_job_id, validate_tenant, validate_token
 from gpuledger.events.specs import MAX_SELECTOR
 from gpuledger.services.domain.inputs.schema.errors import (
     _p,
@@ -36,6 +36,8 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             problems,
         )
     _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
+    if job.user is not None:
+        _valid_id(_p(base, "user"), lambda: validate_token("user", job.user or ""), problems)
     forms = [
         k
         for k, v in (
