@@ -31,7 +31,7 @@ from gpuledger.events import (
 from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
 from gpuledger.services.domain.fold.config import defrag_settings
-from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.policy.pending import PREEMPTION_MAY_HELP as BLOCKED
 from gpuledger.services.domain.policy.queue import effective_priority, ordered_pending
 from gpuledger.services.domain.policy.quota import model_limit_blocks, model_limits_set
@@ -297,7 +297,7 @@ class Preemption(LedgerService):
                     state,
                     now_ms,
                     PreemptionRequested,
-                    key=c.rec.allocation_id,
+                    key=_request_key(c.rec, c.victim),
                     correlation_id=c.victim.job_id,
                     job_id=c.victim.job_id,
                     allocation_id=c.rec.allocation_id,
@@ -434,7 +434,7 @@ class Preemption(LedgerService):
                     state,
                     now_ms,
                     PreemptionRequested,
-                    key=c.rec.allocation_id,
+                    key=_request_key(c.rec, c.victim),
                     correlation_id=c.victim.job_id,
                     job_id=c.victim.job_id,
                     allocation_id=c.rec.allocation_id,
@@ -470,12 +470,18 @@ class Preemption(LedgerService):
     ) -> list[Event]:
         if job.declined == reason:
             return []
+        # unique per decision: a decline that comes back after another one (NoVictims, then
+        # MinRuntime, then NoVictims again, the pending reason unchanged) is a new decision,
+        # not a repeat of the first, which the bus would drop while decide keeps returning it
+        key = f"{job.job_id}:{reason}:{job.pending_changes}:{len(job.preemptions)}"
+        if job.declined is not None:
+            key += f":after:{job.declined}@{now_ms}"
         return [
             self.emit(
                 state,
                 now_ms,
                 PreemptionDeclined,
-                key=f"{job.job_id}:{reason}:{job.pending_changes}:{len(job.preemptions)}",
+                key=key,
                 correlation_id=job.job_id,
                 job_id=job.job_id,
                 reason=reason,
@@ -503,3 +509,12 @@ def closed_models(state: Ledger, job) -> frozenset[str]:
         for name in sorted(state.nodes)
         if any(g.model in blocked for g in state.nodes[name].info.gpus)
     )
+
+
+def _request_key(rec: AllocationRecord, victim: JobRecord) -> str:
+    """The semantic key of a `PreemptionRequested`: the allocation and how many of its
+    preemptions have completed (an elastic gang keeps its allocation through shrinks and
+    grows, so the allocation alone would repeat the first request's id and the bus would drop
+    every later one). Deciding again before the request is folded repeats it, as it should."""
+    done = sum(1 for p in victim.preemptions if p.allocation_id == rec.allocation_id)
+    return rec.allocation_id if not done else f"{rec.allocation_id}:{done}"

@@ -13,7 +13,7 @@ from gpuledger.services.admission.decider import Admission
 from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 from tests.services.test_preemption import QUIET, blocked, fleet, running, start, step
 
 ELASTIC = {"id": "elastic", "tenant": "a", "gpus": 1, "replicas": 6, "min_members": 4}
@@ -300,3 +300,88 @@ def test_the_next_blocked_job_counts_only_the_members_that_leave():
     assert [(r.job_id, r.beneficiary, r.ranks) for r in reqs] == [("elastic", "urgent-1", (4, 5))]
     (declined,) = of_type(out, ev.PreemptionDeclined)
     assert declined.job_id == "urgent-2"
+
+
+def test_a_gang_shrunk_once_and_grown_back_can_be_preempted_again():
+    # given the gang shrank 6 -> 4 for an urgent job and grew back to 6 when it ended
+    ledger = running(fleet(), submitted(**ELASTIC), submitted(id="other", tenant="a", gpus=1))
+    (first,) = of_type(
+        blocked(ledger, 10, id="urgent", tenant="a", gpus=3, **URGENT), ev.PreemptionRequested
+    )
+    fold(ledger, [first])
+    leave(ledger, first, 20)
+    step(ledger, 20, Scheduler())
+    step(ledger, 20, Scheduler())
+    start(ledger, 20)
+    finish(ledger, "urgent", 100)
+    (grown,) = of_type(step(ledger, 100, Scheduler()), ev.GangResized)
+    assert grown.to_members == 6
+    start(ledger, 100)
+    # when a second urgent job needs 3 GPUs (1 free)
+    (req,) = of_type(
+        blocked(ledger, 5_400, id="urgent-2", tenant="a", gpus=3, **URGENT),
+        ev.PreemptionRequested,
+    )
+    assert (req.job_id, req.beneficiary, req.ranks) == ("elastic", "urgent-2", (4, 5))
+    # then it is a new decision, not a repeat of the first: its id differs (the bus, like
+    # JetStream, drops an event whose id it has seen, for the rest of the allocation)
+    assert req.event_id != first.event_id
+    # and the gang shrinks again for it
+    fold(ledger, [req])
+    leave(ledger, req, 5_500)
+    (resized,) = of_type(step(ledger, 5_500, Scheduler()), ev.GangResized)
+    assert (resized.from_members, resized.to_members, resized.preempted_by) == (6, 4, "urgent-2")
+
+
+def test_a_gang_grows_only_where_its_spread_group_allows():
+    # given a spread group `g` (at most 1 member per node): `w` holds the A100 node, so the
+    # elastic gang of the group (4 replicas, min 2) is placed with 2 members on the H100 node
+    cfg = cluster(
+        {"name": "a100", "gpus": 4, "model": "A100-80GB"},
+        {"name": "h100", "gpus": 2, "model": "H100-80GB"},
+        tenants=[{"name": "a", "guaranteed": 8}],
+        policy=QUIET,
+    )
+    g = {"group": "g", "max_per_node": 1}
+    ledger = running(cfg, submitted(id="w", tenant="a", gpus=1, models=["A100-80GB"], spread=g))
+    fold(
+        ledger,
+        [submitted(at_ms=1, id="e", tenant="a", gpus=1, replicas=4, min_members=2, spread=g)],
+    )
+    step(ledger, 1, Admission(), Scheduler())
+    start(ledger, 1)
+    assert {m.node for m in ledger.allocations["e#1"].members} == {"h100"}
+    # when 3 GPUs stay free on the A100 node and nothing waits
+    out = step(ledger, 10, Scheduler())
+    # then the gang does not grow onto it: the group is at its limit there, as for a placement
+    assert of_type(out, ev.GangResized) == []
+    assert ledger.sched.spread_nodes["g"] == {"a100": 1, "h100": 2}
+
+
+def test_a_non_preemptible_gang_grows_only_within_its_models_guarantee():
+    # given a tenant guaranteed 2 A100s and a non-preemptible elastic gang (4, min 1) that
+    # got 2 members, the other 2 A100s held by a preemptible job
+    cfg = cluster(
+        {"name": "a100", "gpus": 4, "model": "A100-80GB"},
+        tenants=[{"name": "a", "guaranteed": 8, "guaranteed_by_model": {"A100-80GB": 2}}],
+        policy=QUIET,
+    )
+    ledger = running(cfg, submitted(id="hold", tenant="a", gpus=2))
+    fold(
+        ledger,
+        [
+            submitted(
+                at_ms=1, id="e", tenant="a", gpus=1, replicas=4, min_members=1,
+                **{"class": "inference"},
+            )
+        ],
+    )  # fmt: skip
+    step(ledger, 1, Admission(), Scheduler())
+    start(ledger, 1)
+    assert len(ledger.allocations["e#1"].members) == 2
+    # when the preemptible job ends and 2 A100s are free
+    finish(ledger, "hold", 10)
+    out = step(ledger, 10, Scheduler())
+    # then the gang does not grow past its tenant's A100 guarantee, as a placement would not
+    assert of_type(out, ev.GangResized) == []
+    assert ledger.sched.tenant_fixed_by_model[("a", "A100-80GB")] == 2000

@@ -262,3 +262,31 @@ def test_a_schedule_changing_the_guarantee_keeps_per_model_limits():
     after = changed_tenant(base, TenantChange(tenant="prod", guaranteed_gpu_milli=6000))
     assert after.lending_limit_by_model == {"H100-80GB": 2000}
     assert after.borrowing_limit_by_model is UNSET
+
+
+LAB = {
+    "name": "lab",
+    "guaranteed": 2,
+    "guaranteed_by_model": {"A100-80GB": 2},
+    "borrowing_limit_by_model": {"A100-80GB": 0},
+}
+
+
+def test_a_job_is_told_about_the_limit_of_the_model_it_may_use_not_of_others():
+    # given lab at its A100 limit (its 2 guaranteed, borrows none) on the 2 H100s prod lends
+    ledger = running(
+        fleet(PROD, LAB),
+        submitted(id="r0", tenant="lab", gpus=2, models=["A100-80GB"]),
+        submitted(id="s1", tenant="lab", gpus=2, models=H100),
+    )
+    # when an H100-only and an A100-only job of lab wait
+    fold(ledger, [submitted(at_ms=5, id="h", tenant="lab", gpus=1, models=H100)])
+    fold(ledger, [submitted(at_ms=6, id="a", tenant="lab", gpus=1, models=["A100-80GB"])])
+    out = step(ledger, 10, Admission(), Scheduler())
+    # then each is told about its own model only, whatever order the models are checked in
+    h_reason, h_message = reason(out, "h")
+    assert h_reason == PendingReason.LendingLimit
+    assert "H100-80GB" in h_message and "A100-80GB" not in h_message
+    a_reason, a_message = reason(out, "a")
+    assert a_reason == PendingReason.ExceedsLimit
+    assert "borrowing_limit_by_model for A100-80GB" in a_message and "H100" not in a_message

@@ -16,6 +16,7 @@ from gpuledger.services.domain.policy.pending import CAPACITY_REASONS, PENDING, 
 from gpuledger.services.placement.reasons import UNPLACEABLE, gang_incomplete
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
+from gpuledger.services.scheduler.stages import OWNER
 from tests.services.given import cluster, fold, given, of_type, stamped, submitted
 
 QUIET = {
@@ -204,23 +205,15 @@ def test_quota_scheduled_non_preemptible_work_that_fits_a_guarantee_a_schedule_g
 
 
 def test_reserved_the_only_room_is_reserved_for_a_starving_gang():
-    ledger = given(
-        *fleet(
-            N8, tenants=[{"name": "t", "guaranteed": 8}], reservation_after_s=60, preemption=False
-        ),
-        submitted(id="long", tenant="t", gpus=6, duration="1h"),
-        submitted(id="gang", tenant="t", gpus=8, duration="1h", at_ms=1),
-    )
-    fold(ledger, Admission().decide(ledger, 0))
-    fold(ledger, Scheduler().decide(ledger, 0))
-    fold(ledger, [submitted(id="small", tenant="t", gpus=2, duration="3h", at_ms=100_000)])
-    fold(ledger, Admission().decide(ledger, 100_000))
-    e = why(Scheduler().decide(ledger, 100_000), "small")
+    from tests.scheduler.stages.test_reservation import starving_gang
+
+    e = why(Scheduler().decide(starving_gang(), 100_000), "small")
     assert e.reason == PendingReason.Reserved
     assert "is reserved for gang" in e.message and "run past it" in e.message
 
 
-def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
+def victims_leaving():
+    """`high` waits for `low`, asked to checkpoint and exit for it at 5 ms."""
     ledger, _ = scheduled(
         fleet(N8),
         [{"id": "low", "tenant": "a", "gpus": 8}],
@@ -228,7 +221,11 @@ def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
     )
     (req,) = of_type(Preemption().decide(ledger, 5), ev.PreemptionRequested)
     fold(ledger, [req])
-    e = why(Scheduler().decide(ledger, 6), "high")
+    return ledger
+
+
+def test_waiting_for_preempted_workloads_victims_are_still_checkpointing():
+    e = why(Scheduler().decide(victims_leaving(), 6), "high")
     assert e.reason == PendingReason.WaitingForPreemptedWorkloads
     assert e.message.startswith("waiting for low to checkpoint and exit (deadline t+30s)")
 
@@ -331,13 +328,12 @@ def test_every_pending_reason_has_a_row_and_a_test():
     assert {r.code for r in PENDING} == set(PendingReason)
     for r in PENDING:
         assert any(n.startswith(f"test_{_snake(r.code)}_") for n in names), r.code
-        assert r.doc and r.source in ("placement", "quota", "scheduler")
+        assert r.doc
     placement_rules = " ".join(
         inspect.getdoc(rule) or "" for rule in (*UNPLACEABLE, gang_incomplete)
     )
-    for r in PENDING:
-        if r.source == "placement":
-            assert f"`{r.code}`" in placement_rules, f"no rule of UNPLACEABLE gives {r.code}"
+    for r in PENDING:  # found by exactly one stage of the scheduler, or by placement
+        assert (r.code in OWNER) != (f"`{r.code}`" in placement_rules), r.code
 
 
 def test_the_derived_sets_are_what_reservations_and_preemption_act_on():

@@ -543,3 +543,30 @@ def test_every_rule_says_what_it_protects_and_codes_are_unique():
     assert len(codes) == len(set(codes)) and set(codes) == set(ExclusionReason)
     assert rules.EXCLUSIONS[-1].code == ExclusionReason.WithinGuarantee  # relocation reads it last
     assert rules.LAPSING == {ExclusionReason.MinRuntime, ExclusionReason.EvictionBudget}
+
+
+def test_a_decline_that_comes_back_after_another_is_a_new_decision():
+    # given (the `deep` property's seed 52436): j7 of tenant b is declined NoVictims at 30 s,
+    # MinRuntime at 31 s (j5 could make room but ran 1 s of 300), and NoVictims again at 61 s
+    # when j5 has ended, its pending reason unchanged all along
+    from gpuledger.replay.scenario import from_document
+    from gpuledger.replay.simulator import simulate
+    from tests.properties.test_pure_decider_properties import document
+
+    def job(at_s, tenant, duration_s, **shape):
+        return {"at_s": at_s, "tenant": tenant, "class": "best-effort", "shape": shape,
+                "duration_s": duration_s}  # fmt: skip
+
+    jobs = [
+        *(job(0, "a", 30, gpu="250m") for _ in range(5)),
+        job(31, "a", 30, gpus=1, replicas=3),
+        job(30, "a", 45, gpus=1, replicas=2),
+        job(30, "b", 30, gpu="250m"),
+    ]
+    policy = {"preemption_scope": "tenant", "min_runtime_s": 300}
+    # when it is simulated in checking mode (every decide skipped as quiet is asked anyway)
+    sim = simulate(from_document(document(jobs, policy, [], (None, None))), check=True)
+    # then the decline at 61 s is published: its id is not the 30 s decline's
+    declines = [(e.occurred_at_ms, e.reason) for _, _, e in sim.log
+                if isinstance(e, ev.PreemptionDeclined) and e.job_id == "j7"]  # fmt: skip
+    assert declines[:3] == [(30_000, "NoVictims"), (31_000, "MinRuntime"), (61_000, "NoVictims")]

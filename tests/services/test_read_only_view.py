@@ -17,6 +17,7 @@ from gpuledger.services.placement import Fleet
 from gpuledger.services.placement.fragmentation import Fragmentation
 from gpuledger.services.placement.state import NodeState
 from gpuledger.services.scheduler.decider import Scheduler
+from gpuledger.services.scheduler.round import Round
 from tests.services.test_pure_deciders import b2_then_j
 
 
@@ -124,7 +125,10 @@ def test_an_event_holding_a_piece_of_the_state_is_refused():
         def decide(self, state, now_ms):
             out = super().decide(state, now_ms)
             job = first(state.jobs)
-            return out + [self._pending(state, now_ms, job, "Resources", "aliased", job.details)[0]]
+            aliased = Round.start(self, state, now_ms).pending(
+                job, "Resources", "aliased", job.details
+            )
+            return out + aliased
 
     sim = running()
     first(sim.ledger.jobs).details = {"a": [1]}

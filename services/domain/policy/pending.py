@@ -9,16 +9,17 @@ derived from it and read by the services, so a reason's consequences are stated 
 - `PREEMPTION_MAY_HELP` (`preemption_may_help`): the preemption service plans victims for
   the job (`services.preemption.decider`).
 
-Where each reason is found (`source`): `placement` = `services.placement.reasons.UNPLACEABLE`
-(the fleet cannot hold the gang now; one named rule per code, first answer wins), `quota` =
-`services.domain.policy.quota.quota_block` (checked before placement, up the tenant tree), and
-`scheduler` = `services.scheduler.decider` (refinements of a placement failure, in the order
-listed here: reserved capacity, per-model non-preemptible guarantee, victims still leaving).
+Who finds each reason is stated once, by its owner: a stage of the scheduler's table
+(`services.scheduler.stages.STAGES`, the stage's `reasons`; checked before placement by the
+gates `dependencies`, `array_cap` and `quota`, refined after a failed placement by
+`reservation`, `releasing` and `regeometry`), or a rule of the placement engine
+(`services.placement.reasons.UNPLACEABLE`, one named rule per code, first answer wins).
+`tests/scheduler/test_stage_table.py` checks that every code has exactly one owner.
 
 Adding a pending reason = one unit + one test: add the code to `PendingReason`, one row
-here (its flags decide whether reservations and preemption act on it), the check at its
-source, and one given/when/then test (tests/services/test_scheduler.py) asserting the code
-and its quantitative message.
+here (its flags decide whether reservations and preemption act on it), the code to the
+`reasons` of the stage that finds it (docs/deciders.md), and one given/when/then test
+(tests/services/test_pending.py) asserting the code and its quantitative message.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ class PendingRule:
     """One reason a job may be pending."""
 
     code: PendingReason
-    source: str
-    """Who finds it: `placement`, `quota` or `scheduler` (see the module doc)."""
     waits_for_capacity: bool
     """Waiting counts towards starvation (reservations)."""
     preemption_may_help: bool
@@ -46,7 +45,6 @@ class PendingRule:
 PENDING: tuple[PendingRule, ...] = (
     PendingRule(
         PendingReason.ExceedsLimit,
-        "quota",
         False,
         False,
         "the tenant or an ancestor would exceed its `limit` (uses X of its Y-GPU limit) or "
@@ -54,7 +52,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.LendingLimit,
-        "quota",
         False,
         False,
         "the job would borrow, and the free capacity is unused guarantee that other tenants "
@@ -62,7 +59,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.NonPreemptibleOverQuota,
-        "quota",
         False,
         False,
         "non-preemptible work may only use guaranteed quota (tenant-wide, or per GPU "
@@ -70,7 +66,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.QuotaScheduled,
-        "quota",
         False,
         False,
         "non-preemptible work beyond its tenant's guarantee now, within a guarantee a "
@@ -79,63 +74,54 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.Unschedulable,
-        "placement",
         False,
         False,
         "no node can ever host a member, even empty: per-node histogram",
     ),
     PendingRule(
         PendingReason.TopologyUnsatisfiable,
-        "placement",
         True,
         True,
         "enough free GPUs, but not inside one NVLink clique: largest free clique",
     ),
     PendingRule(
         PendingReason.MIGPlacementUnavailable,
-        "placement",
         True,
         True,
         "no GPU has a free slot for the MIG profile",
     ),
     PendingRule(
         PendingReason.IsolationConflict,
-        "placement",
         True,
         True,
         "mps GPUs held by other tenants, or timeslice GPUs the class may not use",
     ),
     PendingRule(
         PendingReason.Resources,
-        "placement",
         True,
         True,
         "not enough free capacity of the kind asked for: per-node histogram",
     ),
     PendingRule(
         PendingReason.GangIncomplete,
-        "placement",
         True,
         True,
         "some members fit but fewer than min_members: nothing is bound",
     ),
     PendingRule(
         PendingReason.Reserved,
-        "scheduler",
         True,
         False,
         "it would fit only on capacity reserved for a starving gang",
     ),
     PendingRule(
         PendingReason.WaitingForPreemptedWorkloads,
-        "scheduler",
         True,
         False,
         "victims evicted for it are still checkpointing: their deadlines",
     ),
     PendingRule(
         PendingReason.WaitingForConsolidation,
-        "scheduler",
         True,
         False,
         "allocations are migrating out of its way (policy `consolidation`): who moves "
@@ -143,7 +129,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.WaitingForMigReconfiguration,
-        "scheduler",
         True,
         False,
         "an idle MIG GPU is being given a layout with its profile (policy "
@@ -151,7 +136,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.Dependency,
-        "scheduler",
         False,
         False,
         "a job it depends on (`depends_on`) has not done what it waits for: each such job, "
@@ -159,7 +143,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.ArrayTaskLimit,
-        "scheduler",
         False,
         False,
         "its array job already runs `max_running` tasks (Slurm `JobArrayTaskLimit`): the "
@@ -167,7 +150,6 @@ PENDING: tuple[PendingRule, ...] = (
     ),
     PendingRule(
         PendingReason.DependencyNeverSatisfied,
-        "scheduler",
         False,
         False,
         "a dependency can no longer be met and the policy `dependency_never_satisfied` is "
