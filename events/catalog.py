@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gpuledger.events.control import JobHeld, JobReleased
 from gpuledger.events.envelope import Decision, Event
 from gpuledger.events.specs import (
     ArraySpec,
@@ -757,7 +758,13 @@ class DeadLettered(Event, frozen=True, kw_only=True, tag="DeadLettered.v1"):
     """First bytes of the payload, for diagnosis."""
 
 
-CLIENT_EVENTS: tuple[type[Event], ...] = (JobSubmitted, JobCancelled, ServiceScaled)
+CLIENT_EVENTS: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobCancelled,
+    ServiceScaled,
+    JobHeld,
+    JobReleased,
+)
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
     PriorityClassConfigured,
@@ -798,6 +805,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     MigReconfigured,
     TimeLimitReached,
     JobWithdrawn,
+    JobHeld,
+    JobReleased,
 )
 
 
@@ -805,6 +814,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 # names every class of ALL_EVENTS.
 __all__ = [
     "JobSubmitted",
+    "JobHeld",
+    "JobReleased",
     "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",

@@ -41,6 +41,7 @@ class PendingReason(StrEnum):
     DependencyNeverSatisfied = (
         "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
     )
+    Held = "Held"  # held by its tenant or the operator (`gpuledger hold`) until released
 
 
 class PreemptionReason(StrEnum):

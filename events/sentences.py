@@ -284,6 +284,16 @@ def _cancelled(e: c.JobCancelled) -> Sentence:
     return Sentence("finished", "cancelled", (JobRef(e.job_id),))
 
 
+def _held(e: c.JobHeld) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence("held", "held", (JobRef(e.job_id), f" by {e.actor}{why}"))
+
+
+def _released(e: c.JobReleased) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence("held", "released", (JobRef(e.job_id), f" by {e.actor}{why}"))
+
+
 def _scaled(e: c.ServiceScaled) -> Sentence:
     return Sentence("scaled", "scaled", (JobRef(e.job_id), f" to {e.replicas} replicas"))
 
@@ -336,6 +346,8 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.TimeLimitReached: _time_limit,
     c.JobCancelled: _cancelled,
     c.ServiceScaled: _scaled,
+    c.JobHeld: _held,
+    c.JobReleased: _released,
     c.NodeLost: _node_lost,
     c.NodeRegistered: _node_up,
     c.DeadLettered: _dead_letter,

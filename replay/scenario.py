@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost, ServiceScaled
+from gpuledger.events import (
+    Event,
+    JobCancelled,
+    JobHeld,
+    JobReleased,
+    NodeInfo,
+    NodeLost,
+    ServiceScaled,
+)
 from gpuledger.services.domain.inputs.configfile import (
     ConfigFileError,
     config_events,
@@ -114,6 +122,18 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             job_id=job_id,
             tenant=tenants.get(job_id, "-"),
             replicas=entry.replicas or 0,
+            **common,
+        )
+    if (named := entry.hold or entry.release) is not None:
+        cls = JobHeld if entry.hold is not None else JobReleased
+        return at_ms, stamp(
+            cls,
+            key=f"{named}@{at_ms}",
+            correlation_id=named,
+            job_id=named,
+            tenant=tenants.get(named, "-"),
+            actor=entry.by,
+            reason=entry.reason,
             **common,
         )
     node = entry.node_down or ""

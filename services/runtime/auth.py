@@ -193,7 +193,13 @@ def _permissions(principal: str) -> dict[str, Any] | None:
         return {"publish": reader, "subscribe": []}
     if principal == "gateway":
         return {
-            "publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"],
+            "publish": [
+                "gl.submit.>",
+                "gl.cancel.>",
+                "gl.scale.>",
+                f"{QUERY_PREFIX}.>",
+                *_job_control("*"),
+            ],
             "subscribe": [],
         }
     if kind == "ci":
@@ -203,12 +209,20 @@ def _permissions(principal: str) -> dict[str, Any] | None:
                 f"gl.cancel.{name}.>",
                 f"gl.scale.{name}.>",
                 f"{QUERY_PREFIX}.{name}.>",
+                *_job_control(name),
             ],
             "subscribe": [],
         }
     raise AuthError(
         f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)"
     )
+
+
+def _job_control(tenant: str) -> list[str]:
+    """Job control (hold, release; events/control.py) of `tenant`'s own jobs (`*`: any
+    tenant's, the gateway): `gl.ctl.<tenant>.>`. The operator's own acts travel on
+    `gl.admin.ctl.>`, which only the operator may publish on."""
+    return [f"gl.ctl.{tenant}.>"]
 
 
 def check_principal(principal: str) -> str:

@@ -67,6 +67,7 @@ def test_each_role_publishes_only_its_own_subjects():
         "gl.submit.team-a.>",
         "gl.cancel.team-a.>",
         "gl.scale.team-a.>",
+        "gl.ctl.team-a.>",  # hold / release of its own jobs (issue 42)
     }
     assert events_published("auditor") == set() and events_published("projector") == set()
 
@@ -78,6 +79,7 @@ def test_a_tenants_ci_identity_asks_only_about_its_own_jobs_and_cannot_read_the_
         "gl.cancel.team-a.>",
         "gl.scale.team-a.>",
         "glq.job.team-a.>",
+        "gl.ctl.team-a.>",  # hold / release of its own jobs (issue 42)
     ]
     assert perms["subscribe"] == []  # replies only, on its own inbox prefix (added by auth_conf)
 

@@ -319,6 +319,18 @@ def test_array_task_limit_tasks_beyond_max_running_wait():
     assert e.message == "array sweep runs at most 2 tasks at once (max_running)"
 
 
+def test_held_a_held_job_waits_with_who_holds_it_even_with_free_gpus():
+    ledger, _ = scheduled(fleet(N8), [{"id": "big", "tenant": "a", "gpus": 8}])
+    fold(ledger, [submitted(at_ms=1, id="train", tenant="a", gpus=2)])
+    fold(ledger, [stamped(ev.JobHeld, "h", 1, job_id="train", tenant="a", reason="data")])
+    fold(ledger, Admission().decide(ledger, 1))
+    fold(ledger, [stamped(ev.JobCancelled, "c-big", 2, job_id="big", tenant="a")])
+    out = Scheduler().decide(ledger, 3)
+    e = why(out, "train")  # nothing else keeps it out
+    assert (e.reason, e.message) == (PendingReason.Held, "held by tenant: data")
+    assert not [p for p in of_type(out, ev.GangPlaced) if p.job_id == "train"]
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 

@@ -78,7 +78,10 @@ def refuse(
 
 
 def answer(
-    ledger: LedgerState, e: ev.JobCancelled | ev.ServiceScaled, reason: RequestReason, message: str
+    ledger: LedgerState,
+    e: ev.JobCancelled | ev.ServiceScaled | ev.JobHeld | ev.JobReleased,
+    reason: RequestReason,
+    message: str,
 ) -> Refusal:
     """Refuse a tenant's cancel or scale request `e` for `reason` (recorded for admission
     to answer, `refuse`); the fold's refusal says the same (`UnknownJob` or `InvalidSpec`)."""

@@ -122,7 +122,7 @@ class Ledger(LedgerState):
         if handler is None:
             return None
         job_id = getattr(event, "job_id", None)
-        if isinstance(event, (ev.JobCancelled, ev.ServiceScaled)):  # named by its tenant
+        if isinstance(event, (ev.JobCancelled, ev.ServiceScaled, ev.JobHeld, ev.JobReleased)):
             job_id = keys.job_key(self, event.tenant, event.job_id)
         job = self.jobs.get(job_id) if job_id is not None else None
         if job is None or (job.array_parent is None and job.service is None):

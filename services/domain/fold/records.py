@@ -55,6 +55,16 @@ class PreemptionRecord:
     lost_gpu_ms: int = 0
 
 
+@dataclass(frozen=True)
+class HoldRecord:
+    """Who holds a job and why (`JobHeld`; the jobs fold clears it on `JobReleased`)."""
+
+    actor: str
+    """`tenant` or `operator`: the operator's hold is released only by the operator."""
+    reason: str
+    at_ms: int
+
+
 @dataclass
 class JobRecord:
     """A job's folded state."""
@@ -116,6 +126,9 @@ class JobRecord:
     """The id its tenant submitted, when the fold keeps the job under another key
     (`events.ids.tenant_job_key`: the id already named another tenant's job); None when the
     key is the id itself (`spec.job_id` is always the key)."""
+    hold: HoldRecord | None = None
+    """Set while the job is held (`JobHeld` .. `JobReleased`): pending with reason `Held`,
+    no demand (`quota.pending_gpu_milli` leaves it out)."""
 
     @property
     def job_id(self) -> str:

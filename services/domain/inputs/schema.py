@@ -388,6 +388,14 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     replicas: NonNegInt | None = None
     """The scaled service's replica count from now on."""
     node_down: str | None = None
+    hold: str | None = None
+    """A job (submitted earlier) held from now on (`JobHeld`, events/control.py)."""
+    release: str | None = None
+    """A held job released (`JobReleased`)."""
+    by: Literal["tenant", "operator"] = "tenant"
+    """Who holds or releases (`hold` / `release` entries)."""
+    reason: str = ""
+    """Why, in their words (`hold` / `release` entries)."""
     tenant: str | None = None
     """The cancelled job's tenant."""
     expect: Literal["rejected"] | None = None
@@ -889,6 +897,11 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"
             )
+        elif (named := e.hold or e.release) is not None and named not in submitted:
+            problems.append(
+                f"{path}.{'hold' if e.hold else 'release'}: job {named!r} is not submitted "
+                f"earlier in the timeline{_suggest(named, submitted)}"
+            )
         elif e.scale is not None and e.scale not in services:
             problems.append(
                 f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
@@ -900,13 +913,16 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
             )
 
 
+ENTRY_ACTIONS = ("submit", "cancel", "scale", "node_down", "hold", "release")
+
+
 def _check_entry_shape(e: EntryDoc, path: str, problems: list[str]) -> bool:
     """One timeline entry's keys belong together; False when it has not exactly one action
     (nothing more is checked of it then)."""
-    actions = [k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None]
+    actions = [k for k in ENTRY_ACTIONS if getattr(e, k) is not None]
     if len(actions) != 1:
         problems.append(
-            f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
+            f"{path}: an entry needs exactly one of {', '.join(ENTRY_ACTIONS)}"
             + (f" (got {', '.join(actions)})" if actions else "")
         )
         return False

@@ -156,6 +156,14 @@ PENDING: tuple[PendingRule, ...] = (
         "`pend` (under `cancel`, the default, the job is withdrawn instead): which one, and "
         "how the job it names ended",
     ),
+    PendingRule(
+        PendingReason.Held,
+        False,
+        False,
+        "held by its tenant or the operator (`gpuledger hold`) until released: who holds it "
+        "and why (checked first; a held job is no demand for fair share, reclaim or "
+        "reservations)",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

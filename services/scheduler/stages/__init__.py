@@ -13,6 +13,7 @@ from gpuledger.services.scheduler.stage import Stage
 from gpuledger.services.scheduler.stages import (
     array_cap,
     dependencies,
+    held,
     mig_layout,
     model_guarantee,
     model_limits,
@@ -26,6 +27,7 @@ from gpuledger.services.scheduler.stages import (
 )
 
 STAGES: tuple[Stage, ...] = (
+    held.STAGE,
     dependencies.STAGE,
     array_cap.STAGE,
     quota.STAGE,

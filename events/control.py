@@ -1,0 +1,60 @@
+"""Job control by a tenant or the operator (issue 42): hold and release.
+
+Each is a client event with an actor and a reason. Who may publish it is confined by its
+subject (events/subjects.py): a tenant's own job control travels on
+`gl.ctl.<tenant>.<job>.<Type>` (a tenant's CI identity may publish there for its tenant only),
+the operator's on `gl.admin.ctl.<tenant>.<job>.<Type>` (only the operator may publish under
+`gl.admin.>`), and the acceptance step refuses a payload whose `actor` or ids do not match
+its subject (`WrongSubject`). So an `actor` of `operator` is always the operator.
+
+A request about a job its tenant does not have is refused (`RequestRefused`, `UnknownJob`,
+the same answer whether another tenant has the id or nobody has) and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from gpuledger.events.envelope import Event
+
+Actor = Literal["tenant", "operator"]
+"""Who acted: the job's own tenant (its CI credential, the gateway) or the operator."""
+
+Note = Annotated[str, msgspec.Meta(max_length=500)]
+"""A person's words on why (at most 500 characters)."""
+
+
+class JobHeld(Event, frozen=True, kw_only=True, tag="JobHeld.v1"):
+    """A pending (or not yet admitted) job is held: it stays pending with reason `Held`, is
+    not placed, and is no demand for fair share, reclaim or reservations until released.
+    A hold of a job that is placed or finished, or already held, is refused (`InvalidSpec`)."""
+
+    job_id: str
+    """The job (the id its tenant submitted)."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    actor: Actor = "tenant"
+    """Who holds it: a hold by the operator is released only by the operator."""
+    reason: Note = ""
+    """Why, in the actor's words (`gpuledger hold JOB --reason ...`)."""
+
+
+class JobReleased(Event, frozen=True, kw_only=True, tag="JobReleased.v1"):
+    """A held job is released: it waits in the queue again as before the hold (its submit
+    time and priority are unchanged). A release of a job that is not held, or a tenant's
+    release of the operator's hold, is refused (`InvalidSpec`)."""
+
+    job_id: str
+    """The job (the id its tenant submitted)."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    actor: Actor = "tenant"
+    """Who releases it."""
+    reason: Note = ""
+    """Why, in the actor's words."""
+
+
+CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased)
+"""Job control events, in the order they were added."""

@@ -1,0 +1,106 @@
+"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`.
+
+Each publishes one job control event (events/control.py) as the credential's actor: a
+tenant's CI credential acts as its tenant on its own jobs, the operator on any. A request
+that cannot apply is refused at once with the reason, and nothing is published:
+
+- exit 2: a malformed job id or tenant;
+- exit 1: no such job of the tenant (`UnknownJob`: the same answer whether another tenant has
+  the id or nobody has), or one the admission service says the request cannot apply to
+  (`InvalidSpec`: placed or finished, already held, not held, held by the operator);
+- exit 3: no NATS server (or no admission service for a tenant's credential); 4: timed out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuledger import events as ev
+from gpuledger.services.cli.common import fail
+from gpuledger.services.cli.connect import (
+    CREDS_HELP,
+    NATS_URL_HELP,
+    cli_bus,
+    may_read_log,
+    run_on_bus,
+)
+
+app = typer.Typer()
+
+TENANT_HELP = "The job's tenant (default: the tenant that submitted it)."
+
+
+def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds) -> None:
+    """Publish `cls` for `job_id` as this credential's actor; echo the outcome, exit its code."""
+    from gpuledger.services.cli.live import job_request_target
+    from gpuledger.services.runtime.auth import principal_of_creds
+    from gpuledger.services.runtime.client_requests import StatusQueryError
+    from gpuledger.services.runtime.job_control import actor_of, control_job
+
+    access, tenant = job_request_target(job_id, tenant, nats_url, creds)
+    principal = None if access.creds is None else principal_of_creds(access.creds)
+    actor = actor_of(principal)
+
+    async def main(track):
+        bus = await cli_bus(access, ensure=False)
+        track(bus)
+        try:
+            return await control_job(
+                bus,
+                cls,
+                tenant,
+                job_id,
+                actor=actor,
+                reason=reason,
+                read_log=may_read_log(access),
+            )
+        except StatusQueryError as exc:
+            fail(str(exc), 2)
+        finally:
+            await bus.close()
+
+    outcome = run_on_bus(main)
+    if outcome.error:
+        fail(outcome.text, outcome.code)
+    typer.echo(outcome.text)
+
+
+def _reason_option(what: str):
+    return typer.Option("", "--reason", help=f"Why, in your words (kept with the {what}).")
+
+
+@app.command()
+def hold(
+    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
+    reason: str = _reason_option("hold"),
+    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Hold a job that is not yet placed (Slurm `scontrol hold`): it stays pending with
+    reason `Held` and is no demand for fair share, reclaim or reservations until released.
+    A hold by the operator is released only by the operator."""
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
+    _control(ev.JobHeld, job_id, tenant, reason, nats_url, creds)
+
+
+@app.command()
+def release(
+    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
+    reason: str = _reason_option("release"),
+    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Release a held job (Slurm `scontrol release`): it waits in the queue again with its
+    submit time and priority as before."""
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
+    _control(ev.JobReleased, job_id, tenant, reason, nats_url, creds)
