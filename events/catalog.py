@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gpuledger.events.control import JobHeld, JobReleased
+from gpuledger.events.control import JobHeld, JobReleased, JobRequeued
 from gpuledger.events.envelope import Decision, Event
 from gpuledger.events.specs import (
     ArraySpec,
@@ -764,6 +764,7 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     ServiceScaled,
     JobHeld,
     JobReleased,
+    JobRequeued,
 )
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
@@ -807,6 +808,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     JobWithdrawn,
     JobHeld,
     JobReleased,
+    JobRequeued,
 )
 
 
@@ -816,6 +818,7 @@ __all__ = [
     "JobSubmitted",
     "JobHeld",
     "JobReleased",
+    "JobRequeued",
     "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",

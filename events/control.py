@@ -1,4 +1,4 @@
-"""Job control by a tenant or the operator (issue 42): hold and release.
+"""Job control by a tenant or the operator (issue 42): hold, release and requeue.
 
 Each is a client event with an actor and a reason. Who may publish it is confined by its
 subject (events/subjects.py): a tenant's own job control travels on
@@ -56,5 +56,22 @@ class JobReleased(Event, frozen=True, kw_only=True, tag="JobReleased.v1"):
     """Why, in the actor's words."""
 
 
-CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased)
+class JobRequeued(Event, frozen=True, kw_only=True, tag="JobRequeued.v1"):
+    """A running job is asked to checkpoint and leave its GPUs, then wait in the queue again
+    (Slurm `scontrol requeue`): the preemption path with reason `Requeue` (its grace, its
+    checkpoint, `GangEvicted` then `GangRequeued`), counted as a requeue and not against the
+    eviction budget or aging. A requeue of a job that is not running, or already leaving,
+    is refused (`InvalidSpec`)."""
+
+    job_id: str
+    """The job (the id its tenant submitted)."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    actor: Actor = "tenant"
+    """Who requeues it."""
+    reason: Note = ""
+    """Why, in the actor's words (a bad node, say)."""
+
+
+CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased, JobRequeued)
 """Job control events, in the order they were added."""

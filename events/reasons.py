@@ -54,6 +54,7 @@ class PreemptionReason(StrEnum):
     Consolidate = (
         "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
     )
+    Requeue = "Requeue"  # its tenant or the operator requeued it (`gpuledger requeue`)
 
 
 class ResizeReason(StrEnum):

@@ -294,6 +294,11 @@ def _released(e: c.JobReleased) -> Sentence:
     return Sentence("held", "released", (JobRef(e.job_id), f" by {e.actor}{why}"))
 
 
+def _requeue_asked(e: c.JobRequeued) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence("requeued", "requeue asked", (JobRef(e.job_id), f" by {e.actor}{why}"))
+
+
 def _scaled(e: c.ServiceScaled) -> Sentence:
     return Sentence("scaled", "scaled", (JobRef(e.job_id), f" to {e.replicas} replicas"))
 
@@ -348,6 +353,7 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.ServiceScaled: _scaled,
     c.JobHeld: _held,
     c.JobReleased: _released,
+    c.JobRequeued: _requeue_asked,
     c.NodeLost: _node_lost,
     c.NodeRegistered: _node_up,
     c.DeadLettered: _dead_letter,

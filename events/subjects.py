@@ -3,7 +3,7 @@
     gl.submit.<tenant>.<job>        JobSubmitted            (clients / CI)
     gl.cancel.<tenant>.<job>        JobCancelled            (clients / CI)
     gl.scale.<tenant>.<job>         ServiceScaled           (clients / CI: a service's replicas)
-    gl.ctl.<tenant>.<job>.<event>   JobHeld, JobReleased    (clients / CI: their own jobs)
+    gl.ctl.<tenant>.<job>.<event>   JobHeld, JobReleased, JobRequeued (clients / CI: own jobs)
     gl.admin.ctl.<tenant>.<job>.<event>  the same, by the operator (events/control.py)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
@@ -45,7 +45,7 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
     ((c.ServiceScaled,), "scale"),
-    ((c.JobHeld, c.JobReleased), "control"),
+    ((c.JobHeld, c.JobReleased, c.JobRequeued), "control"),
     (
         (c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured),
         "admin",

@@ -25,6 +25,7 @@ from gpuledger.events import (
     JobCancelled,
     JobHeld,
     JobReleased,
+    JobRequeued,
     NodeInfo,
     NodeLost,
     ServiceScaled,
@@ -124,8 +125,8 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             replicas=entry.replicas or 0,
             **common,
         )
-    if (named := entry.hold or entry.release) is not None:
-        cls = JobHeld if entry.hold is not None else JobReleased
+    if (named := entry.hold or entry.release or entry.requeue) is not None:
+        cls = JobHeld if entry.hold else JobReleased if entry.release else JobRequeued
         return at_ms, stamp(
             cls,
             key=f"{named}@{at_ms}",

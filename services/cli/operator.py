@@ -1,4 +1,4 @@
-"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`.
+"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`, `requeue`.
 
 Each publishes one job control event (events/control.py) as the credential's actor: a
 tenant's CI credential acts as its tenant on its own jobs, the operator on any. A request
@@ -7,7 +7,8 @@ that cannot apply is refused at once with the reason, and nothing is published:
 - exit 2: a malformed job id or tenant;
 - exit 1: no such job of the tenant (`UnknownJob`: the same answer whether another tenant has
   the id or nobody has), or one the admission service says the request cannot apply to
-  (`InvalidSpec`: placed or finished, already held, not held, held by the operator);
+  (`InvalidSpec`: placed or finished, already held, not held, held by the operator; for a
+  requeue, not running);
 - exit 3: no NATS server (or no admission service for a tenant's credential); 4: timed out.
 """
 
@@ -104,3 +105,21 @@ def release(
     if len(reason) > 500:
         fail("--reason: at most 500 characters", 2)
     _control(ev.JobReleased, job_id, tenant, reason, nats_url, creds)
+
+
+@app.command()
+def requeue(
+    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
+    reason: str = _reason_option("requeue"),
+    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Requeue a running job (Slurm `scontrol requeue`): it checkpoints within its grace,
+    leaves its GPUs (evicted with reason `Requeue`) and waits in the queue again, resuming
+    from its checkpoint. Counted as a requeue, not against the eviction budget."""
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
+    _control(ev.JobRequeued, job_id, tenant, reason, nats_url, creds)

@@ -256,7 +256,9 @@ def min_runtime(s: Scene, c: Candidate) -> Protected | None:
 
 
 def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
-    return sorted(p.at_ms for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS)
+    # a requeue asked by its tenant or the operator is not against the budget
+    recent = (p for p in victim.preemptions if p.reason != PreemptionReason.Requeue)
+    return sorted(p.at_ms for p in recent if p.at_ms > now_ms - HOUR_MS)
 
 
 def eviction_budget(s: Scene, c: Candidate) -> Protected | None:

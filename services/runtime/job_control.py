@@ -1,4 +1,4 @@
-"""What a client (the CLI's `hold` / `release`) does on the bus to control one job, and what
+"""What a client (the CLI's `hold` / `release` / `requeue`) does on the bus to control one job, and what
 came of it, as a `client_requests.Outcome`. Nothing here prints or exits.
 
 Like a cancel (services/runtime/client_requests.py): the request is published only for a
@@ -25,7 +25,7 @@ from gpuledger.services.runtime.client_requests import (
 )
 
 REQUESTED = "requested"
-VERBS: dict[type, str] = {ev.JobHeld: "hold", ev.JobReleased: "release"}
+VERBS: dict[type, str] = {ev.JobHeld: "hold", ev.JobReleased: "release", ev.JobRequeued: "requeue"}
 HOLDABLE = frozenset({JobState.submitted, JobState.pending})
 
 
@@ -38,6 +38,10 @@ def actor_of(principal: str | None) -> str:
 def problem(cls: type, actor: str, st) -> str | None:
     """Why the request cannot apply to the job as the admission service sees it, or None."""
     verb = VERBS[cls]
+    if cls is ev.JobRequeued:
+        if st.state != JobState.running:
+            return f"{st.job_id!r} is {st.state}: only a running job can be requeued"
+        return None
     if cls is ev.JobHeld:
         if st.held_by is not None:
             return f"{st.job_id!r} is already held by {st.held_by}"
@@ -62,7 +66,7 @@ async def control_job(
     producer: str = "cli",
     read_log: bool = True,
 ) -> Outcome:
-    """Publish a job control event `cls` (`JobHeld`, `JobReleased`) for a job `tenant` has
+    """Publish a job control event `cls` (`JobHeld`, `JobReleased`, `JobRequeued`) for a job `tenant` has
     (None: whichever tenant submitted it): `requested`, `unknown_job` or `refused` (nothing
     published), `timeout`."""
     from gpuledger.services.domain.tooling.stamp import stamp

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal, JobState
-from gpuledger.services.domain.fold import jobs, members, queue, resize, tenants
+from gpuledger.services.domain.fold import jobs, members, queue, requeues, resize, tenants
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import AllocationRecord, JobRecord, elastic
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
@@ -162,6 +162,18 @@ def preemption_requested(ledger: LedgerState, e: ev.PreemptionRequested) -> Refu
     return None
 
 
+def requeue_requested(ledger: LedgerState, e: ev.JobRequeued) -> Refusal | None:
+    """A requeue is the preemption path without a beneficiary (services/domain/fold/requeues.py)."""
+    found = requeues.stop_request(ledger, e)
+    if isinstance(found, Refusal):
+        return found
+    rec, job, stop = found
+    rec.preemption = stop
+    jobs.preempting(job)
+    expect_stop(ledger, rec.allocation_id, job, stop.occurred_at_ms, stop.deadline_ms)
+    return None
+
+
 def expect_stop(
     ledger: LedgerState, alloc_id: str, job: JobRecord, asked_ms: int, deadline_ms: int
 ) -> None:
@@ -271,10 +283,11 @@ FOLD = Fold(
         ev.MemberExited: member_exited,
         ev.PreemptionRequested: preemption_requested,
         ev.TimeLimitReached: time_limit_reached,
+        ev.JobRequeued: requeue_requested,
         ev.GangResized: resize.resized,
         ev.GangEvicted: gang_evicted,
         ev.GangCompleted: gang_ended,
         ev.GangFailed: gang_ended,
     },
-    modules=("allocations", "members", "resize"),
+    modules=("allocations", "members", "resize", "requeues"),
 )

@@ -79,7 +79,7 @@ def refuse(
 
 def answer(
     ledger: LedgerState,
-    e: ev.JobCancelled | ev.ServiceScaled | ev.JobHeld | ev.JobReleased,
+    e: ev.JobCancelled | ev.ServiceScaled | ev.JobHeld | ev.JobReleased | ev.JobRequeued,
     reason: RequestReason,
     message: str,
 ) -> Refusal:

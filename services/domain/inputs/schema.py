@@ -392,10 +392,12 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """A job (submitted earlier) held from now on (`JobHeld`, events/control.py)."""
     release: str | None = None
     """A held job released (`JobReleased`)."""
+    requeue: str | None = None
+    """A running job requeued (`JobRequeued`)."""
     by: Literal["tenant", "operator"] = "tenant"
-    """Who holds or releases (`hold` / `release` entries)."""
+    """Who holds, releases or requeues (`hold` / `release` / `requeue` entries)."""
     reason: str = ""
-    """Why, in their words (`hold` / `release` entries)."""
+    """Why, in their words (`hold` / `release` / `requeue` entries)."""
     tenant: str | None = None
     """The cancelled job's tenant."""
     expect: Literal["rejected"] | None = None
@@ -897,9 +899,10 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"
             )
-        elif (named := e.hold or e.release) is not None and named not in submitted:
+        elif (named := e.hold or e.release or e.requeue) is not None and named not in submitted:
+            verb = "hold" if e.hold else "release" if e.release else "requeue"
             problems.append(
-                f"{path}.{'hold' if e.hold else 'release'}: job {named!r} is not submitted "
+                f"{path}.{verb}: job {named!r} is not submitted "
                 f"earlier in the timeline{_suggest(named, submitted)}"
             )
         elif e.scale is not None and e.scale not in services:
@@ -913,7 +916,7 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
             )
 
 
-ENTRY_ACTIONS = ("submit", "cancel", "scale", "node_down", "hold", "release")
+ENTRY_ACTIONS = ("submit", "cancel", "scale", "node_down", "hold", "release", "requeue")
 
 
 def _check_entry_shape(e: EntryDoc, path: str, problems: list[str]) -> bool:

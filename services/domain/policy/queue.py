@@ -8,6 +8,9 @@ from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 
+NOT_SUFFERED = frozenset({PreemptionReason.Consolidate, PreemptionReason.Requeue})
+"""Evictions that are no preemption a job suffered (aging and eviction budgets skip them)."""
+
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     """Steps of promotion the job has earned: one per `aging_after_preemptions` preemptions
@@ -21,8 +24,9 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     policy = state.config.policy
     steps = 0
     if policy.aging_after_preemptions > 0:
-        # a migration (`Consolidate`) is not counted: the job is placed again at once
-        suffered = sum(1 for p in job.preemptions if p.reason != PreemptionReason.Consolidate)
+        # a migration (`Consolidate`) is not counted: the job is placed again at once; nor is
+        # a requeue its tenant or the operator asked for (`Requeue`)
+        suffered = sum(1 for p in job.preemptions if p.reason not in NOT_SUFFERED)
         steps += suffered // policy.aging_after_preemptions
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
