@@ -86,3 +86,14 @@ def test_the_operator_releases_a_tenants_hold():
     ledger = given(node(), submitted("a"), admitted("a"), held())
     assert when(ledger, released(actor="operator")) is None
     assert ledger.jobs["a"].hold is None
+
+
+def test_a_control_event_whose_actor_or_tenant_is_not_its_subjects_is_refused():
+    from gpuledger.services.domain.fold.acceptance import subject_refusal
+
+    as_operator = held(actor="operator")
+    assert ev.subject_for(as_operator) == "gl.admin.ctl.org/a.a.JobHeld"
+    assert subject_refusal("gl.admin.ctl.org/a.a.JobHeld", as_operator) is None
+    # a tenant's credential may publish only on gl.ctl.<tenant>.>: claiming the operator there
+    assert subject_refusal("gl.ctl.org/a.a.JobHeld", as_operator).code == "WrongSubject"
+    assert subject_refusal("gl.ctl.org/b.a.JobHeld", held()).code == "WrongSubject"
