@@ -11,7 +11,13 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gpuledger.events.control import JobHeld, JobReleased, JobRequeued
+from gpuledger.events.control import (
+    JobHeld,
+    JobReleased,
+    JobRequeued,
+    NodeCordoned,
+    NodeUncordoned,
+)
 from gpuledger.events.envelope import Decision, Event
 from gpuledger.events.specs import (
     ArraySpec,
@@ -765,6 +771,8 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     JobHeld,
     JobReleased,
     JobRequeued,
+    NodeCordoned,
+    NodeUncordoned,
 )
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
@@ -809,6 +817,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     JobHeld,
     JobReleased,
     JobRequeued,
+    NodeCordoned,
+    NodeUncordoned,
 )
 
 
@@ -819,6 +829,8 @@ __all__ = [
     "JobHeld",
     "JobReleased",
     "JobRequeued",
+    "NodeCordoned",
+    "NodeUncordoned",
     "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",

@@ -1,4 +1,5 @@
-"""Job control by a tenant or the operator (issue 42): hold, release and requeue.
+"""Job control by a tenant or the operator (issue 42): hold, release and requeue; and the
+operator's node control: cordon and uncordon.
 
 Each is a client event with an actor and a reason. Who may publish it is confined by its
 subject (events/subjects.py): a tenant's own job control travels on
@@ -75,3 +76,34 @@ class JobRequeued(Event, frozen=True, kw_only=True, tag="JobRequeued.v1"):
 
 CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased, JobRequeued)
 """Job control events, in the order they were added."""
+
+
+# ---------------------------------------------------------------- nodes (the operator only)
+
+
+class NodeCordoned(Event, frozen=True, kw_only=True, tag="NodeCordoned.v1"):
+    """The operator cordoned a node (kubectl `cordon`; Slurm `DRAIN`): it takes no new
+    placements from now on; what runs there runs on, and its agent keeps reporting.
+    Published on `gl.admin.node.<node>.NodeCordoned` (only the operator may). A cordon of a
+    node the log does not hold is refused (`UnknownNode`) and changes nothing; a second
+    cordon changes nothing but its reason."""
+
+    node: str
+    """The node."""
+    reason: Note = ""
+    """Why, in the operator's words (`gpuledger node cordon NODES --reason ...`)."""
+
+
+class NodeUncordoned(Event, frozen=True, kw_only=True, tag="NodeUncordoned.v1"):
+    """The operator uncordoned a node: it takes placements again. Published on
+    `gl.admin.node.<node>.NodeUncordoned`; an uncordon of a node that is not cordoned
+    changes nothing."""
+
+    node: str
+    """The node."""
+    reason: Note = ""
+    """Why, in the operator's words."""
+
+
+NODE_CONTROL_EVENTS: tuple[type[Event], ...] = (NodeCordoned, NodeUncordoned)
+"""The operator's node control events."""

@@ -42,6 +42,7 @@ class PendingReason(StrEnum):
         "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
     )
     Held = "Held"  # held by its tenant or the operator (`gpuledger hold`) until released
+    NodeCordoned = "NodeCordoned"  # it would fit only on nodes the operator cordoned
 
 
 class PreemptionReason(StrEnum):

@@ -299,6 +299,14 @@ def _requeue_asked(e: c.JobRequeued) -> Sentence:
     return Sentence("requeued", "requeue asked", (JobRef(e.job_id), f" by {e.actor}{why}"))
 
 
+def _cordoned(e: c.NodeCordoned) -> Sentence:
+    return Sentence("node", "cordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
+
+
+def _uncordoned(e: c.NodeUncordoned) -> Sentence:
+    return Sentence("node", "uncordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
+
+
 def _scaled(e: c.ServiceScaled) -> Sentence:
     return Sentence("scaled", "scaled", (JobRef(e.job_id), f" to {e.replicas} replicas"))
 
@@ -354,6 +362,8 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.JobHeld: _held,
     c.JobReleased: _released,
     c.JobRequeued: _requeue_asked,
+    c.NodeCordoned: _cordoned,
+    c.NodeUncordoned: _uncordoned,
     c.NodeLost: _node_lost,
     c.NodeRegistered: _node_up,
     c.DeadLettered: _dead_letter,

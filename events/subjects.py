@@ -5,6 +5,7 @@
     gl.scale.<tenant>.<job>         ServiceScaled           (clients / CI: a service's replicas)
     gl.ctl.<tenant>.<job>.<event>   JobHeld, JobReleased, JobRequeued (clients / CI: own jobs)
     gl.admin.ctl.<tenant>.<job>.<event>  the same, by the operator (events/control.py)
+    gl.admin.node.<node>.<event>    NodeCordoned, NodeUncordoned (the operator only)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
     gl.quota.<event>                fair shares, and schedules' changes (config, scaling)
@@ -46,6 +47,7 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobCancelled,), "cancel"),
     ((c.ServiceScaled,), "scale"),
     ((c.JobHeld, c.JobReleased, c.JobRequeued), "control"),
+    ((c.NodeCordoned, c.NodeUncordoned), "node-control"),
     (
         (c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured),
         "admin",
@@ -210,6 +212,8 @@ def _subject_by_rule(event: Event) -> str:
         return f"gl.admin.{name}"
     if rule == "control":
         return control_subject(event)
+    if rule == "node-control":
+        return f"gl.admin.node.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]  # node control names its node
     if rule == "admission":
         try:
             token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]  # admission's events all name a job

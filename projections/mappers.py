@@ -38,6 +38,7 @@ from gpuledger.events.reasons import EvictReason, JobState, RequestReason
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.fold.acceptance import admit
 from gpuledger.services.domain.fold.ledger import Ledger, run_end_state
+from gpuledger.services.domain.fold.nodes import node_state
 from gpuledger.services.domain.policy.quota import (
     borrowing_limit,
     borrowing_limits_by_model,
@@ -1182,7 +1183,7 @@ class Projection:
         n.cpu_milli, n.memory_mib = info.cpu_milli, info.memory_mib
         n.gpu_count = len(info.gpus)
         n.simulated = e.simulated
-        n.status = "ready"
+        n.status = node_state(self.ledger, info.name)  # a re-registration keeps a cordon
         n.labels = _dumps(info.labels or {})
         n.registered_at_ms = e.occurred_at_ms
         n.lost_at_ms = n.lost_message = None
@@ -1217,7 +1218,7 @@ class Projection:
         rec = self.ledger.nodes.get(e.node)
         if n.status == "lost" and rec is not None and not rec.lost:
             # the ledger's rule (the scheduler places on it again): heard from again, it is back
-            n.status = "ready"
+            n.status = node_state(self.ledger, e.node)
             n.lost_at_ms = n.lost_message = None
         self.batch.upsert(n)
 
@@ -1229,6 +1230,13 @@ class Projection:
         n.lost_at_ms = e.occurred_at_ms
         n.lost_message = e.message
         self.batch.upsert(n)
+
+    def _node_control(self, seq: int, e: ev.NodeCordoned | ev.NodeUncordoned) -> None:
+        """The operator's cordon: the node's status is the ledger's (`nodes.node_state`)."""
+        n = self.nodes.get(e.node)
+        if n is not None:
+            n.status = node_state(self.ledger, e.node)
+            self.batch.upsert(n)
 
     def _metrics(self, seq: int, e: ev.GpuMetricsReported) -> None:
         add = self._add_metric
@@ -1263,6 +1271,8 @@ _HANDLERS = {
     ev.NodeRegistered: Projection._node_registered,
     ev.NodeHeartbeat: Projection._heartbeat,
     ev.NodeLost: Projection._node_lost,
+    ev.NodeCordoned: Projection._node_control,
+    ev.NodeUncordoned: Projection._node_control,
     ev.GpuMetricsReported: Projection._metrics,
 }
 

@@ -176,6 +176,7 @@ app.add_typer(check.app)  # check
 app.add_typer(chaos.app)  # chaos
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
 app.add_typer(operator.app)  # hold, release, requeue
+app.add_typer(operator.node_app, name="node")  # node cordon, uncordon
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare
@@ -196,7 +197,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Submit": ("submit", "cancel", "scale", "hold", "release", "requeue", "check", "schema"),
     "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct"),
     "Replay": ("simulate", "replay", "whatif", "compare", "export", "import", "verify"),
-    "Operate": ("status", "apply", "schedules", "auth", "project", "bench", "chaos"),
+    "Operate": ("status", "node", "apply", "schedules", "auth", "project", "bench", "chaos"),
 }
 """`gpuledger --help` groups the commands under these panels (tests/cli/test_help.py checks
 that every command has exactly one)."""

@@ -1,4 +1,5 @@
-"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`, `requeue`.
+"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`, `requeue`;
+and the operator's on nodes: `node cordon`, `node uncordon` (with `node-[1-8]` ranges).
 
 Each publishes one job control event (events/control.py) as the credential's actor: a
 tenant's CI credential acts as its tenant on its own jobs, the operator on any. A request
@@ -14,6 +15,8 @@ that cannot apply is refused at once with the reason, and nothing is published:
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import typer
@@ -123,3 +126,119 @@ def requeue(
     if len(reason) > 500:
         fail("--reason: at most 500 characters", 2)
     _control(ev.JobRequeued, job_id, tenant, reason, nats_url, creds)
+
+
+# ---------------------------------------------------------------- nodes (the operator only)
+
+node_app = typer.Typer(help="The operator's node verbs: cordon, uncordon.")
+RANGE = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<body>[0-9,\-]+)\](?P<tail>[^\[\]]*)$")
+
+
+def expand_nodes(text: str) -> list[str]:
+    """Node names from `NODES`: names and Slurm-style ranges separated by commas outside
+    brackets (`node-[1-3,7],gpu-a`; a range keeps its zero padding, `n[01-03]`), in the order
+    given, each once. ValueError (one line) for a malformed range or name."""
+    from gpuledger.events.ids import validate_token
+
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    out: list[str] = []
+    for part in parts:
+        m = RANGE.match(part)
+        names = [part]
+        if m is not None:
+            names = []
+            for item in m["body"].split(","):
+                lo, _, hi = item.partition("-")
+                if not lo or (hi == "" and "-" in item) or (hi and int(hi) < int(lo)):
+                    raise ValueError(f"node range {part!r}: {item!r} is not N or N-M (N <= M)")
+                width = len(lo) if lo.startswith("0") else 0
+                for i in range(int(lo), int(hi or lo) + 1):
+                    names.append(f"{m['head']}{i:0{width}d}{m['tail']}")
+        for name in names:
+            validate_token("node", name)
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds) -> None:
+    """Publish `cls` for every node of `nodes_arg`, as the operator; nothing when any node is
+    unknown (exit 1) or the credential is not the operator's (exit 1)."""
+    from gpuledger.services.cli.connect import resolve_access
+    from gpuledger.services.domain.tooling.stamp import stamp
+    from gpuledger.services.runtime.auth import principal_of_creds
+
+    try:
+        names = expand_nodes(nodes_arg)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
+    access = resolve_access(nats_url, creds)
+    principal = None if access.creds is None else principal_of_creds(access.creds)
+    if not may_read_log(access):
+        fail(f"only the operator acts on nodes; this credential is {principal!r}", 1)
+    verb = {ev.NodeCordoned: "cordon", ev.NodeUncordoned: "uncordon"}[cls]
+
+    async def main(track):
+        bus = await cli_bus(access, ensure=False)
+        track(bus)
+        try:
+            unknown = [
+                n for n in names if await bus.last_message(f"gl.node.{n}.NodeRegistered") is None
+            ]
+            if unknown:
+                fail(f"no node {', '.join(map(repr, unknown))}: nothing to {verb} (UnknownNode)", 1)
+            now = time.time_ns() // 1_000_000
+            for n in names:
+                event = stamp(
+                    cls,
+                    key=f"{n}@{now}",
+                    producer="cli",
+                    now_ms=now,
+                    correlation_id=n,
+                    node=n,
+                    reason=reason,
+                )
+                await bus.publish(event)
+        finally:
+            await bus.close()
+
+    run_on_bus(main)
+    typer.echo(f"{verb} requested for {', '.join(names)}")
+
+
+@node_app.command("cordon")
+def cordon(
+    nodes: str = typer.Argument(..., help="Nodes: names and ranges, e.g. node-[1-8],gpu-a."),
+    reason: str = typer.Option("", "--reason", help="Why, in your words."),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Cordon nodes (kubectl `cordon`): no new placements on them; what runs there runs on
+    and their agents keep reporting. The operator only. Exit 2 for a malformed range, 1 for
+    an unknown node or a credential that is not the operator's (nothing is published)."""
+    _node_control(ev.NodeCordoned, nodes, reason, nats_url, creds)
+
+
+@node_app.command("uncordon")
+def uncordon(
+    nodes: str = typer.Argument(..., help="Nodes: names and ranges, e.g. node-[1-8],gpu-a."),
+    reason: str = typer.Option("", "--reason", help="Why, in your words."),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Uncordon nodes: they take placements again. The operator only."""
+    _node_control(ev.NodeUncordoned, nodes, reason, nats_url, creds)

@@ -134,3 +134,67 @@ async def test_the_operators_hold_says_held_and_only_the_operator_releases_it(
         assert not await stored(bus, f"gl.ctl.{A}.later.>")
     finally:
         procs.stop()
+
+
+async def test_only_the_operator_cordons_and_a_cordoned_node_takes_no_new_job(
+    server, bus, tmp_path
+):
+    from gpuledger.services.domain.tooling.stamp import stamp
+
+    server.add_principals(f"ci:{A}")
+    await publish_config(server.access(), CONFIG)
+    (tmp_path / "config.yaml").write_text(json.dumps(CONFIG))
+    procs = Processes(server, tmp_path / "config.yaml", tmp_path)
+    gpus = tuple(
+        ev.GpuInfo(index=i, uuid=f"GPU-{i}", model="A100-80GB", memory_mib=81920, clique="c0")
+        for i in range(4)
+    )
+    info = ev.NodeInfo(name="node-1", cpu_milli=64000, memory_mib=512000, gpus=gpus)
+    await bus.publish(
+        stamp(
+            ev.NodeRegistered,
+            key="node-1",
+            producer="node-agent/node-1",
+            now_ms=0,
+            correlation_id="node-1",
+            node=info,
+            heartbeat_s=0,
+        )
+    )
+    creds = str(server.creds(f"ci:{A}"))
+    try:
+        for role in ("admission", "quota", "scheduler", "preemption"):
+            procs.start(role)
+        # a CI key cannot cordon: the CLI refuses at once, the server refuses the subject
+        ci = await asyncio.to_thread(
+            cli, "node", "cordon", "node-1", "--nats-url", server.url, "--creds", creds
+        )
+        assert ci.returncode == 1 and "only the operator" in one_line_error(ci)
+        client = await Client.connect(server, f"ci:{A}")
+        try:
+            subject = "gl.admin.node.node-1.NodeCordoned"
+            raw = ev.encode(ev.NodeCordoned(node="node-1"))
+            await client.refused(client.js.publish(subject, raw), subject)
+        finally:
+            await client.close()
+        assert not await stored(bus, "gl.admin.node.>")
+        # an unknown node (in a range): one line, exit 1, nothing published
+        unknown = await asyncio.to_thread(
+            cli, "node", "cordon", "node-[1-2]", "--nats-url", server.url
+        )
+        assert unknown.returncode == 1 and "'node-2'" in one_line_error(unknown)
+        assert not await stored(bus, "gl.admin.node.>")
+        # the operator cordons node-1
+        done = await asyncio.to_thread(
+            cli, "node", "cordon", "node-[1]", "--reason", "firmware", "--nats-url", server.url
+        )
+        assert done.returncode == 0 and "cordon requested for node-1" in done.stdout, done.stderr
+        # then a job that fits only there waits with NodeCordoned
+        done = await asyncio.to_thread(
+            cli, "submit", str(job_file(tmp_path, "next", A)), "--wait", "--nats-url", server.url
+        )
+        assert done.returncode == 0, done.stderr
+        st = await status(bus, A, "next", lambda s: s.reason == "NodeCordoned")
+        assert st.message == "fits only on cordoned nodes: node-1 (firmware)"
+    finally:
+        procs.stop()

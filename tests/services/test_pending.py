@@ -331,6 +331,18 @@ def test_held_a_held_job_waits_with_who_holds_it_even_with_free_gpus():
     assert not [p for p in of_type(out, ev.GangPlaced) if p.job_id == "train"]
 
 
+def test_node_cordoned_a_job_that_fits_only_on_a_cordoned_node_says_which():
+    ledger, _ = scheduled(fleet(N8))
+    fold(ledger, [ev.NodeCordoned(node="n1", reason="firmware update")])
+    fold(ledger, [submitted(at_ms=1, id="j", tenant="a", gpus=2)])
+    fold(ledger, Admission().decide(ledger, 1))
+    e = why(Scheduler().decide(ledger, 2), "j")
+    assert (e.reason, e.message) == (
+        PendingReason.NodeCordoned,
+        "fits only on cordoned nodes: n1 (firmware update)",
+    )
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 

@@ -57,7 +57,8 @@ class PreemptionRecord:
 
 @dataclass(frozen=True)
 class HoldRecord:
-    """Who holds a job and why (`JobHeld`; the jobs fold clears it on `JobReleased`)."""
+    """Who holds a job (`JobHeld` .. `JobReleased`) or cordons a node (`NodeCordoned` ..
+    `NodeUncordoned`), why and since when."""
 
     actor: str
     """`tenant` or `operator`: the operator's hold is released only by the operator."""
@@ -242,6 +243,9 @@ class NodeRecord:
     registered_ms: int
     last_heartbeat_ms: int | None = None
     lost: bool = False
+    cordon: HoldRecord | None = None
+    """Set while the operator has it cordoned (`NodeCordoned` .. `NodeUncordoned`): who, why
+    and since when. It takes no new placements; what runs there runs on."""
 
 
 @dataclass
@@ -261,6 +265,9 @@ class SchedulerIndexes:
     consolidations: dict[str, ev.ConsolidationPlanned] = field(default_factory=dict)
     """Per blocked job, the consolidation under way for it (until it is placed, cancelled, or
     its moved allocations have all ended and the nomination lapsed)."""
+    cordoned: set[str] = field(default_factory=set)
+    """Nodes the operator cordoned (`NodeRecord.cordon` set): the `cordon` stage keeps new
+    placements off them."""
     settle_ready: set[str] = field(default_factory=set)
     """Active allocations the scheduler must settle: every member exited, a member failed,
     or a node of theirs was lost."""

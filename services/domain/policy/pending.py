@@ -164,6 +164,13 @@ PENDING: tuple[PendingRule, ...] = (
         "and why (checked first; a held job is no demand for fair share, reclaim or "
         "reservations)",
     ),
+    PendingRule(
+        PendingReason.NodeCordoned,
+        False,
+        False,
+        "it would fit only on nodes the operator cordoned (`gpuledger node cordon`): which "
+        "nodes, and why the first is cordoned",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

@@ -12,6 +12,7 @@ from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
 from gpuledger.services.scheduler.stages import (
     array_cap,
+    cordon,
     dependencies,
     held,
     mig_layout,
@@ -32,6 +33,7 @@ STAGES: tuple[Stage, ...] = (
     array_cap.STAGE,
     quota.STAGE,
     mig_layout.STAGE,
+    cordon.STAGE,
     nominations.STAGE,
     spread.STAGE,
     reservation.STAGE,
