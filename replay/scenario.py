@@ -26,8 +26,10 @@ from gpuledger.events import (
     JobHeld,
     JobReleased,
     JobRequeued,
+    NodeCordoned,
     NodeInfo,
     NodeLost,
+    NodeUncordoned,
     ServiceScaled,
 )
 from gpuledger.services.domain.inputs.configfile import (
@@ -134,6 +136,16 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             job_id=named,
             tenant=tenants.get(named, "-"),
             actor=entry.by,
+            reason=entry.reason,
+            **common,
+        )
+    if (node_name := entry.cordon or entry.uncordon) is not None:
+        kind = NodeCordoned if entry.cordon else NodeUncordoned
+        return at_ms, stamp(
+            kind,
+            key=f"{node_name}@{at_ms}",
+            correlation_id=node_name,
+            node=node_name,
             reason=entry.reason,
             **common,
         )

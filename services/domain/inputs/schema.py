@@ -394,6 +394,10 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """A held job released (`JobReleased`)."""
     requeue: str | None = None
     """A running job requeued (`JobRequeued`)."""
+    cordon: str | None = None
+    """A node the operator cordons (`NodeCordoned`): no new placements on it."""
+    uncordon: str | None = None
+    """A cordoned node uncordoned (`NodeUncordoned`)."""
     by: Literal["tenant", "operator"] = "tenant"
     """Who holds, releases or requeues (`hold` / `release` / `requeue` entries)."""
     reason: str = ""
@@ -910,13 +914,28 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
                 f"in the timeline{_suggest(e.scale, services)}"
             )
+        elif (node := e.cordon or e.uncordon) is not None and nodes and node not in nodes:
+            verb = "cordon" if e.cordon else "uncordon"
+            problems.append(
+                f"{path}.{verb}: no node {node!r} in the cluster{_suggest(node, nodes)}"
+            )
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(
                 f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}"
             )
 
 
-ENTRY_ACTIONS = ("submit", "cancel", "scale", "node_down", "hold", "release", "requeue")
+ENTRY_ACTIONS = (
+    "submit",
+    "cancel",
+    "scale",
+    "node_down",
+    "hold",
+    "release",
+    "requeue",
+    "cordon",
+    "uncordon",
+)
 
 
 def _check_entry_shape(e: EntryDoc, path: str, problems: list[str]) -> bool:
