@@ -13,6 +13,7 @@ import msgspec
 
 from gpuledger.events.control import (
     JobHeld,
+    JobPriorityChanged,
     JobReleased,
     JobRequeued,
     NodeCordoned,
@@ -771,6 +772,7 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     JobHeld,
     JobReleased,
     JobRequeued,
+    JobPriorityChanged,
     NodeCordoned,
     NodeUncordoned,
 )
@@ -817,6 +819,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     JobHeld,
     JobReleased,
     JobRequeued,
+    JobPriorityChanged,
     NodeCordoned,
     NodeUncordoned,
 )
@@ -829,6 +832,7 @@ __all__ = [
     "JobHeld",
     "JobReleased",
     "JobRequeued",
+    "JobPriorityChanged",
     "NodeCordoned",
     "NodeUncordoned",
     "GangResized",

@@ -1,4 +1,5 @@
-"""Job control by a tenant or the operator (issue 42): hold, release and requeue; and the
+"""Job control by a tenant or the operator (issue 42): hold, release, requeue and priority
+changes; and the
 operator's node control: cordon and uncordon.
 
 Each is a client event with an actor and a reason. Who may publish it is confined by its
@@ -74,7 +75,34 @@ class JobRequeued(Event, frozen=True, kw_only=True, tag="JobRequeued.v1"):
     """Why, in the actor's words (a bad node, say)."""
 
 
-CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased, JobRequeued)
+PRIORITY_MAX = 1_000_000
+"""The highest priority a job may be given (and the largest nice)."""
+
+
+class JobPriorityChanged(Event, frozen=True, kw_only=True, tag="JobPriorityChanged.v1"):
+    """A job's priority changed (Slurm `scontrol update Priority=|Nice=`; Kueue's mutable
+    workload priority): exactly one of `priority` (the new value) and `nice` (the class's
+    value minus `nice`). Queue order and preemption use it from now on (a running job keeps
+    its GPUs, and may become a victim of a higher one). A tenant may lower its job's priority
+    and raise it back up to its class's value; above that needs the operator. A change of a
+    job not admitted or finished, of an array or service (change its tasks), with neither or
+    both fields, or to a value out of range is refused (`InvalidSpec`)."""
+
+    job_id: str
+    """The job (the id its tenant submitted)."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    actor: Actor = "tenant"
+    """Who changes it."""
+    priority: Annotated[int, msgspec.Meta(ge=0, le=PRIORITY_MAX)] | None = None
+    """The new priority."""
+    nice: Annotated[int, msgspec.Meta(ge=-PRIORITY_MAX, le=PRIORITY_MAX)] | None = None
+    """Or: the class's value minus this (positive is nicer: lower)."""
+    reason: Note = ""
+    """Why, in the actor's words."""
+
+
+CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased, JobRequeued, JobPriorityChanged)
 """Job control events, in the order they were added."""
 
 

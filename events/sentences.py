@@ -299,6 +299,14 @@ def _requeue_asked(e: c.JobRequeued) -> Sentence:
     return Sentence("requeued", "requeue asked", (JobRef(e.job_id), f" by {e.actor}{why}"))
 
 
+def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
+    what = f"priority {e.priority}" if e.priority is not None else f"nice {e.nice}"
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence(
+        "priority", "reprioritized", (JobRef(e.job_id), f" to {what} by {e.actor}{why}")
+    )
+
+
 def _cordoned(e: c.NodeCordoned) -> Sentence:
     return Sentence("node", "cordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
 
@@ -362,6 +370,7 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.JobHeld: _held,
     c.JobReleased: _released,
     c.JobRequeued: _requeue_asked,
+    c.JobPriorityChanged: _priority_changed,
     c.NodeCordoned: _cordoned,
     c.NodeUncordoned: _uncordoned,
     c.NodeLost: _node_lost,

@@ -24,6 +24,7 @@ from gpuledger.events import (
     Event,
     JobCancelled,
     JobHeld,
+    JobPriorityChanged,
     JobReleased,
     JobRequeued,
     NodeCordoned,
@@ -125,6 +126,19 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             job_id=job_id,
             tenant=tenants.get(job_id, "-"),
             replicas=entry.replicas or 0,
+            **common,
+        )
+    if entry.update is not None:
+        return at_ms, stamp(
+            JobPriorityChanged,
+            key=f"{entry.update}@{at_ms}",
+            correlation_id=entry.update,
+            job_id=entry.update,
+            tenant=tenants.get(entry.update, "-"),
+            actor=entry.by,
+            priority=entry.priority,
+            nice=entry.nice,
+            reason=entry.reason,
             **common,
         )
     if (named := entry.hold or entry.release or entry.requeue) is not None:

@@ -175,7 +175,7 @@ def simulate(
 app.add_typer(check.app)  # check
 app.add_typer(chaos.app)  # chaos
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
-app.add_typer(operator.app)  # hold, release, requeue
+app.add_typer(operator.app)  # hold, release, requeue, update
 app.add_typer(operator.node_app, name="node")  # node cordon, uncordon
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
@@ -194,7 +194,17 @@ app.add_typer(gateway.gateway_app, name="gateway")
 
 PANELS: dict[str, tuple[str, ...]] = {
     "Run": ("up", "run", "demo", "ui", "gateway", "metrics"),
-    "Submit": ("submit", "cancel", "scale", "hold", "release", "requeue", "check", "schema"),
+    "Submit": (
+        "submit",
+        "cancel",
+        "scale",
+        "hold",
+        "release",
+        "requeue",
+        "update",
+        "check",
+        "schema",
+    ),
     "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct"),
     "Replay": ("simulate", "replay", "whatif", "compare", "export", "import", "verify"),
     "Operate": ("status", "node", "apply", "schedules", "auth", "project", "bench", "chaos"),

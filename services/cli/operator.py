@@ -1,4 +1,5 @@
-"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`, `requeue`;
+"""The operator's and the tenants' verbs on jobs (issue 42): `hold`, `release`, `requeue`,
+`update --priority|--nice`;
 and the operator's on nodes: `node cordon`, `node uncordon` (with `node-[1-8]` ranges).
 
 Each publishes one job control event (events/control.py) as the credential's actor: a
@@ -22,6 +23,7 @@ from pathlib import Path
 import typer
 
 from gpuledger import events as ev
+from gpuledger.events.control import PRIORITY_MAX
 from gpuledger.services.cli.common import fail
 from gpuledger.services.cli.connect import (
     CREDS_HELP,
@@ -36,7 +38,7 @@ app = typer.Typer()
 TENANT_HELP = "The job's tenant (default: the tenant that submitted it)."
 
 
-def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds) -> None:
+def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds, **fields) -> None:
     """Publish `cls` for `job_id` as this credential's actor; echo the outcome, exit its code."""
     from gpuledger.services.cli.live import job_request_target
     from gpuledger.services.runtime.auth import principal_of_creds
@@ -59,6 +61,7 @@ def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds) -> No
                 actor=actor,
                 reason=reason,
                 read_log=may_read_log(access),
+                **fields,
             )
         except StatusQueryError as exc:
             fail(str(exc), 2)
@@ -126,6 +129,37 @@ def requeue(
     if len(reason) > 500:
         fail("--reason: at most 500 characters", 2)
     _control(ev.JobRequeued, job_id, tenant, reason, nats_url, creds)
+
+
+@app.command()
+def update(
+    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
+    priority: int | None = typer.Option(None, "--priority", help="The new priority."),
+    nice: int | None = typer.Option(
+        None, "--nice", help="Or: the class's priority minus this (positive lowers it)."
+    ),
+    reason: str = _reason_option("change"),
+    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Change a pending or running job's priority (Slurm `scontrol update Priority=|Nice=`):
+    queue order and preemption use it at once. A tenant may lower its job's priority and
+    raise it back up to its class's; above that needs the operator (exit 1, nothing
+    published). Exactly one of --priority and --nice (exit 2 otherwise)."""
+    if (priority is None) == (nice is None):
+        fail("give exactly one of --priority and --nice", 2)
+    if priority is not None and not 0 <= priority <= PRIORITY_MAX:
+        fail(f"--priority {priority}: out of range (0 to {PRIORITY_MAX})", 2)
+    if nice is not None and not -PRIORITY_MAX <= nice <= PRIORITY_MAX:
+        fail(f"--nice {nice}: out of range ({-PRIORITY_MAX} to {PRIORITY_MAX})", 2)
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
+    _control(
+        ev.JobPriorityChanged, job_id, tenant, reason, nats_url, creds, priority=priority, nice=nice
+    )
 
 
 # ---------------------------------------------------------------- nodes (the operator only)

@@ -1,4 +1,4 @@
-"""What a client (the CLI's `hold` / `release` / `requeue`) does on the bus to control one job, and what
+"""What a client (the CLI's `hold` / `release` / `requeue` / `update`) does on the bus to control one job, and what
 came of it, as a `client_requests.Outcome`. Nothing here prints or exits.
 
 Like a cancel (services/runtime/client_requests.py): the request is published only for a
@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 
 from gpuledger import events as ev
-from gpuledger.events.reasons import JobState, RequestReason
+from gpuledger.events.control import PRIORITY_MAX
+from gpuledger.events.reasons import TERMINAL_STATES, JobState, RequestReason
 from gpuledger.services.runtime.client_requests import (
     REFUSED,
     TIMEOUT,
@@ -25,7 +26,12 @@ from gpuledger.services.runtime.client_requests import (
 )
 
 REQUESTED = "requested"
-VERBS: dict[type, str] = {ev.JobHeld: "hold", ev.JobReleased: "release", ev.JobRequeued: "requeue"}
+VERBS: dict[type, str] = {
+    ev.JobHeld: "hold",
+    ev.JobReleased: "release",
+    ev.JobRequeued: "requeue",
+    ev.JobPriorityChanged: "update",
+}
 HOLDABLE = frozenset({JobState.submitted, JobState.pending})
 
 
@@ -35,9 +41,19 @@ def actor_of(principal: str | None) -> str:
     return "tenant" if (principal or "").startswith(("ci:", "gateway")) else "operator"
 
 
-def problem(cls: type, actor: str, st) -> str | None:
+def problem(cls: type, actor: str, st, fields: dict) -> str | None:
     """Why the request cannot apply to the job as the admission service sees it, or None."""
     verb = VERBS[cls]
+    if cls is ev.JobPriorityChanged:
+        if st.state in ("submitted", *TERMINAL_STATES):
+            return f"{st.job_id!r} is {st.state}: only an admitted, unfinished job"
+        base = st.class_priority if st.class_priority is not None else st.priority
+        new = fields["priority"] if fields.get("priority") is not None else base - fields["nice"]
+        if not 0 <= new <= PRIORITY_MAX:
+            return f"priority {new} is out of range (0 to {PRIORITY_MAX})"
+        if new > base and actor != "operator":
+            return f"raising {st.job_id!r} above its class's {base} needs the operator"
+        return None
     if cls is ev.JobRequeued:
         if st.state != JobState.running:
             return f"{st.job_id!r} is {st.state}: only a running job can be requeued"
@@ -65,8 +81,10 @@ async def control_job(
     reason: str = "",
     producer: str = "cli",
     read_log: bool = True,
+    **fields: int | None,
 ) -> Outcome:
-    """Publish a job control event `cls` (`JobHeld`, `JobReleased`, `JobRequeued`) for a job `tenant` has
+    """Publish a job control event `cls` (`JobHeld`, `JobReleased`, `JobRequeued`,
+    `JobPriorityChanged` with its `fields`) for a job `tenant` has
     (None: whichever tenant submitted it): `requested`, `unknown_job` or `refused` (nothing
     published), `timeout`."""
     from gpuledger.services.domain.tooling.stamp import stamp
@@ -86,7 +104,7 @@ async def control_job(
         )
         return Outcome(UNKNOWN_JOB, job_id, text, 1, reason=RequestReason.UnknownJob, error=True)
     st = await ask_status(bus, owner, job_id, wait_for_service=False)
-    why = None if st is None or not st.known else problem(cls, actor, st)
+    why = None if st is None or not st.known else problem(cls, actor, st, fields)
     if why is not None:
         text = f"{why} (InvalidSpec)"
         return Outcome(REFUSED, job_id, text, 1, reason=RequestReason.InvalidSpec, error=True)
@@ -101,6 +119,7 @@ async def control_job(
         tenant=owner,
         actor=actor,
         reason=reason,
+        **fields,
     )
     seq = await bus.publish(event)
     return Outcome(REQUESTED, job_id, f"{verb} requested for {job_id}", 0, seq=seq)

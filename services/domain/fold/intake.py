@@ -79,7 +79,12 @@ def refuse(
 
 def answer(
     ledger: LedgerState,
-    e: ev.JobCancelled | ev.ServiceScaled | ev.JobHeld | ev.JobReleased | ev.JobRequeued,
+    e: ev.JobCancelled
+    | ev.ServiceScaled
+    | ev.JobHeld
+    | ev.JobReleased
+    | ev.JobRequeued
+    | ev.JobPriorityChanged,
     reason: RequestReason,
     message: str,
 ) -> Refusal:

@@ -20,7 +20,7 @@ from gpuledger import events as ev
 from gpuledger.events import JobSpec
 from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR, job_name
 from gpuledger.events.reasons import EndReason, EvictReason, FoldRefusal, JobState, RequestReason
-from gpuledger.services.domain.fold import arrays, holds, intake, keys, queue, replicas
+from gpuledger.services.domain.fold import arrays, holds, intake, keys, priorities, queue, replicas
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import (
     TERMINAL,
@@ -363,11 +363,12 @@ FOLD = Fold(
         ev.ServiceScaled: replicas.scaled,
         ev.JobHeld: holds.held,
         ev.JobReleased: holds.released,
+        ev.JobPriorityChanged: priorities.changed,
         ev.PendingReasonChanged: pending_reason,
         ev.JobWithdrawn: withdrawn,
         ev.GangRequeued: requeued,
         ev.PreemptionDeclined: preemption_declined,
         ev.ConsolidationPlanned: consolidation_planned,
     },
-    modules=("jobs", "arrays", "replicas", "queue", "keys", "holds"),
+    modules=("jobs", "arrays", "replicas", "queue", "keys", "holds", "priorities"),
 )

@@ -95,7 +95,14 @@ FOLDS = (
 _HANDLERS = handlers_of(FOLDS)
 
 
-BY_TENANT = (ev.JobCancelled, ev.ServiceScaled, ev.JobHeld, ev.JobReleased, ev.JobRequeued)
+BY_TENANT = (
+    ev.JobCancelled,
+    ev.ServiceScaled,
+    ev.JobHeld,
+    ev.JobReleased,
+    ev.JobRequeued,
+    ev.JobPriorityChanged,
+)
 """Client requests that name a job by its tenant and the id the tenant submitted."""
 
 

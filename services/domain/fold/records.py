@@ -127,6 +127,9 @@ class JobRecord:
     """The id its tenant submitted, when the fold keeps the job under another key
     (`events.ids.tenant_job_key`: the id already named another tenant's job); None when the
     key is the id itself (`spec.job_id` is always the key)."""
+    class_priority: int | None = None
+    """The priority admission gave, once a `JobPriorityChanged` changed `priority` (None:
+    never changed): what a tenant may raise its job back up to."""
     hold: HoldRecord | None = None
     """Set while the job is held (`JobHeld` .. `JobReleased`): pending with reason `Held`,
     no demand (`quota.pending_gpu_milli` leaves it out)."""

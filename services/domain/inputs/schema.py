@@ -394,6 +394,12 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """A held job released (`JobReleased`)."""
     requeue: str | None = None
     """A running job requeued (`JobRequeued`)."""
+    update: str | None = None
+    """A job whose priority changes (`JobPriorityChanged`): with `priority` or `nice`."""
+    priority: int | None = None
+    """`update` entries: the new priority."""
+    nice: int | None = None
+    """`update` entries: the class's priority minus this."""
     cordon: str | None = None
     """A node the operator cordons (`NodeCordoned`): no new placements on it."""
     uncordon: str | None = None
@@ -903,8 +909,11 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"
             )
-        elif (named := e.hold or e.release or e.requeue) is not None and named not in submitted:
+        elif (named := e.hold or e.release or e.requeue or e.update) is not None and (
+            named not in submitted
+        ):
             verb = "hold" if e.hold else "release" if e.release else "requeue"
+            verb = "update" if e.update else verb
             problems.append(
                 f"{path}.{verb}: job {named!r} is not submitted "
                 f"earlier in the timeline{_suggest(named, submitted)}"
@@ -933,6 +942,7 @@ ENTRY_ACTIONS = (
     "hold",
     "release",
     "requeue",
+    "update",
     "cordon",
     "uncordon",
 )
