@@ -111,7 +111,8 @@ CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased, JobRequeued, Jo
 
 class NodeCordoned(Event, frozen=True, kw_only=True, tag="NodeCordoned.v1"):
     """The operator cordoned a node (kubectl `cordon`; Slurm `DRAIN`): it takes no new
-    placements from now on; what runs there runs on, and its agent keeps reporting.
+    placements from now on; what runs there runs on (unless `drain`), and its agent keeps
+    reporting.
     Published on `gl.admin.node.<node>.NodeCordoned` (only the operator may). A cordon of a
     node the log does not hold is refused (`UnknownNode`) and changes nothing; a second
     cordon changes nothing but its reason."""
@@ -120,6 +121,15 @@ class NodeCordoned(Event, frozen=True, kw_only=True, tag="NodeCordoned.v1"):
     """The node."""
     reason: Note = ""
     """Why, in the operator's words (`gpuledger node cordon NODES --reason ...`)."""
+    drain: bool = False
+    """Also move what runs there off (`gpuledger node drain`): each run is asked to
+    checkpoint and leave (preemption with reason `Drain`, then requeued and placed elsewhere)
+    once it may: after its minimum runtime, and never non-preemptible work, unless `force`
+    or `deadline_ms` has passed. The node is `draining` while runs are left, then `drained`."""
+    force: bool = False
+    """Drain every run at once, minimum runtime and non-preemptible work included."""
+    deadline_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """When what is left is drained as with `force` (None: never)."""
 
 
 class NodeUncordoned(Event, frozen=True, kw_only=True, tag="NodeUncordoned.v1"):

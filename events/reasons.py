@@ -56,6 +56,7 @@ class PreemptionReason(StrEnum):
         "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
     )
     Requeue = "Requeue"  # its tenant or the operator requeued it (`gpuledger requeue`)
+    Drain = "Drain"  # its node is being drained by the operator (`gpuledger node drain`)
 
 
 class ResizeReason(StrEnum):

@@ -171,6 +171,15 @@ def _preempt(e: c.PreemptionRequested) -> Sentence:
     ranks = e.ranks if isinstance(e.ranks, tuple) else None
     members = f" members {', '.join(map(str, ranks))}" if ranks else ""
     within = (e.deadline_ms - e.occurred_at_ms) / 1000
+    if not e.beneficiary:  # a drain: for nobody in particular
+        return Sentence(
+            "preempted",
+            "preempt",
+            (
+                JobRef(e.job_id),
+                f"{members} ({e.reason}: {e.message}), checkpoint within {within:.0f}s",
+            ),
+        )
     return Sentence(
         "preempted",
         "preempt",
@@ -308,7 +317,11 @@ def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
 
 
 def _cordoned(e: c.NodeCordoned) -> Sentence:
-    return Sentence("node", "cordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
+    verb = "draining" if e.drain else "cordoned"
+    how = " (force)" if e.force else ""
+    if e.deadline_ms is not None:
+        how += f" (deadline t+{(e.deadline_ms - e.occurred_at_ms) // 1000}s)"
+    return Sentence("node", verb, (e.node + how + (f": {e.reason}" if e.reason else ""),))
 
 
 def _uncordoned(e: c.NodeUncordoned) -> Sentence:

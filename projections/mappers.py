@@ -1049,6 +1049,7 @@ class Projection:
 
     def _evicted(self, seq: int, e: ev.GangEvicted) -> None:
         self._close_alloc(e.allocation_id, e.occurred_at_ms, "evicted:" + e.reason)
+        self._drained(e.allocation_id)
         p = self.open_preemptions.pop(e.allocation_id, None)
         if p is not None:
             p.evicted_at_ms = p.ended_at_ms = e.occurred_at_ms
@@ -1095,6 +1096,7 @@ class Projection:
     def _ended(self, seq: int, e: ev.GangCompleted | ev.GangFailed) -> None:
         """A run ended: its allocation rows and open preemption close with the run's outcome
         (the fold's `run_end_state`); the job moves to its folded state."""
+        self._drained(e.allocation_id)
         outcome = run_end_state(e)
         self._close_alloc(e.allocation_id, e.occurred_at_ms, outcome)
         self._end_preemption(e.allocation_id, e.occurred_at_ms, outcome)
@@ -1218,8 +1220,9 @@ class Projection:
         rec = self.ledger.nodes.get(e.node)
         if n.status == "lost" and rec is not None and not rec.lost:
             # the ledger's rule (the scheduler places on it again): heard from again, it is back
-            n.status = node_state(self.ledger, e.node)
             n.lost_at_ms = n.lost_message = None
+        if rec is not None:  # the ledger's state (a drain ends as `drained` between reports)
+            n.status = node_state(self.ledger, e.node)
         self.batch.upsert(n)
 
     def _node_lost(self, seq: int, e: ev.NodeLost) -> None:
@@ -1230,6 +1233,15 @@ class Projection:
         n.lost_at_ms = e.occurred_at_ms
         n.lost_message = e.message
         self.batch.upsert(n)
+
+    def _drained(self, allocation_id: str) -> None:
+        """A run left: its draining nodes' status (`draining` -> `drained`) is the ledger's."""
+        rec = self.ledger.allocations.get(allocation_id)
+        for node in {m.node for m in rec.members} if rec is not None else ():
+            n = self.nodes.get(node)
+            if n is not None and n.status == "draining":
+                n.status = node_state(self.ledger, node)
+                self.batch.upsert(n)
 
     def _node_control(self, seq: int, e: ev.NodeCordoned | ev.NodeUncordoned) -> None:
         """The operator's cordon: the node's status is the ledger's (`nodes.node_state`)."""

@@ -153,6 +153,21 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             reason=entry.reason,
             **common,
         )
+    if entry.drain is not None:
+        deadline = (
+            None if entry.deadline is None else at_ms + seconds("deadline", entry.deadline) * 1000
+        )
+        return at_ms, stamp(
+            NodeCordoned,
+            key=f"{entry.drain}@{at_ms}",
+            correlation_id=entry.drain,
+            node=entry.drain,
+            reason=entry.reason,
+            drain=True,
+            force=entry.force,
+            deadline_ms=deadline,
+            **common,
+        )
     if (node_name := entry.cordon or entry.uncordon) is not None:
         kind = NodeCordoned if entry.cordon else NodeUncordoned
         return at_ms, stamp(

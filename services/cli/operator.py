@@ -164,7 +164,7 @@ def update(
 
 # ---------------------------------------------------------------- nodes (the operator only)
 
-node_app = typer.Typer(help="The operator's node verbs: cordon, uncordon.")
+node_app = typer.Typer(help="The operator's node verbs: cordon, drain, uncordon.")
 RANGE = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<body>[0-9,\-]+)\](?P<tail>[^\[\]]*)$")
 
 
@@ -203,7 +203,7 @@ def expand_nodes(text: str) -> list[str]:
     return out
 
 
-def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds) -> None:
+def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds, **fields) -> None:
     """Publish `cls` for every node of `nodes_arg`, as the operator; nothing when any node is
     unknown (exit 1) or the credential is not the operator's (exit 1)."""
     from gpuledger.services.cli.connect import resolve_access
@@ -221,6 +221,8 @@ def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds) -> No
     if not may_read_log(access):
         fail(f"only the operator acts on nodes; this credential is {principal!r}", 1)
     verb = {ev.NodeCordoned: "cordon", ev.NodeUncordoned: "uncordon"}[cls]
+    if fields.get("drain"):
+        verb = "drain"
 
     async def main(track):
         bus = await cli_bus(access, ensure=False)
@@ -241,6 +243,10 @@ def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds) -> No
                     correlation_id=n,
                     node=n,
                     reason=reason,
+                    **{
+                        k: (now + v if k == "deadline_ms" and v is not None else v)
+                        for k, v in fields.items()
+                    },
                 )
                 await bus.publish(event)
         finally:
@@ -276,3 +282,43 @@ def uncordon(
 ) -> None:
     """Uncordon nodes: they take placements again. The operator only."""
     _node_control(ev.NodeUncordoned, nodes, reason, nats_url, creds)
+
+
+@node_app.command("drain")
+def drain(
+    nodes: str = typer.Argument(..., help="Nodes: names and ranges, e.g. node-[1-8],gpu-a."),
+    force: bool = typer.Option(
+        False, "--force", help="Move everything off at once (minimum runtime, non-preemptible)."
+    ),
+    deadline: str | None = typer.Option(
+        None, "--deadline", help="After this long (90s, 15m, 2h), drain what is left as --force."
+    ),
+    reason: str = typer.Option("", "--reason", help="Why, in your words."),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Drain nodes (kubectl `drain`; Slurm DRAIN -> DRAINED): cordon them, and move what runs
+    there off with checkpoint-then-evict (requeued, placed elsewhere) once each run may leave:
+    after its minimum runtime, and never non-preemptible work, unless --force or past
+    --deadline. `gpuledger nodes` shows `draining` while runs are left, then `drained`. The
+    operator only; exit 2 for a malformed range or deadline, 1 for an unknown node."""
+    from gpuledger.services.domain.inputs.quantities import seconds
+
+    deadline_ms = None
+    if deadline is not None:
+        try:
+            deadline_ms = seconds("--deadline", deadline) * 1000
+        except ValueError as exc:
+            fail(str(exc), 2)
+    _node_control(
+        ev.NodeCordoned,
+        nodes,
+        reason,
+        nats_url,
+        creds,
+        drain=True,
+        force=force,
+        deadline_ms=deadline_ms,
+    )

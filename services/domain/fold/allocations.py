@@ -158,7 +158,8 @@ def preemption_requested(ledger: LedgerState, e: ev.PreemptionRequested) -> Refu
     if not isinstance(e.ranks, tuple):  # a shrinking gang keeps running
         jobs.preempting(job)
     expect_stop(ledger, e.allocation_id, job, e.occurred_at_ms, e.deadline_ms)
-    queue.nominate(ledger, e.beneficiary, e.allocation_id)
+    if e.beneficiary:  # a drain's request frees capacity for nobody in particular
+        queue.nominate(ledger, e.beneficiary, e.allocation_id)
     return None
 
 

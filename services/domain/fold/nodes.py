@@ -14,7 +14,7 @@ from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
 from gpuledger.services.domain.fold import allocations
 from gpuledger.services.domain.fold.aggregate import Fold
-from gpuledger.services.domain.fold.records import HoldRecord, NodeRecord
+from gpuledger.services.domain.fold.records import CordonRecord, NodeRecord
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
 from gpuledger.services.domain.tooling.placement_adapter import node_spec
 from gpuledger.services.placement import PlacementConflict
@@ -74,7 +74,7 @@ def cordoned(ledger: LedgerState, e: ev.NodeCordoned) -> Refusal | None:
     node = ledger.nodes.get(e.node)
     if node is None:
         return Refusal(FoldRefusal.UnknownNode, f"no node {e.node!r}: nothing to cordon")
-    node.cordon = HoldRecord("operator", e.reason, e.occurred_at_ms)
+    node.cordon = CordonRecord(e.reason, e.occurred_at_ms, e.drain, e.force, e.deadline_ms)
     ledger.sched.cordoned.add(e.node)
     return None
 
@@ -89,12 +89,17 @@ def uncordoned(ledger: LedgerState, e: ev.NodeUncordoned) -> Refusal | None:
 
 
 def node_state(ledger: LedgerState, name: str) -> str:
-    """A node's state as people read it: `lost`, `cordoned` or `ready` (one place: the CLI,
-    `why` and the projection show this)."""
+    """A node's state as people read it (one place: the CLI, `why` and the projection show
+    this): `lost`; `cordoned`; `draining` (a drain with runs left on it) or `drained`;
+    else `ready`."""
     node = ledger.nodes[name]
     if node.lost:
         return "lost"
-    return "cordoned" if node.cordon is not None else "ready"
+    if node.cordon is None:
+        return "ready"
+    if not node.cordon.drain:
+        return "cordoned"
+    return "draining" if ledger.agents.node_allocations.get(name) else "drained"
 
 
 FOLD = Fold(

@@ -57,13 +57,24 @@ class PreemptionRecord:
 
 @dataclass(frozen=True)
 class HoldRecord:
-    """Who holds a job (`JobHeld` .. `JobReleased`) or cordons a node (`NodeCordoned` ..
-    `NodeUncordoned`), why and since when."""
+    """Who holds a job (`JobHeld` .. `JobReleased`), why and since when."""
 
     actor: str
     """`tenant` or `operator`: the operator's hold is released only by the operator."""
     reason: str
     at_ms: int
+
+
+@dataclass(frozen=True)
+class CordonRecord:
+    """The operator's cordon of a node (`NodeCordoned`): why, since when, and whether (and
+    how) what runs there is drained."""
+
+    reason: str
+    at_ms: int
+    drain: bool = False
+    force: bool = False
+    deadline_ms: int | None = None
 
 
 @dataclass
@@ -246,7 +257,7 @@ class NodeRecord:
     registered_ms: int
     last_heartbeat_ms: int | None = None
     lost: bool = False
-    cordon: HoldRecord | None = None
+    cordon: CordonRecord | None = None
     """Set while the operator has it cordoned (`NodeCordoned` .. `NodeUncordoned`): who, why
     and since when. It takes no new placements; what runs there runs on."""
 

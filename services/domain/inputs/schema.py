@@ -404,6 +404,13 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """A node the operator cordons (`NodeCordoned`): no new placements on it."""
     uncordon: str | None = None
     """A cordoned node uncordoned (`NodeUncordoned`)."""
+    drain: str | None = None
+    """A node the operator drains (`NodeCordoned` with `drain`): cordoned, and what runs
+    there is moved off with checkpoint-then-evict."""
+    force: bool = False
+    """`drain` entries: at once, minimum runtime and non-preemptible work included."""
+    deadline: Duration | None = None
+    """`drain` entries: after this long, what is left is drained as with `force`."""
     by: Literal["tenant", "operator"] = "tenant"
     """Who holds, releases or requeues (`hold` / `release` / `requeue` entries)."""
     reason: str = ""
@@ -923,8 +930,12 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
                 f"in the timeline{_suggest(e.scale, services)}"
             )
-        elif (node := e.cordon or e.uncordon) is not None and nodes and node not in nodes:
-            verb = "cordon" if e.cordon else "uncordon"
+        elif (
+            (node := e.cordon or e.uncordon or e.drain) is not None
+            and nodes
+            and (node not in nodes)
+        ):
+            verb = "cordon" if e.cordon else "uncordon" if e.uncordon else "drain"
             problems.append(
                 f"{path}.{verb}: no node {node!r} in the cluster{_suggest(node, nodes)}"
             )
@@ -945,6 +956,7 @@ ENTRY_ACTIONS = (
     "update",
     "cordon",
     "uncordon",
+    "drain",
 )
 
 

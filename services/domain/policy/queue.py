@@ -8,7 +8,9 @@ from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 
-NOT_SUFFERED = frozenset({PreemptionReason.Consolidate, PreemptionReason.Requeue})
+NOT_SUFFERED = frozenset(
+    {PreemptionReason.Consolidate, PreemptionReason.Requeue, PreemptionReason.Drain}
+)
 """Evictions that are no preemption a job suffered (aging and eviction budgets skip them)."""
 
 
