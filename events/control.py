@@ -125,11 +125,11 @@ class NodeCordoned(Event, frozen=True, kw_only=True, tag="NodeCordoned.v1"):
     """Also move what runs there off (`gpuledger node drain`): each run is asked to
     checkpoint and leave (preemption with reason `Drain`, then requeued and placed elsewhere)
     once it may: after its minimum runtime, and never non-preemptible work, unless `force`
-    or `deadline_ms` has passed. The node is `draining` while runs are left, then `drained`."""
+    or `deadline_s` has passed. The node is `draining` while runs are left, then `drained`."""
     force: bool = False
     """Drain every run at once, minimum runtime and non-preemptible work included."""
-    deadline_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    """When what is left is drained as with `force` (None: never)."""
+    deadline_s: Annotated[int, msgspec.Meta(ge=0, le=1 << 40)] | None = None
+    """Seconds after the cordon when what is left is drained as with `force` (None: never)."""
 
 
 class NodeUncordoned(Event, frozen=True, kw_only=True, tag="NodeUncordoned.v1"):

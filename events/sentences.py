@@ -319,8 +319,8 @@ def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
 def _cordoned(e: c.NodeCordoned) -> Sentence:
     verb = "draining" if e.drain else "cordoned"
     how = " (force)" if e.force else ""
-    if e.deadline_ms is not None:
-        how += f" (deadline t+{(e.deadline_ms - e.occurred_at_ms) // 1000}s)"
+    if e.deadline_s is not None:
+        how += f" (deadline t+{e.deadline_s}s)"
     return Sentence("node", verb, (e.node + how + (f": {e.reason}" if e.reason else ""),))
 
 

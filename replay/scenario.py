@@ -154,9 +154,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             **common,
         )
     if entry.drain is not None:
-        deadline = (
-            None if entry.deadline is None else at_ms + seconds("deadline", entry.deadline) * 1000
-        )
+        deadline = None if entry.deadline is None else seconds("deadline", entry.deadline)
         return at_ms, stamp(
             NodeCordoned,
             key=f"{entry.drain}@{at_ms}",
@@ -165,7 +163,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             reason=entry.reason,
             drain=True,
             force=entry.force,
-            deadline_ms=deadline,
+            deadline_s=deadline,
             **common,
         )
     if (node_name := entry.cordon or entry.uncordon) is not None:

@@ -203,7 +203,41 @@ def expand_nodes(text: str) -> list[str]:
     return out
 
 
-def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds, **fields) -> None:
+async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
+    """The nodes of `names` not yet `drained` when the wait ends (empty: all are): the log
+    folded as the services fold it (acceptance rules, receive times), checked after each
+    message, until every node is drained or `timeout_s` has passed."""
+    import asyncio
+
+    from gpuledger.services.domain.fold.acceptance import admit
+    from gpuledger.services.domain.fold.ledger import Ledger
+    from gpuledger.services.domain.fold.nodes import node_state
+    from gpuledger.services.domain.fold.refusals import Refused
+
+    ledger, left = Ledger(), list(names)
+
+    async def follow() -> None:
+        nonlocal left
+        async for rec in bus.follow():
+            try:
+                event = ev.at_receipt(ev.decode(rec.data), rec.received_ms)
+                admit(ledger, rec.seq, event, rec.subject)
+            except (ev.UndecodableEvent, Refused):
+                continue  # dead-lettered by the services too
+            left = [n for n in names if n not in ledger.nodes or node_state(ledger, n) != "drained"]
+            if not left:
+                return
+
+    try:
+        await asyncio.wait_for(follow(), timeout_s)
+    except TimeoutError:
+        pass
+    return left
+
+
+def _node_control(
+    cls: type, nodes_arg: str, reason: str, nats_url, creds, wait_s: float | None = None, **fields
+) -> None:
     """Publish `cls` for every node of `nodes_arg`, as the operator; nothing when any node is
     unknown (exit 1) or the credential is not the operator's (exit 1)."""
     from gpuledger.services.cli.connect import resolve_access
@@ -243,17 +277,19 @@ def _node_control(cls: type, nodes_arg: str, reason: str, nats_url, creds, **fie
                     correlation_id=n,
                     node=n,
                     reason=reason,
-                    **{
-                        k: (now + v if k == "deadline_ms" and v is not None else v)
-                        for k, v in fields.items()
-                    },
+                    **fields,
                 )
                 await bus.publish(event)
+            typer.echo(f"{verb} requested for {', '.join(names)}")
+            if wait_s is not None:
+                left = await _not_drained(bus, names, wait_s)
+                if left:
+                    fail(f"not drained within {wait_s:g}s: {', '.join(left)}", 4)
+                typer.echo(f"drained {', '.join(names)}")
         finally:
             await bus.close()
 
-    run_on_bus(main)
-    typer.echo(f"{verb} requested for {', '.join(names)}")
+    run_on_bus(main, None if wait_s is None else wait_s + 30)
 
 
 @node_app.command("cordon")
@@ -293,6 +329,10 @@ def drain(
     deadline: str | None = typer.Option(
         None, "--deadline", help="After this long (90s, 15m, 2h), drain what is left as --force."
     ),
+    wait: bool = typer.Option(
+        False, "--wait", help="Wait until every node is drained: exit 0, or 4 at --timeout."
+    ),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds --wait waits."),
     reason: str = typer.Option("", "--reason", help="Why, in your words."),
     nats_url: str | None = typer.Option(
         None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
@@ -303,22 +343,26 @@ def drain(
     there off with checkpoint-then-evict (requeued, placed elsewhere) once each run may leave:
     after its minimum runtime, and never non-preemptible work, unless --force or past
     --deadline. `gpuledger nodes` shows `draining` while runs are left, then `drained`. The
-    operator only; exit 2 for a malformed range or deadline, 1 for an unknown node."""
+    operator only; exit 2 for a malformed range or deadline, 1 for an unknown node; with
+    --wait, 0 once every node is drained, 4 when --timeout passes first (naming those left)."""
     from gpuledger.services.domain.inputs.quantities import seconds
 
-    deadline_ms = None
+    deadline_s = None
     if deadline is not None:
         try:
-            deadline_ms = seconds("--deadline", deadline) * 1000
+            deadline_s = seconds("--deadline", deadline)
         except ValueError as exc:
             fail(str(exc), 2)
+    if timeout <= 0:
+        fail("--timeout: must be positive", 2)
     _node_control(
         ev.NodeCordoned,
         nodes,
         reason,
         nats_url,
         creds,
+        wait_s=timeout if wait else None,
         drain=True,
         force=force,
-        deadline_ms=deadline_ms,
+        deadline_s=deadline_s,
     )

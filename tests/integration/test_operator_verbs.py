@@ -136,7 +136,7 @@ async def test_the_operators_hold_says_held_and_only_the_operator_releases_it(
         procs.stop()
 
 
-async def test_only_the_operator_cordons_and_a_cordoned_node_takes_no_new_job(
+async def test_only_the_operator_cordons_and_drains_and_a_cordoned_node_takes_no_new_job(
     server, bus, tmp_path
 ):
     from gpuledger.services.domain.tooling.stamp import stamp
@@ -196,5 +196,12 @@ async def test_only_the_operator_cordons_and_a_cordoned_node_takes_no_new_job(
         assert done.returncode == 0, done.stderr
         st = await status(bus, A, "next", lambda s: s.reason == "NodeCordoned")
         assert st.message == "fits only on cordoned nodes: node-1 (firmware)"
+        # a drain of a node with nothing running: --wait says drained at once, exit 0
+        done = await asyncio.to_thread(
+            cli, "node", "drain", "node-1", "--wait", "--timeout", "30", "--nats-url", server.url
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "drained node-1"
+        assert await stored(bus, "gl.admin.node.node-1.NodeCordoned")
     finally:
         procs.stop()

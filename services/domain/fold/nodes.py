@@ -74,7 +74,8 @@ def cordoned(ledger: LedgerState, e: ev.NodeCordoned) -> Refusal | None:
     node = ledger.nodes.get(e.node)
     if node is None:
         return Refusal(FoldRefusal.UnknownNode, f"no node {e.node!r}: nothing to cordon")
-    node.cordon = CordonRecord(e.reason, e.occurred_at_ms, e.drain, e.force, e.deadline_ms)
+    deadline = None if e.deadline_s is None else e.occurred_at_ms + e.deadline_s * 1000
+    node.cordon = CordonRecord(e.reason, e.occurred_at_ms, e.drain, e.force, deadline)
     ledger.sched.cordoned.add(e.node)
     return None
 
