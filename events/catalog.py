@@ -13,6 +13,7 @@ import msgspec
 
 from gpuledger.events.control import (
     JobHeld,
+    JobMovedToTop,
     JobPriorityChanged,
     JobReleased,
     JobRequeued,
@@ -773,6 +774,7 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     JobReleased,
     JobRequeued,
     JobPriorityChanged,
+    JobMovedToTop,
     NodeCordoned,
     NodeUncordoned,
 )
@@ -820,6 +822,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     JobReleased,
     JobRequeued,
     JobPriorityChanged,
+    JobMovedToTop,
     NodeCordoned,
     NodeUncordoned,
 )
@@ -833,6 +836,7 @@ __all__ = [
     "JobReleased",
     "JobRequeued",
     "JobPriorityChanged",
+    "JobMovedToTop",
     "NodeCordoned",
     "NodeUncordoned",
     "GangResized",

@@ -102,7 +102,29 @@ class JobPriorityChanged(Event, frozen=True, kw_only=True, tag="JobPriorityChang
     """Why, in the actor's words."""
 
 
-CONTROL_EVENTS: tuple[type[Event], ...] = (JobHeld, JobReleased, JobRequeued, JobPriorityChanged)
+class JobMovedToTop(Event, frozen=True, kw_only=True, tag="JobMovedToTop.v1"):
+    """A pending job goes first among its tenant's pending jobs of the same priority (Slurm
+    `scontrol top`): its queue time becomes just before the earliest of theirs. Its priority
+    is unchanged (to pass a higher one, change the priority). A job that is not pending is
+    refused (`InvalidSpec`)."""
+
+    job_id: str
+    """The job (the id its tenant submitted)."""
+    tenant: str
+    """Its tenant (part of the subject)."""
+    actor: Actor = "tenant"
+    """Who moves it."""
+    reason: Note = ""
+    """Why, in the actor's words."""
+
+
+CONTROL_EVENTS: tuple[type[Event], ...] = (
+    JobHeld,
+    JobReleased,
+    JobRequeued,
+    JobPriorityChanged,
+    JobMovedToTop,
+)
 """Job control events, in the order they were added."""
 
 

@@ -316,6 +316,13 @@ def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
     )
 
 
+def _topped(e: c.JobMovedToTop) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence(
+        "priority", "to top", (JobRef(e.job_id), f" of its tenant's queue by {e.actor}{why}")
+    )
+
+
 def _cordoned(e: c.NodeCordoned) -> Sentence:
     verb = "draining" if e.drain else "cordoned"
     how = " (force)" if e.force else ""
@@ -384,6 +391,7 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.JobReleased: _released,
     c.JobRequeued: _requeue_asked,
     c.JobPriorityChanged: _priority_changed,
+    c.JobMovedToTop: _topped,
     c.NodeCordoned: _cordoned,
     c.NodeUncordoned: _uncordoned,
     c.NodeLost: _node_lost,

@@ -46,7 +46,7 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
     ((c.ServiceScaled,), "scale"),
-    ((c.JobHeld, c.JobReleased, c.JobRequeued, c.JobPriorityChanged), "control"),
+    ((c.JobHeld, c.JobReleased, c.JobRequeued, c.JobPriorityChanged, c.JobMovedToTop), "control"),
     ((c.NodeCordoned, c.NodeUncordoned), "node-control"),
     (
         (c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured),

@@ -24,6 +24,7 @@ from gpuledger.events import (
     Event,
     JobCancelled,
     JobHeld,
+    JobMovedToTop,
     JobPriorityChanged,
     JobReleased,
     JobRequeued,
@@ -141,8 +142,9 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             reason=entry.reason,
             **common,
         )
-    if (named := entry.hold or entry.release or entry.requeue) is not None:
+    if (named := entry.hold or entry.release or entry.requeue or entry.top) is not None:
         cls = JobHeld if entry.hold else JobReleased if entry.release else JobRequeued
+        cls = JobMovedToTop if entry.top else cls
         return at_ms, stamp(
             cls,
             key=f"{named}@{at_ms}",

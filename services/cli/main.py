@@ -175,7 +175,7 @@ def simulate(
 app.add_typer(check.app)  # check
 app.add_typer(chaos.app)  # chaos
 app.add_typer(live.app)  # run, apply, up, status, submit, cancel, demo
-app.add_typer(operator.app)  # hold, release, requeue, update
+app.add_typer(operator.app)  # hold, release, requeue, update, top
 app.add_typer(operator.node_app, name="node")  # node cordon, drain, uncordon
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
@@ -202,6 +202,7 @@ PANELS: dict[str, tuple[str, ...]] = {
         "release",
         "requeue",
         "update",
+        "top",
         "check",
         "schema",
     ),

@@ -162,6 +162,23 @@ def update(
     )
 
 
+@app.command()
+def top(
+    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
+    reason: str = _reason_option("move"),
+    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
+    ),
+    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+) -> None:
+    """Move a pending job to the top of its tenant's queue (Slurm `scontrol top`): it goes
+    first among its tenant's pending jobs of its priority (its priority is unchanged)."""
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
+    _control(ev.JobMovedToTop, job_id, tenant, reason, nats_url, creds)
+
+
 # ---------------------------------------------------------------- nodes (the operator only)
 
 node_app = typer.Typer(help="The operator's node verbs: cordon, drain, uncordon.")

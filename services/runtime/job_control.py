@@ -31,6 +31,7 @@ VERBS: dict[type, str] = {
     ev.JobReleased: "release",
     ev.JobRequeued: "requeue",
     ev.JobPriorityChanged: "update",
+    ev.JobMovedToTop: "top",
 }
 HOLDABLE = frozenset({JobState.submitted, JobState.pending})
 
@@ -44,6 +45,10 @@ def actor_of(principal: str | None) -> str:
 def problem(cls: type, actor: str, st, fields: dict) -> str | None:
     """Why the request cannot apply to the job as the admission service sees it, or None."""
     verb = VERBS[cls]
+    if cls is ev.JobMovedToTop:
+        if st.state != JobState.pending:
+            return f"{st.job_id!r} is {st.state}: only a pending job can be moved to the top"
+        return None
     if cls is ev.JobPriorityChanged:
         if st.state in ("submitted", *TERMINAL_STATES):
             return f"{st.job_id!r} is {st.state}: only an admitted, unfinished job"

@@ -69,3 +69,27 @@ def test_a_tenant_raising_above_its_class_is_refused_and_nothing_changes():
     assert sim.ledger.jobs["mine"].priority == 50 and not any(
         isinstance(e, ev.PreemptionRequested) for _, _, e in sim.log
     )
+
+
+def test_top_runs_a_tenants_later_job_before_its_earlier_ones():
+    doc = {
+        **NODE,
+        "timeline": [
+            job(0, "big"),
+            job(10, "first"),
+            job(20, "second"),
+            job(30, "urgent"),
+            {"at": 40, "top": "urgent", "reason": "demo"},
+            {"at": 50, "top": "big"},
+        ],
+    }
+    sim = simulate(from_document(doc))
+    at = placed_at_s(sim)
+    assert (at["urgent"], at["first"], at["second"]) == (600, 1200, 1800)
+    (refused,) = [e for _, _, e in sim.log if isinstance(e, ev.RequestRefused)]
+    assert (refused.request, refused.job_id, refused.reason) == (
+        "JobMovedToTop",
+        "big",
+        "InvalidSpec",
+    )
+    assert sim.ledger.jobs["urgent"].priority == 50  # its priority is unchanged

@@ -84,7 +84,8 @@ def answer(
     | ev.JobHeld
     | ev.JobReleased
     | ev.JobRequeued
-    | ev.JobPriorityChanged,
+    | ev.JobPriorityChanged
+    | ev.JobMovedToTop,
     reason: RequestReason,
     message: str,
 ) -> Refusal:

@@ -364,6 +364,7 @@ FOLD = Fold(
         ev.JobHeld: holds.held,
         ev.JobReleased: holds.released,
         ev.JobPriorityChanged: priorities.changed,
+        ev.JobMovedToTop: priorities.topped,
         ev.PendingReasonChanged: pending_reason,
         ev.JobWithdrawn: withdrawn,
         ev.GangRequeued: requeued,

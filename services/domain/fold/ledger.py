@@ -102,6 +102,7 @@ BY_TENANT = (
     ev.JobReleased,
     ev.JobRequeued,
     ev.JobPriorityChanged,
+    ev.JobMovedToTop,
 )
 """Client requests that name a job by its tenant and the id the tenant submitted."""
 

@@ -1,4 +1,6 @@
-"""Part of the jobs fold: priority changes (`JobPriorityChanged`, events/control.py).
+"""Part of the jobs fold: priority changes (`JobPriorityChanged`, events/control.py) and
+moves to the top of a tenant's queue (`JobMovedToTop`: the job's queue time becomes just
+before the earliest of its tenant's other pending jobs, `JobRecord.queue_ms`).
 
 A change sets the job's `priority` (queue order and preemption read it from the next decide
 on, so preemption re-evaluates at once); the first one keeps the priority admission gave in
@@ -53,4 +55,24 @@ def changed(ledger: LedgerState, e: ev.JobPriorityChanged) -> Refusal | None:
     if job.class_priority is None:
         job.class_priority = job.priority
     job.priority = new
+    return None
+
+
+def topped(ledger: LedgerState, e: ev.JobMovedToTop) -> Refusal | None:
+    key = keys.job_key(ledger, e.tenant, e.job_id)  # the tenant's own job of that id, or none
+    job = ledger.jobs.get(key) if key is not None else None
+    if job is None or job.unreadable:
+        message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to move"
+        return intake.answer(ledger, e, RequestReason.UnknownJob, message)
+    if job.state != JobState.pending or job.job_id not in ledger.pending:
+        message = f"{e.job_id!r} is {job.state}: only a pending job can be moved to the top"
+        return intake.answer(ledger, e, RequestReason.InvalidSpec, message)
+    own = (ledger.jobs[j] for j in sorted(ledger.pending) if j != job.job_id)
+    times = [
+        o.submitted_ms if o.queue_ms is None else o.queue_ms for o in own if o.tenant == job.tenant
+    ]
+    mine = job.submitted_ms if job.queue_ms is None else job.queue_ms
+    first = min(times, default=mine)
+    if first <= mine:
+        job.queue_ms = first - 1
     return None

@@ -138,6 +138,9 @@ class JobRecord:
     """The id its tenant submitted, when the fold keeps the job under another key
     (`events.ids.tenant_job_key`: the id already named another tenant's job); None when the
     key is the id itself (`spec.job_id` is always the key)."""
+    queue_ms: int | None = None
+    """Its place in its tenant's queue when moved to the top (`JobMovedToTop`): the queue
+    order reads it instead of `submitted_ms`; None: never moved."""
     class_priority: int | None = None
     """The priority admission gave, once a `JobPriorityChanged` changed `priority` (None:
     never changed): what a tenant may raise its job back up to."""

@@ -394,6 +394,8 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """A held job released (`JobReleased`)."""
     requeue: str | None = None
     """A running job requeued (`JobRequeued`)."""
+    top: str | None = None
+    """A pending job moved to the top of its tenant's queue (`JobMovedToTop`)."""
     update: str | None = None
     """A job whose priority changes (`JobPriorityChanged`): with `priority` or `nice`."""
     priority: int | None = None
@@ -916,11 +918,11 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"
             )
-        elif (named := e.hold or e.release or e.requeue or e.update) is not None and (
+        elif (named := e.hold or e.release or e.requeue or e.update or e.top) is not None and (
             named not in submitted
         ):
             verb = "hold" if e.hold else "release" if e.release else "requeue"
-            verb = "update" if e.update else verb
+            verb = "update" if e.update else "top" if e.top else verb
             problems.append(
                 f"{path}.{verb}: job {named!r} is not submitted "
                 f"earlier in the timeline{_suggest(named, submitted)}"
@@ -954,6 +956,7 @@ ENTRY_ACTIONS = (
     "release",
     "requeue",
     "update",
+    "top",
     "cordon",
     "uncordon",
     "drain",

@@ -77,7 +77,8 @@ def queue_key(
         past = usage[job.tenant]
     else:
         past = usage[job.tenant] = state.usage_at(job.tenant, now_ms)
-    return (-effective_priority(state, job, now_ms), below, past, job.submitted_ms, job.job_id)
+    since = job.submitted_ms if job.queue_ms is None else job.queue_ms  # `top` moves it
+    return (-effective_priority(state, job, now_ms), below, past, since, job.job_id)
 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
