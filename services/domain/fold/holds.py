@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import JobState, RequestReason
-from gpuledger.services.domain.fold import intake, keys
+from gpuledger.services.domain.fold import intake
 from gpuledger.services.domain.fold.records import HoldRecord
 from gpuledger.services.domain.fold.refusals import Refusal
 
@@ -28,18 +28,8 @@ HOLDABLE = frozenset({JobState.submitted, JobState.pending})
 """States a job may be held in (not yet placed)."""
 
 
-def _job(ledger: LedgerState, e: ev.JobHeld | ev.JobReleased) -> JobRecord | Refusal:
-    key = keys.job_key(ledger, e.tenant, e.job_id)  # the tenant's own job of that id, or none
-    job = ledger.jobs.get(key) if key is not None else None
-    if job is None or job.unreadable:
-        verb = "hold" if isinstance(e, ev.JobHeld) else "release"
-        message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to {verb}"
-        return intake.answer(ledger, e, RequestReason.UnknownJob, message)
-    return job
-
-
 def held(ledger: LedgerState, e: ev.JobHeld) -> Refusal | None:
-    job = _job(ledger, e)
+    job = intake.own_job(ledger, e, "hold")
     if isinstance(job, Refusal):
         return job
     if job.hold is not None:
@@ -59,7 +49,7 @@ def held(ledger: LedgerState, e: ev.JobHeld) -> Refusal | None:
 
 
 def released(ledger: LedgerState, e: ev.JobReleased) -> Refusal | None:
-    job = _job(ledger, e)
+    job = intake.own_job(ledger, e, "release")
     if isinstance(job, Refusal):
         return job
     if job.hold is None:

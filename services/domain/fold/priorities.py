@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gpuledger import events as ev
 from gpuledger.events.control import PRIORITY_MAX
 from gpuledger.events.reasons import JobState, RequestReason
-from gpuledger.services.domain.fold import intake, keys
+from gpuledger.services.domain.fold import intake
 from gpuledger.services.domain.fold.records import TERMINAL
 from gpuledger.services.domain.fold.refusals import Refusal
 
@@ -44,11 +44,9 @@ def problem(job: JobRecord, e: ev.JobPriorityChanged) -> tuple[str | None, int]:
 
 
 def changed(ledger: LedgerState, e: ev.JobPriorityChanged) -> Refusal | None:
-    key = keys.job_key(ledger, e.tenant, e.job_id)  # the tenant's own job of that id, or none
-    job = ledger.jobs.get(key) if key is not None else None
-    if job is None or job.unreadable:
-        message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to change"
-        return intake.answer(ledger, e, RequestReason.UnknownJob, message)
+    job = intake.own_job(ledger, e, "change")
+    if isinstance(job, Refusal):
+        return job
     why, new = problem(job, e)
     if why is not None:
         return intake.answer(ledger, e, RequestReason.InvalidSpec, why)
@@ -59,11 +57,9 @@ def changed(ledger: LedgerState, e: ev.JobPriorityChanged) -> Refusal | None:
 
 
 def topped(ledger: LedgerState, e: ev.JobMovedToTop) -> Refusal | None:
-    key = keys.job_key(ledger, e.tenant, e.job_id)  # the tenant's own job of that id, or none
-    job = ledger.jobs.get(key) if key is not None else None
-    if job is None or job.unreadable:
-        message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to move"
-        return intake.answer(ledger, e, RequestReason.UnknownJob, message)
+    job = intake.own_job(ledger, e, "move")
+    if isinstance(job, Refusal):
+        return job
     if job.state != JobState.pending or job.job_id not in ledger.pending:
         message = f"{e.job_id!r} is {job.state}: only a pending job can be moved to the top"
         return intake.answer(ledger, e, RequestReason.InvalidSpec, message)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import JobState, PreemptionReason, RequestReason
-from gpuledger.services.domain.fold import intake, keys
+from gpuledger.services.domain.fold import intake
 from gpuledger.services.domain.fold.refusals import Refusal
 from gpuledger.services.domain.policy.member_stop import grace_ms
 
@@ -32,11 +32,9 @@ def stop_request(
 ) -> tuple[AllocationRecord, JobRecord, ev.PreemptionRequested] | Refusal:
     """The running allocation and job `e` is about, and the stop request it stands for; or
     why it cannot apply (recorded for admission to answer)."""
-    key = keys.job_key(ledger, e.tenant, e.job_id)  # the tenant's own job of that id, or none
-    job = ledger.jobs.get(key) if key is not None else None
-    if job is None or job.unreadable:
-        message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to requeue"
-        return intake.answer(ledger, e, RequestReason.UnknownJob, message)
+    job = intake.own_job(ledger, e, "requeue")
+    if isinstance(job, Refusal):
+        return job
     rec = ledger.allocations.get(job.allocation_id) if job.allocation_id else None
     if job.state != JobState.running or rec is None or rec.ended or job.cancel_requested:
         message = f"{e.job_id!r} is {job.state}: only a running job can be requeued"
