@@ -40,6 +40,8 @@ TENANT_HELP = "The job's tenant (default: the tenant that submitted it)."
 
 def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds, **fields) -> None:
     """Publish `cls` for `job_id` as this credential's actor; echo the outcome, exit its code."""
+    if len(reason) > 500:
+        fail("--reason: at most 500 characters", 2)
     from gpuledger.services.cli.live import job_request_target
     from gpuledger.services.runtime.auth import principal_of_creds
     from gpuledger.services.runtime.client_requests import StatusQueryError
@@ -78,72 +80,75 @@ def _reason_option(what: str):
     return typer.Option("", "--reason", help=f"Why, in your words (kept with the {what}).")
 
 
-@app.command()
-def hold(
-    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
-    reason: str = _reason_option("hold"),
-    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
-) -> None:
-    """Hold a job that is not yet placed (Slurm `scontrol hold`): it stays pending with
+JOB_ARG = typer.Argument(..., help="The job (the id its tenant submitted).")
+TENANT_OPT = typer.Option(None, "--tenant", help=TENANT_HELP)
+NATS_OPT = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP)
+CREDS_OPT = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP)
+
+
+def _job_verb(cls: type, what: str, doc: str):
+    """The command of a job verb that takes only the job, a reason and the connection."""
+
+    def command(
+        job_id: str = JOB_ARG,
+        reason: str = _reason_option(what),
+        tenant: str | None = TENANT_OPT,
+        nats_url: str | None = NATS_OPT,
+        creds: Path | None = CREDS_OPT,
+    ) -> None:
+        _control(cls, job_id, tenant, reason, nats_url, creds)
+
+    command.__doc__ = doc
+    return command
+
+
+app.command("hold")(
+    _job_verb(
+        ev.JobHeld,
+        "hold",
+        """Hold a job that is not yet placed (Slurm `scontrol hold`): it stays pending with
     reason `Held` and is no demand for fair share, reclaim or reservations until released.
-    A hold by the operator is released only by the operator."""
-    if len(reason) > 500:
-        fail("--reason: at most 500 characters", 2)
-    _control(ev.JobHeld, job_id, tenant, reason, nats_url, creds)
-
-
-@app.command()
-def release(
-    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
-    reason: str = _reason_option("release"),
-    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
-) -> None:
-    """Release a held job (Slurm `scontrol release`): it waits in the queue again with its
-    submit time and priority as before."""
-    if len(reason) > 500:
-        fail("--reason: at most 500 characters", 2)
-    _control(ev.JobReleased, job_id, tenant, reason, nats_url, creds)
-
-
-@app.command()
-def requeue(
-    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
-    reason: str = _reason_option("requeue"),
-    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
-) -> None:
-    """Requeue a running job (Slurm `scontrol requeue`): it checkpoints within its grace,
+    A hold by the operator is released only by the operator.""",
+    )
+)
+app.command("release")(
+    _job_verb(
+        ev.JobReleased,
+        "release",
+        """Release a held job (Slurm `scontrol release`): it waits in the queue again with its
+    submit time and priority as before.""",
+    )
+)
+app.command("requeue")(
+    _job_verb(
+        ev.JobRequeued,
+        "requeue",
+        """Requeue a running job (Slurm `scontrol requeue`): it checkpoints within its grace,
     leaves its GPUs (evicted with reason `Requeue`) and waits in the queue again, resuming
-    from its checkpoint. Counted as a requeue, not against the eviction budget."""
-    if len(reason) > 500:
-        fail("--reason: at most 500 characters", 2)
-    _control(ev.JobRequeued, job_id, tenant, reason, nats_url, creds)
+    from its checkpoint. Counted as a requeue, not against the eviction budget.""",
+    )
+)
+app.command("top")(
+    _job_verb(
+        ev.JobMovedToTop,
+        "move",
+        """Move a pending job to the top of its tenant's queue (Slurm `scontrol top`): it goes
+    first among its tenant's pending jobs of its priority (its priority is unchanged).""",
+    )
+)
 
 
 @app.command()
 def update(
-    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
+    job_id: str = JOB_ARG,
     priority: int | None = typer.Option(None, "--priority", help="The new priority."),
     nice: int | None = typer.Option(
         None, "--nice", help="Or: the class's priority minus this (positive lowers it)."
     ),
     reason: str = _reason_option("change"),
-    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    tenant: str | None = TENANT_OPT,
+    nats_url: str | None = NATS_OPT,
+    creds: Path | None = CREDS_OPT,
 ) -> None:
     """Change a pending or running job's priority (Slurm `scontrol update Priority=|Nice=`):
     queue order and preemption use it at once. A tenant may lower its job's priority and
@@ -155,28 +160,9 @@ def update(
         fail(f"--priority {priority}: out of range (0 to {PRIORITY_MAX})", 2)
     if nice is not None and not -PRIORITY_MAX <= nice <= PRIORITY_MAX:
         fail(f"--nice {nice}: out of range ({-PRIORITY_MAX} to {PRIORITY_MAX})", 2)
-    if len(reason) > 500:
-        fail("--reason: at most 500 characters", 2)
     _control(
         ev.JobPriorityChanged, job_id, tenant, reason, nats_url, creds, priority=priority, nice=nice
     )
-
-
-@app.command()
-def top(
-    job_id: str = typer.Argument(..., help="The job (the id its tenant submitted)."),
-    reason: str = _reason_option("move"),
-    tenant: str | None = typer.Option(None, "--tenant", help=TENANT_HELP),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
-) -> None:
-    """Move a pending job to the top of its tenant's queue (Slurm `scontrol top`): it goes
-    first among its tenant's pending jobs of its priority (its priority is unchanged)."""
-    if len(reason) > 500:
-        fail("--reason: at most 500 characters", 2)
-    _control(ev.JobMovedToTop, job_id, tenant, reason, nats_url, creds)
 
 
 # ---------------------------------------------------------------- nodes (the operator only)
@@ -313,10 +299,8 @@ def _node_control(
 def cordon(
     nodes: str = typer.Argument(..., help="Nodes: names and ranges, e.g. node-[1-8],gpu-a."),
     reason: str = typer.Option("", "--reason", help="Why, in your words."),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: str | None = NATS_OPT,
+    creds: Path | None = CREDS_OPT,
 ) -> None:
     """Cordon nodes (kubectl `cordon`): no new placements on them; what runs there runs on
     and their agents keep reporting. The operator only. Exit 2 for a malformed range, 1 for
@@ -328,10 +312,8 @@ def cordon(
 def uncordon(
     nodes: str = typer.Argument(..., help="Nodes: names and ranges, e.g. node-[1-8],gpu-a."),
     reason: str = typer.Option("", "--reason", help="Why, in your words."),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: str | None = NATS_OPT,
+    creds: Path | None = CREDS_OPT,
 ) -> None:
     """Uncordon nodes: they take placements again. The operator only."""
     _node_control(ev.NodeUncordoned, nodes, reason, nats_url, creds)
@@ -351,10 +333,8 @@ def drain(
     ),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds --wait waits."),
     reason: str = typer.Option("", "--reason", help="Why, in your words."),
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NATS_URL_HELP
-    ),
-    creds: Path | None = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP),
+    nats_url: str | None = NATS_OPT,
+    creds: Path | None = CREDS_OPT,
 ) -> None:
     """Drain nodes (kubectl `drain`; Slurm DRAIN -> DRAINED): cordon them, and move what runs
     there off with checkpoint-then-evict (requeued, placed elsewhere) once each run may leave:
