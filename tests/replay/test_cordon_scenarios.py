@@ -41,3 +41,26 @@ def test_a_cordoned_node_takes_no_new_work_until_uncordoned():
     ]
     assert why.message == "fits only on cordoned nodes: node-1 (firmware update)"
     assert sim.ledger.jobs["a"].state == "completed"
+
+
+def test_preemption_frees_capacity_only_where_the_beneficiary_may_go():
+    # given both nodes busy with preemptible work, node-1 cordoned
+    doc = {
+        **DOC,
+        "timeline": [
+            {"at": 0, "submit": {"id": "on-1", "tenant": "ml", "gpus": 8, "duration": "1h"}},
+            {"at": 0, "submit": {"id": "on-2", "tenant": "ml", "gpus": 8, "duration": "1h"}},
+            {"at": "1m", "cordon": "node-1"},
+            {
+                "at": "10m",
+                "submit": {"id": "serve", "tenant": "ml", "gpus": 8, "class": "inference"},
+            },
+        ],
+        "until": "12m",
+    }
+    sim = simulate(from_document(doc))
+    where = {e.job_id: e.members[0].node for _, _, e in sim.log if isinstance(e, ev.GangPlaced)}
+    # then the victim is the run on node-2, where serve is placed
+    (asked,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert asked.job_id == [j for j in ("on-1", "on-2") if where[j] == "node-2"][0]
+    assert where["serve"] == "node-2"
