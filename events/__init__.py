@@ -6,6 +6,7 @@ Pure data: imports msgspec and the standard library only.
 from gpuledger.events.catalog import *  # noqa: F403
 from gpuledger.events.catalog import ALL_EVENTS, CLIENT_EVENTS, CONFIG_EVENTS, Policy
 from gpuledger.events.codec import UndecodableEvent, decode, encode, from_builtins, to_builtins
+from gpuledger.events.control import CONTROL_EVENTS
 from gpuledger.events.envelope import Decision, Event
 from gpuledger.events.ids import (
     InvalidId,
@@ -35,6 +36,7 @@ __all__ = [
     "at_receipt",
     "ALL_EVENTS",
     "CLIENT_EVENTS",
+    "CONTROL_EVENTS",
     "CONFIG_EVENTS",
     "CheckpointPolicy",
     "Decision",

@@ -11,6 +11,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gpuledger.events.control import (
+    JobHeld,
+    JobMovedToTop,
+    JobPriorityChanged,
+    JobReleased,
+    JobRequeued,
+    NodeCordoned,
+    NodeUncordoned,
+)
 from gpuledger.events.envelope import Decision, Event
 from gpuledger.events.slurm_policy import QueueProfile, SlurmPolicy
 from gpuledger.events.specs import (
@@ -769,7 +778,18 @@ class DeadLettered(Event, frozen=True, kw_only=True, tag="DeadLettered.v1"):
     """First bytes of the payload, for diagnosis."""
 
 
-CLIENT_EVENTS: tuple[type[Event], ...] = (JobSubmitted, JobCancelled, ServiceScaled)
+CLIENT_EVENTS: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobCancelled,
+    ServiceScaled,
+    JobHeld,
+    JobReleased,
+    JobRequeued,
+    JobPriorityChanged,
+    JobMovedToTop,
+    NodeCordoned,
+    NodeUncordoned,
+)
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
     PriorityClassConfigured,
@@ -810,6 +830,13 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     MigReconfigured,
     TimeLimitReached,
     JobWithdrawn,
+    JobHeld,
+    JobReleased,
+    JobRequeued,
+    JobPriorityChanged,
+    JobMovedToTop,
+    NodeCordoned,
+    NodeUncordoned,
 )
 
 
@@ -817,6 +844,13 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 # names every class of ALL_EVENTS.
 __all__ = [
     "JobSubmitted",
+    "JobHeld",
+    "JobReleased",
+    "JobRequeued",
+    "JobPriorityChanged",
+    "JobMovedToTop",
+    "NodeCordoned",
+    "NodeUncordoned",
     "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",

@@ -42,6 +42,8 @@ class PendingReason(StrEnum):
     DependencyNeverSatisfied = (
         "DependencyNeverSatisfied"  # a dependency can no longer be met (policy `pend`)
     )
+    Held = "Held"  # held by its tenant or the operator (`gpuledger hold`) until released
+    NodeCordoned = "NodeCordoned"  # it would fit only on nodes the operator cordoned
 
 
 class PreemptionReason(StrEnum):
@@ -54,6 +56,8 @@ class PreemptionReason(StrEnum):
     Consolidate = (
         "Consolidate"  # migrated (checkpoint, evict, re-place at once) so a fragmented job fits
     )
+    Requeue = "Requeue"  # its tenant or the operator requeued it (`gpuledger requeue`)
+    Drain = "Drain"  # its node is being drained by the operator (`gpuledger node drain`)
 
 
 class ResizeReason(StrEnum):

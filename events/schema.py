@@ -16,7 +16,8 @@ def client_schema() -> dict[str, Any]:
     schema = msgspec.json.schema(union)
     schema["$comment"] = (
         "gpuledger client events. Publish JSON on gl.submit.<tenant>.<job> (JobSubmitted), "
-        "gl.cancel.<tenant>.<job> (JobCancelled) or gl.admin.<Type> (configuration), with a "
+        "gl.cancel.<tenant>.<job> (JobCancelled), gl.ctl.<tenant>.<job>.<Type> (JobHeld, "
+        "JobReleased: a tenant's own job control) or gl.admin.<Type> (configuration), with a "
         "Nats-Msg-Id header for idempotent retries. "
         "Job ids are per tenant: a job id is created once in its tenant (another tenant may "
         "use the same id, and nothing tells either of the other). To get an error back when "

@@ -171,6 +171,15 @@ def _preempt(e: c.PreemptionRequested) -> Sentence:
     ranks = e.ranks if isinstance(e.ranks, tuple) else None
     members = f" members {', '.join(map(str, ranks))}" if ranks else ""
     within = (e.deadline_ms - e.occurred_at_ms) / 1000
+    if not e.beneficiary:  # a drain: for nobody in particular
+        return Sentence(
+            "preempted",
+            "preempt",
+            (
+                JobRef(e.job_id),
+                f"{members} ({e.reason}: {e.message}), checkpoint within {within:.0f}s",
+            ),
+        )
     return Sentence(
         "preempted",
         "preempt",
@@ -284,6 +293,48 @@ def _cancelled(e: c.JobCancelled) -> Sentence:
     return Sentence("finished", "cancelled", (JobRef(e.job_id),))
 
 
+def _held(e: c.JobHeld) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence("held", "held", (JobRef(e.job_id), f" by {e.actor}{why}"))
+
+
+def _released(e: c.JobReleased) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence("held", "released", (JobRef(e.job_id), f" by {e.actor}{why}"))
+
+
+def _requeue_asked(e: c.JobRequeued) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence("requeued", "requeue asked", (JobRef(e.job_id), f" by {e.actor}{why}"))
+
+
+def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
+    what = f"priority {e.priority}" if e.priority is not None else f"nice {e.nice}"
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence(
+        "priority", "reprioritized", (JobRef(e.job_id), f" to {what} by {e.actor}{why}")
+    )
+
+
+def _topped(e: c.JobMovedToTop) -> Sentence:
+    why = f": {e.reason}" if e.reason else ""
+    return Sentence(
+        "priority", "to top", (JobRef(e.job_id), f" of its tenant's queue by {e.actor}{why}")
+    )
+
+
+def _cordoned(e: c.NodeCordoned) -> Sentence:
+    verb = "draining" if e.drain else "cordoned"
+    how = " (force)" if e.force else ""
+    if e.deadline_s is not None:
+        how += f" (deadline t+{e.deadline_s}s)"
+    return Sentence("node", verb, (e.node + how + (f": {e.reason}" if e.reason else ""),))
+
+
+def _uncordoned(e: c.NodeUncordoned) -> Sentence:
+    return Sentence("node", "uncordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
+
+
 def _scaled(e: c.ServiceScaled) -> Sentence:
     return Sentence("scaled", "scaled", (JobRef(e.job_id), f" to {e.replicas} replicas"))
 
@@ -336,6 +387,13 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.TimeLimitReached: _time_limit,
     c.JobCancelled: _cancelled,
     c.ServiceScaled: _scaled,
+    c.JobHeld: _held,
+    c.JobReleased: _released,
+    c.JobRequeued: _requeue_asked,
+    c.JobPriorityChanged: _priority_changed,
+    c.JobMovedToTop: _topped,
+    c.NodeCordoned: _cordoned,
+    c.NodeUncordoned: _uncordoned,
     c.NodeLost: _node_lost,
     c.NodeRegistered: _node_up,
     c.DeadLettered: _dead_letter,

@@ -3,6 +3,9 @@
     gl.submit.<tenant>.<job>        JobSubmitted            (clients / CI)
     gl.cancel.<tenant>.<job>        JobCancelled            (clients / CI)
     gl.scale.<tenant>.<job>         ServiceScaled           (clients / CI: a service's replicas)
+    gl.ctl.<tenant>.<job>.<event>   JobHeld, JobReleased, JobRequeued (clients / CI: own jobs)
+    gl.admin.ctl.<tenant>.<job>.<event>  the same, by the operator (events/control.py)
+    gl.admin.node.<node>.<event>    NodeCordoned, NodeUncordoned (the operator only)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
     gl.quota.<event>                fair shares, and schedules' changes (config, scaling)
@@ -43,6 +46,8 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.JobSubmitted,), "submit"),
     ((c.JobCancelled,), "cancel"),
     ((c.ServiceScaled,), "scale"),
+    ((c.JobHeld, c.JobReleased, c.JobRequeued, c.JobPriorityChanged, c.JobMovedToTop), "control"),
+    ((c.NodeCordoned, c.NodeUncordoned), "node-control"),
     (
         (c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured),
         "admin",
@@ -205,6 +210,10 @@ def _subject_by_rule(event: Event) -> str:
         return f"gl.{rule}.{validate_tenant(tenant)}.{validate_token('job id', job_id)}"
     if rule == "admin":
         return f"gl.admin.{name}"
+    if rule == "control":
+        return control_subject(event)
+    if rule == "node-control":
+        return f"gl.admin.node.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]  # node control names its node
     if rule == "admission":
         try:
             token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]  # admission's events all name a job
@@ -222,6 +231,15 @@ def _subject_by_rule(event: Event) -> str:
     if rule == "registered":
         return f"gl.node.{validate_token('node', event.node.name)}.{name}"  # type: ignore[attr-defined]  # NodeRegistered carries its NodeInfo
     return f"gl.dead.{event.stream_seq}"  # type: ignore[attr-defined]  # the last rule is DeadLettered's
+
+
+def control_subject(event: Event) -> str:
+    """A job control event's subject (events/control.py): the tenant's own
+    `gl.ctl.<tenant>.<job>.<Type>`, or the operator's `gl.admin.ctl.<tenant>.<job>.<Type>`."""
+    tenant = validate_tenant(event.tenant)  # type: ignore[attr-defined]  # control events name both
+    job = validate_token("job id", event.job_id)  # type: ignore[attr-defined]
+    prefix = "gl.admin.ctl" if getattr(event, "actor", "tenant") == "operator" else "gl.ctl"
+    return f"{prefix}.{tenant}.{job}.{type(event).__name__}"
 
 
 def create_filter(event: Event) -> str:

@@ -20,7 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuledger.events import Event, JobCancelled, NodeInfo, NodeLost, ServiceScaled
+from gpuledger.events import (
+    Event,
+    JobCancelled,
+    JobHeld,
+    JobMovedToTop,
+    JobPriorityChanged,
+    JobReleased,
+    JobRequeued,
+    NodeCordoned,
+    NodeInfo,
+    NodeLost,
+    NodeUncordoned,
+    ServiceScaled,
+)
 from gpuledger.services.domain.inputs.configfile import (
     ConfigFileError,
     config_events,
@@ -114,6 +127,55 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             job_id=job_id,
             tenant=tenants.get(job_id, "-"),
             replicas=entry.replicas or 0,
+            **common,
+        )
+    if entry.update is not None:
+        return at_ms, stamp(
+            JobPriorityChanged,
+            key=f"{entry.update}@{at_ms}",
+            correlation_id=entry.update,
+            job_id=entry.update,
+            tenant=tenants.get(entry.update, "-"),
+            actor=entry.by,
+            priority=entry.priority,
+            nice=entry.nice,
+            reason=entry.reason,
+            **common,
+        )
+    if (named := entry.hold or entry.release or entry.requeue or entry.top) is not None:
+        cls = JobHeld if entry.hold else JobReleased if entry.release else JobRequeued
+        cls = JobMovedToTop if entry.top else cls
+        return at_ms, stamp(
+            cls,
+            key=f"{named}@{at_ms}",
+            correlation_id=named,
+            job_id=named,
+            tenant=tenants.get(named, "-"),
+            actor=entry.by,
+            reason=entry.reason,
+            **common,
+        )
+    if entry.drain is not None:
+        deadline = None if entry.deadline is None else seconds("deadline", entry.deadline)
+        return at_ms, stamp(
+            NodeCordoned,
+            key=f"{entry.drain}@{at_ms}",
+            correlation_id=entry.drain,
+            node=entry.drain,
+            reason=entry.reason,
+            drain=True,
+            force=entry.force,
+            deadline_s=deadline,
+            **common,
+        )
+    if (node_name := entry.cordon or entry.uncordon) is not None:
+        kind = NodeCordoned if entry.cordon else NodeUncordoned
+        return at_ms, stamp(
+            kind,
+            key=f"{node_name}@{at_ms}",
+            correlation_id=node_name,
+            node=node_name,
+            reason=entry.reason,
             **common,
         )
     node = entry.node_down or ""

@@ -219,6 +219,7 @@ class AllocationMappers(ProjectionState):
 
     def _evicted(self, seq: int, e: ev.GangEvicted) -> None:
         self._close_alloc(e.allocation_id, e.occurred_at_ms, "evicted:" + e.reason)
+        self._drained(e.allocation_id)
         p = self._preemption_ended(e, "evicted")
         if p is not None:
             p.progress_ms = e.progress_ms
@@ -257,6 +258,7 @@ class AllocationMappers(ProjectionState):
     def _ended(self, seq: int, e: ev.GangCompleted | ev.GangFailed) -> None:
         """A run ended: its allocation rows and open preemption close with the run's outcome
         (the fold's `run_end_state`); the job moves to its folded state."""
+        self._drained(e.allocation_id)
         outcome = run_end_state(e)
         self._close_alloc(e.allocation_id, e.occurred_at_ms, outcome)
         self._end_preemption(e.allocation_id, e.occurred_at_ms, outcome)

@@ -239,6 +239,8 @@ _HANDLERS = {
     ev.NodeRegistered: Projection._node_registered,
     ev.NodeHeartbeat: Projection._heartbeat,
     ev.NodeLost: Projection._node_lost,
+    ev.NodeCordoned: Projection._node_control,
+    ev.NodeUncordoned: Projection._node_control,
     ev.GpuMetricsReported: Projection._metrics,
 }
 

@@ -12,6 +12,7 @@ from gpuledger.projections.mappers.rows import (
 )
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.fold.nodes import node_state
 
 # ---------------------------------------------------------------- the projection
 
@@ -107,6 +108,15 @@ class ProjectionState:
                 reason,
             )
             job.state = to
+
+    def _drained(self, allocation_id: str) -> None:
+        """A run left: its draining nodes' status (`draining` -> `drained`) is the ledger's."""
+        rec = self.ledger.allocations.get(allocation_id)
+        for node in {m.node for m in rec.members} if rec is not None else ():
+            n = self.nodes.get(node)
+            if n is not None and n.status == "draining":
+                n.status = node_state(self.ledger, node)
+                self.batch.upsert(n)
 
     def _close_alloc(self, allocation_id: str, at_ms: int, reason: str) -> None:
         ranks = self.open_allocs.pop(allocation_id, None)

@@ -19,6 +19,7 @@ from gpuledger.services.cli import (
     gateway,
     metrics,
     nodes,
+    operator,
     report,
     run,
     schedules,
@@ -185,6 +186,8 @@ app.add_typer(up.app)  # up
 app.add_typer(status.app)  # status
 app.add_typer(submit.app)  # submit, cancel, scale
 app.add_typer(demo.app)  # demo
+app.add_typer(operator.app)  # hold, release, requeue, update, top
+app.add_typer(operator.node_app, name="node")  # node cordon, drain, uncordon
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare
@@ -203,7 +206,18 @@ app.add_typer(gateway.gateway_app, name="gateway")
 
 PANELS: dict[str, tuple[str, ...]] = {
     "Run": ("up", "run", "demo", "ui", "gateway", "metrics"),
-    "Submit": ("submit", "cancel", "scale", "check", "schema"),
+    "Submit": (
+        "submit",
+        "cancel",
+        "scale",
+        "hold",
+        "release",
+        "requeue",
+        "update",
+        "top",
+        "check",
+        "schema",
+    ),
     "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct", "report"),
     "Replay": (
         "simulate",
@@ -215,7 +229,7 @@ PANELS: dict[str, tuple[str, ...]] = {
         "import",
         "verify",
     ),
-    "Operate": ("status", "apply", "schedules", "auth", "project", "bench", "chaos"),
+    "Operate": ("status", "node", "apply", "schedules", "auth", "project", "bench", "chaos"),
 }
 """`gpuledger --help` groups the commands under these panels (tests/cli/test_help.py checks
 that every command has exactly one)."""

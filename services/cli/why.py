@@ -173,10 +173,12 @@ def _preemption_lines(i: int, x: dict[str, Any]) -> list[str]:
         else f"Preempted #{i}: shrunk from {resized['from']} to {resized['to']} members by {x['by']}"
         if resized
         else f"Preempted #{i}: by {x['by']}"
+        if x["by"]
+        else f"Evicted #{i}: by the operator"  # a drain (docs/operators-day.md)
     )
+    by = f" (tenant {x['by_tenant']}, priority {x['by_priority']})," if x["by"] else ","
     lines = [
-        f"{what} (tenant {x['by_tenant']}, priority {x['by_priority']}),"
-        f" reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
+        f"{what}{by} reason {x['reason']}, allocation {x['allocation']}, outcome {x['outcome']}"
     ]
     if x["message"]:
         lines.append(f"    why:          {x['message']}")

@@ -43,6 +43,7 @@ from gpuledger.services.domain.policy.regeometry import (
 )
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.placement import Placement
+from gpuledger.services.preemption import drain
 from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
 from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.outlook import Outlook
@@ -97,6 +98,8 @@ class Preemption(LedgerService):
         return {"retry_at": {}, "regeometry_at": {}}
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
+        if state.sched.cordoned and (drains := drain.requests(self, state, now_ms)):
+            return drains  # the operator's drains first (services/preemption/drain.py)
         if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
             return []  # nobody is blocked on capacity: nothing to plan
         queue = ordered_pending(state, now_ms)
@@ -465,7 +468,8 @@ class Preemption(LedgerService):
             for job_id, retry in hints.items()
             if retry is not None and retry > now_ms and job_id in state.pending
         ]
-        return min(times, default=None)
+        drains = drain.next_wakeup_ms(state, now_ms)
+        return min([*times, drains] if drains is not None else times, default=None)
 
     def _decline(
         self, state: Ledger, now_ms: int, job, reason: str, message: str, details

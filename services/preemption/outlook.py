@@ -49,8 +49,9 @@ class Outlook:
                 self._unmodelled.add(job.job_id)
 
     def exclude(self) -> frozenset[str]:
-        """Nodes still off limits: those nominated to beneficiaries the outlook could not place."""
-        out: set[str] = set()
+        """Nodes still off limits: those nominated to beneficiaries the outlook could not place,
+        and the nodes the operator cordoned (capacity freed there serves nobody)."""
+        out: set[str] = set(self.state.sched.cordoned)
         for b in sorted(self._unmodelled):
             for a in sorted(self.state.nominations.get(b, ())):
                 rec = self.state.allocations.get(a)

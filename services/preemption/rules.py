@@ -40,6 +40,7 @@ from typing import Any
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.policy import slurm_priority
+from gpuledger.services.domain.policy.queue import NOT_SUFFERED
 from gpuledger.services.domain.tooling.timefmt import duration, instant
 
 HOUR_MS = 3_600_000
@@ -285,7 +286,9 @@ def min_runtime(s: Scene, c: Candidate) -> Protected | None:
 
 
 def evictions_last_hour(victim: JobRecord, now_ms: int) -> list[int]:
-    return sorted(p.at_ms for p in victim.preemptions if p.at_ms > now_ms - HOUR_MS)
+    # a requeue or a drain asked by its tenant or the operator is not against the budget
+    recent = (p for p in victim.preemptions if p.reason not in NOT_SUFFERED)
+    return sorted(p.at_ms for p in recent if p.at_ms > now_ms - HOUR_MS)
 
 
 def eviction_budget(s: Scene, c: Candidate) -> Protected | None:

@@ -203,7 +203,7 @@ def _permissions(principal: str) -> dict[str, Any] | None:
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
             # stores CI keys' client events (services/runtime/intake.py)
             sub.append("glr.>")
-            pub += ["gl.submit.>", "gl.cancel.>", "gl.scale.>"]
+            pub += ["gl.submit.>", "gl.cancel.>", "gl.scale.>", "gl.ctl.>"]
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
         return {
@@ -231,7 +231,13 @@ def _permissions(principal: str) -> dict[str, Any] | None:
         return {"publish": reader, "subscribe": []}
     if principal == "gateway":
         return {
-            "publish": ["gl.submit.>", "gl.cancel.>", "gl.scale.>", f"{QUERY_PREFIX}.>"],
+            "publish": [
+                "gl.submit.>",
+                "gl.cancel.>",
+                "gl.scale.>",
+                f"{QUERY_PREFIX}.>",
+                *_job_control("*"),
+            ],
             "subscribe": [],
         }
     if kind == "ci":  # asks the intake: never the stream itself (services/runtime/intake.py)
@@ -241,12 +247,21 @@ def _permissions(principal: str) -> dict[str, Any] | None:
                 f"glr.cancel.{name}.>",
                 f"glr.scale.{name}.>",
                 f"{QUERY_PREFIX}.{name}.>",
+                f"glr.ctl.{name}.>",  # hold / release / requeue / update / top of its own jobs
             ],
             "subscribe": [],
         }
     raise AuthError(
         f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)"
     )
+
+
+def _job_control(tenant: str) -> list[str]:
+    """Job control (hold, release; events/control.py) of `tenant`'s own jobs (`*`: any
+    tenant's, the gateway): `gl.ctl.<tenant>.>`. A CI key asks the intake on
+    `glr.ctl.<tenant>.>` instead (issue 44). The operator's own acts travel on
+    `gl.admin.ctl.>`, which only the operator may publish on."""
+    return [f"gl.ctl.{tenant}.>"]
 
 
 def check_principal(principal: str) -> str:

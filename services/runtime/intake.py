@@ -40,7 +40,12 @@ PREFIX = "glr"
 """Intake subjects: `glr.<submit|cancel|scale>.<tenant>.<job>`."""
 SUBJECTS = f"{PREFIX}.>"
 QUEUE = "gpuledger-intake"
-CLIENT_EVENTS = (ev.JobSubmitted, ev.JobCancelled, ev.ServiceScaled)
+CLIENT_EVENTS = (
+    ev.JobSubmitted,
+    ev.JobCancelled,
+    ev.ServiceScaled,
+    *ev.CONTROL_EVENTS,  # a tenant's own job control (issue 42): `glr.ctl.<tenant>.<job>.<Type>`
+)
 
 
 class IntakeError(RuntimeError):
@@ -77,9 +82,9 @@ def intake_key(nc: Any) -> bytes:
 
 def check_request(subject: str, data: bytes) -> tuple[str, ev.Event]:
     """(log subject, event) of an intake request, or IntakeError saying why not."""
-    target = ev.subjects.client_target(log_subject(subject))
-    if target is None:
-        raise IntakeError(f"{subject}: not glr.<submit|cancel|scale>.<tenant>.<job>")
+    log = log_subject(subject)
+    if ev.subjects.client_target(log) is None and not log.startswith("gl.ctl."):
+        raise IntakeError(f"{subject}: not glr.<submit|cancel|scale|ctl>.<tenant>.<job>")
     try:
         event = ev.decode(data)
     except ev.UndecodableEvent as exc:

@@ -8,7 +8,28 @@ from tests.fold.story import admitted, given, node, placed, submitted, when
 
 
 def test_the_nodes_fold_handles_the_node_events():
-    assert set(nodes.FOLD.handlers) == {ev.NodeRegistered, ev.NodeHeartbeat, ev.NodeLost}
+    assert set(nodes.FOLD.handlers) == {
+        ev.NodeRegistered,
+        ev.NodeHeartbeat,
+        ev.NodeLost,
+        ev.NodeCordoned,
+        ev.NodeUncordoned,
+    }
+
+
+def test_a_cordon_is_kept_across_a_reregistration_and_an_unknown_node_is_refused():
+    # given n1 cordoned by the operator
+    ledger = given(node("n1"), ev.NodeCordoned(node="n1", reason="firmware"))
+    assert ledger.sched.cordoned == {"n1"} and nodes.node_state(ledger, "n1") == "cordoned"
+    # when its agent restarts and registers again, the cordon stands (it keeps reporting)
+    when(ledger, node("n1"))
+    assert ledger.nodes["n1"].cordon.reason == "firmware" and ledger.sched.cordoned == {"n1"}
+    # a cordon of a node nobody registered changes nothing
+    refusal = when(ledger, ev.NodeCordoned(node="n9"))
+    assert refusal.code == "UnknownNode" and ledger.sched.cordoned == {"n1"}
+    # when it is uncordoned it is ready again
+    when(ledger, ev.NodeUncordoned(node="n1"))
+    assert ledger.sched.cordoned == set() and nodes.node_state(ledger, "n1") == "ready"
 
 
 def test_a_registered_node_is_in_the_fleet_and_promises_heartbeats():

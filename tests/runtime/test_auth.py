@@ -61,7 +61,11 @@ def test_each_role_publishes_only_its_own_subjects():
     # the quota service publishes time-of-day schedules' changes on its own gl.quota.> (issue 30)
     for role, subject in ROLE_SUBJECTS.items():
         # admission also stores what CI keys ask its intake to (services/runtime/intake.py)
-        intake = {"gl.submit.>", "gl.cancel.>", "gl.scale.>"} if role == "admission" else set()
+        intake = (
+            {"gl.submit.>", "gl.cancel.>", "gl.scale.>", "gl.ctl.>"}
+            if role == "admission"
+            else set()
+        )
         assert events_published(role) == {subject, "gl.dead.>", *intake}
     assert events_published("node:n-1") == {"gl.node.n-1.>", "gl.dead.>"}
     assert events_published("agents") == {"gl.node.>", "gl.dead.>"}
@@ -76,6 +80,7 @@ def test_a_tenants_ci_identity_asks_only_about_its_own_jobs_and_cannot_read_the_
         "glr.cancel.team-a.>",
         "glr.scale.team-a.>",
         "glq.job.team-a.>",
+        "glr.ctl.team-a.>",  # hold / release of its own jobs (issue 42), through the intake
     ]
     assert perms["subscribe"] == []  # replies only, on its own inbox prefix (added by auth_conf)
 

@@ -331,6 +331,30 @@ def test_user_limit_a_users_jobs_beyond_her_running_jobs_wait():
     assert e.message == "user alice of tenant a runs 1 jobs; at most 1 at once (running_jobs)"
 
 
+def test_held_a_held_job_waits_with_who_holds_it_even_with_free_gpus():
+    ledger, _ = scheduled(fleet(N8), [{"id": "big", "tenant": "a", "gpus": 8}])
+    fold(ledger, [submitted(at_ms=1, id="train", tenant="a", gpus=2)])
+    fold(ledger, [stamped(ev.JobHeld, "h", 1, job_id="train", tenant="a", reason="data")])
+    fold(ledger, Admission().decide(ledger, 1))
+    fold(ledger, [stamped(ev.JobCancelled, "c-big", 2, job_id="big", tenant="a")])
+    out = Scheduler().decide(ledger, 3)
+    e = why(out, "train")  # nothing else keeps it out
+    assert (e.reason, e.message) == (PendingReason.Held, "held by tenant: data")
+    assert not [p for p in of_type(out, ev.GangPlaced) if p.job_id == "train"]
+
+
+def test_node_cordoned_a_job_that_fits_only_on_a_cordoned_node_says_which():
+    ledger, _ = scheduled(fleet(N8))
+    fold(ledger, [ev.NodeCordoned(node="n1", reason="firmware update")])
+    fold(ledger, [submitted(at_ms=1, id="j", tenant="a", gpus=2)])
+    fold(ledger, Admission().decide(ledger, 1))
+    e = why(Scheduler().decide(ledger, 2), "j")
+    assert (e.reason, e.message) == (
+        PendingReason.NodeCordoned,
+        "fits only on cordoned nodes: n1 (firmware update)",
+    )
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal, JobState
-from gpuledger.services.domain.fold import jobs, members, queue, resize, tenants
+from gpuledger.services.domain.fold import jobs, members, queue, requeues, resize, tenants
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import AllocationRecord, JobRecord, elastic
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
@@ -158,7 +158,20 @@ def preemption_requested(ledger: LedgerState, e: ev.PreemptionRequested) -> Refu
     if not isinstance(e.ranks, tuple):  # a shrinking gang keeps running
         jobs.preempting(job)
     expect_stop(ledger, e.allocation_id, job, e.occurred_at_ms, e.deadline_ms)
-    queue.nominate(ledger, e.beneficiary, e.allocation_id)
+    if e.beneficiary:  # a drain's request frees capacity for nobody in particular
+        queue.nominate(ledger, e.beneficiary, e.allocation_id)
+    return None
+
+
+def requeue_requested(ledger: LedgerState, e: ev.JobRequeued) -> Refusal | None:
+    """A requeue is the preemption path without a beneficiary (services/domain/fold/requeues.py)."""
+    found = requeues.stop_request(ledger, e)
+    if isinstance(found, Refusal):
+        return found
+    rec, job, stop = found
+    rec.preemption = stop
+    jobs.preempting(job)
+    expect_stop(ledger, rec.allocation_id, job, stop.occurred_at_ms, stop.deadline_ms)
     return None
 
 
@@ -271,10 +284,11 @@ FOLD = Fold(
         ev.MemberExited: member_exited,
         ev.PreemptionRequested: preemption_requested,
         ev.TimeLimitReached: time_limit_reached,
+        ev.JobRequeued: requeue_requested,
         ev.GangResized: resize.resized,
         ev.GangEvicted: gang_evicted,
         ev.GangCompleted: gang_ended,
         ev.GangFailed: gang_ended,
     },
-    modules=("allocations", "members", "resize"),
+    modules=("allocations", "members", "resize", "requeues"),
 )

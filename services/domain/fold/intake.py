@@ -21,7 +21,11 @@ from gpuledger.services.domain.fold.records import RequestRefusal
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
 
 if TYPE_CHECKING:
-    from gpuledger.services.domain.fold.records import LedgerState
+    from gpuledger.services.domain.fold.records import JobRecord, LedgerState
+
+    Control = (
+        ev.JobHeld | ev.JobReleased | ev.JobRequeued | ev.JobPriorityChanged | ev.JobMovedToTop
+    )
 
 
 def accept(ledger: LedgerState, seq: int, event: ev.Event) -> Refusal | None:
@@ -78,13 +82,27 @@ def refuse(
 
 
 def answer(
-    ledger: LedgerState, e: ev.JobCancelled | ev.ServiceScaled, reason: RequestReason, message: str
+    ledger: LedgerState,
+    e: ev.JobCancelled | ev.ServiceScaled | Control,
+    reason: RequestReason,
+    message: str,
 ) -> Refusal:
-    """Refuse a tenant's cancel or scale request `e` for `reason` (recorded for admission
+    """Refuse a tenant's cancel, scale or job control request `e` for `reason` (recorded for admission
     to answer, `refuse`); the fold's refusal says the same (`UnknownJob` or `InvalidSpec`)."""
     refuse(ledger, type(e).__name__, e.job_id, e.tenant, reason, message, e.event_id)
     code = FoldRefusal.UnknownJob if reason == RequestReason.UnknownJob else FoldRefusal.InvalidSpec
     return Refusal(code, message)
+
+
+def own_job(ledger: LedgerState, e: Control, verb: str) -> JobRecord | Refusal:
+    """The tenant's own job a job control request `e` names (events/control.py), or its
+    `UnknownJob` refusal: the same answer whether another tenant has the id or nobody has."""
+    key = keys.job_key(ledger, e.tenant, e.job_id)
+    job = ledger.jobs.get(key) if key is not None else None
+    if job is None or job.unreadable:
+        message = f"no job {e.job_id!r} in tenant {e.tenant!r}: nothing to {verb}"
+        return answer(ledger, e, RequestReason.UnknownJob, message)
+    return job
 
 
 def take_invalid(ledger: LedgerState, key: str) -> RequestRefusal | None:

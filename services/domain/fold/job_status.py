@@ -51,6 +51,10 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """Event id of that submission (a retry of the same content carries the same id)."""
     spec: JobSpec | None = None
     """The job as submitted (for a client comparing a retried submission)."""
+    class_priority: int | None = None
+    """The priority admission gave, where a priority change changed it since."""
+    held_by: str | None = None
+    """Who holds the job (`tenant` or `operator`, `gpuledger hold`); None when not held."""
 
 
 def parse_subject(subject: str) -> tuple[str, str] | None:
@@ -80,6 +84,8 @@ def job_status(ledger: Ledger, tenant: str, job_id: str) -> JobStatus:
         submit_seq=job.submit_seq,
         submit_event_id=job.submit_event_id,
         spec=None if job.unreadable else job.client_spec,
+        held_by=None if job.hold is None else job.hold.actor,
+        class_priority=job.class_priority,
     )
 
 

@@ -20,7 +20,7 @@ from gpuledger import events as ev
 from gpuledger.events import JobSpec
 from gpuledger.events.ids import ARRAY_SEPARATOR, REPLICA_SEPARATOR, job_name
 from gpuledger.events.reasons import EndReason, EvictReason, FoldRefusal, JobState, RequestReason
-from gpuledger.services.domain.fold import arrays, intake, keys, queue, replicas
+from gpuledger.services.domain.fold import arrays, holds, intake, keys, priorities, queue, replicas
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import (
     TERMINAL,
@@ -361,11 +361,15 @@ FOLD = Fold(
         ev.JobRejected: rejected,
         ev.JobCancelled: cancelled,
         ev.ServiceScaled: replicas.scaled,
+        ev.JobHeld: holds.held,
+        ev.JobReleased: holds.released,
+        ev.JobPriorityChanged: priorities.changed,
+        ev.JobMovedToTop: priorities.topped,
         ev.PendingReasonChanged: pending_reason,
         ev.JobWithdrawn: withdrawn,
         ev.GangRequeued: requeued,
         ev.PreemptionDeclined: preemption_declined,
         ev.ConsolidationPlanned: consolidation_planned,
     },
-    modules=("jobs", "arrays", "replicas", "queue", "keys"),
+    modules=("jobs", "arrays", "replicas", "queue", "keys", "holds", "priorities"),
 )

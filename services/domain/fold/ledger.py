@@ -95,6 +95,18 @@ FOLDS = (
 _HANDLERS = handlers_of(FOLDS)
 
 
+BY_TENANT = (
+    ev.JobCancelled,
+    ev.ServiceScaled,
+    ev.JobHeld,
+    ev.JobReleased,
+    ev.JobRequeued,
+    ev.JobPriorityChanged,
+    ev.JobMovedToTop,
+)
+"""Client requests that name a job by its tenant and the id the tenant submitted."""
+
+
 class Ledger(LedgerState):
     """Folded state of the whole log (`LedgerState`: what every decider reads, plus named
     sub-records for what one service or the acceptance step reads alone) and its query API.
@@ -122,7 +134,7 @@ class Ledger(LedgerState):
         if handler is None:
             return None
         job_id = getattr(event, "job_id", None)
-        if isinstance(event, (ev.JobCancelled, ev.ServiceScaled)):  # named by its tenant
+        if isinstance(event, BY_TENANT):  # named by its tenant
             job_id = keys.job_key(self, event.tenant, event.job_id)
         job = self.jobs.get(job_id) if job_id is not None else None
         if job is None or (job.array_parent is None and job.service is None):

@@ -1,6 +1,7 @@
 """The nodes fold: nodes registered (with their GPUs), their heartbeats, lost and back.
 
-Owns `nodes`, `nodes_version` and `sched.heartbeating`, and books each node's spec and
+Owns `nodes`, `nodes_version`, `sched.heartbeating` and `sched.cordoned` (the operator's
+cordons: `NodeCordoned`, `NodeUncordoned`), and books each node's spec and
 schedulability in the fleet. The MIG fold changes a node's GPUs through `replace_info`; a
 lost node's allocations go to the allocations fold to settle.
 """
@@ -13,8 +14,8 @@ from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
 from gpuledger.services.domain.fold import allocations
 from gpuledger.services.domain.fold.aggregate import Fold
-from gpuledger.services.domain.fold.records import NodeRecord
-from gpuledger.services.domain.fold.refusals import Refused
+from gpuledger.services.domain.fold.records import CordonRecord, NodeRecord
+from gpuledger.services.domain.fold.refusals import Refusal, Refused
 from gpuledger.services.domain.tooling.placement_adapter import node_spec
 from gpuledger.services.placement import PlacementConflict
 
@@ -23,11 +24,13 @@ if TYPE_CHECKING:
 
 
 def registered(ledger: LedgerState, e: ev.NodeRegistered) -> None:
+    before = ledger.nodes.get(e.node.name)
     ledger.nodes[e.node.name] = NodeRecord(
         info=e.node,
         simulated=e.simulated,
         registered_ms=e.occurred_at_ms,
         last_heartbeat_ms=e.occurred_at_ms if e.heartbeat_s > 0 else None,
+        cordon=None if before is None else before.cordon,  # an agent's restart keeps it
     )
     if e.heartbeat_s > 0:
         ledger.sched.heartbeating.add(e.node.name)
@@ -67,13 +70,48 @@ def replace_info(ledger: LedgerState, node: NodeRecord, info: ev.NodeInfo) -> No
     ledger.nodes_version += 1
 
 
+def cordoned(ledger: LedgerState, e: ev.NodeCordoned) -> Refusal | None:
+    node = ledger.nodes.get(e.node)
+    if node is None:
+        return Refusal(FoldRefusal.UnknownNode, f"no node {e.node!r}: nothing to cordon")
+    deadline = None if e.deadline_s is None else e.occurred_at_ms + e.deadline_s * 1000
+    node.cordon = CordonRecord(e.reason, e.occurred_at_ms, e.drain, e.force, deadline)
+    ledger.sched.cordoned.add(e.node)
+    return None
+
+
+def uncordoned(ledger: LedgerState, e: ev.NodeUncordoned) -> Refusal | None:
+    node = ledger.nodes.get(e.node)
+    if node is None:
+        return Refusal(FoldRefusal.UnknownNode, f"no node {e.node!r}: nothing to uncordon")
+    node.cordon = None
+    ledger.sched.cordoned.discard(e.node)
+    return None
+
+
+def node_state(ledger: LedgerState, name: str) -> str:
+    """A node's state as people read it (one place: the CLI, `why` and the projection show
+    this): `lost`; `cordoned`; `draining` (a drain with runs left on it) or `drained`;
+    else `ready`."""
+    node = ledger.nodes[name]
+    if node.lost:
+        return "lost"
+    if node.cordon is None:
+        return "ready"
+    if not node.cordon.drain:
+        return "cordoned"
+    return "draining" if ledger.agents.node_allocations.get(name) else "drained"
+
+
 FOLD = Fold(
     name="nodes",
-    owns=frozenset({"nodes", "nodes_version", "sched.heartbeating"}),
+    owns=frozenset({"nodes", "nodes_version", "sched.heartbeating", "sched.cordoned"}),
     handlers={
         ev.NodeRegistered: registered,
         ev.NodeHeartbeat: heartbeat,
         ev.NodeLost: lost,
+        ev.NodeCordoned: cordoned,
+        ev.NodeUncordoned: uncordoned,
     },
     modules=("nodes",),
 )

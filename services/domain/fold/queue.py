@@ -4,7 +4,7 @@ with the writes other folds make to jobs through it (a run's cancel, a class's
 preemptibility, a creation admission undid).
 
 Part of the jobs aggregate (`jobs.FOLD`). Invariant: `pending` holds exactly the jobs in state
-`pending`, `quota.pending_gpu_milli` their capacity per tenant, `pending_dependent` those of
+`pending`, `quota.pending_gpu_milli` their capacity per tenant (a held job's none), `pending_dependent` those of
 them that name dependencies.
 """
 
@@ -25,9 +25,9 @@ def enqueue(ledger: LedgerState, job_id: str) -> None:
         job = ledger.jobs[job_id]
         if job.spec.depends_on:
             ledger.pending_dependent.add(job_id)
-        ledger.quota.pending_gpu_milli[job.tenant] = (
-            ledger.quota.pending_gpu_milli.get(job.tenant, 0) + job.gpu_milli()
-        )
+        ledger.quota.pending_gpu_milli[job.tenant] = ledger.quota.pending_gpu_milli.get(
+            job.tenant, 0
+        ) + demand(job)
 
 
 def dequeue(ledger: LedgerState, job_id: str) -> None:
@@ -35,7 +35,12 @@ def dequeue(ledger: LedgerState, job_id: str) -> None:
         ledger.pending.discard(job_id)
         ledger.pending_dependent.discard(job_id)
         job = ledger.jobs[job_id]
-        ledger.quota.pending_gpu_milli[job.tenant] -= job.gpu_milli()
+        ledger.quota.pending_gpu_milli[job.tenant] -= demand(job)
+
+
+def demand(job: JobRecord) -> int:
+    """What a queued job asks of its tenant's capacity: nothing while it is held."""
+    return 0 if job.hold is not None else job.gpu_milli()
 
 
 def nominate(ledger: LedgerState, beneficiary: str, allocation_id: str) -> None:

@@ -55,6 +55,28 @@ class PreemptionRecord:
     lost_gpu_ms: int = 0
 
 
+@dataclass(frozen=True)
+class HoldRecord:
+    """Who holds a job (`JobHeld` .. `JobReleased`), why and since when."""
+
+    actor: str
+    """`tenant` or `operator`: the operator's hold is released only by the operator."""
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class CordonRecord:
+    """The operator's cordon of a node (`NodeCordoned`): why, since when, and whether (and
+    how) what runs there is drained."""
+
+    reason: str
+    at_ms: int
+    drain: bool = False
+    force: bool = False
+    deadline_ms: int | None = None
+
+
 @dataclass
 class JobRecord:
     """A job's folded state."""
@@ -116,6 +138,15 @@ class JobRecord:
     """The id its tenant submitted, when the fold keeps the job under another key
     (`events.ids.tenant_job_key`: the id already named another tenant's job); None when the
     key is the id itself (`spec.job_id` is always the key)."""
+    queue_ms: int | None = None
+    """Its place in its tenant's queue when moved to the top (`JobMovedToTop`): the queue
+    order reads it instead of `submitted_ms`; None: never moved."""
+    class_priority: int | None = None
+    """The priority admission gave, once a `JobPriorityChanged` changed `priority` (None:
+    never changed): what a tenant may raise its job back up to."""
+    hold: HoldRecord | None = None
+    """Set while the job is held (`JobHeld` .. `JobReleased`): pending with reason `Held`,
+    no demand (`quota.pending_gpu_milli` leaves it out)."""
 
     @property
     def job_id(self) -> str:
@@ -229,6 +260,9 @@ class NodeRecord:
     registered_ms: int
     last_heartbeat_ms: int | None = None
     lost: bool = False
+    cordon: CordonRecord | None = None
+    """Set while the operator has it cordoned (`NodeCordoned` .. `NodeUncordoned`): who, why
+    and since when. It takes no new placements; what runs there runs on."""
 
 
 @dataclass
@@ -248,6 +282,9 @@ class SchedulerIndexes:
     consolidations: dict[str, ev.ConsolidationPlanned] = field(default_factory=dict)
     """Per blocked job, the consolidation under way for it (until it is placed, cancelled, or
     its moved allocations have all ended and the nomination lapsed)."""
+    cordoned: set[str] = field(default_factory=set)
+    """Nodes the operator cordoned (`NodeRecord.cordon` set): the `cordon` stage keeps new
+    placements off them."""
     settle_ready: set[str] = field(default_factory=set)
     """Active allocations the scheduler must settle: every member exited, a member failed,
     or a node of theirs was lost."""

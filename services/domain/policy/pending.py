@@ -163,6 +163,21 @@ PENDING: tuple[PendingRule, ...] = (
         "`pend` (under `cancel`, the default, the job is withdrawn instead): which one, and "
         "how the job it names ended",
     ),
+    PendingRule(
+        PendingReason.Held,
+        False,
+        False,
+        "held by its tenant or the operator (`gpuledger hold`) until released: who holds it "
+        "and why (checked first; a held job is no demand for fair share, reclaim or "
+        "reservations)",
+    ),
+    PendingRule(
+        PendingReason.NodeCordoned,
+        False,
+        False,
+        "it would fit only on nodes the operator cordoned (`gpuledger node cordon`): which "
+        "nodes, and why the first is cordoned",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

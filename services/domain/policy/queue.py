@@ -10,6 +10,11 @@ from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 from gpuledger.services.domain.policy import slurm_priority
 
+NOT_SUFFERED = frozenset(
+    {PreemptionReason.Consolidate, PreemptionReason.Requeue, PreemptionReason.Drain}
+)
+"""Evictions that are no preemption a job suffered (aging and eviction budgets skip them)."""
+
 
 def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     """Steps of promotion the job has earned: one per `aging_after_preemptions` preemptions
@@ -23,8 +28,9 @@ def aging_steps(state: Ledger, job: JobRecord, now_ms: int) -> int:
     policy = state.config.policy
     steps = 0
     if policy.aging_after_preemptions > 0:
-        # a migration (`Consolidate`) is not counted: the job is placed again at once
-        suffered = sum(1 for p in job.preemptions if p.reason != PreemptionReason.Consolidate)
+        # a migration (`Consolidate`) is not counted: the job is placed again at once; nor is
+        # a requeue its tenant or the operator asked for (`Requeue`)
+        suffered = sum(1 for p in job.preemptions if p.reason not in NOT_SUFFERED)
         steps += suffered // policy.aging_after_preemptions
     if policy.aging_after_wait_s > 0:
         waited = job.waited_ms
@@ -73,7 +79,8 @@ def queue_key(
         past = usage[job.tenant]
     else:
         past = usage[job.tenant] = state.usage_at(job.tenant, now_ms)
-    return (-effective_priority(state, job, now_ms), below, past, job.submitted_ms, job.job_id)
+    since = job.submitted_ms if job.queue_ms is None else job.queue_ms  # `top` moves it
+    return (-effective_priority(state, job, now_ms), below, past, since, job.job_id)
 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:

@@ -77,7 +77,7 @@ def _failed(svc, state, now_ms, rec, job) -> list[Event]:
 def _preempted(svc, state, now_ms, rec, job) -> list[Event]:
     p = rec.preemption
     reason = p.reason if p else EvictReason.Preempted
-    by = p.beneficiary if p else None
+    by = (p.beneficiary or None) if p else None  # a requeue or drain frees it for nobody
     return endings.evict(svc, state, now_ms, rec, job, reason, by, exited=True)
 
 

@@ -12,7 +12,9 @@ from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
 from gpuledger.services.scheduler.stages import (
     array_cap,
+    cordon,
     dependencies,
+    held,
     mig_layout,
     model_guarantee,
     model_limits,
@@ -27,11 +29,13 @@ from gpuledger.services.scheduler.stages import (
 )
 
 STAGES: tuple[Stage, ...] = (
+    held.STAGE,
     dependencies.STAGE,
     array_cap.STAGE,
     user_limits.STAGE,
     quota.STAGE,
     mig_layout.STAGE,
+    cordon.STAGE,
     nominations.STAGE,
     spread.STAGE,
     reservation.STAGE,

@@ -188,10 +188,28 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
                 f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
                 f"{_suggest(e.cancel, submitted)}"
             )
+        elif (named := e.hold or e.release or e.requeue or e.update or e.top) is not None and (
+            named not in submitted
+        ):
+            verb = "hold" if e.hold else "release" if e.release else "requeue"
+            verb = "update" if e.update else "top" if e.top else verb
+            problems.append(
+                f"{path}.{verb}: job {named!r} is not submitted "
+                f"earlier in the timeline{_suggest(named, submitted)}"
+            )
         elif e.scale is not None and e.scale not in services:
             problems.append(
                 f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
                 f"in the timeline{_suggest(e.scale, services)}"
+            )
+        elif (
+            (node := e.cordon or e.uncordon or e.drain) is not None
+            and nodes
+            and (node not in nodes)
+        ):
+            verb = "cordon" if e.cordon else "uncordon" if e.uncordon else "drain"
+            problems.append(
+                f"{path}.{verb}: no node {node!r} in the cluster{_suggest(node, nodes)}"
             )
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(
@@ -199,13 +217,29 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
             )
 
 
+ENTRY_ACTIONS = (
+    "submit",
+    "cancel",
+    "scale",
+    "node_down",
+    "hold",
+    "release",
+    "requeue",
+    "update",
+    "top",
+    "cordon",
+    "uncordon",
+    "drain",
+)
+
+
 def _check_entry_shape(e: EntryDoc, path: str, problems: list[str]) -> bool:
     """One timeline entry's keys belong together; False when it has not exactly one action
     (nothing more is checked of it then)."""
-    actions = [k for k in ("submit", "cancel", "scale", "node_down") if getattr(e, k) is not None]
+    actions = [k for k in ENTRY_ACTIONS if getattr(e, k) is not None]
     if len(actions) != 1:
         problems.append(
-            f"{path}: an entry needs exactly one of submit, cancel, scale, node_down"
+            f"{path}: an entry needs exactly one of {', '.join(ENTRY_ACTIONS)}"
             + (f" (got {', '.join(actions)})" if actions else "")
         )
         return False

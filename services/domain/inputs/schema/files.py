@@ -23,7 +23,8 @@ from gpuledger.services.domain.inputs.schema.units import (
 
 
 class EntryDoc(Strict, kw_only=True, frozen=True):
-    """One timeline entry: exactly one of `submit`, `cancel`, `scale`, `node_down`, at time `at`."""
+    """One timeline entry: exactly one action (`ENTRY_ACTIONS`: submit, cancel, scale,
+    node_down, and the operator's verbs), at time `at`."""
 
     at: Duration = 0
     submit: JobDoc | None = None
@@ -33,6 +34,35 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     replicas: NonNegInt | None = None
     """The scaled service's replica count from now on."""
     node_down: str | None = None
+    hold: str | None = None
+    """A job (submitted earlier) held from now on (`JobHeld`, events/control.py)."""
+    release: str | None = None
+    """A held job released (`JobReleased`)."""
+    requeue: str | None = None
+    """A running job requeued (`JobRequeued`)."""
+    top: str | None = None
+    """A pending job moved to the top of its tenant's queue (`JobMovedToTop`)."""
+    update: str | None = None
+    """A job whose priority changes (`JobPriorityChanged`): with `priority` or `nice`."""
+    priority: int | None = None
+    """`update` entries: the new priority."""
+    nice: int | None = None
+    """`update` entries: the class's priority minus this."""
+    cordon: str | None = None
+    """A node the operator cordons (`NodeCordoned`): no new placements on it."""
+    uncordon: str | None = None
+    """A cordoned node uncordoned (`NodeUncordoned`)."""
+    drain: str | None = None
+    """A node the operator drains (`NodeCordoned` with `drain`): cordoned, and what runs
+    there is moved off with checkpoint-then-evict."""
+    force: bool = False
+    """`drain` entries: at once, minimum runtime and non-preemptible work included."""
+    deadline: Duration | None = None
+    """`drain` entries: after this long, what is left is drained as with `force`."""
+    by: Literal["tenant", "operator"] = "tenant"
+    """Who holds, releases or requeues (`hold` / `release` / `requeue` entries)."""
+    reason: str = ""
+    """Why, in their words (`hold` / `release` / `requeue` entries)."""
     tenant: str | None = None
     """The cancelled job's tenant."""
     expect: Literal["rejected"] | None = None

@@ -1,0 +1,74 @@
+"""Part of the jobs fold: priority changes (`JobPriorityChanged`, events/control.py) and
+moves to the top of a tenant's queue (`JobMovedToTop`: the job's queue time becomes just
+before the earliest of its tenant's other pending jobs, `JobRecord.queue_ms`).
+
+A change sets the job's `priority` (queue order and preemption read it from the next decide
+on, so preemption re-evaluates at once); the first one keeps the priority admission gave in
+`class_priority`. A tenant may lower its job's priority and raise it back up to that value;
+above it needs the operator. What cannot apply is refused and answered (`RequestRefused`):
+no such job of the tenant (`UnknownJob`); a job not admitted yet or finished, an array or
+service (its tasks and replicas are changed one by one), neither or both of `priority` and
+`nice`, a result out of range, or a tenant raising above its class (`InvalidSpec`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuledger import events as ev
+from gpuledger.events.control import PRIORITY_MAX
+from gpuledger.events.reasons import JobState, RequestReason
+from gpuledger.services.domain.fold import intake
+from gpuledger.services.domain.fold.records import TERMINAL
+from gpuledger.services.domain.fold.refusals import Refusal
+
+if TYPE_CHECKING:
+    from gpuledger.services.domain.fold.records import JobRecord, LedgerState
+
+
+def problem(job: JobRecord, e: ev.JobPriorityChanged) -> tuple[str | None, int]:
+    """Why the change cannot apply to `job` (None if it can), and the new priority."""
+    base = job.class_priority if job.class_priority is not None else job.priority
+    if (e.priority is None) == (e.nice is None):
+        return "give exactly one of priority and nice", 0
+    new = e.priority if e.priority is not None else base - (e.nice or 0)
+    if job.spec.array or job.spec.is_service or job.service is not None:
+        return f"{e.job_id!r} is an array or a service: change its tasks one by one", new
+    if job.state == JobState.submitted or job.state in TERMINAL:
+        return f"{e.job_id!r} is {job.state}: only an admitted, unfinished job", new
+    if not 0 <= new <= PRIORITY_MAX:
+        return f"priority {new} is out of range (0 to {PRIORITY_MAX})", new
+    if new > base and e.actor != "operator":
+        return f"raising {e.job_id!r} above its class's {base} needs the operator", new
+    return None, new
+
+
+def changed(ledger: LedgerState, e: ev.JobPriorityChanged) -> Refusal | None:
+    job = intake.own_job(ledger, e, "change")
+    if isinstance(job, Refusal):
+        return job
+    why, new = problem(job, e)
+    if why is not None:
+        return intake.answer(ledger, e, RequestReason.InvalidSpec, why)
+    if job.class_priority is None:
+        job.class_priority = job.priority
+    job.priority = new
+    return None
+
+
+def topped(ledger: LedgerState, e: ev.JobMovedToTop) -> Refusal | None:
+    job = intake.own_job(ledger, e, "move")
+    if isinstance(job, Refusal):
+        return job
+    if job.state != JobState.pending or job.job_id not in ledger.pending:
+        message = f"{e.job_id!r} is {job.state}: only a pending job can be moved to the top"
+        return intake.answer(ledger, e, RequestReason.InvalidSpec, message)
+    own = (ledger.jobs[j] for j in sorted(ledger.pending) if j != job.job_id)
+    times = [
+        o.submitted_ms if o.queue_ms is None else o.queue_ms for o in own if o.tenant == job.tenant
+    ]
+    mine = job.submitted_ms if job.queue_ms is None else job.queue_ms
+    first = min(times, default=mine)
+    if first <= mine:
+        job.queue_ms = first - 1
+    return None

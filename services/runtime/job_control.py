@@ -1,0 +1,132 @@
+"""What a client (the CLI's `hold` / `release` / `requeue` / `update`) does on the bus to control one job, and what
+came of it, as a `client_requests.Outcome`. Nothing here prints or exits.
+
+Like a cancel (services/runtime/client_requests.py): the request is published only for a
+job its tenant has (else `unknown_job`, nothing published: the same answer whether another
+tenant has the id or nobody has), and only when the admission service's answer about the job
+says it can apply (else `refused`, with the reason, nothing published). Where no admission
+service answers and the identity may read the log (the operator), the fold's refusal,
+answered by admission later (`RequestRefused`, shown by `why`), is the only check.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpuledger import events as ev
+from gpuledger.events.control import PRIORITY_MAX
+from gpuledger.events.reasons import TERMINAL_STATES, JobState, RequestReason
+from gpuledger.services.runtime.client_requests import (
+    REFUSED,
+    TIMEOUT,
+    UNKNOWN_JOB,
+    Outcome,
+    ask_status,
+    job_owner,
+)
+
+REQUESTED = "requested"
+VERBS: dict[type, str] = {
+    ev.JobHeld: "hold",
+    ev.JobReleased: "release",
+    ev.JobRequeued: "requeue",
+    ev.JobPriorityChanged: "update",
+    ev.JobMovedToTop: "top",
+}
+HOLDABLE = frozenset({JobState.submitted, JobState.pending})
+
+
+def actor_of(principal: str | None) -> str:
+    """The actor a credential acts as: a tenant's CI identity (or the gateway) is the tenant,
+    anything else that may publish job control (the operator's) is the operator."""
+    return "tenant" if (principal or "").startswith(("ci:", "gateway")) else "operator"
+
+
+def problem(cls: type, actor: str, st, fields: dict) -> str | None:
+    """Why the request cannot apply to the job as the admission service sees it, or None."""
+    verb = VERBS[cls]
+    if cls is ev.JobMovedToTop:
+        if st.state != JobState.pending:
+            return f"{st.job_id!r} is {st.state}: only a pending job can be moved to the top"
+        return None
+    if cls is ev.JobPriorityChanged:
+        if st.state in ("submitted", *TERMINAL_STATES):
+            return f"{st.job_id!r} is {st.state}: only an admitted, unfinished job"
+        base = st.class_priority if st.class_priority is not None else st.priority
+        new = fields["priority"] if fields.get("priority") is not None else base - fields["nice"]
+        if not 0 <= new <= PRIORITY_MAX:
+            return f"priority {new} is out of range (0 to {PRIORITY_MAX})"
+        if new > base and actor != "operator":
+            return f"raising {st.job_id!r} above its class's {base} needs the operator"
+        return None
+    if cls is ev.JobRequeued:
+        if st.state != JobState.running:
+            return f"{st.job_id!r} is {st.state}: only a running job can be requeued"
+        return None
+    if cls is ev.JobHeld:
+        if st.held_by is not None:
+            return f"{st.job_id!r} is already held by {st.held_by}"
+        if st.state not in HOLDABLE:
+            return f"{st.job_id!r} is {st.state}: only a job not yet placed can be held"
+        return None
+    if st.held_by is None:
+        return f"{st.job_id!r} is not held: nothing to {verb}"
+    if st.held_by == "operator" and actor != "operator":
+        return f"{st.job_id!r} is held by the operator: only the operator releases it"
+    return None
+
+
+async def control_job(
+    bus,
+    cls: type,
+    tenant: str | None,
+    job_id: str,
+    *,
+    actor: str,
+    reason: str = "",
+    producer: str = "cli",
+    read_log: bool = True,
+    **fields: int | None,
+) -> Outcome:
+    """Publish a job control event `cls` (`JobHeld`, `JobReleased`, `JobRequeued`,
+    `JobPriorityChanged` with its `fields`) for a job `tenant` has
+    (None: whichever tenant submitted it): `requested`, `unknown_job` or `refused` (nothing
+    published), `timeout`."""
+    from gpuledger.services.domain.tooling.stamp import stamp
+
+    verb = VERBS[cls]
+    try:
+        owner = await job_owner(bus, tenant, job_id, read_log=read_log)
+    except TimeoutError as exc:
+        return Outcome(TIMEOUT, job_id, str(exc), 4, error=True)
+    except LookupError:
+        return Outcome(TIMEOUT, job_id, "no admission service answered", 3, error=True)
+    if owner is None or (tenant is not None and tenant != owner):
+        where = "" if tenant is None else f" in tenant {tenant!r}"
+        text = (
+            f"no job {job_id!r}{where}: nothing was submitted under this id; "
+            f"nothing to {verb} (UnknownJob)"
+        )
+        return Outcome(UNKNOWN_JOB, job_id, text, 1, reason=RequestReason.UnknownJob, error=True)
+    st = await ask_status(bus, owner, job_id, wait_for_service=False)
+    why = None if st is None or not st.known else problem(cls, actor, st, fields)
+    if why is not None:
+        text = f"{why} (InvalidSpec)"
+        return Outcome(REFUSED, job_id, text, 1, reason=RequestReason.InvalidSpec, error=True)
+    now = time.time_ns() // 1_000_000
+    event = stamp(
+        cls,
+        key=f"{owner}:{job_id}@{now}",  # ids are per tenant; a job may be held again later
+        producer=producer,
+        now_ms=now,
+        correlation_id=job_id,
+        job_id=job_id,
+        tenant=owner,
+        actor=actor,
+        reason=reason,
+        **fields,
+    )
+    from gpuledger.services.runtime.intake import publish_client_event
+
+    seq = await publish_client_event(bus, event)  # a CI key asks the intake (issue 44)
+    return Outcome(REQUESTED, job_id, f"{verb} requested for {job_id}", 0, seq=seq)
