@@ -22,8 +22,6 @@ from pathlib import Path
 
 import typer
 
-from gpuledger import events as ev
-from gpuledger.events.control import PRIORITY_MAX
 from gpuledger.services.cli.common import fail
 from gpuledger.services.cli.connect import (
     CREDS_HELP,
@@ -38,11 +36,14 @@ app = typer.Typer()
 TENANT_HELP = "The job's tenant (default: the tenant that submitted it)."
 
 
-def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds, **fields) -> None:
-    """Publish `cls` for `job_id` as this credential's actor; echo the outcome, exit its code."""
+def _control(name: str, job_id: str, tenant, reason: str, nats_url, creds, **fields) -> None:
+    """Publish the control event `name` (`JobHeld`...) for `job_id` as this credential's
+    actor; echo the outcome, exit its code."""
+    from gpuledger import events as ev
+
     if len(reason) > 500:
         fail("--reason: at most 500 characters", 2)
-    from gpuledger.services.cli.live import job_request_target
+    from gpuledger.services.cli.connect import job_request_target
     from gpuledger.services.runtime.auth import principal_of_creds
     from gpuledger.services.runtime.client_requests import StatusQueryError
     from gpuledger.services.runtime.job_control import actor_of, control_job
@@ -57,7 +58,7 @@ def _control(cls: type, job_id: str, tenant, reason: str, nats_url, creds, **fie
         try:
             return await control_job(
                 bus,
-                cls,
+                getattr(ev, name),
                 tenant,
                 job_id,
                 actor=actor,
@@ -86,7 +87,7 @@ NATS_OPT = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help=NA
 CREDS_OPT = typer.Option(None, "--creds", envvar="GPULEDGER_CREDS", help=CREDS_HELP)
 
 
-def _job_verb(cls: type, what: str, doc: str):
+def _job_verb(name: str, what: str, doc: str):
     """The command of a job verb that takes only the job, a reason and the connection."""
 
     def command(
@@ -96,7 +97,7 @@ def _job_verb(cls: type, what: str, doc: str):
         nats_url: str | None = NATS_OPT,
         creds: Path | None = CREDS_OPT,
     ) -> None:
-        _control(cls, job_id, tenant, reason, nats_url, creds)
+        _control(name, job_id, tenant, reason, nats_url, creds)
 
     command.__doc__ = doc
     return command
@@ -104,7 +105,7 @@ def _job_verb(cls: type, what: str, doc: str):
 
 app.command("hold")(
     _job_verb(
-        ev.JobHeld,
+        "JobHeld",
         "hold",
         """Hold a job that is not yet placed (Slurm `scontrol hold`): it stays pending with
     reason `Held` and is no demand for fair share, reclaim or reservations until released.
@@ -113,7 +114,7 @@ app.command("hold")(
 )
 app.command("release")(
     _job_verb(
-        ev.JobReleased,
+        "JobReleased",
         "release",
         """Release a held job (Slurm `scontrol release`): it waits in the queue again with its
     submit time and priority as before.""",
@@ -121,7 +122,7 @@ app.command("release")(
 )
 app.command("requeue")(
     _job_verb(
-        ev.JobRequeued,
+        "JobRequeued",
         "requeue",
         """Requeue a running job (Slurm `scontrol requeue`): it checkpoints within its grace,
     leaves its GPUs (evicted with reason `Requeue`) and waits in the queue again, resuming
@@ -130,7 +131,7 @@ app.command("requeue")(
 )
 app.command("top")(
     _job_verb(
-        ev.JobMovedToTop,
+        "JobMovedToTop",
         "move",
         """Move a pending job to the top of its tenant's queue (Slurm `scontrol top`): it goes
     first among its tenant's pending jobs of its priority (its priority is unchanged).""",
@@ -154,6 +155,8 @@ def update(
     queue order and preemption use it at once. A tenant may lower its job's priority and
     raise it back up to its class's; above that needs the operator (exit 1, nothing
     published). Exactly one of --priority and --nice (exit 2 otherwise)."""
+    from gpuledger.events.control import PRIORITY_MAX
+
     if (priority is None) == (nice is None):
         fail("give exactly one of --priority and --nice", 2)
     if priority is not None and not 0 <= priority <= PRIORITY_MAX:
@@ -161,7 +164,7 @@ def update(
     if nice is not None and not -PRIORITY_MAX <= nice <= PRIORITY_MAX:
         fail(f"--nice {nice}: out of range ({-PRIORITY_MAX} to {PRIORITY_MAX})", 2)
     _control(
-        ev.JobPriorityChanged, job_id, tenant, reason, nats_url, creds, priority=priority, nice=nice
+        "JobPriorityChanged", job_id, tenant, reason, nats_url, creds, priority=priority, nice=nice
     )
 
 
@@ -212,6 +215,7 @@ async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
     message, until every node is drained or `timeout_s` has passed."""
     import asyncio
 
+    from gpuledger import events as ev
     from gpuledger.services.domain.fold.acceptance import admit
     from gpuledger.services.domain.fold.ledger import Ledger
     from gpuledger.services.domain.fold.nodes import node_state
@@ -239,10 +243,12 @@ async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
 
 
 def _node_control(
-    cls: type, nodes_arg: str, reason: str, nats_url, creds, wait_s: float | None = None, **fields
+    name: str, nodes_arg: str, reason: str, nats_url, creds, wait_s: float | None = None, **fields
 ) -> None:
-    """Publish `cls` for every node of `nodes_arg`, as the operator; nothing when any node is
-    unknown (exit 1) or the credential is not the operator's (exit 1)."""
+    """Publish the node event `name` (`NodeCordoned`, `NodeUncordoned`) for every node of
+    `nodes_arg`, as the operator; nothing when any node is unknown (exit 1) or the credential
+    is not the operator's (exit 1)."""
+    from gpuledger import events as ev
     from gpuledger.services.cli.connect import resolve_access
     from gpuledger.services.domain.tooling.stamp import stamp
     from gpuledger.services.runtime.auth import principal_of_creds
@@ -257,6 +263,7 @@ def _node_control(
     principal = None if access.creds is None else principal_of_creds(access.creds)
     if not may_read_log(access):
         fail(f"only the operator acts on nodes; this credential is {principal!r}", 1)
+    cls = getattr(ev, name)
     verb = {ev.NodeCordoned: "cordon", ev.NodeUncordoned: "uncordon"}[cls]
     if fields.get("drain"):
         verb = "drain"
@@ -305,7 +312,7 @@ def cordon(
     """Cordon nodes (kubectl `cordon`): no new placements on them; what runs there runs on
     and their agents keep reporting. The operator only. Exit 2 for a malformed range, 1 for
     an unknown node or a credential that is not the operator's (nothing is published)."""
-    _node_control(ev.NodeCordoned, nodes, reason, nats_url, creds)
+    _node_control("NodeCordoned", nodes, reason, nats_url, creds)
 
 
 @node_app.command("uncordon")
@@ -316,7 +323,7 @@ def uncordon(
     creds: Path | None = CREDS_OPT,
 ) -> None:
     """Uncordon nodes: they take placements again. The operator only."""
-    _node_control(ev.NodeUncordoned, nodes, reason, nats_url, creds)
+    _node_control("NodeUncordoned", nodes, reason, nats_url, creds)
 
 
 @node_app.command("drain")
@@ -353,7 +360,7 @@ def drain(
     if timeout <= 0:
         fail("--timeout: must be positive", 2)
     _node_control(
-        ev.NodeCordoned,
+        "NodeCordoned",
         nodes,
         reason,
         nats_url,

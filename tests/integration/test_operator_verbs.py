@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from gpuledger import events as ev
-from gpuledger.services.cli.live import publish_config
+from gpuledger.services.cli.apply import publish_config
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.client_requests import ask_status
 from tests.integration.cluster import Processes, cli
