@@ -28,7 +28,6 @@ from gpuledger.events import (
     PreemptionDeclined,
     PreemptionRequested,
 )
-from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
@@ -41,11 +40,13 @@ from gpuledger.services.domain.policy.regeometry import (
     rate_limit_lapses_ms,
     regeometry_for,
 )
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.placement import Placement
 from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
 from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.outlook import Outlook
+from gpuledger.services.preemption.steps import UNITS
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
 
 MOVES = frozenset({PreemptionReason.Defragment, PreemptionReason.Consolidate})
@@ -79,8 +80,10 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 class Preemption(LedgerService):
     name = "preemption"
-    # a heartbeat that revives a lost node changes `nodes_version`, which always counts
-    unaffected_by = frozenset({ev.GpuMetricsReported, ev.NodeHeartbeat})
+    # derived from what its steps and victim rules read (`steps.UNITS`); victims' minimum
+    # runtimes, budgets and the queue order read the clock, so it is asked at every instant
+    unaffected_by = reads.unaffected_by(UNITS)
+    quiet_until_wakeup = reads.quiet_until_wakeup(UNITS)
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
