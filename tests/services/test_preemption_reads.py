@@ -19,14 +19,11 @@ def test_every_step_ground_and_exclusion_declares_what_it_reads():
 
 def test_the_quiet_set_is_what_no_unit_reads():
     assert Preemption.unaffected_by == reads.unaffected_by(UNITS)
-    assert Preemption.unaffected_by == {
-        ev.JobSubmitted,
-        ev.JobRejected,
-        ev.RequestRefused,
-        ev.DeadLettered,
-        ev.NodeHeartbeat,
-        ev.GpuMetricsReported,
-    }
+    # heartbeats and what only intake and admission see cannot make it request or decline
+    assert {ev.NodeHeartbeat, ev.GpuMetricsReported, ev.JobSubmitted} <= Preemption.unaffected_by
+    # what the blocked jobs, their victims and the policy are made of always counts
+    moves = {ev.PendingReasonChanged, ev.GangPlaced, ev.MemberStarted, ev.PolicyConfigured}
+    assert not moves & Preemption.unaffected_by
     assert Preemption.quiet_until_wakeup is False
 
 
