@@ -40,7 +40,7 @@ ADMITTED_JOBS = AGGREGATES["jobs"] - {ev.JobSubmitted, ev.JobRejected}
 """The jobs aggregate as the placement side sees it: a submission counts once admission
 has decided it (`JobAdmitted`); the submission and its rejection change no pending job."""
 
-NODE_SET = frozenset({ev.NodeRegistered, ev.NodeLost})
+NODE_SET = AGGREGATES["nodes"] - {ev.NodeHeartbeat}
 """The nodes aggregate without heartbeats: a heartbeat only postpones a node's loss (a
 wake-up), and one that revives a lost node changes `nodes_version`, which always counts."""
 
