@@ -2,13 +2,19 @@
 every unit declares what can change its answer (`reads`), and the scheduler's quiet set
 (`unaffected_by`, `quiet_until_wakeup`) is derived from those declarations alone. A unit that
 declares nothing (a new stage) is read as reading everything: the scheduler is then never
-skipped as quiet, and this test names it. That a decide skipped as quiet is quiet is checked
-by the checking mode (`test_decide_is_pure_cache_free_and_the_fold_is_incremental` in
-tests/properties, and `simulate --check`)."""
+skipped as quiet, and this test names it. That a decide skipped as quiet is quiet is what
+checking mode checks: here on a job arriving after a quiet start (and a wrong declaration
+stops it at once), on random scenarios in
+`test_decide_is_pure_cache_free_and_the_fold_is_incremental` (tests/properties)."""
+
+from dataclasses import replace
 
 import pytest
 
 from gpuledger.events import catalog as ev
+from gpuledger.replay.checking import DecideDrift
+from gpuledger.replay.scenario import from_document
+from gpuledger.replay.simulator import Simulator, simulate, standard_services
 from gpuledger.services.domain.tooling import reads
 from gpuledger.services.scheduler.decider import Scheduler
 from gpuledger.services.scheduler.phase import Phase
@@ -79,3 +85,49 @@ def test_an_aggregate_reads_every_event_its_fold_handles():
 def test_an_unknown_read_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="aggregate|not an event type"):
         reads.of(bad)
+
+
+def one_job_later() -> dict:
+    """One 8-GPU node; job j (4 GPUs) arrives at t=5 s, after the scheduler's quiet start."""
+    return {
+        "cluster": {"nodes": [{"name": "n1", "gpus": 8}]},
+        "tenants": [{"name": "t", "guaranteed": 8}],
+        "timeline": [
+            {
+                "at": 5,
+                "submit": {"id": "j", "tenant": "t", "class": "train", "gpus": 4, "duration": 60},
+            },
+        ],
+    }
+
+
+class ReadsNothing(Scheduler):
+    """A scheduler whose units wrongly declare that nothing can change their answers."""
+
+    _units = tuple(replace(u, reads=reads.of()) for u in UNITS)
+    unaffected_by = reads.unaffected_by(_units)
+    quiet_until_wakeup = reads.quiet_until_wakeup(_units)
+
+
+def test_the_derived_quiet_set_passes_checking_mode():
+    # given the scheduler as its tables declare it, when a job arrives after a quiet start
+    # and the simulator checks every decide it skips as quiet, then none returns anything
+    sim = simulate(from_document(one_job_later()), check=True)
+    assert sim.ledger.jobs["j"].state == "completed"
+
+
+def test_a_wrong_declaration_stops_checking_mode_at_the_skipped_decide():
+    # given units that declare they read nothing, the scheduler is skipped once it was quiet
+    assert ReadsNothing.quiet_until_wakeup and ev.JobAdmitted in ReadsNothing.unaffected_by
+    doc = from_document(one_job_later())
+    services = standard_services(doc.nodes)
+    services[3] = ReadsNothing()
+    sim = Simulator(services, check=True)
+    for event in doc.config:
+        sim.publish(event)
+    sim.schedule(doc.inputs)
+    # then checking mode asks the skipped decide and names it: it would place j
+    with pytest.raises(
+        DecideDrift, match=r"scheduler/0 .* skipped as quiet .* returns .*GangPlaced"
+    ):
+        sim.run()
