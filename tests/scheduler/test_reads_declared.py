@@ -14,7 +14,7 @@ import pytest
 from gpuledger.events import catalog as ev
 from gpuledger.replay.checking import DecideDrift
 from gpuledger.replay.scenario import from_document
-from gpuledger.replay.simulator import Simulator, simulate, standard_services
+from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.tooling import reads
 from gpuledger.services.scheduler.decider import Scheduler
 from gpuledger.services.scheduler.phase import Phase
@@ -116,18 +116,12 @@ def test_the_derived_quiet_set_passes_checking_mode():
     assert sim.ledger.jobs["j"].state == "completed"
 
 
-def test_a_wrong_declaration_stops_checking_mode_at_the_skipped_decide():
+def test_a_wrong_declaration_stops_checking_mode_at_the_skipped_decide(monkeypatch):
     # given units that declare they read nothing, the scheduler is skipped once it was quiet
     assert ReadsNothing.quiet_until_wakeup and ev.JobAdmitted in ReadsNothing.unaffected_by
-    doc = from_document(one_job_later())
-    services = standard_services(doc.nodes)
-    services[3] = ReadsNothing()
-    sim = Simulator(services, check=True)
-    for event in doc.config:
-        sim.publish(event)
-    sim.schedule(doc.inputs)
+    monkeypatch.setattr("gpuledger.replay.simulator.Scheduler", ReadsNothing)
     # then checking mode asks the skipped decide and names it: it would place j
     with pytest.raises(
         DecideDrift, match=r"scheduler/0 .* skipped as quiet .* returns .*GangPlaced"
     ):
-        sim.run()
+        simulate(from_document(one_job_later()), check=True)
