@@ -243,11 +243,11 @@ async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
 
 
 def _node_control(
-    name: str, nodes_arg: str, reason: str, nats_url, creds, wait_s: float | None = None, **fields
+    verb: str, nodes_arg: str, reason: str, nats_url, creds, wait_s: float | None = None, **fields
 ) -> None:
-    """Publish the node event `name` (`NodeCordoned`, `NodeUncordoned`) for every node of
-    `nodes_arg`, as the operator; nothing when any node is unknown (exit 1) or the credential
-    is not the operator's (exit 1)."""
+    """Publish the node event of `verb` (`cordon`: `NodeCordoned`, `uncordon`:
+    `NodeUncordoned`) for every node of `nodes_arg`, as the operator; nothing when any node
+    is unknown (exit 1) or the credential is not the operator's (exit 1)."""
     from gpuledger import events as ev
     from gpuledger.services.cli.connect import resolve_access
     from gpuledger.services.domain.tooling.stamp import stamp
@@ -263,8 +263,7 @@ def _node_control(
     principal = None if access.creds is None else principal_of_creds(access.creds)
     if not may_read_log(access):
         fail(f"only the operator acts on nodes; this credential is {principal!r}", 1)
-    cls = getattr(ev, name)
-    verb = {ev.NodeCordoned: "cordon", ev.NodeUncordoned: "uncordon"}[cls]
+    cls = {"cordon": ev.NodeCordoned, "uncordon": ev.NodeUncordoned}[verb]
     if fields.get("drain"):
         verb = "drain"
 
@@ -312,7 +311,7 @@ def cordon(
     """Cordon nodes (kubectl `cordon`): no new placements on them; what runs there runs on
     and their agents keep reporting. The operator only. Exit 2 for a malformed range, 1 for
     an unknown node or a credential that is not the operator's (nothing is published)."""
-    _node_control("NodeCordoned", nodes, reason, nats_url, creds)
+    _node_control("cordon", nodes, reason, nats_url, creds)
 
 
 @node_app.command("uncordon")
@@ -323,7 +322,7 @@ def uncordon(
     creds: Path | None = CREDS_OPT,
 ) -> None:
     """Uncordon nodes: they take placements again. The operator only."""
-    _node_control("NodeUncordoned", nodes, reason, nats_url, creds)
+    _node_control("uncordon", nodes, reason, nats_url, creds)
 
 
 @node_app.command("drain")
@@ -360,7 +359,7 @@ def drain(
     if timeout <= 0:
         fail("--timeout: must be positive", 2)
     _node_control(
-        "NodeCordoned",
+        "cordon",
         nodes,
         reason,
         nats_url,

@@ -26,12 +26,11 @@ from typing import Any
 from gpuledger.events.reasons import ExclusionReason, PreemptionReason
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
-from gpuledger.services.domain.policy.queue import effective_priority
 from gpuledger.services.placement import Placement, UnknownAllocation, UnknownNode
 from gpuledger.services.preemption.rules import EXCLUSIONS, Candidate, Scene
 from gpuledger.services.preemption.victims import (
     Exclusion,
-    at_risk_gpu_ms,
+    candidate,
     count_replicas,
     lost_work_bound,
     over_guarantee,
@@ -117,15 +116,8 @@ def _movable(
         grace = state.config.grace_ms(victim.spec.checkpoint.grace_s, victim.spec.priority_class)
         if victim.spec.checkpoint.save_s * 1000 > grace:
             continue  # its checkpoint cannot finish before the kill: not checkpointable
-        cand = Candidate(
-            rec=rec,
-            victim=victim,
-            reason=PreemptionReason.Consolidate,
-            priority=effective_priority(state, victim, now_ms),
-            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
-            borrowing=over_guarantee(state, victim.tenant, s.releasing),
-            started_ms=min(rec.started.values(), default=rec.placed_ms),
-        )
+        borrowing = over_guarantee(state, victim.tenant, s.releasing)
+        cand = candidate(state, rec, victim, PreemptionReason.Consolidate, now_ms, borrowing)
         if victim.service is not None:
             count_replicas(s, victim.service, taken)
         verdict = None

@@ -28,7 +28,6 @@ from gpuledger.events import (
     PreemptionDeclined,
     PreemptionRequested,
 )
-from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
@@ -41,12 +40,14 @@ from gpuledger.services.domain.policy.regeometry import (
     rate_limit_lapses_ms,
     regeometry_for,
 )
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.placement import Placement
 from gpuledger.services.preemption import drain
 from gpuledger.services.preemption.consolidation import ConsolidationPlan, consolidation_plan
 from gpuledger.services.preemption.measure import verdict
 from gpuledger.services.preemption.outlook import Outlook
+from gpuledger.services.preemption.steps import UNITS
 from gpuledger.services.preemption.victims import Plan, backfill_plan, plan
 
 MOVES = frozenset({PreemptionReason.Defragment, PreemptionReason.Consolidate})
@@ -80,8 +81,10 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 class Preemption(LedgerService):
     name = "preemption"
-    # a heartbeat that revives a lost node changes `nodes_version`, which always counts
-    unaffected_by = frozenset({ev.GpuMetricsReported, ev.NodeHeartbeat})
+    # derived from what its steps and victim rules read (`steps.UNITS`); victims' minimum
+    # runtimes, budgets and the queue order read the clock, so it is asked at every instant
+    unaffected_by = reads.unaffected_by(UNITS)
+    quiet_until_wakeup = reads.quiet_until_wakeup(UNITS)
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
@@ -279,10 +282,6 @@ class Preemption(LedgerService):
             details["reservation"] = copy.deepcopy(reservation)  # the event's own, not the job's
         out: list[Event] = []
         for c in p.victims:
-            taken.add(c.rec.allocation_id)
-            grace = state.config.grace_ms(
-                c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class
-            )
             if c.reason == PreemptionReason.Reclaim:
                 why = f"tenant {job.tenant} is within its guarantee and {c.victim.tenant} is borrowing"
             elif c.reason == PreemptionReason.Defragment:
@@ -298,29 +297,50 @@ class Preemption(LedgerService):
             else:
                 why = f"priority {job.priority} > {c.priority}"
             out.append(
-                self.emit(
+                self._requested(
                     state,
                     now_ms,
-                    PreemptionRequested,
-                    key=_request_key(c.rec, c.victim),
-                    correlation_id=c.victim.job_id,
-                    job_id=c.victim.job_id,
-                    allocation_id=c.rec.allocation_id,
-                    beneficiary=job.job_id,
-                    reason=c.reason,
-                    deadline_ms=now_ms + grace,
-                    ranks=UNSET if c.ranks is None else c.ranks,
-                    message=(
+                    job,
+                    c,
+                    c.reason,
+                    lambda grace, c=c, why=why: (
                         f"{c.reason}: {job.job_id} (priority {job.priority}, tenant {job.tenant}) "
                         f"needs {job.gpu_milli() / 1000:g} GPUs ({why}); evicting {victims} frees "
                         f"{freed:g} GPUs, risking {at_risk:g} GPU-s since the last checkpoint; "
                         f"checkpoint within {grace / 1000:g}s; "
                         f"{p.considered} candidates, {len(p.exclusions)} excluded"
                     ),
-                    details=details,
+                    details,
+                    taken,
                 )
             )
         return out
+
+    def _requested(
+        self, state: Ledger, now_ms: int, job, c, reason, say, details: dict, taken: set[str]
+    ) -> PreemptionRequested:
+        """`PreemptionRequested` of candidate `c` for `job` (its members `c.ranks` or the whole
+        gang), taken for the rest of the decide, with the checkpoint grace of its class; the
+        message is `say(grace)`."""
+        taken.add(c.rec.allocation_id)
+        grace = state.config.grace_ms(
+            c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class
+        )
+        return self.emit(
+            state,
+            now_ms,
+            PreemptionRequested,
+            key=_request_key(c.rec, c.victim),
+            correlation_id=c.victim.job_id,
+            job_id=c.victim.job_id,
+            allocation_id=c.rec.allocation_id,
+            beneficiary=job.job_id,
+            reason=reason,
+            deadline_ms=now_ms + grace,
+            ranks=UNSET if c.ranks is None else c.ranks,
+            message=say(grace),
+            details=details,
+        )
 
     def _maybe_regeometry(
         self, state: Ledger, now_ms: int, job, outlook: Outlook
@@ -430,33 +450,25 @@ class Preemption(LedgerService):
         ]
         for m in cp.moves:
             c = m.cand
-            taken.add(c.rec.allocation_id)
-            grace = state.config.grace_ms(
-                c.victim.spec.checkpoint.grace_s, c.victim.spec.priority_class
-            )
             out.append(
-                self.emit(
+                self._requested(
                     state,
                     now_ms,
-                    PreemptionRequested,
-                    key=_request_key(c.rec, c.victim),
-                    correlation_id=c.victim.job_id,
-                    job_id=c.victim.job_id,
-                    allocation_id=c.rec.allocation_id,
-                    beneficiary=job.job_id,
-                    reason=PreemptionReason.Consolidate,
-                    deadline_ms=now_ms + grace,
-                    message=(
+                    job,
+                    c,
+                    PreemptionReason.Consolidate,
+                    lambda grace, c=c, m=m: (
                         f"Consolidate: migrating {c.victim.job_id} ({c.rec.gpu_milli / 1000:g} GPUs) "
                         f"off {', '.join(c.rec.nodes())} for {job.job_id} (tenant {job.tenant}, "
                         f"{need / 1000:g} GPUs, blocked only by fragmentation); it fits on "
                         f"{', '.join(m.to_nodes)} at once; risking {c.at_risk_gpu_ms / 1000:g} "
                         f"GPU-s since the last checkpoint; checkpoint within {grace / 1000:g}s"
                     ),
-                    details={
+                    {
                         "migration": {"to_nodes": list(m.to_nodes), "for": job.job_id},
                         **copy.deepcopy(details),
                     },
+                    taken,
                 )
             )
         return out

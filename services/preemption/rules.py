@@ -22,7 +22,12 @@ classes and disruption budgets); gpuledger's guarantees, aging, loop and time-li
 do not apply there.
 
 Every unit is pure: it reads the `Scene` (the blocked job and facts computed once per plan)
-and one `Candidate`, never writes, never reads a clock.
+and one `Candidate`, never writes, never reads a clock but the scene's `now_ms`. A ground or
+an exclusion declares `reads` (`services.domain.tooling.reads`: the events, and `CLOCK` when
+time alone can change its verdict); preemption's quiet set is derived from them
+(`services.preemption.steps`). One that declares none is read as reading everything.
+Order keys declare nothing: an order ranks the candidates, it never makes a quiet answer
+loud.
 
 Adding a rule = one unit + one test: write the function (its docstring says what it
 protects), add its code to `events.reasons.ExclusionReason` and one row to the table, and
@@ -41,6 +46,7 @@ from gpuledger.events.reasons import ExclusionReason, PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.policy import slurm_priority
 from gpuledger.services.domain.policy.queue import NOT_SUFFERED
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, Reads, of
 from gpuledger.services.domain.tooling.timefmt import duration, instant
 
 HOUR_MS = 3_600_000
@@ -136,6 +142,12 @@ class Ground:
     reason: PreemptionReason
     holds: Callable[[Scene, JobRecord, bool], bool]
     """(scene, victim job, victim's tenant borrowing) -> whether the ground holds."""
+    reads: Reads | None = None
+    """What can change whether it holds (None: everything)."""
+
+    @property
+    def name(self) -> str:
+        return self.holds.__name__
 
     @property
     def doc(self) -> str:
@@ -173,11 +185,13 @@ def site_preempts(s: Scene, victim: JobRecord, borrowing: bool) -> bool:
 
 
 GROUNDS: tuple[Ground, ...] = (
-    Ground(PreemptionReason.Reclaim, reclaim),
-    Ground(PreemptionReason.Priority, priority),
+    Ground(PreemptionReason.Reclaim, reclaim, of(ADMITTED_JOBS, "allocations", "tenants")),
+    Ground(PreemptionReason.Priority, priority, of(ADMITTED_JOBS, "tenants")),
 )
 
-SLURM_GROUNDS: tuple[Ground, ...] = (Ground(PreemptionReason.Priority, site_preempts),)
+SLURM_GROUNDS: tuple[Ground, ...] = (
+    Ground(PreemptionReason.Priority, site_preempts, of(ADMITTED_JOBS, "allocations", "tenants")),
+)
 """The `slurm` profile's only ground: the site's preemption (reason `Priority`)."""
 
 
@@ -201,6 +215,8 @@ class ExclusionRule:
     """(scene, candidate) -> the verdict when the rule protects it, else None."""
     lapses: bool = False
     """The protection ends with time (its verdict carries `until_ms`)."""
+    reads: Reads | None = None
+    """What can change whether it protects (None: everything)."""
 
     @property
     def name(self) -> str:
@@ -355,15 +371,25 @@ def within_guarantee(s: Scene, c: Candidate) -> Protected | None:
     )
 
 
+_JOBS_RUNNING = of(ADMITTED_JOBS, "allocations", "tenants")
+"""What a rule about running work reads: the victims, their allocations, the policy."""
+
 EXCLUSIONS: tuple[ExclusionRule, ...] = (
-    ExclusionRule(ExclusionReason.NonPreemptible, non_preemptible),
-    ExclusionRule(ExclusionReason.EndsAtTimeLimit, ends_at_time_limit),
-    ExclusionRule(ExclusionReason.Aged, aged),
-    ExclusionRule(ExclusionReason.PreemptionLoop, preemption_loop),
-    ExclusionRule(ExclusionReason.MinRuntime, min_runtime, lapses=True),
-    ExclusionRule(ExclusionReason.EvictionBudget, eviction_budget, lapses=True),
-    ExclusionRule(ExclusionReason.DisruptionBudget, disruption_budget),
-    ExclusionRule(ExclusionReason.WithinGuarantee, within_guarantee),  # last: see module doc
+    ExclusionRule(ExclusionReason.NonPreemptible, non_preemptible, reads=_JOBS_RUNNING),
+    ExclusionRule(
+        ExclusionReason.EndsAtTimeLimit, ends_at_time_limit, reads=of(_JOBS_RUNNING, CLOCK)
+    ),
+    ExclusionRule(ExclusionReason.Aged, aged, reads=of(_JOBS_RUNNING, CLOCK)),
+    ExclusionRule(ExclusionReason.PreemptionLoop, preemption_loop, reads=of(_JOBS_RUNNING, CLOCK)),
+    ExclusionRule(
+        ExclusionReason.MinRuntime, min_runtime, lapses=True, reads=of(_JOBS_RUNNING, CLOCK)
+    ),
+    ExclusionRule(
+        ExclusionReason.EvictionBudget, eviction_budget, lapses=True, reads=of(_JOBS_RUNNING, CLOCK)
+    ),
+    ExclusionRule(ExclusionReason.DisruptionBudget, disruption_budget, reads=_JOBS_RUNNING),
+    # last: see module doc
+    ExclusionRule(ExclusionReason.WithinGuarantee, within_guarantee, reads=_JOBS_RUNNING),
 )
 
 SLURM_EXCLUSIONS: tuple[ExclusionRule, ...] = tuple(

@@ -135,6 +135,27 @@ def at_risk_gpu_ms(rec: AllocationRecord, job: JobRecord, now_ms: int) -> int:
     return since * rec.gpu_milli // 1000
 
 
+def candidate(
+    state: Ledger,
+    rec: AllocationRecord,
+    victim: JobRecord,
+    reason: PreemptionReason,
+    now_ms: int,
+    borrowing: bool,
+) -> Candidate:
+    """The allocation as a candidate victim on `reason`: its job's effective priority, the
+    work it would lose now, and when its run started."""
+    return Candidate(
+        rec=rec,
+        victim=victim,
+        reason=reason,
+        priority=effective_priority(state, victim, now_ms),
+        at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
+        borrowing=borrowing,
+        started_ms=min(rec.started.values(), default=rec.placed_ms),
+    )
+
+
 def scene(state: Ledger, job: JobRecord, now_ms: int, taken: set[str] | frozenset[str]) -> Scene:
     """Facts every rule reads, computed once per plan."""
     need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
@@ -191,15 +212,7 @@ def grounded(s: Scene, rec: AllocationRecord) -> Candidate | None:
     ground = next((g for g in grounds(state) if g.holds(s, victim, borrowing)), None)
     if ground is None:
         return None
-    return Candidate(
-        rec=rec,
-        victim=victim,
-        reason=ground.reason,
-        priority=effective_priority(state, victim, s.now_ms),
-        at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, s.now_ms),
-        borrowing=borrowing,
-        started_ms=min(rec.started.values(), default=rec.placed_ms),
-    )
+    return candidate(state, rec, victim, ground.reason, s.now_ms, borrowing)
 
 
 def protection(s: Scene, cand: Candidate) -> Exclusion | None:
@@ -301,15 +314,7 @@ def unrivalled(
             continue  # a borrower, or a candidate judged by `candidates` already
         if victim.service is not None:
             count_replicas(s, victim.service, taken)
-        cand = Candidate(
-            rec=rec,
-            victim=victim,
-            reason=PreemptionReason.Defragment,
-            priority=effective_priority(state, victim, now_ms),
-            at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
-            borrowing=False,
-            started_ms=min(rec.started.values(), default=rec.placed_ms),
-        )
+        cand = candidate(state, rec, victim, PreemptionReason.Defragment, now_ms, False)
         if protection(s, cand) is None:
             out.append(cand)
     out.sort(key=Candidate.sort_key)
@@ -669,17 +674,8 @@ def backfill_plan(
     for alloc_id in allocs:
         rec = state.allocations[alloc_id]
         victim = state.jobs[rec.job_id]
-        cands.append(
-            Candidate(
-                rec=rec,
-                victim=victim,
-                reason=PreemptionReason.Backfill,
-                priority=effective_priority(state, victim, now_ms),
-                at_risk_gpu_ms=at_risk_gpu_ms(rec, victim, now_ms),
-                borrowing=over_guarantee(state, victim.tenant),
-                started_ms=min(rec.started.values(), default=rec.placed_ms),
-            )
-        )
+        borrowing = over_guarantee(state, victim.tenant)
+        cands.append(candidate(state, rec, victim, PreemptionReason.Backfill, now_ms, borrowing))
     # least work at risk first, then smallest, most recently started (borrowing and priority
     # do not matter: every one of them agreed to leave)
     cands.sort(key=backfill_key)

@@ -12,8 +12,8 @@ call, tentative allocations go to a copy-on-write `TrialFleet` that is dropped o
 from __future__ import annotations
 
 from gpuledger.events import Event
-from gpuledger.events import catalog as ev
 from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.scheduler.phases import PHASES
 from gpuledger.services.scheduler.stages import STAGES
@@ -21,19 +21,11 @@ from gpuledger.services.scheduler.stages import STAGES
 
 class Scheduler(LedgerService):
     name = "scheduler"
-    # reads nearly everything; queue order and pending reasons also move with the clock
-    # (decayed usage), so it is asked at every instant. A heartbeat only postpones a node's
-    # loss (its wake-up); one that revives a lost node changes `nodes_version`, which counts.
-    unaffected_by = frozenset(
-        {
-            ev.JobSubmitted,
-            ev.JobRejected,
-            ev.GpuMetricsReported,
-            ev.RequestRefused,
-            ev.DeadLettered,
-            ev.NodeHeartbeat,
-        }
-    )
+    # derived from what its phases and stages read (`services.domain.tooling.reads`):
+    # a quiet decide is asked again only after an event some unit reads is folded; the
+    # placement pass reads the clock (queue order), so it is asked at every instant too
+    unaffected_by = reads.unaffected_by((*PHASES, *STAGES))
+    quiet_until_wakeup = reads.quiet_until_wakeup((*PHASES, *STAGES))
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         for phase in PHASES:

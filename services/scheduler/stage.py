@@ -16,6 +16,9 @@ The scheduler tries each pending job against `stages.STAGES`, in table order:
 
 `wakeup(state, now_ms)` gives the instants at which its answer may change by time alone;
 `binds_grow` says whether a growing elastic gang obeys its cap and exclusion too.
+`reads` is what can change its answer (event types, fold aggregates, `CLOCK`: see
+`services.domain.tooling.reads`); the scheduler's quiet set is derived from the stages' and
+phases' `reads`. A stage that declares none is read as reading everything: never quiet.
 `reasons` are the pending reasons it owns (each reason has exactly one owner: a stage, or
 the placement engine's `UNPLACEABLE` rules); `gives` are reasons owned elsewhere that it may
 also give (per-model quota codes, a refinement of a placement code).
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 
 from gpuledger.events import Event
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.tooling.reads import Reads
 from gpuledger.services.scheduler.round import Limits, Round, Why
 
 Gate = Callable[[Round, JobRecord, Limits], "list[Event] | None"]
@@ -56,3 +60,5 @@ class Stage:
     book: Book | None = None
     wakeup: Wakeup | None = None
     binds_grow: bool = False
+    reads: Reads | None = None
+    """The events (and maybe the clock) that can change its answer; None: everything."""

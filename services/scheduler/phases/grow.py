@@ -18,6 +18,7 @@ from gpuledger.services.domain.policy import dependencies as deps
 from gpuledger.services.domain.policy.pending import CAPACITY_REASONS
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.domain.tooling.placement_adapter import to_members
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, of
 from gpuledger.services.placement import Placement
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.round import Limits, Round
@@ -106,4 +107,10 @@ def wakeup(state: Ledger, now_ms: int) -> list[int]:
     ]
 
 
-PHASE = Phase("grow", run, wakeup)
+# a grow builds the same round as placement (quota outlooks read the clock)
+PHASE = Phase(
+    "grow",
+    run,
+    wakeup,
+    reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants", "mig", CLOCK),
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpuledger.events import Event, NodeLost
 from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import NODE_SET, of
 from gpuledger.services.scheduler.phase import Phase
 
 
@@ -47,4 +48,4 @@ def wakeup(state: Ledger, now_ms: int) -> list[int]:
     ]
 
 
-PHASE = Phase("lost_nodes", run, wakeup)
+PHASE = Phase("lost_nodes", run, wakeup, reads=of(NODE_SET, "tenants"))

@@ -12,6 +12,7 @@ from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy.queue import ordered_pending
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.domain.tooling.placement_adapter import to_members
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, of
 from gpuledger.services.placement import Placement
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.round import Limits, Round, Why
@@ -106,4 +107,7 @@ def _bind(rnd: Round, job: JobRecord, result: Placement, backfill_for: str | Non
     )
 
 
-PHASE = Phase("place", run)
+# the queue order (decayed usage, aging) and so the pending reasons move with the clock
+PHASE = Phase(
+    "place", run, reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants", "mig", CLOCK)
+)

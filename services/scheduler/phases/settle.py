@@ -25,6 +25,7 @@ from gpuledger.events import Event, GangFailed
 from gpuledger.events.reasons import EndReason, EvictReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, NODE_SET, of
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.phases import endings
 
@@ -144,4 +145,4 @@ def run(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
     return out
 
 
-PHASE = Phase("settle", run)
+PHASE = Phase("settle", run, reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants"))

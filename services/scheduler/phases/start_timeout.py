@@ -8,6 +8,7 @@ from gpuledger.events import Event
 from gpuledger.events.reasons import EndReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, Ledger
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, NODE_SET, of
 from gpuledger.services.scheduler.phase import Phase
 from gpuledger.services.scheduler.phases.endings import evict
 from gpuledger.services.scheduler.round import bound_ms
@@ -50,4 +51,6 @@ def wakeup(state: Ledger, now_ms: int) -> list[int]:
     return [bound_ms(rec) + timeout for rec in awaiting_start(state)]
 
 
-PHASE = Phase("start_timeout", run, wakeup)
+PHASE = Phase(
+    "start_timeout", run, wakeup, reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants")
+)

@@ -9,6 +9,7 @@ from gpuledger.events import Event
 from gpuledger.events import catalog as ev
 from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.domain.tooling.timefmt import duration, instant
 from gpuledger.services.scheduler.phase import Phase
 
@@ -54,4 +55,4 @@ def wakeup(state: Ledger, now_ms: int) -> list[int]:
     return [] if limit is None else [limit]
 
 
-PHASE = Phase("time_limits", run, wakeup)
+PHASE = Phase("time_limits", run, wakeup, reads=of(ADMITTED_JOBS, "allocations", "tenants"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpuledger.events import Event
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.scheduler.round import Limits, Round
 from gpuledger.services.scheduler.stage import Stage
 
@@ -42,4 +43,5 @@ STAGE = Stage(
     reasons=(PendingReason.ArrayTaskLimit,),
     gate=gate,
     book=book,
+    reads=of(ADMITTED_JOBS, "allocations"),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, NODE_SET, of
 from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
 
@@ -35,4 +36,5 @@ STAGE = Stage(
     exclude=exclude,
     explain=explain,
     binds_grow=True,
+    reads=of(ADMITTED_JOBS, NODE_SET),
 )

@@ -10,6 +10,7 @@ from gpuledger.events import catalog as ev
 from gpuledger.events.reasons import EndReason, PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
 from gpuledger.services.domain.policy import dependencies as deps
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.scheduler.round import Limits, Round
 from gpuledger.services.scheduler.stage import Stage
 
@@ -68,4 +69,5 @@ STAGE = Stage(
     __doc__ or "",
     reasons=(PendingReason.Dependency, PendingReason.DependencyNeverSatisfied),
     gate=gate,
+    reads=of(ADMITTED_JOBS, "allocations", "tenants"),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpuledger.events import Event
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.scheduler.round import Limits, Round
 from gpuledger.services.scheduler.stage import Stage
 
@@ -21,4 +22,10 @@ def gate(rnd: Round, job: JobRecord, lim: Limits) -> list[Event] | None:
     return rnd.pending(job, PendingReason.Held, message, details)
 
 
-STAGE = Stage("held", __doc__ or "", reasons=(PendingReason.Held,), gate=gate)
+STAGE = Stage(
+    "held",
+    __doc__ or "",
+    reasons=(PendingReason.Held,),
+    gate=gate,
+    reads=of(ADMITTED_JOBS),
+)

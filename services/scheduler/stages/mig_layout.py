@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import NODE_SET, of
 from gpuledger.services.placement import profile_for
 from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
@@ -48,4 +49,5 @@ STAGE = Stage(
     __doc__ or "",
     gives=(PendingReason.MIGPlacementUnavailable,),
     explain=explain,
+    reads=of(NODE_SET, "mig", "allocations", "tenants"),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, NODE_SET, of
 from gpuledger.services.scheduler.round import (
     Limits,
     Round,
@@ -59,4 +60,5 @@ STAGE = Stage(
     explain=explain,
     book=book,
     binds_grow=True,
+    reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants"),
 )

@@ -7,6 +7,7 @@ exclusion only (no pending reason of its own); it binds a grow too."""
 from __future__ import annotations
 
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.scheduler.round import Limits, PlacedOr, Round
 from gpuledger.services.scheduler.stage import Stage
 
@@ -33,4 +34,11 @@ def wakeup(state: Ledger, now_ms: int) -> list[int]:
     ]
 
 
-STAGE = Stage("nominations", __doc__ or "", exclude=exclude, wakeup=wakeup, binds_grow=True)
+STAGE = Stage(
+    "nominations",
+    __doc__ or "",
+    exclude=exclude,
+    wakeup=wakeup,
+    binds_grow=True,
+    reads=of(ADMITTED_JOBS, "allocations"),
+)

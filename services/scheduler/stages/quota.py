@@ -12,6 +12,7 @@ from gpuledger.events import Event
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
 from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, of
 from gpuledger.services.scheduler.round import Limits, Round
 from gpuledger.services.scheduler.stage import Stage
 
@@ -92,4 +93,5 @@ STAGE = Stage(
     cap=cap,
     book=book,
     binds_grow=True,
+    reads=of(ADMITTED_JOBS, "allocations", "tenants", CLOCK),
 )

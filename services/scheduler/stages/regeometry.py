@@ -9,6 +9,7 @@ from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import JobRecord
 from gpuledger.services.domain.policy.regeometry import rate_limit_lapses_ms, regeometry_for
+from gpuledger.services.domain.tooling.reads import NODE_SET, of
 from gpuledger.services.domain.tooling.timefmt import instant
 from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
@@ -56,4 +57,5 @@ STAGE = Stage(
     __doc__ or "",
     reasons=(PendingReason.WaitingForMigReconfiguration,),
     explain=explain,
+    reads=of(NODE_SET, "mig", "allocations", "tenants"),
 )

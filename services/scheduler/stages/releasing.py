@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import PendingReason, PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.domain.tooling.timefmt import instant
 from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
@@ -59,4 +60,5 @@ STAGE = Stage(
     __doc__ or "",
     reasons=(PendingReason.WaitingForPreemptedWorkloads, PendingReason.WaitingForConsolidation),
     explain=explain,
+    reads=of(ADMITTED_JOBS, "allocations"),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, of
 from gpuledger.services.domain.tooling.timefmt import instant
 from gpuledger.services.scheduler.reservation import may_backfill, may_backfill_preemptibly
 from gpuledger.services.scheduler.round import Limits, Round, Why
@@ -50,4 +51,5 @@ STAGE = Stage(
     reasons=(PendingReason.Reserved,),
     exclude=exclude,
     explain=explain,
+    reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants", CLOCK),
 )

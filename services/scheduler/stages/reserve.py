@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy.pending import CAPACITY_REASONS
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, NODE_SET, of
 from gpuledger.services.domain.tooling.timefmt import instant
 from gpuledger.services.scheduler.reservation import reserve, starving
 from gpuledger.services.scheduler.round import Limits, Round, Why, queued_since
@@ -43,4 +44,10 @@ def wakeup(state: Ledger, now_ms: int) -> list[int]:
     ]
 
 
-STAGE = Stage("reserve", __doc__ or "", explain=explain, wakeup=wakeup)
+STAGE = Stage(
+    "reserve",
+    __doc__ or "",
+    explain=explain,
+    wakeup=wakeup,
+    reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants"),
+)

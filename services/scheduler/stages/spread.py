@@ -6,6 +6,7 @@ placement's). Every bind counts its members in its group."""
 from __future__ import annotations
 
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
 
@@ -74,4 +75,12 @@ def book(rnd: Round, job: JobRecord, members: tuple) -> None:
             per_node[m.node] = per_node.get(m.node, 0) + 1
 
 
-STAGE = Stage("spread", __doc__ or "", exclude=exclude, explain=explain, book=book, binds_grow=True)
+STAGE = Stage(
+    "spread",
+    __doc__ or "",
+    exclude=exclude,
+    explain=explain,
+    book=book,
+    binds_grow=True,
+    reads=of(ADMITTED_JOBS, "allocations"),
+)

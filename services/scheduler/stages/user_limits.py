@@ -12,6 +12,7 @@ from gpuledger.events import Event
 from gpuledger.events.reasons import PendingReason
 from gpuledger.events.specs import UserLimit, UserLimits
 from gpuledger.services.domain.fold.ledger import JobRecord
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, of
 from gpuledger.services.scheduler.round import Limits, Round
 from gpuledger.services.scheduler.stage import Stage
 
@@ -75,4 +76,5 @@ STAGE = Stage(
     reasons=(PendingReason.UserLimit,),
     gate=gate,
     book=book,
+    reads=of(ADMITTED_JOBS, "allocations", "tenants"),
 )
