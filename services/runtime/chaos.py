@@ -286,8 +286,9 @@ class FaultInjector:
 
 class Load:
     """Submits one job of the mix every `every_s` seconds, each tenant through its own CI
-    identity (`access`: the operator's NatsAccess, for its auth directory), retrying a
-    submission with the same event until JetStream acknowledges it. `acked`: job id -> the
+    identity (`access`: the operator's NatsAccess, for its auth directory) through the intake
+    (services/runtime/intake.py), retrying a submission with the same event until it is
+    stored. `acked`: job id -> the
     stream sequence of its acknowledged submission."""
 
     def __init__(self, access: Any, seed: int, every_s: float = 1.0) -> None:
@@ -299,6 +300,7 @@ class Load:
         from gpuledger.services.domain.inputs.jobfile import job_spec
         from gpuledger.services.domain.tooling.stamp import submission
         from gpuledger.services.runtime.bus import AlreadyExists, Bus
+        from gpuledger.services.runtime.intake import create_client_event
 
         access = self.access
         buses = {
@@ -320,9 +322,7 @@ class Load:
                 bus = buses[spec.tenant]
                 while not stop.is_set():  # the same event until JetStream acknowledges it
                     try:
-                        seq, _dup = await asyncio.wait_for(
-                            bus.create_once_acked(event, read_existing=False), 5
-                        )
+                        seq, _dup = await asyncio.wait_for(create_client_event(bus, event), 5)
                         self.acked[spec.job_id] = seq
                         break
                     except AlreadyExists as exists:  # an earlier try landed; its ack was lost
