@@ -6,13 +6,10 @@ import asyncio
 
 import nats
 import pytest
-from nats.js import api
 
 from gpuledger import events as ev
 from gpuledger.projections.nats_source import run_projector
 from gpuledger.projections.store import connect_readonly, rebuild
-from gpuledger.replay.export import stream_entries
-from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
 from tests.natsauth import as_admin
@@ -26,27 +23,6 @@ def nats_url(tmp_path, monkeypatch):
     with EmbeddedNats(tmp_path / "js") as server:
         as_admin(monkeypatch, server)
         yield server.url
-
-
-async def _publish(url: str, messages) -> None:
-    nc = await nats.connect(url, **natsauth.options())
-    js = nc.jetstream()
-    await js.add_stream(
-        api.StreamConfig(name="GPULEDGER", subjects=["gl.>"], storage=api.StorageType.FILE)
-    )
-    for seq, subject, event in messages:
-        ack = await js.publish(subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id})
-        assert ack.seq == seq
-    await nc.drain()
-
-
-async def _as_stored(url: str):
-    """The log as the stream holds it: client inputs at their effective (receive) time."""
-    bus = await Bus.connect(url, **natsauth.options())
-    try:
-        return [entry async for entry in stream_entries(bus)]
-    finally:
-        await bus.close()
 
 
 def _clean_rebuild(path, log):
@@ -78,8 +54,8 @@ class Killed(Exception):
 
 
 def test_live_projection_with_crash_between_commit_and_ack(tmp_path, nats_url, messages):
-    asyncio.run(_publish(nats_url, messages))
-    want = _clean_rebuild(tmp_path / "clean.duckdb", asyncio.run(_as_stored(nats_url)))
+    asyncio.run(natsauth.publish_log(nats_url, messages))
+    want = _clean_rebuild(tmp_path / "clean.duckdb", asyncio.run(natsauth.stored_log(nats_url)))
     db = tmp_path / "live.duckdb"
 
     def die(seq: int) -> None:
@@ -128,8 +104,8 @@ def test_group_commit_acks_only_what_is_committed(tmp_path, nats_url, messages):
     """Under a backlog, commits group several fetches and run in the background; the first
     acknowledgement comes only after a commit covering it, and after a crash there the
     restarted projector ends identical to a rebuild."""
-    asyncio.run(_publish(nats_url, messages))
-    want = _clean_rebuild(tmp_path / "clean.duckdb", asyncio.run(_as_stored(nats_url)))
+    asyncio.run(natsauth.publish_log(nats_url, messages))
+    want = _clean_rebuild(tmp_path / "clean.duckdb", asyncio.run(natsauth.stored_log(nats_url)))
     db = tmp_path / "group.duckdb"
     acked: list[int] = []
 

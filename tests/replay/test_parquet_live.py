@@ -6,19 +6,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import nats
 import pytest
-from nats.js import api
 from typer.testing import CliRunner
 
-from gpuledger import events as ev
 from gpuledger.replay import parquet
-from gpuledger.replay.export import stream_entries
 from gpuledger.replay.logio import encode_lines
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.cli.main import app
-from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
 from tests.natsauth import as_admin
@@ -28,39 +23,19 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-async def publish(url: str, messages) -> None:
-    nc = await nats.connect(url, **natsauth.options())
-    js = nc.jetstream()
-    await js.add_stream(
-        api.StreamConfig(name="GPULEDGER", subjects=["gl.>"], storage=api.StorageType.FILE)
-    )
-    for seq, subject, event in messages:
-        ack = await js.publish(subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id})
-        assert ack.seq == seq
-    await nc.drain()
-
-
-async def as_stored(url: str):
-    bus = await Bus.connect(url, **natsauth.options())
-    try:
-        return [entry async for entry in stream_entries(bus)]
-    finally:
-        await bus.close()
-
-
 def test_a_second_live_export_appends_only_the_new_messages(tmp_path, monkeypatch):
     messages = simulate(load(EXAMPLES / "demo.yaml")).log
     out = tmp_path / "history"
     with EmbeddedNats(tmp_path / "js") as server:
         as_admin(monkeypatch, server)
-        asyncio.run(publish(server.url, messages[:30]))
+        asyncio.run(natsauth.publish_log(server.url, messages[:30]))
         args = ["export", "--format", "parquet", str(out), "--nats-url", server.url, "--no-tables"]
         first = CliRunner().invoke(app, args)
         assert first.exit_code == 0, first.output
         assert "appended 30 events" in first.output
-        asyncio.run(publish(server.url, messages[30:]))
+        asyncio.run(natsauth.publish_log(server.url, messages[30:]))
         second = CliRunner().invoke(app, args)
         assert second.exit_code == 0, second.output
         assert "appended 18 events" in second.output and "48 rows in all" in second.output
-        stored = asyncio.run(as_stored(server.url))
+        stored = asyncio.run(natsauth.stored_log(server.url))
     assert b"".join(encode_lines(parquet.read_history(out))) == b"".join(encode_lines(stored))
