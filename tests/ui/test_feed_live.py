@@ -14,10 +14,10 @@ from gpuledger.projections.ui.feed import feed
 from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
-from tests.natsauth import as_admin
+from tests.natsauth import as_admin, publish_log, stored_log
 from tests.projections import scenario
 from tests.projections.conftest import dump
-from tests.projections.test_nats_live import _as_stored, _clean_rebuild, _publish
+from tests.projections.test_nats_live import _clean_rebuild
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ async def test_the_feed_reads_as_the_auditor_and_matches_a_rebuild(tmp_path, mon
     messages = scenario.build()
     with EmbeddedNats(tmp_path / "js") as server:
         as_admin(monkeypatch, server)
-        await _publish(server.url, messages[:50])
+        await publish_log(server.url, messages[:50])
         stop = asyncio.Event()
         commits: list[int] = []
         db = tmp_path / "ui.duckdb"
@@ -62,7 +62,7 @@ async def test_the_feed_reads_as_the_auditor_and_matches_a_rebuild(tmp_path, mon
         stop.set()
         assert await asyncio.wait_for(task, 10) == len(messages)
         assert [c.name for c in names if c.config.durable_name] == []  # no durable consumer made
-        stored = await _as_stored(server.url)
+        stored = await stored_log(server.url)
     con = connect_readonly(db)
     try:
         live = dump(con)
