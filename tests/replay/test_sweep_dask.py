@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import threading
-import time
 from functools import partial
 from pathlib import Path
 
@@ -105,8 +104,9 @@ def held(inputs, variant, keep_log=False, *, gate: str):
     gate_dir = Path(gate)
     if variant.label == "fgd/g2" and not (gate_dir / "open").exists():
         (gate_dir / "pid").write_text(str(os.getpid()))
-        while not (gate_dir / "open").exists():
-            time.sleep(0.01)
+        eventually(
+            lambda: (gate_dir / "open").exists(), timeout_s=600, what="the test to open the gate"
+        )
     return run_variant(inputs, variant, keep_log)
 
 
