@@ -136,7 +136,11 @@ class DaskExecutor:
         return self._client
 
     def share(self, value: Any) -> Any:
-        return self._client.scatter(value, broadcast=True, hash=False)
+        """The value as the result of a task, not as scattered data: the scheduler keeps the
+        task, so when the worker holding the value dies (killed, out of memory) Dask computes
+        it again elsewhere; scattered data lost with its last worker cancels every task
+        that reads it."""
+        return self._client.submit(_the, value, pure=False)
 
     def submit(self, key: str, fn: Callable[..., Any], shared: Any, *args: Any) -> None:
         future = self._client.submit(fn, shared, *args, retries=self.retries, pure=False)
@@ -165,6 +169,10 @@ class DaskExecutor:
         self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+def _the(value: Any) -> Any:
+    return value
 
 
 def executor_for(tasks: int, workers: int | None, scheduler: str | None) -> Executor:
