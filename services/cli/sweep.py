@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from gpuledger.services.cli.common import fail, fail_input
+from gpuledger.services.cli.whatif_fidelity import observed_of, print_fidelity
 
 
 def _progress():
@@ -108,7 +109,6 @@ def run_sweep_command(
     """The sweep of `log` (its `entries` read): the `--policy`/`--variant` `specs` and the
     sweep file's variants. `describe`: (the observation sidecar's name, the function that
     words the inputs' checkpoint assumption), as `whatif` words them."""
-    from gpuledger.replay.compare import CompareError, observed
     from gpuledger.replay.overlay import OverlayError
     from gpuledger.replay.sweep import rank
     from gpuledger.replay.sweep.executors import ExecutorError, executor_for
@@ -127,11 +127,9 @@ def run_sweep_command(
             fail_input(exc)
     obs_name, assumption = describe
     inputs = external_inputs(entries)
+    seen = observed_of(log, inputs.timeline)
     try:
-        seen = observed(log)
         check(inputs, variants)
-    except CompareError as exc:
-        fail(str(exc), 2)
     except OverlayError as exc:
         fail_input(exc)
     try:
@@ -151,6 +149,7 @@ def run_sweep_command(
     finally:
         executor.close()
     by_label = {r.label: r for r in result.results}
+    fid = _fidelity(seen, result.results)
     references = [] if seen is None else [("observed", seen.metrics)]
     if "recorded" in by_label:
         references.append(("recorded", by_label["recorded"].summary.metrics))
@@ -174,14 +173,33 @@ def run_sweep_command(
         cut = page.rfind("</body>")
         out.write_text(page[:cut] + _section(keys, references, others, result) + page[cut:])
     if json_out is not None:
-        json_out.write_text(json.dumps(_json(result, references, order, keys), indent=2) + "\n")
+        doc = _json(result, references, order, keys, fid)
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    if fid is not None:
+        print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
     _print(keys, references, others, result, out if shown else None)
     if result.failed:
         raise typer.Exit(1)
 
 
-def _json(result, references, order, keys) -> dict:
+def _fidelity(seen, results):
+    """With an observation file: every replayed summary's waits regrouped under the history's
+    groups (tenant, partition, user), as `whatif` measures them, and the `recorded`
+    baseline's gap to what happened (None without either)."""
+    from gpuledger.replay.compare import regroup
+    from gpuledger.replay.fidelity import fidelity
+
+    if seen is None:
+        return None
+    for r in results:
+        regroup(r.summary, seen.jobs.groups)
+    recorded = next((r for r in results if r.label == "recorded"), None)
+    return None if recorded is None else fidelity(seen, recorded.summary)
+
+
+def _json(result, references, order, keys, fid) -> dict:
     return {
+        "fidelity": None if fid is None else fid.as_dict(),
         "executor": result.executor,
         "workers": result.workers,
         "seconds": round(result.seconds, 3),

@@ -393,3 +393,23 @@ def test_a_terminal_shows_a_crowded_dimension_only_where_it_is_outside_tolerance
         "preemptions",
         "(14 users: their wait rows are in --json and the report)",
     ]
+
+
+def test_a_sweep_prints_and_reports_the_same_baseline_fidelity_as_whatif(history, tmp_path):
+    # given the history's what-if as one replay and as a sweep of two variants
+    single, swept = tmp_path / "single.json", tmp_path / "swept.json"
+    args = ["whatif", str(history), "--variant", "loose: policy.min_runtime_s=0"]
+    r1 = runner.invoke(app, [*args, "--out", str(tmp_path / "1.html"), "--json", str(single)])
+    # when it runs as a sweep (in process: one worker)
+    r2 = runner.invoke(
+        app, [*args, "--workers", "1", "--out", str(tmp_path / "2.html"), "--json", str(swept)]
+    )
+    assert (r1.exit_code, r2.exit_code) == (0, 0), r2.output
+    # then the sweep states the recorded baseline's gap to what happened, as whatif does:
+    # the same metrics, the same numbers, the same summary line
+    want = json.loads(single.read_text())["recorded"]["fidelity"]
+    got = json.loads(swept.read_text())["fidelity"]
+    assert got == want
+    assert _metric(got, "wait p99 tenant physics")["baseline"] == 240.0
+    assert "baseline fidelity" in r2.output
+    assert "fidelity: 11 of 22 metrics outside tolerance" in r2.output
