@@ -81,6 +81,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.specs import MAX_QUANTITY
 from gpuledger.replay.importers.common import (
     ImportLog,
     ObservedJob,
@@ -339,6 +340,8 @@ class _Reader:
             raise _Skip(f"{self.specs[name].column or name}: not a number: {raw!r}") from None
         if math.isnan(value):
             return None
+        if not abs(value) <= MAX_QUANTITY:
+            raise _Skip(f"{self.specs[name].column or name}: out of range: {raw!r}")
         return value
 
     def scaled(self, row: dict[str, str], name: str, default_unit: str) -> int | None:
@@ -348,7 +351,10 @@ class _Reader:
         if value < 0:
             raise _Skip(f"{self.specs[name].column or name}: negative: {value:g}")
         unit = self.specs[name].unit or default_unit
-        return int(-(-value * UNITS[name][unit] // 1))
+        scaled = -(-value * UNITS[name][unit] // 1)
+        if not scaled <= MAX_QUANTITY:
+            raise _Skip(f"{self.specs[name].column or name}: out of range: {value:g} {unit}")
+        return int(scaled)
 
     def models(self, row: dict[str, str]) -> tuple[str, ...]:
         raw = self.text(row, "gpu_model")
@@ -357,6 +363,16 @@ class _Reader:
         sep = self.specs["gpu_model"].separator
         parts = raw.split(sep) if sep else [raw]
         return tuple(p.strip() for p in parts if p.strip())
+
+
+def _header(reader, path: str) -> list[str]:
+    """The CSV's column names; a header that is not text (a binary file, a NUL, an
+    over-long field) is one error that names what it is and never echoes its bytes."""
+    header = list(reader.fieldnames or [])
+    problem = row_problem(header)
+    if problem is not None:
+        raise TraceImportError(f"{path}:1: the header holds {problem}: not a CSV trace")
+    return header
 
 
 class _Labels(_Reader):
@@ -443,8 +459,9 @@ def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[e
     seen: set[str] = set()
     with f:
         reader = csv.DictReader(f)
-        cols = _Reader(m.nodes, "nodes", reader.fieldnames or [], str(path))
-        node_labels = _Labels(m.nodes.labels, "nodes.labels", reader.fieldnames or [], str(path))
+        header = _header(reader, str(path))
+        cols = _Reader(m.nodes, "nodes", header, str(path))
+        node_labels = _Labels(m.nodes.labels, "nodes.labels", header, str(path))
         for row in reader:
             line = reader.line_num
             problem = row_problem([*row.values(), *(row.get(None) or ())])
@@ -491,6 +508,12 @@ def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[e
 
 
 def _resources(cols: _Reader, row: dict[str, str]) -> ev.Resources:
+    if cols.has("gpus") and cols.specs["gpus"].default is None:
+        if (cols.raw(row, "gpus") or "").lower() == "nan":  # an empty cell is a CPU-only job
+            raise _Skip(
+                f"{cols.specs['gpus'].column or 'gpus'}: NaN is no GPU count (an empty cell "
+                "is 0 GPUs; a mapping `default:` counts NaN rows)"
+            )
     gpus_f = cols.number(row, "gpus") if cols.has("gpus") else 0
     gpus = int(gpus_f or 0)
     if gpus_f is not None and gpus_f != gpus:
@@ -575,8 +598,9 @@ def import_csv(
     with f:
         bar = Progress(f, progress)
         reader = csv.DictReader(f)
-        cols = _Reader(m.jobs, "jobs", reader.fieldnames or [], path)
-        selects = _Labels(m.jobs.node_selector, "jobs.node_selector", reader.fieldnames or [], path)
+        header = _header(reader, path)
+        cols = _Reader(m.jobs, "jobs", header, path)
+        selects = _Labels(m.jobs.node_selector, "jobs.node_selector", header, path)
         for row in reader:
             line = reader.line_num
             bar.tick(line)

@@ -172,7 +172,7 @@ def test_cli_summary_and_skipped_file(tmp_path):
 
 row = st.fixed_dictionaries(
     {
-        "gpus": st.sampled_from(["0", "1", "2", "8", "", "nan"]),
+        "gpus": st.sampled_from(["0", "1", "2", "8", ""]),  # NaN GPUs: test_import_hostile
         "share": st.sampled_from(["", "250", "500", "1000"]),
         "submit": st.one_of(st.integers(0, 5000).map(str), st.sampled_from(["", "nan"])),
         "ran": st.one_of(st.none(), st.tuples(st.integers(0, 500), st.integers(0, 5000))),

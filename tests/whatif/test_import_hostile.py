@@ -104,6 +104,60 @@ def test_csv_skips_binary_and_over_long_rows_with_file_and_line(tmp_path):
     assert skipped["a field of 65,537 characters (at most 65,536)"]["first"] == [f"{trace}:4"]
 
 
+CSV_NUMBERS = {
+    "no GPU count (NaN)": ((b",8,,A100", b",nan,,A100"), "gpus: NaN is no GPU count"),
+    "1e308 GPUs": ((b",8,,A100", b",1e308,,A100"), "gpus: out of range: '1e308'"),
+    "infinite GPUs": ((b",8,,A100", b",inf,,A100"), "gpus: out of range: 'inf'"),
+    "1e308 GiB of memory": ((b",32,256", b",32,1e308"), "mem_gb: out of range: '1e308'"),
+    "2^40 GiB of memory": (
+        (b",32,256", b",32,1099511627776"),
+        "mem_gb: out of range: 1.09951e+12 Gi",
+    ),
+}
+
+
+def test_csv_skips_a_row_with_a_missing_or_absurd_number_and_imports_the_rest(tmp_path):
+    # given the fixture's first job, then one copy of it per hostile number
+    header, row = (FIX / "csv" / "jobs.csv").read_bytes().splitlines()[:2]
+    lines = [header, row]
+    for i, (old, new) in enumerate(v[0] for v in CSV_NUMBERS.values()):
+        lines.append(row.replace(b"j-0001", f"j-9{i:03}".encode()).replace(old, new))
+    trace = tmp_path / "jobs.csv"
+    trace.write_bytes(b"\n".join(lines) + b"\n")
+    # when it is imported
+    result = import_csv(
+        trace,
+        tmp_path / "out.jsonl",
+        mapping=FIX / "csv" / "mapping.yaml",
+        nodes_file=FIX / "csv" / "nodes.yaml",
+    )
+    # then the good job is imported and every hostile row is skipped with its reason and line
+    # (none of them read as a 0-GPU job, none of them stops the import)
+    assert result.summary["jobs"] == 1
+    skipped = result.summary["skipped"]
+    for line, (_, reason) in enumerate(CSV_NUMBERS.values(), 3):
+        (hit,) = [k for k in skipped if k.startswith(reason)]
+        assert skipped[hit]["first"] == [f"{trace}:{line}"]
+
+
+@pytest.mark.parametrize(
+    "head", [b"\x7fELF\x02\x01\x01\x00\x00", b"job_id,us\xffer"], ids=["binary file", "not UTF-8"]
+)
+def test_a_csv_whose_header_is_not_text_is_one_line_that_never_echoes_its_bytes(tmp_path, head):
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(head + b"\n1,2\n")
+    r = CliRunner().invoke(
+        app,
+        ["import", "csv", str(trace), "--mapping", str(FIX / "csv" / "mapping.yaml"),
+         "--config-nodes", str(FIX / "csv" / "nodes.yaml"), "--out", str(tmp_path / "o.jsonl")],
+    )  # fmt: skip
+    assert r.exit_code == 2
+    assert r.output.strip().startswith(f"error: {trace}:1: the header holds ")
+    assert "(binary data?): not a CSV trace" in r.output
+    assert "ELF" not in r.output and "\udcff" not in r.output and "\x00" not in r.output
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_kubernetes_skips_a_nested_or_misshapen_pod_with_its_line(tmp_path):
     pods = json.loads((FIX / "kubernetes" / "pods.json").read_text())
     nested: dict = {}
