@@ -53,3 +53,29 @@ def test_the_async_form_awaits_what_the_check_returns():
         return state["n"] if state["n"] >= 2 else None
 
     assert asyncio.run(waiting.eventually_async(check, 5, interval_s=0)) == 2
+
+
+# every sleep a test may still hold, and why it is not a wait for something to happen
+SLEEPS_ALLOWED = {
+    "tests/waiting.py": "the helpers themselves: the interval between checks",
+    "tests/runtime/test_nats_cluster.py": "a load generator's pace (50/s), not a wait",
+    "tests/runtime/test_stopping.py": "inside the child script: the stuck decide under test",
+    "tests/ui/test_app.py": "inside the child script: a process that outlives its parent",
+}
+
+
+def test_tests_wait_for_events_and_never_sleep_for_them():
+    # given every test module
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sleep = re.compile(r"\b(?:time|asyncio)\.sleep\((?!0\))")  # sleep(0) only yields
+    # then none sleeps, except where SLEEPS_ALLOWED says why
+    found = {
+        path.relative_to(root).as_posix()
+        for path in (root / "tests").rglob("*.py")
+        if sleep.search(path.read_text())
+    }
+    assert found - set(SLEEPS_ALLOWED) == set(), "wait with tests/waiting.py's eventually"
+    assert set(SLEEPS_ALLOWED) - found == set(), "an allowance nothing uses any more"

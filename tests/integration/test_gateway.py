@@ -16,6 +16,7 @@ from gpuledger.services.runtime.gateway import Gateway, create_app
 from gpuledger.services.runtime.gateway import server as http_server
 from gpuledger.services.runtime.gateway_tokens import Tokens, add_token
 from tests.integration.cluster import EXAMPLES, cli
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 THREE = EXAMPLES / "three-jobs.yaml"
@@ -31,10 +32,7 @@ async def gateway(server, admission, tmp_path):
         create_app(Gateway(Tokens(path), access=server.access("gateway"))), "127.0.0.1", 0
     )
     task = asyncio.create_task(srv.serve())
-    for _ in range(200):
-        if srv.started or task.done():
-            break
-        await asyncio.sleep(0.05)
+    await eventually_async(lambda: srv.started or task.done(), what="the gateway to start")
     assert srv.started, task
     port = srv.servers[0].sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}", tokens
@@ -178,14 +176,14 @@ async def test_cancel_own_job_and_not_another_tenants(gateway, bus):
         mine = await http.delete("/v1/tenants/team-a/jobs/gw-5", headers=auth(tokens["team-a"]))
         assert mine.status_code == 202, mine.text
         assert mine.json()["state"] == "cancel_requested"
-        for _ in range(100):
-            st = (
-                await http.get("/v1/tenants/team-a/jobs/gw-5", headers=auth(tokens["team-a"]))
-            ).json()
-            if st["state"] == "cancelled":
-                break
-            await asyncio.sleep(0.1)
-        assert st["state"] == "cancelled"
+
+        async def state() -> str:
+            got = await http.get("/v1/tenants/team-a/jobs/gw-5", headers=auth(tokens["team-a"]))
+            return got.json()["state"]
+
+        await eventually_async(
+            lambda: _is(state(), "cancelled"), what="the gateway to show gw-5 cancelled"
+        )
 
 
 def test_gateway_token_and_a_strictly_checked_tokens_file(tmp_path):
@@ -206,3 +204,7 @@ def test_gateway_token_and_a_strictly_checked_tokens_file(tmp_path):
         and token not in refused.stderr
     )
     assert lines[1].startswith(f"error: {bad}: team-b: expected a list")
+
+
+async def _is(value, want) -> bool:
+    return await value == want

@@ -8,7 +8,6 @@ checkpointed, evicted, and resumes from its step; each test is bounded (well und
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -188,6 +187,16 @@ async def test_scenario_2_reclaim_then_resume_on_8_gpus_from_the_checkpoint(live
     check_checkpointed_and_resumed(c, ledger, log, "a-train", "b-notebook", "Reclaim")
 
 
+def process_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 async def test_agent_restart_readopts_running_members_without_starting_twice(live, tmp_path):
     doc = live_doc("live-preemption.yaml")
     doc["timeline"] = doc["timeline"][:1]  # only the batch job, 5 s of steps
@@ -207,8 +216,13 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
             return rec is not None and len(rec.started) == 2
 
         await eventually_async(both_members_started, 20, "both members to start", interval_s=0.2)
-        c.stop("agent-n1")  # the agent dies; its member keeps running
-        await asyncio.sleep(0.5)
+        c.stop("agent-n1")  # the agent dies (stop returns once it has exited)
+        # its member keeps running without it
+        records = [
+            msgspec.json.decode(r.read_bytes(), type=MemberRecord)
+            for r in c.work.glob("n1/state/*.json")
+        ]
+        assert records and all(process_alive(r.pid) for r in records)
         c.agent("n1")
         ledger = await live_player.wait_for_jobs(bus, ["batch-job"], 30, poll_s=0.3)
         _, log = await live_player.fold(bus)

@@ -74,6 +74,10 @@ async def test_three_jobs_complete_live_and_match_the_simulator(bus, procs):
     assert_exports_and_verifies(procs.url, procs.log_dir / "live.jsonl")
 
 
+async def _grown(bus, seq: int) -> bool:
+    return await bus.last_seq() > seq
+
+
 async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, procs, tmp_path):
     doc = {
         "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
@@ -102,8 +106,10 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_places_none_twice(bus, p
         return any(isinstance(e, ev.GangPlaced) for _, _, e in log)
 
     await eventually_async(placing, 30, "the scheduler's first placement", interval_s=0.2)
-    procs.kill9("scheduler")
-    await asyncio.sleep(1.0)
+    procs.kill9("scheduler")  # returns once it is dead
+    dead_at = await bus.last_seq()
+    # the cluster goes on without it: the log grows before it comes back
+    await eventually_async(lambda: _grown(bus, dead_at), 30, "the log to grow without it")
     procs.start("scheduler")
     await player
     job_ids = [f"j{i}" for i in range(16)]

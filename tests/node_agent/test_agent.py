@@ -77,14 +77,27 @@ def preempt(job_id: str, attempt: int = 1, at: int = 0, deadline: int = 5000):
 
 
 def job(
-    job_id: str = "j1", steps: int = 100000, step_time: float = 0.01, replicas: int = 2, **extra
+    job_id: str = "j1",
+    steps: int = 100000,
+    step_time: float = 0.01,
+    replicas: int = 2,
+    args: tuple[str, ...] = (),
+    **extra,
 ):
     return submitted(
         id=job_id,
         tenant="t",
         gpus=4,
         replicas=replicas,
-        command=[sys.executable, TRAIN, "--steps", str(steps), "--step-time", str(step_time)],
+        command=[
+            sys.executable,
+            TRAIN,
+            "--steps",
+            str(steps),
+            "--step-time",
+            str(step_time),
+            *args,
+        ],
         **extra,
     )
 
@@ -254,14 +267,17 @@ def kinds(events):
 
 def test_real_member_checkpoints_on_preemption_and_resumes_from_its_step(agents, tmp_path):
     agent = real_agent(agents, tmp_path)
-    state = base(agent, job(replicas=1), admitted("j1"), placed("j1", nodes=("n1",)))
-    state, seen = run_until(agent, state, clock, lambda s: "MemberStarted" in kinds(s))
-    time.sleep(0.5)  # let it make progress
+    spec = job(replicas=1, args=("--save-every", "20"))
+    state = base(agent, spec, admitted("j1"), placed("j1", nodes=("n1",)))
+    # it makes progress: it saves step 20 on its own
+    state, seen = run_until(
+        agent, state, clock, lambda s: any(getattr(x, "step", 0) >= 20 for x in s)
+    )
     state = fold(agent, state, [preempt("j1", at=clock(), deadline=clock() + 5000)])
     state, seen = run_until(agent, state, clock, lambda s: "MemberExited" in kinds(s))
     ck = [x for x in seen if isinstance(x, ev.MemberCheckpointed)][-1]
     exited = [x for x in seen if isinstance(x, ev.MemberExited)][0]
-    assert exited.outcome == "preempted" and exited.exit_code == 75 and ck.step > 10
+    assert exited.outcome == "preempted" and exited.exit_code == 75 and ck.step > 20
     # the scheduler's side: evict, requeue at the step, place again with resume
     state = fold(
         agent,

@@ -26,6 +26,7 @@ from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
 from tests.natsauth import as_admin
 from tests.services.test_acceptance import gpu, job, placed
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -79,10 +80,9 @@ async def fold_with_a_service_host(url: str) -> Host:
     host = Host(Observer(), bus, max_idle_s=0.2)
     task = asyncio.create_task(host.run())
     try:
-        for _ in range(500):
-            if host.idle.is_set() and host.folded_seq >= await bus.last_seq():
-                break
-            await asyncio.sleep(0.01)
+        await eventually_async(
+            lambda: host.idle.is_set() and _caught_up(host, bus), what="the host to catch up"
+        )
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -156,3 +156,7 @@ def test_a_refused_placement_is_a_refusal_not_a_running_job(monkeypatch, tmp_pat
     assert r.exit_code == 1
     assert "no job 'sneaky'" in r.output and "WrongSubject" in r.output
     assert "gl.submit.org/b.sneaky" in r.output
+
+
+async def _caught_up(host, bus) -> bool:
+    return host.folded_seq >= await bus.last_seq()

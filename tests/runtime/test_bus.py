@@ -13,6 +13,7 @@ from nats.js import api
 
 from gpuledger import events
 from gpuledger.services.runtime.bus import AlreadyExists, Bus, Follower, ServerRotation
+from tests.waiting import eventually, eventually_async
 
 
 def submitted(job_id: str, event_id: str = "") -> events.JobSubmitted:
@@ -83,7 +84,7 @@ async def test_follow_continues_live(bus: Bus) -> None:
                 return
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.1)
+    await eventually_async(lambda: seen == [1], what="the follower to read the first record")
     await bus.publish(submitted("b"))
     await bus.publish(submitted("c"))
     await asyncio.wait_for(task, 5)
@@ -125,14 +126,14 @@ async def test_a_job_id_is_created_once_per_tenant_and_the_stored_creation_comes
 
 
 async def test_every_message_read_carries_the_streams_receive_time(bus: Bus) -> None:
-    import time
+    import time  # the stream's clock, not a wait
 
     before = time.time_ns() // 1_000_000
     await bus.publish_raw("gl.submit.t.j", b"{}")
     after = time.time_ns() // 1_000_000
     (record,) = [r async for r in bus.read_all()]
     assert before <= record.received_ms <= after
-    await asyncio.sleep(0.05)
+    eventually(lambda: time.time_ns() // 1_000_000 > after, what="the clock to pass the write")
     again = [r async for r in bus.read_all()]
     assert again[0].received_ms == record.received_ms  # stored, not the read time
 

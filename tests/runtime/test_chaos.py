@@ -28,7 +28,7 @@ async def test_host_continues_after_the_server_is_killed_and_restarted(
             await bus.publish(submitted("before"))
             await eventually(lambda: "before" in host.state.admitted)
             await asyncio.to_thread(server.kill)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: not bus.nc.is_connected, what="the client to see it gone")
             await asyncio.to_thread(server.start)
             await eventually(lambda: bus.nc.is_connected, timeout_s=10)
             await bus.publish(submitted("after"))

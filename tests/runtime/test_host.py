@@ -431,9 +431,17 @@ async def test_a_host_started_before_the_stream_exists_waits_for_it(
 ) -> None:
     bus = await Bus.connect(nats_server.url, **nats_server.client_options())
     try:
+        tries: list[int] = []
+        follower = bus.follower
+
+        async def counted(seq: int):
+            tries.append(seq)
+            return await follower(seq)
+
+        bus.follower = counted  # type: ignore[method-assign]  # counts the host's tries to read
         host = Host(Admitter(), bus, retry_backoff_s=0.05)
         async with running(host):
-            await asyncio.sleep(0.2)
+            await eventually(lambda: len(tries) >= 2, what="the host to retry the missing stream")
             await bus.ensure_stream()
             await bus.publish(submitted("j1"))
             await eventually(lambda: "j1" in host.state.admitted)

@@ -256,7 +256,8 @@ async def test_host_start_and_stop_lines(nats_server: EmbeddedNats, json_logs: L
                 retry_backoff_s=0.05,
             )
         )
-        await asyncio.sleep(0.3)  # no stream yet: the host waits for it
+        # no stream yet: the host says so and waits for it
+        await eventually(lambda: named(json_logs(), "host.stream_unavailable"))
         await bus.ensure_stream()
         await bus.publish(submitted("j1"))
         await eventually(lambda: bool(hosts) and "j1" in hosts[0].state.admitted)

@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import threading
-import time
 from pathlib import Path
 
 import duckdb
@@ -52,8 +51,7 @@ def serving(app):
     )
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
-    while not server.started:
-        time.sleep(0.05)
+    eventually(lambda: server.started, what="the dashboard's server to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -18,6 +18,7 @@ from tests.natsauth import as_admin, publish_log, stored_log
 from tests.projections import scenario
 from tests.projections.conftest import dump
 from tests.projections.test_nats_live import _clean_rebuild
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -39,11 +40,7 @@ async def test_the_feed_reads_as_the_auditor_and_matches_a_rebuild(tmp_path, mon
                 on_commit=commits.append,
             )
         )
-        for _ in range(200):
-            if commits and commits[-1] == 50:
-                break
-            await asyncio.sleep(0.05)
-        assert commits[-1] == 50
+        await eventually_async(lambda: commits and commits[-1] == 50, what="50 events committed")
         con = connect_readonly(db, wait_s=5)  # the file is free between commits
         con.close()
         nc_bus = await Bus.connect(server.url, **natsauth.options())
@@ -52,10 +49,9 @@ async def test_the_feed_reads_as_the_auditor_and_matches_a_rebuild(tmp_path, mon
                 await nc_bus.js.publish(
                     subject, ev.encode(event), headers={"Nats-Msg-Id": event.event_id}
                 )
-            for _ in range(200):
-                if commits[-1] == len(messages):
-                    break
-                await asyncio.sleep(0.05)
+            await eventually_async(
+                lambda: commits[-1] == len(messages), what="every event committed"
+            )
             names = await nc_bus.js.consumers_info("GPULEDGER")
         finally:
             await nc_bus.close()
