@@ -21,6 +21,7 @@ from gpuledger.services.domain.policy.quota import (
     parent_of,
     quota_block,
 )
+from gpuledger.services.domain.policy.user_share import Holdings, holdings
 from gpuledger.services.domain.tooling.deciding import LedgerService
 from gpuledger.services.placement import Placement, TrialFleet
 from gpuledger.services.scheduler.reservation import Reservation
@@ -58,7 +59,7 @@ class Round:
     outlooks: dict[tuple[str, str], list] = field(default_factory=dict)
     """Per (tenant, class): the schedules' outlook at this decide's `now` (`QuotaScheduled`),
     computed once however many of its jobs wait."""
-    user_use: dict[tuple[str, str], list[int]] | None = None
+    user_use: Holdings | None = None
     """Per (tenant, user): [placed jobs, GPU milli they hold], active allocations plus this
     decide's binds (stage `user_limits`); built when a job under per-user limits is first
     tried (`user_in_use`)."""
@@ -152,16 +153,7 @@ class Round:
     def user_in_use(self, tenant: str, user: str) -> list[int]:
         """[placed jobs, GPU milli held] of `user` in `tenant` now (mutable: `book` adds)."""
         if self.user_use is None:
-            use: dict[tuple[str, str], list[int]] = {}
-            for alloc_id in self.state.active:
-                rec = self.state.allocations[alloc_id]
-                owner = self.state.jobs.get(rec.job_id)
-                if owner is None or not isinstance(owner.spec.user, str):
-                    continue
-                u = use.setdefault((rec.tenant, owner.spec.user), [0, 0])
-                u[0] += 1
-                u[1] += rec.gpu_milli
-            self.user_use = use
+            self.user_use = holdings(self.state)
         return self.user_use.setdefault((tenant, user), [0, 0])
 
     def pending(self, job: JobRecord, reason: str, message: str, details: dict) -> list[Event]:
