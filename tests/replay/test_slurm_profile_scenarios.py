@@ -61,3 +61,37 @@ def test_fair_share_reads_the_usage_of_the_last_priority_recomputation():
     assert (s["a-next"], s["b-next"]) == (20, 30)
     # second minute: at 60 s a had used 2 GPUs for 30 s + 20 s, b for 10 s: b goes first
     assert (s["b-late"], s["a-late"]) == (70, 80)
+
+
+def ended(sim, job_id) -> tuple[int, str]:
+    """When the job's run ended (s) and why."""
+    (e,) = [e for _, _, e in sim.log if isinstance(e, ev.GangFailed) and e.job_id == job_id]
+    return e.occurred_at_ms // 1000, e.reason
+
+
+def test_a_run_over_its_limit_is_stopped_at_the_next_periodic_check():
+    # Slurm's controller checks time limits every 30 s (PERIODIC_TIMEOUT): a run that
+    # reaches its 70 s limit at 75 s is stopped by the check at 90 s, not at 75 s
+    sim = site(job(5, "slow", "a", "10m", time_limit="70s"), default_grace_s=0)
+    assert ended(sim, "slow") == (90, "TimeLimit")
+    (reached,) = [e for _, _, e in sim.log if isinstance(e, ev.TimeLimitReached)]
+    assert (reached.occurred_at_ms, reached.deadline_ms) == (90_000, 90_000)
+
+
+def test_with_over_time_limit_the_run_is_stopped_at_the_first_check_after_it():
+    # OverTimeLimit (the run's grace) 20 s: over at 95 s, so the check at 120 s stops it
+    sim = site(
+        job(5, "slow", "a", "10m", time_limit="70s", checkpoint={"grace": "20s"}),
+        default_grace_s=0,
+    )
+    (reached,) = [e for _, _, e in sim.log if isinstance(e, ev.TimeLimitReached)]
+    assert (reached.occurred_at_ms, reached.deadline_ms) == (90_000, 120_000)
+
+
+def test_a_zero_check_period_stops_the_run_at_its_limit():
+    sim = site(
+        job(5, "slow", "a", "10m", time_limit="70s"),
+        slurm={"time_limit_check_s": 0},
+        default_grace_s=0,
+    )
+    assert ended(sim, "slow") == (75, "TimeLimit")
