@@ -3,9 +3,9 @@ shares, and each tenant's capacity in use (in all, per GPU model, non-preemptibl
 time-decayed past usage.
 
 Owns `config`, `fair_shares`, `tenant_gpu_milli`, `tenant_by_model`,
-`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model` and `quota.decayed_usage`. The
-allocations fold books capacity through `book` (placement, end, shrink, grow); usage is
-accrued at the old rate before every change of it.
+`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model`, `quota.decayed_usage` and
+`quota.period_usage`. The allocations fold books capacity through `book` (placement, end,
+shrink, grow); usage is accrued at the old rate before every change of it.
 
 Invariant: `tenant_gpu_milli` is the sum of the tenant's active allocations, and
 `tenant_by_model` the same per model of each member's first GPU.
@@ -73,6 +73,7 @@ def _usage_policy(ledger: LedgerState, half_life_s: int, at_ms: int) -> None:
         _accrue(ledger, tenant, at_ms)
     if half_life_s <= 0:
         ledger.quota.decayed_usage.clear()
+        ledger.quota.period_usage.clear()
     elif old <= 0:
         ledger.quota.decayed_usage = {t: (0, at_ms) for t in sorted(ledger.tenant_gpu_milli)}
 
@@ -246,6 +247,7 @@ FOLD = Fold(
             "sched.tenant_fixed_gpu_milli",
             "sched.tenant_fixed_by_model",
             "quota.decayed_usage",
+            "quota.period_usage",
         }
     ),
     handlers={
