@@ -49,6 +49,11 @@ class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """`PriorityCalcPeriod`: Slurm recomputes job priorities (age, fair share) this often;
     between recomputations they stay as they were (time in whole periods since the epoch)."""
     preempt: SlurmPreempt = "none"
+    time_limit_check_s: int = 30
+    """How often Slurm's controller checks time limits (its `PERIODIC_TIMEOUT`, 30 s, not a
+    slurm.conf key): a run is stopped at the first check once its limit plus `OverTimeLimit`
+    has passed, not at that instant. Assumed: checks at whole multiples of it since the
+    epoch (the controller's start sets the phase, and no dump records it). 0: at the limit."""
     partitions: dict[str, SlurmPartitionPolicy] = {}
     """By partition name (a job's partition is read from its node selector, docs/node-labels.md)."""
     default_partition: str = ""

@@ -23,17 +23,14 @@ DUMP = Path(__file__).parents[1] / "fixtures" / "slurm-real" / "production"
 
 OPEN_GAPS = {
     # metric: observed vs baseline today, and the cause as far as it is known
-    "preemptions": "observed 5, baseline 3: Slurm also preempted two jobs it had just started "
-    "(`report`, `chain`: runs of 0 s, preempted the second they started); the replay preempts 3",
-    "GPU-hours": "observed 0.0543, baseline 0.0679 (+25 %): +54 GPU-s from `cancelrun1..2`, "
-    "started 27 s earlier in the replay and cancelled at their recorded time; +12 GPU-s from a "
-    "different preemption victim (`mltrain3`); -17 GPU-s from the two timeouts, stopped at their "
-    "limit in the replay and about 16 s after it by Slurm (its time-limit check is periodic)",
-    "wait p50 bio (s)": "observed 32, baseline 8: bio's MIG array `bsweep` starts at once in the "
-    "replay; in Slurm the physics arrays' untyped GPU requests took the slices first",
-    "wait p99 bio (s)": "observed 50, baseline 28: as wait p50 bio",
-    "wait p99 physics (s)": "observed 34, baseline 50: the physics arrays wait behind bsweep in "
-    "the replay (the mirror of the bio gap)",
+    "preemptions": "observed 5, baseline 0: the replay starts each job as soon as capacity "
+    "frees, Slurm 0-2 s later (its schedulers' cadence), so by the `high` wave the replay's "
+    "wave 1 is about 9 s ahead and `urgent1`, `urgent3` and `urgentmig` find free GPUs; "
+    "`urgent2` (untyped `gpu:2`, given a 1g.10gb and a 3g.40gb slice) is not imported",
+    "GPU-hours": "observed 0.0543, baseline 0.0563 (+3.5 %): +18 GPU-s from `cancelrun1..2`, "
+    "started 9 s before Slurm started them (the same scheduling cadence) and cancelled at "
+    "their recorded time; -10 GPU-s from `slow1..2`, not preempted in the replay (Slurm "
+    "preempted them at the `high` wave and re-ran them to their time limit)",
 }
 
 

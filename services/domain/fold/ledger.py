@@ -180,6 +180,11 @@ class Ledger(LedgerState):
         `policy.usage_half_life_s` is off."""
         return tenants.usage_at(self, tenant, now_ms)
 
+    def usage_at_period(self, tenant: str, boundary_ms: int) -> int:
+        """The tenant's decayed usage as it was at `boundary_ms`, the start of the current
+        `PriorityCalcPeriod` (`slurm` profile; `tenants.usage_at_period`)."""
+        return tenants.usage_at_period(self, tenant, boundary_ms)
+
     def nominated_nodes(
         self, except_jobs: Container[str] = frozenset(), now_ms: int | None = None
     ) -> frozenset[str]:

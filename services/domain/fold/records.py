@@ -331,6 +331,10 @@ class QuotaLedger:
     """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
     was folded up to (`services.domain.policy.usage`); kept only while `policy.usage_half_life_s`
     is set."""
+    period_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per tenant, under `policy.profile: slurm`: its decayed usage at the last
+    `PriorityCalcPeriod` boundary its usage was folded across (boundary ms, value), what
+    Slurm's priorities read until the next recomputation (`tenants.usage_at_period`)."""
 
 
 @dataclass

@@ -3,9 +3,9 @@ shares, and each tenant's capacity in use (in all, per GPU model, non-preemptibl
 time-decayed past usage.
 
 Owns `config`, `fair_shares`, `tenant_gpu_milli`, `tenant_by_model`,
-`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model` and `quota.decayed_usage`. The
-allocations fold books capacity through `book` (placement, end, shrink, grow); usage is
-accrued at the old rate before every change of it.
+`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model`, `quota.decayed_usage` and
+`quota.period_usage`. The allocations fold books capacity through `book` (placement, end,
+shrink, grow); usage is accrued at the old rate before every change of it.
 
 Invariant: `tenant_gpu_milli` is the sum of the tenant's active allocations, and
 `tenant_by_model` the same per model of each member's first GPU.
@@ -16,9 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
+
 from gpuledger import events as ev
 from gpuledger.events import MemberPlacement
 from gpuledger.events.reasons import FoldRefusal
+from gpuledger.events.slurm_policy import SlurmPolicy
 from gpuledger.services.domain.fold import keys, queue
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.refusals import Refusal
@@ -70,6 +73,7 @@ def _usage_policy(ledger: LedgerState, half_life_s: int, at_ms: int) -> None:
         _accrue(ledger, tenant, at_ms)
     if half_life_s <= 0:
         ledger.quota.decayed_usage.clear()
+        ledger.quota.period_usage.clear()
     elif old <= 0:
         ledger.quota.decayed_usage = {t: (0, at_ms) for t in sorted(ledger.tenant_gpu_milli)}
 
@@ -143,7 +147,33 @@ def _accrue(ledger: LedgerState, tenant: str, at_ms: int) -> None:
     value, since = ledger.quota.decayed_usage.get(tenant, (0, at_ms))
     at = max(at_ms, since)
     rate = ledger.tenant_gpu_milli.get(tenant, 0)
-    ledger.quota.decayed_usage[tenant] = (advance(value, since, rate, at, step_ms(half_life)), at)
+    step = step_ms(half_life)
+    period = _calc_period_ms(ledger)
+    if period and (boundary := at - at % period) >= since:
+        ledger.quota.period_usage[tenant] = (boundary, advance(value, since, rate, boundary, step))
+    ledger.quota.decayed_usage[tenant] = (advance(value, since, rate, at, step), at)
+
+
+def _calc_period_ms(ledger: LedgerState) -> int:
+    """The `slurm` profile's `PriorityCalcPeriod` in ms; 0 under any other profile."""
+    policy = ledger.config.policy
+    if policy.profile != "slurm":
+        return 0
+    site = policy.slurm if policy.slurm is not UNSET else SlurmPolicy()
+    return max(0, int(site.calc_period_s)) * 1000
+
+
+def usage_at_period(ledger: LedgerState, tenant: str, boundary_ms: int) -> int:
+    """The tenant's decayed usage as it was at `boundary_ms`, the start of the current
+    `PriorityCalcPeriod` (`slurm` profile): usage folded after it does not count until the
+    next recomputation, as in Slurm. 0 when usage is off or the tenant had none by then."""
+    if ledger.config.policy.usage_half_life_s <= 0:
+        return 0
+    _, since = ledger.quota.decayed_usage.get(tenant, (0, boundary_ms))
+    if since <= boundary_ms:  # nothing folded since: the fold extends to the boundary
+        return usage_at(ledger, tenant, boundary_ms)
+    at, value = ledger.quota.period_usage.get(tenant, (None, 0))
+    return value if at == boundary_ms else 0  # first folded after the boundary: none then
 
 
 def not_scheduled(
@@ -217,6 +247,7 @@ FOLD = Fold(
             "sched.tenant_fixed_gpu_milli",
             "sched.tenant_fixed_by_model",
             "quota.decayed_usage",
+            "quota.period_usage",
         }
     ),
     handlers={

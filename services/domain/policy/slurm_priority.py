@@ -151,9 +151,10 @@ def calc_time_ms(now_ms: int, site: SlurmPolicy) -> int:
 
 
 def tenant_usage(state: Ledger, now_ms: int, site: SlurmPolicy) -> dict[str, int]:
-    """Every configured tenant's decayed usage at the last priority recomputation."""
+    """Every configured tenant's decayed usage at the last priority recomputation (as it
+    was then: usage folded since does not count yet)."""
     at = calc_time_ms(now_ms, site)
-    return {t: state.usage_at(t, at) for t in sorted(state.config.tenants)}
+    return {t: state.usage_at_period(t, at) for t in sorted(state.config.tenants)}
 
 
 def id_key(job_id: str) -> tuple[str | int, ...]:
