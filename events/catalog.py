@@ -29,6 +29,7 @@ from gpuledger.events.specs import (
     JobSpec,
     MemberPlacement,
     NodeInfo,
+    SubmitLimit,
     TenantShare,
     UserLimits,
 )
@@ -123,6 +124,10 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     user_limits: UserLimits | msgspec.UnsetType = msgspec.UNSET
     """Per-user limits of the tenant's users (`UserLimits`: a default and overrides); absent
     (left out of the JSON) = none. Added after v1 without a new tag."""
+    submit_limits: SubmitLimit | msgspec.UnsetType = msgspec.UNSET
+    """Bounds on the tenant's queued work as a whole (`SubmitLimit`: pending plus running
+    jobs, array size); absent (left out of the JSON): the built-in defaults. Added after v1
+    without a new tag."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):
