@@ -18,6 +18,9 @@ Invariants:
   (`glr.submit.<tenant>.>`, `glr.cancel.<tenant>.>`, `glr.scale.<tenant>.>`, answered by the
   admission service, which stores the event with headers of its own: services/runtime/
   intake.py) and asks `glq.job.<tenant>.>` (its own jobs' status); it cannot read the stream;
+- a tenant's user (`user:<tenant>:<user>`, `auth add-user`) asks the intake on its own
+  subjects only (`glu.<kind>.<tenant>.<user>.>`), which hold it to its own user's jobs, and
+  may ask its tenant's jobs' status; a user is added only to a tenant with a CI identity;
 - every principal receives replies only on its own inbox prefix, `_INBOX_<public key>` (of its
   first key: kept across rotations, with the current key's too), so no principal can read
   another's consumer deliveries or replies;

@@ -18,8 +18,15 @@ checks and stores it:
   ids never meet in the duplicate window; a submission is a creation on its tenant's own
   subject (`Nats-Expected-Last-Subject-Sequence: 0`), so what an existing id answers is the
   tenant's own job's sequence, never another's;
+- before storing, the rules over the admission service's folded state refuse what it must
+  not store (services/domain/policy/requesters.py): a submission over its tenant's or user's
+  submit limits (`SubmitLimit`), and from a per-user credential, whose subjects are
+  `glu.<kind>.<tenant>.<user>.<job>` (issue 43), a submission naming another user
+  (`NotYourUser`) or a request about a job that is not that user's (`UnknownJob`, the same
+  words as for no job);
 - the answer is JSON: `{"seq": N, "duplicate": bool}`, `{"exists": N}` (the tenant's job of
-  that id exists at N), or `{"error": "..."}`.
+  that id exists at N), `{"error": "...", "reason": "SubmitLimit"}` (refused by a rule), or
+  `{"error": "..."}`.
 
 Clients (`submit`, `cancel`, `scale` with a CI credential) use `request_create` and
 `request_publish`; what they return matches `Bus.create_once_acked` and `Bus.publish`.

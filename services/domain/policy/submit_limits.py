@@ -19,6 +19,7 @@ stores a CI key's submission (then nothing at all is stored).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -32,6 +33,9 @@ from gpuledger.events.specs import (
     UserLimits,
 )
 from gpuledger.services.domain.fold.records import ALL_USERS
+
+if TYPE_CHECKING:
+    from gpuledger.services.domain.fold.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class Refusal:
     """A submission over a bound: `SubmitLimit`, one line, and its numbers."""
 
     message: str
-    details: dict
+    details: dict[str, Any]
     reason: str = RejectReason.SubmitLimit
 
 
@@ -83,7 +87,7 @@ def keys(spec: JobSpec) -> list[tuple[str, str]]:
 
 
 def _value(v: int | None | msgspec.UnsetType, default: int | None) -> int | None:
-    return default if v is msgspec.UNSET else v  # type: ignore[return-value]
+    return default if isinstance(v, msgspec.UnsetType) else v
 
 
 def bounds(tenant: TenantConfigured, spec: JobSpec) -> list[Bounds]:
@@ -149,6 +153,6 @@ def problem(
     return None
 
 
-def live_counts(state, spec: JobSpec) -> dict[tuple[str, str], int]:
+def live_counts(state: Ledger, spec: JobSpec) -> dict[tuple[str, str], int]:
     """The fold's live counts a submission of `spec` is judged against (`Ledger.live_jobs`)."""
     return {key: state.live_jobs(*key) for key in keys(spec)}
