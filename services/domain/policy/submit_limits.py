@@ -116,6 +116,12 @@ def bounds(tenant: TenantConfigured, spec: JobSpec) -> list[Bounds]:
     return out
 
 
+def tenant_submit_limits(tenant: TenantConfigured) -> dict[str, int | None]:
+    """The tenant's own bounds in force, defaults applied (its projection row's)."""
+    b = bounds(tenant, JobSpec(job_id="-", tenant=tenant.tenant))[0]
+    return {"submit_jobs": b.submit_jobs, "array_size": b.array_size}
+
+
 def problem(
     tenant: TenantConfigured,
     spec: JobSpec,
