@@ -64,14 +64,10 @@ def submit(
             ev.validate_token("user", user)
         except ev.InvalidId as exc:
             fail(f"--user: {exc}", 2)
-    access = resolve_access(nats_url, creds)
     try:
         spec = job_spec(read_doc(file))
         if user is not None:
             spec = msgspec.structs.replace(spec, user=user)
-        own = credential_user(access)
-        if own is not None and not isinstance(spec.user, str):  # a per-user credential's job
-            spec = msgspec.structs.replace(spec, user=own[1])
         event = submission(spec, producer="cli", now_ms=time.time_ns() // 1_000_000)
         ev.subject_for(event)
     except JobFileError as exc:
@@ -80,6 +76,11 @@ def submit(
         fail(f"{file}: {exc}", 2)
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         fail(f"{file}: {' '.join(str(exc).split())[:300]}", 2)  # never a traceback
+    access = resolve_access(nats_url, creds)
+    own = credential_user(access)
+    if own is not None and not isinstance(spec.user, str):  # a per-user credential's job
+        spec = msgspec.structs.replace(spec, user=own[1])
+        event = submission(spec, producer="cli", now_ms=time.time_ns() // 1_000_000)
 
     async def main(track) -> int:
         bus = await cli_bus(access, ensure=False)
