@@ -169,3 +169,34 @@ def test_a_bad_limit_is_a_configuration_error(tenant):
 def test_a_configuration_without_submit_limits_encodes_as_before():
     (e,) = config_events({"tenants": [{"name": "t", "users": {"default": {"gpus": 2}}}]})
     assert b"submit" not in ev.encode(e) and b"array_size" not in ev.encode(e)
+
+
+def test_the_fold_counts_a_job_while_it_is_pending_held_placed_or_requeued_and_not_after():
+    # given bob's job admitted, then held: still counted (Slurm counts held jobs too)
+    ledger = given(*FLEET, job("b1", "bob"), job("b2", "bob"))
+    admit(ledger)
+    fold(ledger, [ev.JobHeld(event_id="h", job_id="b1", tenant="research")])
+    assert ledger.live_jobs("research", "bob") == 2
+    # when b1 is placed and evicted back to the queue, it counts once throughout
+    member = ev.MemberPlacement(rank=0, node="n1", gpus=(0,))
+    fold(ledger, [ev.JobReleased(event_id="r", job_id="b1", tenant="research")])
+    fold(
+        ledger,
+        [
+            stamped(
+                ev.GangPlaced,
+                "p",
+                job_id="b1",
+                allocation_id="b1#1",
+                tenant="research",
+                members=(member,),
+            )
+        ],
+    )
+    assert (ledger.live_jobs("research", "bob"), ledger.placed_jobs[("research", "bob")]) == (2, 1)
+    evicted = stamped(ev.GangEvicted, "e", job_id="b1", allocation_id="b1#1", reason="NodeLost")
+    fold(ledger, [evicted])
+    assert ledger.jobs["b1"].state == "pending" and ledger.live_jobs("research", "bob") == 2
+    # when b2 is cancelled, then it no longer counts
+    fold(ledger, [ev.JobCancelled(event_id="c", job_id="b2", tenant="research")])
+    assert ledger.live_jobs("research", "bob") == ledger.live_jobs("research") == 1
