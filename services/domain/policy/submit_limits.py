@@ -56,10 +56,19 @@ class Admitted:
     counts until its events are folded."""
 
     jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    scopes: dict[tuple[str, str | None], list[Bounds]] = field(default_factory=dict)
+    """The bounds per (tenant, user), worked out once per decide (its configuration is one)."""
 
     def add(self, spec: JobSpec) -> None:
         for key in keys(spec):
             self.jobs[key] = self.jobs.get(key, 0) + weight(spec)
+
+    def bounds(self, tenant: TenantConfigured, spec: JobSpec) -> list[Bounds]:
+        key = (tenant.tenant, spec.user if isinstance(spec.user, str) else None)
+        found = self.scopes.get(key)
+        if found is None:
+            found = self.scopes[key] = bounds(tenant, spec)
+        return found
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,8 @@ def problem(
     `admitted`, what the deciding pass admitted on top of them."""
     w = weight(spec)
     extra = admitted.jobs if admitted is not None else {}
-    for b in bounds(tenant, spec):
+    scopes = admitted.bounds(tenant, spec) if admitted is not None else bounds(tenant, spec)
+    for b in scopes:
         key = (spec.tenant, b.user)
         if spec.array and b.array_size is not None and w > b.array_size:
             return Refusal(
