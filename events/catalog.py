@@ -29,6 +29,7 @@ from gpuledger.events.specs import (
     JobSpec,
     MemberPlacement,
     NodeInfo,
+    SubmitLimit,
     TenantShare,
     UserLimits,
 )
@@ -121,8 +122,9 @@ class TenantConfigured(Event, frozen=True, kw_only=True, tag="TenantConfigured.v
     """Per GPU model (a key of `guaranteed_by_model`), the most of the tenant's unused
     guarantee for that model that other tenants may borrow, milli-GPUs; absent = all of it."""
     user_limits: UserLimits | msgspec.UnsetType = msgspec.UNSET
-    """Per-user limits of the tenant's users (`UserLimits`: a default and overrides); absent
-    (left out of the JSON) = none. Added after v1 without a new tag."""
+    """Per-user limits (`UserLimits`: default, overrides); absent (not in the JSON) = none."""
+    submit_limits: SubmitLimit | msgspec.UnsetType = msgspec.UNSET
+    """The tenant's own submit limits (`SubmitLimit`); absent (not in the JSON): defaults."""
 
 
 class PriorityClassConfigured(Event, frozen=True, kw_only=True, tag="PriorityClassConfigured.v1"):

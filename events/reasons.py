@@ -107,6 +107,7 @@ class RejectReason(StrEnum):
     TimeLimitTooLong = "TimeLimitTooLong"  # longer than its class's `max_time_limit_s`
     UnknownDependency = "UnknownDependency"  # depends on no job of its tenant by that id
     DependencyCycle = "DependencyCycle"  # its dependencies lead back to itself
+    SubmitLimit = "SubmitLimit"  # past its tenant's or user's submit_jobs or array_size
 
 
 class EndReason(StrEnum):
@@ -193,3 +194,4 @@ class RequestReason(StrEnum):
     JobIdConflict = "JobIdConflict"  # the job id is taken by another submission
     UnknownJob = "UnknownJob"  # a cancel or scale of no job of the tenant
     InvalidSpec = "InvalidSpec"  # a request that could not be decoded or applied
+    NotYourUser = "NotYourUser"  # a per-user credential submitting as another user (intake)

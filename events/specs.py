@@ -255,6 +255,13 @@ class UserLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Jobs of the user placed at once (a service replica and an array task count each)."""
     gpu_milli: UserLimitValue | None = None
     """GPU capacity the user's placed jobs hold at once, milli-GPUs."""
+    submit_jobs: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
+    """Jobs of the user pending and running at once (Slurm `MaxSubmitJobsPerUser`; an array
+    task and a service replica count each): a submission past it is refused (`SubmitLimit`).
+    Unset (left out of the JSON) or None: no bound."""
+    array_size: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
+    """Most tasks one array job of the user may have (Slurm `MaxArraySize`); unset or None: no
+    bound."""
 
 
 class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -273,7 +280,27 @@ class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         return UserLimit(
             running_jobs=d.running_jobs if o.running_jobs is None else o.running_jobs,
             gpu_milli=d.gpu_milli if o.gpu_milli is None else o.gpu_milli,
+            submit_jobs=d.submit_jobs if o.submit_jobs is msgspec.UNSET else o.submit_jobs,
+            array_size=d.array_size if o.array_size is msgspec.UNSET else o.array_size,
         )
+
+
+class SubmitLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A tenant's bounds on the work it may have queued (issue 44: no tenant can stall the
+    cluster by submitting): unset (left out of the JSON) takes the built-in default
+    (`DEFAULT_SUBMIT_LIMIT`), None means no bound."""
+
+    submit_jobs: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
+    """Jobs of the tenant pending and running at once (Slurm `MaxSubmitJobs` on an account;
+    an array task and a service replica count each)."""
+    array_size: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
+    """Most tasks one array job of the tenant may have (Slurm `MaxArraySize`)."""
+
+
+DEFAULT_SUBMIT_JOBS = 20_000
+"""A tenant's pending plus running jobs when its configuration names no `submit_jobs`."""
+DEFAULT_ARRAY_SIZE = 10_000
+"""A tenant's largest array when its configuration names no `array_size`."""
 
 
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

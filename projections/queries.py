@@ -329,10 +329,13 @@ def job_state_text(row: dict[str, Any]) -> str:
 
 
 def _jobs_where(
-    state: str | None, tenant: str | None, tasks: bool, prefix: str = ""
+    state: str | None, tenant: str | None, tasks: bool, prefix: str = "", user: str | None = None
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (with its arguments) of `jobs_rows` and `jobs_count`."""
     where, args = [], []
+    if user:
+        where.append(f"{prefix}user = ?")
+        args.append(user)
     if not tasks:
         # `contains` first: it is much cheaper than the regular expression on every id
         where.append(
@@ -355,11 +358,12 @@ def jobs_rows(
     tenant: str | None = None,
     tasks: bool = False,
     limit: int | None = None,
+    user: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of `jobs` (an array job once, its tasks counted, unless `tasks`), oldest
     submission first; with `limit`, only the `limit` most recently submitted (same order: a
-    job not submitted yet counts as the newest)."""
-    where, args = _jobs_where(state, tenant, tasks, "j.")
+    job not submitted yet counts as the newest); with `user`, only that user's."""
+    where, args = _jobs_where(state, tenant, tasks, "j.", user)
     chosen = "jobs"
     if limit is not None:
         chosen = (
@@ -385,10 +389,15 @@ def jobs_rows(
 
 
 def jobs_count(
-    con, *, state: str | None = None, tenant: str | None = None, tasks: bool = False
+    con,
+    *,
+    state: str | None = None,
+    tenant: str | None = None,
+    tasks: bool = False,
+    user: str | None = None,
 ) -> int:
     """How many rows `jobs_rows` lists without a limit."""
-    where, args = _jobs_where(state, tenant, tasks)
+    where, args = _jobs_where(state, tenant, tasks, "", user)
     return con.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
 
 

@@ -176,7 +176,9 @@ CREATE TABLE IF NOT EXISTS tenants (
     borrowing_limit_gpu_milli BIGINT,
     lending_limit_gpu_milli   BIGINT,
     borrowing_limit_by_model  JSON,
-    lending_limit_by_model    JSON
+    lending_limit_by_model    JSON,
+    submit_limits             JSON,
+    user_limits               JSON
 );
 
 CREATE TABLE IF NOT EXISTS priority_classes (

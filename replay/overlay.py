@@ -112,7 +112,17 @@ def _tenant_doc(t: ev.TenantConfigured) -> dict[str, Any]:
             m: _milli_text(v) for m, v in lending_limits_by_model(t).items()
         },
         **_users_doc(t),
+        **_limits_doc(t),
     }
+
+
+def _limits_doc(t: ev.TenantConfigured) -> dict[str, Any]:
+    """`{limits: ...}` for a tenant whose configuration names its submit limits."""
+    s = t.submit_limits
+    if not isinstance(s, ev.SubmitLimit):
+        return {}
+    keys = ("submit_jobs", "array_size")
+    return {"limits": {k: getattr(s, k) for k in keys if getattr(s, k) is not msgspec.UNSET}}
 
 
 def _users_doc(t: ev.TenantConfigured) -> dict[str, Any]:
@@ -122,7 +132,11 @@ def _users_doc(t: ev.TenantConfigured) -> dict[str, Any]:
         return {}
 
     def one(x: ev.UserLimit) -> dict[str, Any]:
-        return {"running_jobs": x.running_jobs, "gpus": _milli_text(x.gpu_milli)}
+        doc = {"running_jobs": x.running_jobs, "gpus": _milli_text(x.gpu_milli)}
+        for key in ("submit_jobs", "array_size"):  # only when set: a doc as before
+            if getattr(x, key) is not msgspec.UNSET:
+                doc[key] = getattr(x, key)
+        return doc
 
     return {
         "users": {

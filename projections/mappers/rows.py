@@ -220,7 +220,7 @@ TenantRow = _row_class(
     """tenant parent guaranteed_gpu_milli limit_gpu_milli over_quota_weight
     fair_share_gpu_milli allocated_gpu_milli demand_gpu_milli configured_at_ms updated_at_ms
     borrowing_limit_gpu_milli lending_limit_gpu_milli borrowing_limit_by_model
-    lending_limit_by_model""",
+    lending_limit_by_model submit_limits user_limits""",
     "tenant",
 )
 

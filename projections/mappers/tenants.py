@@ -16,6 +16,7 @@ from gpuledger.services.domain.policy.quota import (
     lending_limit,
     lending_limits_by_model,
 )
+from gpuledger.services.domain.policy.submit_limits import tenant_submit_limits
 
 
 class TenantMappers(ProjectionState):
@@ -33,6 +34,10 @@ class TenantMappers(ProjectionState):
         t.lending_limit_gpu_milli = lending_limit(e)
         t.borrowing_limit_by_model = _dumps(dict(borrowing_limits_by_model(e)) or None)
         t.lending_limit_by_model = _dumps(dict(lending_limits_by_model(e)) or None)
+        t.submit_limits = _dumps(tenant_submit_limits(e))
+        t.user_limits = _dumps(
+            ev.to_builtins(e.user_limits) if isinstance(e.user_limits, ev.UserLimits) else None
+        )
         t.configured_at_ms = e.occurred_at_ms
         t.updated_at_ms = e.occurred_at_ms
         self.tenants[e.tenant] = t

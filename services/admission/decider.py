@@ -2,7 +2,9 @@
 reason code and a quantitative message.
 
 Checks, in order: ids, tenant known, class known, resource shape well-formed, shape possible
-on the registered fleet (only once nodes are known), non-preemptible work within guarantee.
+on the registered fleet (only once nodes are known), non-preemptible work within guarantee,
+dependencies, and the submit limits of its tenant and user (services/domain/policy/
+submit_limits.py; judged in the order of submission).
 
 It also answers the client requests the ledger could not apply, so their senders (a CI job
 waiting with `submit --wait`, `gpuledger why`) see why: a job id whose first submission was
@@ -15,6 +17,7 @@ have gets one `RequestRefused` per message (keyed by its stream sequence).
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import msgspec
 
@@ -36,6 +39,7 @@ from gpuledger.services.domain.fold import job_status
 from gpuledger.services.domain.fold.job_status import QUERY_SUBJECTS
 from gpuledger.services.domain.fold.ledger import Ledger, replica_spec
 from gpuledger.services.domain.policy import schedules as sched
+from gpuledger.services.domain.policy import submit_limits
 from gpuledger.services.domain.policy.dependencies import admission_problem
 from gpuledger.services.domain.policy.shapes import FleetSummary, shape_problem, summarize
 from gpuledger.services.domain.policy.time_limits import TimeLimitProblem, resolved_time_limit
@@ -94,8 +98,36 @@ class Admission(LedgerService):
             self._fleet = (state.nodes_version, summarize(state.nodes.values()))
         return self._fleet[1]
 
+    def verdicts(self, state: Ledger, now_ms: int) -> dict[str, Any]:
+        """Each submitted job's priority class, or its `Rejection`, judged in the order of
+        submission (the submit limits count the jobs admitted before it)."""
+        out: dict[str, Any] = {}
+        admitted = submit_limits.Admitted()
+        for job_id in sorted(state.submitted, key=lambda j: (state.jobs[j].submit_seq, j)):
+            job = state.jobs[job_id]
+            try:
+                cls = check(state, job.client_spec, self.fleet_summary(state), now_ms)
+                problem = admission_problem(state, job.spec)
+                if problem is not None:
+                    raise Rejection(problem[0], problem[1], **problem[2])
+                over = submit_limits.problem(
+                    state.config.tenants[job.tenant],
+                    job.spec,
+                    submit_limits.live_counts(state, job.spec),
+                    admitted,
+                )
+                if over is not None:
+                    raise Rejection(over.reason, over.message, **over.details)
+            except Rejection as r:
+                out[job_id] = r
+                continue
+            admitted.add(job.spec)
+            out[job_id] = cls
+        return out
+
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
         out: list[Event] = []
+        verdicts = self.verdicts(state, now_ms) if state.submitted else {}
         for job_id in sorted(state.submitted):
             job = state.jobs[job_id]
             common = dict(
@@ -105,12 +137,9 @@ class Admission(LedgerService):
                 job_id=job_id,
                 tenant=job.tenant,
             )
-            try:
-                cls = check(state, job.client_spec, self.fleet_summary(state), now_ms)
-                problem = admission_problem(state, job.spec)
-                if problem is not None:
-                    raise Rejection(problem[0], problem[1], **problem[2])
-            except Rejection as r:
+            cls = verdicts[job_id]
+            if isinstance(cls, Rejection):
+                r = cls
                 out.append(
                     self.emit(
                         state,

@@ -110,6 +110,23 @@ def add_tenant(
     _add(directory, [f"ci:{t}" for t in tenants])
 
 
+@auth_app.command("add-user")
+def add_user(
+    directory: Path = typer.Argument(...),
+    tenant: str = typer.Argument(..., help="The user's tenant (it must have a CI identity here)."),
+    users: list[str] = typer.Argument(
+        ..., help="User names (subject tokens: no '.', '*', '>', spaces)."
+    ),
+) -> None:
+    """Add a per-user identity for each user of a tenant (user:TENANT:USER): it may submit,
+    cancel, scale, hold, release, requeue and update only as that user (it asks the intake on
+    glu.<verb>.<tenant>.<user>.>, and the intake holds it to its own user's jobs), and ask
+    its tenant's jobs' status. Exit 2, nothing written: an unknown tenant, a bad user name."""
+    from gpuledger.services.runtime.auth import user_principal
+
+    _add(directory, [user_principal(tenant, u) for u in users])
+
+
 @auth_app.command("add-node")
 def add_node(
     directory: Path = typer.Argument(...),
@@ -134,10 +151,11 @@ def rotate(
 def remove(
     directory: Path = typer.Argument(...),
     principals: list[str] = typer.Argument(
-        ..., help="Node or tenant identities, e.g. node:node-1 ci:research."
+        ...,
+        help="Node, tenant or user identities, e.g. node:node-1 ci:research user:research:alice.",
     ),
 ) -> None:
-    """Delete these node or tenant identities and their key files (their keys are refused once
+    """Delete these node, tenant or user identities and their key files (their keys are refused once
     the server reloads; a role's key is rotated instead)."""
     from gpuledger.services.runtime.auth import AuthDir
 

@@ -124,7 +124,15 @@ def may_read_log(access) -> bool:
     if access.creds is None:
         return True
     principal = principal_of_creds(access.creds) or ""
-    return not principal.startswith(("ci:", "gateway"))
+    return not principal.startswith(("ci:", "user:", "gateway"))
+
+
+def credential_user(access) -> tuple[str, str] | None:
+    """(tenant, user) of this command's per-user credential (`auth add-user`), else None."""
+    from gpuledger.services.runtime.auth import principal_of_creds, user_of_principal
+
+    principal = principal_of_creds(access.creds) if access.creds is not None else None
+    return user_of_principal(principal) if principal else None
 
 
 class PermissionDenied(Exception):
@@ -264,5 +272,5 @@ def job_request_target(
         from gpuledger.services.runtime.auth import principal_of_creds
 
         kind, _, name = (principal_of_creds(access.creds) or "").partition(":")
-        tenant = name if kind == "ci" else None
+        tenant = name if kind == "ci" else name.split(":", 1)[0] if kind == "user" else None
     return access, tenant

@@ -109,10 +109,14 @@ def jobs_command(
             "on stderr says how many were left out.",
         ),
     ] = JOBS_LIMIT,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="Only this user's jobs (`-`: the jobs that name no user)."),
+    ] = None,
 ) -> None:
     """List jobs: NAME TENANT PRIORITY STATE GPUS AGE REASON (oldest submission first)."""
     path = db_path(db, data)
-    filters: dict[str, Any] = {"state": state, "tenant": tenant, "tasks": tasks}
+    filters: dict[str, Any] = {"state": state, "tenant": tenant, "tasks": tasks, "user": user}
 
     total: list[int] = []
 

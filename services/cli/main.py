@@ -27,6 +27,7 @@ from gpuledger.services.cli import (
     submit,
     ui,
     up,
+    users,
     whatif,
     whatif_io,
 )
@@ -197,6 +198,7 @@ audit.register(audit_app, nodes=False)  # sql, why, jobs, tenants, project
 app.add_typer(audit_app)
 app.command("acct")(acct.acct)
 app.command("report")(report.report_command)
+app.command("users")(users.users_command)
 app.command("ui")(ui.ui)
 app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(whatif_io.import_app, name="import")
@@ -218,7 +220,7 @@ PANELS: dict[str, tuple[str, ...]] = {
         "check",
         "schema",
     ),
-    "Inspect": ("jobs", "why", "sql", "tenants", "nodes", "acct", "report"),
+    "Inspect": ("jobs", "why", "sql", "tenants", "users", "nodes", "acct", "report"),
     "Replay": (
         "simulate",
         "replay",

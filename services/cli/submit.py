@@ -13,6 +13,7 @@ from gpuledger.services.cli.connect import (
     CredsOption,
     NatsUrlOption,
     cli_bus,
+    credential_user,
     job_request_target,
     may_read_log,
     resolve_access,
@@ -75,8 +76,11 @@ def submit(
         fail(f"{file}: {exc}", 2)
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         fail(f"{file}: {' '.join(str(exc).split())[:300]}", 2)  # never a traceback
-
     access = resolve_access(nats_url, creds)
+    own = credential_user(access)
+    if own is not None and not isinstance(spec.user, str):  # a per-user credential's job
+        spec = msgspec.structs.replace(spec, user=own[1])
+        event = submission(spec, producer="cli", now_ms=time.time_ns() // 1_000_000)
 
     async def main(track) -> int:
         bus = await cli_bus(access, ensure=False)

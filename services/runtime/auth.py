@@ -18,6 +18,9 @@ Invariants:
   (`glr.submit.<tenant>.>`, `glr.cancel.<tenant>.>`, `glr.scale.<tenant>.>`, answered by the
   admission service, which stores the event with headers of its own: services/runtime/
   intake.py) and asks `glq.job.<tenant>.>` (its own jobs' status); it cannot read the stream;
+- a tenant's user (`user:<tenant>:<user>`, `auth add-user`) asks the intake on its own
+  subjects only (`glu.<kind>.<tenant>.<user>.>`), which hold it to its own user's jobs, and
+  may ask its tenant's jobs' status; a user is added only to a tenant with a CI identity;
 - every principal receives replies only on its own inbox prefix, `_INBOX_<public key>` (of its
   first key: kept across rotations, with the current key's too), so no principal can read
   another's consumer deliveries or replies;
@@ -201,8 +204,8 @@ def _permissions(principal: str) -> dict[str, Any] | None:
         sub: list[str] = []
         if principal == "admission":
             sub.append(f"{QUERY_PREFIX}.>")  # answers job status queries
-            # stores CI keys' client events (services/runtime/intake.py)
-            sub.append("glr.>")
+            # stores CI keys' and users' client events (services/runtime/intake.py)
+            sub += ["glr.>", "glu.>"]
             pub += ["gl.submit.>", "gl.cancel.>", "gl.scale.>", "gl.ctl.>"]
         return {"publish": pub, "subscribe": sub, "responses": principal == "admission"}
     if principal == "agents":
@@ -240,6 +243,15 @@ def _permissions(principal: str) -> dict[str, Any] | None:
             ],
             "subscribe": [],
         }
+    if kind == "user":  # one user of a tenant: its own subjects of the intake (issue 43)
+        tenant, user = name.split(":", 1)
+        return {
+            "publish": [
+                *(f"glu.{verb}.{tenant}.{user}.>" for verb in ("submit", "cancel", "scale", "ctl")),
+                f"{QUERY_PREFIX}.{tenant}.>",  # its tenant's jobs' status (like squeue)
+            ],
+            "subscribe": [],
+        }
     if kind == "ci":  # asks the intake: never the stream itself (services/runtime/intake.py)
         return {
             "publish": [
@@ -251,9 +263,25 @@ def _permissions(principal: str) -> dict[str, Any] | None:
             ],
             "subscribe": [],
         }
-    raise AuthError(
-        f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)"
-    )
+    raise AuthError(f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, {KINDS})")
+
+
+KINDS = "node:NAME, ci:TENANT, user:TENANT:USER"
+"""The principals of which a cluster has any number."""
+
+
+def user_principal(tenant: str, user: str) -> str:
+    """The principal of one user of a tenant: `user:<tenant>:<user>` (a tenant has no `:`)."""
+    return f"user:{tenant}:{user}"
+
+
+def user_of_principal(principal: str) -> tuple[str, str] | None:
+    """(tenant, user) of a per-user principal, else None."""
+    kind, _, name = principal.partition(":")
+    if kind != "user" or ":" not in name:
+        return None
+    tenant, user = name.split(":", 1)
+    return tenant, user
 
 
 def _job_control(tenant: str) -> list[str]:
@@ -274,9 +302,15 @@ def check_principal(principal: str) -> str:
             validate_token("node", name)
         elif sep and kind == "ci":
             validate_tenant(name)
+        elif sep and kind == "user":
+            tenant, colon, user = name.partition(":")
+            validate_tenant(tenant)
+            if not colon:
+                raise AuthError(f"principal {principal!r}: not user:TENANT:USER")
+            validate_token("user", user)
         elif principal not in FIXED:
             raise AuthError(
-                f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, node:NAME, ci:TENANT)"
+                f"unknown principal {principal!r} (one of: {', '.join(FIXED)}, {KINDS})"
             )
     except ValueError as err:
         raise AuthError(f"principal {principal!r}: {err}") from None
@@ -308,7 +342,14 @@ def inbox_prefix(public: str) -> str:
 
 
 def file_name(principal: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", principal.replace(":", "-")) + ".nk"
+    """The key file of `principal`: its name made safe, and for a user a digest of the whole
+    name too (user names may hold `@`, `+`, `=`, `,`, `~`, `:`, which would otherwise meet)."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", principal.replace(":", "-"))
+    if principal.startswith("user:"):
+        import hashlib
+
+        safe += "-" + hashlib.blake2b(principal.encode(), digest_size=4).hexdigest()
+    return safe + ".nk"
 
 
 def _write_secret(path: Path, data: bytes) -> None:
@@ -396,6 +437,13 @@ class AuthDir:
         changed = []
         for name in principals:
             check_principal(name)
+            found = user_of_principal(name)
+            if found is not None and f"ci:{found[0]}" not in known:
+                raise AuthError(
+                    f"{self.path}: unknown tenant {found[0]!r} for user {found[1]!r} (add the "
+                    f"tenant first: `gpuledger auth add-tenant {self.path} {found[0]}`)"
+                )
+        for name in principals:
             if name in known and not rotate:
                 continue
             seed = new_seed()

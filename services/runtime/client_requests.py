@@ -160,7 +160,7 @@ async def publish_submission(
     or `timeout` (the id is taken and nobody said by what in time)."""
     from gpuledger.services.domain.fold.ledger import spec_differences
     from gpuledger.services.runtime.bus import AlreadyExists
-    from gpuledger.services.runtime.intake import IntakeError, create_client_event
+    from gpuledger.services.runtime.intake import IntakeError, IntakeRefused, create_client_event
 
     spec = event.job
     try:
@@ -174,6 +174,16 @@ async def publish_submission(
                 seq=seq,
             )
         return Outcome(SUBMITTED, spec.job_id, f"submitted {spec.job_id} (seq {seq})", 0, seq=seq)
+    except IntakeRefused as exc:  # over a submit limit, another user's: nothing stored
+        return Outcome(
+            REFUSED,
+            spec.job_id,
+            f"not submitted {spec.job_id}: {exc}",
+            1,
+            reason=exc.reason,
+            message=str(exc).removeprefix(f"{exc.reason}: "),
+            error=True,
+        )
     except IntakeError as exc:
         return Outcome(UNAVAILABLE, spec.job_id, f"not submitted: {exc}", 3, error=True)
     except AlreadyExists as exists:
@@ -382,10 +392,14 @@ async def cancel_job(
         job_id=job_id,
         tenant=owner,
     )
-    from gpuledger.services.runtime.intake import IntakeError, publish_client_event
+    from gpuledger.services.runtime.intake import IntakeError, IntakeRefused, publish_client_event
 
     try:
         seq = await publish_client_event(bus, event)
+    except IntakeRefused as exc:  # another user's job (or none): nothing stored
+        return Outcome(
+            UNKNOWN_JOB, job_id, f"not cancelled: {exc}", 1, reason=exc.reason, error=True
+        )
     except IntakeError as exc:
         return Outcome(UNAVAILABLE, job_id, f"not cancelled: {exc}", 3, error=True)
     return Outcome(CANCEL_REQUESTED, job_id, f"cancel requested for {job_id}", 0, seq=seq)

@@ -740,7 +740,8 @@ async def _connect_and_run(
         if getattr(service, "serves_intake", False):  # CI keys' submissions (runtime/intake.py)
             from gpuledger.services.runtime.intake import serve_intake
 
-            await serve_intake(bus)
+            served = host
+            await serve_intake(bus, lambda: served.state)
         await host.run()
     finally:
         cleaning_up.set()

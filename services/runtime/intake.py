@@ -18,8 +18,15 @@ checks and stores it:
   ids never meet in the duplicate window; a submission is a creation on its tenant's own
   subject (`Nats-Expected-Last-Subject-Sequence: 0`), so what an existing id answers is the
   tenant's own job's sequence, never another's;
+- before storing, the rules over the admission service's folded state refuse what it must
+  not store (services/domain/policy/requesters.py): a submission over its tenant's or user's
+  submit limits (`SubmitLimit`), and from a per-user credential, whose subjects are
+  `glu.<kind>.<tenant>.<user>.<job>` (issue 43), a submission naming another user
+  (`NotYourUser`) or a request about a job that is not that user's (`UnknownJob`, the same
+  words as for no job);
 - the answer is JSON: `{"seq": N, "duplicate": bool}`, `{"exists": N}` (the tenant's job of
-  that id exists at N), or `{"error": "..."}`.
+  that id exists at N), `{"error": "...", "reason": "SubmitLimit"}` (refused by a rule), or
+  `{"error": "..."}`.
 
 Clients (`submit`, `cancel`, `scale` with a CI credential) use `request_create` and
 `request_publish`; what they return matches `Bus.create_once_acked` and `Bus.publish`.
@@ -30,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -37,8 +45,13 @@ import structlog
 from gpuledger import events as ev
 
 PREFIX = "glr"
-"""Intake subjects: `glr.<submit|cancel|scale>.<tenant>.<job>`."""
+"""Intake subjects of a tenant's CI credential: `glr.<submit|cancel|scale|ctl>.<tenant>.<job>`."""
+USER_PREFIX = "glu"
+"""Intake subjects of a per-user credential (issue 43):
+`glu.<submit|cancel|scale|ctl>.<tenant>.<user>.<job>`; its permissions allow only its own
+tenant and user."""
 SUBJECTS = f"{PREFIX}.>"
+USER_SUBJECTS = f"{USER_PREFIX}.>"
 QUEUE = "gpuledger-intake"
 CLIENT_EVENTS = (
     ev.JobSubmitted,
@@ -52,14 +65,38 @@ class IntakeError(RuntimeError):
     """The intake refused a request (one line: why), or nobody answered it."""
 
 
-def intake_subject(subject: str) -> str:
-    """`glr.submit.t.j` for the log subject `gl.submit.t.j`."""
-    return PREFIX + subject.removeprefix("gl")
+class IntakeRefused(IntakeError):
+    """The intake refused a request for a reason with a code (`reason`: `SubmitLimit`,
+    `NotYourUser`, `UnknownJob`): nothing was stored."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def intake_subject(subject: str, user: str | None = None) -> str:
+    """`glr.submit.t.j` for the log subject `gl.submit.t.j`; with a `user`,
+    `glu.submit.t.<user>.j` (a per-user credential's)."""
+    if user is None:
+        return PREFIX + subject.removeprefix("gl")
+    kind, tenant, rest = subject.split(".", 3)[1:]
+    return f"{USER_PREFIX}.{kind}.{tenant}.{user}.{rest}"
 
 
 def log_subject(subject: str) -> str:
-    """`gl.submit.t.j` for the intake subject `glr.submit.t.j`."""
-    return "gl" + subject.removeprefix(PREFIX)
+    """`gl.submit.t.j` for the intake subject `glr.submit.t.j` (or `glu.submit.t.u.j`)."""
+    return parse_subject(subject)[0]
+
+
+def parse_subject(subject: str) -> tuple[str, str | None]:
+    """(log subject, user) of an intake subject: the user a `glu.` subject names, None for a
+    CI credential's `glr.` one."""
+    if not subject.startswith(USER_PREFIX + "."):
+        return "gl" + subject.removeprefix(PREFIX), None
+    parts = subject.split(".")
+    if len(parts) < 5:
+        raise IntakeError(f"{subject[:200]}: not glu.<kind>.<tenant>.<user>.<job>")
+    return ".".join(["gl", parts[1], parts[2], *parts[4:]]), parts[3]
 
 
 def msg_id(key: bytes, subject: str, event_id: str) -> str:
@@ -80,10 +117,13 @@ def intake_key(nc: Any) -> bytes:
     return hmac.new(seed, b"gpuledger intake msg-id v1", hashlib.sha256).digest()
 
 
-def check_request(subject: str, data: bytes) -> tuple[str, ev.Event]:
-    """(log subject, event) of an intake request, or IntakeError saying why not. One rule
-    decides: the body is a client event (`CLIENT_EVENTS`) whose own subject is the request's
-    (so the request's subject names the event's kind, tenant and job, and nothing else)."""
+def check_request(subject: str, data: bytes) -> tuple[str, ev.Event, str | None]:
+    """(log subject, event, user) of an intake request, or IntakeError saying why not. One
+    rule decides: the body is a client event (`CLIENT_EVENTS`) whose own subject is the
+    request's (so the request's subject names the event's kind, tenant and job, and nothing
+    else); a per-user credential's subject (`glu.`) also names its user, which the state's
+    rules then hold it to (services/domain/policy/requesters.py)."""
+    own_subject, user = parse_subject(subject)
     try:
         event = ev.decode(data)
     except ev.UndecodableEvent as exc:
@@ -94,9 +134,9 @@ def check_request(subject: str, data: bytes) -> tuple[str, ev.Event]:
         own = ev.subject_for(event)
     except ev.InvalidId as exc:
         raise IntakeError(str(exc)) from None
-    if own != log_subject(subject):
+    if own != own_subject:
         raise IntakeError(f"a {type(event).__name__} of this content belongs on {own}")
-    return own, event
+    return own, event, user
 
 
 async def store(bus, key: bytes, subject: str, event: ev.Event, data: bytes) -> dict[str, Any]:
@@ -127,8 +167,12 @@ async def store(bus, key: bytes, subject: str, event: ev.Event, data: bytes) -> 
     return {"seq": ack.seq, "duplicate": bool(ack.duplicate)}
 
 
-async def serve_intake(bus) -> Any:
-    """Answer intake requests on this connection (the admission service's) until it closes."""
+async def serve_intake(bus, state: Callable[[], Any] | None = None) -> Any:
+    """Answer intake requests on this connection (the admission service's) until it closes;
+    `state` gives the service's folded `Ledger`, whose rules refuse a request before it is
+    stored (submit limits, a per-user credential's own jobs: `requesters.refusal`)."""
+    from gpuledger.services.domain.policy.requesters import refusal
+
     log = structlog.get_logger("gpuledger.intake")
     key = intake_key(bus.nc)
 
@@ -136,8 +180,13 @@ async def serve_intake(bus) -> Any:
         if not msg.reply:
             return
         try:
-            subject, event = check_request(msg.subject, msg.data)
+            subject, event, user = check_request(msg.subject, msg.data)
+            refused = refusal(state(), event, user) if state is not None else None
+            if refused is not None:
+                raise IntakeRefused(refused.reason, f"{refused.reason}: {refused.message}")
             answer = await store(bus, key, subject, event, msg.data)
+        except IntakeRefused as exc:
+            answer = {"error": str(exc), "reason": exc.reason}
         except IntakeError as exc:
             answer = {"error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a request never stops the service
@@ -145,6 +194,7 @@ async def serve_intake(bus) -> Any:
             answer = {"error": f"not stored: {type(exc).__name__}"}
         await msg.respond(json.dumps(answer).encode())
 
+    await bus.nc.subscribe(USER_SUBJECTS, queue=QUEUE, cb=handle)
     return await bus.nc.subscribe(SUBJECTS, queue=QUEUE, cb=handle)
 
 
@@ -159,7 +209,18 @@ def asks_intake(nc: Any) -> bool:
     if not path:
         return False
     principal = principal_of_creds(path)
-    return principal is None or principal.startswith("ci:")
+    return principal is None or principal.startswith(("ci:", "user:"))
+
+
+def intake_user(nc: Any) -> str | None:
+    """The user a client connected as `nc` acts as: that of a per-user credential
+    (`user:<tenant>:<user>`, services/runtime/auth.py), else None."""
+    from gpuledger.services.runtime.auth import principal_of_creds, user_of_principal
+
+    path = getattr(nc, "_nkeys_seed", None)
+    principal = principal_of_creds(path) if path else None
+    found = user_of_principal(principal) if principal else None
+    return found[1] if found else None
 
 
 async def publish_client_event(bus, event: ev.Event) -> int:
@@ -186,7 +247,7 @@ async def _ask(bus, event: ev.Event, timeout: float) -> dict[str, Any]:
 
     import nats.errors
 
-    subject = intake_subject(ev.subject_for(event))
+    subject = intake_subject(ev.subject_for(event), intake_user(bus.nc))
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -201,6 +262,8 @@ async def _ask(bus, event: ev.Event, timeout: float) -> dict[str, Any]:
         except (nats.errors.TimeoutError, TimeoutError):
             raise IntakeError(f"the intake did not answer in {timeout:g}s") from None
     answer = json.loads(reply.data)
+    if "error" in answer and answer.get("reason"):
+        raise IntakeRefused(answer["reason"], answer["error"])
     if "error" in answer:
         raise IntakeError(answer["error"])
     return answer

@@ -37,9 +37,10 @@ HOLDABLE = frozenset({JobState.submitted, JobState.pending})
 
 
 def actor_of(principal: str | None) -> str:
-    """The actor a credential acts as: a tenant's CI identity (or the gateway) is the tenant,
+    """The actor a credential acts as: a tenant's CI identity, one of its users' (or the
+    gateway) is the tenant,
     anything else that may publish job control (the operator's) is the operator."""
-    return "tenant" if (principal or "").startswith(("ci:", "gateway")) else "operator"
+    return "tenant" if (principal or "").startswith(("ci:", "user:", "gateway")) else "operator"
 
 
 def problem(cls: type, actor: str, st, fields: dict) -> str | None:
@@ -126,7 +127,12 @@ async def control_job(
         reason=reason,
         **fields,
     )
-    from gpuledger.services.runtime.intake import publish_client_event
+    from gpuledger.services.runtime.intake import IntakeRefused, publish_client_event
 
-    seq = await publish_client_event(bus, event)  # a CI key asks the intake (issue 44)
+    try:
+        seq = await publish_client_event(bus, event)  # a CI key asks the intake (issue 44)
+    except IntakeRefused as exc:  # a per-user credential, another user's job: nothing stored
+        return Outcome(
+            UNKNOWN_JOB, job_id, f"{verb} refused: {exc}", 1, reason=exc.reason, error=True
+        )
     return Outcome(REQUESTED, job_id, f"{verb} requested for {job_id}", 0, seq=seq)

@@ -21,7 +21,7 @@ from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal, JobState
 from gpuledger.services.domain.fold import jobs, members, queue, requeues, resize, tenants
 from gpuledger.services.domain.fold.aggregate import Fold
-from gpuledger.services.domain.fold.records import AllocationRecord, JobRecord, elastic
+from gpuledger.services.domain.fold.records import AllocationRecord, JobRecord, elastic, tally_keys
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
 from gpuledger.services.domain.tooling.placement_adapter import gang_request, to_placement
 from gpuledger.services.placement import GangRequest, PlacementConflict
@@ -59,6 +59,8 @@ def placed(ledger: LedgerState, e: ev.GangPlaced) -> Refusal | None:
         ledger.backfills.setdefault(e.backfill_for, set()).add(e.allocation_id)
     ledger.allocations[e.allocation_id] = rec
     ledger.active.add(e.allocation_id)
+    for key in tally_keys(job):
+        ledger.placed_jobs[key] = ledger.placed_jobs.get(key, 0) + 1
     ledger.awaiting_start.add(e.allocation_id)
     if elastic(job) and len(e.members) < job.spec.replicas:
         ledger.sched.growable.add(e.allocation_id)
@@ -227,6 +229,10 @@ def release(ledger: LedgerState, allocation_id: str, now_ms: int) -> AllocationR
     rec.ended = True
     rec.ended_ms = now_ms
     ledger.active.discard(allocation_id)
+    owner = ledger.jobs.get(rec.job_id)
+    if owner is not None:
+        for key in tally_keys(owner):
+            ledger.placed_jobs[key] -= 1
     ledger.awaiting_start.discard(allocation_id)
     ledger.sched.settle_ready.discard(allocation_id)
     ledger.sched.growable.discard(allocation_id)
@@ -275,6 +281,7 @@ FOLD = Fold(
             "sched.settle_ready",
             "sched.growable",
             "sched.spread_nodes",
+            "placed_jobs",
         }
     ),
     handlers={

@@ -353,6 +353,7 @@ FOLD = Fold(
             "nominations",
             "sched.consolidations",
             "agents.cancelling",
+            "queued_jobs",
         }
     ),
     handlers={

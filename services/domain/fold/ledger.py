@@ -39,6 +39,7 @@ from gpuledger.services.domain.fold.aggregate import handlers_of
 from gpuledger.services.domain.fold.arrays import task_id, task_spec
 from gpuledger.services.domain.fold.jobs import run_end_state, spec_differences
 from gpuledger.services.domain.fold.records import (
+    ALL_USERS,
     TERMINAL,
     UP,
     AgentIndexes,
@@ -150,6 +151,12 @@ class Ledger(LedgerState):
         """The key of `tenant`'s job named `name` (services/domain/fold/keys.py), None when
         the tenant has no such job."""
         return keys.job_key(self, tenant, name)
+
+    def live_jobs(self, tenant: str, user: str = ALL_USERS) -> int:
+        """The tenant's (or its `user`'s) jobs pending and running now, an array task and a
+        service replica each (`queued_jobs` + `placed_jobs`, kept by the fold)."""
+        key = (tenant, user)
+        return self.queued_jobs.get(key, 0) + self.placed_jobs.get(key, 0)
 
     def tasks_of(self, array_id: str) -> list[JobRecord]:
         """The task records of an array job, by index."""

@@ -5,7 +5,7 @@ preemptibility, a creation admission undid).
 
 Part of the jobs aggregate (`jobs.FOLD`). Invariant: `pending` holds exactly the jobs in state
 `pending`, `quota.pending_gpu_milli` their capacity per tenant (a held job's none), `pending_dependent` those of
-them that name dependencies.
+them that name dependencies, `queued_jobs` their count per tenant and user.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import TERMINAL_STATES, JobState
+from gpuledger.services.domain.fold.records import tally_keys
 
 if TYPE_CHECKING:
     from gpuledger.services.domain.fold.records import JobRecord, LedgerState
@@ -28,6 +29,8 @@ def enqueue(ledger: LedgerState, job_id: str) -> None:
         ledger.quota.pending_gpu_milli[job.tenant] = ledger.quota.pending_gpu_milli.get(
             job.tenant, 0
         ) + demand(job)
+        for key in tally_keys(job):
+            ledger.queued_jobs[key] = ledger.queued_jobs.get(key, 0) + 1
 
 
 def dequeue(ledger: LedgerState, job_id: str) -> None:
@@ -36,6 +39,8 @@ def dequeue(ledger: LedgerState, job_id: str) -> None:
         ledger.pending_dependent.discard(job_id)
         job = ledger.jobs[job_id]
         ledger.quota.pending_gpu_milli[job.tenant] -= demand(job)
+        for key in tally_keys(job):
+            ledger.queued_jobs[key] -= 1
 
 
 def demand(job: JobRecord) -> int:

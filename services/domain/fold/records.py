@@ -170,6 +170,17 @@ class JobRecord:
         return self.spec.resources.gpu_milli_total() * self.spec.replicas
 
 
+ALL_USERS = ""
+"""The user key of a tenant's total in a job tally (`LedgerState.queued_jobs`,
+`placed_jobs`): no user name is empty."""
+
+
+def tally_keys(job: JobRecord) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The keys a job (a leaf: a plain job, an array task, a service replica) counts under in
+    a job tally (`queued_jobs`, `placed_jobs`): its tenant's total and its user's."""
+    return (job.tenant, ALL_USERS), (job.tenant, job.spec.submitter)
+
+
 def child_record(parent: JobRecord, spec: JobSpec, at_ms: int, **own: Any) -> JobRecord:
     """A job its parent creates when admitted or scaled (an array task, a service replica):
     pending from `at_ms`, with the parent's submission, priority, preemptibility and SLO
@@ -419,3 +430,9 @@ class LedgerState:
     """Read by the quota service only (and `usage_at`)."""
     intake: Intake = field(default_factory=Intake)
     """The acceptance step's bookkeeping (admission answers the refused requests)."""
+    queued_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    """The jobs in `pending` per (tenant, user) and per (tenant, `ALL_USERS`): with
+    `placed_jobs`, a tenant's and a user's pending plus running work (`Ledger.live_jobs`,
+    read by the submit limits)."""
+    placed_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    """The jobs of the `active` allocations per (tenant, user) and (tenant, `ALL_USERS`)."""

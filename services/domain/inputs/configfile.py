@@ -38,7 +38,7 @@ from gpuledger.events import (
     derive_event_id,
     encode,
 )
-from gpuledger.events.specs import UserLimit, UserLimits
+from gpuledger.events.specs import SubmitLimit, UserLimit, UserLimits
 from gpuledger.services.domain.inputs.gpu_models import resolve, resolve_node
 from gpuledger.services.domain.inputs.mig_layouts import layout_text, parse_layout
 from gpuledger.services.domain.inputs.quantities import mebibytes, milli, seconds
@@ -144,7 +144,16 @@ def _user_limit(key: str, d: Any) -> UserLimit:
     return UserLimit(
         running_jobs=d.running_jobs,
         gpu_milli=None if d.gpus is None else milli(f"{key}.gpus", d.gpus),
+        submit_jobs=d.submit_jobs,
+        array_size=d.array_size,
     )
+
+
+def _submit_limits(limits: Any) -> Any:
+    """A tenant's `limits:` as `SubmitLimit`; `UNSET` when not given (left out of the JSON)."""
+    if limits is None:
+        return msgspec.UNSET
+    return SubmitLimit(submit_jobs=limits.submit_jobs, array_size=limits.array_size)
 
 
 def _user_limits(users: Any) -> Any:
@@ -192,6 +201,7 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                     "lending_limit_by_model", t.lending_limit_by_model
                 ),
                 user_limits=_user_limits(t.users),
+                submit_limits=_submit_limits(t.limits),
             )
         )
     for c in f.priority_classes:

@@ -80,6 +80,19 @@ class UserLimitDoc(Strict, kw_only=True, frozen=True):
     """Jobs of one user placed at once (a service replica and an array task count each)."""
     gpus: Cores | None = None
     """GPUs one user's placed jobs hold at once (`2`, `500m`)."""
+    submit_jobs: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
+    """Jobs of one user pending and running at once (Slurm `MaxSubmitJobsPerUser`; an array task and a service replica count each): a submission past it is refused (`SubmitLimit`)."""
+    array_size: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
+    """Most tasks one array job of the user may have (Slurm `MaxArraySize`)."""
+
+
+class SubmitLimitDoc(Strict, kw_only=True, frozen=True):
+    """A tenant's bounds on its queued work as a whole; a key left out takes the built-in default (20000 jobs, arrays of 10000 tasks), `null` means no bound."""
+
+    submit_jobs: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
+    """Jobs of the tenant pending and running at once (an array task and a service replica count each): a submission past it is refused (`SubmitLimit`)."""
+    array_size: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
+    """Most tasks one array job of the tenant may have."""
 
 
 class UsersDoc(Strict, kw_only=True, frozen=True):
@@ -117,6 +130,8 @@ class TenantDoc(Strict, kw_only=True, frozen=True):
     """Per GPU model of `guaranteed_by_model`: GPUs of its idle guarantee for that model others may borrow at most (`{H100-80GB: 2}`)."""
     users: UsersDoc | None = None
     """Per-user limits: `{default: {running_jobs: 4, gpus: 8}, overrides: {alice: {gpus: 16}}}`."""
+    limits: SubmitLimitDoc | None = None
+    """Bounds on the tenant's queued work: `{submit_jobs: 2000, array_size: 1000}` (unset: the built-in defaults)."""
 
 
 class ClassDoc(Strict, kw_only=True, frozen=True):

@@ -1,0 +1,72 @@
+"""`gpuledger users` and `gpuledger jobs --user` read the projection of a simulated run
+(examples/submit-limits.yaml stopped at 10 minutes, while the admitted jobs run): each
+tenant's and user's use against the limits in force, resolved by the rule admission and the
+scheduler apply; and the jobs of one user."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuledger.projections.store import connect_readonly, rebuild
+from gpuledger.projections.users import users_rows
+from gpuledger.replay.scenario import load
+from gpuledger.replay.simulator import simulate
+from tests.projections.audit_cli import EXAMPLES
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("users")
+    run = simulate(load(EXAMPLES / "submit-limits.yaml"), until_ms=600_000)
+    rebuild(run.log, d / "projection.duckdb")
+    return d
+
+
+def gl(data, *args):
+    from gpuledger.services.cli.main import app
+
+    return runner.invoke(app, [*args, "--data", str(data)])
+
+
+def test_each_user_and_the_tenant_show_their_use_against_their_limits(data):
+    # given alice's three jobs and bob's one running, the rest refused
+    con = connect_readonly(data / "projection.duckdb")
+    try:
+        rows = {r["user"]: r for r in users_rows(con)}
+    finally:
+        con.close()
+    # then the tenant's line holds its totals against its own bounds
+    t = rows["*"]
+    assert (t["running_jobs"], t["pending_jobs"], t["gpus"]) == (4, 0, 4.0)
+    assert (t["submit_jobs"], t["submit_jobs_limit"], t["array_size_limit"]) == (4, 6, 8)
+    # and each user's against the default, alice's override applied key by key
+    a, b = rows["alice"], rows["bob"]
+    assert (a["submit_jobs"], a["submit_jobs_limit"], a["gpus"], a["gpus_limit"]) == (3, 3, 3, 4)
+    assert (b["submit_jobs"], b["submit_jobs_limit"], b["gpus"], b["gpus_limit"]) == (1, 2, 1, 4)
+
+
+def test_the_table_shows_used_over_limit_and_filters_by_tenant(data):
+    r = gl(data, "users", "--tenant", "research")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [
+        "TENANT     USER    RUNNING   GPUS   PENDING   SUBMITTED   ARRAY-SIZE",
+        "research   *       4         4      0         4/6         8",
+        "research   alice   3         3/4    0         3/3         -",
+        "research   bob     1         1/4    0         1/2         -",
+    ]
+    assert gl(data, "users", "--tenant", "nobody").output.splitlines()[1:] == []
+
+
+def test_jobs_lists_one_users_jobs(data):
+    r = gl(data, "jobs", "--user", "bob", "-o", "json")
+    assert r.exit_code == 0, r.output
+    assert [(j["job_id"], j["state"]) for j in json.loads(r.output)] == [
+        ("b1", "running"),
+        ("sweep", "rejected"),
+        ("pair", "rejected"),
+    ]
