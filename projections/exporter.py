@@ -237,6 +237,37 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "view allocation_now",
     ),
     _spec(
+        "gpuledger_user_running_jobs",
+        "gauge",
+        ("tenant", "user"),
+        "Jobs of the user placed now (an array task, a service replica each); user `*`: the "
+        "tenant's total. Users with work or a limit of their own only.",
+        "projections/users.py (tables jobs, allocations)",
+    ),
+    _spec(
+        "gpuledger_user_gpus",
+        "gauge",
+        ("tenant", "user"),
+        "GPU capacity the user's placed jobs hold now, GPUs; user `*`: the tenant's total.",
+        "projections/users.py (tables jobs, allocations)",
+    ),
+    _spec(
+        "gpuledger_user_pending_jobs",
+        "gauge",
+        ("tenant", "user"),
+        "Jobs of the user waiting now; user `*`: the tenant's total.",
+        "projections/users.py (table jobs)",
+    ),
+    _spec(
+        "gpuledger_user_limit",
+        "gauge",
+        ("tenant", "user", "limit"),
+        "A bound in force on the user (`running_jobs`, `gpus`, `submit_jobs`, `array_size`; "
+        "user `*`: the tenant's own `submit_jobs`, `array_size`); absent: no bound. Use "
+        "against it: `gpuledger_user_*` (`submit_jobs` = running + pending).",
+        "projections/users.py (table tenants)",
+    ),
+    _spec(
         "gpuledger_gpus",
         "gauge",
         ("hostname", "modelName"),
@@ -380,7 +411,7 @@ def read_metrics(con) -> dict[str, list]:
     """Every aggregate metric's samples from a (read-only) projection connection."""
     out: dict[str, list] = {name: [] for name in SPECS}
     read = _Reader(con, out)
-    for section in (_workloads, _preemptions, _tenants, _gpus_and_nodes, _bus_and_clock):
+    for section in (_workloads, _preemptions, _tenants, _users, _gpus_and_nodes, _bus_and_clock):
         section(read, con, out)
     return out
 
@@ -537,6 +568,21 @@ def _tenants(read: _Reader, con, out: dict[str, list]) -> None:
         " FROM allocation_now GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_tenant_idle_allocated_gpus"].append(([t], float(idle)))
+
+
+def _users(read: _Reader, con, out: dict[str, list]) -> None:
+    """Each user's use against its limits: the rows of `gpuledger users`, as metrics."""
+    from gpuledger.projections.users import users_rows
+
+    for r in users_rows(con):
+        who = [r["tenant"], r["user"]]
+        out["gpuledger_user_running_jobs"].append((who, r["running_jobs"]))
+        out["gpuledger_user_gpus"].append((who, r["gpus"]))
+        out["gpuledger_user_pending_jobs"].append((who, r["pending_jobs"]))
+        for limit in ("running_jobs", "gpus", "submit_jobs", "array_size"):
+            value = r[f"{limit}_limit"]
+            if value is not None:
+                out["gpuledger_user_limit"].append(([*who, limit], value))
 
 
 def _gpus_and_nodes(read: _Reader, con, out: dict[str, list]) -> None:

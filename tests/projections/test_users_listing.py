@@ -70,3 +70,26 @@ def test_jobs_lists_one_users_jobs(data):
         ("sweep", "rejected"),
         ("pair", "rejected"),
     ]
+
+
+def test_the_exporter_serves_the_same_use_and_limits_as_metrics(data):
+    # given the same projection, when the aggregate exporter reads it
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuledger.projections.exporter import ProjectionCollector
+
+    registry = CollectorRegistry()
+    registry.register(ProjectionCollector(data / "projection.duckdb"))
+    text = generate_latest(registry).decode()
+    # then each user's use and each bound in force are samples, as `users` shows them
+    for line in (
+        'gpuledger_user_running_jobs{tenant="research",user="alice"} 3.0',
+        'gpuledger_user_gpus{tenant="research",user="bob"} 1.0',
+        'gpuledger_user_pending_jobs{tenant="research",user="*"} 0.0',
+        'gpuledger_user_limit{limit="submit_jobs",tenant="research",user="alice"} 3.0',
+        'gpuledger_user_limit{limit="gpus",tenant="research",user="bob"} 4.0',
+        'gpuledger_user_limit{limit="array_size",tenant="research",user="*"} 8.0',
+    ):
+        assert line in text.splitlines(), line
+    # and a bound not in force is no sample (bob has no running_jobs bound)
+    assert 'gpuledger_user_limit{limit="running_jobs",tenant="research",user="bob"}' not in text
