@@ -1,16 +1,13 @@
 # One image for every gpuledger service; compose picks the role with `gpuledger run ROLE`.
-# The wheel is the compiled build (setup.py, GPULEDGER_COMPILE=1: the deciding and folding
-# modules compiled with Cython), made in a stage that has a C compiler; the image has none.
-# `docker build --build-arg GPULEDGER_COMPILE=0 .` makes the pure-Python image.
+# The wheel is built in a stage of its own; the image installs it (pure Python).
 FROM python:3.12 AS wheel
-ARG GPULEDGER_COMPILE=1
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY events ./events
 COPY services ./services
 COPY projections ./projections
 COPY replay ./replay
-RUN GPULEDGER_COMPILE=${GPULEDGER_COMPILE} pip wheel --no-cache-dir --no-deps -w /wheels .
+RUN pip wheel --no-cache-dir --no-deps -w /wheels .
 
 FROM python:3.12-slim
 # the services need the server extra (the base install is the light client: docs/install.md)

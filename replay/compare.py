@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events import Event
-from gpuledger.replay.metrics import DIMENSIONS, JobFacts, jain, measure, percentile
+from gpuledger.replay.metrics import DIMENSIONS, JobFacts, Measured, jain, measure, percentile
 
 __all__ = [
     "CompareError",
@@ -28,6 +28,7 @@ __all__ = [
     "percentile",
     "rows",
     "summarize",
+    "summary_of",
 ]
 
 
@@ -59,7 +60,11 @@ def summarize(
 ) -> Summary:
     """Fold a log and compute its metrics (definitions in `replay.metrics`); `groups`: each
     job's groups as the source recorded them (`observed_groups`), else its spec's."""
-    m = measure(entries, groups=groups)
+    return summary_of(measure(entries, groups=groups), name)
+
+
+def summary_of(m: Measured, name: str = "") -> Summary:
+    """The summary of a measured log (`measure`, or a replay measured as it ran)."""
     return Summary(
         name=name,
         metrics=m.metrics,

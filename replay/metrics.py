@@ -189,9 +189,13 @@ def wait_metrics(facts: JobFacts) -> dict[str, Any]:
     return out
 
 
-class _Integrals:
+class Integrals:
     """The time-weighted quantities, integrated between consecutive event times while the
-    ledger folds the log. Each `on_*` step handles one kind of event."""
+    ledger folds the log. `seen(event)` after each event is folded into `ledger`, whoever
+    folds it: `measure` here, or a replay's own fold (`Simulator.on_event`), which then needs
+    no second fold of its log (the same numbers: the simulator folds every event with the
+    same `Ledger.fold`, and a fold it refuses stops the replay). Each `on_*` step handles one
+    kind of event."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -228,6 +232,20 @@ class _Integrals:
             self.area += self.allocated * dt
             self.cap_area += self.capacity * dt
             self.last_t = t
+
+    def seen(self, e: Event) -> None:
+        """Integrate up to `e`, then let the step for its kind read the state it left."""
+        self.advance(e.occurred_at_ms)
+        if isinstance(e, _ALLOC_EVENTS):
+            self.on_allocation(e)
+        elif isinstance(e, _NODE_EVENTS):
+            self.on_node(e)
+        elif isinstance(e, ev.FairShareUpdated):
+            self.on_fair_share(e)
+        elif isinstance(e, ev.GpuMetricsReported):
+            self.on_gpu_metrics(e)
+        elif isinstance(e, ev.PreemptionDeclined):
+            self.declined[e.reason] += 1
 
     def _point(self) -> None:
         pct = 100 * self.allocated / self.capacity if self.capacity else 0.0
@@ -310,23 +328,13 @@ class _Integrals:
         }
 
 
-def _fold(entries: Iterable[tuple[int, str, Event]], ledger: Ledger) -> _Integrals:
-    """One pass: fold each event, then let the integrals see the state it left."""
-    acc = _Integrals(ledger)
+def _fold(entries: Iterable[tuple[int, str, Event]], ledger: Ledger) -> Integrals:
+    """One pass: fold each event, then let the integrals see the state it left (`advance`
+    reads no state, so integrating after the fold is the same as before it)."""
+    acc = Integrals(ledger)
     for seq, subject, e in entries:
-        acc.advance(e.occurred_at_ms)
         admit(ledger, seq, e, subject)  # the acceptance rules the live services apply
-        if isinstance(e, _ALLOC_EVENTS):
-            acc.on_allocation(e)
-        elif isinstance(e, _NODE_EVENTS):
-            acc.on_node(e)
-        elif isinstance(e, ev.FairShareUpdated):
-            acc.on_fair_share(e)
-        elif isinstance(e, ev.GpuMetricsReported):
-            acc.on_gpu_metrics(e)
-        elif isinstance(e, ev.PreemptionDeclined):
-            acc.declined[e.reason] += 1
-    acc.close()
+        acc.seen(e)
     return acc
 
 
@@ -408,7 +416,14 @@ def measure(
     """Fold a log (into `ledger`, a fresh one by default) and compute its metrics; `groups`:
     job -> its groups as the source recorded them (the observation sidecar), else the spec's."""
     ledger = Ledger() if ledger is None else ledger
-    acc = _fold(entries, ledger)
+    return measured(_fold(entries, ledger), groups)
+
+
+def measured(acc: Integrals, groups: Mapping[str, dict[str, str]] | None = None) -> Measured:
+    """The metrics of the log `acc` has seen, read from the ledger that folded it (once: it
+    closes the window)."""
+    acc.close()
+    ledger = acc.ledger
     facts = job_facts(ledger, groups)
     waits, never = waits_by_class(ledger)
     classes = sorted(set(waits) | set(never))

@@ -9,7 +9,7 @@ its node records, the time index, the configuration).
 How: views are made lazily, on access, so a decide pays for what it reads. A value that cannot
 change (None, numbers, strings, enums, tuples, frozensets, frozen msgspec structs without a
 mutable field) is returned as it is; a dict, list or set comes back as a view of it; any
-other object comes back as an object view whose methods (plain or compiled functions) run
+other object comes back as an object view whose methods run
 with the view as `self` (so the code of `Ledger.nominated_nodes`, `Fleet.place`,
 `NodeState.copy`... reads through views too) and whose properties are computed on the view.
 `isinstance` sees the wrapped class.
@@ -51,13 +51,8 @@ _NOTHING = object()
 _get = object.__getattribute__
 
 
-COMPILED_FUNCTION = "cython_function_or_method"
-"""The type name of a function of a module the compiled build (setup.py) compiled: a method
-like a plain function (it binds `self`), which `types.FunctionType` does not cover."""
-
-
 def _is_function(tp: type) -> bool:
-    return issubclass(tp, types.FunctionType) or tp.__name__ == COMPILED_FUNCTION
+    return issubclass(tp, types.FunctionType)
 
 
 def _classify(tp: type) -> int:

@@ -110,11 +110,12 @@ def with_config(inputs: Inputs, doc: dict[str, Any]) -> Inputs:
     )
 
 
-def replay(inputs: Inputs, until_ms: int | None = None, on_event=None):
-    """Run the inputs through the standard services; returns the Simulator."""
+def replay(inputs: Inputs, until_ms: int | None = None, on_event=None, ledger=None):
+    """Run the inputs through the standard services (folding into `ledger`, a fresh one by
+    default); returns the Simulator."""
     from gpuledger.replay.simulator import Simulator, standard_services
 
-    sim = Simulator(standard_services(inputs.nodes))
+    sim = Simulator(standard_services(inputs.nodes), ledger=ledger)
     sim.on_event = on_event
     sim.now_ms = inputs.start_ms
     for e in inputs.config:
@@ -122,3 +123,15 @@ def replay(inputs: Inputs, until_ms: int | None = None, on_event=None):
     sim.schedule(inputs.timeline)
     sim.run(until_ms)
     return sim
+
+
+def measured_replay(inputs: Inputs, until_ms: int | None = None):
+    """`replay`, with its log's metrics integrated while the replay folds it
+    (`replay.metrics.Integrals`), so that measuring it takes no second fold. Returns (the
+    Simulator, the integrals: `replay.metrics.measured(integrals, groups)` at the end)."""
+    from gpuledger.replay.metrics import Integrals
+
+    ledger = Ledger()
+    meter = Integrals(ledger)
+    sim = replay(inputs, until_ms, on_event=lambda _seq, _subject, e: meter.seen(e), ledger=ledger)
+    return sim, meter

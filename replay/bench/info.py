@@ -1,11 +1,9 @@
-"""What every `gpuledger bench` JSON carries besides its figures: the machine, the moment and
-the build (pure Python, or how many modules the compiled build turned into extension modules:
-setup.py, ``GPULEDGER_COMPILE=1``)."""
+"""What every `gpuledger bench` JSON carries besides its figures: the machine and the moment;
+and the helpers of the paired runs (`baseline_run`, `paired`)."""
 
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.machinery
 import os
 import platform
 import sys
@@ -32,24 +30,7 @@ def machine() -> dict[str, Any]:
         "machine": platform.machine(),
         "load_avg_1_5_15": load,
         "utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "compiled_modules": len(compiled_modules()),
     }
-
-
-def compiled_modules() -> list[str]:
-    """The installed gpuledger modules that are extension modules (the compiled build), by
-    name; empty for the pure-Python build (an editable install always is: its namespace path
-    is an import hook, not a folder)."""
-    import gpuledger
-
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    found = set()
-    for folder in map(Path, gpuledger.__path__):
-        for path in folder.rglob("*"):
-            if path.name.endswith(suffixes):  # a module name has no dot
-                parts = (*path.relative_to(folder).parent.parts, path.name.split(".")[0])
-                found.add(".".join(("gpuledger", *parts)))
-    return sorted(found)
 
 
 def median(values: list[float]) -> float:
@@ -68,7 +49,6 @@ def baseline_run(
     import json
     import subprocess
     import tempfile
-    from pathlib import Path
 
     with tempfile.TemporaryDirectory(prefix="gpuledger-baseline-") as tmp:
         out = Path(tmp) / "baseline.json"

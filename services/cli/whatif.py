@@ -205,8 +205,7 @@ def replay(
     from gpuledger.replay.export import write_any
     from gpuledger.replay.metrics import pct_text
     from gpuledger.replay.report import report as build_report
-    from gpuledger.replay.whatif import external_inputs, with_config
-    from gpuledger.replay.whatif import replay as run_replay
+    from gpuledger.replay.whatif import external_inputs, measured_replay, with_config
     from gpuledger.services.cli.common import read_doc
     from gpuledger.services.domain.inputs.configfile import ConfigFileError
 
@@ -227,13 +226,13 @@ def replay(
         except ConfigFileError as exc:
             fail_input(exc, config)
     inputs = overlaid(inputs, policy, set_)
-    sim = run_replay(inputs)
+    sim, meter = measured_replay(inputs)
     elapsed = time.perf_counter() - started
     write_any(out, sim.log)
     from gpuledger.replay.observed import copy_beside
     from gpuledger.services.cli.whatif_fidelity import replay_fidelity
 
-    seen, replayed, fid = replay_fidelity(log, inputs.timeline, sim.log)
+    seen, replayed, fid = replay_fidelity(log, inputs.timeline, meter)
     data = build_report(sim.ledger, sim.log, sim.now_ms, measured=replayed.metrics)
     if seen is not None and fid is not None:
         data["observed"] = seen.metrics  # what the source recorded, same definitions
@@ -315,11 +314,11 @@ def whatif(
     variant's effect against the baseline and observed), queue wait by class, utilisation
     over time, preemptions and lost GPU-hours, per-tenant fairness. With --sweep, --workers,
     --scheduler or --rank, the variants run as a sweep (one task each; exit 1 if any failed)."""
-    from gpuledger.replay.compare import summarize
+    from gpuledger.replay.compare import summary_of
     from gpuledger.replay.export import write_any
+    from gpuledger.replay.metrics import measured
     from gpuledger.replay.overlay import OverlayError, apply_overlays
-    from gpuledger.replay.whatif import external_inputs
-    from gpuledger.replay.whatif import replay as run_replay
+    from gpuledger.replay.whatif import external_inputs, measured_replay
     from gpuledger.replay.whatif_report import Variant, render
     from gpuledger.services.cli.common import read_doc
 
@@ -364,14 +363,14 @@ def whatif(
         except OverlayError as exc:
             fail_input(exc)
         started = time.perf_counter()
-        sim = run_replay(inputs)
+        sim, meter = measured_replay(inputs)
         elapsed = time.perf_counter() - started
         path = None
         if logs is not None:
             safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
             path = logs / f"{safe}.jsonl"
             write_any(path, sim.log)
-        summary = summarize(sim.log, name=name, groups=groups)
+        summary = summary_of(measured(meter, groups), name)
         variants.append(Variant(name, changes, summary, None if path is None else str(path)))
         m = summary.metrics
         typer.echo(

@@ -40,14 +40,15 @@ def observed_of(log: Path, timeline):
         fail(str(exc), 2)
 
 
-def replay_fidelity(log: Path, timeline, replayed_log):
+def replay_fidelity(log: Path, timeline, meter):
     """`replay`: (observed column or None, the replayed log's summary under the history's
-    groups, its fidelity or None)."""
-    from gpuledger.replay.compare import summarize
+    groups, its fidelity or None); `meter`: the replay's integrals (`measured_replay`)."""
+    from gpuledger.replay.compare import summary_of
     from gpuledger.replay.fidelity import fidelity
+    from gpuledger.replay.metrics import measured
 
     seen = observed_of(log, timeline)
-    replayed = summarize(replayed_log, groups=None if seen is None else seen.jobs.groups)
+    replayed = summary_of(measured(meter, groups=None if seen is None else seen.jobs.groups))
     return seen, replayed, None if seen is None else fidelity(seen, replayed)
 
 

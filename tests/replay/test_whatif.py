@@ -87,3 +87,20 @@ def test_parquet_logs_round_trip(demo_log, tmp_path):
     path = tmp_path / "log.parquet"
     assert write_any(path, demo_log) == len(demo_log)
     assert list(read_any(path)) == list(demo_log)
+
+
+def test_a_replay_measured_as_it_runs_has_the_metrics_of_its_log_measured_afterwards(demo_log):
+    from gpuledger.replay.metrics import measure, measured
+    from gpuledger.replay.whatif import measured_replay
+
+    # Given the demo's inputs, with preemptions, replayed with its metrics integrated as it folds
+    sim, meter = measured_replay(external_inputs(demo_log))
+    live = measured(meter)
+    # When the log it wrote is measured again by a fresh fold
+    again = measure(sim.log)
+    # Then every metric, series and per-job fact is the same, without the second fold
+    assert live.metrics["preemptions"] > 0
+    assert live.metrics == again.metrics
+    assert live.allocation == again.allocation and live.utilisation == again.utilisation
+    assert live.waits == again.waits and live.jobs == again.jobs
+    assert sim.log == replay(external_inputs(demo_log)).log

@@ -4,8 +4,6 @@ ledger does; the transparent memos (docs/deciders.md, "Caches") are the only exc
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from gpuledger.replay.checking import DecideDrift, checked_decide
@@ -134,36 +132,6 @@ def test_an_event_holding_a_piece_of_the_state_is_refused():
     first(sim.ledger.jobs).details = {"a": [1]}
     with pytest.raises(DecideDrift, match="holding a piece of the folded state instead of a copy"):
         checked_decide(Aliases(), sim.ledger, 3_000)
-
-
-class cython_function_or_method:  # noqa: N801 - the type name of a compiled function
-    """Stands for a function of a module the compiled build (setup.py) compiled: callable, a
-    descriptor binding `self`, but not a `types.FunctionType`."""
-
-    def __init__(self, fn) -> None:
-        self.fn = fn
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
-
-    def __get__(self, obj, cls=None):
-        return self if obj is None else types.MethodType(self, obj)
-
-
-def test_a_compiled_method_runs_on_the_view_and_its_write_raises():
-    class Record:
-        def __init__(self) -> None:
-            self.free = 1
-
-        take = cython_function_or_method(lambda self: setattr(self, "free", self.free - 1))
-        have = cython_function_or_method(lambda self: self.free)
-
-    record = Record()
-    view = read_only(record)
-    assert view.have() == 1
-    with pytest.raises(StateWriteError, match=r"assignment to state\.free"):
-        view.take()
-    assert record.free == 1
 
 
 def test_reads_answer_as_the_ledger_does():

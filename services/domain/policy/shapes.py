@@ -115,9 +115,7 @@ def _form_problem(spec: JobSpec) -> Problem | None:
 
 
 def _usable(kind: tuple[str, int], models: set[str], min_memory_mib: int) -> bool:
-    """Whether GPUs of `kind` (model, memory) are of an allowed model with the memory. A module
-    function: a closure that comprehensions also call would, compiled (setup.py), be a
-    reference cycle through the scope they share."""
+    """Whether GPUs of `kind` (model, memory) are of an allowed model with the memory."""
     return (not models or kind[0] in models) and kind[1] >= min_memory_mib
 
 
