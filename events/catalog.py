@@ -17,6 +17,8 @@ from gpuledger.events.control import (
     JobPriorityChanged,
     JobReleased,
     JobRequeued,
+    MaintenanceCancelled,
+    MaintenanceScheduled,
     NodeCordoned,
     NodeUncordoned,
 )
@@ -789,6 +791,8 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     JobMovedToTop,
     NodeCordoned,
     NodeUncordoned,
+    MaintenanceScheduled,
+    MaintenanceCancelled,
 )
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
@@ -837,6 +841,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     JobMovedToTop,
     NodeCordoned,
     NodeUncordoned,
+    MaintenanceScheduled,
+    MaintenanceCancelled,
 )
 
 
@@ -851,6 +857,8 @@ __all__ = [
     "JobMovedToTop",
     "NodeCordoned",
     "NodeUncordoned",
+    "MaintenanceScheduled",
+    "MaintenanceCancelled",
     "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",

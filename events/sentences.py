@@ -15,6 +15,7 @@ never import each other, both use it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from gpuledger.events import catalog as c
@@ -335,6 +336,24 @@ def _uncordoned(e: c.NodeUncordoned) -> Sentence:
     return Sentence("node", "uncordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
 
 
+def _at(ms: int) -> str:
+    """An ISO time (UTC) for wall-clock epoch ms, `t+<s>s` for a simulation's virtual time."""
+    if ms < 10**11:
+        return f"t+{ms // 1000}s"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _maintenance(e: c.MaintenanceScheduled) -> Sentence:
+    span = f" on {', '.join(e.nodes)} from {_at(e.start_ms)} to {_at(e.end_ms)}"
+    return Sentence(
+        "node", "maintenance", (e.window_id + span + (f": {e.reason}" if e.reason else ""),)
+    )
+
+
+def _maintenance_cancelled(e: c.MaintenanceCancelled) -> Sentence:
+    return Sentence("node", "maint cancel", (e.window_id + (f": {e.reason}" if e.reason else ""),))
+
+
 def _scaled(e: c.ServiceScaled) -> Sentence:
     return Sentence("scaled", "scaled", (JobRef(e.job_id), f" to {e.replicas} replicas"))
 
@@ -394,6 +413,8 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.JobMovedToTop: _topped,
     c.NodeCordoned: _cordoned,
     c.NodeUncordoned: _uncordoned,
+    c.MaintenanceScheduled: _maintenance,
+    c.MaintenanceCancelled: _maintenance_cancelled,
     c.NodeLost: _node_lost,
     c.NodeRegistered: _node_up,
     c.DeadLettered: _dead_letter,

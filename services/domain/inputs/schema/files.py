@@ -22,6 +22,18 @@ from gpuledger.services.domain.inputs.schema.units import (
 # ------------------------------------------------------------------ scenarios
 
 
+class MaintenanceDoc(Strict, kw_only=True, frozen=True):
+    """A maintenance window (`MaintenanceScheduled`): its nodes are planned down from `start`
+    to `end` (times on the scenario's clock, like `at`)."""
+
+    id: str
+    """The window's name."""
+    nodes: list[str]
+    """The nodes it takes down."""
+    start: Duration
+    end: Duration
+
+
 class EntryDoc(Strict, kw_only=True, frozen=True):
     """One timeline entry: exactly one action (`ENTRY_ACTIONS`: submit, cancel, scale,
     node_down, and the operator's verbs), at time `at`."""
@@ -59,6 +71,10 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """`drain` entries: at once, minimum runtime and non-preemptible work included."""
     deadline: Duration | None = None
     """`drain` entries: after this long, what is left is drained as with `force`."""
+    maintenance: MaintenanceDoc | None = None
+    """A maintenance window the operator plans (`MaintenanceScheduled`)."""
+    maintenance_cancel: str | None = None
+    """A maintenance window (by id) cancelled (`MaintenanceCancelled`)."""
     by: Literal["tenant", "operator"] = "tenant"
     """Who holds, releases or requeues (`hold` / `release` / `requeue` entries)."""
     reason: str = ""
