@@ -53,13 +53,15 @@ FROM allocations a CROSS JOIN clock c LEFT JOIN jobs j ON j.job_id = a.job_id
 WHERE a.gpu_index >= 0;
 
 -- Planned-down GPU-ms per GPU model in the window: each maintenance window's nodes over
--- [start_ms, until_ms) clipped to it, less what was allocated or down (lost) there meanwhile
+-- [start_ms, until_ms) clipped to it and to now (the log's end), less what was allocated or down (lost) there meanwhile
 -- (counted as such).
 CREATE OR REPLACE MACRO planned_down_between(w_start, w_end) AS TABLE
 WITH g AS (SELECT node, model, count(*) AS gpus FROM gpus GROUP BY node, model),
 m AS (
-    SELECT window_id, node, greatest(start_ms, w_start) AS f, least(until_ms, w_end) AS t
-    FROM maintenance_windows WHERE least(until_ms, w_end) > greatest(start_ms, w_start)
+    SELECT window_id, node, greatest(start_ms, w_start) AS f,
+           least(until_ms, w_end, c.now_ms) AS t
+    FROM maintenance_windows CROSS JOIN clock c
+    WHERE least(until_ms, w_end, c.now_ms) > greatest(start_ms, w_start)
 ),
 span AS (
     SELECT m.window_id, m.node, g.model, m.f, m.t, g.gpus * (m.t - m.f) AS gpu_ms
