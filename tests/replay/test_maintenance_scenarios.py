@@ -86,3 +86,30 @@ def test_a_bad_window_in_a_scenario_is_one_line_naming_the_entry(window, problem
     with pytest.raises(ScenarioError) as err:
         from_document(doc)
     assert problem in str(err.value) and "timeline[0].maintenance" in str(err.value)
+
+
+def test_preemption_frees_capacity_only_off_the_windows_the_beneficiary_would_reach():
+    # given both nodes busy with preemptible work, a window ahead on node-1
+    doc = {
+        **DOC,
+        "timeline": [
+            {"at": 0, "submit": {"id": "on-1", "tenant": "ml", "gpus": 8, "duration": "3h"}},
+            {"at": 0, "submit": {"id": "on-2", "tenant": "ml", "gpus": 8, "duration": "3h"}},
+            {
+                "at": "1m",
+                "maintenance": {"id": "fw", "nodes": ["node-1"], "start": "1h", "end": "2h"},
+            },
+            # when a non-preemptible job without a time limit comes
+            {
+                "at": "10m",
+                "submit": {"id": "serve", "tenant": "ml", "gpus": 8, "class": "inference"},
+            },
+        ],
+        "until": "12m",
+    }
+    sim = simulate(from_document(doc))
+    where = {e.job_id: e.members[0].node for _, _, e in sim.log if isinstance(e, ev.GangPlaced)}
+    # then the victim is the run on node-2, where serve is placed
+    (asked,) = [e for _, _, e in sim.log if isinstance(e, ev.PreemptionRequested)]
+    assert asked.job_id == [j for j in ("on-1", "on-2") if where[j] == "node-2"][0]
+    assert where["serve"] == "node-2"

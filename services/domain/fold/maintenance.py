@@ -4,7 +4,7 @@ the nodes aggregate (`nodes.FOLD`), which owns `maintenance`.
 A window is folded once into a `MaintenanceWindow` (records.py) and every reader takes its
 planned-down interval from there: the scheduler's `maintenance` stage, `gpuledger nodes`,
 `why` and the projection's `maintenance_windows` table (so `gpuledger report`'s planned
-down). Invariants: a window names only registered nodes, ends after it starts, has an id of
+down; `closed_nodes` is what a run started now may not use). Invariants: a window names only registered nodes, ends after it starts, has an id of
 its own and overlaps no live window on a node they share; otherwise it is refused and
 changes nothing.
 """
@@ -74,6 +74,18 @@ def reaching(
     reach into; None when none would."""
     hits = [w for w in ledger.maintenance.values() if node in w.nodes and w.reaches(from_ms, to_ms)]
     return min(hits, key=lambda w: (w.start_ms, w.window_id)) if hits else None
+
+
+def closed_nodes(ledger: LedgerState, now_ms: int, limit_s: int | None) -> frozenset[str]:
+    """The nodes a run started at `now_ms` with time limit `limit_s` (None: none) may not
+    start on: those of every window it would reach (the scheduler's `maintenance` stage, and
+    preemption, which frees no capacity there for such a job)."""
+    if not ledger.maintenance:
+        return frozenset()
+    end = None if limit_s is None else now_ms + limit_s * 1000
+    return frozenset(
+        n for w in ledger.maintenance.values() if w.reaches(now_ms, end) for n in w.nodes
+    )
 
 
 def in_force(ledger: LedgerState, node: str, now_ms: int) -> MaintenanceWindow | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
-from gpuledger.services.domain.fold.maintenance import reaching
+from gpuledger.services.domain.fold.maintenance import closed_nodes, reaching
 from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, of
 from gpuledger.services.domain.tooling.timefmt import duration, instant
 from gpuledger.services.scheduler.round import Limits, Round, Why
@@ -24,11 +24,7 @@ def _run_end(rnd: Round, job: JobRecord) -> int | None:
 
 def exclude(rnd: Round, job: JobRecord, lim: Limits) -> frozenset[str]:
     """The nodes of every window a run started now would reach."""
-    windows = rnd.state.maintenance
-    if not windows:
-        return frozenset()
-    now, end = rnd.now_ms, _run_end(rnd, job)
-    return frozenset(n for w in windows.values() if w.reaches(now, end) for n in w.nodes)
+    return closed_nodes(rnd.state, rnd.now_ms, job.time_limit_s)
 
 
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
