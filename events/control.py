@@ -81,8 +81,8 @@ PRIORITY_MAX = 1_000_000
 
 class JobPriorityChanged(Event, frozen=True, kw_only=True, tag="JobPriorityChanged.v1"):
     """A job's priority changed (Slurm `scontrol update Priority=|Nice=`; Kueue's mutable
-    workload priority): exactly one of `priority` (the new value) and `nice` (the class's
-    value minus `nice`). Queue order and preemption use it from now on (a running job keeps
+    workload priority): exactly one of `priority` (the new value), `nice` (the class's
+    value minus `nice`) and `priority_class` (a pending job's new class). Queue order and preemption use it from now on (a running job keeps
     its GPUs, and may become a victim of a higher one). A tenant may lower its job's priority
     and raise it back up to its class's value; above that needs the operator. A change of a
     job not admitted or finished, of an array or service (change its tasks), with neither or
@@ -98,6 +98,11 @@ class JobPriorityChanged(Event, frozen=True, kw_only=True, tag="JobPriorityChang
     """The new priority."""
     nice: Annotated[int, msgspec.Meta(ge=-PRIORITY_MAX, le=PRIORITY_MAX)] | None = None
     """Or: the class's value minus this (positive is nicer: lower)."""
+    priority_class: str | None = None
+    """Or: a new priority class for a pending job (Slurm `update QOS=`; `gpuledger update
+    --class`): it takes the class's value, preemptibility and SLO class, as if submitted with
+    it. Refused for a job that is placed (its placement was decided under its class), for an
+    unknown class, and for a tenant moving to a class above its current class's value."""
     reason: Note = ""
     """Why, in the actor's words."""
 

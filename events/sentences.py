@@ -311,6 +311,8 @@ def _requeue_asked(e: c.JobRequeued) -> Sentence:
 
 def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
     what = f"priority {e.priority}" if e.priority is not None else f"nice {e.nice}"
+    if e.priority_class is not None:
+        what = f"class {e.priority_class}"
     why = f": {e.reason}" if e.reason else ""
     return Sentence(
         "priority", "reprioritized", (JobRef(e.job_id), f" to {what} by {e.actor}{why}")

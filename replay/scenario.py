@@ -146,6 +146,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             actor=entry.by,
             priority=entry.priority,
             nice=entry.nice,
+            priority_class=entry.klass,
             reason=entry.reason,
             **common,
         )

@@ -191,13 +191,21 @@ class JobRecord:
     def job_id(self) -> str:
         return self.spec.job_id
 
+    submitted_class: str | None = None
+    """The class it was submitted with, once `update --class` changed `spec.priority_class`
+    (the class in force, which every reader takes): a retried submission still matches."""
+
     @property
     def client_spec(self) -> JobSpec:
-        """The spec as its tenant submitted it (under the id it submitted, not the key)."""
-        if self.name is None:
+        """The spec as its tenant submitted it (under the id it submitted, not the key; with
+        the class it was submitted with)."""
+        if self.name is None and self.submitted_class is None:
             return self.spec
         fields = {f: getattr(self.spec, f) for f in JobSpec.__struct_fields__}  # (or a view's)
-        fields.update(job_id=self.name)
+        if self.name is not None:
+            fields.update(job_id=self.name)
+        if self.submitted_class is not None:
+            fields.update(priority_class=self.submitted_class)
         return JobSpec(**fields)
 
     @property

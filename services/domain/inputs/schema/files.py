@@ -55,11 +55,14 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     top: str | None = None
     """A pending job moved to the top of its tenant's queue (`JobMovedToTop`)."""
     update: str | None = None
-    """A job whose priority changes (`JobPriorityChanged`): with `priority` or `nice`."""
+    """A job whose priority changes (`JobPriorityChanged`): with `priority`, `nice` or
+    `class`."""
     priority: int | None = None
     """`update` entries: the new priority."""
     nice: int | None = None
     """`update` entries: the class's priority minus this."""
+    klass: str | None = msgspec.field(default=None, name="class")
+    """`update` entries: a pending job's new priority class (`update --class`)."""
     cordon: str | None = None
     """A node the operator cordons (`NodeCordoned`): no new placements on it."""
     uncordon: str | None = None
