@@ -15,13 +15,13 @@ never import each other, both use it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from gpuledger.events import catalog as c
 from gpuledger.events.envelope import Event
 from gpuledger.events.reasons import EndReason
 from gpuledger.events.specs import MemberPlacement
+from gpuledger.events.timefmt import instant
 
 VERB_WIDTH = 11
 """The timeline's verb column (`consolidate`, the longest verb, fills it)."""
@@ -338,15 +338,8 @@ def _uncordoned(e: c.NodeUncordoned) -> Sentence:
     return Sentence("node", "uncordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
 
 
-def _at(ms: int) -> str:
-    """An ISO time (UTC) for wall-clock epoch ms, `t+<s>s` for a simulation's virtual time."""
-    if ms < 10**11:
-        return f"t+{ms // 1000}s"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _maintenance(e: c.MaintenanceScheduled) -> Sentence:
-    span = f" on {', '.join(e.nodes)} from {_at(e.start_ms)} to {_at(e.end_ms)}"
+    span = f" on {', '.join(e.nodes)} from {instant(e.start_ms)} to {instant(e.end_ms)}"
     return Sentence(
         "node", "maintenance", (e.window_id + span + (f": {e.reason}" if e.reason else ""),)
     )
