@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.control import (
+    CONTROL_EVENTS,
+    NODE_CONTROL_EVENTS,
     JobHeld,
     JobMovedToTop,
     JobPriorityChanged,
@@ -784,15 +786,8 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     JobSubmitted,
     JobCancelled,
     ServiceScaled,
-    JobHeld,
-    JobReleased,
-    JobRequeued,
-    JobPriorityChanged,
-    JobMovedToTop,
-    NodeCordoned,
-    NodeUncordoned,
-    MaintenanceScheduled,
-    MaintenanceCancelled,
+    *CONTROL_EVENTS,
+    *NODE_CONTROL_EVENTS,
 )
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
@@ -834,15 +829,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     MigReconfigured,
     TimeLimitReached,
     JobWithdrawn,
-    JobHeld,
-    JobReleased,
-    JobRequeued,
-    JobPriorityChanged,
-    JobMovedToTop,
-    NodeCordoned,
-    NodeUncordoned,
-    MaintenanceScheduled,
-    MaintenanceCancelled,
+    *CONTROL_EVENTS,
+    *NODE_CONTROL_EVENTS,
 )
 
 
