@@ -12,11 +12,15 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuledger.events.control import (
+    CONTROL_EVENTS,
+    NODE_CONTROL_EVENTS,
     JobHeld,
     JobMovedToTop,
     JobPriorityChanged,
     JobReleased,
     JobRequeued,
+    MaintenanceCancelled,
+    MaintenanceScheduled,
     NodeCordoned,
     NodeUncordoned,
 )
@@ -784,13 +788,8 @@ CLIENT_EVENTS: tuple[type[Event], ...] = (
     JobSubmitted,
     JobCancelled,
     ServiceScaled,
-    JobHeld,
-    JobReleased,
-    JobRequeued,
-    JobPriorityChanged,
-    JobMovedToTop,
-    NodeCordoned,
-    NodeUncordoned,
+    *CONTROL_EVENTS,
+    *NODE_CONTROL_EVENTS,
 )
 CONFIG_EVENTS: tuple[type[Event], ...] = (
     TenantConfigured,
@@ -832,13 +831,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     MigReconfigured,
     TimeLimitReached,
     JobWithdrawn,
-    JobHeld,
-    JobReleased,
-    JobRequeued,
-    JobPriorityChanged,
-    JobMovedToTop,
-    NodeCordoned,
-    NodeUncordoned,
+    *CONTROL_EVENTS,
+    *NODE_CONTROL_EVENTS,
 )
 
 
@@ -853,6 +847,8 @@ __all__ = [
     "JobMovedToTop",
     "NodeCordoned",
     "NodeUncordoned",
+    "MaintenanceScheduled",
+    "MaintenanceCancelled",
     "GangResized",
     "JobWithdrawn",
     "TimeLimitReached",

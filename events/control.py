@@ -1,6 +1,6 @@
 """Job control by a tenant or the operator (issue 42): hold, release, requeue and priority
 changes; and the
-operator's node control: cordon and uncordon.
+operator's node control: cordon and uncordon, and maintenance windows.
 
 Each is a client event with an actor and a reason. Who may publish it is confined by its
 subject (events/subjects.py): a tenant's own job control travels on
@@ -81,8 +81,8 @@ PRIORITY_MAX = 1_000_000
 
 class JobPriorityChanged(Event, frozen=True, kw_only=True, tag="JobPriorityChanged.v1"):
     """A job's priority changed (Slurm `scontrol update Priority=|Nice=`; Kueue's mutable
-    workload priority): exactly one of `priority` (the new value) and `nice` (the class's
-    value minus `nice`). Queue order and preemption use it from now on (a running job keeps
+    workload priority): exactly one of `priority` (the new value), `nice` (the class's
+    value minus `nice`) and `priority_class` (a pending job's new class). Queue order and preemption use it from now on (a running job keeps
     its GPUs, and may become a victim of a higher one). A tenant may lower its job's priority
     and raise it back up to its class's value; above that needs the operator. A change of a
     job not admitted or finished, of an array or service (change its tasks), with neither or
@@ -98,6 +98,11 @@ class JobPriorityChanged(Event, frozen=True, kw_only=True, tag="JobPriorityChang
     """The new priority."""
     nice: Annotated[int, msgspec.Meta(ge=-PRIORITY_MAX, le=PRIORITY_MAX)] | None = None
     """Or: the class's value minus this (positive is nicer: lower)."""
+    priority_class: str | None = None
+    """Or: a new priority class for a pending job (Slurm `update QOS=`; `gpuledger update
+    --class`): it takes the class's value, preemptibility and SLO class, as if submitted with
+    it. Refused for a job that is placed (its placement was decided under its class), for an
+    unknown class, and for a tenant moving to a class above its current class's value."""
     reason: Note = ""
     """Why, in the actor's words."""
 
@@ -165,5 +170,45 @@ class NodeUncordoned(Event, frozen=True, kw_only=True, tag="NodeUncordoned.v1"):
     """Why, in the operator's words."""
 
 
-NODE_CONTROL_EVENTS: tuple[type[Event], ...] = (NodeCordoned, NodeUncordoned)
+# ---------------------------------------------------------------- maintenance windows
+
+
+class MaintenanceScheduled(Event, frozen=True, kw_only=True, tag="MaintenanceScheduled.v1"):
+    """The operator planned a maintenance window on some nodes (Slurm `scontrol create
+    reservation flags=maint`): from `start_ms` to `end_ms` they are planned down. Before it,
+    the scheduler starts on them only jobs whose time limit ends before `start_ms` (a job
+    without a limit: none); during it, nothing; after it they return. Published on
+    `gl.admin.maint.<window>.MaintenanceScheduled` (only the operator may). A window of an
+    unknown node, one that ends before it starts, or a second window of the same id is refused
+    and changes nothing."""
+
+    window_id: str
+    """The window's name (a subject token), unique in the log."""
+    nodes: tuple[str, ...]
+    """The nodes it takes down."""
+    start_ms: Annotated[int, msgspec.Meta(ge=0)]
+    """When it starts, epoch ms."""
+    end_ms: Annotated[int, msgspec.Meta(ge=0)]
+    """When it ends (the nodes return), epoch ms; after `start_ms`."""
+    reason: Note = ""
+    """Why, in the operator's words."""
+
+
+class MaintenanceCancelled(Event, frozen=True, kw_only=True, tag="MaintenanceCancelled.v1"):
+    """The operator cancelled a maintenance window: its nodes are no longer planned down
+    (from now on). Published on `gl.admin.maint.<window>.MaintenanceCancelled`; the cancel of
+    a window the log does not hold is refused (`UnknownWindow`)."""
+
+    window_id: str
+    """The window."""
+    reason: Note = ""
+    """Why, in the operator's words."""
+
+
+NODE_CONTROL_EVENTS: tuple[type[Event], ...] = (
+    NodeCordoned,
+    NodeUncordoned,
+    MaintenanceScheduled,
+    MaintenanceCancelled,
+)
 """The operator's node control events."""

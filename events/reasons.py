@@ -44,6 +44,7 @@ class PendingReason(StrEnum):
     )
     Held = "Held"  # held by its tenant or the operator (`gpuledger hold`) until released
     NodeCordoned = "NodeCordoned"  # it would fit only on nodes the operator cordoned
+    Maintenance = "Maintenance"  # it would fit only on nodes whose maintenance window it reaches
 
 
 class PreemptionReason(StrEnum):
@@ -181,6 +182,9 @@ class FoldRefusal(StrEnum):
     NotShrinking = "NotShrinking"  # a shrink of an allocation none of whose members left
     InvalidResize = "InvalidResize"  # a resize the allocation's gang cannot take
     UnknownNode = "UnknownNode"  # no registered node by that name
+    UnknownWindow = "UnknownWindow"  # no maintenance window by that id
+    DuplicateWindow = "DuplicateWindow"  # a maintenance window of that id exists already
+    InvalidWindow = "InvalidWindow"  # a maintenance window that ends before it starts
     NotMigGpu = "NotMigGpu"  # a MIG reconfiguration of a GPU without MIG
     MigInstanceInUse = "MigInstanceInUse"  # a MIG reconfiguration under a running member
     MigReconfigurationPending = "MigReconfigurationPending"  # the GPU's layout is changing

@@ -21,6 +21,7 @@ from gpuledger.events import catalog as c
 from gpuledger.events.envelope import Event
 from gpuledger.events.reasons import EndReason
 from gpuledger.events.specs import MemberPlacement
+from gpuledger.events.timefmt import instant
 
 VERB_WIDTH = 11
 """The timeline's verb column (`consolidate`, the longest verb, fills it)."""
@@ -310,6 +311,8 @@ def _requeue_asked(e: c.JobRequeued) -> Sentence:
 
 def _priority_changed(e: c.JobPriorityChanged) -> Sentence:
     what = f"priority {e.priority}" if e.priority is not None else f"nice {e.nice}"
+    if e.priority_class is not None:
+        what = f"class {e.priority_class}"
     why = f": {e.reason}" if e.reason else ""
     return Sentence(
         "priority", "reprioritized", (JobRef(e.job_id), f" to {what} by {e.actor}{why}")
@@ -333,6 +336,17 @@ def _cordoned(e: c.NodeCordoned) -> Sentence:
 
 def _uncordoned(e: c.NodeUncordoned) -> Sentence:
     return Sentence("node", "uncordoned", (e.node + (f": {e.reason}" if e.reason else ""),))
+
+
+def _maintenance(e: c.MaintenanceScheduled) -> Sentence:
+    span = f" on {', '.join(e.nodes)} from {instant(e.start_ms)} to {instant(e.end_ms)}"
+    return Sentence(
+        "node", "maintenance", (e.window_id + span + (f": {e.reason}" if e.reason else ""),)
+    )
+
+
+def _maintenance_cancelled(e: c.MaintenanceCancelled) -> Sentence:
+    return Sentence("node", "maint cancel", (e.window_id + (f": {e.reason}" if e.reason else ""),))
 
 
 def _scaled(e: c.ServiceScaled) -> Sentence:
@@ -394,6 +408,8 @@ SENTENCES: dict[type[Event], Callable[[Any], Sentence | None]] = {
     c.JobMovedToTop: _topped,
     c.NodeCordoned: _cordoned,
     c.NodeUncordoned: _uncordoned,
+    c.MaintenanceScheduled: _maintenance,
+    c.MaintenanceCancelled: _maintenance_cancelled,
     c.NodeLost: _node_lost,
     c.NodeRegistered: _node_up,
     c.DeadLettered: _dead_letter,

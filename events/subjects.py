@@ -6,6 +6,7 @@
     gl.ctl.<tenant>.<job>.<event>   JobHeld, JobReleased, JobRequeued (clients / CI: own jobs)
     gl.admin.ctl.<tenant>.<job>.<event>  the same, by the operator (events/control.py)
     gl.admin.node.<node>.<event>    NodeCordoned, NodeUncordoned (the operator only)
+    gl.admin.maint.<window>.<event> MaintenanceScheduled, MaintenanceCancelled (the operator)
     gl.admin.<event>                configuration           (operators)
     gl.admission.<job>.<event>      admission decisions
     gl.quota.<event>                fair shares, and schedules' changes (config, scaling)
@@ -48,6 +49,7 @@ _RULES: tuple[tuple[tuple[type, ...], str], ...] = (
     ((c.ServiceScaled,), "scale"),
     ((c.JobHeld, c.JobReleased, c.JobRequeued, c.JobPriorityChanged, c.JobMovedToTop), "control"),
     ((c.NodeCordoned, c.NodeUncordoned), "node-control"),
+    ((c.MaintenanceScheduled, c.MaintenanceCancelled), "maintenance"),
     (
         (c.TenantConfigured, c.PriorityClassConfigured, c.PolicyConfigured, c.ScheduleConfigured),
         "admin",
@@ -214,6 +216,8 @@ def _subject_by_rule(event: Event) -> str:
         return control_subject(event)
     if rule == "node-control":
         return f"gl.admin.node.{validate_token('node', event.node)}.{name}"  # type: ignore[attr-defined]  # node control names its node
+    if rule == "maintenance":
+        return f"gl.admin.maint.{validate_token('window', event.window_id)}.{name}"  # type: ignore[attr-defined]  # both name their window
     if rule == "admission":
         try:
             token = validate_token("job id", event.job_id)  # type: ignore[attr-defined]  # admission's events all name a job

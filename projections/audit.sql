@@ -289,6 +289,25 @@ COMMENT ON COLUMN priority_classes.grace_s IS 'Checkpoint grace on preemption, s
 COMMENT ON COLUMN priority_classes.allow_timeslice IS 'Whether its jobs may run on time-sliced GPUs.';
 COMMENT ON COLUMN priority_classes.configured_at_ms IS 'Last PriorityClassConfigured, epoch ms.';
 
+COMMENT ON TABLE maintenance_windows IS 'Maintenance windows the operator planned (`gpuledger node maintenance`, MaintenanceScheduled), as the fold derived them: one row per window and node.';
+COMMENT ON COLUMN maintenance_windows.window_id IS 'The window''s id.';
+COMMENT ON COLUMN maintenance_windows.node IS 'One of its nodes.';
+COMMENT ON COLUMN maintenance_windows.start_ms IS 'Start, epoch ms.';
+COMMENT ON COLUMN maintenance_windows.end_ms IS 'End as planned, epoch ms.';
+COMMENT ON COLUMN maintenance_windows.until_ms IS 'When its nodes return: the end, or the cancel if earlier (planned down over [start_ms, until_ms)), epoch ms.';
+COMMENT ON COLUMN maintenance_windows.reason IS 'Why, in the operator''s words.';
+COMMENT ON COLUMN maintenance_windows.scheduled_at_ms IS 'When it was planned, epoch ms.';
+COMMENT ON COLUMN maintenance_windows.cancelled_at_ms IS 'When it was cancelled (MaintenanceCancelled), epoch ms; NULL if not.';
+
+COMMENT ON VIEW node_maintenance IS 'Maintenance windows per node with their phase now (the projection''s clock): `gpuledger nodes` shows a node in an active window as maintenance.';
+COMMENT ON COLUMN node_maintenance.node IS 'Node name.';
+COMMENT ON COLUMN node_maintenance.window_id IS 'The window''s id.';
+COMMENT ON COLUMN node_maintenance.start_ms IS 'Start, epoch ms.';
+COMMENT ON COLUMN node_maintenance.end_ms IS 'End as planned, epoch ms.';
+COMMENT ON COLUMN node_maintenance.until_ms IS 'When the node returns, epoch ms.';
+COMMENT ON COLUMN node_maintenance.reason IS 'Why, in the operator''s words.';
+COMMENT ON COLUMN node_maintenance.phase IS 'scheduled, active (planned down now), ended or cancelled.';
+
 COMMENT ON TABLE nodes IS 'Registered nodes.';
 COMMENT ON COLUMN nodes.node IS 'Node name.';
 COMMENT ON COLUMN nodes.pool IS 'Node pool.';
@@ -297,7 +316,7 @@ COMMENT ON COLUMN nodes.cpu_milli IS 'CPU, milli-CPUs.';
 COMMENT ON COLUMN nodes.memory_mib IS 'Host memory, MiB.';
 COMMENT ON COLUMN nodes.gpu_count IS 'GPUs (count).';
 COMMENT ON COLUMN nodes.simulated IS 'A simulated node agent.';
-COMMENT ON COLUMN nodes.status IS 'ready or lost.';
+COMMENT ON COLUMN nodes.status IS 'The fold''s node state (nodes.node_state): ready, cordoned, draining, drained or lost. A maintenance window in force shows in node_maintenance.';
 COMMENT ON COLUMN nodes.labels IS 'Node labels (JSON).';
 COMMENT ON COLUMN nodes.registered_at_ms IS 'Registration time, epoch ms.';
 COMMENT ON COLUMN nodes.last_heartbeat_ms IS 'Last heartbeat, epoch ms.';

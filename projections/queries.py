@@ -402,8 +402,19 @@ def jobs_count(
 
 
 def nodes_rows(con) -> list[dict[str, Any]]:
+    """Every node with its GPUs and use; `status` is the fold's node state, or `maintenance`
+    while a window of it is active (planned down; `node_maintenance`), and `maintenance`
+    lists its windows not yet over."""
     q = """
-        SELECT n.*, c.now_ms,
+        SELECT n.* REPLACE (
+                   CASE WHEN n.status <> 'lost' AND EXISTS (
+                       SELECT 1 FROM node_maintenance m WHERE m.node = n.node AND m.phase = 'active'
+                   ) THEN 'maintenance' ELSE n.status END AS status
+               ), c.now_ms,
+               (SELECT string_agg(m.window_id || ' (' || m.phase || ')', ','
+                                  ORDER BY m.start_ms, m.window_id)
+                  FROM node_maintenance m
+                 WHERE m.node = n.node AND m.phase IN ('scheduled', 'active')) AS maintenance,
                (SELECT count(*) FROM gpus g WHERE g.node = n.node) AS gpus,
                (SELECT string_agg(DISTINCT g.model, ',' ORDER BY g.model) FROM gpus g
                  WHERE g.node = n.node) AS models,

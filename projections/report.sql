@@ -4,8 +4,10 @@
 -- take the window; the `report_*` views are the same numbers over the whole log (from its
 -- first event to "now"). Capacity counts each node's GPUs (the `gpus` table) from its
 -- registration on; a node is down from a `NodeLost` to its next registration or heartbeat.
--- Planned down is 0 until maintenance windows exist; reserved is 0: the scheduler's backfill
--- reservations are recomputed each pass and never hold GPUs idle in the log.
+-- Planned down is the GPU time of maintenance windows (`maintenance_windows`: each window's
+-- nodes over the span the fold derived) not allocated or down meanwhile; reserved is 0: the
+-- scheduler's backfill reservations are recomputed each pass and never hold GPUs idle in the
+-- log.
 
 -- One row per node event (registration, heartbeat, loss) from the node's first registration,
 -- lasting until its next event (or now): whether the node is lost for that time.
@@ -50,6 +52,44 @@ SELECT a.tenant, coalesce(j.user, '-') AS user, a.job_id, a.gpu_model AS model,
 FROM allocations a CROSS JOIN clock c LEFT JOIN jobs j ON j.job_id = a.job_id
 WHERE a.gpu_index >= 0;
 
+-- Planned-down GPU-ms per GPU model in the window: each maintenance window's nodes over
+-- [start_ms, until_ms) clipped to it and to now (the log's end), less what was allocated or down (lost) there meanwhile
+-- (counted as such).
+CREATE OR REPLACE MACRO planned_down_between(w_start, w_end) AS TABLE
+WITH g AS (SELECT node, model, count(*) AS gpus FROM gpus GROUP BY node, model),
+m AS (
+    SELECT window_id, node, greatest(start_ms, w_start) AS f,
+           least(until_ms, w_end, c.now_ms) AS t
+    FROM maintenance_windows CROSS JOIN clock c
+    WHERE least(until_ms, w_end, c.now_ms) > greatest(start_ms, w_start)
+),
+span AS (
+    SELECT m.window_id, m.node, g.model, m.f, m.t, g.gpus * (m.t - m.f) AS gpu_ms
+    FROM m JOIN g USING (node)
+),
+busy AS (
+    SELECT s.window_id, s.node, s.model, sum(a.gpu_milli / 1000.0 * greatest(
+               0, least(coalesce(a.ended_at_ms, c.now_ms), s.t) - greatest(a.placed_at_ms, s.f)
+           )) AS gpu_ms
+    FROM span s CROSS JOIN clock c
+    JOIN allocations a ON a.node = s.node AND a.gpu_model = s.model AND a.gpu_index >= 0
+    GROUP BY s.window_id, s.node, s.model
+),
+lost AS (
+    SELECT s.window_id, s.node, s.model, sum(g.gpus * greatest(
+               0, least(n.until_ms, s.t) - greatest(n.at_ms, s.f)
+           )) AS gpu_ms
+    FROM span s JOIN node_states n ON n.node = s.node AND n.lost
+    JOIN g ON g.node = s.node AND g.model = s.model
+    GROUP BY s.window_id, s.node, s.model
+)
+SELECT s.model,
+       sum(greatest(0, s.gpu_ms - coalesce(b.gpu_ms, 0) - coalesce(l.gpu_ms, 0))) AS gpu_ms
+FROM span s
+LEFT JOIN busy b USING (window_id, node, model)
+LEFT JOIN lost l USING (window_id, node, model)
+GROUP BY s.model;
+
 -- The window's capacity split (GPU-hours and % of the reported total), sreport's
 -- `cluster utilization`: allocated + down + planned down + reserved + idle = reported.
 CREATE OR REPLACE MACRO utilisation_between(w_start, w_end) AS TABLE
@@ -59,10 +99,12 @@ WITH cap AS (
     FROM capacity_between(w_start, w_end)
 ), al AS (
     SELECT coalesce(sum(gpu_ms), 0) AS allocated FROM allocated_between(w_start, w_end)
+), pd AS (
+    SELECT coalesce(sum(gpu_ms), 0) AS planned_down FROM planned_down_between(w_start, w_end)
 ), p AS (
-    SELECT total, allocated, down, 0.0 AS planned_down, 0.0 AS reserved,
-           greatest(0, total - allocated - down) AS idle
-    FROM cap, al
+    SELECT total, allocated, down, planned_down, 0.0 AS reserved,
+           greatest(0, total - allocated - down - planned_down) AS idle
+    FROM cap, al, pd
 )
 SELECT w_start AS start_ms, w_end AS end_ms,
        allocated / 3600000.0 AS allocated_gpu_hours,
@@ -101,11 +143,14 @@ WITH al AS (
 )
 SELECT c.model,
        coalesce(al.gpu_ms, 0) / 3600000.0 AS allocated_gpu_hours,
-       greatest(0, c.up_gpu_ms - coalesce(al.gpu_ms, 0)) / 3600000.0 AS idle_gpu_hours,
+       greatest(0, c.up_gpu_ms - coalesce(al.gpu_ms, 0) - coalesce(pd.gpu_ms, 0)) / 3600000.0
+           AS idle_gpu_hours,
        c.down_gpu_ms / 3600000.0 AS down_gpu_hours,
        (c.up_gpu_ms + c.down_gpu_ms) / 3600000.0 AS reported_gpu_hours,
-       100.0 * coalesce(al.gpu_ms, 0) / nullif(c.up_gpu_ms + c.down_gpu_ms, 0) AS allocated_pct
+       100.0 * coalesce(al.gpu_ms, 0) / nullif(c.up_gpu_ms + c.down_gpu_ms, 0) AS allocated_pct,
+       coalesce(pd.gpu_ms, 0) / 3600000.0 AS planned_down_gpu_hours
 FROM capacity_between(w_start, w_end) c LEFT JOIN al USING (model)
+LEFT JOIN planned_down_between(w_start, w_end) pd USING (model)
 ORDER BY c.model;
 
 -- The same over the whole log: its first event to now.
@@ -130,7 +175,7 @@ COMMENT ON COLUMN report_utilisation.end_ms IS 'Window end, epoch ms.';
 COMMENT ON COLUMN report_utilisation.allocated_gpu_hours IS 'GPU-hours held by allocations in the window (job_accounting.gpu_hours clipped to it).';
 COMMENT ON COLUMN report_utilisation.idle_gpu_hours IS 'GPU-hours of up nodes nobody held.';
 COMMENT ON COLUMN report_utilisation.down_gpu_hours IS 'GPU-hours of nodes while lost (NodeLost until re-registration or heartbeat).';
-COMMENT ON COLUMN report_utilisation.planned_down_gpu_hours IS 'GPU-hours in maintenance windows: 0 until maintenance windows exist.';
+COMMENT ON COLUMN report_utilisation.planned_down_gpu_hours IS 'GPU-hours of maintenance windows (maintenance_windows: their nodes from start to until) not allocated or down meanwhile.';
 COMMENT ON COLUMN report_utilisation.reserved_gpu_hours IS 'GPU-hours held idle for a waiting job: 0 (backfill reservations hold nothing idle in the log).';
 COMMENT ON COLUMN report_utilisation.reported_gpu_hours IS 'GPU-hours of every registered GPU in the window (the sum of the five parts).';
 COMMENT ON COLUMN report_utilisation.allocated_pct IS 'allocated / reported, %.';
@@ -150,9 +195,10 @@ COMMENT ON COLUMN report_users.jobs IS 'Jobs (replicas and array tasks each coun
 COMMENT ON COLUMN report_users.gpu_hours IS 'Allocated GPU-hours in the window.';
 COMMENT ON COLUMN report_users.pct IS 'Of the reported GPU-hours, %.';
 
-COMMENT ON VIEW report_models IS 'Per GPU model over the whole log: allocated, idle, down and reported GPU-hours (`model_usage_between(start_ms, end_ms)` for a window).';
+COMMENT ON VIEW report_models IS 'Per GPU model over the whole log: allocated, idle, down, planned down and reported GPU-hours (`model_usage_between(start_ms, end_ms)` for a window).';
 COMMENT ON COLUMN report_models.allocated_gpu_hours IS 'GPU-hours held by allocations on GPUs of the model.';
-COMMENT ON COLUMN report_models.idle_gpu_hours IS 'GPU-hours of the model''s GPUs on up nodes nobody held.';
+COMMENT ON COLUMN report_models.idle_gpu_hours IS 'GPU-hours of the model''s GPUs on up nodes nobody held, outside maintenance windows.';
 COMMENT ON COLUMN report_models.down_gpu_hours IS 'GPU-hours of the model''s GPUs while their node was lost.';
 COMMENT ON COLUMN report_models.reported_gpu_hours IS 'GPU-hours of every registered GPU of the model.';
 COMMENT ON COLUMN report_models.allocated_pct IS 'allocated / reported, %.';
+COMMENT ON COLUMN report_models.planned_down_gpu_hours IS 'GPU-hours of the model''s GPUs in maintenance windows, not allocated or down meanwhile.';

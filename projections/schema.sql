@@ -200,13 +200,24 @@ CREATE TABLE IF NOT EXISTS nodes (
     memory_mib        BIGINT,
     gpu_count         BIGINT,
     simulated         BOOLEAN,
-    status            VARCHAR,          -- ready | lost
+    status            VARCHAR,          -- nodes.node_state: ready | cordoned | draining | drained | lost
     labels            JSON,
     registered_at_ms  BIGINT,
     last_heartbeat_ms BIGINT,
     lost_at_ms        BIGINT,
     lost_message      VARCHAR,
     running_members   BIGINT
+);
+
+CREATE TABLE IF NOT EXISTS maintenance_windows (
+    window_id       VARCHAR NOT NULL,
+    node            VARCHAR NOT NULL,
+    start_ms        BIGINT,
+    end_ms          BIGINT,
+    until_ms        BIGINT,
+    reason          VARCHAR,
+    scheduled_at_ms BIGINT,
+    cancelled_at_ms BIGINT
 );
 
 CREATE TABLE IF NOT EXISTS gpus (

@@ -436,3 +436,13 @@ SELECT a.tenant, a.job_id, a.node, a.gpu_index, g.model, a.gpu_milli, g.sm_activ
            AS idle_gpus
 FROM allocations a JOIN gpu_now g ON g.node = a.node AND g.gpu_index = a.gpu_index
 WHERE a.ended_at_ms IS NULL AND a.gpu_index >= 0;
+
+-- Maintenance windows per node with their phase at "now" (the fold's `MaintenanceWindow.phase`
+-- over the interval it derived: planned down over [start_ms, until_ms)).
+CREATE OR REPLACE VIEW node_maintenance AS
+SELECT m.node, m.window_id, m.start_ms, m.end_ms, m.until_ms, m.reason,
+       CASE WHEN m.cancelled_at_ms IS NOT NULL AND m.cancelled_at_ms <= c.now_ms THEN 'cancelled'
+            WHEN c.now_ms >= m.end_ms THEN 'ended'
+            WHEN c.now_ms >= m.start_ms THEN 'active'
+            ELSE 'scheduled' END AS phase
+FROM maintenance_windows m CROSS JOIN clock c;

@@ -10,6 +10,8 @@
         replicas: 6
       - at: 900
         node_down: n3
+      - at: 950
+        maintenance: {id: fw, nodes: [n1, n2], start: 2h, end: 4h}
 
 Everything else in the document is read by `services.domain.inputs.configfile`.
 """
@@ -28,6 +30,8 @@ from gpuledger.events import (
     JobPriorityChanged,
     JobReleased,
     JobRequeued,
+    MaintenanceCancelled,
+    MaintenanceScheduled,
     NodeCordoned,
     NodeInfo,
     NodeLost,
@@ -104,10 +108,13 @@ def from_document(doc: Any, name: str = "scenario") -> Scenario:
     )
 
 
+def _ms(name: str, value: float | int | str) -> int:
+    """A scenario time (`at`, a window's `start`) in ms."""
+    return round(value * 1000) if isinstance(value, float) else seconds(name, value) * 1000
+
+
 def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]:
-    at_ms = (
-        round(entry.at * 1000) if isinstance(entry.at, float) else seconds("at", entry.at) * 1000
-    )
+    at_ms = _ms("at", entry.at)
     common = dict(producer="scenario", now_ms=at_ms)
     if entry.submit is not None:
         spec = job_spec(entry.submit)
@@ -139,6 +146,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             actor=entry.by,
             priority=entry.priority,
             nice=entry.nice,
+            priority_class=entry.klass,
             reason=entry.reason,
             **common,
         )
@@ -152,6 +160,27 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             job_id=named,
             tenant=tenants.get(named, "-"),
             actor=entry.by,
+            reason=entry.reason,
+            **common,
+        )
+    if (m := entry.maintenance) is not None:
+        return at_ms, stamp(
+            MaintenanceScheduled,
+            key=f"{m.id}@{at_ms}",
+            correlation_id=m.id,
+            window_id=m.id,
+            nodes=tuple(m.nodes),
+            start_ms=_ms("start", m.start),
+            end_ms=_ms("end", m.end),
+            reason=entry.reason,
+            **common,
+        )
+    if entry.maintenance_cancel is not None:
+        return at_ms, stamp(
+            MaintenanceCancelled,
+            key=f"{entry.maintenance_cancel}@{at_ms}",
+            correlation_id=entry.maintenance_cancel,
+            window_id=entry.maintenance_cancel,
             reason=entry.reason,
             **common,
         )

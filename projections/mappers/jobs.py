@@ -69,6 +69,17 @@ class JobMappers(ProjectionState):
         if svc is not None and (svc.spec.is_service or svc.spec.array):  # runs as its replicas
             self._sync_replicas(e.job_id, seq, e)  # (or tasks)
 
+    def _priority_changed(self, seq: int, e: ev.JobPriorityChanged) -> None:
+        """`gpuledger update`: the row's priority (and class, after `--class`) as folded."""
+        key = self.ledger.job_key(e.tenant, e.job_id)
+        rec = None if key is None else self.ledger.jobs.get(key)
+        job = None if key is None else self.jobs.get(key)
+        if rec is None or job is None:
+            return
+        job.priority, job.priority_class = rec.priority, rec.spec.priority_class
+        job.preemptible, job.slo_class = rec.preemptible, rec.slo_class
+        self._touch(job, seq, e.occurred_at_ms)
+
     def _request_refused(self, seq: int, e: ev.RequestRefused) -> None:
         """A submission refused while job ids were global created no job (the fold undid
         it: `Ledger.refused_creation`): neither does its row."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuledger import events as ev
 from gpuledger.projections.mappers.rows import (
     GpuRow,
+    MaintenanceRow,
     NodeRow,
     _dumps,
 )
@@ -83,6 +84,23 @@ class NodeMappers(ProjectionState):
         if n is not None:
             n.status = node_state(self.ledger, e.node)
             self.batch.upsert(n)
+
+    def _maintenance(self, seq: int, e: ev.MaintenanceScheduled | ev.MaintenanceCancelled) -> None:
+        """A window as the fold derived it (`MaintenanceWindow`): one row per node."""
+        w = self.ledger.maintenance.get(e.window_id)
+        if w is not None:
+            self.batch.upsert(
+                MaintenanceRow(
+                    window_id=w.window_id,
+                    node=w.nodes,
+                    start_ms=w.start_ms,
+                    end_ms=w.end_ms,
+                    until_ms=w.until_ms,
+                    reason=w.reason,
+                    scheduled_at_ms=w.scheduled_ms,
+                    cancelled_at_ms=w.cancelled_ms,
+                )
+            )
 
     def _metrics(self, seq: int, e: ev.GpuMetricsReported) -> None:
         add = self._add_metric

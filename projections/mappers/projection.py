@@ -241,6 +241,9 @@ _HANDLERS = {
     ev.NodeLost: Projection._node_lost,
     ev.NodeCordoned: Projection._node_control,
     ev.NodeUncordoned: Projection._node_control,
+    ev.JobPriorityChanged: Projection._priority_changed,
+    ev.MaintenanceScheduled: Projection._maintenance,
+    ev.MaintenanceCancelled: Projection._maintenance,
     ev.GpuMetricsReported: Projection._metrics,
 }
 

@@ -207,6 +207,15 @@ NodeRow = _row_class(
     "node",
 )
 
+MaintenanceRow = _row_class(
+    "MaintenanceRow",
+    "maintenance_windows",
+    "window_id node start_ms end_ms until_ms reason scheduled_at_ms cancelled_at_ms",
+    "window_id",
+    expanded="node",
+)
+"""A maintenance window (the fold's `MaintenanceWindow`): the table has a row per node."""
+
 GpuRow = _row_class(
     "GpuRow",
     "gpus",
@@ -233,7 +242,16 @@ PriorityClassRow = _row_class(
 
 ROW_CLASSES: dict[str, type[Row]] = {
     c.TABLE: c
-    for c in (JobRow, AllocationRow, PreemptionRow, NodeRow, GpuRow, TenantRow, PriorityClassRow)
+    for c in (
+        JobRow,
+        AllocationRow,
+        PreemptionRow,
+        NodeRow,
+        GpuRow,
+        TenantRow,
+        PriorityClassRow,
+        MaintenanceRow,
+    )
 }
 
 APPEND_COLUMNS: dict[str, tuple[str, ...]] = {

@@ -17,6 +17,7 @@ from gpuledger.services.cli import (
     check,
     demo,
     gateway,
+    maintenance,
     metrics,
     nodes,
     operator,
@@ -188,7 +189,8 @@ app.add_typer(status.app)  # status
 app.add_typer(submit.app)  # submit, cancel, scale
 app.add_typer(demo.app)  # demo
 app.add_typer(operator.app)  # hold, release, requeue, update, top
-app.add_typer(operator.node_app, name="node")  # node cordon, drain, uncordon
+operator.node_app.command("maintenance")(maintenance.maintenance_command)
+app.add_typer(operator.node_app, name="node")  # node cordon, drain, uncordon, maintenance
 app.add_typer(metrics.app)  # metrics
 app.add_typer(whatif.app)  # export, verify, replay
 app.add_typer(whatif_io.app)  # compare

@@ -70,7 +70,15 @@ def discover(
 def _node_table(rows, wide):
     headers = ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
     if wide:
-        headers += ["POOL", "LEAF", "CLIQUES", "RUNNING", "LAST-HEARTBEAT", "SIMULATED"]
+        headers += [
+            "POOL",
+            "LEAF",
+            "CLIQUES",
+            "RUNNING",
+            "LAST-HEARTBEAT",
+            "SIMULATED",
+            "MAINTENANCE",
+        ]
     out = []
     for r in rows:
         line = [
@@ -91,6 +99,7 @@ def _node_table(rows, wide):
                 r["running_members"],
                 humanize_ms(r["now_ms"] - hb) + " ago" if hb is not None else "<never>",
                 r["simulated"],
+                r["maintenance"] or "",
             ]
         out.append(line)
     return headers, out

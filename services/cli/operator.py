@@ -146,6 +146,9 @@ def update(
     nice: int | None = typer.Option(
         None, "--nice", help="Or: the class's priority minus this (positive lowers it)."
     ),
+    klass: str | None = typer.Option(
+        None, "--class", help="Or: a pending job's new priority class (its value and more)."
+    ),
     reason: str = _reason_option("change"),
     tenant: str | None = TENANT_OPT,
     nats_url: str | None = NATS_OPT,
@@ -154,17 +157,36 @@ def update(
     """Change a pending or running job's priority (Slurm `scontrol update Priority=|Nice=`):
     queue order and preemption use it at once. A tenant may lower its job's priority and
     raise it back up to its class's; above that needs the operator (exit 1, nothing
-    published). Exactly one of --priority and --nice (exit 2 otherwise)."""
+    published). `--class` moves a pending job to another priority class (Slurm `QOS=`): its
+    value, preemptibility and SLO class, as if submitted with it; a placed job is refused
+    (exit 1), and a class that is not configured or above the job's class's value (for a
+    tenant) is refused by the scheduler's fold and shown by `why` (`RequestRefused`).
+    Exactly one of --priority, --nice and --class (exit 2 otherwise)."""
     from gpuledger.events.control import PRIORITY_MAX
 
-    if (priority is None) == (nice is None):
-        fail("give exactly one of --priority and --nice", 2)
+    if sum(x is not None for x in (priority, nice, klass)) != 1:
+        fail("give exactly one of --priority, --nice and --class", 2)
+    if klass is not None:
+        from gpuledger.events.ids import InvalidId, validate_token
+
+        try:
+            validate_token("priority class", klass)
+        except InvalidId as exc:
+            fail(str(exc), 2)
     if priority is not None and not 0 <= priority <= PRIORITY_MAX:
         fail(f"--priority {priority}: out of range (0 to {PRIORITY_MAX})", 2)
     if nice is not None and not -PRIORITY_MAX <= nice <= PRIORITY_MAX:
         fail(f"--nice {nice}: out of range ({-PRIORITY_MAX} to {PRIORITY_MAX})", 2)
     _control(
-        "JobPriorityChanged", job_id, tenant, reason, nats_url, creds, priority=priority, nice=nice
+        "JobPriorityChanged",
+        job_id,
+        tenant,
+        reason,
+        nats_url,
+        creds,
+        priority=priority,
+        nice=nice,
+        priority_class=klass,
     )
 
 

@@ -18,8 +18,8 @@ from gpuledger.services.cli.output import render_table
 from gpuledger.services.cli.reading import DEFAULT_DATA, DataOption, DbOption, _query, db_path
 
 NOTE = (
-    "planned down: 0 until maintenance windows exist; reserved: 0, backfill reservations "
-    "hold no GPU idle in the log"
+    "planned down: maintenance windows (gpuledger node maintenance); reserved: 0, backfill "
+    "reservations hold no GPU idle in the log"
 )
 
 
@@ -115,7 +115,8 @@ CSV_COLUMNS = ("section", "tenant", "user", "model", "category", "jobs", "gpu_ho
 
 def csv_text(doc: dict[str, Any]) -> str:
     """The report as one CSV table, a row per number: `section` is utilisation, tenant,
-    user or model (a model's row per category: allocated, idle, down, reported)."""
+    user or model (a model's row per category: allocated, idle, down, planned_down,
+    reported)."""
     out = io.StringIO()
     w = csv.DictWriter(out, CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
@@ -129,7 +130,7 @@ def csv_text(doc: dict[str, Any]) -> str:
     for r in doc["users"]:
         w.writerow({"section": "user", "category": "allocated", **r})
     for r in doc["models"]:
-        for c in ("allocated", "idle", "down", "reported"):
+        for c in ("allocated", "idle", "down", "planned_down", "reported"):
             pct = r["allocated_pct"] if c == "allocated" else None
             w.writerow(
                 {
@@ -165,7 +166,7 @@ def report_command(
     data: DataOption = DEFAULT_DATA,
 ) -> None:
     """Cluster utilisation of a window like Slurm's sreport: reported GPU-hours split into
-    allocated, idle, down (nodes lost), planned down (0 until maintenance windows exist) and
+    allocated, idle, down (nodes lost), planned down (maintenance windows) and
     reserved (0), in GPU-hours and %; the top tenants and users by allocated GPU-hours; per
     GPU model. The same numbers are SQL (`utilisation_between(start_ms, end_ms)` and the
     `report_*` views). Exit codes: 2 invalid options, 4 projection busy."""

@@ -53,6 +53,13 @@ def problem(cls: type, actor: str, st, fields: dict) -> str | None:
     if cls is ev.JobPriorityChanged:
         if st.state in ("submitted", *TERMINAL_STATES):
             return f"{st.job_id!r} is {st.state}: only an admitted, unfinished job"
+        if fields.get("priority_class") is not None:
+            if st.state != JobState.pending:
+                return (
+                    f"{st.job_id!r} is {st.state}: only a pending job's class can change "
+                    "(a placed job keeps the class it was placed under)"
+                )
+            return None  # the class's value and existence: the fold's (RequestRefused)
         base = st.class_priority if st.class_priority is not None else st.priority
         new = fields["priority"] if fields.get("priority") is not None else base - fields["nice"]
         if not 0 <= new <= PRIORITY_MAX:
@@ -87,7 +94,7 @@ async def control_job(
     reason: str = "",
     producer: str = "cli",
     read_log: bool = True,
-    **fields: int | None,
+    **fields: int | str | None,
 ) -> Outcome:
     """Publish a job control event `cls` (`JobHeld`, `JobReleased`, `JobRequeued`,
     `JobPriorityChanged` with its `fields`) for a job `tenant` has

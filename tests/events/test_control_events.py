@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from gpuledger import events as ev
+from gpuledger.events.control import NODE_CONTROL_EVENTS
 
 JOB = dict(job_id="j1", tenant="org/a")
 
@@ -25,6 +26,11 @@ JOB = dict(job_id="j1", tenant="org/a")
         (ev.JobMovedToTop(**JOB), "gl.ctl.org/a.j1.JobMovedToTop"),
         (ev.NodeCordoned(node="n1", drain=True), "gl.admin.node.n1.NodeCordoned"),
         (ev.NodeUncordoned(node="n1"), "gl.admin.node.n1.NodeUncordoned"),
+        (
+            ev.MaintenanceScheduled(window_id="fw", nodes=("n1",), start_ms=1, end_ms=2),
+            "gl.admin.maint.fw.MaintenanceScheduled",
+        ),
+        (ev.MaintenanceCancelled(window_id="fw"), "gl.admin.maint.fw.MaintenanceCancelled"),
     ],
 )
 def test_each_control_event_travels_on_the_subject_of_its_actor(event, subject):
@@ -40,7 +46,7 @@ def test_gpuledger_schema_lists_every_control_event():
         check=True,
     ).stdout
     schema = json.loads(out)
-    for cls in (*ev.CONTROL_EVENTS, ev.NodeCordoned, ev.NodeUncordoned):
+    for cls in (*ev.CONTROL_EVENTS, *NODE_CONTROL_EVENTS):
         assert cls.__struct_config__.tag in json.dumps(schema), cls.__name__
 
 
@@ -52,8 +58,15 @@ def test_gpuledger_schema_lists_every_control_event():
         {"type": "JobHeld.v1", **JOB, "actor": "root"},
         {"type": "JobHeld.v1", **JOB, "reason": "x" * 501},
         {"type": "NodeCordoned.v1", "node": "n1", "deadline_s": -1},
+        {
+            "type": "MaintenanceScheduled.v1",
+            "window_id": "w",
+            "nodes": ["n1"],
+            "start_ms": -1,
+            "end_ms": 5,
+        },
     ],
-    ids=["priority", "nice", "actor", "reason", "deadline"],
+    ids=["priority", "nice", "actor", "reason", "deadline", "window-start"],
 )
 def test_out_of_range_control_events_do_not_decode(doc):
     with pytest.raises(ev.UndecodableEvent):

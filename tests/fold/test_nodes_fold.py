@@ -14,6 +14,8 @@ def test_the_nodes_fold_handles_the_node_events():
         ev.NodeLost,
         ev.NodeCordoned,
         ev.NodeUncordoned,
+        ev.MaintenanceScheduled,
+        ev.MaintenanceCancelled,
     }
 
 

@@ -94,7 +94,7 @@ CASES = [
                 {"at": 0, "submit": {"id": "j1", "tenant": "org/a", "gpus": 1}, "cancel": "j1"}
             ]
         ),
-        "timeline[0]: an entry needs exactly one of submit, cancel, scale, node_down, hold, release, requeue, update, top, cordon, uncordon, drain (got submit, cancel)",
+        "timeline[0]: an entry needs exactly one of submit, cancel, scale, node_down, hold, release, requeue, update, top, cordon, uncordon, drain, maintenance, maintenance_cancel (got submit, cancel)",
     ),
     (
         "negative-at",

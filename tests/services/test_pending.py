@@ -355,6 +355,26 @@ def test_node_cordoned_a_job_that_fits_only_on_a_cordoned_node_says_which():
     )
 
 
+def test_maintenance_a_job_whose_run_would_reach_a_window_says_which():
+    ledger, _ = scheduled(fleet(N8))
+    fold(
+        ledger,
+        [
+            ev.MaintenanceScheduled(
+                window_id="fw", nodes=("n1",), start_ms=3_600_000, end_ms=7_200_000
+            )
+        ],
+    )
+    fold(ledger, [submitted(at_ms=1, id="j", tenant="a", gpus=2)])
+    fold(ledger, Admission().decide(ledger, 1))
+    e = why(Scheduler().decide(ledger, 2), "j")
+    assert (e.reason, e.message) == (
+        PendingReason.Maintenance,
+        "fits only on nodes of maintenance window fw (n1, t+1h to t+2h): the job has no time limit",
+    )
+    assert e.details["maintenance"] == ["fw"]
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 

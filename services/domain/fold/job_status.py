@@ -55,6 +55,8 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """The priority admission gave, where a priority change changed it since."""
     held_by: str | None = None
     """Who holds the job (`tenant` or `operator`, `gpuledger hold`); None when not held."""
+    priority_class: str | None = None
+    """The class in force, where `gpuledger update --class` changed it since submission."""
 
 
 def parse_subject(subject: str) -> tuple[str, str] | None:
@@ -86,6 +88,7 @@ def job_status(ledger: Ledger, tenant: str, job_id: str) -> JobStatus:
         spec=None if job.unreadable else job.client_spec,
         held_by=None if job.hold is None else job.hold.actor,
         class_priority=job.class_priority,
+        priority_class=None if job.submitted_class is None else job.spec.priority_class,
     )
 
 

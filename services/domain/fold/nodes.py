@@ -1,7 +1,7 @@
 """The nodes fold: nodes registered (with their GPUs), their heartbeats, lost and back.
 
-Owns `nodes`, `nodes_version`, `sched.heartbeating` and `sched.cordoned` (the operator's
-cordons: `NodeCordoned`, `NodeUncordoned`), and books each node's spec and
+Owns `nodes`, `nodes_version`, `sched.heartbeating`, `sched.cordoned` (the operator's
+cordons: `NodeCordoned`, `NodeUncordoned`) and `maintenance` (windows: maintenance.py), and books each node's spec and
 schedulability in the fleet. The MIG fold changes a node's GPUs through `replace_info`; a
 lost node's allocations go to the allocations fold to settle.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
-from gpuledger.services.domain.fold import allocations
+from gpuledger.services.domain.fold import allocations, maintenance
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import CordonRecord, NodeRecord
 from gpuledger.services.domain.fold.refusals import Refusal, Refused
@@ -105,13 +105,17 @@ def node_state(ledger: LedgerState, name: str) -> str:
 
 FOLD = Fold(
     name="nodes",
-    owns=frozenset({"nodes", "nodes_version", "sched.heartbeating", "sched.cordoned"}),
+    owns=frozenset(
+        {"nodes", "nodes_version", "sched.heartbeating", "sched.cordoned", "maintenance"}
+    ),
     handlers={
         ev.NodeRegistered: registered,
         ev.NodeHeartbeat: heartbeat,
         ev.NodeLost: lost,
         ev.NodeCordoned: cordoned,
         ev.NodeUncordoned: uncordoned,
+        ev.MaintenanceScheduled: maintenance.scheduled,
+        ev.MaintenanceCancelled: maintenance.cancelled,
     },
-    modules=("nodes",),
+    modules=("nodes", "maintenance"),
 )

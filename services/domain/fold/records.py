@@ -77,6 +77,45 @@ class CordonRecord:
     deadline_ms: int | None = None
 
 
+@dataclass(frozen=True)
+class MaintenanceWindow:
+    """A maintenance window the operator planned (`MaintenanceScheduled`; `cancelled_ms` set by
+    `MaintenanceCancelled`). Its nodes are planned down over [`start_ms`, `until_ms`): the one
+    interval the scheduler, `nodes`, `why` and the projection (and so `gpuledger report`) use."""
+
+    window_id: str
+    nodes: tuple[str, ...]
+    """Sorted, each once."""
+    start_ms: int
+    end_ms: int
+    reason: str
+    scheduled_ms: int
+    cancelled_ms: int | None = None
+
+    @property
+    def until_ms(self) -> int:
+        """When its nodes return: its end, or its cancel if earlier (a window cancelled
+        before it starts is empty: `until_ms <= start_ms`)."""
+        return self.end_ms if self.cancelled_ms is None else min(self.end_ms, self.cancelled_ms)
+
+    def reaches(self, from_ms: int, to_ms: int | None) -> bool:
+        """Whether work on its nodes over [`from_ms`, `to_ms`) (None: without end) would
+        reach into the window."""
+        return (
+            self.start_ms < self.until_ms
+            and from_ms < self.until_ms
+            and (to_ms is None or to_ms > self.start_ms)
+        )
+
+    def phase(self, now_ms: int) -> str:
+        """`cancelled`, `ended`, `active` (its nodes are planned down now) or `scheduled`."""
+        if self.cancelled_ms is not None and self.cancelled_ms <= now_ms:
+            return "cancelled"
+        if now_ms >= self.end_ms:
+            return "ended"
+        return "active" if now_ms >= self.start_ms else "scheduled"
+
+
 @dataclass
 class JobRecord:
     """A job's folded state."""
@@ -152,13 +191,21 @@ class JobRecord:
     def job_id(self) -> str:
         return self.spec.job_id
 
+    submitted_class: str | None = None
+    """The class it was submitted with, once `update --class` changed `spec.priority_class`
+    (the class in force, which every reader takes): a retried submission still matches."""
+
     @property
     def client_spec(self) -> JobSpec:
-        """The spec as its tenant submitted it (under the id it submitted, not the key)."""
-        if self.name is None:
+        """The spec as its tenant submitted it (under the id it submitted, not the key; with
+        the class it was submitted with)."""
+        if self.name is None and self.submitted_class is None:
             return self.spec
         fields = {f: getattr(self.spec, f) for f in JobSpec.__struct_fields__}  # (or a view's)
-        fields.update(job_id=self.name)
+        if self.name is not None:
+            fields.update(job_id=self.name)
+        if self.submitted_class is not None:
+            fields.update(priority_class=self.submitted_class)
         return JobSpec(**fields)
 
     @property
@@ -417,6 +464,9 @@ class LedgerState:
     `limit`); cleared when `TimeLimitReached` is folded or the allocation ends."""
     nodes_version: int = 0
     """Bumped whenever a node registers, is lost or comes back."""
+    maintenance: dict[str, MaintenanceWindow] = field(default_factory=dict)
+    """Every maintenance window the log holds, by id, cancelled ones included (the nodes
+    fold: `maintenance.scheduled`, `maintenance.cancelled`)."""
     last_seq: int = 0
     folding_seq: int = 0
     """Sequence of the event being folded (set by `apply`, for handlers)."""

@@ -178,6 +178,14 @@ PENDING: tuple[PendingRule, ...] = (
         "it would fit only on nodes the operator cordoned (`gpuledger node cordon`): which "
         "nodes, and why the first is cordoned",
     ),
+    PendingRule(
+        PendingReason.Maintenance,
+        False,
+        False,
+        "it would fit only on nodes of a maintenance window (`gpuledger node maintenance`) "
+        "its run would reach: which window, its nodes and span, and whether it is in force, "
+        "the job has no time limit, or its time limit would reach into it",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

@@ -17,6 +17,7 @@ from gpuledger.services.domain.inputs.schema.errors import (
 from gpuledger.services.domain.inputs.schema.files import (
     EntryDoc,
     FileDoc,
+    MaintenanceDoc,
 )
 from gpuledger.services.domain.inputs.schema.job import JobDoc
 from gpuledger.services.domain.inputs.schema.job_checks import _check_job
@@ -211,10 +212,33 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
             problems.append(
                 f"{path}.{verb}: no node {node!r} in the cluster{_suggest(node, nodes)}"
             )
+        elif e.maintenance is not None and (
+            (bad := [n for n in e.maintenance.nodes if nodes and n not in nodes])
+            or _span(e.maintenance) is not None
+        ):
+            problems.append(
+                f"{path}.maintenance: no node {bad[0]!r} in the cluster{_suggest(bad[0], nodes)}"
+                if bad
+                else f"{path}.maintenance: {_span(e.maintenance)}"
+            )
         elif e.node_down is not None and nodes and e.node_down not in nodes:
             problems.append(
                 f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}"
             )
+
+
+def _span(m: MaintenanceDoc) -> str | None:
+    """What is wrong with a window's span (None: it ends after it starts)."""
+    from gpuledger.services.domain.inputs.quantities import seconds
+
+    def at(v: float | int | str) -> float:
+        return v if isinstance(v, float) else seconds("time", v)
+
+    try:
+        ok = at(m.end) > at(m.start)
+    except ValueError as exc:
+        return str(exc)
+    return None if ok else "end must be after start"
 
 
 ENTRY_ACTIONS = (
@@ -230,6 +254,8 @@ ENTRY_ACTIONS = (
     "cordon",
     "uncordon",
     "drain",
+    "maintenance",
+    "maintenance_cancel",
 )
 
 

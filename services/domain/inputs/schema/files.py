@@ -22,6 +22,18 @@ from gpuledger.services.domain.inputs.schema.units import (
 # ------------------------------------------------------------------ scenarios
 
 
+class MaintenanceDoc(Strict, kw_only=True, frozen=True):
+    """A maintenance window (`MaintenanceScheduled`): its nodes are planned down from `start`
+    to `end` (times on the scenario's clock, like `at`)."""
+
+    id: str
+    """The window's name."""
+    nodes: list[str]
+    """The nodes it takes down."""
+    start: Duration
+    end: Duration
+
+
 class EntryDoc(Strict, kw_only=True, frozen=True):
     """One timeline entry: exactly one action (`ENTRY_ACTIONS`: submit, cancel, scale,
     node_down, and the operator's verbs), at time `at`."""
@@ -43,11 +55,14 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     top: str | None = None
     """A pending job moved to the top of its tenant's queue (`JobMovedToTop`)."""
     update: str | None = None
-    """A job whose priority changes (`JobPriorityChanged`): with `priority` or `nice`."""
+    """A job whose priority changes (`JobPriorityChanged`): with `priority`, `nice` or
+    `class`."""
     priority: int | None = None
     """`update` entries: the new priority."""
     nice: int | None = None
     """`update` entries: the class's priority minus this."""
+    klass: str | None = msgspec.field(default=None, name="class")
+    """`update` entries: a pending job's new priority class (`update --class`)."""
     cordon: str | None = None
     """A node the operator cordons (`NodeCordoned`): no new placements on it."""
     uncordon: str | None = None
@@ -59,6 +74,10 @@ class EntryDoc(Strict, kw_only=True, frozen=True):
     """`drain` entries: at once, minimum runtime and non-preemptible work included."""
     deadline: Duration | None = None
     """`drain` entries: after this long, what is left is drained as with `force`."""
+    maintenance: MaintenanceDoc | None = None
+    """A maintenance window the operator plans (`MaintenanceScheduled`)."""
+    maintenance_cancel: str | None = None
+    """A maintenance window (by id) cancelled (`MaintenanceCancelled`)."""
     by: Literal["tenant", "operator"] = "tenant"
     """Who holds, releases or requeues (`hold` / `release` / `requeue` entries)."""
     reason: str = ""

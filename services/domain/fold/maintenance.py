@@ -1,0 +1,93 @@
+"""Maintenance windows (issue 42; Slurm `scontrol create reservation flags=maint`): part of
+the nodes aggregate (`nodes.FOLD`), which owns `maintenance`.
+
+A window is folded once into a `MaintenanceWindow` (records.py) and every reader takes its
+planned-down interval from there: the scheduler's `maintenance` stage, `gpuledger nodes`,
+`why` and the projection's `maintenance_windows` table (so `gpuledger report`'s planned
+down; `closed_nodes` is what a run started now may not use). Invariants: a window names only registered nodes, ends after it starts, has an id of
+its own and overlaps no live window on a node they share; otherwise it is refused and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpuledger import events as ev
+from gpuledger.events.reasons import FoldRefusal
+from gpuledger.services.domain.fold.records import MaintenanceWindow
+from gpuledger.services.domain.fold.refusals import Refusal
+
+if TYPE_CHECKING:
+    from gpuledger.services.domain.fold.records import LedgerState
+
+
+def problem(ledger: LedgerState, e: ev.MaintenanceScheduled) -> Refusal | None:
+    """Why the window `e` cannot be scheduled (None: it can). The CLI asks the same."""
+    if e.window_id in ledger.maintenance:
+        return Refusal(FoldRefusal.DuplicateWindow, f"window {e.window_id!r} exists already")
+    if not e.nodes:
+        return Refusal(FoldRefusal.InvalidWindow, f"window {e.window_id!r} names no node")
+    unknown = [n for n in e.nodes if n not in ledger.nodes]
+    if unknown:
+        return Refusal(FoldRefusal.UnknownNode, f"no node {', '.join(map(repr, unknown))}")
+    if e.end_ms <= e.start_ms:
+        return Refusal(FoldRefusal.InvalidWindow, "the window ends before it starts")
+    for other in ledger.maintenance.values():
+        shared = sorted(set(other.nodes) & set(e.nodes))
+        if shared and other.reaches(e.start_ms, e.end_ms):
+            return Refusal(
+                FoldRefusal.InvalidWindow,
+                f"overlaps window {other.window_id!r} on {', '.join(shared)}",
+            )
+    return None
+
+
+def scheduled(ledger: LedgerState, e: ev.MaintenanceScheduled) -> Refusal | None:
+    refusal = problem(ledger, e)
+    if refusal is not None:
+        return refusal
+    ledger.maintenance[e.window_id] = MaintenanceWindow(
+        e.window_id,
+        tuple(sorted(set(e.nodes))),
+        e.start_ms,
+        e.end_ms,
+        e.reason,
+        e.occurred_at_ms,
+    )
+    return None
+
+
+def cancelled(ledger: LedgerState, e: ev.MaintenanceCancelled) -> Refusal | None:
+    window = ledger.maintenance.get(e.window_id)
+    if window is None or window.cancelled_ms is not None:
+        return Refusal(FoldRefusal.UnknownWindow, f"no window {e.window_id!r} to cancel")
+    ledger.maintenance[e.window_id] = replace(window, cancelled_ms=e.occurred_at_ms)
+    return None
+
+
+def reaching(
+    ledger: LedgerState, node: str, from_ms: int, to_ms: int | None
+) -> MaintenanceWindow | None:
+    """The first window (by start, then id) of `node` that work over [from_ms, to_ms) would
+    reach into; None when none would."""
+    hits = [w for w in ledger.maintenance.values() if node in w.nodes and w.reaches(from_ms, to_ms)]
+    return min(hits, key=lambda w: (w.start_ms, w.window_id)) if hits else None
+
+
+def closed_nodes(ledger: LedgerState, now_ms: int, limit_s: int | None) -> frozenset[str]:
+    """The nodes a run started at `now_ms` with time limit `limit_s` (None: none) may not
+    start on: those of every window it would reach (the scheduler's `maintenance` stage, and
+    preemption, which frees no capacity there for such a job)."""
+    if not ledger.maintenance:
+        return frozenset()
+    end = None if limit_s is None else now_ms + limit_s * 1000
+    return frozenset(
+        n for w in ledger.maintenance.values() if w.reaches(now_ms, end) for n in w.nodes
+    )
+
+
+def in_force(ledger: LedgerState, node: str, now_ms: int) -> MaintenanceWindow | None:
+    """The window that has `node` planned down at `now_ms`, if any."""
+    return reaching(ledger, node, now_ms, now_ms + 1)
