@@ -119,7 +119,7 @@ class Admission(LedgerService):
                 if over is not None:
                     raise Rejection(over.reason, over.message, **over.details)
             except Rejection as r:
-                out[job_id] = r
+                out[job_id] = r.with_traceback(None)  # kept: no frame, so no reference cycle
                 continue
             admitted.add(job.spec)
             out[job_id] = cls

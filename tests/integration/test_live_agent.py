@@ -199,7 +199,10 @@ def process_alive(pid: int | None) -> bool:
 
 async def test_agent_restart_readopts_running_members_without_starting_twice(live, tmp_path):
     doc = live_doc("live-preemption.yaml")
-    doc["timeline"] = doc["timeline"][:1]  # only the batch job, 5 s of steps
+    doc["timeline"] = doc["timeline"][:1]  # only the batch job
+    # 15 s of steps: it still runs when the restarted agent adopts it, under any load
+    command = doc["timeline"][0]["submit"]["command"]
+    command[command.index("--steps") + 1] = "750"
     c = live("live-preemption.yaml")
     c.doc = doc
     c.config.write_text(yaml.safe_dump(doc))
@@ -224,7 +227,7 @@ async def test_agent_restart_readopts_running_members_without_starting_twice(liv
         ]
         assert records and all(process_alive(r.pid) for r in records)
         c.agent("n1")
-        ledger = await live_player.wait_for_jobs(bus, ["batch-job"], 30, poll_s=0.3)
+        ledger = await live_player.wait_for_jobs(bus, ["batch-job"], 60, poll_s=0.3)
         _, log = await live_player.fold(bus)
     finally:
         await bus.close()
