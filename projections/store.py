@@ -47,7 +47,8 @@ from gpuledger.projections.reading import (  # noqa: F401 - re-exported: the rea
 )
 from gpuledger.services.runtime.gctune import collector_paused
 
-SCHEMA_VERSION = 6  # 4: jobs.user; 5: tenants.submit_limits, tenants.user_limits; 6: maintenance_windows
+# 4: jobs.user; 5: tenants.submit_limits, tenants.user_limits; 6: maintenance_windows
+SCHEMA_VERSION = 6
 _log = logging.getLogger("gpuledger.projector")
 
 _ARROW_TYPES = {
