@@ -139,28 +139,13 @@ async def test_the_operators_hold_says_held_and_only_the_operator_releases_it(
 async def test_only_the_operator_cordons_and_drains_and_a_cordoned_node_takes_no_new_job(
     server, bus, tmp_path
 ):
-    from gpuledger.services.domain.tooling.stamp import stamp
+    from tests.integration.test_maintenance_live import register_node_1
 
     server.add_principals(f"ci:{A}")
     await publish_config(server.access(), CONFIG)
     (tmp_path / "config.yaml").write_text(json.dumps(CONFIG))
     procs = Processes(server, tmp_path / "config.yaml", tmp_path)
-    gpus = tuple(
-        ev.GpuInfo(index=i, uuid=f"GPU-{i}", model="A100-80GB", memory_mib=81920, clique="c0")
-        for i in range(4)
-    )
-    info = ev.NodeInfo(name="node-1", cpu_milli=64000, memory_mib=512000, gpus=gpus)
-    await bus.publish(
-        stamp(
-            ev.NodeRegistered,
-            key="node-1",
-            producer="node-agent/node-1",
-            now_ms=0,
-            correlation_id="node-1",
-            node=info,
-            heartbeat_s=0,
-        )
-    )
+    await register_node_1(bus)  # 4 GPUs
     creds = str(server.creds(f"ci:{A}"))
     try:
         for role in ("admission", "quota", "scheduler", "preemption"):
