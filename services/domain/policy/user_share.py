@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpuledger.services.domain.fold.records import ALL_USERS
+
 if TYPE_CHECKING:
     from gpuledger.services.domain.fold.ledger import Ledger
 
@@ -19,15 +21,15 @@ Holdings = dict[tuple[str, str], list[int]]
 
 
 def holdings(state: Ledger) -> Holdings:
-    """[placed jobs, GPU milli held] per (tenant, user) over the active allocations; a job
-    without a user counts as `-`."""
-    out: Holdings = {}
+    """[placed jobs, GPU milli held] per (tenant, user); a job without a user counts as `-`.
+    The job count is the fold's tally (`placed_jobs`); the capacity is summed over the active
+    allocations, the one place it is derived."""
+    out: Holdings = {
+        key: [n, 0] for key, n in sorted(state.placed_jobs.items()) if n and key[1] != ALL_USERS
+    }
     for alloc_id in sorted(state.active):
         rec = state.allocations[alloc_id]
         owner = state.jobs.get(rec.job_id)
-        if owner is None:
-            continue
-        u = out.setdefault((rec.tenant, owner.spec.submitter), [0, 0])
-        u[0] += 1
-        u[1] += rec.gpu_milli
+        if owner is not None:
+            out.setdefault((rec.tenant, owner.spec.submitter), [0, 0])[1] += rec.gpu_milli
     return out
