@@ -51,8 +51,9 @@ The **observed** column (`measure_observed`) reads an import's observation sidec
 - wait = first observed start - submit, per SLO class, over jobs that started in the window;
   a job with no start is never placed; a job running when the trace began (start before the
   window) is left out of waits and of never-placed;
-- `gpu_hours` = the sum over every run of the job's GPUs x (end - start), clipped to the
-  window; a missing start (started before the window) is the window start, a missing end
+- `gpu_hours` = the sum over every run of the GPUs it held (its own when the source
+  recorded them, e.g. a Slurm `gres=gpu:1` given a whole GPU, then a MIG slice after a
+  requeue; else the job's) x (end - start), clipped to the window; a missing start (started before the window) is the window start, a missing end
   (running at the end) is the window end; `gpu_allocation_pct` = that GPU time over the
   imported nodes' capacity x the window;
 - `preemptions`: runs the source recorded as `PREEMPTED` (earlier runs and final states);
@@ -544,14 +545,18 @@ def measure_observed(
             waits[cls].append((first - o.submit_ms) / 1000)
             facts.wait_s[o.job] = (first - o.submit_ms) / 1000
         interval = o.checkpoint_s * 1000
-        ran = [(r.start_ms, r.end_ms, r.state) for r in o.runs if r.start_ms is not None]
+        ran = [
+            (r.start_ms, r.end_ms, r.state, o.gpu_milli if r.gpu_milli is None else r.gpu_milli)
+            for r in o.runs
+            if r.start_ms is not None
+        ]
         if o.start_ms is not None or o.started_before:
-            ran.append((o.start_ms, o.end_ms, o.state))  # no start: the window start
-        for start, end, state in ran:
-            span = clipped(o.gpu_milli, start, end)
+            ran.append((o.start_ms, o.end_ms, o.state, o.gpu_milli))  # no start: window start
+        for start, end, state, gpu_milli in ran:
+            span = clipped(gpu_milli, start, end)
             if _state(state) == "PREEMPTED":
                 preempted += 1
-                lost_gpu_ms += o.gpu_milli * (span % interval if interval > 0 else span)
+                lost_gpu_ms += gpu_milli * (span % interval if interval > 0 else span)
         if outcome == "completed" and o.end_ms is not None:
             jct.append((o.end_ms - o.submit_ms) / 1000)
             facts.completion_s[o.job] = (o.end_ms - o.submit_ms) / 1000

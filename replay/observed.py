@@ -40,12 +40,15 @@ VERSION = 1
 
 
 class Run(msgspec.Struct, frozen=True, array_like=True):
-    """One earlier run of a job (before a requeue): start, end (ms, None = unknown) and the
-    state the source gave it (`PREEMPTED`, `REQUEUED`, `NODE_FAIL`, ...)."""
+    """One earlier run of a job (before a requeue): start, end (ms, None = unknown), the
+    state the source gave it (`PREEMPTED`, `REQUEUED`, `NODE_FAIL`, ...) and the GPU
+    milli-units it held when they differ from the job's (a Slurm `gres=gpu:1` may get a whole
+    GPU in one run and a MIG slice in the next; None = the job's `gpu_milli`)."""
 
     start_ms: int | None
     end_ms: int | None
     state: str
+    gpu_milli: int | None = None
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

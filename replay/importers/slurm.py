@@ -295,6 +295,17 @@ class _Quiet:
             pass
 
 
+def _run_gpu_milli(fields: dict[str, str], job_milli: int) -> int | None:
+    """The GPU milli-units an earlier run held (its own AllocTRES), None when the same as
+    the job's last run or unknown: an untyped `gres=gpu:1` is a whole GPU in one run and a
+    MIG slice in another."""
+    shape = None if never_ran(fields) else row_shape(fields, "", _Quiet)  # type: ignore[arg-type]
+    if shape is None:
+        return None
+    milli = shape[1] * shape[0].gpu_milli_total()
+    return None if milli == job_milli else milli
+
+
 @dataclass
 class _Task:
     index: int
@@ -566,6 +577,7 @@ def _observed(
     ):
         end = None  # sacct prints End=Unknown for these; never a cancel
     runs: list[Run] = []
+    gpu_milli = nodes * res.gpu_milli_total()
     for r in records[:-1]:  # earlier runs of a requeued job (`--duplicates`), in file order
         try:
             runs.append(
@@ -573,6 +585,7 @@ def _observed(
                     None if never_ran(r.fields) else parse_time(r.fields["Start"], tz),
                     parse_time(r.fields["End"], tz),
                     r.fields["State"].split()[0].upper() if r.fields["State"].strip() else "",
+                    _run_gpu_milli(r.fields, gpu_milli),
                 )
             )
         except ValueError:

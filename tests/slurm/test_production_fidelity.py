@@ -27,10 +27,6 @@ OPEN_GAPS = {
     "frees, Slurm 0-2 s later (its schedulers' cadence), so by the `high` wave the replay's "
     "wave 1 is about 9 s ahead and `urgent1`, `urgent3` and `urgentmig` find free GPUs; "
     "`urgent2` (untyped `gpu:2`, given a 1g.10gb and a 3g.40gb slice) is not imported",
-    "GPU-hours": "observed 0.0543, baseline 0.0563 (+3.5 %): +18 GPU-s from `cancelrun1..2`, "
-    "started 9 s before Slurm started them (the same scheduling cadence) and cancelled at "
-    "their recorded time; -10 GPU-s from `slow1..2`, not preempted in the replay (Slurm "
-    "preempted them at the `high` wave and re-ran them to their time limit)",
 }
 
 
