@@ -132,9 +132,12 @@ def test_observed_entry_equals_an_independent_computation_from_the_raw_file(what
     assert m["wait_s_p50_by_class"] == {"batch": 300.0, "interactive": 60.0}
     assert m["wait_s_p99_by_class"] == {"batch": 1200.0, "interactive": 600.0}
     assert m["never_placed_by_class"] == {"batch": 2, "interactive": 0}
-    # 2001 2x2h, 2002 4x1h + 4x2h, 2003 0, 2004 1x14m, 2005 1x1h, 2006 8x40m, 2009 1x15m,
+    # 2001 2x2h, 2002 4x1h on 3g.40gb slices (3/7 GPU each, its first run's own AllocTRES)
+    # + 4x2h on whole GPUs, 2003 0, 2004 1x14m, 2005 1x1h, 2006 8x40m, 2009 1x15m,
     # 2010 2x55m (the window ends at 11:30, the last time seen)
-    assert m["gpu_hours"] == pytest.approx(4 + 4 + 8 + 14 / 60 + 1 + 8 * 40 / 60 + 0.25 + 110 / 60)
+    assert m["gpu_hours"] == pytest.approx(
+        4 + 4 * 0.429 + 8 + 14 / 60 + 1 + 8 * 40 / 60 + 0.25 + 110 / 60
+    )
 
 
 def test_observed_final_states_and_preemptions(whatif_json):
@@ -149,9 +152,10 @@ def test_observed_final_states_and_preemptions(whatif_json):
         "cancelled": 1,
         "unfinished": 2,
     }
-    # 2002's first run (line 3) and 2010; no checkpoint: both runs' GPU time is lost
+    # 2002's first run (line 3, four 3g.40gb slices) and 2010; no checkpoint: both runs' GPU
+    # time is lost
     assert m["preemptions"] == 2
-    assert m["lost_gpu_hours"] == pytest.approx(4 * 1 + 2 * 55 / 60)
+    assert m["lost_gpu_hours"] == pytest.approx(4 * 0.429 * 1 + 2 * 55 / 60)
 
 
 def test_html_report_draws_observed_beside_the_replay(whatif_json):
