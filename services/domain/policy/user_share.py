@@ -57,3 +57,11 @@ def standing(state: Ledger, tenant: str, user: str, now_ms: int) -> int:
 def held_share(state: Ledger, held: Holdings, tenant: str, user: str) -> int:
     """GPU milli the user holds now per unit of weight (floored)."""
     return held.get((tenant, user), (0, 0))[1] // weight(state, tenant, user)
+
+
+def shares(state: Ledger, now_ms: int) -> dict[tuple[str, str], tuple[int, int]]:
+    """(weight, decayed usage in milli-GPU·ms at `now_ms`) of every (tenant, user) with usage
+    folded or capacity held: what the queue orders a tenant's users by (`gpuledger users
+    --log`)."""
+    keys = sorted(set(state.quota.user_usage) | set(state.user_gpu_milli))
+    return {(t, u): (weight(state, t, u), state.user_usage_at(t, u, now_ms)) for t, u in keys}
