@@ -54,7 +54,7 @@ def _num(v: Any) -> str:
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
-def _with_shares(rows: list[dict[str, Any]], log: Path, tenant: str | None) -> list[dict]:
+def _with_shares(rows: list[dict[str, Any]], log: Path, tenant: str | None) -> list[dict[str, Any]]:
     """`rows` with each user's fair-share numbers from the log folded as the services fold
     it (`user_share.shares` at the log's last event): its weight, decayed usage and usage
     over weight in GPU-hours; a user with usage but no work now gets a row of its own. The
