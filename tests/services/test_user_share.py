@@ -128,3 +128,25 @@ def test_a_weight_below_one_is_a_configuration_error(bad):
     doc = {"tenants": [{"name": "a", "users": {"overrides": {"alice": {"weight": bad}}}}]}
     with pytest.raises(ConfigFileError, match=r"users\.overrides\.alice\.weight"):
         config_events(doc)
+
+
+def test_what_each_user_holds_is_the_sum_of_their_active_allocations_at_every_step():
+    # given examples/fair-tree.yaml (a sweep, a 4-GPU job, a single job; starts and ends)
+    from pathlib import Path
+
+    from gpuledger.replay.scenario import load
+    from gpuledger.replay.simulator import simulate
+    from gpuledger.services.domain.fold.ledger import Ledger
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "fair-tree.yaml"
+    ledger = Ledger()
+    for seq, _, e in simulate(load(example)).log:
+        ledger.apply(seq, e)
+        # then after every event the fold's tally per user is its active allocations' sum
+        want: dict[tuple[str, str], int] = {}
+        for a in ledger.active:
+            rec = ledger.allocations[a]
+            key = (rec.tenant, ledger.jobs[rec.job_id].spec.submitter)
+            want[key] = want.get(key, 0) + rec.gpu_milli
+        assert ledger.user_gpu_milli == want
+        assert sum(want.values()) == sum(ledger.tenant_gpu_milli.values())
