@@ -342,5 +342,22 @@ def tenants(con, tenant: str | None) -> dict[str, Any]:
         "limits": limits,
         "daily": daily,
         "preemptions": pre,
+        "report": usage_report(con, tenant),
         **clock(con),
     }
+
+
+def usage_report(con, tenant: str | None) -> dict[str, Any]:
+    """`gpuledger report`'s numbers over the whole log (projections/report.py, the same
+    SQL): utilisation by category, every tenant's and user's allocated GPU-hours, every GPU
+    model. Confined to `tenant`, only its subtree's tenants and users, and no cluster-wide
+    split (it would show what other tenants hold)."""
+    from gpuledger.projections.report import report, window
+
+    start, end = window(con, None, None)
+    r = report(con, start, end, top=1_000_000)
+    if tenant:
+        r["utilisation"], r["models"] = {}, []
+        r["tenants"] = [x for x in r["tenants"] if in_tenant(x["tenant"], tenant)]
+        r["users"] = [x for x in r["users"] if in_tenant(x["tenant"], tenant)]
+    return r

@@ -162,3 +162,54 @@ def test_the_whatif_folder_lists_logs_not_their_observation_files(tmp_path):
     for name in ("a.jsonl", "a.observed.jsonl", "b.parquet"):
         (tmp_path / name).write_text("")
     assert list_logs(tmp_path) == ["a.jsonl", "b.parquet"]
+
+
+def _table(html: str, table_id: str) -> list[list[str]]:
+    """The body rows of the page's table `table_id`, as cell texts."""
+    import re
+
+    body = html.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    return [
+        [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", body.split("<tbody>", 1)[1])
+    ]
+
+
+def test_the_tenants_page_shows_gpuledger_reports_numbers(tmp_path):
+    # given examples/users-report.yaml projected (research's alice and bob, prod's carol)
+    import json
+
+    from gpuledger.replay.scenario import load
+    from gpuledger.replay.simulator import simulate
+    from tests.projections.audit_cli import EXAMPLES
+
+    rebuild(simulate(load(EXAMPLES / "users-report.yaml")).log, tmp_path / "projection.duckdb")
+    out = CliRunner().invoke(cli, ["report", "--data", str(tmp_path), "-o", "json"])
+    assert out.exit_code == 0, out.output
+    rep = json.loads(out.output)
+    # when the Tenants page is asked for
+    html = client(tmp_path).get("/tenants").text
+    # then it shows report's utilisation, tenants and users, to the hundredth
+    assert _table(html, "report-utilisation") == [
+        [c.replace("_", "-"), f"{u['gpu_hours']:.2f}", f"{u['pct']:.2f}%"]
+        for c, u in rep["utilisation"].items()
+    ]
+    assert _table(html, "report-tenants") == [
+        [r["tenant"], str(r["jobs"]), f"{r['gpu_hours']:.2f}", f"{r['pct']:.2f}%"]
+        for r in rep["tenants"]
+    ]
+    users = _table(html, "report-users")
+    assert users == [
+        [r["tenant"], r["user"], str(r["jobs"]), f"{r['gpu_hours']:.2f}", f"{r['pct']:.2f}%"]
+        for r in rep["users"]
+    ]
+    assert {(t, u) for t, u, *_ in users} == {
+        ("research", "alice"),
+        ("research", "bob"),
+        ("prod", "carol"),
+        ("prod", "-"),
+    }
+    # and a tenant confined by the proxy sees its own tenants and users only, no cluster split
+    mine = client(tmp_path, tenant_header="X-Tenant").get("/tenants", headers={"X-Tenant": "prod"})
+    assert {r[0] for r in _table(mine.text, "report-users")} == {"prod"}
+    assert 'id="report-utilisation"' not in mine.text and "research" not in mine.text
