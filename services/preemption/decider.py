@@ -102,8 +102,11 @@ class Preemption(LedgerService):
         return {"retry_at": {}, "regeometry_at": {}}
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
-        if state.sched.cordoned and (drains := drain.requests(self, state, now_ms)):
-            return drains  # the operator's drains first (services/preemption/drain.py)
+        draining = state.sched.cordoned or state.maintenance
+        if draining and (
+            drains := drain.requests(self, state, now_ms)
+        ):  # the operator's drains and windows in force first (preemption/drain.py)
+            return drains
         if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
             return []  # nobody is blocked on capacity: nothing to plan
         queue = ordered_pending(state, now_ms)

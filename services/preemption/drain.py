@@ -1,11 +1,15 @@
 """The preemption service's drain pass: the runs on nodes the operator drains
-(`NodeCordoned` with `drain`, events/control.py) are asked to checkpoint and leave.
+(`NodeCordoned` with `drain`, events/control.py), and on the nodes of a maintenance window
+once it starts (`MaintenanceScheduled`; the fold's `maintenance.in_force_on`), are asked to
+checkpoint and leave.
 
 Each active allocation with a member on a draining node, not already asked to stop, gets a
 `PreemptionRequested` with reason `Drain` and no beneficiary (its job is requeued and placed
 elsewhere: the `cordon` stage keeps it off the node) as soon as it may:
 
-- at once with `force`, or once the drain's `deadline_ms` has passed;
+- at once with `force`, once the drain's `deadline_ms` has passed, or on a node whose
+  maintenance window is in force (the window's start is its deadline: minimum runtime and
+  non-preemptibility hold work back only until then);
 - otherwise only preemptible work, once it has run `policy.min_runtime_s` (until then the
   drain waits for it, and asks for a wake-up when the minimum runtime lapses); non-preemptible
   work is left to finish (or to the deadline).
@@ -15,21 +19,45 @@ Pure: reads the ledger; the caller emits. One request per run (keyed by its allo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from gpuledger.events import Event, PreemptionRequested
 from gpuledger.events.reasons import PreemptionReason
 from gpuledger.services.domain.fold.ledger import AllocationRecord, Ledger
+from gpuledger.services.domain.fold.maintenance import in_force_on, next_start
 from gpuledger.services.domain.policy.member_stop import grace_ms
 from gpuledger.services.domain.tooling.deciding import LedgerService
 
 
-def draining(state: Ledger) -> list[str]:
-    """The nodes being drained, by name."""
+class Draining(NamedTuple):
+    """Why a node is drained: the requests' message, and the maintenance window in force on
+    it (None: the operator's drain, `NodeCordoned` with `drain`)."""
+
+    message: str
+    window: str | None = None
+
+
+def draining(state: Ledger, now_ms: int) -> dict[str, Draining]:
+    """The nodes being drained at `now_ms`, by name: a window in force first (what runs
+    there leaves at once), then the operator's drains."""
+    out: dict[str, Draining] = {}
+    if state.maintenance:
+        for n, w in in_force_on(state, now_ms).items():
+            why = f" ({w.reason})" if w.reason else ""
+            out[n] = Draining(f"node {n} is in maintenance window {w.window_id}{why}", w.window_id)
     nodes = state.nodes
-    return [n for n in sorted(state.sched.cordoned) if (c := nodes[n].cordon) and c.drain]
+    for n in sorted(state.sched.cordoned):
+        if (c := nodes[n].cordon) and c.drain:
+            out.setdefault(n, Draining(f"node {n} is being drained"))
+    return dict(sorted(out.items()))
 
 
-def _may_leave_at(state: Ledger, rec: AllocationRecord, now_ms: int, node: str) -> int | None:
+def _may_leave_at(
+    state: Ledger, rec: AllocationRecord, now_ms: int, node: str, why: Draining
+) -> int | None:
     """When the run may be drained (<= now_ms: now); None: not before the deadline."""
+    if why.window is not None:
+        return now_ms  # the window is in force: its start was the deadline
     cordon = state.nodes[node].cordon
     assert cordon is not None
     if cordon.force or (cordon.deadline_ms is not None and now_ms >= cordon.deadline_ms):
@@ -44,10 +72,10 @@ def _may_leave_at(state: Ledger, rec: AllocationRecord, now_ms: int, node: str) 
     return after
 
 
-def _runs(state: Ledger) -> list[tuple[str, AllocationRecord]]:
-    """(node, allocation) of every run on a draining node not yet asked to stop."""
+def _runs(state: Ledger, nodes: dict[str, Draining]) -> list[tuple[str, AllocationRecord]]:
+    """(node, allocation) of every run on `nodes` not yet asked to stop."""
     out, seen = [], set()
-    for node in draining(state):
+    for node in nodes:
         for alloc_id in sorted(state.agents.node_allocations.get(node, ())):
             rec = state.allocations[alloc_id]
             if alloc_id in seen or rec.ended or rec.preemption is not None:
@@ -60,11 +88,14 @@ def _runs(state: Ledger) -> list[tuple[str, AllocationRecord]]:
 def requests(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
     """`PreemptionRequested` (reason `Drain`) for every run that may leave a draining node now."""
     out: list[Event] = []
-    for node, rec in _runs(state):
-        at = _may_leave_at(state, rec, now_ms, node)
+    nodes = draining(state, now_ms)
+    for node, rec in _runs(state, nodes):
+        why = nodes[node]
+        at = _may_leave_at(state, rec, now_ms, node, why)
         if at is None or at > now_ms:
             continue
         job = state.jobs.get(rec.job_id)
+        details = {"node": node} if why.window is None else {"node": node, "window": why.window}
         out.append(
             svc.emit(
                 state,
@@ -77,16 +108,19 @@ def requests(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
                 beneficiary="",
                 reason=PreemptionReason.Drain,
                 deadline_ms=now_ms + grace_ms(state, job),
-                message=f"node {node} is being drained",
-                details={"node": node},
+                message=why.message,
+                details=details,
             )
         )
     return out
 
 
 def next_wakeup_ms(state: Ledger, now_ms: int) -> int | None:
-    """When a waiting run on a draining node may leave (a minimum runtime or a deadline)."""
-    if not state.sched.cordoned:
-        return None
-    times = [_may_leave_at(state, rec, now_ms, node) for node, rec in _runs(state)]
+    """When a waiting run on a draining node may leave (a minimum runtime or a deadline), or
+    a maintenance window starts on a node that runs work."""
+    nodes = draining(state, now_ms) if state.sched.cordoned else {}
+    times = [_may_leave_at(state, rec, now_ms, n, nodes[n]) for n, rec in _runs(state, nodes)]
+    if state.maintenance:
+        busy = sorted(n for n, allocs in state.agents.node_allocations.items() if allocs)
+        times += [next_start(state, n, now_ms) for n in busy]
     return min((t for t in times if t is not None and t > now_ms), default=None)

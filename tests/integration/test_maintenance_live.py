@@ -18,6 +18,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.client_requests import ask_status
 from tests.integration.cluster import Processes, cli
 from tests.integration.test_security import CONFIG, A, job_file, one_line_error, stored
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -113,5 +114,45 @@ async def test_the_operator_plans_a_window_and_a_job_without_a_limit_waits_for_i
         await status(bus, "open", lambda s: s.state not in ("submitted", "pending"))
         unknown = await asyncio.to_thread(gl, "--cancel", "fw")
         assert unknown.returncode == 2 and "UnknownWindow" in one_line_error(unknown)
+    finally:
+        procs.stop()
+
+
+async def test_the_work_running_on_a_windows_nodes_is_drained_when_it_starts(server, bus, tmp_path):
+    """Given a job running on node-1, when the operator plans a window on node-1 that is
+    already in force, then the preemption service asks the run to leave at once, reason
+    `Drain`, naming the window (what the nodes' agents then checkpoint and evict)."""
+    await publish_config(server.access(), CONFIG)
+    (tmp_path / "config.yaml").write_text(json.dumps(CONFIG))
+    procs = Processes(server, tmp_path / "config.yaml", tmp_path)
+    await register_node_1(bus)
+    try:
+        for role in ("admission", "quota", "scheduler", "preemption"):
+            procs.start(role)
+        done = await asyncio.to_thread(
+            cli, "submit", str(job_file(tmp_path, "open", A)), "--wait", "--nats-url", server.url
+        )
+        assert done.returncode == 0, done.stderr
+        await status(bus, "open", lambda s: s.state not in ("submitted", "pending"))
+        assert not await stored(bus, "gl.preempt.open.PreemptionRequested")
+        # when a window on node-1 starts (a minute ago) while open runs there
+        now = time.time_ns() // 1_000_000
+        start, end = iso(now - 60_000), iso(now + 3_600_000)
+        done = await asyncio.to_thread(
+            cli,
+            *("node", "maintenance", "node-1", "--start", start, "--end", end),
+            *("--name", "fw", "--reason", "firmware", "--nats-url", server.url),
+            timeout=90,
+        )
+        assert done.returncode == 0, done.stderr
+
+        # then open is asked to checkpoint and leave, for no other job, naming the window
+        async def asked():
+            raw = await bus.last_message("gl.preempt.open.PreemptionRequested")
+            return None if raw is None else ev.decode(raw.data)
+
+        req = await eventually_async(asked, 30, "the drain's request")
+        assert (req.job_id, req.reason, req.beneficiary) == ("open", "Drain", "")
+        assert req.message == "node node-1 is in maintenance window fw (firmware)"
     finally:
         procs.stop()

@@ -4,7 +4,8 @@ the nodes aggregate (`nodes.FOLD`), which owns `maintenance`.
 A window is folded once into a `MaintenanceWindow` (records.py) and every reader takes its
 planned-down interval from there: the scheduler's `maintenance` stage, `gpuledger nodes`,
 `why` and the projection's `maintenance_windows` table (so `gpuledger report`'s planned
-down; `closed_nodes` is what a run started now may not use). Invariants: a window names only registered nodes, ends after it starts, has an id of
+down; `closed_nodes` is what a run started now may not use; `in_force_on` is what the
+preemption service drains at a window's start). Invariants: a window names only registered nodes, ends after it starts, has an id of
 its own and overlaps no live window on a node they share; otherwise it is refused and
 changes nothing.
 """
@@ -91,3 +92,24 @@ def closed_nodes(ledger: LedgerState, now_ms: int, limit_s: int | None) -> froze
 def in_force(ledger: LedgerState, node: str, now_ms: int) -> MaintenanceWindow | None:
     """The window that has `node` planned down at `now_ms`, if any."""
     return reaching(ledger, node, now_ms, now_ms + 1)
+
+
+def in_force_on(ledger: LedgerState, now_ms: int) -> dict[str, MaintenanceWindow]:
+    """Per node planned down at `now_ms`, the window doing so: what still runs there is
+    drained as a drain whose deadline has passed (services/preemption/drain.py)."""
+    out: dict[str, MaintenanceWindow] = {}
+    for w in sorted(ledger.maintenance.values(), key=lambda w: (w.start_ms, w.window_id)):
+        if w.start_ms <= now_ms < w.until_ms:
+            for n in w.nodes:
+                out.setdefault(n, w)
+    return out
+
+
+def next_start(ledger: LedgerState, node: str, now_ms: int) -> int | None:
+    """When the next window of `node` starts after `now_ms` (None: none ahead)."""
+    starts = [
+        w.start_ms
+        for w in ledger.maintenance.values()
+        if node in w.nodes and now_ms < w.start_ms < w.until_ms
+    ]
+    return min(starts, default=None)
