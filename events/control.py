@@ -192,6 +192,12 @@ class MaintenanceScheduled(Event, frozen=True, kw_only=True, tag="MaintenanceSch
     """When it ends (the nodes return), epoch ms; after `start_ms`."""
     reason: Note = ""
     """Why, in the operator's words."""
+    origin: Literal["config"] | msgspec.UnsetType = msgspec.UNSET
+    """`config`: declared in the configuration's `reservations:` (published with it, its
+    event id derived from its content), so it may name nodes whose agents have not registered
+    yet, and declaring it again unchanged changes nothing. Unset (left out of the JSON): the
+    operator's `gpuledger node maintenance`. Added after v1 without a new tag: unset encodes
+    as before."""
 
 
 class MaintenanceCancelled(Event, frozen=True, kw_only=True, tag="MaintenanceCancelled.v1"):

@@ -16,7 +16,6 @@ that cannot apply is refused at once with the reason, and nothing is published:
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from gpuledger.services.cli.connect import (
     may_read_log,
     run_on_bus,
 )
+from gpuledger.services.domain.inputs.node_ranges import expand_nodes
 
 app = typer.Typer()
 
@@ -193,42 +193,6 @@ def update(
 # ---------------------------------------------------------------- nodes (the operator only)
 
 node_app = typer.Typer(help="The operator's node verbs: cordon, drain, uncordon.")
-RANGE = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<body>[0-9,\-]+)\](?P<tail>[^\[\]]*)$")
-
-
-def expand_nodes(text: str) -> list[str]:
-    """Node names from `NODES`: names and Slurm-style ranges separated by commas outside
-    brackets (`node-[1-3,7],gpu-a`; a range keeps its zero padding, `n[01-03]`), in the order
-    given, each once. ValueError (one line) for a malformed range or name."""
-    from gpuledger.events.ids import validate_token
-
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    out: list[str] = []
-    for part in parts:
-        m = RANGE.match(part)
-        names = [part]
-        if m is not None:
-            names = []
-            for item in m["body"].split(","):
-                lo, _, hi = item.partition("-")
-                if not lo or (hi == "" and "-" in item) or (hi and int(hi) < int(lo)):
-                    raise ValueError(f"node range {part!r}: {item!r} is not N or N-M (N <= M)")
-                width = len(lo) if lo.startswith("0") else 0
-                for i in range(int(lo), int(hi or lo) + 1):
-                    names.append(f"{m['head']}{i:0{width}d}{m['tail']}")
-        for name in names:
-            validate_token("node", name)
-            if name not in out:
-                out.append(name)
-    return out
 
 
 async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:

@@ -156,3 +156,31 @@ async def test_the_work_running_on_a_windows_nodes_is_drained_when_it_starts(ser
         assert req.message == "node node-1 is in maintenance window fw (firmware)"
     finally:
         procs.stop()
+
+
+async def test_a_reservation_of_the_configuration_is_published_once_and_listed(
+    server, bus, tmp_path
+):
+    """Given a configuration with a reservation on node-1 (not registered yet), when it is
+    applied twice, then the log holds one `MaintenanceScheduled` (`origin: config`) and
+    `gpuledger node maintenance --list` shows the window, scheduled."""
+    now = time.time_ns() // 1_000_000
+    start, end = iso(now + 3_600_000), iso(now + 7_200_000)
+    doc = {
+        **CONFIG,
+        "reservations": [{"name": "fw", "nodes": "node-1", "start": start, "end": end}],
+    }
+    await publish_config(server.access(), doc)
+    await publish_config(server.access(), doc)
+    windows = [
+        ev.decode(rec.data)
+        async for rec in bus.read_all()
+        if rec.subject == "gl.admin.maint.fw.MaintenanceScheduled"
+    ]
+    assert [(w.window_id, w.nodes, w.origin) for w in windows] == [("fw", ("node-1",), "config")]
+    listed = await asyncio.to_thread(
+        cli, "node", "maintenance", "--list", "-o", "json", "--nats-url", server.url, timeout=90
+    )
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert (row["window"], row["nodes"], row["phase"]) == ("fw", ["node-1"], "scheduled")

@@ -5,9 +5,11 @@ A window is folded once into a `MaintenanceWindow` (records.py) and every reader
 planned-down interval from there: the scheduler's `maintenance` stage, `gpuledger nodes`,
 `why` and the projection's `maintenance_windows` table (so `gpuledger report`'s planned
 down; `closed_nodes` is what a run started now may not use; `in_force_on` is what the
-preemption service drains at a window's start). Invariants: a window names only registered nodes, ends after it starts, has an id of
-its own and overlaps no live window on a node they share; otherwise it is refused and
-changes nothing.
+preemption service drains at a window's start). Invariants: a window names only registered
+nodes (the configuration's `reservations:` may name nodes before they register), ends after
+it starts, has an id of its own and overlaps no live window on a node they share; otherwise
+it is refused and changes nothing (a configuration's window declared again unchanged is
+accepted and changes nothing).
 """
 
 from __future__ import annotations
@@ -24,13 +26,26 @@ if TYPE_CHECKING:
     from gpuledger.services.domain.fold.records import LedgerState
 
 
+def declared_again(ledger: LedgerState, e: ev.MaintenanceScheduled) -> bool:
+    """Whether `e` is a window of the configuration's `reservations:` declared again as the
+    log already holds it (the configuration applied once more): it changes nothing."""
+    w = ledger.maintenance.get(e.window_id)
+    return (
+        e.origin == "config"
+        and w is not None
+        and (w.nodes, w.start_ms, w.end_ms) == (tuple(sorted(set(e.nodes))), e.start_ms, e.end_ms)
+    )
+
+
 def problem(ledger: LedgerState, e: ev.MaintenanceScheduled) -> Refusal | None:
-    """Why the window `e` cannot be scheduled (None: it can). The CLI asks the same."""
+    """Why the window `e` cannot be scheduled (None: it can). The CLI asks the same. A
+    window of the configuration may name nodes not registered yet (declared before their
+    agents start, as a configuration declares its nodes)."""
     if e.window_id in ledger.maintenance:
         return Refusal(FoldRefusal.DuplicateWindow, f"window {e.window_id!r} exists already")
     if not e.nodes:
         return Refusal(FoldRefusal.InvalidWindow, f"window {e.window_id!r} names no node")
-    unknown = [n for n in e.nodes if n not in ledger.nodes]
+    unknown = [n for n in e.nodes if n not in ledger.nodes and e.origin != "config"]
     if unknown:
         return Refusal(FoldRefusal.UnknownNode, f"no node {', '.join(map(repr, unknown))}")
     if e.end_ms <= e.start_ms:
@@ -46,6 +61,8 @@ def problem(ledger: LedgerState, e: ev.MaintenanceScheduled) -> Refusal | None:
 
 
 def scheduled(ledger: LedgerState, e: ev.MaintenanceScheduled) -> Refusal | None:
+    if declared_again(ledger, e):
+        return None
     refusal = problem(ledger, e)
     if refusal is not None:
         return refusal

@@ -9,6 +9,7 @@ from gpuledger.services.domain.inputs.schema.config import (
     ClassDoc,
     ClusterDoc,
     PolicyDoc,
+    ReservationDoc,
     ScheduleDoc,
     TenantDoc,
 )
@@ -100,6 +101,8 @@ class FileDoc(Strict, kw_only=True, frozen=True):
     policy: PolicyDoc | None = None  # type: ignore[valid-type]  # built by defstruct from Policy
     schedules: list[ScheduleDoc] = []
     """Time-of-day policies (cron + zone) that change tenants and priority classes."""
+    reservations: list[ReservationDoc] = []
+    """Maintenance windows (`gpuledger node maintenance`), published with the configuration."""
     timeline: list[EntryDoc] | None = None
     until: Duration | None = None
     """Scenarios: stop the simulation at this virtual time (a scenario with schedules would
