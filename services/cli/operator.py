@@ -196,7 +196,8 @@ node_app = typer.Typer(help="The operator's node verbs: cordon, drain, uncordon.
 
 
 async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
-    """The nodes of `names` not yet `drained` when the wait ends (empty: all are): the log
+    """The nodes of `names` not yet `drained` when the wait ends (empty: all are), each with
+    the runs left and why they wait (services/preemption/drain.py's `waiting`): the log
     folded as the services fold it (acceptance rules, receive times), checked after each
     message, until every node is drained or `timeout_s` has passed."""
     import asyncio
@@ -225,7 +226,12 @@ async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
         await asyncio.wait_for(follow(), timeout_s)
     except TimeoutError:
         pass
-    return left
+    if not left:
+        return []
+    from gpuledger.services.preemption.drain import waiting
+
+    why = waiting(ledger, time.time_ns() // 1_000_000)
+    return [n + "".join(f" ({job}: {text})" for job, text in why.get(n, ())) for n in left]
 
 
 def _node_control(
@@ -330,10 +336,11 @@ def drain(
 ) -> None:
     """Drain nodes (kubectl `drain`; Slurm DRAIN -> DRAINED): cordon them, and move what runs
     there off with checkpoint-then-evict (requeued, placed elsewhere) once each run may leave:
-    after its minimum runtime, and never non-preemptible work, unless --force or past
-    --deadline. `gpuledger nodes` shows `draining` while runs are left, then `drained`. The
-    operator only; exit 2 for a malformed range or deadline, 1 for an unknown node; with
-    --wait, 0 once every node is drained, 4 when --timeout passes first (naming those left)."""
+    after its minimum runtime, within its job's disruption budget (`min_available`), and
+    never non-preemptible work, unless --force or past --deadline. `gpuledger nodes` shows
+    `draining` while runs are left, then `drained`. The operator only; exit 2 for a malformed
+    range or deadline, 1 for an unknown node; with --wait, 0 once every node is drained, 4
+    when --timeout passes first (naming those left, each run left and why it waits)."""
     from gpuledger.services.domain.inputs.quantities import seconds
 
     deadline_s = None

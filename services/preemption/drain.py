@@ -11,8 +11,9 @@ elsewhere: the `cordon` stage keeps it off the node) as soon as it may:
   maintenance window is in force (the window's start is its deadline: minimum runtime and
   non-preemptibility hold work back only until then);
 - otherwise only preemptible work, once it has run `policy.min_runtime_s` (until then the
-  drain waits for it, and asks for a wake-up when the minimum runtime lapses); non-preemptible
-  work is left to finish (or to the deadline).
+  drain waits for it, and asks for a wake-up when the minimum runtime lapses), and only
+  within its job's disruption budget (`min_available`, drain_budget.py); non-preemptible
+  work is left to finish (or to the deadline). `waiting` says why each run left waits.
 
 Pure: reads the ledger; the caller emits. One request per run (keyed by its allocation).
 """
@@ -27,6 +28,8 @@ from gpuledger.services.domain.fold.ledger import AllocationRecord, Ledger
 from gpuledger.services.domain.fold.maintenance import in_force_on, next_start
 from gpuledger.services.domain.policy.member_stop import grace_ms
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.timefmt import instant
+from gpuledger.services.preemption.drain_budget import holds_back
 
 
 class Draining(NamedTuple):
@@ -72,6 +75,18 @@ def _may_leave_at(
     return after
 
 
+def _forced(state: Ledger, node: str, why: Draining, now_ms: int) -> bool:
+    """Whether what is left on `node` leaves regardless of budgets: a window in force,
+    `--force`, or a passed `--deadline`."""
+    cordon = state.nodes[node].cordon
+    return (
+        why.window is not None
+        or cordon is None
+        or cordon.force
+        or (cordon.deadline_ms is not None and now_ms >= cordon.deadline_ms)
+    )
+
+
 def _runs(state: Ledger, nodes: dict[str, Draining]) -> list[tuple[str, AllocationRecord]]:
     """(node, allocation) of every run on `nodes` not yet asked to stop."""
     out, seen = [], set()
@@ -89,11 +104,15 @@ def requests(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
     """`PreemptionRequested` (reason `Drain`) for every run that may leave a draining node now."""
     out: list[Event] = []
     nodes = draining(state, now_ms)
+    leaving: set[str] = set()
     for node, rec in _runs(state, nodes):
         why = nodes[node]
         at = _may_leave_at(state, rec, now_ms, node, why)
         if at is None or at > now_ms:
             continue
+        if not _forced(state, node, why, now_ms) and holds_back(state, rec, leaving):
+            continue  # its disruption budget: it waits until a replica runs again elsewhere
+        leaving.add(rec.allocation_id)
         job = state.jobs.get(rec.job_id)
         details = {"node": node} if why.window is None else {"node": node, "window": why.window}
         out.append(
@@ -116,11 +135,35 @@ def requests(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
 
 
 def next_wakeup_ms(state: Ledger, now_ms: int) -> int | None:
-    """When a waiting run on a draining node may leave (a minimum runtime or a deadline), or
-    a maintenance window starts on a node that runs work."""
+    """When a waiting run on a draining node may leave (a minimum runtime, or a deadline
+    that also ends a disruption budget's hold), or a maintenance window starts on a node
+    that runs work."""
     nodes = draining(state, now_ms) if state.sched.cordoned else {}
-    times = [_may_leave_at(state, rec, now_ms, n, nodes[n]) for n, rec in _runs(state, nodes)]
+    runs = _runs(state, nodes)
+    times = [_may_leave_at(state, rec, now_ms, n, nodes[n]) for n, rec in runs]
+    # a run held back by its disruption budget leaves at the deadline
+    times += [c.deadline_ms for n, _ in runs if (c := state.nodes[n].cordon) is not None]
     if state.maintenance:
         busy = sorted(n for n, allocs in state.agents.node_allocations.items() if allocs)
         times += [next_start(state, n, now_ms) for n in busy]
     return min((t for t in times if t is not None and t > now_ms), default=None)
+
+
+def waiting(state: Ledger, now_ms: int) -> dict[str, list[tuple[str, str]]]:
+    """Per draining node with runs left, each run's job and why it has not been asked to
+    leave yet (`gpuledger node drain --wait` names them when its timeout passes)."""
+    nodes = draining(state, now_ms)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for node, rec in _runs(state, nodes):
+        why = nodes[node]
+        at = _may_leave_at(state, rec, now_ms, node, why)
+        if at is None:
+            text = "not preemptible: it leaves at its end, with --force or at a deadline"
+        elif at > now_ms:
+            text = f"protected by its minimum runtime until {instant(at)}"
+        elif _forced(state, node, why, now_ms):
+            continue
+        else:
+            text = holds_back(state, rec, set()) or "about to be asked to leave"
+        out.setdefault(node, []).append((rec.job_id, text))
+    return out
