@@ -198,6 +198,12 @@ class MaintenanceScheduled(Event, frozen=True, kw_only=True, tag="MaintenanceSch
     yet, and declaring it again unchanged changes nothing. Unset (left out of the JSON): the
     operator's `gpuledger node maintenance`. Added after v1 without a new tag: unset encodes
     as before."""
+    tenant: str | msgspec.UnsetType = msgspec.UNSET
+    """A window that holds its nodes for one tenant (`--tenant`; a Slurm reservation for an
+    account): that tenant's jobs may start on them before and during it, the others' only
+    as on a maintenance window's nodes, and what others run there is drained at its start;
+    its nodes are not planned down. Unset (left out of the JSON): a maintenance window.
+    Added after v1 without a new tag: unset encodes as before."""
 
 
 class MaintenanceCancelled(Event, frozen=True, kw_only=True, tag="MaintenanceCancelled.v1"):

@@ -163,7 +163,7 @@ class Preemption(LedgerService):
             off = (
                 outlook.exclude()
                 | closed_models(state, job)
-                | closed_nodes(state, now_ms, job.time_limit_s)
+                | closed_nodes(state, now_ms, job.time_limit_s, job.tenant)
             )
             backfill = backfill_plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
             if backfill is not None:

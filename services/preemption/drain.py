@@ -38,20 +38,29 @@ class Draining(NamedTuple):
 
     message: str
     window: str | None = None
+    spares: str | None = None
+    """The tenant a window holds the node for: its runs stay."""
 
 
 def draining(state: Ledger, now_ms: int) -> dict[str, Draining]:
-    """The nodes being drained at `now_ms`, by name: a window in force first (what runs
-    there leaves at once), then the operator's drains."""
+    """The nodes being drained at `now_ms`, by name: a maintenance window in force first
+    (what runs there leaves at once), then the operator's drains, then a window held for a
+    tenant (what other tenants run there leaves at once)."""
     out: dict[str, Draining] = {}
-    if state.maintenance:
-        for n, w in in_force_on(state, now_ms).items():
+    windows = in_force_on(state, now_ms) if state.maintenance else {}
+    for n, w in windows.items():
+        if w.tenant is None:
             why = f" ({w.reason})" if w.reason else ""
             out[n] = Draining(f"node {n} is in maintenance window {w.window_id}{why}", w.window_id)
     nodes = state.nodes
     for n in sorted(state.sched.cordoned):
         if (c := nodes[n].cordon) and c.drain:
             out.setdefault(n, Draining(f"node {n} is being drained"))
+    for n, w in windows.items():
+        if w.tenant is not None and n not in out:
+            why = f" ({w.reason})" if w.reason else ""
+            held = f"node {n} is held for tenant {w.tenant} by window {w.window_id}{why}"
+            out[n] = Draining(held, w.window_id, w.tenant)
     return dict(sorted(out.items()))
 
 
@@ -90,11 +99,17 @@ def _forced(state: Ledger, node: str, why: Draining, now_ms: int) -> bool:
 def _runs(state: Ledger, nodes: dict[str, Draining]) -> list[tuple[str, AllocationRecord]]:
     """(node, allocation) of every run on `nodes` not yet asked to stop."""
     out, seen = [], set()
-    for node in nodes:
+    for node, why in nodes.items():
         for alloc_id in sorted(state.agents.node_allocations.get(node, ())):
             rec = state.allocations[alloc_id]
             if alloc_id in seen or rec.ended or rec.preemption is not None:
                 continue
+            if (
+                why.spares is not None
+                and (j := state.jobs.get(rec.job_id))
+                and j.tenant == why.spares
+            ):
+                continue  # the tenant the window holds the node for
             seen.add(alloc_id)
             out.append((node, rec))
     return out

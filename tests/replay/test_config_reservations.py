@@ -96,6 +96,7 @@ def test_applying_the_configuration_again_changes_nothing():
         ({"start": "1970-01-01T01:00"}, "reservations[0].start: '1970-01-01T01:00' has no zone"),
         ({"end": "1970-01-01T00:30Z"}, "reservations[0].end: 1970-01-01T00:30Z is not after start"),
         ({"name": "a.b"}, "reservations[0].name: invalid window 'a.b'"),
+        ({"tenant": "cv"}, "reservations[0].tenant: no tenant 'cv' in tenants"),
     ],
 )
 def test_a_bad_reservation_is_one_line_naming_it(change, problem):

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
 from gpuledger.services.domain.fold.records import MaintenanceWindow
@@ -33,7 +35,8 @@ def declared_again(ledger: LedgerState, e: ev.MaintenanceScheduled) -> bool:
     return (
         e.origin == "config"
         and w is not None
-        and (w.nodes, w.start_ms, w.end_ms) == (tuple(sorted(set(e.nodes))), e.start_ms, e.end_ms)
+        and (w.nodes, w.start_ms, w.end_ms, w.tenant)
+        == (tuple(sorted(set(e.nodes))), e.start_ms, e.end_ms, e.tenant or None)
     )
 
 
@@ -73,6 +76,7 @@ def scheduled(ledger: LedgerState, e: ev.MaintenanceScheduled) -> Refusal | None
         e.end_ms,
         e.reason,
         e.occurred_at_ms,
+        tenant=None if isinstance(e.tenant, msgspec.UnsetType) else e.tenant,
     )
     return None
 
@@ -86,23 +90,34 @@ def cancelled(ledger: LedgerState, e: ev.MaintenanceCancelled) -> Refusal | None
 
 
 def reaching(
-    ledger: LedgerState, node: str, from_ms: int, to_ms: int | None
+    ledger: LedgerState, node: str, from_ms: int, to_ms: int | None, tenant: str | None = None
 ) -> MaintenanceWindow | None:
-    """The first window (by start, then id) of `node` that work over [from_ms, to_ms) would
-    reach into; None when none would."""
-    hits = [w for w in ledger.maintenance.values() if node in w.nodes and w.reaches(from_ms, to_ms)]
+    """The first window (by start, then id) of `node` that work of `tenant` over
+    [from_ms, to_ms) would reach into, a window held for `tenant` not counting; None when
+    none would."""
+    hits = [
+        w
+        for w in ledger.maintenance.values()
+        if node in w.nodes and w.closes_for(tenant) and w.reaches(from_ms, to_ms)
+    ]
     return min(hits, key=lambda w: (w.start_ms, w.window_id)) if hits else None
 
 
-def closed_nodes(ledger: LedgerState, now_ms: int, limit_s: int | None) -> frozenset[str]:
-    """The nodes a run started at `now_ms` with time limit `limit_s` (None: none) may not
-    start on: those of every window it would reach (the scheduler's `maintenance` stage, and
-    preemption, which frees no capacity there for such a job)."""
+def closed_nodes(
+    ledger: LedgerState, now_ms: int, limit_s: int | None, tenant: str | None = None
+) -> frozenset[str]:
+    """The nodes a run of `tenant` started at `now_ms` with time limit `limit_s` (None: none)
+    may not start on: those of every window it would reach but those held for `tenant` (the
+    scheduler's `maintenance` stage, and preemption, which frees no capacity there for such
+    a job)."""
     if not ledger.maintenance:
         return frozenset()
     end = None if limit_s is None else now_ms + limit_s * 1000
     return frozenset(
-        n for w in ledger.maintenance.values() if w.reaches(now_ms, end) for n in w.nodes
+        n
+        for w in ledger.maintenance.values()
+        if w.closes_for(tenant) and w.reaches(now_ms, end)
+        for n in w.nodes
     )
 
 
@@ -112,8 +127,9 @@ def in_force(ledger: LedgerState, node: str, now_ms: int) -> MaintenanceWindow |
 
 
 def in_force_on(ledger: LedgerState, now_ms: int) -> dict[str, MaintenanceWindow]:
-    """Per node planned down at `now_ms`, the window doing so: what still runs there is
-    drained as a drain whose deadline has passed (services/preemption/drain.py)."""
+    """Per node under a window at `now_ms`, the window: what still runs there (but the work
+    of the tenant it is held for) is drained as a drain whose deadline has passed
+    (services/preemption/drain.py)."""
     out: dict[str, MaintenanceWindow] = {}
     for w in sorted(ledger.maintenance.values(), key=lambda w: (w.start_ms, w.window_id)):
         if w.start_ms <= now_ms < w.until_ms:

@@ -9,7 +9,8 @@ published is left out (it planned nothing).
 Checked with the file (one line per problem, exit 2, nothing published): a name that is not
 a subject token or is used twice, a malformed node range, a node the file's `cluster.nodes`
 does not declare (when it declares any), a time without its zone, an end not after the
-start, two reservations overlapping on a node they share.
+start, two reservations overlapping on a node they share, a `tenant` the file does not
+configure.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def check(f: FileDoc, declared: set[str], problems: list[str]) -> None:
         except ValueError as exc:
             problems.append(f"{path}.nodes: {exc}")
             continue
+        if r.tenant is not None and r.tenant not in {t.name for t in f.tenants}:
+            problems.append(f"{path}.tenant: no tenant {r.tenant!r} in tenants")
         unknown = sorted(nodes - declared) if declared else []
         if unknown:
             problems.append(
@@ -113,7 +116,7 @@ def events(f: FileDoc, producer: str, at_ms: int) -> list[MaintenanceScheduled]:
         start, end = zoned_ms(r.start), zoned_ms(r.end)
         if end <= at_ms:
             continue
-        key = f"{r.name}:{','.join(nodes)}:{start}:{end}:{r.reason}"
+        key = f"{r.name}:{','.join(nodes)}:{start}:{end}:{r.reason}:{r.tenant or ''}"
         out.append(
             MaintenanceScheduled(
                 event_id=derive_event_id("MaintenanceScheduled", key),
@@ -126,6 +129,7 @@ def events(f: FileDoc, producer: str, at_ms: int) -> list[MaintenanceScheduled]:
                 end_ms=end,
                 reason=r.reason,
                 origin="config",
+                **({} if r.tenant is None else {"tenant": r.tenant}),
             )
         )
     return out

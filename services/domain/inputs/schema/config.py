@@ -216,6 +216,9 @@ class ReservationDoc(Strict, kw_only=True, frozen=True):
     """As `start`; after it."""
     reason: str = ""
     """Why, in the operator's words."""
+    tenant: str | None = None
+    """Hold the nodes for this configured tenant (its jobs may start on them before and
+    during the window; what others run there leaves at its start; not planned down)."""
 
 
 def _policy_doc() -> type[msgspec.Struct]:

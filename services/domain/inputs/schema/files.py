@@ -33,6 +33,8 @@ class MaintenanceDoc(Strict, kw_only=True, frozen=True):
     """The nodes it takes down."""
     start: Duration
     end: Duration
+    tenant: str | None = None
+    """Hold the nodes for this tenant instead (its jobs may start there; not planned down)."""
 
 
 class EntryDoc(Strict, kw_only=True, frozen=True):
