@@ -184,3 +184,38 @@ async def test_a_reservation_of_the_configuration_is_published_once_and_listed(
     assert listed.returncode == 0, listed.stderr
     (row,) = json.loads(listed.stdout)
     assert (row["window"], row["nodes"], row["phase"]) == ("fw", ["node-1"], "scheduled")
+
+
+async def test_a_window_held_for_a_tenant_lets_its_jobs_start_there(server, bus, tmp_path):
+    """Given node-1, when the operator holds it for tenant A from an hour from now (an
+    unknown tenant is one line, exit 2, nothing published), then A's job without a time
+    limit is placed there and `--list` names the tenant."""
+    await publish_config(server.access(), CONFIG)
+    (tmp_path / "config.yaml").write_text(json.dumps(CONFIG))
+    procs = Processes(server, tmp_path / "config.yaml", tmp_path)
+    await register_node_1(bus)
+    now = time.time_ns() // 1_000_000
+    span = ("--start", iso(now + 3_600_000), "--end", iso(now + 7_200_000))
+
+    def gl(*args: str):
+        return cli("node", "maintenance", *args, "--nats-url", server.url, timeout=90)
+
+    try:
+        for role in ("admission", "quota", "scheduler", "preemption"):
+            procs.start(role)
+        bad = await asyncio.to_thread(gl, "node-1", *span, "--tenant", "nobody")
+        assert bad.returncode == 2 and "no tenant 'nobody'" in one_line_error(bad)
+        assert not await stored(bus, "gl.admin.maint.>")
+        done = await asyncio.to_thread(gl, "node-1", *span, "--name", "a-day", "--tenant", A)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.rstrip().endswith(f", held for tenant {A}")
+        done = await asyncio.to_thread(
+            cli, "submit", str(job_file(tmp_path, "open", A)), "--wait", "--nats-url", server.url
+        )
+        assert done.returncode == 0, done.stderr
+        await status(bus, "open", lambda s: s.state not in ("submitted", "pending"))
+        listed = await asyncio.to_thread(gl, "--list", "-o", "json")
+        (row,) = json.loads(listed.stdout)
+        assert (row["window"], row["tenant"], row["phase"]) == ("a-day", A, "scheduled")
+    finally:
+        procs.stop()
