@@ -151,8 +151,9 @@ class NodeCordoned(Event, frozen=True, kw_only=True, tag="NodeCordoned.v1"):
     drain: bool = False
     """Also move what runs there off (`gpuledger node drain`): each run is asked to
     checkpoint and leave (preemption with reason `Drain`, then requeued and placed elsewhere)
-    once it may: after its minimum runtime, and never non-preemptible work, unless `force`
-    or `deadline_s` has passed. The node is `draining` while runs are left, then `drained`."""
+    once it may: after its minimum runtime, within its job's disruption budget
+    (`min_available`), and never non-preemptible work, unless `force` or `deadline_s` has
+    passed. The node is `draining` while runs are left, then `drained`."""
     force: bool = False
     """Drain every run at once, minimum runtime and non-preemptible work included."""
     deadline_s: Annotated[int, msgspec.Meta(ge=0, le=1 << 40)] | None = None
