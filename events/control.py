@@ -151,8 +151,9 @@ class NodeCordoned(Event, frozen=True, kw_only=True, tag="NodeCordoned.v1"):
     drain: bool = False
     """Also move what runs there off (`gpuledger node drain`): each run is asked to
     checkpoint and leave (preemption with reason `Drain`, then requeued and placed elsewhere)
-    once it may: after its minimum runtime, and never non-preemptible work, unless `force`
-    or `deadline_s` has passed. The node is `draining` while runs are left, then `drained`."""
+    once it may: after its minimum runtime, within its job's disruption budget
+    (`min_available`), and never non-preemptible work, unless `force` or `deadline_s` has
+    passed. The node is `draining` while runs are left, then `drained`."""
     force: bool = False
     """Drain every run at once, minimum runtime and non-preemptible work included."""
     deadline_s: Annotated[int, msgspec.Meta(ge=0, le=1 << 40)] | None = None
@@ -192,6 +193,18 @@ class MaintenanceScheduled(Event, frozen=True, kw_only=True, tag="MaintenanceSch
     """When it ends (the nodes return), epoch ms; after `start_ms`."""
     reason: Note = ""
     """Why, in the operator's words."""
+    origin: Literal["config"] | msgspec.UnsetType = msgspec.UNSET
+    """`config`: declared in the configuration's `reservations:` (published with it, its
+    event id derived from its content), so it may name nodes whose agents have not registered
+    yet, and declaring it again unchanged changes nothing. Unset (left out of the JSON): the
+    operator's `gpuledger node maintenance`. Added after v1 without a new tag: unset encodes
+    as before."""
+    tenant: str | msgspec.UnsetType = msgspec.UNSET
+    """A window that holds its nodes for one tenant (`--tenant`; a Slurm reservation for an
+    account): that tenant's jobs may start on them before and during it, the others' only
+    as on a maintenance window's nodes, and what others run there is drained at its start;
+    its nodes are not planned down. Unset (left out of the JSON): a maintenance window.
+    Added after v1 without a new tag: unset encodes as before."""
 
 
 class MaintenanceCancelled(Event, frozen=True, kw_only=True, tag="MaintenanceCancelled.v1"):

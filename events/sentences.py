@@ -340,6 +340,8 @@ def _uncordoned(e: c.NodeUncordoned) -> Sentence:
 
 def _maintenance(e: c.MaintenanceScheduled) -> Sentence:
     span = f" on {', '.join(e.nodes)} from {instant(e.start_ms)} to {instant(e.end_ms)}"
+    if e.tenant:
+        span += f", held for tenant {e.tenant}"
     return Sentence(
         "node", "maintenance", (e.window_id + span + (f": {e.reason}" if e.reason else ""),)
     )

@@ -173,6 +173,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             start_ms=_ms("start", m.start),
             end_ms=_ms("end", m.end),
             reason=entry.reason,
+            **({} if m.tenant is None else {"tenant": m.tenant}),
             **common,
         )
     if entry.maintenance_cancel is not None:

@@ -86,9 +86,10 @@ class NodeMappers(ProjectionState):
             self.batch.upsert(n)
 
     def _maintenance(self, seq: int, e: ev.MaintenanceScheduled | ev.MaintenanceCancelled) -> None:
-        """A window as the fold derived it (`MaintenanceWindow`): one row per node."""
+        """A window as the fold derived it (`MaintenanceWindow`): one row per node. A window
+        held for a tenant is not planned down: it has no row."""
         w = self.ledger.maintenance.get(e.window_id)
-        if w is not None:
+        if w is not None and w.tenant is None:
             self.batch.upsert(
                 MaintenanceRow(
                     window_id=w.window_id,

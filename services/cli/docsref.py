@@ -93,6 +93,7 @@ def _title(name: str) -> str:
         "TenantChangeDoc": "schedules[].tenants[]",
         "ClassChangeDoc": "schedules[].priority_classes[]",
         "ServiceChangeDoc": "schedules[].services[]",
+        "ReservationDoc": "reservations[]",
         "EntryDoc": "timeline[]",
         "JobDoc": "Job file",
         "CheckpointDoc": "checkpoint",

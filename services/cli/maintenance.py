@@ -75,6 +75,7 @@ def window_rows(ledger, now_ms: int, tz: str | None) -> list[dict]:
                 "until": _iso(w.until_ms, tz),
                 "phase": w.phase(now_ms),
                 "reason": w.reason,
+                "tenant": w.tenant,
             }
         )
     return out
@@ -95,6 +96,11 @@ def maintenance_command(
         None, "--name", help="The window's id (default: maint-<start>-<nodes' hash>)."
     ),
     reason: str = typer.Option("", "--reason", help="Why, in your words."),
+    tenant: str | None = typer.Option(
+        None,
+        "--tenant",
+        help="Hold the nodes for this tenant: its jobs may start there; not planned down.",
+    ),
     list_: bool = typer.Option(False, "--list", help="List the windows (every phase)."),
     cancel: str | None = typer.Option(None, "--cancel", help="Cancel the window of this id."),
     output: str = typer.Option("table", "-o", "--output", help="--list: table or json."),
@@ -106,7 +112,9 @@ def maintenance_command(
     (a job without a time limit: none; others wait with reason `Maintenance`, naming the
     window); while it is in force they are planned down (`gpuledger nodes`: maintenance;
     `gpuledger report`: planned down); at its end they return. `--list` shows the windows,
-    `--cancel ID` ends one now. The operator only. Exit 2 for bad input (a malformed range
+    `--cancel ID` ends one now. With `--tenant T` the window holds the nodes for T instead:
+    T's jobs may start there before and during it, the others' as above, and what others run
+    there leaves at its start. The operator only. Exit 2 for bad input (a malformed range
     or time, a time without a zone, end not after start or in the past, an unknown node, a
     window overlapping another on the same nodes, an unknown window to cancel), 1 for a
     credential that is not the operator's; nothing is published then."""
@@ -153,7 +161,7 @@ def maintenance_command(
                 return _list(ledger, now, tz, output)
             if cancel is not None:
                 return await _cancel(bus, ledger, cancel, reason, now)
-            return await _plan(bus, ledger, names, start_ms, end_ms, name, reason, now)
+            return await _plan(bus, ledger, names, start_ms, end_ms, name, reason, now, tenant)
         finally:
             await bus.close()
 
@@ -198,7 +206,7 @@ async def _cancel(bus, ledger, window_id: str, reason: str, now: int) -> None:
     typer.echo(f"maintenance window {window_id} cancelled")
 
 
-async def _plan(bus, ledger, names, start_ms, end_ms, name, reason, now) -> None:
+async def _plan(bus, ledger, names, start_ms, end_ms, name, reason, now, tenant) -> None:
     import hashlib
 
     from gpuledger import events as ev
@@ -212,8 +220,12 @@ async def _plan(bus, ledger, names, start_ms, end_ms, name, reason, now) -> None
         name = f"maint-{stamp_}-{digest}"
     try:
         validate_token("window", name)
+        if tenant is not None:
+            validate_token("tenant", tenant)
     except InvalidId as exc:
         fail(str(exc), 2)
+    if tenant is not None and tenant not in ledger.config.tenants:
+        fail(f"--tenant: no tenant {tenant!r} is configured (UnknownTenant)", 2)
     event = stamp(
         ev.MaintenanceScheduled,
         key=f"{name}@{now}",
@@ -225,6 +237,7 @@ async def _plan(bus, ledger, names, start_ms, end_ms, name, reason, now) -> None
         start_ms=start_ms,
         end_ms=end_ms,
         reason=reason,
+        **({} if tenant is None else {"tenant": tenant}),
     )
     refusal = problem(ledger, event)
     if refusal is not None:
@@ -233,4 +246,5 @@ async def _plan(bus, ledger, names, start_ms, end_ms, name, reason, now) -> None
     typer.echo(
         f"maintenance window {name} on {', '.join(sorted(names))} from "
         f"{_iso(start_ms, 'UTC')} to {_iso(end_ms, 'UTC')}"
+        + (f", held for tenant {tenant}" if tenant else "")
     )

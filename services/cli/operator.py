@@ -16,7 +16,6 @@ that cannot apply is refused at once with the reason, and nothing is published:
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from gpuledger.services.cli.connect import (
     may_read_log,
     run_on_bus,
 )
+from gpuledger.services.domain.inputs.node_ranges import expand_nodes
 
 app = typer.Typer()
 
@@ -193,46 +193,11 @@ def update(
 # ---------------------------------------------------------------- nodes (the operator only)
 
 node_app = typer.Typer(help="The operator's node verbs: cordon, drain, uncordon.")
-RANGE = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<body>[0-9,\-]+)\](?P<tail>[^\[\]]*)$")
-
-
-def expand_nodes(text: str) -> list[str]:
-    """Node names from `NODES`: names and Slurm-style ranges separated by commas outside
-    brackets (`node-[1-3,7],gpu-a`; a range keeps its zero padding, `n[01-03]`), in the order
-    given, each once. ValueError (one line) for a malformed range or name."""
-    from gpuledger.events.ids import validate_token
-
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    out: list[str] = []
-    for part in parts:
-        m = RANGE.match(part)
-        names = [part]
-        if m is not None:
-            names = []
-            for item in m["body"].split(","):
-                lo, _, hi = item.partition("-")
-                if not lo or (hi == "" and "-" in item) or (hi and int(hi) < int(lo)):
-                    raise ValueError(f"node range {part!r}: {item!r} is not N or N-M (N <= M)")
-                width = len(lo) if lo.startswith("0") else 0
-                for i in range(int(lo), int(hi or lo) + 1):
-                    names.append(f"{m['head']}{i:0{width}d}{m['tail']}")
-        for name in names:
-            validate_token("node", name)
-            if name not in out:
-                out.append(name)
-    return out
 
 
 async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
-    """The nodes of `names` not yet `drained` when the wait ends (empty: all are): the log
+    """The nodes of `names` not yet `drained` when the wait ends (empty: all are), each with
+    the runs left and why they wait (services/preemption/drain.py's `waiting`): the log
     folded as the services fold it (acceptance rules, receive times), checked after each
     message, until every node is drained or `timeout_s` has passed."""
     import asyncio
@@ -261,7 +226,12 @@ async def _not_drained(bus, names: list[str], timeout_s: float) -> list[str]:
         await asyncio.wait_for(follow(), timeout_s)
     except TimeoutError:
         pass
-    return left
+    if not left:
+        return []
+    from gpuledger.services.preemption.drain import waiting
+
+    why = waiting(ledger, time.time_ns() // 1_000_000)
+    return [n + "".join(f" ({job}: {text})" for job, text in why.get(n, ())) for n in left]
 
 
 def _node_control(
@@ -366,10 +336,11 @@ def drain(
 ) -> None:
     """Drain nodes (kubectl `drain`; Slurm DRAIN -> DRAINED): cordon them, and move what runs
     there off with checkpoint-then-evict (requeued, placed elsewhere) once each run may leave:
-    after its minimum runtime, and never non-preemptible work, unless --force or past
-    --deadline. `gpuledger nodes` shows `draining` while runs are left, then `drained`. The
-    operator only; exit 2 for a malformed range or deadline, 1 for an unknown node; with
-    --wait, 0 once every node is drained, 4 when --timeout passes first (naming those left)."""
+    after its minimum runtime, within its job's disruption budget (`min_available`), and
+    never non-preemptible work, unless --force or past --deadline. `gpuledger nodes` shows
+    `draining` while runs are left, then `drained`. The operator only; exit 2 for a malformed
+    range or deadline, 1 for an unknown node; with --wait, 0 once every node is drained, 4
+    when --timeout passes first (naming those left, each run left and why it waits)."""
     from gpuledger.services.domain.inputs.quantities import seconds
 
     deadline_s = None

@@ -102,8 +102,11 @@ class Preemption(LedgerService):
         return {"retry_at": {}, "regeometry_at": {}}
 
     def decide(self, state: Ledger, now_ms: int) -> list[Event]:
-        if state.sched.cordoned and (drains := drain.requests(self, state, now_ms)):
-            return drains  # the operator's drains first (services/preemption/drain.py)
+        draining = state.sched.cordoned or state.maintenance
+        if draining and (
+            drains := drain.requests(self, state, now_ms)
+        ):  # the operator's drains and windows in force first (preemption/drain.py)
+            return drains
         if not any(state.jobs[j].reason in BLOCKED for j in state.pending):
             return []  # nobody is blocked on capacity: nothing to plan
         queue = ordered_pending(state, now_ms)
@@ -160,7 +163,7 @@ class Preemption(LedgerService):
             off = (
                 outlook.exclude()
                 | closed_models(state, job)
-                | closed_nodes(state, now_ms, job.time_limit_s)
+                | closed_nodes(state, now_ms, job.time_limit_s, job.tenant)
             )
             backfill = backfill_plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
             if backfill is not None:

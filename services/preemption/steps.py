@@ -47,7 +47,8 @@ STEPS: tuple[Step, ...] = (
     Step(
         "drain",
         "the operator's drains: runs on cordoned nodes moved off, at once with --force or "
-        "past the drain's deadline (services/preemption/drain.py)",
+        "past the drain's deadline, and on a maintenance window's nodes at its start "
+        "(services/preemption/drain.py)",
         of(_FLEET, CLOCK),
     ),
     Step("policy", "preemption, scope, defragmentation on or off", of("tenants")),

@@ -61,3 +61,31 @@ def test_bad_windows_are_refused_and_change_nothing():
     assert when(ledger, window("d", nodes=("n2",), start=3 * H, end=5 * H)) is None
     assert when(ledger, window("e", nodes=("n1",), start=4 * H, end=5 * H)) is None
     assert sorted(ledger.maintenance) == ["d", "e", "fw"]
+
+
+def test_a_configurations_window_may_name_nodes_not_yet_registered_and_comes_back_unchanged():
+    # given no node yet, when the configuration declares a window on n1
+    from gpuledger.services.domain.fold.maintenance import closed_nodes
+
+    ledger = given(window(origin="config"))
+    assert ledger.maintenance["fw"].nodes == ("n1",)
+    # then the operator's same window would be refused (an unknown node)
+    assert when(given(), window()).code == "UnknownNode"
+    # and declaring it again unchanged changes nothing, changed is refused
+    assert when(ledger, window(origin="config")) is None
+    assert when(ledger, window(origin="config", end=5 * H)).code == "DuplicateWindow"
+    assert ledger.maintenance["fw"].end_ms == 4 * H
+    assert closed_nodes(ledger, 3 * H, None) == {"n1"}
+
+
+def test_a_window_held_for_a_tenant_closes_its_nodes_to_the_others_only():
+    from gpuledger.services.domain.fold.maintenance import closed_nodes, in_force_on
+
+    ledger = given(node("n1"), window(tenant="ml"))
+    w = ledger.maintenance["fw"]
+    assert w.tenant == "ml"
+    assert closed_nodes(ledger, H, None, "ml") == frozenset()
+    assert closed_nodes(ledger, H, None, "cv") == {"n1"}
+    assert reaching(ledger, "n1", H, None, "ml") is None
+    assert reaching(ledger, "n1", H, None, "cv") is w
+    assert in_force_on(ledger, 3 * H) == {"n1": w}

@@ -26,6 +26,7 @@ from tests.integration.test_security import (
     one_line_error,
     stored,
 )
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
 
@@ -188,5 +189,50 @@ async def test_only_the_operator_cordons_and_drains_and_a_cordoned_node_takes_no
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[-1] == "drained node-1"
         assert await stored(bus, "gl.admin.node.node-1.NodeCordoned")
+    finally:
+        procs.stop()
+
+
+async def test_a_drain_waits_for_a_gangs_disruption_budget_and_says_so(server, bus, tmp_path):
+    """Given a gang with min_available 1 running on node-1 (no minimum runtime), when the
+    operator drains node-1 with --wait, then nothing is asked to leave and the command exits
+    4 at its timeout naming the run left and why; with --force it is asked to leave."""
+    from tests.integration.test_maintenance_live import register_node_1
+
+    config = {**CONFIG, "policy": {"min_runtime_s": 0}}
+    await publish_config(server.access(), config)
+    (tmp_path / "config.yaml").write_text(json.dumps(config))
+    procs = Processes(server, tmp_path / "config.yaml", tmp_path)
+    await register_node_1(bus)
+    job = tmp_path / "ring.yaml"
+    job.write_text(json.dumps({"id": "ring", "tenant": A, "gpus": 2, "min_available": 1}))
+    try:
+        for role in ("admission", "quota", "scheduler", "preemption"):
+            procs.start(role)
+        done = await asyncio.to_thread(cli, "submit", str(job), "--wait", "--nats-url", server.url)
+        assert done.returncode == 0, done.stderr
+        await status(bus, A, "ring", lambda s: s.state not in ("submitted", "pending"))
+        # when node-1 is drained: the drain waits and says why
+        done = await asyncio.to_thread(
+            cli, "node", "drain", "node-1", "--wait", "--timeout", "3", "--nats-url", server.url
+        )
+        assert done.returncode == 4, done.stderr
+        assert one_line_error(done) == (
+            "error: not drained within 3s: node-1 (ring: gang ring keeps min_available 1 of 1 "
+            "members: evicting it would leave 0 running)"
+        )
+        assert not await stored(bus, "gl.preempt.ring.PreemptionRequested")
+        # when it is forced: ring is asked to leave
+        done = await asyncio.to_thread(
+            cli, "node", "drain", "node-1", "--force", "--nats-url", server.url
+        )
+        assert done.returncode == 0, done.stderr
+
+        async def asked():
+            raw = await bus.last_message("gl.preempt.ring.PreemptionRequested")
+            return None if raw is None else ev.decode(raw.data)
+
+        req = await eventually_async(asked, 30, "the forced drain's request")
+        assert (req.job_id, req.reason) == ("ring", "Drain")
     finally:
         procs.stop()

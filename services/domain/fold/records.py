@@ -91,6 +91,12 @@ class MaintenanceWindow:
     reason: str
     scheduled_ms: int
     cancelled_ms: int | None = None
+    tenant: str | None = None
+    """The tenant it holds its nodes for (None: a maintenance window, planned down)."""
+
+    def closes_for(self, tenant: str | None) -> bool:
+        """Whether it keeps work of `tenant` off its nodes (all work, but its own tenant's)."""
+        return self.tenant is None or self.tenant != tenant
 
     @property
     def until_ms(self) -> int:

@@ -39,6 +39,7 @@ from gpuledger.events import (
     encode,
 )
 from gpuledger.events.specs import SubmitLimit, UserLimit, UserLimits
+from gpuledger.services.domain.inputs import reservations
 from gpuledger.services.domain.inputs.gpu_models import resolve, resolve_node
 from gpuledger.services.domain.inputs.mig_layouts import layout_text, parse_layout
 from gpuledger.services.domain.inputs.quantities import mebibytes, milli, seconds
@@ -230,4 +231,4 @@ def config_events(doc: Any, producer: str = "config", at_ms: int = 0) -> list[Ev
                 producer=producer,
             )
         )
-    return stamped
+    return stamped + reservations.events(f, producer, at_ms)  # ids from content alone

@@ -1,7 +1,8 @@
 """Stage `maintenance`: a job is not started on a node whose maintenance window
 (`MaintenanceScheduled`, events/control.py; folded once in fold/maintenance.py) it would
 reach: with a time limit, a run from now to now + limit that overlaps the window; without
-one, any window not yet over. So a window's nodes take only work that ends before it, none
+one, any window not yet over. A window held for a tenant (`--tenant`) keeps only the other
+tenants' jobs off. So a window's nodes take only work that ends before it, none
 while it is in force (planned down), and all again at its end (the stage's wake-up). When
 only such nodes would fit a job, it is told `Maintenance`, naming the window."""
 
@@ -24,7 +25,7 @@ def _run_end(rnd: Round, job: JobRecord) -> int | None:
 
 def exclude(rnd: Round, job: JobRecord, lim: Limits) -> frozenset[str]:
     """The nodes of every window a run started now would reach."""
-    return closed_nodes(rnd.state, rnd.now_ms, job.time_limit_s)
+    return closed_nodes(rnd.state, rnd.now_ms, job.time_limit_s, job.tenant)
 
 
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
@@ -36,7 +37,7 @@ def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     hits = {
         w.window_id: w
         for n in sorted(lim.excluded[STAGE.name])
-        if (w := reaching(state, n, now, end)) is not None
+        if (w := reaching(state, n, now, end, job.tenant)) is not None
     }
     first = min(hits.values(), key=lambda w: (w.start_ms, w.window_id))
     span = f"{instant(first.start_ms)} to {instant(first.until_ms)}"
@@ -47,8 +48,9 @@ def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     else:
         how = f"its time limit {duration(end - now)} would reach into it"
     why.reason = PendingReason.Maintenance
+    held = f" held for tenant {first.tenant}" if first.tenant else ""
     why.message = (
-        f"fits only on nodes of maintenance window {first.window_id} "
+        f"fits only on nodes of maintenance window {first.window_id}{held} "
         f"({', '.join(first.nodes)}, {span}): {how}"
         + (f" ({first.reason})" if first.reason else "")
     )

@@ -1,5 +1,5 @@
-"""The shapes of a cluster configuration: nodes, tenants, priority classes, schedules and
-the policy."""
+"""The shapes of a cluster configuration: nodes, tenants, priority classes, schedules,
+reservations and the policy."""
 
 from typing import Annotated
 
@@ -200,6 +200,28 @@ class ScheduleDoc(Strict, kw_only=True, frozen=True):
     tenants: list[TenantChangeDoc] = []
     priority_classes: list[ClassChangeDoc] = []
     services: list[ServiceChangeDoc] = []
+
+
+class ReservationDoc(Strict, kw_only=True, frozen=True):
+    """A maintenance window declared in the configuration (Slurm `scontrol create reservation
+    flags=maint`): the same `MaintenanceScheduled` as `gpuledger node maintenance`, published
+    with the configuration, once (its event id follows from its content: applying it again
+    changes nothing; to move a window, cancel it and declare it under a new name). It may
+    name nodes whose agents have not registered yet; one that has ended is left out."""
+
+    name: str
+    """The window's id (a subject token), unique among the reservations."""
+    nodes: str
+    """Names and Slurm-style ranges: `node-[1-4],gpu-a`."""
+    start: str
+    """An instant with its zone: `2026-12-08T06:00+01:00`, `...Z`."""
+    end: str
+    """As `start`; after it."""
+    reason: str = ""
+    """Why, in the operator's words."""
+    tenant: str | None = None
+    """Hold the nodes for this configured tenant (its jobs may start on them before and
+    during the window; what others run there leaves at its start; not planned down)."""
 
 
 def _policy_doc() -> type[msgspec.Struct]:

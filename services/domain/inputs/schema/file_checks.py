@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuledger.events import validate_tenant, validate_token
 from gpuledger.services.domain.fold.config import DEFAULT_CLASSES
+from gpuledger.services.domain.inputs import reservations
 from gpuledger.services.domain.inputs.gpu_models import job_models
 from gpuledger.services.domain.inputs.mig_layouts import LayoutError, parse_layout
 from gpuledger.services.domain.inputs.schema.config import TenantDoc
@@ -80,6 +81,7 @@ def _check_file(f: FileDoc, problems: list[str]) -> None:
     _check_classes(f, problems)
     _check_tenants(f, models, problems)
     _check_schedules(f, problems)
+    reservations.check(f, {name for _, name in node_names}, problems)
     _check_timeline(f, {name for _, name in node_names}, problems)
 
 

@@ -9,6 +9,7 @@ from gpuledger.services.domain.inputs.schema.config import (
     ClassDoc,
     ClusterDoc,
     PolicyDoc,
+    ReservationDoc,
     ScheduleDoc,
     TenantDoc,
 )
@@ -32,6 +33,8 @@ class MaintenanceDoc(Strict, kw_only=True, frozen=True):
     """The nodes it takes down."""
     start: Duration
     end: Duration
+    tenant: str | None = None
+    """Hold the nodes for this tenant instead (its jobs may start there; not planned down)."""
 
 
 class EntryDoc(Strict, kw_only=True, frozen=True):
@@ -100,6 +103,8 @@ class FileDoc(Strict, kw_only=True, frozen=True):
     policy: PolicyDoc | None = None  # type: ignore[valid-type]  # built by defstruct from Policy
     schedules: list[ScheduleDoc] = []
     """Time-of-day policies (cron + zone) that change tenants and priority classes."""
+    reservations: list[ReservationDoc] = []
+    """Maintenance windows (`gpuledger node maintenance`), published with the configuration."""
     timeline: list[EntryDoc] | None = None
     until: Duration | None = None
     """Scenarios: stop the simulation at this virtual time (a scenario with schedules would

@@ -3,6 +3,7 @@ file fully checked (raises InputError)."""
 
 from typing import Any, cast
 
+from gpuledger.services.domain.inputs.reservations import yaml_times
 from gpuledger.services.domain.inputs.schema.errors import (
     InputError,
     collect,
@@ -54,7 +55,7 @@ def validate_file(doc: Any) -> FileDoc:
     problems: list[str] = []
     if doc is not None and not isinstance(doc, dict):
         raise InputError(f"(top level): expected a mapping of keys, got {type(doc).__name__}")
-    doc = yaml_on(doc)
+    doc = yaml_times(yaml_on(doc))
     parsed = collect({} if doc is None else doc, FileDoc, "", problems)
     if parsed is not None:
         _check_file(parsed, problems)
