@@ -13,10 +13,15 @@ phase, which no dump records): once a job waits for capacity, the later jobs of 
 partition are kept out with `Priority` (Slurm's reason) and its partition's nodes are
 excluded for the later jobs of other partitions; while a job waits for `Priority`, the
 stage asks to be woken at the next backfill instant, where the pass places as the native
-one does. Not modelled: backfill's own plan (Slurm's backfill keeps a later job off the
-capacity it plans for earlier ones by their time limits), the second a submission waits for
-the background loop, and the periodic main pass (in a replay capacity frees only at events,
-where the main pass runs anyway, so it would start nothing more).
+one does, with backfill's plan: each job that waits for capacity plans where and when it
+would start by the time limits of what runs (`reservation.reserve`: whole nodes, as
+Slurm 22.05's backfill reserves them), and a later job goes on those nodes only if its own
+time limit ends strictly before that start (a job placed in the same pass with the same
+limit does not: in Slurm it would have started a cycle later). Not modelled: the second a
+submission waits for the background loop, the periodic main pass (in a replay capacity
+frees only at events, where the main pass runs anyway, so it would start nothing more), a
+plan's end (a planned node stays closed to longer jobs after the planned start) and
+backfill's limits (`bf_max_job_test`, `bf_window`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy.pending import CAPACITY_REASONS
 from gpuledger.services.domain.policy.slurm_priority import partition_of, profile
 from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, of
+from gpuledger.services.scheduler.reservation import reserve, run_end_ms
 from gpuledger.services.scheduler.round import Limits, Round, Why
 from gpuledger.services.scheduler.stage import Stage
 
@@ -64,20 +70,41 @@ def gate(rnd: Round, job: JobRecord, lim: Limits) -> list[Event] | None:
 
 
 def exclude(rnd: Round, job: JobRecord, lim: Limits) -> frozenset[str]:
-    """The nodes of the partitions blocked earlier in this main pass."""
-    return rnd.blocked_nodes
+    """The nodes of the partitions blocked earlier in this main pass, and in a backfill pass
+    those planned for an earlier job whose planned start the job's time limit passes."""
+    if not rnd.backfill_plans:
+        return rnd.blocked_nodes
+    end = run_end_ms(job, rnd.now_ms, rnd.state.config)
+    planned = [p.nodes for p in rnd.backfill_plans if end is None or end >= p.expected_start_ms]
+    return rnd.blocked_nodes.union(*planned) if planned else rnd.blocked_nodes
 
 
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     """`Priority` when only the blocked partitions' nodes keep the job out; in a main pass,
     a job that waits for capacity blocks its partition (Slurm's `fail_by_part`)."""
+    main = main_pass(rnd.state, rnd.now_ms)
     if rnd.binds(job, lim, why, STAGE.name):
         why.reason = PendingReason.Priority
         why.message = (
             "it would fit only on nodes of a partition whose first waiting job Slurm's "
             "main scheduler could not start"
+            if main
+            else "it would fit only on nodes Slurm's backfill plans for a job ahead of it, "
+            "and its time limit ends after that job's planned start"
         )
-    if why.reason not in CAPACITY_REASONS or not main_pass(rnd.state, rnd.now_ms):
+    if why.reason not in CAPACITY_REASONS or not interval_ms(rnd.state):
+        return
+    if not main:
+        plan = reserve(
+            rnd.state,
+            job,
+            rnd.now_ms,
+            lim.without(STAGE.name),
+            rnd.trial,
+            placed_now=tuple(rnd.booked_now),
+        )
+        if plan is not None:
+            rnd.backfill_plans.append(plan)
         return
     site = profile(rnd.state)
     assert site is not None
@@ -101,6 +128,13 @@ def _in_partition(labels: dict[str, str], part: str, default: str) -> bool:
     return not named and part == default
 
 
+def book(rnd: Round, job: JobRecord, members: tuple) -> None:
+    """A placement of this backfill pass runs, for the plans of later jobs, until its time
+    limit (its allocation, as `place._bind` names it)."""
+    if interval_ms(rnd.state) and not main_pass(rnd.state, rnd.now_ms):
+        rnd.booked_now.append((f"{job.job_id}#{job.attempts + 1}", job))
+
+
 def wakeup(state: Ledger, now_ms: int) -> list[int]:
     """The next backfill instant, while a job waits for `Priority`."""
     every = interval_ms(state)
@@ -116,6 +150,7 @@ STAGE = Stage(
     gate=gate,
     exclude=exclude,
     explain=explain,
+    book=book,
     wakeup=wakeup,
     reads=of(ADMITTED_JOBS, "allocations", NODE_SET, "tenants", CLOCK),
 )

@@ -18,6 +18,7 @@ def site(*timeline, interval: int, nodes=None):
         "policy": {
             "profile": "slurm",
             "min_runtime_s": 0,
+            "default_grace_s": 0,
             "slurm": {"backfill_interval_s": interval, "default_partition": "p1"},
         },
         "timeline": list(timeline),
@@ -101,3 +102,28 @@ def test_a_partition_with_nodes_of_its_own_is_not_held_up():
     # then `small` (p1, behind `big`, submitted at 2 s) waits for the backfill cycle of 4 s,
     # while `small2` (p2) starts at once when `other` ends at 5 s (a main pass)
     assert (s["small"], s["small2"]) == (4, 5)
+
+
+def test_at_a_backfill_cycle_a_later_job_takes_planned_nodes_only_if_its_limit_ends_first():
+    # given `big` (2 GPUs) planned on n1 at 30 s, when the time limits of what runs there end
+    plan = (
+        job(0, "long", 1, "20s", time_limit="30s"),
+        job(0, "short", 1, "5s", time_limit="30s"),
+        job(1, "big", 2, "5s", time_limit="10m"),
+        job(2, "small", 1, "3s", time_limit="1m"),  # would end after 30 s: no backfill
+        job(3, "quick", 1, "3s", time_limit="10s"),  # ends by 18 s from the cycle at 8 s
+    )
+    s = starts(site(*plan, interval=4))
+    # then at the cycle of 8 s (after `short` ends at 5 s) only `quick` backfills; `small`
+    # waits behind `big`, which starts when `long` ends at 20 s
+    assert (s["quick"], s["big"], s["small"]) == (8, 20, 25)
+    # (said when `small` is tried at 8 s, before `quick` takes the free GPU)
+    at_8 = [r for r in reasons(site(*plan, interval=4), "small") if r[0] == 8]
+    assert at_8[0][1:] == (
+        PendingReason.Priority,
+        "it would fit only on nodes Slurm's backfill plans for a job ahead of it, and its "
+        "time limit ends after that job's planned start",
+    )
+    # and without the interval (every pass backfills, nothing planned) `small` goes first
+    s = starts(site(*plan, interval=0))
+    assert (s["small"], s["quick"]) == (5, 8)
