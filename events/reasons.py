@@ -45,6 +45,7 @@ class PendingReason(StrEnum):
     Held = "Held"  # held by its tenant or the operator (`gpuledger hold`) until released
     NodeCordoned = "NodeCordoned"  # it would fit only on nodes the operator cordoned
     Maintenance = "Maintenance"  # it would fit only on nodes whose maintenance window it reaches
+    Priority = "Priority"  # Slurm's main scheduler: a job ahead in its partition waits for capacity
 
 
 class PreemptionReason(StrEnum):

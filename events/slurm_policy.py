@@ -5,7 +5,7 @@ Written by `gpuledger import slurm --slurm-conf`; read by
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -54,6 +54,11 @@ class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     slurm.conf key): a run is stopped at the first check once its limit plus `OverTimeLimit`
     has passed, not at that instant. Assumed: checks at whole multiples of it since the
     epoch (the controller's start sets the phase, and no dump records it). 0: at the limit."""
+    backfill_interval_s: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """The site's `bf_interval` (`SchedulerParameters`): Slurm's backfill scheduler starts a
+    job behind a waiting one of its partition only this often; between its cycles only the
+    main scheduler starts jobs, in priority order up to a partition's first waiting job
+    (stage `main_scheduler`). 0: every scheduling pass backfills (the native scheduler's)."""
     partitions: dict[str, SlurmPartitionPolicy] = {}
     """By partition name (a job's partition is read from its node selector, docs/node-labels.md)."""
     default_partition: str = ""

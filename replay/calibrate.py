@@ -2,9 +2,10 @@
 it, and validate on the other.
 
 The simulator decides at every event instant and starts a member when it is placed; it has no
-scheduling cycle or start latency to fit. What it exposes, and what sites set differently from
-gpuledger's defaults, are the policy's timing knobs (`KNOBS`, each with its Slurm counterpart
-and a small documented grid). Calibration is a deterministic coordinate search: from the
+start latency to fit, and a scheduling cycle only under the `slurm` profile (Slurm's backfill
+cycle, `slurm.backfill_interval_s`, fitted only there). What it exposes, and what sites set
+differently from gpuledger's defaults, are the policy's timing knobs (`KNOBS`, each with its
+Slurm counterpart and a small documented grid). Calibration is a deterministic coordinate search: from the
 recorded value of every knob, each knob in `KNOBS` order is set to the grid value that
 minimises the fitting window's per-job wait error (ties keep the earlier candidate, the
 recorded value first), twice over. Every candidate replays the whole history (jobs of both
@@ -25,7 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from gpuledger import events as ev
+from gpuledger.events.slurm_policy import SlurmPolicy
 from gpuledger.replay.compare import Summary, summarize
 from gpuledger.replay.compare import human_duration as hd
 from gpuledger.replay.fidelity import WaitError, fidelity, wait_error
@@ -43,8 +47,13 @@ KNOBS: dict[str, tuple[tuple[int, ...], str]] = {
     "default_grace_s": ((0, 10, 30, 60, 120), "Slurm GraceTime / KillWait"),
     "reservation_after_s": ((0, 60, 300, 1800), "backfill: the wait after which a gang reserves"),
     "aging_after_wait_s": ((0, 600, 1800, 3600), "Slurm PriorityWeightAge / PriorityMaxAge"),
+    "slurm.backfill_interval_s": (
+        (0, 1, 2, 5, 10, 30, 60),
+        "Slurm SchedulerParameters bf_interval (fitted under the slurm profile only)",
+    ),
 }
-"""The knobs (`policy.<name>`), their default grid and what they correspond to."""
+"""The knobs (`policy.<name>`), their default grid and what they correspond to. Slurm's
+`sched_interval` is none: the main scheduler it times runs on every event in a replay."""
 
 PASSES = 2
 
@@ -146,7 +155,23 @@ def _recorded(inputs: Inputs) -> dict[str, Any]:
     for e in inputs.config:
         if isinstance(e, ev.PolicyConfigured):
             policy = e.policy
-    return {k: getattr(policy, k) for k in KNOBS}
+    out: dict[str, Any] = {}
+    for k in KNOBS:
+        head, _, sub = k.partition(".")
+        if not sub:
+            out[k] = getattr(policy, k)
+            continue
+        site = getattr(policy, head)
+        out[k] = getattr(site if site is not msgspec.UNSET else SlurmPolicy(), sub)
+    return out
+
+
+def _profile(inputs: Inputs) -> str:
+    policy = ev.Policy()
+    for e in inputs.config:
+        if isinstance(e, ev.PolicyConfigured):
+            policy = e.policy
+    return policy.profile
 
 
 def windows(inputs: Inputs, observed: Summary, split: float) -> tuple[set[str], set[str]]:
@@ -185,6 +210,8 @@ def calibrate(
             f"{len(observed.jobs.groups)} observed jobs cannot be split into two windows"
         )
     recorded = _recorded(inputs)
+    if _profile(inputs) != "slurm":  # its knobs change nothing under another profile
+        grid = {k: v for k, v in grid.items() if not k.startswith("slurm.")}
     cache: dict[tuple[tuple[str, int], ...], Summary] = {}
 
     def run(knobs: dict[str, int]) -> Summary:

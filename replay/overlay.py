@@ -38,6 +38,7 @@ import msgspec
 import yaml
 
 from gpuledger import events as ev
+from gpuledger.events.slurm_policy import SlurmPolicy
 from gpuledger.services.domain.fold.config import ConfigState
 from gpuledger.services.domain.inputs.configfile import config_events, node_infos
 from gpuledger.services.domain.inputs.gpu_models import resolve
@@ -201,6 +202,23 @@ class Overlay:
         self.checkpoint: Any = None
         self.checkpoint_set = False
 
+    def _set_slurm(self, where: str, key: str, value: Any) -> None:
+        """`policy.slurm.<key>=V`: one scalar of the `slurm` profile's site values."""
+        fields = [
+            f.encode_name
+            for f in msgspec.structs.fields(SlurmPolicy)
+            if f.encode_name not in ("weights", "partitions", "qos")
+        ]
+        if key not in fields:
+            hint = _suggest(key, fields) or f" (known keys: {', '.join(fields)})"
+            raise OverlayError(f"{where}: policy.slurm.{key}: unknown key{hint}")
+        current = self.policy.get("slurm", msgspec.UNSET)
+        site = msgspec.to_builtins(current if current is not msgspec.UNSET else SlurmPolicy())
+        new = {**self.policy, "slurm": {**site, key: value}}
+        self.policy = _policy_dict(_check_policy(new, where))
+        self.policy_changed = True
+        self.changes.append(f"policy.slurm.{key}={value!r}")
+
     # ---------------------------------------------------------------- --set KEY=VALUE
     def set(self, item: str) -> None:
         where = f"--set {item}"
@@ -217,6 +235,9 @@ class Overlay:
         if root == "checkpoint":
             self._set_checkpoint(where, rest, value)
             self.changes.append(f"{key}={value!r}")
+            return
+        if root == "policy" and rest.startswith("slurm."):
+            self._set_slurm(where, rest.removeprefix("slurm."), value)
             return
         if root == "policy":
             if not rest or "." in rest:

@@ -56,9 +56,13 @@ FORBIDDEN = {
     *SHELL_PACKAGES,
     *(s.removesuffix(".py").replace("/", ".") for s in SHELLS),
 }
-CALENDAR = {"services/domain/policy/schedules.py": {"datetime"}}
+CALENDAR = {
+    "services/domain/policy/schedules.py": {"datetime"},
+    "services/domain/inputs/reservations.py": {"datetime"},
+}
 """Cores that may import `datetime` for calendar arithmetic (cron times in an IANA zone: the
-cron library takes datetimes), but never read the clock (checked below)."""
+cron library takes datetimes; a configured reservation's ISO instants with their zone), but
+never read the clock (checked below)."""
 CLOCK_CALLS = {"now", "today", "utcnow", "time", "monotonic", "fromtimestamp"}
 EVENTS_ALLOWED = {
     "msgspec",

@@ -96,8 +96,22 @@ def mem_mib(text: str) -> int:
     return int(-(-mib // 1))
 
 
-def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]:
-    """Per-member resources of a job of `nodes` members; and its total GPUs."""
+def _slices(profile: str) -> tuple[int, int, str]:
+    """A MIG profile's size for ordering: (memory GB, compute slices, name)."""
+    compute, _, memory = profile.lower().partition("g.")
+    return int(re.sub(r"\D", "", memory) or 0), int(compute or 0), profile
+
+
+def tres_resources(
+    tres: dict[str, str], nodes: int, untyped_request: bool = False
+) -> tuple[ev.Resources, int]:
+    """Per-member resources of a job of `nodes` members; and its total GPUs.
+
+    A member holds one MIG instance of one profile, so a job given instances of several
+    profiles is skipped, except when it asked for untyped GPUs (`untyped_request`, e.g.
+    `--gres=gpu:2` given a `1g.10gb` and a `3g.40gb`): any instance would have done, so it
+    is one member per instance, all of the smallest profile it was given (in memory, then
+    compute slices), a slice Slurm itself gave it (its GPU-hours are then those slices')."""
     untyped = 0
     typed: dict[str, int] = {}
     for k, v in tres.items():
@@ -109,6 +123,9 @@ def tres_resources(tres: dict[str, str], nodes: int) -> tuple[ev.Resources, int]
     cpu = float(tres.get("cpu", "0") or 0)
     mem = mem_mib(tres["mem"]) if tres.get("mem") else 0
     mig = sorted(t for t in typed if is_profile(t))
+    if untyped_request and len(mig) > 1 and len(mig) == len(typed):
+        smallest = min(mig, key=_slices)
+        typed, mig = {smallest: sum(typed.values())}, [smallest]
     if mig:  # `gres/gpu:1g.10gb=2`: one member per MIG instance (replay.importers.migmap)
         if len(typed) > 1:
             raise ValueError(
@@ -366,7 +383,9 @@ def row_shape(
             # clusters without AccountingStorageTRES=gres/gpu record GPUs only as GRES
             gres = (row.get("AllocGRES") or "").strip() or (row.get("ReqGRES") or "").strip()
             tres.update(gres_tres(gres))
-        res, total = tres_resources(tres, nodes)
+        requested = parse_tres((row.get("ReqTRES") or "").strip())
+        untyped = "gres/gpu" in requested and not any(k.startswith("gres/gpu:") for k in requested)
+        res, total = tres_resources(tres, nodes, untyped_request=untyped)
     except ValueError as exc:
         log.skips.skip(where, f"cannot read TRES {tres_text!r}: {exc}")
         return None

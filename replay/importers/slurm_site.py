@@ -9,7 +9,7 @@ read here is a `SiteConfigError` naming the file and line):
   `GraceTime`, `Default`; `PartitionName=DEFAULT` sets the defaults of the lines after it),
   `PriorityType`, `PriorityWeight{Age,FairShare,JobSize,Partition,QOS,Assoc}`,
   `PriorityMaxAge`, `PriorityDecayHalfLife`, `PriorityCalcPeriod`, `PreemptType`, `PreemptMode`,
-  `PreemptExemptTime`, `KillWait`, `OverTimeLimit`, `SchedulerParameters` (`sched_interval`,
+  `PreemptExemptTime`, `KillWait`, `OverTimeLimit`, `SchedulerType`, `SchedulerParameters` (`sched_interval`,
   `bf_interval`, `kill_invalid_depend`). Keys are case-insensitive, `#` starts a comment, a
   trailing `\\` continues a line; `Include` lines are not followed;
 - `sacctmgr show qos -P`: `Name`, `Priority`, `Preempt`, `PreemptMode`, `PreemptExemptTime`,
@@ -88,6 +88,7 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
     kill_wait_s: int = 30
     over_time_limit_s: int = 0
     """`OverTimeLimit` in seconds (None in the file: UNLIMITED, kept as a large number)."""
+    scheduler_type: str = "sched/backfill"
     sched_interval_s: int = 60
     bf_interval_s: int = 30
     kill_invalid_depend: bool = False
@@ -131,6 +132,12 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
         }
 
     @property
+    def backfill(self) -> bool:
+        """`SchedulerType=sched/backfill` (Slurm's default); `sched/builtin` has only the
+        main scheduler, approximated as backfilling at every pass (no interval)."""
+        return self.scheduler_type.strip().lower() in ("", "sched/backfill")
+
+    @property
     def multifactor(self) -> bool:
         return self.priority_type.strip().lower() == "priority/multifactor"
 
@@ -160,6 +167,7 @@ class SitePolicy(msgspec.Struct, frozen=True, kw_only=True):
             "weights": {k: v for k, v in sorted(self.weights.items()) if k != "assoc"},
             "max_age_s": self.priority_max_age_s,
             "calc_period_s": self.priority_calc_period_s,
+            "backfill_interval_s": self.bf_interval_s if self.backfill else 0,
             "preempt": kind if kind in ("partition_prio", "qos") else "none",
             "partitions": partitions,
             "default_partition": default,
@@ -292,6 +300,7 @@ _NAMES = {
     "prioritytype": "priority_type",
     "preempttype": "preempt_type",
     "preemptmode": "preempt_mode",
+    "schedulertype": "scheduler_type",
 }
 _DURATIONS = {
     "prioritymaxage": ("PriorityMaxAge", "priority_max_age_s"),

@@ -84,9 +84,11 @@ def reserve(
     now_ms: int,
     exclude: frozenset[str],
     fleet=None,
+    placed_now: tuple[tuple[str, JobRecord], ...] = (),
 ) -> Reservation | None:
     """The reservation of a starving `job`, measured on `fleet` (the decider's trial view;
-    default the folded fleet, only read)."""
+    default the folded fleet, only read). `placed_now`: allocations booked on `fleet` in this
+    decide (id, job), each expected to end by its time limit (else its duration) from now."""
     fleet = state.fleet if fleet is None else fleet
     backfill = sorted(a for a in state.backfills.get(job.job_id, ()) if a in state.active)
     ending: list[tuple[int, str, str]] = []
@@ -98,6 +100,10 @@ def reserve(
         end = expected_end_ms(rec, state.jobs[rec.job_id], state.config)
         if end is not None:
             ending.append((max(end, now_ms), alloc_id, rec.job_id))
+    for alloc_id, placed in placed_now:
+        end = run_end_ms(placed, now_ms, state.config)
+        if end is not None:
+            ending.append((end, alloc_id, placed.job_id))
     ending.sort()
     request = state.gang_request(job)
     policy = state.config.policy.placement_policy
@@ -128,7 +134,8 @@ def reserve(
             {
                 j
                 for _, a, j in ending[:lo]
-                if a not in backfill and set(state.allocations[a].nodes()) & nodes
+                if a not in backfill
+                and (a not in state.allocations or set(state.allocations[a].nodes()) & nodes)
             }
         )
     )
@@ -152,12 +159,17 @@ def may_backfill_preemptibly(state: Ledger, job: JobRecord, reservation: Reserva
     )
 
 
-def may_backfill(job: JobRecord, now_ms: int, reservation: Reservation, config=None) -> bool:
-    """Whether `job` would end before the reserved start: by its time limit where it has
-    one (it is stopped then), else by its duration hint."""
+def run_end_ms(job: JobRecord, now_ms: int, config=None) -> int | None:
+    """When `job`, started now, ends at the latest: by its time limit where it has one (it is
+    stopped then), else by its duration hint; None when neither is known."""
     if job.time_limit_s is not None:
-        end = now_ms + job.time_limit_s * 1000 + _grace_ms(job, config)
-        return end <= reservation.expected_start_ms
+        return now_ms + job.time_limit_s * 1000 + _grace_ms(job, config)
     if job.spec.duration_s is None:
-        return False
-    return now_ms + job.spec.duration_s * 1000 - job.progress_ms <= reservation.expected_start_ms
+        return None
+    return now_ms + job.spec.duration_s * 1000 - job.progress_ms
+
+
+def may_backfill(job: JobRecord, now_ms: int, reservation: Reservation, config=None) -> bool:
+    """Whether `job` would end before the reserved start (`run_end_ms`)."""
+    end = run_end_ms(job, now_ms, config)
+    return end is not None and end <= reservation.expected_start_ms

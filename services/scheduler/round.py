@@ -63,6 +63,18 @@ class Round:
     """Per (tenant, user): [placed jobs, GPU milli they hold], active allocations plus this
     decide's binds (stage `user_limits`); built when a job under per-user limits is first
     tried (`user_in_use`)."""
+    blocked_partitions: dict[str, str] = field(default_factory=dict)
+    """A main pass of the `slurm` profile (stage `main_scheduler`): per partition, its first
+    job that waited for capacity; no later job of it is placed in this decide."""
+    blocked_nodes: frozenset[str] = frozenset()
+    """The nodes of `blocked_partitions`: no later job of this decide is placed on them."""
+    backfill_plans: list[Reservation] = field(default_factory=list)
+    """A backfill pass of the `slurm` profile (stage `main_scheduler`): where and when each
+    job that waited for capacity would start, by the time limits of what runs; a later job
+    goes there only if its own time limit ends before."""
+    booked_now: list[tuple[str, JobRecord]] = field(default_factory=list)
+    """A backfill pass of the `slurm` profile: the allocations it placed (id, job), which the
+    plans above count as running (stage `main_scheduler`)."""
     unbooked: list[tuple[str, JobRecord, Placement]] = field(default_factory=list)
     """Placements of this decide (allocation id, job, placement) not yet booked in `view`:
     booked when the view is next read, so the last one of a decide never is."""

@@ -375,6 +375,23 @@ def test_maintenance_a_job_whose_run_would_reach_a_window_says_which():
     assert e.details["maintenance"] == ["fw"]
 
 
+def test_priority_under_the_slurm_profile_a_job_behind_a_waiting_one_waits_for_backfill():
+    # Slurm's main scheduler between backfill cycles (stage `main_scheduler`)
+    _, out = scheduled(
+        fleet(N8, profile="slurm", slurm={"backfill_interval_s": 4}),
+        [{"id": "big", "tenant": "a", "gpus": 6}],
+        [{"id": "head", "tenant": "a", "gpus": 4}, {"id": "j", "tenant": "a", "gpus": 2}],
+    )
+    assert why(out, "head").reason == PendingReason.Resources
+    e = why(out, "j")  # 2 GPUs are free, but `head` is ahead of it at 1 ms, no backfill instant
+    assert (e.reason, e.message) == (
+        PendingReason.Priority,
+        "a job ahead of it in partition (default) waits for capacity: Slurm's main scheduler "
+        "starts no later job there; its backfill tries every 4s",
+    )
+    assert e.details["backfill_interval_s"] == 4
+
+
 def _snake(code: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", code).lower()
 
@@ -399,6 +416,7 @@ def test_the_derived_sets_are_what_reservations_and_preemption_act_on():
         "TopologyUnsatisfiable",
         "MIGPlacementUnavailable",
         "IsolationConflict",
+        "Priority",  # Slurm's main scheduler: preemption plans for it as Slurm's would
     }
     assert CAPACITY_REASONS == PREEMPTION_MAY_HELP | {
         "Reserved",

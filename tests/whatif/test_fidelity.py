@@ -257,6 +257,28 @@ def test_calibrate_refuses_an_unknown_knob_and_a_log_without_observations(histor
     assert r.exit_code == 2 and "no observation file (h.observed.jsonl)" in r.output
 
 
+def test_calibrate_fits_slurm_s_backfill_interval_under_the_slurm_profile_only(history, tmp_path):
+    # given the real Slurm's production dump imported with its slurm.conf (bf_interval=2)
+    from tests.slurm.fidelity import import_with_site
+
+    prod = tmp_path / "prod.jsonl"
+    import_with_site(FIXTURES / "slurm-real" / "production", prod)
+    out = tmp_path / "cal.json"
+    # when the backfill interval is fitted
+    knob = "slurm.backfill_interval_s=2,30"
+    r = runner.invoke(app, ["calibrate", str(prod), "--knob", knob, "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    # then it starts from the site's value, and both windows' errors are reported
+    result = json.loads(out.read_text())
+    assert result["knobs"]["slurm.backfill_interval_s"]["recorded"] == 2
+    assert set(result["wait_error"]) == {"fit", "validate"}
+    assert "policy.slurm.backfill_interval_s = " in r.output
+    # and on a history under the native profile the knob changes nothing: it is not fitted
+    r = runner.invoke(app, ["calibrate", str(history), "--knob", knob, "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["knobs"] == {}
+
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMPORTS = {
     "slurm": [

@@ -24,12 +24,14 @@ HEADER = (
 )
 
 
-def _row(job: str, gres: str, run: int = 600) -> str:
+def _row(job: str, gres: str, run: int = 600, asked: str | None = None) -> str:
+    """A sacct row given `gres` (AllocTRES); asked for `asked` (ReqTRES; default the same)."""
     tres = f"cpu=2,{gres},mem=8G,node=1"
+    req = tres if asked is None else f"cpu=2,{asked},mem=8G,node=1"
     return (
         f"{job}|{job}|x|u|acct|gpu|normal|1|2024-03-01T09:00:00|2024-03-01T09:00:00|"
         f"2024-03-01T09:00:00|2024-03-01T09:{run // 60:02d}:00|00:10:00|01:00:00|COMPLETED|0:0|1|"
-        f"n|{tres}|{tres}"
+        f"n|{req}|{tres}"
     )
 
 
@@ -85,6 +87,29 @@ def test_slurm_mig_gres_become_mig_gpus_and_mig_jobs(tmp_path):
     for j in ("1", "2", "3"):
         members = [m for _, ms in sim.ledger.jobs[j].placements for m in ms]
         assert members and all(m.mig_profile == jobs[j].resources.mig_profile for m in members)
+
+
+def test_untyped_gpus_given_slices_of_two_profiles_are_members_of_the_smallest(tmp_path):
+    """Given a job that asked for `--gres=gpu:2` (untyped) and was given a 1g.10gb and a
+    3g.40gb instance (the real Slurm's `urgent2`), when imported, then it is two members of
+    the smallest profile it was given (any instance would have done), not a skipped row; a
+    job that named both profiles is still skipped (a member holds one MIG instance)."""
+    sacct, sinfo = _files(
+        tmp_path,
+        "mig-01|64|515000|gpu:1g.10gb:4(S:0),gpu:3g.40gb:1(S:1)|gpu\n",
+        [
+            _row("1", "gres/gpu:1g.10gb=1,gres/gpu:3g.40gb=1,gres/gpu=2", asked="gres/gpu=2"),
+            _row("2", "gres/gpu:1g.10gb=1,gres/gpu:3g.40gb=1,gres/gpu=2"),
+        ],
+    )
+    summary = import_slurm(sacct, tmp_path / "s.jsonl", sinfo=sinfo).summary
+    jobs = {
+        e.job.job_id: e.job
+        for _, _, e in read_log(tmp_path / "s.jsonl")
+        if isinstance(e, ev.JobSubmitted)
+    }
+    assert (jobs["1"].resources.mig_profile, jobs["1"].replicas) == ("1g.10gb", 2)
+    assert "2" not in jobs and summary["skipped_rows"] == 1
 
 
 def test_impossible_slurm_geometry_and_mixed_requests_are_reported(tmp_path):

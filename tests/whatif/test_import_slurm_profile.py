@@ -36,6 +36,7 @@ def test_the_production_like_site_selects_the_slurm_profile_with_its_values(tmp_
     site = policy.slurm
     assert (site.multifactor, site.preempt, site.max_age_s) == (True, "qos", 7 * 86_400)
     assert site.calc_period_s == 300  # PriorityCalcPeriod: Slurm's default, 5 minutes
+    assert site.backfill_interval_s == 45  # SchedulerParameters bf_interval (sched/backfill)
     assert site.weights == {"age": 1000, "fairshare": 10000, "jobsize": 0, "partition": 2000,
                             "qos": 5000}  # fmt: skip
     assert site.partitions == {
@@ -55,6 +56,15 @@ def test_the_production_like_site_selects_the_slurm_profile_with_its_values(tmp_
     )
     tenants = {e.tenant: e for _, _, e in read_log(out) if isinstance(e, ev.TenantConfigured)}
     assert tenants["physics"].over_quota_weight == 60  # its Share
+
+
+def test_only_the_backfill_scheduler_has_backfill_cycles(tmp_path):
+    # sched/builtin (the main scheduler alone): no interval, every pass places in queue order
+    conf = tmp_path / "slurm.conf"
+    text = (SLURM / "slurm.conf").read_text()
+    conf.write_text(text + "\nSchedulerType=sched/builtin\n")
+    assert read_site(conf, None, None).profile()["backfill_interval_s"] == 0
+    assert read_site(SLURM / "slurm.conf", None, None).profile()["backfill_interval_s"] == 45
 
 
 def test_accounts_shares_are_tenant_weights_parent_shares_its_parents():

@@ -127,6 +127,11 @@ def test_an_overlay_sets_a_per_model_lending_limit_and_keeps_the_recorded_ones()
             "tenants.research.guarantee: unknown key (did you mean 'guaranteed'?)",
         ),
         ("policy.preemption", "expected KEY=VALUE"),
+        (
+            "policy.slurm.bf_interval=2",
+            "policy.slurm.bf_interval: unknown key (did you mean 'backfill_interval_s'?)",
+        ),
+        ("policy.slurm.backfill_interval_s=-1", "backfill_interval_s"),
     ],
 )
 def test_bad_set_items_are_one_clear_line(demo_log, item, message):

@@ -186,6 +186,15 @@ PENDING: tuple[PendingRule, ...] = (
         "its run would reach: which window, its nodes and span, and whether it is in force, "
         "the job has no time limit, or its time limit would reach into it",
     ),
+    PendingRule(
+        PendingReason.Priority,
+        True,
+        True,
+        "the `slurm` profile between backfill cycles (`policy.slurm.backfill_interval_s`): "
+        "a job ahead of it in its partition waits for capacity, so Slurm's main scheduler "
+        "starts no later job of the partition nor on its nodes; which partition, and how "
+        "often the backfill scheduler tries (stage `main_scheduler`)",
+    ),
 )
 
 BY_CODE: dict[str, PendingRule] = {r.code: r for r in PENDING}

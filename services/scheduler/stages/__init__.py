@@ -15,6 +15,7 @@ from gpuledger.services.scheduler.stages import (
     cordon,
     dependencies,
     held,
+    main_scheduler,
     maintenance,
     mig_layout,
     model_guarantee,
@@ -46,6 +47,7 @@ STAGES: tuple[Stage, ...] = (
     reserve.STAGE,
     releasing.STAGE,
     regeometry.STAGE,
+    main_scheduler.STAGE,
 )
 
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
