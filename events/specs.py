@@ -245,6 +245,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 UserLimitValue = Annotated[int, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
+UserWeight = Annotated[int, msgspec.Meta(ge=1, le=MAX_QUANTITY)]
+DEFAULT_USER_WEIGHT = 1
+"""A user's fair-share weight when neither its override nor the tenant's default names one."""
 
 
 class UserLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -262,6 +265,9 @@ class UserLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     array_size: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
     """Most tasks one array job of the user may have (Slurm `MaxArraySize`); unset or None: no
     bound."""
+    weight: UserWeight | msgspec.UnsetType = msgspec.UNSET
+    """The user's share of its tenant in the queue order (the Fair Tree's user shares;
+    `services.domain.policy.user_share`): unset (left out of the JSON) is 1."""
 
 
 class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -282,7 +288,13 @@ class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             gpu_milli=d.gpu_milli if o.gpu_milli is None else o.gpu_milli,
             submit_jobs=d.submit_jobs if o.submit_jobs is msgspec.UNSET else o.submit_jobs,
             array_size=d.array_size if o.array_size is msgspec.UNSET else o.array_size,
+            weight=d.weight if o.weight is msgspec.UNSET else o.weight,
         )
+
+    def weight_of(self, user: str) -> int:
+        """`user`'s fair-share weight: its override's, else the default's, else 1."""
+        w = self.of(user).weight
+        return DEFAULT_USER_WEIGHT if w is msgspec.UNSET else w
 
 
 class SubmitLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

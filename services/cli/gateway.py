@@ -13,8 +13,8 @@ from gpuledger.services.cli.common import fail
 gateway_app = typer.Typer()
 
 TOKENS_HELP = (
-    "Tokens file (YAML/JSON): tenant -> list of 'sha256:<hex>' hashes of its bearer tokens "
-    "(`gpuledger gateway token` adds one)."
+    "Tokens file (YAML/JSON): tenant (or user:TENANT:USER) -> list of 'sha256:<hex>' hashes "
+    "of its bearer tokens (`gpuledger gateway token` adds one)."
 )
 
 
@@ -52,9 +52,10 @@ def gateway(
 ) -> None:
     """HTTP gateway for CI systems: POST /v1/tenants/TENANT/jobs (a job file as JSON or YAML,
     ?wait=true&timeout=30), GET and DELETE /v1/tenants/TENANT/jobs/JOB, GET /healthz; each
-    /v1 request with `Authorization: Bearer TOKEN`, a token of TENANT. Answers: 202 submitted,
-    200 admitted or already submitted, 400 invalid (one line per problem), 401 no or unknown
-    token, 403 another tenant, 404 unknown job, 409 JobIdConflict, 413 body over 1 MiB, 422
+    /v1 request with `Authorization: Bearer TOKEN`, a token of TENANT or of one of its users
+    (which submits and cancels as that user only). Answers: 202 submitted, 200 admitted or
+    already submitted, 400 invalid (one line per problem), 401 no or unknown token, 403
+    another tenant or (a user's token) another user (NotYourUser), 404 unknown job, 409 JobIdConflict, 413 body over 1 MiB, 422
     rejected, 503 no admission service, 504 no decision in time. Exit codes: 2 invalid
     options or tokens file."""
     if ctx.invoked_subcommand is not None:
@@ -83,28 +84,36 @@ def gateway(
 @gateway_app.command("token")
 def token(
     tenant: str = typer.Argument(..., help="The tenant the token acts for."),
+    user: str | None = typer.Argument(
+        None, help="A user of TENANT: the token acts as that user only (docs/users.md)."
+    ),
     tokens: Path = typer.Option(
         Path(".gpuledger/gateway-tokens.yaml"), "--tokens", help=TOKENS_HELP
     ),
 ) -> None:
-    """Generate a bearer token for TENANT, add its hash to the tokens file (created 0600) and
-    print the token: it is shown only this once. A running gateway picks it up at once."""
+    """Generate a bearer token for TENANT (with USER: for that user of it, as `gpuledger
+    auth add-user` makes a key), add its hash to the tokens file (created 0600) and print
+    the token: it is shown only this once. A running gateway picks it up at once. A user's
+    token submits and cancels as that user only (`NotYourUser`, 403). Exit 2 for a bad
+    tenant or user name or tokens file."""
     from gpuledger import events as ev
     from gpuledger.services.runtime.gateway_tokens import TokenFileError, add_token
 
     try:
         ev.validate_tenant(tenant)
+        if user is not None:
+            ev.validate_token("user", user)
     except ev.InvalidId as exc:
         fail(str(exc), 2)
     try:
         tokens.parent.mkdir(parents=True, exist_ok=True)
-        secret = add_token(tokens, tenant)
+        secret = add_token(tokens, tenant, user)
     except TokenFileError as exc:
         _fail_tokens(exc)
     except OSError as exc:
         fail(f"{tokens}: cannot write: {exc.strerror}", 2)
     typer.echo(secret)
+    who, kept = (tenant, "a CI secret") if user is None else (f"user {user} of {tenant}", "theirs")
     typer.echo(
-        f"added a token for {tenant} to {tokens} (shown only now; store it as a CI secret)",
-        err=True,
+        f"added a token for {who} to {tokens} (shown only now; store it as {kept})", err=True
     )

@@ -238,6 +238,8 @@ def _permissions(principal: str) -> dict[str, Any] | None:
                 "gl.submit.>",
                 "gl.cancel.>",
                 "gl.scale.>",
+                "glu.submit.>",  # a user's token: on that user's intake subjects (issue 43)
+                "glu.cancel.>",
                 f"{QUERY_PREFIX}.>",
                 *_job_control("*"),
             ],

@@ -153,18 +153,25 @@ def _no_admission(job_id: str) -> Outcome:
 
 
 async def publish_submission(
-    bus, event: ev.JobSubmitted, *, timeout: float = 30.0, read_log: bool = True
+    bus,
+    event: ev.JobSubmitted,
+    *,
+    timeout: float = 30.0,
+    read_log: bool = True,
+    as_user: str | None = None,
 ) -> Outcome:
     """Create the job of `event` once: `submitted` (new), `duplicate` (the same content was
     submitted before: a retry), `conflict` (the tenant's job of that id holds other content),
-    or `timeout` (the id is taken and nobody said by what in time)."""
+    `refused` (the intake's rules), or `timeout` (the id is taken and nobody said by what in
+    time). With `as_user`, asked on that user's intake subjects (the gateway, for a user's
+    token): the intake holds it to that user."""
     from gpuledger.services.domain.fold.ledger import spec_differences
     from gpuledger.services.runtime.bus import AlreadyExists
     from gpuledger.services.runtime.intake import IntakeError, IntakeRefused, create_client_event
 
     spec = event.job
     try:
-        seq, duplicate = await create_client_event(bus, event)
+        seq, duplicate = await create_client_event(bus, event, as_user)
         if duplicate:  # a quick retry JetStream recognised by its event id
             return Outcome(
                 DUPLICATE,
@@ -330,10 +337,14 @@ async def submit_job(
     timeout: float = 30.0,
     read_log: bool = True,
     on_published: Callable[[Outcome], None] | None = None,
+    as_user: str | None = None,
 ) -> Outcome:
     """Submit (once) and, with `wait`, wait for the admission decision. `on_published` sees
-    the outcome of the publish before the wait (the CLI prints it at once)."""
-    published = await publish_submission(bus, event, timeout=timeout, read_log=read_log)
+    the outcome of the publish before the wait (the CLI prints it at once); `as_user` as for
+    `publish_submission`."""
+    published = await publish_submission(
+        bus, event, timeout=timeout, read_log=read_log, as_user=as_user
+    )
     if on_published is not None:
         on_published(published)
     if not wait or published.status not in (SUBMITTED, DUPLICATE):
@@ -360,14 +371,27 @@ async def job_owner(
 
 
 async def cancel_job(
-    bus, tenant: str | None, job_id: str, *, producer: str = "cli", read_log: bool = True
+    bus,
+    tenant: str | None,
+    job_id: str,
+    *,
+    producer: str = "cli",
+    read_log: bool = True,
+    as_user: str | None = None,
 ) -> Outcome:
     """Publish JobCancelled for a job `tenant` has (None: whichever tenant submitted it):
-    `cancel_requested`, `unknown_job` (nothing published), `timeout`, `unavailable`."""
+    `cancel_requested`, `unknown_job` (nothing published), `timeout`, `unavailable`. With
+    `as_user`, asked on that user's intake subject: another user's job is `unknown_job`."""
     from gpuledger.services.domain.tooling.stamp import stamp
 
     try:
-        owner = await job_owner(bus, tenant, job_id, read_log=read_log)
+        # a user's request: the intake alone answers, the same words for another user's job
+        # as for none (no oracle)
+        owner = (
+            tenant
+            if as_user is not None
+            else await job_owner(bus, tenant, job_id, read_log=read_log)
+        )
     except TimeoutError as exc:
         return Outcome(TIMEOUT, job_id, str(exc), 4, error=True)
     except LookupError:
@@ -395,7 +419,7 @@ async def cancel_job(
     from gpuledger.services.runtime.intake import IntakeError, IntakeRefused, publish_client_event
 
     try:
-        seq = await publish_client_event(bus, event)
+        seq = await publish_client_event(bus, event, as_user)
     except IntakeRefused as exc:  # another user's job (or none): nothing stored
         return Outcome(
             UNKNOWN_JOB, job_id, f"not cancelled: {exc}", 1, reason=exc.reason, error=True

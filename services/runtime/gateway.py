@@ -6,13 +6,19 @@
     DELETE /v1/tenants/{tenant}/jobs/{job}                    cancel
     GET    /healthz
 
-Every /v1 request carries `Authorization: Bearer <token>`, a token of {tenant}
-(services/runtime/gateway_tokens.py). The gateway connects to NATS as the `gateway` identity and
-does exactly what `gpuledger submit` / `cancel` do (services/runtime/client_requests.py).
+Every /v1 request carries `Authorization: Bearer <token>`, a token of {tenant} or of one of
+its users (services/runtime/gateway_tokens.py). The gateway connects to NATS as the `gateway`
+identity and does exactly what `gpuledger submit` / `cancel` do
+(services/runtime/client_requests.py).
 
 Invariants:
 - a request acts only within the tenant of its token: the path tenant must be the token's,
   and a submitted body's tenant the path's (403 otherwise); missing or unknown token: 401;
+- a user's token acts only as that user (issue 43): a body naming no user is that user's, one
+  naming another is refused `NotYourUser` (403) before anything is sent; its submissions and
+  cancels travel on that user's own intake subjects (`glu.<verb>.<tenant>.<user>.<job>`), so
+  the admission service holds them to that user on its folded state, as it holds a per-user
+  credential (another user's job: 404 `UnknownJob`, the answer for an id nobody has);
 - ids are validated before they become subject tokens (400), bodies over `max_body` bytes are
   refused unread (413), YAML aliases are refused (no alias bombs);
 - the gateway never reads the log: without an admission service to ask it answers 503;
@@ -71,6 +77,8 @@ class HttpError(Exception):
 def outcome_body(outcome: cr.Outcome) -> tuple[int, dict[str, Any]]:
     """HTTP status and JSON body of a client request's outcome."""
     body: dict[str, Any] = {"job_id": outcome.job_id}
+    if outcome.reason == RequestReason.NotYourUser:  # the intake held a user's token to it
+        return 403, {**body, "reason": outcome.reason, "message": outcome.message or outcome.text}
     if outcome.status in (cr.SUBMITTED, cr.DUPLICATE, cr.ADMITTED, cr.CANCEL_REQUESTED):
         body["state"] = {cr.DUPLICATE: "already_submitted"}.get(outcome.status, outcome.status)
         if outcome.seq is not None:
@@ -98,6 +106,25 @@ def parse_body(data: bytes) -> Any:
         return load_document(text, aliases=False)
     except DocumentError as exc:
         raise HttpError(400, RequestReason.InvalidSpec, f"body: {exc}") from None
+
+
+def as_user(doc: Any, user: str | None) -> Any:
+    """The posted document as a user's token submits it: its `user:` filled in with `user`
+    when it names none; HttpError 403 `NotYourUser` when it names another. Unchanged for a
+    tenant's token (`user` None), which vouches for any user it names."""
+    if user is None or not isinstance(doc, dict):
+        return doc
+    named = doc.get("user")
+    if named is None:
+        return {**doc, "user": user}
+    if named != user:
+        raise HttpError(
+            403,
+            RequestReason.NotYourUser,
+            f"body: user: the token of user {user} submits as {user} only; this job names "
+            f"user {str(named)[:130]!r}",
+        )
+    return doc
 
 
 def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
@@ -167,8 +194,9 @@ class Gateway:
 
     # ------------------------------------------------------------------ checks
 
-    def authorize(self, request: Request) -> str:
-        """The path tenant, if the request's token belongs to it; HttpError 401 / 403."""
+    def authorize(self, request: Request) -> tuple[str, str | None]:
+        """(path tenant, the token's user or None for a tenant's token), if the request's
+        token belongs to the path tenant; HttpError 401 / 403."""
         tenant = request.path_params["tenant"]
         request.state.tenant = tenant
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -180,12 +208,13 @@ class Gateway:
             self.tokens.reload()
         except TokenFileError as exc:  # keep serving with the tokens last loaded
             log.error("gateway.tokens_invalid", error=str(exc))
-        owner = self.tokens.tenant_of(token.strip())
+        owner = self.tokens.owner_of(token.strip())
         if owner is None:
             raise HttpError(401, "Unauthorized", "unknown bearer token")
-        if owner != tenant:
+        if owner[0] != tenant:
             raise HttpError(403, "Forbidden", f"this token is not valid for tenant {tenant!r}")
-        return tenant
+        request.state.user = owner[1]
+        return owner
 
     @staticmethod
     def job_id(request: Request) -> str:
@@ -211,21 +240,25 @@ class Gateway:
     # ------------------------------------------------------------------ endpoints
 
     async def submit(self, request: Request) -> JSONResponse:
-        tenant = self.authorize(request)
+        tenant, user = self.authorize(request)
         wait, timeout = wait_args(request.query_params)
-        event = job_event(parse_body(await self.read_body(request)), tenant)
+        event = job_event(as_user(parse_body(await self.read_body(request)), user), tenant)
         request.state.job = event.job.job_id
-        outcome = await cr.submit_job(self.bus, event, wait=wait, timeout=timeout, read_log=False)
+        outcome = await cr.submit_job(
+            self.bus, event, wait=wait, timeout=timeout, read_log=False, as_user=user
+        )
         return self.outcome(request, outcome)
 
     async def cancel(self, request: Request) -> JSONResponse:
-        tenant = self.authorize(request)
+        tenant, user = self.authorize(request)
         job = self.job_id(request)
-        outcome = await cr.cancel_job(self.bus, tenant, job, producer=PRODUCER, read_log=False)
+        outcome = await cr.cancel_job(
+            self.bus, tenant, job, producer=PRODUCER, read_log=False, as_user=user
+        )
         return self.outcome(request, outcome)
 
     async def status(self, request: Request) -> JSONResponse:
-        tenant = self.authorize(request)
+        tenant, _ = self.authorize(request)  # a user's token sees its tenant's jobs
         job = self.job_id(request)
         try:
             st = await cr.ask_status(self.bus, tenant, job, timeout=5, wait_for_service=True)
@@ -278,6 +311,7 @@ class _RequestLog(BaseHTTPMiddleware):
             path=request.url.path,
             status=response.status_code,
             tenant=getattr(request.state, "tenant", None),
+            user=getattr(request.state, "user", None),
             job=getattr(request.state, "job", None),
             reason=getattr(request.state, "reason", None),
             client=request.client.host if request.client else None,

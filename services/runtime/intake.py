@@ -223,31 +223,35 @@ def intake_user(nc: Any) -> str | None:
     return found[1] if found else None
 
 
-async def publish_client_event(bus, event: ev.Event) -> int:
+async def publish_client_event(bus, event: ev.Event, as_user: str | None = None) -> int:
     """Publish a cancel or a scale (`JobCancelled`, `ServiceScaled`): through the intake
-    where `asks_intake`, else into the stream. The stored sequence."""
-    if asks_intake(bus.nc):
-        return await request_publish(bus, event)
+    where `asks_intake` or on `as_user`'s own intake subject (the gateway, for a user's
+    token), else into the stream. The stored sequence."""
+    if as_user is not None or asks_intake(bus.nc):
+        return await request_publish(bus, event, as_user=as_user)
     return await bus.publish(event)
 
 
-async def create_client_event(bus, event: ev.Event) -> tuple[int, bool]:
-    """Create a job (`JobSubmitted`) once: through the intake where `asks_intake`, else
-    `Bus.create_once_acked(read_existing=False)`. (seq, duplicate) or AlreadyExists."""
-    if asks_intake(bus.nc):
-        return await request_create(bus, event)
+async def create_client_event(bus, event: ev.Event, as_user: str | None = None) -> tuple[int, bool]:
+    """Create a job (`JobSubmitted`) once: through the intake where `asks_intake` or on
+    `as_user`'s own intake subject, else `Bus.create_once_acked(read_existing=False)`.
+    (seq, duplicate) or AlreadyExists."""
+    if as_user is not None or asks_intake(bus.nc):
+        return await request_create(bus, event, as_user=as_user)
     return await bus.create_once_acked(event, read_existing=False)
 
 
-async def _ask(bus, event: ev.Event, timeout: float) -> dict[str, Any]:
-    """The intake's answer to `event`; while no admission service listens (one starting, a
-    standby taking over) the request is repeated for up to `timeout` seconds."""
+async def _ask(bus, event: ev.Event, timeout: float, as_user: str | None = None) -> dict[str, Any]:
+    """The intake's answer to `event`, asked on `as_user`'s subjects (default: the user of
+    this connection's credential, if any); while no admission service listens (one
+    starting, a standby taking over) the request is repeated for up to `timeout` seconds."""
     import asyncio
     import time
 
     import nats.errors
 
-    subject = intake_subject(ev.subject_for(event), intake_user(bus.nc))
+    user = as_user if as_user is not None else intake_user(bus.nc)
+    subject = intake_subject(ev.subject_for(event), user)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -269,18 +273,22 @@ async def _ask(bus, event: ev.Event, timeout: float) -> dict[str, Any]:
     return answer
 
 
-async def request_create(bus, event: ev.Event, *, timeout: float = 30.0) -> tuple[int, bool]:
+async def request_create(
+    bus, event: ev.Event, *, timeout: float = 30.0, as_user: str | None = None
+) -> tuple[int, bool]:
     """`Bus.create_once_acked(event, read_existing=False)` through the intake: (seq,
     duplicate), AlreadyExists naming the tenant's own job's sequence, IntakeError."""
     from gpuledger.services.runtime.bus import AlreadyExists
 
-    answer = await _ask(bus, event, timeout)
+    answer = await _ask(bus, event, timeout, as_user)
     if "exists" in answer:
         subject = ev.subject_for(event)
         raise AlreadyExists(subject, f"wrong last sequence: {answer['exists']}")
     return int(answer["seq"]), bool(answer.get("duplicate"))
 
 
-async def request_publish(bus, event: ev.Event, *, timeout: float = 30.0) -> int:
+async def request_publish(
+    bus, event: ev.Event, *, timeout: float = 30.0, as_user: str | None = None
+) -> int:
     """`Bus.publish(event)` through the intake: the stored sequence, or IntakeError."""
-    return int((await _ask(bus, event, timeout))["seq"])
+    return int((await _ask(bus, event, timeout, as_user))["seq"])

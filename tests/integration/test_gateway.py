@@ -12,10 +12,13 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.replay import live_player
+from gpuledger.services.runtime import client_requests as cr
+from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.gateway import Gateway, create_app
 from gpuledger.services.runtime.gateway import server as http_server
 from gpuledger.services.runtime.gateway_tokens import Tokens, add_token
 from tests.integration.cluster import EXAMPLES, cli
+from tests.services.given import submitted
 from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
@@ -28,6 +31,7 @@ async def gateway(server, admission, tmp_path):
     """(base URL, {tenant: token}): the gateway on a free loopback port."""
     path = tmp_path / "tokens.yaml"
     tokens = {t: add_token(path, t) for t in ("team-a", "team-b")}
+    tokens |= {u: add_token(path, "team-a", u) for u in ("alice", "bob")}  # users' tokens
     srv = http_server(
         create_app(Gateway(Tokens(path), access=server.access("gateway"))), "127.0.0.1", 0
     )
@@ -186,6 +190,76 @@ async def test_cancel_own_job_and_not_another_tenants(gateway, bus):
         )
 
 
+async def test_a_users_token_submits_only_as_its_user(gateway, bus, server):
+    # given alice's token (team-a's user alice) and team-a's own token
+    url, tokens = gateway
+    alice, team = auth(tokens["alice"]), auth(tokens["team-a"])
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        # when alice posts a job naming no user, then it is hers
+        r = await http.post(
+            "/v1/tenants/team-a/jobs?wait=true",
+            headers=alice,
+            content=JOB.format(id="u-1", tenant="team-a", gpus=1),
+        )
+        assert r.status_code == 200 and r.json()["state"] == "admitted", r.text
+        st = await http.get("/v1/tenants/team-a/jobs/u-1", headers=alice)
+        assert st.json()["spec"]["user"] == "alice"
+        # when alice posts a job naming bob, then it is refused and nothing is published
+        last = await bus.last_seq()
+        as_bob = JOB.format(id="u-2", tenant="team-a", gpus=1) + "user: bob\n"
+        refused = await http.post("/v1/tenants/team-a/jobs", headers=alice, content=as_bob)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["reason"] == "NotYourUser"
+        assert "user alice submits as alice only" in refused.json()["message"]
+        assert await bus.last_seq() == last
+        # and team-a's own token vouches for any user it names (the control)
+        vouched = await http.post("/v1/tenants/team-a/jobs", headers=team, content=as_bob)
+        assert vouched.status_code == 202, vouched.text
+    # and the server holds a user's request to that user on its own: the gateway's key asking
+    # on alice's intake subject for a job naming bob is refused by the intake, not stored
+    gw = await Bus.connect(server.url, **server.client_options("gateway"))
+    try:
+        last = await bus.last_seq()
+        out = await cr.publish_submission(
+            gw, submitted(id="u-3", tenant="team-a", user="bob"), as_user="alice"
+        )
+        assert (out.status, out.reason) == (cr.REFUSED, "NotYourUser")
+        assert await bus.last_seq() == last
+    finally:
+        await gw.close()
+
+
+async def test_a_users_token_cancels_only_its_users_jobs_and_sees_its_tenants(gateway, bus):
+    # given bob's job, submitted by team-a's token naming bob
+    url, tokens = gateway
+    alice, bob = auth(tokens["alice"]), auth(tokens["bob"])
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        r = await http.post(
+            "/v1/tenants/team-a/jobs?wait=true",
+            headers=auth(tokens["team-a"]),
+            content=JOB.format(id="u-9", tenant="team-a", gpus=1) + "user: bob\n",
+        )
+        assert r.status_code == 200, r.text
+        # then alice's token sees it (its tenant's queue, like squeue)
+        assert (await http.get("/v1/tenants/team-a/jobs/u-9", headers=alice)).status_code == 200
+        # but cannot cancel it: the answer is word for word that for an id nobody has
+        last = await bus.last_seq()
+        theirs = await http.delete("/v1/tenants/team-a/jobs/u-9", headers=alice)
+        nobody = await http.delete("/v1/tenants/team-a/jobs/u-none", headers=alice)
+        assert theirs.status_code == 404 and theirs.json()["reason"] == "UnknownJob"
+        assert (theirs.status_code, theirs.text.replace("u-9", "ID")) == (
+            nobody.status_code,
+            nobody.text.replace("u-none", "ID"),
+        )
+        assert await bus.last_seq() == last  # nothing published
+        # and bob's token cancels it
+        mine = await http.delete("/v1/tenants/team-a/jobs/u-9", headers=bob)
+        assert mine.status_code == 202 and mine.json()["state"] == "cancel_requested", mine.text
+        # and a user's token of team-a is no token of team-b
+        other = await http.get("/v1/tenants/team-b/jobs/u-9", headers=bob)
+        assert other.status_code == 403
+
+
 def test_gateway_token_and_a_strictly_checked_tokens_file(tmp_path):
     path = tmp_path / "tokens.yaml"
     out = cli("gateway", "token", "team-a", "--tokens", str(path))
@@ -194,6 +268,17 @@ def test_gateway_token_and_a_strictly_checked_tokens_file(tmp_path):
     assert len(token) > 30 and token not in path.read_text()
     assert Tokens(path).tenant_of(token) == "team-a"
     assert path.stat().st_mode & 0o077 == 0
+    # a user's token: `gateway token TENANT USER`, as `auth add-user TENANT USER`
+    users = cli("gateway", "token", "team-a", "alice", "--tokens", str(path))
+    assert users.returncode == 0, users.stderr
+    assert Tokens(path).owner_of(users.stdout.strip()) == ("team-a", "alice")
+    assert "user:team-a:alice:" in path.read_text()
+    bad_user = cli("gateway", "token", "team-a", "bob.smith", "--tokens", str(path))
+    assert bad_user.returncode == 2
+    assert bad_user.stderr.strip() == (
+        "error: invalid user 'bob.smith': only letters, digits and _-:+@=,~ are allowed "
+        "(no '.', '*', '>', spaces)"
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"team-a: [{token}]\nteam-b: nope\n")
     refused = cli("gateway", "--tokens", str(bad), "--nats-url", "nats://127.0.0.1:1")

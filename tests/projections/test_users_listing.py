@@ -93,3 +93,35 @@ def test_the_exporter_serves_the_same_use_and_limits_as_metrics(data):
         assert line in text.splitlines(), line
     # and a bound not in force is no sample (bob has no running_jobs bound)
     assert 'gpuledger_user_limit{limit="running_jobs",tenant="research",user="bob"}' not in text
+
+
+def test_with_the_log_each_user_shows_weight_and_decayed_usage(tmp_path):
+    # given examples/fair-tree.yaml to 75 minutes (its last event: carol's job, at 70)
+    from gpuledger.replay.logio import write_log
+
+    run = simulate(load(EXAMPLES / "fair-tree.yaml"), until_ms=4_500_000)
+    rebuild(run.log, tmp_path / "projection.duckdb")
+    log = tmp_path / "ft.jsonl"
+    write_log(log, run.log)
+    # when `users --log` folds it
+    out = gl(tmp_path, "users", "--log", str(log), "-o", "json")
+    assert out.exit_code == 0, out.output
+    rows = {r["user"]: r for r in json.loads(out.output)}
+    # then each user's usage is the fold's, over its weight (alice weighs 2)
+    ledger = run.ledger
+    for user, w in (("alice", 2), ("bob", 1), ("carol", 1)):
+        used = ledger.user_usage_at("research", user, 4_200_000) / 3_600_000_000
+        assert rows[user]["weight"] == w
+        assert rows[user]["usage_gpu_hours"] == round(used, 4)
+        assert rows[user]["standing_gpu_hours"] == round(used / w, 4)
+    assert rows["carol"]["usage_gpu_hours"] == 0 < rows["bob"]["standing_gpu_hours"]
+    assert rows["bob"]["standing_gpu_hours"] < rows["alice"]["standing_gpu_hours"]
+
+
+def test_a_log_that_cannot_be_read_is_one_line_and_exit_2(data, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    for log in (bad, tmp_path / "missing.jsonl"):
+        out = gl(data, "users", "--log", str(log))
+        assert out.exit_code == 2
+        assert out.output.startswith("error: --log: ") and out.output.count("\n") == 1

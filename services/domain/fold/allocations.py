@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal, JobState
+from gpuledger.events.specs import DEFAULT_USER
 from gpuledger.services.domain.fold import jobs, members, queue, requeues, resize, tenants
 from gpuledger.services.domain.fold.aggregate import Fold
 from gpuledger.services.domain.fold.records import AllocationRecord, JobRecord, elastic, tally_keys
@@ -66,7 +67,16 @@ def placed(ledger: LedgerState, e: ev.GangPlaced) -> Refusal | None:
         ledger.sched.growable.add(e.allocation_id)
     members.index(ledger, rec)
     members.spread(ledger, job, e.members, 1)
-    tenants.book(ledger, job.tenant, e.members, per_member, job.preemptible, 1, e.occurred_at_ms)
+    tenants.book(
+        ledger,
+        job.tenant,
+        e.members,
+        per_member,
+        job.preemptible,
+        1,
+        e.occurred_at_ms,
+        job.spec.submitter,
+    )
     jobs.placed(ledger, job, e)
     return None
 
@@ -249,7 +259,8 @@ def release(ledger: LedgerState, allocation_id: str, now_ms: int) -> AllocationR
     job = ledger.jobs.get(rec.job_id)
     per_member = rec.gpu_milli // len(rec.members) if rec.members else 0
     preemptible = job is None or job.preemptible
-    tenants.book(ledger, rec.tenant, rec.members, per_member, preemptible, -1, now_ms)
+    user = DEFAULT_USER if job is None else job.spec.submitter
+    tenants.book(ledger, rec.tenant, rec.members, per_member, preemptible, -1, now_ms, user)
     members.spread(ledger, job, rec.members, -1)
     queue.run_ended(ledger, allocation_id, rec.job_id)
     return rec

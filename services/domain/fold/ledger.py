@@ -187,6 +187,10 @@ class Ledger(LedgerState):
         `policy.usage_half_life_s` is off."""
         return tenants.usage_at(self, tenant, now_ms)
 
+    def user_usage_at(self, tenant: str, user: str, now_ms: int) -> int:
+        """`user`'s own decayed past usage in `tenant` at `now_ms` (`tenants.user_usage_at`)."""
+        return tenants.user_usage_at(self, tenant, user, now_ms)
+
     def usage_at_period(self, tenant: str, boundary_ms: int) -> int:
         """The tenant's decayed usage as it was at `boundary_ms`, the start of the current
         `PriorityCalcPeriod` (`slurm` profile; `tenants.usage_at_period`)."""

@@ -389,6 +389,10 @@ class QuotaLedger:
     """Per tenant (own work), time-decayed past usage in milli-GPU·ms and the event time it
     was folded up to (`services.domain.policy.usage`); kept only while `policy.usage_half_life_s`
     is set."""
+    user_usage: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    """Per (tenant, user), the user's own decayed usage as `decayed_usage` keeps the tenant's
+    (same half-life, same accrual points as its tenant's bookings of that user's work):
+    the Fair Tree's usage one level down (`user_share`)."""
     period_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per tenant, under `policy.profile: slurm`: its decayed usage at the last
     `PriorityCalcPeriod` boundary its usage was folded across (boundary ms, value), what
@@ -440,6 +444,9 @@ class LedgerState:
     pending: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
     tenant_gpu_milli: dict[str, int] = field(default_factory=dict)
+    user_gpu_milli: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (tenant, user), the GPU capacity its active allocations hold (a job that names no
+    user is `-`); its values sum to `tenant_gpu_milli`'s. Read by `user_share.holdings`."""
     tenant_by_model: dict[tuple[str, str], int] = field(default_factory=dict)
     """Per (tenant, GPU model), GPU capacity in use by all its work (for per-model lending
     and borrowing limits; read by the scheduler, preemption and quota); a member counts

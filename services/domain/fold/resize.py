@@ -65,7 +65,16 @@ def resized(ledger: LedgerState, e: ev.GangResized) -> Refusal | None:
     _rebook(ledger, rec, kept)
     gone = tuple(m for m in rec.members if m.rank in leaving)
     per_member = rec.gpu_milli // len(rec.members)
-    tenants.book(ledger, rec.tenant, gone, per_member, job.preemptible, -1, e.occurred_at_ms)
+    tenants.book(
+        ledger,
+        rec.tenant,
+        gone,
+        per_member,
+        job.preemptible,
+        -1,
+        e.occurred_at_ms,
+        job.spec.submitter,
+    )
     members.spread(ledger, job, gone, -1)
     members.unindex(ledger, rec)
     rec.members = kept
@@ -116,7 +125,16 @@ def _grown(
         )
     _rebook(ledger, rec, e.members)
     per_member = rec.gpu_milli // n
-    tenants.book(ledger, rec.tenant, added, per_member, job.preemptible, 1, e.occurred_at_ms)
+    tenants.book(
+        ledger,
+        rec.tenant,
+        added,
+        per_member,
+        job.preemptible,
+        1,
+        e.occurred_at_ms,
+        job.spec.submitter,
+    )
     members.spread(ledger, job, added, 1)
     rec.members = e.members
     rec.node_names = tuple(sorted({m.node for m in e.members}))

@@ -2,13 +2,16 @@
 shares, and each tenant's capacity in use (in all, per GPU model, non-preemptible) with its
 time-decayed past usage.
 
-Owns `config`, `fair_shares`, `tenant_gpu_milli`, `tenant_by_model`,
-`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model`, `quota.decayed_usage` and
-`quota.period_usage`. The allocations fold books capacity through `book` (placement, end,
-shrink, grow); usage is accrued at the old rate before every change of it.
+Owns `config`, `fair_shares`, `tenant_gpu_milli`, `user_gpu_milli`, `tenant_by_model`,
+`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model`, `quota.decayed_usage`,
+`quota.user_usage` and `quota.period_usage`. The allocations fold books capacity through
+`book` (placement, end, shrink, grow); usage is accrued at the old rate before every change
+of it, the tenant's and the booked work's user's alike (one accrual, two levels: the Fair
+Tree's tenants and their users).
 
-Invariant: `tenant_gpu_milli` is the sum of the tenant's active allocations, and
-`tenant_by_model` the same per model of each member's first GPU.
+Invariant: `tenant_gpu_milli` is the sum of the tenant's active allocations, `user_gpu_milli`
+the same per user of their jobs, and `tenant_by_model` the same per model of each member's
+first GPU.
 """
 
 from __future__ import annotations
@@ -71,11 +74,15 @@ def _usage_policy(ledger: LedgerState, half_life_s: int, at_ms: int) -> None:
         return
     for tenant in sorted(ledger.quota.decayed_usage):
         _accrue(ledger, tenant, at_ms)
+    for tenant, user in sorted(ledger.quota.user_usage):
+        _accrue_user(ledger, tenant, user, at_ms)
     if half_life_s <= 0:
         ledger.quota.decayed_usage.clear()
+        ledger.quota.user_usage.clear()
         ledger.quota.period_usage.clear()
     elif old <= 0:
         ledger.quota.decayed_usage = {t: (0, at_ms) for t in sorted(ledger.tenant_gpu_milli)}
+        ledger.quota.user_usage = {k: (0, at_ms) for k in sorted(ledger.user_gpu_milli)}
 
 
 def book(
@@ -86,14 +93,22 @@ def book(
     preemptible: bool,
     sign: int,
     at_ms: int,
+    user: str,
 ) -> None:
     """Add (`sign` 1) or take away (-1) the capacity of `members` (each `per_member_milli`)
-    from what `tenant` uses: in all (its usage accrued up to `at_ms` first), per GPU model,
-    and, for non-preemptible work, its fixed use."""
+    from what `tenant` and its `user` (the job's, `-` when it names none) use: in all (their
+    usage accrued up to `at_ms` first), per GPU model, and, for non-preemptible work, its
+    fixed use."""
     members = tuple(members)
     total = per_member_milli * len(members)
     _accrue(ledger, tenant, at_ms)
+    _accrue_user(ledger, tenant, user, at_ms)
     ledger.tenant_gpu_milli[tenant] = ledger.tenant_gpu_milli.get(tenant, 0) + sign * total
+    key = (tenant, user)
+    if held := ledger.user_gpu_milli.get(key, 0) + sign * total:
+        ledger.user_gpu_milli[key] = held
+    else:
+        ledger.user_gpu_milli.pop(key, None)
     by_model = member_models(ledger, members, per_member_milli)
     for model in sorted(by_model):
         key = (tenant, model)
@@ -152,6 +167,29 @@ def _accrue(ledger: LedgerState, tenant: str, at_ms: int) -> None:
     if period and (boundary := at - at % period) >= since:
         ledger.quota.period_usage[tenant] = (boundary, advance(value, since, rate, boundary, step))
     ledger.quota.decayed_usage[tenant] = (advance(value, since, rate, at, step), at)
+
+
+def user_usage_at(ledger: LedgerState, tenant: str, user: str, now_ms: int) -> int:
+    """`user`'s own time-decayed past usage in `tenant` (milli-GPU·ms) at `now_ms`, as
+    `usage_at` is the tenant's; 0 when `policy.usage_half_life_s` is off."""
+    half_life = ledger.config.policy.usage_half_life_s
+    if half_life <= 0:
+        return 0
+    value, since = ledger.quota.user_usage.get((tenant, user), (0, now_ms))
+    rate = ledger.user_gpu_milli.get((tenant, user), 0)
+    return advance(value, since, rate, max(now_ms, since), step_ms(half_life))
+
+
+def _accrue_user(ledger: LedgerState, tenant: str, user: str, at_ms: int) -> None:
+    """Fold the user's usage up to `at_ms` at its current rate, as `_accrue` the tenant's."""
+    half_life = ledger.config.policy.usage_half_life_s
+    if half_life <= 0:
+        return
+    key = (tenant, user)
+    value, since = ledger.quota.user_usage.get(key, (0, at_ms))
+    at = max(at_ms, since)
+    rate = ledger.user_gpu_milli.get(key, 0)
+    ledger.quota.user_usage[key] = (advance(value, since, rate, at, step_ms(half_life)), at)
 
 
 def _calc_period_ms(ledger: LedgerState) -> int:
@@ -243,10 +281,12 @@ FOLD = Fold(
             "config",
             "fair_shares",
             "tenant_gpu_milli",
+            "user_gpu_milli",
             "tenant_by_model",
             "sched.tenant_fixed_gpu_milli",
             "sched.tenant_fixed_by_model",
             "quota.decayed_usage",
+            "quota.user_usage",
             "quota.period_usage",
         }
     ),

@@ -146,6 +146,7 @@ def _user_limit(key: str, d: Any) -> UserLimit:
         gpu_milli=None if d.gpus is None else milli(f"{key}.gpus", d.gpus),
         submit_jobs=d.submit_jobs,
         array_size=d.array_size,
+        weight=d.weight,
     )
 
 

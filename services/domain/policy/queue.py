@@ -1,7 +1,8 @@
 """Queue order of pending jobs: effective priority, then how far the tenant sits below its
 fair share, then the tenant's time-decayed past usage (`policy.usage_half_life_s`; less
-first), then the GPU capacity the job's user holds in its tenant now (less first:
-`user_share`), then submit time, then job id (a total order). Under `policy.profile: slurm` the
+first), then, among its users, the user's own decayed usage over its weight, then the GPU
+capacity the user holds now over its weight (less first: `user_share`, the Fair Tree's
+second level), then submit time, then job id (a total order). Under `policy.profile: slurm` the
 order is Slurm's instead (`services.domain.policy.slurm_priority`)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 from gpuledger.services.domain.policy import slurm_priority
-from gpuledger.services.domain.policy.user_share import Holdings, holdings
+from gpuledger.services.domain.policy.user_share import Holdings, held_share, holdings, standing
 
 NOT_SUFFERED = frozenset(
     {PreemptionReason.Consolidate, PreemptionReason.Requeue, PreemptionReason.Drain}
@@ -74,9 +75,11 @@ def queue_key(
     now_ms: int,
     usage: dict[str, int] | None = None,
     held: Holdings | None = None,
-) -> tuple[int, int, int, int, int, str]:
-    """The job's sort key; `usage` memoises decayed usage per tenant within one ordering,
-    `held` what each user holds (`user_share.holdings`, derived when not given)."""
+    users: dict[tuple[str, str], tuple[int, int]] | None = None,
+) -> tuple[int, int, int, int, int, int, str]:
+    """The job's sort key; `usage` memoises decayed usage per tenant and `users` each user's
+    (standing, held share) within one ordering, `held` what each user holds
+    (`user_share.holdings`, derived when not given)."""
     share = state.fair_shares.get(job.tenant)
     allocated = state.tenant_gpu_milli.get(job.tenant, 0)
     below = allocated - share.fair_share_gpu_milli if share is not None else 0
@@ -87,10 +90,15 @@ def queue_key(
     else:
         past = usage[job.tenant] = state.usage_at(job.tenant, now_ms)
     since = job.submitted_ms if job.queue_ms is None else job.queue_ms  # `top` moves it
-    if held is None:
-        held = holdings(state)
-    mine = held.get((job.tenant, job.spec.submitter), (0, 0))[1]
-    return (-effective_priority(state, job, now_ms), below, past, mine, since, job.job_id)
+    key = (job.tenant, job.spec.submitter)
+    mine = users.get(key) if users is not None else None
+    if mine is None:
+        if held is None:
+            held = holdings(state)
+        mine = (standing(state, *key, now_ms), held_share(state, held, *key))
+        if users is not None:
+            users[key] = mine
+    return (-effective_priority(state, job, now_ms), below, past, *mine, since, job.job_id)
 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
@@ -102,5 +110,6 @@ def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
     if len(jobs) < 2:
         return jobs  # one job is in order: no key to compute
     usage: dict[str, int] = {}
+    users: dict[tuple[str, str], tuple[int, int]] = {}
     held = holdings(state)
-    return sorted(jobs, key=lambda j: queue_key(state, j, now_ms, usage, held))
+    return sorted(jobs, key=lambda j: queue_key(state, j, now_ms, usage, held, users))

@@ -16,6 +16,7 @@ from gpuledger.services.domain.inputs.schema.units import (
     Duration,
     GpuCount,
     NonNegInt,
+    PositiveInt,
     Sharing,
     Size,
     Strict,
@@ -84,6 +85,8 @@ class UserLimitDoc(Strict, kw_only=True, frozen=True):
     """Jobs of one user pending and running at once (Slurm `MaxSubmitJobsPerUser`; an array task and a service replica count each): a submission past it is refused (`SubmitLimit`)."""
     array_size: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
     """Most tasks one array job of the user may have (Slurm `MaxArraySize`)."""
+    weight: PositiveInt | msgspec.UnsetType = msgspec.UNSET
+    """The user's share of its tenant in the queue order, against its decayed past usage (Fair Tree user shares; default 1)."""
 
 
 class SubmitLimitDoc(Strict, kw_only=True, frozen=True):

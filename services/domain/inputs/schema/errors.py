@@ -6,6 +6,7 @@ import functools
 import re
 import typing
 from collections.abc import Callable, Iterable
+from types import UnionType
 from typing import Annotated, Any
 
 import msgspec
@@ -129,9 +130,15 @@ def convert(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
         return None
 
 
+def _union_args(typ: Any) -> tuple[Any, ...]:
+    """The members of a union (`X | None`); () for anything else (`dict[K, V]`'s arguments
+    are not alternatives to it)."""
+    return typing.get_args(typ) if typing.get_origin(typ) in (typing.Union, UnionType) else ()
+
+
 def _struct_of(typ: Any) -> type[msgspec.Struct] | None:
     """The Struct type in `typ` (`X` or `X | None`), else None."""
-    for t in (typ, *getattr(typ, "__args__", ())):
+    for t in (typ, *_union_args(typ)):
         if isinstance(t, type) and issubclass(t, msgspec.Struct):
             return t
     return None
