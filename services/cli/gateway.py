@@ -51,12 +51,15 @@ def gateway(
     ),
 ) -> None:
     """HTTP gateway for CI systems: POST /v1/tenants/TENANT/jobs (a job file as JSON or YAML,
-    ?wait=true&timeout=30), GET and DELETE /v1/tenants/TENANT/jobs/JOB, GET /healthz; each
+    ?wait=true&timeout=30), GET and DELETE /v1/tenants/TENANT/jobs/JOB, the job verbs POST
+    .../jobs/JOB/hold|release|requeue|top (body: {"reason": ...} or none) and PATCH
+    .../jobs/JOB (body: {"priority": N} | {"nice": N} | {"class": C}), GET /healthz; each
     /v1 request with `Authorization: Bearer TOKEN`, a token of TENANT or of one of its users
-    (which submits and cancels as that user only). Answers: 202 submitted, 200 admitted or
-    already submitted, 400 invalid (one line per problem), 401 no or unknown token, 403
-    another tenant or (a user's token) another user (NotYourUser), 404 unknown job, 409 JobIdConflict, 413 body over 1 MiB, 422
-    rejected, 503 no admission service, 504 no decision in time. Exit codes: 2 invalid
+    (which submits, cancels and uses the job verbs as that user only). Answers: 202 submitted
+    or requested, 200 admitted or already submitted, 400 invalid (one line per problem), 401
+    no or unknown token, 403 another tenant or (a user's token) another user (NotYourUser),
+    404 unknown job, 409 JobIdConflict, 413 body over 1 MiB, 422 rejected or (a job verb)
+    cannot apply, 503 no admission service, 504 no decision in time. Exit codes: 2 invalid
     options or tokens file."""
     if ctx.invoked_subcommand is not None:
         return

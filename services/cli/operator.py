@@ -36,17 +36,19 @@ app = typer.Typer()
 TENANT_HELP = "The job's tenant (default: the tenant that submitted it)."
 
 
-def _control(name: str, job_id: str, tenant, reason: str, nats_url, creds, **fields) -> None:
+def _control(name: str, job_id: str, tenant, reason: str, nats_url, creds, **given) -> None:
     """Publish the control event `name` (`JobHeld`...) for `job_id` as this credential's
-    actor; echo the outcome, exit its code."""
+    actor; echo the outcome, exit its code (2 for input `request_fields` refuses)."""
     from gpuledger import events as ev
+    from gpuledger.services.runtime.job_control import actor_of, control_job, request_fields
 
-    if len(reason) > 500:
-        fail("--reason: at most 500 characters", 2)
+    try:
+        fields = request_fields(getattr(ev, name), reason, **given)
+    except ValueError as exc:
+        fail(str(exc), 2)
     from gpuledger.services.cli.connect import job_request_target
     from gpuledger.services.runtime.auth import principal_of_creds
     from gpuledger.services.runtime.client_requests import StatusQueryError
-    from gpuledger.services.runtime.job_control import actor_of, control_job
 
     access, tenant = job_request_target(job_id, tenant, nats_url, creds)
     principal = None if access.creds is None else principal_of_creds(access.creds)
@@ -62,7 +64,6 @@ def _control(name: str, job_id: str, tenant, reason: str, nats_url, creds, **fie
                 tenant,
                 job_id,
                 actor=actor,
-                reason=reason,
                 read_log=may_read_log(access),
                 **fields,
             )
@@ -162,21 +163,6 @@ def update(
     (exit 1), and a class that is not configured or above the job's class's value (for a
     tenant) is refused by the scheduler's fold and shown by `why` (`RequestRefused`).
     Exactly one of --priority, --nice and --class (exit 2 otherwise)."""
-    from gpuledger.events.control import PRIORITY_MAX
-
-    if sum(x is not None for x in (priority, nice, klass)) != 1:
-        fail("give exactly one of --priority, --nice and --class", 2)
-    if klass is not None:
-        from gpuledger.events.ids import InvalidId, validate_token
-
-        try:
-            validate_token("priority class", klass)
-        except InvalidId as exc:
-            fail(str(exc), 2)
-    if priority is not None and not 0 <= priority <= PRIORITY_MAX:
-        fail(f"--priority {priority}: out of range (0 to {PRIORITY_MAX})", 2)
-    if nice is not None and not -PRIORITY_MAX <= nice <= PRIORITY_MAX:
-        fail(f"--nice {nice}: out of range ({-PRIORITY_MAX} to {PRIORITY_MAX})", 2)
     _control(
         "JobPriorityChanged",
         job_id,
@@ -186,7 +172,7 @@ def update(
         creds,
         priority=priority,
         nice=nice,
-        priority_class=klass,
+        klass=klass,
     )
 
 

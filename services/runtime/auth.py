@@ -240,6 +240,7 @@ def _permissions(principal: str) -> dict[str, Any] | None:
                 "gl.scale.>",
                 "glu.submit.>",  # a user's token: on that user's intake subjects (issue 43)
                 "glu.cancel.>",
+                "glu.ctl.>",  # and its hold, release, requeue, top and update (issue 42)
                 f"{QUERY_PREFIX}.>",
                 *_job_control("*"),
             ],

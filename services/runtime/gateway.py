@@ -4,12 +4,18 @@
     (a tenant such as `org/a` is written as it is: /v1/tenants/org/a/jobs)
     GET    /v1/tenants/{tenant}/jobs/{job}                    the job's JobStatus (JSON)
     DELETE /v1/tenants/{tenant}/jobs/{job}                    cancel
+    POST   /v1/tenants/{tenant}/jobs/{job}/hold               hold, release, requeue, top:
+    POST   .../jobs/{job}/release | /requeue | /top            body {"reason": "..."} or none
+    PATCH  /v1/tenants/{tenant}/jobs/{job}                    update: body {"priority": N} |
+                                                              {"nice": N} | {"class": C}
     GET    /healthz
 
 Every /v1 request carries `Authorization: Bearer <token>`, a token of {tenant} or of one of
 its users (services/runtime/gateway_tokens.py). The gateway connects to NATS as the `gateway`
 identity and does exactly what `gpuledger submit` / `cancel` do
-(services/runtime/client_requests.py).
+(services/runtime/client_requests.py), and `hold` / `release` / `requeue` / `top` / `update`
+as a tenant's CI key does them (services/runtime/job_control.py: the same input checks and
+the same refusals, one function for both).
 
 Invariants:
 - a request acts only within the tenant of its token: the path tenant must be the token's,
@@ -19,6 +25,10 @@ Invariants:
   cancels travel on that user's own intake subjects (`glu.<verb>.<tenant>.<user>.<job>`), so
   the admission service holds them to that user on its folded state, as it holds a per-user
   credential (another user's job: 404 `UnknownJob`, the answer for an id nobody has);
+- a job verb acts as the tenant (`actor: tenant`), never as the operator: a tenant's token on
+  its tenant's jobs, a user's token on its user's jobs only (a colleague's job: 403
+  `NotYourUser`, nothing sent); what cannot apply is refused at once with the CLI's reason
+  (422, nothing published), another tenant's job is answered as an id nobody has (404);
 - ids are validated before they become subject tokens (400), bodies over `max_body` bytes are
   refused unread (413), YAML aliases are refused (no alias bombs);
 - the gateway never reads the log: without an admission service to ask it answers 503;
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -43,6 +54,7 @@ from starlette.routing import Route
 from gpuledger import events as ev
 from gpuledger.events.reasons import RequestReason
 from gpuledger.services.runtime import client_requests as cr
+from gpuledger.services.runtime import job_control as jc
 from gpuledger.services.runtime.documents import DocumentError, load_document
 from gpuledger.services.runtime.gateway_tokens import TokenFileError, Tokens
 
@@ -63,7 +75,19 @@ HTTP_STATUS = {
     cr.CANCEL_REQUESTED: 202,
     cr.UNKNOWN_JOB: 404,
     cr.UNAVAILABLE: 503,
+    jc.REQUESTED: 202,
 }
+ROUTED_VERBS = {
+    "hold": ev.JobHeld,
+    "release": ev.JobReleased,
+    "requeue": ev.JobRequeued,
+    "top": ev.JobMovedToTop,
+}
+"""`POST .../jobs/{job}/<name>`: the job verbs without fields of their own."""
+VERB_FIELDS = {"reason"}
+"""What a body of hold, release, requeue and top may name."""
+UPDATE_FIELDS = {"priority", "nice", "class", "reason"}
+"""What an update's body may name (exactly one of priority, nice and class)."""
 
 
 class HttpError(Exception):
@@ -79,7 +103,13 @@ def outcome_body(outcome: cr.Outcome) -> tuple[int, dict[str, Any]]:
     body: dict[str, Any] = {"job_id": outcome.job_id}
     if outcome.reason == RequestReason.NotYourUser:  # the intake held a user's token to it
         return 403, {**body, "reason": outcome.reason, "message": outcome.message or outcome.text}
-    if outcome.status in (cr.SUBMITTED, cr.DUPLICATE, cr.ADMITTED, cr.CANCEL_REQUESTED):
+    if outcome.status in (
+        cr.SUBMITTED,
+        cr.DUPLICATE,
+        cr.ADMITTED,
+        cr.CANCEL_REQUESTED,
+        jc.REQUESTED,
+    ):
         body["state"] = {cr.DUPLICATE: "already_submitted"}.get(outcome.status, outcome.status)
         if outcome.seq is not None:
             body["seq"] = outcome.seq
@@ -166,6 +196,42 @@ def job_event(doc: Any, tenant: str) -> ev.JobSubmitted:
             f"body: tenant: {spec.tenant!r} is not the tenant of this path ({tenant!r})",
         )
     return event
+
+
+def control_fields(cls: type, doc: Any) -> dict[str, int | str | None]:
+    """The event fields of a job verb `cls` from its posted body (None: no body), checked as
+    the CLI checks its options (`job_control.request_fields`); HttpError 400 naming the
+    field."""
+    allowed = UPDATE_FIELDS if cls is ev.JobPriorityChanged else VERB_FIELDS
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict):
+        raise HttpError(
+            400, "InvalidRequest", f"body: expected a mapping, got {type(doc).__name__}"
+        )
+    unknown = sorted(str(k)[:40] for k in doc if k not in allowed)
+    if unknown:
+        raise HttpError(
+            400,
+            "InvalidRequest",
+            f"body: unknown field {unknown[0]!r} (expected {', '.join(sorted(allowed))})",
+        )
+    for key in ("priority", "nice"):
+        if key in doc and (type(doc[key]) is not int):
+            raise HttpError(400, "InvalidRequest", f"body: {key}: expected an integer")
+    for key in ("class", "reason"):
+        if key in doc and not isinstance(doc[key], str):
+            raise HttpError(400, "InvalidRequest", f"body: {key}: expected a string")
+    try:
+        return jc.request_fields(
+            cls,
+            doc.get("reason", ""),
+            priority=doc.get("priority"),
+            nice=doc.get("nice"),
+            klass=doc.get("class"),
+            flag="",
+        )
+    except ValueError as exc:
+        raise HttpError(400, "InvalidRequest", f"body: {exc}") from None
 
 
 def wait_args(query) -> tuple[bool, float]:
@@ -256,6 +322,41 @@ class Gateway:
             self.bus, tenant, job, producer=PRODUCER, read_log=False, as_user=user
         )
         return self.outcome(request, outcome)
+
+    async def control(self, request: Request, cls: type) -> JSONResponse:
+        """A job verb (`cls`: `JobHeld`, `JobReleased`, `JobRequeued`, `JobMovedToTop`,
+        `JobPriorityChanged`) on the path's job, as the token's tenant or user."""
+        tenant, user = self.authorize(request)
+        job = self.job_id(request)
+        raw = await self.read_body(request)
+        try:
+            doc = parse_body(raw) if raw.strip() else None
+        except HttpError as exc:  # not a job file: a request's bad body
+            raise HttpError(400, "InvalidRequest", exc.message) from None
+        fields = control_fields(cls, doc)
+        try:
+            outcome = await jc.control_job(
+                self.bus,
+                cls,
+                tenant,
+                job,
+                actor=jc.actor_of(PRODUCER),
+                producer=PRODUCER,
+                read_log=False,
+                as_user=user,
+                **fields,
+            )
+        except cr.StatusQueryError as exc:
+            raise HttpError(400, "InvalidRequest", str(exc)) from None
+        return self.outcome(request, outcome)
+
+    def verb(self, cls: type) -> Callable[[Request], Awaitable[JSONResponse]]:
+        """The endpoint of the job verb `cls`."""
+
+        async def endpoint(request: Request) -> JSONResponse:
+            return await self.control(request, cls)
+
+        return endpoint
 
     async def status(self, request: Request) -> JSONResponse:
         tenant, _ = self.authorize(request)  # a user's token sees its tenant's jobs
@@ -356,6 +457,19 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/v1/tenants/{tenant:path}/jobs", gateway.submit, methods=["POST"]),
         Route("/v1/tenants/{tenant:path}/jobs/{job}", gateway.status, methods=["GET"]),
         Route("/v1/tenants/{tenant:path}/jobs/{job}", gateway.cancel, methods=["DELETE"]),
+        Route(
+            "/v1/tenants/{tenant:path}/jobs/{job}",
+            gateway.verb(ev.JobPriorityChanged),
+            methods=["PATCH"],
+        ),
+        *(
+            Route(
+                f"/v1/tenants/{{tenant:path}}/jobs/{{job}}/{name}",
+                gateway.verb(cls),
+                methods=["POST"],
+            )
+            for name, cls in ROUTED_VERBS.items()
+        ),
     ]
     return Starlette(
         routes=routes,

@@ -1,12 +1,17 @@
-"""What a client (the CLI's `hold` / `release` / `requeue` / `update`) does on the bus to control one job, and what
-came of it, as a `client_requests.Outcome`. Nothing here prints or exits.
+"""What a client (the CLI's `hold` / `release` / `requeue` / `update` / `top`, and the HTTP
+gateway's routes of the same verbs) does on the bus to control one job, and what came of it,
+as a `client_requests.Outcome`. Nothing here prints or exits: both callers check their input
+with `request_fields` and publish with `control_job`, so the rules live here once.
 
 Like a cancel (services/runtime/client_requests.py): the request is published only for a
 job its tenant has (else `unknown_job`, nothing published: the same answer whether another
 tenant has the id or nobody has), and only when the admission service's answer about the job
 says it can apply (else `refused`, with the reason, nothing published). Where no admission
 service answers and the identity may read the log (the operator), the fold's refusal,
-answered by admission later (`RequestRefused`, shown by `why`), is the only check.
+answered by admission later (`RequestRefused`, shown by `why`), is the only check. A user's
+request (`as_user`: the gateway, for a user's token) about a colleague's job is refused
+`NotYourUser` at once; it travels on the user's own intake subject, where the intake holds it
+to that user.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from gpuledger.events.reasons import TERMINAL_STATES, JobState, RequestReason
 from gpuledger.services.runtime.client_requests import (
     REFUSED,
     TIMEOUT,
+    UNAVAILABLE,
     UNKNOWN_JOB,
     Outcome,
     ask_status,
@@ -34,6 +40,38 @@ VERBS: dict[type, str] = {
     ev.JobMovedToTop: "top",
 }
 HOLDABLE = frozenset({JobState.submitted, JobState.pending})
+MAX_REASON = 500
+
+
+def request_fields(
+    cls: type,
+    reason: str = "",
+    *,
+    priority: int | None = None,
+    nice: int | None = None,
+    klass: str | None = None,
+    flag: str = "--",
+) -> dict[str, int | str | None]:
+    """The event fields of a request `cls` from its input: the reason, and for a priority
+    change exactly one of `priority` (0 to PRIORITY_MAX), `nice` (within +-PRIORITY_MAX) and
+    `klass` (a subject token). ValueError, one line naming the input as `flag` + its name
+    (`--priority` for the CLI, `priority` for a gateway body)."""
+    from gpuledger.events.ids import validate_token
+
+    if len(reason) > MAX_REASON:
+        raise ValueError(f"{flag}reason: at most {MAX_REASON} characters")
+    fields: dict[str, int | str | None] = {"reason": reason}
+    if cls is not ev.JobPriorityChanged:
+        return fields
+    if sum(x is not None for x in (priority, nice, klass)) != 1:
+        raise ValueError(f"give exactly one of {flag}priority, {flag}nice and {flag}class")
+    if klass is not None:
+        validate_token("priority class", klass)  # InvalidId is a ValueError
+    if priority is not None and not 0 <= priority <= PRIORITY_MAX:
+        raise ValueError(f"{flag}priority {priority}: out of range (0 to {PRIORITY_MAX})")
+    if nice is not None and not -PRIORITY_MAX <= nice <= PRIORITY_MAX:
+        raise ValueError(f"{flag}nice {nice}: out of range ({-PRIORITY_MAX} to {PRIORITY_MAX})")
+    return {**fields, "priority": priority, "nice": nice, "priority_class": klass}
 
 
 def actor_of(principal: str | None) -> str:
@@ -94,12 +132,14 @@ async def control_job(
     reason: str = "",
     producer: str = "cli",
     read_log: bool = True,
+    as_user: str | None = None,
     **fields: int | str | None,
 ) -> Outcome:
     """Publish a job control event `cls` (`JobHeld`, `JobReleased`, `JobRequeued`,
     `JobPriorityChanged` with its `fields`) for a job `tenant` has
     (None: whichever tenant submitted it): `requested`, `unknown_job` or `refused` (nothing
-    published), `timeout`."""
+    published), `timeout`. With `as_user`, for that user's jobs only: a colleague's is
+    `refused` (`NotYourUser`), and the request asks the intake on the user's subject."""
     from gpuledger.services.domain.tooling.stamp import stamp
 
     verb = VERBS[cls]
@@ -108,7 +148,7 @@ async def control_job(
     except TimeoutError as exc:
         return Outcome(TIMEOUT, job_id, str(exc), 4, error=True)
     except LookupError:
-        return Outcome(TIMEOUT, job_id, "no admission service answered", 3, error=True)
+        return Outcome(UNAVAILABLE, job_id, "no admission service answered", 3, error=True)
     if owner is None or (tenant is not None and tenant != owner):
         where = "" if tenant is None else f" in tenant {tenant!r}"
         text = (
@@ -117,6 +157,14 @@ async def control_job(
         )
         return Outcome(UNKNOWN_JOB, job_id, text, 1, reason=RequestReason.UnknownJob, error=True)
     st = await ask_status(bus, owner, job_id, wait_for_service=False)
+    if as_user is not None and st is not None and st.known and st.spec is not None:
+        theirs = st.spec.submitter
+        if theirs != as_user:
+            text = (
+                f"{job_id!r} is a job of user {theirs}: user {as_user} acts on its own jobs "
+                "only (NotYourUser)"
+            )
+            return Outcome(REFUSED, job_id, text, 1, reason=RequestReason.NotYourUser, error=True)
     why = None if st is None or not st.known else problem(cls, actor, st, fields)
     if why is not None:
         text = f"{why} (InvalidSpec)"
@@ -134,12 +182,14 @@ async def control_job(
         reason=reason,
         **fields,
     )
-    from gpuledger.services.runtime.intake import IntakeRefused, publish_client_event
+    from gpuledger.services.runtime.intake import IntakeError, IntakeRefused, publish_client_event
 
     try:
-        seq = await publish_client_event(bus, event)  # a CI key asks the intake (issue 44)
+        seq = await publish_client_event(bus, event, as_user)  # a CI key asks the intake
     except IntakeRefused as exc:  # a per-user credential, another user's job: nothing stored
         return Outcome(
             UNKNOWN_JOB, job_id, f"{verb} refused: {exc}", 1, reason=exc.reason, error=True
         )
+    except IntakeError as exc:  # nobody answered the intake
+        return Outcome(UNAVAILABLE, job_id, f"{verb} not stored: {exc}", 3, error=True)
     return Outcome(REQUESTED, job_id, f"{verb} requested for {job_id}", 0, seq=seq)
