@@ -178,10 +178,10 @@ def _controls(s: dict) -> str:
     """Node states and reservations imported (`--node-states`, `--reservations`)."""
     parts = []
     if "nodes_drained" in s:
-        parts.append(f"{s['nodes_drained']} nodes drained, {s['nodes_down']} down")
+        parts.append(f"nodes drained {s['nodes_drained']}, down {s['nodes_down']}")
     if "maintenance_windows" in s:
         parts.append(
-            f"{s['maintenance_windows']} maintenance windows, {s['tenant_windows']} held for a tenant"
+            f"maintenance windows {s['maintenance_windows']}, held for a tenant {s['tenant_windows']}"
         )
     return "; ".join(parts)
 

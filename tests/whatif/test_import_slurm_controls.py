@@ -265,8 +265,8 @@ def test_the_cli_summary_names_the_states_and_windows(tmp_path):
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     assert (
-        "  from Slurm at export: 1 nodes drained, 2 down; 2 maintenance windows,"
-        " 1 held for a tenant" in r.output
+        "  from Slurm at export: nodes drained 1, down 2; maintenance windows 2,"
+        " held for a tenant 1" in r.output
     )
     r = CliRunner().invoke(app, [*args, "-o", "json"])
     s = json.loads(r.output)
