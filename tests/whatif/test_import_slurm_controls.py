@@ -223,6 +223,23 @@ def test_no_run_on_a_window_node_reaches_into_the_imported_window(tmp_path):
         if isinstance(e, ev.PendingReasonChanged) and e.reason == "Maintenance"
     ]
     assert told and "fw_a01" in told[0].message
+    # the account's reservation chem_demo holds gpu-a03 (12:00 to 14:00) for tenant chem:
+    # chem's 2-day job 1002 starts there at 09:10 (it is not planned down), another
+    # tenant's run there would end before it
+    (held,) = [e for e in of(log, ev.MaintenanceScheduled) if e.window_id == "chem_demo"]
+    tenants = {e.job.job_id: e.job.tenant for e in of(log, ev.JobSubmitted)}
+    on_a03 = [
+        (e.job_id.split("@")[0], e.occurred_at_ms)
+        for _, _, e in sim.log
+        if isinstance(e, ev.GangPlaced) and any(m.node == "gpu-a03" for m in e.members)
+    ]
+    for job, at in on_a03:
+        if tenants[job] != "chem":
+            limit = limits[job]
+            assert at >= held.end_ms or (
+                limit is not None and at + limit * 1000 <= held.start_ms
+            ), job
+    assert ("1002", w.occurred_at_ms + 10 * 60_000) in on_a03 and tenants["1002"] == "chem"
 
 
 def enumerate_log(events):
