@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from gpuledger import events as ev
+from gpuledger.events.control import NODE_CONTROL_EVENTS
 from gpuledger.services.domain.fold.acceptance import admit
 from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.domain.inputs.configfile import config_events, node_infos
@@ -50,6 +51,11 @@ def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
     start = min(rec.started.values(), default=rec.placed_ms)
     end = max(t for _, t in rec.exited.values())
     return -(-(rec.start_progress_ms + max(0, end - start)) // 1000)
+
+
+NODE_CONTROLS = frozenset(NODE_CONTROL_EVENTS)
+"""The operator's cordons and windows: replayed at their time (an imported Slurm site's
+drained nodes and reservations are at the trace's start: docs/importers.md)."""
 
 
 def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
@@ -87,6 +93,8 @@ def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
                 nodes.setdefault(info.name, info)
             case ev.NodeLost():
                 timeline.append((e.occurred_at_ms, e))
+            case _ if e.__class__ in NODE_CONTROLS:
+                timeline.append((e.occurred_at_ms, e))
             case ev.ServiceScaled() if e.correlation_id.startswith(SCHEDULE_PREFIX):
                 pass  # a time-of-day policy's replica change: decided again by the replay
             case ev.JobCancelled() | ev.ServiceScaled():
@@ -120,6 +128,8 @@ def replay(inputs: Inputs, until_ms: int | None = None, on_event=None, ledger=No
     sim.now_ms = inputs.start_ms
     for e in inputs.config:
         sim.publish(msgspec.structs.replace(e, occurred_at_ms=inputs.start_ms))
+    if any(t <= inputs.start_ms and e.__class__ in NODE_CONTROLS for t, e in inputs.timeline):
+        sim.settle()  # the agents register the nodes that the first instant's controls name
     sim.schedule(inputs.timeline)
     sim.run(until_ms)
     return sim

@@ -50,6 +50,7 @@ from gpuledger.replay.importers.common import (
 from gpuledger.replay.importers.labels import PartitionSelectors
 from gpuledger.replay.importers.mapping import Naming, load_mapping
 from gpuledger.replay.importers.outcomes import never_runs
+from gpuledger.replay.importers.slurm_controls import SiteControls
 from gpuledger.replay.importers.slurm_nodes import read_nodes_file, read_sinfo
 from gpuledger.replay.importers.slurm_sacct import (
     JOB_ID,
@@ -93,6 +94,8 @@ def import_slurm(
     slurm_conf: str | Path | None = None,
     qos: str | Path | None = None,
     assoc: str | Path | None = None,
+    node_states: bool = False,
+    reservations: str | Path | None = None,
 ) -> SlurmImport:
     if (sinfo is None) == (nodes_file is None):
         raise TraceImportError("give the nodes with exactly one of --sinfo FILE or --nodes FILE")
@@ -112,6 +115,9 @@ def import_slurm(
             f"--timezone: unknown time zone {timezone!r} (e.g. UTC, Europe/Berlin)"
         ) from None
     site = read_site(slurm_conf, qos, assoc)  # before the dump: a bad file costs no work
+    controls = SiteControls.read(
+        sinfo, node_states, reservations, tz, tenant_from, lambda o: naming.tenant_for(o, "default")
+    )
     # a run is stopped at its time limit as Slurm stops it: OverTimeLimit later (default 0);
     # a preempted one at once (GraceTime, default 0)
     log = ImportLog(
@@ -191,6 +197,7 @@ def import_slurm(
         raise TraceImportError(
             "\n".join(f"{mapping or 'mapping'}: {p}" for p in exc.problems)
         ) from None
+    head += controls.events(nodes, PRODUCER, at_ms, log.skips)
     n = log.write(out, head, where)
     if site is not None:
         log_site = write_site(out, site)
@@ -205,6 +212,7 @@ def import_slurm(
         **({"dependencies_dropped": naming.dependencies_dropped} if deps_read else {}),
         **({"eligible_later": log.eligible_later} if log.eligible_later else {}),
         **({"site_policy": str(log_site)} if site is not None else {}),
+        **controls.summary(),
     }
     return SlurmImport(summary=summary, events=n)
 

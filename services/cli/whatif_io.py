@@ -160,6 +160,8 @@ def summary_text(s: dict) -> str:
         lines.append(f"  checkpoint assumed: {s['checkpoint']}")
     if s.get("observed"):
         lines.append(f"  observed (what happened) in {s['observed']}")
+    if "nodes_drained" in s or "maintenance_windows" in s:
+        lines.append("  from Slurm at export: " + _controls(s))
     if s.get("site_policy"):
         lines.append(f"  the site's policy (slurm.conf, QOS, accounts) in {s['site_policy']}")
     if s["skipped_rows"]:
@@ -170,6 +172,18 @@ def summary_text(s: dict) -> str:
     else:
         lines.append("  skipped 0 rows")
     return "\n".join(lines)
+
+
+def _controls(s: dict) -> str:
+    """Node states and reservations imported (`--node-states`, `--reservations`)."""
+    parts = []
+    if "nodes_drained" in s:
+        parts.append(f"nodes drained {s['nodes_drained']}, down {s['nodes_down']}")
+    if "maintenance_windows" in s:
+        parts.append(
+            f"maintenance windows {s['maintenance_windows']}, held for a tenant {s['tenant_windows']}"
+        )
+    return "; ".join(parts)
 
 
 EXTRA_COUNTS = (
@@ -225,6 +239,18 @@ def import_slurm_cmd(
     ),
     qos: Path | None = typer.Option(None, "--qos", help="`sacctmgr show qos -P` output."),
     assoc: Path | None = typer.Option(None, "--assoc", help="`sacctmgr show assoc -P` output."),
+    node_states: bool = typer.Option(
+        False,
+        "--node-states",
+        help="Import sinfo's state column (%T, sixth): drained/down nodes cordoned from the"
+        " trace's start (a snapshot at export: docs/importers.md).",
+    ),
+    reservations: Path | None = typer.Option(
+        None,
+        "--reservations",
+        help="`scontrol show reservation` output: MAINT ones as maintenance windows, an"
+        " account's as a window held for its tenant.",
+    ),
     output: str = typer.Option("table", "-o", "--output", help="Summary format: table or json."),
 ) -> None:
     """Slurm accounting -> JSONL log: jobs (steps folded, arrays, het jobs, requeues,
@@ -250,6 +276,8 @@ def import_slurm_cmd(
                 slurm_conf=slurm_conf,
                 qos=qos,
                 assoc=assoc,
+                node_states=node_states,
+                reservations=reservations,
             ).summary
         ),
     )
