@@ -97,8 +97,9 @@ def token(
     """Generate a bearer token for TENANT (with USER: for that user of it, as `gpuledger
     auth add-user` makes a key), add its hash to the tokens file (created 0600) and print
     the token: it is shown only this once. A running gateway picks it up at once. A user's
-    token submits and cancels as that user only (`NotYourUser`, 403). Exit 2 for a bad
-    tenant or user name or tokens file."""
+    token submits as that user only (`NotYourUser`, 403) and acts on that user's jobs only
+    (a colleague's: 404 `UnknownJob`, as an id nobody has). Exit 2 for a bad tenant or user
+    name or tokens file."""
     from gpuledger import events as ev
     from gpuledger.services.runtime.gateway_tokens import TokenFileError, add_token
 

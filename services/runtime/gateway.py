@@ -26,8 +26,8 @@ Invariants:
   the admission service holds them to that user on its folded state, as it holds a per-user
   credential (another user's job: 404 `UnknownJob`, the answer for an id nobody has);
 - a job verb acts as the tenant (`actor: tenant`), never as the operator: a tenant's token on
-  its tenant's jobs, a user's token on its user's jobs only (a colleague's job: 403
-  `NotYourUser`, nothing sent); what cannot apply is refused at once with the CLI's reason
+  its tenant's jobs, a user's token on its user's jobs only (a colleague's job: 404
+  `UnknownJob` as for cancel, nothing sent); what cannot apply is refused at once with the CLI's reason
   (422, nothing published), another tenant's job is answered as an id nobody has (404);
 - ids are validated before they become subject tokens (400), bodies over `max_body` bytes are
   refused unread (413), YAML aliases are refused (no alias bombs);

@@ -9,9 +9,9 @@ tenant has the id or nobody has), and only when the admission service's answer a
 says it can apply (else `refused`, with the reason, nothing published). Where no admission
 service answers and the identity may read the log (the operator), the fold's refusal,
 answered by admission later (`RequestRefused`, shown by `why`), is the only check. A user's
-request (`as_user`: the gateway, for a user's token) about a colleague's job is refused
-`NotYourUser` at once; it travels on the user's own intake subject, where the intake holds it
-to that user.
+request (`as_user`: the gateway, for a user's token) about a colleague's job is answered at
+once as the intake answers it, as an id nobody has (`UnknownJob`); it travels on the user's
+own intake subject, where the intake holds it to that user.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ async def control_job(
     `JobPriorityChanged` with its `fields`) for a job `tenant` has
     (None: whichever tenant submitted it): `requested`, `unknown_job` or `refused` (nothing
     published), `timeout`. With `as_user`, for that user's jobs only: a colleague's is
-    `refused` (`NotYourUser`), and the request asks the intake on the user's subject."""
+    `unknown_job`, and the request asks the intake on the user's subject."""
     from gpuledger.services.domain.tooling.stamp import stamp
 
     verb = VERBS[cls]
@@ -149,22 +149,22 @@ async def control_job(
         return Outcome(TIMEOUT, job_id, str(exc), 4, error=True)
     except LookupError:
         return Outcome(UNAVAILABLE, job_id, "no admission service answered", 3, error=True)
+    where = "" if tenant is None else f" in tenant {tenant!r}"
+    unknown = Outcome(
+        UNKNOWN_JOB,
+        job_id,
+        f"no job {job_id!r}{where}: nothing was submitted under this id; "
+        f"nothing to {verb} (UnknownJob)",
+        1,
+        reason=RequestReason.UnknownJob,
+        error=True,
+    )
     if owner is None or (tenant is not None and tenant != owner):
-        where = "" if tenant is None else f" in tenant {tenant!r}"
-        text = (
-            f"no job {job_id!r}{where}: nothing was submitted under this id; "
-            f"nothing to {verb} (UnknownJob)"
-        )
-        return Outcome(UNKNOWN_JOB, job_id, text, 1, reason=RequestReason.UnknownJob, error=True)
+        return unknown
     st = await ask_status(bus, owner, job_id, wait_for_service=False)
     if as_user is not None and st is not None and st.known and st.spec is not None:
-        theirs = st.spec.submitter
-        if theirs != as_user:
-            text = (
-                f"{job_id!r} is a job of user {theirs}: user {as_user} acts on its own jobs "
-                "only (NotYourUser)"
-            )
-            return Outcome(REFUSED, job_id, text, 1, reason=RequestReason.NotYourUser, error=True)
+        if st.spec.submitter != as_user:
+            return unknown  # a colleague's job: the intake's answer, an id nobody has
     why = None if st is None or not st.known else problem(cls, actor, st, fields)
     if why is not None:
         text = f"{why} (InvalidSpec)"
