@@ -316,7 +316,7 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_nodes",
         "gauge",
         ("status",),
-        "Registered nodes by status (ready, lost).",
+        "Registered nodes by status (ready, cordoned, draining, drained, lost; `gpuledger nodes`).",
         "table nodes",
     ),
     _spec(
