@@ -22,7 +22,8 @@ Definitions (the JSON keys are a contract: add, never rename):
   has one; None when there is none (simulated logs).
 - `wait_s_p50_by_class` / `wait_s_p99_by_class`: wait = first placement - submission, per SLO
   class (the admitted class's `slo_class`, else the priority class), over admitted jobs placed
-  at least once; `never_placed_by_class` counts admitted jobs never placed. Percentile q = the
+  at least once; `never_placed_by_class` counts jobs never placed that were admitted or
+  cancelled before admission judged them (as the observed column counts jobs never started). Percentile q = the
   sorted values' element at index round(q x (n - 1)) (nearest rank, no interpolation).
 - `wait_s_p50` / `wait_s_p99`: the same waits over every placed job; `wait_s_p50_by_tenant`,
   `..._by_partition`, `..._by_user` (and `p99`): the same per tenant, per partition / node pool
@@ -368,17 +369,20 @@ def job_counts(ledger: Ledger) -> dict[str, int]:
 
 
 def waits_by_class(ledger: Ledger) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """(sorted waits in seconds of placed jobs, count of never-placed jobs) per SLO class, over
-    admitted jobs."""
+    """(sorted waits in seconds of placed jobs, count of never-placed jobs) per SLO class. A
+    job never placed counts whether or not admission had judged it (a job cancelled the
+    instant it is submitted, as the importers replay a job that never ran, counts as the
+    observed column counts it), unless admission rejected it or has not judged it yet."""
     waits: dict[str, list[float]] = defaultdict(list)
     never: dict[str, int] = defaultdict(int)
     for job in counted_jobs(ledger):
-        if job.admitted_ms is None:
-            continue
         if job.placements:
             waits[slo_class(job)].append((job.placements[0][0] - job.submitted_ms) / 1000)
-        else:
+        elif job.admitted_ms is not None:
             never[slo_class(job)] += 1
+        elif job.state == "cancelled":  # its class as admission would have reported it
+            cls = ledger.config.classes.get(job.spec.priority_class)
+            never[cls.slo_class if cls is not None else slo_class(job)] += 1
     for v in waits.values():
         v.sort()
     return dict(waits), dict(never)

@@ -4,7 +4,7 @@ profile with the site's values), replayed under that recorded configuration, and
 with the observed column (the import's observation sidecar, i.e. what sacct says).
 
 Metrics and tolerances (the goal; `within` says whether a number meets it):
-- final states (completed / failed incl. timeout / cancelled): exact;
+- final states (completed / failed incl. timeout / cancelled) and jobs never started: exact;
 - preemptions: within 1;
 - GPU-hours: within 2 %;
 - waits (first start - submit, jobs that started) p50 and p99, overall and per account:
@@ -89,6 +89,14 @@ def gaps(dump: Path, work: Path) -> list[Gap]:
     base = measure(sim.log).metrics
     counts = job_counts(sim.ledger)
     out = [Gap(f"jobs {s}", observed["jobs"][s], counts.get(s, 0), "exact") for s in STATES]
+    out.append(
+        Gap(
+            "jobs never started",
+            sum(observed["never_placed_by_class"].values()),
+            sum(base["never_placed_by_class"].values()),
+            "exact",
+        )
+    )
     out.append(Gap("preemptions", observed["preemptions"], base["preemptions"], "±1"))
     out.append(
         Gap("GPU-hours", round(observed["gpu_hours"], 4), round(base["gpu_hours"], 4), "2 %")

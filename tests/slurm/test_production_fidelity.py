@@ -50,6 +50,7 @@ METRICS = [
     "jobs completed",
     "jobs failed",
     "jobs cancelled",
+    "jobs never started",
     "preemptions",
     "GPU-hours",
     *(f"wait {q} {who} (s)" for who in ("all", "bio", "ml", "physics") for q in ("p50", "p99")),
