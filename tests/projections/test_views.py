@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpuledger.projections.store import connect_readonly, rebuild
+from tests.fold.story import admission
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +82,7 @@ def test_fragmentation_free_gpus_usable_by_a_small_pending_job(tmp_path, message
             occurred_at_ms=1_300_000,
             job=ev.JobSpec(job_id="four", tenant="org/a", resources=ev.Resources(gpus=4)),
         ),
-        ev.JobAdmitted(
-            occurred_at_ms=1_300_000,
-            job_id="four",
-            tenant="org/a",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-        ),
+        admission("four", "org/a", occurred_at_ms=1_300_000),
     ]
     n = len(messages)
     extra = [

@@ -17,6 +17,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, run_service
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
+from tests.fold.story import admission
 from tests.waiting import eventually_async as eventually
 
 
@@ -28,15 +29,8 @@ def submitted(job_id: str) -> events.JobSubmitted:
 
 
 def admitted(job_id: str, producer: str = "admitter/0") -> events.JobAdmitted:
-    return events.JobAdmitted(
-        event_id=events.derive_event_id("JobAdmitted", job_id),
-        producer=producer,
-        job_id=job_id,
-        tenant="t",
-        priority_class="train",
-        priority=50,
-        preemptible=True,
-        slo_class="batch",
+    return admission(
+        job_id, "t", event_id=events.derive_event_id("JobAdmitted", job_id), producer=producer
     )
 
 
