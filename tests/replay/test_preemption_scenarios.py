@@ -11,6 +11,7 @@ from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.fold.ledger import Ledger
+from tests.replay.simlog import logged
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OLD_ANTI_THRASHING = {
@@ -32,14 +33,6 @@ def run(name: str, **policy):
         sim = simulate(from_document(doc))
     rep = report(sim.ledger, sim.log, sim.now_ms)
     return sim, {j["id"]: j for j in rep["jobs"]}, rep["metrics"]
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def test_preempt_batch_checkpoints_the_batch_job_and_starts_production():
