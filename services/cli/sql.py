@@ -40,12 +40,18 @@ def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
     con = _connect(path)
     try:
         with _undamaged(path):
-            cur = con.execute(query)
-            if cur.description is None:
-                return [], []
-            return [d[0] for d in cur.description], cur.fetchall()
+            return query_result(con, query)
     finally:
         con.close()
+
+
+def query_result(con: Any, query: str) -> tuple[list[str], list[tuple]]:
+    """The column names and rows `query` answers on the DuckDB connection `con` (none for a
+    statement that answers no rows)."""
+    cur = con.execute(query)
+    if cur.description is None:
+        return [], []
+    return [d[0] for d in cur.description], cur.fetchall()
 
 
 def iso_ms(ms: int) -> str:
