@@ -9,7 +9,6 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from gpuledger.projections.store import connect_readonly, rebuild
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.cli.audit import register
@@ -22,9 +21,7 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
     import typer
 
     sim = simulate(load(EXAMPLES / "elastic-shrink.yaml"), check=True, until_ms=3_600_000)
-    rebuild(sim.log, tmp_path / "data" / "projection.duckdb")
-    con = connect_readonly(tmp_path / "data" / "projection.duckdb")
-    try:
+    with projected(sim, tmp_path / "data" / "projection.duckdb") as con:
         states = [
             r[0]
             for r in con.execute(
@@ -38,8 +35,6 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
         held = con.execute(
             "SELECT count(*) FROM allocations WHERE job_id = 'pretrain' AND ended_at_ms IS NULL"
         ).fetchone()[0]
-    finally:
-        con.close()
     assert "preempting" not in states and states[-1] == "running"
     assert (outcome, reason, lost) == ("shrunk", "Priority", 0)
     assert held == 4  # four members hold a GPU each after the shrink

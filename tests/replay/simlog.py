@@ -18,14 +18,19 @@ def logged(sim, cls, **match):
 
 
 @contextmanager
-def projected(sim, path: Path) -> Iterator:
-    """The simulated log projected into a DuckDB file at `path`, opened read-only (closed on
-    leaving the block)."""
+def rebuilt(log, path: Path, **options) -> Iterator:
+    """`log` (seq, subject, event entries) projected into a DuckDB file at `path` (`options`:
+    rebuild's), opened read-only and closed on leaving the block."""
     from gpuledger.projections.store import connect_readonly, rebuild
 
-    rebuild(sim.log, path)
+    rebuild(log, path, **options)
     con = connect_readonly(path)
     try:
         yield con
     finally:
         con.close()
+
+
+def projected(sim, path: Path):
+    """The simulated log, `rebuilt` at `path`."""
+    return rebuilt(sim.log, path)
