@@ -381,67 +381,18 @@ def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Memb
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     where = ctx.where(line)
     name, ns = meta.get("name", ""), meta.get("namespace", "default")
-    if any(r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or []):
-        ctx.log.skips.skip(where, "DaemonSet pod (runs on every node, not scheduled)")
-        return None
-    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-        ctx.log.skips.skip(where, "mirror (static) pod")
+    unscheduled = _not_scheduled(meta)
+    if unscheduled is not None:
+        ctx.log.skips.skip(where, unscheduled)
         return None
     try:
-        res = pod_resources(spec)
-        profile = ctx.single.get(spec.get("nodeName") or "")
-        if profile is not None and res.gpus:  # MIG single strategy: a GPU is an instance
-            if res.gpus > 1:
-                raise ValueError(
-                    f"asks for {res.gpus} MIG {profile} instances on node {spec['nodeName']} "
-                    "(single strategy): a member holds one"
-                )
-            res = msgspec.structs.replace(res, gpus=0, mig_profile=profile)
+        res = _member_resources(spec, ctx)
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: {exc}")
         return None
-    labels = meta.get("labels") or {}
-    wl_queue, wl_class = ctx.workloads.get(f"{ns}/{_owner_name(meta)}", ("", ""))
-    owner = ns
-    if tenant_from == "queue":
-        queue = labels.get(QUEUE_LABEL) or wl_queue
-        owner = f"{ns}/{queue}" if queue else ns
-    tenant = ctx.naming.tenant_for(owner, "default")
-    cls_name = spec.get("priorityClassName") or wl_class or ""
-    cls = ctx.naming.class_for(cls_name or "default")
-    if cls in ctx.naming.auto:  # the pod's resolved priority, as Kubernetes compares them
-        prio = spec.get("priority")
-        if isinstance(prio, int):
-            ctx.naming.classes[cls]["value"] = prio
-        elif not cls_name:
-            ctx.naming.classes[cls]["value"] = 0
+    tenant, cls, cls_name = _tenant_and_class(meta, spec, ctx, tenant_from)
     try:
-        submit = ts(meta.get("creationTimestamp"))
-        started = [
-            ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
-            for cs in status.get("containerStatuses") or []
-            for k in ("running", "terminated")
-        ]
-        started = [t for t in started if t is not None]
-        start = min(started) if started else ts(status.get("startTime"))
-        finished = [
-            ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
-            for cs in status.get("containerStatuses") or []
-        ]
-        running = any(
-            "running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or []
-        )
-        end = max((t for t in finished if t is not None), default=None) if not running else None
-        if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
-            key = f"{ns}/{name}"
-            end = (
-                ctx.ended_by_event.get(key)
-                or max(
-                    (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
-                    default=None,
-                )
-                or None
-            )
+        submit, start, end = _pod_times(meta, status, ctx)
         deleted = ts(meta.get("deletionTimestamp"))
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: cannot read a time: {exc}")
@@ -471,6 +422,95 @@ def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Memb
         deadline_s=_deadline(spec.get("activeDeadlineSeconds")),
         user=_user_of(meta),
     )
+
+
+def _not_scheduled(meta: dict) -> str | None:
+    """Why a pod the scheduler never placed is skipped (DaemonSet, mirror pod), else None."""
+    if any(r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or []):
+        return "DaemonSet pod (runs on every node, not scheduled)"
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return "mirror (static) pod"
+    return None
+
+
+def _member_resources(spec: dict, ctx: _Context) -> ev.Resources:
+    """The pod's resources; on a node of the MIG single strategy its GPU is one instance of
+    the node's profile. ValueError: resources a member cannot hold."""
+    res = pod_resources(spec)
+    profile = ctx.single.get(spec.get("nodeName") or "")
+    if profile is not None and res.gpus:  # MIG single strategy: a GPU is an instance
+        if res.gpus > 1:
+            raise ValueError(
+                f"asks for {res.gpus} MIG {profile} instances on node {spec['nodeName']} "
+                "(single strategy): a member holds one"
+            )
+        res = msgspec.structs.replace(res, gpus=0, mig_profile=profile)
+    return res
+
+
+def _tenant_and_class(
+    meta: dict, spec: dict, ctx: _Context, tenant_from: str
+) -> tuple[str, str, str]:
+    """The pod's tenant (its namespace, or namespace/queue), its class and the class name it
+    gave (PriorityClass, else its Kueue workload's); an auto-made class takes the pod's
+    resolved priority, as Kubernetes compares them."""
+    ns = meta.get("namespace", "default")
+    labels = meta.get("labels") or {}
+    wl_queue, wl_class = ctx.workloads.get(f"{ns}/{_owner_name(meta)}", ("", ""))
+    owner = ns
+    if tenant_from == "queue":
+        queue = labels.get(QUEUE_LABEL) or wl_queue
+        owner = f"{ns}/{queue}" if queue else ns
+    tenant = ctx.naming.tenant_for(owner, "default")
+    cls_name = spec.get("priorityClassName") or wl_class or ""
+    cls = ctx.naming.class_for(cls_name or "default")
+    if cls in ctx.naming.auto:
+        prio = spec.get("priority")
+        if isinstance(prio, int):
+            ctx.naming.classes[cls]["value"] = prio
+        elif not cls_name:
+            ctx.naming.classes[cls]["value"] = 0
+    return tenant, cls, cls_name
+
+
+def _pod_times(
+    meta: dict, status: dict, ctx: _Context
+) -> tuple[int | None, int | None, int | None]:
+    """Submit, start and end of the pod in ms (None: unknown): start is its first container's,
+    else the pod's startTime; end is its last container's finish once none runs, else, for a
+    pod that ended, its end event or its last condition change. ValueError: a bad time."""
+    submit = ts(meta.get("creationTimestamp"))
+    containers = status.get("containerStatuses") or []
+    started = [
+        ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
+        for cs in containers
+        for k in ("running", "terminated")
+    ]
+    started = [t for t in started if t is not None]
+    start = min(started) if started else ts(status.get("startTime"))
+    return submit, start, _end_ms(meta, status, containers, start, ctx)
+
+
+def _end_ms(
+    meta: dict, status: dict, containers: list, start: int | None, ctx: _Context
+) -> int | None:
+    """The pod's end (see `_pod_times`), None while a container runs or when unknown."""
+    finished = [
+        ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt")) for cs in containers
+    ]
+    running = any("running" in (cs.get("state") or {}) for cs in containers)
+    end = max((t for t in finished if t is not None), default=None) if not running else None
+    if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
+        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        end = (
+            ctx.ended_by_event.get(key)
+            or max(
+                (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
+                default=None,
+            )
+            or None
+        )
+    return end
 
 
 def _user_of(meta: dict) -> str | None:
