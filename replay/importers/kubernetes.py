@@ -177,62 +177,86 @@ def read_nodes(
     notes: list[str] | None = None,
     single_nodes: dict[str, str] | None = None,
 ) -> tuple[ev.NodeInfo, ...]:
-    out: list[ev.NodeInfo] = []
-    for line, item in iter_items(path, progress):
-        meta = item.get("metadata") or {}
-        name = meta.get("name", "")
-        labels = meta.get("labels") or {}
-        cap = (item.get("status") or {}).get("capacity") or {}
-        try:
-            ev.validate_token("node", name)
-            cpu = int(quantity(cap.get("cpu", 0)) * 1000)
-            mem = int(quantity(cap.get("memory", 0)) // 2**20)
-            gpus = int(quantity(cap.get(GPU, 0)))
-        except (ev.InvalidId, ValueError) as exc:
-            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
-        try:
-            mig = mig_counts(labels, cap)
-        except ValueError as exc:
-            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
-        single = single_profile(labels)
-        if single is not None and gpus:  # MIG single strategy: `nvidia.com/gpu` are instances
-            mig, gpus = {single: gpus}, 0
-            if single_nodes is not None:
-                single_nodes[name] = single
-        kept = {
-            str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
-        }
-        product = labels.get("nvidia.com/gpu.product", "gpu")
-        memory = (
-            int(labels.get("nvidia.com/gpu.memory") or 0)
-            or model_memory_mib(product)
-            or gpu_memory_mib(product)
+    return tuple(
+        _read_node(f"{path}:{line}", item, vocab, notes, single_nodes)
+        for line, item in iter_items(path, progress)
+    )
+
+
+def _read_node(
+    where: str,
+    item: dict,
+    vocab: Vocabulary | None,
+    notes: list[str] | None,
+    single_nodes: dict[str, str] | None,
+) -> ev.NodeInfo:
+    """One node of `kubectl get nodes -o json` at `where` (FILE:LINE): capacity, labels (kept
+    within bounds) and GPUs; TraceImportError on a bad name or quantity."""
+    meta = item.get("metadata") or {}
+    name = meta.get("name", "")
+    labels = meta.get("labels") or {}
+    cap = (item.get("status") or {}).get("capacity") or {}
+    try:
+        ev.validate_token("node", name)
+        cpu = int(quantity(cap.get("cpu", 0)) * 1000)
+        mem = int(quantity(cap.get("memory", 0)) // 2**20)
+        gpus = int(quantity(cap.get(GPU, 0)))
+        mig = mig_counts(labels, cap)
+    except (ev.InvalidId, ValueError) as exc:
+        raise TraceImportError(f"{where}: node {name!r}: {exc}") from None
+    single = single_profile(labels)
+    if single is not None and gpus:  # MIG single strategy: `nvidia.com/gpu` are instances
+        mig, gpus = {single: gpus}, 0
+        if single_nodes is not None:
+            single_nodes[name] = single
+    kept = {
+        str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
+    }
+    whole = _node_gpus(name, labels, gpus, mig, vocab, notes, where)
+    return ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept)
+
+
+def _node_gpus(
+    name: str,
+    labels: dict,
+    gpus: int,
+    mig: dict[str, int],
+    vocab: Vocabulary | None,
+    notes: list[str] | None,
+    where: str,
+) -> tuple[ev.GpuInfo, ...]:
+    """The node's whole GPUs (one NVLink clique), then its MIG GPUs with their layouts (GFD
+    mixed strategy: instances per profile), model and memory from GPU feature discovery."""
+    product = labels.get("nvidia.com/gpu.product", "gpu")
+    memory = (
+        int(labels.get("nvidia.com/gpu.memory") or 0)
+        or model_memory_mib(product)
+        or gpu_memory_mib(product)
+    )
+    model = vocab.node(product, memory) if vocab is not None and (gpus or mig) else product
+    whole = tuple(
+        ev.GpuInfo(
+            index=i,
+            uuid=f"GPU-{name}-{i}",
+            model=model,
+            memory_mib=memory,
+            clique=f"{name}-nvl0",
+            sharing="exclusive",
         )
-        model = vocab.node(product, memory) if vocab is not None and (gpus or mig) else product
-        whole = tuple(
-            ev.GpuInfo(
-                index=i,
-                uuid=f"GPU-{name}-{i}",
-                model=model,
-                memory_mib=memory,
-                clique=f"{name}-nvl0",
-                sharing="exclusive",
-            )
-            for i in range(gpus)
-        )
-        if mig:  # GFD mixed strategy: MIG instances per profile -> MIG GPUs with their layouts
-            physical = int(labels.get("nvidia.com/gpu.count") or 0) - gpus
-            whole += mig_gpus(
-                name,
-                mig,
-                gpus,
-                notes if notes is not None else [],
-                model=None if product == "gpu" else product,
-                physical=physical if physical > 0 else None,
-                where=f"{path}:{line}",
-            )
-        out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept))
-    return tuple(out)
+        for i in range(gpus)
+    )
+    if not mig:
+        return whole
+    physical = int(labels.get("nvidia.com/gpu.count") or 0) - gpus
+    return whole + mig_gpus(
+        name,
+        mig,
+        gpus,
+        notes if notes is not None else [],
+        model=None if product == "gpu" else product,
+        physical=physical if physical > 0 else None,
+        where=where,
+    )
 
 
 def single_profile(labels: dict) -> str | None:
