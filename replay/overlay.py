@@ -182,6 +182,27 @@ def _check_policy(doc: dict[str, Any], where: str) -> ev.Policy:
     return ev.Policy(**msgspec.structs.asdict(parsed))
 
 
+BY_MODEL = ("guaranteed_by_model", "borrowing_limit_by_model", "lending_limit_by_model")
+"""Tenant keys with a sub-key per GPU model (`tenants.NAME.KEY.MODEL=V`)."""
+
+
+def _entry_key(where: str, field: str, shape: Any) -> tuple[str, str]:
+    """`KEY` or `KEY.MODEL` of an entry of type `shape`: a key it has (not its name or
+    override), a model only under a per-model key. `where`: the error's prefix."""
+    fields = [
+        f.encode_name
+        for f in msgspec.structs.fields(shape)
+        if f.encode_name not in ("name", "override")
+    ]
+    top, _, sub = field.partition(".")
+    if top not in fields:
+        hint = _suggest(top, fields) or f" (known keys: {', '.join(fields)})"
+        raise OverlayError(f"{where}.{top}: unknown key{hint}")
+    if sub and top not in BY_MODEL:
+        raise OverlayError(f"{where}.{top}: has no sub-keys")
+    return top, sub
+
+
 class Overlay:
     """Accumulates overlays on a recorded configuration; `events()` gives what to append."""
 
@@ -219,19 +240,26 @@ class Overlay:
             self.changes.append(f"{key}={value!r}")
             return
         if root == "policy":
-            if not rest or "." in rest:
-                raise OverlayError(
-                    f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})"
-                )
-            if rest not in self.policy:
-                hint = _suggest(rest, self.policy) or f" (known keys: {', '.join(self.policy)})"
-                raise OverlayError(f"{where}: policy.{rest}: unknown key{hint}")
-            new = {**self.policy, rest: value}
-            _check_policy(new, where)
-            self.policy = new
-            self.policy_changed = True
-            self.changes.append(f"policy.{rest}={value!r}")
+            self._set_policy(where, rest, value)
             return
+        self._set_entry(where, key, root, rest, value)
+
+    def _set_policy(self, where: str, rest: str, value: Any) -> None:
+        """`--set policy.KEY=V`: one known policy key, the policy checked as a whole."""
+        if not rest or "." in rest:
+            raise OverlayError(f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})")
+        if rest not in self.policy:
+            hint = _suggest(rest, self.policy) or f" (known keys: {', '.join(self.policy)})"
+            raise OverlayError(f"{where}: policy.{rest}: unknown key{hint}")
+        new = {**self.policy, rest: value}
+        _check_policy(new, where)
+        self.policy = new
+        self.policy_changed = True
+        self.changes.append(f"policy.{rest}={value!r}")
+
+    def _set_entry(self, where: str, key: str, root: str, rest: str, value: Any) -> None:
+        """`--set tenants.NAME.KEY=V` or `priority_classes.NAME.KEY=V` (a per-model key takes
+        `.MODEL`): a recorded entry's known key, the entry checked as a whole."""
         table, changed, shape, label = (
             (self.tenants, self.changed_tenants, TenantDoc, "tenant")
             if root == "tenants"
@@ -246,27 +274,10 @@ class Overlay:
             raise OverlayError(
                 f"{where}: {root}.{name}: no {label} {name!r} in the recorded configuration{hint}"
             )
-        fields = [
-            f.encode_name
-            for f in msgspec.structs.fields(shape)
-            if f.encode_name not in ("name", "override")
-        ]
-        top, _, sub = field.partition(".")
-        if top not in fields:
-            hint = _suggest(top, fields) or f" (known keys: {', '.join(fields)})"
-            raise OverlayError(f"{where}: {root}.{name}.{top}: unknown key{hint}")
+        top, sub = _entry_key(f"{where}: {root}.{name}", field, shape)
         entry = dict(table[name])
-        if sub:
-            if top not in (
-                "guaranteed_by_model",
-                "borrowing_limit_by_model",
-                "lending_limit_by_model",
-            ):
-                raise OverlayError(f"{where}: {root}.{name}.{top}: has no sub-keys")
-            # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
-            entry[top] = {**entry[top], resolve(sub): value}
-        else:
-            entry[top] = value
+        # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
+        entry[top] = {**entry[top], resolve(sub): value} if sub else value
         problems: list[str] = []
         collect(entry, shape, f"{root}.{name}", problems)
         if problems:
