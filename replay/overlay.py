@@ -203,6 +203,24 @@ def _entry_key(where: str, field: str, shape: Any) -> tuple[str, str]:
     return top, sub
 
 
+def _check_overlay_keys(doc: Any, file: str) -> None:
+    """An overlay file is a mapping of the keys an overlay takes (no timeline)."""
+    if not isinstance(doc, dict):
+        raise OverlayError(
+            f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}"
+        )
+    if "timeline" in doc:
+        raise OverlayError(
+            f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)"
+        )
+    unknown = [k for k in doc if k not in _OVERLAY_KEYS]
+    if unknown:
+        k = unknown[0]
+        raise OverlayError(
+            f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}"
+        )
+
+
 class Overlay:
     """Accumulates overlays on a recorded configuration; `events()` gives what to append."""
 
@@ -315,32 +333,11 @@ class Overlay:
 
     # ---------------------------------------------------------------- --policy FILE
     def add_file(self, doc: Any, file: str) -> None:
-        if not isinstance(doc, dict):
-            raise OverlayError(
-                f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}"
-            )
-        if "timeline" in doc:
-            raise OverlayError(
-                f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)"
-            )
-        unknown = [k for k in doc if k not in _OVERLAY_KEYS]
-        if unknown:
-            k = unknown[0]
-            raise OverlayError(
-                f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}"
-            )
+        _check_overlay_keys(doc, file)
         # classes named like a recorded one replace it: no `override` needed for those
         raw = dict(doc)
         if "checkpoint" in raw:
-            from gpuledger.replay.importers.checkpoint import CheckpointError, parse
-
-            try:
-                parse(raw["checkpoint"], "checkpoint")
-            except CheckpointError as exc:
-                raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
-            self.checkpoint = raw.pop("checkpoint")
-            self.checkpoint_set = True
-            self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
+            self._file_checkpoint(raw.pop("checkpoint"), file)
         raw_classes = [
             dict(c, override=True)
             if isinstance(c, dict) and c.get("name") in self.classes and "override" not in c
@@ -359,20 +356,36 @@ class Overlay:
             self.policy = new
             self.policy_changed = True
             self.changes += [f"policy.{k}={v!r}" for k, v in doc["policy"].items()]
-        for t in raw.get("tenants") or []:
-            self.tenants[t["name"]] = t
-            if t["name"] not in self.changed_tenants:
-                self.changed_tenants.append(t["name"])
-            self.changes.append(f"tenant {t['name']}")
-        for c in raw_classes:
-            self.classes[c["name"]] = c
-            if c["name"] not in self.changed_classes:
-                self.changed_classes.append(c["name"])
-            self.changes.append(f"priority class {c['name']}")
+        self._replace_entries(raw.get("tenants") or [], raw_classes)
         self.schedules += list(raw.get("schedules") or [])
         if parsed.cluster.nodes:
             self.nodes = node_infos(raw)
             self.changes.append(f"{len(self.nodes)} nodes")
+
+    def _file_checkpoint(self, rules: Any, file: str) -> None:
+        """An overlay file's `checkpoint:` rules, checked, replace the recorded ones."""
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(rules, "checkpoint")
+        except CheckpointError as exc:
+            raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
+        self.checkpoint = rules
+        self.checkpoint_set = True
+        self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
+
+    def _replace_entries(self, tenants: list, classes: list) -> None:
+        """An overlay file's tenants and classes replace the recorded ones of their names."""
+        for t in tenants:
+            self.tenants[t["name"]] = t
+            if t["name"] not in self.changed_tenants:
+                self.changed_tenants.append(t["name"])
+            self.changes.append(f"tenant {t['name']}")
+        for c in classes:
+            self.classes[c["name"]] = c
+            if c["name"] not in self.changed_classes:
+                self.changed_classes.append(c["name"])
+            self.changes.append(f"priority class {c['name']}")
 
     # ---------------------------------------------------------------- result
     def document(self) -> dict[str, Any]:
