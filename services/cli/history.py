@@ -87,7 +87,7 @@ def export_history(
 def parquet_sql(out: Path, query: str) -> tuple[list[str], list[tuple]]:
     """`gpuledger sql --parquet DIR`: the query over the export's views (replay.parquet.connect)."""
     from gpuledger.replay import parquet
-    from gpuledger.services.cli.sql import query_result
+    from gpuledger.services.cli.reading import query_result
 
     try:
         con = parquet.connect(out)

@@ -23,6 +23,7 @@ from gpuledger.services.cli.reading import (
     _connect,
     _undamaged,
     db_path,
+    query_result,
 )
 
 
@@ -43,15 +44,6 @@ def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
             return query_result(con, query)
     finally:
         con.close()
-
-
-def query_result(con: Any, query: str) -> tuple[list[str], list[tuple]]:
-    """The column names and rows `query` answers on the DuckDB connection `con` (none for a
-    statement that answers no rows)."""
-    cur = con.execute(query)
-    if cur.description is None:
-        return [], []
-    return [d[0] for d in cur.description], cur.fetchall()
 
 
 def iso_ms(ms: int) -> str:
