@@ -525,16 +525,22 @@ def _end_ms(
     running = any("running" in (cs.get("state") or {}) for cs in containers)
     end = max((t for t in finished if t is not None), default=None) if not running else None
     if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
-        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        end = (
-            ctx.ended_by_event.get(key)
-            or max(
-                (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
-                default=None,
-            )
-            or None
-        )
+        end = _ended_pod(meta, status, ctx)
     return end
+
+
+def _ended_pod(meta: dict, status: dict, ctx: _Context) -> int | None:
+    """When a pod that ended (Failed, Succeeded) without a container's finish ended: its end
+    event, else its last condition change."""
+    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    return (
+        ctx.ended_by_event.get(key)
+        or max(
+            (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
+            default=None,
+        )
+        or None
+    )
 
 
 def _user_of(meta: dict) -> str | None:
@@ -561,13 +567,7 @@ def _job_id(ns: str, name: str, namespaced: bool) -> str:
 
 def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
     first = members[0]
-    starts = [m.start for m in members]
-    start = max(starts) if all(s is not None for s in starts) else None
-    ends = [m.end for m in members]
-    end = max(ends) if start is not None and all(e is not None for e in ends) else None
-    if start is None:
-        cancels = [m.cancel for m in members if m.cancel is not None]
-        end = min(cancels) if cancels else None
+    start, end = _gang_span(members)
     ctx.log.add_job(
         ObservedJob(
             job_id=job_id,
@@ -591,6 +591,19 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
         ctx.where(first.line),
     )
     ctx.selected.job(first.selector)
+
+
+def _gang_span(members: list[_Member]) -> tuple[int | None, int | None]:
+    """A gang's start (when its last member started, if all did) and end (when its last
+    ended, if all did; for a gang that never started, its first cancel)."""
+    starts = [m.start for m in members]
+    start = max(starts) if all(s is not None for s in starts) else None
+    ends = [m.end for m in members]
+    end = max(ends) if start is not None and all(e is not None for e in ends) else None
+    if start is None:
+        cancels = [m.cancel for m in members if m.cancel is not None]
+        end = min(cancels) if cancels else None
+    return start, end
 
 
 _PHASE_STATE = {"Succeeded": "COMPLETED", "Failed": "FAILED", "Running": "RUNNING"}
