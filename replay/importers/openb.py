@@ -386,6 +386,11 @@ def _pod_times(
     return created, scheduled, deleted
 
 
+def _ms(seconds: int | None) -> int | None:
+    """A trace time in seconds as ms (None: not in the trace)."""
+    return None if seconds is None else seconds * 1000
+
+
 def import_openb(
     pods: str | Path,
     nodes: str | Path,
@@ -421,8 +426,8 @@ def import_openb(
         r = replayed(
             state,
             created * 1000,
-            None if scheduled is None else scheduled * 1000,
-            None if deleted is None else deleted * 1000,
+            _ms(scheduled),
+            _ms(deleted),
             None,
         )
         if r.never_ran is not None:
@@ -444,8 +449,8 @@ def import_openb(
                 priority_class=cls.name,
                 gpu_milli=resources.gpu_milli_total(),
                 submit_ms=created * 1000,
-                start_ms=None if scheduled is None else scheduled * 1000,
-                end_ms=None if deleted is None else deleted * 1000,
+                start_ms=_ms(scheduled),
+                end_ms=_ms(deleted),
                 state=state,
                 checkpoint_s=0,
                 line=line,
