@@ -84,16 +84,19 @@ def _check_selector(j: JobDoc, jp: str, f: FileDoc, problems: list[str]) -> None
         return
     if any(all(n.labels.get(k) == v for k, v in j.node_selector.items()) for n in f.cluster.nodes):
         return
-    seen = sorted({f"{k}={v}" for n in f.cluster.nodes for k, v in n.labels.items()})
     wanted = ",".join(f"{k}={v}" for k, v in sorted(j.node_selector.items()))
+    hint = _selector_hint(j.node_selector, f.cluster.nodes)
+    problems.append(f"{_p(jp, 'node_selector')}: no node of the cluster carries {wanted}{hint}")
+
+
+def _selector_hint(selector: dict[str, str], nodes: list[NodeDoc]) -> str:
+    """A did-you-mean for the first selected label no node carries, else the labels the
+    nodes carry (empty when they carry none)."""
+    seen = sorted({f"{k}={v}" for n in nodes for k, v in n.labels.items()})
     absent = [
         f"{k}={v}"
-        for k, v in sorted(j.node_selector.items())
-        if not any(n.labels.get(k) == v for n in f.cluster.nodes)
+        for k, v in sorted(selector.items())
+        if not any(n.labels.get(k) == v for n in nodes)
     ]
-    missing = absent[0] if absent else None
-    hint = _suggest(missing, seen) if missing else ""
-    problems.append(
-        f"{_p(jp, 'node_selector')}: no node of the cluster carries {wanted}{hint}"
-        + (f" (node labels: {', '.join(seen)})" if seen and not hint else "")
-    )
+    hint = _suggest(absent[0], seen) if absent else ""
+    return hint or (f" (node labels: {', '.join(seen)})" if seen else "")
