@@ -146,19 +146,25 @@ def configuration_md() -> str:
         desc = d.get("description") or ("Scheduling policy." if name == "PolicyDoc" else "")
         if desc:
             out += [" ".join(desc.split()), ""]
-        required = set(d.get("required", []))
-        out += ["| key | type | default | description |", "|---|---|---|---|"]
-        for key, prop in d.get("properties", {}).items():
-            default = (
-                "required"
-                if key in required
-                else ("—" if "default" not in prop else f"`{json.dumps(prop['default'])}`")
-            )
-            field = "klass" if key == "class" else key
-            text = docs.get(field, "")
-            out.append(f"| `{key}` | {_cell(_type_of(prop))} | {default} | {_cell(text)} |")
+        out += _key_table(d, docs)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _key_table(d: dict[str, Any], docs: dict[str, str]) -> list[str]:
+    """One schema definition's keys as a table: type, default (or required), description."""
+    required = set(d.get("required", []))
+    out = ["| key | type | default | description |", "|---|---|---|---|"]
+    for key, prop in d.get("properties", {}).items():
+        default = (
+            "required"
+            if key in required
+            else ("—" if "default" not in prop else f"`{json.dumps(prop['default'])}`")
+        )
+        field = "klass" if key == "class" else key
+        text = docs.get(field, "")
+        out.append(f"| `{key}` | {_cell(_type_of(prop))} | {default} | {_cell(text)} |")
+    return out
 
 
 def _walk(cmd: Any, path: list[str]) -> Any:
