@@ -143,7 +143,9 @@ def _container_total(c: dict) -> dict[str, float]:
     return out
 
 
-def pod_resources(spec: dict) -> ev.Resources:
+def _pod_totals(spec: dict) -> dict[str, float]:
+    """What the pod asks for per resource, as the scheduler counts it: its containers' sum,
+    raised to any one init container's (they run one at a time, before the others)."""
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
         for k, v in _container_total(c).items():
@@ -151,6 +153,11 @@ def pod_resources(spec: dict) -> ev.Resources:
     for c in spec.get("initContainers") or []:
         for k, v in _container_total(c).items():
             total[k] = max(total.get(k, 0), v)
+    return total
+
+
+def pod_resources(spec: dict) -> ev.Resources:
+    total = _pod_totals(spec)
     gpus = int(total.get(GPU, 0))
     migs = {
         k[len(MIG_PREFIX) :]: int(v) for k, v in total.items() if k.startswith(MIG_PREFIX) and v
