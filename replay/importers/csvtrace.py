@@ -781,14 +781,7 @@ def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
     """One job for a gang's rows: started when the last member started (if all did), ended
     when the last ended (if all did), else the first end of a gang that never started."""
     first = rows[0]
-    starts = [j.start_ms for j in rows]
-    start = max(starts) if all(s is not None for s in starts) else None
-    ends = [j.end_ms for j in rows]
-    end = (
-        max(ends)
-        if start is not None and all(e is not None for e in ends)
-        else (min((e for e in ends if e is not None), default=None) if start is None else None)
-    )
+    start, end = _rows_span(rows)
     return ObservedJob(
         job_id=job_id,
         tenant=first.tenant,
@@ -804,11 +797,26 @@ def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
         started_before=start is not None and all(j.started_before for j in rows),
         source_priority=first.source_priority,
         user=first.user,
-        # the gang's outcome: its first member's that did not complete, else completed
-        state=""
-        if start is None or end is None
-        else next((j.state for j in rows if j.state not in ("", "COMPLETED")), first.state),
+        state=_rows_state(rows, start, end),
     )
+
+
+def _rows_span(rows: list[ObservedJob]) -> tuple[int | None, int | None]:
+    """A gang's start and end from its rows (see `_gang_job`)."""
+    starts = [j.start_ms for j in rows]
+    start = max(starts) if all(s is not None for s in starts) else None
+    ends = [j.end_ms for j in rows]
+    if start is None:
+        return None, min((e for e in ends if e is not None), default=None)
+    return start, max(ends) if all(e is not None for e in ends) else None
+
+
+def _rows_state(rows: list[ObservedJob], start: int | None, end: int | None) -> str:
+    """The gang's outcome: its first member's that did not complete, else completed (none
+    for a gang that did not both start and end)."""
+    if start is None or end is None:
+        return ""
+    return next((j.state for j in rows if j.state not in ("", "COMPLETED")), rows[0].state)
 
 
 def _document(m: CsvMapping, total_gpus: int, tenants_seen: set[str]) -> dict[str, Any]:
