@@ -242,7 +242,7 @@ def rows(
         num(f"jobs {k}", a["jobs"][k], b["jobs"][k], d["jobs"][k], "d")
         if k == "failed" and ("jobs_timeout" in a or "jobs_timeout" in b):
             ta, tb = a.get("jobs_timeout"), b.get("jobs_timeout")
-            num("jobs timeout", ta, tb, None if ta is None or tb is None else tb - ta, "d")
+            num("jobs timeout", ta, tb, _minus(ta, tb), "d")
     num(
         "GPU allocation % (time-weighted)",
         a["gpu_allocation_pct"],
@@ -257,24 +257,28 @@ def rows(
         d["sm_activity_pct"],
         ".1f",
     )
-    for c in sorted(set(a["wait_s_p50_by_class"]) | set(b["wait_s_p50_by_class"])):
-        for q in ("p50", "p99"):
-            key = f"wait_s_{q}_by_class"
-            dur(f"wait {q} {c}", a[key].get(c), b[key].get(c), d[key].get(c))
-        na, nb = a["never_placed_by_class"].get(c, 0), b["never_placed_by_class"].get(c, 0)
-        num(f"never placed {c}", na, nb, nb - na, "d")
-    for q in ("p50", "p99"):
-        key = f"wait_s_{q}"
-        if key in a or key in b:
-            dur(f"wait {q} (all jobs)", a.get(key), b.get(key), d.get(key))
-    for dim in DIMENSIONS:
-        ka, kb = a.get(f"wait_s_p50_by_{dim}") or {}, b.get(f"wait_s_p50_by_{dim}") or {}
-        for g in sorted(set(ka) | set(kb)):
+
+    def waits() -> None:
+        """Waits by class (and who was never placed), over all jobs, then by each group."""
+        for c in sorted(set(a["wait_s_p50_by_class"]) | set(b["wait_s_p50_by_class"])):
             for q in ("p50", "p99"):
-                key = f"wait_s_{q}_by_{dim}"
-                va, vb = (a.get(key) or {}).get(g), (b.get(key) or {}).get(g)
-                dv = None if va is None or vb is None else vb - va
-                dur(f"wait {q} {dim} {g}", va, vb, dv)
+                key = f"wait_s_{q}_by_class"
+                dur(f"wait {q} {c}", a[key].get(c), b[key].get(c), d[key].get(c))
+            na, nb = a["never_placed_by_class"].get(c, 0), b["never_placed_by_class"].get(c, 0)
+            num(f"never placed {c}", na, nb, nb - na, "d")
+        for q in ("p50", "p99"):
+            key = f"wait_s_{q}"
+            if key in a or key in b:
+                dur(f"wait {q} (all jobs)", a.get(key), b.get(key), d.get(key))
+        for dim in DIMENSIONS:
+            ka, kb = a.get(f"wait_s_p50_by_{dim}") or {}, b.get(f"wait_s_p50_by_{dim}") or {}
+            for g in sorted(set(ka) | set(kb)):
+                for q in ("p50", "p99"):
+                    key = f"wait_s_{q}_by_{dim}"
+                    va, vb = (a.get(key) or {}).get(g), (b.get(key) or {}).get(g)
+                    dur(f"wait {q} {dim} {g}", va, vb, _minus(va, vb))
+
+    waits()
     num("preemptions", a["preemptions"], b["preemptions"], d["preemptions"], "d")
     num("GPU-hours", a.get("gpu_hours"), b.get("gpu_hours"), d.get("gpu_hours"), ".2f")
     num("lost GPU-hours", a["lost_gpu_hours"], b["lost_gpu_hours"], d["lost_gpu_hours"], ".3f")
@@ -293,6 +297,10 @@ def rows(
     n, ca, cb = common
     for q in ("mean", "p50", "p99"):
         k = f"jct_s_{q}"
-        dv = None if ca[k] is None or cb[k] is None else cb[k] - ca[k]
-        dur(f"completion time {q} ({n} jobs completed in all)", ca[k], cb[k], dv)
+        dur(f"completion time {q} ({n} jobs completed in all)", ca[k], cb[k], _minus(ca[k], cb[k]))
     return out
+
+
+def _minus(a: Any, b: Any) -> Any:
+    """b - a, None when either is unknown."""
+    return None if a is None or b is None else b - a

@@ -503,6 +503,34 @@ def observed_groups(o) -> dict[str, str]:
     return out
 
 
+def _observed_runs(o: Any) -> list[tuple[int | None, int | None, str, int]]:
+    """(start, end, state, GPU milli held) of each run of an observed job: its earlier runs
+    (each with its own GPUs when the source recorded them), then its last one (a start of
+    None: the window's start, for a job running when it began)."""
+    ran = [
+        (r.start_ms, r.end_ms, r.state, o.gpu_milli if r.gpu_milli is None else r.gpu_milli)
+        for r in o.runs
+        if r.start_ms is not None
+    ]
+    if o.start_ms is not None or o.started_before:
+        ran.append((o.start_ms, o.end_ms, o.state, o.gpu_milli))
+    return ran
+
+
+def _allocation_series(deltas: list[tuple[int, int]], capacity: int) -> list[tuple[float, float]]:
+    """Allocation % over time (s, %) from +/- milli-GPU steps, one point per instant (none
+    without capacity). Sorts `deltas`."""
+    series: list[tuple[float, float]] = []
+    if capacity:
+        deltas.sort()
+        level = 0
+        for i, (t, d) in enumerate(deltas):
+            level += d
+            if i + 1 == len(deltas) or deltas[i + 1][0] != t:
+                series.append((t / 1000, 100 * level / capacity))
+    return series
+
+
 def measure_observed(
     header, observations: Iterable, groups: Mapping[str, dict[str, str]] | None = None
 ) -> Measured:
@@ -549,14 +577,7 @@ def measure_observed(
             waits[cls].append((first - o.submit_ms) / 1000)
             facts.wait_s[o.job] = (first - o.submit_ms) / 1000
         interval = o.checkpoint_s * 1000
-        ran = [
-            (r.start_ms, r.end_ms, r.state, o.gpu_milli if r.gpu_milli is None else r.gpu_milli)
-            for r in o.runs
-            if r.start_ms is not None
-        ]
-        if o.start_ms is not None or o.started_before:
-            ran.append((o.start_ms, o.end_ms, o.state, o.gpu_milli))  # no start: window start
-        for start, end, state, gpu_milli in ran:
+        for start, end, state, gpu_milli in _observed_runs(o):
             span = clipped(gpu_milli, start, end)
             if _state(state) == "PREEMPTED":
                 preempted += 1
@@ -569,14 +590,7 @@ def measure_observed(
     classes = sorted(set(waits) | set(never))
     span_ms = max(0, w1 - w0)
     cap_area = header.capacity_gpu_milli * span_ms
-    series: list[tuple[float, float]] = []
-    if header.capacity_gpu_milli:
-        deltas.sort()
-        level = 0
-        for i, (t, d) in enumerate(deltas):
-            level += d
-            if i + 1 == len(deltas) or deltas[i + 1][0] != t:
-                series.append((t / 1000, 100 * level / header.capacity_gpu_milli))
+    series = _allocation_series(deltas, header.capacity_gpu_milli)
     jct.sort()
     metrics: dict[str, Any] = {
         "events": None,

@@ -183,6 +183,45 @@ def _check_policy(doc: dict[str, Any], where: str) -> ev.Policy:
     return ev.Policy(**msgspec.structs.asdict(parsed))
 
 
+BY_MODEL = ("guaranteed_by_model", "borrowing_limit_by_model", "lending_limit_by_model")
+"""Tenant keys with a sub-key per GPU model (`tenants.NAME.KEY.MODEL=V`)."""
+
+
+def _entry_key(where: str, field: str, shape: Any) -> tuple[str, str]:
+    """`KEY` or `KEY.MODEL` of an entry of type `shape`: a key it has (not its name or
+    override), a model only under a per-model key. `where`: the error's prefix."""
+    fields = [
+        f.encode_name
+        for f in msgspec.structs.fields(shape)
+        if f.encode_name not in ("name", "override")
+    ]
+    top, _, sub = field.partition(".")
+    if top not in fields:
+        hint = _suggest(top, fields) or f" (known keys: {', '.join(fields)})"
+        raise OverlayError(f"{where}.{top}: unknown key{hint}")
+    if sub and top not in BY_MODEL:
+        raise OverlayError(f"{where}.{top}: has no sub-keys")
+    return top, sub
+
+
+def _check_overlay_keys(doc: Any, file: str) -> None:
+    """An overlay file is a mapping of the keys an overlay takes (no timeline)."""
+    if not isinstance(doc, dict):
+        raise OverlayError(
+            f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}"
+        )
+    if "timeline" in doc:
+        raise OverlayError(
+            f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)"
+        )
+    unknown = [k for k in doc if k not in _OVERLAY_KEYS]
+    if unknown:
+        k = unknown[0]
+        raise OverlayError(
+            f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}"
+        )
+
+
 class Overlay:
     """Accumulates overlays on a recorded configuration; `events()` gives what to append."""
 
@@ -240,19 +279,26 @@ class Overlay:
             self._set_slurm(where, rest.removeprefix("slurm."), value)
             return
         if root == "policy":
-            if not rest or "." in rest:
-                raise OverlayError(
-                    f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})"
-                )
-            if rest not in self.policy:
-                hint = _suggest(rest, self.policy) or f" (known keys: {', '.join(self.policy)})"
-                raise OverlayError(f"{where}: policy.{rest}: unknown key{hint}")
-            new = {**self.policy, rest: value}
-            _check_policy(new, where)
-            self.policy = new
-            self.policy_changed = True
-            self.changes.append(f"policy.{rest}={value!r}")
+            self._set_policy(where, rest, value)
             return
+        self._set_entry(where, key, root, rest, value)
+
+    def _set_policy(self, where: str, rest: str, value: Any) -> None:
+        """`--set policy.KEY=V`: one known policy key, the policy checked as a whole."""
+        if not rest or "." in rest:
+            raise OverlayError(f"{where}: expected policy.<key> (keys: {', '.join(self.policy)})")
+        if rest not in self.policy:
+            hint = _suggest(rest, self.policy) or f" (known keys: {', '.join(self.policy)})"
+            raise OverlayError(f"{where}: policy.{rest}: unknown key{hint}")
+        new = {**self.policy, rest: value}
+        _check_policy(new, where)
+        self.policy = new
+        self.policy_changed = True
+        self.changes.append(f"policy.{rest}={value!r}")
+
+    def _set_entry(self, where: str, key: str, root: str, rest: str, value: Any) -> None:
+        """`--set tenants.NAME.KEY=V` or `priority_classes.NAME.KEY=V` (a per-model key takes
+        `.MODEL`): a recorded entry's known key, the entry checked as a whole."""
         table, changed, shape, label = (
             (self.tenants, self.changed_tenants, TenantDoc, "tenant")
             if root == "tenants"
@@ -267,27 +313,10 @@ class Overlay:
             raise OverlayError(
                 f"{where}: {root}.{name}: no {label} {name!r} in the recorded configuration{hint}"
             )
-        fields = [
-            f.encode_name
-            for f in msgspec.structs.fields(shape)
-            if f.encode_name not in ("name", "override")
-        ]
-        top, _, sub = field.partition(".")
-        if top not in fields:
-            hint = _suggest(top, fields) or f" (known keys: {', '.join(fields)})"
-            raise OverlayError(f"{where}: {root}.{name}.{top}: unknown key{hint}")
+        top, sub = _entry_key(f"{where}: {root}.{name}", field, shape)
         entry = dict(table[name])
-        if sub:
-            if top not in (
-                "guaranteed_by_model",
-                "borrowing_limit_by_model",
-                "lending_limit_by_model",
-            ):
-                raise OverlayError(f"{where}: {root}.{name}.{top}: has no sub-keys")
-            # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
-            entry[top] = {**entry[top], resolve(sub): value}
-        else:
-            entry[top] = value
+        # a model name in the vocabulary (`a100_80g` -> `A100-80GB`), as the recorded keys
+        entry[top] = {**entry[top], resolve(sub): value} if sub else value
         problems: list[str] = []
         collect(entry, shape, f"{root}.{name}", problems)
         if problems:
@@ -325,32 +354,11 @@ class Overlay:
 
     # ---------------------------------------------------------------- --policy FILE
     def add_file(self, doc: Any, file: str) -> None:
-        if not isinstance(doc, dict):
-            raise OverlayError(
-                f"{file}: (top level): expected a mapping of keys, got {type(doc).__name__}"
-            )
-        if "timeline" in doc:
-            raise OverlayError(
-                f"{file}: timeline: a policy overlay cannot hold a timeline (that is a scenario)"
-            )
-        unknown = [k for k in doc if k not in _OVERLAY_KEYS]
-        if unknown:
-            k = unknown[0]
-            raise OverlayError(
-                f"{file}: {k}: unknown key{_suggest(k, _OVERLAY_KEYS) or ' (known keys: ' + ', '.join(_OVERLAY_KEYS) + ')'}"
-            )
+        _check_overlay_keys(doc, file)
         # classes named like a recorded one replace it: no `override` needed for those
         raw = dict(doc)
         if "checkpoint" in raw:
-            from gpuledger.replay.importers.checkpoint import CheckpointError, parse
-
-            try:
-                parse(raw["checkpoint"], "checkpoint")
-            except CheckpointError as exc:
-                raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
-            self.checkpoint = raw.pop("checkpoint")
-            self.checkpoint_set = True
-            self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
+            self._file_checkpoint(raw.pop("checkpoint"), file)
         raw_classes = [
             dict(c, override=True)
             if isinstance(c, dict) and c.get("name") in self.classes and "override" not in c
@@ -369,20 +377,36 @@ class Overlay:
             self.policy = new
             self.policy_changed = True
             self.changes += [f"policy.{k}={v!r}" for k, v in doc["policy"].items()]
-        for t in raw.get("tenants") or []:
-            self.tenants[t["name"]] = t
-            if t["name"] not in self.changed_tenants:
-                self.changed_tenants.append(t["name"])
-            self.changes.append(f"tenant {t['name']}")
-        for c in raw_classes:
-            self.classes[c["name"]] = c
-            if c["name"] not in self.changed_classes:
-                self.changed_classes.append(c["name"])
-            self.changes.append(f"priority class {c['name']}")
+        self._replace_entries(raw.get("tenants") or [], raw_classes)
         self.schedules += list(raw.get("schedules") or [])
         if parsed.cluster.nodes:
             self.nodes = node_infos(raw)
             self.changes.append(f"{len(self.nodes)} nodes")
+
+    def _file_checkpoint(self, rules: Any, file: str) -> None:
+        """An overlay file's `checkpoint:` rules, checked, replace the recorded ones."""
+        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+        try:
+            parse(rules, "checkpoint")
+        except CheckpointError as exc:
+            raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
+        self.checkpoint = rules
+        self.checkpoint_set = True
+        self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
+
+    def _replace_entries(self, tenants: list, classes: list) -> None:
+        """An overlay file's tenants and classes replace the recorded ones of their names."""
+        for t in tenants:
+            self.tenants[t["name"]] = t
+            if t["name"] not in self.changed_tenants:
+                self.changed_tenants.append(t["name"])
+            self.changes.append(f"tenant {t['name']}")
+        for c in classes:
+            self.classes[c["name"]] = c
+            if c["name"] not in self.changed_classes:
+                self.changed_classes.append(c["name"])
+            self.changes.append(f"priority class {c['name']}")
 
     # ---------------------------------------------------------------- result
     def document(self) -> dict[str, Any]:

@@ -116,18 +116,27 @@ def _ms(name: str, value: float | int | str) -> int:
 def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]:
     at_ms = _ms("at", entry.at)
     common = dict(producer="scenario", now_ms=at_ms)
+    event = _job_input(entry, tenants, at_ms, common)
+    return at_ms, event if event is not None else _node_input(entry, at_ms, common)
+
+
+def _job_input(
+    entry: EntryDoc, tenants: dict[str | None, str], at_ms: int, common: dict[str, Any]
+) -> Event | None:
+    """The event of an entry about a job (submit, cancel, scale, update, hold, release,
+    requeue, top), else None."""
     if entry.submit is not None:
         spec = job_spec(entry.submit)
-        return at_ms, submission(spec, now_ms=at_ms, producer="scenario")
+        return submission(spec, now_ms=at_ms, producer="scenario")
     if entry.cancel is not None:
         job_id = entry.cancel
         tenant = entry.tenant or "-"
-        return at_ms, stamp(
+        return stamp(
             JobCancelled, key=job_id, correlation_id=job_id, job_id=job_id, tenant=tenant, **common
         )
     if entry.scale is not None:
         job_id = entry.scale
-        return at_ms, stamp(
+        return stamp(
             ServiceScaled,
             key=f"{job_id}@{at_ms}",
             correlation_id=job_id,
@@ -137,7 +146,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             **common,
         )
     if entry.update is not None:
-        return at_ms, stamp(
+        return stamp(
             JobPriorityChanged,
             key=f"{entry.update}@{at_ms}",
             correlation_id=entry.update,
@@ -153,7 +162,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
     if (named := entry.hold or entry.release or entry.requeue or entry.top) is not None:
         cls = JobHeld if entry.hold else JobReleased if entry.release else JobRequeued
         cls = JobMovedToTop if entry.top else cls
-        return at_ms, stamp(
+        return stamp(
             cls,
             key=f"{named}@{at_ms}",
             correlation_id=named,
@@ -163,8 +172,14 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             reason=entry.reason,
             **common,
         )
+    return None
+
+
+def _node_input(entry: EntryDoc, at_ms: int, common: dict[str, Any]) -> Event:
+    """The event of an entry about nodes (maintenance, its cancel, drain, cordon, uncordon,
+    node_down)."""
     if (m := entry.maintenance) is not None:
-        return at_ms, stamp(
+        return stamp(
             MaintenanceScheduled,
             key=f"{m.id}@{at_ms}",
             correlation_id=m.id,
@@ -177,7 +192,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             **common,
         )
     if entry.maintenance_cancel is not None:
-        return at_ms, stamp(
+        return stamp(
             MaintenanceCancelled,
             key=f"{entry.maintenance_cancel}@{at_ms}",
             correlation_id=entry.maintenance_cancel,
@@ -187,7 +202,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
         )
     if entry.drain is not None:
         deadline = None if entry.deadline is None else seconds("deadline", entry.deadline)
-        return at_ms, stamp(
+        return stamp(
             NodeCordoned,
             key=f"{entry.drain}@{at_ms}",
             correlation_id=entry.drain,
@@ -200,7 +215,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
         )
     if (node_name := entry.cordon or entry.uncordon) is not None:
         kind = NodeCordoned if entry.cordon else NodeUncordoned
-        return at_ms, stamp(
+        return stamp(
             kind,
             key=f"{node_name}@{at_ms}",
             correlation_id=node_name,
@@ -209,7 +224,7 @@ def _input(entry: EntryDoc, tenants: dict[str | None, str]) -> tuple[int, Event]
             **common,
         )
     node = entry.node_down or ""
-    return at_ms, stamp(
+    return stamp(
         NodeLost,
         key=f"{node}@{at_ms}",
         correlation_id=node,

@@ -87,12 +87,14 @@ def table(
         header.append(DISPLAY.get(seen.label, seen.label))
     header.append(DISPLAY.get(ref.label, ref.label))
     width = len(header) - 1
-    for label in order:
-        cells[label] += [""] * (width - len(cells[label]))
+    _pad(cells, order, width)
     others = [v for v in variants if v is not ref and v is not seen]
-    for v in others:
-        name = DISPLAY.get(v.label, v.label)
-        header += [name, "vs baseline" if ref.label == "recorded" else f"vs {ref.label}"]
+
+    def add(v: Variant) -> None:
+        """Variant `v`'s columns: its value, its effect, its difference to observed."""
+        width = len(header) - 1
+        vs = "vs baseline" if ref.label == "recorded" else f"vs {ref.label}"
+        header.extend([DISPLAY.get(v.label, v.label), vs])
         vs_obs = {} if seen is None else {r[0]: r[3] for r in pair(seen, v)}
         if seen is not None:
             header.append("vs observed")
@@ -101,18 +103,30 @@ def table(
             if label not in cells:
                 order.append(label)
                 cells[label] = [""] * width
-            effect = None
-            if label in var_vals and label in ref_vals:
-                a, b = ref_vals[label][1], var_vals[label][1]
-                effect = None if a is None or b is None else b - a
+            effect = _effect(ref_vals, var_vals, label)
             mark = ERROR_MARK if below_error(fid, label, effect) else ""
             cells[label] += [value, d + mark]
             if seen is not None:
                 cells[label].append(vs_obs.get(label, ""))
-        width = len(header) - 1
-        for label in order:
-            cells[label] += [""] * (width - len(cells[label]))
+        _pad(cells, order, len(header) - 1)
+
+    for v in others:
+        add(v)
     return header, [[label, *cells[label]] for label in order]
+
+
+def _pad(cells: dict[str, list[str]], order: list[str], width: int) -> None:
+    """Fill every metric's row with empty cells up to `width` columns."""
+    for label in order:
+        cells[label] += [""] * (width - len(cells[label]))
+
+
+def _effect(ref_vals: dict, var_vals: dict, label: str):
+    """Variant minus reference on metric `label` (None: either has no value for it)."""
+    if label not in var_vals or label not in ref_vals:
+        return None
+    a, b = ref_vals[label][1], var_vals[label][1]
+    return None if a is None or b is None else b - a
 
 
 def _count(n: int | None) -> str:

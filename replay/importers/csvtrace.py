@@ -215,51 +215,11 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
     problems: list[str] = []
     m = collect(raw, CsvMapping, "", problems)
     if m is not None:
-        for group, spec in (("jobs", m.jobs), ("nodes", m.nodes)):
-            if spec is None:
-                continue
-            for name in spec.__struct_fields__:
-                f = getattr(spec, name)
-                if name in NOT_COLUMNS:
-                    continue
-                if isinstance(f, Field):
-                    if (f.column is None) == (f.value is None):
-                        problems.append(f"{group}.{name}: give exactly one of column or value")
-                    allowed = UNITS.get(name)
-                    if f.unit is not None and (allowed is None or f.unit not in allowed):
-                        known = list(allowed or ())
-                        problems.append(
-                            f"{group}.{name}.unit: {f.unit!r} is not one of "
-                            f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}"
-                        )
-        for group, labels in (
-            ("jobs.node_selector", m.jobs.node_selector),
-            ("nodes.labels", m.nodes.labels if m.nodes is not None else {}),
-        ):
-            for key, f in labels.items():
-                if not 0 < len(key) <= 256:
-                    problems.append(f"{group}: a label key must be 1..256 characters ({key!r})")
-                if isinstance(f, Field) and (f.column is None) == (f.value is None):
-                    problems.append(f"{group}.{key}: give exactly one of column or value")
+        _check_fields(m, problems)
+        _check_labels(m, problems)
         if m.jobs.per_node_limit is not None and m.jobs.group is None:
             problems.append("jobs.per_node_limit: needs jobs.group (the instances it limits)")
-        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
-
-        try:
-            parse(m.checkpoint)
-        except CheckpointError as exc:
-            problems += str(exc).splitlines()
-        try:
-            _Clock(m.time)
-        except ValueError:
-            problems.append(
-                f"time.epoch: cannot read {m.time.epoch!r}: give epoch seconds or an ISO date "
-                "(2024-05-01T00:00:00Z)"
-            )
-        except Exception:  # noqa: BLE001 - zoneinfo raises several kinds
-            problems.append(
-                f"time.timezone: unknown time zone {m.time.timezone!r}{_suggest(m.time.timezone, ('UTC',))}"
-            )
+        _check_checkpoint_and_time(m, problems)
         try:
             validate_file(
                 {
@@ -276,6 +236,61 @@ def load_csv_mapping(path: str | Path) -> CsvMapping:
     if problems:
         raise TraceImportError("\n".join(f"{path}: {p}" for p in problems))
     return m
+
+
+def _check_fields(m: CsvMapping, problems: list[str]) -> None:
+    """Each column field of jobs and nodes: exactly one of column or value, a known unit."""
+    for group, spec in (("jobs", m.jobs), ("nodes", m.nodes)):
+        if spec is None:
+            continue
+        for name in spec.__struct_fields__:
+            f = getattr(spec, name)
+            if name in NOT_COLUMNS or not isinstance(f, Field):
+                continue
+            if (f.column is None) == (f.value is None):
+                problems.append(f"{group}.{name}: give exactly one of column or value")
+            allowed = UNITS.get(name)
+            if f.unit is not None and (allowed is None or f.unit not in allowed):
+                known = list(allowed or ())
+                problems.append(
+                    f"{group}.{name}.unit: {f.unit!r} is not one of "
+                    f"{', '.join(known) or '(no units)'}{_suggest(f.unit, known)}"
+                )
+
+
+def _check_labels(m: CsvMapping, problems: list[str]) -> None:
+    """Job node selectors and node labels: keys of 1..256 characters, exactly one of column
+    or value each."""
+    for group, labels in (
+        ("jobs.node_selector", m.jobs.node_selector),
+        ("nodes.labels", m.nodes.labels if m.nodes is not None else {}),
+    ):
+        for key, f in labels.items():
+            if not 0 < len(key) <= 256:
+                problems.append(f"{group}: a label key must be 1..256 characters ({key!r})")
+            if isinstance(f, Field) and (f.column is None) == (f.value is None):
+                problems.append(f"{group}.{key}: give exactly one of column or value")
+
+
+def _check_checkpoint_and_time(m: CsvMapping, problems: list[str]) -> None:
+    """The checkpoint rules parse; the time section's epoch and time zone are readable."""
+    from gpuledger.replay.importers.checkpoint import CheckpointError, parse
+
+    try:
+        parse(m.checkpoint)
+    except CheckpointError as exc:
+        problems += str(exc).splitlines()
+    try:
+        _Clock(m.time)
+    except ValueError:
+        problems.append(
+            f"time.epoch: cannot read {m.time.epoch!r}: give epoch seconds or an ISO date "
+            "(2024-05-01T00:00:00Z)"
+        )
+    except Exception:  # noqa: BLE001 - zoneinfo raises several kinds
+        problems.append(
+            f"time.timezone: unknown time zone {m.time.timezone!r}{_suggest(m.time.timezone, ('UTC',))}"
+        )
 
 
 NOT_COLUMNS = ("gpu_memory", "sharing", "node_selector", "labels")
@@ -651,32 +666,29 @@ def _row_job(
 ) -> tuple[ObservedJob, str | None]:
     """One jobs row as an observed job and its gang key (None or empty: no gang); _Skip with
     the skip reason for a row the mapping's rules leave out."""
+    # a field the mapping leaves out reads as None (`_Reader.text`, `_Clock.ms`)
     job_id = cols.text(row, "id") or ""
-    tenant = cols.text(row, "tenant") if cols.has("tenant") else None
+    tenant = cols.text(row, "tenant")
     if tenant is None:
         tenant = "default"
-    user = cols.text(row, "user") if cols.has("user") else None
-    cls = cols.text(row, "priority") if cols.has("priority") else None
-    cls = cls or "train"
-    cls_raw = cols.raw(row, "priority") if cols.has("priority") else None
+    user = cols.text(row, "user")
+    cls = cols.text(row, "priority") or "train"
+    cls_raw = cols.raw(row, "priority")
     res = _resources(cols, row)
     if vocab is not None and res.gpu_models:
         res = msgspec.structs.replace(res, gpu_models=vocab.job(res.gpu_models))
-    submit = clock.ms(cols, row, "submit") if cols.has("submit") else None
-    start = clock.ms(cols, row, "start") if cols.has("start") else None
+    submit = clock.ms(cols, row, "submit")
+    start = clock.ms(cols, row, "start")
     started_before = start is not None and clock.clamped
-    end = clock.ms(cols, row, "end") if cols.has("end") else None
-    gang = cols.text(row, "gang") if cols.has("gang") else None
-    state = (cols.text(row, "state") or "").upper() if cols.has("state") else ""
+    end = clock.ms(cols, row, "end")
+    gang = cols.text(row, "gang")
+    state = (cols.text(row, "state") or "").upper()
     spread = _spread(cols, row)
     selector = selects.labels(row)
     if submit is None:
         submit = _missing_submit(m, cols, clock)
-    if start is None and cols.has("start") and m.rules.missing_start != "never":
-        if m.rules.missing_start == "skip":
-            raise _Skip("empty start time (rules.missing_start: skip)")
-        if clock.explicit_epoch and submit <= clock.epoch_ms:
-            start, started_before = clock.epoch_ms, True  # running when the trace began
+    if start is None and cols.has("start"):
+        start, started_before = _missing_start(m, clock, submit, started_before)
     if res.gpus == 0 and not res.gpu_milli and m.rules.cpu_only == "skip":
         raise _Skip("CPU-only row (rules.cpu_only: skip)")
     if start is None or end is None:
@@ -698,6 +710,21 @@ def _row_job(
         user=user or None,
     )
     return job, gang
+
+
+def _missing_start(
+    m: CsvMapping, clock: _Clock, submit: int, started_before: bool
+) -> tuple[int | None, bool]:
+    """The start of a row whose start cell is empty, and whether it began before the trace:
+    never started, or running when the trace began (submitted by then, with an explicit
+    epoch); _Skip by the rules."""
+    if m.rules.missing_start == "never":
+        return None, started_before
+    if m.rules.missing_start == "skip":
+        raise _Skip("empty start time (rules.missing_start: skip)")
+    if clock.explicit_epoch and submit <= clock.epoch_ms:
+        return clock.epoch_ms, True  # running when the trace began
+    return None, started_before
 
 
 def _missing_submit(m: CsvMapping, cols: _Reader, clock: _Clock) -> int:
@@ -754,14 +781,7 @@ def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
     """One job for a gang's rows: started when the last member started (if all did), ended
     when the last ended (if all did), else the first end of a gang that never started."""
     first = rows[0]
-    starts = [j.start_ms for j in rows]
-    start = max(starts) if all(s is not None for s in starts) else None
-    ends = [j.end_ms for j in rows]
-    end = (
-        max(ends)
-        if start is not None and all(e is not None for e in ends)
-        else (min((e for e in ends if e is not None), default=None) if start is None else None)
-    )
+    start, end = _rows_span(rows)
     return ObservedJob(
         job_id=job_id,
         tenant=first.tenant,
@@ -777,11 +797,26 @@ def _gang_job(rows: list[ObservedJob], job_id: str) -> ObservedJob:
         started_before=start is not None and all(j.started_before for j in rows),
         source_priority=first.source_priority,
         user=first.user,
-        # the gang's outcome: its first member's that did not complete, else completed
-        state=""
-        if start is None or end is None
-        else next((j.state for j in rows if j.state not in ("", "COMPLETED")), first.state),
+        state=_rows_state(rows, start, end),
     )
+
+
+def _rows_span(rows: list[ObservedJob]) -> tuple[int | None, int | None]:
+    """A gang's start and end from its rows (see `_gang_job`)."""
+    starts = [j.start_ms for j in rows]
+    start = max(starts) if all(s is not None for s in starts) else None
+    ends = [j.end_ms for j in rows]
+    if start is None:
+        return None, min((e for e in ends if e is not None), default=None)
+    return start, max(ends) if all(e is not None for e in ends) else None
+
+
+def _rows_state(rows: list[ObservedJob], start: int | None, end: int | None) -> str:
+    """The gang's outcome: its first member's that did not complete, else completed (none
+    for a gang that did not both start and end)."""
+    if start is None or end is None:
+        return ""
+    return next((j.state for j in rows if j.state not in ("", "COMPLETED")), rows[0].state)
 
 
 def _document(m: CsvMapping, total_gpus: int, tenants_seen: set[str]) -> dict[str, Any]:

@@ -143,7 +143,9 @@ def _container_total(c: dict) -> dict[str, float]:
     return out
 
 
-def pod_resources(spec: dict) -> ev.Resources:
+def _pod_totals(spec: dict) -> dict[str, float]:
+    """What the pod asks for per resource, as the scheduler counts it: its containers' sum,
+    raised to any one init container's (they run one at a time, before the others)."""
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
         for k, v in _container_total(c).items():
@@ -151,6 +153,11 @@ def pod_resources(spec: dict) -> ev.Resources:
     for c in spec.get("initContainers") or []:
         for k, v in _container_total(c).items():
             total[k] = max(total.get(k, 0), v)
+    return total
+
+
+def pod_resources(spec: dict) -> ev.Resources:
+    total = _pod_totals(spec)
     gpus = int(total.get(GPU, 0))
     migs = {
         k[len(MIG_PREFIX) :]: int(v) for k, v in total.items() if k.startswith(MIG_PREFIX) and v
@@ -177,62 +184,86 @@ def read_nodes(
     notes: list[str] | None = None,
     single_nodes: dict[str, str] | None = None,
 ) -> tuple[ev.NodeInfo, ...]:
-    out: list[ev.NodeInfo] = []
-    for line, item in iter_items(path, progress):
-        meta = item.get("metadata") or {}
-        name = meta.get("name", "")
-        labels = meta.get("labels") or {}
-        cap = (item.get("status") or {}).get("capacity") or {}
-        try:
-            ev.validate_token("node", name)
-            cpu = int(quantity(cap.get("cpu", 0)) * 1000)
-            mem = int(quantity(cap.get("memory", 0)) // 2**20)
-            gpus = int(quantity(cap.get(GPU, 0)))
-        except (ev.InvalidId, ValueError) as exc:
-            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
-        try:
-            mig = mig_counts(labels, cap)
-        except ValueError as exc:
-            raise TraceImportError(f"{path}:{line}: node {name!r}: {exc}") from None
-        single = single_profile(labels)
-        if single is not None and gpus:  # MIG single strategy: `nvidia.com/gpu` are instances
-            mig, gpus = {single: gpus}, 0
-            if single_nodes is not None:
-                single_nodes[name] = single
-        kept = {
-            str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
-        }
-        product = labels.get("nvidia.com/gpu.product", "gpu")
-        memory = (
-            int(labels.get("nvidia.com/gpu.memory") or 0)
-            or model_memory_mib(product)
-            or gpu_memory_mib(product)
+    return tuple(
+        _read_node(f"{path}:{line}", item, vocab, notes, single_nodes)
+        for line, item in iter_items(path, progress)
+    )
+
+
+def _read_node(
+    where: str,
+    item: dict,
+    vocab: Vocabulary | None,
+    notes: list[str] | None,
+    single_nodes: dict[str, str] | None,
+) -> ev.NodeInfo:
+    """One node of `kubectl get nodes -o json` at `where` (FILE:LINE): capacity, labels (kept
+    within bounds) and GPUs; TraceImportError on a bad name or quantity."""
+    meta = item.get("metadata") or {}
+    name = meta.get("name", "")
+    labels = meta.get("labels") or {}
+    cap = (item.get("status") or {}).get("capacity") or {}
+    try:
+        ev.validate_token("node", name)
+        cpu = int(quantity(cap.get("cpu", 0)) * 1000)
+        mem = int(quantity(cap.get("memory", 0)) // 2**20)
+        gpus = int(quantity(cap.get(GPU, 0)))
+        mig = mig_counts(labels, cap)
+    except (ev.InvalidId, ValueError) as exc:
+        raise TraceImportError(f"{where}: node {name!r}: {exc}") from None
+    single = single_profile(labels)
+    if single is not None and gpus:  # MIG single strategy: `nvidia.com/gpu` are instances
+        mig, gpus = {single: gpus}, 0
+        if single_nodes is not None:
+            single_nodes[name] = single
+    kept = {
+        str(k): str(v) for k, v in sorted(labels.items()) if 0 < len(k) <= 256 and len(v) <= 256
+    }
+    whole = _node_gpus(name, labels, gpus, mig, vocab, notes, where)
+    return ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept)
+
+
+def _node_gpus(
+    name: str,
+    labels: dict,
+    gpus: int,
+    mig: dict[str, int],
+    vocab: Vocabulary | None,
+    notes: list[str] | None,
+    where: str,
+) -> tuple[ev.GpuInfo, ...]:
+    """The node's whole GPUs (one NVLink clique), then its MIG GPUs with their layouts (GFD
+    mixed strategy: instances per profile), model and memory from GPU feature discovery."""
+    product = labels.get("nvidia.com/gpu.product", "gpu")
+    memory = (
+        int(labels.get("nvidia.com/gpu.memory") or 0)
+        or model_memory_mib(product)
+        or gpu_memory_mib(product)
+    )
+    model = vocab.node(product, memory) if vocab is not None and (gpus or mig) else product
+    whole = tuple(
+        ev.GpuInfo(
+            index=i,
+            uuid=f"GPU-{name}-{i}",
+            model=model,
+            memory_mib=memory,
+            clique=f"{name}-nvl0",
+            sharing="exclusive",
         )
-        model = vocab.node(product, memory) if vocab is not None and (gpus or mig) else product
-        whole = tuple(
-            ev.GpuInfo(
-                index=i,
-                uuid=f"GPU-{name}-{i}",
-                model=model,
-                memory_mib=memory,
-                clique=f"{name}-nvl0",
-                sharing="exclusive",
-            )
-            for i in range(gpus)
-        )
-        if mig:  # GFD mixed strategy: MIG instances per profile -> MIG GPUs with their layouts
-            physical = int(labels.get("nvidia.com/gpu.count") or 0) - gpus
-            whole += mig_gpus(
-                name,
-                mig,
-                gpus,
-                notes if notes is not None else [],
-                model=None if product == "gpu" else product,
-                physical=physical if physical > 0 else None,
-                where=f"{path}:{line}",
-            )
-        out.append(ev.NodeInfo(name=name, cpu_milli=cpu, memory_mib=mem, gpus=whole, labels=kept))
-    return tuple(out)
+        for i in range(gpus)
+    )
+    if not mig:
+        return whole
+    physical = int(labels.get("nvidia.com/gpu.count") or 0) - gpus
+    return whole + mig_gpus(
+        name,
+        mig,
+        gpus,
+        notes if notes is not None else [],
+        model=None if product == "gpu" else product,
+        physical=physical if physical > 0 else None,
+        where=where,
+    )
 
 
 def single_profile(labels: dict) -> str | None:
@@ -381,67 +412,18 @@ def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Memb
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     where = ctx.where(line)
     name, ns = meta.get("name", ""), meta.get("namespace", "default")
-    if any(r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or []):
-        ctx.log.skips.skip(where, "DaemonSet pod (runs on every node, not scheduled)")
-        return None
-    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-        ctx.log.skips.skip(where, "mirror (static) pod")
+    unscheduled = _not_scheduled(meta)
+    if unscheduled is not None:
+        ctx.log.skips.skip(where, unscheduled)
         return None
     try:
-        res = pod_resources(spec)
-        profile = ctx.single.get(spec.get("nodeName") or "")
-        if profile is not None and res.gpus:  # MIG single strategy: a GPU is an instance
-            if res.gpus > 1:
-                raise ValueError(
-                    f"asks for {res.gpus} MIG {profile} instances on node {spec['nodeName']} "
-                    "(single strategy): a member holds one"
-                )
-            res = msgspec.structs.replace(res, gpus=0, mig_profile=profile)
+        res = _member_resources(spec, ctx)
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: {exc}")
         return None
-    labels = meta.get("labels") or {}
-    wl_queue, wl_class = ctx.workloads.get(f"{ns}/{_owner_name(meta)}", ("", ""))
-    owner = ns
-    if tenant_from == "queue":
-        queue = labels.get(QUEUE_LABEL) or wl_queue
-        owner = f"{ns}/{queue}" if queue else ns
-    tenant = ctx.naming.tenant_for(owner, "default")
-    cls_name = spec.get("priorityClassName") or wl_class or ""
-    cls = ctx.naming.class_for(cls_name or "default")
-    if cls in ctx.naming.auto:  # the pod's resolved priority, as Kubernetes compares them
-        prio = spec.get("priority")
-        if isinstance(prio, int):
-            ctx.naming.classes[cls]["value"] = prio
-        elif not cls_name:
-            ctx.naming.classes[cls]["value"] = 0
+    tenant, cls, cls_name = _tenant_and_class(meta, spec, ctx, tenant_from)
     try:
-        submit = ts(meta.get("creationTimestamp"))
-        started = [
-            ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
-            for cs in status.get("containerStatuses") or []
-            for k in ("running", "terminated")
-        ]
-        started = [t for t in started if t is not None]
-        start = min(started) if started else ts(status.get("startTime"))
-        finished = [
-            ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
-            for cs in status.get("containerStatuses") or []
-        ]
-        running = any(
-            "running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or []
-        )
-        end = max((t for t in finished if t is not None), default=None) if not running else None
-        if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
-            key = f"{ns}/{name}"
-            end = (
-                ctx.ended_by_event.get(key)
-                or max(
-                    (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
-                    default=None,
-                )
-                or None
-            )
+        submit, start, end = _pod_times(meta, status, ctx)
         deleted = ts(meta.get("deletionTimestamp"))
     except ValueError as exc:
         ctx.log.skips.skip(where, f"pod {ns}/{name}: cannot read a time: {exc}")
@@ -473,6 +455,101 @@ def _read_member(line: int, pod: dict, ctx: _Context, tenant_from: str) -> _Memb
     )
 
 
+def _not_scheduled(meta: dict) -> str | None:
+    """Why a pod the scheduler never placed is skipped (DaemonSet, mirror pod), else None."""
+    if any(r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or []):
+        return "DaemonSet pod (runs on every node, not scheduled)"
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return "mirror (static) pod"
+    return None
+
+
+def _member_resources(spec: dict, ctx: _Context) -> ev.Resources:
+    """The pod's resources; on a node of the MIG single strategy its GPU is one instance of
+    the node's profile. ValueError: resources a member cannot hold."""
+    res = pod_resources(spec)
+    profile = ctx.single.get(spec.get("nodeName") or "")
+    if profile is not None and res.gpus:  # MIG single strategy: a GPU is an instance
+        if res.gpus > 1:
+            raise ValueError(
+                f"asks for {res.gpus} MIG {profile} instances on node {spec['nodeName']} "
+                "(single strategy): a member holds one"
+            )
+        res = msgspec.structs.replace(res, gpus=0, mig_profile=profile)
+    return res
+
+
+def _tenant_and_class(
+    meta: dict, spec: dict, ctx: _Context, tenant_from: str
+) -> tuple[str, str, str]:
+    """The pod's tenant (its namespace, or namespace/queue), its class and the class name it
+    gave (PriorityClass, else its Kueue workload's); an auto-made class takes the pod's
+    resolved priority, as Kubernetes compares them."""
+    ns = meta.get("namespace", "default")
+    labels = meta.get("labels") or {}
+    wl_queue, wl_class = ctx.workloads.get(f"{ns}/{_owner_name(meta)}", ("", ""))
+    owner = ns
+    if tenant_from == "queue":
+        queue = labels.get(QUEUE_LABEL) or wl_queue
+        owner = f"{ns}/{queue}" if queue else ns
+    tenant = ctx.naming.tenant_for(owner, "default")
+    cls_name = spec.get("priorityClassName") or wl_class or ""
+    cls = ctx.naming.class_for(cls_name or "default")
+    if cls in ctx.naming.auto:
+        prio = spec.get("priority")
+        if isinstance(prio, int):
+            ctx.naming.classes[cls]["value"] = prio
+        elif not cls_name:
+            ctx.naming.classes[cls]["value"] = 0
+    return tenant, cls, cls_name
+
+
+def _pod_times(
+    meta: dict, status: dict, ctx: _Context
+) -> tuple[int | None, int | None, int | None]:
+    """Submit, start and end of the pod in ms (None: unknown): start is its first container's,
+    else the pod's startTime; end is its last container's finish once none runs, else, for a
+    pod that ended, its end event or its last condition change. ValueError: a bad time."""
+    submit = ts(meta.get("creationTimestamp"))
+    containers = status.get("containerStatuses") or []
+    started = [
+        ts((cs.get("state") or {}).get(k, {}).get("startedAt"))
+        for cs in containers
+        for k in ("running", "terminated")
+    ]
+    started = [t for t in started if t is not None]
+    start = min(started) if started else ts(status.get("startTime"))
+    return submit, start, _end_ms(meta, status, containers, start, ctx)
+
+
+def _end_ms(
+    meta: dict, status: dict, containers: list, start: int | None, ctx: _Context
+) -> int | None:
+    """The pod's end (see `_pod_times`), None while a container runs or when unknown."""
+    finished = [
+        ts((cs.get("state") or {}).get("terminated", {}).get("finishedAt")) for cs in containers
+    ]
+    running = any("running" in (cs.get("state") or {}) for cs in containers)
+    end = max((t for t in finished if t is not None), default=None) if not running else None
+    if end is None and start is not None and status.get("phase") in ("Failed", "Succeeded"):
+        end = _ended_pod(meta, status, ctx)
+    return end
+
+
+def _ended_pod(meta: dict, status: dict, ctx: _Context) -> int | None:
+    """When a pod that ended (Failed, Succeeded) without a container's finish ended: its end
+    event, else its last condition change."""
+    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    return (
+        ctx.ended_by_event.get(key)
+        or max(
+            (ts(c.get("lastTransitionTime")) or 0 for c in status.get("conditions") or []),
+            default=None,
+        )
+        or None
+    )
+
+
 def _user_of(meta: dict) -> str | None:
     """The pod's submitter: the first of `USER_KEYS` among its annotations, then labels."""
     for where in (meta.get("annotations") or {}, meta.get("labels") or {}):
@@ -497,13 +574,7 @@ def _job_id(ns: str, name: str, namespaced: bool) -> str:
 
 def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
     first = members[0]
-    starts = [m.start for m in members]
-    start = max(starts) if all(s is not None for s in starts) else None
-    ends = [m.end for m in members]
-    end = max(ends) if start is not None and all(e is not None for e in ends) else None
-    if start is None:
-        cancels = [m.cancel for m in members if m.cancel is not None]
-        end = min(cancels) if cancels else None
+    start, end = _gang_span(members)
     ctx.log.add_job(
         ObservedJob(
             job_id=job_id,
@@ -527,6 +598,19 @@ def _add(members: list[_Member], job_id: str, ctx: _Context) -> None:
         ctx.where(first.line),
     )
     ctx.selected.job(first.selector)
+
+
+def _gang_span(members: list[_Member]) -> tuple[int | None, int | None]:
+    """A gang's start (when its last member started, if all did) and end (when its last
+    ended, if all did; for a gang that never started, its first cancel)."""
+    starts = [m.start for m in members]
+    start = max(starts) if all(s is not None for s in starts) else None
+    ends = [m.end for m in members]
+    end = max(ends) if start is not None and all(e is not None for e in ends) else None
+    if start is None:
+        cancels = [m.cancel for m in members if m.cancel is not None]
+        end = min(cancels) if cancels else None
+    return start, end
 
 
 _PHASE_STATE = {"Succeeded": "COMPLETED", "Failed": "FAILED", "Running": "RUNNING"}

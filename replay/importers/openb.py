@@ -46,6 +46,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -322,17 +323,9 @@ def _resources(rows: _Rows, line: int, row: dict) -> tuple[Resources, str]:
     ), f"{num_gpu}gpu"
 
 
-def import_openb(
-    pods: str | Path,
-    nodes: str | Path,
-    *,
-    default_duration_s: int | None = None,
-    limit: int | None = None,
-) -> OpenbImport:
-    """Read a pod list and a node list; return the log of external inputs.
-
-    `limit` keeps only the first N pods of the file (a slice, for tests and quick looks)."""
-    node_infos = read_nodes(nodes)
+def _head(node_infos: tuple[NodeInfo, ...]) -> list[Event]:
+    """The trace's configuration (one tenant guaranteed every GPU, a class per QoS) and its
+    nodes, registered at 0 as simulated."""
     total_gpus = sum(len(n.gpus) for n in node_infos)
     doc = {
         "tenants": [{"name": TENANT, "guaranteed": total_gpus, "weight": 1}],
@@ -362,6 +355,55 @@ def import_openb(
                 heartbeat_s=0,
             )
         )
+    return head
+
+
+def _qos_class(rows: _Rows, line: int, row: dict[str, str]) -> Any:
+    """The priority class of the pod's QoS (empty: the default QoS)."""
+    qos = (row.get("qos") or "").strip().lower() or DEFAULT_QOS
+    cls = QOS_CLASSES.get(qos)
+    if cls is None:
+        raise rows.error(
+            line, f"unknown qos {row.get('qos')!r} (expected LS, Guaranteed, Burstable or BE)"
+        )
+    return cls
+
+
+def _pod_times(
+    rows: _Rows, line: int, row: dict[str, str], has_times: bool
+) -> tuple[int, int | None, int | None]:
+    """Creation (0 in a trace without times), scheduled and deletion time in seconds; an
+    empty creation or a deletion before the pod's start is an error."""
+    created = rows.int(line, row, "creation_time") if has_times else 0
+    if created is None:
+        raise rows.error(line, "creation_time is empty")
+    scheduled = rows.int(line, row, "scheduled_time")
+    deleted = rows.int(line, row, "deletion_time")
+    if scheduled is not None and deleted is not None and deleted < scheduled:
+        raise rows.error(line, f"deletion_time {deleted} is before scheduled_time {scheduled}")
+    if scheduled is None and deleted is not None and deleted < created:
+        raise rows.error(line, f"deletion_time {deleted} is before creation_time {created}")
+    return created, scheduled, deleted
+
+
+def _ms(seconds: int | None) -> int | None:
+    """A trace time in seconds as ms (None: not in the trace)."""
+    return None if seconds is None else seconds * 1000
+
+
+def import_openb(
+    pods: str | Path,
+    nodes: str | Path,
+    *,
+    default_duration_s: int | None = None,
+    limit: int | None = None,
+) -> OpenbImport:
+    """Read a pod list and a node list; return the log of external inputs.
+
+    `limit` keeps only the first N pods of the file (a slice, for tests and quick looks)."""
+    node_infos = read_nodes(nodes)
+    total_gpus = sum(len(n.gpus) for n in node_infos)
+    head = _head(node_infos)
 
     rows = _Rows(pods, POD_REQUIRED)
     has_times = "creation_time" in rows.columns
@@ -376,29 +418,16 @@ def import_openb(
         if limit is not None and index >= limit:
             break
         name = rows.unique_id(line, row, "name", "job id", seen, "pod name")
-        qos = (row.get("qos") or "").strip().lower() or DEFAULT_QOS
-        cls = QOS_CLASSES.get(qos)
-        if cls is None:
-            raise rows.error(
-                line, f"unknown qos {row.get('qos')!r} (expected LS, Guaranteed, Burstable or BE)"
-            )
+        cls = _qos_class(rows, line, row)
         resources, shape = _resources(rows, line, row)
-        created = rows.int(line, row, "creation_time") if has_times else 0
-        if created is None:
-            raise rows.error(line, "creation_time is empty")
-        scheduled = rows.int(line, row, "scheduled_time")
-        deleted = rows.int(line, row, "deletion_time")
-        if scheduled is not None and deleted is not None and deleted < scheduled:
-            raise rows.error(line, f"deletion_time {deleted} is before scheduled_time {scheduled}")
-        if scheduled is None and deleted is not None and deleted < created:
-            raise rows.error(line, f"deletion_time {deleted} is before creation_time {created}")
+        created, scheduled, deleted = _pod_times(rows, line, row, has_times)
         phase = (row.get("pod_phase") or "").strip().lower()
         state = _observed_state(phase, scheduled, deleted)
         r = replayed(
             state,
             created * 1000,
-            None if scheduled is None else scheduled * 1000,
-            None if deleted is None else deleted * 1000,
+            _ms(scheduled),
+            _ms(deleted),
             None,
         )
         if r.never_ran is not None:
@@ -420,8 +449,8 @@ def import_openb(
                 priority_class=cls.name,
                 gpu_milli=resources.gpu_milli_total(),
                 submit_ms=created * 1000,
-                start_ms=None if scheduled is None else scheduled * 1000,
-                end_ms=None if deleted is None else deleted * 1000,
+                start_ms=_ms(scheduled),
+                end_ms=_ms(deleted),
                 state=state,
                 checkpoint_s=0,
                 line=line,

@@ -93,6 +93,22 @@ class InProcess:
         self._queue.clear()
 
 
+def local_cluster(workers: int) -> Any:
+    """A Dask LocalCluster of `workers` single-threaded worker processes on loopback (random
+    ports, dashboard included), logging errors only."""
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        scheduler_port=0,
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    )
+
+
 class DaskExecutor:
     """Tasks on a Dask cluster: a `LocalCluster` of `workers` processes on loopback, or the
     cluster whose scheduler is at `scheduler`."""
@@ -101,7 +117,7 @@ class DaskExecutor:
         self, workers: int | None = None, scheduler: str | None = None, retries: int = RETRIES
     ) -> None:
         try:
-            from distributed import Client, LocalCluster
+            from distributed import Client
         except ImportError as exc:
             raise ExecutorError(
                 f"the Dask executors need dask[distributed] ({exc.name} is missing): "
@@ -118,15 +134,7 @@ class DaskExecutor:
         else:
             n = max(1, workers or 1)
             self.name = f"dask LocalCluster ({n} worker processes)"
-            self._cluster = LocalCluster(
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                scheduler_port=0,
-                dashboard_address="127.0.0.1:0",
-                silence_logs=logging.ERROR,
-            )
+            self._cluster = local_cluster(n)
             self._client = Client(self._cluster)
         self.workers = len(self._client.scheduler_info().get("workers", {})) or (workers or 1)
         self._futures: dict[Any, str] = {}

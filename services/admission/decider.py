@@ -235,12 +235,27 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
     force give within `schedules.HORIZON_MS` of `now_ms` (a job that fits only later is
     admitted and waits with `QuotaScheduled`), or a stretch in which a schedule makes its
     class preemptible. Without `now_ms`, only the configuration in force counts."""
+    cls = _known_class(state.config, spec)
+    _check_service(spec)
+    _check_array(spec)
+    _check_time_limit(spec, cls)
+    shape = replica_spec(spec, 0) if spec.is_service else spec  # a service: one replica's shape
+    problem = shape_problem(shape, fleet, cls.allow_timeslice)
+    if problem is not None:
+        reason, message, details = problem
+        raise Rejection(reason, message, **details)
+    if not cls.preemptible:
+        _check_guarantee(state.config, spec, cls, now_ms)
+    return cls
+
+
+def _known_class(config: Any, spec: JobSpec) -> Any:
+    """The job's priority class, once its id and tenant are valid and configured."""
     try:
         validate_job_id(spec.job_id)  # no `~`: replicas' ids are `<service>~<i>`
         validate_tenant(spec.tenant)
     except InvalidId as exc:
         raise Rejection(RejectReason.InvalidSpec, str(exc)) from exc
-    config = state.config
     if spec.tenant not in config.tenants:
         known = ", ".join(sorted(config.tenants)) or "none"
         raise Rejection(
@@ -253,35 +268,53 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
             RejectReason.UnknownPriorityClass,
             f"priority class {spec.priority_class!r} is not configured (known: {known})",
         )
+    return cls
+
+
+def _check_service(spec: JobSpec) -> None:
+    """A service's replicas are independent: no min_members, min_available within its
+    replicas, no array (checked with arrays), no dependencies, no time limit."""
+    if not spec.is_service:
+        return
+    if spec.min_members is not None:
+        raise Rejection(
+            RejectReason.InvalidSpec,
+            "min_members: a service's replicas are independent "
+            "(placed one at a time); leave min_members out",
+        )
+    if spec.min_available > spec.replicas:
+        raise Rejection(
+            RejectReason.InvalidSpec,
+            f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
+        )
+
+
+def _check_array(spec: JobSpec) -> None:
+    """An array is not a service, has one duration per task if any, and its last task's id is
+    a valid token."""
+    if not spec.array:
+        return
     if spec.is_service:
-        if spec.min_members is not None:
-            raise Rejection(
-                RejectReason.InvalidSpec,
-                "min_members: a service's replicas are independent "
-                "(placed one at a time); leave min_members out",
-            )
-        if spec.min_available > spec.replicas:
-            raise Rejection(
-                RejectReason.InvalidSpec,
-                f"min_available: must be <= replicas ({spec.replicas}), got {spec.min_available}",
-            )
-    if spec.array:
-        if spec.is_service:
-            raise Rejection(
-                RejectReason.InvalidSpec,
-                "array: a service has replicas, not tasks; leave array out",
-            )
-        durations = spec.array.durations_s
-        if durations is not msgspec.UNSET and len(durations) != spec.array.count:
-            raise Rejection(
-                RejectReason.InvalidSpec,
-                f"array.durations_s: one per task ({spec.array.count}), got {len(durations)}",
-            )
-        last = spec.array.first + spec.array.count - 1
-        try:
-            validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")
-        except InvalidId as exc:
-            raise Rejection(RejectReason.InvalidSpec, f"array: {exc}") from exc
+        raise Rejection(
+            RejectReason.InvalidSpec,
+            "array: a service has replicas, not tasks; leave array out",
+        )
+    durations = spec.array.durations_s
+    if durations is not msgspec.UNSET and len(durations) != spec.array.count:
+        raise Rejection(
+            RejectReason.InvalidSpec,
+            f"array.durations_s: one per task ({spec.array.count}), got {len(durations)}",
+        )
+    last = spec.array.first + spec.array.count - 1
+    try:
+        validate_token("task id", f"{spec.job_id}{ARRAY_SEPARATOR}{last}")
+    except InvalidId as exc:
+        raise Rejection(RejectReason.InvalidSpec, f"array: {exc}") from exc
+
+
+def _check_time_limit(spec: JobSpec, cls: Any) -> None:
+    """A service has no dependencies and no time limit; a job's limit resolves within its
+    class's maximum."""
     if spec.is_service and spec.depends_on:
         raise Rejection(
             RejectReason.InvalidSpec,
@@ -292,46 +325,47 @@ def check(state: Ledger, spec: JobSpec, fleet: FleetSummary, now_ms: int | None 
             RejectReason.InvalidSpec,
             "time_limit_s: a service runs until it is scaled down; leave time_limit_s out",
         )
-    if not spec.is_service:
-        try:
-            resolved_time_limit(spec, cls)
-        except TimeLimitProblem as exc:
-            reason = RejectReason.TimeLimitTooLong if exc.too_long else RejectReason.InvalidSpec
-            raise Rejection(
-                reason,
-                str(exc),
-                time_limit_s=spec.time_limit_s,
-                max_time_limit_s=cls.max_time_limit_s or None,
-            ) from exc
-    shape = replica_spec(spec, 0) if spec.is_service else spec  # a service: one replica's shape
-    problem = shape_problem(shape, fleet, cls.allow_timeslice)
-    if problem is not None:
-        reason, message, details = problem
-        raise Rejection(reason, message, **details)
-    if not cls.preemptible:
-        guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
-        need = spec.resources.gpu_milli_total() * (
-            spec.replicas if spec.is_service else spec.members_min()
-        )
-        if need > guaranteed:
-            stretches = (
-                sched.outlook(config, spec.tenant, cls.name, now_ms)
-                if now_ms is not None and config.schedules
-                else []
-            )
-            if sched.first_fit(stretches, need) is None:
-                most = max((s.guaranteed_gpu_milli for s in stretches), default=guaranteed)
-                later = (
-                    f" (and at most {most / 1000:g} under its schedules in the next "
-                    f"{sched.HORIZON_MS // 86_400_000} days)"
-                    if len(stretches) > 1
-                    else ""
-                )
-                raise Rejection(
-                    RejectReason.NonPreemptibleOverQuota,
-                    f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
-                    f"{spec.tenant} is guaranteed {guaranteed / 1000:g}{later}",
-                    need_gpu_milli=need,
-                    guaranteed_gpu_milli=guaranteed,
-                )
-    return cls
+    if spec.is_service:
+        return
+    try:
+        resolved_time_limit(spec, cls)
+    except TimeLimitProblem as exc:
+        reason = RejectReason.TimeLimitTooLong if exc.too_long else RejectReason.InvalidSpec
+        raise Rejection(
+            reason,
+            str(exc),
+            time_limit_s=spec.time_limit_s,
+            max_time_limit_s=cls.max_time_limit_s or None,
+        ) from exc
+
+
+def _check_guarantee(config: Any, spec: JobSpec, cls: Any, now_ms: int | None) -> None:
+    """Non-preemptible work fits its tenant's guarantee, now or under a schedule within the
+    horizon (see `check`)."""
+    guaranteed = config.tenants[spec.tenant].guaranteed_gpu_milli
+    need = spec.resources.gpu_milli_total() * (
+        spec.replicas if spec.is_service else spec.members_min()
+    )
+    if need <= guaranteed:
+        return
+    stretches = (
+        sched.outlook(config, spec.tenant, cls.name, now_ms)
+        if now_ms is not None and config.schedules
+        else []
+    )
+    if sched.first_fit(stretches, need) is not None:
+        return
+    most = max((s.guaranteed_gpu_milli for s in stretches), default=guaranteed)
+    later = (
+        f" (and at most {most / 1000:g} under its schedules in the next "
+        f"{sched.HORIZON_MS // 86_400_000} days)"
+        if len(stretches) > 1
+        else ""
+    )
+    raise Rejection(
+        RejectReason.NonPreemptibleOverQuota,
+        f"non-preemptible class {cls.name!r} needs {need / 1000:g} GPUs; tenant "
+        f"{spec.tenant} is guaranteed {guaranteed / 1000:g}{later}",
+        need_gpu_milli=need,
+        guaranteed_gpu_milli=guaranteed,
+    )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -80,6 +82,19 @@ def chaos(
         )
     except StartFailed as exc:
         fail(f"gpuledger chaos: {exc}", 1)
+    _report(result, say)
+    if json_out is not None:
+        text = json.dumps(result.as_dict(), indent=2)
+        if to_stdout:
+            typer.echo(text)
+        else:
+            json_out.write_text(text + "\n")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def _report(result: Any, say: Callable[[str], None]) -> None:
+    """The soak's summary: faults, jobs and events; activity and restarts (those no fault
+    accounts for apart); then PASS or FAIL per invariant, with up to three examples."""
     skipped = sum(f.outcome != "done" for f in result.faults)
     skipped_text = f" ({skipped} could not be injected)" if skipped else ""
     say(
@@ -101,10 +116,3 @@ def chaos(
         d = result.details.get(name, {})
         extra = "" if ok else "  " + "; ".join(str(x) for x in (d.get("examples") or [d])[:3])
         say(f"  {'PASS' if ok else 'FAIL'}  {name}{extra}")
-    if json_out is not None:
-        text = json.dumps(result.as_dict(), indent=2)
-        if to_stdout:
-            typer.echo(text)
-        else:
-            json_out.write_text(text + "\n")
-    raise typer.Exit(0 if result.ok else 1)

@@ -59,13 +59,8 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
     """Raise InputError with every problem found in `doc` read as `kind`; a job is also
     checked against `config` (a validated FileDoc) when one is given. Returns the FileDoc of
     a configuration or scenario, and the JobWarnings of a job checked without one."""
-    import msgspec
-
-    from gpuledger import events as ev
     from gpuledger.replay.scenario import from_document
-    from gpuledger.services.domain.inputs.jobfile import job_spec
     from gpuledger.services.domain.inputs.schema import InputError
-    from gpuledger.services.domain.policy.shapes import _form_problem
 
     if kind in (Kind.config, Kind.scenario):
         if kind is Kind.scenario and not (isinstance(doc, dict) and doc.get("timeline")):
@@ -78,51 +73,71 @@ def validate(doc: Any, kind: Kind, config: Any = None) -> Any:
         except ConfigFileError:  # pragma: no cover - from_document raised already
             raise
     elif kind is Kind.job:
-        job_spec(doc)
-        if config is None:
-            return JobWarnings(model_warnings(doc))
-        if config is not None:
-            from gpuledger.services.domain.inputs.schema import check_references, validate_job
-
-            problems: list[str] = []
-            check_references(validate_job(doc), "", config, problems)
-            if problems:
-                raise InputError(problems)
-            rejection = admission_rejection(job_spec(doc), config)
-            if rejection is not None:
-                raise InputError(rejection)
+        return _validate_job(doc, config)
     else:
-        from gpuledger.services.domain.inputs.schema import collect
+        _validate_event(doc)
+    return None
 
-        tags = {c.__struct_config__.tag: c for c in ev.ALL_EVENTS}
-        cls = tags.get(doc.get("type"))
-        if cls is not None:
-            problems = []
-            collect({k: v for k, v in doc.items() if k != "type"}, cls, "", problems)
-            if problems:
-                raise InputError(problems)
-        try:
-            event = ev.decode(msgspec.json.encode(doc))
-        except ev.UndecodableEvent as exc:
-            known = ", ".join(
-                sorted(
-                    t
-                    for t in tags
-                    if t.split(".")[0] in {c.__name__ for c in ev.CLIENT_EVENTS + ev.CONFIG_EVENTS}
-                )
+
+def _validate_job(doc: Any, config: Any) -> Any:
+    """A job file: on its own (warnings about unknown models), or against `config` (its
+    references, then what admission would say)."""
+    from gpuledger.services.domain.inputs.jobfile import job_spec
+    from gpuledger.services.domain.inputs.schema import InputError
+
+    job_spec(doc)
+    if config is None:
+        return JobWarnings(model_warnings(doc))
+    from gpuledger.services.domain.inputs.schema import check_references, validate_job
+
+    problems: list[str] = []
+    check_references(validate_job(doc), "", config, problems)
+    if problems:
+        raise InputError(problems)
+    rejection = admission_rejection(job_spec(doc), config)
+    if rejection is not None:
+        raise InputError(rejection)
+    return None
+
+
+def _validate_event(doc: Any) -> None:
+    """An event file: its fields, then an event a client publishes, then (a submission) a job
+    id that routes and a job shape admission accepts."""
+    import msgspec
+
+    from gpuledger import events as ev
+    from gpuledger.services.domain.inputs.schema import InputError, collect
+    from gpuledger.services.domain.policy.shapes import _form_problem
+
+    tags = {c.__struct_config__.tag: c for c in ev.ALL_EVENTS}
+    cls = tags.get(doc.get("type"))
+    if cls is not None:
+        problems: list[str] = []
+        collect({k: v for k, v in doc.items() if k != "type"}, cls, "", problems)
+        if problems:
+            raise InputError(problems)
+    try:
+        event = ev.decode(msgspec.json.encode(doc))
+    except ev.UndecodableEvent as exc:
+        known = ", ".join(
+            sorted(
+                t
+                for t in tags
+                if t.split(".")[0] in {c.__name__ for c in ev.CLIENT_EVENTS + ev.CONFIG_EVENTS}
             )
-            raise InputError(f"type: {exc} (client events: {known})") from None
-        if not isinstance(event, ev.CLIENT_EVENTS + ev.CONFIG_EVENTS):
-            raise InputError(f"type: {type(event).__name__} is not an event a client publishes")
-        if isinstance(event, ev.JobSubmitted):
-            try:
-                ev.subject_for(event)
-                ev.validate_job_id(event.job.job_id)
-            except ev.InvalidId as exc:
-                raise InputError(f"job: {exc}") from None
-            problem = _form_problem(event.job)
-            if problem is not None:
-                raise InputError(f"job: {problem[1]}")
+        )
+        raise InputError(f"type: {exc} (client events: {known})") from None
+    if not isinstance(event, ev.CLIENT_EVENTS + ev.CONFIG_EVENTS):
+        raise InputError(f"type: {type(event).__name__} is not an event a client publishes")
+    if isinstance(event, ev.JobSubmitted):
+        try:
+            ev.subject_for(event)
+            ev.validate_job_id(event.job.job_id)
+        except ev.InvalidId as exc:
+            raise InputError(f"job: {exc}") from None
+        problem = _form_problem(event.job)
+        if problem is not None:
+            raise InputError(f"job: {problem[1]}")
 
 
 class JobWarnings(list):

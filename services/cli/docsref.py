@@ -55,13 +55,7 @@ def _type_of(s: dict[str, Any]) -> str:
     if "enum" in s:
         return "one of " + ", ".join(f"`{v}`" for v in s["enum"])
     if "anyOf" in s:
-        parts = [_type_of(x) for x in s["anyOf"] if x.get("type") != "null"]
-        if any(x.get("type") == "string" and "pattern" in x for x in s["anyOf"]):
-            parts = [
-                p for p in parts if p not in ("integer", "number", "integer ≥ 0", "number ≥ 0")
-            ]
-        out = " or ".join(dict.fromkeys(parts))
-        return out + (" or null" if any(x.get("type") == "null" for x in s["anyOf"]) else "")
+        return _any_of(s["anyOf"])
     t = s.get("type")
     if t == "string" and "pattern" in s:
         return _PATTERN_NAMES.get(s["pattern"], "string")
@@ -69,16 +63,22 @@ def _type_of(s: dict[str, Any]) -> str:
         return f"list of {_type_of(s.get('items', {}))}"
     if t == "object" and "additionalProperties" in s:
         return f"map of string to {_type_of(s['additionalProperties'])}"
-    bounds = []
-    if "minimum" in s:
-        bounds.append(f"≥ {s['minimum']}")
-    if "maximum" in s:
-        bounds.append(f"≤ {s['maximum']}")
-    if "minLength" in s:
-        bounds.append(f"length ≥ {s['minLength']}")
-    if "maxLength" in s:
-        bounds.append(f"length ≤ {s['maxLength']}")
+    bounds = [f"{words} {s[key]}" for key, words in _BOUNDS if key in s]
     return " ".join([str(t or "any"), ", ".join(bounds)]).strip()
+
+
+_BOUNDS = (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥"), ("maxLength", "length ≤"))
+"""JSON-schema bounds as the reference words them, in this order."""
+
+
+def _any_of(options: list[dict[str, Any]]) -> str:
+    """`a or b [or null]`: each option's type once; where a string pattern stands for a
+    friendly quantity, the bare numbers it also accepts are not listed."""
+    parts = [_type_of(x) for x in options if x.get("type") != "null"]
+    if any(x.get("type") == "string" and "pattern" in x for x in options):
+        parts = [p for p in parts if p not in ("integer", "number", "integer ≥ 0", "number ≥ 0")]
+    out = " or ".join(dict.fromkeys(parts))
+    return out + (" or null" if any(x.get("type") == "null" for x in options) else "")
 
 
 def _title(name: str) -> str:
@@ -147,19 +147,25 @@ def configuration_md() -> str:
         desc = d.get("description") or ("Scheduling policy." if name == "PolicyDoc" else "")
         if desc:
             out += [" ".join(desc.split()), ""]
-        required = set(d.get("required", []))
-        out += ["| key | type | default | description |", "|---|---|---|---|"]
-        for key, prop in d.get("properties", {}).items():
-            default = (
-                "required"
-                if key in required
-                else ("—" if "default" not in prop else f"`{json.dumps(prop['default'])}`")
-            )
-            field = "klass" if key == "class" else key
-            text = docs.get(field, "")
-            out.append(f"| `{key}` | {_cell(_type_of(prop))} | {default} | {_cell(text)} |")
+        out += _key_table(d, docs)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _key_table(d: dict[str, Any], docs: dict[str, str]) -> list[str]:
+    """One schema definition's keys as a table: type, default (or required), description."""
+    required = set(d.get("required", []))
+    out = ["| key | type | default | description |", "|---|---|---|---|"]
+    for key, prop in d.get("properties", {}).items():
+        default = (
+            "required"
+            if key in required
+            else ("—" if "default" not in prop else f"`{json.dumps(prop['default'])}`")
+        )
+        field = "klass" if key == "class" else key
+        text = docs.get(field, "")
+        out.append(f"| `{key}` | {_cell(_type_of(prop))} | {default} | {_cell(text)} |")
+    return out
 
 
 def _walk(cmd: Any, path: list[str]) -> Any:

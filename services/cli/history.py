@@ -87,15 +87,13 @@ def export_history(
 def parquet_sql(out: Path, query: str) -> tuple[list[str], list[tuple]]:
     """`gpuledger sql --parquet DIR`: the query over the export's views (replay.parquet.connect)."""
     from gpuledger.replay import parquet
+    from gpuledger.services.cli.reading import query_result
 
     try:
         con = parquet.connect(out)
     except parquet.ParquetHistoryError as exc:
         fail(str(exc), 2)
     try:
-        cur = con.execute(query)
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
+        return query_result(con, query)
     finally:
         con.close()

@@ -109,3 +109,12 @@ def _query(path: Path, rows_fn, **filters: Any) -> list[dict[str, Any]]:
             return rows_fn(con, **filters)
     finally:
         con.close()
+
+
+def query_result(con: Any, query: str) -> tuple[list[str], list[tuple]]:
+    """The column names and rows `query` answers on the DuckDB connection `con` (none for a
+    statement that answers no rows)."""
+    cur = con.execute(query)
+    if cur.description is None:
+        return [], []
+    return [d[0] for d in cur.description], cur.fetchall()

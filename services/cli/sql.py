@@ -23,6 +23,7 @@ from gpuledger.services.cli.reading import (
     _connect,
     _undamaged,
     db_path,
+    query_result,
 )
 
 
@@ -40,10 +41,7 @@ def run_sql(path: Path, query: str) -> tuple[list[str], list[tuple]]:
     con = _connect(path)
     try:
         with _undamaged(path):
-            cur = con.execute(query)
-            if cur.description is None:
-                return [], []
-            return [d[0] for d in cur.description], cur.fetchall()
+            return query_result(con, query)
     finally:
         con.close()
 

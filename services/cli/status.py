@@ -71,7 +71,6 @@ def status(
         return
     if wait_for is not None:
         fail("--wait-for needs a JOB: `gpuledger status JOB --wait-for running|finished`", 2)
-    from gpuledger.services.cli.output import humanize_ms, render_table
     from gpuledger.services.runtime.status_file import STATUS_FILE, now_ms, pid_alive, read_json
 
     path = data / STATUS_FILE
@@ -80,68 +79,93 @@ def status(
         fail(f"no status at {path}: start `gpuledger up` here (or pass --data)", 1)
     now = now_ms()
     up_running = pid_alive(doc.get("up_pid")) and now - doc.get("updated_at_ms", 0) < 15_000
-    rows = doc.get("services", [])
     if output in ("json", "yaml"):
         from gpuledger.services.cli.output import _emit_structured
 
         _emit_structured({**doc, "up_running": up_running}, output)
     else:
-        lines = [
+        _print_tables(doc, now, no_headers)
+    if not up_running:
+        _print_stale(doc, path, now)
+        raise typer.Exit(1)
+    _print_alarms(doc, now)
+    if not _healthy(doc):
+        raise typer.Exit(1)
+
+
+def _print_tables(doc: dict, now: int, no_headers: bool) -> None:
+    """The services table, the NATS nodes table (when the stream has nodes) and the stream
+    line of `gpuledger status` (the last on stderr)."""
+    from gpuledger.services.cli.output import humanize_ms, render_table
+
+    lines = [_service_row(r, now) for r in doc.get("services", [])]
+    typer.echo(
+        render_table(
             [
-                r["name"],
-                r["state"],
-                r.get("pid") or "-",
-                r.get("restarts", 0),
-                "-" if r.get("folded_seq") is None else r["folded_seq"],
-                "-" if r.get("lag") is None else r["lag"],
-                f"{r['idle_s']}s" if r.get("idle_s") else "-",  # no progress for (issue 44)
-                humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
-                r.get("lease") or "-",
-                r.get("last_error") or r.get("detail") or "",
-            ]
-            for r in rows
-        ]
+                *("NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "IDLE", "AGE", "LEASE"),
+                "LAST-ERROR",
+            ],
+            lines,
+            no_headers=no_headers,
+        )
+    )
+    nodes = doc.get("nats_nodes") or []
+    if nodes:
+        typer.echo("")
         typer.echo(
             render_table(
-                [
-                    *("NAME", "STATE", "PID", "RESTARTS", "SEQ", "LAG", "IDLE", "AGE", "LEASE"),
-                    "LAST-ERROR",
-                ],
-                lines,
+                ["NATS-NODE", "ROLE", "STATE", "LAG", "LAST-SEEN"],
+                [_nats_node_row(n) for n in nodes],
                 no_headers=no_headers,
             )
         )
-        nodes = doc.get("nats_nodes") or []
-        if nodes:
-            typer.echo("")
-            typer.echo(
-                render_table(
-                    ["NATS-NODE", "ROLE", "STATE", "LAG", "LAST-SEEN"],
-                    [
-                        [
-                            n["name"],
-                            n["role"],
-                            n["state"],
-                            "-" if n.get("lag") is None else n["lag"],
-                            "-"
-                            if n.get("seen_ms_ago") is None
-                            else humanize_ms(n["seen_ms_ago"]) + " ago",
-                        ]
-                        for n in nodes
-                    ],
-                    no_headers=no_headers,
-                )
-            )
-        stream = doc.get("stream_last_seq")
-        typer.echo(
-            f"stream at seq {stream if stream is not None else '?'}"
-            + (f" ({doc['stream_error']})" if doc.get("stream_error") else "")
-            + f"; status written {humanize_ms(now - doc.get('updated_at_ms', now))} ago by "
-            f"`gpuledger up` (pid {doc.get('up_pid')})",
-            err=True,
-        )
+    stream = doc.get("stream_last_seq")
+    typer.echo(
+        f"stream at seq {stream if stream is not None else '?'}"
+        + (f" ({doc['stream_error']})" if doc.get("stream_error") else "")
+        + f"; status written {humanize_ms(now - doc.get('updated_at_ms', now))} ago by "
+        f"`gpuledger up` (pid {doc.get('up_pid')})",
+        err=True,
+    )
+
+
+def _service_row(r: dict, now: int) -> list:
+    """One supervised service's line of the status table."""
+    from gpuledger.services.cli.output import humanize_ms
+
+    return [
+        r["name"],
+        r["state"],
+        r.get("pid") or "-",
+        r.get("restarts", 0),
+        "-" if r.get("folded_seq") is None else r["folded_seq"],
+        "-" if r.get("lag") is None else r["lag"],
+        f"{r['idle_s']}s" if r.get("idle_s") else "-",  # no progress for (issue 44)
+        humanize_ms(now - r["started_at_ms"]) if r.get("started_at_ms") else "-",
+        r.get("lease") or "-",
+        r.get("last_error") or r.get("detail") or "",
+    ]
+
+
+def _nats_node_row(n: dict) -> list:
+    """One NATS node's line of the status table."""
+    from gpuledger.services.cli.output import humanize_ms
+
+    return [
+        n["name"],
+        n["role"],
+        n["state"],
+        "-" if n.get("lag") is None else n["lag"],
+        "-" if n.get("seen_ms_ago") is None else humanize_ms(n["seen_ms_ago"]) + " ago",
+    ]
+
+
+def _print_alarms(doc: dict, now: int) -> None:
+    """While `up` runs: a full event store and a refused credential reload, on stderr."""
+    from gpuledger.services.cli.output import humanize_ms
+
     store = doc.get("store") or {}
-    if up_running and store.get("state") == "full":
+    if store.get("state") == "full":
         since = store.get("since_ms")
         typer.echo(
             f"store full: {store.get('error')}"
@@ -149,33 +173,43 @@ def status(
             + "; writes are refused until space is freed, then everything resumes by itself",
             err=True,
         )
-    if up_running and doc.get("nats_reload_error"):
+    if doc.get("nats_reload_error"):
         typer.echo(
             f"NATS credential reload failed: {doc['nats_reload_error']} (the server still "
             "admits the identities it loaded before; fix the auth directory)",
             err=True,
         )
-    if not up_running:
-        age = humanize_ms(now - doc.get("updated_at_ms", now))
-        if pid_alive(doc.get("up_pid")):
-            typer.echo(
-                f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is running but has not "
-                f"updated {path} for {age} (it cannot write there: is the disk full?)",
-                err=True,
-            )
-        else:
-            typer.echo(
-                f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
-                f"is from {age} ago",
-                err=True,
-            )
-        raise typer.Exit(1)
+
+
+def _print_stale(doc: dict, path: Path, now: int) -> None:
+    """Why the status file is not current: `up` is stuck (alive, not writing) or gone."""
+    from gpuledger.services.cli.output import humanize_ms
+    from gpuledger.services.runtime.status_file import pid_alive
+
+    age = humanize_ms(now - doc.get("updated_at_ms", now))
+    if pid_alive(doc.get("up_pid")):
+        typer.echo(
+            f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is running but has not "
+            f"updated {path} for {age} (it cannot write there: is the disk full?)",
+            err=True,
+        )
+    else:
+        typer.echo(
+            f"warning: `gpuledger up` (pid {doc.get('up_pid')}) is not running: this status "
+            f"is from {age} ago",
+            err=True,
+        )
+
+
+def _healthy(doc: dict) -> bool:
+    """Exit 0 of `gpuledger status` while `up` runs: the store takes writes, the last
+    credential reload held, every service runs and every NATS node is online with a leader."""
+    store = doc.get("store") or {}
     if store.get("state") == "full" or doc.get("nats_reload_error"):
-        raise typer.Exit(1)
-    if any(r["state"] != "running" for r in rows):
-        raise typer.Exit(1)
-    if any(n["state"] in ("offline", "no-leader") for n in doc.get("nats_nodes") or []):
-        raise typer.Exit(1)
+        return False
+    if any(r["state"] != "running" for r in doc.get("services", [])):
+        return False
+    return not any(n["state"] in ("offline", "no-leader") for n in doc.get("nats_nodes") or [])
 
 
 def _job_status(

@@ -110,21 +110,14 @@ def run_sweep_command(
     sweep file's variants. `describe`: (the observation sidecar's name, the function that
     words the inputs' checkpoint assumption), as `whatif` words them."""
     from gpuledger.replay.overlay import OverlayError
-    from gpuledger.replay.sweep import rank
-    from gpuledger.replay.sweep.executors import ExecutorError, executor_for
-    from gpuledger.replay.sweep.run import check, run_sweep
+    from gpuledger.replay.sweep.run import check
     from gpuledger.replay.whatif import external_inputs
-    from gpuledger.replay.whatif_report import Variant, render
+    from gpuledger.replay.whatif_report import render
 
     if workers is not None and workers < 1:
         fail(f"--workers {workers}: give 1 or more", 2)
     variants = _variants(specs, sweep)
-    keys = []
-    if rank_text is not None:
-        try:
-            keys = rank.parse(rank_text)
-        except rank.RankError as exc:
-            fail_input(exc)
+    keys = _rank_keys(rank_text)
     obs_name, assumption = describe
     inputs = external_inputs(entries)
     seen = observed_of(log, inputs.timeline)
@@ -132,6 +125,56 @@ def run_sweep_command(
         check(inputs, variants)
     except OverlayError as exc:
         fail_input(exc)
+    result = _replayed(inputs, variants, workers, scheduler, keep_logs=logs is not None)
+    by_label = {r.label: r for r in result.results}
+    fid = _fidelity(seen, result.results)
+    references, others, order = _standings(seen, by_label, result.results, keys)
+    shown = _shown(seen, obs_name, by_label, order, logs)
+    if shown:
+        page = render(str(log), shown, len(entries), title, checkpoint=assumption(inputs))
+        cut = page.rfind("</body>")
+        out.write_text(page[:cut] + _section(keys, references, others, result) + page[cut:])
+    if json_out is not None:
+        doc = _json(result, references, order, keys, fid)
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    if fid is not None:
+        print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
+    _print(keys, references, others, result, out if shown else None)
+    if result.failed:
+        raise typer.Exit(1)
+
+
+def _rank_keys(rank_text: str | None) -> list:
+    """The `--rank` keys (none: no ranking); a bad one ends the command with its line."""
+    from gpuledger.replay.sweep import rank
+
+    if rank_text is None:
+        return []
+    try:
+        return rank.parse(rank_text)
+    except rank.RankError as exc:
+        fail_input(exc)
+
+
+def _standings(seen, by_label: dict, results: list, keys: list) -> tuple[list, list, list]:
+    """The references (observed, recorded baseline) and the other variants' metrics, and the
+    others' labels in `--rank` order (as run without keys)."""
+    from gpuledger.replay.sweep import rank
+
+    references = [] if seen is None else [("observed", seen.metrics)]
+    if "recorded" in by_label:
+        references.append(("recorded", by_label["recorded"].summary.metrics))
+    others = [(r.label, r.summary.metrics) for r in results if r.label != "recorded"]
+    order = rank.order(keys, others) if keys else [label for label, _ in others]
+    return references, others, order
+
+
+def _replayed(inputs, variants, workers: int | None, scheduler: str | None, keep_logs: bool):
+    """Every variant replayed on the executor `--workers`/`--scheduler` choose, with a
+    progress bar; an executor that cannot start ends the command (3: scheduler unreachable)."""
+    from gpuledger.replay.sweep.executors import ExecutorError, executor_for
+    from gpuledger.replay.sweep.run import run_sweep
+
     try:
         executor = executor_for(len(variants), workers, scheduler)
     except ExecutorError as exc:
@@ -139,22 +182,22 @@ def run_sweep_command(
     try:
         with _progress() as progress:
             bar = progress.add_task("replaying variants", total=len(variants))
-            result = run_sweep(
+            return run_sweep(
                 inputs,
                 variants,
                 executor,
-                keep_logs=logs is not None,
+                keep_logs=keep_logs,
                 on_done=lambda _: progress.advance(bar),
             )
     finally:
         executor.close()
-    by_label = {r.label: r for r in result.results}
-    fid = _fidelity(seen, result.results)
-    references = [] if seen is None else [("observed", seen.metrics)]
-    if "recorded" in by_label:
-        references.append(("recorded", by_label["recorded"].summary.metrics))
-    others = [(r.label, r.summary.metrics) for r in result.results if r.label != "recorded"]
-    order = rank.order(keys, others) if keys else [label for label, _ in others]
+
+
+def _shown(seen, obs_name: str, by_label: dict, order: list, logs: Path | None) -> list:
+    """The report's variants: what was observed (with an observation file), the recorded
+    baseline, then the others in rank order; each one's log written under `logs` if asked."""
+    from gpuledger.replay.whatif_report import Variant
+
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
     shown = []
@@ -168,18 +211,7 @@ def run_sweep_command(
             path = logs / f"{safe}.jsonl"
             path.write_bytes(r.log)
         shown.append(Variant(label, r.changes, r.summary, None if path is None else str(path)))
-    if shown:
-        page = render(str(log), shown, len(entries), title, checkpoint=assumption(inputs))
-        cut = page.rfind("</body>")
-        out.write_text(page[:cut] + _section(keys, references, others, result) + page[cut:])
-    if json_out is not None:
-        doc = _json(result, references, order, keys, fid)
-        json_out.write_text(json.dumps(doc, indent=2) + "\n")
-    if fid is not None:
-        print_fidelity(fid, "baseline fidelity: gpuledger (recorded config) against observed")
-    _print(keys, references, others, result, out if shown else None)
-    if result.failed:
-        raise typer.Exit(1)
+    return shown
 
 
 def _fidelity(seen, results):

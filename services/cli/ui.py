@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,6 +17,58 @@ from gpuledger.services.cli.common import fail
 from gpuledger.services.cli.reading import DEFAULT_DATA
 
 UI_DB = "ui-projection.duckdb"
+
+
+def _check_options(
+    port: int,
+    tenant: str | None,
+    whatif_dir: Path | None,
+    nats_url: str | None,
+    screenshot: Path | None,
+) -> None:
+    """Options that cannot work together or at all end the command (exit 2)."""
+    from gpuledger import events as ev
+
+    if not 0 < port < 65536:
+        fail(f"--port: {port} is not a TCP port", 2)
+    if tenant is not None:
+        try:
+            ev.validate_tenant(tenant)
+        except ev.InvalidId as exc:
+            fail(f"--tenant: {exc}", 2)
+    if whatif_dir is not None and not whatif_dir.is_dir():
+        fail(f"--whatif-dir: {whatif_dir} is not a folder", 2)
+    if nats_url is not None and screenshot is not None:
+        fail("--screenshot reads an existing projection: give --data or --db, not --nats-url", 2)
+
+
+def _screenshots(app: Any, path: Path, whatif_dir: Path | None, screenshot: Path) -> None:
+    """`--screenshot`: serve the app on a free loopback port, write a PNG of each page it
+    shows into `screenshot` and print their paths (exit 4 projection busy, 1 no Chromium)."""
+    from gpuledger.projections.reading import ProjectionError, connect_readonly
+    from gpuledger.projections.ui.screenshot import NoBrowser, pages_to_show, shoot
+
+    try:
+        con = connect_readonly(path)
+        try:
+            from gpuledger.projections.ui.whatif import list_logs
+
+            pages = pages_to_show(con, list_logs(whatif_dir) if whatif_dir else None)
+        finally:
+            con.close()
+    except ProjectionError as exc:
+        fail(str(exc), 4)
+    p = _free_port()
+    server, thread = _serve_in_thread(app, p)
+    try:
+        written = shoot(f"http://127.0.0.1:{p}", pages, screenshot)
+    except NoBrowser as exc:
+        fail(str(exc), 1)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    for w in written:
+        typer.echo(str(w))
 
 
 def _free_port() -> int:
@@ -101,20 +154,9 @@ def ui(
     timeline), Tenants (quota, fair share, borrowing over time), What-if (two logs compared).
     Pages follow the projector live. Exit codes: 2 invalid options or no projection, 1 no
     Chromium for --screenshot, 4 projection busy for --screenshot."""
-    from gpuledger import events as ev
     from gpuledger.projections.ui.app import create_app
 
-    if not 0 < port < 65536:
-        fail(f"--port: {port} is not a TCP port", 2)
-    if tenant is not None:
-        try:
-            ev.validate_tenant(tenant)
-        except ev.InvalidId as exc:
-            fail(f"--tenant: {exc}", 2)
-    if whatif_dir is not None and not whatif_dir.is_dir():
-        fail(f"--whatif-dir: {whatif_dir} is not a folder", 2)
-    if nats_url is not None and screenshot is not None:
-        fail("--screenshot reads an existing projection: give --data or --db, not --nats-url", 2)
+    _check_options(port, tenant, whatif_dir, nats_url, screenshot)
     path = db if db is not None else data / (UI_DB if nats_url else "projection.duckdb")
     projector = None
     if nats_url is not None:
@@ -140,30 +182,7 @@ def ui(
         path, tenant=tenant, tenant_header=tenant_header, whatif_dir=whatif_dir, allowed_hosts=hosts
     )
     if screenshot is not None:
-        from gpuledger.projections.reading import ProjectionError, connect_readonly
-        from gpuledger.projections.ui.screenshot import NoBrowser, pages_to_show, shoot
-
-        try:
-            con = connect_readonly(path)
-            try:
-                from gpuledger.projections.ui.whatif import list_logs
-
-                pages = pages_to_show(con, list_logs(whatif_dir) if whatif_dir else None)
-            finally:
-                con.close()
-        except ProjectionError as exc:
-            fail(str(exc), 4)
-        p = _free_port()
-        server, thread = _serve_in_thread(app, p)
-        try:
-            written = shoot(f"http://127.0.0.1:{p}", pages, screenshot)
-        except NoBrowser as exc:
-            fail(str(exc), 1)
-        finally:
-            server.should_exit = True
-            thread.join(10)
-        for w in written:
-            typer.echo(str(w))
+        _screenshots(app, path, whatif_dir, screenshot)
         return
     import uvicorn
 

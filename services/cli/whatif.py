@@ -314,24 +314,10 @@ def whatif(
     variant's effect against the baseline and observed), queue wait by class, utilisation
     over time, preemptions and lost GPU-hours, per-tenant fairness. With --sweep, --workers,
     --scheduler or --rank, the variants run as a sweep (one task each; exit 1 if any failed)."""
-    from gpuledger.replay.compare import summary_of
-    from gpuledger.replay.export import write_any
-    from gpuledger.replay.metrics import measured
-    from gpuledger.replay.overlay import OverlayError, apply_overlays
-    from gpuledger.replay.whatif import external_inputs, measured_replay
+    from gpuledger.replay.whatif import external_inputs
     from gpuledger.replay.whatif_report import Variant, render
-    from gpuledger.services.cli.common import read_doc
 
-    specs: list[tuple[str, list[str], list[tuple[str, object]]]] = []
-    if not no_baseline:
-        specs.append(("recorded", [], []))
-    for p in policy:
-        specs.append((p.stem, [], [(str(p), read_doc(p))]))
-    for i, text in enumerate(variant, 1):
-        name, sep, rest = text.partition(":")
-        if not sep or "=" in name:
-            name, rest = f"variant {i}", text
-        specs.append((name.strip(), [x.strip() for x in rest.split(";") if x.strip()], []))
+    specs = _variant_specs(no_baseline, policy, variant)
     if sweep is not None or workers is not None or scheduler is not None or rank is not None:
         from gpuledger.services.cli.sweep import run_sweep_command
 
@@ -358,26 +344,7 @@ def whatif(
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
     for name, sets, files in specs:
-        try:
-            inputs, changes = apply_overlays(base_inputs, sets, files)
-        except OverlayError as exc:
-            fail_input(exc)
-        started = time.perf_counter()
-        sim, meter = measured_replay(inputs)
-        elapsed = time.perf_counter() - started
-        path = None
-        if logs is not None:
-            safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
-            path = logs / f"{safe}.jsonl"
-            write_any(path, sim.log)
-        summary = summary_of(measured(meter, groups), name)
-        variants.append(Variant(name, changes, summary, None if path is None else str(path)))
-        m = summary.metrics
-        typer.echo(
-            f"{name}: {len(sim.log)} events in {elapsed:.2f}s; jobs {m['jobs']}; "
-            f"preemptions {m['preemptions']}",
-            err=True,
-        )
+        variants.append(_replayed(name, sets, files, base_inputs, groups, logs))
     out.write_text(
         render(str(log), variants, len(entries), title, checkpoint=assumption(base_inputs))
     )
@@ -385,6 +352,59 @@ def whatif(
 
     print_whatif(log, variants, json_out)
     typer.echo(f"wrote {out}")
+
+
+def _variant_specs(
+    no_baseline: bool, policy: list[Path], variant: list[str]
+) -> list[tuple[str, list[str], list[tuple[str, object]]]]:
+    """(name, --set items, overlay files) of each variant: the recorded baseline unless left
+    out, each --policy file (named by its stem), each --variant ('NAME: K=V; ...' or
+    'K=V; ...', then named `variant N`)."""
+    from gpuledger.services.cli.common import read_doc
+
+    specs: list[tuple[str, list[str], list[tuple[str, object]]]] = []
+    if not no_baseline:
+        specs.append(("recorded", [], []))
+    for p in policy:
+        specs.append((p.stem, [], [(str(p), read_doc(p))]))
+    for i, text in enumerate(variant, 1):
+        name, sep, rest = text.partition(":")
+        if not sep or "=" in name:
+            name, rest = f"variant {i}", text
+        specs.append((name.strip(), [x.strip() for x in rest.split(";") if x.strip()], []))
+    return specs
+
+
+def _replayed(name: str, sets: list[str], files: list, base_inputs, groups, logs: Path | None):
+    """One variant replayed and measured (its log written under `logs` if asked), with a
+    progress line on stderr; a bad overlay ends the command (exit 2)."""
+    from gpuledger.replay.compare import summary_of
+    from gpuledger.replay.export import write_any
+    from gpuledger.replay.metrics import measured
+    from gpuledger.replay.overlay import OverlayError, apply_overlays
+    from gpuledger.replay.whatif import measured_replay
+    from gpuledger.replay.whatif_report import Variant
+
+    try:
+        inputs, changes = apply_overlays(base_inputs, sets, files)
+    except OverlayError as exc:
+        fail_input(exc)
+    started = time.perf_counter()
+    sim, meter = measured_replay(inputs)
+    elapsed = time.perf_counter() - started
+    path = None
+    if logs is not None:
+        safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+        path = logs / f"{safe}.jsonl"
+        write_any(path, sim.log)
+    summary = summary_of(measured(meter, groups), name)
+    m = summary.metrics
+    typer.echo(
+        f"{name}: {len(sim.log)} events in {elapsed:.2f}s; jobs {m['jobs']}; "
+        f"preemptions {m['preemptions']}",
+        err=True,
+    )
+    return Variant(name, changes, summary, None if path is None else str(path))
 
 
 def obs_name(log: Path) -> str:

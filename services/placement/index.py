@@ -45,6 +45,13 @@ class Allocation(msgspec.Struct, frozen=True):
     ) -> Allocation:
         return cls(allocation_id, tenant, request, placement, deltas, held_milli(deltas))
 
+    def bound_again(self, tenant: str, placement: Placement, request: GangRequest) -> Allocation:
+        """This allocation, when its id is bound again: the identical binding is a no-op (this
+        one back); anything else under the same id raises PlacementConflict."""
+        if (self.tenant, self.placement, self.request) == (tenant, placement, request):
+            return self
+        raise PlacementConflict(f"allocation {self.allocation_id} already exists")
+
 
 def held_milli(deltas: Iterable[MemberDelta]) -> int:
     """GPU milli the members' deltas take (MIG instances counted by their compute share)."""
@@ -281,13 +288,7 @@ class FleetIndex:
         isolation rule raises PlacementConflict and changes nothing."""
         existing = self._allocs.get(allocation_id)
         if existing is not None:
-            if (existing.tenant, existing.placement, existing.request) == (
-                tenant,
-                placement,
-                request,
-            ):
-                return existing
-            raise PlacementConflict(f"allocation {allocation_id} already exists")
+            return existing.bound_again(tenant, placement, request)
         deltas = self._deltas(tenant, placement, request)
         self._apply_all(deltas)
         alloc = Allocation.of(allocation_id, tenant, request, placement, deltas)

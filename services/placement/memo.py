@@ -36,7 +36,7 @@ from .feasibility import Option, eligible_gpus, options
 from .fragmentation import Fragmentation, TypicalTask
 from .index import ChangeLog, FleetIndex
 from .model import GPU_MILLI, GangRequest, MemberRequest, NodeSpec
-from .reasons import NO_WHOLE, whole_probe, whole_stat
+from .reasons import NO_WHOLE, recount, whole_probe, whole_stat
 from .scorers import DEFAULT_TYPICAL_TASKS, ScoreContext, Scorer
 from .state import NodeState
 
@@ -140,13 +140,7 @@ class _ShapeCache:
         keys, hist = self.keys, self.hist
         old = keys.get(seq)
         if old != key:
-            if old is not None:
-                n = hist[old] - 1
-                if n:
-                    hist[old] = n
-                else:
-                    del hist[old]
-            hist[key] = hist.get(key, 0) + 1
+            recount(hist, old, key)
             keys[seq] = key
         if self.whole:
             wstat = self.wstat

@@ -310,3 +310,15 @@ def gang_incomplete(gang: GangRequest, fitted: int, why_next: Unplaceable) -> Un
         f"member {fitted + 1}: {why_next.message}",
         details,
     )
+
+
+def recount(hist: dict[Any, int], old: Any, new: Any) -> None:
+    """Move one count of the multiset `hist` from key `old` (None: from nowhere) to `new`; a
+    key whose count reaches 0 is dropped, so `hist` never holds a zero."""
+    if old is not None:
+        n = hist[old] - 1
+        if n:
+            hist[old] = n
+        else:
+            del hist[old]
+    hist[new] = hist.get(new, 0) + 1

@@ -17,7 +17,7 @@ from .feasibility import Option
 from .memo import ScoreMemos, _ShapeCache
 from .mig import profile_for
 from .model import GPU_MILLI, GangRequest, MemberAssignment, MemberRequest, Placement, Unplaceable
-from .reasons import NO_WHOLE, explain, gang_incomplete, node_key, whole_stat
+from .reasons import NO_WHOLE, explain, gang_incomplete, node_key, recount, whole_stat
 from .scorers import SCORERS, Scorer
 from .state import MemberDelta, NodeState
 
@@ -183,14 +183,8 @@ class GangSearch(ScoreMemos):
         nodes = self._nodes
 
         def move(d: dict, old, new) -> None:
-            if old == new:
-                return
-            n = d[old] - 1
-            if n:
-                d[old] = n
-            else:
-                del d[old]
-            d[new] = d.get(new, 0) + 1
+            if old != new:
+                recount(d, old, new)
 
         for name in sorted(set(states) | set(excluded)):
             base = nodes.get(name)

@@ -103,13 +103,7 @@ class TrialFleet:
         except UnknownAllocation:
             existing = None
         if existing is not None:
-            if (existing.tenant, existing.placement, existing.request) == (
-                tenant,
-                placement,
-                request,
-            ):
-                return existing
-            raise PlacementConflict(f"allocation {allocation_id} already exists")
+            return existing.bound_again(tenant, placement, request)
         deltas = self.base._deltas(tenant, placement, request)
         done: list[tuple[NodeState, MemberDelta]] = []
         try:

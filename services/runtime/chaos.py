@@ -126,18 +126,29 @@ def plan_faults(
         name, kind = rng.choice(of_kind)
         fault = rng.choices(FAULT_KINDS, weights=(4, 2, 3))[0]
         out.append(Fault(round(at, 2), fault, name, kind))
-    process_faults = [f for f in out if f.target_kind != "nats"]
-    for want in FAULT_KINDS:  # each kind of fault at least once on a process
+    _each_kind_on_a_process(out, rng)
+    _fit_to_targets(out, rng)
+    return out
+
+
+def _each_kind_on_a_process(plan: list[Fault], rng: random.Random) -> None:
+    """Every kind of fault at least once on a process: a missing kind replaces one of a kind
+    the processes get more than once."""
+    process_faults = [f for f in plan if f.target_kind != "nats"]
+    for want in FAULT_KINDS:
         have = [f for f in process_faults if f.kind == want]
         spare = [f for f in process_faults if sum(g.kind == f.kind for g in process_faults) > 1]
         if not have and spare:
             rng.choice(spare).kind = want
-    for f in out:
+
+
+def _fit_to_targets(plan: list[Fault], rng: random.Random) -> None:
+    """A NATS node is killed, not restarted; a pause and a NATS fault last 1 to 4 s."""
+    for f in plan:
         if f.target_kind == "nats" and f.kind == "restart":
             f.kind = "kill9"
         if f.kind == "pause" or f.target_kind == "nats":
             f.hold_s = round(rng.uniform(1.0, 4.0), 1)
-    return out
 
 
 class FaultInjector:

@@ -27,13 +27,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from gpuledger.services.runtime.auth import CLUSTER_NAME, AuthDir, NatsAccess, cluster_conf
 from gpuledger.services.runtime.nats_server import (
     EmbeddedNats,
     NatsServerFailed,
+    StartedWhileEntered,
     auth_location,
     open_auth,
 )
@@ -65,7 +65,7 @@ def _run_async(make: Callable[[], Any]) -> Any:
     return box.get("value")
 
 
-class EmbeddedNatsCluster:
+class EmbeddedNatsCluster(StartedWhileEntered):
     """`n` nats-server nodes with JetStream, routed to each other, on 127.0.0.1.
 
     `store_dir` keeps each node's store in `<store_dir>/node-<i>` (kept on stop; otherwise
@@ -274,27 +274,3 @@ class EmbeddedNatsCluster:
         if self._auth_tmp is not None:
             shutil.rmtree(self._auth_tmp, ignore_errors=True)
             self._auth_tmp, self._auth_path = None, None
-
-    # ------------------------------------------------------------------ context managers
-
-    def __enter__(self) -> EmbeddedNatsCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedNatsCluster:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)

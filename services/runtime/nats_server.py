@@ -26,6 +26,7 @@ import time
 import weakref
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from gpuledger.services.runtime.auth import AUTH_CONF, AuthDir, NatsAccess, TlsFiles
 from gpuledger.services.runtime.auth import init as auth_init
@@ -84,7 +85,40 @@ def find_nats_server() -> Path:
     )
 
 
-class EmbeddedNats:
+class StartedWhileEntered:
+    """`with` / `async with` runs `start()` on entry (in a thread when async) and `stop()` on
+    exit: what an embedded server or cluster is entered for. Subclasses define both."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+class EmbeddedNats(StartedWhileEntered):
     """One nats-server child process with JetStream on 127.0.0.1.
 
     `port=None` lets the server pick a free port (read back from its ports file); pass the
@@ -404,27 +438,3 @@ class EmbeddedNats:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
-
-    # ------------------------------------------------------------------ context managers
-
-    def __enter__(self) -> EmbeddedNats:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedNats:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)

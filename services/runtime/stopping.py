@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -40,11 +40,9 @@ async def unless_stopped(aw: Awaitable[T], stop: asyncio.Event | None) -> T | No
     if stop is None:
         return await aw
     task = asyncio.ensure_future(aw)
-    stopper = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await _done_or_stopped(task, stop)
     finally:
-        stopper.cancel()
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -52,6 +50,15 @@ async def unless_stopped(aw: Awaitable[T], stop: asyncio.Event | None) -> T | No
     if task.cancelled():
         return None
     return task.result()
+
+
+async def _done_or_stopped(task: asyncio.Future[Any], stop: asyncio.Event) -> None:
+    """Wait until `task` is done or `stop` is set, whichever comes first (`task` keeps running)."""
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
 
 
 def run_until_signalled(
@@ -112,11 +119,7 @@ async def _supervise(
         loop.add_signal_handler(sig, on_signal, sig)
         signal.signal(sig, arm_watchdog)
     try:
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
+        await _done_or_stopped(task, stop)
         if not task.done():
             done, _ = await asyncio.wait({task}, timeout=grace_s)
             if not done:

@@ -4,6 +4,7 @@ time, the folded time is the client's only when present and within 5 minutes."""
 import pytest
 
 from gpuledger import events as ev
+from tests.fold.story import admission
 
 RECEIVED = 1_777_500_000_000
 SPEC = ev.JobSpec(job_id="ci-7", tenant="team-a")
@@ -30,15 +31,7 @@ def test_a_client_time_is_kept_only_when_present_and_near_the_receive_time(clien
 
 
 def test_services_own_events_and_reads_without_a_receive_time_are_unchanged():
-    decision = ev.JobAdmitted(
-        job_id="j",
-        tenant="t",
-        priority_class="train",
-        priority=50,
-        preemptible=True,
-        slo_class="batch",
-        occurred_at_ms=5,
-    )
+    decision = admission("j", "t", occurred_at_ms=5)
     assert ev.at_receipt(decision, RECEIVED) is decision
     submitted = ev.JobSubmitted(job=SPEC)
     assert ev.at_receipt(submitted, 0) is submitted  # a file or the simulator: no stream time

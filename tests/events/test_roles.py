@@ -8,6 +8,7 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.events.subjects import OPERATOR_INPUTS, producer_problem, role_of
 from gpuledger.services.roles import ROLES
+from tests.fold.story import admission
 
 # the subject prefix each role may publish on (events/subjects.py)
 PREFIX = {
@@ -67,14 +68,7 @@ def test_the_role_is_the_one_the_subject_grammar_names(cls, role):
 
 def test_a_role_publishes_only_on_its_own_subject_prefix():
     samples = [
-        ev.JobAdmitted(
-            job_id="j",
-            tenant="t",
-            priority_class="c",
-            priority=1,
-            preemptible=True,
-            slo_class="batch",
-        ),
+        admission("j", "t", priority_class="c", priority=1),
         ev.FairShareUpdated(shares=()),
         ev.GangPlaced(job_id="j", allocation_id="j#1", tenant="t", members=()),
         ev.NodeLost(node="n1"),

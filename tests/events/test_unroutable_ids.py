@@ -7,6 +7,7 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.events.subjects import INVALID_ID_TOKEN, subject_for
+from tests.fold.story import admission
 
 
 def rejected(job_id: str) -> ev.JobRejected:
@@ -23,13 +24,6 @@ def test_a_valid_id_keeps_its_own_subject() -> None:
 
 
 def test_other_events_about_an_unroutable_id_are_refused() -> None:
-    admitted = ev.JobAdmitted(
-        job_id="a.b*c >d",
-        tenant="t",
-        priority_class="train",
-        priority=50,
-        preemptible=True,
-        slo_class="batch",
-    )
+    admitted = admission("a.b*c >d", "t")
     with pytest.raises(ev.InvalidId):
         subject_for(admitted)

@@ -24,14 +24,18 @@ def submitted(job_id: str, gpus: int = 8, tenant: str = "org/a", **spec) -> ev.J
     return ev.JobSubmitted(event_id=f"s-{job_id}", job=job)
 
 
-ADMISSION = {"priority_class": "train", "priority": 50, "slo_class": "batch"}
+ADMISSION = {"priority_class": "train", "priority": 50, "preemptible": True, "slo_class": "batch"}
+
+
+def admission(job_id: str, tenant: str = "t", **fields) -> ev.JobAdmitted:
+    """`JobAdmitted` of `job_id`: class train, priority 50, preemptible, SLO batch, unless
+    `fields` (any of the event's) say otherwise."""
+    return ev.JobAdmitted(job_id=job_id, tenant=tenant, **(ADMISSION | fields))
 
 
 def admitted(job_id: str, tenant: str = "org/a", preemptible: bool = True) -> ev.JobAdmitted:
-    by = "admission/0"
-    return ev.JobAdmitted(
-        job_id=job_id, tenant=tenant, preemptible=preemptible, producer=by, **ADMISSION
-    )
+    """`admission` as the admission service publishes it."""
+    return admission(job_id, tenant, preemptible=preemptible, producer="admission/0")
 
 
 def placed(job_id: str, *ranks_on: tuple[str, tuple[int, ...]], at: int = 0, tenant: str = "org/a"):

@@ -30,6 +30,7 @@ from gpuledger.projections.queries import jobs_rows
 from gpuledger.projections.store import connect_readonly
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
+from tests.fold.story import admission
 from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.integration
@@ -95,15 +96,7 @@ def cluster(monkeypatch):
             await publish_as(
                 server,
                 "admission",
-                ev.JobAdmitted(
-                    job_id="a",
-                    tenant="org/a",
-                    priority_class="train",
-                    priority=50,
-                    preemptible=True,
-                    slo_class="batch",
-                    producer="admission/0",
-                ),
+                admission("a", "org/a", producer="admission/0"),
             )
             member = ev.MemberPlacement(rank=0, node="node-2", gpus=(0, 1))
             await publish_as(

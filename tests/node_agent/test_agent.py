@@ -22,6 +22,7 @@ from gpuledger.services.node_agent.decider import (
     Observed,
     Start,
 )
+from tests.fold.story import ADMISSION
 from tests.services.given import cluster, stamped, submitted
 from tests.waiting import eventually
 
@@ -36,17 +37,7 @@ def e(cls, key: str, at: int = 0, **fields):
 
 
 def admitted(job_id: str, at: int = 0) -> ev.JobAdmitted:
-    return e(
-        ev.JobAdmitted,
-        job_id,
-        at,
-        job_id=job_id,
-        tenant="t",
-        priority_class="train",
-        priority=50,
-        preemptible=True,
-        slo_class="batch",
-    )
+    return e(ev.JobAdmitted, job_id, at, job_id=job_id, tenant="t", **ADMISSION)
 
 
 def placed(job_id: str, attempt: int = 1, at: int = 0, resume_step=None, nodes=("n1", "n2")):

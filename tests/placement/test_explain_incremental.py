@@ -22,7 +22,7 @@ from gpuledger.services.placement import (
 )
 from gpuledger.services.placement.reasons import member_unplaceable
 
-from .test_properties import MIG_NAMES, MODELS
+from .test_properties import MIG_NAMES, MODELS, gangs
 
 
 class WalkingFleet(Fleet):
@@ -98,19 +98,6 @@ def plain_members(draw):
     return MemberRequest(cpu_milli=cpu, memory_mib=mem)
 
 
-@st.composite
-def gangs(draw, k):
-    replicas = draw(st.integers(1, 4))
-    return GangRequest(
-        f"j{k}",
-        draw(st.sampled_from(["a", "b", "c"])),
-        draw(members()),
-        replicas,
-        draw(st.one_of(st.none(), st.integers(1, replicas))),
-        draw(st.booleans()),
-    )
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(1, 7),
@@ -149,7 +136,7 @@ def test_incremental_explanations_equal_the_walk(n, data, policy):
                 else:
                     walk.add_node(spec)
             continue
-        g = data.draw(gangs(k))
+        g = data.draw(gangs(k, members()))
         exclude = data.draw(st.lists(st.sampled_from(names), max_size=2))
         released = data.draw(
             st.lists(st.sampled_from(fleet.allocation_ids()), max_size=2)

@@ -157,7 +157,7 @@ def test_selector_queries_decide_as_a_fresh_fleet_over_long_streams():
     fleet rebuilt from scratch before the query."""
     import random
 
-    from .helpers import gang
+    from .helpers import churned, gang, rebuilt
 
     def specs():
         out = []
@@ -168,15 +168,6 @@ def test_selector_queries_decide_as_a_fresh_fleet_over_long_streams():
                 NodeSpec(spec.name, spec.cpu_milli, spec.memory_mib, spec.gpus, labels=labels)
             )
         return out
-
-    def rebuilt(live: Fleet, nodes, unschedulable):
-        fresh = Fleet(nodes, node_order=[n.name for n in nodes])
-        for a in live.allocation_ids():
-            al = live.allocation(a)
-            fresh.allocate(a, al.tenant, al.placement, al.request)
-        for name in sorted(unschedulable):
-            fresh.set_schedulable(name, False)
-        return fresh
 
     rnd = random.Random("selectors")
     nodes = specs()
@@ -189,18 +180,7 @@ def test_selector_queries_decide_as_a_fresh_fleet_over_long_streams():
         (("partition", "a"), ("rack", "r1")),
     ]
     for k in range(6000):
-        roll = rnd.random()
-        if roll < 0.03:
-            name = rnd.choice(nodes).name
-            flag = name in unschedulable
-            live.set_schedulable(name, flag)
-            (unschedulable.discard if flag else unschedulable.add)(name)
-            continue
-        if roll < 0.05:
-            live.add_node(rnd.choice(nodes))
-            continue
-        if live.allocation_ids() and roll < 0.35:
-            live.release(rnd.choice(live.allocation_ids()))
+        if churned(live, nodes, unschedulable, rnd):
             continue
         g = gang(
             f"j{k}",

@@ -65,12 +65,14 @@ def members(draw):
 
 
 @st.composite
-def gangs(draw, k):
+def gangs(draw, k, member=None):
+    """Gang `j<k>` of 1 to 4 replicas of a drawn member (`member`: its strategy, default
+    `members()`), for tenant a, b or c, maybe elastic."""
     replicas = draw(st.integers(1, 4))
     return GangRequest(
         f"j{k}",
         draw(st.sampled_from(["a", "b", "c"])),
-        draw(members()),
+        draw(member if member is not None else members()),
         replicas,
         draw(st.one_of(st.none(), st.integers(1, replicas))),
         draw(st.booleans()),

@@ -10,7 +10,7 @@ import pytest
 
 from gpuledger.services.placement import Fleet, Placement
 
-from .helpers import gang, node
+from .helpers import churned, gang, node, rebuilt
 
 SHAPES = [
     dict(gpu_milli=300, cpu_milli=2000),
@@ -33,16 +33,6 @@ def specs():
     return out
 
 
-def rebuilt(live: Fleet, nodes, unschedulable: set[str]) -> Fleet:
-    fresh = Fleet(nodes, node_order=[n.name for n in nodes])
-    for a in live.allocation_ids():
-        al = live.allocation(a)
-        fresh.allocate(a, al.tenant, al.placement, al.request)
-    for name in sorted(unschedulable):
-        fresh.set_schedulable(name, False)
-    return fresh
-
-
 @pytest.mark.parametrize("policy", ["bestfit", "packing", "fgd", "default"])
 def test_memoised_and_version_scanned_scores_decide_as_a_fresh_fleet(policy):
     rnd = random.Random(f"memo-{policy}")
@@ -52,19 +42,7 @@ def test_memoised_and_version_scanned_scores_decide_as_a_fresh_fleet(policy):
     stale = 0
     shapes = SHAPES + [dict(gpu_milli=100 * k, cpu_milli=500 * k) for k in range(1, 9)]
     for k in range(6000):
-        roll = rnd.random()
-        if roll < 0.03:
-            name = rnd.choice(nodes).name
-            flag = name in unschedulable
-            live.set_schedulable(name, flag)
-            (unschedulable.discard if flag else unschedulable.add)(name)
-            continue
-        if roll < 0.05:  # a node re-registers with the same spec: new state object
-            spec = rnd.choice(nodes)
-            live.add_node(spec)
-            continue
-        if live.allocation_ids() and roll < 0.35:
-            live.release(rnd.choice(live.allocation_ids()))
+        if churned(live, nodes, unschedulable, rnd):
             continue
         shape = rnd.choice(shapes)
         if k % 500 == 1:  # rare shapes: their caches fall behind the truncated change log

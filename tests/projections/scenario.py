@@ -19,6 +19,7 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.events.subjects import role_of
+from tests.fold.story import admission
 
 S = 1000  # ms per second
 
@@ -128,18 +129,7 @@ def build() -> list[tuple[int, str, ev.Event]]:
 
     # train-b: 8 GPUs on n1, borrowing
     add(ev.JobSubmitted(occurred_at_ms=1 * S, job=_job("train-b", "org/b", "train", gpus=8)))
-    add(
-        ev.JobAdmitted(
-            occurred_at_ms=1 * S + 100,
-            job_id="train-b",
-            tenant="org/b",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-            input_seq=8,
-        )
-    )
+    add(admission("train-b", "org/b", occurred_at_ms=1 * S + 100, input_seq=8))
     add(
         ev.GangPlaced(
             occurred_at_ms=2 * S,
@@ -162,17 +152,7 @@ def build() -> list[tuple[int, str, ev.Event]]:
     add(
         ev.JobSubmitted(occurred_at_ms=10 * S, job=_job("small-a", "org/a", "train", gpu_milli=500))
     )
-    add(
-        ev.JobAdmitted(
-            occurred_at_ms=10 * S,
-            job_id="small-a",
-            tenant="org/a",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-        )
-    )
+    add(admission("small-a", "org/a", occurred_at_ms=10 * S))
     add(
         ev.GangPlaced(
             occurred_at_ms=12 * S,
@@ -187,17 +167,7 @@ def build() -> list[tuple[int, str, ev.Event]]:
             occurred_at_ms=10 * S, job=_job("mig-a", "org/a", "train", mig_profile="1g.10gb")
         )
     )
-    add(
-        ev.JobAdmitted(
-            occurred_at_ms=11 * S,
-            job_id="mig-a",
-            tenant="org/a",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-        )
-    )
+    add(admission("mig-a", "org/a", occurred_at_ms=11 * S))
     add(
         ev.GangPlaced(
             occurred_at_ms=14 * S,
@@ -229,10 +199,10 @@ def build() -> list[tuple[int, str, ev.Event]]:
     # infer-a arrives, blocked, preemption (reclaim) of train-b
     add(ev.JobSubmitted(occurred_at_ms=590 * S, job=_job("infer-a", "org/a", "inference", gpus=8)))
     add(
-        ev.JobAdmitted(
+        admission(
+            "infer-a",
+            "org/a",
             occurred_at_ms=590 * S,
-            job_id="infer-a",
-            tenant="org/a",
             priority_class="inference",
             priority=125,
             preemptible=False,
@@ -343,17 +313,7 @@ def build() -> list[tuple[int, str, ev.Event]]:
             occurred_at_ms=610 * S, job=_job("big-b", "org/b", "train", replicas=2, gpus=8)
         )
     )
-    add(
-        ev.JobAdmitted(
-            occurred_at_ms=611 * S,
-            job_id="big-b",
-            tenant="org/b",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-        )
-    )
+    add(admission("big-b", "org/b", occurred_at_ms=611 * S))
     add(
         ev.PendingReasonChanged(
             occurred_at_ms=612 * S,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from gpuledger.projections.store import connect_readonly, rebuild
 from gpuledger.replay.scenario import load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.cli.audit import register
+from tests.replay.simlog import projected
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -21,9 +21,7 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
     import typer
 
     sim = simulate(load(EXAMPLES / "elastic-shrink.yaml"), check=True, until_ms=3_600_000)
-    rebuild(sim.log, tmp_path / "data" / "projection.duckdb")
-    con = connect_readonly(tmp_path / "data" / "projection.duckdb")
-    try:
+    with projected(sim, tmp_path / "data" / "projection.duckdb") as con:
         states = [
             r[0]
             for r in con.execute(
@@ -37,8 +35,6 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
         held = con.execute(
             "SELECT count(*) FROM allocations WHERE job_id = 'pretrain' AND ended_at_ms IS NULL"
         ).fetchone()[0]
-    finally:
-        con.close()
     assert "preempting" not in states and states[-1] == "running"
     assert (outcome, reason, lost) == ("shrunk", "Priority", 0)
     assert held == 4  # four members hold a GPU each after the shrink
@@ -56,9 +52,7 @@ def test_why_explains_a_shrink_and_the_gang_never_left_running(tmp_path):
 
 def test_a_rank_given_up_and_grown_back_keeps_both_intervals(tmp_path):
     sim = simulate(load(EXAMPLES / "elastic-shrink.yaml"), check=True)
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         rows = con.execute(
             "SELECT placed_at_ms, started_at_ms, ended_at_ms, end_reason FROM allocations"
             " WHERE job_id = 'pretrain' AND rank = 4 ORDER BY placed_seq"
@@ -66,8 +60,6 @@ def test_a_rank_given_up_and_grown_back_keeps_both_intervals(tmp_path):
         gpu_ms = con.execute(
             "SELECT sum(allocated_gpu_ms) FROM allocation_usage WHERE job_id = 'pretrain'"
         ).fetchone()[0]
-    finally:
-        con.close()
     assert rows == [
         (0, 0, 1_820_000, "preempted"),
         (3_620_000, 3_620_000, 7_200_000, "completed"),

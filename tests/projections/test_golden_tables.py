@@ -21,8 +21,8 @@ import msgspec
 
 from gpuledger import events as ev
 from gpuledger.projections.mappers import ALL_TABLES
-from gpuledger.projections.store import connect_readonly, rebuild
 from gpuledger.replay.bench.projector import synthetic_log
+from tests.replay.simlog import rebuilt
 
 GOLDEN = Path(__file__).with_name("golden_tables.json")
 
@@ -75,16 +75,12 @@ def digests(messages: list[tuple[int, str, ev.Event]]) -> dict[str, str]:
     """Per table: row count and SHA-256 of its rows in a canonical order."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "p.duckdb"
-        rebuild(messages, db, batch_size=997)
-        con = connect_readonly(db)
-        try:
+        with rebuilt(messages, db, batch_size=997) as con:
             out = {}
             for t in ALL_TABLES:
                 rows = con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
                 out[t] = f"{len(rows)}:{hashlib.sha256(repr(rows).encode()).hexdigest()[:24]}"
             return out
-        finally:
-            con.close()
 
 
 def test_every_table_is_what_the_projector_wrote_before() -> None:

@@ -15,6 +15,7 @@ from gpuledger.projections.mappers import (
     columns_of,
 )
 from gpuledger.projections.queries import gpus_label
+from tests.fold.story import admission
 from tests.services.given import produced
 
 
@@ -150,14 +151,7 @@ def job_j_placed_on_n(**placed) -> list[ev.Event]:
     return [
         ev.NodeRegistered(node=ev.NodeInfo(name="n", cpu_milli=1, memory_mib=1, gpus=(gpu,))),
         ev.JobSubmitted(job=spec),
-        ev.JobAdmitted(
-            job_id="j",
-            tenant="t",
-            priority_class="train",
-            priority=1,
-            preemptible=True,
-            slo_class="batch",
-        ),
+        admission("j", "t", priority=1),
         ev.GangPlaced(
             job_id="j",
             allocation_id="j#1",

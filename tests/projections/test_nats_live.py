@@ -9,11 +9,12 @@ import pytest
 
 from gpuledger import events as ev
 from gpuledger.projections.nats_source import run_projector
-from gpuledger.projections.store import connect_readonly, rebuild
+from gpuledger.projections.store import connect_readonly
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
 from tests.natsauth import as_admin
 from tests.projections.conftest import dump
+from tests.replay.simlog import rebuilt
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +27,8 @@ def nats_url(tmp_path, monkeypatch):
 
 
 def _clean_rebuild(path, log):
-    rebuild(log, path)
-    con = connect_readonly(path)
-    try:
+    with rebuilt(log, path) as con:
         return dump(con)
-    finally:
-        con.close()
 
 
 def caught_up(nats_url: str, db, **options) -> int:

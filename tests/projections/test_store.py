@@ -19,6 +19,7 @@ from gpuledger.projections.store import (
 )
 from gpuledger.replay.logio import write_log
 from tests.projections.conftest import dump
+from tests.replay.simlog import rebuilt
 
 
 class Crash(Exception):
@@ -28,12 +29,8 @@ class Crash(Exception):
 @pytest.fixture()
 def clean(tmp_path, messages):
     db = tmp_path / "clean.duckdb"
-    rebuild(messages, db)
-    con = connect_readonly(db)
-    try:
+    with rebuilt(messages, db) as con:
         yield dump(con)
-    finally:
-        con.close()
 
 
 def _dump(db):

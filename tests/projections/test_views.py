@@ -6,16 +6,15 @@ import json
 
 import pytest
 
-from gpuledger.projections.store import connect_readonly, rebuild
+from tests.fold.story import admission
+from tests.replay.simlog import rebuilt
 
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory, messages):
     db = tmp_path_factory.mktemp("views") / "p.duckdb"
-    rebuild(messages, db)
-    c = connect_readonly(db)
-    yield c
-    c.close()
+    with rebuilt(messages, db) as c:
+        yield c
 
 
 def one(con, q, *args):
@@ -81,15 +80,7 @@ def test_fragmentation_free_gpus_usable_by_a_small_pending_job(tmp_path, message
             occurred_at_ms=1_300_000,
             job=ev.JobSpec(job_id="four", tenant="org/a", resources=ev.Resources(gpus=4)),
         ),
-        ev.JobAdmitted(
-            occurred_at_ms=1_300_000,
-            job_id="four",
-            tenant="org/a",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-        ),
+        admission("four", "org/a", occurred_at_ms=1_300_000),
     ]
     n = len(messages)
     extra = [
@@ -97,12 +88,10 @@ def test_fragmentation_free_gpus_usable_by_a_small_pending_job(tmp_path, message
         for e in extra
     ]
     msgs = messages + [(n + i + 1, ev.subject_for(e), e) for i, e in enumerate(extra)]
-    rebuild(msgs, tmp_path / "f.duckdb")
-    c = connect_readonly(tmp_path / "f.duckdb")
-    overall = c.execute(
-        "SELECT stranded_gpus, free_gpus FROM fragmentation WHERE node = '*'"
-    ).fetchone()
-    c.close()
+    with rebuilt(msgs, tmp_path / "f.duckdb") as c:
+        overall = c.execute(
+            "SELECT stranded_gpus, free_gpus FROM fragmentation WHERE node = '*'"
+        ).fetchone()
     assert overall == (0, 8)
 
 

@@ -21,6 +21,7 @@ from gpuledger import events as ev
 from gpuledger.events.subjects import role_of
 from gpuledger.projections.mappers import Projection, columns_of
 from gpuledger.replay.bench.projector import synthetic_log
+from tests.fold.story import admission
 from tests.properties.profiles import examples
 
 BASE = list(synthetic_log(1500, nodes=4))
@@ -53,17 +54,7 @@ bad_event = st.one_of(
     st.builds(lambda n: ev.NodeLost(node=n, producer="scheduler/0"), node),
     st.builds(lambda n: ev.NodeHeartbeat(node=n), node),
     st.builds(lambda j: ev.PendingReasonChanged(job_id=j, reason="Resources", message="m"), job_id),
-    st.builds(
-        lambda j: ev.JobAdmitted(
-            job_id=j,
-            tenant="org/t0",
-            priority_class="train",
-            priority=1,
-            preemptible=True,
-            slo_class="batch",
-        ),
-        job_id,
-    ),
+    st.builds(lambda j: admission(j, "org/t0", priority=1), job_id),
     st.builds(lambda j: ev.JobCancelled(job_id=j, tenant="org/t0"), job_id),
 )
 # the real producer of each type most of the time, anyone's name (or none) otherwise

@@ -186,33 +186,8 @@ def test_an_incompatible_or_damaged_snapshot_is_unusable() -> None:
 
 
 def test_the_forked_encoding_is_the_inline_one() -> None:
-    log = simulate(
-        from_document(
-            document(
-                [
-                    {
-                        "tenant": "a",
-                        "class": "train",
-                        "shape": {"gpus": 2, "replicas": 2},
-                        "duration_s": 60,
-                        "at_s": 0,
-                    }
-                ],
-                {
-                    "preemption_scope": "tenant",
-                    "min_runtime_s": 0,
-                    "reservation_after_s": 0,
-                    "placement_policy": "default",
-                    "default_grace_s": 30,
-                },
-                [],
-                (None, None),
-            )
-        )
-    ).log
-    ledger = Ledger()
-    for seq, _, e in log:
-        ledger.apply(seq, e)
+    log = _small_log(SMALL_A)
+    ledger = folded(log)
     encoding = snapshots.Encoding(ledger)
     late = ev.JobSubmitted(
         job=ev.JobSpec(job_id="late", tenant="a", resources=ev.Resources(gpus=1))
@@ -237,10 +212,7 @@ def test_the_forked_encoding_is_the_inline_one() -> None:
         saved_ms=0,
     )
     restored = snapshots.loads(data, manifest)
-    fresh = Ledger()
-    for seq, _, e in log:
-        fresh.apply(seq, e)
-    assert digest(restored) == digest(fresh) != digest(ledger)
+    assert digest(restored) == digest(folded(log)) != digest(ledger)
 
 
 def test_a_fold_of_another_kind_does_not_fit() -> None:
@@ -257,42 +229,39 @@ def test_a_fold_of_another_kind_does_not_fit() -> None:
     assert state.ledger.last_seq == 0 and state.ended_ms == {}  # unchanged
 
 
-def _small_ledger() -> Ledger:
-    log = simulate(
-        from_document(
-            document(
-                [
-                    {
-                        "tenant": "a",
-                        "class": "train",
-                        "shape": {"gpus": 2, "replicas": 2},
-                        "duration_s": 60,
-                        "at_s": 0,
-                    },
-                    {
-                        "tenant": "b",
-                        "class": "train",
-                        "shape": {"gpus": 1, "replicas": 1},
-                        "duration_s": 30,
-                        "at_s": 5,
-                    },
-                ],
-                {
-                    "preemption_scope": "tenant",
-                    "min_runtime_s": 0,
-                    "reservation_after_s": 0,
-                    "placement_policy": "default",
-                    "default_grace_s": 30,
-                },
-                [],
-                (None, None),
-            )
-        )
-    ).log
+SMALL_A = {
+    "tenant": "a",
+    "class": "train",
+    "shape": {"gpus": 2, "replicas": 2},
+    "duration_s": 60,
+    "at_s": 0,
+}
+SMALL_B = {"tenant": "b", "class": "train", "shape": {"gpus": 1, "replicas": 1}}
+SMALL_B |= {"duration_s": 30, "at_s": 5}
+SMALL_POLICY = {
+    "preemption_scope": "tenant",
+    "min_runtime_s": 0,
+    "reservation_after_s": 0,
+    "placement_policy": "default",
+    "default_grace_s": 30,
+}
+
+
+def _small_log(*jobs: dict) -> list:
+    """The simulated log of `jobs` (property-test job dicts) under SMALL_POLICY."""
+    return simulate(from_document(document(list(jobs), SMALL_POLICY, [], (None, None)))).log
+
+
+def folded(log) -> Ledger:
+    """A ledger folded from every entry of `log`."""
     ledger = Ledger()
     for seq, _, e in log:
         ledger.apply(seq, e)
     return ledger
+
+
+def _small_ledger() -> Ledger:
+    return folded(_small_log(SMALL_A, SMALL_B))
 
 
 def _restore(raw: bytes):

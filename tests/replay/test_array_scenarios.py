@@ -11,16 +11,9 @@ from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.inputs.jobfile import JobFileError, job_spec
+from tests.replay.simlog import logged, projected
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def test_the_example_runs_tasks_in_waves_of_max_running():
@@ -106,17 +99,12 @@ def test_user_ids_may_not_hold_the_task_separator():
 
 def test_jobs_shows_an_array_as_one_line_with_its_tasks_counted(tmp_path):
     from gpuledger.projections.queries import job_state_text, jobs_rows
-    from gpuledger.projections.store import connect_readonly, rebuild
 
     sim = simulate(load(EXAMPLES / "arrays.yaml"), until_ms=700_000)
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         rows = {r["job_id"]: r for r in jobs_rows(con)}
         all_rows = {r["job_id"] for r in jobs_rows(con, tasks=True)}
         states = dict(con.execute("SELECT job_id, state FROM jobs").fetchall())
-    finally:
-        con.close()
     assert sorted(rows) == ["grid", "sweep"]
     assert job_state_text(rows["sweep"]) == "running 3/10 done 3"
     assert job_state_text(rows["grid"]) == "running 2/4 done 0"
@@ -143,16 +131,11 @@ def test_a_job_may_depend_on_an_array_or_on_one_task():
 
 
 def test_the_ui_queue_shows_an_array_as_one_line(tmp_path):
-    from gpuledger.projections.store import connect_readonly, rebuild
     from gpuledger.projections.ui.data import queue
 
     sim = simulate(load(EXAMPLES / "arrays.yaml"), until_ms=700_000)
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         rows = queue(con, None)["rows"]
-    finally:
-        con.close()
     lines = {r["job_id"]: r for r in rows}
     assert sorted(lines) == ["grid", "sweep"]
     assert lines["sweep"]["tasks_waiting"] == 4 and lines["sweep"]["reason"] == "ArrayTaskLimit"

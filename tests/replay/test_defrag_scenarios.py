@@ -15,6 +15,7 @@ from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.inputs.schema import InputError as ConfigFileError
+from tests.replay.simlog import logged
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -26,14 +27,6 @@ def run(name: str, check: bool = False, **policy):
     sim = simulate(from_document(doc), check=check)
     rep = report(sim.ledger, sim.log, sim.now_ms)
     return sim, {j["id"]: j for j in rep["jobs"]}, rep["metrics"]
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def nodes_of(placement) -> list[str]:

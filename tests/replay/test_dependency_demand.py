@@ -8,16 +8,9 @@ from gpuledger import events as ev
 from gpuledger.events.reasons import PendingReason, PreemptionReason
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
+from tests.replay.simlog import logged, projected
 
 H = 3_600_000
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def shares_at(sim, t_ms):
@@ -115,21 +108,16 @@ def test_an_elastic_gang_grows_while_a_job_waits_for_a_dependency():
 
 
 def test_a_job_waiting_for_its_dependency_is_not_pending_work_in_sql(tmp_path):
-    from gpuledger.projections.store import connect_readonly, rebuild
 
     doc = two_tenants()
     sim = simulate(from_document(doc), until_ms=30 * 60_000)
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         (row,) = con.execute(
             "SELECT free_gpus, stranded_gpus, pending_jobs FROM fragmentation WHERE node = '*'"
         ).fetchall()
         (demand,) = con.execute(
             "SELECT demand_gpu_milli FROM tenants WHERE tenant = 'ml'"
         ).fetchone()
-    finally:
-        con.close()
     # train (6 GPUs) waits for prep: no pending work, so nothing is stranded by it
     assert row == (6, 6, 0)
     assert demand == 2000

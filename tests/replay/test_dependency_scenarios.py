@@ -10,16 +10,9 @@ import yaml
 from gpuledger import events as ev
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
+from tests.replay.simlog import logged, projected
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def placed_at(sim, job_id):
@@ -101,18 +94,13 @@ def test_a_yaml_on_key_is_read_as_on_not_as_true():
 
 
 def test_sql_lists_every_dependency_with_its_status(tmp_path):
-    from gpuledger.projections.store import connect_readonly, rebuild
 
     sim = simulate(load(EXAMPLES / "dependencies.yaml"), until_ms=2_000_000)
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         rows = con.execute(
             'SELECT job_id, depends_on, "on", dependency_state, status, state, reason '
             "FROM dependency_waits WHERE state NOT IN ('rejected') ORDER BY job_id"
         ).fetchall()
-    finally:
-        con.close()
     assert rows == [
         ("cleanup-on-failure", "train", "failed", "running", "waiting", "pending", "Dependency"),
         ("monitor", "train", "started", "running", "met", "running", None),

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from gpuledger import events as ev
 from gpuledger.replay.scenario import ScenarioError, from_document
 from gpuledger.replay.simulator import simulate
+from tests.replay.simlog import logged
 
 M = 60_000
 H = 3_600_000
@@ -23,14 +24,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def run(doc, **kw):
     return simulate(from_document(doc), check=True, **kw)
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def reasons(sim, job_id):

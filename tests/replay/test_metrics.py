@@ -18,6 +18,7 @@ from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.scenario import load as load_scenario
 from gpuledger.replay.simulator import simulate
+from tests.fold.story import admission
 from tests.services.given import produced
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,15 +187,7 @@ def test_capacity_follows_registration_loss_and_revival(tmp_path):
     log = [
         ev.NodeRegistered(event_id="r1", node=node, simulated=True),
         ev.JobSubmitted(event_id="s1", job=spec),
-        ev.JobAdmitted(
-            event_id="a1",
-            job_id="j1",
-            tenant="t",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-        ),
+        admission("j1", "t", event_id="a1"),
         ev.GangPlaced(
             event_id="p1",
             job_id="j1",

@@ -11,6 +11,7 @@ from gpuledger.replay.report import report
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.domain.fold.ledger import Ledger
+from tests.replay.simlog import logged
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OLD_ANTI_THRASHING = {
@@ -23,6 +24,22 @@ OLD_ANTI_THRASHING = {
 (reservations, usage decay) set them so their numbers keep meaning what they say."""
 
 
+def job(i, tenant, cls, gpus, minutes, at, save=5):
+    """Timeline entry: job `j<i>` of `tenant` in class `cls`, `gpus` GPUs for `minutes`,
+    submitted at `at` s, saving a checkpoint in `save` s when asked."""
+    submit = {"id": f"j{i}", "tenant": tenant, "class": cls, "gpus": gpus}
+    submit |= {"duration": minutes * 60, "checkpoint": {"save": save}}
+    return {"at": at, "submit": submit}
+
+
+A_AND_B = {
+    "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
+    "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+}
+"""Two 4-GPU nodes; tenants a and b each guaranteed 4 GPUs."""
+BEST_EFFORT = [{"name": "best-effort", "value": 10, "preemptible": True}]
+
+
 def run(name: str, **policy):
     if not policy:
         sim = simulate(load(EXAMPLES / name))
@@ -32,14 +49,6 @@ def run(name: str, **policy):
         sim = simulate(from_document(doc))
     rep = report(sim.ledger, sim.log, sim.now_ms)
     return sim, {j["id"]: j for j in rep["jobs"]}, rep["metrics"]
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def test_preempt_batch_checkpoints_the_batch_job_and_starts_production():
@@ -323,23 +332,9 @@ def test_fragmentation_alone_never_starves_a_guarantee_a_gang_is_moved_instead()
     is checkpointed and moved to the other node, and a's job starts after the checkpoint."""
     from gpuledger.replay.verify import verify
 
-    def job(i, tenant, cls, gpus, minutes, at):
-        return {
-            "at": at,
-            "submit": {
-                "id": f"j{i}",
-                "tenant": tenant,
-                "class": cls,
-                "gpus": gpus,
-                "duration": minutes * 60,
-                "checkpoint": {"save": 5},
-            },
-        }
-
     doc = {
-        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
-        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        **A_AND_B,
+        "priority_classes": BEST_EFFORT,
         "policy": {"default_grace_s": 60},
         "timeline": [
             job(0, "b", "best-effort", 1, 30, 0),
@@ -368,23 +363,9 @@ def test_fragmentation_by_several_small_gangs_moves_as_many_as_it_takes():
     the other at once, and a's job starts after the checkpoint."""
     from gpuledger.replay.verify import verify
 
-    def job(i, tenant, cls, gpus, minutes, at):
-        return {
-            "at": at,
-            "submit": {
-                "id": f"j{i}",
-                "tenant": tenant,
-                "class": cls,
-                "gpus": gpus,
-                "duration": minutes * 60,
-                "checkpoint": {"save": 5},
-            },
-        }
-
     doc = {
-        "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-        "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
-        "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+        **A_AND_B,
+        "priority_classes": BEST_EFFORT,
         "policy": {"default_grace_s": 60, "min_runtime_s": 0},
         "timeline": [
             job(0, "b", "best-effort", 1, 30, 0),
@@ -419,24 +400,10 @@ def test_fragmentation_by_work_of_the_same_priority_is_moved_too():
     and a waited for b's jobs to end. Moving one of them to the other node costs b nothing but
     a checkpoint: it is moved, and a's job starts after the 5 s save."""
 
-    def job(i, tenant, cls, gpus, minutes, at):
-        return {
-            "at": at,
-            "submit": {
-                "id": f"j{i}",
-                "tenant": tenant,
-                "class": cls,
-                "gpus": gpus,
-                "duration": minutes * 60,
-                "checkpoint": {"save": 5},
-            },
-        }
-
     sim = simulate(
         from_document(
             {
-                "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-                "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
+                **A_AND_B,
                 "policy": {"default_grace_s": 60, "min_runtime_s": 0},
                 "timeline": [
                     job(0, "b", "train", 1, 30, 0),
@@ -462,25 +429,11 @@ def test_a_beneficiary_never_takes_another_beneficiarys_reclaimed_node():
     jobs to end. Now a beneficiary shares only the nodes where it has victims of its own:
     it waits for n2, and a starts when the last of its victims has saved (20 s)."""
 
-    def job(i, tenant, cls, gpus, at, save):
-        return {
-            "at": at,
-            "submit": {
-                "id": f"j{i}",
-                "tenant": tenant,
-                "class": cls,
-                "gpus": gpus,
-                "duration": 1800,
-                "checkpoint": {"save": save},
-            },
-        }
-
     sim = simulate(
         from_document(
             {
-                "cluster": {"nodes": [{"name_prefix": "n", "count": 2, "gpus": 4}]},
-                "tenants": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}],
-                "priority_classes": [{"name": "best-effort", "value": 10, "preemptible": True}],
+                **A_AND_B,
+                "priority_classes": BEST_EFFORT,
                 "policy": {
                     "default_grace_s": 60,
                     "min_runtime_s": 0,
@@ -489,12 +442,12 @@ def test_a_beneficiary_never_takes_another_beneficiarys_reclaimed_node():
                     "aging_after_wait_s": 0,
                 },
                 "timeline": [
-                    job(0, "b", "best-effort", 1, 0, 5),
-                    job(1, "b", "best-effort", 1, 120, 20),
-                    job(2, "b", "train", 1, 120, 5),
-                    job(3, "b", "train", 1, 120, 5),
-                    job(4, "b", "best-effort", 3, 120, 20),
-                    job(5, "a", "train", 4, 1860, 5),
+                    job(0, "b", "best-effort", 1, 30, 0, save=5),
+                    job(1, "b", "best-effort", 1, 30, 120, save=20),
+                    job(2, "b", "train", 1, 30, 120, save=5),
+                    job(3, "b", "train", 1, 30, 120, save=5),
+                    job(4, "b", "best-effort", 3, 30, 120, save=20),
+                    job(5, "a", "train", 4, 30, 1860, save=5),
                 ],
             }
         )

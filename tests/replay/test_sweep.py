@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpuledger.replay.logio import read_log, write_log
-from gpuledger.replay.scenario import load as load_scenario
-from gpuledger.replay.simulator import simulate
+from gpuledger.replay.logio import read_log
 from gpuledger.replay.sweep import rank
 from gpuledger.replay.sweep.executors import InProcess, executor_for
 from gpuledger.replay.sweep.run import run_sweep
@@ -26,13 +24,6 @@ from gpuledger.services.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "tests" / "fixtures" / "sweep" / "sweep.yaml"
-
-
-@pytest.fixture(scope="module")
-def demo_log(tmp_path_factory) -> Path:
-    log = tmp_path_factory.mktemp("demo") / "demo.jsonl"
-    write_log(log, simulate(load_scenario(ROOT / "examples" / "demo.yaml")).log)
-    return log
 
 
 def gl(*args):

@@ -15,46 +15,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpuledger.replay.logio import read_log, write_log
-from gpuledger.replay.scenario import load as load_scenario
-from gpuledger.replay.simulator import simulate
-from gpuledger.replay.sweep.executors import DaskExecutor, InProcess
+from gpuledger.replay.logio import read_log
+from gpuledger.replay.sweep.executors import DaskExecutor, InProcess, local_cluster
 from gpuledger.replay.sweep.run import run_sweep
 from gpuledger.replay.sweep.spec import load
 from gpuledger.replay.sweep.task import run_variant
 from gpuledger.replay.whatif import external_inputs
 from gpuledger.services.cli.main import app
+from tests.replay.test_sweep import SWEEP
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.dask
-
-ROOT = Path(__file__).resolve().parents[2]
-SWEEP = ROOT / "tests" / "fixtures" / "sweep" / "sweep.yaml"
-
-
-@pytest.fixture(scope="module")
-def demo_log(tmp_path_factory) -> Path:
-    log = tmp_path_factory.mktemp("demo") / "demo.jsonl"
-    write_log(log, simulate(load_scenario(ROOT / "examples" / "demo.yaml")).log)
-    return log
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """An existing Dask cluster, as a platform team runs one: we reach it by its address."""
-    import logging
-
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        scheduler_port=0,
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR,
-    ) as c:
+    with local_cluster(2) as c:
         yield c
 
 

@@ -15,6 +15,7 @@ from gpuledger.replay.simulator import simulate
 from gpuledger.replay.verify import verify
 from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.preemption.victims import plan, releasing_by_tenant
+from tests.replay.simlog import logged
 
 SCENARIO = Path(__file__).resolve().parents[2] / "replay" / "scenarios" / "thrashing-mixed.yaml"
 HOUR_MS = 3_600_000
@@ -24,14 +25,6 @@ OLD_ZERO = {
     "aging_after_preemptions": 0,
     "aging_after_wait_s": 0,
 }
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def evictions(sim) -> Counter:

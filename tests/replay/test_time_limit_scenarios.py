@@ -12,16 +12,9 @@ from gpuledger import events as ev
 from gpuledger.events.reasons import TERMINAL_STATES
 from gpuledger.replay.scenario import from_document, load
 from gpuledger.replay.simulator import simulate
+from tests.replay.simlog import logged, projected
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def logged(sim, cls, **match):
-    return [
-        e
-        for _, _, e in sim.log
-        if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())
-    ]
 
 
 def scenario(*timeline, classes=(), policy=None, gpus=8):
@@ -167,20 +160,15 @@ def test_backfill_and_reservations_trust_time_limits_over_duration_hints():
 
 
 def test_sql_shows_timeouts_and_the_timeout_state(tmp_path):
-    from gpuledger.projections.store import connect_readonly, rebuild
 
     sim = simulate(load(EXAMPLES / "time-limits.yaml"))
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         rows = con.execute(
             "SELECT job_id, time_limit_s, started_at_ms, deadline_ms, ended_at_ms, outcome "
             "FROM timeouts ORDER BY job_id"
         ).fetchall()
         states = dict(con.execute("SELECT job_id, state FROM jobs").fetchall())
         reasons = dict(con.execute("SELECT job_id, reason FROM jobs").fetchall())
-    finally:
-        con.close()
     assert rows == [
         ("defaulted", 7200, 0, 7_260_000, 7_220_000, "timeout"),
         ("long-run", 3600, 0, 3_660_000, 3_620_000, "timeout"),
@@ -191,15 +179,10 @@ def test_sql_shows_timeouts_and_the_timeout_state(tmp_path):
 
 def test_metrics_count_timeouts_per_tenant_and_class(tmp_path):
     from gpuledger.projections.exporter import read_metrics
-    from gpuledger.projections.store import connect_readonly, rebuild
 
     sim = simulate(load(EXAMPLES / "time-limits.yaml"))
-    rebuild(sim.log, tmp_path / "p.duckdb")
-    con = connect_readonly(tmp_path / "p.duckdb")
-    try:
+    with projected(sim, tmp_path / "p.duckdb") as con:
         samples = read_metrics(con)
-    finally:
-        con.close()
     assert samples["gpuledger_timed_out_workloads_total"] == [(["ml", "train"], 2)]
 
 

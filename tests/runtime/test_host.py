@@ -17,6 +17,7 @@ from gpuledger.services.runtime.bus import Bus
 from gpuledger.services.runtime.host import Host, run_service
 from gpuledger.services.runtime.nats_server import EmbeddedNats
 from tests import natsauth
+from tests.fold.story import admission
 from tests.waiting import eventually_async as eventually
 
 
@@ -28,15 +29,8 @@ def submitted(job_id: str) -> events.JobSubmitted:
 
 
 def admitted(job_id: str, producer: str = "admitter/0") -> events.JobAdmitted:
-    return events.JobAdmitted(
-        event_id=events.derive_event_id("JobAdmitted", job_id),
-        producer=producer,
-        job_id=job_id,
-        tenant="t",
-        priority_class="train",
-        priority=50,
-        preemptible=True,
-        slo_class="batch",
+    return admission(
+        job_id, "t", event_id=events.derive_event_id("JobAdmitted", job_id), producer=producer
     )
 
 
@@ -99,6 +93,21 @@ async def running(host: Host) -> AsyncIterator[Host]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def served(service, url: str, stop: asyncio.Event, hosts: list[Host], **options) -> asyncio.Task:
+    """`run_service(service)` as a task, connecting with the test credential, stopping when
+    `stop` is set; each host it builds is appended to `hosts` (`options`: run_service's)."""
+    return asyncio.create_task(
+        run_service(
+            service,
+            url,
+            nats_options=natsauth.options(),
+            stop=stop,
+            on_host=hosts.append,
+            **options,
+        )
+    )
 
 
 async def settle(*hosts: Host, seq: int | None = None, timeout: float = 5.0) -> None:
@@ -265,15 +274,7 @@ async def test_run_service_stops_gracefully_on_the_stop_event(
 ) -> None:
     stop = asyncio.Event()
     hosts: list[Host] = []
-    task = asyncio.create_task(
-        run_service(
-            Admitter(),
-            nats_server.url,
-            nats_options=natsauth.options(),
-            stop=stop,
-            on_host=hosts.append,
-        )
-    )
+    task = served(Admitter(), nats_server.url, stop, hosts)
     await bus.publish(submitted("j1"))
     await eventually(lambda: bool(hosts) and "j1" in hosts[0].state.admitted)
     stop.set()
@@ -287,27 +288,9 @@ async def test_only_the_lease_holder_decides_and_a_standby_takes_over(
     first, second = Admitter("0"), Admitter("1")
     stop_first, stop_second = asyncio.Event(), asyncio.Event()
     hosts: list[Host] = []
-    t1 = asyncio.create_task(
-        run_service(
-            first,
-            nats_server.url,
-            nats_options=natsauth.options(),
-            stop=stop_first,
-            lease_ttl_s=2,
-            on_host=hosts.append,
-        )
-    )
+    t1 = served(first, nats_server.url, stop_first, hosts, lease_ttl_s=2)
     await eventually(lambda: bool(hosts) and hosts[0].lease is not None and hosts[0].lease.held)
-    t2 = asyncio.create_task(
-        run_service(
-            second,
-            nats_server.url,
-            nats_options=natsauth.options(),
-            stop=stop_second,
-            lease_ttl_s=2,
-            on_host=hosts.append,
-        )
-    )
+    t2 = served(second, nats_server.url, stop_second, hosts, lease_ttl_s=2)
     await eventually(lambda: len(hosts) == 2)
     h1, h2 = hosts
     await bus.publish(submitted("j1"))
@@ -335,16 +318,7 @@ async def test_a_service_waits_for_the_operator_to_create_the_lease_bucket_foldi
     stop = asyncio.Event()
     hosts: list[Host] = []
     admitter = Admitter()
-    task = asyncio.create_task(
-        run_service(
-            admitter,
-            nats_server.url,
-            nats_options=natsauth.options(),
-            stop=stop,
-            lease_ttl_s=2,
-            on_host=hosts.append,
-        )
-    )
+    task = served(admitter, nats_server.url, stop, hosts, lease_ttl_s=2)
     await bus.publish(submitted("j1"))
     await eventually(lambda: bool(hosts) and hosts[0].folded_seq == 1)  # folds meanwhile
     seen: list[str] = []

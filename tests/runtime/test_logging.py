@@ -19,16 +19,16 @@ import structlog
 
 from gpuledger import events
 from gpuledger.services.runtime.bus import Bus
-from gpuledger.services.runtime.host import Host, run_service
+from gpuledger.services.runtime.host import Host
 from gpuledger.services.runtime.logging import configure_logging
 from gpuledger.services.runtime.nats_server import EmbeddedNats
-from tests import natsauth
 from tests.runtime.test_host import (
     AdmitState,
     Admitter,
     admitted,
     of_type,
     running,
+    served,
     settle,
     stream_events,
     submitted,
@@ -246,16 +246,7 @@ async def test_host_start_and_stop_lines(nats_server: EmbeddedNats, json_logs: L
     try:
         stop = asyncio.Event()
         hosts: list[Host] = []
-        task = asyncio.create_task(
-            run_service(
-                Admitter(),
-                nats_server.url,
-                nats_options=natsauth.options(),
-                stop=stop,
-                on_host=hosts.append,
-                retry_backoff_s=0.05,
-            )
-        )
+        task = served(Admitter(), nats_server.url, stop, hosts, retry_backoff_s=0.05)
         # no stream yet: the host says so and waits for it
         await eventually(lambda: named(json_logs(), "host.stream_unavailable"))
         await bus.ensure_stream()

@@ -68,6 +68,46 @@ def stamped(cls, key: str, at: int = 0, **fields) -> ev.Event:
     return stamp(cls, key=key, producer=producer, now_ms=at, correlation_id=key, **fields)
 
 
+def started(job_id: str, at: int = 0, node: str = "n1", key: str = "s") -> ev.Event:
+    """The one member (rank 0) of `job_id`'s first allocation started on `node` at `at` ms."""
+    alloc = f"{job_id}#1"
+    return stamped(ev.MemberStarted, key, at, job_id=job_id, allocation_id=alloc, rank=0, node=node)
+
+
+def exited(
+    job_id: str, at: int, outcome: str = "completed", node: str = "n1", key: str = "x"
+) -> ev.Event:
+    """The one member (rank 0) of `job_id`'s first allocation exited with `outcome` at `at` ms."""
+    alloc = f"{job_id}#1"
+    fields = {"job_id": job_id, "allocation_id": alloc, "rank": 0, "node": node}
+    return stamped(ev.MemberExited, key, at, outcome=outcome, **fields)
+
+
+def exit_all(
+    ledger: Ledger, job_id: str, outcome: str, at: int, key: str = "exit-{allocation_id}-{rank}"
+) -> Ledger:
+    """Every member of `job_id`'s current allocation exits with `outcome` at `at` ms (event
+    keys from `key`, formatted with job_id, allocation_id and rank)."""
+    rec = ledger.allocations[ledger.jobs[job_id].allocation_id]
+    alloc = rec.allocation_id
+    return fold(
+        ledger,
+        [
+            stamped(
+                ev.MemberExited,
+                key.format(job_id=job_id, allocation_id=alloc, rank=m.rank),
+                at,
+                job_id=job_id,
+                allocation_id=alloc,
+                rank=m.rank,
+                node=m.node,
+                outcome=outcome,
+            )
+            for m in rec.members
+        ],
+    )
+
+
 def produced(event: ev.Event, instance: str = "0") -> ev.Event:
     """`event` as the role that produces its type publishes it (`<role>/<instance>`), where it
     names no producer yet; client and configuration events are left as they are."""

@@ -9,6 +9,7 @@ import pytest
 from gpuledger import events as ev
 from gpuledger.services.domain.fold.acceptance import Refused, admit, subject_refusal
 from gpuledger.services.domain.fold.ledger import Ledger
+from tests.fold.story import admission
 
 
 def gpu(i: int) -> ev.GpuInfo:
@@ -19,15 +20,7 @@ def job(job_id: str) -> list[ev.Event]:
     spec = ev.JobSpec(job_id=job_id, tenant="org/a", resources=ev.Resources(gpus=8))
     return [
         ev.JobSubmitted(event_id=f"s-{job_id}", job=spec),
-        ev.JobAdmitted(
-            job_id=job_id,
-            tenant="org/a",
-            priority_class="train",
-            priority=50,
-            preemptible=True,
-            slo_class="batch",
-            producer="admission/0",
-        ),
+        admission(job_id, "org/a", producer="admission/0"),
     ]
 
 

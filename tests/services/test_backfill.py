@@ -7,7 +7,7 @@ from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, exited, fold, given, of_type, started, submitted
 
 HOUR = 3_600_000
 
@@ -26,11 +26,7 @@ def reserved(policy):
     fold(ledger, Scheduler().decide(ledger, 0))
     fold(
         ledger,
-        [
-            stamped(
-                ev.MemberStarted, "s", 0, job_id="long", allocation_id="long#1", rank=0, node="n1"
-            )
-        ],
+        [started("long")],
     )
     fold(ledger, [submitted(id="small", tenant="t", gpus=2, duration="3h", at_ms=100_000)])
     fold(ledger, Admission().decide(ledger, 100_000))
@@ -50,18 +46,7 @@ def test_a_preemptible_job_backfills_the_reservation_and_leaves_when_the_gang_ca
     assert of_type(Preemption().decide(ledger, 100_000), ev.PreemptionRequested) == []
     fold(
         ledger,
-        [
-            stamped(
-                ev.MemberExited,
-                "x",
-                HOUR,
-                job_id="long",
-                allocation_id="long#1",
-                rank=0,
-                node="n1",
-                outcome="completed",
-            )
-        ],
+        [exited("long", HOUR)],
     )
     fold(ledger, Scheduler().decide(ledger, HOUR))  # GangCompleted
     fold(ledger, Scheduler().decide(ledger, HOUR))  # the gang still does not fit

@@ -13,7 +13,7 @@ from gpuledger.services.admission.decider import Admission
 from gpuledger.services.domain.fold.refusals import Refused
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, exit_all, fold, given, of_type, stamped, submitted
 from tests.services.test_preemption import QUIET, blocked, fleet, running, start, step
 
 ELASTIC = {"id": "elastic", "tenant": "a", "gpus": 1, "replicas": 6, "min_members": 4}
@@ -84,22 +84,7 @@ def test_when_the_leaving_members_exited_the_gang_shrinks_and_the_job_lands():
     assert ledger.jobs["elastic"].state == "running"
     assert ledger.tenant_gpu_milli["a"] == 4000 + 1000 + 3000
     # and the 4 members that stayed complete the job
-    fold(
-        ledger,
-        [
-            stamped(
-                ev.MemberExited,
-                f"done-{m.rank}",
-                30,
-                job_id="elastic",
-                allocation_id="elastic#1",
-                rank=m.rank,
-                node=m.node,
-                outcome="completed",
-            )
-            for m in rec.members
-        ],
-    )
+    exit_all(ledger, "elastic", "completed", 30, key="done-{rank}")
     (done,) = of_type(step(ledger, 30, Scheduler()), ev.GangCompleted)
     assert done.job_id == "elastic" and ledger.jobs["elastic"].state == "completed"
 
@@ -201,23 +186,7 @@ def shrunk_to_4(policy=None, at=20):
 
 
 def finish(ledger, job_id, at):
-    rec = ledger.allocations[ledger.jobs[job_id].allocation_id]
-    fold(
-        ledger,
-        [
-            stamped(
-                ev.MemberExited,
-                f"done-{job_id}-{m.rank}",
-                at,
-                job_id=job_id,
-                allocation_id=rec.allocation_id,
-                rank=m.rank,
-                node=m.node,
-                outcome="completed",
-            )
-            for m in rec.members
-        ],
-    )
+    exit_all(ledger, job_id, "completed", at, key="done-{job_id}-{rank}")
     step(ledger, at, Scheduler())
 
 

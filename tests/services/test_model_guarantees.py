@@ -6,7 +6,7 @@ preemptible work is not bound by the per-model guarantee."""
 from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, exited, fold, given, of_type, started, submitted
 
 NODES = (
     {"name": "a100", "gpus": 4, "model": "A100-80GB"},
@@ -52,19 +52,8 @@ def test_non_preemptible_work_on_a_model_stays_within_that_models_guarantee():
     fold(
         ledger,
         [
-            stamped(
-                ev.MemberStarted, "s", 0, job_id="i1", allocation_id="i1#1", rank=0, node="a100"
-            ),
-            stamped(
-                ev.MemberExited,
-                "x",
-                10,
-                job_id="i1",
-                allocation_id="i1#1",
-                rank=0,
-                node="a100",
-                outcome="completed",
-            ),
+            started("i1", node="a100"),
+            exited("i1", 10, node="a100"),
         ],
     )
     fold(ledger, Scheduler().decide(ledger, 10))

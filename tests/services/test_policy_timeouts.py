@@ -7,7 +7,7 @@ import msgspec
 from gpuledger import events as ev
 from gpuledger.services.admission.decider import Admission
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, exited, fold, given, of_type, stamped, started, submitted
 
 
 def preempted_for_a_ghost(policy):
@@ -26,15 +26,7 @@ def preempted_for_a_ghost(policy):
     fold(
         ledger,
         [
-            stamped(
-                ev.MemberStarted,
-                "s",
-                0,
-                job_id="victim",
-                allocation_id="victim#1",
-                rank=0,
-                node="n1",
-            ),
+            started("victim"),
             stamped(
                 ev.PreemptionRequested,
                 "p",
@@ -45,16 +37,7 @@ def preempted_for_a_ghost(policy):
                 reason="Priority",
                 deadline_ms=35_000,
             ),
-            stamped(
-                ev.MemberExited,
-                "x",
-                10_000,
-                job_id="victim",
-                allocation_id="victim#1",
-                rank=0,
-                node="n1",
-                outcome="preempted",
-            ),
+            exited("victim", 10_000, "preempted"),
         ],
     )
     fold(ledger, Scheduler().decide(ledger, 10_000))  # evicted and requeued

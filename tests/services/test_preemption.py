@@ -17,7 +17,7 @@ from gpuledger.services.preemption import rules
 from gpuledger.services.preemption.decider import Preemption
 from gpuledger.services.preemption.victims import Exclusion, candidates
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, exit_all, fold, given, of_type, stamped, submitted
 
 QUIET = {
     "min_runtime_s": 0,
@@ -66,26 +66,6 @@ def start(ledger, at, job_id=None):
                     for m in rec.members
                 ],
             )
-
-
-def exit_all(ledger, job_id, outcome, at):
-    rec = ledger.allocations[ledger.jobs[job_id].allocation_id]
-    fold(
-        ledger,
-        [
-            stamped(
-                ev.MemberExited,
-                f"exit-{rec.allocation_id}-{m.rank}",
-                at,
-                job_id=job_id,
-                allocation_id=rec.allocation_id,
-                rank=m.rank,
-                node=m.node,
-                outcome=outcome,
-            )
-            for m in rec.members
-        ],
-    )
 
 
 def running(cfg, *jobs, at=0):

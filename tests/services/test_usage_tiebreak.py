@@ -9,7 +9,7 @@ from gpuledger.services.domain.policy.queue import ordered_pending
 from gpuledger.services.domain.policy.usage import advance, decay, step_ms
 from gpuledger.services.quota.decider import Quota
 from gpuledger.services.scheduler.decider import Scheduler
-from tests.services.given import cluster, fold, given, of_type, stamped, submitted
+from tests.services.given import cluster, exited, fold, given, of_type, stamped, started, submitted
 
 HOUR = 3_600_000
 
@@ -39,19 +39,8 @@ def history(half_life_s):
     fold(
         ledger,
         [
-            stamped(
-                ev.MemberStarted, "s", 0, job_id="a-old", allocation_id="a-old#1", rank=0, node="n1"
-            ),
-            stamped(
-                ev.MemberExited,
-                "x",
-                HOUR,
-                job_id="a-old",
-                allocation_id="a-old#1",
-                rank=0,
-                node="n1",
-                outcome="completed",
-            ),
+            started("a-old"),
+            exited("a-old", HOUR),
         ],
     )
     fold(ledger, Scheduler().decide(ledger, HOUR))

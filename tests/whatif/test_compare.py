@@ -21,6 +21,7 @@ from gpuledger.events import (
 from gpuledger.replay.compare import compare, jain, load, percentile, rows, summarize
 from gpuledger.replay.logio import write_log
 from gpuledger.services.cli.main import app
+from tests.fold.story import admission
 from tests.services.given import produced
 
 S = 1000  # ms per second
@@ -57,16 +58,7 @@ def _entries(evts: list[ev.Event]) -> list[tuple[int, str, ev.Event]]:
 
 
 def _admit(job_id: str, tenant: str, at: int, slo: str = "batch") -> ev.JobAdmitted:
-    return ev.JobAdmitted(
-        event_id=f"adm-{job_id}",
-        occurred_at_ms=at,
-        job_id=job_id,
-        tenant=tenant,
-        priority_class="train",
-        priority=50,
-        preemptible=True,
-        slo_class=slo,
-    )
+    return admission(job_id, tenant, event_id=f"adm-{job_id}", occurred_at_ms=at, slo_class=slo)
 
 
 def _place(job_id: str, tenant: str, at: int, gpus: tuple[int, ...]) -> ev.GangPlaced:

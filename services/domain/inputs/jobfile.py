@@ -65,29 +65,45 @@ def _job_spec(doc: Any, base: str) -> JobSpec:
     command = j.command
     if isinstance(command, str):
         command = ["/bin/sh", "-c", command]
-    ck = j.checkpoint
     gpu_milli = milli("gpu", j.gpu) if j.gpu is not None else (j.gpu_milli or 0)
-    if j.duration is not None:
-        duration: int | None = seconds("duration", j.duration)
-        if duration is not None and duration > MAX_SECONDS:
-            raise QuantityError(
-                f"duration: {j.duration!r} is more than {MAX_SECONDS:,} s (ten years)"
-            )
-    else:
-        duration = j.duration_s
-    optional: dict[str, Any] = {}  # fields left out unless set: old payloads keep their bytes
+    duration = _duration_s(j)
+    optional = _optional_fields(j, base)
+    return JobSpec(
+        job_id=j.id if j.id is not None else (j.job_id or ""),
+        tenant=j.tenant,
+        priority_class=j.klass or j.priority_class or "train",
+        replicas=j.replicas,
+        min_members=j.min_members,
+        resources=_resources(j, gpu_milli),
+        checkpoint=_checkpoint(j.checkpoint),
+        duration_s=duration,
+        command=tuple(str(c) for c in command),
+        min_available=j.min_available,
+        prefer_same_leaf=j.prefer_same_leaf,
+        **optional,
+    )
+
+
+def _duration_s(j: JobDoc) -> int | None:
+    """`duration` (a friendly quantity, at most ten years), else `duration_s`."""
+    if j.duration is None:
+        return j.duration_s
+    duration = seconds("duration", j.duration)
+    if duration is not None and duration > MAX_SECONDS:
+        raise QuantityError(f"duration: {j.duration!r} is more than {MAX_SECONDS:,} s (ten years)")
+    return duration
+
+
+def _optional_fields(j: JobDoc, base: str) -> dict[str, Any]:
+    """The JobSpec fields left out unless set: old payloads keep their bytes."""
+    optional: dict[str, Any] = {}
     if j.spread is not None:
         optional["spread"] = Spread(group=j.spread.group, max_per_node=j.spread.max_per_node)
     if j.kind == "service":
         optional["kind"] = "service"
     if j.node_selector:
         optional["node_selector"] = dict(sorted(j.node_selector.items()))
-    if j.time_limit is not None:
-        limit: int | None = seconds("time_limit", j.time_limit)
-        if not limit or limit <= 0:
-            raise JobFileError([f"{base + '.' if base else ''}time_limit: must be > 0"])
-    else:
-        limit = j.time_limit_s
+    limit = _time_limit_s(j, base)
     if limit is not None:
         optional["time_limit_s"] = limit
     if j.depends_on:
@@ -96,33 +112,37 @@ def _job_spec(doc: Any, base: str) -> JobSpec:
         optional["array"] = array_spec(j.array, base)
     if j.user is not None:
         optional["user"] = j.user
-    return JobSpec(
-        job_id=j.id if j.id is not None else (j.job_id or ""),
-        tenant=j.tenant,
-        priority_class=j.klass or j.priority_class or "train",
-        replicas=j.replicas,
-        min_members=j.min_members,
-        resources=Resources(
-            gpus=j.gpus,
-            gpu_milli=gpu_milli,
-            mig_profile=j.mig if j.mig is not None else j.mig_profile,
-            cpu_milli=milli("cpu", j.cpu) if j.cpu is not None else (j.cpu_milli or 0),
-            memory_mib=mebibytes("memory", j.memory)
-            if j.memory is not None
-            else (j.memory_mib or 0),
-            gpu_models=job_models(
-                tuple(j.models if j.models is not None else (j.gpu_models or ()))
-            ),
-            min_gpu_memory_mib=mebibytes("min_gpu_memory", j.min_gpu_memory),
-        ),
-        checkpoint=CheckpointPolicy(
-            interval_s=seconds("checkpoint.interval", ck.interval),
-            grace_s=None if ck.grace is None else seconds("checkpoint.grace", ck.grace),
-            save_s=seconds("checkpoint.save", ck.save),
-        ),
-        duration_s=duration,
-        command=tuple(str(c) for c in command),
-        min_available=j.min_available,
-        prefer_same_leaf=j.prefer_same_leaf,
-        **optional,
+    return optional
+
+
+def _time_limit_s(j: JobDoc, base: str) -> int | None:
+    """`time_limit` (a friendly quantity, > 0), else `time_limit_s`."""
+    if j.time_limit is None:
+        return j.time_limit_s
+    limit = seconds("time_limit", j.time_limit)
+    if not limit or limit <= 0:
+        raise JobFileError([f"{base + '.' if base else ''}time_limit: must be > 0"])
+    return limit
+
+
+def _resources(j: JobDoc, gpu_milli: int) -> Resources:
+    """What one member asks for, friendly quantities (`cpu`, `memory`, `models`, `mig`)
+    before their plain forms."""
+    return Resources(
+        gpus=j.gpus,
+        gpu_milli=gpu_milli,
+        mig_profile=j.mig if j.mig is not None else j.mig_profile,
+        cpu_milli=milli("cpu", j.cpu) if j.cpu is not None else (j.cpu_milli or 0),
+        memory_mib=mebibytes("memory", j.memory) if j.memory is not None else (j.memory_mib or 0),
+        gpu_models=job_models(tuple(j.models if j.models is not None else (j.gpu_models or ()))),
+        min_gpu_memory_mib=mebibytes("min_gpu_memory", j.min_gpu_memory),
+    )
+
+
+def _checkpoint(ck: Any) -> CheckpointPolicy:
+    """The checkpoint block's quantities in seconds (no grace: the class's)."""
+    return CheckpointPolicy(
+        interval_s=seconds("checkpoint.interval", ck.interval),
+        grace_s=None if ck.grace is None else seconds("checkpoint.grace", ck.grace),
+        save_s=seconds("checkpoint.save", ck.save),
     )

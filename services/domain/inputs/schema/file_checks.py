@@ -182,51 +182,72 @@ def _check_timeline(f: FileDoc, nodes: set[str], problems: list[str]) -> None:
         if e.submit is not None:
             seen = (submitted, services, arrays)
             _check_submit(e.submit, e.expect, f"{path}.submit", f, seen, problems)
-        elif (
-            e.cancel is not None
-            and e.cancel not in submitted
-            and e.cancel.rpartition("@")[0] not in arrays  # a task of an array
-        ):
-            problems.append(
-                f"{path}.cancel: job {e.cancel!r} is not submitted earlier in the timeline"
-                f"{_suggest(e.cancel, submitted)}"
-            )
-        elif (named := e.hold or e.release or e.requeue or e.update or e.top) is not None and (
-            named not in submitted
-        ):
-            verb = "hold" if e.hold else "release" if e.release else "requeue"
-            verb = "update" if e.update else "top" if e.top else verb
-            problems.append(
-                f"{path}.{verb}: job {named!r} is not submitted "
-                f"earlier in the timeline{_suggest(named, submitted)}"
-            )
-        elif e.scale is not None and e.scale not in services:
-            problems.append(
-                f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
-                f"in the timeline{_suggest(e.scale, services)}"
-            )
-        elif (
-            (node := e.cordon or e.uncordon or e.drain) is not None
-            and nodes
-            and (node not in nodes)
-        ):
-            verb = "cordon" if e.cordon else "uncordon" if e.uncordon else "drain"
-            problems.append(
-                f"{path}.{verb}: no node {node!r} in the cluster{_suggest(node, nodes)}"
-            )
-        elif e.maintenance is not None and (
-            (bad := [n for n in e.maintenance.nodes if nodes and n not in nodes])
-            or _span(e.maintenance) is not None
-        ):
-            problems.append(
-                f"{path}.maintenance: no node {bad[0]!r} in the cluster{_suggest(bad[0], nodes)}"
-                if bad
-                else f"{path}.maintenance: {_span(e.maintenance)}"
-            )
-        elif e.node_down is not None and nodes and e.node_down not in nodes:
-            problems.append(
-                f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}"
-            )
+            continue
+        problem = _job_reference_problem(e, path, submitted, services, arrays)
+        problem = problem or _node_reference_problem(e, path, nodes)
+        if problem is not None:
+            problems.append(problem)
+
+
+def _job_reference_problem(
+    e: EntryDoc, path: str, submitted: dict[str, str], services: set[str], arrays: set[str]
+) -> str | None:
+    """What is wrong with the job a cancel, hold, release, requeue, update, top or scale
+    entry names (None: it was submitted earlier, a service for scale)."""
+    if e.cancel is not None:
+        return _cancel_problem(e.cancel, path, submitted, arrays)
+    named = e.hold or e.release or e.requeue or e.update or e.top
+    if named is not None:
+        if named in submitted:
+            return None
+        verb = "hold" if e.hold else "release" if e.release else "requeue"
+        verb = "update" if e.update else "top" if e.top else verb
+        return (
+            f"{path}.{verb}: job {named!r} is not submitted "
+            f"earlier in the timeline{_suggest(named, submitted)}"
+        )
+    if e.scale is not None and e.scale not in services:
+        return (
+            f"{path}.scale: no service {e.scale!r} (kind: service) submitted earlier "
+            f"in the timeline{_suggest(e.scale, services)}"
+        )
+    return None
+
+
+def _node_reference_problem(e: EntryDoc, path: str, nodes: set[str]) -> str | None:
+    """What is wrong with the node a cordon, uncordon, drain, maintenance or node_down entry
+    names (None: a node of the cluster, or no cluster to check against), or with a window's
+    span."""
+    node = e.cordon or e.uncordon or e.drain
+    if node is not None:
+        if not nodes or node in nodes:
+            return None
+        verb = "cordon" if e.cordon else "uncordon" if e.uncordon else "drain"
+        return f"{path}.{verb}: no node {node!r} in the cluster{_suggest(node, nodes)}"
+    if e.maintenance is not None:
+        return _maintenance_problem(e.maintenance, path, nodes)
+    if e.node_down is not None and nodes and e.node_down not in nodes:
+        return f"{path}.node_down: no node {e.node_down!r} in the cluster{_suggest(e.node_down, nodes)}"
+    return None
+
+
+def _cancel_problem(job: str, path: str, submitted: dict[str, str], arrays: set[str]) -> str | None:
+    """A cancel names a job submitted earlier, or a task of an array submitted earlier."""
+    if job in submitted or job.rpartition("@")[0] in arrays:
+        return None
+    return (
+        f"{path}.cancel: job {job!r} is not submitted earlier in the timeline"
+        f"{_suggest(job, submitted)}"
+    )
+
+
+def _maintenance_problem(m: MaintenanceDoc, path: str, nodes: set[str]) -> str | None:
+    """A window names nodes of the cluster and ends after it starts."""
+    bad = [n for n in m.nodes if nodes and n not in nodes]
+    if bad:
+        return f"{path}.maintenance: no node {bad[0]!r} in the cluster{_suggest(bad[0], nodes)}"
+    span = _span(m)
+    return None if span is None else f"{path}.maintenance: {span}"
 
 
 def _span(m: MaintenanceDoc) -> str | None:

@@ -7,6 +7,7 @@ from gpuledger.services.domain.inputs.schema.errors import (
     _valid_id,
 )
 from gpuledger.services.domain.inputs.schema.job import JobDoc
+from gpuledger.services.domain.inputs.schema.units import Cores
 
 _ALTERNATIVES = (
     ("id", "job_id"),
@@ -23,21 +24,13 @@ _ALTERNATIVES = (
 
 
 def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
+    """A job on its own (not against a configuration): alternatives not both given, valid
+    ids, one GPU form, a bounded selector, replicas, a GPU share within one GPU."""
     for a, b in _ALTERNATIVES:
         fa, fb = ("klass" if a == "class" else a), b
         if getattr(job, fa, None) is not None and getattr(job, fb, None) is not None:
             problems.append(f"{_p(base, b)}: give either {a!r} or {b!r}, not both")
-    if (job.id or job.job_id) in (None, ""):
-        problems.append(f"{base or '(top level)'}: missing required key 'id'")
-    else:
-        _valid_id(
-            _p(base, "id" if job.id else "job_id"),
-            lambda: validate_job_id(job.id or job.job_id or ""),
-            problems,
-        )
-    _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
-    if job.user is not None:
-        _valid_id(_p(base, "user"), lambda: validate_token("user", job.user or ""), problems)
+    _check_ids(job, base, problems)
     forms = [
         k
         for k, v in (
@@ -54,6 +47,28 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
             f"{_p(base, 'node_selector')}: at most {MAX_SELECTOR} labels "
             f"(got {len(job.node_selector)})"
         )
+    _check_replicas(job, base, problems)
+    if job.gpu is not None:
+        _check_share(job.gpu, base, problems)
+
+
+def _check_ids(job: JobDoc, base: str, problems: list[str]) -> None:
+    """The job's id (required), tenant and user (when given) are valid tokens."""
+    if (job.id or job.job_id) in (None, ""):
+        problems.append(f"{base or '(top level)'}: missing required key 'id'")
+    else:
+        _valid_id(
+            _p(base, "id" if job.id else "job_id"),
+            lambda: validate_job_id(job.id or job.job_id or ""),
+            problems,
+        )
+    _valid_id(_p(base, "tenant"), lambda: validate_tenant(job.tenant), problems)
+    if job.user is not None:
+        _valid_id(_p(base, "user"), lambda: validate_token("user", job.user or ""), problems)
+
+
+def _check_replicas(job: JobDoc, base: str, problems: list[str]) -> None:
+    """min_members and min_available within replicas; a service has no min_members."""
     if job.kind == "service" and job.min_members is not None:
         problems.append(
             f"{_p(base, 'min_members')}: a service's replicas are independent; "
@@ -68,12 +83,15 @@ def _check_job(job: JobDoc, base: str, problems: list[str]) -> None:
         problems.append(
             f"{_p(base, 'min_members')}: must be <= replicas ({job.replicas}), got {job.min_members}"
         )
-    if job.gpu is not None:
-        from gpuledger.services.domain.inputs.quantities import milli
 
-        share = milli("gpu", job.gpu)
-        if not 0 < share < 1000:
-            problems.append(
-                f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {job.gpu!r}); "
-                "use `gpus` for whole GPUs"
-            )
+
+def _check_share(gpu: Cores, base: str, problems: list[str]) -> None:
+    """`gpu` (a share of one GPU) is within 1m..999m."""
+    from gpuledger.services.domain.inputs.quantities import milli
+
+    share = milli("gpu", gpu)
+    if not 0 < share < 1000:
+        problems.append(
+            f"{_p(base, 'gpu')}: a GPU share must be within 1m..999m (got {gpu!r}); "
+            "use `gpus` for whole GPUs"
+        )
