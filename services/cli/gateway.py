@@ -88,7 +88,7 @@ def gateway(
 def token(
     tenant: str = typer.Argument(..., help="The tenant the token acts for."),
     user: str | None = typer.Argument(
-        None, help="A user of TENANT: the token acts as that user only (docs/users.md)."
+        None, help="A user of TENANT: the token acts as that user only."
     ),
     tokens: Path = typer.Option(
         Path(".gpuledger/gateway-tokens.yaml"), "--tokens", help=TOKENS_HELP

@@ -72,6 +72,8 @@ def premature_breaks(text: str) -> list[str]:
             left, right = above[help_col:end].rstrip(), below[help_col:end].strip()
             if not left or not right or right.startswith("["):
                 continue
+            if re.match(r"[-\w.]+\s+<", right):
+                continue  # a row of its own (name, metavar) after a `*` required one
             if len(left) + 1 + len(right.split()[0]) <= end - help_col - 1:
                 bad.append(f"{left!r} / {right!r}")
     return bad
