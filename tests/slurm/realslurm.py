@@ -239,10 +239,15 @@ class RealSlurm:
         assert self.root is not None
         return self.root / "jobs"
 
-    def _steps_running(self) -> list[Path]:
-        """slurmd's per-step sockets (`<node>_<job>.<step>`): one per live slurmstepd."""
+    def _steps_running(self, job: str = "*") -> list[Path]:
+        """slurmd's per-step sockets (`<node>_<job>.<step>`): one per live slurmstepd (of
+        `job`, or of every job)."""
         assert self.root is not None
-        return [p for p in (self.root / "spool").glob("*/*_*.*") if p.is_socket()]
+        return [p for p in (self.root / "spool").glob(f"*/*_{job}.*") if p.is_socket()]
+
+    def steps_ended(self, job: str) -> bool:
+        """Whether no step of `job` is alive on any node (a requeued run fully torn down)."""
+        return not self._steps_running(job)
 
     def _leftovers(self) -> list[int]:
         """PIDs of processes working in this cluster's directory (stray slurmstepd, jobs)."""

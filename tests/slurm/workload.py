@@ -137,9 +137,12 @@ def wait_state(s: RealSlurm, job: str, state: str, timeout_s: float = 60) -> Non
 
 
 def release_requeued(s: RealSlurm, job: str) -> None:
-    """A requeued job waits 120 s (its begin time) before Slurm runs it again; once it is pending,
-    make it eligible now, as an operator would, to keep the workload short."""
+    """A requeued job waits 120 s (its begin time) before Slurm runs it again; once it is pending
+    and its earlier run's steps are gone from the node, make it eligible now, as an operator
+    would, to keep the workload short (released while its old batch step was still being torn
+    down on a loaded machine, its new run ended FAILED in some CI runs)."""
     wait_state(s, job, "PENDING")
+    poll(lambda: s.steps_ended(job), f"job {job}'s earlier run to end on its node")
     s.run("scontrol", "update", f"jobid={job}", "StartTime=now")
 
 
