@@ -61,12 +61,16 @@ _CSV_LIMIT = 1 << 24  # the csv module's own limit, raised so a long field is a 
 def open_text(path: str | Path) -> IO[str]:
     """A trace file as text for row-by-row reading: UTF-8 with undecodable bytes kept as
     surrogates (`row_problem` then skips the rows they are in, instead of the whole file
-    failing at the first binary byte), universal newlines left to the csv module."""
+    failing at the first binary byte), universal newlines left to the csv module. A file that
+    cannot be opened is a TraceImportError naming it (one line)."""
     import csv
 
     if csv.field_size_limit() < _CSV_LIMIT:
         csv.field_size_limit(_CSV_LIMIT)
-    return open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    try:
+        return open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    except OSError as exc:
+        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
 
 
 def row_problem(values: Any) -> str | None:

@@ -463,10 +463,7 @@ class _Clock:
 def _nodes(path: str | Path, m: CsvMapping, vocab: Vocabulary | None) -> tuple[ev.NodeInfo, ...]:
     if m.nodes is None:
         raise TraceImportError("the mapping has no nodes: section (how to read --nodes)")
-    try:
-        f = open_text(path)
-    except OSError as exc:
-        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+    f = open_text(path)
     memory_by_model = {
         k: mebibytes(f"nodes.gpu_memory.{k}", v) for k, v in m.nodes.gpu_memory.items()
     }
@@ -605,10 +602,7 @@ def import_csv(
     where = lambda line: f"{path}:{line}"  # noqa: E731
     tenants_seen: set[str] = set()
     classes_seen: set[str] = set()
-    try:
-        f = open_text(trace)
-    except OSError as exc:
-        raise TraceImportError(f"{trace}: {exc.strerror or exc}") from exc
+    f = open_text(trace)
     gangs = _Gangs(log, where)
     with f:
         bar = Progress(f, progress)

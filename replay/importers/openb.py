@@ -212,10 +212,7 @@ class _Rows:
 
     def __init__(self, path: str | Path, required: tuple[str, ...]) -> None:
         self.path = str(path)
-        try:
-            self._f = open_text(path)
-        except OSError as exc:
-            raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+        self._f = open_text(path)
         self.reader = csv.DictReader(self._f)
         header = self.reader.fieldnames or []
         missing = [c for c in required if c not in header]

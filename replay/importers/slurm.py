@@ -129,10 +129,7 @@ def import_slurm(
     )
     path = str(sacct)
     where = lambda line: f"{path}:{line}"  # noqa: E731
-    try:
-        f = open_text(sacct)
-    except OSError as exc:
-        raise TraceImportError(f"{sacct}: {exc.strerror or exc}") from exc
+    f = open_text(sacct)
     with f:
         bar = Progress(f, progress)
         header = read_header(f, path, columns)

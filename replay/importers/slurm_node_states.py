@@ -120,10 +120,7 @@ def read_node_states(path: str | Path) -> NodeStates:
     out = NodeStates(str(path))
     seen: set[str] = set()
     columns = False
-    try:
-        f = open_text(path)
-    except OSError as exc:
-        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+    f = open_text(path)
     with f:
         for line, text in enumerate(f, 1):
             parts = [p.strip() for p in text.strip().split("|")]

@@ -36,10 +36,7 @@ def read_sinfo(
     optional), labelled with their partitions."""
     out: dict[str, ev.NodeInfo] = {}
     partitions: dict[str, list[str]] = {}
-    try:
-        f = open_text(path)
-    except OSError as exc:
-        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+    f = open_text(path)
     with f:
         for line, text in enumerate(f, 1):
             text = text.strip()

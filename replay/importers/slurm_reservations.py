@@ -26,7 +26,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from gpuledger import events as ev
-from gpuledger.replay.importers.common import SkipLog, TraceImportError, open_text
+from gpuledger.replay.importers.common import SkipLog, open_text
 from gpuledger.replay.importers.slurm_sacct import expand_nodelist, parse_time
 from gpuledger.services.domain.tooling.stamp import stamp
 
@@ -171,10 +171,7 @@ def fields_of(text: str) -> dict[str, str]:
 def read_reservations(path: str | Path, tz: ZoneInfo) -> Reservations:
     """Every record of `scontrol show reservation` output (multi-line or `--oneliner`)."""
     out = Reservations(str(path))
-    try:
-        f = open_text(path)
-    except OSError as exc:
-        raise TraceImportError(f"{path}: {exc.strerror or exc}") from exc
+    f = open_text(path)
     records: list[tuple[int, list[str]]] = []
     with f:
         for line, text in enumerate(f, 1):
