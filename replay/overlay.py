@@ -327,7 +327,6 @@ class Overlay:
         self.changes.append(f"{key}={value!r}")
 
     def _set_checkpoint(self, where: str, rest: str, value: Any) -> None:
-        from gpuledger.replay.importers.checkpoint import CheckpointError, parse
 
         if not rest:
             new: Any = value
@@ -339,12 +338,7 @@ class Overlay:
                 )
             new = dict(self.checkpoint) if isinstance(self.checkpoint, dict) else {}
             new[rest] = value
-        try:
-            parse(new, "checkpoint")
-        except CheckpointError as exc:
-            raise OverlayError([f"{where}: {p}" for p in str(exc).splitlines()]) from None
-        self.checkpoint = new
-        self.checkpoint_set = True
+        self._checkpoint(new, where)
 
     def checkpoint_rules(self):
         """The overlaid checkpoint rules, or None when no overlay names a checkpoint."""
@@ -385,15 +379,20 @@ class Overlay:
 
     def _file_checkpoint(self, rules: Any, file: str) -> None:
         """An overlay file's `checkpoint:` rules, checked, replace the recorded ones."""
+        self.changes.append(f"checkpoint: {self._checkpoint(rules, file).summary()}")
+
+    def _checkpoint(self, rules: Any, where: str) -> Any:
+        """Check `rules` (OverlayError naming `where` per problem) and make them the overlaid
+        checkpoint rules; the parsed rules."""
         from gpuledger.replay.importers.checkpoint import CheckpointError, parse
 
         try:
-            parse(rules, "checkpoint")
+            parsed = parse(rules, "checkpoint")
         except CheckpointError as exc:
-            raise OverlayError([f"{file}: {p}" for p in str(exc).splitlines()]) from None
+            raise OverlayError([f"{where}: {p}" for p in str(exc).splitlines()]) from None
         self.checkpoint = rules
         self.checkpoint_set = True
-        self.changes.append(f"checkpoint: {parse(self.checkpoint).summary()}")
+        return parsed
 
     def _replace_entries(self, tenants: list, classes: list) -> None:
         """An overlay file's tenants and classes replace the recorded ones of their names."""
