@@ -28,16 +28,12 @@ def parse_zoned(text: str, option: str, tz: str | None) -> int:
     """An ISO time with its zone (`2026-12-08T06:00Z`, `...+01:00`), or a naive one in `tz`,
     to epoch ms; exit 2 with one line otherwise."""
     from gpuledger.services.cli.report import _zone
+    from gpuledger.services.domain.inputs.reservations import zoned_ms
 
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{option}: {text!r} is not a time (YYYY-MM-DDTHH:MM[:SS] with Z or +HH:MM)", 2)
-    if t.tzinfo is None:
-        if tz is None:
-            fail(f"{option}: {text!r} has no zone: add Z or +HH:MM, or give --tz", 2)
-        t = t.replace(tzinfo=_zone(tz))
-    return int(t.timestamp() * 1000)
+        return zoned_ms(text, None if tz is None else _zone(tz))
+    except ValueError as exc:
+        fail(f"{option}: {exc}{', or give --tz' if 'has no zone' in str(exc) else ''}", 2)
 
 
 def _iso(ms: int, tz: str | None) -> str:

@@ -15,7 +15,7 @@ configure.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,9 +39,9 @@ def yaml_times(doc: Any) -> Any:
     return {**doc, "reservations": plain}
 
 
-def zoned_ms(text: str) -> int:
-    """An ISO instant with its zone (`2026-12-08T06:00Z`, `...+01:00`) in epoch ms;
-    ValueError (one line) for anything else."""
+def zoned_ms(text: str, zone: tzinfo | None = None) -> int:
+    """An ISO instant with its zone (`2026-12-08T06:00Z`, `...+01:00`) in epoch ms, a naive
+    one taken in `zone` when given; ValueError (one line) for anything else."""
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -49,7 +49,9 @@ def zoned_ms(text: str) -> int:
             f"{text!r} is not a time (YYYY-MM-DDTHH:MM[:SS] with Z or +HH:MM)"
         ) from None
     if t.tzinfo is None:
-        raise ValueError(f"{text!r} has no zone: add Z or +HH:MM")
+        if zone is None:
+            raise ValueError(f"{text!r} has no zone: add Z or +HH:MM")
+        t = t.replace(tzinfo=zone)
     return int(t.timestamp() * 1000)
 
 
