@@ -69,7 +69,8 @@ def up(
 
     Services are supervised: one that crashes is restarted with back-off (1 s doubling to
     30 s) and reported in one `service.crashed` line; `gpuledger status` shows each one.
-    With --processes, children log to <data>/logs/NAME.log and must start within 30 s: one
+    With --processes, children log to <data>/logs/NAME.log and must start within 30 s (and
+    10 s of their own CPU time, so a busy host starts them late rather than not at all): one
     that cannot makes `up` exit at once with the child's own error (exit 2 when the child
     found its input invalid, else 1)."""
     import asyncio

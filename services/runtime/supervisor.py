@@ -7,8 +7,10 @@
   0 (a planned stop: SIGTERM) is restarted after the first back-off step and reported in one
   info line (`service.restarting`), its last error kept as it was.
 - Children are started with absolute paths and must become ready (they write their first
-  heartbeat once connected) within `ready_timeout_s`; one that exits or hangs at start makes
-  `up` fail fast with the child's own error line (`StartFailed`).
+  heartbeat once connected) within `ready_timeout_s` (`start_overdue`: of wall time once the
+  child has also had `READY_CPU_S` of CPU, so a host whose cores are all busy starts them
+  late rather than not at all; ten times it whatever the CPU); one that exits or hangs at
+  start makes `up` fail with the child's own error line (`StartFailed`).
 - `up` keeps `<data>/status.json` current (once a second): per service its state
   (starting | running | blocked | restarting | failed | stopped), pid, restarts, folded
   sequence, last error, plus the stream's last sequence. `gpuledger status` and the stale-read
@@ -388,6 +390,30 @@ class Child:
     once instead of waiting out its dead predecessor's TTL."""
 
 
+READY_CPU_S = 10.0
+"""CPU seconds a child may use before its heartbeat is overdue: ten times what a child needs
+to import, connect and beat on the 2-core development machine (about 1 s)."""
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) used by process `pid` so far, from /proc; None where there is
+    no /proc (or the process is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_overdue(wall_s: float, cpu_s: float | None, ready_timeout_s: float) -> bool:
+    """Whether a child not ready after `wall_s` (having used `cpu_s` of CPU; None: unknown)
+    has had its chance: `ready_timeout_s` of wall time and `READY_CPU_S` of CPU, or ten times
+    the timeout whatever the CPU (a child blocked without using any)."""
+    if wall_s <= ready_timeout_s:
+        return False
+    return cpu_s is None or cpu_s >= READY_CPU_S or wall_s > 10 * ready_timeout_s
+
+
 class ProcessSupervisor:
     """Children of `up --processes` (through ServiceProcesses): started with a heartbeat file
     each, checked for readiness, restarted with back-off when they exit."""
@@ -456,7 +482,6 @@ class ProcessSupervisor:
         error) on the first that exits or does not beat within `ready_timeout_s`."""
         for c in self.children.values():
             self._spawn(c)
-        deadline = time.monotonic() + self.ready_timeout_s
         waiting = set(self.children)
         while waiting:
             for name in sorted(waiting):
@@ -469,14 +494,15 @@ class ProcessSupervisor:
                     raise StartFailed(name, c.st.last_error, code)
                 if self._refresh(c):
                     waiting.discard(name)
-            if waiting and time.monotonic() > deadline:
-                name = sorted(waiting)[0]
-                self.children[name].st.state = "failed"
-                raise StartFailed(
-                    name,
-                    f"not ready after {self.ready_timeout_s:g}s (no heartbeat; see its log)",
-                    1,
-                )
+            for name in sorted(waiting):
+                c = self.children[name]
+                wall, cpu = time.monotonic() - c.started, cpu_seconds(c.proc.pid)
+                if start_overdue(wall, cpu, self.ready_timeout_s):
+                    c.st.state = "failed"
+                    used = "" if cpu is None else f", {cpu:.1f}s of CPU"
+                    raise StartFailed(
+                        name, f"not ready after {wall:.0f}s{used} (no heartbeat; see its log)", 1
+                    )
             self.board.write()
             await asyncio.sleep(0.1)
 

@@ -13,13 +13,16 @@ from structlog.testing import capture_logs
 
 from gpuledger.services.runtime.processes import ServiceProcesses
 from gpuledger.services.runtime.supervisor import (
+    READY_CPU_S,
     Backoff,
     ProcessSupervisor,
     StartFailed,
     StatusBoard,
+    cpu_seconds,
     exit_text,
     last_error_line,
     staleness,
+    start_overdue,
     supervise_task,
 )
 from tests.waiting import eventually_async
@@ -115,6 +118,26 @@ def test_a_current_read_or_a_projector_briefly_behind_is_not_called_stale():
     assert staleness(None, 5) is None
     old = _status(340, "blocked", now - 8000, now - 60_000)  # `up` gone: nothing to compare
     assert staleness(old, 120, now=now) is None
+
+
+def test_a_child_starved_of_cpu_is_given_time_and_a_child_that_had_its_cpu_is_not():
+    """Given the 30 s ready timeout: a child past it that has used less than READY_CPU_S of
+    CPU (a host whose cores are all busy) is not overdue yet; one that had its CPU, one whose
+    CPU time is unknown, or one past ten times the timeout (blocked, using none) is."""
+    assert not start_overdue(29.0, 12.0, 30)
+    assert not start_overdue(120.0, 0.6, 30)  # starved: 0.5 % of a core
+    assert start_overdue(31.0, READY_CPU_S, 30)
+    assert start_overdue(31.0, None, 30)
+    assert start_overdue(301.0, 0.0, 30)
+
+
+def test_the_cpu_time_of_a_process_is_read_and_a_gone_one_is_unknown():
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
+        pass
+    used = cpu_seconds(os.getpid())
+    assert used is not None and used >= 0.2
+    assert cpu_seconds(2**22 + 7) is None  # beyond pid_max's default: no such process
 
 
 def quota_supervised(nats_server, tmp_path):
