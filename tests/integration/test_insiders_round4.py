@@ -34,22 +34,30 @@ async def _fill_consumers(live, principal: str) -> tuple[int, list[str]]:
     nc = await nats.connect(live.url, allow_reconnect=False, error_cb=error_cb, **options)
     created = 0
 
-    async def durable(name: str) -> bool:
+    def create(name: str) -> tuple[str, bytes]:
         body = {
             "stream_name": "GPULEDGER",
             "config": {"name": name, "durable_name": name, "ack_policy": "explicit"},
         }
+        return f"$JS.API.CONSUMER.CREATE.GPULEDGER.{name}", json.dumps(body).encode()
+
+    async def durable(name: str) -> bool:
         try:
-            reply = await nc.request(
-                f"$JS.API.CONSUMER.CREATE.GPULEDGER.{name}", json.dumps(body).encode(), timeout=1
-            )
+            reply = await nc.request(*create(name), timeout=1)
         except (nats.errors.Error, TimeoutError):
             return False
         return "error" not in json.loads(reply.data)
 
+    def refused() -> int:
+        return sum("permissions violation" in e.lower() for e in errors)
+
     try:
+        # names of its own choosing: each refused by the server (a request would wait for
+        # a reply that never comes; the refusals come back as the connection's errors)
         for _ in range(40):
-            created += await durable("d" + secrets.token_hex(6))
+            await nc.publish(*create("d" + secrets.token_hex(6)))
+        await nc.flush()
+        await test_insiders.until(lambda: refused() >= 40, 20, "40 refusals")
         for name in consumer_names(options["inbox_prefix"]):
             created += await durable(name)
     finally:
