@@ -57,9 +57,10 @@ RESTART_EVERY_S = 10.0
 PROBE_TIMEOUT_S = 2.0
 LEASE_PROBE_KEY = "store-probe"
 """The lease bucket's key `up`'s probe writes (no service's name: no lease reads it)."""
-UNACKED_PROBES = 3
+UNACKED_PROBES = 5
 """Probes in a row whose write NATS did not acknowledge after which an external server's store
-is taken to have latched a write error (a slow server answers within `PROBE_TIMEOUT_S`)."""
+is taken to have latched a write error (a slow server answers within `PROBE_TIMEOUT_S`, and a
+NATS cluster elects a new stream leader within a few seconds)."""
 RESUMES = "writes are refused until space is freed, then everything resumes by itself"
 """What happens next while the store is full and `up` can recover it (`StoreWatch.action`)."""
 

@@ -120,7 +120,9 @@ def test_an_external_store_that_stops_acknowledging_is_full_with_the_restart_ins
         assert asyncio.run(watch.probe(bus)) == "ok"
     assert asyncio.run(watch.probe(bus)) == "full"
     doc = watch.document()
-    assert doc["error"].startswith("the event store acknowledged none of the last 3 probe writes")
+    assert doc["error"].startswith(
+        f"the event store acknowledged none of the last {storefull.UNACKED_PROBES} probe writes"
+    )
     assert doc["action"] == (
         "once the disk of nats-server at nats://db-1:4222 has room, restart that server (its "
         "store is kept; services reconnect by themselves): `gpuledger up` restarts only a "
