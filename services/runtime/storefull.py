@@ -24,8 +24,9 @@ refused write is `full` and clears by itself once space is back; writes left una
 that server once its disk has room), since `up` restarts only the server it started. Each probe
 also writes one key of the lease bucket (`LEASE_PROBE_KEY`): a small stream's write may still
 fit in a block it already holds while the leases' stream has latched, and a latched lease
-bucket keeps every role standby. Nothing is lost: a write NATS did not acknowledge was not stored, and every writer
-retries (services re-decide from their fold, clients get an error and an exit code).
+bucket keeps every role standby. Nothing is lost: a write NATS did not acknowledge was not
+stored, and every writer retries (services re-decide from their fold, clients get an error and
+an exit code).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class StoreWatch:
             self._unacknowledged(err)
             return self.state
         except nats.js.errors.Error as err:
+            self._unacked = 0  # an answer: the server is writing, or refusing
             why = store_write_error(err)
             if why is not None:
                 self._full(why)
