@@ -307,12 +307,19 @@ class SubmitLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     an array task and a service replica count each)."""
     array_size: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
     """Most tasks one array job of the tenant may have (Slurm `MaxArraySize`)."""
+    submit_rate: UserLimitValue | None | msgspec.UnsetType = msgspec.UNSET
+    """Submissions of the tenant the intake stores per second, with a burst of as many (a
+    token bucket per admission instance; an array is one submission)."""
 
 
 DEFAULT_SUBMIT_JOBS = 20_000
 """A tenant's pending plus running jobs when its configuration names no `submit_jobs`."""
 DEFAULT_ARRAY_SIZE = 10_000
 """A tenant's largest array when its configuration names no `array_size`."""
+DEFAULT_SUBMIT_RATE = 50
+"""A tenant's submissions per second at the intake when its configuration names no
+`submit_rate` (below the 122 placements/s a burst drained end to end on the shared 2-core
+machine, docs/benchmarks.md: one tenant alone cannot keep the control plane busy)."""
 
 
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -270,3 +270,20 @@ def client_target(subject: str) -> tuple[str, str, str] | None:
         return parts[1], validate_tenant(parts[2]), validate_token("job id", parts[3])
     except ValueError:
         return None
+
+
+def subject_tenant(subject: str) -> str | None:
+    """The tenant a client's subject names, whoever's job its payload names:
+    `gl.submit|cancel|scale|ctl.<tenant>.…` and the operator's `gl.admin.ctl.<tenant>.…`;
+    None for any other subject or a token that is no tenant."""
+    parts = subject.split(".")
+    if len(parts) >= 4 and parts[0] == "gl" and parts[1] in ("submit", "cancel", "scale", "ctl"):
+        token = parts[2]
+    elif len(parts) >= 5 and parts[:3] == ["gl", "admin", "ctl"]:
+        token = parts[3]
+    else:
+        return None
+    try:
+        return validate_tenant(token)
+    except ValueError:
+        return None

@@ -349,7 +349,7 @@ COMMENT ON TABLE refusals IS 'Events the acceptance rules refused; nothing else 
 COMMENT ON COLUMN refusals.seq IS 'Stream sequence.';
 COMMENT ON COLUMN refusals.at_ms IS 'When, epoch ms.';
 COMMENT ON COLUMN refusals.type IS 'Event type.';
-COMMENT ON COLUMN refusals.job_id IS 'The job (or entity) the event is about.';
+COMMENT ON COLUMN refusals.job_id IS 'The job (or entity) the event is about; a tenant''s request: its publisher''s job of the id it gave (the tenant its subject names), never another tenant''s.';
 COMMENT ON COLUMN refusals.subject IS 'NATS subject.';
 COMMENT ON COLUMN refusals.producer IS 'Producer.';
 COMMENT ON COLUMN refusals.code IS 'StaleLeaderEpoch, PlacementConflict, UnknownJob, WrongSubject, ...';

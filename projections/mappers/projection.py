@@ -128,7 +128,7 @@ class Projection(JobMappers, AllocationMappers, TenantMappers, NodeMappers):
                 seq,
                 event.occurred_at_ms,
                 name,
-                _about(event),
+                _about(self.ledger, event, subject),
                 subject,
                 event.producer,
                 refusal.code,

@@ -4,7 +4,9 @@ every group of handlers shares: a job's row, its transitions, closing an allocat
 from __future__ import annotations
 
 from gpuledger import events as ev
+from gpuledger.events.control import CONTROL_EVENTS
 from gpuledger.events.reasons import JobState
+from gpuledger.events.subjects import subject_tenant
 from gpuledger.projections.mappers.batch import Batch
 from gpuledger.projections.mappers.rows import (
     JobRow,
@@ -21,10 +23,21 @@ def _mig_milli(profile: str) -> int:
     return ev.Resources(mig_profile=profile).gpu_milli_total()
 
 
-def _about(event: ev.Event) -> str | None:
-    """The job (or node, or entity) an event is about, for `refusals.job_id`."""
-    if isinstance(event, ev.JobSubmitted):
-        return event.job.job_id
+_TENANT_REQUESTS = (ev.JobSubmitted, ev.JobCancelled, ev.ServiceScaled, *CONTROL_EVENTS)
+"""A tenant's requests about one of its jobs: each names the job by the id its tenant gave."""
+
+
+def _about(ledger: Ledger, event: ev.Event, subject: str | None) -> str | None:
+    """The job (or node, or entity) an event is about, for `refusals.job_id`. A tenant's
+    request is filed under its publisher's job of the name it gives (`Ledger.filed_under`, as
+    admission files its own refusals): the publisher is the tenant its subject names, so a raw
+    submission naming another tenant's key (`squat-1~~<digest>`) never lands under that job."""
+    if isinstance(event, _TENANT_REQUESTS):
+        if isinstance(event, ev.JobSubmitted):
+            name, tenant = event.job.job_id, event.job.tenant
+        else:
+            name, tenant = event.job_id, event.tenant
+        return ledger.filed_under(subject_tenant(subject or "") or tenant, name)
     return getattr(event, "job_id", None) or event.correlation_id or None
 
 

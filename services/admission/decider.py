@@ -32,7 +32,7 @@ from gpuledger.events import (
     validate_token,
 )
 from gpuledger.events import catalog as _ev
-from gpuledger.events.ids import ARRAY_SEPARATOR, tenant_job_key
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.events.reasons import RejectReason
 from gpuledger.events.specs import JobSpec
 from gpuledger.services.domain.fold import job_status
@@ -190,7 +190,7 @@ class Admission(LedgerService):
                     now_ms,
                     RequestRefused,
                     key=f"{r.job_id}@{seq}",
-                    correlation_id=filed_under(state, r.tenant, r.job_id),
+                    correlation_id=state.filed_under(r.tenant, r.job_id),
                     causation_id=r.cause,
                     job_id=r.job_id,
                     tenant=r.tenant,
@@ -202,21 +202,6 @@ class Admission(LedgerService):
                 )
             )
         return out
-
-
-def filed_under(state: Ledger, tenant: str, name: str) -> str:
-    """The job a refused request of `tenant` naming `name` is filed under (its
-    `correlation_id`, which `why` and the projection follow): the tenant's own job of that
-    name, else `name` unless another tenant's job holds it as its key, else the tenant key of
-    `name`. A request never lands under another tenant's job, whatever it names (a raw
-    submission of `squat-1~~<digest>`, a cancel of another tenant's id)."""
-    own = state.job_key(tenant, name)
-    if own is not None:
-        return own
-    held = state.jobs.get(name)
-    if held is None or held.tenant == tenant:
-        return name
-    return tenant_job_key(tenant, name)
 
 
 def _time_limit_field(spec: JobSpec, cls) -> dict:

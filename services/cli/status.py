@@ -57,7 +57,8 @@ def status(
     (leader, standby; - for node agents and the projector), last error; then each NATS node
     that holds the stream: leader or replica, current, behind or offline, its lag, when last
     heard from; `store full` while the event store refuses writes (its disk or its cap is
-    full), and a credential reload the embedded server refused. Exit 1 when `up` is not running,
+    full), with what happens next (an external NATS that stopped writing: restart it once its
+    disk has room), and a credential reload the embedded server refused. Exit 1 when `up` is not running,
     a service is not running, a NATS node is offline, the stream has no leader, the store is
     full or a credential reload was refused.
 
@@ -163,6 +164,7 @@ def _nats_node_row(n: dict) -> list:
 def _print_alarms(doc: dict, now: int) -> None:
     """While `up` runs: a full event store and a refused credential reload, on stderr."""
     from gpuledger.services.cli.output import humanize_ms
+    from gpuledger.services.runtime.storefull import RESUMES
 
     store = doc.get("store") or {}
     if store.get("state") == "full":
@@ -170,7 +172,7 @@ def _print_alarms(doc: dict, now: int) -> None:
         typer.echo(
             f"store full: {store.get('error')}"
             + ("" if since is None else f" (for {humanize_ms(now - since)})")
-            + "; writes are refused until space is freed, then everything resumes by itself",
+            + f"; {store.get('action') or RESUMES}",
             err=True,
         )
     if doc.get("nats_reload_error"):

@@ -144,9 +144,9 @@ def up(
                 data=data,
                 metrics_port=metrics_port,
                 metrics_addr=metrics_addr,
-                store_watch=None
-                if server is None
-                else StoreWatch(server if isinstance(server, EmbeddedNats) else None),
+                store_watch=StoreWatch(
+                    server if isinstance(server, EmbeddedNats) else None, url=url
+                ),
                 nats_server=server,
                 service_metrics=start_service_metrics,
                 projector=in_process_projector,

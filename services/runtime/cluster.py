@@ -39,8 +39,8 @@ class Cluster:
         self.nats_server = nats_server
         """The embedded server (or cluster) `up` started, whose failed credential reloads
         `status` shows (None: an external NATS)."""
-        """A StoreWatch (services/runtime/storefull.py) probing the store once a second (None:
-        `up` runs on an external NATS it may not probe)."""
+        """A StoreWatch (services/runtime/storefull.py) probing the store once a second, the
+        embedded server's or an external one's (None: no probe)."""
         self.access, self.url, self.doc, self.processes = access, access.url, doc, processes
         self.metrics_port, self.metrics_addr = metrics_port, metrics_addr
         """With a metrics port: the aggregate exporter (a `gpuledger metrics` child process,

@@ -20,7 +20,8 @@ checks and stores it:
   tenant's own job's sequence, never another's;
 - before storing, the rules over the admission service's folded state refuse what it must
   not store (services/domain/policy/requesters.py): a submission over its tenant's or user's
-  submit limits (`SubmitLimit`), and from a per-user credential, whose subjects are
+  submit limits or past its tenant's submissions a second (`SubmitLimit`; the rate's buckets
+  are this instance's, services/domain/policy/submit_rate.py), and from a per-user credential, whose subjects are
   `glu.<kind>.<tenant>.<user>.<job>` (issue 43), a submission naming another user
   (`NotYourUser`) or a request about a job that is not that user's (`UnknownJob`, the same
   words as for no job);
@@ -37,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -172,16 +174,19 @@ async def serve_intake(bus, state: Callable[[], Any] | None = None) -> Any:
     `state` gives the service's folded `Ledger`, whose rules refuse a request before it is
     stored (submit limits, a per-user credential's own jobs: `requesters.refusal`)."""
     from gpuledger.services.domain.policy.requesters import refusal
+    from gpuledger.services.domain.policy.submit_rate import SubmitRate
 
     log = structlog.get_logger("gpuledger.intake")
     key = intake_key(bus.nc)
+    rates = SubmitRate()
 
     async def handle(msg) -> None:
         if not msg.reply:
             return
         try:
             subject, event, user = check_request(msg.subject, msg.data)
-            refused = refusal(state(), event, user) if state is not None else None
+            now_ms = time.monotonic_ns() // 1_000_000
+            refused = refusal(state(), event, user, rates, now_ms) if state is not None else None
             if refused is not None:
                 raise IntakeRefused(refused.reason, f"{refused.reason}: {refused.message}")
             answer = await store(bus, key, subject, event, msg.data)

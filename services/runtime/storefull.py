@@ -18,8 +18,15 @@ the server's log (a latched write error makes the store `full` although a small 
 another stream may still fit); and it restarts
 the server in place (same port, store and identities; the services reconnect by themselves)
 when the log shows a latched write error and the store's file system has `ROOM_BYTES` free
-again. Nothing is lost: a write NATS did not acknowledge was not stored, and every writer
-retries (services re-decide from their fold, clients get an error and an exit code).
+again. An external server (`--nats-url`) is probed the same way, its log and disk unseen: a
+refused write is `full` and clears by itself once space is back; writes left unacknowledged
+`UNACKED_PROBES` times in a row are a latched store, `full` with a one-line `action` (restart
+that server once its disk has room), since `up` restarts only the server it started. Each probe
+also writes one key of the lease bucket (`LEASE_PROBE_KEY`): a small stream's write may still
+fit in a block it already holds while the leases' stream has latched, and a latched lease
+bucket keeps every role standby. Nothing is lost: a write NATS did not acknowledge was not
+stored, and every writer retries (services re-decide from their fold, clients get an error and
+an exit code).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import asyncio
 import shutil
 import time
 from typing import Any
+
+from gpuledger.services.runtime.auth import LEASE_BUCKET
 
 INSUFFICIENT_RESOURCES = 10023
 STORE_FAILED = 10077
@@ -47,6 +56,14 @@ restart of the embedded server."""
 RESTART_EVERY_S = 10.0
 """At most one in-place restart of the embedded server per this many seconds."""
 PROBE_TIMEOUT_S = 2.0
+LEASE_PROBE_KEY = "store-probe"
+"""The lease bucket's key `up`'s probe writes (no service's name: no lease reads it)."""
+UNACKED_PROBES = 5
+"""Probes in a row whose write NATS did not acknowledge after which an external server's store
+is taken to have latched a write error (a slow server answers within `PROBE_TIMEOUT_S`, and a
+NATS cluster elects a new stream leader within a few seconds)."""
+RESUMES = "writes are refused until space is freed, then everything resumes by itself"
+"""What happens next while the store is full and `up` can recover it (`StoreWatch.action`)."""
 
 
 def store_write_error(err: BaseException) -> str | None:
@@ -83,11 +100,16 @@ class StoreWatch:
     when this identity may not probe), `error` (the reason while full), `since_ms`,
     `write_errors` (failed probes) and `restarts` (in-place restarts of the embedded server)."""
 
-    def __init__(self, server: Any = None) -> None:
+    def __init__(self, server: Any = None, url: str | None = None) -> None:
         self.server = server
         """An EmbeddedNats `up` started (None: an external NATS, never restarted by `up`)."""
+        self.url = url
+        """The server's URL, named by the instruction to restart an external server."""
         self.state = "unknown"
         self.error: str | None = None
+        self.action = RESUMES
+        """While full: what happens next, or what the operator must do (one line)."""
+        self._unacked = 0
         self.since_ms: int | None = None
         self.write_errors = 0
         self.restarts = 0
@@ -99,16 +121,32 @@ class StoreWatch:
         return {
             "state": self.state,
             "error": self.error,
+            "action": self.action if self.state == "full" else None,
             "since_ms": self.since_ms,
             "write_errors": self.write_errors,
             "restarts": self.restarts,
         }
 
-    def _full(self, why: str) -> None:
+    def _full(self, why: str, action: str = RESUMES) -> None:
         if self.state != "full":
             self.since_ms = time.time_ns() // 1_000_000
-        self.state, self.error = "full", why
+        self.state, self.error, self.action = "full", why, action
         self.write_errors += 1
+
+    def _unacknowledged(self, err: BaseException) -> None:
+        """A probe write timed out: a latched store once `UNACKED_PROBES` in a row did (an
+        external server: only its operator can restart it), else full stays full."""
+        self._unacked += 1
+        if self.server is None and self._unacked >= UNACKED_PROBES:
+            where = f"nats-server at {self.url}" if self.url else "the nats-server"
+            self._full(
+                f"the event store acknowledged none of the last {self._unacked} probe writes "
+                f"({err or 'timeout'}; NATS stops writing a stream whose disk filled up)",
+                f"once the disk of {where} has room, restart that server (its store is kept; "
+                "services reconnect by themselves): `gpuledger up` restarts only a server it started",
+            )
+        elif self.state == "full":
+            self._full(self.error or f"the store did not acknowledge a write ({err})", self.action)
 
     async def probe(self, bus: Any) -> str:
         """Write one probe message; returns the state."""
@@ -125,14 +163,15 @@ class StoreWatch:
             if not self._probe_ready:
                 await self._ensure_probe_stream(bus)
             await bus.js.publish(PROBE_SUBJECT, b"1", timeout=PROBE_TIMEOUT_S)
+            await self._probe_leases(bus)
         except nats.errors.NoRespondersError:
             self._probe_ready = False  # the probe stream is gone: made again next time
             return self.state
         except (nats.errors.TimeoutError, TimeoutError) as err:
-            if self.state == "full":
-                self._full(self.error or f"the store did not acknowledge a write ({err})")
+            self._unacknowledged(err)
             return self.state
         except nats.js.errors.Error as err:
+            self._unacked = 0  # an answer: the server is writing, or refusing
             why = store_write_error(err)
             if why is not None:
                 self._full(why)
@@ -144,7 +183,20 @@ class StoreWatch:
                 self._disabled = True
             return self.state
         self.state, self.error, self.since_ms = "ok", None, None
+        self.action, self._unacked = RESUMES, 0
         return self.state
+
+    @staticmethod
+    async def _probe_leases(bus: Any) -> None:
+        """One write to the lease bucket's stream (none while the bucket does not exist)."""
+        import nats.errors
+
+        try:
+            await bus.js.publish(
+                f"$KV.{LEASE_BUCKET}.{LEASE_PROBE_KEY}", b"1", timeout=PROBE_TIMEOUT_S
+            )
+        except nats.errors.NoRespondersError:
+            return
 
     async def _ensure_probe_stream(self, bus: Any) -> None:
         from nats.js import api

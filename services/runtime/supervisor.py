@@ -97,7 +97,7 @@ class StatusBoard:
     """The NATS nodes holding the stream (`status_file.nats_nodes`), as last asked."""
     store: dict[str, Any] | None = None
     """The store's state as `up`'s probe last saw it (`StoreWatch.document`: `state` ok | full
-    | unknown, `error`, `since_ms`, `write_errors`, `restarts`); None: not probed."""
+    | unknown, `error`, `action`, `since_ms`, `write_errors`, `restarts`); None: not probed."""
     nats_reload_error: str | None = None
     """Why the embedded server refused its last credential reload (None: it did not)."""
     samples: deque = field(default_factory=lambda: deque(maxlen=3600))

@@ -263,6 +263,14 @@ def test_live_a_refused_raw_submission_is_filed_under_its_own_tenant(live):
         "admission's refusal of the raw submission",
     )
     assert [r["correlation_id"] for r in refused] == [tenant_job_key("team-b", key)]
+    # the acceptance rules' refusal of the same message: filed under team-b's key too
+    filed = wait(
+        lambda: live.sql(
+            f"SELECT job_id, code FROM refusals WHERE subject = 'gl.submit.team-b.{key}'"
+        ),
+        "the refusal row of the raw submission",
+    )
+    assert filed == [{"job_id": tenant_job_key("team-b", key), "code": "InvalidSpec"}]
     why = live.cli("why", "squat-1", "--tenant", "team-a")
     assert why.returncode == 0 and "Refused" not in why.stdout + why.stderr, why.stdout
 

@@ -23,7 +23,9 @@ import pytest
 from nats.js import api
 
 from gpuledger.services.cli.connect import STORE_FULL_EXIT, resolve_access
+from gpuledger.services.roles import CONTROL_PLANE
 from gpuledger.services.runtime.bus import Bus
+from gpuledger.services.runtime.nats_server import EmbeddedNats
 from gpuledger.services.runtime.storefull import store_write_error
 from tests.integration.cluster import EXAMPLES, cli, start_up, status
 from tests.waiting import eventually
@@ -43,16 +45,22 @@ def all_running(cwd: Path) -> dict | None:
     return doc if ok and (doc.get("store") or {}).get("state") == "ok" else None
 
 
+def every_role_leads(cwd: Path) -> bool:
+    """Each control-plane role has a leader (none stays standby after the store recovers)."""
+    rows = status(cwd).get("services", [])
+    return {r["role"] for r in rows if r.get("lease") == "leader"} >= set(CONTROL_PLANE)
+
+
 def submit(cwd: Path, job_id: str) -> subprocess.CompletedProcess:
     path = cwd / f"{job_id}.yaml"
     path.write_text(JOB.format(id=job_id))
     return cli("submit", str(path), cwd=cwd)
 
 
-async def fill(data: Path) -> int:
+async def fill(data: Path, url: str | None = None) -> int:
     """Fill the store with a filler stream (as the operator) until NATS refuses a write as
-    full; returns the messages stored."""
-    access = resolve_access(None, None, data)
+    full; returns the messages stored. `url`: the server's (else the one `up` started)."""
+    access = resolve_access(url, None, data)
     bus = await Bus.connect(access.url, connect_attempts=1, quiet=True, **access.options())
     try:
         await bus.js.add_stream(
@@ -70,8 +78,8 @@ async def fill(data: Path) -> int:
         await bus.close()
 
 
-async def free(data: Path) -> None:
-    access = resolve_access(None, None, data)
+async def free(data: Path, url: str | None = None) -> None:
+    access = resolve_access(url, None, data)
     bus = await Bus.connect(access.url, connect_attempts=1, quiet=True, **access.options())
     try:
         await bus.js.delete_stream("FILLER")
@@ -269,3 +277,104 @@ def test_a_really_full_disk_latches_nats_and_up_recovers_when_space_is_back(smal
             stop_up(up)
         else:
             up.communicate()
+
+
+@pytest.fixture
+def external(tmp_path, monkeypatch):
+    """A nats-server `up` did not start (`--nats-url`), its store capped at 4 MB, its identities
+    in `<tmp>/.gpuledger/auth` (where `up` and the CLI find the operator's)."""
+    server = EmbeddedNats(
+        tmp_path / "nats" / "store", auth=tmp_path / ".gpuledger" / "auth", max_file_store="4MB"
+    ).start()
+    monkeypatch.setenv("GPULEDGER_NATS_URL", server.url)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_an_external_nats_with_a_full_store_is_shown_and_the_cluster_recovers_by_itself(
+    tmp_path, external
+):
+    # given `up` on an external NATS (the store probe runs there as on the embedded one)
+    up = start_up(
+        tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"), "--nats-url", external.url
+    )
+    data = tmp_path / ".gpuledger"
+    try:
+        wait_for(lambda: all_running(tmp_path), 60, "every service running, the store ok")
+        assert submit(tmp_path, "before").returncode == 0
+
+        # when: another stream fills the store
+        assert asyncio.run(fill(data, external.url)) > 0
+
+        # then: `status` says store full, that it resumes by itself, and exits 1
+        shown = wait_for(
+            lambda: "store full:" in (d := cli("status", cwd=tmp_path)).stderr and d,
+            30,
+            "status saying the store is full",
+        )
+        assert shown.returncode == 1
+        line = next(ln for ln in shown.stderr.splitlines() if ln.startswith("store full:"))
+        assert "insufficient resources" in line, line
+        assert line.endswith(
+            "writes are refused until space is freed, then everything resumes by itself"
+        )
+        refused = submit(tmp_path, "while-full")
+        assert refused.returncode == STORE_FULL_EXIT, refused.stderr
+
+        # when: space comes back, then with no restart of anything every role works again
+        asyncio.run(free(data, external.url))
+        wait_for(lambda: all_running(tmp_path), RECOVERY_S, "the store writable again")
+        wait_for(lambda: submit(tmp_path, "after").returncode == 0, RECOVERY_S, "a submit accepted")
+        running = cli(
+            "status", "after", "--wait-for", "running", "--timeout", str(RECOVERY_S), cwd=tmp_path
+        )
+        assert running.returncode == 0, running.stderr + running.stdout
+        wait_for(lambda: every_role_leads(tmp_path), RECOVERY_S, "a leader of every role")
+        assert external.running and up.poll() is None  # nobody restarted either
+    finally:
+        if up.poll() is None:
+            stop_up(up)
+        else:
+            up.communicate()
+
+
+def test_an_external_nats_whose_full_disk_latched_says_to_restart_it(
+    small_disk, tmp_path, monkeypatch
+):
+    """A full disk latches the external server's write error: `up` cannot restart a server it
+    did not start, so `status` names what to do; done, every role works again."""
+    server = EmbeddedNats(small_disk / "store", auth=tmp_path / ".gpuledger" / "auth").start()
+    monkeypatch.setenv("GPULEDGER_NATS_URL", server.url)
+    up = start_up(tmp_path, "--config", str(EXAMPLES / "three-jobs.yaml"), "--nats-url", server.url)
+    try:
+        wait_for(lambda: all_running(tmp_path), 60, "every service running, the store ok")
+        filler = fill_disk(small_disk)
+        # then: `status` says store full with the one-line instruction naming the server
+        shown = wait_for(
+            lambda: "restart that server" in (d := cli("status", cwd=tmp_path)).stderr and d,
+            60,
+            "status saying to restart the server",
+        )
+        line = next(ln for ln in shown.stderr.splitlines() if ln.startswith("store full:"))
+        assert f"once the disk of nats-server at {server.url} has room, restart that server" in line
+        assert shown.returncode == 1
+        # when: the operator frees space and restarts the server as told
+        filler.unlink()
+        server.restart()
+        # then: every role works again, with no restart of `up`
+        wait_for(lambda: all_running(tmp_path), RECOVERY_S, "the store writable again")
+        wait_for(lambda: submit(tmp_path, "after").returncode == 0, RECOVERY_S, "a submit accepted")
+        running = cli(
+            "status", "after", "--wait-for", "running", "--timeout", str(RECOVERY_S), cwd=tmp_path
+        )
+        assert running.returncode == 0, running.stderr + running.stdout
+        wait_for(lambda: every_role_leads(tmp_path), RECOVERY_S, "a leader of every role")
+        assert up.poll() is None
+    finally:
+        if up.poll() is None:
+            stop_up(up)
+        else:
+            up.communicate()
+        server.stop()

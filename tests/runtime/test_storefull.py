@@ -86,3 +86,63 @@ def test_a_status_file_is_rewritten_in_place_when_no_new_file_fits(tmp_path, mon
     write_json_keeping(path, {"a": 2})
     assert sf.read_json(path) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+class UnansweredJs:
+    """A JetStream context whose writes go unanswered (`timeouts` > 0) or are acknowledged."""
+
+    def __init__(self) -> None:
+        self.timeouts, self.subjects = 0, []
+
+    async def add_stream(self, _config) -> None:
+        return None
+
+    async def publish(self, subject: str, _data: bytes, timeout: float) -> None:
+        self.subjects.append(subject)
+        if self.timeouts:
+            raise nats.errors.TimeoutError
+
+
+class OneBus:
+    def __init__(self) -> None:
+        self.js = UnansweredJs()
+
+
+def test_an_external_store_that_stops_acknowledging_is_full_with_the_restart_instruction():
+    # given a watch on an external server (none `up` started), its writes acknowledged
+    watch, bus = StoreWatch(None, url="nats://db-1:4222"), OneBus()
+    assert asyncio.run(watch.probe(bus)) == "ok"
+    # each probe writes the probe stream and the lease bucket (whose stream latches on its own)
+    assert bus.js.subjects == [storefull.PROBE_SUBJECT, "$KV.gpuledger-leases.store-probe"]
+    # when: writes go unanswered, then full only after UNACKED_PROBES in a row
+    bus.js.timeouts = 1
+    for _ in range(storefull.UNACKED_PROBES - 1):
+        assert asyncio.run(watch.probe(bus)) == "ok"
+    assert asyncio.run(watch.probe(bus)) == "full"
+    doc = watch.document()
+    assert doc["error"].startswith(
+        f"the event store acknowledged none of the last {storefull.UNACKED_PROBES} probe writes"
+    )
+    assert doc["action"] == (
+        "once the disk of nats-server at nats://db-1:4222 has room, restart that server (its "
+        "store is kept; services reconnect by themselves): `gpuledger up` restarts only a "
+        "server it started"
+    )
+    # when: the operator restarted it, then the next acknowledged write clears it
+    bus.js.timeouts = 0
+    assert asyncio.run(watch.probe(bus)) == "ok" and watch.document()["action"] is None
+
+
+def test_a_refused_write_resumes_by_itself_and_says_so():
+    # given any server whose store refuses a write as full
+    class Refusing(UnansweredJs):
+        async def publish(self, subject: str, _data: bytes, timeout: float) -> None:
+            raise nats.js.errors.ServiceUnavailableError(
+                code=503, err_code=10023, description="insufficient resources"
+            )
+
+    bus = OneBus()
+    bus.js = Refusing()
+    watch = StoreWatch(None, url="nats://db-1:4222")
+    assert asyncio.run(watch.probe(bus)) == "full"
+    assert watch.document()["action"] == storefull.RESUMES

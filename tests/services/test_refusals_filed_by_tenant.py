@@ -1,5 +1,5 @@
-"""A refused request is filed under its own tenant (services/admission/decider.py
-`filed_under`; issue 44 item 8): given tenant B's job held under the key `j1~~<digest>`, when
+"""A refused request is filed under its own tenant (`Ledger.filed_under`,
+services/domain/fold/keys.py; issue 44 item 8): given tenant B's job held under the key `j1~~<digest>`, when
 tenant A publishes a raw submission naming that key, or cancels B's id, then admission's
 `RequestRefused` is about A (its correlation id is A's key), never about B's job, and B's
 `why` does not list it."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gpuledger import events as ev
 from gpuledger.events.ids import tenant_job_key
-from gpuledger.services.admission.decider import Admission, filed_under
+from gpuledger.services.admission.decider import Admission
 from tests.services.given import fold, of_type, submitted_json
 from tests.services.test_tenant_job_ids import B_KEY, cancel, settle, two_j1s
 
@@ -32,6 +32,6 @@ def test_a_cancel_of_another_tenants_id_is_filed_under_the_canceller():
 
 def test_a_tenants_own_job_and_a_free_name_are_filed_as_named():
     ledger = settle(two_j1s())
-    assert filed_under(ledger, "org/a", "j1") == "j1"
-    assert filed_under(ledger, "org/b", "j1") == B_KEY
-    assert filed_under(ledger, "org/a", "nobody-has") == "nobody-has"
+    assert ledger.filed_under("org/a", "j1") == "j1"
+    assert ledger.filed_under("org/b", "j1") == B_KEY
+    assert ledger.filed_under("org/a", "nobody-has") == "nobody-has"

@@ -50,6 +50,21 @@ def new_key(ledger: LedgerState, tenant: str, name: str) -> str:
     return tenant_job_key(tenant, name)
 
 
+def filed_under(ledger: LedgerState, tenant: str, name: str) -> str:
+    """The job a refused request or event of `tenant` naming `name` is filed under (admission's
+    `RequestRefused.correlation_id`, the projection's `refusals.job_id`): the tenant's own job
+    of that name, else `name` unless another tenant's job holds it as its key, else the tenant
+    key of `name`. A request never lands under another tenant's job, whatever it names (a raw
+    submission of `squat-1~~<digest>`, a cancel of another tenant's id)."""
+    own = job_key(ledger, tenant, name)
+    if own is not None:
+        return own
+    held = ledger.jobs.get(name)
+    if held is None or held.tenant == tenant:
+        return name
+    return tenant_job_key(tenant, name)
+
+
 def invalid_key(ledger: LedgerState, tenant: str, name: str) -> str | None:
     """The key of `tenant`'s unreadable first submission of `name`, if it has one."""
     for key in (name, tenant_job_key(tenant, name)):

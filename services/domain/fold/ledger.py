@@ -152,6 +152,11 @@ class Ledger(LedgerState):
         the tenant has no such job."""
         return keys.job_key(self, tenant, name)
 
+    def filed_under(self, tenant: str, name: str) -> str:
+        """The job a refusal of `tenant`'s request naming `name` is filed under, never another
+        tenant's (services/domain/fold/keys.py)."""
+        return keys.filed_under(self, tenant, name)
+
     def live_jobs(self, tenant: str, user: str = ALL_USERS) -> int:
         """The tenant's (or its `user`'s) jobs pending and running now, an array task and a
         service replica each (`queued_jobs` + `placed_jobs`, kept by the fold)."""

@@ -155,7 +155,11 @@ def _submit_limits(limits: Any) -> Any:
     """A tenant's `limits:` as `SubmitLimit`; `UNSET` when not given (left out of the JSON)."""
     if limits is None:
         return msgspec.UNSET
-    return SubmitLimit(submit_jobs=limits.submit_jobs, array_size=limits.array_size)
+    return SubmitLimit(
+        submit_jobs=limits.submit_jobs,
+        array_size=limits.array_size,
+        submit_rate=limits.submit_rate,
+    )
 
 
 def _user_limits(users: Any) -> Any:

@@ -1,6 +1,7 @@
 """What the intake refuses from the folded state before it stores a client request
-(services/runtime/intake.py): a submission over its tenant's or user's submit limits, and a
-per-user credential's request about a job that is not that user's.
+(services/runtime/intake.py): a submission over its tenant's or user's submit limits or past
+its tenant's submit rate, and a per-user credential's request about a job that is not that
+user's.
 
 Pure: `refusal(state, event, user)` reads the `Ledger` of the admission service that
 answers the request; `user` is the user a per-user credential's subject names (None for a
@@ -18,6 +19,7 @@ from typing import Any
 from gpuledger import events as ev
 from gpuledger.events.reasons import RejectReason, RequestReason
 from gpuledger.services.domain.policy import submit_limits
+from gpuledger.services.domain.policy.submit_rate import SubmitRate
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,16 @@ def submitted_as(event: ev.JobSubmitted, user: str) -> Refused | None:
     )
 
 
-def refusal(state: Any, event: ev.Event, user: str | None) -> Refused | None:
-    """Why the intake refuses `event` on the folded `state` (a `Ledger`), or None."""
+def refusal(
+    state: Any,
+    event: ev.Event,
+    user: str | None,
+    rates: SubmitRate | None = None,
+    now_ms: int = 0,
+) -> Refused | None:
+    """Why the intake refuses `event` on the folded `state` (a `Ledger`), or None. With
+    `rates` (the intake's buckets, services/domain/policy/submit_rate.py), a submission that
+    passes every other rule also takes one of its tenant's submissions at `now_ms`."""
     if isinstance(event, ev.JobSubmitted):
         if user is not None and (wrong := submitted_as(event, user)) is not None:
             return wrong
@@ -50,6 +60,8 @@ def refusal(state: Any, event: ev.Event, user: str | None) -> Refused | None:
             return None
         counts = submit_limits.live_counts(state, event.job)
         over = submit_limits.problem(tenant, event.job, counts)
+        if over is None and rates is not None:
+            over = rates.take(tenant, now_ms)
         return None if over is None else Refused(RejectReason.SubmitLimit, over.message)
     if user is None:
         return None

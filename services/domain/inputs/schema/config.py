@@ -90,12 +90,14 @@ class UserLimitDoc(Strict, kw_only=True, frozen=True):
 
 
 class SubmitLimitDoc(Strict, kw_only=True, frozen=True):
-    """A tenant's bounds on its queued work as a whole; a key left out takes the built-in default (20000 jobs, arrays of 10000 tasks), `null` means no bound."""
+    """A tenant's bounds on its queued work as a whole; a key left out takes the built-in default (20000 jobs, arrays of 10000 tasks, 50 submissions a second), `null` means no bound."""
 
     submit_jobs: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
     """Jobs of the tenant pending and running at once (an array task and a service replica count each): a submission past it is refused (`SubmitLimit`)."""
     array_size: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
     """Most tasks one array job of the tenant may have."""
+    submit_rate: NonNegInt | None | msgspec.UnsetType = msgspec.UNSET
+    """Submissions of the tenant the intake stores per second, with a burst of as many (an array is one): a CI or user key's submission past it is refused (`SubmitLimit`) and not stored."""
 
 
 class UsersDoc(Strict, kw_only=True, frozen=True):
