@@ -134,7 +134,7 @@ def _users_doc(t: ev.TenantConfigured) -> dict[str, Any]:
 
     def one(x: ev.UserLimit) -> dict[str, Any]:
         doc = {"running_jobs": x.running_jobs, "gpus": _milli_text(x.gpu_milli)}
-        for key in ("submit_jobs", "array_size"):  # only when set: a doc as before
+        for key in ("submit_jobs", "array_size", "weight"):  # only when set: a doc as before
             if getattr(x, key) is not msgspec.UNSET:
                 doc[key] = getattr(x, key)
         return doc

@@ -232,3 +232,13 @@ def test_bad_checkpoint_overlays_are_one_clear_line(demo_log, item, message):
     with pytest.raises(OverlayError) as err:
         apply_overlays(external_inputs(demo_log), [item])
     assert message in str(err.value) and len(err.value.problems) == 1
+
+
+def test_an_overlay_on_a_tenant_keeps_its_users_weights_and_bounds():
+    # given a log whose research tenant weighs alice 2 (examples/fair-tree.yaml)
+    log = simulate(load(EXAMPLES / "fair-tree.yaml")).log
+    # when a what-if changes another key of research
+    inputs, _ = apply_overlays(external_inputs(log), ["tenants.research.limit=8"])
+    users = replay(inputs, until_ms=1).ledger.config.tenants["research"].user_limits
+    # then the users' configuration is kept, weights included
+    assert (users.weight_of("alice"), users.weight_of("bob")) == (2, 1)
