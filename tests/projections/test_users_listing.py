@@ -200,3 +200,16 @@ def test_a_user_bound_per_gpu_model_shows_its_use_of_each_bound_model(tmp_path):
     # and the waiting job says which bound keeps it
     why = gl(tmp_path, "why", "more")
     assert "UserLimit" in why.output and "(gpus_by_model)" in why.output
+    # and the aggregate exporter serves the same use and bound per model
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuledger.projections.exporter import ProjectionCollector
+
+    registry = CollectorRegistry()
+    registry.register(ProjectionCollector(tmp_path / "projection.duckdb"))
+    text = generate_latest(registry).decode().splitlines()
+    for line in (
+        'gpuledger_user_model_gpus{model="H100-80GB",tenant="research",user="alice"} 2.0',
+        'gpuledger_user_model_limit{model="H100-80GB",tenant="research",user="alice"} 2.0',
+    ):
+        assert line in text, line
