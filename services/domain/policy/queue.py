@@ -132,10 +132,14 @@ def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
     usage: dict[str, int] = {}
     users: dict[tuple[str, str], tuple[int, int]] = {}
     held = holdings(state)
-    level = {j.job_id: effective_priority(state, j, now_ms) for j in jobs}
+    rows = [
+        (j.job_id, j.tenant, j.spec.submitter, j.priority, effective_priority(state, j, now_ms))
+        for j in jobs
+    ]
+    level = {row[0]: row[4] for row in rows}
     level.update(
         user_aging.lifted(
-            jobs, level, lambda tenant, user: user_rank(state, (tenant, user), now_ms, held, users)
+            rows, lambda tenant, user: user_rank(state, (tenant, user), now_ms, held, users)
         )
     )
     return sorted(

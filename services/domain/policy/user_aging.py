@@ -19,46 +19,38 @@ before; a higher class stays ahead (C's own priority must not exceed J's).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gpuledger.services.domain.fold.ledger import JobRecord
+from collections.abc import Callable, Iterable
 
 Rank = tuple[int, int]
 """A user's place in its tenant's order (standing, held share): less goes first."""
 
 
 def lifted(
-    jobs: Iterable[JobRecord],
-    effective: Mapping[str, int],
-    rank: Callable[[str, str], Rank],
+    jobs: Iterable[tuple[str, str, str, int, int]], rank: Callable[[str, str], Rank]
 ) -> dict[str, int]:
     """The priority that orders each lifted job (job id -> priority), for the jobs whose
-    colleagues' aging would otherwise pass them; `effective` is each job's own effective
-    priority, `rank(tenant, user)` the user order."""
-    by_tenant: dict[str, list[JobRecord]] = {}
-    for job in jobs:
-        by_tenant.setdefault(job.tenant, []).append(job)
+    colleagues' aging would otherwise pass them. `jobs`: (job id, tenant, user, own
+    priority, effective priority) of each pending job; `rank(tenant, user)` the user order."""
+    by_tenant: dict[str, list[tuple[str, str, int, int]]] = {}
+    for job_id, tenant, user, base, level in jobs:
+        by_tenant.setdefault(tenant, []).append((job_id, user, base, level))
     out: dict[str, int] = {}
     for tenant, mine in sorted(by_tenant.items()):
-        if len({j.spec.submitter for j in mine}) < 2:
-            continue  # one user: aging orders its jobs as it always has
         aged: dict[tuple[str, int], int] = {}  # (user, own priority) -> highest effective
-        for job in mine:
-            level = effective[job.job_id]
-            key = (job.spec.submitter, job.priority)
-            if level > job.priority and level > aged.get(key, level - 1):
-                aged[key] = level
-        if not aged:
-            continue
+        for _, user, base, level in mine:
+            if level > base and level > aged.get((user, base), level - 1):
+                aged[(user, base)] = level
+        if not aged or len({user for _, user, _, _ in mine}) < 2:
+            continue  # nothing aged, or one user: aging orders its jobs as it always has
         behind = sorted((rank(tenant, user), base, level) for (user, base), level in aged.items())
-        for job in mine:
-            own = rank(tenant, job.spec.submitter)
-            top = max(
-                (level for r, base, level in behind if r > own and base <= job.priority),
-                default=0,
-            )
-            if top > effective[job.job_id]:
-                out[job.job_id] = top
+        floor: dict[tuple[str, int], int] = {}  # (user, own priority) -> what lifts its jobs
+        for job_id, user, base, level in mine:
+            top = floor.get((user, base))
+            if top is None:
+                own = rank(tenant, user)
+                top = floor[(user, base)] = max(
+                    (lv for r, b, lv in behind if r > own and b <= base), default=0
+                )
+            if top > level:
+                out[job_id] = top
     return out
