@@ -268,6 +268,10 @@ class UserLimit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     weight: UserWeight | msgspec.UnsetType = msgspec.UNSET
     """The user's share of its tenant in the queue order (the Fair Tree's user shares;
     `services.domain.policy.user_share`): unset (left out of the JSON) is 1."""
+    gpu_milli_by_model: dict[str, UserLimitValue] | msgspec.UnsetType = msgspec.UNSET
+    """Per GPU model, the capacity of that model the user's placed jobs hold at once, milli-GPUs
+    (Slurm `MaxTRESPerUser=gres/gpu:h100`); a model it leaves out is not bound by it. Unset
+    (left out of the JSON): none."""
 
 
 class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -289,6 +293,11 @@ class UserLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             submit_jobs=d.submit_jobs if o.submit_jobs is msgspec.UNSET else o.submit_jobs,
             array_size=d.array_size if o.array_size is msgspec.UNSET else o.array_size,
             weight=d.weight if o.weight is msgspec.UNSET else o.weight,
+            gpu_milli_by_model=(
+                d.gpu_milli_by_model
+                if o.gpu_milli_by_model is msgspec.UNSET
+                else o.gpu_milli_by_model
+            ),
         )
 
     def weight_of(self, user: str) -> int:

@@ -270,7 +270,7 @@ COMMENT ON COLUMN tenants.borrowing_limit_gpu_milli IS 'Most the tenant may use 
 COMMENT ON COLUMN tenants.lending_limit_gpu_milli IS 'Most of its unused guarantee others may borrow, milli-GPUs (Kueue lendingLimit; NULL = all).';
 COMMENT ON COLUMN tenants.borrowing_limit_by_model IS 'Per GPU model of guaranteed_by_model: most it may use of that model above its guarantee for it, milli-GPUs ({"H100-80GB": 2000}; NULL = none).';
 COMMENT ON COLUMN tenants.submit_limits IS 'Bounds on the tenant''s queued work in force, defaults applied: {"submit_jobs": N, "array_size": N} (null = no bound; docs/users.md).';
-COMMENT ON COLUMN tenants.user_limits IS 'Per-user limits as configured: {"default": {...}, "overrides": {"alice": {...}}} (keys running_jobs, gpu_milli, submit_jobs, array_size; an override key left out is the default''s; NULL = none).';
+COMMENT ON COLUMN tenants.user_limits IS 'Per-user limits as configured: {"default": {...}, "overrides": {"alice": {...}}} (keys running_jobs, gpu_milli, gpu_milli_by_model, submit_jobs, array_size, weight; an override key left out is the default''s; NULL = none).';
 COMMENT ON COLUMN tenants.lending_limit_by_model IS 'Per GPU model of guaranteed_by_model: most of its unused guarantee for that model others may borrow, milli-GPUs (NULL = all).';
 COMMENT ON COLUMN tenants.over_quota_weight IS 'Weight of the tenant in the idle surplus split.';
 COMMENT ON COLUMN tenants.fair_share_gpu_milli IS 'Last fair share, milli-GPUs.';

@@ -268,6 +268,21 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "projections/users.py (table tenants)",
     ),
     _spec(
+        "gpuledger_user_model_gpus",
+        "gauge",
+        ("tenant", "user", "model"),
+        "GPUs of one model the user's placed jobs hold now, for each model the user is bound "
+        "on (`gpus_by_model`); its bound is `gpuledger_user_model_limit`.",
+        "projections/users.py (tables jobs, allocations)",
+    ),
+    _spec(
+        "gpuledger_user_model_limit",
+        "gauge",
+        ("tenant", "user", "model"),
+        "A user's bound on GPUs of one model held at once (`gpus_by_model`); absent: none.",
+        "projections/users.py (table tenants)",
+    ),
+    _spec(
         "gpuledger_gpus",
         "gauge",
         ("hostname", "modelName"),
@@ -583,6 +598,9 @@ def _users(read: _Reader, con, out: dict[str, list]) -> None:
             value = r[f"{limit}_limit"]
             if value is not None:
                 out["gpuledger_user_limit"].append(([*who, limit], value))
+        for model, held in (r.get("gpus_by_model") or {}).items():
+            out["gpuledger_user_model_gpus"].append(([*who, model], held["gpus"]))
+            out["gpuledger_user_model_limit"].append(([*who, model], held["limit"]))
 
 
 def _gpus_and_nodes(read: _Reader, con, out: dict[str, list]) -> None:

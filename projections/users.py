@@ -36,6 +36,13 @@ WHERE l.state IN ('running', 'preempting', 'pending') {{tenant}}
 GROUP BY l.tenant, l.user
 """
 
+BY_MODEL = """
+SELECT j.tenant, j.user, a.gpu_model AS model, sum(a.gpu_milli) AS gpu_milli
+FROM allocations a JOIN jobs j USING (job_id)
+WHERE a.ended_at_ms IS NULL GROUP BY ALL
+"""
+"""GPU milli each (tenant, user) holds per GPU model now (what `gpus_by_model` bounds)."""
+
 
 def _limits(con, tenant: str | None) -> dict[str, tuple[dict[str, Any], Any]]:
     """Per tenant: (its own bounds, its `UserLimits` or None)."""
@@ -61,7 +68,8 @@ def _limits(con, tenant: str | None) -> dict[str, tuple[dict[str, Any], Any]]:
 def users_rows(con, *, tenant: str | None = None) -> list[dict[str, Any]]:
     """One row per tenant (user `*`) and per user with work pending or running or a limit
     of its own: running jobs, GPUs held, pending jobs, and the limits in force for each
-    (None: no bound). Sorted by tenant, the tenant's line first, then user."""
+    (None: no bound); a user bound per GPU model also has `gpus_by_model` ({model: {gpus,
+    limit}}). Sorted by tenant, the tenant's line first, then user."""
     where, args = "", []
     if tenant:
         where = "AND (l.tenant = ? OR starts_with(l.tenant, ?))"
@@ -71,6 +79,7 @@ def users_rows(con, *, tenant: str | None = None) -> list[dict[str, Any]]:
     }
     limits = _limits(con, tenant)
     keys = set(use) | {(t, u) for t, (_, ul) in limits.items() if ul for u in ul.overrides}
+    by_model: dict[tuple[str, str], dict[str, int]] | None = None
     out = []
     for t in sorted({t for t, _ in keys} | set(limits)):
         own, users = limits.get(t, ({}, None))
@@ -91,6 +100,18 @@ def users_rows(con, *, tenant: str | None = None) -> list[dict[str, Any]]:
                     lim.gpu_milli if lim else None,
                 )
             )
+            bounds = lim.gpu_milli_by_model if lim else None
+            if isinstance(bounds, dict) and bounds:
+                if by_model is None:
+                    by_model = {}
+                    for r in records(con.execute(BY_MODEL)):
+                        held = by_model.setdefault((r["tenant"], r["user"]), {})
+                        held[r["model"]] = held.get(r["model"], 0) + r["gpu_milli"]
+                mine_by_model = by_model.get((t, u), {})
+                out[-1]["gpus_by_model"] = {
+                    m: {"gpus": mine_by_model.get(m, 0) / 1000, "limit": b / 1000}
+                    for m, b in sorted(bounds.items())
+                }
     return out
 
 

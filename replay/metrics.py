@@ -27,8 +27,8 @@ Definitions (the JSON keys are a contract: add, never rename):
   sorted values' element at index round(q x (n - 1)) (nearest rank, no interpolation).
 - `wait_s_p50` / `wait_s_p99`: the same waits over every placed job; `wait_s_p50_by_tenant`,
   `..._by_partition`, `..._by_user` (and `p99`): the same per tenant, per partition / node pool
-  (the job's `partition` node selector, or what the source recorded) and per user (only where
-  the source recorded one), in the shape of `..._by_class` (None for a group none of whose
+  (the job's `partition` node selector, or what the source recorded) and per user (what the
+  source recorded, else the job's `user`; a job naming none is left out), in the shape of `..._by_class` (None for a group none of whose
   jobs was placed); a job with no value for a dimension is left out of it (`JobFacts.groups`,
   `spec_groups`).
 - `preemptions`: `GangEvicted` events whose reason is one of `PREEMPTION_REASONS`;
@@ -163,11 +163,14 @@ def partition_of(selector) -> str | None:
 
 
 def spec_groups(spec) -> dict[str, str]:
-    """The groups a submitted job's waits fall under, as its spec says: tenant, partition."""
+    """The groups a submitted job's waits fall under, as its spec says: tenant, partition,
+    user (a job naming none, `-`, is left out of the users' split)."""
     out = {"tenant": spec.tenant}
     partition = partition_of(spec.node_selector or None)
     if partition is not None:
         out["partition"] = partition
+    if spec.user:
+        out["user"] = spec.user
     return out
 
 

@@ -133,10 +133,12 @@ def _users_doc(t: ev.TenantConfigured) -> dict[str, Any]:
         return {}
 
     def one(x: ev.UserLimit) -> dict[str, Any]:
-        doc = {"running_jobs": x.running_jobs, "gpus": _milli_text(x.gpu_milli)}
-        for key in ("submit_jobs", "array_size"):  # only when set: a doc as before
+        doc: dict[str, Any] = {"running_jobs": x.running_jobs, "gpus": _milli_text(x.gpu_milli)}
+        for key in ("submit_jobs", "array_size", "weight"):  # only when set: a doc as before
             if getattr(x, key) is not msgspec.UNSET:
                 doc[key] = getattr(x, key)
+        if isinstance(x.gpu_milli_by_model, dict):
+            doc["gpus_by_model"] = {m: _milli_text(v) for m, v in x.gpu_milli_by_model.items()}
         return doc
 
     return {

@@ -99,7 +99,8 @@ def token(
     the token: it is shown only this once. A running gateway picks it up at once. A user's
     token submits as that user only (`NotYourUser`, 403) and acts on that user's jobs only
     (a colleague's: 404 `UnknownJob`, as an id nobody has). Exit 2 for a bad tenant or user
-    name or tokens file."""
+    name or tokens file, or a user of a tenant the file holds no entry for (give the
+    tenant its token first)."""
     from gpuledger import events as ev
     from gpuledger.services.runtime.gateway_tokens import TokenFileError, add_token
 

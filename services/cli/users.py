@@ -28,6 +28,9 @@ def _table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list
     share = bool(rows) and "weight" in rows[0]
     if share:
         headers += ["WEIGHT", "USAGE", "USAGE/WEIGHT"]
+    models = any("gpus_by_model" in r for r in rows)
+    if models:
+        headers.append("GPUS-BY-MODEL")
     out = [
         [
             r["tenant"],
@@ -42,10 +45,18 @@ def _table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list
                 if share
                 else []
             ),
+            *([_by_model(r.get("gpus_by_model"))] if models else []),
         ]
         for r in rows
     ]
     return headers, out
+
+
+def _by_model(held: dict[str, dict[str, float]] | None) -> str:
+    """`H100-80GB 2/4`, one per bound model (comma-separated); `-` without bounds."""
+    if not held:
+        return "-"
+    return ",".join(f"{m} {_of(h['gpus'], h['limit'])}" for m, h in held.items())
 
 
 def _num(v: Any) -> str:
@@ -125,7 +136,8 @@ def users_command(
 ) -> None:
     """List each tenant (USER `*`) and each of its users with work or a limit of their own:
     jobs running, GPUs held, jobs pending, and SUBMITTED (pending plus running, what the
-    submit limit bounds), each `used/limit` where a limit is in force (docs/users.md).
+    submit limit bounds), each `used/limit` where a limit is in force (docs/users.md), and
+    GPUS-BY-MODEL for users bound per GPU model.
     With `--log`, also each user's fair-share weight, time-decayed usage and usage over
     weight: within a tenant, the queue puts the lowest USAGE/WEIGHT's jobs first. Exit 2
     for a log that cannot be read."""

@@ -171,11 +171,18 @@ class Tokens:
 
 def add_token(path: Path, tenant: str, user: str | None = None) -> str:
     """Generate a token for `tenant` (with `user`: for that user of it), store its hash in
-    `path` (created 0600 if missing; TokenFileError if the file is invalid) and return the
-    token (shown once). ValueError (`InvalidId`) for a bad tenant or user name."""
+    `path` (created 0600 if missing; TokenFileError if the file is invalid, or names no
+    `tenant` for a user's token: nothing is written) and return the token (shown once). ValueError (`InvalidId`) for a bad tenant or user name."""
     key = owner_key(tenant, user)
     owner_of_key(key)
     tenants = dict(load(path)) if path.exists() else {}
+    if user is not None and tenant not in tenants:  # as `auth add-user` needs the tenant's key
+        raise TokenFileError(
+            [
+                f"{path}: unknown tenant {tenant!r} for user {user!r} (add the tenant first: "
+                f"gpuledger gateway token {tenant} --tokens {path})"
+            ]
+        )
     token = secrets.token_urlsafe(32)
     tenants[key] = (*tenants.get(key, ()), token_hash(token))
     text = (

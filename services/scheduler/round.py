@@ -63,6 +63,9 @@ class Round:
     """Per (tenant, user): [placed jobs, GPU milli they hold], active allocations plus this
     decide's binds (stage `user_limits`); built when a job under per-user limits is first
     tried (`user_in_use`)."""
+    user_model_use: dict[tuple[str, str, str], int] | None = None
+    """Per (tenant, user, GPU model): GPU milli held (`Ledger.user_by_model`) plus this
+    decide's binds (stage `user_limits`, `gpus_by_model`); built when first read."""
     blocked_partitions: dict[str, str] = field(default_factory=dict)
     """A main pass of the `slurm` profile (stage `main_scheduler`): per partition, its first
     job that waited for capacity; no later job of it is placed in this decide."""
@@ -168,6 +171,12 @@ class Round:
             self.user_use = holdings(self.state)
         return self.user_use.setdefault((tenant, user), [0, 0])
 
+    def user_by_model(self) -> dict[tuple[str, str, str], int]:
+        """Per (tenant, user, GPU model) GPU milli held now (mutable: `book` adds)."""
+        if self.user_model_use is None:
+            self.user_model_use = dict(self.state.user_by_model)
+        return self.user_model_use
+
     def pending(self, job: JobRecord, reason: str, message: str, details: dict) -> list[Event]:
         """`PendingReasonChanged` when the job's reason or message changes, else nothing."""
         if (reason, message) == (job.reason, job.message):
@@ -218,6 +227,8 @@ class Limits:
     over_models: list[tuple[str, int, int]] = field(default_factory=list)
     model_blocks: dict[str, tuple] = field(default_factory=dict)
     """GPU models the job may not use under per-model lending/borrowing limits, and why."""
+    user_model_blocks: dict[str, str] = field(default_factory=dict)
+    """GPU models the job's user may not use more of now (`gpus_by_model`), and why."""
     max_members: int | None = None
     """An elastic gang: the most members its quota allows (None: `replicas`)."""
 

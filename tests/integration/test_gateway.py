@@ -526,6 +526,14 @@ def test_gateway_token_and_a_strictly_checked_tokens_file(tmp_path):
     assert users.returncode == 0, users.stderr
     assert Tokens(path).owner_of(users.stdout.strip()) == ("team-a", "alice")
     assert "user:team-a:alice:" in path.read_text()
+    # a user of a tenant the file does not hold is refused, one line, nothing written
+    before = path.read_text()
+    stray = cli("gateway", "token", "nowhere", "alice", "--tokens", str(path))
+    assert stray.returncode == 2 and path.read_text() == before
+    assert stray.stderr.strip() == (
+        f"error: {path}: unknown tenant 'nowhere' for user 'alice' (add the tenant first: "
+        f"gpuledger gateway token nowhere --tokens {path})"
+    )
     bad_user = cli("gateway", "token", "team-a", "bob.smith", "--tokens", str(path))
     assert bad_user.returncode == 2
     assert bad_user.stderr.strip() == (

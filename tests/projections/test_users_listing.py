@@ -125,3 +125,91 @@ def test_a_log_that_cannot_be_read_is_one_line_and_exit_2(data, tmp_path):
         out = gl(data, "users", "--log", str(log))
         assert out.exit_code == 2
         assert out.output.startswith("error: --log: ") and out.output.count("\n") == 1
+
+
+def test_a_user_bound_per_gpu_model_shows_its_use_of_each_bound_model(tmp_path):
+    # given research's users bound to 2 H100 GPUs each; alice runs 2 H100 GPUs and 1 A100,
+    # and asks 1 more H100 GPU (which waits: UserLimit)
+    from gpuledger.replay.scenario import from_document
+
+    h100 = ["H100-80GB"]
+    doc = {
+        "name": "by-model",
+        "cluster": {
+            "nodes": [
+                {"name": "h100-0", "gpus": 8, "model": "H100-80GB"},
+                {"name": "a100-0", "gpus": 8, "model": "A100-80GB"},
+            ]
+        },
+        "tenants": [
+            {
+                "name": "research",
+                "guaranteed": 16,
+                "users": {"default": {"gpus_by_model": {"H100-80GB": 2}}},
+            }
+        ],
+        "timeline": [
+            {
+                "at": 0,
+                "submit": {
+                    "id": "h",
+                    "tenant": "research",
+                    "user": "alice",
+                    "gpus": 2,
+                    "models": h100,
+                    "duration": "1h",
+                },
+            },
+            {
+                "at": 0,
+                "submit": {
+                    "id": "a",
+                    "tenant": "research",
+                    "user": "alice",
+                    "gpus": 1,
+                    "models": ["A100-80GB"],
+                    "duration": "1h",
+                },
+            },
+            {
+                "at": 60,
+                "submit": {
+                    "id": "more",
+                    "tenant": "research",
+                    "user": "alice",
+                    "gpus": 1,
+                    "models": h100,
+                    "duration": "1h",
+                },
+            },
+        ],
+    }
+    run = simulate(from_document(doc), until_ms=600_000)
+    rebuild(run.log, tmp_path / "projection.duckdb")
+    # when the users are listed, then alice's line has her H100 use against its bound
+    r = gl(tmp_path, "users")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [
+        "TENANT     USER    RUNNING   GPUS   PENDING   SUBMITTED   ARRAY-SIZE   GPUS-BY-MODEL",
+        "research   *       2         3      1         3/20000     10000        -",
+        "research   alice   2         3      1         3           -            H100-80GB 2/2",
+    ]
+    j = json.loads(gl(tmp_path, "users", "-o", "json").output)
+    assert j[1]["gpus_by_model"] == {"H100-80GB": {"gpus": 2.0, "limit": 2.0}}
+    assert "gpus_by_model" not in j[0]
+    # and the waiting job says which bound keeps it
+    why = gl(tmp_path, "why", "more")
+    assert "UserLimit" in why.output and "(gpus_by_model)" in why.output
+    # and the aggregate exporter serves the same use and bound per model
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuledger.projections.exporter import ProjectionCollector
+
+    registry = CollectorRegistry()
+    registry.register(ProjectionCollector(tmp_path / "projection.duckdb"))
+    text = generate_latest(registry).decode().splitlines()
+    for line in (
+        'gpuledger_user_model_gpus{model="H100-80GB",tenant="research",user="alice"} 2.0',
+        'gpuledger_user_model_limit{model="H100-80GB",tenant="research",user="alice"} 2.0',
+    ):
+        assert line in text, line

@@ -50,3 +50,20 @@ def test_without_users_the_colleagues_job_waits_behind_the_whole_sweep():
     # then submit time decides inside the tenant: carol's job runs after every sweep task
     assert placed["c-eval"] >= max(t for j, t in placed.items() if j.startswith("sweep@"))
     assert placed["b-train"] == 60  # 4 GPUs free at 1 h either way
+
+
+def test_a_what_if_reports_the_waits_of_each_user():
+    # given the example, and the same work with users' past usage not counted (no half-life)
+    from gpuledger.replay.compare import compare, rows, summarize
+
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["policy"]["usage_half_life_s"] = 0
+    a = summarize(simulate(load(EXAMPLE)).log, "example")
+    b = summarize(simulate(from_document(doc)).log, "no-decay")
+    # then each run's waits are split by the jobs' users
+    waits = a.metrics["wait_s_p50_by_user"]
+    assert set(waits) == {"alice", "bob", "carol"}
+    assert (waits["bob"], waits["carol"]) == (0.0, 600.0)  # b-train at once, c-eval at 80 min
+    # and the comparison table has a row per user and percentile
+    labels = [r[0] for r in rows(compare(a, b))]
+    assert {f"wait {q} user {u}" for q in ("p50", "p99") for u in waits} <= set(labels)

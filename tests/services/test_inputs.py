@@ -188,6 +188,13 @@ CASES = [
         "timeline[0].submit.models: no GPU of model 'H100-40GB' in the cluster (did you mean 'H100-80GB'?)",
     ),
     (
+        "unknown-model-of-a-users-bound",
+        scenario(
+            tenants=[{"name": "org/a", "users": {"default": {"gpus_by_model": {"H100-40GB": 2}}}}]
+        ),
+        "tenants[0].users.default.gpus_by_model.H100-40GB: no GPU of model 'H100-40GB' in the cluster (did you mean 'H100-80GB'?)",
+    ),
+    (
         "spread-zero-per-node",
         scenario(timeline=[entry(spread={"group": "web", "max_per_node": 0})]),
         "timeline[0].submit.spread.max_per_node: must be >= 1 (got 0)",

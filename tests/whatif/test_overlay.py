@@ -232,3 +232,21 @@ def test_bad_checkpoint_overlays_are_one_clear_line(demo_log, item, message):
     with pytest.raises(OverlayError) as err:
         apply_overlays(external_inputs(demo_log), [item])
     assert message in str(err.value) and len(err.value.problems) == 1
+
+
+def test_an_overlay_on_a_tenant_keeps_its_users_weights_and_bounds():
+    # given a log whose research tenant weighs alice 2 and bounds each user to 4 H100 GPUs
+    # (examples/fair-tree.yaml, plus that bound)
+    import yaml
+
+    from gpuledger.replay.scenario import from_document
+
+    doc = yaml.safe_load((EXAMPLES / "fair-tree.yaml").read_text())
+    doc["tenants"][0]["users"]["default"] = {"gpus_by_model": {"H100-80GB": 4}}
+    log = simulate(from_document(doc)).log
+    # when a what-if changes another key of research
+    inputs, _ = apply_overlays(external_inputs(log), ["tenants.research.limit=8"])
+    users = replay(inputs, until_ms=1).ledger.config.tenants["research"].user_limits
+    # then the users' configuration is kept, weights and per-model bounds included
+    assert (users.weight_of("alice"), users.weight_of("bob")) == (2, 1)
+    assert users.of("bob").gpu_milli_by_model == {"H100-80GB": 4000}

@@ -457,6 +457,9 @@ class LedgerState:
     """Per (tenant, GPU model), GPU capacity in use by all its work (for per-model lending
     and borrowing limits; read by the scheduler, preemption and quota); a member counts
     under the model of its first GPU."""
+    user_by_model: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Per (tenant, user, GPU model), the same per user of the jobs (`-`: none named); read by
+    the scheduler's `user_limits` stage (`gpus_by_model`)."""
     pending_dependent: set[str] = field(default_factory=set)
     """The pending jobs that name dependencies (`JobSpec.depends_on`), met or not (read by
     the scheduler and quota: a job waiting on a dependency is not demand)."""

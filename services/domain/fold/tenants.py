@@ -3,15 +3,15 @@ shares, and each tenant's capacity in use (in all, per GPU model, non-preemptibl
 time-decayed past usage.
 
 Owns `config`, `fair_shares`, `tenant_gpu_milli`, `user_gpu_milli`, `tenant_by_model`,
-`sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model`, `quota.decayed_usage`,
+`user_by_model`, `sched.tenant_fixed_gpu_milli`, `sched.tenant_fixed_by_model`, `quota.decayed_usage`,
 `quota.user_usage` and `quota.period_usage`. The allocations fold books capacity through
 `book` (placement, end, shrink, grow); usage is accrued at the old rate before every change
 of it, the tenant's and the booked work's user's alike (one accrual, two levels: the Fair
 Tree's tenants and their users).
 
 Invariant: `tenant_gpu_milli` is the sum of the tenant's active allocations, `user_gpu_milli`
-the same per user of their jobs, and `tenant_by_model` the same per model of each member's
-first GPU.
+the same per user of their jobs, and `tenant_by_model` (`user_by_model`: per user) the same
+per model of each member's first GPU.
 """
 
 from __future__ import annotations
@@ -117,6 +117,11 @@ def book(
             ledger.tenant_by_model[key] = left
         else:
             ledger.tenant_by_model.pop(key, None)
+        mine = (tenant, user, model)
+        if left := ledger.user_by_model.get(mine, 0) + sign * by_model[model]:
+            ledger.user_by_model[mine] = left
+        else:
+            ledger.user_by_model.pop(mine, None)
     if not preemptible:
         fixed = ledger.sched.tenant_fixed_gpu_milli
         fixed[tenant] = fixed.get(tenant, 0) + sign * total
@@ -283,6 +288,7 @@ FOLD = Fold(
             "tenant_gpu_milli",
             "user_gpu_milli",
             "tenant_by_model",
+            "user_by_model",
             "sched.tenant_fixed_gpu_milli",
             "sched.tenant_fixed_by_model",
             "quota.decayed_usage",

@@ -148,6 +148,7 @@ def _user_limit(key: str, d: Any) -> UserLimit:
         submit_jobs=d.submit_jobs,
         array_size=d.array_size,
         weight=d.weight,
+        gpu_milli_by_model=_by_model(f"{key}.gpus_by_model", d.gpus_by_model),
     )
 
 

@@ -2,15 +2,18 @@
 fair share, then the tenant's time-decayed past usage (`policy.usage_half_life_s`; less
 first), then, among its users, the user's own decayed usage over its weight, then the GPU
 capacity the user holds now over its weight (less first: `user_share`, the Fair Tree's
-second level), then submit time, then job id (a total order). Under `policy.profile: slurm` the
-order is Slurm's instead (`services.domain.policy.slurm_priority`)."""
+second level), then submit time, then job id (a total order). Within a tenant, a job is
+ordered at no lower a priority than a colleague's aged job of its class or below when its user
+stands ahead of that colleague (`user_aging`), so aging never carries one user's sweep past
+a colleague the user order puts first. Under `policy.profile: slurm` the order is Slurm's
+instead (`services.domain.policy.slurm_priority`)."""
 
 from __future__ import annotations
 
 from gpuledger.events.reasons import JobState, PreemptionReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 from gpuledger.services.domain.policy import dependencies as deps
-from gpuledger.services.domain.policy import slurm_priority
+from gpuledger.services.domain.policy import slurm_priority, user_aging
 from gpuledger.services.domain.policy.user_share import Holdings, held_share, holdings, standing
 
 NOT_SUFFERED = frozenset(
@@ -69,6 +72,26 @@ def effective_priority(state: Ledger, job: JobRecord, now_ms: int) -> int:
     return max(job.priority, min(target, ceiling))
 
 
+def user_rank(
+    state: Ledger,
+    key: tuple[str, str],
+    now_ms: int,
+    held: Holdings | None = None,
+    users: dict[tuple[str, str], tuple[int, int]] | None = None,
+) -> tuple[int, int]:
+    """The (tenant, user)'s place in its tenant's user order (standing, held share; less
+    first); `users` memoises it within one ordering, `held` is `user_share.holdings`
+    (derived when not given)."""
+    mine = users.get(key) if users is not None else None
+    if mine is None:
+        if held is None:
+            held = holdings(state)
+        mine = (standing(state, *key, now_ms), held_share(state, held, *key))
+        if users is not None:
+            users[key] = mine
+    return mine
+
+
 def queue_key(
     state: Ledger,
     job: JobRecord,
@@ -76,10 +99,12 @@ def queue_key(
     usage: dict[str, int] | None = None,
     held: Holdings | None = None,
     users: dict[tuple[str, str], tuple[int, int]] | None = None,
+    priority: int | None = None,
 ) -> tuple[int, int, int, int, int, int, str]:
     """The job's sort key; `usage` memoises decayed usage per tenant and `users` each user's
     (standing, held share) within one ordering, `held` what each user holds
-    (`user_share.holdings`, derived when not given)."""
+    (`user_share.holdings`, derived when not given); `priority` the priority that orders the
+    job (its effective priority when not given)."""
     share = state.fair_shares.get(job.tenant)
     allocated = state.tenant_gpu_milli.get(job.tenant, 0)
     below = allocated - share.fair_share_gpu_milli if share is not None else 0
@@ -90,15 +115,10 @@ def queue_key(
     else:
         past = usage[job.tenant] = state.usage_at(job.tenant, now_ms)
     since = job.submitted_ms if job.queue_ms is None else job.queue_ms  # `top` moves it
-    key = (job.tenant, job.spec.submitter)
-    mine = users.get(key) if users is not None else None
-    if mine is None:
-        if held is None:
-            held = holdings(state)
-        mine = (standing(state, *key, now_ms), held_share(state, held, *key))
-        if users is not None:
-            users[key] = mine
-    return (-effective_priority(state, job, now_ms), below, past, *mine, since, job.job_id)
+    mine = user_rank(state, (job.tenant, job.spec.submitter), now_ms, held, users)
+    if priority is None:
+        priority = effective_priority(state, job, now_ms)
+    return (-priority, below, past, *mine, since, job.job_id)
 
 
 def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
@@ -112,4 +132,16 @@ def ordered_pending(state: Ledger, now_ms: int) -> list[JobRecord]:
     usage: dict[str, int] = {}
     users: dict[tuple[str, str], tuple[int, int]] = {}
     held = holdings(state)
-    return sorted(jobs, key=lambda j: queue_key(state, j, now_ms, usage, held, users))
+    rows = [
+        (j.job_id, j.tenant, j.spec.submitter, j.priority, effective_priority(state, j, now_ms))
+        for j in jobs
+    ]
+    level = {row[0]: row[4] for row in rows}
+    level.update(
+        user_aging.lifted(
+            rows, lambda tenant, user: user_rank(state, (tenant, user), now_ms, held, users)
+        )
+    )
+    return sorted(
+        jobs, key=lambda j: queue_key(state, j, now_ms, usage, held, users, level[j.job_id])
+    )

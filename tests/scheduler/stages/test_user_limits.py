@@ -2,7 +2,9 @@
 (`users: {default: {running_jobs: 2, gpus: 4}, overrides: {carol: {gpus: 8}}}`), when one
 user's sweep is tried, then her jobs beyond a limit wait with `UserLimit` (naming the user,
 the limit and her use), while a colleague's single job is placed, jobs naming no user are
-not bound, and an override raises the limit for its user only."""
+not bound, and an override raises the limit for its user only. Per GPU model
+(`gpus_by_model: {H100-80GB: 2}`), a user at a model's bound has that model closed: a job that
+may use another goes there, one that may not waits with `UserLimit` naming the model."""
 
 import dataclasses
 
@@ -93,3 +95,86 @@ def test_a_negative_limit_or_a_bad_user_name_is_a_configuration_error(users, pro
     with pytest.raises(InputError) as info:
         config_events({"tenants": [{"name": "a", "users": users}]})
     assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+MODELS = (
+    {"name": "h100", "gpus": 8, "model": "H100-80GB"},
+    {"name": "a100", "gpus": 8, "model": "A100-80GB"},
+)
+H100_TEAM = {
+    "name": "a",
+    "guaranteed": 16,
+    "users": {
+        "default": {"gpus_by_model": {"H100-80GB": 2}},
+        "overrides": {"carol": {"gpus_by_model": {"H100-80GB": 4}}},
+    },
+}
+
+
+def test_a_user_at_a_models_bound_has_that_model_closed_and_runs_elsewhere():
+    # given alice holds 2 H100 GPUs, her bound for that model (the default's)
+    h100 = ["H100-80GB"]
+    ledger, _ = scheduled(
+        fleet(*MODELS, tenants=[H100_TEAM]),
+        [{"id": "own", "tenant": "a", "user": "alice", "gpus": 2, "models": h100}],
+    )
+    assert ledger.user_by_model == {("a", "alice", "H100-80GB"): 2000}
+    rnd = round_at(ledger, 5)
+    lim = Limits(need=1000)
+    # when she asks 1 more H100 GPU, then the H100 node is closed to her
+    more = {"id": "more", "tenant": "a", "user": "alice", "gpus": 1, "models": h100}
+    _, out = scheduled(
+        fleet(*MODELS, tenants=[H100_TEAM]),
+        [{"id": "own", "tenant": "a", "user": "alice", "gpus": 2, "models": h100}],
+        [
+            more,
+            {"id": "any", "tenant": "a", "user": "alice", "gpus": 1},
+            {"id": "c1", "tenant": "a", "user": "carol", "gpus": 4, "models": h100},
+        ],
+    )
+    e = why(out, "more")
+    assert e.reason == PendingReason.UserLimit
+    assert e.message == (
+        "user alice of tenant a holds 2 H100-80GB GPUs and this job needs 1; at most 2 at once "
+        "(gpus_by_model)"
+    )
+    assert e.details["gpus_by_model"] == ["H100-80GB"]
+    # and her job that may use any model goes to the A100s; carol's override lets her take 4
+    by_job = {p.job_id: {m.node for m in p.members} for p in out if isinstance(p, ev.GangPlaced)}
+    assert by_job == {"any": {"a100"}, "c1": {"h100"}}
+    # and the stage's own answer: the node excluded, the smallest gang its cap
+    fold_job = ledger.jobs["own"]
+    assert user_limits.model_blocks(rnd, fold_job, 1000) == {
+        "H100-80GB": (
+            "user alice of tenant a holds 2 H100-80GB GPUs and this job needs 1; at most 2 at "
+            "once (gpus_by_model)"
+        )
+    }
+    assert user_limits.exclude(rnd, fold_job, lim) == {"h100"}
+    assert user_limits.cap(rnd, fold_job, lim, 1) is True
+
+
+def test_a_users_use_per_model_is_folded_and_freed_when_the_job_ends():
+    # given alice's job holds 2 H100 GPUs, when it completes, then she holds none of them
+    from tests.services.given import fold, stamped
+
+    h100 = ["H100-80GB"]
+    ledger, _ = scheduled(
+        fleet(*MODELS, tenants=[H100_TEAM]),
+        [{"id": "own", "tenant": "a", "user": "alice", "gpus": 2, "models": h100}],
+    )
+    assert ledger.user_by_model == {("a", "alice", "H100-80GB"): 2000}
+    (alloc,) = ledger.active
+    fold(ledger, [stamped(ev.GangCompleted, "d", 4, allocation_id=alloc, job_id="own")])
+    assert ledger.user_by_model == {}
+
+
+def test_a_negative_model_bound_is_a_configuration_error():
+    from gpuledger.services.domain.inputs.schema import InputError
+
+    users = {"default": {"gpus_by_model": {"H100-80GB": -1}}}
+    with pytest.raises(InputError) as info:
+        config_events({"tenants": [{"name": "a", "users": users}]})
+    assert any(
+        p.startswith("tenants[0].users.default.gpus_by_model") for p in info.value.problems
+    ), info.value.problems

@@ -87,6 +87,8 @@ class UserLimitDoc(Strict, kw_only=True, frozen=True):
     """Most tasks one array job of the user may have (Slurm `MaxArraySize`)."""
     weight: PositiveInt | msgspec.UnsetType = msgspec.UNSET
     """The user's share of its tenant in the queue order, against its decayed past usage (Fair Tree user shares; default 1)."""
+    gpus_by_model: dict[str, Cores] = {}
+    """Per GPU model, GPUs of that model one user's placed jobs hold at once (`{H100-80GB: 4}`; an override's map replaces the default's whole)."""
 
 
 class SubmitLimitDoc(Strict, kw_only=True, frozen=True):

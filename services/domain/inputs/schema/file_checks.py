@@ -161,11 +161,21 @@ def _check_tenants(f: FileDoc, models: set[str], problems: list[str]) -> None:
                 f"guarantee ({t.guaranteed}); a tenant lends at most its unused guarantee"
             )
         _check_model_limits(i, t, problems)
-        for m in t.guaranteed_by_model:
+        named = [(f"tenants[{i}].guaranteed_by_model", m) for m in t.guaranteed_by_model]
+        if t.users is not None:  # a user's bound per model, the default's and each override's
+            named += [
+                (f"tenants[{i}].users.default.gpus_by_model", m)
+                for m in t.users.default.gpus_by_model
+            ]
+            named += [
+                (f"tenants[{i}].users.overrides.{u}.gpus_by_model", m)
+                for u, o in t.users.overrides.items()
+                for m in o.gpus_by_model
+            ]
+        for where, m in named:
             if models and not set(job_models((m,))) & models:
                 problems.append(
-                    f"tenants[{i}].guaranteed_by_model.{m}: no GPU of model {m!r} in the cluster"
-                    f"{_suggest(m, models)}"
+                    f"{where}.{m}: no GPU of model {m!r} in the cluster{_suggest(m, models)}"
                 )
 
 
