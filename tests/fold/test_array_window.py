@@ -32,8 +32,8 @@ def ended(job_id: str, at: int = 1) -> ev.GangCompleted:
 def test_an_admitted_array_of_100000_tasks_holds_a_window_of_records():
     ledger = big_array()
     window = arrays.window_size(ledger, ledger.jobs["big"])
-    # 16 GPUs hold 16 one-GPU tasks, twice over; at least WINDOW_MIN
-    assert window == max(arrays.WINDOW_MIN, 2 * 16)
+    # 16 GPUs hold 16 one-GPU tasks at once
+    assert window == 16
     assert len(task_records(ledger)) == len(ledger.pending) == window
     parent = ledger.jobs["big"]
     assert parent.window is not None and parent.window.unreleased == BIG - window
@@ -68,9 +68,22 @@ def test_placing_and_ending_tasks_releases_the_next_ones_in_order():
     assert ledger.live_jobs("org/a") == BIG - 1
 
 
-def test_max_running_bounds_the_window():
-    ledger = big_array(max_running=100)
-    assert len(task_records(ledger)) == max(arrays.WINDOW_MIN, min(100, 2 * 16))
+def test_max_running_bounds_the_window_and_a_small_array_is_released_whole():
+    ledger = big_array(max_running=10)
+    assert len(task_records(ledger)) == 10
+    ledger = big_array(count=arrays.RELEASE_WHOLE, max_running=10)
+    assert len(task_records(ledger)) == arrays.RELEASE_WHOLE
+    assert ledger.jobs["big"].window is None and ledger.open_arrays == set()
+
+
+def test_tasks_on_shares_of_a_gpu_keep_twice_what_could_run():
+    spec = ev.ArraySpec(count=BIG)
+    job = ev.JobSpec(
+        job_id="big", tenant="org/a", resources=ev.Resources(gpu_milli=500), array=spec
+    )
+    ledger = given(node("n1"), node("n2"), ev.JobSubmitted(event_id="s", job=job))
+    when(ledger, admitted("big"))
+    assert len(task_records(ledger)) == arrays.WINDOW_SLACK * 32
 
 
 def test_under_the_slurm_profile_tasks_are_released_in_numeric_order():

@@ -135,9 +135,9 @@ def digest(sim) -> str:
 
 @pytest.fixture
 def tightest_windows(monkeypatch):
-    """Windows as small as the rule allows (no floor, no slack): exactly what could start
-    at once; the default floor (64) would release these arrays whole at admission."""
-    monkeypatch.setattr(arrays, "WINDOW_MIN", 1)
+    """Windows as small as the rule allows, for arrays of any size: exactly what could start
+    at once (by default an array of at most 64 tasks is released whole at admission)."""
+    monkeypatch.setattr(arrays, "RELEASE_WHOLE", 0)
     monkeypatch.setattr(arrays, "WINDOW_SLACK", 1)
 
 

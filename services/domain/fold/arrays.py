@@ -42,11 +42,13 @@ if TYPE_CHECKING:
     from gpuledger.services.domain.fold.records import LedgerState
 
 
-WINDOW_MIN = 64
-"""The fewest released tasks an array with unreleased ones keeps waiting."""
+RELEASE_WHOLE = 64
+"""An array of at most this many tasks has every task released at its admission (as every
+array had before windows: its tasks' pending reasons included)."""
 WINDOW_SLACK = 2
-"""How many times what the fleet's GPUs could hold of an array's tasks at once it keeps
-released (shared or time-sliced GPUs hold more than whole ones)."""
+"""How many times what the fleet could hold of an array's tasks at once it keeps released
+when a task asks a share of a GPU or a MIG instance (counted in milli-GPUs rounded up, so
+the count is not exact); tasks of whole GPUs: exactly that."""
 WINDOW_UNBOUNDED = 1024
 """The window of an array whose tasks ask no GPU and that sets no `max_running`."""
 
@@ -85,23 +87,28 @@ def create_tasks(ledger: LedgerState, parent: JobRecord, at_ms: int) -> None:
 
 def window_size(ledger: LedgerState, parent: JobRecord) -> int:
     """How many of the array's tasks wait released at least (while it has unreleased ones):
-    more than could start in one decide, so the scheduler never passes over a task the
-    window holds back. `max_running` bounds that exactly; else the fleet does (every known
-    GPU, `WINDOW_SLACK` times over for shared GPUs); at least `WINDOW_MIN`; a task asking no
-    GPU and no `max_running`: `WINDOW_UNBOUNDED`."""
+    as many as could start in one decide, so the scheduler never passes over a task the
+    window holds back. `max_running` bounds that; so does the fleet (every known GPU, over
+    what one task takes; `WINDOW_SLACK` times that for shares and MIG instances); a task
+    asking no GPU and no `max_running`: `WINDOW_UNBOUNDED`. An array of `RELEASE_WHOLE`
+    tasks or fewer: all of them."""
     arr = parent.spec.array
     assert isinstance(arr, ev.ArraySpec)  # called for array parents only
+    if arr.count <= RELEASE_WHOLE:
+        return arr.count
     per_task = parent.gpu_milli()
     if per_task > 0:
         version = ledger.nodes_version
         if ledger.fleet_gpus[0] != version:
             ledger.fleet_gpus = (version, ledger.fleet.capacity_gpus())
-        fits = WINDOW_SLACK * (ledger.fleet_gpus[1] * 1000 // per_task)
+        fits = ledger.fleet_gpus[1] * 1000 // per_task
+        if not parent.spec.resources.gpus:  # a share or a MIG instance: not exact
+            fits *= WINDOW_SLACK
     else:
         fits = WINDOW_UNBOUNDED
     if arr.max_running:
         fits = min(fits, arr.max_running)
-    return max(WINDOW_MIN, fits)
+    return max(1, fits)
 
 
 def refill(ledger: LedgerState, parent: JobRecord) -> None:
