@@ -210,3 +210,14 @@ def test_cancelling_a_big_array_counts_its_unreleased_tasks_cancelled(tmp_path):
         why = why_report(con, "big@4999")
     assert job_state_text(line) == "cancelled 0/5000 done 5000"
     assert why["state"] == "cancelled"
+
+
+def test_a_job_behind_an_array_counts_its_unreleased_tasks_ahead_of_it():
+    from tests.replay.simlog import logged
+
+    late = {"at": "1m", "submit": {"id": "late", "tenant": "ml", "user": "alice", "gpus": 1,
+                                   "duration": "1m"}}  # fmt: skip
+    sim = big_array_run(late, until="2m")
+    (reason, *_) = logged(sim, ev.PendingReasonChanged, job_id="late")
+    # 8 tasks run; the other 4,992 wait ahead of it, released or not (as when each was a record)
+    assert reason.details["queue_position"] == 5000 - 8
