@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,7 +179,11 @@ def run_one(label: str, doc: dict[str, Any]) -> Run:
 
 
 def run(
-    arrays: int = 3, tasks: int = 100_000, others: int = 20, progress=None, borrow: bool = False
+    arrays: int = 3,
+    tasks: int = 100_000,
+    others: int = 20,
+    progress: Callable[[Run], None] | None = None,
+    borrow: bool = False,
 ) -> Report:
     """The three runs (`idle`, `small`, `flood`) and their ratios over `idle`."""
     until_s = 60 + 180 * others + 1800
