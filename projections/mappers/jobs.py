@@ -130,8 +130,8 @@ class JobMappers(ProjectionState):
         include the tasks not released yet: `jobs`' and `users`' counts read them)."""
         row = self.jobs.get(array_id)
         rec = self.ledger.jobs.get(array_id)
-        if row is None or rec is None or not rec.spec.array:
-            return
+        if row is None or rec is None or not rec.spec.array or rec.admitted_ms is None:
+            return  # (a rejected array's details are its rejection's)
         counts = {
             "tasks": rec.spec.array.count,
             "first": rec.spec.array.first,
