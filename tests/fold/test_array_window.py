@@ -146,3 +146,18 @@ def test_a_dependency_may_name_a_task_not_released_yet():
     dropped = ledger.job_record("big@99999")
     assert dropped is not None and dropped.state == "cancelled" and dropped.finished_ms == 5
     assert "big@99999" not in ledger.jobs
+
+
+def test_held_tasks_do_not_fill_the_window_the_next_ones_are_released_in_their_stead():
+    ledger = big_array()
+    waiting = sorted(ledger.pending)
+    # when the tenant holds every released task
+    for task in waiting:
+        when(ledger, ev.JobHeld(job_id=task, tenant="org/a", actor="alice"))
+    # then as many more are released, placeable before the held ones as they would have been
+    assert len(ledger.pending) == 2 * len(waiting)
+    assert ledger.jobs["big"].window.aside == len(waiting)
+    # when one is released from its hold and another cancelled, the count follows
+    when(ledger, ev.JobReleased(job_id=waiting[0], tenant="org/a", actor="alice"))
+    when(ledger, ev.JobCancelled(job_id=waiting[1], tenant="org/a"))
+    assert ledger.jobs["big"].window.aside == len(waiting) - 2

@@ -15,7 +15,7 @@ request naming one unreleased task (cancel, hold, top `<array>@<i>`) releases it
 
 Part of the jobs aggregate (`jobs.FOLD`). Invariants: an array's `tasks_up` counts its placed
 tasks, `tasks_ended` its ended tasks by final state (unreleased ones cancelled with the array
-included); `count = unreleased + released`; its unreleased tasks count in the tenant's
+included); `count = unreleased + released`; `aside` its released tasks that `waits_apart`; its unreleased tasks count in the tenant's
 `queued_jobs` and `quota.pending_gpu_milli` as released pending ones do.
 """
 
@@ -120,6 +120,7 @@ def refill(ledger: LedgerState, parent: JobRecord) -> None:
     arr = parent.spec.array
     assert isinstance(arr, ev.ArraySpec)  # called for array parents only
     waiting = arr.count - w.unreleased - parent.tasks_up - sum(parent.tasks_ended.values())
+    waiting -= w.aside  # held or lowered: the next ones would be placed before them
     want = window_size(ledger, parent)
     if waiting >= want:
         return
@@ -138,6 +139,27 @@ def refill(ledger: LedgerState, parent: JobRecord) -> None:
         else:
             w.next_number = nxt
         waiting += 1
+
+
+def waits_apart(ledger: LedgerState, task: JobRecord) -> bool:
+    """Whether a pending task waits apart from its array's others, so that tasks not
+    released yet would be placed before it: it is held, or its priority was lowered below
+    the array's."""
+    parent = ledger.jobs.get(task.array_parent or "")
+    return (
+        parent is not None
+        and task.state == JobState.pending
+        and (task.hold is not None or task.priority < parent.priority)
+    )
+
+
+def apart_changed(ledger: LedgerState, task: JobRecord, was: bool) -> None:
+    """After an event about `task` (apart before: `was`): its array's `aside` count."""
+    parent = ledger.jobs.get(task.array_parent or "")
+    w = parent.window if parent is not None else None
+    now = waits_apart(ledger, task)
+    if w is not None and now != was:
+        w.aside += 1 if now else -1
 
 
 def forget_released(ledger: LedgerState) -> None:

@@ -159,8 +159,11 @@ class Ledger(LedgerState):
         if job is None or (job.array_parent is None and job.service is None):
             return handler(self, event)
         was_up, was_over = job.state in UP, job.state in TERMINAL
+        apart = job.array_parent is not None and arrays.waits_apart(self, job)
         refusal = handler(self, event)
         jobs.child_changed(self, job, was_up, was_over, event.occurred_at_ms)
+        if job.array_parent is not None:
+            arrays.apart_changed(self, job, apart)
         return refusal
 
     def _task_key(self, tenant: str, name: str) -> str:

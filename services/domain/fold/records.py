@@ -132,6 +132,10 @@ class ArrayWindow:
     unreleased: int
     next_text: int | None
     next_number: int | None
+    aside: int = 0
+    """Released tasks pending apart from the others (`arrays.waits_apart`: held, or their
+    priority lowered): they do not count towards the window, so the next ones are released
+    in their stead, as those would have been placed before them."""
     dropped: int = 0
     """Tasks that were unreleased when the array was cancelled: cancelled as a count, never
     a record (`unreleased` is 0 from then on)."""
