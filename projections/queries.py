@@ -129,10 +129,47 @@ def preemption_outlook(pending: dict[str, Any]) -> list[str]:
     return lines
 
 
+def unrecorded_task(con, job_id: str) -> list[dict[str, Any]]:
+    """Task `job_id` (`<array>@<i>`) of an array as one row when it has none of its own (not
+    released yet: services/domain/fold/arrays.py; or dropped unreleased when the array was
+    cancelled): the array's row, in the task's state, with no reason of its own."""
+    array, sep, index = job_id.rpartition("@")
+    if not sep or not index.isdigit() or str(int(index)) != index:
+        return []
+    rows = records(con.execute("SELECT * FROM jobs WHERE job_id = ?", [array]))
+    if not rows:
+        return []
+    row = parse_json_fields(rows[0], "details")
+    counts = row["details"].get("array") if isinstance(row["details"], dict) else None
+    if not counts or not counts["first"] <= int(index) < counts["first"] + counts["tasks"]:
+        return []
+    pending = counts["unreleased"] > 0
+    if not pending and not row["cancel_requested"]:
+        return []
+    message = (
+        f"not released yet: {array} keeps a window of its tasks queued and releases the"
+        f" next in queue order as they start or end ({counts['unreleased']} unreleased)"
+        if pending
+        else f"cancelled with {array} before it was released"
+    )
+    return [
+        {
+            **row,
+            "job_id": job_id,
+            "state": "pending" if pending else "cancelled",
+            "reason": None if pending else row["reason"],
+            "message": message,
+            "details": {},
+            "attempts": 0,
+            "allocation_id": None,
+        }
+    ]
+
+
 def why_report(con, job_id: str) -> dict[str, Any]:
     """Everything the projection knows about why `job_id` is where it is."""
     cur = con.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
-    recs = records(cur)
+    recs = records(cur) or unrecorded_task(con, job_id)
     if not recs:
         raise UnknownJob(job_id, refused_requests(con, job_id), acceptance_refusals(con, job_id))
     from gpuledger.events.specs import DEFAULT_USER  # (lazily: the CLI tree imports this module)
@@ -294,14 +331,19 @@ job ids may not hold `~`), its replicas placed now. The service's own `state` is
 
 
 ARRAY_TASKS = """arrays AS (
-    SELECT regexp_extract(job_id, '^(.+)@[0-9]+$', 1) AS job_id, count(*) AS tasks,
-           count(*) FILTER (WHERE state IN ('running', 'preempting')) AS tasks_running,
-           count(*) FILTER (WHERE state = 'completed') AS tasks_completed,
-           count(*) FILTER (WHERE state IN ('failed', 'timeout')) AS tasks_failed,
-           count(*) FILTER (WHERE state = 'cancelled') AS tasks_cancelled
-    FROM jobs WHERE contains(job_id, '@') AND regexp_matches(job_id, '@[0-9]+$') GROUP BY 1)"""
-"""A CTE `arrays`: per array job (whose tasks are `<array>@<i>`; user job ids may not hold
-`@`), its tasks counted by state."""
+    SELECT job_id, CAST(details->>'$.array.tasks' AS BIGINT) AS tasks,
+           CAST(details->>'$.array.running' AS BIGINT) AS tasks_running,
+           coalesce(CAST(details->>'$.array.ended.completed' AS BIGINT), 0) AS tasks_completed,
+           coalesce(CAST(details->>'$.array.ended.failed' AS BIGINT), 0)
+             + coalesce(CAST(details->>'$.array.ended.timeout' AS BIGINT), 0) AS tasks_failed,
+           coalesce(CAST(details->>'$.array.ended.cancelled' AS BIGINT), 0) AS tasks_cancelled,
+           CAST(details->>'$.array.unreleased' AS BIGINT) AS tasks_unreleased
+    FROM jobs WHERE NOT contains(job_id, '@') AND details->>'$.array.tasks' IS NOT NULL)"""
+"""A CTE `arrays`: per admitted array job (whose tasks are `<array>@<i>`; user job ids may
+not hold `@`), its tasks counted by state as the fold counts them (the array row's
+`details.array`, projections/mappers/jobs.py): tasks not released yet
+(services/domain/fold/arrays.py) have no row but are counted, pending (`tasks_unreleased`)
+or, the array cancelled, cancelled."""
 
 
 def job_state_text(row: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """Each user's use against its limits, from the projection (`gpuledger users`).
 
 Use is read from the `jobs` and `allocations` tables (a job counts as the jobs it runs as: an
-array's tasks and a service's replicas each, never the array or service row itself); limits
+array's tasks and a service's replicas each, never the array or service row itself; an
+array's tasks not released yet, which have no row, from the array's counts); limits
 from `tenants.user_limits` and `tenants.submit_limits` (what the configuration in force set),
 resolved per user by the same rule the scheduler and admission apply (`UserLimits.of`). The
 tenant's own line (user `*`) holds its totals against its own bounds.
@@ -26,12 +27,17 @@ WITH {REPLICAS_UP}, {ARRAY_TASKS}, leaves AS (
     SELECT j.tenant, j.user, sum(a.gpu_milli) AS gpu_milli
     FROM allocations a JOIN jobs j USING (job_id)
     WHERE a.ended_at_ms IS NULL GROUP BY ALL
+), unreleased AS (
+    SELECT j.tenant, j.user, sum(a.tasks_unreleased) AS n
+    FROM arrays a JOIN jobs j USING (job_id) WHERE a.tasks_unreleased > 0 GROUP BY ALL
 )
 SELECT l.tenant, l.user,
        count(*) FILTER (WHERE l.state IN ('running', 'preempting')) AS running_jobs,
-       count(*) FILTER (WHERE l.state = 'pending') AS pending_jobs,
+       count(*) FILTER (WHERE l.state = 'pending') + coalesce(any_value(u.n), 0)
+         AS pending_jobs,
        coalesce(any_value(h.gpu_milli), 0) AS gpu_milli
 FROM leaves l LEFT JOIN held h ON h.tenant = l.tenant AND h.user = l.user
+     LEFT JOIN unreleased u ON u.tenant = l.tenant AND u.user = l.user
 WHERE l.state IN ('running', 'preempting', 'pending') {{tenant}}
 GROUP BY l.tenant, l.user
 """

@@ -77,8 +77,9 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events import Event
+from gpuledger.events.reasons import JobState
 from gpuledger.services.domain.fold.acceptance import admit
-from gpuledger.services.domain.fold.ledger import Ledger
+from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
 
 PREEMPTION_REASONS = frozenset({"Priority", "Reclaim", "Backfill", "Defragment", "Consolidate"})
 """`GangEvicted` reasons that count as a preemption (the rest: cancels, node loss...)."""
@@ -354,6 +355,16 @@ def counted_jobs(ledger: Ledger):
     return [job for job in ledger.jobs.values() if not job.spec.array]
 
 
+def unrecorded_tasks(ledger: Ledger) -> list[tuple[JobRecord, int, int]]:
+    """Per admitted array with tasks that have no record (services/domain/fold/arrays.py):
+    (the array, its tasks still unreleased: pending, those dropped when it was cancelled)."""
+    return [
+        (job, job.window.unreleased, job.window.dropped)
+        for job in ledger.jobs.values()
+        if job.window is not None
+    ]
+
+
 def job_counts(ledger: Ledger) -> dict[str, int]:
     """Jobs by final state, as the ledger's fold left them. An array that never had tasks
     (rejected, or cancelled before admission) counts as its tasks, in its state: the source
@@ -364,6 +375,9 @@ def job_counts(ledger: Ledger) -> dict[str, int]:
     for job in ledger.jobs.values():
         if job.spec.array and job.admitted_ms is None:
             states[COUNTED_AS.get(job.state, job.state)] += job.spec.array.count
+    for _, unreleased, dropped in unrecorded_tasks(ledger):  # tasks with no record
+        states[JobState.pending] += unreleased
+        states[JobState.cancelled] += dropped
     return {
         "submitted": sum(states.values()),
         **{s: states.get(s, 0) for s in FINISHED_STATES},
@@ -386,6 +400,8 @@ def waits_by_class(ledger: Ledger) -> tuple[dict[str, list[float]], dict[str, in
         elif job.state == "cancelled":  # its class as admission would have reported it
             cls = ledger.config.classes.get(job.spec.priority_class)
             never[cls.slo_class if cls is not None else slo_class(job)] += 1
+    for parent, unreleased, dropped in unrecorded_tasks(ledger):  # admitted, never placed
+        never[slo_class(parent)] += unreleased + dropped
     for v in waits.values():
         v.sort()
     return dict(waits), dict(never)

@@ -52,6 +52,11 @@ def job_rows(ledger: Ledger) -> list[dict[str, Any]]:
                 ],
                 "completed_at_s": job.finished_ms / 1000 if job.state == "completed" else None,
                 **({"tasks": job.spec.array.count} if job.spec.array else {}),
+                **(
+                    {"tasks_unrecorded": {"pending": w.unreleased, "cancelled": w.dropped}}
+                    if (w := job.window) is not None
+                    else {}
+                ),
             }
         )
     return rows
@@ -67,6 +72,9 @@ def jobs_text(rows: list[dict[str, Any]]) -> str:
         n = 1
         if "tasks" in j:
             arrays += 1
+            for state, k in (j.get("tasks_unrecorded") or {}).items():  # no row each
+                if k:
+                    states[state] = states.get(state, 0) + k
             if j["id"] in parents:
                 continue
             n = j["tasks"]  # never had tasks (rejected): its tasks, as `metrics.job_counts`

@@ -101,9 +101,9 @@ class JobMappers(ProjectionState):
         self._sync_replicas(key, seq, e)
 
     def _sync_replicas(self, service_id: str, seq: int, e: ev.Event) -> None:
-        """Rows of a service's replicas (or an array job's tasks) as the services' fold has
-        them after `e`: created when queued, queued again or cancelled when the service is
-        scaled (or the service or array cancelled)."""
+        """Rows of a service's replicas (or an array job's released tasks) as the services'
+        fold has them after `e`: created when queued, queued again or cancelled when the
+        service is scaled (or the service or array cancelled)."""
         parent = self.ledger.jobs.get(service_id)
         records = (
             self.ledger.tasks_of(service_id)
@@ -111,44 +111,80 @@ class JobMappers(ProjectionState):
             else self.ledger.replicas_of(service_id)
         )
         for rec in records:
-            row = self.jobs.get(rec.job_id)
-            if row is None:
-                spec, res = rec.spec, rec.spec.resources
-                row = JobRow(
-                    job_id=rec.job_id,
-                    tenant=rec.tenant,
-                    user=spec.submitter,
-                    state=JobState.submitted,
-                    priority_class=spec.priority_class,
-                    priority=rec.priority,
-                    preemptible=rec.preemptible,
-                    slo_class=rec.slo_class,
-                    replicas=1,
-                    min_members=1,
-                    member_gpus=res.gpus,
-                    member_gpu_milli=res.gpu_milli,
-                    member_mig_profile=res.mig_profile,
-                    gpu_models=list(res.gpu_models),
-                    min_gpu_memory_mib=res.min_gpu_memory_mib,
-                    gpu_milli=res.gpu_milli_total(),
-                    duration_s=spec.duration_s,
-                    submitted_at_ms=rec.submitted_ms,
-                    admitted_at_ms=rec.admitted_ms,
-                )
-                self.jobs[rec.job_id] = row
-            state = rec.state
-            if state in (JobState.pending, JobState.cancelled) and row.state != state:
-                if state == JobState.pending:
-                    row.pending_since_ms, row.finished_at_ms = rec.pending_since_ms, None
-                    row.cancel_requested, row.reason, row.message = False, None, None
-                else:
-                    row.finished_at_ms = e.occurred_at_ms
-                    row.reason = rec.reason
-                self._transition(row, seq, e, rec.reason)
-                self._touch(row, seq, e.occurred_at_ms)
-            elif rec.cancel_requested and not row.cancel_requested:
-                row.cancel_requested, row.reason = True, rec.reason
-                self._touch(row, seq, e.occurred_at_ms)
+            self._follow_child(rec, seq, e)
+
+    def _released_rows(self, seq: int, e: ev.Event) -> None:
+        """Rows of the array tasks the fold released on `e` (services/domain/fold/arrays.py:
+        an array's rows follow its window; an unreleased task has none), and the arrays'
+        counts on their rows."""
+        parents: dict[str, None] = {}
+        for task_id in self.ledger.released_tasks:
+            rec = self.ledger.jobs[task_id]
+            self._follow_child(rec, seq, e)
+            parents[rec.array_parent or ""] = None
+        for parent in parents:
+            self._array_counts(parent, seq, e)
+
+    def _array_counts(self, array_id: str, seq: int, e: ev.Event) -> None:
+        """The array's tasks counted on its row (`details.array`: the fold's counts, which
+        include the tasks not released yet: `jobs`' and `users`' counts read them)."""
+        row = self.jobs.get(array_id)
+        rec = self.ledger.jobs.get(array_id)
+        if row is None or rec is None or not rec.spec.array or rec.admitted_ms is None:
+            return  # (a rejected array's details are its rejection's)
+        counts = {
+            "tasks": rec.spec.array.count,
+            "first": rec.spec.array.first,
+            "running": rec.tasks_up,
+            "unreleased": rec.window.unreleased if rec.window is not None else 0,
+            "ended": dict(sorted(rec.tasks_ended.items())),
+        }
+        text = _dumps({"array": counts})
+        if row.details != text:
+            row.details = text
+            self._touch(row, seq, e.occurred_at_ms)
+
+    def _follow_child(self, rec, seq: int, e: ev.Event) -> None:
+        """A replica's or task's row as the fold has it after `e`: created when queued,
+        queued again or cancelled."""
+        row = self.jobs.get(rec.job_id)
+        if row is None:
+            spec, res = rec.spec, rec.spec.resources
+            row = JobRow(
+                job_id=rec.job_id,
+                tenant=rec.tenant,
+                user=spec.submitter,
+                state=JobState.submitted,
+                priority_class=spec.priority_class,
+                priority=rec.priority,
+                preemptible=rec.preemptible,
+                slo_class=rec.slo_class,
+                replicas=1,
+                min_members=1,
+                member_gpus=res.gpus,
+                member_gpu_milli=res.gpu_milli,
+                member_mig_profile=res.mig_profile,
+                gpu_models=list(res.gpu_models),
+                min_gpu_memory_mib=res.min_gpu_memory_mib,
+                gpu_milli=res.gpu_milli_total(),
+                duration_s=spec.duration_s,
+                submitted_at_ms=rec.submitted_ms,
+                admitted_at_ms=rec.admitted_ms,
+            )
+            self.jobs[rec.job_id] = row
+        state = rec.state
+        if state in (JobState.pending, JobState.cancelled) and row.state != state:
+            if state == JobState.pending:
+                row.pending_since_ms, row.finished_at_ms = rec.pending_since_ms, None
+                row.cancel_requested, row.reason, row.message = False, None, None
+            else:
+                row.finished_at_ms = e.occurred_at_ms
+                row.reason = rec.reason
+            self._transition(row, seq, e, rec.reason)
+            self._touch(row, seq, e.occurred_at_ms)
+        elif rec.cancel_requested and not row.cancel_requested:
+            row.cancel_requested, row.reason = True, rec.reason
+            self._touch(row, seq, e.occurred_at_ms)
 
     def _rejected(self, seq: int, e: ev.JobRejected) -> None:
         job = self._job(e.job_id, e.tenant)

@@ -163,6 +163,12 @@ class Projection(JobMappers, AllocationMappers, TenantMappers, NodeMappers):
             if rec is not None and rec.spec.array and isinstance(event, ev.JobCancelled):
                 self._sync_replicas(rec.job_id, seq, event)  # its pending tasks stop at once
                 self._service_row(rec.job_id, seq, event)
+            if rec is not None and rec.spec.array:
+                self._array_counts(rec.job_id, seq, event)
+            elif rec is not None and rec.array_parent is not None:
+                self._array_counts(rec.array_parent, seq, event)
+        if self.ledger.released_tasks:  # (also on an event no handler here maps)
+            self._released_rows(seq, event)
         return True
 
     def _service_row(self, service_id: str, seq: int, e: ev.Event) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuledger import events as ev
 from gpuledger.events import sentences
-from gpuledger.projections.queries import UnknownJob, records, why_report
+from gpuledger.projections.queries import ARRAY_TASKS, UnknownJob, records, why_report
 
 IDLE_SM_ACTIVE = 0.25
 """An allocated GPU whose latest SM activity is below this counts as idle-but-allocated."""
@@ -131,7 +131,13 @@ def queue(
     for r in rows:
         if r["last_preemptor"] and not in_tenant(r["last_preemptor_tenant"], tenant):
             r["last_preemptor"] = None
-    rows = _arrays_as_one_line(rows)
+    unreleased = dict(
+        con.execute(
+            f"WITH {ARRAY_TASKS} SELECT job_id, tasks_unreleased FROM arrays"
+            " WHERE tasks_unreleased > 0"
+        ).fetchall()
+    )
+    rows = _arrays_as_one_line(rows, unreleased)
     scope, sargs = tenant_clause("tenant", tenant)
     tenants = [
         t
@@ -151,9 +157,12 @@ def queue(
     return {"rows": rows, "tenants": tenants, "classes": classes}
 
 
-def _arrays_as_one_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _arrays_as_one_line(
+    rows: list[dict[str, Any]], unreleased: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
     """Waiting tasks of one array job (`<array>@<i>`) as one line, at the place of its first
-    task in the queue: the array's id, and the first task's reason with the count waiting."""
+    task in the queue: the array's id, and the first task's reason with the count waiting
+    (its tasks not released yet, which have no row, included: `unreleased`)."""
     out: list[dict[str, Any]] = []
     lines: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -166,7 +175,8 @@ def _arrays_as_one_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             line = lines[array] = {**r, "job_id": array, "tasks_waiting": 0, "first": r}
             out.append(line)
         line["tasks_waiting"] += 1
-    for line in lines.values():
+    for array, line in lines.items():
+        line["tasks_waiting"] += (unreleased or {}).get(array, 0)
         first = line.pop("first")
         line["message"] = (
             f"{line['tasks_waiting']} tasks waiting; {first['job_id']}: {first['message'] or ''}"

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 bench_app = typer.Typer(
-    help="Benchmarks, each with --json: openb placement (FGD paper protocol), fleet-scale placement, live latency, replay, projector and restart.",
+    help="Benchmarks, each with --json: openb placement (FGD paper protocol), fleet-scale placement, live latency, replay, projector, restart and arrays (bounded work per tenant).",
     no_args_is_help=True,
 )
 
@@ -455,6 +455,83 @@ def replay_bench(
     if json_out is not None and str(json_out) != "-":
         json_out.write_text(text + "\n")
     typer.echo(text)
+
+
+@bench_app.command("arrays")
+def arrays_bench(
+    arrays: Annotated[int, typer.Option("--arrays", help="arrays the flooding tenant submits")] = 3,
+    tasks: Annotated[
+        int, typer.Option("--tasks", help="tasks per array (1 .. 100000; its limits lifted)")
+    ] = 100_000,
+    others: Annotated[
+        int,
+        typer.Option("--others", help="jobs of the other tenant (within its guarantee)"),
+    ] = 20,
+    borrow: Annotated[
+        bool,
+        typer.Option(
+            "--borrow",
+            help="the flooding tenant may borrow the other's idle guarantee (the other's jobs then reclaim it)",
+        ),
+    ] = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the report as JSON")
+    ] = None,
+) -> None:
+    """Bounded work per tenant: one tenant submits ARRAYS x TASKS tasks at once, another
+    submits jobs within its guarantee; the other's submit -> placed (simulated and wall
+    time), the fold's job records and the RSS, as ratios over the same timeline without
+    the arrays (`idle`) and with arrays the cluster just holds (`small`), in one process."""
+    import msgspec
+    from rich.table import Table
+
+    from gpuledger.replay.bench.arrays import run
+
+    if not 1 <= tasks <= 100_000 or arrays < 1 or others < 1:
+        typer.echo("error: --tasks 1 .. 100000, --arrays and --others at least 1", err=True)
+        raise typer.Exit(2)
+    console = _console()
+    chatty = sys.stdout.isatty() and json_out is None
+
+    def progress(r):
+        if chatty:
+            console.print(f"[dim]{r.label}: {r.wall_s:.1f} s, {r.events:,} events[/dim]")
+
+    report = run(arrays, tasks, others, progress, borrow)
+    table = Table(
+        title=f"arrays: {arrays} x {tasks:,} tasks beside {others} jobs of another tenant;"
+        f" peak RSS {report.peak_rss_mib:,.0f} MiB"
+    )
+    for col in (
+        "RUN",
+        "TASKS QUEUED",
+        "OTHER P99 SIM S",
+        "OTHER P99 WALL MS",
+        "X IDLE (SIM, WALL)",
+        "JOB RECORDS",
+        "RSS MIB",
+        "RUN S",
+    ):
+        table.add_column(col, justify="left" if col == "RUN" else "right")
+    for r in report.runs:
+        ratio = report.ratios[r.label]
+        table.add_row(
+            r.label,
+            f"{r.tasks_queued:,}",
+            f"{r.other_sim_p99_s:.1f}",
+            f"{r.other_wall_p99_ms:.1f}",
+            f"{ratio['other_sim_p99']:.2f}, {ratio['other_wall_p99']:.2f}",
+            f"{r.max_job_records:,}",
+            f"{r.rss_mib:,.0f}",
+            f"{r.wall_s:.1f}",
+        )
+    console.print(table)
+    if json_out is not None:
+        from gpuledger.replay.bench.info import machine
+
+        payload = msgspec.to_builtins(report)
+        payload["machine"] = machine()
+        json_out.write_bytes(msgspec.json.format(msgspec.json.encode(payload)) + b"\n")
 
 
 @bench_app.command("restart")

@@ -52,6 +52,10 @@ def demand_by_tenant(state: Ledger) -> dict[str, int]:
         job = state.jobs[job_id]
         if deps.unmet(state, job.spec):
             demand[job.tenant] -= job.gpu_milli()
+    for array_id in sorted(state.open_arrays):  # its tasks not released yet wait alike
+        job = state.jobs[array_id]
+        if job.window is not None and job.spec.depends_on and deps.unmet(state, job.spec):
+            demand[job.tenant] -= job.window.unreleased * job.gpu_milli()
     return demand
 
 

@@ -165,3 +165,17 @@ def test_projector_smoke_with_a_baseline(tmp_path):
     assert len(r["runs"]) == 1 and len(r["baseline"]["runs"]) == 1
     assert r["baseline"]["sustained_events_per_s"]["ratio_median"] > 0
     assert r["baseline"]["peak_rss_mb"]["baseline_median"] > 0
+
+
+def test_arrays_smoke(tmp_path):
+    # given one tenant's 3 arrays of 500 tasks beside 3 jobs of another (limits lifted)
+    r = bench(tmp_path, "arrays", "--tasks", "500", "--others", "3")
+    runs = {x["label"]: x for x in r["runs"]}
+    assert [x["label"] for x in r["runs"]] == ["idle", "small", "flood"]
+    # then the other tenant's jobs are all placed in every run, at once (no borrowing)
+    assert {x["other_placed"] for x in runs.values()} == {3}
+    assert runs["flood"]["other_sim_p99_s"] == runs["idle"]["other_sim_p99_s"] == 0
+    # and the fold holds a window of the 1,500 tasks, not a record each
+    assert runs["flood"]["tasks_queued"] == 1500
+    assert runs["flood"]["max_job_records"] < 3 + 3 + 3 * 2 * 32
+    assert set(r["ratios"]["flood"]) == {"other_sim_p99", "other_wall_p99", "rss", "job_records"}

@@ -3,8 +3,9 @@ withdrawal, the pending reason, placements and runs as they concern the job), wi
 (services/domain/fold/arrays.py) and services (replicas.py) that run as child jobs.
 
 Owns `jobs`, `submitted`, `pending`, `pending_dependent`, `quota.pending_gpu_milli`,
-`nominations`, `sched.consolidations` and `agents.cancelling` (with queue.py, keys.py,
-arrays.py, replicas.py). The allocations fold changes a job through `placed`, `evicted` and
+`nominations`, `sched.consolidations`, `agents.cancelling`, `queued_jobs` and the arrays'
+windows (`open_arrays`, `released_tasks`, `fleet_gpus`) (with queue.py, keys.py, arrays.py,
+replicas.py). The allocations fold changes a job through `placed`, `evicted` and
 `run_over` (called from its handlers of `GangPlaced`, `GangEvicted`, `GangCompleted` and
 `GangFailed`); `child_changed` keeps arrays' and services' counts after every event about a
 task or replica.
@@ -354,6 +355,9 @@ FOLD = Fold(
             "sched.consolidations",
             "agents.cancelling",
             "queued_jobs",
+            "open_arrays",
+            "released_tasks",
+            "fleet_gpus",
         }
     ),
     handlers={
@@ -372,5 +376,5 @@ FOLD = Fold(
         ev.PreemptionDeclined: preemption_declined,
         ev.ConsolidationPlanned: consolidation_planned,
     },
-    modules=("jobs", "arrays", "replicas", "queue", "keys", "holds", "priorities"),
+    modules=("jobs", "arrays", "task_order", "replicas", "queue", "keys", "holds", "priorities"),
 )

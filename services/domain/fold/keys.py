@@ -13,6 +13,7 @@ from gpuledger.events.ids import (
     TENANT_KEY_SEPARATOR,
     tenant_job_key,
 )
+from gpuledger.services.domain.fold import arrays
 
 if TYPE_CHECKING:
     from gpuledger.services.domain.fold.records import LedgerState
@@ -22,7 +23,8 @@ def job_key(ledger: LedgerState, tenant: str, name: str) -> str | None:
     """The key of `tenant`'s job named `name` (the id it submitted, or a task
     `<array>@<i>` or replica `<service>~<i>` of one), None when the tenant has no such
     job: another tenant's job of that id is no answer, so nothing a tenant asks reveals
-    another tenant's ids. A key (`~~`) is no name."""
+    another tenant's ids. A key (`~~`) is no name. A task not released yet has a key but no
+    record (`Ledger.job_record`)."""
     if TENANT_KEY_SEPARATOR in name:
         return None
     base, suffix = name, ""
@@ -38,6 +40,8 @@ def job_key(ledger: LedgerState, tenant: str, name: str) -> str | None:
                 return None  # a task or replica is named through its job
             full = key + suffix
             got = ledger.jobs.get(full)
+            if got is None and suffix.startswith(ARRAY_SEPARATOR):
+                got = arrays.stand_in(ledger, full)  # a task not released (or dropped)
             return full if got is not None and got.tenant == tenant else None
     return None
 

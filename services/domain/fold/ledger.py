@@ -11,7 +11,8 @@ The `Ledger` is the state and its query API; the folding is done by small per-ag
 elastic resizes), nodes, tenants (configuration, fair shares, capacity in use and usage), MIG
 and intake (the acceptance step and the requests to refuse). `fold` runs the acceptance step,
 then the one handler of the event's type, then lets an array or a service follow its task or
-replica (`jobs.child_changed`).
+replica (`jobs.child_changed`), then lets arrays with unreleased tasks top up their window of
+released ones (`arrays.refill_open`).
 
 Invariants: an allocation is either active (its capacity booked in `fleet`) or ended; a job
 has at most one active allocation; `tenant_gpu_milli` equals the sum of the tenant's active
@@ -24,6 +25,7 @@ from collections.abc import Container, Iterable
 
 from gpuledger import events as ev
 from gpuledger.events import MemberPlacement
+from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.services.domain.fold import (
     allocations,
     arrays,
@@ -44,6 +46,7 @@ from gpuledger.services.domain.fold.records import (
     UP,
     AgentIndexes,
     AllocationRecord,
+    ArrayWindow,
     Intake,
     JobRecord,
     LedgerState,
@@ -64,6 +67,7 @@ __all__ = [
     "TERMINAL",
     "AgentIndexes",
     "AllocationRecord",
+    "ArrayWindow",
     "Intake",
     "JobRecord",
     "Ledger",
@@ -128,22 +132,45 @@ class Ledger(LedgerState):
         `Refused` (`WrongProducer`). A decision carrying a leader epoch older than one already
         seen for the role of its type is ignored: it comes from a deposed leader. Raises
         `Refused` before any change for an event that contradicts the state."""
+        if self.released_tasks:
+            arrays.forget_released(self)
         refusal = intake.accept(self, seq, event)
         if refusal is not None:
             return refusal
         handler = _HANDLERS.get(type(event))
         if handler is None:
             return None
+        if not self.open_arrays:
+            return self._fold_job_event(handler, event)
+        refusal = self._fold_job_event(handler, event)
+        arrays.refill_open(self)  # arrays' windows follow what the event changed
+        return refusal
+
+    def _fold_job_event(self, handler, event: ev.Event) -> Refusal | None:
+        """The handler, then an array or service follows the task or replica it was about."""
         job_id = getattr(event, "job_id", None)
         if isinstance(event, BY_TENANT):  # named by its tenant
+            if self.open_arrays:  # one task of an array named: released first
+                arrays.release_named(self, self._task_key(event.tenant, event.job_id))
             job_id = keys.job_key(self, event.tenant, event.job_id)
+        elif job_id is not None and self.open_arrays and job_id not in self.jobs:
+            arrays.release_named(self, job_id)
         job = self.jobs.get(job_id) if job_id is not None else None
         if job is None or (job.array_parent is None and job.service is None):
             return handler(self, event)
         was_up, was_over = job.state in UP, job.state in TERMINAL
+        apart = job.array_parent is not None and arrays.waits_apart(self, job)
         refusal = handler(self, event)
         jobs.child_changed(self, job, was_up, was_over, event.occurred_at_ms)
+        if job.array_parent is not None:
+            arrays.apart_changed(self, job, apart)
         return refusal
+
+    def _task_key(self, tenant: str, name: str) -> str:
+        """The key task `name` (`<array>@<i>`) of `tenant`'s array would have ('' if none)."""
+        head, sep, index = name.rpartition(ARRAY_SEPARATOR)
+        key = keys.job_key(self, tenant, head) if sep and head else None
+        return f"{key}{sep}{index}" if key is not None else ""
 
     # ------------------------------------------------------------------ queries
 
@@ -162,6 +189,15 @@ class Ledger(LedgerState):
         service replica each (`queued_jobs` + `placed_jobs`, kept by the fold)."""
         key = (tenant, user)
         return self.queued_jobs.get(key, 0) + self.placed_jobs.get(key, 0)
+
+    def job_record(self, key: str) -> JobRecord | None:
+        """The record of job `key`, or, for an array task not released yet (or dropped
+        unreleased when its array was cancelled), a stand-in made for the reader
+        (`arrays.stand_in`): what a dependency on it or a question about it reads."""
+        rec = self.jobs.get(key)
+        if rec is None and self.jobs and ARRAY_SEPARATOR in key:
+            return arrays.stand_in(self, key)
+        return rec
 
     def tasks_of(self, array_id: str) -> list[JobRecord]:
         """The task records of an array job, by index."""

@@ -5,7 +5,8 @@ preemptibility, a creation admission undid).
 
 Part of the jobs aggregate (`jobs.FOLD`). Invariant: `pending` holds exactly the jobs in state
 `pending`, `quota.pending_gpu_milli` their capacity per tenant (a held job's none), `pending_dependent` those of
-them that name dependencies, `queued_jobs` their count per tenant and user.
+them that name dependencies, `queued_jobs` their count per tenant and user (`queued_jobs` and
+`quota.pending_gpu_milli` also count arrays' unreleased tasks: `count_unreleased`).
 """
 
 from __future__ import annotations
@@ -106,3 +107,17 @@ def class_preemptibility(ledger: LedgerState, name: str, preemptible: bool) -> N
         if job.spec.is_service and job.state not in TERMINAL_STATES:
             if job.spec.priority_class == name:
                 job.preemptible = preemptible
+    for array_id in sorted(ledger.open_arrays):  # its unreleased tasks are pending
+        job = ledger.jobs[array_id]
+        if job.spec.priority_class == name:
+            job.preemptible = preemptible
+
+
+def count_unreleased(ledger: LedgerState, parent: JobRecord, n: int) -> None:
+    """`n` more (or, negative, fewer) unreleased tasks of array `parent` wait: they count in
+    its tenant's queued jobs and pending capacity as released pending tasks do."""
+    ledger.quota.pending_gpu_milli[parent.tenant] = (
+        ledger.quota.pending_gpu_milli.get(parent.tenant, 0) + n * parent.gpu_milli()
+    )
+    for key in tally_keys(parent):
+        ledger.queued_jobs[key] = ledger.queued_jobs.get(key, 0) + n

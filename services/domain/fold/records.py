@@ -123,6 +123,27 @@ class MaintenanceWindow:
 
 
 @dataclass
+class ArrayWindow:
+    """An admitted array's tasks not released yet (services/domain/fold/arrays.py): pending
+    as a count on the array, no record each; `next_text` / `next_number` are where the
+    release order resumes (services/domain/fold/task_order.py: natively the index as text,
+    under the `slurm` profile as a number; a task released early is skipped)."""
+
+    unreleased: int
+    next_text: int | None
+    next_number: int | None
+    aside: int = 0
+    """Released tasks pending apart from the others (`arrays.waits_apart`: held, or their
+    priority lowered): they do not count towards the window, so the next ones are released
+    in their stead, as those would have been placed before them."""
+    dropped: int = 0
+    """Tasks that were unreleased when the array was cancelled: cancelled as a count, never
+    a record (`unreleased` is 0 from then on)."""
+    dropped_ms: int | None = None
+    """When they were (the array's cancel)."""
+
+
+@dataclass
 class JobRecord:
     """A job's folded state."""
 
@@ -176,6 +197,8 @@ class JobRecord:
     """For an array job: its ended tasks by final state."""
     tasks_started: bool = False
     """For an array job: whether any of its tasks was ever placed."""
+    window: ArrayWindow | None = None
+    """For an admitted array job: its tasks not released yet (None once every one was)."""
     time_limit_s: int | None = None
     """Its resolved time limit (`JobAdmitted.time_limit_s`): each run is stopped when it has
     lasted this long; None = none."""
@@ -502,3 +525,12 @@ class LedgerState:
     read by the submit limits)."""
     placed_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
     """The jobs of the `active` allocations per (tenant, user) and (tenant, `ALL_USERS`)."""
+    open_arrays: set[str] = field(default_factory=set)
+    """The admitted arrays with tasks not released yet (`JobRecord.window`): refilled after
+    every folded event (services/domain/fold/arrays.py)."""
+    released_tasks: list[str] = field(default_factory=list)
+    """The array tasks the last folded event released (created and queued), in release
+    order: what the projector adds rows for. Emptied when the next event is folded."""
+    fleet_gpus: tuple[int, int] = (-1, 0)
+    """(`nodes_version`, GPUs on all known nodes) as last counted: the capacity an array's
+    window is sized by, recounted only when the node set changed."""

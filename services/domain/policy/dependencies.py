@@ -16,7 +16,6 @@ to the job itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from gpuledger.events.reasons import TERMINAL_STATES, JobState, RejectReason
@@ -62,7 +61,7 @@ def unmet(ledger: Any, spec: JobSpec) -> bool:
     pending job is not demand (fair share, reclaim, preemption, reservations, pending-work
     figures) until all are met. Names resolve within the job's tenant (`dependency_key`)."""
     for d in dependencies(spec):
-        other = ledger.jobs.get(dependency_key(ledger, spec.tenant, d.job))
+        other = dependency_job(ledger, spec.tenant, d.job)
         if other is None or status(other, d.on) != "met":
             return True
     return False
@@ -75,7 +74,7 @@ def queued_since_ms(ledger: Any, job: Any) -> int | None:
     while one is not met (its wait does not count yet)."""
     since: int = job.pending_since_ms
     for d in dependencies(job.spec):
-        other = ledger.jobs.get(dependency_key(ledger, job.spec.tenant, d.job))
+        other = dependency_job(ledger, job.spec.tenant, d.job)
         if other is None or status(other, d.on) != "met":
             return None
         if d.on == "started":
@@ -99,14 +98,19 @@ def dependency_key(ledger: Any, tenant: str, job: str) -> str:
     return ledger.job_key(tenant, job) or ""
 
 
+def dependency_job(ledger: Any, tenant: str, job: str) -> Any:
+    """The record of the job a dependency names (`dependency_key`), or the stand-in of an
+    array task not released yet (`Ledger.job_record`); None when there is none."""
+    return ledger.job_record(dependency_key(ledger, tenant, job))
+
+
 def admission_problem(ledger: Any, spec: JobSpec) -> tuple[str, str, dict[str, Any]] | None:
     """(reason, message, details) refusing the dependencies of `spec` given the folded
     ledger, or None: every named job exists in the same tenant and no chain leads back to
     `spec`."""
-    jobs: Mapping[str, Any] = ledger.jobs
     deps = dependencies(spec)
     for i, d in enumerate(deps):
-        other = jobs.get(dependency_key(ledger, spec.tenant, d.job))
+        other = dependency_job(ledger, spec.tenant, d.job)
         if other is None or other.tenant != spec.tenant or other.unreadable:
             return (
                 RejectReason.UnknownDependency,
@@ -142,7 +146,7 @@ def _cycle(ledger: Any, spec: JobSpec, deps: tuple[Dependency, ...]) -> list[str
         if job_id in seen or not job_id:
             continue
         seen.add(job_id)
-        rec = ledger.jobs.get(job_id)
+        rec = ledger.job_record(job_id)
         if rec is None:
             continue
         for d in reversed(dependencies(rec.spec)):

@@ -25,10 +25,31 @@ def run(svc: LedgerService, state: Ledger, now_ms: int) -> list[Event]:
     if not state.pending:
         return out  # nothing to place: no trial view, no queue
     rnd = Round.start(svc, state, now_ms)
-    for position, job in enumerate(ordered_pending(state, now_ms)):
-        if job.cancel_requested:
-            continue
-        out += place_one(rnd, job, position)
+    queue = ordered_pending(state, now_ms)
+    behind = _unreleased_behind(state, queue)
+    ahead = 0  # arrays' unreleased tasks queued ahead: they have no record, but a place
+    for i, job in enumerate(queue):
+        if not job.cancel_requested:
+            out += place_one(rnd, job, i + ahead)
+        ahead += behind.get(i, 0)
+    return out
+
+
+def _unreleased_behind(state: Ledger, queue: list[JobRecord]) -> dict[int, int]:
+    """Per queue index, the unreleased tasks (services/domain/fold/arrays.py) that queue
+    right behind it: an array's sort after its last released task waiting (they wait alike,
+    and the window releases them in the queue's order)."""
+    if not state.open_arrays:
+        return {}
+    last: dict[str, int] = {}
+    for i, job in enumerate(queue):
+        if job.array_parent in state.open_arrays:
+            last[job.array_parent] = i
+    out: dict[int, int] = {}
+    for array_id, i in last.items():
+        window = state.jobs[array_id].window
+        if window is not None:
+            out[i] = out.get(i, 0) + window.unreleased
     return out
 
 

@@ -22,7 +22,7 @@ def gate(rnd: Round, job: JobRecord, lim: Limits) -> list[Event] | None:
     state = rnd.state
     waiting, never = [], []
     for d in deps.dependencies(job.spec):
-        other = state.jobs.get(deps.dependency_key(state, job.tenant, d.job))
+        other = deps.dependency_job(state, job.tenant, d.job)
         st = deps.status(other, d.on) if other is not None else "never"
         what = {"job": d.job, "on": d.on, "state": str(other.state) if other else None}
         if st == "waiting":
