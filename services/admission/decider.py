@@ -43,7 +43,43 @@ from gpuledger.services.domain.policy import submit_limits
 from gpuledger.services.domain.policy.dependencies import admission_problem
 from gpuledger.services.domain.policy.shapes import FleetSummary, shape_problem, summarize
 from gpuledger.services.domain.policy.time_limits import TimeLimitProblem, resolved_time_limit
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import AGGREGATES, NODE_SET, Step, of
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "submissions",
+        "the jobs submitted and not decided yet, in submission order, with what their "
+        "verdicts read of other jobs (dependencies, the live jobs the submit limits count); "
+        "not what is placed, started or explained of an admitted job",
+        of(
+            AGGREGATES["jobs"]
+            - {_ev.GangRequeued, _ev.PendingReasonChanged, _ev.PreemptionDeclined},
+            _ev.JobRequeued,
+            _ev.GangResized,
+            _ev.TimeLimitReached,
+        ),
+    ),
+    Step(
+        "classes",
+        "the tenant, the priority class, its time limits and the guarantee non-preemptible "
+        "work must fit; schedules read the clock only to judge a submission, so a quiet "
+        "answer stays quiet",
+        of(AGGREGATES["tenants"] - {_ev.FairShareUpdated}),
+    ),
+    Step(
+        "shapes",
+        "the shapes the registered fleet can hold (`FleetSummary`, by `nodes_version`)",
+        of(NODE_SET, "mig"),
+    ),
+    Step(
+        "requests",
+        "invalid submissions and refused requests, answered once each",
+        of("intake"),
+    ),
+)
+"""What admission's decide reads, step by step: its quiet set is derived from it."""
 
 
 class Rejection(Exception):
@@ -57,29 +93,8 @@ class Admission(LedgerService):
     query_subjects = QUERY_SUBJECTS
     serves_intake = True
     """The admission process stores CI keys' client events (services/runtime/intake.py)."""
-    # decides on submissions, invalid submissions, refused requests, configuration and the
-    # fleet's shapes; what happens to admitted jobs never changes that
-    unaffected_by = frozenset(
-        {
-            _ev.FairShareUpdated,
-            _ev.GangPlaced,
-            _ev.MemberStarted,
-            _ev.MemberCheckpointed,
-            _ev.MemberExited,
-            _ev.PreemptionRequested,
-            _ev.PreemptionDeclined,
-            _ev.GangEvicted,
-            _ev.GangRequeued,
-            _ev.GangCompleted,
-            _ev.GangFailed,
-            _ev.PendingReasonChanged,
-            _ev.GpuMetricsReported,
-            _ev.NodeHeartbeat,
-        }
-    )
-    # reads the clock only to judge a submission against the schedules; with none to judge,
-    # a quiet answer stays quiet
-    quiet_until_wakeup = True
+    unaffected_by = reads.unaffected_by(STEPS)
+    quiet_until_wakeup = reads.quiet_until_wakeup(STEPS)
     """Job status queries from tenant CI identities (services/domain/fold/job_status.py)."""
 
     @staticmethod
