@@ -49,9 +49,9 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -82,6 +82,7 @@ from gpuledger.services.runtime.snapshots import check_state as check_snapshot_s
 from gpuledger.services.runtime.storefull import store_write_error
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 PAYLOAD_HEAD_CHARS = 200
 _BUS_ERRORS = (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError)
 
@@ -367,21 +368,21 @@ class Host:
         )
         await asyncio.Event().wait()  # until cancelled
 
-    async def _damage(self) -> str | None:
+    async def _until_answered(self, ask: Callable[[], Awaitable[T]]) -> T:
+        """`ask()`'s answer, asked again `retry_backoff_s` later while the stream is
+        unavailable (each time logged)."""
         while True:
             try:
-                return await self.bus.damage(self.folded_seq)
+                return await ask()
             except _BUS_ERRORS as err:
                 self.log.warning("host.stream_unavailable", error=repr(err))
                 await asyncio.sleep(self.retry_backoff_s)
 
+    async def _damage(self) -> str | None:
+        return await self._until_answered(lambda: self.bus.damage(self.folded_seq))
+
     async def _open_follower(self) -> Follower:
-        while True:
-            try:
-                return await self.bus.follower(self.folded_seq)
-            except _BUS_ERRORS as err:
-                self.log.warning("host.stream_unavailable", error=repr(err))
-                await asyncio.sleep(self.retry_backoff_s)
+        return await self._until_answered(lambda: self.bus.follower(self.folded_seq))
 
     async def _loop(self, follower: Follower) -> None:
         started = time.monotonic()
@@ -456,12 +457,7 @@ class Host:
         return delivery
 
     async def _last_seq(self) -> int:
-        while True:
-            try:
-                return await self.bus.last_seq()
-            except _BUS_ERRORS as err:
-                self.log.warning("host.stream_unavailable", error=repr(err))
-                await asyncio.sleep(self.retry_backoff_s)
+        return await self._until_answered(self.bus.last_seq)
 
     async def _sleep_until_message_or_wakeup(self, follower: Follower) -> Delivery | None:
         now = self.clock()
