@@ -145,25 +145,18 @@ class Admission(LedgerService):
         verdicts = self.verdicts(state, now_ms) if state.submitted else {}
         for job_id in sorted(state.submitted):
             job = state.jobs[job_id]
-            common = dict(
-                key=job_id,
-                correlation_id=job_id,
-                causation_id=job.submit_event_id,
-                job_id=job_id,
-                tenant=job.tenant,
-            )
             cls = verdicts[job_id]
             if isinstance(cls, Rejection):
-                r = cls
                 out.append(
-                    self.emit(
+                    self._rejected(
                         state,
                         now_ms,
-                        JobRejected,
-                        reason=r.reason,
-                        message=r.message,
-                        details=r.details,
-                        **common,
+                        job_id,
+                        job.tenant,
+                        job.submit_event_id,
+                        cls.reason,
+                        cls.message,
+                        cls.details,
                     )
                 )
                 continue
@@ -172,51 +165,80 @@ class Admission(LedgerService):
                     state,
                     now_ms,
                     JobAdmitted,
+                    key=job_id,
+                    correlation_id=job_id,
+                    causation_id=job.submit_event_id,
+                    job_id=job_id,
+                    tenant=job.tenant,
                     priority_class=cls.name,
                     priority=cls.value,
                     preemptible=cls.preemptible,
                     slo_class=cls.slo_class,
                     **_time_limit_field(job.spec, cls),
-                    **common,
                 )
             )
         for job_id in sorted(state.intake.invalid_submissions):
             bad = state.intake.invalid_submissions[job_id]
             out.append(
-                self.emit(
+                self._rejected(
                     state,
                     now_ms,
-                    JobRejected,
-                    key=job_id,
-                    correlation_id=job_id,
-                    causation_id=bad.cause,
-                    job_id=job_id,
-                    tenant=bad.tenant,
-                    reason=RejectReason.InvalidSpec,
-                    message=bad.message,
-                    details=copy.deepcopy(bad.details),
-                )  # the event's own, not the state's
-            )
-        for seq in sorted(state.intake.refusals):
-            r = state.intake.refusals[seq]
-            out.append(
-                self.emit(
-                    state,
-                    now_ms,
-                    RequestRefused,
-                    key=f"{r.job_id}@{seq}",
-                    correlation_id=filed_under(state, r.tenant, r.job_id),
-                    causation_id=r.cause,
-                    job_id=r.job_id,
-                    tenant=r.tenant,
-                    request=r.request,
-                    request_seq=seq,
-                    reason=r.reason,
-                    message=r.message,
-                    details=copy.deepcopy(r.details),
+                    job_id,
+                    bad.tenant,
+                    bad.cause,
+                    RejectReason.InvalidSpec,
+                    bad.message,
+                    copy.deepcopy(bad.details),  # the event's own, not the state's
                 )
             )
+        for seq in sorted(state.intake.refusals):
+            out.append(self._refused(state, now_ms, seq))
         return out
+
+    def _rejected(
+        self,
+        state: Ledger,
+        now_ms: int,
+        job_id: str,
+        tenant: str,
+        cause: str,
+        reason: str,
+        message: str,
+        details: dict[str, Any],
+    ) -> Event:
+        """The rejection of submission `job_id` (caused by event `cause`)."""
+        return self.emit(
+            state,
+            now_ms,
+            JobRejected,
+            key=job_id,
+            correlation_id=job_id,
+            causation_id=cause,
+            job_id=job_id,
+            tenant=tenant,
+            reason=reason,
+            message=message,
+            details=details,
+        )
+
+    def _refused(self, state: Ledger, now_ms: int, seq: int) -> Event:
+        """The answer to the request of stream sequence `seq` the ledger could not apply."""
+        r = state.intake.refusals[seq]
+        return self.emit(
+            state,
+            now_ms,
+            RequestRefused,
+            key=f"{r.job_id}@{seq}",
+            correlation_id=filed_under(state, r.tenant, r.job_id),
+            causation_id=r.cause,
+            job_id=r.job_id,
+            tenant=r.tenant,
+            request=r.request,
+            request_seq=seq,
+            reason=r.reason,
+            message=r.message,
+            details=copy.deepcopy(r.details),
+        )
 
 
 def filed_under(state: Ledger, tenant: str, name: str) -> str:

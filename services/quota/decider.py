@@ -22,6 +22,7 @@ the same change once.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import msgspec
 
@@ -206,13 +207,13 @@ class Quota(LedgerService):
                 if job is None or not job.spec.is_service:
                     continue  # not (yet) a service of this cluster: nothing to scale
                 out.append(
-                    stamp(
+                    self._stamped(
                         ServiceScaled,
-                        key=f"{name}@{fire_ms}:{content}:{change.job_id}",
-                        producer=self.producer,
-                        now_ms=now_ms,
-                        correlation_id=f"{sched.CORRELATION_PREFIX}{name}",
-                        causation_id=f"{name}@{fire_ms}",
+                        now_ms,
+                        name,
+                        fire_ms,
+                        content,
+                        change.job_id,
                         job_id=change.job_id,
                         tenant=job.tenant,
                         replicas=change.replicas,
@@ -223,7 +224,23 @@ class Quota(LedgerService):
     def _config_event(
         self, cls, value, now_ms: int, name: str, fire_ms: int, content: str, target: str
     ):
+        """Schedule `name`'s change of a tenant or class: `value`'s fields as `cls`."""
         fields = {f: getattr(value, f) for f in cls.__struct_fields__ if f not in _ENVELOPE}
+        return self._stamped(cls, now_ms, name, fire_ms, content, target, **fields)
+
+    def _stamped(
+        self,
+        cls: type[Event],
+        now_ms: int,
+        name: str,
+        fire_ms: int,
+        content: str,
+        target: str,
+        /,
+        **fields: Any,
+    ) -> Event:
+        """A change schedule `name` makes at `fire_ms` to `target`, keyed by the schedule's
+        content so that a refold or a replay publishes it once."""
         return stamp(
             cls,
             key=f"{name}@{fire_ms}:{content}:{target}",
