@@ -69,6 +69,20 @@ disruption = st.lists(
 )
 
 
+def _job(tenant: str, cls: str, *, gpus: int, duration_min: int, at_min: int) -> dict:
+    """A generated job of the examples below: no periodic checkpoint, 5 s to save one (the
+    values hypothesis chose there; any other would do)."""
+    return {
+        "tenant": tenant,
+        "class": cls,
+        "gpus": gpus,
+        "duration_min": duration_min,
+        "at_min": at_min,
+        "interval_min": 0,
+        "save_s": 5,
+    }
+
+
 @SETTINGS
 @given(st.lists(job, min_size=1, max_size=10), policy, disruption)
 # found with --hypothesis-profile=deep (issue 29): preemption planned against the outlook, and
@@ -76,96 +90,16 @@ disruption = st.lists(
 # too would make room raised UnknownAllocation and stopped the simulation
 @example(
     jobs=[
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 1,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 1,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 4,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "train",
-            "gpus": 2,
-            "duration_min": 10,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "c",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 2,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "c",
-            "class": "train",
-            "gpus": 4,
-            "duration_min": 11,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "c",
-            "class": "interactive",
-            "gpus": 2,
-            "duration_min": 10,
-            "at_min": 0,
-            "interval_min": 0,
-            "save_s": 5,  # or any other generated value
-        },
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=1),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=1),
+        _job("a", "best-effort", gpus=1, duration_min=4, at_min=0),
+        _job("a", "train", gpus=2, duration_min=10, at_min=0),
+        _job("c", "best-effort", gpus=1, duration_min=2, at_min=0),
+        _job("c", "train", gpus=4, duration_min=11, at_min=0),
+        _job("c", "interactive", gpus=2, duration_min=10, at_min=0),
     ],
     pol={
         "preemption_scope": "tenant",  # or any other generated value
