@@ -12,7 +12,7 @@ from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.replay.verify import verify
 from gpuledger.services.domain.fold.ledger import Ledger
-from tests.properties.test_preemption_properties import SETTINGS, job, policy, scenario
+from tests.properties.test_preemption_properties import SETTINGS, _job, job, policy, scenario
 
 LEGAL = {
     None: {"submitted"},
@@ -69,26 +69,12 @@ disruption = st.lists(
 )
 
 
-def _job(tenant: str, cls: str, *, gpus: int, duration_min: int, at_min: int) -> dict:
-    """A generated job of the examples below: no periodic checkpoint, 5 s to save one (the
-    values hypothesis chose there; any other would do)."""
-    return {
-        "tenant": tenant,
-        "class": cls,
-        "gpus": gpus,
-        "duration_min": duration_min,
-        "at_min": at_min,
-        "interval_min": 0,
-        "save_s": 5,
-    }
-
-
 @SETTINGS
 @given(st.lists(job, min_size=1, max_size=10), policy, disruption)
 # found with --hypothesis-profile=deep (issue 29): preemption planned against the outlook, and
 # a victim it protected (MinRuntime) was already released there; asking whether evicting it
 # too would make room raised UnknownAllocation and stopped the simulation
-@example(
+@example(  # jobs without periodic checkpoints, 5 s to save one (hypothesis's choice)
     jobs=[
         _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
         _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),

@@ -19,6 +19,7 @@ from gpuledger.services.admission import decider as admission
 from gpuledger.services.domain.tooling import reads
 from gpuledger.services.node_agent import simulated as agent
 from gpuledger.services.quota import decider as quota
+from tests.scheduler.test_reads_declared import one_job_later
 
 SERVICES = {
     "admission": (admission.Admission, admission.STEPS),
@@ -95,21 +96,6 @@ def test_an_event_a_step_reads_is_never_quiet(name):
     service, steps = SERVICES[name]
     for step in steps:
         assert not set(step.reads or ()) & service.unaffected_by, step.name
-
-
-def one_job_later() -> dict:
-    """One 8-GPU node; job j (4 GPUs, 60 s) arrives at t=5 s, after every service's quiet
-    start."""
-    return {
-        "cluster": {"nodes": [{"name": "n1", "gpus": 8}]},
-        "tenants": [{"name": "t", "guaranteed": 8}],
-        "timeline": [
-            {
-                "at": 5,
-                "submit": {"id": "j", "tenant": "t", "class": "train", "gpus": 4, "duration": 60},
-            },
-        ],
-    }
 
 
 def reading_nothing(service: type) -> type:
