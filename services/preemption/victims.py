@@ -598,6 +598,27 @@ def no_room(
     """Why no victim set makes room: `NoVictims` with the exclusions counted by code, or the
     code of the lapsing exclusion (`MinRuntime`, `EvictionBudget`) that lapses first when
     evicting its victim too would make room."""
+    lapsing = _held([x for x in exclusions if x.until_ms is not None], fleet)
+    if lapsing and fits(cands + [x.candidate for x in lapsing]):
+        # room exists, but only behind exclusions that lapse with time: say which
+        first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
+        return first.code, (
+            f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
+            f"{first.message}; eligible at {instant(first.until_ms)}"
+        )
+    ending = _held([x for x in exclusions if x.code == ExclusionReason.EndsAtTimeLimit], fleet)
+    if ending and fits(cands + [x.candidate for x in ending]):
+        # room comes anyway when runs reach their time limits: waiting is as quick
+        names = "; ".join(f"{x.candidate.victim.job_id} {x.message}" for x in ending[:3])
+        return DeclineReason.EndsAtTimeLimit, (
+            f"evicting would make room, but the runs in the way end at their time limits "
+            f"within an eviction's grace: {names}"
+        )
+    return DeclineReason.NoVictims, _no_victims(cands, exclusions)
+
+
+def _no_victims(cands: list[Candidate], exclusions: list[Exclusion]) -> str:
+    """No victims, or not enough, and the exclusions counted by code."""
     why = (
         "no eligible victims"
         if not cands
@@ -608,33 +629,16 @@ def no_room(
         for x in exclusions:
             counts[x.code] = counts.get(x.code, 0) + 1
         why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
-    lapsing = [
-        x
-        for x in exclusions
-        if x.until_ms is not None
-        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
-    ]  # one already released in the outlook (a victim of a preemption under way) frees nothing
-    if lapsing and fits(cands + [x.candidate for x in lapsing]):
-        # room exists, but only behind exclusions that lapse with time: say which
-        first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
-        return first.code, (
-            f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
-            f"{first.message}; eligible at {instant(first.until_ms)}"
-        )
-    ending = [
-        x
-        for x in exclusions
-        if x.code == ExclusionReason.EndsAtTimeLimit
-        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
-    ]
-    if ending and fits(cands + [x.candidate for x in ending]):
-        # room comes anyway when runs reach their time limits: waiting is as quick
-        names = "; ".join(f"{x.candidate.victim.job_id} {x.message}" for x in ending[:3])
-        return DeclineReason.EndsAtTimeLimit, (
-            f"evicting would make room, but the runs in the way end at their time limits "
-            f"within an eviction's grace: {names}"
-        )
-    return DeclineReason.NoVictims, why
+    return why
+
+
+def _held(exclusions: list[Exclusion], fleet: Any) -> list[Exclusion]:
+    """The exclusions whose victim still holds its capacity in the fleet view (one already
+    released in the outlook, a victim of a preemption under way, frees nothing); all of
+    them without a view."""
+    if fleet is None:
+        return exclusions
+    return [x for x in exclusions if held_in(fleet, x.candidate.rec.allocation_id)]
 
 
 def size_tier(cands: list[Candidate], fits, rejected: list[dict[str, Any]]) -> list[Candidate]:
