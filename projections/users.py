@@ -76,13 +76,7 @@ def users_rows(con, *, tenant: str | None = None) -> list[dict[str, Any]]:
     of its own: running jobs, GPUs held, pending jobs, and the limits in force for each
     (None: no bound); a user bound per GPU model also has `gpus_by_model` ({model: {gpus,
     limit}}). Sorted by tenant, the tenant's line first, then user."""
-    where, args = "", []
-    if tenant:
-        where = "AND (l.tenant = ? OR starts_with(l.tenant, ?))"
-        args = [tenant, tenant.rstrip("/") + "/"]
-    use = {
-        (r["tenant"], r["user"]): r for r in records(con.execute(USE.format(tenant=where), args))
-    }
+    use = _use(con, tenant)
     limits = _limits(con, tenant)
     keys = set(use) | {(t, u) for t, (_, ul) in limits.items() if ul for u in ul.overrides}
     by_model: dict[tuple[str, str], dict[str, int]] | None = None
@@ -95,30 +89,53 @@ def users_rows(con, *, tenant: str | None = None) -> list[dict[str, Any]]:
         )
         for u in sorted(u for tt, u in keys if tt == t):
             lim = users.of(u) if users is not None and u != "-" else None
-            out.append(
-                _row(
-                    t,
-                    u,
-                    [use[(t, u)]] if (t, u) in use else [],
-                    _set(lim.submit_jobs) if lim else None,
-                    _set(lim.array_size) if lim else None,
-                    lim.running_jobs if lim else None,
-                    lim.gpu_milli if lim else None,
-                )
-            )
+            out.append(_user_row(t, u, [use[(t, u)]] if (t, u) in use else [], lim))
             bounds = lim.gpu_milli_by_model if lim else None
             if isinstance(bounds, dict) and bounds:
                 if by_model is None:
-                    by_model = {}
-                    for r in records(con.execute(BY_MODEL)):
-                        held = by_model.setdefault((r["tenant"], r["user"]), {})
-                        held[r["model"]] = held.get(r["model"], 0) + r["gpu_milli"]
-                mine_by_model = by_model.get((t, u), {})
+                    by_model = _held_by_model(con)
+                mine = by_model.get((t, u), {})
                 out[-1]["gpus_by_model"] = {
-                    m: {"gpus": mine_by_model.get(m, 0) / 1000, "limit": b / 1000}
+                    m: {"gpus": mine.get(m, 0) / 1000, "limit": b / 1000}
                     for m, b in sorted(bounds.items())
                 }
     return out
+
+
+def _use(con, tenant: str | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (tenant, user), its running and pending jobs and GPUs held (of `tenant` and its
+    sub-tenants, or of all)."""
+    where, args = "", []
+    if tenant:
+        where = "AND (l.tenant = ? OR starts_with(l.tenant, ?))"
+        args = [tenant, tenant.rstrip("/") + "/"]
+    return {
+        (r["tenant"], r["user"]): r for r in records(con.execute(USE.format(tenant=where), args))
+    }
+
+
+def _held_by_model(con) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (tenant, user), GPU milli held now per GPU model (`BY_MODEL`)."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for r in records(con.execute(BY_MODEL)):
+        held = out.setdefault((r["tenant"], r["user"]), {})
+        held[r["model"]] = held.get(r["model"], 0) + r["gpu_milli"]
+    return out
+
+
+def _user_row(tenant: str, user: str, use: list[dict[str, Any]], lim: Any) -> dict[str, Any]:
+    """A user's row: its use and the limits its tenant sets for it (`lim`; None: none)."""
+    if lim is None:
+        return _row(tenant, user, use, None, None, None, None)
+    return _row(
+        tenant,
+        user,
+        use,
+        _set(lim.submit_jobs),
+        _set(lim.array_size),
+        lim.running_jobs,
+        lim.gpu_milli,
+    )
 
 
 def _set(v: Any) -> Any:

@@ -136,40 +136,51 @@ class Projection(JobMappers, AllocationMappers, TenantMappers, NodeMappers):
             )
             return True
         if decision:
-            details = getattr(event, "details", None)
-            self._add_decision(
-                seq,
-                event.occurred_at_ms,
-                name,
-                getattr(event, "job_id", None) or event.correlation_id or None,
-                event.event_id,
-                event.producer,
-                event.input_seq,
-                event.config_digest,
-                event.leader_epoch,
-                getattr(event, "reason", None),
-                getattr(event, "message", None),
-                _dumps(details) if details else None,
-            )
+            self._decision_row(seq, name, event)  # type: ignore[arg-type]  # a Decision: _kind says so
         handler = _HANDLERS.get(cls)
         if handler is not None:
             handler(self, seq, event)
-            job_id = self._key_of(event)
-            rec = self.ledger.jobs.get(job_id) if job_id is not None else None
-            if rec is not None and rec.service is not None:
-                self._service_row(rec.service, seq, event)
-            if rec is not None and rec.array_parent is not None:
-                self._service_row(rec.array_parent, seq, event)
-            if rec is not None and rec.spec.array and isinstance(event, ev.JobCancelled):
-                self._sync_replicas(rec.job_id, seq, event)  # its pending tasks stop at once
-                self._service_row(rec.job_id, seq, event)
-            if rec is not None and rec.spec.array:
-                self._array_counts(rec.job_id, seq, event)
-            elif rec is not None and rec.array_parent is not None:
-                self._array_counts(rec.array_parent, seq, event)
+            self._parent_rows(seq, event)
         if self.ledger.released_tasks:  # (also on an event no handler here maps)
             self._released_rows(seq, event)
         return True
+
+    def _decision_row(self, seq: int, name: str, event: ev.Decision) -> None:
+        """A decision's row: who decided it from what, its reason, message and details."""
+        details = getattr(event, "details", None)
+        self._add_decision(
+            seq,
+            event.occurred_at_ms,
+            name,
+            getattr(event, "job_id", None) or event.correlation_id or None,
+            event.event_id,
+            event.producer,
+            event.input_seq,
+            event.config_digest,
+            event.leader_epoch,
+            getattr(event, "reason", None),
+            getattr(event, "message", None),
+            _dumps(details) if details else None,
+        )
+
+    def _parent_rows(self, seq: int, event: ev.Event) -> None:
+        """The rows of the service or array a folded event's job belongs to (a cancelled
+        array's pending tasks stop at once), and an array's counts."""
+        job_id = self._key_of(event)
+        rec = self.ledger.jobs.get(job_id) if job_id is not None else None
+        if rec is None:
+            return
+        if rec.service is not None:
+            self._service_row(rec.service, seq, event)
+        if rec.array_parent is not None:
+            self._service_row(rec.array_parent, seq, event)
+        if rec.spec.array and isinstance(event, ev.JobCancelled):
+            self._sync_replicas(rec.job_id, seq, event)
+            self._service_row(rec.job_id, seq, event)
+        if rec.spec.array:
+            self._array_counts(rec.job_id, seq, event)
+        elif rec.array_parent is not None:
+            self._array_counts(rec.array_parent, seq, event)
 
     def _service_row(self, service_id: str, seq: int, e: ev.Event) -> None:
         """A service's row after an event about one of its replicas: its state is the fold's

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from gpuledger import events as ev
 from gpuledger.services.domain.inputs.gpu_models import CANONICAL
 from gpuledger.services.placement.mig import FAMILIES, PROFILES, MigSlots, best_start
@@ -107,26 +109,26 @@ def mig_gpus(
             f"{at}node {node}: MIG instances {listed} need {len(layouts)} {fam} GPUs, the node "
             f"has {physical}; its GPUs are partitioned on demand instead"
         )
-        return tuple(
-            ev.GpuInfo(
-                index=first_index + i,
-                uuid=f"GPU-{node}-{first_index + i}",
-                model=fam,
-                memory_mib=memory,
-                clique=f"{node}-nvl0",
-                sharing="mig",
-            )
-            for i in range(physical)
-        )
+        return tuple(_mig_gpu(node, first_index + i, fam, memory) for i in range(physical))
     return tuple(
-        ev.GpuInfo(
-            index=first_index + i,
-            uuid=f"GPU-{node}-{first_index + i}",
-            model=fam,
-            memory_mib=memory,
-            clique=f"{node}-nvl0",
-            sharing="mig",
-            mig_layout=layout,
-        )
-        for i, layout in enumerate(layouts)
+        _mig_gpu(node, first_index + i, fam, memory, layout) for i, layout in enumerate(layouts)
+    )
+
+
+def _mig_gpu(
+    node: str,
+    index: int,
+    fam: str,
+    memory: int,
+    layout: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET,
+) -> ev.GpuInfo:
+    """MIG GPU `index` of `node`, of model `fam`, partitioned as `layout` (unset: on demand)."""
+    return ev.GpuInfo(
+        index=index,
+        uuid=f"GPU-{node}-{index}",
+        model=fam,
+        memory_mib=memory,
+        clique=f"{node}-nvl0",
+        sharing="mig",
+        mig_layout=layout,
     )

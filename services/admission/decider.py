@@ -43,7 +43,43 @@ from gpuledger.services.domain.policy import submit_limits
 from gpuledger.services.domain.policy.dependencies import admission_problem
 from gpuledger.services.domain.policy.shapes import FleetSummary, shape_problem, summarize
 from gpuledger.services.domain.policy.time_limits import TimeLimitProblem, resolved_time_limit
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import AGGREGATES, NODE_SET, Step, of
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "submissions",
+        "the jobs submitted and not decided yet, in submission order, with what their "
+        "verdicts read of other jobs (dependencies, the live jobs the submit limits count); "
+        "not what is placed, started or explained of an admitted job",
+        of(
+            AGGREGATES["jobs"]
+            - {_ev.GangRequeued, _ev.PendingReasonChanged, _ev.PreemptionDeclined},
+            _ev.JobRequeued,
+            _ev.GangResized,
+            _ev.TimeLimitReached,
+        ),
+    ),
+    Step(
+        "classes",
+        "the tenant, the priority class, its time limits and the guarantee non-preemptible "
+        "work must fit; schedules read the clock only to judge a submission, so a quiet "
+        "answer stays quiet",
+        of(AGGREGATES["tenants"] - {_ev.FairShareUpdated}),
+    ),
+    Step(
+        "shapes",
+        "the shapes the registered fleet can hold (`FleetSummary`, by `nodes_version`)",
+        of(NODE_SET, "mig"),
+    ),
+    Step(
+        "requests",
+        "invalid submissions and refused requests, answered once each",
+        of("intake"),
+    ),
+)
+"""What admission's decide reads, step by step: its quiet set is derived from it."""
 
 
 class Rejection(Exception):
@@ -57,29 +93,8 @@ class Admission(LedgerService):
     query_subjects = QUERY_SUBJECTS
     serves_intake = True
     """The admission process stores CI keys' client events (services/runtime/intake.py)."""
-    # decides on submissions, invalid submissions, refused requests, configuration and the
-    # fleet's shapes; what happens to admitted jobs never changes that
-    unaffected_by = frozenset(
-        {
-            _ev.FairShareUpdated,
-            _ev.GangPlaced,
-            _ev.MemberStarted,
-            _ev.MemberCheckpointed,
-            _ev.MemberExited,
-            _ev.PreemptionRequested,
-            _ev.PreemptionDeclined,
-            _ev.GangEvicted,
-            _ev.GangRequeued,
-            _ev.GangCompleted,
-            _ev.GangFailed,
-            _ev.PendingReasonChanged,
-            _ev.GpuMetricsReported,
-            _ev.NodeHeartbeat,
-        }
-    )
-    # reads the clock only to judge a submission against the schedules; with none to judge,
-    # a quiet answer stays quiet
-    quiet_until_wakeup = True
+    unaffected_by = reads.unaffected_by(STEPS)
+    quiet_until_wakeup = reads.quiet_until_wakeup(STEPS)
     """Job status queries from tenant CI identities (services/domain/fold/job_status.py)."""
 
     @staticmethod
@@ -130,25 +145,18 @@ class Admission(LedgerService):
         verdicts = self.verdicts(state, now_ms) if state.submitted else {}
         for job_id in sorted(state.submitted):
             job = state.jobs[job_id]
-            common = dict(
-                key=job_id,
-                correlation_id=job_id,
-                causation_id=job.submit_event_id,
-                job_id=job_id,
-                tenant=job.tenant,
-            )
             cls = verdicts[job_id]
             if isinstance(cls, Rejection):
-                r = cls
                 out.append(
-                    self.emit(
+                    self._rejected(
                         state,
                         now_ms,
-                        JobRejected,
-                        reason=r.reason,
-                        message=r.message,
-                        details=r.details,
-                        **common,
+                        job_id,
+                        job.tenant,
+                        job.submit_event_id,
+                        cls.reason,
+                        cls.message,
+                        cls.details,
                     )
                 )
                 continue
@@ -157,51 +165,80 @@ class Admission(LedgerService):
                     state,
                     now_ms,
                     JobAdmitted,
+                    key=job_id,
+                    correlation_id=job_id,
+                    causation_id=job.submit_event_id,
+                    job_id=job_id,
+                    tenant=job.tenant,
                     priority_class=cls.name,
                     priority=cls.value,
                     preemptible=cls.preemptible,
                     slo_class=cls.slo_class,
                     **_time_limit_field(job.spec, cls),
-                    **common,
                 )
             )
         for job_id in sorted(state.intake.invalid_submissions):
             bad = state.intake.invalid_submissions[job_id]
             out.append(
-                self.emit(
+                self._rejected(
                     state,
                     now_ms,
-                    JobRejected,
-                    key=job_id,
-                    correlation_id=job_id,
-                    causation_id=bad.cause,
-                    job_id=job_id,
-                    tenant=bad.tenant,
-                    reason=RejectReason.InvalidSpec,
-                    message=bad.message,
-                    details=copy.deepcopy(bad.details),
-                )  # the event's own, not the state's
-            )
-        for seq in sorted(state.intake.refusals):
-            r = state.intake.refusals[seq]
-            out.append(
-                self.emit(
-                    state,
-                    now_ms,
-                    RequestRefused,
-                    key=f"{r.job_id}@{seq}",
-                    correlation_id=state.filed_under(r.tenant, r.job_id),
-                    causation_id=r.cause,
-                    job_id=r.job_id,
-                    tenant=r.tenant,
-                    request=r.request,
-                    request_seq=seq,
-                    reason=r.reason,
-                    message=r.message,
-                    details=copy.deepcopy(r.details),
+                    job_id,
+                    bad.tenant,
+                    bad.cause,
+                    RejectReason.InvalidSpec,
+                    bad.message,
+                    copy.deepcopy(bad.details),  # the event's own, not the state's
                 )
             )
+        for seq in sorted(state.intake.refusals):
+            out.append(self._refused(state, now_ms, seq))
         return out
+
+    def _rejected(
+        self,
+        state: Ledger,
+        now_ms: int,
+        job_id: str,
+        tenant: str,
+        cause: str,
+        reason: str,
+        message: str,
+        details: dict[str, Any],
+    ) -> Event:
+        """The rejection of submission `job_id` (caused by event `cause`)."""
+        return self.emit(
+            state,
+            now_ms,
+            JobRejected,
+            key=job_id,
+            correlation_id=job_id,
+            causation_id=cause,
+            job_id=job_id,
+            tenant=tenant,
+            reason=reason,
+            message=message,
+            details=details,
+        )
+
+    def _refused(self, state: Ledger, now_ms: int, seq: int) -> Event:
+        """The answer to the request of stream sequence `seq` the ledger could not apply."""
+        r = state.intake.refusals[seq]
+        return self.emit(
+            state,
+            now_ms,
+            RequestRefused,
+            key=f"{r.job_id}@{seq}",
+            correlation_id=state.filed_under(r.tenant, r.job_id),
+            causation_id=r.cause,
+            job_id=r.job_id,
+            tenant=r.tenant,
+            request=r.request,
+            request_seq=seq,
+            reason=r.reason,
+            message=r.message,
+            details=copy.deepcopy(r.details),
+        )
 
 
 def _time_limit_field(spec: JobSpec, cls) -> dict:

@@ -148,6 +148,14 @@ def summary_text(s: dict) -> str:
         f"running at the end {s['running_at_end']}, requeued {s['requeued']}"
         + "".join(f", {k.replace('_', ' ')} {v}" for k, v in s.items() if k in EXTRA_COUNTS and v),
     ]
+    return "\n".join(lines + _notes(s) + _skipped_lines(s))
+
+
+def _notes(s: dict) -> list[str]:
+    """The summary's lines of what only some imports have: final states, jobs that never
+    ran, the checkpoint assumed, where the observed run and the site's policy went, what
+    Slurm had drained or reserved at export."""
+    lines = []
     if s.get("final_states"):
         lines.append(
             "  final states: " + ", ".join(f"{k} {v}" for k, v in s["final_states"].items())
@@ -164,14 +172,18 @@ def summary_text(s: dict) -> str:
         lines.append("  from Slurm at export: " + _controls(s))
     if s.get("site_policy"):
         lines.append(f"  the site's policy (slurm.conf, QOS, accounts) in {s['site_policy']}")
-    if s["skipped_rows"]:
-        lines.append(f"  skipped {s['skipped_rows']} rows:")
-        for reason, d in s["skipped"].items():
-            more = f" (+{d['rows'] - len(d['first'])} more)" if d["rows"] > len(d["first"]) else ""
-            lines.append(f"    {d['rows']} x {reason}: {', '.join(d['first'])}{more}")
-    else:
-        lines.append("  skipped 0 rows")
-    return "\n".join(lines)
+    return lines
+
+
+def _skipped_lines(s: dict) -> list[str]:
+    """How many rows were skipped, and per reason the first of them."""
+    if not s["skipped_rows"]:
+        return ["  skipped 0 rows"]
+    lines = [f"  skipped {s['skipped_rows']} rows:"]
+    for reason, d in s["skipped"].items():
+        more = f" (+{d['rows'] - len(d['first'])} more)" if d["rows"] > len(d["first"]) else ""
+        lines.append(f"    {d['rows']} x {reason}: {', '.join(d['first'])}{more}")
+    return lines
 
 
 def _controls(s: dict) -> str:

@@ -31,6 +31,7 @@ services/domain/policy/member_stop.py):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuledger.events import (
     Event,
@@ -129,21 +130,26 @@ class Start:
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class _OnMember:
+    """An effect on one member of an allocation (each kind compares equal only to its own)."""
+
     allocation_id: str
     rank: int
 
 
 @dataclass(frozen=True)
-class Kill:
-    allocation_id: str
-    rank: int
+class Checkpoint(_OnMember):
+    """Ask a running member to save a checkpoint and exit."""
 
 
 @dataclass(frozen=True)
-class Forget:
-    allocation_id: str
-    rank: int
+class Kill(_OnMember):
+    """Kill a running member (its stop deadline has come)."""
+
+
+@dataclass(frozen=True)
+class Forget(_OnMember):
+    """Stop observing a member that is done (its exit folded, or given up by its gang)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,14 @@ class AgentDecider(LedgerService):
     # ------------------------------------------------------------------ effects
 
     def plan(self, state: AgentState, now_ms: int) -> list[Effect]:
-        ledger = state.ledger
+        out = self._starts(state)
+        for key in sorted(state.members):
+            out += self._effects_on(state, key, now_ms)
+        return out
+
+    def _starts(self, state: AgentState) -> list[Effect]:
+        """A `Start` for each member placed here that is not observed yet, has a command,
+        and is not asked to stop."""
         out: list[Effect] = []
         for rec, job, m in self._mine(state):
             key = (rec.allocation_id, m.rank)
@@ -263,95 +276,91 @@ class AgentDecider(LedgerService):
                         incarnation=rec.resized_ms,
                     )
                 )
-        for key in sorted(state.members):
-            obs = state.members[key]
-            alloc_id, rank = key
-            rec = ledger.allocations.get(alloc_id)
-            if rec is None:
-                continue  # the log does not know it (yet): leave it alone
-            if _left(rec, rank) or _stale(obs, rec, rank):  # gave up by an elastic gang
-                if obs.outcome is not None:
-                    out.append(Forget(alloc_id, rank))
-                continue
-            if obs.outcome is not None:
-                if rank in rec.exited:
-                    out.append(Forget(alloc_id, rank))
-                continue
-            if not obs.running:
-                continue
-            job = ledger.jobs.get(rec.job_id)
-            deadline = self._stop_deadline(state, rec, job, rank)
-            if deadline is None:
-                size = len(rec.members)
-                told = obs.world_size
-                if not rec.ended and (
-                    (told is not None and told != size)
-                    or (told is None and rec.resized_ms is not None)  # adopted after a restart
-                ):
-                    out.append(Resize(alloc_id, rec.job_id, rank, size))
-                continue
-            if not obs.checkpoint_requested:
-                out.append(Checkpoint(alloc_id, rank))
-            if now_ms >= deadline and not obs.killed:
-                out.append(Kill(alloc_id, rank))
+        return out
+
+    def _effects_on(self, state: AgentState, key: tuple[str, int], now_ms: int) -> list[Effect]:
+        """What to do with an observed member: forget it once done (or given up by an
+        elastic gang); tell a running one its gang's new size; ask it to checkpoint when it
+        must stop, and kill it at its deadline. Nothing for one the log does not know (yet)."""
+        obs = state.members[key]
+        alloc_id, rank = key
+        rec = state.ledger.allocations.get(alloc_id)
+        if rec is None:
+            return []
+        if _left(rec, rank) or _stale(obs, rec, rank):  # gave up by an elastic gang
+            return [Forget(alloc_id, rank)] if obs.outcome is not None else []
+        if obs.outcome is not None:
+            return [Forget(alloc_id, rank)] if rank in rec.exited else []
+        if not obs.running:
+            return []
+        job = state.ledger.jobs.get(rec.job_id)
+        deadline = self._stop_deadline(state, rec, job, rank)
+        if deadline is None:
+            if _told_another_size(obs, rec):
+                return [Resize(alloc_id, rec.job_id, rank, len(rec.members))]
+            return []
+        out: list[Effect] = []
+        if not obs.checkpoint_requested:
+            out.append(Checkpoint(alloc_id, rank))
+        if now_ms >= deadline and not obs.killed:
+            out.append(Kill(alloc_id, rank))
         return out
 
     # ------------------------------------------------------------------ events
 
     def decide(self, state: AgentState, now_ms: int) -> list[Event]:  # type: ignore[override]  # a narrower state type than Service's
         out = self._node_events(state, now_ms)
-        ledger = state.ledger
+        out += self._never_started(state, now_ms)
+        for key in sorted(state.members):
+            out += self._observed(state, key, now_ms)
+        return out
+
+    def _never_started(self, state: AgentState, now_ms: int) -> list[Event]:
+        """The exits of members placed here that never start: asked to stop before they
+        started (the stop's outcome), or without a command (failed)."""
+        out: list[Event] = []
         for rec, job, m in self._mine(state):
             if m.rank in rec.exited or (rec.allocation_id, m.rank) in state.members:
                 continue
-            stop = member_stop(ledger, rec, job, m.rank)
-            if stop is not None:  # asked to stop before it started: it never starts
+            stop = member_stop(state.ledger, rec, job, m.rank)
+            if stop is not None:
                 out.append(self._exited(state, now_ms, rec, m.rank, stop.outcome, None))
             elif not job.spec.command:
                 out.append(self._exited(state, now_ms, rec, m.rank, "failed", None))
-        for key in sorted(state.members):
-            obs = state.members[key]
-            alloc_id, rank = key
-            rec = ledger.allocations.get(alloc_id)
-            if rec is None or _left(rec, rank) or _stale(obs, rec, rank):
-                continue
-            if obs.started and not rec.ended and rank not in rec.started:
-                out.append(
-                    self.emit(
-                        state.ledger,
-                        now_ms,
-                        MemberStarted,
-                        key=rec.member_key(rank),
-                        correlation_id=rec.job_id,
-                        job_id=rec.job_id,
-                        allocation_id=alloc_id,
-                        rank=rank,
-                        node=self.node_name,
-                    )
+        return out
+
+    def _observed(self, state: AgentState, key: tuple[str, int], now_ms: int) -> list[Event]:
+        """What the log does not know yet of an observed member of a live run: that it
+        started, its last acknowledged checkpoint, its exit (cancelled when its job was
+        cancelled and it did not complete)."""
+        obs = state.members[key]
+        alloc_id, rank = key
+        rec = state.ledger.allocations.get(alloc_id)
+        if rec is None or _left(rec, rank) or _stale(obs, rec, rank):
+            return []
+        out: list[Event] = []
+        if obs.started and not rec.ended and rank not in rec.started:
+            out.append(self._member_event(state, now_ms, MemberStarted, rec, rank))
+        known = rec.checkpoints.get(rank)
+        if obs.ack_step is not None and (known is None or known[0] != obs.ack_step):
+            out.append(
+                self._member_event(
+                    state,
+                    now_ms,
+                    MemberCheckpointed,
+                    rec,
+                    rank,
+                    suffix=f"/{obs.ack_step}",
+                    step=obs.ack_step,
+                    progress_ms=0,
                 )
-            known = rec.checkpoints.get(rank)
-            if obs.ack_step is not None and (known is None or known[0] != obs.ack_step):
-                out.append(
-                    self.emit(
-                        state.ledger,
-                        now_ms,
-                        MemberCheckpointed,
-                        key=f"{rec.member_key(rank)}/{obs.ack_step}",
-                        correlation_id=rec.job_id,
-                        job_id=rec.job_id,
-                        allocation_id=alloc_id,
-                        rank=rank,
-                        node=self.node_name,
-                        step=obs.ack_step,
-                        progress_ms=0,
-                    )
-                )
-            if obs.outcome is not None and rank not in rec.exited:
-                job = ledger.jobs.get(rec.job_id)
-                outcome = obs.outcome
-                if job is not None and job.cancel_requested and outcome != "completed":
-                    outcome = "cancelled"
-                out.append(self._exited(state, now_ms, rec, rank, outcome, obs.exit_code))
+            )
+        if obs.outcome is not None and rank not in rec.exited:
+            job = state.ledger.jobs.get(rec.job_id)
+            outcome = obs.outcome
+            if job is not None and job.cancel_requested and outcome != "completed":
+                outcome = "cancelled"
+            out.append(self._exited(state, now_ms, rec, rank, outcome, obs.exit_code))
         return out
 
     def _exited(
@@ -363,18 +372,33 @@ class AgentDecider(LedgerService):
         outcome: str,
         exit_code: int | None,
     ) -> Event:
+        return self._member_event(
+            state, now_ms, MemberExited, rec, rank, outcome=outcome, exit_code=exit_code
+        )
+
+    def _member_event(
+        self,
+        state: AgentState,
+        now_ms: int,
+        cls: type[Event],
+        rec: AllocationRecord,
+        rank: int,
+        suffix: str = "",
+        **fields: Any,
+    ) -> Event:
+        """An event about member `rank` of `rec` on this node, keyed by the member (and
+        `suffix`, for one of several of a kind)."""
         return self.emit(
             state.ledger,
             now_ms,
-            MemberExited,
-            key=rec.member_key(rank),
+            cls,
+            key=rec.member_key(rank) + suffix,
             correlation_id=rec.job_id,
             job_id=rec.job_id,
             allocation_id=rec.allocation_id,
             rank=rank,
             node=self.node_name,
-            outcome=outcome,
-            exit_code=exit_code,
+            **fields,
         )
 
     def _node_events(self, state: AgentState, now_ms: int) -> list[Event]:
@@ -462,3 +486,14 @@ def _stale(obs: Observed, rec: AllocationRecord, rank: int) -> bool:
         and rank not in rec.started
         and rank not in rec.exited
     )
+
+
+def _told_another_size(obs: Observed, rec: AllocationRecord) -> bool:
+    """Whether a running member of a live allocation was told a world size other than its
+    gang's (or, adopted after a restart, none while the gang has resized)."""
+    told = obs.world_size
+    if rec.ended:
+        return False
+    if told is None:
+        return rec.resized_ms is not None
+    return told != len(rec.members)

@@ -23,6 +23,17 @@ PROFILE_SLICES: dict[int, tuple[int, int]] = {
     0: (8, 7),
 }
 
+_NAMES_80GB: dict[int, str] = {
+    19: "1g.10gb",
+    20: "1g.10gb+me",
+    15: "1g.20gb",
+    14: "2g.20gb",
+    9: "3g.40gb",
+    5: "4g.40gb",
+    0: "7g.80gb",
+}
+"""The profile names of the 80 GB GPUs (A100-80GB and H100-80GB name theirs alike)."""
+
 _NAMES: dict[str, dict[int, str]] = {
     "A100-40GB": {
         19: "1g.5gb",
@@ -33,24 +44,8 @@ _NAMES: dict[str, dict[int, str]] = {
         5: "4g.20gb",
         0: "7g.40gb",
     },
-    "A100-80GB": {
-        19: "1g.10gb",
-        20: "1g.10gb+me",
-        15: "1g.20gb",
-        14: "2g.20gb",
-        9: "3g.40gb",
-        5: "4g.40gb",
-        0: "7g.80gb",
-    },
-    "H100-80GB": {
-        19: "1g.10gb",
-        20: "1g.10gb+me",
-        15: "1g.20gb",
-        14: "2g.20gb",
-        9: "3g.40gb",
-        5: "4g.40gb",
-        0: "7g.80gb",
-    },
+    "A100-80GB": _NAMES_80GB,
+    "H100-80GB": _NAMES_80GB,
     # Assumed equal to H100's ids (same die); verify on real hardware.
     "H200-141GB": {
         19: "1g.18gb",

@@ -31,28 +31,50 @@ from gpuledger.events import catalog as ev
 from gpuledger.events.ids import ARRAY_SEPARATOR
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 from gpuledger.services.domain.policy.member_stop import TIME_LIMIT, Stop, member_stop
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import AGGREGATES, NODE_SET, Step, of
+
+_BEFORE_PLACEMENT: tuple[type[Event], ...] = (
+    ev.JobSubmitted,
+    ev.JobAdmitted,
+    ev.JobRejected,
+    ev.PendingReasonChanged,
+    ev.PreemptionDeclined,
+)
+"""What happens to a job before it is placed: nothing an agent acts on."""
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "register",
+        "its nodes not registered yet, and their heartbeats when due (a wake-up)",
+        of("nodes"),
+    ),
+    Step("reconfigure", "MIG re-geometry requested on its nodes", of("mig", NODE_SET)),
+    Step(
+        "members",
+        "the members on its nodes of the allocations that need attention: placed, due, asked "
+        "to stop (preemption, time limit, cancel), resized; the due instants are wake-ups",
+        of(
+            "allocations",
+            AGGREGATES["jobs"] - set(_BEFORE_PLACEMENT),
+        ),
+    ),
+    Step(
+        "classes",
+        "the priority classes and policy its members' stops follow",
+        of(AGGREGATES["tenants"] - {ev.FairShareUpdated}),
+    ),
+)
+"""What the simulated agent's decide reads, step by step: its quiet set is derived from it."""
 
 
 class SimulatedAgent(LedgerService):
     """Agent for `nodes` (one agent may simulate many nodes)."""
 
     name = "node-agent"
-    # acts on its nodes and on allocations (placed, cancelled, preempted, due instants)
-    unaffected_by = frozenset(
-        {
-            ev.JobSubmitted,
-            ev.JobAdmitted,
-            ev.JobRejected,
-            ev.FairShareUpdated,
-            ev.PendingReasonChanged,
-            ev.PreemptionDeclined,
-            ev.GpuMetricsReported,
-            ev.RequestRefused,
-            ev.DeadLettered,
-        }
-    )
-    quiet_until_wakeup = True  # due instants and heartbeats are its wake-ups
+    unaffected_by = reads.unaffected_by(STEPS)
+    quiet_until_wakeup = reads.quiet_until_wakeup(STEPS)
 
     def __init__(
         self, nodes: tuple[NodeInfo, ...], instance: str = "sim", heartbeat_s: int = 0

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from .errors import PlacementConflict, UnknownAllocation, UnknownNode
-from .mig import profile_for
-from .model import GPU_MILLI, GangRequest, NodeSpec, Placement
+from .mig import MigProfile, profile_for
+from .model import GPU_MILLI, GangRequest, MemberAssignment, MemberRequest, NodeSpec, Placement
 from .state import MemberDelta, NodeState, node_rank
 
 _LAST = 1 << 40
@@ -332,7 +332,6 @@ class FleetIndex:
     def _deltas(
         self, tenant: str, placement: Placement, request: GangRequest
     ) -> tuple[MemberDelta, ...]:
-        member = request.member
         n = len(placement.members)
         if not request.required_members <= n <= request.replicas:
             raise PlacementConflict(
@@ -340,51 +339,63 @@ class FleetIndex:
             )
         if len({m.rank for m in placement.members}) != n:
             raise PlacementConflict("duplicate member rank")
-        out = []
-        for m in placement.members:
-            state = self._nodes.get(m.node)
-            if state is None:
-                raise PlacementConflict(f"member {m.rank}: unknown node {m.node}")
-            positions = []
-            for index in m.gpus:
-                pos = state.pos_of_index.get(index)
-                if pos is None:
-                    raise PlacementConflict(f"member {m.rank}: {m.node} has no GPU {index}")
-                gpu = state.spec.gpus[pos]
-                if gpu.sharing == "timeslice" and not request.allow_timeslice:
-                    raise PlacementConflict(f"member {m.rank}: GPU {index} is timeslice-only")
-                positions.append(pos)
-            kind = member.kind
-            mig = None
-            if kind == "whole":
-                if len(m.gpus) != member.gpus:
-                    raise PlacementConflict(f"member {m.rank}: needs {member.gpus} GPUs")
-                if len({state.spec.gpus[p].clique for p in positions}) > 1:
-                    raise PlacementConflict(f"member {m.rank}: GPUs span NVLink cliques")
-                gpu_milli = tuple((i, GPU_MILLI) for i in m.gpus)
-            elif kind == "milli":
-                if len(m.gpus) != 1 or m.gpu_milli not in (None, member.gpu_milli):
-                    raise PlacementConflict(
-                        f"member {m.rank}: needs one GPU share of {member.gpu_milli}"
-                    )
-                gpu_milli = ((m.gpus[0], member.gpu_milli),)
-            elif kind == "mig":
-                if (
-                    len(m.gpus) != 1
-                    or m.mig_start is None
-                    or m.mig_profile not in (None, member.mig_profile)
-                ):
-                    raise PlacementConflict(f"member {m.rank}: needs one MIG GPU and a start")
-                prof = profile_for(state.spec.gpus[positions[0]].model, member.mig_profile or "")
-                if prof is None:
-                    raise PlacementConflict(f"member {m.rank}: GPU offers no {member.mig_profile}")
-                gpu_milli = ()
-                mig = (m.gpus[0], prof, m.mig_start)
-            else:
-                if m.gpus:
-                    raise PlacementConflict(f"member {m.rank}: CPU-only member got GPUs")
-                gpu_milli = ()
-            out.append(
-                MemberDelta(m.node, tenant, member.cpu_milli, member.memory_mib, gpu_milli, mig)
-            )
-        return tuple(out)
+        return tuple(self._delta(tenant, m, request) for m in placement.members)
+
+    def _delta(self, tenant: str, m: MemberAssignment, request: GangRequest) -> MemberDelta:
+        """What member `m` takes of its node, checked against the request's member shape;
+        PlacementConflict naming the member for anything that does not fit it."""
+        member = request.member
+        state = self._nodes.get(m.node)
+        if state is None:
+            raise PlacementConflict(f"member {m.rank}: unknown node {m.node}")
+        positions = _positions(state, m, request.allow_timeslice)
+        kind = member.kind
+        mig = None
+        if kind == "whole":
+            if len(m.gpus) != member.gpus:
+                raise PlacementConflict(f"member {m.rank}: needs {member.gpus} GPUs")
+            if len({state.spec.gpus[p].clique for p in positions}) > 1:
+                raise PlacementConflict(f"member {m.rank}: GPUs span NVLink cliques")
+            gpu_milli: tuple[tuple[int, int], ...] = tuple((i, GPU_MILLI) for i in m.gpus)
+        elif kind == "milli":
+            if len(m.gpus) != 1 or m.gpu_milli not in (None, member.gpu_milli):
+                raise PlacementConflict(
+                    f"member {m.rank}: needs one GPU share of {member.gpu_milli}"
+                )
+            gpu_milli = ((m.gpus[0], member.gpu_milli),)
+        elif kind == "mig":
+            gpu_milli = ()
+            mig = _mig_instance(state, m, member, positions)
+        else:
+            if m.gpus:
+                raise PlacementConflict(f"member {m.rank}: CPU-only member got GPUs")
+            gpu_milli = ()
+        return MemberDelta(m.node, tenant, member.cpu_milli, member.memory_mib, gpu_milli, mig)
+
+
+def _positions(state: NodeState, m: MemberAssignment, allow_timeslice: bool) -> list[int]:
+    """The positions of member `m`'s GPUs on its node; PlacementConflict for a GPU the node
+    lacks, or a timeslice GPU for a gang that does not allow it."""
+    positions = []
+    for index in m.gpus:
+        pos = state.pos_of_index.get(index)
+        if pos is None:
+            raise PlacementConflict(f"member {m.rank}: {m.node} has no GPU {index}")
+        gpu = state.spec.gpus[pos]
+        if gpu.sharing == "timeslice" and not allow_timeslice:
+            raise PlacementConflict(f"member {m.rank}: GPU {index} is timeslice-only")
+        positions.append(pos)
+    return positions
+
+
+def _mig_instance(
+    state: NodeState, m: MemberAssignment, member: MemberRequest, positions: list[int]
+) -> tuple[int, MigProfile, int]:
+    """(GPU index, profile, start) of a MIG member; PlacementConflict unless it names one
+    GPU offering the member's profile and a start."""
+    if len(m.gpus) != 1 or m.mig_start is None or m.mig_profile not in (None, member.mig_profile):
+        raise PlacementConflict(f"member {m.rank}: needs one MIG GPU and a start")
+    prof = profile_for(state.spec.gpus[positions[0]].model, member.mig_profile or "")
+    if prof is None:
+        raise PlacementConflict(f"member {m.rank}: GPU offers no {member.mig_profile}")
+    return (m.gpus[0], prof, m.mig_start)

@@ -328,62 +328,71 @@ class ScoreMemos(FleetIndex):
         models). A cache behind a log's start compares node versions instead."""
         log = self._log
         start = cache.pos - self._log_base
-        by_seq = self._by_seq
         if start < 0:
-            # New, or behind the change log's start: rescore every node whose version
-            # differs from the one it was last scored at (all of them for a new cache).
-            fresh = not cache.seen
-            if fresh:
-                cache.entries.clear()
-            if fresh:
-                self._score_fresh(cache)
-                heapq.heapify(cache.heap)
-            else:
-                for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
-                    cache.forget(seq)
-                self._rescore(cache, self._nodes.values(), True)
-            for sid, slog in self._slogs.items():
-                cache.spos[sid] = slog.end
-            if cache.sel_pair is not None:
-                llog = self._llogs.get(cache.sel_pair)
-                cache.lpos = None if llog is None else llog.end
-            cache.live = None  # the static keys are known now
+            self._refresh_behind(cache)
         else:
-            changed: list[NodeState] = []
-            if start < len(log):
-                for seq in dict.fromkeys(log[start:]):
-                    st = by_seq.get(seq)
-                    if st is not None:
-                        changed.append(st)
-                    elif seq in cache.keys:
-                        cache.forget(seq)
-            static = cache.static
-            spos = cache.spos
-            if cache.sel_pair is not None:  # the label index: only nodes carrying the pair
-                changed += self._label_changes(cache)
-            for sid, slog in () if cache.sel_pair is not None else self._live_logs(cache):
-                entries = slog.entries
-                end = slog.base + len(entries)  # `slog.end`, inline (hot loop)
-                at = spos.get(sid)
-                if at == end:
-                    continue
-                spos[sid] = end
-                fixed = static.get(sid, _MISS)
-                if fixed is not None and fixed is not _MISS:
-                    continue  # no node of this shape can host the member: keys are static
-                if at is None or at < slog.base:
-                    changed += [by_seq[q] for q in self._shape_nodes.get(sid, ())]
-                else:
-                    changed += [
-                        st
-                        for q in dict.fromkeys(entries[at - slog.base :])
-                        if (st := by_seq.get(q)) is not None
-                    ]
+            changed = self._changed_since(cache, log[start:])
             if changed:  # a node in several logs is rescored once (`seen`)
                 self._rescore(cache, changed, True)
         cache.pos = self._log_base + len(log)
         if len(cache.heap) > 2 * len(self._nodes) + 64:
             self._compact(cache)
+
+    def _refresh_behind(self, cache: _ShapeCache) -> None:
+        """A new cache, or one behind the change log's start: rescore every node whose version
+        differs from the one it was last scored at (all of them for a new cache), and read
+        every change log from its end on."""
+        if not cache.seen:
+            cache.entries.clear()
+            self._score_fresh(cache)
+            heapq.heapify(cache.heap)
+        else:
+            by_seq = self._by_seq
+            for seq in [q for q in cache.keys if q not in by_seq]:  # removed nodes
+                cache.forget(seq)
+            self._rescore(cache, self._nodes.values(), True)
+        for sid, slog in self._slogs.items():
+            cache.spos[sid] = slog.end
+        if cache.sel_pair is not None:
+            llog = self._llogs.get(cache.sel_pair)
+            cache.lpos = None if llog is None else llog.end
+        cache.live = None  # the static keys are known now
+
+    def _changed_since(self, cache: _ShapeCache, structural: list[int]) -> list[NodeState]:
+        """The nodes to rescore for a cache that read the fleet's log up to `structural`
+        (the entries since): those the fleet's log names (removed ones forgotten), then those
+        of the node shapes' (or the selector pair's) capacity logs since the cache read them."""
+        by_seq = self._by_seq
+        changed: list[NodeState] = []
+        for seq in dict.fromkeys(structural):
+            st = by_seq.get(seq)
+            if st is not None:
+                changed.append(st)
+            elif seq in cache.keys:
+                cache.forget(seq)
+        if cache.sel_pair is not None:  # the label index: only nodes carrying the pair
+            return changed + self._label_changes(cache)
+        static = cache.static
+        spos = cache.spos
+        for sid, slog in self._live_logs(cache):
+            entries = slog.entries
+            end = slog.base + len(entries)  # `slog.end`, inline (hot loop)
+            at = spos.get(sid)
+            if at == end:
+                continue
+            spos[sid] = end
+            fixed = static.get(sid, _MISS)
+            if fixed is not None and fixed is not _MISS:
+                continue  # no node of this shape can host the member: keys are static
+            if at is None or at < slog.base:
+                changed += [by_seq[q] for q in self._shape_nodes.get(sid, ())]
+            else:
+                changed += [
+                    st
+                    for q in dict.fromkeys(entries[at - slog.base :])
+                    if (st := by_seq.get(q)) is not None
+                ]
+        return changed
 
     def _label_changes(self, cache: _ShapeCache) -> list[NodeState]:
         """Nodes carrying the cache's selector pair whose capacity changed since the cache last

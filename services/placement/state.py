@@ -184,35 +184,45 @@ class NodeState:
             )
         seen: set[int] = set()
         for index, milli in d.gpu_milli:
-            pos = self.pos_of_index.get(index)
-            if pos is None:
-                raise PlacementConflict(f"{self.name}: no GPU {index}")
-            if pos in seen:
-                raise PlacementConflict(f"{self.name}: GPU {index} twice in one member")
-            seen.add(pos)
-            gpu = self.spec.gpus[pos]
-            if gpu.sharing == "mig":
-                raise PlacementConflict(f"{self.name}: GPU {index} is MIG-partitioned")
-            if not 0 < milli <= GPU_MILLI or milli > self.gpu_free[pos]:
-                raise PlacementConflict(
-                    f"{self.name}: GPU {index} has {self.gpu_free[pos]} milli free, needs {milli}"
-                )
-            if milli < GPU_MILLI and gpu.sharing not in ("mps", "timeslice"):
-                raise PlacementConflict(f"{self.name}: GPU {index} is exclusive, no shares")
-            owner = self.mps_tenant[pos]
-            if gpu.sharing == "mps" and owner is not None and owner != d.tenant:
-                raise PlacementConflict(
-                    f"{self.name}: mps GPU {index} is held by tenant {owner}, not {d.tenant}"
-                )
+            why = self._gpu_conflict(index, milli, d.tenant, seen)
+            if why is not None:
+                raise PlacementConflict(f"{self.name}: {why}")
         if d.mig is not None:
-            index, profile, start = d.mig
-            pos = self.pos_of_index.get(index)
-            slots = None if pos is None else self.mig[pos]
-            if slots is None or not slots.fits(profile, start):
-                raise PlacementConflict(f"{self.name}: MIG {profile.name}@{start} on GPU {index}")
-            layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]  # set for MIG GPUs
-            if layout and not any(i.profile == profile.name and i.start == start for i in layout):
-                raise PlacementConflict(f"{self.name}: GPU {index} has no {profile.name}@{start}")
+            why = self._mig_conflict(*d.mig)
+            if why is not None:
+                raise PlacementConflict(f"{self.name}: {why}")
+
+    def _gpu_conflict(self, index: int, milli: int, tenant: str, seen: set[int]) -> str | None:
+        """Why `milli` of GPU `index` cannot be taken by `tenant` now (a GPU of the member
+        already `seen` included; it is added), or None."""
+        pos = self.pos_of_index.get(index)
+        if pos is None:
+            return f"no GPU {index}"
+        if pos in seen:
+            return f"GPU {index} twice in one member"
+        seen.add(pos)
+        gpu = self.spec.gpus[pos]
+        if gpu.sharing == "mig":
+            return f"GPU {index} is MIG-partitioned"
+        if not 0 < milli <= GPU_MILLI or milli > self.gpu_free[pos]:
+            return f"GPU {index} has {self.gpu_free[pos]} milli free, needs {milli}"
+        if milli < GPU_MILLI and gpu.sharing not in ("mps", "timeslice"):
+            return f"GPU {index} is exclusive, no shares"
+        owner = self.mps_tenant[pos]
+        if gpu.sharing == "mps" and owner is not None and owner != tenant:
+            return f"mps GPU {index} is held by tenant {owner}, not {tenant}"
+        return None
+
+    def _mig_conflict(self, index: int, profile: MigProfile, start: int) -> str | None:
+        """Why MIG instance `profile`@`start` of GPU `index` cannot be taken now, or None."""
+        pos = self.pos_of_index.get(index)
+        slots = None if pos is None else self.mig[pos]
+        if slots is None or not slots.fits(profile, start):
+            return f"MIG {profile.name}@{start} on GPU {index}"
+        layout = self.spec.gpus[pos].mig_layout  # type: ignore[index]  # set for MIG GPUs
+        if layout and not any(i.profile == profile.name and i.start == start for i in layout):
+            return f"GPU {index} has no {profile.name}@{start}"
+        return None
 
     def apply(self, d: MemberDelta) -> None:
         """Take the resources of ``d`` (after `check`)."""

@@ -115,8 +115,7 @@ class Preemption(LedgerService):
         return self._decide(state, now_ms, queue, outlook)
 
     def _decide(self, state: Ledger, now_ms: int, queue, outlook: Outlook) -> list[Event]:
-        policy = state.config.policy
-        defrag = defrag_settings(policy)
+        defrag = defrag_settings(state.config.policy)
         out: list[Event] = []
         taken: set[str] = set()
         for job in queue:
@@ -124,98 +123,129 @@ class Preemption(LedgerService):
                 continue
             if job.job_id in outlook.held:
                 continue  # capacity already being released for it
-            if defrag.mig_regeometry and job.reason == PendingReason.MIGPlacementUnavailable:
-                handled, events = self._maybe_regeometry(state, now_ms, job, outlook)
-                if handled:
-                    out += events
-                    continue
-            if not policy.preemption:
-                out += self._decline(
-                    state,
-                    now_ms,
-                    job,
-                    DeclineReason.PreemptionDisabled,
-                    "preemption is disabled by policy",
-                    {},
-                )
-                continue
-            now_fits = outlook.fleet.place(
-                state.gang_request(job),
-                policy.placement_policy,
-                exclude=state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms),
-                explain=False,
-            )
-            if isinstance(now_fits, Placement):
-                continue  # idle capacity will do; the scheduler places it
-            if outlook.fits(job):
-                out += self._decline(
-                    state,
-                    now_ms,
-                    job,
-                    DeclineReason.WaitingForPreemptedWorkloads,
-                    "capacity being released by preemptions already requested will fit it once "
-                    "their beneficiaries are placed; no new victims",
-                    {},
-                )
-                continue
-            # never evict for capacity on GPU models its per-model limits close to it, nor on
-            # nodes of a maintenance window its run would reach
-            off = (
-                outlook.exclude()
-                | closed_models(state, job)
-                | closed_nodes(state, now_ms, job.time_limit_s, job.tenant)
-            )
-            backfill = backfill_plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
-            if backfill is not None:
-                v = self._verdict(state, job, backfill, outlook, out)
-                if v is not None and not v.improves:
-                    out += self._would_cycle(state, now_ms, job, backfill, v)
-                else:
-                    out += self._request(state, now_ms, job, backfill, outlook, taken)
-                continue
-            consolidation = None
-            if defrag.consolidation:
-                consolidation = consolidation_plan(state, job, now_ms, taken, off, outlook.fleet)
-                if consolidation.moves:
-                    out += self._consolidate(state, now_ms, job, consolidation, outlook, taken)
-                    continue
-            p = plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
-            if p.declined is not None:
-                self.retry_at[job.job_id] = p.retry_at_ms  # a wake-up hint, never read by decide
-                details = p.details()
-                if consolidation is not None:
-                    details["consolidation"] = consolidation.declined
-                    retry = min(
-                        (x.until_ms for x in consolidation.exclusions if x.until_ms is not None),
-                        default=None,
-                    )
-                    if retry is not None:
-                        self.retry_at[job.job_id] = min(retry, p.retry_at_ms or retry)
-                out += self._decline(state, now_ms, job, p.declined[0], p.declined[1], details)
-                continue
-            v = self._verdict(state, job, p, outlook, out)
-            first, spare = (p, v), set()
-            for _ in range(RETRIES):
-                if v is None or v.improves:
-                    break
-                spare |= spoilers(p, v)  # another set, without the victims that spoil this one
-                alt = plan(
-                    state,
-                    job,
-                    now_ms,
-                    taken,
-                    exclude=off,
-                    fleet=outlook.fleet,
-                    spare=frozenset(spare),
-                )
-                if alt.declined is not None or not alt.victims:
-                    break
-                p, v = alt, self._verdict(state, job, alt, outlook, out)
-            if v is not None and not v.improves:
-                out += self._would_cycle(state, now_ms, job, *first)
-                continue
-            out += self._request(state, now_ms, job, p, outlook, taken)
+            out += self._for_job(state, now_ms, job, outlook, taken, defrag, out)
         return out
+
+    def _for_job(
+        self,
+        state: Ledger,
+        now_ms: int,
+        job,
+        outlook: Outlook,
+        taken: set[str],
+        defrag,
+        out: list[Event],
+    ) -> list[Event]:
+        """The answer for one blocked job, the first of: a MIG re-geometry; a decline when
+        preemption is off; nothing when idle capacity will do; a decline when preemptions
+        under way will make room; a backfill's victims; a consolidation; a victim set (or
+        why none). `out`: what this decide answered for the jobs before it."""
+        policy = state.config.policy
+        if defrag.mig_regeometry and job.reason == PendingReason.MIGPlacementUnavailable:
+            handled, events = self._maybe_regeometry(state, now_ms, job, outlook)
+            if handled:
+                return events
+        if not policy.preemption:
+            return self._decline(
+                state,
+                now_ms,
+                job,
+                DeclineReason.PreemptionDisabled,
+                "preemption is disabled by policy",
+                {},
+            )
+        now_fits = outlook.fleet.place(
+            state.gang_request(job),
+            policy.placement_policy,
+            exclude=state.nominated_nodes(except_jobs={job.job_id}, now_ms=now_ms),
+            explain=False,
+        )
+        if isinstance(now_fits, Placement):
+            return []  # idle capacity will do; the scheduler places it
+        if outlook.fits(job):
+            return self._decline(
+                state,
+                now_ms,
+                job,
+                DeclineReason.WaitingForPreemptedWorkloads,
+                "capacity being released by preemptions already requested will fit it once "
+                "their beneficiaries are placed; no new victims",
+                {},
+            )
+        # never evict for capacity on GPU models its per-model limits close to it, nor on
+        # nodes of a maintenance window its run would reach
+        off = (
+            outlook.exclude()
+            | closed_models(state, job)
+            | closed_nodes(state, now_ms, job.time_limit_s, job.tenant)
+        )
+        backfill = backfill_plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
+        if backfill is not None:
+            v = self._verdict(state, job, backfill, outlook, out)
+            if v is not None and not v.improves:
+                return self._would_cycle(state, now_ms, job, backfill, v)
+            return self._request(state, now_ms, job, backfill, outlook, taken)
+        consolidation = None
+        if defrag.consolidation:
+            consolidation = consolidation_plan(state, job, now_ms, taken, off, outlook.fleet)
+            if consolidation.moves:
+                return self._consolidate(state, now_ms, job, consolidation, outlook, taken)
+        p = plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
+        if p.declined is not None:
+            return self._no_victims(state, now_ms, job, p, consolidation)
+        return self._evict(state, now_ms, job, p, outlook, taken, off, out)
+
+    def _no_victims(self, state: Ledger, now_ms: int, job, p: Plan, consolidation) -> list[Event]:
+        """The plan's decline (with the consolidation's, when one was tried), and when to
+        try again (a wake-up hint, never read by decide)."""
+        assert p.declined is not None  # the plan declined
+        self.retry_at[job.job_id] = p.retry_at_ms
+        details = p.details()
+        if consolidation is not None:
+            details["consolidation"] = consolidation.declined
+            retry = min(
+                (x.until_ms for x in consolidation.exclusions if x.until_ms is not None),
+                default=None,
+            )
+            if retry is not None:
+                self.retry_at[job.job_id] = min(retry, p.retry_at_ms or retry)
+        return self._decline(state, now_ms, job, p.declined[0], p.declined[1], details)
+
+    def _evict(
+        self,
+        state: Ledger,
+        now_ms: int,
+        job,
+        p: Plan,
+        outlook: Outlook,
+        taken: set[str],
+        off: frozenset[str],
+        out: list[Event],
+    ) -> list[Event]:
+        """Request the plan's evictions if they raise the standing; else try up to `RETRIES`
+        other sets, each without the victims that spoil the last; `WouldCycle` when none
+        does."""
+        v = self._verdict(state, job, p, outlook, out)
+        first, spare = (p, v), set()
+        for _ in range(RETRIES):
+            if v is None or v.improves:
+                break
+            spare |= spoilers(p, v)  # another set, without the victims that spoil this one
+            alt = plan(
+                state,
+                job,
+                now_ms,
+                taken,
+                exclude=off,
+                fleet=outlook.fleet,
+                spare=frozenset(spare),
+            )
+            if alt.declined is not None or not alt.victims:
+                break
+            p, v = alt, self._verdict(state, job, alt, outlook, out)
+        if v is not None and not v.improves:
+            return self._would_cycle(state, now_ms, job, *first)
+        return self._request(state, now_ms, job, p, outlook, taken)
 
     def _verdict(self, state: Ledger, job, p: Plan, outlook: Outlook, out: list[Event]):
         """How evicting the plan's victims changes the standing (`services.preemption.measure`),

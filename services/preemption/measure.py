@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuledger.events.reasons import PreemptionReason
-from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
+from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,10 @@ def _guarantee(state: Ledger, tenant: str) -> int:
     return conf.guaranteed_gpu_milli if conf is not None else 0
 
 
+_Evicted = tuple[JobRecord, int, str, str | None]
+"""An evicted job, the milli-GPUs it no longer runs, the reason and its evictor."""
+
+
 def standing(
     state: Ledger,
     tenants: Iterable[str],
@@ -141,44 +145,91 @@ def standing(
     holds = dict.fromkeys(tenants, 0)
     profile: dict[int, int] = {}
     running: set[str] = set()  # jobs that run (evictors count for their victims' credit)
-    evicted: list[tuple[JobRecord, int, str, str | None]] = []  # job, milli, reason, by
+    evicted: list[_Evicted] = []
+
+    def run(job: JobRecord, tenant: str, milli: int) -> None:
+        running.add(job.job_id)
+        profile[job.priority] = profile.get(job.priority, 0) + milli
+        if milli <= limit[tenant]:
+            holds[tenant] += milli
+
     for alloc_id in sorted(state.active):
         rec = state.allocations[alloc_id]
         if rec.tenant not in holds:
             continue
         job = state.jobs[rec.job_id]
         stays = rec.gpu_milli
-        if rec.preemption is not None or alloc_id in gone:
-            reason, by = (
-                gone[alloc_id]
-                if alloc_id in gone
-                else (rec.preemption.reason, rec.preemption.beneficiary)
-            )
-            ranks = leaving.get(alloc_id) if alloc_id in gone else rec.leaving()
-            if not ranks:
-                evicted.append((job, rec.gpu_milli, reason, by))
+        left = _leaves(rec, gone, leaving)
+        if left is not None:
+            milli, reason, by, whole = left
+            evicted.append((job, milli, reason, by))
+            if whole:
                 continue
-            out = rec.gpu_milli * len(ranks) // len(rec.members)
-            evicted.append((job, out, reason, by))
-            stays -= out  # the members that stay run on at the gang's priority
-        running.add(job.job_id)
-        profile[job.priority] = profile.get(job.priority, 0) + stays
-        if stays <= limit[rec.tenant]:
-            holds[rec.tenant] += stays
+            stays -= milli  # the members that stay run on at the gang's priority
+        run(job, rec.tenant, stays)
     landing = {j.job_id: j for j in placed if j.tenant in holds}
     for job_id in sorted(landing):
         job = landing[job_id]
-        need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
-        running.add(job_id)
-        profile[job.priority] = profile.get(job.priority, 0) + need
-        if need <= limit[job.tenant]:
-            holds[job.tenant] += need
+        run(job, job.tenant, _need(job))
+    evicted += _evicted_waiting(state, holds, landing)
+    credit = _credit(state, tenants, evicted, running, limit)
+    return Standing(
+        guaranteed={t: min(limit[t], holds[t] + credit[t]) for t in tenants},
+        profile=profile,
+        holding={t: min(limit[t], holds[t]) for t in tenants},
+    )
+
+
+def _need(job: JobRecord) -> int:
+    """The milli-GPUs of a job's smallest gang."""
+    return job.spec.resources.gpu_milli_total() * job.spec.members_min()
+
+
+def _leaves(
+    rec: AllocationRecord,
+    gone: dict[str, tuple[str, str]],
+    leaving: dict[str, tuple[int, ...]],
+) -> tuple[int, str, str | None, bool] | None:
+    """(milli-GPUs that stop running, reason, evictor, whether the whole gang stops) of an
+    allocation in `gone` or with a preemption under way (`leaving`, or the preemption's
+    ranks: only those leave); None for one that runs on."""
+    alloc_id = rec.allocation_id
+    if alloc_id in gone:
+        reason, by = gone[alloc_id]
+        ranks = leaving.get(alloc_id)
+    elif rec.preemption is not None:
+        reason, by = rec.preemption.reason, rec.preemption.beneficiary
+        ranks = rec.leaving()
+    else:
+        return None
+    if not ranks:
+        return rec.gpu_milli, reason, by, True
+    return rec.gpu_milli * len(ranks) // len(rec.members), reason, by, False
+
+
+def _evicted_waiting(
+    state: Ledger, holds: dict[str, int], landing: dict[str, JobRecord]
+) -> list[_Evicted]:
+    """The waiting jobs of the tenants measured that a preemption evicted (each its whole
+    smallest gang, its last eviction's reason and evictor), but those placed in addition."""
+    out: list[_Evicted] = []
     for job_id in sorted(state.pending):
         job = state.jobs[job_id]
         if job.tenant in holds and job.preemptions and job_id not in landing:
             last = job.preemptions[-1]
-            need = job.spec.resources.gpu_milli_total() * job.spec.members_min()
-            evicted.append((job, need, last.reason, last.by))
+            out.append((job, _need(job), last.reason, last.by))
+    return out
+
+
+def _credit(
+    state: Ledger,
+    tenants: list[str],
+    evicted: list[_Evicted],
+    running: set[str],
+    limit: dict[str, int],
+) -> dict[str, int]:
+    """Per tenant, the guaranteed work it gave up to a higher-priority job of its own that
+    runs (a tenant reordering its own work by priority keeps its guarantee)."""
     credit = dict.fromkeys(tenants, 0)
     for job, milli, reason, by in evicted:
         evictor = state.jobs.get(by) if by else None
@@ -190,11 +241,7 @@ def standing(
             and milli <= limit[job.tenant]
         ):
             credit[job.tenant] += milli
-    return Standing(
-        guaranteed={t: min(limit[t], holds[t] + credit[t]) for t in tenants},
-        profile=profile,
-        holding={t: min(limit[t], holds[t]) for t in tenants},
-    )
+    return credit
 
 
 def verdict(

@@ -9,20 +9,8 @@ the meta-test tests/services/test_preemption_reads.py checks that every unit dec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, Reads, of
+from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, Step, of
 from gpuledger.services.preemption.rules import EXCLUSIONS, GROUNDS, SLURM_GROUNDS
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the decide and what can change its answer."""
-
-    name: str
-    doc: str
-    reads: Reads | None = None
-
 
 _FLEET = of(ADMITTED_JOBS, "allocations", NODE_SET, "mig", "tenants")
 """The trial view of the fleet: nodes, allocations, MIG layouts, the jobs on them."""

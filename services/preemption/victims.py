@@ -356,70 +356,90 @@ def relocation(
     ):
         guarded += others()
     fleet = state.fleet.trial() if fleet is None else fleet
-    present = []
-    for cand in guarded:
-        try:
-            present.append((cand, fleet.allocation(cand.rec.allocation_id)))
-        except UnknownAllocation:
-            continue  # already released in the outlook of preemptions under way
-
-    def moves(chosen: list[tuple[Candidate, Any]]) -> bool:
-        """Whether, with `chosen` released, the job fits and each moved gang fits again."""
-        released = tuple(c.rec.allocation_id for c, _ in chosen)
-        placed = fleet.place(
-            request, placement_policy, exclude=exclude, assume_released=released, explain=False
-        )
-        if not isinstance(placed, Placement):
-            return False
-        moved = fleet.fork()  # trial: the victims gone, the job placed, the victims placed again
-        for alloc_id in released:
-            moved.release(alloc_id)
-        moved.allocate("~relocation", job.tenant, placed, request)
-        for i, (_, held) in enumerate(chosen):
-            again = moved.place(held.request, placement_policy, exclude=exclude, explain=False)
-            if not isinstance(again, Placement):
-                return False
-            moved.allocate(f"~moved-{i}", held.tenant, again, held.request)
-        return True
-
-    chosen: list[tuple[Candidate, Any]] | None = next(([x] for x in present if moves([x])), None)
-    if chosen is None and len(present) > 1:
-        # the shortest prefix (victim order) that makes room, then without every move the
-        # others make unnecessary
-        room = [x[0].rec.allocation_id for x in present]
-        for n in range(2, min(len(present), MAX_MOVES * 4) + 1):
-            if isinstance(
-                fleet.place(
-                    request,
-                    placement_policy,
-                    exclude=exclude,
-                    assume_released=tuple(room[:n]),
-                    explain=False,
-                ),
-                Placement,
-            ):
-                prefix = present[:n]
-                for x in reversed(list(prefix)):
-                    trial = [y for y in prefix if y is not x]
-                    if trial and isinstance(
-                        fleet.place(
-                            request,
-                            placement_policy,
-                            exclude=exclude,
-                            assume_released=tuple(y[0].rec.allocation_id for y in trial),
-                            explain=False,
-                        ),
-                        Placement,
-                    ):
-                        prefix = trial
-                if len(prefix) <= MAX_MOVES and moves(prefix):
-                    chosen = prefix
-                break
+    present = _present(fleet, guarded)
+    chosen = _Moves(fleet, job, request, placement_policy, exclude).fewest(present)
     if not chosen:
         return []
     gone = {id(c) for c, _ in chosen}
     exclusions[:] = [x for x in exclusions if id(x.candidate) not in gone]
     return [dataclasses.replace(c, reason=PreemptionReason.Defragment) for c, _ in chosen]
+
+
+def _present(fleet: Any, cands: list[Candidate]) -> list[tuple[Candidate, Any]]:
+    """Each candidate with its allocation in the fleet view, but those already released in
+    the outlook of preemptions under way."""
+    out = []
+    for cand in cands:
+        try:
+            out.append((cand, fleet.allocation(cand.rec.allocation_id)))
+        except UnknownAllocation:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class _Moves:
+    """Trial moves of running gangs out of one blocked job's way, on one fleet view. A move
+    is a list of (candidate, its allocation in the view)."""
+
+    fleet: Any
+    job: JobRecord
+    request: Any
+    policy: str
+    exclude: frozenset[str]
+
+    def _place_without(self, released: tuple[str, ...]) -> Any:
+        """Where the job would go with the `released` allocations gone (or why not)."""
+        return self.fleet.place(
+            self.request,
+            self.policy,
+            exclude=self.exclude,
+            assume_released=released,
+            explain=False,
+        )
+
+    def fits_without(self, chosen: list[tuple[Candidate, Any]]) -> bool:
+        """Whether the job fits with the `chosen` allocations released."""
+        released = tuple(c.rec.allocation_id for c, _ in chosen)
+        return isinstance(self._place_without(released), Placement)
+
+    def work(self, chosen: list[tuple[Candidate, Any]]) -> bool:
+        """Whether, with `chosen` released, the job fits and each moved gang fits again."""
+        released = tuple(c.rec.allocation_id for c, _ in chosen)
+        placed = self._place_without(released)
+        if not isinstance(placed, Placement):
+            return False
+        moved = self.fleet.fork()  # trial: the victims gone, the job placed, the victims again
+        for alloc_id in released:
+            moved.release(alloc_id)
+        moved.allocate("~relocation", self.job.tenant, placed, self.request)
+        for i, (_, held) in enumerate(chosen):
+            again = moved.place(held.request, self.policy, exclude=self.exclude, explain=False)
+            if not isinstance(again, Placement):
+                return False
+            moved.allocate(f"~moved-{i}", held.tenant, again, held.request)
+        return True
+
+    def fewest(self, present: list[tuple[Candidate, Any]]) -> list[tuple[Candidate, Any]] | None:
+        """One move that works (victim order); else the shortest prefix (victim order) that
+        makes room, without every move the others make unnecessary, if it has at most
+        `MAX_MOVES` and works; else None."""
+        one = next(([x] for x in present if self.work([x])), None)
+        if one is not None or len(present) < 2:
+            return one
+        for n in range(2, min(len(present), MAX_MOVES * 4) + 1):
+            if self.fits_without(present[:n]):
+                prefix = self._pruned(present[:n])
+                return prefix if len(prefix) <= MAX_MOVES and self.work(prefix) else None
+        return None
+
+    def _pruned(self, prefix: list[tuple[Candidate, Any]]) -> list[tuple[Candidate, Any]]:
+        """`prefix` without each move (last first) the job fits without."""
+        for x in reversed(list(prefix)):
+            trial = [y for y in prefix if y is not x]
+            if trial and self.fits_without(trial):
+                prefix = trial
+        return prefix
 
 
 def plan(
@@ -578,6 +598,27 @@ def no_room(
     """Why no victim set makes room: `NoVictims` with the exclusions counted by code, or the
     code of the lapsing exclusion (`MinRuntime`, `EvictionBudget`) that lapses first when
     evicting its victim too would make room."""
+    lapsing = _held([x for x in exclusions if x.until_ms is not None], fleet)
+    if lapsing and fits(cands + [x.candidate for x in lapsing]):
+        # room exists, but only behind exclusions that lapse with time: say which
+        first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
+        return first.code, (
+            f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
+            f"{first.message}; eligible at {instant(first.until_ms)}"
+        )
+    ending = _held([x for x in exclusions if x.code == ExclusionReason.EndsAtTimeLimit], fleet)
+    if ending and fits(cands + [x.candidate for x in ending]):
+        # room comes anyway when runs reach their time limits: waiting is as quick
+        names = "; ".join(f"{x.candidate.victim.job_id} {x.message}" for x in ending[:3])
+        return DeclineReason.EndsAtTimeLimit, (
+            f"evicting would make room, but the runs in the way end at their time limits "
+            f"within an eviction's grace: {names}"
+        )
+    return DeclineReason.NoVictims, _no_victims(cands, exclusions)
+
+
+def _no_victims(cands: list[Candidate], exclusions: list[Exclusion]) -> str:
+    """No victims, or not enough, and the exclusions counted by code."""
     why = (
         "no eligible victims"
         if not cands
@@ -588,33 +629,16 @@ def no_room(
         for x in exclusions:
             counts[x.code] = counts.get(x.code, 0) + 1
         why += "; excluded: " + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
-    lapsing = [
-        x
-        for x in exclusions
-        if x.until_ms is not None
-        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
-    ]  # one already released in the outlook (a victim of a preemption under way) frees nothing
-    if lapsing and fits(cands + [x.candidate for x in lapsing]):
-        # room exists, but only behind exclusions that lapse with time: say which
-        first = min(lapsing, key=lambda x: (x.until_ms, x.candidate.rec.allocation_id))
-        return first.code, (
-            f"evicting {first.candidate.victim.job_id} would make room but it is protected: "
-            f"{first.message}; eligible at {instant(first.until_ms)}"
-        )
-    ending = [
-        x
-        for x in exclusions
-        if x.code == ExclusionReason.EndsAtTimeLimit
-        and (fleet is None or held_in(fleet, x.candidate.rec.allocation_id))
-    ]
-    if ending and fits(cands + [x.candidate for x in ending]):
-        # room comes anyway when runs reach their time limits: waiting is as quick
-        names = "; ".join(f"{x.candidate.victim.job_id} {x.message}" for x in ending[:3])
-        return DeclineReason.EndsAtTimeLimit, (
-            f"evicting would make room, but the runs in the way end at their time limits "
-            f"within an eviction's grace: {names}"
-        )
-    return DeclineReason.NoVictims, why
+    return why
+
+
+def _held(exclusions: list[Exclusion], fleet: Any) -> list[Exclusion]:
+    """The exclusions whose victim still holds its capacity in the fleet view (one already
+    released in the outlook, a victim of a preemption under way, frees nothing); all of
+    them without a view."""
+    if fleet is None:
+        return exclusions
+    return [x for x in exclusions if held_in(fleet, x.candidate.rec.allocation_id)]
 
 
 def size_tier(cands: list[Candidate], fits, rejected: list[dict[str, Any]]) -> list[Candidate]:

@@ -22,6 +22,7 @@ the same change once.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import msgspec
 
@@ -38,7 +39,9 @@ from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.domain.policy import dependencies as deps
 from gpuledger.services.domain.policy import schedules as sched
 from gpuledger.services.domain.policy.quota import fair_shares, model_limits_set
+from gpuledger.services.domain.tooling import reads
 from gpuledger.services.domain.tooling.deciding import LedgerService
+from gpuledger.services.domain.tooling.reads import AGGREGATES, NODE_SET, Step, of
 from gpuledger.services.domain.tooling.stamp import stamp
 
 
@@ -59,25 +62,41 @@ def demand_by_tenant(state: Ledger) -> dict[str, int]:
     return demand
 
 
+STEPS: tuple[Step, ...] = (
+    Step(
+        "schedules",
+        "the configuration changes of the schedules due (the clock only through "
+        "`next_wakeup_ms`), and the services they scale",
+        of("tenants", ev.ServiceScaled),
+    ),
+    Step(
+        "capacity",
+        "the fleet's milli-GPUs, in all and per model (by `nodes_version`)",
+        of(NODE_SET, "mig"),
+    ),
+    Step(
+        "demand",
+        "what each tenant holds and waits for (`demand_by_tenant`), and its use per model; "
+        "not a placement's progress, requests or pending reasons",
+        of(
+            AGGREGATES["jobs"] - {ev.JobSubmitted, ev.PendingReasonChanged, ev.PreemptionDeclined},
+            AGGREGATES["allocations"]
+            - {ev.MemberStarted, ev.MemberCheckpointed, ev.MemberExited, ev.PreemptionRequested},
+        ),
+    ),
+    Step(
+        "shares",
+        "the fair shares computed and those last published (`FairShareUpdated`)",
+        of("tenants"),
+    ),
+)
+"""What quota's decide reads, step by step: its quiet set is derived from it."""
+
+
 class Quota(LedgerService):
     name = "quota"
-    # decides on capacity, configuration, schedules and demand (held + pending milli-GPUs)
-    unaffected_by = frozenset(
-        {
-            ev.JobSubmitted,
-            ev.MemberStarted,
-            ev.MemberCheckpointed,
-            ev.MemberExited,
-            ev.PendingReasonChanged,
-            ev.PreemptionRequested,
-            ev.PreemptionDeclined,
-            ev.GpuMetricsReported,
-            ev.RequestRefused,
-            ev.DeadLettered,
-            ev.NodeHeartbeat,
-        }
-    )
-    quiet_until_wakeup = True  # the clock matters for schedules only (next_wakeup_ms)
+    unaffected_by = reads.unaffected_by(STEPS)
+    quiet_until_wakeup = reads.quiet_until_wakeup(STEPS)
 
     def __init__(self, instance: str = "0", leader_epoch: int = 0) -> None:
         super().__init__(instance, leader_epoch)
@@ -192,13 +211,13 @@ class Quota(LedgerService):
                 if job is None or not job.spec.is_service:
                     continue  # not (yet) a service of this cluster: nothing to scale
                 out.append(
-                    stamp(
+                    self._stamped(
                         ServiceScaled,
-                        key=f"{name}@{fire_ms}:{content}:{change.job_id}",
-                        producer=self.producer,
-                        now_ms=now_ms,
-                        correlation_id=f"{sched.CORRELATION_PREFIX}{name}",
-                        causation_id=f"{name}@{fire_ms}",
+                        now_ms,
+                        name,
+                        fire_ms,
+                        content,
+                        change.job_id,
                         job_id=change.job_id,
                         tenant=job.tenant,
                         replicas=change.replicas,
@@ -209,7 +228,23 @@ class Quota(LedgerService):
     def _config_event(
         self, cls, value, now_ms: int, name: str, fire_ms: int, content: str, target: str
     ):
+        """Schedule `name`'s change of a tenant or class: `value`'s fields as `cls`."""
         fields = {f: getattr(value, f) for f in cls.__struct_fields__ if f not in _ENVELOPE}
+        return self._stamped(cls, now_ms, name, fire_ms, content, target, **fields)
+
+    def _stamped(
+        self,
+        cls: type[Event],
+        now_ms: int,
+        name: str,
+        fire_ms: int,
+        content: str,
+        target: str,
+        /,
+        **fields: Any,
+    ) -> Event:
+        """A change schedule `name` makes at `fire_ms` to `target`, keyed by the schedule's
+        content so that a refold or a replay publishes it once."""
         return stamp(
             cls,
             key=f"{name}@{fire_ms}:{content}:{target}",

@@ -49,9 +49,9 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -82,6 +82,7 @@ from gpuledger.services.runtime.snapshots import check_state as check_snapshot_s
 from gpuledger.services.runtime.storefull import store_write_error
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 PAYLOAD_HEAD_CHARS = 200
 _BUS_ERRORS = (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError)
 
@@ -367,21 +368,21 @@ class Host:
         )
         await asyncio.Event().wait()  # until cancelled
 
-    async def _damage(self) -> str | None:
+    async def _until_answered(self, ask: Callable[[], Awaitable[T]]) -> T:
+        """`ask()`'s answer, asked again `retry_backoff_s` later while the stream is
+        unavailable (each time logged)."""
         while True:
             try:
-                return await self.bus.damage(self.folded_seq)
+                return await ask()
             except _BUS_ERRORS as err:
                 self.log.warning("host.stream_unavailable", error=repr(err))
                 await asyncio.sleep(self.retry_backoff_s)
 
+    async def _damage(self) -> str | None:
+        return await self._until_answered(lambda: self.bus.damage(self.folded_seq))
+
     async def _open_follower(self) -> Follower:
-        while True:
-            try:
-                return await self.bus.follower(self.folded_seq)
-            except _BUS_ERRORS as err:
-                self.log.warning("host.stream_unavailable", error=repr(err))
-                await asyncio.sleep(self.retry_backoff_s)
+        return await self._until_answered(lambda: self.bus.follower(self.folded_seq))
 
     async def _loop(self, follower: Follower) -> None:
         started = time.monotonic()
@@ -392,69 +393,71 @@ class Host:
             raise StreamGap(damage)
         caught_up = target <= self.folded_seq
         if caught_up:
-            if self.gc is not None:
-                self.gc.after_initial_fold()
-            self.log.info(
-                "host.folded",
-                seq=self.folded_seq,
-                from_seq=self.stats.restored_seq,
-                events=0,
-                seconds=0.0,
-            )
+            self._folded(events=0, seconds=0.0)
         while True:
             if caught_up and self.folded_seq >= self._awaiting_seq:
-                if self._pending_dead:
-                    await self._publish_dead_letters()
-                    continue
-                if self.may_decide:
-                    produced_new = (
-                        False if self._still_quiet() else await self._decide_and_publish()
-                    )
-                    if produced_new is None:  # bus trouble: back off, then decide again
-                        await asyncio.sleep(self.retry_backoff_s)
-                        continue
-                    self._maybe_snapshot()  # after publishing: the decision is not delayed
-                    if produced_new:
-                        continue  # fold our own output before deciding again
-                # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
-                delivery = await self._sleep_until_message_or_wakeup(follower)
-                if delivery is None:
-                    continue
+                delivery = await self._decide_or_wait(follower)
             else:
-                delivery = await follower.next(timeout=self.stall_log_s)
-                if delivery is None:
-                    if self.folded_seq < target and (damage := await self._damage()):
-                        raise StreamGap(damage)  # the log ends before its last sequence
-                    self.log.warning(
-                        "host.waiting",
-                        folded_seq=self.folded_seq,
-                        awaiting_seq=self._awaiting_seq,
-                        caught_up=caught_up,
-                    )
-                    continue
+                delivery = await self._next_to_fold(follower, target, caught_up)
+            if delivery is None:
+                continue
             self._apply(delivery)
             was_caught_up = caught_up
             caught_up = (
                 delivery.pending == 0 and follower.buffered == 0 and self.folded_seq >= target
             )
             if caught_up and not was_caught_up and self.stats.decide_calls == 0:
-                if self.gc is not None:
-                    self.gc.after_initial_fold()
-                self.log.info(
-                    "host.folded",
-                    seq=self.folded_seq,
-                    from_seq=self.stats.restored_seq,
-                    events=self.stats.folded,
-                    seconds=round(time.monotonic() - started, 3),
-                )
+                self._folded(self.stats.folded, round(time.monotonic() - started, 3))
+
+    def _folded(self, events: int, seconds: float) -> None:
+        """The initial fold is done: the collector policy's turn, and one log line."""
+        if self.gc is not None:
+            self.gc.after_initial_fold()
+        self.log.info(
+            "host.folded",
+            seq=self.folded_seq,
+            from_seq=self.stats.restored_seq,
+            events=events,
+            seconds=seconds,
+        )
+
+    async def _decide_or_wait(self, follower: Follower) -> Delivery | None:
+        """Caught up: record pending dead letters, else decide (unless still quiet) and
+        publish; when that brought nothing new, wait for a message or the wake-up. None: go
+        round again (after dead letters, our own output to fold, bus trouble, a wake-up)."""
+        if self._pending_dead:
+            await self._publish_dead_letters()
+            return None
+        if self.may_decide:
+            produced_new = False if self._still_quiet() else await self._decide_and_publish()
+            if produced_new is None:  # bus trouble: back off, then decide again
+                await asyncio.sleep(self.retry_backoff_s)
+                return None
+            self._maybe_snapshot()  # after publishing: the decision is not delayed
+            if produced_new:
+                return None  # fold our own output before deciding again
+        # Nothing new (no events, or only duplicates): sleep until news or a wakeup.
+        return await self._sleep_until_message_or_wakeup(follower)
+
+    async def _next_to_fold(
+        self, follower: Follower, target: int, caught_up: bool
+    ) -> Delivery | None:
+        """The next delivery while folding towards `target` (or our own output); None after
+        `stall_log_s` without one (logged; StreamGap when the log ends before `target`)."""
+        delivery = await follower.next(timeout=self.stall_log_s)
+        if delivery is None:
+            if self.folded_seq < target and (damage := await self._damage()):
+                raise StreamGap(damage)  # the log ends before its last sequence
+            self.log.warning(
+                "host.waiting",
+                folded_seq=self.folded_seq,
+                awaiting_seq=self._awaiting_seq,
+                caught_up=caught_up,
+            )
+        return delivery
 
     async def _last_seq(self) -> int:
-        while True:
-            try:
-                return await self.bus.last_seq()
-            except _BUS_ERRORS as err:
-                self.log.warning("host.stream_unavailable", error=repr(err))
-                await asyncio.sleep(self.retry_backoff_s)
+        return await self._until_answered(self.bus.last_seq)
 
     async def _sleep_until_message_or_wakeup(self, follower: Follower) -> Delivery | None:
         now = self.clock()
@@ -560,49 +563,53 @@ class Host:
         self.stats.decide_calls += 1
         if self.leader_epoch is not None and hasattr(self.service, "leader_epoch"):
             self.service.leader_epoch = self.leader_epoch  # stamped on every decision
-        effects = getattr(self.service, "effects", None)
-        if effects is not None:  # the service's I/O, before its pure decide (domain/service.py)
-            try:
-                effects(self.state, now)
-            except Exception:  # one failed effect round must not stop the service
-                self.log.exception("host.effects_failed", input_seq=self.folded_seq, now_ms=now)
-        started = time.perf_counter()
-        try:
-            out = list(self.service.decide(self.state, now))
-        except Exception:  # a decider bug: keep folding, retry on the next message or wakeup
-            self.stats.decide_seconds.observe(time.perf_counter() - started)
-            self.stats.decide_errors += 1
-            self.log.exception("host.decide_failed", input_seq=self.folded_seq, now_ms=now)
+        self._effects(now)
+        out = self._timed_decide(now)
+        if out is None:
             return False
-        self.stats.decide_seconds.observe(time.perf_counter() - started)
         if not out:
             self._stale = False
             self._quiet_at = (getattr(self.state, "nodes_version", None), self.leader_epoch)
             return False
+        return await self._publish(out, now)
+
+    def _effects(self, now: int) -> None:
+        """The service's I/O, before its pure decide (domain/service.py), if it has any; one
+        failed effect round is logged and must not stop the service."""
+        effects = getattr(self.service, "effects", None)
+        if effects is None:
+            return
+        try:
+            effects(self.state, now)
+        except Exception:
+            self.log.exception("host.effects_failed", input_seq=self.folded_seq, now_ms=now)
+
+    def _timed_decide(self, now: int) -> list[events.Event] | None:
+        """The decide's events, timed; None for a decider bug (logged: keep folding, retry on
+        the next message or wakeup)."""
+        started = time.perf_counter()
+        try:
+            out = list(self.service.decide(self.state, now))
+        except Exception:
+            self.stats.decide_seconds.observe(time.perf_counter() - started)
+            self.stats.decide_errors += 1
+            self.log.exception("host.decide_failed", input_seq=self.folded_seq, now_ms=now)
+            return None
+        self.stats.decide_seconds.observe(time.perf_counter() - started)
+        return out
+
+    async def _publish(self, out: list[events.Event], now: int) -> bool | None:
+        """Publish a decision; True if something new landed in the log, None on bus trouble
+        (an unroutable event, a decider bug, is skipped and logged once)."""
         seqs: list[int] = []
         new = duplicates = 0
         trouble = False
         for event, seq in zip(out, await self.bus.publish_many(out), strict=True):
-            if isinstance(seq, (events.InvalidId, ValueError)):  # a decider bug: unroutable event
-                self.stats.publish_errors += 1
-                if event.event_id not in self._unpublishable:  # skipped, logged once
-                    if len(self._unpublishable) >= 4096:
-                        self._unpublishable.clear()
-                    self._unpublishable.add(event.event_id)
-                    self.log.error(
-                        "host.unpublishable",
-                        event_type=type(event).__name__,
-                        event_id=event.event_id,
-                        error=_text(seq),
-                    )
+            if isinstance(seq, (events.InvalidId, ValueError)):
+                self._unroutable(event, seq)
                 continue
             if isinstance(seq, BaseException):
-                self.stats.publish_errors += 1
-                if self._store_refused(seq):
-                    self.stats.store_write_errors += 1
-                self.log.warning(
-                    "host.publish_failed", event_type=type(event).__name__, error=_text(seq)
-                )
+                self._publish_failed(event, seq)
                 trouble = True
                 continue
             seqs.append(seq)
@@ -628,6 +635,28 @@ class Host:
         if trouble:
             return None
         return new > 0
+
+    def _unroutable(self, event: events.Event, err: BaseException) -> None:
+        """A decider bug: an event no subject takes; counted, logged once per event id."""
+        self.stats.publish_errors += 1
+        if event.event_id in self._unpublishable:
+            return
+        if len(self._unpublishable) >= 4096:
+            self._unpublishable.clear()
+        self._unpublishable.add(event.event_id)
+        self.log.error(
+            "host.unpublishable",
+            event_type=type(event).__name__,
+            event_id=event.event_id,
+            error=_text(err),
+        )
+
+    def _publish_failed(self, event: events.Event, err: BaseException) -> None:
+        """Bus trouble publishing `event`: counted (a store that refuses writes too), logged."""
+        self.stats.publish_errors += 1
+        if self._store_refused(err):
+            self.stats.store_write_errors += 1
+        self.log.warning("host.publish_failed", event_type=type(event).__name__, error=_text(err))
 
 
 # ---------------------------------------------------------------------- entry points

@@ -83,43 +83,64 @@ def actor_of(principal: str | None) -> str:
 
 def problem(cls: type, actor: str, st, fields: dict) -> str | None:
     """Why the request cannot apply to the job as the admission service sees it, or None."""
-    verb = VERBS[cls]
-    if cls is ev.JobMovedToTop:
-        if st.state != JobState.pending:
-            return f"{st.job_id!r} is {st.state}: only a pending job can be moved to the top"
-        return None
-    if cls is ev.JobPriorityChanged:
-        if st.state in ("submitted", *TERMINAL_STATES):
-            return f"{st.job_id!r} is {st.state}: only an admitted, unfinished job"
-        if fields.get("priority_class") is not None:
-            if st.state != JobState.pending:
-                return (
-                    f"{st.job_id!r} is {st.state}: only a pending job's class can change "
-                    "(a placed job keeps the class it was placed under)"
-                )
-            return None  # the class's value and existence: the fold's (RequestRefused)
-        base = st.class_priority if st.class_priority is not None else st.priority
-        new = fields["priority"] if fields.get("priority") is not None else base - fields["nice"]
-        if not 0 <= new <= PRIORITY_MAX:
-            return f"priority {new} is out of range (0 to {PRIORITY_MAX})"
-        if new > base and actor != "operator":
-            return f"raising {st.job_id!r} above its class's {base} needs the operator"
-        return None
-    if cls is ev.JobRequeued:
-        if st.state != JobState.running:
-            return f"{st.job_id!r} is {st.state}: only a running job can be requeued"
-        return None
-    if cls is ev.JobHeld:
-        if st.held_by is not None:
-            return f"{st.job_id!r} is already held by {st.held_by}"
-        if st.state not in HOLDABLE:
-            return f"{st.job_id!r} is {st.state}: only a job not yet placed can be held"
-        return None
+    check = _PROBLEMS.get(cls)
+    if check is not None:
+        return check(actor, st, fields)
     if st.held_by is None:
-        return f"{st.job_id!r} is not held: nothing to {verb}"
+        return f"{st.job_id!r} is not held: nothing to {VERBS[cls]}"
     if st.held_by == "operator" and actor != "operator":
         return f"{st.job_id!r} is held by the operator: only the operator releases it"
     return None
+
+
+def _top_problem(actor: str, st, fields: dict) -> str | None:
+    if st.state != JobState.pending:
+        return f"{st.job_id!r} is {st.state}: only a pending job can be moved to the top"
+    return None
+
+
+def _priority_problem(actor: str, st, fields: dict) -> str | None:
+    """As the fold judges it (services/domain/fold/priorities.py), but a class's value and
+    existence: the fold's (`RequestRefused`)."""
+    if st.state in ("submitted", *TERMINAL_STATES):
+        return f"{st.job_id!r} is {st.state}: only an admitted, unfinished job"
+    if fields.get("priority_class") is not None:
+        if st.state != JobState.pending:
+            return (
+                f"{st.job_id!r} is {st.state}: only a pending job's class can change "
+                "(a placed job keeps the class it was placed under)"
+            )
+        return None
+    base = st.class_priority if st.class_priority is not None else st.priority
+    new = fields["priority"] if fields.get("priority") is not None else base - fields["nice"]
+    if not 0 <= new <= PRIORITY_MAX:
+        return f"priority {new} is out of range (0 to {PRIORITY_MAX})"
+    if new > base and actor != "operator":
+        return f"raising {st.job_id!r} above its class's {base} needs the operator"
+    return None
+
+
+def _requeue_problem(actor: str, st, fields: dict) -> str | None:
+    if st.state != JobState.running:
+        return f"{st.job_id!r} is {st.state}: only a running job can be requeued"
+    return None
+
+
+def _hold_problem(actor: str, st, fields: dict) -> str | None:
+    if st.held_by is not None:
+        return f"{st.job_id!r} is already held by {st.held_by}"
+    if st.state not in HOLDABLE:
+        return f"{st.job_id!r} is {st.state}: only a job not yet placed can be held"
+    return None
+
+
+_PROBLEMS = {
+    ev.JobMovedToTop: _top_problem,
+    ev.JobPriorityChanged: _priority_problem,
+    ev.JobRequeued: _requeue_problem,
+    ev.JobHeld: _hold_problem,
+}
+"""Per request, why it cannot apply; a release (anything else) is judged by `problem`."""
 
 
 async def control_job(

@@ -444,22 +444,18 @@ def resized(job_id="el", at=0):
     )
 
 
-def test_a_partial_preemption_signals_only_the_members_it_names():
-    core = AgentDecider("n1")
+def shrinking_gang(core: AgentDecider) -> AgentState:
+    """Given the 3-member elastic gang el#1 on n1, its members observed running with world
+    size 3, asked at 1 s to give up rank 2."""
     state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
     for r in range(3):
         state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
-    assert core.plan(state, 1000) == [Checkpoint("el#1", 2)]
+    return state
 
 
-def test_after_a_resize_the_staying_members_are_told_their_new_world_size():
-    from gpuledger.services.node_agent.decider import Resize
-
-    core = AgentDecider("n1")
-    state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
-    for r in range(3):
-        state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
-    exited = e(
+def rank_two_exited() -> ev.MemberExited:
+    """Rank 2 of el#1 exited preempted at 1.5 s."""
+    return e(
         ev.MemberExited,
         "x2",
         1500,
@@ -469,6 +465,20 @@ def test_after_a_resize_the_staying_members_are_told_their_new_world_size():
         node="n1",
         outcome="preempted",
     )
+
+
+def test_a_partial_preemption_signals_only_the_members_it_names():
+    core = AgentDecider("n1")
+    state = shrinking_gang(core)
+    assert core.plan(state, 1000) == [Checkpoint("el#1", 2)]
+
+
+def test_after_a_resize_the_staying_members_are_told_their_new_world_size():
+    from gpuledger.services.node_agent.decider import Resize
+
+    core = AgentDecider("n1")
+    state = shrinking_gang(core)
+    exited = rank_two_exited()
     state = fold(core, state, [exited, resized(at=1600)])
     state.members.pop(("el#1", 2))
     assert core.plan(state, 1700) == [Resize("el#1", "el", 0, 2), Resize("el#1", "el", 1, 2)]
@@ -517,19 +527,8 @@ def test_a_rank_grown_back_before_its_old_exit_was_forgotten_starts_afresh():
     from gpuledger.services.node_agent.decider import Forget, Resize
 
     core = AgentDecider("n1")
-    state = base(core, elastic_job(), admitted("el"), elastic_placed(), shrink(at=1000))
-    for r in range(3):
-        state.members[("el#1", r)] = Observed(started=True, running=True, world_size=3)
-    exited = e(
-        ev.MemberExited,
-        "x2",
-        1500,
-        job_id="el",
-        allocation_id="el#1",
-        rank=2,
-        node="n1",
-        outcome="preempted",
-    )
+    state = shrinking_gang(core)
+    exited = rank_two_exited()
     # rank 2 exited (observed), the gang shrank to 2 and grew back to 3 before a Forget
     state.members[("el#1", 2)] = Observed(started=True, outcome="preempted", world_size=3)
     grown = e(

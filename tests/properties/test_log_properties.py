@@ -12,7 +12,7 @@ from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.replay.verify import verify
 from gpuledger.services.domain.fold.ledger import Ledger
-from tests.properties.test_preemption_properties import SETTINGS, job, policy, scenario
+from tests.properties.test_preemption_properties import SETTINGS, _job, job, policy, scenario
 
 LEGAL = {
     None: {"submitted"},
@@ -74,98 +74,18 @@ disruption = st.lists(
 # found with --hypothesis-profile=deep (issue 29): preemption planned against the outlook, and
 # a victim it protected (MinRuntime) was already released there; asking whether evicting it
 # too would make room raised UnknownAllocation and stopped the simulation
-@example(
+@example(  # jobs without periodic checkpoints, 5 s to save one (hypothesis's choice)
     jobs=[
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 1,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 1,
-            "at_min": 1,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 4,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "a",
-            "class": "train",
-            "gpus": 2,
-            "duration_min": 10,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "c",
-            "class": "best-effort",
-            "gpus": 1,
-            "duration_min": 2,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "c",
-            "class": "train",
-            "gpus": 4,
-            "duration_min": 11,
-            "at_min": 0,
-            "interval_min": 0,  # or any other generated value
-            "save_s": 5,  # or any other generated value
-        },
-        {
-            "tenant": "c",
-            "class": "interactive",
-            "gpus": 2,
-            "duration_min": 10,
-            "at_min": 0,
-            "interval_min": 0,
-            "save_s": 5,  # or any other generated value
-        },
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=0),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=1),
+        _job("a", "best-effort", gpus=1, duration_min=1, at_min=1),
+        _job("a", "best-effort", gpus=1, duration_min=4, at_min=0),
+        _job("a", "train", gpus=2, duration_min=10, at_min=0),
+        _job("c", "best-effort", gpus=1, duration_min=2, at_min=0),
+        _job("c", "train", gpus=4, duration_min=11, at_min=0),
+        _job("c", "interactive", gpus=2, duration_min=10, at_min=0),
     ],
     pol={
         "preemption_scope": "tenant",  # or any other generated value

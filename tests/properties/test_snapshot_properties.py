@@ -31,27 +31,50 @@ from tests.properties.test_preemption_properties import SETTINGS
 from tests.properties.test_pure_decider_properties import disruption, document, job, limits, policy
 
 
-def round_trip(service, state, seq: int):
-    """What a host does: `fold_of`, encode, compress, store, then load, check, `from_fold`."""
-    fold = service.fold_of(state)
-    raw = snapshots.dumps(fold)
-    data, digest_ = snapshots.compress(raw)
-    manifest = snapshots.Manifest(
+def manifest_of(
+    data: bytes,
+    digest_: str,
+    raw_bytes: int,
+    *,
+    seq: int,
+    service: str = "scheduler",
+    instance: str = "0",
+    config_digest: str = "",
+) -> snapshots.Manifest:
+    """The manifest of a one-chunk snapshot `data` (`raw_bytes` before compression) taken
+    at `seq`, in slot a of a stream created at "t"."""
+    return snapshots.Manifest(
         format=snapshots.FORMAT,
         schema=snapshots.schema(),
-        service=service.name,
-        instance=service.instance,
+        service=service,
+        instance=instance,
         seq=seq,
         stream_first_seq=1,
         stream_created="t",
-        config_digest=snapshots.config_digest(fold),
-        raw_bytes=len(raw),
+        config_digest=config_digest,
+        raw_bytes=raw_bytes,
         bytes=len(data),
         digest=digest_,
         slot="a",
         chunks=1,
         chunk_bytes=len(data),
         saved_ms=0,
+    )
+
+
+def round_trip(service, state, seq: int):
+    """What a host does: `fold_of`, encode, compress, store, then load, check, `from_fold`."""
+    fold = service.fold_of(state)
+    raw = snapshots.dumps(fold)
+    data, digest_ = snapshots.compress(raw)
+    manifest = manifest_of(
+        data,
+        digest_,
+        len(raw),
+        seq=seq,
+        service=service.name,
+        instance=service.instance,
+        config_digest=snapshots.config_digest(fold),
     )
     manifest = msgspec.json.decode(msgspec.json.encode(manifest), type=snapshots.Manifest)
     snapshots.check(
@@ -145,23 +168,7 @@ def test_an_incompatible_or_damaged_snapshot_is_unusable() -> None:
     ledger = Ledger()
     raw = snapshots.dumps(ledger)
     data, digest_ = snapshots.compress(raw)
-    good = snapshots.Manifest(
-        format=snapshots.FORMAT,
-        schema=snapshots.schema(),
-        service="scheduler",
-        instance="0",
-        seq=5,
-        stream_first_seq=1,
-        stream_created="t",
-        config_digest=ledger.config.digest,
-        raw_bytes=len(raw),
-        bytes=len(data),
-        digest=digest_,
-        slot="a",
-        chunks=1,
-        chunk_bytes=len(data),
-        saved_ms=0,
-    )
+    good = manifest_of(data, digest_, len(raw), seq=5, config_digest=ledger.config.digest)
     ok = {"name": "scheduler", "instance": "0", "first_seq": 1, "last_seq": 9, "created": "t"}
     snapshots.check(good, **ok)
     bad = [
@@ -194,23 +201,7 @@ def test_the_forked_encoding_is_the_inline_one() -> None:
     )
     ledger.apply(len(log) + 1, late)  # what changes after the fork is not in the snapshot
     raw_bytes, data, digest_ = encoding.result()
-    manifest = snapshots.Manifest(
-        format=snapshots.FORMAT,
-        schema=snapshots.schema(),
-        service="scheduler",
-        instance="0",
-        seq=len(log),
-        stream_first_seq=1,
-        stream_created="t",
-        config_digest="",
-        raw_bytes=raw_bytes,
-        bytes=len(data),
-        digest=digest_,
-        slot="a",
-        chunks=1,
-        chunk_bytes=len(data),
-        saved_ms=0,
-    )
+    manifest = manifest_of(data, digest_, raw_bytes, seq=len(log))
     restored = snapshots.loads(data, manifest)
     assert digest(restored) == digest(folded(log)) != digest(ledger)
 
@@ -266,23 +257,7 @@ def _small_ledger() -> Ledger:
 
 def _restore(raw: bytes):
     data, digest_ = snapshots.compress(raw)
-    manifest = snapshots.Manifest(
-        format=snapshots.FORMAT,
-        schema=snapshots.schema(),
-        service="scheduler",
-        instance="0",
-        seq=1,
-        stream_first_seq=1,
-        stream_created="t",
-        config_digest="",
-        raw_bytes=len(raw),
-        bytes=len(data),
-        digest=digest_,
-        slot="a",
-        chunks=1,
-        chunk_bytes=len(data),
-        saved_ms=0,
-    )
+    manifest = manifest_of(data, digest_, len(raw), seq=1)
     return snapshots.loads(data, manifest)
 
 

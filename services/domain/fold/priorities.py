@@ -46,24 +46,49 @@ def problem(
         new = cls.value
     else:
         new = base - (e.nice or 0)
+    why = _job_problem(job, e) or _class_problem(job, e, cls, classes)
+    return why or _value_problem(e, new, base), new
+
+
+def _job_problem(job: JobRecord, e: ev.JobPriorityChanged) -> str | None:
+    """Why `job` takes no priority change: an array or a service (its tasks do), or not
+    admitted yet or finished."""
     if job.spec.array or job.spec.is_service or job.service is not None:
-        return f"{e.job_id!r} is an array or a service: change its tasks one by one", new
+        return f"{e.job_id!r} is an array or a service: change its tasks one by one"
     if job.state == JobState.submitted or job.state in TERMINAL:
-        return f"{e.job_id!r} is {job.state}: only an admitted, unfinished job", new
-    if e.priority_class is not None:
-        if cls is None:
-            known = ", ".join(sorted(classes))
-            return f"priority class {e.priority_class!r} is not configured (known: {known})", new
-        if job.state != JobState.pending:
-            return (
-                f"{e.job_id!r} is {job.state}: only a pending job's class can change "
-                "(a placed job keeps the class it was placed under)"
-            ), new
+        return f"{e.job_id!r} is {job.state}: only an admitted, unfinished job"
+    return None
+
+
+def _class_problem(
+    job: JobRecord,
+    e: ev.JobPriorityChanged,
+    cls: ev.PriorityClassConfigured | None,
+    classes: Mapping[str, ev.PriorityClassConfigured],
+) -> str | None:
+    """Why the job cannot change to the class `e` names: not configured, or the job is not
+    pending (a placed job keeps its class)."""
+    if e.priority_class is None:
+        return None
+    if cls is None:
+        known = ", ".join(sorted(classes))
+        return f"priority class {e.priority_class!r} is not configured (known: {known})"
+    if job.state != JobState.pending:
+        return (
+            f"{e.job_id!r} is {job.state}: only a pending job's class can change "
+            "(a placed job keeps the class it was placed under)"
+        )
+    return None
+
+
+def _value_problem(e: ev.JobPriorityChanged, new: int, base: int) -> str | None:
+    """Why priority `new` cannot be set: out of range, or above the class's `base` by
+    anyone but the operator."""
     if not 0 <= new <= PRIORITY_MAX:
-        return f"priority {new} is out of range (0 to {PRIORITY_MAX})", new
+        return f"priority {new} is out of range (0 to {PRIORITY_MAX})"
     if new > base and e.actor != "operator":
-        return f"raising {e.job_id!r} above its class's {base} needs the operator", new
-    return None, new
+        return f"raising {e.job_id!r} above its class's {base} needs the operator"
+    return None
 
 
 def changed(ledger: LedgerState, e: ev.JobPriorityChanged) -> Refusal | None:

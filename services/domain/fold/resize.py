@@ -43,14 +43,22 @@ def check_shrink(e: ev.PreemptionRequested, rec: AllocationRecord, job: JobRecor
 
 
 def resized(ledger: LedgerState, e: ev.GangResized) -> Refusal | None:
-    """An elastic gang shrank: the members that left give their capacity back; the
-    allocation keeps running with the others (checked first, changed atomically)."""
+    """An elastic gang shrank or grew (checked first, changed atomically); refused when its
+    allocation is not running."""
     rec = ledger.allocations.get(e.allocation_id)
     job = ledger.jobs.get(e.job_id)
     if rec is None or rec.ended or job is None or rec.job_id != e.job_id:
         return Refusal(FoldRefusal.NotRunning, f"allocation {e.allocation_id!r} is not running")
     if e.to_members > e.from_members:
         return _grown(ledger, e, rec, job)
+    return _shrunk(ledger, e, rec, job)
+
+
+def _shrunk(
+    ledger: LedgerState, e: ev.GangResized, rec: AllocationRecord, job: JobRecord
+) -> Refusal | None:
+    """An elastic gang shrank: the members that left give their capacity back; the
+    allocation keeps running with the others."""
     leaving = rec.leaving()
     if leaving is None or not all(r in rec.exited for r in leaving):
         return Refusal(
@@ -62,44 +70,34 @@ def resized(ledger: LedgerState, e: ev.GangResized) -> Refusal | None:
             FoldRefusal.InvalidResize,
             f"{e.allocation_id}: members after the resize must be those that stay",
         )
-    _rebook(ledger, rec, kept)
     gone = tuple(m for m in rec.members if m.rank in leaving)
-    per_member = rec.gpu_milli // len(rec.members)
-    tenants.book(
-        ledger,
-        rec.tenant,
-        gone,
-        per_member,
-        job.preemptible,
-        -1,
-        e.occurred_at_ms,
-        job.spec.submitter,
-    )
-    members.spread(ledger, job, gone, -1)
-    members.unindex(ledger, rec)
-    rec.members = kept
-    rec.node_names = tuple(sorted({m.node for m in kept}))
-    members.index(ledger, rec)
-    rec.gpu_milli = per_member * len(kept)
+    _rebind(ledger, rec, job, kept, gone, -1, e.occurred_at_ms)
     for r in leaving:
         rec.started.pop(r, None)
         rec.exited.pop(r, None)
         rec.checkpoints.pop(r, None)
     rec.preemption = None
-    rec.resized_ms = e.occurred_at_ms
-    if elastic(job):
-        ledger.sched.growable.add(e.allocation_id)
-    ledger.sched.settle_ready.discard(e.allocation_id)
-    ledger.expected.clear(e.allocation_id)
-    if len(rec.started) == len(rec.members):
-        ledger.awaiting_start.discard(e.allocation_id)
-        if job.spec.duration_s is not None:
-            remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
-            ledger.expected.set(e.allocation_id, "end", min(rec.started.values()) + remaining)
-    if rec.all_exited() or any(o == "failed" for o, _ in rec.exited.values()):
-        ledger.sched.settle_ready.add(e.allocation_id)
+    _reindex_shrunk(ledger, rec, job)
     jobs.shrunk(job, e)
     return None
+
+
+def _reindex_shrunk(ledger: LedgerState, rec: AllocationRecord, job: JobRecord) -> None:
+    """The time and settling indexes of a gang that shrank: it may grow again; its end is
+    due again once all its remaining members run; it settles if they have all exited or one
+    failed."""
+    alloc_id = rec.allocation_id
+    if elastic(job):
+        ledger.sched.growable.add(alloc_id)
+    ledger.sched.settle_ready.discard(alloc_id)
+    ledger.expected.clear(alloc_id)
+    if len(rec.started) == len(rec.members):
+        ledger.awaiting_start.discard(alloc_id)
+        if job.spec.duration_s is not None:
+            remaining = max(0, job.spec.duration_s * 1000 - rec.start_progress_ms)
+            ledger.expected.set(alloc_id, "end", min(rec.started.values()) + remaining)
+    if rec.all_exited() or any(o == "failed" for o, _ in rec.exited.values()):
+        ledger.sched.settle_ready.add(alloc_id)
 
 
 def _grown(
@@ -123,29 +121,39 @@ def _grown(
             f"{e.allocation_id}: a grow keeps the {n} members and adds the next ranks, up "
             f"to {job.spec.replicas}",
         )
-    _rebook(ledger, rec, e.members)
-    per_member = rec.gpu_milli // n
-    tenants.book(
-        ledger,
-        rec.tenant,
-        added,
-        per_member,
-        job.preemptible,
-        1,
-        e.occurred_at_ms,
-        job.spec.submitter,
-    )
-    members.spread(ledger, job, added, 1)
-    rec.members = e.members
-    rec.node_names = tuple(sorted({m.node for m in e.members}))
-    members.index(ledger, rec)
-    rec.gpu_milli = per_member * len(e.members)
-    rec.resized_ms = e.occurred_at_ms
+    _rebind(ledger, rec, job, e.members, added, 1, e.occurred_at_ms)
     ledger.awaiting_start.add(e.allocation_id)
     ledger.expected.clear(e.allocation_id)  # the end is set again once the new ones start
     if len(e.members) >= job.spec.replicas:
         ledger.sched.growable.discard(e.allocation_id)
     return None
+
+
+def _rebind(
+    ledger: LedgerState,
+    rec: AllocationRecord,
+    job: JobRecord,
+    new: tuple[MemberPlacement, ...],
+    changed: tuple[MemberPlacement, ...],
+    sign: int,
+    at_ms: int,
+) -> None:
+    """`rec` runs as `new` members from `at_ms`: booked in the fleet (atomically, `_rebook`),
+    the `changed` members added to (`sign` 1, a grow) or taken from (-1, a shrink) its
+    tenant's use and spread groups, and indexed on their nodes (a shrink may leave some)."""
+    _rebook(ledger, rec, new)
+    per_member = rec.gpu_milli // len(rec.members)
+    tenants.book(
+        ledger, rec.tenant, changed, per_member, job.preemptible, sign, at_ms, job.spec.submitter
+    )
+    members.spread(ledger, job, changed, sign)
+    if sign < 0:
+        members.unindex(ledger, rec)
+    rec.members = new
+    rec.node_names = tuple(sorted({m.node for m in new}))
+    members.index(ledger, rec)
+    rec.gpu_milli = per_member * len(new)
+    rec.resized_ms = at_ms
 
 
 def _rebook(ledger: LedgerState, rec: AllocationRecord, new: tuple[MemberPlacement, ...]) -> None:

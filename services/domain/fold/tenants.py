@@ -228,46 +228,63 @@ def not_scheduled(
     time at the event's time (`causation_id` `<name>@<fire ms>`), and carries exactly that
     schedule's change applied to what is in force (a tenant's or class's other fields
     unchanged; a service's replicas as scheduled)."""
-    what = f"{type(e).__name__} from {e.producer[:100]!r}"
+    found = _firing_schedule(ledger, e)
+    if isinstance(found, str):
+        why: str | None = found
+    elif isinstance(e, ev.ServiceScaled):
+        why = _not_scaled(ledger, *found, e)
+    else:
+        why = _not_configured(ledger, *found, e)
+    if why is None:
+        return None
+    return Refusal(FoldRefusal.NotScheduled, f"{type(e).__name__} from {e.producer[:100]!r}: {why}")
 
-    def refused(why: str) -> Refusal:
-        return Refusal(FoldRefusal.NotScheduled, f"{what}: {why}")
 
+def _firing_schedule(ledger: LedgerState, e: ev.Event) -> tuple[str, Any] | str:
+    """(name, schedule) of the schedule in force that `e`'s ids name, fired last at the
+    fire time its causation id names; else why not."""
     corr = e.correlation_id
     if not corr.startswith(SCHEDULE_PREFIX):
-        return refused(f"correlation id {corr[:100]!r} names no schedule")
+        return f"correlation id {corr[:100]!r} names no schedule"
     name = corr[len(SCHEDULE_PREFIX) :]
     s = ledger.config.schedules.get(name)
     if s is None or s.removed:
-        return refused(f"no schedule {name[:100]!r} in force")
+        return f"no schedule {name[:100]!r} in force"
     cause, _, fire = e.causation_id.rpartition("@")
     if cause != name or not fire.removeprefix("-").isdigit() or len(fire) > 20:
-        return refused(f"causation id {e.causation_id[:100]!r} is not '{name}@<fire ms>'")
+        return f"causation id {e.causation_id[:100]!r} is not '{name}@<fire ms>'"
     latest = last_fire_ms(s.cron, s.timezone, e.occurred_at_ms)
     if latest is None or int(fire) != latest:
-        return refused(
-            f"schedule {name!r} last fired at {latest} ms by {e.occurred_at_ms}, not {fire}"
-        )
-    if isinstance(e, ev.ServiceScaled):
-        change = next((c for c in s.services if c.job_id == e.job_id), None)
-        key = keys.job_key(ledger, e.tenant, e.job_id)
-        job = ledger.jobs.get(key) if key is not None else None
-        if change is None or job is None:
-            return refused(f"schedule {name!r} scales no service {e.job_id!r} of {e.tenant!r}")
-        if e.replicas != change.replicas:
-            return refused(
-                f"schedule {name!r} sets {e.job_id} to {change.replicas} replicas, not {e.replicas}"
-            )
-        return None
+        return f"schedule {name!r} last fired at {latest} ms by {e.occurred_at_ms}, not {fire}"
+    return name, s
+
+
+def _not_scaled(ledger: LedgerState, name: str, s: Any, e: ev.ServiceScaled) -> str | None:
+    """Why `e` is not schedule `s`'s scaling of an existing service, or None."""
+    change = next((c for c in s.services if c.job_id == e.job_id), None)
+    key = keys.job_key(ledger, e.tenant, e.job_id)
+    job = ledger.jobs.get(key) if key is not None else None
+    if change is None or job is None:
+        return f"schedule {name!r} scales no service {e.job_id!r} of {e.tenant!r}"
+    if e.replicas != change.replicas:
+        return f"schedule {name!r} sets {e.job_id} to {change.replicas} replicas, not {e.replicas}"
+    return None
+
+
+def _not_configured(
+    ledger: LedgerState, name: str, s: Any, e: ev.TenantConfigured | ev.PriorityClassConfigured
+) -> str | None:
+    """Why `e` is not schedule `s`'s change of a tenant or class applied to what is in force
+    (every other field unchanged), or None."""
     if isinstance(e, ev.TenantConfigured):
         t_change = next((c for c in s.tenants if c.tenant == e.tenant), None)
         if t_change is None:
-            return refused(f"schedule {name!r} does not change tenant {e.tenant!r}")
+            return f"schedule {name!r} does not change tenant {e.tenant!r}"
         want: Any = changed_tenant(ledger.config.tenants.get(e.tenant), t_change)
     else:
         c_change = next((c for c in s.priority_classes if c.name == e.name), None)
         if c_change is None:
-            return refused(f"schedule {name!r} does not change class {e.name!r}")
+            return f"schedule {name!r} does not change class {e.name!r}"
         want = changed_class(ledger.config.classes.get(e.name), c_change)
     differ = [
         f"{f}={getattr(e, f)!r} (scheduled {getattr(want, f)!r})"
@@ -275,7 +292,7 @@ def not_scheduled(
         if f not in _ENVELOPE and getattr(e, f) != getattr(want, f)
     ]
     if differ:
-        return refused(f"not what schedule {name!r} sets: {'; '.join(differ)[:300]}")
+        return f"not what schedule {name!r} sets: {'; '.join(differ)[:300]}"
     return None
 
 

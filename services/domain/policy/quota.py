@@ -185,7 +185,30 @@ def _split(
         )
         for k in kids
     )
-    surplus = max(0, capacity - granted - held)
+    _hand_out(entries, give, max(0, capacity - granted - held))
+    for k in kids:
+        share[k] = give[k]
+        _split(
+            give[k],
+            children.get(k, []),
+            demand.get(k, 0) if children.get(k) else 0,
+            tenants,
+            children,
+            demand,
+            subtree_demand,
+            share,
+            per_model,
+        )
+    return give.get("", 0)
+
+
+def _hand_out(
+    entries: list[tuple[str, int, int | None, int, int]], give: dict[str, int], surplus: int
+) -> None:
+    """Add `surplus` to `give` by weight among the entries (name, guarantee, cap, weight,
+    demand) that want more than they got, up to their demand and cap, round after round
+    until none wants more or nothing is left; an integer remainder one milli at a time, in
+    path order."""
     while surplus > 0:
         wanting = [
             (n, w, min(d, lim if lim is not None else d) - give[n])
@@ -208,20 +231,6 @@ def _split(
                     give[n] += 1
                     handed += 1
         surplus -= handed
-    for k in kids:
-        share[k] = give[k]
-        _split(
-            give[k],
-            children.get(k, []),
-            demand.get(k, 0) if children.get(k) else 0,
-            tenants,
-            children,
-            demand,
-            subtree_demand,
-            share,
-            per_model,
-        )
-    return give.get("", 0)
 
 
 class _PerModel:
@@ -446,8 +455,40 @@ def model_limit_blocks(
       model in use + the job + what others keep back exceeds the model's GPUs. A job within
       its own tenant's guarantee for the model is never held back; tenants on the job's own
       line do not count (as for `lending_block`)."""
-    out: dict[str, tuple[str, str, dict[str, Any]]] = {}
     sub = subtree_by_model(tenants, used_by_model)
+    out = _borrowing_blocks(tenants, sub, tenant, need)
+    lent = sorted({m for c in tenants.values() for m in lending_limits_by_model(c)})
+    if not lent:
+        return out
+    own = tenants.get(tenant)
+    children = tenant_children(tenants)
+    for model in lent:
+        if model in out or model not in capacity_by_model:
+            continue
+        if own is not None and model in own.guaranteed_by_model:
+            if sub.get((tenant, model), 0) + need <= own.guaranteed_by_model[model]:
+                continue  # within its own guarantee for the model
+        block = _lending_block(
+            tenants, used_by_model, capacity_by_model[model], sub, children, tenant, need, model
+        )
+        if block is not None:
+            out[model] = block
+    return dict(sorted(out.items()))
+
+
+Block = tuple[str, str, dict[str, Any]]
+"""(reason, message, details) of a GPU model closed to a job."""
+
+
+def _borrowing_blocks(
+    tenants: Mapping[str, TenantConfigured],
+    sub: Mapping[tuple[str, str], int],
+    tenant: str,
+    need: int,
+) -> dict[str, Block]:
+    """`ExceedsLimit` per model where `tenant` or an ancestor (the nearest first) would use
+    more than its guarantee for the model plus its `borrowing_limit_by_model`."""
+    out: dict[str, Block] = {}
     t = tenant
     while t:
         conf = tenants.get(t)
@@ -466,42 +507,43 @@ def model_limit_blocks(
                     {"model": model, "tenant": t, "used_gpu_milli": used},
                 )
         t = parent_of(t)
-    lent = sorted({m for c in tenants.values() for m in lending_limits_by_model(c)})
-    if not lent:
-        return out
-    own = tenants.get(tenant)
-    children = tenant_children(tenants)
-    for model in lent:
-        if model in out or model not in capacity_by_model:
-            continue
-        if own is not None and model in own.guaranteed_by_model:
-            if sub.get((tenant, model), 0) + need <= own.guaranteed_by_model[model]:
-                continue  # within its own guarantee for the model
-        sub_m = {k[0]: v for k, v in sub.items() if k[1] == model}
-        holders: list[tuple[str, int]] = []
-        held = sum(
-            _held_out(r, tenant, tenants, children, sub_m, holders, model)
-            for r in children.get("", [])
-        )
-        if held == 0:
-            continue
-        used = sum(v for k, v in sorted(used_by_model.items()) if k[1] == model)
-        cap = capacity_by_model[model]
-        if used + need + held <= cap:
-            continue
-        free = cap - used
-        names = ", ".join(
-            f"{h} keeps {n / 1000:g} (lends "
-            f"{lending_limits_by_model(tenants[h]).get(model, 0) / 1000:g} of "
-            f"{tenants[h].guaranteed_by_model.get(model, 0) / 1000:g} guaranteed {model}, uses "
-            f"{sub_m.get(h, 0) / 1000:g})"
-            for h, n in holders
-        )
-        out[model] = (
-            PendingReason.LendingLimit,
-            f"tenant {tenant} would borrow {model} GPUs; {min(free, held) / 1000:g} of the "
-            f"{max(free, 0) / 1000:g} free {model} GPUs are unused guarantee not lent: {names}; "
-            f"job needs {need / 1000:g}",
-            {"model": model, "free_gpu_milli": free, "held_by": {h: n for h, n in holders}},
-        )
-    return dict(sorted(out.items()))
+    return out
+
+
+def _lending_block(
+    tenants: Mapping[str, TenantConfigured],
+    used_by_model: Mapping[tuple[str, str], int],
+    cap: int,
+    sub: Mapping[tuple[str, str], int],
+    children: Mapping[str, list[str]],
+    tenant: str,
+    need: int,
+    model: str,
+) -> Block | None:
+    """`LendingLimit` when the job's `need` of `model` (of `cap` milli-GPUs) would take what
+    other tenants keep back (their unused guarantee beyond their lending limit), else None."""
+    sub_m = {k[0]: v for k, v in sub.items() if k[1] == model}
+    holders: list[tuple[str, int]] = []
+    held = sum(
+        _held_out(r, tenant, tenants, children, sub_m, holders, model) for r in children.get("", [])
+    )
+    if held == 0:
+        return None
+    used = sum(v for k, v in sorted(used_by_model.items()) if k[1] == model)
+    if used + need + held <= cap:
+        return None
+    free = cap - used
+    names = ", ".join(
+        f"{h} keeps {n / 1000:g} (lends "
+        f"{lending_limits_by_model(tenants[h]).get(model, 0) / 1000:g} of "
+        f"{tenants[h].guaranteed_by_model.get(model, 0) / 1000:g} guaranteed {model}, uses "
+        f"{sub_m.get(h, 0) / 1000:g})"
+        for h, n in holders
+    )
+    return (
+        PendingReason.LendingLimit,
+        f"tenant {tenant} would borrow {model} GPUs; {min(free, held) / 1000:g} of the "
+        f"{max(free, 0) / 1000:g} free {model} GPUs are unused guarantee not lent: {names}; "
+        f"job needs {need / 1000:g}",
+        {"model": model, "free_gpu_milli": free, "held_by": {h: n for h, n in holders}},
+    )

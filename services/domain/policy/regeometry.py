@@ -60,24 +60,14 @@ def regeometry_for(
     if profile is None:
         return out
     for name in sorted(state.nodes):
+        node = _candidate_node(state, name, res, exclude, fleet)
+        if node is None:
+            continue
         rec = state.nodes[name]
-        if rec.lost or not rec.simulated or name in exclude or name in state.mig.mig_requests:
-            continue
-        try:
-            node = fleet.node_state(name)
-        except UnknownNode:
-            continue
-        if not node.schedulable or node.free_cpu < res.cpu_milli or node.free_mem < res.memory_mib:
-            continue
         for g in rec.info.gpus:
-            if g.sharing != "mig" or not g.mig_layout or not g.healthy:
+            fixed = _layout_lacking(g, res, profile)
+            if fixed is None:
                 continue
-            if res.gpu_models and g.model not in res.gpu_models:
-                continue
-            if g.memory_mib < res.min_gpu_memory_mib or profile_for(g.model, profile) is None:
-                continue
-            if offers(g.model, g.mig_layout, profile):
-                continue  # its layout has the profile: the instances are busy, not missing
             out.considered += 1
             pos = next(i for i, s in enumerate(node.spec.gpus) if s.index == g.index)
             if not node.mig[pos].empty:
@@ -87,17 +77,49 @@ def regeometry_for(
                 if name not in out.rate_limited:
                     out.rate_limited.append(name)
                 continue
-            layout = target_layout(g.model, g.mig_layout, profile)
+            layout = target_layout(g.model, fixed, profile)
             if layout is None:
                 continue
             out.node, out.gpu_index, out.layout, out.previous = (
                 name,
                 g.index,
                 layout,
-                tuple(g.mig_layout),
+                fixed,
             )
             return out
     return out
+
+
+def _candidate_node(
+    state: Ledger, name: str, res: Any, exclude: frozenset[str], fleet: Any
+) -> Any | None:
+    """The fleet's state of node `name` if a re-geometry may go there for a member needing
+    `res`: a live simulated node, not excluded, with no re-geometry under way, schedulable,
+    with the member's CPU and memory free; else None."""
+    rec = state.nodes[name]
+    if rec.lost or not rec.simulated or name in exclude or name in state.mig.mig_requests:
+        return None
+    try:
+        node = fleet.node_state(name)
+    except UnknownNode:
+        return None
+    if not node.schedulable or node.free_cpu < res.cpu_milli or node.free_mem < res.memory_mib:
+        return None
+    return node
+
+
+def _layout_lacking(g: Any, res: Any, profile: str) -> tuple[str, ...] | None:
+    """The fixed layout of healthy MIG GPU `g`, of a model and memory the member allows, if
+    the GPU could offer `profile` but its layout does not (else its instances are busy, not
+    missing); None otherwise."""
+    layout = g.mig_layout
+    if g.sharing != "mig" or not layout or not g.healthy:
+        return None
+    if res.gpu_models and g.model not in res.gpu_models:
+        return None
+    if g.memory_mib < res.min_gpu_memory_mib or profile_for(g.model, profile) is None:
+        return None
+    return None if offers(g.model, layout, profile) else tuple(layout)
 
 
 def rate_limit_lapses_ms(state: Ledger, nodes: list[str], now_ms: int) -> int | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -119,84 +119,145 @@ def _usable(kind: tuple[str, int], models: set[str], min_memory_mib: int) -> boo
     return (not models or kind[0] in models) and kind[1] >= min_memory_mib
 
 
-def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) -> Problem | None:
-    r = spec.resources
-    models = set(r.gpu_models)
-    kinds = set(fleet.largest_clique) | fleet.mig
-    if models and not any(model in models for model, _ in kinds):
-        have = {model for model, _ in kinds}
-        hint = suggestion(min(models), have) if len(models) == 1 else ""
-        return (
-            RejectReason.Unschedulable,
-            f"no registered GPU of model {sorted(models)}{hint}",
-            {},
-        )
-    if r.cpu_milli > fleet.max_cpu_milli or r.memory_mib > fleet.max_memory_mib:
-        return (
-            RejectReason.Unschedulable,
-            f"member needs {r.cpu_milli}m CPU / {r.memory_mib} MiB; largest node has "
-            f"{fleet.max_cpu_milli}m / {fleet.max_memory_mib} MiB",
-            {},
-        )
+Usable = Callable[[tuple[str, int]], bool]
+"""Whether GPUs of a (model, memory) kind are of a model the request allows, with its memory."""
 
-    usable = partial(_usable, models=models, min_memory_mib=r.min_gpu_memory_mib)
-    if r.gpus:
-        largest = max(
-            (size for kind, size in fleet.largest_clique.items() if usable(kind)), default=0
+
+def _fleet_problem(spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool) -> Problem | None:
+    """The first of `FLEET_RULES` that says the registered fleet could never run `spec`."""
+    r = spec.resources
+    usable = partial(_usable, models=set(r.gpu_models), min_memory_mib=r.min_gpu_memory_mib)
+    for rule in FLEET_RULES:
+        problem = rule(spec, fleet, allow_timeslice, usable)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _model_missing(spec: JobSpec, fleet: FleetSummary, _ts: bool, _u: Usable) -> Problem | None:
+    """No registered GPU of any model the request allows."""
+    models = set(spec.resources.gpu_models)
+    kinds = set(fleet.largest_clique) | fleet.mig
+    if not models or any(model in models for model, _ in kinds):
+        return None
+    have = {model for model, _ in kinds}
+    hint = suggestion(min(models), have) if len(models) == 1 else ""
+    return (RejectReason.Unschedulable, f"no registered GPU of model {sorted(models)}{hint}", {})
+
+
+def _node_too_small(spec: JobSpec, fleet: FleetSummary, _ts: bool, _u: Usable) -> Problem | None:
+    """No node has the CPU and memory of one member."""
+    r = spec.resources
+    if r.cpu_milli <= fleet.max_cpu_milli and r.memory_mib <= fleet.max_memory_mib:
+        return None
+    return (
+        RejectReason.Unschedulable,
+        f"member needs {r.cpu_milli}m CPU / {r.memory_mib} MiB; largest node has "
+        f"{fleet.max_cpu_milli}m / {fleet.max_memory_mib} MiB",
+        {},
+    )
+
+
+def _cliques_too_small(
+    spec: JobSpec, fleet: FleetSummary, _ts: bool, usable: Usable
+) -> Problem | None:
+    """Whole GPUs: no usable NVLink clique holds one member, or all of them together hold
+    fewer members than the gang's minimum."""
+    r = spec.resources
+    if not r.gpus:
+        return None
+    largest = max((size for kind, size in fleet.largest_clique.items() if usable(kind)), default=0)
+    if r.gpus > largest:
+        return (
+            RejectReason.TopologyUnsatisfiable,
+            f"needs {r.gpus} GPUs in one NVLink clique; largest clique in the fleet has {largest}",
+            {"largest_clique": largest},
         )
-        if r.gpus > largest:
-            return (
-                RejectReason.TopologyUnsatisfiable,
-                f"needs {r.gpus} GPUs in one NVLink clique; largest clique in the fleet has {largest}",
-                {"largest_clique": largest},
-            )
-        members = spec.members_min()
-        cliques = [size for kind, sizes in fleet.cliques.items() if usable(kind) for size in sizes]
-        fit = sum(size // r.gpus for size in cliques)
-        if members > fit:
-            return (
-                RejectReason.Unschedulable,
-                f"gang needs {members} x {r.gpus} GPUs (each member in one NVLink clique); the whole "
-                f"fleet could hold at most {fit} such members ({sum(cliques)} GPUs in {len(cliques)} cliques)",
-                {
-                    "members": members,
-                    "gpus_per_member": r.gpus,
-                    "max_members": fit,
-                    "fleet_gpus": sum(cliques),
-                },
-            )
-    if r.gpu_milli and not any(
+    members = spec.members_min()
+    cliques = [size for kind, sizes in fleet.cliques.items() if usable(kind) for size in sizes]
+    fit = sum(size // r.gpus for size in cliques)
+    if members <= fit:
+        return None
+    return (
+        RejectReason.Unschedulable,
+        f"gang needs {members} x {r.gpus} GPUs (each member in one NVLink clique); the whole "
+        f"fleet could hold at most {fit} such members ({sum(cliques)} GPUs in {len(cliques)} cliques)",
+        {
+            "members": members,
+            "gpus_per_member": r.gpus,
+            "max_members": fit,
+            "fleet_gpus": sum(cliques),
+        },
+    )
+
+
+def _no_shared_gpu(
+    spec: JobSpec, fleet: FleetSummary, allow_timeslice: bool, usable: Usable
+) -> Problem | None:
+    """A GPU share: no usable mps GPU (nor timeslice GPU, for a class that allows them)."""
+    r = spec.resources
+    if not r.gpu_milli or any(
         usable((model, memory)) and (sharing == "mps" or allow_timeslice)
         for model, memory, sharing in fleet.shared
     ):
-        return (
-            RejectReason.Unschedulable,
-            f"a {r.gpu_milli}m GPU share needs an mps GPU"
-            + (
-                " or a timeslice GPU"
-                if allow_timeslice
-                else " (timeslice GPUs are for classes that allow them)"
-            )
-            + "; the fleet has none matching",
-            {},
+        return None
+    return (
+        RejectReason.Unschedulable,
+        f"a {r.gpu_milli}m GPU share needs an mps GPU"
+        + (
+            " or a timeslice GPU"
+            if allow_timeslice
+            else " (timeslice GPUs are for classes that allow them)"
         )
-    if r.mig_profile and not any(usable(kind) for kind in fleet.mig):
+        + "; the fleet has none matching",
+        {},
+    )
+
+
+def _no_mig_profile(
+    spec: JobSpec, fleet: FleetSummary, _ts: bool, usable: Usable
+) -> Problem | None:
+    """A MIG instance: no usable MIG-enabled GPU, or none offering the profile."""
+    profile = spec.resources.mig_profile
+    if not profile:
+        return None
+    if not any(usable(kind) for kind in fleet.mig):
         return (
             RejectReason.MIGProfileUnavailable,
-            f"MIG {r.mig_profile}: no MIG-enabled GPU in the fleet",
+            f"MIG {profile}: no MIG-enabled GPU in the fleet",
             {},
         )
-    if r.mig_profile and not any(usable(k) and profile_for(k[0], r.mig_profile) for k in fleet.mig):
-        offered = sorted({p for k in fleet.mig if usable(k) for p in profiles_of(k[0])})
-        return (
-            RejectReason.MIGProfileUnavailable,
-            f"MIG {r.mig_profile}: no MIG GPU in the fleet offers this profile (offered: "
-            f"{', '.join(offered) or 'none'})",
-            {"offered": offered},
-        )
-    if (r.gpu_milli or r.gpus) and not any(usable(kind) for kind in kinds):
-        return (RejectReason.Unschedulable, "no registered GPU matches the request", {})
-    return None
+    if any(usable(k) and profile_for(k[0], profile) for k in fleet.mig):
+        return None
+    offered = sorted({p for k in fleet.mig if usable(k) for p in profiles_of(k[0])})
+    return (
+        RejectReason.MIGProfileUnavailable,
+        f"MIG {profile}: no MIG GPU in the fleet offers this profile (offered: "
+        f"{', '.join(offered) or 'none'})",
+        {"offered": offered},
+    )
+
+
+def _no_gpu_matches(
+    spec: JobSpec, fleet: FleetSummary, _ts: bool, usable: Usable
+) -> Problem | None:
+    """Whole GPUs or a share: no registered GPU of an allowed model with the memory."""
+    r = spec.resources
+    kinds = set(fleet.largest_clique) | fleet.mig
+    if not (r.gpu_milli or r.gpus) or any(usable(kind) for kind in kinds):
+        return None
+    return (RejectReason.Unschedulable, "no registered GPU matches the request", {})
+
+
+FLEET_RULES: tuple[Callable[[JobSpec, FleetSummary, bool, Usable], Problem | None], ...] = (
+    _model_missing,
+    _node_too_small,
+    _cliques_too_small,
+    _no_shared_gpu,
+    _no_mig_profile,
+    _no_gpu_matches,
+)
+"""Why the registered fleet could never run a shape, in the order they are told."""
 
 
 def profiles_of(model: str) -> list[str]:

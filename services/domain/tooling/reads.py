@@ -21,6 +21,7 @@ meta-test tests/scheduler/test_reads_declared.py flags it). A fold that changes 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from gpuledger.events import Event
@@ -43,6 +44,16 @@ has decided it (`JobAdmitted`); the submission and its rejection change no pendi
 NODE_SET = AGGREGATES["nodes"] - {ev.NodeHeartbeat}
 """The nodes aggregate without heartbeats: a heartbeat only postpones a node's loss (a
 wake-up), and one that revives a lost node changes `nodes_version`, which always counts."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a service's decide (preemption, admission, quota, the simulated agent)
+    and what can change its answer; the service's table of steps is its `UNITS`."""
+
+    name: str
+    doc: str
+    reads: Reads | None = None
 
 
 def of(*parts: type[Event] | frozenset[Any] | str) -> Reads:

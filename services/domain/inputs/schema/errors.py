@@ -91,34 +91,57 @@ def _value_at(raw: Any, tokens: list[str | int]) -> Any:
 
 def _problem(exc: msgspec.ValidationError, raw: Any, typ: Any, base: str) -> str:
     """One error line (without the file) for a msgspec validation error."""
-    mi = msgspec.inspect
     m = _AT.match(str(exc))
     msg, tokens = (m.group("msg"), _tokens(m.group("path"))) if m else (str(exc), [])
     here = _type_at(typ, tokens)
+    found = _key_problem(msg, here, base, tokens)
+    if found is not None:
+        return found
+    where = _join(base, tokens) or "(top level)"
     value = _value_at(raw, tokens)
+    found = _value_problem(msg, here, value)
+    if found is not None:
+        return f"{where}: {found}"
+    return f"{where}: {msg[0].lower() + msg[1:]}" + (
+        f" (got {value!r})" if value is not None else ""
+    )
+
+
+def _key_problem(msg: str, here: list[Any], base: str, tokens: list[str | int]) -> str | None:
+    """The line for an unknown key (with the nearest known one, or all of them) or a
+    missing required key; None for another error."""
     unknown = re.match(r"Object contains unknown field `(.*)`", msg)
     if unknown:
         key = unknown.group(1)
-        known = [f.encode_name for t in here if isinstance(t, mi.StructType) for f in t.fields]
+        known = [
+            f.encode_name
+            for t in here
+            if isinstance(t, msgspec.inspect.StructType)
+            for f in t.fields
+        ]
         hint = _suggest(key, known) or (f" (known keys: {', '.join(known)})" if known else "")
         return f"{_join(base, tokens + [key])}: unknown key{hint}"
     missing = re.match(r"Object missing required field `(.*)`", msg)
     if missing:
         return f"{_join(base, tokens) or '(top level)'}: missing required key {missing.group(1)!r}"
-    where = _join(base, tokens) or "(top level)"
+    return None
+
+
+def _value_problem(msg: str, here: list[Any], value: Any) -> str | None:
+    """What is wrong with `value` when it is not one of the allowed values, out of bounds,
+    or not of a known form; None for another error."""
+    mi = msgspec.inspect
     if msg.startswith("Invalid enum value"):
         allowed = [v for t in here if isinstance(t, mi.LiteralType) for v in t.values]
-        return f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}{_suggest(value, allowed)}"
+        return f"{value!r} is not one of {', '.join(map(str, allowed))}{_suggest(value, allowed)}"
     bound = re.match(r"Expected `(int|float)` (>=|<=) (\S+)", msg)
     if bound:
-        return f"{where}: must be {bound.group(2)} {bound.group(3)} (got {value!r})"
+        return f"must be {bound.group(2)} {bound.group(3)} (got {value!r})"
     if "matching regex" in msg:
         patterns = [t.pattern for t in here if isinstance(t, mi.StrType) and t.pattern]
         hint = next((_HINTS[p] for p in patterns if p in _HINTS), "not a known form")
-        return f"{where}: cannot read {value!r}: {hint}"
-    return f"{where}: {msg[0].lower() + msg[1:]}" + (
-        f" (got {value!r})" if value is not None else ""
-    )
+        return f"cannot read {value!r}: {hint}"
+    return None
 
 
 def convert(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
@@ -178,32 +201,43 @@ def collect(raw: Any, typ: Any, base: str, problems: list[str]) -> Any:
     struct, item = _struct_of(typ), _item_of(typ)
     before = len(problems)
     if struct is not None and isinstance(raw, dict):
-        fields = _fields(struct)
-        for key, value in raw.items():
-            f = fields.get(key)
-            if f is None:
-                hint = _suggest(key, fields) or f" (known keys: {', '.join(fields)})"
-                problems.append(f"{_p(base, str(key))}: unknown key{hint}")
-            else:
-                collect(value, f.type, _p(base, key), problems)
-        for name, f in fields.items():
-            if f.required and name not in raw:
-                problems.append(f"{base or '(top level)'}: missing required key {name!r}")
+        _collect_struct(raw, struct, base, problems)
     elif item is not None and isinstance(raw, list):
         for i, v in enumerate(raw):
             collect(v, item, f"{base}[{i}]", problems)
     elif (mapping := _dict_of(typ)) is not None and isinstance(raw, dict):
-        key_type, value_type = typing.get_args(mapping)
-        for k, v in raw.items():
-            bad_key: list[str] = []
-            convert(k, key_type, "", bad_key)
-            problems += [
-                f"{base or '(top level)'}: key {k!r}: {p.split(': ', 1)[1]}" for p in bad_key
-            ]
-            collect(v, value_type, _p(base, str(k)), problems)
+        _collect_mapping(raw, mapping, base, problems)
     if len(problems) > before:
         return None
     return convert(raw, typ, base, problems)
+
+
+def _collect_struct(
+    raw: dict[Any, Any], struct: type[msgspec.Struct], base: str, problems: list[str]
+) -> None:
+    """Every unknown key of a record, the problems of each known one, then every missing
+    required key."""
+    fields = _fields(struct)
+    for key, value in raw.items():
+        f = fields.get(key)
+        if f is None:
+            hint = _suggest(key, fields) or f" (known keys: {', '.join(fields)})"
+            problems.append(f"{_p(base, str(key))}: unknown key{hint}")
+        else:
+            collect(value, f.type, _p(base, key), problems)
+    for name, f in fields.items():
+        if f.required and name not in raw:
+            problems.append(f"{base or '(top level)'}: missing required key {name!r}")
+
+
+def _collect_mapping(raw: dict[Any, Any], mapping: Any, base: str, problems: list[str]) -> None:
+    """The problems of each key, then of its value, of a `dict[K, V]`."""
+    key_type, value_type = typing.get_args(mapping)
+    for k, v in raw.items():
+        bad_key: list[str] = []
+        convert(k, key_type, "", bad_key)
+        problems += [f"{base or '(top level)'}: key {k!r}: {p.split(': ', 1)[1]}" for p in bad_key]
+        collect(v, value_type, _p(base, str(k)), problems)
 
 
 def _p(base: str, key: str) -> str:

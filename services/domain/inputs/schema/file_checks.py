@@ -344,8 +344,6 @@ def _check_submit(
 
 
 def _check_schedules(f: FileDoc, problems: list[str]) -> None:
-    from gpuledger.services.domain.policy.schedules import cron_problem, zone
-
     _dups(
         [(f"schedules[{i}].name", s.name) for i, s in enumerate(f.schedules)], "schedule", problems
     )
@@ -356,47 +354,62 @@ def _check_schedules(f: FileDoc, problems: list[str]) -> None:
         _valid_id(
             f"{path}.name", functools.partial(validate_token, "schedule name", s.name), problems
         )
-        try:
-            zone(s.timezone)
-        except ValueError:
-            import zoneinfo
-
-            problems.append(
-                f"{path}.timezone: unknown time zone {s.timezone!r} (an IANA name such as "
-                f"Europe/Berlin){_suggest(s.timezone, zoneinfo.available_timezones())}"
-            )
-        else:
-            problem = cron_problem(s.cron, s.timezone)
-            if problem is not None:
-                problems.append(f"{path}.cron: {problem}")
+        _check_when(s, path, problems)
         if not s.tenants and not s.priority_classes and not s.services:
             problems.append(
                 f"{path}: a schedule changes nothing (give tenants, priority_classes or services)"
             )
-        for j, svc in enumerate(s.services):
-            try:
-                validate_token("job id", svc.job)
-            except ValueError as err:
-                problems.append(f"{path}.services[{j}].job: {err}")
-        for j, t in enumerate(s.tenants):
-            if t.name not in tenants:
-                problems.append(
-                    f"{path}.tenants[{j}].name: tenant {t.name!r} is not configured"
-                    f"{_suggest(t.name, tenants)}"
-                )
-            if t.guaranteed is None and t.limit is None and t.weight is None:
-                problems.append(
-                    f"{path}.tenants[{j}]: changes nothing (give guaranteed, limit or weight)"
-                )
-        for j, c in enumerate(s.priority_classes):
-            if c.name not in classes:
-                problems.append(
-                    f"{path}.priority_classes[{j}].name: priority class {c.name!r} is not configured"
-                    f"{_suggest(c.name, classes)}"
-                )
-            if c.value is None and c.preemptible is None:
-                problems.append(
-                    f"{path}.priority_classes[{j}]: changes nothing (give value or preemptible)"
-                )
+        _check_changes(s, path, tenants, classes, problems)
     if f.until is not None and f.timeline is None:
         problems.append("until: 'until' belongs to a scenario (a file with a timeline)")
+
+
+def _check_when(s: Any, path: str, problems: list[str]) -> None:
+    """A schedule's time zone is an IANA name and its cron line fires in it."""
+    from gpuledger.services.domain.policy.schedules import cron_problem, zone
+
+    try:
+        zone(s.timezone)
+    except ValueError:
+        import zoneinfo
+
+        problems.append(
+            f"{path}.timezone: unknown time zone {s.timezone!r} (an IANA name such as "
+            f"Europe/Berlin){_suggest(s.timezone, zoneinfo.available_timezones())}"
+        )
+        return
+    problem = cron_problem(s.cron, s.timezone)
+    if problem is not None:
+        problems.append(f"{path}.cron: {problem}")
+
+
+def _check_changes(
+    s: Any, path: str, tenants: set[str], classes: set[str], problems: list[str]
+) -> None:
+    """A schedule's services are valid ids; its tenants and classes are configured and each
+    change changes something."""
+    for j, svc in enumerate(s.services):
+        try:
+            validate_token("job id", svc.job)
+        except ValueError as err:
+            problems.append(f"{path}.services[{j}].job: {err}")
+    for j, t in enumerate(s.tenants):
+        if t.name not in tenants:
+            problems.append(
+                f"{path}.tenants[{j}].name: tenant {t.name!r} is not configured"
+                f"{_suggest(t.name, tenants)}"
+            )
+        if t.guaranteed is None and t.limit is None and t.weight is None:
+            problems.append(
+                f"{path}.tenants[{j}]: changes nothing (give guaranteed, limit or weight)"
+            )
+    for j, c in enumerate(s.priority_classes):
+        if c.name not in classes:
+            problems.append(
+                f"{path}.priority_classes[{j}].name: priority class {c.name!r} is not configured"
+                f"{_suggest(c.name, classes)}"
+            )
+        if c.value is None and c.preemptible is None:
+            problems.append(
+                f"{path}.priority_classes[{j}]: changes nothing (give value or preemptible)"
+            )
