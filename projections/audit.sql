@@ -308,6 +308,13 @@ COMMENT ON COLUMN node_maintenance.until_ms IS 'When the node returns, epoch ms.
 COMMENT ON COLUMN node_maintenance.reason IS 'Why, in the operator''s words.';
 COMMENT ON COLUMN node_maintenance.phase IS 'scheduled, active (planned down now), ended or cancelled.';
 
+COMMENT ON VIEW node_status IS 'Each node''s state now, since when and why (`gpuledger nodes` STATUS and SINCE, the dashboard''s cluster page): the fold''s node state, or maintenance while a window of it is active.';
+COMMENT ON COLUMN node_status.node IS 'Node name.';
+COMMENT ON COLUMN node_status.status IS 'ready, cordoned, draining, drained, lost, or maintenance (a window in force).';
+COMMENT ON COLUMN node_status.since_ms IS 'Since when, epoch ms: the cordon or drain, the moment its last run left a drained node, the loss, the window''s start; NULL while ready.';
+COMMENT ON COLUMN node_status.reason IS 'Why: the operator''s words for a cordon, drain or window, or the loss''s message.';
+COMMENT ON COLUMN node_status.window_id IS 'The maintenance window in force on it, if any.';
+
 COMMENT ON TABLE nodes IS 'Registered nodes.';
 COMMENT ON COLUMN nodes.node IS 'Node name.';
 COMMENT ON COLUMN nodes.pool IS 'Node pool.';
@@ -316,13 +323,15 @@ COMMENT ON COLUMN nodes.cpu_milli IS 'CPU, milli-CPUs.';
 COMMENT ON COLUMN nodes.memory_mib IS 'Host memory, MiB.';
 COMMENT ON COLUMN nodes.gpu_count IS 'GPUs (count).';
 COMMENT ON COLUMN nodes.simulated IS 'A simulated node agent.';
-COMMENT ON COLUMN nodes.status IS 'The fold''s node state (nodes.node_state): ready, cordoned, draining, drained or lost. A maintenance window in force shows in node_maintenance.';
+COMMENT ON COLUMN nodes.status IS 'The fold''s node state (nodes.node_status): ready, cordoned, draining, drained or lost. A maintenance window in force shows in node_maintenance and node_status.';
 COMMENT ON COLUMN nodes.labels IS 'Node labels (JSON).';
 COMMENT ON COLUMN nodes.registered_at_ms IS 'Registration time, epoch ms.';
 COMMENT ON COLUMN nodes.last_heartbeat_ms IS 'Last heartbeat, epoch ms.';
 COMMENT ON COLUMN nodes.lost_at_ms IS 'When it was declared lost, epoch ms.';
 COMMENT ON COLUMN nodes.lost_message IS 'Why it was declared lost.';
 COMMENT ON COLUMN nodes.running_members IS 'Gang members running on it (count).';
+COMMENT ON COLUMN nodes.status_since_ms IS 'Since when it is in its status (nodes.node_status), epoch ms; NULL while ready.';
+COMMENT ON COLUMN nodes.status_reason IS 'The operator''s words for its cordon or drain.';
 
 COMMENT ON TABLE gpus IS 'GPUs of registered nodes.';
 COMMENT ON COLUMN gpus.node IS 'Node name.';

@@ -402,15 +402,11 @@ def jobs_count(
 
 
 def nodes_rows(con) -> list[dict[str, Any]]:
-    """Every node with its GPUs and use; `status` is the fold's node state, or `maintenance`
-    while a window of it is active (planned down; `node_maintenance`), and `maintenance`
-    lists its windows not yet over."""
+    """Every node with its GPUs and use; `status`, `since_ms` and `reason` are the
+    `node_status` view's (the fold's node state, or `maintenance` while a window of it is
+    active), and `maintenance` lists its windows not yet over."""
     q = """
-        SELECT n.* REPLACE (
-                   CASE WHEN n.status <> 'lost' AND EXISTS (
-                       SELECT 1 FROM node_maintenance m WHERE m.node = n.node AND m.phase = 'active'
-                   ) THEN 'maintenance' ELSE n.status END AS status
-               ), c.now_ms,
+        SELECT n.* REPLACE (s.status AS status), s.since_ms, s.reason, c.now_ms,
                (SELECT string_agg(m.window_id || ' (' || m.phase || ')', ','
                                   ORDER BY m.start_ms, m.window_id)
                   FROM node_maintenance m
@@ -423,7 +419,7 @@ def nodes_rows(con) -> list[dict[str, Any]]:
                    AS free_milli,
                (SELECT coalesce(sum(a.gpu_milli), 0) FROM allocations a
                  WHERE a.node = n.node AND a.ended_at_ms IS NULL) AS allocated_milli
-        FROM nodes n CROSS JOIN clock c ORDER BY n.node"""
+        FROM nodes n JOIN node_status s USING (node) CROSS JOIN clock c ORDER BY n.node"""
     return [parse_json_fields(r, "labels") for r in records(con.execute(q))]
 
 

@@ -446,3 +446,22 @@ SELECT m.node, m.window_id, m.start_ms, m.end_ms, m.until_ms, m.reason,
             WHEN c.now_ms >= m.start_ms THEN 'active'
             ELSE 'scheduled' END AS phase
 FROM maintenance_windows m CROSS JOIN clock c;
+
+-- Each node's state now, since when and why: the fold's (`nodes.node_status`: ready, cordoned,
+-- draining, drained, lost), or `maintenance` while a window of it is active (since its
+-- start, with its reason and id). One derivation: `gpuledger nodes` and the dashboard read it.
+CREATE OR REPLACE VIEW node_status AS
+WITH active AS (
+    SELECT node, arg_min(window_id, start_ms) AS window_id, min(start_ms) AS start_ms,
+           arg_min(reason, start_ms) AS reason
+    FROM node_maintenance WHERE phase = 'active' GROUP BY node
+)
+SELECT n.node,
+       CASE WHEN n.status <> 'lost' AND a.node IS NOT NULL THEN 'maintenance'
+            ELSE n.status END AS status,
+       CASE WHEN n.status <> 'lost' AND a.node IS NOT NULL THEN a.start_ms
+            ELSE n.status_since_ms END AS since_ms,
+       CASE WHEN n.status <> 'lost' AND a.node IS NOT NULL THEN a.reason
+            ELSE coalesce(n.status_reason, n.lost_message) END AS reason,
+       CASE WHEN n.status <> 'lost' THEN a.window_id END AS window_id
+FROM nodes n LEFT JOIN active a USING (node);

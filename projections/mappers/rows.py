@@ -203,7 +203,8 @@ NodeRow = _row_class(
     "NodeRow",
     "nodes",
     """node pool leaf_switch cpu_milli memory_mib gpu_count simulated status labels
-    registered_at_ms last_heartbeat_ms lost_at_ms lost_message running_members""",
+    registered_at_ms last_heartbeat_ms lost_at_ms lost_message running_members status_since_ms
+    status_reason""",
     "node",
 )
 

@@ -76,7 +76,7 @@ def resized(ledger: LedgerState, e: ev.GangResized) -> Refusal | None:
         job.spec.submitter,
     )
     members.spread(ledger, job, gone, -1)
-    members.unindex(ledger, rec)
+    members.unindex(ledger, rec, e.occurred_at_ms)
     rec.members = kept
     rec.node_names = tuple(sorted({m.node for m in kept}))
     members.index(ledger, rec)
