@@ -219,7 +219,8 @@ CREATE TABLE IF NOT EXISTS maintenance_windows (
     until_ms        BIGINT,
     reason          VARCHAR,
     scheduled_at_ms BIGINT,
-    cancelled_at_ms BIGINT
+    cancelled_at_ms BIGINT,
+    tenant          VARCHAR             -- held for this tenant (reserved, not planned down)
 );
 
 CREATE TABLE IF NOT EXISTS gpus (

@@ -85,10 +85,10 @@ class NodeMappers(ProjectionState):
             self.batch.upsert(n)
 
     def _maintenance(self, seq: int, e: ev.MaintenanceScheduled | ev.MaintenanceCancelled) -> None:
-        """A window as the fold derived it (`MaintenanceWindow`): one row per node. A window
-        held for a tenant is not planned down: it has no row."""
+        """A window as the fold derived it (`MaintenanceWindow`): one row per node; a window
+        held for a tenant names it (its idle GPU time is reserved, not planned down)."""
         w = self.ledger.maintenance.get(e.window_id)
-        if w is not None and w.tenant is None:
+        if w is not None:
             self.batch.upsert(
                 MaintenanceRow(
                     window_id=w.window_id,
@@ -99,6 +99,7 @@ class NodeMappers(ProjectionState):
                     reason=w.reason,
                     scheduled_at_ms=w.scheduled_ms,
                     cancelled_at_ms=w.cancelled_ms,
+                    tenant=w.tenant,
                 )
             )
 

@@ -211,7 +211,7 @@ NodeRow = _row_class(
 MaintenanceRow = _row_class(
     "MaintenanceRow",
     "maintenance_windows",
-    "window_id node start_ms end_ms until_ms reason scheduled_at_ms cancelled_at_ms",
+    "window_id node start_ms end_ms until_ms reason scheduled_at_ms cancelled_at_ms tenant",
     "window_id",
     expanded="node",
 )

@@ -45,7 +45,7 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
     gpus = records(
         con.execute("""
         SELECT g.node, g.gpu_index, g.uuid, g.model, g.clique, g.sharing, g.healthy,
-               n.leaf_switch, s.status, s.since_ms, s.reason, n.pool,
+               n.leaf_switch, s.status, s.since_ms, s.reason, s.tenant, n.pool,
                coalesce(w.sm_active, NULL) AS sm_active
         FROM gpus g JOIN nodes n USING (node) JOIN node_status s USING (node)
         LEFT JOIN gpu_now w ON w.node = g.node AND w.gpu_index = g.gpu_index
@@ -80,7 +80,8 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
         counts["gpus"] += 1
         # a node that takes no work (node_status): its free GPUs are unavailable; what still
         # runs there (a cordon, a drain's runs left) shows as it is
-        if g["status"] == "lost" or not g["healthy"] or (held == 0 and g["status"] != "ready"):
+        takes_work = g["status"] in ("ready", "reserved")
+        if g["status"] == "lost" or not g["healthy"] or (held == 0 and not takes_work):
             g["kind"] = "unavailable"
         elif held == 0:
             g["kind"] = "free"
@@ -105,7 +106,9 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
     frag = records(con.execute("SELECT * FROM fragmentation ORDER BY node = '*', node, clique"))
     return {
         "leaves": leaves,
-        "statuses": {g["node"]: (g["status"], g["since_ms"], g["reason"]) for g in gpus},
+        "statuses": {
+            g["node"]: (g["status"], g["since_ms"], g["reason"], g["tenant"]) for g in gpus
+        },
         "now_ms": con.execute("SELECT now_ms FROM clock").fetchone()[0],
         "counts": counts,
         "fragmentation": frag,

@@ -204,13 +204,15 @@ def _gpu_cell(g: dict[str, Any], x: int) -> dict[str, Any]:
     }
 
 
-def _node_status(status: tuple[str, int | None, str | None], now_ms: int) -> str:
-    """`drained for 5m: firmware update` (the `node_status` view's); "" while ready."""
-    state, since_ms, reason = status
+def _node_status(status: tuple[str, int | None, str | None, str | None], now_ms: int) -> str:
+    """`drained for 5m: firmware update`, `reserved (ml) for 10m: launch` (the `node_status`
+    view's); "" while ready."""
+    state, since_ms, reason, tenant = status
     if state == "ready":
         return ""
+    who = f" ({tenant})" if tenant else ""
     held = "" if since_ms is None else f" for {duration(max(0, now_ms - since_ms))}"
-    return f"{state}{held}" + (f": {reason}" if reason else "")
+    return f"{state}{who}{held}" + (f": {reason}" if reason else "")
 
 
 def _node_row(

@@ -88,7 +88,7 @@ def _node_table(rows, wide):
             "" if r["since_ms"] is None else humanize_ms(r["now_ms"] - r["since_ms"]),
             r["gpus"],
             gpus_text(r["allocated_milli"]),
-            gpus_text(r["free_milli"] if r["status"] == "ready" else 0),
+            gpus_text(r["free_milli"] if r["status"] in ("ready", "reserved") else 0),
             r["models"] or "",
             humanize_ms(r["now_ms"] - r["registered_at_ms"]),
         ]

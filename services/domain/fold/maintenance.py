@@ -4,7 +4,7 @@ the nodes aggregate (`nodes.FOLD`), which owns `maintenance`.
 A window is folded once into a `MaintenanceWindow` (records.py) and every reader takes its
 planned-down interval from there: the scheduler's `maintenance` stage, `gpuledger nodes`,
 `why` and the projection's `maintenance_windows` table (so `gpuledger report`'s planned
-down; `closed_nodes` is what a run started now may not use; `in_force_on` is what the
+down, or reserved for a window held for a tenant; `closed_nodes` is what a run started now may not use; `in_force_on` is what the
 preemption service drains at a window's start). Invariants: a window names only registered
 nodes (the configuration's `reservations:` may name nodes before they register), ends after
 it starts, has an id of its own and overlaps no live window on a node they share; otherwise
