@@ -25,7 +25,25 @@ from gpuledger.services.domain.fold.records import MaintenanceWindow
 from gpuledger.services.domain.fold.refusals import Refusal
 
 if TYPE_CHECKING:
-    from gpuledger.services.domain.fold.records import LedgerState
+    from gpuledger.services.domain.fold.records import JobRecord, LedgerState
+
+HINT_MARGIN_PCT = 50
+"""A job without a time limit is bounded, for windows, by what is left of its duration hint
+(`duration_s` less its progress) plus this share of it: a hint is a guess, and a run still
+there at a window's start is drained then."""
+
+
+def run_bound_s(job: JobRecord) -> int | None:
+    """How long a run of `job` started now may last, as windows read it: its time limit; else
+    what is left of its duration hint plus `HINT_MARGIN_PCT` of it (whole seconds, rounded
+    up); None (unbounded: it reaches every window ahead) with neither."""
+    if job.time_limit_s is not None:
+        return job.time_limit_s
+    hint = job.spec.duration_s
+    if hint is None:
+        return None
+    left_ms = max(0, hint * 1000 - job.progress_ms)
+    return -(-left_ms * (100 + HINT_MARGIN_PCT) // 100_000)
 
 
 def declared_again(ledger: LedgerState, e: ev.MaintenanceScheduled) -> bool:
@@ -106,8 +124,8 @@ def reaching(
 def closed_nodes(
     ledger: LedgerState, now_ms: int, limit_s: int | None, tenant: str | None = None
 ) -> frozenset[str]:
-    """The nodes a run of `tenant` started at `now_ms` with time limit `limit_s` (None: none)
-    may not start on: those of every window it would reach but those held for `tenant` (the
+    """The nodes a run of `tenant` started at `now_ms` lasting at most `limit_s`
+    (`run_bound_s`; None: unbounded) may not start on: those of every window it would reach but those held for `tenant` (the
     scheduler's `maintenance` stage, and preemption, which frees no capacity there for such
     a job)."""
     if not ledger.maintenance:
