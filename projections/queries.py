@@ -181,6 +181,18 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             "id": job["allocation_id"],
             "nodes": alloc[0],
             "gpus": gpus_text(alloc[1]),
+            # its nodes the operator took out of service (node_status: a cordon, a drain, a
+            # window in force), with since when and why
+            "nodes_out": records(
+                con.execute(
+                    "SELECT s.node, s.status, s.since_ms, c.now_ms - s.since_ms AS for_ms,"
+                    " s.reason, s.window_id FROM node_status s CROSS JOIN clock c"
+                    " WHERE s.status NOT IN ('ready', 'reserved') AND s.node IN (SELECT node"
+                    " FROM allocations WHERE allocation_id = ? AND ended_at_ms IS NULL)"
+                    " ORDER BY s.node",
+                    [job["allocation_id"]],
+                )
+            ),
         }
     pre = records(
         con.execute("SELECT * FROM who_preempted WHERE victim = ? ORDER BY request_seq", [job_id])

@@ -1,7 +1,8 @@
 """Maintenance windows against a real nats-server with authentication on (issue 42): only the
 operator plans one (`gpuledger node maintenance`, with its real credential); bad input is one
-line, exit 2, and nothing is published; a job without a time limit (its duration hint and margin reaching it) waits with `Maintenance`
-naming the window; `--list` shows it, `--cancel` ends it and the job is placed."""
+line, exit 2, and nothing is published; a job without a time limit (its duration hint and
+margin reaching the window) waits with `Maintenance` naming the window; `--list` shows it,
+`--cancel` ends it and the job is placed."""
 
 from __future__ import annotations
 

@@ -61,11 +61,21 @@ def test_node_status_is_the_folds_state_since_when_and_why(tmp_path):
     assert lines[1] == ["node-1", "drained", "0s"] and lines[3] == ["node-3", "cordoned", "3m"]
 
 
-def test_a_drain_with_a_run_left_is_draining_since_the_drain(tmp_path):
+def test_a_drain_with_a_run_left_is_draining_since_the_drain_and_why_says_so(tmp_path):
+    # given a runs on node-1, drained at 1 m, node-3 cordoned at 2 m (the log's last event)
     sim = simulate(from_document(DOC), until_ms=200_000)
     db = tmp_path / "projection.duckdb"
     rebuild(sim.log, db)
     assert status(db)[0] == ("node-1", "draining", 60_000, "firmware update")
+    # then `why a` names its node's drain, since when and why
+    from gpuledger.services.cli.main import app
+
+    r = CliRunner().invoke(app, ["why", "a", "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert (
+        "Node:      node-1 draining for 60s (firmware update): it leaves once it may (reason "
+        "Drain; `gpuledger node drain --wait` names what holds it)"
+    ) in r.output.splitlines()
 
 
 def test_the_dashboards_cluster_page_shows_each_nodes_status_and_its_free_gpus_unavailable(
