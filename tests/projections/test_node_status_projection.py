@@ -76,6 +76,12 @@ def test_a_drain_with_a_run_left_is_draining_since_the_drain_and_why_says_so(tmp
         "Node:      node-1 draining for 60s (firmware update): it leaves once it may (reason "
         "Drain; `gpuledger node drain --wait` names what holds it)"
     ) in r.output.splitlines()
+    # and so does its page on the dashboard
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    page = TestClient(create_app(db), base_url="http://127.0.0.1").get("/jobs/a").text
+    assert '<p class="nodestatus">Node node-1 draining (firmware update)</p>' in page
 
 
 def test_the_dashboards_cluster_page_shows_each_nodes_status_and_its_free_gpus_unavailable(
