@@ -289,7 +289,7 @@ COMMENT ON COLUMN priority_classes.grace_s IS 'Checkpoint grace on preemption, s
 COMMENT ON COLUMN priority_classes.allow_timeslice IS 'Whether its jobs may run on time-sliced GPUs.';
 COMMENT ON COLUMN priority_classes.configured_at_ms IS 'Last PriorityClassConfigured, epoch ms.';
 
-COMMENT ON TABLE maintenance_windows IS 'Maintenance windows the operator planned (`gpuledger node maintenance`, MaintenanceScheduled), as the fold derived them: one row per window and node.';
+COMMENT ON TABLE maintenance_windows IS 'Maintenance windows the operator planned (`gpuledger node maintenance`, MaintenanceScheduled), and windows held for a tenant, as the fold derived them: one row per window and node.';
 COMMENT ON COLUMN maintenance_windows.window_id IS 'The window''s id.';
 COMMENT ON COLUMN maintenance_windows.node IS 'One of its nodes.';
 COMMENT ON COLUMN maintenance_windows.start_ms IS 'Start, epoch ms.';
@@ -298,6 +298,7 @@ COMMENT ON COLUMN maintenance_windows.until_ms IS 'When its nodes return: the en
 COMMENT ON COLUMN maintenance_windows.reason IS 'Why, in the operator''s words.';
 COMMENT ON COLUMN maintenance_windows.scheduled_at_ms IS 'When it was planned, epoch ms.';
 COMMENT ON COLUMN maintenance_windows.cancelled_at_ms IS 'When it was cancelled (MaintenanceCancelled), epoch ms; NULL if not.';
+COMMENT ON COLUMN maintenance_windows.tenant IS 'The tenant the window holds its nodes for (`--tenant`; its idle time is reserved), NULL for a maintenance window (planned down).';
 
 COMMENT ON VIEW node_maintenance IS 'Maintenance windows per node with their phase now (the projection''s clock): `gpuledger nodes` shows a node in an active window as maintenance.';
 COMMENT ON COLUMN node_maintenance.node IS 'Node name.';
@@ -306,7 +307,16 @@ COMMENT ON COLUMN node_maintenance.start_ms IS 'Start, epoch ms.';
 COMMENT ON COLUMN node_maintenance.end_ms IS 'End as planned, epoch ms.';
 COMMENT ON COLUMN node_maintenance.until_ms IS 'When the node returns, epoch ms.';
 COMMENT ON COLUMN node_maintenance.reason IS 'Why, in the operator''s words.';
-COMMENT ON COLUMN node_maintenance.phase IS 'scheduled, active (planned down now), ended or cancelled.';
+COMMENT ON COLUMN node_maintenance.phase IS 'scheduled, active (planned down, or held for its tenant, now), ended or cancelled.';
+COMMENT ON COLUMN node_maintenance.tenant IS 'The tenant it holds the node for; NULL for a maintenance window.';
+
+COMMENT ON VIEW node_status IS 'Each node''s state now, since when and why (`gpuledger nodes` STATUS and SINCE, the dashboard''s cluster page): the fold''s node state, or maintenance while a window of it is active.';
+COMMENT ON COLUMN node_status.node IS 'Node name.';
+COMMENT ON COLUMN node_status.status IS 'ready, cordoned, draining, drained, lost, maintenance (a maintenance window in force) or reserved (a window held for a tenant in force on a node otherwise ready).';
+COMMENT ON COLUMN node_status.since_ms IS 'Since when, epoch ms: the cordon or drain, the moment its last run left a drained node, the loss, the window''s start; NULL while ready.';
+COMMENT ON COLUMN node_status.reason IS 'Why: the operator''s words for a cordon, drain or window, or the loss''s message.';
+COMMENT ON COLUMN node_status.window_id IS 'The window in force on it (maintenance or reserved).';
+COMMENT ON COLUMN node_status.tenant IS 'The tenant a window in force holds it for (reserved).';
 
 COMMENT ON TABLE nodes IS 'Registered nodes.';
 COMMENT ON COLUMN nodes.node IS 'Node name.';
@@ -316,13 +326,15 @@ COMMENT ON COLUMN nodes.cpu_milli IS 'CPU, milli-CPUs.';
 COMMENT ON COLUMN nodes.memory_mib IS 'Host memory, MiB.';
 COMMENT ON COLUMN nodes.gpu_count IS 'GPUs (count).';
 COMMENT ON COLUMN nodes.simulated IS 'A simulated node agent.';
-COMMENT ON COLUMN nodes.status IS 'The fold''s node state (nodes.node_state): ready, cordoned, draining, drained or lost. A maintenance window in force shows in node_maintenance.';
+COMMENT ON COLUMN nodes.status IS 'The fold''s node state (nodes.node_status): ready, cordoned, draining, drained or lost. A maintenance window in force shows in node_maintenance and node_status.';
 COMMENT ON COLUMN nodes.labels IS 'Node labels (JSON).';
 COMMENT ON COLUMN nodes.registered_at_ms IS 'Registration time, epoch ms.';
 COMMENT ON COLUMN nodes.last_heartbeat_ms IS 'Last heartbeat, epoch ms.';
 COMMENT ON COLUMN nodes.lost_at_ms IS 'When it was declared lost, epoch ms.';
 COMMENT ON COLUMN nodes.lost_message IS 'Why it was declared lost.';
 COMMENT ON COLUMN nodes.running_members IS 'Gang members running on it (count).';
+COMMENT ON COLUMN nodes.status_since_ms IS 'Since when it is in its status (nodes.node_status), epoch ms; NULL while ready.';
+COMMENT ON COLUMN nodes.status_reason IS 'The operator''s words for its cordon or drain.';
 
 COMMENT ON TABLE gpus IS 'GPUs of registered nodes.';
 COMMENT ON COLUMN gpus.node IS 'Node name.';

@@ -237,6 +237,14 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "view allocation_now",
     ),
     _spec(
+        "gpuledger_tenant_reserved_gpu_seconds_total",
+        "counter",
+        ("tenant",),
+        "GPU-seconds that windows held for the tenant (`gpuledger node maintenance --tenant`) "
+        "kept idle, from the log's start (`gpuledger report`'s reserved).",
+        "macro reserved_between",
+    ),
+    _spec(
         "gpuledger_user_running_jobs",
         "gauge",
         ("tenant", "user"),
@@ -331,8 +339,9 @@ AGGREGATE_METRICS: tuple[MetricSpec, ...] = (
         "gpuledger_nodes",
         "gauge",
         ("status",),
-        "Registered nodes by status (ready, cordoned, draining, drained, lost; `gpuledger nodes`).",
-        "table nodes",
+        "Registered nodes by status (ready, cordoned, draining, drained, lost, maintenance, "
+        "reserved; `gpuledger nodes`).",
+        "view node_status",
     ),
     _spec(
         "gpuledger_dead_letters_total",
@@ -583,6 +592,11 @@ def _tenants(read: _Reader, con, out: dict[str, list]) -> None:
         " FROM allocation_now GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_tenant_idle_allocated_gpus"].append(([t], float(idle)))
+    for t, ms in read(
+        "SELECT tenant, sum(gpu_ms) FROM reserved_between("
+        "(SELECT start_ms FROM run_window), (SELECT now_ms FROM clock)) GROUP BY ALL ORDER BY ALL"
+    ):
+        out["gpuledger_tenant_reserved_gpu_seconds_total"].append(([t], float(ms) / 1000))
 
 
 def _users(read: _Reader, con, out: dict[str, list]) -> None:
@@ -625,7 +639,7 @@ def _gpus_and_nodes(read: _Reader, con, out: dict[str, list]) -> None:
         out["gpuledger_free_gpus"].append(([node, clique], free))
         out["gpuledger_stranded_gpus"].append(([node, clique], float(stranded)))
     for status, n in read(
-        "SELECT coalesce(status, ''), count(*) FROM nodes GROUP BY ALL ORDER BY ALL"
+        "SELECT coalesce(status, ''), count(*) FROM node_status GROUP BY ALL ORDER BY ALL"
     ):
         out["gpuledger_nodes"].append(([status], n))
 

@@ -218,6 +218,18 @@ def why_report(con, job_id: str) -> dict[str, Any]:
             "id": job["allocation_id"],
             "nodes": alloc[0],
             "gpus": gpus_text(alloc[1]),
+            # its nodes the operator took out of service (node_status: a cordon, a drain, a
+            # window in force), with since when and why
+            "nodes_out": records(
+                con.execute(
+                    "SELECT s.node, s.status, s.since_ms, c.now_ms - s.since_ms AS for_ms,"
+                    " s.reason, s.window_id FROM node_status s CROSS JOIN clock c"
+                    " WHERE s.status NOT IN ('ready', 'reserved') AND s.node IN (SELECT node"
+                    " FROM allocations WHERE allocation_id = ? AND ended_at_ms IS NULL)"
+                    " ORDER BY s.node",
+                    [job["allocation_id"]],
+                )
+            ),
         }
     pre = records(
         con.execute("SELECT * FROM who_preempted WHERE victim = ? ORDER BY request_seq", [job_id])
@@ -444,15 +456,11 @@ def jobs_count(
 
 
 def nodes_rows(con) -> list[dict[str, Any]]:
-    """Every node with its GPUs and use; `status` is the fold's node state, or `maintenance`
-    while a window of it is active (planned down; `node_maintenance`), and `maintenance`
-    lists its windows not yet over."""
+    """Every node with its GPUs and use; `status`, `since_ms` and `reason` are the
+    `node_status` view's (the fold's node state, or `maintenance` while a window of it is
+    active), and `maintenance` lists its windows not yet over."""
     q = """
-        SELECT n.* REPLACE (
-                   CASE WHEN n.status <> 'lost' AND EXISTS (
-                       SELECT 1 FROM node_maintenance m WHERE m.node = n.node AND m.phase = 'active'
-                   ) THEN 'maintenance' ELSE n.status END AS status
-               ), c.now_ms,
+        SELECT n.* REPLACE (s.status AS status), s.since_ms, s.reason, c.now_ms,
                (SELECT string_agg(m.window_id || ' (' || m.phase || ')', ','
                                   ORDER BY m.start_ms, m.window_id)
                   FROM node_maintenance m
@@ -465,7 +473,7 @@ def nodes_rows(con) -> list[dict[str, Any]]:
                    AS free_milli,
                (SELECT coalesce(sum(a.gpu_milli), 0) FROM allocations a
                  WHERE a.node = n.node AND a.ended_at_ms IS NULL) AS allocated_milli
-        FROM nodes n CROSS JOIN clock c ORDER BY n.node"""
+        FROM nodes n JOIN node_status s USING (node) CROSS JOIN clock c ORDER BY n.node"""
     return [parse_json_fields(r, "labels") for r in records(con.execute(q))]
 
 

@@ -200,13 +200,15 @@ CREATE TABLE IF NOT EXISTS nodes (
     memory_mib        BIGINT,
     gpu_count         BIGINT,
     simulated         BOOLEAN,
-    status            VARCHAR,          -- nodes.node_state: ready | cordoned | draining | drained | lost
+    status            VARCHAR,          -- nodes.node_status: ready | cordoned | draining | drained | lost
     labels            JSON,
     registered_at_ms  BIGINT,
     last_heartbeat_ms BIGINT,
     lost_at_ms        BIGINT,
     lost_message      VARCHAR,
-    running_members   BIGINT
+    running_members   BIGINT,
+    status_since_ms   BIGINT,           -- nodes.node_status: since when (NULL while ready)
+    status_reason     VARCHAR           -- the operator's words for a cordon or drain
 );
 
 CREATE TABLE IF NOT EXISTS maintenance_windows (
@@ -217,7 +219,8 @@ CREATE TABLE IF NOT EXISTS maintenance_windows (
     until_ms        BIGINT,
     reason          VARCHAR,
     scheduled_at_ms BIGINT,
-    cancelled_at_ms BIGINT
+    cancelled_at_ms BIGINT,
+    tenant          VARCHAR             -- held for this tenant (reserved, not planned down)
 );
 
 CREATE TABLE IF NOT EXISTS gpus (

@@ -47,8 +47,9 @@ from gpuledger.projections.reading import (  # noqa: F401 - re-exported: the rea
 )
 from gpuledger.services.runtime.gctune import collector_paused
 
-# 4: jobs.user; 5: tenants.submit_limits, tenants.user_limits; 6: maintenance_windows
-SCHEMA_VERSION = 6
+# 4: jobs.user; 5: tenants.submit_limits, tenants.user_limits; 6: maintenance_windows;
+# 7: nodes.status_since_ms, nodes.status_reason, maintenance_windows.tenant
+SCHEMA_VERSION = 7
 _log = logging.getLogger("gpuledger.projector")
 
 _ARROW_TYPES = {

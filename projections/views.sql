@@ -440,9 +440,36 @@ WHERE a.ended_at_ms IS NULL AND a.gpu_index >= 0;
 -- Maintenance windows per node with their phase at "now" (the fold's `MaintenanceWindow.phase`
 -- over the interval it derived: planned down over [start_ms, until_ms)).
 CREATE OR REPLACE VIEW node_maintenance AS
-SELECT m.node, m.window_id, m.start_ms, m.end_ms, m.until_ms, m.reason,
+SELECT m.node, m.window_id, m.start_ms, m.end_ms, m.until_ms, m.reason, m.tenant,
        CASE WHEN m.cancelled_at_ms IS NOT NULL AND m.cancelled_at_ms <= c.now_ms THEN 'cancelled'
             WHEN c.now_ms >= m.end_ms THEN 'ended'
             WHEN c.now_ms >= m.start_ms THEN 'active'
             ELSE 'scheduled' END AS phase
 FROM maintenance_windows m CROSS JOIN clock c;
+
+-- Each node's state now, since when and why: the fold's (`nodes.node_status`: ready, cordoned,
+-- draining, drained, lost), or while a window of it is active (since its start, with its
+-- reason and id) `maintenance`, or `reserved` for a window held for a tenant (Slurm's RESV)
+-- unless the operator cordoned or drains it. One derivation: `gpuledger nodes`, the
+-- dashboard and the exporter read it.
+CREATE OR REPLACE VIEW node_status AS
+WITH active AS (
+    SELECT node, arg_min(window_id, start_ms) AS window_id, min(start_ms) AS start_ms,
+           arg_min(reason, start_ms) AS reason, arg_min(tenant, start_ms) AS tenant
+    FROM node_maintenance WHERE phase = 'active' GROUP BY node
+), w AS (
+    SELECT n.*, a.window_id, a.start_ms, a.reason AS window_reason, a.tenant,
+           a.node IS NOT NULL AND n.status <> 'lost'
+               AND (a.tenant IS NULL OR n.status = 'ready') AS in_window
+    FROM nodes n LEFT JOIN active a USING (node)
+)
+SELECT node,
+       CASE WHEN in_window AND tenant IS NULL THEN 'maintenance'
+            WHEN in_window THEN 'reserved'
+            ELSE status END AS status,
+       CASE WHEN in_window THEN start_ms ELSE status_since_ms END AS since_ms,
+       CASE WHEN in_window THEN window_reason
+            ELSE coalesce(status_reason, lost_message) END AS reason,
+       CASE WHEN in_window THEN window_id END AS window_id,
+       CASE WHEN in_window THEN tenant END AS tenant
+FROM w;

@@ -11,7 +11,6 @@ from gpuledger.projections.mappers.rows import (
 )
 from gpuledger.projections.mappers.state import ProjectionState
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
-from gpuledger.services.domain.fold.nodes import node_state
 
 
 class NodeMappers(ProjectionState):
@@ -29,7 +28,7 @@ class NodeMappers(ProjectionState):
         n.cpu_milli, n.memory_mib = info.cpu_milli, info.memory_mib
         n.gpu_count = len(info.gpus)
         n.simulated = e.simulated
-        n.status = node_state(self.ledger, info.name)  # a re-registration keeps a cordon
+        self._node_status(n)  # a re-registration keeps a cordon
         n.labels = _dumps(info.labels or {})
         n.registered_at_ms = e.occurred_at_ms
         n.lost_at_ms = n.lost_message = None
@@ -66,30 +65,30 @@ class NodeMappers(ProjectionState):
             # the ledger's rule (the scheduler places on it again): heard from again, it is back
             n.lost_at_ms = n.lost_message = None
         if rec is not None:  # the ledger's state (a drain ends as `drained` between reports)
-            n.status = node_state(self.ledger, e.node)
+            self._node_status(n)
         self.batch.upsert(n)
 
     def _node_lost(self, seq: int, e: ev.NodeLost) -> None:
         n = self.nodes.get(e.node)
         if n is None:
             return
-        n.status = "lost"
+        self._node_status(n)
         n.lost_at_ms = e.occurred_at_ms
         n.lost_message = e.message
         self.batch.upsert(n)
 
     def _node_control(self, seq: int, e: ev.NodeCordoned | ev.NodeUncordoned) -> None:
-        """The operator's cordon: the node's status is the ledger's (`nodes.node_state`)."""
+        """The operator's cordon: the node's status is the ledger's (`nodes.node_status`)."""
         n = self.nodes.get(e.node)
         if n is not None:
-            n.status = node_state(self.ledger, e.node)
+            self._node_status(n)
             self.batch.upsert(n)
 
     def _maintenance(self, seq: int, e: ev.MaintenanceScheduled | ev.MaintenanceCancelled) -> None:
-        """A window as the fold derived it (`MaintenanceWindow`): one row per node. A window
-        held for a tenant is not planned down: it has no row."""
+        """A window as the fold derived it (`MaintenanceWindow`): one row per node; a window
+        held for a tenant names it (its idle GPU time is reserved, not planned down)."""
         w = self.ledger.maintenance.get(e.window_id)
-        if w is not None and w.tenant is None:
+        if w is not None:
             self.batch.upsert(
                 MaintenanceRow(
                     window_id=w.window_id,
@@ -100,6 +99,7 @@ class NodeMappers(ProjectionState):
                     reason=w.reason,
                     scheduled_at_ms=w.scheduled_ms,
                     cancelled_at_ms=w.cancelled_ms,
+                    tenant=w.tenant,
                 )
             )
 

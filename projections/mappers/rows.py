@@ -203,14 +203,15 @@ NodeRow = _row_class(
     "NodeRow",
     "nodes",
     """node pool leaf_switch cpu_milli memory_mib gpu_count simulated status labels
-    registered_at_ms last_heartbeat_ms lost_at_ms lost_message running_members""",
+    registered_at_ms last_heartbeat_ms lost_at_ms lost_message running_members status_since_ms
+    status_reason""",
     "node",
 )
 
 MaintenanceRow = _row_class(
     "MaintenanceRow",
     "maintenance_windows",
-    "window_id node start_ms end_ms until_ms reason scheduled_at_ms cancelled_at_ms",
+    "window_id node start_ms end_ms until_ms reason scheduled_at_ms cancelled_at_ms tenant",
     "window_id",
     expanded="node",
 )

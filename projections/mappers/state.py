@@ -14,7 +14,7 @@ from gpuledger.projections.mappers.rows import (
 )
 from gpuledger.projections.queries import gpus_label  # noqa: F401 - its home is the read side
 from gpuledger.services.domain.fold.ledger import Ledger
-from gpuledger.services.domain.fold.nodes import node_state
+from gpuledger.services.domain.fold.nodes import node_status
 
 # ---------------------------------------------------------------- the projection
 
@@ -122,13 +122,20 @@ class ProjectionState:
             )
             job.state = to
 
+    def _node_status(self, n: Row) -> None:
+        """The row's status, since when and why: the ledger's (`nodes.node_status`)."""
+        if n.node not in self.ledger.nodes:
+            return
+        n.status, n.status_since_ms, n.status_reason = node_status(self.ledger, n.node)
+        n.status_reason = n.status_reason or None
+
     def _drained(self, allocation_id: str) -> None:
         """A run left: its draining nodes' status (`draining` -> `drained`) is the ledger's."""
         rec = self.ledger.allocations.get(allocation_id)
         for node in {m.node for m in rec.members} if rec is not None else ():
             n = self.nodes.get(node)
             if n is not None and n.status == "draining":
-                n.status = node_state(self.ledger, node)
+                self._node_status(n)
                 self.batch.upsert(n)
 
     def _close_alloc(self, allocation_id: str, at_ms: int, reason: str) -> None:

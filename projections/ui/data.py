@@ -45,9 +45,9 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
     gpus = records(
         con.execute("""
         SELECT g.node, g.gpu_index, g.uuid, g.model, g.clique, g.sharing, g.healthy,
-               n.leaf_switch, n.status, n.pool,
+               n.leaf_switch, s.status, s.since_ms, s.reason, s.tenant, n.pool,
                coalesce(w.sm_active, NULL) AS sm_active
-        FROM gpus g JOIN nodes n USING (node)
+        FROM gpus g JOIN nodes n USING (node) JOIN node_status s USING (node)
         LEFT JOIN gpu_now w ON w.node = g.node AND w.gpu_index = g.gpu_index
         ORDER BY nullif(n.leaf_switch, '') NULLS LAST, g.node, g.clique, g.gpu_index""")
     )
@@ -78,7 +78,10 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
         held = sum(p["gpu_milli"] or 0 for p in g["parts"])
         g["allocated_milli"] = min(1000, held)
         counts["gpus"] += 1
-        if g["status"] != "ready" or not g["healthy"]:
+        # a node that takes no work (node_status): its free GPUs are unavailable; what still
+        # runs there (a cordon, a drain's runs left) shows as it is
+        takes_work = g["status"] in ("ready", "reserved")
+        if g["status"] == "lost" or not g["healthy"] or (held == 0 and not takes_work):
             g["kind"] = "unavailable"
         elif held == 0:
             g["kind"] = "free"
@@ -103,6 +106,10 @@ def cluster(con, tenant: str | None) -> dict[str, Any]:
     frag = records(con.execute("SELECT * FROM fragmentation ORDER BY node = '*', node, clique"))
     return {
         "leaves": leaves,
+        "statuses": {
+            g["node"]: (g["status"], g["since_ms"], g["reason"], g["tenant"]) for g in gpus
+        },
+        "now_ms": con.execute("SELECT now_ms FROM clock").fetchone()[0],
         "counts": counts,
         "fragmentation": frag,
         "idle_threshold": IDLE_SM_ACTIVE,

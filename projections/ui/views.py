@@ -204,7 +204,20 @@ def _gpu_cell(g: dict[str, Any], x: int) -> dict[str, Any]:
     }
 
 
-def _node_row(node: str, cliques: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _node_status(status: tuple[str, int | None, str | None, str | None], now_ms: int) -> str:
+    """`drained for 5m: firmware update`, `reserved (ml) for 10m: launch` (the `node_status`
+    view's); "" while ready."""
+    state, since_ms, reason, tenant = status
+    if state == "ready":
+        return ""
+    who = f" ({tenant})" if tenant else ""
+    held = "" if since_ms is None else f" for {duration(max(0, now_ms - since_ms))}"
+    return f"{state}{who}{held}" + (f": {reason}" if reason else "")
+
+
+def _node_row(
+    node: str, cliques: dict[str, list[dict[str, Any]]], status: str = ""
+) -> dict[str, Any]:
     x, cells, labels = 0, [], []
     for clique, gpus in cliques.items():
         labels.append({"x": x, "text": clique})
@@ -212,7 +225,13 @@ def _node_row(node: str, cliques: dict[str, list[dict[str, Any]]]) -> dict[str, 
             cells.append(_gpu_cell(g, x))
             x += CELL + GAP
         x += 3 * GAP
-    return {"name": node, "width": max(x - 3 * GAP, 60), "cells": cells, "labels": labels}
+    return {
+        "name": node,
+        "status": status,
+        "width": max(x - 3 * GAP, 60),
+        "cells": cells,
+        "labels": labels,
+    }
 
 
 def _frag_row(f: dict[str, Any]) -> dict[str, Any]:
@@ -232,12 +251,18 @@ def cluster_page(d: dict[str, Any], **layout: Any) -> str:
         ("idle", f"idle-but-allocated (SM < {d['idle_threshold']:.0%})"),
         ("unmeasured", "allocated, no SM sample"),
         ("free", "free"),
-        ("unavailable", "lost or unhealthy"),
+        (
+            "unavailable",
+            "lost, unhealthy, or free on a node taking no work (cordoned, drained, maintenance)",
+        ),
     ]
     leaves = [
         {
             "title": "no leaf switch" if leaf == "none" else f"leaf switch {leaf}",
-            "nodes": [_node_row(node, cliques) for node, cliques in nodes.items()],
+            "nodes": [
+                _node_row(node, cliques, _node_status(d["statuses"][node], d["now_ms"]))
+                for node, cliques in nodes.items()
+            ],
         }
         for leaf, nodes in d["leaves"].items()
     ]

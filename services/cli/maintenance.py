@@ -104,13 +104,14 @@ def maintenance_command(
     creds: Path | None = CREDS_OPT,
 ) -> None:
     """Plan a maintenance window on nodes (Slurm `scontrol create reservation flags=maint`):
-    until it starts, the scheduler starts on them only jobs whose time limit ends before it
-    (a job without a time limit: none; others wait with reason `Maintenance`, naming the
-    window); while it is in force they are planned down (`gpuledger nodes`: maintenance;
-    `gpuledger report`: planned down); at its end they return. `--list` shows the windows,
+    until it starts, the scheduler starts on them only jobs whose time limit (without one,
+    duration hint plus 50 %) ends before it (a job with neither: none; others wait with reason
+    `Maintenance`, naming the window); while it is in force they are planned down (`gpuledger
+    nodes`: maintenance; `gpuledger report`: planned down); at its end they return. `--list` shows the windows,
     `--cancel ID` ends one now. With `--tenant T` the window holds the nodes for T instead:
     T's jobs may start there before and during it, the others' as above, and what others run
-    there leaves at its start. The operator only. Exit 2 for bad input (a malformed range
+    there leaves at its start; its nodes read `reserved` and its idle GPU time is reported as
+    reserved. The operator only. Exit 2 for bad input (a malformed range
     or time, a time without a zone, end not after start or in the past, an unknown node, a
     window overlapping another on the same nodes, an unknown window to cancel), 1 for a
     credential that is not the operator's; nothing is published then."""

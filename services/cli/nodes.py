@@ -32,7 +32,7 @@ def nodes_table(
     db: Path | None = typer.Option(None, "--db", help="Projection database."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Data directory."),
 ) -> None:
-    """List nodes from the projection: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
+    """List nodes from the projection: NAME STATUS SINCE GPUS ALLOCATED FREE MODEL AGE."""
     if ctx.invoked_subcommand is not None:
         return
     try:
@@ -68,7 +68,7 @@ def discover(
 
 
 def _node_table(rows, wide):
-    headers = ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
+    headers = ["NAME", "STATUS", "SINCE", "GPUS", "ALLOCATED", "FREE", "MODEL", "AGE"]
     if wide:
         headers += [
             "POOL",
@@ -78,15 +78,17 @@ def _node_table(rows, wide):
             "LAST-HEARTBEAT",
             "SIMULATED",
             "MAINTENANCE",
+            "STATUS-REASON",
         ]
     out = []
     for r in rows:
         line = [
             r["node"],
             r["status"],
+            "" if r["since_ms"] is None else humanize_ms(r["now_ms"] - r["since_ms"]),
             r["gpus"],
             gpus_text(r["allocated_milli"]),
-            gpus_text(r["free_milli"] if r["status"] == "ready" else 0),
+            gpus_text(r["free_milli"] if r["status"] in ("ready", "reserved") else 0),
             r["models"] or "",
             humanize_ms(r["now_ms"] - r["registered_at_ms"]),
         ]
@@ -100,6 +102,7 @@ def _node_table(rows, wide):
                 humanize_ms(r["now_ms"] - hb) + " ago" if hb is not None else "<never>",
                 r["simulated"],
                 r["maintenance"] or "",
+                r["reason"] or "",
             ]
         out.append(line)
     return headers, out
@@ -111,5 +114,5 @@ def nodes_command(
     db: DbOption = None,
     data: DataOption = DEFAULT_DATA,
 ) -> None:
-    """List nodes: NAME STATUS GPUS ALLOCATED FREE MODEL AGE."""
+    """List nodes: NAME STATUS SINCE GPUS ALLOCATED FREE MODEL AGE."""
     _print_rows(_query(db_path(db, data), nodes_rows), _node_table, output, no_headers)

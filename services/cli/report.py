@@ -18,8 +18,8 @@ from gpuledger.services.cli.output import render_table
 from gpuledger.services.cli.reading import DEFAULT_DATA, DataOption, DbOption, _query, db_path
 
 NOTE = (
-    "planned down: maintenance windows (gpuledger node maintenance); reserved: 0, backfill "
-    "reservations hold no GPU idle in the log"
+    "planned down: maintenance windows (gpuledger node maintenance); reserved: windows held "
+    "for a tenant (--tenant), idle"
 )
 
 
@@ -78,8 +78,17 @@ def table_text(doc: dict[str, Any]) -> str:
         "",
         "Top tenants",
         render_table(
-            ["TENANT", "JOBS", "GPU-HOURS", "PERCENT"],
-            [[r["tenant"], r["jobs"], _h(r["gpu_hours"]), _pct(r["pct"])] for r in doc["tenants"]],
+            ["TENANT", "JOBS", "GPU-HOURS", "PERCENT", "RESERVED"],
+            [
+                [
+                    r["tenant"],
+                    r["jobs"],
+                    _h(r["gpu_hours"]),
+                    _pct(r["pct"]),
+                    _h(r["reserved_gpu_hours"]),
+                ]
+                for r in doc["tenants"]
+            ],
         ),
         "",
         "Top users",
@@ -114,9 +123,9 @@ CSV_COLUMNS = ("section", "tenant", "user", "model", "category", "jobs", "gpu_ho
 
 
 def csv_text(doc: dict[str, Any]) -> str:
-    """The report as one CSV table, a row per number: `section` is utilisation, tenant,
-    user or model (a model's row per category: allocated, idle, down, planned_down,
-    reported)."""
+    """The report as one CSV table, a row per number: `section` is utilisation, tenant (its
+    allocated row, and a reserved row where its windows held GPUs idle), user or model (a
+    model's row per category: allocated, idle, down, planned_down, reserved, reported)."""
     out = io.StringIO()
     w = csv.DictWriter(out, CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
@@ -126,11 +135,16 @@ def csv_text(doc: dict[str, Any]) -> str:
         {"section": "utilisation", "category": "reported", "gpu_hours": doc["reported_gpu_hours"]}
     )
     for r in doc["tenants"]:
-        w.writerow({"section": "tenant", "category": "allocated", **r})
+        reserved = r["reserved_gpu_hours"]
+        allocated = {k: v for k, v in r.items() if k != "reserved_gpu_hours"}
+        w.writerow({"section": "tenant", "category": "allocated", **allocated})
+        if reserved:
+            row = {"tenant": r["tenant"], "category": "reserved", "gpu_hours": reserved}
+            w.writerow({"section": "tenant", **row})
     for r in doc["users"]:
         w.writerow({"section": "user", "category": "allocated", **r})
     for r in doc["models"]:
-        for c in ("allocated", "idle", "down", "planned_down", "reported"):
+        for c in ("allocated", "idle", "down", "planned_down", "reserved", "reported"):
             pct = r["allocated_pct"] if c == "allocated" else None
             w.writerow(
                 {
@@ -167,7 +181,8 @@ def report_command(
 ) -> None:
     """Cluster utilisation of a window like Slurm's sreport: reported GPU-hours split into
     allocated, idle, down (nodes lost), planned down (maintenance windows) and
-    reserved (0), in GPU-hours and %; the top tenants and users by allocated GPU-hours; per
+    reserved (windows held for a tenant, idle), in GPU-hours and %; the top tenants (allocated
+    and reserved GPU-hours) and users by allocated GPU-hours; per
     GPU model. The same numbers are SQL (`utilisation_between(start_ms, end_ms)` and the
     `report_*` views). Exit codes: 2 invalid options, 4 projection busy."""
     _zone(tz)

@@ -141,9 +141,28 @@ def _why_details(r: dict[str, Any]) -> list[str]:
     return ["Details:", *_fmt_details(rest)] if rest else []
 
 
+_ON_NODE = {
+    "cordoned": "it runs on",
+    "draining": "it leaves once it may (reason Drain; `gpuledger node drain --wait` names what "
+    "holds it)",
+    "maintenance": "it leaves (reason Drain)",
+}
+
+
 def _why_allocation(r: dict[str, Any]) -> list[str]:
+    """The allocation, and each of its nodes out of service (the `node_status` view)."""
     a = r.get("allocation")
-    return [f"Allocation: {a['id']} on {a['nodes']} ({a['gpus']} GPUs)"] if a else []
+    if not a:
+        return []
+    lines = [f"Allocation: {a['id']} on {a['nodes']} ({a['gpus']} GPUs)"]
+    for n in a.get("nodes_out") or ():
+        held = "" if n["for_ms"] is None else f" for {humanize_ms(n['for_ms'])}"
+        said = f" ({n['reason']})" if n["reason"] else ""
+        what = _ON_NODE.get(n["status"])
+        lines.append(
+            f"Node:      {n['node']} {n['status']}{held}{said}" + (f": {what}" if what else "")
+        )
+    return lines
 
 
 def _alternative_lines(alts: Any) -> list[str]:

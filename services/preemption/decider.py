@@ -31,7 +31,7 @@ from gpuledger.events import (
 from gpuledger.events.reasons import DeclineReason, PendingReason, PreemptionReason
 from gpuledger.services.domain.fold.config import defrag_settings
 from gpuledger.services.domain.fold.ledger import AllocationRecord, JobRecord, Ledger
-from gpuledger.services.domain.fold.maintenance import closed_nodes
+from gpuledger.services.domain.fold.maintenance import closed_nodes, run_bound_s
 from gpuledger.services.domain.policy.pending import PREEMPTION_MAY_HELP as BLOCKED
 from gpuledger.services.domain.policy.queue import effective_priority, ordered_pending
 from gpuledger.services.domain.policy.quota import model_limit_blocks, model_limits_set
@@ -177,7 +177,7 @@ class Preemption(LedgerService):
         off = (
             outlook.exclude()
             | closed_models(state, job)
-            | closed_nodes(state, now_ms, job.time_limit_s, job.tenant)
+            | closed_nodes(state, now_ms, run_bound_s(job), job.tenant)
         )
         backfill = backfill_plan(state, job, now_ms, taken, exclude=off, fleet=outlook.fleet)
         if backfill is not None:

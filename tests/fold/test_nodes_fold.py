@@ -54,3 +54,33 @@ def test_a_lost_node_is_unschedulable_its_gangs_settle_and_a_heartbeat_brings_it
     # then it is back
     assert not ledger.nodes["n1"].lost and ledger.fleet.node_state("n1").schedulable
     assert ledger.nodes["n1"].last_heartbeat_ms == 9000 and ledger.nodes_version == 3
+
+
+def test_a_nodes_status_says_since_when_cordoned_draining_drained_and_lost():
+    # given job a running on n1 and n2 idle
+    ledger = given(node("n1"), node("n2"), submitted("a"), admitted("a"), placed("a"))
+    assert nodes.node_status(ledger, "n1") == ("ready", None, "")
+    # when n2 is cordoned at 10 s and n1 drained at 20 s
+    when(ledger, ev.NodeCordoned(node="n2", reason="cables", occurred_at_ms=10_000))
+    when(ledger, ev.NodeCordoned(node="n1", reason="firmware", drain=True, occurred_at_ms=20_000))
+    # then each says since when and why; n1 drains while a runs there
+    assert nodes.node_status(ledger, "n2") == ("cordoned", 10_000, "cables")
+    assert nodes.node_status(ledger, "n1") == ("draining", 20_000, "firmware")
+    # when a ends at 95 s, n1 is drained since then
+    done = ev.GangCompleted(
+        job_id="a", allocation_id="a#1", producer="scheduler/0", occurred_at_ms=95_000
+    )
+    when(ledger, done)
+    assert nodes.node_status(ledger, "n1") == ("drained", 95_000, "firmware")
+    # a node drained with nothing on it is drained since the drain
+    when(ledger, ev.NodeCordoned(node="n2", drain=True, occurred_at_ms=99_000))
+    assert nodes.node_status(ledger, "n2") == ("drained", 99_000, "")
+    # a lost node is lost since its loss, and ready (no since) once back
+    when(
+        ledger,
+        ev.NodeUncordoned(node="n2"),
+        ev.NodeLost(node="n2", producer="scheduler/0", occurred_at_ms=120_000),
+    )
+    assert nodes.node_status(ledger, "n2") == ("lost", 120_000, "")
+    when(ledger, ev.NodeHeartbeat(node="n2", producer="node-agent/n2", occurred_at_ms=130_000))
+    assert nodes.node_status(ledger, "n2") == ("ready", None, "")

@@ -1,7 +1,8 @@
 """Maintenance windows against a real nats-server with authentication on (issue 42): only the
 operator plans one (`gpuledger node maintenance`, with its real credential); bad input is one
-line, exit 2, and nothing is published; a job without a time limit waits with `Maintenance`
-naming the window; `--list` shows it, `--cancel` ends it and the job is placed."""
+line, exit 2, and nothing is published; a job without a time limit (its duration hint and
+margin reaching the window) waits with `Maintenance` naming the window; `--list` shows it,
+`--cancel` ends it and the job is placed."""
 
 from __future__ import annotations
 
@@ -102,7 +103,10 @@ async def test_the_operator_plans_a_window_and_a_job_without_a_limit_waits_for_i
         assert done.returncode == 0, done.stderr
         st = await status(bus, "open", lambda s: s.reason == "Maintenance")
         assert st.message.startswith("fits only on nodes of maintenance window fw (node-1, ")
-        assert st.message.endswith(": the job has no time limit (firmware)")
+        # (its 1 h duration hint with the 50 % margin reaches the window)
+        assert st.message.endswith(
+            ": its duration hint with a 50% margin, 1h30m, would reach into it (firmware)"
+        )
         # --list shows it, scheduled
         listed = await asyncio.to_thread(gl, "--list", "-o", "json")
         assert listed.returncode == 0, listed.stderr

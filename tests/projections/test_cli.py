@@ -80,7 +80,7 @@ def test_jobs_limit_keeps_the_newest_in_order_and_says_how_many_were_left_out(da
 
 def test_nodes_and_tenants(data):
     r = run("nodes", data=data)
-    assert r.output.splitlines()[0].split()[:5] == ["NAME", "STATUS", "GPUS", "ALLOCATED", "FREE"]
+    assert r.output.splitlines()[0].split()[:5] == ["NAME", "STATUS", "SINCE", "GPUS", "ALLOCATED"]
     assert run("nodes", "-o", "wide", data=data).exit_code == 0
     r = run("tenants", "-o", "json", data=data)
     b = next(t for t in json.loads(r.output) if t["tenant"] == "org/b")

@@ -59,12 +59,15 @@ def test_nodes_show_the_window_in_force(tmp_path, log):
     (done,) = [i for i, (_, _, e) in enumerate(log) if isinstance(e, ev.GangCompleted)][:1]
     with duckdb.connect(str(projected(tmp_path, log[: done + 1])), read_only=True) as con:
         rows = {r["node"]: r for r in nodes_rows(con)}
-    # then node-1 is planned down now, node-2 is ready
-    assert (rows["node-1"]["status"], rows["node-1"]["maintenance"]) == (
+    # then node-1 is planned down now, since the window's start, for its reason; node-2 is ready
+    n1, n2 = rows["node-1"], rows["node-2"]
+    assert (n1["status"], n1["since_ms"], n1["reason"], n1["maintenance"]) == (
         "maintenance",
+        H,
+        "firmware",
         "fw (active)",
     )
-    assert (rows["node-2"]["status"], rows["node-2"]["maintenance"]) == ("ready", None)
+    assert (n2["status"], n2["since_ms"], n2["maintenance"]) == ("ready", None, None)
 
 
 def test_the_report_counts_the_window_as_planned_down(tmp_path, log):

@@ -370,7 +370,7 @@ def test_maintenance_a_job_whose_run_would_reach_a_window_says_which():
     e = why(Scheduler().decide(ledger, 2), "j")
     assert (e.reason, e.message) == (
         PendingReason.Maintenance,
-        "fits only on nodes of maintenance window fw (n1, t+1h to t+2h): the job has no time limit",
+        "fits only on nodes of maintenance window fw (n1, t+1h to t+2h): the job has no time limit or duration hint",
     )
     assert e.details["maintenance"] == ["fw"]
 

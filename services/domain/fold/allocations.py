@@ -3,7 +3,7 @@ exited), the requests to stop it (a preemption, its time limit) and its end (evi
 completed, failed); an elastic gang's resize is in resize.py.
 
 Owns `allocations`, `active`, `awaiting_start`, `expected`, `time_limits`, `backfills`,
-`agents.node_allocations`, `sched.settle_ready`, `sched.growable` and `sched.spread_nodes`
+`agents.node_allocations`, `agents.node_vacated_ms`, `sched.settle_ready`, `sched.growable` and `sched.spread_nodes`
 (with members.py and resize.py), and books the capacity of its allocations in the fleet (atomically: a conflict raises
 `Refused` before any change) and, through the tenants fold, in the tenants' use. What a run
 means for its job is the jobs fold's (`jobs.placed`, `jobs.evicted`, `jobs.run_over`).
@@ -254,7 +254,7 @@ def release(ledger: LedgerState, allocation_id: str, now_ms: int) -> AllocationR
             backfilled.discard(allocation_id)
             if not backfilled:
                 del ledger.backfills[rec.backfill_for]
-    members.unindex(ledger, rec)
+    members.unindex(ledger, rec, now_ms)
     ledger.fleet.release(allocation_id)
     job = ledger.jobs.get(rec.job_id)
     per_member = rec.gpu_milli // len(rec.members) if rec.members else 0
@@ -289,6 +289,7 @@ FOLD = Fold(
             "time_limits",
             "backfills",
             "agents.node_allocations",
+            "agents.node_vacated_ms",
             "sched.settle_ready",
             "sched.growable",
             "sched.spread_nodes",

@@ -4,7 +4,7 @@ the nodes aggregate (`nodes.FOLD`), which owns `maintenance`.
 A window is folded once into a `MaintenanceWindow` (records.py) and every reader takes its
 planned-down interval from there: the scheduler's `maintenance` stage, `gpuledger nodes`,
 `why` and the projection's `maintenance_windows` table (so `gpuledger report`'s planned
-down; `closed_nodes` is what a run started now may not use; `in_force_on` is what the
+down, or reserved for a window held for a tenant; `closed_nodes` is what a run started now may not use; `in_force_on` is what the
 preemption service drains at a window's start). Invariants: a window names only registered
 nodes (the configuration's `reservations:` may name nodes before they register), ends after
 it starts, has an id of its own and overlaps no live window on a node they share; otherwise
@@ -25,7 +25,25 @@ from gpuledger.services.domain.fold.records import MaintenanceWindow
 from gpuledger.services.domain.fold.refusals import Refusal
 
 if TYPE_CHECKING:
-    from gpuledger.services.domain.fold.records import LedgerState
+    from gpuledger.services.domain.fold.records import JobRecord, LedgerState
+
+HINT_MARGIN_PCT = 50
+"""A job without a time limit is bounded, for windows, by what is left of its duration hint
+(`duration_s` less its progress) plus this share of it: a hint is a guess, and a run still
+there at a window's start is drained then."""
+
+
+def run_bound_s(job: JobRecord) -> int | None:
+    """How long a run of `job` started now may last, as windows read it: its time limit; else
+    what is left of its duration hint plus `HINT_MARGIN_PCT` of it (whole seconds, rounded
+    up); None (unbounded: it reaches every window ahead) with neither."""
+    if job.time_limit_s is not None:
+        return job.time_limit_s
+    hint = job.spec.duration_s
+    if hint is None:
+        return None
+    left_ms = max(0, hint * 1000 - job.progress_ms)
+    return -(-left_ms * (100 + HINT_MARGIN_PCT) // 100_000)
 
 
 def declared_again(ledger: LedgerState, e: ev.MaintenanceScheduled) -> bool:
@@ -106,8 +124,8 @@ def reaching(
 def closed_nodes(
     ledger: LedgerState, now_ms: int, limit_s: int | None, tenant: str | None = None
 ) -> frozenset[str]:
-    """The nodes a run of `tenant` started at `now_ms` with time limit `limit_s` (None: none)
-    may not start on: those of every window it would reach but those held for `tenant` (the
+    """The nodes a run of `tenant` started at `now_ms` lasting at most `limit_s`
+    (`run_bound_s`; None: unbounded) may not start on: those of every window it would reach but those held for `tenant` (the
     scheduler's `maintenance` stage, and preemption, which frees no capacity there for such
     a job)."""
     if not ledger.maintenance:

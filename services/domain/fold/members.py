@@ -1,5 +1,5 @@
 """Where the members of active allocations are: per node (`agents.node_allocations`, read by
-the node agents) and per spread group and node (`sched.spread_nodes`, read by the
+the node agents, and when each node was last left empty: `agents.node_vacated_ms`) and per spread group and node (`sched.spread_nodes`, read by the
 scheduler's spread limit). Part of the allocations aggregate (`allocations.FOLD`).
 
 Invariant: both count exactly the members of active allocations; no empty entries in
@@ -23,10 +23,13 @@ def index(ledger: LedgerState, rec: AllocationRecord) -> None:
         ledger.agents.node_allocations.setdefault(node, set()).add(rec.allocation_id)
 
 
-def unindex(ledger: LedgerState, rec: AllocationRecord) -> None:
-    """`rec` no longer runs on its nodes."""
+def unindex(ledger: LedgerState, rec: AllocationRecord, now_ms: int) -> None:
+    """`rec` no longer runs on its nodes; a node it leaves empty is vacated at `now_ms`."""
     for node in rec.nodes():
-        ledger.agents.node_allocations.get(node, set()).discard(rec.allocation_id)
+        left = ledger.agents.node_allocations.get(node, set())
+        left.discard(rec.allocation_id)
+        if not left:
+            ledger.agents.node_vacated_ms[node] = now_ms
 
 
 def spread(

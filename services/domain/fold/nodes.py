@@ -8,7 +8,7 @@ lost node's allocations go to the allocations fold to settle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuledger import events as ev
 from gpuledger.events.reasons import FoldRefusal
@@ -46,6 +46,7 @@ def heartbeat(ledger: LedgerState, e: ev.NodeHeartbeat) -> None:
         node.last_heartbeat_ms = e.occurred_at_ms
         if node.lost:
             node.lost = False
+            node.lost_ms = None
             ledger.fleet.set_schedulable(e.node, True)
             ledger.nodes_version += 1
 
@@ -54,6 +55,7 @@ def lost(ledger: LedgerState, e: ev.NodeLost) -> None:
     node = ledger.nodes.get(e.node)
     if node is not None and not node.lost:
         node.lost = True
+        node.lost_ms = e.occurred_at_ms
         ledger.fleet.set_schedulable(e.node, False)
         ledger.nodes_version += 1
         allocations.settle(ledger, ledger.agents.node_allocations.get(e.node, ()))
@@ -89,18 +91,37 @@ def uncordoned(ledger: LedgerState, e: ev.NodeUncordoned) -> Refusal | None:
     return None
 
 
-def node_state(ledger: LedgerState, name: str) -> str:
-    """A node's state as people read it (one place: the CLI, `why` and the projection show
-    this): `lost`; `cordoned`; `draining` (a drain with runs left on it) or `drained`;
-    else `ready`."""
+class NodeStatus(NamedTuple):
+    """A node's state as people read it, since when (epoch ms; None for `ready`) and why (the
+    operator's words for a cordon or drain, else "")."""
+
+    state: str
+    since_ms: int | None
+    reason: str
+
+
+def node_status(ledger: LedgerState, name: str) -> NodeStatus:
+    """A node's state (one place: the CLI, `why` and the projection show this): `lost`;
+    `cordoned`; `draining` (a drain with runs left on it) or `drained` (since its last run
+    left, or the drain if none ran); else `ready`. A maintenance window in force is the
+    projection's `node_status` view's (its phase moves with the clock)."""
     node = ledger.nodes[name]
     if node.lost:
-        return "lost"
-    if node.cordon is None:
-        return "ready"
-    if not node.cordon.drain:
-        return "cordoned"
-    return "draining" if ledger.agents.node_allocations.get(name) else "drained"
+        return NodeStatus("lost", node.lost_ms, "")
+    cordon = node.cordon
+    if cordon is None:
+        return NodeStatus("ready", None, "")
+    if not cordon.drain:
+        return NodeStatus("cordoned", cordon.at_ms, cordon.reason)
+    if ledger.agents.node_allocations.get(name):
+        return NodeStatus("draining", cordon.at_ms, cordon.reason)
+    vacated = ledger.agents.node_vacated_ms.get(name, cordon.at_ms)
+    return NodeStatus("drained", max(cordon.at_ms, vacated), cordon.reason)
+
+
+def node_state(ledger: LedgerState, name: str) -> str:
+    """`node_status`'s state alone."""
+    return node_status(ledger, name).state
 
 
 FOLD = Fold(

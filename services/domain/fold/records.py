@@ -347,6 +347,8 @@ class NodeRecord:
     registered_ms: int
     last_heartbeat_ms: int | None = None
     lost: bool = False
+    lost_ms: int | None = None
+    """When it was last declared lost (`NodeLost`), while it is."""
     cordon: CordonRecord | None = None
     """Set while the operator has it cordoned (`NodeCordoned` .. `NodeUncordoned`): who, why
     and since when. It takes no new placements; what runs there runs on."""
@@ -403,6 +405,8 @@ class AgentIndexes:
 
     node_allocations: dict[str, set[str]] = field(default_factory=dict)
     """Active allocations per node."""
+    node_vacated_ms: dict[str, int] = field(default_factory=dict)
+    """Per node, when its last active allocation ended (a drained node's `since`)."""
     cancelling: set[str] = field(default_factory=set)
     """Active allocations of cancelled jobs."""
 

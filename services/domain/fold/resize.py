@@ -148,7 +148,7 @@ def _rebind(
     )
     members.spread(ledger, job, changed, sign)
     if sign < 0:
-        members.unindex(ledger, rec)
+        members.unindex(ledger, rec, at_ms)
     rec.members = new
     rec.node_names = tuple(sorted({m.node for m in new}))
     members.index(ledger, rec)

@@ -1,7 +1,8 @@
 """Stage `maintenance`: a job is not started on a node whose maintenance window
 (`MaintenanceScheduled`, events/control.py; folded once in fold/maintenance.py) it would
-reach: with a time limit, a run from now to now + limit that overlaps the window; without
-one, any window not yet over. A window held for a tenant (`--tenant`) keeps only the other
+reach: a run from now to now + its bound that overlaps the window, the bound being its time
+limit, else what is left of its duration hint plus a margin (`maintenance.run_bound_s`);
+with neither, any window not yet over. A window held for a tenant (`--tenant`) keeps only the other
 tenants' jobs off. So a window's nodes take only work that ends before it, none
 while it is in force (planned down), and all again at its end (the stage's wake-up). When
 only such nodes would fit a job, it is told `Maintenance`, naming the window."""
@@ -10,7 +11,12 @@ from __future__ import annotations
 
 from gpuledger.events.reasons import PendingReason
 from gpuledger.services.domain.fold.ledger import JobRecord, Ledger
-from gpuledger.services.domain.fold.maintenance import closed_nodes, reaching
+from gpuledger.services.domain.fold.maintenance import (
+    HINT_MARGIN_PCT,
+    closed_nodes,
+    reaching,
+    run_bound_s,
+)
 from gpuledger.services.domain.tooling.reads import ADMITTED_JOBS, CLOCK, NODE_SET, of
 from gpuledger.services.domain.tooling.timefmt import duration, instant
 from gpuledger.services.scheduler.round import Limits, Round, Why
@@ -18,14 +24,14 @@ from gpuledger.services.scheduler.stage import Stage
 
 
 def _run_end(rnd: Round, job: JobRecord) -> int | None:
-    """When a run started now would end at the latest (None: no time limit)."""
-    limit = job.time_limit_s
-    return None if limit is None else rnd.now_ms + limit * 1000
+    """When a run started now would end at the latest (None: unbounded)."""
+    bound = run_bound_s(job)
+    return None if bound is None else rnd.now_ms + bound * 1000
 
 
 def exclude(rnd: Round, job: JobRecord, lim: Limits) -> frozenset[str]:
     """The nodes of every window a run started now would reach."""
-    return closed_nodes(rnd.state, rnd.now_ms, job.time_limit_s, job.tenant)
+    return closed_nodes(rnd.state, rnd.now_ms, run_bound_s(job), job.tenant)
 
 
 def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
@@ -44,7 +50,12 @@ def explain(rnd: Round, job: JobRecord, lim: Limits, why: Why) -> None:
     if first.start_ms <= now:
         how = "in force"
     elif end is None:
-        how = "the job has no time limit"
+        how = "the job has no time limit or duration hint"
+    elif job.time_limit_s is None:
+        how = (
+            f"its duration hint with a {HINT_MARGIN_PCT}% margin, {duration(end - now)}, "
+            "would reach into it"
+        )
     else:
         how = f"its time limit {duration(end - now)} would reach into it"
     why.reason = PendingReason.Maintenance

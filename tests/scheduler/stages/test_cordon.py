@@ -50,3 +50,32 @@ def test_new_work_avoids_a_cordoned_node_and_a_job_that_fits_only_there_is_told_
     out = Scheduler().decide(ledger, 3)
     (placed,) = [e for e in out if isinstance(e, ev.GangPlaced)]
     assert placed.job_id == "j" and {m.node for m in placed.members} == {"n2"}
+
+
+def test_a_job_that_fits_only_on_nodes_being_drained_is_told_which_and_the_cordoned_ones():
+    # given n1 runs an 8-GPU job, the operator cordons n2 and drains n1
+    ledger, _ = scheduled(
+        fleet(
+            {"name_prefix": "n", "count": 3, "gpus": 8}, tenants=({"name": "a", "guaranteed": 24},)
+        ),
+        [{"id": "big", "tenant": "a", "gpus": 8}, {"id": "other", "tenant": "a", "gpus": 8}],
+    )
+    fold(
+        ledger,
+        [
+            ev.NodeCordoned(node="n2", reason="cables"),
+            ev.NodeCordoned(node="n3", reason="firmware", drain=True),
+        ],
+    )
+    # when another 8-GPU job comes (n1 full, n2 cordoned, n3 being drained)
+    job = ev.JobSpec(job_id="j", tenant="a", resources=ev.Resources(gpus=8))
+    fold(ledger, [ev.JobSubmitted(event_id="s", job=job)])
+    fold(ledger, Admission().decide(ledger, 1))
+    fold(ledger, Scheduler().decide(ledger, 2))
+    # then it waits, told which nodes are cordoned and which are being drained, and why
+    j = ledger.jobs["j"]
+    assert (j.reason, j.message) == (
+        PendingReason.NodeCordoned,
+        "fits only on cordoned nodes: n2 (cables); and on nodes being drained: n3 (firmware)",
+    )
+    assert j.details["cordoned"] == ["n2", "n3"] and j.details["being_drained"] == ["n3"]

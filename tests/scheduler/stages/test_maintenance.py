@@ -72,7 +72,9 @@ def test_without_a_limit_a_job_waits_for_the_window_to_end_and_then_starts():
     submit(ledger, "open", 0)
     out = Scheduler().decide(ledger, H)
     fold(ledger, out)
-    assert ledger.jobs["open"].message.endswith("the job has no time limit (firmware)")
+    assert ledger.jobs["open"].message.endswith(
+        "the job has no time limit or duration hint (firmware)"
+    )
     # during the window it is in force
     out = Scheduler().decide(ledger, 3 * H)
     fold(ledger, out)
@@ -92,3 +94,26 @@ def test_a_cancelled_window_frees_its_nodes_at_once():
     out = Scheduler().decide(ledger, H + 1)
     (placed,) = [e for e in out if isinstance(e, ev.GangPlaced)]
     assert placed.job_id == "open"
+
+
+def test_without_a_limit_a_duration_hint_with_its_margin_bounds_the_run():
+    # given a window on n2 from 2 h, and at 30 min a job with a 1 h 20 min hint and no limit
+    # (2 h with the 50 % margin: it would run to 2 h 30 min)
+    ledger = given_n1_busy_and_a_window_on_n2()
+    submit(ledger, "longer", H // 2, duration="80m")
+    out = Scheduler().decide(ledger, H // 2)
+    fold(ledger, out)
+    # then it waits, told its hint and margin reach the window
+    assert not [e for e in out if isinstance(e, ev.GangPlaced)]
+    assert ledger.jobs["longer"].message == (
+        "fits only on nodes of maintenance window fw (n2, t+2h to t+4h): "
+        "its duration hint with a 50% margin, 2h, would reach into it (firmware)"
+    )
+    # when a job with a 1 h hint comes (1 h 30 min with the margin: ends at 2 h)
+    submit(ledger, "hinted", H // 2, duration="1h")
+    rnd = round_at(ledger, H // 2)
+    assert maintenance.exclude(rnd, ledger.jobs["hinted"], limits(rnd, "hinted")) == frozenset()
+    out = Scheduler().decide(ledger, H // 2)
+    # then n2 takes it
+    (placed,) = [e for e in out if isinstance(e, ev.GangPlaced)]
+    assert placed.job_id == "hinted" and {m.node for m in placed.members} == {"n2"}
