@@ -37,7 +37,7 @@ from gpuledger.services.domain.fold import (
     replicas,
     tenants,
 )
-from gpuledger.services.domain.fold.aggregate import handlers_of
+from gpuledger.services.domain.fold.aggregate import Handler, handlers_of
 from gpuledger.services.domain.fold.arrays import task_id, task_spec
 from gpuledger.services.domain.fold.jobs import run_end_state, spec_differences
 from gpuledger.services.domain.fold.records import (
@@ -146,7 +146,7 @@ class Ledger(LedgerState):
         arrays.refill_open(self)  # arrays' windows follow what the event changed
         return refusal
 
-    def _fold_job_event(self, handler, event: ev.Event) -> Refusal | None:
+    def _fold_job_event(self, handler: Handler, event: ev.Event) -> Refusal | None:
         """The handler, then an array or service follows the task or replica it was about."""
         job_id = getattr(event, "job_id", None)
         if isinstance(event, BY_TENANT):  # named by its tenant
