@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from gpuledger import events as ev
-from gpuledger.events.control import NODE_CONTROL_EVENTS
+from gpuledger.events.control import CONTROL_EVENTS, NODE_CONTROL_EVENTS
 from gpuledger.services.domain.fold.acceptance import admit
 from gpuledger.services.domain.fold.ledger import Ledger
 from gpuledger.services.domain.inputs.configfile import config_events, node_infos
@@ -56,6 +56,10 @@ def observed_work_s(ledger: Ledger, job_id: str) -> int | None:
 NODE_CONTROLS = frozenset(NODE_CONTROL_EVENTS)
 """The operator's cordons and windows: replayed at their time (an imported Slurm site's
 drained nodes and reservations are at the trace's start: docs/importers.md)."""
+JOB_CONTROLS = frozenset(CONTROL_EVENTS)
+"""A tenant's or the operator's holds, releases, requeues, priority changes and moves to the
+top: replayed at their time, answered by the replay's fold as they were live (an imported
+Slurm job not eligible when submitted is held, then released when it became eligible)."""
 
 
 def external_inputs(entries: Iterable[tuple[int, str, ev.Event]]) -> Inputs:
@@ -93,7 +97,7 @@ def _external_inputs(entries: list[tuple[int, str, ev.Event]]) -> Inputs:
                 nodes.setdefault(info.name, info)
             case ev.NodeLost():
                 timeline.append((e.occurred_at_ms, e))
-            case _ if e.__class__ in NODE_CONTROLS:
+            case _ if e.__class__ in NODE_CONTROLS or e.__class__ in JOB_CONTROLS:
                 timeline.append((e.occurred_at_ms, e))
             case ev.ServiceScaled() if e.correlation_id.startswith(SCHEDULE_PREFIX):
                 pass  # a time-of-day policy's replica change: decided again by the replay

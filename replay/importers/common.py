@@ -152,12 +152,14 @@ class ObservedJob:
     """Jobs of the dump it waited for (Slurm `Dependency`)."""
     eligible_ms: int | None = None
     """When it could first be placed, when later than its submission (Slurm `Eligible`: a
-    `--begin`, a released hold); the replay submits it then (there is no hold event), while
-    the observation keeps `submit_ms`. None: when submitted."""
+    `--begin`, a released hold); the replay submits it at `submit_ms`, held, and releases it
+    then (an array's tasks cannot be held one by one: an array is submitted then). None: when
+    submitted."""
 
     @property
     def replay_submit_ms(self) -> int:
-        """When the replay submits it: its submission, or its eligible time when later."""
+        """When the replay may first place it: its submission, or its eligible time when
+        later (a job is released from its hold then, an array submitted then)."""
         return self.submit_ms if self.eligible_ms is None else max(self.submit_ms, self.eligible_ms)
 
 
@@ -297,8 +299,14 @@ class ImportLog:
             ends=r.ends or msgspec.UNSET,
             user=spec_user(job.user),
         )
-        at = job.replay_submit_ms
-        self._push(at, 0, job.line, submission(spec, now_ms=at, producer=self.producer))
+        self._push(
+            job.submit_ms,
+            0,
+            job.line,
+            submission(spec, now_ms=job.submit_ms, producer=self.producer),
+        )
+        if job.replay_submit_ms > job.submit_ms:
+            self._hold(job)
         self._ids.append(_hash(job.job_id))
         self._count(job, r)
         self._observe(job, checkpoint)
@@ -332,6 +340,36 @@ class ImportLog:
             job.time_limit_s,
             waits_on_dependency=bool(job.depends_on),
         )
+
+    def _hold(self, job: ObservedJob) -> None:
+        """A job not eligible when submitted (Slurm `Eligible` later: a `--hold`, a `--begin`)
+        is held as it is submitted and released when it became eligible (`replay_submit_ms`),
+        or never when it did not before its recorded end without a start (held or waiting
+        for its begin time until it was cancelled)."""
+        for event, at in (
+            (ev.JobHeld, job.submit_ms),
+            (ev.JobReleased, job.replay_submit_ms),
+        ):
+            never = job.start_ms is None and job.end_ms is not None and at >= job.end_ms
+            if event is ev.JobReleased and never:
+                return
+            self._push(
+                at,
+                0,
+                job.line,
+                stamp(
+                    event,
+                    key=job.job_id,
+                    producer=self.producer,
+                    now_ms=at,
+                    correlation_id=job.job_id,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    reason="imported: not eligible when submitted"
+                    if event is ev.JobHeld
+                    else "imported: eligible (the source's eligible time)",
+                ),
+            )
 
     def _cancel(self, job: ObservedJob, cancel_at: int, started: bool) -> None:
         self._push(

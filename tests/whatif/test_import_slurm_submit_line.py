@@ -103,14 +103,26 @@ def test_no_job_is_placed_before_it_was_eligible(imported):
     submitted = {
         e.job.job_id: e.occurred_at_ms for _, _, e in log if isinstance(e, ev.JobSubmitted)
     }
-    assert (submitted["320"] - T0_MS, submitted["321"] - T0_MS) == (600_000, 300_000)
+
+    def at(kind) -> dict[str, int]:
+        return {e.job_id: e.occurred_at_ms - T0_MS for _, _, e in log if isinstance(e, kind)}
+
+    # a --begin and a --hold: submitted when they were, held then, released when eligible
+    assert (submitted["320"] - T0_MS, submitted["321"] - T0_MS) == (0, 0)
+    assert (at(ev.JobHeld)["320"], at(ev.JobReleased)["320"]) == (0, 600_000)
+    assert (at(ev.JobHeld)["321"], at(ev.JobReleased)["321"]) == (0, 300_000)
     placed = {
         e.job_id: e.occurred_at_ms - T0_MS for _, _, e in sim.log if isinstance(e, ev.GangPlaced)
     }
     # the cluster is idle: each is placed the moment it became eligible, not at its submission
     assert (placed["320"], placed["321"]) == (600_000, 300_000)
+    # so the replay's wait is Slurm's: from the submission, the hold included
+    assert sim.ledger.jobs["320"].submitted_ms - T0_MS == 0
     # 302 waited on a dependency (Eligible 60 s): that dependency, not Eligible, decides
-    assert submitted["302"] - T0_MS == 10_000
-    # cancelled before it was eligible: submitted and cancelled at its End, never placed
-    assert submitted["322"] - T0_MS == 200_000 and "322" not in placed
+    assert submitted["302"] - T0_MS == 10_000 and "302" not in at(ev.JobHeld)
+    # cancelled before it was eligible: held from its submission, never released, cancelled
+    # at its End, never placed
+    assert submitted["322"] - T0_MS == 0 and at(ev.JobHeld)["322"] == 0
+    assert "322" not in at(ev.JobReleased) and "322" not in placed
+    assert sim.ledger.jobs["322"].state == "cancelled"
     assert summary["eligible_later"] == 3
