@@ -130,7 +130,10 @@ class DaskExecutor:
             try:
                 self._client = Client(scheduler, timeout="10s")
             except (OSError, TimeoutError) as exc:
-                raise ExecutorError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+                said = " ".join(str(exc).split())  # Dask's own text may span lines
+                raise ExecutorError(
+                    f"cannot reach the Dask scheduler {scheduler}: {said}"
+                ) from None
         else:
             n = max(1, workers or 1)
             self.name = f"dask LocalCluster ({n} worker processes)"

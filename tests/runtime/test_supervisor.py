@@ -223,7 +223,13 @@ async def test_a_child_stopped_with_sigterm_is_a_planned_restart_logged_at_info(
 async def test_a_killed_leader_restarted_by_its_supervisor_leads_again_before_its_ttl(
     nats_server, bus, tmp_path
 ):
-    board, sup = quota_supervised(nats_server, tmp_path)  # leader lease TTL 10 s
+    board = StatusBoard(tmp_path / "status.json", nats_server.url, "processes")
+    sup = ProcessSupervisor(
+        ServiceProcesses(nats_server.access(), log_dir=tmp_path), board, tmp_path / "hb"
+    )
+    # a TTL longer than a restart takes on a loaded host (back-off 1 s, then start-up): the
+    # lease is still there to take back (with 10 s, a slow start found it expired)
+    sup.add("quota", "--leader-lease", "120")
     await sup.start()
     try:
         st = board.services["quota"]
