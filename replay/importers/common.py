@@ -346,47 +346,30 @@ class ImportLog:
         is held as it is submitted and released when it became eligible (`replay_submit_ms`),
         or never when it did not before its recorded end without a start (held or waiting
         for its begin time until it was cancelled)."""
-        for event, at in (
-            (ev.JobHeld, job.submit_ms),
-            (ev.JobReleased, job.replay_submit_ms),
-        ):
-            never = job.start_ms is None and job.end_ms is not None and at >= job.end_ms
-            if event is ev.JobReleased and never:
-                return
-            self._push(
-                at,
-                0,
-                job.line,
-                stamp(
-                    event,
-                    key=job.job_id,
-                    producer=self.producer,
-                    now_ms=at,
-                    correlation_id=job.job_id,
-                    job_id=job.job_id,
-                    tenant=job.tenant,
-                    reason="imported: not eligible when submitted"
-                    if event is ev.JobHeld
-                    else "imported: eligible (the source's eligible time)",
-                ),
-            )
+        self._about(job, ev.JobHeld, job.submit_ms, 0, "imported: not eligible when submitted")
+        at = job.replay_submit_ms
+        if job.start_ms is None and job.end_ms is not None and at >= job.end_ms:
+            return
+        self._about(job, ev.JobReleased, at, 0, "imported: eligible (the source's eligible time)")
 
     def _cancel(self, job: ObservedJob, cancel_at: int, started: bool) -> None:
-        self._push(
-            cancel_at,
-            1,
-            job.line,
-            stamp(
-                ev.JobCancelled,
-                key=job.job_id,
-                producer=self.producer,
-                now_ms=cancel_at,
-                correlation_id=job.job_id,
-                job_id=job.job_id,
-                tenant=job.tenant,
-                reason="CancelledWhileRunning" if started else "DeletedBeforeScheduled",
-            ),
+        reason = "CancelledWhileRunning" if started else "DeletedBeforeScheduled"
+        self._about(job, ev.JobCancelled, cancel_at, 1, reason)
+
+    def _about(self, job: ObservedJob, kind: type, at: int, order: int, reason: str) -> None:
+        """Push a client event of `kind` about `job` at `at` (`order` among the events of one
+        instant: 0 with the submissions, 1 after them)."""
+        event = stamp(
+            kind,
+            key=job.job_id,
+            producer=self.producer,
+            now_ms=at,
+            correlation_id=job.job_id,
+            job_id=job.job_id,
+            tenant=job.tenant,
+            reason=reason,
         )
+        self._push(at, order, job.line, event)
 
     def add_array(
         self,
