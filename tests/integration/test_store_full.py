@@ -293,6 +293,18 @@ def external(tmp_path, monkeypatch):
         server.stop()
 
 
+def works_again(tmp_path) -> None:
+    """Every service runs, a submission is accepted and placed, and every role has a leader
+    again (after the store had room again)."""
+    wait_for(lambda: all_running(tmp_path), RECOVERY_S, "the store writable again")
+    wait_for(lambda: submit(tmp_path, "after").returncode == 0, RECOVERY_S, "a submit accepted")
+    running = cli(
+        "status", "after", "--wait-for", "running", "--timeout", str(RECOVERY_S), cwd=tmp_path
+    )
+    assert running.returncode == 0, running.stderr + running.stdout
+    wait_for(lambda: every_role_leads(tmp_path), RECOVERY_S, "a leader of every role")
+
+
 def test_an_external_nats_with_a_full_store_is_shown_and_the_cluster_recovers_by_itself(
     tmp_path, external
 ):
@@ -325,13 +337,7 @@ def test_an_external_nats_with_a_full_store_is_shown_and_the_cluster_recovers_by
 
         # when: space comes back, then with no restart of anything every role works again
         asyncio.run(free(data, external.url))
-        wait_for(lambda: all_running(tmp_path), RECOVERY_S, "the store writable again")
-        wait_for(lambda: submit(tmp_path, "after").returncode == 0, RECOVERY_S, "a submit accepted")
-        running = cli(
-            "status", "after", "--wait-for", "running", "--timeout", str(RECOVERY_S), cwd=tmp_path
-        )
-        assert running.returncode == 0, running.stderr + running.stdout
-        wait_for(lambda: every_role_leads(tmp_path), RECOVERY_S, "a leader of every role")
+        works_again(tmp_path)
         assert external.running and up.poll() is None  # nobody restarted either
     finally:
         if up.poll() is None:
@@ -364,13 +370,7 @@ def test_an_external_nats_whose_full_disk_latched_says_to_restart_it(
         filler.unlink()
         server.restart()
         # then: every role works again, with no restart of `up`
-        wait_for(lambda: all_running(tmp_path), RECOVERY_S, "the store writable again")
-        wait_for(lambda: submit(tmp_path, "after").returncode == 0, RECOVERY_S, "a submit accepted")
-        running = cli(
-            "status", "after", "--wait-for", "running", "--timeout", str(RECOVERY_S), cwd=tmp_path
-        )
-        assert running.returncode == 0, running.stderr + running.stdout
-        wait_for(lambda: every_role_leads(tmp_path), RECOVERY_S, "a leader of every role")
+        works_again(tmp_path)
         assert up.poll() is None
     finally:
         if up.poll() is None:

@@ -21,28 +21,9 @@ from gpuledger.projections.store import rebuild
 from gpuledger.replay.scenario import from_document
 from gpuledger.replay.simulator import simulate
 from gpuledger.services.runtime.metrics import new_registry
+from tests.replay.test_tenant_window_scenarios import DOC  # the tenant window's scenario
 
 H = 3_600_000
-DOC = {
-    "cluster": {"nodes": [{"name_prefix": "node-", "count": 2, "gpus": 8}]},
-    "tenants": [{"name": "ml", "guaranteed": 8}, {"name": "cv", "guaranteed": 8}],
-    "timeline": [
-        {"at": 0, "submit": {"id": "cv-run", "tenant": "cv", "gpus": 8, "duration": "3h"}},
-        {
-            "at": "1s",
-            "maintenance": {
-                "id": "ml-day",
-                "nodes": ["node-1"],
-                "start": "1h",
-                "end": "3h",
-                "tenant": "ml",
-            },
-            "reason": "launch",
-        },
-        {"at": "1m", "submit": {"id": "cv-open", "tenant": "cv", "gpus": 8, "duration": "3h"}},
-        {"at": "70m", "submit": {"id": "ml-big", "tenant": "ml", "gpus": 8, "duration": "1h"}},
-    ],
-}
 # node-1's 8 GPUs are held for ml from 1 h; cv-run leaves them at 1 h + 5 s (its checkpoint),
 # ml-big takes them at 70 m: 8 x 595 s idle for ml
 RESERVED_GPU_S = 8 * 595
